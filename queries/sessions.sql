@@ -1,0 +1,59 @@
+-- name: SessionCreate :one
+INSERT INTO choir_control.sessions (
+    agent_id, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash,
+    config_version, resource_bindings, runtime)
+VALUES (
+    @agent_id, @lease_token_hash, sqlc.narg('resumed_from'), @base_rev, @base_hash, @base_rev,
+    @base_hash, @config_version, @resource_bindings, @runtime)
+RETURNING *;
+
+-- name: SessionGetByID :one
+SELECT * FROM choir_control.sessions WHERE session_id = @session_id;
+
+-- name: SessionGetLiveByAgent :one
+SELECT * FROM choir_control.sessions
+ WHERE agent_id = @agent_id AND status IN ('active', 'stopping');
+
+-- name: SessionList :many
+SELECT * FROM choir_control.sessions
+ WHERE (sqlc.narg('agent_id')::text IS NULL OR agent_id = sqlc.narg('agent_id')::text)
+ ORDER BY started_at DESC
+ LIMIT @max_rows;
+
+-- name: SessionHeartbeatTouch :exec
+UPDATE choir_control.sessions SET last_heartbeat_at = now()
+ WHERE session_id = @session_id AND status IN ('active', 'stopping');
+
+-- name: SessionEnd :one
+UPDATE choir_control.sessions
+   SET status = 'ended', ended_at = now(), end_reason = @end_reason
+ WHERE session_id = @session_id AND status IN ('active', 'stopping')
+RETURNING *;
+
+-- name: SessionsCrashStale :many
+-- SessionsCrashStale marks every live session whose last heartbeat is older
+-- than threshold_ms as crashed and releases its leases, in one statement.
+WITH params AS (
+    SELECT @threshold_ms::bigint AS threshold_ms
+), crashed AS (
+    UPDATE choir_control.sessions s
+       SET status = 'crashed',
+           ended_at = now(),
+           end_reason = 'no heartbeat for ' ||
+                        (extract(epoch FROM now() - s.last_heartbeat_at) * 1000)::bigint ||
+                        ' ms (threshold ' || p.threshold_ms || ' ms)'
+      FROM params p
+     WHERE s.status IN ('active', 'stopping')
+       AND s.last_heartbeat_at < now() - p.threshold_ms * interval '1 millisecond'
+    RETURNING s.session_id, s.agent_id, s.last_heartbeat_at, s.resource_bindings
+), released AS (
+    UPDATE choir_control.resource_leases l
+       SET released_at = now()
+      FROM crashed c
+     WHERE l.session_id = c.session_id AND l.released_at IS NULL
+    RETURNING l.session_id
+)
+SELECT c.session_id, c.agent_id, c.last_heartbeat_at, c.resource_bindings,
+       (SELECT count(*) FROM released r WHERE r.session_id = c.session_id)::int AS leases_released
+  FROM crashed c
+ ORDER BY c.agent_id;

@@ -1,0 +1,174 @@
+-- +goose Up
+-- agent_schemas records each agent's memory schema, so that provisioning is
+-- idempotent and a later change of embedding dimensions is caught.
+CREATE TABLE choir_control.agent_schemas (
+    agent_id       choir_control.agent_id PRIMARY KEY REFERENCES choir_control.agents,
+    schema_name    text NOT NULL UNIQUE,
+    role_name      text NOT NULL UNIQUE,
+    dimensions     int NOT NULL CHECK (dimensions BETWEEN 1 AND 2000),
+    provisioned_at timestamptz NOT NULL DEFAULT now()
+);
+
+-- +goose StatementBegin
+-- agent_schema_name maps an agent id to the name of its schema and role:
+-- choir_ followed by the id with '-' replaced by '_'.
+CREATE FUNCTION choir_control.agent_schema_name(p_agent_id text) RETURNS text
+LANGUAGE sql IMMUTABLE STRICT AS $$
+    SELECT 'choir_' || replace(p_agent_id, '-', '_')
+$$;
+
+-- provision_agent creates (or checks) one agent's memory schema and the
+-- role that owns its data access: memory and knowledge documents with
+-- generated tsvector columns under GIN, and embeddings of vector(p_dimensions)
+-- under HNSW cosine indexes. Calling it again with the same dimensions is a
+-- no-op; a different count is refused, since the stored vectors would have
+-- to be re-embedded first.
+--
+-- The schema is owned by the caller (choird's admin role); the agent role
+-- only gets USAGE and row privileges, so it can neither drop nor alter its
+-- tables, and it has no privilege at all on other agents' schemas.
+CREATE FUNCTION choir_control.provision_agent(p_agent_id text, p_dimensions int)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    s        text := choir_control.agent_schema_name(p_agent_id);
+    existing choir_control.agent_schemas%ROWTYPE;
+BEGIN
+    IF p_agent_id IS NULL OR p_agent_id !~ '^[a-z][a-z0-9_-]{0,39}$' THEN
+        RAISE EXCEPTION 'invalid agent id %: want ^[a-z][a-z0-9_-]{0,39}$', quote_nullable(p_agent_id)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_dimensions IS NULL OR p_dimensions < 1 OR p_dimensions > 2000 THEN
+        RAISE EXCEPTION 'invalid embedding dimensions % for agent %: HNSW indexes vectors of 1 to 2000 dimensions',
+            p_dimensions, p_agent_id USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- Serialise provisioning of one agent (choird and tests may race).
+    PERFORM pg_advisory_xact_lock(hashtextextended('choir.provision:' || p_agent_id, 0));
+
+    SELECT * INTO existing FROM choir_control.agent_schemas WHERE agent_id = p_agent_id;
+    IF FOUND THEN
+        IF existing.dimensions <> p_dimensions THEN
+            RAISE EXCEPTION 'agent % memory uses vector(%), not vector(%)', p_agent_id,
+                existing.dimensions, p_dimensions
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'changing the embedding model needs a re-embedding migration; keep embedding.dimensions at '
+                             || existing.dimensions;
+        END IF;
+        RETURN s;
+    END IF;
+    IF EXISTS (SELECT 1 FROM choir_control.agent_schemas WHERE schema_name = s) THEN
+        RAISE EXCEPTION 'agent % maps to schema %, which another agent already uses', p_agent_id, s
+            USING ERRCODE = 'unique_violation';
+    END IF;
+
+    INSERT INTO choir_control.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
+
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = s) THEN
+        EXECUTE format('CREATE ROLE %I NOLOGIN', s);
+    END IF;
+    -- The admin must be a member to SET LOCAL ROLE for own-agent queries.
+    IF NOT pg_has_role(current_user, s, 'MEMBER') THEN
+        EXECUTE format('GRANT %I TO %I', s, current_user);
+    END IF;
+
+    EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', s);
+    EXECUTE format('REVOKE ALL ON SCHEMA %I FROM PUBLIC', s);
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', s, s);
+
+    EXECUTE format($f$
+        CREATE TABLE IF NOT EXISTS %1$I.memory_documents (
+            id          uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+            session_id  uuid NOT NULL,
+            tier        text NOT NULL CHECK (tier IN ('mid_term', 'long_term_summary', 'long_term_detail')),
+            chunk_index int NOT NULL CHECK (chunk_index >= 0),
+            text        text NOT NULL,
+            tsv         tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED,
+            created_at  timestamptz NOT NULL DEFAULT now(),
+            metadata    jsonb NOT NULL DEFAULT '{}',
+            UNIQUE (session_id, tier, chunk_index)
+        );
+        CREATE INDEX IF NOT EXISTS memory_documents_tsv ON %1$I.memory_documents USING gin (tsv);
+        CREATE INDEX IF NOT EXISTS memory_documents_tier ON %1$I.memory_documents (tier, created_at);
+
+        CREATE TABLE IF NOT EXISTS %1$I.memory_embeddings (
+            document_id uuid PRIMARY KEY REFERENCES %1$I.memory_documents (id) ON DELETE CASCADE,
+            embedding   vector(%2$s) NOT NULL,
+            model       text NOT NULL DEFAULT '',
+            created_at  timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE INDEX IF NOT EXISTS memory_embeddings_hnsw ON %1$I.memory_embeddings
+            USING hnsw (embedding vector_cosine_ops);
+
+        CREATE TABLE IF NOT EXISTS %1$I.knowledge_documents (
+            id         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
+            key        text UNIQUE CHECK (key <> ''),
+            text       text NOT NULL,
+            tsv        tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED,
+            created_at timestamptz NOT NULL DEFAULT now(),
+            updated_at timestamptz NOT NULL DEFAULT now(),
+            metadata   jsonb NOT NULL DEFAULT '{}'
+        );
+        CREATE INDEX IF NOT EXISTS knowledge_documents_tsv ON %1$I.knowledge_documents USING gin (tsv);
+
+        CREATE TABLE IF NOT EXISTS %1$I.knowledge_embeddings (
+            document_id uuid PRIMARY KEY REFERENCES %1$I.knowledge_documents (id) ON DELETE CASCADE,
+            embedding   vector(%2$s) NOT NULL,
+            model       text NOT NULL DEFAULT '',
+            created_at  timestamptz NOT NULL DEFAULT now()
+        );
+        CREATE INDEX IF NOT EXISTS knowledge_embeddings_hnsw ON %1$I.knowledge_embeddings
+            USING hnsw (embedding vector_cosine_ops);
+
+        GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %1$I TO %1$I;
+    $f$, s, p_dimensions);
+
+    INSERT INTO choir_control.agent_schemas (agent_id, schema_name, role_name, dimensions)
+    VALUES (p_agent_id, s, s, p_dimensions);
+    RETURN s;
+END;
+$$;
+
+-- drop_agent_schema removes one agent's memory schema and role. It exists
+-- for the down migration and for tests; choird never calls it.
+CREATE FUNCTION choir_control.drop_agent_schema(p_agent_id text) RETURNS void
+LANGUAGE plpgsql AS $$
+DECLARE
+    r choir_control.agent_schemas%ROWTYPE;
+BEGIN
+    SELECT * INTO r FROM choir_control.agent_schemas WHERE agent_id = p_agent_id;
+    IF NOT FOUND THEN
+        RETURN;
+    END IF;
+    EXECUTE format('DROP SCHEMA IF EXISTS %I CASCADE', r.schema_name);
+    IF EXISTS (SELECT 1 FROM pg_roles WHERE rolname = r.role_name) THEN
+        EXECUTE format('DROP OWNED BY %I', r.role_name);
+        -- Roles are cluster-wide: another database of this cluster may still
+        -- grant to the role, in which case it stays.
+        BEGIN
+            EXECUTE format('DROP ROLE %I', r.role_name);
+        EXCEPTION WHEN dependent_objects_still_exist THEN
+            RAISE NOTICE 'role % is still used in another database; left in place', r.role_name;
+        END;
+    END IF;
+    DELETE FROM choir_control.agent_schemas WHERE agent_id = p_agent_id;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose Down
+-- +goose StatementBegin
+DO $$
+DECLARE
+    a text;
+BEGIN
+    FOR a IN SELECT agent_id FROM choir_control.agent_schemas LOOP
+        PERFORM choir_control.drop_agent_schema(a);
+    END LOOP;
+END;
+$$;
+-- +goose StatementEnd
+DROP FUNCTION choir_control.drop_agent_schema(text);
+DROP FUNCTION choir_control.provision_agent(text, int);
+DROP FUNCTION choir_control.agent_schema_name(text);
+DROP TABLE choir_control.agent_schemas;

@@ -14,7 +14,9 @@ set -euo pipefail
 
 PGVER=15
 PGBIN=/usr/lib/postgresql/$PGVER/bin
-ROOT=${CHOIR_PG_ROOT:-/var/tmp/choir-pg}
+# tmpfs: creating a database from a template costs ~20 ms there against
+# ~400 ms on this class of machine's ext4 (mounted with discard).
+ROOT=${CHOIR_PG_ROOT:-/dev/shm/choir-pg}
 PORT=${CHOIR_PG_PORT:-55432}
 DATA=$ROOT/data
 SOCK=$ROOT/sock
@@ -110,7 +112,7 @@ start() {
 	log "starting on port $PORT"
 	runuser -u postgres -- "$PGBIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start -o \
 		"-p $PORT -k $SOCK -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off \
--c full_page_writes=off -c max_connections=300 -c shared_buffers=256MB" >/dev/null || {
+-c full_page_writes=off -c max_connections=300" >/dev/null || {
 		log "postgres did not start; its log says:"
 		tail -n 20 "$LOG" >&2
 		exit 1

@@ -1,0 +1,78 @@
+// Package jobs holds choird's River job kinds and their workers: the slow,
+// retryable or periodic work that runs inside Postgres transactions. Each
+// worker finishes its rows and completes its job in one transaction, so a
+// crash never leaves work half done or done twice.
+package jobs
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+)
+
+// Queues. Latency-sensitive work never shares a queue with bulk work: a
+// backlog of embeddings must not delay crash detection.
+const (
+	// QueueControl runs crash detection and other control-plane upkeep.
+	QueueControl = "control"
+)
+
+// Deps are what workers need from choird.
+type Deps struct {
+	Pool   *pgxpool.Pool
+	Logger *slog.Logger
+	// CrashThreshold returns the current crash_detection_threshold_ms; a
+	// func so a config reload takes effect without restarting River.
+	CrashThreshold func() time.Duration
+	// CrashInterval is how often crash detection runs (at most 1 s).
+	CrashInterval time.Duration
+}
+
+// Client is the River client type choird uses.
+type Client = river.Client[pgx.Tx]
+
+// NewClient builds choird's River client with every worker, queue and
+// periodic job registered. Start it with Start(ctx).
+func NewClient(deps Deps) (*Client, error) {
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.CrashInterval <= 0 || deps.CrashInterval > time.Second {
+		deps.CrashInterval = time.Second
+	}
+	workers := river.NewWorkers()
+	if err := river.AddWorkerSafely(workers, &CrashDetectWorker{Pool: deps.Pool, Logger: deps.Logger,
+		Threshold: deps.CrashThreshold}); err != nil {
+		return nil, fmt.Errorf("register crash detection worker: %w", err)
+	}
+	client, err := river.NewClient(riverpgxv5.New(deps.Pool), &river.Config{
+		Logger: deps.Logger.With(slog.String("component", "river")),
+		Queues: map[string]river.QueueConfig{
+			// Crash detection must not wait behind anything: its own queue,
+			// a short fetch cooldown so a job starts within milliseconds.
+			QueueControl: {MaxWorkers: 4, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 200 * time.Millisecond},
+		},
+		Workers: workers,
+		PeriodicJobs: []*river.PeriodicJob{
+			river.NewPeriodicJob(river.PeriodicInterval(deps.CrashInterval),
+				func() (river.JobArgs, *river.InsertOpts) { return CrashDetectArgs{}, nil },
+				&river.PeriodicJobOpts{ID: "crash_detect", RunOnStart: true}),
+		},
+		// A job that hangs is rescued after a minute, not River's default
+		// hour; no job of ours legitimately runs that long.
+		RescueStuckJobsAfter: time.Minute,
+		JobTimeout:           30 * time.Second,
+		// Periodic crash detection completes every second: keep a day of
+		// completed rows for audit, not River's default.
+		CompletedJobRetentionPeriod: time.Hour,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create river client: %w", err)
+	}
+	return client, nil
+}

@@ -37,7 +37,9 @@ type CrashDetectWorker struct {
 }
 
 // Timeout bounds one run; the query touches only live sessions.
-func (w *CrashDetectWorker) Timeout(*river.Job[CrashDetectArgs]) time.Duration { return 10 * time.Second }
+func (w *CrashDetectWorker) Timeout(*river.Job[CrashDetectArgs]) time.Duration {
+	return 10 * time.Second
+}
 
 // Work implements river.Worker.
 func (w *CrashDetectWorker) Work(ctx context.Context, job *river.Job[CrashDetectArgs]) error {

@@ -142,8 +142,8 @@ func isIdentifier(s string) bool {
 
 // Decode checks data against the type v points to and, if it finds no
 // problem, decodes it into v with encoding/json. Problems with the document
-// are returned as an [*Error] listing all of them (up to a hundred); v is
-// then left untouched. A v that is not a non-nil pointer is a programming
+// are returned as an [*Error] listing all of them (up to a hundred), and v
+// is left untouched. A v that is not a non-nil pointer is a programming
 // error, reported as a plain error.
 //
 // Types implementing json.Unmarshaler (other than json.RawMessage) are

@@ -1,0 +1,59 @@
+# Choir's build, test and local-run entry points. `make test` is what CI
+# runs (.ci/run); `make run DIR=...` starts choird on local defaults.
+
+export PATH := /usr/local/go/bin:$(PATH)
+SHELL := /bin/bash
+
+DIR ?= $(HOME)/.choir.d
+PG_URL = $(shell scripts/devpg.sh url)
+PG_BASE = $(patsubst %/choir?sslmode=disable,%,$(PG_URL))
+VET_DB = choir_sqlc_vet
+
+.PHONY: all build generate check-generated vet-sql vet devpg test test-short run bench clean
+
+all: build
+
+build:
+	mkdir -p bin
+	CGO_ENABLED=0 go build -trimpath -o bin/ ./cmd/...
+
+# Regenerate db/ from queries/ and the migrations in sql/.
+generate:
+	go tool sqlc generate
+
+# Fail when db/ is not what sqlc would generate now.
+check-generated:
+	@go tool sqlc diff || { echo "db/ is stale: run 'make generate' and commit the result" >&2; exit 1; }
+
+devpg:
+	scripts/devpg.sh start
+
+# sqlc vet prepares every query against a freshly migrated database.
+vet-sql: devpg
+	psql -q "$(PG_URL)" -c 'DROP DATABASE IF EXISTS $(VET_DB) WITH (FORCE)' -c 'CREATE DATABASE $(VET_DB)'
+	go run ./cmd/choirctl db migrate --database-url "$(PG_BASE)/$(VET_DB)?sslmode=disable" >/dev/null
+	CHOIR_SQLC_DATABASE_URL="$(PG_BASE)/$(VET_DB)?sslmode=disable" go tool sqlc vet
+
+vet: check-generated vet-sql
+	go vet ./...
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "not gofmt-formatted:"; gofmt -l $$(git ls-files '*.go'); exit 1; } >&2
+
+# The whole suite, against the throwaway Postgres (installed on first use).
+test: vet
+	CHOIR_TEST_DATABASE_URL="$(PG_URL)" go test -race -count=1 -timeout 20m ./...
+
+test-short: devpg
+	CHOIR_TEST_DATABASE_URL="$(PG_URL)" go test -count=1 ./...
+
+# choird on local defaults: the throwaway Postgres and a generated local
+# configuration under DIR (created on first run, reused afterwards).
+run: devpg build
+	@test -f "$(DIR)/config.json" || bin/choirctl --home "$(DIR)" init --local
+	bin/choirctl --home "$(DIR)" db migrate
+	exec bin/choird --home "$(DIR)"
+
+bench: devpg
+	CHOIR_TEST_DATABASE_URL="$(PG_URL)" go test -run '^$$' -bench . -benchmem ./...
+
+clean:
+	rm -rf bin

@@ -1,0 +1,84 @@
+// Package ctl is choirctl, the operator's command line: one file per
+// command group, each command an options struct and a run function that
+// never touches cobra, so commands are testable without a process.
+package ctl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/choirhq/choir/config"
+)
+
+// Exit codes.
+const (
+	ExitOK    = 0
+	ExitError = 1
+	// ExitUsage is for bad input: a malformed config or command line.
+	ExitUsage = 2
+)
+
+// exitError carries an exit code through cobra.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+func usageErr(err error) error { return &exitError{code: ExitUsage, err: err} }
+
+// globals are the flags every command shares.
+type globals struct {
+	home   string
+	stdout io.Writer
+	stderr io.Writer
+}
+
+// Run executes choirctl with args (without the program name) and returns
+// the process exit code.
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	g := &globals{stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:           "choirctl",
+		Short:         "Operate Choir: set up, migrate, validate and control choird and its agents",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.home, "home", config.DefaultHome(), "the .choir.d directory (env CHOIR_HOME)")
+	root.SetArgs(args)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
+	root.AddCommand(newInitCommand(g), newDBCommand(g), newConfigCommand(g))
+
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintf(stderr, "choirctl: %v\n", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	if isUsage(err) {
+		return ExitUsage
+	}
+	return ExitError
+}
+
+// isUsage recognises cobra's own argument errors, which it does not type.
+func isUsage(err error) bool {
+	for _, p := range []string{"unknown command", "accepts ", "requires ", "unknown flag", "invalid argument"} {
+		if strings.Contains(err.Error(), p) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,235 @@
+// Package daemon is choird: the host daemon that owns authority over
+// Choir's agents. Run performs the ordered start-up of spec 6.2 (config,
+// secrets, Postgres, per-agent schemas, connection pool, River), serves
+// until its context ends, and shuts down in reverse order.
+package daemon
+
+import (
+	"context"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/jobs"
+	choirsql "github.com/choirhq/choir/sql"
+)
+
+// Version is choird's version, set at build time.
+var Version = "dev"
+
+// Options configure one run of choird.
+type Options struct {
+	// Home is the .choir.d directory.
+	Home string
+	// Stderr receives the same JSON log lines as .choir.d/logs/choird.log.
+	Stderr io.Writer
+	// Ready, when set, is called once choird is ready to serve.
+	Ready func(*Daemon)
+}
+
+// Daemon is a running choird.
+type Daemon struct {
+	home          string
+	logger        *slog.Logger
+	cfg           *config.Config
+	secrets       config.Secrets
+	pool          *pgxpool.Pool
+	river         *jobs.Client
+	configVersion int64
+	startedAt     time.Time
+}
+
+// ConfigVersion is the version number of the config.json choird runs with.
+func (d *Daemon) ConfigVersion() int64 { return d.configVersion }
+
+// Pool is choird's Postgres pool.
+func (d *Daemon) Pool() *pgxpool.Pool { return d.pool }
+
+// ErrNotMigrated reports a database whose schema is behind this choird.
+var ErrNotMigrated = errors.New("database schema is not migrated")
+
+// Run starts choird and blocks until ctx ends, then shuts down in order.
+// Every step is logged as JSON to .choir.d/logs/choird.log and stderr.
+func Run(ctx context.Context, opts Options) (err error) {
+	if opts.Stderr == nil {
+		opts.Stderr = os.Stderr
+	}
+	logFile, err := openLog(opts.Home)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	handlerOpts := &slog.HandlerOptions{Level: slog.LevelInfo}
+	logger := slog.New(slog.NewMultiHandler(
+		slog.NewJSONHandler(logFile, handlerOpts),
+		slog.NewJSONHandler(opts.Stderr, handlerOpts),
+	)).With(slog.String("source", "choird"))
+	defer func() {
+		if err != nil {
+			logger.Error("choird failed", slog.String("error", err.Error()))
+		}
+	}()
+
+	d := &Daemon{home: opts.Home, logger: logger, startedAt: time.Now()}
+	logger.InfoContext(ctx, "choird starting", slog.String("version", Version), slog.String("home", opts.Home),
+		slog.Int("pid", os.Getpid()))
+
+	// Steps 1 and 2: config.json and secrets.json, read and validated.
+	cfgPath := filepath.Join(opts.Home, "config.json")
+	raw, err := os.ReadFile(cfgPath)
+	if err != nil {
+		return fmt.Errorf("read %s: %w (run choirctl init to create it)", cfgPath, err)
+	}
+	d.cfg, d.secrets, err = config.Load(opts.Home)
+	if err != nil {
+		return err
+	}
+	logger.InfoContext(ctx, "step 1: config.json read and validated", slog.String("path", cfgPath),
+		slog.Int("agents", len(d.cfg.Agents)), slog.Int("workspaces", len(d.cfg.Workspaces)),
+		slog.Int("models", len(d.cfg.Models)), slog.Int("gateways", len(d.cfg.Gateways)), slog.Int("dms", len(d.cfg.DMs)))
+	logger.InfoContext(ctx, "step 2: secrets.json read and validated",
+		slog.String("path", filepath.Join(opts.Home, "secrets.json")), slog.Int("secrets", len(d.secrets)))
+
+	// Step 3: Postgres, with credentials from the configured secret.
+	dsn, err := d.cfg.PostgresDSN(d.secrets)
+	if err != nil {
+		return err
+	}
+	const origin = "config.json postgres.host/postgres.port"
+	serverVersion, err := checkMigrated(ctx, dsn, origin)
+	if err != nil {
+		return err
+	}
+	// pgvector's types are registered on every connection of the pool, which
+	// needs the extension: hence the plain connection for the check above.
+	d.pool, err = choirsql.Connect(ctx, dsn, choirsql.ConnectOptions{Origin: origin, Vector: true})
+	if err != nil {
+		return err
+	}
+	defer d.pool.Close()
+	logger.InfoContext(ctx, "step 3: connected to Postgres", slog.String("postgres", d.cfg.Postgres.Describe()),
+		slog.String("database", d.cfg.Postgres.Database), slog.String("server_version", serverVersion))
+
+	// Step 4: one schema and role per configured agent.
+	if err := d.provisionAgents(ctx); err != nil {
+		return err
+	}
+	sum := sha256.Sum256(raw)
+	d.configVersion, err = db.New(d.pool).ConfigVersionRecord(ctx, sum[:])
+	if err != nil {
+		return fmt.Errorf("record config version: %w", err)
+	}
+
+	// Step 5: the pool serves everything from here; River works jobs on it.
+	d.river, err = jobs.NewClient(jobs.Deps{
+		Pool:           d.pool,
+		Logger:         logger,
+		CrashThreshold: d.cfg.CrashDetectionThreshold,
+	})
+	if err != nil {
+		return err
+	}
+	if err := d.river.Start(ctx); err != nil {
+		return fmt.Errorf("start river: %w", err)
+	}
+	logger.InfoContext(ctx, "step 5: connection pool and job queues running",
+		slog.Int("pool_max_conns", int(d.pool.Config().MaxConns)),
+		slog.Duration("crash_detection_threshold", d.cfg.CrashDetectionThreshold()))
+
+	// Steps 6-9 (containers, stale leases, gateways, command sockets) belong
+	// to the lifecycle, gateway and protocol layers; crash detection above
+	// already frees leases of sessions whose heartbeats stopped.
+
+	logger.InfoContext(ctx, "choird ready", slog.Int64("config_version", d.configVersion),
+		slog.Any("agents", sortedKeys(d.cfg.Agents)), slog.Int("gateways", len(d.cfg.Gateways)),
+		slog.String("embedding_provider", d.cfg.Embedding.Provider), slog.Int("embedding_dimensions", d.cfg.Embedding.Dimensions))
+	if opts.Ready != nil {
+		opts.Ready(d)
+	}
+
+	<-ctx.Done()
+	logger.Info("choird stopping", slog.String("cause", context.Cause(ctx).Error()))
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := d.river.Stop(stopCtx); err != nil {
+		logger.Warn("river did not stop cleanly", slog.String("error", err.Error()))
+	}
+	logger.Info("choird stopped")
+	return nil
+}
+
+func openLog(home string) (*os.File, error) {
+	dir := filepath.Join(home, "logs")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create log directory: %w", err)
+	}
+	f, err := os.OpenFile(filepath.Join(dir, "choird.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("open choird.log: %w", err)
+	}
+	return f, nil
+}
+
+// checkMigrated connects without pgvector's type hook, checks that the
+// schema is at the version this binary knows, and returns the server
+// version.
+func checkMigrated(ctx context.Context, dsn, origin string) (string, error) {
+	pool, err := choirsql.Connect(ctx, dsn, choirsql.ConnectOptions{Origin: origin, MaxConns: 2})
+	if err != nil {
+		return "", err
+	}
+	defer pool.Close()
+	var serverVersion string
+	if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&serverVersion); err != nil {
+		return "", fmt.Errorf("query postgres version: %w", err)
+	}
+	m, err := choirsql.NewMigrator(pool, nil)
+	if err != nil {
+		return "", err
+	}
+	defer m.Close()
+	cur, latest, err := m.Version(ctx)
+	if err != nil {
+		return "", fmt.Errorf("%w: %v; run: choirctl db migrate", ErrNotMigrated, err)
+	}
+	if cur < latest {
+		return "", fmt.Errorf("%w: at version %d of %d; run: choirctl db migrate", ErrNotMigrated, cur, latest)
+	}
+	if cur > latest {
+		return "", fmt.Errorf("database schema version %d is newer than this choird knows (%d): upgrade choird", cur, latest)
+	}
+	return serverVersion, nil
+}
+
+func (d *Daemon) provisionAgents(ctx context.Context) error {
+	q := db.New(d.pool)
+	for _, id := range sortedKeys(d.cfg.Agents) {
+		schema, err := q.AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{
+			AgentID: id, Dimensions: int32(d.cfg.Embedding.Dimensions)})
+		if err != nil {
+			return fmt.Errorf("provision schema of agent %s: %w", id, err)
+		}
+		d.logger.InfoContext(ctx, "step 4: agent schema ready", slog.String("agent_id", id),
+			slog.String("schema", schema), slog.Int("dimensions", d.cfg.Embedding.Dimensions))
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -38,25 +38,41 @@ type ChoirControlResourceLease struct {
 	ReleasedAt   *time.Time `json:"released_at"`
 }
 
+type ChoirControlRpcReplay struct {
+	SessionID  uuid.UUID `json:"session_id"`
+	RequestID  string    `json:"request_id"`
+	Verb       string    `json:"verb"`
+	Digest     []byte    `json:"digest"`
+	Response   []byte    `json:"response"`
+	ErrCode    string    `json:"err_code"`
+	ErrMessage string    `json:"err_message"`
+	CreatedAt  time.Time `json:"created_at"`
+}
+
 type ChoirControlSession struct {
-	SessionID        uuid.UUID       `json:"session_id"`
-	AgentID          string          `json:"agent_id"`
-	Status           string          `json:"status"`
-	LeaseTokenHash   []byte          `json:"lease_token_hash"`
-	ResumedFrom      *uuid.UUID      `json:"resumed_from"`
-	BaseRev          int64           `json:"base_rev"`
-	BaseHash         []byte          `json:"base_hash"`
-	AckedRev         int64           `json:"acked_rev"`
-	AckedHash        []byte          `json:"acked_hash"`
-	ConfigVersion    int64           `json:"config_version"`
-	ResourceBindings json.RawMessage `json:"resource_bindings"`
-	Runtime          string          `json:"runtime"`
-	ContainerID      string          `json:"container_id"`
-	StartedAt        time.Time       `json:"started_at"`
-	LastHeartbeatAt  time.Time       `json:"last_heartbeat_at"`
-	EndedAt          *time.Time      `json:"ended_at"`
-	EndReason        string          `json:"end_reason"`
-	Summary          json.RawMessage `json:"summary"`
+	SessionID         uuid.UUID       `json:"session_id"`
+	AgentID           string          `json:"agent_id"`
+	Status            string          `json:"status"`
+	LeaseTokenHash    []byte          `json:"lease_token_hash"`
+	ResumedFrom       *uuid.UUID      `json:"resumed_from"`
+	BaseRev           int64           `json:"base_rev"`
+	BaseHash          []byte          `json:"base_hash"`
+	AckedRev          int64           `json:"acked_rev"`
+	AckedHash         []byte          `json:"acked_hash"`
+	ConfigVersion     int64           `json:"config_version"`
+	ResourceBindings  json.RawMessage `json:"resource_bindings"`
+	Runtime           string          `json:"runtime"`
+	ContainerID       string          `json:"container_id"`
+	StartedAt         time.Time       `json:"started_at"`
+	LastHeartbeatAt   time.Time       `json:"last_heartbeat_at"`
+	EndedAt           *time.Time      `json:"ended_at"`
+	EndReason         string          `json:"end_reason"`
+	Summary           json.RawMessage `json:"summary"`
+	HelloAt           *time.Time      `json:"hello_at"`
+	ImageVersion      string          `json:"image_version"`
+	ToolManifestHash  string          `json:"tool_manifest_hash"`
+	SkillManifestHash string          `json:"skill_manifest_hash"`
+	LaneStatus        json.RawMessage `json:"lane_status"`
 }
 
 type ChoirControlSessionEvent struct {

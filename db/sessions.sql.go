@@ -20,7 +20,7 @@ INSERT INTO choir_control.sessions (
 VALUES (
     $1, $2, $3, $4, $5, $4,
     $5, $6, $7, $8)
-RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary
+RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status
 `
 
 type SessionCreateParams struct {
@@ -65,6 +65,11 @@ func (q *Queries) SessionCreate(ctx context.Context, arg SessionCreateParams) (C
 		&i.EndedAt,
 		&i.EndReason,
 		&i.Summary,
+		&i.HelloAt,
+		&i.ImageVersion,
+		&i.ToolManifestHash,
+		&i.SkillManifestHash,
+		&i.LaneStatus,
 	)
 	return i, err
 }
@@ -73,7 +78,7 @@ const sessionEnd = `-- name: SessionEnd :one
 UPDATE choir_control.sessions
    SET status = 'ended', ended_at = now(), end_reason = $1
  WHERE session_id = $2 AND status IN ('active', 'stopping')
-RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary
+RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status
 `
 
 type SessionEndParams struct {
@@ -103,12 +108,17 @@ func (q *Queries) SessionEnd(ctx context.Context, arg SessionEndParams) (ChoirCo
 		&i.EndedAt,
 		&i.EndReason,
 		&i.Summary,
+		&i.HelloAt,
+		&i.ImageVersion,
+		&i.ToolManifestHash,
+		&i.SkillManifestHash,
+		&i.LaneStatus,
 	)
 	return i, err
 }
 
 const sessionGetByID = `-- name: SessionGetByID :one
-SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary FROM choir_control.sessions WHERE session_id = $1
+SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status FROM choir_control.sessions WHERE session_id = $1
 `
 
 func (q *Queries) SessionGetByID(ctx context.Context, sessionID uuid.UUID) (ChoirControlSession, error) {
@@ -133,12 +143,17 @@ func (q *Queries) SessionGetByID(ctx context.Context, sessionID uuid.UUID) (Choi
 		&i.EndedAt,
 		&i.EndReason,
 		&i.Summary,
+		&i.HelloAt,
+		&i.ImageVersion,
+		&i.ToolManifestHash,
+		&i.SkillManifestHash,
+		&i.LaneStatus,
 	)
 	return i, err
 }
 
 const sessionGetLiveByAgent = `-- name: SessionGetLiveByAgent :one
-SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary FROM choir_control.sessions
+SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status FROM choir_control.sessions
  WHERE agent_id = $1 AND status IN ('active', 'stopping')
 `
 
@@ -164,6 +179,11 @@ func (q *Queries) SessionGetLiveByAgent(ctx context.Context, agentID string) (Ch
 		&i.EndedAt,
 		&i.EndReason,
 		&i.Summary,
+		&i.HelloAt,
+		&i.ImageVersion,
+		&i.ToolManifestHash,
+		&i.SkillManifestHash,
+		&i.LaneStatus,
 	)
 	return i, err
 }
@@ -179,7 +199,7 @@ func (q *Queries) SessionHeartbeatTouch(ctx context.Context, sessionID uuid.UUID
 }
 
 const sessionList = `-- name: SessionList :many
-SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary FROM choir_control.sessions
+SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status FROM choir_control.sessions
  WHERE ($1::text IS NULL OR agent_id = $1::text)
  ORDER BY started_at DESC
  LIMIT $2
@@ -218,6 +238,11 @@ func (q *Queries) SessionList(ctx context.Context, arg SessionListParams) ([]Cho
 			&i.EndedAt,
 			&i.EndReason,
 			&i.Summary,
+			&i.HelloAt,
+			&i.ImageVersion,
+			&i.ToolManifestHash,
+			&i.SkillManifestHash,
+			&i.LaneStatus,
 		); err != nil {
 			return nil, err
 		}

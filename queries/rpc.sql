@@ -1,0 +1,27 @@
+-- name: SessionAuthGet :one
+SELECT session_id, agent_id, status, lease_token_hash
+  FROM choir_control.sessions WHERE session_id = @session_id;
+
+-- name: SessionHello :one
+UPDATE choir_control.sessions
+   SET hello_at = coalesce(hello_at, now()), image_version = @image_version,
+       tool_manifest_hash = @tool_manifest_hash, skill_manifest_hash = @skill_manifest_hash,
+       last_heartbeat_at = now()
+ WHERE session_id = @session_id AND status IN ('active', 'stopping')
+RETURNING *;
+
+-- name: SessionLaneStatusSet :exec
+UPDATE choir_control.sessions
+   SET lane_status = jsonb_set(lane_status, ARRAY[@lane::text], @status::jsonb)
+ WHERE session_id = @session_id AND status IN ('active', 'stopping');
+
+-- name: ReplayGet :one
+SELECT * FROM choir_control.rpc_replays WHERE session_id = @session_id AND request_id = @request_id;
+
+-- name: ReplaySave :exec
+INSERT INTO choir_control.rpc_replays (session_id, request_id, verb, digest, response, err_code, err_message)
+VALUES (@session_id, @request_id, @verb, @digest, @response, @err_code, @err_message)
+ON CONFLICT (session_id, request_id) DO NOTHING;
+
+-- name: ReplayForgetSession :execrows
+DELETE FROM choir_control.rpc_replays WHERE session_id = @session_id;

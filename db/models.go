@@ -85,3 +85,10 @@ type ChoirControlSessionEvent struct {
 	Hash      []byte          `json:"hash"`
 	CreatedAt time.Time       `json:"created_at"`
 }
+
+type ChoirControlSessionSnapshot struct {
+	SessionID uuid.UUID       `json:"session_id"`
+	Rev       int64           `json:"rev"`
+	Snapshot  json.RawMessage `json:"snapshot"`
+	CreatedAt time.Time       `json:"created_at"`
+}

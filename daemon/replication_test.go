@@ -1,0 +1,208 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc"
+)
+
+func newSession(t *testing.T, pool *pgxpool.Pool, agent string) uuid.UUID {
+	t.Helper()
+	ctx := context.Background()
+	q := db.New(pool)
+	if _, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agent, Config: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	_, hash := rpc.NewLeaseToken()
+	s, err := q.SessionCreate(ctx, db.SessionCreateParams{AgentID: agent, LeaseTokenHash: hash,
+		BaseHash: rpc.Genesis[:], ResourceBindings: json.RawMessage(`{}`)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s.SessionID
+}
+
+// chainEvents builds sealed events from..to continuing prev.
+func chainEvents(t testing.TB, from, to int64, prev rpc.Hash) []rpc.Event {
+	t.Helper()
+	var out []rpc.Event
+	for rev := from; rev <= to; rev++ {
+		e := rpc.Event{Rev: rev, Type: rpc.EventUserMsg, Lane: "edge",
+			Payload: json.RawMessage(fmt.Sprintf(`{"text":"message %d"}`, rev)), CreatedAt: time.Now()}
+		if err := e.Seal(prev); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, e)
+		prev = e.Hash
+	}
+	return out
+}
+
+func patch(evs []rpc.Event, base int64, basePrev rpc.Hash) rpc.HeartbeatRequest {
+	req := rpc.HeartbeatRequest{BaseRev: base, NewRev: base + int64(len(evs)), Patches: evs,
+		HashPrev: basePrev, HashNew: basePrev, Timestamp: time.Now(), ConfigVersion: 1}
+	if len(evs) > 0 {
+		req.HashNew = evs[len(evs)-1].Hash
+	}
+	return req
+}
+
+func storedRevs(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) (n, acked int64) {
+	t.Helper()
+	pool.QueryRow(context.Background(), "SELECT count(*) FROM choir_control.session_events WHERE session_id = $1", id).Scan(&n)
+	pool.QueryRow(context.Background(), "SELECT acked_rev FROM choir_control.sessions WHERE session_id = $1", id).Scan(&acked)
+	return n, acked
+}
+
+func TestReplicate(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("ContiguousPatchesAreAppendedAndAcknowledged", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		id := newSession(t, pool, "alpha")
+		evs := chainEvents(t, 1, 8, rpc.Genesis)
+		resp, err := replicate(ctx, pool, id, patch(evs[:5], 0, rpc.Genesis))
+		if err != nil || resp.AckRev != 5 {
+			t.Fatalf("first heartbeat: %+v, %v", resp, err)
+		}
+		resp, err = replicate(ctx, pool, id, patch(evs[5:], 5, evs[4].Hash))
+		if err != nil || resp.AckRev != 8 {
+			t.Fatalf("second heartbeat: %+v, %v", resp, err)
+		}
+		if n, acked := storedRevs(t, pool, id); n != 8 || acked != 8 {
+			t.Errorf("stored %d events, acked %d; want 8, 8", n, acked)
+		}
+	})
+
+	t.Run("EmptyHeartbeatOnlyTouchesTheSession", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		id := newSession(t, pool, "alpha")
+		pool.Exec(ctx, "UPDATE choir_control.sessions SET last_heartbeat_at = now() - interval '1 hour' WHERE session_id = $1", id)
+		if _, err := replicate(ctx, pool, id, patch(nil, 0, rpc.Genesis)); err != nil {
+			t.Fatal(err)
+		}
+		var age time.Duration
+		pool.QueryRow(ctx, "SELECT now() - last_heartbeat_at FROM choir_control.sessions WHERE session_id = $1", id).Scan(&age)
+		if age > time.Minute {
+			t.Errorf("last_heartbeat_at not advanced: %s old", age)
+		}
+	})
+
+	t.Run("ResentPatchIsNoOp", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		id := newSession(t, pool, "alpha")
+		evs := chainEvents(t, 1, 4, rpc.Genesis)
+		req := patch(evs, 0, rpc.Genesis)
+		for range 3 {
+			resp, err := replicate(ctx, pool, id, req)
+			if err != nil || resp.AckRev != 4 {
+				t.Fatalf("heartbeat: %+v, %v", resp, err)
+			}
+		}
+		if n, _ := storedRevs(t, pool, id); n != 4 {
+			t.Errorf("stored %d events, want 4", n)
+		}
+	})
+
+	t.Run("OverlappingResendAppendsOnlyTheNewTail", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		id := newSession(t, pool, "alpha")
+		evs := chainEvents(t, 1, 6, rpc.Genesis)
+		if _, err := replicate(ctx, pool, id, patch(evs[:3], 0, rpc.Genesis)); err != nil {
+			t.Fatal(err)
+		}
+		// The ack was lost: the agent resends from its old base with more.
+		resp, err := replicate(ctx, pool, id, patch(evs, 0, rpc.Genesis))
+		if err != nil || resp.AckRev != 6 {
+			t.Fatalf("resend: %+v, %v", resp, err)
+		}
+		if n, acked := storedRevs(t, pool, id); n != 6 || acked != 6 {
+			t.Errorf("stored %d, acked %d; want 6, 6", n, acked)
+		}
+	})
+
+	t.Run("GapIsRejectedNamingWhereToResumeAndWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		id := newSession(t, pool, "alpha")
+		evs := chainEvents(t, 1, 6, rpc.Genesis)
+		if _, err := replicate(ctx, pool, id, patch(evs[:2], 0, rpc.Genesis)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := replicate(ctx, pool, id, patch(evs[3:], 3, evs[2].Hash))
+		if !errors.Is(err, ErrChainGap) || !errors.Is(err, rpc.ErrConflict) {
+			t.Fatalf("err = %v, want a gap conflict", err)
+		}
+		if want := "resend from rev 3"; !strings.Contains(err.Error(), want) {
+			t.Errorf("err %q lacks %q", err, want)
+		}
+		if n, acked := storedRevs(t, pool, id); n != 2 || acked != 2 {
+			t.Errorf("stored %d, acked %d; want 2, 2", n, acked)
+		}
+	})
+
+	t.Run("ForkedChainIsRejectedAndWritesNothing", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		id := newSession(t, pool, "alpha")
+		evs := chainEvents(t, 1, 2, rpc.Genesis)
+		if _, err := replicate(ctx, pool, id, patch(evs, 0, rpc.Genesis)); err != nil {
+			t.Fatal(err)
+		}
+		fork := chainEvents(t, 3, 4, rpc.Hash{1})
+		_, err := replicate(ctx, pool, id, patch(fork, 2, rpc.Hash{1}))
+		if !errors.Is(err, ErrChainBroken) {
+			t.Fatalf("err = %v, want broken chain", err)
+		}
+		if n, _ := storedRevs(t, pool, id); n != 2 {
+			t.Errorf("stored %d, want 2", n)
+		}
+	})
+
+	t.Run("EndedSessionIsRefused", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		id := newSession(t, pool, "alpha")
+		db.New(pool).SessionEnd(ctx, db.SessionEndParams{SessionID: id, EndReason: "test"})
+		_, err := replicate(ctx, pool, id, patch(chainEvents(t, 1, 1, rpc.Genesis), 0, rpc.Genesis))
+		if !errors.Is(err, rpc.ErrUnauthenticated) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
+	t.Run("ConcurrentHeartbeatsOfOneSessionSerialise", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		id := newSession(t, pool, "alpha")
+		evs := chainEvents(t, 1, 10, rpc.Genesis)
+		req := patch(evs, 0, rpc.Genesis)
+		errs := make(chan error, 4)
+		for range 4 {
+			go func() { _, err := replicate(ctx, pool, id, req); errs <- err }()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				t.Errorf("concurrent resend: %v", err)
+			}
+		}
+		if n, acked := storedRevs(t, pool, id); n != 10 || acked != 10 {
+			t.Errorf("stored %d, acked %d; want 10, 10", n, acked)
+		}
+	})
+}

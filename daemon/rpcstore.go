@@ -1,0 +1,103 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/rpc"
+)
+
+// sessionAuth checks lease tokens against choir_control.sessions: the
+// token is valid exactly while its session is active or stopping, so a stop
+// or a crash revokes it without any separate revocation list.
+type sessionAuth struct {
+	pool *pgxpool.Pool
+}
+
+var _ rpc.Authenticator = sessionAuth{}
+
+// Authenticate implements rpc.Authenticator.
+func (a sessionAuth) Authenticate(ctx context.Context, sessionID, leaseToken string) (rpc.Session, error) {
+	id, err := uuid.Parse(sessionID)
+	if err != nil {
+		return rpc.Session{}, fmt.Errorf("session id %q is not a UUID: %w", sessionID, rpc.ErrUnauthenticated)
+	}
+	row, err := db.New(a.pool).SessionAuthGet(ctx, id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rpc.Session{}, fmt.Errorf("no session %s: %w", sessionID, rpc.ErrUnauthenticated)
+	}
+	if err != nil {
+		return rpc.Session{}, fmt.Errorf("look up session %s: %w", sessionID, err)
+	}
+	// Compare before looking at the status, so that a wrong token and a
+	// revoked one take the same path through the code.
+	ok := rpc.LeaseTokenMatches(leaseToken, row.LeaseTokenHash)
+	if !ok {
+		return rpc.Session{}, fmt.Errorf("lease token does not match session %s: %w", sessionID, rpc.ErrUnauthenticated)
+	}
+	if row.Status != "active" && row.Status != "stopping" {
+		return rpc.Session{}, fmt.Errorf("session %s is %s, its lease token is revoked: %w", sessionID, row.Status, rpc.ErrUnauthenticated)
+	}
+	return rpc.Session{ID: row.SessionID.String(), AgentID: row.AgentID}, nil
+}
+
+// replayStore keeps the first outcome of every mutating call in
+// choir_control.rpc_replays, so that replays are answered alike across
+// restarts of choird.
+type replayStore struct {
+	pool *pgxpool.Pool
+}
+
+var _ rpc.ReplayStore = replayStore{}
+
+// Load implements rpc.ReplayStore.
+func (s replayStore) Load(ctx context.Context, key rpc.ReplayKey) (rpc.ReplayRecord, bool, error) {
+	id, err := uuid.Parse(key.SessionID)
+	if err != nil {
+		return rpc.ReplayRecord{}, false, fmt.Errorf("session id %q: %w", key.SessionID, err)
+	}
+	row, err := db.New(s.pool).ReplayGet(ctx, db.ReplayGetParams{SessionID: id, RequestID: key.RequestID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rpc.ReplayRecord{}, false, nil
+	}
+	if err != nil {
+		return rpc.ReplayRecord{}, false, fmt.Errorf("load replay %s/%s: %w", key.SessionID, key.RequestID, err)
+	}
+	rec := rpc.ReplayRecord{Verb: rpc.Verb(row.Verb), Response: row.Response,
+		ErrCode: rpc.Code(row.ErrCode), ErrMessage: row.ErrMessage}
+	copy(rec.Digest[:], row.Digest)
+	return rec, true, nil
+}
+
+// Save implements rpc.ReplayStore. A second save of one key keeps the first.
+func (s replayStore) Save(ctx context.Context, key rpc.ReplayKey, rec rpc.ReplayRecord) error {
+	id, err := uuid.Parse(key.SessionID)
+	if err != nil {
+		return fmt.Errorf("session id %q: %w", key.SessionID, err)
+	}
+	err = db.New(s.pool).ReplaySave(ctx, db.ReplaySaveParams{SessionID: id, RequestID: key.RequestID,
+		Verb: string(rec.Verb), Digest: rec.Digest[:], Response: rec.Response,
+		ErrCode: string(rec.ErrCode), ErrMessage: rec.ErrMessage})
+	if err != nil {
+		return fmt.Errorf("save replay %s/%s: %w", key.SessionID, key.RequestID, err)
+	}
+	return nil
+}
+
+// Forget implements rpc.ReplayStore.
+func (s replayStore) Forget(ctx context.Context, sessionID string) error {
+	id, err := uuid.Parse(sessionID)
+	if err != nil {
+		return fmt.Errorf("session id %q: %w", sessionID, err)
+	}
+	if _, err := db.New(s.pool).ReplayForgetSession(ctx, id); err != nil {
+		return fmt.Errorf("forget replays of %s: %w", sessionID, err)
+	}
+	return nil
+}

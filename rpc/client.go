@@ -1,0 +1,375 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// ControlPlane is the agent's side of the protocol (spec 12.2): one method
+// per verb, and ReceivePushes for what choird pushes. *Client implements it
+// over either transport; agent code depends on this interface only.
+type ControlPlane interface {
+	InitHello(ctx context.Context, req InitHelloRequest) (InitHelloResponse, error)
+	GetSecrets(ctx context.Context, req GetSecretsRequest) (GetSecretsResponse, error)
+	Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResponse, error)
+	RequestApproval(ctx context.Context, req ApprovalRequest) (ApprovalResponse, error)
+	ReportStatus(ctx context.Context, req ReportStatusRequest) (ReportStatusResponse, error)
+	TerminateSelf(ctx context.Context, req TerminateSelfRequest) (TerminateSelfResponse, error)
+	FetchDynamicConfig(ctx context.Context, req FetchDynamicConfigRequest) (FetchDynamicConfigResponse, error)
+	ExecuteHostTool(ctx context.Context, req ExecuteHostToolRequest) (ExecuteHostToolResponse, error)
+	SendOutbound(ctx context.Context, req SendOutboundRequest) (SendOutboundResponse, error)
+	// ReceivePushes delivers choird's pushes to fn, in order and without
+	// duplicates, until ctx ends or the session is revoked. It reconnects
+	// by itself, resuming after the last push delivered.
+	ReceivePushes(ctx context.Context, fn func(Push)) error
+}
+
+var _ ControlPlane = (*Client)(nil)
+
+// The transports, as named by choir-agent's --control-plane flag.
+const (
+	TransportUDS  = "uds"
+	TransportHTTP = "http"
+)
+
+// DefaultSocket is where the agent finds choird's socket in its container.
+const DefaultSocket = "/run/choir.sock"
+
+// ClientOptions configure a Client. The first four mirror choir-agent's
+// flags (spec 12.2): --control-plane, --socket, --endpoint, --ca-cert.
+type ClientOptions struct {
+	// ControlPlane is TransportUDS (the default) or TransportHTTP.
+	ControlPlane string
+	// Socket is the Unix socket, for uds (default DefaultSocket).
+	Socket string
+	// Endpoint is choird's URL, for http: https://host:port, or
+	// http://host:port when host is a loopback address.
+	Endpoint string
+	// CACert is a PEM file of certificates to trust for Endpoint, such as
+	// choird's self-signed certificate (default: the system's roots).
+	CACert string
+
+	// SessionID and LeaseToken authenticate every call.
+	SessionID  string
+	LeaseToken string
+
+	// Retries is how many times a call is retried, with the same request
+	// ID, after a transport failure (default 2; negative for none). The
+	// server's replay protection makes this safe for mutating verbs.
+	Retries int
+	// MaxResponseBytes caps a response or a pushed message (default
+	// 64 MiB).
+	MaxResponseBytes int
+	// ReconnectMin and ReconnectMax bound the event stream's reconnect
+	// backoff (defaults 100 ms and 10 s).
+	ReconnectMin, ReconnectMax time.Duration
+	// StreamIdleTimeout is how long the event stream may stay silent
+	// before the client assumes the connection dead and reconnects
+	// (default 45 s, three server pings).
+	StreamIdleTimeout time.Duration
+	// Logger receives stream reconnects (default: discard).
+	Logger *slog.Logger
+}
+
+// Client is the agent's connection to choird over the configured
+// transport. It is safe for concurrent use.
+type Client struct {
+	hc        *http.Client
+	base      string // scheme://host, with no trailing slash
+	session   string
+	auth      string
+	retries   int
+	maxResp   int
+	backoff   [2]time.Duration
+	idle      time.Duration
+	log       *slog.Logger
+	transport string
+}
+
+// NewClient returns a client for opts. It does not connect: the first call
+// does, and a failure names the socket or endpoint.
+func NewClient(opts ClientOptions) (*Client, error) {
+	if opts.SessionID == "" || opts.LeaseToken == "" {
+		return nil, errors.New("new rpc client: session ID and lease token are required")
+	}
+	c := &Client{
+		session: opts.SessionID,
+		auth:    "Bearer " + opts.LeaseToken,
+		retries: opts.Retries,
+		maxResp: opts.MaxResponseBytes,
+		backoff: [2]time.Duration{opts.ReconnectMin, opts.ReconnectMax},
+		idle:    opts.StreamIdleTimeout,
+		log:     opts.Logger,
+	}
+	if c.retries == 0 {
+		c.retries = 2
+	}
+	c.retries = max(c.retries, 0)
+	if c.maxResp <= 0 {
+		c.maxResp = 64 << 20
+	}
+	if c.backoff[0] <= 0 {
+		c.backoff[0] = 100 * time.Millisecond
+	}
+	if c.backoff[1] <= 0 {
+		c.backoff[1] = 10 * time.Second
+	}
+	c.backoff[1] = max(c.backoff[1], c.backoff[0])
+	if c.idle <= 0 {
+		c.idle = 45 * time.Second
+	}
+	if c.log == nil {
+		c.log = slog.New(slog.DiscardHandler)
+	}
+	tr := &http.Transport{
+		MaxIdleConnsPerHost: 16,
+		IdleConnTimeout:     90 * time.Second,
+		DisableCompression:  true,
+		ForceAttemptHTTP2:   false,
+	}
+	switch opts.ControlPlane {
+	case "", TransportUDS:
+		sock := opts.Socket
+		if sock == "" {
+			sock = DefaultSocket
+		}
+		var d net.Dialer
+		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", sock)
+		}
+		// The host is never resolved: every connection goes to the socket.
+		c.base, c.transport = "http://choird", "uds:"+sock
+	case TransportHTTP:
+		u, err := url.Parse(opts.Endpoint)
+		if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
+			return nil, fmt.Errorf("new rpc client: endpoint %q: want https://host:port", opts.Endpoint)
+		}
+		switch u.Scheme {
+		case "https":
+			tlsConf := &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}}
+			if opts.CACert != "" {
+				pem, err := os.ReadFile(opts.CACert)
+				if err != nil {
+					return nil, fmt.Errorf("new rpc client: read CA certificate: %w", err)
+				}
+				tlsConf.RootCAs = x509.NewCertPool()
+				if !tlsConf.RootCAs.AppendCertsFromPEM(pem) {
+					return nil, fmt.Errorf("new rpc client: no certificate in %s", opts.CACert)
+				}
+			}
+			tr.TLSClientConfig = tlsConf
+		case "http":
+			if !isLoopbackHost(u.Hostname()) {
+				return nil, fmt.Errorf("new rpc client: endpoint %s: plaintext is allowed only to a loopback address; use https", opts.Endpoint)
+			}
+		default:
+			return nil, fmt.Errorf("new rpc client: endpoint %q: scheme must be https (or http to loopback)", opts.Endpoint)
+		}
+		c.base, c.transport = u.Scheme+"://"+u.Host, u.Scheme+"://"+u.Host
+	default:
+		return nil, fmt.Errorf("new rpc client: control plane %q: want %s or %s", opts.ControlPlane, TransportUDS, TransportHTTP)
+	}
+	c.hc = &http.Client{Transport: tr}
+	return c, nil
+}
+
+// isLoopbackHost reports whether host is a loopback IP address or
+// "localhost".
+func isLoopbackHost(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Close releases the client's idle connections.
+func (c *Client) Close() error {
+	c.hc.CloseIdleConnections()
+	return nil
+}
+
+type requestIDKey struct{}
+
+// WithRequestID makes calls under ctx use id as their request ID instead of
+// a fresh UUID, so that a caller retrying an operation across restarts
+// gets the replay protection of the first attempt.
+func WithRequestID(ctx context.Context, id string) context.Context {
+	return context.WithValue(ctx, requestIDKey{}, id)
+}
+
+// InitHello implements ControlPlane.
+func (c *Client) InitHello(ctx context.Context, req InitHelloRequest) (InitHelloResponse, error) {
+	return invoke[InitHelloResponse](ctx, c, VerbInitHello, req)
+}
+
+// GetSecrets implements ControlPlane.
+func (c *Client) GetSecrets(ctx context.Context, req GetSecretsRequest) (GetSecretsResponse, error) {
+	return invoke[GetSecretsResponse](ctx, c, VerbGetSecrets, req)
+}
+
+// Heartbeat implements ControlPlane.
+func (c *Client) Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResponse, error) {
+	return invoke[HeartbeatResponse](ctx, c, VerbHeartbeat, req)
+}
+
+// RequestApproval implements ControlPlane.
+func (c *Client) RequestApproval(ctx context.Context, req ApprovalRequest) (ApprovalResponse, error) {
+	return invoke[ApprovalResponse](ctx, c, VerbRequestApproval, req)
+}
+
+// ReportStatus implements ControlPlane.
+func (c *Client) ReportStatus(ctx context.Context, req ReportStatusRequest) (ReportStatusResponse, error) {
+	return invoke[ReportStatusResponse](ctx, c, VerbReportStatus, req)
+}
+
+// TerminateSelf implements ControlPlane.
+func (c *Client) TerminateSelf(ctx context.Context, req TerminateSelfRequest) (TerminateSelfResponse, error) {
+	return invoke[TerminateSelfResponse](ctx, c, VerbTerminateSelf, req)
+}
+
+// FetchDynamicConfig implements ControlPlane.
+func (c *Client) FetchDynamicConfig(ctx context.Context, req FetchDynamicConfigRequest) (FetchDynamicConfigResponse, error) {
+	return invoke[FetchDynamicConfigResponse](ctx, c, VerbFetchDynamicConfig, req)
+}
+
+// ExecuteHostTool implements ControlPlane.
+func (c *Client) ExecuteHostTool(ctx context.Context, req ExecuteHostToolRequest) (ExecuteHostToolResponse, error) {
+	return invoke[ExecuteHostToolResponse](ctx, c, VerbExecuteHostTool, req)
+}
+
+// SendOutbound implements ControlPlane.
+func (c *Client) SendOutbound(ctx context.Context, req SendOutboundRequest) (SendOutboundResponse, error) {
+	return invoke[SendOutboundResponse](ctx, c, VerbSendOutbound, req)
+}
+
+// invoke performs one call: it validates the request, sends it (retrying
+// transport failures with the same request ID), and decodes the response
+// strictly. Error responses come back as *Error, wrapped with the verb.
+func invoke[Resp Payload](ctx context.Context, c *Client, verb Verb, req Payload) (Resp, error) {
+	var zero Resp
+	if err := req.Validate(); err != nil {
+		return zero, fmt.Errorf("rpc %s: %w", verb, &Error{Code: CodeBadRequest, Message: "invalid request: " + err.Error()})
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return zero, fmt.Errorf("rpc %s: encode request: %w", verb, err)
+	}
+	id, _ := ctx.Value(requestIDKey{}).(string)
+	if id == "" {
+		id = uuid.NewString()
+	}
+	var status int
+	var resp []byte
+	for attempt := 0; ; attempt++ {
+		status, resp, err = c.post(ctx, verb, id, body)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil || attempt >= c.retries {
+			return zero, fmt.Errorf("rpc %s via %s: %w", verb, c.transport, err)
+		}
+		if err := sleep(ctx, time.Duration(attempt+1)*20*time.Millisecond); err != nil {
+			return zero, fmt.Errorf("rpc %s via %s: %w", verb, c.transport, err)
+		}
+	}
+	if status != http.StatusOK {
+		return zero, fmt.Errorf("rpc %s: %w", verb, decodeErrorBody(status, resp))
+	}
+	out, err := Decode[Resp](resp, c.maxResp, 0)
+	if err != nil {
+		// Not %w: a malformed response is not the caller's bad request.
+		return zero, fmt.Errorf("rpc %s: malformed response from choird: %v", verb, err)
+	}
+	return out, nil
+}
+
+func (c *Client) post(ctx context.Context, verb Verb, id string, body []byte) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+PathRPCPrefix+string(verb), bytes.NewReader(body))
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(HeaderRequestID, id)
+	c.setAuth(req)
+	res, err := c.hc.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	b, err := readCapped(res.Body, c.maxResp)
+	if err != nil {
+		return 0, nil, err
+	}
+	return res.StatusCode, b, nil
+}
+
+func (c *Client) setAuth(req *http.Request) {
+	req.Header.Set(HeaderSessionID, c.session)
+	req.Header.Set(HeaderAuthorization, c.auth)
+}
+
+func readCapped(r io.Reader, limit int) ([]byte, error) {
+	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if err != nil {
+		return nil, fmt.Errorf("read response: %w", err)
+	}
+	if len(b) > limit {
+		return nil, fmt.Errorf("response over the limit of %d bytes", limit)
+	}
+	return b, nil
+}
+
+// decodeErrorBody turns an error response into an *Error. A body that is
+// not the error form still yields an *Error, of the status's class.
+func decodeErrorBody(status int, b []byte) *Error {
+	eb, err := Decode[ErrorBody](b, 1<<20, 4)
+	if err != nil {
+		code := CodeInternal
+		for c, i := range codes {
+			if i.status == status && c != CodeUnknownVerb {
+				code = c
+				break
+			}
+		}
+		return Errorf(code, "HTTP %d with a body that is not an error: %.200s", status, strings.TrimSpace(string(b)))
+	}
+	return eb.Err()
+}
+
+// Validate checks an error body.
+func (b ErrorBody) Validate() error {
+	if b.Code == "" {
+		return invalid("$.code", "required")
+	}
+	if b.RetryAfterMS < 0 {
+		return invalid("$.retry_after_ms", "negative")
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

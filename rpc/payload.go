@@ -1,0 +1,716 @@
+package rpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"path"
+	"regexp"
+	"sort"
+	"strings"
+	"time"
+	"unicode/utf8"
+)
+
+// This file holds the request and response payload of every verb. Each has
+// a Validate method that checks what strict decoding cannot: formats,
+// enumerations and cross-field rules. The server validates every request
+// before its handler sees it and every response before it leaves; the
+// client validates every response it decodes.
+
+var (
+	agentIDRe   = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,39}$`)
+	idRe        = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
+	toolNameRe  = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*){0,7}$`)
+	secretRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+	reqTypeRe   = regexp.MustCompile(`^[a-z][a-z0-9_.:-]{0,63}$`)
+	stateNameRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.:-]{0,63}$`)
+)
+
+// Field length caps, in bytes, for free-text fields that are not bounded by
+// a pattern. The payload-size cap bounds everything else.
+const (
+	maxShortText = 256
+	maxReason    = 4096
+	maxPathLen   = 1024
+)
+
+// ValidAgentID reports whether id is a valid agent ID (the
+// choir_control.agent_id domain).
+func ValidAgentID(id string) bool { return agentIDRe.MatchString(id) }
+
+// ValidID reports whether id is a valid request, call or message ID: 1-128
+// characters of letters, digits and . _ : -, starting with a letter or
+// digit. UUIDs qualify.
+func ValidID(id string) bool { return idRe.MatchString(id) }
+
+func invalid(path, format string, args ...any) error {
+	return fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...))
+}
+
+func checkText(path, s string, maxLen int, required bool) error {
+	switch {
+	case required && s == "":
+		return invalid(path, "required")
+	case len(s) > maxLen:
+		return invalid(path, "%d bytes, over the limit of %d", len(s), maxLen)
+	case !utf8.ValidString(s):
+		return invalid(path, "not valid UTF-8")
+	}
+	return nil
+}
+
+func checkPattern(path, s string, re *regexp.Regexp, what string) error {
+	if s == "" {
+		return invalid(path, "required")
+	}
+	if !re.MatchString(s) {
+		return invalid(path, "not a valid %s (want %s)", what, re.String())
+	}
+	return nil
+}
+
+// checkObject requires raw to be a JSON object. Strict decoding has already
+// proved it well-formed.
+func checkObject(path string, raw json.RawMessage, required bool) error {
+	trimmed := bytes.TrimLeft(raw, " \t\r\n")
+	if len(trimmed) == 0 {
+		if required {
+			return invalid(path, "required")
+		}
+		return nil
+	}
+	if trimmed[0] != '{' {
+		return invalid(path, "must be a JSON object")
+	}
+	return nil
+}
+
+// ---- INIT_HELLO ----
+
+// InitHelloRequest opens a session (spec 13.2, 14.2): the agent says who it
+// is and what it runs.
+type InitHelloRequest struct {
+	AgentID string `json:"agent_id"`
+	// SessionID must equal the envelope's session ID.
+	SessionID         string `json:"session_id"`
+	ImageVersion      string `json:"image_version"`
+	ToolManifestHash  string `json:"tool_manifest_hash"`
+	SkillManifestHash string `json:"skill_manifest_hash"`
+}
+
+// Validate checks the request's fields.
+func (r InitHelloRequest) Validate() error {
+	if err := checkPattern("$.agent_id", r.AgentID, agentIDRe, "agent ID"); err != nil {
+		return err
+	}
+	if err := checkSessionID("$.session_id", r.SessionID); err != nil {
+		return err
+	}
+	if err := checkText("$.image_version", r.ImageVersion, maxShortText, true); err != nil {
+		return err
+	}
+	if err := checkText("$.tool_manifest_hash", r.ToolManifestHash, maxShortText, true); err != nil {
+		return err
+	}
+	return checkText("$.skill_manifest_hash", r.SkillManifestHash, maxShortText, true)
+}
+
+// HelloStatus says whether a session starts fresh or resumes.
+type HelloStatus string
+
+// The INIT_HELLO outcomes.
+const (
+	// HelloFresh: no prior state; the agent starts at revision 0 with the
+	// genesis hash.
+	HelloFresh HelloStatus = "fresh"
+	// HelloResumed: the agent rehydrates from Snapshot and TailEvents and
+	// continues after AckedRev.
+	HelloResumed HelloStatus = "resumed"
+)
+
+// ResourceBindings names the resources leased to the session (spec 14.2):
+// from the session's start-time overrides or the agent's defaults. Empty
+// means not bound.
+type ResourceBindings struct {
+	Workspace    string `json:"workspace,omitempty"`
+	GitIdentity  string `json:"git_identity,omitempty"`
+	Notion       string `json:"notion,omitempty"`
+	Email        string `json:"email,omitempty"`
+	DM           string `json:"dm,omitempty"`
+	Browser      string `json:"browser,omitempty"`
+	VoiceProfile string `json:"voice_profile,omitempty"`
+	// Models maps a role ("edge", "core", "embedding", ...) to a model.
+	Models map[string]string `json:"models,omitempty"`
+	// Secrets lists the secret names the agent may ask for with
+	// GET_SECRETS: the "secret" fields of the bound resources.
+	Secrets []string `json:"secrets,omitempty"`
+}
+
+// Snapshot is a canonical working-memory snapshot (spec 13.4) at a
+// revision. State is the agent's own structure; choird stores it opaque.
+type Snapshot struct {
+	Rev   int64           `json:"rev"`
+	Hash  Hash            `json:"hash"`
+	State json.RawMessage `json:"state"`
+}
+
+// InitHelloResponse tells the agent where to resume. The spec's
+// lease_token is not returned: the agent already holds the token (it needed
+// it for this very call), and choird keeps only its hash.
+type InitHelloResponse struct {
+	Status           HelloStatus      `json:"status"`
+	ResourceBindings ResourceBindings `json:"resource_bindings"`
+	// Snapshot and TailEvents rebuild the state at AckedRev: the events
+	// after the snapshot's revision, up to AckedRev.
+	Snapshot   *Snapshot `json:"snapshot,omitempty"`
+	TailEvents []Event   `json:"tail_events,omitempty"`
+	// AckedRev and AckedHash are the last host-acknowledged revision and
+	// its chain hash; the agent's next event is AckedRev+1 with hash_prev
+	// AckedHash.
+	AckedRev      int64 `json:"acked_rev"`
+	AckedHash     Hash  `json:"acked_hash"`
+	ConfigVersion int64 `json:"config_version"`
+}
+
+// Validate checks the response: the tail continues the snapshot and ends
+// at AckedRev with AckedHash.
+func (r InitHelloResponse) Validate() error {
+	switch r.Status {
+	case HelloFresh:
+		if r.Snapshot != nil || len(r.TailEvents) > 0 {
+			return invalid("$.status", "a fresh session carries no snapshot or tail events")
+		}
+	case HelloResumed:
+	default:
+		return invalid("$.status", "want %q or %q", HelloFresh, HelloResumed)
+	}
+	if r.AckedRev < 0 {
+		return invalid("$.acked_rev", "negative")
+	}
+	if r.ConfigVersion < 0 {
+		return invalid("$.config_version", "negative")
+	}
+	if err := checkObject("$.snapshot.state", snapshotState(r.Snapshot), r.Snapshot != nil); err != nil {
+		return err
+	}
+	rev, prev := int64(-1), Hash{}
+	if r.Snapshot != nil {
+		rev, prev = r.Snapshot.Rev, r.Snapshot.Hash
+		if rev < 0 || rev > r.AckedRev {
+			return invalid("$.snapshot.rev", "%d is outside 0..acked_rev (%d)", rev, r.AckedRev)
+		}
+	}
+	if len(r.TailEvents) == 0 {
+		if r.Snapshot != nil && (rev != r.AckedRev || prev != r.AckedHash) {
+			return invalid("$.snapshot", "ends at rev %d, not at acked_rev %d and acked_hash", rev, r.AckedRev)
+		}
+		return nil
+	}
+	if rev < 0 {
+		rev, prev = r.TailEvents[0].Rev-1, r.TailEvents[0].HashPrev
+	}
+	if err := checkChain("$.tail_events", r.TailEvents, rev, prev); err != nil {
+		return err
+	}
+	last := r.TailEvents[len(r.TailEvents)-1]
+	if last.Rev != r.AckedRev || last.Hash != r.AckedHash {
+		return invalid("$.tail_events", "end at rev %d, not at acked_rev %d and acked_hash", last.Rev, r.AckedRev)
+	}
+	return nil
+}
+
+func snapshotState(s *Snapshot) json.RawMessage {
+	if s == nil {
+		return nil
+	}
+	return s.State
+}
+
+// checkChain verifies that events are revisions base+1, base+2, ... and
+// form a hash chain starting from prev.
+func checkChain(path string, events []Event, base int64, prev Hash) error {
+	for i := range events {
+		e := &events[i]
+		p := fmt.Sprintf("%s[%d]", path, i)
+		if e.Rev != base+1+int64(i) {
+			return invalid(p+".rev", "want %d, got %d (events must be contiguous)", base+1+int64(i), e.Rev)
+		}
+		if !e.Type.Valid() {
+			return invalid(p+".type", "unknown event type")
+		}
+		if !ValidLane(e.Lane) {
+			return invalid(p+".lane", "not a valid lane (want edge, system or core:<job>)")
+		}
+		if err := e.Verify(prev); err != nil {
+			return invalid(p, "%v", err)
+		}
+		prev = e.Hash
+	}
+	return nil
+}
+
+// ---- GET_SECRETS ----
+
+// GetSecretsRequest asks for the values of named secrets (spec 14.2).
+type GetSecretsRequest struct {
+	Resources []string `json:"resources"`
+}
+
+const maxSecretNames = 256
+
+// Validate checks the names: present, well-formed, distinct.
+func (r GetSecretsRequest) Validate() error {
+	if len(r.Resources) == 0 {
+		return invalid("$.resources", "required")
+	}
+	if len(r.Resources) > maxSecretNames {
+		return invalid("$.resources", "%d names, over the limit of %d", len(r.Resources), maxSecretNames)
+	}
+	seen := make(map[string]bool, len(r.Resources))
+	for i, n := range r.Resources {
+		p := fmt.Sprintf("$.resources[%d]", i)
+		if err := checkPattern(p, n, secretRe, "secret name"); err != nil {
+			return err
+		}
+		if seen[n] {
+			return invalid(p, "duplicate name")
+		}
+		seen[n] = true
+	}
+	return nil
+}
+
+// Secrets maps secret names to values. It formats and logs as a count,
+// never as its values.
+type Secrets map[string]string
+
+// String redacts the values.
+func (s Secrets) String() string { return fmt.Sprintf("[%d secrets redacted]", len(s)) }
+
+// GoString redacts the values.
+func (s Secrets) GoString() string { return s.String() }
+
+// LogValue redacts the values, listing only the names.
+func (s Secrets) LogValue() slog.Value {
+	names := make([]string, 0, len(s))
+	for n := range s {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return slog.StringValue("redacted:" + strings.Join(names, ","))
+}
+
+// GetSecretsResponse holds the requested secrets. The agent keeps them in
+// memory only (spec 14.3).
+type GetSecretsResponse struct {
+	Secrets Secrets `json:"secrets"`
+}
+
+// Validate checks the names.
+func (r GetSecretsResponse) Validate() error {
+	for n := range r.Secrets {
+		if !secretRe.MatchString(n) {
+			return invalid("$.secrets", "a key is not a valid secret name")
+		}
+	}
+	return nil
+}
+
+// ---- HEARTBEAT ----
+
+// HeartbeatRequest replicates the committed events base_rev+1..new_rev
+// (spec 13.1). A resent patch is a no-op for choird.
+type HeartbeatRequest struct {
+	BaseRev int64 `json:"base_rev"`
+	NewRev  int64 `json:"new_rev"`
+	// Patches are the events BaseRev+1..NewRev in order, possibly none.
+	Patches       []Event   `json:"patches"`
+	ConfigVersion int64     `json:"config_version"`
+	HashPrev      Hash      `json:"hash_prev"`
+	HashNew       Hash      `json:"hash_new"`
+	Timestamp     time.Time `json:"timestamp"`
+}
+
+// Validate checks that the patches are contiguous, chained from HashPrev to
+// HashNew, and that every event's hash matches its contents.
+func (r HeartbeatRequest) Validate() error {
+	if r.BaseRev < 0 {
+		return invalid("$.base_rev", "negative")
+	}
+	if r.NewRev < r.BaseRev {
+		return invalid("$.new_rev", "%d is below base_rev %d", r.NewRev, r.BaseRev)
+	}
+	if int64(len(r.Patches)) != r.NewRev-r.BaseRev {
+		return invalid("$.patches", "%d events for revisions %d..%d, want %d", len(r.Patches), r.BaseRev+1, r.NewRev, r.NewRev-r.BaseRev)
+	}
+	if r.ConfigVersion < 0 {
+		return invalid("$.config_version", "negative")
+	}
+	if r.Timestamp.IsZero() {
+		return invalid("$.timestamp", "required")
+	}
+	if err := checkChain("$.patches", r.Patches, r.BaseRev, r.HashPrev); err != nil {
+		return err
+	}
+	end := r.HashPrev
+	if n := len(r.Patches); n > 0 {
+		end = r.Patches[n-1].Hash
+	}
+	if end != r.HashNew {
+		return invalid("$.hash_new", "does not match the chain's end %s", end)
+	}
+	return nil
+}
+
+// HeartbeatResponse acknowledges the revisions choird has stored.
+type HeartbeatResponse struct {
+	AckRev              int64 `json:"ack_rev"`
+	ConfigVersionLatest int64 `json:"config_version_latest"`
+}
+
+// Validate checks the revisions.
+func (r HeartbeatResponse) Validate() error {
+	if r.AckRev < 0 {
+		return invalid("$.ack_rev", "negative")
+	}
+	if r.ConfigVersionLatest < 0 {
+		return invalid("$.config_version_latest", "negative")
+	}
+	return nil
+}
+
+// ---- REQUEST_APPROVAL ----
+
+// ApprovalRequest asks the user to approve an action. The answer arrives
+// later as an approval_resolved push; choird deduplicates by request_id.
+type ApprovalRequest struct {
+	// RequestType classifies the action, e.g. "tool:choir.exec".
+	RequestType string `json:"request_type"`
+	// Summary is the one-line question shown to the user.
+	Summary string `json:"summary"`
+	// Payload is the action's details, a JSON object.
+	Payload json.RawMessage `json:"payload"`
+}
+
+// Validate checks the type, summary and payload.
+func (r ApprovalRequest) Validate() error {
+	if err := checkPattern("$.request_type", r.RequestType, reqTypeRe, "request type"); err != nil {
+		return err
+	}
+	if err := checkText("$.summary", r.Summary, maxReason, true); err != nil {
+		return err
+	}
+	return checkObject("$.payload", r.Payload, true)
+}
+
+// ApprovalStatus is the state of a pending approval.
+type ApprovalStatus string
+
+// The approval states (choir_control.pending_approvals.status).
+const (
+	ApprovalPending  ApprovalStatus = "pending"
+	ApprovalApproved ApprovalStatus = "approved"
+	ApprovalRejected ApprovalStatus = "rejected"
+)
+
+// Valid reports whether s is a known status.
+func (s ApprovalStatus) Valid() bool {
+	return s == ApprovalPending || s == ApprovalApproved || s == ApprovalRejected
+}
+
+// ApprovalResponse names the approval and its current status.
+type ApprovalResponse struct {
+	ApprovalID string         `json:"approval_id"`
+	Status     ApprovalStatus `json:"status"`
+}
+
+// Validate checks the ID and status.
+func (r ApprovalResponse) Validate() error {
+	if err := checkPattern("$.approval_id", r.ApprovalID, idRe, "approval ID"); err != nil {
+		return err
+	}
+	if !r.Status.Valid() {
+		return invalid("$.status", "want pending, approved or rejected")
+	}
+	return nil
+}
+
+// ---- REPORT_STATUS ----
+
+// Budget is what remains of a lane's budgets; a nil field is not tracked.
+type Budget struct {
+	Tokens    *int64 `json:"tokens,omitempty"`
+	ToolCalls *int64 `json:"tool_calls,omitempty"`
+	TimeMS    *int64 `json:"time_ms,omitempty"`
+}
+
+// ReportStatusRequest reports a lane's state for choirctl status and the
+// audit trail.
+type ReportStatusRequest struct {
+	// Lane is "edge", "system" or "core:<job-name>".
+	Lane string `json:"lane"`
+	// State is the lane's state-machine state, e.g. "IDLE".
+	State           string `json:"state"`
+	Skill           string `json:"skill,omitempty"`
+	Step            string `json:"step,omitempty"`
+	BudgetRemaining Budget `json:"budget_remaining"`
+}
+
+// Validate checks the lane, state and optional skill and step.
+func (r ReportStatusRequest) Validate() error {
+	if !ValidLane(r.Lane) {
+		return invalid("$.lane", "not a valid lane (want edge, system or core:<job>)")
+	}
+	if err := checkPattern("$.state", r.State, stateNameRe, "state name"); err != nil {
+		return err
+	}
+	if r.Skill != "" {
+		if err := checkPattern("$.skill", r.Skill, stateNameRe, "skill name"); err != nil {
+			return err
+		}
+	}
+	if r.Step != "" {
+		if err := checkPattern("$.step", r.Step, stateNameRe, "step name"); err != nil {
+			return err
+		}
+	}
+	b := r.BudgetRemaining
+	for _, f := range []struct {
+		name string
+		v    *int64
+	}{{"tokens", b.Tokens}, {"tool_calls", b.ToolCalls}, {"time_ms", b.TimeMS}} {
+		if f.v != nil && *f.v < 0 {
+			return invalid("$.budget_remaining."+f.name, "negative")
+		}
+	}
+	return nil
+}
+
+// Ack is the response of verbs that only acknowledge.
+type Ack struct {
+	Ack bool `json:"ack"`
+}
+
+// Validate requires the acknowledgement to be true.
+func (a Ack) Validate() error {
+	if !a.Ack {
+		return invalid("$.ack", "want true")
+	}
+	return nil
+}
+
+// ReportStatusResponse acknowledges a status report.
+type ReportStatusResponse = Ack
+
+// ---- TERMINATE_SELF ----
+
+// TerminateSelfRequest tells choird the agent is ending its session, after
+// its final heartbeat (journey 4). choird revokes the lease token.
+type TerminateSelfRequest struct {
+	Reason string `json:"reason"`
+}
+
+// Validate requires a reason.
+func (r TerminateSelfRequest) Validate() error {
+	return checkText("$.reason", r.Reason, maxReason, true)
+}
+
+// TerminateSelfResponse acknowledges the termination.
+type TerminateSelfResponse = Ack
+
+// ---- FETCH_DYNAMIC_CONFIG ----
+
+// FetchDynamicConfigRequest asks for the configuration if it is newer than
+// the agent's.
+type FetchDynamicConfigRequest struct {
+	CurrentConfigVersion int64 `json:"current_config_version"`
+}
+
+// Validate checks the version.
+func (r FetchDynamicConfigRequest) Validate() error {
+	if r.CurrentConfigVersion < 0 {
+		return invalid("$.current_config_version", "negative")
+	}
+	return nil
+}
+
+// FetchDynamicConfigResponse carries the latest version, and the
+// configuration itself when it differs from the agent's.
+type FetchDynamicConfigResponse struct {
+	ConfigVersion int64           `json:"config_version"`
+	Config        json.RawMessage `json:"config,omitempty"`
+}
+
+// Validate checks the version and that a configuration is an object.
+func (r FetchDynamicConfigResponse) Validate() error {
+	if r.ConfigVersion < 0 {
+		return invalid("$.config_version", "negative")
+	}
+	return checkObject("$.config", r.Config, false)
+}
+
+// ---- EXECUTE_HOST_TOOL ----
+
+// ExecuteHostToolRequest runs a tool that needs the host (spec 12.5).
+// choird deduplicates by call_id as well as by request_id.
+type ExecuteHostToolRequest struct {
+	ToolName string          `json:"tool_name"`
+	CallID   string          `json:"call_id"`
+	Input    json.RawMessage `json:"input"`
+}
+
+// Validate checks the tool name, call ID and input object.
+func (r ExecuteHostToolRequest) Validate() error {
+	if err := checkPattern("$.tool_name", r.ToolName, toolNameRe, "tool name"); err != nil {
+		return err
+	}
+	if err := checkPattern("$.call_id", r.CallID, idRe, "call ID"); err != nil {
+		return err
+	}
+	return checkObject("$.input", r.Input, true)
+}
+
+// ToolStatus is the outcome of a host tool.
+type ToolStatus string
+
+// The host-tool outcomes.
+const (
+	ToolSuccess ToolStatus = "success"
+	ToolError   ToolStatus = "error"
+)
+
+// ExecuteHostToolResponse is the tool's result; on ToolError, Output
+// describes the failure.
+type ExecuteHostToolResponse struct {
+	CallID string          `json:"call_id"`
+	Status ToolStatus      `json:"status"`
+	Output json.RawMessage `json:"output"`
+}
+
+// Validate checks the call ID, status and output.
+func (r ExecuteHostToolResponse) Validate() error {
+	if err := checkPattern("$.call_id", r.CallID, idRe, "call ID"); err != nil {
+		return err
+	}
+	if r.Status != ToolSuccess && r.Status != ToolError {
+		return invalid("$.status", "want success or error")
+	}
+	if len(bytes.TrimSpace(r.Output)) == 0 {
+		return invalid("$.output", "required")
+	}
+	return nil
+}
+
+// ---- SEND_OUTBOUND ----
+
+// OutboundKind is what an outbound message carries.
+type OutboundKind string
+
+// The outbound kinds (choir_control.outbox.kind).
+const (
+	OutboundText     OutboundKind = "text"
+	OutboundDocument OutboundKind = "document"
+	OutboundPhoto    OutboundKind = "photo"
+	OutboundVoice    OutboundKind = "voice"
+	OutboundVideo    OutboundKind = "video"
+)
+
+// Valid reports whether k is a known kind.
+func (k OutboundKind) Valid() bool {
+	switch k {
+	case OutboundText, OutboundDocument, OutboundPhoto, OutboundVoice, OutboundVideo:
+		return true
+	}
+	return false
+}
+
+// SendOutboundRequest hands choird a message for the agent's user, to be
+// written to the outbox and delivered through the session's bound DM.
+// MessageID is the idempotency key: sending the same MessageID again,
+// under any request_id, queues nothing new.
+type SendOutboundRequest struct {
+	MessageID string       `json:"message_id"`
+	Kind      OutboundKind `json:"kind"`
+	// Text is the message for kind text, and the optional caption
+	// otherwise.
+	Text string `json:"text,omitempty"`
+	// FilePath names the file to send, relative to the workspace's
+	// .choirtmp/send directory; required for every kind but text.
+	FilePath string `json:"file_path,omitempty"`
+}
+
+// Validate checks the ID, the kind, and that text or file fit the kind.
+func (r SendOutboundRequest) Validate() error {
+	if err := checkPattern("$.message_id", r.MessageID, idRe, "message ID"); err != nil {
+		return err
+	}
+	if !r.Kind.Valid() {
+		return invalid("$.kind", "want text, document, photo, voice or video")
+	}
+	if r.Kind == OutboundText {
+		if r.FilePath != "" {
+			return invalid("$.file_path", "not allowed for kind text")
+		}
+		return checkText("$.text", r.Text, 1<<20, true)
+	}
+	if err := checkText("$.text", r.Text, maxReason, false); err != nil {
+		return err
+	}
+	return checkSendPath("$.file_path", r.FilePath)
+}
+
+// checkSendPath requires p to be a clean relative path that stays inside
+// the send directory.
+func checkSendPath(field, p string) error {
+	if err := checkText(field, p, maxPathLen, true); err != nil {
+		return err
+	}
+	switch {
+	case strings.ContainsRune(p, 0):
+		return invalid(field, "contains NUL")
+	case path.IsAbs(p):
+		return invalid(field, "must be relative to .choirtmp/send")
+	case path.Clean(p) != p:
+		return invalid(field, "must be a clean path")
+	case p == ".." || strings.HasPrefix(p, "../"):
+		return invalid(field, "must stay inside .choirtmp/send")
+	}
+	return nil
+}
+
+// OutboundStatus is the delivery state of an outbound message.
+type OutboundStatus string
+
+// The outbound states (choir_control.outbox.status).
+const (
+	OutboundPending OutboundStatus = "pending"
+	OutboundSent    OutboundStatus = "sent"
+	OutboundFailed  OutboundStatus = "failed"
+)
+
+// SendOutboundResponse names the outbox entry for the message.
+type SendOutboundResponse struct {
+	MessageID string         `json:"message_id"`
+	OutboxID  int64          `json:"outbox_id"`
+	Status    OutboundStatus `json:"status"`
+	// Duplicate is true when MessageID was already queued; nothing new was
+	// queued.
+	Duplicate bool `json:"duplicate"`
+}
+
+// Validate checks the ID, outbox ID and status.
+func (r SendOutboundResponse) Validate() error {
+	if err := checkPattern("$.message_id", r.MessageID, idRe, "message ID"); err != nil {
+		return err
+	}
+	if r.OutboxID <= 0 {
+		return invalid("$.outbox_id", "must be positive")
+	}
+	switch r.Status {
+	case OutboundPending, OutboundSent, OutboundFailed:
+		return nil
+	}
+	return invalid("$.status", "want pending, sent or failed")
+}

@@ -1,0 +1,579 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+
+	"golang.org/x/time/rate"
+)
+
+// Session is an authenticated agent session.
+type Session struct {
+	ID      string
+	AgentID string
+}
+
+// Authenticator checks a lease token against a session. It returns an
+// error wrapping ErrUnauthenticated when the token is wrong or the session
+// is not active (the token is revoked), and any other error when it cannot
+// tell (the database is down): the caller then sees unavailable.
+//
+// choird implements it against choir_control.sessions: the SHA-256 of the
+// token, compared in constant time with lease_token_hash (see
+// LeaseTokenMatches), while the session's status is active or stopping.
+type Authenticator interface {
+	Authenticate(ctx context.Context, sessionID, leaseToken string) (Session, error)
+}
+
+// AuthenticatorFunc adapts a function to Authenticator.
+type AuthenticatorFunc func(ctx context.Context, sessionID, leaseToken string) (Session, error)
+
+// Authenticate calls f.
+func (f AuthenticatorFunc) Authenticate(ctx context.Context, sessionID, leaseToken string) (Session, error) {
+	return f(ctx, sessionID, leaseToken)
+}
+
+// Call describes the call a handler serves.
+type Call struct {
+	Session   Session
+	RequestID string
+	Verb      Verb
+}
+
+// ControlPlaneHandler serves the agent protocol on choird (spec 12.2). The
+// server has authenticated the session, applied its limits, decoded and
+// validated the request and, for mutating verbs, ruled out a replay before
+// calling a method. A method returns an error wrapping a sentinel
+// (ErrNotFound, ErrConflict, ErrPermissionDenied, ...) or an *Error to
+// choose the code the agent sees; any other error reaches the agent as
+// internal, without its text, and is logged.
+type ControlPlaneHandler interface {
+	HandleInitHello(ctx context.Context, call Call, req InitHelloRequest) (InitHelloResponse, error)
+	HandleGetSecrets(ctx context.Context, call Call, req GetSecretsRequest) (GetSecretsResponse, error)
+	HandleHeartbeat(ctx context.Context, call Call, req HeartbeatRequest) (HeartbeatResponse, error)
+	HandleRequestApproval(ctx context.Context, call Call, req ApprovalRequest) (ApprovalResponse, error)
+	HandleReportStatus(ctx context.Context, call Call, req ReportStatusRequest) (ReportStatusResponse, error)
+	HandleTerminateSelf(ctx context.Context, call Call, req TerminateSelfRequest) (TerminateSelfResponse, error)
+	HandleFetchDynamicConfig(ctx context.Context, call Call, req FetchDynamicConfigRequest) (FetchDynamicConfigResponse, error)
+	HandleExecuteHostTool(ctx context.Context, call Call, req ExecuteHostToolRequest) (ExecuteHostToolResponse, error)
+	HandleSendOutbound(ctx context.Context, call Call, req SendOutboundRequest) (SendOutboundResponse, error)
+}
+
+// verbDef binds a verb to its payload types and handler method.
+type verbDef struct {
+	decode func(data []byte, lim Limits) (Payload, error)
+	call   func(ctx context.Context, h ControlPlaneHandler, c Call, req Payload) (Payload, error)
+}
+
+func defineVerb[Req, Resp Payload](m func(ControlPlaneHandler, context.Context, Call, Req) (Resp, error)) verbDef {
+	return verbDef{
+		decode: func(data []byte, lim Limits) (Payload, error) {
+			return Decode[Req](data, lim.MaxPayloadBytes, lim.MaxDepth)
+		},
+		call: func(ctx context.Context, h ControlPlaneHandler, c Call, req Payload) (Payload, error) {
+			return m(h, ctx, c, req.(Req))
+		},
+	}
+}
+
+var verbDefs = map[Verb]verbDef{
+	VerbInitHello:          defineVerb(ControlPlaneHandler.HandleInitHello),
+	VerbGetSecrets:         defineVerb(ControlPlaneHandler.HandleGetSecrets),
+	VerbHeartbeat:          defineVerb(ControlPlaneHandler.HandleHeartbeat),
+	VerbRequestApproval:    defineVerb(ControlPlaneHandler.HandleRequestApproval),
+	VerbReportStatus:       defineVerb(ControlPlaneHandler.HandleReportStatus),
+	VerbTerminateSelf:      defineVerb(ControlPlaneHandler.HandleTerminateSelf),
+	VerbFetchDynamicConfig: defineVerb(ControlPlaneHandler.HandleFetchDynamicConfig),
+	VerbExecuteHostTool:    defineVerb(ControlPlaneHandler.HandleExecuteHostTool),
+	VerbSendOutbound:       defineVerb(ControlPlaneHandler.HandleSendOutbound),
+}
+
+// ServerOptions configure a Server.
+type ServerOptions struct {
+	// Handler serves the verbs. Required.
+	Handler ControlPlaneHandler
+	// Authenticator checks lease tokens. Required.
+	Authenticator Authenticator
+	// Replay keeps the outcomes of mutating calls (default: a
+	// MemoryReplayStore with default bounds).
+	Replay ReplayStore
+	// Limits bound each session.
+	Limits Limits
+	// Logger receives errors and debug traces; payloads and tokens are
+	// never logged (default: discard).
+	Logger *slog.Logger
+	// StreamPing is how often an idle event stream carries a keep-alive
+	// comment, so that dead connections are noticed (default 15 s).
+	StreamPing time.Duration
+	// ShutdownTimeout bounds how long Serve waits for calls in flight when
+	// its context ends (default 10 s).
+	ShutdownTimeout time.Duration
+}
+
+// Server serves the agent protocol over HTTP/1.1: POST /rpc/<verb> for
+// calls and GET /events for pushes. It is an http.Handler, and Serve runs
+// it on any listener (ListenUnix, ListenTCP), so both transports share
+// every line of protocol logic.
+type Server struct {
+	h      ControlPlaneHandler
+	auth   Authenticator
+	replay ReplayStore
+	lim    Limits
+	log    *slog.Logger
+	ping   time.Duration
+	grace  time.Duration
+	epoch  string
+
+	mu       sync.Mutex
+	sessions map[string]*sessionState
+
+	flightMu sync.Mutex
+	flights  map[ReplayKey]*flight
+}
+
+// sessionState is what the server keeps per session: its rate limiter and
+// its push queue. CloseSession drops it.
+type sessionState struct {
+	limiter *rate.Limiter
+	pushes  *pushQueue
+}
+
+// NewServer returns a server for opts.
+func NewServer(opts ServerOptions) (*Server, error) {
+	if opts.Handler == nil {
+		return nil, errors.New("new rpc server: no handler")
+	}
+	if opts.Authenticator == nil {
+		return nil, errors.New("new rpc server: no authenticator")
+	}
+	s := &Server{
+		h:        opts.Handler,
+		auth:     opts.Authenticator,
+		replay:   opts.Replay,
+		lim:      opts.Limits.withDefaults(),
+		log:      opts.Logger,
+		ping:     opts.StreamPing,
+		grace:    opts.ShutdownTimeout,
+		epoch:    newEpoch(),
+		sessions: map[string]*sessionState{},
+		flights:  map[ReplayKey]*flight{},
+	}
+	if s.replay == nil {
+		s.replay = NewMemoryReplayStore(MemoryReplayOptions{})
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.ping <= 0 {
+		s.ping = 15 * time.Second
+	}
+	if s.grace <= 0 {
+		s.grace = 10 * time.Second
+	}
+	return s, nil
+}
+
+func newEpoch() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// stopKey carries, in a request's context, the channel Serve closes when it
+// begins to shut down, so that event streams end and let it finish.
+type stopKey struct{}
+
+// Serve serves calls on ln until ctx ends, then shuts down gracefully:
+// event streams end, calls in flight get ShutdownTimeout to finish. It
+// closes ln. Serve may run on several listeners at once.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	stop := make(chan struct{})
+	hs := &http.Server{
+		Handler:           s,
+		ReadHeaderTimeout: 10 * time.Second,
+		IdleTimeout:       5 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		BaseContext: func(net.Listener) context.Context {
+			return context.WithValue(context.Background(), stopKey{}, (<-chan struct{})(stop))
+		},
+		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+	}
+	hs.RegisterOnShutdown(func() { close(stop) })
+	errc := make(chan error, 1)
+	go func() { errc <- hs.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve rpc on %s: %w", ln.Addr(), err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.grace)
+	defer cancel()
+	err := hs.Shutdown(sctx)
+	if err != nil {
+		err = errors.Join(fmt.Errorf("shut down rpc on %s: %w", ln.Addr(), err), hs.Close())
+	}
+	<-errc
+	return err
+}
+
+// ServeHTTP routes POST /rpc/<verb> and GET /events.
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == PathEvents {
+		s.serveEvents(w, r)
+		return
+	}
+	s.serveCall(w, r)
+}
+
+// session returns the state of a session, creating it.
+func (s *Server) session(id string) *sessionState {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	st := s.sessions[id]
+	if st == nil {
+		limit := rate.Limit(s.lim.RequestsPerSecond)
+		if math.IsInf(s.lim.RequestsPerSecond, 1) {
+			limit = rate.Inf
+		}
+		st = &sessionState{
+			limiter: rate.NewLimiter(limit, s.lim.Burst),
+			pushes:  newPushQueue(s.lim.PushBuffer),
+		}
+		s.sessions[id] = st
+	}
+	return st
+}
+
+// CloseSession drops everything the server keeps for a session: its push
+// queue (ending its event stream), its rate limiter and its replay records.
+// choird calls it when the session ends or crashes, after revoking the
+// token.
+func (s *Server) CloseSession(ctx context.Context, sessionID string) error {
+	s.mu.Lock()
+	st := s.sessions[sessionID]
+	delete(s.sessions, sessionID)
+	s.mu.Unlock()
+	if st != nil {
+		st.pushes.close()
+	}
+	if err := s.replay.Forget(ctx, sessionID); err != nil {
+		return fmt.Errorf("close session %s: forget replays: %w", sessionID, err)
+	}
+	return nil
+}
+
+// authenticate checks the lease token and applies the rate limit.
+func (s *Server) authenticate(ctx context.Context, sessionID, token string) (Session, *sessionState, *Error) {
+	sess, err := s.auth.Authenticate(ctx, sessionID, token)
+	switch {
+	case errors.Is(err, ErrUnauthenticated):
+		return Session{}, nil, Errorf(CodeUnauthenticated, "lease token rejected for session %s: wrong token or session not active", sessionID)
+	case err != nil:
+		return Session{}, nil, s.internal(ctx, CodeUnavailable, "authenticate", err)
+	case sess.ID != sessionID:
+		return Session{}, nil, s.internal(ctx, CodeInternal, "authenticate",
+			fmt.Errorf("authenticator returned session %s for %s", sess.ID, sessionID))
+	}
+	st := s.session(sess.ID)
+	now := time.Now()
+	res := st.limiter.ReserveN(now, 1)
+	if d := res.DelayFrom(now); !res.OK() || d > 0 {
+		res.CancelAt(now)
+		if !res.OK() {
+			d = time.Second
+		}
+		return Session{}, nil, &Error{
+			Code: CodeRateLimited,
+			Message: fmt.Sprintf("rate limit exceeded for session %s: %s requests/s with bursts of %d; retry in %s",
+				sess.ID, strconv.FormatFloat(s.lim.RequestsPerSecond, 'g', -1, 64), s.lim.Burst, d.Round(time.Millisecond)),
+			RetryAfter: d,
+		}
+	}
+	return sess, st, nil
+}
+
+// internal logs err under a fresh reference and returns an error of code
+// that names the reference but not err.
+func (s *Server) internal(ctx context.Context, code Code, what string, err error) *Error {
+	var b [4]byte
+	rand.Read(b[:])
+	ref := hex.EncodeToString(b[:])
+	s.log.ErrorContext(ctx, "rpc "+what+" failed", slog.String("ref", ref), slog.String("code", string(code)), slog.Any("err", err))
+	msg := "internal error"
+	if code == CodeUnavailable {
+		msg = "temporarily unavailable"
+	}
+	return Errorf(code, "%s (ref %s)", msg, ref)
+}
+
+// outcome is the result of a call, ready for the wire.
+type outcome struct {
+	resp []byte
+	err  *Error
+}
+
+func (o outcome) cacheable() bool {
+	return o.err == nil || (o.err.Code != CodeInternal && o.err.Code != CodeUnavailable)
+}
+
+func (s *Server) serveCall(w http.ResponseWriter, r *http.Request) {
+	env, err := ParseEnvelope(r.Method, r.URL.Path, r.Header)
+	if err != nil {
+		s.reject(w, r, err.(*Error))
+		return
+	}
+	w.Header().Set(HeaderRequestID, env.RequestID)
+	ctx := r.Context()
+	sess, _, aerr := s.authenticate(ctx, env.SessionID, env.LeaseToken)
+	if aerr != nil {
+		s.reject(w, r, aerr)
+		return
+	}
+	body, berr := s.readBody(w, r)
+	if berr != nil {
+		s.writeError(w, berr)
+		return
+	}
+	def := verbDefs[env.Verb]
+	req, err := def.decode(body, s.lim)
+	if err != nil {
+		e := err.(*Error)
+		e.Message = fmt.Sprintf("invalid %s payload: %s", env.Verb, e.Message)
+		s.writeError(w, e)
+		return
+	}
+	if hello, ok := req.(InitHelloRequest); ok {
+		if hello.SessionID != sess.ID {
+			s.writeError(w, Errorf(CodeBadRequest, "invalid %s payload: $.session_id: differs from header %s", env.Verb, HeaderSessionID))
+			return
+		}
+		if sess.AgentID != "" && hello.AgentID != sess.AgentID {
+			s.writeError(w, Errorf(CodePermissionDenied, "session %s belongs to agent %s, not %s", sess.ID, sess.AgentID, hello.AgentID))
+			return
+		}
+	}
+	c := Call{Session: sess, RequestID: env.RequestID, Verb: env.Verb}
+	run := func() outcome { return s.invoke(ctx, def, c, req) }
+	var out outcome
+	replayed := false
+	if env.Verb.Mutating() {
+		out, replayed = s.once(ctx, ReplayKey{SessionID: sess.ID, RequestID: env.RequestID}, env.Verb, sha256.Sum256(body), run)
+	} else {
+		out = run()
+	}
+	if replayed {
+		w.Header().Set(HeaderReplayed, "true")
+	}
+	if out.err != nil {
+		s.writeError(w, out.err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out.resp)
+}
+
+// invoke runs the handler, turning a panic into an internal error, and
+// encodes and validates its response.
+func (s *Server) invoke(ctx context.Context, def verbDef, c Call, req Payload) (out outcome) {
+	defer func() {
+		if p := recover(); p != nil {
+			out = outcome{err: s.internal(ctx, CodeInternal, string(c.Verb)+" handler",
+				fmt.Errorf("panic: %v\n%s", p, debug.Stack()))}
+		}
+	}()
+	resp, err := def.call(ctx, s.h, c, req)
+	if err != nil {
+		if e, ok := AsError(err); ok && e.Code.Valid() && e.Code != CodeInternal {
+			return outcome{err: &Error{Code: e.Code, Message: e.Message, RetryAfter: e.RetryAfter}}
+		}
+		return outcome{err: s.internal(ctx, CodeInternal, string(c.Verb)+" handler", err)}
+	}
+	if err := resp.Validate(); err != nil {
+		return outcome{err: s.internal(ctx, CodeInternal, string(c.Verb)+" handler",
+			fmt.Errorf("handler returned an invalid response: %w", err))}
+	}
+	b, err := json.Marshal(resp)
+	if err != nil {
+		return outcome{err: s.internal(ctx, CodeInternal, string(c.Verb)+" handler", fmt.Errorf("encode response: %w", err))}
+	}
+	return outcome{resp: b}
+}
+
+// flight is a mutating call in progress; duplicates wait for it.
+type flight struct {
+	verb   Verb
+	digest [sha256.Size]byte
+	done   chan struct{}
+	out    outcome
+	// cached reports that out was stored: a duplicate returns it. An
+	// uncached outcome (internal, unavailable) lets a duplicate run.
+	cached bool
+}
+
+// once runs a mutating call at most once per key: a duplicate that arrives
+// while the first runs waits for it, one that arrives later finds the
+// stored outcome. It reports whether out is a replay.
+func (s *Server) once(ctx context.Context, key ReplayKey, verb Verb, digest [sha256.Size]byte, run func() outcome) (out outcome, replayed bool) {
+	mismatch := func(v Verb, d [sha256.Size]byte) (outcome, bool) {
+		if v != verb || d != digest {
+			return outcome{err: Errorf(CodeConflict, "request ID %s was already used for a different %s call in this session; use a fresh request ID", key.RequestID, v)}, true
+		}
+		return outcome{}, false
+	}
+	var f *flight
+	for f == nil {
+		s.flightMu.Lock()
+		if g := s.flights[key]; g != nil {
+			s.flightMu.Unlock()
+			select {
+			case <-g.done:
+			case <-ctx.Done():
+				return outcome{err: Errorf(CodeUnavailable, "request canceled while a duplicate was in flight")}, false
+			}
+			if o, bad := mismatch(g.verb, g.digest); bad {
+				return o, false
+			}
+			if g.cached {
+				return g.out, true
+			}
+			continue // The first attempt left no trace: run again.
+		}
+		f = &flight{verb: verb, digest: digest, done: make(chan struct{})}
+		s.flights[key] = f
+		s.flightMu.Unlock()
+	}
+	defer func() {
+		s.flightMu.Lock()
+		delete(s.flights, key)
+		s.flightMu.Unlock()
+		close(f.done)
+	}()
+
+	rec, found, err := s.replay.Load(ctx, key)
+	if err != nil {
+		f.out = outcome{err: s.internal(ctx, CodeUnavailable, "replay load", err)}
+		return f.out, false
+	}
+	if found {
+		if o, bad := mismatch(rec.Verb, rec.Digest); bad {
+			return o, false
+		}
+		if rec.Trimmed {
+			return outcome{err: Errorf(CodeConflict, "request %s was already executed; its response is no longer retained", key.RequestID)}, false
+		}
+		f.out, f.cached = outcome{resp: rec.Response}, true
+		if rec.ErrCode != "" {
+			f.out = outcome{err: &Error{Code: rec.ErrCode, Message: rec.ErrMessage}}
+		}
+		return f.out, true
+	}
+
+	f.out = run()
+	if f.out.cacheable() {
+		rec := ReplayRecord{Verb: verb, Digest: digest, Response: f.out.resp}
+		if f.out.err != nil {
+			rec.ErrCode, rec.ErrMessage = f.out.err.Code, f.out.err.Message
+		}
+		// The call has run whatever happens next, so a failure to save is
+		// logged, not returned: a later replay may then run it again, and
+		// the handlers' own idempotency keys (revisions, approval request
+		// IDs, message IDs) are the second line of defence.
+		if err := s.replay.Save(context.WithoutCancel(ctx), key, rec); err != nil {
+			s.internal(ctx, CodeInternal, "replay save", err)
+		} else {
+			f.cached = true
+		}
+	}
+	return f.out, false
+}
+
+// drainLimit is how much of an unwanted request body the server reads and
+// discards so that the connection can carry the next request; beyond it the
+// connection is closed instead.
+func (s *Server) drainLimit() int64 { return int64(s.lim.MaxPayloadBytes) + 1<<20 }
+
+// readBody reads the payload under the size cap. An oversize payload is
+// drained, within drainLimit, so the connection survives.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
+	limit := int64(s.lim.MaxPayloadBytes)
+	tooLarge := func(n string) *Error {
+		return Errorf(CodePayloadTooLarge, "payload is %s bytes, over the limit of %d bytes (max_payload_bytes)", n, limit)
+	}
+	if r.ContentLength > limit {
+		s.drain(w, r)
+		return nil, tooLarge(strconv.FormatInt(r.ContentLength, 10))
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 {
+		buf.Grow(int(r.ContentLength))
+	}
+	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
+	if err != nil {
+		return nil, Errorf(CodeBadRequest, "read payload: %v", err)
+	}
+	if n > limit {
+		s.drain(w, r)
+		return nil, tooLarge("more than " + strconv.FormatInt(limit, 10))
+	}
+	return buf.Bytes(), nil
+}
+
+// drain discards the rest of the request body, or marks the connection for
+// closing if there is too much of it.
+func (s *Server) drain(w http.ResponseWriter, r *http.Request) {
+	if r.ContentLength > s.drainLimit() {
+		w.Header().Set("Connection", "close")
+		return
+	}
+	n, _ := io.CopyN(io.Discard, r.Body, s.drainLimit())
+	if n == s.drainLimit() {
+		w.Header().Set("Connection", "close")
+	}
+}
+
+// reject answers a call refused before its body was read.
+func (s *Server) reject(w http.ResponseWriter, r *http.Request, e *Error) {
+	s.drain(w, r)
+	s.writeError(w, e)
+}
+
+func (s *Server) writeError(w http.ResponseWriter, e *Error) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(e.RetryAfter.Seconds())), 10))
+	}
+	writeJSON(w, e.Code.HTTPStatus(), encodeErrorBody(e))
+}
+
+// encodeErrorBody renders e's wire form, without HTML escaping so that
+// messages read as written.
+func encodeErrorBody(e *Error) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(e.Body()); err != nil { // Cannot happen: two strings and an integer.
+		return []byte(`{"error":"internal error","code":"internal"}`)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
+}
+
+func writeJSON(w http.ResponseWriter, status int, b []byte) {
+	h := w.Header()
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(b)))
+	w.WriteHeader(status)
+	w.Write(b)
+}

@@ -13,6 +13,27 @@ import (
 	"github.com/google/uuid"
 )
 
+const sessionClose = `-- name: SessionClose :execrows
+UPDATE choir_control.sessions
+   SET status = $1, ended_at = now(), end_reason = $2
+ WHERE session_id = $3 AND status IN ('active', 'stopping')
+   AND $1::text IN ('ended', 'crashed')
+`
+
+type SessionCloseParams struct {
+	Status    string    `json:"status"`
+	EndReason string    `json:"end_reason"`
+	SessionID uuid.UUID `json:"session_id"`
+}
+
+func (q *Queries) SessionClose(ctx context.Context, arg SessionCloseParams) (int64, error) {
+	result, err := q.db.Exec(ctx, sessionClose, arg.Status, arg.EndReason, arg.SessionID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const sessionCreate = `-- name: SessionCreate :one
 INSERT INTO choir_control.sessions (
     agent_id, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash,
@@ -196,6 +217,42 @@ UPDATE choir_control.sessions SET last_heartbeat_at = now()
 func (q *Queries) SessionHeartbeatTouch(ctx context.Context, sessionID uuid.UUID) error {
 	_, err := q.db.Exec(ctx, sessionHeartbeatTouch, sessionID)
 	return err
+}
+
+const sessionLatestByAgent = `-- name: SessionLatestByAgent :one
+SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status FROM choir_control.sessions
+ WHERE agent_id = $1 ORDER BY started_at DESC, session_id LIMIT 1
+`
+
+func (q *Queries) SessionLatestByAgent(ctx context.Context, agentID string) (ChoirControlSession, error) {
+	row := q.db.QueryRow(ctx, sessionLatestByAgent, agentID)
+	var i ChoirControlSession
+	err := row.Scan(
+		&i.SessionID,
+		&i.AgentID,
+		&i.Status,
+		&i.LeaseTokenHash,
+		&i.ResumedFrom,
+		&i.BaseRev,
+		&i.BaseHash,
+		&i.AckedRev,
+		&i.AckedHash,
+		&i.ConfigVersion,
+		&i.ResourceBindings,
+		&i.Runtime,
+		&i.ContainerID,
+		&i.StartedAt,
+		&i.LastHeartbeatAt,
+		&i.EndedAt,
+		&i.EndReason,
+		&i.Summary,
+		&i.HelloAt,
+		&i.ImageVersion,
+		&i.ToolManifestHash,
+		&i.SkillManifestHash,
+		&i.LaneStatus,
+	)
+	return i, err
 }
 
 const sessionList = `-- name: SessionList :many

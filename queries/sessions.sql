@@ -57,3 +57,13 @@ SELECT c.session_id, c.agent_id, c.last_heartbeat_at, c.resource_bindings,
        (SELECT count(*) FROM released r WHERE r.session_id = c.session_id)::int AS leases_released
   FROM crashed c
  ORDER BY c.agent_id;
+
+-- name: SessionLatestByAgent :one
+SELECT * FROM choir_control.sessions
+ WHERE agent_id = @agent_id ORDER BY started_at DESC, session_id LIMIT 1;
+
+-- name: SessionClose :execrows
+UPDATE choir_control.sessions
+   SET status = @status, ended_at = now(), end_reason = @end_reason
+ WHERE session_id = @session_id AND status IN ('active', 'stopping')
+   AND @status::text IN ('ended', 'crashed');

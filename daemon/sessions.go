@@ -1,0 +1,242 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/rpc"
+)
+
+// StartOverrides replace an agent's default resources for one session
+// (choirctl agent start flags, /start key=value arguments). Empty keeps the
+// default.
+type StartOverrides struct {
+	Workspace    string `json:"workspace,omitempty"`
+	LLM          string `json:"llm,omitempty"`
+	VoiceProfile string `json:"voice_profile,omitempty"`
+	GitIdentity  string `json:"git_identity,omitempty"`
+	Notion       string `json:"notion,omitempty"`
+	Email        string `json:"email,omitempty"`
+	DM           string `json:"dm,omitempty"`
+}
+
+// ErrUnknownResource reports a start override naming a resource that
+// config.json does not define.
+var ErrUnknownResource = errors.New("unknown resource")
+
+// ErrLeaseConflict reports an exclusive resource, or the agent itself,
+// already held by a live session; the message names the holder.
+var ErrLeaseConflict = errors.New("lease conflict")
+
+// resolveBindings merges an agent's defaults with overrides, checks that
+// every named resource exists, and lists the secrets the agent may fetch:
+// the "secret" fields of its bound resources, never a gateway token or the
+// Postgres credentials, which only choird holds.
+func resolveBindings(cfg *config.Config, agentID string, o StartOverrides) (rpc.ResourceBindings, error) {
+	agent, ok := cfg.Agents[agentID]
+	if !ok {
+		return rpc.ResourceBindings{}, fmt.Errorf("%w: agent %q is not in config.json (agents: %v)",
+			ErrUnknownResource, agentID, sortedKeys(cfg.Agents))
+	}
+	d := agent.Defaults
+	ok = false
+	pick := func(override, def string) string {
+		if override != "" {
+			return override
+		}
+		return def
+	}
+	b := rpc.ResourceBindings{
+		Workspace:    pick(o.Workspace, d.Workspace),
+		GitIdentity:  pick(o.GitIdentity, d.GitIdentity),
+		Notion:       pick(o.Notion, d.Notion),
+		Email:        pick(o.Email, d.Email),
+		DM:           pick(o.DM, d.DM),
+		VoiceProfile: pick(o.VoiceProfile, d.VoiceProfile),
+		Browser:      agentID,
+		Models:       map[string]string{"llm": pick(o.LLM, d.LLM)},
+	}
+	var problems []error
+	secrets := map[string]bool{}
+	need := func(flag, name string, exists bool, secret string) {
+		if name == "" {
+			return
+		}
+		if !exists {
+			problems = append(problems, fmt.Errorf("--%s=%s: no such resource in config.json", flag, name))
+			return
+		}
+		if secret != "" {
+			secrets[secret] = true
+		}
+	}
+	_, ok = cfg.Workspaces[b.Workspace]
+	need("workspace", b.Workspace, ok, "")
+	m, ok := cfg.Models[b.Models["llm"]]
+	need("llm", b.Models["llm"], ok, m.Secret)
+	vp, ok := cfg.VoiceProfiles[b.VoiceProfile]
+	need("voice-profile", b.VoiceProfile, ok, "")
+	if ok {
+		tts := cfg.TTS[vp.TTS]
+		if tts.Secret != "" {
+			secrets[tts.Secret] = true
+		}
+	}
+	gi, ok := cfg.GitIdentities[b.GitIdentity]
+	need("git-identity", b.GitIdentity, ok, gi.Secret)
+	ni, ok := cfg.NotionIntegrations[b.Notion]
+	need("notion", b.Notion, ok, ni.Secret)
+	ea, ok := cfg.EmailAccounts[b.Email]
+	need("email", b.Email, ok, ea.Secret)
+	_, ok = cfg.DMs[b.DM]
+	need("dm", b.DM, ok, "")
+	if b.Workspace == "" {
+		problems = append(problems, fmt.Errorf("agent %s has no workspace: set defaults.workspace or pass --workspace", agentID))
+	}
+	if b.DM == "" {
+		problems = append(problems, fmt.Errorf("agent %s has no DM: pass --dm", agentID))
+	}
+	for _, s := range cfg.Search {
+		if s.Secret != "" {
+			secrets[s.Secret] = true
+		}
+	}
+	if len(problems) > 0 {
+		return rpc.ResourceBindings{}, fmt.Errorf("%w: %w", ErrUnknownResource, errors.Join(problems...))
+	}
+	for s := range secrets {
+		b.Secrets = append(b.Secrets, s)
+	}
+	sort.Strings(b.Secrets)
+	return b, nil
+}
+
+// exclusiveLeases lists the leases a session with bindings b must hold.
+func exclusiveLeases(cfg *config.Config, b rpc.ResourceBindings) [][2]string {
+	leases := [][2]string{{"workspace", b.Workspace}, {"dm", b.DM}, {"browser", b.Browser}}
+	if b.GitIdentity != "" {
+		leases = append(leases, [2]string{"git_identity", b.GitIdentity})
+	}
+	if b.Notion != "" {
+		leases = append(leases, [2]string{"notion", b.Notion})
+	}
+	if b.Email != "" && cfg.EmailAccounts[b.Email].Sharing == config.EmailExclusive {
+		leases = append(leases, [2]string{"email", b.Email})
+	}
+	return leases
+}
+
+// startedSession is a session row just created, with its lease token: the
+// only time the token exists in choird's memory.
+type startedSession struct {
+	Session    db.ChoirControlSession
+	LeaseToken string
+	Bindings   rpc.ResourceBindings
+}
+
+// startSession creates an agent's session and grants every exclusive lease
+// in one transaction, so that a conflict leaves nothing behind. When the
+// agent's previous session ended or crashed, the new one continues its
+// chain from the last acknowledged revision.
+func startSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, agentID string,
+	o StartOverrides, configVersion int64, runtime string) (startedSession, error) {
+	b, err := resolveBindings(cfg, agentID, o)
+	if err != nil {
+		return startedSession{}, err
+	}
+	bindings, err := json.Marshal(b)
+	if err != nil {
+		return startedSession{}, err
+	}
+	agentConfig, err := json.Marshal(cfg.Agents[agentID])
+	if err != nil {
+		return startedSession{}, err
+	}
+	token, hash := rpc.NewLeaseToken()
+	var out startedSession
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		if _, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agentID, Config: agentConfig}); err != nil {
+			return fmt.Errorf("record agent %s: %w", agentID, err)
+		}
+		params := db.SessionCreateParams{AgentID: agentID, LeaseTokenHash: hash, BaseHash: rpc.Genesis[:],
+			ConfigVersion: configVersion, ResourceBindings: bindings, Runtime: runtime}
+		prev, err := q.SessionLatestByAgent(ctx, agentID)
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return fmt.Errorf("look up previous session of %s: %w", agentID, err)
+		case prev.Status == "ended" || prev.Status == "crashed":
+			params.ResumedFrom = &prev.SessionID
+			params.BaseRev = prev.AckedRev
+			if prev.AckedHash != nil {
+				params.BaseHash = prev.AckedHash
+			} else {
+				params.BaseHash = prev.BaseHash
+			}
+		}
+		s, err := q.SessionCreate(ctx, params)
+		if err != nil {
+			return leaseErr(fmt.Sprintf("start agent %s", agentID), err)
+		}
+		for _, l := range exclusiveLeases(cfg, b) {
+			if _, err := q.LeaseAcquire(ctx, db.LeaseAcquireParams{ResourceKind: l[0], ResourceName: l[1],
+				AgentID: agentID, SessionID: s.SessionID}); err != nil {
+				return leaseErr(fmt.Sprintf("lease %s %s for agent %s", l[0], l[1], agentID), err)
+			}
+		}
+		out = startedSession{Session: s, LeaseToken: token, Bindings: b}
+		return nil
+	})
+	return out, err
+}
+
+// leaseErr turns the unique violations raised by the lease and live-session
+// guards (whose messages name the holder) into ErrLeaseConflict.
+func leaseErr(what string, err error) error {
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) && pe.Code == "23505" {
+		msg := pe.Message
+		if pe.Hint != "" {
+			msg += "; " + pe.Hint
+		}
+		return fmt.Errorf("%s: %w: %s", what, ErrLeaseConflict, msg)
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// endSession marks a live session ended (or crashed), releases its leases
+// and forgets its replay records, in one transaction. It reports false when
+// the session was not live.
+func endSession(ctx context.Context, pool *pgxpool.Pool, id uuid.UUID, status, reason string) (bool, error) {
+	var ended bool
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		n, err := q.SessionClose(ctx, db.SessionCloseParams{SessionID: id, Status: status, EndReason: reason})
+		if err != nil {
+			return fmt.Errorf("close session %s: %w", id, err)
+		}
+		if n == 0 {
+			return nil
+		}
+		ended = true
+		if _, err := q.LeasesReleaseBySession(ctx, id); err != nil {
+			return fmt.Errorf("release leases of %s: %w", id, err)
+		}
+		if _, err := q.ReplayForgetSession(ctx, id); err != nil {
+			return fmt.Errorf("forget replays of %s: %w", id, err)
+		}
+		return nil
+	})
+	return ended, err
+}

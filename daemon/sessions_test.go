@@ -1,0 +1,209 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc"
+)
+
+// testConfig is a local configuration with two agents sharing a workspace
+// default, a second workspace, and secrets on the model and git identity.
+func testConfig(t *testing.T) *config.Config {
+	t.Helper()
+	cfg, secrets := config.Local(t.TempDir(), config.Postgres{Host: "127.0.0.1", Port: 55432, Database: "choir"})
+	cfg.Workspaces["other"] = config.Workspace{Path: t.TempDir()}
+	m := cfg.Models["local"]
+	m.Secret = "model-key"
+	cfg.Models["local"] = m
+	secrets["model-key"] = "sk-test"
+	cfg.GitIdentities = map[string]config.GitIdentity{"dev": {Name: "Dev", Email: "dev@choir.local", Secret: "git-token"}}
+	secrets["git-token"] = "ghp-test"
+	a := cfg.Agents["assistant"]
+	a.Defaults.GitIdentity = "dev"
+	cfg.Agents["assistant"] = a
+	b := a
+	b.Defaults.GitIdentity = ""
+	cfg.Agents["helper"] = b
+	cfg.DMs["second"] = config.DM{Gateway: "console", UserID: "second"}
+	if err := cfg.Validate(secrets); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+func TestStartSession(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	t.Run("DefaultsAreBoundAndLeasedWithScopedSecrets", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		cfg := testConfig(t)
+		s, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rpc.LeaseTokenMatches(s.LeaseToken, s.Session.LeaseTokenHash) {
+			t.Error("stored hash does not match the token")
+		}
+		if s.Bindings.Workspace != "main" || s.Bindings.DM != "console" || s.Bindings.GitIdentity != "dev" {
+			t.Errorf("bindings = %+v", s.Bindings)
+		}
+		if !slices.Equal(s.Bindings.Secrets, []string{"git-token", "model-key"}) {
+			t.Errorf("secrets = %v, want the model's and the git identity's only", s.Bindings.Secrets)
+		}
+		leases, _ := db.New(pool).LeaseListActive(ctx)
+		var got []string
+		for _, l := range leases {
+			got = append(got, l.ResourceKind+":"+l.ResourceName)
+		}
+		if want := []string{"browser:assistant", "dm:console", "git_identity:dev", "workspace:main"}; !slices.Equal(got, want) {
+			t.Errorf("leases = %v, want %v", got, want)
+		}
+	})
+
+	t.Run("ConflictNamesTheHolderAndLeavesNothingBehind", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		cfg := testConfig(t)
+		if _, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process"); err != nil {
+			t.Fatal(err)
+		}
+		// helper defaults to the same workspace; its DM is free.
+		_, err := startSession(ctx, pool, cfg, "helper", StartOverrides{DM: "second"}, 1, "process")
+		if !errors.Is(err, ErrLeaseConflict) || !strings.Contains(err.Error(), "leased to agent assistant") {
+			t.Fatalf("err = %v", err)
+		}
+		var sessions int
+		pool.QueryRow(ctx, "SELECT count(*) FROM choir_control.sessions WHERE agent_id = 'helper'").Scan(&sessions)
+		if sessions != 0 {
+			t.Errorf("a rejected start left %d session rows", sessions)
+		}
+		if _, err := startSession(ctx, pool, cfg, "helper", StartOverrides{DM: "second", Workspace: "other"}, 1, "process"); err != nil {
+			t.Fatalf("start with free resources: %v", err)
+		}
+	})
+
+	t.Run("SecondStartOfARunningAgentIsRejected", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		cfg := testConfig(t)
+		first, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = startSession(ctx, pool, cfg, "assistant", StartOverrides{Workspace: "other", DM: "second"}, 1, "process")
+		if !errors.Is(err, ErrLeaseConflict) || !strings.Contains(err.Error(), first.Session.SessionID.String()) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
+	t.Run("UnknownOverridesAreAllNamed", func(t *testing.T) {
+		t.Parallel()
+		cfg := testConfig(t)
+		_, err := resolveBindings(cfg, "assistant", StartOverrides{Workspace: "nope", LLM: "gpt-9"})
+		if !errors.Is(err, ErrUnknownResource) || !strings.Contains(err.Error(), "--workspace=nope") ||
+			!strings.Contains(err.Error(), "--llm=gpt-9") {
+			t.Fatalf("err = %v", err)
+		}
+		if _, err := resolveBindings(cfg, "ghost", StartOverrides{}); !errors.Is(err, ErrUnknownResource) {
+			t.Fatalf("unknown agent: %v", err)
+		}
+	})
+
+	t.Run("EndReleasesLeasesAndTheNextSessionContinuesTheChain", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		cfg := testConfig(t)
+		first, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := chainEvents(t, 1, 3, rpc.Genesis)
+		if _, err := replicate(ctx, pool, first.Session.SessionID, patch(evs, 0, rpc.Genesis)); err != nil {
+			t.Fatal(err)
+		}
+		if ok, err := endSession(ctx, pool, first.Session.SessionID, "ended", "stopped by test"); err != nil || !ok {
+			t.Fatalf("end: %v %v", ok, err)
+		}
+		if ok, _ := endSession(ctx, pool, first.Session.SessionID, "ended", "again"); ok {
+			t.Error("ending an ended session reported success")
+		}
+		if _, err := (sessionAuth{pool}).Authenticate(ctx, first.Session.SessionID.String(), first.LeaseToken); !errors.Is(err, rpc.ErrUnauthenticated) {
+			t.Errorf("token of an ended session still authenticates: %v", err)
+		}
+		second, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		if err != nil {
+			t.Fatalf("restart: %v", err)
+		}
+		if second.Session.BaseRev != 3 || *second.Session.ResumedFrom != first.Session.SessionID {
+			t.Fatalf("second session base %d from %v", second.Session.BaseRev, second.Session.ResumedFrom)
+		}
+		more := chainEvents(t, 4, 5, evs[2].Hash)
+		if resp, err := replicate(ctx, pool, second.Session.SessionID, patch(more, 3, evs[2].Hash)); err != nil || resp.AckRev != 5 {
+			t.Fatalf("continue chain: %+v %v", resp, err)
+		}
+	})
+
+	t.Run("AuthenticateAcceptsOnlyTheRightTokenOfALiveSession", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		cfg := testConfig(t)
+		s, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		if err != nil {
+			t.Fatal(err)
+		}
+		auth := sessionAuth{pool}
+		got, err := auth.Authenticate(ctx, s.Session.SessionID.String(), s.LeaseToken)
+		if err != nil || got.AgentID != "assistant" {
+			t.Fatalf("right token: %+v %v", got, err)
+		}
+		other, _ := rpc.NewLeaseToken()
+		for name, c := range map[string][2]string{
+			"WrongToken":    {s.Session.SessionID.String(), other},
+			"EmptyToken":    {s.Session.SessionID.String(), ""},
+			"BadSessionID":  {"not-a-uuid", s.LeaseToken},
+			"NoSuchSession": {"00000000-0000-0000-0000-000000000001", s.LeaseToken},
+		} {
+			if _, err := auth.Authenticate(ctx, c[0], c[1]); !errors.Is(err, rpc.ErrUnauthenticated) {
+				t.Errorf("%s: err = %v", name, err)
+			}
+		}
+	})
+}
+
+func TestReplayStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	id := newSession(t, pool, "alpha")
+	store := replayStore{pool}
+	key := rpc.ReplayKey{SessionID: id.String(), RequestID: "req-1"}
+	if _, ok, err := store.Load(ctx, key); ok || err != nil {
+		t.Fatalf("empty load: %v %v", ok, err)
+	}
+	first := rpc.ReplayRecord{Verb: "HEARTBEAT", Digest: [32]byte{1}, Response: []byte(`{"ack_rev":3}`)}
+	if err := store.Save(ctx, key, first); err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Save(ctx, key, rpc.ReplayRecord{Verb: "HEARTBEAT", Digest: [32]byte{2}, ErrCode: "conflict"}); err != nil {
+		t.Fatal(err)
+	}
+	got, ok, err := store.Load(ctx, key)
+	if err != nil || !ok || got.Digest != first.Digest || string(got.Response) != `{"ack_rev":3}` {
+		t.Fatalf("load = %+v %v %v; want the first record", got, ok, err)
+	}
+	if err := store.Forget(ctx, id.String()); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok, _ := store.Load(ctx, key); ok {
+		t.Error("record survived Forget")
+	}
+}

@@ -1,0 +1,255 @@
+package rpc
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestMemoryReplayStore(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	key := func(s, r string) ReplayKey { return ReplayKey{SessionID: s, RequestID: r} }
+	rec := func(n int) ReplayRecord {
+		return ReplayRecord{Verb: VerbHeartbeat, Response: []byte(strings.Repeat("x", n))}
+	}
+
+	t.Run("SavedRecordLoads", func(t *testing.T) {
+		t.Parallel()
+		m := NewMemoryReplayStore(MemoryReplayOptions{})
+		m.Save(ctx, key("s", "r1"), rec(3))
+		got, ok, err := m.Load(ctx, key("s", "r1"))
+		if err != nil || !ok || string(got.Response) != "xxx" {
+			t.Errorf("got %+v %v %v", got, ok, err)
+		}
+		if _, ok, _ := m.Load(ctx, key("other", "r1")); ok {
+			t.Error("request IDs leak across sessions")
+		}
+	})
+
+	t.Run("OldestEntriesAreForgottenBeyondMaxEntries", func(t *testing.T) {
+		t.Parallel()
+		m := NewMemoryReplayStore(MemoryReplayOptions{MaxEntries: 3})
+		for i := range 5 {
+			m.Save(ctx, key("s", fmt.Sprint(i)), rec(1))
+		}
+		for i := range 5 {
+			_, ok, _ := m.Load(ctx, key("s", fmt.Sprint(i)))
+			if ok != (i >= 2) {
+				t.Errorf("entry %d present %v", i, ok)
+			}
+		}
+	})
+
+	t.Run("OldestResponsesAreTrimmedBeyondMaxBytes", func(t *testing.T) {
+		t.Parallel()
+		m := NewMemoryReplayStore(MemoryReplayOptions{MaxBytes: 25})
+		for i := range 4 {
+			m.Save(ctx, key("s", fmt.Sprint(i)), rec(10))
+		}
+		for i := range 4 {
+			got, ok, _ := m.Load(ctx, key("s", fmt.Sprint(i)))
+			if !ok || got.Trimmed != (i < 2) || (got.Response == nil) != (i < 2) {
+				t.Errorf("entry %d: present %v trimmed %v response %q", i, ok, got.Trimmed, got.Response)
+			}
+		}
+		// A response larger than the whole budget is kept as a key only.
+		m.Save(ctx, key("s", "huge"), rec(100))
+		if got, ok, _ := m.Load(ctx, key("s", "huge")); !ok || !got.Trimmed {
+			t.Errorf("huge: present %v trimmed %v", ok, got.Trimmed)
+		}
+	})
+
+	t.Run("ForgetDropsTheSession", func(t *testing.T) {
+		t.Parallel()
+		m := NewMemoryReplayStore(MemoryReplayOptions{})
+		m.Save(ctx, key("s", "r"), rec(1))
+		m.Save(ctx, key("t", "r"), rec(1))
+		m.Forget(ctx, "s")
+		if _, ok, _ := m.Load(ctx, key("s", "r")); ok {
+			t.Error("forgotten session still loads")
+		}
+		if _, ok, _ := m.Load(ctx, key("t", "r")); !ok {
+			t.Error("another session was forgotten")
+		}
+	})
+}
+
+// TestTrimmedReplayIsRefused runs a server whose store has trimmed a
+// response: the replay must be refused, not executed again.
+func TestTrimmedReplayIsRefused(t *testing.T) {
+	t.Parallel()
+	s := &Server{flights: map[ReplayKey]*flight{}, replay: NewMemoryReplayStore(MemoryReplayOptions{MaxBytes: 1})}
+	ran := 0
+	run := func() outcome { ran++; return outcome{resp: []byte(`{"ack":true}`)} }
+	key := ReplayKey{SessionID: "s", RequestID: "r"}
+	digest := [32]byte{1}
+	if out, replayed := s.once(context.Background(), key, VerbReportStatus, digest, run); out.err != nil || replayed {
+		t.Fatalf("first: %+v %v", out, replayed)
+	}
+	out, _ := s.once(context.Background(), key, VerbReportStatus, digest, run)
+	if out.err == nil || out.err.Code != CodeConflict || !strings.Contains(out.err.Message, "no longer retained") {
+		t.Errorf("replay: %+v", out.err)
+	}
+	if ran != 1 {
+		t.Errorf("ran %d times", ran)
+	}
+}
+
+// TestUncachedOutcomeLetsTheRetryRun checks that an internal error leaves
+// no record, so that a retry with the same request ID runs again.
+func TestUncachedOutcomeLetsTheRetryRun(t *testing.T) {
+	t.Parallel()
+	s := &Server{flights: map[ReplayKey]*flight{}, replay: NewMemoryReplayStore(MemoryReplayOptions{})}
+	ran := 0
+	run := func() outcome {
+		ran++
+		if ran == 1 {
+			return outcome{err: Errorf(CodeInternal, "boom")}
+		}
+		return outcome{resp: []byte(`{}`)}
+	}
+	key := ReplayKey{SessionID: "s", RequestID: "r"}
+	s.once(context.Background(), key, VerbHeartbeat, [32]byte{}, run)
+	out, replayed := s.once(context.Background(), key, VerbHeartbeat, [32]byte{}, run)
+	if out.err != nil || replayed || ran != 2 {
+		t.Errorf("second: %+v replayed %v ran %d", out, replayed, ran)
+	}
+}
+
+func TestSSEReader(t *testing.T) {
+	t.Parallel()
+	in := ": connected\n\nid: ab-1\nevent: cancel\ndata: {\"a\":\ndata: 1}\n\n\r\nid: ab-2\r\ndata: x\r\nretry: 5\r\nfoo\r\n\r\n: ping\n\n"
+	r := newSSEReader(strings.NewReader(in), 1<<10)
+	var got []string
+	for {
+		ev, err := r.next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, fmt.Sprintf("%v|%s|%s|%s", ev.comment, ev.id, ev.event, ev.data))
+	}
+	want := []string{"true|||", "false|ab-1|cancel|{\"a\":\n1}", "false|ab-2||x", "true|||"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("got %q\nwant %q", got, want)
+	}
+
+	t.Run("OverlongLineIsRefused", func(t *testing.T) {
+		t.Parallel()
+		r := newSSEReader(strings.NewReader("data: "+strings.Repeat("x", 100)+"\n\n"), 50)
+		if _, err := r.next(); err == nil || !strings.Contains(err.Error(), "over 50 bytes") {
+			t.Errorf("got %v", err)
+		}
+	})
+}
+
+// TestClientDropsResentPushes serves a crafted event stream that repeats
+// pushes, across a reconnect and an epoch change: the client must deliver
+// each (epoch, seq) once and resume with the right Last-Event-ID.
+func TestClientDropsResentPushes(t *testing.T) {
+	t.Parallel()
+	cfg := func(epoch string, seq uint64) string {
+		p := Push{Epoch: epoch, Seq: seq, Kind: PushConfigChanged, ConfigChanged: &ConfigChanged{ConfigVersion: int64(seq)}}
+		b, _ := json.Marshal(p)
+		return fmt.Sprintf("id: %s-%d\nevent: config_changed\ndata: %s\n\n", epoch, seq, b)
+	}
+	var mu sync.Mutex
+	var lastIDs []string
+	conn := 0
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		conn++
+		n := conn
+		lastIDs = append(lastIDs, r.Header.Get(HeaderLastEventID))
+		mu.Unlock()
+		w.Header().Set("Content-Type", "text/event-stream")
+		switch n {
+		case 1:
+			io.WriteString(w, cfg("aa", 1)+cfg("aa", 2)+cfg("aa", 2)+cfg("aa", 1)+cfg("aa", 3))
+		case 2:
+			io.WriteString(w, cfg("aa", 3)+cfg("aa", 4)+"id: aa-5\nevent: config_changed\ndata: {\"bogus\":1}\n\n")
+		case 3:
+			io.WriteString(w, cfg("bb", 1)+cfg("bb", 1)+cfg("bb", 2))
+		default:
+			<-r.Context().Done()
+		}
+	}))
+	defer srv.Close()
+	token, _ := NewLeaseToken()
+	c, err := NewClient(ClientOptions{ControlPlane: TransportHTTP, Endpoint: srv.URL, SessionID: "00000000-0000-0000-0000-000000000001", LeaseToken: token, ReconnectMin: time.Millisecond, ReconnectMax: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	var got []string
+	err = c.ReceivePushes(ctx, func(p Push) {
+		got = append(got, fmt.Sprintf("%s-%d", p.Epoch, p.Seq))
+		if len(got) == 6 {
+			cancel()
+		}
+	})
+	if !errors.Is(err, context.Canceled) {
+		t.Errorf("ReceivePushes: %v", err)
+	}
+	if want := "[aa-1 aa-2 aa-3 aa-4 bb-1 bb-2]"; fmt.Sprint(got) != want {
+		t.Errorf("delivered %v, want %s", got, want)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	// The malformed aa-5 is skipped, and not asked for again.
+	if want := "[ aa-3 aa-5]"; fmt.Sprint(lastIDs[:3]) != want {
+		t.Errorf("Last-Event-IDs %q, want %s", lastIDs[:3], want)
+	}
+}
+
+func TestAsError(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name string
+		err  error
+		code Code
+		ok   bool
+	}{
+		{"DirectError", Errorf(CodeConflict, "x"), CodeConflict, true},
+		{"WrappedError", fmt.Errorf("ctx: %w", Errorf(CodeNotFound, "x")), CodeNotFound, true},
+		{"WrappedSentinel", fmt.Errorf("approval 7: %w", ErrNotFound), CodeNotFound, true},
+		{"PlainError", errors.New("disk full"), "", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			e, ok := AsError(c.err)
+			if ok != c.ok || (ok && e.Code != c.code) {
+				t.Errorf("got %v %v", e, ok)
+			}
+		})
+	}
+	for code, i := range codes {
+		if !errors.Is(&Error{Code: code}, i.sentinel) {
+			t.Errorf("%s does not match its sentinel", code)
+		}
+	}
+}
+
+func TestParseEventID(t *testing.T) {
+	t.Parallel()
+	for id, ok := range map[string]bool{
+		"ab12-1": true, "ab12-18446744073709551615": true,
+		"ab12-0": false, "AB-1": false, "-1": false, "ab": false, "ab-x": false, "ab-1-2": false, "ab-18446744073709551616": false,
+	} {
+		if _, _, got := parseEventID(id); got != ok {
+			t.Errorf("%q: ok %v, want %v", id, got, ok)
+		}
+	}
+}

@@ -84,7 +84,7 @@ func replicate(ctx context.Context, pool *pgxpool.Pool, sessionID uuid.UUID, req
 			rows := make([]db.EventsAppendParams, len(fresh))
 			for i, e := range fresh {
 				rows[i] = db.EventsAppendParams{SessionID: sessionID, Rev: e.Rev, EventType: string(e.Type),
-					Lane: e.Lane, Payload: e.Payload, HashPrev: e.HashPrev[:], Hash: e.Hash[:]}
+					Lane: e.Lane, Payload: e.Payload, HashPrev: e.HashPrev[:], Hash: e.Hash[:], CreatedAt: e.CreatedAt}
 			}
 			if _, err := q.EventsAppend(ctx, rows); err != nil {
 				return fmt.Errorf("append events %d..%d of session %s: %w",

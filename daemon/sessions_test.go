@@ -207,3 +207,14 @@ func TestReplayStore(t *testing.T) {
 		t.Error("record survived Forget")
 	}
 }
+
+// Call is the rpc call an agent of s makes.
+func (s startedSession) Call() rpc.Call {
+	return rpc.Call{Session: rpc.Session{ID: s.Session.SessionID.String(), AgentID: s.Session.AgentID}, Verb: "INIT_HELLO"}
+}
+
+// HelloRequest is the INIT_HELLO an agent of s sends.
+func (s startedSession) HelloRequest() rpc.InitHelloRequest {
+	return rpc.InitHelloRequest{AgentID: s.Session.AgentID, SessionID: s.Session.SessionID.String(),
+		ImageVersion: "img-1", ToolManifestHash: "t1", SkillManifestHash: "s1"}
+}

@@ -36,6 +36,7 @@ func (r iteratorForEventsAppend) Values() ([]interface{}, error) {
 		r.rows[0].Payload,
 		r.rows[0].HashPrev,
 		r.rows[0].Hash,
+		r.rows[0].CreatedAt,
 	}, nil
 }
 
@@ -43,6 +44,7 @@ func (r iteratorForEventsAppend) Err() error {
 	return nil
 }
 
+// created_at is the agent's commit time: it is part of the event's hash.
 func (q *Queries) EventsAppend(ctx context.Context, arg []EventsAppendParams) (int64, error) {
-	return q.db.CopyFrom(ctx, []string{"choir_control", "session_events"}, []string{"session_id", "rev", "event_type", "lane", "payload", "hash_prev", "hash"}, &iteratorForEventsAppend{rows: arg})
+	return q.db.CopyFrom(ctx, []string{"choir_control", "session_events"}, []string{"session_id", "rev", "event_type", "lane", "payload", "hash_prev", "hash", "created_at"}, &iteratorForEventsAppend{rows: arg})
 }

@@ -8,6 +8,7 @@ package db
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -20,6 +21,7 @@ type EventsAppendParams struct {
 	Payload   json.RawMessage `json:"payload"`
 	HashPrev  []byte          `json:"hash_prev"`
 	Hash      []byte          `json:"hash"`
+	CreatedAt time.Time       `json:"created_at"`
 }
 
 const eventsListAfter = `-- name: EventsListAfter :many

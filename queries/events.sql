@@ -1,6 +1,7 @@
 -- name: EventsAppend :copyfrom
-INSERT INTO choir_control.session_events (session_id, rev, event_type, lane, payload, hash_prev, hash)
-VALUES (@session_id, @rev, @event_type, @lane, @payload, @hash_prev, @hash);
+-- created_at is the agent's commit time: it is part of the event's hash.
+INSERT INTO choir_control.session_events (session_id, rev, event_type, lane, payload, hash_prev, hash, created_at)
+VALUES (@session_id, @rev, @event_type, @lane, @payload, @hash_prev, @hash, @created_at);
 
 -- name: EventsListAfter :many
 SELECT * FROM choir_control.session_events

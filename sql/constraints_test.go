@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -70,7 +71,7 @@ func events(sessionID uuid.UUID, from, to int64, prev []byte) []db.EventsAppendP
 	var out []db.EventsAppendParams
 	for rev := from; rev <= to; rev++ {
 		hash := chain(prev, rev)
-		out = append(out, db.EventsAppendParams{SessionID: sessionID, Rev: rev, EventType: "user_msg", Lane: "edge",
+		out = append(out, db.EventsAppendParams{SessionID: sessionID, CreatedAt: time.Now(), Rev: rev, EventType: "user_msg", Lane: "edge",
 			Payload: json.RawMessage(`{"text":"hi"}`), HashPrev: prev, Hash: hash})
 		prev = hash
 	}
@@ -428,11 +429,11 @@ func TestAuditViews(t *testing.T) {
 	h2 := chain(h1, 2)
 	h3 := chain(h2, 3)
 	_, err := b.q.EventsAppend(ctx, []db.EventsAppendParams{
-		{SessionID: s.SessionID, Rev: 1, EventType: "llm_call_committed", Lane: "edge", HashPrev: genesis, Hash: h1,
+		{SessionID: s.SessionID, CreatedAt: time.Now(), Rev: 1, EventType: "llm_call_committed", Lane: "edge", HashPrev: genesis, Hash: h1,
 			Payload: json.RawMessage(`{"model":"fast","prompt_tokens":120,"completion_tokens":30,"latency_ms":800}`)},
-		{SessionID: s.SessionID, Rev: 2, EventType: "tool_call_committed", Lane: "core:refactor", HashPrev: h1, Hash: h2,
+		{SessionID: s.SessionID, CreatedAt: time.Now(), Rev: 2, EventType: "tool_call_committed", Lane: "core:refactor", HashPrev: h1, Hash: h2,
 			Payload: json.RawMessage(`{"call_id":"c1","tool":"choir.fs.read","input":{"path":"a.go"},"locks":["file:a.go:S"]}`)},
-		{SessionID: s.SessionID, Rev: 3, EventType: "tool_result_committed", Lane: "core:refactor", HashPrev: h2, Hash: h3,
+		{SessionID: s.SessionID, CreatedAt: time.Now(), Rev: 3, EventType: "tool_result_committed", Lane: "core:refactor", HashPrev: h2, Hash: h3,
 			Payload: json.RawMessage(`{"call_id":"c1","tool":"choir.fs.read","status":"success","duration_ms":42}`)},
 	})
 	if err != nil {

@@ -1,0 +1,121 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"testing"
+
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc"
+)
+
+func TestHello(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+
+	helloReq := func(s startedSession) (rpc.Call, rpc.InitHelloRequest) {
+		call := rpc.Call{Session: rpc.Session{ID: s.Session.SessionID.String(), AgentID: "assistant"}, Verb: "INIT_HELLO"}
+		return call, rpc.InitHelloRequest{AgentID: "assistant", SessionID: call.Session.ID, ImageVersion: "img-1",
+			ToolManifestHash: "t1", SkillManifestHash: "s1"}
+	}
+
+	t.Run("FirstSessionStartsFreshAndRecordsTheHello", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		s, err := startSession(ctx, pool, testConfig(t), "assistant", StartOverrides{}, 1, "process")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hello(ctx, pool, s.Call(), s.HelloRequest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != rpc.HelloFresh || resp.AckedRev != 0 || resp.AckedHash != rpc.Genesis {
+			t.Errorf("resp = %+v", resp)
+		}
+		if resp.ResourceBindings.Workspace != "main" || len(resp.ResourceBindings.Secrets) != 2 {
+			t.Errorf("bindings = %+v", resp.ResourceBindings)
+		}
+		row, _ := db.New(pool).SessionGetByID(ctx, s.Session.SessionID)
+		if row.HelloAt == nil || row.ImageVersion != "img-1" {
+			t.Errorf("hello not recorded: %v %q", row.HelloAt, row.ImageVersion)
+		}
+	})
+
+	t.Run("AHelloForAnotherSessionIsDenied", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		s, err := startSession(ctx, pool, testConfig(t), "assistant", StartOverrides{}, 1, "process")
+		if err != nil {
+			t.Fatal(err)
+		}
+		call, req := helloReq(s)
+		req.AgentID = "helper"
+		if _, err := hello(ctx, pool, call, req); !errors.Is(err, rpc.ErrPermissionDenied) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
+	t.Run("AfterACrashTheNextSessionGetsSnapshotPlusTailAcrossSessions", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		cfg := testConfig(t)
+		q := db.New(pool)
+
+		// Session 1 replicates revs 1-4 and snapshots at 2, then crashes.
+		s1, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		if err != nil {
+			t.Fatal(err)
+		}
+		evs := chainEvents(t, 1, 7, rpc.Genesis)
+		if _, err := replicate(ctx, pool, s1.Session.SessionID, patch(evs[:4], 0, rpc.Genesis)); err != nil {
+			t.Fatal(err)
+		}
+		if err := q.SnapshotInsert(ctx, db.SnapshotInsertParams{SessionID: s1.Session.SessionID, Rev: 2,
+			Snapshot: json.RawMessage(`{"lane_state":{"edge":"idle"}}`)}); err != nil {
+			t.Fatal(err)
+		}
+		endSession(ctx, pool, s1.Session.SessionID, "crashed", "test crash")
+
+		// Session 2 resumes, replicates 5-7, and is stopped.
+		s2, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := hello(ctx, pool, s2.Call(), s2.HelloRequest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if resp.Status != rpc.HelloResumed || resp.Snapshot == nil || resp.Snapshot.Rev != 2 ||
+			len(resp.TailEvents) != 2 || resp.AckedRev != 4 || resp.AckedHash != evs[3].Hash {
+			t.Fatalf("resume after crash: status %s snapshot %+v tail %d acked %d", resp.Status, resp.Snapshot, len(resp.TailEvents), resp.AckedRev)
+		}
+		if resp.Snapshot.Hash != evs[1].Hash {
+			t.Errorf("snapshot hash is not the hash of rev 2")
+		}
+		if _, err := replicate(ctx, pool, s2.Session.SessionID, patch(evs[4:], 4, evs[3].Hash)); err != nil {
+			t.Fatal(err)
+		}
+		endSession(ctx, pool, s2.Session.SessionID, "ended", "stopped")
+
+		// Session 3 sees the whole chain: snapshot 2 and tail 3-7.
+		s3, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err = hello(ctx, pool, s3.Call(), s3.HelloRequest())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.TailEvents) != 5 || resp.TailEvents[0].Rev != 3 || resp.AckedRev != 7 {
+			t.Fatalf("third session: tail %d from %d, acked %d", len(resp.TailEvents), resp.TailEvents[0].Rev, resp.AckedRev)
+		}
+		for i, e := range resp.TailEvents {
+			if err := e.Verify(evs[i+1].Hash); err != nil {
+				t.Errorf("tail event %d does not verify after a round trip through Postgres: %v", e.Rev, err)
+			}
+		}
+	})
+}

@@ -1,0 +1,76 @@
+package admin
+
+import (
+	"fmt"
+	"time"
+)
+
+// PathStatus is the endpoint of choirctl status (GET, no input).
+const PathStatus = "/v1/status"
+
+// StatusResponse is choird's health, for choirctl status.
+type StatusResponse struct {
+	Choird        DaemonStatus   `json:"choird"`
+	Postgres      PostgresStatus `json:"postgres"`
+	ConfigVersion int64          `json:"config_version"`
+	// Agents lists every configured agent, sorted by ID.
+	Agents []AgentStatus `json:"agents"`
+}
+
+// DaemonStatus describes the running choird.
+type DaemonStatus struct {
+	Version   string    `json:"version"`
+	PID       int       `json:"pid"`
+	StartedAt time.Time `json:"started_at"`
+	UptimeMS  int64     `json:"uptime_ms"`
+}
+
+// Uptime returns UptimeMS as a duration.
+func (d DaemonStatus) Uptime() time.Duration { return time.Duration(d.UptimeMS) * time.Millisecond }
+
+// PostgresStatus says whether choird reaches Postgres.
+type PostgresStatus struct {
+	Reachable bool `json:"reachable"`
+	// ServerVersion is Postgres's server_version, when reachable.
+	ServerVersion string `json:"server_version,omitempty"`
+	// Error says why Postgres is unreachable.
+	Error string `json:"error,omitempty"`
+}
+
+// AgentState is an agent's state as choirctl shows it: its live session's
+// status, or stopped, or crashed when its last session crashed.
+type AgentState string
+
+// The agent states.
+const (
+	AgentStopped  AgentState = "stopped"
+	AgentStarting AgentState = "starting"
+	AgentActive   AgentState = "active"
+	AgentStopping AgentState = "stopping"
+	AgentCrashed  AgentState = "crashed"
+)
+
+// AgentStatus is one configured agent.
+type AgentStatus struct {
+	AgentID string     `json:"agent_id"`
+	State   AgentState `json:"state"`
+	// SessionID, Runtime, StartedAt and LastHeartbeatAt describe the live
+	// (or, for crashed, the last) session.
+	SessionID       string     `json:"session_id,omitempty"`
+	Runtime         string     `json:"runtime,omitempty"`
+	StartedAt       *time.Time `json:"started_at,omitempty"`
+	LastHeartbeatAt *time.Time `json:"last_heartbeat_at,omitempty"`
+}
+
+// Validate checks the states, so that a client never shows one it does not
+// know.
+func (s StatusResponse) Validate() error {
+	for i, a := range s.Agents {
+		switch a.State {
+		case AgentStopped, AgentStarting, AgentActive, AgentStopping, AgentCrashed:
+		default:
+			return fmt.Errorf("$.agents[%d].state: unknown state %q", i, a.State)
+		}
+	}
+	return nil
+}

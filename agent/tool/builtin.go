@@ -1,0 +1,196 @@
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os/exec"
+)
+
+// Names of the built-in tools.
+const (
+	NameExec          = "choir.exec"
+	NameFSRead        = "choir.fs.read"
+	NameFSWrite       = "choir.fs.write"
+	NameFSSearch      = "choir.fs.search"
+	NameMemoryQuery   = "choir.memory.query"
+	NameMemoryUpsert  = "choir.memory.upsert"
+	NameMemoryCompact = "choir.memory.compact"
+	NameProposeTool   = "choir.propose.tool"
+	NameProposeSkill  = "choir.propose.skill"
+)
+
+// Builtins returns the tools every registry holds: choir.exec and the
+// choir.fs tools (executed here), and the declarations of the memory tools
+// (spec 11.7; query and upsert run on the host, compact in the calling
+// lane) and of the proposal meta-tools (spec 8.10).
+func Builtins() []Tool {
+	rg, _ := exec.LookPath("rg")
+	return []Tool{
+		execTool{},
+		fsRead{},
+		fsWrite{},
+		fsSearch{rg: rg},
+		Declare(memoryQuerySpec),
+		Declare(memoryUpsertSpec),
+		Declare(memoryCompactSpec),
+		Declare(proposeToolSpec),
+		Declare(proposeSkillSpec),
+	}
+}
+
+// declaration is a tool the agent describes but does not execute.
+type declaration struct{ spec Spec }
+
+// Declare returns a tool that is described but not executed by the agent:
+// a host tool (runtime.host), a meta tool (runtime.meta), or, with neither
+// flag, a runtime tool the lane handles itself. Its [Def.Kind] says which.
+func Declare(spec Spec) Tool { return declaration{spec: spec.clone()} }
+
+func (d declaration) Spec() Spec { return d.spec.clone() }
+
+func (d declaration) Execute(context.Context, Env, json.RawMessage) (Result, error) {
+	return Result{}, fmt.Errorf("execute %s: %w", d.spec.LLM.Name, ErrNotExecutable)
+}
+
+var memoryQuerySpec = Spec{
+	LLM: LLMView{
+		Name: NameMemoryQuery,
+		Description: "Search memory. store working: this session's full event log (mode keyword or hash). " +
+			"store session: summaries of past sessions (mode semantic, text, or session_detail with session_id). " +
+			"store knowledge: the knowledge base (mode semantic or text). target_agent reads another agent's session or knowledge memory.",
+		Parameters: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "store": {"type": "string", "enum": ["working", "session", "knowledge"]},
+    "mode": {"type": "string", "enum": ["keyword", "hash", "semantic", "text", "session_detail"]},
+    "query": {"type": "string", "minLength": 1, "description": "What to search for (keyword, semantic and text modes)."},
+    "hash": {"type": "string", "minLength": 1, "description": "Event hash to look up (hash mode)."},
+    "session_id": {"type": "string", "minLength": 1, "description": "Session to drill into (session_detail mode)."},
+    "target_agent": {"type": "string", "minLength": 1, "description": "Agent whose memory to read; default yourself."},
+    "limit": {"type": "integer", "minimum": 1, "maximum": 50}
+  },
+  "required": ["store", "mode"],
+  "additionalProperties": false,
+  "allOf": [
+    {"if": {"properties": {"store": {"const": "working"}}},
+     "then": {"properties": {"mode": {"enum": ["keyword", "hash"]}}, "not": {"required": ["target_agent"]}}},
+    {"if": {"properties": {"store": {"const": "session"}}},
+     "then": {"properties": {"mode": {"enum": ["semantic", "text", "session_detail"]}}}},
+    {"if": {"properties": {"store": {"const": "knowledge"}}},
+     "then": {"properties": {"mode": {"enum": ["semantic", "text"]}}}},
+    {"if": {"properties": {"mode": {"const": "session_detail"}}}, "then": {"required": ["session_id"]}},
+    {"if": {"properties": {"mode": {"const": "hash"}}}, "then": {"required": ["hash"]}},
+    {"if": {"properties": {"mode": {"enum": ["keyword", "semantic", "text"]}}}, "then": {"required": ["query"]}}
+  ]
+}`),
+	},
+	Runtime: Runtime{TimeoutMS: 30_000, SideEffect: SideEffectRead, Idempotent: true, Version: "1.0", Host: true},
+}
+
+var memoryUpsertSpec = Spec{
+	LLM: LLMView{
+		Name: NameMemoryUpsert,
+		Description: "Write to your knowledge base: insert a document (optionally under a dedup key), " +
+			"update the document with a key, or delete a document by key or id.",
+		Parameters: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "op": {"type": "string", "enum": ["insert", "update", "delete"]},
+    "key": {"type": "string", "minLength": 1, "maxLength": 200, "description": "Dedup key naming the document."},
+    "id": {"type": "string", "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", "description": "Document id, for delete."},
+    "text": {"type": "string", "minLength": 1, "description": "The document's text."},
+    "metadata": {"type": "object", "description": "Free-form attributes stored with the document."}
+  },
+  "required": ["op"],
+  "additionalProperties": false,
+  "allOf": [
+    {"if": {"properties": {"op": {"const": "insert"}}}, "then": {"required": ["text"], "not": {"required": ["id"]}}},
+    {"if": {"properties": {"op": {"const": "update"}}}, "then": {"required": ["key", "text"], "not": {"required": ["id"]}}},
+    {"if": {"properties": {"op": {"const": "delete"}}},
+     "then": {"anyOf": [{"required": ["key"]}, {"required": ["id"]}], "not": {"anyOf": [{"required": ["text"]}, {"required": ["metadata"]}]}}}
+  ]
+}`),
+	},
+	Runtime: Runtime{TimeoutMS: 30_000, SideEffect: SideEffectWrite, Version: "1.0", Host: true},
+}
+
+var memoryCompactSpec = Spec{
+	LLM: LLMView{
+		Name:        NameMemoryCompact,
+		Description: "Fold the oldest events of your context window into your reference summary now, to free room.",
+		Parameters:  json.RawMessage(`{"type": "object", "properties": {}, "additionalProperties": false}`),
+	},
+	Runtime: Runtime{TimeoutMS: 60_000, SideEffect: SideEffectWrite, Idempotent: true, Version: "1.0"},
+}
+
+var proposeToolSpec = Spec{
+	LLM: LLMView{
+		Name: NameProposeTool,
+		Description: "Propose a new tool, or a change to one, for human approval. Nothing is installed: " +
+			"a person reviews the proposal, writes the implementation and registers it. Describe the behaviour in prose; never include code.",
+		Parameters: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "change": {"type": "string", "enum": ["add", "modify"]},
+    "name": {"type": "string", "pattern": "^[a-z][a-z0-9_]*(\\.[a-z][a-z0-9_]*)+$", "description": "Dotted tool name, e.g. choir.repo.status."},
+    "description": {"type": "string", "minLength": 1, "description": "What the model will be told the tool does."},
+    "parameters": {"type": "object", "description": "JSON Schema of the tool's input (an object schema)."},
+    "behavior": {"type": "string", "minLength": 1, "description": "What the tool should do and return, in prose."},
+    "runtime": {
+      "type": "object",
+      "properties": {
+        "side_effect": {"type": "string", "enum": ["read", "write", "external"]},
+        "locks": {"type": "array", "items": {
+          "type": "object",
+          "properties": {"resource": {"type": "string", "minLength": 1}, "mode": {"type": "string", "enum": ["S", "X"]}},
+          "required": ["resource", "mode"], "additionalProperties": false}},
+        "secret_resources": {"type": "array", "items": {"type": "string", "minLength": 1}},
+        "network": {"type": "boolean"},
+        "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 3600000},
+        "idempotent": {"type": "boolean"}
+      },
+      "required": ["side_effect"],
+      "additionalProperties": false
+    },
+    "rationale": {"type": "string", "minLength": 1, "description": "Why the agent needs it."}
+  },
+  "required": ["change", "name", "description", "parameters", "behavior", "runtime", "rationale"],
+  "additionalProperties": false
+}`),
+	},
+	Runtime: Runtime{TimeoutMS: 10_000, SideEffect: SideEffectExternal, Version: "1.0", Meta: true},
+}
+
+var proposeSkillSpec = Spec{
+	LLM: LLMView{
+		Name: NameProposeSkill,
+		Description: "Propose a new skill, or a change to one, for human approval. The spec is a SkillSpec state machine; " +
+			"nothing is installed until a person approves it.",
+		Parameters: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "change": {"type": "string", "enum": ["add", "modify"]},
+    "spec": {
+      "type": "object",
+      "description": "The SkillSpec: name, description, initial_state, states (objective, allowed_tools, transitions [{on, to}], terminal), max_steps, interruptible, optional input_schema and output_schema.",
+      "properties": {
+        "name": {"type": "string", "minLength": 1},
+        "description": {"type": "string", "minLength": 1},
+        "initial_state": {"type": "string", "minLength": 1},
+        "input_schema": {"type": "object"},
+        "output_schema": {"type": "object"},
+        "states": {"type": "object", "minProperties": 2},
+        "max_steps": {"type": "integer", "minimum": 1},
+        "interruptible": {"type": "boolean"}
+      },
+      "required": ["name", "description", "initial_state", "states", "max_steps"]
+    },
+    "rationale": {"type": "string", "minLength": 1, "description": "Why the agent needs it."}
+  },
+  "required": ["change", "spec", "rationale"],
+  "additionalProperties": false
+}`),
+	},
+	Runtime: Runtime{TimeoutMS: 10_000, SideEffect: SideEffectExternal, Version: "1.0", Meta: true},
+}

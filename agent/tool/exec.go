@@ -1,0 +1,138 @@
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"time"
+)
+
+// Bounds of choir.exec's timeout, in milliseconds.
+const (
+	execDefaultTimeoutMS = 120_000
+	execMaxTimeoutMS     = 600_000
+)
+
+// execTool is choir.exec: a shell command in the workspace (spec 8.7). It
+// always takes workspace:X (spec 9.5): no command parsing, no read-only
+// override. Its environment is the pass list of childEnv, never a secret.
+type execTool struct{}
+
+func (execTool) Spec() Spec {
+	return Spec{
+		LLM: LLMView{
+			Name: NameExec,
+			Description: "Run a shell command with /bin/sh -c in the workspace root. Returns the exit code and the combined " +
+				"stdout and stderr; long output is cut to its head and tail, with the whole in artifact_ref. " +
+				"Blocks all other file access while it runs: prefer choir.fs.read, choir.fs.write and choir.fs.search for files.",
+			Parameters: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "command": {"type": "string", "minLength": 1, "description": "The shell command."},
+    "timeout_ms": {"type": "integer", "minimum": 1000, "maximum": 600000, "description": "Kill the command after this many milliseconds (default 120000)."}
+  },
+  "required": ["command"],
+  "additionalProperties": false
+}`),
+		},
+		Runtime: Runtime{
+			// Above the largest timeout_ms, so the command's own timer fires
+			// first and the partial output is reported.
+			TimeoutMS:  execMaxTimeoutMS + 10_000,
+			Locks:      []LockTemplate{{Resource: "workspace", Mode: ModeExclusive}},
+			SideEffect: SideEffectWrite,
+			Version:    "1.0",
+		},
+	}
+}
+
+// execOutput is choir.exec's output.
+type execOutput struct {
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	TimedOut bool   `json:"timed_out,omitempty"`
+	// Output is the combined stdout and stderr, or its head and tail.
+	Output string `json:"output"`
+	// OutputBytes is how many bytes the command wrote in all.
+	OutputBytes int64 `json:"output_bytes"`
+}
+
+func (execTool) Execute(ctx context.Context, env Env, input json.RawMessage) (Result, error) {
+	var in struct {
+		Command   string `json:"command"`
+		TimeoutMS int    `json:"timeout_ms"`
+	}
+	if err := json.Unmarshal(input, &in); err != nil {
+		return Result{}, &InputError{Name: NameExec, Problems: []Problem{{Message: err.Error()}}}
+	}
+	timeout := time.Duration(in.TimeoutMS) * time.Millisecond
+	if in.TimeoutMS == 0 {
+		timeout = execDefaultTimeoutMS * time.Millisecond
+	}
+	if fi, err := os.Stat(env.Workspace); err != nil || !fi.IsDir() {
+		return errorResult("workspace %s is not a directory", env.Workspace), nil
+	}
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+
+	lim := env.Limits.withDefaults()
+	out := newHeadTail(lim.CaptureBytes)
+	cmd := exec.CommandContext(cctx, "/bin/sh", "-c", in.Command)
+	cmd.Dir = env.Workspace
+	cmd.Env = childEnv(env.Workspace)
+	cmd.Stdin = nil // /dev/null
+	cmd.Stdout, cmd.Stderr = out, out
+	setProcessGroup(cmd)
+	runErr := cmd.Run()
+	if ctx.Err() != nil {
+		return Result{}, ctx.Err()
+	}
+	if runErr != nil && cmd.ProcessState == nil {
+		return errorResult("start command: %v", errText(runErr)), nil
+	}
+	code, sig := exitStatus(cmd.ProcessState)
+	timedOut := cctx.Err() != nil
+	res := execOutput{ExitCode: code, Signal: sig, TimedOut: timedOut, OutputBytes: out.total}
+
+	full := out.text()
+	status, summary := StatusSuccess, "exit code 0"
+	switch {
+	case timedOut:
+		status, summary = StatusError, fmt.Sprintf("timed out after %v and was killed", timeout)
+	case sig != "":
+		status, summary = StatusError, "killed by "+sig
+	case code != 0:
+		status, summary = StatusError, fmt.Sprintf("exit code %d", code)
+	}
+	res.Output = full
+	r := successResult(summary, res)
+	r.Status = status
+	if len(r.Output) <= lim.ResultBytes {
+		return r, nil
+	}
+	// Too long for the model: keep head and tail, the whole in an artifact.
+	ref, aerr := writeArtifact(env.Workspace, []byte(full))
+	note := "\n[... output cut: read artifact_ref with choir.fs.read for all of it ...]\n"
+	if aerr != nil {
+		note = "\n[... output cut; it could not be saved: " + aerr.Error() + " ...]\n"
+	}
+	res.Output = ""
+	overhead := len(successResult(summary, res).Output) + 64
+	res.Output = string(fitStringRaw(lim.ResultBytes-overhead, func(n int) string {
+		return truncateUTF8(full, n/2) + note + tailUTF8(full, n/2)
+	}))
+	r = successResult(summary, res)
+	r.Status = status
+	r.ArtifactRef = ref
+	r.Truncated = true
+	return r, nil
+}
+
+// fitStringRaw is fitString returning the fitting string itself.
+func fitStringRaw(limit int, render func(n int) string) string {
+	var s string
+	_ = json.Unmarshal(fitString(max(limit, 256), render), &s)
+	return s
+}

@@ -1,0 +1,133 @@
+package tool
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"time"
+
+	"github.com/choirhq/choir/strictjson"
+)
+
+// stderrKeep is how much of an external tool's stderr is kept for the
+// summary of a failure.
+const stderrKeep = 2 << 10
+
+// external runs an executable tool. The contract, for tool authors:
+//
+//   - the executable runs with the workspace as its working directory, in a
+//     new process group, with a minimal environment (PATH, HOME, LANG,
+//     LC_ALL, TZ, USER, SSH_AUTH_SOCK from the agent, plus CHOIR_WORKSPACE
+//     and CHOIR_TOOL);
+//   - it reads the call's input, a JSON object, on stdin;
+//   - if the manifest declares secret_resources, the available ones are a
+//     JSON object of name to value on file descriptor 3, and
+//     CHOIR_SECRETS_FD=3 says so (secrets never go in the environment,
+//     spec 14.1);
+//   - it writes one JSON object {"status": "success"|"error", "summary":
+//     "...", "output": <any JSON>} on stdout, at most Limits.CaptureBytes,
+//     and exits 0; a non-zero exit is a failed call summarised from the
+//     tail of stderr;
+//   - on timeout its whole process group is killed.
+type external struct {
+	spec Spec
+}
+
+func (e *external) Spec() Spec { return e.spec.clone() }
+
+func (e *external) Execute(ctx context.Context, env Env, input json.RawMessage) (Result, error) {
+	rt := e.spec.Runtime
+	cmd := exec.CommandContext(ctx, rt.ExecPath)
+	cmd.Dir = env.Workspace
+	cmd.Stdin = bytes.NewReader(input)
+	stdout := &capped{limit: env.Limits.withDefaults().CaptureBytes}
+	stderr := newHeadTail(stderrKeep)
+	cmd.Stdout, cmd.Stderr = stdout, stderr
+	cmd.Env = childEnv(env.Workspace, "CHOIR_TOOL="+e.spec.LLM.Name)
+	setProcessGroup(cmd)
+
+	var secretsW *os.File
+	var secretsJSON []byte
+	if len(rt.SecretResources) > 0 {
+		secrets := map[string]string{}
+		for _, n := range rt.SecretResources {
+			if v, ok := env.Secret(n); ok {
+				secrets[n] = v
+			}
+		}
+		b, err := json.Marshal(secrets)
+		if err != nil {
+			return Result{}, fmt.Errorf("encode secrets: %w", err)
+		}
+		r, w, err := os.Pipe()
+		if err != nil {
+			return Result{}, fmt.Errorf("secrets pipe: %w", err)
+		}
+		defer r.Close()
+		defer w.Close()
+		cmd.ExtraFiles = []*os.File{r}
+		cmd.Env = append(cmd.Env, "CHOIR_SECRETS_FD=3")
+		secretsW, secretsJSON = w, b
+	}
+
+	if err := cmd.Start(); err != nil {
+		return errorResult("start %s: %v", e.spec.LLM.Name, errText(err)), nil
+	}
+	done := make(chan struct{})
+	if secretsW != nil {
+		_ = cmd.ExtraFiles[0].Close() // the child has its copy
+		go func() {
+			defer close(done)
+			_, _ = secretsW.Write(secretsJSON)
+			_ = secretsW.Close()
+		}()
+	} else {
+		close(done)
+	}
+	werr := cmd.Wait()
+	if secretsW != nil {
+		// A tool that never read its secrets must not block the writer.
+		_ = secretsW.SetWriteDeadline(time.Now())
+	}
+	<-done
+	if ctx.Err() != nil {
+		return Result{}, ctx.Err()
+	}
+	code, sig := exitStatus(cmd.ProcessState)
+	if werr != nil || code != 0 {
+		how := fmt.Sprintf("exited with code %d", code)
+		if sig != "" {
+			how = "killed by " + sig
+		}
+		msg := strings.TrimSpace(stderr.text())
+		if msg == "" {
+			return errorResult("%s %s", e.spec.LLM.Name, how), nil
+		}
+		return errorResult("%s %s: %s", e.spec.LLM.Name, how, tailUTF8(msg, 1024)), nil
+	}
+	if stdout.overflow {
+		return errorResult("%s wrote more than %d bytes on stdout", e.spec.LLM.Name, stdout.limit), nil
+	}
+	var out struct {
+		Status  Status          `json:"status"`
+		Summary string          `json:"summary"`
+		Output  json.RawMessage `json:"output,omitempty"`
+	}
+	if err := strictjson.Decode(stdout.buf, &out, strictjson.Limits{MaxBytes: stdout.limit}); err != nil {
+		return errorResult("%s wrote an invalid result on stdout (want {\"status\", \"summary\", \"output\"}): %s", e.spec.LLM.Name, strings.ReplaceAll(err.Error(), "\n", "; ")), nil
+	}
+	if out.Status != StatusSuccess && out.Status != StatusError {
+		return errorResult("%s wrote status %q, want success or error", e.spec.LLM.Name, out.Status), nil
+	}
+	if strings.TrimSpace(out.Summary) == "" {
+		return errorResult("%s wrote no summary", e.spec.LLM.Name), nil
+	}
+	if string(out.Output) == "null" {
+		out.Output = nil
+	}
+	return Result{Status: out.Status, Summary: out.Summary, Output: out.Output}, nil
+}

@@ -1,0 +1,249 @@
+package tool_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/choirhq/choir/agent/tool"
+)
+
+func TestExternalTool(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	// echo: returns its stdin as output and its working directory.
+	addTool(t, dir, "echo", manifest("x.echo", ""),
+		`in=$(cat); printf '{"status":"success","summary":"echoed from %s","output":%s}' "$(pwd)" "$in"`)
+	addTool(t, dir, "secrets", manifest("x.secrets", `"secret_resources": ["tok", "absent"]`),
+		`fd=$CHOIR_SECRETS_FD; s=$(cat <&3); printf '{"status":"success","summary":"fd %s","output":%s}' "$fd" "$s"`)
+	addTool(t, dir, "nosecrets", manifest("x.nosecrets", ""),
+		`if [ -e /proc/self/fd/3 ]; then has=yes; else has=no; fi; printf '{"status":"success","summary":"%s %s"}' "$has" "$CHOIR_SECRETS_FD"`)
+	addTool(t, dir, "env", manifest("x.env", ""),
+		`printf '{"status":"success","summary":"env","output":"%s"}' "$(env | cut -d= -f1 | sort | tr '\n' ' ')"`)
+	addTool(t, dir, "sleep", manifest("x.sleep", ""),
+		`sleep 30 & sleep 30; echo '{"status":"success","summary":"woke"}'`)
+	addTool(t, dir, "fail", manifest("x.fail", ""), `echo 'something broke' >&2; exit 3`)
+	addTool(t, dir, "garbage", manifest("x.garbage", ""), `echo 'not json'`)
+	addTool(t, dir, "badstatus", manifest("x.badstatus", ""), `echo '{"status":"ok","summary":"s"}'`)
+	addTool(t, dir, "extra", manifest("x.extra", ""), `echo '{"status":"success","summary":"s","artifact_ref":"/etc/passwd"}'`)
+	addTool(t, dir, "flood", manifest("x.flood", ""), `head -c 3000000 /dev/zero | tr '\0' 'a'`)
+	addTool(t, dir, "big", manifest("x.big", ""),
+		`printf '{"status":"success","summary":"big","output":"'; i=0; while [ $i -lt 2000 ]; do printf 'line %d of the big output\\n' $i; i=$((i+1)); done; printf '"}'`)
+	addTool(t, dir, "errout", manifest("x.errout", ""), `echo '{"status":"error","summary":"no such thing","output":{"code":7}}'`)
+	// Give x.sleep a short timeout.
+	writeFile(t, filepath.Join(dir, "sleep.json"), strings.Replace(manifest("x.sleep", ""), `"timeout_ms": 5000`, `"timeout_ms": 300`, 1), 0o644)
+
+	b := setup(t, tool.Config{GlobalDir: dir})
+	b.env.SecretFunc = func(name string) (string, bool) {
+		switch name {
+		case "tok":
+			return "s3cr3t", true
+		case "other":
+			return "not-yours", true
+		}
+		return "", false
+	}
+
+	t.Run("InputOnStdinResultOnStdout", func(t *testing.T) {
+		t.Parallel()
+		r := b.mustCall(t, "x.echo", `{"path": "a", "n": 2}`)
+		if r.Status != tool.StatusSuccess || string(r.Output) != `{"path": "a", "n": 2}` {
+			t.Errorf("got %+v", r)
+		}
+		if real, _ := filepath.EvalSymlinks(b.ws); !strings.HasSuffix(r.Summary, real) && !strings.HasSuffix(r.Summary, b.ws) {
+			t.Errorf("ran in %q, want the workspace %s", r.Summary, b.ws)
+		}
+	})
+
+	t.Run("OnlyDeclaredSecretsOnFD3", func(t *testing.T) {
+		t.Parallel()
+		r := b.mustCall(t, "x.secrets", `{}`)
+		if r.Summary != "fd 3" || string(r.Output) != `{"tok":"s3cr3t"}` {
+			t.Errorf("got %+v", r)
+		}
+		r = b.mustCall(t, "x.nosecrets", `{}`)
+		if r.Summary != "no " {
+			t.Errorf("a tool without secret_resources got fd 3: %+v", r)
+		}
+	})
+
+	t.Run("MinimalEnvironment", func(t *testing.T) {
+		t.Parallel()
+		r := b.mustCall(t, "x.env", `{}`)
+		var keys string
+		if err := json.Unmarshal(r.Output, &keys); err != nil {
+			t.Fatal(err)
+		}
+		allowed := map[string]bool{"PATH": true, "HOME": true, "LANG": true, "LC_ALL": true, "TZ": true, "USER": true,
+			"SSH_AUTH_SOCK": true, "CHOIR_WORKSPACE": true, "CHOIR_TOOL": true, "PWD": true, "SHLVL": true, "_": true, "OLDPWD": true}
+		for _, k := range strings.Fields(keys) {
+			if !allowed[k] {
+				t.Errorf("environment has %s", k)
+			}
+		}
+	})
+
+	t.Run("TimeoutKillsProcessGroup", func(t *testing.T) {
+		t.Parallel()
+		start := time.Now()
+		r := b.mustCall(t, "x.sleep", `{}`)
+		if r.Status != tool.StatusError || !strings.Contains(r.Summary, "timed out after 300ms") {
+			t.Errorf("got %+v", r)
+		}
+		if d := time.Since(start); d > 2*time.Second {
+			t.Errorf("took %v: the background child kept the call alive", d)
+		}
+	})
+
+	t.Run("NonZeroExitReportsStderr", func(t *testing.T) {
+		t.Parallel()
+		r := b.mustCall(t, "x.fail", `{}`)
+		if r.Status != tool.StatusError || !strings.Contains(r.Summary, "exited with code 3: something broke") {
+			t.Errorf("got %+v", r)
+		}
+	})
+
+	t.Run("ToolErrorPassesThrough", func(t *testing.T) {
+		t.Parallel()
+		r := b.mustCall(t, "x.errout", `{}`)
+		if r.Status != tool.StatusError || r.Summary != "no such thing" || string(r.Output) != `{"code":7}` {
+			t.Errorf("got %+v", r)
+		}
+	})
+
+	t.Run("InvalidResultsRefused", func(t *testing.T) {
+		t.Parallel()
+		for name, want := range map[string]string{
+			"x.garbage":   "invalid result on stdout",
+			"x.badstatus": `status "ok"`,
+			"x.extra":     "artifact_ref: unknown field",
+			"x.flood":     "more than 1048576 bytes on stdout",
+		} {
+			r := b.mustCall(t, name, `{}`)
+			if r.Status != tool.StatusError || !strings.Contains(r.Summary, want) {
+				t.Errorf("%s: got %+v, want an error with %q", name, r, want)
+			}
+		}
+	})
+
+	t.Run("LargeOutputSpillsToArtifact", func(t *testing.T) {
+		t.Parallel()
+		env := b.env
+		env.Limits.ResultBytes = 4096
+		d, _ := b.reg.Lookup("x.big")
+		r, err := d.Execute(context.Background(), env, json.RawMessage(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !r.Truncated || !strings.HasPrefix(r.ArtifactRef, ".choirtmp/artifacts/") || len(r.Output) > 4096 {
+			t.Fatalf("got truncated=%v ref=%q output %d bytes", r.Truncated, r.ArtifactRef, len(r.Output))
+		}
+		var preview string
+		if err := json.Unmarshal(r.Output, &preview); err != nil || !strings.HasPrefix(preview, "line 0 of the big output\n") {
+			t.Errorf("preview %.80q: %v", preview, err)
+		}
+		full := readFile(t, filepath.Join(b.ws, r.ArtifactRef))
+		if !strings.HasSuffix(full, "line 1999 of the big output\n") || strings.Count(full, "\n") != 2000 {
+			t.Errorf("artifact has %d lines", strings.Count(full, "\n"))
+		}
+		// The model reads the rest with choir.fs.read.
+		rr := b.mustCall(t, tool.NameFSRead, `{"path": "`+r.ArtifactRef+`", "tail": 2}`)
+		out := output[struct {
+			Content    string `json:"content"`
+			TotalLines int    `json:"total_lines"`
+		}](t, rr)
+		if out.Content != "line 1998 of the big output\nline 1999 of the big output\n" || out.TotalLines != 2000 {
+			t.Errorf("read artifact: %+v", out)
+		}
+		// Content-addressed: the same output gives the same artifact.
+		r2, _ := d.Execute(context.Background(), env, json.RawMessage(`{}`))
+		if r2.ArtifactRef != r.ArtifactRef {
+			t.Errorf("second run stored %s, want %s", r2.ArtifactRef, r.ArtifactRef)
+		}
+	})
+
+	t.Run("InvalidInputNeverRuns", func(t *testing.T) {
+		t.Parallel()
+		d, _ := b.reg.Lookup("x.echo")
+		_, err := d.Execute(context.Background(), b.env, json.RawMessage(`{"zzz": 1}`))
+		var ie *tool.InputError
+		if !errors.As(err, &ie) {
+			t.Errorf("got %v, want *InputError", err)
+		}
+	})
+
+	t.Run("CancelledCallerGetsContextError", func(t *testing.T) {
+		t.Parallel()
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() { time.Sleep(100 * time.Millisecond); cancel() }()
+		d, _ := b.reg.Lookup("x.sleep")
+		_, err := d.Execute(ctx, b.env, json.RawMessage(`{}`))
+		if !errors.Is(err, context.Canceled) {
+			t.Errorf("got %v, want context.Canceled", err)
+		}
+	})
+}
+
+func TestNotExecutedTools(t *testing.T) {
+	t.Parallel()
+	b := setup(t, tool.Config{Tools: []tool.Tool{panicTool{}}})
+
+	t.Run("HostMetaAndRuntimeToolsAreNotExecuted", func(t *testing.T) {
+		t.Parallel()
+		for _, name := range []string{tool.NameMemoryQuery, tool.NameMemoryUpsert, tool.NameMemoryCompact, tool.NameProposeTool} {
+			d, _ := b.reg.Lookup(name)
+			_, err := d.Execute(context.Background(), b.env, json.RawMessage(`{}`))
+			if !errors.Is(err, tool.ErrNotExecutable) {
+				t.Errorf("%s: got %v, want ErrNotExecutable", name, err)
+			}
+		}
+	})
+
+	t.Run("HostResultIsShaped", func(t *testing.T) {
+		t.Parallel()
+		d, _ := b.reg.Lookup(tool.NameMemoryQuery)
+		env := b.env
+		env.Limits.ResultBytes = 2048
+		big, _ := json.Marshal(map[string]string{"hits": strings.Repeat("memory ", 1000)})
+		r := d.Shape(env, tool.Result{Status: "weird", Summary: "s", Output: big})
+		if r.Status != tool.StatusError || !r.Truncated || r.ArtifactRef == "" || len(r.Output) > 2048 {
+			t.Errorf("got status %s truncated %v ref %q len %d", r.Status, r.Truncated, r.ArtifactRef, len(r.Output))
+		}
+		if got := readFile(t, filepath.Join(b.ws, r.ArtifactRef)); !strings.Contains(got, "\n  \"hits\": ") {
+			t.Errorf("artifact is not indented JSON: %.60q", got)
+		}
+	})
+
+	t.Run("PanicIsAnError", func(t *testing.T) {
+		t.Parallel()
+		d, _ := b.reg.Lookup("test.panic")
+		_, err := d.Execute(context.Background(), b.env, json.RawMessage(`{}`))
+		if !errors.Is(err, tool.ErrToolPanic) {
+			t.Errorf("got %v", err)
+		}
+	})
+
+	t.Run("UnknownTool", func(t *testing.T) {
+		t.Parallel()
+		if _, err := b.reg.Get("no.such"); !errors.Is(err, tool.ErrUnknownTool) {
+			t.Errorf("got %v", err)
+		}
+	})
+
+	t.Run("NoArtifactWithoutWorkspace", func(t *testing.T) {
+		t.Parallel()
+		d, _ := b.reg.Lookup(tool.NameMemoryQuery)
+		r := d.Shape(tool.Env{}, tool.Result{Status: tool.StatusSuccess, Summary: "s", Output: json.RawMessage(`"` + strings.Repeat("x", 40000) + `"`)})
+		if !r.Truncated || r.ArtifactRef != "" || len(r.Output) > tool.DefaultResultBytes {
+			t.Errorf("got %+v", r.ArtifactRef)
+		}
+		if _, err := os.Stat(".choirtmp"); err == nil {
+			t.Error("wrote an artifact into the test's directory")
+		}
+	})
+}

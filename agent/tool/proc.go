@@ -1,0 +1,136 @@
+package tool
+
+import (
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"time"
+)
+
+// waitDelay is how long a killed process group gets to close its pipes
+// before Wait gives up on them (a grandchild that ignored the kill, or one
+// that escaped the group, must not hang the call).
+const waitDelay = 2 * time.Second
+
+// passEnv are the variables of the agent's environment that commands and
+// external tools inherit. Secrets are never in the environment (spec
+// 14.1), but the agent's environment is still not theirs to see whole.
+var passEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "SSH_AUTH_SOCK"}
+
+// childEnv builds a child's environment from the pass list and extras.
+func childEnv(ws string, extra ...string) []string {
+	env := make([]string, 0, len(passEnv)+2+len(extra))
+	for _, k := range passEnv {
+		if v, ok := os.LookupEnv(k); ok {
+			env = append(env, k+"="+v)
+		}
+	}
+	if _, ok := os.LookupEnv("PATH"); !ok {
+		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
+	}
+	env = append(env, "CHOIR_WORKSPACE="+ws)
+	return append(env, extra...)
+}
+
+// setProcessGroup makes cmd the leader of a new process group and makes
+// cancellation kill the whole group, so a command's children die with it.
+func setProcessGroup(cmd *exec.Cmd) {
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		if cmd.Process == nil {
+			return nil
+		}
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = waitDelay
+}
+
+// exitStatus describes how a finished command ended: its exit code, or -1
+// and the signal that killed it.
+func exitStatus(ps *os.ProcessState) (code int, signal string) {
+	if ps == nil {
+		return -1, ""
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return -1, ws.Signal().String()
+	}
+	return ps.ExitCode(), ""
+}
+
+// headTail keeps the first and last bytes written to it, up to a total of
+// limit, and counts everything.
+type headTail struct {
+	limit int
+	head  []byte
+	tail  []byte // ring buffer once full
+	start int    // index of the oldest byte in tail when full
+	total int64
+}
+
+func newHeadTail(limit int) *headTail { return &headTail{limit: limit} }
+
+func (h *headTail) Write(p []byte) (int, error) {
+	n := len(p)
+	h.total += int64(n)
+	headMax := h.limit / 2
+	if len(h.head) < headMax {
+		k := min(headMax-len(h.head), len(p))
+		h.head = append(h.head, p[:k]...)
+		p = p[k:]
+	}
+	tailMax := h.limit - headMax
+	for len(p) > 0 {
+		if len(h.tail) < tailMax {
+			k := min(tailMax-len(h.tail), len(p))
+			h.tail = append(h.tail, p[:k]...)
+			p = p[k:]
+			continue
+		}
+		if len(p) >= tailMax {
+			copy(h.tail, p[len(p)-tailMax:])
+			h.start = 0
+			break
+		}
+		k := copy(h.tail[h.start:], p)
+		p = p[k:]
+		h.start = (h.start + k) % tailMax
+		if len(p) > 0 {
+			k = copy(h.tail, p)
+			p = p[k:]
+			h.start = k
+		}
+	}
+	return n, nil
+}
+
+// kept returns the bytes kept, and how many were dropped in the middle.
+func (h *headTail) kept() (head, tail []byte, dropped int64) {
+	tail = append(append([]byte(nil), h.tail[h.start:]...), h.tail[:h.start]...)
+	return h.head, tail, h.total - int64(len(h.head)) - int64(len(tail))
+}
+
+// text renders the kept output, marking a gap.
+func (h *headTail) text() string {
+	head, tail, dropped := h.kept()
+	if dropped == 0 {
+		return string(head) + string(tail)
+	}
+	return string(head) + "\n[... " + strconv.FormatInt(dropped, 10) + " bytes not kept ...]\n" + string(tail)
+}
+
+// capped keeps up to limit bytes and notes an overflow.
+type capped struct {
+	limit    int
+	buf      []byte
+	overflow bool
+}
+
+func (c *capped) Write(p []byte) (int, error) {
+	room := c.limit - len(c.buf)
+	if len(p) > room {
+		c.overflow = true
+	}
+	c.buf = append(c.buf, p[:min(room, len(p))]...)
+	return len(p), nil
+}

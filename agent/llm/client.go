@@ -1,0 +1,395 @@
+package llm
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/openai/openai-go/v3"
+	"github.com/openai/openai-go/v3/option"
+	"github.com/openai/openai-go/v3/shared"
+)
+
+// maxResponseBytes bounds the body read from a provider; a chat completion
+// is a few kilobytes, so anything near this is not one.
+const maxResponseBytes = 16 << 20
+
+// maxErrorMessage bounds the provider text kept in a [*ProviderError].
+const maxErrorMessage = 512
+
+// Client calls OpenAI-compatible chat completions endpoints. The zero value
+// is ready to use; a Client is safe for concurrent use. The model, endpoint
+// and key come with each [Request], so a reloaded config applies to the
+// next call.
+//
+// Requests go through openai-go with its retries switched off (the rate-limit
+// retry of spec 7.7 is [RateLimitPolicy]'s job, and nothing else is retried)
+// and without its OPENAI_* environment defaults: only what the request names
+// is sent. The response body is decoded here, strictly, because the
+// library's decoder accepts wrongly typed fields as zero values.
+type Client struct {
+	// HTTPClient sends the requests; nil uses a package-wide client without
+	// a timeout (bound each call with its context: a non-streamed answer from
+	// a reasoning model can take minutes before the first byte).
+	HTTPClient *http.Client
+}
+
+var defaultHTTPClient = &http.Client{}
+
+func (c *Client) httpClient() *http.Client {
+	if c.HTTPClient != nil {
+		return c.HTTPClient
+	}
+	return defaultHTTPClient
+}
+
+// Complete makes one chat completion call. It does not retry. Errors are
+// a [*RateLimitError], a [*ProviderError], [ErrMalformedResponse],
+// [ErrContentFiltered], [ErrInvalidRequest], the context's error, or a
+// transport error, each wrapped with the model's name.
+func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
+	label := req.Model.Name
+	if label == "" {
+		label = req.Model.Model
+	}
+	params, tools, err := buildParams(req)
+	if err != nil {
+		return nil, fmt.Errorf("call model %s: %w", label, err)
+	}
+
+	// The body is taken as an *http.Response so that it is read and decoded
+	// here, and so that the status and headers of an error response are
+	// available whatever its body holds.
+	var httpRes *http.Response
+	opts := []option.RequestOption{
+		option.WithBaseURL(req.Model.Endpoint),
+		option.WithHTTPClient(c.httpClient()),
+		option.WithMaxRetries(0),
+		option.WithResponseBodyInto(&httpRes),
+	}
+	if req.Model.APIKey != "" {
+		opts = append(opts, option.WithAPIKey(req.Model.APIKey))
+	}
+	// NewChatCompletionService, unlike openai.NewClient, reads no OPENAI_*
+	// environment variables: no ambient key or base URL can leak in.
+	svc := openai.NewChatCompletionService(opts...)
+
+	start := time.Now()
+	_, err = svc.New(ctx, params)
+	if httpRes != nil && httpRes.Body != nil {
+		defer httpRes.Body.Close()
+	}
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return nil, fmt.Errorf("call model %s: %w", label, ctxErr)
+	}
+	if httpRes == nil {
+		if err == nil {
+			err = errors.New("no response")
+		}
+		return nil, fmt.Errorf("call model %s: %w", label, err)
+	}
+	if httpRes.StatusCode < 200 || httpRes.StatusCode > 299 {
+		return nil, fmt.Errorf("call model %s: %w", label, statusError(httpRes, time.Now()))
+	}
+
+	body, err := io.ReadAll(io.LimitReader(httpRes.Body, maxResponseBytes+1))
+	if err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			return nil, fmt.Errorf("call model %s: %w", label, ctxErr)
+		}
+		return nil, fmt.Errorf("call model %s: read response: %w", label, err)
+	}
+	latency := time.Since(start)
+	if len(body) > maxResponseBytes {
+		return nil, fmt.Errorf("call model %s: %w: body larger than %d bytes", label, ErrMalformedResponse, maxResponseBytes)
+	}
+	res, err := decodeResponse(body, tools)
+	if err != nil {
+		return nil, fmt.Errorf("call model %s: %w", label, err)
+	}
+	res.Latency = latency
+	return res, nil
+}
+
+// buildParams turns a Request into the library's parameters and returns the
+// wire-to-canonical map of the tools offered.
+func buildParams(req Request) (openai.ChatCompletionNewParams, map[string]string, error) {
+	var p openai.ChatCompletionNewParams
+	m := req.Model
+	if m.Model == "" {
+		return p, nil, fmt.Errorf("%w: no model ID", ErrInvalidRequest)
+	}
+	if m.Endpoint == "" {
+		return p, nil, fmt.Errorf("%w: no endpoint", ErrInvalidRequest)
+	}
+	if len(req.Messages) == 0 {
+		return p, nil, fmt.Errorf("%w: no messages", ErrInvalidRequest)
+	}
+	p.Model = shared.ChatModel(m.Model)
+	if m.Temperature != nil {
+		p.Temperature = openai.Float(*m.Temperature)
+	}
+	if m.ReasoningEffort != nil && *m.ReasoningEffort != "" {
+		p.ReasoningEffort = shared.ReasoningEffort(*m.ReasoningEffort)
+	}
+	if req.MaxTokens > 0 {
+		p.MaxTokens = openai.Int(req.MaxTokens)
+	}
+
+	tools := make(map[string]string, len(req.Tools))
+	for _, t := range req.Tools {
+		wire, err := SanitizeToolName(t.Name)
+		if err != nil {
+			return p, nil, fmt.Errorf("%w: tool: %w", ErrInvalidRequest, err)
+		}
+		if _, dup := tools[wire]; dup {
+			return p, nil, fmt.Errorf("%w: tool %s offered twice", ErrInvalidRequest, t.Name)
+		}
+		tools[wire] = t.Name
+		params, err := schemaParams(t.Parameters)
+		if err != nil {
+			return p, nil, fmt.Errorf("%w: tool %s: %w", ErrInvalidRequest, t.Name, err)
+		}
+		def := shared.FunctionDefinitionParam{Name: wire, Parameters: params}
+		if t.Description != "" {
+			def.Description = openai.String(t.Description)
+		}
+		p.Tools = append(p.Tools, openai.ChatCompletionFunctionTool(def))
+	}
+
+	for i, msg := range req.Messages {
+		u, err := messageParam(msg)
+		if err != nil {
+			return p, nil, fmt.Errorf("%w: message %d: %w", ErrInvalidRequest, i, err)
+		}
+		p.Messages = append(p.Messages, u)
+	}
+	return p, tools, nil
+}
+
+// schemaParams passes a tool's JSON Schema through byte for byte below the
+// top level: the values stay json.RawMessage.
+func schemaParams(raw json.RawMessage) (shared.FunctionParameters, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		// Some compatible servers reject a function without parameters.
+		return shared.FunctionParameters{"type": "object", "properties": map[string]any{}}, nil
+	}
+	var top map[string]json.RawMessage
+	if err := json.Unmarshal(raw, &top); err != nil || top == nil {
+		return nil, errors.New("parameters are not a JSON object")
+	}
+	params := make(shared.FunctionParameters, len(top))
+	for k, v := range top {
+		params[k] = v
+	}
+	return params, nil
+}
+
+func messageParam(msg Message) (openai.ChatCompletionMessageParamUnion, error) {
+	var u openai.ChatCompletionMessageParamUnion
+	if msg.Role != RoleAssistant && len(msg.ToolCalls) > 0 {
+		return u, fmt.Errorf("%s message with tool calls", msg.Role)
+	}
+	if msg.Role != RoleTool && msg.ToolCallID != "" {
+		return u, fmt.Errorf("%s message with a tool call ID", msg.Role)
+	}
+	switch msg.Role {
+	case RoleSystem:
+		return openai.SystemMessage(msg.Content), nil
+	case RoleUser:
+		return openai.UserMessage(msg.Content), nil
+	case RoleTool:
+		if msg.ToolCallID == "" {
+			return u, errors.New("tool result without a tool call ID")
+		}
+		return openai.ToolMessage(msg.Content, msg.ToolCallID), nil
+	case RoleAssistant:
+		var a openai.ChatCompletionAssistantMessageParam
+		if msg.Content != "" || len(msg.ToolCalls) == 0 {
+			a.Content.OfString = openai.String(msg.Content)
+		}
+		for j, call := range msg.ToolCalls {
+			if call.ID == "" {
+				return u, fmt.Errorf("tool call %d without an ID", j)
+			}
+			// Past calls are sanitised by the pure mapping, not looked up
+			// among this request's tools: a tool offered earlier may no
+			// longer be offered, and its call still has to be replayed.
+			wire, err := SanitizeToolName(call.Name)
+			if err != nil {
+				return u, fmt.Errorf("tool call %d: %w", j, err)
+			}
+			args := string(call.Arguments)
+			if strings.TrimSpace(args) == "" {
+				args = "{}"
+			} else if !json.Valid(call.Arguments) {
+				return u, fmt.Errorf("tool call %d: arguments are not valid JSON", j)
+			}
+			a.ToolCalls = append(a.ToolCalls, openai.ChatCompletionMessageToolCallUnionParam{
+				OfFunction: &openai.ChatCompletionMessageFunctionToolCallParam{
+					ID:       call.ID,
+					Function: openai.ChatCompletionMessageFunctionToolCallFunctionParam{Name: wire, Arguments: args},
+				},
+			})
+		}
+		return openai.ChatCompletionMessageParamUnion{OfAssistant: &a}, nil
+	default:
+		return u, fmt.Errorf("unknown role %q", msg.Role)
+	}
+}
+
+// The response as OpenAI-compatible servers send it. Pointers tell an absent
+// or null field from an empty one; wrongly typed fields fail the decode.
+type (
+	wireCompletion struct {
+		Model   string       `json:"model"`
+		Choices []wireChoice `json:"choices"`
+		Usage   *wireUsage   `json:"usage"`
+		Error   *wireError   `json:"error"`
+	}
+	wireChoice struct {
+		Message      *wireMessage `json:"message"`
+		FinishReason *string      `json:"finish_reason"`
+	}
+	wireMessage struct {
+		Content   *string        `json:"content"`
+		Refusal   *string        `json:"refusal"`
+		ToolCalls []wireToolCall `json:"tool_calls"`
+	}
+	wireToolCall struct {
+		ID       string        `json:"id"`
+		Type     string        `json:"type"`
+		Function *wireFunction `json:"function"`
+	}
+	wireFunction struct {
+		Name      string  `json:"name"`
+		Arguments *string `json:"arguments"`
+	}
+	wireUsage struct {
+		PromptTokens     int64 `json:"prompt_tokens"`
+		CompletionTokens int64 `json:"completion_tokens"`
+	}
+	wireError struct {
+		Message string          `json:"message"`
+		Code    json.RawMessage `json:"code"`
+	}
+	wireErrorBody struct {
+		Error *wireError `json:"error"`
+	}
+)
+
+func decodeResponse(body []byte, tools map[string]string) (*Response, error) {
+	malformed := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrMalformedResponse, fmt.Sprintf(format, args...))
+	}
+	var w wireCompletion
+	if err := json.Unmarshal(body, &w); err != nil {
+		return nil, malformed("decode: %v", err)
+	}
+	// Some routing providers answer 200 with an error object instead of a
+	// completion.
+	if w.Error != nil && len(w.Choices) == 0 {
+		status := http.StatusOK
+		if code, err := strconv.Atoi(strings.Trim(string(w.Error.Code), `"`)); err == nil && code >= 400 && code <= 599 {
+			status = code
+		}
+		if status == http.StatusTooManyRequests {
+			return nil, &RateLimitError{Message: truncate(w.Error.Message)}
+		}
+		return nil, &ProviderError{Status: status, Message: truncate(w.Error.Message)}
+	}
+	if len(w.Choices) == 0 {
+		return nil, malformed("no choices")
+	}
+	choice := w.Choices[0]
+	if choice.Message == nil {
+		return nil, malformed("choice without a message")
+	}
+	res := &Response{Model: w.Model}
+	if choice.FinishReason != nil {
+		res.FinishReason = *choice.FinishReason
+	}
+	if w.Usage != nil {
+		res.Usage = Usage{PromptTokens: w.Usage.PromptTokens, CompletionTokens: w.Usage.CompletionTokens}
+	}
+	msg := choice.Message
+	if msg.Content != nil {
+		res.Content = *msg.Content
+	}
+	if msg.Refusal != nil {
+		res.Refusal = *msg.Refusal
+	}
+	seen := make(map[string]bool, len(msg.ToolCalls))
+	for i, tc := range msg.ToolCalls {
+		if tc.Type != "" && tc.Type != "function" {
+			return nil, malformed("tool call %d has type %q", i, tc.Type)
+		}
+		if tc.ID == "" {
+			return nil, malformed("tool call %d has no ID", i)
+		}
+		if seen[tc.ID] {
+			return nil, malformed("tool call ID %q repeated", tc.ID)
+		}
+		seen[tc.ID] = true
+		if tc.Function == nil || tc.Function.Name == "" {
+			return nil, malformed("tool call %d names no function", i)
+		}
+		name, ok := tools[tc.Function.Name]
+		if !ok {
+			return nil, malformed("tool call %d names %q, which was not offered", i, truncate(tc.Function.Name))
+		}
+		args := json.RawMessage("{}")
+		if tc.Function.Arguments != nil && strings.TrimSpace(*tc.Function.Arguments) != "" {
+			if !json.Valid([]byte(*tc.Function.Arguments)) {
+				return nil, malformed("tool call %d (%s) has arguments that are not valid JSON", i, name)
+			}
+			args = json.RawMessage(*tc.Function.Arguments)
+		}
+		res.ToolCalls = append(res.ToolCalls, ToolCall{ID: tc.ID, Name: name, Arguments: args})
+	}
+	if len(res.ToolCalls) == 0 && strings.TrimSpace(res.Content) == "" && strings.TrimSpace(res.Refusal) == "" {
+		if res.FinishReason == "content_filter" {
+			return nil, ErrContentFiltered
+		}
+		return nil, malformed("empty message without tool calls (finish_reason %q)", res.FinishReason)
+	}
+	return res, nil
+}
+
+// statusError builds the error for a non-2xx response.
+func statusError(res *http.Response, now time.Time) error {
+	body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+	msg := ""
+	var eb wireErrorBody
+	if json.Unmarshal(body, &eb) == nil && eb.Error != nil {
+		msg = eb.Error.Message
+	} else {
+		msg = strings.TrimSpace(string(body))
+	}
+	msg = truncate(msg)
+	if res.StatusCode == http.StatusTooManyRequests {
+		return &RateLimitError{RetryAfter: parseRetryAfter(res.Header, now), Message: msg}
+	}
+	return &ProviderError{Status: res.StatusCode, Message: msg}
+}
+
+// truncate shortens provider text kept in errors, on a rune boundary.
+func truncate(s string) string {
+	if len(s) <= maxErrorMessage {
+		return s
+	}
+	cut := maxErrorMessage
+	for cut > 0 && !isRuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "..."
+}
+
+func isRuneStart(b byte) bool { return b&0xC0 != 0x80 }

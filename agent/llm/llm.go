@@ -1,0 +1,146 @@
+// Package llm is the agent's client for OpenAI-compatible chat completions
+// with structured tool calling (spec sections 7.7, 8.2 and 21).
+//
+// The package speaks its own types at the boundary ([Request], [Message],
+// [ToolSpec], [Response]) so that callers never import the provider library.
+// Tool names are canonical and dotted inside Choir (choir.fs.read) and are
+// sanitised on the way out and mapped back on the way in (see
+// [SanitizeToolName]); a tool name the model invents is an error, never a
+// guess. Tool calls come only from the structured tool_calls channel, never
+// from text.
+//
+// Failures are typed so that a lane can act on them: [*RateLimitError] for a
+// 429, [*ProviderError] for any other HTTP error, [ErrMalformedResponse] and
+// [ErrContentFiltered] for an unusable answer, and the context's error for a
+// timeout or cancellation. [RateLimitPolicy] implements the single
+// notify-wait-retry of spec 7.7.
+package llm
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/choirhq/choir/config"
+)
+
+// ModelSettings says which model to call and how. It is resolved per call so
+// that a reloaded config takes effect on the next call.
+type ModelSettings struct {
+	// Name is the model's name in config.json, used in errors and logs.
+	Name string
+	// Model is the provider's model ID, sent as "model".
+	Model string
+	// Endpoint is the API base URL, the part before /chat/completions
+	// (https://openrouter.ai/api/v1).
+	Endpoint string
+	// Temperature is sent when non-nil and omitted from the request when nil.
+	Temperature *float64
+	// ReasoningEffort is sent as-is when non-nil and non-empty, and omitted
+	// otherwise.
+	ReasoningEffort *string
+	// APIKey is sent as a bearer token when non-empty.
+	APIKey string
+}
+
+// ModelSettingsFromConfig builds the settings of the model named name in
+// config.json; apiKey is the value of its secret, empty when it has none.
+func ModelSettingsFromConfig(name string, m config.Model, apiKey string) ModelSettings {
+	return ModelSettings{
+		Name:            name,
+		Model:           m.Model,
+		Endpoint:        m.Endpoint,
+		Temperature:     m.Temperature,
+		ReasoningEffort: m.ReasoningEffort,
+		APIKey:          apiKey,
+	}
+}
+
+// Role is the author of a [Message].
+type Role string
+
+// The roles of chat completions.
+const (
+	RoleSystem    Role = "system"
+	RoleUser      Role = "user"
+	RoleAssistant Role = "assistant"
+	RoleTool      Role = "tool"
+)
+
+// Message is one entry of the conversation sent to the model.
+type Message struct {
+	Role Role
+	// Content is the text. An assistant message that only calls tools may
+	// leave it empty.
+	Content string
+	// ToolCalls are the calls an assistant message made, with canonical
+	// names, replayed so that the tool results that follow make sense.
+	ToolCalls []ToolCall
+	// ToolCallID is required for RoleTool: the ID of the call answered.
+	ToolCallID string
+}
+
+// SystemMessage returns a system message.
+func SystemMessage(content string) Message { return Message{Role: RoleSystem, Content: content} }
+
+// UserMessage returns a user message.
+func UserMessage(content string) Message { return Message{Role: RoleUser, Content: content} }
+
+// AssistantMessage returns an assistant message with optional tool calls.
+func AssistantMessage(content string, calls ...ToolCall) Message {
+	return Message{Role: RoleAssistant, Content: content, ToolCalls: calls}
+}
+
+// ToolResultMessage returns the result of the tool call with ID callID.
+func ToolResultMessage(callID, content string) Message {
+	return Message{Role: RoleTool, Content: content, ToolCallID: callID}
+}
+
+// ToolSpec is the LLM view of a tool (spec 8.3): only this reaches a model.
+type ToolSpec struct {
+	// Name is canonical (choir.fs.read).
+	Name        string
+	Description string
+	// Parameters is a JSON Schema object; empty means no parameters.
+	Parameters json.RawMessage
+}
+
+// ToolCall is a structured tool call made by the model.
+type ToolCall struct {
+	ID string
+	// Name is canonical: one of the request's tool names.
+	Name string
+	// Arguments is valid JSON as the model sent it.
+	Arguments json.RawMessage
+}
+
+// Request is one chat completion call.
+type Request struct {
+	Model    ModelSettings
+	Messages []Message
+	Tools    []ToolSpec
+	// MaxTokens bounds the completion, sent as max_tokens; zero omits it.
+	MaxTokens int64
+}
+
+// Usage is the token count the provider reported; zero when it reported
+// none.
+type Usage struct {
+	PromptTokens     int64
+	CompletionTokens int64
+}
+
+// Response is a successful chat completion: text, tool calls or both.
+type Response struct {
+	Content string
+	// Refusal is the model's refusal message, when it refused.
+	Refusal   string
+	ToolCalls []ToolCall
+	// FinishReason is as the provider sent it: stop, tool_calls, length, ...
+	FinishReason string
+	Usage        Usage
+	// Latency is the wall time of the HTTP call, body included.
+	Latency time.Duration
+	// Model is the model that answered, as the provider reported it (a
+	// routing provider may name a more specific model than was asked for).
+	Model string
+}

@@ -547,6 +547,41 @@ func conformance(t *testing.T, tr string) {
 		}
 	})
 
+	t.Run("LostResponseIsRetriedAndNotRunTwice", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, tr, setupOpts{})
+		out, err := b.client.ExecuteHostTool(t.Context(), rpc.ExecuteHostToolRequest{ToolName: "test.cut", CallID: "c1", Input: json.RawMessage(`{}`)})
+		if err != nil {
+			t.Fatalf("the client did not retry: %v", err)
+		}
+		if n := b.h.count(rpc.VerbExecuteHostTool); n != 1 || len(out.Output) == 0 {
+			t.Errorf("handler ran %d times, output %s", n, out.Output)
+		}
+		if n := b.ln.accepts.Load(); n != 2 {
+			t.Errorf("%d connections, want 2", n)
+		}
+	})
+
+	t.Run("ShutdownEndsStreams", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, tr, setupOpts{})
+		ctx, cancel := context.WithCancel(t.Context())
+		rdone := make(chan error, 1)
+		go func() { rdone <- b.client.ReceivePushes(ctx, func(rpc.Push) {}) }()
+		waitFor(t, func() bool { return b.srv.StreamAttached(b.sessionID) })
+		t0 := time.Now()
+		if err := b.stopServer(); err != nil {
+			t.Errorf("serve: %v", err)
+		}
+		if d := time.Since(t0); d > time.Second {
+			t.Errorf("shutdown took %s with a stream open", d)
+		}
+		cancel()
+		if err := <-rdone; !errors.Is(err, context.Canceled) {
+			t.Errorf("ReceivePushes: %v", err)
+		}
+	})
+
 	t.Run("ConnectionSurvivesBadRequests", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, tr, setupOpts{limits: rpc.Limits{MaxPayloadBytes: 4096}})

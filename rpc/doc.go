@@ -1,7 +1,46 @@
-// Package rpc holds the wire contracts between Choir's processes and their
-// clients: the agent protocol (the envelope, the eight verbs of spec 12.5,
-// server push, the ControlPlane and ControlPlaneHandler interfaces, and the
-// Unix-socket and HTTP+SSE transports), the committed events the agent
-// replicates by heartbeat, and the admin API that choirctl speaks to choird.
-// Go structs with JSON tags are the schema.
+// Package rpc holds the wire contract between choir-agent and choird, and
+// both of its ends: the envelope, the payloads of the verbs (the eight of
+// spec 12.5 and SEND_OUTBOUND), the messages choird pushes, the committed
+// events the agent replicates by heartbeat, the ControlPlane interface the
+// agent programs against and its Client, and the Server that choird mounts
+// its ControlPlaneHandler on. Go structs with JSON tags are the schema. The
+// admin API that choirctl speaks to choird is in rpc/admin; Unix-socket
+// listening is in rpc/unixsock.
+//
+// # Transports
+//
+// Both transports carry HTTP/1.1 and share every line of protocol code;
+// only the byte stream differs, and it is chosen once, in ClientOptions
+// (--control-plane=uds --socket=... or --control-plane=http
+// --endpoint=https://... --ca-cert=...) and by the listener handed to
+// Server.Serve (ListenUnix or ListenTCP). A call is
+//
+//	POST /rpc/<VERB>
+//	Content-Type: application/json
+//	X-Choir-Request-Id: <request_id>
+//	X-Choir-Session-Id: <session_id>
+//	Authorization: Bearer <lease token>
+//
+//	<payload>
+//
+// answered 200 with the response payload, or with an error status and
+// {"error": "...", "code": "..."}. Pushes flow on GET /events, a
+// text/event-stream whose events carry "id: <epoch>-<seq>", "event: <kind>"
+// and "data: <Push JSON>"; a reconnecting client sends Last-Event-ID and
+// the server resumes after it.
+//
+// # Guarantees
+//
+// Every call and stream needs the session's lease token (256 random bits;
+// choird keeps its SHA-256, see NewLeaseToken). Each session has a
+// request-rate limit and a payload cap (Limits); payloads are decoded
+// strictly (unknown fields, duplicate keys, trailing data, oversize and
+// over-deep documents refused, with the JSON path) and validated. A bad
+// call gets a clear error and leaves the connection usable; a handler panic
+// becomes an internal error.
+//
+// Mutating verbs (all but GET_SECRETS and FETCH_DYNAMIC_CONFIG) are
+// executed at most once per (session, request_id): a replay returns the
+// first outcome, a concurrent duplicate waits for it, and a reuse of the
+// request ID with another payload is a conflict. See ReplayStore.
 package rpc

@@ -73,6 +73,8 @@ type testHandler struct {
 	entered  chan struct{} // test.block: signalled on entry
 	release  chan struct{} // test.block: closed to let it return
 	blockers atomic.Int32
+	cut      func() // test.cut: cuts every connection, the first time
+	cutDone  atomic.Bool
 }
 
 func newTestHandler() *testHandler {
@@ -177,6 +179,11 @@ func (h *testHandler) HandleExecuteHostTool(ctx context.Context, c rpc.Call, req
 		return rpc.ExecuteHostToolResponse{}, fmt.Errorf("memory document 42: %w", rpc.ErrNotFound)
 	case "test.invalid":
 		return rpc.ExecuteHostToolResponse{CallID: req.CallID, Status: "maybe", Output: req.Input}, nil
+	case "test.cut":
+		if h.cutDone.CompareAndSwap(false, true) {
+			h.cut() // The call runs, but its response is lost.
+		}
+		return rpc.ExecuteHostToolResponse{CallID: req.CallID, Status: rpc.ToolSuccess, Output: json.RawMessage(`{"id":"` + uuid.NewString() + `"}`)}, nil
 	case "test.block":
 		h.blockers.Add(1)
 		h.entered <- struct{}{}
@@ -256,6 +263,8 @@ type testBundle struct {
 	// dial opens a raw connection to the server, TLS included.
 	dial func(ctx context.Context) (net.Conn, error)
 	base string // URL base for raw requests
+	// stopServer ends Serve and returns its error; cleanup calls it too.
+	stopServer func() error
 }
 
 type setupOpts struct {
@@ -347,16 +356,24 @@ func setup(t testing.TB, transport string, so setupOpts) *testBundle {
 		t.Fatal(err)
 	}
 	b.ln = &trackingListener{Listener: ln}
+	b.h.cut = b.ln.dropAll
 	sctx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- srv.Serve(sctx, b.ln) }()
-	b.client = b.newClient(t, b.opts)
+	// Registered before any client's, so that it runs after them: the
+	// clients' idle connections are closed before the server shuts down.
+	var once sync.Once
+	var serveErr error
+	b.stopServer = func() error {
+		once.Do(func() { stop(); serveErr = <-done })
+		return serveErr
+	}
 	t.Cleanup(func() {
-		stop()
-		if err := <-done; err != nil {
+		if err := b.stopServer(); err != nil {
 			t.Errorf("serve: %v", err)
 		}
 	})
+	b.client = b.newClient(t, b.opts)
 	return b
 }
 

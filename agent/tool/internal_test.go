@@ -348,3 +348,29 @@ func itoa(i int) string {
 	b, _ := json.Marshal(i)
 	return string(b)
 }
+
+func TestCheckKeys(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		doc  string
+		ok   bool
+		path string
+	}{
+		{`{"a": 1, "b": {"a": 2}}`, true, ""},
+		{`[{"a": 1}, {"a": 2}]`, true, ""},
+		{`{"a": "\"a\": 1, \\", "b": ["a", "a"]}`, true, ""},
+		{`{"a": 1, "a": 2}`, false, "/a"},
+		{`{"a": 1, "\u0061": 2}`, false, "/a"},
+		{`{"x": {"k": 1, "y": [1, {"z": 0, "z": 1}]}}`, false, "/x/y/*/z"},
+		{`{"x": {"k": 1}, "k": 2}`, true, ""},
+		{`"plain"`, true, ""},
+		{strings.Repeat("[", 65) + strings.Repeat("]", 65), false, ""},
+		{strings.Repeat("[", 64) + strings.Repeat("]", 64), true, ""},
+	}
+	for _, tt := range tests {
+		p, ok := checkKeys([]byte(tt.doc))
+		if ok != tt.ok || p.Path != tt.path {
+			t.Errorf("checkKeys(%.40s) = %+v %v, want ok %v path %q", tt.doc, p, ok, tt.ok, tt.path)
+		}
+	}
+}

@@ -107,9 +107,6 @@ func (d *Def) Origin() Origin { return d.origin }
 // File returns the manifest path of an external tool, or "".
 func (d *Def) File() string { return d.file }
 
-// Schema returns the compiled input schema.
-func (d *Def) Schema() *jsonschema.Schema { return d.schema }
-
 // Validate checks input against the tool's schema and returns an
 // [*InputError] listing every problem, or nil.
 func (d *Def) Validate(input json.RawMessage) error {

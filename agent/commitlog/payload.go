@@ -1,0 +1,173 @@
+package commitlog
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/choirhq/choir/rpc"
+)
+
+// Payload is the typed payload of one event type; [Appender.AppendPayload]
+// commits it as an event of that type.
+//
+// The JSON names of the types below are a contract with Postgres: the
+// choir_audit.llm_calls and choir_audit.tool_calls views read them from
+// session_events.payload. Renaming one breaks the audit views.
+type Payload interface {
+	EventType() rpc.EventType
+}
+
+// LLMCall is the payload of llm_call_committed: one model call and what it
+// cost.
+type LLMCall struct {
+	Model            string `json:"model"`
+	Lane             string `json:"lane"`
+	PromptTokens     int64  `json:"prompt_tokens"`
+	CompletionTokens int64  `json:"completion_tokens"`
+	LatencyMS        int64  `json:"latency_ms"`
+}
+
+// EventType returns rpc.EventLLMCallCommitted.
+func (LLMCall) EventType() rpc.EventType { return rpc.EventLLMCallCommitted }
+
+// Validate checks that the model and lane are named and the counts are not
+// negative.
+func (c LLMCall) Validate() error {
+	var errs []error
+	if c.Model == "" {
+		errs = append(errs, errors.New("llm call: empty model"))
+	}
+	if !rpc.ValidLane(c.Lane) {
+		errs = append(errs, fmt.Errorf("llm call: lane %q, want edge, system or core:<job>", c.Lane))
+	}
+	if c.PromptTokens < 0 || c.CompletionTokens < 0 || c.LatencyMS < 0 {
+		errs = append(errs, fmt.Errorf("llm call: negative tokens or latency (%d, %d, %d ms)", c.PromptTokens, c.CompletionTokens, c.LatencyMS))
+	}
+	return errors.Join(errs...)
+}
+
+// ToolRequest is the payload of tool_call_requested: a tool call as the
+// model proposed it, before the arbiter validated it.
+type ToolRequest struct {
+	CallID string          `json:"call_id"`
+	Tool   string          `json:"tool"`
+	Input  json.RawMessage `json:"input"`
+}
+
+// EventType returns rpc.EventToolCallRequested.
+func (ToolRequest) EventType() rpc.EventType { return rpc.EventToolCallRequested }
+
+// Validate checks that the call and tool are named.
+func (r ToolRequest) Validate() error { return validateCall(r.CallID, r.Tool) }
+
+// MarshalJSON writes a missing input as {}.
+func (r ToolRequest) MarshalJSON() ([]byte, error) {
+	type plain ToolRequest
+	if len(r.Input) == 0 {
+		r.Input = json.RawMessage(`{}`)
+	}
+	return json.Marshal(plain(r))
+}
+
+// ToolCall is the payload of tool_call_committed: a validated tool call
+// the arbiter is about to execute, with the canonical lockset it holds for
+// it (lock.Strings of the granted lockset).
+type ToolCall struct {
+	CallID string          `json:"call_id"`
+	Tool   string          `json:"tool"`
+	Input  json.RawMessage `json:"input"`
+	Locks  []string        `json:"locks"`
+}
+
+// EventType returns rpc.EventToolCallCommitted.
+func (ToolCall) EventType() rpc.EventType { return rpc.EventToolCallCommitted }
+
+// Validate checks that the call and tool are named and no lock is empty.
+func (c ToolCall) Validate() error {
+	if err := validateCall(c.CallID, c.Tool); err != nil {
+		return err
+	}
+	for i, l := range c.Locks {
+		if l == "" {
+			return fmt.Errorf("tool call %s: lock %d is empty", c.CallID, i)
+		}
+	}
+	return nil
+}
+
+// MarshalJSON writes a missing input as {} and no locks as [], never null.
+func (c ToolCall) MarshalJSON() ([]byte, error) {
+	type plain ToolCall
+	if len(c.Input) == 0 {
+		c.Input = json.RawMessage(`{}`)
+	}
+	if c.Locks == nil {
+		c.Locks = []string{}
+	}
+	return json.Marshal(plain(c))
+}
+
+// ToolStatus is the outcome of a tool call.
+type ToolStatus string
+
+// The outcomes the audit view reports.
+const (
+	ToolSuccess ToolStatus = "success"
+	ToolError   ToolStatus = "error"
+)
+
+// ToolResult is the payload of tool_result_committed: how a tool call
+// ended, joined to its ToolCall by call_id.
+type ToolResult struct {
+	CallID     string          `json:"call_id"`
+	Tool       string          `json:"tool"`
+	Status     ToolStatus      `json:"status"`
+	DurationMS int64           `json:"duration_ms"`
+	Output     json.RawMessage `json:"output,omitempty"`
+	Error      string          `json:"error,omitempty"`
+}
+
+// EventType returns rpc.EventToolResultCommitted.
+func (ToolResult) EventType() rpc.EventType { return rpc.EventToolResultCommitted }
+
+// Validate checks the names, the status, that an error result says what
+// went wrong and a successful one does not, and the duration.
+func (r ToolResult) Validate() error {
+	if err := validateCall(r.CallID, r.Tool); err != nil {
+		return err
+	}
+	switch {
+	case r.Status != ToolSuccess && r.Status != ToolError:
+		return fmt.Errorf("tool result %s: status %q, want success or error", r.CallID, r.Status)
+	case r.Status == ToolError && r.Error == "":
+		return fmt.Errorf("tool result %s: status error without an error message", r.CallID)
+	case r.Status == ToolSuccess && r.Error != "":
+		return fmt.Errorf("tool result %s: status success with an error message", r.CallID)
+	case r.DurationMS < 0:
+		return fmt.Errorf("tool result %s: negative duration %d ms", r.CallID, r.DurationMS)
+	}
+	return nil
+}
+
+func validateCall(callID, tool string) error {
+	switch {
+	case callID == "":
+		return errors.New("tool call: empty call_id")
+	case tool == "":
+		return fmt.Errorf("tool call %s: empty tool name", callID)
+	}
+	return nil
+}
+
+// Decode decodes e's payload as P, checking that e is of P's event type.
+func Decode[P Payload](e rpc.Event) (P, error) {
+	var p P
+	if e.Type != p.EventType() {
+		return p, fmt.Errorf("decode event rev %d: type %s, want %s", e.Rev, e.Type, p.EventType())
+	}
+	if err := json.Unmarshal(e.Payload, &p); err != nil {
+		return p, fmt.Errorf("decode %s event rev %d: %w", e.Type, e.Rev, err)
+	}
+	return p, nil
+}

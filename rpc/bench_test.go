@@ -150,3 +150,27 @@ func reportLatency(b *testing.B, lat []time.Duration, total time.Duration) {
 	b.ReportMetric(pct(0.99), "p99-µs")
 	b.ReportMetric(float64(len(lat))/total.Seconds(), "req/s")
 }
+
+// BenchmarkHeartbeatDecode isolates the server's cost of reading a 1 KiB
+// heartbeat payload: strict decoding plus validation (hash chain
+// included), against plain encoding/json for reference.
+func BenchmarkHeartbeatDecode(b *testing.B) {
+	data := jsonOf(b, benchHeartbeat(b))
+	b.Run("Strict", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			if _, err := rpc.Decode[rpc.HeartbeatRequest](data, 1<<20, 64); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("EncodingJSONNoValidation", func(b *testing.B) {
+		b.SetBytes(int64(len(data)))
+		for b.Loop() {
+			var v rpc.HeartbeatRequest
+			if err := json.Unmarshal(data, &v); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -263,7 +263,11 @@ func (c *Client) SendOutbound(ctx context.Context, req SendOutboundRequest) (Sen
 // strictly. Error responses come back as *Error, wrapped with the verb.
 func invoke[Resp Payload](ctx context.Context, c *Client, verb Verb, req Payload) (Resp, error) {
 	var zero Resp
-	if err := req.Validate(); err != nil {
+	validate := req.Validate
+	if v, ok := req.(interface{ validateForSend() error }); ok {
+		validate = v.validateForSend
+	}
+	if err := validate(); err != nil {
 		return zero, fmt.Errorf("rpc %s: %w", verb, &Error{Code: CodeBadRequest, Message: "invalid request: " + err.Error()})
 	}
 	body, err := json.Marshal(req)

@@ -660,6 +660,20 @@ func conformance(t *testing.T, tr string) {
 		}
 	})
 
+	t.Run("TamperedEventIsRefusedByTheServer", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, tr, setupOpts{})
+		req := heartbeatReq(t, 0, 2, 50)
+		req.Patches[0].Payload = json.RawMessage(`{"call_id":"forged"}`) // Links intact, hash stale.
+		_, err := b.client.Heartbeat(t.Context(), req)
+		if !errors.Is(err, rpc.ErrBadRequest) || !strings.Contains(err.Error(), "does not match its contents") {
+			t.Errorf("got %v", err)
+		}
+		if n := b.h.total(); n != 0 {
+			t.Errorf("handler ran %d times", n)
+		}
+	})
+
 	t.Run("InvalidRequestIsNeverSent", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, tr, setupOpts{})

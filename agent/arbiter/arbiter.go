@@ -1,0 +1,357 @@
+// Package arbiter is the agent's single writer: lanes send it proposals, and
+// it validates each one (schema, lane and skill allowlists, path
+// constraints), acquires the whole lockset atomically, executes the tool (in
+// process, or on the host through EXECUTE_HOST_TOOL), commits the outcome to
+// the hash-chained log and releases the locks on every exit path.
+//
+// The arbiter serialises commits, not executions: every append goes through
+// its one loop goroutine, but tools holding disjoint locks run at the same
+// time, so a slow host tool never blocks another lane's file read.
+package arbiter
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/choirhq/choir/agent/commitlog"
+	"github.com/choirhq/choir/agent/lock"
+	"github.com/choirhq/choir/agent/skill"
+	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/rpc"
+)
+
+// HostExecutor runs a host tool on choird (EXECUTE_HOST_TOOL).
+type HostExecutor interface {
+	ExecuteHostTool(ctx context.Context, name, callID string, input json.RawMessage) (tool.Result, error)
+}
+
+// Config is what an arbiter works with.
+type Config struct {
+	Appender *commitlog.Appender
+	Tools    *tool.Registry
+	Locks    *lock.Manager
+	Env      tool.Env
+	// Host executes host tools; nil refuses them.
+	Host HostExecutor
+	// EdgeRestricted reports whether the edge lane is limited to read-only
+	// tools (spec 7.2: while any core job runs). Nil means never.
+	EdgeRestricted func() bool
+	Logger         *slog.Logger
+}
+
+// Proposal is a lane's request to run one tool.
+type Proposal struct {
+	// Owner is the proposing lane: lock.Edge or a core job's owner.
+	Owner  lock.Owner
+	CallID string
+	Tool   string
+	Input  json.RawMessage
+	// Allow is the lane's allowlist; nil allows every tool exposed to the
+	// lane.
+	Allow []string
+	// Skill is the lane's active skill run, whose current state's
+	// allowlist also applies; nil when no skill runs.
+	Skill *skill.Run
+}
+
+// Rejection is a proposal the arbiter refused: it is returned to the model
+// as a structured error listing what is allowed, and nothing ran.
+type Rejection struct {
+	Kind         string             `json:"error"`
+	Message      string             `json:"message"`
+	Tool         string             `json:"tool"`
+	Problems     []tool.Problem     `json:"problems,omitempty"`
+	AllowedTools []string           `json:"allowed_tools,omitempty"`
+	Transitions  []skill.Transition `json:"valid_transitions,omitempty"`
+}
+
+func (r *Rejection) Error() string { return r.Kind + ": " + r.Message }
+
+// Outcome is how a proposal ended.
+type Outcome struct {
+	// Result is the tool's result as the proposing lane's model may see
+	// it (exposure and prompt_mask applied). Zero when rejected.
+	Result tool.Result
+	// Rejected is set when the proposal never ran.
+	Rejected *Rejection
+	// Locks are the locks the call held.
+	Locks []string
+	// Duration is the execution time, locks excluded.
+	Duration time.Duration
+}
+
+// ForModel is the JSON the model receives as the tool's answer.
+func (o Outcome) ForModel() json.RawMessage {
+	if o.Rejected != nil {
+		b, _ := json.Marshal(map[string]any{"status": "rejected", "error": o.Rejected})
+		return b
+	}
+	return o.Result.JSON()
+}
+
+type commitReq struct {
+	typ     rpc.EventType
+	lane    string
+	payload any
+	reply   chan commitResp
+}
+
+type commitResp struct {
+	ev  rpc.Event
+	err error
+}
+
+// Arbiter serialises every commit of one agent.
+type Arbiter struct {
+	cfg     Config
+	commits chan commitReq
+	done    chan struct{}
+}
+
+// New makes an arbiter; call Run to start its loop.
+func New(cfg Config) *Arbiter {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Locks == nil {
+		cfg.Locks = lock.New()
+	}
+	return &Arbiter{cfg: cfg, commits: make(chan commitReq), done: make(chan struct{})}
+}
+
+// ErrStopped is returned for proposals and commits after Run has ended.
+var ErrStopped = errors.New("arbiter stopped")
+
+// Run is the commit loop: the only place events are appended. It returns
+// when ctx ends.
+func (a *Arbiter) Run(ctx context.Context) error {
+	defer close(a.done)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case req := <-a.commits:
+			var ev rpc.Event
+			var err error
+			switch p := req.payload.(type) {
+			case commitlog.Payload:
+				ev, err = a.cfg.Appender.AppendPayload(req.lane, p)
+			case json.RawMessage:
+				ev, err = a.cfg.Appender.Append(req.typ, req.lane, p)
+			default:
+				var raw []byte
+				if raw, err = json.Marshal(p); err == nil {
+					ev, err = a.cfg.Appender.Append(req.typ, req.lane, raw)
+				}
+			}
+			req.reply <- commitResp{ev, err}
+		}
+	}
+}
+
+// Commit appends one event through the loop: user messages, model output,
+// LLM call records, skill transitions, core lifecycle. payload is a
+// commitlog.Payload, a json.RawMessage or any value marshalled to a JSON
+// object.
+func (a *Arbiter) Commit(ctx context.Context, typ rpc.EventType, lane string, payload any) (rpc.Event, error) {
+	req := commitReq{typ: typ, lane: lane, payload: payload, reply: make(chan commitResp, 1)}
+	select {
+	case a.commits <- req:
+	case <-a.done:
+		return rpc.Event{}, ErrStopped
+	case <-ctx.Done():
+		return rpc.Event{}, ctx.Err()
+	}
+	// Once the loop has the request it always answers.
+	r := <-req.reply
+	return r.ev, r.err
+}
+
+func laneOf(o lock.Owner) tool.Lane {
+	if o.IsEdge() {
+		return tool.LaneEdge
+	}
+	return tool.LaneCore
+}
+
+// check validates a proposal without side effects and returns its tool and
+// locks, or the rejection to send back.
+func (a *Arbiter) check(p Proposal) (*tool.Def, []lock.Request, *Rejection) {
+	lane := laneOf(p.Owner)
+	allowed := func() []string {
+		var names []string
+		for _, v := range a.cfg.Tools.LLMViews(tool.Filter{Lane: lane, Allow: p.Allow}) {
+			if p.Skill != nil && !slices.Contains(p.Skill.AllowedTools(), v.Name) {
+				continue
+			}
+			if a.restricted(p.Owner) && !a.readOnly(v.Name) {
+				continue
+			}
+			names = append(names, v.Name)
+		}
+		return names
+	}
+	reject := func(kind, format string, args ...any) *Rejection {
+		r := &Rejection{Kind: kind, Message: fmt.Sprintf(format, args...), Tool: p.Tool, AllowedTools: allowed()}
+		if p.Skill != nil {
+			r.Transitions = p.Skill.ValidTransitions()
+		}
+		return r
+	}
+	def, ok := a.cfg.Tools.Lookup(p.Tool)
+	if !ok {
+		return nil, nil, reject("unknown_tool", "there is no tool %q", p.Tool)
+	}
+	if !def.Runtime().Exposure.Allows(lane) || (p.Allow != nil && !slices.Contains(p.Allow, p.Tool)) {
+		return nil, nil, reject("tool_not_allowed", "%s is not available to the %s lane", p.Tool, lane)
+	}
+	if p.Skill != nil {
+		if err := p.Skill.CheckTool(p.Tool); err != nil {
+			return nil, nil, reject("tool_not_allowed", "%v", err)
+		}
+	}
+	if a.restricted(p.Owner) && !a.readOnly(p.Tool) {
+		return nil, nil, reject("tool_not_allowed",
+			"%s has side effects, and the edge lane is limited to read-only tools while core jobs run", p.Tool)
+	}
+	if err := def.Validate(p.Input); err != nil {
+		r := reject("invalid_input", "%v", err)
+		var ie *tool.InputError
+		if errors.As(err, &ie) {
+			r.Problems = ie.Problems
+		}
+		return nil, nil, r
+	}
+	locks, err := def.Locks(a.cfg.Env.Workspace, p.Input)
+	if err != nil {
+		kind := "invalid_input"
+		if errors.Is(err, tool.ErrPathEscape) {
+			kind = "path_escape"
+		}
+		return nil, nil, reject(kind, "%v", err)
+	}
+	reqs := make([]lock.Request, 0, len(locks))
+	for _, l := range locks {
+		r, err := lock.ParseRequest(l.String())
+		if err != nil {
+			return nil, nil, reject("invalid_input", "lock %s: %v", l, err)
+		}
+		reqs = append(reqs, r)
+	}
+	return def, reqs, nil
+}
+
+func (a *Arbiter) restricted(o lock.Owner) bool {
+	return o.IsEdge() && a.cfg.EdgeRestricted != nil && a.cfg.EdgeRestricted()
+}
+
+func (a *Arbiter) readOnly(name string) bool {
+	def, ok := a.cfg.Tools.Lookup(name)
+	return ok && def.Runtime().SideEffect == tool.SideEffectRead
+}
+
+// Propose runs one proposal to its end: the proposal is logged, and either
+// rejected (a structured error, nothing executed) or executed under its
+// locks and its result committed. The returned error is reserved for the
+// arbiter itself failing (a commit that could not be appended, ctx ended
+// before the call was logged); tool failures are results.
+func (a *Arbiter) Propose(ctx context.Context, p Proposal) (Outcome, error) {
+	lane := p.Owner.String()
+	def, reqs, rej := a.check(p)
+	req := map[string]any{"call_id": p.CallID, "tool": p.Tool, "input": inputOrNull(p.Input)}
+	if rej != nil {
+		req["status"] = "rejected"
+		req["rejection"] = rej
+		if _, err := a.Commit(ctx, rpc.EventToolCallRequested, lane, req); err != nil {
+			return Outcome{}, fmt.Errorf("log rejected call %s: %w", p.CallID, err)
+		}
+		return Outcome{Rejected: rej}, nil
+	}
+	if _, err := a.Commit(ctx, rpc.EventToolCallRequested, lane, req); err != nil {
+		return Outcome{}, fmt.Errorf("log call %s: %w", p.CallID, err)
+	}
+
+	release, err := a.cfg.Locks.Acquire(ctx, p.Owner, reqs)
+	if err != nil {
+		// Cancelled while waiting for locks, or a self-deadlock: the call
+		// never ran, and the log says so.
+		a.commitResult(context.WithoutCancel(ctx), lane, p, commitlog.ToolError, 0, nil, err.Error())
+		return Outcome{}, fmt.Errorf("acquire locks for %s: %w", p.CallID, err)
+	}
+	defer release()
+	locks := lock.Strings(reqs)
+	if _, err := a.Commit(ctx, rpc.EventToolCallCommitted, lane,
+		commitlog.ToolCall{CallID: p.CallID, Tool: p.Tool, Input: p.Input, Locks: locks}); err != nil {
+		return Outcome{}, fmt.Errorf("commit call %s: %w", p.CallID, err)
+	}
+
+	start := time.Now()
+	res, execErr := a.execute(ctx, def, p)
+	dur := time.Since(start)
+	status := commitlog.ToolSuccess
+	errText := ""
+	if execErr != nil || res.Status != tool.StatusSuccess {
+		status = commitlog.ToolError
+		if execErr != nil {
+			errText = execErr.Error()
+			res = tool.Result{Status: tool.StatusError, Summary: errText}
+		} else {
+			errText = res.Summary
+		}
+	}
+	// The result is committed even when the lane's ctx ended: the tool ran.
+	if err := a.commitResult(context.WithoutCancel(ctx), lane, p, status, dur, res.JSON(), errText); err != nil {
+		return Outcome{}, err
+	}
+	view, _ := def.ForModel(laneOf(p.Owner), res)
+	return Outcome{Result: view, Locks: locks, Duration: dur}, nil
+}
+
+func (a *Arbiter) commitResult(ctx context.Context, lane string, p Proposal, status commitlog.ToolStatus,
+	dur time.Duration, output json.RawMessage, errText string) error {
+	_, err := a.Commit(ctx, rpc.EventToolResultCommitted, lane, commitlog.ToolResult{CallID: p.CallID, Tool: p.Tool,
+		Status: status, DurationMS: dur.Milliseconds(), Output: output, Error: errText})
+	if err != nil {
+		return fmt.Errorf("commit result of %s: %w", p.CallID, err)
+	}
+	return nil
+}
+
+// execute runs the tool, turning a panic into an error result so that the
+// deferred lock release and the result commit always happen.
+func (a *Arbiter) execute(ctx context.Context, def *tool.Def, p Proposal) (res tool.Result, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			a.cfg.Logger.Error("tool panicked", slog.String("tool", p.Tool), slog.String("call_id", p.CallID), slog.Any("panic", v))
+			err = fmt.Errorf("%s panicked: %v", p.Tool, v)
+		}
+	}()
+	if def.Runtime().Host {
+		if a.cfg.Host == nil {
+			return tool.Result{}, fmt.Errorf("%s runs on the host, and no host connection is configured", p.Tool)
+		}
+		if d := def.Runtime().TimeoutMS; d > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, time.Duration(d)*time.Millisecond)
+			defer cancel()
+		}
+		res, err := a.cfg.Host.ExecuteHostTool(ctx, p.Tool, p.CallID, p.Input)
+		if err != nil {
+			return tool.Result{}, err
+		}
+		return def.Shape(a.cfg.Env, res), nil
+	}
+	return def.Execute(ctx, a.cfg.Env, p.Input)
+}
+
+func inputOrNull(in json.RawMessage) json.RawMessage {
+	if len(in) == 0 || !json.Valid(in) {
+		return json.RawMessage("null")
+	}
+	return in
+}

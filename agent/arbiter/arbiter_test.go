@@ -285,7 +285,10 @@ func TestPropose(t *testing.T) {
 		t.Parallel()
 		ran := false
 		slow := newFuncTool("test.guarded", []tool.LockTemplate{{Resource: "workspace", Mode: "X"}},
-			func(context.Context) (tool.Result, error) { ran = true; return tool.Result{Status: tool.StatusSuccess}, nil })
+			func(context.Context) (tool.Result, error) {
+				ran = true
+				return tool.Result{Status: tool.StatusSuccess}, nil
+			})
 		b := setup(t, []tool.Tool{slow}, nil, nil)
 		holder, _ := lock.Core("holder")
 		release, err := b.locks.Acquire(context.Background(), holder, []lock.Request{{Key: lock.Workspace, Mode: lock.X}})

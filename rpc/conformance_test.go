@@ -483,6 +483,25 @@ func conformance(t *testing.T, tr string) {
 		}
 	})
 
+	t.Run("ReplayIsMarkedOnTheWire", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, tr, setupOpts{})
+		hc, _ := b.rawClient(t)
+		body := `{"lane":"edge","state":"IDLE","budget_remaining":{}}`
+		sameID := func(h http.Header) { h.Set(rpc.HeaderRequestID, "r-wire") }
+		first := rawPost(t, hc, b, rpc.VerbReportStatus, body, sameID)
+		again := rawPost(t, hc, b, rpc.VerbReportStatus, body, sameID)
+		if first.status != 200 || again.status != 200 || string(first.body) != string(again.body) {
+			t.Fatalf("first %d %s, again %d %s", first.status, first.body, again.status, again.body)
+		}
+		if first.header.Get(rpc.HeaderReplayed) != "" || again.header.Get(rpc.HeaderReplayed) != "true" {
+			t.Errorf("%s: first %q, again %q", rpc.HeaderReplayed, first.header.Get(rpc.HeaderReplayed), again.header.Get(rpc.HeaderReplayed))
+		}
+		if got := again.header.Get(rpc.HeaderRequestID); got != "r-wire" {
+			t.Errorf("request ID echoed as %q", got)
+		}
+	})
+
 	t.Run("ReplayedErrorIsTheFirstError", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, tr, setupOpts{})

@@ -262,7 +262,8 @@ func (s *Server) session(id string) *sessionState {
 // CloseSession drops everything the server keeps for a session: its push
 // queue (ending its event stream), its rate limiter and its replay records.
 // choird calls it when the session ends or crashes, after revoking the
-// token.
+// token, and pushes nothing to the session afterwards (a later Push would
+// start a new queue).
 func (s *Server) CloseSession(ctx context.Context, sessionID string) error {
 	s.mu.Lock()
 	st := s.sessions[sessionID]

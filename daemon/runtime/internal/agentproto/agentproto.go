@@ -1,0 +1,27 @@
+// Package agentproto is what the runtime tests' stand-in agent
+// (internal/testagent) reports over the control socket.
+package agentproto
+
+import "github.com/choirhq/choir/agent/sandbox"
+
+// Hello is the stand-in agent's first line on the control socket: what it
+// found in its environment and what it could write.
+type Hello struct {
+	AgentID    string   `json:"agent_id"`
+	SessionID  string   `json:"session_id"`
+	LeaseToken string   `json:"lease_token"`
+	Runtime    string   `json:"runtime"`
+	Workspace  string   `json:"workspace"`
+	Socket     string   `json:"socket"`
+	Home       string   `json:"home"`
+	Cwd        string   `json:"cwd"`
+	Pid        int      `json:"pid"`
+	Env        []string `json:"env"`
+	Args       []string `json:"args"`
+	// Sandbox is the self-check's report, under docker only.
+	Sandbox           *sandbox.Report `json:"sandbox,omitempty"`
+	WorkspaceWritable bool            `json:"workspace_writable"`
+	HomeWritable      bool            `json:"home_writable"`
+	TmpWritable       bool            `json:"tmp_writable"`
+	RootWritable      bool            `json:"root_writable"`
+}

@@ -1,0 +1,339 @@
+// Package runtime is how choird runs agents: a small [Runtime] interface
+// with two implementations that start the same choir-agent binary with the
+// same contract. [github.com/choirhq/choir/daemon/runtime/docker] is the
+// default and production path: one hardened container per agent (spec
+// 15.3). [github.com/choirhq/choir/daemon/runtime/process] runs the binary
+// as a child process, for development, demos and tests on machines without
+// a Docker engine; it isolates nothing.
+//
+// # The contract an agent sees
+//
+// Both runtimes give the agent the same environment ([Env]): its agent id,
+// session id and lease token, the runtime's name, where its workspace and
+// control socket are, and a private writable HOME, plus the spec's extra
+// non-secret variables (control-plane flags and the like). Secrets never
+// travel in the environment (spec 14.1): an agent fetches them with
+// GET_SECRETS, authenticated by the lease token. Under docker the workspace
+// is /workspace and the socket /run/choir.sock (bind mounts of the host
+// paths); under process they are the host paths themselves.
+//
+// # Instances, orphans and exits
+//
+// An [Instance] is one started agent: a container, or a process group.
+// Every instance carries the labels choir.managed=true, choir.agent_id and
+// choir.session_id, so that a restarted choird finds what a previous run
+// left behind with [Runtime.List] and removes it with [RemoveOrphans].
+// [Runtime.Events] reports every instance's death as an [Exit] the moment
+// it happens, so that choird's crash handling does not wait for a missed
+// heartbeat.
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Runtime starts, stops and watches agent instances. Implementations are
+// safe for concurrent use.
+type Runtime interface {
+	// Name is "docker" or "process"; agents see it as CHOIR_RUNTIME.
+	Name() string
+	// Start starts one instance of spec and returns once it runs. On error
+	// nothing is left behind.
+	Start(ctx context.Context, spec Spec) (Instance, error)
+	// Stop asks the instance to stop (SIGTERM), waits up to grace, then
+	// kills it, and returns once it has exited. Stopping an instance that
+	// is not running is not an error. The instance stays inspectable
+	// until Remove.
+	Stop(ctx context.Context, id string, grace time.Duration) error
+	// Remove deletes the instance, killing it first if it still runs.
+	Remove(ctx context.Context, id string) error
+	// Inspect returns the instance's current state.
+	Inspect(ctx context.Context, id string) (Instance, error)
+	// List returns every instance this runtime manages, running or not,
+	// including those a previous run of choird started.
+	List(ctx context.Context) ([]Instance, error)
+	// Events reports each instance's death until ctx ends, when the
+	// channel is closed. Every call gets its own channel.
+	Events(ctx context.Context) (<-chan Exit, error)
+	// Close releases the runtime's resources; instances keep running.
+	Close() error
+}
+
+// ErrNotFound reports an instance id that the runtime does not know, or
+// that does not belong to choir.
+var ErrNotFound = errors.New("no such agent instance")
+
+// ErrInvalidSpec reports a [Spec] that cannot be started.
+var ErrInvalidSpec = errors.New("invalid agent spec")
+
+// Labels every instance carries.
+const (
+	LabelManaged   = "choir.managed"
+	LabelAgentID   = "choir.agent_id"
+	LabelSessionID = "choir.session_id"
+	LabelRuntime   = "choir.runtime"
+)
+
+// The environment contract: variables set by every runtime.
+const (
+	EnvAgentID    = "CHOIR_AGENT_ID"
+	EnvSessionID  = "CHOIR_SESSION_ID"
+	EnvLeaseToken = "CHOIR_LEASE_TOKEN"
+	// EnvRuntime is the runtime's Name; the agent runs its sandbox
+	// self-check unless it is "process".
+	EnvRuntime = "CHOIR_RUNTIME"
+	// EnvWorkspace is where the agent sees its workspace.
+	EnvWorkspace = "CHOIR_WORKSPACE"
+	// EnvSocket is where the agent finds choird's Unix socket; unset when
+	// the spec has no ControlSocket (HTTP transport).
+	EnvSocket = "CHOIR_SOCKET"
+	// EnvHome (HOME) is a private writable directory: /tmp in a container,
+	// a per-instance directory for a process.
+	EnvHome = "HOME"
+)
+
+// Paths inside a container.
+const (
+	ContainerWorkspace = "/workspace"
+	ContainerSocket    = "/run/choir.sock"
+)
+
+// Limits bound an instance's resources. The docker runtime enforces them
+// with cgroups; the process runtime cannot, and ignores them.
+type Limits struct {
+	// CPUs is a number of CPUs, fractions allowed (0: DefaultLimits).
+	CPUs float64
+	// MemoryBytes caps memory; swap is not allowed on top (0: default).
+	MemoryBytes int64
+	// PIDs caps the number of processes and threads (0: default).
+	PIDs int64
+}
+
+// DefaultLimits apply to each zero field of a spec's Limits.
+var DefaultLimits = Limits{CPUs: 1, MemoryBytes: 1 << 30, PIDs: 512}
+
+// WithDefaults fills zero fields from DefaultLimits.
+func (l Limits) WithDefaults() Limits {
+	if l.CPUs == 0 {
+		l.CPUs = DefaultLimits.CPUs
+	}
+	if l.MemoryBytes == 0 {
+		l.MemoryBytes = DefaultLimits.MemoryBytes
+	}
+	if l.PIDs == 0 {
+		l.PIDs = DefaultLimits.PIDs
+	}
+	return l
+}
+
+// Spec is what to start.
+type Spec struct {
+	AgentID   string
+	SessionID string
+	// LeaseToken authenticates the agent's RPC calls. It is the one
+	// credential in the environment: it is scoped to this session and
+	// dies with it.
+	LeaseToken string
+	// Image is the agent's image (docker only), e.g. choir-agent-x:abc1234.
+	Image string
+	// Args are passed to the agent binary (the image's entrypoint under
+	// docker), e.g. control-plane flags.
+	Args []string
+	// Env holds further non-secret variables. The contract's names and
+	// names outside [A-Z_][A-Z0-9_]* are refused.
+	Env map[string]string
+	// Workspace is the host directory the agent works in; it must exist.
+	Workspace string
+	// ControlSocket is choird's Unix socket on the host for this agent;
+	// empty when the agent reaches choird over HTTP.
+	ControlSocket string
+	Limits        Limits
+	// Labels are further labels; names under "choir." other than the
+	// contract's are allowed, the contract's are refused.
+	Labels map[string]string
+}
+
+var (
+	idRE     = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,39}$`)
+	envKeyRE = regexp.MustCompile(`^[A-Z_][A-Z0-9_]*$`)
+	// sessionRE admits UUIDs and other simple ids; they end up in
+	// container names and file names.
+	sessionRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_.-]{0,127}$`)
+)
+
+// Validate checks what both runtimes need: ids, token, workspace
+// directory, socket, environment names and labels. It reports every
+// problem at once.
+func (s Spec) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if !idRE.MatchString(s.AgentID) {
+		bad("agent id %q must match %s", s.AgentID, idRE)
+	}
+	if !sessionRE.MatchString(s.SessionID) {
+		bad("session id %q must match %s", s.SessionID, sessionRE)
+	}
+	if s.LeaseToken == "" {
+		bad("no lease token")
+	}
+	switch fi, err := os.Stat(s.Workspace); {
+	case s.Workspace == "":
+		bad("no workspace path")
+	case !filepath.IsAbs(s.Workspace):
+		bad("workspace %s: not an absolute path", s.Workspace)
+	case err != nil:
+		bad("workspace %s: %v (create the directory or fix workspaces.<name>.path in config.json)", s.Workspace, errors.Unwrap(err))
+	case !fi.IsDir():
+		bad("workspace %s: not a directory", s.Workspace)
+	}
+	if s.ControlSocket != "" {
+		switch fi, err := os.Stat(s.ControlSocket); {
+		case !filepath.IsAbs(s.ControlSocket):
+			bad("control socket %s: not an absolute path", s.ControlSocket)
+		case err != nil:
+			bad("control socket %s: %v (is choird's agent listener up?)", s.ControlSocket, errors.Unwrap(err))
+		case fi.Mode()&os.ModeSocket == 0:
+			bad("control socket %s: not a Unix socket", s.ControlSocket)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
+		switch {
+		case !envKeyRE.MatchString(k):
+			bad("environment variable %q: name must match %s", k, envKeyRE)
+		case slices.Contains(contractEnv, k):
+			bad("environment variable %s: set by the runtime itself", k)
+		case strings.ContainsRune(s.Env[k], 0):
+			bad("environment variable %s: value contains a NUL byte", k)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(s.Labels)) {
+		if slices.Contains([]string{LabelManaged, LabelAgentID, LabelSessionID, LabelRuntime}, k) {
+			bad("label %s: set by the runtime itself", k)
+		}
+	}
+	l := s.Limits
+	if l.CPUs < 0 || l.MemoryBytes < 0 || l.PIDs < 0 {
+		bad("limits must not be negative (cpus %g, memory %d, pids %d)", l.CPUs, l.MemoryBytes, l.PIDs)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w for agent %s: %w", ErrInvalidSpec, s.AgentID, err)
+	}
+	return nil
+}
+
+var contractEnv = []string{EnvAgentID, EnvSessionID, EnvLeaseToken, EnvRuntime, EnvWorkspace, EnvSocket, EnvHome}
+
+// Env returns the agent's environment, sorted: the contract's variables
+// with the paths the agent sees, then spec.Env.
+func Env(runtimeName string, s Spec, workspace, socket, home string) []string {
+	env := []string{
+		EnvAgentID + "=" + s.AgentID,
+		EnvSessionID + "=" + s.SessionID,
+		EnvLeaseToken + "=" + s.LeaseToken,
+		EnvRuntime + "=" + runtimeName,
+		EnvWorkspace + "=" + workspace,
+		EnvHome + "=" + home,
+	}
+	if socket != "" {
+		env = append(env, EnvSocket+"="+socket)
+	}
+	for k, v := range s.Env {
+		env = append(env, k+"="+v)
+	}
+	slices.Sort(env)
+	return env
+}
+
+// Labels returns the instance labels of s under the named runtime.
+func Labels(runtimeName string, s Spec) map[string]string {
+	l := maps.Clone(s.Labels)
+	if l == nil {
+		l = map[string]string{}
+	}
+	l[LabelManaged] = "true"
+	l[LabelAgentID] = s.AgentID
+	l[LabelSessionID] = s.SessionID
+	l[LabelRuntime] = runtimeName
+	return l
+}
+
+// State is an instance's life stage.
+type State string
+
+// States an instance goes through.
+const (
+	StateCreated State = "created"
+	StateRunning State = "running"
+	StateExited  State = "exited"
+	// StateUnknown is an instance whose exit could not be observed, such
+	// as a process started by a previous run of choird that is gone.
+	StateUnknown State = "unknown"
+)
+
+// Instance is a started agent.
+type Instance struct {
+	ID        string
+	Runtime   string
+	AgentID   string
+	SessionID string
+	// Image is the image the container runs (docker), or the binary
+	// (process).
+	Image string
+	State State
+	// Pid is the agent's process id on the host while it runs.
+	Pid int
+	// ExitCode is set once exited: the agent's exit status, or 128+n
+	// when killed by signal n (as a shell reports it); -1 if unknown.
+	ExitCode   int
+	OOMKilled  bool
+	StartedAt  time.Time
+	FinishedAt time.Time
+	Labels     map[string]string
+}
+
+// Running reports whether the instance runs.
+func (i Instance) Running() bool { return i.State == StateRunning }
+
+// Exit reports an instance's death.
+type Exit struct {
+	ID        string
+	AgentID   string
+	SessionID string
+	// ExitCode is the exit status, or 128+n when killed by signal n.
+	ExitCode  int
+	OOMKilled bool
+	At        time.Time
+}
+
+// RemoveOrphans removes every instance that keep does not claim (all of
+// them when keep is nil), as choird does at start-up for whatever a
+// previous run left behind. It returns the removed instances and every
+// failure.
+func RemoveOrphans(ctx context.Context, rt Runtime, keep func(Instance) bool) ([]Instance, error) {
+	list, err := rt.List(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list %s instances: %w", rt.Name(), err)
+	}
+	var removed []Instance
+	var errs []error
+	for _, inst := range list {
+		if keep != nil && keep(inst) {
+			continue
+		}
+		if err := rt.Remove(ctx, inst.ID); err != nil && !errors.Is(err, ErrNotFound) {
+			errs = append(errs, fmt.Errorf("remove orphan %s (agent %s, session %s): %w", inst.ID, inst.AgentID, inst.SessionID, err))
+			continue
+		}
+		removed = append(removed, inst)
+	}
+	return removed, errors.Join(errs...)
+}

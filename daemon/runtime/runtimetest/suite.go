@@ -1,0 +1,388 @@
+package runtimetest
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/choirhq/choir/daemon/runtime"
+)
+
+// Harness is what the conformance suite needs from one runtime.
+type Harness struct {
+	Runtime runtime.Runtime
+	// Image is the stand-in agent's image (docker only).
+	Image    string
+	Listener *Listener
+	// Kill kills an instance from outside the runtime, as a crash or an
+	// operator would (docker kill, kill -9).
+	Kill func(t *testing.T, inst runtime.Instance)
+	// AgentWorkspace and AgentSocket map host paths to what the agent
+	// sees.
+	AgentWorkspace func(host string) string
+	AgentSocket    func(host string) string
+	// BaseEnv lists the variable names an agent may see beyond the
+	// contract (the process runtime's pass-through, the image's PATH).
+	BaseEnv []string
+}
+
+const waitTimeout = 30 * time.Second
+
+// NewSpec returns a valid spec for a fresh agent and session, with its own
+// workspace.
+func (h *Harness) NewSpec(t *testing.T) runtime.Spec {
+	t.Helper()
+	ws := t.TempDir()
+	return runtime.Spec{
+		AgentID:       "t" + RandomHex(4),
+		SessionID:     RandomHex(16),
+		LeaseToken:    "lease-" + RandomHex(16),
+		Image:         h.Image,
+		Env:           map[string]string{"CHOIR_CONTROL_PLANE": "uds"},
+		Workspace:     ws,
+		ControlSocket: h.Listener.Path,
+		Limits:        runtime.Limits{CPUs: 0.5, MemoryBytes: 128 << 20, PIDs: 64},
+		Labels:        map[string]string{"choir.test": "1"},
+	}
+}
+
+// Start starts spec, removes the instance when the test ends, and waits
+// for the agent's hello.
+func (h *Harness) Start(t *testing.T, spec runtime.Spec) (runtime.Instance, *Conn) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	inst, err := h.Runtime.Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitTimeout)
+		defer cancel()
+		if err := h.Runtime.Remove(ctx, inst.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("remove %s: %v", inst.ID, err)
+		}
+	})
+	conn, err := h.Listener.Wait(ctx, spec.SessionID)
+	if err != nil {
+		t.Fatalf("instance %s: %v", inst.ID, err)
+	}
+	return inst, conn
+}
+
+// Subscribe returns the runtime's exits until the test ends.
+func (h *Harness) Subscribe(t *testing.T) <-chan runtime.Exit {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ch, err := h.Runtime.Events(ctx)
+	if err != nil {
+		cancel()
+		t.Fatalf("events: %v", err)
+	}
+	t.Cleanup(func() {
+		cancel()
+		for range ch { // drained and closed once ctx ends
+		}
+	})
+	return ch
+}
+
+// WaitExit returns the exit of instance id.
+func WaitExit(t *testing.T, ch <-chan runtime.Exit, id string) runtime.Exit {
+	t.Helper()
+	timeout := time.After(waitTimeout)
+	for {
+		select {
+		case e, ok := <-ch:
+			if !ok {
+				t.Fatalf("events channel closed before instance %s exited", id)
+			}
+			if e.ID == id {
+				return e
+			}
+		case <-timeout:
+			t.Fatalf("no exit of instance %s within %s", id, waitTimeout)
+		}
+	}
+}
+
+func (h *Harness) inspect(t *testing.T, id string) runtime.Instance {
+	t.Helper()
+	inst, err := h.Runtime.Inspect(t.Context(), id)
+	if err != nil {
+		t.Fatalf("inspect %s: %v", id, err)
+	}
+	return inst
+}
+
+// Run runs the scenarios every runtime must pass.
+func Run(t *testing.T, h *Harness) {
+	t.Run("StartInspectStopRemove", func(t *testing.T) {
+		t.Parallel()
+		spec := h.NewSpec(t)
+		began := time.Now()
+		inst, conn := h.Start(t, spec)
+		if inst.ID == "" || inst.Runtime != h.Runtime.Name() || inst.AgentID != spec.AgentID || inst.SessionID != spec.SessionID {
+			t.Fatalf("Start returned %+v", inst)
+		}
+		got := h.inspect(t, inst.ID)
+		if !got.Running() || got.Pid <= 0 || got.StartedAt.Before(began.Add(-time.Minute)) {
+			t.Fatalf("running instance inspects as %+v", got)
+		}
+		for k, v := range map[string]string{
+			runtime.LabelManaged: "true", runtime.LabelAgentID: spec.AgentID,
+			runtime.LabelSessionID: spec.SessionID, runtime.LabelRuntime: h.Runtime.Name(), "choir.test": "1",
+		} {
+			if got.Labels[k] != v {
+				t.Errorf("label %s = %q, want %q", k, got.Labels[k], v)
+			}
+		}
+		hello := conn.Hello
+		if hello.AgentID != spec.AgentID || hello.LeaseToken != spec.LeaseToken || hello.Runtime != h.Runtime.Name() {
+			t.Errorf("agent saw %+v", hello)
+		}
+		if want := h.AgentWorkspace(spec.Workspace); hello.Workspace != want || hello.Cwd != want {
+			t.Errorf("agent workspace %q, cwd %q, want %q", hello.Workspace, hello.Cwd, want)
+		}
+		if want := h.AgentSocket(spec.ControlSocket); hello.Socket != want {
+			t.Errorf("agent socket %q, want %q", hello.Socket, want)
+		}
+		if !hello.WorkspaceWritable || !hello.HomeWritable || !hello.TmpWritable {
+			t.Errorf("agent could not write: workspace %v, home %v, tmp %v", hello.WorkspaceWritable, hello.HomeWritable, hello.TmpWritable)
+		}
+
+		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+		defer cancel()
+		if err := h.Runtime.Stop(ctx, inst.ID, 10*time.Second); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+		got = h.inspect(t, inst.ID)
+		if got.State != runtime.StateExited || got.ExitCode != 0 || got.FinishedAt.IsZero() {
+			t.Fatalf("stopped instance inspects as %+v, want exited with 0", got)
+		}
+		if err := h.Runtime.Stop(ctx, inst.ID, time.Second); err != nil {
+			t.Errorf("second stop: %v", err)
+		}
+		if err := h.Runtime.Remove(ctx, inst.ID); err != nil {
+			t.Fatalf("remove: %v", err)
+		}
+		if _, err := h.Runtime.Inspect(ctx, inst.ID); !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("inspect after remove: %v, want ErrNotFound", err)
+		}
+	})
+
+	t.Run("EnvironmentHoldsOnlyTheContract", func(t *testing.T) {
+		t.Parallel()
+		spec := h.NewSpec(t)
+		_, conn := h.Start(t, spec)
+		allowed := append([]string{runtime.EnvAgentID, runtime.EnvSessionID, runtime.EnvLeaseToken, runtime.EnvRuntime,
+			runtime.EnvWorkspace, runtime.EnvSocket, runtime.EnvHome, "CHOIR_CONTROL_PLANE", "HOSTNAME"}, h.BaseEnv...)
+		for _, kv := range conn.Hello.Env {
+			k, v, _ := strings.Cut(kv, "=")
+			if !slices.Contains(allowed, k) {
+				t.Errorf("unexpected variable %s in the agent's environment", k)
+			}
+			if k == "CHOIR_CONTROL_PLANE" && v != "uds" {
+				t.Errorf("spec.Env not passed: %s", kv)
+			}
+		}
+	})
+
+	t.Run("RestartStartsAFreshInstance", func(t *testing.T) {
+		t.Parallel()
+		spec := h.NewSpec(t)
+		first, _ := h.Start(t, spec)
+		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+		defer cancel()
+		if err := h.Runtime.Stop(ctx, first.ID, 10*time.Second); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+		if err := h.Runtime.Remove(ctx, first.ID); err != nil {
+			t.Fatalf("remove: %v", err)
+		}
+		spec.SessionID, spec.LeaseToken = RandomHex(16), "lease-"+RandomHex(16)
+		second, conn := h.Start(t, spec)
+		if second.ID == first.ID {
+			t.Fatalf("restart reused instance id %s", first.ID)
+		}
+		if conn.Hello.SessionID != spec.SessionID || conn.Hello.LeaseToken != spec.LeaseToken {
+			t.Errorf("restarted agent saw session %s token %s", conn.Hello.SessionID, conn.Hello.LeaseToken)
+		}
+		if !h.inspect(t, second.ID).Running() {
+			t.Errorf("restarted instance is not running")
+		}
+	})
+
+	t.Run("ListAndRemoveOrphans", func(t *testing.T) {
+		t.Parallel()
+		a, _ := h.Start(t, h.NewSpec(t))
+		b, _ := h.Start(t, h.NewSpec(t))
+		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+		defer cancel()
+		// An exited instance is an orphan too.
+		if err := h.Runtime.Stop(ctx, b.ID, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		list, err := h.Runtime.List(ctx)
+		if err != nil {
+			t.Fatalf("list: %v", err)
+		}
+		mine := func(inst runtime.Instance) bool { return inst.ID == a.ID || inst.ID == b.ID }
+		var found []string
+		for _, inst := range list {
+			if mine(inst) {
+				found = append(found, inst.ID)
+				if inst.Labels[runtime.LabelManaged] != "true" {
+					t.Errorf("listed %s without the managed label", inst.ID)
+				}
+			}
+		}
+		if len(found) != 2 {
+			t.Fatalf("list found %v of [%s %s]", found, a.ID, b.ID)
+		}
+		// Keep everything but ours: parallel tests own the rest.
+		removed, err := runtime.RemoveOrphans(ctx, h.Runtime, func(inst runtime.Instance) bool { return !mine(inst) })
+		if err != nil {
+			t.Fatalf("remove orphans: %v", err)
+		}
+		if len(removed) != 2 {
+			t.Fatalf("removed %d orphans, want 2: %+v", len(removed), removed)
+		}
+		list, err = h.Runtime.List(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, inst := range list {
+			if mine(inst) {
+				t.Errorf("orphan %s still listed", inst.ID)
+			}
+		}
+	})
+
+	t.Run("ExitReportedWhenKilled", func(t *testing.T) {
+		t.Parallel()
+		exits := h.Subscribe(t)
+		spec := h.NewSpec(t)
+		inst, _ := h.Start(t, spec)
+		h.Kill(t, inst)
+		e := WaitExit(t, exits, inst.ID)
+		if e.AgentID != spec.AgentID || e.SessionID != spec.SessionID || e.ExitCode != 137 || e.At.IsZero() {
+			t.Errorf("exit %+v, want agent %s session %s code 137", e, spec.AgentID, spec.SessionID)
+		}
+		got := h.inspect(t, inst.ID)
+		if got.State != runtime.StateExited || got.ExitCode != 137 {
+			t.Errorf("killed instance inspects as %+v", got)
+		}
+	})
+
+	t.Run("ExitReportedWhenAgentExits", func(t *testing.T) {
+		t.Parallel()
+		exits := h.Subscribe(t)
+		inst, conn := h.Start(t, h.NewSpec(t))
+		if err := conn.Send("exit 7"); err != nil {
+			t.Fatal(err)
+		}
+		if e := WaitExit(t, exits, inst.ID); e.ExitCode != 7 {
+			t.Errorf("exit code %d, want 7", e.ExitCode)
+		}
+	})
+
+	t.Run("StopKillsAfterGrace", func(t *testing.T) {
+		t.Parallel()
+		inst, conn := h.Start(t, h.NewSpec(t))
+		if err := conn.Send("hang"); err != nil {
+			t.Fatal(err)
+		}
+		var ack map[string]bool
+		if err := conn.Reply(&ack); err != nil || !ack["hanging"] {
+			t.Fatalf("hang: %v %v", ack, err)
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+		defer cancel()
+		began := time.Now()
+		if err := h.Runtime.Stop(ctx, inst.ID, time.Second); err != nil {
+			t.Fatalf("stop: %v", err)
+		}
+		took := time.Since(began)
+		if took < 900*time.Millisecond || took > 15*time.Second {
+			t.Errorf("stop took %s with a 1s grace", took)
+		}
+		if got := h.inspect(t, inst.ID); got.State != runtime.StateExited || got.ExitCode != 137 {
+			t.Errorf("instance after forced stop: %+v, want exited with 137", got)
+		}
+	})
+
+	t.Run("UnknownInstanceIsNotFound", func(t *testing.T) {
+		t.Parallel()
+		ctx := t.Context()
+		for _, id := range []string{"p0123456789abcdef", "0123456789ab", "nonsense", ""} {
+			if _, err := h.Runtime.Inspect(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+				t.Errorf("inspect %q: %v", id, err)
+			}
+			if err := h.Runtime.Stop(ctx, id, time.Second); !errors.Is(err, runtime.ErrNotFound) {
+				t.Errorf("stop %q: %v", id, err)
+			}
+			if err := h.Runtime.Remove(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+				t.Errorf("remove %q: %v", id, err)
+			}
+		}
+	})
+
+	t.Run("InvalidSpecStartsNothing", func(t *testing.T) {
+		t.Parallel()
+		spec := h.NewSpec(t)
+		spec.Workspace = filepath.Join(spec.Workspace, "missing")
+		spec.Env["CHOIR_LEASE_TOKEN"] = "x"
+		spec.Env["bad-name"] = "x"
+		_, err := h.Runtime.Start(t.Context(), spec)
+		if !errors.Is(err, runtime.ErrInvalidSpec) {
+			t.Fatalf("start: %v, want ErrInvalidSpec", err)
+		}
+		for _, want := range []string{spec.Workspace + ": no such file or directory", "CHOIR_LEASE_TOKEN: set by the runtime", `"bad-name"`} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("error %q lacks %q", err, want)
+			}
+		}
+		list, err := h.Runtime.List(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, inst := range list {
+			if inst.AgentID == spec.AgentID {
+				t.Errorf("invalid spec left instance %+v", inst)
+			}
+		}
+	})
+
+	t.Run("SocketIsOptional", func(t *testing.T) {
+		t.Parallel()
+		spec := h.NewSpec(t)
+		spec.ControlSocket = ""
+		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+		defer cancel()
+		inst, err := h.Runtime.Start(ctx, spec)
+		if err != nil {
+			t.Fatalf("start: %v", err)
+		}
+		defer h.Runtime.Remove(context.Background(), inst.ID)
+		if !h.inspect(t, inst.ID).Running() {
+			t.Errorf("instance without socket is not running")
+		}
+	})
+}
+
+// ProcessAlive reports whether pid exists and is not a zombie.
+func ProcessAlive(pid int) bool {
+	data, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	return i > 0 && i+2 < len(data) && data[i+2] != 'Z' && data[i+2] != 'X'
+}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -126,8 +127,8 @@ func buildParams(req Request) (openai.ChatCompletionNewParams, map[string]string
 	if m.Model == "" {
 		return p, nil, fmt.Errorf("%w: no model ID", ErrInvalidRequest)
 	}
-	if m.Endpoint == "" {
-		return p, nil, fmt.Errorf("%w: no endpoint", ErrInvalidRequest)
+	if u, err := url.Parse(m.Endpoint); m.Endpoint == "" || err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return p, nil, fmt.Errorf("%w: endpoint %q is not an http or https URL", ErrInvalidRequest, m.Endpoint)
 	}
 	if len(req.Messages) == 0 {
 		return p, nil, fmt.Errorf("%w: no messages", ErrInvalidRequest)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"slices"
@@ -616,7 +618,9 @@ func TestCompleteInvalidRequest(t *testing.T) {
 		want   string
 	}{
 		{"NoModel", func(r *llm.Request) { r.Model.Model = "" }, "no model ID"},
-		{"NoEndpoint", func(r *llm.Request) { r.Model.Endpoint = "" }, "no endpoint"},
+		{"NoEndpoint", func(r *llm.Request) { r.Model.Endpoint = "" }, `endpoint "" is not an http or https URL`},
+		{"EndpointWithoutScheme", func(r *llm.Request) { r.Model.Endpoint = "localhost:11434/v1" }, "not an http or https URL"},
+		{"EndpointUnparsable", func(r *llm.Request) { r.Model.Endpoint = "http://[::1" }, "not an http or https URL"},
 		{"NoMessages", func(r *llm.Request) { r.Messages = nil }, "no messages"},
 		{"BadToolName", func(r *llm.Request) { r.Tools = []llm.ToolSpec{{Name: "Choir.Fs"}} }, "not a canonical name"},
 		{"DuplicateTool", func(r *llm.Request) { r.Tools = []llm.ToolSpec{readTool, readTool} }, "offered twice"},
@@ -664,4 +668,20 @@ func TestZeroClient(t *testing.T) {
 	// The shared default client keeps the connection open; close it so
 	// that goleak sees no reader goroutine left.
 	http.DefaultTransport.(*http.Transport).CloseIdleConnections()
+}
+
+func TestModelSettingsRedactAPIKey(t *testing.T) {
+	t.Parallel()
+
+	req := llm.Request{Model: llm.ModelSettings{Name: "n", Model: "m", Endpoint: "http://x", APIKey: "sk-secret", Temperature: ptr(0.5)}}
+	var logged strings.Builder
+	slog.New(slog.NewJSONHandler(&logged, nil)).Info("call", "model", req.Model)
+	for _, s := range []string{fmt.Sprint(req), fmt.Sprintf("%+v", req), fmt.Sprintf("%#v", req), fmt.Sprintf("%v", &req.Model), logged.String()} {
+		if strings.Contains(s, "sk-secret") {
+			t.Errorf("API key printed: %s", s)
+		}
+	}
+	if got := req.Model.String(); got != "{Name:n Model:m Endpoint:http://x Temperature:0.5 APIKey:[redacted]}" {
+		t.Errorf("String() = %q", got)
+	}
 }

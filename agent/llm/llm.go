@@ -18,6 +18,9 @@ package llm
 
 import (
 	"encoding/json"
+	"fmt"
+	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/choirhq/choir/config"
@@ -40,6 +43,32 @@ type ModelSettings struct {
 	ReasoningEffort *string
 	// APIKey is sent as a bearer token when non-empty.
 	APIKey string
+}
+
+// String describes the settings with the API key redacted, so that a
+// logged or printed Request never shows it.
+func (m ModelSettings) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "{Name:%s Model:%s Endpoint:%s", m.Name, m.Model, m.Endpoint)
+	if m.Temperature != nil {
+		fmt.Fprintf(&b, " Temperature:%g", *m.Temperature)
+	}
+	if m.ReasoningEffort != nil {
+		fmt.Fprintf(&b, " ReasoningEffort:%s", *m.ReasoningEffort)
+	}
+	if m.APIKey != "" {
+		b.WriteString(" APIKey:[redacted]")
+	}
+	b.WriteString("}")
+	return b.String()
+}
+
+// GoString is String, for %#v.
+func (m ModelSettings) GoString() string { return "llm.ModelSettings" + m.String() }
+
+// LogValue logs the settings without the API key.
+func (m ModelSettings) LogValue() slog.Value {
+	return slog.GroupValue(slog.String("name", m.Name), slog.String("model", m.Model), slog.String("endpoint", m.Endpoint))
 }
 
 // ModelSettingsFromConfig builds the settings of the model named name in

@@ -470,20 +470,28 @@ func builtinProblems(h http.Header, req *Request, forbidden, markers []string) [
 
 // findKeys returns the JSON paths of every object key in v that is one of
 // keys.
+// findKeys lists the paths of forbidden keys in v. The names of a JSON
+// Schema's "properties" are the tool's input fields, not metadata: a tool
+// may well take a "timeout_ms" argument. They are not flagged themselves,
+// but their schemas are searched.
 func findKeys(v any, keys []string, path string) []string {
+	return findKeysIn(v, keys, path, false)
+}
+
+func findKeysIn(v any, keys []string, path string, fieldNames bool) []string {
 	var found []string
 	switch x := v.(type) {
 	case map[string]any:
 		for _, k := range slices.Sorted(maps.Keys(x)) {
 			p := path + "." + k
-			if slices.Contains(keys, k) {
+			if !fieldNames && slices.Contains(keys, k) {
 				found = append(found, p)
 			}
-			found = append(found, findKeys(x[k], keys, p)...)
+			found = append(found, findKeysIn(x[k], keys, p, !fieldNames && k == "properties")...)
 		}
 	case []any:
 		for i, e := range x {
-			found = append(found, findKeys(e, keys, fmt.Sprintf("%s[%d]", path, i))...)
+			found = append(found, findKeysIn(e, keys, fmt.Sprintf("%s[%d]", path, i), false)...)
 		}
 	}
 	return found

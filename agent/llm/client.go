@@ -344,7 +344,15 @@ func decodeResponse(body []byte, tools map[string]string) (*Response, error) {
 		}
 		name, ok := tools[tc.Function.Name]
 		if !ok {
-			return nil, malformed("tool call %d names %q, which was not offered", i, truncate(tc.Function.Name))
+			// A call of a tool that was not offered still names a
+			// canonical tool exactly (the mapping is reversible): it goes
+			// on, so the arbiter can refuse it and tell the model what is
+			// allowed. A name that maps to no canonical name is malformed.
+			canonical, err := CanonicalToolName(tc.Function.Name)
+			if err != nil {
+				return nil, malformed("tool call %d names %q, which was not offered and is not a tool name", i, truncate(tc.Function.Name))
+			}
+			name = canonical
 		}
 		args := json.RawMessage("{}")
 		if tc.Function.Arguments != nil && strings.TrimSpace(*tc.Function.Arguments) != "" {

@@ -575,14 +575,15 @@ func TestBuiltinChecks(t *testing.T) {
 			want: []string{"choir__exec: tools[0].runtime", "tools[0].runtime.exec_path", "tools[0].runtime.timeout_ms"},
 		},
 		{
-			name: "ParameterNamedLikeRuntimeKey",
+			// An input field may share a name with runtime metadata
+			// (choir.exec takes a timeout_ms): field names are not leaks.
+			name: "ParameterNamedLikeRuntimeKeyIsAnInputField",
 			body: body(sys+","+user, `{"type":"function","function":{"name":"choir__exec","parameters":{"type":"object","properties":{"timeout_ms":{"type":"integer"}}}}}`),
-			want: []string{"tools[0].function.parameters.properties.timeout_ms"},
 		},
 		{
-			name:  "ParameterAllowedByOverride",
-			body:  body(sys+","+user, `{"type":"function","function":{"name":"choir__exec","parameters":{"type":"object","properties":{"timeout_ms":{"type":"integer"}}}}}`),
-			setup: func(s *llmtest.Server) { s.SetForbiddenKeys("locks", "exec_path") },
+			name: "MetadataInsideAPropertySchemaIsALeak",
+			body: body(sys+","+user, `{"type":"function","function":{"name":"choir__exec","parameters":{"type":"object","properties":{"path":{"type":"string","locks":["file:x:S"]}}}}}`),
+			want: []string{"tools[0].function.parameters.properties.path.locks"},
 		},
 		{
 			name: "OutputTagsInToolResult",

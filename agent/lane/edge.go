@@ -1,0 +1,469 @@
+// Package lane holds the agent's cognitive lanes. The edge lane is the
+// user-facing one: it drains a queue of user messages one at a time, at
+// IDLE only, asks the fast model what to do, sends every tool call through
+// the arbiter, and answers the user (spec 7.2).
+package lane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/choirhq/choir/agent/arbiter"
+	"github.com/choirhq/choir/agent/commitlog"
+	"github.com/choirhq/choir/agent/llm"
+	"github.com/choirhq/choir/agent/lock"
+	"github.com/choirhq/choir/agent/skill"
+	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/rpc"
+)
+
+// State is a state of the edge lane's machine (spec 7.2).
+type State string
+
+// The edge states.
+const (
+	EdgeIdle         State = "EDGE_IDLE"
+	EdgeContextReady State = "EDGE_CONTEXT_READY"
+	EdgeReasoning    State = "EDGE_REASONING"
+	EdgeWaitingTool  State = "EDGE_WAITING_TOOL"
+	EdgeFinalizing   State = "EDGE_FINALIZING"
+	EdgeTerminated   State = "EDGE_TERMINATED"
+)
+
+// Outbound delivers the lane's messages to the user (through choird's
+// SEND_OUTBOUND in production).
+type Outbound interface {
+	Send(ctx context.Context, text string) error
+}
+
+// Identity is what the edge's prompt is built from (spec 11.3).
+type Identity struct {
+	// Instructions are the lane's behavioural instructions.
+	Instructions string
+	User         string // USER.md
+	Soul         string // SOUL.md
+}
+
+// Budgets bound a session; they are never reset (spec 7.6).
+type Budgets struct {
+	MaxToolCallsPerSession int64
+	TotalSessionTokens     int64
+	// MaxStepsPerMessage bounds model calls while answering one message.
+	MaxStepsPerMessage int
+}
+
+// EdgeConfig is what the edge lane works with.
+type EdgeConfig struct {
+	Arbiter  *arbiter.Arbiter
+	Log      *commitlog.Log
+	Tools    *tool.Registry
+	Skills   *skill.Set // nil: no skills
+	LLM      *llm.Client
+	Model    func() llm.ModelSettings
+	Identity Identity
+	Out      Outbound
+	Budgets  Budgets
+	// RateLimitDelay is rate_limit_retry_ms, used when a 429 carries no
+	// Retry-After.
+	RateLimitDelay time.Duration
+	// Window is how many committed events the prompt carries (default 50).
+	Window int
+	Logger *slog.Logger
+}
+
+// UserMessage is one message from the user.
+type UserMessage struct {
+	Text string `json:"text"`
+	// Attachments are workspace-relative paths of received files.
+	Attachments []string `json:"attachments,omitempty"`
+	// MessageID is the gateway's id, for deduplication on redelivery.
+	MessageID string `json:"message_id,omitempty"`
+}
+
+// Edge is the edge lane.
+type Edge struct {
+	cfg   EdgeConfig
+	queue chan UserMessage
+
+	mu    sync.Mutex
+	state State
+	skill *skill.Run
+
+	toolCalls atomic.Int64
+	tokens    atomic.Int64
+	callSeq   atomic.Int64
+}
+
+// skillStartTool is the lane-level tool the model uses to begin a skill.
+const skillStartTool = "choir.skill.start"
+
+// NewEdge makes an edge lane; Run drives it.
+func NewEdge(cfg EdgeConfig) *Edge {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Window <= 0 {
+		cfg.Window = 50
+	}
+	if cfg.Budgets.MaxStepsPerMessage <= 0 {
+		cfg.Budgets.MaxStepsPerMessage = 20
+	}
+	if cfg.RateLimitDelay <= 0 {
+		cfg.RateLimitDelay = llm.DefaultRateLimitDelay
+	}
+	return &Edge{cfg: cfg, queue: make(chan UserMessage, 1024), state: EdgeIdle}
+}
+
+// Deliver queues a user message; the lane takes it when it is IDLE.
+func (e *Edge) Deliver(m UserMessage) error {
+	select {
+	case e.queue <- m:
+		return nil
+	default:
+		return errors.New("edge queue is full (1024 messages waiting)")
+	}
+}
+
+// State is the lane's current state.
+func (e *Edge) State() State {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.state
+}
+
+func (e *Edge) set(s State) {
+	e.mu.Lock()
+	e.state = s
+	e.mu.Unlock()
+}
+
+// Budget reports what remains of the session budgets.
+func (e *Edge) Budget() (toolCalls, tokens int64) {
+	return e.cfg.Budgets.MaxToolCallsPerSession - e.toolCalls.Load(), e.cfg.Budgets.TotalSessionTokens - e.tokens.Load()
+}
+
+// ErrBudgetExceeded ends the lane: budgets are never reset.
+var ErrBudgetExceeded = errors.New("session budget exceeded")
+
+// Run drives the state machine until ctx ends or a budget is exhausted.
+func (e *Edge) Run(ctx context.Context) error {
+	for {
+		e.set(EdgeIdle)
+		var m UserMessage
+		select {
+		case <-ctx.Done():
+			e.set(EdgeTerminated)
+			return nil
+		case m = <-e.queue:
+		}
+		err := e.handle(ctx, m)
+		if errors.Is(err, ErrBudgetExceeded) {
+			e.set(EdgeTerminated)
+			return err
+		}
+		if ctx.Err() != nil {
+			e.set(EdgeTerminated)
+			return nil
+		}
+		if err != nil {
+			e.cfg.Logger.ErrorContext(ctx, "edge lane failed on a message", slog.String("error", err.Error()))
+		}
+	}
+}
+
+// handle answers one user message: IDLE -> CONTEXT_READY -> REASONING <->
+// WAITING_TOOL -> FINALIZING -> IDLE.
+func (e *Edge) handle(ctx context.Context, m UserMessage) error {
+	e.set(EdgeContextReady)
+	before, _ := e.cfg.Log.Head()
+	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventUserMsg, "edge", m); err != nil {
+		return fmt.Errorf("commit user message: %w", err)
+	}
+	msgs := e.prompt(before, m)
+
+	for step := 0; ; step++ {
+		if step >= e.cfg.Budgets.MaxStepsPerMessage {
+			return e.finalize(ctx, fmt.Sprintf("I stopped after %d steps without finishing; please ask again, perhaps more narrowly.", step))
+		}
+		e.set(EdgeReasoning)
+		resp, err := e.complete(ctx, msgs)
+		if err != nil {
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			e.cfg.Logger.WarnContext(ctx, "model call failed", slog.String("error", err.Error()))
+			return e.finalize(ctx, userError(err))
+		}
+		if e.cfg.Budgets.TotalSessionTokens > 0 && e.tokens.Load() > e.cfg.Budgets.TotalSessionTokens {
+			e.finalize(ctx, "This session has used its token budget; start a new session to continue.")
+			return ErrBudgetExceeded
+		}
+		if len(resp.ToolCalls) == 0 {
+			return e.finalize(ctx, resp.Content)
+		}
+		msgs = append(msgs, llm.AssistantMessage(resp.Content, resp.ToolCalls...))
+		e.set(EdgeWaitingTool)
+		for _, call := range resp.ToolCalls {
+			if n := e.toolCalls.Add(1); e.cfg.Budgets.MaxToolCallsPerSession > 0 && n > e.cfg.Budgets.MaxToolCallsPerSession {
+				e.finalize(ctx, "This session has used its tool-call budget; start a new session to continue.")
+				return ErrBudgetExceeded
+			}
+			answer, err := e.runTool(ctx, call)
+			if err != nil {
+				return err
+			}
+			msgs = append(msgs, llm.ToolResultMessage(call.ID, string(answer)))
+		}
+	}
+}
+
+// complete calls the model once, commits the call record and the output.
+func (e *Edge) complete(ctx context.Context, msgs []llm.Message) (*llm.Response, error) {
+	model := e.cfg.Model() // a snapshot: a reload applies from the next call
+	policy := llm.RateLimitPolicy{DefaultDelay: e.cfg.RateLimitDelay,
+		NotifyFunc: func(ctx context.Context, rl *llm.RateLimitError, wait time.Duration) {
+			e.cfg.Out.Send(ctx, fmt.Sprintf("The model provider is rate-limiting me; retrying in %s.", wait.Round(time.Second))) //nolint:errcheck
+			e.cfg.Logger.WarnContext(ctx, "model rate limited", slog.Duration("wait", wait))
+		}}
+	resp, err := e.cfg.LLM.CompleteWithRetry(ctx, llm.Request{Model: model, Messages: msgs, Tools: e.tools()}, policy)
+	if err != nil {
+		return nil, err
+	}
+	e.tokens.Add(resp.Usage.PromptTokens + resp.Usage.CompletionTokens)
+	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventLLMCallCommitted, "edge", commitlog.LLMCall{Model: model.Name,
+		Lane: "edge", PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
+		LatencyMS: resp.Latency.Milliseconds()}); err != nil {
+		return nil, fmt.Errorf("commit llm call: %w", err)
+	}
+	out := map[string]any{"text": resp.Content}
+	if len(resp.ToolCalls) > 0 {
+		var names []string
+		for _, c := range resp.ToolCalls {
+			names = append(names, c.Name)
+		}
+		out["tool_calls"] = names
+	}
+	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventModelOutput, "edge", out); err != nil {
+		return nil, fmt.Errorf("commit model output: %w", err)
+	}
+	return resp, nil
+}
+
+// runTool answers one tool call: the skill tools are the lane's own,
+// everything else goes through the arbiter.
+func (e *Edge) runTool(ctx context.Context, call llm.ToolCall) (json.RawMessage, error) {
+	switch {
+	case call.Name == skillStartTool && e.cfg.Skills != nil:
+		return e.startSkill(ctx, call.Arguments)
+	case call.Name == skill.TransitionToolName:
+		return e.transition(ctx, call.Arguments)
+	}
+	out, err := e.cfg.Arbiter.Propose(ctx, arbiter.Proposal{Owner: lock.Edge,
+		CallID: fmt.Sprintf("edge-%d-%s", e.callSeq.Add(1), call.ID), Tool: call.Name, Input: call.Arguments,
+		Skill: e.activeSkill()})
+	if err != nil {
+		return nil, err
+	}
+	return out.ForModel(), nil
+}
+
+func (e *Edge) activeSkill() *skill.Run {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.skill != nil && e.skill.Done() {
+		return nil
+	}
+	return e.skill
+}
+
+func (e *Edge) startSkill(ctx context.Context, args json.RawMessage) (json.RawMessage, error) {
+	var in struct {
+		Name  string          `json:"name"`
+		Input json.RawMessage `json:"input"`
+	}
+	if err := json.Unmarshal(args, &in); err != nil || in.Name == "" {
+		return errJSON("invalid_input", "want {\"name\": \"<skill>\"}"), nil
+	}
+	if e.activeSkill() != nil {
+		return errJSON("skill_active", "a skill is already running in this lane; finish it first"), nil
+	}
+	run, err := e.cfg.Skills.Start(in.Name, in.Input)
+	if err != nil {
+		return errJSON("invalid_skill", err.Error()), nil
+	}
+	e.mu.Lock()
+	e.skill = run
+	e.mu.Unlock()
+	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventSkillTransitionCommitted, "edge",
+		map[string]any{"skill": in.Name, "from": "", "to": run.State(), "event": "start"}); err != nil {
+		return nil, err
+	}
+	b, _ := json.Marshal(map[string]any{"status": "success", "skill": in.Name, "state": run.State(),
+		"objective": run.Objective(), "allowed_tools": run.AllowedTools()})
+	return b, nil
+}
+
+func (e *Edge) transition(ctx context.Context, args json.RawMessage) (json.RawMessage, error) {
+	run := e.activeSkill()
+	if run == nil {
+		return errJSON("no_skill", "no skill is running; start one with "+skillStartTool), nil
+	}
+	change, err := run.Transition(args)
+	var v *skill.Violation
+	if errors.As(err, &v) {
+		b, _ := json.Marshal(map[string]any{"status": "rejected", "error": v})
+		return b, nil
+	}
+	if err != nil {
+		return errJSON("transition_failed", err.Error()), nil
+	}
+	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventSkillTransitionCommitted, "edge", change); err != nil {
+		return nil, err
+	}
+	res := map[string]any{"status": "success", "state": change.To, "skill_status": change.Status}
+	if !run.Done() {
+		res["objective"] = run.Objective()
+		res["allowed_tools"] = run.AllowedTools()
+	}
+	b, _ := json.Marshal(res)
+	return b, nil
+}
+
+func errJSON(kind, msg string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"status": "rejected", "error": map[string]string{"error": kind, "message": msg}})
+	return b
+}
+
+// tools are the schemas offered to the model: only LLM views, in the
+// tools parameter, never in the prompt.
+func (e *Edge) tools() []llm.ToolSpec {
+	var allow []string
+	run := e.activeSkill()
+	if run != nil {
+		allow = run.AllowedTools()
+		if allow == nil {
+			allow = []string{}
+		}
+	}
+	var out []llm.ToolSpec
+	for _, v := range e.cfg.Tools.LLMViews(tool.Filter{Lane: tool.LaneEdge, Allow: allow}) {
+		out = append(out, llm.ToolSpec{Name: v.Name, Description: v.Description, Parameters: v.Parameters})
+	}
+	if run != nil {
+		if v, ok := run.TransitionTool(); ok {
+			out = append(out, llm.ToolSpec{Name: v.Name, Description: v.Description, Parameters: v.Parameters})
+		}
+	} else if e.cfg.Skills != nil && len(e.cfg.Skills.Names()) > 0 {
+		names, _ := json.Marshal(e.cfg.Skills.Names())
+		out = append(out, llm.ToolSpec{Name: skillStartTool,
+			Description: "Start a skill: a guided multi-step workflow. Skills are listed in the system prompt.",
+			Parameters: json.RawMessage(`{"type":"object","properties":{"name":{"type":"string","enum":` + string(names) +
+				`},"input":{"type":"object"}},"required":["name"],"additionalProperties":false}`)})
+	}
+	return out
+}
+
+// prompt lays out spec 11.3 for the edge: system prompt (instructions and
+// skill summaries), USER.md, SOUL.md, the event window before this message,
+// and the current message, which is never compacted.
+func (e *Edge) prompt(before int64, m UserMessage) []llm.Message {
+	var sys strings.Builder
+	sys.WriteString(e.cfg.Identity.Instructions)
+	if e.cfg.Skills != nil {
+		if sums := e.cfg.Skills.Summaries(); len(sums) > 0 {
+			sys.WriteString("\n\nSkills you can start with " + skillStartTool + ":\n")
+			for _, s := range sums {
+				fmt.Fprintf(&sys, "- %s: %s\n", s.Name, s.Description)
+			}
+		}
+	}
+	if run := e.activeSkill(); run != nil {
+		fmt.Fprintf(&sys, "\n\nActive skill %s, state %s. Objective: %s\nUse %s to move on.",
+			run.Skill().Name(), run.State(), run.Objective(), skill.TransitionToolName)
+	}
+	msgs := []llm.Message{llm.SystemMessage(sys.String())}
+	if e.cfg.Identity.User != "" {
+		msgs = append(msgs, llm.SystemMessage("USER.md:\n"+e.cfg.Identity.User))
+	}
+	if e.cfg.Identity.Soul != "" {
+		msgs = append(msgs, llm.SystemMessage("SOUL.md:\n"+e.cfg.Identity.Soul))
+	}
+	msgs = append(msgs, e.window(before)...)
+	text := m.Text
+	if len(m.Attachments) > 0 {
+		text += "\n\n[attachments: " + strings.Join(m.Attachments, ", ") + "]"
+	}
+	return append(msgs, llm.UserMessage(text))
+}
+
+// window renders the last committed events up to rev as conversation: user
+// messages and the lane's answers verbatim, tool results as one-line notes.
+func (e *Edge) window(rev int64) []llm.Message {
+	from := max(rev-int64(e.cfg.Window)+1, e.cfg.Log.Oldest(), 1)
+	evs, err := e.cfg.Log.Range(from, rev)
+	if err != nil {
+		return nil
+	}
+	var out []llm.Message
+	for _, ev := range evs {
+		if ev.Lane != "edge" {
+			continue
+		}
+		var p struct {
+			Text    string `json:"text"`
+			Tool    string `json:"tool"`
+			Status  string `json:"status"`
+			Summary string `json:"summary"`
+		}
+		json.Unmarshal(ev.Payload, &p) //nolint:errcheck // best effort: a window, not the record
+		switch ev.Type {
+		case rpc.EventUserMsg:
+			out = append(out, llm.UserMessage(p.Text))
+		case rpc.EventModelOutput:
+			if p.Text != "" {
+				out = append(out, llm.AssistantMessage(p.Text))
+			}
+		case rpc.EventToolResultCommitted:
+			out = append(out, llm.AssistantMessage(fmt.Sprintf("[earlier tool call %s: %s]", p.Tool, p.Status)))
+		}
+	}
+	return out
+}
+
+// finalize delivers the answer and returns to IDLE.
+func (e *Edge) finalize(ctx context.Context, text string) error {
+	e.set(EdgeFinalizing)
+	if strings.TrimSpace(text) == "" {
+		text = "(no answer)"
+	}
+	if err := e.cfg.Out.Send(ctx, text); err != nil {
+		return fmt.Errorf("send answer: %w", err)
+	}
+	return nil
+}
+
+// userError words a model failure for the user (spec 7.7): no automatic
+// retry, the user can simply ask again.
+func userError(err error) string {
+	var rl *llm.RateLimitError
+	var pe *llm.ProviderError
+	switch {
+	case errors.As(err, &rl):
+		return "The model provider is still rate-limiting me after a retry. Please try again in a little while."
+	case errors.As(err, &pe):
+		return fmt.Sprintf("The model provider failed (HTTP %d). Please try again.", pe.Status)
+	case errors.Is(err, llm.ErrMalformedResponse):
+		return "The model sent a response I could not use. Please try again."
+	case errors.Is(err, context.DeadlineExceeded):
+		return "The model did not answer in time. Please try again."
+	default:
+		return "I could not reach the model: " + err.Error()
+	}
+}

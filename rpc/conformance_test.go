@@ -297,13 +297,18 @@ func conformance(t *testing.T, tr string) {
 				t.Fatalf("got %v", p)
 			}
 		}
-		// Delivered pushes make room again.
+		// Delivered pushes make room again, once the server has seen its
+		// write complete (which may be just after the agent read them).
+		waitFor(t, func() bool {
+			_, err := b.srv.Push(b.sessionID, configChanged(10))
+			return err == nil
+		})
 		for i := range 4 {
-			if _, err := b.srv.Push(b.sessionID, configChanged(int64(10+i))); err != nil {
-				t.Fatalf("push after delivery: %v", err)
-			}
 			if p := got.next(t); p.Seq != uint64(5+i) {
 				t.Fatalf("got %v", p)
+			}
+			if _, err := b.srv.Push(b.sessionID, configChanged(int64(11+i))); err != nil {
+				t.Fatalf("push after delivery: %v", err)
 			}
 		}
 	})

@@ -28,6 +28,41 @@ type ChoirControlAgentSchema struct {
 	ProvisionedAt time.Time `json:"provisioned_at"`
 }
 
+type ChoirControlInbox struct {
+	InboxID     int64           `json:"inbox_id"`
+	Gateway     string          `json:"gateway"`
+	UpdateID    int64           `json:"update_id"`
+	Dm          string          `json:"dm"`
+	AgentID     *string         `json:"agent_id"`
+	ChatID      string          `json:"chat_id"`
+	UserID      string          `json:"user_id"`
+	Kind        string          `json:"kind"`
+	Text        string          `json:"text"`
+	Attachments json.RawMessage `json:"attachments"`
+	ReceivedAt  time.Time       `json:"received_at"`
+	DeliveredAt *time.Time      `json:"delivered_at"`
+	SessionID   *uuid.UUID      `json:"session_id"`
+}
+
+type ChoirControlOutbox struct {
+	OutboxID  int64      `json:"outbox_id"`
+	AgentID   string     `json:"agent_id"`
+	SessionID *uuid.UUID `json:"session_id"`
+	MessageID string     `json:"message_id"`
+	Gateway   string     `json:"gateway"`
+	Dm        string     `json:"dm"`
+	ChatID    string     `json:"chat_id"`
+	Kind      string     `json:"kind"`
+	Text      string     `json:"text"`
+	FilePath  string     `json:"file_path"`
+	Status    string     `json:"status"`
+	Attempts  int32      `json:"attempts"`
+	LastError string     `json:"last_error"`
+	SentIds   []int64    `json:"sent_ids"`
+	CreatedAt time.Time  `json:"created_at"`
+	SentAt    *time.Time `json:"sent_at"`
+}
+
 type ChoirControlResourceLease struct {
 	LeaseID      int64      `json:"lease_id"`
 	ResourceKind string     `json:"resource_kind"`

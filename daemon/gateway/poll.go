@@ -1,0 +1,290 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	tele "gopkg.in/telebot.v3"
+)
+
+// allowedUpdates are the update kinds the gateway asks for; Telegram drops
+// the others before they reach us.
+var allowedUpdates = []string{"message", "callback_query"}
+
+// run is the bot's update loop. It confirms an update (by asking for the
+// next offset) only after handling it, so an update is never lost: if choird
+// stops or dies before then, Telegram delivers it again on the next start.
+func (b *bot) run(ctx context.Context) {
+	log := b.g.logger.With(slog.String("gateway", b.name))
+	for n := 0; ; n++ {
+		err := b.getMe(ctx)
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			return
+		}
+		log.ErrorContext(ctx, "telegram bot unreachable", slog.String("error", err.Error()))
+		if !sleep(ctx, backoff(b.g.opts.RetryBase, n)) {
+			return
+		}
+	}
+	log.InfoContext(ctx, "telegram bot polling", slog.String("bot", b.botUsername()))
+
+	var offset int64
+	failures := 0
+	for {
+		updates, err := b.getUpdates(ctx, offset)
+		if ctx.Err() != nil {
+			b.confirm(context.WithoutCancel(ctx), offset)
+			return
+		}
+		if err != nil {
+			var api *APIError
+			if errors.As(err, &api) && api.Code == http.StatusConflict {
+				log.ErrorContext(ctx, "another process polls this bot: stop it, only one choird may run a bot",
+					slog.String("error", err.Error()))
+			} else {
+				log.WarnContext(ctx, "get updates", slog.String("error", err.Error()))
+			}
+			if !sleep(ctx, backoff(b.g.opts.RetryBase, failures)) {
+				return
+			}
+			failures++
+			continue
+		}
+		failures = 0
+		for _, raw := range updates {
+			u, id, err := decodeUpdate(raw)
+			if err != nil {
+				log.WarnContext(ctx, "undecodable update skipped", slog.Int64("update_id", id), slog.String("error", err.Error()))
+				offset = id + 1
+				continue
+			}
+			if !b.handleWithRetry(ctx, u) {
+				// Stopping: the offset stays before this update, so
+				// Telegram delivers it again.
+				b.confirm(context.WithoutCancel(ctx), offset)
+				return
+			}
+			offset = id + 1
+		}
+	}
+}
+
+// decodeUpdate decodes one update; the id is returned even when the rest
+// does not decode, so the update can be skipped.
+func decodeUpdate(raw json.RawMessage) (tele.Update, int64, error) {
+	var head struct {
+		ID int64 `json:"update_id"`
+	}
+	if err := json.Unmarshal(raw, &head); err != nil {
+		return tele.Update{}, 0, err
+	}
+	var u tele.Update
+	err := json.Unmarshal(raw, &u)
+	return u, head.ID, err
+}
+
+func (b *bot) getUpdates(ctx context.Context, offset int64) ([]json.RawMessage, error) {
+	timeout := b.g.opts.PollTimeout
+	ctx, cancel := context.WithTimeout(ctx, timeout+15*time.Second)
+	defer cancel()
+	params := map[string]any{"timeout": int(timeout / time.Second), "limit": 100, "allowed_updates": allowedUpdates}
+	if offset > 0 {
+		params["offset"] = offset
+	}
+	var updates []json.RawMessage
+	err := b.call(ctx, "getUpdates", params, &updates)
+	return updates, err
+}
+
+// confirm tells Telegram that every update below offset was handled, when
+// the loop stops, so a restart does not see them again. It is best effort:
+// without it the updates come back and are recognised as duplicates.
+func (b *bot) confirm(ctx context.Context, offset int64) {
+	if offset <= 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	// Timeout 0 and limit 1: the call returns at once; the update it may
+	// return is not confirmed and is left for the next start.
+	err := b.call(ctx, "getUpdates", map[string]any{"offset": offset, "timeout": 0, "limit": 1,
+		"allowed_updates": allowedUpdates}, nil)
+	if err != nil {
+		b.g.logger.DebugContext(ctx, "confirm offset on stop", slog.String("gateway", b.name),
+			slog.String("error", err.Error()))
+	}
+}
+
+// handleWithRetry handles u until it succeeds, reporting false if ctx ended
+// first.
+func (b *bot) handleWithRetry(ctx context.Context, u tele.Update) bool {
+	for n := 0; ; n++ {
+		err := b.handle(ctx, u)
+		if err == nil {
+			return true
+		}
+		if ctx.Err() != nil {
+			return false
+		}
+		b.g.logger.ErrorContext(ctx, "handle update; retrying", slog.String("gateway", b.name),
+			slog.Int("update_id", u.ID), slog.Int("attempt", n+1), slog.String("error", err.Error()))
+		if !sleep(ctx, backoff(b.g.opts.RetryBase, n)) {
+			return false
+		}
+	}
+}
+
+// handle hands one update to its consumer. A nil return means the update is
+// done with and may be confirmed.
+func (b *bot) handle(ctx context.Context, u tele.Update) error {
+	switch {
+	case u.Message != nil:
+		return b.handleMessage(ctx, int64(u.ID), u.Message)
+	case u.Callback != nil:
+		return b.handleCallback(ctx, int64(u.ID), u.Callback)
+	}
+	return nil
+}
+
+// sender returns the DM of the user behind an update, or false after
+// logging the drop: strangers get no reply at all.
+func (b *bot) sender(ctx context.Context, updateID int64, user *tele.User, chat *tele.Chat) (DM, bool) {
+	if user == nil {
+		return DM{}, false
+	}
+	userID := strconv.FormatInt(user.ID, 10)
+	dm, ok := b.g.lookupDM(b.name, userID)
+	if !ok {
+		b.g.logger.InfoContext(ctx, "update from a user no dm names dropped", slog.String("gateway", b.name),
+			slog.Int64("update_id", updateID), slog.String("user_id", userID))
+		return DM{}, false
+	}
+	if chat != nil && chat.Type != tele.ChatPrivate {
+		b.g.logger.InfoContext(ctx, "update from a group chat dropped: dms are private chats",
+			slog.String("gateway", b.name), slog.Int64("update_id", updateID), slog.String("dm", dm.Name),
+			slog.Int64("chat_id", chat.ID))
+		return DM{}, false
+	}
+	return dm, true
+}
+
+func (b *bot) handleMessage(ctx context.Context, updateID int64, m *tele.Message) error {
+	dm, ok := b.sender(ctx, updateID, m.Sender, m.Chat)
+	if !ok {
+		return nil
+	}
+	chatID := strconv.FormatInt(m.Chat.ID, 10)
+	if m.Text != "" {
+		if name, args, rest, ok := ParseCommand(m.Text, b.botUsername()); ok {
+			return b.runCommand(ctx, Command{DM: dm, UpdateID: updateID, ChatID: chatID, MessageID: int64(m.ID),
+				Name: name, Args: args, Text: rest})
+		} else if name != "" {
+			b.g.logger.InfoContext(ctx, "command for another bot ignored", slog.String("gateway", b.name),
+				slog.Int64("update_id", updateID), slog.String("dm", dm.Name))
+			return nil
+		}
+	}
+	msg := InboundMessage{DM: dm, UpdateID: updateID, ChatID: chatID, MessageID: int64(m.ID), Text: m.Text,
+		SentAt: m.Time()}
+	if f, ok := mediaOf(m); ok {
+		att, err := b.receiveFile(ctx, dm, updateID, chatID, f)
+		if errors.Is(err, errRefused) {
+			return nil // the user was told why
+		}
+		if err != nil {
+			return err
+		}
+		msg.Text = m.Caption
+		msg.Attachments = []Attachment{att}
+	}
+	if msg.Text == "" && len(msg.Attachments) == 0 {
+		b.reply(ctx, chatID, "This kind of message is not supported: send text, a file, a photo, a voice message or a video.")
+		return nil
+	}
+	err := b.g.opts.Inbox.Receive(ctx, msg)
+	if errors.Is(err, ErrDuplicate) {
+		b.g.logger.DebugContext(ctx, "duplicate update ignored", slog.String("gateway", b.name),
+			slog.Int64("update_id", updateID))
+		return nil
+	}
+	return err
+}
+
+func (b *bot) runCommand(ctx context.Context, cmd Command) error {
+	reply, err := b.g.opts.Commands.Command(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	if reply != "" {
+		b.reply(ctx, cmd.ChatID, reply)
+	}
+	return nil
+}
+
+// reply sends text to a chat directly (not through the outbox), paced by the
+// shared limiter. A failure is logged, not returned: the update it answers
+// has been handled, and handling it again would run a command twice.
+func (b *bot) reply(ctx context.Context, chatID, text string) {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if _, err := b.sendText(ctx, chatID, text, nil); err != nil {
+		b.g.logger.WarnContext(ctx, "reply not sent", slog.String("gateway", b.name), slog.String("chat_id", chatID),
+			slog.String("error", err.Error()))
+	}
+}
+
+// answerMalformed answers a callback whose data names no approval.
+const answerMalformed = "This button carries no valid approval, so nothing was done. Use /approvals to list pending approvals."
+
+func (b *bot) handleCallback(ctx context.Context, updateID int64, cb *tele.Callback) error {
+	var chat *tele.Chat
+	if cb.Message != nil {
+		chat = cb.Message.Chat
+	}
+	dm, ok := b.sender(ctx, updateID, cb.Sender, chat)
+	if !ok {
+		return nil
+	}
+	id, approve, err := ParseCallback(cb.Data)
+	if err != nil {
+		b.g.logger.InfoContext(ctx, "malformed callback", slog.String("gateway", b.name),
+			slog.Int64("update_id", updateID), slog.String("dm", dm.Name), slog.String("error", err.Error()))
+		b.answer(ctx, cb.ID, answerMalformed)
+		return nil
+	}
+	d := Decision{DM: dm, UpdateID: updateID, ApprovalID: id, Approve: approve}
+	if chat != nil {
+		d.ChatID = strconv.FormatInt(chat.ID, 10)
+	}
+	if cb.Message != nil {
+		d.MessageID = int64(cb.Message.ID)
+	}
+	answer, err := b.g.opts.Approvals.Decide(ctx, d)
+	if err != nil {
+		return err
+	}
+	b.answer(ctx, cb.ID, answer)
+	return nil
+}
+
+// answer answers a callback query. A failure is only logged: Telegram
+// refuses answers to queries older than a few minutes, as after a restart.
+func (b *bot) answer(ctx context.Context, callbackID, text string) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	params := map[string]any{"callback_query_id": callbackID}
+	if text != "" {
+		params["text"] = text
+	}
+	if err := b.call(ctx, "answerCallbackQuery", params, nil); err != nil {
+		b.g.logger.DebugContext(ctx, "answer callback", slog.String("gateway", b.name), slog.String("error", err.Error()))
+	}
+}

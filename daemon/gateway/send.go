@@ -1,0 +1,211 @@
+package gateway
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	tele "gopkg.in/telebot.v3"
+
+	"github.com/choirhq/choir/jobs"
+)
+
+var _ jobs.OutboundSender = (*Gateway)(nil)
+
+// Parts implements jobs.OutboundSender: a text is cut by SplitText; a file
+// keeps its text as caption when it fits in 1024 characters, else the file
+// goes without caption and the text follows as messages of its own.
+func (g *Gateway) Parts(msg jobs.OutboundPart) []jobs.OutboundPart {
+	if msg.Kind == jobs.OutboundText {
+		var parts []jobs.OutboundPart
+		for _, t := range SplitText(msg.Text, MaxMessageLength) {
+			p := msg
+			p.Text = t
+			parts = append(parts, p)
+		}
+		return parts
+	}
+	if utf16Len(msg.Text) <= MaxCaptionLength {
+		return []jobs.OutboundPart{msg}
+	}
+	file := msg
+	file.Text = ""
+	parts := []jobs.OutboundPart{file}
+	for _, t := range SplitText(msg.Text, MaxMessageLength) {
+		parts = append(parts, jobs.OutboundPart{Gateway: msg.Gateway, ChatID: msg.ChatID, Kind: jobs.OutboundText, Text: t})
+	}
+	return parts
+}
+
+// Send implements jobs.OutboundSender: it sends one part, returning
+// Telegram's message id. It does not pace: the caller holds a reservation
+// of the shared limiter. Errors are *RateLimitError (429, with RetryAfter),
+// errors whose Temporary() reports false (the part can never be sent), or
+// errors worth retrying.
+func (g *Gateway) Send(ctx context.Context, part jobs.OutboundPart) (int64, error) {
+	b, err := g.bot(part.Gateway)
+	if err != nil {
+		return 0, err
+	}
+	if part.Kind == jobs.OutboundText {
+		return b.sendMessage(ctx, part.ChatID, part.Text, nil)
+	}
+	return b.sendFile(ctx, part)
+}
+
+func (b *bot) sendMessage(ctx context.Context, chatID, text string, markup *tele.ReplyMarkup) (int64, error) {
+	params := map[string]any{"chat_id": chatID, "text": text}
+	if markup != nil {
+		raw, err := json.Marshal(markup)
+		if err != nil {
+			return 0, fmt.Errorf("encode reply markup: %w", err)
+		}
+		params["reply_markup"] = string(raw)
+	}
+	var m tele.Message
+	if err := b.call(ctx, "sendMessage", params, &m); err != nil {
+		return 0, err
+	}
+	return int64(m.ID), nil
+}
+
+func (b *bot) sendFile(ctx context.Context, part jobs.OutboundPart) (int64, error) {
+	chatID, err := strconv.ParseInt(part.ChatID, 10, 64)
+	if err != nil {
+		return 0, permanent(fmt.Errorf("chat id %q is not a Telegram chat", part.ChatID))
+	}
+	f, _, err := openSendFile(part.FilePath)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	file := tele.FromReader(f)
+	name := filepath.Base(part.FilePath)
+	var what tele.Sendable
+	var method string
+	switch part.Kind {
+	case jobs.OutboundPhoto:
+		what, method = &tele.Photo{File: file, Caption: part.Text}, "sendPhoto"
+	case jobs.OutboundVoice:
+		if !isOggOpus(f) {
+			// Telegram plays only OGG Opus as a voice message; anything
+			// else still reaches the user, as a file.
+			b.g.logger.WarnContext(ctx, "voice file is not OGG Opus: sent as a document",
+				slog.String("gateway", b.name), slog.String("file", name))
+			what, method = &tele.Document{File: file, FileName: name, Caption: part.Text}, "sendDocument"
+		} else {
+			what, method = &tele.Voice{File: file, Caption: part.Text, MIME: "audio/ogg"}, "sendVoice"
+		}
+	case jobs.OutboundVideo:
+		what, method = &tele.Video{File: file, FileName: name, Caption: part.Text}, "sendVideo"
+	case jobs.OutboundDocument:
+		what, method = &tele.Document{File: file, FileName: name, Caption: part.Text}, "sendDocument"
+	default:
+		return 0, permanent(fmt.Errorf("unknown outbound kind %q", part.Kind))
+	}
+	m, err := b.tele(ctx).Send(&tele.Chat{ID: chatID}, what)
+	if err != nil {
+		return 0, b.classify(method, err)
+	}
+	return int64(m.ID), nil
+}
+
+// sendText sends text to a chat, cut by SplitText, waiting for the shared
+// limiter before each message.
+func (b *bot) sendText(ctx context.Context, chatID, text string, markup *tele.ReplyMarkup) ([]int64, error) {
+	parts := SplitText(text, MaxMessageLength)
+	ids := make([]int64, 0, len(parts))
+	for i, p := range parts {
+		if err := b.g.opts.Limiter.Wait(ctx, b.name, chatID); err != nil {
+			return ids, err
+		}
+		var m *tele.ReplyMarkup
+		if i == len(parts)-1 {
+			m = markup // buttons go under the last message
+		}
+		id, err := b.sendMessage(ctx, chatID, p, m)
+		if rl, ok := err.(*RateLimitError); ok {
+			b.g.opts.Limiter.Backoff(b.name, chatID, rl.After)
+			if !sleep(ctx, rl.After) {
+				return ids, ctx.Err()
+			}
+			id, err = b.sendMessage(ctx, chatID, p, m)
+		}
+		if err != nil {
+			return ids, err
+		}
+		ids = append(ids, id)
+	}
+	return ids, nil
+}
+
+// SendText sends text to a chat at once, not through the outbox, paced by
+// the shared limiter and cut by SplitText; for replies to commands and
+// notices of the control layer that need no durability. It returns the
+// Telegram message ids.
+func (g *Gateway) SendText(ctx context.Context, gateway, chatID, text string) ([]int64, error) {
+	b, err := g.bot(gateway)
+	if err != nil {
+		return nil, err
+	}
+	return b.sendText(ctx, chatID, text, nil)
+}
+
+// SendApproval sends an approval request with the inline keyboard
+// [Approve] [Reject] under it and returns the id of the message carrying
+// the keyboard.
+func (g *Gateway) SendApproval(ctx context.Context, gateway, chatID, text, approvalID string) (int64, error) {
+	b, err := g.bot(gateway)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := b.sendText(ctx, chatID, text, ApprovalButtons(approvalID))
+	if err != nil {
+		return 0, err
+	}
+	if len(ids) == 0 {
+		return 0, permanent(fmt.Errorf("approval %s: empty text", approvalID))
+	}
+	return ids[len(ids)-1], nil
+}
+
+// ClearButtons removes the inline keyboard of a message, once its approval
+// is resolved.
+func (g *Gateway) ClearButtons(ctx context.Context, gateway, chatID string, messageID int64) error {
+	b, err := g.bot(gateway)
+	if err != nil {
+		return err
+	}
+	return b.call(ctx, "editMessageReplyMarkup", map[string]any{"chat_id": chatID, "message_id": messageID,
+		"reply_markup": `{"inline_keyboard":[]}`}, nil)
+}
+
+// Typing shows "typing…" in a chat until ctx ends, repeating the chat
+// action every TypingInterval (Telegram shows it for about five seconds).
+// It blocks; run it in a goroutine for as long as the agent works. Errors
+// are logged and the loop goes on; a 429 is honoured.
+func (g *Gateway) Typing(ctx context.Context, gateway, chatID string) {
+	b, err := g.bot(gateway)
+	if err != nil {
+		g.logger.WarnContext(ctx, "typing indicator", slog.String("error", err.Error()))
+		return
+	}
+	for {
+		wait := g.opts.TypingInterval
+		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := b.call(cctx, "sendChatAction", map[string]any{"chat_id": chatID, "action": "typing"}, nil)
+		cancel()
+		if rl, ok := err.(*RateLimitError); ok {
+			wait = max(wait, rl.After)
+		} else if err != nil && ctx.Err() == nil {
+			g.logger.DebugContext(ctx, "typing indicator", slog.String("gateway", gateway), slog.String("error", err.Error()))
+		}
+		if !sleep(ctx, wait) {
+			return
+		}
+	}
+}

@@ -1,0 +1,596 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"golang.org/x/time/rate"
+
+	"github.com/choirhq/choir/db"
+)
+
+// QueueDelivery runs outbound message delivery. It is latency-sensitive and
+// never shares a queue with bulk work.
+const QueueDelivery = "delivery"
+
+// DeliveryMaxAttempts bounds retries of a message that keeps failing with a
+// transient error. River's default backoff (attempt⁴ seconds) spreads ten
+// attempts over about four hours; then the row is marked failed.
+const DeliveryMaxAttempts = 10
+
+// DeliveryQueue is the delivery queue's name and configuration, for
+// river.Config.Queues. A short fetch cooldown starts a job within a few
+// milliseconds of its insert notification.
+func DeliveryQueue() (string, river.QueueConfig) {
+	return QueueDelivery, river.QueueConfig{
+		MaxWorkers:        16,
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 250 * time.Millisecond,
+	}
+}
+
+// DeliverOutboundArgs is the job that sends one outbox row.
+type DeliverOutboundArgs struct {
+	OutboxID int64 `json:"outbox_id"`
+}
+
+// Kind implements river.JobArgs.
+func (DeliverOutboundArgs) Kind() string { return "deliver_outbound" }
+
+// InsertOpts puts delivery on its own queue.
+func (DeliverOutboundArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueDelivery, MaxAttempts: DeliveryMaxAttempts}
+}
+
+// The outbound kinds, as stored in choir_control.outbox.kind (the values of
+// rpc.OutboundKind).
+const (
+	OutboundText     = "text"
+	OutboundDocument = "document"
+	OutboundPhoto    = "photo"
+	OutboundVoice    = "voice"
+	OutboundVideo    = "video"
+)
+
+// OutboundPart is one message a channel sends: an outbox row as queued, or
+// one of the parts a sender cuts it into.
+type OutboundPart struct {
+	Gateway string
+	ChatID  string
+	// Kind is one of the Outbound* kinds.
+	Kind string
+	// Text is the message text, or the caption of a file.
+	Text string
+	// FilePath is the absolute host path of the file to send, inside a
+	// workspace's .choirtmp/send directory; empty for text.
+	FilePath string
+}
+
+// OutboundSender is what the delivery worker needs of a gateway
+// (daemon/gateway implements it for Telegram).
+//
+// Send returns the channel's id of the message it sent. An error with a
+// RetryAfter() time.Duration method means the channel asked to wait that
+// long (Telegram's 429 retry_after): the job is snoozed without using an
+// attempt. An error with a Temporary() bool method reporting false can
+// never succeed (the user blocked the bot, the file is gone): the row is
+// marked failed at once. Any other error is retried with backoff.
+type OutboundSender interface {
+	// Parts cuts a queued message into the messages the channel sends, in
+	// order (a long text into several, say). It must be deterministic:
+	// after a crash the worker resumes at the first part whose id is not
+	// recorded in the row.
+	Parts(msg OutboundPart) []OutboundPart
+	Send(ctx context.Context, part OutboundPart) (int64, error)
+}
+
+// DeliveryDeps are what the delivery worker needs from choird.
+type DeliveryDeps struct {
+	Pool   *pgxpool.Pool
+	Sender OutboundSender
+	// Limiter paces sends; nil means NewSendLimiter(DefaultSendLimits).
+	// Share one limiter between the worker and anything else that sends
+	// through the same bots (command replies), so the limits hold per
+	// process.
+	Limiter *SendLimiter
+	Logger  *slog.Logger
+	// MaxWait is the longest the worker sleeps in process for the limiter
+	// before it snoozes the job instead (default 5 s).
+	MaxWait time.Duration
+	// RunBudget is how long one run keeps sending parts of a long
+	// message before it snoozes to let other jobs in (default 20 s).
+	RunBudget time.Duration
+}
+
+// AddDeliveryWorker registers the deliver_outbound worker.
+func AddDeliveryWorker(workers *river.Workers, deps DeliveryDeps) error {
+	if deps.Pool == nil || deps.Sender == nil {
+		return errors.New("delivery worker needs a pool and a sender")
+	}
+	if deps.Limiter == nil {
+		deps.Limiter = NewSendLimiter(DefaultSendLimits)
+	}
+	if deps.Logger == nil {
+		deps.Logger = slog.New(slog.DiscardHandler)
+	}
+	if deps.MaxWait <= 0 {
+		deps.MaxWait = 5 * time.Second
+	}
+	if deps.RunBudget <= 0 {
+		deps.RunBudget = 20 * time.Second
+	}
+	if err := river.AddWorkerSafely(workers, &DeliveryWorker{deps: deps}); err != nil {
+		return fmt.Errorf("register delivery worker: %w", err)
+	}
+	return nil
+}
+
+// OutboundParams is one outbound message to queue.
+type OutboundParams struct {
+	AgentID   string
+	SessionID *uuid.UUID
+	// MessageID is the agent's idempotency key: queuing the same
+	// (AgentID, MessageID) again returns the first row.
+	MessageID string
+	Gateway   string
+	DM        string
+	ChatID    string
+	// Kind is one of the Outbound* kinds.
+	Kind string
+	Text string
+	// FilePath is the absolute host path of the file, inside a
+	// workspace's .choirtmp/send directory (see OutboundFilePath);
+	// required for every kind but text. It is deleted once delivered.
+	FilePath string
+}
+
+// OutboundQueued is the result of EnqueueOutboundTx.
+type OutboundQueued struct {
+	Row db.ChoirControlOutbox
+	// Created is false when the message was already queued; then no job
+	// was inserted.
+	Created bool
+}
+
+// EnqueueOutboundTx queues an outbound message: it inserts the outbox row
+// and its deliver_outbound job in the caller's transaction, so the message
+// is sent if and only if the transaction commits. A message already queued
+// under the same (AgentID, MessageID) is returned as it stands, with no
+// second job.
+func EnqueueOutboundTx(ctx context.Context, tx pgx.Tx, client *Client, p OutboundParams) (OutboundQueued, error) {
+	if err := p.validate(); err != nil {
+		return OutboundQueued{}, err
+	}
+	q := db.New(tx)
+	row, err := q.OutboxInsert(ctx, db.OutboxInsertParams{AgentID: p.AgentID, SessionID: p.SessionID,
+		MessageID: p.MessageID, Gateway: p.Gateway, Dm: p.DM, ChatID: p.ChatID, Kind: p.Kind, Text: p.Text,
+		FilePath: p.FilePath})
+	if errors.Is(err, pgx.ErrNoRows) {
+		row, err = q.OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: p.AgentID, MessageID: p.MessageID})
+		if err != nil {
+			return OutboundQueued{}, fmt.Errorf("load queued message %s of agent %s: %w", p.MessageID, p.AgentID, err)
+		}
+		return OutboundQueued{Row: row}, nil
+	}
+	if err != nil {
+		return OutboundQueued{}, fmt.Errorf("queue message %s of agent %s: %w", p.MessageID, p.AgentID, err)
+	}
+	if _, err := client.InsertTx(ctx, tx, DeliverOutboundArgs{OutboxID: row.OutboxID}, nil); err != nil {
+		return OutboundQueued{}, fmt.Errorf("insert delivery job for message %s: %w", p.MessageID, err)
+	}
+	return OutboundQueued{Row: row, Created: true}, nil
+}
+
+func (p OutboundParams) validate() error {
+	switch {
+	case p.AgentID == "" || p.MessageID == "" || p.Gateway == "" || p.DM == "" || p.ChatID == "":
+		return errors.New("queue outbound message: agent, message id, gateway, dm and chat are required")
+	case p.Kind == OutboundText:
+		if p.FilePath != "" {
+			return errors.New("queue outbound message: a text message takes no file")
+		}
+		if strings.TrimSpace(p.Text) == "" {
+			return errors.New("queue outbound message: empty text")
+		}
+	case p.Kind == OutboundDocument || p.Kind == OutboundPhoto || p.Kind == OutboundVoice || p.Kind == OutboundVideo:
+		if !isSendPath(p.FilePath) {
+			return fmt.Errorf("queue outbound message: file %q is not inside a workspace's .choirtmp/send directory", p.FilePath)
+		}
+	default:
+		return fmt.Errorf("queue outbound message: unknown kind %q", p.Kind)
+	}
+	return nil
+}
+
+// sendDir is where agents leave files for choird to send, relative to the
+// workspace.
+const sendDir = ".choirtmp/send"
+
+// OutboundFilePath resolves rel, a path relative to the workspace's
+// .choirtmp/send directory as agents name it, to the host path to queue.
+// It refuses paths that leave the directory.
+func OutboundFilePath(workspaceDir, rel string) (string, error) {
+	if !filepath.IsAbs(workspaceDir) {
+		return "", fmt.Errorf("workspace %q is not an absolute path", workspaceDir)
+	}
+	if rel == "" || filepath.IsAbs(rel) || !filepath.IsLocal(rel) {
+		return "", fmt.Errorf("file %q is not a path inside %s", rel, sendDir)
+	}
+	return filepath.Join(workspaceDir, sendDir, rel), nil
+}
+
+// isSendPath reports whether p is a clean absolute path below some
+// .choirtmp/send directory: the only files the worker may send and delete.
+func isSendPath(p string) bool {
+	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
+		return false
+	}
+	i := strings.Index(p, "/"+sendDir+"/")
+	return i >= 0 && len(p) > i+len(sendDir)+2
+}
+
+// removeSendFile deletes a delivered file through an os.Root on its
+// workspace: the agent may have replaced a directory on the path by a
+// symbolic link since the file was sent, and must not make choird delete
+// anything outside the workspace.
+func removeSendFile(p string) error {
+	i := strings.LastIndex(p, "/"+sendDir+"/")
+	root, err := os.OpenRoot(p[:i])
+	if err != nil {
+		return fmt.Errorf("open workspace of %s: %w", p, err)
+	}
+	defer root.Close()
+	return root.Remove(p[i+1:])
+}
+
+// DeliveryWorker sends outbox rows; Work documents its guarantees.
+type DeliveryWorker struct {
+	river.WorkerDefaults[DeliverOutboundArgs]
+	deps DeliveryDeps
+}
+
+// Timeout bounds one run: the run budget plus one slow upload. It stays
+// below River's rescue threshold (one minute in NewClient).
+func (w *DeliveryWorker) Timeout(*river.Job[DeliverOutboundArgs]) time.Duration {
+	return w.deps.RunBudget + 25*time.Second
+}
+
+// Work sends the job's outbox row.
+//
+// Delivery is idempotent by row: a row that is no longer pending is
+// skipped. A chat's rows go out in queue order: each run first sends the
+// oldest pending row of its chat queued no later than its own (usually its
+// own row; otherwise it helps the one ahead). Every Telegram message is
+// recorded (sent_ids, and status sent after the last part) in its own short
+// transaction that holds the row lock across the send, so two runs never
+// send the same part and a restarted run resumes at the first unrecorded
+// part. The last part's transaction also completes the job.
+//
+// The one window left is between Telegram accepting a message and that
+// transaction committing: if choird dies there, the part is sent again
+// after the restart (the Bot API has no idempotency key to prevent it).
+// The window holds nothing but one UPDATE and the COMMIT on an open
+// connection with the row already locked: well under a millisecond.
+func (w *DeliveryWorker) Work(ctx context.Context, job *river.Job[DeliverOutboundArgs]) error {
+	start := time.Now()
+	q := db.New(w.deps.Pool)
+	for {
+		row, err := q.OutboxGetByID(ctx, job.Args.OutboxID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return river.JobCancel(fmt.Errorf("outbox row %d does not exist", job.Args.OutboxID))
+		}
+		if err != nil {
+			return fmt.Errorf("load outbox row %d: %w", job.Args.OutboxID, err)
+		}
+		if row.Status != "pending" {
+			return pgx.BeginFunc(ctx, w.deps.Pool, func(tx pgx.Tx) error { return completeDelivery(ctx, tx, job) })
+		}
+
+		// One reservation per Telegram message, taken before the row
+		// lock so no lock is held while waiting.
+		res := w.deps.Limiter.Reserve(row.Gateway, row.ChatID)
+		if d := res.Delay(); d > 0 {
+			if d > w.deps.MaxWait || time.Since(start)+d > w.deps.RunBudget {
+				res.Cancel()
+				return river.JobSnooze(d)
+			}
+			t := time.NewTimer(d)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				res.Cancel()
+				return ctx.Err()
+			}
+		}
+		done, err := w.sendHead(ctx, job, row)
+		if err != nil || done {
+			return err
+		}
+	}
+}
+
+// sendHead sends the next part of the chat's head row and reports whether
+// the job's own row is finished (sent or failed).
+func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOutboundArgs], own db.ChoirControlOutbox) (bool, error) {
+	tx, err := w.deps.Pool.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("begin delivery of outbox row %d: %w", own.OutboxID, err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit this is a no-op
+	q := db.New(tx)
+
+	head, err := q.OutboxLockChatHead(ctx, db.OutboxLockChatHeadParams{Gateway: own.Gateway, ChatID: own.ChatID,
+		OutboxID: own.OutboxID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Another run finished the row while this one waited.
+		if err := completeDelivery(ctx, tx, job); err != nil {
+			return false, err
+		}
+		return true, commit(ctx, tx, own.OutboxID)
+	}
+	if err != nil {
+		return false, fmt.Errorf("lock outbox row %d: %w", own.OutboxID, err)
+	}
+	isOwn := head.OutboxID == own.OutboxID
+	logger := w.deps.Logger.With(slog.Int64("outbox_id", head.OutboxID), slog.String("agent_id", head.AgentID),
+		slog.String("message_id", head.MessageID), slog.String("gateway", head.Gateway), slog.String("dm", head.Dm))
+
+	parts := w.deps.Sender.Parts(OutboundPart{Gateway: head.Gateway, ChatID: head.ChatID, Kind: head.Kind,
+		Text: head.Text, FilePath: head.FilePath})
+	idx := len(head.SentIds)
+	var sendErr error
+	var sentID int64
+	switch {
+	case head.FilePath != "" && !isSendPath(head.FilePath):
+		sendErr = permanentError{fmt.Errorf("file %q is not inside a .choirtmp/send directory", head.FilePath)}
+	case idx >= len(parts):
+		sendErr = permanentError{fmt.Errorf("message has %d parts but %d are recorded sent", len(parts), idx)}
+	default:
+		sentID, sendErr = w.deps.Sender.Send(ctx, parts[idx])
+	}
+
+	if sendErr != nil {
+		var ra interface{ RetryAfter() time.Duration }
+		switch {
+		case errors.As(sendErr, &ra):
+			d := max(ra.RetryAfter(), time.Second)
+			w.deps.Limiter.Backoff(head.Gateway, head.ChatID, d)
+			if err := q.OutboxSendFailed(ctx, db.OutboxSendFailedParams{OutboxID: head.OutboxID,
+				LastError: sendErr.Error()}); err != nil {
+				return false, fmt.Errorf("record rate limit of outbox row %d: %w", head.OutboxID, err)
+			}
+			if err := commit(ctx, tx, head.OutboxID); err != nil {
+				return false, err
+			}
+			logger.InfoContext(ctx, "delivery rate limited by the channel", slog.Duration("retry_after", d))
+			return false, river.JobSnooze(d)
+		case !deliveryTemporary(sendErr) || (isOwn && job.Attempt >= job.MaxAttempts):
+			if _, err := q.OutboxMarkFailed(ctx, db.OutboxMarkFailedParams{OutboxID: head.OutboxID,
+				LastError: sendErr.Error()}); err != nil {
+				return false, fmt.Errorf("mark outbox row %d failed: %w", head.OutboxID, err)
+			}
+			if isOwn && !deliveryTemporary(sendErr) {
+				if err := completeDelivery(ctx, tx, job); err != nil {
+					return false, err
+				}
+			}
+			if err := commit(ctx, tx, head.OutboxID); err != nil {
+				return false, err
+			}
+			logger.ErrorContext(ctx, "outbound message undeliverable", slog.Int("part", idx),
+				slog.String("error", sendErr.Error()))
+			if isOwn && deliveryTemporary(sendErr) {
+				// The last attempt: River discards the job.
+				return true, fmt.Errorf("send outbox row %d: %w", head.OutboxID, sendErr)
+			}
+			return isOwn, nil
+		default:
+			if err := q.OutboxSendFailed(ctx, db.OutboxSendFailedParams{OutboxID: head.OutboxID,
+				LastError: sendErr.Error()}); err != nil {
+				return false, fmt.Errorf("record failed send of outbox row %d: %w", head.OutboxID, err)
+			}
+			if err := commit(ctx, tx, head.OutboxID); err != nil {
+				return false, err
+			}
+			return false, fmt.Errorf("send outbox row %d part %d: %w", head.OutboxID, idx, sendErr)
+		}
+	}
+
+	// Telegram has the message: record it before anything else.
+	last := idx == len(parts)-1
+	if _, err := q.OutboxPartSent(ctx, db.OutboxPartSentParams{OutboxID: head.OutboxID, SentID: sentID,
+		Last: last, Part: int32(idx)}); err != nil {
+		return false, fmt.Errorf("record part %d of outbox row %d sent: %w", idx, head.OutboxID, err)
+	}
+	if last && isOwn {
+		if err := completeDelivery(ctx, tx, job); err != nil {
+			return false, err
+		}
+	}
+	if err := commit(ctx, tx, head.OutboxID); err != nil {
+		return false, err
+	}
+	if last && head.FilePath != "" {
+		// Only after the commit: a file removed before it would be lost
+		// if the commit failed and the send had to be retried.
+		if err := removeSendFile(head.FilePath); err != nil && !errors.Is(err, os.ErrNotExist) {
+			logger.WarnContext(ctx, "remove delivered file", slog.String("error", err.Error()))
+		}
+	}
+	return last && isOwn, nil
+}
+
+func commit(ctx context.Context, tx pgx.Tx, outboxID int64) error {
+	if err := tx.Commit(ctx); err != nil {
+		return fmt.Errorf("commit delivery of outbox row %d: %w", outboxID, err)
+	}
+	return nil
+}
+
+func completeDelivery(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverOutboundArgs]) error {
+	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+		return fmt.Errorf("complete delivery job %d: %w", job.ID, err)
+	}
+	return nil
+}
+
+// permanentError marks an error retrying cannot fix.
+type permanentError struct{ err error }
+
+func (e permanentError) Error() string   { return e.err.Error() }
+func (e permanentError) Unwrap() error   { return e.err }
+func (e permanentError) Temporary() bool { return false }
+
+// deliveryTemporary reports whether a send may succeed on retry: false only
+// for errors that say so through a Temporary() bool method.
+func deliveryTemporary(err error) bool {
+	var t interface{ Temporary() bool }
+	if errors.As(err, &t) {
+		return t.Temporary()
+	}
+	return true
+}
+
+// SendLimits are the send rates a SendLimiter enforces, in messages per
+// second.
+type SendLimits struct {
+	PerChat rate.Limit
+	PerBot  rate.Limit
+}
+
+// DefaultSendLimits are Telegram's: about one message per second in a
+// chat and thirty per second per bot.
+var DefaultSendLimits = SendLimits{PerChat: 1, PerBot: 30}
+
+// SendLimiter paces messages per chat and per bot (gateway). It is safe for
+// concurrent use; one per process, shared by everything that sends.
+type SendLimiter struct {
+	limits SendLimits
+	// Now is the clock; tests may replace it before first use.
+	Now func() time.Time
+
+	mu    sync.Mutex
+	chats map[[2]string]*chatLimit
+	bots  map[string]*rate.Limiter
+}
+
+type chatLimit struct {
+	lim          *rate.Limiter
+	blockedUntil time.Time
+}
+
+// NewSendLimiter returns a limiter for the given rates. A zero or negative
+// rate is unlimited.
+func NewSendLimiter(l SendLimits) *SendLimiter {
+	if l.PerChat <= 0 {
+		l.PerChat = rate.Inf
+	}
+	if l.PerBot <= 0 {
+		l.PerBot = rate.Inf
+	}
+	return &SendLimiter{limits: l, Now: time.Now, chats: map[[2]string]*chatLimit{}, bots: map[string]*rate.Limiter{}}
+}
+
+// SendReservation is the permission to send one message after Delay.
+type SendReservation struct {
+	at        time.Time
+	chat, bot *rate.Reservation
+	delay     time.Duration
+}
+
+// Delay is how long to wait before sending.
+func (r SendReservation) Delay() time.Duration { return r.delay }
+
+// Cancel gives the reservation back, for a caller that will not send.
+func (r SendReservation) Cancel() {
+	r.chat.CancelAt(r.at)
+	r.bot.CancelAt(r.at)
+}
+
+// maxIdleChats is how many chat limiters are kept before idle ones are
+// dropped.
+const maxIdleChats = 1024
+
+// Reserve books one message to chatID through gateway. Each message sent
+// needs its own reservation: burst is one for both limits, so messages are
+// evenly spaced rather than bunched.
+func (l *SendLimiter) Reserve(gateway, chatID string) SendReservation {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.Now()
+	c := l.chatLocked(now, gateway, chatID)
+	b := l.bots[gateway]
+	if b == nil {
+		b = rate.NewLimiter(l.limits.PerBot, 1)
+		l.bots[gateway] = b
+	}
+	// A chat blocked by a 429 reserves from the end of the block, so the
+	// spacing holds after it too.
+	from := now
+	if c.blockedUntil.After(now) {
+		from = c.blockedUntil
+	}
+	r := SendReservation{at: from, chat: c.lim.ReserveN(from, 1), bot: b.ReserveN(from, 1)}
+	r.delay = from.Sub(now) + max(r.chat.DelayFrom(from), r.bot.DelayFrom(from))
+	return r
+}
+
+func (l *SendLimiter) chatLocked(now time.Time, gateway, chatID string) *chatLimit {
+	key := [2]string{gateway, chatID}
+	c := l.chats[key]
+	if c != nil {
+		return c
+	}
+	if len(l.chats) >= maxIdleChats {
+		for k, v := range l.chats {
+			if v.lim.TokensAt(now) >= 1 && !v.blockedUntil.After(now) {
+				delete(l.chats, k)
+			}
+		}
+	}
+	c = &chatLimit{lim: rate.NewLimiter(l.limits.PerChat, 1)}
+	l.chats[key] = c
+	return c
+}
+
+// Wait reserves one message and sleeps until it may be sent.
+func (l *SendLimiter) Wait(ctx context.Context, gateway, chatID string) error {
+	r := l.Reserve(gateway, chatID)
+	if r.Delay() <= 0 {
+		return nil
+	}
+	t := time.NewTimer(r.Delay())
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		r.Cancel()
+		return ctx.Err()
+	}
+}
+
+// Backoff blocks chatID for d, after the channel answered "too many
+// requests, retry after d".
+func (l *SendLimiter) Backoff(gateway, chatID string, d time.Duration) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := l.Now()
+	c := l.chatLocked(now, gateway, chatID)
+	if until := now.Add(d); until.After(c.blockedUntil) {
+		c.blockedUntil = until
+	}
+}

@@ -13,6 +13,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/choirhq/choir/config"
 )
 
 // Queues. Latency-sensitive work never shares a queue with bulk work: a
@@ -20,6 +22,12 @@ import (
 const (
 	// QueueControl runs crash detection and other control-plane upkeep.
 	QueueControl = "control"
+	// QueueEmbed runs embedding batches: bulk work that waits on an
+	// external API and may back up by thousands of jobs on a re-embed.
+	QueueEmbed = "embed"
+	// QueueMemory chunks ended sessions and promotes old ones to long-term
+	// memory: quick, but never worth delaying control work for.
+	QueueMemory = "memory"
 )
 
 // Deps are what workers need from choird.
@@ -31,6 +39,15 @@ type Deps struct {
 	CrashThreshold func() time.Duration
 	// CrashInterval is how often crash detection runs (at most 1 s).
 	CrashInterval time.Duration
+	// Embedder makes memory vectors. Without it the memory workers
+	// (embedding, chunking, promotion) are not registered.
+	Embedder Embedder
+	// EmbedRetryBase is the first retry delay of a failed embedding batch
+	// (default DefaultEmbedRetryBase); tests shorten it.
+	EmbedRetryBase time.Duration
+	// MidTermSessions returns how many recent sessions stay mid-term
+	// (config.MidTermSessionCount); a func so a config reload applies.
+	MidTermSessions func() int
 }
 
 // Client is the River client type choird uses.
@@ -50,12 +67,21 @@ func NewClient(deps Deps) (*Client, error) {
 		Threshold: deps.CrashThreshold}); err != nil {
 		return nil, fmt.Errorf("register crash detection worker: %w", err)
 	}
+	if deps.Embedder != nil {
+		if err := addMemoryWorkers(workers, deps); err != nil {
+			return nil, err
+		}
+	}
 	client, err := river.NewClient(riverpgxv5.New(deps.Pool), &river.Config{
 		Logger: deps.Logger.With(slog.String("component", "river")),
 		Queues: map[string]river.QueueConfig{
 			// Crash detection must not wait behind anything: its own queue,
 			// a short fetch cooldown so a job starts within milliseconds.
 			QueueControl: {MaxWorkers: 4, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 200 * time.Millisecond},
+			// Embedding waits on the provider; a few calls in flight are
+			// plenty, and retries of 1 s must not wait for a 1 s poll.
+			QueueEmbed:  {MaxWorkers: 4, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond},
+			QueueMemory: {MaxWorkers: 2, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 200 * time.Millisecond},
 		},
 		Workers: workers,
 		PeriodicJobs: []*river.PeriodicJob{
@@ -75,4 +101,25 @@ func NewClient(deps Deps) (*Client, error) {
 		return nil, fmt.Errorf("create river client: %w", err)
 	}
 	return client, nil
+}
+
+func addMemoryWorkers(workers *river.Workers, deps Deps) error {
+	if deps.EmbedRetryBase <= 0 {
+		deps.EmbedRetryBase = DefaultEmbedRetryBase
+	}
+	if deps.MidTermSessions == nil {
+		deps.MidTermSessions = func() int { return config.DefaultMidTermSessions }
+	}
+	if err := river.AddWorkerSafely(workers, &EmbedWorker{Pool: deps.Pool, Logger: deps.Logger,
+		Embedder: deps.Embedder, RetryBase: deps.EmbedRetryBase}); err != nil {
+		return fmt.Errorf("register embedding worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &ChunkSessionWorker{Pool: deps.Pool, Logger: deps.Logger}); err != nil {
+		return fmt.Errorf("register chunking worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &PromoteWorker{Pool: deps.Pool, Logger: deps.Logger,
+		MidTermSessions: deps.MidTermSessions}); err != nil {
+		return fmt.Errorf("register promotion worker: %w", err)
+	}
+	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"runtime/debug"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -43,6 +44,25 @@ func migrationCount(t *testing.T) int {
 		t.Fatal(err)
 	}
 	return len(files) + 1
+}
+
+// latestMigration is the highest migration version: versions are not
+// contiguous (each area of the schema owns a range of numbers).
+func latestMigration(t *testing.T) int64 {
+	t.Helper()
+	files, err := fs.Glob(choirsql.FS(), "*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	latest := int64(choirsql.RiverMigrationVersion)
+	for _, f := range files {
+		v, err := strconv.ParseInt(strings.SplitN(f, "_", 2)[0], 10, 64)
+		if err != nil {
+			t.Fatalf("migration %s: %v", f, err)
+		}
+		latest = max(latest, v)
+	}
+	return latest
 }
 
 func containsAll(got, want []string) bool {
@@ -100,8 +120,8 @@ func TestMigrate(t *testing.T) {
 			}
 		}
 		cur, latest, err := m.Version(ctx)
-		if err != nil || cur != latest || latest != int64(migrationCount(t)) {
-			t.Fatalf("version = %d of %d (%v), want %d of %[4]d", cur, latest, err, migrationCount(t))
+		if err != nil || cur != latest || latest != latestMigration(t) {
+			t.Fatalf("version = %d of %d (%v), want %d of %[4]d", cur, latest, err, latestMigration(t))
 		}
 
 		if _, err := m.DownTo(ctx, 0); err != nil {
@@ -151,7 +171,7 @@ func TestMigrate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		last := int64(migrationCount(t))
+		last := latestMigration(t)
 		if len(res) != 2 || res[0].Version != last || res[1].Version != last {
 			t.Fatalf("redo results = %+v", res)
 		}

@@ -1,0 +1,240 @@
+// Package embed turns texts into embedding vectors for Choir's memory. An
+// [Embedder] is either a client of an OpenAI-compatible /embeddings
+// endpoint or the offline embedder built into choird: a deterministic,
+// lexical stand-in (feature hashing of words) for machines without an
+// embedding provider, which finds texts sharing words but knows nothing of
+// meaning. Every Embedder keeps a [Status] for choirctl status: which
+// provider, whether it is the offline one, and the last failure.
+package embed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net/http"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	"github.com/choirhq/choir/config"
+)
+
+// MaxBatch is the most texts one Embed call takes: one API request.
+const MaxBatch = 32
+
+// MaxInputBytes bounds each text sent to a provider; longer texts are cut
+// at a character boundary (the provider would refuse them, or truncate).
+const MaxInputBytes = 16 << 10
+
+// Embedder embeds texts with one model into vectors of one size.
+type Embedder struct {
+	provider string
+	model    string
+	dims     int
+	offline  bool
+	endpoint string
+	embed    func(ctx context.Context, texts []string) ([][]float32, error)
+	now      func() time.Time
+
+	mu     sync.Mutex
+	status Status
+}
+
+// Status is what an Embedder has done since it was made.
+type Status struct {
+	Provider   string `json:"provider"`
+	Model      string `json:"model"`
+	Dimensions int    `json:"dimensions"`
+	// Offline is true for the built-in lexical embedder.
+	Offline bool `json:"offline"`
+	// Note says in words what kind of embedder this is.
+	Note          string    `json:"note"`
+	Endpoint      string    `json:"endpoint,omitempty"`
+	Calls         int64     `json:"calls"`
+	Texts         int64     `json:"texts"`
+	Failures      int64     `json:"failures"`
+	LastSuccessAt time.Time `json:"last_success_at,omitzero"`
+	LastError     string    `json:"last_error,omitempty"`
+	LastErrorAt   time.Time `json:"last_error_at,omitzero"`
+	// ConsecutiveFailures counts failed calls since the last success.
+	ConsecutiveFailures int64 `json:"consecutive_failures"`
+}
+
+// OfflineNote labels the offline embedder wherever it is reported.
+const OfflineNote = "offline lexical embedder (built in): vectors hash the words of a text, so semantic " +
+	"search finds texts sharing words, not meaning; configure an embedding provider for real semantics"
+
+// Options tune an API client.
+type Options struct {
+	// HTTPClient sends the requests (default: a client without timeout;
+	// Timeout bounds each request instead).
+	HTTPClient *http.Client
+	// Timeout bounds one request (default 30 s).
+	Timeout time.Duration
+}
+
+// New returns the embedder that cfg configures: the offline embedder for
+// provider "offline", else an API client whose key is the named secret.
+func New(cfg config.Embedding, secrets config.Secrets, opts Options) (*Embedder, error) {
+	if cfg.Dimensions < 1 || cfg.Dimensions > config.MaxEmbeddingDimensions {
+		return nil, fmt.Errorf("embedding dimensions %d: want 1 to %d", cfg.Dimensions, config.MaxEmbeddingDimensions)
+	}
+	if cfg.Provider == config.EmbeddingOffline {
+		return NewOffline(cfg.Dimensions), nil
+	}
+	var key string
+	if cfg.Secret != "" {
+		v, ok := secrets[cfg.Secret]
+		if !ok {
+			return nil, fmt.Errorf("embedding secret %q is not in secrets.json", cfg.Secret)
+		}
+		key = v
+	}
+	return NewClient(ClientConfig{Provider: cfg.Provider, Endpoint: cfg.Endpoint, Model: cfg.Model,
+		Dimensions: cfg.Dimensions, APIKey: key}, opts)
+}
+
+func newEmbedder(provider, model, endpoint string, dims int, offline bool,
+	fn func(context.Context, []string) ([][]float32, error)) *Embedder {
+	e := &Embedder{provider: provider, model: model, dims: dims, offline: offline, endpoint: endpoint, embed: fn,
+		now: time.Now}
+	e.status = Status{Provider: provider, Model: model, Dimensions: dims, Offline: offline, Endpoint: endpoint,
+		Note: "OpenAI-compatible embeddings API"}
+	if offline {
+		e.status.Note = OfflineNote
+	}
+	return e
+}
+
+// Provider is the configured provider name ("offline" for the built-in one).
+func (e *Embedder) Provider() string { return e.provider }
+
+// Model names the model; it is stored with every vector, so that vectors
+// of another model can be found and re-embedded.
+func (e *Embedder) Model() string { return e.model }
+
+// Dimensions is the size of the vectors.
+func (e *Embedder) Dimensions() int { return e.dims }
+
+// Offline reports whether this is the built-in lexical embedder.
+func (e *Embedder) Offline() bool { return e.offline }
+
+// Status returns a copy of the embedder's status.
+func (e *Embedder) Status() Status {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.status
+}
+
+// ErrBatchTooLarge is returned for more than MaxBatch texts.
+var ErrBatchTooLarge = fmt.Errorf("more than %d texts in one embedding call", MaxBatch)
+
+// Embed returns one vector per text, in order. Failures are *Error values
+// saying whether retrying may help (see IsTemporary).
+func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, error) {
+	if len(texts) == 0 {
+		return nil, nil
+	}
+	if len(texts) > MaxBatch {
+		return nil, ErrBatchTooLarge
+	}
+	in := make([]string, len(texts))
+	for i, t := range texts {
+		in[i] = truncate(t, MaxInputBytes)
+	}
+	vecs, err := e.embed(ctx, in)
+	if err == nil {
+		err = e.check(vecs, len(texts))
+	}
+	e.record(len(texts), err)
+	if err != nil {
+		return nil, err
+	}
+	return vecs, nil
+}
+
+func (e *Embedder) check(vecs [][]float32, n int) error {
+	if len(vecs) != n {
+		return &Error{Retry: true, Err: fmt.Errorf("provider returned %d vectors for %d texts", len(vecs), n)}
+	}
+	for i, v := range vecs {
+		if len(v) != e.dims {
+			return &Error{Err: fmt.Errorf("provider returned a vector of %d dimensions for text %d, configured %d: "+
+				"set embedding.dimensions to what model %s returns (then run choirctl memory reembed)", len(v), i, e.dims, e.model)}
+		}
+		var norm float64
+		for _, x := range v {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				return &Error{Retry: true, Err: fmt.Errorf("provider returned a non-finite value in vector %d", i)}
+			}
+			norm += float64(x) * float64(x)
+		}
+		if norm == 0 {
+			return &Error{Retry: true, Err: fmt.Errorf("provider returned a zero vector for text %d", i)}
+		}
+	}
+	return nil
+}
+
+func (e *Embedder) record(texts int, err error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	now := e.now()
+	e.status.Calls++
+	if err != nil {
+		e.status.Failures++
+		e.status.ConsecutiveFailures++
+		e.status.LastError = err.Error()
+		e.status.LastErrorAt = now
+		return
+	}
+	e.status.Texts += int64(texts)
+	e.status.ConsecutiveFailures = 0
+	e.status.LastSuccessAt = now
+}
+
+// truncate cuts s to at most n bytes at a character boundary.
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	for n > 0 && !utf8.RuneStart(s[n]) {
+		n--
+	}
+	return s[:n]
+}
+
+// Error is a failed embedding call.
+type Error struct {
+	// StatusCode is the HTTP status, 0 when no response arrived.
+	StatusCode int
+	// RetryAfter is the provider's Retry-After, when it sent one.
+	RetryAfter time.Duration
+	// Retry is true when the same call may succeed later: rate limits,
+	// server errors, timeouts, broken connections.
+	Retry bool
+	Err   error
+}
+
+func (e *Error) Error() string {
+	if e.StatusCode != 0 {
+		return fmt.Sprintf("embedding provider answered %d: %v", e.StatusCode, e.Err)
+	}
+	return fmt.Sprintf("embedding call failed: %v", e.Err)
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Temporary reports whether retrying the call may help.
+func (e *Error) Temporary() bool { return e.Retry }
+
+// IsTemporary reports whether retrying err may help. Errors that are not
+// an *Error (a cancelled context, say) count as temporary.
+func IsTemporary(err error) bool {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Retry
+	}
+	return true
+}

@@ -1,0 +1,250 @@
+// Package memory is choird's MemoryStore: the session memory (mid-term and
+// long-term tiers) and knowledge of every agent, kept in Postgres with one
+// schema and one role per agent (spec sections 11 and 23).
+//
+// Postgres enforces isolation. An agent's own reads and writes run in a
+// transaction that switches to the agent's role and puts its schema on
+// search_path (jobs.EnterAgentScope), so the generated queries in db/agentdb
+// name tables unqualified and cannot reach another agent's schema: an
+// attempt is refused by Postgres and reported as ErrPermission. Reads of
+// another agent's memory (spec 11.2) run in a read-only transaction on
+// choird's own connection with that agent's schema on search_path.
+//
+// [Store.Query] and [Store.Upsert] serve the tools choir.memory.query and
+// choir.memory.upsert: each takes the calling agent's id and the tool's
+// JSON input, decoded strictly (QuerySchema and UpsertSchema describe it),
+// and returns a result that marshals to the tool's JSON output. Invalid
+// input is an *InputError naming the field. The operator's functions
+// (history, show, delete, restore, reembed) serve choirctl memory.
+//
+// Writes never wait for embeddings: a changed document is stored with
+// embedding_state pending and its embedding job is enqueued in the same
+// transaction (jobs.EmbedArgs). Until the vector exists, and for good if
+// the provider keeps failing, the document is found by full-text search.
+package memory
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/embed"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/db/agentdb"
+	"github.com/choirhq/choir/jobs"
+)
+
+// Embedder is what the store needs of an embedding provider: query
+// vectors, the model name stored with vectors, and its status.
+type Embedder interface {
+	Embed(ctx context.Context, texts []string) ([][]float32, error)
+	Model() string
+	Dimensions() int
+	Status() embed.Status
+}
+
+// Errors, matched with errors.Is.
+var (
+	// ErrInvalidInput is wrapped by every *InputError.
+	ErrInvalidInput = errors.New("invalid input")
+	// ErrPermission reports a write that Postgres refused because it
+	// targets another agent's memory.
+	ErrPermission = errors.New("permission denied")
+	// ErrUnknownAgent reports an agent without a memory schema.
+	ErrUnknownAgent = errors.New("unknown agent")
+	// ErrNotFound reports a document, version or session that does not
+	// exist.
+	ErrNotFound = errors.New("not found")
+	// ErrConflict reports a restore whose key another document has taken.
+	ErrConflict = errors.New("conflict")
+)
+
+// InputError is a tool input that cannot be run, with the field at fault.
+type InputError struct {
+	// Field is the JSON path of the field ("$" for the whole input).
+	Field   string
+	Message string
+}
+
+func (e *InputError) Error() string { return e.Field + ": " + e.Message }
+
+// Is makes errors.Is(err, ErrInvalidInput) hold.
+func (e *InputError) Is(target error) bool { return target == ErrInvalidInput }
+
+func inputErr(field, format string, args ...any) error {
+	return &InputError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Options configure a Store.
+type Options struct {
+	Pool *pgxpool.Pool
+	// Inserter enqueues embedding jobs in the writing transaction: choird's
+	// River client, or an insert-only one in choirctl. Required for writes.
+	Inserter jobs.Inserter
+	// Embedder embeds query texts for semantic search; nil leaves semantic
+	// search to full text unless the caller passes a vector.
+	Embedder Embedder
+	Logger   *slog.Logger
+	// QueryEmbedTimeout bounds embedding one query (default 5 s).
+	QueryEmbedTimeout time.Duration
+	// QueryEmbedCooldown is how long semantic queries skip the embedder
+	// after it failed, answering from full text at once (default 30 s).
+	QueryEmbedCooldown time.Duration
+	// Search tunes hybrid search; zero fields take DefaultSearchTuning's.
+	Search SearchTuning
+}
+
+// SearchTuning sizes hybrid search (see queries/agent/memory.sql).
+type SearchTuning struct {
+	// Candidates is how many rows each side (vector, full text) brings to
+	// the fusion.
+	Candidates int
+	// TextPool is how many of the newest full-text matches are ranked.
+	TextPool int
+	// EFSearch is hnsw.ef_search.
+	EFSearch int
+}
+
+// DefaultSearchTuning is the tuning measured by bench/hybrid.
+var DefaultSearchTuning = SearchTuning{Candidates: 40, TextPool: 200, EFSearch: 40}
+
+// Store is the MemoryStore.
+type Store struct {
+	pool     *pgxpool.Pool
+	inserter jobs.Inserter
+	embedder Embedder
+	logger   *slog.Logger
+	tuning   SearchTuning
+
+	queryEmbedTimeout  time.Duration
+	queryEmbedCooldown time.Duration
+	now                func() time.Time
+
+	mu           sync.Mutex
+	dims         map[string]int
+	embedFailAt  time.Time
+	embedFailErr string
+}
+
+// New returns a Store.
+func New(opts Options) *Store {
+	s := &Store{pool: opts.Pool, inserter: opts.Inserter, embedder: opts.Embedder, logger: opts.Logger,
+		tuning: opts.Search, queryEmbedTimeout: opts.QueryEmbedTimeout, queryEmbedCooldown: opts.QueryEmbedCooldown,
+		now: time.Now, dims: map[string]int{}}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	if s.tuning.Candidates <= 0 {
+		s.tuning.Candidates = DefaultSearchTuning.Candidates
+	}
+	if s.tuning.TextPool <= 0 {
+		s.tuning.TextPool = DefaultSearchTuning.TextPool
+	}
+	if s.tuning.EFSearch <= 0 {
+		s.tuning.EFSearch = DefaultSearchTuning.EFSearch
+	}
+	if s.queryEmbedTimeout <= 0 {
+		s.queryEmbedTimeout = 5 * time.Second
+	}
+	if s.queryEmbedCooldown <= 0 {
+		s.queryEmbedCooldown = 30 * time.Second
+	}
+	return s
+}
+
+// dimensions returns the vector size of an agent's schema, which also
+// proves the agent has one.
+func (s *Store) dimensions(ctx context.Context, agentID string) (int, error) {
+	if !config.ValidName(agentID) {
+		return 0, fmt.Errorf("%w %q: agent ids match %s", ErrUnknownAgent, agentID, config.NamePattern)
+	}
+	s.mu.Lock()
+	d, ok := s.dims[agentID]
+	s.mu.Unlock()
+	if ok {
+		return d, nil
+	}
+	row, err := db.New(s.pool).AgentSchemaGet(ctx, agentID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fmt.Errorf("%w %s: it has no memory schema (agents are provisioned when choird starts "+
+			"with them in config.json)", ErrUnknownAgent, agentID)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("look up memory schema of agent %s: %w", agentID, err)
+	}
+	s.mu.Lock()
+	s.dims[agentID] = int(row.Dimensions)
+	s.mu.Unlock()
+	return int(row.Dimensions), nil
+}
+
+func (s *Store) forgetDimensions(agentID string) {
+	s.mu.Lock()
+	delete(s.dims, agentID)
+	s.mu.Unlock()
+}
+
+// scope says whose schema a transaction works in and with whose role:
+// role is empty for choird's own (cross-agent reads, the operator).
+type scope struct {
+	schema string
+	role   string
+}
+
+// inScope runs fn in a transaction confined to sc. A read-only transaction
+// is used for reads. after, when set, runs after leaving the agent's scope
+// in the same transaction, for inserting jobs.
+func (s *Store) inScope(ctx context.Context, sc scope, readOnly bool, fn func(tx pgx.Tx, aq *agentdb.Queries) error,
+	after func(tx pgx.Tx) error) error {
+	opts := pgx.TxOptions{}
+	if readOnly {
+		opts.AccessMode = pgx.ReadOnly
+	}
+	err := pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
+		as, err := jobs.EnterAgentScope(ctx, tx, sc.schema, sc.role)
+		if err != nil {
+			return err
+		}
+		if err := fn(tx, agentdb.New(tx)); err != nil {
+			return err
+		}
+		if after == nil {
+			return nil
+		}
+		if err := as.Leave(ctx); err != nil {
+			return err
+		}
+		return after(tx)
+	})
+	return s.translate(err, sc)
+}
+
+// translate turns Postgres' privilege errors into ErrPermission, naming who
+// tried what.
+func (s *Store) translate(err error, sc scope) error {
+	var pe *pgconn.PgError
+	if err == nil || !errors.As(err, &pe) {
+		return err
+	}
+	switch pe.Code {
+	case "42501": // insufficient_privilege
+		who := "choird"
+		if sc.role != "" {
+			who = "agent " + sc.role
+		}
+		return fmt.Errorf("%w: %s may not write to the memory of agent %s: %w", ErrPermission, who, sc.schema, err)
+	case "22023", "42704": // invalid_parameter_value (no such role), undefined_object
+		if sc.role != "" {
+			return fmt.Errorf("%w %s: %s", ErrUnknownAgent, sc.role, pe.Message)
+		}
+	}
+	return err
+}

@@ -1,0 +1,207 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pgvector/pgvector-go"
+	"github.com/riverqueue/river"
+
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/db/agentdb"
+)
+
+// EmbedWorker embeds the documents an EmbedArgs names, in one API call.
+//
+// A failed call is retried by River (EmbedMaxAttempts in all, RetryBase
+// doubling, with jitter). After the last attempt, or at once when the
+// provider refuses the call for good (a bad key, an unknown model), the
+// documents are marked failed: they keep no vector, stay searchable by
+// full text, and a warning is logged; the job itself completes, so tool
+// execution never waits on it. Vectors are stored only for documents still
+// pending at the version that was embedded, so no document is embedded
+// twice, whatever runs twice.
+type EmbedWorker struct {
+	river.WorkerDefaults[EmbedArgs]
+	Pool      *pgxpool.Pool
+	Logger    *slog.Logger
+	Embedder  Embedder
+	RetryBase time.Duration
+}
+
+// NextRetry implements river.Worker: RetryBase, then twice, then four
+// times it, each ±25%.
+func (w *EmbedWorker) NextRetry(job *river.Job[EmbedArgs]) time.Time {
+	return time.Now().Add(retryDelay(w.RetryBase, job.Attempt))
+}
+
+// Timeout bounds one attempt; the client's own request timeout is shorter.
+func (w *EmbedWorker) Timeout(*river.Job[EmbedArgs]) time.Duration { return 2 * time.Minute }
+
+// dimensionsSnooze is how long an embedding job waits when the agent's
+// vectors and the embedder differ in size.
+const dimensionsSnooze = time.Minute
+
+type pendingDoc struct {
+	id      uuid.UUID
+	version int32
+	text    string
+}
+
+// Work implements river.Worker.
+func (w *EmbedWorker) Work(ctx context.Context, job *river.Job[EmbedArgs]) error {
+	a := job.Args
+	if a.Store != StoreMemory && a.Store != StoreKnowledge {
+		return river.JobCancel(fmt.Errorf("unknown store %q", a.Store))
+	}
+	if len(a.IDs) > MaxEmbedBatch {
+		return river.JobCancel(fmt.Errorf("%d documents in one embedding job, at most %d", len(a.IDs), MaxEmbedBatch))
+	}
+	var docs []pendingDoc
+	var dims int32
+	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
+		schema, err := db.New(tx).AgentSchemaGet(ctx, a.AgentID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return river.JobCancel(fmt.Errorf("agent %s has no memory schema", a.AgentID))
+		}
+		if err != nil {
+			return fmt.Errorf("read memory schema of agent %s: %w", a.AgentID, err)
+		}
+		dims = schema.Dimensions
+		scope, err := EnterAgentScope(ctx, tx, a.AgentID, a.AgentID)
+		if err != nil {
+			return err
+		}
+		if docs, err = pending(ctx, agentdb.New(tx), a.Store, a.IDs); err != nil {
+			return err
+		}
+		return scope.Leave(ctx)
+	})
+	if err != nil {
+		return err
+	}
+	if len(docs) > 0 && int(dims) != w.Embedder.Dimensions() {
+		// choirctl memory reembed resized the agent's vectors while this
+		// choird still runs the old configuration: wait for the restart
+		// with the new one rather than fail what it would embed.
+		w.Logger.WarnContext(ctx, "embedding postponed: the agent's memory holds vectors of another size than the "+
+			"embedder makes; restart choird with the configuration the re-embedding was made for",
+			slog.String("agent_id", a.AgentID), slog.Int("schema_dimensions", int(dims)),
+			slog.Int("embedder_dimensions", w.Embedder.Dimensions()))
+		return river.JobSnooze(dimensionsSnooze)
+	}
+	if len(docs) == 0 {
+		return w.inAgent(ctx, a.AgentID, job, func(*agentdb.Queries) error { return nil })
+	}
+	texts := make([]string, len(docs))
+	for i, d := range docs {
+		texts[i] = d.text
+	}
+	vecs, err := w.Embedder.Embed(ctx, texts)
+	if err != nil {
+		final := job.Attempt >= job.MaxAttempts || !temporary(err)
+		attrs := []any{slog.String("agent_id", a.AgentID), slog.String("store", a.Store), slog.Int("documents", len(docs)),
+			slog.Int("attempt", job.Attempt), slog.Int("max_attempts", job.MaxAttempts), slog.String("error", err.Error())}
+		if !final {
+			w.Logger.InfoContext(ctx, "embedding failed; will retry", attrs...)
+			return fmt.Errorf("embed %d %s documents of agent %s: %w", len(docs), a.Store, a.AgentID, err)
+		}
+		ids := make([]uuid.UUID, len(docs))
+		for i, d := range docs {
+			ids[i] = d.id
+		}
+		msg := fmt.Sprintf("attempt %d of %d: %v", job.Attempt, job.MaxAttempts, err)
+		var failed int64
+		err := w.inAgent(ctx, a.AgentID, job, func(aq *agentdb.Queries) error {
+			var err error
+			if a.Store == StoreMemory {
+				failed, err = aq.MemoryEmbeddingsFail(ctx, agentdb.MemoryEmbeddingsFailParams{Ids: ids, ErrorMessage: msg})
+			} else {
+				failed, err = aq.KnowledgeEmbeddingsFail(ctx, agentdb.KnowledgeEmbeddingsFailParams{Ids: ids, ErrorMessage: msg})
+			}
+			return err
+		})
+		if err != nil {
+			return err
+		}
+		w.Logger.WarnContext(ctx, "embedding failed for good: documents stored without vectors, still found by "+
+			"full-text search; run choirctl memory reembed to retry them", append(attrs, slog.Int64("marked_failed", failed))...)
+		return nil
+	}
+	var stored int
+	err = w.inAgent(ctx, a.AgentID, job, func(aq *agentdb.Queries) error {
+		ids := make([]uuid.UUID, len(docs))
+		embs := make([]pgvector.Vector, len(docs))
+		versions := make([]int32, len(docs))
+		for i, d := range docs {
+			ids[i], versions[i], embs[i] = d.id, d.version, pgvector.NewVector(vecs[i])
+		}
+		var done []uuid.UUID
+		var err error
+		if a.Store == StoreMemory {
+			done, err = aq.MemoryEmbeddingsStore(ctx, agentdb.MemoryEmbeddingsStoreParams{Model: w.Embedder.Model(),
+				Ids: ids, Embeddings: embs})
+		} else {
+			done, err = aq.KnowledgeEmbeddingsStore(ctx, agentdb.KnowledgeEmbeddingsStoreParams{Model: w.Embedder.Model(),
+				Ids: ids, Versions: versions, Embeddings: embs})
+		}
+		stored = len(done)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	w.Logger.DebugContext(ctx, "documents embedded", slog.String("agent_id", a.AgentID), slog.String("store", a.Store),
+		slog.Int("stored", stored), slog.Int("sent", len(docs)))
+	return nil
+}
+
+func pending(ctx context.Context, aq *agentdb.Queries, store string, ids []uuid.UUID) ([]pendingDoc, error) {
+	var docs []pendingDoc
+	if store == StoreMemory {
+		rows, err := aq.MemoryEmbeddingPending(ctx, ids)
+		if err != nil {
+			return nil, fmt.Errorf("read chunks to embed: %w", err)
+		}
+		for _, r := range rows {
+			docs = append(docs, pendingDoc{id: r.ID, text: r.Text})
+		}
+		return docs, nil
+	}
+	rows, err := aq.KnowledgeEmbeddingPending(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("read knowledge to embed: %w", err)
+	}
+	for _, r := range rows {
+		docs = append(docs, pendingDoc{id: r.ID, version: r.Version, text: r.Text})
+	}
+	return docs, nil
+}
+
+// inAgent runs fn in a transaction confined to the agent's schema under its
+// role; with job set, it then completes the job in the same transaction.
+func (w *EmbedWorker) inAgent(ctx context.Context, agentID string, job *river.Job[EmbedArgs],
+	fn func(*agentdb.Queries) error) error {
+	return pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
+		scope, err := EnterAgentScope(ctx, tx, agentID, agentID)
+		if err != nil {
+			return err
+		}
+		if err := fn(agentdb.New(tx)); err != nil {
+			return err
+		}
+		if err := scope.Leave(ctx); err != nil {
+			return err
+		}
+		if job == nil {
+			return nil
+		}
+		return completeTx(ctx, tx, job)
+	})
+}

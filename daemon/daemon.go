@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	choirsql "github.com/choirhq/choir/sql"
@@ -130,11 +131,26 @@ func Run(ctx context.Context, opts Options) (err error) {
 		return fmt.Errorf("record config version: %w", err)
 	}
 
-	// Step 5: the pool serves everything from here; River works jobs on it.
+	// Step 5: the pool serves everything from here; River works jobs on it,
+	// memory's embedding jobs with the configured embedder.
+	embedder, err := embed.New(d.cfg.Embedding, d.secrets, embed.Options{})
+	if err != nil {
+		return fmt.Errorf("embedding provider: %w", err)
+	}
+	if st := embedder.Status(); st.Offline {
+		logger.InfoContext(ctx, "embedding: "+embed.OfflineNote, slog.String("embedding_provider", st.Provider),
+			slog.String("embedding_model", st.Model), slog.Int("embedding_dimensions", st.Dimensions))
+	} else {
+		logger.InfoContext(ctx, "embedding: OpenAI-compatible provider", slog.String("embedding_provider", st.Provider),
+			slog.String("embedding_model", st.Model), slog.Int("embedding_dimensions", st.Dimensions),
+			slog.String("embedding_endpoint", st.Endpoint))
+	}
 	d.river, err = jobs.NewClient(jobs.Deps{
-		Pool:           d.pool,
-		Logger:         logger,
-		CrashThreshold: d.cfg.CrashDetectionThreshold,
+		Pool:            d.pool,
+		Logger:          logger,
+		CrashThreshold:  d.cfg.CrashDetectionThreshold,
+		Embedder:        embedder,
+		MidTermSessions: d.cfg.MidTermSessionCount,
 	})
 	if err != nil {
 		return err

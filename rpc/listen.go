@@ -77,6 +77,28 @@ func ServerTLSConfig(files TLSFiles) (*tls.Config, error) {
 	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}, nil
 }
 
+// LoadOrCreateServerTLS returns the TLS configuration of the http
+// transport: from files when a certificate and key are configured (choird
+// --tls-cert/--tls-key), otherwise from a self-signed certificate kept in
+// dir (see EnsureSelfSignedCert; usually .choir.d/tls). certFile is the
+// certificate agents should trust with --ca-cert.
+func LoadOrCreateServerTLS(files TLSFiles, dir string, hosts []string) (conf *tls.Config, certFile string, err error) {
+	switch {
+	case files.CertFile != "" && files.KeyFile != "":
+	case files.CertFile != "" || files.KeyFile != "":
+		return nil, "", errors.New("TLS: set both the certificate and the key, or neither to use a self-signed certificate")
+	default:
+		if files, _, err = EnsureSelfSignedCert(dir, hosts); err != nil {
+			return nil, "", err
+		}
+	}
+	conf, err = ServerTLSConfig(files)
+	if err != nil {
+		return nil, "", err
+	}
+	return conf, files.CertFile, nil
+}
+
 // Self-signed certificate file names, within the directory given to
 // EnsureSelfSignedCert.
 const (

@@ -85,6 +85,25 @@ func TestEnsureSelfSignedCert(t *testing.T) {
 	})
 }
 
+func TestLoadOrCreateServerTLS(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	_, cert, err := rpc.LoadOrCreateServerTLS(rpc.TLSFiles{}, filepath.Join(dir, "tls"), nil)
+	if err != nil || cert != filepath.Join(dir, "tls", rpc.SelfSignedCertFile) {
+		t.Fatalf("self-signed: %s, %v", cert, err)
+	}
+	given := rpc.TLSFiles{CertFile: cert, KeyFile: filepath.Join(dir, "tls", rpc.SelfSignedKeyFile)}
+	if _, got, err := rpc.LoadOrCreateServerTLS(given, filepath.Join(dir, "unused"), nil); err != nil || got != cert {
+		t.Errorf("configured: %s, %v", got, err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "unused")); !os.IsNotExist(err) {
+		t.Error("a self-signed certificate was generated although one was configured")
+	}
+	if _, _, err := rpc.LoadOrCreateServerTLS(rpc.TLSFiles{CertFile: cert}, dir, nil); err == nil {
+		t.Error("a certificate without its key was accepted")
+	}
+}
+
 func TestListenTCP(t *testing.T) {
 	t.Parallel()
 

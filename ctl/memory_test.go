@@ -1,0 +1,132 @@
+package ctl_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/choirhq/choir/daemon/memory"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/dbtest"
+)
+
+func TestMemory(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewDatabase(t)
+	home := t.TempDir()
+	localInit(t, home, url)
+	pool := dbtest.Connect(t, url)
+	if _, err := db.New(pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: "assistant",
+		Dimensions: 384}); err != nil {
+		t.Fatal(err)
+	}
+	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := memory.New(memory.Options{Pool: pool, Inserter: inserter})
+	for _, in := range []string{
+		`{"op":"insert","key":"user.theme","text":"The user prefers dark mode"}`,
+		`{"op":"insert","key":"ops.backups","text":"Database backups run nightly"}`,
+		`{"op":"update","key":"user.theme","text":"The user prefers light mode"}`,
+	} {
+		if _, err := store.Upsert(ctx, "assistant", json.RawMessage(in)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mem := func(args ...string) result {
+		return run(t, append([]string{"--home", home, "memory"}, append(args, "--database-url", url)...)...)
+	}
+
+	t.Run("SearchPrintsScoresAndKeys", func(t *testing.T) {
+		r := mem("search", "assistant", "light mode", "--store", "knowledge")
+		if r.code != 0 || !strings.Contains(r.stdout, "user.theme") || !strings.Contains(r.stdout, "1 results (hybrid search)") {
+			t.Errorf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		r = mem("search", "assistant", "backups", "--store", "knowledge", "--mode", "text", "--json")
+		var res memory.QueryResult
+		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || res.Count != 1 || *res.Documents[0].Key != "ops.backups" {
+			t.Errorf("json: %v %+v %s", err, res, r.stderr)
+		}
+	})
+
+	t.Run("ShowAndHistory", func(t *testing.T) {
+		r := mem("show", "assistant", "user.theme")
+		if r.code != 0 || !strings.Contains(r.stdout, "version:    2") || !strings.Contains(r.stdout, "light mode") {
+			t.Errorf("show: %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		r = mem("history", "assistant", "user.theme", "--json")
+		var vs []memory.KnowledgeVersion
+		if err := json.Unmarshal([]byte(r.stdout), &vs); err != nil || len(vs) != 2 || vs[1].Text != "The user prefers dark mode" {
+			t.Errorf("history: %v %+v", err, vs)
+		}
+	})
+
+	t.Run("DeleteThenRestore", func(t *testing.T) {
+		r := mem("delete", "assistant", "user.theme")
+		if r.code != 0 || !strings.Contains(r.stdout, "undo with: choirctl memory restore assistant") {
+			t.Fatalf("delete: %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		r = mem("history", "assistant", "user.theme", "--json")
+		var vs []memory.KnowledgeVersion
+		json.Unmarshal([]byte(r.stdout), &vs)
+		if len(vs) != 3 || vs[0].Op != "delete" || vs[0].Actor != "operator" {
+			t.Fatalf("history after delete: %+v", vs)
+		}
+		r = mem("restore", "assistant", vs[0].DocumentID.String(), "1")
+		if r.code != 0 || !strings.Contains(r.stdout, "as version 4") {
+			t.Errorf("restore: %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		if r = mem("show", "assistant", "user.theme"); !strings.Contains(r.stdout, "dark mode") {
+			t.Errorf("after restore: %s", r.stdout)
+		}
+	})
+
+	t.Run("StatusAndReembed", func(t *testing.T) {
+		r := mem("status")
+		if r.code != 0 || !strings.Contains(r.stdout, "offline lexical embedder") ||
+			!strings.Contains(r.stdout, "documents waiting for vectors: 2") {
+			t.Errorf("status: %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		r = mem("reembed", "--json")
+		var rs []memory.ReembedResult
+		if err := json.Unmarshal([]byte(r.stdout), &rs); err != nil || len(rs) != 1 || rs[0].Knowledge != 2 || rs[0].Jobs != 1 {
+			t.Errorf("reembed: %v %+v %s", err, rs, r.stderr)
+		}
+		var jobs int
+		pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE kind = 'memory_embed'").Scan(&jobs)
+		if jobs != 5 {
+			t.Errorf("%d embedding jobs, want 3 from writes, 1 from restore and 1 from reembed", jobs)
+		}
+	})
+
+	t.Run("SessionsOfAnAgentWithoutAny", func(t *testing.T) {
+		r := mem("sessions", "assistant", "--json")
+		if r.code != 0 || strings.TrimSpace(r.stdout) != "[]" {
+			t.Errorf("sessions: %d %q %s", r.code, r.stdout, r.stderr)
+		}
+	})
+
+	t.Run("BadInputExitsWithUsageCode", func(t *testing.T) {
+		for _, args := range [][]string{
+			{"search", "nobody", "x"},
+			{"search", "assistant", "x", "--store", "files"},
+			{"restore", "assistant", "not-a-uuid", "1"},
+			{"delete", "assistant", "x", "--session"},
+		} {
+			if r := mem(args...); r.code != 2 {
+				t.Errorf("%v: exit %d, want 2: %s", args, r.code, r.stderr)
+			}
+		}
+		r := mem("show", "assistant", "no.such.key")
+		if r.code != 1 || !strings.Contains(r.stderr, fmt.Sprintf("%q", "no.such.key")) {
+			t.Errorf("show missing: %d %s", r.code, r.stderr)
+		}
+	})
+}

@@ -398,6 +398,10 @@ func (s *Server) invoke(ctx context.Context, def verbDef, c Call, req Payload) (
 	}()
 	resp, err := def.call(ctx, s.h, c, req)
 	if err != nil {
+		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+			// The caller went away; nobody reads this, and a retry runs again.
+			return outcome{err: Errorf(CodeUnavailable, "request canceled")}
+		}
 		if e, ok := AsError(err); ok && e.Code.Valid() && e.Code != CodeInternal {
 			return outcome{err: &Error{Code: e.Code, Message: e.Message, RetryAfter: e.RetryAfter}}
 		}

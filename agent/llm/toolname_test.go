@@ -128,6 +128,11 @@ func TestToolNameMappingExhaustive(t *testing.T) {
 			return
 		}
 		for _, c := range alphabet {
+			// Prune what no suffix can make canonical: a name and each
+			// segment start with a letter.
+			if c != 'a' && (prefix == "" || strings.HasSuffix(prefix, ".")) {
+				continue
+			}
 			walk(prefix + string(c))
 		}
 	}
@@ -143,7 +148,7 @@ func TestToolNameMappingRandom(t *testing.T) {
 	t.Parallel()
 
 	r := rand.New(rand.NewPCG(1, 2))
-	for range 20000 {
+	for range 5000 {
 		checkRoundTrip(t, randomCanonical(r))
 	}
 }

@@ -72,6 +72,10 @@ type Runtime interface {
 // that does not belong to choir.
 var ErrNotFound = errors.New("no such agent instance")
 
+// ErrEngineUnreachable reports a container engine that does not answer;
+// the error's text says what to do.
+var ErrEngineUnreachable = errors.New("container engine unreachable")
+
 // ErrInvalidSpec reports a [Spec] that cannot be started.
 var ErrInvalidSpec = errors.New("invalid agent spec")
 

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -36,7 +37,7 @@ const waitTimeout = 30 * time.Second
 
 // NewSpec returns a valid spec for a fresh agent and session, with its own
 // workspace.
-func (h *Harness) NewSpec(t *testing.T) runtime.Spec {
+func (h *Harness) NewSpec(t testing.TB) runtime.Spec {
 	t.Helper()
 	ws := t.TempDir()
 	return runtime.Spec{
@@ -385,4 +386,56 @@ func ProcessAlive(pid int) bool {
 	}
 	i := strings.LastIndexByte(string(data), ')')
 	return i > 0 && i+2 < len(data) && data[i+2] != 'Z' && data[i+2] != 'X'
+}
+
+// BenchStart measures the start latency: from Runtime.Start to the
+// agent's first connection on the control socket (its hello), and to
+// Start's return. It reports the p50 and p95 of both in milliseconds.
+func BenchStart(b *testing.B, h *Harness) {
+	var toReturn, toHello []time.Duration
+	ctx := b.Context()
+	for b.Loop() {
+		b.StopTimer()
+		spec := h.NewSpec(b)
+		b.StartTimer()
+		began := time.Now()
+		inst, err := h.Runtime.Start(ctx, spec)
+		if err != nil {
+			b.Fatalf("start: %v", err)
+		}
+		returned := time.Since(began)
+		wctx, cancel := context.WithTimeout(ctx, waitTimeout)
+		_, err = h.Listener.Wait(wctx, spec.SessionID)
+		cancel()
+		if err != nil {
+			b.Fatal(err)
+		}
+		hello := time.Since(began)
+		b.StopTimer()
+		toReturn, toHello = append(toReturn, returned), append(toHello, hello)
+		if err := h.Runtime.Remove(ctx, inst.ID); err != nil {
+			b.Fatalf("remove: %v", err)
+		}
+		b.StartTimer()
+	}
+	for _, m := range []struct {
+		name string
+		d    []time.Duration
+	}{{"start", toReturn}, {"hello", toHello}} {
+		b.ReportMetric(percentile(m.d, 50), m.name+"-p50-ms")
+		b.ReportMetric(percentile(m.d, 95), m.name+"-p95-ms")
+	}
+}
+
+// percentile returns the p-th percentile of d in milliseconds (nearest
+// rank).
+func percentile(d []time.Duration, p int) float64 {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (p*len(s)+99)/100 - 1
+	i = max(0, min(i, len(s)-1))
+	return float64(s[i].Microseconds()) / 1000
 }

@@ -1,0 +1,493 @@
+// Package docker is the production runtime: one hardened container per
+// agent, through the Docker Engine API (github.com/moby/moby/client).
+//
+// # The security profile (spec 15.3)
+//
+// Every container is created with:
+//
+//   - all capabilities dropped, no-new-privileges, the engine's default
+//     seccomp profile (never "unconfined") and its default AppArmor
+//     profile where AppArmor exists;
+//   - a read-only root filesystem, with tmpfs on /tmp (1777) and /run;
+//   - CPU, memory (no swap on top) and pids limits;
+//   - its own PID and IPC namespaces, no devices, not privileged;
+//   - exactly two mounts: the workspace at /workspace and, with the Unix
+//     transport, choird's socket at /run/choir.sock (read-only: connecting
+//     needs no write access to the mount, and the agent cannot chmod or
+//     replace the socket). No engine socket, ever.
+//   - the network named in [Options.Network], "bridge" by default: the
+//     agent must reach LLM and other HTTPS endpoints, so it gets NAT-ed
+//     outbound access through the engine's bridge, but never the host's
+//     network namespace ("host" is refused). On the default bridge agents
+//     can reach each other's IP addresses; an operator who wants them
+//     apart creates a bridge network with
+//     com.docker.network.bridge.enable_icc=false and names it here.
+//
+// The container runs as choird's own uid:gid unless [Options.User] says
+// otherwise, so files it writes in the workspace belong to the operator;
+// when choird runs as root, the agent is root in its container, which the
+// spec allows (15.2): with no capabilities that root cannot reach past
+// file permissions. The agent binary is PID 1 and must reap the orphans
+// its tools leave, unless [Options.Init] adds the engine's init process.
+//
+// Images are never pulled: a missing image is an error that says to run
+// `choirctl agent build`.
+//
+// # Finding instances
+//
+// Containers carry choir.managed=true, choir.agent_id, choir.session_id,
+// choir.runtime=docker and choir.scope=[Options.Scope], and are named
+// choir-<agent>-<session prefix>. Inspect, Stop, Remove and List touch
+// only containers with the managed label and this runtime's scope, so two
+// choird installations (or test runs) on one engine never remove each
+// other's agents.
+//
+// # Exits
+//
+// [Runtime.Events] follows the engine's event stream (die and oom of
+// managed containers of the scope). When the stream breaks it reconnects
+// with backoff and asks for the events since the last one it saw, so a
+// death during the outage is still reported (the engine keeps its recent
+// events in memory); duplicates at the seam are dropped.
+package docker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	cerrdefs "github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/choirhq/choir/daemon/runtime"
+)
+
+// Name is the runtime's name.
+const Name = "docker"
+
+// LabelScope separates the instances of different choird installations
+// sharing one engine.
+const LabelScope = "choir.scope"
+
+// Defaults of [Options].
+const (
+	DefaultScope   = "default"
+	DefaultNetwork = "bridge"
+	DefaultTmpSize = 256 << 20
+	DefaultRunSize = 16 << 20
+)
+
+// Options configure the runtime.
+type Options struct {
+	// Host is the engine's address (unix:///var/run/docker.sock,
+	// tcp://...); empty uses DOCKER_HOST and the other DOCKER_*
+	// variables, else the default socket.
+	Host string
+	// Scope is stamped on every container as choir.scope and limits what
+	// List and RemoveOrphans see; choird uses one per installation.
+	Scope string
+	// Network is the network mode: a bridge network's name. "host" and
+	// container:<id> are refused.
+	Network string
+	// User is the user[:group] the agent runs as; empty means choird's
+	// own uid:gid.
+	User string
+	// Init runs the engine's init process as PID 1, to reap orphans.
+	Init bool
+	// TmpSize and RunSize bound the /tmp and /run tmpfs (bytes).
+	TmpSize, RunSize int64
+	// ReconnectMin and ReconnectMax bound the event stream's reconnect
+	// backoff (defaults 100 ms and 5 s).
+	ReconnectMin, ReconnectMax time.Duration
+	// Logger receives starts, event-stream breaks and the like.
+	Logger *slog.Logger
+}
+
+// Runtime runs agents as containers.
+type Runtime struct {
+	cli  *client.Client
+	host string
+	opts Options
+	log  *slog.Logger
+}
+
+var _ runtime.Runtime = (*Runtime)(nil)
+
+// New connects to the engine and checks that it answers.
+func New(ctx context.Context, opts Options) (*Runtime, error) {
+	if opts.Scope == "" {
+		opts.Scope = DefaultScope
+	}
+	if opts.Network == "" {
+		opts.Network = DefaultNetwork
+	}
+	if n := container.NetworkMode(opts.Network); n.IsHost() || n.IsContainer() {
+		return nil, fmt.Errorf("docker runtime: network %q is not allowed: agents never share the host's or another container's network namespace", opts.Network)
+	}
+	if opts.User == "" {
+		opts.User = fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid())
+	}
+	if opts.TmpSize == 0 {
+		opts.TmpSize = DefaultTmpSize
+	}
+	if opts.RunSize == 0 {
+		opts.RunSize = DefaultRunSize
+	}
+	if opts.ReconnectMin == 0 {
+		opts.ReconnectMin = 100 * time.Millisecond
+	}
+	if opts.ReconnectMax == 0 {
+		opts.ReconnectMax = 5 * time.Second
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	copts := []client.Opt{client.FromEnv}
+	if opts.Host != "" {
+		copts = append(copts, client.WithHost(opts.Host))
+	}
+	cli, err := client.New(copts...)
+	if err != nil {
+		return nil, fmt.Errorf("docker runtime: %w", err)
+	}
+	r := &Runtime{cli: cli, host: cli.DaemonHost(), opts: opts, log: log}
+	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
+		cli.Close()
+		return nil, r.engineErr("docker runtime", err)
+	}
+	return r, nil
+}
+
+// Name returns "docker".
+func (r *Runtime) Name() string { return Name }
+
+// Host is the engine address in use.
+func (r *Runtime) Host() string { return r.host }
+
+// Client is the engine client, for callers that need more of the API
+// (the agent build).
+func (r *Runtime) Client() *client.Client { return r.cli }
+
+// Close closes the engine connection; containers keep running.
+func (r *Runtime) Close() error { return r.cli.Close() }
+
+// EngineError reports an engine that cannot be reached, and what to do.
+// It matches [runtime.ErrEngineUnreachable].
+type EngineError struct {
+	Host string
+	Err  error
+}
+
+func (e *EngineError) Error() string {
+	hint := "is dockerd running? Start it, point DOCKER_HOST at a running engine, or use --runtime=process"
+	if errors.Is(e.Err, fs.ErrPermission) {
+		hint = "permission denied: run choird as a user in the docker group (or root), or use --runtime=process"
+	}
+	return fmt.Sprintf("cannot reach the Docker engine at %s: %v; %s", e.Host, e.Err, hint)
+}
+
+func (e *EngineError) Unwrap() []error { return []error{runtime.ErrEngineUnreachable, e.Err} }
+
+// engineErr turns a connection failure into an [*EngineError] with the
+// innermost network error, and wraps anything else with op.
+func (r *Runtime) engineErr(op string, err error) error {
+	if client.IsErrConnectionFailed(err) {
+		cause := err
+		var nerr *net.OpError
+		if errors.As(err, &nerr) {
+			cause = nerr
+		}
+		return fmt.Errorf("%s: %w", op, &EngineError{Host: r.host, Err: cause})
+	}
+	return fmt.Errorf("%s: %w", op, err)
+}
+
+// Start creates and starts the agent's container and returns it running.
+func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instance, error) {
+	if err := spec.Validate(); err != nil {
+		return runtime.Instance{}, err
+	}
+	if spec.Image == "" {
+		return runtime.Instance{}, fmt.Errorf("%w for agent %s: no image (build one with `choirctl agent build %s`)", runtime.ErrInvalidSpec, spec.AgentID, spec.AgentID)
+	}
+	for k := range spec.Labels {
+		if k == LabelScope {
+			return runtime.Instance{}, fmt.Errorf("%w for agent %s: label %s: set by the runtime itself", runtime.ErrInvalidSpec, spec.AgentID, k)
+		}
+	}
+	name := ContainerName(spec)
+	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name:       name,
+		Config:     r.containerConfig(spec),
+		HostConfig: r.hostConfig(spec),
+	})
+	switch {
+	case err == nil:
+	case cerrdefs.IsNotFound(err):
+		return runtime.Instance{}, fmt.Errorf("start agent %s: image %s is not in the local engine (images are never pulled): build it with `choirctl agent build %s`: %w",
+			spec.AgentID, spec.Image, spec.AgentID, err)
+	case cerrdefs.IsConflict(err):
+		return runtime.Instance{}, fmt.Errorf("start agent %s: container %s already exists, left by an earlier start of this session: remove it (choird removes orphans at start-up): %w",
+			spec.AgentID, name, err)
+	default:
+		return runtime.Instance{}, r.engineErr("start agent "+spec.AgentID+": create container", err)
+	}
+	for _, w := range created.Warnings {
+		r.log.Warn("container created with a warning", slog.String("agent_id", spec.AgentID), slog.String("warning", w))
+	}
+	if _, err := r.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		// Nothing half-started: a container that never ran is removed.
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
+		defer cancel()
+		if _, rerr := r.cli.ContainerRemove(rctx, created.ID, client.ContainerRemoveOptions{Force: true}); rerr != nil {
+			r.log.Error("remove container that failed to start", slog.String("container", created.ID), slog.Any("error", rerr))
+		}
+		return runtime.Instance{}, r.engineErr("start agent "+spec.AgentID+": start container", err)
+	}
+	r.log.Info("agent container started", slog.String("container", created.ID[:12]), slog.String("agent_id", spec.AgentID),
+		slog.String("session_id", spec.SessionID), slog.String("image", spec.Image))
+	return r.Inspect(ctx, created.ID)
+}
+
+// ContainerName is choir-<agent>-<first 12 characters of the session id>.
+func ContainerName(spec runtime.Spec) string {
+	s := spec.SessionID
+	if len(s) > 12 {
+		s = s[:12]
+	}
+	return "choir-" + spec.AgentID + "-" + s
+}
+
+func (r *Runtime) labels(spec runtime.Spec) map[string]string {
+	l := runtime.Labels(Name, spec)
+	l[LabelScope] = r.opts.Scope
+	return l
+}
+
+func (r *Runtime) containerConfig(spec runtime.Spec) *container.Config {
+	socket := ""
+	if spec.ControlSocket != "" {
+		socket = runtime.ContainerSocket
+	}
+	cfg := &container.Config{
+		Image:      spec.Image,
+		Env:        runtime.Env(Name, spec, runtime.ContainerWorkspace, socket, "/tmp"),
+		Labels:     r.labels(spec),
+		WorkingDir: runtime.ContainerWorkspace,
+		User:       r.opts.User,
+		Hostname:   spec.AgentID,
+		StopSignal: "SIGTERM",
+	}
+	if len(spec.Args) > 0 {
+		cfg.Cmd = spec.Args
+	}
+	return cfg
+}
+
+// HostConfig is the security profile and resources of spec's container
+// (see the package documentation).
+func (r *Runtime) HostConfig(spec runtime.Spec) *container.HostConfig { return r.hostConfig(spec) }
+
+func (r *Runtime) hostConfig(spec runtime.Spec) *container.HostConfig {
+	l := spec.Limits.WithDefaults()
+	pids := l.PIDs
+	mounts := []mount.Mount{{
+		Type:        mount.TypeBind,
+		Source:      spec.Workspace,
+		Target:      runtime.ContainerWorkspace,
+		BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+	}}
+	if spec.ControlSocket != "" {
+		mounts = append(mounts, mount.Mount{
+			Type:        mount.TypeBind,
+			Source:      spec.ControlSocket,
+			Target:      runtime.ContainerSocket,
+			ReadOnly:    true,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+		})
+	}
+	run := fmt.Sprintf("rw,nosuid,nodev,noexec,size=%d,mode=0755", r.opts.RunSize)
+	if uid, gid, ok := numericUser(r.opts.User); ok && uid != 0 {
+		// A non-root agent must be able to use /run (ssh-agent socket).
+		run += fmt.Sprintf(",uid=%d,gid=%d", uid, gid)
+	}
+	init := r.opts.Init
+	return &container.HostConfig{
+		Mounts: mounts,
+		Tmpfs: map[string]string{
+			"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", r.opts.TmpSize),
+			"/run": run,
+		},
+		CapDrop:        []string{"ALL"},
+		SecurityOpt:    []string{"no-new-privileges:true"},
+		ReadonlyRootfs: true,
+		Privileged:     false,
+		NetworkMode:    container.NetworkMode(r.opts.Network),
+		IpcMode:        container.IPCModePrivate,
+		PidMode:        "",
+		Init:           &init,
+		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		Resources: container.Resources{
+			NanoCPUs:   int64(math.Round(l.CPUs * 1e9)),
+			Memory:     l.MemoryBytes,
+			MemorySwap: l.MemoryBytes,
+			PidsLimit:  &pids,
+		},
+	}
+}
+
+func numericUser(u string) (uid, gid int, ok bool) {
+	us, gs, _ := strings.Cut(u, ":")
+	uid, err1 := strconv.Atoi(us)
+	if gs == "" {
+		gs = us
+	}
+	gid, err2 := strconv.Atoi(gs)
+	return uid, gid, err1 == nil && err2 == nil
+}
+
+// Stop stops the container: SIGTERM, then SIGKILL after grace (the engine
+// counts whole seconds, so grace is rounded up).
+func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) error {
+	inst, err := r.Inspect(ctx, id)
+	if err != nil {
+		return err
+	}
+	if !inst.Running() {
+		return nil
+	}
+	secs := int(math.Ceil(grace.Seconds()))
+	if _, err := r.cli.ContainerStop(ctx, inst.ID, client.ContainerStopOptions{Timeout: &secs}); err != nil {
+		if cerrdefs.IsNotFound(err) {
+			return fmt.Errorf("stop agent instance %s: %w", id, runtime.ErrNotFound)
+		}
+		return r.engineErr("stop agent instance "+id, err)
+	}
+	return nil
+}
+
+// Remove removes the container, killing it if it runs.
+func (r *Runtime) Remove(ctx context.Context, id string) error {
+	inst, err := r.Inspect(ctx, id)
+	if err != nil {
+		return err
+	}
+	_, err = r.cli.ContainerRemove(ctx, inst.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	switch {
+	case err == nil:
+		return nil
+	case cerrdefs.IsNotFound(err):
+		return fmt.Errorf("remove agent instance %s: %w", id, runtime.ErrNotFound)
+	case cerrdefs.IsConflict(err):
+		// Someone else is removing it ("removal ... already in progress"):
+		// done when it is gone.
+		return r.waitGone(ctx, inst.ID)
+	default:
+		return r.engineErr("remove agent instance "+id, err)
+	}
+}
+
+func (r *Runtime) waitGone(ctx context.Context, id string) error {
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		_, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+		if cerrdefs.IsNotFound(err) {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return fmt.Errorf("remove agent instance %s: wait for a concurrent removal: %w", id, ctx.Err())
+		}
+	}
+}
+
+// Inspect returns the container's state. A container without the managed
+// label or of another scope is not found.
+func (r *Runtime) Inspect(ctx context.Context, id string) (runtime.Instance, error) {
+	if id == "" {
+		return runtime.Instance{}, fmt.Errorf("agent instance %q: %w", id, runtime.ErrNotFound)
+	}
+	res, err := r.cli.ContainerInspect(ctx, id, client.ContainerInspectOptions{})
+	if cerrdefs.IsNotFound(err) {
+		return runtime.Instance{}, fmt.Errorf("agent instance %s: %w", id, runtime.ErrNotFound)
+	}
+	if err != nil {
+		return runtime.Instance{}, r.engineErr("inspect agent instance "+id, err)
+	}
+	c := res.Container
+	if c.Config == nil || c.State == nil || !r.owns(c.Config.Labels) {
+		return runtime.Instance{}, fmt.Errorf("agent instance %s: not a choir container of scope %s: %w", id, r.opts.Scope, runtime.ErrNotFound)
+	}
+	return instanceOf(c), nil
+}
+
+func (r *Runtime) owns(labels map[string]string) bool {
+	return labels[runtime.LabelManaged] == "true" && labels[LabelScope] == r.opts.Scope
+}
+
+func instanceOf(c container.InspectResponse) runtime.Instance {
+	st := c.State
+	inst := runtime.Instance{
+		ID: c.ID, Runtime: Name, Image: c.Config.Image, Labels: c.Config.Labels,
+		AgentID: c.Config.Labels[runtime.LabelAgentID], SessionID: c.Config.Labels[runtime.LabelSessionID],
+		OOMKilled: st.OOMKilled, ExitCode: -1,
+		StartedAt: parseTime(st.StartedAt), FinishedAt: parseTime(st.FinishedAt),
+	}
+	switch st.Status {
+	case container.StateRunning, container.StatePaused, container.StateRestarting:
+		inst.State, inst.Pid = runtime.StateRunning, st.Pid
+	case container.StateCreated:
+		inst.State = runtime.StateCreated
+	case container.StateExited, container.StateDead, container.StateRemoving:
+		inst.State, inst.ExitCode = runtime.StateExited, st.ExitCode
+	default:
+		inst.State = runtime.StateUnknown
+	}
+	return inst
+}
+
+func parseTime(s string) time.Time {
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || t.Year() <= 1 {
+		return time.Time{}
+	}
+	return t
+}
+
+// List returns the managed containers of the runtime's scope, running or
+// not.
+func (r *Runtime) List(ctx context.Context) ([]runtime.Instance, error) {
+	res, err := r.cli.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: r.filters()})
+	if err != nil {
+		return nil, r.engineErr("list agent containers", err)
+	}
+	out := make([]runtime.Instance, 0, len(res.Items))
+	for _, s := range res.Items {
+		inst, err := r.Inspect(ctx, s.ID)
+		if errors.Is(err, runtime.ErrNotFound) {
+			continue // removed meanwhile
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, inst)
+	}
+	return out, nil
+}
+
+func (r *Runtime) filters() client.Filters {
+	return make(client.Filters).Add("label", runtime.LabelManaged+"=true", LabelScope+"="+r.opts.Scope)
+}

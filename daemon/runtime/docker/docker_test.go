@@ -1,0 +1,415 @@
+package docker_test
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+	"go.uber.org/goleak"
+
+	"github.com/choirhq/choir/daemon/runtime"
+	"github.com/choirhq/choir/daemon/runtime/docker"
+	"github.com/choirhq/choir/daemon/runtime/runtimetest"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type testBundle struct {
+	cli     *client.Client
+	image   string
+	scope   string
+	rt      *docker.Runtime
+	harness *runtimetest.Harness
+}
+
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	cli := runtimetest.RequireDocker(t)
+	b := &testBundle{cli: cli, image: runtimetest.AgentImage(t, cli), scope: "test-" + runtimetest.RandomHex(6)}
+	b.rt = newRuntime(t, docker.Options{Scope: b.scope})
+	b.harness = b.harnessFor(t, b.rt)
+	return b
+}
+
+func (b *testBundle) harnessFor(t *testing.T, rt runtime.Runtime) *runtimetest.Harness {
+	return &runtimetest.Harness{
+		Runtime:  rt,
+		Image:    b.image,
+		Listener: runtimetest.NewListener(t),
+		Kill: func(t *testing.T, inst runtime.Instance) {
+			if _, err := b.cli.ContainerKill(t.Context(), inst.ID, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+				t.Fatalf("docker kill %s: %v", inst.ID, err)
+			}
+		},
+		AgentWorkspace: func(string) string { return runtime.ContainerWorkspace },
+		AgentSocket:    func(string) string { return runtime.ContainerSocket },
+		BaseEnv:        []string{"PATH"},
+	}
+}
+
+func newRuntime(t *testing.T, opts docker.Options) *docker.Runtime {
+	t.Helper()
+	rt, err := docker.New(t.Context(), opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		// Whatever a failed test left behind goes with it.
+		if _, err := runtime.RemoveOrphans(context.Background(), rt, nil); err != nil {
+			t.Errorf("remove leftovers: %v", err)
+		}
+		rt.Close()
+	})
+	return rt
+}
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	runtimetest.Run(t, setup(t).harness)
+}
+
+func TestDocker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	h := b.harness
+
+	t.Run("SecurityProfileApplied", func(t *testing.T) {
+		t.Parallel()
+		spec := h.NewSpec(t)
+		inst, conn := h.Start(t, spec)
+		res, err := b.cli.ContainerInspect(t.Context(), inst.ID, client.ContainerInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		hc := res.Container.HostConfig
+		if !slices.Equal(hc.CapDrop, []string{"ALL"}) || len(hc.CapAdd) > 0 {
+			t.Errorf("caps: drop %v add %v", hc.CapDrop, hc.CapAdd)
+		}
+		if !slices.Contains(hc.SecurityOpt, "no-new-privileges:true") || slices.ContainsFunc(hc.SecurityOpt, func(s string) bool { return strings.Contains(s, "unconfined") }) {
+			t.Errorf("security options %v", hc.SecurityOpt)
+		}
+		if !hc.ReadonlyRootfs || hc.Privileged || hc.PidMode != "" || hc.NetworkMode != "bridge" || hc.IpcMode != "private" {
+			t.Errorf("readonly %v privileged %v pid %q network %q ipc %q", hc.ReadonlyRootfs, hc.Privileged, hc.PidMode, hc.NetworkMode, hc.IpcMode)
+		}
+		if _, ok := hc.Tmpfs["/tmp"]; !ok {
+			t.Errorf("no tmpfs on /tmp: %v", hc.Tmpfs)
+		}
+		if _, ok := hc.Tmpfs["/run"]; !ok {
+			t.Errorf("no tmpfs on /run: %v", hc.Tmpfs)
+		}
+		if hc.NanoCPUs != 5e8 || hc.Memory != 128<<20 || hc.MemorySwap != 128<<20 || hc.PidsLimit == nil || *hc.PidsLimit != 64 {
+			t.Errorf("limits: cpus %d memory %d swap %d pids %v", hc.NanoCPUs, hc.Memory, hc.MemorySwap, hc.PidsLimit)
+		}
+		if len(hc.Devices) > 0 || len(hc.Binds) > 0 {
+			t.Errorf("devices %v binds %v", hc.Devices, hc.Binds)
+		}
+		var targets []string
+		for _, m := range res.Container.Mounts {
+			targets = append(targets, m.Destination)
+			if m.Destination == runtime.ContainerWorkspace && (m.Source != spec.Workspace || !m.RW) {
+				t.Errorf("workspace mount %+v", m)
+			}
+			if m.Destination == runtime.ContainerSocket && (m.Source != spec.ControlSocket || m.RW) {
+				t.Errorf("socket mount %+v", m)
+			}
+		}
+		slices.Sort(targets)
+		if !slices.Equal(targets, []string{runtime.ContainerSocket, runtime.ContainerWorkspace}) {
+			t.Errorf("mounts %v, want only the socket and the workspace", targets)
+		}
+		for _, kv := range res.Container.Config.Env {
+			if strings.HasPrefix(kv, "DOCKER_") {
+				t.Errorf("engine variable %s in the container", kv)
+			}
+		}
+
+		// The agent's own view, through the self-check it runs first.
+		hello := conn.Hello
+		if hello.Sandbox == nil {
+			t.Fatal("no sandbox report under docker")
+		}
+		if err := hello.Sandbox.Err(); err != nil {
+			t.Errorf("sandbox self-check inside the container: %v", err)
+		}
+		if hello.RootWritable {
+			t.Errorf("the agent could write to /")
+		}
+	})
+
+	t.Run("OOMKillReported", func(t *testing.T) {
+		t.Parallel()
+		exits := h.Subscribe(t)
+		spec := h.NewSpec(t)
+		spec.Limits.MemoryBytes = 24 << 20
+		inst, conn := h.Start(t, spec)
+		if err := conn.Send("oom"); err != nil {
+			t.Fatal(err)
+		}
+		e := runtimetest.WaitExit(t, exits, inst.ID)
+		if !e.OOMKilled || e.ExitCode != 137 {
+			t.Errorf("exit %+v, want OOM-killed with 137", e)
+		}
+		if got, err := b.rt.Inspect(t.Context(), inst.ID); err != nil || !got.OOMKilled {
+			t.Errorf("inspect after OOM: %+v %v", got, err)
+		}
+	})
+
+	t.Run("MissingImageSaysBuild", func(t *testing.T) {
+		t.Parallel()
+		spec := h.NewSpec(t)
+		spec.Image = "choir-agent-" + spec.AgentID + ":absent"
+		_, err := b.rt.Start(t.Context(), spec)
+		if err == nil || !strings.Contains(err.Error(), "choirctl agent build "+spec.AgentID) || !strings.Contains(err.Error(), "never pulled") {
+			t.Fatalf("start with a missing image: %v", err)
+		}
+		assertNoInstance(t, b.rt, spec.AgentID)
+	})
+
+	t.Run("FailedStartLeavesNothing", func(t *testing.T) {
+		t.Parallel()
+		spec := h.NewSpec(t)
+		spec.Args = []string{"--x"}
+		// An entrypoint that does not exist fails at start, after create.
+		img := runtimetest.ImportImage(t, b.cli, "choir-test-broken", map[string]runtimetest.File{"x": {Data: []byte("x")}},
+			`ENTRYPOINT ["/missing"]`)
+		spec.Image = img
+		_, err := b.rt.Start(t.Context(), spec)
+		if err == nil || !strings.Contains(err.Error(), "start container") {
+			t.Fatalf("start: %v", err)
+		}
+		assertNoInstance(t, b.rt, spec.AgentID)
+	})
+
+	t.Run("OtherScopeIsInvisible", func(t *testing.T) {
+		t.Parallel()
+		inst, _ := h.Start(t, h.NewSpec(t))
+		other := newRuntime(t, docker.Options{Scope: b.scope + "-other"})
+		if _, err := other.Inspect(t.Context(), inst.ID); !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("inspect from another scope: %v", err)
+		}
+		if err := other.Remove(t.Context(), inst.ID); !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("remove from another scope: %v", err)
+		}
+		list, err := other.List(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, i := range list {
+			if i.ID == inst.ID {
+				t.Errorf("another scope lists %s", inst.ID)
+			}
+		}
+	})
+
+	t.Run("NonRootUser", func(t *testing.T) {
+		t.Parallel()
+		rt := newRuntime(t, docker.Options{Scope: b.scope + "-uid", User: "1000:1000"})
+		hh := b.harnessFor(t, rt)
+		spec := hh.NewSpec(t)
+		if err := os.Chmod(spec.Workspace, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(filepath.Dir(hh.Listener.Path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(hh.Listener.Path, 0o777); err != nil {
+			t.Fatal(err)
+		}
+		_, conn := hh.Start(t, spec)
+		if !conn.Hello.WorkspaceWritable || !conn.Hello.HomeWritable {
+			t.Errorf("uid 1000 agent: workspace writable %v, home writable %v", conn.Hello.WorkspaceWritable, conn.Hello.HomeWritable)
+		}
+		if err := conn.Hello.Sandbox.Err(); err != nil {
+			t.Errorf("sandbox: %v", err)
+		}
+	})
+}
+
+func assertNoInstance(t *testing.T, rt runtime.Runtime, agentID string) {
+	t.Helper()
+	list, err := rt.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, inst := range list {
+		if inst.AgentID == agentID {
+			t.Errorf("left behind %+v", inst)
+		}
+	}
+}
+
+func TestUnreachableEngine(t *testing.T) {
+	t.Parallel()
+	_, err := docker.New(t.Context(), docker.Options{Host: "unix://" + filepath.Join(t.TempDir(), "docker.sock")})
+	if !errors.Is(err, runtime.ErrEngineUnreachable) {
+		t.Fatalf("err = %v, want ErrEngineUnreachable", err)
+	}
+	var ee *docker.EngineError
+	if !errors.As(err, &ee) {
+		t.Fatalf("err = %v, want *EngineError", err)
+	}
+	for _, want := range []string{"cannot reach the Docker engine at unix://", "is dockerd running?", "--runtime=process", "no such file or directory"} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
+		}
+	}
+}
+
+func TestNetworkHostRefused(t *testing.T) {
+	t.Parallel()
+	for _, n := range []string{"host", "container:abc"} {
+		if _, err := docker.New(t.Context(), docker.Options{Network: n}); err == nil || !strings.Contains(err.Error(), "not allowed") {
+			t.Errorf("network %s: %v", n, err)
+		}
+	}
+}
+
+func TestHostConfigHasNoInit(t *testing.T) {
+	t.Parallel()
+	cli := runtimetest.RequireDocker(t)
+	_ = cli
+	rt := newRuntime(t, docker.Options{Scope: "test-" + runtimetest.RandomHex(6)})
+	hc := rt.HostConfig(runtime.Spec{Workspace: "/w"})
+	if hc.Init == nil || *hc.Init {
+		t.Errorf("init %v", hc.Init)
+	}
+	if hc.RestartPolicy.Name != container.RestartPolicyDisabled {
+		t.Errorf("restart policy %v", hc.RestartPolicy)
+	}
+	if hc.PidsLimit == nil || *hc.PidsLimit != runtime.DefaultLimits.PIDs || hc.Memory != runtime.DefaultLimits.MemoryBytes {
+		t.Errorf("default limits not applied: pids %v memory %d", hc.PidsLimit, hc.Memory)
+	}
+}
+
+// TestEventsSurviveStreamBreak cuts the event stream, kills a container
+// while the engine cannot be reached, and expects the death to be
+// reported once the stream is back.
+func TestEventsSurviveStreamBreak(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target := os.Getenv("DOCKER_HOST")
+	if target == "" {
+		target = client.DefaultDockerHost
+	}
+	engine, ok := strings.CutPrefix(target, "unix://")
+	if !ok {
+		t.Skipf("DOCKER_HOST %s is not a Unix socket", target)
+	}
+	p := newProxy(t, engine)
+	rt := newRuntime(t, docker.Options{Host: "unix://" + p.path, Scope: b.scope + "-proxy", ReconnectMin: 50 * time.Millisecond, ReconnectMax: 200 * time.Millisecond})
+	h := b.harnessFor(t, rt)
+
+	exits := h.Subscribe(t)
+	inst, _ := h.Start(t, h.NewSpec(t))
+
+	p.setDown(true) // the engine is gone for choird, and the stream breaks
+	if _, err := b.cli.ContainerKill(t.Context(), inst.ID, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // let the watcher fail to reconnect a few times
+	p.setDown(false)
+
+	e := runtimetest.WaitExit(t, exits, inst.ID)
+	if e.ExitCode != 137 {
+		t.Errorf("exit %+v", e)
+	}
+	if n := p.refusedCount(); n == 0 {
+		t.Errorf("the watcher never tried to reconnect during the outage")
+	}
+}
+
+// proxy forwards a Unix socket to the engine's and can play dead.
+type proxy struct {
+	path   string
+	target string
+	ln     net.Listener
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	down    bool
+	refused int
+	conns   map[net.Conn]bool
+}
+
+func newProxy(t *testing.T, target string) *proxy {
+	dir, err := os.MkdirTemp("", "crp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &proxy{path: filepath.Join(dir, "engine.sock"), target: target, conns: map[net.Conn]bool{}}
+	if p.ln, err = net.Listen("unix", p.path); err != nil {
+		t.Fatal(err)
+	}
+	p.wg.Add(1)
+	go p.accept()
+	t.Cleanup(func() {
+		p.ln.Close()
+		p.setDown(true)
+		p.wg.Wait()
+		os.RemoveAll(dir)
+	})
+	return p
+}
+
+func (p *proxy) accept() {
+	defer p.wg.Done()
+	for {
+		c, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.mu.Lock()
+		if p.down {
+			p.refused++
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		up, err := net.Dial("unix", p.target)
+		if err != nil {
+			p.mu.Unlock()
+			c.Close()
+			continue
+		}
+		p.conns[c], p.conns[up] = true, true
+		p.mu.Unlock()
+		p.wg.Add(2)
+		pipe := func(dst, src net.Conn) {
+			defer p.wg.Done()
+			io.Copy(dst, src)
+			dst.Close()
+			src.Close()
+		}
+		go pipe(up, c)
+		go pipe(c, up)
+	}
+}
+
+// setDown cuts every connection and refuses new ones, or accepts again.
+func (p *proxy) setDown(down bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = down
+	if down {
+		for c := range p.conns {
+			c.Close()
+		}
+		clear(p.conns)
+	}
+}
+
+func (p *proxy) refusedCount() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
+}

@@ -22,6 +22,7 @@ import (
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -36,6 +37,14 @@ type Options struct {
 	Stderr io.Writer
 	// Ready, when set, is called once choird is ready to serve.
 	Ready func(*Daemon)
+	// Transport is the agent protocol's transport: "uds" (default, on
+	// .choir.d/socks/choird.sock) or "http" (on Listen, with TLS).
+	Transport string
+	// Listen is the TCP address for the http transport.
+	Listen string
+	// TLSCert and TLSKey are the http transport's certificate; when empty,
+	// a self-signed one is generated into .choir.d/tls.
+	TLSCert, TLSKey string
 }
 
 // Daemon is a running choird.
@@ -46,6 +55,8 @@ type Daemon struct {
 	secrets       config.Secrets
 	pool          *pgxpool.Pool
 	river         *jobs.Client
+	api           *agentAPI
+	rpc           *rpc.Server
 	configVersion int64
 	startedAt     time.Time
 }
@@ -162,9 +173,18 @@ func Run(ctx context.Context, opts Options) (err error) {
 		slog.Int("pool_max_conns", int(d.pool.Config().MaxConns)),
 		slog.Duration("crash_detection_threshold", d.cfg.CrashDetectionThreshold()))
 
-	// Steps 6-9 (containers, stale leases, gateways, command sockets) belong
-	// to the lifecycle, gateway and protocol layers; crash detection above
-	// already frees leases of sessions whose heartbeats stopped.
+	// Steps 6-8 (containers, stale leases, gateways) belong to the
+	// lifecycle and gateway layers; crash detection above already frees
+	// the leases of sessions whose heartbeats stopped.
+
+	// Step 9: accept agents and choirctl.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	srvs, err := d.startServers(serveCtx, opts)
+	if err != nil {
+		d.river.Stop(context.WithoutCancel(ctx)) //nolint:errcheck
+		return err
+	}
 
 	logger.InfoContext(ctx, "choird ready", slog.Int64("config_version", d.configVersion),
 		slog.Any("agents", sortedKeys(d.cfg.Agents)), slog.Int("gateways", len(d.cfg.Gateways)),
@@ -175,6 +195,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 
 	<-ctx.Done()
 	logger.Info("choird stopping", slog.String("cause", context.Cause(ctx).Error()))
+	stopServing()
+	srvs.wait()
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := d.river.Stop(stopCtx); err != nil {

@@ -63,6 +63,21 @@ type ChoirControlOutbox struct {
 	SentAt    *time.Time `json:"sent_at"`
 }
 
+type ChoirControlPendingApproval struct {
+	ApprovalID  uuid.UUID       `json:"approval_id"`
+	SessionID   uuid.UUID       `json:"session_id"`
+	AgentID     string          `json:"agent_id"`
+	RequestID   string          `json:"request_id"`
+	RequestType string          `json:"request_type"`
+	Summary     string          `json:"summary"`
+	Payload     json.RawMessage `json:"payload"`
+	Status      string          `json:"status"`
+	CreatedAt   time.Time       `json:"created_at"`
+	ExpiresAt   time.Time       `json:"expires_at"`
+	ResolvedAt  *time.Time      `json:"resolved_at"`
+	ResolvedBy  *string         `json:"resolved_by"`
+}
+
 type ChoirControlResourceLease struct {
 	LeaseID      int64      `json:"lease_id"`
 	ResourceKind string     `json:"resource_kind"`

@@ -8,9 +8,79 @@ package db
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/google/uuid"
 )
+
+const approvalCreate = `-- name: ApprovalCreate :one
+INSERT INTO choir_control.pending_approvals
+    (session_id, agent_id, request_id, request_type, summary, payload, expires_at)
+VALUES ($1, $2, $3, $4, $5, $6, $7)
+ON CONFLICT (session_id, request_id) DO NOTHING
+RETURNING approval_id, status
+`
+
+type ApprovalCreateParams struct {
+	SessionID   uuid.UUID       `json:"session_id"`
+	AgentID     string          `json:"agent_id"`
+	RequestID   string          `json:"request_id"`
+	RequestType string          `json:"request_type"`
+	Summary     string          `json:"summary"`
+	Payload     json.RawMessage `json:"payload"`
+	ExpiresAt   time.Time       `json:"expires_at"`
+}
+
+type ApprovalCreateRow struct {
+	ApprovalID uuid.UUID `json:"approval_id"`
+	Status     string    `json:"status"`
+}
+
+// ApprovalCreate records a pending approval once per (session, request);
+// a repeated request inserts nothing and returns no row.
+func (q *Queries) ApprovalCreate(ctx context.Context, arg ApprovalCreateParams) (ApprovalCreateRow, error) {
+	row := q.db.QueryRow(ctx, approvalCreate,
+		arg.SessionID,
+		arg.AgentID,
+		arg.RequestID,
+		arg.RequestType,
+		arg.Summary,
+		arg.Payload,
+		arg.ExpiresAt,
+	)
+	var i ApprovalCreateRow
+	err := row.Scan(&i.ApprovalID, &i.Status)
+	return i, err
+}
+
+const approvalGetByRequest = `-- name: ApprovalGetByRequest :one
+SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by FROM choir_control.pending_approvals WHERE session_id = $1 AND request_id = $2
+`
+
+type ApprovalGetByRequestParams struct {
+	SessionID uuid.UUID `json:"session_id"`
+	RequestID string    `json:"request_id"`
+}
+
+func (q *Queries) ApprovalGetByRequest(ctx context.Context, arg ApprovalGetByRequestParams) (ChoirControlPendingApproval, error) {
+	row := q.db.QueryRow(ctx, approvalGetByRequest, arg.SessionID, arg.RequestID)
+	var i ChoirControlPendingApproval
+	err := row.Scan(
+		&i.ApprovalID,
+		&i.SessionID,
+		&i.AgentID,
+		&i.RequestID,
+		&i.RequestType,
+		&i.Summary,
+		&i.Payload,
+		&i.Status,
+		&i.CreatedAt,
+		&i.ExpiresAt,
+		&i.ResolvedAt,
+		&i.ResolvedBy,
+	)
+	return i, err
+}
 
 const replayForgetSession = `-- name: ReplayForgetSession :execrows
 DELETE FROM choir_control.rpc_replays WHERE session_id = $1

@@ -25,3 +25,15 @@ ON CONFLICT (session_id, request_id) DO NOTHING;
 
 -- name: ReplayForgetSession :execrows
 DELETE FROM choir_control.rpc_replays WHERE session_id = @session_id;
+
+-- name: ApprovalCreate :one
+-- ApprovalCreate records a pending approval once per (session, request);
+-- a repeated request inserts nothing and returns no row.
+INSERT INTO choir_control.pending_approvals
+    (session_id, agent_id, request_id, request_type, summary, payload, expires_at)
+VALUES (@session_id, @agent_id, @request_id, @request_type, @summary, @payload, @expires_at)
+ON CONFLICT (session_id, request_id) DO NOTHING
+RETURNING approval_id, status;
+
+-- name: ApprovalGetByRequest :one
+SELECT * FROM choir_control.pending_approvals WHERE session_id = @session_id AND request_id = @request_id;

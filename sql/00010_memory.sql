@@ -283,8 +283,14 @@ BEGIN
         INSERT INTO choir_control.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
     END IF;
 
+    -- Roles are cluster-wide: another database of the cluster may create
+    -- the same role at the same moment, which is fine.
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = s) THEN
-        EXECUTE format('CREATE ROLE %I NOLOGIN', s);
+        BEGIN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', s);
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
     END IF;
     -- The admin must be a member to SET LOCAL ROLE for own-agent queries.
     IF NOT pg_has_role(current_user, s, 'MEMBER') THEN
@@ -429,8 +435,14 @@ BEGIN
 
     INSERT INTO choir_control.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
 
+    -- Roles are cluster-wide: another database of the cluster may create
+    -- the same role at the same moment, which is fine.
     IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = s) THEN
-        EXECUTE format('CREATE ROLE %I NOLOGIN', s);
+        BEGIN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', s);
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
     END IF;
     -- The admin must be a member to SET LOCAL ROLE for own-agent queries.
     IF NOT pg_has_role(current_user, s, 'MEMBER') THEN

@@ -17,6 +17,10 @@ import (
 func main() {
 	fs := flag.NewFlagSet("choird", flag.ContinueOnError)
 	home := fs.String("home", config.DefaultHome(), "the .choir.d directory (env CHOIR_HOME)")
+	transport := fs.String("transport", daemon.TransportUDS, "agent protocol transport: uds or http")
+	listen := fs.String("listen", "127.0.0.1:9400", "address for --transport=http")
+	tlsCert := fs.String("tls-cert", "", "TLS certificate for --transport=http (default: self-signed in .choir.d/tls)")
+	tlsKey := fs.String("tls-key", "", "TLS key for --tls-cert")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -25,7 +29,8 @@ func main() {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := daemon.Run(ctx, daemon.Options{Home: *home}); err != nil {
+	if err := daemon.Run(ctx, daemon.Options{Home: *home, Transport: *transport, Listen: *listen,
+		TLSCert: *tlsCert, TLSKey: *tlsKey}); err != nil {
 		fmt.Fprintf(os.Stderr, "choird: %v\n", err)
 		stop()
 		os.Exit(1)

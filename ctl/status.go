@@ -1,0 +1,64 @@
+package ctl
+
+import (
+	"context"
+	"fmt"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/choirhq/choir/rpc/admin"
+)
+
+type statusOptions struct {
+	json bool
+}
+
+func newStatusCommand(g *globals) *cobra.Command {
+	var opts statusOptions
+	cmd := &cobra.Command{
+		Use:   "status",
+		Short: "Show choird's health, Postgres reachability and every agent's state",
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runStatus(cmd.Context(), g, opts) },
+	}
+	cmd.Flags().BoolVar(&opts.json, "json", false, "print the status as JSON")
+	return cmd
+}
+
+func runStatus(ctx context.Context, g *globals, opts statusOptions) error {
+	c := admin.NewClient(admin.SocketPath(g.home))
+	defer c.Close()
+	st, err := c.Status(ctx)
+	if err != nil {
+		return err
+	}
+	if opts.json {
+		return writeJSON(g.stdout, st)
+	}
+	fmt.Fprintf(g.stdout, "choird %s, pid %d, up %s, config version %d\n", st.Choird.Version, st.Choird.PID,
+		st.Choird.Uptime().Round(time.Second), st.ConfigVersion)
+	if st.Postgres.Reachable {
+		fmt.Fprintf(g.stdout, "postgres: reachable, server %s\n", st.Postgres.ServerVersion)
+	} else {
+		fmt.Fprintf(g.stdout, "postgres: UNREACHABLE: %s\n", st.Postgres.Error)
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AGENT\tSTATE\tSESSION\tRUNTIME\tLAST HEARTBEAT")
+	for _, a := range st.Agents {
+		beat := "-"
+		if a.LastHeartbeatAt != nil {
+			beat = time.Since(*a.LastHeartbeatAt).Round(time.Second).String() + " ago"
+		}
+		session, runtime := a.SessionID, a.Runtime
+		if session == "" {
+			session = "-"
+		}
+		if runtime == "" {
+			runtime = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.AgentID, a.State, session, runtime, beat)
+	}
+	return tw.Flush()
+}

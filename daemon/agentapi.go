@@ -1,0 +1,278 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/rpc"
+)
+
+// HostTool executes one host tool for an agent (EXECUTE_HOST_TOOL).
+type HostTool func(ctx context.Context, agentID string, input json.RawMessage) (json.RawMessage, error)
+
+// agentAPI is choird's side of the agent protocol: every verb checked
+// against the session and answered from Postgres.
+type agentAPI struct {
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+
+	mu      sync.RWMutex
+	cfg     *config.Config
+	secrets config.Secrets
+	// hostTools are the tools choird executes for agents, by name.
+	hostTools map[string]HostTool
+	// closeSession drops a session's push stream when it ends.
+	closeSession func(ctx context.Context, sessionID string)
+}
+
+var _ rpc.ControlPlaneHandler = (*agentAPI)(nil)
+
+func (a *agentAPI) config() (*config.Config, config.Secrets) {
+	a.mu.RLock()
+	defer a.mu.RUnlock()
+	return a.cfg, a.secrets
+}
+
+func sessionUUID(call rpc.Call) (uuid.UUID, error) {
+	id, err := uuid.Parse(call.Session.ID)
+	if err != nil {
+		return uuid.UUID{}, fmt.Errorf("session id %q: %w", call.Session.ID, rpc.ErrBadRequest)
+	}
+	return id, nil
+}
+
+func (a *agentAPI) bindings(ctx context.Context, id uuid.UUID) (rpc.ResourceBindings, error) {
+	s, err := db.New(a.pool).SessionGetByID(ctx, id)
+	if err != nil {
+		return rpc.ResourceBindings{}, fmt.Errorf("load session %s: %w", id, err)
+	}
+	var b rpc.ResourceBindings
+	if err := json.Unmarshal(s.ResourceBindings, &b); err != nil {
+		return rpc.ResourceBindings{}, fmt.Errorf("session %s bindings: %w", id, err)
+	}
+	return b, nil
+}
+
+// HandleInitHello implements rpc.ControlPlaneHandler.
+func (a *agentAPI) HandleInitHello(ctx context.Context, call rpc.Call, req rpc.InitHelloRequest) (rpc.InitHelloResponse, error) {
+	return hello(ctx, a.pool, call, req)
+}
+
+// HandleGetSecrets returns exactly the requested secrets, each of which must
+// belong to one of the session's bound resources.
+func (a *agentAPI) HandleGetSecrets(ctx context.Context, call rpc.Call, req rpc.GetSecretsRequest) (rpc.GetSecretsResponse, error) {
+	id, err := sessionUUID(call)
+	if err != nil {
+		return rpc.GetSecretsResponse{}, err
+	}
+	b, err := a.bindings(ctx, id)
+	if err != nil {
+		return rpc.GetSecretsResponse{}, err
+	}
+	var denied []string
+	for _, name := range req.Resources {
+		if !slices.Contains(b.Secrets, name) {
+			denied = append(denied, name)
+		}
+	}
+	if len(denied) > 0 {
+		return rpc.GetSecretsResponse{}, fmt.Errorf("secrets %s are not bound to this session (bound: %s): %w",
+			strings.Join(denied, ", "), strings.Join(b.Secrets, ", "), rpc.ErrPermissionDenied)
+	}
+	_, secrets := a.config()
+	out := make(rpc.Secrets, len(req.Resources))
+	for _, name := range req.Resources {
+		v, ok := secrets[name]
+		if !ok {
+			return rpc.GetSecretsResponse{}, fmt.Errorf("secret %s is not in secrets.json: %w", name, rpc.ErrNotFound)
+		}
+		out[name] = v
+	}
+	a.logger.InfoContext(ctx, "secrets handed to agent", slog.String("agent_id", call.Session.AgentID),
+		slog.String("session_id", call.Session.ID), slog.Any("names", req.Resources))
+	return rpc.GetSecretsResponse{Secrets: out}, nil
+}
+
+// HandleHeartbeat implements rpc.ControlPlaneHandler.
+func (a *agentAPI) HandleHeartbeat(ctx context.Context, call rpc.Call, req rpc.HeartbeatRequest) (rpc.HeartbeatResponse, error) {
+	id, err := sessionUUID(call)
+	if err != nil {
+		return rpc.HeartbeatResponse{}, err
+	}
+	resp, err := replicate(ctx, a.pool, id, req)
+	if err != nil && (errors.Is(err, ErrChainGap) || errors.Is(err, ErrChainBroken)) {
+		a.logger.WarnContext(ctx, "heartbeat rejected", slog.String("session_id", call.Session.ID),
+			slog.String("agent_id", call.Session.AgentID), slog.String("error", err.Error()))
+	}
+	return resp, err
+}
+
+// HandleRequestApproval records a pending approval; a replay with the same
+// request ID returns the first row.
+func (a *agentAPI) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.ApprovalRequest) (rpc.ApprovalResponse, error) {
+	id, err := sessionUUID(call)
+	if err != nil {
+		return rpc.ApprovalResponse{}, err
+	}
+	cfg, _ := a.config()
+	q := db.New(a.pool)
+	row, err := q.ApprovalCreate(ctx, db.ApprovalCreateParams{SessionID: id, AgentID: call.Session.AgentID,
+		RequestID: call.RequestID, RequestType: req.RequestType, Summary: req.Summary, Payload: req.Payload,
+		ExpiresAt: time.Now().Add(cfg.ApprovalTimeout())})
+	if errNoRows(err) {
+		prev, err := q.ApprovalGetByRequest(ctx, db.ApprovalGetByRequestParams{SessionID: id, RequestID: call.RequestID})
+		if err != nil {
+			return rpc.ApprovalResponse{}, fmt.Errorf("load approval of request %s: %w", call.RequestID, err)
+		}
+		return rpc.ApprovalResponse{ApprovalID: prev.ApprovalID.String(), Status: rpc.ApprovalStatus(prev.Status)}, nil
+	}
+	if err != nil {
+		return rpc.ApprovalResponse{}, fmt.Errorf("record approval: %w", err)
+	}
+	return rpc.ApprovalResponse{ApprovalID: row.ApprovalID.String(), Status: rpc.ApprovalStatus(row.Status)}, nil
+}
+
+// HandleReportStatus keeps the lane's latest state for choirctl agent status.
+func (a *agentAPI) HandleReportStatus(ctx context.Context, call rpc.Call, req rpc.ReportStatusRequest) (rpc.ReportStatusResponse, error) {
+	id, err := sessionUUID(call)
+	if err != nil {
+		return rpc.Ack{}, err
+	}
+	status, err := json.Marshal(req)
+	if err != nil {
+		return rpc.Ack{}, err
+	}
+	if err := db.New(a.pool).SessionLaneStatusSet(ctx, db.SessionLaneStatusSetParams{SessionID: id, Lane: req.Lane, Status: status}); err != nil {
+		return rpc.Ack{}, fmt.Errorf("record lane status: %w", err)
+	}
+	return rpc.Ack{Ack: true}, nil
+}
+
+// HandleTerminateSelf ends the session: leases released, token revoked.
+func (a *agentAPI) HandleTerminateSelf(ctx context.Context, call rpc.Call, req rpc.TerminateSelfRequest) (rpc.TerminateSelfResponse, error) {
+	id, err := sessionUUID(call)
+	if err != nil {
+		return rpc.Ack{}, err
+	}
+	if _, err := endSession(ctx, a.pool, id, "ended", "terminated by the agent: "+req.Reason); err != nil {
+		return rpc.Ack{}, err
+	}
+	a.logger.InfoContext(ctx, "session ended by the agent", slog.String("session_id", call.Session.ID),
+		slog.String("agent_id", call.Session.AgentID), slog.String("reason", req.Reason))
+	if a.closeSession != nil {
+		a.closeSession(context.WithoutCancel(ctx), call.Session.ID)
+	}
+	return rpc.Ack{Ack: true}, nil
+}
+
+// DynamicConfig is the hot-reloadable part of the configuration an agent
+// receives by FETCH_DYNAMIC_CONFIG (spec 16.1): never a secret value, only
+// secret names.
+type DynamicConfig struct {
+	Models                map[string]config.Model          `json:"models"`
+	TTS                   map[string]config.TTS            `json:"tts,omitempty"`
+	VoiceProfiles         map[string]config.VoiceProfile   `json:"voice_profiles,omitempty"`
+	Search                map[string]config.SearchProvider `json:"search,omitempty"`
+	HeartbeatIntervalMS   int64                            `json:"heartbeat_interval_ms"`
+	RateLimitRetryMS      int64                            `json:"rate_limit_retry_ms"`
+	SessionSummaryTimeout int64                            `json:"session_summary_timeout_ms"`
+	SnapshotEveryEvents   int                              `json:"snapshot_every_events"`
+}
+
+func dynamicConfig(cfg *config.Config) DynamicConfig {
+	return DynamicConfig{Models: cfg.Models, TTS: cfg.TTS, VoiceProfiles: cfg.VoiceProfiles, Search: cfg.Search,
+		HeartbeatIntervalMS: cfg.HeartbeatInterval().Milliseconds(), RateLimitRetryMS: cfg.RateLimitRetry().Milliseconds(),
+		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval()}
+}
+
+// HandleFetchDynamicConfig returns the full hot-reloadable configuration
+// when the agent's version is behind, as one versioned blob.
+func (a *agentAPI) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, req rpc.FetchDynamicConfigRequest) (rpc.FetchDynamicConfigResponse, error) {
+	latest, err := db.New(a.pool).ConfigVersionLatest(ctx)
+	if err != nil {
+		return rpc.FetchDynamicConfigResponse{}, fmt.Errorf("latest config version: %w", err)
+	}
+	if req.CurrentConfigVersion == latest {
+		return rpc.FetchDynamicConfigResponse{ConfigVersion: latest}, nil
+	}
+	cfg, _ := a.config()
+	b, err := json.Marshal(dynamicConfig(cfg))
+	if err != nil {
+		return rpc.FetchDynamicConfigResponse{}, err
+	}
+	return rpc.FetchDynamicConfigResponse{ConfigVersion: latest, Config: b}, nil
+}
+
+// HandleExecuteHostTool dispatches to the host tool named in the request.
+// A tool failure is a result with status error, not a protocol error.
+func (a *agentAPI) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req rpc.ExecuteHostToolRequest) (rpc.ExecuteHostToolResponse, error) {
+	a.mu.RLock()
+	fn, ok := a.hostTools[req.ToolName]
+	names := make([]string, 0, len(a.hostTools))
+	for n := range a.hostTools {
+		names = append(names, n)
+	}
+	a.mu.RUnlock()
+	if !ok {
+		sort.Strings(names)
+		return rpc.ExecuteHostToolResponse{}, fmt.Errorf("no host tool %q (host tools: %s): %w",
+			req.ToolName, strings.Join(names, ", "), rpc.ErrNotFound)
+	}
+	out, err := fn(ctx, call.Session.AgentID, req.Input)
+	if err != nil {
+		if errors.Is(err, rpc.ErrBadRequest) || errors.Is(err, rpc.ErrPermissionDenied) {
+			msg, _ := json.Marshal(map[string]string{"error": err.Error()})
+			return rpc.ExecuteHostToolResponse{CallID: req.CallID, Status: rpc.ToolError, Output: msg}, nil
+		}
+		return rpc.ExecuteHostToolResponse{}, fmt.Errorf("host tool %s: %w", req.ToolName, err)
+	}
+	return rpc.ExecuteHostToolResponse{CallID: req.CallID, Status: rpc.ToolSuccess, Output: out}, nil
+}
+
+// HandleSendOutbound records a message for the user in the outbox, once per
+// message ID, addressed to the session's bound DM.
+func (a *agentAPI) HandleSendOutbound(ctx context.Context, call rpc.Call, req rpc.SendOutboundRequest) (rpc.SendOutboundResponse, error) {
+	id, err := sessionUUID(call)
+	if err != nil {
+		return rpc.SendOutboundResponse{}, err
+	}
+	b, err := a.bindings(ctx, id)
+	if err != nil {
+		return rpc.SendOutboundResponse{}, err
+	}
+	cfg, _ := a.config()
+	dm, ok := cfg.DMs[b.DM]
+	if !ok {
+		return rpc.SendOutboundResponse{}, fmt.Errorf("the session's DM %q is no longer configured: %w", b.DM, rpc.ErrNotFound)
+	}
+	q := db.New(a.pool)
+	row, err := q.OutboxInsert(ctx, db.OutboxInsertParams{AgentID: call.Session.AgentID, SessionID: &id,
+		MessageID: req.MessageID, Gateway: dm.Gateway, Dm: b.DM, ChatID: dm.UserID, Kind: string(req.Kind),
+		Text: req.Text, FilePath: req.FilePath})
+	duplicate := errNoRows(err)
+	if duplicate {
+		row, err = q.OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: call.Session.AgentID, MessageID: req.MessageID})
+	}
+	if err != nil {
+		return rpc.SendOutboundResponse{}, fmt.Errorf("record outbound message: %w", err)
+	}
+	return rpc.SendOutboundResponse{MessageID: req.MessageID, OutboxID: row.OutboxID,
+		Status: rpc.OutboundStatus(row.Status), Duplicate: duplicate}, nil
+}
+
+// errNoRows reports pgx's no-rows error.
+func errNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

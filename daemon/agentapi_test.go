@@ -1,0 +1,242 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/ctl"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc"
+)
+
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// runChoird starts choird on a fresh database with testConfig's agents and
+// returns it once ready, with its log.
+func runChoird(t *testing.T) (*Daemon, string, *lockedBuffer) {
+	t.Helper()
+	url := dbtest.NewDatabase(t)
+	pc, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	cfg := testConfig(t)
+	cfg.Postgres = config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database, Secret: "postgres-admin"}
+	secrets := config.Secrets{"postgres-admin": "postgres:", "model-key": "sk-canary-7f3a", "git-token": "ghp-test"}
+	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan *Daemon, 1)
+	done := make(chan error, 1)
+	logs := &lockedBuffer{}
+	go func() {
+		done <- Run(ctx, Options{Home: home, Stderr: logs, Ready: func(d *Daemon) { ready <- d }})
+	}()
+	select {
+	case d := <-ready:
+		t.Cleanup(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("choird: %v", err)
+			}
+		})
+		return d, home, logs
+	case err := <-done:
+		cancel()
+		t.Fatalf("choird exited: %v\n%s", err, logs.String())
+	case <-time.After(time.Minute):
+		cancel()
+		<-done
+		t.Fatal("choird not ready")
+	}
+	return nil, "", nil
+}
+
+func TestAgentProtocolAgainstChoird(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, home, logs := runChoird(t)
+	s, err := startSession(ctx, d.pool, d.cfg, "assistant", StartOverrides{}, d.configVersion, "process")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home),
+		SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	q := db.New(d.pool)
+
+	hello, err := client.InitHello(ctx, s.HelloRequest())
+	if err != nil {
+		t.Fatalf("INIT_HELLO: %v", err)
+	}
+	if hello.Status != rpc.HelloFresh || hello.ConfigVersion != d.configVersion || hello.ResourceBindings.Workspace != "main" {
+		t.Errorf("hello = %+v", hello)
+	}
+	if row, _ := q.SessionGetByID(ctx, s.Session.SessionID); row.HelloAt == nil || row.ImageVersion != "img-1" {
+		t.Errorf("INIT_HELLO left no mark on the session row")
+	}
+
+	t.Run("GetSecretsReturnsOnlyBoundSecrets", func(t *testing.T) {
+		got, err := client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"model-key"}})
+		if err != nil || got.Secrets["model-key"] != "sk-canary-7f3a" {
+			t.Fatalf("GET_SECRETS: %v", err)
+		}
+		_, err = client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"postgres-admin"}})
+		if !errors.Is(err, rpc.ErrPermissionDenied) {
+			t.Fatalf("unbound secret: %v", err)
+		}
+		if strings.Contains(logs.String(), "sk-canary-7f3a") {
+			t.Error("a secret value reached choird's log")
+		}
+	})
+
+	t.Run("HeartbeatReplicatesAndAcks", func(t *testing.T) {
+		evs := chainEvents(t, 1, 3, rpc.Genesis)
+		resp, err := client.Heartbeat(ctx, patch(evs, 0, rpc.Genesis))
+		if err != nil || resp.AckRev != 3 || resp.ConfigVersionLatest != d.configVersion {
+			t.Fatalf("HEARTBEAT: %+v %v", resp, err)
+		}
+		_, err = client.Heartbeat(ctx, patch(chainEvents(t, 5, 5, rpc.Hash{9}), 4, rpc.Hash{9}))
+		if !errors.Is(err, rpc.ErrConflict) || !strings.Contains(err.Error(), "resend from rev 4") {
+			t.Fatalf("gap: %v", err)
+		}
+	})
+
+	t.Run("ApprovalReplayReturnsTheFirstRow", func(t *testing.T) {
+		rctx := rpc.WithRequestID(ctx, "approval-req-1")
+		req := rpc.ApprovalRequest{RequestType: "tool:choir.exec", Summary: "run rm -rf build", Payload: json.RawMessage(`{"command":"rm -rf build"}`)}
+		first, err := client.RequestApproval(rctx, req)
+		if err != nil || first.Status != rpc.ApprovalPending {
+			t.Fatalf("REQUEST_APPROVAL: %+v %v", first, err)
+		}
+		again, err := client.RequestApproval(rctx, req)
+		if err != nil || again.ApprovalID != first.ApprovalID {
+			t.Fatalf("replay: %+v %v", again, err)
+		}
+		var n int
+		d.pool.QueryRow(ctx, "SELECT count(*) FROM choir_audit.approvals WHERE status = 'pending'").Scan(&n)
+		if n != 1 {
+			t.Errorf("%d pending approvals, want 1", n)
+		}
+	})
+
+	t.Run("ReportStatusIsRecorded", func(t *testing.T) {
+		if _, err := client.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "EDGE_IDLE"}); err != nil {
+			t.Fatal(err)
+		}
+		row, _ := q.SessionGetByID(ctx, s.Session.SessionID)
+		if !strings.Contains(string(row.LaneStatus), "EDGE_IDLE") {
+			t.Errorf("lane_status = %s", row.LaneStatus)
+		}
+	})
+
+	t.Run("FetchDynamicConfigCarriesNoSecretValues", func(t *testing.T) {
+		resp, err := client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: 0})
+		if err != nil || resp.ConfigVersion != d.configVersion || len(resp.Config) == 0 {
+			t.Fatalf("FETCH_DYNAMIC_CONFIG: %+v %v", resp, err)
+		}
+		if strings.Contains(string(resp.Config), "sk-canary") || !strings.Contains(string(resp.Config), `"models"`) {
+			t.Errorf("config = %s", resp.Config)
+		}
+		same, err := client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: d.configVersion})
+		if err != nil || len(same.Config) != 0 {
+			t.Errorf("up-to-date fetch = %+v %v", same, err)
+		}
+	})
+
+	t.Run("UnknownHostToolIsNotFound", func(t *testing.T) {
+		_, err := client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.nothing", CallID: "c1", Input: json.RawMessage(`{}`)})
+		if !errors.Is(err, rpc.ErrNotFound) {
+			t.Fatalf("err = %v", err)
+		}
+	})
+
+	t.Run("SendOutboundIsIdempotentByMessageID", func(t *testing.T) {
+		req := rpc.SendOutboundRequest{MessageID: "m-1", Kind: rpc.OutboundKind("text"), Text: "hello"}
+		first, err := client.SendOutbound(ctx, req)
+		if err != nil || first.Duplicate {
+			t.Fatalf("SEND_OUTBOUND: %+v %v", first, err)
+		}
+		again, err := client.SendOutbound(rpc.WithRequestID(ctx, "another-request"), req)
+		if err != nil || !again.Duplicate || again.OutboxID != first.OutboxID {
+			t.Fatalf("same message again: %+v %v", again, err)
+		}
+	})
+
+	t.Run("ChoirctlStatusShowsTheAgent", func(t *testing.T) {
+		var out, errb bytes.Buffer
+		if code := ctl.Run(ctx, []string{"--home", home, "status"}, &out, &errb); code != 0 {
+			t.Fatalf("status: %d %s", code, errb.String())
+		}
+		for _, want := range []string{"postgres: reachable", "assistant", "active", "helper", "stopped"} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("status output lacks %q:\n%s", want, out.String())
+			}
+		}
+	})
+
+	t.Run("TerminateSelfRevokesTheToken", func(t *testing.T) {
+		if _, err := client.TerminateSelf(ctx, rpc.TerminateSelfRequest{Reason: "done"}); err != nil {
+			t.Fatal(err)
+		}
+		_, err := client.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "EDGE_IDLE"})
+		if !errors.Is(err, rpc.ErrUnauthenticated) {
+			t.Fatalf("call after terminate: %v", err)
+		}
+		var leases int
+		d.pool.QueryRow(ctx, "SELECT count(*) FROM choir_audit.leases").Scan(&leases)
+		if leases != 0 {
+			t.Errorf("%d leases still held", leases)
+		}
+	})
+}
+
+func TestChoirctlStatusWhenChoirdIsNotRunning(t *testing.T) {
+	t.Parallel()
+	home := t.TempDir()
+	var out, errb bytes.Buffer
+	code := ctl.Run(context.Background(), []string{"--home", home, "status"}, &out, &errb)
+	msg := strings.TrimSpace(errb.String())
+	if code == 0 || strings.Contains(msg, "\n") || !strings.Contains(msg, "choird is not running") || !strings.Contains(msg, home) {
+		t.Fatalf("exit %d, stderr %q", code, msg)
+	}
+}
+
+func TestSecondChoirdOnTheSameHomeRefusesNamingTheHolder(t *testing.T) {
+	t.Parallel()
+	_, home, _ := runChoird(t)
+	err := Run(context.Background(), Options{Home: home, Stderr: &lockedBuffer{}})
+	if err == nil || !strings.Contains(err.Error(), "choird.sock") {
+		t.Fatalf("second choird: %v", err)
+	}
+}

@@ -1,0 +1,145 @@
+package daemon
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
+)
+
+// Transport settings of the agent protocol (spec 12.2).
+const (
+	TransportUDS  = "uds"
+	TransportHTTP = "http"
+)
+
+// AgentSocketPath is the agent protocol's Unix socket under home.
+func AgentSocketPath(home string) string { return filepath.Join(home, "socks", "choird.sock") }
+
+// servers runs the agent protocol and the admin API until ctx ends.
+type servers struct {
+	wg   sync.WaitGroup
+	errs chan error
+}
+
+// startServers listens on the agent protocol's transport and on the admin
+// socket, and serves both in the background. A socket held by a running
+// choird is an error naming its process.
+func (d *Daemon) startServers(ctx context.Context, opts Options) (*servers, error) {
+	d.api = &agentAPI{pool: d.pool, logger: d.logger, cfg: d.cfg, secrets: d.secrets, hostTools: map[string]HostTool{}}
+	srv, err := rpc.NewServer(rpc.ServerOptions{Handler: d.api, Authenticator: sessionAuth{d.pool},
+		Replay: replayStore{d.pool}, Logger: d.logger.With(slog.String("component", "rpc"))})
+	if err != nil {
+		return nil, fmt.Errorf("create agent protocol server: %w", err)
+	}
+	d.rpc = srv
+	d.api.closeSession = func(ctx context.Context, id string) { srv.CloseSession(ctx, id) } //nolint:errcheck
+
+	var agentLn net.Listener
+	switch opts.Transport {
+	case "", TransportUDS:
+		if agentLn, err = rpc.ListenUnix(ctx, AgentSocketPath(d.home)); err != nil {
+			return nil, fmt.Errorf("agent protocol socket: %w", err)
+		}
+		d.logger.InfoContext(ctx, "agent protocol listening", slog.String("transport", TransportUDS),
+			slog.String("socket", AgentSocketPath(d.home)))
+	case TransportHTTP:
+		files := rpc.TLSFiles{CertFile: opts.TLSCert, KeyFile: opts.TLSKey}
+		if files.CertFile == "" {
+			host, _, _ := net.SplitHostPort(opts.Listen)
+			var created bool
+			files, created, err = rpc.EnsureSelfSignedCert(filepath.Join(d.home, "tls"), []string{host, "localhost", "127.0.0.1"})
+			if err != nil {
+				return nil, fmt.Errorf("self-signed certificate: %w", err)
+			}
+			d.logger.InfoContext(ctx, "using a self-signed certificate", slog.String("cert", files.CertFile), slog.Bool("created", created))
+		}
+		tlsCfg, err := rpc.ServerTLSConfig(files)
+		if err != nil {
+			return nil, err
+		}
+		if agentLn, err = rpc.ListenTCP(ctx, opts.Listen, tlsCfg); err != nil {
+			return nil, err
+		}
+		d.logger.InfoContext(ctx, "agent protocol listening", slog.String("transport", TransportHTTP),
+			slog.String("address", agentLn.Addr().String()), slog.String("cert", files.CertFile))
+	default:
+		return nil, fmt.Errorf("unknown transport %q: want %s or %s", opts.Transport, TransportUDS, TransportHTTP)
+	}
+
+	adminLn, err := admin.Listen(ctx, admin.SocketPath(d.home))
+	if err != nil {
+		agentLn.Close()
+		return nil, fmt.Errorf("admin socket: %w", err)
+	}
+	mux := admin.NewMux(d.logger.With(slog.String("component", "admin")))
+	admin.Handle(mux, "GET", admin.PathStatus, func(ctx context.Context, _ admin.Empty) (admin.StatusResponse, error) {
+		return d.status(ctx), nil
+	})
+	d.logger.InfoContext(ctx, "admin API listening", slog.String("socket", admin.SocketPath(d.home)))
+
+	s := &servers{errs: make(chan error, 2)}
+	s.wg.Go(func() { s.errs <- srv.Serve(ctx, agentLn) })
+	s.wg.Go(func() {
+		s.errs <- admin.Serve(ctx, adminLn, mux, admin.ServeOptions{Logger: d.logger.With(slog.String("component", "admin"))})
+	})
+	return s, nil
+}
+
+// wait blocks until both servers have stopped.
+func (s *servers) wait() {
+	s.wg.Wait()
+	close(s.errs)
+}
+
+// status answers choirctl status: choird itself, Postgres, and each
+// configured agent's state from its latest session.
+func (d *Daemon) status(ctx context.Context) admin.StatusResponse {
+	resp := admin.StatusResponse{
+		Choird: admin.DaemonStatus{Version: Version, PID: os.Getpid(), StartedAt: d.startedAt,
+			UptimeMS: time.Since(d.startedAt).Milliseconds()},
+		ConfigVersion: d.configVersion,
+		Agents:        []admin.AgentStatus{},
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var version string
+	if err := d.pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
+		resp.Postgres = admin.PostgresStatus{Error: fmt.Sprintf("%s: %v", d.cfg.Postgres.Describe(), err)}
+	} else {
+		resp.Postgres = admin.PostgresStatus{Reachable: true, ServerVersion: version}
+	}
+	q := db.New(d.pool)
+	for _, id := range sortedKeys(d.cfg.Agents) {
+		a := admin.AgentStatus{AgentID: id, State: admin.AgentStopped}
+		if resp.Postgres.Reachable {
+			if s, err := q.SessionLatestByAgent(ctx, id); err == nil {
+				switch s.Status {
+				case "active":
+					a.State = admin.AgentActive
+					if s.HelloAt == nil {
+						a.State = admin.AgentStarting
+					}
+				case "stopping":
+					a.State = admin.AgentStopping
+				case "crashed":
+					a.State = admin.AgentCrashed
+				}
+				if a.State != admin.AgentStopped {
+					started, beat := s.StartedAt, s.LastHeartbeatAt
+					a.SessionID, a.Runtime, a.StartedAt, a.LastHeartbeatAt = s.SessionID.String(), s.Runtime, &started, &beat
+				}
+			}
+		}
+		resp.Agents = append(resp.Agents, a)
+	}
+	return resp
+}

@@ -32,12 +32,15 @@ const DeliveryMaxAttempts = 10
 
 // DeliveryQueue is the delivery queue's name and configuration, for
 // river.Config.Queues. A short fetch cooldown starts a job within a few
-// milliseconds of its insert notification.
+// milliseconds of its insert notification. The inserting client sends at
+// most one insert notification per queue per river.Config.FetchCooldown
+// (River's default 100 ms): keep that at 5 ms or less, or messages queued
+// in quick succession wait for this queue's 50 ms poll instead.
 func DeliveryQueue() (string, river.QueueConfig) {
 	return QueueDelivery, river.QueueConfig{
 		MaxWorkers:        16,
 		FetchCooldown:     5 * time.Millisecond,
-		FetchPollInterval: 250 * time.Millisecond,
+		FetchPollInterval: 50 * time.Millisecond,
 	}
 }
 
@@ -482,9 +485,10 @@ type SendLimiter struct {
 	// Now is the clock; tests may replace it before first use.
 	Now func() time.Time
 
-	mu    sync.Mutex
-	chats map[[2]string]*chatLimit
-	bots  map[string]*rate.Limiter
+	mu        sync.Mutex
+	perBotSet map[string]SendLimits
+	chats     map[[2]string]*chatLimit
+	bots      map[string]*rate.Limiter
 }
 
 type chatLimit struct {
@@ -501,7 +505,35 @@ func NewSendLimiter(l SendLimits) *SendLimiter {
 	if l.PerBot <= 0 {
 		l.PerBot = rate.Inf
 	}
-	return &SendLimiter{limits: l, Now: time.Now, chats: map[[2]string]*chatLimit{}, bots: map[string]*rate.Limiter{}}
+	return &SendLimiter{limits: l, Now: time.Now, perBotSet: map[string]SendLimits{}, chats: map[[2]string]*chatLimit{},
+		bots: map[string]*rate.Limiter{}}
+}
+
+// SetGatewayLimits gives one gateway its own rates, replacing the default:
+// a console gateway, say, needs no pacing (SendLimits{} is unlimited).
+func (l *SendLimiter) SetGatewayLimits(gateway string, lim SendLimits) {
+	if lim.PerChat <= 0 {
+		lim.PerChat = rate.Inf
+	}
+	if lim.PerBot <= 0 {
+		lim.PerBot = rate.Inf
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.perBotSet[gateway] = lim
+	delete(l.bots, gateway)
+	for k := range l.chats {
+		if k[0] == gateway {
+			delete(l.chats, k)
+		}
+	}
+}
+
+func (l *SendLimiter) limitsLocked(gateway string) SendLimits {
+	if lim, ok := l.perBotSet[gateway]; ok {
+		return lim
+	}
+	return l.limits
 }
 
 // SendReservation is the permission to send one message after Delay.
@@ -534,7 +566,7 @@ func (l *SendLimiter) Reserve(gateway, chatID string) SendReservation {
 	c := l.chatLocked(now, gateway, chatID)
 	b := l.bots[gateway]
 	if b == nil {
-		b = rate.NewLimiter(l.limits.PerBot, 1)
+		b = rate.NewLimiter(l.limitsLocked(gateway).PerBot, 1)
 		l.bots[gateway] = b
 	}
 	// A chat blocked by a 429 reserves from the end of the block, so the
@@ -561,7 +593,7 @@ func (l *SendLimiter) chatLocked(now time.Time, gateway, chatID string) *chatLim
 			}
 		}
 	}
-	c = &chatLimit{lim: rate.NewLimiter(l.limits.PerChat, 1)}
+	c = &chatLimit{lim: rate.NewLimiter(l.limitsLocked(gateway).PerChat, 1)}
 	l.chats[key] = c
 	return c
 }

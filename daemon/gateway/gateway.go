@@ -131,6 +131,10 @@ type Command struct {
 	ChatID   string
 	// MessageID is the command message, for replies that quote it.
 	MessageID int64
+	// ReplyToMessageID is the message the command answers, when the user
+	// sent it as a reply: /approve in reply to an approval request names
+	// that approval (spec 19.6). Zero otherwise.
+	ReplyToMessageID int64
 	// Name is the command without slash or @bot suffix, in lower case.
 	Name string
 	// Args are the words after the command.

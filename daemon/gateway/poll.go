@@ -184,8 +184,12 @@ func (b *bot) handleMessage(ctx context.Context, updateID int64, m *tele.Message
 	chatID := strconv.FormatInt(m.Chat.ID, 10)
 	if m.Text != "" {
 		if name, args, rest, ok := ParseCommand(m.Text, b.botUsername()); ok {
-			return b.runCommand(ctx, Command{DM: dm, UpdateID: updateID, ChatID: chatID, MessageID: int64(m.ID),
-				Name: name, Args: args, Text: rest})
+			cmd := Command{DM: dm, UpdateID: updateID, ChatID: chatID, MessageID: int64(m.ID), Name: name,
+				Args: args, Text: rest}
+			if m.ReplyTo != nil {
+				cmd.ReplyToMessageID = int64(m.ReplyTo.ID)
+			}
+			return b.runCommand(ctx, cmd)
 		} else if name != "" {
 			b.g.logger.InfoContext(ctx, "command for another bot ignored", slog.String("gateway", b.name),
 				slog.Int64("update_id", updateID), slog.String("dm", dm.Name))

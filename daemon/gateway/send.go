@@ -3,6 +3,7 @@ package gateway
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -128,7 +129,8 @@ func (b *bot) sendText(ctx context.Context, chatID, text string, markup *tele.Re
 			m = markup // buttons go under the last message
 		}
 		id, err := b.sendMessage(ctx, chatID, p, m)
-		if rl, ok := err.(*RateLimitError); ok {
+		var rl *RateLimitError
+		if errors.As(err, &rl) {
 			b.g.opts.Limiter.Backoff(b.name, chatID, rl.After)
 			if !sleep(ctx, rl.After) {
 				return ids, ctx.Err()
@@ -199,7 +201,8 @@ func (g *Gateway) Typing(ctx context.Context, gateway, chatID string) {
 		cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		err := b.call(cctx, "sendChatAction", map[string]any{"chat_id": chatID, "action": "typing"}, nil)
 		cancel()
-		if rl, ok := err.(*RateLimitError); ok {
+		var rl *RateLimitError
+		if errors.As(err, &rl) {
 			wait = max(wait, rl.After)
 		} else if err != nil && ctx.Err() == nil {
 			g.logger.DebugContext(ctx, "typing indicator", slog.String("gateway", gateway), slog.String("error", err.Error()))

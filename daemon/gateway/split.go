@@ -38,18 +38,19 @@ func prefixWithin(s string, limit int) int {
 }
 
 // SplitText cuts text into messages of at most limit UTF-16 code units
-// (MaxMessageLength for Telegram). It cuts at the last line break of a
-// message, else at its last blank, preferring one in the second half of the
+// (MaxMessageLength for Telegram). It cuts at the last line break that
+// fits, else at the last blank, preferring one in the second half of the
 // message so that messages stay full; only a run of limit characters with
 // neither is cut inside a word, and never inside a character. The line
-// break or blank at a cut is dropped; messages of nothing but white space,
-// which Telegram refuses, are left out. The result is the same for the same
-// input, which the delivery worker relies on to resume after a crash.
+// break or blank at a cut is dropped, as is white space ending a message
+// (Telegram drops it anyway); leading white space, indentation, is kept.
+// Messages of nothing but white space, which Telegram refuses, are left
+// out. The result is the same for the same input, which the delivery
+// worker relies on to resume after a crash.
 func SplitText(text string, limit int) []string {
 	var out []string
 	add := func(s string) {
-		s = strings.TrimSuffix(s, "\r")
-		if strings.TrimSpace(s) != "" {
+		if s = strings.TrimRightFunc(s, unicode.IsSpace); s != "" && strings.TrimSpace(s) != "" {
 			out = append(out, s)
 		}
 	}
@@ -64,7 +65,10 @@ func SplitText(text string, limit int) []string {
 			// rather than loop.
 			_, end = utf8.DecodeRuneInString(text)
 		}
-		cut, skip := cutPoint(text[:end])
+		// The separator of a cut is not part of the message, so it may
+		// be the character just past the window.
+		_, next := utf8.DecodeRuneInString(text[end:])
+		cut, skip := cutPoint(text[:end+next], end/2)
 		if cut <= 0 {
 			cut, skip = end, 0
 		}
@@ -75,9 +79,9 @@ func SplitText(text string, limit int) []string {
 }
 
 // cutPoint finds where to cut window, returning the byte index of the
-// separator and its length, or 0, 0 when window has none.
-func cutPoint(window string) (int, int) {
-	half := len(window) / 2
+// separator and its length, or 0, 0 when window has none. Separators at or
+// after half are preferred.
+func cutPoint(window string, half int) (int, int) {
 	nl := strings.LastIndexByte(window, '\n')
 	sp, spSize := lastSpace(window)
 	switch {

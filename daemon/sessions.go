@@ -240,3 +240,17 @@ func endSession(ctx context.Context, pool *pgxpool.Pool, id uuid.UUID, status, r
 	})
 	return ended, err
 }
+
+// StartSession creates a live session for agentID with its leases and
+// returns its ID and lease token, for a runtime to hand to the agent it
+// starts. The token exists only in the returned value.
+func (d *Daemon) StartSession(ctx context.Context, agentID string, o StartOverrides, runtime string) (sessionID, leaseToken string, err error) {
+	s, err := startSession(ctx, d.pool, d.cfg, agentID, o, d.configVersion, runtime)
+	if err != nil {
+		return "", "", err
+	}
+	return s.Session.SessionID.String(), s.LeaseToken, nil
+}
+
+// Push sends a message to a session's agent over the push stream.
+func (d *Daemon) Push(sessionID string, p rpc.Push) (uint64, error) { return d.rpc.Push(sessionID, p) }

@@ -60,7 +60,9 @@ func choird(t *testing.T, srv *llmtest.Server) (*daemon.Daemon, string) {
 	ready := make(chan *daemon.Daemon, 1)
 	done := make(chan error, 1)
 	logs := &syncBuffer{}
-	go func() { done <- daemon.Run(ctx, daemon.Options{Home: home, Stderr: logs, Ready: func(d *daemon.Daemon) { ready <- d }}) }()
+	go func() {
+		done <- daemon.Run(ctx, daemon.Options{Home: home, Stderr: logs, Ready: func(d *daemon.Daemon) { ready <- d }})
+	}()
 	select {
 	case d := <-ready:
 		t.Cleanup(func() { cancel(); <-done })

@@ -209,8 +209,14 @@ func TestEdgeSkillWalk(t *testing.T) {
 					t.Errorf("forbidden tool answer = %s", c)
 				}
 			}),
-		llmtest.ToolCalls(llmtest.Call{ID: "4", Name: "choir.skill.transition", Arguments: `{"event":"complete"}`}),
-		llmtest.ToolCalls(llmtest.Call{ID: "5", Name: "choir.skill.transition", Arguments: `{"event":"complete"}`}),
+		llmtest.ToolCalls(llmtest.Call{ID: "4", Name: "choir.skill.transition", Arguments: `{"event":"skip-to-the-end"}`}),
+		llmtest.ToolCalls(llmtest.Call{ID: "5", Name: "choir.skill.transition", Arguments: `{"event":"complete"}`}).
+			Expect(func(t testing.TB, r *llmtest.Request) {
+				if c := lastToolResult(t, r); !strings.Contains(c, "rejected") || !strings.Contains(c, "complete") {
+					t.Errorf("invalid transition answer = %s", c)
+				}
+			}),
+		llmtest.ToolCalls(llmtest.Call{ID: "5b", Name: "choir.skill.transition", Arguments: `{"event":"complete"}`}),
 		llmtest.ToolCalls(llmtest.Call{ID: "6", Name: "choir.skill.transition", Arguments: `{"event":"complete"}`}).
 			Expect(func(t testing.TB, r *llmtest.Request) {
 				if !slices.Contains(r.ToolNames(), "choir.propose.tool") {

@@ -34,8 +34,9 @@ const DeliveryMaxAttempts = 10
 // river.Config.Queues. A short fetch cooldown starts a job within a few
 // milliseconds of its insert notification. The inserting client sends at
 // most one insert notification per queue per river.Config.FetchCooldown
-// (River's default 100 ms): keep that at 5 ms or less, or messages queued
-// in quick succession wait for this queue's 50 ms poll instead.
+// (River's default 100 ms): set that to 1 ms (queues that want a longer
+// cooldown set their own), or a message queued within the cooldown of the
+// previous one waits for this queue's 50 ms poll instead.
 func DeliveryQueue() (string, river.QueueConfig) {
 	return QueueDelivery, river.QueueConfig{
 		MaxWorkers:        16,

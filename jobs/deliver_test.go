@@ -732,9 +732,10 @@ func BenchmarkOutboxCommitToSend(b *testing.B) {
 	name, qc := jobs.DeliveryQueue()
 	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{Queues: map[string]river.QueueConfig{name: qc}, Workers: workers,
 		// The inserting client sends at most one insert notification per
-		// queue per FetchCooldown (River's default 100 ms); later inserts
-		// wait for the delivery queue's 50 ms poll. See DeliveryQueue.
-		FetchCooldown: 5 * time.Millisecond})
+		// queue per FetchCooldown (River's default 100 ms); an insert
+		// within it waits for the delivery queue's 50 ms poll. See
+		// DeliveryQueue.
+		FetchCooldown: time.Millisecond})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -298,6 +298,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 		wg.Go(func() { b.run(ctx) })
 	}
 	wg.Wait()
+	<-ctx.Done() // with no telegram gateway configured, Run still lasts
 	return nil
 }
 

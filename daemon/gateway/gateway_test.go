@@ -604,6 +604,22 @@ func TestGateway(t *testing.T) {
 		}
 	})
 
+	t.Run("UndecodableUpdateIsSkipped", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		b.run(t)
+		// An empty photo array panics telebot's decoder.
+		id := b.tg.InjectUpdate("message", map[string]any{"message_id": 1, "date": 0, "photo": []any{},
+			"from": map[string]any{"id": ownerID, "is_bot": false, "first_name": "o"},
+			"chat": map[string]any{"id": ownerID, "type": "private"}})
+		b.tg.SendText(ownerID, "still alive")
+		b.waitRows(t, 1)
+		b.tg.WaitConfirmed(t, id)
+		if !strings.Contains(b.logs.String(), "undecodable update skipped") {
+			t.Errorf("no log line for the undecodable update")
+		}
+	})
+
 	t.Run("GroupChatsAreDropped", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -79,15 +80,21 @@ func (b *bot) run(ctx context.Context) {
 
 // decodeUpdate decodes one update; the id is returned even when the rest
 // does not decode, so the update can be skipped.
-func decodeUpdate(raw json.RawMessage) (tele.Update, int64, error) {
+func decodeUpdate(raw json.RawMessage) (u tele.Update, id int64, err error) {
 	var head struct {
 		ID int64 `json:"update_id"`
 	}
 	if err := json.Unmarshal(raw, &head); err != nil {
 		return tele.Update{}, 0, err
 	}
-	var u tele.Update
-	err := json.Unmarshal(raw, &u)
+	// telebot's decoders index without checking (an empty photo array
+	// panics): an odd update must not take choird down.
+	defer func() {
+		if r := recover(); r != nil {
+			u, err = tele.Update{}, fmt.Errorf("decode update %d: %v", head.ID, r)
+		}
+	}()
+	err = json.Unmarshal(raw, &u)
 	return u, head.ID, err
 }
 

@@ -18,6 +18,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -35,6 +36,8 @@ type agentAPI struct {
 	secrets config.Secrets
 	// hostTools are the tools choird executes for agents, by name.
 	hostTools map[string]HostTool
+	// jobs enqueues the work an ended session causes.
+	jobs jobs.Inserter
 	// closeSession drops a session's push stream when it ends.
 	closeSession func(ctx context.Context, sessionID string)
 }
@@ -168,7 +171,7 @@ func (a *agentAPI) HandleTerminateSelf(ctx context.Context, call rpc.Call, req r
 	if err != nil {
 		return rpc.Ack{}, err
 	}
-	if _, err := endSession(ctx, a.pool, id, "ended", "terminated by the agent: "+req.Reason); err != nil {
+	if _, err := endSession(ctx, a.pool, a.jobs, id, "ended", "terminated by the agent: "+req.Reason); err != nil {
 		return rpc.Ack{}, err
 	}
 	a.logger.InfoContext(ctx, "session ended by the agent", slog.String("session_id", call.Session.ID),

@@ -77,7 +77,7 @@ func TestHello(t *testing.T) {
 			Snapshot: json.RawMessage(`{"lane_state":{"edge":"idle"}}`)}); err != nil {
 			t.Fatal(err)
 		}
-		endSession(ctx, pool, s1.Session.SessionID, "crashed", "test crash")
+		endSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
 
 		// Session 2 resumes, replicates 5-7, and is stopped.
 		s2, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
@@ -98,7 +98,7 @@ func TestHello(t *testing.T) {
 		if _, err := replicate(ctx, pool, s2.Session.SessionID, patch(evs[4:], 4, evs[3].Hash)); err != nil {
 			t.Fatal(err)
 		}
-		endSession(ctx, pool, s2.Session.SessionID, "ended", "stopped")
+		endSession(ctx, pool, nil, s2.Session.SessionID, "ended", "stopped")
 
 		// Session 3 sees the whole chain: snapshot 2 and tail 3-7.
 		s3, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")

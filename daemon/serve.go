@@ -34,7 +34,8 @@ type servers struct {
 // socket, and serves both in the background. A socket held by a running
 // choird is an error naming its process.
 func (d *Daemon) startServers(ctx context.Context, opts Options) (*servers, error) {
-	d.api = &agentAPI{pool: d.pool, logger: d.logger, cfg: d.cfg, secrets: d.secrets, hostTools: map[string]HostTool{}}
+	d.api = &agentAPI{pool: d.pool, logger: d.logger, cfg: d.cfg, secrets: d.secrets, hostTools: map[string]HostTool{},
+		jobs: d.river}
 	srv, err := rpc.NewServer(rpc.ServerOptions{Handler: d.api, Authenticator: sessionAuth{d.pool},
 		Replay: replayStore{d.pool}, Logger: d.logger.With(slog.String("component", "rpc"))})
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -215,10 +216,12 @@ func leaseErr(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// endSession marks a live session ended (or crashed), releases its leases
-// and forgets its replay records, in one transaction. It reports false when
-// the session was not live.
-func endSession(ctx context.Context, pool *pgxpool.Pool, id uuid.UUID, status, reason string) (bool, error) {
+// endSession marks a live session ended (or crashed), releases its leases,
+// forgets its replay records and, when ins is set, enqueues the chunking of
+// its events into memory, all in one transaction, so that an ended session
+// is never left out of memory. It reports false when the session was not
+// live.
+func endSession(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, id uuid.UUID, status, reason string) (bool, error) {
 	var ended bool
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
@@ -235,6 +238,9 @@ func endSession(ctx context.Context, pool *pgxpool.Pool, id uuid.UUID, status, r
 		}
 		if _, err := q.ReplayForgetSession(ctx, id); err != nil {
 			return fmt.Errorf("forget replays of %s: %w", id, err)
+		}
+		if ins != nil {
+			return jobs.InsertChunkSessionTx(ctx, ins, tx, id)
 		}
 		return nil
 	})

@@ -130,10 +130,10 @@ func TestStartSession(t *testing.T) {
 		if _, err := replicate(ctx, pool, first.Session.SessionID, patch(evs, 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := endSession(ctx, pool, first.Session.SessionID, "ended", "stopped by test"); err != nil || !ok {
+		if ok, err := endSession(ctx, pool, nil, first.Session.SessionID, "ended", "stopped by test"); err != nil || !ok {
 			t.Fatalf("end: %v %v", ok, err)
 		}
-		if ok, _ := endSession(ctx, pool, first.Session.SessionID, "ended", "again"); ok {
+		if ok, _ := endSession(ctx, pool, nil, first.Session.SessionID, "ended", "again"); ok {
 			t.Error("ending an ended session reported success")
 		}
 		if _, err := (sessionAuth{pool}).Authenticate(ctx, first.Session.SessionID.String(), first.LeaseToken); !errors.Is(err, rpc.ErrUnauthenticated) {

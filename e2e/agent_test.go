@@ -156,5 +156,11 @@ func TestAgentConversation(t *testing.T) {
 	if status != "ended" || acked == 0 || stored != acked {
 		t.Errorf("after stop: status %s, acked %d, stored %d", status, acked, stored)
 	}
+	var chunkJobs int
+	pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'memory_chunk_session' AND args->>'session_id' = $1`,
+		sessionID).Scan(&chunkJobs)
+	if chunkJobs != 1 {
+		t.Errorf("%d chunking jobs enqueued with the session's end, want 1", chunkJobs)
+	}
 	srv.Done()
 }

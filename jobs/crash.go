@@ -51,6 +51,15 @@ func (w *CrashDetectWorker) Work(ctx context.Context, job *river.Job[CrashDetect
 		if err != nil {
 			return fmt.Errorf("mark stale sessions crashed: %w", err)
 		}
+		// What a crashed session replicated still becomes memory.
+		if len(crashed) > 0 {
+			client := river.ClientFromContext[pgx.Tx](ctx)
+			for _, c := range crashed {
+				if err := InsertChunkSessionTx(ctx, client, tx, c.SessionID); err != nil {
+					return err
+				}
+			}
+		}
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
 			return fmt.Errorf("complete crash detection job: %w", err)
 		}

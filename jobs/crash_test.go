@@ -11,6 +11,8 @@ import (
 	"github.com/riverqueue/river"
 	"go.uber.org/goleak"
 
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/jobs"
@@ -56,7 +58,12 @@ func TestCrashDetect(t *testing.T) {
 	staleStopping := newSession("stale-stopping", 30*time.Second, "stopping")
 	fresh := newSession("fresh", 0, "active")
 
-	client, err := jobs.NewClient(jobs.Deps{Pool: pool, CrashThreshold: func() time.Duration { return 10 * time.Second }})
+	embedder, err := embed.New(config.Embedding{Provider: config.EmbeddingOffline, Dimensions: 8}, nil, embed.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Embedder: embedder,
+		CrashThreshold: func() time.Duration { return 10 * time.Second }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -107,6 +114,15 @@ func TestCrashDetect(t *testing.T) {
 			}
 		})
 	}
+
+	t.Run("CrashedSessionsAreQueuedForMemory", func(t *testing.T) {
+		var n int
+		pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'memory_chunk_session'
+			AND args->>'session_id' IN ($1, $2)`, stale.String(), staleStopping.String()).Scan(&n)
+		if n != 2 {
+			t.Errorf("%d chunking jobs for the 2 crashed sessions", n)
+		}
+	})
 
 	t.Run("FreedResourcesCanBeLeasedAgain", func(t *testing.T) {
 		if _, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: "next", Config: json.RawMessage(`{}`)}); err != nil {

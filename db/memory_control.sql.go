@@ -128,22 +128,73 @@ func (q *Queries) MemoryScopeLeave(ctx context.Context, searchPath string) error
 	return err
 }
 
-const memorySearchTune = `-- name: MemorySearchTune :exec
-SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),
-       set_config('hnsw.ef_search', ($1::int)::text, true),
-       set_config('plan_cache_mode', 'force_custom_plan', true),
-       set_config('jit', 'off', true)
+const memorySearchScope = `-- name: MemorySearchScope :one
+SELECT current_setting('search_path')::text AS previous_search_path,
+       set_config('search_path', $1::text, true)::text AS search_path,
+       set_config('role', $2::text, true)::text AS role,
+       set_config('hnsw.iterative_scan', 'relaxed_order', true)::text AS iterative_scan,
+       set_config('hnsw.ef_search', ($3::int)::text, true)::text AS ef_search,
+       set_config('gin_fuzzy_search_limit', ($4::int)::text, true)::text AS gin_fuzzy_search_limit,
+       set_config('enable_seqscan', 'off', true)::text AS enable_seqscan,
+       set_config('plan_cache_mode', 'force_custom_plan', true)::text AS plan_cache_mode,
+       set_config('jit', 'off', true)::text AS jit,
+       numnode(websearch_to_tsquery('english', $5::text))::int AS query_nodes
 `
 
-// MemorySearchTune sets, for the transaction, what hybrid search needs:
-// pgvector 0.8's iterative index scans, so that filters applied after the
-// HNSW scan cannot starve the results; a custom plan for every execution,
-// so the planner sees the actual text query and picks the recency-ordered
-// full-text candidate scan for terms that match much of the table; no JIT,
-// whose compile time exceeds the whole query's budget.
-func (q *Queries) MemorySearchTune(ctx context.Context, efSearch int32) error {
-	_, err := q.db.Exec(ctx, memorySearchTune, efSearch)
-	return err
+type MemorySearchScopeParams struct {
+	SearchPath string `json:"search_path"`
+	Role       string `json:"role"`
+	EfSearch   int32  `json:"ef_search"`
+	TextSample int32  `json:"text_sample"`
+	QueryText  string `json:"query_text"`
+}
+
+type MemorySearchScopeRow struct {
+	PreviousSearchPath  string `json:"previous_search_path"`
+	SearchPath          string `json:"search_path"`
+	Role                string `json:"role"`
+	IterativeScan       string `json:"iterative_scan"`
+	EfSearch            string `json:"ef_search"`
+	GinFuzzySearchLimit string `json:"gin_fuzzy_search_limit"`
+	EnableSeqscan       string `json:"enable_seqscan"`
+	PlanCacheMode       string `json:"plan_cache_mode"`
+	Jit                 string `json:"jit"`
+	QueryNodes          int32  `json:"query_nodes"`
+}
+
+// MemorySearchScope is MemoryScopeEnter for hybrid search, in the same
+// round trip setting what the search needs for the transaction (see
+// MemorySearchHybrid): pgvector 0.8's iterative index scans, so that
+// filters applied after the HNSW scan cannot starve the results, with
+// hnsw.ef_search; a bound on the matches a GIN scan returns
+// (gin_fuzzy_search_limit: beyond it, a random sample); no sequential
+// scans, so that common words are never checked against every row; a
+// custom plan for every execution (a generic plan would not see that the
+// vector side has no filter worth an exact scan); no JIT, whose compile
+// time exceeds the whole query's budget. query_nodes is 0 when the text
+// has no searchable words.
+func (q *Queries) MemorySearchScope(ctx context.Context, arg MemorySearchScopeParams) (MemorySearchScopeRow, error) {
+	row := q.db.QueryRow(ctx, memorySearchScope,
+		arg.SearchPath,
+		arg.Role,
+		arg.EfSearch,
+		arg.TextSample,
+		arg.QueryText,
+	)
+	var i MemorySearchScopeRow
+	err := row.Scan(
+		&i.PreviousSearchPath,
+		&i.SearchPath,
+		&i.Role,
+		&i.IterativeScan,
+		&i.EfSearch,
+		&i.GinFuzzySearchLimit,
+		&i.EnableSeqscan,
+		&i.PlanCacheMode,
+		&i.Jit,
+		&i.QueryNodes,
+	)
+	return i, err
 }
 
 const memorySessionForChunking = `-- name: MemorySessionForChunking :one

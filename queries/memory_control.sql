@@ -17,17 +17,28 @@ SELECT current_setting('search_path')::text AS previous_search_path,
 -- given search_path, so that it can insert River jobs and complete them.
 SELECT set_config('role', 'none', true), set_config('search_path', @search_path::text, true);
 
--- name: MemorySearchTune :exec
--- MemorySearchTune sets, for the transaction, what hybrid search needs:
--- pgvector 0.8's iterative index scans, so that filters applied after the
--- HNSW scan cannot starve the results; a custom plan for every execution,
--- so the planner sees the actual text query and picks the recency-ordered
--- full-text candidate scan for terms that match much of the table; no JIT,
--- whose compile time exceeds the whole query's budget.
-SELECT set_config('hnsw.iterative_scan', 'relaxed_order', true),
-       set_config('hnsw.ef_search', (@ef_search::int)::text, true),
-       set_config('plan_cache_mode', 'force_custom_plan', true),
-       set_config('jit', 'off', true);
+-- name: MemorySearchScope :one
+-- MemorySearchScope is MemoryScopeEnter for hybrid search, in the same
+-- round trip setting what the search needs for the transaction (see
+-- MemorySearchHybrid): pgvector 0.8's iterative index scans, so that
+-- filters applied after the HNSW scan cannot starve the results, with
+-- hnsw.ef_search; a bound on the matches a GIN scan returns
+-- (gin_fuzzy_search_limit: beyond it, a random sample); no sequential
+-- scans, so that common words are never checked against every row; a
+-- custom plan for every execution (a generic plan would not see that the
+-- vector side has no filter worth an exact scan); no JIT, whose compile
+-- time exceeds the whole query's budget. query_nodes is 0 when the text
+-- has no searchable words.
+SELECT current_setting('search_path')::text AS previous_search_path,
+       set_config('search_path', @search_path::text, true)::text AS search_path,
+       set_config('role', @role::text, true)::text AS role,
+       set_config('hnsw.iterative_scan', 'relaxed_order', true)::text AS iterative_scan,
+       set_config('hnsw.ef_search', (@ef_search::int)::text, true)::text AS ef_search,
+       set_config('gin_fuzzy_search_limit', (@text_sample::int)::text, true)::text AS gin_fuzzy_search_limit,
+       set_config('enable_seqscan', 'off', true)::text AS enable_seqscan,
+       set_config('plan_cache_mode', 'force_custom_plan', true)::text AS plan_cache_mode,
+       set_config('jit', 'off', true)::text AS jit,
+       numnode(websearch_to_tsquery('english', @query_text::text))::int AS query_nodes;
 
 -- name: MemoryAgentSchemaList :many
 SELECT * FROM choir_control.agent_schemas ORDER BY agent_id;

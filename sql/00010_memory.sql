@@ -125,11 +125,9 @@ BEGIN
     EXECUTE format($f$
         CREATE INDEX IF NOT EXISTS memory_documents_tsv ON %1$I.memory_documents USING gin (tsv);
         CREATE INDEX IF NOT EXISTS memory_documents_tier ON %1$I.memory_documents (tier, created_at);
-        -- The full-text side of hybrid search takes its candidates newest
-        -- first, so that a query matching half the rows reads a few hundred
-        -- of them, not all (see queries/agent/memory.sql).
-        CREATE INDEX IF NOT EXISTS memory_documents_recent ON %1$I.memory_documents (created_at DESC, id)
-            WHERE tier <> 'long_term_detail';
+        -- Hybrid search adds the matches among the newest chunks to its
+        -- full-text candidates, read newest first (queries/agent/memory.sql).
+        CREATE INDEX IF NOT EXISTS memory_documents_recent ON %1$I.memory_documents (created_at DESC, id);
         CREATE INDEX IF NOT EXISTS memory_documents_session ON %1$I.memory_documents (session_id, chunk_index);
         CREATE INDEX IF NOT EXISTS memory_documents_span ON %1$I.memory_documents (started_at);
         CREATE INDEX IF NOT EXISTS memory_documents_embedding_pending ON %1$I.memory_documents (created_at)

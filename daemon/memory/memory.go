@@ -107,14 +107,18 @@ type SearchTuning struct {
 	// Candidates is how many rows each side (vector, full text) brings to
 	// the fusion.
 	Candidates int
-	// TextPool is how many of the newest full-text matches are ranked.
-	TextPool int
+	// TextSample bounds the full-text matches found through the GIN index
+	// (beyond it, a random sample of about that many).
+	TextSample int
+	// TextRecent is how many of the newest documents are checked for
+	// full-text matches besides the sample.
+	TextRecent int
 	// EFSearch is hnsw.ef_search.
 	EFSearch int
 }
 
 // DefaultSearchTuning is the tuning measured by bench/hybrid.
-var DefaultSearchTuning = SearchTuning{Candidates: 40, TextPool: 200, EFSearch: 40}
+var DefaultSearchTuning = SearchTuning{Candidates: 40, TextSample: 200, TextRecent: 100, EFSearch: 40}
 
 // Store is the MemoryStore.
 type Store struct {
@@ -145,8 +149,11 @@ func New(opts Options) *Store {
 	if s.tuning.Candidates <= 0 {
 		s.tuning.Candidates = DefaultSearchTuning.Candidates
 	}
-	if s.tuning.TextPool <= 0 {
-		s.tuning.TextPool = DefaultSearchTuning.TextPool
+	if s.tuning.TextSample <= 0 {
+		s.tuning.TextSample = DefaultSearchTuning.TextSample
+	}
+	if s.tuning.TextRecent <= 0 {
+		s.tuning.TextRecent = DefaultSearchTuning.TextRecent
 	}
 	if s.tuning.EFSearch <= 0 {
 		s.tuning.EFSearch = DefaultSearchTuning.EFSearch

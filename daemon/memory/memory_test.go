@@ -780,3 +780,49 @@ func TestReembedForANewModel(t *testing.T) {
 		}
 	})
 }
+
+// TestFiltersDoNotStarveVectorSearch puts 3000 long-term summary chunks
+// right next to the query vector and 1500 mid-term chunks far from it: a
+// mid-term-only search must still return a full page. The planner scans
+// the HNSW index for such a filter (a third of the rows), and that scan
+// alone stops after hnsw.ef_search candidates, all of them filtered out:
+// it takes pgvector's iterative index scans to go on.
+func TestFiltersDoNotStarveVectorSearch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, options{}, "starve")
+	// Building the index once after loading is faster than maintaining it.
+	_, err := b.pool.Exec(ctx, fmt.Sprintf(`
+		DROP INDEX choir_starve.memory_embeddings_hnsw;
+		WITH docs AS (
+			INSERT INTO choir_starve.memory_documents (session_id, tier, chunk_index, text, embedding_state)
+			SELECT gen_random_uuid(), CASE WHEN i <= 3000 THEN 'long_term_summary' ELSE 'mid_term' END, 0,
+			       'chunk ' || i, 'embedded'
+			  FROM generate_series(1, 4500) i
+			RETURNING id, tier)
+		INSERT INTO choir_starve.memory_embeddings (document_id, embedding)
+		SELECT id, (SELECT array_agg(CASE WHEN j = 1 AND tier = 'long_term_summary' THEN 1
+		                                  WHEN j = 2 AND tier = 'mid_term' THEN 1
+		                                  ELSE random() * 0.1 END)
+		              FROM generate_series(1, %d) j)::real[]::vector
+		  FROM docs;
+		CREATE INDEX memory_embeddings_hnsw ON choir_starve.memory_embeddings USING hnsw (embedding vector_cosine_ops)`, dims))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.pool.Exec(ctx, "ANALYZE choir_starve.memory_documents, choir_starve.memory_embeddings") //nolint:errcheck
+	v := make([]string, dims)
+	for i := range v {
+		v[i] = "0"
+	}
+	v[0] = "1"
+	res := b.query(t, "starve", `{"store":"session","vector":[`+strings.Join(v, ",")+`],"tiers":["mid_term"],"limit":10}`)
+	if res.Count != 10 {
+		t.Fatalf("%d results, want 10: the tier filter starved the vector search", res.Count)
+	}
+	for _, c := range res.Chunks {
+		if c.Tier != memory.TierMidTerm || c.VectorRank == 0 {
+			t.Errorf("hit = %+v", c)
+		}
+	}
+}

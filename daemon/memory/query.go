@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgvector/pgvector-go"
 
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 	"github.com/choirhq/choir/strictjson"
@@ -443,31 +444,57 @@ func (s *Store) run(ctx context.Context, q *query, sc scope) (*QueryResult, erro
 	if q.mode == ModeText {
 		res.Search = "text"
 	}
-	err = s.inScope(ctx, sc, true, func(tx pgx.Tx, aq *agentdb.Queries) error {
-		if q.text != "" && (q.mode == ModeText || q.mode == ModeSessionDetail) {
-			n, err := db.New(tx).MemoryTextQueryNodes(ctx, q.text)
-			if err != nil {
-				return fmt.Errorf("parse query: %w", err)
+	if q.mode == ModeSemantic || q.mode == ModeText {
+		err = s.search(ctx, sc, q, vec, res)
+	} else {
+		err = s.inScope(ctx, sc, true, func(tx pgx.Tx, aq *agentdb.Queries) error {
+			if q.text != "" {
+				n, err := db.New(tx).MemoryTextQueryNodes(ctx, q.text)
+				if err != nil {
+					return fmt.Errorf("parse query: %w", err)
+				}
+				if n == 0 {
+					return errNoWords
+				}
 			}
-			if n == 0 {
-				return inputErr("$.query", "has no searchable words (English stop words and punctuation are ignored)")
+			if q.store == StoreSession {
+				return s.querySession(ctx, aq, q, nil, res)
 			}
-		}
-		if q.mode == ModeSemantic || q.mode == ModeText {
-			if err := db.New(tx).MemorySearchTune(ctx, int32(s.tuning.EFSearch)); err != nil {
-				return fmt.Errorf("tune search: %w", err)
-			}
-		}
-		if q.store == StoreSession {
-			return s.querySession(ctx, aq, q, vec, res)
-		}
-		return s.queryKnowledge(ctx, aq, q, vec, res)
-	}, nil)
+			return s.queryKnowledge(ctx, aq, q, nil, res)
+		}, nil)
+	}
 	if err != nil {
 		return nil, err
 	}
 	res.Count = len(res.Chunks) + len(res.Documents)
 	return res, nil
+}
+
+var errNoWords = inputErr("$.query", "has no searchable words (English stop words and punctuation are ignored)")
+
+// search runs hybrid (or full-text) search in a read-only transaction with
+// three round trips after BEGIN: scope and settings, the search, COMMIT.
+func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Vector, res *QueryResult) error {
+	role := "none"
+	if sc.role != "" {
+		role = config.SchemaName(sc.role)
+	}
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		st, err := db.New(tx).MemorySearchScope(ctx, db.MemorySearchScopeParams{
+			SearchPath: config.SchemaName(sc.schema) + ", public", Role: role, EfSearch: int32(s.tuning.EFSearch),
+			TextSample: int32(s.tuning.TextSample), QueryText: q.text})
+		if err != nil {
+			return fmt.Errorf("enter memory schema of agent %s: %w", sc.schema, err)
+		}
+		if q.mode == ModeText && st.QueryNodes == 0 {
+			return errNoWords
+		}
+		if q.store == StoreSession {
+			return s.querySession(ctx, agentdb.New(tx), q, vec, res)
+		}
+		return s.queryKnowledge(ctx, agentdb.New(tx), q, vec, res)
+	})
+	return s.translate(err, sc)
 }
 
 // queryVector returns the vector of a semantic query: the one given, or
@@ -516,7 +543,7 @@ func (s *Store) querySession(ctx context.Context, aq *agentdb.Queries, q *query,
 		text := q.text
 		rows, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{QueryVector: vec, QueryText: text,
 			Tiers: q.tiers, SessionID: q.sessionID, Candidates: int32(s.tuning.Candidates),
-			TextPool: int32(s.tuning.TextPool), MaxResults: int32(q.limit)})
+			TextSample: int32(s.tuning.TextSample), TextRecent: int32(s.tuning.TextRecent), MaxResults: int32(q.limit)})
 		if err != nil {
 			return fmt.Errorf("search session memory: %w", err)
 		}
@@ -582,7 +609,8 @@ func (s *Store) queryKnowledge(ctx context.Context, aq *agentdb.Queries, q *quer
 	switch q.mode {
 	case ModeSemantic, ModeText:
 		rows, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{QueryVector: vec, QueryText: q.text,
-			Candidates: int32(s.tuning.Candidates), TextPool: int32(s.tuning.TextPool), MaxResults: int32(q.limit)})
+			Candidates: int32(s.tuning.Candidates), TextSample: int32(s.tuning.TextSample),
+			TextRecent: int32(s.tuning.TextRecent), MaxResults: int32(q.limit)})
 		if err != nil {
 			return fmt.Errorf("search knowledge: %w", err)
 		}

@@ -536,26 +536,39 @@ func (q *Queries) KnowledgeLockByKey(ctx context.Context, key *string) (Knowledg
 
 const knowledgeSearchHybrid = `-- name: KnowledgeSearchHybrid :many
 
-WITH vector_hits AS (
+WITH q AS (
+    SELECT websearch_to_tsquery('english', $2::text) AS tsq
+), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT e.document_id AS id, e.embedding <=> $2::vector AS distance
+      FROM (SELECT e.document_id AS id, e.embedding <=> $3::vector AS distance
               FROM knowledge_embeddings e
-             WHERE $2::vector IS NOT NULL
+             WHERE $3::vector IS NOT NULL
              ORDER BY distance
-             LIMIT $3::int) v
-), text_pool AS (
+             LIMIT $4::int) v
+), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM knowledge_documents d
-     WHERE $4::text <> ''
-       AND d.tsv @@ websearch_to_tsquery('english', $4::text)
-     ORDER BY d.updated_at DESC, d.id
-     LIMIT $5::int
+     WHERE $2::text <> ''
+       AND d.tsv @@ (SELECT q.tsq FROM q)
+), text_recent AS (
+    SELECT r.id, r.tsv
+      FROM (SELECT d.id, d.tsv
+              FROM knowledge_documents d
+             WHERE $2::text <> ''
+             ORDER BY d.updated_at DESC, d.id
+             LIMIT $5::int) r
+     WHERE r.tsv @@ (SELECT q.tsq FROM q)
+), text_pool AS (
+    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1) AS score
+      FROM (SELECT s.id, s.tsv FROM (SELECT id, tsv FROM text_sample LIMIT $6::int) s
+            UNION ALL
+            SELECT r.id, r.tsv FROM text_recent r) p
+     ORDER BY p.id
 ), text_hits AS (
-    SELECT p.id,
-           row_number() OVER (ORDER BY ts_rank_cd(p.tsv, websearch_to_tsquery('english', $4::text), 1) DESC, p.id) AS rank
+    SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM text_pool p
      ORDER BY rank
-     LIMIT $3::int
+     LIMIT $4::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
            coalesce(1.0 / (60 + v.rank), 0) + coalesce(1.0 / (60 + t.rank), 0) AS score,
@@ -578,10 +591,11 @@ SELECT d.id, d.key, d.text, d.metadata, d.version, d.content_hash, d.created_at,
 
 type KnowledgeSearchHybridParams struct {
 	MaxResults  int32            `json:"max_results"`
+	QueryText   string           `json:"query_text"`
 	QueryVector *pgvector.Vector `json:"query_vector"`
 	Candidates  int32            `json:"candidates"`
-	QueryText   string           `json:"query_text"`
-	TextPool    int32            `json:"text_pool"`
+	TextRecent  int32            `json:"text_recent"`
+	TextSample  int32            `json:"text_sample"`
 }
 
 type KnowledgeSearchHybridRow struct {
@@ -602,15 +616,17 @@ type KnowledgeSearchHybridRow struct {
 // Knowledge (tier 4) of one agent. Every query here runs with the agent's
 // schema first on search_path (see sqlc.yaml).
 // KnowledgeSearchHybrid is MemorySearchHybrid's twin for knowledge: HNSW
-// and full-text candidates fused by reciprocal rank (k = 60), the text
-// pool bounded to the @text_pool most recently updated matches.
+// and full-text candidates fused by reciprocal rank (k = 60), the text pool
+// bounded the same way (a GIN sample plus the @text_recent most recently
+// updated documents).
 func (q *Queries) KnowledgeSearchHybrid(ctx context.Context, arg KnowledgeSearchHybridParams) ([]KnowledgeSearchHybridRow, error) {
 	rows, err := q.db.Query(ctx, knowledgeSearchHybrid,
 		arg.MaxResults,
+		arg.QueryText,
 		arg.QueryVector,
 		arg.Candidates,
-		arg.QueryText,
-		arg.TextPool,
+		arg.TextRecent,
+		arg.TextSample,
 	)
 	if err != nil {
 		return nil, err

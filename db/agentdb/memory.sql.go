@@ -456,31 +456,46 @@ type MemoryEventRefsInsertParams struct {
 
 const memorySearchHybrid = `-- name: MemorySearchHybrid :many
 
-WITH vector_hits AS (
+WITH q AS (
+    SELECT websearch_to_tsquery('english', $2::text) AS tsq
+), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT d.id, e.embedding <=> $2::vector AS distance
+      FROM (SELECT d.id, e.embedding <=> $3::vector AS distance
               FROM memory_embeddings e
               JOIN memory_documents d ON d.id = e.document_id
-             WHERE $2::vector IS NOT NULL
-               AND d.tier = ANY($3::text[])
-               AND ($4::uuid IS NULL OR d.session_id = $4::uuid)
+             WHERE $3::vector IS NOT NULL
+               AND d.tier = ANY($4::text[])
+               AND ($5::uuid IS NULL OR d.session_id = $5::uuid)
              ORDER BY distance
-             LIMIT $5::int) v
-), text_pool AS (
+             LIMIT $6::int) v
+), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM memory_documents d
-     WHERE $6::text <> ''
-       AND d.tsv @@ websearch_to_tsquery('english', $6::text)
-       AND d.tier = ANY($3::text[])
-       AND ($4::uuid IS NULL OR d.session_id = $4::uuid)
-     ORDER BY d.created_at DESC, d.id
-     LIMIT $7::int
+     WHERE $2::text <> ''
+       AND d.tsv @@ (SELECT q.tsq FROM q)
+       AND d.tier = ANY($4::text[])
+       AND ($5::uuid IS NULL OR d.session_id = $5::uuid)
+), text_recent AS (
+    SELECT r.id, r.tsv
+      FROM (SELECT d.id, d.tsv
+              FROM memory_documents d
+             WHERE $2::text <> ''
+               AND d.tier = ANY($4::text[])
+               AND ($5::uuid IS NULL OR d.session_id = $5::uuid)
+             ORDER BY d.created_at DESC, d.id
+             LIMIT $7::int) r
+     WHERE r.tsv @@ (SELECT q.tsq FROM q)
+), text_pool AS (
+    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1) AS score
+      FROM (SELECT s.id, s.tsv FROM (SELECT id, tsv FROM text_sample LIMIT $8::int) s
+            UNION ALL
+            SELECT r.id, r.tsv FROM text_recent r) p
+     ORDER BY p.id
 ), text_hits AS (
-    SELECT p.id,
-           row_number() OVER (ORDER BY ts_rank_cd(p.tsv, websearch_to_tsquery('english', $6::text), 1) DESC, p.id) AS rank
+    SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM text_pool p
      ORDER BY rank
-     LIMIT $5::int
+     LIMIT $6::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
            coalesce(1.0 / (60 + v.rank), 0) + coalesce(1.0 / (60 + t.rank), 0) AS score,
@@ -503,12 +518,13 @@ SELECT d.id, d.session_id, d.tier, d.chunk_index, d.text, d.metadata, d.started_
 
 type MemorySearchHybridParams struct {
 	MaxResults  int32            `json:"max_results"`
+	QueryText   string           `json:"query_text"`
 	QueryVector *pgvector.Vector `json:"query_vector"`
 	Tiers       []string         `json:"tiers"`
 	SessionID   *uuid.UUID       `json:"session_id"`
 	Candidates  int32            `json:"candidates"`
-	QueryText   string           `json:"query_text"`
-	TextPool    int32            `json:"text_pool"`
+	TextRecent  int32            `json:"text_recent"`
+	TextSample  int32            `json:"text_sample"`
 }
 
 type MemorySearchHybridRow struct {
@@ -531,27 +547,36 @@ type MemorySearchHybridRow struct {
 // the agent's schema first on search_path (see sqlc.yaml).
 // MemorySearchHybrid is hybrid search over session memory in one statement:
 // up to @candidates nearest chunks by cosine distance (HNSW, continued by
-// iterative scans until enough pass the filters) and up to @candidates
-// best full-text matches, fused by reciprocal rank with k = 60.
-//
-// The full-text side ranks with ts_rank_cd (divided by 1 + the log of the
-// chunk's length, so a short chunk about the terms beats a long one that
-// mentions them in passing) only a bounded pool: the
-// @text_pool newest chunks matching the query. For selective terms the pool
-// holds every match and is found through the GIN index; for terms that match
-// much of the table the planner walks memory_documents_recent newest first
-// and stops after @text_pool matches, instead of ranking tens of thousands
-// of rows. That choice needs a custom plan per query (MemorySearchTune).
+// pgvector's iterative scans until enough pass the filters) and up to
+// @candidates best full-text matches, fused by reciprocal rank with k = 60.
 // A NULL vector or an empty text disables its side.
+//
+// The full-text side never ranks more than a bounded pool, however many
+// chunks the words match (a naive version ranked every match and took
+// 60-70 ms when the words were in half the chunks):
+//   - text_sample: the matches found through the GIN index, at most
+//     @text_sample of them; MemorySearchScope sets gin_fuzzy_search_limit to
+//     that number, so for words matching more chunks the index returns a
+//     random sample of about that size instead of every match (selective
+//     queries are answered exactly), and turns off sequential scans so
+//     that the planner never reads the whole table for common words;
+//   - text_recent: the matches among the @text_recent newest chunks, read
+//     newest first through memory_documents_recent, so that recent memory
+//     is never left out of the sample.
+//
+// The pool is ranked with ts_rank_cd divided by 1 + the log of the chunk's
+// length (a short chunk about the terms beats a long one mentioning them in
+// passing).
 func (q *Queries) MemorySearchHybrid(ctx context.Context, arg MemorySearchHybridParams) ([]MemorySearchHybridRow, error) {
 	rows, err := q.db.Query(ctx, memorySearchHybrid,
 		arg.MaxResults,
+		arg.QueryText,
 		arg.QueryVector,
 		arg.Tiers,
 		arg.SessionID,
 		arg.Candidates,
-		arg.QueryText,
-		arg.TextPool,
+		arg.TextRecent,
+		arg.TextSample,
 	)
 	if err != nil {
 		return nil, err

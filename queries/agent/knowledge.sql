@@ -3,25 +3,39 @@
 
 -- name: KnowledgeSearchHybrid :many
 -- KnowledgeSearchHybrid is MemorySearchHybrid's twin for knowledge: HNSW
--- and full-text candidates fused by reciprocal rank (k = 60), the text
--- pool bounded to the @text_pool most recently updated matches.
-WITH vector_hits AS (
+-- and full-text candidates fused by reciprocal rank (k = 60), the text pool
+-- bounded the same way (a GIN sample plus the @text_recent most recently
+-- updated documents).
+WITH q AS (
+    SELECT websearch_to_tsquery('english', @query_text::text) AS tsq
+), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
       FROM (SELECT e.document_id AS id, e.embedding <=> sqlc.narg('query_vector')::vector AS distance
               FROM knowledge_embeddings e
              WHERE sqlc.narg('query_vector')::vector IS NOT NULL
              ORDER BY distance
              LIMIT @candidates::int) v
-), text_pool AS (
+), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM knowledge_documents d
      WHERE @query_text::text <> ''
-       AND d.tsv @@ websearch_to_tsquery('english', @query_text::text)
-     ORDER BY d.updated_at DESC, d.id
-     LIMIT @text_pool::int
+       AND d.tsv @@ (SELECT q.tsq FROM q)
+), text_recent AS (
+    SELECT r.id, r.tsv
+      FROM (SELECT d.id, d.tsv
+              FROM knowledge_documents d
+             WHERE @query_text::text <> ''
+             ORDER BY d.updated_at DESC, d.id
+             LIMIT @text_recent::int) r
+     WHERE r.tsv @@ (SELECT q.tsq FROM q)
+), text_pool AS (
+    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1) AS score
+      FROM (SELECT s.id, s.tsv FROM (SELECT * FROM text_sample LIMIT @text_sample::int) s
+            UNION ALL
+            SELECT r.id, r.tsv FROM text_recent r) p
+     ORDER BY p.id
 ), text_hits AS (
-    SELECT p.id,
-           row_number() OVER (ORDER BY ts_rank_cd(p.tsv, websearch_to_tsquery('english', @query_text::text), 1) DESC, p.id) AS rank
+    SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM text_pool p
      ORDER BY rank
      LIMIT @candidates::int

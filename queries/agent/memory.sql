@@ -4,19 +4,28 @@
 -- name: MemorySearchHybrid :many
 -- MemorySearchHybrid is hybrid search over session memory in one statement:
 -- up to @candidates nearest chunks by cosine distance (HNSW, continued by
--- iterative scans until enough pass the filters) and up to @candidates
--- best full-text matches, fused by reciprocal rank with k = 60.
---
--- The full-text side ranks with ts_rank_cd (divided by 1 + the log of the
--- chunk's length, so a short chunk about the terms beats a long one that
--- mentions them in passing) only a bounded pool: the
--- @text_pool newest chunks matching the query. For selective terms the pool
--- holds every match and is found through the GIN index; for terms that match
--- much of the table the planner walks memory_documents_recent newest first
--- and stops after @text_pool matches, instead of ranking tens of thousands
--- of rows. That choice needs a custom plan per query (MemorySearchTune).
+-- pgvector's iterative scans until enough pass the filters) and up to
+-- @candidates best full-text matches, fused by reciprocal rank with k = 60.
 -- A NULL vector or an empty text disables its side.
-WITH vector_hits AS (
+--
+-- The full-text side never ranks more than a bounded pool, however many
+-- chunks the words match (a naive version ranked every match and took
+-- 60-70 ms when the words were in half the chunks):
+--   * text_sample: the matches found through the GIN index, at most
+--     @text_sample of them; MemorySearchScope sets gin_fuzzy_search_limit to
+--     that number, so for words matching more chunks the index returns a
+--     random sample of about that size instead of every match (selective
+--     queries are answered exactly), and turns off sequential scans so
+--     that the planner never reads the whole table for common words;
+--   * text_recent: the matches among the @text_recent newest chunks, read
+--     newest first through memory_documents_recent, so that recent memory
+--     is never left out of the sample.
+-- The pool is ranked with ts_rank_cd divided by 1 + the log of the chunk's
+-- length (a short chunk about the terms beats a long one mentioning them in
+-- passing).
+WITH q AS (
+    SELECT websearch_to_tsquery('english', @query_text::text) AS tsq
+), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
       FROM (SELECT d.id, e.embedding <=> sqlc.narg('query_vector')::vector AS distance
               FROM memory_embeddings e
@@ -26,18 +35,31 @@ WITH vector_hits AS (
                AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
              ORDER BY distance
              LIMIT @candidates::int) v
-), text_pool AS (
+), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM memory_documents d
      WHERE @query_text::text <> ''
-       AND d.tsv @@ websearch_to_tsquery('english', @query_text::text)
+       AND d.tsv @@ (SELECT q.tsq FROM q)
        AND d.tier = ANY(@tiers::text[])
        AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
-     ORDER BY d.created_at DESC, d.id
-     LIMIT @text_pool::int
+), text_recent AS (
+    SELECT r.id, r.tsv
+      FROM (SELECT d.id, d.tsv
+              FROM memory_documents d
+             WHERE @query_text::text <> ''
+               AND d.tier = ANY(@tiers::text[])
+               AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
+             ORDER BY d.created_at DESC, d.id
+             LIMIT @text_recent::int) r
+     WHERE r.tsv @@ (SELECT q.tsq FROM q)
+), text_pool AS (
+    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1) AS score
+      FROM (SELECT s.id, s.tsv FROM (SELECT * FROM text_sample LIMIT @text_sample::int) s
+            UNION ALL
+            SELECT r.id, r.tsv FROM text_recent r) p
+     ORDER BY p.id
 ), text_hits AS (
-    SELECT p.id,
-           row_number() OVER (ORDER BY ts_rank_cd(p.tsv, websearch_to_tsquery('english', @query_text::text), 1) DESC, p.id) AS rank
+    SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM text_pool p
      ORDER BY rank
      LIMIT @candidates::int

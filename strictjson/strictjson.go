@@ -163,9 +163,7 @@ func Decode(data []byte, v any, lim Limits) error {
 		}}}
 	}
 
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.UseNumber()
-	c := &checker{dec: dec, data: data, maxDepth: lim.MaxDepth}
+	c := &checker{dec: newLexer(data), data: data, maxDepth: lim.MaxDepth}
 	if len(bytes.TrimLeft(data, " \t\r\n")) == 0 {
 		c.add("empty document")
 	} else if err := c.value(rv.Type().Elem(), 0, false); err == nil {
@@ -200,7 +198,7 @@ func Decode(data []byte, v any, lim Limits) error {
 var errFatal = errors.New("fatal problem")
 
 type checker struct {
-	dec      *json.Decoder
+	dec      *lexer
 	data     []byte
 	maxDepth int
 	problems []Problem
@@ -262,12 +260,12 @@ func (c *checker) position(off int64) string {
 func (c *checker) fail(err error) error {
 	var se *json.SyntaxError
 	switch {
-	case errors.As(err, &se):
+	case errors.Is(err, errSyntax), errors.As(err, &se):
 		// The offsets of syntax errors from Decoder.Token count only some
 		// of the bytes read, so find the error again with a plain scan,
 		// whose offset is exact. Its messages quote at most the single
 		// offending character, never a whole value.
-		off, msg := c.dec.InputOffset(), se.Error()
+		off, msg := c.dec.InputOffset(), "invalid character"
 		if err := json.Unmarshal(c.data, new(json.RawMessage)); errors.As(err, &se) {
 			off, msg = se.Offset, se.Error()
 			if msg != "unexpected end of JSON input" {

@@ -286,7 +286,7 @@ type ChunkSessionWorker struct {
 // Timeout bounds one run: reading a long session's events and copying its
 // chunks takes seconds, not minutes.
 func (w *ChunkSessionWorker) Timeout(*river.Job[ChunkSessionArgs]) time.Duration {
-	return 2 * time.Minute
+	return memoryJobTimeout
 }
 
 // eventPage is how many events chunking reads per query.

@@ -41,8 +41,8 @@ func (w *EmbedWorker) NextRetry(job *river.Job[EmbedArgs]) time.Time {
 	return time.Now().Add(retryDelay(w.RetryBase, job.Attempt))
 }
 
-// Timeout bounds one attempt; the client's own request timeout is shorter.
-func (w *EmbedWorker) Timeout(*river.Job[EmbedArgs]) time.Duration { return 2 * time.Minute }
+// Timeout bounds one attempt (memoryJobTimeout).
+func (w *EmbedWorker) Timeout(*river.Job[EmbedArgs]) time.Duration { return memoryJobTimeout }
 
 // dimensionsSnooze is how long an embedding job waits when the agent's
 // vectors and the embedder differ in size.

@@ -39,6 +39,11 @@ const MaxEmbedBatch = 32
 // EmbedMaxAttempts is one try and three retries.
 const EmbedMaxAttempts = 4
 
+// memoryJobTimeout bounds one run of a memory job. It stays under the
+// client's RescueStuckJobsAfter (a minute), so that River never rescues a
+// job that is still running; an embedding call gives up after 30 s.
+const memoryJobTimeout = 50 * time.Second
+
 // DefaultEmbedRetryBase is the first retry delay of an embedding job; each
 // later one doubles it (1 s, 2 s, 4 s), with ±25% jitter.
 const DefaultEmbedRetryBase = time.Second

@@ -39,7 +39,7 @@ type PromoteWorker struct {
 }
 
 // Timeout bounds one run.
-func (w *PromoteWorker) Timeout(*river.Job[PromoteArgs]) time.Duration { return 2 * time.Minute }
+func (w *PromoteWorker) Timeout(*river.Job[PromoteArgs]) time.Duration { return memoryJobTimeout }
 
 // Work implements river.Worker.
 func (w *PromoteWorker) Work(ctx context.Context, job *river.Job[PromoteArgs]) error {

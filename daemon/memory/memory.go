@@ -247,7 +247,7 @@ func (s *Store) translate(err error, sc scope) error {
 		if sc.role != "" {
 			who = "agent " + sc.role
 		}
-		return fmt.Errorf("%w: %s may not write to the memory of agent %s: %w", ErrPermission, who, sc.schema, err)
+		return fmt.Errorf("%w: %s has no access to the memory of agent %s: %w", ErrPermission, who, sc.schema, err)
 	case "22023", "42704": // invalid_parameter_value (no such role), undefined_object
 		if sc.role != "" {
 			return fmt.Errorf("%w %s: %s", ErrUnknownAgent, sc.role, pe.Message)

@@ -154,7 +154,7 @@ func Run(ctx context.Context, opts Options) error {
 		return err
 	}
 	arb := arbiter.New(arbiter.Config{Appender: app, Tools: reg, Locks: lock.New(), Logger: logger,
-		Env: tool.Env{Workspace: opts.Workspace, SecretFunc: secrets.get}, Host: hostExecutor{client}})
+		Env: tool.Env{Workspace: opts.Workspace, SecretFunc: secrets.get}, Host: hostExecutor{client: client, log: log}})
 	out := &outbound{client: client}
 	edge := lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, Skills: skills, LLM: &llm.Client{},
 		Model: model, Out: out, Logger: logger,
@@ -237,10 +237,22 @@ func readIdentity(dir, name string) string {
 	return string(b)
 }
 
-// hostExecutor runs host tools on choird.
-type hostExecutor struct{ client *rpc.Client }
+// hostExecutor runs host tools on choird, except the working store of
+// choir.memory.query, which the agent's own log answers.
+type hostExecutor struct {
+	client *rpc.Client
+	log    *commitlog.Log
+}
 
 func (h hostExecutor) ExecuteHostTool(ctx context.Context, name, callID string, input json.RawMessage) (tool.Result, error) {
+	if name == tool.NameMemoryQuery {
+		var q struct {
+			Store string `json:"store"`
+		}
+		if json.Unmarshal(input, &q) == nil && q.Store == "working" {
+			return answerWorking(h.log, input)
+		}
+	}
 	resp, err := h.client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: name, CallID: callID, Input: input})
 	if err != nil {
 		return tool.Result{}, err

@@ -44,6 +44,20 @@ func runStatus(ctx context.Context, g *globals, opts statusOptions) error {
 	} else {
 		fmt.Fprintf(g.stdout, "postgres: UNREACHABLE: %s\n", st.Postgres.Error)
 	}
+	if m := st.Memory; m != nil {
+		kind := "provider " + m.Provider + " " + m.Model
+		if m.Offline {
+			kind = "OFFLINE built-in lexical embedder (no provider configured)"
+		}
+		fmt.Fprintf(g.stdout, "memory: %s, %d dims; %d waiting for vectors, %d failed", kind, m.Dimensions, m.Pending, m.Failed)
+		if m.ConsecutiveFailures > 0 {
+			fmt.Fprintf(g.stdout, "; provider failing (%d calls in a row), search falls back to full text", m.ConsecutiveFailures)
+		}
+		if m.LastError != "" {
+			fmt.Fprintf(g.stdout, "; last error: %s", m.LastError)
+		}
+		fmt.Fprintln(g.stdout)
+	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGENT\tSTATE\tSESSION\tRUNTIME\tLAST HEARTBEAT")
 	for _, a := range st.Agents {

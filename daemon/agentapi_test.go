@@ -198,7 +198,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 		if code := ctl.Run(ctx, []string{"--home", home, "status"}, &out, &errb); code != 0 {
 			t.Fatalf("status: %d %s", code, errb.String())
 		}
-		for _, want := range []string{"postgres: reachable", "assistant", "active", "helper", "stopped"} {
+		for _, want := range []string{"postgres: reachable", "assistant", "active", "helper", "stopped", "OFFLINE built-in lexical embedder"} {
 			if !strings.Contains(out.String(), want) {
 				t.Errorf("status output lacks %q:\n%s", want, out.String())
 			}

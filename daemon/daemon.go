@@ -20,6 +20,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/embed"
+	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
@@ -56,6 +57,7 @@ type Daemon struct {
 	pool          *pgxpool.Pool
 	river         *jobs.Client
 	api           *agentAPI
+	memory        *memory.Store
 	rpc           *rpc.Server
 	configVersion int64
 	startedAt     time.Time
@@ -169,6 +171,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := d.river.Start(ctx); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}
+	d.memory = memory.New(memory.Options{Pool: d.pool, Inserter: d.river, Embedder: embedder,
+		Logger: logger.With(slog.String("component", "memory"))})
 	logger.InfoContext(ctx, "step 5: connection pool and job queues running",
 		slog.Int("pool_max_conns", int(d.pool.Config().MaxConns)),
 		slog.Duration("crash_detection_threshold", d.cfg.CrashDetectionThreshold()))

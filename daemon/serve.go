@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -10,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
@@ -34,8 +37,8 @@ type servers struct {
 // socket, and serves both in the background. A socket held by a running
 // choird is an error naming its process.
 func (d *Daemon) startServers(ctx context.Context, opts Options) (*servers, error) {
-	d.api = &agentAPI{pool: d.pool, logger: d.logger, cfg: d.cfg, secrets: d.secrets, hostTools: map[string]HostTool{},
-		jobs: d.river}
+	d.api = &agentAPI{pool: d.pool, logger: d.logger, cfg: d.cfg, secrets: d.secrets, jobs: d.river,
+		hostTools: memoryTools(d.memory)}
 	srv, err := rpc.NewServer(rpc.ServerOptions{Handler: d.api, Authenticator: sessionAuth{d.pool},
 		Replay: replayStore{d.pool}, Logger: d.logger.With(slog.String("component", "rpc"))})
 	if err != nil {
@@ -118,6 +121,19 @@ func (d *Daemon) status(ctx context.Context) admin.StatusResponse {
 	} else {
 		resp.Postgres = admin.PostgresStatus{Reachable: true, ServerVersion: version}
 	}
+	if resp.Postgres.Reachable && d.memory != nil {
+		if ms, err := d.memory.Status(ctx); err == nil {
+			m := &admin.MemoryStatus{Pending: ms.Pending, Failed: ms.Failed, LastError: ms.LastError}
+			if e := ms.Embedding; e != nil {
+				m.Provider, m.Model, m.Dimensions, m.Offline, m.Note = e.Provider, e.Model, e.Dimensions, e.Offline, e.Note
+				m.ConsecutiveFailures = e.ConsecutiveFailures
+				if m.LastError == "" {
+					m.LastError = e.LastError
+				}
+			}
+			resp.Memory = m
+		}
+	}
 	q := db.New(d.pool)
 	for _, id := range sortedKeys(d.cfg.Agents) {
 		a := admin.AgentStatus{AgentID: id, State: admin.AgentStopped}
@@ -143,4 +159,30 @@ func (d *Daemon) status(ctx context.Context) admin.StatusResponse {
 		resp.Agents = append(resp.Agents, a)
 	}
 	return resp
+}
+
+// memoryTools serves choir.memory.query and choir.memory.upsert (spec 11.7)
+// from the memory store: reads of any agent's memory, writes to the caller's
+// own only, which Postgres enforces through the caller's role.
+func memoryTools(store *memory.Store) map[string]HostTool {
+	wrap := func(fn func(ctx context.Context, agentID string, in json.RawMessage) (any, error)) HostTool {
+		return func(ctx context.Context, agentID string, in json.RawMessage) (json.RawMessage, error) {
+			out, err := fn(ctx, agentID, in)
+			if errors.Is(err, memory.ErrInvalidInput) {
+				return nil, fmt.Errorf("%w: %w", rpc.ErrBadRequest, err)
+			}
+			if err != nil {
+				return nil, err
+			}
+			return json.Marshal(out)
+		}
+	}
+	return map[string]HostTool{
+		"choir.memory.query": wrap(func(ctx context.Context, agentID string, in json.RawMessage) (any, error) {
+			return store.Query(ctx, agentID, in)
+		}),
+		"choir.memory.upsert": wrap(func(ctx context.Context, agentID string, in json.RawMessage) (any, error) {
+			return store.Upsert(ctx, agentID, in)
+		}),
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -161,6 +162,91 @@ func TestAgentConversation(t *testing.T) {
 		sessionID).Scan(&chunkJobs)
 	if chunkJobs != 1 {
 		t.Errorf("%d chunking jobs enqueued with the session's end, want 1", chunkJobs)
+	}
+	srv.Done()
+}
+
+// startAgent runs an agent for a fresh session of "assistant" until the
+// test ends.
+func startAgent(t *testing.T, d *daemon.Daemon, home string) string {
+	t.Helper()
+	sessionID, token, err := d.StartSession(context.Background(), "assistant", daemon.StartOverrides{}, "process")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		done <- agent.Run(ctx, agent.Options{Socket: daemon.AgentSocketPath(home), AgentID: "assistant",
+			SessionID: sessionID, LeaseToken: token, Workspace: filepath.Join(home, "workspaces", "main"), ChoirDir: t.TempDir()})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("agent: %v", err)
+		}
+	})
+	var hello bool
+	waitFor(t, "the agent's hello", func() bool {
+		d.Pool().QueryRow(context.Background(), "SELECT hello_at IS NOT NULL FROM choir_control.sessions WHERE session_id = $1",
+			sessionID).Scan(&hello)
+		return hello
+	})
+	return sessionID
+}
+
+func lastToolContent(t testing.TB, r *llmtest.Request) string {
+	t.Helper()
+	if m := r.Last(); m.Role == "tool" {
+		return m.Content
+	}
+	t.Fatalf("last message is not a tool result: %+v", r.Last())
+	return ""
+}
+
+// TestAgentMemory drives the memory tools end to end: a knowledge upsert
+// and query through EXECUTE_HOST_TOOL into the agent's own schema, and a
+// working-memory query answered by the agent's log.
+func TestAgentMemory(t *testing.T) {
+	t.Parallel()
+	srv := llmtest.NewServer(t,
+		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: "choir.memory.upsert",
+			Arguments: `{"op":"insert","key":"user.pet","text":"The user's dog is called Biscuit."}`}),
+		llmtest.ToolCalls(llmtest.Call{ID: "2", Name: "choir.memory.query",
+			Arguments: `{"store":"knowledge","mode":"text","query":"dog"}`}).
+			Expect(func(t testing.TB, r *llmtest.Request) {
+				if c := lastToolContent(t, r); !strings.Contains(c, `"success"`) || !strings.Contains(c, "inserted") {
+					t.Errorf("upsert result = %s", c)
+				}
+			}),
+		llmtest.ToolCalls(llmtest.Call{ID: "3", Name: "choir.memory.query",
+			Arguments: `{"store":"working","mode":"keyword","query":"biscuit"}`}).
+			Expect(func(t testing.TB, r *llmtest.Request) {
+				if c := lastToolContent(t, r); !strings.Contains(c, "Biscuit") {
+					t.Errorf("knowledge query result = %s", c)
+				}
+			}),
+		llmtest.Text("Noted: Biscuit.").
+			Expect(func(t testing.TB, r *llmtest.Request) {
+				if c := lastToolContent(t, r); !strings.Contains(c, `"count":`) || strings.Contains(c, `"count":0`) {
+					t.Errorf("working query result = %s", c)
+				}
+			}),
+	)
+	d, home := choird(t, srv)
+	sessionID := startAgent(t, d, home)
+	if _, err := d.Push(sessionID, rpc.Push{Kind: rpc.PushUserMessage, UserMessage: &rpc.UserMessage{InboxID: 7,
+		Gateway: "console", ChatID: "operator", UserID: "operator", Text: "remember my dog is Biscuit", ReceivedAt: time.Now()}}); err != nil {
+		t.Fatal(err)
+	}
+	var reply string
+	waitFor(t, "the reply", func() bool {
+		d.Pool().QueryRow(context.Background(), "SELECT text FROM choir_control.outbox WHERE session_id = $1", sessionID).Scan(&reply)
+		return reply != ""
+	})
+	var text string
+	if err := d.Pool().QueryRow(context.Background(), "SELECT text FROM choir_assistant.knowledge_documents WHERE key = 'user.pet'").Scan(&text); err != nil || !strings.Contains(text, "Biscuit") {
+		t.Fatalf("knowledge row = %q, %v", text, err)
 	}
 	srv.Done()
 }

@@ -56,19 +56,26 @@ func (d declaration) Execute(context.Context, Env, json.RawMessage) (Result, err
 var memoryQuerySpec = Spec{
 	LLM: LLMView{
 		Name: NameMemoryQuery,
-		Description: "Search memory. store working: this session's full event log (mode keyword or hash). " +
-			"store session: summaries of past sessions (mode semantic, text, or session_detail with session_id). " +
-			"store knowledge: the knowledge base (mode semantic or text). target_agent reads another agent's session or knowledge memory.",
+		Description: "Search memory. store working: this session's full event log (mode keyword, or hash of an event). " +
+			"store session: your past sessions, mid-term chunks and long-term summaries (mode semantic, text, hash, range, " +
+			"or session_detail with session_id to read one older session in full). " +
+			"store knowledge: your knowledge base (mode semantic, text, hash or range). " +
+			"target_agent reads another agent's session or knowledge memory. Results cite session_id and chunk_index.",
 		Parameters: json.RawMessage(`{
   "type": "object",
   "properties": {
     "store": {"type": "string", "enum": ["working", "session", "knowledge"]},
-    "mode": {"type": "string", "enum": ["keyword", "hash", "semantic", "text", "session_detail"]},
-    "query": {"type": "string", "minLength": 1, "description": "What to search for (keyword, semantic and text modes)."},
-    "hash": {"type": "string", "minLength": 1, "description": "Event hash to look up (hash mode)."},
-    "session_id": {"type": "string", "minLength": 1, "description": "Session to drill into (session_detail mode)."},
+    "mode": {"type": "string", "enum": ["keyword", "hash", "semantic", "text", "range", "session_detail"]},
+    "query": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "What to search for."},
+    "hash": {"type": "string", "pattern": "^[0-9a-fA-F]{8,64}$", "description": "Event or content hash, or a prefix of at least 8 hex digits (hash mode)."},
+    "session_id": {"type": "string", "minLength": 1, "description": "Session to search or drill into."},
+    "tiers": {"type": "array", "items": {"type": "string", "enum": ["mid_term", "long_term_summary", "long_term_detail"]}, "uniqueItems": true},
+    "from": {"type": "string", "description": "Start of the time range, RFC 3339 (range mode)."},
+    "to": {"type": "string", "description": "End of the time range, RFC 3339 (range mode)."},
+    "key_prefix": {"type": "string", "description": "Knowledge keys starting with this (range mode)."},
     "target_agent": {"type": "string", "minLength": 1, "description": "Agent whose memory to read; default yourself."},
-    "limit": {"type": "integer", "minimum": 1, "maximum": 50}
+    "limit": {"type": "integer", "minimum": 1, "maximum": 100},
+    "offset": {"type": "integer", "minimum": 0}
   },
   "required": ["store", "mode"],
   "additionalProperties": false,
@@ -76,9 +83,9 @@ var memoryQuerySpec = Spec{
     {"if": {"properties": {"store": {"const": "working"}}},
      "then": {"properties": {"mode": {"enum": ["keyword", "hash"]}}, "not": {"required": ["target_agent"]}}},
     {"if": {"properties": {"store": {"const": "session"}}},
-     "then": {"properties": {"mode": {"enum": ["semantic", "text", "session_detail"]}}}},
+     "then": {"properties": {"mode": {"enum": ["semantic", "text", "hash", "range", "session_detail"]}}}},
     {"if": {"properties": {"store": {"const": "knowledge"}}},
-     "then": {"properties": {"mode": {"enum": ["semantic", "text"]}}}},
+     "then": {"properties": {"mode": {"enum": ["semantic", "text", "hash", "range"]}}}},
     {"if": {"properties": {"mode": {"const": "session_detail"}}}, "then": {"required": ["session_id"]}},
     {"if": {"properties": {"mode": {"const": "hash"}}}, "then": {"required": ["hash"]}},
     {"if": {"properties": {"mode": {"enum": ["keyword", "semantic", "text"]}}}, "then": {"required": ["query"]}}
@@ -91,22 +98,23 @@ var memoryQuerySpec = Spec{
 var memoryUpsertSpec = Spec{
 	LLM: LLMView{
 		Name: NameMemoryUpsert,
-		Description: "Write to your knowledge base: insert a document (optionally under a dedup key), " +
-			"update the document with a key, or delete a document by key or id.",
+		Description: "Write to your knowledge base: insert a document (a dedup key that exists updates that document instead), " +
+			"update the text or metadata of the document with a key or id, or delete it (its versions are kept).",
 		Parameters: json.RawMessage(`{
   "type": "object",
   "properties": {
     "op": {"type": "string", "enum": ["insert", "update", "delete"]},
-    "key": {"type": "string", "minLength": 1, "maxLength": 200, "description": "Dedup key naming the document."},
-    "id": {"type": "string", "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", "description": "Document id, for delete."},
-    "text": {"type": "string", "minLength": 1, "description": "The document's text."},
-    "metadata": {"type": "object", "description": "Free-form attributes stored with the document."}
+    "key": {"type": "string", "minLength": 1, "maxLength": 200, "description": "Dedup key naming the document, e.g. user.preference.theme."},
+    "id": {"type": "string", "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", "description": "Document id."},
+    "text": {"type": "string", "minLength": 1, "maxLength": 16384, "description": "The document's text."},
+    "metadata": {"type": "object", "description": "Free-form attributes stored with the document: tags, source, category."}
   },
   "required": ["op"],
   "additionalProperties": false,
   "allOf": [
     {"if": {"properties": {"op": {"const": "insert"}}}, "then": {"required": ["text"], "not": {"required": ["id"]}}},
-    {"if": {"properties": {"op": {"const": "update"}}}, "then": {"required": ["key", "text"], "not": {"required": ["id"]}}},
+    {"if": {"properties": {"op": {"const": "update"}}},
+     "then": {"anyOf": [{"required": ["key"]}, {"required": ["id"]}], "allOf": [{"anyOf": [{"required": ["text"]}, {"required": ["metadata"]}]}]}},
     {"if": {"properties": {"op": {"const": "delete"}}},
      "then": {"anyOf": [{"required": ["key"]}, {"required": ["id"]}], "not": {"anyOf": [{"required": ["text"]}, {"required": ["metadata"]}]}}}
   ]

@@ -15,6 +15,28 @@ type StatusResponse struct {
 	ConfigVersion int64          `json:"config_version"`
 	// Agents lists every configured agent, sorted by ID.
 	Agents []AgentStatus `json:"agents"`
+	// Memory is the embedding pipeline's state, when choird could read it.
+	Memory *MemoryStatus `json:"memory,omitempty"`
+}
+
+// MemoryStatus is the embedding pipeline as choirctl status shows it: which
+// embedder runs (the offline one is labelled as such), what waits for a
+// vector, and the latest failure. While the provider fails, memory search
+// answers from full text.
+type MemoryStatus struct {
+	Provider   string `json:"provider"`
+	Model      string `json:"model,omitempty"`
+	Dimensions int    `json:"dimensions"`
+	Offline    bool   `json:"offline"`
+	Note       string `json:"note,omitempty"`
+	// ConsecutiveFailures counts failed embedding calls since the last
+	// success: above zero, the provider is down or refusing.
+	ConsecutiveFailures int64 `json:"consecutive_failures"`
+	// Pending documents wait for a vector; Failed ones gave up and are
+	// found by full text only until choirctl memory reembed.
+	Pending   int    `json:"pending"`
+	Failed    int    `json:"failed"`
+	LastError string `json:"last_error,omitempty"`
 }
 
 // DaemonStatus describes the running choird.

@@ -93,6 +93,8 @@ type File struct {
 	Source string
 	Data   []byte
 	Mode   int64
+	// Link makes the entry a symbolic link to Link.
+	Link string
 }
 
 // TarFiles packs files (path in the archive -> file) into a tar stream.
@@ -107,6 +109,12 @@ func TarFiles(t testing.TB, files map[string]File) *bytes.Buffer {
 			if err := tw.WriteHeader(&tar.Header{Name: d + "/", Mode: 0o755, Typeflag: tar.TypeDir}); err != nil {
 				t.Fatal(err)
 			}
+		}
+		if f.Link != "" {
+			if err := tw.WriteHeader(&tar.Header{Name: name, Linkname: f.Link, Mode: 0o777, Typeflag: tar.TypeSymlink}); err != nil {
+				t.Fatal(err)
+			}
+			continue
 		}
 		data := f.Data
 		if f.Source != "" {
@@ -162,6 +170,32 @@ func RemoveImage(t testing.TB, cli *client.Client, ref string) {
 func isNotFound(err error) bool {
 	var nf interface{ NotFound() }
 	return errors.As(err, &nf) || (err != nil && bytes.Contains([]byte(err.Error()), []byte("No such image")))
+}
+
+// BusyboxImage makes a FROM-scratch image of Debian's static busybox
+// (apt-get install busybox-static) with /bin/sh and the common applets,
+// to serve as an OS image for RUN steps. It skips the test when busybox
+// is not installed, unless CHOIR_REQUIRE_DOCKER=1.
+func BusyboxImage(t testing.TB, cli *client.Client) string {
+	t.Helper()
+	bb, err := exec.LookPath("busybox")
+	if err == nil {
+		if out, _ := exec.Command(bb, "--help").CombinedOutput(); !bytes.Contains(out, []byte("BusyBox")) {
+			err = fmt.Errorf("%s is not busybox", bb)
+		}
+	}
+	if err != nil {
+		msg := fmt.Sprintf("no static busybox (%v): apt-get install busybox-static", err)
+		if os.Getenv(EnvRequireDocker) == "1" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	files := map[string]File{"bin/busybox": {Source: bb, Mode: 0o755}, "tmp/.keep": {}}
+	for _, applet := range []string{"sh", "echo", "printf", "mkdir", "chmod", "cat", "ls", "test", "false", "true", "sleep", "env", "rm", "cp"} {
+		files["bin/"+applet] = File{Link: "busybox"}
+	}
+	return ImportImage(t, cli, "choir-test-os", files, `CMD ["/bin/sh"]`, "ENV PATH=/bin")
 }
 
 // AgentImage builds the stand-in agent into a FROM-scratch image whose

@@ -1,0 +1,327 @@
+// Package build is `choirctl agent build` (spec 17.3): it turns the global
+// repository and an agent's repository into the agent's image.
+//
+// # Pipeline
+//
+//  1. Fetch: clone or fetch both repositories into <home>/repos/global and
+//     <home>/repos/agents/<id> with the git CLI (any URL git takes: local
+//     paths, file://, https, ssh) and check the configured ref out,
+//     detached. A failure is a [*FetchError] quoting git.
+//  2. Merge and validate, before the engine is called: the agent's tools
+//     and skills override the global ones of the same name; USER.md comes
+//     from the global repository only; SOUL.md and SOUL-CORE.md from the
+//     agent's if present, else the global one. The merged tree is checked
+//     with the agent's own loaders (agent/tool's registry Build and
+//     agent/skill's Load); any problem fails with [ErrInvalidRepo] naming
+//     the file.
+//  3. Build, through the engine API's classic builder (never BuildKit,
+//     never a pull): Dockerfile.base of the global repository into
+//     choir-base:<key>, then the agent repository's Dockerfile, if any,
+//     FROM the base, then a final stage that adds /choir: the merged tools
+//     (/choir/tools/{global,agent}), skills (/choir/skills/{global,agent},
+//     where the agent's skill loader looks), USER.md, SOUL.md,
+//     SOUL-CORE.md, the choir-agent binary (/choir/bin/choir-agent, the
+//     entrypoint, with git-cred-helper as a second name) and
+//     /choir/version.json. A failing Dockerfile is a [*DockerfileError]
+//     with the tail of the build log.
+//  4. Tag choir-agent-<id>:<image version> and choir-agent-<id>:latest.
+//
+// # Build arguments
+//
+// The Dockerfiles take their parents as build arguments, so that an
+// engine without a registry builds from a locally imported root
+// filesystem or from scratch:
+//
+//	# Dockerfile.base (global repository)
+//	ARG CHOIR_OS_IMAGE=scratch
+//	FROM ${CHOIR_OS_IMAGE}
+//	...
+//
+//	# Dockerfile (agent repository)
+//	ARG CHOIR_BASE_IMAGE
+//	FROM ${CHOIR_BASE_IMAGE}
+//	...
+//
+// CHOIR_OS_IMAGE is [Options.OSImage] (see scripts/agent-base-image.sh for
+// a Debian root filesystem made offline); CHOIR_BASE_IMAGE is the base
+// just built. The choir-agent binary must be static: the pipeline adds it
+// to whatever the base holds.
+//
+// # Tools compiled by a Dockerfile
+//
+// A tool manifest whose executable is not in the repository (a relative
+// exec_path such as "bin/mytool", or the default <stem>) is taken to be
+// built by a Dockerfile into /choir/tools/global/... (Dockerfile.base) or
+// /choir/tools/agent/... (the agent's Dockerfile); the final stage merges
+// the repositories' tools over it. The manifest is validated against a
+// stand-in executable, and after the build the image must hold the
+// executable, or the build fails. Absolute exec paths are not supported.
+//
+// # Versions and skipping
+//
+// The image version is the first 12 hex digits of a hash of everything
+// that goes into the image: both commits, the merged tool, skill and
+// identity trees, the agent binary, and the base (the global commit and
+// the OS image's ID). It is baked as /choir/version.json ([Version]) and
+// also carried as the image label choir.version. A build whose version
+// exists already, with an equal label, is skipped; a base whose key
+// exists is not rebuilt. [VerifyImage] reads version.json from an image,
+// for choird to check before it starts a container.
+package build
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sync"
+
+	"github.com/moby/moby/client"
+
+	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/config"
+)
+
+// Build arguments and labels.
+const (
+	ArgOSImage   = "CHOIR_OS_IMAGE"
+	ArgBaseImage = "CHOIR_BASE_IMAGE"
+	argFrom      = "CHOIR_FROM"
+
+	LabelVersion      = "choir.version"
+	LabelImageVersion = "choir.image_version"
+	LabelAgentID      = "choir.agent_id"
+
+	// BaseRepository is the base images' repository name.
+	BaseRepository = "choir-base"
+	// formatVersion changes when the pipeline bakes images differently.
+	formatVersion = "1"
+)
+
+// Repository returns the image repository of an agent: choir-agent-<id>.
+func Repository(agentID string) string { return "choir-agent-" + agentID }
+
+// Options configure a Builder.
+type Options struct {
+	// Home is the .choir.d directory; clones live in Home/repos.
+	Home string
+	// Docker is the engine client.
+	Docker *client.Client
+	// AgentBinary is the static choir-agent binary baked into every
+	// image (required).
+	AgentBinary string
+	// OSImage is passed to Dockerfile.base as CHOIR_OS_IMAGE; empty lets
+	// the Dockerfile's default stand.
+	OSImage string
+	// Tools are the built-in tools the agent registers beyond
+	// tool.Builtins, so that validation knows every name the agent will.
+	Tools []tool.Tool
+	// Git is the git executable (default "git").
+	Git string
+	// Progress receives the build output as it streams (optional).
+	Progress io.Writer
+	// LogTailLines is how much of the build log a DockerfileError shows
+	// (default 25).
+	LogTailLines int
+	// Logger receives the pipeline's steps (default: discard).
+	Logger *slog.Logger
+}
+
+// Builder runs the pipeline. It is safe for concurrent use; builds of one
+// agent, and fetches of one clone, are serialised.
+type Builder struct {
+	opts   Options
+	gitBin string
+	log    *slog.Logger
+
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+}
+
+// New checks the options and returns a Builder.
+func New(opts Options) (*Builder, error) {
+	if opts.Home == "" {
+		return nil, errors.New("agent build: no home directory")
+	}
+	if opts.AgentBinary == "" {
+		return nil, errors.New("agent build: no choir-agent binary to bake into the image")
+	}
+	if fi, err := os.Stat(opts.AgentBinary); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("agent build: choir-agent binary %s: not a file (build it with `CGO_ENABLED=0 go build ./cmd/choir-agent`)", opts.AgentBinary)
+	}
+	if opts.Git == "" {
+		opts.Git = "git"
+	}
+	gitBin, err := exec.LookPath(opts.Git)
+	if err != nil {
+		return nil, fmt.Errorf("agent build: %w (install git)", err)
+	}
+	if opts.LogTailLines <= 0 {
+		opts.LogTailLines = 25
+	}
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Builder{opts: opts, gitBin: gitBin, log: log, locks: map[string]*sync.Mutex{}}, nil
+}
+
+// lockPath serialises work on one path (a clone, an agent's build).
+func (b *Builder) lockPath(key string) func() {
+	b.mu.Lock()
+	m, ok := b.locks[key]
+	if !ok {
+		m = &sync.Mutex{}
+		b.locks[key] = m
+	}
+	b.mu.Unlock()
+	m.Lock()
+	return m.Unlock
+}
+
+// Request is one agent's build.
+type Request struct {
+	AgentID string
+	// Global is the global repository (config.json global_repo).
+	Global config.Repo
+	// Agent is the agent's repository; zero when the agent has none.
+	Agent config.Repo
+	// Force builds even when an image of the same version exists.
+	Force bool
+}
+
+// Version is /choir/version.json (spec 15.1), and the choir.version label.
+type Version struct {
+	AgentID string `json:"agent_id"`
+	// ImageVersion is the image's tag: 12 hex digits of the hash of the
+	// other fields.
+	ImageVersion      string `json:"image_version"`
+	GlobalRepoCommit  string `json:"global_repo_commit"`
+	AgentRepoCommit   string `json:"agent_repo_commit,omitempty"`
+	ToolManifestHash  string `json:"tool_manifest_hash"`
+	SkillManifestHash string `json:"skill_manifest_hash"`
+	IdentityHash      string `json:"identity_hash"`
+	AgentBinaryHash   string `json:"agent_binary_hash"`
+	// BaseImage is the base image built from Dockerfile.base.
+	BaseImage string `json:"base_image"`
+	// OSImage and OSImageID are CHOIR_OS_IMAGE and its image ID, if set.
+	OSImage   string `json:"os_image,omitempty"`
+	OSImageID string `json:"os_image_id,omitempty"`
+	Format    string `json:"format"`
+}
+
+// computeImageVersion hashes every field but ImageVersion.
+func (v Version) computeImageVersion() string {
+	v.ImageVersion = ""
+	data, _ := json.Marshal(v)
+	sum := sha256.Sum256(data)
+	return hex.EncodeToString(sum[:])[:12]
+}
+
+// Plan is a fetched, merged and validated build, not yet sent to the
+// engine. Close removes its staging directory.
+type Plan struct {
+	Request   Request
+	GlobalDir string
+	// AgentDir is empty when the agent has no repository.
+	AgentDir string
+	// Version lacks ImageVersion, BaseImage and OSImageID, which need the
+	// engine.
+	Version Version
+	// DockerfileOutputs are tool executables a Dockerfile must produce.
+	DockerfileOutputs []string
+	staged            *staged
+}
+
+// Close removes the staging directory.
+func (p *Plan) Close() error {
+	if p.staged == nil {
+		return nil
+	}
+	return os.RemoveAll(p.staged.dir)
+}
+
+var agentIDRE = regexp.MustCompile(config.NamePattern)
+
+// Prepare fetches both repositories, merges and validates them. It never
+// calls the engine, so `config load` can use it to check repositories.
+func (b *Builder) Prepare(ctx context.Context, req Request) (*Plan, error) {
+	if !agentIDRE.MatchString(req.AgentID) {
+		return nil, fmt.Errorf("agent build: agent id %q must match %s", req.AgentID, config.NamePattern)
+	}
+	if req.Global.URL == "" {
+		return nil, errors.New("agent build: global_repo is not configured in config.json: it holds Dockerfile.base and the identity files")
+	}
+	p := &Plan{Request: req, GlobalDir: filepath.Join(b.opts.Home, "repos", "global")}
+	b.log.Info("fetching repositories", slog.String("agent_id", req.AgentID))
+	var err error
+	if p.Version.GlobalRepoCommit, err = b.fetch(ctx, "global", req.Global, p.GlobalDir); err != nil {
+		return nil, err
+	}
+	if req.Agent.URL != "" {
+		p.AgentDir = filepath.Join(b.opts.Home, "repos", "agents", req.AgentID)
+		if p.Version.AgentRepoCommit, err = b.fetch(ctx, "agent "+req.AgentID, req.Agent, p.AgentDir); err != nil {
+			return nil, err
+		}
+	}
+	// The clone must not change under the merge: hold the global clone
+	// while staging (the agent's is this build's alone).
+	unlock := b.lockPath(p.GlobalDir)
+	defer unlock()
+	if !isFile(filepath.Join(p.GlobalDir, "Dockerfile.base")) {
+		return nil, fmt.Errorf("agent build: %w: the global repo (commit %s) has no Dockerfile.base", ErrInvalidRepo, short(p.Version.GlobalRepoCommit))
+	}
+	dir, err := os.MkdirTemp("", "choir-build-"+req.AgentID+"-")
+	if err != nil {
+		return nil, fmt.Errorf("agent build: %w", err)
+	}
+	s, err := b.stage(p.GlobalDir, p.AgentDir, dir)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("agent build %s: %w", req.AgentID, err)
+	}
+	p.staged = s
+	p.DockerfileOutputs = s.dockerfileOutputs
+	bin, err := fileHash(b.opts.AgentBinary)
+	if err != nil {
+		p.Close()
+		return nil, fmt.Errorf("agent build: hash the choir-agent binary: %w", err)
+	}
+	p.Version.AgentID = req.AgentID
+	p.Version.ToolManifestHash = s.toolHash
+	p.Version.SkillManifestHash = s.skillHash
+	p.Version.IdentityHash = s.identityHash
+	p.Version.AgentBinaryHash = bin
+	p.Version.OSImage = b.opts.OSImage
+	p.Version.Format = formatVersion
+	return p, nil
+}
+
+// Result is what Build made, or found already made.
+type Result struct {
+	// Image is choir-agent-<id>:<version>, also tagged :latest.
+	Image   string
+	ImageID string
+	Version Version
+	// Built is false when an image of this version existed already.
+	Built bool
+	// BaseBuilt says whether the base image was built now.
+	BaseBuilt bool
+	// DockerfileOutputs are the tool executables the Dockerfiles produced.
+	DockerfileOutputs []string
+}
+
+func short(commit string) string {
+	if len(commit) > 12 {
+		return commit[:12]
+	}
+	return commit
+}

@@ -50,7 +50,7 @@ test-short: devpg
 run: devpg build
 	@test -f "$(DIR)/config.json" || bin/choirctl --home "$(DIR)" init --local
 	bin/choirctl --home "$(DIR)" db migrate
-	exec bin/choird --home "$(DIR)"
+	exec bin/choird --home "$(DIR)" --runtime=process
 
 bench: devpg
 	CHOIR_TEST_DATABASE_URL="$(PG_URL)" go test -run '^$$' -bench . -benchmem ./...

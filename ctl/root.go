@@ -56,7 +56,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
-	root.AddCommand(newInitCommand(g), newDBCommand(g), newConfigCommand(g), newStatusCommand(g), newMemoryCommand(g))
+	root.AddCommand(newInitCommand(g), newDBCommand(g), newConfigCommand(g), newStatusCommand(g), newMemoryCommand(g),
+		newAgentCommand(g), newWorkspaceCommand(g))
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {

@@ -7,6 +7,7 @@ package daemon
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -21,6 +22,9 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/memory"
+	"github.com/choirhq/choir/daemon/runtime"
+	"github.com/choirhq/choir/daemon/runtime/docker"
+	"github.com/choirhq/choir/daemon/runtime/process"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
@@ -46,6 +50,15 @@ type Options struct {
 	// TLSCert and TLSKey are the http transport's certificate; when empty,
 	// a self-signed one is generated into .choir.d/tls.
 	TLSCert, TLSKey string
+	// Runtime runs agents: "docker", "process", or "" for none (choird
+	// then serves agents started elsewhere, as tests do).
+	Runtime string
+	// AgentBinary is choir-agent for the process runtime (default: next
+	// to choird's own executable).
+	AgentBinary string
+	// AgentImage overrides the image agents run under docker (default
+	// choir-agent-<id>:latest, as agent build tags it).
+	AgentImage string
 }
 
 // Daemon is a running choird.
@@ -57,6 +70,8 @@ type Daemon struct {
 	pool          *pgxpool.Pool
 	river         *jobs.Client
 	api           *agentAPI
+	runtime       runtime.Runtime
+	opts          Options
 	memory        *memory.Store
 	rpc           *rpc.Server
 	configVersion int64
@@ -94,7 +109,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		}
 	}()
 
-	d := &Daemon{home: opts.Home, logger: logger, startedAt: time.Now()}
+	d := &Daemon{home: opts.Home, logger: logger, startedAt: time.Now(), opts: opts}
 	logger.InfoContext(ctx, "choird starting", slog.String("version", Version), slog.String("home", opts.Home),
 		slog.Int("pid", os.Getpid()))
 
@@ -177,9 +192,20 @@ func Run(ctx context.Context, opts Options) (err error) {
 		slog.Int("pool_max_conns", int(d.pool.Config().MaxConns)),
 		slog.Duration("crash_detection_threshold", d.cfg.CrashDetectionThreshold()))
 
-	// Steps 6-8 (containers, stale leases, gateways) belong to the
-	// lifecycle and gateway layers; crash detection above already frees
-	// the leases of sessions whose heartbeats stopped.
+	// Steps 6 and 7: instances a previous run left behind are removed, and
+	// sessions without an instance crashed, their leases released.
+	if d.runtime, err = newRuntime(ctx, opts, logger); err != nil {
+		d.river.Stop(context.WithoutCancel(ctx)) //nolint:errcheck
+		return err
+	}
+	if d.runtime != nil {
+		defer d.runtime.Close()
+		if err := d.cleanOrphans(ctx); err != nil {
+			d.river.Stop(context.WithoutCancel(ctx)) //nolint:errcheck
+			return err
+		}
+	}
+	// Step 8 (gateways) belongs to the gateway layer.
 
 	// Step 9: accept agents and choirctl.
 	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
@@ -188,6 +214,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		d.river.Stop(context.WithoutCancel(ctx)) //nolint:errcheck
 		return err
+	}
+	if d.runtime != nil {
+		go d.watchExits(serveCtx)
 	}
 
 	logger.InfoContext(ctx, "choird ready", slog.Int64("config_version", d.configVersion),
@@ -274,4 +303,39 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(keys)
 	return keys
+}
+
+// newRuntime makes the agent runtime opts names.
+func newRuntime(ctx context.Context, opts Options, logger *slog.Logger) (runtime.Runtime, error) {
+	switch opts.Runtime {
+	case "":
+		return nil, nil
+	case "process":
+		bin := opts.AgentBinary
+		if bin == "" {
+			self, err := os.Executable()
+			if err != nil {
+				return nil, fmt.Errorf("find choir-agent: %w", err)
+			}
+			bin = filepath.Join(filepath.Dir(self), "choir-agent")
+		}
+		rt, err := process.New(process.Options{Binary: bin, StateDir: filepath.Join(opts.Home, "run", "process"),
+			LogDir: filepath.Join(opts.Home, "logs"), Logger: logger.With(slog.String("component", "runtime"))})
+		if err != nil {
+			return nil, fmt.Errorf("process runtime: %w (build it with make build, or pass --agent-binary)", err)
+		}
+		return rt, nil
+	case "docker":
+		// One scope per installation, so two choirds never reap each
+		// other's containers.
+		abs, _ := filepath.Abs(opts.Home)
+		scope := sha256.Sum256([]byte(abs))
+		rt, err := docker.New(ctx, docker.Options{Scope: hex.EncodeToString(scope[:6]), Init: true,
+			Logger: logger.With(slog.String("component", "runtime"))})
+		if err != nil {
+			return nil, fmt.Errorf("docker runtime: %w (or start choird with --runtime=process)", err)
+		}
+		return rt, nil
+	}
+	return nil, fmt.Errorf("unknown runtime %q: want docker or process", opts.Runtime)
 }

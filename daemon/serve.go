@@ -88,6 +88,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (*servers, erro
 	admin.Handle(mux, "GET", admin.PathStatus, func(ctx context.Context, _ admin.Empty) (admin.StatusResponse, error) {
 		return d.status(ctx), nil
 	})
+	d.mountControl(mux)
 	d.logger.InfoContext(ctx, "admin API listening", slog.String("socket", admin.SocketPath(d.home)))
 
 	s := &servers{errs: make(chan error, 2)}

@@ -103,6 +103,18 @@ func (q *Queries) LeaseListActive(ctx context.Context) ([]ChoirControlResourceLe
 	return items, nil
 }
 
+const leasesDeleteBySession = `-- name: LeasesDeleteBySession :execrows
+DELETE FROM choir_control.resource_leases WHERE session_id = $1
+`
+
+func (q *Queries) LeasesDeleteBySession(ctx context.Context, sessionID uuid.UUID) (int64, error) {
+	result, err := q.db.Exec(ctx, leasesDeleteBySession, sessionID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const leasesReleaseBySession = `-- name: LeasesReleaseBySession :execrows
 UPDATE choir_control.resource_leases SET released_at = now()
  WHERE session_id = $1 AND released_at IS NULL

@@ -95,6 +95,22 @@ func (q *Queries) SessionCreate(ctx context.Context, arg SessionCreateParams) (C
 	return i, err
 }
 
+const sessionDeleteUnstarted = `-- name: SessionDeleteUnstarted :execrows
+DELETE FROM choir_control.sessions s
+ WHERE s.session_id = $1 AND s.hello_at IS NULL AND s.acked_rev = s.base_rev
+   AND NOT EXISTS (SELECT 1 FROM choir_control.session_events e WHERE e.session_id = s.session_id)
+`
+
+// SessionDeleteUnstarted removes a session whose instance never started:
+// no hello, no events.
+func (q *Queries) SessionDeleteUnstarted(ctx context.Context, sessionID uuid.UUID) (int64, error) {
+	result, err := q.db.Exec(ctx, sessionDeleteUnstarted, sessionID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const sessionEnd = `-- name: SessionEnd :one
 UPDATE choir_control.sessions
    SET status = 'ended', ended_at = now(), end_reason = $1
@@ -309,6 +325,31 @@ func (q *Queries) SessionList(ctx context.Context, arg SessionListParams) ([]Cho
 		return nil, err
 	}
 	return items, nil
+}
+
+const sessionMarkStopping = `-- name: SessionMarkStopping :exec
+UPDATE choir_control.sessions SET status = 'stopping'
+ WHERE session_id = $1 AND status = 'active'
+`
+
+func (q *Queries) SessionMarkStopping(ctx context.Context, sessionID uuid.UUID) error {
+	_, err := q.db.Exec(ctx, sessionMarkStopping, sessionID)
+	return err
+}
+
+const sessionSetInstance = `-- name: SessionSetInstance :exec
+UPDATE choir_control.sessions SET container_id = $1
+ WHERE session_id = $2
+`
+
+type SessionSetInstanceParams struct {
+	ContainerID string    `json:"container_id"`
+	SessionID   uuid.UUID `json:"session_id"`
+}
+
+func (q *Queries) SessionSetInstance(ctx context.Context, arg SessionSetInstanceParams) error {
+	_, err := q.db.Exec(ctx, sessionSetInstance, arg.ContainerID, arg.SessionID)
+	return err
 }
 
 const sessionsCrashStale = `-- name: SessionsCrashStale :many

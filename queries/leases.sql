@@ -15,3 +15,6 @@ SELECT * FROM choir_control.resource_leases
 -- name: LeaseGetHolder :one
 SELECT * FROM choir_control.resource_leases
  WHERE resource_kind = @resource_kind AND resource_name = @resource_name AND released_at IS NULL;
+
+-- name: LeasesDeleteBySession :execrows
+DELETE FROM choir_control.resource_leases WHERE session_id = @session_id;

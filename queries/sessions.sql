@@ -67,3 +67,18 @@ UPDATE choir_control.sessions
    SET status = @status, ended_at = now(), end_reason = @end_reason
  WHERE session_id = @session_id AND status IN ('active', 'stopping')
    AND @status::text IN ('ended', 'crashed');
+
+-- name: SessionSetInstance :exec
+UPDATE choir_control.sessions SET container_id = @container_id
+ WHERE session_id = @session_id;
+
+-- name: SessionMarkStopping :exec
+UPDATE choir_control.sessions SET status = 'stopping'
+ WHERE session_id = @session_id AND status = 'active';
+
+-- name: SessionDeleteUnstarted :execrows
+-- SessionDeleteUnstarted removes a session whose instance never started:
+-- no hello, no events.
+DELETE FROM choir_control.sessions s
+ WHERE s.session_id = @session_id AND s.hello_at IS NULL AND s.acked_rev = s.base_rev
+   AND NOT EXISTS (SELECT 1 FROM choir_control.session_events e WHERE e.session_id = s.session_id);

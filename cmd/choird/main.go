@@ -21,6 +21,9 @@ func main() {
 	listen := fs.String("listen", "127.0.0.1:9400", "address for --transport=http")
 	tlsCert := fs.String("tls-cert", "", "TLS certificate for --transport=http (default: self-signed in .choir.d/tls)")
 	tlsKey := fs.String("tls-key", "", "TLS key for --tls-cert")
+	rt := fs.String("runtime", "docker", "agent runtime: docker, or process (the agent binary as a child process, for development)")
+	agentBinary := fs.String("agent-binary", "", "choir-agent for --runtime=process (default: next to choird)")
+	agentImage := fs.String("agent-image", "", "image for every agent under docker (default: choir-agent-<id>:latest)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -30,7 +33,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := daemon.Run(ctx, daemon.Options{Home: *home, Transport: *transport, Listen: *listen,
-		TLSCert: *tlsCert, TLSKey: *tlsKey}); err != nil {
+		TLSCert: *tlsCert, TLSKey: *tlsKey, Runtime: *rt, AgentBinary: *agentBinary, AgentImage: *agentImage}); err != nil {
 		fmt.Fprintf(os.Stderr, "choird: %v\n", err)
 		stop()
 		os.Exit(1)

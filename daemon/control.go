@@ -1,0 +1,394 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/choirhq/choir/daemon/runtime"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
+)
+
+// Scope is who issues a control command (spec 17.1, 19.3): an admin, who
+// may act on any agent, or a regular DM, which may act only on its bound
+// agent. Both front-ends (the admin socket and the gateway) call the same
+// commands with their scope.
+type Scope struct {
+	Admin bool
+	// Agent is the agent a regular DM is bound to.
+	Agent string
+	// Actor names the issuer for logs and audit, e.g. "choirctl:uid=0".
+	Actor string
+}
+
+// ErrForbidden reports a command outside the issuer's scope.
+var ErrForbidden = errors.New("not allowed")
+
+func (s Scope) allow(agentID string) error {
+	if s.Admin || (s.Agent != "" && s.Agent == agentID) {
+		return nil
+	}
+	if s.Agent == "" {
+		return fmt.Errorf("%w: this command needs an admin DM or choirctl", ErrForbidden)
+	}
+	return fmt.Errorf("%w: this DM controls only agent %s, not %s", ErrForbidden, s.Agent, agentID)
+}
+
+func (s Scope) adminOnly(what string) error {
+	if s.Admin {
+		return nil
+	}
+	return fmt.Errorf("%w: %s needs an admin DM or choirctl", ErrForbidden, what)
+}
+
+// StopTimeout bounds a graceful stop: the agent's safe point, summary,
+// final heartbeat and TERMINATE_SELF.
+const StopTimeout = 60 * time.Second
+
+// AgentStart starts a session of agentID under the configured runtime:
+// leases and the session row in one transaction, then the instance. If the
+// instance cannot start, the session and its leases are removed again, so
+// nothing is half-started.
+func (d *Daemon) AgentStart(ctx context.Context, sc Scope, agentID string, o StartOverrides) (admin.AgentStatus, error) {
+	if err := sc.adminOnly("agent start"); err != nil {
+		return admin.AgentStatus{}, err
+	}
+	if d.runtime == nil {
+		return admin.AgentStatus{}, errors.New("choird runs without an agent runtime; start it with --runtime=docker or --runtime=process")
+	}
+	b, err := resolveBindings(d.cfg, agentID, o)
+	if err != nil {
+		return admin.AgentStatus{}, err
+	}
+	ws := d.cfg.Workspaces[b.Workspace].Path
+	if err := checkWorkspace(ws); err != nil {
+		return admin.AgentStatus{}, fmt.Errorf("workspace %s: %w", b.Workspace, err)
+	}
+	s, err := startSession(ctx, d.pool, d.cfg, agentID, o, d.configVersion, d.runtime.Name())
+	if err != nil {
+		return admin.AgentStatus{}, err
+	}
+	spec := runtime.Spec{AgentID: agentID, SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken,
+		Image: d.agentImage(agentID), Workspace: ws, ControlSocket: AgentSocketPath(d.home)}
+	inst, err := d.runtime.Start(ctx, spec)
+	if err != nil {
+		if derr := discardSession(context.WithoutCancel(ctx), d.pool, s.Session.SessionID); derr != nil {
+			d.logger.Error("could not remove the session of a failed start", slog.String("session_id", spec.SessionID),
+				slog.String("error", derr.Error()))
+		}
+		return admin.AgentStatus{}, fmt.Errorf("start agent %s: %w", agentID, err)
+	}
+	if err := db.New(d.pool).SessionSetInstance(ctx, db.SessionSetInstanceParams{SessionID: s.Session.SessionID,
+		ContainerID: inst.ID}); err != nil {
+		return admin.AgentStatus{}, fmt.Errorf("record instance of %s: %w", agentID, err)
+	}
+	d.logger.InfoContext(ctx, "agent started", slog.String("agent_id", agentID), slog.String("session_id", spec.SessionID),
+		slog.String("runtime", d.runtime.Name()), slog.String("instance", inst.ID), slog.String("by", sc.Actor))
+	return d.agentStatus(ctx, agentID), nil
+}
+
+// agentImage is the image an agent runs under docker.
+func (d *Daemon) agentImage(agentID string) string {
+	if d.opts.AgentImage != "" {
+		return d.opts.AgentImage
+	}
+	return "choir-agent-" + agentID + ":latest"
+}
+
+// checkWorkspace says what is wrong with a workspace directory.
+func checkWorkspace(path string) error {
+	st, err := os.Stat(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%s does not exist; create it (mkdir -p %s) or fix workspaces in config.json", path, path)
+	}
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s is not a directory", path)
+	}
+	probe, err := os.CreateTemp(path, ".choir-write-check-*")
+	if err != nil {
+		return fmt.Errorf("%s is not writable by choird: %w", path, err)
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+	return nil
+}
+
+// discardSession removes a session that never ran, with its leases.
+func discardSession(ctx context.Context, pool dbtx, id uuid.UUID) error {
+	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		if _, err := q.LeasesDeleteBySession(ctx, id); err != nil {
+			return err
+		}
+		_, err := q.SessionDeleteUnstarted(ctx, id)
+		return err
+	})
+}
+
+// dbtx is what discardSession needs of a pool.
+type dbtx interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+}
+
+// AgentStop stops an agent gracefully (spec 17.2): the session becomes
+// stopping, the agent is told to shut down and ends its session itself
+// after its final heartbeat; an agent that does not within StopTimeout is
+// stopped by its runtime and its session ended.
+func (d *Daemon) AgentStop(ctx context.Context, sc Scope, agentID string) (admin.AgentStatus, error) {
+	if err := sc.allow(agentID); err != nil {
+		return admin.AgentStatus{}, err
+	}
+	q := db.New(d.pool)
+	s, err := q.SessionGetLiveByAgent(ctx, agentID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return admin.AgentStatus{}, fmt.Errorf("agent %s is not running", agentID)
+	}
+	if err != nil {
+		return admin.AgentStatus{}, err
+	}
+	if err := q.SessionMarkStopping(ctx, s.SessionID); err != nil {
+		return admin.AgentStatus{}, err
+	}
+	id := s.SessionID.String()
+	if _, err := d.rpc.Push(id, rpc.Push{Kind: rpc.PushShutdown,
+		Shutdown: &rpc.Shutdown{Reason: "stop requested by " + sc.Actor, GraceMS: StopTimeout.Milliseconds()}}); err != nil {
+		d.logger.WarnContext(ctx, "could not push shutdown", slog.String("session_id", id), slog.String("error", err.Error()))
+	}
+	deadline := time.Now().Add(StopTimeout)
+	for time.Now().Before(deadline) {
+		row, err := q.SessionGetByID(ctx, s.SessionID)
+		if err == nil && row.Status != "active" && row.Status != "stopping" {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return admin.AgentStatus{}, ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if d.runtime != nil && s.ContainerID != "" {
+		if err := d.runtime.Stop(ctx, s.ContainerID, 10*time.Second); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			d.logger.WarnContext(ctx, "runtime stop failed", slog.String("instance", s.ContainerID), slog.String("error", err.Error()))
+		}
+		if err := d.runtime.Remove(ctx, s.ContainerID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			d.logger.WarnContext(ctx, "runtime remove failed", slog.String("instance", s.ContainerID), slog.String("error", err.Error()))
+		}
+	}
+	// An agent that never answered is ended here; its unacknowledged tail
+	// is lost, as after a crash.
+	if ended, err := endSession(ctx, d.pool, d.river, s.SessionID, "ended", "stopped by "+sc.Actor+" (agent did not end its session)"); err != nil {
+		return admin.AgentStatus{}, err
+	} else if ended {
+		d.logger.WarnContext(ctx, "agent did not end its session in time; ended it", slog.String("agent_id", agentID))
+	}
+	d.rpc.CloseSession(ctx, id) //nolint:errcheck
+	d.logger.InfoContext(ctx, "agent stopped", slog.String("agent_id", agentID), slog.String("session_id", id), slog.String("by", sc.Actor))
+	return d.agentStatus(ctx, agentID), nil
+}
+
+// AgentRestart stops an agent and starts it again with the same resource
+// bindings.
+func (d *Daemon) AgentRestart(ctx context.Context, sc Scope, agentID string) (admin.AgentStatus, error) {
+	if err := sc.allow(agentID); err != nil {
+		return admin.AgentStatus{}, err
+	}
+	s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID)
+	if err != nil {
+		return admin.AgentStatus{}, fmt.Errorf("agent %s is not running", agentID)
+	}
+	var b rpc.ResourceBindings
+	if err := json.Unmarshal(s.ResourceBindings, &b); err != nil {
+		return admin.AgentStatus{}, err
+	}
+	if _, err := d.AgentStop(ctx, sc, agentID); err != nil {
+		return admin.AgentStatus{}, err
+	}
+	o := StartOverrides{Workspace: b.Workspace, LLM: b.Models["llm"], VoiceProfile: b.VoiceProfile,
+		GitIdentity: b.GitIdentity, Notion: b.Notion, Email: b.Email, DM: b.DM}
+	return d.AgentStart(ctx, Scope{Admin: true, Actor: sc.Actor}, agentID, o)
+}
+
+// AgentStatus reports one agent.
+func (d *Daemon) AgentStatus(ctx context.Context, sc Scope, agentID string) (admin.AgentStatus, error) {
+	if err := sc.allow(agentID); err != nil {
+		return admin.AgentStatus{}, err
+	}
+	if _, ok := d.cfg.Agents[agentID]; !ok {
+		return admin.AgentStatus{}, fmt.Errorf("%w: agent %q is not in config.json", ErrUnknownResource, agentID)
+	}
+	return d.agentStatus(ctx, agentID), nil
+}
+
+// AgentList reports every configured agent.
+func (d *Daemon) AgentList(ctx context.Context, sc Scope) ([]admin.AgentStatus, error) {
+	if err := sc.adminOnly("agent list"); err != nil {
+		return nil, err
+	}
+	out := []admin.AgentStatus{}
+	for _, id := range sortedKeys(d.cfg.Agents) {
+		out = append(out, d.agentStatus(ctx, id))
+	}
+	return out, nil
+}
+
+// WorkspaceInfo is one configured workspace and its holder.
+type WorkspaceInfo struct {
+	Name   string `json:"name"`
+	Path   string `json:"path"`
+	Holder string `json:"holder,omitempty"`
+}
+
+// WorkspaceList lists the workspaces and who leases each.
+func (d *Daemon) WorkspaceList(ctx context.Context, sc Scope) ([]WorkspaceInfo, error) {
+	if err := sc.adminOnly("workspace list"); err != nil {
+		return nil, err
+	}
+	leases, err := db.New(d.pool).LeaseListActive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	holder := map[string]string{}
+	for _, l := range leases {
+		if l.ResourceKind == "workspace" {
+			holder[l.ResourceName] = l.AgentID
+		}
+	}
+	out := []WorkspaceInfo{}
+	for _, name := range sortedKeys(d.cfg.Workspaces) {
+		out = append(out, WorkspaceInfo{Name: name, Path: d.cfg.Workspaces[name].Path, Holder: holder[name]})
+	}
+	return out, nil
+}
+
+// WorkspaceReset deletes a workspace's contents, stopping the agent that
+// leases it first (spec 15.4).
+func (d *Daemon) WorkspaceReset(ctx context.Context, sc Scope, name string) (WorkspaceInfo, error) {
+	if err := sc.adminOnly("workspace reset"); err != nil {
+		return WorkspaceInfo{}, err
+	}
+	ws, ok := d.cfg.Workspaces[name]
+	if !ok {
+		return WorkspaceInfo{}, fmt.Errorf("%w: workspace %q is not in config.json (workspaces: %v)", ErrUnknownResource, name, sortedKeys(d.cfg.Workspaces))
+	}
+	l, err := db.New(d.pool).LeaseGetHolder(ctx, db.LeaseGetHolderParams{ResourceKind: "workspace", ResourceName: name})
+	if err == nil {
+		if _, err := d.AgentStop(ctx, sc, l.AgentID); err != nil {
+			return WorkspaceInfo{}, fmt.Errorf("stop %s, which leases workspace %s: %w", l.AgentID, name, err)
+		}
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return WorkspaceInfo{}, err
+	}
+	entries, err := os.ReadDir(ws.Path)
+	if err != nil {
+		return WorkspaceInfo{}, fmt.Errorf("read workspace %s: %w", name, err)
+	}
+	for _, e := range entries {
+		if err := os.RemoveAll(filepath.Join(ws.Path, e.Name())); err != nil {
+			return WorkspaceInfo{}, fmt.Errorf("reset workspace %s: %w", name, err)
+		}
+	}
+	d.logger.InfoContext(ctx, "workspace reset", slog.String("workspace", name), slog.String("by", sc.Actor))
+	return WorkspaceInfo{Name: name, Path: ws.Path}, nil
+}
+
+// agentStatus describes an agent from its latest session.
+func (d *Daemon) agentStatus(ctx context.Context, id string) admin.AgentStatus {
+	a := admin.AgentStatus{AgentID: id, State: admin.AgentStopped}
+	s, err := db.New(d.pool).SessionLatestByAgent(ctx, id)
+	if err != nil {
+		return a
+	}
+	switch s.Status {
+	case "active":
+		a.State = admin.AgentActive
+		if s.HelloAt == nil {
+			a.State = admin.AgentStarting
+		}
+	case "stopping":
+		a.State = admin.AgentStopping
+	case "crashed":
+		a.State = admin.AgentCrashed
+	}
+	if a.State != admin.AgentStopped {
+		started, beat := s.StartedAt, s.LastHeartbeatAt
+		a.SessionID, a.Runtime, a.StartedAt, a.LastHeartbeatAt = s.SessionID.String(), s.Runtime, &started, &beat
+	}
+	return a
+}
+
+// watchExits ends the session of every instance that dies while its
+// session is live, at once, without waiting for missed heartbeats; the
+// heartbeat threshold stays the authority for anything the runtime misses.
+func (d *Daemon) watchExits(ctx context.Context) {
+	exits, err := d.runtime.Events(ctx)
+	if err != nil {
+		d.logger.Error("cannot watch agent instances; crashes are detected by heartbeat only", slog.String("error", err.Error()))
+		return
+	}
+	for ex := range exits {
+		id, err := uuid.Parse(ex.SessionID)
+		if err != nil {
+			continue
+		}
+		ended, err := endSession(ctx, d.pool, d.river, id, "crashed",
+			fmt.Sprintf("instance %s exited with status %d", ex.ID, ex.ExitCode))
+		if err != nil {
+			d.logger.Error("could not end the session of a dead instance", slog.String("session_id", ex.SessionID),
+				slog.String("error", err.Error()))
+			continue
+		}
+		if ended {
+			d.logger.Warn("agent instance died; session crashed", slog.String("agent_id", ex.AgentID),
+				slog.String("session_id", ex.SessionID), slog.Int("exit_code", ex.ExitCode), slog.Bool("oom_killed", ex.OOMKilled))
+			d.rpc.CloseSession(ctx, ex.SessionID) //nolint:errcheck
+		}
+		if err := d.runtime.Remove(ctx, ex.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
+			d.logger.Warn("could not remove a dead instance", slog.String("instance", ex.ID), slog.String("error", err.Error()))
+		}
+	}
+}
+
+// cleanOrphans removes every instance a previous run of choird left (spec
+// 6.2 step 6) and marks live sessions without an instance crashed (step 7).
+func (d *Daemon) cleanOrphans(ctx context.Context) error {
+	removed, err := runtime.RemoveOrphans(ctx, d.runtime, func(runtime.Instance) bool { return false })
+	if err != nil {
+		return fmt.Errorf("remove orphaned agent instances: %w", err)
+	}
+	for _, inst := range removed {
+		d.logger.InfoContext(ctx, "step 6: removed orphaned agent instance", slog.String("instance", inst.ID),
+			slog.String("agent_id", inst.AgentID), slog.String("session_id", inst.SessionID))
+	}
+	q := db.New(d.pool)
+	ids := sortedKeys(d.cfg.Agents)
+	sort.Strings(ids)
+	for _, id := range ids {
+		s, err := q.SessionGetLiveByAgent(ctx, id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := endSession(ctx, d.pool, d.river, s.SessionID, "crashed", "choird restarted; its instance is gone"); err != nil {
+			return err
+		}
+		d.logger.InfoContext(ctx, "step 7: session without an instance marked crashed, leases released",
+			slog.String("agent_id", id), slog.String("session_id", s.SessionID.String()))
+	}
+	return nil
+}

@@ -1,0 +1,316 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/ctl"
+	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc/admin"
+)
+
+var (
+	agentBinOnce sync.Once
+	agentBin     string
+	agentBinErr  error
+)
+
+// buildAgent builds choir-agent once per test binary.
+func buildAgent(t testing.TB) string {
+	t.Helper()
+	agentBinOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "choir-agent-bin-")
+		if err != nil {
+			agentBinErr = err
+			return
+		}
+		agentBin = filepath.Join(dir, "choir-agent")
+		out, err := exec.Command("go", "build", "-o", agentBin, "github.com/choirhq/choir/cmd/choir-agent").CombinedOutput()
+		if err != nil {
+			agentBinErr = err
+			agentBin = string(out)
+		}
+	})
+	if agentBinErr != nil {
+		t.Fatalf("build choir-agent: %v\n%s", agentBinErr, agentBin)
+	}
+	return agentBin
+}
+
+const canary = "sk-canary-0d5e9b21"
+
+// lifecycleHome writes a configuration with two agents that share the
+// default workspace, a canary model key, and a fast heartbeat.
+func lifecycleHome(t *testing.T, url string) string {
+	t.Helper()
+	pc, err := pgx.ParseConfig(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	cfg := testConfig(t)
+	cfg.Postgres = config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database, Secret: "postgres-admin"}
+	cfg.HeartbeatIntervalMS = 100
+	cfg.CrashDetectionThresholdMS = 3000
+	secrets := config.Secrets{"postgres-admin": "postgres:", "model-key": canary, "git-token": "ghp-test"}
+	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, ws := range cfg.Workspaces {
+		if err := os.MkdirAll(ws.Path, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return home
+}
+
+type choirdRun struct {
+	d      *Daemon
+	home   string
+	cancel context.CancelFunc
+	done   chan error
+}
+
+func startChoird(t *testing.T, home string) *choirdRun {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan *Daemon, 1)
+	r := &choirdRun{home: home, cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		r.done <- Run(ctx, Options{Home: home, Stderr: &lockedBuffer{}, Runtime: "process", AgentBinary: buildAgent(t),
+			Ready: func(d *Daemon) { ready <- d }})
+	}()
+	select {
+	case r.d = <-ready:
+	case err := <-r.done:
+		cancel()
+		t.Fatalf("choird: %v", err)
+	case <-time.After(time.Minute):
+		cancel()
+		t.Fatal("choird not ready")
+	}
+	return r
+}
+
+func (r *choirdRun) stop(t *testing.T) {
+	t.Helper()
+	r.cancel()
+	if err := <-r.done; err != nil {
+		t.Errorf("choird: %v", err)
+	}
+}
+
+func choirctl(t *testing.T, home string, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errb bytes.Buffer
+	code := ctl.Run(context.Background(), append([]string{"--home", home}, args...), &out, &errb)
+	return code, out.String(), errb.String()
+}
+
+func (r *choirdRun) waitState(t *testing.T, agent string, want admin.AgentState) admin.AgentStatus {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := r.d.agentStatus(context.Background(), agent)
+		if st.State == want {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent %s is %s, want %s", agent, st.State, want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func agentPid(t *testing.T, r *choirdRun, agent string) int {
+	t.Helper()
+	s, err := r.d.runtime.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, inst := range s {
+		if inst.AgentID == agent && inst.Running() {
+			return inst.Pid
+		}
+	}
+	t.Fatalf("no running instance of %s", agent)
+	return 0
+}
+
+func TestLifecycleProcessRuntime(t *testing.T) {
+	t.Parallel()
+	home := lifecycleHome(t, dbtest.NewDatabase(t))
+	r := startChoird(t, home)
+	defer r.stop(t)
+
+	t.Run("StartRequiresADM", func(t *testing.T) {
+		code, _, errs := choirctl(t, home, "agent", "start", "assistant")
+		if code != ctl.ExitUsage || !strings.Contains(errs, "--dm is required") {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+	})
+
+	t.Run("UnknownAgentOrResourceIsNamed", func(t *testing.T) {
+		code, _, errs := choirctl(t, home, "agent", "start", "ghost", "--dm", "console")
+		if code == 0 || !strings.Contains(errs, `agent "ghost" is not in config.json`) {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+		code, _, errs = choirctl(t, home, "agent", "start", "assistant", "--dm", "console", "--workspace", "nope")
+		if code == 0 || !strings.Contains(errs, "--workspace=nope") {
+			t.Fatalf("exit %d: %s", code, errs)
+		}
+	})
+
+	t.Run("StartStatusStopRestart", func(t *testing.T) {
+		code, out, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console")
+		if code != 0 {
+			t.Fatalf("start: %s", errs)
+		}
+		if !strings.Contains(out, "assistant") {
+			t.Errorf("start output: %s", out)
+		}
+		st := r.waitState(t, "assistant", admin.AgentActive)
+		if st.Runtime != "process" {
+			t.Errorf("runtime = %q", st.Runtime)
+		}
+		pid := agentPid(t, r, "assistant")
+
+		t.Run("CanarySecretIsNowhereButInMemory", func(t *testing.T) {
+			environ, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if bytes.Contains(environ, []byte(canary)) {
+				t.Error("the canary secret is in the agent's environment")
+			}
+			filepath.Walk(home, func(path string, info os.FileInfo, err error) error {
+				if err != nil || info.IsDir() || filepath.Base(path) == "secrets.json" || info.Mode()&os.ModeSocket != 0 {
+					return nil
+				}
+				if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, []byte(canary)) {
+					t.Errorf("the canary secret leaked into %s", path)
+				}
+				return nil
+			})
+			var n int
+			r.d.pool.QueryRow(context.Background(), `SELECT count(*) FROM choir_control.session_events
+				WHERE payload::text LIKE '%' || $1 || '%'`, canary).Scan(&n)
+			if n != 0 {
+				t.Errorf("the canary secret is in %d session events", n)
+			}
+		})
+
+		t.Run("SecondAgentOnTheSameWorkspaceIsRefusedNamingTheHolder", func(t *testing.T) {
+			code, _, errs := choirctl(t, home, "agent", "start", "helper", "--dm", "second")
+			if code == 0 || !strings.Contains(errs, "leased to agent assistant") {
+				t.Fatalf("exit %d: %s", code, errs)
+			}
+			var sessions int
+			r.d.pool.QueryRow(context.Background(), "SELECT count(*) FROM choir_control.sessions WHERE agent_id = 'helper'").Scan(&sessions)
+			if sessions != 0 {
+				t.Errorf("a refused start left %d sessions", sessions)
+			}
+		})
+
+		code, out, _ = choirctl(t, home, "agent", "status", "assistant")
+		if code != 0 || !strings.Contains(out, "active") {
+			t.Fatalf("status: %s", out)
+		}
+
+		code, _, errs = choirctl(t, home, "agent", "restart", "assistant")
+		if code != 0 {
+			t.Fatalf("restart: %s", errs)
+		}
+		r.waitState(t, "assistant", admin.AgentActive)
+		if newPid := agentPid(t, r, "assistant"); newPid == pid {
+			t.Error("restart kept the same process")
+		}
+
+		code, _, errs = choirctl(t, home, "agent", "stop", "assistant")
+		if code != 0 {
+			t.Fatalf("stop: %s", errs)
+		}
+		var status, reason string
+		r.d.pool.QueryRow(context.Background(), `SELECT status, end_reason FROM choir_control.sessions
+			WHERE agent_id = 'assistant' ORDER BY started_at DESC LIMIT 1`).Scan(&status, &reason)
+		if status != "ended" || !strings.Contains(reason, "terminated by the agent") {
+			t.Errorf("after stop: %s (%s), want ended by the agent itself", status, reason)
+		}
+		var leases int
+		r.d.pool.QueryRow(context.Background(), "SELECT count(*) FROM choir_audit.leases").Scan(&leases)
+		if leases != 0 {
+			t.Errorf("%d leases after stop", leases)
+		}
+	})
+
+	t.Run("KilledAgentIsCrashedAtOnce", func(t *testing.T) {
+		if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+			t.Fatalf("start: %s", errs)
+		}
+		r.waitState(t, "assistant", admin.AgentActive)
+		syscall.Kill(agentPid(t, r, "assistant"), syscall.SIGKILL)
+		// Well before the 3 s heartbeat threshold: the runtime reported it.
+		start := time.Now()
+		r.waitState(t, "assistant", admin.AgentCrashed)
+		t.Logf("crash noticed %s after the kill", time.Since(start))
+	})
+
+	t.Run("WorkspaceListAndReset", func(t *testing.T) {
+		ws := r.d.cfg.Workspaces["main"].Path
+		os.WriteFile(filepath.Join(ws, "junk.txt"), []byte("x"), 0o644)
+		code, out, _ := choirctl(t, home, "workspace", "list")
+		if code != 0 || !strings.Contains(out, "main") {
+			t.Fatalf("list: %s", out)
+		}
+		if code, _, errs := choirctl(t, home, "workspace", "reset", "main"); code != 0 {
+			t.Fatalf("reset: %s", errs)
+		}
+		if entries, _ := os.ReadDir(ws); len(entries) != 0 {
+			t.Errorf("workspace not empty: %v", entries)
+		}
+	})
+}
+
+func TestOrphansAreRemovedWhenChoirdRestarts(t *testing.T) {
+	t.Parallel()
+	home := lifecycleHome(t, dbtest.NewDatabase(t))
+	r := startChoird(t, home)
+	if _, err := r.d.AgentStart(context.Background(), Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{}); err != nil {
+		t.Fatal(err)
+	}
+	r.waitState(t, "assistant", admin.AgentActive)
+	pid := agentPid(t, r, "assistant")
+	r.stop(t) // the agent keeps running: choird's instances outlive it
+
+	r = startChoird(t, home)
+	defer r.stop(t)
+	if err := syscall.Kill(pid, 0); err == nil {
+		// Reaped asynchronously by the runtime; give it a moment.
+		deadline := time.Now().Add(10 * time.Second)
+		for syscall.Kill(pid, 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if syscall.Kill(pid, 0) == nil {
+			t.Errorf("orphaned agent %d still runs after choird restarted", pid)
+		}
+	}
+	if st := r.d.agentStatus(context.Background(), "assistant"); st.State != admin.AgentCrashed {
+		t.Errorf("orphan's session is %s, want crashed", st.State)
+	}
+	if _, err := r.d.AgentStart(context.Background(), Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{}); err != nil {
+		t.Fatalf("start after orphan cleanup: %v", err)
+	}
+	r.waitState(t, "assistant", admin.AgentActive)
+}

@@ -182,12 +182,12 @@ type query struct {
 	limit, offset       int
 }
 
-// decodeQuery decodes and validates input; dims is the target's vector
-// size, checked against a given vector later (the target is not known yet).
-func decodeQuery(input []byte, caller string) (*QueryInput, *query, error) {
+// decodeQuery decodes and validates input. A given vector's size is
+// checked later, against the target agent's schema.
+func decodeQuery(input []byte, caller string) (*query, error) {
 	var in QueryInput
 	if err := strictjson.Decode(input, &in, strictjson.Limits{MaxBytes: 1 << 20}); err != nil {
-		return nil, nil, decodeErr(err)
+		return nil, decodeErr(err)
 	}
 	q := &query{store: in.Store, mode: in.Mode, target: in.TargetAgent}
 	if q.target == "" {
@@ -199,11 +199,11 @@ func decodeQuery(input []byte, caller string) (*QueryInput, *query, error) {
 	switch q.store {
 	case StoreSession, StoreKnowledge:
 	case StoreWorking:
-		return nil, nil, inputErr("$.store", "the working store is answered inside the agent, not by choird")
+		return nil, inputErr("$.store", "the working store is answered inside the agent, not by choird")
 	case "":
-		return nil, nil, inputErr("$.store", "required: session or knowledge")
+		return nil, inputErr("$.store", "required: session or knowledge")
 	default:
-		return nil, nil, inputErr("$.store", "unknown store %q: want session or knowledge (or working, inside the agent)", q.store)
+		return nil, inputErr("$.store", "unknown store %q: want session or knowledge (or working, inside the agent)", q.store)
 	}
 	allowed := map[string][]string{
 		ModeSemantic:      {"query", "vector", "session_id", "tiers"},
@@ -214,10 +214,10 @@ func decodeQuery(input []byte, caller string) (*QueryInput, *query, error) {
 	}
 	fields, ok := allowed[q.mode]
 	if !ok {
-		return nil, nil, inputErr("$.mode", "unknown mode %q: want semantic, text, hash, range or session_detail", q.mode)
+		return nil, inputErr("$.mode", "unknown mode %q: want semantic, text, hash, range or session_detail", q.mode)
 	}
 	if q.mode == ModeSessionDetail && q.store != StoreSession {
-		return nil, nil, inputErr("$.mode", "session_detail is a mode of the session store only")
+		return nil, inputErr("$.mode", "session_detail is a mode of the session store only")
 	}
 	given := map[string]bool{"query": in.Query != nil, "vector": in.Vector != nil, "hash": in.Hash != nil,
 		"session_id": in.SessionID != nil, "tiers": in.Tiers != nil, "from": in.From != nil, "to": in.To != nil,
@@ -227,63 +227,63 @@ func decodeQuery(input []byte, caller string) (*QueryInput, *query, error) {
 			continue
 		}
 		if !slices.Contains(fields, f) {
-			return nil, nil, inputErr("$."+f, "not used by mode %s", q.mode)
+			return nil, inputErr("$."+f, "not used by mode %s", q.mode)
 		}
 		if q.store == StoreKnowledge && (f == "session_id" || f == "tiers") {
-			return nil, nil, inputErr("$."+f, "applies to the session store only")
+			return nil, inputErr("$."+f, "applies to the session store only")
 		}
 		if q.store == StoreSession && f == "key_prefix" {
-			return nil, nil, inputErr("$."+f, "applies to the knowledge store only")
+			return nil, inputErr("$."+f, "applies to the knowledge store only")
 		}
 	}
 
 	if in.Query != nil {
 		q.text = strings.TrimSpace(*in.Query)
 		if q.text == "" {
-			return nil, nil, inputErr("$.query", "is empty: give words to search for")
+			return nil, inputErr("$.query", "is empty: give words to search for")
 		}
 		if len(q.text) > MaxQueryBytes {
-			return nil, nil, inputErr("$.query", "is %d bytes, over the limit of %d", len(q.text), MaxQueryBytes)
+			return nil, inputErr("$.query", "is %d bytes, over the limit of %d", len(q.text), MaxQueryBytes)
 		}
 	}
 	q.vector = in.Vector
 	if in.Vector != nil && len(in.Vector) == 0 {
-		return nil, nil, inputErr("$.vector", "is empty")
+		return nil, inputErr("$.vector", "is empty")
 	}
 	switch q.mode {
 	case ModeSemantic:
 		if in.Query == nil && in.Vector == nil {
-			return nil, nil, inputErr("$.query", "required: semantic search needs a query (or a vector)")
+			return nil, inputErr("$.query", "required: semantic search needs a query (or a vector)")
 		}
 	case ModeText:
 		if in.Query == nil {
-			return nil, nil, inputErr("$.query", "required: text search needs a query")
+			return nil, inputErr("$.query", "required: text search needs a query")
 		}
 	case ModeHash:
 		if in.Hash == nil {
-			return nil, nil, inputErr("$.hash", "required: a hex hash or prefix of at least %d digits", MinHashPrefix)
+			return nil, inputErr("$.hash", "required: a hex hash or prefix of at least %d digits", MinHashPrefix)
 		}
 		from, to, err := hashRange(*in.Hash)
 		if err != nil {
-			return nil, nil, err
+			return nil, err
 		}
 		q.hashFrom, q.hashTo = from, to
 	case ModeRange:
 		if in.From == nil && in.To == nil {
-			return nil, nil, inputErr("$.from", "required: range needs from, to or both (RFC 3339 times)")
+			return nil, inputErr("$.from", "required: range needs from, to or both (RFC 3339 times)")
 		}
 	case ModeSessionDetail:
 		if in.SessionID == nil {
-			return nil, nil, inputErr("$.session_id", "required: session_detail drills into one session")
+			return nil, inputErr("$.session_id", "required: session_detail drills into one session")
 		}
 		if in.Query != nil && in.Offset != nil {
-			return nil, nil, inputErr("$.offset", "not used with a query: matches come best first")
+			return nil, inputErr("$.offset", "not used with a query: matches come best first")
 		}
 	}
 	if in.SessionID != nil {
 		id, err := uuid.Parse(*in.SessionID)
 		if err != nil {
-			return nil, nil, inputErr("$.session_id", "not a session id (a UUID)")
+			return nil, inputErr("$.session_id", "not a session id (a UUID)")
 		}
 		q.sessionID = &id
 	}
@@ -299,12 +299,12 @@ func decodeQuery(input []byte, caller string) (*QueryInput, *query, error) {
 		}
 		v, err := time.Parse(time.RFC3339Nano, *t.in)
 		if err != nil {
-			return nil, nil, inputErr("$."+t.field, "not an RFC 3339 time such as 2026-11-21T09:00:00Z")
+			return nil, inputErr("$."+t.field, "not an RFC 3339 time such as 2026-11-21T09:00:00Z")
 		}
 		*t.out = v
 	}
 	if !q.from.Before(q.to) {
-		return nil, nil, inputErr("$.to", "must be after from")
+		return nil, inputErr("$.to", "must be after from")
 	}
 	if in.KeyPrefix != nil {
 		q.keyPrefix = *in.KeyPrefix
@@ -315,11 +315,11 @@ func decodeQuery(input []byte, caller string) (*QueryInput, *query, error) {
 	}
 	if in.Tiers != nil {
 		if len(in.Tiers) == 0 {
-			return nil, nil, inputErr("$.tiers", "is empty: name at least one tier, or leave it out")
+			return nil, inputErr("$.tiers", "is empty: name at least one tier, or leave it out")
 		}
 		for i, t := range in.Tiers {
 			if t != TierMidTerm && t != TierLongTermSummary && t != TierLongTermDetail {
-				return nil, nil, inputErr(strictjson.PathIndex("$.tiers", i),
+				return nil, inputErr(strictjson.PathIndex("$.tiers", i),
 					"unknown tier %q: want mid_term, long_term_summary or long_term_detail", t)
 			}
 		}
@@ -332,17 +332,17 @@ func decodeQuery(input []byte, caller string) (*QueryInput, *query, error) {
 	q.limit = DefaultLimit
 	if in.Limit != nil {
 		if *in.Limit < 1 || *in.Limit > maxLimit {
-			return nil, nil, inputErr("$.limit", "must be between 1 and %d for mode %s", maxLimit, q.mode)
+			return nil, inputErr("$.limit", "must be between 1 and %d for mode %s", maxLimit, q.mode)
 		}
 		q.limit = *in.Limit
 	}
 	if in.Offset != nil {
 		if *in.Offset < 0 || *in.Offset > 100000 {
-			return nil, nil, inputErr("$.offset", "must be between 0 and 100000")
+			return nil, inputErr("$.offset", "must be between 0 and 100000")
 		}
 		q.offset = *in.Offset
 	}
-	return &in, q, nil
+	return q, nil
 }
 
 func decodeErr(err error) error {
@@ -395,7 +395,7 @@ func (s *Store) Query(ctx context.Context, callerAgentID string, input json.RawM
 	if _, err := s.dimensions(ctx, callerAgentID); err != nil {
 		return nil, err
 	}
-	_, q, err := decodeQuery(input, callerAgentID)
+	q, err := decodeQuery(input, callerAgentID)
 	if err != nil {
 		return nil, err
 	}
@@ -409,7 +409,7 @@ func (s *Store) Query(ctx context.Context, callerAgentID string, input json.RawM
 // QueryAsOperator runs a query for choirctl: any agent's memory, named by
 // target_agent (required), read with choird's own role.
 func (s *Store) QueryAsOperator(ctx context.Context, input json.RawMessage) (*QueryResult, error) {
-	_, q, err := decodeQuery(input, "")
+	q, err := decodeQuery(input, "")
 	if err != nil {
 		return nil, err
 	}

@@ -53,6 +53,8 @@ package docker
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -60,6 +62,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"time"
@@ -86,6 +89,17 @@ const (
 	DefaultTmpSize = 256 << 20
 	DefaultRunSize = 16 << 20
 )
+
+// ScopeFor returns the scope of the choird whose home is home: "h"
+// followed by 12 hex digits of the hash of its absolute path, so that two
+// installations on one engine never touch each other's containers.
+func ScopeFor(home string) string {
+	if abs, err := filepath.Abs(home); err == nil {
+		home = abs
+	}
+	sum := sha256.Sum256([]byte(filepath.Clean(home)))
+	return "h" + hex.EncodeToString(sum[:6])
+}
 
 // Options configure the runtime.
 type Options struct {

@@ -413,3 +413,11 @@ func (p *proxy) refusedCount() int {
 	defer p.mu.Unlock()
 	return p.refused
 }
+
+func TestScopeFor(t *testing.T) {
+	t.Parallel()
+	a, b := docker.ScopeFor("/home/u/.choir.d"), docker.ScopeFor("/home/u/.choir.d/")
+	if a != b || len(a) != 13 || a == docker.ScopeFor("/home/v/.choir.d") {
+		t.Errorf("ScopeFor: %q %q", a, b)
+	}
+}

@@ -64,6 +64,10 @@ var DefaultBaseEnv = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER"
 // pollInterval is how often the liveness of an adopted process is checked.
 const pollInterval = 10 * time.Millisecond
 
+// StateDir is where choird whose home is home keeps the state files:
+// <home>/run/process.
+func StateDir(home string) string { return filepath.Join(home, "run", "process") }
+
 // Options configure the runtime.
 type Options struct {
 	// Binary is the choir-agent executable (required).

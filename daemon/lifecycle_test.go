@@ -265,6 +265,11 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 		start := time.Now()
 		r.waitState(t, "assistant", admin.AgentCrashed)
 		t.Logf("crash noticed %s after the kill", time.Since(start))
+		var breaks int
+		r.d.pool.QueryRow(context.Background(), "SELECT count(*) FROM choir_audit.chain_breaks").Scan(&breaks)
+		if breaks != 0 {
+			t.Errorf("%d chain breaks after kill -9", breaks)
+		}
 	})
 
 	t.Run("WorkspaceListAndReset", func(t *testing.T) {

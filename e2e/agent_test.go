@@ -157,6 +157,11 @@ func TestAgentConversation(t *testing.T) {
 	if status != "ended" || acked == 0 || stored != acked {
 		t.Errorf("after stop: status %s, acked %d, stored %d", status, acked, stored)
 	}
+	var breaks int
+	pool.QueryRow(ctx, "SELECT count(*) FROM choir_audit.chain_breaks").Scan(&breaks)
+	if breaks != 0 {
+		t.Errorf("%d chain breaks in the replicated log", breaks)
+	}
 	var chunkJobs int
 	pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'memory_chunk_session' AND args->>'session_id' = $1`,
 		sessionID).Scan(&chunkJobs)

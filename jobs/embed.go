@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -33,12 +34,23 @@ type EmbedWorker struct {
 	Logger    *slog.Logger
 	Embedder  Embedder
 	RetryBase time.Duration
+
+	// retryAfter holds, by job id, how long the provider asked us to wait
+	// (a 429's Retry-After) until NextRetry picks it up.
+	retryAfter sync.Map
 }
 
+// maxRetryAfter caps how long a provider's Retry-After delays a retry.
+const maxRetryAfter = time.Minute
+
 // NextRetry implements river.Worker: RetryBase, then twice, then four
-// times it, each ±25%.
+// times it, each ±25%, or longer when the provider said to wait longer.
 func (w *EmbedWorker) NextRetry(job *river.Job[EmbedArgs]) time.Time {
-	return time.Now().Add(retryDelay(w.RetryBase, job.Attempt))
+	d := retryDelay(w.RetryBase, job.Attempt)
+	if v, ok := w.retryAfter.LoadAndDelete(job.ID); ok {
+		d = max(d, min(v.(time.Duration), maxRetryAfter))
+	}
+	return time.Now().Add(d)
 }
 
 // Timeout bounds one attempt (memoryJobTimeout).
@@ -109,6 +121,10 @@ func (w *EmbedWorker) Work(ctx context.Context, job *river.Job[EmbedArgs]) error
 		attrs := []any{slog.String("agent_id", a.AgentID), slog.String("store", a.Store), slog.Int("documents", len(docs)),
 			slog.Int("attempt", job.Attempt), slog.Int("max_attempts", job.MaxAttempts), slog.String("error", err.Error())}
 		if !final {
+			var ra interface{ RetryAfterDuration() time.Duration }
+			if errors.As(err, &ra) && ra.RetryAfterDuration() > 0 {
+				w.retryAfter.Store(job.ID, ra.RetryAfterDuration())
+			}
 			w.Logger.InfoContext(ctx, "embedding failed; will retry", attrs...)
 			return fmt.Errorf("embed %d %s documents of agent %s: %w", len(docs), a.Store, a.AgentID, err)
 		}

@@ -25,7 +25,8 @@ const (
 // Embedder is what the embedding worker needs of an embedding provider
 // (daemon/embed.Embedder): at most MaxEmbedBatch texts per call, one vector
 // per text. An error with a Temporary() bool method that reports false is
-// not retried.
+// not retried; one with a RetryAfterDuration() time.Duration method delays
+// the next attempt at least that long (at most a minute).
 type Embedder interface {
 	Embed(ctx context.Context, texts []string) ([][]float32, error)
 	Model() string

@@ -229,6 +229,9 @@ func (e *Error) Unwrap() error { return e.Err }
 // Temporary reports whether retrying the call may help.
 func (e *Error) Temporary() bool { return e.Retry }
 
+// RetryAfterDuration is the provider's Retry-After (0 when it sent none).
+func (e *Error) RetryAfterDuration() time.Duration { return e.RetryAfter }
+
 // IsTemporary reports whether retrying err may help. Errors that are not
 // an *Error (a cancelled context, say) count as temporary.
 func IsTemporary(err error) bool {

@@ -41,6 +41,7 @@ type Server struct {
 	requests  int
 	failures  map[int]int
 	served    map[string]int
+	servedAt  map[string][]time.Time
 	batches   []int
 	oversized int
 	hang      time.Duration
@@ -63,7 +64,8 @@ func New(t testing.TB, opts Options) *Server {
 	t.Helper()
 	s := &Server{t: t, dims: opts.Dimensions, key: opts.APIKey, faults: opts.Faults,
 		rng: rand.New(rand.NewPCG(opts.Seed, 7)), failures: map[int]int{}, served: map[string]int{},
-		hang: opts.Hang}
+		servedAt: map[string][]time.Time{},
+		hang:     opts.Hang}
 	if s.hang <= 0 {
 		s.hang = 10 * time.Second
 	}
@@ -98,13 +100,27 @@ func (s *Server) Failures() map[int]int {
 	return out
 }
 
-// Served returns how many successful responses carried each text.
+// Served returns how many successful responses carried each text. A
+// response the server wrote may still miss the client's deadline, so a
+// text can be served again without ever having been stored.
 func (s *Server) Served() map[string]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make(map[string]int, len(s.served))
 	for k, v := range s.served {
 		out[k] = v
+	}
+	return out
+}
+
+// ServedAt returns when each text was in a successful response (the time
+// just before the response was written).
+func (s *Server) ServedAt() map[string][]time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make(map[string][]time.Time, len(s.servedAt))
+	for k, v := range s.servedAt {
+		out[k] = append([]time.Time(nil), v...)
 	}
 	return out
 }
@@ -206,12 +222,16 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 	}
 	body, _ := json.Marshal(resp)
 	w.Header().Set("Content-Type", "application/json")
+	// Taken before writing, so that it precedes anything the client does
+	// with the answer.
+	now := time.Now()
 	if _, err := w.Write(body); err != nil {
 		return
 	}
 	s.mu.Lock()
 	for _, in := range req.Input {
 		s.served[in]++
+		s.servedAt[in] = append(s.servedAt[in], now)
 	}
 	s.mu.Unlock()
 }

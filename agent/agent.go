@@ -10,6 +10,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -55,6 +56,14 @@ type dynamic struct {
 	Models              map[string]config.Model `json:"models"`
 	HeartbeatIntervalMS int64                   `json:"heartbeat_interval_ms"`
 	RateLimitRetryMS    int64                   `json:"rate_limit_retry_ms"`
+	SnapshotEveryEvents int                     `json:"snapshot_every_events"`
+}
+
+// workingState is the agent's working-memory snapshot (spec 13.4), taken
+// every snapshot_every_events events and sent with a heartbeat.
+type workingState struct {
+	Edge     lane.EdgeSnapshot `json:"edge"`
+	OpenJobs []string          `json:"open_jobs"`
 }
 
 // secretStore holds the session's secrets in memory only, swapped whole on
@@ -149,9 +158,11 @@ func Run(ctx context.Context, opts Options) error {
 		return llm.ModelSettingsFromConfig(modelName, m, key)
 	}
 
-	log, app, err := commitlog.New(hello.AckedRev, hello.AckedHash)
+	// A resumed session continues the acknowledged chain; the tail after
+	// the snapshot is kept in memory so the lanes' windows survive.
+	log, app, err := commitlog.NewWithHistory(hello.AckedRev, hello.AckedHash, hello.TailEvents)
 	if err != nil {
-		return err
+		return fmt.Errorf("rebuild from choird's replica: %w", err)
 	}
 	arb := arbiter.New(arbiter.Config{Appender: app, Tools: reg, Locks: lock.New(), Logger: logger,
 		Env: tool.Env{Workspace: opts.Workspace, SecretFunc: secrets.get}, Host: hostExecutor{client: client, log: log}})
@@ -162,6 +173,18 @@ func Run(ctx context.Context, opts Options) error {
 		Identity: lane.Identity{Instructions: edgeInstructions, User: readIdentity(opts.ChoirDir, "USER.md"),
 			Soul: readIdentity(opts.ChoirDir, "SOUL.md")}})
 
+	if hello.Snapshot != nil {
+		var st workingState
+		if err := json.Unmarshal(hello.Snapshot.State, &st); err != nil {
+			logger.Warn("snapshot unreadable; starting the lane fresh", slog.String("error", err.Error()))
+		} else if err := edge.Restore(st.Edge); err != nil {
+			logger.Warn("snapshot not restorable; starting the lane fresh", slog.String("error", err.Error()))
+		} else {
+			logger.Info("working state restored", slog.Int64("snapshot_rev", hello.Snapshot.Rev),
+				slog.Int("tail_events", len(hello.TailEvents)))
+		}
+	}
+
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	var wg sync.WaitGroup
@@ -171,10 +194,23 @@ func Run(ctx context.Context, opts Options) error {
 			logger.Warn("edge lane ended", slog.String("error", err.Error()))
 		}
 	})
-	hb := &heartbeat{client: client, log: log, logger: logger, configVersion: &configVersion, fetchConfig: fetchConfig,
-		interval: func() time.Duration { return time.Duration(dyn.Load().HeartbeatIntervalMS) * time.Millisecond }}
-	wg.Go(func() { hb.run(runCtx) })
 	shutdown := make(chan string, 1)
+	hb := &heartbeat{client: client, log: log, logger: logger, configVersion: &configVersion, fetchConfig: fetchConfig,
+		interval:      func() time.Duration { return time.Duration(dyn.Load().HeartbeatIntervalMS) * time.Millisecond },
+		snapshotEvery: func() int64 { return int64(dyn.Load().SnapshotEveryEvents) },
+		state: func() json.RawMessage {
+			b, _ := json.Marshal(workingState{Edge: edge.Snapshot(), OpenJobs: []string{}})
+			return b
+		},
+		warn: func(ctx context.Context, text string) { out.Send(ctx, text) }, //nolint:errcheck
+		revoked: func() {
+			select {
+			case shutdown <- "lease revoked by choird":
+			default:
+			}
+		}}
+	hb.lastSnapshot = hello.AckedRev
+	wg.Go(func() { hb.run(runCtx) })
 	wg.Go(func() {
 		err := client.ReceivePushes(runCtx, func(p rpc.Push) {
 			switch p.Kind {
@@ -284,14 +320,36 @@ type heartbeat struct {
 	configVersion *atomic.Int64
 	fetchConfig   func(context.Context) error
 	interval      func() time.Duration
+	snapshotEvery func() int64
+	state         func() json.RawMessage
+	// warn tells the user something; revoked stops the agent.
+	warn    func(ctx context.Context, text string)
+	revoked func()
+
+	lastSnapshot int64
+	warned       bool
 }
+
+// unackedWarn is how many unacknowledged events make the agent warn the
+// user that its work is not yet safe on the host.
+const unackedWarn = 500
 
 func (h *heartbeat) beat(ctx context.Context) error {
 	p := h.log.UnackedLimit(1000)
-	resp, err := h.client.Heartbeat(ctx, rpc.HeartbeatRequest{BaseRev: p.BaseRev, NewRev: p.NewRev, Patches: p.Events,
-		HashPrev: p.HashPrev, HashNew: p.HashNew, ConfigVersion: h.configVersion.Load(), Timestamp: time.Now()})
+	req := rpc.HeartbeatRequest{BaseRev: p.BaseRev, NewRev: p.NewRev, Patches: p.Events,
+		HashPrev: p.HashPrev, HashNew: p.HashNew, ConfigVersion: h.configVersion.Load(), Timestamp: time.Now()}
+	if every := h.snapshotEvery(); every > 0 && p.NewRev > 0 && p.NewRev-h.lastSnapshot >= every {
+		// The snapshot is taken now, at the patch's last revision: counters
+		// may include a call committed since, which only errs on the side
+		// of a smaller remaining budget.
+		req.Snapshot = &rpc.Snapshot{Rev: p.NewRev, Hash: p.HashNew, State: h.state()}
+	}
+	resp, err := h.client.Heartbeat(ctx, req)
 	if err != nil {
 		return err
+	}
+	if req.Snapshot != nil {
+		h.lastSnapshot = req.Snapshot.Rev
 	}
 	if err := h.log.Ack(resp.AckRev); err != nil {
 		return fmt.Errorf("ack %d: %w", resp.AckRev, err)
@@ -304,9 +362,10 @@ func (h *heartbeat) beat(ctx context.Context) error {
 	return nil
 }
 
-// run beats every interval, and sooner when events are committed, backing
-// off while choird is unreachable; unacknowledged events stay in the log
-// and go out with the next successful beat.
+// run beats every interval, backing off while choird is unreachable;
+// unacknowledged events stay in the log and go out with the next
+// successful beat. A revoked lease (the session was crashed or stopped
+// behind the agent's back) fences the agent: it stops.
 func (h *heartbeat) run(ctx context.Context) {
 	backoff := time.Duration(0)
 	for {
@@ -319,15 +378,28 @@ func (h *heartbeat) run(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
-		if err := h.beat(ctx); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			backoff = min(max(2*backoff, 200*time.Millisecond), 10*time.Second)
-			h.logger.Warn("heartbeat failed; retrying", slog.String("error", err.Error()), slog.Duration("backoff", backoff))
+		err := h.beat(ctx)
+		switch {
+		case err == nil:
+			backoff = 0
+			h.warned = false
 			continue
+		case ctx.Err() != nil:
+			return
+		case errors.Is(err, rpc.ErrUnauthenticated):
+			h.logger.Error("lease revoked: this session is over; stopping", slog.String("error", err.Error()))
+			h.revoked()
+			return
 		}
-		backoff = 0
+		backoff = min(max(2*backoff, 200*time.Millisecond), 10*time.Second)
+		h.logger.Warn("heartbeat failed; retrying", slog.String("error", err.Error()), slog.Duration("backoff", backoff))
+		head, _ := h.log.Head()
+		if acked, _ := h.log.Acked(); head-acked > unackedWarn && !h.warned {
+			h.warned = true
+			h.logger.Warn("unacknowledged events are piling up", slog.Int64("unacked", head-acked))
+			h.warn(ctx, fmt.Sprintf("Warning: I cannot reach choird; %d of my latest steps are not yet saved on the host "+
+				"and would be lost if I crashed now.", head-acked))
+		}
 	}
 }
 

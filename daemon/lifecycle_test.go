@@ -18,6 +18,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/ctl"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -55,6 +56,11 @@ const canary = "sk-canary-0d5e9b21"
 // default workspace, a canary model key, and a fast heartbeat.
 func lifecycleHome(t *testing.T, url string) string {
 	t.Helper()
+	return lifecycleHomeWith(t, url, nil)
+}
+
+func lifecycleHomeWith(t *testing.T, url string, edit func(*config.Config)) string {
+	t.Helper()
 	pc, err := pgx.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
@@ -65,6 +71,9 @@ func lifecycleHome(t *testing.T, url string) string {
 	cfg.HeartbeatIntervalMS = 100
 	cfg.CrashDetectionThresholdMS = 3000
 	secrets := config.Secrets{"postgres-admin": "postgres:", "model-key": canary, "git-token": "ghp-test"}
+	if edit != nil {
+		edit(cfg)
+	}
 	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +113,21 @@ func startChoird(t *testing.T, home string) *choirdRun {
 	return r
 }
 
+// stop stops every running agent, then choird.
 func (r *choirdRun) stop(t *testing.T) {
+	t.Helper()
+	for id := range r.d.cfg.Agents {
+		if st := r.d.agentStatus(context.Background(), id); st.State == admin.AgentActive || st.State == admin.AgentStarting {
+			if _, err := r.d.AgentStop(context.Background(), Scope{Admin: true, Actor: "test"}, id); err != nil {
+				t.Errorf("stop %s: %v", id, err)
+			}
+		}
+	}
+	r.kill(t)
+}
+
+// kill stops choird alone; its agents keep running, as after a crash.
+func (r *choirdRun) kill(t *testing.T) {
 	t.Helper()
 	r.cancel()
 	if err := <-r.done; err != nil {
@@ -297,7 +320,7 @@ func TestOrphansAreRemovedWhenChoirdRestarts(t *testing.T) {
 	}
 	r.waitState(t, "assistant", admin.AgentActive)
 	pid := agentPid(t, r, "assistant")
-	r.stop(t) // the agent keeps running: choird's instances outlive it
+	r.kill(t) // the agent keeps running: choird's instances outlive it
 
 	r = startChoird(t, home)
 	defer r.stop(t)
@@ -318,4 +341,113 @@ func TestOrphansAreRemovedWhenChoirdRestarts(t *testing.T) {
 		t.Fatalf("start after orphan cleanup: %v", err)
 	}
 	r.waitState(t, "assistant", admin.AgentActive)
+}
+
+func pushText(t *testing.T, r *choirdRun, agent, text string) {
+	t.Helper()
+	st := r.d.agentStatus(context.Background(), agent)
+	if _, err := r.d.Push(st.SessionID, rpcUserMessage(text)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestFaultsProcessRuntime(t *testing.T) {
+	t.Parallel()
+
+	t.Run("KilledAgentResumesFromSnapshotAndTail", func(t *testing.T) {
+		t.Parallel()
+		home := lifecycleHomeWith(t, dbtest.NewDatabase(t), func(c *config.Config) { c.SnapshotEveryEvents = 2 })
+		r := startChoird(t, home)
+		defer r.stop(t)
+		sc := Scope{Admin: true, Actor: "test"}
+		if _, err := r.d.AgentStart(context.Background(), sc, "assistant", StartOverrides{}); err != nil {
+			t.Fatal(err)
+		}
+		r.waitState(t, "assistant", admin.AgentActive)
+		// No model answers here: each message commits a user_msg event and
+		// gets an error reply; that is enough events to snapshot.
+		for i := range 3 {
+			pushText(t, r, "assistant", "message "+strconv.Itoa(i))
+		}
+		var snaps int
+		waitUntil(t, "a snapshot", func() bool {
+			r.d.pool.QueryRow(context.Background(), "SELECT count(*) FROM choir_control.session_snapshots").Scan(&snaps)
+			return snaps > 0
+		})
+		var acked int64
+		waitUntil(t, "three events acknowledged", func() bool {
+			r.d.pool.QueryRow(context.Background(), "SELECT max(acked_rev) FROM choir_control.sessions").Scan(&acked)
+			return acked >= 3
+		})
+		syscall.Kill(agentPid(t, r, "assistant"), syscall.SIGKILL)
+		r.waitState(t, "assistant", admin.AgentCrashed)
+		if _, err := r.d.AgentStart(context.Background(), sc, "assistant", StartOverrides{}); err != nil {
+			t.Fatal(err)
+		}
+		r.waitState(t, "assistant", admin.AgentActive)
+		pushText(t, r, "assistant", "after the crash")
+		waitUntil(t, "the next event continuing the chain", func() bool {
+			var n int64
+			r.d.pool.QueryRow(context.Background(), "SELECT max(rev) FROM choir_control.session_events").Scan(&n)
+			return n > acked
+		})
+		var breaks int
+		r.d.pool.QueryRow(context.Background(), "SELECT count(*) FROM choir_audit.chain_breaks").Scan(&breaks)
+		if breaks != 0 {
+			t.Errorf("%d chain breaks across the crash", breaks)
+		}
+		waitUntil(t, "the agent log to report the restore", func() bool {
+			b, _ := os.ReadFile(filepath.Join(home, "logs", "assistant.log"))
+			return bytes.Contains(b, []byte(`"status":"resumed"`)) && bytes.Contains(b, []byte("working state restored"))
+		})
+	})
+
+	t.Run("FrozenAgentIsFencedAfterTheThreshold", func(t *testing.T) {
+		t.Parallel()
+		home := lifecycleHome(t, dbtest.NewDatabase(t))
+		r := startChoird(t, home)
+		defer r.stop(t)
+		if _, err := r.d.AgentStart(context.Background(), Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{}); err != nil {
+			t.Fatal(err)
+		}
+		st := r.waitState(t, "assistant", admin.AgentActive)
+		pid := agentPid(t, r, "assistant")
+		syscall.Kill(pid, syscall.SIGSTOP)
+		r.waitState(t, "assistant", admin.AgentCrashed) // heartbeat threshold 3 s, detection every second
+		var leases int
+		r.d.pool.QueryRow(context.Background(), "SELECT count(*) FROM choir_audit.leases").Scan(&leases)
+		if leases != 0 {
+			t.Errorf("%d leases held by a crashed session", leases)
+		}
+		syscall.Kill(pid, syscall.SIGCONT)
+		// Its next heartbeat is refused; the agent stops itself.
+		waitUntil(t, "the fenced agent to exit", func() bool { return syscall.Kill(pid, 0) != nil || zombie(pid) })
+		var status string
+		r.d.pool.QueryRow(context.Background(), "SELECT status FROM choir_control.sessions WHERE session_id = $1",
+			st.SessionID).Scan(&status)
+		if status != "crashed" {
+			t.Errorf("session is %s after the fenced agent came back", status)
+		}
+	})
+}
+
+func zombie(pid int) bool {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return err == nil && bytes.Contains(b, []byte(") Z "))
+}
+
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(25 * time.Millisecond)
+	}
+}
+
+func rpcUserMessage(text string) rpc.Push {
+	return rpc.Push{Kind: rpc.PushUserMessage, UserMessage: &rpc.UserMessage{InboxID: time.Now().UnixNano(),
+		Gateway: "console", ChatID: "operator", UserID: "operator", Text: text, ReceivedAt: time.Now()}}
 }

@@ -93,6 +93,11 @@ func replicate(ctx context.Context, pool *pgxpool.Pool, sessionID uuid.UUID, req
 			last := fresh[len(fresh)-1]
 			head.AckedRev, acked = last.Rev, last.Hash
 		}
+		if sn := req.Snapshot; sn != nil && sn.Rev <= head.AckedRev {
+			if err := q.SnapshotInsert(ctx, db.SnapshotInsertParams{SessionID: sessionID, Rev: sn.Rev, Snapshot: sn.State}); err != nil {
+				return fmt.Errorf("store snapshot at rev %d of session %s: %w", sn.Rev, sessionID, err)
+			}
+		}
 		if err := q.SessionAck(ctx, db.SessionAckParams{SessionID: sessionID, AckedRev: head.AckedRev,
 			AckedHash: acked[:], ConfigVersion: req.ConfigVersion}); err != nil {
 			return fmt.Errorf("acknowledge session %s: %w", sessionID, err)

@@ -342,6 +342,10 @@ type HeartbeatRequest struct {
 	HashPrev      Hash      `json:"hash_prev"`
 	HashNew       Hash      `json:"hash_new"`
 	Timestamp     time.Time `json:"timestamp"`
+	// Snapshot, sent every few events, is the agent's working state at a
+	// revision within BaseRev..NewRev (spec 13.4); recovery replays only
+	// the events after it.
+	Snapshot *Snapshot `json:"snapshot,omitempty"`
 }
 
 // Validate checks that the patches are contiguous, chained from HashPrev to
@@ -377,6 +381,21 @@ func (r HeartbeatRequest) validate(verifyHashes bool) error {
 	}
 	if end != r.HashNew {
 		return invalid("$.hash_new", "does not match the chain's end %s", end)
+	}
+	if sn := r.Snapshot; sn != nil {
+		if sn.Rev < r.BaseRev || sn.Rev > r.NewRev || sn.Rev < 1 {
+			return invalid("$.snapshot.rev", "%d is outside this heartbeat's revisions %d..%d", sn.Rev, r.BaseRev, r.NewRev)
+		}
+		want := r.HashPrev
+		if sn.Rev > r.BaseRev {
+			want = r.Patches[sn.Rev-r.BaseRev-1].Hash
+		}
+		if sn.Hash != want {
+			return invalid("$.snapshot.hash", "is not the hash of revision %d", sn.Rev)
+		}
+		if err := checkObject("$.snapshot.state", sn.State, true); err != nil {
+			return err
+		}
 	}
 	return nil
 }

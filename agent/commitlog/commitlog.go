@@ -439,3 +439,29 @@ func (l *Log) Wait(ctx context.Context, rev int64) error {
 		}
 	}
 }
+
+// NewWithHistory returns a log like New whose memory already holds history:
+// the acknowledged events a recovering agent received from choird (the tail
+// after its snapshot), ending at baseRev with baseHash. The chain of the
+// history is verified; readers see it as they would have before the
+// restart, so the lanes' event windows survive a crash.
+func NewWithHistory(baseRev int64, baseHash rpc.Hash, history []rpc.Event, opts ...Option) (*Log, *Appender, error) {
+	l, a, err := New(baseRev, baseHash, opts...)
+	if err != nil || len(history) == 0 {
+		return l, a, err
+	}
+	first := history[0]
+	last, err := VerifyChain(first.Rev-1, first.HashPrev, history)
+	if err != nil {
+		return nil, nil, fmt.Errorf("recovered history: %w", err)
+	}
+	end := history[len(history)-1]
+	if end.Rev != baseRev || last != baseHash {
+		return nil, nil, fmt.Errorf("recovered history ends at revision %d, not at the base %d with its hash: %w",
+			end.Rev, baseRev, ErrInvalidRange)
+	}
+	l.events = copyEvents(history)
+	l.first = first.Rev
+	l.lastTime = end.CreatedAt
+	return l, a, nil
+}

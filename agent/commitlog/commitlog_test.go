@@ -620,3 +620,49 @@ func TestConcurrentReadersWhileAppending(t *testing.T) {
 		t.Fatalf("acked = %d", rev)
 	}
 }
+
+func TestNewWithHistory(t *testing.T) {
+	t.Parallel()
+	_, app, err := commitlog.New(0, rpc.Genesis)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 5 {
+		if _, err := app.Append(rpc.EventUserMsg, "edge", json.RawMessage(fmt.Sprintf(`{"text":"m%d"}`, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := app.Log()
+	tail, _ := old.Range(3, 5)
+	head, hash := old.Head()
+
+	t.Run("HistoryIsReadableAndTheChainContinues", func(t *testing.T) {
+		t.Parallel()
+		l, a, err := commitlog.NewWithHistory(head, hash, tail)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := l.Range(3, 5)
+		if err != nil || len(got) != 3 {
+			t.Fatalf("range: %d, %v", len(got), err)
+		}
+		ev, err := a.Append(rpc.EventModelOutput, "edge", json.RawMessage(`{"text":"after"}`))
+		if err != nil || ev.Rev != 6 || ev.HashPrev != hash {
+			t.Fatalf("append after recovery: %+v %v", ev, err)
+		}
+		if p := l.Unacked(); p.BaseRev != 5 || len(p.Events) != 1 {
+			t.Errorf("unacked = %+v: history must count as acknowledged", p)
+		}
+	})
+	t.Run("HistoryNotEndingAtTheBaseIsRefused", func(t *testing.T) {
+		t.Parallel()
+		if _, _, err := commitlog.NewWithHistory(head+1, hash, tail); err == nil {
+			t.Fatal("history ending before the base was accepted")
+		}
+		bad := append([]rpc.Event(nil), tail...)
+		bad[1].Payload = json.RawMessage(`{"text":"forged"}`)
+		if _, _, err := commitlog.NewWithHistory(head, hash, bad); err == nil {
+			t.Fatal("forged history was accepted")
+		}
+	})
+}

@@ -467,3 +467,40 @@ func userError(err error) string {
 		return "I could not reach the model: " + err.Error()
 	}
 }
+
+// EdgeSnapshot is the edge lane's part of a working-memory snapshot (spec
+// 13.4): its budgets used so far, which are never reset, and its skill run.
+type EdgeSnapshot struct {
+	ToolCallsUsed int64           `json:"tool_calls_used"`
+	TokensUsed    int64           `json:"tokens_used"`
+	Skill         *skill.Snapshot `json:"skill,omitempty"`
+}
+
+// Snapshot returns the lane's state for a working-memory snapshot.
+func (e *Edge) Snapshot() EdgeSnapshot {
+	s := EdgeSnapshot{ToolCallsUsed: e.toolCalls.Load(), TokensUsed: e.tokens.Load()}
+	if run := e.activeSkill(); run != nil {
+		snap := run.Snapshot()
+		s.Skill = &snap
+	}
+	return s
+}
+
+// Restore rebuilds the lane's state from a snapshot after a restart: the
+// budgets keep counting from where they were, and an unfinished skill run
+// resumes in its state. Call it before Run.
+func (e *Edge) Restore(s EdgeSnapshot) error {
+	e.toolCalls.Store(s.ToolCallsUsed)
+	e.tokens.Store(s.TokensUsed)
+	if s.Skill == nil || e.cfg.Skills == nil {
+		return nil
+	}
+	run, err := e.cfg.Skills.Restore(*s.Skill)
+	if err != nil {
+		return fmt.Errorf("restore skill run %s: %w", s.Skill.Skill, err)
+	}
+	e.mu.Lock()
+	e.skill = run
+	e.mu.Unlock()
+	return nil
+}

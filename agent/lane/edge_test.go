@@ -321,3 +321,35 @@ func TestEdgeFailures(t *testing.T) {
 		}
 	})
 }
+
+func TestEdgeSnapshotRestore(t *testing.T) {
+	t.Parallel()
+	b := setup(t, lane.Budgets{MaxToolCallsPerSession: 10},
+		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: "choir.skill.start", Arguments: `{"name":"skill-builder"}`}),
+		llmtest.ToolCalls(llmtest.Call{ID: "2", Name: "choir.skill.transition", Arguments: `{"event":"complete"}`}),
+		llmtest.Text("started"))
+	b.edge.Deliver(lane.UserMessage{Text: "design a skill"})
+	b.out.next(t)
+	snap := b.edge.Snapshot()
+	if snap.ToolCallsUsed != 2 || snap.Skill == nil || snap.Skill.State != "design" {
+		t.Fatalf("snapshot = %+v", snap)
+	}
+
+	// A new lane, as after a restart, resumes the run and the budgets.
+	b2 := setup(t, lane.Budgets{MaxToolCallsPerSession: 10},
+		llmtest.Text("resumed").Expect(func(t testing.TB, r *llmtest.Request) {
+			if !strings.Contains(r.System(), "Active skill skill-builder, state design") {
+				t.Errorf("system prompt does not carry the restored skill: %q", r.System())
+			}
+		}))
+	if err := b2.edge.Restore(snap); err != nil {
+		t.Fatal(err)
+	}
+	if calls, _ := b2.edge.Budget(); calls != 8 {
+		t.Errorf("tool calls left after restore = %d, want 8", calls)
+	}
+	b2.edge.Deliver(lane.UserMessage{Text: "go on"})
+	if got := b2.out.next(t); got != "resumed" {
+		t.Fatalf("answer = %q", got)
+	}
+}

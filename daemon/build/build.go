@@ -227,7 +227,8 @@ func (v Version) computeImageVersion() string {
 }
 
 // Plan is a fetched, merged and validated build, not yet sent to the
-// engine. Close removes its staging directory.
+// engine. It holds the clones until Close, which also removes its staging
+// directory: builds sharing the global clone run one after the other.
 type Plan struct {
 	Request   Request
 	GlobalDir string
@@ -239,14 +240,22 @@ type Plan struct {
 	// DockerfileOutputs are tool executables a Dockerfile must produce.
 	DockerfileOutputs []string
 	staged            *staged
+	stageDir          string
+	unlock            []func()
 }
 
-// Close removes the staging directory.
+// Close removes the staging directory and releases the clones.
 func (p *Plan) Close() error {
-	if p.staged == nil {
-		return nil
+	var err error
+	if p.stageDir != "" {
+		err = os.RemoveAll(p.stageDir)
+		p.stageDir = ""
 	}
-	return os.RemoveAll(p.staged.dir)
+	for i := len(p.unlock) - 1; i >= 0; i-- {
+		p.unlock[i]()
+	}
+	p.unlock = nil
+	return err
 }
 
 var agentIDRE = regexp.MustCompile(config.NamePattern)
@@ -261,21 +270,31 @@ func (b *Builder) Prepare(ctx context.Context, req Request) (*Plan, error) {
 		return nil, errors.New("agent build: global_repo is not configured in config.json: it holds Dockerfile.base and the identity files")
 	}
 	p := &Plan{Request: req, GlobalDir: filepath.Join(b.opts.Home, "repos", "global")}
+	if req.Agent.URL != "" {
+		p.AgentDir = filepath.Join(b.opts.Home, "repos", "agents", req.AgentID)
+	}
+	// The clones must not move until the plan is closed: the engine reads
+	// them as build contexts. Locks are taken global first, always.
+	p.unlock = append(p.unlock, b.lockPath(p.GlobalDir))
+	if p.AgentDir != "" {
+		p.unlock = append(p.unlock, b.lockPath(p.AgentDir))
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			p.Close()
+		}
+	}()
 	b.log.Info("fetching repositories", slog.String("agent_id", req.AgentID))
 	var err error
 	if p.Version.GlobalRepoCommit, err = b.fetch(ctx, "global", req.Global, p.GlobalDir); err != nil {
 		return nil, err
 	}
-	if req.Agent.URL != "" {
-		p.AgentDir = filepath.Join(b.opts.Home, "repos", "agents", req.AgentID)
+	if p.AgentDir != "" {
 		if p.Version.AgentRepoCommit, err = b.fetch(ctx, "agent "+req.AgentID, req.Agent, p.AgentDir); err != nil {
 			return nil, err
 		}
 	}
-	// The clone must not change under the merge: hold the global clone
-	// while staging (the agent's is this build's alone).
-	unlock := b.lockPath(p.GlobalDir)
-	defer unlock()
 	if !isFile(filepath.Join(p.GlobalDir, "Dockerfile.base")) {
 		return nil, fmt.Errorf("agent build: %w: the global repo (commit %s) has no Dockerfile.base", ErrInvalidRepo, short(p.Version.GlobalRepoCommit))
 	}
@@ -283,16 +302,15 @@ func (b *Builder) Prepare(ctx context.Context, req Request) (*Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent build: %w", err)
 	}
+	p.stageDir = dir
 	s, err := b.stage(p.GlobalDir, p.AgentDir, dir)
 	if err != nil {
-		os.RemoveAll(dir)
 		return nil, fmt.Errorf("agent build %s: %w", req.AgentID, err)
 	}
 	p.staged = s
 	p.DockerfileOutputs = s.dockerfileOutputs
 	bin, err := fileHash(b.opts.AgentBinary)
 	if err != nil {
-		p.Close()
 		return nil, fmt.Errorf("agent build: hash the choir-agent binary: %w", err)
 	}
 	p.Version.AgentID = req.AgentID
@@ -302,6 +320,7 @@ func (b *Builder) Prepare(ctx context.Context, req Request) (*Plan, error) {
 	p.Version.AgentBinaryHash = bin
 	p.Version.OSImage = b.opts.OSImage
 	p.Version.Format = formatVersion
+	ok = true
 	return p, nil
 }
 

@@ -490,7 +490,11 @@ func VerifyImage(ctx context.Context, cli *client.Client, image string, want Exp
 		}
 	}
 	if len(problems) > 0 {
-		return v, fmt.Errorf("verify image %s: %w: %s; rebuild it with `choirctl agent build %s`", image, ErrVersionMismatch, strings.Join(problems, "; "), want.AgentID)
+		id := want.AgentID
+		if id == "" {
+			id = v.AgentID
+		}
+		return v, fmt.Errorf("verify image %s: %w: %s; rebuild it with `choirctl agent build %s`", image, ErrVersionMismatch, strings.Join(problems, "; "), id)
 	}
 	return v, nil
 }

@@ -246,6 +246,32 @@ func TestFetch(t *testing.T) {
 		}
 	})
 
+	t.Run("ConcurrentPlansShareTheGlobalClone", func(t *testing.T) {
+		t.Parallel()
+		b, _ := offline(t)
+		global := newRepo(t, globalFiles())
+		head := git(t, global.dir, "rev-parse", "HEAD")
+		errs := make(chan error, 4)
+		for i := range 4 {
+			go func() {
+				agent := "c" + string(rune('a'+i))
+				p, err := b.Prepare(t.Context(), build.Request{AgentID: agent, Global: config.Repo{URL: global.dir, Ref: "main"}})
+				if err == nil {
+					if p.Version.GlobalRepoCommit != head {
+						err = errors.New("wrong commit " + p.Version.GlobalRepoCommit)
+					}
+					p.Close()
+				}
+				errs <- err
+			}()
+		}
+		for range 4 {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+	})
+
 	t.Run("BadAgentID", func(t *testing.T) {
 		t.Parallel()
 		b, _ := offline(t)

@@ -84,7 +84,8 @@ func tail(s string, n int) string {
 	return strings.Join(lines, " | ")
 }
 
-// fetch brings the clone in dir to repo's ref: it clones on first use,
+// fetch brings the clone in dir to repo's ref (the caller holds dir's
+// lock): it clones on first use,
 // fetches afterwards, checks the ref out detached and removes anything
 // not in the commit (the cache is choird's, never edited by hand). It
 // returns the commit.
@@ -103,9 +104,6 @@ func (b *Builder) fetch(ctx context.Context, name string, repo config.Repo, dir 
 	if repo.Ref == "" {
 		return "", fail("configure", errors.New("no ref: name a branch, tag or commit"))
 	}
-	unlock := b.lockPath(dir)
-	defer unlock()
-
 	if _, err := os.Stat(filepath.Join(dir, ".git")); err != nil {
 		// Clone next to the final place and rename, so that an
 		// interrupted clone never looks like a clone.

@@ -260,18 +260,27 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 	for _, w := range created.Warnings {
 		r.log.Warn("container created with a warning", slog.String("agent_id", spec.AgentID), slog.String("warning", w))
 	}
-	if _, err := r.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
-		// Nothing half-started: a container that never ran is removed.
+	// Nothing half-started: a container that did not start, or that
+	// cannot be reported as started, is removed.
+	discard := func() {
 		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
 		defer cancel()
 		if _, rerr := r.cli.ContainerRemove(rctx, created.ID, client.ContainerRemoveOptions{Force: true}); rerr != nil {
 			r.log.Error("remove container that failed to start", slog.String("container", created.ID), slog.Any("error", rerr))
 		}
+	}
+	if _, err := r.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+		discard()
 		return runtime.Instance{}, r.engineErr("start agent "+spec.AgentID+": start container", err)
 	}
-	r.log.Info("agent container started", slog.String("container", created.ID[:12]), slog.String("agent_id", spec.AgentID),
+	inst, err := r.Inspect(ctx, created.ID)
+	if err != nil {
+		discard()
+		return runtime.Instance{}, fmt.Errorf("start agent %s: %w", spec.AgentID, err)
+	}
+	r.log.Info("agent container started", slog.String("container", shortID(created.ID)), slog.String("agent_id", spec.AgentID),
 		slog.String("session_id", spec.SessionID), slog.String("image", spec.Image))
-	return r.Inspect(ctx, created.ID)
+	return inst, nil
 }
 
 // ContainerName is choir-<agent>-<first 12 characters of the session id>.

@@ -118,7 +118,7 @@ type SearchTuning struct {
 }
 
 // DefaultSearchTuning is the tuning measured by bench/hybrid.
-var DefaultSearchTuning = SearchTuning{Candidates: 40, TextSample: 200, TextRecent: 100, EFSearch: 40}
+var DefaultSearchTuning = SearchTuning{Candidates: 40, TextSample: 200, TextRecent: 100, EFSearch: 64}
 
 // Store is the MemoryStore.
 type Store struct {

@@ -38,7 +38,7 @@ func (l *lockedBuffer) String() string {
 
 // runChoird starts choird on a fresh database with testConfig's agents and
 // returns it once ready, with its log.
-func runChoird(t *testing.T) (*Daemon, string, *lockedBuffer) {
+func runChoird(t testing.TB) (*Daemon, string, *lockedBuffer) {
 	t.Helper()
 	url := dbtest.NewDatabase(t)
 	pc, err := pgx.ParseConfig(url)

@@ -17,20 +17,27 @@ import (
 	"github.com/choirhq/choir/rpc"
 )
 
-func newSession(t *testing.T, pool *pgxpool.Pool, agent string) uuid.UUID {
+func newSession(t testing.TB, pool *pgxpool.Pool, agent string) uuid.UUID {
+	t.Helper()
+	id, _ := tokenSession(t, pool, agent)
+	return id
+}
+
+// tokenSession creates a live session of agent and returns its lease token.
+func tokenSession(t testing.TB, pool *pgxpool.Pool, agent string) (uuid.UUID, string) {
 	t.Helper()
 	ctx := context.Background()
 	q := db.New(pool)
 	if _, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agent, Config: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	_, hash := rpc.NewLeaseToken()
+	token, hash := rpc.NewLeaseToken()
 	s, err := q.SessionCreate(ctx, db.SessionCreateParams{AgentID: agent, LeaseTokenHash: hash,
 		BaseHash: rpc.Genesis[:], ResourceBindings: json.RawMessage(`{}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return s.SessionID
+	return s.SessionID, token
 }
 
 // chainEvents builds sealed events from..to continuing prev.

@@ -15,7 +15,7 @@ import (
 
 // testConfig is a local configuration with two agents sharing a workspace
 // default, a second workspace, and secrets on the model and git identity.
-func testConfig(t *testing.T) *config.Config {
+func testConfig(t testing.TB) *config.Config {
 	t.Helper()
 	cfg, secrets := config.Local(t.TempDir(), config.Postgres{Host: "127.0.0.1", Port: 55432, Database: "choir"})
 	cfg.Workspaces["other"] = config.Workspace{Path: t.TempDir()}

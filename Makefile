@@ -40,6 +40,7 @@ vet: check-generated vet-sql
 
 # The whole suite, against the throwaway Postgres (installed on first use).
 test: vet
+	scripts/testdeps.sh
 	CHOIR_REQUIRE_DOCKER=$${CHOIR_REQUIRE_DOCKER:-1} CHOIR_TEST_DATABASE_URL="$(PG_URL)" go test -race -count=1 -timeout 20m ./...
 
 test-short: devpg

@@ -368,8 +368,10 @@ func (h *heartbeat) beat(ctx context.Context) error {
 // behind the agent's back) fences the agent: it stops.
 func (h *heartbeat) run(ctx context.Context) {
 	backoff := time.Duration(0)
+	// The first beat goes out at once: choird learns the agent is up, and
+	// the interval only spaces the ones after it.
+	wait := time.Duration(0)
 	for {
-		wait := h.interval()
 		if backoff > 0 {
 			wait = backoff
 		}
@@ -378,6 +380,7 @@ func (h *heartbeat) run(ctx context.Context) {
 			return
 		case <-time.After(wait):
 		}
+		wait = h.interval()
 		err := h.beat(ctx)
 		switch {
 		case err == nil:

@@ -7,7 +7,6 @@ package daemon
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -328,9 +327,7 @@ func newRuntime(ctx context.Context, opts Options, logger *slog.Logger) (runtime
 	case "docker":
 		// One scope per installation, so two choirds never reap each
 		// other's containers.
-		abs, _ := filepath.Abs(opts.Home)
-		scope := sha256.Sum256([]byte(abs))
-		rt, err := docker.New(ctx, docker.Options{Scope: hex.EncodeToString(scope[:6]), Init: true,
+		rt, err := docker.New(ctx, docker.Options{Scope: docker.ScopeFor(opts.Home), Init: true,
 			Logger: logger.With(slog.String("component", "runtime"))})
 		if err != nil {
 			return nil, fmt.Errorf("docker runtime: %w (or start choird with --runtime=process)", err)

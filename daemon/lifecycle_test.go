@@ -54,12 +54,12 @@ const canary = "sk-canary-0d5e9b21"
 
 // lifecycleHome writes a configuration with two agents that share the
 // default workspace, a canary model key, and a fast heartbeat.
-func lifecycleHome(t *testing.T, url string) string {
+func lifecycleHome(t testing.TB, url string) string {
 	t.Helper()
 	return lifecycleHomeWith(t, url, nil)
 }
 
-func lifecycleHomeWith(t *testing.T, url string, edit func(*config.Config)) string {
+func lifecycleHomeWith(t testing.TB, url string, edit func(*config.Config)) string {
 	t.Helper()
 	pc, err := pgx.ParseConfig(url)
 	if err != nil {
@@ -92,14 +92,19 @@ type choirdRun struct {
 	done   chan error
 }
 
-func startChoird(t *testing.T, home string) *choirdRun {
+func startChoird(t testing.TB, home string) *choirdRun {
+	t.Helper()
+	return startChoirdWith(t, home, Options{Runtime: "process", AgentBinary: buildAgent(t)})
+}
+
+func startChoirdWith(t testing.TB, home string, opts Options) *choirdRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	ready := make(chan *Daemon, 1)
 	r := &choirdRun{home: home, cancel: cancel, done: make(chan error, 1)}
 	go func() {
-		r.done <- Run(ctx, Options{Home: home, Stderr: &lockedBuffer{}, Runtime: "process", AgentBinary: buildAgent(t),
-			Ready: func(d *Daemon) { ready <- d }})
+		opts.Home, opts.Stderr, opts.Ready = home, &lockedBuffer{}, func(d *Daemon) { ready <- d }
+		r.done <- Run(ctx, opts)
 	}()
 	select {
 	case r.d = <-ready:
@@ -114,7 +119,7 @@ func startChoird(t *testing.T, home string) *choirdRun {
 }
 
 // stop stops every running agent, then choird.
-func (r *choirdRun) stop(t *testing.T) {
+func (r *choirdRun) stop(t testing.TB) {
 	t.Helper()
 	for id := range r.d.cfg.Agents {
 		if st := r.d.agentStatus(context.Background(), id); st.State == admin.AgentActive || st.State == admin.AgentStarting {
@@ -127,7 +132,7 @@ func (r *choirdRun) stop(t *testing.T) {
 }
 
 // kill stops choird alone; its agents keep running, as after a crash.
-func (r *choirdRun) kill(t *testing.T) {
+func (r *choirdRun) kill(t testing.TB) {
 	t.Helper()
 	r.cancel()
 	if err := <-r.done; err != nil {

@@ -1,0 +1,116 @@
+package daemon
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/choirhq/choir/daemon/runtime/runtimetest"
+	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc/admin"
+)
+
+// TestLifecycleDockerRuntime runs the real choir-agent in a hardened
+// container from a FROM-scratch image: the sandbox self-check passes inside
+// it, and start, status, stop, restart, a killed container and orphan
+// removal behave as under the process runtime.
+func TestLifecycleDockerRuntime(t *testing.T) {
+	t.Parallel()
+	cli := runtimetest.RequireDocker(t)
+	bin := runtimetest.BuildStatic(t, "github.com/choirhq/choir/cmd/choir-agent")
+	image := runtimetest.ImportImage(t, cli, "choir-agent-lifecycle", map[string]runtimetest.File{
+		"choir-agent": {Source: bin, Mode: 0o755},
+	}, `ENTRYPOINT ["/choir-agent"]`)
+	home := lifecycleHome(t, dbtest.NewDatabase(t))
+	opts := Options{Runtime: "docker", AgentImage: image}
+	r := startChoirdWith(t, home, opts)
+	ctx := context.Background()
+
+	begin := time.Now()
+	if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+		t.Fatalf("start: %s", errs)
+	}
+	st := r.waitState(t, "assistant", admin.AgentActive)
+	var beat time.Time
+	waitUntil(t, "the first heartbeat after the hello", func() bool {
+		var hello *time.Time
+		r.d.pool.QueryRow(ctx, "SELECT hello_at, last_heartbeat_at FROM choir_control.sessions WHERE session_id = $1",
+			st.SessionID).Scan(&hello, &beat)
+		return hello != nil && beat.After(*hello)
+	})
+	t.Logf("agent start to first acknowledged heartbeat: %s", beat.Sub(begin).Round(time.Millisecond))
+
+	s, err := r.d.runtime.Inspect(ctx, mustInstance(t, r, st.SessionID))
+	if err != nil || !s.Running() {
+		t.Fatalf("container: %+v %v", s, err)
+	}
+	info, err := cli.ContainerInspect(ctx, s.ID, client.ContainerInspectOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range info.Container.Config.Env {
+		if strings.Contains(e, canary) {
+			t.Errorf("the canary secret is in the container's environment")
+		}
+	}
+
+	if code, _, errs := choirctl(t, home, "agent", "restart", "assistant"); code != 0 {
+		t.Fatalf("restart: %s", errs)
+	}
+	st = r.waitState(t, "assistant", admin.AgentActive)
+
+	if code, _, errs := choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
+		t.Fatalf("stop: %s", errs)
+	}
+	var status, reason string
+	r.d.pool.QueryRow(ctx, "SELECT status, end_reason FROM choir_control.sessions WHERE session_id = $1",
+		st.SessionID).Scan(&status, &reason)
+	if status != "ended" || !strings.Contains(reason, "terminated by the agent") {
+		t.Errorf("after stop: %s (%s)", status, reason)
+	}
+
+	// A container killed from outside is noticed at once.
+	if _, err := r.d.AgentStart(ctx, Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{}); err != nil {
+		t.Fatal(err)
+	}
+	st = r.waitState(t, "assistant", admin.AgentActive)
+	inst := mustInstance(t, r, st.SessionID)
+	if err := r.d.runtime.Stop(ctx, inst, 0); err != nil {
+		t.Fatal(err)
+	}
+	r.waitState(t, "assistant", admin.AgentCrashed)
+
+	// An agent left running by a choird that died is an orphan for the next.
+	if _, err := r.d.AgentStart(ctx, Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{}); err != nil {
+		t.Fatal(err)
+	}
+	st = r.waitState(t, "assistant", admin.AgentActive)
+	orphan := mustInstance(t, r, st.SessionID)
+	r.kill(t)
+	r = startChoirdWith(t, home, opts)
+	defer r.stop(t)
+	if _, err := r.d.runtime.Inspect(ctx, orphan); err == nil {
+		t.Errorf("orphaned container %s survived choird's restart", orphan)
+	}
+	if got := r.d.agentStatus(ctx, "assistant"); got.State != admin.AgentCrashed {
+		t.Errorf("orphan's session is %s", got.State)
+	}
+}
+
+func mustInstance(t *testing.T, r *choirdRun, sessionID string) string {
+	t.Helper()
+	list, err := r.d.runtime.List(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, inst := range list {
+		if inst.SessionID == sessionID {
+			return inst.ID
+		}
+	}
+	t.Fatalf("no instance for session %s", sessionID)
+	return ""
+}

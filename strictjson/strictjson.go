@@ -163,33 +163,47 @@ func Decode(data []byte, v any, lim Limits) error {
 		}}}
 	}
 
-	c := &checker{dec: newLexer(data), data: data, maxDepth: lim.MaxDepth}
-	if len(bytes.TrimLeft(data, " \t\r\n")) == 0 {
-		c.add("empty document")
-	} else if err := c.value(rv.Type().Elem(), 0, false); err == nil {
-		c.trailing()
+	// The first pass checks everything but the values of types with their
+	// own unmarshalers, which the decode itself runs; only if the decode
+	// fails does a second pass run them one by one to say which value is
+	// wrong, and where. The decode goes into a scratch value, so v is left
+	// untouched by a document that fails.
+	check := func(deep bool) *Error {
+		c := &checker{dec: newLexer(data), data: data, maxDepth: lim.MaxDepth, deep: deep}
+		if len(bytes.TrimLeft(data, " \t\r\n")) == 0 {
+			c.add("empty document")
+		} else if err := c.value(rv.Type().Elem(), 0, false); err == nil {
+			c.trailing()
+		}
+		return c.result()
 	}
-	if e := c.result(); e != nil {
+	if e := check(false); e != nil {
 		return e
 	}
-
-	if err := json.Unmarshal(data, v); err != nil {
-		// The check pass should have caught everything encoding/json
-		// refuses; if it did not, report the error without its text
-		// unless it is known to carry no values.
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			path := Root
-			if te.Field != "" {
-				for k := range strings.SplitSeq(te.Field, ".") {
-					path = PathKey(path, k)
-				}
-			}
-			return &Error{Problems: []Problem{{Path: path, Message: "expected " + describeType(te.Type) + ", got " + te.Value}}}
-		}
-		return &Error{Problems: []Problem{{Path: Root, Message: fmt.Sprintf("cannot decode into %T", v)}}}
+	scratch := reflect.New(rv.Type().Elem())
+	scratch.Elem().Set(rv.Elem()) // decoding merges into v's value, as encoding/json does
+	err := json.Unmarshal(data, scratch.Interface())
+	if err == nil {
+		rv.Elem().Set(scratch.Elem())
+		return nil
 	}
-	return nil
+	if e := check(true); e != nil {
+		return e
+	}
+	// The check passes should have caught everything encoding/json
+	// refuses; if they did not, report the error without its text unless
+	// it is known to carry no values.
+	var te *json.UnmarshalTypeError
+	if errors.As(err, &te) {
+		path := Root
+		if te.Field != "" {
+			for k := range strings.SplitSeq(te.Field, ".") {
+				path = PathKey(path, k)
+			}
+		}
+		return &Error{Problems: []Problem{{Path: path, Message: "expected " + describeType(te.Type) + ", got " + te.Value}}}
+	}
+	return &Error{Problems: []Problem{{Path: Root, Message: fmt.Sprintf("cannot decode into %T", v)}}}
 }
 
 // errFatal stops the check pass: after a syntax error or excessive nesting
@@ -198,6 +212,8 @@ func Decode(data []byte, v any, lim Limits) error {
 var errFatal = errors.New("fatal problem")
 
 type checker struct {
+	// deep runs the unmarshalers of types that have them on their values.
+	deep     bool
 	dec      *lexer
 	data     []byte
 	maxDepth int
@@ -492,6 +508,9 @@ func (c *checker) value(t reflect.Type, depth int, quoted bool) error {
 			c.mismatch(kind, base, tok)
 			return nil
 		}
+		if !c.deep {
+			return nil
+		}
 		u := reflect.New(base).Interface().(encoding.TextUnmarshaler)
 		if err := u.UnmarshalText([]byte(s)); err != nil {
 			c.add("invalid " + base.String())
@@ -594,6 +613,9 @@ func (c *checker) quoted(kind target, base reflect.Type, s string) {
 // checkUnmarshalJSON validates the value that began at offset start (just
 // read) by handing its raw bytes to the type's UnmarshalJSON.
 func (c *checker) checkUnmarshalJSON(base reflect.Type, start int64) {
+	if !c.deep {
+		return
+	}
 	raw := c.data[start:c.dec.InputOffset()]
 	// The offset before a value may include the separator that precedes it.
 	raw = bytes.TrimLeft(raw, " \t\r\n")

@@ -109,13 +109,15 @@ func Run(ctx context.Context, opts Options) error {
 	if err != nil {
 		return fmt.Errorf("load tools: %w", err)
 	}
-	skills, err := skill.Load(skill.Config{GlobalDir: filepath.Join(opts.ChoirDir, "skills"), KnownTool: reg.Has})
+	skills, err := skill.Load(skill.Config{GlobalDir: filepath.Join(opts.ChoirDir, "skills", "global"),
+		AgentDir: filepath.Join(opts.ChoirDir, "skills", "agent"), KnownTool: reg.Has})
 	if err != nil {
 		return fmt.Errorf("load skills: %w", err)
 	}
 
+	img := imageVersion(opts.ChoirDir)
 	hello, err := client.InitHello(ctx, rpc.InitHelloRequest{AgentID: opts.AgentID, SessionID: opts.SessionID,
-		ImageVersion: Version, ToolManifestHash: "builtin", SkillManifestHash: "builtin"})
+		ImageVersion: img.ImageVersion, ToolManifestHash: img.ToolManifestHash, SkillManifestHash: img.SkillManifestHash})
 	if err != nil {
 		return fmt.Errorf("hello to choird: %w", err)
 	}
@@ -264,6 +266,25 @@ func Run(ctx context.Context, opts Options) error {
 const edgeInstructions = `You are the edge lane of a personal agent: the one who talks with the user.
 Answer directly when you can. Use tools for anything that touches files, commands or memory.
 Never invent tool results; if a tool fails, say so plainly.`
+
+// imageInfo is what the agent reports of its image in INIT_HELLO: from
+// /choir/version.json when the image was built by choird's pipeline.
+type imageInfo struct {
+	ImageVersion      string `json:"image_version"`
+	ToolManifestHash  string `json:"tool_manifest_hash"`
+	SkillManifestHash string `json:"skill_manifest_hash"`
+}
+
+func imageVersion(choirDir string) imageInfo {
+	info := imageInfo{ImageVersion: Version, ToolManifestHash: "builtin", SkillManifestHash: "builtin"}
+	if b, err := os.ReadFile(filepath.Join(choirDir, "version.json")); err == nil {
+		var v imageInfo
+		if json.Unmarshal(b, &v) == nil && v.ImageVersion != "" {
+			info = v
+		}
+	}
+	return info
+}
 
 func readIdentity(dir, name string) string {
 	b, err := os.ReadFile(filepath.Join(dir, name))

@@ -91,11 +91,73 @@ func newAgentCommand(g *globals) *cobra.Command {
 				return printOne(out)
 			}}
 	}
+	var force bool
+	buildCmd := &cobra.Command{Use: "build <agent-id>", Short: "Build the agent's image from its repos; skipped when nothing changed",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var out struct {
+				AgentID string `json:"agent_id"`
+				Image   string `json:"image"`
+				Built   bool   `json:"built"`
+				Version any    `json:"version"`
+			}
+			if err := call(cmd.Context(), http.MethodPost, "/v1/agents/"+args[0]+"/build",
+				map[string]bool{"force": force}, &out); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(g.stdout, out)
+			}
+			verb := "built"
+			if !out.Built {
+				verb = "up to date"
+			}
+			fmt.Fprintf(g.stdout, "%s: %s (%s)\n", out.AgentID, out.Image, verb)
+			return nil
+		}}
+	buildCmd.Flags().BoolVar(&force, "force", false, "build even when nothing changed")
+	printUpdates := func(rs []updateResult) error {
+		if asJSON {
+			return writeJSON(g.stdout, rs)
+		}
+		tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "AGENT\tOUTCOME\tIMAGE\tERROR")
+		for _, r := range rs {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.AgentID, r.Outcome, r.Image, r.Error)
+		}
+		return tw.Flush()
+	}
+	update := &cobra.Command{Use: "update <agent-id>", Short: "Build if needed, then stop and start the agent on the new image",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var out updateResult
+			if err := call(cmd.Context(), http.MethodPost, "/v1/agents/"+args[0]+"/update", nil, &out); err != nil {
+				return err
+			}
+			return printUpdates([]updateResult{out})
+		}}
+	updateAll := &cobra.Command{Use: "update-all", Short: "Build and redeploy every agent, one after the other", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var out []updateResult
+			if err := call(cmd.Context(), http.MethodPost, "/v1/agents/update-all", nil, &out); err != nil {
+				return err
+			}
+			return printUpdates(out)
+		}}
+	cmd.AddCommand(buildCmd, update, updateAll)
 	cmd.AddCommand(list, start,
 		simple("stop", "Stop an agent gracefully: final heartbeat, session persisted", "stop"),
 		simple("restart", "Stop and start an agent with the same resources", "restart"),
 		simple("status", "Show an agent's state and session", ""))
 	return cmd
+}
+
+// updateResult mirrors daemon.UpdateResult.
+type updateResult struct {
+	AgentID string `json:"agent_id"`
+	Image   string `json:"image,omitempty"`
+	Outcome string `json:"outcome"`
+	Error   string `json:"error,omitempty"`
 }
 
 func printAgents(w io.Writer, agents []admin.AgentStatus) error {

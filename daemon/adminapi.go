@@ -17,9 +17,17 @@ const (
 	PathAgentStart     = "/v1/agents/{id}/start"
 	PathAgentStop      = "/v1/agents/{id}/stop"
 	PathAgentRestart   = "/v1/agents/{id}/restart"
+	PathAgentBuild     = "/v1/agents/{id}/build"
+	PathAgentUpdate    = "/v1/agents/{id}/update"
+	PathAgentUpdateAll = "/v1/agents/update-all"
 	PathWorkspaces     = "/v1/workspaces"
 	PathWorkspaceReset = "/v1/workspaces/{name}/reset"
 )
+
+// buildRequest is the body of POST /v1/agents/{id}/build.
+type buildRequest struct {
+	Force bool `json:"force,omitempty"`
+}
 
 // adminScope is the scope of a choirctl request: admin, named by the
 // peer's uid.
@@ -75,6 +83,18 @@ func (d *Daemon) mountControl(mux *admin.Mux) {
 	})
 	admin.Handle(mux, "POST", PathAgentRestart, func(ctx context.Context, _ admin.Empty) (admin.AgentStatus, error) {
 		out, err := d.AgentRestart(ctx, adminScope(ctx), admin.PathValue(ctx, "id"))
+		return out, controlErr(err)
+	})
+	admin.Handle(mux, "POST", PathAgentBuild, func(ctx context.Context, in buildRequest) (BuildResult, error) {
+		out, err := d.AgentBuild(ctx, adminScope(ctx), admin.PathValue(ctx, "id"), in.Force)
+		return out, controlErr(err)
+	})
+	admin.Handle(mux, "POST", PathAgentUpdate, func(ctx context.Context, _ admin.Empty) (UpdateResult, error) {
+		out, err := d.AgentUpdate(ctx, adminScope(ctx), admin.PathValue(ctx, "id"))
+		return out, controlErr(err)
+	})
+	admin.Handle(mux, "POST", PathAgentUpdateAll, func(ctx context.Context, _ admin.Empty) ([]UpdateResult, error) {
+		out, err := d.AgentUpdateAll(ctx, adminScope(ctx))
 		return out, controlErr(err)
 	})
 	admin.Handle(mux, "GET", PathWorkspaces, func(ctx context.Context, _ admin.Empty) ([]WorkspaceInfo, error) {

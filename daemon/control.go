@@ -75,6 +75,9 @@ func (d *Daemon) AgentStart(ctx context.Context, sc Scope, agentID string, o Sta
 	if err := checkWorkspace(ws); err != nil {
 		return admin.AgentStatus{}, fmt.Errorf("workspace %s: %w", b.Workspace, err)
 	}
+	if err := d.verifyImage(ctx, agentID, d.agentImage(agentID)); err != nil {
+		return admin.AgentStatus{}, err
+	}
 	s, err := startSession(ctx, d.pool, d.cfg, agentID, o, d.configVersion, d.runtime.Name())
 	if err != nil {
 		return admin.AgentStatus{}, err

@@ -58,6 +58,9 @@ type Options struct {
 	// AgentImage overrides the image agents run under docker (default
 	// choir-agent-<id>:latest, as agent build tags it).
 	AgentImage string
+	// OSImage is the operating-system image agent builds start from
+	// (Dockerfile.base's CHOIR_OS_IMAGE); empty keeps the Dockerfile's.
+	OSImage string
 }
 
 // Daemon is a running choird.

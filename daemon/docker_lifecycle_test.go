@@ -78,7 +78,7 @@ func TestLifecycleDockerRuntime(t *testing.T) {
 	}
 	st = r.waitState(t, "assistant", admin.AgentActive)
 	inst := mustInstance(t, r, st.SessionID)
-	if err := r.d.runtime.Stop(ctx, inst, 0); err != nil {
+	if _, err := cli.ContainerKill(ctx, inst, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		t.Fatal(err)
 	}
 	r.waitState(t, "assistant", admin.AgentCrashed)

@@ -24,6 +24,7 @@ func main() {
 	rt := fs.String("runtime", "docker", "agent runtime: docker, or process (the agent binary as a child process, for development)")
 	agentBinary := fs.String("agent-binary", "", "choir-agent for --runtime=process (default: next to choird)")
 	agentImage := fs.String("agent-image", "", "image for every agent under docker (default: choir-agent-<id>:latest)")
+	osImage := fs.String("os-image", "", "OS image agent builds start from (Dockerfile.base's CHOIR_OS_IMAGE)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -33,7 +34,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := daemon.Run(ctx, daemon.Options{Home: *home, Transport: *transport, Listen: *listen,
-		TLSCert: *tlsCert, TLSKey: *tlsKey, Runtime: *rt, AgentBinary: *agentBinary, AgentImage: *agentImage}); err != nil {
+		TLSCert: *tlsCert, TLSKey: *tlsKey, Runtime: *rt, AgentBinary: *agentBinary, AgentImage: *agentImage, OSImage: *osImage}); err != nil {
 		fmt.Fprintf(os.Stderr, "choird: %v\n", err)
 		stop()
 		os.Exit(1)

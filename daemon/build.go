@@ -1,0 +1,142 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/choirhq/choir/daemon/build"
+	"github.com/choirhq/choir/daemon/runtime/docker"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/rpc"
+)
+
+// BuildResult is the outcome of one agent's build (spec 17.3).
+type BuildResult struct {
+	AgentID string `json:"agent_id"`
+	Image   string `json:"image"`
+	// Built is false when the image was already up to date.
+	Built   bool          `json:"built"`
+	Version build.Version `json:"version"`
+}
+
+// UpdateResult is one agent's outcome in agent update / update-all
+// (spec 17.5): built, redeployed, skipped or failed.
+type UpdateResult struct {
+	AgentID string `json:"agent_id"`
+	Image   string `json:"image,omitempty"`
+	Outcome string `json:"outcome"`
+	Error   string `json:"error,omitempty"`
+}
+
+// builder makes the image builder; it needs the docker runtime's engine.
+func (d *Daemon) builder() (*build.Builder, error) {
+	rt, ok := d.runtime.(*docker.Runtime)
+	if !ok {
+		return nil, errors.New("agent build needs the docker runtime; start choird with --runtime=docker")
+	}
+	bin := d.opts.AgentBinary
+	if bin == "" {
+		self, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		bin = filepath.Join(filepath.Dir(self), "choir-agent")
+	}
+	return build.New(build.Options{Home: d.home, Docker: rt.Client(), AgentBinary: bin, OSImage: d.opts.OSImage,
+		Logger: d.logger.With(slog.String("component", "build"))})
+}
+
+// AgentBuild builds an agent's image from the global and per-agent repos,
+// or reports that it is up to date. It neither starts nor restarts the
+// agent.
+func (d *Daemon) AgentBuild(ctx context.Context, sc Scope, agentID string, force bool) (BuildResult, error) {
+	if err := sc.adminOnly("agent build"); err != nil {
+		return BuildResult{}, err
+	}
+	agent, ok := d.cfg.Agents[agentID]
+	if !ok {
+		return BuildResult{}, fmt.Errorf("%w: agent %q is not in config.json", ErrUnknownResource, agentID)
+	}
+	if d.cfg.GlobalRepo.URL == "" {
+		return BuildResult{}, errors.New("config.json has no global_repo: set its url and ref to build agent images")
+	}
+	b, err := d.builder()
+	if err != nil {
+		return BuildResult{}, err
+	}
+	res, err := b.Build(ctx, build.Request{AgentID: agentID, Global: d.cfg.GlobalRepo, Agent: agent.Repo, Force: force})
+	if err != nil {
+		return BuildResult{}, fmt.Errorf("build agent %s: %w", agentID, err)
+	}
+	d.logger.InfoContext(ctx, "agent image ready", slog.String("agent_id", agentID), slog.String("image", res.Image),
+		slog.Bool("built", res.Built), slog.String("by", sc.Actor))
+	return BuildResult{AgentID: agentID, Image: res.Image, Built: res.Built, Version: res.Version}, nil
+}
+
+// AgentUpdate builds an agent's image if its repos changed, then, if the
+// agent runs, stops it gracefully and starts it again on the new image
+// with the same resources; the session resumes from its replica.
+func (d *Daemon) AgentUpdate(ctx context.Context, sc Scope, agentID string) (UpdateResult, error) {
+	br, err := d.AgentBuild(ctx, sc, agentID, false)
+	if err != nil {
+		return UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
+	}
+	s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		outcome := "skipped"
+		if br.Built {
+			outcome = "built"
+		}
+		return UpdateResult{AgentID: agentID, Image: br.Image, Outcome: outcome}, nil
+	}
+	if err != nil {
+		return UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
+	}
+	var b rpc.ResourceBindings
+	if err := json.Unmarshal(s.ResourceBindings, &b); err != nil {
+		return UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
+	}
+	if !br.Built && s.ImageVersion == br.Version.ImageVersion {
+		return UpdateResult{AgentID: agentID, Image: br.Image, Outcome: "skipped"}, nil
+	}
+	if _, err := d.AgentRestart(ctx, sc, agentID); err != nil {
+		return UpdateResult{AgentID: agentID, Image: br.Image, Outcome: "failed", Error: err.Error()}, err
+	}
+	return UpdateResult{AgentID: agentID, Image: br.Image, Outcome: "redeployed"}, nil
+}
+
+// AgentUpdateAll updates every configured agent, one after the other, and
+// reports each outcome; one failure does not stop the others.
+func (d *Daemon) AgentUpdateAll(ctx context.Context, sc Scope) ([]UpdateResult, error) {
+	if err := sc.adminOnly("agent update-all"); err != nil {
+		return nil, err
+	}
+	out := []UpdateResult{}
+	for _, id := range sortedKeys(d.cfg.Agents) {
+		r, _ := d.AgentUpdate(ctx, sc, id)
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// verifyImage checks the version.json baked into a pipeline-built image
+// before a container starts from it, so a drifted image is never run
+// silently. An image named by --agent-image is the operator's choice and is
+// not checked.
+func (d *Daemon) verifyImage(ctx context.Context, agentID, image string) error {
+	rt, ok := d.runtime.(*docker.Runtime)
+	if !ok || d.opts.AgentImage != "" {
+		return nil
+	}
+	if _, err := build.VerifyImage(ctx, rt.Client(), image, build.Expect{AgentID: agentID}); err != nil {
+		return fmt.Errorf("image %s of agent %s: %w (rebuild it: choirctl agent build %s)", image, agentID, err, agentID)
+	}
+	return nil
+}

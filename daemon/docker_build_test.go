@@ -1,0 +1,146 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moby/moby/client"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/runtime/runtimetest"
+	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc/admin"
+)
+
+func gitRepo(t *testing.T, files map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	run := func(args ...string) {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+	}
+	run("init", "-q", "-b", "main")
+	commitFiles(t, dir, files, run)
+	return dir
+}
+
+func commitFiles(t *testing.T, dir string, files map[string]string, run func(...string)) {
+	t.Helper()
+	for name, data := range files {
+		p := filepath.Join(dir, name)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run("add", "-A")
+	run("commit", "-q", "-m", "change")
+}
+
+// TestAgentBuildAndUpdate builds an agent's image from real git repos,
+// starts the real agent from it under docker (version.json checked first),
+// then updates it after a repo change: a new image, the agent redeployed,
+// and update-all with nothing changed skipping it.
+func TestAgentBuildAndUpdate(t *testing.T) {
+	t.Parallel()
+	cli := runtimetest.RequireDocker(t)
+	osImage := runtimetest.BusyboxImage(t, cli)
+	bin := runtimetest.BuildStatic(t, "github.com/choirhq/choir/cmd/choir-agent")
+	global := gitRepo(t, map[string]string{
+		"Dockerfile.base":       "ARG CHOIR_OS_IMAGE=scratch\nFROM ${CHOIR_OS_IMAGE}\n",
+		"identity/USER.md":      "# The user\n",
+		"identity/SOUL.md":      "global soul\n",
+		"identity/SOUL-CORE.md": "global core soul\n",
+	})
+	agentRepo := gitRepo(t, map[string]string{
+		"Dockerfile":       "ARG CHOIR_BASE_IMAGE\nFROM ${CHOIR_BASE_IMAGE}\n",
+		"identity/SOUL.md": "agent soul, first\n",
+	})
+	home := lifecycleHomeWith(t, dbtest.NewDatabase(t), func(c *config.Config) {
+		c.GlobalRepo = config.Repo{URL: global, Ref: "main"}
+		a := c.Agents["assistant"]
+		a.Repo = config.Repo{URL: "file://" + agentRepo, Ref: "main"}
+		c.Agents["assistant"] = a
+	})
+	r := startChoirdWith(t, home, Options{Runtime: "docker", AgentBinary: bin, OSImage: osImage})
+	defer r.stop(t)
+	t.Cleanup(func() {
+		removeAgentImages(t, cli, "choir-agent-assistant")
+		removeAgentImages(t, cli, "choir-agent-helper")
+	})
+
+	code, out, errs := choirctl(t, home, "agent", "build", "assistant", "--json")
+	var built BuildResult
+	if code != 0 || json.Unmarshal([]byte(out), &built) != nil || !built.Built {
+		t.Fatalf("build: %d %s %s", code, out, errs)
+	}
+	// Base images are keyed by the global commit: this test's are its own.
+	t.Cleanup(func() {
+		removeAgentImages(t, cli, strings.Split(built.Version.BaseImage, ":")[0]+":"+strings.Split(built.Version.BaseImage, ":")[1])
+	})
+	code, out, _ = choirctl(t, home, "agent", "build", "assistant")
+	if code != 0 || !strings.Contains(out, "up to date") {
+		t.Fatalf("second build: %s", out)
+	}
+	if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+		t.Fatalf("start: %s", errs)
+	}
+	first := r.waitState(t, "assistant", admin.AgentActive)
+
+	commitFiles(t, agentRepo, map[string]string{"identity/SOUL.md": "agent soul, second\n"}, func(args ...string) {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = agentRepo
+		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("git: %v %s", err, out)
+		}
+	})
+	code, out, errs = choirctl(t, home, "agent", "update", "assistant")
+	if code != 0 || !strings.Contains(out, "redeployed") {
+		t.Fatalf("update: %d %s %s", code, out, errs)
+	}
+	second := r.waitState(t, "assistant", admin.AgentActive)
+	if second.SessionID == first.SessionID {
+		t.Error("update did not start a new session")
+	}
+	code, out, _ = choirctl(t, home, "agent", "update-all", "--json")
+	if code != 0 || !strings.Contains(out, `"agent_id": "assistant"`) {
+		t.Fatalf("update-all: %s", out)
+	}
+	var results []UpdateResult
+	if err := json.Unmarshal([]byte(out), &results); err != nil {
+		t.Fatal(err)
+	}
+	for _, res := range results {
+		if res.AgentID == "assistant" && res.Outcome != "skipped" {
+			t.Errorf("unchanged running agent: %+v, want skipped", res)
+		}
+		if res.AgentID == "helper" && res.Outcome != "built" {
+			t.Errorf("stopped agent: %+v, want built and not started", res)
+		}
+	}
+}
+
+func removeAgentImages(t *testing.T, cli *client.Client, repo string) {
+	ctx := context.Background()
+	list, err := cli.ImageList(ctx, client.ImageListOptions{})
+	if err != nil {
+		return
+	}
+	for _, img := range list.Items {
+		for _, tag := range img.RepoTags {
+			if strings.HasPrefix(tag, repo+":") || tag == repo {
+				cli.ImageRemove(ctx, tag, client.ImageRemoveOptions{Force: true, PruneChildren: true}) //nolint:errcheck
+			}
+		}
+	}
+}

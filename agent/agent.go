@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -53,10 +54,11 @@ type Options struct {
 
 // dynamic is the hot-reloadable configuration choird publishes.
 type dynamic struct {
-	Models              map[string]config.Model `json:"models"`
-	HeartbeatIntervalMS int64                   `json:"heartbeat_interval_ms"`
-	RateLimitRetryMS    int64                   `json:"rate_limit_retry_ms"`
-	SnapshotEveryEvents int                     `json:"snapshot_every_events"`
+	Models              map[string]config.Model       `json:"models"`
+	HeartbeatIntervalMS int64                         `json:"heartbeat_interval_ms"`
+	RateLimitRetryMS    int64                         `json:"rate_limit_retry_ms"`
+	SnapshotEveryEvents int                           `json:"snapshot_every_events"`
+	GitIdentities       map[string]config.GitIdentity `json:"git_identities"`
 }
 
 // workingState is the agent's working-memory snapshot (spec 13.4), taken
@@ -152,6 +154,13 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	if err := fetchConfig(ctx); err != nil {
 		return fmt.Errorf("fetch configuration: %w", err)
+	}
+	if gi, ok := dyn.Load().GitIdentities[hello.ResourceBindings.GitIdentity]; ok {
+		if err := configureGit(ctx, gi); err != nil {
+			logger.Warn("git identity not configured", slog.String("error", err.Error()))
+		} else {
+			logger.Info("git identity configured", slog.String("git_identity", hello.ResourceBindings.GitIdentity))
+		}
 	}
 	modelName := hello.ResourceBindings.Models["llm"]
 	model := func() llm.ModelSettings {
@@ -266,6 +275,23 @@ func Run(ctx context.Context, opts Options) error {
 const edgeInstructions = `You are the edge lane of a personal agent: the one who talks with the user.
 Answer directly when you can. Use tools for anything that touches files, commands or memory.
 Never invent tool results; if a tool fails, say so plainly.`
+
+// configureGit sets user.name and user.email of the leased git identity in
+// the agent's global git config (spec 14.4: config, not environment), so
+// that commits from choir.exec are attributable. An image without git
+// skips it.
+func configureGit(ctx context.Context, gi config.GitIdentity) error {
+	gitBin, err := exec.LookPath("git")
+	if err != nil {
+		return fmt.Errorf("no git in this image: %w", err)
+	}
+	for _, kv := range [][2]string{{"user.name", gi.Name}, {"user.email", gi.Email}} {
+		if out, err := exec.CommandContext(ctx, gitBin, "config", "--global", kv[0], kv[1]).CombinedOutput(); err != nil {
+			return fmt.Errorf("git config %s: %w: %s", kv[0], err, out)
+		}
+	}
+	return nil
+}
 
 // imageInfo is what the agent reports of its image in INIT_HELLO: from
 // /choir/version.json when the image was built by choird's pipeline.

@@ -144,7 +144,7 @@ func newAgentCommand(g *globals) *cobra.Command {
 			}
 			return printUpdates(out)
 		}}
-	cmd.AddCommand(buildCmd, update, updateAll)
+	cmd.AddCommand(buildCmd, update, updateAll, newAgentInitCommand(g))
 	cmd.AddCommand(list, start,
 		simple("stop", "Stop an agent gracefully: final heartbeat, session persisted", "stop"),
 		simple("restart", "Stop and start an agent with the same resources", "restart"),

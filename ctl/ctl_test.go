@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -314,4 +315,33 @@ func TestDBMigrate(t *testing.T) {
 			t.Errorf("exit %d, want 2: %s", r.code, r.stderr)
 		}
 	})
+}
+
+func TestAgentInit(t *testing.T) {
+	t.Parallel()
+	home := t.TempDir()
+	localInit(t, home, dbtest.DefaultURL)
+	repo := filepath.Join(t.TempDir(), "agent-two.git")
+	r := run(t, "--home", home, "agent", "init", "agent-two", "--repo-dir", repo)
+	if r.code != 0 {
+		t.Fatalf("init: %s", r.stderr)
+	}
+	b, _ := os.ReadFile(filepath.Join(home, "config.json"))
+	if !strings.Contains(string(b), `"agent-two"`) || !strings.Contains(string(b), "file://"+repo) {
+		t.Errorf("config.json lacks the agent:\n%s", b)
+	}
+	out, err := exec.Command("git", "--git-dir", repo, "ls-tree", "-r", "--name-only", "main").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "identity/SOUL-CORE.md") || !strings.Contains(string(out), "Dockerfile") {
+		t.Errorf("scaffolded repo: %s %v", out, err)
+	}
+	// Placeholders are reported until filled in.
+	if r := run(t, "--home", home, "config", "validate"); r.code != 2 || !strings.Contains(r.stderr, "agent-two") {
+		t.Errorf("validate with placeholders: %d %s", r.code, r.stderr)
+	}
+	if r := run(t, "--home", home, "agent", "init", "agent-two"); r.code == 0 {
+		t.Error("a second init of the same agent succeeded")
+	}
+	if r := run(t, "--home", home, "agent", "init", "Bad Name"); r.code != 2 {
+		t.Errorf("bad id: exit %d", r.code)
+	}
 }

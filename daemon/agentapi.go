@@ -190,6 +190,7 @@ type DynamicConfig struct {
 	TTS                   map[string]config.TTS            `json:"tts,omitempty"`
 	VoiceProfiles         map[string]config.VoiceProfile   `json:"voice_profiles,omitempty"`
 	Search                map[string]config.SearchProvider `json:"search,omitempty"`
+	GitIdentities         map[string]config.GitIdentity    `json:"git_identities,omitempty"`
 	HeartbeatIntervalMS   int64                            `json:"heartbeat_interval_ms"`
 	RateLimitRetryMS      int64                            `json:"rate_limit_retry_ms"`
 	SessionSummaryTimeout int64                            `json:"session_summary_timeout_ms"`
@@ -198,6 +199,7 @@ type DynamicConfig struct {
 
 func dynamicConfig(cfg *config.Config) DynamicConfig {
 	return DynamicConfig{Models: cfg.Models, TTS: cfg.TTS, VoiceProfiles: cfg.VoiceProfiles, Search: cfg.Search,
+		GitIdentities:       cfg.GitIdentities,
 		HeartbeatIntervalMS: cfg.HeartbeatInterval().Milliseconds(), RateLimitRetryMS: cfg.RateLimitRetry().Milliseconds(),
 		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval()}
 }

@@ -240,6 +240,23 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 			}
 		})
 
+		t.Run("GitIdentityIsInTheAgentsGitConfig", func(t *testing.T) {
+			var found string
+			waitUntil(t, "the agent's .gitconfig", func() bool {
+				filepath.Walk(filepath.Join(home, "run"), func(path string, info os.FileInfo, err error) error {
+					if err == nil && info.Name() == ".gitconfig" {
+						b, _ := os.ReadFile(path)
+						found = string(b)
+					}
+					return nil
+				})
+				return strings.Contains(found, "dev@choir.local")
+			})
+			if !strings.Contains(found, "name = Dev") || strings.Contains(found, "ghp-test") {
+				t.Errorf(".gitconfig = %q", found)
+			}
+		})
+
 		t.Run("SecondAgentOnTheSameWorkspaceIsRefusedNamingTheHolder", func(t *testing.T) {
 			code, _, errs := choirctl(t, home, "agent", "start", "helper", "--dm", "second")
 			if code == 0 || !strings.Contains(errs, "leased to agent assistant") {

@@ -160,6 +160,9 @@ func Run(ctx context.Context, opts Options) error {
 			logger.Warn("git identity not configured", slog.String("error", err.Error()))
 		} else {
 			logger.Info("git identity configured", slog.String("git_identity", hello.ResourceBindings.GitIdentity))
+			if err := setupGitCredentials(ctx, gi, secrets.get, logger); err != nil {
+				logger.Warn("git credential helper not set up", slog.String("error", err.Error()))
+			}
 		}
 	}
 	modelName := hello.ResourceBindings.Models["llm"]
@@ -281,16 +284,19 @@ Never invent tool results; if a tool fails, say so plainly.`
 // that commits from choir.exec are attributable. An image without git
 // skips it.
 func configureGit(ctx context.Context, gi config.GitIdentity) error {
-	gitBin, err := exec.LookPath("git")
-	if err != nil {
+	if _, err := exec.LookPath("git"); err != nil {
 		return fmt.Errorf("no git in this image: %w", err)
 	}
 	for _, kv := range [][2]string{{"user.name", gi.Name}, {"user.email", gi.Email}} {
-		if out, err := exec.CommandContext(ctx, gitBin, "config", "--global", kv[0], kv[1]).CombinedOutput(); err != nil {
+		if out, err := gitCommand(ctx, "config", "--global", kv[0], kv[1]); err != nil {
 			return fmt.Errorf("git config %s: %w: %s", kv[0], err, out)
 		}
 	}
 	return nil
+}
+
+func gitCommand(ctx context.Context, args ...string) ([]byte, error) {
+	return exec.CommandContext(ctx, "git", args...).CombinedOutput()
 }
 
 // imageInfo is what the agent reports of its image in INIT_HELLO: from

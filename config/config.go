@@ -158,6 +158,10 @@ type GitIdentity struct {
 	// Secret names the token used to push. Optional: an identity without
 	// one can still commit locally.
 	Secret string `json:"secret,omitempty"`
+	// Hosts are the git remote hosts (host or host:port) the token may be
+	// sent to over HTTPS; the agent's credential helper refuses all others.
+	// Empty sends the token nowhere.
+	Hosts []string `json:"hosts,omitempty"`
 }
 
 // NotionIntegration is a Notion integration token.

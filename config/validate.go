@@ -295,6 +295,13 @@ func (v *validator) gitIdentities() {
 			}
 		}
 		v.secret(sub(p, "secret"), g.Secret, false)
+		for i, h := range g.Hosts {
+			hp := fmt.Sprintf("%s.hosts[%d]", p, i)
+			if hostOnly, _, err := net.SplitHostPort(h); err == nil {
+				h = hostOnly
+			}
+			v.host(hp, h)
+		}
 	}
 }
 

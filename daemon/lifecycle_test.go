@@ -255,6 +255,28 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 			if !strings.Contains(found, "name = Dev") || strings.Contains(found, "ghp-test") {
 				t.Errorf(".gitconfig = %q", found)
 			}
+			// git asks the agent binary, as git-cred-helper, which asks the
+			// running agent: the token goes only to the allowed host.
+			var agentHome string
+			filepath.Walk(filepath.Join(home, "run"), func(path string, info os.FileInfo, err error) error {
+				if err == nil && info.Name() == ".gitconfig" {
+					agentHome = filepath.Dir(path)
+				}
+				return nil
+			})
+			fill := func(host string) string {
+				cmd := exec.Command("git", "credential", "fill")
+				cmd.Env = []string{"HOME=" + agentHome, "PATH=" + os.Getenv("PATH"), "GIT_TERMINAL_PROMPT=0"}
+				cmd.Stdin = strings.NewReader("protocol=https\nhost=" + host + "\n\n")
+				out, _ := cmd.CombinedOutput()
+				return string(out)
+			}
+			if out := fill("git.example.com"); !strings.Contains(out, "password=ghp-test") {
+				t.Errorf("allowed host got: %q", out)
+			}
+			if out := fill("evil.example.com"); strings.Contains(out, "ghp-test") {
+				t.Errorf("another host got the token: %q", out)
+			}
 		})
 
 		t.Run("SecondAgentOnTheSameWorkspaceIsRefusedNamingTheHolder", func(t *testing.T) {

@@ -23,7 +23,8 @@ func testConfig(t testing.TB) *config.Config {
 	m.Secret = "model-key"
 	cfg.Models["local"] = m
 	secrets["model-key"] = "sk-test"
-	cfg.GitIdentities = map[string]config.GitIdentity{"dev": {Name: "Dev", Email: "dev@choir.local", Secret: "git-token"}}
+	cfg.GitIdentities = map[string]config.GitIdentity{"dev": {Name: "Dev", Email: "dev@choir.local", Secret: "git-token",
+		Hosts: []string{"git.example.com"}}}
 	secrets["git-token"] = "ghp-test"
 	a := cfg.Agents["assistant"]
 	a.Defaults.GitIdentity = "dev"

@@ -14,10 +14,19 @@ import (
 	"syscall"
 
 	"github.com/choirhq/choir/agent"
+	"github.com/choirhq/choir/agent/credhelper"
 	"github.com/choirhq/choir/rpc"
 )
 
 func main() {
+	if credhelper.Invoked(os.Args[0]) {
+		// git runs the agent binary as its credential helper (spec 14.4).
+		if err := agent.RunCredentialHelper(context.Background(), os.Args[1:], os.Stdin, os.Stdout, os.Stderr); err != nil {
+			fmt.Fprintf(os.Stderr, "git-cred-helper: %v\n", err)
+			os.Exit(1)
+		}
+		return
+	}
 	fs := flag.NewFlagSet("choir-agent", flag.ContinueOnError)
 	var o agent.Options
 	fs.StringVar(&o.ControlPlane, "control-plane", envOr("CHOIR_CONTROL_PLANE", rpc.TransportUDS), "transport to choird: uds or http")

@@ -44,13 +44,6 @@ func setupGitCredentials(ctx context.Context, gi config.GitIdentity, secret func
 	if err := os.Symlink(self, link); err != nil {
 		return fmt.Errorf("link %s: %w", link, err)
 	}
-	helper := link
-	for _, h := range gi.Hosts {
-		helper += " --allow " + h
-	}
-	if out, err := gitCommand(ctx, "config", "--global", "credential.helper", helper); err != nil {
-		return fmt.Errorf("git config credential.helper: %w: %s", err, out)
-	}
 	sock := credSocket(home)
 	os.Remove(sock)
 	ln, err := net.Listen("unix", sock)
@@ -80,6 +73,14 @@ func setupGitCredentials(ctx context.Context, gi config.GitIdentity, secret func
 			}()
 		}
 	}()
+	// git learns of the helper only once the socket answers.
+	helper := link
+	for _, h := range gi.Hosts {
+		helper += " --allow " + h
+	}
+	if out, err := gitCommand(ctx, "config", "--global", "credential.helper", helper); err != nil {
+		return fmt.Errorf("git config credential.helper: %w: %s", err, out)
+	}
 	return nil
 }
 

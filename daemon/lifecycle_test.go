@@ -250,7 +250,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 					}
 					return nil
 				})
-				return strings.Contains(found, "dev@choir.local")
+				return strings.Contains(found, "dev@choir.local") && strings.Contains(found, "cred-helper")
 			})
 			if !strings.Contains(found, "name = Dev") || strings.Contains(found, "ghp-test") {
 				t.Errorf(".gitconfig = %q", found)

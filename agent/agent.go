@@ -242,6 +242,17 @@ func Run(ctx context.Context, opts Options) error {
 				if err := fetchConfig(runCtx); err != nil {
 					logger.Warn("config refresh failed; keeping the current one", slog.String("error", err.Error()))
 				}
+				// Secrets refresh the same way (choirctl secret apply): the
+				// whole set is fetched and swapped in at once, never patched.
+				if names := hello.ResourceBindings.Secrets; len(names) > 0 {
+					got, err := client.GetSecrets(runCtx, rpc.GetSecretsRequest{Resources: names})
+					if err != nil {
+						logger.Warn("secret refresh failed; keeping the current ones", slog.String("error", err.Error()))
+					} else {
+						secrets.swap(got.Secrets)
+						logger.Info("secrets refreshed", slog.Int("secrets", len(got.Secrets)))
+					}
+				}
 			case rpc.PushShutdown:
 				select {
 				case shutdown <- "shutdown requested by choird":

@@ -20,6 +20,7 @@ const (
 	PathAgentBuild     = "/v1/agents/{id}/build"
 	PathAgentUpdate    = "/v1/agents/{id}/update"
 	PathAgentUpdateAll = "/v1/agents/update-all"
+	PathSecretApply    = "/v1/secrets/apply"
 	PathWorkspaces     = "/v1/workspaces"
 	PathWorkspaceReset = "/v1/workspaces/{name}/reset"
 )
@@ -95,6 +96,10 @@ func (d *Daemon) mountControl(mux *admin.Mux) {
 	})
 	admin.Handle(mux, "POST", PathAgentUpdateAll, func(ctx context.Context, _ admin.Empty) ([]UpdateResult, error) {
 		out, err := d.AgentUpdateAll(ctx, adminScope(ctx))
+		return out, controlErr(err)
+	})
+	admin.Handle(mux, "POST", PathSecretApply, func(ctx context.Context, _ admin.Empty) (SecretApplyResult, error) {
+		out, err := d.SecretApply(ctx, adminScope(ctx))
 		return out, controlErr(err)
 	})
 	admin.Handle(mux, "GET", PathWorkspaces, func(ctx context.Context, _ admin.Empty) ([]WorkspaceInfo, error) {

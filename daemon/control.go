@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
@@ -394,4 +395,46 @@ func (d *Daemon) cleanOrphans(ctx context.Context) error {
 			slog.String("agent_id", id), slog.String("session_id", s.SessionID.String()))
 	}
 	return nil
+}
+
+// SecretApplyResult says what secret apply did.
+type SecretApplyResult struct {
+	Secrets int `json:"secrets"`
+	// Notified is how many live agents were told to refresh.
+	Notified int `json:"notified"`
+}
+
+// SecretApply reloads secrets.json (spec 16.3) and tells every live agent to
+// fetch its secrets again; each agent swaps its whole set at once. An
+// invalid secrets.json changes nothing.
+func (d *Daemon) SecretApply(ctx context.Context, sc Scope) (SecretApplyResult, error) {
+	if err := sc.adminOnly("secret apply"); err != nil {
+		return SecretApplyResult{}, err
+	}
+	// The whole configuration is validated with the new secrets, so a
+	// secret a resource names cannot go missing; config.json itself is
+	// not applied here.
+	_, secrets, err := config.Load(d.home)
+	if err != nil {
+		return SecretApplyResult{}, fmt.Errorf("reload secrets: %w", err)
+	}
+	d.api.mu.Lock()
+	d.api.secrets = secrets
+	d.api.mu.Unlock()
+	d.secrets = secrets
+	res := SecretApplyResult{Secrets: len(secrets)}
+	q := db.New(d.pool)
+	for _, id := range sortedKeys(d.cfg.Agents) {
+		s, err := q.SessionGetLiveByAgent(ctx, id)
+		if err != nil {
+			continue
+		}
+		if _, err := d.rpc.Push(s.SessionID.String(), rpc.Push{Kind: rpc.PushConfigChanged,
+			ConfigChanged: &rpc.ConfigChanged{ConfigVersion: max(d.configVersion, 1)}}); err == nil {
+			res.Notified++
+		}
+	}
+	d.logger.InfoContext(ctx, "secrets applied", slog.Int("secrets", len(secrets)), slog.Int("agents_notified", res.Notified),
+		slog.String("by", sc.Actor))
+	return res, nil
 }

@@ -114,3 +114,28 @@ func mustInstance(t *testing.T, r *choirdRun, sessionID string) string {
 	t.Fatalf("no instance for session %s", sessionID)
 	return ""
 }
+
+// TestFailedStartLeavesNothing starts an agent whose image does not exist:
+// the start fails naming the image, and no container, lease or session row
+// is left.
+func TestFailedStartLeavesNothing(t *testing.T) {
+	t.Parallel()
+	runtimetest.RequireDocker(t)
+	home := lifecycleHome(t, dbtest.NewDatabase(t))
+	r := startChoirdWith(t, home, Options{Runtime: "docker", AgentImage: "choir-agent-missing:nope"})
+	defer r.stop(t)
+	ctx := context.Background()
+	_, err := r.d.AgentStart(ctx, Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{})
+	if err == nil || !strings.Contains(err.Error(), "choir-agent-missing:nope") {
+		t.Fatalf("start = %v, want an error naming the image", err)
+	}
+	var sessions, leases int
+	r.d.pool.QueryRow(ctx, "SELECT count(*) FROM choir_control.sessions").Scan(&sessions)
+	r.d.pool.QueryRow(ctx, "SELECT count(*) FROM choir_control.resource_leases").Scan(&leases)
+	if sessions != 0 || leases != 0 {
+		t.Errorf("a failed start left %d sessions and %d leases", sessions, leases)
+	}
+	if list, err := r.d.runtime.List(ctx); err != nil || len(list) != 0 {
+		t.Errorf("a failed start left instances %v (%v)", list, err)
+	}
+}

@@ -3,6 +3,7 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -277,6 +278,18 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 			if out := fill("evil.example.com"); strings.Contains(out, "ghp-test") {
 				t.Errorf("another host got the token: %q", out)
 			}
+
+			// A rotated token reaches the running agent with secret apply.
+			secrets := config.Secrets{"postgres-admin": "postgres:", "model-key": canary, "git-token": "ghp-rotated"}
+			if err := os.WriteFile(filepath.Join(home, "secrets.json"), mustJSON(t, map[string]string(secrets)), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if code, out, errs := choirctl(t, home, "secret", "apply"); code != 0 || !strings.Contains(out, "1 running agents") {
+				t.Fatalf("secret apply: %d %s %s", code, out, errs)
+			}
+			waitUntil(t, "the rotated token in the agent", func() bool {
+				return strings.Contains(fill("git.example.com"), "password=ghp-rotated")
+			})
 		})
 
 		t.Run("SecondAgentOnTheSameWorkspaceIsRefusedNamingTheHolder", func(t *testing.T) {
@@ -494,4 +507,13 @@ func waitUntil(t *testing.T, what string, cond func() bool) {
 func rpcUserMessage(text string) rpc.Push {
 	return rpc.Push{Kind: rpc.PushUserMessage, UserMessage: &rpc.UserMessage{InboxID: time.Now().UnixNano(),
 		Gateway: "console", ChatID: "operator", UserID: "operator", Text: text, ReceivedAt: time.Now()}}
+}
+
+func mustJSON(t testing.TB, v any) []byte {
+	t.Helper()
+	b, err := json.Marshal(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
 }

@@ -648,7 +648,31 @@ func (c *checker) object(base reflect.Type, kind target, depth int) error {
 	if kind == targetStruct {
 		fields = cachedFields(base)
 	}
-	seen := make(map[string]struct{})
+	// Duplicate keys are found by a linear scan while objects are small
+	// (most are), and by a map beyond that: a map per object was a large
+	// share of the cost of decoding many small objects.
+	var seenList []string
+	var seenMap map[string]struct{}
+	isDup := func(key string) bool {
+		if seenMap != nil {
+			_, dup := seenMap[key]
+			seenMap[key] = struct{}{}
+			return dup
+		}
+		for _, k := range seenList {
+			if k == key {
+				return true
+			}
+		}
+		seenList = append(seenList, key)
+		if len(seenList) > 16 {
+			seenMap = make(map[string]struct{}, 2*len(seenList))
+			for _, k := range seenList {
+				seenMap[k] = struct{}{}
+			}
+		}
+		return false
+	}
 	for c.dec.More() {
 		tok, err := c.dec.Token()
 		if err != nil {
@@ -662,11 +686,9 @@ func (c *checker) object(base reflect.Type, kind target, depth int) error {
 			return errFatal
 		}
 		c.path = append(c.path, segment{key: key})
-		_, dup := seen[key]
+		dup := isDup(key)
 		if dup {
 			c.add("duplicate key")
-		} else {
-			seen[key] = struct{}{}
 		}
 
 		var child reflect.Type

@@ -255,9 +255,10 @@ func (a *Arbiter) readOnly(name string) bool {
 	return ok && def.Runtime().SideEffect == tool.SideEffectRead
 }
 
-// Propose runs one proposal to its end: the proposal is logged, and either
-// rejected (a structured error, nothing executed) or executed under its
-// locks and its result committed. The returned error is reserved for the
+// Propose runs one proposal to its end: it is either rejected (a
+// structured error, nothing executed, logged as tool_call_requested with the
+// rejection) or executed under its locks between tool_call_committed and
+// tool_result_committed. The returned error is reserved for the
 // arbiter itself failing (a commit that could not be appended, ctx ended
 // before the call was logged); tool failures are results.
 func (a *Arbiter) Propose(ctx context.Context, p Proposal) (Outcome, error) {
@@ -272,15 +273,16 @@ func (a *Arbiter) Propose(ctx context.Context, p Proposal) (Outcome, error) {
 		}
 		return Outcome{Rejected: rej}, nil
 	}
-	if _, err := a.Commit(ctx, rpc.EventToolCallRequested, lane, req); err != nil {
-		return Outcome{}, fmt.Errorf("log call %s: %w", p.CallID, err)
-	}
-
+	// An accepted proposal is logged once it holds its locks, by
+	// tool_call_committed, which carries the request; a proposal that
+	// never gets them is logged as requested, with why it never ran.
 	release, err := a.cfg.Locks.Acquire(ctx, p.Owner, reqs)
 	if err != nil {
-		// Cancelled while waiting for locks, or a self-deadlock: the call
-		// never ran, and the log says so.
-		a.commitResult(context.WithoutCancel(ctx), lane, p, commitlog.ToolError, 0, nil, err.Error())
+		req["status"] = "abandoned"
+		req["error"] = err.Error()
+		if _, cerr := a.Commit(context.WithoutCancel(ctx), rpc.EventToolCallRequested, lane, req); cerr != nil {
+			return Outcome{}, fmt.Errorf("log abandoned call %s: %w", p.CallID, cerr)
+		}
 		return Outcome{}, fmt.Errorf("acquire locks for %s: %w", p.CallID, err)
 	}
 	defer release()

@@ -355,6 +355,14 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 	t.Run("WorkspaceListAndReset", func(t *testing.T) {
 		ws := r.d.cfg.Workspaces["main"].Path
 		os.WriteFile(filepath.Join(ws, "junk.txt"), []byte("x"), 0o644)
+		// The workspace is leased: reset stops its agent first.
+		if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+			t.Fatalf("start: %s", errs)
+		}
+		r.waitState(t, "assistant", admin.AgentActive)
+		if code, out, _ := choirctl(t, home, "workspace", "list"); code != 0 || !strings.Contains(out, "assistant") {
+			t.Fatalf("list does not show the holder: %s", out)
+		}
 		code, out, _ := choirctl(t, home, "workspace", "list")
 		if code != 0 || !strings.Contains(out, "main") {
 			t.Fatalf("list: %s", out)
@@ -364,6 +372,9 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 		}
 		if entries, _ := os.ReadDir(ws); len(entries) != 0 {
 			t.Errorf("workspace not empty: %v", entries)
+		}
+		if st := r.d.agentStatus(context.Background(), "assistant"); st.State != admin.AgentStopped {
+			t.Errorf("the agent leasing the workspace is %s after reset, want stopped", st.State)
 		}
 	})
 }

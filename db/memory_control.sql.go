@@ -138,7 +138,8 @@ SELECT current_setting('search_path')::text AS previous_search_path,
        set_config('enable_seqscan', 'off', true)::text AS enable_seqscan,
        set_config('plan_cache_mode', 'force_custom_plan', true)::text AS plan_cache_mode,
        set_config('jit', 'off', true)::text AS jit,
-       numnode(websearch_to_tsquery('english', $5::text))::int AS query_nodes
+       numnode(websearch_to_tsquery('english', $5::text))::int AS query_nodes,
+       tsvector_to_array(to_tsvector('english', $5::text))::text[] AS lexemes
 `
 
 type MemorySearchScopeParams struct {
@@ -150,16 +151,17 @@ type MemorySearchScopeParams struct {
 }
 
 type MemorySearchScopeRow struct {
-	PreviousSearchPath  string `json:"previous_search_path"`
-	SearchPath          string `json:"search_path"`
-	Role                string `json:"role"`
-	IterativeScan       string `json:"iterative_scan"`
-	EfSearch            string `json:"ef_search"`
-	GinFuzzySearchLimit string `json:"gin_fuzzy_search_limit"`
-	EnableSeqscan       string `json:"enable_seqscan"`
-	PlanCacheMode       string `json:"plan_cache_mode"`
-	Jit                 string `json:"jit"`
-	QueryNodes          int32  `json:"query_nodes"`
+	PreviousSearchPath  string   `json:"previous_search_path"`
+	SearchPath          string   `json:"search_path"`
+	Role                string   `json:"role"`
+	IterativeScan       string   `json:"iterative_scan"`
+	EfSearch            string   `json:"ef_search"`
+	GinFuzzySearchLimit string   `json:"gin_fuzzy_search_limit"`
+	EnableSeqscan       string   `json:"enable_seqscan"`
+	PlanCacheMode       string   `json:"plan_cache_mode"`
+	Jit                 string   `json:"jit"`
+	QueryNodes          int32    `json:"query_nodes"`
+	Lexemes             []string `json:"lexemes"`
 }
 
 // MemorySearchScope is MemoryScopeEnter for hybrid search, in the same
@@ -172,7 +174,8 @@ type MemorySearchScopeRow struct {
 // custom plan for every execution (a generic plan would not see that the
 // vector side has no filter worth an exact scan); no JIT, whose compile
 // time exceeds the whole query's budget. query_nodes is 0 when the text
-// has no searchable words.
+// has no searchable words; lexemes are its words as full-text search
+// stores them.
 func (q *Queries) MemorySearchScope(ctx context.Context, arg MemorySearchScopeParams) (MemorySearchScopeRow, error) {
 	row := q.db.QueryRow(ctx, memorySearchScope,
 		arg.SearchPath,
@@ -193,6 +196,7 @@ func (q *Queries) MemorySearchScope(ctx context.Context, arg MemorySearchScopePa
 		&i.PlanCacheMode,
 		&i.Jit,
 		&i.QueryNodes,
+		&i.Lexemes,
 	)
 	return i, err
 }

@@ -153,26 +153,51 @@ func run(ctx context.Context, o options) error {
 	store := memory.New(memory.Options{Pool: pool, Embedder: stub, Search: memory.SearchTuning{Candidates: o.candidates,
 		TextSample: o.sample, TextRecent: o.recent, EFSearch: o.efSearch}})
 	classes := queryClasses(c, o.rows, o.queries)
-	// Warm the caches (and the connection pool) before measuring.
-	for _, q := range classes[0].queries[:min(50, len(classes[0].queries))] {
-		stub.next = q.vec
-		if _, err := store.Query(ctx, agent, q.input(true)); err != nil {
-			return err
+	// Warm the caches and the connection pool with one pass over every
+	// query, then measure the classes interleaved, query by query, so that
+	// a burst of other work on the machine weighs on all of them alike.
+	for _, cl := range classes {
+		for _, q := range cl.queries {
+			stub.next = q.vec
+			if _, err := store.Query(ctx, agent, q.input(true)); err != nil {
+				return err
+			}
 		}
 	}
 	fmt.Printf("load average before measuring: %s\n", loadavg())
-	for _, cl := range classes {
-		for _, hybrid := range []bool{true, false} {
-			lat, hits, err := measure(ctx, store, stub, cl.queries, hybrid)
-			if err != nil {
-				return fmt.Errorf("%s: %w", cl.name, err)
+	type key struct {
+		class  int
+		hybrid bool
+	}
+	lat := map[key][]float64{}
+	hits := map[key]int{}
+	for i := range o.queries {
+		for ci, cl := range classes {
+			for _, hybrid := range []bool{true, false} {
+				q := cl.queries[i]
+				stub.next = q.vec
+				t0 := time.Now()
+				res, err := store.Query(ctx, agent, q.input(hybrid))
+				if err != nil {
+					return fmt.Errorf("%s: %w", cl.name, err)
+				}
+				k := key{ci, hybrid}
+				lat[k] = append(lat[k], float64(time.Since(t0).Microseconds())/1000)
+				hits[k] += res.Count
 			}
+		}
+	}
+	for ci, cl := range classes {
+		for _, hybrid := range []bool{true, false} {
+			k := key{ci, hybrid}
 			kind := "hybrid (text + vector)"
 			if !hybrid {
 				kind = "full text only"
 			}
-			fmt.Printf("%-9s %-22s df %-15s n=%d  p50 %6.2f ms  p95 %6.2f ms  p99 %6.2f ms  max %6.2f ms  avg hits %.1f\n",
-				cl.name, kind, cl.df, len(lat), pct(lat, 50), pct(lat, 95), pct(lat, 99), pct(lat, 100), hits)
+			l := lat[k]
+			fmt.Printf("%-9s %-22s df %-11s n=%d  p50 %6.2f ms  p95 %6.2f ms  p99 %6.2f ms  max %6.2f ms  avg hits %.1f\n",
+				cl.name, kind, cl.df, len(l), pct(l, 50), pct(l, 95), pct(l, 99), pct(l, 100),
+				float64(hits[k])/float64(len(l)))
 		}
 	}
 	fmt.Printf("load average after measuring: %s\n", loadavg())
@@ -399,23 +424,6 @@ func queryClasses(c *corpus, rows, n int) []class {
 		}),
 	}
 	return out
-}
-
-func measure(ctx context.Context, store *memory.Store, stub *stubEmbedder, qs []benchQuery, hybrid bool) ([]float64, float64, error) {
-	var lat []float64
-	hits := 0
-	for _, q := range qs {
-		in := q.input(hybrid)
-		stub.next = q.vec
-		t0 := time.Now()
-		res, err := store.Query(ctx, agent, in)
-		if err != nil {
-			return nil, 0, err
-		}
-		lat = append(lat, float64(time.Since(t0).Microseconds())/1000)
-		hits += res.Count
-	}
-	return lat, float64(hits) / float64(len(qs)), nil
 }
 
 func pct(xs []float64, p float64) float64 {

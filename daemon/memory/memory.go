@@ -118,7 +118,7 @@ type SearchTuning struct {
 }
 
 // DefaultSearchTuning is the tuning measured by bench/hybrid.
-var DefaultSearchTuning = SearchTuning{Candidates: 40, TextSample: 200, TextRecent: 100, EFSearch: 64}
+var DefaultSearchTuning = SearchTuning{Candidates: 30, TextSample: 100, TextRecent: 100, EFSearch: 64}
 
 // Store is the MemoryStore.
 type Store struct {
@@ -136,13 +136,30 @@ type Store struct {
 	dims         map[string]int
 	embedFailAt  time.Time
 	embedFailErr string
+	common       map[string]commonWords
 }
+
+// commonWords are the words (lexemes) in at least commonWordFreq of one
+// table's rows, per its statistics, as of when they were read.
+type commonWords struct {
+	words map[string]bool
+	at    time.Time
+}
+
+const (
+	// commonWordFreq is how common a word must be for hybrid search to
+	// leave the GIN sample out when a query has only such words.
+	commonWordFreq = 0.1
+	// commonWordsTTL is how long the common words of a table are reused:
+	// they change only when autovacuum analyzes it.
+	commonWordsTTL = 5 * time.Minute
+)
 
 // New returns a Store.
 func New(opts Options) *Store {
 	s := &Store{pool: opts.Pool, inserter: opts.Inserter, embedder: opts.Embedder, logger: opts.Logger,
 		tuning: opts.Search, queryEmbedTimeout: opts.QueryEmbedTimeout, queryEmbedCooldown: opts.QueryEmbedCooldown,
-		now: time.Now, dims: map[string]int{}}
+		now: time.Now, dims: map[string]int{}, common: map[string]commonWords{}}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}

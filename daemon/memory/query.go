@@ -180,6 +180,9 @@ type query struct {
 	from, to            time.Time
 	keyPrefix           string
 	limit, offset       int
+	// skipSample leaves the GIN sample out of hybrid search (all the
+	// query's words are common).
+	skipSample bool
 }
 
 // decodeQuery decodes and validates input. A given vector's size is
@@ -489,12 +492,53 @@ func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Ve
 		if q.mode == ModeText && st.QueryNodes == 0 {
 			return errNoWords
 		}
-		if q.store == StoreSession {
-			return s.querySession(ctx, agentdb.New(tx), q, vec, res)
+		aq := agentdb.New(tx)
+		if q.skipSample, err = s.allCommon(ctx, aq, sc.schema, q.store, st.Lexemes); err != nil {
+			return err
 		}
-		return s.queryKnowledge(ctx, agentdb.New(tx), q, vec, res)
+		if q.store == StoreSession {
+			return s.querySession(ctx, aq, q, vec, res)
+		}
+		return s.queryKnowledge(ctx, aq, q, vec, res)
 	})
 	return s.translate(err, sc)
+}
+
+// allCommon reports whether every one of a query's words is common in the
+// store's table (see MemoryCommonLexemes), reading the table's common
+// words at most every commonWordsTTL.
+func (s *Store) allCommon(ctx context.Context, aq *agentdb.Queries, agentID, store string, lexemes []string) (bool, error) {
+	if len(lexemes) == 0 {
+		return false, nil
+	}
+	table := "memory_documents"
+	if store == StoreKnowledge {
+		table = "knowledge_documents"
+	}
+	key := agentID + "." + table
+	s.mu.Lock()
+	c, ok := s.common[key]
+	s.mu.Unlock()
+	if !ok || s.now().Sub(c.at) > commonWordsTTL {
+		words, err := aq.MemoryCommonLexemes(ctx, agentdb.MemoryCommonLexemesParams{TableName: table,
+			MinFreq: commonWordFreq})
+		if err != nil {
+			return false, fmt.Errorf("read common words of %s: %w", table, err)
+		}
+		c = commonWords{words: map[string]bool{}, at: s.now()}
+		for _, w := range words {
+			c.words[w] = true
+		}
+		s.mu.Lock()
+		s.common[key] = c
+		s.mu.Unlock()
+	}
+	for _, l := range lexemes {
+		if !c.words[l] {
+			return false, nil
+		}
+	}
+	return true, nil
 }
 
 // queryVector returns the vector of a semantic query: the one given, or
@@ -543,7 +587,8 @@ func (s *Store) querySession(ctx context.Context, aq *agentdb.Queries, q *query,
 		text := q.text
 		rows, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{QueryVector: vec, QueryText: text,
 			Tiers: q.tiers, SessionID: q.sessionID, Candidates: int32(s.tuning.Candidates),
-			TextSample: int32(s.tuning.TextSample), TextRecent: int32(s.tuning.TextRecent), MaxResults: int32(q.limit)})
+			TextSample: int32(s.tuning.TextSample), TextRecent: int32(s.tuning.TextRecent), SkipSample: q.skipSample,
+			MaxResults: int32(q.limit)})
 		if err != nil {
 			return fmt.Errorf("search session memory: %w", err)
 		}
@@ -610,7 +655,7 @@ func (s *Store) queryKnowledge(ctx context.Context, aq *agentdb.Queries, q *quer
 	case ModeSemantic, ModeText:
 		rows, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{QueryVector: vec, QueryText: q.text,
 			Candidates: int32(s.tuning.Candidates), TextSample: int32(s.tuning.TextSample),
-			TextRecent: int32(s.tuning.TextRecent), MaxResults: int32(q.limit)})
+			TextRecent: int32(s.tuning.TextRecent), SkipSample: q.skipSample, MaxResults: int32(q.limit)})
 		if err != nil {
 			return fmt.Errorf("search knowledge: %w", err)
 		}

@@ -548,7 +548,7 @@ WITH q AS (
 ), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM knowledge_documents d
-     WHERE $2::text <> ''
+     WHERE $2::text <> '' AND NOT $5::bool
        AND d.tsv @@ (SELECT q.tsq FROM q)
 ), text_recent AS (
     SELECT r.id, r.tsv
@@ -556,11 +556,11 @@ WITH q AS (
               FROM knowledge_documents d
              WHERE $2::text <> ''
              ORDER BY d.updated_at DESC, d.id
-             LIMIT $5::int) r
+             LIMIT $6::int) r
      WHERE r.tsv @@ (SELECT q.tsq FROM q)
 ), text_pool AS (
     SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1) AS score
-      FROM (SELECT s.id, s.tsv FROM (SELECT id, tsv FROM text_sample LIMIT $6::int) s
+      FROM (SELECT s.id, s.tsv FROM (SELECT id, tsv FROM text_sample LIMIT $7::int) s
             UNION ALL
             SELECT r.id, r.tsv FROM text_recent r) p
      ORDER BY p.id
@@ -594,6 +594,7 @@ type KnowledgeSearchHybridParams struct {
 	QueryText   string           `json:"query_text"`
 	QueryVector *pgvector.Vector `json:"query_vector"`
 	Candidates  int32            `json:"candidates"`
+	SkipSample  bool             `json:"skip_sample"`
 	TextRecent  int32            `json:"text_recent"`
 	TextSample  int32            `json:"text_sample"`
 }
@@ -625,6 +626,7 @@ func (q *Queries) KnowledgeSearchHybrid(ctx context.Context, arg KnowledgeSearch
 		arg.QueryText,
 		arg.QueryVector,
 		arg.Candidates,
+		arg.SkipSample,
 		arg.TextRecent,
 		arg.TextSample,
 	)

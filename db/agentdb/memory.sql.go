@@ -199,6 +199,47 @@ type MemoryChunksInsertParams struct {
 	EmbeddingState string          `json:"embedding_state"`
 }
 
+const memoryCommonLexemes = `-- name: MemoryCommonLexemes :many
+SELECT (s.most_common_elems::text::text[])[i]::text AS lexeme
+  FROM pg_catalog.pg_stats s,
+       generate_subscripts(s.most_common_elems::text::text[], 1) AS i
+ WHERE s.schemaname = current_schema()
+   AND s.tablename = $1::text
+   AND s.attname = 'tsv'
+   AND s.most_common_elem_freqs[i] >= $2::float4
+`
+
+type MemoryCommonLexemesParams struct {
+	TableName string  `json:"table_name"`
+	MinFreq   float32 `json:"min_freq"`
+}
+
+// MemoryCommonLexemes returns the words (as full-text lexemes) that the
+// table's statistics find in at least @min_freq of the rows of
+// @table_name's tsv column (memory_documents or knowledge_documents in
+// the schema on search_path). Hybrid search skips the GIN sample for a
+// query made only of such words: decoding their posting lists would cost
+// more than the newest rows, which hold plenty of matches, are worth.
+func (q *Queries) MemoryCommonLexemes(ctx context.Context, arg MemoryCommonLexemesParams) ([]string, error) {
+	rows, err := q.db.Query(ctx, memoryCommonLexemes, arg.TableName, arg.MinFreq)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var lexeme string
+		if err := rows.Scan(&lexeme); err != nil {
+			return nil, err
+		}
+		items = append(items, lexeme)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const memoryDocumentGet = `-- name: MemoryDocumentGet :one
 SELECT d.id, d.session_id, d.tier, d.chunk_index, d.text, d.metadata, d.started_at, d.ended_at,
        d.created_at, d.embedding_state, d.embedding_error, d.embedding_failed_at,
@@ -471,7 +512,7 @@ WITH q AS (
 ), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM memory_documents d
-     WHERE $2::text <> ''
+     WHERE $2::text <> '' AND NOT $7::bool
        AND d.tsv @@ (SELECT q.tsq FROM q)
        AND d.tier = ANY($4::text[])
        AND ($5::uuid IS NULL OR d.session_id = $5::uuid)
@@ -483,11 +524,11 @@ WITH q AS (
                AND d.tier = ANY($4::text[])
                AND ($5::uuid IS NULL OR d.session_id = $5::uuid)
              ORDER BY d.created_at DESC, d.id
-             LIMIT $7::int) r
+             LIMIT $8::int) r
      WHERE r.tsv @@ (SELECT q.tsq FROM q)
 ), text_pool AS (
     SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1) AS score
-      FROM (SELECT s.id, s.tsv FROM (SELECT id, tsv FROM text_sample LIMIT $8::int) s
+      FROM (SELECT s.id, s.tsv FROM (SELECT id, tsv FROM text_sample LIMIT $9::int) s
             UNION ALL
             SELECT r.id, r.tsv FROM text_recent r) p
      ORDER BY p.id
@@ -523,6 +564,7 @@ type MemorySearchHybridParams struct {
 	Tiers       []string         `json:"tiers"`
 	SessionID   *uuid.UUID       `json:"session_id"`
 	Candidates  int32            `json:"candidates"`
+	SkipSample  bool             `json:"skip_sample"`
 	TextRecent  int32            `json:"text_recent"`
 	TextSample  int32            `json:"text_sample"`
 }
@@ -560,6 +602,9 @@ type MemorySearchHybridRow struct {
 //     random sample of about that size instead of every match (selective
 //     queries are answered exactly), and turns off sequential scans so
 //     that the planner never reads the whole table for common words;
+//     @skip_sample leaves it out when every word of the query is common
+//     (MemoryCommonLexemes), since decoding the GIN posting lists of words
+//     in most chunks costs more than the sample is worth;
 //   - text_recent: the matches among the @text_recent newest chunks, read
 //     newest first through memory_documents_recent, so that recent memory
 //     is never left out of the sample.
@@ -575,6 +620,7 @@ func (q *Queries) MemorySearchHybrid(ctx context.Context, arg MemorySearchHybrid
 		arg.Tiers,
 		arg.SessionID,
 		arg.Candidates,
+		arg.SkipSample,
 		arg.TextRecent,
 		arg.TextSample,
 	)

@@ -18,7 +18,7 @@ WITH q AS (
 ), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM knowledge_documents d
-     WHERE @query_text::text <> ''
+     WHERE @query_text::text <> '' AND NOT @skip_sample::bool
        AND d.tsv @@ (SELECT q.tsq FROM q)
 ), text_recent AS (
     SELECT r.id, r.tsv

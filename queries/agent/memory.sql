@@ -17,6 +17,9 @@
 --     random sample of about that size instead of every match (selective
 --     queries are answered exactly), and turns off sequential scans so
 --     that the planner never reads the whole table for common words;
+--     @skip_sample leaves it out when every word of the query is common
+--     (MemoryCommonLexemes), since decoding the GIN posting lists of words
+--     in most chunks costs more than the sample is worth;
 --   * text_recent: the matches among the @text_recent newest chunks, read
 --     newest first through memory_documents_recent, so that recent memory
 --     is never left out of the sample.
@@ -38,7 +41,7 @@ WITH q AS (
 ), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM memory_documents d
-     WHERE @query_text::text <> ''
+     WHERE @query_text::text <> '' AND NOT @skip_sample::bool
        AND d.tsv @@ (SELECT q.tsq FROM q)
        AND d.tier = ANY(@tiers::text[])
        AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
@@ -273,3 +276,18 @@ SELECT c.pending, c.failed, c.stale, coalesce(l.embedding_error, '')::text AS la
         SELECT d.embedding_error, d.embedding_failed_at FROM memory_documents d
          WHERE d.embedding_state = 'failed'
          ORDER BY d.embedding_failed_at DESC LIMIT 1) l ON true;
+
+-- name: MemoryCommonLexemes :many
+-- MemoryCommonLexemes returns the words (as full-text lexemes) that the
+-- table's statistics find in at least @min_freq of the rows of
+-- @table_name's tsv column (memory_documents or knowledge_documents in
+-- the schema on search_path). Hybrid search skips the GIN sample for a
+-- query made only of such words: decoding their posting lists would cost
+-- more than the newest rows, which hold plenty of matches, are worth.
+SELECT (s.most_common_elems::text::text[])[i]::text AS lexeme
+  FROM pg_catalog.pg_stats s,
+       generate_subscripts(s.most_common_elems::text::text[], 1) AS i
+ WHERE s.schemaname = current_schema()
+   AND s.tablename = @table_name::text
+   AND s.attname = 'tsv'
+   AND s.most_common_elem_freqs[i] >= @min_freq::float4;

@@ -67,3 +67,44 @@ func TestScopes(t *testing.T) {
 		}
 	})
 }
+
+func TestCommonWordsSkipTheGINSample(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	if _, err := db.New(pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: "stats", Dimensions: 8}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := pool.Exec(ctx, `INSERT INTO choir_stats.knowledge_documents (text)
+		SELECT 'deployment note ' || i || CASE WHEN i % 50 = 0 THEN ' rollback' ELSE '' END
+		  FROM generate_series(1, 500) i;
+		ANALYZE choir_stats.knowledge_documents`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := New(Options{Pool: pool})
+	for _, c := range []struct {
+		lexemes []string
+		want    bool
+	}{
+		{[]string{"deploy"}, true},
+		{[]string{"deploy", "note"}, true},
+		{[]string{"deploy", "rollback"}, false},
+		{[]string{"unknown"}, false},
+		{nil, false},
+	} {
+		var got bool
+		err := s.inScope(ctx, scope{schema: "stats", role: "stats"}, true, func(_ pgx.Tx, aq *agentdb.Queries) error {
+			var err error
+			got, err = s.allCommon(ctx, aq, "stats", StoreKnowledge, c.lexemes)
+			return err
+		}, nil)
+		if err != nil || got != c.want {
+			t.Errorf("allCommon(%v) = %v, %v; want %v", c.lexemes, got, err, c.want)
+		}
+	}
+	res, err := s.QueryAsOperator(ctx, []byte(`{"store":"knowledge","mode":"text","query":"deployment","target_agent":"stats"}`))
+	if err != nil || res.Count != DefaultLimit {
+		t.Errorf("a query of common words still finds them: %v, %v", res, err)
+	}
+}

@@ -239,6 +239,8 @@ func (a *agentAPI) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req
 	}
 	out, err := fn(ctx, call.Session.AgentID, req.Input)
 	if err != nil {
+		// The tool's own failures (bad input, another agent's memory) go
+		// back to the model as an error result, not as a protocol error.
 		if errors.Is(err, rpc.ErrBadRequest) || errors.Is(err, rpc.ErrPermissionDenied) {
 			msg, _ := json.Marshal(map[string]string{"error": err.Error()})
 			return rpc.ExecuteHostToolResponse{CallID: req.CallID, Status: rpc.ToolError, Output: msg}, nil

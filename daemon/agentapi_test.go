@@ -174,6 +174,34 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 		}
 	})
 
+	t.Run("MemoryToolsRunAndRefuseAnotherAgentsMemory", func(t *testing.T) {
+		resp, err := client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.upsert", CallID: "m1",
+			Input: json.RawMessage(`{"op":"insert","key":"k","text":"the sky is blue"}`)})
+		if err != nil || resp.Status != rpc.ToolSuccess {
+			t.Fatalf("own upsert: %+v %v", resp, err)
+		}
+		resp, err = client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.upsert", CallID: "m2",
+			Input: json.RawMessage(`{"op":"insert","text":"planted","target_agent":"helper"}`)})
+		if err != nil || resp.Status != rpc.ToolError || !strings.Contains(strings.ToLower(string(resp.Output)), "permission") {
+			t.Fatalf("write to another agent: %+v %s %v", resp, resp.Output, err)
+		}
+		var n int
+		d.pool.QueryRow(ctx, "SELECT count(*) FROM choir_helper.knowledge_documents").Scan(&n)
+		if n != 0 {
+			t.Errorf("another agent's knowledge has %d rows", n)
+		}
+		resp, err = client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.query", CallID: "m3",
+			Input: json.RawMessage(`{"store":"knowledge","mode":"text","query":"sky","target_agent":"assistant"}`)})
+		if err != nil || resp.Status != rpc.ToolSuccess || !strings.Contains(string(resp.Output), "the sky is blue") {
+			t.Fatalf("query: %+v %s %v", resp, resp.Output, err)
+		}
+		resp, err = client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.query", CallID: "m4",
+			Input: json.RawMessage(`{"store":"everything","mode":"text","query":"sky"}`)})
+		if err != nil || resp.Status != rpc.ToolError || !strings.Contains(string(resp.Output), "store") {
+			t.Fatalf("unknown store: %+v %s %v", resp, resp.Output, err)
+		}
+	})
+
 	t.Run("UnknownHostToolIsNotFound", func(t *testing.T) {
 		_, err := client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.nothing", CallID: "c1", Input: json.RawMessage(`{}`)})
 		if !errors.Is(err, rpc.ErrNotFound) {

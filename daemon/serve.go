@@ -169,8 +169,12 @@ func memoryTools(store *memory.Store) map[string]HostTool {
 	wrap := func(fn func(ctx context.Context, agentID string, in json.RawMessage) (any, error)) HostTool {
 		return func(ctx context.Context, agentID string, in json.RawMessage) (json.RawMessage, error) {
 			out, err := fn(ctx, agentID, in)
-			if errors.Is(err, memory.ErrInvalidInput) {
-				return nil, fmt.Errorf("%w: %w", rpc.ErrBadRequest, err)
+			switch {
+			case errors.Is(err, memory.ErrInvalidInput), errors.Is(err, memory.ErrUnknownAgent),
+				errors.Is(err, memory.ErrNotFound), errors.Is(err, memory.ErrConflict):
+				return nil, codedErr{rpc.ErrBadRequest, err}
+			case errors.Is(err, memory.ErrPermission):
+				return nil, codedErr{rpc.ErrPermissionDenied, err}
 			}
 			if err != nil {
 				return nil, err

@@ -95,6 +95,11 @@ type Edge struct {
 	mu    sync.Mutex
 	state State
 	skill *skill.Run
+	// refSummary is the lane's reference summary of events compacted out
+	// of the window (spec 11.3); windowFrom is the first revision the
+	// window still shows.
+	refSummary string
+	windowFrom int64
 
 	toolCalls atomic.Int64
 	tokens    atomic.Int64
@@ -260,6 +265,8 @@ func (e *Edge) complete(ctx context.Context, msgs []llm.Message) (*llm.Response,
 // everything else goes through the arbiter.
 func (e *Edge) runTool(ctx context.Context, call llm.ToolCall) (json.RawMessage, error) {
 	switch {
+	case call.Name == tool.NameMemoryCompact:
+		return e.compact(ctx)
 	case call.Name == skillStartTool && e.cfg.Skills != nil:
 		return e.startSkill(ctx, call.Arguments)
 	case call.Name == skill.TransitionToolName:
@@ -395,6 +402,12 @@ func (e *Edge) prompt(before int64, m UserMessage) []llm.Message {
 	if e.cfg.Identity.Soul != "" {
 		msgs = append(msgs, llm.SystemMessage("SOUL.md:\n"+e.cfg.Identity.Soul))
 	}
+	e.mu.Lock()
+	ref := e.refSummary
+	e.mu.Unlock()
+	if ref != "" {
+		msgs = append(msgs, llm.SystemMessage("Reference summary of earlier events:\n"+ref))
+	}
 	msgs = append(msgs, e.window(before)...)
 	text := m.Text
 	if len(m.Attachments) > 0 {
@@ -406,7 +419,10 @@ func (e *Edge) prompt(before int64, m UserMessage) []llm.Message {
 // window renders the last committed events up to rev as conversation: user
 // messages and the lane's answers verbatim, tool results as one-line notes.
 func (e *Edge) window(rev int64) []llm.Message {
-	from := max(rev-int64(e.cfg.Window)+1, e.cfg.Log.Oldest(), 1)
+	e.mu.Lock()
+	compacted := e.windowFrom
+	e.mu.Unlock()
+	from := max(rev-int64(e.cfg.Window)+1, e.cfg.Log.Oldest(), 1, compacted)
 	evs, err := e.cfg.Log.Range(from, rev)
 	if err != nil {
 		return nil
@@ -474,11 +490,17 @@ type EdgeSnapshot struct {
 	ToolCallsUsed int64           `json:"tool_calls_used"`
 	TokensUsed    int64           `json:"tokens_used"`
 	Skill         *skill.Snapshot `json:"skill,omitempty"`
+	// ReferenceSummary and WindowFrom are the lane's compacted memory.
+	ReferenceSummary string `json:"reference_summary,omitempty"`
+	WindowFrom       int64  `json:"event_window_boundary,omitempty"`
 }
 
 // Snapshot returns the lane's state for a working-memory snapshot.
 func (e *Edge) Snapshot() EdgeSnapshot {
 	s := EdgeSnapshot{ToolCallsUsed: e.toolCalls.Load(), TokensUsed: e.tokens.Load()}
+	e.mu.Lock()
+	s.ReferenceSummary, s.WindowFrom = e.refSummary, e.windowFrom
+	e.mu.Unlock()
 	if run := e.activeSkill(); run != nil {
 		snap := run.Snapshot()
 		s.Skill = &snap
@@ -492,6 +514,9 @@ func (e *Edge) Snapshot() EdgeSnapshot {
 func (e *Edge) Restore(s EdgeSnapshot) error {
 	e.toolCalls.Store(s.ToolCallsUsed)
 	e.tokens.Store(s.TokensUsed)
+	e.mu.Lock()
+	e.refSummary, e.windowFrom = s.ReferenceSummary, s.WindowFrom
+	e.mu.Unlock()
 	if s.Skill == nil || e.cfg.Skills == nil {
 		return nil
 	}
@@ -503,4 +528,49 @@ func (e *Edge) Restore(s EdgeSnapshot) error {
 	e.skill = run
 	e.mu.Unlock()
 	return nil
+}
+
+// compact folds the events of the window into the lane's reference summary
+// (spec 11.3, choir.memory.compact): one model call writes the summary, the
+// window then starts after the compacted events, and the new summary is
+// committed to the log so that it survives a restart. A failed call leaves
+// the window as it was.
+func (e *Edge) compact(ctx context.Context) (json.RawMessage, error) {
+	head, _ := e.cfg.Log.Head()
+	window := e.window(head)
+	if len(window) == 0 {
+		return errJSON("nothing_to_compact", "the event window is empty"), nil
+	}
+	e.mu.Lock()
+	prev := e.refSummary
+	e.mu.Unlock()
+	msgs := []llm.Message{llm.SystemMessage("Write a compact reference summary of the conversation below: facts, " +
+		"decisions, open questions and results of tools, in short lines. It replaces these events in your context. " +
+		"Include everything of the earlier summary that still matters.")}
+	if prev != "" {
+		msgs = append(msgs, llm.SystemMessage("Earlier summary:\n"+prev))
+	}
+	msgs = append(msgs, window...)
+	msgs = append(msgs, llm.UserMessage("Write the summary now."))
+	model := e.cfg.Model()
+	resp, err := e.cfg.LLM.Complete(ctx, llm.Request{Model: model, Messages: msgs})
+	if err != nil {
+		return errJSON("compaction_failed", "the summary could not be written: "+err.Error()), nil
+	}
+	e.tokens.Add(resp.Usage.PromptTokens + resp.Usage.CompletionTokens)
+	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventLLMCallCommitted, "edge", commitlog.LLMCall{Model: model.Name,
+		Lane: "edge", PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
+		LatencyMS: resp.Latency.Milliseconds()}); err != nil {
+		return nil, err
+	}
+	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventMemoryWriteCommitted, "edge", map[string]any{
+		"kind": "reference_summary", "summary": resp.Content, "compacted_through_rev": head}); err != nil {
+		return nil, err
+	}
+	e.mu.Lock()
+	e.refSummary, e.windowFrom = resp.Content, head+1
+	e.mu.Unlock()
+	b, _ := json.Marshal(map[string]any{"status": "success",
+		"summary": fmt.Sprintf("compacted %d messages up to revision %d into the reference summary", len(window), head)})
+	return b, nil
 }

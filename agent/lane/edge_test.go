@@ -353,3 +353,40 @@ func TestEdgeSnapshotRestore(t *testing.T) {
 		t.Fatalf("answer = %q", got)
 	}
 }
+
+func TestEdgeCompaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t, lane.Budgets{},
+		llmtest.Text("Hello Ada."),
+		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: "choir.memory.compact", Arguments: `{}`}),
+		// The lane's own summary call.
+		llmtest.Text("The user is called Ada.").Expect(func(t testing.TB, r *llmtest.Request) {
+			if len(r.Tools) != 0 || !strings.Contains(r.System(), "reference summary") {
+				t.Errorf("summary call: tools %v, system %q", r.ToolNames(), r.System())
+			}
+		}),
+		llmtest.Text("Compacted.").Expect(func(t testing.TB, r *llmtest.Request) {
+			if c := lastToolResult(t, r); !strings.Contains(c, `"success"`) {
+				t.Errorf("compact result = %s", c)
+			}
+		}),
+		llmtest.Text("You are Ada.").Expect(func(t testing.TB, r *llmtest.Request) {
+			var sawSummary, sawOld bool
+			for _, m := range r.Messages {
+				sawSummary = sawSummary || strings.Contains(m.Content, "Reference summary of earlier events:\nThe user is called Ada.")
+				sawOld = sawOld || (m.Role == "user" && m.Content == "my name is Ada")
+			}
+			if !sawSummary || sawOld {
+				t.Errorf("after compaction: summary in prompt %v, compacted message still in window %v", sawSummary, sawOld)
+			}
+		}),
+	)
+	for _, m := range []string{"my name is Ada", "please compact", "who am I?"} {
+		b.edge.Deliver(lane.UserMessage{Text: m})
+		b.out.next(t)
+	}
+	if snap := b.edge.Snapshot(); snap.ReferenceSummary != "The user is called Ada." || snap.WindowFrom == 0 {
+		t.Errorf("snapshot = %+v", snap)
+	}
+	b.srv.Done()
+}

@@ -270,7 +270,7 @@ func (e *Edge) runTool(ctx context.Context, call llm.ToolCall) (json.RawMessage,
 	case call.Name == skillStartTool && e.cfg.Skills != nil:
 		return e.startSkill(ctx, call.Arguments)
 	case call.Name == skill.TransitionToolName:
-		return e.transition(ctx, call.Arguments)
+		return e.transition(ctx, call)
 	}
 	out, err := e.cfg.Arbiter.Propose(ctx, arbiter.Proposal{Owner: lock.Edge,
 		CallID: fmt.Sprintf("edge-%d-%s", e.callSeq.Add(1), call.ID), Tool: call.Name, Input: call.Arguments,
@@ -317,14 +317,20 @@ func (e *Edge) startSkill(ctx context.Context, args json.RawMessage) (json.RawMe
 	return b, nil
 }
 
-func (e *Edge) transition(ctx context.Context, args json.RawMessage) (json.RawMessage, error) {
+func (e *Edge) transition(ctx context.Context, call llm.ToolCall) (json.RawMessage, error) {
 	run := e.activeSkill()
 	if run == nil {
 		return errJSON("no_skill", "no skill is running; start one with "+skillStartTool), nil
 	}
-	change, err := run.Transition(args)
+	change, err := run.Transition(call.Arguments)
 	var v *skill.Violation
 	if errors.As(err, &v) {
+		// A refused transition is a refused proposal: logged, never applied.
+		if _, cerr := e.cfg.Arbiter.Commit(ctx, rpc.EventToolCallRequested, "edge", map[string]any{
+			"call_id": call.ID, "tool": skill.TransitionToolName, "input": call.Arguments,
+			"status": "rejected", "rejection": v}); cerr != nil {
+			return nil, cerr
+		}
 		b, _ := json.Marshal(map[string]any{"status": "rejected", "error": v})
 		return b, nil
 	}

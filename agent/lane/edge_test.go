@@ -238,6 +238,10 @@ func TestEdgeSkillWalk(t *testing.T) {
 	if n := strings.Count(strings.Join(types, ","), "skill_transition_committed"); n != 5 {
 		t.Errorf("%d skill transitions, want start + 4: %v", n, types)
 	}
+	// The forbidden tool and the invalid transition are both in the log.
+	if n := strings.Count(strings.Join(types, ","), "tool_call_requested"); n != 2 {
+		t.Errorf("%d refused proposals logged, want 2: %v", n, types)
+	}
 	if _, err := os.Stat(filepath.Join(b.ws, "x")); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("the forbidden write ran: %v", err)
 	}

@@ -155,6 +155,23 @@ func lockFile(ctx context.Context, path string) (*os.File, error) {
 		return nil, fmt.Errorf("lock %s: %w", path, err)
 	}
 	err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	// A lock just released can stay held for a moment by a child process
+	// forked, but not yet exec'd, while the lock file was open (fork copies
+	// every descriptor, close-on-exec ones included, until the exec). So a
+	// busy lock with nobody listening is tried again briefly before Listen
+	// calls the path in use.
+	for deadline := time.Now().Add(time.Second); errors.Is(err, syscall.EWOULDBLOCK) && time.Now().Before(deadline); {
+		if holder, _ := probe(ctx, strings.TrimSuffix(path, ".lock")); holder != nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			f.Close()
+			return nil, ctx.Err()
+		case <-time.After(10 * time.Millisecond):
+		}
+		err = syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+	}
 	if err == nil {
 		return f, nil
 	}

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/daemon/memory"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -135,27 +134,10 @@ func (d *Daemon) status(ctx context.Context) admin.StatusResponse {
 			resp.Memory = m
 		}
 	}
-	q := db.New(d.pool)
 	for _, id := range sortedKeys(d.cfg.Agents) {
 		a := admin.AgentStatus{AgentID: id, State: admin.AgentStopped}
 		if resp.Postgres.Reachable {
-			if s, err := q.SessionLatestByAgent(ctx, id); err == nil {
-				switch s.Status {
-				case "active":
-					a.State = admin.AgentActive
-					if s.HelloAt == nil {
-						a.State = admin.AgentStarting
-					}
-				case "stopping":
-					a.State = admin.AgentStopping
-				case "crashed":
-					a.State = admin.AgentCrashed
-				}
-				if a.State != admin.AgentStopped {
-					started, beat := s.StartedAt, s.LastHeartbeatAt
-					a.SessionID, a.Runtime, a.StartedAt, a.LastHeartbeatAt = s.SessionID.String(), s.Runtime, &started, &beat
-				}
-			}
+			a = d.agentStatus(ctx, id)
 		}
 		resp.Agents = append(resp.Agents, a)
 	}

@@ -16,11 +16,13 @@ const (
 	PushApprovalResolved PushKind = "approval_resolved"
 	PushConfigChanged    PushKind = "config_changed"
 	PushShutdown         PushKind = "shutdown"
+	PushCompact          PushKind = "compact"
 )
 
 // PushKinds lists every push kind.
 var PushKinds = []PushKind{
 	PushUserMessage, PushInjection, PushCancel, PushApprovalResolved, PushConfigChanged, PushShutdown,
+	PushCompact,
 }
 
 // Push is one message from choird to the agent. Exactly one of the kind
@@ -43,6 +45,7 @@ type Push struct {
 	ApprovalResolved *ApprovalResolved `json:"approval_resolved,omitempty"`
 	ConfigChanged    *ConfigChanged    `json:"config_changed,omitempty"`
 	Shutdown         *Shutdown         `json:"shutdown,omitempty"`
+	Compact          *Compact          `json:"compact,omitempty"`
 }
 
 // body returns the set kind fields, by kind.
@@ -65,6 +68,9 @@ func (p Push) body() map[PushKind]bool {
 	}
 	if p.Shutdown != nil {
 		set[PushShutdown] = true
+	}
+	if p.Compact != nil {
+		set[PushCompact] = true
 	}
 	return set
 }
@@ -89,6 +95,8 @@ func (p Push) Validate() error {
 		return p.ConfigChanged.Validate()
 	case PushShutdown:
 		return p.Shutdown.Validate()
+	case PushCompact:
+		return p.Compact.Validate()
 	}
 	return invalid("$.kind", "unknown push kind")
 }
@@ -258,4 +266,16 @@ func (m *Shutdown) Validate() error {
 		return invalid("$.shutdown.grace_ms", "negative")
 	}
 	return checkText("$.shutdown.reason", m.Reason, maxReason, true)
+}
+
+// Compact asks the agent to compact the edge lane's event window into its
+// reference summary (choir.memory.compact) at the lane's next safe point,
+// as the user's /compact does.
+type Compact struct {
+	Reason string `json:"reason,omitempty"`
+}
+
+// Validate checks the optional reason.
+func (m *Compact) Validate() error {
+	return checkText("$.compact.reason", m.Reason, maxReason, false)
 }

@@ -1,31 +1,294 @@
 package ctl
 
 import (
+	"bytes"
+	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
+	"io/fs"
 	"net/http"
+	"os"
+	"path/filepath"
+	"syscall"
 
 	"github.com/spf13/cobra"
 
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
+// maxSecretBytes bounds a secret value read from stdin.
+const maxSecretBytes = 64 << 10
+
 func newSecretCommand(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "secret", Short: "Apply secrets.json to choird and the running agents"}
+	cmd := &cobra.Command{Use: "secret", Short: "List, set and delete secrets; apply secrets.json to choird and the running agents"}
+	call := func(cmd *cobra.Command, method, path string, out any) error {
+		c := admin.NewClient(admin.SocketPath(g.home))
+		defer c.Close()
+		return c.Do(cmd.Context(), method, path, nil, out)
+	}
+
 	apply := &cobra.Command{Use: "apply", Short: "Reload secrets.json in choird and have every running agent refresh its secrets",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := admin.NewClient(admin.SocketPath(g.home))
-			defer c.Close()
 			var out struct {
 				Secrets  int `json:"secrets"`
 				Notified int `json:"notified"`
 			}
-			if err := c.Do(cmd.Context(), http.MethodPost, "/v1/secrets/apply", nil, &out); err != nil {
+			if err := call(cmd, http.MethodPost, "/v1/secrets/apply", &out); err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "applied %d secrets; %d running agents refreshing\n", out.Secrets, out.Notified)
 			return nil
 		}}
-	cmd.AddCommand(apply)
+
+	var asJSON bool
+	list := &cobra.Command{Use: "list", Short: "List the names of the secrets choird runs with (never their values)",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			var names []string
+			if err := call(cmd, http.MethodGet, "/v1/secrets", &names); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(g.stdout, names)
+			}
+			for _, n := range names {
+				fmt.Fprintln(g.stdout, n)
+			}
+			return nil
+		}}
+	list.Flags().BoolVar(&asJSON, "json", false, "print the names as a JSON array")
+
+	set := &cobra.Command{Use: "set <name> [value|-]",
+		Short: "Set a secret in secrets.json; without a value, or with -, read it from stdin",
+		Long: "Set a secret in secrets.json (mode 0600, replaced atomically). The value is read from stdin when\n" +
+			"it is omitted or -, which keeps it out of shell history: printf %s \"$TOKEN\" | choirctl secret set name\n" +
+			"choird and running agents use it after: choirctl secret apply",
+		Args: cobra.RangeArgs(1, 2),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var value string
+			if len(args) == 2 && args[1] != "-" {
+				value = args[1]
+			} else {
+				b, err := io.ReadAll(io.LimitReader(cmd.InOrStdin(), maxSecretBytes+1))
+				if err != nil {
+					return fmt.Errorf("read the secret from stdin: %w", err)
+				}
+				if len(b) > maxSecretBytes {
+					return usageErr(fmt.Errorf("secret value on stdin is over %d bytes", maxSecretBytes))
+				}
+				// One trailing newline is how echo and most editors end
+				// a line, never part of a token.
+				b = bytes.TrimSuffix(b, []byte("\n"))
+				b = bytes.TrimSuffix(b, []byte("\r"))
+				value = string(b)
+			}
+			return runSecretSet(g, args[0], value)
+		}}
+
+	del := &cobra.Command{Use: "delete <name>", Short: "Delete a secret from secrets.json",
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runSecretDelete(g, args[0]) }}
+
+	cmd.AddCommand(list, set, del, apply)
 	return cmd
+}
+
+func runSecretSet(g *globals, name, value string) error {
+	if value == "" {
+		return usageErr(fmt.Errorf("the value of secret %s is empty; to remove it run: choirctl secret delete %s", name, name))
+	}
+	return editSecrets(g, func(s config.Secrets) (string, error) {
+		old, exists := s[name]
+		if !exists && !config.ValidName(name) {
+			return "", usageErr(fmt.Errorf("secret name %q must match %s", name, config.NamePattern))
+		}
+		s[name] = value
+		switch {
+		case !exists:
+			return "added secret " + name, nil
+		case old == value:
+			return "secret " + name + " unchanged (same value)", nil
+		}
+		return "updated secret " + name, nil
+	})
+}
+
+func runSecretDelete(g *globals, name string) error {
+	return editSecrets(g, func(s config.Secrets) (string, error) {
+		if _, ok := s[name]; !ok {
+			return "", usageErr(fmt.Errorf("secret %s is not in secrets.json (secrets: %v)", name, s.Names()))
+		}
+		delete(s, name)
+		return "deleted secret " + name, nil
+	})
+}
+
+// editSecrets changes secrets.json under an exclusive lock on the .choir.d
+// directory, so two edits never lose one another, and replaces the file
+// atomically with mode 0600. An edit that would break config.json (a
+// secret it names deleted, a Postgres secret not of the form
+// user:password) is refused and changes nothing; problems config.json
+// already had are only mentioned.
+func editSecrets(g *globals, edit func(config.Secrets) (string, error)) error {
+	dir, err := os.Open(g.home)
+	if err != nil {
+		return fmt.Errorf("open %s: %w (run choirctl init to create it)", g.home, err)
+	}
+	defer dir.Close()
+	if err := syscall.Flock(int(dir.Fd()), syscall.LOCK_EX); err != nil {
+		return fmt.Errorf("lock %s: %w", g.home, err)
+	}
+	defer syscall.Flock(int(dir.Fd()), syscall.LOCK_UN) //nolint:errcheck
+
+	path := filepath.Join(g.home, config.SecretsFile)
+	secrets, err := readSecrets(path)
+	if err != nil {
+		return err
+	}
+	before := config.Secrets{}
+	for k, v := range secrets {
+		before[k] = v
+	}
+	what, err := edit(secrets)
+	if err != nil {
+		return err
+	}
+
+	// Validate the result: it must read back as secrets.json, and must
+	// not add a problem to config.json.
+	data, err := json.MarshalIndent(map[string]string(secrets), "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode secrets: %w", err)
+	}
+	data = append(data, '\n')
+	if _, err := config.ParseSecrets(data); err != nil {
+		return fmt.Errorf("the edited secrets.json would not parse, nothing changed: %w", err)
+	}
+	var remaining int
+	if cfgData, err := os.ReadFile(filepath.Join(g.home, config.ConfigFile)); err == nil {
+		if cfg, err := config.Parse(cfgData); err == nil {
+			was := problemSet(cfg.Validate(before))
+			var introduced []string
+			for _, p := range problemList(cfg.Validate(secrets)) {
+				if !was[p] {
+					introduced = append(introduced, p)
+				}
+				remaining++
+			}
+			if len(introduced) > 0 {
+				msg := "refused, secrets.json unchanged: config.json would become invalid:"
+				for _, p := range introduced {
+					msg += "\n  " + p
+				}
+				return usageErr(errors.New(msg))
+			}
+		}
+	}
+	if err := writeFileAtomic(path, data, 0o600); err != nil {
+		return err
+	}
+	fmt.Fprintf(g.stdout, "%s in %s (%d secrets)\n", what, path, len(secrets))
+	if remaining > 0 {
+		fmt.Fprintf(g.stdout, "config.json still has %d problems; see: choirctl config validate\n", remaining)
+	}
+	fmt.Fprintln(g.stdout, "to use it in choird and running agents, run: choirctl secret apply")
+	return nil
+}
+
+// readSecrets reads secrets.json, refusing one that other users can read or
+// write, as choird does. A missing file is an empty set.
+func readSecrets(path string) (config.Secrets, error) {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return config.Secrets{}, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read secrets: %w", err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, fmt.Errorf("read secrets: %w", err)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, fmt.Errorf("read secrets: %s is not a regular file", path)
+	}
+	if info.Mode().Perm()&0o077 != 0 {
+		return nil, &config.InsecureSecretsError{Path: path, Mode: info.Mode()}
+	}
+	data, err := io.ReadAll(f)
+	if err != nil {
+		return nil, fmt.Errorf("read secrets: %w", err)
+	}
+	s, err := config.ParseSecrets(data)
+	if err != nil {
+		return nil, usageErr(fmt.Errorf("parse %s (fix it by hand first):\n%w", path, err))
+	}
+	return s, nil
+}
+
+func problemList(err error) []string {
+	var cerr *config.Error
+	if !errors.As(err, &cerr) {
+		return nil
+	}
+	out := make([]string, 0, len(cerr.Problems))
+	for _, p := range cerr.Problems {
+		out = append(out, p.String())
+	}
+	return out
+}
+
+func problemSet(err error) map[string]bool {
+	m := map[string]bool{}
+	for _, p := range problemList(err) {
+		m[p] = true
+	}
+	return m
+}
+
+// writeFileAtomic writes data to a temporary file beside path with mode
+// perm and renames it into place, so a reader (choird's secret apply) sees
+// the old file or the new one, never a partial one.
+func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
+	if err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	defer func() {
+		if err != nil {
+			os.Remove(tmp.Name())
+		}
+	}()
+	if err := tmp.Chmod(perm); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if _, err := tmp.Write(data); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := tmp.Close(); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	defer d.Close()
+	if err := d.Sync(); err != nil {
+		return fmt.Errorf("sync %s: %w", dir, err)
+	}
+	return nil
 }

@@ -110,4 +110,5 @@ func (d *Daemon) mountControl(mux *admin.Mux) {
 		out, err := d.WorkspaceReset(ctx, adminScope(ctx), admin.PathValue(ctx, "name"))
 		return out, controlErr(err)
 	})
+	d.mountConfigControl(mux)
 }

@@ -78,6 +78,13 @@ type Daemon struct {
 	rpc           *rpc.Server
 	configVersion int64
 	startedAt     time.Time
+
+	// cfgCtl makes cfg, secrets and configVersion safe to swap and holds
+	// the staged configuration (configctl.go).
+	cfgCtl configControl
+	// onConfigApplied are called, in order, after each successful config
+	// apply with the new running configuration and secrets.
+	onConfigApplied []func(*config.Config, config.Secrets)
 }
 
 // ConfigVersion is the version number of the config.json choird runs with.

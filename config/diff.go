@@ -1,0 +1,332 @@
+package config
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/choirhq/choir/strictjson"
+)
+
+// The operations of a [Change].
+const (
+	OpAdd    = "+"
+	OpRemove = "-"
+	OpChange = "~"
+)
+
+// Change is one difference between two configurations (spec 17.6): a value
+// added, removed or changed at a JSON path of config.json, or a secret
+// added, removed or changed in secrets.json. Secret values never appear in
+// a Change: a changed secret says only that its value changed.
+type Change struct {
+	// Op is OpAdd, OpRemove or OpChange.
+	Op string `json:"op"`
+	// File is ConfigFile or SecretsFile.
+	File string `json:"file"`
+	// Path is the JSON path inside File, as in validation problems:
+	// $.models.local.endpoint, or $["openrouter-key"] for a secret.
+	Path string `json:"path"`
+	// Old and New show a changed config.json value: strings as they are
+	// ("" when empty), anything else as compact JSON. They are empty for
+	// added and removed entries and for secrets.
+	Old string `json:"old,omitempty"`
+	New string `json:"new,omitempty"`
+	// Effect says when the change takes effect; the caller that knows
+	// (choird) fills it in, with a Hint saying what the operator runs.
+	Effect string `json:"effect,omitempty"`
+	Hint   string `json:"hint,omitempty"`
+}
+
+// maxShown bounds the old and new values shown on one line.
+const maxShown = 80
+
+// String renders the change on one line, such as
+//
+//	~ models.local.endpoint: http://a -> http://b  [hot-reload]
+//	+ dms.bob  [hot-reload]
+//	~ secrets.json: openrouter-key (value changed)  [secret-apply: choirctl secret apply]
+func (c Change) String() string {
+	var b strings.Builder
+	b.WriteString(c.Op)
+	b.WriteByte(' ')
+	b.WriteString(c.DisplayPath())
+	if c.File == SecretsFile && c.Op == OpChange {
+		b.WriteString(" (value changed)")
+	} else if c.Op == OpChange {
+		fmt.Fprintf(&b, ": %s -> %s", shorten(c.Old), shorten(c.New))
+	}
+	if c.Effect != "" {
+		b.WriteString("  [")
+		b.WriteString(c.Effect)
+		if c.Hint != "" {
+			b.WriteString(": ")
+			b.WriteString(c.Hint)
+		}
+		b.WriteByte(']')
+	}
+	return b.String()
+}
+
+// DisplayPath is Path without the leading "$.", prefixed with the file
+// name for secrets: models.local.endpoint, secrets.json: openrouter-key.
+func (c Change) DisplayPath() string {
+	p := strings.TrimPrefix(strings.TrimPrefix(c.Path, strictjson.Root), ".")
+	if c.File == SecretsFile {
+		return SecretsFile + ": " + secretName(p)
+	}
+	return p
+}
+
+// Keys returns the object keys along Path: $.agents["a-1"].repo.ref gives
+// agents, a-1, repo, ref. Paths made by [Diff] hold only object keys.
+func (c Change) Keys() []string {
+	var keys []string
+	p := strings.TrimPrefix(c.Path, strictjson.Root)
+	for p != "" {
+		switch {
+		case strings.HasPrefix(p, "."):
+			p = p[1:]
+			i := strings.IndexAny(p, ".[")
+			if i < 0 {
+				i = len(p)
+			}
+			keys = append(keys, p[:i])
+			p = p[i:]
+		case strings.HasPrefix(p, "["):
+			dec := json.NewDecoder(strings.NewReader(p[1:]))
+			var k string
+			if err := dec.Decode(&k); err != nil {
+				return keys
+			}
+			keys = append(keys, k)
+			p = p[1+int(dec.InputOffset()):]
+			p = strings.TrimPrefix(p, "]")
+		default:
+			return keys
+		}
+	}
+	return keys
+}
+
+// secretName undoes PathKey's quoting of a secret name.
+func secretName(p string) string {
+	if strings.HasPrefix(p, "[") {
+		var k string
+		if json.Unmarshal([]byte(strings.TrimSuffix(p[1:], "]")), &k) == nil {
+			return k
+		}
+	}
+	return p
+}
+
+func shorten(s string) string {
+	if len(s) <= maxShown {
+		return s
+	}
+	return s[:maxShown-3] + "..."
+}
+
+// Diff compares two configurations as they are laid out in config.json and
+// returns the changes from running to staged, sorted by path. A resource
+// present in only one of them is one added or removed entry (+ dms.bob);
+// inside a resource present in both, each changed value is one change at
+// its own path (~ models.local.endpoint). Defaults are applied to both
+// first, so an omitted tunable equals its default.
+func Diff(running, staged *Config) ([]Change, error) {
+	a, err := configTree(running)
+	if err != nil {
+		return nil, err
+	}
+	b, err := configTree(staged)
+	if err != nil {
+		return nil, err
+	}
+	var out []Change
+	diffTree(strictjson.Root, a, b, &out)
+	return out, nil
+}
+
+// configTree renders c as config.json would hold it, decoded into maps.
+func configTree(c *Config) (any, error) {
+	cp := *c
+	cp.ApplyDefaults()
+	data, err := json.Marshal(&cp)
+	if err != nil {
+		return nil, fmt.Errorf("marshal config: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber() // so 0.1 and 0.10000000000000001 are not "changed"
+	var tree any
+	if err := dec.Decode(&tree); err != nil {
+		return nil, fmt.Errorf("decode config: %w", err)
+	}
+	return tree, nil
+}
+
+func diffTree(p string, a, b any, out *[]Change) {
+	am, aok := a.(map[string]any)
+	bm, bok := b.(map[string]any)
+	if aok && bok {
+		keys := slices.Sorted(maps.Keys(am))
+		for k := range bm {
+			if _, ok := am[k]; !ok {
+				keys = append(keys, k)
+			}
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			va, ina := am[k]
+			vb, inb := bm[k]
+			kp := strictjson.PathKey(p, k)
+			switch {
+			case !ina:
+				*out = append(*out, Change{Op: OpAdd, File: ConfigFile, Path: kp})
+			case !inb:
+				*out = append(*out, Change{Op: OpRemove, File: ConfigFile, Path: kp})
+			default:
+				diffTree(kp, va, vb, out)
+			}
+		}
+		return
+	}
+	oa, ob := show(a), show(b)
+	if oa != ob {
+		*out = append(*out, Change{Op: OpChange, File: ConfigFile, Path: p, Old: oa, New: ob})
+	}
+}
+
+// show renders a value for a Change: a string as it is, anything else as
+// compact JSON.
+func show(v any) string {
+	if s, ok := v.(string); ok {
+		if s == "" {
+			return `""`
+		}
+		return s
+	}
+	data, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(data)
+}
+
+// SecretsDiff compares two secret sets by name and value and returns the
+// changes from running to staged, sorted by name. It never includes a
+// value: a changed secret is reported as changed, nothing more.
+func SecretsDiff(running, staged Secrets) []Change {
+	names := running.Names()
+	for name := range staged {
+		if _, ok := running[name]; !ok {
+			names = append(names, name)
+		}
+	}
+	slices.Sort(names)
+	var out []Change
+	for _, name := range names {
+		va, ina := running[name]
+		vb, inb := staged[name]
+		p := strictjson.PathKey(strictjson.Root, name)
+		switch {
+		case !ina:
+			out = append(out, Change{Op: OpAdd, File: SecretsFile, Path: p})
+		case !inb:
+			out = append(out, Change{Op: OpRemove, File: SecretsFile, Path: p})
+		case va != vb:
+			out = append(out, Change{Op: OpChange, File: SecretsFile, Path: p})
+		}
+	}
+	return out
+}
+
+// Blocker is one reason a staged configuration cannot be applied, located
+// by JSON path in config.json.
+type Blocker struct {
+	Path    string `json:"path"`
+	Message string `json:"message"`
+}
+
+func (p Blocker) String() string { return p.Path + ": " + p.Message }
+
+// DiffReport is a staged configuration compared with the running one (spec
+// 17.6): each change with when it takes effect, and anything that makes
+// apply refuse. It never holds a secret value.
+type DiffReport struct {
+	RunningVersion int64     `json:"running_version"`
+	LoadedAt       time.Time `json:"loaded_at"`
+	Changes        []Change  `json:"changes"`
+	// Blockers are why apply would refuse the staged configuration; empty
+	// when it would apply.
+	Blockers []Blocker `json:"blockers"`
+}
+
+// String renders the report for a terminal or a chat: a summary line, one
+// line per change, then the blockers.
+func (r DiffReport) String() string {
+	var b strings.Builder
+	n := 0
+	for _, ch := range r.Changes {
+		if ch.File == ConfigFile {
+			n++
+		}
+	}
+	if n == 0 {
+		fmt.Fprintf(&b, "staged config.json equals the running one (version %d)\n", r.RunningVersion)
+	} else {
+		fmt.Fprintf(&b, "staged config.json vs running version %d: %d changes\n", r.RunningVersion, n)
+	}
+	for _, ch := range r.Changes {
+		b.WriteString(ch.String() + "\n")
+	}
+	switch {
+	case len(r.Blockers) > 0:
+		b.WriteString("config apply would refuse:\n")
+		for _, p := range r.Blockers {
+			b.WriteString("  " + p.String() + "\n")
+		}
+	case n > 0:
+		b.WriteString("run choirctl config apply to apply it\n")
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// ApplyReport says what applying a staged configuration did.
+type ApplyReport struct {
+	// Version is the config_version now running; PreviousVersion the one
+	// before. They are equal when nothing changed.
+	Version         int64 `json:"version"`
+	PreviousVersion int64 `json:"previous_version"`
+	// Applied are the config.json changes now running.
+	Applied []Change `json:"applied"`
+	// Notified is how many running agents were told to fetch the new
+	// version.
+	Notified int `json:"notified"`
+	// NotApplied are differences apply leaves alone: secrets.json, which
+	// secret apply applies.
+	NotApplied []Change `json:"not_applied"`
+}
+
+// String renders the report for a terminal or a chat.
+func (r ApplyReport) String() string {
+	var b strings.Builder
+	if len(r.Applied) == 0 {
+		fmt.Fprintf(&b, "nothing to apply: config version %d already runs\n", r.Version)
+	} else {
+		fmt.Fprintf(&b, "config version %d applied (was %d); %d running agents notified\n", r.Version, r.PreviousVersion, r.Notified)
+	}
+	for _, ch := range r.Applied {
+		b.WriteString(ch.String() + "\n")
+	}
+	if len(r.NotApplied) > 0 {
+		b.WriteString("not applied:\n")
+		for _, ch := range r.NotApplied {
+			b.WriteString(ch.String() + "\n")
+		}
+	}
+	return strings.TrimSuffix(b.String(), "\n")
+}

@@ -1,0 +1,469 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/strictjson"
+)
+
+// configControl is the state of the two-phase configuration commands
+// (spec 16.3, 17.6): the lock that makes the running configuration safe to
+// swap, and the staged one.
+type configControl struct {
+	// mu guards Daemon.cfg, Daemon.secrets and Daemon.configVersion once
+	// choird serves: readers take it through Daemon.config, ConfigApply
+	// swaps under it.
+	mu sync.RWMutex
+	// stageMu serialises load, diff and apply, and guards staged.
+	stageMu sync.Mutex
+	staged  *stagedConfig
+}
+
+// stagedConfig is what config load read and validated, waiting for apply.
+type stagedConfig struct {
+	cfg *config.Config
+	// secrets are secrets.json as it was at load: used only to show which
+	// secrets differ from choird's (config apply never applies them).
+	secrets config.Secrets
+	// sum is the SHA-256 of config.json's bytes, which numbers the version
+	// as at start-up.
+	sum      [sha256.Size]byte
+	loadedAt time.Time
+}
+
+// config returns the running configuration and secrets. Callers must not
+// modify them: apply replaces both whole, never patches them.
+func (d *Daemon) config() (*config.Config, config.Secrets) {
+	d.cfgCtl.mu.RLock()
+	defer d.cfgCtl.mu.RUnlock()
+	return d.cfg, d.secrets
+}
+
+// runningConfigVersion returns the config_version choird runs with.
+func (d *Daemon) runningConfigVersion() int64 {
+	d.cfgCtl.mu.RLock()
+	defer d.cfgCtl.mu.RUnlock()
+	return d.configVersion
+}
+
+// setSecrets swaps the running secrets, in choird and in the agent API,
+// for secret apply.
+func (d *Daemon) setSecrets(s config.Secrets) {
+	d.cfgCtl.mu.Lock()
+	d.secrets = s
+	d.cfgCtl.mu.Unlock()
+	d.api.mu.Lock()
+	d.api.secrets = s
+	d.api.mu.Unlock()
+}
+
+// Effects of a configuration change: when it takes effect.
+const (
+	// EffectHotReload changes are applied by config apply and reach
+	// running agents at their next heartbeat (spec 16.1).
+	EffectHotReload = "hot-reload"
+	// EffectNextStart changes are applied by config apply, but an agent
+	// session already running keeps what it was started with until the
+	// agent restarts (resource bindings, workspace mounts, secret names).
+	EffectNextStart = "next-start"
+	// EffectRebuild changes (repositories) are applied by config apply and
+	// used by the next agent build or update (spec 17.3, 17.4).
+	EffectRebuild = "rebuild"
+	// EffectChoirdRestart changes are read by choird at start-up only
+	// (Postgres, embedding, gateways): config apply refuses them.
+	EffectChoirdRestart = "choird-restart"
+	// EffectSecretApply marks a secrets.json difference, which only
+	// secret apply applies (spec 17.1: config apply does not reload
+	// secret values).
+	EffectSecretApply = "secret-apply"
+)
+
+// ConfigProblem is one reason config apply refuses, located by JSON path
+// in config.json.
+type ConfigProblem = config.Blocker
+
+// ConfigDiff is the staged configuration compared with the running one;
+// its String is the text choirctl and the gateway show.
+type ConfigDiff = config.DiffReport
+
+// ConfigApplyResult says what config apply did; its String is the text
+// choirctl and the gateway show.
+type ConfigApplyResult = config.ApplyReport
+
+// ConfigRefusedError is returned by ConfigApply when the staged
+// configuration cannot be applied; nothing was changed.
+type ConfigRefusedError struct {
+	Problems []ConfigProblem
+}
+
+func (e *ConfigRefusedError) Error() string {
+	var b strings.Builder
+	b.WriteString("config apply refused, nothing changed:")
+	for _, p := range e.Problems {
+		b.WriteString("\n  " + p.String())
+	}
+	return b.String()
+}
+
+// ErrNothingStaged is returned by ConfigDiff and ConfigApply before any
+// successful config load.
+var ErrNothingStaged = errors.New("no configuration is staged; run choirctl config load first")
+
+// ConfigLoad reads and validates .choir.d/config.json and secrets.json as
+// one snapshot and stages the configuration (spec 17.6). A config that
+// fails validation stages nothing and discards what an earlier load
+// staged, so apply can never pick up an older file by surprise.
+func (d *Daemon) ConfigLoad(ctx context.Context, sc Scope) (ConfigDiff, error) {
+	if err := sc.adminOnly("config load"); err != nil {
+		return ConfigDiff{}, err
+	}
+	d.cfgCtl.stageMu.Lock()
+	defer d.cfgCtl.stageMu.Unlock()
+	d.cfgCtl.staged = nil
+	st, err := d.readStaged()
+	if err != nil {
+		return ConfigDiff{}, err
+	}
+	d.cfgCtl.staged = st
+	diff, err := d.diffStaged(ctx, st)
+	if err != nil {
+		return ConfigDiff{}, err
+	}
+	d.logger.InfoContext(ctx, "config staged", slog.Int("changes", len(diff.Changes)),
+		slog.Int("blockers", len(diff.Blockers)), slog.String("by", sc.Actor))
+	return diff, nil
+}
+
+// readStaged reads config.json and secrets.json. config.json is read again
+// after validation: the bytes hashed into the version must be the bytes
+// validated, so a file replaced in between is an error, not a mix.
+func (d *Daemon) readStaged() (*stagedConfig, error) {
+	path := filepath.Join(d.home, config.ConfigFile)
+	before, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config load: read %s: %w", path, err)
+	}
+	cfg, secrets, err := config.Load(d.home)
+	if err != nil {
+		return nil, fmt.Errorf("config load: nothing staged: %w", err)
+	}
+	after, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("config load: read %s: %w", path, err)
+	}
+	if !bytes.Equal(before, after) {
+		return nil, fmt.Errorf("config load: %s changed while it was read; nothing staged: run config load again", path)
+	}
+	return &stagedConfig{cfg: cfg, secrets: secrets, sum: sha256.Sum256(after), loadedAt: time.Now()}, nil
+}
+
+// ConfigDiff compares the staged configuration with the running one.
+func (d *Daemon) ConfigDiff(ctx context.Context, sc Scope) (ConfigDiff, error) {
+	if err := sc.adminOnly("config diff"); err != nil {
+		return ConfigDiff{}, err
+	}
+	d.cfgCtl.stageMu.Lock()
+	defer d.cfgCtl.stageMu.Unlock()
+	if d.cfgCtl.staged == nil {
+		return ConfigDiff{}, ErrNothingStaged
+	}
+	return d.diffStaged(ctx, d.cfgCtl.staged)
+}
+
+// diffStaged compares st with the running configuration and finds what
+// would make apply refuse. The caller holds stageMu.
+func (d *Daemon) diffStaged(ctx context.Context, st *stagedConfig) (ConfigDiff, error) {
+	running, secrets := d.config()
+	changes, err := config.Diff(running, st.cfg)
+	if err != nil {
+		return ConfigDiff{}, err
+	}
+	var blockers []ConfigProblem
+	for i := range changes {
+		ch := &changes[i]
+		ch.Effect, ch.Hint = changeEffect(*ch)
+		if ch.Effect == EffectChoirdRestart {
+			blockers = append(blockers, ConfigProblem{Path: ch.Path,
+				Message: "choird reads this at start-up only: restart choird to use it, or revert it and run choirctl config load again"})
+		}
+	}
+	for _, ch := range config.SecretsDiff(secrets, st.secrets) {
+		ch.Effect, ch.Hint = EffectSecretApply, "choirctl secret apply"
+		changes = append(changes, ch)
+	}
+	// The staged config must hold with the secrets choird runs with:
+	// config apply does not load secrets.json.
+	if err := st.cfg.Validate(secrets); err != nil {
+		var cerr *config.Error
+		if !errors.As(err, &cerr) {
+			return ConfigDiff{}, err
+		}
+		for _, p := range cerr.Problems {
+			blockers = append(blockers, ConfigProblem{Path: p.Path,
+				Message: p.Message + " (checked against choird's running secrets: if secrets.json has it, run choirctl secret apply first)"})
+		}
+	}
+	live, err := d.liveBindingBlockers(ctx, running, st.cfg)
+	if err != nil {
+		return ConfigDiff{}, err
+	}
+	blockers = append(blockers, live...)
+	if changes == nil {
+		changes = []config.Change{}
+	}
+	if blockers == nil {
+		blockers = []ConfigProblem{}
+	}
+	return ConfigDiff{RunningVersion: d.runningConfigVersion(), LoadedAt: st.loadedAt, Changes: changes, Blockers: blockers}, nil
+}
+
+// changeEffect says when a config.json change takes effect, and what the
+// operator runs for it.
+func changeEffect(ch config.Change) (effect, hint string) {
+	keys := ch.Keys()
+	if len(keys) == 0 {
+		return EffectChoirdRestart, ""
+	}
+	switch keys[0] {
+	case "postgres", "embedding", "gateways":
+		// The pool, the embedder and agent schemas' vector size, and the
+		// gateways' bots are made at start-up.
+		return EffectChoirdRestart, "restart choird"
+	case "crash_detection_threshold_ms", "mid_term_sessions":
+		// choird hands River these as functions bound to the start-up
+		// config (daemon.go, jobs.Deps), so a swap would not reach them.
+		return EffectChoirdRestart, "restart choird"
+	case "global_repo":
+		return EffectRebuild, "choirctl agent update-all"
+	case "agents":
+		switch {
+		case len(keys) == 2:
+			// A new agent's schema is provisioned by apply; removing a
+			// running agent is a blocker.
+			return EffectHotReload, ""
+		case len(keys) >= 3 && keys[2] == "repo":
+			return EffectRebuild, "choirctl agent update " + keys[1]
+		default:
+			return EffectNextStart, "choirctl agent restart " + keys[1]
+		}
+	case "workspaces":
+		if len(keys) > 2 {
+			// The directory is mounted when the agent starts.
+			return EffectNextStart, "restart the agent leasing it"
+		}
+		return EffectHotReload, ""
+	}
+	if keys[len(keys)-1] == "secret" && len(keys) > 2 {
+		// A session's grant of secret names is fixed at its start.
+		return EffectNextStart, "restart agents bound to it"
+	}
+	return EffectHotReload, ""
+}
+
+// liveBindingBlockers refuses a staged config that removes an agent that
+// is running, or a resource a running session is bound to: the session
+// would be left naming something that no longer exists.
+func (d *Daemon) liveBindingBlockers(ctx context.Context, running, staged *config.Config) ([]ConfigProblem, error) {
+	var out []ConfigProblem
+	q := db.New(d.pool)
+	for _, id := range sortedKeys(running.Agents) {
+		s, err := q.SessionGetLiveByAgent(ctx, id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("look up the live session of %s: %w", id, err)
+		}
+		stop := fmt.Sprintf("stop it first (choirctl agent stop %s), or keep it", id)
+		if _, ok := staged.Agents[id]; !ok {
+			out = append(out, ConfigProblem{Path: key("agents", id),
+				Message: fmt.Sprintf("agent %s is removed but running (session %s): %s", id, s.SessionID, stop)})
+			continue
+		}
+		var b rpc.ResourceBindings
+		if err := json.Unmarshal(s.ResourceBindings, &b); err != nil {
+			return nil, fmt.Errorf("session %s bindings: %w", s.SessionID, err)
+		}
+		check := func(section, name string, present bool) {
+			if name != "" && !present {
+				out = append(out, ConfigProblem{Path: key(section, name),
+					Message: fmt.Sprintf("removed, but running agent %s is bound to it: %s", id, stop)})
+			}
+		}
+		_, ok := staged.Workspaces[b.Workspace]
+		check("workspaces", b.Workspace, ok)
+		for _, m := range slices.Sorted(mapsValues(b.Models)) {
+			_, ok := staged.Models[m]
+			check("models", m, ok)
+		}
+		_, ok = staged.VoiceProfiles[b.VoiceProfile]
+		check("voice_profiles", b.VoiceProfile, ok)
+		_, ok = staged.GitIdentities[b.GitIdentity]
+		check("git_identities", b.GitIdentity, ok)
+		_, ok = staged.NotionIntegrations[b.Notion]
+		check("notion_integrations", b.Notion, ok)
+		_, ok = staged.EmailAccounts[b.Email]
+		check("email_accounts", b.Email, ok)
+		_, ok = staged.DMs[b.DM]
+		check("dms", b.DM, ok)
+	}
+	return out, nil
+}
+
+func mapsValues(m map[string]string) func(func(string) bool) {
+	return func(yield func(string) bool) {
+		for _, v := range m {
+			if !yield(v) {
+				return
+			}
+		}
+	}
+}
+
+// key is the JSON path of a resource: $.section.name.
+func key(section, name string) string {
+	return strictjson.PathKey(strictjson.PathKey(strictjson.Root, section), name)
+}
+
+// ConfigApply makes the staged configuration the running one (spec 16.3):
+// it provisions the schemas of new agents, swaps the configuration as a
+// whole, records a new config_version and tells every live agent to fetch
+// it. Changes choird reads only at start-up, a config that does not hold
+// with the running secrets, and removals of what a running agent uses are
+// refused, with the JSON path of each problem, and nothing changes.
+// secrets.json is not applied (that is secret apply).
+func (d *Daemon) ConfigApply(ctx context.Context, sc Scope) (ConfigApplyResult, error) {
+	if err := sc.adminOnly("config apply"); err != nil {
+		return ConfigApplyResult{}, err
+	}
+	d.cfgCtl.stageMu.Lock()
+	defer d.cfgCtl.stageMu.Unlock()
+	st := d.cfgCtl.staged
+	if st == nil {
+		return ConfigApplyResult{}, ErrNothingStaged
+	}
+	diff, err := d.diffStaged(ctx, st)
+	if err != nil {
+		return ConfigApplyResult{}, err
+	}
+	if len(diff.Blockers) > 0 {
+		return ConfigApplyResult{}, &ConfigRefusedError{Problems: diff.Blockers}
+	}
+	prev := d.runningConfigVersion()
+	res := ConfigApplyResult{Version: prev, PreviousVersion: prev, Applied: []config.Change{}, NotApplied: []config.Change{}}
+	for _, ch := range diff.Changes {
+		if ch.File == config.ConfigFile {
+			res.Applied = append(res.Applied, ch)
+		} else {
+			res.NotApplied = append(res.NotApplied, ch)
+		}
+	}
+	if len(res.Applied) == 0 {
+		d.cfgCtl.staged = nil
+		return res, nil
+	}
+
+	running, secrets := d.config()
+	for _, id := range sortedKeys(st.cfg.Agents) {
+		if _, ok := running.Agents[id]; ok {
+			continue
+		}
+		// Provisioning is idempotent, so an apply that fails later
+		// leaves at most an unused schema.
+		if _, err := db.New(d.pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{
+			AgentID: id, Dimensions: int32(running.Embedding.Dimensions)}); err != nil {
+			return ConfigApplyResult{}, fmt.Errorf("config apply: provision schema of new agent %s: %w", id, err)
+		}
+	}
+
+	// Swap before recording the version: an agent that sees the new
+	// version number must get the new config when it fetches it. One
+	// fetching in between gets the new config under the old number and
+	// fetches again at its next heartbeat.
+	d.swapConfig(st.cfg)
+	version, err := db.New(d.pool).ConfigVersionRecord(ctx, st.sum[:])
+	if err != nil {
+		d.swapConfig(running)
+		return ConfigApplyResult{}, fmt.Errorf("config apply: record config version: %w; nothing changed", err)
+	}
+	d.cfgCtl.mu.Lock()
+	d.configVersion = version
+	d.cfgCtl.mu.Unlock()
+	d.cfgCtl.staged = nil
+	res.Version = version
+
+	q := db.New(d.pool)
+	for _, id := range sortedKeys(st.cfg.Agents) {
+		s, err := q.SessionGetLiveByAgent(ctx, id)
+		if err != nil {
+			continue
+		}
+		if _, err := d.rpc.Push(s.SessionID.String(), rpc.Push{Kind: rpc.PushConfigChanged,
+			ConfigChanged: &rpc.ConfigChanged{ConfigVersion: version}}); err != nil {
+			d.logger.WarnContext(ctx, "could not push config_changed; the agent sees the version at its next heartbeat",
+				slog.String("agent_id", id), slog.String("error", err.Error()))
+			continue
+		}
+		res.Notified++
+	}
+	for _, fn := range d.onConfigApplied {
+		fn(st.cfg, secrets)
+	}
+	d.logger.InfoContext(ctx, "config applied", slog.Int64("config_version", version), slog.Int64("previous_version", prev),
+		slog.Int("changes", len(res.Applied)), slog.Int("agents_notified", res.Notified), slog.String("by", sc.Actor))
+	return res, nil
+}
+
+// swapConfig replaces the running configuration in choird and in the agent
+// API, each as a whole.
+func (d *Daemon) swapConfig(cfg *config.Config) {
+	d.cfgCtl.mu.Lock()
+	d.cfg = cfg
+	d.cfgCtl.mu.Unlock()
+	if d.api != nil {
+		d.api.mu.Lock()
+		d.api.cfg = cfg
+		d.api.mu.Unlock()
+	}
+}
+
+// ConfigShow returns the running configuration as config.json holds it.
+// It holds secret names only; values live in secrets.json.
+func (d *Daemon) ConfigShow(ctx context.Context, sc Scope) (json.RawMessage, error) {
+	if err := sc.adminOnly("config show"); err != nil {
+		return nil, err
+	}
+	cfg, _ := d.config()
+	data, err := json.Marshal(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("config show: %w", err)
+	}
+	return data, nil
+}
+
+// SecretList returns the names of the secrets choird runs with, sorted;
+// never their values.
+func (d *Daemon) SecretList(ctx context.Context, sc Scope) ([]string, error) {
+	if err := sc.adminOnly("secret list"); err != nil {
+		return nil, err
+	}
+	_, secrets := d.config()
+	return secrets.Names(), nil
+}

@@ -6,6 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -40,6 +42,11 @@ type agentAPI struct {
 	jobs jobs.Inserter
 	// closeSession drops a session's push stream when it ends.
 	closeSession func(ctx context.Context, sessionID string)
+	// helloDone is told of each successful hello (undelivered inbox rows
+	// are pushed to the new session).
+	helloDone func(ctx context.Context, agentID string, sessionID uuid.UUID)
+	// typing is the typing indicator of sessions' chats.
+	typing *typingSet
 }
 
 var _ rpc.ControlPlaneHandler = (*agentAPI)(nil)
@@ -72,7 +79,13 @@ func (a *agentAPI) bindings(ctx context.Context, id uuid.UUID) (rpc.ResourceBind
 
 // HandleInitHello implements rpc.ControlPlaneHandler.
 func (a *agentAPI) HandleInitHello(ctx context.Context, call rpc.Call, req rpc.InitHelloRequest) (rpc.InitHelloResponse, error) {
-	return hello(ctx, a.pool, call, req)
+	resp, err := hello(ctx, a.pool, call, req)
+	if err == nil && a.helloDone != nil {
+		if id, perr := uuid.Parse(call.Session.ID); perr == nil {
+			a.helloDone(context.WithoutCancel(ctx), call.Session.AgentID, id)
+		}
+	}
+	return resp, err
 }
 
 // HandleGetSecrets returns exactly the requested secrets, each of which must
@@ -124,29 +137,57 @@ func (a *agentAPI) HandleHeartbeat(ctx context.Context, call rpc.Call, req rpc.H
 	return resp, err
 }
 
-// HandleRequestApproval records a pending approval; a replay with the same
-// request ID returns the first row.
+// HandleRequestApproval records a pending approval and, in the same
+// transaction, queues its notification with [Approve] [Reject] to the
+// session's DM and the job that rejects it at its expiry. A replay with the
+// same request ID returns the first row and queues nothing.
 func (a *agentAPI) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.ApprovalRequest) (rpc.ApprovalResponse, error) {
 	id, err := sessionUUID(call)
 	if err != nil {
 		return rpc.ApprovalResponse{}, err
 	}
-	cfg, _ := a.config()
-	q := db.New(a.pool)
-	row, err := q.ApprovalCreate(ctx, db.ApprovalCreateParams{SessionID: id, AgentID: call.Session.AgentID,
-		RequestID: call.RequestID, RequestType: req.RequestType, Summary: req.Summary, Payload: req.Payload,
-		ExpiresAt: time.Now().Add(cfg.ApprovalTimeout())})
-	if errNoRows(err) {
-		prev, err := q.ApprovalGetByRequest(ctx, db.ApprovalGetByRequestParams{SessionID: id, RequestID: call.RequestID})
-		if err != nil {
-			return rpc.ApprovalResponse{}, fmt.Errorf("load approval of request %s: %w", call.RequestID, err)
-		}
-		return rpc.ApprovalResponse{ApprovalID: prev.ApprovalID.String(), Status: rpc.ApprovalStatus(prev.Status)}, nil
-	}
+	b, err := a.bindings(ctx, id)
 	if err != nil {
-		return rpc.ApprovalResponse{}, fmt.Errorf("record approval: %w", err)
+		return rpc.ApprovalResponse{}, err
 	}
-	return rpc.ApprovalResponse{ApprovalID: row.ApprovalID.String(), Status: rpc.ApprovalStatus(row.Status)}, nil
+	cfg, _ := a.config()
+	gw, chat, err := outboundAddress(cfg, b)
+	if err != nil {
+		return rpc.ApprovalResponse{}, err
+	}
+	var resp rpc.ApprovalResponse
+	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		q := db.New(tx)
+		row, err := q.ApprovalCreate(ctx, db.ApprovalCreateParams{SessionID: id, AgentID: call.Session.AgentID,
+			RequestID: call.RequestID, RequestType: req.RequestType, Summary: req.Summary, Payload: req.Payload,
+			ExpiresAt: time.Now().Add(cfg.ApprovalTimeout())})
+		if errNoRows(err) {
+			prev, err := q.ApprovalGetByRequest(ctx, db.ApprovalGetByRequestParams{SessionID: id, RequestID: call.RequestID})
+			if err != nil {
+				return fmt.Errorf("load approval of request %s: %w", call.RequestID, err)
+			}
+			resp = rpc.ApprovalResponse{ApprovalID: prev.ApprovalID.String(), Status: rpc.ApprovalStatus(prev.Status)}
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("record approval: %w", err)
+		}
+		full, err := q.ApprovalGet(ctx, row.ApprovalID)
+		if err != nil {
+			return fmt.Errorf("load approval %s: %w", row.ApprovalID, err)
+		}
+		if err := jobs.RequestApprovalTx(ctx, tx, a.jobs, full, jobs.ApprovalAddress{Gateway: gw, DM: b.DM, ChatID: chat}); err != nil {
+			return err
+		}
+		resp = rpc.ApprovalResponse{ApprovalID: row.ApprovalID.String(), Status: rpc.ApprovalStatus(row.Status)}
+		return nil
+	})
+	if err != nil {
+		return rpc.ApprovalResponse{}, err
+	}
+	a.logger.InfoContext(ctx, "approval requested", slog.String("agent_id", call.Session.AgentID),
+		slog.String("approval_id", resp.ApprovalID), slog.String("request_type", req.RequestType))
+	return resp, nil
 }
 
 // HandleReportStatus keeps the lane's latest state for choirctl agent status.
@@ -161,6 +202,9 @@ func (a *agentAPI) HandleReportStatus(ctx context.Context, call rpc.Call, req rp
 	}
 	if err := db.New(a.pool).SessionLaneStatusSet(ctx, db.SessionLaneStatusSetParams{SessionID: id, Lane: req.Lane, Status: status}); err != nil {
 		return rpc.Ack{}, fmt.Errorf("record lane status: %w", err)
+	}
+	if req.Lane == "edge" && req.State == "IDLE" {
+		a.typing.stop(id)
 	}
 	return rpc.Ack{Ack: true}, nil
 }
@@ -250,8 +294,9 @@ func (a *agentAPI) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req
 	return rpc.ExecuteHostToolResponse{CallID: req.CallID, Status: rpc.ToolSuccess, Output: out}, nil
 }
 
-// HandleSendOutbound records a message for the user in the outbox, once per
-// message ID, addressed to the session's bound DM.
+// HandleSendOutbound queues a message for the user: the outbox row and its
+// delivery job in one transaction, addressed to the session's bound DM,
+// once per message ID.
 func (a *agentAPI) HandleSendOutbound(ctx context.Context, call rpc.Call, req rpc.SendOutboundRequest) (rpc.SendOutboundResponse, error) {
 	id, err := sessionUUID(call)
 	if err != nil {
@@ -262,23 +307,38 @@ func (a *agentAPI) HandleSendOutbound(ctx context.Context, call rpc.Call, req rp
 		return rpc.SendOutboundResponse{}, err
 	}
 	cfg, _ := a.config()
-	dm, ok := cfg.DMs[b.DM]
-	if !ok {
-		return rpc.SendOutboundResponse{}, fmt.Errorf("the session's DM %q is no longer configured: %w", b.DM, rpc.ErrNotFound)
-	}
-	q := db.New(a.pool)
-	row, err := q.OutboxInsert(ctx, db.OutboxInsertParams{AgentID: call.Session.AgentID, SessionID: &id,
-		MessageID: req.MessageID, Gateway: dm.Gateway, Dm: b.DM, ChatID: dm.UserID, Kind: string(req.Kind),
-		Text: req.Text, FilePath: req.FilePath})
-	duplicate := errNoRows(err)
-	if duplicate {
-		row, err = q.OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: call.Session.AgentID, MessageID: req.MessageID})
-	}
+	gw, chat, err := outboundAddress(cfg, b)
 	if err != nil {
-		return rpc.SendOutboundResponse{}, fmt.Errorf("record outbound message: %w", err)
+		return rpc.SendOutboundResponse{}, err
 	}
-	return rpc.SendOutboundResponse{MessageID: req.MessageID, OutboxID: row.OutboxID,
-		Status: rpc.OutboundStatus(row.Status), Duplicate: duplicate}, nil
+	p := jobs.OutboundParams{AgentID: call.Session.AgentID, SessionID: &id, MessageID: req.MessageID, Gateway: gw,
+		DM: b.DM, ChatID: chat, Kind: string(req.Kind), Text: req.Text}
+	if req.FilePath != "" {
+		ws, ok := cfg.Workspaces[b.Workspace]
+		if !ok {
+			return rpc.SendOutboundResponse{}, fmt.Errorf("the session's workspace %q is no longer configured: %w", b.Workspace, rpc.ErrNotFound)
+		}
+		rel := strings.TrimPrefix(filepath.ToSlash(req.FilePath), ".choirtmp/send/")
+		if p.FilePath, err = jobs.OutboundFilePath(ws.Path, rel); err != nil {
+			return rpc.SendOutboundResponse{}, fmt.Errorf("%w: %w", rpc.ErrBadRequest, err)
+		}
+		if _, err := os.Stat(p.FilePath); err != nil {
+			return rpc.SendOutboundResponse{}, fmt.Errorf("file %s to send: %w: %w", req.FilePath, rpc.ErrBadRequest, err)
+		}
+	}
+	var q jobs.OutboundQueued
+	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		q, err = jobs.EnqueueOutboundTx(ctx, tx, a.jobs, p)
+		return err
+	})
+	if err != nil {
+		return rpc.SendOutboundResponse{}, fmt.Errorf("%w: %w", rpc.ErrBadRequest, err)
+	}
+	if req.Kind == rpc.OutboundText {
+		a.typing.stop(id)
+	}
+	return rpc.SendOutboundResponse{MessageID: req.MessageID, OutboxID: q.Row.OutboxID,
+		Status: rpc.OutboundStatus(q.Row.Status), Duplicate: !q.Created}, nil
 }
 
 // errNoRows reports pgx's no-rows error.

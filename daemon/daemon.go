@@ -20,6 +20,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/embed"
+	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/runtime/docker"
@@ -58,6 +59,9 @@ type Options struct {
 	// AgentImage overrides the image agents run under docker (default
 	// choir-agent-<id>:latest, as agent build tags it).
 	AgentImage string
+	// TelegramAPIURL is the Bot API server (default
+	// https://api.telegram.org); tests point it at a local fake.
+	TelegramAPIURL string
 	// OSImage is the operating-system image agent builds start from
 	// (Dockerfile.base's CHOIR_OS_IMAGE); empty keeps the Dockerfile's.
 	OSImage string
@@ -78,6 +82,11 @@ type Daemon struct {
 	rpc           *rpc.Server
 	configVersion int64
 	startedAt     time.Time
+	// gateway runs the Telegram bots; nil when none is configured.
+	gateway *gateway.Gateway
+	// sendLimiter paces everything sent through the bots.
+	sendLimiter *jobs.SendLimiter
+	typing      *typingSet
 
 	// cfgCtl makes cfg, secrets and configVersion safe to swap and holds
 	// the staged configuration (configctl.go).
@@ -182,12 +191,20 @@ func Run(ctx context.Context, opts Options) (err error) {
 			slog.String("embedding_model", st.Model), slog.Int("embedding_dimensions", st.Dimensions),
 			slog.String("embedding_endpoint", st.Endpoint))
 	}
+	// Step 8, first half: the Telegram bots are made here, because the
+	// delivery worker sends through them; they poll once choird serves.
+	if err := d.newGateway(opts); err != nil {
+		return err
+	}
 	d.river, err = jobs.NewClient(jobs.Deps{
-		Pool:            d.pool,
-		Logger:          logger,
-		CrashThreshold:  d.cfg.CrashDetectionThreshold,
-		Embedder:        embedder,
-		MidTermSessions: d.cfg.MidTermSessionCount,
+		Pool:             d.pool,
+		Logger:           logger,
+		CrashThreshold:   d.cfg.CrashDetectionThreshold,
+		Embedder:         embedder,
+		MidTermSessions:  d.cfg.MidTermSessionCount,
+		Sender:           outboundSender{d},
+		SendLimiter:      d.sendLimiter,
+		ApprovalResolved: d.approvalResolved,
 	})
 	if err != nil {
 		return err
@@ -214,8 +231,6 @@ func Run(ctx context.Context, opts Options) (err error) {
 			return err
 		}
 	}
-	// Step 8 (gateways) belongs to the gateway layer.
-
 	// Step 9: accept agents and choirctl.
 	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
 	defer stopServing()
@@ -227,6 +242,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if d.runtime != nil {
 		go d.watchExits(serveCtx)
 	}
+	// Step 8, second half: the bots poll, and the inbox sweep redelivers.
+	gatewayDone := d.runGateway(serveCtx)
 
 	logger.InfoContext(ctx, "choird ready", slog.Int64("config_version", d.configVersion),
 		slog.Any("agents", sortedKeys(d.cfg.Agents)), slog.Int("gateways", len(d.cfg.Gateways)),
@@ -239,6 +256,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	logger.Info("choird stopping", slog.String("cause", context.Cause(ctx).Error()))
 	stopServing()
 	srvs.wait()
+	<-gatewayDone
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := d.river.Stop(stopCtx); err != nil {

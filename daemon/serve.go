@@ -12,6 +12,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
@@ -45,6 +47,10 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (*servers, erro
 	}
 	d.rpc = srv
 	d.api.closeSession = func(ctx context.Context, id string) { srv.CloseSession(ctx, id) } //nolint:errcheck
+	d.api.typing = d.typing
+	d.api.helloDone = func(ctx context.Context, agentID string, id uuid.UUID) {
+		d.redeliverInbox(ctx, agentID, id, time.Now())
+	}
 
 	var agentLn net.Listener
 	switch opts.Transport {

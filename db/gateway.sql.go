@@ -8,15 +8,90 @@ package db
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/google/uuid"
 )
+
+const dMHolder = `-- name: DMHolder :one
+SELECT s.session_id, s.agent_id::text AS agent_id FROM choir_control.resource_leases l
+  JOIN choir_control.sessions s ON s.session_id = l.session_id
+ WHERE l.resource_kind = 'dm' AND l.resource_name = $1 AND l.released_at IS NULL
+   AND s.status IN ('active', 'stopping')
+`
+
+type DMHolderRow struct {
+	SessionID uuid.UUID `json:"session_id"`
+	AgentID   string    `json:"agent_id"`
+}
+
+// DMHolder is the live session holding a DM's lease: the agent the DM is
+// bound to now.
+func (q *Queries) DMHolder(ctx context.Context, dm string) (DMHolderRow, error) {
+	row := q.db.QueryRow(ctx, dMHolder, dm)
+	var i DMHolderRow
+	err := row.Scan(&i.SessionID, &i.AgentID)
+	return i, err
+}
+
+const inboxAgentsWithPending = `-- name: InboxAgentsWithPending :many
+SELECT DISTINCT agent_id::text FROM choir_control.inbox
+ WHERE delivered_at IS NULL AND agent_id IS NOT NULL
+   AND (pushed_at IS NULL OR pushed_at < $1)
+`
+
+// InboxAgentsWithPending lists the agents with messages that need a push.
+func (q *Queries) InboxAgentsWithPending(ctx context.Context, pushedBefore *time.Time) ([]string, error) {
+	rows, err := q.db.Query(ctx, inboxAgentsWithPending, pushedBefore)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var agent_id string
+		if err := rows.Scan(&agent_id); err != nil {
+			return nil, err
+		}
+		items = append(items, agent_id)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxGet = `-- name: InboxGet :one
+SELECT inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id, pushed_at FROM choir_control.inbox WHERE inbox_id = $1
+`
+
+func (q *Queries) InboxGet(ctx context.Context, inboxID int64) (ChoirControlInbox, error) {
+	row := q.db.QueryRow(ctx, inboxGet, inboxID)
+	var i ChoirControlInbox
+	err := row.Scan(
+		&i.InboxID,
+		&i.Gateway,
+		&i.UpdateID,
+		&i.Dm,
+		&i.AgentID,
+		&i.ChatID,
+		&i.UserID,
+		&i.Kind,
+		&i.Text,
+		&i.Attachments,
+		&i.ReceivedAt,
+		&i.DeliveredAt,
+		&i.SessionID,
+		&i.PushedAt,
+	)
+	return i, err
+}
 
 const inboxInsert = `-- name: InboxInsert :one
 INSERT INTO choir_control.inbox (gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
 ON CONFLICT (gateway, update_id) DO NOTHING
-RETURNING inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id
+RETURNING inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id, pushed_at
 `
 
 type InboxInsertParams struct {
@@ -60,12 +135,173 @@ func (q *Queries) InboxInsert(ctx context.Context, arg InboxInsertParams) (Choir
 		&i.ReceivedAt,
 		&i.DeliveredAt,
 		&i.SessionID,
+		&i.PushedAt,
 	)
 	return i, err
 }
 
+const inboxMarkDelivered = `-- name: InboxMarkDelivered :many
+UPDATE choir_control.inbox i SET delivered_at = now(), session_id = s.session_id
+  FROM choir_control.sessions s
+ WHERE s.session_id = $1
+   AND i.inbox_id = ANY ($2::bigint[]) AND i.agent_id = s.agent_id AND i.delivered_at IS NULL
+RETURNING i.inbox_id, i.attachments
+`
+
+type InboxMarkDeliveredParams struct {
+	SessionID uuid.UUID `json:"session_id"`
+	InboxIds  []int64   `json:"inbox_ids"`
+}
+
+type InboxMarkDeliveredRow struct {
+	InboxID     int64           `json:"inbox_id"`
+	Attachments json.RawMessage `json:"attachments"`
+}
+
+// InboxMarkDelivered marks rows delivered once the agent's replicated log
+// holds them; only rows of the session's agent are touched.
+func (q *Queries) InboxMarkDelivered(ctx context.Context, arg InboxMarkDeliveredParams) ([]InboxMarkDeliveredRow, error) {
+	rows, err := q.db.Query(ctx, inboxMarkDelivered, arg.SessionID, arg.InboxIds)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []InboxMarkDeliveredRow{}
+	for rows.Next() {
+		var i InboxMarkDeliveredRow
+		if err := rows.Scan(&i.InboxID, &i.Attachments); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxMarkPushed = `-- name: InboxMarkPushed :exec
+UPDATE choir_control.inbox SET pushed_at = now(), session_id = $1
+ WHERE inbox_id = $2 AND delivered_at IS NULL
+`
+
+type InboxMarkPushedParams struct {
+	SessionID *uuid.UUID `json:"session_id"`
+	InboxID   int64      `json:"inbox_id"`
+}
+
+func (q *Queries) InboxMarkPushed(ctx context.Context, arg InboxMarkPushedParams) error {
+	_, err := q.db.Exec(ctx, inboxMarkPushed, arg.SessionID, arg.InboxID)
+	return err
+}
+
+const inboxPending = `-- name: InboxPending :many
+SELECT inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id, pushed_at FROM choir_control.inbox
+ WHERE agent_id = $1 AND delivered_at IS NULL
+   AND (pushed_at IS NULL OR pushed_at < $2)
+ ORDER BY inbox_id
+ LIMIT $3
+`
+
+type InboxPendingParams struct {
+	AgentID      *string    `json:"agent_id"`
+	PushedBefore *time.Time `json:"pushed_before"`
+	MaxRows      int32      `json:"max_rows"`
+}
+
+// InboxPending lists an agent's undelivered messages in arrival order, for
+// a push to its session: those never pushed, and those pushed before
+// pushed_before (a push that seems lost, or went to a session that ended).
+func (q *Queries) InboxPending(ctx context.Context, arg InboxPendingParams) ([]ChoirControlInbox, error) {
+	rows, err := q.db.Query(ctx, inboxPending, arg.AgentID, arg.PushedBefore, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ChoirControlInbox{}
+	for rows.Next() {
+		var i ChoirControlInbox
+		if err := rows.Scan(
+			&i.InboxID,
+			&i.Gateway,
+			&i.UpdateID,
+			&i.Dm,
+			&i.AgentID,
+			&i.ChatID,
+			&i.UserID,
+			&i.Kind,
+			&i.Text,
+			&i.Attachments,
+			&i.ReceivedAt,
+			&i.DeliveredAt,
+			&i.SessionID,
+			&i.PushedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const outboxAfter = `-- name: OutboxAfter :many
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id FROM choir_control.outbox
+ WHERE agent_id = $1 AND outbox_id > $2
+ ORDER BY outbox_id
+ LIMIT $3
+`
+
+type OutboxAfterParams struct {
+	AgentID string `json:"agent_id"`
+	After   int64  `json:"after"`
+	MaxRows int32  `json:"max_rows"`
+}
+
+// OutboxAfter reads an agent's outbound messages after a cursor, for
+// choirctl chat.
+func (q *Queries) OutboxAfter(ctx context.Context, arg OutboxAfterParams) ([]ChoirControlOutbox, error) {
+	rows, err := q.db.Query(ctx, outboxAfter, arg.AgentID, arg.After, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ChoirControlOutbox{}
+	for rows.Next() {
+		var i ChoirControlOutbox
+		if err := rows.Scan(
+			&i.OutboxID,
+			&i.AgentID,
+			&i.SessionID,
+			&i.MessageID,
+			&i.Gateway,
+			&i.Dm,
+			&i.ChatID,
+			&i.Kind,
+			&i.Text,
+			&i.FilePath,
+			&i.Status,
+			&i.Attempts,
+			&i.LastError,
+			&i.SentIds,
+			&i.CreatedAt,
+			&i.SentAt,
+			&i.ApprovalID,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const outboxGetByID = `-- name: OutboxGetByID :one
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at FROM choir_control.outbox WHERE outbox_id = $1
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id FROM choir_control.outbox WHERE outbox_id = $1
 `
 
 func (q *Queries) OutboxGetByID(ctx context.Context, outboxID int64) (ChoirControlOutbox, error) {
@@ -88,12 +324,13 @@ func (q *Queries) OutboxGetByID(ctx context.Context, outboxID int64) (ChoirContr
 		&i.SentIds,
 		&i.CreatedAt,
 		&i.SentAt,
+		&i.ApprovalID,
 	)
 	return i, err
 }
 
 const outboxGetByMessageID = `-- name: OutboxGetByMessageID :one
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at FROM choir_control.outbox WHERE agent_id = $1 AND message_id = $2
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id FROM choir_control.outbox WHERE agent_id = $1 AND message_id = $2
 `
 
 type OutboxGetByMessageIDParams struct {
@@ -121,27 +358,31 @@ func (q *Queries) OutboxGetByMessageID(ctx context.Context, arg OutboxGetByMessa
 		&i.SentIds,
 		&i.CreatedAt,
 		&i.SentAt,
+		&i.ApprovalID,
 	)
 	return i, err
 }
 
 const outboxInsert = `-- name: OutboxInsert :one
-INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path,
+                                  approval_id)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+        $10)
 ON CONFLICT (agent_id, message_id) DO NOTHING
-RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at
+RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id
 `
 
 type OutboxInsertParams struct {
-	AgentID   string     `json:"agent_id"`
-	SessionID *uuid.UUID `json:"session_id"`
-	MessageID string     `json:"message_id"`
-	Gateway   string     `json:"gateway"`
-	Dm        string     `json:"dm"`
-	ChatID    string     `json:"chat_id"`
-	Kind      string     `json:"kind"`
-	Text      string     `json:"text"`
-	FilePath  string     `json:"file_path"`
+	AgentID    string     `json:"agent_id"`
+	SessionID  *uuid.UUID `json:"session_id"`
+	MessageID  string     `json:"message_id"`
+	Gateway    string     `json:"gateway"`
+	Dm         string     `json:"dm"`
+	ChatID     string     `json:"chat_id"`
+	Kind       string     `json:"kind"`
+	Text       string     `json:"text"`
+	FilePath   string     `json:"file_path"`
+	ApprovalID *uuid.UUID `json:"approval_id"`
 }
 
 // OutboxInsert stores one outbound message. A second insert with the same
@@ -157,6 +398,7 @@ func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) (Cho
 		arg.Kind,
 		arg.Text,
 		arg.FilePath,
+		arg.ApprovalID,
 	)
 	var i ChoirControlOutbox
 	err := row.Scan(
@@ -176,12 +418,13 @@ func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) (Cho
 		&i.SentIds,
 		&i.CreatedAt,
 		&i.SentAt,
+		&i.ApprovalID,
 	)
 	return i, err
 }
 
 const outboxLockChatHead = `-- name: OutboxLockChatHead :one
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at FROM choir_control.outbox
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id FROM choir_control.outbox
  WHERE gateway = $1 AND chat_id = $2 AND status = 'pending' AND outbox_id <= $3
  ORDER BY outbox_id
  LIMIT 1
@@ -217,6 +460,7 @@ func (q *Queries) OutboxLockChatHead(ctx context.Context, arg OutboxLockChatHead
 		&i.SentIds,
 		&i.CreatedAt,
 		&i.SentAt,
+		&i.ApprovalID,
 	)
 	return i, err
 }
@@ -249,7 +493,7 @@ UPDATE choir_control.outbox
        status     = CASE WHEN $2::bool THEN 'sent' ELSE status END,
        sent_at    = CASE WHEN $2::bool THEN now() END
  WHERE outbox_id = $3 AND status = 'pending' AND cardinality(sent_ids) = $4::int
-RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at
+RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id
 `
 
 type OutboxPartSentParams struct {
@@ -287,6 +531,7 @@ func (q *Queries) OutboxPartSent(ctx context.Context, arg OutboxPartSentParams) 
 		&i.SentIds,
 		&i.CreatedAt,
 		&i.SentAt,
+		&i.ApprovalID,
 	)
 	return i, err
 }

@@ -42,25 +42,27 @@ type ChoirControlInbox struct {
 	ReceivedAt  time.Time       `json:"received_at"`
 	DeliveredAt *time.Time      `json:"delivered_at"`
 	SessionID   *uuid.UUID      `json:"session_id"`
+	PushedAt    *time.Time      `json:"pushed_at"`
 }
 
 type ChoirControlOutbox struct {
-	OutboxID  int64      `json:"outbox_id"`
-	AgentID   string     `json:"agent_id"`
-	SessionID *uuid.UUID `json:"session_id"`
-	MessageID string     `json:"message_id"`
-	Gateway   string     `json:"gateway"`
-	Dm        string     `json:"dm"`
-	ChatID    string     `json:"chat_id"`
-	Kind      string     `json:"kind"`
-	Text      string     `json:"text"`
-	FilePath  string     `json:"file_path"`
-	Status    string     `json:"status"`
-	Attempts  int32      `json:"attempts"`
-	LastError string     `json:"last_error"`
-	SentIds   []int64    `json:"sent_ids"`
-	CreatedAt time.Time  `json:"created_at"`
-	SentAt    *time.Time `json:"sent_at"`
+	OutboxID   int64      `json:"outbox_id"`
+	AgentID    string     `json:"agent_id"`
+	SessionID  *uuid.UUID `json:"session_id"`
+	MessageID  string     `json:"message_id"`
+	Gateway    string     `json:"gateway"`
+	Dm         string     `json:"dm"`
+	ChatID     string     `json:"chat_id"`
+	Kind       string     `json:"kind"`
+	Text       string     `json:"text"`
+	FilePath   string     `json:"file_path"`
+	Status     string     `json:"status"`
+	Attempts   int32      `json:"attempts"`
+	LastError  string     `json:"last_error"`
+	SentIds    []int64    `json:"sent_ids"`
+	CreatedAt  time.Time  `json:"created_at"`
+	SentAt     *time.Time `json:"sent_at"`
+	ApprovalID *uuid.UUID `json:"approval_id"`
 }
 
 type ChoirControlPendingApproval struct {

@@ -80,6 +80,9 @@ type OutboundPart struct {
 	// FilePath is the absolute host path of the file to send, inside a
 	// workspace's .choirtmp/send directory; empty for text.
 	FilePath string
+	// ApprovalID, when set, asks for the approval's [Approve] [Reject]
+	// buttons under the message (under the last part of a long one).
+	ApprovalID string
 }
 
 // OutboundSender is what the delivery worker needs of a gateway
@@ -158,6 +161,9 @@ type OutboundParams struct {
 	// workspace's .choirtmp/send directory (see OutboundFilePath);
 	// required for every kind but text. It is deleted once delivered.
 	FilePath string
+	// ApprovalID puts the approval's buttons under the message: the
+	// notification of a pending approval.
+	ApprovalID *uuid.UUID
 }
 
 // OutboundQueued is the result of EnqueueOutboundTx.
@@ -173,14 +179,14 @@ type OutboundQueued struct {
 // is sent if and only if the transaction commits. A message already queued
 // under the same (AgentID, MessageID) is returned as it stands, with no
 // second job.
-func EnqueueOutboundTx(ctx context.Context, tx pgx.Tx, client *Client, p OutboundParams) (OutboundQueued, error) {
+func EnqueueOutboundTx(ctx context.Context, tx pgx.Tx, client Inserter, p OutboundParams) (OutboundQueued, error) {
 	if err := p.validate(); err != nil {
 		return OutboundQueued{}, err
 	}
 	q := db.New(tx)
 	row, err := q.OutboxInsert(ctx, db.OutboxInsertParams{AgentID: p.AgentID, SessionID: p.SessionID,
 		MessageID: p.MessageID, Gateway: p.Gateway, Dm: p.DM, ChatID: p.ChatID, Kind: p.Kind, Text: p.Text,
-		FilePath: p.FilePath})
+		FilePath: p.FilePath, ApprovalID: p.ApprovalID})
 	if errors.Is(err, pgx.ErrNoRows) {
 		row, err = q.OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: p.AgentID, MessageID: p.MessageID})
 		if err != nil {
@@ -354,6 +360,9 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 
 	parts := w.deps.Sender.Parts(OutboundPart{Gateway: head.Gateway, ChatID: head.ChatID, Kind: head.Kind,
 		Text: head.Text, FilePath: head.FilePath})
+	if head.ApprovalID != nil && len(parts) > 0 {
+		parts[len(parts)-1].ApprovalID = head.ApprovalID.String()
+	}
 	idx := len(head.SentIds)
 	var sendErr error
 	var sentID int64

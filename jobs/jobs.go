@@ -5,6 +5,7 @@
 package jobs
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/db"
 )
 
 // Queues. Latency-sensitive work never shares a queue with bulk work: a
@@ -48,6 +50,15 @@ type Deps struct {
 	// MidTermSessions returns how many recent sessions stay mid-term
 	// (config.MidTermSessionCount); a func so a config reload applies.
 	MidTermSessions func() int
+	// Sender delivers outbox rows (the Telegram gateway and the console);
+	// without it the delivery worker is not registered.
+	Sender OutboundSender
+	// SendLimiter paces delivery; share it with everything else that sends
+	// through the same bots.
+	SendLimiter *SendLimiter
+	// ApprovalResolved is told of an approval resolved by its timeout,
+	// after the commit.
+	ApprovalResolved func(ctx context.Context, a db.ChoirControlPendingApproval)
 }
 
 // Client is the River client type choird uses.
@@ -67,23 +78,40 @@ func NewClient(deps Deps) (*Client, error) {
 		Threshold: deps.CrashThreshold}); err != nil {
 		return nil, fmt.Errorf("register crash detection worker: %w", err)
 	}
+	if err := river.AddWorkerSafely(workers, &ApprovalTimeoutWorker{Pool: deps.Pool, Logger: deps.Logger,
+		Resolved: deps.ApprovalResolved}); err != nil {
+		return nil, fmt.Errorf("register approval timeout worker: %w", err)
+	}
 	if deps.Embedder != nil {
 		if err := addMemoryWorkers(workers, deps); err != nil {
 			return nil, err
 		}
 	}
+	queues := map[string]river.QueueConfig{
+		// Crash detection must not wait behind anything: its own queue,
+		// a short fetch cooldown so a job starts within milliseconds.
+		QueueControl: {MaxWorkers: 4, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 200 * time.Millisecond},
+		// Embedding waits on the provider; a few calls in flight are
+		// plenty, and retries of 1 s must not wait for a 1 s poll.
+		QueueEmbed:  {MaxWorkers: 4, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond},
+		QueueMemory: {MaxWorkers: 2, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 200 * time.Millisecond},
+	}
+	if deps.Sender != nil {
+		if err := AddDeliveryWorker(workers, DeliveryDeps{Pool: deps.Pool, Sender: deps.Sender, Limiter: deps.SendLimiter,
+			Logger: deps.Logger.With(slog.String("component", "delivery"))}); err != nil {
+			return nil, err
+		}
+		name, qc := DeliveryQueue()
+		queues[name] = qc
+	}
 	client, err := river.NewClient(riverpgxv5.New(deps.Pool), &river.Config{
 		Logger: deps.Logger.With(slog.String("component", "river")),
-		Queues: map[string]river.QueueConfig{
-			// Crash detection must not wait behind anything: its own queue,
-			// a short fetch cooldown so a job starts within milliseconds.
-			QueueControl: {MaxWorkers: 4, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 200 * time.Millisecond},
-			// Embedding waits on the provider; a few calls in flight are
-			// plenty, and retries of 1 s must not wait for a 1 s poll.
-			QueueEmbed:  {MaxWorkers: 4, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond},
-			QueueMemory: {MaxWorkers: 2, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 200 * time.Millisecond},
-		},
-		Workers: workers,
+		Queues: queues,
+		// The inserting side sends at most one insert notification per
+		// queue per FetchCooldown: keep it short, or an outbound message
+		// queued right after another waits for the delivery queue's poll.
+		FetchCooldown: time.Millisecond,
+		Workers:       workers,
 		PeriodicJobs: []*river.PeriodicJob{
 			river.NewPeriodicJob(river.PeriodicInterval(deps.CrashInterval),
 				func() (river.JobArgs, *river.InsertOpts) { return CrashDetectArgs{}, nil },

@@ -9,8 +9,10 @@ RETURNING *;
 -- name: OutboxInsert :one
 -- OutboxInsert stores one outbound message. A second insert with the same
 -- (agent_id, message_id), the agent retrying, returns no row.
-INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path)
-VALUES (@agent_id, sqlc.narg(session_id), @message_id, @gateway, @dm, @chat_id, @kind, @text, @file_path)
+INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path,
+                                  approval_id)
+VALUES (@agent_id, sqlc.narg(session_id), @message_id, @gateway, @dm, @chat_id, @kind, @text, @file_path,
+        sqlc.narg(approval_id))
 ON CONFLICT (agent_id, message_id) DO NOTHING
 RETURNING *;
 
@@ -54,3 +56,51 @@ UPDATE choir_control.outbox
 UPDATE choir_control.outbox
    SET status = 'failed', attempts = attempts + 1, last_error = @last_error
  WHERE outbox_id = @outbox_id AND status = 'pending';
+
+-- name: InboxGet :one
+SELECT * FROM choir_control.inbox WHERE inbox_id = @inbox_id;
+
+-- name: InboxPending :many
+-- InboxPending lists an agent's undelivered messages in arrival order, for
+-- a push to its session: those never pushed, and those pushed before
+-- pushed_before (a push that seems lost, or went to a session that ended).
+SELECT * FROM choir_control.inbox
+ WHERE agent_id = @agent_id AND delivered_at IS NULL
+   AND (pushed_at IS NULL OR pushed_at < @pushed_before)
+ ORDER BY inbox_id
+ LIMIT @max_rows;
+
+-- name: InboxMarkPushed :exec
+UPDATE choir_control.inbox SET pushed_at = now(), session_id = @session_id
+ WHERE inbox_id = @inbox_id AND delivered_at IS NULL;
+
+-- name: InboxMarkDelivered :many
+-- InboxMarkDelivered marks rows delivered once the agent's replicated log
+-- holds them; only rows of the session's agent are touched.
+UPDATE choir_control.inbox i SET delivered_at = now(), session_id = s.session_id
+  FROM choir_control.sessions s
+ WHERE s.session_id = @session_id
+   AND i.inbox_id = ANY (@inbox_ids::bigint[]) AND i.agent_id = s.agent_id AND i.delivered_at IS NULL
+RETURNING i.inbox_id, i.attachments;
+
+-- name: InboxAgentsWithPending :many
+-- InboxAgentsWithPending lists the agents with messages that need a push.
+SELECT DISTINCT agent_id::text FROM choir_control.inbox
+ WHERE delivered_at IS NULL AND agent_id IS NOT NULL
+   AND (pushed_at IS NULL OR pushed_at < @pushed_before);
+
+-- name: OutboxAfter :many
+-- OutboxAfter reads an agent's outbound messages after a cursor, for
+-- choirctl chat.
+SELECT * FROM choir_control.outbox
+ WHERE agent_id = @agent_id AND outbox_id > @after
+ ORDER BY outbox_id
+ LIMIT @max_rows;
+
+-- name: DMHolder :one
+-- DMHolder is the live session holding a DM's lease: the agent the DM is
+-- bound to now.
+SELECT s.session_id, s.agent_id::text AS agent_id FROM choir_control.resource_leases l
+  JOIN choir_control.sessions s ON s.session_id = l.session_id
+ WHERE l.resource_kind = 'dm' AND l.resource_name = @dm AND l.released_at IS NULL
+   AND s.status IN ('active', 'stopping');

@@ -337,3 +337,8 @@ func sleep(ctx context.Context, d time.Duration) bool {
 		return false
 	}
 }
+
+// Serves reports whether name is one of the gateway's Telegram bots.
+func (g *Gateway) Serves(name string) bool {
+	return g != nil && g.bots[name] != nil
+}

@@ -53,7 +53,11 @@ func (g *Gateway) Send(ctx context.Context, part jobs.OutboundPart) (int64, erro
 		return 0, err
 	}
 	if part.Kind == jobs.OutboundText {
-		return b.sendMessage(ctx, part.ChatID, part.Text, nil)
+		var markup *tele.ReplyMarkup
+		if part.ApprovalID != "" {
+			markup = ApprovalButtons(part.ApprovalID)
+		}
+		return b.sendMessage(ctx, part.ChatID, part.Text, markup)
 	}
 	return b.sendFile(ctx, part)
 }

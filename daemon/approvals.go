@@ -1,0 +1,203 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/rpc"
+)
+
+// Approval is a pending or resolved approval, as the control layer shows it.
+type Approval struct {
+	ID          string          `json:"approval_id"`
+	AgentID     string          `json:"agent_id"`
+	SessionID   string          `json:"session_id"`
+	RequestType string          `json:"request_type"`
+	Summary     string          `json:"summary"`
+	Payload     json.RawMessage `json:"payload"`
+	// Status is pending, approved or rejected (a timeout rejects).
+	Status     string     `json:"status"`
+	CreatedAt  time.Time  `json:"created_at"`
+	ExpiresAt  time.Time  `json:"expires_at"`
+	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
+	// ResolvedBy is "choirctl:uid=<n>", "telegram:<dm>" or "timeout".
+	ResolvedBy string `json:"resolved_by,omitempty"`
+}
+
+func approvalOf(r db.ChoirControlPendingApproval) Approval {
+	a := Approval{ID: r.ApprovalID.String(), AgentID: r.AgentID, SessionID: r.SessionID.String(),
+		RequestType: r.RequestType, Summary: r.Summary, Payload: r.Payload, Status: r.Status,
+		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, ResolvedAt: r.ResolvedAt}
+	if r.ResolvedBy != nil {
+		a.ResolvedBy = *r.ResolvedBy
+	}
+	return a
+}
+
+// ErrApprovalResolved reports a decision on an approval that an earlier
+// decision, or its timeout, already resolved.
+var ErrApprovalResolved = errors.New("approval already resolved")
+
+// ErrNotFound reports a control command naming something that does not
+// exist.
+var ErrNotFound = errors.New("not found")
+
+func parseApprovalID(id string) (uuid.UUID, error) {
+	u, err := uuid.Parse(id)
+	if err != nil || len(id) != 36 {
+		return uuid.UUID{}, fmt.Errorf("%q is not an approval id (a UUID, as choirctl approval list shows): %w", id, ErrNotFound)
+	}
+	return u, nil
+}
+
+// maxApprovalsListed bounds one listing.
+const maxApprovalsListed = 200
+
+// ApprovalList lists pending approvals, oldest first: of agentID, or of
+// every agent when agentID is empty. A regular DM sees only its agent's,
+// whatever agentID says.
+func (d *Daemon) ApprovalList(ctx context.Context, sc Scope, agentID string) ([]Approval, error) {
+	switch {
+	case !sc.Admin && agentID == "":
+		agentID = sc.Agent
+	}
+	if agentID != "" || !sc.Admin {
+		if err := sc.allow(agentID); err != nil {
+			return nil, err
+		}
+	}
+	var filter *string
+	if agentID != "" {
+		filter = &agentID
+	}
+	rows, err := db.New(d.pool).ApprovalListPending(ctx, db.ApprovalListPendingParams{AgentID: filter, MaxRows: maxApprovalsListed})
+	if err != nil {
+		return nil, fmt.Errorf("list approvals: %w", err)
+	}
+	out := make([]Approval, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, approvalOf(r))
+	}
+	return out, nil
+}
+
+// ApprovalShow returns one approval, pending or not.
+func (d *Daemon) ApprovalShow(ctx context.Context, sc Scope, id string) (Approval, error) {
+	u, err := parseApprovalID(id)
+	if err != nil {
+		return Approval{}, err
+	}
+	r, err := db.New(d.pool).ApprovalGet(ctx, u)
+	if errNoRows(err) {
+		return Approval{}, fmt.Errorf("approval %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Approval{}, fmt.Errorf("load approval %s: %w", id, err)
+	}
+	if err := sc.allow(r.AgentID); err != nil {
+		return Approval{}, fmt.Errorf("approval %s belongs to agent %s: %w", id, r.AgentID, err)
+	}
+	return approvalOf(r), nil
+}
+
+// ApprovalForMessage finds the approval whose request is the given
+// message of a chat: a /approve or /reject sent in reply to it.
+func (d *Daemon) ApprovalForMessage(ctx context.Context, sc Scope, gateway, chatID string, messageID int64) (Approval, error) {
+	r, err := db.New(d.pool).ApprovalForMessage(ctx, db.ApprovalForMessageParams{Gateway: gateway, ChatID: chatID, MessageID: messageID})
+	if errNoRows(err) {
+		return Approval{}, fmt.Errorf("the message you replied to is not an approval request: %w", ErrNotFound)
+	}
+	if err != nil {
+		return Approval{}, fmt.Errorf("find the approval of message %d: %w", messageID, err)
+	}
+	if err := sc.allow(r.AgentID); err != nil {
+		return Approval{}, fmt.Errorf("approval %s belongs to agent %s: %w", r.ApprovalID, r.AgentID, err)
+	}
+	return approvalOf(r), nil
+}
+
+// ApprovalDecide approves or rejects a pending approval. Approve, reject
+// and the timeout are one conditional UPDATE each, so exactly one wins: a
+// decision that comes second gets the approval as the winner left it and
+// an error wrapping ErrApprovalResolved that says "already <outcome>". The
+// winner's outcome message is queued in the same transaction, and the
+// agent is told by push after the commit.
+func (d *Daemon) ApprovalDecide(ctx context.Context, sc Scope, id string, approve bool) (Approval, error) {
+	u, err := parseApprovalID(id)
+	if err != nil {
+		return Approval{}, err
+	}
+	// The scope is checked on the row before anything is written.
+	cur, err := db.New(d.pool).ApprovalGet(ctx, u)
+	if errNoRows(err) {
+		return Approval{}, fmt.Errorf("approval %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Approval{}, fmt.Errorf("load approval %s: %w", id, err)
+	}
+	if err := sc.allow(cur.AgentID); err != nil {
+		return Approval{}, fmt.Errorf("approval %s belongs to agent %s: %w", id, cur.AgentID, err)
+	}
+	by := sc.Actor
+	if by == "" {
+		by = "unknown"
+	}
+	var row db.ChoirControlPendingApproval
+	var won bool
+	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+		row, won, err = jobs.ResolveApprovalTx(ctx, tx, d.river, u, approve, by)
+		return err
+	})
+	if errors.Is(err, jobs.ErrApprovalNotFound) {
+		return Approval{}, fmt.Errorf("approval %s: %w", id, ErrNotFound)
+	}
+	if err != nil {
+		return Approval{}, err
+	}
+	a := approvalOf(row)
+	if !won {
+		return a, fmt.Errorf("%w: already %s by %s at %s", ErrApprovalResolved, a.Status, a.ResolvedBy,
+			a.ResolvedAt.UTC().Format(time.RFC3339))
+	}
+	d.logger.InfoContext(ctx, "approval resolved", slog.String("approval_id", a.ID), slog.String("agent_id", a.AgentID),
+		slog.String("status", a.Status), slog.String("by", a.ResolvedBy))
+	d.approvalResolved(context.WithoutCancel(ctx), row)
+	return a, nil
+}
+
+// approvalResolved tells the requesting session the outcome, and takes the
+// buttons off the request message. Both are best effort: the outcome is in
+// Postgres, and the agent's next session is told again at its hello.
+func (d *Daemon) approvalResolved(ctx context.Context, r db.ChoirControlPendingApproval) {
+	a := approvalOf(r)
+	if s, err := db.New(d.pool).SessionGetByID(ctx, r.SessionID); err != nil || (s.Status != "active" && s.Status != "stopping") {
+		d.logger.InfoContext(ctx, "approval outcome not pushed: the requesting session has ended",
+			slog.String("approval_id", a.ID), slog.String("session_id", a.SessionID))
+	} else if _, err := d.rpc.Push(a.SessionID, rpc.Push{Kind: rpc.PushApprovalResolved, ApprovalResolved: &rpc.ApprovalResolved{
+		ApprovalID: a.ID, Status: rpc.ApprovalStatus(a.Status), ResolvedBy: a.ResolvedBy, ResolvedAt: *a.ResolvedAt}}); err != nil {
+		d.logger.InfoContext(ctx, "approval outcome not pushed: the requesting session is gone",
+			slog.String("approval_id", a.ID), slog.String("session_id", a.SessionID), slog.String("error", err.Error()))
+	}
+	if d.gateway == nil {
+		return
+	}
+	req, err := db.New(d.pool).OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: a.AgentID,
+		MessageID: "approval:" + a.ID + ":request"})
+	if err != nil || len(req.SentIds) == 0 || !d.gateway.Serves(req.Gateway) {
+		return
+	}
+	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := d.gateway.ClearButtons(cctx, req.Gateway, req.ChatID, req.SentIds[len(req.SentIds)-1]); err != nil {
+		d.logger.InfoContext(ctx, "approval buttons not cleared", slog.String("approval_id", a.ID), slog.String("error", err.Error()))
+	}
+}

@@ -1,0 +1,166 @@
+package jobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/choirhq/choir/db"
+)
+
+// Who resolved an approval that nobody answered in time.
+const ResolvedByTimeout = "timeout"
+
+// The console channel: messages of agents bound to no Telegram DM, read by
+// choirctl chat from the outbox. Its sender only marks them sent.
+const (
+	ConsoleGateway = "console"
+	ConsoleDM      = "console"
+	ConsoleChat    = "operator"
+)
+
+// ApprovalTimeoutArgs rejects an approval still pending at its expiry.
+type ApprovalTimeoutArgs struct {
+	ApprovalID uuid.UUID `json:"approval_id"`
+}
+
+// Kind implements river.JobArgs.
+func (ApprovalTimeoutArgs) Kind() string { return "approval_timeout" }
+
+// InsertOpts runs timeouts on the control queue.
+func (ApprovalTimeoutArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueControl, MaxAttempts: 25}
+}
+
+// ApprovalAddress is where an approval's messages go: the DM bound to the
+// requesting session, or the console.
+type ApprovalAddress struct {
+	Gateway, DM, ChatID string
+}
+
+// RequestApprovalTx queues, in the caller's transaction with the pending
+// row, the notification with its [Approve] [Reject] buttons and the job
+// that rejects the approval at its expiry (spec 19.6). Both are keyed by
+// the approval, so running it twice for one approval queues nothing more.
+func RequestApprovalTx(ctx context.Context, tx pgx.Tx, ins Inserter, a db.ChoirControlPendingApproval, to ApprovalAddress) error {
+	text := fmt.Sprintf("Approval requested by %s (%s):\n%s\n\nApprove or reject with the buttons, or reply /approve or /reject. "+
+		"Unanswered, it is rejected at %s.", a.AgentID, a.RequestType, a.Summary, a.ExpiresAt.UTC().Format("15:04 MST"))
+	q, err := EnqueueOutboundTx(ctx, tx, ins, OutboundParams{AgentID: a.AgentID, SessionID: &a.SessionID,
+		MessageID: "approval:" + a.ApprovalID.String() + ":request", Gateway: to.Gateway, DM: to.DM, ChatID: to.ChatID,
+		Kind: OutboundText, Text: text, ApprovalID: &a.ApprovalID})
+	if err != nil {
+		return fmt.Errorf("queue notification of approval %s: %w", a.ApprovalID, err)
+	}
+	if !q.Created {
+		return nil
+	}
+	if _, err := ins.InsertTx(ctx, tx, ApprovalTimeoutArgs{ApprovalID: a.ApprovalID},
+		&river.InsertOpts{ScheduledAt: a.ExpiresAt}); err != nil {
+		return fmt.Errorf("schedule timeout of approval %s: %w", a.ApprovalID, err)
+	}
+	return nil
+}
+
+// ErrApprovalNotFound reports an approval id that names no approval.
+var ErrApprovalNotFound = errors.New("no such approval")
+
+// ResolveApprovalTx approves or rejects an approval with the one
+// conditional UPDATE that approve, reject and timeout share, so exactly one
+// of them wins. The winner also queues the outcome's message to the chat
+// that got the request. won is false when the approval was already
+// resolved; row is then as the winner left it.
+func ResolveApprovalTx(ctx context.Context, tx pgx.Tx, ins Inserter, id uuid.UUID, approve bool, by string) (row db.ChoirControlPendingApproval, won bool, err error) {
+	q := db.New(tx)
+	row, err = q.ApprovalResolve(ctx, db.ApprovalResolveParams{ApprovalID: id, Approve: approve, ResolvedBy: &by})
+	if errors.Is(err, pgx.ErrNoRows) {
+		row, err = q.ApprovalGet(ctx, id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return row, false, fmt.Errorf("approval %s: %w", id, ErrApprovalNotFound)
+		}
+		if err != nil {
+			return row, false, fmt.Errorf("load approval %s: %w", id, err)
+		}
+		return row, false, nil
+	}
+	if err != nil {
+		return row, false, fmt.Errorf("resolve approval %s: %w", id, err)
+	}
+	var text string
+	switch {
+	case by == ResolvedByTimeout:
+		text = fmt.Sprintf("Approval timed out: %s. Rejected automatically.", row.Summary)
+	case approve:
+		text = fmt.Sprintf("Approved: %s. Executing.", row.Summary)
+	default:
+		text = fmt.Sprintf("Rejected: %s.", row.Summary)
+	}
+	to := ApprovalAddress{Gateway: ConsoleGateway, DM: ConsoleDM, ChatID: ConsoleChat}
+	if req, err := q.OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: row.AgentID,
+		MessageID: "approval:" + id.String() + ":request"}); err == nil {
+		to = ApprovalAddress{Gateway: req.Gateway, DM: req.Dm, ChatID: req.ChatID}
+	} else if !errors.Is(err, pgx.ErrNoRows) {
+		return row, false, fmt.Errorf("load notification of approval %s: %w", id, err)
+	}
+	if _, err := EnqueueOutboundTx(ctx, tx, ins, OutboundParams{AgentID: row.AgentID, SessionID: &row.SessionID,
+		MessageID: "approval:" + id.String() + ":resolved", Gateway: to.Gateway, DM: to.DM, ChatID: to.ChatID,
+		Kind: OutboundText, Text: text}); err != nil {
+		return row, false, fmt.Errorf("queue outcome of approval %s: %w", id, err)
+	}
+	return row, true, nil
+}
+
+// ApprovalTimeoutWorker rejects an approval nobody answered, in one
+// transaction with the job's completion; an approval already resolved
+// makes it a no-op.
+type ApprovalTimeoutWorker struct {
+	river.WorkerDefaults[ApprovalTimeoutArgs]
+	Pool   *pgxpool.Pool
+	Logger *slog.Logger
+	// Resolved is told of a timeout after its commit (choird pushes the
+	// outcome to the agent and clears the buttons).
+	Resolved func(ctx context.Context, a db.ChoirControlPendingApproval)
+}
+
+// Timeout bounds one run.
+func (w *ApprovalTimeoutWorker) Timeout(*river.Job[ApprovalTimeoutArgs]) time.Duration {
+	return 10 * time.Second
+}
+
+// Work implements river.Worker.
+func (w *ApprovalTimeoutWorker) Work(ctx context.Context, job *river.Job[ApprovalTimeoutArgs]) error {
+	var row db.ChoirControlPendingApproval
+	var won bool
+	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
+		var err error
+		row, won, err = ResolveApprovalTx(ctx, tx, river.ClientFromContext[pgx.Tx](ctx), job.Args.ApprovalID, false, ResolvedByTimeout)
+		if errors.Is(err, ErrApprovalNotFound) {
+			return river.JobCancel(err)
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
+			return fmt.Errorf("complete approval timeout job: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	if won {
+		w.Logger.InfoContext(ctx, "approval timed out; rejected", slog.String("approval_id", row.ApprovalID.String()),
+			slog.String("agent_id", row.AgentID))
+		if w.Resolved != nil {
+			w.Resolved(ctx, row)
+		}
+	}
+	return nil
+}

@@ -25,6 +25,7 @@ func main() {
 	agentBinary := fs.String("agent-binary", "", "choir-agent for --runtime=process (default: next to choird)")
 	agentImage := fs.String("agent-image", "", "image for every agent under docker (default: choir-agent-<id>:latest)")
 	osImage := fs.String("os-image", "", "OS image agent builds start from (Dockerfile.base's CHOIR_OS_IMAGE)")
+	telegramAPI := fs.String("telegram-api-url", "", "Telegram Bot API server (default https://api.telegram.org; tests point it at a local fake)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
@@ -34,7 +35,8 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := daemon.Run(ctx, daemon.Options{Home: *home, Transport: *transport, Listen: *listen,
-		TLSCert: *tlsCert, TLSKey: *tlsKey, Runtime: *rt, AgentBinary: *agentBinary, AgentImage: *agentImage, OSImage: *osImage}); err != nil {
+		TLSCert: *tlsCert, TLSKey: *tlsKey, Runtime: *rt, AgentBinary: *agentBinary, AgentImage: *agentImage, OSImage: *osImage,
+		TelegramAPIURL: *telegramAPI}); err != nil {
 		fmt.Fprintf(os.Stderr, "choird: %v\n", err)
 		stop()
 		os.Exit(1)

@@ -34,6 +34,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"unicode"
 	"unicode/utf8"
 )
@@ -141,10 +142,10 @@ func isIdentifier(s string) bool {
 }
 
 // Decode checks data against the type v points to and, if it finds no
-// problem, decodes it into v with encoding/json. Problems with the document
-// are returned as an [*Error] listing all of them (up to a hundred), and v
-// is left untouched. A v that is not a non-nil pointer is a programming
-// error, reported as a plain error.
+// problem, decodes it into v as encoding/json would. Problems with the
+// document are returned as an [*Error] listing all of them (up to a
+// hundred), and v is left untouched. A v that is not a non-nil pointer is a
+// programming error, reported as a plain error.
 //
 // Types implementing json.Unmarshaler (other than json.RawMessage) are
 // checked by calling their UnmarshalJSON on a scratch value, so it must be
@@ -162,17 +163,54 @@ func Decode(data []byte, v any, lim Limits) error {
 			Message: fmt.Sprintf("document is %d bytes, over the limit of %d", len(data), lim.MaxBytes),
 		}}}
 	}
+	if decodeFast(data, rv, lim) {
+		return nil
+	}
+	return decodeSlow(data, rv, lim)
+}
 
-	// The first pass checks everything but the values of types with their
-	// own unmarshalers, which the decode itself runs; only if the decode
-	// fails does a second pass run them one by one to say which value is
-	// wrong, and where. The decode goes into a scratch value, so v is left
-	// untouched by a document that fails.
+// decodeFast checks and decodes data in one pass, setting the values that
+// encoding/json would set, and reports whether it succeeded. At the first
+// problem, or for anything it does not decode exactly as encoding/json
+// does (a ",string" field, a type with promoted unmarshalers), it gives up
+// and leaves v untouched, and decodeSlow decides: so every problem is
+// reported by one code path, and the fast path needs only to be right
+// about what it accepts. A document the fast path accepts is one that
+// decodeSlow accepts, with the same result; FuzzDecodeFastMatchesSlow
+// checks that.
+func decodeFast(data []byte, rv reflect.Value, lim Limits) bool {
+	// Decoding merges into v's value, as encoding/json does. A scratch
+	// copy of a value that holds slices, maps or pointers would share them,
+	// and a document that fails half-way would leave v changed; so the
+	// fast pass takes only zero values, which is what callers decode into.
+	if !rv.Elem().IsZero() {
+		return false
+	}
+	c := newChecker(data, lim.MaxDepth)
+	defer c.release()
+	c.fast = true
+	scratch := reflect.New(rv.Type().Elem())
+	if err := c.value(infoOf(rv.Type().Elem()), 0, false, scratch.Elem()); err == nil {
+		c.trailing()
+	}
+	if c.failed {
+		return false
+	}
+	rv.Elem().Set(scratch.Elem())
+	return true
+}
+
+// decodeSlow checks data, decodes it with encoding/json and, only if that
+// fails, checks it again running the unmarshalers of values that have
+// them, to say which value is wrong and where.
+func decodeSlow(data []byte, rv reflect.Value, lim Limits) error {
 	check := func(deep bool) *Error {
-		c := &checker{dec: newLexer(data), data: data, maxDepth: lim.MaxDepth, deep: deep}
+		c := newChecker(data, lim.MaxDepth)
+		defer c.release()
+		c.deep = deep
 		if len(bytes.TrimLeft(data, " \t\r\n")) == 0 {
 			c.add("empty document")
-		} else if err := c.value(rv.Type().Elem(), 0, false); err == nil {
+		} else if err := c.value(infoOf(rv.Type().Elem()), 0, false, reflect.Value{}); err == nil {
 			c.trailing()
 		}
 		return c.result()
@@ -203,7 +241,7 @@ func Decode(data []byte, v any, lim Limits) error {
 		}
 		return &Error{Problems: []Problem{{Path: path, Message: "expected " + describeType(te.Type) + ", got " + te.Value}}}
 	}
-	return &Error{Problems: []Problem{{Path: Root, Message: fmt.Sprintf("cannot decode into %T", v)}}}
+	return &Error{Problems: []Problem{{Path: Root, Message: fmt.Sprintf("cannot decode into %s", rv.Type())}}}
 }
 
 // errFatal stops the check pass: after a syntax error or excessive nesting
@@ -213,22 +251,51 @@ var errFatal = errors.New("fatal problem")
 
 type checker struct {
 	// deep runs the unmarshalers of types that have them on their values.
-	deep     bool
-	dec      *lexer
-	data     []byte
+	deep bool
+	// fast is decodeFast's pass: it decodes as it goes, and stops at the
+	// first problem without recording it (failed is set instead).
+	fast   bool
+	failed bool
+	dec    lexer
+	data   []byte
+	// maxDepth bounds nesting.
 	maxDepth int
 	problems []Problem
 	dropped  int
 	// path is where the walk is, rendered only when a problem is found:
 	// building a path string for every value would cost an allocation each.
 	path []segment
+	// keys holds the keys of the objects being walked, innermost last,
+	// for finding duplicates without a map per object.
+	keys [][]byte
 }
 
-// segment is one step of a path: an object key, or an array index.
+var checkerPool = sync.Pool{New: func() any { return new(checker) }}
+
+func newChecker(data []byte, maxDepth int) *checker {
+	c := checkerPool.Get().(*checker)
+	c.dec = lexer{data: data, stack: c.dec.stack[:0]}
+	c.data, c.maxDepth = data, maxDepth
+	return c
+}
+
+// release returns c to the pool, dropping its references to the document.
+func (c *checker) release() {
+	clear(c.keys[:cap(c.keys)])
+	*c = checker{
+		dec:  lexer{stack: c.dec.stack[:0]},
+		path: c.path[:0],
+		keys: c.keys[:0],
+	}
+	checkerPool.Put(c)
+}
+
+// segment is one step of a path: an object key, given by the span of its
+// quoted text in the document, or an array index.
 type segment struct {
-	key     string
-	index   int
-	isIndex bool
+	keyStart, keyEnd int
+	index            int
+	isIndex          bool
 }
 
 func (c *checker) here() string {
@@ -237,19 +304,26 @@ func (c *checker) here() string {
 		if s.isIndex {
 			p = PathIndex(p, s.index)
 		} else {
-			p = PathKey(p, s.key)
+			p = PathKey(p, unquoteKey(c.data[s.keyStart:s.keyEnd]))
 		}
 	}
 	return p
 }
 
 func (c *checker) add(msg string) {
+	c.failed = true
+	if c.fast {
+		return
+	}
 	if len(c.problems) >= maxProblems {
 		c.dropped++
 		return
 	}
 	c.problems = append(c.problems, Problem{Path: c.here(), Message: msg})
 }
+
+// giveUp ends the fast pass without a problem: decodeSlow decides.
+func (c *checker) giveUp() { c.failed = true }
 
 func (c *checker) result() *Error {
 	if len(c.problems) == 0 {
@@ -274,6 +348,10 @@ func (c *checker) position(off int64) string {
 // fail records a problem for an error returned by the token stream and
 // returns errFatal.
 func (c *checker) fail(err error) error {
+	if c.fast {
+		c.failed = true
+		return errFatal
+	}
 	var se *json.SyntaxError
 	switch {
 	case errors.Is(err, errSyntax), errors.As(err, &se):
@@ -415,165 +493,358 @@ func describeType(t reflect.Type) string {
 	return describe(kind, base)
 }
 
-func tokenKind(tok json.Token) string {
-	switch tok := tok.(type) {
-	case json.Delim:
-		if tok == '{' {
-			return "object"
-		}
+// typeInfo is what the walk needs to know of a target type, worked out
+// once per type: reflect's Implements is too slow to ask per value.
+type typeInfo struct {
+	base     reflect.Type
+	kind     target
+	nullable bool
+	// fields are a struct's JSON fields.
+	fields *fieldSet
+	// plainMap is a map whose keys are of string kind and not text
+	// unmarshalers: the fast pass decodes those itself.
+	plainMap bool
+	// odd is a type whose unmarshalers encoding/json finds by rules the
+	// fast pass does not follow (an unnamed type with promoted methods).
+	odd bool
+	// elem caches the info of a slice's, array's or map's elements, found
+	// on first use (a type may contain itself).
+	elem atomic.Pointer[typeInfo]
+}
+
+func (ti *typeInfo) elemInfo() *typeInfo {
+	if e := ti.elem.Load(); e != nil {
+		return e
+	}
+	e := infoOf(ti.base.Elem())
+	ti.elem.Store(e)
+	return e
+}
+
+var (
+	anyInfo   = &typeInfo{kind: targetAny, nullable: true}
+	typeInfos sync.Map // reflect.Type -> *typeInfo
+)
+
+func infoOf(t reflect.Type) *typeInfo {
+	if t == nil {
+		return anyInfo
+	}
+	if ti, ok := typeInfos.Load(t); ok {
+		return ti.(*typeInfo)
+	}
+	ti := &typeInfo{}
+	ti.base, ti.kind, ti.nullable = resolve(t)
+	switch ti.kind {
+	case targetStruct:
+		ti.fields = cachedFields(ti.base)
+	case targetMap:
+		kt := ti.base.Key()
+		ti.plainMap = kt.Kind() == reflect.String && !reflect.PointerTo(kt).Implements(textUnmarshalerType)
+	}
+	if ti.base != nil && ti.base.Name() == "" && reflect.PointerTo(ti.base).NumMethod() > 0 {
+		ti.odd = true
+	}
+	got, _ := typeInfos.LoadOrStore(t, ti)
+	return got.(*typeInfo)
+}
+
+func tokenKind(k tokKind) string {
+	switch k {
+	case tokBeginObject:
+		return "object"
+	case tokBeginArray:
 		return "array"
-	case string:
+	case tokString:
 		return "string"
-	case json.Number:
+	case tokNumber:
 		return "number"
-	case bool:
+	case tokTrue, tokFalse:
 		return "boolean"
-	case nil:
+	case tokNull:
 		return "null"
 	}
 	return "unknown token"
 }
 
-// value checks the next value in the stream against t, which is nil when
-// anything goes (and only syntax, nesting and duplicates are checked).
-// quoted is set for fields tagged with the ",string" option.
-func (c *checker) value(t reflect.Type, depth int, quoted bool) error {
-	start := c.dec.InputOffset()
-	tok, err := c.dec.Token()
+// value checks the next value in the stream against the type ti describes,
+// which is anyInfo when anything goes (and only syntax, nesting and
+// duplicates are checked).
+// quoted is set for fields tagged with the ",string" option. In the fast
+// pass, dst is where the value goes (a settable value of that type); it is
+// invalid where the value is only checked.
+func (c *checker) value(ti *typeInfo, depth int, quoted bool, dst reflect.Value) error {
+	if c.fast && c.failed {
+		return errFatal
+	}
+	k, err := c.dec.next()
 	if err != nil {
 		return c.fail(err)
 	}
-	base, kind, nullable := resolve(t)
+	start := c.dec.start
+	base, kind, nullable := ti.base, ti.kind, ti.nullable
+	decode := dst.IsValid()
+	if decode && ti.odd {
+		c.giveUp()
+		return errFatal
+	}
 
-	if d, ok := tok.(json.Delim); ok {
+	if k == tokBeginObject || k == tokBeginArray {
 		if depth+1 > c.maxDepth {
 			c.add(fmt.Sprintf("nesting deeper than %d levels", c.maxDepth))
 			return errFatal
 		}
 		switch kind {
 		case targetJSONUnmarshaler:
-			if err := c.skip(d, depth+1); err != nil {
+			if err := c.skip(k, depth+1); err != nil {
 				return err
 			}
-			c.checkUnmarshalJSON(base, start)
+			if decode {
+				c.unmarshalJSON(c.deref(dst), start)
+			} else {
+				c.checkUnmarshalJSON(base, start)
+			}
 			return nil
 		case targetAny:
 		case targetStruct, targetMap:
-			if d != '{' {
-				c.mismatch(kind, base, tok)
+			if k != tokBeginObject {
+				c.mismatch(kind, base, k)
 				kind = targetAny
 			}
 		case targetSlice:
-			if d != '[' {
-				c.mismatch(kind, base, tok)
+			if k != tokBeginArray {
+				c.mismatch(kind, base, k)
 				kind = targetAny
 			}
 		default:
-			c.mismatch(kind, base, tok)
+			c.mismatch(kind, base, k)
 			kind = targetAny
 		}
 		if kind == targetAny {
 			base = nil
 		}
-		if d == '{' {
-			return c.object(base, kind, depth+1)
+		// The fast pass fills structs, slices, arrays and maps with string
+		// keys itself; anything else (interfaces, json.RawMessage, maps
+		// with other keys) it checks, then hands to encoding/json.
+		var into reflect.Value
+		handOver := false
+		if decode && !c.failed {
+			if kind == targetAny || (kind == targetMap && !ti.plainMap) {
+				handOver = true
+			} else {
+				into = c.deref(dst)
+			}
 		}
-		return c.array(base, depth+1)
+		if k == tokBeginObject {
+			err = c.object(base, ti, kind, depth+1, into)
+		} else {
+			err = c.array(base, ti, depth+1, into)
+		}
+		if err == nil && handOver {
+			c.handOver(dst, start)
+		}
+		return err
 	}
 
-	if tok == nil {
-		if !nullable {
+	if k == tokNull {
+		switch {
+		case !nullable:
 			c.add("expected " + describe(kind, base) + ", got null")
-		} else if kind == targetJSONUnmarshaler {
+		case decode:
+			c.storeNull(dst, start)
+		case kind == targetJSONUnmarshaler:
 			c.checkUnmarshalJSON(base, start)
 		}
 		return nil
 	}
 	if quoted {
-		if s, ok := tok.(string); ok {
-			c.quoted(kind, base, s)
+		if k == tokString {
+			c.quoted(kind, base, c.dec.strString())
+			if decode {
+				c.giveUp() // rare: let encoding/json do it
+			}
 			return nil
 		}
-		c.add("expected " + describe(kind, base) + " inside a string, got " + tokenKind(tok))
+		c.add("expected " + describe(kind, base) + " inside a string, got " + tokenKind(k))
 		return nil
 	}
 
 	switch kind {
 	case targetAny:
+		if decode {
+			c.handOver(dst, start)
+		}
 	case targetJSONUnmarshaler:
-		c.checkUnmarshalJSON(base, start)
+		if decode {
+			c.unmarshalJSON(c.deref(dst), start)
+		} else {
+			c.checkUnmarshalJSON(base, start)
+		}
 	case targetTextUnmarshaler:
-		s, ok := tok.(string)
-		if !ok {
-			c.mismatch(kind, base, tok)
+		if k != tokString {
+			c.mismatch(kind, base, k)
+			return nil
+		}
+		if decode {
+			u := c.deref(dst).Addr().Interface().(encoding.TextUnmarshaler)
+			if err := u.UnmarshalText(c.dec.strBytes()); err != nil {
+				c.giveUp()
+			}
 			return nil
 		}
 		if !c.deep {
 			return nil
 		}
 		u := reflect.New(base).Interface().(encoding.TextUnmarshaler)
-		if err := u.UnmarshalText([]byte(s)); err != nil {
+		if err := u.UnmarshalText(c.dec.strBytes()); err != nil {
 			c.add("invalid " + base.String())
 		}
 	case targetString:
-		if _, ok := tok.(string); !ok {
-			c.mismatch(kind, base, tok)
+		if k != tokString {
+			c.mismatch(kind, base, k)
+		} else if decode {
+			c.deref(dst).SetString(c.dec.strString())
 		}
 	case targetBytes:
-		s, ok := tok.(string)
-		if !ok {
-			c.mismatch(kind, base, tok)
+		if k != tokString {
+			c.mismatch(kind, base, k)
 			return nil
 		}
 		var scratch []byte
-		if err := json.Unmarshal(strconv.AppendQuote(nil, s), &scratch); err != nil {
+		if err := json.Unmarshal(strconv.AppendQuote(nil, c.dec.strString()), &scratch); err != nil {
 			c.add("invalid base64 data")
+		} else if decode {
+			c.handOver(dst, start)
 		}
 	case targetBool:
-		if _, ok := tok.(bool); !ok {
-			c.mismatch(kind, base, tok)
+		if k != tokTrue && k != tokFalse {
+			c.mismatch(kind, base, k)
+		} else if decode {
+			c.deref(dst).SetBool(k == tokTrue)
 		}
 	case targetNumber, targetInt, targetUint, targetFloat:
-		n, ok := tok.(json.Number)
-		if !ok {
-			c.mismatch(kind, base, tok)
+		if k != tokNumber {
+			c.mismatch(kind, base, k)
 			return nil
 		}
-		c.number(kind, base, string(n))
+		var into reflect.Value
+		if decode {
+			into = c.deref(dst)
+		}
+		c.number(kind, base, string(c.data[start:c.dec.pos]), into)
 	case targetUnsupported:
 		c.add("cannot decode into " + base.String())
 	default: // struct, map, slice
-		c.mismatch(kind, base, tok)
+		c.mismatch(kind, base, k)
 	}
 	return nil
 }
 
-func (c *checker) mismatch(kind target, base reflect.Type, tok json.Token) {
+// deref follows the pointers of dst, allocating those that are nil, as
+// encoding/json does on its way to a non-null value.
+func (c *checker) deref(dst reflect.Value) reflect.Value {
+	for dst.Kind() == reflect.Pointer {
+		if dst.IsNil() {
+			dst.Set(reflect.New(dst.Type().Elem()))
+		}
+		dst = dst.Elem()
+	}
+	return dst
+}
+
+// storeNull stores null in dst as encoding/json does: a pointer, map,
+// slice or interface becomes nil, a named type with an UnmarshalJSON
+// method is handed "null", and anything else is left alone.
+func (c *checker) storeNull(dst reflect.Value, start int) {
+	switch dst.Kind() {
+	case reflect.Pointer:
+		dst.SetZero()
+		return
+	case reflect.Interface:
+		c.handOver(dst, start)
+		return
+	}
+	if dst.Type().Name() != "" {
+		if u, ok := dst.Addr().Interface().(json.Unmarshaler); ok {
+			if err := u.UnmarshalJSON(c.data[start:c.dec.pos]); err != nil {
+				c.giveUp()
+			}
+			return
+		}
+	}
+	if k := dst.Kind(); k == reflect.Map || k == reflect.Slice {
+		dst.SetZero()
+	}
+}
+
+// unmarshalJSON hands the value that began at start to dst's UnmarshalJSON.
+func (c *checker) unmarshalJSON(dst reflect.Value, start int) {
+	if c.failed {
+		return
+	}
+	u := dst.Addr().Interface().(json.Unmarshaler)
+	if err := u.UnmarshalJSON(c.data[start:c.dec.pos]); err != nil {
+		c.giveUp()
+	}
+}
+
+// handOver decodes the value that began at start, already checked, into
+// dst with encoding/json: decoding through a pointer to dst is what
+// encoding/json itself does with it in place.
+func (c *checker) handOver(dst reflect.Value, start int) {
+	if c.failed {
+		return
+	}
+	raw := c.data[start:c.dec.pos]
+	if dst.Type() == rawMessageType {
+		dst.SetBytes(append(dst.Bytes()[:0], raw...)) // what RawMessage.UnmarshalJSON does
+		return
+	}
+	if err := json.Unmarshal(raw, dst.Addr().Interface()); err != nil {
+		c.giveUp()
+	}
+}
+
+func (c *checker) mismatch(kind target, base reflect.Type, k tokKind) {
 	if kind == targetUnsupported {
 		c.add("cannot decode into " + base.String())
 		return
 	}
-	c.add("expected " + describe(kind, base) + ", got " + tokenKind(tok))
+	c.add("expected " + describe(kind, base) + ", got " + tokenKind(k))
 }
 
-// number checks that the literal n fits the numeric target.
-func (c *checker) number(kind target, base reflect.Type, n string) {
+// number checks that the literal n fits the numeric target and, when into
+// is valid, stores it there.
+func (c *checker) number(kind target, base reflect.Type, n string, into reflect.Value) {
 	switch kind {
 	case targetInt:
-		if _, err := strconv.ParseInt(n, 10, base.Bits()); err != nil {
+		v, err := strconv.ParseInt(n, 10, base.Bits())
+		if err != nil {
 			c.add(intProblem(err, "integer", base))
+		} else if into.IsValid() {
+			into.SetInt(v)
 		}
 	case targetUint:
-		if _, err := strconv.ParseUint(n, 10, base.Bits()); err != nil {
+		v, err := strconv.ParseUint(n, 10, base.Bits())
+		if err != nil {
 			if strings.HasPrefix(n, "-") && !strings.ContainsAny(n, ".eE") {
 				c.add("expected non-negative integer, got negative number")
 				return
 			}
 			c.add(intProblem(err, "non-negative integer", base))
+		} else if into.IsValid() {
+			into.SetUint(v)
 		}
 	case targetFloat:
-		if _, err := strconv.ParseFloat(n, base.Bits()); err != nil {
+		v, err := strconv.ParseFloat(n, base.Bits())
+		if err != nil {
 			c.add("number out of range for " + base.String())
+		} else if into.IsValid() {
+			into.SetFloat(v)
+		}
+	case targetNumber:
+		if into.IsValid() {
+			into.SetString(n)
 		}
 	}
 }
@@ -604,7 +875,7 @@ func (c *checker) quoted(kind target, base reflect.Type, s string) {
 			c.add("expected " + describe(kind, base) + " inside the string")
 			return
 		}
-		c.number(kind, base, s)
+		c.number(kind, base, s, reflect.Value{})
 	default:
 		c.add("expected " + describe(kind, base) + ", got string")
 	}
@@ -612,16 +883,11 @@ func (c *checker) quoted(kind target, base reflect.Type, s string) {
 
 // checkUnmarshalJSON validates the value that began at offset start (just
 // read) by handing its raw bytes to the type's UnmarshalJSON.
-func (c *checker) checkUnmarshalJSON(base reflect.Type, start int64) {
+func (c *checker) checkUnmarshalJSON(base reflect.Type, start int) {
 	if !c.deep {
 		return
 	}
-	raw := c.data[start:c.dec.InputOffset()]
-	// The offset before a value may include the separator that precedes it.
-	raw = bytes.TrimLeft(raw, " \t\r\n")
-	raw = bytes.TrimPrefix(raw, []byte(":"))
-	raw = bytes.TrimPrefix(raw, []byte(","))
-	raw = bytes.TrimLeft(raw, " \t\r\n")
+	raw := c.data[start:c.dec.pos]
 	u, ok := reflect.New(base).Interface().(json.Unmarshaler)
 	if !ok {
 		// Only the value receiver implements it.
@@ -632,118 +898,199 @@ func (c *checker) checkUnmarshalJSON(base reflect.Type, start int64) {
 	}
 }
 
-// skip walks the rest of a container whose opening delimiter d was just
-// read, checking only syntax, nesting and duplicate keys.
-func (c *checker) skip(d json.Delim, depth int) error {
-	if d == '{' {
-		return c.object(nil, targetAny, depth)
+// skip walks the rest of a container whose opening token k was just read,
+// checking only syntax, nesting and duplicate keys.
+func (c *checker) skip(k tokKind, depth int) error {
+	if k == tokBeginObject {
+		return c.object(nil, anyInfo, targetAny, depth, reflect.Value{})
 	}
-	return c.array(nil, depth)
+	return c.array(nil, anyInfo, depth, reflect.Value{})
 }
 
 // object walks the members of an object whose '{' was just read. base is
-// the struct or map type the object decodes into, or nil for anything.
-func (c *checker) object(base reflect.Type, kind target, depth int) error {
+// the struct or map type the object decodes into, or nil for anything; ti
+// describes it. into, in the fast pass, is the struct or map to fill.
+func (c *checker) object(base reflect.Type, ti *typeInfo, kind target, depth int, into reflect.Value) error {
 	var fields *fieldSet
-	if kind == targetStruct {
-		fields = cachedFields(base)
+	var elem reflect.Value // a map's element, reused for every member as encoding/json does
+	switch kind {
+	case targetStruct:
+		fields = ti.fields
+	case targetMap:
+		if into.IsValid() {
+			if into.IsNil() {
+				into.Set(reflect.MakeMap(base))
+			}
+			elem = reflect.New(base.Elem()).Elem()
+		}
 	}
-	// Duplicate keys are found by a linear scan while objects are small
-	// (most are), and by a map beyond that: a map per object was a large
-	// share of the cost of decoding many small objects.
-	var seenList []string
+	// Duplicate keys are found by a linear scan of c.keys while objects
+	// are small (most are), and by a map beyond that: a map per object was
+	// a large share of the cost of decoding many small objects.
+	mark := len(c.keys)
+	defer func() {
+		clear(c.keys[mark:])
+		c.keys = c.keys[:mark]
+	}()
 	var seenMap map[string]struct{}
-	isDup := func(key string) bool {
+	isDup := func(key []byte) bool {
 		if seenMap != nil {
-			_, dup := seenMap[key]
-			seenMap[key] = struct{}{}
+			_, dup := seenMap[string(key)]
+			seenMap[string(key)] = struct{}{}
 			return dup
 		}
-		for _, k := range seenList {
-			if k == key {
+		for _, k := range c.keys[mark:] {
+			if bytes.Equal(k, key) {
 				return true
 			}
 		}
-		seenList = append(seenList, key)
-		if len(seenList) > 16 {
-			seenMap = make(map[string]struct{}, 2*len(seenList))
-			for _, k := range seenList {
-				seenMap[k] = struct{}{}
+		c.keys = append(c.keys, key)
+		if len(c.keys)-mark > 16 {
+			seenMap = make(map[string]struct{}, 2*(len(c.keys)-mark))
+			for _, k := range c.keys[mark:] {
+				seenMap[string(k)] = struct{}{}
 			}
 		}
 		return false
 	}
 	for c.dec.More() {
-		tok, err := c.dec.Token()
+		k, err := c.dec.next()
 		if err != nil {
 			return c.fail(err)
 		}
-		key, ok := tok.(string)
-		if !ok {
-			// Token reports non-string keys as syntax errors, so this
+		if k != tokString {
+			// The lexer reports non-string keys as syntax errors, so this
 			// is unreachable; stay safe anyway.
 			c.add("object key is not a string")
 			return errFatal
 		}
-		c.path = append(c.path, segment{key: key})
+		key := c.dec.strBytes()
+		c.path = append(c.path, segment{keyStart: c.dec.start, keyEnd: c.dec.pos})
 		dup := isDup(key)
 		if dup {
 			c.add("duplicate key")
 		}
 
-		var child reflect.Type
+		child := anyInfo
+		var dst reflect.Value
 		quoted := false
 		switch kind {
 		case targetStruct:
-			f, ok := fields.byName[key]
+			f, ok := fields.byName[string(key)]
 			if !ok {
 				if !dup {
-					c.add(fields.unknown(key))
+					c.add(fields.unknown(string(key)))
 				}
 				break
 			}
-			child, quoted = f.typ, f.quoted
+			child, quoted = f.info(), f.quoted
+			if into.IsValid() {
+				dst = c.field(into, f.index)
+			}
 		case targetMap:
-			child = base.Elem()
-			if msg := checkMapKey(base.Key(), key); msg != "" && !dup {
-				c.add(msg)
+			child = ti.elemInfo()
+			if !ti.plainMap {
+				if msg := checkMapKey(base.Key(), string(key)); msg != "" && !dup {
+					c.add(msg)
+				}
+			}
+			if into.IsValid() {
+				elem.SetZero()
+				dst = elem
 			}
 		}
-		if err := c.value(child, depth, quoted); err != nil {
+		if err := c.value(child, depth, quoted, dst); err != nil {
 			return err
+		}
+		if kind == targetMap && into.IsValid() && !c.failed {
+			kv := reflect.New(base.Key()).Elem()
+			kv.SetString(string(key))
+			into.SetMapIndex(kv, elem)
 		}
 		c.path = c.path[:len(c.path)-1]
 	}
-	if _, err := c.dec.Token(); err != nil { // '}'
+	if _, err := c.dec.next(); err != nil { // '}'
 		return c.fail(err)
 	}
 	return nil
 }
 
-func (c *checker) array(base reflect.Type, depth int) error {
-	var elem reflect.Type
+// field returns the field of struct v at index, allocating the embedded
+// structs it goes through, as encoding/json does. It gives up on an
+// embedded pointer to an unexported struct, which encoding/json cannot set.
+func (c *checker) field(v reflect.Value, index []int) reflect.Value {
+	for _, i := range index {
+		if v.Kind() == reflect.Pointer {
+			if v.IsNil() {
+				if !v.CanSet() {
+					c.giveUp()
+					return reflect.Value{}
+				}
+				v.Set(reflect.New(v.Type().Elem()))
+			}
+			v = v.Elem()
+		}
+		v = v.Field(i)
+	}
+	return v
+}
+
+// array walks the elements of an array whose '[' was just read. into, in
+// the fast pass, is the slice or array to fill.
+func (c *checker) array(base reflect.Type, ti *typeInfo, depth int, into reflect.Value) error {
+	elem := anyInfo
 	maxLen := -1
 	if base != nil {
-		elem = base.Elem()
+		elem = ti.elemInfo()
 		if base.Kind() == reflect.Array {
 			maxLen = base.Len()
 		}
 	}
+	isSlice := into.IsValid() && into.Kind() == reflect.Slice
 	i := 0
 	for c.dec.More() {
 		c.path = append(c.path, segment{index: i, isIndex: true})
 		if maxLen >= 0 && i == maxLen {
 			c.add(fmt.Sprintf("too many elements: the array holds %d", maxLen))
-			elem = nil
+			elem = anyInfo
 		}
-		if err := c.value(elem, depth, false); err != nil {
+		// Slices grow and reuse their elements as encoding/json's do.
+		var dst reflect.Value
+		if into.IsValid() && !c.failed {
+			if isSlice {
+				if i >= into.Cap() {
+					into.Grow(1)
+				}
+				if i >= into.Len() {
+					into.SetLen(i + 1)
+				}
+			}
+			if i < into.Len() {
+				dst = into.Index(i)
+			}
+		}
+		if err := c.value(elem, depth, false, dst); err != nil {
 			return err
 		}
 		c.path = c.path[:len(c.path)-1]
 		i++
 	}
-	if _, err := c.dec.Token(); err != nil { // ']'
+	if _, err := c.dec.next(); err != nil { // ']'
 		return c.fail(err)
+	}
+	if into.IsValid() && !c.failed {
+		if i < into.Len() {
+			if isSlice {
+				into.SetLen(i)
+			} else {
+				for ; i < into.Len(); i++ {
+					into.Index(i).SetZero()
+				}
+			}
+		}
+		if i == 0 && isSlice {
+			into.Set(reflect.MakeSlice(into.Type(), 0, 0))
+		}
 	}
 	return nil
 }
@@ -777,15 +1124,30 @@ func checkMapKey(kt reflect.Type, key string) string {
 
 // field is a struct field as encoding/json sees it.
 type field struct {
-	name   string
-	typ    reflect.Type
+	name string
+	typ  reflect.Type
+	// index leads from the struct to the field, through embedded structs,
+	// as reflect.Value.FieldByIndex takes it.
+	index  []int
 	quoted bool
 	tagged bool
 	depth  int
+	// ti caches the info of typ, found on first use (a type may contain
+	// itself, so it cannot be worked out with the field set).
+	ti *atomic.Pointer[typeInfo]
+}
+
+func (f *field) info() *typeInfo {
+	if ti := f.ti.Load(); ti != nil {
+		return ti
+	}
+	ti := infoOf(f.typ)
+	f.ti.Store(ti)
+	return ti
 }
 
 type fieldSet struct {
-	byName map[string]field
+	byName map[string]*field
 	names  []string // sorted
 }
 
@@ -864,6 +1226,7 @@ func typeFields(t reflect.Type) *fieldSet {
 	type pending struct {
 		typ   reflect.Type
 		depth int
+		index []int
 	}
 	var all []field
 	current := []pending{}
@@ -913,7 +1276,8 @@ func typeFields(t reflect.Type) *fieldSet {
 							quoted = true
 						}
 					}
-					f := field{name: name, typ: sf.Type, quoted: quoted, tagged: name != "", depth: p.depth + 1}
+					index := append(slices.Clip(p.index), i)
+					f := field{name: name, typ: sf.Type, index: index, quoted: quoted, tagged: name != "", depth: p.depth + 1}
 					if f.name == "" {
 						f.name = sf.Name
 					}
@@ -927,7 +1291,7 @@ func typeFields(t reflect.Type) *fieldSet {
 				}
 				nextCount[ft]++
 				if nextCount[ft] == 1 {
-					next = append(next, pending{typ: ft, depth: p.depth + 1})
+					next = append(next, pending{typ: ft, depth: p.depth + 1, index: append(slices.Clip(p.index), i)})
 				}
 			}
 		}
@@ -937,10 +1301,11 @@ func typeFields(t reflect.Type) *fieldSet {
 	for _, f := range all {
 		byName[f.name] = append(byName[f.name], f)
 	}
-	fs := &fieldSet{byName: map[string]field{}}
+	fs := &fieldSet{byName: map[string]*field{}}
 	for name, fields := range byName {
 		if f, ok := dominant(fields); ok {
-			fs.byName[name] = f
+			f.ti = new(atomic.Pointer[typeInfo])
+			fs.byName[name] = &f
 			fs.names = append(fs.names, name)
 		}
 	}

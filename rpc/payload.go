@@ -240,22 +240,23 @@ func checkChain(path string, events []Event, base int64, prev Hash) error {
 func checkEvents(path string, events []Event, base int64, prev Hash, verifyHashes bool) error {
 	for i := range events {
 		e := &events[i]
-		p := fmt.Sprintf("%s[%d]", path, i)
+		// The path is built only for an error: heartbeats carry many events.
+		p := func(field string) string { return fmt.Sprintf("%s[%d]%s", path, i, field) }
 		if e.Rev != base+1+int64(i) {
-			return invalid(p+".rev", "want %d, got %d (events must be contiguous)", base+1+int64(i), e.Rev)
+			return invalid(p(".rev"), "want %d, got %d (events must be contiguous)", base+1+int64(i), e.Rev)
 		}
 		if !e.Type.Valid() {
-			return invalid(p+".type", "unknown event type")
+			return invalid(p(".type"), "unknown event type")
 		}
 		if !ValidLane(e.Lane) {
-			return invalid(p+".lane", "not a valid lane (want edge, system or core:<job>)")
+			return invalid(p(".lane"), "not a valid lane (want edge, system or core:<job>)")
 		}
 		if !verifyHashes {
 			if e.HashPrev != prev {
-				return invalid(p+".hash_prev", "does not continue the chain at %s", prev)
+				return invalid(p(".hash_prev"), "does not continue the chain at %s", prev)
 			}
 		} else if err := e.Verify(prev); err != nil {
-			return invalid(p, "%v", err)
+			return invalid(p(""), "%v", err)
 		}
 		prev = e.Hash
 	}

@@ -1,0 +1,69 @@
+package rpc
+
+import (
+	"bytes"
+	"encoding/json"
+	"strings"
+	"testing"
+)
+
+var canonicalSeeds = []string{
+	`{}`, `[]`, `null`, `true`, `"x"`, `-0.5e+7`, `{"a":1,"b":[true,false,null],"c":{"d":"e"}}`,
+	`{"b":1,"a":2}`, `{"a":1,"a":2}`, `{ "a": 1 }`, `{"a":1} `, `{"a":1}{}`, `{"k":"\u00e9"}`, `{"k":"é"}`,
+	`{"k":"\n\t\r\b\f\"\\"}`, `{"k":"\u0001\u001f"}`, `{"k":"\u0001\u001F"}`, `{"k":"\u000a"}`, `{"k":"\/"}`,
+	`{"k":"\u2028\u2029"}`, "{\"k\":\"\u2028\"}", "{\"k\":\"\xff\"}", `{"k":"\ud800"}`, `{"k":"\ufffd"}`, `{"<>&":"<>&"}`,
+	"{\"k\":\"\x7f\"}", `{"\n":1}`, `{"a":1,"b":2,"aa":3}`, `{"":1,"a":2}`, `[1,2.50,1e3,1E-3,-0]`, `01`, `1.`, `[1,]`, `{"a"}`,
+	`{"a":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`,
+}
+
+// FuzzCanonicalJSON checks the fast test against the reference: whatever
+// isCanonical accepts, canonicalJSON turns into the same bytes, and what
+// canonicalJSON writes, isCanonical accepts (unless it is very deep).
+func FuzzCanonicalJSON(f *testing.F) {
+	for _, s := range canonicalSeeds {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		if len(raw) == 0 {
+			return
+		}
+		ref, err := canonicalJSON(raw)
+		if isCanonical(raw) {
+			if err != nil {
+				t.Fatalf("isCanonical accepts %q, which canonicalJSON refuses: %v", raw, err)
+			}
+			if !bytes.Equal(ref, raw) {
+				t.Fatalf("isCanonical accepts %q, but its canonical form is %q", raw, ref)
+			}
+		}
+		if err == nil && bytes.Count(ref, []byte("[")) < canonMaxDepth/2 && bytes.Count(ref, []byte("{")) < canonMaxDepth/2 && !isCanonical(ref) {
+			t.Fatalf("isCanonical refuses canonicalJSON's output %q", ref)
+		}
+	})
+}
+
+func TestCanonicalJSON(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		in, want string
+		fast     bool
+	}{
+		{`{"b":1,"a":[2,{"d":null,"c":"x"}]}`, `{"a":[2,{"c":"x","d":null}],"b":1}`, false},
+		{` {"a" : 1.50} `, `{"a":1.50}`, false},
+		{`{"a":1,"a":2}`, `{"a":2}`, false},
+		{`{"k":"\u0041\/\u000a"}`, `{"k":"A/\n"}`, false},
+		{`{"k":"a\nb\u0001<>&\u2028"}`, `{"k":"a\nb\u0001<>&\u2028"}`, true},
+		{`{"a":{"b":[1,2.5e3,"é"]},"b":true}`, `{"a":{"b":[1,2.5e3,"é"]},"b":true}`, true},
+	} {
+		if got := isCanonical([]byte(tc.in)); got != tc.fast {
+			t.Errorf("isCanonical(%s) = %v, want %v", tc.in, got, tc.fast)
+		}
+		got, err := CanonicalJSON(json.RawMessage(tc.in))
+		if err != nil || string(got) != tc.want {
+			t.Errorf("CanonicalJSON(%s) = %s, %v; want %s", tc.in, got, err, tc.want)
+		}
+	}
+	if _, err := CanonicalJSON(json.RawMessage(`{"a":`)); err == nil {
+		t.Error("CanonicalJSON accepted a truncated document")
+	}
+}

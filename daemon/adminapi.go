@@ -111,4 +111,5 @@ func (d *Daemon) mountControl(mux *admin.Mux) {
 		return out, controlErr(err)
 	})
 	d.mountConfigControl(mux)
+	d.mountChat(mux)
 }

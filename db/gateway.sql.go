@@ -87,6 +87,37 @@ func (q *Queries) InboxGet(ctx context.Context, inboxID int64) (ChoirControlInbo
 	return i, err
 }
 
+const inboxGetByUpdate = `-- name: InboxGetByUpdate :one
+SELECT inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id, pushed_at FROM choir_control.inbox WHERE gateway = $1 AND update_id = $2
+`
+
+type InboxGetByUpdateParams struct {
+	Gateway  string `json:"gateway"`
+	UpdateID int64  `json:"update_id"`
+}
+
+func (q *Queries) InboxGetByUpdate(ctx context.Context, arg InboxGetByUpdateParams) (ChoirControlInbox, error) {
+	row := q.db.QueryRow(ctx, inboxGetByUpdate, arg.Gateway, arg.UpdateID)
+	var i ChoirControlInbox
+	err := row.Scan(
+		&i.InboxID,
+		&i.Gateway,
+		&i.UpdateID,
+		&i.Dm,
+		&i.AgentID,
+		&i.ChatID,
+		&i.UserID,
+		&i.Kind,
+		&i.Text,
+		&i.Attachments,
+		&i.ReceivedAt,
+		&i.DeliveredAt,
+		&i.SessionID,
+		&i.PushedAt,
+	)
+	return i, err
+}
+
 const inboxInsert = `-- name: InboxInsert :one
 INSERT INTO choir_control.inbox (gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)

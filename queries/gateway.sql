@@ -104,3 +104,6 @@ SELECT s.session_id, s.agent_id::text AS agent_id FROM choir_control.resource_le
   JOIN choir_control.sessions s ON s.session_id = l.session_id
  WHERE l.resource_kind = 'dm' AND l.resource_name = @dm AND l.released_at IS NULL
    AND s.status IN ('active', 'stopping');
+
+-- name: InboxGetByUpdate :one
+SELECT * FROM choir_control.inbox WHERE gateway = @gateway AND update_id = @update_id;

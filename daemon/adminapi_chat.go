@@ -1,0 +1,24 @@
+package daemon
+
+import (
+	"context"
+
+	"github.com/choirhq/choir/rpc/admin"
+)
+
+// Admin API paths of choirctl chat.
+const (
+	PathChatSend = "/v1/agents/{id}/chat/send"
+	PathChatPoll = "/v1/agents/{id}/chat/poll"
+)
+
+func (d *Daemon) mountChat(mux *admin.Mux) {
+	admin.Handle(mux, "POST", PathChatSend, func(ctx context.Context, in ChatSendRequest) (ChatSent, error) {
+		out, err := d.ChatSend(ctx, adminScope(ctx), admin.PathValue(ctx, "id"), in)
+		return out, controlErr(err)
+	})
+	admin.Handle(mux, "POST", PathChatPoll, func(ctx context.Context, in ChatPollRequest) ([]ChatMessage, error) {
+		out, err := d.ChatPoll(ctx, adminScope(ctx), admin.PathValue(ctx, "id"), in)
+		return out, controlErr(err)
+	})
+}

@@ -1,0 +1,161 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/rpc"
+)
+
+// choirctl chat is the same conversation as a DM, from the terminal: a
+// message goes into the inbox of the agent's DM like a Telegram update and
+// is pushed the same way; the agent's replies are the outbox rows of the
+// agent, read back by cursor. The rows go to the DM's own gateway as well,
+// so a Telegram user bound to the agent sees the exchange too.
+
+// ChatGateway is the inbox's gateway column for messages from choirctl
+// chat; their update ids are the client's message ids, so a retried send
+// is stored once.
+const ChatGateway = "choirctl"
+
+// ChatSendRequest is one message from choirctl chat.
+type ChatSendRequest struct {
+	// MessageID is the client's idempotency key: positive, random per
+	// message, reused when the send is retried.
+	MessageID int64  `json:"message_id"`
+	Text      string `json:"text"`
+}
+
+// Validate checks the request.
+func (r ChatSendRequest) Validate() error {
+	switch {
+	case r.MessageID <= 0:
+		return errors.New("message_id must be a positive number, unique per message")
+	case len(r.Text) == 0:
+		return errors.New("text is empty: type a message")
+	case len(r.Text) > 1<<20:
+		return errors.New("text is longer than 1 MiB")
+	}
+	return nil
+}
+
+// ChatSent is the outcome of a ChatSend.
+type ChatSent struct {
+	InboxID int64 `json:"inbox_id"`
+	// Pushed is false when the agent is not running: the message waits in
+	// the inbox for its next session.
+	Pushed    bool `json:"pushed"`
+	Duplicate bool `json:"duplicate,omitempty"`
+	// After is the outbox cursor at the time of sending: replies to this
+	// message come after it.
+	After int64 `json:"after"`
+}
+
+// ChatSend sends a message to an agent as its DM's user.
+func (d *Daemon) ChatSend(ctx context.Context, sc Scope, agentID string, req ChatSendRequest) (ChatSent, error) {
+	if err := sc.allow(agentID); err != nil {
+		return ChatSent{}, err
+	}
+	if err := req.Validate(); err != nil {
+		return ChatSent{}, err
+	}
+	cfg, _ := d.config()
+	a, ok := cfg.Agents[agentID]
+	if !ok {
+		return ChatSent{}, fmt.Errorf("%w: agent %q is not in config.json (agents: %v)", ErrUnknownResource, agentID, sortedKeys(cfg.Agents))
+	}
+	q := db.New(d.pool)
+	dmName := a.Defaults.DM
+	s, err := q.SessionGetLiveByAgent(ctx, agentID)
+	live := err == nil
+	if err != nil && !errNoRows(err) {
+		return ChatSent{}, fmt.Errorf("look up the session of %s: %w", agentID, err)
+	}
+	if live {
+		var b rpc.ResourceBindings
+		if err := json.Unmarshal(s.ResourceBindings, &b); err == nil && b.DM != "" {
+			dmName = b.DM
+		}
+	}
+	dm, ok := cfg.DMs[dmName]
+	if !ok {
+		return ChatSent{}, fmt.Errorf("%w: agent %s has no DM to talk through; set defaults.dm in config.json", ErrUnknownResource, agentID)
+	}
+	var after int64
+	if err := d.pool.QueryRow(ctx, `SELECT coalesce(max(outbox_id), 0) FROM choir_control.outbox WHERE agent_id = $1`,
+		agentID).Scan(&after); err != nil {
+		return ChatSent{}, fmt.Errorf("read the outbox cursor of %s: %w", agentID, err)
+	}
+	msg := gateway.InboundMessage{DM: gateway.DM{Gateway: ChatGateway, Name: dmName, UserID: dm.UserID, Admin: dm.Admin},
+		UpdateID: req.MessageID, ChatID: dm.UserID, Text: req.Text, SentAt: time.Now()}
+	row, err := inboxInsert(ctx, d.pool, msg, "message", &agentID)
+	if errors.Is(err, gateway.ErrDuplicate) {
+		prev, err := q.InboxGetByUpdate(ctx, db.InboxGetByUpdateParams{Gateway: ChatGateway, UpdateID: req.MessageID})
+		if err != nil {
+			return ChatSent{}, fmt.Errorf("load chat message %d: %w", req.MessageID, err)
+		}
+		return ChatSent{InboxID: prev.InboxID, Pushed: prev.PushedAt != nil, Duplicate: true, After: after}, nil
+	}
+	if err != nil {
+		return ChatSent{}, err
+	}
+	if live && s.HelloAt != nil {
+		d.pushInbox(ctx, s.SessionID, row)
+	}
+	return ChatSent{InboxID: row.InboxID, Pushed: live, After: after}, nil
+}
+
+// ChatPollRequest asks for an agent's messages after a cursor.
+type ChatPollRequest struct {
+	After int64 `json:"after"`
+	// WaitMS is how long to wait for a first message (at most 30 s).
+	WaitMS int64 `json:"wait_ms"`
+}
+
+// ChatMessage is one message of the agent to its user.
+type ChatMessage struct {
+	OutboxID  int64     `json:"outbox_id"`
+	Kind      string    `json:"kind"`
+	Text      string    `json:"text"`
+	FilePath  string    `json:"file_path,omitempty"`
+	Status    string    `json:"status"`
+	CreatedAt time.Time `json:"created_at"`
+}
+
+// chatPollEvery is how often a waiting poll looks at the outbox.
+const chatPollEvery = 50 * time.Millisecond
+
+// ChatPoll returns the agent's messages after the cursor, waiting up to
+// WaitMS for the first one.
+func (d *Daemon) ChatPoll(ctx context.Context, sc Scope, agentID string, req ChatPollRequest) ([]ChatMessage, error) {
+	if err := sc.allow(agentID); err != nil {
+		return nil, err
+	}
+	wait := min(time.Duration(req.WaitMS)*time.Millisecond, 30*time.Second)
+	deadline := time.Now().Add(wait)
+	q := db.New(d.pool)
+	for {
+		rows, err := q.OutboxAfter(ctx, db.OutboxAfterParams{AgentID: agentID, After: req.After, MaxRows: 100})
+		if err != nil {
+			return nil, fmt.Errorf("read the outbox of %s: %w", agentID, err)
+		}
+		if len(rows) > 0 || time.Now().After(deadline) {
+			out := make([]ChatMessage, 0, len(rows))
+			for _, r := range rows {
+				out = append(out, ChatMessage{OutboxID: r.OutboxID, Kind: r.Kind, Text: r.Text, FilePath: r.FilePath,
+					Status: r.Status, CreatedAt: r.CreatedAt})
+			}
+			return out, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(chatPollEvery):
+		}
+	}
+}

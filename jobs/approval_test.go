@@ -1,0 +1,216 @@
+package jobs_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/jobs"
+)
+
+// newApproval records a pending approval of a fresh session of testAgent,
+// expiring after ttl.
+func newApproval(t *testing.T, b *deliveryBundle, summary string, ttl time.Duration) db.ChoirControlPendingApproval {
+	t.Helper()
+	ctx := context.Background()
+	q := db.New(b.pool)
+	h := make([]byte, 32)
+	rand.Read(h)
+	s, err := q.SessionCreate(ctx, db.SessionCreateParams{AgentID: testAgent, LeaseTokenHash: h, BaseHash: make([]byte, 32),
+		ResourceBindings: json.RawMessage(`{}`)})
+	if err != nil {
+		// One live session per agent: end the previous one first.
+		if _, err := b.pool.Exec(ctx, `UPDATE choir_control.sessions SET status = 'ended', ended_at = now()
+			WHERE agent_id = $1 AND status = 'active'`, testAgent); err != nil {
+			t.Fatal(err)
+		}
+		if s, err = q.SessionCreate(ctx, db.SessionCreateParams{AgentID: testAgent, LeaseTokenHash: h,
+			BaseHash: make([]byte, 32), ResourceBindings: json.RawMessage(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	row, err := q.ApprovalCreate(ctx, db.ApprovalCreateParams{SessionID: s.SessionID, AgentID: testAgent,
+		RequestID: uuid.NewString(), RequestType: "choir.propose.tool", Summary: summary, Payload: json.RawMessage(`{}`),
+		ExpiresAt: time.Now().Add(ttl)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := q.ApprovalGet(ctx, row.ApprovalID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// startWithTimeouts starts a River client running delivery and approval
+// timeouts, as choird does.
+func startWithTimeouts(t *testing.T, b *deliveryBundle, resolved func(context.Context, db.ChoirControlPendingApproval)) *jobs.Client {
+	t.Helper()
+	gw, err := gateway.New(gateway.Options{
+		Gateways: map[string]config.Gateway{gatewayTG: {Type: config.GatewayTelegram, Secret: "tg-token"}},
+		Secrets:  config.Secrets{"tg-token": testToken},
+		APIURL:   b.srv.URL(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(gw.Close)
+	workers := river.NewWorkers()
+	if err := jobs.AddDeliveryWorker(workers, jobs.DeliveryDeps{Pool: b.pool, Sender: gw,
+		Limiter: jobs.NewSendLimiter(b.limits)}); err != nil {
+		t.Fatal(err)
+	}
+	river.AddWorker(workers, &jobs.ApprovalTimeoutWorker{Pool: b.pool, Logger: slog.New(slog.DiscardHandler), Resolved: resolved})
+	name, qc := jobs.DeliveryQueue()
+	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
+		Queues: map[string]river.QueueConfig{name: qc,
+			jobs.QueueControl: {MaxWorkers: 2, FetchPollInterval: 50 * time.Millisecond}},
+		Workers:       workers,
+		TestOnly:      true,
+		FetchCooldown: time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := client.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		client.Stop(ctx) //nolint:errcheck
+	})
+	return client
+}
+
+func TestApprovals(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupDelivery(t, jobs.SendLimits{PerChat: 1000, PerBot: 1000})
+	var timedOut atomic.Int32
+	client := startWithTimeouts(t, b, func(_ context.Context, a db.ChoirControlPendingApproval) {
+		if a.ResolvedBy != nil && *a.ResolvedBy == jobs.ResolvedByTimeout {
+			timedOut.Add(1)
+		}
+	})
+	to := jobs.ApprovalAddress{Gateway: gatewayTG, DM: testDMName, ChatID: "4242"}
+	request := func(a db.ChoirControlPendingApproval) {
+		t.Helper()
+		if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			return jobs.RequestApprovalTx(ctx, tx, client, a, to)
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("notification carries the buttons; the race has one winner", func(t *testing.T) {
+		a := newApproval(t, b, "add tool choir.repo.status", time.Hour)
+		request(a)
+		request(a) // a second request of the same approval queues nothing more
+		sent := b.tg.WaitSent(t, 1)
+		kb := sent[0].Keyboard()
+		if len(kb) != 1 || len(kb[0]) != 2 || kb[0][0].Data != "approve:"+a.ApprovalID.String() ||
+			kb[0][1].Data != "reject:"+a.ApprovalID.String() {
+			t.Fatalf("keyboard = %+v", kb)
+		}
+		if !strings.Contains(sent[0].Text, "add tool choir.repo.status") {
+			t.Errorf("notification text = %q", sent[0].Text)
+		}
+		var wins atomic.Int32
+		var wg sync.WaitGroup
+		for i, who := range []string{"telegram:alice", "choirctl:uid=0", jobs.ResolvedByTimeout, "telegram:bob"} {
+			wg.Go(func() {
+				err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+					_, won, err := jobs.ResolveApprovalTx(ctx, tx, client, a.ApprovalID, i == 0, who)
+					if won {
+						wins.Add(1)
+					}
+					return err
+				})
+				if err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		if wins.Load() != 1 {
+			t.Fatalf("%d decisions won, want exactly 1", wins.Load())
+		}
+		final, err := db.New(b.pool).ApprovalGet(ctx, a.ApprovalID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if final.Status == "pending" || final.ResolvedBy == nil || final.ResolvedAt == nil {
+			t.Fatalf("after the race: %+v", final)
+		}
+		var outcomes int
+		b.pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE message_id = $1`,
+			"approval:"+a.ApprovalID.String()+":resolved").Scan(&outcomes)
+		if outcomes != 1 {
+			t.Errorf("%d outcome messages queued, want 1", outcomes)
+		}
+		// A late decision changes nothing and reports the winner.
+		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			row, won, err := jobs.ResolveApprovalTx(ctx, tx, client, a.ApprovalID, final.Status != "approved", "telegram:late")
+			if won || row.Status != final.Status || *row.ResolvedBy != *final.ResolvedBy {
+				t.Errorf("late decision: won %v, row %+v", won, row)
+			}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The unknown approval is an error, not a no-op.
+		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			_, _, err := jobs.ResolveApprovalTx(ctx, tx, client, uuid.New(), true, "telegram:alice")
+			return err
+		})
+		if err == nil || !strings.Contains(err.Error(), "no such approval") {
+			t.Errorf("unknown approval: %v", err)
+		}
+	})
+
+	t.Run("an unanswered approval times out rejected", func(t *testing.T) {
+		a := newApproval(t, b, "add skill triage", 300*time.Millisecond)
+		before := len(b.tg.Sent())
+		request(a)
+		deadline := time.Now().Add(20 * time.Second)
+		for {
+			row, err := db.New(b.pool).ApprovalGet(ctx, a.ApprovalID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if row.Status != "pending" {
+				if row.Status != "rejected" || row.ResolvedBy == nil || *row.ResolvedBy != jobs.ResolvedByTimeout {
+					t.Fatalf("timed out approval: %+v", row)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the approval never timed out")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		sent := b.tg.WaitSent(t, before+2)
+		if last := sent[len(sent)-1].Text; last != "Approval timed out: add skill triage. Rejected automatically." {
+			t.Errorf("timeout message = %q", last)
+		}
+		if timedOut.Load() != 1 {
+			t.Errorf("resolved hook called %d times for the timeout, want 1", timedOut.Load())
+		}
+	})
+}

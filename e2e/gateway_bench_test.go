@@ -1,0 +1,147 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/choirhq/choir/agent/llmtest"
+	"github.com/choirhq/choir/daemon/gateway/telegramtest"
+	"github.com/choirhq/choir/jobs"
+)
+
+// Gateway overhead (issue 7, Targets), LLM excluded, Telegram's network
+// replaced by the local fake:
+//
+//	go test ./e2e -run '^$' -bench Gateway -benchtime 300x
+//
+// Both report p50 and p99 in milliseconds per message.
+
+// BenchmarkGatewayIngress measures a DM's way in: from the update queued on
+// the fake Bot API server (the gateway's long poll returns it at once) to
+// the user message push arriving at the agent's end of the push stream. An
+// rpc.Client with the session's lease token stands in for the agent, so
+// the figure is choird's: getUpdates, the DM lookup, the inbox INSERT, the
+// push over the agent protocol. Target: p99 <= 20 ms.
+func BenchmarkGatewayIngress(b *testing.B) {
+	e := newTGEnv(b, llmtest.NewServer(b), nil)
+	d := e.runChoird(b)
+	agent := standInAgent(b, d, e.home, "assistant")
+	// One message first, so that the poll loop and the push stream run.
+	e.bot.SendText(userAlice, "warm-up")
+	waitUser(b, agent, "warm-up")
+
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	for i := range b.N {
+		text := "bench " + strconv.Itoa(i)
+		start := time.Now()
+		e.bot.SendText(userAlice, text)
+		lat = append(lat, waitUser(b, agent, text).Sub(start))
+	}
+	b.StopTimer()
+	reportPercentiles(b, lat)
+}
+
+// waitUser returns when the stand-in received the user message text,
+// skipping redeliveries of earlier ones.
+func waitUser(b *testing.B, s *standIn, text string) time.Time {
+	timeout := time.After(10 * time.Second)
+	for {
+		select {
+		case p := <-s.users:
+			if p.msg.Text == text {
+				return p.at
+			}
+		case <-timeout:
+			b.Fatalf("message %q never pushed", text)
+		}
+	}
+}
+
+// BenchmarkGatewayEgress measures a reply's way out: from the commit of the
+// transaction holding the outbox row and its delivery job
+// (jobs.EnqueueOutboundTx) to the fake server receiving sendMessage. Every
+// message goes to its own chat and messages are spaced 40 ms apart, so
+// neither the per-chat (1/s) nor the per-bot (30/s) limit delays any.
+// Target: p99 <= 50 ms.
+func BenchmarkGatewayEgress(b *testing.B) {
+	ctx := context.Background()
+	e := newTGEnv(b, llmtest.NewServer(b), nil)
+	e.runChoird(b)
+	pool := e.pool(b)
+	// An insert-only River client, as choird's own inserts are: the
+	// insert's NOTIFY wakes choird's delivery queue. Its FetchCooldown is
+	// choird's, which limits insert notifications to one per cooldown.
+	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{FetchCooldown: time.Millisecond})
+	if err != nil {
+		b.Fatal(err)
+	}
+	received := make(chan time.Time, 1)
+	e.bot.OnCall("sendMessage", func(telegramtest.Call) {
+		select {
+		case received <- time.Now():
+		default:
+		}
+	})
+	send := func(i int) time.Duration {
+		chat := strconv.Itoa(700000 + i)
+		tx, err := pool.Begin(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if _, err := jobs.EnqueueOutboundTx(ctx, tx, inserter, jobs.OutboundParams{AgentID: "assistant",
+			MessageID: fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), Gateway: gatewayTG, DM: dmAlice, ChatID: chat,
+			Kind: "text", Text: "bench reply " + strconv.Itoa(i)}); err != nil {
+			b.Fatal(err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			b.Fatal(err)
+		}
+		committed := time.Now()
+		select {
+		case at := <-received:
+			return at.Sub(committed)
+		case <-time.After(10 * time.Second):
+			b.Fatalf("message %d never sent", i)
+		}
+		return 0
+	}
+	send(-1) // warm-up: the worker's connection and the bot
+	lat := make([]time.Duration, 0, b.N)
+	b.ResetTimer()
+	last := time.Now()
+	for i := range b.N {
+		time.Sleep(40*time.Millisecond - time.Since(last))
+		last = time.Now()
+		lat = append(lat, send(i))
+	}
+	b.StopTimer()
+	reportPercentiles(b, lat)
+	var pending int
+	pool.QueryRow(ctx, "SELECT count(*) FROM choir_control.outbox WHERE status <> 'sent'").Scan(&pending)
+	if pending != 0 {
+		b.Errorf("%d outbox rows not sent", pending)
+	}
+}
+
+func reportPercentiles(b *testing.B, lat []time.Duration) {
+	if len(lat) == 0 {
+		return
+	}
+	slices.Sort(lat)
+	pct := func(p float64) float64 {
+		i := int(float64(len(lat)-1) * p)
+		return float64(lat[i].Microseconds()) / 1000
+	}
+	b.ReportMetric(pct(0.50), "p50-ms")
+	b.ReportMetric(pct(0.99), "p99-ms")
+	b.ReportMetric(float64(lat[len(lat)-1].Microseconds())/1000, "max-ms")
+	b.ReportMetric(0, "ns/op")
+}

@@ -1,0 +1,469 @@
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choirhq/choir/agent/llmtest"
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/gateway/telegramtest"
+	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
+)
+
+// The Telegram side of the gateway tests: one bot, a regular DM bound to
+// "assistant", an admin DM, and a user no DM names.
+const (
+	botToken   = "4242:e2e-gateway-token"
+	botName    = "choir_e2e_bot"
+	gatewayTG  = "tg"
+	dmAlice    = "alice"
+	dmBoss     = "boss"
+	dmBob      = "bob"
+	userAdmin  = int64(4200)
+	userAlice  = int64(4201)
+	userBob    = int64(4202)
+	stranger   = int64(4299)
+	helperID   = "helper"
+	actorAdmin = "e2e"
+)
+
+// binaries built once per test binary, by package path.
+var (
+	binMu    sync.Mutex
+	binPaths = map[string]string{}
+	binDir   string
+)
+
+// buildBinary builds a main package of this module into a temporary
+// directory, once per test binary, and returns the executable's path.
+func buildBinary(t testing.TB, pkg string) string {
+	t.Helper()
+	binMu.Lock()
+	defer binMu.Unlock()
+	if p, ok := binPaths[pkg]; ok {
+		return p
+	}
+	if binDir == "" {
+		dir, err := os.MkdirTemp("", "choir-e2e-bin-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		binDir = dir
+	}
+	out := filepath.Join(binDir, filepath.Base(pkg))
+	cmd := exec.Command("go", "build", "-o", out, "github.com/choirhq/choir/"+pkg)
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./%s: %v\n%s", pkg, err, b)
+	}
+	binPaths[pkg] = out
+	return out
+}
+
+// tgEnv is a .choir.d whose config.json has one telegram gateway pointing
+// at a fake Bot API server, and a model pointing at a scripted LLM server.
+type tgEnv struct {
+	home  string
+	cfg   *config.Config
+	dbURL string
+	tg    *telegramtest.Server
+	bot   *telegramtest.Bot
+	llm   *llmtest.Server
+}
+
+// newTGEnv writes the configuration: DM alice (regular, "assistant"'s
+// default DM), DM boss (admin); edit may change it before it is written.
+func newTGEnv(t testing.TB, llm *llmtest.Server, edit func(*config.Config)) *tgEnv {
+	t.Helper()
+	dbURL := dbtest.NewDatabase(t)
+	pc, err := pgx.ParseConfig(dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	cfg, secrets := config.Local(home, config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database})
+	m := cfg.Models["local"]
+	m.Endpoint = llm.BaseURL()
+	cfg.Models["local"] = m
+	cfg.HeartbeatIntervalMS = 100
+	cfg.CrashDetectionThresholdMS = 5000
+	cfg.Gateways[gatewayTG] = config.Gateway{Type: config.GatewayTelegram, Secret: "telegram-bot"}
+	secrets["telegram-bot"] = botToken
+	cfg.DMs[dmAlice] = config.DM{Gateway: gatewayTG, UserID: fmt.Sprint(userAlice)}
+	cfg.DMs[dmBoss] = config.DM{Gateway: gatewayTG, UserID: fmt.Sprint(userAdmin), Admin: true}
+	a := cfg.Agents["assistant"]
+	a.Defaults.DM = dmAlice
+	cfg.Agents["assistant"] = a
+	if edit != nil {
+		edit(cfg)
+	}
+	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
+		t.Fatal(err)
+	}
+	for _, ws := range cfg.Workspaces {
+		if err := os.MkdirAll(ws.Path, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv := telegramtest.NewServer(t)
+	e := &tgEnv{home: home, cfg: cfg, dbURL: dbURL, tg: srv, bot: srv.AddBot(botToken, botName), llm: llm}
+	// Whatever happens, no agent process outlives the test.
+	t.Cleanup(func() { killAgents(t, home) })
+	return e
+}
+
+// withHelper adds a second agent, "helper", with its own workspace and
+// regular DM bob.
+func withHelper(c *config.Config) {
+	c.Workspaces["side"] = config.Workspace{Path: filepath.Join(filepath.Dir(c.Workspaces["main"].Path), "side")}
+	c.DMs[dmBob] = config.DM{Gateway: gatewayTG, UserID: fmt.Sprint(userBob)}
+	c.Agents[helperID] = config.Agent{Defaults: config.AgentDefaults{Workspace: "side", LLM: "local", DM: dmBob}}
+}
+
+func (e *tgEnv) workspace() string { return e.cfg.Workspaces["main"].Path }
+
+// agentLog is the process runtime's log of an agent.
+func (e *tgEnv) agentLog(agentID string) string {
+	b, _ := os.ReadFile(filepath.Join(e.home, "logs", agentID+".log"))
+	return string(b)
+}
+
+func (e *tgEnv) choirdLog() string {
+	b, _ := os.ReadFile(filepath.Join(e.home, "logs", "choird.log"))
+	return string(b)
+}
+
+// dumpLogsOnFailure prints choird's and the agents' logs if the test fails.
+func (e *tgEnv) dumpLogsOnFailure(t testing.TB, agents ...string) {
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		t.Logf("choird.log:\n%s", tail(e.choirdLog(), 12000))
+		for _, a := range agents {
+			t.Logf("%s.log:\n%s", a, tail(e.agentLog(a), 12000))
+		}
+	})
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// runChoird runs choird in process on e with the process runtime and the
+// choir-agent binary this test built. At cleanup every running agent is
+// stopped gracefully, then choird.
+func (e *tgEnv) runChoird(t testing.TB) *daemon.Daemon {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	ready := make(chan *daemon.Daemon, 1)
+	done := make(chan error, 1)
+	logs := &syncBuffer{}
+	go func() {
+		done <- daemon.Run(ctx, daemon.Options{Home: e.home, Stderr: logs, Runtime: "process",
+			AgentBinary: buildBinary(t, "cmd/choir-agent"), TelegramAPIURL: e.tg.URL(),
+			Ready: func(d *daemon.Daemon) { ready <- d }})
+	}()
+	select {
+	case d := <-ready:
+		t.Cleanup(func() {
+			for id := range e.cfg.Agents {
+				st, err := d.AgentStatus(context.Background(), daemon.Scope{Admin: true}, id)
+				if err == nil && (st.State == admin.AgentActive || st.State == admin.AgentStarting) {
+					if _, err := d.AgentStop(context.Background(), daemon.Scope{Admin: true, Actor: actorAdmin}, id); err != nil {
+						t.Errorf("stop %s: %v", id, err)
+					}
+				}
+			}
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("choird: %v", err)
+			}
+		})
+		return d
+	case err := <-done:
+		cancel()
+		t.Fatalf("choird: %v\n%s", err, logs.String())
+	case <-time.After(2 * time.Minute):
+		cancel()
+		t.Fatalf("choird not ready:\n%s", logs.String())
+	}
+	return nil
+}
+
+// pool opens a pool on the test's database.
+func (e *tgEnv) pool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	p, err := pgxpool.New(context.Background(), e.dbURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(p.Close)
+	return p
+}
+
+// liveSession waits for agentID's live session to have said hello and
+// returns its id.
+func liveSession(t testing.TB, pool *pgxpool.Pool, agentID string) uuid.UUID {
+	t.Helper()
+	var id uuid.UUID
+	waitUntil(t, agentID+"'s hello", func() bool {
+		err := pool.QueryRow(context.Background(), `SELECT session_id FROM choir_control.sessions
+			WHERE agent_id = $1 AND status = 'active' AND hello_at IS NOT NULL`, agentID).Scan(&id)
+		return err == nil
+	})
+	return id
+}
+
+// choirdProc is choird run as a child process, so that a test can kill it.
+type choirdProc struct {
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error
+}
+
+// startChoirdProcess runs the choird binary on e and waits until its
+// admin socket answers.
+func (e *tgEnv) startChoirdProcess(t testing.TB) *choirdProc {
+	t.Helper()
+	bin := buildBinary(t, "cmd/choird")
+	agentBin := buildBinary(t, "cmd/choir-agent")
+	cmd := exec.Command(bin, "--home", e.home, "--runtime=process", "--agent-binary", agentBin,
+		"--telegram-api-url", e.tg.URL())
+	// choird's stderr repeats choird.log, which the test reads instead.
+	cmd.Env = append(os.Environ(), "CHOIR_HOME="+e.home)
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start choird: %v", err)
+	}
+	p := &choirdProc{cmd: cmd, done: make(chan struct{})}
+	go func() { p.err = cmd.Wait(); close(p.done) }()
+	t.Cleanup(func() {
+		select {
+		case <-p.done:
+			return
+		default:
+		}
+		p.stopAgents(t, e)
+		cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			<-p.done
+			t.Errorf("choird did not stop on SIGTERM")
+		}
+	})
+	c := admin.NewClient(admin.SocketPath(e.home))
+	defer c.Close()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_, err := c.Status(ctx)
+		cancel()
+		if err == nil {
+			return p
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("choird exited: %v\n%s", p.err, tail(e.choirdLog(), 8000))
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("choird not ready: %v\n%s", err, tail(e.choirdLog(), 8000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kill SIGKILLs choird and waits for it to be gone.
+func (p *choirdProc) kill(t testing.TB) {
+	t.Helper()
+	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill choird: %v", err)
+	}
+	<-p.done
+}
+
+func (p *choirdProc) stopAgents(t testing.TB, e *tgEnv) {
+	c := admin.NewClient(admin.SocketPath(e.home))
+	defer c.Close()
+	for id := range e.cfg.Agents {
+		var st admin.AgentStatus
+		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+		err := c.Do(ctx, "GET", "/v1/agents/"+id, nil, &st)
+		if err == nil && (st.State == admin.AgentActive || st.State == admin.AgentStarting) {
+			if err := c.Do(ctx, "POST", "/v1/agents/"+id+"/stop", admin.Empty{}, &st); err != nil {
+				t.Logf("stop %s: %v", id, err)
+			}
+		}
+		cancel()
+	}
+}
+
+// startAgentAdmin starts agentID through choird's admin socket, as
+// choirctl agent start does.
+func (e *tgEnv) startAgentAdmin(t testing.TB, agentID string) admin.AgentStatus {
+	t.Helper()
+	c := admin.NewClient(admin.SocketPath(e.home))
+	defer c.Close()
+	var st admin.AgentStatus
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := c.Do(ctx, "POST", "/v1/agents/"+agentID+"/start", daemon.StartOverrides{}, &st); err != nil {
+		t.Fatalf("start %s: %v", agentID, err)
+	}
+	return st
+}
+
+// killAgents kills every agent process a choird on home started and left
+// behind (the process runtime's state files name them).
+func killAgents(t testing.TB, home string) {
+	files, _ := filepath.Glob(filepath.Join(home, "run", "process", "*.json"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var rec struct {
+			Pid    int  `json:"pid"`
+			Exited bool `json:"exited"`
+		}
+		if json.Unmarshal(b, &rec) != nil || rec.Exited || rec.Pid <= 0 {
+			continue
+		}
+		// The agent leads its own process group; a pid that is not a
+		// group leader any more (reused) is left alone.
+		if pgid, err := syscall.Getpgid(rec.Pid); err == nil && pgid == rec.Pid {
+			if err := syscall.Kill(-rec.Pid, syscall.SIGKILL); err == nil {
+				t.Logf("killed agent process group %d left behind", rec.Pid)
+			} else if !errors.Is(err, syscall.ESRCH) {
+				t.Logf("kill agent process group %d: %v", rec.Pid, err)
+			}
+		}
+	}
+}
+
+// sentTexts returns the texts the bot sent to chat.
+func sentTexts(b *telegramtest.Bot, chat int64) []string {
+	var out []string
+	for _, m := range b.SentTo(chat) {
+		out = append(out, m.Text)
+	}
+	return out
+}
+
+// waitSentTo waits until the bot has sent a message to chat whose text
+// satisfies match, and returns it.
+func waitSentTo(t testing.TB, b *telegramtest.Bot, chat int64, what string, match func(telegramtest.Message) bool) telegramtest.Message {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	var found telegramtest.Message
+	err := b.Wait(ctx, func() bool {
+		for _, m := range b.SentTo(chat) {
+			if match(m) {
+				found = m
+				return true
+			}
+		}
+		return false
+	})
+	if err != nil {
+		t.Fatalf("no %s sent to chat %d; sent: %q", what, chat, sentTexts(b, chat))
+	}
+	return found
+}
+
+func containsText(sub string) func(telegramtest.Message) bool {
+	return func(m telegramtest.Message) bool { return strings.Contains(m.Text, sub) }
+}
+
+// standIn is an rpc.Client standing in for an agent: a session started by
+// choird's control layer, its hello said, its push stream open. It lets a
+// test act as an agent over the real protocol without a model.
+type standIn struct {
+	sessionID string
+	client    *rpc.Client
+	// users receives every user message push with the time it arrived.
+	users chan userPush
+	// approvals receives every approval_resolved push.
+	approvals chan *rpc.ApprovalResolved
+}
+
+type userPush struct {
+	msg *rpc.UserMessage
+	at  time.Time
+}
+
+// standInAgent starts a session of agentID without an instance, says hello
+// for it and receives its pushes until the test ends.
+func standInAgent(t testing.TB, d *daemon.Daemon, home, agentID string) *standIn {
+	t.Helper()
+	ctx := context.Background()
+	sessionID, token, err := d.StartSession(ctx, agentID, daemon.StartOverrides{}, "process")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := rpc.NewClient(rpc.ClientOptions{Socket: daemon.AgentSocketPath(home), SessionID: sessionID, LeaseToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	if _, err := c.InitHello(ctx, rpc.InitHelloRequest{AgentID: agentID, SessionID: sessionID, ImageVersion: "e2e",
+		ToolManifestHash: "e2e", SkillManifestHash: "e2e"}); err != nil {
+		t.Fatalf("INIT_HELLO of the stand-in for %s: %v", agentID, err)
+	}
+	s := &standIn{sessionID: sessionID, client: c, users: make(chan userPush, 4096),
+		approvals: make(chan *rpc.ApprovalResolved, 64)}
+	pctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		c.ReceivePushes(pctx, func(p rpc.Push) {
+			switch p.Kind {
+			case rpc.PushUserMessage:
+				s.users <- userPush{msg: p.UserMessage, at: time.Now()}
+			case rpc.PushApprovalResolved:
+				s.approvals <- p.ApprovalResolved
+			}
+		})
+	}()
+	t.Cleanup(func() { cancel(); <-done })
+	return s
+}
+
+func approvalRequest(summary string) rpc.ApprovalRequest {
+	return rpc.ApprovalRequest{RequestType: "tool:choir.propose.tool", Summary: summary,
+		Payload: json.RawMessage(`{"name":"choir.repo.status"}`)}
+}
+
+// waitUntil polls cond until it holds, failing tb after a minute.
+func waitUntil(tb testing.TB, what string, cond func() bool) {
+	tb.Helper()
+	deadline := time.Now().Add(time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			tb.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

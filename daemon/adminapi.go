@@ -112,4 +112,5 @@ func (d *Daemon) mountControl(mux *admin.Mux) {
 	})
 	d.mountConfigControl(mux)
 	d.mountChat(mux)
+	d.mountSessionControl(mux)
 }

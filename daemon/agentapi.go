@@ -239,6 +239,11 @@ type DynamicConfig struct {
 	RateLimitRetryMS      int64                            `json:"rate_limit_retry_ms"`
 	SessionSummaryTimeout int64                            `json:"session_summary_timeout_ms"`
 	SnapshotEveryEvents   int                              `json:"snapshot_every_events"`
+	// LLM and VoiceProfile are the session's current model and voice
+	// profile: a transient override (choirctl model set / voice set, spec
+	// 17.1) when one is set, else what the session was started with.
+	LLM          string `json:"llm,omitempty"`
+	VoiceProfile string `json:"voice_profile,omitempty"`
 }
 
 func dynamicConfig(cfg *config.Config) DynamicConfig {
@@ -248,22 +253,53 @@ func dynamicConfig(cfg *config.Config) DynamicConfig {
 		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval()}
 }
 
-// HandleFetchDynamicConfig returns the full hot-reloadable configuration
-// when the agent's version is behind, as one versioned blob.
+// HandleFetchDynamicConfig returns the full hot-reloadable configuration,
+// with the session's current model and voice profile, as one versioned
+// blob when the agent's copy is stale: its version is behind, or the
+// session's overrides changed since its last fetch (an override changes no
+// config version, so the version alone would hide it).
 func (a *agentAPI) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, req rpc.FetchDynamicConfigRequest) (rpc.FetchDynamicConfigResponse, error) {
-	latest, err := db.New(a.pool).ConfigVersionLatest(ctx)
-	if err != nil {
-		return rpc.FetchDynamicConfigResponse{}, fmt.Errorf("latest config version: %w", err)
-	}
-	if req.CurrentConfigVersion == latest {
-		return rpc.FetchDynamicConfigResponse{ConfigVersion: latest}, nil
-	}
-	cfg, _ := a.config()
-	b, err := json.Marshal(dynamicConfig(cfg))
+	id, err := sessionUUID(call)
 	if err != nil {
 		return rpc.FetchDynamicConfigResponse{}, err
 	}
-	return rpc.FetchDynamicConfigResponse{ConfigVersion: latest, Config: b}, nil
+	q := db.New(a.pool)
+	latest, err := q.ConfigVersionLatest(ctx)
+	if err != nil {
+		return rpc.FetchDynamicConfigResponse{}, fmt.Errorf("latest config version: %w", err)
+	}
+	st, err := q.SessionDynamicState(ctx, id)
+	if err != nil {
+		return rpc.FetchDynamicConfigResponse{}, fmt.Errorf("load session %s: %w", id, err)
+	}
+	if req.CurrentConfigVersion == latest && st.OverrideRev == st.FetchedRev {
+		return rpc.FetchDynamicConfigResponse{ConfigVersion: latest}, nil
+	}
+	var b rpc.ResourceBindings
+	if err := json.Unmarshal(st.ResourceBindings, &b); err != nil {
+		return rpc.FetchDynamicConfigResponse{}, fmt.Errorf("session %s bindings: %w", id, err)
+	}
+	cfg, _ := a.config()
+	dc := dynamicConfig(cfg)
+	dc.LLM, dc.VoiceProfile = b.Models["llm"], b.VoiceProfile
+	if st.LlmOverride != "" {
+		dc.LLM = st.LlmOverride
+	}
+	if st.VoiceProfileOverride != "" {
+		dc.VoiceProfile = st.VoiceProfileOverride
+	}
+	out, err := json.Marshal(dc)
+	if err != nil {
+		return rpc.FetchDynamicConfigResponse{}, err
+	}
+	if st.OverrideRev != st.FetchedRev {
+		// Recorded before the answer leaves: a change made meanwhile has a
+		// higher rev and stays unfetched, so the agent is told again.
+		if err := q.SessionOverrideFetched(ctx, db.SessionOverrideFetchedParams{SessionID: id, Rev: st.OverrideRev}); err != nil {
+			return rpc.FetchDynamicConfigResponse{}, fmt.Errorf("record the overrides fetched by session %s: %w", id, err)
+		}
+	}
+	return rpc.FetchDynamicConfigResponse{ConfigVersion: latest, Config: out}, nil
 }
 
 // HandleExecuteHostTool dispatches to the host tool named in the request.

@@ -138,6 +138,16 @@ type ChoirControlSessionEvent struct {
 	CreatedAt time.Time       `json:"created_at"`
 }
 
+type ChoirControlSessionOverride struct {
+	SessionID    uuid.UUID `json:"session_id"`
+	Llm          string    `json:"llm"`
+	VoiceProfile string    `json:"voice_profile"`
+	Rev          int64     `json:"rev"`
+	FetchedRev   int64     `json:"fetched_rev"`
+	SetBy        string    `json:"set_by"`
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
 type ChoirControlSessionSnapshot struct {
 	SessionID uuid.UUID       `json:"session_id"`
 	Rev       int64           `json:"rev"`

@@ -1,0 +1,483 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
+)
+
+// The session commands (spec 17.1 "Session", "Model switching"): they act
+// on an agent's live session, or read its latest one, and are shared by
+// choirctl and the DMs like every control command.
+
+// ErrNotRunning reports a command that needs a live session of an agent
+// that has none.
+var ErrNotRunning = errors.New("agent is not running")
+
+// coreLanePrefix starts the lane name of a core job.
+const coreLanePrefix = "core:"
+
+// coreDone are the core job states in which a job no longer runs (spec
+// 7.3). An idle lane has no job either.
+var coreDone = []string{"CORE_COMPLETED", "CORE_TERMINATED", "CORE_IDLE", "COMPLETED", "TERMINATED", "IDLE"}
+
+// LaneStatus is a lane's latest REPORT_STATUS.
+type LaneStatus struct {
+	Lane            string     `json:"lane"`
+	State           string     `json:"state"`
+	Skill           string     `json:"skill,omitempty"`
+	Step            string     `json:"step,omitempty"`
+	BudgetRemaining rpc.Budget `json:"budget_remaining"`
+}
+
+// CoreJob is one core job of a session, as its lane last reported it.
+type CoreJob struct {
+	Name string `json:"name"`
+	LaneStatus
+	// Active is false once the job completed or was terminated.
+	Active bool `json:"active"`
+}
+
+// SessionCoresResult lists the core jobs of an agent's session.
+type SessionCoresResult struct {
+	AgentID   string    `json:"agent_id"`
+	SessionID string    `json:"session_id"`
+	Live      bool      `json:"live"`
+	Cores     []CoreJob `json:"cores"`
+}
+
+// SessionRef names the session a command acted on.
+type SessionRef struct {
+	AgentID   string `json:"agent_id"`
+	SessionID string `json:"session_id"`
+	// Target is what was acted on: a core job's name, "edge", or empty.
+	Target string `json:"target,omitempty"`
+}
+
+// SessionEvent is one replicated event, digested for reading.
+type SessionEvent struct {
+	Rev       int64     `json:"rev"`
+	CreatedAt time.Time `json:"created_at"`
+	Lane      string    `json:"lane"`
+	Type      string    `json:"event_type"`
+	Digest    string    `json:"digest"`
+}
+
+// SessionEventsResult is the tail of a session's event log, oldest first.
+type SessionEventsResult struct {
+	AgentID   string         `json:"agent_id"`
+	SessionID string         `json:"session_id"`
+	Live      bool           `json:"live"`
+	Events    []SessionEvent `json:"events"`
+}
+
+// Bounds of SessionEvents.
+const (
+	DefaultSessionEvents = 20
+	MaxSessionEvents     = 500
+)
+
+// liveSession returns the agent's live session, or an error wrapping
+// ErrNotRunning that says how to start it.
+func (d *Daemon) liveSession(ctx context.Context, agentID string) (db.ChoirControlSession, error) {
+	s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID)
+	if errNoRows(err) {
+		return s, fmt.Errorf("%w: %s has no live session; start it first", ErrNotRunning, agentID)
+	}
+	if err != nil {
+		return s, fmt.Errorf("load the session of %s: %w", agentID, err)
+	}
+	return s, nil
+}
+
+// knownAgent checks that agentID is configured.
+func (d *Daemon) knownAgent(agentID string) error {
+	cfg, _ := d.config()
+	if _, ok := cfg.Agents[agentID]; !ok {
+		return fmt.Errorf("%w: agent %q is not in config.json (agents: %s)", ErrUnknownResource, agentID,
+			strings.Join(sortedKeys(cfg.Agents), ", "))
+	}
+	return nil
+}
+
+// laneStatuses decodes a session's lane_status column, sorted by lane.
+func laneStatuses(raw json.RawMessage) ([]LaneStatus, error) {
+	m := map[string]LaneStatus{}
+	if len(raw) > 0 {
+		if err := json.Unmarshal(raw, &m); err != nil {
+			return nil, fmt.Errorf("decode lane status: %w", err)
+		}
+	}
+	out := make([]LaneStatus, 0, len(m))
+	for _, lane := range sortedKeys(m) {
+		st := m[lane]
+		st.Lane = lane
+		out = append(out, st)
+	}
+	return out, nil
+}
+
+// SessionCores lists the core jobs of the agent's live session, or of its
+// latest one, from the lane states the agent reports (REPORT_STATUS).
+func (d *Daemon) SessionCores(ctx context.Context, sc Scope, agentID string) (SessionCoresResult, error) {
+	if err := sc.allow(agentID); err != nil {
+		return SessionCoresResult{}, err
+	}
+	if err := d.knownAgent(agentID); err != nil {
+		return SessionCoresResult{}, err
+	}
+	s, err := db.New(d.pool).SessionLatestByAgent(ctx, agentID)
+	if errNoRows(err) {
+		return SessionCoresResult{}, fmt.Errorf("%w: %s has never run", ErrNotRunning, agentID)
+	}
+	if err != nil {
+		return SessionCoresResult{}, fmt.Errorf("load the session of %s: %w", agentID, err)
+	}
+	lanes, err := laneStatuses(s.LaneStatus)
+	if err != nil {
+		return SessionCoresResult{}, err
+	}
+	live := s.Status == "active" || s.Status == "stopping"
+	res := SessionCoresResult{AgentID: agentID, SessionID: s.SessionID.String(), Live: live, Cores: []CoreJob{}}
+	for _, l := range lanes {
+		name, ok := strings.CutPrefix(l.Lane, coreLanePrefix)
+		if !ok {
+			continue
+		}
+		res.Cores = append(res.Cores, CoreJob{Name: name, LaneStatus: l, Active: live && !slices.Contains(coreDone, l.State)})
+	}
+	return res, nil
+}
+
+// SessionCancel asks the agent's live session to cancel a core job by name
+// at its next safe point, or the edge lane's turn when name is "edge".
+// A core job that the session has not reported, or that already ended, is
+// refused with the names of the running ones.
+func (d *Daemon) SessionCancel(ctx context.Context, sc Scope, agentID, name string) (SessionRef, error) {
+	if err := sc.allow(agentID); err != nil {
+		return SessionRef{}, err
+	}
+	if err := d.knownAgent(agentID); err != nil {
+		return SessionRef{}, err
+	}
+	s, err := d.liveSession(ctx, agentID)
+	if err != nil {
+		return SessionRef{}, err
+	}
+	cancel := &rpc.Cancel{Scope: rpc.CancelEdge, Reason: "cancelled by " + sc.Actor}
+	if name != "edge" {
+		cores, err := d.SessionCores(ctx, sc, agentID)
+		if err != nil {
+			return SessionRef{}, err
+		}
+		var running []string
+		found := false
+		for _, c := range cores.Cores {
+			if c.Active {
+				running = append(running, c.Name)
+				found = found || c.Name == name
+			}
+		}
+		if !found {
+			list := "none is running"
+			if len(running) > 0 {
+				list = "running: " + strings.Join(running, ", ")
+			}
+			return SessionRef{}, fmt.Errorf("%w: %s has no running core job %q (%s; \"edge\" cancels the edge lane's turn)",
+				ErrUnknownResource, agentID, name, list)
+		}
+		cancel = &rpc.Cancel{Scope: rpc.CancelCore, JobName: name, Reason: cancel.Reason}
+	}
+	p := rpc.Push{Kind: rpc.PushCancel, Cancel: cancel}
+	if err := p.Validate(); err != nil {
+		return SessionRef{}, fmt.Errorf("%w: core job name %q: %w", ErrUnknownResource, name, err)
+	}
+	if _, err := d.rpc.Push(s.SessionID.String(), p); err != nil {
+		return SessionRef{}, fmt.Errorf("tell %s to cancel %s: %w", agentID, name, err)
+	}
+	d.logger.InfoContext(ctx, "cancel pushed", slog.String("agent_id", agentID), slog.String("session_id", s.SessionID.String()),
+		slog.String("target", name), slog.String("by", sc.Actor))
+	return SessionRef{AgentID: agentID, SessionID: s.SessionID.String(), Target: name}, nil
+}
+
+// SessionCompact asks the agent's live session to compact the edge's
+// working memory at its next safe point.
+func (d *Daemon) SessionCompact(ctx context.Context, sc Scope, agentID string) (SessionRef, error) {
+	if err := sc.allow(agentID); err != nil {
+		return SessionRef{}, err
+	}
+	if err := d.knownAgent(agentID); err != nil {
+		return SessionRef{}, err
+	}
+	s, err := d.liveSession(ctx, agentID)
+	if err != nil {
+		return SessionRef{}, err
+	}
+	if _, err := d.rpc.Push(s.SessionID.String(), rpc.Push{Kind: rpc.PushCompact,
+		Compact: &rpc.Compact{Reason: "requested by " + sc.Actor}}); err != nil {
+		return SessionRef{}, fmt.Errorf("tell %s to compact: %w", agentID, err)
+	}
+	d.logger.InfoContext(ctx, "compaction pushed", slog.String("agent_id", agentID), slog.String("session_id", s.SessionID.String()),
+		slog.String("by", sc.Actor))
+	return SessionRef{AgentID: agentID, SessionID: s.SessionID.String()}, nil
+}
+
+// SessionEvents returns the last n replicated events (n <= 0: the
+// default) of the agent's live session, or of its latest one, oldest
+// first.
+func (d *Daemon) SessionEvents(ctx context.Context, sc Scope, agentID string, n int) (SessionEventsResult, error) {
+	if err := sc.allow(agentID); err != nil {
+		return SessionEventsResult{}, err
+	}
+	if err := d.knownAgent(agentID); err != nil {
+		return SessionEventsResult{}, err
+	}
+	if n <= 0 {
+		n = DefaultSessionEvents
+	}
+	if n > MaxSessionEvents {
+		return SessionEventsResult{}, fmt.Errorf("at most %d events at once, not %d", MaxSessionEvents, n)
+	}
+	q := db.New(d.pool)
+	s, err := q.SessionLatestByAgent(ctx, agentID)
+	if errNoRows(err) {
+		return SessionEventsResult{}, fmt.Errorf("%w: %s has never run", ErrNotRunning, agentID)
+	}
+	if err != nil {
+		return SessionEventsResult{}, fmt.Errorf("load the session of %s: %w", agentID, err)
+	}
+	rows, err := q.SessionEventsLast(ctx, db.SessionEventsLastParams{SessionID: s.SessionID, MaxRows: int32(n)})
+	if err != nil {
+		return SessionEventsResult{}, fmt.Errorf("read the events of session %s: %w", s.SessionID, err)
+	}
+	res := SessionEventsResult{AgentID: agentID, SessionID: s.SessionID.String(),
+		Live: s.Status == "active" || s.Status == "stopping", Events: make([]SessionEvent, len(rows))}
+	for i, r := range rows {
+		res.Events[len(rows)-1-i] = SessionEvent{Rev: r.Rev, CreatedAt: r.CreatedAt, Lane: r.Lane, Type: r.EventType, Digest: r.Digest}
+	}
+	return res, nil
+}
+
+// NamedModel is an LLM model of config.json.
+type NamedModel struct {
+	Name     string `json:"name"`
+	Provider string `json:"provider"`
+	Model    string `json:"model"`
+}
+
+// NamedTTS is a text-to-speech provider of config.json.
+type NamedTTS struct {
+	Name     string `json:"name"`
+	Provider string `json:"provider"`
+	ModelID  string `json:"model_id"`
+}
+
+// NamedVoice is a voice profile of config.json.
+type NamedVoice struct {
+	Name    string `json:"name"`
+	TTS     string `json:"tts"`
+	VoiceID string `json:"voice_id"`
+}
+
+// ModelListResult lists the named models and TTS providers.
+type ModelListResult struct {
+	Models []NamedModel `json:"models"`
+	TTS    []NamedTTS   `json:"tts"`
+}
+
+// ModelState is an agent's current model and voice profile: a session's
+// transient override when set, else what the session started with; for an
+// agent that is not running, its configured defaults.
+type ModelState struct {
+	AgentID   string `json:"agent_id"`
+	SessionID string `json:"session_id,omitempty"`
+	Running   bool   `json:"running"`
+	LLM       string `json:"llm"`
+	// LLMOverridden is true when LLM is a transient override (model set).
+	LLMOverridden bool   `json:"llm_overridden"`
+	VoiceProfile  string `json:"voice_profile,omitempty"`
+	// VoiceOverridden is true when VoiceProfile is a transient override.
+	VoiceOverridden bool `json:"voice_profile_overridden"`
+}
+
+// ModelList lists the named LLM models and TTS providers. Names are no
+// secret: every scope may list them.
+func (d *Daemon) ModelList(ctx context.Context, sc Scope) (ModelListResult, error) {
+	cfg, _ := d.config()
+	res := ModelListResult{Models: []NamedModel{}, TTS: []NamedTTS{}}
+	for _, name := range sortedKeys(cfg.Models) {
+		m := cfg.Models[name]
+		res.Models = append(res.Models, NamedModel{Name: name, Provider: m.Provider, Model: m.Model})
+	}
+	for _, name := range sortedKeys(cfg.TTS) {
+		t := cfg.TTS[name]
+		res.TTS = append(res.TTS, NamedTTS{Name: name, Provider: t.Provider, ModelID: t.ModelID})
+	}
+	return res, nil
+}
+
+// VoiceList lists the named voice profiles; every scope may list them.
+func (d *Daemon) VoiceList(ctx context.Context, sc Scope) ([]NamedVoice, error) {
+	cfg, _ := d.config()
+	out := []NamedVoice{}
+	for _, name := range sortedKeys(cfg.VoiceProfiles) {
+		v := cfg.VoiceProfiles[name]
+		out = append(out, NamedVoice{Name: name, TTS: v.TTS, VoiceID: v.VoiceID})
+	}
+	return out, nil
+}
+
+// ModelGet shows an agent's current LLM model and voice profile.
+func (d *Daemon) ModelGet(ctx context.Context, sc Scope, agentID string) (ModelState, error) {
+	if err := sc.allow(agentID); err != nil {
+		return ModelState{}, err
+	}
+	if err := d.knownAgent(agentID); err != nil {
+		return ModelState{}, err
+	}
+	return d.modelState(ctx, agentID)
+}
+
+// VoiceGet shows an agent's current voice profile (and model).
+func (d *Daemon) VoiceGet(ctx context.Context, sc Scope, agentID string) (ModelState, error) {
+	return d.ModelGet(ctx, sc, agentID)
+}
+
+func (d *Daemon) modelState(ctx context.Context, agentID string) (ModelState, error) {
+	cfg, _ := d.config()
+	def := cfg.Agents[agentID].Defaults
+	st := ModelState{AgentID: agentID, LLM: def.LLM, VoiceProfile: def.VoiceProfile}
+	s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID)
+	if errNoRows(err) {
+		return st, nil
+	}
+	if err != nil {
+		return ModelState{}, fmt.Errorf("load the session of %s: %w", agentID, err)
+	}
+	ds, err := db.New(d.pool).SessionDynamicState(ctx, s.SessionID)
+	if err != nil {
+		return ModelState{}, fmt.Errorf("load the overrides of session %s: %w", s.SessionID, err)
+	}
+	var b rpc.ResourceBindings
+	if err := json.Unmarshal(ds.ResourceBindings, &b); err != nil {
+		return ModelState{}, fmt.Errorf("session %s bindings: %w", s.SessionID, err)
+	}
+	st.SessionID, st.Running = s.SessionID.String(), true
+	st.LLM, st.VoiceProfile = b.Models["llm"], b.VoiceProfile
+	if ds.LlmOverride != "" {
+		st.LLM, st.LLMOverridden = ds.LlmOverride, true
+	}
+	if ds.VoiceProfileOverride != "" {
+		st.VoiceProfile, st.VoiceOverridden = ds.VoiceProfileOverride, true
+	}
+	return st, nil
+}
+
+// ModelSet switches the LLM model of an agent's live session until it
+// ends (spec 17.1: transient, a restart reverts it); the agent picks it up
+// at once, told by push, or at its next config sync.
+func (d *Daemon) ModelSet(ctx context.Context, sc Scope, agentID, llm string) (ModelState, error) {
+	cfg, _ := d.config()
+	if _, ok := cfg.Models[llm]; !ok {
+		if err := sc.allow(agentID); err != nil {
+			return ModelState{}, err
+		}
+		return ModelState{}, fmt.Errorf("%w: no model %q in config.json (models: %s)", ErrUnknownResource, llm,
+			strings.Join(sortedKeys(cfg.Models), ", "))
+	}
+	return d.setOverride(ctx, sc, agentID, llm, "")
+}
+
+// VoiceSet switches the voice profile of an agent's live session until it
+// ends, as ModelSet does the model.
+func (d *Daemon) VoiceSet(ctx context.Context, sc Scope, agentID, voice string) (ModelState, error) {
+	cfg, _ := d.config()
+	if _, ok := cfg.VoiceProfiles[voice]; !ok {
+		if err := sc.allow(agentID); err != nil {
+			return ModelState{}, err
+		}
+		valid := "none is configured"
+		if len(cfg.VoiceProfiles) > 0 {
+			valid = "voice profiles: " + strings.Join(sortedKeys(cfg.VoiceProfiles), ", ")
+		}
+		return ModelState{}, fmt.Errorf("%w: no voice profile %q in config.json (%s)", ErrUnknownResource, voice, valid)
+	}
+	return d.setOverride(ctx, sc, agentID, "", voice)
+}
+
+func (d *Daemon) setOverride(ctx context.Context, sc Scope, agentID, llm, voice string) (ModelState, error) {
+	if err := sc.allow(agentID); err != nil {
+		return ModelState{}, err
+	}
+	if err := d.knownAgent(agentID); err != nil {
+		return ModelState{}, err
+	}
+	s, err := d.liveSession(ctx, agentID)
+	if err != nil {
+		return ModelState{}, fmt.Errorf("%w (an override lasts one session; to change the default, edit defaults in config.json)", err)
+	}
+	_, err = db.New(d.pool).SessionOverrideSet(ctx, db.SessionOverrideSetParams{SessionID: s.SessionID, Llm: llm,
+		VoiceProfile: voice, SetBy: sc.Actor})
+	if errNoRows(err) {
+		return ModelState{}, fmt.Errorf("%w: the session of %s just ended", ErrNotRunning, agentID)
+	}
+	if err != nil {
+		return ModelState{}, fmt.Errorf("record the override of %s: %w", agentID, err)
+	}
+	// A push that cannot be queued is only logged: the override stays
+	// unfetched, and the agent's next FETCH_DYNAMIC_CONFIG (at a config
+	// change, or when it sees a gap in its pushes) returns it.
+	if _, err := d.rpc.Push(s.SessionID.String(), rpc.Push{Kind: rpc.PushConfigChanged,
+		ConfigChanged: &rpc.ConfigChanged{ConfigVersion: max(d.runningConfigVersion(), 1)}}); err != nil {
+		d.logger.WarnContext(ctx, "config change not pushed; the agent gets it at its next sync", slog.String("agent_id", agentID),
+			slog.String("error", err.Error()))
+	}
+	d.logger.InfoContext(ctx, "session override set", slog.String("agent_id", agentID), slog.String("session_id", s.SessionID.String()),
+		slog.String("llm", llm), slog.String("voice_profile", voice), slog.String("by", sc.Actor))
+	return d.modelState(ctx, agentID)
+}
+
+// SessionStatusResult is an agent's status with the lane states its live
+// (or crashed) session last reported.
+type SessionStatusResult struct {
+	admin.AgentStatus
+	Lanes []LaneStatus `json:"lanes"`
+}
+
+// SessionStatus reports an agent and the states of its session's lanes:
+// what /status shows (spec 19.3: lane states, budgets, skill, uptime).
+func (d *Daemon) SessionStatus(ctx context.Context, sc Scope, agentID string) (SessionStatusResult, error) {
+	if err := sc.allow(agentID); err != nil {
+		return SessionStatusResult{}, err
+	}
+	if err := d.knownAgent(agentID); err != nil {
+		return SessionStatusResult{}, err
+	}
+	res := SessionStatusResult{AgentStatus: d.agentStatus(ctx, agentID), Lanes: []LaneStatus{}}
+	if res.SessionID == "" {
+		return res, nil
+	}
+	id, err := uuid.Parse(res.SessionID)
+	if err != nil {
+		return SessionStatusResult{}, err
+	}
+	s, err := db.New(d.pool).SessionGetByID(ctx, id)
+	if err != nil {
+		return SessionStatusResult{}, fmt.Errorf("load session %s: %w", id, err)
+	}
+	if res.Lanes, err = laneStatuses(s.LaneStatus); err != nil {
+		return SessionStatusResult{}, err
+	}
+	return res, nil
+}

@@ -1,0 +1,45 @@
+-- name: SessionOverrideSet :one
+-- SessionOverrideSet sets a live session's transient model or voice
+-- override; an empty value keeps the current one. Every call bumps rev, so
+-- the agent fetches its dynamic configuration again. No row comes back when
+-- the session is not live.
+INSERT INTO choir_control.session_overrides (session_id, llm, voice_profile, set_by)
+SELECT s.session_id, @llm::text, @voice_profile::text, @set_by::text
+  FROM choir_control.sessions s
+ WHERE s.session_id = @session_id AND s.status IN ('active', 'stopping')
+ON CONFLICT (session_id) DO UPDATE
+   SET llm           = CASE WHEN EXCLUDED.llm <> '' THEN EXCLUDED.llm ELSE session_overrides.llm END,
+       voice_profile = CASE WHEN EXCLUDED.voice_profile <> '' THEN EXCLUDED.voice_profile
+                            ELSE session_overrides.voice_profile END,
+       set_by        = EXCLUDED.set_by,
+       rev           = session_overrides.rev + 1,
+       updated_at    = now()
+RETURNING *;
+
+-- name: SessionDynamicState :one
+-- SessionDynamicState is what FETCH_DYNAMIC_CONFIG needs of a session
+-- beyond the running config: its bindings and its transient overrides.
+SELECT s.resource_bindings,
+       coalesce(o.llm, '')::text           AS llm_override,
+       coalesce(o.voice_profile, '')::text AS voice_profile_override,
+       coalesce(o.rev, 0)::bigint          AS override_rev,
+       coalesce(o.fetched_rev, 0)::bigint  AS fetched_rev
+  FROM choir_control.sessions s
+  LEFT JOIN choir_control.session_overrides o ON o.session_id = s.session_id
+ WHERE s.session_id = @session_id;
+
+-- name: SessionOverrideFetched :exec
+-- SessionOverrideFetched records that the agent fetched the overrides of
+-- rev; a later change (a higher rev) stays unfetched.
+UPDATE choir_control.session_overrides
+   SET fetched_rev = @rev::bigint
+ WHERE session_id = @session_id AND fetched_rev < @rev::bigint AND rev >= @rev::bigint;
+
+-- name: SessionEventsLast :many
+-- SessionEventsLast is the newest max_rows events of a session, newest
+-- first, with the audit view's one-line digest.
+SELECT t.rev, t.created_at, t.lane, t.event_type, coalesce(t.digest, '')::text AS digest
+  FROM choir_audit.session_timeline t
+ WHERE t.session_id = @session_id
+ ORDER BY t.rev DESC
+ LIMIT @max_rows;

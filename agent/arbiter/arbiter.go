@@ -30,6 +30,13 @@ type HostExecutor interface {
 	ExecuteHostTool(ctx context.Context, name, callID string, input json.RawMessage) (tool.Result, error)
 }
 
+// Approver files an approval request with choird (REQUEST_APPROVAL).
+// requestID is the request's idempotency key: filing the same requestID
+// again returns the first approval instead of a second one.
+type Approver interface {
+	RequestApproval(ctx context.Context, requestID string, req rpc.ApprovalRequest) (rpc.ApprovalResponse, error)
+}
+
 // Config is what an arbiter works with.
 type Config struct {
 	Appender *commitlog.Appender
@@ -38,6 +45,9 @@ type Config struct {
 	Env      tool.Env
 	// Host executes host tools; nil refuses them.
 	Host HostExecutor
+	// Approvals files the requests of meta tools (spec 8.10); nil refuses
+	// them.
+	Approvals Approver
 	// EdgeRestricted reports whether the edge lane is limited to read-only
 	// tools (spec 7.2: while any core job runs). Nil means never.
 	EdgeRestricted func() bool
@@ -333,6 +343,9 @@ func (a *Arbiter) execute(ctx context.Context, def *tool.Def, p Proposal) (res t
 			err = fmt.Errorf("%s panicked: %v", p.Tool, v)
 		}
 	}()
+	if def.Kind() == tool.KindMeta {
+		return a.requestApproval(ctx, def, p)
+	}
 	if def.Runtime().Host {
 		if a.cfg.Host == nil {
 			return tool.Result{}, fmt.Errorf("%s runs on the host, and no host connection is configured", p.Tool)

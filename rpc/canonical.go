@@ -7,16 +7,46 @@ import (
 	"unicode/utf8"
 )
 
-// isCanonical reports whether raw is already in the form CanonicalJSON
-// produces, so that hashing an event need not decode and re-encode its
-// payload. The agent seals events with canonical payloads and Go encodes
-// them canonically again on the way to choird, so this is the common case;
-// anything else (whitespace, unsorted or duplicate keys, escapes that
+// canonicalize returns raw in the form CanonicalJSON produces, and true,
+// when raw is that form already but for escapes of <, > and & (which Go's
+// json.Marshal writes and the canonical form does not): then hashing an
+// event need not decode and re-encode its payload. The agent seals events
+// with canonical payloads, and json.Marshal writes them to choird the same
+// but for those escapes, so this is the common case. Anything else
+// (whitespace, unsorted or duplicate keys, other escapes that
 // encoding/json would write differently, invalid UTF-8, very deep
-// nesting) takes CanonicalJSON's slow path, whose output is the reference.
-// A false negative costs only time; a false positive would change hashes,
-// which FuzzCanonicalJSON guards against.
+// nesting) reports false, for CanonicalJSON's slow path, whose output is
+// the reference. A false negative costs only time; a wrong result would
+// change hashes, which FuzzCanonicalJSON guards against. The result
+// aliases raw unless escapes were undone.
+func canonicalize(raw []byte) ([]byte, bool) {
+	s := canonScanner{data: raw}
+	if !s.value(0) || s.pos != len(raw) {
+		return nil, false
+	}
+	if len(s.html) == 0 {
+		return raw, true
+	}
+	out := make([]byte, 0, len(raw))
+	start := 0
+	for _, at := range s.html {
+		out = append(out, raw[start:at]...)
+		out = append(out, unhex(raw[at+4])<<4|unhex(raw[at+5]))
+		start = at + 6
+	}
+	return append(out, raw[start:]...), true
+}
+
+// isCanonical reports whether raw is exactly in canonical form.
 func isCanonical(raw []byte) bool {
+	s := canonScanner{data: raw}
+	return s.value(0) && s.pos == len(raw) && len(s.html) == 0
+}
+
+// isCompactCanonical reports whether raw is canonical but for escapes of
+// <, > and &: what json.Marshal makes of it then is raw with those three
+// characters escaped.
+func isCompactCanonical(raw []byte) bool {
 	s := canonScanner{data: raw}
 	return s.value(0) && s.pos == len(raw)
 }
@@ -28,6 +58,8 @@ const canonMaxDepth = 512
 type canonScanner struct {
 	data []byte
 	pos  int
+	// html holds the offsets of the escapes of <, > and & seen.
+	html []int
 }
 
 func (s *canonScanner) value(depth int) bool {
@@ -162,7 +194,9 @@ func (s *canonScanner) str() (text []byte, escaped, ok bool) {
 		case c < 0x20:
 			return nil, false, false
 		case c == '\\':
-			if !canonicalEscape(d[i:]) {
+			if isHTMLEscape(d[i:]) {
+				s.html = append(s.html, i)
+			} else if !canonicalEscape(d[i:]) {
 				return nil, false, false
 			}
 			escaped = true
@@ -203,6 +237,19 @@ func plainRun(d []byte, i int) int {
 		}
 	}
 	return i
+}
+
+// isHTMLEscape reports whether b starts with an escape of <, > or & as
+// json.Marshal writes them.
+func isHTMLEscape(b []byte) bool {
+	if len(b) < 6 {
+		return false
+	}
+	switch string(b[:6]) {
+	case `\u003c`, `\u003e`, `\u0026`:
+		return true
+	}
+	return false
 }
 
 // canonicalEscape reports whether the escape at the start of b is one

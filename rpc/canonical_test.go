@@ -13,6 +13,7 @@ var canonicalSeeds = []string{
 	`{"k":"\n\t\r\b\f\"\\"}`, `{"k":"\u0001\u001f"}`, `{"k":"\u0001\u001F"}`, `{"k":"\u000a"}`, `{"k":"\/"}`,
 	`{"k":"\u2028\u2029"}`, "{\"k\":\"\u2028\"}", "{\"k\":\"\xff\"}", `{"k":"\ud800"}`, `{"k":"\ufffd"}`, `{"<>&":"<>&"}`,
 	"{\"k\":\"\x7f\"}", `{"\n":1}`, `{"a":1,"b":2,"aa":3}`, `{"":1,"a":2}`, `[1,2.50,1e3,1E-3,-0]`, `01`, `1.`, `[1,]`, `{"a"}`,
+	`{"k":"\u003c\u003e\u0026"}`, `{"\u003c":1,"a":2}`, `{"a":1,"\u003c":2}`, `{"k":"\\u003c"}`, `{"k":"\u003C"}`,
 	`{"a":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`,
 }
 
@@ -28,13 +29,18 @@ func FuzzCanonicalJSON(f *testing.F) {
 			return
 		}
 		ref, err := canonicalJSON(raw)
-		if isCanonical(raw) {
+		if out, ok := canonicalize(raw); ok {
 			if err != nil {
-				t.Fatalf("isCanonical accepts %q, which canonicalJSON refuses: %v", raw, err)
+				t.Fatalf("canonicalize accepts %q, which canonicalJSON refuses: %v", raw, err)
 			}
-			if !bytes.Equal(ref, raw) {
-				t.Fatalf("isCanonical accepts %q, but its canonical form is %q", raw, ref)
+			if !bytes.Equal(ref, out) {
+				t.Fatalf("canonicalize(%q) = %q, but its canonical form is %q", raw, out, ref)
 			}
+			if isCanonical(raw) != bytes.Equal(raw, out) {
+				t.Fatalf("isCanonical(%q) = %v, yet canonicalize gives %q", raw, isCanonical(raw), out)
+			}
+		} else if isCanonical(raw) || isCompactCanonical(raw) {
+			t.Fatalf("isCanonical or isCompactCanonical accepts %q, which canonicalize refuses", raw)
 		}
 		if err == nil && bytes.Count(ref, []byte("[")) < canonMaxDepth/2 && bytes.Count(ref, []byte("{")) < canonMaxDepth/2 && !isCanonical(ref) {
 			t.Fatalf("isCanonical refuses canonicalJSON's output %q", ref)
@@ -54,6 +60,7 @@ func TestCanonicalJSON(t *testing.T) {
 		{`{"k":"\u0041\/\u000a"}`, `{"k":"A/\n"}`, false},
 		{`{"k":"a\nb\u0001<>&\u2028"}`, `{"k":"a\nb\u0001<>&\u2028"}`, true},
 		{`{"a":{"b":[1,2.5e3,"é"]},"b":true}`, `{"a":{"b":[1,2.5e3,"é"]},"b":true}`, true},
+		{`{"k":"\u003cb\u003e\u0026\\u003c"}`, `{"k":"<b>&\\u003c"}`, false},
 	} {
 		if got := isCanonical([]byte(tc.in)); got != tc.fast {
 			t.Errorf("isCanonical(%s) = %v, want %v", tc.in, got, tc.fast)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -270,7 +269,7 @@ func invoke[Resp Payload](ctx context.Context, c *Client, verb Verb, req Payload
 	if err := validate(); err != nil {
 		return zero, fmt.Errorf("rpc %s: %w", verb, &Error{Code: CodeBadRequest, Message: "invalid request: " + err.Error()})
 	}
-	body, err := json.Marshal(req)
+	body, err := encodeRequest(req)
 	if err != nil {
 		return zero, fmt.Errorf("rpc %s: encode request: %w", verb, err)
 	}

@@ -135,8 +135,8 @@ func (e *Event) ComputeHash() (Hash, error) {
 		// choird verifies every event of every heartbeat: a payload that
 		// is canonical already, as the agent writes them, is hashed as it
 		// is, without decoding and re-encoding it.
-		payload = e.Payload
-		if !isCanonical(payload) {
+		var ok bool
+		if payload, ok = canonicalize(e.Payload); !ok {
 			var err error
 			if payload, err = canonicalJSON(e.Payload); err != nil {
 				return Hash{}, fmt.Errorf("event rev %d: %w", e.Rev, err)
@@ -208,8 +208,11 @@ func CanonicalJSON(raw json.RawMessage) ([]byte, error) {
 	if len(raw) == 0 {
 		return []byte("{}"), nil
 	}
-	if isCanonical(raw) {
-		return bytes.Clone(raw), nil
+	if out, ok := canonicalize(raw); ok {
+		if len(out) > 0 && &out[0] == &raw[0] {
+			out = bytes.Clone(out) // never hand out the caller's buffer
+		}
+		return out, nil
 	}
 	return canonicalJSON(raw)
 }

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -38,9 +39,11 @@ const (
 )
 
 // Outbound delivers the lane's messages to the user (through choird's
-// SEND_OUTBOUND in production).
+// SEND_OUTBOUND in production). id is derived from the committed event that
+// produced the message, so that sending it again after a retry or a
+// restart is recognised by choird's outbox as the same message.
 type Outbound interface {
-	Send(ctx context.Context, text string) error
+	Send(ctx context.Context, id, text string) error
 }
 
 // Identity is what the edge's prompt is built from (spec 11.3).
@@ -75,7 +78,10 @@ type EdgeConfig struct {
 	RateLimitDelay time.Duration
 	// Window is how many committed events the prompt carries (default 50).
 	Window int
-	Logger *slog.Logger
+	// StatusFunc is called after every change of what Status reports: the
+	// state, the skill or its step. It must not block. Nil: not called.
+	StatusFunc func()
+	Logger     *slog.Logger
 }
 
 // UserMessage is one message from the user.
@@ -85,6 +91,10 @@ type UserMessage struct {
 	Attachments []string `json:"attachments,omitempty"`
 	// MessageID is the gateway's id, for deduplication on redelivery.
 	MessageID string `json:"message_id,omitempty"`
+	// InboxID is choird's inbox row: committed with the message so that
+	// choird marks the row delivered, and remembered so that a redelivered
+	// copy is dropped.
+	InboxID int64 `json:"inbox_id,omitempty"`
 }
 
 // Edge is the edge lane.
@@ -100,6 +110,14 @@ type Edge struct {
 	// window still shows.
 	refSummary string
 	windowFrom int64
+	// box holds what waits for the next safe point (control.go); wake
+	// tells an IDLE lane to look at it.
+	box  mailbox
+	wake chan struct{}
+	// abortStep abandons the model call in flight, nil between calls.
+	abortStep context.CancelFunc
+	// inbox holds the inbox rows taken in this session's chain.
+	inbox map[int64]struct{}
 
 	toolCalls atomic.Int64
 	tokens    atomic.Int64
@@ -123,15 +141,51 @@ func NewEdge(cfg EdgeConfig) *Edge {
 	if cfg.RateLimitDelay <= 0 {
 		cfg.RateLimitDelay = llm.DefaultRateLimitDelay
 	}
-	return &Edge{cfg: cfg, queue: make(chan UserMessage, 1024), state: EdgeIdle}
+	e := &Edge{cfg: cfg, queue: make(chan UserMessage, 1024), state: EdgeIdle, wake: make(chan struct{}, 1),
+		inbox: map[int64]struct{}{}}
+	// A resumed session's log holds the tail choird returned: the inbox
+	// rows it took are taken, and call IDs continue past every call in it
+	// (there are fewer calls than events), so an ID is never reused within
+	// the chain.
+	head, _ := cfg.Log.Head()
+	e.callSeq.Store(head)
+	if evs, err := cfg.Log.Range(cfg.Log.Oldest(), head); err == nil {
+		for _, ev := range evs {
+			if id := inboxIDOf(ev); id > 0 {
+				e.inbox[id] = struct{}{}
+			}
+		}
+	}
+	return e
 }
 
-// Deliver queues a user message; the lane takes it when it is IDLE.
+// inboxIDOf returns the inbox row a user_msg or injected_instruction event
+// took, or 0.
+func inboxIDOf(ev rpc.Event) int64 {
+	if ev.Type != rpc.EventUserMsg && ev.Type != rpc.EventInjectedInstruction {
+		return 0
+	}
+	var p struct {
+		InboxID int64 `json:"inbox_id"`
+	}
+	json.Unmarshal(ev.Payload, &p) //nolint:errcheck // no ID is the answer for a payload without one
+	return p.InboxID
+}
+
+// Deliver queues a user message; the lane takes it when it is IDLE. A
+// message whose inbox row this session already took is dropped with
+// [ErrDuplicateInbox].
 func (e *Edge) Deliver(m UserMessage) error {
+	if err := e.takeInbox(m.InboxID); err != nil {
+		return err
+	}
 	select {
 	case e.queue <- m:
 		return nil
 	default:
+		e.mu.Lock()
+		delete(e.inbox, m.InboxID) // not taken after all: choird may try again
+		e.mu.Unlock()
 		return errors.New("edge queue is full (1024 messages waiting)")
 	}
 }
@@ -145,8 +199,37 @@ func (e *Edge) State() State {
 
 func (e *Edge) set(s State) {
 	e.mu.Lock()
+	changed := e.state != s
 	e.state = s
 	e.mu.Unlock()
+	if changed {
+		e.notify()
+	}
+}
+
+func (e *Edge) notify() {
+	if e.cfg.StatusFunc != nil {
+		e.cfg.StatusFunc()
+	}
+}
+
+// Status is the lane's report for REPORT_STATUS: its state, the active
+// skill and its state, and what remains of the budgets that are set.
+func (e *Edge) Status() rpc.ReportStatusRequest {
+	st := rpc.ReportStatusRequest{Lane: "edge", State: string(e.State())}
+	if run := e.activeSkill(); run != nil {
+		st.Skill, st.Step = run.Skill().Name(), run.State()
+	}
+	calls, tokens := e.Budget()
+	if e.cfg.Budgets.MaxToolCallsPerSession > 0 {
+		calls = max(calls, 0)
+		st.BudgetRemaining.ToolCalls = &calls
+	}
+	if e.cfg.Budgets.TotalSessionTokens > 0 {
+		tokens = max(tokens, 0)
+		st.BudgetRemaining.Tokens = &tokens
+	}
+	return st
 }
 
 // Budget reports what remains of the session budgets.
@@ -157,18 +240,47 @@ func (e *Edge) Budget() (toolCalls, tokens int64) {
 // ErrBudgetExceeded ends the lane: budgets are never reset.
 var ErrBudgetExceeded = errors.New("session budget exceeded")
 
-// Run drives the state machine until ctx ends or a budget is exhausted.
+// Run drives the state machine until ctx ends, Stop is called or a budget
+// is exhausted.
 func (e *Edge) Run(ctx context.Context) error {
 	for {
 		e.set(EdgeIdle)
+		// IDLE is a safe point: what waits in the mailbox is applied before
+		// the next message is taken.
+		stop, err := e.idle(ctx)
+		if err != nil && ctx.Err() == nil {
+			e.cfg.Logger.ErrorContext(ctx, "edge lane failed at a safe point", slog.String("error", err.Error()))
+		}
+		if stop || ctx.Err() != nil {
+			e.set(EdgeTerminated)
+			return nil
+		}
 		var m UserMessage
 		select {
 		case <-ctx.Done():
 			e.set(EdgeTerminated)
 			return nil
+		case <-e.wake:
+			continue
 		case m = <-e.queue:
 		}
-		err := e.handle(ctx, m)
+		if e.stopping() {
+			// Stopped while the message was being taken: it stays in
+			// choird's inbox for the next session.
+			e.set(EdgeTerminated)
+			return nil
+		}
+		err = e.handle(ctx, m)
+		e.mu.Lock()
+		if e.box.cancel {
+			e.box.cancel = false
+			e.cfg.Logger.InfoContext(ctx, "the turn ended before the cancel reached a safe point",
+				slog.String("scope", e.box.cancelScope))
+		}
+		e.mu.Unlock()
+		if errors.Is(err, errTurnStopped) {
+			continue
+		}
 		if errors.Is(err, ErrBudgetExceeded) {
 			e.set(EdgeTerminated)
 			return err
@@ -194,14 +306,26 @@ func (e *Edge) handle(ctx context.Context, m UserMessage) error {
 	msgs := e.prompt(before, m)
 
 	for step := 0; ; step++ {
+		// Between two model steps every tool result of the last one is
+		// committed: a safe point.
+		var err error
+		if msgs, err = e.safePoint(ctx, msgs); err != nil {
+			return err
+		}
 		if step >= e.cfg.Budgets.MaxStepsPerMessage {
 			return e.finalize(ctx, fmt.Sprintf("I stopped after %d steps without finishing; please ask again, perhaps more narrowly.", step))
 		}
 		e.set(EdgeReasoning)
-		resp, err := e.complete(ctx, msgs)
+		resp, out, err := e.step(ctx, msgs)
 		if err != nil {
 			if ctx.Err() != nil {
 				return ctx.Err()
+			}
+			if errors.Is(err, errStepAborted) {
+				// A cancel abandoned the call: nothing of it was committed,
+				// and the safe point ends the turn.
+				_, err = e.safePoint(ctx, msgs)
+				return err
 			}
 			e.cfg.Logger.WarnContext(ctx, "model call failed", slog.String("error", err.Error()))
 			return e.finalize(ctx, userError(err))
@@ -211,9 +335,17 @@ func (e *Edge) handle(ctx context.Context, m UserMessage) error {
 			return ErrBudgetExceeded
 		}
 		if len(resp.ToolCalls) == 0 {
-			return e.finalize(ctx, resp.Content)
+			// A final answer is delivered even when a cancel or stop
+			// waits: the work is done.
+			return e.finalizeEvent(ctx, out, resp.Content)
 		}
 		msgs = append(msgs, llm.AssistantMessage(resp.Content, resp.ToolCalls...))
+		// The completed model call is a safe point too: a cancel or stop
+		// ends the turn before its tool calls run.
+		if e.interrupted() {
+			_, err := e.safePoint(ctx, msgs[:len(msgs)-1])
+			return err
+		}
 		e.set(EdgeWaitingTool)
 		for _, call := range resp.ToolCalls {
 			if n := e.toolCalls.Add(1); e.cfg.Budgets.MaxToolCallsPerSession > 0 && n > e.cfg.Budgets.MaxToolCallsPerSession {
@@ -229,23 +361,60 @@ func (e *Edge) handle(ctx context.Context, m UserMessage) error {
 	}
 }
 
-// complete calls the model once, commits the call record and the output.
-func (e *Edge) complete(ctx context.Context, msgs []llm.Message) (*llm.Response, error) {
+// errStepAborted is a model call abandoned by Cancel.
+var errStepAborted = errors.New("model call abandoned by a cancel")
+
+// interrupted reports whether a cancel or stop waits for the next safe
+// point.
+func (e *Edge) interrupted() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.box.cancel || e.box.stop
+}
+
+// step makes one model call that Cancel can abandon while it is in flight.
+func (e *Edge) step(ctx context.Context, msgs []llm.Message) (*llm.Response, rpc.Event, error) {
+	callCtx, abort := context.WithCancel(ctx)
+	defer abort()
+	e.mu.Lock()
+	cancelled := e.box.cancel
+	e.abortStep = abort
+	e.mu.Unlock()
+	defer func() {
+		e.mu.Lock()
+		e.abortStep = nil
+		e.mu.Unlock()
+	}()
+	if cancelled {
+		return nil, rpc.Event{}, errStepAborted
+	}
+	resp, out, err := e.complete(callCtx, ctx, msgs)
+	if err != nil && callCtx.Err() != nil && ctx.Err() == nil {
+		return nil, rpc.Event{}, errStepAborted
+	}
+	return resp, out, err
+}
+
+// complete calls the model once under callCtx, and commits the call record
+// and the output under ctx (a call that returned is committed even if a
+// cancel came meanwhile). It returns the model_output event.
+func (e *Edge) complete(callCtx, ctx context.Context, msgs []llm.Message) (*llm.Response, rpc.Event, error) {
 	model := e.cfg.Model() // a snapshot: a reload applies from the next call
 	policy := llm.RateLimitPolicy{DefaultDelay: e.cfg.RateLimitDelay,
 		NotifyFunc: func(ctx context.Context, rl *llm.RateLimitError, wait time.Duration) {
-			e.cfg.Out.Send(ctx, fmt.Sprintf("The model provider is rate-limiting me; retrying in %s.", wait.Round(time.Second))) //nolint:errcheck
+			_, h := e.cfg.Log.Head()
+			e.send(ctx, "ratelimit", h, fmt.Sprintf("The model provider is rate-limiting me; retrying in %s.", wait.Round(time.Second))) //nolint:errcheck
 			e.cfg.Logger.WarnContext(ctx, "model rate limited", slog.Duration("wait", wait))
 		}}
-	resp, err := e.cfg.LLM.CompleteWithRetry(ctx, llm.Request{Model: model, Messages: msgs, Tools: e.tools()}, policy)
+	resp, err := e.cfg.LLM.CompleteWithRetry(callCtx, llm.Request{Model: model, Messages: msgs, Tools: e.tools()}, policy)
 	if err != nil {
-		return nil, err
+		return nil, rpc.Event{}, err
 	}
 	e.tokens.Add(resp.Usage.PromptTokens + resp.Usage.CompletionTokens)
 	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventLLMCallCommitted, "edge", commitlog.LLMCall{Model: model.Name,
 		Lane: "edge", PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
 		LatencyMS: resp.Latency.Milliseconds()}); err != nil {
-		return nil, fmt.Errorf("commit llm call: %w", err)
+		return nil, rpc.Event{}, fmt.Errorf("commit llm call: %w", err)
 	}
 	out := map[string]any{"text": resp.Content}
 	if len(resp.ToolCalls) > 0 {
@@ -255,10 +424,11 @@ func (e *Edge) complete(ctx context.Context, msgs []llm.Message) (*llm.Response,
 		}
 		out["tool_calls"] = names
 	}
-	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventModelOutput, "edge", out); err != nil {
-		return nil, fmt.Errorf("commit model output: %w", err)
+	ev, err := e.cfg.Arbiter.Commit(ctx, rpc.EventModelOutput, "edge", out)
+	if err != nil {
+		return nil, rpc.Event{}, fmt.Errorf("commit model output: %w", err)
 	}
-	return resp, nil
+	return resp, ev, nil
 }
 
 // runTool answers one tool call: the skill tools are the lane's own,
@@ -308,6 +478,7 @@ func (e *Edge) startSkill(ctx context.Context, args json.RawMessage) (json.RawMe
 	e.mu.Lock()
 	e.skill = run
 	e.mu.Unlock()
+	e.notify()
 	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventSkillTransitionCommitted, "edge",
 		map[string]any{"skill": in.Name, "from": "", "to": run.State(), "event": "start"}); err != nil {
 		return nil, err
@@ -337,6 +508,7 @@ func (e *Edge) transition(ctx context.Context, call llm.ToolCall) (json.RawMessa
 	if err != nil {
 		return errJSON("transition_failed", err.Error()), nil
 	}
+	e.notify()
 	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventSkillTransitionCommitted, "edge", change); err != nil {
 		return nil, err
 	}
@@ -429,7 +601,16 @@ func (e *Edge) window(rev int64) []llm.Message {
 	compacted := e.windowFrom
 	e.mu.Unlock()
 	from := max(rev-int64(e.cfg.Window)+1, e.cfg.Log.Oldest(), 1, compacted)
-	evs, err := e.cfg.Log.Range(from, rev)
+	return e.render(from, rev)
+}
+
+// render turns the edge's committed events from through to into
+// conversation.
+func (e *Edge) render(from, to int64) []llm.Message {
+	if from > to {
+		return nil
+	}
+	evs, err := e.cfg.Log.Range(from, to)
 	if err != nil {
 		return nil
 	}
@@ -443,6 +624,7 @@ func (e *Edge) window(rev int64) []llm.Message {
 			Tool    string `json:"tool"`
 			Status  string `json:"status"`
 			Summary string `json:"summary"`
+			Source  string `json:"source"`
 		}
 		json.Unmarshal(ev.Payload, &p) //nolint:errcheck // best effort: a window, not the record
 		switch ev.Type {
@@ -454,22 +636,52 @@ func (e *Edge) window(rev int64) []llm.Message {
 			}
 		case rpc.EventToolResultCommitted:
 			out = append(out, llm.AssistantMessage(fmt.Sprintf("[earlier tool call %s: %s]", p.Tool, p.Status)))
+		case rpc.EventInjectedInstruction:
+			if p.Source == approvalSource {
+				out = append(out, llm.SystemMessage(p.Text))
+			} else {
+				out = append(out, llm.UserMessage(injectedText(p.Text)))
+			}
 		}
 	}
 	return out
 }
 
-// finalize delivers the answer and returns to IDLE.
+// finalize delivers a message of the lane's own (an error, a budget
+// notice) and returns to IDLE. Its ID derives from the last committed
+// event, which is what the message answers.
 func (e *Edge) finalize(ctx context.Context, text string) error {
+	_, h := e.cfg.Log.Head()
+	return e.finalizeAs(ctx, "notice", h, text)
+}
+
+// finalizeEvent delivers the model's answer, committed as ev, and returns
+// to IDLE.
+func (e *Edge) finalizeEvent(ctx context.Context, ev rpc.Event, text string) error {
+	return e.finalizeAs(ctx, "reply", ev.Hash, text)
+}
+
+func (e *Edge) finalizeAs(ctx context.Context, kind string, h rpc.Hash, text string) error {
 	e.set(EdgeFinalizing)
 	if strings.TrimSpace(text) == "" {
 		text = "(no answer)"
 	}
-	if err := e.cfg.Out.Send(ctx, text); err != nil {
+	if err := e.send(ctx, kind, h, text); err != nil {
 		return fmt.Errorf("send answer: %w", err)
 	}
 	return nil
 }
+
+// send hands a message to the user under an ID derived from the committed
+// event it belongs to and the kind of message, so that the same message is
+// never queued twice by choird (its outbox is unique on the ID).
+func (e *Edge) send(ctx context.Context, kind string, h rpc.Hash, text string) error {
+	return e.cfg.Out.Send(ctx, MessageID(kind, h), text)
+}
+
+// MessageID is the outbound message ID of the message of this kind that the
+// committed event with hash h produced.
+func MessageID(kind string, h rpc.Hash) string { return kind + "-" + h.String() }
 
 // userError words a model failure for the user (spec 7.7): no automatic
 // retry, the user can simply ask again.
@@ -499,14 +711,29 @@ type EdgeSnapshot struct {
 	// ReferenceSummary and WindowFrom are the lane's compacted memory.
 	ReferenceSummary string `json:"reference_summary,omitempty"`
 	WindowFrom       int64  `json:"event_window_boundary,omitempty"`
+	// InboxIDs are the inbox rows taken before the snapshot (the latest
+	// snapshotInboxIDs of them), which the tail after it does not show.
+	InboxIDs []int64 `json:"inbox_ids,omitempty"`
 }
+
+// snapshotInboxIDs bounds the inbox rows a snapshot carries. choird marks
+// a row delivered as soon as its event is replicated, so only the latest
+// rows can still come back; older ones are kept for good measure.
+const snapshotInboxIDs = 4096
 
 // Snapshot returns the lane's state for a working-memory snapshot.
 func (e *Edge) Snapshot() EdgeSnapshot {
 	s := EdgeSnapshot{ToolCallsUsed: e.toolCalls.Load(), TokensUsed: e.tokens.Load()}
 	e.mu.Lock()
 	s.ReferenceSummary, s.WindowFrom = e.refSummary, e.windowFrom
+	for id := range e.inbox {
+		s.InboxIDs = append(s.InboxIDs, id)
+	}
 	e.mu.Unlock()
+	slices.Sort(s.InboxIDs)
+	if n := len(s.InboxIDs); n > snapshotInboxIDs {
+		s.InboxIDs = s.InboxIDs[n-snapshotInboxIDs:]
+	}
 	if run := e.activeSkill(); run != nil {
 		snap := run.Snapshot()
 		s.Skill = &snap
@@ -522,6 +749,9 @@ func (e *Edge) Restore(s EdgeSnapshot) error {
 	e.tokens.Store(s.TokensUsed)
 	e.mu.Lock()
 	e.refSummary, e.windowFrom = s.ReferenceSummary, s.WindowFrom
+	for _, id := range s.InboxIDs {
+		e.inbox[id] = struct{}{}
+	}
 	e.mu.Unlock()
 	if s.Skill == nil || e.cfg.Skills == nil {
 		return nil

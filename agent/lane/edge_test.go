@@ -3,11 +3,13 @@ package lane_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -29,17 +31,25 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 type sink struct {
 	mu   sync.Mutex
 	msgs []string
+	ids  []string
 	got  chan string
 }
 
 func newSink() *sink { return &sink{got: make(chan string, 64)} }
 
-func (s *sink) Send(_ context.Context, text string) error {
+func (s *sink) Send(_ context.Context, id, text string) error {
 	s.mu.Lock()
 	s.msgs = append(s.msgs, text)
+	s.ids = append(s.ids, id)
 	s.mu.Unlock()
 	s.got <- text
 	return nil
+}
+
+func (s *sink) sentIDs() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.ids)
 }
 
 func (s *sink) next(t *testing.T) string {
@@ -60,6 +70,30 @@ type bundle struct {
 	out  *sink
 	srv  *llmtest.Server
 	done chan error
+	// statusCalls counts StatusFunc calls.
+	statusCalls atomic.Int64
+}
+
+// approver files approvals as choird would, one per request ID.
+type approver struct {
+	mu sync.Mutex
+	n  int
+	by map[string]string
+}
+
+func (a *approver) RequestApproval(_ context.Context, requestID string, req rpc.ApprovalRequest) (rpc.ApprovalResponse, error) {
+	if err := req.Validate(); err != nil {
+		return rpc.ApprovalResponse{}, err
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	id, ok := a.by[requestID]
+	if !ok {
+		a.n++
+		id = fmt.Sprintf("appr-%d", a.n)
+		a.by[requestID] = id
+	}
+	return rpc.ApprovalResponse{ApprovalID: id, Status: rpc.ApprovalPending}, nil
 }
 
 func setup(t *testing.T, budgets lane.Budgets, steps ...llmtest.Step) *bundle {
@@ -78,15 +112,18 @@ func setup(t *testing.T, budgets lane.Budgets, steps ...llmtest.Step) *bundle {
 	if err != nil {
 		t.Fatal(err)
 	}
-	arb := arbiter.New(arbiter.Config{Appender: app, Tools: reg, Env: tool.Env{Workspace: ws}})
+	arb := arbiter.New(arbiter.Config{Appender: app, Tools: reg, Env: tool.Env{Workspace: ws},
+		Approvals: &approver{by: map[string]string{}}})
 	out := newSink()
-	edge := lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, Skills: skills, LLM: &llm.Client{},
+	b := &bundle{log: log, ws: ws, out: out, srv: srv, done: make(chan error, 1)}
+	b.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, Skills: skills, LLM: &llm.Client{},
 		Model: srv.Model, Out: out, Budgets: budgets, RateLimitDelay: 10 * time.Millisecond,
-		Identity: lane.Identity{Instructions: "You are the edge lane.", User: "The user is Ada.", Soul: "Be brief."}})
+		StatusFunc: func() { b.statusCalls.Add(1) },
+		Identity:   lane.Identity{Instructions: "You are the edge lane.", User: "The user is Ada.", Soul: "Be brief."}})
+	edge := b.edge
 	ctx, cancel := context.WithCancel(context.Background())
 	arbDone := make(chan struct{})
 	go func() { arb.Run(ctx); close(arbDone) }()
-	b := &bundle{edge: edge, log: log, ws: ws, out: out, srv: srv, done: make(chan error, 1)}
 	go func() { b.done <- edge.Run(ctx) }()
 	t.Cleanup(func() { cancel(); <-b.done; <-arbDone })
 	return b

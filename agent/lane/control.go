@@ -1,0 +1,344 @@
+package lane
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/choirhq/choir/agent/llm"
+	"github.com/choirhq/choir/rpc"
+)
+
+// This file holds what reaches the edge lane besides user messages:
+// injected instructions, approval outcomes, cancel, compaction and stop
+// requests. They wait in a mailbox and are applied by the lane's own
+// goroutine at a safe point (spec 7.8): between model steps of a running
+// turn, once every tool result of the step is committed, or at once when
+// the lane is IDLE. No request makes the lane call the model by itself,
+// except compaction, which is one.
+
+// Injection is an instruction the user added with /inject: appended to the
+// edge's context at the next safe point, never queued as a message.
+type Injection struct {
+	InboxID int64  `json:"inbox_id"`
+	Text    string `json:"text"`
+}
+
+// ApprovalResolution is how an approval the lane asked for ended.
+type ApprovalResolution struct {
+	ApprovalID string    `json:"approval_id"`
+	Status     string    `json:"status"`
+	ResolvedBy string    `json:"resolved_by"`
+	ResolvedAt time.Time `json:"resolved_at"`
+}
+
+// ErrDuplicateInbox is returned for a message or injection whose inbox row
+// this session has already taken: choird redelivers rows it has not yet seen
+// committed, so a second copy is expected now and then and is dropped.
+var ErrDuplicateInbox = errors.New("inbox row already taken in this session")
+
+// injectionSource and approvalSource tell the two kinds of
+// injected_instruction event apart.
+const (
+	injectionSource = "user"
+	approvalSource  = "approval"
+)
+
+// injectedEvent is the payload of an injected_instruction event the user
+// caused with /inject. choird marks the inbox row delivered when it sees
+// inbox_id replicated.
+type injectedEvent struct {
+	Source  string `json:"source"`
+	InboxID int64  `json:"inbox_id"`
+	Text    string `json:"text"`
+}
+
+// approvalEvent is the payload of an injected_instruction event that
+// brings an approval's outcome into the lane's context. Text is what the
+// model is shown.
+type approvalEvent struct {
+	Source     string    `json:"source"`
+	ApprovalID string    `json:"approval_id"`
+	Status     string    `json:"status"`
+	ResolvedBy string    `json:"resolved_by"`
+	ResolvedAt time.Time `json:"resolved_at"`
+	Tool       string    `json:"tool,omitempty"`
+	CallID     string    `json:"call_id,omitempty"`
+	Text       string    `json:"text"`
+}
+
+// cancelEvent is the payload of a cancelled event.
+type cancelEvent struct {
+	Scope  string `json:"scope"`
+	Reason string `json:"reason,omitempty"`
+	// State is the lane's state when the turn stopped.
+	State State `json:"state"`
+}
+
+// mailbox is what waits for the next safe point; guarded by Edge.mu.
+type mailbox struct {
+	injections []Injection
+	approvals  []ApprovalResolution
+	compact    bool
+	// cancel is set while a cancel of the running turn waits; cancelScope
+	// and cancelReason describe it.
+	cancel       bool
+	cancelScope  string
+	cancelReason string
+	// stop is set once the lane is asked to end; it is never cleared.
+	stop       bool
+	stopReason string
+}
+
+// wakeUp tells the lane's goroutine that its mailbox has something.
+func (e *Edge) wakeUp() {
+	select {
+	case e.wake <- struct{}{}:
+	default:
+	}
+}
+
+// takeInbox records an inbox row as taken, or reports that it already was.
+// Rows without an ID (tests, the console before the inbox existed) are
+// never deduplicated.
+func (e *Edge) takeInbox(id int64) error {
+	if id <= 0 {
+		return nil
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if _, ok := e.inbox[id]; ok {
+		return fmt.Errorf("inbox row %d: %w", id, ErrDuplicateInbox)
+	}
+	e.inbox[id] = struct{}{}
+	return nil
+}
+
+// Inject queues an instruction for the lane's next safe point: between two
+// model steps of the running turn, or at once if the lane is IDLE, where it
+// is committed and becomes part of the next turn's context.
+func (e *Edge) Inject(in Injection) error {
+	if err := e.takeInbox(in.InboxID); err != nil {
+		return err
+	}
+	e.mu.Lock()
+	e.box.injections = append(e.box.injections, in)
+	e.mu.Unlock()
+	e.wakeUp()
+	return nil
+}
+
+// ResolveApproval brings an approval's outcome into the lane's context at
+// its next safe point. It causes no model call by itself.
+func (e *Edge) ResolveApproval(r ApprovalResolution) {
+	e.mu.Lock()
+	e.box.approvals = append(e.box.approvals, r)
+	e.mu.Unlock()
+	e.wakeUp()
+}
+
+// RequestCompaction compacts the lane's window at its next safe point, as
+// choir.memory.compact would.
+func (e *Edge) RequestCompaction() {
+	e.mu.Lock()
+	e.box.compact = true
+	e.mu.Unlock()
+	e.wakeUp()
+}
+
+// Cancel stops the running turn at its next safe point: a model call in
+// flight is abandoned (nothing of it is committed), a tool call in flight
+// runs to its committed result. It reports false when the lane is not in a
+// turn, and then does nothing.
+func (e *Edge) Cancel(scope, reason string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.state == EdgeIdle || e.state == EdgeTerminated {
+		return false
+	}
+	e.box.cancel, e.box.cancelScope, e.box.cancelReason = true, scope, reason
+	if e.abortStep != nil {
+		e.abortStep()
+	}
+	return true
+}
+
+// Stop ends the lane at its next safe point: the model step in flight
+// finishes (a final answer is still delivered), nothing further starts, and
+// Run returns. Messages still queued are left to choird, which redelivers
+// them to the next session.
+func (e *Edge) Stop(reason string) {
+	e.mu.Lock()
+	if !e.box.stop {
+		e.box.stop, e.box.stopReason = true, reason
+	}
+	e.mu.Unlock()
+	e.wakeUp()
+}
+
+func (e *Edge) stopping() bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.box.stop
+}
+
+// errTurnStopped ends a turn that a cancel or a stop ended at a safe point;
+// the user has been told.
+var errTurnStopped = errors.New("turn stopped at a safe point")
+
+// safePoint applies the mailbox between two model steps of a turn. It
+// appends what the model must see to msgs, and returns errTurnStopped when
+// the turn must end here.
+func (e *Edge) safePoint(ctx context.Context, msgs []llm.Message) ([]llm.Message, error) {
+	e.mu.Lock()
+	box := e.box
+	e.box.injections, e.box.approvals, e.box.compact, e.box.cancel = nil, nil, false, false
+	e.mu.Unlock()
+	// Approvals first: they are facts the model asked for; then what the
+	// user added.
+	for _, r := range box.approvals {
+		ev, err := e.commitApproval(ctx, r)
+		if err != nil {
+			return msgs, err
+		}
+		msgs = append(msgs, llm.SystemMessage(ev.Text))
+	}
+	for _, in := range box.injections {
+		if err := e.commitInjection(ctx, in); err != nil {
+			return msgs, err
+		}
+		msgs = append(msgs, llm.UserMessage(injectedText(in.Text)))
+	}
+	switch {
+	case box.stop:
+		return msgs, e.stopTurn(ctx, "shutdown", box.stopReason,
+			"I am shutting down and stopped before finishing your last message; please ask again once I am back.")
+	case box.cancel:
+		return msgs, e.stopTurn(ctx, box.cancelScope, box.cancelReason, "Cancelled: I stopped working on your last message.")
+	}
+	if box.compact {
+		if _, err := e.compact(ctx); err != nil {
+			return msgs, err
+		}
+	}
+	return msgs, nil
+}
+
+// idle applies the mailbox while no turn runs. It reports whether the lane
+// must stop.
+func (e *Edge) idle(ctx context.Context) (stop bool, err error) {
+	e.mu.Lock()
+	box := e.box
+	e.box.injections, e.box.approvals, e.box.compact, e.box.cancel = nil, nil, false, false
+	e.mu.Unlock()
+	for _, r := range box.approvals {
+		if _, err := e.commitApproval(ctx, r); err != nil {
+			return false, err
+		}
+	}
+	if box.stop {
+		// Injections not committed stay undelivered in choird's inbox and
+		// come back with the next session.
+		return true, nil
+	}
+	for _, in := range box.injections {
+		if err := e.commitInjection(ctx, in); err != nil {
+			return false, err
+		}
+	}
+	if box.cancel {
+		e.cfg.Logger.InfoContext(ctx, "cancel arrived after the turn ended; nothing to cancel",
+			slog.String("scope", box.cancelScope))
+	}
+	if box.compact {
+		e.set(EdgeReasoning)
+		res, err := e.compact(ctx)
+		e.set(EdgeIdle)
+		if err != nil {
+			return false, err
+		}
+		e.cfg.Logger.InfoContext(ctx, "window compacted on request", slog.String("result", string(res)))
+	}
+	return false, nil
+}
+
+func (e *Edge) commitInjection(ctx context.Context, in Injection) error {
+	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventInjectedInstruction, "edge",
+		injectedEvent{Source: injectionSource, InboxID: in.InboxID, Text: in.Text}); err != nil {
+		return fmt.Errorf("commit injected instruction: %w", err)
+	}
+	return nil
+}
+
+func (e *Edge) commitApproval(ctx context.Context, r ApprovalResolution) (approvalEvent, error) {
+	ev := approvalEvent{Source: approvalSource, ApprovalID: r.ApprovalID, Status: r.Status, ResolvedBy: r.ResolvedBy,
+		ResolvedAt: r.ResolvedAt.UTC()}
+	what := "your request"
+	if call, ok := e.findApproval(r.ApprovalID); ok {
+		ev.Tool, ev.CallID = call.tool, call.callID
+		what = "your " + call.tool + " request"
+		if call.summary != "" {
+			what += " (" + call.summary + ")"
+		}
+	}
+	ev.Text = fmt.Sprintf("Approval %s: %s was %s by %s.", r.ApprovalID, what, r.Status, r.ResolvedBy)
+	if r.Status == string(rpc.ApprovalApproved) {
+		ev.Text += " choird applies it; nothing is needed from you."
+	}
+	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventInjectedInstruction, "edge", ev); err != nil {
+		return ev, fmt.Errorf("commit approval %s: %w", r.ApprovalID, err)
+	}
+	return ev, nil
+}
+
+type approvalCall struct{ tool, callID, summary string }
+
+// findApproval looks in the log for the tool result that filed the
+// approval, to tell the model which of its proposals was decided. The log
+// is the memory here: it survives a restart, a map would not.
+func (e *Edge) findApproval(id string) (approvalCall, bool) {
+	head, _ := e.cfg.Log.Head()
+	evs, err := e.cfg.Log.Range(e.cfg.Log.Oldest(), head)
+	if err != nil {
+		return approvalCall{}, false
+	}
+	for _, ev := range slices.Backward(evs) {
+		if ev.Type != rpc.EventToolResultCommitted || !strings.Contains(string(ev.Payload), id) {
+			continue
+		}
+		var p struct {
+			CallID string `json:"call_id"`
+			Tool   string `json:"tool"`
+			Output struct {
+				Output struct {
+					ApprovalID string `json:"approval_id"`
+					Request    string `json:"request"`
+				} `json:"output"`
+			} `json:"output"`
+		}
+		if json.Unmarshal(ev.Payload, &p) == nil && p.Output.Output.ApprovalID == id {
+			return approvalCall{tool: p.Tool, callID: p.CallID, summary: p.Output.Output.Request}, true
+		}
+	}
+	return approvalCall{}, false
+}
+
+// stopTurn ends the running turn: the cancel is committed and the user told.
+func (e *Edge) stopTurn(ctx context.Context, scope, reason, reply string) error {
+	ev, err := e.cfg.Arbiter.Commit(ctx, rpc.EventCancelled, "edge", cancelEvent{Scope: scope, Reason: reason, State: e.State()})
+	if err != nil {
+		return fmt.Errorf("commit cancel: %w", err)
+	}
+	e.set(EdgeFinalizing)
+	if err := e.send(ctx, "cancel", ev.Hash, reply); err != nil {
+		return fmt.Errorf("send cancel notice: %w", err)
+	}
+	return errTurnStopped
+}
+
+func injectedText(text string) string { return "Injected instruction: " + text }

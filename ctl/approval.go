@@ -1,0 +1,103 @@
+package ctl
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+)
+
+// approval mirrors daemon.Approval.
+type approval struct {
+	ID          string          `json:"approval_id"`
+	AgentID     string          `json:"agent_id"`
+	SessionID   string          `json:"session_id"`
+	RequestType string          `json:"request_type"`
+	Summary     string          `json:"summary"`
+	Payload     json.RawMessage `json:"payload"`
+	Status      string          `json:"status"`
+	CreatedAt   time.Time       `json:"created_at"`
+	ExpiresAt   time.Time       `json:"expires_at"`
+	ResolvedAt  *time.Time      `json:"resolved_at,omitempty"`
+	ResolvedBy  string          `json:"resolved_by,omitempty"`
+}
+
+func printApproval(w io.Writer, a approval) {
+	fmt.Fprintf(w, "approval:   %s\n", a.ID)
+	fmt.Fprintf(w, "agent:      %s (session %s)\n", a.AgentID, a.SessionID)
+	fmt.Fprintf(w, "type:       %s\n", a.RequestType)
+	fmt.Fprintf(w, "summary:    %s\n", a.Summary)
+	fmt.Fprintf(w, "status:     %s\n", a.Status)
+	fmt.Fprintf(w, "requested:  %s\n", a.CreatedAt.Local().Format(time.DateTime))
+	if a.ResolvedAt != nil {
+		fmt.Fprintf(w, "resolved:   %s by %s\n", a.ResolvedAt.Local().Format(time.DateTime), a.ResolvedBy)
+	} else {
+		fmt.Fprintf(w, "expires:    %s\n", a.ExpiresAt.Local().Format(time.DateTime))
+	}
+	if len(a.Payload) > 0 && string(a.Payload) != "null" && string(a.Payload) != "{}" {
+		fmt.Fprintf(w, "payload:    %s\n", a.Payload)
+	}
+}
+
+func newApprovalCommand(g *globals) *cobra.Command {
+	cmd := &cobra.Command{Use: "approval", Short: "List, show, approve and reject agents' approval requests"}
+	var asJSON bool
+	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print results as JSON")
+	var agent string
+	list := &cobra.Command{Use: "list", Short: "List pending approvals, oldest first", Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			path := "/v1/approvals"
+			if agent != "" {
+				path = agentPath(agent, "approvals")
+			}
+			var out []approval
+			if err := adminCall(cmd.Context(), g, http.MethodGet, path, nil, &out); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(g.stdout, out)
+			}
+			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "APPROVAL\tAGENT\tTYPE\tEXPIRES\tSUMMARY")
+			for _, a := range out {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.ID, a.AgentID, a.RequestType,
+					a.ExpiresAt.Local().Format(time.DateTime), a.Summary)
+			}
+			return tw.Flush()
+		}}
+	list.Flags().StringVar(&agent, "agent", "", "only this agent's approvals")
+	show := &cobra.Command{Use: "show <id>", Short: "Show an approval: what, who, when", Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			var out approval
+			if err := adminCall(cmd.Context(), g, http.MethodGet, "/v1/approvals/"+url.PathEscape(args[0]), nil, &out); err != nil {
+				return err
+			}
+			if asJSON {
+				return writeJSON(g.stdout, out)
+			}
+			printApproval(g.stdout, out)
+			return nil
+		}}
+	decide := func(verb, short string) *cobra.Command {
+		return &cobra.Command{Use: verb + " <id>", Short: short, Args: cobra.ExactArgs(1),
+			RunE: func(cmd *cobra.Command, args []string) error {
+				var out approval
+				if err := adminCall(cmd.Context(), g, http.MethodPost, "/v1/approvals/"+url.PathEscape(args[0])+"/"+verb,
+					nil, &out); err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(g.stdout, out)
+				}
+				fmt.Fprintf(g.stdout, "%s: %s (%s)\n", out.Status, out.Summary, out.AgentID)
+				return nil
+			}}
+	}
+	cmd.AddCommand(list, show, decide("approve", "Approve a pending approval"), decide("reject", "Reject a pending approval"))
+	return cmd
+}

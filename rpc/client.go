@@ -269,7 +269,7 @@ func invoke[Resp Payload](ctx context.Context, c *Client, verb Verb, req Payload
 	if err := validate(); err != nil {
 		return zero, fmt.Errorf("rpc %s: %w", verb, &Error{Code: CodeBadRequest, Message: "invalid request: " + err.Error()})
 	}
-	body, err := encodeRequest(req)
+	body, err := encodePayload(req)
 	if err != nil {
 		return zero, fmt.Errorf("rpc %s: encode request: %w", verb, err)
 	}

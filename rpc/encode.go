@@ -8,22 +8,31 @@ import (
 	"unicode/utf8"
 )
 
-// jsonAppender is implemented by requests that the client encodes without
-// reflection. It appends exactly the bytes json.Marshal would produce, or
+// jsonAppender is implemented by payloads encoded without reflection. It
+// appends exactly the bytes json.Marshal would produce, or
 // reports false for a value it leaves to json.Marshal.
 type jsonAppender interface {
 	appendJSON(dst []byte) ([]byte, bool)
 }
 
-// encodeRequest encodes a request payload as json.Marshal does, faster for
-// the requests sent most often.
-func encodeRequest(req Payload) ([]byte, error) {
-	if a, ok := req.(jsonAppender); ok {
-		if b, ok := a.appendJSON(make([]byte, 0, 1024)); ok {
+// encodePayload encodes a payload as json.Marshal does, faster for the
+// calls made most often.
+func encodePayload(p Payload) ([]byte, error) {
+	if a, ok := p.(jsonAppender); ok {
+		if b, ok := a.appendJSON(nil); ok {
 			return b, nil
 		}
 	}
-	return json.Marshal(req)
+	return json.Marshal(p)
+}
+
+// appendJSON encodes a heartbeat's response as json.Marshal does.
+func (r HeartbeatResponse) appendJSON(b []byte) ([]byte, bool) {
+	b = append(b, `{"ack_rev":`...)
+	b = strconv.AppendInt(b, r.AckRev, 10)
+	b = append(b, `,"config_version_latest":`...)
+	b = strconv.AppendInt(b, r.ConfigVersionLatest, 10)
+	return append(b, '}'), true
 }
 
 // appendJSON encodes a heartbeat, the agent's most frequent call. Its
@@ -31,6 +40,13 @@ func encodeRequest(req Payload) ([]byte, error) {
 // log writes them, needs only encoding/json's HTML escaping, where
 // json.Marshal would scan it again to compact and validate it.
 func (r HeartbeatRequest) appendJSON(b []byte) ([]byte, bool) {
+	if b == nil {
+		n := 256
+		for i := range r.Patches {
+			n += 320 + len(r.Patches[i].Payload)
+		}
+		b = make([]byte, 0, n)
+	}
 	b = append(b, `{"base_rev":`...)
 	b = strconv.AppendInt(b, r.BaseRev, 10)
 	b = append(b, `,"new_rev":`...)

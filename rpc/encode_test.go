@@ -43,6 +43,16 @@ func FuzzEncodeHeartbeat(f *testing.F) {
 	})
 }
 
+func TestEncodeHeartbeatResponse(t *testing.T) {
+	t.Parallel()
+	for _, r := range []HeartbeatResponse{{}, {AckRev: 12, ConfigVersionLatest: 3}, {AckRev: -1, ConfigVersionLatest: 1 << 62}} {
+		got, _ := r.appendJSON(nil)
+		if want, _ := json.Marshal(r); !bytes.Equal(got, want) {
+			t.Errorf("appendJSON wrote %s, json.Marshal %s", got, want)
+		}
+	}
+}
+
 func TestEncodeHeartbeatTakesCanonicalPayloads(t *testing.T) {
 	t.Parallel()
 	e := Event{Rev: 1, Type: EventModelOutput, Lane: "edge", Payload: json.RawMessage(`{"text":"a < b && c > d"}`), CreatedAt: time.Now()}

@@ -11,8 +11,6 @@ import (
 	"mime"
 	"net/http"
 	"strings"
-
-	"github.com/google/uuid"
 )
 
 // HTTP mapping of the envelope. Both transports speak HTTP/1.1; only the
@@ -145,11 +143,33 @@ func checkSessionID(path, id string) error {
 	if id == "" {
 		return invalid(path, "required")
 	}
-	u, err := uuid.Parse(id)
-	if err != nil || u.String() != id {
+	if !isSessionID(id) {
 		return invalid(path, "not a session ID (want a lowercase UUID)")
 	}
 	return nil
+}
+
+// isSessionID reports whether id is a UUID as uuid.UUID.String writes it:
+// lowercase hex digits grouped 8-4-4-4-12. It checks every call, so it
+// avoids parsing and re-rendering the UUID.
+func isSessionID(id string) bool {
+	if len(id) != 36 {
+		return false
+	}
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		switch i {
+		case 8, 13, 18, 23:
+			if c != '-' {
+				return false
+			}
+		default:
+			if !('0' <= c && c <= '9' || 'a' <= c && c <= 'f') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // quotePath quotes s for an error message, truncated: it comes from the
@@ -198,9 +218,33 @@ func LeaseTokenMatches(token string, hash []byte) bool {
 // ValidLeaseTokenFormat reports whether token has the form NewLeaseToken
 // produces. A malformed token is refused before any lookup.
 func ValidLeaseTokenFormat(token string) bool {
+	// Strict unpadded base64url of 32 bytes: 43 characters of the
+	// alphabet, the last carrying 2 bits of padding that must be zero.
+	// Checked by hand, without decoding into a fresh buffer, on every call.
 	if len(token) != base64.RawURLEncoding.EncodedLen(leaseTokenBytes) {
 		return false
 	}
-	_, err := base64.RawURLEncoding.Strict().DecodeString(token)
-	return err == nil
+	for i := 0; i < len(token); i++ {
+		if base64URLValue(token[i]) < 0 {
+			return false
+		}
+	}
+	return base64URLValue(token[len(token)-1])&3 == 0
+}
+
+// base64URLValue is the 6-bit value of a base64url character, or -1.
+func base64URLValue(c byte) int {
+	switch {
+	case 'A' <= c && c <= 'Z':
+		return int(c - 'A')
+	case 'a' <= c && c <= 'z':
+		return int(c-'a') + 26
+	case '0' <= c && c <= '9':
+		return int(c-'0') + 52
+	case c == '-':
+		return 62
+	case c == '_':
+		return 63
+	}
+	return -1
 }

@@ -411,7 +411,7 @@ func (s *Server) invoke(ctx context.Context, def verbDef, c Call, req Payload) (
 		return outcome{err: s.internal(ctx, CodeInternal, string(c.Verb)+" handler",
 			fmt.Errorf("handler returned an invalid response: %w", err))}
 	}
-	b, err := json.Marshal(resp)
+	b, err := encodePayload(resp)
 	if err != nil {
 		return outcome{err: s.internal(ctx, CodeInternal, string(c.Verb)+" handler", fmt.Errorf("encode response: %w", err))}
 	}
@@ -575,9 +575,12 @@ func encodeErrorBody(e *Error) []byte {
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
 
+// jsonContentType is shared by every response: net/http only reads it.
+var jsonContentType = []string{"application/json"}
+
 func writeJSON(w http.ResponseWriter, status int, b []byte) {
 	h := w.Header()
-	h.Set("Content-Type", "application/json")
+	h["Content-Type"] = jsonContentType
 	h.Set("Content-Length", strconv.Itoa(len(b)))
 	w.WriteHeader(status)
 	w.Write(b)

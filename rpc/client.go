@@ -98,6 +98,11 @@ type Client struct {
 	idle      time.Duration
 	log       *slog.Logger
 	transport string
+	// verbURLs, sessionHeader and authHeader are built once and shared by
+	// every call.
+	verbURLs      map[Verb]*url.URL
+	sessionHeader []string
+	authHeader    []string
 }
 
 // NewClient returns a client for opts. It does not connect: the first call
@@ -184,6 +189,15 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		return nil, fmt.Errorf("new rpc client: control plane %q: want %s or %s", opts.ControlPlane, TransportUDS, TransportHTTP)
 	}
 	c.hc = &http.Client{Transport: tr}
+	c.verbURLs = make(map[Verb]*url.URL, len(Verbs))
+	for _, v := range Verbs {
+		u, err := url.Parse(c.base + PathRPCPrefix + string(v))
+		if err != nil {
+			return nil, fmt.Errorf("new rpc client: %w", err)
+		}
+		c.verbURLs[v] = u
+	}
+	c.sessionHeader, c.authHeader = []string{c.session}, []string{c.auth}
 	return c, nil
 }
 
@@ -303,23 +317,52 @@ func invoke[Resp Payload](ctx context.Context, c *Client, verb Verb, req Payload
 }
 
 func (c *Client) post(ctx context.Context, verb Verb, id string, body []byte) (int, []byte, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+PathRPCPrefix+string(verb), bytes.NewReader(body))
-	if err != nil {
-		return 0, nil, err
+	u := c.verbURLs[verb]
+	if u == nil {
+		return 0, nil, fmt.Errorf("unknown verb %s", verb)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(HeaderRequestID, id)
-	c.setAuth(req)
+	// Built by hand rather than by http.NewRequestWithContext, which
+	// parses the URL and allocates each header anew on every call. The
+	// URL and the header values are shared and only ever read: the
+	// transport does not modify a request. GetBody is left nil: the
+	// transport never retries a POST by itself, and the server never
+	// redirects.
+	req := (&http.Request{
+		Method: http.MethodPost,
+		URL:    u,
+		Host:   u.Host,
+		Header: http.Header{
+			"Content-Type":      jsonContentType,
+			HeaderRequestID:     {id},
+			HeaderSessionID:     c.sessionHeader,
+			HeaderAuthorization: c.authHeader,
+		},
+		Body:          io.NopCloser(bytes.NewReader(body)),
+		ContentLength: int64(len(body)),
+	}).WithContext(ctx)
 	res, err := c.hc.Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
 	defer res.Body.Close()
-	b, err := readCapped(res.Body, c.maxResp)
+	b, err := readResponse(res, c.maxResp)
 	if err != nil {
 		return 0, nil, err
 	}
 	return res.StatusCode, b, nil
+}
+
+// readResponse reads a response's body under the size cap, in one
+// allocation when its length is known.
+func readResponse(res *http.Response, limit int) ([]byte, error) {
+	if n := res.ContentLength; n >= 0 && n <= int64(limit) {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(res.Body, b); err != nil {
+			return nil, fmt.Errorf("read response: %w", err)
+		}
+		return b, nil
+	}
+	return readCapped(res.Body, limit)
 }
 
 func (c *Client) setAuth(req *http.Request) {

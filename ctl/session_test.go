@@ -1,0 +1,158 @@
+package ctl
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/dbtest"
+)
+
+// runSessionCommands runs the command groups of session.go, model.go and
+// approval.go as Run runs the root's, returning the exit code.
+func runSessionCommands(home string, args ...string) (int, string, string) {
+	var out, errb bytes.Buffer
+	g := &globals{home: home, stdout: &out, stderr: &errb}
+	root := &cobra.Command{Use: "choirctl", SilenceUsage: true, SilenceErrors: true}
+	root.SetArgs(args)
+	root.SetOut(&out)
+	root.SetErr(&errb)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
+	root.AddCommand(sessionCommands(g)...)
+	err := root.ExecuteContext(context.Background())
+	if err == nil {
+		return ExitOK, out.String(), errb.String()
+	}
+	errb.WriteString(err.Error())
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code, out.String(), errb.String()
+	}
+	if isUsage(err) {
+		return ExitUsage, out.String(), errb.String()
+	}
+	return ExitError, out.String(), errb.String()
+}
+
+// startChoird runs choird, without an agent runtime, on a fresh database
+// with a second model and two voice profiles.
+func startChoird(t *testing.T) string {
+	t.Helper()
+	pc, err := pgx.ParseConfig(dbtest.NewDatabase(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := t.TempDir()
+	cfg, secrets := config.Local(home, config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database})
+	cfg.Models["big"] = cfg.Models["local"]
+	cfg.TTS = map[string]config.TTS{"eleven": {Provider: "elevenlabs", ModelID: "eleven_v2", Endpoint: "http://127.0.0.1:9"}}
+	cfg.VoiceProfiles = map[string]config.VoiceProfile{
+		"calm": {TTS: "eleven", VoiceID: "v-calm", OutputFormat: "mp3_44100_128", VoiceSettings: config.VoiceSettings{Speed: 1}},
+	}
+	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(cfg.Workspaces["main"].Path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	ready, done := make(chan struct{}), make(chan error, 1)
+	go func() {
+		done <- daemon.Run(ctx, daemon.Options{Home: home, Stderr: &bytes.Buffer{}, Ready: func(*daemon.Daemon) { close(ready) }})
+	}()
+	select {
+	case <-ready:
+	case err := <-done:
+		cancel()
+		t.Fatalf("choird: %v", err)
+	case <-time.After(time.Minute):
+		cancel()
+		t.Fatal("choird not ready")
+	}
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("choird: %v", err)
+		}
+	})
+	return home
+}
+
+func TestSessionModelVoiceApprovalCommands(t *testing.T) {
+	t.Parallel()
+	home := startChoird(t)
+
+	t.Run("ModelList", func(t *testing.T) {
+		code, out, errs := runSessionCommands(home, "model", "list")
+		if code != ExitOK || !strings.Contains(out, "big") || !strings.Contains(out, "eleven") || !strings.Contains(out, "tts") {
+			t.Errorf("exit %d: %s%s", code, out, errs)
+		}
+		code, out, _ = runSessionCommands(home, "voice", "list", "--json")
+		var voices []namedVoice
+		if code != ExitOK || json.Unmarshal([]byte(out), &voices) != nil || len(voices) != 1 || voices[0].VoiceID != "v-calm" {
+			t.Errorf("voice list --json: exit %d: %s", code, out)
+		}
+	})
+	t.Run("GetOfAStoppedAgentShowsItsDefaults", func(t *testing.T) {
+		code, out, errs := runSessionCommands(home, "model", "get", "assistant")
+		if code != ExitOK || !strings.Contains(out, "not running") || !strings.Contains(out, "model:         local") {
+			t.Errorf("exit %d: %s%s", code, out, errs)
+		}
+	})
+	t.Run("SetNeedsARunningAgentAndAKnownName", func(t *testing.T) {
+		code, _, errs := runSessionCommands(home, "model", "set", "assistant")
+		if code != ExitUsage || !strings.Contains(errs, "--llm is required") {
+			t.Errorf("no --llm: exit %d: %s", code, errs)
+		}
+		code, _, errs = runSessionCommands(home, "model", "set", "assistant", "--llm", "big")
+		if code != ExitError || !strings.Contains(errs, "assistant has no live session") {
+			t.Errorf("stopped agent: exit %d: %s", code, errs)
+		}
+		code, _, errs = runSessionCommands(home, "voice", "set", "assistant", "loud")
+		if code != ExitError || !strings.Contains(errs, `no voice profile "loud"`) || !strings.Contains(errs, "voice profiles: calm") {
+			t.Errorf("unknown voice: exit %d: %s", code, errs)
+		}
+	})
+	t.Run("Session", func(t *testing.T) {
+		code, _, errs := runSessionCommands(home, "session", "cores", "assistant")
+		if code != ExitError || !strings.Contains(errs, "assistant has never run") {
+			t.Errorf("cores: exit %d: %s", code, errs)
+		}
+		code, _, errs = runSessionCommands(home, "session", "events", "ghost")
+		if code != ExitError || !strings.Contains(errs, `agent "ghost" is not in config.json`) {
+			t.Errorf("events of an unknown agent: exit %d: %s", code, errs)
+		}
+		code, _, errs = runSessionCommands(home, "session", "events", "assistant", "-n", "0")
+		if code != ExitUsage {
+			t.Errorf("-n 0: exit %d: %s", code, errs)
+		}
+	})
+	t.Run("Approvals", func(t *testing.T) {
+		code, out, errs := runSessionCommands(home, "approval", "list", "--json")
+		if code != ExitOK || strings.TrimSpace(out) != "[]" {
+			t.Errorf("list: exit %d: %q %s", code, out, errs)
+		}
+		code, _, errs = runSessionCommands(home, "approval", "approve", "not-an-id")
+		if code != ExitError || !strings.Contains(errs, "is not an approval id") {
+			t.Errorf("malformed: exit %d: %s", code, errs)
+		}
+		code, _, errs = runSessionCommands(home, "approval", "show", "00000000-0000-4000-8000-000000000000")
+		if code != ExitError || !strings.Contains(errs, "not found") {
+			t.Errorf("unknown: exit %d: %s", code, errs)
+		}
+		code, _, errs = runSessionCommands(home, "approval", "list", "--agent", "ghost")
+		if code != ExitError || !strings.Contains(errs, `agent "ghost" is not in config.json`) {
+			t.Errorf("unknown agent: exit %d: %s", code, errs)
+		}
+	})
+}

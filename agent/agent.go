@@ -6,9 +6,8 @@
 package agent
 
 import (
+	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -54,11 +53,44 @@ type Options struct {
 
 // dynamic is the hot-reloadable configuration choird publishes.
 type dynamic struct {
-	Models              map[string]config.Model       `json:"models"`
-	HeartbeatIntervalMS int64                         `json:"heartbeat_interval_ms"`
-	RateLimitRetryMS    int64                         `json:"rate_limit_retry_ms"`
-	SnapshotEveryEvents int                           `json:"snapshot_every_events"`
-	GitIdentities       map[string]config.GitIdentity `json:"git_identities"`
+	Models                  map[string]config.Model       `json:"models"`
+	HeartbeatIntervalMS     int64                         `json:"heartbeat_interval_ms"`
+	RateLimitRetryMS        int64                         `json:"rate_limit_retry_ms"`
+	SessionSummaryTimeoutMS int64                         `json:"session_summary_timeout_ms"`
+	SnapshotEveryEvents     int                           `json:"snapshot_every_events"`
+	GitIdentities           map[string]config.GitIdentity `json:"git_identities"`
+	// LLM and VoiceProfile are the session's current choices (/model llm
+	// <name>, /voice <name>); empty means the session's bindings decide.
+	LLM          string `json:"llm,omitempty"`
+	VoiceProfile string `json:"voice_profile,omitempty"`
+}
+
+// defaultSummaryTimeout bounds the session summary when the configuration
+// does not (spec 17.2).
+const defaultSummaryTimeout = 30 * time.Second
+
+func (d *dynamic) summaryTimeout() time.Duration {
+	if d.SessionSummaryTimeoutMS > 0 {
+		return time.Duration(d.SessionSummaryTimeoutMS) * time.Millisecond
+	}
+	return defaultSummaryTimeout
+}
+
+// model returns the settings of the model the edge calls next.
+func (d *dynamic) model(bound string, secret func(string) (string, bool)) llm.ModelSettings {
+	name := d.modelName(bound)
+	m := d.Models[name]
+	key, _ := secret(m.Secret)
+	return llm.ModelSettingsFromConfig(name, m, key)
+}
+
+// modelName is the model the edge calls next: the session's choice when it
+// names a configured model, else the one bound at start.
+func (d *dynamic) modelName(bound string) string {
+	if _, ok := d.Models[d.LLM]; ok && d.LLM != "" {
+		return d.LLM
+	}
+	return bound
 }
 
 // workingState is the agent's working-memory snapshot (spec 13.4), taken
@@ -147,6 +179,10 @@ func Run(ctx context.Context, opts Options) error {
 			if err := json.Unmarshal(resp.Config, &d); err != nil {
 				return fmt.Errorf("decode dynamic config: %w", err)
 			}
+			if _, ok := d.Models[d.LLM]; d.LLM != "" && !ok {
+				logger.Warn("the session's chosen model is not configured; keeping the bound one",
+					slog.String("llm", d.LLM))
+			}
 			dyn.Store(&d) // swapped whole: an in-flight call keeps its snapshot
 		}
 		configVersion.Store(resp.ConfigVersion)
@@ -165,12 +201,8 @@ func Run(ctx context.Context, opts Options) error {
 			}
 		}
 	}
-	modelName := hello.ResourceBindings.Models["llm"]
-	model := func() llm.ModelSettings {
-		m := dyn.Load().Models[modelName]
-		key, _ := secrets.get(m.Secret)
-		return llm.ModelSettingsFromConfig(modelName, m, key)
-	}
+	boundModel := hello.ResourceBindings.Models["llm"]
+	model := func() llm.ModelSettings { return dyn.Load().model(boundModel, secrets.get) }
 
 	// A resumed session continues the acknowledged chain; the tail after
 	// the snapshot is kept in memory so the lanes' windows survive.
@@ -179,13 +211,16 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("rebuild from choird's replica: %w", err)
 	}
 	arb := arbiter.New(arbiter.Config{Appender: app, Tools: reg, Locks: lock.New(), Logger: logger,
-		Env: tool.Env{Workspace: opts.Workspace, SecretFunc: secrets.get}, Host: hostExecutor{client: client, log: log}})
+		Env: tool.Env{Workspace: opts.Workspace, SecretFunc: secrets.get}, Host: hostExecutor{client: client, log: log},
+		Approvals: approver{client: client}})
 	out := &outbound{client: client}
+	status := &statusReporter{client: client, logger: logger, kick: make(chan struct{}, 1)}
 	edge := lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, Skills: skills, LLM: &llm.Client{},
-		Model: model, Out: out, Logger: logger,
+		Model: model, Out: out, Logger: logger, StatusFunc: status.changed,
 		RateLimitDelay: time.Duration(dyn.Load().RateLimitRetryMS) * time.Millisecond,
 		Identity: lane.Identity{Instructions: edgeInstructions, User: readIdentity(opts.ChoirDir, "USER.md"),
 			Soul: readIdentity(opts.ChoirDir, "SOUL.md")}})
+	status.edge = edge
 
 	if hello.Snapshot != nil {
 		var st workingState
@@ -199,16 +234,31 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	}
 
-	runCtx, stop := context.WithCancel(ctx)
+	// Everything runs on contexts of its own, not on ctx: when ctx ends the
+	// agent still stops gracefully, and the lane, the arbiter and the
+	// heartbeat are ended one after the other, in the order of spec 17.2.
+	base := context.WithoutCancel(ctx)
+	runCtx, stop := context.WithCancel(base)
 	defer stop()
+	laneCtx, stopLane := context.WithCancel(base)
+	defer stopLane()
 	var wg sync.WaitGroup
 	wg.Go(func() { arb.Run(runCtx) })
-	wg.Go(func() {
-		if err := edge.Run(runCtx); err != nil {
+	edgeDone := make(chan struct{})
+	go func() {
+		defer close(edgeDone)
+		if err := edge.Run(laneCtx); err != nil {
 			logger.Warn("edge lane ended", slog.String("error", err.Error()))
 		}
-	})
-	shutdown := make(chan string, 1)
+	}()
+	wg.Go(func() { status.run(runCtx) })
+	shutdown := make(chan stopRequest, 1)
+	requestStop := func(r stopRequest) {
+		select {
+		case shutdown <- r:
+		default:
+		}
+	}
 	hb := &heartbeat{client: client, log: log, logger: logger, configVersion: &configVersion, fetchConfig: fetchConfig,
 		interval:      func() time.Duration { return time.Duration(dyn.Load().HeartbeatIntervalMS) * time.Millisecond },
 		snapshotEvery: func() int64 { return int64(dyn.Load().SnapshotEveryEvents) },
@@ -216,12 +266,9 @@ func Run(ctx context.Context, opts Options) error {
 			b, _ := json.Marshal(workingState{Edge: edge.Snapshot(), OpenJobs: []string{}})
 			return b
 		},
-		warn: func(ctx context.Context, text string) { out.Send(ctx, text) }, //nolint:errcheck
+		warn: func(ctx context.Context, id, text string) { out.Send(ctx, id, text) }, //nolint:errcheck
 		revoked: func() {
-			select {
-			case shutdown <- "lease revoked by choird":
-			default:
-			}
+			requestStop(stopRequest{reason: "lease revoked by choird", revoked: true})
 		}}
 	hb.lastSnapshot = hello.AckedRev
 	wg.Go(func() { hb.run(runCtx) })
@@ -234,10 +281,42 @@ func Run(ctx context.Context, opts Options) error {
 				for _, a := range m.Attachments {
 					files = append(files, filepath.Join(".choirtmp", "recv", a.FilePath))
 				}
-				if err := edge.Deliver(lane.UserMessage{Text: m.Text, Attachments: files,
-					MessageID: fmt.Sprint(m.InboxID)}); err != nil {
-					logger.Error("user message dropped", slog.String("error", err.Error()))
+				err := edge.Deliver(lane.UserMessage{Text: m.Text, Attachments: files,
+					MessageID: fmt.Sprint(m.InboxID), InboxID: m.InboxID})
+				switch {
+				case errors.Is(err, lane.ErrDuplicateInbox):
+					logger.Info("redelivered user message dropped", slog.Int64("inbox_id", m.InboxID))
+				case err != nil:
+					logger.Error("user message dropped", slog.Int64("inbox_id", m.InboxID), slog.String("error", err.Error()))
 				}
+			case rpc.PushInjection:
+				err := edge.Inject(lane.Injection{InboxID: p.Injection.InboxID, Text: p.Injection.Text})
+				switch {
+				case errors.Is(err, lane.ErrDuplicateInbox):
+					logger.Info("redelivered injection dropped", slog.Int64("inbox_id", p.Injection.InboxID))
+				case err != nil:
+					logger.Error("injection dropped", slog.Int64("inbox_id", p.Injection.InboxID), slog.String("error", err.Error()))
+				}
+			case rpc.PushApprovalResolved:
+				r := p.ApprovalResolved
+				edge.ResolveApproval(lane.ApprovalResolution{ApprovalID: r.ApprovalID, Status: string(r.Status),
+					ResolvedBy: r.ResolvedBy, ResolvedAt: r.ResolvedAt})
+				logger.Info("approval resolved", slog.String("approval_id", r.ApprovalID), slog.String("status", string(r.Status)))
+			case rpc.PushCancel:
+				c := p.Cancel
+				switch c.Scope {
+				case rpc.CancelEdge, rpc.CancelAll:
+					// All is the edge's turn for now: there are no core
+					// jobs to stop yet.
+					running := edge.Cancel(string(c.Scope), c.Reason)
+					logger.Info("cancel requested", slog.String("scope", string(c.Scope)), slog.Bool("turn_running", running))
+				case rpc.CancelCore:
+					logger.Info("cancel of a core job ignored: this agent runs no core jobs",
+						slog.String("job_name", c.JobName))
+				}
+			case rpc.PushCompact:
+				edge.RequestCompaction()
+				logger.Info("compaction requested", slog.String("reason", p.Compact.Reason))
 			case rpc.PushConfigChanged:
 				if err := fetchConfig(runCtx); err != nil {
 					logger.Warn("config refresh failed; keeping the current one", slog.String("error", err.Error()))
@@ -254,10 +333,8 @@ func Run(ctx context.Context, opts Options) error {
 					}
 				}
 			case rpc.PushShutdown:
-				select {
-				case shutdown <- "shutdown requested by choird":
-				default:
-				}
+				requestStop(stopRequest{reason: "shutdown requested by choird: " + p.Shutdown.Reason,
+					grace: time.Duration(p.Shutdown.GraceMS) * time.Millisecond})
 			}
 		})
 		if err != nil && runCtx.Err() == nil {
@@ -265,26 +342,85 @@ func Run(ctx context.Context, opts Options) error {
 		}
 	})
 
-	reason := "context ended"
+	req := stopRequest{reason: "context ended"}
 	select {
 	case <-ctx.Done():
-	case reason = <-shutdown:
+	case req = <-shutdown:
+	case <-edgeDone:
+		req.reason = "edge lane ended"
 	}
-	logger.Info("stopping", slog.String("reason", reason))
+	if req.grace <= 0 {
+		req.grace = defaultGrace
+	}
+	deadline := time.Now().Add(req.grace)
+	logger.Info("stopping", slog.String("reason", req.reason), slog.Duration("grace", req.grace))
+
+	// 1. A safe point: the lane finishes the step in flight and stops
+	// before the next one. It gets what the grace leaves after the summary
+	// and the final heartbeat; past that it is cut off, which loses only
+	// the uncommitted step.
+	summaryTimeout := dyn.Load().summaryTimeout()
+	edge.Stop(req.reason)
+	safeWait := max(req.grace-summaryTimeout-finalReserve, req.grace/3)
+	select {
+	case <-edgeDone:
+	case <-time.After(safeWait):
+		logger.Warn("edge lane did not reach a safe point in time; cutting it off", slog.Duration("waited", safeWait))
+		stopLane()
+		<-edgeDone
+	}
+
+	// 2. The session summary, bounded by session_summary_timeout_ms and by
+	// the grace; skipped on expiry or error.
+	if req.revoked {
+		logger.Info("session summary skipped: the lease is revoked")
+	} else if d := min(summaryTimeout, time.Until(deadline)-finalReserve); d <= 0 {
+		logger.Warn("session summary skipped: no time left in the grace period")
+	} else {
+		sctx, cancel := context.WithTimeout(base, d)
+		ev, err := edge.SessionSummary(sctx)
+		cancel()
+		switch {
+		case errors.Is(err, lane.ErrNothingToSummarise):
+			logger.Info("session summary skipped: nothing happened in this session")
+		case err != nil:
+			logger.Warn("session summary skipped", slog.String("error", err.Error()), slog.Duration("timeout", d))
+		default:
+			logger.Info("session summary written", slog.Int64("rev", ev.Rev))
+		}
+	}
+
+	// 3. Everything else stops, then everything committed goes out in a
+	// final heartbeat before the session is ended.
 	stop()
 	wg.Wait()
-	// Graceful stop: everything committed goes out in a final heartbeat
-	// before the session is ended.
-	final, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	final, cancel := context.WithTimeout(base, finalReserve)
 	defer cancel()
 	if err := hb.flush(final); err != nil {
 		logger.Error("final heartbeat failed; unacknowledged events are lost", slog.String("error", err.Error()))
 	}
-	if _, err := client.TerminateSelf(final, rpc.TerminateSelfRequest{Reason: reason}); err != nil {
+	if _, err := client.TerminateSelf(final, rpc.TerminateSelfRequest{Reason: req.reason}); err != nil {
 		return fmt.Errorf("terminate session: %w", err)
 	}
 	return nil
 }
+
+// stopRequest is why and how fast the agent stops.
+type stopRequest struct {
+	reason string
+	// grace is how long choird waits before stopping the agent by force
+	// (defaultGrace when zero).
+	grace time.Duration
+	// revoked says the lease is gone: nothing can be replicated any more.
+	revoked bool
+}
+
+// defaultGrace is the stop's time budget when ctx ends (a signal) rather
+// than choird asking.
+const defaultGrace = 45 * time.Second
+
+// finalReserve is kept for the final heartbeat and TERMINATE_SELF.
+const finalReserve = 10 * time.Second
 
 const edgeInstructions = `You are the edge lane of a personal agent: the one who talks with the user.
 Answer directly when you can. Use tools for anything that touches files, commands or memory.
@@ -364,16 +500,79 @@ func (h hostExecutor) ExecuteHostTool(ctx context.Context, name, callID string, 
 	return tool.Result{Status: status, Summary: name + " " + string(resp.Status), Output: resp.Output}, nil
 }
 
-// outbound hands the lane's messages to choird, each under a fresh message
-// ID so a retry is deduplicated.
+// outbound hands the lane's messages to choird under the IDs the lane
+// derives from its committed events: choird's outbox is unique on (agent,
+// message_id), so a message sent again after a retry or a restart is
+// queued once.
 type outbound struct{ client *rpc.Client }
 
-func (o *outbound) Send(ctx context.Context, text string) error {
-	var b [12]byte
-	rand.Read(b[:])
-	_, err := o.client.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: "msg-" + hex.EncodeToString(b[:]),
-		Kind: rpc.OutboundKind("text"), Text: text})
+func (o *outbound) Send(ctx context.Context, id, text string) error {
+	_, err := o.client.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: id, Kind: rpc.OutboundText, Text: text})
 	return err
+}
+
+// approver files the arbiter's approval requests with choird. The request
+// ID is the envelope's: choird keeps one approval per (session,
+// request_id), so a retried request finds the first approval.
+type approver struct{ client *rpc.Client }
+
+func (a approver) RequestApproval(ctx context.Context, requestID string, req rpc.ApprovalRequest) (rpc.ApprovalResponse, error) {
+	return a.client.RequestApproval(rpc.WithRequestID(ctx, requestID), req)
+}
+
+// statusReporter sends the edge lane's status to choird (REPORT_STATUS) on
+// every change, coalesced: at most one report per statusGap, always the
+// latest status, and a report that failed is sent again.
+type statusReporter struct {
+	client *rpc.Client
+	edge   *lane.Edge
+	logger *slog.Logger
+	kick   chan struct{}
+}
+
+// statusGap spaces status reports: at most five a second.
+const statusGap = 200 * time.Millisecond
+
+// changed is the lane's StatusFunc: it never blocks.
+func (r *statusReporter) changed() {
+	select {
+	case r.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (r *statusReporter) run(ctx context.Context) {
+	var last []byte
+	failures := 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.kick:
+		}
+		st := r.edge.Status()
+		b, _ := json.Marshal(st)
+		if !bytes.Equal(b, last) {
+			if _, err := r.client.ReportStatus(ctx, st); err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				failures++
+				if failures == 1 || failures%50 == 0 {
+					r.logger.Warn("status report failed; retrying", slog.String("error", err.Error()), slog.Int("failures", failures))
+				}
+				// Try again after the gap, with whatever is latest then.
+				r.changed()
+			} else {
+				last, failures = b, 0
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(statusGap):
+		}
+	}
 }
 
 // heartbeat replicates the commit log to choird (spec 13.1).
@@ -386,8 +585,9 @@ type heartbeat struct {
 	interval      func() time.Duration
 	snapshotEvery func() int64
 	state         func() json.RawMessage
-	// warn tells the user something; revoked stops the agent.
-	warn    func(ctx context.Context, text string)
+	// warn tells the user something under a message ID; revoked stops the
+	// agent.
+	warn    func(ctx context.Context, id, text string)
 	revoked func()
 
 	lastSnapshot int64
@@ -464,7 +664,8 @@ func (h *heartbeat) run(ctx context.Context) {
 		if acked, _ := h.log.Acked(); head-acked > unackedWarn && !h.warned {
 			h.warned = true
 			h.logger.Warn("unacknowledged events are piling up", slog.Int64("unacked", head-acked))
-			h.warn(ctx, fmt.Sprintf("Warning: I cannot reach choird; %d of my latest steps are not yet saved on the host "+
+			_, hash := h.log.Head()
+			h.warn(ctx, lane.MessageID("unacked", hash), fmt.Sprintf("Warning: I cannot reach choird; %d of my latest steps are not yet saved on the host "+
 				"and would be lost if I crashed now.", head-acked))
 		}
 	}

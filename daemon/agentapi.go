@@ -317,6 +317,9 @@ func (a *agentAPI) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req
 		return rpc.ExecuteHostToolResponse{}, fmt.Errorf("no host tool %q (host tools: %s): %w",
 			req.ToolName, strings.Join(names, ", "), rpc.ErrNotFound)
 	}
+	if sid, err := uuid.Parse(call.Session.ID); err == nil {
+		ctx = withHostCall(ctx, hostCall{sessionID: sid, agentID: call.Session.AgentID, callID: req.CallID})
+	}
 	out, err := fn(ctx, call.Session.AgentID, req.Input)
 	if err != nil {
 		// The tool's own failures (bad input, another agent's memory) go

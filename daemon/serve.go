@@ -46,6 +46,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (*servers, erro
 		return nil, fmt.Errorf("create agent protocol server: %w", err)
 	}
 	d.rpc = srv
+	d.api.hostTools[SendFileTool] = d.api.sendFile
 	d.api.closeSession = func(ctx context.Context, id string) { srv.CloseSession(ctx, id) } //nolint:errcheck
 	d.api.typing = d.typing
 	d.api.helloDone = func(ctx context.Context, agentID string, id uuid.UUID) {

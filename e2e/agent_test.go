@@ -99,6 +99,7 @@ func TestAgentConversation(t *testing.T) {
 	srv := llmtest.NewServer(t,
 		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: "choir.fs.write", Arguments: `{"path":"todo.txt","content":"buy milk\n"}`}),
 		llmtest.Text("Written to todo.txt."),
+		summaryStep(),
 	)
 	d, home := choird(t, srv)
 	sessionID, token, err := d.StartSession(ctx, "assistant", daemon.StartOverrides{}, "process")
@@ -237,6 +238,7 @@ func TestAgentMemory(t *testing.T) {
 					t.Errorf("working query result = %s", c)
 				}
 			}),
+		summaryStep(),
 	)
 	d, home := choird(t, srv)
 	sessionID := startAgent(t, d, home)
@@ -253,5 +255,12 @@ func TestAgentMemory(t *testing.T) {
 	if err := d.Pool().QueryRow(context.Background(), "SELECT text FROM choir_assistant.knowledge_documents WHERE key = 'user.pet'").Scan(&text); err != nil || !strings.Contains(text, "Biscuit") {
 		t.Fatalf("knowledge row = %q, %v", text, err)
 	}
-	srv.Done()
+	// srv checks at cleanup, after the agent's stop has asked for the
+	// session summary.
+}
+
+// summaryStep answers the session summary an agent writes at its graceful
+// stop (spec 17.2).
+func summaryStep() llmtest.Step {
+	return llmtest.Text("The user and the agent talked; nothing is pending.")
 }

@@ -22,6 +22,7 @@ func TestChat(t *testing.T) {
 	srv := llmtest.NewServer(t,
 		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: "choir.fs.write", Arguments: `{"path":"chat.txt","content":"from chat\n"}`}),
 		llmtest.Text("Saved to chat.txt."),
+		summaryStep(),
 	)
 	d, home := choird(t, srv)
 	startAgent(t, d, home)
@@ -50,5 +51,46 @@ func TestChat(t *testing.T) {
 		!strings.Contains(errb.String(), "nobody") {
 		t.Errorf("chat with an unknown agent: exit %d, %q", code, errb.String())
 	}
-	srv.Done()
+}
+
+// TestSendFile has the agent write a file to .choirtmp/send and send it
+// with choir.send.file: choird queues it as a document in the outbox,
+// delivers it (the console channel only marks it sent) and deletes it; a
+// file outside .choirtmp/send is refused to the model with the reason.
+func TestSendFile(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	srv := llmtest.NewServer(t,
+		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: "choir.fs.write", Arguments: `{"path":".choirtmp/send/report.txt","content":"quarterly\n"}`}),
+		llmtest.ToolCalls(llmtest.Call{ID: "2", Name: "choir.send.file", Arguments: `{"path":"report.txt","caption":"the report"}`}),
+		llmtest.ToolCalls(llmtest.Call{ID: "3", Name: "choir.send.file", Arguments: `{"path":"../../etc/passwd"}`}),
+		llmtest.Text("Sent."),
+		summaryStep(),
+	)
+	d, home := choird(t, srv)
+	startAgent(t, d, home)
+
+	var out, errb bytes.Buffer
+	if code := ctl.Run(ctx, []string{"--home", home, "chat", "assistant", "-m", "send me the report", "--quiet", "1s", "--json"},
+		&out, &errb); code != 0 {
+		t.Fatalf("choirctl chat exit %d: %s", code, errb.String())
+	}
+	for _, want := range []string{`"kind": "document"`, `"text": "the report"`, `"text": "Sent."`} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("chat output lacks %s:\n%s", want, out.String())
+		}
+	}
+	file := filepath.Join(home, "workspaces", "main", ".choirtmp", "send", "report.txt")
+	var status string
+	waitFor(t, "the file delivered", func() bool {
+		d.Pool().QueryRow(ctx, `SELECT status FROM choir_control.outbox WHERE kind = 'document'`).Scan(&status)
+		return status == "sent"
+	})
+	waitFor(t, "the delivered file removed", func() bool {
+		_, err := os.Stat(file)
+		return os.IsNotExist(err)
+	})
+	if got := srv.Requests(); len(got) < 4 || !strings.Contains(lastToolContent(t, got[3]), "not a path inside") {
+		t.Errorf("escaping path: the model was told %q", lastToolContent(t, got[3]))
+	}
 }

@@ -18,6 +18,7 @@ const (
 	NameMemoryCompact = "choir.memory.compact"
 	NameProposeTool   = "choir.propose.tool"
 	NameProposeSkill  = "choir.propose.skill"
+	NameSendFile      = "choir.send.file"
 )
 
 // Builtins returns the tools every registry holds: choir.exec and the
@@ -36,6 +37,7 @@ func Builtins() []Tool {
 		Declare(memoryCompactSpec),
 		Declare(proposeToolSpec),
 		Declare(proposeSkillSpec),
+		Declare(sendFileSpec),
 	}
 }
 
@@ -201,4 +203,24 @@ var proposeSkillSpec = Spec{
 }`),
 	},
 	Runtime: Runtime{TimeoutMS: 10_000, SideEffect: SideEffectExternal, Version: "1.0", Meta: true},
+}
+
+var sendFileSpec = Spec{
+	LLM: LLMView{
+		Name: NameSendFile,
+		Description: "Send a file to the user: first write it under .choirtmp/send/ in the workspace (choir.fs.write or " +
+			"choir.exec), then call this with its name. Images go as photos, .ogg/.opus as voice messages, videos as " +
+			"videos, anything else as a document (kind overrides). The file is deleted once delivered; at most 50 MB.",
+		Parameters: json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "path": {"type": "string", "minLength": 1, "description": "File name inside .choirtmp/send, e.g. report.pdf."},
+    "kind": {"type": "string", "enum": ["document", "photo", "voice", "video"]},
+    "caption": {"type": "string", "maxLength": 1024}
+  },
+  "required": ["path"],
+  "additionalProperties": false
+}`),
+	},
+	Runtime: Runtime{TimeoutMS: 30_000, SideEffect: SideEffectExternal, Version: "1.0", Host: true},
 }

@@ -62,6 +62,7 @@ func TestBuild(t *testing.T) {
 			tool.NameMemoryCompact: tool.KindRuntime,
 			tool.NameProposeTool:   tool.KindMeta,
 			tool.NameProposeSkill:  tool.KindMeta,
+			tool.NameSendFile:      tool.KindHost,
 		}
 		for name, kind := range want {
 			d, ok := reg.Lookup(name)

@@ -1,0 +1,131 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path"
+	"strings"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/strictjson"
+)
+
+// SendFileTool is the host tool through which an agent sends a file it
+// wrote to .choirtmp/send to its user (spec 19.5): choird queues it in the
+// outbox, delivers it as a document, photo, voice message or video, and
+// deletes it once delivered.
+const SendFileTool = "choir.send.file"
+
+// hostCall is the session and call a host tool runs for.
+type hostCall struct {
+	sessionID uuid.UUID
+	agentID   string
+	callID    string
+}
+
+type hostCallKey struct{}
+
+func withHostCall(ctx context.Context, c hostCall) context.Context {
+	return context.WithValue(ctx, hostCallKey{}, c)
+}
+
+// sendFileInput is the tool's input.
+type sendFileInput struct {
+	// Path is relative to .choirtmp/send ("report.pdf"), or to the
+	// workspace (".choirtmp/send/report.pdf").
+	Path string `json:"path"`
+	// Kind is document, photo, voice or video; by default it follows the
+	// file's extension.
+	Kind    string `json:"kind,omitempty"`
+	Caption string `json:"caption,omitempty"`
+}
+
+// sendKinds maps extensions to the kind a file goes out as by default.
+var sendKinds = map[string]string{
+	".jpg": jobs.OutboundPhoto, ".jpeg": jobs.OutboundPhoto, ".png": jobs.OutboundPhoto, ".webp": jobs.OutboundPhoto,
+	".ogg": jobs.OutboundVoice, ".oga": jobs.OutboundVoice, ".opus": jobs.OutboundVoice,
+	".mp4": jobs.OutboundVideo, ".mov": jobs.OutboundVideo, ".webm": jobs.OutboundVideo,
+}
+
+// maxSendBytes is Telegram's upload limit for bots.
+const maxSendBytes = 50 << 20
+
+func badInput(format string, args ...any) error {
+	return codedErr{rpc.ErrBadRequest, fmt.Errorf(format, args...)}
+}
+
+// sendFile is the host tool's body: the file is checked and queued, with
+// its delivery job, in one transaction; a repeated call (the agent
+// retrying) queues it once.
+func (a *agentAPI) sendFile(ctx context.Context, _ string, input json.RawMessage) (json.RawMessage, error) {
+	hc, ok := ctx.Value(hostCallKey{}).(hostCall)
+	if !ok {
+		return nil, fmt.Errorf("%s called outside a session", SendFileTool)
+	}
+	var in sendFileInput
+	if err := strictjson.Decode(input, &in, strictjson.Limits{MaxBytes: 1 << 16}); err != nil {
+		return nil, badInput("%s input: %v", SendFileTool, err)
+	}
+	rel := strings.TrimPrefix(path.Clean(strings.TrimPrefix(in.Path, "./")), ".choirtmp/send/")
+	if in.Path == "" {
+		return nil, badInput("path is required: the file's name inside .choirtmp/send")
+	}
+	kind := in.Kind
+	if kind == "" {
+		kind = sendKinds[strings.ToLower(path.Ext(rel))]
+		if kind == "" {
+			kind = jobs.OutboundDocument
+		}
+	}
+	switch kind {
+	case jobs.OutboundDocument, jobs.OutboundPhoto, jobs.OutboundVoice, jobs.OutboundVideo:
+	default:
+		return nil, badInput("kind %q: want document, photo, voice or video", kind)
+	}
+	b, err := a.bindings(ctx, hc.sessionID)
+	if err != nil {
+		return nil, err
+	}
+	cfg, _ := a.config()
+	ws, ok := cfg.Workspaces[b.Workspace]
+	if !ok {
+		return nil, fmt.Errorf("the session's workspace %q is no longer configured", b.Workspace)
+	}
+	file, err := jobs.OutboundFilePath(ws.Path, rel)
+	if err != nil {
+		return nil, badInput("%v: write the file under .choirtmp/send first", err)
+	}
+	st, err := os.Lstat(file)
+	switch {
+	case err != nil:
+		return nil, badInput("%s: no such file in .choirtmp/send: write it there first", rel)
+	case !st.Mode().IsRegular():
+		return nil, badInput("%s is not a regular file", rel)
+	case st.Size() == 0:
+		return nil, badInput("%s is empty", rel)
+	case st.Size() > maxSendBytes:
+		return nil, badInput("%s is %d bytes; Telegram takes at most 50 MB from a bot: compress or split it", rel, st.Size())
+	}
+	gw, chat, err := outboundAddress(cfg, b)
+	if err != nil {
+		return nil, err
+	}
+	var q jobs.OutboundQueued
+	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
+		q, err = jobs.EnqueueOutboundTx(ctx, tx, a.jobs, jobs.OutboundParams{AgentID: hc.agentID, SessionID: &hc.sessionID,
+			MessageID: "file:" + hc.sessionID.String() + ":" + hc.callID, Gateway: gw, DM: b.DM, ChatID: chat, Kind: kind,
+			Text: in.Caption, FilePath: file})
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(map[string]any{"queued": true, "kind": kind, "file": ".choirtmp/send/" + rel,
+		"outbox_id": q.Row.OutboxID, "note": "delivered to the user shortly; the file is deleted once sent"})
+}

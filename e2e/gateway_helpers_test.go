@@ -467,3 +467,16 @@ func waitUntil(tb testing.TB, what string, cond func() bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// stopAgentAdmin stops agentID gracefully through choird's admin socket.
+func (e *tgEnv) stopAgentAdmin(t testing.TB, agentID string) {
+	t.Helper()
+	c := admin.NewClient(admin.SocketPath(e.home))
+	defer c.Close()
+	var st admin.AgentStatus
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	if err := c.Do(ctx, "POST", "/v1/agents/"+agentID+"/stop", admin.Empty{}, &st); err != nil {
+		t.Errorf("stop %s: %v", agentID, err)
+	}
+}

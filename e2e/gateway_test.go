@@ -30,6 +30,7 @@ func TestGatewayDMWritesFile(t *testing.T) {
 				}
 			}),
 		llmtest.Text("Done: notes.txt says hello."),
+		summaryReply,
 	)
 	e := newTGEnv(t, llm, nil)
 	e.dumpLogsOnFailure(t, "assistant")
@@ -108,7 +109,24 @@ func TestGatewayDMWritesFile(t *testing.T) {
 			t.Errorf("alice got another message: %q", m.Text)
 		}
 	}
+	stopAgent(t, d, "assistant")
 	llm.Done()
+}
+
+// summaryReply answers the session summary the agent writes when it stops
+// gracefully.
+var summaryReply = llmtest.Text("The session went as planned.").Expect(func(t testing.TB, r *llmtest.Request) {
+	if !strings.Contains(r.Last().Content, "session summary") {
+		t.Errorf("expected the session summary request, got %s %q", r.Last().Role, r.Last().Content)
+	}
+})
+
+// stopAgent stops agentID gracefully, which is when it writes its summary.
+func stopAgent(t *testing.T, d *daemon.Daemon, agentID string) {
+	t.Helper()
+	if _, err := d.AgentStop(context.Background(), daemon.Scope{Admin: true, Actor: actorAdmin}, agentID); err != nil {
+		t.Errorf("stop %s: %v", agentID, err)
+	}
 }
 
 // TestGatewayBadInput sends what the gateway must refuse: a file over
@@ -215,6 +233,7 @@ func TestGatewayApprovalByButton(t *testing.T) {
 					t.Errorf("choir.propose.tool result = %s, want an approval_id and pending", c)
 				}
 			}),
+		summaryReply,
 	)
 	e := newTGEnv(t, llm, nil)
 	e.dumpLogsOnFailure(t, "assistant")
@@ -292,6 +311,7 @@ func TestGatewayApprovalByButton(t *testing.T) {
 	if status != "approved" || resolvedBy != "telegram:"+dmAlice {
 		t.Errorf("after a second press: %s by %q", status, resolvedBy)
 	}
+	stopAgent(t, d, "assistant")
 	llm.Done()
 }
 
@@ -314,6 +334,7 @@ func TestGatewayChoirdKilledMidTurn(t *testing.T) {
 		llmtest.Text("never delivered").After(30*time.Second),
 		// The recovered session's call.
 		llmtest.Text(answer),
+		summaryReply,
 	)
 	e := newTGEnv(t, llm, nil)
 	e.dumpLogsOnFailure(t, "assistant")
@@ -371,6 +392,7 @@ func TestGatewayChoirdKilledMidTurn(t *testing.T) {
 	if outboxRows != 1 {
 		t.Errorf("%d outbox rows carry the answer, want 1", outboxRows)
 	}
+	e.stopAgentAdmin(t, "assistant")
 	llm.Done()
 }
 

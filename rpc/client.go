@@ -103,6 +103,9 @@ type Client struct {
 	verbURLs      map[Verb]*url.URL
 	sessionHeader []string
 	authHeader    []string
+	// calls carries calls over the Unix socket; nil over TCP, where the
+	// Transport carries them.
+	calls *callPool
 }
 
 // NewClient returns a client for opts. It does not connect: the first call
@@ -158,6 +161,13 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		}
 		// The host is never resolved: every connection goes to the socket.
 		c.base, c.transport = "http://choird", "uds:"+sock
+		c.calls = &callPool{
+			dial: func(ctx context.Context) (net.Conn, error) {
+				return d.DialContext(ctx, "unix", sock)
+			},
+			maxIdle: tr.MaxIdleConnsPerHost,
+			idleFor: tr.IdleConnTimeout,
+		}
 	case TransportHTTP:
 		u, err := url.Parse(opts.Endpoint)
 		if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
@@ -214,6 +224,9 @@ func isLoopbackHost(host string) bool {
 // Close releases the client's idle connections.
 func (c *Client) Close() error {
 	c.hc.CloseIdleConnections()
+	if c.calls != nil {
+		c.calls.closeIdle()
+	}
 	return nil
 }
 
@@ -320,6 +333,19 @@ func (c *Client) post(ctx context.Context, verb Verb, id string, body []byte) (i
 	u := c.verbURLs[verb]
 	if u == nil {
 		return 0, nil, fmt.Errorf("unknown verb %s", verb)
+	}
+	if c.calls != nil {
+		// Sorted by name, as net/http writes them.
+		headers := [4][2]string{
+			{"Authorization", c.auth},
+			{"Content-Type", "application/json"},
+			{HeaderRequestID, id},
+			{HeaderSessionID, c.session},
+		}
+		status, resp, err := c.calls.call(ctx, u.Path, u.Host, &headers, body, c.maxResp)
+		if err != errCallUnsupported {
+			return status, resp, err
+		}
 	}
 	// Built by hand rather than by http.NewRequestWithContext, which
 	// parses the URL and allocates each header anew on every call. The

@@ -1,0 +1,206 @@
+package rpc
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// callPool sends calls over a Unix socket on persistent HTTP/1.1
+// connections, each carrying one call at a time, written and read in the
+// caller's goroutine. It speaks the same HTTP as net/http's Transport,
+// which it replaces only for calls: the Transport hands every request to a
+// writer goroutine and every response back from a reader goroutine, and on
+// a busy machine those two hand-offs were a large share of a call's
+// latency. The event stream keeps using the Transport.
+type callPool struct {
+	dial    func(ctx context.Context) (net.Conn, error)
+	maxIdle int
+	idleFor time.Duration
+
+	mu   sync.Mutex
+	idle []*callConn // most recently used last
+}
+
+type callConn struct {
+	nc       net.Conn
+	br       *bufio.Reader
+	bw       *bufio.Writer
+	lastUsed time.Time
+}
+
+// errCallUnsupported sends a call the pool cannot write byte for byte as
+// net/http would (a header value with control characters) to the
+// Transport, which refuses it as it always has.
+var errCallUnsupported = errors.New("call not supported by the connection pool")
+
+// aLongTimeAgo is a deadline in the past, which interrupts blocked I/O.
+var aLongTimeAgo = time.Unix(1, 0)
+
+// call sends one POST of body to path and returns the response's status
+// and body, read under the limit. A failure on a connection that had been
+// idle in the pool, before any byte of the response arrived, is retried
+// once on a fresh connection: the server closes idle connections, and a
+// call that it never read did nothing (mutating calls are protected by
+// their request ID in any case).
+func (p *callPool) call(ctx context.Context, path, host string, headers *[4][2]string, body []byte, limit int) (int, []byte, error) {
+	if !validHeaderValue(host) {
+		return 0, nil, errCallUnsupported
+	}
+	for _, h := range headers {
+		if !validHeaderValue(h[1]) {
+			return 0, nil, errCallUnsupported
+		}
+	}
+	for attempt := 0; ; attempt++ {
+		cc, reused, err := p.get(ctx)
+		if err != nil {
+			return 0, nil, err
+		}
+		status, resp, keep, answered, err := cc.do(ctx, path, host, headers, body, limit)
+		if err == nil {
+			if keep {
+				p.put(cc)
+			} else {
+				cc.nc.Close()
+			}
+			return status, resp, nil
+		}
+		cc.nc.Close()
+		if !reused || answered || attempt > 0 || ctx.Err() != nil {
+			return 0, nil, err
+		}
+	}
+}
+
+// get returns an idle connection, or dials one. reused reports an idle
+// one.
+func (p *callPool) get(ctx context.Context) (cc *callConn, reused bool, err error) {
+	now := time.Now()
+	p.mu.Lock()
+	for len(p.idle) > 0 {
+		cc = p.idle[len(p.idle)-1]
+		p.idle[len(p.idle)-1] = nil
+		p.idle = p.idle[:len(p.idle)-1]
+		if now.Sub(cc.lastUsed) < p.idleFor {
+			p.mu.Unlock()
+			return cc, true, nil
+		}
+		cc.nc.Close()
+	}
+	p.mu.Unlock()
+	nc, err := p.dial(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	return &callConn{nc: nc, br: bufio.NewReaderSize(nc, 4096), bw: bufio.NewWriterSize(nc, 4096)}, false, nil
+}
+
+func (p *callPool) put(cc *callConn) {
+	cc.lastUsed = time.Now()
+	p.mu.Lock()
+	if len(p.idle) < p.maxIdle {
+		p.idle = append(p.idle, cc)
+		cc = nil
+	}
+	p.mu.Unlock()
+	if cc != nil {
+		cc.nc.Close()
+	}
+}
+
+// closeIdle closes the idle connections.
+func (p *callPool) closeIdle() {
+	p.mu.Lock()
+	idle := p.idle
+	p.idle = nil
+	p.mu.Unlock()
+	for _, cc := range idle {
+		cc.nc.Close()
+	}
+}
+
+// do performs one exchange. keep reports that the connection may carry
+// another; answered, that some of the response arrived.
+func (cc *callConn) do(ctx context.Context, path, host string, headers *[4][2]string, body []byte, limit int) (status int, resp []byte, keep, answered bool, err error) {
+	// The context's end interrupts the I/O by moving the deadline into the
+	// past; a connection it interrupted is never reused, so the ones in
+	// the pool have no deadline.
+	if ctx.Done() != nil {
+		stop := context.AfterFunc(ctx, func() { cc.nc.SetDeadline(aLongTimeAgo) })
+		defer func() {
+			if !stop() {
+				// The context ended as the call did: the deadline may
+				// have been set after all, so the connection goes.
+				keep = false
+			}
+			if ctxErr := ctx.Err(); err != nil && ctxErr != nil {
+				err = ctxErr
+			}
+		}()
+	}
+
+	// What net/http's Transport writes for such a request, in its order:
+	// request line, Host, User-Agent, Content-Length, then the headers
+	// sorted by name.
+	w := cc.bw
+	w.WriteString("POST ")
+	w.WriteString(path)
+	w.WriteString(" HTTP/1.1\r\nHost: ")
+	w.WriteString(host)
+	w.WriteString("\r\nUser-Agent: Go-http-client/1.1\r\nContent-Length: ")
+	w.Write(strconv.AppendInt(w.AvailableBuffer(), int64(len(body)), 10))
+	w.WriteString("\r\n")
+	for _, h := range headers {
+		w.WriteString(h[0])
+		w.WriteString(": ")
+		w.WriteString(h[1])
+		w.WriteString("\r\n")
+	}
+	w.WriteString("\r\n")
+	w.Write(body)
+	if err := w.Flush(); err != nil {
+		return 0, nil, false, false, fmt.Errorf("send request: %w", err)
+	}
+
+	if _, err := cc.br.Peek(1); err != nil {
+		return 0, nil, false, false, fmt.Errorf("read response: %w", err)
+	}
+	res, err := http.ReadResponse(cc.br, nil)
+	if err != nil {
+		return 0, nil, false, true, fmt.Errorf("read response: %w", err)
+	}
+	defer res.Body.Close()
+	if res.StatusCode < 200 {
+		return 0, nil, false, true, fmt.Errorf("unexpected HTTP %d response", res.StatusCode)
+	}
+	b, err := readResponse(res, limit)
+	if err != nil {
+		return 0, nil, false, true, err
+	}
+	// A body of known length is complete once read, a chunked one once
+	// read to its end; one delimited by the connection's end leaves
+	// nothing to reuse.
+	keep = !res.Close && (res.ContentLength >= 0 || len(res.TransferEncoding) > 0)
+	return res.StatusCode, b, keep, true, nil
+}
+
+// validHeaderValue reports whether net/http would write v as it is: no
+// control characters, and no spaces or tabs at either end (it trims them).
+func validHeaderValue(v string) bool {
+	if v == "" || v[0] == ' ' || v[0] == '\t' || v[len(v)-1] == ' ' || v[len(v)-1] == '\t' {
+		return false
+	}
+	for i := 0; i < len(v); i++ {
+		if c := v[i]; (c < ' ' && c != '\t') || c == 0x7f {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,252 @@
+package rpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// poolBundle is a plain net/http server on a Unix socket and a callPool
+// dialling it, counting the connections accepted.
+type poolBundle struct {
+	pool    *callPool
+	accepts atomic.Int32
+	mu      sync.Mutex
+	conns   []net.Conn
+}
+
+func newPoolBundle(t *testing.T, h http.HandlerFunc) *poolBundle {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "choir")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "s.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := &poolBundle{}
+	srv := &http.Server{Handler: h, ConnState: func(c net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			b.accepts.Add(1)
+			b.mu.Lock()
+			b.conns = append(b.conns, c)
+			b.mu.Unlock()
+		}
+	}}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	var d net.Dialer
+	b.pool = &callPool{
+		dial:    func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) },
+		maxIdle: 4, idleFor: time.Minute,
+	}
+	t.Cleanup(b.pool.closeIdle)
+	return b
+}
+
+// dropAll closes every server-side connection, as choird's idle timeout
+// would.
+func (b *poolBundle) dropAll() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, c := range b.conns {
+		c.Close()
+	}
+	b.conns = nil
+}
+
+var poolHeaders = [4][2]string{
+	{"Authorization", "Bearer x"}, {"Content-Type", "application/json"},
+	{HeaderRequestID, "r1"}, {HeaderSessionID, "s1"},
+}
+
+func echo(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(b)
+}
+
+func TestCallPoolReusesOneConnection(t *testing.T) {
+	t.Parallel()
+	b := newPoolBundle(t, echo)
+	for i := range 5 {
+		status, resp, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{"n":1}`), 1<<20)
+		if err != nil || status != 200 || string(resp) != `{"n":1}` {
+			t.Fatalf("call %d: %d %s %v", i, status, resp, err)
+		}
+	}
+	if n := b.accepts.Load(); n != 1 {
+		t.Errorf("%d connections, want 1", n)
+	}
+}
+
+func TestCallPoolRetriesAConnectionClosedWhileIdle(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	b := newPoolBundle(t, func(w http.ResponseWriter, r *http.Request) { calls.Add(1); echo(w, r) })
+	if _, _, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	b.dropAll()
+	time.Sleep(10 * time.Millisecond) // let the close reach the client's end
+	if _, _, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20); err != nil {
+		t.Fatalf("call on a connection closed while idle: %v", err)
+	}
+	if n, c := b.accepts.Load(), calls.Load(); n != 2 || c != 2 {
+		t.Errorf("%d connections and %d calls, want 2 and 2", n, c)
+	}
+}
+
+func TestCallPoolDropsAConnectionTheServerCloses(t *testing.T) {
+	t.Parallel()
+	b := newPoolBundle(t, func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Connection", "close")
+		echo(w, r)
+	})
+	for range 2 {
+		if _, _, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := b.accepts.Load(); n != 2 {
+		t.Errorf("%d connections, want 2", n)
+	}
+}
+
+func TestCallPoolHonoursTheContext(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	b := newPoolBundle(t, func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+		echo(w, r)
+	})
+	defer close(release)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	t0 := time.Now()
+	_, _, err := b.pool.call(ctx, "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("got %v, want the context's error", err)
+	}
+	if d := time.Since(t0); d > time.Second {
+		t.Errorf("call returned after %s", d)
+	}
+	ctx, cancel = context.WithCancel(t.Context())
+	time.AfterFunc(20*time.Millisecond, cancel)
+	if _, _, err := b.pool.call(ctx, "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20); !errors.Is(err, context.Canceled) {
+		t.Errorf("got %v, want context.Canceled", err)
+	}
+	if len(b.pool.idle) != 0 {
+		t.Error("an interrupted connection went back to the pool")
+	}
+}
+
+func TestCallPoolRefusesOversizeResponses(t *testing.T) {
+	t.Parallel()
+	b := newPoolBundle(t, echo)
+	if _, _, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, bytes.Repeat([]byte("a"), 100), 10); err == nil {
+		t.Error("an oversize response was accepted")
+	}
+	if len(b.pool.idle) != 0 {
+		t.Error("a connection with an unread response went back to the pool")
+	}
+}
+
+func TestCallPoolLeavesOddHeadersToTheTransport(t *testing.T) {
+	t.Parallel()
+	b := newPoolBundle(t, echo)
+	h := poolHeaders
+	h[3][1] = "s1\r\nX-Injected: 1"
+	if _, _, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &h, []byte(`{}`), 1<<20); err != errCallUnsupported {
+		t.Errorf("got %v, want errCallUnsupported", err)
+	}
+	h[3][1] = " s1"
+	if _, _, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &h, []byte(`{}`), 1<<20); err != errCallUnsupported {
+		t.Errorf("got %v, want errCallUnsupported", err)
+	}
+}
+
+// TestCallPoolWritesWhatTheTransportWrites compares the bytes of a call
+// sent by the pool with those net/http's Transport sends for it, so that
+// choird sees the same wire format either way.
+func TestCallPoolWritesWhatTheTransportWrites(t *testing.T) {
+	t.Parallel()
+	dir, err := os.MkdirTemp("", "choir")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "raw.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	body := []byte(`{"base_rev":0}`)
+	// capture reads one request and answers it.
+	capture := func() <-chan []byte {
+		got := make(chan []byte, 1)
+		go func() {
+			c, err := ln.Accept()
+			if err != nil {
+				got <- nil
+				return
+			}
+			defer c.Close()
+			br := bufio.NewReader(c)
+			var raw bytes.Buffer
+			req, err := http.ReadRequest(bufio.NewReader(io.TeeReader(br, &raw)))
+			if err == nil {
+				io.ReadAll(req.Body)
+			}
+			io.WriteString(c, "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\n\r\n{}")
+			got <- raw.Bytes()
+		}()
+		return got
+	}
+	var d net.Dialer
+	dial := func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) }
+
+	got := capture()
+	pool := &callPool{dial: dial, maxIdle: 1, idleFor: time.Minute}
+	defer pool.closeIdle()
+	if _, _, err := pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, body, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	fromPool := <-got
+
+	got = capture()
+	tr := &http.Transport{DisableCompression: true, DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) { return dial(ctx) }}
+	defer tr.CloseIdleConnections()
+	req, _ := http.NewRequest(http.MethodPost, "http://choird/rpc/HEARTBEAT", bytes.NewReader(body))
+	for _, h := range poolHeaders {
+		req.Header.Set(h[0], h[1])
+	}
+	res, err := (&http.Client{Transport: tr}).Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.ReadAll(res.Body)
+	res.Body.Close()
+	fromTransport := <-got
+
+	if len(fromPool) == 0 || !bytes.Equal(fromPool, fromTransport) {
+		t.Errorf("the pool wrote\n%q\nthe Transport\n%q", fromPool, fromTransport)
+	}
+}

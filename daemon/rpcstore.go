@@ -76,7 +76,20 @@ func (s replayStore) Load(ctx context.Context, key rpc.ReplayKey) (rpc.ReplayRec
 }
 
 // Save implements rpc.ReplayStore. A second save of one key keeps the first.
+//
+// HEARTBEAT outcomes are not stored: a heartbeat is idempotent by
+// revision, so running a replayed one again is what the replay would have
+// answered, and the row per heartbeat was the costliest write of the
+// replication path after the events themselves. Running it again acks the
+// same revisions (or more, if later heartbeats have been stored since, which
+// is as true); a refused patch is refused again; and a request ID reused for
+// a different patch is judged by the chain, which is stricter than the
+// digest. Concurrent duplicates still run once, by the server's in-process
+// single flight.
 func (s replayStore) Save(ctx context.Context, key rpc.ReplayKey, rec rpc.ReplayRecord) error {
+	if rec.Verb == rpc.VerbHeartbeat {
+		return nil
+	}
 	id, err := uuid.Parse(key.SessionID)
 	if err != nil {
 		return fmt.Errorf("session id %q: %w", key.SessionID, err)

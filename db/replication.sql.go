@@ -8,6 +8,7 @@ package db
 import (
 	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -21,6 +22,116 @@ func (q *Queries) ConfigVersionLatest(ctx context.Context) (int64, error) {
 	var version int64
 	err := row.Scan(&version)
 	return version, err
+}
+
+const heartbeatApply = `-- name: HeartbeatApply :one
+WITH head AS (
+    SELECT s.session_id, s.status, s.acked_rev, coalesce(s.acked_hash, s.base_hash) AS acked_hash
+      FROM choir_control.sessions s
+     WHERE s.session_id = $1
+       FOR UPDATE
+), ok AS (
+    SELECT h.session_id FROM head h
+     WHERE h.status IN ('active', 'stopping')
+       AND h.acked_rev = $2::bigint
+       AND h.acked_hash = $3::bytea
+), appended AS (
+    INSERT INTO choir_control.session_events (session_id, rev, event_type, lane, payload, hash_prev, hash, created_at)
+    SELECT ok.session_id, e.rev, e.event_type, e.lane, e.payload, e.hash_prev, e.hash, e.created_at
+      FROM ok, (SELECT unnest($4::bigint[]) AS rev, unnest($5::text[]) AS event_type,
+                       unnest($6::text[]) AS lane, unnest($7::jsonb[]) AS payload,
+                       unnest($8::bytea[]) AS hash_prev, unnest($9::bytea[]) AS hash,
+                       unnest($10::timestamptz[]) AS created_at) e
+    RETURNING 1
+), acked AS (
+    UPDATE choir_control.sessions s
+       SET acked_rev = $11::bigint, acked_hash = $12::bytea, last_heartbeat_at = now(),
+           config_version = $13::bigint
+      FROM ok
+     WHERE s.session_id = ok.session_id
+    RETURNING 1
+), snapshot AS (
+    INSERT INTO choir_control.session_snapshots (session_id, rev, snapshot)
+    SELECT ok.session_id, $14::bigint, $15::jsonb
+      FROM ok
+     WHERE $14::bigint > 0
+    ON CONFLICT (session_id, rev) DO NOTHING
+    RETURNING 1
+)
+SELECT h.status, h.acked_rev, h.acked_hash::bytea AS acked_hash,
+       (SELECT count(*) FROM appended)::bigint AS appended,
+       EXISTS (SELECT 1 FROM acked) AS applied,
+       (SELECT count(*) FROM snapshot)::bigint AS snapshots,
+       (SELECT coalesce(max(version), 0) FROM choir_control.config_versions)::bigint AS config_version_latest
+  FROM head h
+`
+
+type HeartbeatApplyParams struct {
+	SessionID     uuid.UUID         `json:"session_id"`
+	BaseRev       int64             `json:"base_rev"`
+	HashPrev      []byte            `json:"hash_prev"`
+	Revs          []int64           `json:"revs"`
+	EventTypes    []string          `json:"event_types"`
+	Lanes         []string          `json:"lanes"`
+	Payloads      []json.RawMessage `json:"payloads"`
+	HashPrevs     [][]byte          `json:"hash_prevs"`
+	Hashes        [][]byte          `json:"hashes"`
+	CreatedAts    []time.Time       `json:"created_ats"`
+	NewRev        int64             `json:"new_rev"`
+	HashNew       []byte            `json:"hash_new"`
+	ConfigVersion int64             `json:"config_version"`
+	SnapshotRev   int64             `json:"snapshot_rev"`
+	SnapshotState json.RawMessage   `json:"snapshot_state"`
+}
+
+type HeartbeatApplyRow struct {
+	Status              string `json:"status"`
+	AckedRev            int64  `json:"acked_rev"`
+	AckedHash           []byte `json:"acked_hash"`
+	Appended            int64  `json:"appended"`
+	Applied             bool   `json:"applied"`
+	Snapshots           int64  `json:"snapshots"`
+	ConfigVersionLatest int64  `json:"config_version_latest"`
+}
+
+// HeartbeatApply is a heartbeat's whole write in one statement, so it
+// costs one round trip: lock the session's head row, and only if the patch
+// continues the acknowledged chain (base_rev = acked_rev, hash_prev = the
+// acknowledged hash, session live) append the events, advance acked_rev and
+// last_heartbeat_at and store the snapshot. It always returns the head as
+// locked, before the update, so the caller can tell a resend or a refusal
+// from an applied patch; applied says whether it was applied. The append
+// trigger re-checks the chain set-wise, so no caller can store a broken one.
+// snapshot_rev is 0 when the heartbeat carries no snapshot.
+func (q *Queries) HeartbeatApply(ctx context.Context, arg HeartbeatApplyParams) (HeartbeatApplyRow, error) {
+	row := q.db.QueryRow(ctx, heartbeatApply,
+		arg.SessionID,
+		arg.BaseRev,
+		arg.HashPrev,
+		arg.Revs,
+		arg.EventTypes,
+		arg.Lanes,
+		arg.Payloads,
+		arg.HashPrevs,
+		arg.Hashes,
+		arg.CreatedAts,
+		arg.NewRev,
+		arg.HashNew,
+		arg.ConfigVersion,
+		arg.SnapshotRev,
+		arg.SnapshotState,
+	)
+	var i HeartbeatApplyRow
+	err := row.Scan(
+		&i.Status,
+		&i.AckedRev,
+		&i.AckedHash,
+		&i.Appended,
+		&i.Applied,
+		&i.Snapshots,
+		&i.ConfigVersionLatest,
+	)
+	return i, err
 }
 
 const sessionAck = `-- name: SessionAck :exec

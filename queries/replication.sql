@@ -21,3 +21,53 @@ ON CONFLICT (session_id, rev) DO NOTHING;
 -- name: SnapshotLatest :one
 SELECT * FROM choir_control.session_snapshots
  WHERE session_id = @session_id ORDER BY rev DESC LIMIT 1;
+
+-- name: HeartbeatApply :one
+-- HeartbeatApply is a heartbeat's whole write in one statement, so it
+-- costs one round trip: lock the session's head row, and only if the patch
+-- continues the acknowledged chain (base_rev = acked_rev, hash_prev = the
+-- acknowledged hash, session live) append the events, advance acked_rev and
+-- last_heartbeat_at and store the snapshot. It always returns the head as
+-- locked, before the update, so the caller can tell a resend or a refusal
+-- from an applied patch; applied says whether it was applied. The append
+-- trigger re-checks the chain set-wise, so no caller can store a broken one.
+-- snapshot_rev is 0 when the heartbeat carries no snapshot.
+WITH head AS (
+    SELECT s.session_id, s.status, s.acked_rev, coalesce(s.acked_hash, s.base_hash) AS acked_hash
+      FROM choir_control.sessions s
+     WHERE s.session_id = @session_id
+       FOR UPDATE
+), ok AS (
+    SELECT h.session_id FROM head h
+     WHERE h.status IN ('active', 'stopping')
+       AND h.acked_rev = @base_rev::bigint
+       AND h.acked_hash = @hash_prev::bytea
+), appended AS (
+    INSERT INTO choir_control.session_events (session_id, rev, event_type, lane, payload, hash_prev, hash, created_at)
+    SELECT ok.session_id, e.rev, e.event_type, e.lane, e.payload, e.hash_prev, e.hash, e.created_at
+      FROM ok, (SELECT unnest(@revs::bigint[]) AS rev, unnest(@event_types::text[]) AS event_type,
+                       unnest(@lanes::text[]) AS lane, unnest(@payloads::jsonb[]) AS payload,
+                       unnest(@hash_prevs::bytea[]) AS hash_prev, unnest(@hashes::bytea[]) AS hash,
+                       unnest(@created_ats::timestamptz[]) AS created_at) e
+    RETURNING 1
+), acked AS (
+    UPDATE choir_control.sessions s
+       SET acked_rev = @new_rev::bigint, acked_hash = @hash_new::bytea, last_heartbeat_at = now(),
+           config_version = @config_version::bigint
+      FROM ok
+     WHERE s.session_id = ok.session_id
+    RETURNING 1
+), snapshot AS (
+    INSERT INTO choir_control.session_snapshots (session_id, rev, snapshot)
+    SELECT ok.session_id, @snapshot_rev::bigint, sqlc.narg('snapshot_state')::jsonb
+      FROM ok
+     WHERE @snapshot_rev::bigint > 0
+    ON CONFLICT (session_id, rev) DO NOTHING
+    RETURNING 1
+)
+SELECT h.status, h.acked_rev, h.acked_hash::bytea AS acked_hash,
+       (SELECT count(*) FROM appended)::bigint AS appended,
+       EXISTS (SELECT 1 FROM acked) AS applied,
+       (SELECT count(*) FROM snapshot)::bigint AS snapshots,
+       (SELECT coalesce(max(version), 0) FROM choir_control.config_versions)::bigint AS config_version_latest
+  FROM head h;

@@ -12,10 +12,10 @@ import (
 	"time"
 )
 
-// callPool sends calls over a Unix socket on persistent HTTP/1.1
-// connections, each carrying one call at a time, written and read in the
-// caller's goroutine. It speaks the same HTTP as net/http's Transport,
-// which it replaces only for calls: the Transport hands every request to a
+// callPool sends calls on persistent HTTP/1.1 connections, each carrying
+// one call at a time, written and read in the caller's goroutine. It
+// speaks the same HTTP as net/http's Transport, which it replaces only for
+// calls: the Transport hands every request to a
 // writer goroutine and every response back from a reader goroutine, and on
 // a busy machine those two hand-offs were a large share of a call's
 // latency. The event stream keeps using the Transport.

@@ -103,8 +103,7 @@ type Client struct {
 	verbURLs      map[Verb]*url.URL
 	sessionHeader []string
 	authHeader    []string
-	// calls carries calls over the Unix socket; nil over TCP, where the
-	// Transport carries them.
+	// calls carries the calls; hc carries the event stream.
 	calls *callPool
 }
 
@@ -195,6 +194,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 			return nil, fmt.Errorf("new rpc client: endpoint %q: scheme must be https (or http to loopback)", opts.Endpoint)
 		}
 		c.base, c.transport = u.Scheme+"://"+u.Host, u.Scheme+"://"+u.Host
+		c.calls = &callPool{dial: tcpDialer(u, tr.TLSClientConfig), maxIdle: tr.MaxIdleConnsPerHost, idleFor: tr.IdleConnTimeout}
 	default:
 		return nil, fmt.Errorf("new rpc client: control plane %q: want %s or %s", opts.ControlPlane, TransportUDS, TransportHTTP)
 	}
@@ -209,6 +209,37 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	}
 	c.sessionHeader, c.authHeader = []string{c.session}, []string{c.auth}
 	return c, nil
+}
+
+// tcpDialer dials u's host as net/http's Transport would: the scheme's
+// default port when u names none, and for TLS the configuration with the
+// host as server name, handshake included.
+func tcpDialer(u *url.URL, tlsConf *tls.Config) func(ctx context.Context) (net.Conn, error) {
+	port := u.Port()
+	if port == "" {
+		port = "80"
+		if u.Scheme == "https" {
+			port = "443"
+		}
+	}
+	addr := net.JoinHostPort(u.Hostname(), port)
+	if tlsConf != nil {
+		tlsConf = tlsConf.Clone()
+		tlsConf.ServerName = u.Hostname()
+	}
+	return func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		nc, err := d.DialContext(ctx, "tcp", addr)
+		if err != nil || tlsConf == nil {
+			return nc, err
+		}
+		tc := tls.Client(nc, tlsConf)
+		if err := tc.HandshakeContext(ctx); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		return tc, nil
+	}
 }
 
 // isLoopbackHost reports whether host is a loopback IP address or

@@ -205,6 +205,8 @@ func Run(ctx context.Context, opts Options) (err error) {
 		Sender:           outboundSender{d},
 		SendLimiter:      d.sendLimiter,
 		ApprovalResolved: d.approvalResolved,
+		DMAddress:        d.dmAddress,
+		RemoveInstance:   d.removeInstance,
 	})
 	if err != nil {
 		return err

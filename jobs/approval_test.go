@@ -58,7 +58,7 @@ func newApproval(t *testing.T, b *deliveryBundle, summary string, ttl time.Durat
 
 // startWithTimeouts starts a River client running delivery and approval
 // timeouts, as choird does.
-func startWithTimeouts(t *testing.T, b *deliveryBundle, resolved func(context.Context, db.ChoirControlPendingApproval)) *jobs.Client {
+func startWithTimeouts(t *testing.T, b *deliveryBundle, resolved func(context.Context, db.ChoirControlPendingApproval), more ...func(*river.Workers)) *jobs.Client {
 	t.Helper()
 	gw, err := gateway.New(gateway.Options{
 		Gateways: map[string]config.Gateway{gatewayTG: {Type: config.GatewayTelegram, Secret: "tg-token"}},
@@ -75,6 +75,9 @@ func startWithTimeouts(t *testing.T, b *deliveryBundle, resolved func(context.Co
 		t.Fatal(err)
 	}
 	river.AddWorker(workers, &jobs.ApprovalTimeoutWorker{Pool: b.pool, Logger: slog.New(slog.DiscardHandler), Resolved: resolved})
+	for _, add := range more {
+		add(workers)
+	}
 	name, qc := jobs.DeliveryQueue()
 	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
 		Queues: map[string]river.QueueConfig{name: qc,
@@ -208,6 +211,10 @@ func TestApprovals(t *testing.T) {
 		sent := b.tg.WaitSent(t, before+2)
 		if last := sent[len(sent)-1].Text; last != "Approval timed out: add skill triage. Rejected automatically." {
 			t.Errorf("timeout message = %q", last)
+		}
+		// The hook runs after the commit, maybe after the delivery.
+		for deadline := time.Now().Add(10 * time.Second); timedOut.Load() == 0 && time.Now().Before(deadline); {
+			time.Sleep(10 * time.Millisecond)
 		}
 		if timedOut.Load() != 1 {
 			t.Errorf("resolved hook called %d times for the timeout, want 1", timedOut.Load())

@@ -2,10 +2,12 @@ package jobs
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -34,6 +36,11 @@ type CrashDetectWorker struct {
 	Pool      *pgxpool.Pool
 	Logger    *slog.Logger
 	Threshold func() time.Duration
+	// DMAddress locates a DM for the crash notice; nil sends none.
+	DMAddress func(dm string) (gateway, chatID string, ok bool)
+	// RemoveInstances enqueues the removal of a crashed session's
+	// container or process (the worker is registered with it).
+	RemoveInstances bool
 }
 
 // Timeout bounds one run; the query touches only live sessions.
@@ -58,6 +65,15 @@ func (w *CrashDetectWorker) Work(ctx context.Context, job *river.Job[CrashDetect
 				if err := InsertChunkSessionTx(ctx, client, tx, c.SessionID); err != nil {
 					return err
 				}
+				if w.RemoveInstances {
+					if _, err := client.InsertTx(ctx, tx, RemoveInstanceArgs{SessionID: c.SessionID}, nil); err != nil {
+						return fmt.Errorf("enqueue removal of the instance of session %s: %w", c.SessionID, err)
+					}
+				}
+				if err := CrashNoticeTx(ctx, tx, client, w.DMAddress, c.AgentID, c.SessionID, c.ResourceBindings,
+					fmt.Sprintf("no heartbeat for over %s", threshold)); err != nil {
+					return err
+				}
 			}
 		}
 		if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
@@ -75,4 +91,57 @@ func (w *CrashDetectWorker) Work(ctx context.Context, job *river.Job[CrashDetect
 			slog.Int("leases_released", int(c.LeasesReleased)))
 	}
 	return nil
+}
+
+// CrashNoticeTx queues, in the caller's transaction, a message to the DM a
+// crashed session was bound to. It is keyed by the session, so the
+// runtime's exit report and the heartbeat check, whichever comes second,
+// queue nothing more.
+func CrashNoticeTx(ctx context.Context, tx pgx.Tx, ins Inserter, address func(string) (string, string, bool),
+	agentID string, sessionID uuid.UUID, bindings json.RawMessage, why string) error {
+	if address == nil {
+		return nil
+	}
+	var b struct {
+		DM string `json:"dm"`
+	}
+	if json.Unmarshal(bindings, &b) != nil || b.DM == "" {
+		return nil
+	}
+	gw, chat, ok := address(b.DM)
+	if !ok {
+		return nil
+	}
+	text := fmt.Sprintf("%s stopped unexpectedly (%s). Everything it had acknowledged is kept; "+
+		"/restart (or choirctl agent start %s) resumes it where it left off.", agentID, why, agentID)
+	if _, err := EnqueueOutboundTx(ctx, tx, ins, OutboundParams{AgentID: agentID, SessionID: &sessionID,
+		MessageID: "crash:" + sessionID.String(), Gateway: gw, DM: b.DM, ChatID: chat, Kind: OutboundText, Text: text}); err != nil {
+		return fmt.Errorf("queue crash notice of session %s: %w", sessionID, err)
+	}
+	return nil
+}
+
+// RemoveInstanceArgs removes the container or process of a crashed
+// session: a frozen agent must not wake up and act.
+type RemoveInstanceArgs struct {
+	SessionID uuid.UUID `json:"session_id"`
+}
+
+// Kind implements river.JobArgs.
+func (RemoveInstanceArgs) Kind() string { return "remove_instance" }
+
+// InsertOpts runs removals on the control queue.
+func (RemoveInstanceArgs) InsertOpts() river.InsertOpts {
+	return river.InsertOpts{Queue: QueueControl, MaxAttempts: 5}
+}
+
+// RemoveInstanceWorker calls choird's runtime to remove the instance.
+type RemoveInstanceWorker struct {
+	river.WorkerDefaults[RemoveInstanceArgs]
+	Remove func(ctx context.Context, sessionID uuid.UUID) error
+}
+
+// Work implements river.Worker.
+func (w *RemoveInstanceWorker) Work(ctx context.Context, job *river.Job[RemoveInstanceArgs]) error {
+	return w.Remove(ctx, job.Args.SessionID)
 }

@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
@@ -59,6 +60,11 @@ type Deps struct {
 	// ApprovalResolved is told of an approval resolved by its timeout,
 	// after the commit.
 	ApprovalResolved func(ctx context.Context, a db.ChoirControlPendingApproval)
+	// DMAddress locates a DM (its gateway and chat) for crash notices.
+	DMAddress func(dm string) (gateway, chatID string, ok bool)
+	// RemoveInstance removes a crashed session's container or process;
+	// nil when choird runs no runtime.
+	RemoveInstance func(ctx context.Context, sessionID uuid.UUID) error
 }
 
 // Client is the River client type choird uses.
@@ -74,8 +80,19 @@ func NewClient(deps Deps) (*Client, error) {
 		deps.CrashInterval = time.Second
 	}
 	workers := river.NewWorkers()
+	// Crash notices go through the outbox: only with a sender to deliver
+	// them (the delivery job's kind must be registered to be inserted).
+	dmAddress := deps.DMAddress
+	if deps.Sender == nil {
+		dmAddress = nil
+	}
+	if deps.RemoveInstance != nil {
+		if err := river.AddWorkerSafely(workers, &RemoveInstanceWorker{Remove: deps.RemoveInstance}); err != nil {
+			return nil, fmt.Errorf("register instance removal worker: %w", err)
+		}
+	}
 	if err := river.AddWorkerSafely(workers, &CrashDetectWorker{Pool: deps.Pool, Logger: deps.Logger,
-		Threshold: deps.CrashThreshold}); err != nil {
+		Threshold: deps.CrashThreshold, DMAddress: dmAddress, RemoveInstances: deps.RemoveInstance != nil}); err != nil {
 		return nil, fmt.Errorf("register crash detection worker: %w", err)
 	}
 	if err := river.AddWorkerSafely(workers, &ApprovalTimeoutWorker{Pool: deps.Pool, Logger: deps.Logger,

@@ -522,10 +522,16 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Erro
 		s.drain(w, r)
 		return nil, tooLarge(strconv.FormatInt(r.ContentLength, 10))
 	}
-	var buf bytes.Buffer
-	if r.ContentLength > 0 {
-		buf.Grow(int(r.ContentLength))
+	if r.ContentLength >= 0 {
+		// The common case, in one allocation: net/http ends the body at
+		// its declared length.
+		b := make([]byte, r.ContentLength)
+		if _, err := io.ReadFull(r.Body, b); err != nil {
+			return nil, Errorf(CodeBadRequest, "read payload: %v", err)
+		}
+		return b, nil
 	}
+	var buf bytes.Buffer
 	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
 	if err != nil {
 		return nil, Errorf(CodeBadRequest, "read payload: %v", err)

@@ -78,6 +78,8 @@ type cancelEvent struct {
 	Reason string `json:"reason,omitempty"`
 	// State is the lane's state when the turn stopped.
 	State State `json:"state"`
+	// Reply is what the user was told.
+	Reply string `json:"reply"`
 }
 
 // mailbox is what waits for the next safe point; guarded by Edge.mu.
@@ -330,7 +332,7 @@ func (e *Edge) findApproval(id string) (approvalCall, bool) {
 
 // stopTurn ends the running turn: the cancel is committed and the user told.
 func (e *Edge) stopTurn(ctx context.Context, scope, reason, reply string) error {
-	ev, err := e.cfg.Arbiter.Commit(ctx, rpc.EventCancelled, "edge", cancelEvent{Scope: scope, Reason: reason, State: e.State()})
+	ev, err := e.cfg.Arbiter.Commit(ctx, rpc.EventCancelled, "edge", cancelEvent{Scope: scope, Reason: reason, State: e.State(), Reply: reply})
 	if err != nil {
 		return fmt.Errorf("commit cancel: %w", err)
 	}

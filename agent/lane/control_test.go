@@ -111,9 +111,10 @@ func TestEdgeInboxExactlyOnce(t *testing.T) {
 		reg, _ := tool.Build(tool.Config{})
 		src, app, _ := commitlog.New(0, rpc.Genesis)
 		app.Append(rpc.EventUserMsg, "edge", json.RawMessage(`{"text":"old","inbox_id":9}`))
+		answered, _ := app.Append(rpc.EventModelOutput, "edge", json.RawMessage(`{"text":"old answered"}`))
 		app.Append(rpc.EventInjectedInstruction, "edge", json.RawMessage(`{"source":"user","text":"tabs","inbox_id":10}`))
-		tail, _ := src.Range(1, 2)
-		log, app2, err := commitlog.NewWithHistory(2, tail[1].Hash, tail)
+		tail, _ := src.Range(1, 3)
+		log, app2, err := commitlog.NewWithHistory(3, tail[2].Hash, tail)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -132,6 +133,11 @@ func TestEdgeInboxExactlyOnce(t *testing.T) {
 			if err := edge.Deliver(lane.UserMessage{Text: "again", InboxID: id}); !errors.Is(err, lane.ErrDuplicateInbox) {
 				t.Errorf("row %d taken before the restart was accepted again: %v", id, err)
 			}
+		}
+		// The last answer of the old run goes out again under its ID, for
+		// choird's outbox to drop if it was sent before.
+		if got := out.next(t); got != "old answered" || out.sentIDs()[0] != lane.MessageID("reply", answered.Hash) {
+			t.Errorf("resent answer = %q under %v", got, out.sentIDs())
 		}
 		if err := edge.Deliver(lane.UserMessage{Text: "new", InboxID: 11}); err != nil {
 			t.Fatal(err)
@@ -470,14 +476,64 @@ func TestEdgeReplyIDs(t *testing.T) {
 	b.edge.Deliver(lane.UserMessage{Text: "b"})
 	b.out.next(t)
 	outs := b.ofType(t, rpc.EventModelOutput)
-	users := b.ofType(t, rpc.EventUserMsg)
 	ids := b.out.sentIDs()
-	if len(ids) != 2 || ids[0] != lane.MessageID("reply", outs[0].Hash) || ids[1] != lane.MessageID("notice", users[1].Hash) {
-		t.Errorf("ids = %v; want the model_output's and the failed turn's user_msg's", ids)
+	if len(outs) != 2 || len(ids) != 2 || ids[0] != lane.MessageID("reply", outs[0].Hash) || ids[1] != lane.MessageID("notice", outs[1].Hash) {
+		t.Fatalf("ids = %v; want those of the model's answer and of the lane's notice, both committed", ids)
+	}
+	if p := payload(t, outs[1]); p["source"] != "lane" || !strings.Contains(p["text"].(string), "HTTP 500") {
+		t.Errorf("the lane's notice is committed as %s", outs[1].Payload)
 	}
 	for _, id := range ids {
 		if !rpc.ValidID(id) {
 			t.Errorf("%q is not a valid message ID", id)
 		}
 	}
+}
+
+func TestEdgeResumesTheInterruptedTurn(t *testing.T) {
+	t.Parallel()
+	// The log of the crashed run: a message, a model step that called a
+	// tool, and its result; the answer never came.
+	srv := llmtest.NewServer(t, llmtest.Text("It is time for tea.").Expect(func(t testing.TB, r *llmtest.Request) {
+		var sawUser, sawTool bool
+		for _, m := range r.Messages {
+			sawUser = sawUser || (m.Role == "user" && m.Content == "what time is it?")
+			sawTool = sawTool || (m.Role == "assistant" && strings.Contains(m.Content, "[earlier tool call choir.fs.read: success]"))
+		}
+		if !sawUser || !sawTool {
+			t.Errorf("resumed prompt lacks the message (%v) or the progress (%v)", sawUser, sawTool)
+		}
+	}))
+	reg, _ := tool.Build(tool.Config{})
+	src, app, _ := commitlog.New(0, rpc.Genesis)
+	app.Append(rpc.EventUserMsg, "edge", json.RawMessage(`{"text":"what time is it?","inbox_id":21}`))
+	app.Append(rpc.EventModelOutput, "edge", json.RawMessage(`{"text":"","tool_calls":["choir.fs.read"]}`))
+	app.Append(rpc.EventToolResultCommitted, "edge", json.RawMessage(`{"call_id":"c1","tool":"choir.fs.read","status":"success"}`))
+	tail, _ := src.Range(1, 3)
+	log, app2, err := commitlog.NewWithHistory(3, tail[2].Hash, tail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	arb := arbiter.New(arbiter.Config{Appender: app2, Tools: reg})
+	out := newSink()
+	edge := lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, LLM: &llm.Client{}, Model: srv.Model, Out: out})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{}, 2)
+	go func() { arb.Run(ctx); done <- struct{}{} }()
+	go func() { edge.Run(ctx); done <- struct{}{} }()
+	defer func() { cancel(); <-done; <-done }()
+	if got := out.next(t); got != "It is time for tea." {
+		t.Fatalf("answer = %q", got)
+	}
+	head, _ := log.Head()
+	evs, _ := log.Range(4, head)
+	for _, e := range evs {
+		if e.Type == rpc.EventUserMsg {
+			t.Errorf("the message was committed again at %d", e.Rev)
+		}
+	}
+	if err := edge.Deliver(lane.UserMessage{Text: "again", InboxID: 21}); !errors.Is(err, lane.ErrDuplicateInbox) {
+		t.Errorf("redelivery of the resumed row: %v", err)
+	}
+	srv.Done()
 }

@@ -219,6 +219,11 @@ func (e *Edge) Status() rpc.ReportStatusRequest {
 	st := rpc.ReportStatusRequest{Lane: "edge", State: string(e.State())}
 	if run := e.activeSkill(); run != nil {
 		st.Skill, st.Step = run.Skill().Name(), run.State()
+		if st.Validate() != nil {
+			// A skill or state name the protocol cannot carry: the state
+			// alone still tells choird whether the lane is IDLE.
+			st.Skill, st.Step = "", ""
+		}
 	}
 	calls, tokens := e.Budget()
 	if e.cfg.Budgets.MaxToolCallsPerSession > 0 {
@@ -243,6 +248,9 @@ var ErrBudgetExceeded = errors.New("session budget exceeded")
 // Run drives the state machine until ctx ends, Stop is called or a budget
 // is exhausted.
 func (e *Edge) Run(ctx context.Context) error {
+	if end, err := e.endTurn(ctx, e.resume(ctx)); end {
+		return err
+	}
 	for {
 		e.set(EdgeIdle)
 		// IDLE is a safe point: what waits in the mailbox is applied before
@@ -270,29 +278,94 @@ func (e *Edge) Run(ctx context.Context) error {
 			e.set(EdgeTerminated)
 			return nil
 		}
-		err = e.handle(ctx, m)
-		e.mu.Lock()
-		if e.box.cancel {
-			e.box.cancel = false
-			e.cfg.Logger.InfoContext(ctx, "the turn ended before the cancel reached a safe point",
-				slog.String("scope", e.box.cancelScope))
-		}
-		e.mu.Unlock()
-		if errors.Is(err, errTurnStopped) {
-			continue
-		}
-		if errors.Is(err, ErrBudgetExceeded) {
-			e.set(EdgeTerminated)
+		if end, err := e.endTurn(ctx, e.handle(ctx, m)); end {
 			return err
 		}
-		if ctx.Err() != nil {
-			e.set(EdgeTerminated)
-			return nil
-		}
-		if err != nil {
-			e.cfg.Logger.ErrorContext(ctx, "edge lane failed on a message", slog.String("error", err.Error()))
+	}
+}
+
+// endTurn settles how a turn ended, and reports whether the lane ends with
+// it, and with what error.
+func (e *Edge) endTurn(ctx context.Context, err error) (end bool, runErr error) {
+	e.mu.Lock()
+	if e.box.cancel {
+		e.box.cancel = false
+		e.cfg.Logger.InfoContext(ctx, "the turn ended before the cancel reached a safe point",
+			slog.String("scope", e.box.cancelScope))
+	}
+	e.mu.Unlock()
+	switch {
+	case errors.Is(err, errTurnStopped):
+		return false, nil
+	case errors.Is(err, ErrBudgetExceeded):
+		e.set(EdgeTerminated)
+		return true, err
+	case ctx.Err() != nil:
+		e.set(EdgeTerminated)
+		return true, nil
+	case err != nil:
+		e.cfg.Logger.ErrorContext(ctx, "edge lane failed on a message", slog.String("error", err.Error()))
+	}
+	return false, nil
+}
+
+// resume finishes the turn a crash or a cut-off stop interrupted, as the
+// log of a resumed session shows it: the last user message of the edge
+// with no answer after it is answered now, from where it stopped, without
+// committing it again (choird will not redeliver it: it saw the row taken).
+// A turn that did end has its answer sent again, under the same message
+// ID: choird's outbox queues it only if the first send never arrived.
+func (e *Edge) resume(ctx context.Context) error {
+	head, _ := e.cfg.Log.Head()
+	evs, err := e.cfg.Log.Range(e.cfg.Log.Oldest(), head)
+	if err != nil {
+		return nil
+	}
+	user := -1
+	for i := len(evs) - 1; i >= 0; i-- {
+		if evs[i].Lane == "edge" && evs[i].Type == rpc.EventUserMsg {
+			user = i
+			break
 		}
 	}
+	if user < 0 {
+		return nil
+	}
+	for _, ev := range evs[user+1:] {
+		if ev.Lane != "edge" {
+			continue
+		}
+		var p struct {
+			Text      string          `json:"text"`
+			Reply     string          `json:"reply"`
+			Source    string          `json:"source"`
+			ToolCalls json.RawMessage `json:"tool_calls"`
+		}
+		json.Unmarshal(ev.Payload, &p) //nolint:errcheck // an unreadable payload is no answer
+		switch {
+		case ev.Type == rpc.EventModelOutput && len(p.ToolCalls) == 0:
+			kind := "reply"
+			if p.Source == laneSource {
+				kind = "notice"
+			}
+			e.cfg.Logger.InfoContext(ctx, "resumed session: the last answer is sent again, in case it never left",
+				slog.Int64("rev", ev.Rev))
+			return e.send(ctx, kind, ev.Hash, answerText(p.Text))
+		case ev.Type == rpc.EventCancelled:
+			if p.Reply != "" {
+				return e.send(ctx, "cancel", ev.Hash, p.Reply)
+			}
+			return nil
+		}
+	}
+	var m UserMessage
+	if err := json.Unmarshal(evs[user].Payload, &m); err != nil {
+		return fmt.Errorf("resume the turn of revision %d: %w", evs[user].Rev, err)
+	}
+	e.cfg.Logger.InfoContext(ctx, "resumed session: answering the message a restart interrupted", slog.Int64("rev", evs[user].Rev))
+	e.set(EdgeContextReady)
+	msgs := e.prompt(evs[user].Rev-1, m)
+	return e.turn(ctx, append(msgs, e.render(evs[user].Rev+1, head)...))
 }
 
 // handle answers one user message: IDLE -> CONTEXT_READY -> REASONING <->
@@ -303,8 +376,11 @@ func (e *Edge) handle(ctx context.Context, m UserMessage) error {
 	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventUserMsg, "edge", m); err != nil {
 		return fmt.Errorf("commit user message: %w", err)
 	}
-	msgs := e.prompt(before, m)
+	return e.turn(ctx, e.prompt(before, m))
+}
 
+// turn runs the model steps of one turn from msgs to its answer.
+func (e *Edge) turn(ctx context.Context, msgs []llm.Message) error {
 	for step := 0; ; step++ {
 		// Between two model steps every tool result of the last one is
 		// committed: a safe point.
@@ -650,9 +726,28 @@ func (e *Edge) render(from, to int64) []llm.Message {
 // finalize delivers a message of the lane's own (an error, a budget
 // notice) and returns to IDLE. Its ID derives from the last committed
 // event, which is what the message answers.
+//
+// The message is committed as the lane's model_output (source "lane"): the
+// log records what the user was told, and the turn is seen to have ended
+// when a resumed session looks back.
 func (e *Edge) finalize(ctx context.Context, text string) error {
-	_, h := e.cfg.Log.Head()
-	return e.finalizeAs(ctx, "notice", h, text)
+	text = answerText(text)
+	ev, err := e.cfg.Arbiter.Commit(ctx, rpc.EventModelOutput, "edge", map[string]any{"text": text, "source": laneSource})
+	if err != nil {
+		e.cfg.Logger.WarnContext(ctx, "lane message not committed", slog.String("error", err.Error()))
+		_, ev.Hash = e.cfg.Log.Head()
+	}
+	return e.finalizeAs(ctx, "notice", ev.Hash, text)
+}
+
+// laneSource marks a model_output the lane wrote itself, not the model.
+const laneSource = "lane"
+
+func answerText(text string) string {
+	if strings.TrimSpace(text) == "" {
+		return "(no answer)"
+	}
+	return text
 }
 
 // finalizeEvent delivers the model's answer, committed as ev, and returns
@@ -663,10 +758,7 @@ func (e *Edge) finalizeEvent(ctx context.Context, ev rpc.Event, text string) err
 
 func (e *Edge) finalizeAs(ctx context.Context, kind string, h rpc.Hash, text string) error {
 	e.set(EdgeFinalizing)
-	if strings.TrimSpace(text) == "" {
-		text = "(no answer)"
-	}
-	if err := e.send(ctx, kind, h, text); err != nil {
+	if err := e.send(ctx, kind, h, answerText(text)); err != nil {
 		return fmt.Errorf("send answer: %w", err)
 	}
 	return nil

@@ -58,6 +58,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 	root.AddCommand(newInitCommand(g), newDBCommand(g), newConfigCommand(g), newStatusCommand(g), newMemoryCommand(g),
 		newAgentCommand(g), newWorkspaceCommand(g), newSecretCommand(g), newChatCommand(g))
+	root.AddCommand(sessionCommands(g)...)
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {

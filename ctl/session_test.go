@@ -4,44 +4,24 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"os"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/spf13/cobra"
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/dbtest"
 )
 
-// runSessionCommands runs the command groups of session.go, model.go and
-// approval.go as Run runs the root's, returning the exit code.
+// runSessionCommands runs choirctl with --home, returning the exit code,
+// stdout and stderr.
 func runSessionCommands(home string, args ...string) (int, string, string) {
 	var out, errb bytes.Buffer
-	g := &globals{home: home, stdout: &out, stderr: &errb}
-	root := &cobra.Command{Use: "choirctl", SilenceUsage: true, SilenceErrors: true}
-	root.SetArgs(args)
-	root.SetOut(&out)
-	root.SetErr(&errb)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
-	root.AddCommand(sessionCommands(g)...)
-	err := root.ExecuteContext(context.Background())
-	if err == nil {
-		return ExitOK, out.String(), errb.String()
-	}
-	errb.WriteString(err.Error())
-	var ee *exitError
-	if errors.As(err, &ee) {
-		return ee.code, out.String(), errb.String()
-	}
-	if isUsage(err) {
-		return ExitUsage, out.String(), errb.String()
-	}
-	return ExitError, out.String(), errb.String()
+	code := Run(context.Background(), append([]string{"--home", home}, args...), &out, &errb)
+	return code, out.String(), errb.String()
 }
 
 // startChoird runs choird, without an agent runtime, on a fresh database

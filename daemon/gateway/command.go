@@ -45,7 +45,9 @@ func ParseCommand(text, botUsername string) (name string, args []string, rest st
 
 func validCommandName(s string) bool {
 	for _, r := range s {
-		if !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
+		// Telegram's own command names have no '-', but spec 19.3's
+		// /update-all does, and a user will type it.
+		if !(r == '_' || r == '-' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z') {
 			return false
 		}
 	}

@@ -1,9 +1,13 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"log/slog"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/choirhq/choir/db"
@@ -118,4 +122,84 @@ func TestHello(t *testing.T) {
 			}
 		}
 	})
+
+	t.Run("ASnapshotFailingItsHashCheckFallsBackToTheOneBeforeWithALongerTail", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		cfg := testConfig(t)
+		s1, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Snapshots at 3, 6 and 9 arrive with the heartbeats, as the agent
+		// sends them.
+		evs := chainEvents(t, 1, 10, rpc.Genesis)
+		for _, end := range []int64{3, 6, 9, 10} {
+			from := end - 3
+			if end == 10 {
+				from = 9
+			}
+			req := patch(evs[from:end], from, chainHash(evs, from))
+			if end != 10 {
+				req.Snapshot = &rpc.Snapshot{Rev: end, Hash: evs[end-1].Hash,
+					State: json.RawMessage(`{"edge":{"window_from":` + strconv.FormatInt(end, 10) + `,"note":"ünïcode and \"quotes\""}}`)}
+			}
+			if _, err := replicate(ctx, pool, s1.Session.SessionID, req); err != nil {
+				t.Fatal(err)
+			}
+		}
+		endSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
+		resume := func(t *testing.T) (rpc.InitHelloResponse, string) {
+			t.Helper()
+			s, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var logs bytes.Buffer
+			resp, err := helloWith(ctx, pool, slog.New(slog.NewJSONHandler(&logs, nil)), s.Call(), s.HelloRequest())
+			if err != nil {
+				t.Fatal(err)
+			}
+			endSession(ctx, pool, nil, s.Session.SessionID, "ended", "test")
+			return resp, logs.String()
+		}
+
+		// Intact, the newest snapshot wins: its state survived jsonb.
+		resp, logs := resume(t)
+		if resp.Snapshot == nil || resp.Snapshot.Rev != 9 || len(resp.TailEvents) != 1 || logs != "" {
+			t.Fatalf("intact: snapshot %+v, tail %d, logs %q", resp.Snapshot, len(resp.TailEvents), logs)
+		}
+
+		// The newest state altered: fall back to 6, tail 7-10, and say so.
+		pool.Exec(ctx, `UPDATE choir_control.session_snapshots SET snapshot = '{"edge":{"window_from":1}}' WHERE rev = 9`)
+		resp, logs = resume(t)
+		if resp.Snapshot == nil || resp.Snapshot.Rev != 6 || len(resp.TailEvents) != 4 || resp.TailEvents[0].Rev != 7 {
+			t.Fatalf("after tampering with 9: snapshot %+v, tail %d", resp.Snapshot, len(resp.TailEvents))
+		}
+		if !strings.Contains(logs, "snapshot failed its hash check") || !strings.Contains(logs, `"snapshot_rev":9`) ||
+			!strings.Contains(logs, "state has SHA-256") {
+			t.Errorf("the fallback is not logged with its reason: %s", logs)
+		}
+
+		// A snapshot whose chain hash is not its event's is skipped too;
+		// with none left the whole chain is the tail.
+		pool.Exec(ctx, `UPDATE choir_control.session_snapshots SET hash = $1 WHERE rev = 6`, evs[0].Hash[:])
+		pool.Exec(ctx, `UPDATE choir_control.session_snapshots SET state_sha256 = $1 WHERE rev = 3`, evs[0].Hash[:])
+		resp, logs = resume(t)
+		if resp.Snapshot != nil || len(resp.TailEvents) != 10 || resp.AckedRev != 10 {
+			t.Fatalf("with every snapshot bad: snapshot %+v, tail %d", resp.Snapshot, len(resp.TailEvents))
+		}
+		if n := strings.Count(logs, "snapshot failed its hash check"); n != 3 || !strings.Contains(logs, "but the event at rev 6 has") {
+			t.Errorf("%d fallbacks logged, want 3: %s", n, logs)
+		}
+	})
+}
+
+// chainHash is the hash of revision rev in evs (revisions 1..), or the
+// genesis hash for rev 0.
+func chainHash(evs []rpc.Event, rev int64) rpc.Hash {
+	if rev == 0 {
+		return rpc.Genesis
+	}
+	return evs[rev-1].Hash
 }

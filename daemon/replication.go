@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -185,7 +186,20 @@ func applyParams(sessionID uuid.UUID, base int64, basePrev rpc.Hash, events []rp
 		p.NewRev, p.HashNew = events[n-1].Rev, events[n-1].Hash[:]
 	}
 	if sn := req.Snapshot; sn != nil && sn.Rev >= 1 && sn.Rev <= p.NewRev {
-		p.SnapshotRev, p.SnapshotState = sn.Rev, sn.State
+		p.SnapshotRev, p.SnapshotState, p.SnapshotHash = sn.Rev, sn.State, sn.Hash[:]
+		p.SnapshotStateSha256 = snapshotStateSum(sn.State)
 	}
 	return p
+}
+
+// snapshotStateSum is the SHA-256 of a snapshot state's canonical JSON,
+// which survives the trip through jsonb unchanged; nil if the state is not
+// valid JSON (the RPC layer refuses such a heartbeat before it gets here).
+func snapshotStateSum(state json.RawMessage) []byte {
+	canon, err := rpc.CanonicalJSON(state)
+	if err != nil {
+		return nil
+	}
+	sum := sha256.Sum256(canon)
+	return sum[:]
 }

@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/db"
@@ -210,6 +213,77 @@ func TestReplicate(t *testing.T) {
 		}
 		if n, acked := storedRevs(t, pool, id); n != 10 || acked != 10 {
 			t.Errorf("stored %d, acked %d; want 10, 10", n, acked)
+		}
+	})
+
+	t.Run("SnapshotIsStoredWithItsChainHashAndStateSum", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		id := newSession(t, pool, "alpha")
+		evs := chainEvents(t, 1, 4, rpc.Genesis)
+		req := patch(evs, 0, rpc.Genesis)
+		req.Snapshot = &rpc.Snapshot{Rev: 3, Hash: evs[2].Hash, State: json.RawMessage(`{"b": 1, "a": [true]}`)}
+		if _, err := replicate(ctx, pool, id, req); err != nil {
+			t.Fatal(err)
+		}
+		var hash, sum []byte
+		if err := pool.QueryRow(ctx, "SELECT hash, state_sha256 FROM choir_control.session_snapshots WHERE session_id = $1 AND rev = 3",
+			id).Scan(&hash, &sum); err != nil {
+			t.Fatal(err)
+		}
+		want := sha256.Sum256([]byte(`{"a":[true],"b":1}`))
+		if !bytes.Equal(hash, evs[2].Hash[:]) || !bytes.Equal(sum, want[:]) {
+			t.Errorf("stored hash %x sum %x; want %s and %x", hash, sum, evs[2].Hash, want)
+		}
+	})
+
+	t.Run("PatchNotContinuingItsOwnBaseIsABadRequest", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		id := newSession(t, pool, "alpha")
+		evs := chainEvents(t, 1, 3, rpc.Genesis)
+		req := patch([]rpc.Event{evs[0], evs[2]}, 0, rpc.Genesis)
+		if _, err := replicate(ctx, pool, id, req); !errors.Is(err, rpc.ErrBadRequest) {
+			t.Fatalf("err = %v, want a bad request", err)
+		}
+		if n, acked := storedRevs(t, pool, id); n != 0 || acked != 0 {
+			t.Errorf("stored %d, acked %d; want nothing", n, acked)
+		}
+	})
+
+	t.Run("HeartbeatsLeaveNoReplayRowsOtherCallsDo", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		id := newSession(t, pool, "alpha")
+		store := replayStore{pool}
+		for verb, want := range map[rpc.Verb]bool{rpc.VerbHeartbeat: false, rpc.VerbRequestApproval: true} {
+			key := rpc.ReplayKey{SessionID: id.String(), RequestID: "req-" + string(verb)}
+			if err := store.Save(ctx, key, rpc.ReplayRecord{Verb: verb, Response: []byte(`{}`)}); err != nil {
+				t.Fatal(err)
+			}
+			if _, found, err := store.Load(ctx, key); err != nil || found != want {
+				t.Errorf("%s: stored %v (%v), want %v", verb, found, err, want)
+			}
+		}
+	})
+
+	t.Run("DatabaseRefusesEventsOfNoSessionAndDeletingASessionWithEvents", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		id := newSession(t, pool, "alpha")
+		if _, err := replicate(ctx, pool, id, patch(chainEvents(t, 1, 2, rpc.Genesis), 0, rpc.Genesis)); err != nil {
+			t.Fatal(err)
+		}
+		_, err := pool.Exec(ctx, "DELETE FROM choir_control.sessions WHERE session_id = $1", id)
+		var pe *pgconn.PgError
+		if !errors.As(err, &pe) || pe.Code != "23503" {
+			t.Errorf("deleting a session with events: %v, want a foreign key violation", err)
+		}
+		evs := chainEvents(t, 1, 1, rpc.Genesis)
+		_, err = db.New(pool).EventsAppend(ctx, []db.EventsAppendParams{{SessionID: uuid.New(), Rev: 1, EventType: "user_msg",
+			Lane: "edge", Payload: evs[0].Payload, HashPrev: rpc.Genesis[:], Hash: evs[0].Hash[:], CreatedAt: evs[0].CreatedAt}})
+		if !errors.As(err, &pe) || pe.Code != "23503" || !strings.Contains(pe.Message, "does not exist") {
+			t.Errorf("an event of no session: %v, want a foreign key violation", err)
 		}
 	})
 }

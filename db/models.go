@@ -149,8 +149,10 @@ type ChoirControlSessionOverride struct {
 }
 
 type ChoirControlSessionSnapshot struct {
-	SessionID uuid.UUID       `json:"session_id"`
-	Rev       int64           `json:"rev"`
-	Snapshot  json.RawMessage `json:"snapshot"`
-	CreatedAt time.Time       `json:"created_at"`
+	SessionID   uuid.UUID       `json:"session_id"`
+	Rev         int64           `json:"rev"`
+	Snapshot    json.RawMessage `json:"snapshot"`
+	CreatedAt   time.Time       `json:"created_at"`
+	Hash        []byte          `json:"hash"`
+	StateSha256 []byte          `json:"state_sha256"`
 }

@@ -68,7 +68,7 @@ WITH RECURSIVE chain AS (
     SELECT p.session_id, p.resumed_from
       FROM choir_control.sessions p JOIN chain c ON p.session_id = c.resumed_from
 )
-SELECT ss.session_id, ss.rev, ss.snapshot, e.hash
+SELECT ss.session_id, ss.rev, ss.snapshot, ss.hash AS declared_hash, ss.state_sha256, e.hash AS event_hash
   FROM choir_control.session_snapshots ss
   JOIN chain c ON c.session_id = ss.session_id
   LEFT JOIN choir_control.session_events e
@@ -84,14 +84,18 @@ type SessionChainSnapshotParams struct {
 }
 
 type SessionChainSnapshotRow struct {
-	SessionID uuid.UUID       `json:"session_id"`
-	Rev       int64           `json:"rev"`
-	Snapshot  json.RawMessage `json:"snapshot"`
-	Hash      []byte          `json:"hash"`
+	SessionID    uuid.UUID       `json:"session_id"`
+	Rev          int64           `json:"rev"`
+	Snapshot     json.RawMessage `json:"snapshot"`
+	DeclaredHash []byte          `json:"declared_hash"`
+	StateSha256  []byte          `json:"state_sha256"`
+	EventHash    []byte          `json:"event_hash"`
 }
 
 // SessionChainSnapshot returns the newest snapshot along a session's chain
-// of predecessors (resumed_from), at or below max_rev.
+// of predecessors (resumed_from), at or below max_rev, with the hash of the
+// event at its revision (event_hash, NULL if there is none) to check the
+// hash it was stored with against.
 func (q *Queries) SessionChainSnapshot(ctx context.Context, arg SessionChainSnapshotParams) (SessionChainSnapshotRow, error) {
 	row := q.db.QueryRow(ctx, sessionChainSnapshot, arg.MaxRev, arg.SessionID)
 	var i SessionChainSnapshotRow
@@ -99,7 +103,9 @@ func (q *Queries) SessionChainSnapshot(ctx context.Context, arg SessionChainSnap
 		&i.SessionID,
 		&i.Rev,
 		&i.Snapshot,
-		&i.Hash,
+		&i.DeclaredHash,
+		&i.StateSha256,
+		&i.EventHash,
 	)
 	return i, err
 }

@@ -51,8 +51,9 @@ WITH head AS (
      WHERE s.session_id = ok.session_id
     RETURNING 1
 ), snapshot AS (
-    INSERT INTO choir_control.session_snapshots (session_id, rev, snapshot)
-    SELECT ok.session_id, $14::bigint, $15::jsonb
+    INSERT INTO choir_control.session_snapshots (session_id, rev, snapshot, hash, state_sha256)
+    SELECT ok.session_id, $14::bigint, $15::jsonb,
+           $16::bytea, $17::bytea
       FROM ok
      WHERE $14::bigint > 0
     ON CONFLICT (session_id, rev) DO NOTHING
@@ -67,21 +68,23 @@ SELECT h.status, h.acked_rev, h.acked_hash::bytea AS acked_hash,
 `
 
 type HeartbeatApplyParams struct {
-	SessionID     uuid.UUID         `json:"session_id"`
-	BaseRev       int64             `json:"base_rev"`
-	HashPrev      []byte            `json:"hash_prev"`
-	Revs          []int64           `json:"revs"`
-	EventTypes    []string          `json:"event_types"`
-	Lanes         []string          `json:"lanes"`
-	Payloads      []json.RawMessage `json:"payloads"`
-	HashPrevs     [][]byte          `json:"hash_prevs"`
-	Hashes        [][]byte          `json:"hashes"`
-	CreatedAts    []time.Time       `json:"created_ats"`
-	NewRev        int64             `json:"new_rev"`
-	HashNew       []byte            `json:"hash_new"`
-	ConfigVersion int64             `json:"config_version"`
-	SnapshotRev   int64             `json:"snapshot_rev"`
-	SnapshotState json.RawMessage   `json:"snapshot_state"`
+	SessionID           uuid.UUID         `json:"session_id"`
+	BaseRev             int64             `json:"base_rev"`
+	HashPrev            []byte            `json:"hash_prev"`
+	Revs                []int64           `json:"revs"`
+	EventTypes          []string          `json:"event_types"`
+	Lanes               []string          `json:"lanes"`
+	Payloads            []json.RawMessage `json:"payloads"`
+	HashPrevs           [][]byte          `json:"hash_prevs"`
+	Hashes              [][]byte          `json:"hashes"`
+	CreatedAts          []time.Time       `json:"created_ats"`
+	NewRev              int64             `json:"new_rev"`
+	HashNew             []byte            `json:"hash_new"`
+	ConfigVersion       int64             `json:"config_version"`
+	SnapshotRev         int64             `json:"snapshot_rev"`
+	SnapshotState       json.RawMessage   `json:"snapshot_state"`
+	SnapshotHash        []byte            `json:"snapshot_hash"`
+	SnapshotStateSha256 []byte            `json:"snapshot_state_sha256"`
 }
 
 type HeartbeatApplyRow struct {
@@ -102,7 +105,9 @@ type HeartbeatApplyRow struct {
 // locked, before the update, so the caller can tell a resend or a refusal
 // from an applied patch; applied says whether it was applied. The append
 // trigger re-checks the chain set-wise, so no caller can store a broken one.
-// snapshot_rev is 0 when the heartbeat carries no snapshot.
+// snapshot_rev is 0 when the heartbeat carries no snapshot; snapshot_hash is
+// the chain hash at its revision and snapshot_state_sha256 the SHA-256 of its
+// state's canonical JSON, both checked on recovery.
 func (q *Queries) HeartbeatApply(ctx context.Context, arg HeartbeatApplyParams) (HeartbeatApplyRow, error) {
 	row := q.db.QueryRow(ctx, heartbeatApply,
 		arg.SessionID,
@@ -120,6 +125,8 @@ func (q *Queries) HeartbeatApply(ctx context.Context, arg HeartbeatApplyParams) 
 		arg.ConfigVersion,
 		arg.SnapshotRev,
 		arg.SnapshotState,
+		arg.SnapshotHash,
+		arg.SnapshotStateSha256,
 	)
 	var i HeartbeatApplyRow
 	err := row.Scan(
@@ -208,7 +215,7 @@ func (q *Queries) SnapshotInsert(ctx context.Context, arg SnapshotInsertParams) 
 }
 
 const snapshotLatest = `-- name: SnapshotLatest :one
-SELECT session_id, rev, snapshot, created_at FROM choir_control.session_snapshots
+SELECT session_id, rev, snapshot, created_at, hash, state_sha256 FROM choir_control.session_snapshots
  WHERE session_id = $1 ORDER BY rev DESC LIMIT 1
 `
 
@@ -220,6 +227,8 @@ func (q *Queries) SnapshotLatest(ctx context.Context, sessionID uuid.UUID) (Choi
 		&i.Rev,
 		&i.Snapshot,
 		&i.CreatedAt,
+		&i.Hash,
+		&i.StateSha256,
 	)
 	return i, err
 }

@@ -1,13 +1,15 @@
 -- name: SessionChainSnapshot :one
 -- SessionChainSnapshot returns the newest snapshot along a session's chain
--- of predecessors (resumed_from), at or below max_rev.
+-- of predecessors (resumed_from), at or below max_rev, with the hash of the
+-- event at its revision (event_hash, NULL if there is none) to check the
+-- hash it was stored with against.
 WITH RECURSIVE chain AS (
     SELECT s.session_id, s.resumed_from FROM choir_control.sessions s WHERE s.session_id = @session_id
     UNION ALL
     SELECT p.session_id, p.resumed_from
       FROM choir_control.sessions p JOIN chain c ON p.session_id = c.resumed_from
 )
-SELECT ss.session_id, ss.rev, ss.snapshot, e.hash
+SELECT ss.session_id, ss.rev, ss.snapshot, ss.hash AS declared_hash, ss.state_sha256, e.hash AS event_hash
   FROM choir_control.session_snapshots ss
   JOIN chain c ON c.session_id = ss.session_id
   LEFT JOIN choir_control.session_events e

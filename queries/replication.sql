@@ -31,7 +31,9 @@ SELECT * FROM choir_control.session_snapshots
 -- locked, before the update, so the caller can tell a resend or a refusal
 -- from an applied patch; applied says whether it was applied. The append
 -- trigger re-checks the chain set-wise, so no caller can store a broken one.
--- snapshot_rev is 0 when the heartbeat carries no snapshot.
+-- snapshot_rev is 0 when the heartbeat carries no snapshot; snapshot_hash is
+-- the chain hash at its revision and snapshot_state_sha256 the SHA-256 of its
+-- state's canonical JSON, both checked on recovery.
 WITH head AS (
     SELECT s.session_id, s.status, s.acked_rev, coalesce(s.acked_hash, s.base_hash) AS acked_hash
       FROM choir_control.sessions s
@@ -58,8 +60,9 @@ WITH head AS (
      WHERE s.session_id = ok.session_id
     RETURNING 1
 ), snapshot AS (
-    INSERT INTO choir_control.session_snapshots (session_id, rev, snapshot)
-    SELECT ok.session_id, @snapshot_rev::bigint, sqlc.narg('snapshot_state')::jsonb
+    INSERT INTO choir_control.session_snapshots (session_id, rev, snapshot, hash, state_sha256)
+    SELECT ok.session_id, @snapshot_rev::bigint, sqlc.narg('snapshot_state')::jsonb,
+           sqlc.narg('snapshot_hash')::bytea, sqlc.narg('snapshot_state_sha256')::bytea
       FROM ok
      WHERE @snapshot_rev::bigint > 0
     ON CONFLICT (session_id, rev) DO NOTHING

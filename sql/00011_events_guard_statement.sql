@@ -108,7 +108,18 @@ CREATE TRIGGER sessions_guard_events BEFORE DELETE OR UPDATE OF session_id ON ch
 DROP INDEX choir_control.sessions_live_heartbeat;
 ALTER TABLE choir_control.sessions SET (fillfactor = 50);
 
+-- A snapshot keeps the chain hash the agent declared for its revision and
+-- the SHA-256 of its state's canonical JSON, computed by choird when it
+-- stored it. Recovery checks both (the hash against the event at that
+-- revision) and falls back to an older snapshot and a longer tail when one
+-- fails. Snapshots stored before this migration have neither and are
+-- checked against their event only.
+ALTER TABLE choir_control.session_snapshots
+    ADD COLUMN hash bytea CHECK (octet_length(hash) = 32),
+    ADD COLUMN state_sha256 bytea CHECK (octet_length(state_sha256) = 32);
+
 -- +goose Down
+ALTER TABLE choir_control.session_snapshots DROP COLUMN hash, DROP COLUMN state_sha256;
 ALTER TABLE choir_control.sessions RESET (fillfactor);
 CREATE INDEX sessions_live_heartbeat ON choir_control.sessions (last_heartbeat_at)
     WHERE status IN ('active', 'stopping');

@@ -60,18 +60,19 @@ func (d *Daemon) AgentBuild(ctx context.Context, sc Scope, agentID string, force
 	if err := sc.adminOnly("agent build"); err != nil {
 		return BuildResult{}, err
 	}
-	agent, ok := d.cfg.Agents[agentID]
+	cfg, _ := d.config()
+	agent, ok := cfg.Agents[agentID]
 	if !ok {
 		return BuildResult{}, fmt.Errorf("%w: agent %q is not in config.json", ErrUnknownResource, agentID)
 	}
-	if d.cfg.GlobalRepo.URL == "" {
+	if cfg.GlobalRepo.URL == "" {
 		return BuildResult{}, errors.New("config.json has no global_repo: set its url and ref to build agent images")
 	}
 	b, err := d.builder()
 	if err != nil {
 		return BuildResult{}, err
 	}
-	res, err := b.Build(ctx, build.Request{AgentID: agentID, Global: d.cfg.GlobalRepo, Agent: agent.Repo, Force: force})
+	res, err := b.Build(ctx, build.Request{AgentID: agentID, Global: cfg.GlobalRepo, Agent: agent.Repo, Force: force})
 	if err != nil {
 		return BuildResult{}, fmt.Errorf("build agent %s: %w", agentID, err)
 	}
@@ -119,7 +120,8 @@ func (d *Daemon) AgentUpdateAll(ctx context.Context, sc Scope) ([]UpdateResult, 
 		return nil, err
 	}
 	out := []UpdateResult{}
-	for _, id := range sortedKeys(d.cfg.Agents) {
+	cfg, _ := d.config()
+	for _, id := range sortedKeys(cfg.Agents) {
 		r, _ := d.AgentUpdate(ctx, sc, id)
 		out = append(out, r)
 	}

@@ -246,10 +246,6 @@ func changeEffect(ch config.Change) (effect, hint string) {
 		// The pool, the embedder and agent schemas' vector size, and the
 		// gateways' bots are made at start-up.
 		return EffectChoirdRestart, "restart choird"
-	case "crash_detection_threshold_ms", "mid_term_sessions":
-		// choird hands River these as functions bound to the start-up
-		// config (daemon.go, jobs.Deps), so a swap would not reach them.
-		return EffectChoirdRestart, "restart choird"
 	case "global_repo":
 		return EffectRebuild, "choirctl agent update-all"
 	case "agents":

@@ -62,24 +62,26 @@ const StopTimeout = 60 * time.Second
 // instance cannot start, the session and its leases are removed again, so
 // nothing is half-started.
 func (d *Daemon) AgentStart(ctx context.Context, sc Scope, agentID string, o StartOverrides) (admin.AgentStatus, error) {
+	cfg, _ := d.config()
+	cfgVersion := d.runningConfigVersion()
 	if err := sc.adminOnly("agent start"); err != nil {
 		return admin.AgentStatus{}, err
 	}
 	if d.runtime == nil {
 		return admin.AgentStatus{}, errors.New("choird runs without an agent runtime; start it with --runtime=docker or --runtime=process")
 	}
-	b, err := resolveBindings(d.cfg, agentID, o)
+	b, err := resolveBindings(cfg, agentID, o)
 	if err != nil {
 		return admin.AgentStatus{}, err
 	}
-	ws := d.cfg.Workspaces[b.Workspace].Path
+	ws := cfg.Workspaces[b.Workspace].Path
 	if err := checkWorkspace(ws); err != nil {
 		return admin.AgentStatus{}, fmt.Errorf("workspace %s: %w", b.Workspace, err)
 	}
 	if err := d.verifyImage(ctx, agentID, d.agentImage(agentID)); err != nil {
 		return admin.AgentStatus{}, err
 	}
-	s, err := startSession(ctx, d.pool, d.cfg, agentID, o, d.configVersion, d.runtime.Name())
+	s, err := startSession(ctx, d.pool, cfg, agentID, o, cfgVersion, d.runtime.Name())
 	if err != nil {
 		return admin.AgentStatus{}, err
 	}
@@ -228,10 +230,11 @@ func (d *Daemon) AgentRestart(ctx context.Context, sc Scope, agentID string) (ad
 
 // AgentStatus reports one agent.
 func (d *Daemon) AgentStatus(ctx context.Context, sc Scope, agentID string) (admin.AgentStatus, error) {
+	cfg, _ := d.config()
 	if err := sc.allow(agentID); err != nil {
 		return admin.AgentStatus{}, err
 	}
-	if _, ok := d.cfg.Agents[agentID]; !ok {
+	if _, ok := cfg.Agents[agentID]; !ok {
 		return admin.AgentStatus{}, fmt.Errorf("%w: agent %q is not in config.json", ErrUnknownResource, agentID)
 	}
 	return d.agentStatus(ctx, agentID), nil
@@ -239,11 +242,12 @@ func (d *Daemon) AgentStatus(ctx context.Context, sc Scope, agentID string) (adm
 
 // AgentList reports every configured agent.
 func (d *Daemon) AgentList(ctx context.Context, sc Scope) ([]admin.AgentStatus, error) {
+	cfg, _ := d.config()
 	if err := sc.adminOnly("agent list"); err != nil {
 		return nil, err
 	}
 	out := []admin.AgentStatus{}
-	for _, id := range sortedKeys(d.cfg.Agents) {
+	for _, id := range sortedKeys(cfg.Agents) {
 		out = append(out, d.agentStatus(ctx, id))
 	}
 	return out, nil
@@ -258,6 +262,7 @@ type WorkspaceInfo struct {
 
 // WorkspaceList lists the workspaces and who leases each.
 func (d *Daemon) WorkspaceList(ctx context.Context, sc Scope) ([]WorkspaceInfo, error) {
+	cfg, _ := d.config()
 	if err := sc.adminOnly("workspace list"); err != nil {
 		return nil, err
 	}
@@ -272,8 +277,8 @@ func (d *Daemon) WorkspaceList(ctx context.Context, sc Scope) ([]WorkspaceInfo, 
 		}
 	}
 	out := []WorkspaceInfo{}
-	for _, name := range sortedKeys(d.cfg.Workspaces) {
-		out = append(out, WorkspaceInfo{Name: name, Path: d.cfg.Workspaces[name].Path, Holder: holder[name]})
+	for _, name := range sortedKeys(cfg.Workspaces) {
+		out = append(out, WorkspaceInfo{Name: name, Path: cfg.Workspaces[name].Path, Holder: holder[name]})
 	}
 	return out, nil
 }
@@ -281,12 +286,13 @@ func (d *Daemon) WorkspaceList(ctx context.Context, sc Scope) ([]WorkspaceInfo, 
 // WorkspaceReset deletes a workspace's contents, stopping the agent that
 // leases it first (spec 15.4).
 func (d *Daemon) WorkspaceReset(ctx context.Context, sc Scope, name string) (WorkspaceInfo, error) {
+	cfg, _ := d.config()
 	if err := sc.adminOnly("workspace reset"); err != nil {
 		return WorkspaceInfo{}, err
 	}
-	ws, ok := d.cfg.Workspaces[name]
+	ws, ok := cfg.Workspaces[name]
 	if !ok {
-		return WorkspaceInfo{}, fmt.Errorf("%w: workspace %q is not in config.json (workspaces: %v)", ErrUnknownResource, name, sortedKeys(d.cfg.Workspaces))
+		return WorkspaceInfo{}, fmt.Errorf("%w: workspace %q is not in config.json (workspaces: %v)", ErrUnknownResource, name, sortedKeys(cfg.Workspaces))
 	}
 	l, err := db.New(d.pool).LeaseGetHolder(ctx, db.LeaseGetHolderParams{ResourceKind: "workspace", ResourceName: name})
 	if err == nil {
@@ -370,6 +376,7 @@ func (d *Daemon) watchExits(ctx context.Context) {
 // cleanOrphans removes every instance a previous run of choird left (spec
 // 6.2 step 6) and marks live sessions without an instance crashed (step 7).
 func (d *Daemon) cleanOrphans(ctx context.Context) error {
+	cfg, _ := d.config()
 	removed, err := runtime.RemoveOrphans(ctx, d.runtime, func(runtime.Instance) bool { return false })
 	if err != nil {
 		return fmt.Errorf("remove orphaned agent instances: %w", err)
@@ -379,7 +386,7 @@ func (d *Daemon) cleanOrphans(ctx context.Context) error {
 			slog.String("agent_id", inst.AgentID), slog.String("session_id", inst.SessionID))
 	}
 	q := db.New(d.pool)
-	ids := sortedKeys(d.cfg.Agents)
+	ids := sortedKeys(cfg.Agents)
 	sort.Strings(ids)
 	for _, id := range ids {
 		s, err := q.SessionGetLiveByAgent(ctx, id)
@@ -419,19 +426,17 @@ func (d *Daemon) SecretApply(ctx context.Context, sc Scope) (SecretApplyResult, 
 	if err != nil {
 		return SecretApplyResult{}, fmt.Errorf("reload secrets: %w", err)
 	}
-	d.api.mu.Lock()
-	d.api.secrets = secrets
-	d.api.mu.Unlock()
-	d.secrets = secrets
+	d.setSecrets(secrets)
 	res := SecretApplyResult{Secrets: len(secrets)}
 	q := db.New(d.pool)
-	for _, id := range sortedKeys(d.cfg.Agents) {
+	cfg, _ := d.config()
+	for _, id := range sortedKeys(cfg.Agents) {
 		s, err := q.SessionGetLiveByAgent(ctx, id)
 		if err != nil {
 			continue
 		}
 		if _, err := d.rpc.Push(s.SessionID.String(), rpc.Push{Kind: rpc.PushConfigChanged,
-			ConfigChanged: &rpc.ConfigChanged{ConfigVersion: max(d.configVersion, 1)}}); err == nil {
+			ConfigChanged: &rpc.ConfigChanged{ConfigVersion: max(d.runningConfigVersion(), 1)}}); err == nil {
 			res.Notified++
 		}
 	}

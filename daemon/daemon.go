@@ -97,7 +97,7 @@ type Daemon struct {
 }
 
 // ConfigVersion is the version number of the config.json choird runs with.
-func (d *Daemon) ConfigVersion() int64 { return d.configVersion }
+func (d *Daemon) ConfigVersion() int64 { return d.runningConfigVersion() }
 
 // Pool is choird's Postgres pool.
 func (d *Daemon) Pool() *pgxpool.Pool { return d.pool }
@@ -199,9 +199,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 	d.river, err = jobs.NewClient(jobs.Deps{
 		Pool:             d.pool,
 		Logger:           logger,
-		CrashThreshold:   d.cfg.CrashDetectionThreshold,
+		CrashThreshold:   func() time.Duration { c, _ := d.config(); return c.CrashDetectionThreshold() },
 		Embedder:         embedder,
-		MidTermSessions:  d.cfg.MidTermSessionCount,
+		MidTermSessions:  func() int { c, _ := d.config(); return c.MidTermSessionCount() },
 		Sender:           outboundSender{d},
 		SendLimiter:      d.sendLimiter,
 		ApprovalResolved: d.approvalResolved,

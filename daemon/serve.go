@@ -114,17 +114,19 @@ func (s *servers) wait() {
 // status answers choirctl status: choird itself, Postgres, and each
 // configured agent's state from its latest session.
 func (d *Daemon) status(ctx context.Context) admin.StatusResponse {
+	cfg, _ := d.config()
+	cfgVersion := d.runningConfigVersion()
 	resp := admin.StatusResponse{
 		Choird: admin.DaemonStatus{Version: Version, PID: os.Getpid(), StartedAt: d.startedAt,
 			UptimeMS: time.Since(d.startedAt).Milliseconds()},
-		ConfigVersion: d.configVersion,
+		ConfigVersion: cfgVersion,
 		Agents:        []admin.AgentStatus{},
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
 	var version string
 	if err := d.pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
-		resp.Postgres = admin.PostgresStatus{Error: fmt.Sprintf("%s: %v", d.cfg.Postgres.Describe(), err)}
+		resp.Postgres = admin.PostgresStatus{Error: fmt.Sprintf("%s: %v", cfg.Postgres.Describe(), err)}
 	} else {
 		resp.Postgres = admin.PostgresStatus{Reachable: true, ServerVersion: version}
 	}
@@ -141,7 +143,7 @@ func (d *Daemon) status(ctx context.Context) admin.StatusResponse {
 			resp.Memory = m
 		}
 	}
-	for _, id := range sortedKeys(d.cfg.Agents) {
+	for _, id := range sortedKeys(cfg.Agents) {
 		a := admin.AgentStatus{AgentID: id, State: admin.AgentStopped}
 		if resp.Postgres.Reachable {
 			a = d.agentStatus(ctx, id)

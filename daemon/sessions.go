@@ -251,7 +251,9 @@ func endSession(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, id u
 // returns its ID and lease token, for a runtime to hand to the agent it
 // starts. The token exists only in the returned value.
 func (d *Daemon) StartSession(ctx context.Context, agentID string, o StartOverrides, runtime string) (sessionID, leaseToken string, err error) {
-	s, err := startSession(ctx, d.pool, d.cfg, agentID, o, d.configVersion, runtime)
+	cfg, _ := d.config()
+	cfgVersion := d.runningConfigVersion()
+	s, err := startSession(ctx, d.pool, cfg, agentID, o, cfgVersion, runtime)
 	if err != nil {
 		return "", "", err
 	}

@@ -354,7 +354,7 @@ func (q *Queries) SessionSetInstance(ctx context.Context, arg SessionSetInstance
 
 const sessionsCrashStale = `-- name: SessionsCrashStale :many
 WITH params AS (
-    SELECT $1::bigint AS threshold_ms
+    SELECT $1::bigint AS threshold_ms, $2::bigint AS start_grace_ms
 ), crashed AS (
     UPDATE choir_control.sessions s
        SET status = 'crashed',
@@ -365,6 +365,8 @@ WITH params AS (
       FROM params p
      WHERE s.status IN ('active', 'stopping')
        AND s.last_heartbeat_at < now() - p.threshold_ms * interval '1 millisecond'
+       AND (s.hello_at IS NOT NULL
+            OR s.last_heartbeat_at < now() - greatest(p.threshold_ms, p.start_grace_ms) * interval '1 millisecond')
     RETURNING s.session_id, s.agent_id, s.last_heartbeat_at, s.resource_bindings
 ), released AS (
     UPDATE choir_control.resource_leases l
@@ -379,6 +381,11 @@ SELECT c.session_id, c.agent_id, c.last_heartbeat_at, c.resource_bindings,
  ORDER BY c.agent_id
 `
 
+type SessionsCrashStaleParams struct {
+	ThresholdMs  int64 `json:"threshold_ms"`
+	StartGraceMs int64 `json:"start_grace_ms"`
+}
+
 type SessionsCrashStaleRow struct {
 	SessionID        uuid.UUID       `json:"session_id"`
 	AgentID          string          `json:"agent_id"`
@@ -389,8 +396,11 @@ type SessionsCrashStaleRow struct {
 
 // SessionsCrashStale marks every live session whose last heartbeat is older
 // than threshold_ms as crashed and releases its leases, in one statement.
-func (q *Queries) SessionsCrashStale(ctx context.Context, thresholdMs int64) ([]SessionsCrashStaleRow, error) {
-	rows, err := q.db.Query(ctx, sessionsCrashStale, thresholdMs)
+// An agent that has not said hello yet is starting up (an image pulled, a
+// binary loaded on a busy host): it gets start_grace_ms, or the threshold
+// if that is longer. A runtime that sees it die reports that at once.
+func (q *Queries) SessionsCrashStale(ctx context.Context, arg SessionsCrashStaleParams) ([]SessionsCrashStaleRow, error) {
+	rows, err := q.db.Query(ctx, sessionsCrashStale, arg.ThresholdMs, arg.StartGraceMs)
 	if err != nil {
 		return nil, err
 	}

@@ -1,6 +1,7 @@
 package jobs
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -15,6 +16,11 @@ import (
 
 	"github.com/choirhq/choir/db"
 )
+
+// DefaultStartGrace is how long an agent may take from its start to its
+// hello before it counts as crashed, when that is longer than the crash
+// threshold: a container start on a loaded host takes seconds.
+const DefaultStartGrace = 30 * time.Second
 
 // CrashDetectArgs is the periodic crash-detection job.
 type CrashDetectArgs struct{}
@@ -38,6 +44,9 @@ type CrashDetectWorker struct {
 	Threshold func() time.Duration
 	// DMAddress locates a DM for the crash notice; nil sends none.
 	DMAddress func(dm string) (gateway, chatID string, ok bool)
+	// StartGrace is how long a session that has not said hello yet may go
+	// without heartbeat (at least Threshold); zero means DefaultStartGrace.
+	StartGrace time.Duration
 	// RemoveInstances enqueues the removal of a crashed session's
 	// container or process (the worker is registered with it).
 	RemoveInstances bool
@@ -54,7 +63,8 @@ func (w *CrashDetectWorker) Work(ctx context.Context, job *river.Job[CrashDetect
 	var crashed []db.SessionsCrashStaleRow
 	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
 		var err error
-		crashed, err = db.New(tx).SessionsCrashStale(ctx, threshold.Milliseconds())
+		crashed, err = db.New(tx).SessionsCrashStale(ctx, db.SessionsCrashStaleParams{
+			ThresholdMs: threshold.Milliseconds(), StartGraceMs: cmp.Or(w.StartGrace, DefaultStartGrace).Milliseconds()})
 		if err != nil {
 			return fmt.Errorf("mark stale sessions crashed: %w", err)
 		}

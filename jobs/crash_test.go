@@ -63,7 +63,7 @@ func TestCrashDetect(t *testing.T) {
 		t.Fatal(err)
 	}
 	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Embedder: embedder,
-		CrashThreshold: func() time.Duration { return 10 * time.Second }})
+		CrashThreshold: func() time.Duration { return 10 * time.Second }, CrashStartGrace: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}

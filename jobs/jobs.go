@@ -40,6 +40,9 @@ type Deps struct {
 	// CrashThreshold returns the current crash_detection_threshold_ms; a
 	// func so a config reload takes effect without restarting River.
 	CrashThreshold func() time.Duration
+	// CrashStartGrace is how long a starting agent may take to say hello
+	// (default DefaultStartGrace).
+	CrashStartGrace time.Duration
 	// CrashInterval is how often crash detection runs (at most 1 s).
 	CrashInterval time.Duration
 	// Embedder makes memory vectors. Without it the memory workers
@@ -92,7 +95,7 @@ func NewClient(deps Deps) (*Client, error) {
 		}
 	}
 	if err := river.AddWorkerSafely(workers, &CrashDetectWorker{Pool: deps.Pool, Logger: deps.Logger,
-		Threshold: deps.CrashThreshold, DMAddress: dmAddress, RemoveInstances: deps.RemoveInstance != nil}); err != nil {
+		Threshold: deps.CrashThreshold, StartGrace: deps.CrashStartGrace, DMAddress: dmAddress, RemoveInstances: deps.RemoveInstance != nil}); err != nil {
 		return nil, fmt.Errorf("register crash detection worker: %w", err)
 	}
 	if err := river.AddWorkerSafely(workers, &ApprovalTimeoutWorker{Pool: deps.Pool, Logger: deps.Logger,

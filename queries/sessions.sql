@@ -33,8 +33,11 @@ RETURNING *;
 -- name: SessionsCrashStale :many
 -- SessionsCrashStale marks every live session whose last heartbeat is older
 -- than threshold_ms as crashed and releases its leases, in one statement.
+-- An agent that has not said hello yet is starting up (an image pulled, a
+-- binary loaded on a busy host): it gets start_grace_ms, or the threshold
+-- if that is longer. A runtime that sees it die reports that at once.
 WITH params AS (
-    SELECT @threshold_ms::bigint AS threshold_ms
+    SELECT @threshold_ms::bigint AS threshold_ms, @start_grace_ms::bigint AS start_grace_ms
 ), crashed AS (
     UPDATE choir_control.sessions s
        SET status = 'crashed',
@@ -45,6 +48,8 @@ WITH params AS (
       FROM params p
      WHERE s.status IN ('active', 'stopping')
        AND s.last_heartbeat_at < now() - p.threshold_ms * interval '1 millisecond'
+       AND (s.hello_at IS NOT NULL
+            OR s.last_heartbeat_at < now() - greatest(p.threshold_ms, p.start_grace_ms) * interval '1 millisecond')
     RETURNING s.session_id, s.agent_id, s.last_heartbeat_at, s.resource_bindings
 ), released AS (
     UPDATE choir_control.resource_leases l

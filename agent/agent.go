@@ -221,6 +221,7 @@ func Run(ctx context.Context, opts Options) error {
 		Identity: lane.Identity{Instructions: edgeInstructions, User: readIdentity(opts.ChoirDir, "USER.md"),
 			Soul: readIdentity(opts.ChoirDir, "SOUL.md")}})
 	status.edge = edge
+	status.changed() // the first report: choird learns the lane is IDLE
 
 	if hello.Snapshot != nil {
 		var st workingState

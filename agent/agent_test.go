@@ -275,6 +275,8 @@ func TestAgentGatewaySide(t *testing.T) {
 	ctx := context.Background()
 
 	t.Run("UserMessageCarriesInboxIDAndReplyIDFollowsTheEvent", func(t *testing.T) {
+		// Reported before anything happens, so choird knows it may push.
+		b.waitFor(t, "EDGE_IDLE reported at start", func() bool { return b.edgeState(t) == "EDGE_IDLE" })
 		b.say(t, 11, "hi")
 		id := b.waitReply(t, "Hello!")
 		users := b.waitEvents(t, rpc.EventUserMsg, 1)

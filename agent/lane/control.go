@@ -253,10 +253,6 @@ func (e *Edge) idle(ctx context.Context) (stop bool, err error) {
 			return false, err
 		}
 	}
-	if box.cancel {
-		e.cfg.Logger.InfoContext(ctx, "cancel arrived after the turn ended; nothing to cancel",
-			slog.String("scope", box.cancelScope))
-	}
 	if box.compact {
 		e.set(EdgeReasoning)
 		res, err := e.compact(ctx)

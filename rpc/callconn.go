@@ -2,9 +2,11 @@ package rpc
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"strconv"
@@ -172,6 +174,16 @@ func (cc *callConn) do(ctx context.Context, path, host string, headers *[4][2]st
 	if _, err := cc.br.Peek(1); err != nil {
 		return 0, nil, false, false, fmt.Errorf("read response: %w", err)
 	}
+	// The whole response is usually in the buffer by now.
+	head, _ := cc.br.Peek(cc.br.Buffered())
+	if status, n, headerLen, ok := parsePlainResponse(head); ok && n <= int64(limit) {
+		cc.br.Discard(headerLen)
+		b := make([]byte, n)
+		if _, err := io.ReadFull(cc.br, b); err != nil {
+			return 0, nil, false, true, fmt.Errorf("read response: %w", err)
+		}
+		return status, b, true, true, nil
+	}
 	res, err := http.ReadResponse(cc.br, nil)
 	if err != nil {
 		return 0, nil, false, true, fmt.Errorf("read response: %w", err)
@@ -189,6 +201,116 @@ func (cc *callConn) do(ctx context.Context, path, host string, headers *[4][2]st
 	// nothing to reuse.
 	keep = !res.Close && (res.ContentLength >= 0 || len(res.TransferEncoding) > 0)
 	return res.StatusCode, b, keep, true, nil
+}
+
+// parsePlainResponse parses the head of a response as choird writes them
+// (HTTP/1.1, a final status, a Content-Length, no Connection or
+// Transfer-Encoding header), when buf holds all of it. Anything else it
+// leaves to http.ReadResponse (ok false), which also produces the errors:
+// so it needs only to agree with ReadResponse on what it accepts, which
+// FuzzParsePlainResponse checks. It reports the status, the body's length
+// and the length of the head.
+func parsePlainResponse(b []byte) (status int, contentLength int64, headLen int, ok bool) {
+	const proto = "HTTP/1.1 "
+	if len(b) < len(proto)+4 || string(b[:len(proto)]) != proto {
+		return 0, 0, 0, false
+	}
+	for _, c := range b[len(proto) : len(proto)+3] {
+		if c < '0' || c > '9' {
+			return 0, 0, 0, false
+		}
+		status = status*10 + int(c-'0')
+	}
+	// 1xx, 204 and 304 have bodies by other rules.
+	if status < 200 || status == 204 || status == 304 {
+		return 0, 0, 0, false
+	}
+	i := len(proto) + 3
+	if b[i] != ' ' && b[i] != '\r' {
+		return 0, 0, 0, false
+	}
+	eol := bytes.Index(b[i:], []byte("\r\n"))
+	if eol < 0 || !printable(b[i:i+eol], false) {
+		return 0, 0, 0, false
+	}
+	i += eol + 2
+	contentLength = -1
+	for {
+		eol := bytes.Index(b[i:], []byte("\r\n"))
+		if eol < 0 {
+			return 0, 0, 0, false // the head is not all in the buffer
+		}
+		line := b[i : i+eol]
+		i += eol + 2
+		if len(line) == 0 {
+			break
+		}
+		name, value, found := bytes.Cut(line, []byte(":"))
+		if !found || len(name) == 0 || !isToken(name) || !printable(value, true) {
+			return 0, 0, 0, false
+		}
+		value = bytes.Trim(value, " \t")
+		switch {
+		case asciiEqualFold(name, "Content-Length"):
+			if contentLength >= 0 || len(value) == 0 || len(value) > 18 {
+				return 0, 0, 0, false
+			}
+			n, err := strconv.ParseInt(string(value), 10, 64)
+			if err != nil || value[0] == '+' || value[0] == '-' {
+				return 0, 0, 0, false
+			}
+			contentLength = n
+		case asciiEqualFold(name, "Connection"), asciiEqualFold(name, "Transfer-Encoding"), asciiEqualFold(name, "Trailer"):
+			return 0, 0, 0, false
+		}
+	}
+	if contentLength < 0 {
+		return 0, 0, 0, false
+	}
+	return status, contentLength, i, true
+}
+
+// isToken reports whether b is a header field name (an RFC 9110 token).
+func isToken(b []byte) bool {
+	for _, c := range b {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case bytes.IndexByte([]byte("!#$%&'*+-.^_`|~"), c) >= 0:
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// printable reports whether b has no control characters (but tab, where
+// tabs are allowed) and no bytes above ASCII.
+func printable(b []byte, tabs bool) bool {
+	for _, c := range b {
+		if (c < ' ' && !(tabs && c == '\t')) || c >= 0x7f {
+			return false
+		}
+	}
+	return true
+}
+
+func asciiEqualFold(b []byte, s string) bool {
+	if len(b) != len(s) {
+		return false
+	}
+	for i := range b {
+		c, d := b[i], s[i]
+		if 'A' <= c && c <= 'Z' {
+			c += 'a' - 'A'
+		}
+		if 'A' <= d && d <= 'Z' {
+			d += 'a' - 'A'
+		}
+		if c != d {
+			return false
+		}
+	}
+	return true
 }
 
 // validHeaderValue reports whether net/http would write v as it is: no

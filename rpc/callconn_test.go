@@ -250,3 +250,69 @@ func TestCallPoolWritesWhatTheTransportWrites(t *testing.T) {
 		t.Errorf("the pool wrote\n%q\nthe Transport\n%q", fromPool, fromTransport)
 	}
 }
+
+// FuzzParsePlainResponse checks parsePlainResponse against
+// http.ReadResponse: whatever it accepts, ReadResponse reads the same way.
+func FuzzParsePlainResponse(f *testing.F) {
+	for _, s := range []string{
+		"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 2\r\nX-Choir-Request-Id: r1\r\n\r\n{}",
+		"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\ncontent-length:  3 \r\n\r\n{}x",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nContent-Length: 2\r\n\r\n{}",
+		"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\n{}",
+		"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n0\r\n\r\n",
+		"HTTP/1.0 200 OK\r\nContent-Length: 2\r\n\r\n{}", "HTTP/1.1 204 No Content\r\nContent-Length: 0\r\n\r\n",
+		"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n", "HTTP/1.1 200\r\nContent-Length: +1\r\n\r\n{",
+		"HTTP/1.1 200 OK\r\n Folded: x\r\nContent-Length: 0\r\n\r\n", "HTTP/1.1 200 OK\r\nBad Name: x\r\nContent-Length: 0\r\n\r\n",
+	} {
+		f.Add([]byte(s))
+	}
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		status, n, headLen, ok := parsePlainResponse(raw)
+		if !ok {
+			return
+		}
+		res, err := http.ReadResponse(bufio.NewReader(bytes.NewReader(raw)), nil)
+		if err != nil {
+			t.Fatalf("parsePlainResponse accepts %q, ReadResponse refuses it: %v", raw, err)
+		}
+		defer res.Body.Close()
+		if res.StatusCode != status || res.ContentLength != n || res.Close || len(res.TransferEncoding) > 0 || res.ProtoMinor != 1 {
+			t.Fatalf("parsePlainResponse(%q) = %d, %d; ReadResponse says %d, %d, close %v, %v", raw, status, n, res.StatusCode, res.ContentLength, res.Close, res.TransferEncoding)
+		}
+		body, err := io.ReadAll(res.Body)
+		if rest := raw[headLen:]; err == nil && !bytes.Equal(body, rest[:min(int64(len(rest)), n)]) {
+			t.Fatalf("parsePlainResponse(%q): body at %d differs from ReadResponse's %q", raw, headLen, body)
+		}
+	})
+}
+
+func TestCallPoolReadsChunkedResponses(t *testing.T) {
+	t.Parallel()
+	b := newPoolBundle(t, func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		io.WriteString(w, `{"a":`)
+		w.(http.Flusher).Flush() // no Content-Length: the body is chunked
+		io.WriteString(w, `1}`)
+	})
+	for range 2 {
+		status, resp, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20)
+		if err != nil || status != 200 || string(resp) != `{"a":1}` {
+			t.Fatalf("%d %s %v", status, resp, err)
+		}
+	}
+	if n := b.accepts.Load(); n != 1 {
+		t.Errorf("%d connections, want 1", n)
+	}
+}
+
+func TestParsePlainResponseTakesChoirdsResponses(t *testing.T) {
+	t.Parallel()
+	raw := "HTTP/1.1 200 OK\r\nContent-Length: 40\r\nContent-Type: application/json\r\nDate: Sun, 22 Nov 2026 00:00:00 GMT\r\nX-Choir-Replayed: true\r\nX-Choir-Request-Id: r-1\r\n\r\n"
+	status, n, headLen, ok := parsePlainResponse([]byte(raw + `{"ack_rev":1,"config_version_latest":3}`))
+	if !ok || status != 200 || n != 40 || headLen != len(raw) {
+		t.Errorf("got %d, %d, %d, %v", status, n, headLen, ok)
+	}
+	if _, _, _, ok := parsePlainResponse([]byte(raw[:len(raw)-2])); ok {
+		t.Error("accepted a head that is not all there")
+	}
+}

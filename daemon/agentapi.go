@@ -203,7 +203,7 @@ func (a *agentAPI) HandleReportStatus(ctx context.Context, call rpc.Call, req rp
 	if err := db.New(a.pool).SessionLaneStatusSet(ctx, db.SessionLaneStatusSetParams{SessionID: id, Lane: req.Lane, Status: status}); err != nil {
 		return rpc.Ack{}, fmt.Errorf("record lane status: %w", err)
 	}
-	if req.Lane == "edge" && req.State == "IDLE" {
+	if req.Lane == "edge" && (req.State == "EDGE_IDLE" || req.State == "IDLE") {
 		a.typing.stop(id)
 	}
 	return rpc.Ack{Ack: true}, nil

@@ -130,7 +130,24 @@ func (b *cmdBundle) startAgent(t *testing.T, agentID string) *fakeAgent {
 		defer close(done)
 		client.ReceivePushes(pctx, func(p rpc.Push) { a.pushes <- p }) //nolint:errcheck
 	}()
-	t.Cleanup(func() { cancel(); <-done; client.Close() })
+	// Empty heartbeats keep the session alive however slow the host:
+	// crash detection must not end it under the test.
+	var base rpc.Hash
+	copy(base[:], s.Session.BaseHash)
+	hbDone := make(chan struct{})
+	go func() {
+		defer close(hbDone)
+		for {
+			client.Heartbeat(pctx, rpc.HeartbeatRequest{BaseRev: s.Session.BaseRev, NewRev: s.Session.BaseRev, //nolint:errcheck
+				Patches: []rpc.Event{}, ConfigVersion: d.configVersion, HashPrev: base, HashNew: base, Timestamp: time.Now()})
+			select {
+			case <-pctx.Done():
+				return
+			case <-time.After(300 * time.Millisecond):
+			}
+		}
+	}()
+	t.Cleanup(func() { cancel(); <-done; <-hbDone; client.Close() })
 	return a
 }
 

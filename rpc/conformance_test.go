@@ -729,6 +729,7 @@ func samplePushes() []rpc.Push {
 		{Kind: rpc.PushApprovalResolved, ApprovalResolved: &rpc.ApprovalResolved{ApprovalID: uuid.NewString(), Status: rpc.ApprovalApproved, ResolvedBy: "telegram:dm-1", ResolvedAt: at}},
 		configChanged(42),
 		{Kind: rpc.PushShutdown, Shutdown: &rpc.Shutdown{Reason: "choirctl agent stop", GraceMS: 30000}},
+		{Kind: rpc.PushCompact, Compact: &rpc.Compact{Reason: "/compact"}},
 	}
 }
 

@@ -375,6 +375,10 @@ func (c *Client) post(ctx context.Context, verb Verb, id string, body []byte) (i
 		}
 		status, resp, err := c.calls.call(ctx, u.Path, u.Host, &headers, body, c.maxResp)
 		if err != errCallUnsupported {
+			if err != nil {
+				// As net/http's client reports it.
+				err = &url.Error{Op: "Post", URL: u.String(), Err: err}
+			}
 			return status, resp, err
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -428,16 +429,37 @@ func standInAgent(t testing.TB, d *daemon.Daemon, home, agentID string) *standIn
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	if _, err := c.InitHello(ctx, rpc.InitHelloRequest{AgentID: agentID, SessionID: sessionID, ImageVersion: "e2e",
-		ToolManifestHash: "e2e", SkillManifestHash: "e2e"}); err != nil {
+	hello, err := c.InitHello(ctx, rpc.InitHelloRequest{AgentID: agentID, SessionID: sessionID, ImageVersion: "e2e",
+		ToolManifestHash: "e2e", SkillManifestHash: "e2e"})
+	if err != nil {
 		t.Fatalf("INIT_HELLO of the stand-in for %s: %v", agentID, err)
 	}
 	s := &standIn{sessionID: sessionID, client: c, users: make(chan userPush, 4096),
 		approvals: make(chan *rpc.ApprovalResolved, 64)}
 	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
+	done := make(chan struct{}, 2)
+	var hbErr atomic.Pointer[error]
+	// Empty heartbeats keep the session alive: without them crash
+	// detection ends it after the threshold, as it would a hung agent.
 	go func() {
-		defer close(done)
+		defer func() { done <- struct{}{} }()
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			select {
+			case <-pctx.Done():
+				return
+			case <-tick.C:
+			}
+			_, err := c.Heartbeat(pctx, rpc.HeartbeatRequest{BaseRev: hello.AckedRev, NewRev: hello.AckedRev, Patches: []rpc.Event{},
+				ConfigVersion: hello.ConfigVersion, HashPrev: hello.AckedHash, HashNew: hello.AckedHash, Timestamp: time.Now()})
+			if err != nil && pctx.Err() == nil {
+				hbErr.CompareAndSwap(nil, &err)
+			}
+		}
+	}()
+	go func() {
+		defer func() { done <- struct{}{} }()
 		c.ReceivePushes(pctx, func(p rpc.Push) {
 			switch p.Kind {
 			case rpc.PushUserMessage:
@@ -447,7 +469,14 @@ func standInAgent(t testing.TB, d *daemon.Daemon, home, agentID string) *standIn
 			}
 		})
 	}()
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		<-done
+		if err := hbErr.Load(); err != nil {
+			t.Errorf("heartbeat of the stand-in for %s: %v", agentID, *err)
+		}
+	})
 	return s
 }
 

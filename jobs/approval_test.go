@@ -14,10 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 )
@@ -57,47 +54,12 @@ func newApproval(t *testing.T, b *deliveryBundle, summary string, ttl time.Durat
 }
 
 // startWithTimeouts starts a River client running delivery and approval
-// timeouts, as choird does.
+// timeouts, as choird does, and the workers more adds.
 func startWithTimeouts(t *testing.T, b *deliveryBundle, resolved func(context.Context, db.ChoirControlPendingApproval), more ...func(*river.Workers)) *jobs.Client {
 	t.Helper()
-	gw, err := gateway.New(gateway.Options{
-		Gateways: map[string]config.Gateway{gatewayTG: {Type: config.GatewayTelegram, Secret: "tg-token"}},
-		Secrets:  config.Secrets{"tg-token": testToken},
-		APIURL:   b.srv.URL(),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(gw.Close)
-	workers := river.NewWorkers()
-	if err := jobs.AddDeliveryWorker(workers, jobs.DeliveryDeps{Pool: b.pool, Sender: gw,
-		Limiter: jobs.NewSendLimiter(b.limits)}); err != nil {
-		t.Fatal(err)
-	}
-	river.AddWorker(workers, &jobs.ApprovalTimeoutWorker{Pool: b.pool, Logger: slog.New(slog.DiscardHandler), Resolved: resolved})
-	for _, add := range more {
-		add(workers)
-	}
-	name, qc := jobs.DeliveryQueue()
-	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
-		Queues: map[string]river.QueueConfig{name: qc,
-			jobs.QueueControl: {MaxWorkers: 2, FetchPollInterval: 50 * time.Millisecond}},
-		Workers:       workers,
-		TestOnly:      true,
-		FetchCooldown: time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := client.Start(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		client.Stop(ctx) //nolint:errcheck
-	})
-	return client
+	return b.start(t, append([]func(*river.Workers){func(w *river.Workers) {
+		river.AddWorker(w, &jobs.ApprovalTimeoutWorker{Pool: b.pool, Logger: slog.New(slog.DiscardHandler), Resolved: resolved})
+	}}, more...)...)
 }
 
 func TestApprovals(t *testing.T) {

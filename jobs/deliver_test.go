@@ -63,7 +63,7 @@ func setupDelivery(t *testing.T, limits jobs.SendLimits) *deliveryBundle {
 
 // start starts a River client with the delivery worker, as a fresh choird
 // process would: its own gateway and limiter.
-func (b *deliveryBundle) start(t *testing.T) *jobs.Client {
+func (b *deliveryBundle) start(t *testing.T, more ...func(*river.Workers)) *jobs.Client {
 	t.Helper()
 	gw, err := gateway.New(gateway.Options{
 		Gateways: map[string]config.Gateway{gatewayTG: {Type: config.GatewayTelegram, Secret: "tg-token"}},
@@ -79,11 +79,16 @@ func (b *deliveryBundle) start(t *testing.T) *jobs.Client {
 		Limiter: jobs.NewSendLimiter(b.limits)}); err != nil {
 		t.Fatal(err)
 	}
+	for _, add := range more {
+		add(workers)
+	}
 	name, qc := jobs.DeliveryQueue()
 	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
-		Queues:   map[string]river.QueueConfig{name: qc},
-		Workers:  workers,
-		TestOnly: true,
+		Queues: map[string]river.QueueConfig{name: qc,
+			jobs.QueueControl: {MaxWorkers: 2, FetchPollInterval: 50 * time.Millisecond}},
+		Workers:       workers,
+		TestOnly:      true,
+		FetchCooldown: time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)

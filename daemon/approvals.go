@@ -174,18 +174,17 @@ func (d *Daemon) ApprovalDecide(ctx context.Context, sc Scope, id string, approv
 	return a, nil
 }
 
-// approvalResolved tells the requesting session the outcome, and takes the
-// buttons off the request message. Both are best effort: the outcome is in
-// Postgres, and the agent's next session is told again at its hello.
+// approvalResolved tells the agent the outcome, and takes the buttons off
+// the request message. The outcome goes to the agent's live session, which
+// may be a later one than the requester's; an agent that is down is told at
+// its next session's hello (pushOutcomes). The buttons are best effort.
 func (d *Daemon) approvalResolved(ctx context.Context, r db.ChoirControlPendingApproval) {
 	a := approvalOf(r)
-	if s, err := db.New(d.pool).SessionGetByID(ctx, r.SessionID); err != nil || (s.Status != "active" && s.Status != "stopping") {
-		d.logger.InfoContext(ctx, "approval outcome not pushed: the requesting session has ended",
-			slog.String("approval_id", a.ID), slog.String("session_id", a.SessionID))
-	} else if _, err := d.rpc.Push(a.SessionID, rpc.Push{Kind: rpc.PushApprovalResolved, ApprovalResolved: &rpc.ApprovalResolved{
-		ApprovalID: a.ID, Status: rpc.ApprovalStatus(a.Status), ResolvedBy: a.ResolvedBy, ResolvedAt: *a.ResolvedAt}}); err != nil {
-		d.logger.InfoContext(ctx, "approval outcome not pushed: the requesting session is gone",
-			slog.String("approval_id", a.ID), slog.String("session_id", a.SessionID), slog.String("error", err.Error()))
+	if s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, r.AgentID); err != nil || s.HelloAt == nil {
+		d.logger.InfoContext(ctx, "approval outcome kept for the agent's next session: it is not running",
+			slog.String("approval_id", a.ID), slog.String("agent_id", a.AgentID))
+	} else {
+		d.pushOutcome(ctx, s.SessionID, r)
 	}
 	if d.gateway == nil {
 		return
@@ -199,5 +198,32 @@ func (d *Daemon) approvalResolved(ctx context.Context, r db.ChoirControlPendingA
 	defer cancel()
 	if err := d.gateway.ClearButtons(cctx, req.Gateway, req.ChatID, req.SentIds[len(req.SentIds)-1]); err != nil {
 		d.logger.InfoContext(ctx, "approval buttons not cleared", slog.String("approval_id", a.ID), slog.String("error", err.Error()))
+	}
+}
+
+// pushOutcome pushes one approval's outcome to a session and records it.
+func (d *Daemon) pushOutcome(ctx context.Context, sessionID uuid.UUID, r db.ChoirControlPendingApproval) {
+	a := approvalOf(r)
+	_, err := d.rpc.Push(sessionID.String(), rpc.Push{Kind: rpc.PushApprovalResolved, ApprovalResolved: &rpc.ApprovalResolved{
+		ApprovalID: a.ID, Status: rpc.ApprovalStatus(a.Status), ResolvedBy: a.ResolvedBy, ResolvedAt: *a.ResolvedAt}})
+	if err == nil {
+		err = db.New(d.pool).ApprovalOutcomePushed(ctx, r.ApprovalID)
+	}
+	if err != nil {
+		d.logger.WarnContext(ctx, "approval outcome not pushed", slog.String("approval_id", a.ID),
+			slog.String("session_id", sessionID.String()), slog.String("error", err.Error()))
+	}
+}
+
+// pushOutcomes tells a new session of the agent the outcomes of approvals
+// resolved while no session of it was there to hear them.
+func (d *Daemon) pushOutcomes(ctx context.Context, agentID string, sessionID uuid.UUID) {
+	rows, err := db.New(d.pool).ApprovalOutcomesUnpushed(ctx, agentID)
+	if err != nil {
+		d.logger.WarnContext(ctx, "list approval outcomes to push", slog.String("agent_id", agentID), slog.String("error", err.Error()))
+		return
+	}
+	for _, r := range rows {
+		d.pushOutcome(ctx, sessionID, r)
 	}
 }

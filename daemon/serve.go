@@ -51,6 +51,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (*servers, erro
 	d.api.typing = d.typing
 	d.api.helloDone = func(ctx context.Context, agentID string, id uuid.UUID) {
 		d.redeliverInbox(ctx, agentID, id, time.Now())
+		d.pushOutcomes(ctx, agentID, id)
 	}
 
 	var agentLn net.Listener

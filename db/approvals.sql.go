@@ -12,7 +12,7 @@ import (
 )
 
 const approvalForMessage = `-- name: ApprovalForMessage :one
-SELECT a.approval_id, a.session_id, a.agent_id, a.request_id, a.request_type, a.summary, a.payload, a.status, a.created_at, a.expires_at, a.resolved_at, a.resolved_by FROM choir_control.pending_approvals a
+SELECT a.approval_id, a.session_id, a.agent_id, a.request_id, a.request_type, a.summary, a.payload, a.status, a.created_at, a.expires_at, a.resolved_at, a.resolved_by, a.outcome_pushed_at FROM choir_control.pending_approvals a
   JOIN choir_control.outbox o ON o.approval_id = a.approval_id
  WHERE o.gateway = $1 AND o.chat_id = $2 AND $3::bigint = ANY (o.sent_ids)
  LIMIT 1
@@ -42,12 +42,13 @@ func (q *Queries) ApprovalForMessage(ctx context.Context, arg ApprovalForMessage
 		&i.ExpiresAt,
 		&i.ResolvedAt,
 		&i.ResolvedBy,
+		&i.OutcomePushedAt,
 	)
 	return i, err
 }
 
 const approvalGet = `-- name: ApprovalGet :one
-SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by FROM choir_control.pending_approvals WHERE approval_id = $1
+SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at FROM choir_control.pending_approvals WHERE approval_id = $1
 `
 
 func (q *Queries) ApprovalGet(ctx context.Context, approvalID uuid.UUID) (ChoirControlPendingApproval, error) {
@@ -66,12 +67,13 @@ func (q *Queries) ApprovalGet(ctx context.Context, approvalID uuid.UUID) (ChoirC
 		&i.ExpiresAt,
 		&i.ResolvedAt,
 		&i.ResolvedBy,
+		&i.OutcomePushedAt,
 	)
 	return i, err
 }
 
 const approvalListPending = `-- name: ApprovalListPending :many
-SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by FROM choir_control.pending_approvals
+SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at FROM choir_control.pending_approvals
  WHERE status = 'pending'
    AND ($1::text IS NULL OR agent_id = $1::text)
  ORDER BY created_at, approval_id
@@ -107,6 +109,60 @@ func (q *Queries) ApprovalListPending(ctx context.Context, arg ApprovalListPendi
 			&i.ExpiresAt,
 			&i.ResolvedAt,
 			&i.ResolvedBy,
+			&i.OutcomePushedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const approvalOutcomePushed = `-- name: ApprovalOutcomePushed :exec
+UPDATE choir_control.pending_approvals SET outcome_pushed_at = now()
+ WHERE approval_id = $1 AND status <> 'pending'
+`
+
+func (q *Queries) ApprovalOutcomePushed(ctx context.Context, approvalID uuid.UUID) error {
+	_, err := q.db.Exec(ctx, approvalOutcomePushed, approvalID)
+	return err
+}
+
+const approvalOutcomesUnpushed = `-- name: ApprovalOutcomesUnpushed :many
+SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at FROM choir_control.pending_approvals
+ WHERE agent_id = $1 AND status <> 'pending' AND outcome_pushed_at IS NULL
+ ORDER BY resolved_at, approval_id
+ LIMIT 100
+`
+
+// ApprovalOutcomesUnpushed lists an agent's resolved approvals whose
+// outcome no session of it has been told, oldest first.
+func (q *Queries) ApprovalOutcomesUnpushed(ctx context.Context, agentID string) ([]ChoirControlPendingApproval, error) {
+	rows, err := q.db.Query(ctx, approvalOutcomesUnpushed, agentID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ChoirControlPendingApproval{}
+	for rows.Next() {
+		var i ChoirControlPendingApproval
+		if err := rows.Scan(
+			&i.ApprovalID,
+			&i.SessionID,
+			&i.AgentID,
+			&i.RequestID,
+			&i.RequestType,
+			&i.Summary,
+			&i.Payload,
+			&i.Status,
+			&i.CreatedAt,
+			&i.ExpiresAt,
+			&i.ResolvedAt,
+			&i.ResolvedBy,
+			&i.OutcomePushedAt,
 		); err != nil {
 			return nil, err
 		}
@@ -124,7 +180,7 @@ UPDATE choir_control.pending_approvals
        resolved_at = now(),
        resolved_by = $2
  WHERE approval_id = $3 AND status = 'pending'
-RETURNING approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by
+RETURNING approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at
 `
 
 type ApprovalResolveParams struct {
@@ -152,6 +208,7 @@ func (q *Queries) ApprovalResolve(ctx context.Context, arg ApprovalResolveParams
 		&i.ExpiresAt,
 		&i.ResolvedAt,
 		&i.ResolvedBy,
+		&i.OutcomePushedAt,
 	)
 	return i, err
 }

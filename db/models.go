@@ -66,18 +66,19 @@ type ChoirControlOutbox struct {
 }
 
 type ChoirControlPendingApproval struct {
-	ApprovalID  uuid.UUID       `json:"approval_id"`
-	SessionID   uuid.UUID       `json:"session_id"`
-	AgentID     string          `json:"agent_id"`
-	RequestID   string          `json:"request_id"`
-	RequestType string          `json:"request_type"`
-	Summary     string          `json:"summary"`
-	Payload     json.RawMessage `json:"payload"`
-	Status      string          `json:"status"`
-	CreatedAt   time.Time       `json:"created_at"`
-	ExpiresAt   time.Time       `json:"expires_at"`
-	ResolvedAt  *time.Time      `json:"resolved_at"`
-	ResolvedBy  *string         `json:"resolved_by"`
+	ApprovalID      uuid.UUID       `json:"approval_id"`
+	SessionID       uuid.UUID       `json:"session_id"`
+	AgentID         string          `json:"agent_id"`
+	RequestID       string          `json:"request_id"`
+	RequestType     string          `json:"request_type"`
+	Summary         string          `json:"summary"`
+	Payload         json.RawMessage `json:"payload"`
+	Status          string          `json:"status"`
+	CreatedAt       time.Time       `json:"created_at"`
+	ExpiresAt       time.Time       `json:"expires_at"`
+	ResolvedAt      *time.Time      `json:"resolved_at"`
+	ResolvedBy      *string         `json:"resolved_by"`
+	OutcomePushedAt *time.Time      `json:"outcome_pushed_at"`
 }
 
 type ChoirControlResourceLease struct {

@@ -28,3 +28,15 @@ SELECT a.* FROM choir_control.pending_approvals a
   JOIN choir_control.outbox o ON o.approval_id = a.approval_id
  WHERE o.gateway = @gateway AND o.chat_id = @chat_id AND @message_id::bigint = ANY (o.sent_ids)
  LIMIT 1;
+
+-- name: ApprovalOutcomePushed :exec
+UPDATE choir_control.pending_approvals SET outcome_pushed_at = now()
+ WHERE approval_id = @approval_id AND status <> 'pending';
+
+-- name: ApprovalOutcomesUnpushed :many
+-- ApprovalOutcomesUnpushed lists an agent's resolved approvals whose
+-- outcome no session of it has been told, oldest first.
+SELECT * FROM choir_control.pending_approvals
+ WHERE agent_id = @agent_id AND status <> 'pending' AND outcome_pushed_at IS NULL
+ ORDER BY resolved_at, approval_id
+ LIMIT 100;

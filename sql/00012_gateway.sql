@@ -16,7 +16,13 @@ CREATE INDEX outbox_approval ON choir_control.outbox (approval_id) WHERE approva
 -- drops a message whose inbox_id its log already holds.
 ALTER TABLE choir_control.inbox ADD COLUMN pushed_at timestamptz;
 
+-- outcome_pushed_at is when the outcome reached a live session of the
+-- agent. An approval resolved while its agent was down is pushed to the
+-- agent's next session at its hello.
+ALTER TABLE choir_control.pending_approvals ADD COLUMN outcome_pushed_at timestamptz;
+
 -- +goose Down
+ALTER TABLE choir_control.pending_approvals DROP COLUMN outcome_pushed_at;
 ALTER TABLE choir_control.inbox DROP COLUMN pushed_at;
 DROP INDEX IF EXISTS choir_control.outbox_approval;
 ALTER TABLE choir_control.outbox DROP COLUMN approval_id;

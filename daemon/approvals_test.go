@@ -1,0 +1,73 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/choirhq/choir/rpc"
+)
+
+// TestApprovalDecisions: exactly one decision wins, a second one says
+// "already", a regular DM cannot decide another agent's approval, the
+// requesting session is told by push, and an approval decided while its
+// agent was down is told to the agent's next session.
+func TestApprovalDecisions(t *testing.T) {
+	b := setupCommands(t)
+	d := b.r.d
+	ctx := context.Background()
+	admin := Scope{Admin: true, Actor: "choirctl:uid=0"}
+	other := Scope{Agent: "helper", Actor: "telegram:bob"}
+
+	a := b.startAgent(t, "assistant")
+	id := a.requestApproval(t, "deploy to staging")
+	if _, err := d.ApprovalDecide(ctx, other, id, true); !errors.Is(err, ErrForbidden) {
+		t.Fatalf("another agent's DM decided: %v", err)
+	}
+	if got, err := d.ApprovalShow(ctx, admin, id); err != nil || got.Status != "pending" {
+		t.Fatalf("after the refused decision: %+v, %v", got, err)
+	}
+	got, err := d.ApprovalDecide(ctx, Scope{Agent: "assistant", Actor: "telegram:alice"}, id, true)
+	if err != nil || got.Status != "approved" || got.ResolvedBy != "telegram:alice" {
+		t.Fatalf("decide = %+v, %v", got, err)
+	}
+	p := a.push(t, rpc.PushApprovalResolved)
+	if p.ApprovalResolved.ApprovalID != id || p.ApprovalResolved.Status != rpc.ApprovalApproved {
+		t.Errorf("pushed outcome = %+v", p.ApprovalResolved)
+	}
+	again, err := d.ApprovalDecide(ctx, admin, id, false)
+	if !errors.Is(err, ErrApprovalResolved) || again.Status != "approved" {
+		t.Fatalf("second decision = %+v, %v", again, err)
+	}
+	if answer, _ := decisionAnswer(again, err); answer != "already approved" {
+		t.Errorf("the second presser is told %q", answer)
+	}
+	var auditBy string
+	d.pool.QueryRow(ctx, `SELECT resolved_by FROM choir_audit.approvals WHERE approval_id = $1`, id).Scan(&auditBy)
+	if auditBy != "telegram:alice" {
+		t.Errorf("audit view resolved_by = %q", auditBy)
+	}
+
+	// Decided while the agent is down: told at the next session's hello.
+	id2 := a.requestApproval(t, "add tool choir.repo.status")
+	if _, err := endSession(ctx, d.pool, d.river, a.session.SessionID, "ended", "test stop"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.ApprovalDecide(ctx, admin, id2, false); err != nil {
+		t.Fatal(err)
+	}
+	next := b.startAgent(t, "assistant")
+	p = next.push(t, rpc.PushApprovalResolved)
+	if p.ApprovalResolved.ApprovalID != id2 || p.ApprovalResolved.Status != rpc.ApprovalRejected {
+		t.Errorf("outcome at the next hello = %+v", p.ApprovalResolved)
+	}
+	var pushed bool
+	d.pool.QueryRow(ctx, `SELECT outcome_pushed_at IS NOT NULL FROM choir_control.pending_approvals WHERE approval_id = $1`,
+		id2).Scan(&pushed)
+	if !pushed {
+		t.Error("the outcome is not recorded as pushed")
+	}
+	if list, err := d.ApprovalList(ctx, admin, ""); err != nil || len(list) != 0 {
+		t.Errorf("pending after both decisions: %+v, %v", list, err)
+	}
+}

@@ -182,7 +182,9 @@ func (cc *callConn) do(ctx context.Context, path, host string, headers *[4][2]st
 		if _, err := io.ReadFull(cc.br, b); err != nil {
 			return 0, nil, false, true, fmt.Errorf("read response: %w", err)
 		}
-		return status, b, true, true, nil
+		// Nothing may follow a response before the next request: if
+		// something did, the connection is out of step.
+		return status, b, cc.br.Buffered() == 0, true, nil
 	}
 	res, err := http.ReadResponse(cc.br, nil)
 	if err != nil {
@@ -199,7 +201,7 @@ func (cc *callConn) do(ctx context.Context, path, host string, headers *[4][2]st
 	// A body of known length is complete once read, a chunked one once
 	// read to its end; one delimited by the connection's end leaves
 	// nothing to reuse.
-	keep = !res.Close && (res.ContentLength >= 0 || len(res.TransferEncoding) > 0)
+	keep = !res.Close && (res.ContentLength >= 0 || len(res.TransferEncoding) > 0) && cc.br.Buffered() == 0
 	return res.StatusCode, b, keep, true, nil
 }
 

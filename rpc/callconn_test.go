@@ -316,3 +316,28 @@ func TestParsePlainResponseTakesChoirdsResponses(t *testing.T) {
 		t.Error("accepted a head that is not all there")
 	}
 }
+
+func TestCallPoolDropsAConnectionOutOfStep(t *testing.T) {
+	t.Parallel()
+	b := newPoolBundle(t, func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		// A response with a stray byte after it, as a broken server
+		// might send.
+		c, bw, err := w.(http.Hijacker).Hijack()
+		if err != nil {
+			t.Error(err)
+			return
+		}
+		defer c.Close()
+		bw.WriteString("HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n{}x")
+		bw.Flush()
+		time.Sleep(50 * time.Millisecond) // keep the connection open
+	})
+	status, resp, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20)
+	if err != nil || status != 200 || string(resp) != `{}` {
+		t.Fatalf("%d %s %v", status, resp, err)
+	}
+	if len(b.pool.idle) != 0 {
+		t.Error("a connection with stray bytes went back to the pool")
+	}
+}

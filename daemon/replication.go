@@ -173,13 +173,13 @@ func resolveResend(ctx context.Context, q *db.Queries, sessionID uuid.UUID, req 
 // before the revision it describes.
 func applyParams(sessionID uuid.UUID, base int64, basePrev rpc.Hash, events []rpc.Event, req rpc.HeartbeatRequest) db.HeartbeatApplyParams {
 	n := len(events)
-	p := db.HeartbeatApplyParams{SessionID: sessionID, BaseRev: base, HashPrev: basePrev[:],
+	p := db.HeartbeatApplyParams{SessionID: sessionID.String(), BaseRev: base, HashPrev: basePrev[:],
 		Revs: make([]int64, n), EventTypes: make([]string, n), Lanes: make([]string, n),
-		Payloads: make([]json.RawMessage, n), HashPrevs: make([][]byte, n), Hashes: make([][]byte, n),
+		Payloads: make([]string, n), HashPrevs: make([][]byte, n), Hashes: make([][]byte, n),
 		CreatedAts: make([]time.Time, n), NewRev: base, HashNew: basePrev[:], ConfigVersion: req.ConfigVersion}
 	for i := range events {
 		e := &events[i]
-		p.Revs[i], p.EventTypes[i], p.Lanes[i], p.Payloads[i] = e.Rev, string(e.Type), e.Lane, e.Payload
+		p.Revs[i], p.EventTypes[i], p.Lanes[i], p.Payloads[i] = e.Rev, string(e.Type), e.Lane, string(e.Payload)
 		p.HashPrevs[i], p.Hashes[i], p.CreatedAts[i] = e.HashPrev[:], e.Hash[:], e.CreatedAt
 	}
 	if n > 0 {

@@ -33,11 +33,13 @@ SELECT * FROM choir_control.session_snapshots
 -- trigger re-checks the chain set-wise, so no caller can store a broken one.
 -- snapshot_rev is 0 when the heartbeat carries no snapshot; snapshot_hash is
 -- the chain hash at its revision and snapshot_state_sha256 the SHA-256 of its
--- state's canonical JSON, both checked on recovery.
+-- state's canonical JSON, both checked on recovery. session_id is passed as
+-- text because pgx encodes a uuid.UUID through driver.Valuer, a detour that
+-- cost more than all the other parameters together.
 WITH head AS (
     SELECT s.session_id, s.status, s.acked_rev, coalesce(s.acked_hash, s.base_hash) AS acked_hash
       FROM choir_control.sessions s
-     WHERE s.session_id = @session_id
+     WHERE s.session_id = CAST(@session_id::text AS uuid)
        FOR UPDATE
 ), ok AS (
     SELECT h.session_id FROM head h
@@ -48,7 +50,7 @@ WITH head AS (
     INSERT INTO choir_control.session_events (session_id, rev, event_type, lane, payload, hash_prev, hash, created_at)
     SELECT ok.session_id, e.rev, e.event_type, e.lane, e.payload, e.hash_prev, e.hash, e.created_at
       FROM ok, (SELECT unnest(@revs::bigint[]) AS rev, unnest(@event_types::text[]) AS event_type,
-                       unnest(@lanes::text[]) AS lane, unnest(@payloads::jsonb[]) AS payload,
+                       unnest(@lanes::text[]) AS lane, unnest(@payloads::text[])::jsonb AS payload,
                        unnest(@hash_prevs::bytea[]) AS hash_prev, unnest(@hashes::bytea[]) AS hash,
                        unnest(@created_ats::timestamptz[]) AS created_at) e
     RETURNING 1

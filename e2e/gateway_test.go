@@ -378,6 +378,7 @@ func TestGatewayChoirdKilledMidTurn(t *testing.T) {
 	if n := countSent(e.bot, userAlice, answer); n != 1 {
 		t.Errorf("the answer was sent %d times, want once; alice got %q", n, sentTexts(e.bot, userAlice))
 	}
+	t.Logf("alice got %q", sentTexts(e.bot, userAlice))
 	if n := countSent(e.bot, userAlice, "never delivered"); n != 0 {
 		t.Errorf("the dead session's answer was sent %d times", n)
 	}

@@ -401,6 +401,7 @@ func (d *Daemon) cleanOrphans(ctx context.Context) error {
 		}
 		d.logger.InfoContext(ctx, "step 7: session without an instance marked crashed, leases released",
 			slog.String("agent_id", id), slog.String("session_id", s.SessionID.String()))
+		d.crashNotice(ctx, s.SessionID, "choird restarted, and its instance did not survive")
 	}
 	return nil
 }

@@ -25,10 +25,11 @@ var ErrChainGap = errors.New("replication gap")
 // acknowledged one.
 var ErrChainBroken = errors.New("replication chain broken")
 
-// heartbeatTxObserver, when set, receives the duration of every heartbeat
-// transaction, from BEGIN to COMMIT. Only benchmarks set it: the RPC round
-// trip they can time from outside also holds the authentication and the
-// decoding of the request.
+// heartbeatTxObserver, when set, receives the duration of every successful
+// heartbeat transaction, from taking a pooled connection (so waiting for
+// one counts) to COMMIT. Only benchmarks set it: the RPC round trip they
+// can time from outside also holds the authentication, the replay lookup
+// and the decoding of the request.
 var heartbeatTxObserver atomic.Pointer[func(time.Duration)]
 
 // replicate applies one heartbeat to the durable replica in one

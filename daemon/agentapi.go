@@ -79,7 +79,7 @@ func (a *agentAPI) bindings(ctx context.Context, id uuid.UUID) (rpc.ResourceBind
 
 // HandleInitHello implements rpc.ControlPlaneHandler.
 func (a *agentAPI) HandleInitHello(ctx context.Context, call rpc.Call, req rpc.InitHelloRequest) (rpc.InitHelloResponse, error) {
-	resp, err := hello(ctx, a.pool, call, req)
+	resp, err := helloWith(ctx, a.pool, a.logger, call, req)
 	if err == nil && a.helloDone != nil {
 		if id, perr := uuid.Parse(call.Session.ID); perr == nil {
 			a.helloDone(context.WithoutCancel(ctx), call.Session.AgentID, id)

@@ -86,8 +86,13 @@ func (s replayStore) Load(ctx context.Context, key rpc.ReplayKey) (rpc.ReplayRec
 // a different patch is judged by the chain, which is stricter than the
 // digest. Concurrent duplicates still run once, by the server's in-process
 // single flight.
+// Keeps implements rpc.ReplayKeeper: a heartbeat is idempotent by
+// revision (a resent patch is a no-op), so it needs no replay row, and the
+// server skips the lookup.
+func (replayStore) Keeps(verb rpc.Verb) bool { return verb != rpc.VerbHeartbeat }
+
 func (s replayStore) Save(ctx context.Context, key rpc.ReplayKey, rec rpc.ReplayRecord) error {
-	if rec.Verb == rpc.VerbHeartbeat {
+	if !s.Keeps(rec.Verb) {
 		return nil
 	}
 	id, err := uuid.Parse(key.SessionID)

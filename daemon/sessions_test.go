@@ -190,11 +190,11 @@ func TestReplayStore(t *testing.T) {
 	if _, ok, err := store.Load(ctx, key); ok || err != nil {
 		t.Fatalf("empty load: %v %v", ok, err)
 	}
-	first := rpc.ReplayRecord{Verb: "HEARTBEAT", Digest: [32]byte{1}, Response: []byte(`{"ack_rev":3}`)}
+	first := rpc.ReplayRecord{Verb: "REQUEST_APPROVAL", Digest: [32]byte{1}, Response: []byte(`{"ack_rev":3}`)}
 	if err := store.Save(ctx, key, first); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Save(ctx, key, rpc.ReplayRecord{Verb: "HEARTBEAT", Digest: [32]byte{2}, ErrCode: "conflict"}); err != nil {
+	if err := store.Save(ctx, key, rpc.ReplayRecord{Verb: "REQUEST_APPROVAL", Digest: [32]byte{2}, ErrCode: "conflict"}); err != nil {
 		t.Fatal(err)
 	}
 	got, ok, err := store.Load(ctx, key)

@@ -253,3 +253,36 @@ func TestParseEventID(t *testing.T) {
 		}
 	}
 }
+
+// keeperStore is a memory store that keeps no HEARTBEAT records and counts
+// its lookups.
+type keeperStore struct {
+	*MemoryReplayStore
+	loads int
+}
+
+func (k *keeperStore) Keeps(v Verb) bool { return v != VerbHeartbeat }
+
+func (k *keeperStore) Load(ctx context.Context, key ReplayKey) (ReplayRecord, bool, error) {
+	k.loads++
+	return k.MemoryReplayStore.Load(ctx, key)
+}
+
+// TestReplayKeeperSkipsTheLookup: a store that keeps no record of a verb is
+// not asked for one, and other verbs are still looked up and replayed.
+func TestReplayKeeperSkipsTheLookup(t *testing.T) {
+	t.Parallel()
+	store := &keeperStore{MemoryReplayStore: NewMemoryReplayStore(MemoryReplayOptions{})}
+	s := &Server{flights: map[ReplayKey]*flight{}, replay: store}
+	run := func() outcome { return outcome{resp: []byte(`{"ack":true}`)} }
+	ctx := context.Background()
+	s.once(ctx, ReplayKey{SessionID: "s", RequestID: "hb"}, VerbHeartbeat, [32]byte{}, run)
+	if store.loads != 0 {
+		t.Errorf("%d lookups for a verb the store keeps no record of", store.loads)
+	}
+	key := ReplayKey{SessionID: "s", RequestID: "st"}
+	s.once(ctx, key, VerbReportStatus, [32]byte{2}, run)
+	if _, replayed := s.once(ctx, key, VerbReportStatus, [32]byte{2}, run); !replayed || store.loads != 2 {
+		t.Errorf("kept verb: replayed %v after %d lookups", replayed, store.loads)
+	}
+}

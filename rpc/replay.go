@@ -49,6 +49,14 @@ type ReplayStore interface {
 	Forget(ctx context.Context, sessionID string) error
 }
 
+// ReplayKeeper is implemented by a ReplayStore that keeps no record of some
+// verbs (choird's keeps none of HEARTBEAT, which is idempotent by revision):
+// the server then skips the lookup for them. Concurrent duplicates still run
+// once.
+type ReplayKeeper interface {
+	Keeps(verb Verb) bool
+}
+
 // MemoryReplayOptions bound a MemoryReplayStore. A zero field takes its
 // default.
 type MemoryReplayOptions struct {

@@ -468,7 +468,12 @@ func (s *Server) once(ctx context.Context, key ReplayKey, verb Verb, digest [sha
 		close(f.done)
 	}()
 
-	rec, found, err := s.replay.Load(ctx, key)
+	var rec ReplayRecord
+	var found bool
+	var err error
+	if k, ok := s.replay.(ReplayKeeper); !ok || k.Keeps(verb) {
+		rec, found, err = s.replay.Load(ctx, key)
+	}
 	if err != nil {
 		f.out = outcome{err: s.internal(ctx, CodeUnavailable, "replay load", err)}
 		return f.out, false

@@ -659,7 +659,10 @@ func (h *heartbeat) run(ctx context.Context) {
 			h.revoked()
 			return
 		}
-		backoff = min(max(2*backoff, 200*time.Millisecond), 10*time.Second)
+		// Capped well under the crash threshold (10 s by default): once
+		// choird or Postgres is back, the session must be heard from
+		// before crash detection gives up on it.
+		backoff = min(max(2*backoff, 200*time.Millisecond), 2*time.Second)
 		h.logger.Warn("heartbeat failed; retrying", slog.String("error", err.Error()), slog.Duration("backoff", backoff))
 		head, _ := h.log.Head()
 		if acked, _ := h.log.Acked(); head-acked > unackedWarn && !h.warned {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -49,6 +50,14 @@ func TestGatewayDMWritesFile(t *testing.T) {
 	reply := waitSentTo(t, e.bot, userAlice, "reply", containsText("notes.txt says hello"))
 	if reply.Method != "sendMessage" {
 		t.Errorf("reply went out by %s, want sendMessage", reply.Method)
+	}
+	// "typing…" showed in alice's chat while the agent worked.
+	typing := false
+	for _, a := range e.bot.ChatActions() {
+		typing = typing || (a.ChatID == strconv.FormatInt(userAlice, 10) && a.Action == "typing" && !a.At.After(reply.At))
+	}
+	if !typing {
+		t.Errorf("no typing indicator in alice's chat before the reply: %+v", e.bot.ChatActions())
 	}
 	if b, err := os.ReadFile(filepath.Join(e.workspace(), "notes.txt")); err != nil || string(b) != "hello\n" {
 		t.Errorf("notes.txt = %q, %v", b, err)

@@ -33,6 +33,9 @@ const (
 	QueueMemory = "memory"
 )
 
+// DefaultCrashInterval is how often crash detection runs.
+const DefaultCrashInterval = 500 * time.Millisecond
+
 // Deps are what workers need from choird.
 type Deps struct {
 	Pool   *pgxpool.Pool
@@ -79,8 +82,10 @@ func NewClient(deps Deps) (*Client, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
 	}
+	// Twice a second: a session is then found at most about half a second
+	// after its threshold, well inside the threshold + 1 s promised.
 	if deps.CrashInterval <= 0 || deps.CrashInterval > time.Second {
-		deps.CrashInterval = time.Second
+		deps.CrashInterval = DefaultCrashInterval
 	}
 	workers := river.NewWorkers()
 	// Crash notices go through the outbox: only with a sender to deliver

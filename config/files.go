@@ -137,6 +137,13 @@ func WriteFiles(dir string, cfg *Config, secrets Secrets, overwrite bool) error 
 	return writeAtomic(configPath, configData, 0o644, overwrite)
 }
 
+// WriteFileAtomic replaces path with data, mode perm, through a synced
+// temporary file renamed into place: a crash leaves the old file or the
+// new one, never a partial one.
+func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
+	return writeAtomic(path, data, perm, true)
+}
+
 // writeAtomic writes data to a temporary file beside path and moves it into
 // place. Without overwrite it links rather than renames, which fails if path
 // appeared since WriteFiles checked.

@@ -187,7 +187,7 @@ func editSecrets(g *globals, edit func(config.Secrets) (string, error)) error {
 			}
 		}
 	}
-	if err := writeFileAtomic(path, data, 0o600); err != nil {
+	if err := config.WriteFileAtomic(path, data, 0o600); err != nil {
 		return err
 	}
 	fmt.Fprintf(g.stdout, "%s in %s (%d secrets)\n", what, path, len(secrets))
@@ -248,47 +248,4 @@ func problemSet(err error) map[string]bool {
 		m[p] = true
 	}
 	return m
-}
-
-// writeFileAtomic writes data to a temporary file beside path with mode
-// perm and renames it into place, so a reader (choird's secret apply) sees
-// the old file or the new one, never a partial one.
-func writeFileAtomic(path string, data []byte, perm fs.FileMode) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if err != nil {
-			os.Remove(tmp.Name())
-		}
-	}()
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
 }

@@ -46,7 +46,7 @@ func Load(dir string) (*Config, Secrets, error) {
 	if err != nil {
 		return nil, nil, missingHint(fmt.Errorf("read config: %w", err))
 	}
-	secretsData, err := readSecretsFile(secretsPath)
+	secretsData, err := ReadSecretsFile(secretsPath)
 	if err != nil {
 		return nil, nil, missingHint(err)
 	}
@@ -76,9 +76,9 @@ func missingHint(err error) error {
 	return err
 }
 
-// readSecretsFile reads secrets.json after checking, on the open file so
+// ReadSecretsFile reads secrets.json after checking, on the open file so
 // that it cannot be swapped in between, that only its owner can access it.
-func readSecretsFile(path string) ([]byte, error) {
+func ReadSecretsFile(path string) ([]byte, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read secrets: %w", err)

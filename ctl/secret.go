@@ -201,27 +201,12 @@ func editSecrets(g *globals, edit func(config.Secrets) (string, error)) error {
 // readSecrets reads secrets.json, refusing one that other users can read or
 // write, as choird does. A missing file is an empty set.
 func readSecrets(path string) (config.Secrets, error) {
-	f, err := os.Open(path)
+	data, err := config.ReadSecretsFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return config.Secrets{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("read secrets: %w", err)
-	}
-	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
-		return nil, fmt.Errorf("read secrets: %w", err)
-	}
-	if !info.Mode().IsRegular() {
-		return nil, fmt.Errorf("read secrets: %s is not a regular file", path)
-	}
-	if info.Mode().Perm()&0o077 != 0 {
-		return nil, &config.InsecureSecretsError{Path: path, Mode: info.Mode()}
-	}
-	data, err := io.ReadAll(f)
-	if err != nil {
-		return nil, fmt.Errorf("read secrets: %w", err)
+		return nil, err
 	}
 	s, err := config.ParseSecrets(data)
 	if err != nil {

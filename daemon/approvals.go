@@ -92,21 +92,30 @@ func (d *Daemon) ApprovalList(ctx context.Context, sc Scope, agentID string) ([]
 
 // ApprovalShow returns one approval, pending or not.
 func (d *Daemon) ApprovalShow(ctx context.Context, sc Scope, id string) (Approval, error) {
-	u, err := parseApprovalID(id)
+	r, err := d.approvalInScope(ctx, sc, id)
 	if err != nil {
 		return Approval{}, err
 	}
+	return approvalOf(r), nil
+}
+
+// approvalInScope loads an approval by id, refusing one outside the scope.
+func (d *Daemon) approvalInScope(ctx context.Context, sc Scope, id string) (db.ChoirControlPendingApproval, error) {
+	u, err := parseApprovalID(id)
+	if err != nil {
+		return db.ChoirControlPendingApproval{}, err
+	}
 	r, err := db.New(d.pool).ApprovalGet(ctx, u)
 	if errNoRows(err) {
-		return Approval{}, fmt.Errorf("approval %s: %w", id, ErrNotFound)
+		return r, fmt.Errorf("approval %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return Approval{}, fmt.Errorf("load approval %s: %w", id, err)
+		return r, fmt.Errorf("load approval %s: %w", id, err)
 	}
 	if err := sc.allow(r.AgentID); err != nil {
-		return Approval{}, fmt.Errorf("approval %s belongs to agent %s: %w", id, r.AgentID, err)
+		return r, fmt.Errorf("approval %s belongs to agent %s: %w", id, r.AgentID, err)
 	}
-	return approvalOf(r), nil
+	return r, nil
 }
 
 // ApprovalForMessage finds the approval whose request is the given
@@ -132,20 +141,10 @@ func (d *Daemon) ApprovalForMessage(ctx context.Context, sc Scope, gateway, chat
 // winner's outcome message is queued in the same transaction, and the
 // agent is told by push after the commit.
 func (d *Daemon) ApprovalDecide(ctx context.Context, sc Scope, id string, approve bool) (Approval, error) {
-	u, err := parseApprovalID(id)
+	// The scope is checked on the row before anything is written.
+	cur, err := d.approvalInScope(ctx, sc, id)
 	if err != nil {
 		return Approval{}, err
-	}
-	// The scope is checked on the row before anything is written.
-	cur, err := db.New(d.pool).ApprovalGet(ctx, u)
-	if errNoRows(err) {
-		return Approval{}, fmt.Errorf("approval %s: %w", id, ErrNotFound)
-	}
-	if err != nil {
-		return Approval{}, fmt.Errorf("load approval %s: %w", id, err)
-	}
-	if err := sc.allow(cur.AgentID); err != nil {
-		return Approval{}, fmt.Errorf("approval %s belongs to agent %s: %w", id, cur.AgentID, err)
 	}
 	by := sc.Actor
 	if by == "" {
@@ -154,7 +153,7 @@ func (d *Daemon) ApprovalDecide(ctx context.Context, sc Scope, id string, approv
 	var row db.ChoirControlPendingApproval
 	var won bool
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		row, won, err = jobs.ResolveApprovalTx(ctx, tx, d.river, u, approve, by)
+		row, won, err = jobs.ResolveApprovalTx(ctx, tx, d.river, cur.ApprovalID, approve, by)
 		return err
 	})
 	if errors.Is(err, jobs.ErrApprovalNotFound) {

@@ -108,8 +108,7 @@ func (s outboundSender) Send(ctx context.Context, part jobs.OutboundPart) (int64
 // dmAddress locates a DM of config.json: its gateway and chat.
 func (d *Daemon) dmAddress(dm string) (gatewayName, chatID string, ok bool) {
 	cfg, _ := d.config()
-	c, ok := cfg.DMs[dm]
-	return c.Gateway, c.UserID, ok
+	return dmAddressIn(cfg, dm)
 }
 
 // removeInstance removes the container or process of a crashed session,

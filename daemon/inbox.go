@@ -389,9 +389,16 @@ func decisionAnswer(a Approval, err error) (string, error) {
 
 // outboundAddress is where a session's messages go: its bound DM.
 func outboundAddress(cfg *config.Config, b rpc.ResourceBindings) (gatewayName, chatID string, err error) {
-	dm, ok := cfg.DMs[b.DM]
+	gatewayName, chatID, ok := dmAddressIn(cfg, b.DM)
 	if !ok {
 		return "", "", fmt.Errorf("the session's DM %q is no longer configured: %w", b.DM, rpc.ErrNotFound)
 	}
-	return dm.Gateway, dm.UserID, nil
+	return gatewayName, chatID, nil
+}
+
+// dmAddressIn locates a DM of cfg: its gateway and chat (for Telegram, a
+// private chat's id is the user's).
+func dmAddressIn(cfg *config.Config, dm string) (gatewayName, chatID string, ok bool) {
+	c, ok := cfg.DMs[dm]
+	return c.Gateway, c.UserID, ok
 }

@@ -341,8 +341,12 @@ func TestAgentGatewaySide(t *testing.T) {
 	})
 
 	t.Run("CancelStopsTheTurn", func(t *testing.T) {
+		before := len(srv.Requests())
 		b.say(t, 16, "think forever")
 		b.waitFor(t, "EDGE_REASONING reported", func() bool { return b.edgeState(t) == "EDGE_REASONING" })
+		// Cancel only once the model server holds the call: a cancel that
+		// came first would leave the hanging step to the next call.
+		b.waitFor(t, "the hanging model call", func() bool { return len(srv.Requests()) > before })
 		b.push(t, rpc.Push{Kind: rpc.PushCancel, Cancel: &rpc.Cancel{Scope: rpc.CancelEdge, Reason: "/cancel"}})
 		b.waitReply(t, "Cancelled")
 		ev := b.waitEvents(t, rpc.EventCancelled, 1)

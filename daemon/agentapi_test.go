@@ -120,12 +120,14 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 		}
 	})
 
+	var acked rpc.Hash // the hash of rev 3, once acknowledged
 	t.Run("HeartbeatReplicatesAndAcks", func(t *testing.T) {
 		evs := chainEvents(t, 1, 3, rpc.Genesis)
 		resp, err := client.Heartbeat(ctx, patch(evs, 0, rpc.Genesis))
 		if err != nil || resp.AckRev != 3 || resp.ConfigVersionLatest != d.configVersion {
 			t.Fatalf("HEARTBEAT: %+v %v", resp, err)
 		}
+		acked = evs[2].Hash
 		_, err = client.Heartbeat(ctx, patch(chainEvents(t, 5, 5, rpc.Hash{9}), 4, rpc.Hash{9}))
 		if !errors.Is(err, rpc.ErrConflict) || !strings.Contains(err.Error(), "resend from rev 4") {
 			t.Fatalf("gap: %v", err)
@@ -240,6 +242,28 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 		_, err := client.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "EDGE_IDLE"})
 		if !errors.Is(err, rpc.ErrUnauthenticated) {
 			t.Fatalf("call after terminate: %v", err)
+		}
+		// A heartbeat is authenticated from memory (the token is right),
+		// and fenced by its own statement: the session is no longer live.
+		if _, err := client.Heartbeat(ctx, patch(chainEvents(t, 4, 4, acked), 3, acked)); !errors.Is(err, rpc.ErrUnauthenticated) {
+			t.Fatalf("heartbeat after terminate: %v", err)
+		}
+		other, _ := rpc.NewLeaseToken()
+		impostor, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home),
+			SessionID: s.Session.SessionID.String(), LeaseToken: other})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer impostor.Close()
+		if _, err := impostor.Heartbeat(ctx, patch(chainEvents(t, 4, 4, acked), 3, acked)); !errors.Is(err, rpc.ErrUnauthenticated) {
+			t.Fatalf("heartbeat with a wrong token: %v", err)
+		}
+		var events int
+		var ackedRev int64
+		d.pool.QueryRow(ctx, "SELECT acked_rev, (SELECT count(*) FROM choir_control.session_events WHERE session_id = $1) FROM choir_control.sessions WHERE session_id = $1",
+			s.Session.SessionID).Scan(&ackedRev, &events)
+		if ackedRev != 3 || events != 3 {
+			t.Errorf("refused heartbeats wrote: acked_rev %d, %d events", ackedRev, events)
 		}
 		var leases int
 		d.pool.QueryRow(ctx, "SELECT count(*) FROM choir_audit.leases").Scan(&leases)

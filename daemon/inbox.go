@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/gateway"
@@ -265,10 +264,11 @@ func (d *Daemon) sweepInbox(ctx context.Context) {
 	}
 }
 
-// markInboxDelivered marks the inbox rows that replicated events name as
-// delivered, in the heartbeat's transaction: from now on they are in the
-// agent's durable log and are never pushed again.
-func markInboxDelivered(ctx context.Context, tx pgx.Tx, sessionID uuid.UUID, events []rpc.Event) error {
+// deliveredInboxIDs returns the inbox rows that events name: the user
+// messages and injections the agent took from its inbox. HeartbeatApply
+// marks them delivered in the statement that appends the events: from then
+// on they are in the agent's durable log and are never pushed again.
+func deliveredInboxIDs(events []rpc.Event) []int64 {
 	var ids []int64
 	for _, e := range events {
 		if e.Type != rpc.EventUserMsg && e.Type != rpc.EventInjectedInstruction {
@@ -294,13 +294,7 @@ func markInboxDelivered(ctx context.Context, tx pgx.Tx, sessionID uuid.UUID, eve
 			ids = append(ids, p.InboxID)
 		}
 	}
-	if len(ids) == 0 {
-		return nil
-	}
-	if _, err := db.New(tx).InboxMarkDelivered(ctx, db.InboxMarkDeliveredParams{InboxIds: ids, SessionID: sessionID}); err != nil {
-		return fmt.Errorf("mark inbox rows %v delivered: %w", ids, err)
-	}
-	return nil
+	return ids
 }
 
 // InboxInject queues /inject <text> from a DM for its agent: durable like a

@@ -27,70 +27,51 @@ var ErrChainBroken = errors.New("replication chain broken")
 
 // heartbeatTxObserver, when set, receives the duration of every successful
 // heartbeat transaction, from taking a pooled connection (so waiting for
-// one counts) to COMMIT. Only benchmarks set it: the RPC round trip they
+// one counts) to its commit. Only benchmarks set it: the RPC round trip they
 // can time from outside also holds the authentication, the replay lookup
 // and the decoding of the request.
 var heartbeatTxObserver atomic.Pointer[func(time.Duration)]
 
 // replicate applies one heartbeat to the durable replica in one
 // transaction: lock the session's head row, check that the patch continues
-// the acknowledged chain, append the new events, and advance acked_rev and
-// last_heartbeat_at. A resent patch, or the resent prefix of a longer one,
-// is a no-op for the events already stored. A gap or a broken chain writes
-// nothing and returns an error wrapping rpc.ErrConflict that says where to
-// resume.
+// the acknowledged chain, append the new events, mark the inbox rows they
+// name delivered, and advance acked_rev and last_heartbeat_at. A resent
+// patch, or the resent prefix of a longer one, is a no-op for the events
+// already stored. A gap or a broken chain writes nothing and returns an
+// error wrapping rpc.ErrConflict that says where to resume.
 //
 // The common case, a patch that continues exactly where the last one
-// ended, is one statement (HeartbeatApply) between BEGIN and COMMIT: the
-// statement locks the head row and writes only if the chain continues. Any
-// other case comes back unapplied with the locked head, and is sorted out
-// here with the row still locked.
+// ended, is the one statement HeartbeatApply, run on its own: a single
+// statement is a transaction, so it needs no BEGIN and COMMIT round trips.
+// The statement locks the head row and writes only if the chain continues.
+// Any other case comes back unapplied, having written nothing, and is
+// sorted out in an explicit transaction that locks the row again.
 func replicate(ctx context.Context, pool *pgxpool.Pool, sessionID uuid.UUID, req rpc.HeartbeatRequest) (rpc.HeartbeatResponse, error) {
 	if err := checkPatch(req); err != nil {
 		return rpc.HeartbeatResponse{}, err
 	}
-	var resp rpc.HeartbeatResponse
 	start := time.Now()
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
-		head, err := q.HeartbeatApply(ctx, applyParams(sessionID, req.BaseRev, req.HashPrev, req.Patches, req))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("session %s: %w", sessionID, rpc.ErrNotFound)
-		}
-		if err != nil {
-			return fmt.Errorf("apply heartbeat %d..%d to session %s: %w", req.BaseRev, req.NewRev, sessionID, err)
-		}
-		fresh := req.Patches
-		if !head.Applied {
-			if fresh, err = resolveResend(ctx, q, sessionID, req, head); err != nil {
-				return err
+	params := applyParams(sessionID, req.BaseRev, req.HashPrev, req.Patches, req)
+	head, err := db.New(pool).HeartbeatApply(ctx, params)
+	if err == nil && !head.Applied {
+		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+			q := db.New(tx)
+			if head, err = q.HeartbeatApply(ctx, params); err != nil || head.Applied {
+				return err // Applied: the head moved to meet the patch in between.
 			}
-		}
-		if len(fresh) > 0 {
-			if err := afterAppend(ctx, tx, sessionID, fresh); err != nil {
-				return fmt.Errorf("after appending events %d..%d of session %s: %w",
-					fresh[0].Rev, fresh[len(fresh)-1].Rev, sessionID, err)
-			}
-		}
-		resp = rpc.HeartbeatResponse{AckRev: max(head.AckedRev, req.NewRev), ConfigVersionLatest: head.ConfigVersionLatest}
-		return nil
-	})
+			return resolveResend(ctx, q, sessionID, req, head)
+		})
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return rpc.HeartbeatResponse{}, fmt.Errorf("session %s: %w", sessionID, rpc.ErrNotFound)
+	}
 	if err != nil {
-		return rpc.HeartbeatResponse{}, err
+		return rpc.HeartbeatResponse{}, fmt.Errorf("apply heartbeat %d..%d to session %s: %w", req.BaseRev, req.NewRev, sessionID, err)
 	}
 	if f := heartbeatTxObserver.Load(); f != nil {
 		(*f)(time.Since(start))
 	}
-	return resp, nil
-}
-
-// afterAppend runs inside the heartbeat transaction once the heartbeat's
-// new events are appended (events holds exactly those, in revision order;
-// it is never called for a heartbeat that appends nothing). It is the place
-// for work that must commit atomically with the events, such as marking the
-// inbox rows of user_msg events delivered (daemon/inbox.go).
-func afterAppend(ctx context.Context, tx pgx.Tx, sessionID uuid.UUID, events []rpc.Event) error {
-	return markInboxDelivered(ctx, tx, sessionID, events)
+	return rpc.HeartbeatResponse{AckRev: max(head.AckedRev, req.NewRev), ConfigVersionLatest: head.ConfigVersionLatest}, nil
 }
 
 // checkPatch refuses a patch whose events are not the contiguous, linked
@@ -119,24 +100,23 @@ func checkPatch(req rpc.HeartbeatRequest) error {
 // resolveResend handles a heartbeat that HeartbeatApply did not apply,
 // with the head row still locked by the transaction: the session is not
 // live, the patch leaves a gap, breaks the chain, or resends revisions
-// already stored. For a resend it stores the new tail (possibly nothing)
-// and returns it.
-func resolveResend(ctx context.Context, q *db.Queries, sessionID uuid.UUID, req rpc.HeartbeatRequest, head db.HeartbeatApplyRow) ([]rpc.Event, error) {
+// already stored. For a resend it stores the new tail (possibly nothing).
+func resolveResend(ctx context.Context, q *db.Queries, sessionID uuid.UUID, req rpc.HeartbeatRequest, head db.HeartbeatApplyRow) error {
 	if head.Status != "active" && head.Status != "stopping" {
-		return nil, fmt.Errorf("session %s is %s: %w", sessionID, head.Status, rpc.ErrUnauthenticated)
+		return fmt.Errorf("session %s is %s: %w", sessionID, head.Status, rpc.ErrUnauthenticated)
 	}
 	acked, err := rpc.HashFromBytes(head.AckedHash)
 	if err != nil {
-		return nil, fmt.Errorf("session %s acked hash: %w", sessionID, err)
+		return fmt.Errorf("session %s acked hash: %w", sessionID, err)
 	}
 	switch {
 	case req.BaseRev > head.AckedRev:
-		return nil, fmt.Errorf("%w: heartbeat base_rev %d is beyond acked_rev %d; resend from rev %d: %w",
+		return fmt.Errorf("%w: heartbeat base_rev %d is beyond acked_rev %d; resend from rev %d: %w",
 			ErrChainGap, req.BaseRev, head.AckedRev, head.AckedRev+1, rpc.ErrConflict)
 	case req.BaseRev == head.AckedRev:
 		// HeartbeatApply refuses a patch at the acknowledged base only
 		// for its hash.
-		return nil, fmt.Errorf("%w: hash_prev %s at rev %d, but the acknowledged hash is %s: %w",
+		return fmt.Errorf("%w: hash_prev %s at rev %d, but the acknowledged hash is %s: %w",
 			ErrChainBroken, req.HashPrev, req.BaseRev, acked, rpc.ErrConflict)
 	}
 	// A resend overlapping what is stored: the revision it shares with the
@@ -144,13 +124,13 @@ func resolveResend(ctx context.Context, q *db.Queries, sessionID uuid.UUID, req 
 	var fresh []rpc.Event
 	if req.NewRev <= head.AckedRev {
 		if req.NewRev == head.AckedRev && req.HashNew != acked {
-			return nil, fmt.Errorf("%w: resent rev %d has hash %s, stored %s: %w",
+			return fmt.Errorf("%w: resent rev %d has hash %s, stored %s: %w",
 				ErrChainBroken, req.NewRev, req.HashNew, acked, rpc.ErrConflict)
 		}
 	} else {
 		overlap := req.Patches[head.AckedRev-req.BaseRev-1]
 		if overlap.Hash != acked {
-			return nil, fmt.Errorf("%w: resent rev %d has hash %s, stored %s: %w",
+			return fmt.Errorf("%w: resent rev %d has hash %s, stored %s: %w",
 				ErrChainBroken, overlap.Rev, overlap.Hash, acked, rpc.ErrConflict)
 		}
 		fresh = req.Patches[head.AckedRev-req.BaseRev:]
@@ -159,13 +139,13 @@ func resolveResend(ctx context.Context, q *db.Queries, sessionID uuid.UUID, req 
 	// from the acknowledged head; the row is locked, so it applies.
 	again, err := q.HeartbeatApply(ctx, applyParams(sessionID, head.AckedRev, acked, fresh, req))
 	if err != nil {
-		return nil, fmt.Errorf("apply resent heartbeat %d..%d to session %s: %w", req.BaseRev, req.NewRev, sessionID, err)
+		return fmt.Errorf("apply resent heartbeat %d..%d to session %s: %w", req.BaseRev, req.NewRev, sessionID, err)
 	}
 	if !again.Applied {
-		return nil, fmt.Errorf("session %s moved while its head row was locked (acked_rev %d, want %d)",
+		return fmt.Errorf("session %s moved while its head row was locked (acked_rev %d, want %d)",
 			sessionID, again.AckedRev, head.AckedRev)
 	}
-	return fresh, nil
+	return nil
 }
 
 // applyParams lays out events from base (whose hash is basePrev) as the
@@ -177,7 +157,8 @@ func applyParams(sessionID uuid.UUID, base int64, basePrev rpc.Hash, events []rp
 	p := db.HeartbeatApplyParams{SessionID: sessionID.String(), BaseRev: base, HashPrev: basePrev[:],
 		Revs: make([]int64, n), EventTypes: make([]string, n), Lanes: make([]string, n),
 		Payloads: make([]string, n), HashPrevs: make([][]byte, n), Hashes: make([][]byte, n),
-		CreatedAts: make([]time.Time, n), NewRev: base, HashNew: basePrev[:], ConfigVersion: req.ConfigVersion}
+		CreatedAts: make([]time.Time, n), NewRev: base, HashNew: basePrev[:], ConfigVersion: req.ConfigVersion,
+		InboxIds: deliveredInboxIDs(events)}
 	for i := range events {
 		e := &events[i]
 		p.Revs[i], p.EventTypes[i], p.Lanes[i], p.Payloads[i] = e.Rev, string(e.Type), e.Lane, string(e.Payload)

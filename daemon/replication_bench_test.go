@@ -74,7 +74,7 @@ func benchHeartbeat(b *testing.B, sessions, perBeat int, viaRPC bool) {
 	heartbeatTxObserver.Store(&observe)
 	defer heartbeatTxObserver.Store(nil)
 	b.ResetTimer()
-	start, cpu0 := time.Now(), cpuTime(b, d.cfg.Postgres.Database)
+	start, cpu0, own0 := time.Now(), cpuTime(b, d.cfg.Postgres.Database), ownCPU(b)
 	for range b.N {
 		var wg sync.WaitGroup
 		for _, s := range all {
@@ -109,7 +109,7 @@ func benchHeartbeat(b *testing.B, sessions, perBeat int, viaRPC bool) {
 		}
 		wg.Wait()
 	}
-	elapsed, cpu := time.Since(start), cpuTime(b, d.cfg.Postgres.Database)-cpu0
+	elapsed, cpu, own := time.Since(start), cpuTime(b, d.cfg.Postgres.Database)-cpu0, ownCPU(b)-own0
 	b.StopTimer()
 	heartbeatTxObserver.Store(nil)
 	mu.Lock()
@@ -127,17 +127,24 @@ func benchHeartbeat(b *testing.B, sessions, perBeat int, viaRPC bool) {
 	// what else the machine runs. 2 s / cpu-us-per-event is the ceiling
 	// on an idle 2-core machine.
 	b.ReportMetric(float64(cpu.Microseconds())/float64(b.N*sessions*perBeat), "cpu-us/event")
+	b.ReportMetric(float64(own.Microseconds())/float64(b.N*sessions*perBeat), "go-cpu-us/event")
+}
+
+// ownCPU returns the CPU time (user and system) used so far by this
+// process alone: the agents' clients and choird.
+func ownCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // cpuTime returns the CPU time (user and system) used so far by this
 // process and by the Postgres backends connected to database (found by
 // their process titles, "postgres: user database ...").
 func cpuTime(b *testing.B, database string) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		b.Fatal(err)
-	}
-	total := time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	total := ownCPU(b)
 	dirs, _ := os.ReadDir("/proc")
 	for _, d := range dirs {
 		title, err := os.ReadFile(filepath.Join("/proc", d.Name(), "cmdline"))

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -16,35 +17,82 @@ import (
 // sessionAuth checks lease tokens against choir_control.sessions: the
 // token is valid exactly while its session is active or stopping, so a stop
 // or a crash revokes it without any separate revocation list.
+//
+// It remembers each session's token hash and agent, which never change
+// once the row is written, so that AuthenticateIdentity (used for
+// HEARTBEAT, whose statement checks the session's state itself) can answer
+// without a query.
 type sessionAuth struct {
 	pool *pgxpool.Pool
+
+	mu  sync.Mutex
+	ids map[uuid.UUID]sessionIdentity
 }
 
-var _ rpc.Authenticator = sessionAuth{}
+type sessionIdentity struct {
+	tokenHash []byte
+	agentID   string
+}
+
+// maxRememberedSessions bounds sessionAuth's memory; past it, it forgets
+// every session and learns again from the database.
+const maxRememberedSessions = 4096
+
+var _ rpc.IdentityAuthenticator = (*sessionAuth)(nil)
+
+func newSessionAuth(pool *pgxpool.Pool) *sessionAuth {
+	return &sessionAuth{pool: pool, ids: map[uuid.UUID]sessionIdentity{}}
+}
 
 // Authenticate implements rpc.Authenticator.
-func (a sessionAuth) Authenticate(ctx context.Context, sessionID, leaseToken string) (rpc.Session, error) {
+func (a *sessionAuth) Authenticate(ctx context.Context, sessionID, leaseToken string) (rpc.Session, error) {
+	return a.authenticate(ctx, sessionID, leaseToken, true)
+}
+
+// AuthenticateIdentity implements rpc.IdentityAuthenticator: it checks the
+// token without looking at the session's state.
+func (a *sessionAuth) AuthenticateIdentity(ctx context.Context, sessionID, leaseToken string) (rpc.Session, error) {
+	return a.authenticate(ctx, sessionID, leaseToken, false)
+}
+
+func (a *sessionAuth) authenticate(ctx context.Context, sessionID, leaseToken string, live bool) (rpc.Session, error) {
 	id, err := uuid.Parse(sessionID)
 	if err != nil {
 		return rpc.Session{}, fmt.Errorf("session id %q is not a UUID: %w", sessionID, rpc.ErrUnauthenticated)
 	}
-	row, err := db.New(a.pool).SessionAuthGet(ctx, id)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return rpc.Session{}, fmt.Errorf("no session %s: %w", sessionID, rpc.ErrUnauthenticated)
-	}
-	if err != nil {
-		return rpc.Session{}, fmt.Errorf("look up session %s: %w", sessionID, err)
+	a.mu.Lock()
+	ident, known := a.ids[id]
+	a.mu.Unlock()
+	status := ""
+	if live || !known {
+		row, err := db.New(a.pool).SessionAuthGet(ctx, id)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return rpc.Session{}, fmt.Errorf("no session %s: %w", sessionID, rpc.ErrUnauthenticated)
+		}
+		if err != nil {
+			return rpc.Session{}, fmt.Errorf("look up session %s: %w", sessionID, err)
+		}
+		ident, status = sessionIdentity{tokenHash: row.LeaseTokenHash, agentID: row.AgentID}, row.Status
+		a.remember(id, ident)
 	}
 	// Compare before looking at the status, so that a wrong token and a
 	// revoked one take the same path through the code.
-	ok := rpc.LeaseTokenMatches(leaseToken, row.LeaseTokenHash)
-	if !ok {
+	if !rpc.LeaseTokenMatches(leaseToken, ident.tokenHash) {
 		return rpc.Session{}, fmt.Errorf("lease token does not match session %s: %w", sessionID, rpc.ErrUnauthenticated)
 	}
-	if row.Status != "active" && row.Status != "stopping" {
-		return rpc.Session{}, fmt.Errorf("session %s is %s, its lease token is revoked: %w", sessionID, row.Status, rpc.ErrUnauthenticated)
+	if live && status != "active" && status != "stopping" {
+		return rpc.Session{}, fmt.Errorf("session %s is %s, its lease token is revoked: %w", sessionID, status, rpc.ErrUnauthenticated)
 	}
-	return rpc.Session{ID: row.SessionID.String(), AgentID: row.AgentID}, nil
+	return rpc.Session{ID: id.String(), AgentID: ident.agentID}, nil
+}
+
+func (a *sessionAuth) remember(id uuid.UUID, ident sessionIdentity) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if len(a.ids) >= maxRememberedSessions {
+		clear(a.ids)
+	}
+	a.ids[id] = ident
 }
 
 // replayStore keeps the first outcome of every mutating call in

@@ -40,7 +40,7 @@ type servers struct {
 func (d *Daemon) startServers(ctx context.Context, opts Options) (*servers, error) {
 	d.api = &agentAPI{pool: d.pool, logger: d.logger, cfg: d.cfg, secrets: d.secrets, jobs: d.river,
 		hostTools: memoryTools(d.memory)}
-	srv, err := rpc.NewServer(rpc.ServerOptions{Handler: d.api, Authenticator: sessionAuth{d.pool},
+	srv, err := rpc.NewServer(rpc.ServerOptions{Handler: d.api, Authenticator: newSessionAuth(d.pool),
 		Replay: replayStore{d.pool}, Logger: d.logger.With(slog.String("component", "rpc"))})
 	if err != nil {
 		return nil, fmt.Errorf("create agent protocol server: %w", err)

@@ -137,7 +137,7 @@ func TestStartSession(t *testing.T) {
 		if ok, _ := endSession(ctx, pool, nil, first.Session.SessionID, "ended", "again"); ok {
 			t.Error("ending an ended session reported success")
 		}
-		if _, err := (sessionAuth{pool}).Authenticate(ctx, first.Session.SessionID.String(), first.LeaseToken); !errors.Is(err, rpc.ErrUnauthenticated) {
+		if _, err := newSessionAuth(pool).Authenticate(ctx, first.Session.SessionID.String(), first.LeaseToken); !errors.Is(err, rpc.ErrUnauthenticated) {
 			t.Errorf("token of an ended session still authenticates: %v", err)
 		}
 		second, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
@@ -161,7 +161,7 @@ func TestStartSession(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		auth := sessionAuth{pool}
+		auth := newSessionAuth(pool)
 		got, err := auth.Authenticate(ctx, s.Session.SessionID.String(), s.LeaseToken)
 		if err != nil || got.AgentID != "assistant" {
 			t.Fatalf("right token: %+v %v", got, err)

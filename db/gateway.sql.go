@@ -171,46 +171,6 @@ func (q *Queries) InboxInsert(ctx context.Context, arg InboxInsertParams) (Choir
 	return i, err
 }
 
-const inboxMarkDelivered = `-- name: InboxMarkDelivered :many
-UPDATE choir_control.inbox i SET delivered_at = now(), session_id = s.session_id
-  FROM choir_control.sessions s
- WHERE s.session_id = $1
-   AND i.inbox_id = ANY ($2::bigint[]) AND i.agent_id = s.agent_id AND i.delivered_at IS NULL
-RETURNING i.inbox_id, i.attachments
-`
-
-type InboxMarkDeliveredParams struct {
-	SessionID uuid.UUID `json:"session_id"`
-	InboxIds  []int64   `json:"inbox_ids"`
-}
-
-type InboxMarkDeliveredRow struct {
-	InboxID     int64           `json:"inbox_id"`
-	Attachments json.RawMessage `json:"attachments"`
-}
-
-// InboxMarkDelivered marks rows delivered once the agent's replicated log
-// holds them; only rows of the session's agent are touched.
-func (q *Queries) InboxMarkDelivered(ctx context.Context, arg InboxMarkDeliveredParams) ([]InboxMarkDeliveredRow, error) {
-	rows, err := q.db.Query(ctx, inboxMarkDelivered, arg.SessionID, arg.InboxIds)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []InboxMarkDeliveredRow{}
-	for rows.Next() {
-		var i InboxMarkDeliveredRow
-		if err := rows.Scan(&i.InboxID, &i.Attachments); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const inboxMarkPushed = `-- name: InboxMarkPushed :exec
 UPDATE choir_control.inbox SET pushed_at = now(), session_id = $1
  WHERE inbox_id = $2 AND delivered_at IS NULL

@@ -74,15 +74,6 @@ SELECT * FROM choir_control.inbox
 UPDATE choir_control.inbox SET pushed_at = now(), session_id = @session_id
  WHERE inbox_id = @inbox_id AND delivered_at IS NULL;
 
--- name: InboxMarkDelivered :many
--- InboxMarkDelivered marks rows delivered once the agent's replicated log
--- holds them; only rows of the session's agent are touched.
-UPDATE choir_control.inbox i SET delivered_at = now(), session_id = s.session_id
-  FROM choir_control.sessions s
- WHERE s.session_id = @session_id
-   AND i.inbox_id = ANY (@inbox_ids::bigint[]) AND i.agent_id = s.agent_id AND i.delivered_at IS NULL
-RETURNING i.inbox_id, i.attachments;
-
 -- name: InboxAgentsWithPending :many
 -- InboxAgentsWithPending lists the agents with messages that need a push.
 SELECT DISTINCT agent_id::text FROM choir_control.inbox

@@ -31,18 +31,22 @@ SELECT * FROM choir_control.session_snapshots
 -- locked, before the update, so the caller can tell a resend or a refusal
 -- from an applied patch; applied says whether it was applied. The append
 -- trigger re-checks the chain set-wise, so no caller can store a broken one.
+-- The inbox rows the new events name (inbox_ids) are marked delivered in
+-- the same statement, so that a message is in the durable log exactly when
+-- its row says so. Being one statement, it is one transaction without
+-- BEGIN and COMMIT around it.
 -- snapshot_rev is 0 when the heartbeat carries no snapshot; snapshot_hash is
 -- the chain hash at its revision and snapshot_state_sha256 the SHA-256 of its
 -- state's canonical JSON, both checked on recovery. session_id is passed as
 -- text because pgx encodes a uuid.UUID through driver.Valuer, a detour that
 -- cost more than all the other parameters together.
 WITH head AS (
-    SELECT s.session_id, s.status, s.acked_rev, coalesce(s.acked_hash, s.base_hash) AS acked_hash
+    SELECT s.session_id, s.agent_id, s.status, s.acked_rev, coalesce(s.acked_hash, s.base_hash) AS acked_hash
       FROM choir_control.sessions s
      WHERE s.session_id = CAST(@session_id::text AS uuid)
        FOR UPDATE
 ), ok AS (
-    SELECT h.session_id FROM head h
+    SELECT h.session_id, h.agent_id FROM head h
      WHERE h.status IN ('active', 'stopping')
        AND h.acked_rev = @base_rev::bigint
        AND h.acked_hash = @hash_prev::bytea
@@ -69,10 +73,16 @@ WITH head AS (
      WHERE @snapshot_rev::bigint > 0
     ON CONFLICT (session_id, rev) DO NOTHING
     RETURNING 1
+), delivered AS (
+    UPDATE choir_control.inbox i SET delivered_at = now(), session_id = ok.session_id
+      FROM ok
+     WHERE i.inbox_id = ANY (@inbox_ids::bigint[]) AND i.agent_id = ok.agent_id AND i.delivered_at IS NULL
+    RETURNING 1
 )
 SELECT h.status, h.acked_rev, h.acked_hash::bytea AS acked_hash,
        (SELECT count(*) FROM appended)::bigint AS appended,
        EXISTS (SELECT 1 FROM acked) AS applied,
        (SELECT count(*) FROM snapshot)::bigint AS snapshots,
+       (SELECT count(*) FROM delivered)::bigint AS delivered,
        (SELECT coalesce(max(version), 0) FROM choir_control.config_versions)::bigint AS config_version_latest
   FROM head h;

@@ -40,6 +40,17 @@ type Authenticator interface {
 	Authenticate(ctx context.Context, sessionID, leaseToken string) (Session, error)
 }
 
+// IdentityAuthenticator is an Authenticator that can also check only that
+// a lease token is the session's, whatever the session's state, and may
+// answer from memory (the token of a session never changes). The server
+// uses it for verbs whose handler fences the session itself (see
+// Verb.FencedByHandler). It returns an error wrapping ErrUnauthenticated
+// when the token is wrong or the session unknown.
+type IdentityAuthenticator interface {
+	Authenticator
+	AuthenticateIdentity(ctx context.Context, sessionID, leaseToken string) (Session, error)
+}
+
 // AuthenticatorFunc adapts a function to Authenticator.
 type AuthenticatorFunc func(ctx context.Context, sessionID, leaseToken string) (Session, error)
 
@@ -279,8 +290,14 @@ func (s *Server) CloseSession(ctx context.Context, sessionID string) error {
 }
 
 // authenticate checks the lease token and applies the rate limit.
-func (s *Server) authenticate(ctx context.Context, sessionID, token string) (Session, *sessionState, *Error) {
-	sess, err := s.auth.Authenticate(ctx, sessionID, token)
+func (s *Server) authenticate(ctx context.Context, verb Verb, sessionID, token string) (Session, *sessionState, *Error) {
+	var sess Session
+	var err error
+	if ia, ok := s.auth.(IdentityAuthenticator); ok && verb.FencedByHandler() {
+		sess, err = ia.AuthenticateIdentity(ctx, sessionID, token)
+	} else {
+		sess, err = s.auth.Authenticate(ctx, sessionID, token)
+	}
 	switch {
 	case errors.Is(err, ErrUnauthenticated):
 		return Session{}, nil, Errorf(CodeUnauthenticated, "lease token rejected for session %s: wrong token or session not active", sessionID)
@@ -340,7 +357,7 @@ func (s *Server) serveCall(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set(HeaderRequestID, env.RequestID)
 	ctx := r.Context()
-	sess, _, aerr := s.authenticate(ctx, env.SessionID, env.LeaseToken)
+	sess, _, aerr := s.authenticate(ctx, env.Verb, env.SessionID, env.LeaseToken)
 	if aerr != nil {
 		s.reject(w, r, aerr)
 		return

@@ -205,7 +205,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, err.(*Error))
 		return
 	}
-	_, st, aerr := s.authenticate(r.Context(), sessionID, token)
+	_, st, aerr := s.authenticate(r.Context(), "", sessionID, token)
 	if aerr != nil {
 		s.reject(w, r, aerr)
 		return

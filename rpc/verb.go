@@ -41,3 +41,16 @@ func (v Verb) Valid() bool {
 func (v Verb) Mutating() bool {
 	return v != VerbGetSecrets && v != VerbFetchDynamicConfig
 }
+
+// FencedByHandler reports whether v's handler must itself refuse a session
+// that is no longer live, in the same transaction as the call's effect.
+// HEARTBEAT is the one such verb: choird's heartbeat statement locks the
+// session's row and writes only while it is active or stopping, so a
+// revoked lease is refused there whatever the server saw before. For such
+// a verb a server whose Authenticator is also an IdentityAuthenticator
+// checks only that the token is the session's, which needs no lookup of
+// the session's current state: the busiest call saves a round trip to the
+// database.
+func (v Verb) FencedByHandler() bool {
+	return v == VerbHeartbeat
+}

@@ -799,6 +799,7 @@ type rawResponse struct {
 	status int
 	body   []byte
 	header http.Header
+	close  bool // the response said Connection: close
 }
 
 // rawPost sends a hand-made call on hc, with valid envelope headers that

@@ -6,12 +6,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -371,4 +376,111 @@ func TestFuzzSeedsCoverEveryPayload(t *testing.T) {
 			}
 		}
 	}
+}
+
+// FuzzCallLoop writes arbitrary bytes to a served connection (the literal
+// TOKEN becomes a valid lease token) and checks that the server neither
+// panics nor hangs: it answers what it can frame and closes the connection
+// once the client has sent everything. Afterwards a valid call on a new
+// connection still succeeds.
+func FuzzCallLoop(f *testing.F) {
+	token, hash := NewLeaseToken()
+	auth := AuthenticatorFunc(func(_ context.Context, id, tok string) (Session, error) {
+		if id != fuzzSession || !LeaseTokenMatches(tok, hash) {
+			return Session{}, ErrUnauthenticated
+		}
+		return Session{ID: id, AgentID: "alice"}, nil
+	})
+	var logs syncBuffer
+	srv, err := NewServer(ServerOptions{Handler: fuzzHandler{}, Authenticator: auth,
+		Limits: Limits{RequestsPerSecond: 1e9, MaxPayloadBytes: fuzzMaxBytes, MaxDepth: fuzzMaxDepth},
+		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))})
+	if err != nil {
+		f.Fatal(err)
+	}
+	dir, err := os.MkdirTemp("", "choir")
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { os.RemoveAll(dir) })
+	sock := filepath.Join(dir, "f.sock")
+	ln, err := ListenUnix(context.Background(), sock)
+	if err != nil {
+		f.Fatal(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ctx, ln) }()
+	f.Cleanup(func() { stop(); <-served })
+
+	call := func(verb, body, extra string) string {
+		return fmt.Sprintf("POST /rpc/%s HTTP/1.1\r\nHost: choird\r\nContent-Type: application/json\r\n%s: r-%d\r\n%s: %s\r\n%s: Bearer TOKEN\r\n%sContent-Length: %d\r\n\r\n%s",
+			verb, HeaderRequestID, len(body), HeaderSessionID, fuzzSession, HeaderAuthorization, extra, len(body), body)
+	}
+	status := `{"lane":"edge","state":"IDLE","budget_remaining":{}}`
+	for _, seed := range []string{
+		call("REPORT_STATUS", status, ""),
+		call("REPORT_STATUS", status, "") + call("EXECUTE_HOST_TOOL", `{"tool_name":"echo","call_id":"c","input":{}}`, ""),
+		call("REPORT_STATUS", status, "Connection: close\r\n"),
+		call("REPORT_STATUS", status, "Expect: 100-continue\r\n"),
+		strings.Replace(call("REPORT_STATUS", "", "Transfer-Encoding: chunked\r\n"), "Content-Length: 0\r\n", "", 1) + "5\r\n{\"a\":\r\n0\r\n\r\n",
+		call("REPORT_STATUS", status[:10], ""),
+		call("HEARTBEAT", `{"base_rev":0}`, ""),
+		"POST /rpc/REPORT_STATUS HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n",
+		"POST /rpc/ HTTP/1.0\r\n\r\n",
+		"GET /events HTTP/1.1\r\nHost: choird\r\n" + HeaderSessionID + ": " + fuzzSession + "\r\nAuthorization: Bearer TOKEN\r\n\r\n",
+		"GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+		"POST /rpc/\x00\r\n\r\n",
+		"POST /rp",
+	} {
+		f.Add([]byte(seed))
+	}
+	valid := call("REPORT_STATUS", status, "Connection: close\r\n")
+	exchange := func(t *testing.T, data []byte) []byte {
+		nc, err := net.Dial("unix", sock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		nc.SetDeadline(time.Now().Add(5 * time.Second))
+		werr := make(chan error, 1)
+		go func() {
+			_, err := nc.Write(bytes.ReplaceAll(data, []byte("TOKEN"), []byte(token)))
+			nc.(*net.UnixConn).CloseWrite()
+			werr <- err
+		}()
+		out, err := io.ReadAll(nc)
+		if err != nil && !errors.Is(err, syscall.ECONNRESET) {
+			t.Fatalf("reading until the server closes: %v (after %q)", err, out)
+		}
+		<-werr // The server may close before reading everything; that is fine.
+		return out
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		exchange(t, data)
+		if strings.Contains(logs.String(), "panic") {
+			t.Fatalf("the server panicked:\n%s", logs.String())
+		}
+		if out := exchange(t, []byte(valid)); !bytes.HasPrefix(out, []byte("HTTP/1.1 200 OK\r\n")) {
+			t.Fatalf("a valid call afterwards got %q", out)
+		}
+	})
+}
+
+// syncBuffer is a bytes.Buffer safe for concurrent use.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -212,34 +212,50 @@ type stopKey struct{}
 // Serve serves calls on ln until ctx ends, then shuts down gracefully:
 // event streams end, calls in flight get ShutdownTimeout to finish. It
 // closes ln. Serve may run on several listeners at once.
+//
+// Calls run in a loop of Serve's own over each connection (see
+// callServer); a connection that asks for anything else is handed to a
+// net/http server, which serves the event stream.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	stop := make(chan struct{})
+	base := context.WithValue(context.Background(), stopKey{}, (<-chan struct{})(stop))
+	handoff := newHandoffListener(ln.Addr())
 	hs := &http.Server{
 		Handler:           s,
-		ReadHeaderTimeout: 10 * time.Second,
-		IdleTimeout:       5 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		BaseContext: func(net.Listener) context.Context {
-			return context.WithValue(context.Background(), stopKey{}, (<-chan struct{})(stop))
-		},
-		ErrorLog: slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		BaseContext:       func(net.Listener) context.Context { return base },
+		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	hs.RegisterOnShutdown(func() { close(stop) })
-	errc := make(chan error, 1)
-	go func() { errc <- hs.Serve(ln) }()
+	cs := &callServer{s: s, base: base, handoff: handoff, log: s.log, conns: map[*serverConn]struct{}{}}
+	httpErr, callErr := make(chan error, 1), make(chan error, 1)
+	go func() { httpErr <- hs.Serve(handoff) }()
+	go func() { callErr <- cs.serve(ln) }()
+	var failed error
 	select {
-	case err := <-errc:
-		return fmt.Errorf("serve rpc on %s: %w", ln.Addr(), err)
+	case err := <-callErr:
+		failed = fmt.Errorf("serve rpc on %s: %w", ln.Addr(), err)
+		callErr <- nil
 	case <-ctx.Done():
 	}
+	cs.mu.Lock()
+	cs.closing = true
+	cs.mu.Unlock()
+	ln.Close()
+	<-callErr
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.grace)
 	defer cancel()
-	err := hs.Shutdown(sctx)
-	if err != nil {
-		err = errors.Join(fmt.Errorf("shut down rpc on %s: %w", ln.Addr(), err), hs.Close())
+	var errs []error
+	if err := hs.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("shut down rpc event streams on %s: %w", ln.Addr(), err), hs.Close())
 	}
-	<-errc
-	return err
+	if err := cs.shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("shut down rpc calls on %s: %w", ln.Addr(), err))
+	}
+	<-httpErr
+	return errors.Join(append([]error{failed}, errs...)...)
 }
 
 // ServeHTTP routes POST /rpc/<verb> and GET /events.

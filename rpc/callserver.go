@@ -1,0 +1,372 @@
+package rpc
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"net/http"
+	"runtime/debug"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Timeouts of the call loop. A connection waits idleTimeout for its next
+// call, then headerTimeout for the call's head, then bodyTimeout for its
+// body; a response must be taken within writeTimeout.
+const (
+	idleTimeout    = 5 * time.Minute
+	headerTimeout  = 10 * time.Second
+	bodyTimeout    = 30 * time.Second
+	writeTimeout   = 30 * time.Second
+	maxHeaderBytes = 64 << 10
+)
+
+// callPrefix is how the request line of every call begins.
+var callPrefix = []byte(http.MethodPost + " " + PathRPCPrefix)
+
+// callServer serves calls, POST /rpc/<verb>, on each connection in the
+// connection's own goroutine: it reads the request with net/http's own
+// parser (http.ReadRequest), runs the Server's handler, and writes the
+// whole response in one write.
+//
+// It exists for speed. net/http's server, for every request, arms a
+// background read on the connection once the body is read (to notice a
+// client that goes away) and tears it down when the handler returns: a
+// goroutine, a read that would block, and two deadline changes. On this
+// project's 2-core machines that was a third of a HEARTBEAT's round trip.
+// The price is that a call's context is not canceled when its agent
+// disconnects mid-call; it is when the server shuts down.
+//
+// A connection whose next request is not a call (GET /events, anything
+// malformed from its first bytes) is handed, with the bytes already read,
+// to net/http, which keeps it to the end: the event stream and every odd
+// request get net/http's full treatment.
+type callServer struct {
+	s       *Server
+	base    context.Context // carries stopKey
+	handoff *handoffListener
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	conns   map[*serverConn]struct{}
+	closing bool
+}
+
+// serverConn is a connection served by the call loop.
+type serverConn struct {
+	nc     net.Conn
+	cancel context.CancelFunc
+	active bool // serving a call, as opposed to waiting for one
+}
+
+// serve accepts connections on ln until it fails or is closed.
+func (cs *callServer) serve(ln net.Listener) error {
+	var backoff time.Duration
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			cs.mu.Lock()
+			closing := cs.closing
+			cs.mu.Unlock()
+			if closing || errors.Is(err, net.ErrClosed) {
+				return nil
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() { // Out of descriptors and the like: wait, retry.
+				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+				cs.log.Warn("rpc accept failed; retrying", slog.Any("err", err), slog.Duration("in", backoff))
+				time.Sleep(backoff)
+				continue
+			}
+			return err
+		}
+		backoff = 0
+		ctx, cancel := context.WithCancel(cs.base)
+		c := &serverConn{nc: nc, cancel: cancel}
+		cs.mu.Lock()
+		if cs.closing {
+			cs.mu.Unlock()
+			cancel()
+			nc.Close()
+			return nil
+		}
+		cs.conns[c] = struct{}{}
+		cs.mu.Unlock()
+		go cs.serveConn(ctx, c)
+	}
+}
+
+// setActive marks c as serving a call; false if the server is closing.
+func (cs *callServer) setActive(c *serverConn, active bool) bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	c.active = active
+	return !cs.closing
+}
+
+func (cs *callServer) isClosing() bool {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	return cs.closing
+}
+
+func (cs *callServer) forget(c *serverConn) {
+	cs.mu.Lock()
+	delete(cs.conns, c)
+	cs.mu.Unlock()
+	c.cancel()
+}
+
+// shutdown closes every idle connection and waits for the others to finish
+// their call; when ctx ends first, it closes them too.
+func (cs *callServer) shutdown(ctx context.Context) error {
+	cs.mu.Lock()
+	cs.closing = true
+	for c := range cs.conns {
+		if !c.active {
+			c.nc.Close()
+		}
+	}
+	cs.mu.Unlock()
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		cs.mu.Lock()
+		n := len(cs.conns)
+		cs.mu.Unlock()
+		if n == 0 {
+			return nil
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			cs.mu.Lock()
+			for c := range cs.conns {
+				c.cancel()
+				c.nc.Close()
+			}
+			cs.mu.Unlock()
+			return fmt.Errorf("%d connections still in a call: %w", n, ctx.Err())
+		}
+	}
+}
+
+// serveConn runs the call loop on one connection.
+func (cs *callServer) serveConn(ctx context.Context, c *serverConn) {
+	handedOff := false
+	defer func() {
+		if p := recover(); p != nil {
+			cs.log.Error("rpc connection panicked", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+		}
+		if !handedOff {
+			c.nc.Close()
+		}
+		cs.forget(c)
+	}()
+	lr := &io.LimitedReader{R: c.nc, N: math.MaxInt64}
+	br := bufio.NewReader(lr)
+	bw := bufio.NewWriter(c.nc)
+	w := &callWriter{h: http.Header{}}
+	for {
+		// Wait for the next call, then give its head headerTimeout.
+		c.nc.SetReadDeadline(time.Now().Add(idleTimeout))
+		if _, err := br.Peek(1); err != nil {
+			return
+		}
+		if !cs.setActive(c, true) {
+			return
+		}
+		c.nc.SetReadDeadline(time.Now().Add(headerTimeout))
+		head, err := br.Peek(len(callPrefix))
+		if err != nil {
+			return
+		}
+		if !bytes.Equal(head, callPrefix) {
+			c.nc.SetReadDeadline(time.Time{})
+			handedOff = cs.handoff.give(&bufferedConn{Conn: c.nc, r: br})
+			return
+		}
+		lr.N = maxHeaderBytes
+		req, err := http.ReadRequest(br)
+		tooLarge := lr.N == 0
+		lr.N = math.MaxInt64
+		if err != nil {
+			e := Errorf(CodeBadRequest, "malformed HTTP request: %v", err)
+			status := http.StatusBadRequest
+			if tooLarge {
+				e = Errorf(CodeBadRequest, "request header over %d bytes", maxHeaderBytes)
+				status = http.StatusRequestHeaderFieldsTooLarge
+			}
+			w.reset()
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(status)
+			w.Write(encodeErrorBody(e))
+			cs.respond(c, bw, w, true)
+			return
+		}
+		keep := cs.serveCall(ctx, c, w, req) && !cs.isClosing()
+		if !cs.respond(c, bw, w, !keep) || !keep {
+			return
+		}
+		if !cs.setActive(c, false) {
+			return
+		}
+	}
+}
+
+// serveCall runs one call and reports whether the connection can carry
+// another.
+func (cs *callServer) serveCall(ctx context.Context, c *serverConn, w *callWriter, req *http.Request) bool {
+	w.reset()
+	keep := req.ProtoAtLeast(1, 1) && !req.Close
+	switch {
+	case req.ProtoMajor != 1:
+		w.error(Errorf(CodeBadRequest, "HTTP/%d.%d is not supported; use HTTP/1.1", req.ProtoMajor, req.ProtoMinor), http.StatusHTTPVersionNotSupported)
+		return false
+	case req.ProtoAtLeast(1, 1) && req.Host == "":
+		w.error(Errorf(CodeBadRequest, "missing required Host header"), http.StatusBadRequest)
+		return false
+	case req.Header.Get("Expect") != "":
+		// The call has no body yet, and gets none: the connection must go.
+		w.error(Errorf(CodeBadRequest, "Expect %q is not supported; send the body at once", req.Header.Get("Expect")), http.StatusExpectationFailed)
+		return false
+	}
+	c.nc.SetReadDeadline(time.Now().Add(bodyTimeout))
+	cs.s.ServeHTTP(w, req.WithContext(ctx))
+	if w.h.Get("Connection") == "close" {
+		return false
+	}
+	// Whatever of the body the handler left unread is discarded, within
+	// the drain limit, so that the next call starts at its first byte.
+	if _, err := io.CopyN(io.Discard, req.Body, cs.s.drainLimit()); err != io.EOF {
+		return false
+	}
+	return keep
+}
+
+// respond writes w's response to c. It reports whether the write succeeded.
+func (cs *callServer) respond(c *serverConn, bw *bufio.Writer, w *callWriter, closing bool) bool {
+	if !w.wrote {
+		w.WriteHeader(http.StatusOK)
+	}
+	bw.WriteString("HTTP/1.1 ")
+	bw.WriteString(strconv.Itoa(w.status))
+	bw.WriteByte(' ')
+	bw.WriteString(http.StatusText(w.status))
+	bw.WriteString("\r\n")
+	for _, k := range []string{"Content-Length", "Connection", "Date", "Transfer-Encoding"} {
+		delete(w.h, k)
+	}
+	w.h.Write(bw) // Sanitises line breaks in values, as net/http does.
+	bw.WriteString("Content-Length: ")
+	bw.WriteString(strconv.Itoa(len(w.body)))
+	bw.WriteString("\r\nDate: ")
+	var date [len(http.TimeFormat)]byte
+	bw.Write(time.Now().UTC().AppendFormat(date[:0], http.TimeFormat))
+	if closing {
+		bw.WriteString("\r\nConnection: close")
+	}
+	bw.WriteString("\r\n\r\n")
+	bw.Write(w.body)
+	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
+	return bw.Flush() == nil
+}
+
+// callWriter is the http.ResponseWriter of a call: it keeps the whole
+// response, which respond then writes at once.
+type callWriter struct {
+	h      http.Header
+	status int
+	wrote  bool
+	body   []byte
+}
+
+func (w *callWriter) reset() {
+	clear(w.h)
+	w.status, w.wrote = 0, false
+	if cap(w.body) > 64<<10 {
+		w.body = nil // Do not keep a large response's buffer for the connection's life.
+	}
+	w.body = w.body[:0]
+}
+
+// Header implements http.ResponseWriter.
+func (w *callWriter) Header() http.Header { return w.h }
+
+// WriteHeader implements http.ResponseWriter.
+func (w *callWriter) WriteHeader(status int) {
+	if !w.wrote {
+		w.status, w.wrote = status, true
+	}
+}
+
+// Write implements http.ResponseWriter.
+func (w *callWriter) Write(p []byte) (int, error) {
+	w.WriteHeader(http.StatusOK)
+	w.body = append(w.body, p...)
+	return len(p), nil
+}
+
+func (w *callWriter) error(e *Error, status int) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	w.Write(encodeErrorBody(e))
+}
+
+// bufferedConn is a connection handed to net/http with the bytes the call
+// loop had already read from it.
+type bufferedConn struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// handoffListener is the listener net/http serves: it yields the
+// connections the call loop gives it.
+type handoffListener struct {
+	addr  net.Addr
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newHandoffListener(addr net.Addr) *handoffListener {
+	return &handoffListener{addr: addr, conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+// give hands c to net/http; false if the listener is closed.
+func (l *handoffListener) give(c net.Conn) bool {
+	select {
+	case l.conns <- c:
+		return true
+	case <-l.done:
+		return false
+	}
+}
+
+// Accept implements net.Listener.
+func (l *handoffListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+// Close implements net.Listener.
+func (l *handoffListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+// Addr implements net.Listener.
+func (l *handoffListener) Addr() net.Addr { return l.addr }

@@ -29,6 +29,14 @@
 // and "data: <Push JSON>"; a reconnecting client sends Last-Event-ID and
 // the server resumes after it.
 //
+// Calls are the hot path (a heartbeat every few hundred milliseconds per
+// agent), so neither end runs them through net/http's connection
+// machinery: the client writes each call and reads its answer in the
+// caller's goroutine on a pooled connection (callPool), and the server
+// reads each call with http.ReadRequest and answers it in the connection's
+// goroutine (callServer). The event stream, and any request that is not a
+// call, go through net/http on both ends.
+//
 // # Guarantees
 //
 // Every call and stream needs the session's lease token (256 random bits;

@@ -25,7 +25,8 @@ import (
 // queue). Each
 // iteration silences 16 sessions at moments spread over a second and waits
 // until all are crashed; the lateness of each is ended_at minus its last
-// heartbeat minus the threshold. The target is p99 <= 1 s.
+// heartbeat minus the threshold. The target is p99 <= 1 s. A first round,
+// before the clock starts, lets River elect its leader.
 func BenchmarkCrashDetection(b *testing.B) {
 	ctx := context.Background()
 	pool := dbtest.NewPool(b)
@@ -50,8 +51,9 @@ func BenchmarkCrashDetection(b *testing.B) {
 		}
 	}
 	var late []time.Duration
-	b.ResetTimer()
-	for range b.N {
+	// round silences the sessions and returns how late each was crashed.
+	round := func() []time.Duration {
+		var late []time.Duration
 		ids := make([]uuid.UUID, sessions)
 		var wg sync.WaitGroup
 		for i := range sessions {
@@ -102,6 +104,14 @@ func BenchmarkCrashDetection(b *testing.B) {
 			late = append(late, time.Duration(us)*time.Microsecond-threshold)
 		}
 		rows.Close()
+		return late
+	}
+	// A first round, not counted, waits out River's start (electing the
+	// leader that schedules periodic jobs), which choird pays once.
+	round()
+	b.ResetTimer()
+	for range b.N {
+		late = append(late, round()...)
 	}
 	b.StopTimer()
 	slices.Sort(late)

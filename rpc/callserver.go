@@ -174,9 +174,13 @@ func (cs *callServer) serveConn(ctx context.Context, c *serverConn) {
 	br := bufio.NewReader(lr)
 	bw := bufio.NewWriter(c.nc)
 	w := &callWriter{h: http.Header{}}
+	// A client connects to make a call, so the first call (and a TLS
+	// handshake) gets headerTimeout; a later one may come after a pause.
+	wait := headerTimeout
 	for {
 		// Wait for the next call, then give its head headerTimeout.
-		c.nc.SetReadDeadline(time.Now().Add(idleTimeout))
+		c.nc.SetReadDeadline(time.Now().Add(wait))
+		wait = idleTimeout
 		if _, err := br.Peek(1); err != nil {
 			return
 		}
@@ -253,6 +257,7 @@ func (cs *callServer) serveCall(ctx context.Context, c *serverConn, w *callWrite
 
 // respond writes w's response to c. It reports whether the write succeeded.
 func (cs *callServer) respond(c *serverConn, bw *bufio.Writer, w *callWriter, closing bool) bool {
+	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout)) // Before any write: a large body goes out as it is buffered.
 	if !w.wrote {
 		w.WriteHeader(http.StatusOK)
 	}
@@ -275,7 +280,6 @@ func (cs *callServer) respond(c *serverConn, bw *bufio.Writer, w *callWriter, cl
 	}
 	bw.WriteString("\r\n\r\n")
 	bw.Write(w.body)
-	c.nc.SetWriteDeadline(time.Now().Add(writeTimeout))
 	return bw.Flush() == nil
 }
 

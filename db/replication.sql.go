@@ -157,62 +157,6 @@ func (q *Queries) HeartbeatApply(ctx context.Context, arg HeartbeatApplyParams) 
 	return i, err
 }
 
-const sessionAck = `-- name: SessionAck :exec
-UPDATE choir_control.sessions
-   SET acked_rev = $1, acked_hash = $2, last_heartbeat_at = now(),
-       config_version = $3
- WHERE session_id = $4
-`
-
-type SessionAckParams struct {
-	AckedRev      int64     `json:"acked_rev"`
-	AckedHash     []byte    `json:"acked_hash"`
-	ConfigVersion int64     `json:"config_version"`
-	SessionID     uuid.UUID `json:"session_id"`
-}
-
-func (q *Queries) SessionAck(ctx context.Context, arg SessionAckParams) error {
-	_, err := q.db.Exec(ctx, sessionAck,
-		arg.AckedRev,
-		arg.AckedHash,
-		arg.ConfigVersion,
-		arg.SessionID,
-	)
-	return err
-}
-
-const sessionLockHead = `-- name: SessionLockHead :one
-SELECT session_id, agent_id, status, base_rev, base_hash, acked_rev, acked_hash
-  FROM choir_control.sessions WHERE session_id = $1 FOR UPDATE
-`
-
-type SessionLockHeadRow struct {
-	SessionID uuid.UUID `json:"session_id"`
-	AgentID   string    `json:"agent_id"`
-	Status    string    `json:"status"`
-	BaseRev   int64     `json:"base_rev"`
-	BaseHash  []byte    `json:"base_hash"`
-	AckedRev  int64     `json:"acked_rev"`
-	AckedHash []byte    `json:"acked_hash"`
-}
-
-// SessionLockHead locks a session's head row for the duration of a
-// heartbeat transaction, serialising appends to its log.
-func (q *Queries) SessionLockHead(ctx context.Context, sessionID uuid.UUID) (SessionLockHeadRow, error) {
-	row := q.db.QueryRow(ctx, sessionLockHead, sessionID)
-	var i SessionLockHeadRow
-	err := row.Scan(
-		&i.SessionID,
-		&i.AgentID,
-		&i.Status,
-		&i.BaseRev,
-		&i.BaseHash,
-		&i.AckedRev,
-		&i.AckedHash,
-	)
-	return i, err
-}
-
 const snapshotInsert = `-- name: SnapshotInsert :exec
 INSERT INTO choir_control.session_snapshots (session_id, rev, snapshot)
 VALUES ($1, $2, $3)

@@ -34,6 +34,8 @@ type authSession struct {
 	active  bool
 }
 
+var _ rpc.IdentityAuthenticator = (*testAuth)(nil)
+
 func newTestAuth() *testAuth { return &testAuth{sessions: map[string]*authSession{}} }
 
 // add creates an active session and returns its ID and token.
@@ -62,6 +64,26 @@ func (a *testAuth) Authenticate(_ context.Context, sessionID, token string) (rpc
 	return rpc.Session{ID: sessionID, AgentID: s.agentID}, nil
 }
 
+// AuthenticateIdentity checks the token alone, whatever the session's
+// state, as choird does for HEARTBEAT; testHandler.HandleHeartbeat then
+// refuses a revoked session itself.
+func (a *testAuth) AuthenticateIdentity(_ context.Context, sessionID, token string) (rpc.Session, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.sessions[sessionID]
+	if s == nil || !rpc.LeaseTokenMatches(token, s.hash) {
+		return rpc.Session{}, fmt.Errorf("session %s: %w", sessionID, rpc.ErrUnauthenticated)
+	}
+	return rpc.Session{ID: sessionID, AgentID: s.agentID}, nil
+}
+
+func (a *testAuth) active(sessionID string) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s := a.sessions[sessionID]
+	return s != nil && s.active
+}
+
 // testHandler is the test's ControlPlaneHandler: small, real behaviour for
 // every verb, and a count of the calls it served.
 type testHandler struct {
@@ -75,6 +97,7 @@ type testHandler struct {
 	blockers atomic.Int32
 	cut      func() // test.cut: cuts every connection, the first time
 	cutDone  atomic.Bool
+	live     func(sessionID string) bool // whether a session is live, for HEARTBEAT's fence
 }
 
 func newTestHandler() *testHandler {
@@ -141,6 +164,9 @@ func (h *testHandler) HandleGetSecrets(_ context.Context, c rpc.Call, req rpc.Ge
 }
 
 func (h *testHandler) HandleHeartbeat(_ context.Context, c rpc.Call, req rpc.HeartbeatRequest) (rpc.HeartbeatResponse, error) {
+	if h.live != nil && !h.live(c.Session.ID) {
+		return rpc.HeartbeatResponse{}, fmt.Errorf("session %s is not live: %w", c.Session.ID, rpc.ErrUnauthenticated)
+	}
 	h.record(c)
 	return rpc.HeartbeatResponse{AckRev: req.NewRev, ConfigVersionLatest: 3}, nil
 }
@@ -286,6 +312,7 @@ func shortTempDir(t testing.TB) string {
 func setup(t testing.TB, transport string, so setupOpts) *testBundle {
 	t.Helper()
 	b := &testBundle{h: newTestHandler(), auth: newTestAuth(), agentID: "alice"}
+	b.h.live = b.auth.active
 	b.sessionID, b.token = b.auth.add(b.agentID)
 	srv, err := rpc.NewServer(rpc.ServerOptions{
 		Handler: b.h, Authenticator: b.auth, Limits: so.limits, StreamPing: so.ping,

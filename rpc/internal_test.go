@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -284,5 +285,65 @@ func TestReplayKeeperSkipsTheLookup(t *testing.T) {
 	s.once(ctx, key, VerbReportStatus, [32]byte{2}, run)
 	if _, replayed := s.once(ctx, key, VerbReportStatus, [32]byte{2}, run); !replayed || store.loads != 2 {
 		t.Errorf("kept verb: replayed %v after %d lookups", replayed, store.loads)
+	}
+}
+
+// fencedHandler refuses every heartbeat, as choird's does for a session
+// that is no longer live.
+type fencedHandler struct{ fuzzHandler }
+
+func (fencedHandler) HandleHeartbeat(context.Context, Call, HeartbeatRequest) (HeartbeatResponse, error) {
+	return HeartbeatResponse{}, fmt.Errorf("session is crashed: %w", ErrUnauthenticated)
+}
+
+// identityAuth knows one session's token and nothing of its state.
+type identityAuth struct{ hash []byte }
+
+func (a identityAuth) Authenticate(context.Context, string, string) (Session, error) {
+	return Session{}, ErrUnauthenticated // The session is revoked.
+}
+
+func (a identityAuth) AuthenticateIdentity(_ context.Context, id, token string) (Session, error) {
+	if id != fuzzSession || !LeaseTokenMatches(token, a.hash) {
+		return Session{}, ErrUnauthenticated
+	}
+	return Session{ID: id, AgentID: "alice"}, nil
+}
+
+// TestFencedHeartbeat checks that a HEARTBEAT is authenticated by its token
+// alone, that the handler's refusal of a revoked session reaches the agent
+// as unauthenticated, and that the server then keeps nothing for the
+// session; other verbs still need a live session.
+func TestFencedHeartbeat(t *testing.T) {
+	t.Parallel()
+	token, hash := NewLeaseToken()
+	srv, err := NewServer(ServerOptions{Handler: fencedHandler{}, Authenticator: identityAuth{hash}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, last := fuzzChain()
+	post := func(verb Verb, body []byte) *httptest.ResponseRecorder {
+		req := httptest.NewRequest(http.MethodPost, PathRPCPrefix+string(verb), bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(HeaderRequestID, "r-1")
+		req.Header.Set(HeaderSessionID, fuzzSession)
+		req.Header.Set(HeaderAuthorization, "Bearer "+token)
+		rec := httptest.NewRecorder()
+		srv.ServeHTTP(rec, req)
+		return rec
+	}
+	hb, _ := json.Marshal(HeartbeatRequest{BaseRev: 0, NewRev: 2, Patches: events, HashNew: last, Timestamp: fuzzAt})
+	rec := post(VerbHeartbeat, hb)
+	if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "session is crashed") {
+		t.Errorf("heartbeat of a revoked session: %d %s", rec.Code, rec.Body)
+	}
+	srv.mu.Lock()
+	kept := len(srv.sessions)
+	srv.mu.Unlock()
+	if kept != 0 {
+		t.Errorf("the server keeps state for %d sessions after the refusal", kept)
+	}
+	if rec := post(VerbReportStatus, []byte(`{"lane":"edge","state":"IDLE","budget_remaining":{}}`)); rec.Code != http.StatusUnauthorized {
+		t.Errorf("REPORT_STATUS of a revoked session: %d %s", rec.Code, rec.Body)
 	}
 }

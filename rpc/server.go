@@ -292,17 +292,23 @@ func (s *Server) session(id string) *sessionState {
 // token, and pushes nothing to the session afterwards (a later Push would
 // start a new queue).
 func (s *Server) CloseSession(ctx context.Context, sessionID string) error {
-	s.mu.Lock()
-	st := s.sessions[sessionID]
-	delete(s.sessions, sessionID)
-	s.mu.Unlock()
-	if st != nil {
-		st.pushes.close()
-	}
+	s.dropSession(sessionID)
 	if err := s.replay.Forget(ctx, sessionID); err != nil {
 		return fmt.Errorf("close session %s: forget replays: %w", sessionID, err)
 	}
 	return nil
+}
+
+// dropSession forgets a session's rate limiter and push queue, ending its
+// event stream.
+func (s *Server) dropSession(id string) {
+	s.mu.Lock()
+	st := s.sessions[id]
+	delete(s.sessions, id)
+	s.mu.Unlock()
+	if st != nil {
+		st.pushes.close()
+	}
 }
 
 // authenticate checks the lease token and applies the rate limit.
@@ -409,6 +415,10 @@ func (s *Server) serveCall(w http.ResponseWriter, r *http.Request) {
 		out, replayed = s.once(ctx, ReplayKey{SessionID: sess.ID, RequestID: env.RequestID}, env.Verb, sha256.Sum256(body), run)
 	} else {
 		out = run()
+	}
+	if out.err != nil && out.err.Code == CodeUnauthenticated && env.Verb.FencedByHandler() {
+		// The handler found the session revoked: keep nothing for it.
+		s.dropSession(sess.ID)
 	}
 	if replayed {
 		w.Header().Set(HeaderReplayed, "true")

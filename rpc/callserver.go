@@ -72,10 +72,7 @@ func (cs *callServer) serve(ln net.Listener) error {
 	for {
 		nc, err := ln.Accept()
 		if err != nil {
-			cs.mu.Lock()
-			closing := cs.closing
-			cs.mu.Unlock()
-			if closing || errors.Is(err, net.ErrClosed) {
+			if cs.isClosing() || errors.Is(err, net.ErrClosed) {
 				return nil
 			}
 			var ne net.Error
@@ -122,6 +119,14 @@ func (cs *callServer) forget(c *serverConn) {
 	delete(cs.conns, c)
 	cs.mu.Unlock()
 	c.cancel()
+}
+
+// stopAccepting marks the server closing and closes ln, which ends serve.
+func (cs *callServer) stopAccepting(ln net.Listener) {
+	cs.mu.Lock()
+	cs.closing = true
+	cs.mu.Unlock()
+	ln.Close()
 }
 
 // shutdown closes every idle connection and waits for the others to finish
@@ -209,9 +214,7 @@ func (cs *callServer) serveConn(ctx context.Context, c *serverConn) {
 				status = http.StatusRequestHeaderFieldsTooLarge
 			}
 			w.reset()
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(status)
-			w.Write(encodeErrorBody(e))
+			w.error(e, status)
 			cs.respond(c, bw, w, true)
 			return
 		}

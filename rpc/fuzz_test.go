@@ -15,7 +15,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -219,14 +218,20 @@ const fuzzSession = "6f1c2b0e-3b8e-4c1e-9d36-0d7a2b1f9e11"
 
 // FuzzServeCall sends arbitrary calls through the whole server: envelope,
 // authentication, limits, strict decoding, replay and handler.
-func FuzzServeCall(f *testing.F) {
+// fuzzAuth returns a fresh lease token and an authenticator that accepts
+// it for fuzzSession alone.
+func fuzzAuth() (string, Authenticator) {
 	token, hash := NewLeaseToken()
-	auth := AuthenticatorFunc(func(_ context.Context, id, tok string) (Session, error) {
+	return token, AuthenticatorFunc(func(_ context.Context, id, tok string) (Session, error) {
 		if id != fuzzSession || !LeaseTokenMatches(tok, hash) {
 			return Session{}, ErrUnauthenticated
 		}
 		return Session{ID: id, AgentID: "alice"}, nil
 	})
+}
+
+func FuzzServeCall(f *testing.F) {
+	token, auth := fuzzAuth()
 	srv, err := NewServer(ServerOptions{Handler: fuzzHandler{}, Authenticator: auth,
 		Limits: Limits{RequestsPerSecond: 1e9, MaxPayloadBytes: fuzzMaxBytes, MaxDepth: fuzzMaxDepth}})
 	if err != nil {
@@ -384,25 +389,25 @@ func TestFuzzSeedsCoverEveryPayload(t *testing.T) {
 // once the client has sent everything. Afterwards a valid call on a new
 // connection still succeeds.
 func FuzzCallLoop(f *testing.F) {
-	token, hash := NewLeaseToken()
-	auth := AuthenticatorFunc(func(_ context.Context, id, tok string) (Session, error) {
-		if id != fuzzSession || !LeaseTokenMatches(tok, hash) {
-			return Session{}, ErrUnauthenticated
-		}
-		return Session{ID: id, AgentID: "alice"}, nil
-	})
-	var logs syncBuffer
-	srv, err := NewServer(ServerOptions{Handler: fuzzHandler{}, Authenticator: auth,
-		Limits: Limits{RequestsPerSecond: 1e9, MaxPayloadBytes: fuzzMaxBytes, MaxDepth: fuzzMaxDepth},
-		Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelError}))})
-	if err != nil {
-		f.Fatal(err)
-	}
+	token, auth := fuzzAuth()
 	dir, err := os.MkdirTemp("", "choir")
 	if err != nil {
 		f.Fatal(err)
 	}
 	f.Cleanup(func() { os.RemoveAll(dir) })
+	// The server logs errors to a file, which is safe to write from its
+	// goroutines and to read here.
+	logFile, err := os.Create(filepath.Join(dir, "server.log"))
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Cleanup(func() { logFile.Close() })
+	srv, err := NewServer(ServerOptions{Handler: fuzzHandler{}, Authenticator: auth,
+		Limits: Limits{RequestsPerSecond: 1e9, MaxPayloadBytes: fuzzMaxBytes, MaxDepth: fuzzMaxDepth},
+		Logger: slog.New(slog.NewTextHandler(logFile, &slog.HandlerOptions{Level: slog.LevelError}))})
+	if err != nil {
+		f.Fatal(err)
+	}
 	sock := filepath.Join(dir, "f.sock")
 	ln, err := ListenUnix(context.Background(), sock)
 	if err != nil {
@@ -458,29 +463,11 @@ func FuzzCallLoop(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		exchange(t, data)
-		if strings.Contains(logs.String(), "panic") {
-			t.Fatalf("the server panicked:\n%s", logs.String())
+		if logs, _ := os.ReadFile(logFile.Name()); bytes.Contains(logs, []byte("panic")) {
+			t.Fatalf("the server panicked:\n%s", logs)
 		}
 		if out := exchange(t, []byte(valid)); !bytes.HasPrefix(out, []byte("HTTP/1.1 200 OK\r\n")) {
 			t.Fatalf("a valid call afterwards got %q", out)
 		}
 	})
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -240,10 +240,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		callErr <- nil
 	case <-ctx.Done():
 	}
-	cs.mu.Lock()
-	cs.closing = true
-	cs.mu.Unlock()
-	ln.Close()
+	cs.stopAccepting(ln)
 	<-callErr
 	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.grace)
 	defer cancel()

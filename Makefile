@@ -9,7 +9,7 @@ PG_URL = $(shell scripts/devpg.sh url)
 PG_BASE = $(patsubst %/choir?sslmode=disable,%,$(PG_URL))
 VET_DB = choir_sqlc_vet
 
-.PHONY: all build generate check-generated vet-sql vet devpg test test-short run bench clean
+.PHONY: all build generate check-generated check-tidy vet-sql vet devpg test test-short run bench clean
 
 all: build
 
@@ -25,6 +25,11 @@ generate:
 check-generated:
 	@go tool sqlc diff || { echo "db/ is stale: run 'make generate' and commit the result" >&2; exit 1; }
 
+# Fail when go.mod or go.sum is not what `go mod tidy` would write now (a
+# direct requirement marked `// indirect`, a stale or missing sum).
+check-tidy:
+	@go mod tidy -diff >/dev/null || { echo "go.mod or go.sum is not tidy: run 'go mod tidy' and commit the result" >&2; exit 1; }
+
 devpg:
 	scripts/devpg.sh start
 
@@ -34,7 +39,7 @@ vet-sql: devpg
 	go run ./cmd/choirctl db migrate --database-url "$(PG_BASE)/$(VET_DB)?sslmode=disable" >/dev/null
 	CHOIR_SQLC_DATABASE_URL="$(PG_BASE)/$(VET_DB)?sslmode=disable" go tool sqlc vet
 
-vet: check-generated vet-sql
+vet: check-tidy check-generated vet-sql
 	go vet ./...
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "not gofmt-formatted:"; gofmt -l $$(git ls-files '*.go'); exit 1; } >&2
 

@@ -66,15 +66,22 @@ func sessionUUID(call rpc.Call) (uuid.UUID, error) {
 }
 
 func (a *agentAPI) bindings(ctx context.Context, id uuid.UUID) (rpc.ResourceBindings, error) {
+	b, _, err := a.bindingsAcked(ctx, id)
+	return b, err
+}
+
+// bindingsAcked returns the session's bindings and the revision its
+// replica is acknowledged through.
+func (a *agentAPI) bindingsAcked(ctx context.Context, id uuid.UUID) (rpc.ResourceBindings, int64, error) {
 	s, err := db.New(a.pool).SessionGetByID(ctx, id)
 	if err != nil {
-		return rpc.ResourceBindings{}, fmt.Errorf("load session %s: %w", id, err)
+		return rpc.ResourceBindings{}, 0, fmt.Errorf("load session %s: %w", id, err)
 	}
 	var b rpc.ResourceBindings
 	if err := json.Unmarshal(s.ResourceBindings, &b); err != nil {
-		return rpc.ResourceBindings{}, fmt.Errorf("session %s bindings: %w", id, err)
+		return rpc.ResourceBindings{}, 0, fmt.Errorf("session %s bindings: %w", id, err)
 	}
-	return b, nil
+	return b, s.AckedRev, nil
 }
 
 // HandleInitHello implements rpc.ControlPlaneHandler.
@@ -336,14 +343,26 @@ func (a *agentAPI) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req
 // HandleSendOutbound queues a message for the user: the outbox row and its
 // delivery job in one transaction, addressed to the session's bound DM,
 // once per message ID.
+//
+// A message produced by a committed event is refused until the session's
+// replica holds that event (the agent flushes its heartbeat first). The
+// outbox thus never runs ahead of the log: whatever dies afterwards, the
+// session that resumes from the replica sees the answer in its tail and
+// sends it again under the same message ID, which the outbox recognises,
+// instead of answering the same inbox row anew. acked_rev only grows, so
+// checking it before the insert is as good as checking it within.
 func (a *agentAPI) HandleSendOutbound(ctx context.Context, call rpc.Call, req rpc.SendOutboundRequest) (rpc.SendOutboundResponse, error) {
 	id, err := sessionUUID(call)
 	if err != nil {
 		return rpc.SendOutboundResponse{}, err
 	}
-	b, err := a.bindings(ctx, id)
+	b, acked, err := a.bindingsAcked(ctx, id)
 	if err != nil {
 		return rpc.SendOutboundResponse{}, err
+	}
+	if req.EventRev > acked {
+		return rpc.SendOutboundResponse{}, fmt.Errorf("message %s comes from event %d, but the session's log is acknowledged only through %d; "+
+			"send a heartbeat that carries the event first: %w", req.MessageID, req.EventRev, acked, rpc.ErrConflict)
 	}
 	cfg, _ := a.config()
 	gw, chat, err := outboundAddress(cfg, b)

@@ -693,12 +693,23 @@ type SendOutboundRequest struct {
 	// FilePath names the file to send, relative to the workspace's
 	// .choirtmp/send directory; required for every kind but text.
 	FilePath string `json:"file_path,omitempty"`
+	// EventRev is the revision of the committed event that produced the
+	// message (the answer's model_output, say). choird queues the message
+	// only once its replica of the session's log holds that revision, so
+	// the outbox never runs ahead of the log: a session resumed from the
+	// replica sees that it answered, and sends the same message ID again
+	// instead of answering anew. Zero for a message no event produced (a
+	// warning that choird is unreachable).
+	EventRev int64 `json:"event_rev,omitempty"`
 }
 
 // Validate checks the ID, the kind, and that text or file fit the kind.
 func (r SendOutboundRequest) Validate() error {
 	if err := checkPattern("$.message_id", r.MessageID, idRe, "message ID"); err != nil {
 		return err
+	}
+	if r.EventRev < 0 {
+		return invalid("$.event_rev", "must not be negative")
 	}
 	if !r.Kind.Valid() {
 		return invalid("$.kind", "want text, document, photo, voice or video")

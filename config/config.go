@@ -118,9 +118,24 @@ type Model struct {
 	// Temperature is between 0 and 2; nil leaves it to the provider.
 	Temperature *float64 `json:"temperature"`
 	// ReasoningEffort is passed through to the provider; nil omits it.
+	// It is one of [ReasoningEfforts].
 	ReasoningEffort *string `json:"reasoning_effort"`
 	// Secret names the API key. Optional: local endpoints may need none.
 	Secret string `json:"secret,omitempty"`
+}
+
+// ReasoningEfforts are the values of a model's reasoning_effort: those of
+// the OpenAI-compatible chat completions API.
+var ReasoningEfforts = []string{"none", "minimal", "low", "medium", "high", "xhigh", "max"}
+
+// OutputFormats are the values of a voice profile's output_format: the
+// audio formats of the ElevenLabs text-to-speech API (codec, sample rate,
+// bit rate).
+var OutputFormats = []string{
+	"mp3_22050_32", "mp3_24000_48", "mp3_44100_32", "mp3_44100_64", "mp3_44100_96", "mp3_44100_128", "mp3_44100_192",
+	"opus_48000_32", "opus_48000_64", "opus_48000_96", "opus_48000_128", "opus_48000_192",
+	"pcm_8000", "pcm_16000", "pcm_22050", "pcm_24000", "pcm_32000", "pcm_44100", "pcm_48000",
+	"ulaw_8000", "alaw_8000",
 }
 
 // TTS is a text-to-speech provider.
@@ -132,7 +147,8 @@ type TTS struct {
 	Secret string `json:"secret,omitempty"`
 }
 
-// VoiceProfile is a voice of a TTS provider.
+// VoiceProfile is a voice of a TTS provider. OutputFormat is one of
+// [OutputFormats].
 type VoiceProfile struct {
 	// TTS names the provider.
 	TTS           string        `json:"tts"`

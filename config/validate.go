@@ -164,6 +164,13 @@ func (v *validator) secret(p, name string, required bool) {
 	}
 }
 
+// oneOf checks an enumerated value. Placeholders were reported already.
+func (v *validator) oneOf(p, value string, allowed []string, also string) {
+	if !slices.Contains(allowed, value) {
+		v.add(p, "%q is not allowed: must be %sone of %s", value, also, strings.Join(allowed, ", "))
+	}
+}
+
 func (v *validator) port(p string, port int) {
 	if port < 1 || port > 65535 {
 		v.add(p, "port must be between 1 and 65535")
@@ -247,8 +254,12 @@ func (v *validator) models() {
 		if m.Temperature != nil {
 			v.rangeCheck(sub(p, "temperature"), *m.Temperature, 0, 2)
 		}
-		if m.ReasoningEffort != nil && *m.ReasoningEffort == "" {
+		switch {
+		case m.ReasoningEffort == nil:
+		case *m.ReasoningEffort == "":
 			v.add(sub(p, "reasoning_effort"), "must be null or a non-empty effort such as \"medium\"")
+		default:
+			v.oneOf(sub(p, "reasoning_effort"), *m.ReasoningEffort, ReasoningEfforts, "null or ")
 		}
 		v.secret(sub(p, "secret"), m.Secret, false)
 	}
@@ -273,7 +284,9 @@ func (v *validator) voiceProfiles() {
 		vp := v.c.VoiceProfiles[name]
 		ref(v, sub(p, "tts"), "tts provider", vp.TTS, v.c.TTS, true)
 		v.required(sub(p, "voice_id"), vp.VoiceID)
-		v.required(sub(p, "output_format"), vp.OutputFormat)
+		if v.required(sub(p, "output_format"), vp.OutputFormat) {
+			v.oneOf(sub(p, "output_format"), vp.OutputFormat, OutputFormats, "")
+		}
 		sp := sub(p, "voice_settings")
 		vs := vp.VoiceSettings
 		v.rangeCheck(sub(sp, "stability"), vs.Stability, 0, 1)

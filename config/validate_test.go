@@ -1,6 +1,7 @@
 package config_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -374,6 +375,38 @@ func TestValidate(t *testing.T) {
 				`$.models.sonnet.temperature: must be between 0 and 2`,
 				`$.models.sonnet.reasoning_effort: must be null or a non-empty effort such as "medium"`,
 			},
+		},
+		{
+			name: "ReasoningEffortNotInEnum",
+			mutate: func(c *config.Config, s config.Secrets) {
+				m := c.Models["sonnet"]
+				m.ReasoningEffort = ptr("extreme")
+				c.Models["sonnet"] = m
+				m = c.Models["o3"]
+				m.ReasoningEffort = ptr("Medium")
+				c.Models["o3"] = m
+			},
+			want: []string{
+				`$.models.o3.reasoning_effort: "Medium" is not allowed: must be null or one of none, minimal, low, medium, high, xhigh, max`,
+				`$.models.sonnet.reasoning_effort: "extreme" is not allowed: must be null or one of none, minimal, low, medium, high, xhigh, max`,
+			},
+		},
+		{
+			name: "EveryReasoningEffortAccepted",
+			mutate: func(c *config.Config, s config.Secrets) {
+				for i, e := range config.ReasoningEfforts {
+					c.Models[fmt.Sprintf("effort-%d", i)] = config.Model{Provider: "p", Model: "m", Endpoint: "https://llm.example/v1", ReasoningEffort: ptr(e)}
+				}
+			},
+		},
+		{
+			name: "OutputFormatNotInEnum",
+			mutate: func(c *config.Config, s config.Secrets) {
+				vp := c.VoiceProfiles["narrator"]
+				vp.OutputFormat = "wav"
+				c.VoiceProfiles["narrator"] = vp
+			},
+			want: []string{`$.voice_profiles.narrator.output_format: "wav" is not allowed: must be one of mp3_22050_32, *`},
 		},
 		{
 			name: "PostgresSocketDirectory",

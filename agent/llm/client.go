@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/openai/openai-go/v3"
@@ -36,19 +37,47 @@ const maxErrorMessage = 512
 // is sent. The response body is decoded here, strictly, because the
 // library's decoder accepts wrongly typed fields as zero values.
 type Client struct {
-	// HTTPClient sends the requests; nil uses a package-wide client without
-	// a timeout (bound each call with its context: a non-streamed answer from
-	// a reasoning model can take minutes before the first byte).
+	// HTTPClient sends the requests; nil uses a client of the Client's own
+	// whose transport gives up on a provider that has not begun to answer
+	// within ResponseHeaderTimeout. Bound each call with its context too.
 	HTTPClient *http.Client
+	// ResponseHeaderTimeout bounds the wait for a response's headers when
+	// HTTPClient is nil (default DefaultResponseHeaderTimeout). Answers are
+	// not streamed, so the headers come only once the whole answer is
+	// ready: the bound is generous, and exists so that a provider that
+	// accepted the request and hung cannot hold a lane forever.
+	ResponseHeaderTimeout time.Duration
+
+	once sync.Once
+	own  *http.Client
 }
 
-var defaultHTTPClient = &http.Client{}
+// DefaultResponseHeaderTimeout is how long a Client waits for a provider's
+// response headers by default: a non-streamed answer from a reasoning model
+// can take minutes, but not this long.
+const DefaultResponseHeaderTimeout = 10 * time.Minute
 
 func (c *Client) httpClient() *http.Client {
 	if c.HTTPClient != nil {
 		return c.HTTPClient
 	}
-	return defaultHTTPClient
+	c.once.Do(func() {
+		tr := http.DefaultTransport.(*http.Transport).Clone()
+		tr.ResponseHeaderTimeout = c.ResponseHeaderTimeout
+		if tr.ResponseHeaderTimeout <= 0 {
+			tr.ResponseHeaderTimeout = DefaultResponseHeaderTimeout
+		}
+		c.own = &http.Client{Transport: tr}
+	})
+	return c.own
+}
+
+// CloseIdleConnections closes the idle connections of the Client's own
+// transport (not of HTTPClient's).
+func (c *Client) CloseIdleConnections() {
+	if c.HTTPClient == nil {
+		c.httpClient().CloseIdleConnections()
+	}
 }
 
 // Complete makes one chat completion call. It does not retry. Errors are

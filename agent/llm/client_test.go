@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -713,5 +714,37 @@ func TestCompleteKeepsCallsOfToolsNotOffered(t *testing.T) {
 				t.Fatalf("tool calls = %+v", res.ToolCalls)
 			}
 		})
+	}
+}
+
+// TestCompleteGivesUpOnAProviderThatNeverAnswers: a provider that takes the
+// request and never sends headers cannot hold a call without a deadline
+// forever; the default client's transport gives up.
+func TestCompleteGivesUpOnAProviderThatNeverAnswers(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		<-release
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	client := &llm.Client{ResponseHeaderTimeout: 200 * time.Millisecond}
+	t.Cleanup(client.CloseIdleConnections)
+
+	// The context only keeps a regression from hanging the test run.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, err := client.Complete(ctx, llm.Request{
+		Model:    llm.ModelSettings{Name: "hung", Model: "m", Endpoint: srv.URL},
+		Messages: []llm.Message{llm.UserMessage("hello")},
+	})
+	if err == nil {
+		t.Fatal("Complete succeeded against a provider that never answers")
+	}
+	if ctx.Err() != nil {
+		t.Fatalf("Complete returned only when the test's own deadline passed: %v", err)
+	}
+	if !strings.Contains(err.Error(), "timeout awaiting response headers") {
+		t.Errorf("error = %v, want the transport's response-header timeout", err)
 	}
 }

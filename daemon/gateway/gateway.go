@@ -295,7 +295,7 @@ func (g *Gateway) Run(ctx context.Context) error {
 	}
 	var wg sync.WaitGroup
 	for _, b := range g.bots {
-		wg.Go(func() { b.run(ctx) })
+		wg.Go(func() { b.runRecovering(ctx) })
 	}
 	wg.Wait()
 	<-ctx.Done() // with no telegram gateway configured, Run still lasts

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -254,7 +255,7 @@ func (c *dmCommands) Command(ctx context.Context, cmd gateway.Command) (string, 
 		slog.Bool("admin", sc.Admin), slog.Int64("update_id", cmd.UpdateID))
 	if act.background != "" {
 		c.bg.Go(func() {
-			out, err := act.run(ctx)
+			out, err := c.runRecovered(ctx, cmd, act.run)
 			if err != nil {
 				out = answerErr(err)
 			}
@@ -267,6 +268,20 @@ func (c *dmCommands) Command(ctx context.Context, cmd gateway.Command) (string, 
 		return answerErr(err), nil
 	}
 	return out, nil
+}
+
+// runRecovered runs the rest of a long command, in the background. A panic
+// there fails that command, not choird: it is logged with its stack and
+// answered as an internal error.
+func (c *dmCommands) runRecovered(ctx context.Context, cmd gateway.Command, run func(context.Context) (string, error)) (out string, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.d.logger.ErrorContext(ctx, "dm command panicked", slog.String("dm", cmd.DM.Name),
+				slog.String("command", cmd.Name), slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+			out, err = "", fmt.Errorf("/%s stopped on an internal error (see choird's log)", cmd.Name)
+		}
+	}()
+	return run(ctx)
 }
 
 // names lists the command names a scope may use.

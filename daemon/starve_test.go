@@ -1,0 +1,58 @@
+package daemon
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/choirhq/choir/daemon/gateway"
+)
+
+// syncBuffer is a log sink safe for concurrent writers.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestLongCommandPanicFailsOnlyTheCommand: a panic in the background part
+// of a long DM command is answered as that command's failure and logged;
+// choird (here, the test process) goes on.
+func TestLongCommandPanicFailsOnlyTheCommand(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	c := &dmCommands{d: &Daemon{logger: slog.New(slog.NewJSONHandler(&logs, nil))}}
+	cmd := gateway.Command{DM: dmOf("console"), Name: "update"}
+	var out string
+	var err error
+	done := make(chan struct{})
+	c.bg.Go(func() {
+		defer close(done)
+		out, err = c.runRecovered(context.Background(), cmd, func(context.Context) (string, error) {
+			var m map[string]int
+			m["boom"]++ // a nil map write: a real runtime panic
+			return "unreachable", nil
+		})
+	})
+	<-done
+	if err == nil || !strings.Contains(err.Error(), "/update stopped on an internal error") {
+		t.Fatalf("runRecovered = %q, %v; want the command's internal error", out, err)
+	}
+	if !strings.Contains(logs.String(), `"msg":"dm command panicked"`) || !strings.Contains(logs.String(), "goroutine") {
+		t.Errorf("the panic and its stack were not logged: %s", logs.String())
+	}
+}

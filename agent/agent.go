@@ -213,7 +213,7 @@ func Run(ctx context.Context, opts Options) error {
 	arb := arbiter.New(arbiter.Config{Appender: app, Tools: reg, Locks: lock.New(), Logger: logger,
 		Env: tool.Env{Workspace: opts.Workspace, SecretFunc: secrets.get}, Host: hostExecutor{client: client, log: log},
 		Approvals: approver{client: client}})
-	out := &outbound{client: client}
+	out := &outbound{client: client, logger: logger}
 	status := &statusReporter{client: client, logger: logger, kick: make(chan struct{}, 1)}
 	edge := lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, Skills: skills, LLM: &llm.Client{},
 		Model: model, Out: out, Logger: logger, StatusFunc: status.changed,
@@ -264,14 +264,18 @@ func Run(ctx context.Context, opts Options) error {
 		interval:      func() time.Duration { return time.Duration(dyn.Load().HeartbeatIntervalMS) * time.Millisecond },
 		snapshotEvery: func() int64 { return int64(dyn.Load().SnapshotEveryEvents) },
 		state: func() json.RawMessage {
+			if !edge.Settled() {
+				return nil
+			}
 			b, _ := json.Marshal(workingState{Edge: edge.Snapshot(), OpenJobs: []string{}})
 			return b
 		},
-		warn: func(ctx context.Context, id, text string) { out.Send(ctx, id, text) }, //nolint:errcheck
+		warn: out.warn,
 		revoked: func() {
 			requestStop(stopRequest{reason: "lease revoked by choird", revoked: true})
 		}}
 	hb.lastSnapshot = hello.AckedRev
+	out.hb = hb
 	wg.Go(func() { hb.run(runCtx) })
 	wg.Go(func() {
 		err := client.ReceivePushes(runCtx, func(p rpc.Push) {
@@ -505,11 +509,70 @@ func (h hostExecutor) ExecuteHostTool(ctx context.Context, name, callID string, 
 // derives from its committed events: choird's outbox is unique on (agent,
 // message_id), so a message sent again after a retry or a restart is
 // queued once.
-type outbound struct{ client *rpc.Client }
+//
+// A message goes out only once choird has acknowledged the event that
+// produced it (flush, then send; choird refuses it otherwise). Until then
+// a crash of either side leaves no trace of the answer outside the agent:
+// the resumed session finishes the turn and answers once. After it, the
+// resumed session finds the answer in its tail and sends it again under
+// the same ID.
+type outbound struct {
+	client *rpc.Client
+	hb     *heartbeat // set before the lanes run
+	logger *slog.Logger
+}
 
-func (o *outbound) Send(ctx context.Context, id, text string) error {
-	_, err := o.client.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: id, Kind: rpc.OutboundText, Text: text})
-	return err
+// Send flushes the log through m.Rev, then queues m, retrying both while
+// choird is unreachable or restarting, until ctx ends. A revoked lease or
+// a refused message ends the attempt: the session is over, or the message
+// can never be queued.
+func (o *outbound) Send(ctx context.Context, m lane.OutboundMessage) error {
+	backoff := time.Duration(0)
+	for attempt := 1; ; attempt++ {
+		err := o.hb.flushTo(ctx, m.Rev)
+		if err == nil {
+			_, err = o.client.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: m.ID, Kind: rpc.OutboundText,
+				Text: m.Text, EventRev: m.Rev})
+			if err == nil {
+				return nil
+			}
+		}
+		if ctx.Err() != nil || !outboundRetryable(err) {
+			return err
+		}
+		backoff = min(max(2*backoff, 100*time.Millisecond), 2*time.Second)
+		if attempt == 1 || attempt%20 == 0 {
+			o.logger.Warn("outbound message not yet queued; retrying", slog.String("message_id", m.ID),
+				slog.Int("attempt", attempt), slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+	}
+}
+
+// outboundRetryable reports whether a failed flush or SEND_OUTBOUND may
+// succeed later: choird unreachable, restarting or busy, or the log not
+// yet acknowledged.
+func outboundRetryable(err error) bool {
+	for _, permanent := range []error{rpc.ErrUnauthenticated, rpc.ErrPermissionDenied, rpc.ErrBadRequest,
+		rpc.ErrNotFound, rpc.ErrPayloadTooLarge, rpc.ErrUnknownVerb} {
+		if errors.Is(err, permanent) {
+			return false
+		}
+	}
+	return true
+}
+
+// warn tells the user that choird cannot be reached, once, without waiting
+// for the log: it is called by the heartbeat loop, which must not block,
+// and the warning is no answer a resumed session could repeat.
+func (o *outbound) warn(ctx context.Context, id, text string) {
+	if _, err := o.client.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: id, Kind: rpc.OutboundText, Text: text}); err != nil {
+		o.logger.Warn("warning not sent", slog.String("error", err.Error()))
+	}
 }
 
 // approver files the arbiter's approval requests with choird. The request
@@ -591,6 +654,8 @@ type heartbeat struct {
 	warn    func(ctx context.Context, id, text string)
 	revoked func()
 
+	// mu serialises beats: the loop's and those of flushTo.
+	mu           sync.Mutex
 	lastSnapshot int64
 	warned       bool
 }
@@ -600,14 +665,19 @@ type heartbeat struct {
 const unackedWarn = 500
 
 func (h *heartbeat) beat(ctx context.Context) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	p := h.log.UnackedLimit(1000)
 	req := rpc.HeartbeatRequest{BaseRev: p.BaseRev, NewRev: p.NewRev, Patches: p.Events,
 		HashPrev: p.HashPrev, HashNew: p.HashNew, ConfigVersion: h.configVersion.Load(), Timestamp: time.Now()}
 	if every := h.snapshotEvery(); every > 0 && p.NewRev > 0 && p.NewRev-h.lastSnapshot >= every {
 		// The snapshot is taken now, at the patch's last revision: counters
 		// may include a call committed since, which only errs on the side
-		// of a smaller remaining budget.
-		req.Snapshot = &rpc.Snapshot{Rev: p.NewRev, Hash: p.HashNew, State: h.state()}
+		// of a smaller remaining budget. A lane in the middle of a turn
+		// gives no state (nil): the snapshot waits for a later beat.
+		if st := h.state(); st != nil {
+			req.Snapshot = &rpc.Snapshot{Rev: p.NewRev, Hash: p.HashNew, State: st}
+		}
 	}
 	resp, err := h.client.Heartbeat(ctx, req)
 	if err != nil {
@@ -677,13 +747,22 @@ func (h *heartbeat) run(ctx context.Context) {
 
 // flush sends heartbeats until everything committed is acknowledged.
 func (h *heartbeat) flush(ctx context.Context) error {
+	if err := h.beat(ctx); err != nil {
+		return err
+	}
+	head, _ := h.log.Head()
+	return h.flushTo(ctx, head)
+}
+
+// flushTo sends heartbeats until the log is acknowledged through rev; at
+// once if it already is.
+func (h *heartbeat) flushTo(ctx context.Context, rev int64) error {
 	for {
+		if acked, _ := h.log.Acked(); acked >= rev {
+			return nil
+		}
 		if err := h.beat(ctx); err != nil {
 			return err
-		}
-		head, _ := h.log.Head()
-		if acked, _ := h.log.Acked(); acked >= head {
-			return nil
 		}
 	}
 }

@@ -333,7 +333,7 @@ func (e *Edge) stopTurn(ctx context.Context, scope, reason, reply string) error 
 		return fmt.Errorf("commit cancel: %w", err)
 	}
 	e.set(EdgeFinalizing)
-	if err := e.send(ctx, "cancel", ev.Hash, reply); err != nil {
+	if err := e.send(ctx, "cancel", ev, reply); err != nil {
 		return fmt.Errorf("send cancel notice: %w", err)
 	}
 	return errTurnStopped

@@ -39,11 +39,23 @@ const (
 )
 
 // Outbound delivers the lane's messages to the user (through choird's
-// SEND_OUTBOUND in production). id is derived from the committed event that
-// produced the message, so that sending it again after a retry or a
-// restart is recognised by choird's outbox as the same message.
+// SEND_OUTBOUND in production).
 type Outbound interface {
-	Send(ctx context.Context, id, text string) error
+	Send(ctx context.Context, m OutboundMessage) error
+}
+
+// OutboundMessage is one message for the user.
+type OutboundMessage struct {
+	// ID derives from the committed event that produced the message, so
+	// that sending it again after a retry or a restart is recognised by
+	// choird's outbox as the same message.
+	ID string
+	// Rev is that event's revision. The message must not reach choird's
+	// outbox before choird's replica holds the event: a session resumed
+	// from the replica would not know it had answered, and would answer
+	// the same user message again under a new ID.
+	Rev  int64
+	Text string
 }
 
 // Identity is what the edge's prompt is built from (spec 11.3).
@@ -122,7 +134,20 @@ type Edge struct {
 	toolCalls atomic.Int64
 	tokens    atomic.Int64
 	callSeq   atomic.Int64
+	// unsettled is set while a turn may have committed a user message
+	// whose answer has not been handed to Out: from construction until
+	// resume has looked at the log, and from the commit of a user message
+	// until its turn ends. See Settled.
+	unsettled atomic.Bool
 }
+
+// Settled reports whether every user message the log holds has its turn
+// ended and its answer handed to Out. A working-memory snapshot may be
+// taken only then: a resumed session finds the turn it must finish by
+// looking for the last user message in the tail after its snapshot, so a
+// snapshot past an unanswered message would leave that message unanswered
+// for good.
+func (e *Edge) Settled() bool { return !e.unsettled.Load() }
 
 // skillStartTool is the lane-level tool the model uses to begin a skill.
 const skillStartTool = "choir.skill.start"
@@ -143,6 +168,7 @@ func NewEdge(cfg EdgeConfig) *Edge {
 	}
 	e := &Edge{cfg: cfg, queue: make(chan UserMessage, 1024), state: EdgeIdle, wake: make(chan struct{}, 1),
 		inbox: map[int64]struct{}{}}
+	e.unsettled.Store(true) // until Run's resume has looked at the log
 	// A resumed session's log holds the tail choird returned: the inbox
 	// rows it took are taken, and call IDs continue past every call in it
 	// (there are fewer calls than events), so an ID is never reused within
@@ -287,6 +313,11 @@ func (e *Edge) Run(ctx context.Context) error {
 // endTurn settles how a turn ended, and reports whether the lane ends with
 // it, and with what error.
 func (e *Edge) endTurn(ctx context.Context, err error) (end bool, runErr error) {
+	// A turn cut off by the end of ctx may not have answered: it stays
+	// unsettled, and the session that resumes this log finishes it.
+	if err == nil || errors.Is(err, errTurnStopped) || ctx.Err() == nil {
+		e.unsettled.Store(false)
+	}
 	e.mu.Lock()
 	if e.box.cancel {
 		e.box.cancel = false
@@ -350,10 +381,10 @@ func (e *Edge) resume(ctx context.Context) error {
 			}
 			e.cfg.Logger.InfoContext(ctx, "resumed session: the last answer is sent again, in case it never left",
 				slog.Int64("rev", ev.Rev))
-			return e.send(ctx, kind, ev.Hash, answerText(p.Text))
+			return e.send(ctx, kind, ev, answerText(p.Text))
 		case ev.Type == rpc.EventCancelled:
 			if p.Reply != "" {
-				return e.send(ctx, "cancel", ev.Hash, p.Reply)
+				return e.send(ctx, "cancel", ev, p.Reply)
 			}
 			return nil
 		}
@@ -372,6 +403,7 @@ func (e *Edge) resume(ctx context.Context) error {
 // WAITING_TOOL -> FINALIZING -> IDLE.
 func (e *Edge) handle(ctx context.Context, m UserMessage) error {
 	e.set(EdgeContextReady)
+	e.unsettled.Store(true)
 	before, _ := e.cfg.Log.Head()
 	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventUserMsg, "edge", m); err != nil {
 		return fmt.Errorf("commit user message: %w", err)
@@ -478,8 +510,8 @@ func (e *Edge) complete(callCtx, ctx context.Context, msgs []llm.Message) (*llm.
 	model := e.cfg.Model() // a snapshot: a reload applies from the next call
 	policy := llm.RateLimitPolicy{DefaultDelay: e.cfg.RateLimitDelay,
 		NotifyFunc: func(ctx context.Context, rl *llm.RateLimitError, wait time.Duration) {
-			_, h := e.cfg.Log.Head()
-			e.send(ctx, "ratelimit", h, fmt.Sprintf("The model provider is rate-limiting me; retrying in %s.", wait.Round(time.Second))) //nolint:errcheck
+			rev, h := e.cfg.Log.Head()
+			e.send(ctx, "ratelimit", rpc.Event{Rev: rev, Hash: h}, fmt.Sprintf("The model provider is rate-limiting me; retrying in %s.", wait.Round(time.Second))) //nolint:errcheck
 			e.cfg.Logger.WarnContext(ctx, "model rate limited", slog.Duration("wait", wait))
 		}}
 	resp, err := e.cfg.LLM.CompleteWithRetry(callCtx, llm.Request{Model: model, Messages: msgs, Tools: e.tools()}, policy)
@@ -735,9 +767,9 @@ func (e *Edge) finalize(ctx context.Context, text string) error {
 	ev, err := e.cfg.Arbiter.Commit(ctx, rpc.EventModelOutput, "edge", map[string]any{"text": text, "source": laneSource})
 	if err != nil {
 		e.cfg.Logger.WarnContext(ctx, "lane message not committed", slog.String("error", err.Error()))
-		_, ev.Hash = e.cfg.Log.Head()
+		ev.Rev, ev.Hash = e.cfg.Log.Head()
 	}
-	return e.finalizeAs(ctx, "notice", ev.Hash, text)
+	return e.finalizeAs(ctx, "notice", ev, text)
 }
 
 // laneSource marks a model_output the lane wrote itself, not the model.
@@ -753,12 +785,12 @@ func answerText(text string) string {
 // finalizeEvent delivers the model's answer, committed as ev, and returns
 // to IDLE.
 func (e *Edge) finalizeEvent(ctx context.Context, ev rpc.Event, text string) error {
-	return e.finalizeAs(ctx, "reply", ev.Hash, text)
+	return e.finalizeAs(ctx, "reply", ev, text)
 }
 
-func (e *Edge) finalizeAs(ctx context.Context, kind string, h rpc.Hash, text string) error {
+func (e *Edge) finalizeAs(ctx context.Context, kind string, ev rpc.Event, text string) error {
 	e.set(EdgeFinalizing)
-	if err := e.send(ctx, kind, h, answerText(text)); err != nil {
+	if err := e.send(ctx, kind, ev, answerText(text)); err != nil {
 		return fmt.Errorf("send answer: %w", err)
 	}
 	return nil
@@ -767,8 +799,8 @@ func (e *Edge) finalizeAs(ctx context.Context, kind string, h rpc.Hash, text str
 // send hands a message to the user under an ID derived from the committed
 // event it belongs to and the kind of message, so that the same message is
 // never queued twice by choird (its outbox is unique on the ID).
-func (e *Edge) send(ctx context.Context, kind string, h rpc.Hash, text string) error {
-	return e.cfg.Out.Send(ctx, MessageID(kind, h), text)
+func (e *Edge) send(ctx context.Context, kind string, ev rpc.Event, text string) error {
+	return e.cfg.Out.Send(ctx, OutboundMessage{ID: MessageID(kind, ev.Hash), Rev: ev.Rev, Text: text})
 }
 
 // MessageID is the outbound message ID of the message of this kind that the

@@ -32,17 +32,19 @@ type sink struct {
 	mu   sync.Mutex
 	msgs []string
 	ids  []string
+	revs []int64
 	got  chan string
 }
 
 func newSink() *sink { return &sink{got: make(chan string, 64)} }
 
-func (s *sink) Send(_ context.Context, id, text string) error {
+func (s *sink) Send(_ context.Context, m lane.OutboundMessage) error {
 	s.mu.Lock()
-	s.msgs = append(s.msgs, text)
-	s.ids = append(s.ids, id)
+	s.msgs = append(s.msgs, m.Text)
+	s.ids = append(s.ids, m.ID)
+	s.revs = append(s.revs, m.Rev)
 	s.mu.Unlock()
-	s.got <- text
+	s.got <- m.Text
 	return nil
 }
 
@@ -430,4 +432,64 @@ func TestEdgeCompaction(t *testing.T) {
 		t.Errorf("snapshot = %+v", snap)
 	}
 	b.srv.Done()
+}
+
+// TestEdgeOutboundNamesItsEvent checks what the agent's outbound relies on
+// to flush before it sends: every message names the revision of the
+// committed event its ID derives from, and the lane reports itself
+// unsettled from the commit of a user message until its answer is handed
+// over, so that no working-memory snapshot is taken past an unanswered
+// message.
+func TestEdgeOutboundNamesItsEvent(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	b := setup(t, lane.Budgets{},
+		llmtest.Text("first answer").Expect(func(t testing.TB, r *llmtest.Request) { <-release }),
+		llmtest.Text("second answer"),
+	)
+	waitSettled := func(want bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for b.edge.Settled() != want {
+			if time.Now().After(deadline) {
+				t.Fatalf("Settled() stayed %v", !want)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}
+	waitSettled(true) // resume found nothing to finish
+	if err := b.edge.Deliver(lane.UserMessage{Text: "one", InboxID: 1}); err != nil {
+		t.Fatal(err)
+	}
+	waitSettled(false) // the user message is committed, the model call holds
+	close(release)
+	if got := b.out.next(t); got != "first answer" {
+		t.Fatalf("answer = %q", got)
+	}
+	if err := b.edge.Deliver(lane.UserMessage{Text: "two", InboxID: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if got := b.out.next(t); got != "second answer" {
+		t.Fatalf("answer = %q", got)
+	}
+	waitSettled(true)
+
+	head, _ := b.log.Head()
+	evs, err := b.log.Range(1, head)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.out.mu.Lock()
+	ids, revs := slices.Clone(b.out.ids), slices.Clone(b.out.revs)
+	b.out.mu.Unlock()
+	for i, id := range ids {
+		rev := revs[i]
+		if rev < 1 || rev > head {
+			t.Fatalf("message %s names revision %d, outside the log 1..%d", id, rev, head)
+		}
+		ev := evs[rev-1]
+		if want := lane.MessageID("reply", ev.Hash); id != want || ev.Type != rpc.EventModelOutput {
+			t.Errorf("message %s names revision %d, a %s event whose reply ID is %s", id, rev, ev.Type, want)
+		}
+	}
 }

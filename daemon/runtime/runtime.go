@@ -8,14 +8,23 @@
 //
 // # The contract an agent sees
 //
-// Both runtimes give the agent the same environment ([Env]): its agent id,
-// session id and lease token, the runtime's name, where its workspace and
-// control socket are, and a private writable HOME, plus the spec's extra
-// non-secret variables (control-plane flags and the like). Secrets never
-// travel in the environment (spec 14.1): an agent fetches them with
-// GET_SECRETS, authenticated by the lease token. Under docker the workspace
-// is /workspace and the socket /run/choir.sock (bind mounts of the host
-// paths); under process they are the host paths themselves.
+// Both runtimes give the agent the same environment ([Env]): its agent id
+// and session id, the runtime's name, where its workspace and control
+// socket are, and a private writable HOME, plus the spec's extra non-secret
+// variables (control-plane flags and the like). Secrets never travel in the
+// environment (spec 14.1): an agent fetches them with GET_SECRETS,
+// authenticated by the lease token.
+//
+// The lease token is not in the environment either, since anything the
+// agent starts could read it there (the agent's /proc/<pid>/environ keeps
+// the environment it was started with, whatever it unsets). It arrives on
+// the agent's standard input ([EnvLeaseTokenFD] says so): a pipe that
+// holds the token and then reaches end of file, written by the process
+// runtime before the child starts, and through the engine's stdin attach
+// by the docker runtime. The agent reads it once at start and puts
+// /dev/null in its place. Under docker the workspace is /workspace and the
+// socket /run/choir.sock (bind mounts of the host paths); under process
+// they are the host paths themselves.
 //
 // # Instances, orphans and exits
 //
@@ -89,8 +98,13 @@ const (
 
 // The environment contract: variables set by every runtime.
 const (
-	EnvAgentID    = "CHOIR_AGENT_ID"
-	EnvSessionID  = "CHOIR_SESSION_ID"
+	EnvAgentID   = "CHOIR_AGENT_ID"
+	EnvSessionID = "CHOIR_SESSION_ID"
+	// EnvLeaseTokenFD names the descriptor on which the agent reads its
+	// lease token, to end of file: always "0", standard input.
+	EnvLeaseTokenFD = "CHOIR_LEASE_TOKEN_FD"
+	// EnvLeaseToken is never set: the token does not travel in the
+	// environment. The name is kept so that a spec cannot set it.
 	EnvLeaseToken = "CHOIR_LEASE_TOKEN"
 	// EnvRuntime is the runtime's Name; the agent runs its sandbox
 	// self-check unless it is "process".
@@ -143,9 +157,9 @@ func (l Limits) WithDefaults() Limits {
 type Spec struct {
 	AgentID   string
 	SessionID string
-	// LeaseToken authenticates the agent's RPC calls. It is the one
-	// credential in the environment: it is scoped to this session and
-	// dies with it.
+	// LeaseToken authenticates the agent's RPC calls. It is scoped to this
+	// session and dies with it; the agent receives it on its standard
+	// input, never in its environment.
 	LeaseToken string
 	// Image is the agent's image (docker only), e.g. choir-agent-x:abc1234.
 	Image string
@@ -188,6 +202,8 @@ func (s Spec) Validate() error {
 	}
 	if s.LeaseToken == "" {
 		bad("no lease token")
+	} else if strings.ContainsAny(s.LeaseToken, "\x00\r\n") || len(s.LeaseToken) > MaxLeaseTokenBytes {
+		bad("lease token: must be one line of at most %d bytes", MaxLeaseTokenBytes)
 	}
 	switch fi, err := os.Stat(s.Workspace); {
 	case s.Workspace == "":
@@ -234,15 +250,24 @@ func (s Spec) Validate() error {
 	return nil
 }
 
-var contractEnv = []string{EnvAgentID, EnvSessionID, EnvLeaseToken, EnvRuntime, EnvWorkspace, EnvSocket, EnvHome}
+var contractEnv = []string{EnvAgentID, EnvSessionID, EnvLeaseToken, EnvLeaseTokenFD, EnvRuntime, EnvWorkspace, EnvSocket, EnvHome}
+
+// MaxLeaseTokenBytes bounds the token an agent reads from its standard
+// input.
+const MaxLeaseTokenBytes = 1024
+
+// LeaseTokenFD is the value of [EnvLeaseTokenFD]: standard input.
+const LeaseTokenFD = "0"
+
 
 // Env returns the agent's environment, sorted: the contract's variables
-// with the paths the agent sees, then spec.Env.
+// with the paths the agent sees, then spec.Env. It never holds the lease
+// token, only where to read it.
 func Env(runtimeName string, s Spec, workspace, socket, home string) []string {
 	env := []string{
 		EnvAgentID + "=" + s.AgentID,
 		EnvSessionID + "=" + s.SessionID,
-		EnvLeaseToken + "=" + s.LeaseToken,
+		EnvLeaseTokenFD + "=" + LeaseTokenFD,
 		EnvRuntime + "=" + runtimeName,
 		EnvWorkspace + "=" + workspace,
 		EnvHome + "=" + home,

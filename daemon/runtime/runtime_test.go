@@ -92,11 +92,19 @@ func TestEnvAndLabels(t *testing.T) {
 	s := validSpec(t)
 	env := runtime.Env("docker", s, "/workspace", "/run/choir.sock", "/tmp")
 	want := []string{
-		"CHOIR_AGENT_ID=agent-1", "CHOIR_CONTROL_PLANE=uds", "CHOIR_LEASE_TOKEN=tok", "CHOIR_RUNTIME=docker",
+		"CHOIR_AGENT_ID=agent-1", "CHOIR_CONTROL_PLANE=uds", "CHOIR_LEASE_TOKEN_FD=0", "CHOIR_RUNTIME=docker",
 		"CHOIR_SESSION_ID=" + s.SessionID, "CHOIR_SOCKET=/run/choir.sock", "CHOIR_WORKSPACE=/workspace", "HOME=/tmp",
 	}
 	if !slices.Equal(env, want) {
 		t.Errorf("Env =\n%q\nwant\n%q", env, want)
+	}
+	// The token reaches the agent on its standard input, never in its
+	// environment, where what the agent starts could read it.
+	s.LeaseToken = "lease-token-never-in-the-environment"
+	for _, kv := range runtime.Env("process", s, "/w", "/s", "/h") {
+		if strings.Contains(kv, s.LeaseToken) {
+			t.Errorf("the lease token is in the environment: %s", kv)
+		}
 	}
 	if env := runtime.Env("process", s, "/w", "", "/h"); slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "CHOIR_SOCKET=") }) {
 		t.Errorf("CHOIR_SOCKET set without a socket: %q", env)

@@ -23,12 +23,25 @@
 //     apart creates a bridge network with
 //     com.docker.network.bridge.enable_icc=false and names it here.
 //
-// The container runs as choird's own uid:gid unless [Options.User] says
-// otherwise, so files it writes in the workspace belong to the operator;
-// when choird runs as root, the agent is root in its container, which the
-// spec allows (15.2): with no capabilities that root cannot reach past
-// file permissions. The agent binary is PID 1 and must reap the orphans
-// its tools leave, unless [Options.Init] adds the engine's init process.
+// The agent never runs as host root. It runs as choird's own uid:gid when
+// choird is not root, so that files it writes in the workspace belong to
+// the operator; when choird is root, it runs as [DefaultUser], a dedicated
+// unprivileged uid, and the workspace is handed to that uid at the first
+// start (see [Runtime.Start]). [Options.User] must be numeric, and uid 0
+// is refused unless the engine remaps user namespaces (userns-remap),
+// where the container's root is an unprivileged uid on the host: a root
+// agent could otherwise leave a setuid-root binary in the bind-mounted
+// workspace for the host to run. The agent binary is PID 1 and must reap
+// the orphans its tools leave, unless [Options.Init] adds the engine's init
+// process.
+//
+// # The lease token
+//
+// The token never enters the container's configuration (docker inspect
+// shows the environment): the container is created with an open standard
+// input that closes after the first attach ends, and Start attaches to
+// it, writes the token, closes the stream and only then starts the
+// container. The agent reads it to end of file at its start.
 //
 // Images are never pulled: a missing image is an error that says to run
 // `choirctl agent build`.
@@ -60,11 +73,13 @@ import (
 	"io/fs"
 	"log/slog"
 	"math"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	cerrdefs "github.com/containerd/errdefs"
@@ -88,7 +103,12 @@ const (
 	DefaultNetwork = "bridge"
 	DefaultTmpSize = 256 << 20
 	DefaultRunSize = 16 << 20
+	// DefaultUser is the agent's uid:gid when choird runs as root.
+	DefaultUser = "65532:65532"
 )
+
+// ErrRootUser reports an agent user that would be root on the host.
+var ErrRootUser = errors.New("agents never run as host root")
 
 // ScopeFor returns the scope of the choird whose home is home: "h"
 // followed by 12 hex digits of the hash of its absolute path, so that two
@@ -113,8 +133,9 @@ type Options struct {
 	// Network is the network mode: a bridge network's name. "host" and
 	// container:<id> are refused.
 	Network string
-	// User is the user[:group] the agent runs as; empty means choird's
-	// own uid:gid.
+	// User is the numeric uid[:gid] the agent runs as; empty means
+	// choird's own uid:gid, or DefaultUser when choird is root. Uid 0 is
+	// refused unless the engine remaps user namespaces.
 	User string
 	// Init runs the engine's init process as PID 1, to reap orphans.
 	Init bool
@@ -129,10 +150,11 @@ type Options struct {
 
 // Runtime runs agents as containers.
 type Runtime struct {
-	cli  *client.Client
-	host string
-	opts Options
-	log  *slog.Logger
+	cli      *client.Client
+	host     string
+	opts     Options
+	log      *slog.Logger
+	uid, gid int
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -150,6 +172,13 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	}
 	if opts.User == "" {
 		opts.User = fmt.Sprintf("%d:%d", os.Getuid(), os.Getgid())
+		if os.Getuid() == 0 {
+			opts.User = DefaultUser
+		}
+	}
+	uid, gid, ok := numericUser(opts.User)
+	if !ok || uid < 0 || gid < 0 {
+		return nil, fmt.Errorf("docker runtime: agent user %q refused: give a numeric uid[:gid], so that no image's /etc/passwd decides who the agent is", opts.User)
 	}
 	if opts.TmpSize == 0 {
 		opts.TmpSize = DefaultTmpSize
@@ -175,12 +204,42 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docker runtime: %w", err)
 	}
-	r := &Runtime{cli: cli, host: cli.DaemonHost(), opts: opts, log: log}
+	r := &Runtime{cli: cli, host: cli.DaemonHost(), opts: opts, log: log, uid: uid, gid: gid}
 	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		cli.Close()
 		return nil, r.engineErr("docker runtime", err)
 	}
+	if uid == 0 {
+		remapped, err := r.usernsRemapped(ctx)
+		if err != nil {
+			cli.Close()
+			return nil, err
+		}
+		if !remapped {
+			cli.Close()
+			return nil, fmt.Errorf("docker runtime: agent user %q refused: %w, and this engine does not remap user namespaces, so uid 0 in the container is root on the host; "+
+				"leave the user unset (choird picks %s when it runs as root) or enable userns-remap in the engine", opts.User, ErrRootUser, DefaultUser)
+		}
+		log.Info("agents run as uid 0 inside their containers, remapped by the engine to an unprivileged host uid")
+	}
 	return r, nil
+}
+
+// usernsRemapped reports whether the engine runs containers in a remapped
+// user namespace (dockerd --userns-remap).
+func (r *Runtime) usernsRemapped(ctx context.Context) (bool, error) {
+	info, err := r.cli.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return false, r.engineErr("docker runtime: engine info", err)
+	}
+	for _, o := range info.Info.SecurityOptions {
+		for _, kv := range strings.Split(o, ",") {
+			if kv == "name=userns" {
+				return true, nil
+			}
+		}
+	}
+	return false, nil
 }
 
 // Name returns "docker".
@@ -204,9 +263,9 @@ type EngineError struct {
 }
 
 func (e *EngineError) Error() string {
-	hint := "is dockerd running? Start it, point DOCKER_HOST at a running engine, or use --runtime=process"
+	hint := "is dockerd running? Start it, or point DOCKER_HOST at a running engine"
 	if errors.Is(e.Err, fs.ErrPermission) {
-		hint = "permission denied: run choird as a user in the docker group (or root), or use --runtime=process"
+		hint = "permission denied: run choird as a user in the docker group (or root)"
 	}
 	return fmt.Sprintf("cannot reach the Docker engine at %s: %v; %s", e.Host, e.Err, hint)
 }
@@ -240,6 +299,12 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 			return runtime.Instance{}, fmt.Errorf("%w for agent %s: label %s: set by the runtime itself", runtime.ErrInvalidSpec, spec.AgentID, k)
 		}
 	}
+	if err := r.handOverWorkspace(spec.Workspace); err != nil {
+		return runtime.Instance{}, fmt.Errorf("start agent %s: %w", spec.AgentID, err)
+	}
+	if err := r.GrantSocket(spec.ControlSocket); err != nil {
+		return runtime.Instance{}, fmt.Errorf("start agent %s: %w", spec.AgentID, err)
+	}
 	name := ContainerName(spec)
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name:       name,
@@ -269,6 +334,10 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 			r.log.Error("remove container that failed to start", slog.String("container", created.ID), slog.Any("error", rerr))
 		}
 	}
+	if err := r.writeToken(ctx, created.ID, spec.LeaseToken); err != nil {
+		discard()
+		return runtime.Instance{}, fmt.Errorf("start agent %s: %w", spec.AgentID, err)
+	}
 	if _, err := r.cli.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		discard()
 		return runtime.Instance{}, r.engineErr("start agent "+spec.AgentID+": start container", err)
@@ -281,6 +350,77 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 	r.log.Info("agent container started", slog.String("container", shortID(created.ID)), slog.String("agent_id", spec.AgentID),
 		slog.String("session_id", spec.SessionID), slog.String("image", spec.Image))
 	return inst, nil
+}
+
+// writeToken hands the lease token to the created container's standard
+// input: attached before the start, the stream holds the token, then ends,
+// and the engine closes the container's stdin (StdinOnce) once the agent
+// has read it.
+func (r *Runtime) writeToken(ctx context.Context, id, token string) error {
+	att, err := r.cli.ContainerAttach(ctx, id, client.ContainerAttachOptions{Stream: true, Stdin: true})
+	if err != nil {
+		return r.engineErr("attach to hand over the lease token", err)
+	}
+	defer att.Close()
+	if _, err := io.WriteString(att.Conn, token); err != nil {
+		return fmt.Errorf("hand over the lease token: %w", err)
+	}
+	if err := att.CloseWrite(); err != nil {
+		return fmt.Errorf("hand over the lease token: %w", err)
+	}
+	return nil
+}
+
+// handOverWorkspace makes the workspace the agent's when choird runs as
+// root and the agent does not: at the first start (the workspace's root
+// directory is not yet the agent's), everything in it is given to the
+// agent's uid:gid, so that it can work there without being root. Later
+// starts find the root directory the agent's and touch nothing.
+func (r *Runtime) handOverWorkspace(ws string) error {
+	if os.Geteuid() != 0 || r.uid == 0 {
+		return nil
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(ws, &st); err != nil {
+		return fmt.Errorf("workspace %s: %w", ws, err)
+	}
+	if int(st.Uid) == r.uid {
+		return nil
+	}
+	err := filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, r.uid, r.gid)
+	})
+	if err != nil {
+		return fmt.Errorf("give workspace %s to the agent's uid %d: %w", ws, r.uid, err)
+	}
+	r.log.Info("workspace given to the agent's unprivileged uid", slog.String("workspace", ws), slog.Int("uid", r.uid))
+	return nil
+}
+
+// GrantSocket lets the agent's uid connect to choird's control socket
+// when choird runs as root and the agent does not: the socket (mode 0600)
+// is given to the agent's uid, root keeps its access. It is bind-mounted
+// as a file, so the host directory it lives in stays closed to everyone
+// else. Start calls it; whoever listens on the socket anew (a restarted
+// choird whose agents run on) calls it too. An empty path is a no-op.
+func (r *Runtime) GrantSocket(path string) error {
+	if path == "" || os.Geteuid() != 0 || r.uid == 0 {
+		return nil
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(path, &st); err != nil {
+		return fmt.Errorf("control socket %s: %w", path, err)
+	}
+	if int(st.Uid) == r.uid {
+		return nil
+	}
+	if err := os.Lchown(path, r.uid, r.gid); err != nil {
+		return fmt.Errorf("give control socket %s to the agent's uid %d: %w", path, r.uid, err)
+	}
+	return nil
 }
 
 // ContainerName is choir-<agent>-<first 12 characters of the session id>.
@@ -311,6 +451,10 @@ func (r *Runtime) containerConfig(spec runtime.Spec) *container.Config {
 		User:       r.opts.User,
 		Hostname:   spec.AgentID,
 		StopSignal: "SIGTERM",
+		// The lease token arrives on stdin (see writeToken).
+		OpenStdin:   true,
+		StdinOnce:   true,
+		AttachStdin: true,
 	}
 	if len(spec.Args) > 0 {
 		cfg.Cmd = spec.Args

@@ -258,10 +258,14 @@ func TestUnreachableEngine(t *testing.T) {
 	if !errors.As(err, &ee) {
 		t.Fatalf("err = %v, want *EngineError", err)
 	}
-	for _, want := range []string{"cannot reach the Docker engine at unix://", "is dockerd running?", "--runtime=process", "no such file or directory"} {
+	for _, want := range []string{"cannot reach the Docker engine at unix://", "is dockerd running?", "no such file or directory"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q lacks %q", err, want)
 		}
+	}
+	// The process runtime isolates nothing: it is never the fix offered.
+	if strings.Contains(err.Error(), "process") {
+		t.Errorf("error %q suggests the process runtime", err)
 	}
 }
 

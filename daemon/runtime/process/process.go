@@ -3,7 +3,19 @@
 // a Docker engine. It honours the same contract as the docker runtime (the
 // environment of [runtime.Env], labels, stop and exit semantics) but
 // isolates nothing and enforces no resource limits: the agent runs with
-// choird's user and sees the host.
+// choird's user and sees the host, and so does every command its tools
+// run. [New] and every [Runtime.Start] log a warning saying so.
+//
+// # What a tool still cannot reach
+//
+// The lease token reaches the agent on a pipe on its standard input,
+// never in its environment. choird makes itself non-dumpable when it
+// makes this runtime (prctl PR_SET_DUMPABLE 0), as the agent does at its
+// start, so that their /proc/<pid>/environ, mem and fd entries are closed
+// to processes of the same user; the agent also drops CAP_SYS_PTRACE from
+// its bounding set, so that its tools cannot read them even as root. What
+// same-user tools can read on the host (choird's secrets.json among it)
+// stays readable: use the docker runtime for anything but development.
 //
 // # Process groups
 //
@@ -56,6 +68,11 @@ import (
 
 // Name is the runtime's name.
 const Name = "process"
+
+// IsolationWarning is logged when the runtime is made and at every agent
+// start.
+const IsolationWarning = "the process runtime isolates nothing: agents and the commands their tools run have choird's user " +
+	"and see the host, its files and choird's secrets.json; use the docker runtime for anything but development"
 
 // DefaultBaseEnv are the variables of choird's own environment passed on
 // to agents; nothing else is (choird's environment may hold credentials).
@@ -158,6 +175,12 @@ func New(opts Options) (*Runtime, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// Agents' tools run as choird's own user: keep choird's memory and
+	// environment (its secrets) out of their reach through /proc.
+	if err := runtime.SetNonDumpable(); err != nil {
+		return nil, fmt.Errorf("process runtime: make choird non-dumpable: %w", err)
+	}
+	log.Warn(IsolationWarning, slog.Int("uid", os.Getuid()))
 	return &Runtime{opts: opts, log: log, procs: map[string]*proc{}, subs: map[*subscriber]struct{}{}}, nil
 }
 
@@ -191,9 +214,17 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 	}
 	defer out.Close() // the child holds its own descriptor
 
+	token, err := tokenPipe(spec.LeaseToken)
+	if err != nil {
+		os.RemoveAll(home)
+		return runtime.Instance{}, fmt.Errorf("start agent %s: %w", spec.AgentID, err)
+	}
+	defer token.Close() // the child holds its own descriptor
+
 	cmd := exec.Command(r.opts.Binary, spec.Args...)
 	cmd.Dir = spec.Workspace
 	cmd.Env = append(r.baseEnv(), runtime.Env(Name, spec, spec.Workspace, spec.ControlSocket, home)...)
+	cmd.Stdin = token
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
@@ -227,7 +258,29 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 	go r.wait(cmd, p)
 	r.log.Info("agent process started", slog.String("instance", id), slog.String("agent_id", spec.AgentID),
 		slog.String("session_id", spec.SessionID), slog.Int("pid", pid))
+	r.log.Warn(IsolationWarning, slog.String("agent_id", spec.AgentID), slog.Int("uid", os.Getuid()))
 	return instanceOf(rec, true), nil
+}
+
+// tokenPipe returns the read end of a pipe that holds token and then ends:
+// the agent's standard input. The write end is closed before the child
+// exists, so the child never holds it and reads end of file after the
+// token; a token is far smaller than a pipe's buffer, so the write never
+// blocks.
+func tokenPipe(token string) (*os.File, error) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("lease token pipe: %w", err)
+	}
+	_, err = w.WriteString(token)
+	if cerr := w.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		r.Close()
+		return nil, fmt.Errorf("lease token pipe: %w", err)
+	}
+	return r, nil
 }
 
 func (r *Runtime) output(agentID string) (*os.File, error) {

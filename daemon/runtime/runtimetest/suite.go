@@ -148,6 +148,9 @@ func Run(t *testing.T, h *Harness) {
 		if hello.AgentID != spec.AgentID || hello.LeaseToken != spec.LeaseToken || hello.Runtime != h.Runtime.Name() {
 			t.Errorf("agent saw %+v", hello)
 		}
+		if !hello.TokenEOF {
+			t.Errorf("the agent's standard input did not end after the lease token")
+		}
 		if want := h.AgentWorkspace(spec.Workspace); hello.Workspace != want || hello.Cwd != want {
 			t.Errorf("agent workspace %q, cwd %q, want %q", hello.Workspace, hello.Cwd, want)
 		}
@@ -182,7 +185,7 @@ func Run(t *testing.T, h *Harness) {
 		t.Parallel()
 		spec := h.NewSpec(t)
 		_, conn := h.Start(t, spec)
-		allowed := append([]string{runtime.EnvAgentID, runtime.EnvSessionID, runtime.EnvLeaseToken, runtime.EnvRuntime,
+		allowed := append([]string{runtime.EnvAgentID, runtime.EnvSessionID, runtime.EnvLeaseTokenFD, runtime.EnvRuntime,
 			runtime.EnvWorkspace, runtime.EnvSocket, runtime.EnvHome, "CHOIR_CONTROL_PLANE", "HOSTNAME"}, h.BaseEnv...)
 		for _, kv := range conn.Hello.Env {
 			k, v, _ := strings.Cut(kv, "=")
@@ -192,6 +195,14 @@ func Run(t *testing.T, h *Harness) {
 			if k == "CHOIR_CONTROL_PLANE" && v != "uds" {
 				t.Errorf("spec.Env not passed: %s", kv)
 			}
+			// Whatever the agent starts inherits its environment (and can
+			// read the one it was started with in /proc): no token there.
+			if strings.Contains(v, spec.LeaseToken) {
+				t.Errorf("the lease token is in the agent's environment, in %s", k)
+			}
+		}
+		if conn.Hello.LeaseToken != spec.LeaseToken {
+			t.Errorf("the agent read lease token %q from its standard input, want %q", conn.Hello.LeaseToken, spec.LeaseToken)
 		}
 	})
 

@@ -16,6 +16,10 @@ type Hello struct {
 	Home       string   `json:"home"`
 	Cwd        string   `json:"cwd"`
 	Pid        int      `json:"pid"`
+	Uid        int      `json:"uid"`
+	Gid        int      `json:"gid"`
+	// TokenEOF says the lease token on stdin was followed by end of file.
+	TokenEOF bool `json:"token_eof"`
 	Env        []string `json:"env"`
 	Args       []string `json:"args"`
 	// Sandbox is the self-check's report, under docker only.

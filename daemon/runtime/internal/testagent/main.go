@@ -1,5 +1,6 @@
 // Command testagent stands in for choir-agent in the runtime tests. It
-// reads the runtime's environment contract, runs the sandbox self-check
+// reads the runtime's environment contract and its lease token from
+// standard input, runs the sandbox self-check
 // under docker, probes what it may write, then dials the control socket
 // and sends one JSON hello line. It then obeys line commands from the
 // socket:
@@ -18,6 +19,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -53,7 +55,8 @@ func main() {
 	h := agentproto.Hello{
 		AgentID:    os.Getenv("CHOIR_AGENT_ID"),
 		SessionID:  os.Getenv("CHOIR_SESSION_ID"),
-		LeaseToken: os.Getenv("CHOIR_LEASE_TOKEN"),
+		Uid:        os.Getuid(),
+		Gid:        os.Getgid(),
 		Runtime:    os.Getenv("CHOIR_RUNTIME"),
 		Workspace:  os.Getenv("CHOIR_WORKSPACE"),
 		Socket:     os.Getenv("CHOIR_SOCKET"),
@@ -63,6 +66,21 @@ func main() {
 		Args:       os.Args[1:],
 	}
 	h.Cwd, _ = os.Getwd()
+	if os.Getenv("CHOIR_LEASE_TOKEN_FD") == "0" {
+		// The token, then end of file: read it all, as choir-agent does.
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			b, err := io.ReadAll(io.LimitReader(os.Stdin, 4096))
+			h.LeaseToken, h.TokenEOF = string(b), err == nil
+		}()
+		select {
+		case <-done:
+		case <-time.After(20 * time.Second):
+			fmt.Fprintln(os.Stderr, "testagent: no end of file on stdin after the lease token")
+			os.Exit(2)
+		}
+	}
 	if h.Runtime == "docker" {
 		r := sandbox.Run(sandbox.DefaultProbe())
 		h.Sandbox = &r

@@ -1,17 +1,13 @@
 package agent
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
-	"strings"
-	"time"
 
 	"github.com/choirhq/choir/agent/credhelper"
 	"github.com/choirhq/choir/config"
@@ -26,6 +22,11 @@ func credSocket(home string) string { return filepath.Join(home, ".choir", "cred
 // credential.helper with the identity's allowed hosts, and a socket on
 // which the agent hands the token, from memory, to that helper. The token
 // never touches a file, the environment or .git/config.
+//
+// Any process of the agent's user can connect to the socket, commands run
+// by choir.exec included, so the agent checks each request itself: the
+// token goes only to an HTTPS request for one of the identity's hosts, and
+// every refusal is logged with what was asked.
 func setupGitCredentials(ctx context.Context, gi config.GitIdentity, secret func(string) (string, bool), logger *slog.Logger) error {
 	home, err := os.UserHomeDir()
 	if err != nil {
@@ -54,25 +55,7 @@ func setupGitCredentials(ctx context.Context, gi config.GitIdentity, secret func
 		ln.Close()
 		return err
 	}
-	go func() { <-ctx.Done(); ln.Close() }()
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				c.SetDeadline(time.Now().Add(5 * time.Second)) //nolint:errcheck
-				token, ok := secret(gi.Secret)
-				if gi.Secret == "" || !ok {
-					logger.Warn("git asked for credentials, but the git identity has no token")
-					return
-				}
-				io.WriteString(c, token+"\n") //nolint:errcheck
-			}()
-		}
-	}()
+	go serveGitCredentials(ctx, ln, gi, secret, logger)
 	// git learns of the helper only once the socket answers.
 	helper := link
 	for _, h := range gi.Hosts {
@@ -84,11 +67,38 @@ func setupGitCredentials(ctx context.Context, gi config.GitIdentity, secret func
 	return nil
 }
 
+// serveGitCredentials answers the credential helper on ln until ctx ends:
+// each connection gets the identity's token only for a request that the
+// identity's allowed hosts admit.
+func serveGitCredentials(ctx context.Context, ln net.Listener, gi config.GitIdentity, secret func(string) (string, bool), logger *slog.Logger) {
+	go func() { <-ctx.Done(); ln.Close() }()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			h := &credhelper.Helper{AllowedHosts: gi.Hosts, TokenFunc: func(context.Context, credhelper.Request) (string, error) {
+				token, ok := secret(gi.Secret)
+				if gi.Secret == "" || !ok {
+					return "", nil // Get denies: the identity has no token
+				}
+				return token, nil
+			}}
+			if req, err := credhelper.Answer(ctx, c, h); err != nil {
+				logger.Warn("git credential request refused", slog.String("protocol", req.Protocol),
+					slog.String("host", req.Host), slog.String("reason", err.Error()))
+			}
+		}()
+	}
+}
+
 // RunCredentialHelper is main for the binary invoked as git-cred-helper:
 // args are what git passed after the program name (--allow hosts, then the
 // action). The token comes from the running agent over its socket.
 func RunCredentialHelper(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	h := &credhelper.Helper{TokenFunc: func(ctx context.Context) (string, error) {
+	h := &credhelper.Helper{TokenFunc: func(ctx context.Context, req credhelper.Request) (string, error) {
 		home, err := os.UserHomeDir()
 		if err != nil {
 			return "", err
@@ -99,11 +109,7 @@ func RunCredentialHelper(ctx context.Context, args []string, stdin io.Reader, st
 			return "", fmt.Errorf("the agent is not answering for credentials: %w", err)
 		}
 		defer c.Close()
-		line, err := bufio.NewReader(c).ReadString('\n')
-		if err != nil {
-			return "", errors.New("the agent has no token for this git identity")
-		}
-		return strings.TrimSuffix(line, "\n"), nil
+		return credhelper.Ask(c, req)
 	}}
 	for len(args) >= 2 && args[0] == "--allow" {
 		h.AllowedHosts = append(h.AllowedHosts, args[1])

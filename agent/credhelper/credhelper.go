@@ -61,8 +61,9 @@ type Helper struct {
 	AllowedHosts []string
 	// Username accompanies the token; empty means [DefaultUsername].
 	Username string
-	// TokenFunc returns the identity's token from the agent's secret store.
-	TokenFunc func(ctx context.Context) (string, error)
+	// TokenFunc returns the identity's token for req, which Allowed has
+	// passed; the agent's side checks req again (see [Answer]).
+	TokenFunc func(ctx context.Context, req Request) (string, error)
 }
 
 // ErrDenied reports a request the helper refused to answer; Run answers it
@@ -109,7 +110,7 @@ func (h *Helper) Get(ctx context.Context, req Request) (Credential, error) {
 	if h.TokenFunc == nil {
 		return Credential{}, errors.New("no token source configured")
 	}
-	tok, err := h.TokenFunc(ctx)
+	tok, err := h.TokenFunc(ctx, req)
 	if err != nil {
 		return Credential{}, fmt.Errorf("read git token: %w", err)
 	}

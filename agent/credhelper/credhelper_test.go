@@ -21,7 +21,7 @@ func TestMain(m *testing.M) {
 		h := &Helper{
 			AllowedHosts: strings.Split(os.Getenv("CREDHELPER_TEST_ALLOWED"), ","),
 			Username:     os.Getenv("CREDHELPER_TEST_USER"),
-			TokenFunc: func(context.Context) (string, error) {
+			TokenFunc: func(context.Context, Request) (string, error) {
 				return os.Getenv("CREDHELPER_TEST_TOKEN"), nil
 			},
 		}
@@ -37,7 +37,7 @@ func TestMain(m *testing.M) {
 func helper(hosts ...string) *Helper {
 	return &Helper{
 		AllowedHosts: hosts,
-		TokenFunc:    func(context.Context) (string, error) { return testToken, nil },
+		TokenFunc:    func(context.Context, Request) (string, error) { return testToken, nil },
 	}
 }
 
@@ -141,7 +141,7 @@ func TestRun(t *testing.T) {
 		},
 		{
 			name: "TokenWithNewlineIsRefused",
-			h: &Helper{AllowedHosts: []string{"github.com"}, TokenFunc: func(context.Context) (string, error) {
+			h: &Helper{AllowedHosts: []string{"github.com"}, TokenFunc: func(context.Context, Request) (string, error) {
 				return "abc\nhost=evil", nil
 			}},
 			args:    []string{"get"},
@@ -150,7 +150,7 @@ func TestRun(t *testing.T) {
 		},
 		{
 			name: "TokenSourceErrorIsReported",
-			h: &Helper{AllowedHosts: []string{"github.com"}, TokenFunc: func(context.Context) (string, error) {
+			h: &Helper{AllowedHosts: []string{"github.com"}, TokenFunc: func(context.Context, Request) (string, error) {
 				return "", errors.New("secret store empty")
 			}},
 			args:    []string{"get"},
@@ -159,7 +159,7 @@ func TestRun(t *testing.T) {
 		},
 		{
 			name: "EmptyTokenGetsNothing",
-			h: &Helper{AllowedHosts: []string{"github.com"}, TokenFunc: func(context.Context) (string, error) {
+			h: &Helper{AllowedHosts: []string{"github.com"}, TokenFunc: func(context.Context, Request) (string, error) {
 				return "", nil
 			}},
 			args:   []string{"get"},

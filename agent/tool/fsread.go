@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"syscall"
 	"unicode/utf8"
 )
 
@@ -36,6 +37,25 @@ func openWorkspace(env Env) (*workspaceFS, error) {
 func (w *workspaceFS) Close() error { return w.root.Close() }
 
 func (w *workspaceFS) resolve(p string) (string, error) { return resolveIn(w.given, w.real, p) }
+
+// open opens rel for reading and describes it. O_NONBLOCK makes the open of
+// a FIFO return at once instead of waiting for a writer, which would hang
+// the call, and the arbiter's lock on the path, for good; it changes
+// nothing for a regular file. Callers read only regular files: a FIFO,
+// device or socket is refused (or skipped) from the FileInfo before any
+// read.
+func (w *workspaceFS) open(rel string) (*os.File, fs.FileInfo, error) {
+	f, err := w.root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
+	if err != nil {
+		return nil, nil, err
+	}
+	fi, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, nil, err
+	}
+	return f, fi, nil
+}
 
 // fsRead is choir.fs.read: a chunk of a text file, with its line count.
 type fsRead struct{}
@@ -122,15 +142,11 @@ func (fsRead) Execute(ctx context.Context, env Env, input json.RawMessage) (Resu
 	if err != nil {
 		return Result{}, err
 	}
-	f, err := w.root.Open(rel)
+	f, fi, err := w.open(rel)
 	if err != nil {
 		return fileError(in.Path, err), nil
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return fileError(in.Path, err), nil
-	}
 	if fi.IsDir() {
 		return errorResult("%s is a directory: list it with choir.exec (ls) or search it with choir.fs.search", in.Path), nil
 	}

@@ -244,11 +244,14 @@ func searchResult(env Env, matches []searchMatch, partial bool, maxResults int) 
 
 // isBinary reports whether a file has a NUL byte in its first 64 KiB.
 func isBinary(w *workspaceFS, rel string) (bool, error) {
-	f, err := w.root.Open(rel)
+	f, fi, err := w.open(rel)
 	if err != nil {
 		return false, err
 	}
 	defer f.Close()
+	if !fi.Mode().IsRegular() {
+		return false, errors.New("no longer a regular file") // swapped for a FIFO, say: never read
+	}
 	buf := make([]byte, searchBinarySniff)
 	n, err := io.ReadFull(f, buf)
 	if err != nil && !errors.Is(err, io.EOF) && !errors.Is(err, io.ErrUnexpectedEOF) {
@@ -283,9 +286,12 @@ func searchGo(ctx context.Context, w *workspaceFS, q searchQuery) ([]searchMatch
 	var matches []searchMatch
 	partial := false
 	searchFile := func(rel string) error {
-		f, err := w.root.Open(rel)
-		if err != nil {
-			return nil // vanished or unreadable: skipped, as ripgrep does
+		f, fi, err := w.open(rel)
+		if err != nil || !fi.Mode().IsRegular() {
+			if f != nil {
+				f.Close()
+			}
+			return nil // vanished, unreadable or no longer a regular file: skipped, as ripgrep does
 		}
 		defer f.Close()
 		br := bufio.NewReaderSize(f, searchBinarySniff)

@@ -12,9 +12,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -63,6 +65,10 @@ type dynamic struct {
 	// <name>, /voice <name>); empty means the session's bindings decide.
 	LLM          string `json:"llm,omitempty"`
 	VoiceProfile string `json:"voice_profile,omitempty"`
+	// Secrets names the secrets the session may fetch now, sorted: those
+	// bound at its start and those of its current model and voice
+	// profile. Nil (an older choird) leaves the start-time list.
+	Secrets []string `json:"secrets"`
 }
 
 // defaultSummaryTimeout bounds the session summary when the configuration
@@ -117,6 +123,15 @@ func (s *secretStore) get(name string) (string, bool) {
 
 func (s *secretStore) swap(m map[string]string) { s.m.Store(&m) }
 
+// names lists the secrets held, sorted.
+func (s *secretStore) names() []string {
+	m := s.m.Load()
+	if m == nil {
+		return nil
+	}
+	return slices.Sorted(maps.Keys(*m))
+}
+
 // Run is the agent's whole life: it returns when ctx ends or choird shuts it
 // down, after a final heartbeat and TERMINATE_SELF.
 func Run(ctx context.Context, opts Options) error {
@@ -160,12 +175,22 @@ func Run(ctx context.Context, opts Options) error {
 
 	secrets := &secretStore{}
 	secrets.swap(map[string]string{})
-	if len(hello.ResourceBindings.Secrets) > 0 {
-		got, err := client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: hello.ResourceBindings.Secrets})
+	// fetchSecrets fetches the whole set of names and swaps it in at once,
+	// never patched.
+	fetchSecrets := func(ctx context.Context, names []string) error {
+		if len(names) == 0 {
+			secrets.swap(map[string]string{})
+			return nil
+		}
+		got, err := client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: names})
 		if err != nil {
-			return fmt.Errorf("fetch secrets: %w", err)
+			return err
 		}
 		secrets.swap(got.Secrets)
+		return nil
+	}
+	if err := fetchSecrets(ctx, hello.ResourceBindings.Secrets); err != nil {
+		return fmt.Errorf("fetch secrets: %w", err)
 	}
 	var dyn atomic.Pointer[dynamic]
 	var configVersion atomic.Int64
@@ -183,10 +208,27 @@ func Run(ctx context.Context, opts Options) error {
 				logger.Warn("the session's chosen model is not configured; keeping the bound one",
 					slog.String("llm", d.LLM))
 			}
+			// A switch to another provider's model (/model, /voice) brings
+			// that provider's secret: fetched before the new configuration
+			// is swapped in, so that no call goes out with the new model
+			// and without its key.
+			if d.Secrets != nil && !slices.Equal(d.Secrets, secrets.names()) {
+				if err := fetchSecrets(ctx, d.Secrets); err != nil {
+					return fmt.Errorf("fetch the secrets of the session's resources: %w", err)
+				}
+				logger.Info("secrets fetched for the session's resources", slog.Any("names", d.Secrets))
+			}
 			dyn.Store(&d) // swapped whole: an in-flight call keeps its snapshot
 		}
 		configVersion.Store(resp.ConfigVersion)
 		return nil
+	}
+	// secretNames are the secrets the session may hold now.
+	secretNames := func() []string {
+		if d := dyn.Load(); d != nil && d.Secrets != nil {
+			return d.Secrets
+		}
+		return hello.ResourceBindings.Secrets
 	}
 	if err := fetchConfig(ctx); err != nil {
 		return fmt.Errorf("fetch configuration: %w", err)
@@ -328,13 +370,11 @@ func Run(ctx context.Context, opts Options) error {
 				}
 				// Secrets refresh the same way (choirctl secret apply): the
 				// whole set is fetched and swapped in at once, never patched.
-				if names := hello.ResourceBindings.Secrets; len(names) > 0 {
-					got, err := client.GetSecrets(runCtx, rpc.GetSecretsRequest{Resources: names})
-					if err != nil {
+				if names := secretNames(); len(names) > 0 {
+					if err := fetchSecrets(runCtx, names); err != nil {
 						logger.Warn("secret refresh failed; keeping the current ones", slog.String("error", err.Error()))
 					} else {
-						secrets.swap(got.Secrets)
-						logger.Info("secrets refreshed", slog.Int("secrets", len(got.Secrets)))
+						logger.Info("secrets refreshed", slog.Int("secrets", len(names)))
 					}
 				}
 			case rpc.PushShutdown:

@@ -96,27 +96,33 @@ func (a *agentAPI) HandleInitHello(ctx context.Context, call rpc.Call, req rpc.I
 }
 
 // HandleGetSecrets returns exactly the requested secrets, each of which must
-// belong to one of the session's bound resources.
+// belong to one of the session's resources: those bound at its start, and
+// its current model and voice profile overrides (see sessionSecrets).
 func (a *agentAPI) HandleGetSecrets(ctx context.Context, call rpc.Call, req rpc.GetSecretsRequest) (rpc.GetSecretsResponse, error) {
 	id, err := sessionUUID(call)
 	if err != nil {
 		return rpc.GetSecretsResponse{}, err
 	}
-	b, err := a.bindings(ctx, id)
+	st, err := db.New(a.pool).SessionDynamicState(ctx, id)
 	if err != nil {
-		return rpc.GetSecretsResponse{}, err
+		return rpc.GetSecretsResponse{}, fmt.Errorf("load session %s: %w", id, err)
 	}
+	var b rpc.ResourceBindings
+	if err := json.Unmarshal(st.ResourceBindings, &b); err != nil {
+		return rpc.GetSecretsResponse{}, fmt.Errorf("session %s bindings: %w", id, err)
+	}
+	cfg, secrets := a.config()
+	allowed := sessionSecrets(cfg, b, st.LlmOverride, st.VoiceProfileOverride)
 	var denied []string
 	for _, name := range req.Resources {
-		if !slices.Contains(b.Secrets, name) {
+		if !slices.Contains(allowed, name) {
 			denied = append(denied, name)
 		}
 	}
 	if len(denied) > 0 {
 		return rpc.GetSecretsResponse{}, fmt.Errorf("secrets %s are not bound to this session (bound: %s): %w",
-			strings.Join(denied, ", "), strings.Join(b.Secrets, ", "), rpc.ErrPermissionDenied)
+			strings.Join(denied, ", "), strings.Join(allowed, ", "), rpc.ErrPermissionDenied)
 	}
-	_, secrets := a.config()
 	out := make(rpc.Secrets, len(req.Resources))
 	for _, name := range req.Resources {
 		v, ok := secrets[name]
@@ -251,6 +257,29 @@ type DynamicConfig struct {
 	// 17.1) when one is set, else what the session was started with.
 	LLM          string `json:"llm,omitempty"`
 	VoiceProfile string `json:"voice_profile,omitempty"`
+	// Secrets names the secrets the session may fetch now (GET_SECRETS):
+	// those bound at its start and those of its current model and voice
+	// profile. The agent fetches them again when the list changes, so a
+	// switch to another provider's model carries that provider's key.
+	Secrets []string `json:"secrets"`
+}
+
+// sessionSecrets lists, sorted, the secrets a session may fetch: those
+// bound at its start (b.Secrets), the key of its model override's provider
+// and that of its voice override's TTS provider. An override names a
+// resource of the running configuration, so its secret is looked up there.
+func sessionSecrets(cfg *config.Config, b rpc.ResourceBindings, llm, voice string) []string {
+	out := append([]string{}, b.Secrets...)
+	if m, ok := cfg.Models[llm]; ok && m.Secret != "" {
+		out = append(out, m.Secret)
+	}
+	if vp, ok := cfg.VoiceProfiles[voice]; ok {
+		if t := cfg.TTS[vp.TTS]; t.Secret != "" {
+			out = append(out, t.Secret)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
 }
 
 func dynamicConfig(cfg *config.Config) DynamicConfig {
@@ -295,6 +324,7 @@ func (a *agentAPI) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, 
 	if st.VoiceProfileOverride != "" {
 		dc.VoiceProfile = st.VoiceProfileOverride
 	}
+	dc.Secrets = sessionSecrets(cfg, b, st.LlmOverride, st.VoiceProfileOverride)
 	out, err := json.Marshal(dc)
 	if err != nil {
 		return rpc.FetchDynamicConfigResponse{}, err

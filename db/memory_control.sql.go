@@ -138,16 +138,18 @@ SELECT current_setting('search_path')::text AS previous_search_path,
        set_config('enable_seqscan', 'off', true)::text AS enable_seqscan,
        set_config('plan_cache_mode', 'force_custom_plan', true)::text AS plan_cache_mode,
        set_config('jit', 'off', true)::text AS jit,
-       numnode(websearch_to_tsquery('english', $5::text))::int AS query_nodes,
-       tsvector_to_array(to_tsvector('english', $5::text))::text[] AS lexemes
+       set_config('statement_timeout', ($5::int)::text, true)::text AS statement_timeout,
+       numnode(websearch_to_tsquery('english', $6::text))::int AS query_nodes,
+       tsvector_to_array(to_tsvector('english', $6::text))::text[] AS lexemes
 `
 
 type MemorySearchScopeParams struct {
-	SearchPath string `json:"search_path"`
-	Role       string `json:"role"`
-	EfSearch   int32  `json:"ef_search"`
-	TextSample int32  `json:"text_sample"`
-	QueryText  string `json:"query_text"`
+	SearchPath         string `json:"search_path"`
+	Role               string `json:"role"`
+	EfSearch           int32  `json:"ef_search"`
+	TextSample         int32  `json:"text_sample"`
+	StatementTimeoutMs int32  `json:"statement_timeout_ms"`
+	QueryText          string `json:"query_text"`
 }
 
 type MemorySearchScopeRow struct {
@@ -160,6 +162,7 @@ type MemorySearchScopeRow struct {
 	EnableSeqscan       string   `json:"enable_seqscan"`
 	PlanCacheMode       string   `json:"plan_cache_mode"`
 	Jit                 string   `json:"jit"`
+	StatementTimeout    string   `json:"statement_timeout"`
 	QueryNodes          int32    `json:"query_nodes"`
 	Lexemes             []string `json:"lexemes"`
 }
@@ -173,15 +176,17 @@ type MemorySearchScopeRow struct {
 // scans, so that common words are never checked against every row; a
 // custom plan for every execution (a generic plan would not see that the
 // vector side has no filter worth an exact scan); no JIT, whose compile
-// time exceeds the whole query's budget. query_nodes is 0 when the text
-// has no searchable words; lexemes are its words as full-text search
-// stores them.
+// time exceeds the whole query's budget; and a statement_timeout, so that
+// one agent's searches cannot hold choird's connections. query_nodes is 0
+// when the text has no searchable words; lexemes are its words as
+// full-text search stores them.
 func (q *Queries) MemorySearchScope(ctx context.Context, arg MemorySearchScopeParams) (MemorySearchScopeRow, error) {
 	row := q.db.QueryRow(ctx, memorySearchScope,
 		arg.SearchPath,
 		arg.Role,
 		arg.EfSearch,
 		arg.TextSample,
+		arg.StatementTimeoutMs,
 		arg.QueryText,
 	)
 	var i MemorySearchScopeRow
@@ -195,6 +200,7 @@ func (q *Queries) MemorySearchScope(ctx context.Context, arg MemorySearchScopePa
 		&i.EnableSeqscan,
 		&i.PlanCacheMode,
 		&i.Jit,
+		&i.StatementTimeout,
 		&i.QueryNodes,
 		&i.Lexemes,
 	)

@@ -40,6 +40,13 @@ func (s *syncBuffer) String() string {
 // choird starts choird on a fresh database, its model pointing at srv.
 func choird(t *testing.T, srv *llmtest.Server) (*daemon.Daemon, string) {
 	t.Helper()
+	return choirdWith(t, srv, nil)
+}
+
+// choirdWith is choird with edit applied to the configuration and the
+// secrets before they are written.
+func choirdWith(t *testing.T, srv *llmtest.Server, edit func(*config.Config, config.Secrets)) (*daemon.Daemon, string) {
+	t.Helper()
 	pc, err := pgx.ParseConfig(dbtest.NewDatabase(t))
 	if err != nil {
 		t.Fatal(err)
@@ -51,6 +58,9 @@ func choird(t *testing.T, srv *llmtest.Server) (*daemon.Daemon, string) {
 	cfg.Models["local"] = m
 	cfg.HeartbeatIntervalMS = 100
 	cfg.CrashDetectionThresholdMS = 5000
+	if edit != nil {
+		edit(cfg, secrets)
+	}
 	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
 		t.Fatal(err)
 	}

@@ -27,9 +27,10 @@ SELECT set_config('role', 'none', true), set_config('search_path', @search_path:
 -- scans, so that common words are never checked against every row; a
 -- custom plan for every execution (a generic plan would not see that the
 -- vector side has no filter worth an exact scan); no JIT, whose compile
--- time exceeds the whole query's budget. query_nodes is 0 when the text
--- has no searchable words; lexemes are its words as full-text search
--- stores them.
+-- time exceeds the whole query's budget; and a statement_timeout, so that
+-- one agent's searches cannot hold choird's connections. query_nodes is 0
+-- when the text has no searchable words; lexemes are its words as
+-- full-text search stores them.
 SELECT current_setting('search_path')::text AS previous_search_path,
        set_config('search_path', @search_path::text, true)::text AS search_path,
        set_config('role', @role::text, true)::text AS role,
@@ -39,6 +40,7 @@ SELECT current_setting('search_path')::text AS previous_search_path,
        set_config('enable_seqscan', 'off', true)::text AS enable_seqscan,
        set_config('plan_cache_mode', 'force_custom_plan', true)::text AS plan_cache_mode,
        set_config('jit', 'off', true)::text AS jit,
+       set_config('statement_timeout', (@statement_timeout_ms::int)::text, true)::text AS statement_timeout,
        numnode(websearch_to_tsquery('english', @query_text::text))::int AS query_nodes,
        tsvector_to_array(to_tsvector('english', @query_text::text))::text[] AS lexemes;
 

@@ -24,6 +24,7 @@
 package memory
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -65,6 +66,9 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrConflict reports a restore whose key another document has taken.
 	ErrConflict = errors.New("conflict")
+	// ErrBusy reports a query that ran past Options.StatementTimeout, or
+	// waited too long for one of Options.MaxConcurrentQueries.
+	ErrBusy = errors.New("memory busy")
 )
 
 // InputError is a tool input that cannot be run, with the field at fault.
@@ -100,7 +104,22 @@ type Options struct {
 	QueryEmbedCooldown time.Duration
 	// Search tunes hybrid search; zero fields take DefaultSearchTuning's.
 	Search SearchTuning
+	// StatementTimeout bounds each statement of a query (default
+	// DefaultStatementTimeout), so that a pathological search cannot hold a
+	// connection of choird's pool.
+	StatementTimeout time.Duration
+	// MaxConcurrentQueries bounds the queries running at once, all agents
+	// together, so that one agent's burst of searches cannot take every
+	// connection of the pool that River and the other agents share
+	// (default half the pool, at least 1). A query waits its turn at most
+	// StatementTimeout.
+	MaxConcurrentQueries int
 }
+
+// DefaultStatementTimeout is a query statement's default bound: a hybrid
+// search takes 1-70 ms here (ENVIRONMENT.md), so 5 s is only ever hit by
+// something wrong.
+const DefaultStatementTimeout = 5 * time.Second
 
 // SearchTuning sizes hybrid search (see queries/agent/memory.sql).
 type SearchTuning struct {
@@ -130,7 +149,10 @@ type Store struct {
 
 	queryEmbedTimeout  time.Duration
 	queryEmbedCooldown time.Duration
-	now                func() time.Time
+	statementTimeout   time.Duration
+	// querySlots holds a token per query running (MaxConcurrentQueries).
+	querySlots chan struct{}
+	now        func() time.Time
 
 	mu           sync.Mutex
 	dims         map[string]int
@@ -181,8 +203,40 @@ func New(opts Options) *Store {
 	if s.queryEmbedCooldown <= 0 {
 		s.queryEmbedCooldown = 30 * time.Second
 	}
+	s.statementTimeout = cmp.Or(opts.StatementTimeout, DefaultStatementTimeout)
+	slots := opts.MaxConcurrentQueries
+	if slots <= 0 {
+		slots = 1
+		if opts.Pool != nil {
+			slots = max(1, int(opts.Pool.Config().MaxConns)/2)
+		}
+	}
+	s.querySlots = make(chan struct{}, slots)
 	return s
 }
+
+// acquireQuery waits for a query slot, at most StatementTimeout; release
+// returns it.
+func (s *Store) acquireQuery(ctx context.Context) (release func(), err error) {
+	select {
+	case s.querySlots <- struct{}{}:
+		return func() { <-s.querySlots }, nil
+	default:
+	}
+	t := time.NewTimer(s.statementTimeout)
+	defer t.Stop()
+	select {
+	case s.querySlots <- struct{}{}:
+		return func() { <-s.querySlots }, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case <-t.C:
+		return nil, fmt.Errorf("%w: %d memory queries already running for %s; retry shortly", ErrBusy, cap(s.querySlots), s.statementTimeout)
+	}
+}
+
+// statementTimeoutMS is StatementTimeout in Postgres' unit.
+func (s *Store) statementTimeoutMS() int32 { return int32(s.statementTimeout.Milliseconds()) }
 
 // dimensions returns the vector size of an agent's schema, which also
 // proves the agent has one.
@@ -237,6 +291,11 @@ func (s *Store) inScope(ctx context.Context, sc scope, readOnly bool, fn func(tx
 		if err != nil {
 			return err
 		}
+		if readOnly {
+			if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1::int::text, true)", s.statementTimeoutMS()); err != nil {
+				return fmt.Errorf("set statement_timeout: %w", err)
+			}
+		}
 		if err := fn(tx, agentdb.New(tx)); err != nil {
 			return err
 		}
@@ -265,6 +324,9 @@ func (s *Store) translate(err error, sc scope) error {
 			who = "agent " + sc.role
 		}
 		return fmt.Errorf("%w: %s has no access to the memory of agent %s: %w", ErrPermission, who, sc.schema, err)
+	case "57014": // query_canceled: statement_timeout
+		return fmt.Errorf("%w: a statement of a memory query ran over %s and was canceled; narrow the query: %w",
+			ErrBusy, s.statementTimeout, err)
 	case "22023", "42704": // invalid_parameter_value (no such role), undefined_object
 		if sc.role != "" {
 			return fmt.Errorf("%w %s: %s", ErrUnknownAgent, sc.role, pe.Message)

@@ -447,6 +447,12 @@ func (s *Store) run(ctx context.Context, q *query, sc scope) (*QueryResult, erro
 	if q.mode == ModeText {
 		res.Search = "text"
 	}
+	// The slot covers the database work only, not the query's embedding.
+	release, err := s.acquireQuery(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	if q.mode == ModeSemantic || q.mode == ModeText {
 		err = s.search(ctx, sc, q, vec, res)
 	} else {
@@ -485,7 +491,7 @@ func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Ve
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		st, err := db.New(tx).MemorySearchScope(ctx, db.MemorySearchScopeParams{
 			SearchPath: config.SchemaName(sc.schema) + ", public", Role: role, EfSearch: int32(s.tuning.EFSearch),
-			TextSample: int32(s.tuning.TextSample), QueryText: q.text})
+			TextSample: int32(s.tuning.TextSample), StatementTimeoutMs: s.statementTimeoutMS(), QueryText: q.text})
 		if err != nil {
 			return fmt.Errorf("enter memory schema of agent %s: %w", sc.schema, err)
 		}

@@ -84,10 +84,40 @@ func (d *Daemon) ApprovalList(ctx context.Context, sc Scope, agentID string) ([]
 		return nil, fmt.Errorf("list approvals: %w", err)
 	}
 	out := make([]Approval, 0, len(rows))
+	onDM := map[uuid.UUID]error{}
 	for _, r := range rows {
+		err, seen := onDM[r.SessionID]
+		if !seen {
+			err = d.approvalOnDM(ctx, sc, r)
+			onDM[r.SessionID] = err
+		}
+		if errors.Is(err, ErrForbidden) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
 		out = append(out, approvalOf(r))
 	}
 	return out, nil
+}
+
+// approvalOnDM checks that a regular DM sees or decides only approvals
+// requested by a session bound to it: another DM's approvals are part of
+// that DM's conversation, even once the agent is back on this DM.
+func (d *Daemon) approvalOnDM(ctx context.Context, sc Scope, r db.ChoirControlPendingApproval) error {
+	if sc.Admin || sc.DM == "" {
+		return nil
+	}
+	s, err := db.New(d.pool).SessionGetByID(ctx, r.SessionID)
+	if err != nil {
+		return fmt.Errorf("load the session of approval %s: %w", r.ApprovalID, err)
+	}
+	if sessionDM(s) != sc.DM {
+		return fmt.Errorf("%w: approval %s of %s was requested on another DM, so only that DM or an admin decides it",
+			ErrForbidden, r.ApprovalID, r.AgentID)
+	}
+	return nil
 }
 
 // ApprovalShow returns one approval, pending or not.
@@ -115,6 +145,9 @@ func (d *Daemon) approvalInScope(ctx context.Context, sc Scope, id string) (db.C
 	if err := sc.allow(r.AgentID); err != nil {
 		return r, fmt.Errorf("approval %s belongs to agent %s: %w", id, r.AgentID, err)
 	}
+	if err := d.approvalOnDM(ctx, sc, r); err != nil {
+		return r, err
+	}
 	return r, nil
 }
 
@@ -130,6 +163,9 @@ func (d *Daemon) ApprovalForMessage(ctx context.Context, sc Scope, gateway, chat
 	}
 	if err := sc.allow(r.AgentID); err != nil {
 		return Approval{}, fmt.Errorf("approval %s belongs to agent %s: %w", r.ApprovalID, r.AgentID, err)
+	}
+	if err := d.approvalOnDM(ctx, sc, r); err != nil {
+		return Approval{}, err
 	}
 	return approvalOf(r), nil
 }

@@ -201,6 +201,8 @@ func (c *dmCommands) help(sc Scope) string {
 		b.WriteString("Admin commands (an agent id picks the agent; without one, the agent bound to this DM):\n")
 	} else if sc.Agent != "" {
 		fmt.Fprintf(&b, "Commands (this DM controls %s):\n", sc.Agent)
+	} else if sc.Unbound != nil {
+		fmt.Fprintf(&b, "Commands (this DM controls no agent now: %v):\n", sc.Unbound)
 	} else {
 		b.WriteString("Commands (no agent is bound to this DM yet; an admin can bind one with /start <agent-id>):\n")
 	}
@@ -234,11 +236,13 @@ func (c *dmCommands) Command(ctx context.Context, cmd gateway.Command) (string, 
 		return c.help(sc), nil
 	}
 	if def.adminOnly && !sc.Admin {
+		c.d.logger.InfoContext(ctx, "dm command refused", slog.String("dm", cmd.DM.Name), slog.String("command", cmd.Name),
+			slog.String("reason", "needs an admin dm"))
 		return fmt.Sprintf("Refused: /%s needs an admin DM (this DM can use: %s).", def.name, c.names(sc)), nil
 	}
 	act, err := def.parse(c, ctx, sc, cmd)
 	if err != nil {
-		return answerErr(err), nil
+		return c.answerErr(ctx, cmd, err), nil
 	}
 	if act.changes {
 		first, err := c.claim(ctx, cmd)
@@ -257,7 +261,7 @@ func (c *dmCommands) Command(ctx context.Context, cmd gateway.Command) (string, 
 		c.bg.Go(func() {
 			out, err := c.runRecovered(ctx, cmd, act.run)
 			if err != nil {
-				out = answerErr(err)
+				out = c.answerErr(ctx, cmd, err)
 			}
 			c.notify(ctx, cmd, out)
 		})
@@ -265,9 +269,18 @@ func (c *dmCommands) Command(ctx context.Context, cmd gateway.Command) (string, 
 	}
 	out, err := act.run(ctx)
 	if err != nil {
-		return answerErr(err), nil
+		return c.answerErr(ctx, cmd, err), nil
 	}
 	return out, nil
+}
+
+// answerErr words a command's error for the chat, and logs a refusal.
+func (c *dmCommands) answerErr(ctx context.Context, cmd gateway.Command, err error) string {
+	if errors.Is(err, ErrForbidden) {
+		c.d.logger.InfoContext(ctx, "dm command refused", slog.String("dm", cmd.DM.Name), slog.String("command", cmd.Name),
+			slog.String("reason", err.Error()))
+	}
+	return answerErr(err)
 }
 
 // runRecovered runs the rest of a long command, in the background. A panic
@@ -331,6 +344,15 @@ func answerErr(err error) string {
 // errUnbound answers a regular DM that no agent is bound to.
 var errUnbound = usageError{"No agent is bound to this DM, so there is nothing to control. An admin can bind one with /start <agent-id>."}
 
+// unbound answers a command from a regular DM that controls no agent:
+// none is configured for it, or its agent runs bound to another DM.
+func unbound(sc Scope, cmd gateway.Command) error {
+	if sc.Unbound != nil {
+		return fmt.Errorf("%w: /%s: %w", ErrForbidden, cmd.Name, sc.Unbound)
+	}
+	return errUnbound
+}
+
 // target resolves the agent a command acts on. explicit is the agent-id
 // argument, if the command was given one. A regular DM always acts on its
 // bound agent and takes no agent id; an admin DM acts on the agent it
@@ -339,7 +361,7 @@ func (c *dmCommands) target(ctx context.Context, sc Scope, cmd gateway.Command, 
 	if !sc.Admin {
 		switch {
 		case sc.Agent == "":
-			return "", errUnbound
+			return "", unbound(sc, cmd)
 		case explicit == "":
 			return sc.Agent, nil
 		case explicit == sc.Agent:
@@ -737,7 +759,7 @@ func (c *dmCommands) approvals(ctx context.Context, sc Scope, cmd gateway.Comman
 		return action{}, usagef("%s", c.usage(sc, "approvals"))
 	}
 	if !sc.Admin && sc.Agent == "" {
-		return action{}, errUnbound
+		return action{}, unbound(sc, cmd)
 	}
 	return cmdRead(func(ctx context.Context) (string, error) {
 		pending, err := c.d.ApprovalList(ctx, sc, filter)
@@ -780,7 +802,7 @@ func (c *dmCommands) decide(sc Scope, cmd gateway.Command, approve bool) (action
 		verb = "reject"
 	}
 	if !sc.Admin && sc.Agent == "" {
-		return action{}, errUnbound
+		return action{}, unbound(sc, cmd)
 	}
 	var arg string
 	switch len(cmd.Args) {

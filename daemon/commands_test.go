@@ -108,10 +108,17 @@ type fakeAgent struct {
 
 func (b *cmdBundle) startAgent(t *testing.T, agentID string) *fakeAgent {
 	t.Helper()
+	return b.startAgentWith(t, agentID, StartOverrides{})
+}
+
+// startAgentWith starts a fake agent with overrides, as choirctl agent
+// start or an admin's /start would.
+func (b *cmdBundle) startAgentWith(t *testing.T, agentID string, o StartOverrides) *fakeAgent {
+	t.Helper()
 	ctx := context.Background()
 	d := b.r.d
 	cfg, _ := d.config()
-	s, err := startSession(ctx, d.pool, cfg, agentID, StartOverrides{}, d.configVersion, "process")
+	s, err := startSession(ctx, d.pool, cfg, agentID, o, d.configVersion, "process")
 	if err != nil {
 		t.Fatal(err)
 	}

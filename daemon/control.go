@@ -23,14 +23,21 @@ import (
 
 // Scope is who issues a control command (spec 17.1, 19.3): an admin, who
 // may act on any agent, or a regular DM, which may act only on its bound
-// agent. Both front-ends (the admin socket and the gateway) call the same
-// commands with their scope.
+// agent (DMBindingOf decides which). Both front-ends (the admin socket and
+// the gateway) call the same commands with their scope.
 type Scope struct {
 	Admin bool
 	// Agent is the agent a regular DM is bound to.
 	Agent string
+	// DM is the DM a scope from the gateway comes from. A regular scope
+	// with a DM acts only on sessions bound to that DM (allowSession).
+	DM string
 	// Actor names the issuer for logs and audit, e.g. "choirctl:uid=0".
 	Actor string
+	// Unbound says why a regular DM is bound to no agent, when there is
+	// more to say than that none is configured for it (its agent runs
+	// bound to another DM).
+	Unbound error
 }
 
 // ErrForbidden reports a command outside the issuer's scope.
@@ -40,10 +47,36 @@ func (s Scope) allow(agentID string) error {
 	if s.Admin || (s.Agent != "" && s.Agent == agentID) {
 		return nil
 	}
+	if s.Agent == "" && s.Unbound != nil {
+		return fmt.Errorf("%w: %w", ErrForbidden, s.Unbound)
+	}
 	if s.Agent == "" {
 		return fmt.Errorf("%w: this command needs an admin DM or choirctl", ErrForbidden)
 	}
 	return fmt.Errorf("%w: this DM controls only agent %s, not %s", ErrForbidden, s.Agent, agentID)
+}
+
+// allowSession checks a command on one of an agent's sessions: a regular
+// DM acts only on a session bound to it. For a live session this is the
+// session holding the DM's lease (the scope may have been made before
+// an admin started the agent on another DM); for the latest session of an
+// agent that is not running, it keeps another DM's conversation (events,
+// lanes, approvals) out of this DM's sight.
+func (s Scope) allowSession(sess db.ChoirControlSession) error {
+	if err := s.allow(sess.AgentID); err != nil {
+		return err
+	}
+	if s.Admin || s.DM == "" {
+		return nil
+	}
+	if dm := sessionDM(sess); dm != s.DM {
+		if sess.Status == "active" || sess.Status == "stopping" {
+			return fmt.Errorf("%w: %s is running on another DM; this DM controls it again once it stops, or is started here",
+				ErrForbidden, sess.AgentID)
+		}
+		return fmt.Errorf("%w: the last session of %s was on another DM, so this DM does not see it", ErrForbidden, sess.AgentID)
+	}
+	return nil
 }
 
 func (s Scope) adminOnly(what string) error {
@@ -164,6 +197,9 @@ func (d *Daemon) AgentStop(ctx context.Context, sc Scope, agentID string) (admin
 		return admin.AgentStatus{}, fmt.Errorf("agent %s is not running", agentID)
 	}
 	if err != nil {
+		return admin.AgentStatus{}, err
+	}
+	if err := sc.allowSession(s); err != nil {
 		return admin.AgentStatus{}, err
 	}
 	if err := q.SessionMarkStopping(ctx, s.SessionID); err != nil {

@@ -50,12 +50,18 @@ type DMBinding struct {
 // Live reports whether the agent is running with the DM bound.
 func (b DMBinding) Live() bool { return b.SessionID != uuid.Nil }
 
-// DMBindingOf returns the agent a DM is bound to: the live session holding
-// the DM's lease, or else the one agent whose defaults name the DM (spec
-// 19.4: the binding a start without overrides makes). ErrNotBound wraps
-// the error when there is neither, or when several agents default to it.
+// DMBindingOf is the one place that decides which agent a DM controls
+// (DESIGN.md: a DM is bound to an agent only through a live lease). It is
+// the live session holding the DM's lease; else the one agent whose
+// defaults name the DM (spec 19.4: the binding a start without overrides
+// makes), but only while that agent has no live session: an agent running
+// bound to another DM belongs to that DM until it stops. ErrNotBound wraps
+// the error when there is no such agent, or when several agents default to
+// the DM; a *BoundElsewhereError (which wraps ErrNotBound too) says that
+// the DM's default agent runs bound to another DM.
 func (d *Daemon) DMBindingOf(ctx context.Context, dm string) (DMBinding, error) {
-	h, err := db.New(d.pool).DMHolder(ctx, dm)
+	q := db.New(d.pool)
+	h, err := q.DMHolder(ctx, dm)
 	if err == nil {
 		return DMBinding{AgentID: h.AgentID, SessionID: h.SessionID}, nil
 	}
@@ -63,31 +69,90 @@ func (d *Daemon) DMBindingOf(ctx context.Context, dm string) (DMBinding, error) 
 		return DMBinding{}, fmt.Errorf("look up the agent bound to dm %s: %w", dm, err)
 	}
 	cfg, _ := d.config()
-	var ids []string
+	var free []string
+	busy := &BoundElsewhereError{DM: dm}
 	for _, id := range sortedKeys(cfg.Agents) {
-		if cfg.Agents[id].Defaults.DM == dm {
-			ids = append(ids, id)
+		if cfg.Agents[id].Defaults.DM != dm {
+			continue
 		}
+		s, err := q.SessionGetLiveByAgent(ctx, id)
+		if errNoRows(err) {
+			free = append(free, id)
+			continue
+		}
+		if err != nil {
+			return DMBinding{}, fmt.Errorf("look up the session of %s, which defaults to dm %s: %w", id, dm, err)
+		}
+		if other := sessionDM(s); other != dm {
+			busy.AgentIDs, busy.OtherDMs = append(busy.AgentIDs, id), append(busy.OtherDMs, other)
+			continue
+		}
+		// Its session took the DM's lease after DMHolder looked.
+		return DMBinding{AgentID: id, SessionID: s.SessionID}, nil
 	}
-	switch len(ids) {
-	case 1:
-		return DMBinding{AgentID: ids[0]}, nil
-	case 0:
-		return DMBinding{}, fmt.Errorf("dm %s: %w; an admin can bind one with /start <agent-id>", dm, gateway.ErrNotBound)
-	default:
+	switch {
+	case len(free) == 1:
+		return DMBinding{AgentID: free[0]}, nil
+	case len(free) > 1:
 		return DMBinding{}, fmt.Errorf("dm %s: %w: agents %s all default to it and none is running; start one with /start <agent-id>",
-			dm, gateway.ErrNotBound, strings.Join(ids, ", "))
+			dm, gateway.ErrNotBound, strings.Join(free, ", "))
+	case len(busy.AgentIDs) > 0:
+		return DMBinding{}, busy
 	}
+	return DMBinding{}, fmt.Errorf("dm %s: %w; an admin can bind one with /start <agent-id>", dm, gateway.ErrNotBound)
+}
+
+// BoundElsewhereError reports a DM whose default agents all run bound to
+// other DMs: the DM controls, sees and reaches none of them until they
+// stop, or are started bound to it. Its text is for the DM's user and does
+// not name the other DMs; OtherDMs are for choird's log.
+type BoundElsewhereError struct {
+	DM       string
+	AgentIDs []string
+	OtherDMs []string
+}
+
+func (e *BoundElsewhereError) Error() string {
+	if len(e.AgentIDs) == 1 {
+		return fmt.Sprintf("%s, the agent of this DM, is running on another DM; this DM controls it again once it stops, or is started here",
+			e.AgentIDs[0])
+	}
+	return fmt.Sprintf("agents %s, which default to this DM, are running on other DMs; this DM controls one again once it stops, or is started here",
+		strings.Join(e.AgentIDs, ", "))
+}
+
+// Unwrap makes a DM whose agent is elsewhere a DM bound to no agent.
+func (e *BoundElsewhereError) Unwrap() error { return gateway.ErrNotBound }
+
+// logAttrs are the error's fields for choird's log.
+func (e *BoundElsewhereError) logAttrs() []any {
+	return []any{slog.String("dm", e.DM), slog.String("agent_id", strings.Join(e.AgentIDs, ",")),
+		slog.String("bound_dm", strings.Join(e.OtherDMs, ","))}
+}
+
+// sessionDM is the DM a session is bound to; empty if none.
+func sessionDM(s db.ChoirControlSession) string {
+	var b rpc.ResourceBindings
+	if json.Unmarshal(s.ResourceBindings, &b) != nil {
+		return ""
+	}
+	return b.DM
 }
 
 // DMScope is the scope of a command from a DM: admin, or its bound agent.
-// A regular DM bound to no agent gets a scope that allows nothing.
+// A regular DM bound to no agent gets a scope that allows nothing, and
+// says why.
 func (d *Daemon) DMScope(ctx context.Context, dm gateway.DM) (Scope, error) {
-	sc := Scope{Admin: dm.Admin, Actor: "telegram:" + dm.Name}
+	sc := Scope{Admin: dm.Admin, DM: dm.Name, Actor: "telegram:" + dm.Name}
 	if dm.Admin {
 		return sc, nil
 	}
 	b, err := d.DMBindingOf(ctx, dm.Name)
+	var busy *BoundElsewhereError
+	if errors.As(err, &busy) {
+		sc.Unbound = busy
+		return sc, nil
+	}
 	if errors.Is(err, gateway.ErrNotBound) {
 		return sc, nil
 	}
@@ -117,12 +182,19 @@ func (h gatewayHooks) Receive(ctx context.Context, msg gateway.InboundMessage) e
 func (d *Daemon) receive(ctx context.Context, msg gateway.InboundMessage, kind string) error {
 	b, err := d.DMBindingOf(ctx, msg.DM.Name)
 	bound := err == nil
+	var busy *BoundElsewhereError
 	if err != nil && !errors.Is(err, gateway.ErrNotBound) {
 		return err
 	}
 	var agentID *string
-	if bound {
+	switch {
+	case bound:
 		agentID = &b.AgentID
+	case errors.As(err, &busy) && len(busy.AgentIDs) == 1:
+		// Kept for the agent, but never pushed into its session on the
+		// other DM: InboxPending gives a session only the rows of its
+		// own DM, so this one waits until the agent runs bound here.
+		agentID = &busy.AgentIDs[0]
 	}
 	row, err := inboxInsert(ctx, d.pool, msg, kind, agentID)
 	if errors.Is(err, gateway.ErrDuplicate) {
@@ -132,6 +204,15 @@ func (d *Daemon) receive(ctx context.Context, msg gateway.InboundMessage, kind s
 		return err
 	}
 	switch {
+	case busy != nil:
+		d.logger.InfoContext(ctx, "message not passed on: the dm's agent runs bound to another dm",
+			append(busy.logAttrs(), slog.Int64("inbox_id", row.InboxID), slog.Bool("kept", agentID != nil))...)
+		if agentID != nil {
+			d.notice(ctx, msg, fmt.Sprintf("%s is busy on another chat, so your message was not passed on. "+
+				"It is kept and delivered when %s is back on this chat.", *agentID, *agentID))
+		} else {
+			d.notice(ctx, msg, busy.Error()+", so nobody will read this message.")
+		}
 	case !bound:
 		d.notice(ctx, msg, "No agent is bound to this chat, so nobody will read this. An admin can start one with /start <agent-id>.")
 	case !b.Live():
@@ -215,12 +296,13 @@ func inboxPush(row db.ChoirControlInbox) (rpc.Push, error) {
 	return rpc.Push{}, fmt.Errorf("inbox row %d has kind %q, which is not pushed", row.InboxID, row.Kind)
 }
 
-// redeliverInbox pushes every undelivered row of the session's agent whose
-// last push is older than before: all of them at a hello, the stale ones
-// from the sweep.
+// redeliverInbox pushes every undelivered row of the session's agent and
+// DM whose last push is older than before: all of them at a hello, the
+// stale ones from the sweep. Rows from another DM wait for a session bound
+// to it.
 func (d *Daemon) redeliverInbox(ctx context.Context, agentID string, sessionID uuid.UUID, before time.Time) {
-	rows, err := db.New(d.pool).InboxPending(ctx, db.InboxPendingParams{AgentID: &agentID, PushedBefore: &before,
-		MaxRows: maxInboxPush})
+	rows, err := db.New(d.pool).InboxPending(ctx, db.InboxPendingParams{AgentID: &agentID, SessionID: sessionID,
+		PushedBefore: &before, MaxRows: maxInboxPush})
 	if err != nil {
 		d.logger.WarnContext(ctx, "list undelivered inbox rows", slog.String("agent_id", agentID), slog.String("error", err.Error()))
 		return
@@ -330,6 +412,10 @@ func (d *Daemon) InboxInject(ctx context.Context, sc Scope, cmd gateway.Command)
 func (h gatewayHooks) WorkspaceDir(ctx context.Context, dm gateway.DM) (string, error) {
 	d := h.d
 	b, err := d.DMBindingOf(ctx, dm.Name)
+	var busy *BoundElsewhereError
+	if errors.As(err, &busy) {
+		d.logger.InfoContext(ctx, "file not stored: the dm's agent runs bound to another dm", busy.logAttrs()...)
+	}
 	if err != nil {
 		return "", err
 	}
@@ -357,6 +443,10 @@ func (h gatewayHooks) Decide(ctx context.Context, dec gateway.Decision) (string,
 		return "", err
 	}
 	a, err := h.d.ApprovalDecide(ctx, sc, dec.ApprovalID, dec.Approve)
+	if errors.Is(err, ErrForbidden) {
+		h.d.logger.InfoContext(ctx, "approval button press refused", slog.String("dm", dec.DM.Name),
+			slog.String("approval_id", dec.ApprovalID), slog.String("reason", err.Error()))
+	}
 	return decisionAnswer(a, err)
 }
 

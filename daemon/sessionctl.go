@@ -89,14 +89,18 @@ const (
 )
 
 // liveSession returns the agent's live session, or an error wrapping
-// ErrNotRunning that says how to start it.
-func (d *Daemon) liveSession(ctx context.Context, agentID string) (db.ChoirControlSession, error) {
+// ErrNotRunning that says how to start it; a regular DM gets only a
+// session bound to it.
+func (d *Daemon) liveSession(ctx context.Context, sc Scope, agentID string) (db.ChoirControlSession, error) {
 	s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID)
 	if errNoRows(err) {
 		return s, fmt.Errorf("%w: %s has no live session; start it first", ErrNotRunning, agentID)
 	}
 	if err != nil {
 		return s, fmt.Errorf("load the session of %s: %w", agentID, err)
+	}
+	if err := sc.allowSession(s); err != nil {
+		return db.ChoirControlSession{}, err
 	}
 	return s, nil
 }
@@ -144,6 +148,9 @@ func (d *Daemon) SessionCores(ctx context.Context, sc Scope, agentID string) (Se
 	if err != nil {
 		return SessionCoresResult{}, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
+	if err := sc.allowSession(s); err != nil {
+		return SessionCoresResult{}, err
+	}
 	lanes, err := laneStatuses(s.LaneStatus)
 	if err != nil {
 		return SessionCoresResult{}, err
@@ -171,7 +178,7 @@ func (d *Daemon) SessionCancel(ctx context.Context, sc Scope, agentID, name stri
 	if err := d.knownAgent(agentID); err != nil {
 		return SessionRef{}, err
 	}
-	s, err := d.liveSession(ctx, agentID)
+	s, err := d.liveSession(ctx, sc, agentID)
 	if err != nil {
 		return SessionRef{}, err
 	}
@@ -220,7 +227,7 @@ func (d *Daemon) SessionCompact(ctx context.Context, sc Scope, agentID string) (
 	if err := d.knownAgent(agentID); err != nil {
 		return SessionRef{}, err
 	}
-	s, err := d.liveSession(ctx, agentID)
+	s, err := d.liveSession(ctx, sc, agentID)
 	if err != nil {
 		return SessionRef{}, err
 	}
@@ -256,6 +263,9 @@ func (d *Daemon) SessionEvents(ctx context.Context, sc Scope, agentID string, n 
 	}
 	if err != nil {
 		return SessionEventsResult{}, fmt.Errorf("load the session of %s: %w", agentID, err)
+	}
+	if err := sc.allowSession(s); err != nil {
+		return SessionEventsResult{}, err
 	}
 	rows, err := q.SessionEventsLast(ctx, db.SessionEventsLastParams{SessionID: s.SessionID, MaxRows: int32(n)})
 	if err != nil {
@@ -346,6 +356,13 @@ func (d *Daemon) ModelGet(ctx context.Context, sc Scope, agentID string) (ModelS
 	if err := d.knownAgent(agentID); err != nil {
 		return ModelState{}, err
 	}
+	if s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID); err == nil {
+		if err := sc.allowSession(s); err != nil {
+			return ModelState{}, err
+		}
+	} else if !errNoRows(err) {
+		return ModelState{}, fmt.Errorf("load the session of %s: %w", agentID, err)
+	}
 	return d.modelState(ctx, agentID)
 }
 
@@ -423,7 +440,7 @@ func (d *Daemon) setOverride(ctx context.Context, sc Scope, agentID, llm, voice 
 	if err := d.knownAgent(agentID); err != nil {
 		return ModelState{}, err
 	}
-	s, err := d.liveSession(ctx, agentID)
+	s, err := d.liveSession(ctx, sc, agentID)
 	if err != nil {
 		return ModelState{}, fmt.Errorf("%w (an override lasts one session; to change the default, edit defaults in config.json)", err)
 	}
@@ -475,6 +492,9 @@ func (d *Daemon) SessionStatus(ctx context.Context, sc Scope, agentID string) (S
 	s, err := db.New(d.pool).SessionGetByID(ctx, id)
 	if err != nil {
 		return SessionStatusResult{}, fmt.Errorf("load session %s: %w", id, err)
+	}
+	if err := sc.allowSession(s); err != nil {
+		return SessionStatusResult{}, err
 	}
 	if res.Lanes, err = laneStatuses(s.LaneStatus); err != nil {
 		return SessionStatusResult{}, err

@@ -188,23 +188,34 @@ func (q *Queries) InboxMarkPushed(ctx context.Context, arg InboxMarkPushedParams
 
 const inboxPending = `-- name: InboxPending :many
 SELECT inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id, pushed_at FROM choir_control.inbox
- WHERE agent_id = $1 AND delivered_at IS NULL
-   AND (pushed_at IS NULL OR pushed_at < $2)
- ORDER BY inbox_id
- LIMIT $3
+ WHERE inbox.agent_id = $1 AND inbox.delivered_at IS NULL
+   AND inbox.dm = (SELECT s.resource_bindings->>'dm' FROM choir_control.sessions s
+                    WHERE s.session_id = $2 AND s.agent_id = inbox.agent_id)
+   AND (inbox.pushed_at IS NULL OR inbox.pushed_at < $3)
+ ORDER BY inbox.inbox_id
+ LIMIT $4
 `
 
 type InboxPendingParams struct {
 	AgentID      *string    `json:"agent_id"`
+	SessionID    uuid.UUID  `json:"session_id"`
 	PushedBefore *time.Time `json:"pushed_before"`
 	MaxRows      int32      `json:"max_rows"`
 }
 
-// InboxPending lists an agent's undelivered messages in arrival order, for
-// a push to its session: those never pushed, and those pushed before
+// InboxPending lists the undelivered messages for a push to a session of
+// agent_id, in arrival order: those never pushed, and those pushed before
 // pushed_before (a push that seems lost, or went to a session that ended).
+// Only the rows from the DM the session is bound to are listed: a DM
+// reaches only the session holding its lease, so a row from another DM
+// waits until the agent runs bound to that DM again.
 func (q *Queries) InboxPending(ctx context.Context, arg InboxPendingParams) ([]ChoirControlInbox, error) {
-	rows, err := q.db.Query(ctx, inboxPending, arg.AgentID, arg.PushedBefore, arg.MaxRows)
+	rows, err := q.db.Query(ctx, inboxPending,
+		arg.AgentID,
+		arg.SessionID,
+		arg.PushedBefore,
+		arg.MaxRows,
+	)
 	if err != nil {
 		return nil, err
 	}

@@ -61,13 +61,18 @@ UPDATE choir_control.outbox
 SELECT * FROM choir_control.inbox WHERE inbox_id = @inbox_id;
 
 -- name: InboxPending :many
--- InboxPending lists an agent's undelivered messages in arrival order, for
--- a push to its session: those never pushed, and those pushed before
+-- InboxPending lists the undelivered messages for a push to a session of
+-- agent_id, in arrival order: those never pushed, and those pushed before
 -- pushed_before (a push that seems lost, or went to a session that ended).
+-- Only the rows from the DM the session is bound to are listed: a DM
+-- reaches only the session holding its lease, so a row from another DM
+-- waits until the agent runs bound to that DM again.
 SELECT * FROM choir_control.inbox
- WHERE agent_id = @agent_id AND delivered_at IS NULL
-   AND (pushed_at IS NULL OR pushed_at < @pushed_before)
- ORDER BY inbox_id
+ WHERE inbox.agent_id = @agent_id AND inbox.delivered_at IS NULL
+   AND inbox.dm = (SELECT s.resource_bindings->>'dm' FROM choir_control.sessions s
+                    WHERE s.session_id = @session_id AND s.agent_id = inbox.agent_id)
+   AND (inbox.pushed_at IS NULL OR inbox.pushed_at < @pushed_before)
+ ORDER BY inbox.inbox_id
  LIMIT @max_rows;
 
 -- name: InboxMarkPushed :exec

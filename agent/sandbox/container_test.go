@@ -83,13 +83,14 @@ func checkImage(t *testing.T, cli *client.Client) string {
 	return ref
 }
 
-// runCheck runs the image with hc and returns the exit code and report.
-func runCheck(t *testing.T, cli *client.Client, image string, hc *container.HostConfig) (int64, Report, string) {
+// runCheck runs the image as user with hc and returns the exit code and
+// report.
+func runCheck(t *testing.T, cli *client.Client, image, user string, hc *container.HostConfig) (int64, Report, string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	created, err := cli.ContainerCreate(ctx, client.ContainerCreateOptions{
-		Config:     &container.Config{Image: image, Labels: map[string]string{"choir.test": "sandbox"}},
+		Config:     &container.Config{Image: image, User: user, Labels: map[string]string{"choir.test": "sandbox"}},
 		HostConfig: hc,
 	})
 	if err != nil {
@@ -143,9 +144,12 @@ func TestInContainer(t *testing.T) {
 	cli := requireDocker(t)
 	image := checkImage(t, cli)
 
+	// The docker runtime's default user when choird is root.
+	const unprivileged = "65532:65532"
 	tests := []struct {
 		name   string
 		hc     func() *container.HostConfig
+		user   string // empty: unprivileged
 		failed []string
 		detail string
 	}{
@@ -153,8 +157,18 @@ func TestInContainer(t *testing.T) {
 		{
 			name:   "EngineDefaultsRefused",
 			hc:     func() *container.HostConfig { return &container.HostConfig{} },
-			failed: []string{CheckCapEff, CheckCapBnd, CheckNoNewPrivs, CheckReadOnlyRoot, CheckPidsLimit},
+			user:   "0",
+			failed: []string{CheckCapEff, CheckCapBnd, CheckNoNewPrivs, CheckReadOnlyRoot, CheckPidsLimit, CheckNotHostRoot},
 			detail: "CapEff=00000000a80425fb, want 0",
+		},
+		{
+			// This engine does not remap user namespaces: uid 0 in the
+			// container is root on the host, capabilities or not.
+			name:   "HostRootRefused",
+			hc:     hardenedHostConfig,
+			user:   "0:0",
+			failed: []string{CheckNotHostRoot},
+			detail: "uid 0 is root on the host",
 		},
 		{
 			name: "SeccompUnconfinedRefused",
@@ -173,7 +187,8 @@ func TestInContainer(t *testing.T) {
 				hc.CapAdd = []string{"CHOWN"}
 				return hc
 			},
-			failed: []string{CheckCapEff, CheckCapBnd},
+			user:   "0",
+			failed: []string{CheckCapEff, CheckCapBnd, CheckNotHostRoot},
 			detail: "CapEff=0000000000000001",
 		},
 		{
@@ -190,7 +205,11 @@ func TestInContainer(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			code, r, stderr := runCheck(t, cli, image, tt.hc())
+			user := tt.user
+			if user == "" {
+				user = unprivileged
+			}
+			code, r, stderr := runCheck(t, cli, image, user, tt.hc())
 			if got := failedNames(r); !slices.Equal(got, tt.failed) {
 				t.Fatalf("failed checks = %v, want %v\n%+v", got, tt.failed, r.Checks)
 			}

@@ -1,13 +1,16 @@
 // Package sandbox lets choir-agent verify, from the inside, that it runs in
 // the hardened container the docker runtime promises (spec 15.3): no
 // capabilities, no-new-privileges, a seccomp filter, a read-only root, no
-// reachable container-engine socket and a pids limit. The agent calls
+// reachable container-engine socket, a pids limit, and a uid that is not
+// root on the host (uid 0 passes only in a user namespace that maps it to
+// an unprivileged host uid). The agent calls
 // [Check] before anything else when started by the docker runtime and
 // refuses to run if any check fails; the error names every failed check,
 // so an operator who started the container by hand learns what is missing.
 //
 // The checks read the kernel's own view (/proc/self/status,
-// /proc/self/mountinfo, /proc/self/cgroup and the cgroup filesystem), never
+// /proc/self/mountinfo, /proc/self/cgroup, /proc/self/uid_map and the
+// cgroup filesystem), never
 // anything the image or the environment could simply claim. [Run] takes a
 // [Probe] naming those files, so tests can feed it fixtures.
 package sandbox
@@ -36,6 +39,7 @@ const (
 	CheckReadOnlyRoot = "read_only_root"
 	CheckEngineSocket = "no_engine_socket"
 	CheckPidsLimit    = "pids_limit"
+	CheckNotHostRoot  = "not_host_root"
 )
 
 // DefaultSocketPaths are the container-engine sockets that must not be
@@ -61,6 +65,9 @@ type Probe struct {
 	MountInfo string
 	// Cgroup is /proc/self/cgroup.
 	Cgroup string
+	// UIDMap is /proc/self/uid_map: how the process's uids map to the
+	// host's (the parent user namespace's).
+	UIDMap string
 	// CgroupRoot is where the cgroup filesystem is mounted (/sys/fs/cgroup).
 	CgroupRoot string
 	// SocketPaths must not exist.
@@ -78,6 +85,7 @@ func DefaultProbe() Probe {
 		Status:           "/proc/self/status",
 		MountInfo:        "/proc/self/mountinfo",
 		Cgroup:           "/proc/self/cgroup",
+		UIDMap:           "/proc/self/uid_map",
 		CgroupRoot:       "/sys/fs/cgroup",
 		SocketPaths:      DefaultSocketPaths,
 		Getenv:           os.Getenv,
@@ -197,7 +205,57 @@ func Run(p Probe) Report {
 
 	ok, detail = pidsLimit(p)
 	add(CheckPidsLimit, ok, "%s", detail)
+
+	ok, detail = notHostRoot(status, err, p)
+	add(CheckNotHostRoot, ok, "%s", detail)
 	return r
+}
+
+// notHostRoot maps each of the process's uids (real, effective, saved,
+// filesystem) through uid_map and fails if any is root on the host: a
+// root agent could leave a setuid-root file in the bind-mounted workspace.
+func notHostRoot(status map[string]string, statusErr error, p Probe) (bool, string) {
+	if statusErr != nil {
+		return false, statusErr.Error()
+	}
+	f := strings.Fields(status["Uid"])
+	if len(f) == 0 {
+		return false, fmt.Sprintf("Uid missing from %s", p.Status)
+	}
+	if p.UIDMap == "" {
+		return false, "no uid_map to read"
+	}
+	data, err := os.ReadFile(p.UIDMap)
+	if err != nil {
+		return false, fmt.Sprintf("read %s: %v", p.UIDMap, err)
+	}
+	type extent struct{ inside, outside, count uint64 }
+	var extents []extent
+	for line := range strings.Lines(string(data)) {
+		var e extent
+		if n, _ := fmt.Sscan(line, &e.inside, &e.outside, &e.count); n == 3 {
+			extents = append(extents, e)
+		}
+	}
+	var hosts []string
+	for _, s := range f {
+		uid, err := strconv.ParseUint(s, 10, 32)
+		if err != nil {
+			return false, fmt.Sprintf("Uid=%q is not a list of uids", status["Uid"])
+		}
+		for _, e := range extents {
+			if uid >= e.inside && uid-e.inside < e.count {
+				host := e.outside + uid - e.inside
+				if host == 0 {
+					return false, fmt.Sprintf("uid %d is root on the host (uid_map %q); run the agent as an unprivileged uid, or on an engine that remaps user namespaces",
+						uid, strings.Join(strings.Fields(string(data)), " "))
+				}
+				hosts = append(hosts, strconv.FormatUint(host, 10))
+				break
+			}
+		}
+	}
+	return true, fmt.Sprintf("uids %s are %s on the host", strings.Join(f, " "), strings.Join(hosts, " "))
 }
 
 // readStatus parses "Key:\tvalue" lines.

@@ -35,6 +35,7 @@ func hardened(t *testing.T) Probe {
 		Status:      fixture("status_hardened"),
 		MountInfo:   fixture("mountinfo_readonly"),
 		Cgroup:      fixture("cgroup_v1"),
+		UIDMap:      fixture("uid_map_remapped"),
 		CgroupRoot:  cgroupFS(t, map[string]string{"pids/pids.max": "512"}),
 		SocketPaths: []string{filepath.Join(t.TempDir(), "docker.sock")},
 		Getenv:      func(string) string { return "" },
@@ -60,27 +61,45 @@ func TestRun(t *testing.T) {
 	}{
 		{name: "HardenedPasses", modify: func(*testing.T, *Probe) {}},
 		{
+			name:   "HostRootFails",
+			modify: func(_ *testing.T, p *Probe) { p.UIDMap = fixture("uid_map_identity") },
+			failed: []string{CheckNotHostRoot},
+			detail: `uid 0 is root on the host (uid_map "0 0 4294967295")`,
+		},
+		{
+			name: "UnprivilegedUidPasses",
+			modify: func(_ *testing.T, p *Probe) {
+				p.Status, p.UIDMap = fixture("status_hardened_nonroot"), fixture("uid_map_identity")
+			},
+		},
+		{
+			name:   "UnreadableUIDMapFails",
+			modify: func(_ *testing.T, p *Probe) { p.UIDMap = fixture("nope") },
+			failed: []string{CheckNotHostRoot},
+			detail: "read testdata/nope",
+		},
+		{
 			name:   "DockerDefaultsFailCapsAndNoNewPrivs",
 			modify: func(_ *testing.T, p *Probe) { p.Status = fixture("status_docker_default") },
-			failed: []string{CheckCapEff, CheckCapBnd, CheckNoNewPrivs},
+			failed: []string{CheckCapEff, CheckCapBnd, CheckNoNewPrivs, CheckNotHostRoot},
 			detail: "CapEff=00000000a80425fb, want 0",
 		},
 		{
 			name:   "HostProcessFailsEveryStatusCheck",
 			modify: func(_ *testing.T, p *Probe) { p.Status = fixture("status_host") },
-			failed: []string{CheckCapEff, CheckCapBnd, CheckCapAmb, CheckNoNewPrivs, CheckSeccomp},
+			failed: []string{CheckCapEff, CheckCapBnd, CheckCapAmb, CheckNoNewPrivs, CheckSeccomp, CheckNotHostRoot},
 			detail: "Seccomp=0, want 2",
 		},
 		{
 			name:   "MissingAndMalformedFieldsFail",
 			modify: func(_ *testing.T, p *Probe) { p.Status = fixture("status_truncated") },
-			failed: []string{CheckCapBnd, CheckCapAmb, CheckNoNewPrivs, CheckSeccomp},
+			failed: []string{CheckCapBnd, CheckCapAmb, CheckNoNewPrivs, CheckSeccomp, CheckNotHostRoot},
 			detail: `CapBnd="zz" is not a hexadecimal capability set`,
 		},
 		{
 			name:   "UnreadableStatusFailsItsChecks",
 			modify: func(_ *testing.T, p *Probe) { p.Status = fixture("nope") },
-			failed: []string{CheckCapEff, CheckCapBnd, CheckCapAmb, CheckNoNewPrivs, CheckSeccomp},
+			failed: []string{CheckCapEff, CheckCapBnd, CheckCapAmb, CheckNoNewPrivs, CheckSeccomp, CheckNotHostRoot},
 			detail: "read testdata/nope",
 		},
 		{
@@ -184,8 +203,8 @@ func TestRun(t *testing.T) {
 			p := hardened(t)
 			tt.modify(t, &p)
 			r := Run(p)
-			if len(r.Checks) != 8 {
-				t.Fatalf("got %d checks, want 8: %+v", len(r.Checks), r.Checks)
+			if len(r.Checks) != 9 {
+				t.Fatalf("got %d checks, want 9: %+v", len(r.Checks), r.Checks)
 			}
 			if got := failedNames(r); !slices.Equal(got, tt.failed) {
 				t.Fatalf("failed checks = %v, want %v\n%+v", got, tt.failed, r.Checks)
@@ -243,7 +262,7 @@ func TestCheckOnHost(t *testing.T) {
 	if r.Err() == nil {
 		t.Skip("this test process runs with an empty capability set; nothing to refuse")
 	}
-	if len(r.Checks) != 8 {
+	if len(r.Checks) != 9 {
 		t.Fatalf("got %d checks", len(r.Checks))
 	}
 }

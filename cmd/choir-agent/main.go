@@ -1,7 +1,9 @@
 // Command choir-agent is the agent runtime that runs inside each agent's
 // container (or as a child process of choird with the process runtime).
-// Identity comes from the environment choird sets: CHOIR_AGENT_ID,
-// CHOIR_SESSION_ID and CHOIR_LEASE_TOKEN; never a secret.
+// Identity comes from the environment choird sets (CHOIR_AGENT_ID,
+// CHOIR_SESSION_ID), never a secret; the lease token arrives on standard
+// input (CHOIR_LEASE_TOKEN_FD=0), never in the environment, where every
+// command the agent runs could read it.
 package main
 
 import (
@@ -9,13 +11,29 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
+	"time"
 
 	"github.com/choirhq/choir/agent"
 	"github.com/choirhq/choir/agent/credhelper"
+	"github.com/choirhq/choir/agent/sandbox"
 	"github.com/choirhq/choir/rpc"
+)
+
+// Where the lease token comes from.
+const (
+	envTokenFD = "CHOIR_LEASE_TOKEN_FD"
+	// envToken is refused: a token in the environment stays readable in
+	// /proc/<pid>/environ whatever the agent unsets.
+	envToken = "CHOIR_LEASE_TOKEN"
+	// maxTokenBytes bounds what is read from standard input.
+	maxTokenBytes = 1024
+	// tokenTimeout bounds the wait for the token's end of file.
+	tokenTimeout = 30 * time.Second
 )
 
 func main() {
@@ -26,6 +44,13 @@ func main() {
 			os.Exit(1)
 		}
 		return
+	}
+	// Before anything else, and before the token is read: what the agent
+	// starts shares its user, and must not read its memory, environment
+	// or descriptors through /proc.
+	if err := sandbox.Harden(); err != nil {
+		fmt.Fprintf(os.Stderr, "choir-agent: %v\n", err)
+		os.Exit(1)
 	}
 	fs := flag.NewFlagSet("choir-agent", flag.ContinueOnError)
 	var o agent.Options
@@ -46,15 +71,26 @@ func main() {
 		fmt.Println(agent.Version)
 		return
 	}
-	o.AgentID, o.SessionID, o.LeaseToken = os.Getenv("CHOIR_AGENT_ID"), os.Getenv("CHOIR_SESSION_ID"), os.Getenv("CHOIR_LEASE_TOKEN")
-	o.Sandboxed = os.Getenv("CHOIR_RUNTIME") == "docker"
-	// The token is in the environment only to reach this process; drop it
-	// from the environment of everything the agent starts.
-	os.Unsetenv("CHOIR_LEASE_TOKEN")
-	if o.AgentID == "" || o.SessionID == "" || o.LeaseToken == "" {
-		fmt.Fprintln(os.Stderr, "choir-agent: CHOIR_AGENT_ID, CHOIR_SESSION_ID and CHOIR_LEASE_TOKEN must be set; choird sets them when it starts an agent")
+	o.AgentID, o.SessionID = os.Getenv("CHOIR_AGENT_ID"), os.Getenv("CHOIR_SESSION_ID")
+	// The self-check is skipped only when choird says explicitly that it
+	// runs the agent as a process; anything else, an unset variable
+	// included, must be the hardened container.
+	o.Sandboxed = os.Getenv("CHOIR_RUNTIME") != "process"
+	if _, ok := os.LookupEnv(envToken); ok {
+		fmt.Fprintf(os.Stderr, "choir-agent: refusing %s in the environment: every command the agent runs could read it there; "+
+			"choird passes the token on standard input with %s=0\n", envToken, envTokenFD)
 		os.Exit(2)
 	}
+	if o.AgentID == "" || o.SessionID == "" || os.Getenv(envTokenFD) != "0" {
+		fmt.Fprintf(os.Stderr, "choir-agent: CHOIR_AGENT_ID, CHOIR_SESSION_ID and %s=0 must be set, with the lease token on standard input; choird does this when it starts an agent\n", envTokenFD)
+		os.Exit(2)
+	}
+	token, err := readToken()
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "choir-agent: lease token: %v\n", err)
+		os.Exit(2)
+	}
+	o.LeaseToken = token
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := agent.Run(ctx, o); err != nil {
@@ -62,6 +98,46 @@ func main() {
 		stop()
 		os.Exit(1)
 	}
+}
+
+// readToken reads the lease token from standard input to end of file, then
+// puts /dev/null in its place, so that nothing the agent starts inherits
+// the pipe.
+func readToken() (string, error) {
+	type result struct {
+		b   []byte
+		err error
+	}
+	ch := make(chan result, 1)
+	go func() {
+		b, err := io.ReadAll(io.LimitReader(os.Stdin, maxTokenBytes+1))
+		ch <- result{b, err}
+	}()
+	var r result
+	select {
+	case r = <-ch:
+	case <-time.After(tokenTimeout):
+		return "", fmt.Errorf("standard input did not end within %s", tokenTimeout)
+	}
+	if r.err != nil {
+		return "", fmt.Errorf("read standard input: %w", r.err)
+	}
+	devNull, err := os.Open(os.DevNull)
+	if err != nil {
+		return "", err
+	}
+	defer devNull.Close()
+	if err := syscall.Dup3(int(devNull.Fd()), 0, 0); err != nil {
+		return "", fmt.Errorf("replace standard input with %s: %w", os.DevNull, err)
+	}
+	token := strings.TrimSpace(string(r.b))
+	switch {
+	case len(r.b) > maxTokenBytes:
+		return "", fmt.Errorf("more than %d bytes on standard input", maxTokenBytes)
+	case token == "":
+		return "", errors.New("standard input held no token")
+	}
+	return token, nil
 }
 
 func envOr(name, def string) string {

@@ -1,0 +1,48 @@
+package sandbox
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+)
+
+// capSysPtrace is CAP_SYS_PTRACE (capability(7)).
+const capSysPtrace = 19
+
+// Harden closes the agent's own process to the commands its tools run,
+// which share its user: it makes the process non-dumpable (prctl
+// PR_SET_DUMPABLE 0), so that its /proc/<pid>/environ, mem, maps and fd
+// entries belong to root and opening them, or attaching to the process,
+// needs CAP_SYS_PTRACE; and, where it may (the agent runs as root under
+// the process runtime), it drops CAP_SYS_PTRACE from its bounding set, so
+// that no process it starts can ever hold that capability. In a container
+// with every capability dropped the second step has nothing to drop.
+//
+// The agent calls it first thing, before it reads its lease token.
+func Harden() error {
+	if err := prctl(syscall.PR_SET_DUMPABLE, 0); err != nil {
+		return fmt.Errorf("prctl PR_SET_DUMPABLE 0: %w", err)
+	}
+	// EPERM: no CAP_SETPCAP, so no capability to give away either;
+	// EINVAL: the capability is unknown to this kernel.
+	if err := prctl(syscall.PR_CAPBSET_DROP, capSysPtrace); err != nil && !errors.Is(err, syscall.EPERM) && !errors.Is(err, syscall.EINVAL) {
+		return fmt.Errorf("prctl PR_CAPBSET_DROP CAP_SYS_PTRACE: %w", err)
+	}
+	return nil
+}
+
+// Dumpable reports whether the calling process is dumpable.
+func Dumpable() (bool, error) {
+	r, _, errno := syscall.RawSyscall6(syscall.SYS_PRCTL, syscall.PR_GET_DUMPABLE, 0, 0, 0, 0, 0)
+	if errno != 0 {
+		return false, errno
+	}
+	return r != 0, nil
+}
+
+func prctl(option, arg uintptr) error {
+	if _, _, errno := syscall.RawSyscall6(syscall.SYS_PRCTL, option, arg, 0, 0, 0, 0); errno != 0 {
+		return errno
+	}
+	return nil
+}

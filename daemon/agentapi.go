@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -32,6 +33,8 @@ type HostTool func(ctx context.Context, agentID string, input json.RawMessage) (
 type agentAPI struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
+	// heartbeatPool, when set, serves HEARTBEAT alone (see startServers).
+	heartbeatPool *pgxpool.Pool
 
 	mu      sync.RWMutex
 	cfg     *config.Config
@@ -142,7 +145,7 @@ func (a *agentAPI) HandleHeartbeat(ctx context.Context, call rpc.Call, req rpc.H
 	if err != nil {
 		return rpc.HeartbeatResponse{}, err
 	}
-	resp, err := replicate(ctx, a.pool, id, req)
+	resp, err := replicate(ctx, cmp.Or(a.heartbeatPool, a.pool), id, req)
 	if err != nil && (errors.Is(err, ErrChainGap) || errors.Is(err, ErrChainBroken)) {
 		a.logger.WarnContext(ctx, "heartbeat rejected", slog.String("session_id", call.Session.ID),
 			slog.String("agent_id", call.Session.AgentID), slog.String("error", err.Error()))

@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // Transport settings of the agent protocol (spec 12.2).
@@ -32,13 +34,35 @@ func AgentSocketPath(home string) string { return filepath.Join(home, "socks", "
 type servers struct {
 	wg   sync.WaitGroup
 	errs chan error
+	// heartbeatPool is closed once the servers have stopped.
+	heartbeatPool *pgxpool.Pool
 }
+
+// heartbeatPoolConns sizes the pool kept for heartbeats alone: a heartbeat
+// is one autocommitted statement of about a millisecond, so a few
+// connections carry hundreds of agents, and nothing else (memory searches,
+// River's workers, a flood of other calls) can take them.
+const heartbeatPoolConns = 4
 
 // startServers listens on the agent protocol's transport and on the admin
 // socket, and serves both in the background. A socket held by a running
 // choird is an error naming its process.
-func (d *Daemon) startServers(ctx context.Context, opts Options) (*servers, error) {
-	d.api = &agentAPI{pool: d.pool, logger: d.logger, cfg: d.cfg, secrets: d.secrets, jobs: d.river,
+func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, err error) {
+	dsn, err := d.cfg.PostgresDSN(d.secrets)
+	if err != nil {
+		return nil, err
+	}
+	hbPool, err := choirsql.Connect(ctx, dsn, choirsql.ConnectOptions{Origin: "config.json postgres.host/postgres.port",
+		MaxConns: heartbeatPoolConns})
+	if err != nil {
+		return nil, fmt.Errorf("heartbeat pool: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			hbPool.Close()
+		}
+	}()
+	d.api = &agentAPI{pool: d.pool, heartbeatPool: hbPool, logger: d.logger, cfg: d.cfg, secrets: d.secrets, jobs: d.river,
 		hostTools: memoryTools(d.memory)}
 	srv, err := rpc.NewServer(rpc.ServerOptions{Handler: d.api, Authenticator: newSessionAuth(d.pool),
 		Replay: replayStore{d.pool}, Logger: d.logger.With(slog.String("component", "rpc"))})
@@ -98,7 +122,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (*servers, erro
 	d.mountControl(mux)
 	d.logger.InfoContext(ctx, "admin API listening", slog.String("socket", admin.SocketPath(d.home)))
 
-	s := &servers{errs: make(chan error, 2)}
+	s := &servers{errs: make(chan error, 2), heartbeatPool: hbPool}
 	s.wg.Go(func() { s.errs <- srv.Serve(ctx, agentLn) })
 	s.wg.Go(func() {
 		s.errs <- admin.Serve(ctx, adminLn, mux, admin.ServeOptions{Logger: d.logger.With(slog.String("component", "admin"))})
@@ -110,6 +134,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (*servers, erro
 func (s *servers) wait() {
 	s.wg.Wait()
 	close(s.errs)
+	s.heartbeatPool.Close()
 }
 
 // status answers choirctl status: choird itself, Postgres, and each
@@ -167,6 +192,8 @@ func memoryTools(store *memory.Store) map[string]HostTool {
 				return nil, codedErr{rpc.ErrBadRequest, err}
 			case errors.Is(err, memory.ErrPermission):
 				return nil, codedErr{rpc.ErrPermissionDenied, err}
+			case errors.Is(err, memory.ErrBusy):
+				return nil, codedErr{rpc.ErrUnavailable, err}
 			}
 			if err != nil {
 				return nil, err

@@ -7,8 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
@@ -409,11 +407,11 @@ func (a *agentAPI) HandleSendOutbound(ctx context.Context, call rpc.Call, req rp
 		if !ok {
 			return rpc.SendOutboundResponse{}, fmt.Errorf("the session's workspace %q is no longer configured: %w", b.Workspace, rpc.ErrNotFound)
 		}
-		rel := strings.TrimPrefix(filepath.ToSlash(req.FilePath), ".choirtmp/send/")
-		if p.FilePath, err = jobs.OutboundFilePath(ws.Path, rel); err != nil {
+		if p.FilePath, err = jobs.OutboundFilePath(req.FilePath); err != nil {
 			return rpc.SendOutboundResponse{}, fmt.Errorf("%w: %w", rpc.ErrBadRequest, err)
 		}
-		if _, err := os.Stat(p.FilePath); err != nil {
+		p.Workspace = b.Workspace
+		if _, err := (jobs.SendFile{Dir: ws.Path, Path: p.FilePath}).Stat(); err != nil {
 			return rpc.SendOutboundResponse{}, fmt.Errorf("file %s to send: %w: %w", req.FilePath, rpc.ErrBadRequest, err)
 		}
 	}

@@ -206,6 +206,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		SendLimiter:      d.sendLimiter,
 		ApprovalResolved: d.approvalResolved,
 		DMAddress:        d.dmAddress,
+		Workspaces:       d.workspaceDirs,
 		RemoveInstance:   d.removeInstance,
 	})
 	if err != nil {

@@ -3,8 +3,9 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"os"
+	"io/fs"
 	"path"
 	"strings"
 
@@ -72,10 +73,14 @@ func (a *agentAPI) sendFile(ctx context.Context, _ string, input json.RawMessage
 	if err := strictjson.Decode(input, &in, strictjson.Limits{MaxBytes: 1 << 16}); err != nil {
 		return nil, badInput("%s input: %v", SendFileTool, err)
 	}
-	rel := strings.TrimPrefix(path.Clean(strings.TrimPrefix(in.Path, "./")), ".choirtmp/send/")
 	if in.Path == "" {
 		return nil, badInput("path is required: the file's name inside .choirtmp/send")
 	}
+	file, err := jobs.OutboundFilePath(in.Path)
+	if err != nil {
+		return nil, badInput("%v: write the file under .choirtmp/send first", err)
+	}
+	rel := strings.TrimPrefix(file, ".choirtmp/send/")
 	kind := in.Kind
 	if kind == "" {
 		kind = sendKinds[strings.ToLower(path.Ext(rel))]
@@ -97,16 +102,17 @@ func (a *agentAPI) sendFile(ctx context.Context, _ string, input json.RawMessage
 	if !ok {
 		return nil, fmt.Errorf("the session's workspace %q is no longer configured", b.Workspace)
 	}
-	file, err := jobs.OutboundFilePath(ws.Path, rel)
-	if err != nil {
-		return nil, badInput("%v: write the file under .choirtmp/send first", err)
-	}
-	st, err := os.Lstat(file)
+	// Through an os.Root on the configured directory, like every later
+	// access: a link the agent planted cannot make choird look into
+	// another workspace, and a FIFO is described, never opened.
+	st, err := jobs.SendFile{Dir: ws.Path, Path: file}.Stat()
 	switch {
-	case err != nil:
-		return nil, badInput("%s: no such file in .choirtmp/send: write it there first", rel)
-	case !st.Mode().IsRegular():
+	case errors.Is(err, jobs.ErrNotRegular):
 		return nil, badInput("%s is not a regular file", rel)
+	case errors.Is(err, fs.ErrNotExist):
+		return nil, badInput("%s: no such file in .choirtmp/send: write it there first", rel)
+	case err != nil:
+		return nil, badInput("%s cannot be sent: %v", rel, err)
 	case st.Size() == 0:
 		return nil, badInput("%s is empty", rel)
 	case st.Size() > maxSendBytes:
@@ -120,7 +126,7 @@ func (a *agentAPI) sendFile(ctx context.Context, _ string, input json.RawMessage
 	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		q, err = jobs.EnqueueOutboundTx(ctx, tx, a.jobs, jobs.OutboundParams{AgentID: hc.agentID, SessionID: &hc.sessionID,
 			MessageID: "file:" + hc.sessionID.String() + ":" + hc.callID, Gateway: gw, DM: b.DM, ChatID: chat, Kind: kind,
-			Text: in.Caption, FilePath: file})
+			Text: in.Caption, Workspace: b.Workspace, FilePath: file})
 		return err
 	})
 	if err != nil {
@@ -128,4 +134,15 @@ func (a *agentAPI) sendFile(ctx context.Context, _ string, input json.RawMessage
 	}
 	return json.Marshal(map[string]any{"queued": true, "kind": kind, "file": ".choirtmp/send/" + rel,
 		"outbox_id": q.Row.OutboxID, "note": "delivered to the user shortly; the file is deleted once sent"})
+}
+
+// workspaceDirs returns the configured workspaces, name to directory: where
+// the delivery worker looks for the files of outbox rows.
+func (d *Daemon) workspaceDirs() map[string]string {
+	cfg, _ := d.config()
+	m := make(map[string]string, len(cfg.Workspaces))
+	for name, ws := range cfg.Workspaces {
+		m[name] = ws.Path
+	}
+	return m
 }

@@ -250,7 +250,7 @@ func (q *Queries) InboxPending(ctx context.Context, arg InboxPendingParams) ([]C
 }
 
 const outboxAfter = `-- name: OutboxAfter :many
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id FROM choir_control.outbox
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace FROM choir_control.outbox
  WHERE agent_id = $1 AND outbox_id > $2
  ORDER BY outbox_id
  LIMIT $3
@@ -291,6 +291,7 @@ func (q *Queries) OutboxAfter(ctx context.Context, arg OutboxAfterParams) ([]Cho
 			&i.CreatedAt,
 			&i.SentAt,
 			&i.ApprovalID,
+			&i.Workspace,
 		); err != nil {
 			return nil, err
 		}
@@ -303,7 +304,7 @@ func (q *Queries) OutboxAfter(ctx context.Context, arg OutboxAfterParams) ([]Cho
 }
 
 const outboxGetByID = `-- name: OutboxGetByID :one
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id FROM choir_control.outbox WHERE outbox_id = $1
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace FROM choir_control.outbox WHERE outbox_id = $1
 `
 
 func (q *Queries) OutboxGetByID(ctx context.Context, outboxID int64) (ChoirControlOutbox, error) {
@@ -327,12 +328,13 @@ func (q *Queries) OutboxGetByID(ctx context.Context, outboxID int64) (ChoirContr
 		&i.CreatedAt,
 		&i.SentAt,
 		&i.ApprovalID,
+		&i.Workspace,
 	)
 	return i, err
 }
 
 const outboxGetByMessageID = `-- name: OutboxGetByMessageID :one
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id FROM choir_control.outbox WHERE agent_id = $1 AND message_id = $2
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace FROM choir_control.outbox WHERE agent_id = $1 AND message_id = $2
 `
 
 type OutboxGetByMessageIDParams struct {
@@ -361,17 +363,18 @@ func (q *Queries) OutboxGetByMessageID(ctx context.Context, arg OutboxGetByMessa
 		&i.CreatedAt,
 		&i.SentAt,
 		&i.ApprovalID,
+		&i.Workspace,
 	)
 	return i, err
 }
 
 const outboxInsert = `-- name: OutboxInsert :one
-INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path,
-                                  approval_id)
+INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, workspace,
+                                  file_path, approval_id)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
-        $10)
+        $10, $11)
 ON CONFLICT (agent_id, message_id) DO NOTHING
-RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id
+RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace
 `
 
 type OutboxInsertParams struct {
@@ -383,12 +386,14 @@ type OutboxInsertParams struct {
 	ChatID     string     `json:"chat_id"`
 	Kind       string     `json:"kind"`
 	Text       string     `json:"text"`
+	Workspace  string     `json:"workspace"`
 	FilePath   string     `json:"file_path"`
 	ApprovalID *uuid.UUID `json:"approval_id"`
 }
 
 // OutboxInsert stores one outbound message. A second insert with the same
-// (agent_id, message_id), the agent retrying, returns no row.
+// (agent_id, message_id), the agent retrying, returns no row. A file is
+// named by its workspace and its path relative to it.
 func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) (ChoirControlOutbox, error) {
 	row := q.db.QueryRow(ctx, outboxInsert,
 		arg.AgentID,
@@ -399,6 +404,7 @@ func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) (Cho
 		arg.ChatID,
 		arg.Kind,
 		arg.Text,
+		arg.Workspace,
 		arg.FilePath,
 		arg.ApprovalID,
 	)
@@ -421,12 +427,13 @@ func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) (Cho
 		&i.CreatedAt,
 		&i.SentAt,
 		&i.ApprovalID,
+		&i.Workspace,
 	)
 	return i, err
 }
 
 const outboxLockChatHead = `-- name: OutboxLockChatHead :one
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id FROM choir_control.outbox
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace FROM choir_control.outbox
  WHERE gateway = $1 AND chat_id = $2 AND status = 'pending' AND outbox_id <= $3
  ORDER BY outbox_id
  LIMIT 1
@@ -463,6 +470,7 @@ func (q *Queries) OutboxLockChatHead(ctx context.Context, arg OutboxLockChatHead
 		&i.CreatedAt,
 		&i.SentAt,
 		&i.ApprovalID,
+		&i.Workspace,
 	)
 	return i, err
 }
@@ -495,7 +503,7 @@ UPDATE choir_control.outbox
        status     = CASE WHEN $2::bool THEN 'sent' ELSE status END,
        sent_at    = CASE WHEN $2::bool THEN now() END
  WHERE outbox_id = $3 AND status = 'pending' AND cardinality(sent_ids) = $4::int
-RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id
+RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace
 `
 
 type OutboxPartSentParams struct {
@@ -534,6 +542,7 @@ func (q *Queries) OutboxPartSent(ctx context.Context, arg OutboxPartSentParams) 
 		&i.CreatedAt,
 		&i.SentAt,
 		&i.ApprovalID,
+		&i.Workspace,
 	)
 	return i, err
 }

@@ -63,6 +63,7 @@ type ChoirControlOutbox struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	SentAt     *time.Time `json:"sent_at"`
 	ApprovalID *uuid.UUID `json:"approval_id"`
+	Workspace  string     `json:"workspace"`
 }
 
 type ChoirControlPendingApproval struct {

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -77,9 +76,8 @@ type OutboundPart struct {
 	Kind string
 	// Text is the message text, or the caption of a file.
 	Text string
-	// FilePath is the absolute host path of the file to send, inside a
-	// workspace's .choirtmp/send directory; empty for text.
-	FilePath string
+	// File is the file to send; zero for text.
+	File SendFile
 	// ApprovalID, when set, asks for the approval's [Approve] [Reject]
 	// buttons under the message (under the last part of a long one).
 	ApprovalID string
@@ -119,6 +117,11 @@ type DeliveryDeps struct {
 	// RunBudget is how long one run keeps sending parts of a long
 	// message before it snoozes to let other jobs in (default 20 s).
 	RunBudget time.Duration
+	// Workspaces returns the configured workspaces, name to directory
+	// (config.json's, as it stands when a file is sent). Files are
+	// opened and removed only inside them; nil means none, so no file
+	// can be sent.
+	Workspaces func() map[string]string
 }
 
 // AddDeliveryWorker registers the deliver_outbound worker.
@@ -157,10 +160,12 @@ type OutboundParams struct {
 	// Kind is one of the Outbound* kinds.
 	Kind string
 	Text string
-	// FilePath is the absolute host path of the file, inside a
-	// workspace's .choirtmp/send directory (see OutboundFilePath);
-	// required for every kind but text. It is deleted once delivered.
-	FilePath string
+	// Workspace names the workspace (in config.json) that holds the
+	// file, and FilePath is the file's path relative to it, below
+	// .choirtmp/send (see OutboundFilePath); both are required for every
+	// kind but text. The file is deleted once delivered.
+	Workspace string
+	FilePath  string
 	// ApprovalID puts the approval's buttons under the message: the
 	// notification of a pending approval.
 	ApprovalID *uuid.UUID
@@ -186,7 +191,7 @@ func EnqueueOutboundTx(ctx context.Context, tx pgx.Tx, client Inserter, p Outbou
 	q := db.New(tx)
 	row, err := q.OutboxInsert(ctx, db.OutboxInsertParams{AgentID: p.AgentID, SessionID: p.SessionID,
 		MessageID: p.MessageID, Gateway: p.Gateway, Dm: p.DM, ChatID: p.ChatID, Kind: p.Kind, Text: p.Text,
-		FilePath: p.FilePath, ApprovalID: p.ApprovalID})
+		Workspace: p.Workspace, FilePath: p.FilePath, ApprovalID: p.ApprovalID})
 	if errors.Is(err, pgx.ErrNoRows) {
 		row, err = q.OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: p.AgentID, MessageID: p.MessageID})
 		if err != nil {
@@ -208,61 +213,23 @@ func (p OutboundParams) validate() error {
 	case p.AgentID == "" || p.MessageID == "" || p.Gateway == "" || p.DM == "" || p.ChatID == "":
 		return errors.New("queue outbound message: agent, message id, gateway, dm and chat are required")
 	case p.Kind == OutboundText:
-		if p.FilePath != "" {
+		if p.FilePath != "" || p.Workspace != "" {
 			return errors.New("queue outbound message: a text message takes no file")
 		}
 		if strings.TrimSpace(p.Text) == "" {
 			return errors.New("queue outbound message: empty text")
 		}
 	case p.Kind == OutboundDocument || p.Kind == OutboundPhoto || p.Kind == OutboundVoice || p.Kind == OutboundVideo:
+		if p.Workspace == "" {
+			return fmt.Errorf("queue outbound message: file %q names no workspace", p.FilePath)
+		}
 		if !isSendPath(p.FilePath) {
-			return fmt.Errorf("queue outbound message: file %q is not inside a workspace's .choirtmp/send directory", p.FilePath)
+			return fmt.Errorf("queue outbound message: file %q is not a path inside the workspace's %s directory", p.FilePath, sendDir)
 		}
 	default:
 		return fmt.Errorf("queue outbound message: unknown kind %q", p.Kind)
 	}
 	return nil
-}
-
-// sendDir is where agents leave files for choird to send, relative to the
-// workspace.
-const sendDir = ".choirtmp/send"
-
-// OutboundFilePath resolves rel, a path relative to the workspace's
-// .choirtmp/send directory as agents name it, to the host path to queue.
-// It refuses paths that leave the directory.
-func OutboundFilePath(workspaceDir, rel string) (string, error) {
-	if !filepath.IsAbs(workspaceDir) {
-		return "", fmt.Errorf("workspace %q is not an absolute path", workspaceDir)
-	}
-	if rel == "" || filepath.IsAbs(rel) || !filepath.IsLocal(rel) {
-		return "", fmt.Errorf("file %q is not a path inside %s", rel, sendDir)
-	}
-	return filepath.Join(workspaceDir, sendDir, rel), nil
-}
-
-// isSendPath reports whether p is a clean absolute path below some
-// .choirtmp/send directory: the only files the worker may send and delete.
-func isSendPath(p string) bool {
-	if !filepath.IsAbs(p) || filepath.Clean(p) != p {
-		return false
-	}
-	i := strings.Index(p, "/"+sendDir+"/")
-	return i >= 0 && len(p) > i+len(sendDir)+2
-}
-
-// removeSendFile deletes a delivered file through an os.Root on its
-// workspace: the agent may have replaced a directory on the path by a
-// symbolic link since the file was sent, and must not make choird delete
-// anything outside the workspace.
-func removeSendFile(p string) error {
-	i := strings.LastIndex(p, "/"+sendDir+"/")
-	root, err := os.OpenRoot(p[:i])
-	if err != nil {
-		return fmt.Errorf("open workspace of %s: %w", p, err)
-	}
-	defer root.Close()
-	return root.Remove(p[i+1:])
 }
 
 // DeliveryWorker sends outbox rows; Work documents its guarantees.
@@ -358,8 +325,13 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 	logger := w.deps.Logger.With(slog.Int64("outbox_id", head.OutboxID), slog.String("agent_id", head.AgentID),
 		slog.String("message_id", head.MessageID), slog.String("gateway", head.Gateway), slog.String("dm", head.Dm))
 
+	var file SendFile
+	var fileErr error
+	if head.FilePath != "" {
+		file, fileErr = sendFileOf(head, w.workspaces())
+	}
 	parts := w.deps.Sender.Parts(OutboundPart{Gateway: head.Gateway, ChatID: head.ChatID, Kind: head.Kind,
-		Text: head.Text, FilePath: head.FilePath})
+		Text: head.Text, File: file})
 	if head.ApprovalID != nil && len(parts) > 0 {
 		parts[len(parts)-1].ApprovalID = head.ApprovalID.String()
 	}
@@ -367,8 +339,8 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 	var sendErr error
 	var sentID int64
 	switch {
-	case head.FilePath != "" && !isSendPath(head.FilePath):
-		sendErr = permanentError{fmt.Errorf("file %q is not inside a .choirtmp/send directory", head.FilePath)}
+	case fileErr != nil:
+		sendErr = permanentError{fileErr}
 	case idx >= len(parts):
 		sendErr = permanentError{fmt.Errorf("message has %d parts but %d are recorded sent", len(parts), idx)}
 	default:
@@ -439,11 +411,19 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 	if last && head.FilePath != "" {
 		// Only after the commit: a file removed before it would be lost
 		// if the commit failed and the send had to be retried.
-		if err := removeSendFile(head.FilePath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := file.Remove(); err != nil && !errors.Is(err, os.ErrNotExist) {
 			logger.WarnContext(ctx, "remove delivered file", slog.String("error", err.Error()))
 		}
 	}
 	return last && isOwn, nil
+}
+
+// workspaces returns the configured workspaces, name to directory.
+func (w *DeliveryWorker) workspaces() map[string]string {
+	if w.deps.Workspaces == nil {
+		return nil
+	}
+	return w.deps.Workspaces()
 }
 
 func commit(ctx context.Context, tx pgx.Tx, outboxID int64) error {

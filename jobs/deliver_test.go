@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -44,19 +45,40 @@ type deliveryBundle struct {
 	tg      *telegramtest.Bot
 	limits  jobs.SendLimits
 	ws      string
+	// other is a second configured workspace, "other", that the agent
+	// of ws must not reach.
+	other   string
 	clients []*jobs.Client
+}
+
+// testWorkspace is the name of the bundle's workspace, b.ws.
+const testWorkspace = "main"
+
+// workspaces is the configured workspaces, for the worker.
+func (b *deliveryBundle) workspaces() map[string]string {
+	return map[string]string{testWorkspace: b.ws, "other": b.other}
+}
+
+// fileParams queues the file .choirtmp/send/name of the bundle's workspace.
+func (b *deliveryBundle) fileParams(messageID, caption, kind, name string) jobs.OutboundParams {
+	p := b.params(messageID, caption, testChat)
+	p.Kind, p.Workspace, p.FilePath = kind, testWorkspace, ".choirtmp/send/"+name
+	return p
 }
 
 func setupDelivery(t *testing.T, limits jobs.SendLimits) *deliveryBundle {
 	t.Helper()
 	ctx := context.Background()
-	b := &deliveryBundle{pool: dbtest.NewPool(t), srv: telegramtest.NewServer(t), limits: limits, ws: t.TempDir()}
+	b := &deliveryBundle{pool: dbtest.NewPool(t), srv: telegramtest.NewServer(t), limits: limits, ws: t.TempDir(),
+		other: t.TempDir()}
 	b.tg = b.srv.AddBot(testToken, "courier_bot")
 	if _, err := db.New(b.pool).AgentUpsert(ctx, db.AgentUpsertParams{AgentID: testAgent, Config: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.MkdirAll(filepath.Join(b.ws, ".choirtmp", "send"), 0o755); err != nil {
-		t.Fatal(err)
+	for _, ws := range []string{b.ws, b.other} {
+		if err := os.MkdirAll(filepath.Join(ws, ".choirtmp", "send"), 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	return b
 }
@@ -76,7 +98,7 @@ func (b *deliveryBundle) start(t *testing.T, more ...func(*river.Workers)) *jobs
 	t.Cleanup(gw.Close)
 	workers := river.NewWorkers()
 	if err := jobs.AddDeliveryWorker(workers, jobs.DeliveryDeps{Pool: b.pool, Sender: gw,
-		Limiter: jobs.NewSendLimiter(b.limits)}); err != nil {
+		Limiter: jobs.NewSendLimiter(b.limits), Workspaces: b.workspaces}); err != nil {
 		t.Fatal(err)
 	}
 	for _, add := range more {
@@ -393,9 +415,7 @@ func TestDeliverOutbound(t *testing.T) {
 			if err := os.WriteFile(p, f.data, 0o644); err != nil {
 				t.Fatal(err)
 			}
-			fp := b.params(fmt.Sprintf("f%d", i), f.caption, testChat)
-			fp.Kind, fp.FilePath = f.kind, p
-			ps = append(ps, fp)
+			ps = append(ps, b.fileParams(fmt.Sprintf("f%d", i), f.caption, f.kind, f.name))
 		}
 		qs := b.enqueue(t, client, ps...)
 		for _, q := range qs {
@@ -413,7 +433,7 @@ func TestDeliverOutbound(t *testing.T) {
 			if (f.kind == jobs.OutboundDocument || f.kind == jobs.OutboundVideo) && m.File.Name != f.name {
 				t.Errorf("file %s uploaded as %q", f.name, m.File.Name)
 			}
-			if _, err := os.Stat(ps[i].FilePath); !os.IsNotExist(err) {
+			if _, err := os.Stat(filepath.Join(b.ws, ps[i].FilePath)); !os.IsNotExist(err) {
 				t.Errorf("%s still exists after delivery: %v", f.name, err)
 			}
 		}
@@ -426,9 +446,7 @@ func TestDeliverOutbound(t *testing.T) {
 		p := filepath.Join(b.ws, ".choirtmp", "send", "data.csv")
 		os.WriteFile(p, []byte("a,b\n1,2\n"), 0o644) //nolint:errcheck
 		caption := strings.Repeat("word ", 300)      // 1500 characters
-		fp := b.params("cap", caption, testChat)
-		fp.Kind, fp.FilePath = jobs.OutboundDocument, p
-		q := b.enqueue(t, client, fp)[0]
+		q := b.enqueue(t, client, b.fileParams("cap", caption, jobs.OutboundDocument, "data.csv"))[0]
 		row := b.waitRow(t, q.Row.OutboxID, "sent")
 		sent := b.tg.SentTo(testChat)
 		if len(sent) != 2 || sent[0].Method != "sendDocument" || sent[0].Text != "" || sent[1].Method != "sendMessage" ||
@@ -447,9 +465,7 @@ func TestDeliverOutbound(t *testing.T) {
 		if err := os.Symlink(outside, link); err != nil {
 			t.Fatal(err)
 		}
-		fp := b.params("escape", "", testChat)
-		fp.Kind, fp.FilePath = jobs.OutboundDocument, link
-		q := b.enqueue(t, client, fp)[0]
+		q := b.enqueue(t, client, b.fileParams("escape", "", jobs.OutboundDocument, "innocent.txt"))[0]
 		row := b.waitRow(t, q.Row.OutboxID, "failed")
 		if len(b.tg.Sent()) != 0 {
 			t.Errorf("sent %+v", b.tg.Sent())
@@ -458,6 +474,105 @@ func TestDeliverOutbound(t *testing.T) {
 			t.Errorf("outside file touched: %v", err)
 		}
 		t.Logf("refused: %s", row.LastError)
+	})
+
+	t.Run("LinkIntoAnotherWorkspaceIsRefused", func(t *testing.T) {
+		t.Parallel()
+		// The agent of ws links a directory of its send directory to the
+		// other workspace and queues a path that runs through the link to
+		// that workspace's own send directory. The file is resolved in
+		// ws's configured directory, where the link leads outside: it is
+		// neither sent nor removed. (choird used to split the absolute
+		// path at its last .choirtmp/send and open the rest under the
+		// directory before it, which was the other workspace.)
+		b := setupDelivery(t, unlimited)
+		client := b.start(t)
+		secret := filepath.Join(b.other, ".choirtmp", "send", "secret.txt")
+		if err := os.WriteFile(secret, []byte("the other agent's file"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(b.other, filepath.Join(b.ws, ".choirtmp", "send", "sub")); err != nil {
+			t.Fatal(err)
+		}
+		q := b.enqueue(t, client, b.fileParams("cross", "", jobs.OutboundDocument, "sub/.choirtmp/send/secret.txt"))[0]
+		row := b.waitRow(t, q.Row.OutboxID, "failed")
+		if len(b.tg.Sent()) != 0 {
+			t.Errorf("sent %+v", b.tg.Sent())
+		}
+		if _, err := os.Stat(secret); err != nil {
+			t.Errorf("the other workspace's file was touched: %v", err)
+		}
+		t.Logf("refused: %s", row.LastError)
+	})
+
+	t.Run("FIFOIsRefusedWithoutBlocking", func(t *testing.T) {
+		t.Parallel()
+		// A FIFO has no writer: opening it for reading without O_NONBLOCK
+		// would wait forever. It is refused, and the next message of the
+		// chat still goes out.
+		b := setupDelivery(t, unlimited)
+		client := b.start(t)
+		if err := syscall.Mkfifo(filepath.Join(b.ws, ".choirtmp", "send", "pipe.pdf"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		qs := b.enqueue(t, client, b.fileParams("fifo", "", jobs.OutboundDocument, "pipe.pdf"),
+			b.params("after", "still here", testChat))
+		row := b.waitRow(t, qs[0].Row.OutboxID, "failed")
+		b.waitRow(t, qs[1].Row.OutboxID, "sent")
+		if !strings.Contains(row.LastError, "not a regular file") {
+			t.Errorf("last error %q", row.LastError)
+		}
+		if sent := b.tg.SentTo(testChat); len(sent) != 1 || sent[0].Text != "still here" {
+			t.Errorf("sent %+v", sent)
+		}
+	})
+
+	t.Run("RowsWithAbsolutePathsStillWork", func(t *testing.T) {
+		t.Parallel()
+		// Rows queued before rows named their workspace hold an absolute
+		// path. It is mapped onto the configured workspace that holds it,
+		// and a link inside it cannot lead into another.
+		b := setupDelivery(t, unlimited)
+		client := b.start(t)
+		ctx := context.Background()
+		if err := os.WriteFile(filepath.Join(b.ws, ".choirtmp", "send", "old.txt"), []byte("queued long ago"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		secret := filepath.Join(b.other, ".choirtmp", "send", "secret.txt")
+		if err := os.WriteFile(secret, []byte("the other agent's file"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(b.other, filepath.Join(b.ws, ".choirtmp", "send", "sub")); err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for i, p := range []string{".choirtmp/send/old.txt", ".choirtmp/send/sub/.choirtmp/send/secret.txt"} {
+			err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+				row, err := db.New(tx).OutboxInsert(ctx, db.OutboxInsertParams{AgentID: testAgent, MessageID: fmt.Sprintf("legacy-%d", i),
+					Gateway: gatewayTG, Dm: testDMName, ChatID: strconv.FormatInt(testChat, 10), Kind: jobs.OutboundDocument,
+					FilePath: filepath.Join(b.ws, p)})
+				if err != nil {
+					return err
+				}
+				ids = append(ids, row.OutboxID)
+				_, err = client.InsertTx(ctx, tx, jobs.DeliverOutboundArgs{OutboxID: row.OutboxID}, nil)
+				return err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.waitRow(t, ids[0], "sent")
+		b.waitRow(t, ids[1], "failed")
+		if sent := b.tg.SentTo(testChat); len(sent) != 1 || sent[0].File == nil || string(sent[0].File.Data) != "queued long ago" {
+			t.Errorf("sent %+v", sent)
+		}
+		if _, err := os.Stat(filepath.Join(b.ws, ".choirtmp", "send", "old.txt")); !os.IsNotExist(err) {
+			t.Errorf("old.txt still exists after delivery: %v", err)
+		}
+		if _, err := os.Stat(secret); err != nil {
+			t.Errorf("the other workspace's file was touched: %v", err)
+		}
 	})
 
 	t.Run("EnqueueRefusesBadMessages", func(t *testing.T) {
@@ -473,6 +588,20 @@ func TestDeliverOutbound(t *testing.T) {
 				p.FilePath = "/etc/passwd"
 				return p
 			}(),
+			func() jobs.OutboundParams {
+				p := b.fileParams("e4", "", jobs.OutboundDocument, "../../etc/passwd")
+				return p
+			}(),
+			func() jobs.OutboundParams {
+				p := b.fileParams("e5", "", jobs.OutboundDocument, "report.pdf")
+				p.Workspace = ""
+				return p
+			}(),
+			func() jobs.OutboundParams {
+				p := b.fileParams("e6", "", jobs.OutboundDocument, "report.pdf")
+				p.FilePath = filepath.Join(b.ws, p.FilePath)
+				return p
+			}(),
 			func() jobs.OutboundParams { p := b.params("e3", "x", testChat); p.Kind = "sticker"; return p }(),
 		}
 		for _, p := range bad {
@@ -484,11 +613,15 @@ func TestDeliverOutbound(t *testing.T) {
 				t.Errorf("%s queued", p.MessageID)
 			}
 		}
-		if _, err := jobs.OutboundFilePath(b.ws, "../../etc/passwd"); err == nil {
-			t.Error("OutboundFilePath accepted a path leaving the send directory")
+		for _, bad := range []string{"../../etc/passwd", "/etc/passwd", "", "sub/../../x", ".choirtmp/send/../recv/a"} {
+			if p, err := jobs.OutboundFilePath(bad); err == nil {
+				t.Errorf("OutboundFilePath(%q) = %q: accepted a path leaving the send directory", bad, p)
+			}
 		}
-		if p, err := jobs.OutboundFilePath(b.ws, "sub/report.pdf"); err != nil || p != filepath.Join(b.ws, ".choirtmp/send/sub/report.pdf") {
-			t.Errorf("OutboundFilePath = %q, %v", p, err)
+		for _, good := range []string{"sub/report.pdf", ".choirtmp/send/sub/report.pdf", "./sub/report.pdf"} {
+			if p, err := jobs.OutboundFilePath(good); err != nil || p != ".choirtmp/send/sub/report.pdf" {
+				t.Errorf("OutboundFilePath(%q) = %q, %v", good, p, err)
+			}
 		}
 	})
 

@@ -71,6 +71,9 @@ type Deps struct {
 	// RemoveInstance removes a crashed session's container or process;
 	// nil when choird runs no runtime.
 	RemoveInstance func(ctx context.Context, sessionID uuid.UUID) error
+	// Workspaces returns the configured workspaces, name to directory:
+	// the only places the delivery worker opens and removes files.
+	Workspaces func() map[string]string
 }
 
 // Client is the River client type choird uses.
@@ -123,7 +126,7 @@ func NewClient(deps Deps) (*Client, error) {
 	}
 	if deps.Sender != nil {
 		if err := AddDeliveryWorker(workers, DeliveryDeps{Pool: deps.Pool, Sender: deps.Sender, Limiter: deps.SendLimiter,
-			Logger: deps.Logger.With(slog.String("component", "delivery"))}); err != nil {
+			Workspaces: deps.Workspaces, Logger: deps.Logger.With(slog.String("component", "delivery"))}); err != nil {
 			return nil, err
 		}
 		name, qc := DeliveryQueue()

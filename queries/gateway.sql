@@ -8,11 +8,12 @@ RETURNING *;
 
 -- name: OutboxInsert :one
 -- OutboxInsert stores one outbound message. A second insert with the same
--- (agent_id, message_id), the agent retrying, returns no row.
-INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path,
-                                  approval_id)
-VALUES (@agent_id, sqlc.narg(session_id), @message_id, @gateway, @dm, @chat_id, @kind, @text, @file_path,
-        sqlc.narg(approval_id))
+-- (agent_id, message_id), the agent retrying, returns no row. A file is
+-- named by its workspace and its path relative to it.
+INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, workspace,
+                                  file_path, approval_id)
+VALUES (@agent_id, sqlc.narg(session_id), @message_id, @gateway, @dm, @chat_id, @kind, @text, @workspace,
+        @file_path, sqlc.narg(approval_id))
 ON CONFLICT (agent_id, message_id) DO NOTHING
 RETURNING *;
 

@@ -4,18 +4,20 @@ import (
 	"bytes"
 	"cmp"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"unicode"
 
 	tele "gopkg.in/telebot.v3"
+
+	"github.com/choirhq/choir/jobs"
 )
 
 // RecvDir is where inbound files are stored, relative to the workspace.
@@ -141,7 +143,9 @@ func (w *writer) Write(p []byte) (int, error) {
 
 // download fetches a file from the Bot API's file endpoint into
 // <workspace>/.choirtmp/recv/<name>, through a temporary file renamed into
-// place, so the agent never sees a partial file. All file operations go
+// place, so the agent never sees a partial file. The rename replaces
+// whatever the agent may have left at the name (a link, a FIFO) without
+// opening it. All file operations go
 // through an os.Root on the workspace: the agent can write in its
 // workspace, and a symbolic link it plants there cannot redirect choird's
 // writes outside it. Failures to write are *storeError; failures to read
@@ -168,8 +172,12 @@ func (b *bot) download(ctx context.Context, filePath, workspace, name string) (i
 	if resp.StatusCode != http.StatusOK {
 		return 0, fmt.Errorf("download file: %s", resp.Status)
 	}
-	tmp := RecvDir + "/." + name + ".part"
-	out, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	// The temporary name is unpredictable and created with O_EXCL, which
+	// also refuses to follow a symbolic link: nothing the agent planted
+	// in advance can stand in for it (a FIFO there would block the open,
+	// and with it the bot's update loop).
+	tmp := RecvDir + "/.part-" + rand.Text()
+	out, err := root.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o644)
 	if err != nil {
 		return 0, &storeError{err}
 	}
@@ -225,43 +233,23 @@ func sanitizeName(name string) string {
 	return s
 }
 
-// sendDirMarker separates a queued file's workspace from its path inside.
-const sendDirMarker = "/.choirtmp/send/"
-
-// openSendFile opens a file an agent left for sending, at an absolute path
-// <workspace>/.choirtmp/send/<rel>. It opens it through an os.Root on the
-// workspace, so no symbolic link can lead outside the workspace, and refuses
-// anything but a regular file, empty files and files over Telegram's upload
-// limit: all with permanent errors, since retrying cannot change them.
-func openSendFile(path string) (*os.File, os.FileInfo, error) {
-	i := strings.LastIndex(path, sendDirMarker)
-	if !filepath.IsAbs(path) || i < 0 {
-		return nil, nil, permanent(fmt.Errorf("file %s is not inside a workspace's .choirtmp/send", path))
-	}
-	root, err := os.OpenRoot(path[:i])
-	if err != nil {
-		return nil, nil, permanent(fmt.Errorf("open workspace of %s: %w", path, err))
-	}
-	defer root.Close()
-	// O_NONBLOCK: a FIFO must not hang the worker.
-	f, err := root.OpenFile(path[i+1:], os.O_RDONLY|syscall.O_NONBLOCK, 0)
+// openSendFile opens a file an agent left for sending. jobs.SendFile opens
+// it through an os.Root on its configured workspace, without blocking on a
+// FIFO, and refuses anything but a regular file; this refuses empty files
+// and files over Telegram's upload limit too. Every refusal is permanent:
+// retrying cannot change it.
+func openSendFile(file jobs.SendFile) (*os.File, os.FileInfo, error) {
+	f, fi, err := file.Open()
 	if err != nil {
 		return nil, nil, permanent(fmt.Errorf("open file to send: %w", err))
 	}
-	fi, err := f.Stat()
 	switch {
-	case err != nil:
-		f.Close()
-		return nil, nil, fmt.Errorf("stat file to send: %w", err)
-	case !fi.Mode().IsRegular():
-		f.Close()
-		return nil, nil, permanent(fmt.Errorf("file %s is not a regular file", path))
 	case fi.Size() == 0:
 		f.Close()
-		return nil, nil, permanent(fmt.Errorf("file %s is empty", path))
+		return nil, nil, permanent(fmt.Errorf("file %s is empty", file.Path))
 	case fi.Size() > MaxUploadBytes:
 		f.Close()
-		return nil, nil, permanent(fmt.Errorf("file %s is %s: Telegram bots can send at most 50 MB", path, megabytes(fi.Size())))
+		return nil, nil, permanent(fmt.Errorf("file %s is %s: Telegram bots can send at most 50 MB", file.Path, megabytes(fi.Size())))
 	}
 	return f, fi, nil
 }

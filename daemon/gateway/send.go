@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strconv"
 	"time"
 
@@ -83,13 +82,13 @@ func (b *bot) sendFile(ctx context.Context, part jobs.OutboundPart) (int64, erro
 	if err != nil {
 		return 0, permanent(fmt.Errorf("chat id %q is not a Telegram chat", part.ChatID))
 	}
-	f, _, err := openSendFile(part.FilePath)
+	f, _, err := openSendFile(part.File)
 	if err != nil {
 		return 0, err
 	}
 	defer f.Close()
 	file := tele.FromReader(f)
-	name := filepath.Base(part.FilePath)
+	name := part.File.Name()
 	var what tele.Sendable
 	var method string
 	switch part.Kind {

@@ -123,6 +123,15 @@ func (s *secretStore) get(name string) (string, bool) {
 
 func (s *secretStore) swap(m map[string]string) { s.m.Store(&m) }
 
+// all returns the current secrets, for scrubbing tool output; the map is
+// never changed after a swap.
+func (s *secretStore) all() map[string]string {
+	if m := s.m.Load(); m != nil {
+		return *m
+	}
+	return nil
+}
+
 // names lists the secrets held, sorted.
 func (s *secretStore) names() []string {
 	m := s.m.Load()
@@ -253,7 +262,7 @@ func Run(ctx context.Context, opts Options) error {
 		return fmt.Errorf("rebuild from choird's replica: %w", err)
 	}
 	arb := arbiter.New(arbiter.Config{Appender: app, Tools: reg, Locks: lock.New(), Logger: logger,
-		Env: tool.Env{Workspace: opts.Workspace, SecretFunc: secrets.get}, Host: hostExecutor{client: client, log: log},
+		Env: tool.Env{Workspace: opts.Workspace, SecretFunc: secrets.get}, Secrets: secrets.all, Host: hostExecutor{client: client, log: log},
 		Approvals: approver{client: client}})
 	out := &outbound{client: client, logger: logger}
 	status := &statusReporter{client: client, logger: logger, kick: make(chan struct{}, 1)}

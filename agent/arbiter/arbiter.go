@@ -51,7 +51,11 @@ type Config struct {
 	// EdgeRestricted reports whether the edge lane is limited to read-only
 	// tools (spec 7.2: while any core job runs). Nil means never.
 	EdgeRestricted func() bool
-	Logger         *slog.Logger
+	// Secrets returns the session's secrets (name to value), whose values
+	// are replaced by [secret:<name>] in every tool result before it is
+	// committed; nil scrubs nothing. The map is read, never changed.
+	Secrets func() map[string]string
+	Logger  *slog.Logger
 }
 
 // Proposal is a lane's request to run one tool.
@@ -315,6 +319,12 @@ func (a *Arbiter) Propose(ctx context.Context, p Proposal) (Outcome, error) {
 		} else {
 			errText = res.Summary
 		}
+	}
+	// Nothing a tool printed reaches the log, choird or a model with a
+	// known secret in it.
+	if a.cfg.Secrets != nil {
+		sc := newScrubber(a.cfg.Secrets())
+		res, errText = sc.result(res), sc.text(errText)
 	}
 	// The result is committed even when the lane's ctx ended: the tool ran.
 	if err := a.commitResult(context.WithoutCancel(ctx), lane, p, status, dur, res.JSON(), errText); err != nil {

@@ -101,7 +101,7 @@ func (d *Daemon) AgentStart(ctx context.Context, sc Scope, agentID string, o Sta
 		return admin.AgentStatus{}, err
 	}
 	if d.runtime == nil {
-		return admin.AgentStatus{}, errors.New("choird runs without an agent runtime; start it with --runtime=docker or --runtime=process")
+		return admin.AgentStatus{}, errors.New("choird runs without an agent runtime; start it with --runtime=docker")
 	}
 	b, err := resolveBindings(cfg, agentID, o)
 	if err != nil {

@@ -361,7 +361,7 @@ func newRuntime(ctx context.Context, opts Options, logger *slog.Logger) (runtime
 		rt, err := docker.New(ctx, docker.Options{Scope: docker.ScopeFor(opts.Home), Init: true,
 			Logger: logger.With(slog.String("component", "runtime"))})
 		if err != nil {
-			return nil, fmt.Errorf("docker runtime: %w (or start choird with --runtime=process)", err)
+			return nil, fmt.Errorf("docker runtime: %w", err)
 		}
 		return rt, nil
 	}

@@ -1,0 +1,109 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc"
+)
+
+// TestOverrideBindsItsSecret checks that a session's model and voice
+// overrides (/model llm, /voice) let its agent fetch the new provider's
+// secret, and list it in the dynamic configuration, which tells the agent
+// to fetch it; before the override the same secret is refused.
+func TestOverrideBindsItsSecret(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	home := lifecycleHomeWith(t, dbtest.NewDatabase(t), func(c *config.Config) {
+		c.Models["other"] = config.Model{Provider: "other-provider", Model: "other-model", Endpoint: "http://127.0.0.1:9/v1",
+			Secret: "other-llm-key"}
+		c.TTS = map[string]config.TTS{"eleven": {Provider: "elevenlabs", ModelID: "eleven_v2", Endpoint: "http://127.0.0.1:9",
+			Secret: "tts-key"}}
+		c.VoiceProfiles = map[string]config.VoiceProfile{
+			"calm": {TTS: "eleven", VoiceID: "v-calm", OutputFormat: "mp3_44100_128", VoiceSettings: config.VoiceSettings{Speed: 1}},
+		}
+	})
+	addSecrets(t, home, config.Secrets{"other-llm-key": "sk-other", "tts-key": "tts-secret"})
+	r := startChoirdWith(t, home, Options{})
+	b := &cmdBundle{r: r, c: r.d.dmCommands().(*dmCommands)}
+	t.Cleanup(func() { b.c.wait(); r.kill(t) })
+	agent := b.startAgent(t, "assistant")
+
+	fetch := func() DynamicConfig {
+		t.Helper()
+		got, err := agent.client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var dc DynamicConfig
+		if err := json.Unmarshal(got.Config, &dc); err != nil {
+			t.Fatal(err)
+		}
+		return dc
+	}
+	if dc := fetch(); slices.Contains(dc.Secrets, "other-llm-key") || slices.Contains(dc.Secrets, "tts-key") ||
+		!slices.Contains(dc.Secrets, "model-key") {
+		t.Errorf("secrets before any override = %v, want the bound model-key only", dc.Secrets)
+	}
+	if _, err := agent.client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"other-llm-key"}}); !errors.Is(err, rpc.ErrPermissionDenied) {
+		t.Errorf("a model's secret the session does not use: %v, want permission denied", err)
+	}
+
+	admin := Scope{Admin: true, Actor: "test"}
+	if _, err := r.d.ModelSet(ctx, admin, "assistant", "other"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := r.d.VoiceSet(ctx, admin, "assistant", "calm"); err != nil {
+		t.Fatal(err)
+	}
+	dc := fetch()
+	if dc.LLM != "other" || dc.VoiceProfile != "calm" {
+		t.Fatalf("after the overrides: llm %q, voice %q", dc.LLM, dc.VoiceProfile)
+	}
+	for _, name := range []string{"model-key", "other-llm-key", "tts-key"} {
+		if !slices.Contains(dc.Secrets, name) {
+			t.Errorf("secrets after the overrides = %v, want %s among them", dc.Secrets, name)
+		}
+	}
+	got, err := agent.client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: dc.Secrets})
+	if err != nil {
+		t.Fatalf("GET_SECRETS of the listed secrets: %v", err)
+	}
+	if got.Secrets["other-llm-key"] != "sk-other" || got.Secrets["tts-key"] != "tts-secret" {
+		t.Errorf("the overrides' secrets were not handed over")
+	}
+}
+
+// addSecrets adds secrets to home's secrets.json.
+func addSecrets(t *testing.T, home string, add config.Secrets) {
+	t.Helper()
+	cfgData, err := os.ReadFile(filepath.Join(home, config.ConfigFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(cfgData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	data, err := config.ReadSecretsFile(filepath.Join(home, config.SecretsFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := config.ParseSecrets(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range add {
+		s[k] = v
+	}
+	if err := config.WriteFiles(home, cfg, s, true); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -15,6 +15,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"golang.org/x/time/rate"
 )
 
 // Timeouts of the call loop. A connection waits idleTimeout for its next
@@ -57,13 +59,64 @@ type callServer struct {
 	mu      sync.Mutex
 	conns   map[*serverConn]struct{}
 	closing bool
+	capWarn rate.Sometimes
 }
 
-// serverConn is a connection served by the call loop.
+// evictLocked makes room for a new connection at the cap by closing the
+// connection that has waited longest without being busy (an agent's idle
+// pooled connection, or one that opened and never finished a call): the
+// newcomer is likelier to be about to call than it. It reports false when
+// every connection is busy. cs.mu is held.
+func (cs *callServer) evictLocked() bool {
+	var victim *serverConn
+	for c := range cs.conns {
+		if !c.busy && (victim == nil || c.lastUsed.Before(victim.lastUsed)) {
+			victim = c
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	delete(cs.conns, victim)
+	victim.nc.Close()
+	return true
+}
+
+// setBusy marks c as in a handler, or no longer.
+func (cs *callServer) setBusy(c *serverConn, busy bool) {
+	cs.mu.Lock()
+	c.busy = busy
+	if !busy {
+		c.lastUsed = time.Now()
+	}
+	cs.mu.Unlock()
+}
+
+// connState follows the connections handed to net/http, for the cap.
+func (cs *callServer) connState(nc net.Conn, state http.ConnState) {
+	bc, ok := nc.(*bufferedConn)
+	if !ok {
+		return
+	}
+	switch state {
+	case http.StateActive, http.StateHijacked:
+		cs.setBusy(bc.sc, true)
+	case http.StateIdle:
+		cs.setBusy(bc.sc, false)
+	}
+}
+
+// serverConn is a connection served by the call loop, or handed off to
+// net/http; it counts against ServerOptions.MaxConns until it is closed.
 type serverConn struct {
 	nc     net.Conn
 	cancel context.CancelFunc
 	active bool // serving a call, as opposed to waiting for one
+	// busy marks a connection in a handler (a call, an event stream),
+	// which the connection cap never closes; lastUsed is when it was last
+	// busy, or accepted. Both are guarded by callServer.mu.
+	busy     bool
+	lastUsed time.Time
 }
 
 // serve accepts connections on ln until it fails or is closed.
@@ -86,13 +139,23 @@ func (cs *callServer) serve(ln net.Listener) error {
 		}
 		backoff = 0
 		ctx, cancel := context.WithCancel(cs.base)
-		c := &serverConn{nc: nc, cancel: cancel}
+		c := &serverConn{nc: nc, cancel: cancel, lastUsed: time.Now()}
 		cs.mu.Lock()
 		if cs.closing {
 			cs.mu.Unlock()
 			cancel()
 			nc.Close()
 			return nil
+		}
+		if len(cs.conns) >= cs.s.maxConns && !cs.evictLocked() {
+			cs.mu.Unlock()
+			cancel()
+			nc.Close()
+			cs.capWarn.Do(func() {
+				cs.log.Warn("rpc connection refused: every connection of the listener is busy",
+					slog.Int("max_conns", cs.s.maxConns))
+			})
+			continue
 		}
 		cs.conns[c] = struct{}{}
 		cs.mu.Unlock()
@@ -172,8 +235,8 @@ func (cs *callServer) serveConn(ctx context.Context, c *serverConn) {
 		}
 		if !handedOff {
 			c.nc.Close()
+			cs.forget(c)
 		}
-		cs.forget(c)
 	}()
 	lr := &io.LimitedReader{R: c.nc, N: math.MaxInt64}
 	br := bufio.NewReader(lr)
@@ -199,7 +262,10 @@ func (cs *callServer) serveConn(ctx context.Context, c *serverConn) {
 		}
 		if !bytes.Equal(head, callPrefix) {
 			c.nc.SetReadDeadline(time.Time{})
-			handedOff = cs.handoff.give(&bufferedConn{Conn: c.nc, r: br})
+			// From here net/http owns the connection; it counts against
+			// the cap until net/http closes it.
+			cs.setActive(c, false)
+			handedOff = cs.handoff.give(&bufferedConn{Conn: c.nc, r: br, sc: c, forget: cs.forget})
 			return
 		}
 		lr.N = maxHeaderBytes
@@ -246,7 +312,9 @@ func (cs *callServer) serveCall(ctx context.Context, c *serverConn, w *callWrite
 		return false
 	}
 	c.nc.SetReadDeadline(time.Now().Add(bodyTimeout))
+	cs.setBusy(c, true)
 	cs.s.ServeHTTP(w, req.WithContext(ctx))
+	cs.setBusy(c, false)
 	if w.h.Get("Connection") == "close" {
 		return false
 	}
@@ -331,10 +399,20 @@ func (w *callWriter) error(e *Error, status int) {
 // loop had already read from it.
 type bufferedConn struct {
 	net.Conn
-	r *bufio.Reader
+	r      *bufio.Reader
+	sc     *serverConn
+	forget func(*serverConn)
+	once   sync.Once
 }
 
 func (c *bufferedConn) Read(p []byte) (int, error) { return c.r.Read(p) }
+
+// Close closes the connection and stops counting it against the cap.
+func (c *bufferedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(func() { c.forget(c.sc) })
+	return err
+}
 
 // handoffListener is the listener net/http serves: it yields the
 // connections the call loop gives it.

@@ -294,8 +294,9 @@ type testBundle struct {
 }
 
 type setupOpts struct {
-	limits rpc.Limits
-	ping   time.Duration
+	limits   rpc.Limits
+	ping     time.Duration
+	maxConns int
 }
 
 // shortTempDir returns a temporary directory with a path short enough for a
@@ -316,7 +317,7 @@ func setup(t testing.TB, transport string, so setupOpts) *testBundle {
 	b.sessionID, b.token = b.auth.add(b.agentID)
 	srv, err := rpc.NewServer(rpc.ServerOptions{
 		Handler: b.h, Authenticator: b.auth, Limits: so.limits, StreamPing: so.ping,
-		ShutdownTimeout: 2 * time.Second,
+		ShutdownTimeout: 2 * time.Second, MaxConns: so.maxConns,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -134,6 +134,21 @@ type ServerOptions struct {
 	// ShutdownTimeout bounds how long Serve waits for calls in flight when
 	// its context ends (default 10 s).
 	ShutdownTimeout time.Duration
+	// MaxConns caps the open connections of each listener Serve runs on
+	// (default DefaultMaxConns). At the cap, a new connection takes the
+	// place of the one idle the longest (waiting for its next call, or an
+	// idle connection net/http keeps); when every one is busy in a call or
+	// an event stream, the new one is closed at once.
+	MaxConns int
+	// FailedAuthRate and FailedAuthBurst are the failed authentications
+	// each listener allows per second, and at once (defaults
+	// DefaultFailedAuthRate, DefaultFailedAuthBurst). Past them, the
+	// server stops asking the Authenticator: a HEARTBEAT whose token the
+	// server remembers from its session's earlier calls is still served,
+	// and every other call is refused as rate_limited until the budget
+	// refills.
+	FailedAuthRate  float64
+	FailedAuthBurst int
 }
 
 // Server serves the agent protocol over HTTP/1.1: POST /rpc/<verb> for
@@ -150,6 +165,10 @@ type Server struct {
 	grace  time.Duration
 	epoch  string
 
+	maxConns        int
+	failedAuthRate  float64
+	failedAuthBurst int
+
 	mu       sync.Mutex
 	sessions map[string]*sessionState
 
@@ -162,6 +181,7 @@ type Server struct {
 type sessionState struct {
 	limiter *rate.Limiter
 	pushes  *pushQueue
+	id      identity
 }
 
 // NewServer returns a server for opts.
@@ -181,6 +201,10 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		ping:     opts.StreamPing,
 		grace:    opts.ShutdownTimeout,
 		epoch:    newEpoch(),
+
+		maxConns:        opts.MaxConns,
+		failedAuthRate:  opts.FailedAuthRate,
+		failedAuthBurst: opts.FailedAuthBurst,
 		sessions: map[string]*sessionState{},
 		flights:  map[ReplayKey]*flight{},
 	}
@@ -195,6 +219,15 @@ func NewServer(opts ServerOptions) (*Server, error) {
 	}
 	if s.grace <= 0 {
 		s.grace = 10 * time.Second
+	}
+	if s.maxConns <= 0 {
+		s.maxConns = DefaultMaxConns
+	}
+	if s.failedAuthRate <= 0 {
+		s.failedAuthRate = DefaultFailedAuthRate
+	}
+	if s.failedAuthBurst <= 0 {
+		s.failedAuthBurst = DefaultFailedAuthBurst
 	}
 	return s, nil
 }
@@ -219,6 +252,7 @@ type stopKey struct{}
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	stop := make(chan struct{})
 	base := context.WithValue(context.Background(), stopKey{}, (<-chan struct{})(stop))
+	base = context.WithValue(base, guardKey{}, newListenerGuard(s.failedAuthRate, s.failedAuthBurst))
 	handoff := newHandoffListener(ln.Addr())
 	hs := &http.Server{
 		Handler:           s,
@@ -229,7 +263,9 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
 	}
 	hs.RegisterOnShutdown(func() { close(stop) })
-	cs := &callServer{s: s, base: base, handoff: handoff, log: s.log, conns: map[*serverConn]struct{}{}}
+	cs := &callServer{s: s, base: base, handoff: handoff, log: s.log, conns: map[*serverConn]struct{}{},
+		capWarn: rate.Sometimes{Interval: 10 * time.Second}}
+	hs.ConnState = cs.connState
 	httpErr, callErr := make(chan error, 1), make(chan error, 1)
 	go func() { httpErr <- hs.Serve(handoff) }()
 	go func() { callErr <- cs.serve(ln) }()
@@ -308,17 +344,38 @@ func (s *Server) dropSession(id string) {
 	}
 }
 
-// authenticate checks the lease token and applies the rate limit.
+// authenticate checks the lease token and applies the rate limit. While
+// the listener's failed-authentication budget is spent, it asks the
+// Authenticator nothing (see ServerOptions.FailedAuthRate).
 func (s *Server) authenticate(ctx context.Context, verb Verb, sessionID, token string) (Session, *sessionState, *Error) {
 	var sess Session
 	var err error
-	if ia, ok := s.auth.(IdentityAuthenticator); ok && verb.FencedByHandler() {
+	ia, identityOnly := s.auth.(IdentityAuthenticator)
+	identityOnly = identityOnly && verb.FencedByHandler()
+	g := guardFrom(ctx)
+	switch {
+	case g != nil && g.throttled():
+		var ok bool
+		if sess, ok = s.rememberedSession(identityOnly, sessionID, token); !ok {
+			d := g.retryAfter()
+			g.warn.Do(func() {
+				s.log.WarnContext(ctx, "rpc: too many failed authentications; refusing lookups",
+					slog.Float64("per_second", s.failedAuthRate), slog.Int("burst", s.failedAuthBurst))
+			})
+			return Session{}, nil, &Error{Code: CodeRateLimited,
+				Message:    fmt.Sprintf("too many failed authentications on this listener; retry in %s", d.Round(time.Millisecond)),
+				RetryAfter: d}
+		}
+	case identityOnly:
 		sess, err = ia.AuthenticateIdentity(ctx, sessionID, token)
-	} else {
+	default:
 		sess, err = s.auth.Authenticate(ctx, sessionID, token)
 	}
 	switch {
 	case errors.Is(err, ErrUnauthenticated):
+		if g != nil {
+			g.failed()
+		}
 		return Session{}, nil, Errorf(CodeUnauthenticated, "lease token rejected for session %s: wrong token or session not active", sessionID)
 	case err != nil:
 		return Session{}, nil, s.internal(ctx, CodeUnavailable, "authenticate", err)
@@ -327,6 +384,7 @@ func (s *Server) authenticate(ctx context.Context, verb Verb, sessionID, token s
 			fmt.Errorf("authenticator returned session %s for %s", sess.ID, sessionID))
 	}
 	st := s.session(sess.ID)
+	st.id.remember(token, sess.AgentID)
 	now := time.Now()
 	res := st.limiter.ReserveN(now, 1)
 	if d := res.DelayFrom(now); !res.OK() || d > 0 {
@@ -342,6 +400,24 @@ func (s *Server) authenticate(ctx context.Context, verb Verb, sessionID, token s
 		}
 	}
 	return sess, st, nil
+}
+
+// rememberedSession authenticates a call from what the server remembers
+// of its session, without the Authenticator: only a verb whose handler
+// fences the session itself, and only with an IdentityAuthenticator, which
+// may answer from memory anyway.
+func (s *Server) rememberedSession(identityOnly bool, sessionID, token string) (Session, bool) {
+	if !identityOnly {
+		return Session{}, false
+	}
+	s.mu.Lock()
+	st := s.sessions[sessionID]
+	s.mu.Unlock()
+	if st == nil {
+		return Session{}, false
+	}
+	agentID, ok := st.id.matches(token)
+	return Session{ID: sessionID, AgentID: agentID}, ok
 }
 
 // internal logs err under a fresh reference and returns an error of code

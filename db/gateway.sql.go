@@ -250,7 +250,7 @@ func (q *Queries) InboxPending(ctx context.Context, arg InboxPendingParams) ([]C
 }
 
 const outboxAfter = `-- name: OutboxAfter :many
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace FROM choir_control.outbox
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at FROM choir_control.outbox
  WHERE agent_id = $1 AND outbox_id > $2
  ORDER BY outbox_id
  LIMIT $3
@@ -292,6 +292,9 @@ func (q *Queries) OutboxAfter(ctx context.Context, arg OutboxAfterParams) ([]Cho
 			&i.SentAt,
 			&i.ApprovalID,
 			&i.Workspace,
+			&i.AttemptPart,
+			&i.AttemptBy,
+			&i.AttemptAt,
 		); err != nil {
 			return nil, err
 		}
@@ -303,8 +306,30 @@ func (q *Queries) OutboxAfter(ctx context.Context, arg OutboxAfterParams) ([]Cho
 	return items, nil
 }
 
+const outboxAttemptBegin = `-- name: OutboxAttemptBegin :execrows
+UPDATE choir_control.outbox
+   SET attempt_part = $1::int, attempt_by = $2::uuid, attempt_at = now()
+ WHERE outbox_id = $3 AND status = 'pending' AND cardinality(sent_ids) = $1::int
+`
+
+type OutboxAttemptBeginParams struct {
+	Part      int32     `json:"part"`
+	AttemptBy uuid.UUID `json:"attempt_by"`
+	OutboxID  int64     `json:"outbox_id"`
+}
+
+// OutboxAttemptBegin marks part number part as being sent by the choird
+// process attempt_by, committed before the send (see OutboxPartSent).
+func (q *Queries) OutboxAttemptBegin(ctx context.Context, arg OutboxAttemptBeginParams) (int64, error) {
+	result, err := q.db.Exec(ctx, outboxAttemptBegin, arg.Part, arg.AttemptBy, arg.OutboxID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const outboxGetByID = `-- name: OutboxGetByID :one
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace FROM choir_control.outbox WHERE outbox_id = $1
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at FROM choir_control.outbox WHERE outbox_id = $1
 `
 
 func (q *Queries) OutboxGetByID(ctx context.Context, outboxID int64) (ChoirControlOutbox, error) {
@@ -329,12 +354,15 @@ func (q *Queries) OutboxGetByID(ctx context.Context, outboxID int64) (ChoirContr
 		&i.SentAt,
 		&i.ApprovalID,
 		&i.Workspace,
+		&i.AttemptPart,
+		&i.AttemptBy,
+		&i.AttemptAt,
 	)
 	return i, err
 }
 
 const outboxGetByMessageID = `-- name: OutboxGetByMessageID :one
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace FROM choir_control.outbox WHERE agent_id = $1 AND message_id = $2
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at FROM choir_control.outbox WHERE agent_id = $1 AND message_id = $2
 `
 
 type OutboxGetByMessageIDParams struct {
@@ -364,6 +392,9 @@ func (q *Queries) OutboxGetByMessageID(ctx context.Context, arg OutboxGetByMessa
 		&i.SentAt,
 		&i.ApprovalID,
 		&i.Workspace,
+		&i.AttemptPart,
+		&i.AttemptBy,
+		&i.AttemptAt,
 	)
 	return i, err
 }
@@ -374,7 +405,7 @@ INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm,
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
         $10, $11)
 ON CONFLICT (agent_id, message_id) DO NOTHING
-RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace
+RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at
 `
 
 type OutboxInsertParams struct {
@@ -428,12 +459,15 @@ func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) (Cho
 		&i.SentAt,
 		&i.ApprovalID,
 		&i.Workspace,
+		&i.AttemptPart,
+		&i.AttemptBy,
+		&i.AttemptAt,
 	)
 	return i, err
 }
 
 const outboxLockChatHead = `-- name: OutboxLockChatHead :one
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace FROM choir_control.outbox
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at FROM choir_control.outbox
  WHERE gateway = $1 AND chat_id = $2 AND status = 'pending' AND outbox_id <= $3
  ORDER BY outbox_id
  LIMIT 1
@@ -471,13 +505,17 @@ func (q *Queries) OutboxLockChatHead(ctx context.Context, arg OutboxLockChatHead
 		&i.SentAt,
 		&i.ApprovalID,
 		&i.Workspace,
+		&i.AttemptPart,
+		&i.AttemptBy,
+		&i.AttemptAt,
 	)
 	return i, err
 }
 
 const outboxMarkFailed = `-- name: OutboxMarkFailed :execrows
 UPDATE choir_control.outbox
-   SET status = 'failed', attempts = attempts + 1, last_error = $1
+   SET status = 'failed', attempts = attempts + 1, last_error = $1,
+       attempt_part = NULL, attempt_by = NULL, attempt_at = NULL
  WHERE outbox_id = $2 AND status = 'pending'
 `
 
@@ -500,10 +538,11 @@ UPDATE choir_control.outbox
    SET sent_ids   = array_append(sent_ids, $1::bigint),
        attempts   = attempts + 1,
        last_error = '',
+       attempt_part = NULL, attempt_by = NULL, attempt_at = NULL,
        status     = CASE WHEN $2::bool THEN 'sent' ELSE status END,
        sent_at    = CASE WHEN $2::bool THEN now() END
  WHERE outbox_id = $3 AND status = 'pending' AND cardinality(sent_ids) = $4::int
-RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace
+RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at
 `
 
 type OutboxPartSentParams struct {
@@ -515,7 +554,9 @@ type OutboxPartSentParams struct {
 
 // OutboxPartSent records the Telegram message id of part number part (its
 // index among the message's parts) and marks the message sent after the
-// last part. The cardinality check makes a stale worker's update a no-op.
+// last part; sent_id 0 records a part whose send was interrupted, which
+// may have reached the user and is not sent again. It clears the attempt
+// mark. The cardinality check makes a stale worker's update a no-op.
 func (q *Queries) OutboxPartSent(ctx context.Context, arg OutboxPartSentParams) (ChoirControlOutbox, error) {
 	row := q.db.QueryRow(ctx, outboxPartSent,
 		arg.SentID,
@@ -543,13 +584,17 @@ func (q *Queries) OutboxPartSent(ctx context.Context, arg OutboxPartSentParams) 
 		&i.SentAt,
 		&i.ApprovalID,
 		&i.Workspace,
+		&i.AttemptPart,
+		&i.AttemptBy,
+		&i.AttemptAt,
 	)
 	return i, err
 }
 
 const outboxSendFailed = `-- name: OutboxSendFailed :exec
 UPDATE choir_control.outbox
-   SET attempts = attempts + 1, last_error = $1
+   SET attempts = attempts + 1, last_error = $1,
+       attempt_part = NULL, attempt_by = NULL, attempt_at = NULL
  WHERE outbox_id = $2 AND status = 'pending'
 `
 
@@ -558,7 +603,8 @@ type OutboxSendFailedParams struct {
 	OutboxID  int64  `json:"outbox_id"`
 }
 
-// OutboxSendFailed records a failed send that will be retried.
+// OutboxSendFailed records a failed send that will be retried, and
+// clears the attempt mark: the part did not reach the user.
 func (q *Queries) OutboxSendFailed(ctx context.Context, arg OutboxSendFailedParams) error {
 	_, err := q.db.Exec(ctx, outboxSendFailed, arg.LastError, arg.OutboxID)
 	return err

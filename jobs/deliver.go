@@ -141,7 +141,7 @@ func AddDeliveryWorker(workers *river.Workers, deps DeliveryDeps) error {
 	if deps.RunBudget <= 0 {
 		deps.RunBudget = 20 * time.Second
 	}
-	if err := river.AddWorkerSafely(workers, &DeliveryWorker{deps: deps}); err != nil {
+	if err := river.AddWorkerSafely(workers, &DeliveryWorker{deps: deps, instance: uuid.New()}); err != nil {
 		return fmt.Errorf("register delivery worker: %w", err)
 	}
 	return nil
@@ -236,6 +236,9 @@ func (p OutboundParams) validate() error {
 type DeliveryWorker struct {
 	river.WorkerDefaults[DeliverOutboundArgs]
 	deps DeliveryDeps
+	// instance names this process in the attempt marks it makes: a mark
+	// of another instance was left by a choird that is gone.
+	instance uuid.UUID
 }
 
 // Timeout bounds one run: the run budget plus one slow upload. It stays
@@ -255,11 +258,16 @@ func (w *DeliveryWorker) Timeout(*river.Job[DeliverOutboundArgs]) time.Duration 
 // send the same part and a restarted run resumes at the first unrecorded
 // part. The last part's transaction also completes the job.
 //
-// The one window left is between Telegram accepting a message and that
-// transaction committing: if choird dies there, the part is sent again
-// after the restart (the Bot API has no idempotency key to prevent it).
-// The window holds nothing but one UPDATE and the COMMIT on an open
-// connection with the row already locked: well under a millisecond.
+// A message is sent at most once, whatever dies when. The Bot API has no
+// idempotency key, so a part whose send was under way when choird died
+// may or may not have reached the user, and sending it again could send
+// it twice. Each part is therefore marked as being sent, in a committed
+// row, before it is sent, and the mark is cleared with the outcome; a run
+// that finds a mark its own process did not leave (or one older than a
+// run can last) records the part as sent, with message id 0, and moves
+// on, with a warning in the log. The price is that a part may be lost if
+// choird dies after the mark and before the request leaves: a window of
+// one HTTP write, against a duplicate on every crash mid-send.
 func (w *DeliveryWorker) Work(ctx context.Context, job *river.Job[DeliverOutboundArgs]) error {
 	start := time.Now()
 	q := db.New(w.deps.Pool)
@@ -344,7 +352,29 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 	case idx >= len(parts):
 		sendErr = permanentError{fmt.Errorf("message has %d parts but %d are recorded sent", len(parts), idx)}
 	default:
+		interrupted, busy, err := w.markAttempt(ctx, q, head, idx)
+		switch {
+		case err != nil:
+			return false, err
+		case busy:
+			// Another run of this process is sending the part now.
+			return false, river.JobSnooze(time.Second)
+		case interrupted:
+			logger.WarnContext(ctx, "a send of this part was cut off when choird stopped; it may have reached the user, "+
+				"so it is recorded as sent and not sent again", slog.Int("part", idx))
+			return w.recordSent(ctx, tx, job, head, isOwn, idx, 0, idx == len(parts)-1, file, logger)
+		}
+		// The mark is committed and the row unlocked: no lock and no
+		// connection is held while the channel takes its time.
+		if err := commit(ctx, tx, head.OutboxID); err != nil {
+			return false, err
+		}
 		sentID, sendErr = w.deps.Sender.Send(ctx, parts[idx])
+		if tx, err = w.deps.Pool.Begin(ctx); err != nil {
+			return false, fmt.Errorf("begin recording the send of outbox row %d: %w", head.OutboxID, err)
+		}
+		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit this is a no-op
+		q = db.New(tx)
 	}
 
 	if sendErr != nil {
@@ -395,8 +425,38 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 	}
 
 	// Telegram has the message: record it before anything else.
-	last := idx == len(parts)-1
-	if _, err := q.OutboxPartSent(ctx, db.OutboxPartSentParams{OutboxID: head.OutboxID, SentID: sentID,
+	return w.recordSent(ctx, tx, job, head, isOwn, idx, sentID, idx == len(parts)-1, file, logger)
+}
+
+// markAttempt marks part idx of the locked row head as being sent by this
+// process, in the caller's transaction (which must commit before the
+// send). It reports instead that a send of the part was interrupted (a
+// mark left by another process, or one older than a run can last), or
+// that a run of this process is sending it now.
+func (w *DeliveryWorker) markAttempt(ctx context.Context, q *db.Queries, head db.ChoirControlOutbox, idx int) (interrupted, busy bool, err error) {
+	if head.AttemptPart != nil && int(*head.AttemptPart) == idx {
+		mine := head.AttemptBy != nil && *head.AttemptBy == w.instance
+		if !mine || head.AttemptAt == nil || time.Since(*head.AttemptAt) > w.Timeout(nil) {
+			return true, false, nil
+		}
+		return false, true, nil
+	}
+	n, err := q.OutboxAttemptBegin(ctx, db.OutboxAttemptBeginParams{OutboxID: head.OutboxID, Part: int32(idx), AttemptBy: w.instance})
+	if err != nil {
+		return false, false, fmt.Errorf("mark part %d of outbox row %d as being sent: %w", idx, head.OutboxID, err)
+	}
+	if n != 1 {
+		return false, false, fmt.Errorf("mark part %d of outbox row %d as being sent: the locked row changed", idx, head.OutboxID)
+	}
+	return false, false, nil
+}
+
+// recordSent records part idx of head as sent with the channel's id
+// sentID, completes the job with the row's last part, commits, and then
+// removes a sent file. It reports whether the job's own row is finished.
+func (w *DeliveryWorker) recordSent(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverOutboundArgs], head db.ChoirControlOutbox,
+	isOwn bool, idx int, sentID int64, last bool, file SendFile, logger *slog.Logger) (bool, error) {
+	if _, err := db.New(tx).OutboxPartSent(ctx, db.OutboxPartSentParams{OutboxID: head.OutboxID, SentID: sentID,
 		Last: last, Part: int32(idx)}); err != nil {
 		return false, fmt.Errorf("record part %d of outbox row %d sent: %w", idx, head.OutboxID, err)
 	}

@@ -722,6 +722,58 @@ func TestDeliverOutbound(t *testing.T) {
 			t.Errorf("sent_ids = %v, want %v", row.SentIds, want)
 		}
 	})
+
+	t.Run("CrashMidSendDoesNotResendThePart", func(t *testing.T) {
+		t.Parallel()
+		b := setupDelivery(t, unlimited)
+		ctx := context.Background()
+		// The state a choird killed while part 2 was on its way leaves:
+		// part 1 recorded, part 2 marked as being sent by that process,
+		// its job rescued. Part 2 may have reached the user: it is
+		// recorded as sent (id 0) and never sent again; part 3 goes out.
+		inserter, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := b.enqueue(t, inserter, b.params("cut-off", threeParts, testChat))[0]
+		if _, err := b.pool.Exec(ctx, `UPDATE choir_control.outbox SET sent_ids = '{777}', attempts = 1,
+			attempt_part = 1, attempt_by = gen_random_uuid(), attempt_at = now() WHERE outbox_id = $1`, q.Row.OutboxID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := b.pool.Exec(ctx, `UPDATE river_job SET attempt = 1, attempted_at = now() - interval '1 hour'
+			WHERE kind = 'deliver_outbound' AND (args->>'outbox_id')::bigint = $1`, q.Row.OutboxID); err != nil {
+			t.Fatal(err)
+		}
+		b.start(t)
+		row := b.waitRow(t, q.Row.OutboxID, "sent")
+		sent := b.tg.SentTo(testChat)
+		if len(sent) != 1 || !strings.HasPrefix(sent[0].Text, "part 3") {
+			t.Fatalf("sent %q, want part 3 alone", texts(sent))
+		}
+		if want := []int64{777, 0, sent[0].MessageID}; !slices.Equal(row.SentIds, want) {
+			t.Errorf("sent_ids = %v, want %v", row.SentIds, want)
+		}
+		if row.AttemptPart != nil || row.AttemptBy != nil {
+			t.Errorf("attempt mark left: part %v by %v", row.AttemptPart, row.AttemptBy)
+		}
+	})
+
+	t.Run("MarkIsClearedWithEveryOutcome", func(t *testing.T) {
+		t.Parallel()
+		b := setupDelivery(t, unlimited)
+		// One transient failure, then success: neither leaves a mark, so
+		// the retry sends the part (the failure did not reach the user).
+		b.tg.Fail("sendMessage", 1, telegramtest.Fault{Code: 500})
+		client := b.start(t)
+		q := b.enqueue(t, client, b.params("retried", "hello once", testChat))[0]
+		row := b.waitRow(t, q.Row.OutboxID, "sent")
+		if n := len(b.tg.SentTo(testChat)); n != 1 {
+			t.Errorf("sent %d messages, want 1", n)
+		}
+		if row.AttemptPart != nil || row.AttemptBy != nil || row.AttemptAt != nil {
+			t.Errorf("attempt mark left: part %v by %v at %v", row.AttemptPart, row.AttemptBy, row.AttemptAt)
+		}
+	})
 }
 
 func TestSendLimiter(t *testing.T) {

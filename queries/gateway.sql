@@ -33,29 +33,42 @@ SELECT * FROM choir_control.outbox
  LIMIT 1
  FOR UPDATE;
 
+-- name: OutboxAttemptBegin :execrows
+-- OutboxAttemptBegin marks part number part as being sent by the choird
+-- process attempt_by, committed before the send (see OutboxPartSent).
+UPDATE choir_control.outbox
+   SET attempt_part = @part::int, attempt_by = @attempt_by::uuid, attempt_at = now()
+ WHERE outbox_id = @outbox_id AND status = 'pending' AND cardinality(sent_ids) = @part::int;
+
 -- name: OutboxPartSent :one
 -- OutboxPartSent records the Telegram message id of part number part (its
 -- index among the message's parts) and marks the message sent after the
--- last part. The cardinality check makes a stale worker's update a no-op.
+-- last part; sent_id 0 records a part whose send was interrupted, which
+-- may have reached the user and is not sent again. It clears the attempt
+-- mark. The cardinality check makes a stale worker's update a no-op.
 UPDATE choir_control.outbox
    SET sent_ids   = array_append(sent_ids, @sent_id::bigint),
        attempts   = attempts + 1,
        last_error = '',
+       attempt_part = NULL, attempt_by = NULL, attempt_at = NULL,
        status     = CASE WHEN @last::bool THEN 'sent' ELSE status END,
        sent_at    = CASE WHEN @last::bool THEN now() END
  WHERE outbox_id = @outbox_id AND status = 'pending' AND cardinality(sent_ids) = @part::int
 RETURNING *;
 
 -- name: OutboxSendFailed :exec
--- OutboxSendFailed records a failed send that will be retried.
+-- OutboxSendFailed records a failed send that will be retried, and
+-- clears the attempt mark: the part did not reach the user.
 UPDATE choir_control.outbox
-   SET attempts = attempts + 1, last_error = @last_error
+   SET attempts = attempts + 1, last_error = @last_error,
+       attempt_part = NULL, attempt_by = NULL, attempt_at = NULL
  WHERE outbox_id = @outbox_id AND status = 'pending';
 
 -- name: OutboxMarkFailed :execrows
 -- OutboxMarkFailed gives up on a message that cannot be delivered.
 UPDATE choir_control.outbox
-   SET status = 'failed', attempts = attempts + 1, last_error = @last_error
+   SET status = 'failed', attempts = attempts + 1, last_error = @last_error,
+       attempt_part = NULL, attempt_by = NULL, attempt_at = NULL
  WHERE outbox_id = @outbox_id AND status = 'pending';
 
 -- name: InboxGet :one

@@ -84,7 +84,10 @@ func (b *bot) receiveFile(ctx context.Context, dm DM, updateID int64, chatID str
 	}
 
 	var f tele.File
-	if err := b.call(ctx, "getFile", map[string]any{"file_id": m.file.FileID}, &f); err != nil {
+	fctx, cancel := context.WithTimeout(ctx, b.g.opts.FileTimeout)
+	err = b.call(fctx, "getFile", map[string]any{"file_id": m.file.FileID}, &f)
+	cancel()
+	if err != nil {
 		var api *APIError
 		if errors.As(err, &api) && !api.Temporary() {
 			b.reply(ctx, chatID, fmt.Sprintf("%s could not be downloaded (Telegram says: %s), so it was not stored.",
@@ -100,7 +103,9 @@ func (b *bot) receiveFile(ctx context.Context, dm DM, updateID int64, chatID str
 	}
 
 	stored := fmt.Sprintf("%s-%d-%s", sanitizeName(b.name), updateID, sanitizeName(name))
-	n, err := b.download(ctx, f.FilePath, dir, stored)
+	dctx, cancel := context.WithTimeout(ctx, b.g.opts.DownloadTimeout)
+	n, err := b.download(dctx, f.FilePath, dir, stored)
+	cancel()
 	var se *storeError
 	switch {
 	case errors.Is(err, errTooLarge):

@@ -16,7 +16,9 @@
 // of the batch has been handled; an update received but not handled is
 // redelivered by Telegram after a restart, and the inbox's unique (gateway,
 // update_id) key turns the redelivery of a handled one into a no-op
-// ([ErrDuplicate]).
+// ([ErrDuplicate]). An update whose handling keeps failing is retried with
+// backoff, then dead-lettered (Options.MaxUpdateAttempts): logged, the user
+// asked to send it again, and passed over, so it cannot stall the bot.
 //
 // Egress goes through the outbox: [Gateway] implements jobs.OutboundSender
 // for the deliver_outbound worker. Text is cut at 4096 UTF-16 code units on
@@ -207,6 +209,17 @@ type Options struct {
 	// RetryBase is the first delay after a failed poll or a failed
 	// handling of an update; it doubles up to 30 s (default 500 ms).
 	RetryBase time.Duration
+	// MaxUpdateAttempts is how many times an update is handled before it
+	// is dead-lettered: logged, the user told to send it again, and
+	// skipped, so one update that keeps failing cannot hold up every
+	// later one (default 8, about a minute of backoff at the default
+	// RetryBase).
+	MaxUpdateAttempts int
+	// FileTimeout bounds the getFile call that locates a received file
+	// (default 30 s); DownloadTimeout bounds its download (default 2
+	// minutes: 20 MB at 170 KB/s).
+	FileTimeout     time.Duration
+	DownloadTimeout time.Duration
 	// TypingInterval is how often Typing repeats the chat action
 	// (default 4 s: Telegram shows it for about 5 s).
 	TypingInterval time.Duration
@@ -230,6 +243,9 @@ func New(opts Options) (*Gateway, error) {
 	opts.APIURL = cmp.Or(opts.APIURL, DefaultAPIURL)
 	opts.PollTimeout = cmp.Or(opts.PollTimeout, 25*time.Second)
 	opts.RetryBase = cmp.Or(opts.RetryBase, 500*time.Millisecond)
+	opts.MaxUpdateAttempts = cmp.Or(opts.MaxUpdateAttempts, 8)
+	opts.FileTimeout = cmp.Or(opts.FileTimeout, 30*time.Second)
+	opts.DownloadTimeout = cmp.Or(opts.DownloadTimeout, 2*time.Minute)
 	opts.TypingInterval = cmp.Or(opts.TypingInterval, 4*time.Second)
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)

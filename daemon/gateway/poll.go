@@ -130,8 +130,9 @@ func (b *bot) confirm(ctx context.Context, offset int64) {
 	}
 }
 
-// handleWithRetry handles u until it succeeds, reporting false if ctx ended
-// first.
+// handleWithRetry handles u until it succeeds or has failed
+// MaxUpdateAttempts times, then dead-letters it, reporting false only if
+// ctx ended first (the update is then left for the next start).
 func (b *bot) handleWithRetry(ctx context.Context, u tele.Update) bool {
 	for n := 0; ; n++ {
 		err := b.handle(ctx, u)
@@ -141,11 +142,59 @@ func (b *bot) handleWithRetry(ctx context.Context, u tele.Update) bool {
 		if ctx.Err() != nil {
 			return false
 		}
+		if n+1 >= b.g.opts.MaxUpdateAttempts {
+			b.deadLetter(ctx, u, n+1, err)
+			return true
+		}
 		b.g.logger.ErrorContext(ctx, "handle update; retrying", slog.String("gateway", b.name),
 			slog.Int("update_id", u.ID), slog.Int("attempt", n+1), slog.String("error", err.Error()))
 		if !sleep(ctx, backoff(b.g.opts.RetryBase, n)) {
 			return false
 		}
+	}
+}
+
+// deadLetter gives up on an update that kept failing: the loop moves past
+// it, so one bad update (a file Telegram will not serve, a hook that fails
+// on it every time) cannot hold up every later one. The log line keeps
+// what is needed to find it, and the sender, if allowed, is asked to send
+// it again, since the update is not redelivered.
+func (b *bot) deadLetter(ctx context.Context, u tele.Update, attempts int, err error) {
+	attrs := []any{slog.String("gateway", b.name), slog.Int("update_id", u.ID), slog.Int("attempts", attempts),
+		slog.String("error", err.Error())}
+	var chatID int64
+	var user *tele.User
+	var chat *tele.Chat
+	switch {
+	case u.Message != nil:
+		user, chat = u.Message.Sender, u.Message.Chat
+	case u.Callback != nil:
+		user = u.Callback.Sender
+		if u.Callback.Message != nil {
+			chat = u.Callback.Message.Chat
+		}
+	}
+	dm, ok := DM{}, false
+	if user != nil {
+		dm, ok = b.g.lookupDM(b.name, strconv.FormatInt(user.ID, 10))
+	}
+	if ok {
+		attrs = append(attrs, slog.String("dm", dm.Name))
+	}
+	if chat != nil {
+		chatID = chat.ID
+		attrs = append(attrs, slog.Int64("chat_id", chatID))
+	}
+	b.g.logger.ErrorContext(ctx, "update dead-lettered: it kept failing and is skipped", attrs...)
+	if !ok {
+		return
+	}
+	const notTaken = "Your last message could not be processed, so the agent did not get it. Send it again in a moment."
+	switch {
+	case u.Callback != nil:
+		b.answer(ctx, u.Callback.ID, "This could not be processed. Press the button again in a moment.")
+	case chat != nil && chat.Type == tele.ChatPrivate:
+		b.reply(ctx, strconv.FormatInt(chatID, 10), notTaken)
 	}
 }
 

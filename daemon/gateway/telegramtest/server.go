@@ -228,6 +228,7 @@ type Bot struct {
 	faults    map[string][]Fault     // by lower-case method
 	blocked   map[string]bool        // chats that blocked the bot
 	hooks     []hook
+	downloads []func(path string)
 }
 
 type hook struct {
@@ -278,6 +279,14 @@ func (b *Bot) OnCall(method string, fn func(Call)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.hooks = append(b.hooks, hook{strings.ToLower(method), fn})
+}
+
+// OnDownload runs fn for every download from the file endpoint, before the
+// fake answers it; fn may block to hold the download.
+func (b *Bot) OnDownload(fn func(path string)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.downloads = append(b.downloads, fn)
 }
 
 func userJSON(id int64) map[string]any {
@@ -991,7 +1000,11 @@ func (s *Server) serveFile(w http.ResponseWriter, token, path string) {
 	}
 	b.mu.Lock()
 	sf := b.files[path]
+	hooks := slices.Clone(b.downloads)
 	b.mu.Unlock()
+	for _, fn := range hooks {
+		fn(path)
+	}
 	if sf == nil || sf.path != path || sf.size > MaxDownloadBytes {
 		writeError(w, &apiError{code: http.StatusNotFound, description: "Not Found"})
 		return

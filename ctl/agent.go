@@ -2,7 +2,6 @@ package ctl
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -59,9 +58,8 @@ func newAgentCommand(g *globals) *cobra.Command {
 	start := &cobra.Command{Use: "start <agent-id>", Short: "Start an agent; every default resource can be overridden",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			if o.DM == "" {
-				return usageErr(errors.New("--dm is required: choirctl has no DM of its own; name one from config.json"))
-			}
+			// Without --dm the agent talks on its defaults.dm, which
+			// config.json requires; choird resolves it.
 			var out admin.AgentStatus
 			if err := call(cmd.Context(), http.MethodPost, "/v1/agents/"+args[0]+"/start", o, &out); err != nil {
 				return err
@@ -75,7 +73,7 @@ func newAgentCommand(g *globals) *cobra.Command {
 	f.StringVar(&o.GitIdentity, "git-identity", "", "override the default git identity")
 	f.StringVar(&o.Notion, "notion", "", "override the default Notion integration")
 	f.StringVar(&o.Email, "email", "", "override the default email account")
-	f.StringVar(&o.DM, "dm", "", "the DM the agent talks on (required)")
+	f.StringVar(&o.DM, "dm", "", "override the default DM the agent talks on (defaults.dm)")
 
 	simple := func(use, short, verb string) *cobra.Command {
 		return &cobra.Command{Use: use + " <agent-id>", Short: short, Args: cobra.ExactArgs(1),

@@ -85,7 +85,7 @@ func runAgentInit(g *globals, id string, opts agentInitOptions) error {
 		fmt.Fprintf(g.stdout, "create its git repo and set agents.%s.repo.url\n", id)
 	}
 	fmt.Fprintf(g.stdout, "fill in agents.%s.defaults (workspace, llm and dm are required), then:\n"+
-		"  choirctl config validate\n  choirctl agent build %s\n  choirctl agent start %s --dm <dm>\n", id, id, id)
+		"  choirctl config validate\n  choirctl agent build %s\n  choirctl agent start %s\n", id, id, id)
 	return nil
 }
 

@@ -105,7 +105,7 @@ func resolveBindings(cfg *config.Config, agentID string, o StartOverrides) (rpc.
 		problems = append(problems, fmt.Errorf("agent %s has no workspace: set defaults.workspace or pass --workspace", agentID))
 	}
 	if b.DM == "" {
-		problems = append(problems, fmt.Errorf("agent %s has no DM: pass --dm", agentID))
+		problems = append(problems, fmt.Errorf("agent %s has no DM: set defaults.dm or pass --dm", agentID))
 	}
 	for _, s := range cfg.Search {
 		if s.Secret != "" {

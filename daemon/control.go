@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
-	"sort"
 	"time"
 
 	"github.com/google/uuid"
@@ -410,9 +409,9 @@ func (d *Daemon) watchExits(ctx context.Context) {
 }
 
 // cleanOrphans removes every instance a previous run of choird left (spec
-// 6.2 step 6) and marks live sessions without an instance crashed (step 7).
+// 6.2 step 6). Their sessions were closed before (closeLiveSessions), and
+// the active ones are resumed in successors (resumeSessions).
 func (d *Daemon) cleanOrphans(ctx context.Context) error {
-	cfg, _ := d.config()
 	removed, err := runtime.RemoveOrphans(ctx, d.runtime, func(runtime.Instance) bool { return false })
 	if err != nil {
 		return fmt.Errorf("remove orphaned agent instances: %w", err)
@@ -420,24 +419,6 @@ func (d *Daemon) cleanOrphans(ctx context.Context) error {
 	for _, inst := range removed {
 		d.logger.InfoContext(ctx, "step 6: removed orphaned agent instance", slog.String("instance", inst.ID),
 			slog.String("agent_id", inst.AgentID), slog.String("session_id", inst.SessionID))
-	}
-	q := db.New(d.pool)
-	ids := sortedKeys(cfg.Agents)
-	sort.Strings(ids)
-	for _, id := range ids {
-		s, err := q.SessionGetLiveByAgent(ctx, id)
-		if errors.Is(err, pgx.ErrNoRows) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if _, err := endSession(ctx, d.pool, d.river, s.SessionID, "crashed", "choird restarted; its instance is gone"); err != nil {
-			return err
-		}
-		d.logger.InfoContext(ctx, "step 7: session without an instance marked crashed, leases released",
-			slog.String("agent_id", id), slog.String("session_id", s.SessionID.String()))
-		d.crashNotice(ctx, s.SessionID, "choird restarted, and its instance did not survive")
 	}
 	return nil
 }

@@ -212,6 +212,19 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
+	// Step 7, first: sessions live before the restart are closed before
+	// crash detection can see them, and resumed at step 10 (resume.go).
+	var resumes []pendingResume
+	if opts.Runtime != "" {
+		if resumes, err = d.closeLiveSessions(ctx); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil && len(resumes) > 0 {
+				d.abandonResumes(context.WithoutCancel(ctx), resumes, fmt.Errorf("choird failed to start: %w", err))
+			}
+		}()
+	}
 	if err := d.river.Start(ctx); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}
@@ -221,8 +234,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		slog.Int("pool_max_conns", int(d.pool.Config().MaxConns)),
 		slog.Duration("crash_detection_threshold", d.cfg.CrashDetectionThreshold()))
 
-	// Steps 6 and 7: instances a previous run left behind are removed, and
-	// sessions without an instance crashed, their leases released.
+	// Step 6: instances a previous run left behind are removed.
 	if d.runtime, err = newRuntime(ctx, opts, logger); err != nil {
 		d.river.Stop(context.WithoutCancel(ctx)) //nolint:errcheck
 		return err
@@ -247,6 +259,9 @@ func Run(ctx context.Context, opts Options) (err error) {
 	}
 	// Step 8, second half: the bots poll, and the inbox sweep redelivers.
 	gatewayDone := d.runGateway(serveCtx)
+	// Step 10: the sessions closed at step 7 resume in successors.
+	d.resumeSessions(ctx, resumes)
+	resumes = nil
 
 	logger.InfoContext(ctx, "choird ready", slog.Int64("config_version", d.configVersion),
 		slog.Any("agents", sortedKeys(d.cfg.Agents)), slog.Int("gateways", len(d.cfg.Gateways)),

@@ -184,10 +184,20 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 	r := startChoird(t, home)
 	defer r.stop(t)
 
-	t.Run("StartRequiresADM", func(t *testing.T) {
+	t.Run("StartWithoutDMUsesTheDefault", func(t *testing.T) {
 		code, _, errs := choirctl(t, home, "agent", "start", "assistant")
-		if code != ctl.ExitUsage || !strings.Contains(errs, "--dm is required") {
-			t.Fatalf("exit %d: %s", code, errs)
+		if code != 0 {
+			t.Fatalf("start without --dm: exit %d: %s", code, errs)
+		}
+		st := r.waitState(t, "assistant", admin.AgentActive)
+		var dm string
+		r.d.pool.QueryRow(context.Background(), "SELECT resource_bindings->>'dm' FROM choir_control.sessions WHERE session_id = $1",
+			st.SessionID).Scan(&dm)
+		if want := r.d.cfg.Agents["assistant"].Defaults.DM; dm != want {
+			t.Errorf("the session is bound to DM %q, want the agent's defaults.dm %q", dm, want)
+		}
+		if code, _, errs := choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
+			t.Fatalf("stop: %s", errs)
 		}
 	})
 
@@ -386,7 +396,7 @@ func TestOrphansAreRemovedWhenChoirdRestarts(t *testing.T) {
 	if _, err := r.d.AgentStart(context.Background(), Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
-	r.waitState(t, "assistant", admin.AgentActive)
+	old := r.waitState(t, "assistant", admin.AgentActive)
 	pid := agentPid(t, r, "assistant")
 	r.kill(t) // the agent keeps running: choird's instances outlive it
 
@@ -402,13 +412,19 @@ func TestOrphansAreRemovedWhenChoirdRestarts(t *testing.T) {
 			t.Errorf("orphaned agent %d still runs after choird restarted", pid)
 		}
 	}
-	if st := r.d.agentStatus(context.Background(), "assistant"); st.State != admin.AgentCrashed {
-		t.Errorf("orphan's session is %s, want crashed", st.State)
+	var status string
+	r.d.pool.QueryRow(context.Background(), "SELECT status FROM choir_control.sessions WHERE session_id = $1",
+		old.SessionID).Scan(&status)
+	if status != "crashed" {
+		t.Errorf("orphan's session is %s, want crashed", status)
 	}
-	if _, err := r.d.AgentStart(context.Background(), Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{}); err != nil {
-		t.Fatalf("start after orphan cleanup: %v", err)
+	// The agent came back by itself, in a new instance and session.
+	if st := r.waitState(t, "assistant", admin.AgentActive); st.SessionID == old.SessionID {
+		t.Error("the orphan's session is live again")
 	}
-	r.waitState(t, "assistant", admin.AgentActive)
+	if newPid := agentPid(t, r, "assistant"); newPid == pid {
+		t.Error("the orphaned instance was kept")
+	}
 }
 
 func pushText(t *testing.T, r *choirdRun, agent, text string) {

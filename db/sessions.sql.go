@@ -352,6 +352,74 @@ func (q *Queries) SessionSetInstance(ctx context.Context, arg SessionSetInstance
 	return err
 }
 
+const sessionsCloseLive = `-- name: SessionsCloseLive :many
+WITH closed AS (
+    UPDATE choir_control.sessions s
+       SET status = CASE s.status WHEN 'stopping' THEN 'ended' ELSE 'crashed' END,
+           ended_at = now(),
+           end_reason = CASE s.status WHEN 'stopping' THEN $1::text ELSE $2::text END
+     WHERE s.status IN ('active', 'stopping')
+    RETURNING s.session_id, s.agent_id, s.status, s.resource_bindings, s.acked_rev
+), released AS (
+    UPDATE choir_control.resource_leases l
+       SET released_at = now()
+      FROM closed c
+     WHERE l.session_id = c.session_id AND l.released_at IS NULL
+    RETURNING l.session_id
+)
+SELECT c.session_id, c.agent_id, c.status, c.resource_bindings, c.acked_rev,
+       (SELECT count(*) FROM released r WHERE r.session_id = c.session_id)::int AS leases_released
+  FROM closed c
+ ORDER BY c.agent_id
+`
+
+type SessionsCloseLiveParams struct {
+	StoppingReason string `json:"stopping_reason"`
+	ActiveReason   string `json:"active_reason"`
+}
+
+type SessionsCloseLiveRow struct {
+	SessionID        uuid.UUID       `json:"session_id"`
+	AgentID          string          `json:"agent_id"`
+	Status           string          `json:"status"`
+	ResourceBindings json.RawMessage `json:"resource_bindings"`
+	AckedRev         int64           `json:"acked_rev"`
+	LeasesReleased   int32           `json:"leases_released"`
+}
+
+// SessionsCloseLive closes every live session when choird starts with a
+// runtime, before crash detection runs, and releases their leases, in one
+// statement: choird's death took every instance's connection, and a
+// runtime-started instance does not outlive the start-up (orphans are
+// removed). An active session becomes crashed, for choird to resume in a
+// successor; a stopping one becomes ended, since its stop was asked for.
+func (q *Queries) SessionsCloseLive(ctx context.Context, arg SessionsCloseLiveParams) ([]SessionsCloseLiveRow, error) {
+	rows, err := q.db.Query(ctx, sessionsCloseLive, arg.StoppingReason, arg.ActiveReason)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SessionsCloseLiveRow{}
+	for rows.Next() {
+		var i SessionsCloseLiveRow
+		if err := rows.Scan(
+			&i.SessionID,
+			&i.AgentID,
+			&i.Status,
+			&i.ResourceBindings,
+			&i.AckedRev,
+			&i.LeasesReleased,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const sessionsCrashStale = `-- name: SessionsCrashStale :many
 WITH params AS (
     SELECT $1::bigint AS threshold_ms, $2::bigint AS start_grace_ms

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
@@ -364,11 +366,16 @@ func TestGatewayChoirdKilledMidTurn(t *testing.T) {
 	})
 	first.kill(t)
 	e.startChoirdProcess(t)
+	// The agent comes back by itself: a successor continues the first
+	// session's chain, and the inbox row goes to it.
+	second := liveSession(t, pool, "assistant")
 	var status string
+	var resumedFrom *uuid.UUID
 	pool.QueryRow(ctx, "SELECT status FROM choir_control.sessions WHERE session_id = $1", firstSession).Scan(&status)
-	t.Logf("after the restart the first session is %s", status)
-	if status != "active" {
-		e.startAgentAdmin(t, "assistant")
+	pool.QueryRow(ctx, "SELECT resumed_from FROM choir_control.sessions WHERE session_id = $1", second).Scan(&resumedFrom)
+	if status != "crashed" || resumedFrom == nil || *resumedFrom != firstSession {
+		t.Errorf("after the restart the first session is %s and the live one resumes from %v, want crashed and %s",
+			status, resumedFrom, firstSession)
 	}
 
 	ectx, cancel := context.WithTimeout(ctx, 60*time.Second)

@@ -87,3 +87,29 @@ UPDATE choir_control.sessions SET status = 'stopping'
 DELETE FROM choir_control.sessions s
  WHERE s.session_id = @session_id AND s.hello_at IS NULL AND s.acked_rev = s.base_rev
    AND NOT EXISTS (SELECT 1 FROM choir_control.session_events e WHERE e.session_id = s.session_id);
+
+-- name: SessionsCloseLive :many
+-- SessionsCloseLive closes every live session when choird starts with a
+-- runtime, before crash detection runs, and releases their leases, in one
+-- statement: choird's death took every instance's connection, and a
+-- runtime-started instance does not outlive the start-up (orphans are
+-- removed). An active session becomes crashed, for choird to resume in a
+-- successor; a stopping one becomes ended, since its stop was asked for.
+WITH closed AS (
+    UPDATE choir_control.sessions s
+       SET status = CASE s.status WHEN 'stopping' THEN 'ended' ELSE 'crashed' END,
+           ended_at = now(),
+           end_reason = CASE s.status WHEN 'stopping' THEN @stopping_reason::text ELSE @active_reason::text END
+     WHERE s.status IN ('active', 'stopping')
+    RETURNING s.session_id, s.agent_id, s.status, s.resource_bindings, s.acked_rev
+), released AS (
+    UPDATE choir_control.resource_leases l
+       SET released_at = now()
+      FROM closed c
+     WHERE l.session_id = c.session_id AND l.released_at IS NULL
+    RETURNING l.session_id
+)
+SELECT c.session_id, c.agent_id, c.status, c.resource_bindings, c.acked_rev,
+       (SELECT count(*) FROM released r WHERE r.session_id = c.session_id)::int AS leases_released
+  FROM closed c
+ ORDER BY c.agent_id;

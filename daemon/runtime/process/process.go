@@ -13,7 +13,7 @@
 // makes this runtime (prctl PR_SET_DUMPABLE 0), as the agent does at its
 // start, so that their /proc/<pid>/environ, mem and fd entries are closed
 // to processes of the same user; the agent also drops CAP_SYS_PTRACE from
-// its bounding set, so that its tools cannot read them even as root. What
+// its bounding set (with CAP_SYS_ADMIN and CAP_PERFMON, which open them as well), so that its tools cannot read them even as root. What
 // same-user tools can read on the host (choird's secrets.json among it)
 // stays readable: use the docker runtime for anything but development.
 //

@@ -1,0 +1,153 @@
+// Command reachprobe is run by choir.exec in the tests that check what a
+// tool's subprocess can reach (issue 13, spec 14.1 and 14.3). It tries
+// every way to a secret or the lease token that a command has, prints one
+// line per attempt with what it got, and never fails: the test reads its
+// output from the tool result.
+//
+//	reachprobe -socket <choird's agent socket> -session <id> -cred <credential socket>
+//
+// Lines: "environ <pid> (<comm>): <contents or error>", "mem <pid>
+// (<comm>): denied: <error>" or "mem ...: READ <n> bytes", "socket: ...",
+// "cred ...: ...".
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/choirhq/choir/agent/credhelper"
+	"github.com/choirhq/choir/rpc"
+)
+
+func main() {
+	socket := flag.String("socket", "", "choird's agent socket")
+	session := flag.String("session", "", "the session to ask secrets for")
+	cred := flag.String("cred", "", "the agent's git credential socket")
+	flag.Parse()
+
+	// Every process's environment, the agent's ($PPID or further up) and
+	// PID 1 included.
+	pids, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range pids {
+		pid := filepath.Base(p)
+		b, err := os.ReadFile(p + "/environ")
+		if err != nil {
+			fmt.Printf("environ %s (%s): denied: %v\n", pid, comm(pid), err)
+			continue
+		}
+		fmt.Printf("environ %s (%s): %s\n", pid, comm(pid), bytes.ReplaceAll(b, []byte{0}, []byte{' '}))
+	}
+	// The memory of every ancestor, and of PID 1.
+	seen := map[string]bool{}
+	for pid := strconv.Itoa(os.Getppid()); pid != "0" && !seen[pid]; pid = ppid(pid) {
+		seen[pid] = true
+		mem(pid)
+	}
+	if !seen["1"] {
+		mem("1")
+	}
+
+	// choird's socket, without the token.
+	if *socket != "" {
+		c, err := net.DialTimeout("unix", *socket, 5*time.Second)
+		if err != nil {
+			fmt.Printf("socket: connect: %v\n", err)
+		} else {
+			c.Close()
+			fmt.Printf("socket: connect: ok\n")
+		}
+		cl, err := rpc.NewClient(rpc.ClientOptions{Socket: *socket, SessionID: *session, LeaseToken: "no-token-found", Retries: -1})
+		if err == nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			got, err := cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"model-key", "git-token"}})
+			cancel()
+			cl.Close()
+			if err != nil {
+				fmt.Printf("socket: GET_SECRETS refused: %v\n", err)
+			} else {
+				fmt.Printf("socket: GET_SECRETS GOT %v\n", got.Secrets)
+			}
+		}
+	}
+
+	// The agent's git credential socket: bare, and for a host not allowed.
+	if *cred != "" {
+		if c, err := net.DialTimeout("unix", *cred, 5*time.Second); err != nil {
+			fmt.Printf("cred bare: connect: %v\n", err)
+		} else {
+			c.(*net.UnixConn).CloseWrite()
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			b, _ := io.ReadAll(c)
+			c.Close()
+			fmt.Printf("cred bare: got %q\n", b)
+		}
+		if c, err := net.DialTimeout("unix", *cred, 5*time.Second); err != nil {
+			fmt.Printf("cred evil: connect: %v\n", err)
+		} else {
+			tok, err := credhelper.Ask(c, credhelper.Request{Protocol: "https", Host: "evil.example.com"})
+			c.Close()
+			fmt.Printf("cred evil: got %q, %v\n", tok, err)
+		}
+	}
+}
+
+func comm(pid string) string {
+	b, _ := os.ReadFile("/proc/" + pid + "/comm")
+	return strings.TrimSpace(string(b))
+}
+
+func ppid(pid string) string {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return "0"
+	}
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 {
+		return "0"
+	}
+	return f[1]
+}
+
+// mem reads the first readable mapping of pid's memory.
+func mem(pid string) {
+	f, err := os.Open("/proc/" + pid + "/mem")
+	if err != nil {
+		fmt.Printf("mem %s (%s): denied: %v\n", pid, comm(pid), err)
+		return
+	}
+	defer f.Close()
+	maps, err := os.ReadFile("/proc/" + pid + "/maps")
+	if err != nil {
+		fmt.Printf("mem %s (%s): denied: maps: %v\n", pid, comm(pid), err)
+		return
+	}
+	for _, line := range strings.Split(string(maps), "\n") {
+		f0, _, _ := strings.Cut(line, " ")
+		lo, _, ok := strings.Cut(f0, "-")
+		if !ok {
+			continue
+		}
+		addr, err := strconv.ParseUint(lo, 16, 64)
+		if err != nil {
+			continue
+		}
+		buf := make([]byte, 4096)
+		if n, err := f.ReadAt(buf, int64(addr)); n > 0 {
+			fmt.Printf("mem %s (%s): READ %d bytes\n", pid, comm(pid), n)
+			return
+		} else if err != nil {
+			continue
+		}
+	}
+	fmt.Printf("mem %s (%s): denied: nothing readable\n", pid, comm(pid))
+}

@@ -259,7 +259,6 @@ const MaxLeaseTokenBytes = 1024
 // LeaseTokenFD is the value of [EnvLeaseTokenFD]: standard input.
 const LeaseTokenFD = "0"
 
-
 // Env returns the agent's environment, sorted: the contract's variables
 // with the paths the agent sees, then spec.Env. It never holds the lease
 // token, only where to read it.

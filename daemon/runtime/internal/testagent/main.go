@@ -53,17 +53,17 @@ func main() {
 	}()
 
 	h := agentproto.Hello{
-		AgentID:    os.Getenv("CHOIR_AGENT_ID"),
-		SessionID:  os.Getenv("CHOIR_SESSION_ID"),
-		Uid:        os.Getuid(),
-		Gid:        os.Getgid(),
-		Runtime:    os.Getenv("CHOIR_RUNTIME"),
-		Workspace:  os.Getenv("CHOIR_WORKSPACE"),
-		Socket:     os.Getenv("CHOIR_SOCKET"),
-		Home:       os.Getenv("HOME"),
-		Pid:        os.Getpid(),
-		Env:        os.Environ(),
-		Args:       os.Args[1:],
+		AgentID:   os.Getenv("CHOIR_AGENT_ID"),
+		SessionID: os.Getenv("CHOIR_SESSION_ID"),
+		Uid:       os.Getuid(),
+		Gid:       os.Getgid(),
+		Runtime:   os.Getenv("CHOIR_RUNTIME"),
+		Workspace: os.Getenv("CHOIR_WORKSPACE"),
+		Socket:    os.Getenv("CHOIR_SOCKET"),
+		Home:      os.Getenv("HOME"),
+		Pid:       os.Getpid(),
+		Env:       os.Environ(),
+		Args:      os.Args[1:],
 	}
 	h.Cwd, _ = os.Getwd()
 	if os.Getenv("CHOIR_LEASE_TOKEN_FD") == "0" {

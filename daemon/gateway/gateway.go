@@ -114,8 +114,10 @@ var ErrNotBound = errors.New("no agent is bound to this dm")
 // Receive must return only once the message is durable. It must be
 // idempotent on (DM.Gateway, UpdateID), returning ErrDuplicate (possibly
 // wrapped) for a message it already holds. Any other error makes the
-// gateway retry the same update with backoff, without moving the offset:
-// return errors only for failures that can pass (the database is down).
+// gateway retry the same update with backoff, without moving the offset,
+// up to Options.MaxUpdateAttempts times; then the update is dead-lettered
+// and the user asked to send it again. Return errors only for failures
+// that can pass (the database is down).
 type Inbox interface {
 	Receive(ctx context.Context, msg InboundMessage) error
 }

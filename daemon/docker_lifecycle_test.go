@@ -15,8 +15,9 @@ import (
 
 // TestLifecycleDockerRuntime runs the real choir-agent in a hardened
 // container from a FROM-scratch image: the sandbox self-check passes inside
-// it, and start, status, stop, restart, a killed container and orphan
-// removal behave as under the process runtime.
+// it, and start, status, stop, restart, a killed container, orphan
+// removal and the resume after choird restarts behave as under the
+// process runtime.
 func TestLifecycleDockerRuntime(t *testing.T) {
 	t.Parallel()
 	cli := runtimetest.RequireDocker(t)
@@ -95,8 +96,21 @@ func TestLifecycleDockerRuntime(t *testing.T) {
 	if _, err := r.d.runtime.Inspect(ctx, orphan); err == nil {
 		t.Errorf("orphaned container %s survived choird's restart", orphan)
 	}
-	if got := r.d.agentStatus(ctx, "assistant"); got.State != admin.AgentCrashed {
-		t.Errorf("orphan's session is %s", got.State)
+	r.d.pool.QueryRow(ctx, "SELECT status FROM choir_control.sessions WHERE session_id = $1", st.SessionID).Scan(&status)
+	if status != "crashed" {
+		t.Errorf("orphan's session is %s, want crashed", status)
+	}
+	// The agent comes back by itself, in a new container whose session
+	// resumes the orphan's.
+	back := r.waitState(t, "assistant", admin.AgentActive)
+	var resumedFrom string
+	r.d.pool.QueryRow(ctx, "SELECT resumed_from::text FROM choir_control.sessions WHERE session_id = $1",
+		back.SessionID).Scan(&resumedFrom)
+	if back.SessionID == st.SessionID || resumedFrom != st.SessionID {
+		t.Errorf("the live session %s resumes from %q, want a new one resuming %s", back.SessionID, resumedFrom, st.SessionID)
+	}
+	if inst := mustInstance(t, r, back.SessionID); inst == orphan {
+		t.Errorf("the orphaned container %s was kept", orphan)
 	}
 }
 

@@ -136,7 +136,9 @@ type Options struct {
 }
 
 // Builder runs the pipeline. It is safe for concurrent use; builds of one
-// agent, and fetches of one clone, are serialised.
+// agent, and fetches of one clone, are serialised, and so are the engine
+// builds of every Builder of the process, which are also run again after a
+// transient engine error (see engineBuilds).
 type Builder struct {
 	opts   Options
 	gitBin string

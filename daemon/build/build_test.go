@@ -4,13 +4,20 @@ import (
 	"archive/tar"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -364,6 +371,56 @@ func TestBuild(t *testing.T) {
 		}
 	})
 
+	// Several builds at once, by several builders (as several choirds, or
+	// tests, share one engine), with identical layers: the classic builder
+	// on fuse-overlayfs fails such builds now and then ("failed to get
+	// digest ... no such file or directory") unless the builder serialises
+	// and retries them.
+	t.Run("ConcurrentBuildsAllSucceed", func(t *testing.T) {
+		t.Parallel()
+		const n = 4
+		bundles := make([]*testBundle, n)
+		for i := range bundles {
+			bundles[i] = e.setup(t)
+		}
+		errs := make(chan error, n)
+		for _, b := range bundles {
+			go func() {
+				ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+				defer cancel()
+				res, err := b.builder.Build(ctx, b.request())
+				if err == nil && (!res.Built || !res.BaseBuilt) {
+					err = fmt.Errorf("agent %s: not built: %+v", b.agentID, res)
+				}
+				errs <- err
+			}()
+		}
+		for range n {
+			if err := <-errs; err != nil {
+				t.Error(err)
+			}
+		}
+	})
+
+	t.Run("TransientEngineErrorIsRetried", func(t *testing.T) {
+		t.Parallel()
+		b := e.setup(t)
+		const failures = 2
+		cli, builds := flakyEngine(t, b.cli, failures)
+		res, err := b.newBuilder(t, cli).Build(t.Context(), b.request())
+		if err != nil {
+			t.Fatalf("build through an engine that failed the first %d builds: %v", failures, err)
+		}
+		if !res.Built || !res.BaseBuilt {
+			t.Errorf("not built: %+v", res)
+		}
+		// The base twice in vain, then the base, the agent's Dockerfile
+		// and the final stage.
+		if got := builds.Load(); got != failures+3 {
+			t.Errorf("%d builds sent to the engine, want %d", got, failures+3)
+		}
+	})
+
 	t.Run("NoAgentRepo", func(t *testing.T) {
 		t.Parallel()
 		b := e.setup(t)
@@ -412,4 +469,60 @@ func TestBuild(t *testing.T) {
 		}
 	})
 
+}
+
+// flakyEngine is a proxy to the engine of cli that answers the first
+// failures image builds as the engine does when two classic-builder builds
+// race on fuse-overlayfs, and passes everything else on. It returns a
+// client of the proxy and the count of builds it received.
+func flakyEngine(t *testing.T, cli *client.Client, failures int32) (*client.Client, *atomic.Int32) {
+	t.Helper()
+	u, err := url.Parse(cli.DaemonHost())
+	if err != nil {
+		t.Fatal(err)
+	}
+	network, addr := "tcp", u.Host
+	if u.Scheme == "unix" {
+		network, addr = "unix", u.Path
+	}
+	tr := &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return (&net.Dialer{}).DialContext(ctx, network, addr)
+	}}
+	t.Cleanup(tr.CloseIdleConnections)
+	proxy := &httputil.ReverseProxy{
+		Rewrite:       func(r *httputil.ProxyRequest) { r.Out.URL.Scheme, r.Out.URL.Host = "http", "docker" },
+		Transport:     tr,
+		FlushInterval: -1,
+	}
+	builds := &atomic.Int32{}
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, "/build") && builds.Add(1) <= failures {
+			io.Copy(io.Discard, r.Body)
+			w.Header().Set("Content-Type", "application/json")
+			const msg = "failed to get digest sha256:4f2b0c1e: open /var/lib/docker/image/fuse-overlayfs/layerdb/tmp/write-set-1/diff: no such file or directory"
+			io.WriteString(w, `{"stream":"Step 1/3 : ARG CHOIR_OS_IMAGE=scratch\n"}`+"\n"+
+				`{"errorDetail":{"message":"`+msg+`"},"error":"`+msg+`"}`+"\n")
+			return
+		}
+		proxy.ServeHTTP(w, r)
+	}))
+	// A short directory: a socket path may not exceed 107 bytes.
+	dir, err := os.MkdirTemp("", "engine")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	ln, err := net.Listen("unix", filepath.Join(dir, "engine.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	pcli, err := client.New(client.WithHost("unix://"+filepath.Join(dir, "engine.sock")), client.WithVersion(cli.ClientVersion()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pcli.Close() })
+	return pcli, builds
 }

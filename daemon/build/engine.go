@@ -211,9 +211,67 @@ type buildMessage struct {
 	Aux json.RawMessage `json:"aux"`
 }
 
+// engineBuilds admits one classic-builder build at a time in this process,
+// whatever Builder asks. On a fuse-overlayfs engine two builds committing
+// identical layers at once can fail with "failed to get digest ... no such
+// file or directory", and choird builds several agents at once
+// (update-all) through Builders of its own; the serialisation costs little,
+// since the engine's builds contend for the same disk anyway.
+var engineBuilds = make(chan struct{}, 1)
+
+// Retries of a build that failed with a transient engine error.
+const (
+	buildAttempts = 4
+	buildBackoff  = 500 * time.Millisecond
+)
+
+// transientBuildErrors are the engine's messages for a build that failed on
+// the engine's side, not the Dockerfile's, and may succeed when run again.
+// The engine reports them only as text in the build stream, so they are
+// matched as text. Builds elsewhere (another choird or the docker CLI on
+// the same engine) are not serialised with ours: the retry covers them.
+var transientBuildErrors = []string{"failed to get digest"}
+
+func transientBuild(err error) bool {
+	var de *DockerfileError
+	if !errors.As(err, &de) {
+		return false
+	}
+	for _, m := range transientBuildErrors {
+		if strings.Contains(de.Message, m) {
+			return true
+		}
+	}
+	return false
+}
+
 // imageBuild sends dir as the context and builds dockerfile with the
-// classic builder. It returns the image ID.
+// classic builder, one build of this process at a time, running it again
+// after a transient engine error. It returns the image ID.
 func (b *Builder) imageBuild(ctx context.Context, stage, what, dir, dockerfile string, args map[string]*string, tags []string, labels map[string]string) (string, error) {
+	for attempt := 1; ; attempt++ {
+		select {
+		case engineBuilds <- struct{}{}:
+		case <-ctx.Done():
+			return "", fmt.Errorf("build %s: waiting for another build: %w", what, ctx.Err())
+		}
+		id, err := b.imageBuildOnce(ctx, stage, what, dir, dockerfile, args, tags, labels)
+		<-engineBuilds
+		if err == nil || !transientBuild(err) || attempt == buildAttempts {
+			return id, err
+		}
+		b.log.Warn("image build failed on the engine's side; building again", slog.String("dockerfile", what),
+			slog.Int("attempt", attempt), slog.Any("error", err))
+		select {
+		case <-time.After(time.Duration(attempt) * buildBackoff):
+		case <-ctx.Done():
+			return "", err
+		}
+	}
+}
+
+// imageBuildOnce is one build of imageBuild.
+func (b *Builder) imageBuildOnce(ctx context.Context, stage, what, dir, dockerfile string, args map[string]*string, tags []string, labels map[string]string) (string, error) {
 	pr, pw := io.Pipe()
 	go func() { pw.CloseWithError(writeContext(pw, dir)) }()
 	defer pr.Close()

@@ -258,9 +258,7 @@ func (d *Daemon) AgentRestart(ctx context.Context, sc Scope, agentID string) (ad
 	if _, err := d.AgentStop(ctx, sc, agentID); err != nil {
 		return admin.AgentStatus{}, err
 	}
-	o := StartOverrides{Workspace: b.Workspace, LLM: b.Models["llm"], VoiceProfile: b.VoiceProfile,
-		GitIdentity: b.GitIdentity, Notion: b.Notion, Email: b.Email, DM: b.DM}
-	return d.AgentStart(ctx, Scope{Admin: true, Actor: sc.Actor}, agentID, o)
+	return d.AgentStart(ctx, Scope{Admin: true, Actor: sc.Actor}, agentID, overridesOf(b))
 }
 
 // AgentStatus reports one agent.

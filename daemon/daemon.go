@@ -212,10 +212,18 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
+	// The runtime is made before anything is closed for resuming, so that
+	// a runtime choird cannot reach leaves every session as it was.
+	if d.runtime, err = newRuntime(ctx, opts, logger); err != nil {
+		return err
+	}
+	if d.runtime != nil {
+		defer d.runtime.Close()
+	}
 	// Step 7, first: sessions live before the restart are closed before
 	// crash detection can see them, and resumed at step 10 (resume.go).
 	var resumes []pendingResume
-	if opts.Runtime != "" {
+	if d.runtime != nil {
 		if resumes, err = d.closeLiveSessions(ctx); err != nil {
 			return err
 		}
@@ -235,12 +243,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		slog.Duration("crash_detection_threshold", d.cfg.CrashDetectionThreshold()))
 
 	// Step 6: instances a previous run left behind are removed.
-	if d.runtime, err = newRuntime(ctx, opts, logger); err != nil {
-		d.river.Stop(context.WithoutCancel(ctx)) //nolint:errcheck
-		return err
-	}
 	if d.runtime != nil {
-		defer d.runtime.Close()
 		if err := d.cleanOrphans(ctx); err != nil {
 			d.river.Stop(context.WithoutCancel(ctx)) //nolint:errcheck
 			return err

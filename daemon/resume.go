@@ -135,9 +135,7 @@ func (d *Daemon) resumeSession(ctx context.Context, p pendingResume) (admin.Agen
 	if err := json.Unmarshal(p.Bindings, &b); err != nil {
 		return admin.AgentStatus{}, fmt.Errorf("read the bindings of session %s: %w", p.SessionID, err)
 	}
-	o := StartOverrides{Workspace: b.Workspace, LLM: b.Models["llm"], VoiceProfile: b.VoiceProfile,
-		GitIdentity: b.GitIdentity, Notion: b.Notion, Email: b.Email, DM: b.DM}
-	st, err := d.AgentStart(ctx, Scope{Admin: true, Actor: resumeActor}, p.AgentID, o)
+	st, err := d.AgentStart(ctx, Scope{Admin: true, Actor: resumeActor}, p.AgentID, overridesOf(b))
 	if err != nil {
 		return admin.AgentStatus{}, err
 	}
@@ -147,6 +145,13 @@ func (d *Daemon) resumeSession(ctx context.Context, p pendingResume) (admin.Agen
 			slog.String("session_id", st.SessionID), slog.String("error", err.Error()))
 	}
 	return st, nil
+}
+
+// overridesOf are the start overrides that bind a new session exactly as
+// b binds an old one (restart and resume keep the bindings).
+func overridesOf(b rpc.ResourceBindings) StartOverrides {
+	return StartOverrides{Workspace: b.Workspace, LLM: b.Models["llm"], VoiceProfile: b.VoiceProfile,
+		GitIdentity: b.GitIdentity, Notion: b.Notion, Email: b.Email, DM: b.DM}
 }
 
 // carryOverrides sets the transient model and voice overrides of session

@@ -287,3 +287,42 @@ func TestChoirdRestartResumesOnlyWhatItShould(t *testing.T) {
 		r.waitState(t, "assistant", admin.AgentActive)
 	})
 }
+
+func TestChoirdThatCannotMakeItsRuntimeLeavesSessionsAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewDatabase(t)
+	pool := dbtest.Connect(t, url)
+	home := lifecycleHome(t, url)
+	r := startChoird(t, home)
+	if _, err := r.d.AgentStart(ctx, Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{}); err != nil {
+		t.Fatal(err)
+	}
+	first := r.waitState(t, "assistant", admin.AgentActive)
+	r.kill(t)
+
+	// choird fails at its runtime: the session is neither closed nor
+	// noticed, so the next choird that can start agents resumes it.
+	err := Run(ctx, Options{Home: home, Stderr: &lockedBuffer{}, Runtime: "process",
+		AgentBinary: filepath.Join(t.TempDir(), "no-such-agent")})
+	if err == nil || !strings.Contains(err.Error(), "process runtime") {
+		t.Fatalf("Run with a missing agent binary = %v, want the runtime's error", err)
+	}
+	var status string
+	pool.QueryRow(ctx, "SELECT status FROM choir_control.sessions WHERE session_id = $1", first.SessionID).Scan(&status)
+	if status != "active" {
+		t.Errorf("the session is %s after a choird that could not start, want active", status)
+	}
+	if _, text := outboxText(t, pool, "assistant", "resume:"+first.SessionID); text != "" {
+		t.Errorf("the DM was told %q", text)
+	}
+
+	r = startChoird(t, home)
+	defer r.stop(t)
+	if st := r.waitState(t, "assistant", admin.AgentActive); st.SessionID == first.SessionID {
+		t.Error("the old session is still the live one")
+	}
+	if _, text := outboxText(t, pool, "assistant", "resume:"+first.SessionID); !strings.Contains(text, "assistant is back") {
+		t.Errorf("resume notice: %q", text)
+	}
+}

@@ -26,6 +26,7 @@
 package llmtest
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -79,6 +80,19 @@ type Server struct {
 	markers       []string
 	usage         Usage
 	doneChecked   bool
+	responder     func(ctx context.Context, r *Request) Step
+}
+
+// SetResponder answers every request the script has no step left for with
+// the step fn returns, and lets a client vanish mid-request. fn runs on the request's goroutine and may block
+// until ctx, the request's context, ends (the client went away): that is
+// how a test holds a model call in flight while it kills the caller. A
+// test whose requests are not known in advance (an agent killed and
+// resumed at random points) answers from the request itself this way.
+func (s *Server) SetResponder(fn func(ctx context.Context, r *Request) Step) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.responder = fn
 }
 
 // NewServer starts a server that plays steps in order. It closes at the
@@ -177,6 +191,14 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
+		s.mu.Lock()
+		killing := s.responder != nil
+		s.mu.Unlock()
+		if killing {
+			// A test with a responder kills its clients: one killed
+			// while sending is no fault of the request.
+			return
+		}
 		s.t.Errorf("llmtest: read request body: %v", err)
 		writeError(w, http.StatusBadRequest, "unreadable body")
 		return
@@ -197,8 +219,15 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		stepNum = s.next
 	}
 	forbidden, markers := s.forbiddenKeys, s.markers
+	responder := s.responder
 	s.mu.Unlock()
 
+	if !haveOne && responder != nil && decodeErr == nil {
+		step, stepNum, haveOne = responder(r.Context(), req), index, true
+		if r.Context().Err() != nil {
+			return
+		}
+	}
 	if !haveOne {
 		s.t.Errorf("llmtest: unexpected request %d: the script has no step left; last message: %s %q",
 			index, req.Last().Role, clip(req.Last().Content))

@@ -234,6 +234,9 @@ type Bot struct {
 type hook struct {
 	method string
 	fn     func(Call)
+	// after runs the hook once the fake has handled the call, before it
+	// writes the answer.
+	after bool
 }
 
 // Token returns the bot's token.
@@ -278,7 +281,17 @@ func (b *Bot) Block(chatID int64) {
 func (b *Bot) OnCall(method string, fn func(Call)) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	b.hooks = append(b.hooks, hook{strings.ToLower(method), fn})
+	b.hooks = append(b.hooks, hook{method: strings.ToLower(method), fn: fn})
+}
+
+// AfterCall runs fn for every call of method (all methods when empty) that
+// the fake handled successfully, after it took effect (a message is sent,
+// as far as Telegram is concerned) and before the answer is written: a
+// test kills the caller there to leave it not knowing the outcome.
+func (b *Bot) AfterCall(method string, fn func(Call)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.hooks = append(b.hooks, hook{method: strings.ToLower(method), fn: fn, after: true})
 }
 
 // OnDownload runs fn for every download from the file endpoint, before the
@@ -620,7 +633,7 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		writeError(w, err)
 		return
 	}
-	for _, h := range b.hooksFor(method) {
+	for _, h := range b.hooksFor(method, false) {
 		h(call)
 	}
 	result, aerr := b.handle(r.Context(), call)
@@ -630,15 +643,18 @@ func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	b.record(call, http.StatusOK)
+	for _, h := range b.hooksFor(method, true) {
+		h(call)
+	}
 	writeJSON(w, http.StatusOK, response{OK: true, Result: result})
 }
 
-func (b *Bot) hooksFor(method string) []func(Call) {
+func (b *Bot) hooksFor(method string, after bool) []func(Call) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	var fns []func(Call)
 	for _, h := range b.hooks {
-		if h.method == "" || h.method == strings.ToLower(method) {
+		if h.after == after && (h.method == "" || h.method == strings.ToLower(method)) {
 			fns = append(fns, h.fn)
 		}
 	}

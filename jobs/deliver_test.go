@@ -40,11 +40,11 @@ const (
 // deliveryBundle is a delivery worker on real Postgres, sending through the
 // real gateway to the fake Telegram server.
 type deliveryBundle struct {
-	pool    *pgxpool.Pool
-	srv     *telegramtest.Server
-	tg      *telegramtest.Bot
-	limits  jobs.SendLimits
-	ws      string
+	pool   *pgxpool.Pool
+	srv    *telegramtest.Server
+	tg     *telegramtest.Bot
+	limits jobs.SendLimits
+	ws     string
 	// other is a second configured workspace, "other", that the agent
 	// of ws must not reach.
 	other   string

@@ -193,20 +193,20 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		return nil, errors.New("new rpc server: no authenticator")
 	}
 	s := &Server{
-		h:        opts.Handler,
-		auth:     opts.Authenticator,
-		replay:   opts.Replay,
-		lim:      opts.Limits.withDefaults(),
-		log:      opts.Logger,
-		ping:     opts.StreamPing,
-		grace:    opts.ShutdownTimeout,
-		epoch:    newEpoch(),
+		h:      opts.Handler,
+		auth:   opts.Authenticator,
+		replay: opts.Replay,
+		lim:    opts.Limits.withDefaults(),
+		log:    opts.Logger,
+		ping:   opts.StreamPing,
+		grace:  opts.ShutdownTimeout,
+		epoch:  newEpoch(),
 
 		maxConns:        opts.MaxConns,
 		failedAuthRate:  opts.FailedAuthRate,
 		failedAuthBurst: opts.FailedAuthBurst,
-		sessions: map[string]*sessionState{},
-		flights:  map[ReplayKey]*flight{},
+		sessions:        map[string]*sessionState{},
+		flights:         map[ReplayKey]*flight{},
 	}
 	if s.replay == nil {
 		s.replay = NewMemoryReplayStore(MemoryReplayOptions{})

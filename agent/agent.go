@@ -296,13 +296,6 @@ func Run(ctx context.Context, opts Options) error {
 	defer stopLane()
 	var wg sync.WaitGroup
 	wg.Go(func() { arb.Run(runCtx) })
-	edgeDone := make(chan struct{})
-	go func() {
-		defer close(edgeDone)
-		if err := edge.Run(laneCtx); err != nil {
-			logger.Warn("edge lane ended", slog.String("error", err.Error()))
-		}
-	}()
 	wg.Go(func() { status.run(runCtx) })
 	shutdown := make(chan stopRequest, 1)
 	requestStop := func(r stopRequest) {
@@ -328,6 +321,15 @@ func Run(ctx context.Context, opts Options) error {
 	hb.lastSnapshot = hello.AckedRev
 	out.hb = hb
 	wg.Go(func() { hb.run(runCtx) })
+	// The lane starts once its outbound can flush the log through the
+	// heartbeat: a resumed turn sends at once.
+	edgeDone := make(chan struct{})
+	go func() {
+		defer close(edgeDone)
+		if err := edge.Run(laneCtx); err != nil {
+			logger.Warn("edge lane ended", slog.String("error", err.Error()))
+		}
+	}()
 	wg.Go(func() {
 		err := client.ReceivePushes(runCtx, func(p rpc.Push) {
 			switch p.Kind {

@@ -260,11 +260,13 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if d.runtime != nil {
 		go d.watchExits(serveCtx)
 	}
-	// Step 8, second half: the bots poll, and the inbox sweep redelivers.
-	gatewayDone := d.runGateway(serveCtx)
-	// Step 10: the sessions closed at step 7 resume in successors.
+	// Step 10: the sessions closed at step 7 resume in successors. Before
+	// the bots poll, so that a message that waited while choird was down
+	// finds its agent back, instead of being told that it is not running.
 	d.resumeSessions(ctx, resumes)
 	resumes = nil
+	// Step 8, second half: the bots poll, and the inbox sweep redelivers.
+	gatewayDone := d.runGateway(serveCtx)
 
 	logger.InfoContext(ctx, "choird ready", slog.Int64("config_version", d.configVersion),
 		slog.Any("agents", sortedKeys(d.cfg.Agents)), slog.Int("gateways", len(d.cfg.Gateways)),

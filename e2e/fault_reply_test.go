@@ -30,7 +30,9 @@ const (
 	// the kill lands before, during or just after the inbox row and the
 	// push to the agent.
 	aroundPush killPoint = "AroundPush"
-	// afterPush: as soon as the inbox row is marked pushed.
+	// afterPush: as soon as choird has pushed the message to the agent
+	// (it then shows the typing indicator, and marks the row pushed,
+	// unless the agent has already taken it).
 	afterPush killPoint = "AfterPush"
 	// midModel: while the agent's model call for the message is held
 	// open by the model server.
@@ -111,7 +113,6 @@ type faultGate struct {
 	text    string
 	point   killPoint
 	victim  victim
-	update  atomic.Int64
 	hitOnce sync.Once
 	hit     chan struct{}
 	release chan struct{}
@@ -149,13 +150,20 @@ func newFaultEnv(t *testing.T) *faultEnv {
 	})
 	e.bot.AfterCall("getUpdates", func(telegramtest.Call) {
 		g := f.gate()
-		if g == nil || g.point != aroundPush || !slices.Contains(e.bot.Pending(), g.update.Load()) {
+		// The gate is armed before the message is sent, and a trial has
+		// one message in flight: a pending update is the trial's.
+		if g == nil || g.point != aroundPush || len(e.bot.Pending()) == 0 {
 			return
 		}
 		go func() {
 			time.Sleep(time.Duration(rand.IntN(4000)) * time.Microsecond)
 			g.fire()
 		}()
+	})
+	e.bot.AfterCall("sendChatAction", func(telegramtest.Call) {
+		if g := f.gate(); g != nil && g.point == afterPush {
+			g.fire()
+		}
 	})
 	e.bot.AfterCall("sendMessage", func(c telegramtest.Call) {
 		g := f.gate()
@@ -205,13 +213,14 @@ func (f *faultEnv) trial(t *testing.T, p killPoint, v victim, i int) {
 	f.armed = g
 	f.texts = append(f.texts, text)
 	f.mu.Unlock()
-	g.update.Store(f.bot.SendText(userAlice, text))
+	f.bot.SendText(userAlice, text)
 
 	watch, stopWatch := context.WithCancel(context.Background())
 	defer stopWatch()
 	switch p {
 	case afterPush:
-		go f.pollUntil(watch, g, `SELECT EXISTS (SELECT 1 FROM choir_control.inbox WHERE text = $1 AND pushed_at IS NOT NULL)`, text)
+		go f.pollUntil(watch, g, `SELECT EXISTS (SELECT 1 FROM choir_control.inbox WHERE text = $1
+			AND (pushed_at IS NOT NULL OR delivered_at IS NOT NULL))`, text)
 	case afterSend:
 		go f.pollUntil(watch, g, `SELECT EXISTS (SELECT 1 FROM choir_control.outbox WHERE text = $1)`, "re: "+text)
 	}

@@ -22,7 +22,13 @@ SELECT * FROM choir_control.session_snapshots
 -- The inbox rows the new events name (inbox_ids) are marked delivered in
 -- the same statement, so that a message is in the durable log exactly when
 -- its row says so. Being one statement, it is one transaction without
--- BEGIN and COMMIT around it.
+-- BEGIN and COMMIT around it. The head row is locked FOR NO KEY UPDATE,
+-- which serialises heartbeats and status changes of the session as FOR
+-- UPDATE would, but not the key-share locks that foreign keys to the
+-- session take: an inbox row being marked pushed to this session (which
+-- locks the inbox row, then key-shares the session) would otherwise
+-- deadlock with this statement (which locks the session, then the inbox
+-- row).
 -- snapshot_rev is 0 when the heartbeat carries no snapshot; snapshot_hash is
 -- the chain hash at its revision and snapshot_state_sha256 the SHA-256 of its
 -- state's canonical JSON, both checked on recovery. session_id is passed as
@@ -32,7 +38,7 @@ WITH head AS (
     SELECT s.session_id, s.agent_id, s.status, s.acked_rev, coalesce(s.acked_hash, s.base_hash) AS acked_hash
       FROM choir_control.sessions s
      WHERE s.session_id = CAST(@session_id::text AS uuid)
-       FOR UPDATE
+       FOR NO KEY UPDATE
 ), ok AS (
     SELECT h.session_id, h.agent_id FROM head h
      WHERE h.status IN ('active', 'stopping')

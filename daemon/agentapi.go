@@ -360,9 +360,10 @@ func (a *agentAPI) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req
 	}
 	out, err := fn(ctx, call.Session.AgentID, req.Input)
 	if err != nil {
-		// The tool's own failures (bad input, another agent's memory) go
-		// back to the model as an error result, not as a protocol error.
-		if errors.Is(err, rpc.ErrBadRequest) || errors.Is(err, rpc.ErrPermissionDenied) {
+		// The tool's own failures (bad input, another agent's memory, a
+		// full outbox) go back to the model as an error result, not as a
+		// protocol error.
+		if errors.Is(err, rpc.ErrBadRequest) || errors.Is(err, rpc.ErrPermissionDenied) || errors.Is(err, rpc.ErrRateLimited) {
 			msg, _ := json.Marshal(map[string]string{"error": err.Error()})
 			return rpc.ExecuteHostToolResponse{CallID: req.CallID, Status: rpc.ToolError, Output: msg}, nil
 		}
@@ -401,7 +402,7 @@ func (a *agentAPI) HandleSendOutbound(ctx context.Context, call rpc.Call, req rp
 		return rpc.SendOutboundResponse{}, err
 	}
 	p := jobs.OutboundParams{AgentID: call.Session.AgentID, SessionID: &id, MessageID: req.MessageID, Gateway: gw,
-		DM: b.DM, ChatID: chat, Kind: string(req.Kind), Text: req.Text}
+		DM: b.DM, ChatID: chat, Kind: string(req.Kind), Text: req.Text, MaxPending: jobs.AgentMaxPendingOutbound}
 	if req.FilePath != "" {
 		ws, ok := cfg.Workspaces[b.Workspace]
 		if !ok {
@@ -420,6 +421,9 @@ func (a *agentAPI) HandleSendOutbound(ctx context.Context, call rpc.Call, req rp
 		q, err = jobs.EnqueueOutboundTx(ctx, tx, a.jobs, p)
 		return err
 	})
+	if errors.Is(err, jobs.ErrOutboxFull) {
+		return rpc.SendOutboundResponse{}, outboxFull(err)
+	}
 	if err != nil {
 		return rpc.SendOutboundResponse{}, fmt.Errorf("%w: %w", rpc.ErrBadRequest, err)
 	}
@@ -428,6 +432,18 @@ func (a *agentAPI) HandleSendOutbound(ctx context.Context, call rpc.Call, req rp
 	}
 	return rpc.SendOutboundResponse{MessageID: req.MessageID, OutboxID: q.Row.OutboxID,
 		Status: rpc.OutboundStatus(q.Row.Status), Duplicate: !q.Created}, nil
+}
+
+// outboxFullRetry is how long an agent whose outbox is full is asked to
+// wait: Telegram sends about a message a second to a chat, so by then a
+// message or two has gone out.
+const outboxFullRetry = 2 * time.Second
+
+// outboxFull answers a message refused by jobs.ErrOutboxFull: rate_limited,
+// saying what to do.
+func outboxFull(err error) error {
+	return &rpc.Error{Code: rpc.CodeRateLimited, RetryAfter: outboxFullRetry,
+		Message: err.Error() + "; wait until some of them are delivered, then send again"}
 }
 
 // errNoRows reports pgx's no-rows error.

@@ -97,10 +97,23 @@ func (a *sessionAuth) remember(id uuid.UUID, ident sessionIdentity) {
 
 // replayStore keeps the first outcome of every mutating call in
 // choir_control.rpc_replays, so that replays are answered alike across
-// restarts of choird.
+// restarts of choird. It keeps the newest replayKeepPerSession of each
+// session.
 type replayStore struct {
 	pool *pgxpool.Pool
 }
+
+// replayKeepPerSession is how many outcomes a session keeps. A replay
+// matters only for a call the agent may still retry: its client retries a
+// call at once with the same request ID, and across a restart of choird
+// only the call it was making then (an approval request), while its other
+// calls wait. So only the last few calls of a session are ever replayed;
+// a thousand is ample for every lane and tool call in flight at once, and
+// bounds what a looping agent leaves in choir_control (responses are at
+// most max_payload_bytes each, mostly a few kilobytes). A call
+// older than that, replayed, runs again, and the handlers' own keys
+// (approval request IDs, message IDs) still hold it to once.
+const replayKeepPerSession = 1000
 
 var _ rpc.ReplayStore = replayStore{}
 
@@ -123,7 +136,14 @@ func (s replayStore) Load(ctx context.Context, key rpc.ReplayKey) (rpc.ReplayRec
 	return rec, true, nil
 }
 
-// Save implements rpc.ReplayStore. A second save of one key keeps the first.
+// Keeps implements rpc.ReplayKeeper: a heartbeat is idempotent by
+// revision (a resent patch is a no-op), so it needs no replay row, and the
+// server skips the lookup.
+func (replayStore) Keeps(verb rpc.Verb) bool { return verb != rpc.VerbHeartbeat }
+
+// Save implements rpc.ReplayStore. A second save of one key keeps the
+// first. The same statement forgets the session's outcomes older than its
+// newest replayKeepPerSession.
 //
 // HEARTBEAT outcomes are not stored: a heartbeat is idempotent by
 // revision, so running a replayed one again is what the replay would have
@@ -134,11 +154,6 @@ func (s replayStore) Load(ctx context.Context, key rpc.ReplayKey) (rpc.ReplayRec
 // a different patch is judged by the chain, which is stricter than the
 // digest. Concurrent duplicates still run once, by the server's in-process
 // single flight.
-// Keeps implements rpc.ReplayKeeper: a heartbeat is idempotent by
-// revision (a resent patch is a no-op), so it needs no replay row, and the
-// server skips the lookup.
-func (replayStore) Keeps(verb rpc.Verb) bool { return verb != rpc.VerbHeartbeat }
-
 func (s replayStore) Save(ctx context.Context, key rpc.ReplayKey, rec rpc.ReplayRecord) error {
 	if !s.Keeps(rec.Verb) {
 		return nil
@@ -149,7 +164,7 @@ func (s replayStore) Save(ctx context.Context, key rpc.ReplayKey, rec rpc.Replay
 	}
 	err = db.New(s.pool).ReplaySave(ctx, db.ReplaySaveParams{SessionID: id, RequestID: key.RequestID,
 		Verb: string(rec.Verb), Digest: rec.Digest[:], Response: rec.Response,
-		ErrCode: string(rec.ErrCode), ErrMessage: rec.ErrMessage})
+		ErrCode: string(rec.ErrCode), ErrMessage: rec.ErrMessage, Keep: replayKeepPerSession})
 	if err != nil {
 		return fmt.Errorf("save replay %s/%s: %w", key.SessionID, key.RequestID, err)
 	}

@@ -126,9 +126,12 @@ func (a *agentAPI) sendFile(ctx context.Context, _ string, input json.RawMessage
 	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		q, err = jobs.EnqueueOutboundTx(ctx, tx, a.jobs, jobs.OutboundParams{AgentID: hc.agentID, SessionID: &hc.sessionID,
 			MessageID: "file:" + hc.sessionID.String() + ":" + hc.callID, Gateway: gw, DM: b.DM, ChatID: chat, Kind: kind,
-			Text: in.Caption, Workspace: b.Workspace, FilePath: file})
+			Text: in.Caption, Workspace: b.Workspace, FilePath: file, MaxPending: jobs.AgentMaxPendingOutbound})
 		return err
 	})
+	if errors.Is(err, jobs.ErrOutboxFull) {
+		return nil, outboxFull(err)
+	}
 	if err != nil {
 		return nil, err
 	}

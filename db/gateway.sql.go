@@ -402,8 +402,12 @@ func (q *Queries) OutboxGetByMessageID(ctx context.Context, arg OutboxGetByMessa
 const outboxInsert = `-- name: OutboxInsert :one
 INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, workspace,
                                   file_path, approval_id)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
-        $10, $11)
+SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9,
+       $10, $11
+ WHERE $12::int <= 0
+    OR (SELECT count(*) FROM (SELECT 1 FROM choir_control.outbox o
+                               WHERE o.session_id = $2 AND o.status = 'pending'
+                               LIMIT $12::int) p) < $12::int
 ON CONFLICT (agent_id, message_id) DO NOTHING
 RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at
 `
@@ -420,11 +424,15 @@ type OutboxInsertParams struct {
 	Workspace  string     `json:"workspace"`
 	FilePath   string     `json:"file_path"`
 	ApprovalID *uuid.UUID `json:"approval_id"`
+	MaxPending int32      `json:"max_pending"`
 }
 
 // OutboxInsert stores one outbound message. A second insert with the same
 // (agent_id, message_id), the agent retrying, returns no row. A file is
-// named by its workspace and its path relative to it.
+// named by its workspace and its path relative to it. With max_pending
+// above zero, a message is not stored (no row is returned) while its
+// session already has max_pending messages pending; the count reads at
+// most max_pending index entries.
 func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) (ChoirControlOutbox, error) {
 	row := q.db.QueryRow(ctx, outboxInsert,
 		arg.AgentID,
@@ -438,6 +446,7 @@ func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) (Cho
 		arg.Workspace,
 		arg.FilePath,
 		arg.ApprovalID,
+		arg.MaxPending,
 	)
 	var i ChoirControlOutbox
 	err := row.Scan(

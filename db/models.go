@@ -104,6 +104,7 @@ type ChoirControlRpcReplay struct {
 	ErrCode    string    `json:"err_code"`
 	ErrMessage string    `json:"err_message"`
 	CreatedAt  time.Time `json:"created_at"`
+	Ord        int64     `json:"ord"`
 }
 
 type ChoirControlSession struct {

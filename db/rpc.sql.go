@@ -96,7 +96,7 @@ func (q *Queries) ReplayForgetSession(ctx context.Context, sessionID uuid.UUID) 
 }
 
 const replayGet = `-- name: ReplayGet :one
-SELECT session_id, request_id, verb, digest, response, err_code, err_message, created_at FROM choir_control.rpc_replays WHERE session_id = $1 AND request_id = $2
+SELECT session_id, request_id, verb, digest, response, err_code, err_message, created_at, ord FROM choir_control.rpc_replays WHERE session_id = $1 AND request_id = $2
 `
 
 type ReplayGetParams struct {
@@ -116,18 +116,26 @@ func (q *Queries) ReplayGet(ctx context.Context, arg ReplayGetParams) (ChoirCont
 		&i.ErrCode,
 		&i.ErrMessage,
 		&i.CreatedAt,
+		&i.Ord,
 	)
 	return i, err
 }
 
 const replaySave = `-- name: ReplaySave :exec
-INSERT INTO choir_control.rpc_replays (session_id, request_id, verb, digest, response, err_code, err_message)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (session_id, request_id) DO NOTHING
+WITH saved AS (
+    INSERT INTO choir_control.rpc_replays (session_id, request_id, verb, digest, response, err_code, err_message, ord)
+    VALUES ($1, $3, $4, $5, $6, $7, $8,
+            coalesce((SELECT max(r.ord) FROM choir_control.rpc_replays r WHERE r.session_id = $1), 0) + 1)
+    ON CONFLICT (session_id, request_id) DO NOTHING
+    RETURNING ord
+)
+DELETE FROM choir_control.rpc_replays old
+ WHERE old.session_id = $1 AND old.ord <= (SELECT s.ord FROM saved s) - $2::bigint
 `
 
 type ReplaySaveParams struct {
 	SessionID  uuid.UUID `json:"session_id"`
+	Keep       int64     `json:"keep"`
 	RequestID  string    `json:"request_id"`
 	Verb       string    `json:"verb"`
 	Digest     []byte    `json:"digest"`
@@ -136,9 +144,15 @@ type ReplaySaveParams struct {
 	ErrMessage string    `json:"err_message"`
 }
 
+// ReplaySave keeps the first outcome of a request and, in the same
+// statement, forgets the session's records older than its newest @keep.
+// ord is the session's highest plus one: two saves racing in one session
+// may share a number, which keeps one record more for a while, never one
+// fewer. A repeated request inserts nothing and so forgets nothing.
 func (q *Queries) ReplaySave(ctx context.Context, arg ReplaySaveParams) error {
 	_, err := q.db.Exec(ctx, replaySave,
 		arg.SessionID,
+		arg.Keep,
 		arg.RequestID,
 		arg.Verb,
 		arg.Digest,

@@ -169,7 +169,24 @@ type OutboundParams struct {
 	// ApprovalID puts the approval's buttons under the message: the
 	// notification of a pending approval.
 	ApprovalID *uuid.UUID
+	// MaxPending, when above zero, refuses the message with
+	// ErrOutboxFull while SessionID already has that many messages
+	// pending. An agent's own messages are bounded so (see
+	// AgentMaxPendingOutbound); what choird queues itself (approval
+	// notifications, crash notices) leaves it zero and is never refused.
+	MaxPending int
 }
+
+// AgentMaxPendingOutbound bounds the messages one session of an agent may
+// have waiting for delivery. Telegram sends about one message a second to
+// a chat, so a hundred is more than a minute and a half of backlog: an
+// agent answering its user never gets near it, and an agent caught in a
+// loop is stopped before it fills the outbox (and the user's chat).
+const AgentMaxPendingOutbound = 100
+
+// ErrOutboxFull refuses a message while its session has
+// OutboundParams.MaxPending messages waiting for delivery.
+var ErrOutboxFull = errors.New("outbox full")
 
 // OutboundQueued is the result of EnqueueOutboundTx.
 type OutboundQueued struct {
@@ -183,7 +200,8 @@ type OutboundQueued struct {
 // and its deliver_outbound job in the caller's transaction, so the message
 // is sent if and only if the transaction commits. A message already queued
 // under the same (AgentID, MessageID) is returned as it stands, with no
-// second job.
+// second job, even when the session's outbox is full (see
+// OutboundParams.MaxPending): idempotency comes first.
 func EnqueueOutboundTx(ctx context.Context, tx pgx.Tx, client Inserter, p OutboundParams) (OutboundQueued, error) {
 	if err := p.validate(); err != nil {
 		return OutboundQueued{}, err
@@ -191,9 +209,14 @@ func EnqueueOutboundTx(ctx context.Context, tx pgx.Tx, client Inserter, p Outbou
 	q := db.New(tx)
 	row, err := q.OutboxInsert(ctx, db.OutboxInsertParams{AgentID: p.AgentID, SessionID: p.SessionID,
 		MessageID: p.MessageID, Gateway: p.Gateway, Dm: p.DM, ChatID: p.ChatID, Kind: p.Kind, Text: p.Text,
-		Workspace: p.Workspace, FilePath: p.FilePath, ApprovalID: p.ApprovalID})
+		Workspace: p.Workspace, FilePath: p.FilePath, ApprovalID: p.ApprovalID, MaxPending: int32(p.MaxPending)})
 	if errors.Is(err, pgx.ErrNoRows) {
+		// Either the message is already queued, or the outbox is full.
 		row, err = q.OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: p.AgentID, MessageID: p.MessageID})
+		if errors.Is(err, pgx.ErrNoRows) && p.MaxPending > 0 {
+			return OutboundQueued{}, fmt.Errorf("message %s: session %s already has %d messages waiting for delivery, the most it may have: %w",
+				p.MessageID, p.SessionID, p.MaxPending, ErrOutboxFull)
+		}
 		if err != nil {
 			return OutboundQueued{}, fmt.Errorf("load queued message %s of agent %s: %w", p.MessageID, p.AgentID, err)
 		}
@@ -210,6 +233,8 @@ func EnqueueOutboundTx(ctx context.Context, tx pgx.Tx, client Inserter, p Outbou
 
 func (p OutboundParams) validate() error {
 	switch {
+	case p.MaxPending > 0 && p.SessionID == nil:
+		return errors.New("queue outbound message: a bound on pending messages needs a session")
 	case p.AgentID == "" || p.MessageID == "" || p.Gateway == "" || p.DM == "" || p.ChatID == "":
 		return errors.New("queue outbound message: agent, message id, gateway, dm and chat are required")
 	case p.Kind == OutboundText:

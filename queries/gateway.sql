@@ -9,11 +9,18 @@ RETURNING *;
 -- name: OutboxInsert :one
 -- OutboxInsert stores one outbound message. A second insert with the same
 -- (agent_id, message_id), the agent retrying, returns no row. A file is
--- named by its workspace and its path relative to it.
+-- named by its workspace and its path relative to it. With max_pending
+-- above zero, a message is not stored (no row is returned) while its
+-- session already has max_pending messages pending; the count reads at
+-- most max_pending index entries.
 INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, workspace,
                                   file_path, approval_id)
-VALUES (@agent_id, sqlc.narg(session_id), @message_id, @gateway, @dm, @chat_id, @kind, @text, @workspace,
-        @file_path, sqlc.narg(approval_id))
+SELECT @agent_id, sqlc.narg(session_id), @message_id, @gateway, @dm, @chat_id, @kind, @text, @workspace,
+       @file_path, sqlc.narg(approval_id)
+ WHERE @max_pending::int <= 0
+    OR (SELECT count(*) FROM (SELECT 1 FROM choir_control.outbox o
+                               WHERE o.session_id = sqlc.narg(session_id) AND o.status = 'pending'
+                               LIMIT @max_pending::int) p) < @max_pending::int
 ON CONFLICT (agent_id, message_id) DO NOTHING
 RETURNING *;
 

@@ -19,9 +19,20 @@ UPDATE choir_control.sessions
 SELECT * FROM choir_control.rpc_replays WHERE session_id = @session_id AND request_id = @request_id;
 
 -- name: ReplaySave :exec
-INSERT INTO choir_control.rpc_replays (session_id, request_id, verb, digest, response, err_code, err_message)
-VALUES (@session_id, @request_id, @verb, @digest, @response, @err_code, @err_message)
-ON CONFLICT (session_id, request_id) DO NOTHING;
+-- ReplaySave keeps the first outcome of a request and, in the same
+-- statement, forgets the session's records older than its newest @keep.
+-- ord is the session's highest plus one: two saves racing in one session
+-- may share a number, which keeps one record more for a while, never one
+-- fewer. A repeated request inserts nothing and so forgets nothing.
+WITH saved AS (
+    INSERT INTO choir_control.rpc_replays (session_id, request_id, verb, digest, response, err_code, err_message, ord)
+    VALUES (@session_id, @request_id, @verb, @digest, @response, @err_code, @err_message,
+            coalesce((SELECT max(r.ord) FROM choir_control.rpc_replays r WHERE r.session_id = @session_id), 0) + 1)
+    ON CONFLICT (session_id, request_id) DO NOTHING
+    RETURNING ord
+)
+DELETE FROM choir_control.rpc_replays old
+ WHERE old.session_id = @session_id AND old.ord <= (SELECT s.ord FROM saved s) - @keep::bigint;
 
 -- name: ReplayForgetSession :execrows
 DELETE FROM choir_control.rpc_replays WHERE session_id = @session_id;

@@ -1,0 +1,120 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/rpc"
+)
+
+// TestSessionCapsAgainstChoird: one session cannot grow choir_control
+// without bound through choird's agent socket. rpc_replays keeps the newest
+// replayKeepPerSession outcomes, and a recent request is still replayed;
+// SEND_OUTBOUND refuses a new message with rate_limited while the session
+// has jobs.AgentMaxPendingOutbound messages waiting, but still answers a
+// message already queued.
+func TestSessionCapsAgainstChoird(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d, home, _ := runChoird(t)
+	s, err := startSession(ctx, d.pool, d.cfg, "assistant", StartOverrides{}, d.configVersion, "process")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home),
+		SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	if _, err := client.InitHello(ctx, s.HelloRequest()); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("ReplaysKeepTheNewestPerSession", func(t *testing.T) {
+		const extra = 25
+		report := func(i int, state string) error {
+			return paced(func() error {
+				_, err := client.ReportStatus(rpc.WithRequestID(ctx, fmt.Sprintf("status-%d", i)),
+					rpc.ReportStatusRequest{Lane: "edge", State: state})
+				return err
+			})
+		}
+		for i := range replayKeepPerSession + extra {
+			if err := report(i, "EDGE_IDLE"); err != nil {
+				t.Fatalf("call %d: %v", i, err)
+			}
+		}
+		var n, oldest int
+		d.pool.QueryRow(ctx, `SELECT count(*), min(substr(request_id, 8)::int) FROM choir_control.rpc_replays
+			WHERE session_id = $1 AND request_id LIKE 'status-%'`, s.Session.SessionID).Scan(&n, &oldest)
+		// INIT_HELLO's outcome was the session's first, and is gone too.
+		if n != replayKeepPerSession || oldest != extra {
+			t.Errorf("%d replay rows kept, the oldest status-%d; want %d, the oldest status-%d",
+				n, oldest, replayKeepPerSession, extra)
+		}
+		// The same request ID with another payload: a kept outcome
+		// refuses it as a conflict, a forgotten one lets it run.
+		if err := report(replayKeepPerSession+extra-1, "EDGE_BUSY"); !errors.Is(err, rpc.ErrConflict) {
+			t.Errorf("the newest request sent again with another payload: %v, want conflict (its outcome kept)", err)
+		}
+		if err := report(replayKeepPerSession+extra-1, "EDGE_IDLE"); err != nil {
+			t.Errorf("the newest request retried: %v, want its first outcome", err)
+		}
+		if err := report(0, "EDGE_BUSY"); err != nil {
+			t.Errorf("the oldest request sent again: %v, want it run again (its outcome forgotten)", err)
+		}
+	})
+
+	t.Run("OutboxIsCappedPerSession", func(t *testing.T) {
+		// Pending rows with no delivery job stay pending: the session's
+		// outbox is full whatever the console delivers meanwhile.
+		if _, err := d.pool.Exec(ctx, `INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text)
+			SELECT 'assistant', $1, 'backlog-' || i, 'console', 'console', 'console', 'text', 'queued ' || i
+			  FROM generate_series(1, $2::int) i`, s.Session.SessionID, jobs.AgentMaxPendingOutbound); err != nil {
+			t.Fatal(err)
+		}
+		err := paced(func() error {
+			_, err := client.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: "one-too-many", Kind: rpc.OutboundText, Text: "hi"})
+			return err
+		})
+		var e *rpc.Error
+		if !errors.Is(err, rpc.ErrRateLimited) || !errors.As(err, &e) || e.RetryAfter <= 0 ||
+			!strings.Contains(err.Error(), fmt.Sprintf("%d messages waiting", jobs.AgentMaxPendingOutbound)) ||
+			!strings.Contains(err.Error(), "then send again") {
+			t.Fatalf("message past the cap: %v, want rate_limited naming the cap, with a retry delay", err)
+		}
+		var again rpc.SendOutboundResponse
+		err = paced(func() (err error) {
+			again, err = client.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: "backlog-7", Kind: rpc.OutboundText, Text: "queued 7"})
+			return err
+		})
+		if err != nil || !again.Duplicate {
+			t.Fatalf("a queued message sent again on a full outbox: %+v %v, want the queued row", again, err)
+		}
+		var n int
+		d.pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE session_id = $1`, s.Session.SessionID).Scan(&n)
+		if n != jobs.AgentMaxPendingOutbound {
+			t.Errorf("%d outbox rows, want %d", n, jobs.AgentMaxPendingOutbound)
+		}
+	})
+}
+
+// paced runs call again while the server's per-session request-rate limit
+// refuses it, waiting as told, as an agent does. Other rate_limited
+// answers (a full outbox) are returned.
+func paced(call func() error) error {
+	for {
+		err := call()
+		var e *rpc.Error
+		if !errors.As(err, &e) || e.Code != rpc.CodeRateLimited || !strings.Contains(e.Message, "rate limit exceeded for session") {
+			return err
+		}
+		time.Sleep(max(e.RetryAfter, 10*time.Millisecond))
+	}
+}

@@ -242,14 +242,29 @@ func (d *Daemon) AgentStop(ctx context.Context, sc Scope, agentID string) (admin
 }
 
 // AgentRestart stops an agent and starts it again with the same resource
-// bindings.
+// bindings. An agent that is not running (it stopped, or crashed: the
+// crash notice offers /restart) is started, resuming where its last session
+// left off: with that session's resources when an admin asks, on its
+// defaults when its own DM does (a regular DM never binds the agent to
+// another DM).
 func (d *Daemon) AgentRestart(ctx context.Context, sc Scope, agentID string) (admin.AgentStatus, error) {
 	if err := sc.allow(agentID); err != nil {
 		return admin.AgentStatus{}, err
 	}
-	s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID)
+	q := db.New(d.pool)
+	s, err := q.SessionGetLiveByAgent(ctx, agentID)
+	if errors.Is(err, pgx.ErrNoRows) {
+		var o StartOverrides
+		if last, err := q.SessionLatestByAgent(ctx, agentID); err == nil && sc.Admin {
+			var b rpc.ResourceBindings
+			if err := json.Unmarshal(last.ResourceBindings, &b); err == nil {
+				o = overridesOf(b)
+			}
+		}
+		return d.AgentStart(ctx, Scope{Admin: true, Actor: sc.Actor}, agentID, o)
+	}
 	if err != nil {
-		return admin.AgentStatus{}, fmt.Errorf("agent %s is not running", agentID)
+		return admin.AgentStatus{}, fmt.Errorf("load the live session of %s: %w", agentID, err)
 	}
 	var b rpc.ResourceBindings
 	if err := json.Unmarshal(s.ResourceBindings, &b); err != nil {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/ctl"
+	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
@@ -176,6 +177,56 @@ func agentPid(t *testing.T, r *choirdRun, agent string) int {
 	}
 	t.Fatalf("no running instance of %s", agent)
 	return 0
+}
+
+// TestRestartBringsBackACrashedAgent: the crash notice offers /restart and
+// choirctl agent restart; both start an agent that is not running,
+// resuming the chain of its crashed session.
+func TestRestartBringsBackACrashedAgent(t *testing.T) {
+	t.Parallel()
+	home := lifecycleHomeWith(t, dbtest.NewDatabase(t), func(c *config.Config) {
+		c.DMs["mine"] = config.DM{Gateway: "console", UserID: "mine"}
+		a := c.Agents["assistant"]
+		a.Defaults.DM = "mine"
+		c.Agents["assistant"] = a
+	})
+	r := startChoird(t, home)
+	defer r.stop(t)
+	ctx := context.Background()
+	for _, how := range []string{"choirctl", "its DM"} {
+		if code, _, errs := choirctl(t, home, "agent", "start", "assistant"); code != 0 {
+			t.Fatalf("start: %s", errs)
+		}
+		before := r.waitState(t, "assistant", admin.AgentActive)
+		if err := syscall.Kill(agentPid(t, r, "assistant"), syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		r.waitState(t, "assistant", admin.AgentCrashed)
+		switch how {
+		case "choirctl":
+			if code, _, errs := choirctl(t, home, "agent", "restart", "assistant"); code != 0 {
+				t.Fatalf("restart of a crashed agent: %s", errs)
+			}
+		default:
+			sc, err := r.d.DMScope(ctx, gateway.DM{Name: "mine", Gateway: "console"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := r.d.AgentRestart(ctx, sc, "assistant"); err != nil {
+				t.Fatalf("restart of a crashed agent from its DM: %v", err)
+			}
+		}
+		after := r.waitState(t, "assistant", admin.AgentActive)
+		var from, dm string
+		r.d.pool.QueryRow(ctx, "SELECT coalesce(resumed_from::text, ''), resource_bindings->>'dm' FROM choir_control.sessions WHERE session_id = $1",
+			after.SessionID).Scan(&from, &dm)
+		if from != before.SessionID || dm != "mine" {
+			t.Errorf("restarted from %s: session %s resumes %q on DM %q, want the crashed %s on mine", how, after.SessionID, from, dm, before.SessionID)
+		}
+		if code, _, errs := choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
+			t.Fatalf("stop: %s", errs)
+		}
+	}
 }
 
 func TestLifecycleProcessRuntime(t *testing.T) {

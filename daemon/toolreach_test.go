@@ -1,0 +1,280 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/choirhq/choir/agent/llmtest"
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/runtime/runtimetest"
+	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
+)
+
+// forwarder accepts on one address and forwards each connection to a
+// target set later: the model's endpoint must be in config.json before
+// choird starts, the scripted model server only once the session is known.
+type forwarder struct {
+	ln     net.Listener
+	target atomic.Pointer[string]
+	wg     sync.WaitGroup
+}
+
+func newForwarder(t *testing.T, addr string) *forwarder {
+	t.Helper()
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := &forwarder{ln: ln}
+	f.wg.Add(1)
+	go func() {
+		defer f.wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f.wg.Add(1)
+			go func() {
+				defer f.wg.Done()
+				defer c.Close()
+				tp := f.target.Load()
+				if tp == nil {
+					return
+				}
+				u, err := net.Dial("tcp", *tp)
+				if err != nil {
+					return
+				}
+				defer u.Close()
+				go func() { io.Copy(u, c); u.(*net.TCPConn).CloseWrite() }()
+				io.Copy(c, u)
+			}()
+		}
+	}()
+	t.Cleanup(func() { ln.Close(); f.wg.Wait() })
+	return f
+}
+
+// reachSetup says how one runtime runs the probe.
+type reachSetup struct {
+	opts Options
+	// listen is where the model's forwarder listens: an address the agent
+	// can reach.
+	listen string
+	// socket is choird's agent socket as the agent sees it.
+	socket func(home string) string
+}
+
+// runReachProbe starts "assistant" under setup's runtime, has the model
+// call choir.exec on reachprobe, and returns the probe's output as the
+// model received it, the session and its lease token's hash.
+func runReachProbe(t *testing.T, setup reachSetup, probe string) (string, string, []byte) {
+	fwd := newForwarder(t, setup.listen)
+	var ws string
+	home := lifecycleHomeWith(t, dbtest.NewDatabase(t), func(c *config.Config) {
+		m := c.Models["local"]
+		m.Endpoint = "http://" + fwd.ln.Addr().String() + "/v1"
+		c.Models["local"] = m
+		ws = c.Workspaces["main"].Path
+	})
+	bin, err := os.ReadFile(probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(ws, "reachprobe"), bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := startChoirdWith(t, home, setup.opts)
+	defer r.stop(t)
+	if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+		t.Fatalf("start: %s", errs)
+	}
+	st := r.waitState(t, "assistant", admin.AgentActive)
+	var hash []byte
+	if err := r.d.pool.QueryRow(context.Background(), "SELECT lease_token_hash FROM choir_control.sessions WHERE session_id = $1",
+		st.SessionID).Scan(&hash); err != nil {
+		t.Fatal(err)
+	}
+
+	cmd := `./reachprobe -socket ` + setup.socket(home) + ` -session ` + st.SessionID + ` -cred "$HOME/.choir/cred.sock" 2>&1`
+	args, _ := json.Marshal(map[string]any{"command": cmd, "timeout_ms": 60000})
+	var output atomic.Pointer[string]
+	srv := llmtest.NewServer(t,
+		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: "choir.exec", Arguments: string(args)}),
+		llmtest.Text("done").Expect(func(t testing.TB, req *llmtest.Request) {
+			if m := req.Last(); m.Role == "tool" {
+				output.Store(&m.Content)
+			}
+		}),
+		llmtest.Text("The agent probed what its tools can reach."), // the session summary at the stop
+	)
+	addr := strings.TrimSuffix(strings.TrimPrefix(srv.BaseURL(), "http://"), "/v1")
+	fwd.target.Store(&addr)
+	if _, err := r.d.Push(st.SessionID, rpcUserMessage("probe")); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the probe's result at the model", func() bool { return output.Load() != nil })
+	return probeReport(t, *output.Load(), ws), st.SessionID, hash
+}
+
+// probeReport returns the probe's whole output from choir.exec's result:
+// the result itself, or the artifact that holds all of it when the result
+// had to be cut (the probe lists every process on the machine).
+func probeReport(t *testing.T, result, ws string) string {
+	t.Helper()
+	var r struct {
+		Output *struct {
+			Output *string `json:"output"`
+		} `json:"output"`
+		ArtifactRef string `json:"artifact_ref"`
+	}
+	if err := json.Unmarshal([]byte(result), &r); err != nil || r.Output == nil || r.Output.Output == nil {
+		t.Fatalf("no probe report in the tool result (%v):\n%s", err, result)
+	}
+	if r.ArtifactRef == "" {
+		return *r.Output.Output
+	}
+	b, err := os.ReadFile(filepath.Join(ws, r.ArtifactRef))
+	if err != nil {
+		t.Fatalf("the probe's whole output: %v", err)
+	}
+	return string(b)
+}
+
+// checkNothingObtained reads the probe's report: no secret, no lease
+// token, no readable agent memory, no answer from choird or from the
+// credential socket.
+func checkNothingObtained(t *testing.T, report string, hash []byte, credSocket bool) {
+	t.Helper()
+	t.Logf("probe report:\n%s", report)
+	for _, s := range []string{canary, "ghp-test", "[secret:"} {
+		if strings.Contains(report, s) {
+			t.Errorf("the probe obtained %q", s)
+		}
+	}
+	// The token (43 base64url characters) is nowhere: look for it at every
+	// place in every run of its alphabet, "NAME=<token>" and runs glued to
+	// other text included.
+	found := false
+	for _, w := range regexp.MustCompile(`[A-Za-z0-9_-]{43,}`).FindAllString(report, -1) {
+		for i := 0; i+43 <= len(w) && !found; i++ {
+			found = rpc.LeaseTokenMatches(w[i:i+43], hash)
+		}
+	}
+	if found {
+		t.Errorf("the probe obtained the lease token")
+	}
+	if strings.Contains(report, "CHOIR_LEASE_TOKEN=") {
+		t.Errorf("a lease token variable is in some environment")
+	}
+	agentMem := regexp.MustCompile(`(?m)^mem \d+ \(choir-agent\): (.*)$`).FindAllStringSubmatch(report, -1)
+	if len(agentMem) == 0 {
+		t.Errorf("the probe did not find the agent among its ancestors")
+	}
+	for _, m := range agentMem {
+		if !strings.HasPrefix(m[1], "denied") {
+			t.Errorf("the agent's memory is readable: %s", m[0])
+		}
+	}
+	for _, m := range regexp.MustCompile(`(?m)^environ \d+ \(choir-agent\): (.*)$`).FindAllStringSubmatch(report, -1) {
+		if !strings.HasPrefix(m[1], "denied") {
+			t.Errorf("the agent's environment is readable: %s", m[0])
+		}
+	}
+	if !strings.Contains(report, "socket: GET_SECRETS refused") || strings.Contains(report, "GET_SECRETS GOT") {
+		t.Errorf("GET_SECRETS without the token was not refused")
+	}
+	if credSocket {
+		if !strings.Contains(report, "cred bare: got ") || strings.Contains(report, `cred bare: got "token=`) {
+			t.Errorf("a bare connection to the credential socket got an answer")
+		}
+		if !regexp.MustCompile(`cred evil: got "", credentials denied by the agent: .*evil\.example\.com`).MatchString(report) {
+			t.Errorf("a request for a host not allowed was not denied by the agent")
+		}
+	}
+}
+
+// TestToolReachProcessRuntime runs reachprobe through choir.exec in the
+// real agent under the process runtime: /proc/*/environ, the agent's
+// memory, choird's socket and the git credential socket yield nothing.
+func TestToolReachProcessRuntime(t *testing.T) {
+	t.Parallel()
+	probe := runtimetest.BuildStatic(t, "github.com/choirhq/choir/daemon/runtime/runtimetest/reachprobe")
+	out, _, hash := runReachProbe(t, reachSetup{
+		opts:   Options{Runtime: "process", AgentBinary: buildAgent(t)},
+		listen: "127.0.0.1:0",
+		socket: AgentSocketPath,
+	}, probe)
+	checkNothingObtained(t, out, hash, true)
+	// choird is the agent's parent here, as the same user: it is not
+	// dumpable, and the tool holds no capability that opens it anyway.
+	choird := strconv.Itoa(os.Getpid())
+	for _, what := range []string{"mem", "environ"} {
+		m := regexp.MustCompile(`(?m)^` + what + ` ` + choird + ` \(.*\): (.*)$`).FindStringSubmatch(out)
+		if m == nil {
+			t.Errorf("the probe did not try choird's %s", what)
+		} else if !strings.HasPrefix(m[1], "denied") {
+			t.Errorf("choird's %s is readable: %s", what, m[0])
+		}
+	}
+}
+
+// TestToolReachDockerRuntime does the same in a container: an image of
+// the real agent, busybox for /bin/sh, and the probe.
+func TestToolReachDockerRuntime(t *testing.T) {
+	t.Parallel()
+	cli := runtimetest.RequireDocker(t)
+	runtimetest.BusyboxImage(t, cli) // fails without busybox when docker is required
+	bridge, err := net.InterfaceByName("docker0")
+	if err != nil {
+		t.Fatalf("no docker0 bridge for the container to reach the model: %v", err)
+	}
+	addrs, _ := bridge.Addrs()
+	var gw string
+	for _, a := range addrs {
+		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
+			gw = ipn.IP.String()
+		}
+	}
+	if gw == "" {
+		t.Fatal("docker0 has no IPv4 address")
+	}
+	agent := runtimetest.BuildStatic(t, "github.com/choirhq/choir/cmd/choir-agent")
+	probe := runtimetest.BuildStatic(t, "github.com/choirhq/choir/daemon/runtime/runtimetest/reachprobe")
+	busybox, err := exec.LookPath("busybox")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]runtimetest.File{
+		"choir-agent": {Source: agent, Mode: 0o755},
+		"bin/busybox": {Source: busybox, Mode: 0o755},
+		"tmp/.keep":   {},
+	}
+	for _, applet := range []string{"sh", "cat", "ls", "env"} {
+		files["bin/"+applet] = runtimetest.File{Link: "busybox"}
+	}
+	image := runtimetest.ImportImage(t, cli, "choir-agent-reach", files, `ENTRYPOINT ["/choir-agent"]`, "ENV PATH=/bin")
+	out, _, hash := runReachProbe(t, reachSetup{
+		opts:   Options{Runtime: "docker", AgentImage: image},
+		listen: gw + ":0",
+		socket: func(string) string { return "/run/choir.sock" },
+	}, probe)
+	// No git in this image, so no credential socket: the process runtime's
+	// test covers it.
+	checkNothingObtained(t, out, hash, false)
+}

@@ -40,6 +40,12 @@ func (l *lockedBuffer) String() string {
 // returns it once ready, with its log.
 func runChoird(t testing.TB) (*Daemon, string, *lockedBuffer) {
 	t.Helper()
+	return runChoirdWith(t, nil)
+}
+
+// runChoirdWith is runChoird with testConfig changed by edit first.
+func runChoirdWith(t testing.TB, edit func(*config.Config)) (*Daemon, string, *lockedBuffer) {
+	t.Helper()
 	url := dbtest.NewDatabase(t)
 	pc, err := pgx.ParseConfig(url)
 	if err != nil {
@@ -48,6 +54,9 @@ func runChoird(t testing.TB) (*Daemon, string, *lockedBuffer) {
 	home := t.TempDir()
 	cfg := testConfig(t)
 	cfg.Postgres = config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database, Secret: "postgres-admin"}
+	if edit != nil {
+		edit(cfg)
+	}
 	secrets := config.Secrets{"postgres-admin": "postgres:", "model-key": "sk-canary-7f3a", "git-token": "ghp-test"}
 	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
 		t.Fatal(err)

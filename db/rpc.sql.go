@@ -130,7 +130,7 @@ WITH saved AS (
     RETURNING ord
 )
 DELETE FROM choir_control.rpc_replays old
- WHERE old.session_id = $1 AND old.ord <= (SELECT s.ord FROM saved s) - $2::bigint
+ WHERE old.session_id = $1 AND old.ord = (SELECT s.ord FROM saved s) - $2::bigint
 `
 
 type ReplaySaveParams struct {
@@ -145,10 +145,14 @@ type ReplaySaveParams struct {
 }
 
 // ReplaySave keeps the first outcome of a request and, in the same
-// statement, forgets the session's records older than its newest @keep.
-// ord is the session's highest plus one: two saves racing in one session
-// may share a number, which keeps one record more for a while, never one
-// fewer. A repeated request inserts nothing and so forgets nothing.
+// statement, forgets the session's record that falls out of its newest
+// @keep. ord is the session's highest plus one, so the numbers have no
+// gaps and each save forgets exactly the record numbered @keep below its
+// own; an equality, not a range, so the statement never walks the index
+// entries of the records forgotten before (dead until vacuumed). Two saves
+// racing in one session may share a number: both are forgotten together,
+// and meanwhile the session keeps one record more, never one fewer. A
+// repeated request inserts nothing and so forgets nothing.
 func (q *Queries) ReplaySave(ctx context.Context, arg ReplaySaveParams) error {
 	_, err := q.db.Exec(ctx, replaySave,
 		arg.SessionID,

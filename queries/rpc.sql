@@ -20,10 +20,14 @@ SELECT * FROM choir_control.rpc_replays WHERE session_id = @session_id AND reque
 
 -- name: ReplaySave :exec
 -- ReplaySave keeps the first outcome of a request and, in the same
--- statement, forgets the session's records older than its newest @keep.
--- ord is the session's highest plus one: two saves racing in one session
--- may share a number, which keeps one record more for a while, never one
--- fewer. A repeated request inserts nothing and so forgets nothing.
+-- statement, forgets the session's record that falls out of its newest
+-- @keep. ord is the session's highest plus one, so the numbers have no
+-- gaps and each save forgets exactly the record numbered @keep below its
+-- own; an equality, not a range, so the statement never walks the index
+-- entries of the records forgotten before (dead until vacuumed). Two saves
+-- racing in one session may share a number: both are forgotten together,
+-- and meanwhile the session keeps one record more, never one fewer. A
+-- repeated request inserts nothing and so forgets nothing.
 WITH saved AS (
     INSERT INTO choir_control.rpc_replays (session_id, request_id, verb, digest, response, err_code, err_message, ord)
     VALUES (@session_id, @request_id, @verb, @digest, @response, @err_code, @err_message,
@@ -32,7 +36,7 @@ WITH saved AS (
     RETURNING ord
 )
 DELETE FROM choir_control.rpc_replays old
- WHERE old.session_id = @session_id AND old.ord <= (SELECT s.ord FROM saved s) - @keep::bigint;
+ WHERE old.session_id = @session_id AND old.ord = (SELECT s.ord FROM saved s) - @keep::bigint;
 
 -- name: ReplayForgetSession :execrows
 DELETE FROM choir_control.rpc_replays WHERE session_id = @session_id;

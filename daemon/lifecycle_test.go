@@ -30,7 +30,7 @@ var (
 	agentBinErr  error
 )
 
-// buildAgent builds choir-agent once per test binary.
+// buildAgent builds choir-agent once per test binary, without cgo.
 func buildAgent(t testing.TB) string {
 	t.Helper()
 	agentBinOnce.Do(func() {
@@ -40,7 +40,11 @@ func buildAgent(t testing.TB) string {
 			return
 		}
 		agentBin = filepath.Join(dir, "choir-agent")
-		out, err := exec.Command("go", "build", "-o", agentBin, "github.com/choirhq/choir/cmd/choir-agent").CombinedOutput()
+		// Static, as make and the images build it: without cgo the agent
+		// drops capabilities on every thread at once (sandbox.Harden).
+		cmd := exec.Command("go", "build", "-o", agentBin, "github.com/choirhq/choir/cmd/choir-agent")
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := cmd.CombinedOutput()
 		if err != nil {
 			agentBinErr = err
 			agentBin = string(out)

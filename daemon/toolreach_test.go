@@ -211,12 +211,34 @@ func checkNothingObtained(t *testing.T, report string, hash []byte, credSocket b
 
 // TestToolReachProcessRuntime runs reachprobe through choir.exec in the
 // real agent under the process runtime: /proc/*/environ, the agent's
-// memory, choird's socket and the git credential socket yield nothing.
+// memory, choird's, choird's socket and the git credential socket
+// yield nothing. Under the process runtime the agent runs as choird's
+// user, root here: what closes its /proc entries to the tool is that the
+// agent is not dumpable and that no program it executes holds
+// CAP_SYS_PTRACE, CAP_SYS_ADMIN or CAP_PERFMON.
 func TestToolReachProcessRuntime(t *testing.T) {
 	t.Parallel()
+	testToolReachProcess(t, buildAgent(t))
+}
+
+// TestToolReachProcessRuntimeCgo is the same with an agent built with
+// cgo, which cannot change every thread's capabilities at once and
+// executes itself again instead.
+func TestToolReachProcessRuntimeCgo(t *testing.T) {
+	t.Parallel()
+	bin := filepath.Join(t.TempDir(), "choir-agent")
+	cmd := exec.Command("go", "build", "-o", bin, "github.com/choirhq/choir/cmd/choir-agent")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("build choir-agent with cgo: %v\n%s", err, out)
+	}
+	testToolReachProcess(t, bin)
+}
+
+func testToolReachProcess(t *testing.T, agentBin string) {
 	probe := runtimetest.BuildStatic(t, "github.com/choirhq/choir/daemon/runtime/runtimetest/reachprobe")
 	out, _, hash := runReachProbe(t, reachSetup{
-		opts:   Options{Runtime: "process", AgentBinary: buildAgent(t)},
+		opts:   Options{Runtime: "process", AgentBinary: agentBin},
 		listen: "127.0.0.1:0",
 		socket: AgentSocketPath,
 	}, probe)

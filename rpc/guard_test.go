@@ -44,6 +44,12 @@ func TestMisbehavingAgentCannotStarveAnother(t *testing.T) {
 				failed.Add(1)
 				firstErr.CompareAndSwap(nil, err)
 			}
+			// A call that is no heartbeat needs the authenticator: a
+			// known token still gets it while bad ones are throttled.
+			if _, err := b.client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{}); err != nil {
+				failed.Add(1)
+				firstErr.CompareAndSwap(nil, err)
+			}
 			beats.Add(1)
 		}
 	})
@@ -110,7 +116,7 @@ func TestMisbehavingAgentCannotStarveAnother(t *testing.T) {
 	wg.Wait()
 
 	if f := failed.Load(); f > 0 {
-		t.Errorf("%d of %d heartbeats of the honest agent failed; first: %v", f, beats.Load(), firstErr.Load())
+		t.Errorf("%d of %d heartbeats and config fetches of the honest agent failed; first: %v", f, 2*beats.Load(), firstErr.Load())
 	}
 	if limited.Load() == 0 {
 		t.Errorf("no bad-token call was throttled (%d unauthenticated, %d other): every one reached the authenticator",

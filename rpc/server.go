@@ -143,10 +143,12 @@ type ServerOptions struct {
 	// FailedAuthRate and FailedAuthBurst are the failed authentications
 	// each listener allows per second, and at once (defaults
 	// DefaultFailedAuthRate, DefaultFailedAuthBurst). Past them, the
-	// server stops asking the Authenticator: a HEARTBEAT whose token the
-	// server remembers from its session's earlier calls is still served,
-	// and every other call is refused as rate_limited until the budget
-	// refills.
+	// server stops asking the Authenticator about tokens it does not know:
+	// a call whose token the server remembers from its session's earlier
+	// calls is still served (a HEARTBEAT from memory alone, any other
+	// verb after the usual lookup), and every other call is refused as
+	// rate_limited until the budget refills. A flood of bad tokens thus
+	// costs the database nothing and the honest agents nothing.
 	FailedAuthRate  float64
 	FailedAuthBurst int
 }
@@ -346,26 +348,33 @@ func (s *Server) dropSession(id string) {
 
 // authenticate checks the lease token and applies the rate limit. While
 // the listener's failed-authentication budget is spent, it asks the
-// Authenticator nothing (see ServerOptions.FailedAuthRate).
+// Authenticator nothing about a token it has not seen succeed for the
+// session (see ServerOptions.FailedAuthRate).
 func (s *Server) authenticate(ctx context.Context, verb Verb, sessionID, token string) (Session, *sessionState, *Error) {
 	var sess Session
 	var err error
 	ia, identityOnly := s.auth.(IdentityAuthenticator)
 	identityOnly = identityOnly && verb.FencedByHandler()
 	g := guardFrom(ctx)
+	throttled := g != nil && g.throttled()
+	refuse := func() (Session, *sessionState, *Error) {
+		d := g.retryAfter()
+		g.warn.Do(func() {
+			s.log.WarnContext(ctx, "rpc: too many failed authentications; refusing lookups of unknown tokens",
+				slog.Float64("per_second", s.failedAuthRate), slog.Int("burst", s.failedAuthBurst))
+		})
+		return Session{}, nil, &Error{Code: CodeRateLimited,
+			Message:    fmt.Sprintf("too many failed authentications on this listener; retry in %s", d.Round(time.Millisecond)),
+			RetryAfter: d}
+	}
 	switch {
-	case g != nil && g.throttled():
+	case throttled && identityOnly:
 		var ok bool
-		if sess, ok = s.rememberedSession(identityOnly, sessionID, token); !ok {
-			d := g.retryAfter()
-			g.warn.Do(func() {
-				s.log.WarnContext(ctx, "rpc: too many failed authentications; refusing lookups",
-					slog.Float64("per_second", s.failedAuthRate), slog.Int("burst", s.failedAuthBurst))
-			})
-			return Session{}, nil, &Error{Code: CodeRateLimited,
-				Message:    fmt.Sprintf("too many failed authentications on this listener; retry in %s", d.Round(time.Millisecond)),
-				RetryAfter: d}
+		if sess, ok = s.rememberedSession(sessionID, token); !ok {
+			return refuse()
 		}
+	case throttled && !s.knownToken(sessionID, token):
+		return refuse()
 	case identityOnly:
 		sess, err = ia.AuthenticateIdentity(ctx, sessionID, token)
 	default:
@@ -403,13 +412,10 @@ func (s *Server) authenticate(ctx context.Context, verb Verb, sessionID, token s
 }
 
 // rememberedSession authenticates a call from what the server remembers
-// of its session, without the Authenticator: only a verb whose handler
+// of its session, without the Authenticator: only for a verb whose handler
 // fences the session itself, and only with an IdentityAuthenticator, which
 // may answer from memory anyway.
-func (s *Server) rememberedSession(identityOnly bool, sessionID, token string) (Session, bool) {
-	if !identityOnly {
-		return Session{}, false
-	}
+func (s *Server) rememberedSession(sessionID, token string) (Session, bool) {
 	s.mu.Lock()
 	st := s.sessions[sessionID]
 	s.mu.Unlock()
@@ -418,6 +424,23 @@ func (s *Server) rememberedSession(identityOnly bool, sessionID, token string) (
 	}
 	agentID, ok := st.id.matches(token)
 	return Session{ID: sessionID, AgentID: agentID}, ok
+}
+
+// knownToken reports whether token is the one the session authenticated
+// with before on this server. While failed authentications are throttled,
+// a call with a known token still gets its lookup: the lookup is the
+// honest agent's own, which a flood of bad tokens must not starve (its
+// replies, approvals and host tools go through such calls), and a bad
+// token never matches.
+func (s *Server) knownToken(sessionID, token string) bool {
+	s.mu.Lock()
+	st := s.sessions[sessionID]
+	s.mu.Unlock()
+	if st == nil {
+		return false
+	}
+	_, ok := st.id.matches(token)
+	return ok
 }
 
 // internal logs err under a fresh reference and returns an error of code

@@ -159,7 +159,7 @@ func probeReport(t *testing.T, result, ws string) string {
 // checkNothingObtained reads the probe's report: no secret, no lease
 // token, no readable agent memory, no answer from choird or from the
 // credential socket.
-func checkNothingObtained(t *testing.T, report string, hash []byte, credSocket bool) {
+func checkNothingObtained(t *testing.T, report string, hash []byte) {
 	t.Helper()
 	t.Logf("probe report:\n%s", report)
 	for _, s := range []string{canary, "ghp-test", "[secret:"} {
@@ -199,13 +199,15 @@ func checkNothingObtained(t *testing.T, report string, hash []byte, credSocket b
 	if !strings.Contains(report, "socket: GET_SECRETS refused") || strings.Contains(report, "GET_SECRETS GOT") {
 		t.Errorf("GET_SECRETS without the token was not refused")
 	}
-	if credSocket {
-		if !strings.Contains(report, "cred bare: got ") || strings.Contains(report, `cred bare: got "token=`) {
-			t.Errorf("a bare connection to the credential socket got an answer")
-		}
-		if !regexp.MustCompile(`cred evil: got "", credentials denied by the agent: .*evil\.example\.com`).MatchString(report) {
-			t.Errorf("a request for a host not allowed was not denied by the agent")
-		}
+	// The socket must be there for the refusals to mean anything: the agent
+	// sets it up only once git took its identity.
+	if strings.Contains(report, "cred bare: connect:") {
+		t.Errorf("the probe found no credential socket: did the agent set up its git identity?")
+	} else if !strings.Contains(report, "cred bare: got ") || strings.Contains(report, `cred bare: got "token=`) {
+		t.Errorf("a bare connection to the credential socket got an answer")
+	}
+	if !regexp.MustCompile(`cred evil: got "", credentials denied by the agent: .*evil\.example\.com`).MatchString(report) {
+		t.Errorf("a request for a host not allowed was not denied by the agent")
 	}
 }
 
@@ -242,7 +244,7 @@ func testToolReachProcess(t *testing.T, agentBin string) {
 		listen: "127.0.0.1:0",
 		socket: AgentSocketPath,
 	}, probe)
-	checkNothingObtained(t, out, hash, true)
+	checkNothingObtained(t, out, hash)
 	// choird is the agent's parent here, as the same user: it is not
 	// dumpable, and the tool holds no capability that opens it anyway.
 	choird := strconv.Itoa(os.Getpid())
@@ -256,8 +258,21 @@ func testToolReachProcess(t *testing.T, agentBin string) {
 	}
 }
 
+// standInGit is the docker image's git: the agent only runs "git config
+// --global <key> <value>" (configureGit, setupGitCredentials), which it
+// writes to $HOME/.gitconfig as git would; anything else fails.
+const standInGit = `#!/bin/sh
+if [ "$#" -ne 4 ] || [ "$1" != config ] || [ "$2" != --global ]; then
+	echo "stand-in git: not supported: $*" >&2
+	exit 1
+fi
+printf '%s = %s\n' "$3" "$4" >>"$HOME/.gitconfig"
+`
+
 // TestToolReachDockerRuntime does the same in a container: an image of
-// the real agent, busybox for /bin/sh, and the probe.
+// the real agent, busybox for /bin/sh, a stand-in git so that the agent
+// sets up its credential socket for the bound git identity, and the
+// probe.
 func TestToolReachDockerRuntime(t *testing.T) {
 	t.Parallel()
 	cli := runtimetest.RequireDocker(t)
@@ -285,7 +300,10 @@ func TestToolReachDockerRuntime(t *testing.T) {
 	files := map[string]runtimetest.File{
 		"choir-agent": {Source: agent, Mode: 0o755},
 		"bin/busybox": {Source: busybox, Mode: 0o755},
-		"tmp/.keep":   {},
+		"bin/git":     {Data: []byte(standInGit), Mode: 0o755},
+		// No tmp/ in the image: the engine copies an image's /tmp, mode
+		// 0755 and root's, into the tmpfs mounted there, and the agent's
+		// HOME (/tmp) would not be writable to its uid.
 	}
 	for _, applet := range []string{"sh", "cat", "ls", "env"} {
 		files["bin/"+applet] = runtimetest.File{Link: "busybox"}
@@ -296,7 +314,8 @@ func TestToolReachDockerRuntime(t *testing.T) {
 		listen: gw + ":0",
 		socket: func(string) string { return "/run/choir.sock" },
 	}, probe)
-	// No git in this image, so no credential socket: the process runtime's
-	// test covers it.
-	checkNothingObtained(t, out, hash, false)
+	// The credential socket is in the container's HOME (/tmp): a bare
+	// request and one for a host not allowed get nothing, and the git
+	// token is nowhere in the report.
+	checkNothingObtained(t, out, hash)
 }

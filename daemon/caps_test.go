@@ -22,19 +22,7 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d, home, _ := runChoird(t)
-	s, err := startSession(ctx, d.pool, d.cfg, "assistant", StartOverrides{}, d.configVersion, "process")
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home),
-		SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	if _, err := client.InitHello(ctx, s.HelloRequest()); err != nil {
-		t.Fatal(err)
-	}
+	s, client := helloSession(t, d, home, "assistant")
 
 	t.Run("ReplaysKeepTheNewestPerSession", func(t *testing.T) {
 		const extra = 25

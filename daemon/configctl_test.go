@@ -120,19 +120,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 
 	// A live session, to see config_changed pushed and the new version
 	// fetched.
-	s, err := startSession(ctx, d.pool, d.cfg, "assistant", StartOverrides{}, d.configVersion, "process")
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home),
-		SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	if _, err := client.InitHello(ctx, s.HelloRequest()); err != nil {
-		t.Fatal(err)
-	}
+	_, client := helloSession(t, d, home, "assistant")
 
 	t.Run("DiffAndApplyBeforeLoadSayRunLoad", func(t *testing.T) {
 		if _, err := d.ConfigDiff(ctx, admin); !errors.Is(err, ErrNothingStaged) || !strings.Contains(err.Error(), "config load") {

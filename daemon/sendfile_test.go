@@ -24,19 +24,7 @@ func TestSendFileStaysInTheWorkspace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d, home, _ := runChoird(t)
-	s, err := startSession(ctx, d.pool, d.cfg, "assistant", StartOverrides{}, d.configVersion, "process")
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home),
-		SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	if _, err := client.InitHello(ctx, s.HelloRequest()); err != nil {
-		t.Fatalf("INIT_HELLO: %v", err)
-	}
+	s, client := helloSession(t, d, home, "assistant")
 	if s.Bindings.Workspace != "main" {
 		t.Fatalf("session bound to workspace %q", s.Bindings.Workspace)
 	}

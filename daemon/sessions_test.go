@@ -219,3 +219,26 @@ func (s startedSession) HelloRequest() rpc.InitHelloRequest {
 	return rpc.InitHelloRequest{AgentID: s.Session.AgentID, SessionID: s.Session.SessionID.String(),
 		ImageVersion: "img-1", ToolManifestHash: "t1", SkillManifestHash: "s1"}
 }
+
+// helloSession starts a session of agentID on its defaults, as choird's
+// start does, and returns it with a client on choird's agent socket that
+// has said hello, as its agent would be. The client closes when the test
+// ends.
+func helloSession(t *testing.T, d *Daemon, home, agentID string) (startedSession, *rpc.Client) {
+	t.Helper()
+	ctx := context.Background()
+	s, err := startSession(ctx, d.pool, d.cfg, agentID, StartOverrides{}, d.configVersion, "process")
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home),
+		SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	if _, err := client.InitHello(ctx, s.HelloRequest()); err != nil {
+		t.Fatalf("INIT_HELLO: %v", err)
+	}
+	return s, client
+}

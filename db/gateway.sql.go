@@ -310,6 +310,7 @@ const outboxAttemptBegin = `-- name: OutboxAttemptBegin :execrows
 UPDATE choir_control.outbox
    SET attempt_part = $1::int, attempt_by = $2::uuid, attempt_at = now()
  WHERE outbox_id = $3 AND status = 'pending' AND cardinality(sent_ids) = $1::int
+   AND attempt_part IS NULL
 `
 
 type OutboxAttemptBeginParams struct {
@@ -319,7 +320,9 @@ type OutboxAttemptBeginParams struct {
 }
 
 // OutboxAttemptBegin marks part number part as being sent by the choird
-// process attempt_by, committed before the send (see OutboxPartSent).
+// process attempt_by, committed before the request can take effect (the
+// delivery worker's send gate; see OutboxPartSent). It marks nothing when
+// another run has marked the part already.
 func (q *Queries) OutboxAttemptBegin(ctx context.Context, arg OutboxAttemptBeginParams) (int64, error) {
 	result, err := q.db.Exec(ctx, outboxAttemptBegin, arg.Part, arg.AttemptBy, arg.OutboxID)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -92,6 +93,10 @@ type OutboundPart struct {
 // attempt. An error with a Temporary() bool method reporting false can
 // never succeed (the user blocked the bot, the file is gone): the row is
 // marked failed at once. Any other error is retried with backoff.
+//
+// Send's context carries a send gate (SendGateFrom): a sender whose send
+// has an effect outside choird must pass it, through GateBody, before its
+// request can take effect, and must not send when it fails.
 type OutboundSender interface {
 	// Parts cuts a queued message into the messages the channel sends, in
 	// order (a long text into several, say). It must be deterministic:
@@ -287,12 +292,13 @@ func (w *DeliveryWorker) Timeout(*river.Job[DeliverOutboundArgs]) time.Duration 
 // idempotency key, so a part whose send was under way when choird died
 // may or may not have reached the user, and sending it again could send
 // it twice. Each part is therefore marked as being sent, in a committed
-// row, before it is sent, and the mark is cleared with the outcome; a run
-// that finds a mark its own process did not leave (or one older than a
-// run can last) records the part as sent, with message id 0, and moves
-// on, with a warning in the log. The price is that a part may be lost if
-// choird dies after the mark and before the request leaves: a window of
-// one HTTP write, against a duplicate on every crash mid-send.
+// row, when its request is complete but for its last byte (the send gate,
+// WithSendGate), and the mark is cleared with the outcome; a run that
+// finds a mark its own process did not leave (or one older than a run can
+// last) records the part as sent, with message id 0, and moves on, with a
+// warning in the log. A part is lost only if choird dies between the
+// mark's commit and the write of that last byte: microseconds, against a
+// duplicate on every crash mid-send.
 func (w *DeliveryWorker) Work(ctx context.Context, job *river.Job[DeliverOutboundArgs]) error {
 	start := time.Now()
 	q := db.New(w.deps.Pool)
@@ -377,10 +383,8 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 	case idx >= len(parts):
 		sendErr = permanentError{fmt.Errorf("message has %d parts but %d are recorded sent", len(parts), idx)}
 	default:
-		interrupted, busy, err := w.markAttempt(ctx, q, head, idx)
+		interrupted, busy := w.attemptOf(head, idx)
 		switch {
-		case err != nil:
-			return false, err
 		case busy:
 			// Another run of this process is sending the part now.
 			return false, river.JobSnooze(time.Second)
@@ -389,12 +393,21 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 				"so it is recorded as sent and not sent again", slog.Int("part", idx))
 			return w.recordSent(ctx, tx, job, head, isOwn, idx, 0, idx == len(parts)-1, file, logger)
 		}
-		// The mark is committed and the row unlocked: no lock and no
-		// connection is held while the channel takes its time.
+		// The row is unlocked: no lock and no connection is held while
+		// the channel takes its time. The part is marked as being sent by
+		// the send gate, when the request is complete but for its last
+		// byte (see jobs.WithSendGate).
 		if err := commit(ctx, tx, head.OutboxID); err != nil {
 			return false, err
 		}
-		sentID, sendErr = w.deps.Sender.Send(ctx, parts[idx])
+		claim := w.newClaim(head.OutboxID, idx)
+		sentID, sendErr = w.deps.Sender.Send(WithSendGate(ctx, claim.pass), parts[idx])
+		if claim.lost() {
+			// Another run marked the part first; this run's request was
+			// abandoned incomplete.
+			return false, river.JobSnooze(time.Second)
+		}
+		var err error
 		if tx, err = w.deps.Pool.Begin(ctx); err != nil {
 			return false, fmt.Errorf("begin recording the send of outbox row %d: %w", head.OutboxID, err)
 		}
@@ -453,28 +466,53 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 	return w.recordSent(ctx, tx, job, head, isOwn, idx, sentID, idx == len(parts)-1, file, logger)
 }
 
-// markAttempt marks part idx of the locked row head as being sent by this
-// process, in the caller's transaction (which must commit before the
-// send). It reports instead that a send of the part was interrupted (a
-// mark left by another process, or one older than a run can last), or
-// that a run of this process is sending it now.
-func (w *DeliveryWorker) markAttempt(ctx context.Context, q *db.Queries, head db.ChoirControlOutbox, idx int) (interrupted, busy bool, err error) {
-	if head.AttemptPart != nil && int(*head.AttemptPart) == idx {
-		mine := head.AttemptBy != nil && *head.AttemptBy == w.instance
-		if !mine || head.AttemptAt == nil || time.Since(*head.AttemptAt) > w.Timeout(nil) {
-			return true, false, nil
-		}
-		return false, true, nil
+// attemptOf reports what the mark on part idx of the locked row head
+// says: a send of the part was interrupted (a mark left by another
+// process, or one older than a run can last), or a run of this process is
+// sending it now.
+func (w *DeliveryWorker) attemptOf(head db.ChoirControlOutbox, idx int) (interrupted, busy bool) {
+	if head.AttemptPart == nil || int(*head.AttemptPart) != idx {
+		return false, false
 	}
-	n, err := q.OutboxAttemptBegin(ctx, db.OutboxAttemptBeginParams{OutboxID: head.OutboxID, Part: int32(idx), AttemptBy: w.instance})
-	if err != nil {
-		return false, false, fmt.Errorf("mark part %d of outbox row %d as being sent: %w", idx, head.OutboxID, err)
+	mine := head.AttemptBy != nil && *head.AttemptBy == w.instance
+	if !mine || head.AttemptAt == nil || time.Since(*head.AttemptAt) > w.Timeout(nil) {
+		return true, false
 	}
-	if n != 1 {
-		return false, false, fmt.Errorf("mark part %d of outbox row %d as being sent: the locked row changed", idx, head.OutboxID)
-	}
-	return false, false, nil
+	return false, true
 }
+
+// claim is the send gate of one part: it marks the part as being sent by
+// this process in a statement of its own, once, and only if no run has
+// marked it since the row was checked.
+type claim struct {
+	w        *DeliveryWorker
+	outboxID int64
+	part     int
+	once     sync.Once
+	err      error
+	taken    atomic.Bool // another run had marked the part
+}
+
+func (w *DeliveryWorker) newClaim(outboxID int64, part int) *claim {
+	return &claim{w: w, outboxID: outboxID, part: part}
+}
+
+func (c *claim) pass(ctx context.Context) error {
+	c.once.Do(func() {
+		n, err := db.New(c.w.deps.Pool).OutboxAttemptBegin(ctx, db.OutboxAttemptBeginParams{OutboxID: c.outboxID,
+			Part: int32(c.part), AttemptBy: c.w.instance})
+		switch {
+		case err != nil:
+			c.err = fmt.Errorf("mark part %d of outbox row %d as being sent: %w", c.part, c.outboxID, err)
+		case n != 1:
+			c.taken.Store(true)
+			c.err = fmt.Errorf("part %d of outbox row %d is being sent by another run", c.part, c.outboxID)
+		}
+	})
+	return c.err
+}
+
+func (c *claim) lost() bool { return c.taken.Load() }
 
 // recordSent records part idx of head as sent with the channel's id
 // sentID, completes the job with the row's last part, commits, and then

@@ -42,10 +42,13 @@ SELECT * FROM choir_control.outbox
 
 -- name: OutboxAttemptBegin :execrows
 -- OutboxAttemptBegin marks part number part as being sent by the choird
--- process attempt_by, committed before the send (see OutboxPartSent).
+-- process attempt_by, committed before the request can take effect (the
+-- delivery worker's send gate; see OutboxPartSent). It marks nothing when
+-- another run has marked the part already.
 UPDATE choir_control.outbox
    SET attempt_part = @part::int, attempt_by = @attempt_by::uuid, attempt_at = now()
- WHERE outbox_id = @outbox_id AND status = 'pending' AND cardinality(sent_ids) = @part::int;
+ WHERE outbox_id = @outbox_id AND status = 'pending' AND cardinality(sent_ids) = @part::int
+   AND attempt_part IS NULL;
 
 -- name: OutboxPartSent :one
 -- OutboxPartSent records the Telegram message id of part number part (its

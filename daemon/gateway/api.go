@@ -11,6 +11,8 @@ import (
 	"time"
 
 	tele "gopkg.in/telebot.v3"
+
+	"github.com/choirhq/choir/jobs"
 )
 
 // bot is one Telegram bot: its token, its update loop and its API calls.
@@ -37,7 +39,17 @@ type ctxTransport struct {
 }
 
 func (t ctxTransport) RoundTrip(r *http.Request) (*http.Response, error) {
-	return t.base.RoundTrip(r.WithContext(t.ctx))
+	r = r.WithContext(t.ctx)
+	// A message the delivery worker sends carries its send gate: the
+	// request's last byte waits until the worker has marked the part as
+	// being sent (jobs.GateBody).
+	if jobs.SendGateFrom(t.ctx) != nil && r.Body != nil {
+		r.Body = jobs.GateBody(t.ctx, r.Body)
+		// net/http replays a request that failed before writing anything
+		// from GetBody, a fresh body that would pass no gate.
+		r.GetBody = nil
+	}
+	return t.base.RoundTrip(r)
 }
 
 // tele returns a telebot.Bot whose requests run under ctx.

@@ -156,11 +156,30 @@ func TestDocker(t *testing.T) {
 			t.Fatal(err)
 		}
 		e := runtimetest.WaitExit(t, exits, inst.ID)
-		if !e.OOMKilled || e.ExitCode != 137 {
-			t.Errorf("exit %+v, want OOM-killed with 137", e)
+		if e.ExitCode != 137 {
+			t.Fatalf("exit %+v, want the kernel's kill, 137", e)
 		}
-		if got, err := b.rt.Inspect(t.Context(), inst.ID); err != nil || !got.OOMKilled {
-			t.Errorf("inspect after OOM: %+v %v", got, err)
+		got, err := b.rt.Inspect(t.Context(), inst.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// What the runtime reports must be what the engine knows. Under
+		// load the engine (28.x, cgroup v2) has been seen, once in some
+		// seventy full-suite runs, to lose the OOM notice of a container
+		// that died within milliseconds: no oom event, and OOMKilled false
+		// in its own state. Then nobody can report it, and the test says
+		// so instead of failing on the engine; whenever the engine knows,
+		// both the exit and Inspect must say so.
+		res, err := b.cli.ContainerInspect(t.Context(), inst.ID, client.ContainerInspectOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		engine := res.Container.State.OOMKilled
+		if e.OOMKilled != engine || got.OOMKilled != engine {
+			t.Errorf("OOM-killed: the exit says %v and Inspect %v, but the engine's state says %v", e.OOMKilled, got.OOMKilled, engine)
+		}
+		if !engine {
+			t.Logf("the engine lost the OOM notice of %s (exit 137, OOMKilled false in its state)", inst.ID)
 		}
 	})
 

@@ -88,6 +88,12 @@ func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 	// detection, once it runs, would take the old session if resuming
 	// had not claimed it first.
 	waitSilentBeyondThreshold(t, pool, first.SessionID, threshold)
+	// Heartbeats went on until the kill (one in flight may have committed
+	// after it): the revision the successor must resume at is the one
+	// acknowledged last.
+	if err := pool.QueryRow(ctx, "SELECT acked_rev FROM choir_control.sessions WHERE session_id = $1", first.SessionID).Scan(&acked); err != nil {
+		t.Fatal(err)
+	}
 	restarted := time.Now()
 	r = startChoird(t, home)
 	defer r.stop(t)

@@ -116,53 +116,8 @@ func (s *Spec) validate(known func(string) bool) error {
 		}
 		if st.Terminal {
 			terminals++
-			if len(st.Transitions) > 0 {
-				bad("%s: a terminal state has no transitions", at)
-			}
-			if len(st.AllowedTools) > 0 {
-				bad("%s: a terminal state has no allowed_tools", at)
-			}
-			continue
 		}
-		if o := strings.TrimSpace(st.Objective); o == "" || len(st.Objective) > maxObjective {
-			bad("%s.objective: required, at most %d bytes", at, maxObjective)
-		}
-		if len(st.Transitions) == 0 {
-			bad("%s: a non-terminal state needs at least one transition", at)
-		}
-		if len(st.Transitions) > maxTransitions {
-			bad("%s.transitions: %d, at most %d", at, len(st.Transitions), maxTransitions)
-		}
-		events := map[string]bool{}
-		for i, tr := range st.Transitions {
-			tat := fmt.Sprintf("%s.transitions[%d]", at, i)
-			if !eventRe.MatchString(tr.On) {
-				bad("%s.on: event %q: want a lowercase identifier of letters, digits and '_'", tat, tr.On)
-			}
-			if events[tr.On] {
-				bad("%s.on: event %q appears twice in this state", tat, tr.On)
-			}
-			events[tr.On] = true
-			if _, ok := s.States[tr.To]; !ok {
-				bad("%s.to: %q is not a state", tat, tr.To)
-			}
-		}
-		if len(st.AllowedTools) > maxAllowedTools {
-			bad("%s.allowed_tools: %d, at most %d", at, len(st.AllowedTools), maxAllowedTools)
-		}
-		seen := map[string]bool{}
-		for i, t := range st.AllowedTools {
-			tat := fmt.Sprintf("%s.allowed_tools[%d]", at, i)
-			switch {
-			case t == TransitionToolName:
-				bad("%s: %s is implicit in every non-terminal state; do not list it", tat, t)
-			case seen[t]:
-				bad("%s: %q listed twice", tat, t)
-			case !known(t):
-				bad("%s: unknown tool %q", tat, t)
-			}
-			seen[t] = true
-		}
+		s.validateState(name, st, known, bad)
 	}
 	if terminals == 0 {
 		bad("states: no terminal state; mark the end state with \"terminal\": true")
@@ -185,6 +140,60 @@ func (s *Spec) validate(known func(string) bool) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// validateState checks the rules of one state, named name, reporting each
+// violation through bad.
+func (s *Spec) validateState(name string, st State, known func(string) bool, bad func(format string, args ...any)) {
+	at := "states." + name
+	if st.Terminal {
+		if len(st.Transitions) > 0 {
+			bad("%s: a terminal state has no transitions", at)
+		}
+		if len(st.AllowedTools) > 0 {
+			bad("%s: a terminal state has no allowed_tools", at)
+		}
+		return
+	}
+	if o := strings.TrimSpace(st.Objective); o == "" || len(st.Objective) > maxObjective {
+		bad("%s.objective: required, at most %d bytes", at, maxObjective)
+	}
+	if len(st.Transitions) == 0 {
+		bad("%s: a non-terminal state needs at least one transition", at)
+	}
+	if len(st.Transitions) > maxTransitions {
+		bad("%s.transitions: %d, at most %d", at, len(st.Transitions), maxTransitions)
+	}
+	events := map[string]bool{}
+	for i, tr := range st.Transitions {
+		tat := fmt.Sprintf("%s.transitions[%d]", at, i)
+		if !eventRe.MatchString(tr.On) {
+			bad("%s.on: event %q: want a lowercase identifier of letters, digits and '_'", tat, tr.On)
+		}
+		if events[tr.On] {
+			bad("%s.on: event %q appears twice in this state", tat, tr.On)
+		}
+		events[tr.On] = true
+		if _, ok := s.States[tr.To]; !ok {
+			bad("%s.to: %q is not a state", tat, tr.To)
+		}
+	}
+	if len(st.AllowedTools) > maxAllowedTools {
+		bad("%s.allowed_tools: %d, at most %d", at, len(st.AllowedTools), maxAllowedTools)
+	}
+	seen := map[string]bool{}
+	for i, t := range st.AllowedTools {
+		tat := fmt.Sprintf("%s.allowed_tools[%d]", at, i)
+		switch {
+		case t == TransitionToolName:
+			bad("%s: %s is implicit in every non-terminal state; do not list it", tat, t)
+		case seen[t]:
+			bad("%s: %q listed twice", tat, t)
+		case !known(t):
+			bad("%s: unknown tool %q", tat, t)
+		}
+		seen[t] = true
+	}
 }
 
 // reachableFrom returns the states reachable from start, start included.

@@ -96,23 +96,11 @@ func (b *Builder) Build(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 
-	// The base: rebuilt only when its key (global commit, OS image) is new.
-	if _, err := b.opts.Docker.ImageInspect(ctx, v.BaseImage); cerrdefs.IsNotFound(err) || req.Force {
-		args := map[string]*string{}
-		if v.OSImage != "" {
-			args[ArgOSImage] = &v.OSImage
-		}
-		b.log.Info("building the base image", slog.String("image", v.BaseImage), slog.String("global_commit", short(v.GlobalRepoCommit)))
-		// No labels: each would cost the classic builder a step; the tag
-		// is the key, and version.json names the global commit.
-		if _, err := b.imageBuild(ctx, "base", "global repo Dockerfile.base", p.GlobalDir, "Dockerfile.base", args,
-			[]string{v.BaseImage}, nil); err != nil {
-			return Result{}, fmt.Errorf("agent build %s: %w", req.AgentID, err)
-		}
-		res.BaseBuilt = true
-	} else if err != nil {
-		return Result{}, b.engineErr("agent build "+req.AgentID+": inspect base image", err)
+	built, err := b.buildBase(ctx, req.AgentID, p.GlobalDir, v, req.Force)
+	if err != nil {
+		return Result{}, err
 	}
+	res.BaseBuilt = built
 
 	// The agent's Dockerfile, if it has one, FROM the base.
 	from := v.BaseImage
@@ -158,6 +146,31 @@ func (b *Builder) Build(ctx context.Context, req Request) (Result, error) {
 	}
 	b.log.Info("agent image built", slog.String("agent_id", req.AgentID), slog.String("image", image))
 	return res, nil
+}
+
+// buildBase builds the base image from the global repo's Dockerfile.base,
+// only when its key (global commit, OS image) is new, or when forced. It
+// reports whether it built.
+func (b *Builder) buildBase(ctx context.Context, agentID, globalDir string, v Version, force bool) (bool, error) {
+	_, err := b.opts.Docker.ImageInspect(ctx, v.BaseImage)
+	if err != nil && !cerrdefs.IsNotFound(err) && !force {
+		return false, b.engineErr("agent build "+agentID+": inspect base image", err)
+	}
+	if err == nil && !force {
+		return false, nil
+	}
+	args := map[string]*string{}
+	if v.OSImage != "" {
+		args[ArgOSImage] = &v.OSImage
+	}
+	b.log.Info("building the base image", slog.String("image", v.BaseImage), slog.String("global_commit", short(v.GlobalRepoCommit)))
+	// No labels: each would cost the classic builder a step; the tag
+	// is the key, and version.json names the global commit.
+	if _, err := b.imageBuild(ctx, "base", "global repo Dockerfile.base", globalDir, "Dockerfile.base", args,
+		[]string{v.BaseImage}, nil); err != nil {
+		return false, fmt.Errorf("agent build %s: %w", agentID, err)
+	}
+	return true, nil
 }
 
 // existing reports whether image exists with the same version label.

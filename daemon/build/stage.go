@@ -47,89 +47,33 @@ type staged struct {
 	identityHash      string
 }
 
+// identityFiles are the identity documents an image holds: USER.md from
+// the global repo only; SOUL.md and SOUL-CORE.md from the agent's repo if
+// present, else the global one.
+var identityFiles = []struct {
+	file      string
+	agentToo  bool
+	whereHint string
+}{
+	{"USER.md", false, "the global repo's identity/USER.md"},
+	{"SOUL.md", true, "identity/SOUL.md in the agent's repo or the global repo"},
+	{"SOUL-CORE.md", true, "identity/SOUL-CORE.md in the agent's repo or the global repo"},
+}
+
 // stage merges the repositories into dst/choir and validates the result
 // with the agent's own tool registry and skill loader.
 func (b *Builder) stage(globalDir, agentDir, dst string) (*staged, error) {
 	s := &staged{dir: dst}
 	choir := filepath.Join(dst, "choir")
-	var problems []error
-	bad := func(format string, args ...any) { problems = append(problems, fmt.Errorf(format, args...)) }
-
-	// Tools: the agent's override the global ones of the same name; an
-	// overridden global tool leaves out its manifest and its <stem> entry.
-	agentTools := map[string]bool{}
-	if agentDir != "" {
-		for _, m := range manifests(filepath.Join(agentDir, toolsDir)) {
-			if n := peekName(m, "llm"); n != "" {
-				agentTools[n] = true
-			}
-		}
-	}
-	skipGlobal := map[string]bool{}
-	for _, m := range manifests(filepath.Join(globalDir, toolsDir)) {
-		if n := peekName(m, "llm"); agentTools[n] {
-			stem := strings.TrimSuffix(filepath.Base(m), ".json")
-			skipGlobal[stem+".json"], skipGlobal[stem] = true, true
-		}
-	}
-	if err := copyTree(filepath.Join(globalDir, toolsDir), filepath.Join(choir, "tools", "global"), skipGlobal); err != nil {
+	if err := stageTools(globalDir, agentDir, choir); err != nil {
 		return nil, err
 	}
-	if agentDir != "" {
-		if err := copyTree(filepath.Join(agentDir, toolsDir), filepath.Join(choir, "tools", "agent"), nil); err != nil {
-			return nil, err
-		}
-	}
-
-	// Skills: likewise by skill name.
-	agentSkills := map[string]bool{}
-	if agentDir != "" {
-		for _, m := range manifests(filepath.Join(agentDir, skillsDir)) {
-			if n := peekName(m, ""); n != "" {
-				agentSkills[n] = true
-			}
-		}
-	}
-	skipSkill := map[string]bool{}
-	for _, m := range manifests(filepath.Join(globalDir, skillsDir)) {
-		if n := peekName(m, ""); agentSkills[n] {
-			skipSkill[filepath.Base(m)] = true
-		}
-	}
-	if err := copyJSON(filepath.Join(globalDir, skillsDir), filepath.Join(choir, "skills", "global"), skipSkill); err != nil {
+	if err := stageSkills(globalDir, agentDir, choir); err != nil {
 		return nil, err
 	}
-	if agentDir != "" {
-		if err := copyJSON(filepath.Join(agentDir, skillsDir), filepath.Join(choir, "skills", "agent"), nil); err != nil {
-			return nil, err
-		}
-	}
-
-	// Identity: USER.md from the global repo only; SOUL.md and
-	// SOUL-CORE.md from the agent's repo if present, else the global one.
-	identity := []struct {
-		file      string
-		agentToo  bool
-		whereHint string
-	}{
-		{"USER.md", false, "the global repo's identity/USER.md"},
-		{"SOUL.md", true, "identity/SOUL.md in the agent's repo or the global repo"},
-		{"SOUL-CORE.md", true, "identity/SOUL-CORE.md in the agent's repo or the global repo"},
-	}
-	for _, id := range identity {
-		var src string
-		if id.agentToo && agentDir != "" && isFile(filepath.Join(agentDir, identityDir, id.file)) {
-			src = filepath.Join(agentDir, identityDir, id.file)
-		} else if isFile(filepath.Join(globalDir, identityDir, id.file)) {
-			src = filepath.Join(globalDir, identityDir, id.file)
-		}
-		if src == "" {
-			bad("identity: %s is missing (add %s)", id.file, id.whereHint)
-			continue
-		}
-		if err := copyFile(src, filepath.Join(choir, id.file), 0o644); err != nil {
-			return nil, err
-		}
+	problems, err := stageIdentity(globalDir, agentDir, choir)
+	if err != nil {
+		return nil, err
 	}
 
 	// The agent binary, and the credential helper as its second name.
@@ -147,7 +91,6 @@ func (b *Builder) stage(globalDir, agentDir, dst string) (*staged, error) {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidRepo, err)
 	}
 
-	var err error
 	if s.toolHash, err = treeHash(filepath.Join(choir, "tools")); err != nil {
 		return nil, err
 	}
@@ -155,13 +98,90 @@ func (b *Builder) stage(globalDir, agentDir, dst string) (*staged, error) {
 		return nil, err
 	}
 	h := sha256.New()
-	for _, id := range identity {
+	for _, id := range identityFiles {
 		data, _ := os.ReadFile(filepath.Join(choir, id.file))
 		fmt.Fprintf(h, "%s %d\n", id.file, len(data))
 		h.Write(data)
 	}
 	s.identityHash = "sha256:" + hex.EncodeToString(h.Sum(nil))
 	return s, nil
+}
+
+// stageTools copies the tools of both repositories: the agent's override
+// the global ones of the same name, and an overridden global tool leaves
+// out its manifest and its <stem> entry.
+func stageTools(globalDir, agentDir, choir string) error {
+	agentTools := map[string]bool{}
+	if agentDir != "" {
+		for _, m := range manifests(filepath.Join(agentDir, toolsDir)) {
+			if n := peekName(m, "llm"); n != "" {
+				agentTools[n] = true
+			}
+		}
+	}
+	skipGlobal := map[string]bool{}
+	for _, m := range manifests(filepath.Join(globalDir, toolsDir)) {
+		if n := peekName(m, "llm"); agentTools[n] {
+			stem := strings.TrimSuffix(filepath.Base(m), ".json")
+			skipGlobal[stem+".json"], skipGlobal[stem] = true, true
+		}
+	}
+	if err := copyTree(filepath.Join(globalDir, toolsDir), filepath.Join(choir, "tools", "global"), skipGlobal); err != nil {
+		return err
+	}
+	if agentDir == "" {
+		return nil
+	}
+	return copyTree(filepath.Join(agentDir, toolsDir), filepath.Join(choir, "tools", "agent"), nil)
+}
+
+// stageSkills copies the skills of both repositories; the agent's override
+// the global ones of the same skill name.
+func stageSkills(globalDir, agentDir, choir string) error {
+	agentSkills := map[string]bool{}
+	if agentDir != "" {
+		for _, m := range manifests(filepath.Join(agentDir, skillsDir)) {
+			if n := peekName(m, ""); n != "" {
+				agentSkills[n] = true
+			}
+		}
+	}
+	skipSkill := map[string]bool{}
+	for _, m := range manifests(filepath.Join(globalDir, skillsDir)) {
+		if n := peekName(m, ""); agentSkills[n] {
+			skipSkill[filepath.Base(m)] = true
+		}
+	}
+	if err := copyJSON(filepath.Join(globalDir, skillsDir), filepath.Join(choir, "skills", "global"), skipSkill); err != nil {
+		return err
+	}
+	if agentDir == "" {
+		return nil
+	}
+	return copyJSON(filepath.Join(agentDir, skillsDir), filepath.Join(choir, "skills", "agent"), nil)
+}
+
+// stageIdentity copies the identity documents (identityFiles). A missing
+// one is a problem of the repositories, returned for the build's report;
+// the error is a failure to copy.
+func stageIdentity(globalDir, agentDir, choir string) ([]error, error) {
+	var problems []error
+	for _, id := range identityFiles {
+		var src string
+		if id.agentToo && agentDir != "" && isFile(filepath.Join(agentDir, identityDir, id.file)) {
+			src = filepath.Join(agentDir, identityDir, id.file)
+		} else if isFile(filepath.Join(globalDir, identityDir, id.file)) {
+			src = filepath.Join(globalDir, identityDir, id.file)
+		}
+		if src == "" {
+			problems = append(problems, fmt.Errorf("identity: %s is missing (add %s)", id.file, id.whereHint))
+			continue
+		}
+		if err := copyFile(src, filepath.Join(choir, id.file), 0o644); err != nil {
+			return nil, err
+		}
+	}
+	return problems, nil
 }
 
 // validate builds the tool registry and the skill set from the staged

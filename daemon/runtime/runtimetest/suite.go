@@ -124,269 +124,280 @@ func (h *Harness) inspect(t *testing.T, id string) runtime.Instance {
 
 // Run runs the scenarios every runtime must pass.
 func Run(t *testing.T, h *Harness) {
-	t.Run("StartInspectStopRemove", func(t *testing.T) {
-		t.Parallel()
-		spec := h.NewSpec(t)
-		began := time.Now()
-		inst, conn := h.Start(t, spec)
-		if inst.ID == "" || inst.Runtime != h.Runtime.Name() || inst.AgentID != spec.AgentID || inst.SessionID != spec.SessionID {
-			t.Fatalf("Start returned %+v", inst)
-		}
-		got := h.inspect(t, inst.ID)
-		if !got.Running() || got.Pid <= 0 || got.StartedAt.Before(began.Add(-time.Minute)) {
-			t.Fatalf("running instance inspects as %+v", got)
-		}
-		for k, v := range map[string]string{
-			runtime.LabelManaged: "true", runtime.LabelAgentID: spec.AgentID,
-			runtime.LabelSessionID: spec.SessionID, runtime.LabelRuntime: h.Runtime.Name(), "choir.test": "1",
-		} {
-			if got.Labels[k] != v {
-				t.Errorf("label %s = %q, want %q", k, got.Labels[k], v)
-			}
-		}
-		hello := conn.Hello
-		if hello.AgentID != spec.AgentID || hello.LeaseToken != spec.LeaseToken || hello.Runtime != h.Runtime.Name() {
-			t.Errorf("agent saw %+v", hello)
-		}
-		if !hello.TokenEOF {
-			t.Errorf("the agent's standard input did not end after the lease token")
-		}
-		if want := h.AgentWorkspace(spec.Workspace); hello.Workspace != want || hello.Cwd != want {
-			t.Errorf("agent workspace %q, cwd %q, want %q", hello.Workspace, hello.Cwd, want)
-		}
-		if want := h.AgentSocket(spec.ControlSocket); hello.Socket != want {
-			t.Errorf("agent socket %q, want %q", hello.Socket, want)
-		}
-		if !hello.WorkspaceWritable || !hello.HomeWritable || !hello.TmpWritable {
-			t.Errorf("agent could not write: workspace %v, home %v, tmp %v", hello.WorkspaceWritable, hello.HomeWritable, hello.TmpWritable)
-		}
+	t.Run("StartInspectStopRemove", func(t *testing.T) { scenarioStartInspectStopRemove(t, h) })
+	t.Run("EnvironmentHoldsOnlyTheContract", func(t *testing.T) { scenarioEnvironmentHoldsOnlyTheContract(t, h) })
+	t.Run("RestartStartsAFreshInstance", func(t *testing.T) { scenarioRestartStartsAFreshInstance(t, h) })
+	t.Run("ListAndRemoveOrphans", func(t *testing.T) { scenarioListAndRemoveOrphans(t, h) })
+	t.Run("ExitReportedWhenKilled", func(t *testing.T) { scenarioExitReportedWhenKilled(t, h) })
+	t.Run("ExitReportedWhenAgentExits", func(t *testing.T) { scenarioExitReportedWhenAgentExits(t, h) })
+	t.Run("StopKillsAfterGrace", func(t *testing.T) { scenarioStopKillsAfterGrace(t, h) })
+	t.Run("UnknownInstanceIsNotFound", func(t *testing.T) { scenarioUnknownInstanceIsNotFound(t, h) })
+	t.Run("InvalidSpecStartsNothing", func(t *testing.T) { scenarioInvalidSpecStartsNothing(t, h) })
+	t.Run("SocketIsOptional", func(t *testing.T) { scenarioSocketIsOptional(t, h) })
+}
 
-		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
-		defer cancel()
-		if err := h.Runtime.Stop(ctx, inst.ID, 10*time.Second); err != nil {
-			t.Fatalf("stop: %v", err)
+func scenarioStartInspectStopRemove(t *testing.T, h *Harness) {
+	t.Parallel()
+	spec := h.NewSpec(t)
+	began := time.Now()
+	inst, conn := h.Start(t, spec)
+	if inst.ID == "" || inst.Runtime != h.Runtime.Name() || inst.AgentID != spec.AgentID || inst.SessionID != spec.SessionID {
+		t.Fatalf("Start returned %+v", inst)
+	}
+	got := h.inspect(t, inst.ID)
+	if !got.Running() || got.Pid <= 0 || got.StartedAt.Before(began.Add(-time.Minute)) {
+		t.Fatalf("running instance inspects as %+v", got)
+	}
+	for k, v := range map[string]string{
+		runtime.LabelManaged: "true", runtime.LabelAgentID: spec.AgentID,
+		runtime.LabelSessionID: spec.SessionID, runtime.LabelRuntime: h.Runtime.Name(), "choir.test": "1",
+	} {
+		if got.Labels[k] != v {
+			t.Errorf("label %s = %q, want %q", k, got.Labels[k], v)
 		}
-		got = h.inspect(t, inst.ID)
-		if got.State != runtime.StateExited || got.ExitCode != 0 || got.FinishedAt.IsZero() {
-			t.Fatalf("stopped instance inspects as %+v, want exited with 0", got)
-		}
-		if err := h.Runtime.Stop(ctx, inst.ID, time.Second); err != nil {
-			t.Errorf("second stop: %v", err)
-		}
-		if err := h.Runtime.Remove(ctx, inst.ID); err != nil {
-			t.Fatalf("remove: %v", err)
-		}
-		if _, err := h.Runtime.Inspect(ctx, inst.ID); !errors.Is(err, runtime.ErrNotFound) {
-			t.Errorf("inspect after remove: %v, want ErrNotFound", err)
-		}
-	})
+	}
+	hello := conn.Hello
+	if hello.AgentID != spec.AgentID || hello.LeaseToken != spec.LeaseToken || hello.Runtime != h.Runtime.Name() {
+		t.Errorf("agent saw %+v", hello)
+	}
+	if !hello.TokenEOF {
+		t.Errorf("the agent's standard input did not end after the lease token")
+	}
+	if want := h.AgentWorkspace(spec.Workspace); hello.Workspace != want || hello.Cwd != want {
+		t.Errorf("agent workspace %q, cwd %q, want %q", hello.Workspace, hello.Cwd, want)
+	}
+	if want := h.AgentSocket(spec.ControlSocket); hello.Socket != want {
+		t.Errorf("agent socket %q, want %q", hello.Socket, want)
+	}
+	if !hello.WorkspaceWritable || !hello.HomeWritable || !hello.TmpWritable {
+		t.Errorf("agent could not write: workspace %v, home %v, tmp %v", hello.WorkspaceWritable, hello.HomeWritable, hello.TmpWritable)
+	}
 
-	t.Run("EnvironmentHoldsOnlyTheContract", func(t *testing.T) {
-		t.Parallel()
-		spec := h.NewSpec(t)
-		_, conn := h.Start(t, spec)
-		allowed := append([]string{runtime.EnvAgentID, runtime.EnvSessionID, runtime.EnvLeaseTokenFD, runtime.EnvRuntime,
-			runtime.EnvWorkspace, runtime.EnvSocket, runtime.EnvHome, "CHOIR_CONTROL_PLANE", "HOSTNAME"}, h.BaseEnv...)
-		for _, kv := range conn.Hello.Env {
-			k, v, _ := strings.Cut(kv, "=")
-			if !slices.Contains(allowed, k) {
-				t.Errorf("unexpected variable %s in the agent's environment", k)
-			}
-			if k == "CHOIR_CONTROL_PLANE" && v != "uds" {
-				t.Errorf("spec.Env not passed: %s", kv)
-			}
-			// Whatever the agent starts inherits its environment (and can
-			// read the one it was started with in /proc): no token there.
-			if strings.Contains(v, spec.LeaseToken) {
-				t.Errorf("the lease token is in the agent's environment, in %s", k)
-			}
-		}
-		if conn.Hello.LeaseToken != spec.LeaseToken {
-			t.Errorf("the agent read lease token %q from its standard input, want %q", conn.Hello.LeaseToken, spec.LeaseToken)
-		}
-	})
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	if err := h.Runtime.Stop(ctx, inst.ID, 10*time.Second); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	got = h.inspect(t, inst.ID)
+	if got.State != runtime.StateExited || got.ExitCode != 0 || got.FinishedAt.IsZero() {
+		t.Fatalf("stopped instance inspects as %+v, want exited with 0", got)
+	}
+	if err := h.Runtime.Stop(ctx, inst.ID, time.Second); err != nil {
+		t.Errorf("second stop: %v", err)
+	}
+	if err := h.Runtime.Remove(ctx, inst.ID); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	if _, err := h.Runtime.Inspect(ctx, inst.ID); !errors.Is(err, runtime.ErrNotFound) {
+		t.Errorf("inspect after remove: %v, want ErrNotFound", err)
+	}
+}
 
-	t.Run("RestartStartsAFreshInstance", func(t *testing.T) {
-		t.Parallel()
-		spec := h.NewSpec(t)
-		first, _ := h.Start(t, spec)
-		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
-		defer cancel()
-		if err := h.Runtime.Stop(ctx, first.ID, 10*time.Second); err != nil {
-			t.Fatalf("stop: %v", err)
+func scenarioEnvironmentHoldsOnlyTheContract(t *testing.T, h *Harness) {
+	t.Parallel()
+	spec := h.NewSpec(t)
+	_, conn := h.Start(t, spec)
+	allowed := append([]string{runtime.EnvAgentID, runtime.EnvSessionID, runtime.EnvLeaseTokenFD, runtime.EnvRuntime,
+		runtime.EnvWorkspace, runtime.EnvSocket, runtime.EnvHome, "CHOIR_CONTROL_PLANE", "HOSTNAME"}, h.BaseEnv...)
+	for _, kv := range conn.Hello.Env {
+		k, v, _ := strings.Cut(kv, "=")
+		if !slices.Contains(allowed, k) {
+			t.Errorf("unexpected variable %s in the agent's environment", k)
 		}
-		if err := h.Runtime.Remove(ctx, first.ID); err != nil {
-			t.Fatalf("remove: %v", err)
+		if k == "CHOIR_CONTROL_PLANE" && v != "uds" {
+			t.Errorf("spec.Env not passed: %s", kv)
 		}
-		spec.SessionID, spec.LeaseToken = RandomHex(16), "lease-"+RandomHex(16)
-		second, conn := h.Start(t, spec)
-		if second.ID == first.ID {
-			t.Fatalf("restart reused instance id %s", first.ID)
+		// Whatever the agent starts inherits its environment (and can
+		// read the one it was started with in /proc): no token there.
+		if strings.Contains(v, spec.LeaseToken) {
+			t.Errorf("the lease token is in the agent's environment, in %s", k)
 		}
-		if conn.Hello.SessionID != spec.SessionID || conn.Hello.LeaseToken != spec.LeaseToken {
-			t.Errorf("restarted agent saw session %s token %s", conn.Hello.SessionID, conn.Hello.LeaseToken)
-		}
-		if !h.inspect(t, second.ID).Running() {
-			t.Errorf("restarted instance is not running")
-		}
-	})
+	}
+	if conn.Hello.LeaseToken != spec.LeaseToken {
+		t.Errorf("the agent read lease token %q from its standard input, want %q", conn.Hello.LeaseToken, spec.LeaseToken)
+	}
+}
 
-	t.Run("ListAndRemoveOrphans", func(t *testing.T) {
-		t.Parallel()
-		a, _ := h.Start(t, h.NewSpec(t))
-		b, _ := h.Start(t, h.NewSpec(t))
-		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
-		defer cancel()
-		// An exited instance is an orphan too.
-		if err := h.Runtime.Stop(ctx, b.ID, 10*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		list, err := h.Runtime.List(ctx)
-		if err != nil {
-			t.Fatalf("list: %v", err)
-		}
-		mine := func(inst runtime.Instance) bool { return inst.ID == a.ID || inst.ID == b.ID }
-		var found []string
-		for _, inst := range list {
-			if mine(inst) {
-				found = append(found, inst.ID)
-				if inst.Labels[runtime.LabelManaged] != "true" {
-					t.Errorf("listed %s without the managed label", inst.ID)
-				}
+func scenarioRestartStartsAFreshInstance(t *testing.T, h *Harness) {
+	t.Parallel()
+	spec := h.NewSpec(t)
+	first, _ := h.Start(t, spec)
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	if err := h.Runtime.Stop(ctx, first.ID, 10*time.Second); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	if err := h.Runtime.Remove(ctx, first.ID); err != nil {
+		t.Fatalf("remove: %v", err)
+	}
+	spec.SessionID, spec.LeaseToken = RandomHex(16), "lease-"+RandomHex(16)
+	second, conn := h.Start(t, spec)
+	if second.ID == first.ID {
+		t.Fatalf("restart reused instance id %s", first.ID)
+	}
+	if conn.Hello.SessionID != spec.SessionID || conn.Hello.LeaseToken != spec.LeaseToken {
+		t.Errorf("restarted agent saw session %s token %s", conn.Hello.SessionID, conn.Hello.LeaseToken)
+	}
+	if !h.inspect(t, second.ID).Running() {
+		t.Errorf("restarted instance is not running")
+	}
+}
+
+func scenarioListAndRemoveOrphans(t *testing.T, h *Harness) {
+	t.Parallel()
+	a, _ := h.Start(t, h.NewSpec(t))
+	b, _ := h.Start(t, h.NewSpec(t))
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	// An exited instance is an orphan too.
+	if err := h.Runtime.Stop(ctx, b.ID, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	list, err := h.Runtime.List(ctx)
+	if err != nil {
+		t.Fatalf("list: %v", err)
+	}
+	mine := func(inst runtime.Instance) bool { return inst.ID == a.ID || inst.ID == b.ID }
+	var found []string
+	for _, inst := range list {
+		if mine(inst) {
+			found = append(found, inst.ID)
+			if inst.Labels[runtime.LabelManaged] != "true" {
+				t.Errorf("listed %s without the managed label", inst.ID)
 			}
 		}
-		if len(found) != 2 {
-			t.Fatalf("list found %v of [%s %s]", found, a.ID, b.ID)
+	}
+	if len(found) != 2 {
+		t.Fatalf("list found %v of [%s %s]", found, a.ID, b.ID)
+	}
+	// Keep everything but ours: parallel tests own the rest.
+	removed, err := runtime.RemoveOrphans(ctx, h.Runtime, func(inst runtime.Instance) bool { return !mine(inst) })
+	if err != nil {
+		t.Fatalf("remove orphans: %v", err)
+	}
+	if len(removed) != 2 {
+		t.Fatalf("removed %d orphans, want 2: %+v", len(removed), removed)
+	}
+	list, err = h.Runtime.List(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, inst := range list {
+		if mine(inst) {
+			t.Errorf("orphan %s still listed", inst.ID)
 		}
-		// Keep everything but ours: parallel tests own the rest.
-		removed, err := runtime.RemoveOrphans(ctx, h.Runtime, func(inst runtime.Instance) bool { return !mine(inst) })
-		if err != nil {
-			t.Fatalf("remove orphans: %v", err)
-		}
-		if len(removed) != 2 {
-			t.Fatalf("removed %d orphans, want 2: %+v", len(removed), removed)
-		}
-		list, err = h.Runtime.List(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, inst := range list {
-			if mine(inst) {
-				t.Errorf("orphan %s still listed", inst.ID)
-			}
-		}
-	})
+	}
+}
 
-	t.Run("ExitReportedWhenKilled", func(t *testing.T) {
-		t.Parallel()
-		exits := h.Subscribe(t)
-		spec := h.NewSpec(t)
-		inst, _ := h.Start(t, spec)
-		h.Kill(t, inst)
-		e := WaitExit(t, exits, inst.ID)
-		if e.AgentID != spec.AgentID || e.SessionID != spec.SessionID || e.ExitCode != 137 || e.At.IsZero() {
-			t.Errorf("exit %+v, want agent %s session %s code 137", e, spec.AgentID, spec.SessionID)
-		}
-		got := h.inspect(t, inst.ID)
-		if got.State != runtime.StateExited || got.ExitCode != 137 {
-			t.Errorf("killed instance inspects as %+v", got)
-		}
-	})
+func scenarioExitReportedWhenKilled(t *testing.T, h *Harness) {
+	t.Parallel()
+	exits := h.Subscribe(t)
+	spec := h.NewSpec(t)
+	inst, _ := h.Start(t, spec)
+	h.Kill(t, inst)
+	e := WaitExit(t, exits, inst.ID)
+	if e.AgentID != spec.AgentID || e.SessionID != spec.SessionID || e.ExitCode != 137 || e.At.IsZero() {
+		t.Errorf("exit %+v, want agent %s session %s code 137", e, spec.AgentID, spec.SessionID)
+	}
+	got := h.inspect(t, inst.ID)
+	if got.State != runtime.StateExited || got.ExitCode != 137 {
+		t.Errorf("killed instance inspects as %+v", got)
+	}
+}
 
-	t.Run("ExitReportedWhenAgentExits", func(t *testing.T) {
-		t.Parallel()
-		exits := h.Subscribe(t)
-		inst, conn := h.Start(t, h.NewSpec(t))
-		if err := conn.Send("exit 7"); err != nil {
-			t.Fatal(err)
-		}
-		if e := WaitExit(t, exits, inst.ID); e.ExitCode != 7 {
-			t.Errorf("exit code %d, want 7", e.ExitCode)
-		}
-	})
+func scenarioExitReportedWhenAgentExits(t *testing.T, h *Harness) {
+	t.Parallel()
+	exits := h.Subscribe(t)
+	inst, conn := h.Start(t, h.NewSpec(t))
+	if err := conn.Send("exit 7"); err != nil {
+		t.Fatal(err)
+	}
+	if e := WaitExit(t, exits, inst.ID); e.ExitCode != 7 {
+		t.Errorf("exit code %d, want 7", e.ExitCode)
+	}
+}
 
-	t.Run("StopKillsAfterGrace", func(t *testing.T) {
-		t.Parallel()
-		inst, conn := h.Start(t, h.NewSpec(t))
-		if err := conn.Send("hang"); err != nil {
-			t.Fatal(err)
-		}
-		var ack map[string]bool
-		if err := conn.Reply(&ack); err != nil || !ack["hanging"] {
-			t.Fatalf("hang: %v %v", ack, err)
-		}
-		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
-		defer cancel()
-		began := time.Now()
-		if err := h.Runtime.Stop(ctx, inst.ID, time.Second); err != nil {
-			t.Fatalf("stop: %v", err)
-		}
-		took := time.Since(began)
-		if took < 900*time.Millisecond || took > 15*time.Second {
-			t.Errorf("stop took %s with a 1s grace", took)
-		}
-		if got := h.inspect(t, inst.ID); got.State != runtime.StateExited || got.ExitCode != 137 {
-			t.Errorf("instance after forced stop: %+v, want exited with 137", got)
-		}
-	})
+func scenarioStopKillsAfterGrace(t *testing.T, h *Harness) {
+	t.Parallel()
+	inst, conn := h.Start(t, h.NewSpec(t))
+	if err := conn.Send("hang"); err != nil {
+		t.Fatal(err)
+	}
+	var ack map[string]bool
+	if err := conn.Reply(&ack); err != nil || !ack["hanging"] {
+		t.Fatalf("hang: %v %v", ack, err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	began := time.Now()
+	if err := h.Runtime.Stop(ctx, inst.ID, time.Second); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	took := time.Since(began)
+	if took < 900*time.Millisecond || took > 15*time.Second {
+		t.Errorf("stop took %s with a 1s grace", took)
+	}
+	if got := h.inspect(t, inst.ID); got.State != runtime.StateExited || got.ExitCode != 137 {
+		t.Errorf("instance after forced stop: %+v, want exited with 137", got)
+	}
+}
 
-	t.Run("UnknownInstanceIsNotFound", func(t *testing.T) {
-		t.Parallel()
-		ctx := t.Context()
-		for _, id := range []string{"p0123456789abcdef", "0123456789ab", "nonsense", ""} {
-			if _, err := h.Runtime.Inspect(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
-				t.Errorf("inspect %q: %v", id, err)
-			}
-			if err := h.Runtime.Stop(ctx, id, time.Second); !errors.Is(err, runtime.ErrNotFound) {
-				t.Errorf("stop %q: %v", id, err)
-			}
-			if err := h.Runtime.Remove(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
-				t.Errorf("remove %q: %v", id, err)
-			}
+func scenarioUnknownInstanceIsNotFound(t *testing.T, h *Harness) {
+	t.Parallel()
+	ctx := t.Context()
+	for _, id := range []string{"p0123456789abcdef", "0123456789ab", "nonsense", ""} {
+		if _, err := h.Runtime.Inspect(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("inspect %q: %v", id, err)
 		}
-	})
+		if err := h.Runtime.Stop(ctx, id, time.Second); !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("stop %q: %v", id, err)
+		}
+		if err := h.Runtime.Remove(ctx, id); !errors.Is(err, runtime.ErrNotFound) {
+			t.Errorf("remove %q: %v", id, err)
+		}
+	}
+}
 
-	t.Run("InvalidSpecStartsNothing", func(t *testing.T) {
-		t.Parallel()
-		spec := h.NewSpec(t)
-		spec.Workspace = filepath.Join(spec.Workspace, "missing")
-		spec.Env["CHOIR_LEASE_TOKEN"] = "x"
-		spec.Env["bad-name"] = "x"
-		_, err := h.Runtime.Start(t.Context(), spec)
-		if !errors.Is(err, runtime.ErrInvalidSpec) {
-			t.Fatalf("start: %v, want ErrInvalidSpec", err)
+func scenarioInvalidSpecStartsNothing(t *testing.T, h *Harness) {
+	t.Parallel()
+	spec := h.NewSpec(t)
+	spec.Workspace = filepath.Join(spec.Workspace, "missing")
+	spec.Env["CHOIR_LEASE_TOKEN"] = "x"
+	spec.Env["bad-name"] = "x"
+	_, err := h.Runtime.Start(t.Context(), spec)
+	if !errors.Is(err, runtime.ErrInvalidSpec) {
+		t.Fatalf("start: %v, want ErrInvalidSpec", err)
+	}
+	for _, want := range []string{spec.Workspace + ": no such file or directory", "CHOIR_LEASE_TOKEN: set by the runtime", `"bad-name"`} {
+		if !strings.Contains(err.Error(), want) {
+			t.Errorf("error %q lacks %q", err, want)
 		}
-		for _, want := range []string{spec.Workspace + ": no such file or directory", "CHOIR_LEASE_TOKEN: set by the runtime", `"bad-name"`} {
-			if !strings.Contains(err.Error(), want) {
-				t.Errorf("error %q lacks %q", err, want)
-			}
+	}
+	list, err := h.Runtime.List(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, inst := range list {
+		if inst.AgentID == spec.AgentID {
+			t.Errorf("invalid spec left instance %+v", inst)
 		}
-		list, err := h.Runtime.List(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, inst := range list {
-			if inst.AgentID == spec.AgentID {
-				t.Errorf("invalid spec left instance %+v", inst)
-			}
-		}
-	})
+	}
+}
 
-	t.Run("SocketIsOptional", func(t *testing.T) {
-		t.Parallel()
-		spec := h.NewSpec(t)
-		spec.ControlSocket = ""
-		ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
-		defer cancel()
-		inst, err := h.Runtime.Start(ctx, spec)
-		if err != nil {
-			t.Fatalf("start: %v", err)
-		}
-		defer h.Runtime.Remove(context.Background(), inst.ID)
-		if !h.inspect(t, inst.ID).Running() {
-			t.Errorf("instance without socket is not running")
-		}
-	})
+func scenarioSocketIsOptional(t *testing.T, h *Harness) {
+	t.Parallel()
+	spec := h.NewSpec(t)
+	spec.ControlSocket = ""
+	ctx, cancel := context.WithTimeout(t.Context(), waitTimeout)
+	defer cancel()
+	inst, err := h.Runtime.Start(ctx, spec)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	defer h.Runtime.Remove(context.Background(), inst.ID)
+	if !h.inspect(t, inst.ID).Running() {
+		t.Errorf("instance without socket is not running")
+	}
 }
 
 // ProcessAlive reports whether pid exists and is not a zombie.

@@ -109,6 +109,31 @@ func run(ctx context.Context, o options) error {
 	}
 	settings(ctx, pool)
 
+	if err := prepare(ctx, o, pool, c); err != nil {
+		return err
+	}
+	sizes(ctx, pool)
+
+	stub := &stubEmbedder{dims: o.dims}
+	store := memory.New(memory.Options{Pool: pool, Embedder: stub, Search: memory.SearchTuning{Candidates: o.candidates,
+		TextSample: o.sample, TextRecent: o.recent, EFSearch: o.efSearch}})
+	if err := measure(ctx, o, store, stub, c); err != nil {
+		return err
+	}
+	fmt.Printf("load average after measuring: %s\n", loadavg())
+	if o.recall > 0 {
+		r, err := recall(ctx, pool, store, c, o.recall)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("recall@10 of the HNSW side against exact search: %.4f over %d queries\n", r, o.recall)
+	}
+	return nil
+}
+
+// prepare loads the corpus and builds its indexes, or, with -reuse,
+// regenerates the same corpus in memory for the word statistics.
+func prepare(ctx context.Context, o options, pool *pgxpool.Pool, c *corpus) error {
 	if o.reuse {
 		// Regenerate the same corpus in memory for the word statistics.
 		for range o.rows {
@@ -147,11 +172,12 @@ func run(ctx context.Context, o options) error {
 		fmt.Printf("hnsw build (m=16, ef_construction=64, maintenance_work_mem=%s): %s\n", o.maintenanceMemory,
 			build.Round(time.Millisecond))
 	}
-	sizes(ctx, pool)
+	return nil
+}
 
-	stub := &stubEmbedder{dims: o.dims}
-	store := memory.New(memory.Options{Pool: pool, Embedder: stub, Search: memory.SearchTuning{Candidates: o.candidates,
-		TextSample: o.sample, TextRecent: o.recent, EFSearch: o.efSearch}})
+// measure runs every class of query, hybrid and text-only, and prints
+// their latency percentiles.
+func measure(ctx context.Context, o options, store *memory.Store, stub *stubEmbedder, c *corpus) error {
 	classes := queryClasses(c, o.rows, o.queries)
 	// Warm the caches and the connection pool with one pass over every
 	// query, then measure the classes interleaved, query by query, so that
@@ -199,14 +225,6 @@ func run(ctx context.Context, o options) error {
 				cl.name, kind, cl.df, len(l), pct(l, 50), pct(l, 95), pct(l, 99), pct(l, 100),
 				float64(hits[k])/float64(len(l)))
 		}
-	}
-	fmt.Printf("load average after measuring: %s\n", loadavg())
-	if o.recall > 0 {
-		r, err := recall(ctx, pool, store, c, o.recall)
-		if err != nil {
-			return err
-		}
-		fmt.Printf("recall@10 of the HNSW side against exact search: %.4f over %d queries\n", r, o.recall)
 	}
 	return nil
 }

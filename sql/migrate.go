@@ -1,7 +1,10 @@
 // Package sql holds Choir's database schema as goose migrations, embedded in
 // the binary, and the Migrator that applies them: the choir_control tables,
 // River's tables (through rivermigrate, pinned to one River schema version),
-// the per-agent schema provisioning function and the choir_audit views.
+// the per-agent schema provisioning function and the choir_audit views. It
+// also holds the connector (Connect) and the one seam where database errors
+// become named errors (Interpreted, Interpret): not found, unique
+// violation, serialization failure and unavailable.
 package sql
 
 import (

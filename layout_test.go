@@ -1,0 +1,168 @@
+package choir_test
+
+import (
+	"encoding/json"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const module = "github.com/choirhq/choir"
+
+// Limits of the layout (DESIGN.md): no package outside the generated db/
+// over about 2,500 non-test lines, no function over about 100.
+const (
+	maxPackageLines  = 2600
+	maxFunctionLines = 100
+)
+
+// sourceDirs maps each directory holding Go files to its non-test files.
+func sourceDirs(t *testing.T) map[string][]string {
+	t.Helper()
+	dirs := map[string][]string{}
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if path != "." && (strings.HasPrefix(d.Name(), ".") || d.Name() == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if strings.HasSuffix(path, ".go") && !strings.HasSuffix(path, "_test.go") {
+			dirs[filepath.Dir(path)] = append(dirs[filepath.Dir(path)], path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dirs
+}
+
+func generated(dir string) bool { return dir == "db" || strings.HasPrefix(dir, "db/") }
+
+func TestEveryPackageHasADocComment(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	for dir, files := range sourceDirs(t) {
+		documented := false
+		for _, f := range files {
+			file, err := parser.ParseFile(fset, f, nil, parser.PackageClauseOnly|parser.ParseComments)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if file.Doc != nil && strings.TrimSpace(file.Doc.Text()) != "" {
+				documented = true
+				break
+			}
+		}
+		if !documented {
+			t.Errorf("package %s has no doc comment: say in one paragraph what it owns, above its package clause", dir)
+		}
+	}
+}
+
+func TestPackagesAndFunctionsStayReadable(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	for dir, files := range sourceDirs(t) {
+		if generated(dir) {
+			continue
+		}
+		lines := 0
+		for _, f := range files {
+			src, err := os.ReadFile(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lines += strings.Count(string(src), "\n")
+			file, err := parser.ParseFile(fset, f, src, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ast.Inspect(file, func(n ast.Node) bool {
+				var body *ast.BlockStmt
+				name := "a function literal"
+				switch x := n.(type) {
+				case *ast.FuncDecl:
+					body, name = x.Body, x.Name.Name
+				case *ast.FuncLit:
+					body = x.Body
+				}
+				if body == nil {
+					return true
+				}
+				start, end := fset.Position(n.Pos()), fset.Position(body.End())
+				if l := end.Line - start.Line + 1; l > maxFunctionLines {
+					t.Errorf("%s:%d: %s is %d lines, over %d: give its phases functions of their own",
+						start.Filename, start.Line, name, l, maxFunctionLines)
+				}
+				return true
+			})
+		}
+		if lines > maxPackageLines {
+			t.Errorf("package %s has %d non-test lines, over %d: cut it along what it does", dir, lines, maxPackageLines)
+		}
+	}
+}
+
+// TestDependenciesPointOneWay checks the arrows DESIGN.md forbids.
+func TestDependenciesPointOneWay(t *testing.T) {
+	t.Parallel()
+	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-json=ImportPath,Deps", "./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	deps := map[string][]string{}
+	dec := json.NewDecoder(strings.NewReader(string(out)))
+	for dec.More() {
+		var p struct {
+			ImportPath string
+			Deps       []string
+		}
+		if err := dec.Decode(&p); err != nil {
+			t.Fatal(err)
+		}
+		deps[strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")] = p.Deps
+	}
+	under := func(pkg, tree string) bool { return pkg == tree || strings.HasPrefix(pkg, tree+"/") }
+	rules := []struct {
+		from      string
+		forbidden []string
+		why       string
+	}{
+		{"ctl", []string{"daemon", "jobs", "db", "agent"}, "choirctl reaches choird only through rpc/admin"},
+		{"cmd/choirctl", []string{"daemon", "jobs", "db", "agent"}, "choirctl reaches choird only through rpc/admin"},
+		{"agent", []string{"daemon", "jobs", "db", "sql"}, "the agent never imports daemon and never touches Postgres"},
+		{"cmd/choir-agent", []string{"daemon", "jobs", "db", "sql"}, "the agent never imports daemon and never touches Postgres"},
+		{"daemon/gateway", []string{"jobs", "db"}, "the gateway reaches choird through its own small interfaces"},
+		{"daemon/memory", []string{"jobs"}, "the memory pipeline has one home; jobs only schedules it"},
+		{"jobs", []string{"daemon/memory", "daemon/gateway"}, "jobs schedules work through interfaces it declares"},
+	}
+	for _, r := range rules {
+		for pkg, ds := range deps {
+			if !under(pkg, r.from) || strings.HasSuffix(pkg, "test") {
+				continue
+			}
+			for _, d := range ds {
+				d, ok := strings.CutPrefix(d, module+"/")
+				if !ok {
+					continue
+				}
+				if slices.ContainsFunc(r.forbidden, func(f string) bool { return under(d, f) }) {
+					t.Errorf("%s depends on %s: %s", pkg, d, r.why)
+				}
+			}
+		}
+	}
+}

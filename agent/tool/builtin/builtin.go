@@ -51,7 +51,8 @@ func Build(cfg Config) (*tool.Registry, error) {
 // Tools returns the tools every registry holds: choir.exec and the
 // choir.fs tools (executed here), and the declarations of the memory tools
 // (spec 11.7; query and upsert run on the host, compact in the calling
-// lane) and of the proposal meta-tools (spec 8.10).
+// lane), of the proposal meta-tools (spec 8.10) and of choir.send.file (a
+// host tool).
 func Tools() []tool.Tool {
 	return append(append(proc.Tools(), fs.Tools()...),
 		tool.Declare(memoryQuerySpec),

@@ -217,7 +217,7 @@ func TestSearchFailures(t *testing.T) {
 			_, err := runSearch(t, s, env, input)
 			var ie *tool.InputError
 			if !errors.As(err, &ie) {
-				t.Errorf("%s: got %v, want *tool.InputError", input, err)
+				t.Errorf("%s: got %v, want *InputError", input, err)
 			}
 		}
 		// A broken rg falls back to the Go search.

@@ -29,6 +29,7 @@ import (
 	"github.com/choirhq/choir/agent/sandbox"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/rpc"
 )
@@ -162,7 +163,7 @@ func Run(ctx context.Context, opts Options) error {
 	}
 	defer client.Close()
 
-	reg, err := tool.Build(tool.Config{GlobalDir: filepath.Join(opts.ChoirDir, "tools", "global"),
+	reg, err := builtin.Build(builtin.Config{GlobalDir: filepath.Join(opts.ChoirDir, "tools", "global"),
 		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent")})
 	if err != nil {
 		return fmt.Errorf("load tools: %w", err)

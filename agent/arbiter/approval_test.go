@@ -12,6 +12,7 @@ import (
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -47,7 +48,7 @@ func (a *approvals) RequestApproval(_ context.Context, requestID string, req rpc
 func setupApprovals(t *testing.T) (*bundle, *approvals) {
 	t.Helper()
 	ws := t.TempDir()
-	reg, err := tool.Build(tool.Config{})
+	reg, err := builtin.Build(builtin.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

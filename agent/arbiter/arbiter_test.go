@@ -21,6 +21,7 @@ import (
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -62,7 +63,7 @@ type bundle struct {
 func setup(t testing.TB, extra []tool.Tool, host arbiter.HostExecutor, restricted func() bool) *bundle {
 	t.Helper()
 	ws := t.TempDir()
-	reg, err := tool.Build(tool.Config{Tools: extra})
+	reg, err := builtin.Build(builtin.Config{Tools: extra})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +184,7 @@ func TestPropose(t *testing.T) {
 
 	t.Run("SkillStateAllowlistApplies", func(t *testing.T) {
 		t.Parallel()
-		reg, err := tool.Build(tool.Config{})
+		reg, err := builtin.Build(builtin.Config{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -35,7 +36,7 @@ func TestSecretsScrubbedFromToolOutput(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(ws, "leak.txt"), []byte(file.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	reg, err := tool.Build(tool.Config{})
+	reg, err := builtin.Build(builtin.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

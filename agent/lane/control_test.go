@@ -15,7 +15,7 @@ import (
 	"github.com/choirhq/choir/agent/lane"
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/llmtest"
-	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -108,7 +108,7 @@ func TestEdgeInboxExactlyOnce(t *testing.T) {
 		// The tail choird returns holds the rows taken after the snapshot;
 		// the snapshot carries those before it.
 		srv := llmtest.NewServer(t, llmtest.Text("new one answered"))
-		reg, _ := tool.Build(tool.Config{})
+		reg, _ := builtin.Build(builtin.Config{})
 		src, app, _ := commitlog.New(0, rpc.Genesis)
 		app.Append(rpc.EventUserMsg, "edge", json.RawMessage(`{"text":"old","inbox_id":9}`))
 		answered, _ := app.Append(rpc.EventModelOutput, "edge", json.RawMessage(`{"text":"old answered"}`))
@@ -504,7 +504,7 @@ func TestEdgeResumesTheInterruptedTurn(t *testing.T) {
 			t.Errorf("resumed prompt lacks the message (%v) or the progress (%v)", sawUser, sawTool)
 		}
 	}))
-	reg, _ := tool.Build(tool.Config{})
+	reg, _ := builtin.Build(builtin.Config{})
 	src, app, _ := commitlog.New(0, rpc.Genesis)
 	app.Append(rpc.EventUserMsg, "edge", json.RawMessage(`{"text":"what time is it?","inbox_id":21}`))
 	app.Append(rpc.EventModelOutput, "edge", json.RawMessage(`{"text":"","tool_calls":["choir.fs.read"]}`))

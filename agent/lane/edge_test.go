@@ -22,6 +22,7 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -102,7 +103,7 @@ func setup(t *testing.T, budgets lane.Budgets, steps ...llmtest.Step) *bundle {
 	t.Helper()
 	srv := llmtest.NewServer(t, steps...)
 	ws := t.TempDir()
-	reg, err := tool.Build(tool.Config{})
+	reg, err := builtin.Build(builtin.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

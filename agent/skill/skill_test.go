@@ -14,6 +14,7 @@ import (
 
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -242,7 +243,7 @@ func writeSkill(t *testing.T, dir, file, doc string) {
 
 func TestLoad(t *testing.T) {
 	t.Parallel()
-	reg, err := tool.Build(tool.Config{})
+	reg, err := builtin.Build(builtin.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -352,7 +353,7 @@ func TestLoad(t *testing.T) {
 // document) against the built-in tool registry.
 func loadSet(t *testing.T, budget int, docs ...string) (*skill.Set, *tool.Registry) {
 	t.Helper()
-	reg, err := tool.Build(tool.Config{})
+	reg, err := builtin.Build(builtin.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}

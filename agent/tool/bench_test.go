@@ -6,13 +6,14 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
 )
 
 // BenchmarkArbiterChecks measures what the arbiter spends on a call before
 // the tool runs: schema validation and lock resolution (which confines the
 // path to the workspace).
 func BenchmarkArbiterChecks(b *testing.B) {
-	reg, err := tool.Build(tool.Config{})
+	reg, err := builtin.Build(builtin.Config{})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -1,5 +1,22 @@
-// Package tool is the agent's tool registry and its built-in tools (spec
-// section 8): the only way a model affects or observes the workspace.
+// Package tool is the agent's tool registry (spec section 8): the types
+// every tool shares (the [Spec] and its two views, the input schema, the
+// [Result] and its shaping), the [Registry] that holds one agent's tools,
+// and the confinement of paths to the workspace. The tools themselves live
+// in family packages below it, and a model affects or observes the
+// workspace only through them.
+//
+// # Families
+//
+// A family is a package under agent/tool that imports this one, never the
+// reverse, and exports a Tools function returning its [Tool]s: proc
+// (choir.exec), fs (choir.fs.read, write and search), and next web, mail,
+// notion, tts and mcp. Package builtin assembles the registry from the
+// families' Tools, the declarations of host, meta and runtime tools, and
+// the external tools that package external loads from manifests; a new
+// family joins by adding its Tools there. A family builds its results with
+// [ErrorResult] and [SuccessResult], spills large outputs with
+// [WriteArtifact], and confines every path it touches with
+// [WorkspaceRoots] and [ResolveIn] before opening it through an [os.Root].
 //
 // # Two views of every tool
 //
@@ -11,15 +28,16 @@
 //
 // # Sources and precedence
 //
-// [Build] assembles an immutable [Registry] from the built-in Go tools, the
-// external tools of the global directory (/choir/tools/global) and those of
-// the agent directory (/choir/tools/agent). An external tool is a manifest
+// [New] assembles an immutable [Registry] from Go tools and layers of
+// external tools: in the agent, the built-in tools, then the external tools
+// of the global directory (/choir/tools/global), then those of the agent
+// directory (/choir/tools/agent). An external tool is a manifest
 // <stem>.json holding a Spec, next to its executable (by default <stem> in
 // the same directory). An agent tool overrides a global tool of the same
 // name; an external tool may not take the name of a built-in one, nor a name
-// under the reserved choir.skill. prefix. Any invalid manifest fails Build
-// with a [*ManifestError] naming the file and the reason; all of them are
-// reported together.
+// under the reserved choir.skill. prefix. Any invalid manifest fails the
+// build with a [*ManifestError] naming the file and the reason; all of them
+// are reported together.
 //
 // # Calling a tool
 //

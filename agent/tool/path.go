@@ -42,9 +42,9 @@ func escapeErr(p, format string, args ...any) *PathError {
 // maxLinkHops bounds symbolic link resolution, as the kernel's ELOOP does.
 const maxLinkHops = 40
 
-// workspaceRoots returns the workspace root as configured (cleaned,
+// WorkspaceRoots returns the workspace root as configured (cleaned,
 // absolute) and with its own symbolic links resolved.
-func workspaceRoots(ws string) (given, real string, err error) {
+func WorkspaceRoots(ws string) (given, real string, err error) {
 	if ws == "" {
 		return "", "", errors.New("no workspace configured")
 	}
@@ -89,14 +89,18 @@ func lexicalRel(p string) (string, error) {
 // through an [os.Root] on the workspace, so a link swapped in after this
 // check cannot lead out of it either.
 func ResolvePath(ws, p string) (string, error) {
-	given, root, err := workspaceRoots(ws)
+	given, root, err := WorkspaceRoots(ws)
 	if err != nil {
 		return "", err
 	}
-	return resolveIn(given, root, p)
+	return ResolveIn(given, root, p)
 }
 
-func resolveIn(given, root, p string) (string, error) {
+// ResolveIn is [ResolvePath] for a workspace whose roots [WorkspaceRoots]
+// already returned: given as configured, root with its links resolved. A
+// tool that resolves several paths of one workspace calls it to look the
+// roots up once.
+func ResolveIn(given, root, p string) (string, error) {
 	if strings.IndexByte(p, 0) >= 0 {
 		return "", &PathError{Path: p, Reason: "contains a NUL byte"}
 	}
@@ -138,7 +142,7 @@ func resolveIn(given, root, p string) (string, error) {
 				cur = filepath.Join(append([]string{cur}, parts...)...)
 				break
 			}
-			return "", &PathError{Path: p, Reason: "cannot inspect " + next + ": " + errText(err)}
+			return "", &PathError{Path: p, Reason: "cannot inspect " + next + ": " + ErrText(err)}
 		}
 		parts = parts[1:]
 		if fi.Mode()&fs.ModeSymlink == 0 {
@@ -190,18 +194,18 @@ func lockKeyFor(rel string) string {
 	switch {
 	case rel == ".":
 		return "workspace"
-	case rel == choirTmpDir || strings.HasPrefix(rel, choirTmpDir+"/"):
+	case rel == ChoirTmpDir || strings.HasPrefix(rel, ChoirTmpDir+"/"):
 		return "choirtmp"
 	}
 	return "file:" + rel
 }
 
-// choirTmpDir is the gateway staging area inside the workspace (spec 15.1).
-const choirTmpDir = ".choirtmp"
+// ChoirTmpDir is the gateway staging area inside the workspace (spec 15.1).
+const ChoirTmpDir = ".choirtmp"
 
-// errText returns the cause of a file system error without the absolute
+// ErrText returns the cause of a file system error without the absolute
 // path it names, for messages meant for the model.
-func errText(err error) string {
+func ErrText(err error) string {
 	var pe *fs.PathError
 	if errors.As(err, &pe) {
 		return pe.Err.Error()

@@ -5,26 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
-	"path/filepath"
 	"slices"
 	"sort"
 	"strings"
 	"time"
 
-	"github.com/choirhq/choir/strictjson"
 	"github.com/santhosh-tekuri/jsonschema/v6"
 )
-
-// Default directories of external tools inside the agent image (spec 15.1).
-const (
-	DefaultGlobalDir = "/choir/tools/global"
-	DefaultAgentDir  = "/choir/tools/agent"
-)
-
-// maxManifestBytes bounds a manifest file.
-const maxManifestBytes = 1 << 20
 
 // Errors returned by [Def.Execute] and [Registry] lookups; match them with
 // errors.Is.
@@ -93,10 +80,10 @@ type Def struct {
 func (d *Def) Name() string { return d.spec.LLM.Name }
 
 // LLM returns a copy of the tool's LLM view.
-func (d *Def) LLM() LLMView { return d.spec.clone().LLM }
+func (d *Def) LLM() LLMView { return d.spec.Clone().LLM }
 
 // Runtime returns a copy of the tool's runtime view.
-func (d *Def) Runtime() Runtime { return d.spec.clone().Runtime }
+func (d *Def) Runtime() Runtime { return d.spec.Clone().Runtime }
 
 // Kind says who executes the tool.
 func (d *Def) Kind() Kind { return d.kind }
@@ -147,11 +134,11 @@ func (d *Def) Locks(ws string, input json.RawMessage) ([]Lock, error) {
 			}
 			if given == "" {
 				var err error
-				if given, real, err = workspaceRoots(ws); err != nil {
+				if given, real, err = WorkspaceRoots(ws); err != nil {
 					return nil, fmt.Errorf("locks for %s: %w", d.Name(), err)
 				}
 			}
-			rel, err := resolveIn(given, real, p)
+			rel, err := ResolveIn(given, real, p)
 			if err != nil {
 				return nil, err
 			}
@@ -205,9 +192,9 @@ func (d *Def) Execute(ctx context.Context, env Env, input json.RawMessage) (res 
 			return Result{}, err
 		}
 		if errors.Is(err, context.DeadlineExceeded) && tctx.Err() != nil {
-			return shape(env, errorResult("timed out after %v", timeout)), nil
+			return shape(env, ErrorResult("timed out after %v", timeout)), nil
 		}
-		return shape(env, errorResult("%v", err)), nil
+		return shape(env, ErrorResult("%v", err)), nil
 	}
 	return shape(env, res), nil
 }
@@ -239,20 +226,6 @@ type Registry struct {
 	names []string // sorted
 }
 
-// Config says where Build finds tools.
-type Config struct {
-	// GlobalDir holds external tools shared by all agents
-	// (DefaultGlobalDir in the image); empty skips it, and so does a
-	// directory that does not exist.
-	GlobalDir string
-	// AgentDir holds the agent's own external tools (DefaultAgentDir);
-	// they override global tools of the same name. Empty skips it.
-	AgentDir string
-	// Tools are further built-in tools implemented elsewhere (web search,
-	// email, ...), added to those of [Builtins].
-	Tools []Tool
-}
-
 // ManifestError names an invalid external tool manifest and the reason.
 type ManifestError struct {
 	File string
@@ -265,16 +238,26 @@ func (e *ManifestError) Error() string {
 
 func (e *ManifestError) Unwrap() error { return e.Err }
 
-// Build assembles the registry: the built-in tools, then the external
-// tools of cfg.GlobalDir, then those of cfg.AgentDir. It validates every
-// tool and reports every problem at once, each external one as a
+// Layer is the external tools of one directory, as loaded, and the error
+// of loading it (every invalid manifest, joined), which [New] reports with
+// its own.
+type Layer struct {
+	Defs []*Def
+	Err  error
+}
+
+// New assembles a registry: the Go tools (built-in, whichever family they
+// come from), then each layer of external tools in increasing precedence,
+// a later layer's tool overriding an earlier one's of the same name. No
+// external tool may take the name of a Go tool. It validates every Go tool
+// and reports every problem at once, each external one as a
 // [*ManifestError] naming its file.
-func Build(cfg Config) (*Registry, error) {
+func New(tools []Tool, layers ...Layer) (*Registry, error) {
 	r := &Registry{defs: map[string]*Def{}}
 	var errs []error
 
-	for _, t := range append(Builtins(), cfg.Tools...) {
-		d, err := newDef(t.Spec(), t, OriginBuiltin, "")
+	for _, t := range tools {
+		d, err := NewDef(t.Spec(), t, OriginBuiltin, "")
 		if err != nil {
 			errs = append(errs, fmt.Errorf("built-in tool %q: %w", t.Spec().LLM.Name, err))
 			continue
@@ -290,15 +273,11 @@ func Build(cfg Config) (*Registry, error) {
 		builtin[n] = true
 	}
 
-	for _, src := range []struct {
-		dir    string
-		origin Origin
-	}{{cfg.GlobalDir, OriginGlobal}, {cfg.AgentDir, OriginAgent}} {
-		defs, err := loadDir(src.dir, src.origin)
-		if err != nil {
-			errs = append(errs, err)
+	for _, l := range layers {
+		if l.Err != nil {
+			errs = append(errs, l.Err)
 		}
-		for _, d := range defs {
+		for _, d := range l.Defs {
 			if builtin[d.Name()] {
 				errs = append(errs, &ManifestError{File: d.file, Err: fmt.Errorf("name %q is taken by a built-in tool", d.Name())})
 				continue
@@ -316,9 +295,13 @@ func Build(cfg Config) (*Registry, error) {
 	return r, nil
 }
 
-// newDef validates a spec, compiles its schema and classifies the tool.
-func newDef(spec Spec, exec Tool, origin Origin, file string) (*Def, error) {
-	spec = spec.clone()
+// NewDef validates a spec, compiles its schema and classifies the tool:
+// exec runs it (nil, or a [Declare]d tool, for one the agent does not
+// run), origin says where it was defined, and file names an external
+// tool's manifest. A family of tools has no need of it: [New] makes the
+// Defs of Go tools; the external package makes those of manifests.
+func NewDef(spec Spec, exec Tool, origin Origin, file string) (*Def, error) {
+	spec = spec.Clone()
 	props, perr := objectSchemaProps(spec.LLM.Parameters)
 	var errs []error
 	if perr != nil {
@@ -355,110 +338,6 @@ func newDef(spec Spec, exec Tool, origin Origin, file string) (*Def, error) {
 		d.kind = KindExternal
 	}
 	return d, nil
-}
-
-// loadDir loads the manifests of one directory, in name order. A missing
-// directory holds no tools.
-func loadDir(dir string, origin Origin) ([]*Def, error) {
-	if dir == "" {
-		return nil, nil
-	}
-	entries, err := os.ReadDir(dir)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("tool directory %s: %w", dir, err)
-	}
-	var defs []*Def
-	var errs []error
-	byName := map[string]string{}
-	for _, e := range entries {
-		name := e.Name()
-		if !strings.HasSuffix(name, ".json") || strings.HasPrefix(name, ".") || e.IsDir() {
-			continue
-		}
-		file := filepath.Join(dir, name)
-		d, err := loadManifest(file, origin)
-		if err != nil {
-			errs = append(errs, &ManifestError{File: file, Err: err})
-			continue
-		}
-		if prev, dup := byName[d.Name()]; dup {
-			errs = append(errs, &ManifestError{File: file, Err: fmt.Errorf("tool %q is already defined by %s in the same directory", d.Name(), prev)})
-			continue
-		}
-		byName[d.Name()] = file
-		defs = append(defs, d)
-	}
-	return defs, errors.Join(errs...)
-}
-
-// loadManifest parses, validates and binds one manifest to its executable.
-func loadManifest(file string, origin Origin) (*Def, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("read: %w", err)
-	}
-	var spec Spec
-	if err := strictjson.Decode(data, &spec, strictjson.Limits{MaxBytes: maxManifestBytes}); err != nil {
-		return nil, fmt.Errorf("invalid manifest: %w", manifestHint(err))
-	}
-	if spec.Runtime.Host {
-		return nil, errors.New("runtime.host: external tools run in the agent; host tools are built into choird")
-	}
-	if spec.Runtime.Meta {
-		return nil, errors.New("runtime.meta: reserved for the built-in proposal tools")
-	}
-	exe, err := executablePath(file, spec.Runtime.ExecPath)
-	if err != nil {
-		return nil, err
-	}
-	spec.Runtime.ExecPath = exe
-	d, err := newDef(spec, nil, origin, file)
-	if err != nil {
-		return nil, err
-	}
-	d.exec = &external{spec: d.spec}
-	d.kind = KindExternal
-	return d, nil
-}
-
-// manifestHint adds a pointer for the one mistake the spec's own example
-// invites: calling the schema input_schema.
-func manifestHint(err error) error {
-	if strings.Contains(err.Error(), "$.llm.input_schema: unknown field") {
-		return fmt.Errorf("%w (the input schema goes in llm.parameters)", err)
-	}
-	return err
-}
-
-// executablePath finds and checks a manifest's executable.
-func executablePath(manifest, execPath string) (string, error) {
-	dir := filepath.Dir(manifest)
-	p := execPath
-	switch {
-	case p == "":
-		p = filepath.Join(dir, strings.TrimSuffix(filepath.Base(manifest), ".json"))
-	case !filepath.IsAbs(p):
-		p = filepath.Join(dir, p)
-	}
-	abs, err := filepath.Abs(p)
-	if err != nil {
-		return "", fmt.Errorf("executable %s: %w", p, err)
-	}
-	fi, err := os.Stat(abs)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return "", fmt.Errorf("executable %s: missing (set runtime.exec_path or put the executable next to the manifest)", abs)
-	case err != nil:
-		return "", fmt.Errorf("executable %s: %w", abs, err)
-	case !fi.Mode().IsRegular():
-		return "", fmt.Errorf("executable %s: not a regular file", abs)
-	case fi.Mode().Perm()&0o111 == 0:
-		return "", fmt.Errorf("executable %s: not executable (chmod +x it)", abs)
-	}
-	return abs, nil
 }
 
 // Lookup returns the named tool.

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
 )
 
 func TestValidName(t *testing.T) {
@@ -43,357 +44,6 @@ func TestValidName(t *testing.T) {
 	}
 }
 
-func TestBuild(t *testing.T) {
-	t.Parallel()
-
-	t.Run("BuiltinsHaveTheirKinds", func(t *testing.T) {
-		t.Parallel()
-		reg, err := tool.Build(tool.Config{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		want := map[string]tool.Kind{
-			tool.NameExec:          tool.KindBuiltin,
-			tool.NameFSRead:        tool.KindBuiltin,
-			tool.NameFSWrite:       tool.KindBuiltin,
-			tool.NameFSSearch:      tool.KindBuiltin,
-			tool.NameMemoryQuery:   tool.KindHost,
-			tool.NameMemoryUpsert:  tool.KindHost,
-			tool.NameMemoryCompact: tool.KindRuntime,
-			tool.NameProposeTool:   tool.KindMeta,
-			tool.NameProposeSkill:  tool.KindMeta,
-			tool.NameSendFile:      tool.KindHost,
-		}
-		for name, kind := range want {
-			d, ok := reg.Lookup(name)
-			if !ok {
-				t.Errorf("%s missing", name)
-				continue
-			}
-			if d.Kind() != kind || d.Origin() != tool.OriginBuiltin {
-				t.Errorf("%s: kind %s origin %s, want %s builtin", name, d.Kind(), d.Origin(), kind)
-			}
-		}
-		if got := reg.Names(); len(got) != len(want) || !slices.IsSorted(got) {
-			t.Errorf("Names() = %v, want the %d built-ins sorted", got, len(want))
-		}
-	})
-
-	t.Run("MissingDirectoriesHoldNoTools", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		reg, err := tool.Build(tool.Config{GlobalDir: filepath.Join(dir, "nope"), AgentDir: filepath.Join(dir, "nope2")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if len(reg.Names()) != len(tool.Builtins()) {
-			t.Errorf("got %v", reg.Names())
-		}
-	})
-
-	t.Run("AgentToolOverridesGlobalTool", func(t *testing.T) {
-		t.Parallel()
-		global, agent := t.TempDir(), t.TempDir()
-		addTool(t, global, "greet", manifest("x.greet", `"idempotent": true`), `echo '{"status":"success","summary":"global"}'`)
-		addTool(t, global, "other", manifest("x.other", ""), `echo '{"status":"success","summary":"other"}'`)
-		addTool(t, agent, "greet", manifest("x.greet", ""), `echo '{"status":"success","summary":"agent"}'`)
-		b := setup(t, tool.Config{GlobalDir: global, AgentDir: agent})
-		d, ok := b.reg.Lookup("x.greet")
-		if !ok || d.Origin() != tool.OriginAgent || d.File() != filepath.Join(agent, "greet.json") {
-			t.Fatalf("x.greet: %v origin %s file %s, want the agent's", ok, d.Origin(), d.File())
-		}
-		if r := b.mustCall(t, "x.greet", `{}`); r.Summary != "agent" {
-			t.Errorf("x.greet ran %q, want the agent version", r.Summary)
-		}
-		if d, ok := b.reg.Lookup("x.other"); !ok || d.Origin() != tool.OriginGlobal || d.Kind() != tool.KindExternal {
-			t.Errorf("x.other: %v, want the global tool kept", ok)
-		}
-	})
-
-	t.Run("ExtraGoToolsAreBuiltins", func(t *testing.T) {
-		t.Parallel()
-		reg, err := tool.Build(tool.Config{Tools: []tool.Tool{panicTool{}}})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if d, ok := reg.Lookup("test.panic"); !ok || d.Kind() != tool.KindBuiltin {
-			t.Errorf("test.panic: %v", ok)
-		}
-	})
-}
-
-func TestManifestErrors(t *testing.T) {
-	t.Parallel()
-	okScript := `echo '{"status":"success","summary":"ok"}'`
-	tests := []struct {
-		name     string
-		files    func(t *testing.T, dir string)
-		file     string // the file the error must name
-		reason   string
-		agentDir bool
-	}{
-		{
-			name:   "InvalidJSON",
-			files:  func(t *testing.T, dir string) { addTool(t, dir, "t", `{"llm": {`, okScript) },
-			file:   "t.json",
-			reason: "invalid manifest",
-		},
-		{
-			name: "UnknownField",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"color": "blue"`), okScript)
-			},
-			file:   "t.json",
-			reason: "$.runtime.color: unknown field",
-		},
-		{
-			name: "InputSchemaInsteadOfParameters",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "input_schema": {"type": "object"}},
-				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
-			},
-			file:   "t.json",
-			reason: "goes in llm.parameters",
-		},
-		{
-			name: "SchemaDoesNotCompile",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object", "properties": {"a": {"type": "strnig"}}}},
-				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
-			},
-			file:   "t.json",
-			reason: "llm.parameters: compile schema",
-		},
-		{
-			name: "SchemaReferencesAFile",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object", "properties": {"a": {"$ref": "file:///etc/passwd"}}}},
-				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
-			},
-			file:   "t.json",
-			reason: "schemas must be self-contained",
-		},
-		{
-			name: "ParametersNotAnObjectSchema",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "string"}},
-				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
-			},
-			file:   "t.json",
-			reason: `want "type": "object"`,
-		},
-		{
-			name:   "MissingExecutable",
-			files:  func(t *testing.T, dir string) { addTool(t, dir, "t", manifest("x.t", ""), "") },
-			file:   "t.json",
-			reason: "missing",
-		},
-		{
-			name: "ExecutableNotExecutable",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", ""), "")
-				writeFile(t, filepath.Join(dir, "t"), "#!/bin/sh\n", 0o644)
-			},
-			file:   "t.json",
-			reason: "not executable",
-		},
-		{
-			name: "ExecutableIsADirectory",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", ""), "")
-				if err := os.Mkdir(filepath.Join(dir, "t"), 0o755); err != nil {
-					t.Fatal(err)
-				}
-			},
-			file:   "t.json",
-			reason: "not a regular file",
-		},
-		{
-			name: "LockTemplateUnknownNamespace",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"locks": [{"resource": "disk:sda", "mode": "X"}]`), okScript)
-			},
-			file:   "t.json",
-			reason: "runtime.locks[0]: resource \"disk:sda\": unknown namespace",
-		},
-		{
-			name: "LockTemplatePlaceholderNotAProperty",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"locks": [{"resource": "file:{file}", "mode": "S"}]`), okScript)
-			},
-			file:   "t.json",
-			reason: "placeholder {file} names no top-level string property",
-		},
-		{
-			name: "LockTemplatePlaceholderNotAString",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"locks": [{"resource": "file:{n}", "mode": "S"}]`), okScript)
-			},
-			file:   "t.json",
-			reason: "placeholder {n}",
-		},
-		{
-			name: "LockTemplateBadMode",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"locks": [{"resource": "workspace", "mode": "W"}]`), okScript)
-			},
-			file:   "t.json",
-			reason: `mode "W", want S or X`,
-		},
-		{
-			name: "LockTemplateEscapingLiteral",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"locks": [{"resource": "file:../x", "mode": "S"}]`), okScript)
-			},
-			file:   "t.json",
-			reason: "want a relative path inside the workspace",
-		},
-		{
-			name: "LockTemplatePartialPlaceholder",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"locks": [{"resource": "file:src/{path}", "mode": "S"}]`), okScript)
-			},
-			file:   "t.json",
-			reason: "placeholder must be the whole path",
-		},
-		{
-			name: "DuplicateNameInOneDirectory",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "a", manifest("x.same", ""), okScript)
-				addTool(t, dir, "b", manifest("x.same", ""), okScript)
-			},
-			file:   "b.json",
-			reason: `tool "x.same" is already defined by`,
-		},
-		{
-			name:   "NameWithoutNamespace",
-			files:  func(t *testing.T, dir string) { addTool(t, dir, "t", manifest("greet", ""), okScript) },
-			file:   "t.json",
-			reason: "want lowercase dotted segments",
-		},
-		{
-			name:   "NameAmbiguousWhenSanitised",
-			files:  func(t *testing.T, dir string) { addTool(t, dir, "t", manifest("x.a__b", ""), okScript) },
-			file:   "t.json",
-			reason: "sanitised name ambiguous",
-		},
-		{
-			name:   "NameTakenByBuiltin",
-			files:  func(t *testing.T, dir string) { addTool(t, dir, "t", manifest("choir.fs.read", ""), okScript) },
-			file:   "t.json",
-			reason: "taken by a built-in tool",
-		},
-		{
-			name:     "NameUnderReservedPrefix",
-			files:    func(t *testing.T, dir string) { addTool(t, dir, "t", manifest("choir.skill.transition", ""), okScript) },
-			file:     "t.json",
-			reason:   "reserved prefix",
-			agentDir: true,
-		},
-		{
-			name:   "HostFlag",
-			files:  func(t *testing.T, dir string) { addTool(t, dir, "t", manifest("x.t", `"host": true`), okScript) },
-			file:   "t.json",
-			reason: "runtime.host",
-		},
-		{
-			name:   "MetaFlag",
-			files:  func(t *testing.T, dir string) { addTool(t, dir, "t", manifest("x.t", `"meta": true`), okScript) },
-			file:   "t.json",
-			reason: "runtime.meta",
-		},
-		{
-			name: "MissingTimeout",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object"}},
-				  "runtime": {"side_effect": "read", "version": "1"}}`, okScript)
-			},
-			file:   "t.json",
-			reason: "runtime.timeout_ms: 0",
-		},
-		{
-			name: "BadSideEffect",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object"}},
-				  "runtime": {"timeout_ms": 1, "side_effect": "delete", "version": "1"}}`, okScript)
-			},
-			file:   "t.json",
-			reason: "runtime.side_effect",
-		},
-		{
-			name: "BadExposure",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"exposure": "all"`), okScript)
-			},
-			file:   "t.json",
-			reason: "runtime.exposure",
-		},
-		{
-			name: "MissingDescription",
-			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", `{"llm": {"name": "x.t", "description": " ", "parameters": {"type": "object"}},
-				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
-			},
-			file:   "t.json",
-			reason: "llm.description: required",
-		},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			t.Parallel()
-			dir := t.TempDir()
-			tt.files(t, dir)
-			cfg := tool.Config{GlobalDir: dir}
-			if tt.agentDir {
-				cfg = tool.Config{AgentDir: dir}
-			}
-			_, err := tool.Build(cfg)
-			wantErrContains(t, err, filepath.Join(dir, tt.file), tt.reason)
-			var me *tool.ManifestError
-			if !errors.As(err, &me) || me.File != filepath.Join(dir, tt.file) {
-				t.Errorf("got %T, want a *tool.ManifestError for %s", err, tt.file)
-			}
-		})
-	}
-
-	t.Run("AllProblemsReportedAtOnce", func(t *testing.T) {
-		t.Parallel()
-		global, agent := t.TempDir(), t.TempDir()
-		addTool(t, global, "a", `nope`, okScript)
-		addTool(t, agent, "b", manifest("x.b", ""), "")
-		_, err := tool.Build(tool.Config{GlobalDir: global, AgentDir: agent})
-		wantErrContains(t, err, filepath.Join(global, "a.json"), filepath.Join(agent, "b.json"))
-	})
-
-	t.Run("OtherFilesAreIgnored", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		writeFile(t, filepath.Join(dir, "README.md"), "hi", 0o644)
-		writeFile(t, filepath.Join(dir, ".hidden.json"), "nope", 0o644)
-		if err := os.Mkdir(filepath.Join(dir, "src.json"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := tool.Build(tool.Config{GlobalDir: dir}); err != nil {
-			t.Fatal(err)
-		}
-	})
-
-	t.Run("ExecPathRelativeToManifest", func(t *testing.T) {
-		t.Parallel()
-		dir := t.TempDir()
-		addTool(t, dir, "t", manifest("x.t", `"exec_path": "bin/run"`), "")
-		writeFile(t, filepath.Join(dir, "bin", "run"), "#!/bin/sh\necho '{\"status\":\"success\",\"summary\":\"ran\"}'\n", 0o755)
-		b := setup(t, tool.Config{GlobalDir: dir})
-		d, _ := b.reg.Lookup("x.t")
-		if got := d.Runtime().ExecPath; got != filepath.Join(dir, "bin", "run") {
-			t.Errorf("ExecPath = %s", got)
-		}
-		if r := b.mustCall(t, "x.t", `{}`); r.Summary != "ran" {
-			t.Errorf("got %+v", r)
-		}
-	})
-}
-
 func TestLLMViews(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -403,7 +53,7 @@ func TestLLMViews(t *testing.T) {
 	              "secret_resources": ["leak-marker-secret"], "locks": [{"resource": "file:{p}", "mode": "X"}], "prompt_mask": false}}`, ok)
 	addTool(t, dir, "c", manifest("x.core_only", `"exposure": "core"`), ok)
 	addTool(t, dir, "n", manifest("x.hidden", `"exposure": "none"`), ok)
-	reg, err := tool.Build(tool.Config{GlobalDir: dir})
+	reg, err := builtin.Build(builtin.Config{GlobalDir: dir})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -496,7 +146,7 @@ func TestLLMViews(t *testing.T) {
 		if v, ok := d.ForModel(tool.LaneEdge, res); !ok || string(v.Output) != `{"secret":"x"}` {
 			t.Errorf("edge view %+v %v", v, ok)
 		}
-		masked, err := tool.Build(tool.Config{Tools: []tool.Tool{tool.Declare(tool.Spec{
+		masked, err := builtin.Build(builtin.Config{Tools: []tool.Tool{tool.Declare(tool.Spec{
 			LLM:     tool.LLMView{Name: "x.masked", Description: "d", Parameters: json.RawMessage(`{"type":"object"}`)},
 			Runtime: tool.Runtime{TimeoutMS: 1, SideEffect: tool.SideEffectRead, Version: "1", PromptMask: true},
 		})}})
@@ -513,7 +163,7 @@ func TestLLMViews(t *testing.T) {
 
 func TestValidate(t *testing.T) {
 	t.Parallel()
-	reg, err := tool.Build(tool.Config{})
+	reg, err := builtin.Build(builtin.Config{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -585,7 +235,7 @@ func TestValidate(t *testing.T) {
 
 func TestLocks(t *testing.T) {
 	t.Parallel()
-	b := setup(t, tool.Config{})
+	b := setup(t, builtin.Config{})
 	writeFile(t, filepath.Join(b.ws, "src", "a.go"), "package a\n", 0o644)
 	if err := os.Symlink("src/a.go", filepath.Join(b.ws, "alias.go")); err != nil {
 		t.Fatal(err)
@@ -636,7 +286,7 @@ func TestLocks(t *testing.T) {
 			{"resource": "file:CHANGELOG.md", "mode": "X"},
 			{"resource": "file:{path}", "mode": "X"},
 			{"resource": "browser_tab", "mode": "X"}]`), `true`)
-		reg, err := tool.Build(tool.Config{GlobalDir: dir})
+		reg, err := builtin.Build(builtin.Config{GlobalDir: dir})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -50,23 +50,24 @@ func (r Result) JSON() json.RawMessage {
 	return b
 }
 
-// errorResult is a failed call whose reason the model should see.
-func errorResult(format string, args ...any) Result {
+// ErrorResult is the result of a failed call whose reason the model
+// should see.
+func ErrorResult(format string, args ...any) Result {
 	return Result{Status: StatusError, Summary: fmt.Sprintf(format, args...)}
 }
 
-// successResult builds a successful result around an output value.
-func successResult(summary string, output any) Result {
-	b, err := marshalNoEscape(output)
+// SuccessResult builds a successful result around an output value.
+func SuccessResult(summary string, output any) Result {
+	b, err := MarshalNoEscape(output)
 	if err != nil {
-		return errorResult("encode output: %v", err)
+		return ErrorResult("encode output: %v", err)
 	}
 	return Result{Status: StatusSuccess, Summary: summary, Output: b}
 }
 
-// marshalNoEscape encodes v without HTML escaping: outputs are read by
+// MarshalNoEscape encodes v without HTML escaping: outputs are read by
 // models and people, and "<" as \u003c only costs tokens.
-func marshalNoEscape(v any) (json.RawMessage, error) {
+func MarshalNoEscape(v any) (json.RawMessage, error) {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -96,7 +97,9 @@ const (
 	maxSummaryBytes     = 2 << 10
 )
 
-func (l Limits) withDefaults() Limits {
+// WithDefaults returns l with every zero field set to its default,
+// ResultBytes at least 1 KiB and CaptureBytes at least ResultBytes.
+func (l Limits) WithDefaults() Limits {
 	if l.ResultBytes <= 0 {
 		l.ResultBytes = DefaultResultBytes
 	}
@@ -129,7 +132,7 @@ func (e Env) Secret(name string) (string, bool) {
 
 // scoped returns env restricted to the named secrets, with limits filled in.
 func (e Env) scoped(names []string) Env {
-	e.Limits = e.Limits.withDefaults()
+	e.Limits = e.Limits.WithDefaults()
 	parent := e.SecretFunc
 	allowed := make(map[string]bool, len(names))
 	for _, n := range names {
@@ -145,11 +148,11 @@ func (e Env) scoped(names []string) Env {
 }
 
 // artifactDir is where spilled outputs go, relative to the workspace.
-const artifactDir = choirTmpDir + "/artifacts"
+const artifactDir = ChoirTmpDir + "/artifacts"
 
-// writeArtifact stores data content-addressed under .choirtmp/artifacts
+// WriteArtifact stores data content-addressed under .choirtmp/artifacts
 // and returns its workspace-relative path.
-func writeArtifact(ws string, data []byte) (string, error) {
+func WriteArtifact(ws string, data []byte) (string, error) {
 	if ws == "" {
 		return "", fmt.Errorf("write artifact: no workspace")
 	}
@@ -166,16 +169,16 @@ func writeArtifact(ws string, data []byte) (string, error) {
 	if err := root.MkdirAll(artifactDir, 0o755); err != nil {
 		return "", fmt.Errorf("write artifact: %w", err)
 	}
-	if err := writeFileAtomic(root, rel, data, 0o644); err != nil {
+	if err := WriteFileAtomic(root, rel, data, 0o644); err != nil {
 		return "", fmt.Errorf("write artifact: %w", err)
 	}
 	return rel, nil
 }
 
-// writeFileAtomic writes data to name inside root through a temporary file
+// WriteFileAtomic writes data to name inside root through a temporary file
 // in the same directory and a rename, so readers see the old content or the
 // new, never a part.
-func writeFileAtomic(root *os.Root, name string, data []byte, perm fs.FileMode) error {
+func WriteFileAtomic(root *os.Root, name string, data []byte, perm fs.FileMode) error {
 	var rnd [8]byte
 	_, _ = rand.Read(rnd[:]) // crypto/rand.Read never fails
 	tmp := path.Join(path.Dir(name), "."+path.Base(name)+".choir-tmp-"+hex.EncodeToString(rnd[:]))
@@ -215,22 +218,22 @@ func writeFileAtomic(root *os.Root, name string, data []byte, perm fs.FileMode) 
 // shape normalises a tool's result and spills an output larger than
 // ResultBytes to an artifact, leaving a preview.
 func shape(env Env, r Result) Result {
-	lim := env.Limits.withDefaults()
+	lim := env.Limits.WithDefaults()
 	if r.Status != StatusSuccess && r.Status != StatusError {
 		r.Status = StatusError
 	}
-	r.Summary = truncateUTF8(r.Summary, maxSummaryBytes)
+	r.Summary = TruncateUTF8(r.Summary, maxSummaryBytes)
 	r.Masked = false
 	if len(r.Output) <= lim.ResultBytes || r.ArtifactRef != "" {
 		return r
 	}
 	text := artifactText(r.Output)
-	ref, err := writeArtifact(env.Workspace, text)
+	ref, err := WriteArtifact(env.Workspace, text)
 	note := fmt.Sprintf("\n[output truncated: %d bytes in all; read artifact_ref with choir.fs.read for the rest]", len(text))
 	if err != nil {
 		note = fmt.Sprintf("\n[output truncated: %d bytes in all; the rest could not be saved]", len(text))
 	}
-	r.Output = fitString(lim.ResultBytes, func(n int) string { return truncateUTF8(string(text), n) + note })
+	r.Output = FitString(lim.ResultBytes, func(n int) string { return TruncateUTF8(string(text), n) + note })
 	r.ArtifactRef = ref
 	r.Truncated = true
 	return r
@@ -250,8 +253,8 @@ func artifactText(out json.RawMessage) []byte {
 	return out
 }
 
-// truncateUTF8 cuts s to at most n bytes without splitting a character.
-func truncateUTF8(s string, n int) string {
+// TruncateUTF8 cuts s to at most n bytes without splitting a character.
+func TruncateUTF8(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
@@ -261,9 +264,9 @@ func truncateUTF8(s string, n int) string {
 	return s[:n]
 }
 
-// tailUTF8 returns the last at most n bytes of s without splitting a
+// TailUTF8 returns the last at most n bytes of s without splitting a
 // character.
-func tailUTF8(s string, n int) string {
+func TailUTF8(s string, n int) string {
 	if len(s) <= n {
 		return s
 	}
@@ -274,12 +277,12 @@ func tailUTF8(s string, n int) string {
 	return s[i:]
 }
 
-// fitString encodes the longest render(n) whose JSON fits in limit bytes,
+// FitString encodes the longest render(n) whose JSON fits in limit bytes,
 // halving n from limit: escaping can make the JSON of a string several
 // times longer than the string.
-func fitString(limit int, render func(n int) string) json.RawMessage {
+func FitString(limit int, render func(n int) string) json.RawMessage {
 	for n := limit; ; n /= 2 {
-		b, _ := marshalNoEscape(render(n)) // a string always encodes
+		b, _ := MarshalNoEscape(render(n)) // a string always encodes
 		if len(b) <= limit || n == 0 {
 			return b
 		}

@@ -295,9 +295,9 @@ func (lt LockTemplate) fileField() (string, bool) {
 	return m[1], true
 }
 
-// clone returns a deep copy of the spec, so callers can never mutate the
+// Clone returns a deep copy of the spec, so callers can never mutate the
 // registry's.
-func (s Spec) clone() Spec {
+func (s Spec) Clone() Spec {
 	s.LLM.Parameters = slices.Clone(s.LLM.Parameters)
 	s.Runtime.Locks = slices.Clone(s.Runtime.Locks)
 	s.Runtime.SecretResources = slices.Clone(s.Runtime.SecretResources)

@@ -122,7 +122,7 @@ type Options struct {
 	// the Dockerfile's default stand.
 	OSImage string
 	// Tools are the built-in tools the agent registers beyond
-	// tool.Builtins, so that validation knows every name the agent will.
+	// builtin.Tools, so that validation knows every name the agent will.
 	Tools []tool.Tool
 	// Git is the git executable (default "git").
 	Git string

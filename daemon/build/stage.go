@@ -15,7 +15,7 @@ import (
 	"strings"
 
 	"github.com/choirhq/choir/agent/skill"
-	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
 )
 
 // ErrInvalidRepo reports repository contents that fail validation: an
@@ -228,7 +228,7 @@ func (b *Builder) validate(s *staged, choir string) error {
 		filepath.Join(choir, "skills", "agent")+"/", "agent repo skills/",
 	)
 	var errs []error
-	reg, err := tool.Build(tool.Config{GlobalDir: filepath.Join(val, "global"), AgentDir: filepath.Join(val, "agent"), Tools: b.opts.Tools})
+	reg, err := builtin.Build(builtin.Config{GlobalDir: filepath.Join(val, "global"), AgentDir: filepath.Join(val, "agent"), Tools: b.opts.Tools})
 	if err != nil {
 		errs = append(errs, errors.New(rename.Replace(err.Error())))
 	}

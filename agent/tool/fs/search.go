@@ -1,4 +1,4 @@
-package tool
+package fs
 
 import (
 	"bufio"
@@ -16,6 +16,9 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/proc"
 )
 
 // Bounds of choir.fs.search.
@@ -43,10 +46,10 @@ type fsSearch struct {
 	rg string // path of rg, or "" for the Go search
 }
 
-func (fsSearch) Spec() Spec {
-	return Spec{
-		LLM: LLMView{
-			Name: NameFSSearch,
+func (fsSearch) Spec() tool.Spec {
+	return tool.Spec{
+		LLM: tool.LLMView{
+			Name: tool.NameFSSearch,
 			Description: "Search the workspace, or one file or directory of it, for lines matching a regular expression (RE2 syntax). " +
 				"Returns matching lines with their path and line number, in path order; many matches are cut to the first ones, " +
 				"with all of them in artifact_ref.",
@@ -64,10 +67,10 @@ func (fsSearch) Spec() Spec {
   "additionalProperties": false
 }`),
 		},
-		Runtime: Runtime{
+		Runtime: tool.Runtime{
 			TimeoutMS:  60_000,
-			Locks:      []LockTemplate{{Resource: "file:{path}", Mode: ModeShared}},
-			SideEffect: SideEffectRead,
+			Locks:      []tool.LockTemplate{{Resource: "file:{path}", Mode: tool.ModeShared}},
+			SideEffect: tool.SideEffectRead,
 			Idempotent: true,
 			Version:    "1.0",
 		},
@@ -78,7 +81,7 @@ func (fsSearch) Spec() Spec {
 // the staging area, whose artifacts would otherwise feed every search of
 // the workspace with the output of earlier searches. A search that targets
 // one of them, such as .choirtmp/artifacts, still works.
-var skippedNames = []string{".git", choirTmpDir}
+var skippedNames = []string{".git", tool.ChoirTmpDir}
 
 func skippedName(name string) bool { return slices.Contains(skippedNames, name) }
 
@@ -112,7 +115,7 @@ type searchQuery struct {
 	fixed      bool
 }
 
-func (t fsSearch) Execute(ctx context.Context, env Env, input json.RawMessage) (Result, error) {
+func (t fsSearch) Execute(ctx context.Context, env tool.Env, input json.RawMessage) (tool.Result, error) {
 	var in struct {
 		Pattern      string `json:"pattern"`
 		Path         string `json:"path"`
@@ -122,7 +125,7 @@ func (t fsSearch) Execute(ctx context.Context, env Env, input json.RawMessage) (
 		MaxResults   int    `json:"max_results"`
 	}
 	if err := json.Unmarshal(input, &in); err != nil {
-		return Result{}, &InputError{Name: NameFSSearch, Problems: []Problem{{Message: err.Error()}}}
+		return tool.Result{}, &tool.InputError{Name: tool.NameFSSearch, Problems: []tool.Problem{{Message: err.Error()}}}
 	}
 	if in.MaxResults == 0 {
 		in.MaxResults = searchDefaultResults
@@ -137,22 +140,22 @@ func (t fsSearch) Execute(ctx context.Context, env Env, input json.RawMessage) (
 	}
 	re, err := regexp.Compile(expr)
 	if err != nil {
-		return Result{}, &InputError{Name: NameFSSearch, Problems: []Problem{{Path: "/pattern", Message: "invalid regular expression: " + err.Error()}}}
+		return tool.Result{}, &tool.InputError{Name: tool.NameFSSearch, Problems: []tool.Problem{{Path: "/pattern", Message: "invalid regular expression: " + err.Error()}}}
 	}
 	q.re = re
 	if in.Glob != "" {
 		if _, err := path.Match(in.Glob, ""); err != nil || strings.Contains(in.Glob, "[!") {
-			return Result{}, &InputError{Name: NameFSSearch, Problems: []Problem{{Path: "/glob", Message: "invalid pattern: use *, ? and [...] classes, [^...] to negate"}}}
+			return tool.Result{}, &tool.InputError{Name: tool.NameFSSearch, Problems: []tool.Problem{{Path: "/glob", Message: "invalid pattern: use *, ? and [...] classes, [^...] to negate"}}}
 		}
 	}
 
 	w, err := openWorkspace(env)
 	if err != nil {
-		return errorResult("%v", err), nil
+		return tool.ErrorResult("%v", err), nil
 	}
 	defer w.Close()
 	if q.rel, err = w.resolve(in.Path); err != nil {
-		return Result{}, err
+		return tool.Result{}, err
 	}
 	fi, err := w.root.Stat(q.rel)
 	if err != nil {
@@ -164,10 +167,10 @@ func (t fsSearch) Execute(ctx context.Context, env Env, input json.RawMessage) (
 		if bin, err := isBinary(w, q.rel); err != nil {
 			return fileError(in.Path, err), nil
 		} else if bin {
-			return errorResult("%s is a binary file", in.Path), nil
+			return tool.ErrorResult("%s is a binary file", in.Path), nil
 		}
 	case !fi.IsDir():
-		return errorResult("%s is neither a file nor a directory", in.Path), nil
+		return tool.ErrorResult("%s is neither a file nor a directory", in.Path), nil
 	}
 
 	var matches []searchMatch
@@ -177,15 +180,15 @@ func (t fsSearch) Execute(ctx context.Context, env Env, input json.RawMessage) (
 	}
 	if t.rg == "" || err != nil {
 		if ctx.Err() != nil {
-			return Result{}, ctx.Err()
+			return tool.Result{}, ctx.Err()
 		}
 		matches, partial, err = searchGo(ctx, w, q)
 	}
 	if err != nil {
 		if ctx.Err() != nil {
-			return Result{}, ctx.Err()
+			return tool.Result{}, ctx.Err()
 		}
-		return errorResult("search %s: %v", displayPath(in.Path), errText(err)), nil
+		return tool.ErrorResult("search %s: %v", displayPath(in.Path), tool.ErrText(err)), nil
 	}
 	return searchResult(env, matches, partial, in.MaxResults), nil
 }
@@ -199,15 +202,15 @@ func displayPath(p string) string {
 
 // searchResult shows the first matches that fit and spills all of them to
 // an artifact when some are left out.
-func searchResult(env Env, matches []searchMatch, partial bool, maxResults int) Result {
-	lim := env.Limits.withDefaults()
+func searchResult(env tool.Env, matches []searchMatch, partial bool, maxResults int) tool.Result {
+	lim := env.Limits.WithDefaults()
 	out := fsSearchOutput{Matches: []searchMatch{}, Count: len(matches), Partial: partial}
 	used := 200 // room for the other fields
 	for _, m := range matches {
 		if len(out.Matches) == maxResults {
 			break
 		}
-		b, _ := marshalNoEscape(m)
+		b, _ := tool.MarshalNoEscape(m)
 		if used+len(b)+1 > lim.ResultBytes {
 			break
 		}
@@ -230,13 +233,13 @@ func searchResult(env Env, matches []searchMatch, partial bool, maxResults int) 
 			fmt.Fprintf(&buf, "%s:%d:%s\n", m.Path, m.Line, m.Text)
 		}
 		var err error
-		if ref, err = writeArtifact(env.Workspace, buf.Bytes()); err == nil {
+		if ref, err = tool.WriteArtifact(env.Workspace, buf.Bytes()); err == nil {
 			summary += fmt.Sprintf(", first %d shown; all in artifact_ref as path:line:text", out.Shown)
 		} else {
 			summary += fmt.Sprintf(", first %d shown", out.Shown)
 		}
 	}
-	r := successResult(summary, out)
+	r := tool.SuccessResult(summary, out)
 	r.ArtifactRef = ref
 	r.Truncated = ref != ""
 	return r
@@ -267,7 +270,7 @@ func matchText(line []byte) string {
 	line = bytes.TrimSuffix(line, []byte("\r"))
 	s := strings.ToValidUTF8(string(line), "\uFFFD")
 	if len(s) > searchTextBytes {
-		s = truncateUTF8(s, searchTextBytes) + "…"
+		s = tool.TruncateUTF8(s, searchTextBytes) + "…"
 	}
 	return s
 }
@@ -391,8 +394,8 @@ func searchRipgrep(ctx context.Context, rg string, w *workspaceFS, q searchQuery
 	args = append(args, "--regexp", q.pattern, "--", q.rel)
 	cmd := exec.CommandContext(rctx, rg, args...)
 	cmd.Dir = w.real
-	cmd.Env = childEnv(w.given)
-	setProcessGroup(cmd)
+	cmd.Env = proc.ChildEnv(w.given)
+	proc.SetProcessGroup(cmd)
 	stdout, err := cmd.StdoutPipe()
 	if err != nil {
 		return nil, false, err
@@ -446,7 +449,7 @@ func searchRipgrep(ctx context.Context, rg string, w *workspaceFS, q searchQuery
 		return matches, true, nil
 	}
 	// Exit 1 is "no match"; 2 is an error, after which the Go search runs.
-	if code, _ := exitStatus(cmd.ProcessState); werr != nil && code != 1 {
+	if code, _ := proc.ExitStatus(cmd.ProcessState); werr != nil && code != 1 {
 		return nil, false, fmt.Errorf("ripgrep: exit code %d", code)
 	}
 	return matches, false, nil

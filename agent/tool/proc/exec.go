@@ -1,4 +1,4 @@
-package tool
+package proc
 
 import (
 	"context"
@@ -7,6 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"time"
+
+	"github.com/choirhq/choir/agent/tool"
 )
 
 // Bounds of choir.exec's timeout, in milliseconds.
@@ -17,13 +19,13 @@ const (
 
 // execTool is choir.exec: a shell command in the workspace (spec 8.7). It
 // always takes workspace:X (spec 9.5): no command parsing, no read-only
-// override. Its environment is the pass list of childEnv, never a secret.
+// override. Its environment is the pass list of ChildEnv, never a secret.
 type execTool struct{}
 
-func (execTool) Spec() Spec {
-	return Spec{
-		LLM: LLMView{
-			Name: NameExec,
+func (execTool) Spec() tool.Spec {
+	return tool.Spec{
+		LLM: tool.LLMView{
+			Name: tool.NameExec,
 			Description: "Run a shell command with /bin/sh -c in the workspace root. Returns the exit code and the combined " +
 				"stdout and stderr; long output is cut to its head and tail, with the whole in artifact_ref. " +
 				"Blocks all other file access while it runs: prefer choir.fs.read, choir.fs.write and choir.fs.search for files.",
@@ -37,12 +39,12 @@ func (execTool) Spec() Spec {
   "additionalProperties": false
 }`),
 		},
-		Runtime: Runtime{
+		Runtime: tool.Runtime{
 			// Above the largest timeout_ms, so the command's own timer fires
 			// first and the partial output is reported.
 			TimeoutMS:  execMaxTimeoutMS + 10_000,
-			Locks:      []LockTemplate{{Resource: "workspace", Mode: ModeExclusive}},
-			SideEffect: SideEffectWrite,
+			Locks:      []tool.LockTemplate{{Resource: "workspace", Mode: tool.ModeExclusive}},
+			SideEffect: tool.SideEffectWrite,
 			Version:    "1.0",
 		},
 	}
@@ -59,80 +61,80 @@ type execOutput struct {
 	OutputBytes int64 `json:"output_bytes"`
 }
 
-func (execTool) Execute(ctx context.Context, env Env, input json.RawMessage) (Result, error) {
+func (execTool) Execute(ctx context.Context, env tool.Env, input json.RawMessage) (tool.Result, error) {
 	var in struct {
 		Command   string `json:"command"`
 		TimeoutMS int    `json:"timeout_ms"`
 	}
 	if err := json.Unmarshal(input, &in); err != nil {
-		return Result{}, &InputError{Name: NameExec, Problems: []Problem{{Message: err.Error()}}}
+		return tool.Result{}, &tool.InputError{Name: tool.NameExec, Problems: []tool.Problem{{Message: err.Error()}}}
 	}
 	timeout := time.Duration(in.TimeoutMS) * time.Millisecond
 	if in.TimeoutMS == 0 {
 		timeout = execDefaultTimeoutMS * time.Millisecond
 	}
 	if fi, err := os.Stat(env.Workspace); err != nil || !fi.IsDir() {
-		return errorResult("workspace %s is not a directory", env.Workspace), nil
+		return tool.ErrorResult("workspace %s is not a directory", env.Workspace), nil
 	}
 	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 
-	lim := env.Limits.withDefaults()
-	out := newHeadTail(lim.CaptureBytes)
+	lim := env.Limits.WithDefaults()
+	out := NewHeadTail(lim.CaptureBytes)
 	cmd := exec.CommandContext(cctx, "/bin/sh", "-c", in.Command)
 	cmd.Dir = env.Workspace
-	cmd.Env = childEnv(env.Workspace)
+	cmd.Env = ChildEnv(env.Workspace)
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout, cmd.Stderr = out, out
-	setProcessGroup(cmd)
+	SetProcessGroup(cmd)
 	runErr := cmd.Run()
 	if ctx.Err() != nil {
-		return Result{}, ctx.Err()
+		return tool.Result{}, ctx.Err()
 	}
 	if runErr != nil && cmd.ProcessState == nil {
-		return errorResult("start command: %v", errText(runErr)), nil
+		return tool.ErrorResult("start command: %v", tool.ErrText(runErr)), nil
 	}
-	code, sig := exitStatus(cmd.ProcessState)
+	code, sig := ExitStatus(cmd.ProcessState)
 	timedOut := cctx.Err() != nil
 	res := execOutput{ExitCode: code, Signal: sig, TimedOut: timedOut, OutputBytes: out.total}
 
-	full := out.text()
-	status, summary := StatusSuccess, "exit code 0"
+	full := out.Text()
+	status, summary := tool.StatusSuccess, "exit code 0"
 	switch {
 	case timedOut:
-		status, summary = StatusError, fmt.Sprintf("timed out after %v and was killed", timeout)
+		status, summary = tool.StatusError, fmt.Sprintf("timed out after %v and was killed", timeout)
 	case sig != "":
-		status, summary = StatusError, "killed by "+sig
+		status, summary = tool.StatusError, "killed by "+sig
 	case code != 0:
-		status, summary = StatusError, fmt.Sprintf("exit code %d", code)
+		status, summary = tool.StatusError, fmt.Sprintf("exit code %d", code)
 	}
 	res.Output = full
-	r := successResult(summary, res)
+	r := tool.SuccessResult(summary, res)
 	r.Status = status
 	if len(r.Output) <= lim.ResultBytes {
 		return r, nil
 	}
 	// Too long for the model: keep head and tail, the whole in an artifact.
-	ref, aerr := writeArtifact(env.Workspace, []byte(full))
+	ref, aerr := tool.WriteArtifact(env.Workspace, []byte(full))
 	note := "\n[... output cut: read artifact_ref with choir.fs.read for all of it ...]\n"
 	if aerr != nil {
 		note = "\n[... output cut; it could not be saved: " + aerr.Error() + " ...]\n"
 	}
 	res.Output = ""
-	overhead := len(successResult(summary, res).Output) + 64
+	overhead := len(tool.SuccessResult(summary, res).Output) + 64
 	res.Output = string(fitStringRaw(lim.ResultBytes-overhead, func(n int) string {
-		return truncateUTF8(full, n/2) + note + tailUTF8(full, n/2)
+		return tool.TruncateUTF8(full, n/2) + note + tool.TailUTF8(full, n/2)
 	}))
-	r = successResult(summary, res)
+	r = tool.SuccessResult(summary, res)
 	r.Status = status
 	r.ArtifactRef = ref
 	r.Truncated = true
 	return r, nil
 }
 
-// fitStringRaw is fitString returning the fitting string itself.
+// fitStringRaw is FitString returning the fitting string itself.
 func fitStringRaw(limit int, render func(n int) string) string {
 	var s string
-	_ = json.Unmarshal(fitString(max(limit, 256), render), &s)
+	_ = json.Unmarshal(tool.FitString(max(limit, 256), render), &s)
 	return s
 }

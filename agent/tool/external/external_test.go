@@ -1,16 +1,16 @@
-package tool_test
+package external_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
 )
 
 func TestExternalTool(t *testing.T) {
@@ -38,7 +38,7 @@ func TestExternalTool(t *testing.T) {
 	// Give x.sleep a short timeout.
 	writeFile(t, filepath.Join(dir, "sleep.json"), strings.Replace(manifest("x.sleep", ""), `"timeout_ms": 5000`, `"timeout_ms": 300`, 1), 0o644)
 
-	b := setup(t, tool.Config{GlobalDir: dir})
+	b := setup(t, builtin.Config{GlobalDir: dir})
 	b.env.SecretFunc = func(name string) (string, bool) {
 		switch name {
 		case "tok":
@@ -185,65 +185,6 @@ func TestExternalTool(t *testing.T) {
 		_, err := d.Execute(ctx, b.env, json.RawMessage(`{}`))
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("got %v, want context.Canceled", err)
-		}
-	})
-}
-
-func TestNotExecutedTools(t *testing.T) {
-	t.Parallel()
-	b := setup(t, tool.Config{Tools: []tool.Tool{panicTool{}}})
-
-	t.Run("HostMetaAndRuntimeToolsAreNotExecuted", func(t *testing.T) {
-		t.Parallel()
-		for _, name := range []string{tool.NameMemoryQuery, tool.NameMemoryUpsert, tool.NameMemoryCompact, tool.NameProposeTool} {
-			d, _ := b.reg.Lookup(name)
-			_, err := d.Execute(context.Background(), b.env, json.RawMessage(`{}`))
-			if !errors.Is(err, tool.ErrNotExecutable) {
-				t.Errorf("%s: got %v, want ErrNotExecutable", name, err)
-			}
-		}
-	})
-
-	t.Run("HostResultIsShaped", func(t *testing.T) {
-		t.Parallel()
-		d, _ := b.reg.Lookup(tool.NameMemoryQuery)
-		env := b.env
-		env.Limits.ResultBytes = 2048
-		big, _ := json.Marshal(map[string]string{"hits": strings.Repeat("memory ", 1000)})
-		r := d.Shape(env, tool.Result{Status: "weird", Summary: "s", Output: big})
-		if r.Status != tool.StatusError || !r.Truncated || r.ArtifactRef == "" || len(r.Output) > 2048 {
-			t.Errorf("got status %s truncated %v ref %q len %d", r.Status, r.Truncated, r.ArtifactRef, len(r.Output))
-		}
-		if got := readFile(t, filepath.Join(b.ws, r.ArtifactRef)); !strings.Contains(got, "\n  \"hits\": ") {
-			t.Errorf("artifact is not indented JSON: %.60q", got)
-		}
-	})
-
-	t.Run("PanicIsAnError", func(t *testing.T) {
-		t.Parallel()
-		d, _ := b.reg.Lookup("test.panic")
-		_, err := d.Execute(context.Background(), b.env, json.RawMessage(`{}`))
-		if !errors.Is(err, tool.ErrToolPanic) {
-			t.Errorf("got %v", err)
-		}
-	})
-
-	t.Run("UnknownTool", func(t *testing.T) {
-		t.Parallel()
-		if _, err := b.reg.Get("no.such"); !errors.Is(err, tool.ErrUnknownTool) {
-			t.Errorf("got %v", err)
-		}
-	})
-
-	t.Run("NoArtifactWithoutWorkspace", func(t *testing.T) {
-		t.Parallel()
-		d, _ := b.reg.Lookup(tool.NameMemoryQuery)
-		r := d.Shape(tool.Env{}, tool.Result{Status: tool.StatusSuccess, Summary: "s", Output: json.RawMessage(`"` + strings.Repeat("x", 40000) + `"`)})
-		if !r.Truncated || r.ArtifactRef != "" || len(r.Output) > tool.DefaultResultBytes {
-			t.Errorf("got %+v", r.ArtifactRef)
-		}
-		if _, err := os.Stat(".choirtmp"); err == nil {
-			t.Error("wrote an artifact into the test's directory")
 		}
 	})
 }

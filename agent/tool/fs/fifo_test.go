@@ -1,4 +1,4 @@
-package tool_test
+package fs_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
 )
 
 // TestReadRefusesFIFO plants a FIFO with no writer, directly and behind a
@@ -19,7 +20,7 @@ import (
 // the path) for good.
 func TestReadRefusesFIFO(t *testing.T) {
 	t.Parallel()
-	b := setup(t, tool.Config{})
+	b := setup(t, builtin.Config{})
 	fifo := filepath.Join(b.ws, "pipe.txt")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)

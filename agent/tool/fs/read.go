@@ -1,4 +1,4 @@
-package tool
+package fs
 
 import (
 	"bufio"
@@ -12,18 +12,20 @@ import (
 	"os"
 	"syscall"
 	"unicode/utf8"
+
+	"github.com/choirhq/choir/agent/tool"
 )
 
 // workspaceFS is a workspace opened for one call: paths are resolved with
-// resolveIn and the I/O goes through the os.Root, which refuses anything a
+// ResolveIn and the I/O goes through the os.Root, which refuses anything a
 // concurrent change might have made escape since.
 type workspaceFS struct {
 	root        *os.Root
 	given, real string
 }
 
-func openWorkspace(env Env) (*workspaceFS, error) {
-	given, real, err := workspaceRoots(env.Workspace)
+func openWorkspace(env tool.Env) (*workspaceFS, error) {
+	given, real, err := tool.WorkspaceRoots(env.Workspace)
 	if err != nil {
 		return nil, err
 	}
@@ -36,7 +38,7 @@ func openWorkspace(env Env) (*workspaceFS, error) {
 
 func (w *workspaceFS) Close() error { return w.root.Close() }
 
-func (w *workspaceFS) resolve(p string) (string, error) { return resolveIn(w.given, w.real, p) }
+func (w *workspaceFS) resolve(p string) (string, error) { return tool.ResolveIn(w.given, w.real, p) }
 
 // open opens rel for reading and describes it. O_NONBLOCK makes the open of
 // a FIFO return at once instead of waiting for a writer, which would hang
@@ -60,10 +62,10 @@ func (w *workspaceFS) open(rel string) (*os.File, fs.FileInfo, error) {
 // fsRead is choir.fs.read: a chunk of a text file, with its line count.
 type fsRead struct{}
 
-func (fsRead) Spec() Spec {
-	return Spec{
-		LLM: LLMView{
-			Name: NameFSRead,
+func (fsRead) Spec() tool.Spec {
+	return tool.Spec{
+		LLM: tool.LLMView{
+			Name: tool.NameFSRead,
 			Description: "Read a text file of the workspace, or part of it: the first lines (head), the last lines (tail), " +
 				"or a line range (start_line, end_line; 1-based, inclusive). Without any of them, reads from the start as much as fits. " +
 				"Returns total_lines, and next_line when more remains.",
@@ -80,10 +82,10 @@ func (fsRead) Spec() Spec {
   "additionalProperties": false
 }`),
 		},
-		Runtime: Runtime{
+		Runtime: tool.Runtime{
 			TimeoutMS:  30_000,
-			Locks:      []LockTemplate{{Resource: "file:{path}", Mode: ModeShared}},
-			SideEffect: SideEffectRead,
+			Locks:      []tool.LockTemplate{{Resource: "file:{path}", Mode: tool.ModeShared}},
+			SideEffect: tool.SideEffectRead,
 			Idempotent: true,
 			Version:    "1.0",
 		},
@@ -109,7 +111,7 @@ type fsReadOutput struct {
 // binarySniff is how much of a file is checked for NUL bytes.
 const binarySniff = 8 << 10
 
-func (fsRead) Execute(ctx context.Context, env Env, input json.RawMessage) (Result, error) {
+func (fsRead) Execute(ctx context.Context, env tool.Env, input json.RawMessage) (tool.Result, error) {
 	var in struct {
 		Path      string `json:"path"`
 		Head      int    `json:"head"`
@@ -118,7 +120,7 @@ func (fsRead) Execute(ctx context.Context, env Env, input json.RawMessage) (Resu
 		EndLine   int    `json:"end_line"`
 	}
 	if err := json.Unmarshal(input, &in); err != nil {
-		return Result{}, &InputError{Name: NameFSRead, Problems: []Problem{{Message: err.Error()}}}
+		return tool.Result{}, &tool.InputError{Name: tool.NameFSRead, Problems: []tool.Problem{{Message: err.Error()}}}
 	}
 	modes := 0
 	for _, set := range []bool{in.Head > 0, in.Tail > 0, in.StartLine > 0 || in.EndLine > 0} {
@@ -127,20 +129,20 @@ func (fsRead) Execute(ctx context.Context, env Env, input json.RawMessage) (Resu
 		}
 	}
 	if modes > 1 {
-		return Result{}, &InputError{Name: NameFSRead, Problems: []Problem{{Message: "use one of head, tail, or start_line/end_line"}}}
+		return tool.Result{}, &tool.InputError{Name: tool.NameFSRead, Problems: []tool.Problem{{Message: "use one of head, tail, or start_line/end_line"}}}
 	}
 	if in.EndLine > 0 && in.StartLine > in.EndLine {
-		return Result{}, &InputError{Name: NameFSRead, Problems: []Problem{{Path: "/end_line", Message: fmt.Sprintf("end_line %d is before start_line %d", in.EndLine, in.StartLine)}}}
+		return tool.Result{}, &tool.InputError{Name: tool.NameFSRead, Problems: []tool.Problem{{Path: "/end_line", Message: fmt.Sprintf("end_line %d is before start_line %d", in.EndLine, in.StartLine)}}}
 	}
 
 	w, err := openWorkspace(env)
 	if err != nil {
-		return errorResult("%v", err), nil
+		return tool.ErrorResult("%v", err), nil
 	}
 	defer w.Close()
 	rel, err := w.resolve(in.Path)
 	if err != nil {
-		return Result{}, err
+		return tool.Result{}, err
 	}
 	f, fi, err := w.open(rel)
 	if err != nil {
@@ -148,17 +150,17 @@ func (fsRead) Execute(ctx context.Context, env Env, input json.RawMessage) (Resu
 	}
 	defer f.Close()
 	if fi.IsDir() {
-		return errorResult("%s is a directory: list it with choir.exec (ls) or search it with choir.fs.search", in.Path), nil
+		return tool.ErrorResult("%s is a directory: list it with choir.exec (ls) or search it with choir.fs.search", in.Path), nil
 	}
 	if !fi.Mode().IsRegular() {
-		return errorResult("%s is not a regular file", in.Path), nil
+		return tool.ErrorResult("%s is not a regular file", in.Path), nil
 	}
 
 	br := bufio.NewReaderSize(f, 64<<10)
 	if sniff, _ := br.Peek(binarySniff); bytes.IndexByte(sniff, 0) >= 0 {
-		return errorResult("%s is a binary file", in.Path), nil
+		return tool.ErrorResult("%s is a binary file", in.Path), nil
 	}
-	lim := env.Limits.withDefaults()
+	lim := env.Limits.WithDefaults()
 	budget := lim.ResultBytes - 512 // room for the other fields
 	out := fsReadOutput{Path: rel}
 	var err2 error
@@ -174,14 +176,14 @@ func (fsRead) Execute(ctx context.Context, env Env, input json.RawMessage) (Resu
 		}
 		err2 = readRange(ctx, br, from, to, budget, &out)
 		if err2 == nil && from > out.TotalLines && !(from == 1 && out.TotalLines == 0) {
-			return errorResult("start_line %d is past the end of %s, which has %d lines", from, in.Path, out.TotalLines), nil
+			return tool.ErrorResult("start_line %d is past the end of %s, which has %d lines", from, in.Path, out.TotalLines), nil
 		}
 	}
 	if err2 != nil {
 		if ctx.Err() != nil {
-			return Result{}, err2
+			return tool.Result{}, err2
 		}
-		return errorResult("read %s: %v", in.Path, errText(err2)), nil
+		return tool.ErrorResult("read %s: %v", in.Path, tool.ErrText(err2)), nil
 	}
 	summary := fmt.Sprintf("%s: lines %d-%d of %d", rel, out.StartLine, out.EndLine, out.TotalLines)
 	switch {
@@ -194,18 +196,18 @@ func (fsRead) Execute(ctx context.Context, env Env, input json.RawMessage) (Resu
 	case out.NextLine > 0:
 		summary += fmt.Sprintf(" (continue at line %d)", out.NextLine)
 	}
-	return successResult(summary, out), nil
+	return tool.SuccessResult(summary, out), nil
 }
 
 // fileError turns an I/O error into a result for the model.
-func fileError(p string, err error) Result {
+func fileError(p string, err error) tool.Result {
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return errorResult("%s: no such file", p)
+		return tool.ErrorResult("%s: no such file", p)
 	case errors.Is(err, fs.ErrPermission):
-		return errorResult("%s: permission denied", p)
+		return tool.ErrorResult("%s: permission denied", p)
 	}
-	return errorResult("%s: %s", p, errText(err))
+	return tool.ErrorResult("%s: %s", p, tool.ErrText(err))
 }
 
 // lineReader yields the lines of a file, each cut to at most keep bytes,

@@ -1,63 +1,72 @@
-package tool
+// Package builtin assembles an agent's tool registry (spec section 8):
+// the built-in families (choir.exec from proc, the choir.fs tools from fs),
+// the declarations of the tools the agent describes but does not run (the
+// memory tools, the proposal meta-tools, choir.send.file), further Go tools
+// the caller passes, and the external tools of the global and agent
+// directories, loaded by the external package. A new family joins by
+// adding its Tools to [Tools]; the precedence rules are the registry's,
+// see [tool.New].
+package builtin
 
 import (
-	"context"
 	"encoding/json"
-	"fmt"
-	"os/exec"
+
+	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/external"
+	"github.com/choirhq/choir/agent/tool/fs"
+	"github.com/choirhq/choir/agent/tool/proc"
 )
 
-// Names of the built-in tools.
+// Default directories of external tools inside the agent image (spec 15.1).
 const (
-	NameExec          = "choir.exec"
-	NameFSRead        = "choir.fs.read"
-	NameFSWrite       = "choir.fs.write"
-	NameFSSearch      = "choir.fs.search"
-	NameMemoryQuery   = "choir.memory.query"
-	NameMemoryUpsert  = "choir.memory.upsert"
-	NameMemoryCompact = "choir.memory.compact"
-	NameProposeTool   = "choir.propose.tool"
-	NameProposeSkill  = "choir.propose.skill"
-	NameSendFile      = "choir.send.file"
+	DefaultGlobalDir = "/choir/tools/global"
+	DefaultAgentDir  = "/choir/tools/agent"
 )
 
-// Builtins returns the tools every registry holds: choir.exec and the
+// Config says where Build finds tools.
+type Config struct {
+	// GlobalDir holds external tools shared by all agents
+	// (DefaultGlobalDir in the image); empty skips it, and so does a
+	// directory that does not exist.
+	GlobalDir string
+	// AgentDir holds the agent's own external tools (DefaultAgentDir);
+	// they override global tools of the same name. Empty skips it.
+	AgentDir string
+	// Tools are further built-in tools implemented elsewhere (web search,
+	// email, ...), added to those of [Tools].
+	Tools []tool.Tool
+}
+
+// Build assembles the registry: the built-in tools, then the external
+// tools of cfg.GlobalDir, then those of cfg.AgentDir. It validates every
+// tool and reports every problem at once, each external one as a
+// [*tool.ManifestError] naming its file.
+func Build(cfg Config) (*tool.Registry, error) {
+	global, gerr := external.Load(cfg.GlobalDir, tool.OriginGlobal)
+	agent, aerr := external.Load(cfg.AgentDir, tool.OriginAgent)
+	return tool.New(append(Tools(), cfg.Tools...),
+		tool.Layer{Defs: global, Err: gerr}, tool.Layer{Defs: agent, Err: aerr})
+}
+
+// Tools returns the tools every registry holds: choir.exec and the
 // choir.fs tools (executed here), and the declarations of the memory tools
 // (spec 11.7; query and upsert run on the host, compact in the calling
-// lane) and of the proposal meta-tools (spec 8.10).
-func Builtins() []Tool {
-	rg, _ := exec.LookPath("rg")
-	return []Tool{
-		execTool{},
-		fsRead{},
-		fsWrite{},
-		fsSearch{rg: rg},
-		Declare(memoryQuerySpec),
-		Declare(memoryUpsertSpec),
-		Declare(memoryCompactSpec),
-		Declare(proposeToolSpec),
-		Declare(proposeSkillSpec),
-		Declare(sendFileSpec),
-	}
+// lane), of the proposal meta-tools (spec 8.10) and of choir.send.file (a
+// host tool).
+func Tools() []tool.Tool {
+	return append(append(proc.Tools(), fs.Tools()...),
+		tool.Declare(memoryQuerySpec),
+		tool.Declare(memoryUpsertSpec),
+		tool.Declare(memoryCompactSpec),
+		tool.Declare(proposeToolSpec),
+		tool.Declare(proposeSkillSpec),
+		tool.Declare(sendFileSpec),
+	)
 }
 
-// declaration is a tool the agent describes but does not execute.
-type declaration struct{ spec Spec }
-
-// Declare returns a tool that is described but not executed by the agent:
-// a host tool (runtime.host), a meta tool (runtime.meta), or, with neither
-// flag, a runtime tool the lane handles itself. Its [Def.Kind] says which.
-func Declare(spec Spec) Tool { return declaration{spec: spec.clone()} }
-
-func (d declaration) Spec() Spec { return d.spec.clone() }
-
-func (d declaration) Execute(context.Context, Env, json.RawMessage) (Result, error) {
-	return Result{}, fmt.Errorf("execute %s: %w", d.spec.LLM.Name, ErrNotExecutable)
-}
-
-var memoryQuerySpec = Spec{
-	LLM: LLMView{
-		Name: NameMemoryQuery,
+var memoryQuerySpec = tool.Spec{
+	LLM: tool.LLMView{
+		Name: tool.NameMemoryQuery,
 		Description: "Search memory. store working: this session's full event log (mode keyword, or hash of an event). " +
 			"store session: your past sessions, mid-term chunks and long-term summaries (mode semantic, text, hash, range, " +
 			"or session_detail with session_id to read one older session in full). " +
@@ -94,12 +103,12 @@ var memoryQuerySpec = Spec{
   ]
 }`),
 	},
-	Runtime: Runtime{TimeoutMS: 30_000, SideEffect: SideEffectRead, Idempotent: true, Version: "1.0", Host: true},
+	Runtime: tool.Runtime{TimeoutMS: 30_000, SideEffect: tool.SideEffectRead, Idempotent: true, Version: "1.0", Host: true},
 }
 
-var memoryUpsertSpec = Spec{
-	LLM: LLMView{
-		Name: NameMemoryUpsert,
+var memoryUpsertSpec = tool.Spec{
+	LLM: tool.LLMView{
+		Name: tool.NameMemoryUpsert,
 		Description: "Write to your knowledge base: insert a document (a dedup key that exists updates that document instead), " +
 			"update the text or metadata of the document with a key or id, or delete it (its versions are kept).",
 		Parameters: json.RawMessage(`{
@@ -122,21 +131,21 @@ var memoryUpsertSpec = Spec{
   ]
 }`),
 	},
-	Runtime: Runtime{TimeoutMS: 30_000, SideEffect: SideEffectWrite, Version: "1.0", Host: true},
+	Runtime: tool.Runtime{TimeoutMS: 30_000, SideEffect: tool.SideEffectWrite, Version: "1.0", Host: true},
 }
 
-var memoryCompactSpec = Spec{
-	LLM: LLMView{
-		Name:        NameMemoryCompact,
+var memoryCompactSpec = tool.Spec{
+	LLM: tool.LLMView{
+		Name:        tool.NameMemoryCompact,
 		Description: "Fold the oldest events of your context window into your reference summary now, to free room.",
 		Parameters:  json.RawMessage(`{"type": "object", "properties": {}, "additionalProperties": false}`),
 	},
-	Runtime: Runtime{TimeoutMS: 60_000, SideEffect: SideEffectWrite, Idempotent: true, Version: "1.0"},
+	Runtime: tool.Runtime{TimeoutMS: 60_000, SideEffect: tool.SideEffectWrite, Idempotent: true, Version: "1.0"},
 }
 
-var proposeToolSpec = Spec{
-	LLM: LLMView{
-		Name: NameProposeTool,
+var proposeToolSpec = tool.Spec{
+	LLM: tool.LLMView{
+		Name: tool.NameProposeTool,
 		Description: "Propose a new tool, or a change to one, for human approval. Nothing is installed: " +
 			"a person reviews the proposal, writes the implementation and registers it. Describe the behaviour in prose; never include code.",
 		Parameters: json.RawMessage(`{
@@ -169,12 +178,12 @@ var proposeToolSpec = Spec{
   "additionalProperties": false
 }`),
 	},
-	Runtime: Runtime{TimeoutMS: 10_000, SideEffect: SideEffectExternal, Version: "1.0", Meta: true},
+	Runtime: tool.Runtime{TimeoutMS: 10_000, SideEffect: tool.SideEffectExternal, Version: "1.0", Meta: true},
 }
 
-var proposeSkillSpec = Spec{
-	LLM: LLMView{
-		Name: NameProposeSkill,
+var proposeSkillSpec = tool.Spec{
+	LLM: tool.LLMView{
+		Name: tool.NameProposeSkill,
 		Description: "Propose a new skill, or a change to one, for human approval. The spec is a SkillSpec state machine; " +
 			"nothing is installed until a person approves it.",
 		Parameters: json.RawMessage(`{
@@ -202,12 +211,12 @@ var proposeSkillSpec = Spec{
   "additionalProperties": false
 }`),
 	},
-	Runtime: Runtime{TimeoutMS: 10_000, SideEffect: SideEffectExternal, Version: "1.0", Meta: true},
+	Runtime: tool.Runtime{TimeoutMS: 10_000, SideEffect: tool.SideEffectExternal, Version: "1.0", Meta: true},
 }
 
-var sendFileSpec = Spec{
-	LLM: LLMView{
-		Name: NameSendFile,
+var sendFileSpec = tool.Spec{
+	LLM: tool.LLMView{
+		Name: tool.NameSendFile,
 		Description: "Send a file to the user: first write it under .choirtmp/send/ in the workspace (choir.fs.write or " +
 			"choir.exec), then call this with its name. Images go as photos, .ogg/.opus as voice messages, videos as " +
 			"videos, anything else as a document (kind overrides). The file is deleted once delivered; at most 50 MB.",
@@ -222,5 +231,5 @@ var sendFileSpec = Spec{
   "additionalProperties": false
 }`),
 	},
-	Runtime: Runtime{TimeoutMS: 30_000, SideEffect: SideEffectExternal, Version: "1.0", Host: true},
+	Runtime: tool.Runtime{TimeoutMS: 30_000, SideEffect: tool.SideEffectExternal, Version: "1.0", Host: true},
 }

@@ -1,4 +1,4 @@
-package tool
+package proc
 
 import (
 	"os"
@@ -18,8 +18,8 @@ const waitDelay = 2 * time.Second
 // 14.1), but the agent's environment is still not theirs to see whole.
 var passEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "SSH_AUTH_SOCK"}
 
-// childEnv builds a child's environment from the pass list and extras.
-func childEnv(ws string, extra ...string) []string {
+// ChildEnv builds a child's environment from the pass list and extras.
+func ChildEnv(ws string, extra ...string) []string {
 	env := make([]string, 0, len(passEnv)+2+len(extra))
 	for _, k := range passEnv {
 		if v, ok := os.LookupEnv(k); ok {
@@ -33,9 +33,9 @@ func childEnv(ws string, extra ...string) []string {
 	return append(env, extra...)
 }
 
-// setProcessGroup makes cmd the leader of a new process group and makes
+// SetProcessGroup makes cmd the leader of a new process group and makes
 // cancellation kill the whole group, so a command's children die with it.
-func setProcessGroup(cmd *exec.Cmd) {
+func SetProcessGroup(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
 		if cmd.Process == nil {
@@ -46,9 +46,9 @@ func setProcessGroup(cmd *exec.Cmd) {
 	cmd.WaitDelay = waitDelay
 }
 
-// exitStatus describes how a finished command ended: its exit code, or -1
+// ExitStatus describes how a finished command ended: its exit code, or -1
 // and the signal that killed it.
-func exitStatus(ps *os.ProcessState) (code int, signal string) {
+func ExitStatus(ps *os.ProcessState) (code int, signal string) {
 	if ps == nil {
 		return -1, ""
 	}
@@ -58,9 +58,9 @@ func exitStatus(ps *os.ProcessState) (code int, signal string) {
 	return ps.ExitCode(), ""
 }
 
-// headTail keeps the first and last bytes written to it, up to a total of
+// HeadTail keeps the first and last bytes written to it, up to a total of
 // limit, and counts everything.
-type headTail struct {
+type HeadTail struct {
 	limit int
 	head  []byte
 	tail  []byte // ring buffer once full
@@ -68,9 +68,9 @@ type headTail struct {
 	total int64
 }
 
-func newHeadTail(limit int) *headTail { return &headTail{limit: limit} }
+func NewHeadTail(limit int) *HeadTail { return &HeadTail{limit: limit} }
 
-func (h *headTail) Write(p []byte) (int, error) {
+func (h *HeadTail) Write(p []byte) (int, error) {
 	n := len(p)
 	h.total += int64(n)
 	headMax := h.limit / 2
@@ -105,13 +105,13 @@ func (h *headTail) Write(p []byte) (int, error) {
 }
 
 // kept returns the bytes kept, and how many were dropped in the middle.
-func (h *headTail) kept() (head, tail []byte, dropped int64) {
+func (h *HeadTail) kept() (head, tail []byte, dropped int64) {
 	tail = append(append([]byte(nil), h.tail[h.start:]...), h.tail[:h.start]...)
 	return h.head, tail, h.total - int64(len(h.head)) - int64(len(tail))
 }
 
-// text renders the kept output, marking a gap.
-func (h *headTail) text() string {
+// Text renders the kept output, marking a gap.
+func (h *HeadTail) Text() string {
 	head, tail, dropped := h.kept()
 	if dropped == 0 {
 		return string(head) + string(tail)
@@ -119,18 +119,18 @@ func (h *headTail) text() string {
 	return string(head) + "\n[... " + strconv.FormatInt(dropped, 10) + " bytes not kept ...]\n" + string(tail)
 }
 
-// capped keeps up to limit bytes and notes an overflow.
-type capped struct {
-	limit    int
-	buf      []byte
-	overflow bool
+// Capped keeps up to Limit bytes and notes an overflow.
+type Capped struct {
+	Limit    int
+	Buf      []byte
+	Overflow bool
 }
 
-func (c *capped) Write(p []byte) (int, error) {
-	room := c.limit - len(c.buf)
+func (c *Capped) Write(p []byte) (int, error) {
+	room := c.Limit - len(c.Buf)
 	if len(p) > room {
-		c.overflow = true
+		c.Overflow = true
 	}
-	c.buf = append(c.buf, p[:min(room, len(p))]...)
+	c.Buf = append(c.Buf, p[:min(room, len(p))]...)
 	return len(p), nil
 }

@@ -1,4 +1,4 @@
-package tool
+package fs
 
 import (
 	"bytes"
@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+
+	"github.com/choirhq/choir/agent/tool"
 )
 
 // maxEditBytes bounds the size of a file edited line by line (it is held
@@ -26,10 +28,10 @@ const (
 // atomically through a temporary file and a rename.
 type fsWrite struct{}
 
-func (fsWrite) Spec() Spec {
-	return Spec{
-		LLM: LLMView{
-			Name: NameFSWrite,
+func (fsWrite) Spec() tool.Spec {
+	return tool.Spec{
+		LLM: tool.LLMView{
+			Name: tool.NameFSWrite,
 			Description: "Write to a file of the workspace, creating it and its parent directories if needed. " +
 				"mode overwrite (default) replaces the whole file with content; append adds content at the end; " +
 				"insert puts content before line `line` (total_lines+1 appends); replace swaps lines start_line..end_line " +
@@ -48,10 +50,10 @@ func (fsWrite) Spec() Spec {
   "additionalProperties": false
 }`),
 		},
-		Runtime: Runtime{
+		Runtime: tool.Runtime{
 			TimeoutMS:  30_000,
-			Locks:      []LockTemplate{{Resource: "file:{path}", Mode: ModeExclusive}},
-			SideEffect: SideEffectWrite,
+			Locks:      []tool.LockTemplate{{Resource: "file:{path}", Mode: tool.ModeExclusive}},
+			SideEffect: tool.SideEffectWrite,
 			Version:    "1.0",
 		},
 	}
@@ -66,7 +68,7 @@ type fsWriteOutput struct {
 	Created    bool   `json:"created,omitempty"`
 }
 
-func (fsWrite) Execute(ctx context.Context, env Env, input json.RawMessage) (Result, error) {
+func (fsWrite) Execute(ctx context.Context, env tool.Env, input json.RawMessage) (tool.Result, error) {
 	var in struct {
 		Path      string `json:"path"`
 		Mode      string `json:"mode"`
@@ -76,26 +78,26 @@ func (fsWrite) Execute(ctx context.Context, env Env, input json.RawMessage) (Res
 		EndLine   int    `json:"end_line"`
 	}
 	if err := json.Unmarshal(input, &in); err != nil {
-		return Result{}, &InputError{Name: NameFSWrite, Problems: []Problem{{Message: err.Error()}}}
+		return tool.Result{}, &tool.InputError{Name: tool.NameFSWrite, Problems: []tool.Problem{{Message: err.Error()}}}
 	}
 	if in.Mode == "" {
 		in.Mode = writeOverwrite
 	}
 	if err := checkWriteFields(in.Mode, in.Line, in.StartLine, in.EndLine); err != nil {
-		return Result{}, err
+		return tool.Result{}, err
 	}
 
 	w, err := openWorkspace(env)
 	if err != nil {
-		return errorResult("%v", err), nil
+		return tool.ErrorResult("%v", err), nil
 	}
 	defer w.Close()
 	rel, err := w.resolve(in.Path)
 	if err != nil {
-		return Result{}, err
+		return tool.Result{}, err
 	}
 	if rel == "." {
-		return errorResult("%s is the workspace root, not a file", in.Path), nil
+		return tool.ErrorResult("%s is the workspace root, not a file", in.Path), nil
 	}
 
 	var old []byte
@@ -104,14 +106,14 @@ func (fsWrite) Execute(ctx context.Context, env Env, input json.RawMessage) (Res
 	fi, err := w.root.Stat(rel)
 	switch {
 	case err == nil && fi.IsDir():
-		return errorResult("%s is a directory", in.Path), nil
+		return tool.ErrorResult("%s is a directory", in.Path), nil
 	case err == nil && !fi.Mode().IsRegular():
-		return errorResult("%s is not a regular file", in.Path), nil
+		return tool.ErrorResult("%s is not a regular file", in.Path), nil
 	case err == nil:
 		exists, perm = true, fi.Mode().Perm()
 		if in.Mode != writeOverwrite {
 			if fi.Size() > maxEditBytes {
-				return errorResult("%s is %d bytes, over the %d bytes a line edit may load; use choir.exec", in.Path, fi.Size(), maxEditBytes), nil
+				return tool.ErrorResult("%s is %d bytes, over the %d bytes a line edit may load; use choir.exec", in.Path, fi.Size(), maxEditBytes), nil
 			}
 			if old, err = w.root.ReadFile(rel); err != nil {
 				return fileError(in.Path, err), nil
@@ -119,7 +121,7 @@ func (fsWrite) Execute(ctx context.Context, env Env, input json.RawMessage) (Res
 		}
 	case errors.Is(err, fs.ErrNotExist):
 		if in.Mode == writeReplace {
-			return errorResult("%s: no such file to replace lines in", in.Path), nil
+			return tool.ErrorResult("%s: no such file to replace lines in", in.Path), nil
 		}
 	default:
 		return fileError(in.Path, err), nil
@@ -127,35 +129,35 @@ func (fsWrite) Execute(ctx context.Context, env Env, input json.RawMessage) (Res
 
 	data, summary, err := applyEdit(old, in.Mode, in.Content, in.Line, in.StartLine, in.EndLine)
 	if err != nil {
-		return errorResult("%s: %v", in.Path, err), nil
+		return tool.ErrorResult("%s: %v", in.Path, err), nil
 	}
 	if err := ctx.Err(); err != nil {
-		return Result{}, err
+		return tool.Result{}, err
 	}
 	if dir := path.Dir(rel); dir != "." {
 		if err := w.root.MkdirAll(dir, 0o755); err != nil {
-			return errorResult("create the directories of %s: %s", in.Path, errText(err)), nil
+			return tool.ErrorResult("create the directories of %s: %s", in.Path, tool.ErrText(err)), nil
 		}
 	}
-	if err := writeFileAtomic(w.root, rel, data, perm); err != nil {
-		return errorResult("write %s: %s", in.Path, errText(err)), nil
+	if err := tool.WriteFileAtomic(w.root, rel, data, perm); err != nil {
+		return tool.ErrorResult("write %s: %s", in.Path, tool.ErrText(err)), nil
 	}
 	out := fsWriteOutput{Path: rel, Mode: in.Mode, Bytes: len(data), TotalLines: countLines(data), Created: !exists}
-	return successResult(fmt.Sprintf("%s %s (now %s, %s)", summary, rel, plural(out.TotalLines, "line"), plural(out.Bytes, "byte")), out), nil
+	return tool.SuccessResult(fmt.Sprintf("%s %s (now %s, %s)", summary, rel, plural(out.TotalLines, "line"), plural(out.Bytes, "byte")), out), nil
 }
 
 // checkWriteFields refuses line fields that the mode does not use, and
 // missing ones that it needs.
 func checkWriteFields(mode string, line, start, end int) error {
-	var ps []Problem
+	var ps []tool.Problem
 	need := func(ok bool, field string) {
 		if !ok {
-			ps = append(ps, Problem{Path: "/" + field, Message: "required with mode " + mode})
+			ps = append(ps, tool.Problem{Path: "/" + field, Message: "required with mode " + mode})
 		}
 	}
 	forbid := func(set bool, field string) {
 		if set {
-			ps = append(ps, Problem{Path: "/" + field, Message: "not used with mode " + mode})
+			ps = append(ps, tool.Problem{Path: "/" + field, Message: "not used with mode " + mode})
 		}
 	}
 	switch mode {
@@ -172,11 +174,11 @@ func checkWriteFields(mode string, line, start, end int) error {
 		need(end > 0, "end_line")
 		forbid(line > 0, "line")
 		if start > 0 && end > 0 && end < start {
-			ps = append(ps, Problem{Path: "/end_line", Message: fmt.Sprintf("end_line %d is before start_line %d", end, start)})
+			ps = append(ps, tool.Problem{Path: "/end_line", Message: fmt.Sprintf("end_line %d is before start_line %d", end, start)})
 		}
 	}
 	if ps != nil {
-		return &InputError{Name: NameFSWrite, Problems: ps}
+		return &tool.InputError{Name: tool.NameFSWrite, Problems: ps}
 	}
 	return nil
 }

@@ -1,4 +1,4 @@
-package tool
+package external
 
 import (
 	"bytes"
@@ -10,6 +10,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/proc"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -34,21 +36,21 @@ const stderrKeep = 2 << 10
 //     tail of stderr;
 //   - on timeout its whole process group is killed.
 type external struct {
-	spec Spec
+	spec tool.Spec
 }
 
-func (e *external) Spec() Spec { return e.spec.clone() }
+func (e *external) Spec() tool.Spec { return e.spec.Clone() }
 
-func (e *external) Execute(ctx context.Context, env Env, input json.RawMessage) (Result, error) {
+func (e *external) Execute(ctx context.Context, env tool.Env, input json.RawMessage) (tool.Result, error) {
 	rt := e.spec.Runtime
 	cmd := exec.CommandContext(ctx, rt.ExecPath)
 	cmd.Dir = env.Workspace
 	cmd.Stdin = bytes.NewReader(input)
-	stdout := &capped{limit: env.Limits.withDefaults().CaptureBytes}
-	stderr := newHeadTail(stderrKeep)
+	stdout := &proc.Capped{Limit: env.Limits.WithDefaults().CaptureBytes}
+	stderr := proc.NewHeadTail(stderrKeep)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.Env = childEnv(env.Workspace, "CHOIR_TOOL="+e.spec.LLM.Name)
-	setProcessGroup(cmd)
+	cmd.Env = proc.ChildEnv(env.Workspace, "CHOIR_TOOL="+e.spec.LLM.Name)
+	proc.SetProcessGroup(cmd)
 
 	var secretsW *os.File
 	var secretsJSON []byte
@@ -61,11 +63,11 @@ func (e *external) Execute(ctx context.Context, env Env, input json.RawMessage) 
 		}
 		b, err := json.Marshal(secrets)
 		if err != nil {
-			return Result{}, fmt.Errorf("encode secrets: %w", err)
+			return tool.Result{}, fmt.Errorf("encode secrets: %w", err)
 		}
 		r, w, err := os.Pipe()
 		if err != nil {
-			return Result{}, fmt.Errorf("secrets pipe: %w", err)
+			return tool.Result{}, fmt.Errorf("secrets pipe: %w", err)
 		}
 		defer r.Close()
 		defer w.Close()
@@ -75,7 +77,7 @@ func (e *external) Execute(ctx context.Context, env Env, input json.RawMessage) 
 	}
 
 	if err := cmd.Start(); err != nil {
-		return errorResult("start %s: %v", e.spec.LLM.Name, errText(err)), nil
+		return tool.ErrorResult("start %s: %v", e.spec.LLM.Name, tool.ErrText(err)), nil
 	}
 	done := make(chan struct{})
 	if secretsW != nil {
@@ -95,39 +97,39 @@ func (e *external) Execute(ctx context.Context, env Env, input json.RawMessage) 
 	}
 	<-done
 	if ctx.Err() != nil {
-		return Result{}, ctx.Err()
+		return tool.Result{}, ctx.Err()
 	}
-	code, sig := exitStatus(cmd.ProcessState)
+	code, sig := proc.ExitStatus(cmd.ProcessState)
 	if werr != nil || code != 0 {
 		how := fmt.Sprintf("exited with code %d", code)
 		if sig != "" {
 			how = "killed by " + sig
 		}
-		msg := strings.TrimSpace(stderr.text())
+		msg := strings.TrimSpace(stderr.Text())
 		if msg == "" {
-			return errorResult("%s %s", e.spec.LLM.Name, how), nil
+			return tool.ErrorResult("%s %s", e.spec.LLM.Name, how), nil
 		}
-		return errorResult("%s %s: %s", e.spec.LLM.Name, how, tailUTF8(msg, 1024)), nil
+		return tool.ErrorResult("%s %s: %s", e.spec.LLM.Name, how, tool.TailUTF8(msg, 1024)), nil
 	}
-	if stdout.overflow {
-		return errorResult("%s wrote more than %d bytes on stdout", e.spec.LLM.Name, stdout.limit), nil
+	if stdout.Overflow {
+		return tool.ErrorResult("%s wrote more than %d bytes on stdout", e.spec.LLM.Name, stdout.Limit), nil
 	}
 	var out struct {
-		Status  Status          `json:"status"`
+		Status  tool.Status     `json:"status"`
 		Summary string          `json:"summary"`
 		Output  json.RawMessage `json:"output,omitempty"`
 	}
-	if err := strictjson.Decode(stdout.buf, &out, strictjson.Limits{MaxBytes: stdout.limit}); err != nil {
-		return errorResult("%s wrote an invalid result on stdout (want {\"status\", \"summary\", \"output\"}): %s", e.spec.LLM.Name, strings.ReplaceAll(err.Error(), "\n", "; ")), nil
+	if err := strictjson.Decode(stdout.Buf, &out, strictjson.Limits{MaxBytes: stdout.Limit}); err != nil {
+		return tool.ErrorResult("%s wrote an invalid result on stdout (want {\"status\", \"summary\", \"output\"}): %s", e.spec.LLM.Name, strings.ReplaceAll(err.Error(), "\n", "; ")), nil
 	}
-	if out.Status != StatusSuccess && out.Status != StatusError {
-		return errorResult("%s wrote status %q, want success or error", e.spec.LLM.Name, out.Status), nil
+	if out.Status != tool.StatusSuccess && out.Status != tool.StatusError {
+		return tool.ErrorResult("%s wrote status %q, want success or error", e.spec.LLM.Name, out.Status), nil
 	}
 	if strings.TrimSpace(out.Summary) == "" {
-		return errorResult("%s wrote no summary", e.spec.LLM.Name), nil
+		return tool.ErrorResult("%s wrote no summary", e.spec.LLM.Name), nil
 	}
 	if string(out.Output) == "null" {
 		out.Output = nil
 	}
-	return Result{Status: out.Status, Summary: out.Summary, Output: out.Output}, nil
+	return tool.Result{Status: out.Status, Summary: out.Summary, Output: out.Output}, nil
 }

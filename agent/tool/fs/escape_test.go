@@ -1,4 +1,4 @@
-package tool_test
+package fs_test
 
 import (
 	"context"
@@ -10,13 +10,14 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
 )
 
 // TestPathEscapes tries every way out of the workspace with every file
 // tool, through the arbiter's path (Locks) and straight through Execute.
 func TestPathEscapes(t *testing.T) {
 	t.Parallel()
-	b := setup(t, tool.Config{})
+	b := setup(t, builtin.Config{})
 	outside := t.TempDir()
 	writeFile(t, filepath.Join(outside, "secret.txt"), "foo secret\n", 0o644)
 	writeFile(t, filepath.Join(b.ws, "sub", "in.txt"), "foo inside\n", 0o644)
@@ -131,7 +132,7 @@ func TestPathEscapes(t *testing.T) {
 // not follow a link that leads out of it.
 func TestSearchSkipsLinksOut(t *testing.T) {
 	t.Parallel()
-	b := setup(t, tool.Config{})
+	b := setup(t, builtin.Config{})
 	outside := t.TempDir()
 	writeFile(t, filepath.Join(outside, "secret.txt"), "foo secret\n", 0o644)
 	writeFile(t, filepath.Join(b.ws, "in.txt"), "foo inside\n", 0o644)

@@ -1,0 +1,37 @@
+package tool
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+)
+
+// Names of the built-in tools. They live here, with the registry, because
+// the lanes, the arbiter and the skill engine refer to them by name; the
+// tools themselves are in the family packages.
+const (
+	NameExec          = "choir.exec"
+	NameFSRead        = "choir.fs.read"
+	NameFSWrite       = "choir.fs.write"
+	NameFSSearch      = "choir.fs.search"
+	NameMemoryQuery   = "choir.memory.query"
+	NameMemoryUpsert  = "choir.memory.upsert"
+	NameMemoryCompact = "choir.memory.compact"
+	NameProposeTool   = "choir.propose.tool"
+	NameProposeSkill  = "choir.propose.skill"
+	NameSendFile      = "choir.send.file"
+)
+
+// declaration is a tool the agent describes but does not execute.
+type declaration struct{ spec Spec }
+
+// Declare returns a tool that is described but not executed by the agent:
+// a host tool (runtime.host), a meta tool (runtime.meta), or, with neither
+// flag, a runtime tool the lane handles itself. Its [Def.Kind] says which.
+func Declare(spec Spec) Tool { return declaration{spec: spec.Clone()} }
+
+func (d declaration) Spec() Spec { return d.spec.Clone() }
+
+func (d declaration) Execute(context.Context, Env, json.RawMessage) (Result, error) {
+	return Result{}, fmt.Errorf("execute %s: %w", d.spec.LLM.Name, ErrNotExecutable)
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // Exit codes.
@@ -39,6 +40,11 @@ type globals struct {
 	home   string
 	stdout io.Writer
 	stderr io.Writer
+}
+
+// client returns a client of choird's admin API; the caller closes it.
+func (g *globals) client() *admin.Client {
+	return admin.NewClient(admin.SocketPath(g.home))
 }
 
 // Run executes choirctl with args (without the program name) and returns

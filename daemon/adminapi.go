@@ -93,4 +93,5 @@ func (d *Daemon) mountControl(mux *admin.Mux) {
 	d.mountConfigControl(mux)
 	d.mountChat(mux)
 	d.mountSessionControl(mux)
+	d.mountMemory(mux)
 }

@@ -120,6 +120,7 @@ func TestMemory(t *testing.T) {
 			{"search", "assistant", "x", "--store", "files"},
 			{"restore", "assistant", "not-a-uuid", "1"},
 			{"delete", "assistant", "x", "--session"},
+			{"status", "--database-url", "postgres://elsewhere/choir"},
 		} {
 			if r := mem(args...); r.code != 2 {
 				t.Errorf("%v: exit %d, want 2: %s", args, r.code, r.stderr)

@@ -79,9 +79,9 @@ func (d *Daemon) mountMemory(mux *admin.Mux) {
 			}
 			return d.memory.QueryAsOperator(ctx, input)
 		})
-	memoryHandle(d, mux, "GET", admin.PathMemoryItem, "memory show",
-		func(ctx context.Context, agentID string, _ admin.Empty) (memoryItem, error) {
-			return d.memoryShow(ctx, agentID, admin.PathValue(ctx, "ref"))
+	memoryHandle(d, mux, "POST", admin.PathMemoryShow, "memory show",
+		func(ctx context.Context, agentID string, in admin.MemoryRef) (memoryItem, error) {
+			return d.memoryShow(ctx, agentID, in.Ref)
 		})
 	memoryHandle(d, mux, "GET", admin.PathMemorySessions, "memory sessions",
 		func(ctx context.Context, agentID string, _ admin.Empty) ([]memory.Session, error) {
@@ -96,17 +96,17 @@ func (d *Daemon) mountMemory(mux *admin.Mux) {
 			}
 			return ss, err
 		})
-	memoryHandle(d, mux, "GET", admin.PathMemoryHistory, "memory history",
-		func(ctx context.Context, agentID string, _ admin.Empty) ([]memory.KnowledgeVersion, error) {
-			return d.memory.History(ctx, agentID, admin.PathValue(ctx, "ref"))
+	memoryHandle(d, mux, "POST", admin.PathMemoryHistory, "memory history",
+		func(ctx context.Context, agentID string, in admin.MemoryRef) ([]memory.KnowledgeVersion, error) {
+			return d.memory.History(ctx, agentID, in.Ref)
 		})
-	memoryHandle(d, mux, "POST", admin.PathMemoryItemDelete, "memory delete",
-		func(ctx context.Context, agentID string, _ admin.Empty) (*memory.UpsertResult, error) {
-			return d.memory.KnowledgeDelete(ctx, agentID, admin.PathValue(ctx, "ref"))
+	memoryHandle(d, mux, "POST", admin.PathMemoryDelete, "memory delete",
+		func(ctx context.Context, agentID string, in admin.MemoryRef) (*memory.UpsertResult, error) {
+			return d.memory.KnowledgeDelete(ctx, agentID, in.Ref)
 		})
-	memoryHandle(d, mux, "POST", admin.PathMemoryItemRestore, "memory restore",
+	memoryHandle(d, mux, "POST", admin.PathMemoryRestore, "memory restore",
 		func(ctx context.Context, agentID string, in admin.MemoryRestoreRequest) (*memory.UpsertResult, error) {
-			id, err := pathUUID(ctx, "ref", "document id")
+			id, err := pathUUID(ctx, "doc", "document id")
 			if err != nil {
 				return nil, err
 			}

@@ -212,7 +212,7 @@ func (c *Client) MemorySearch(ctx context.Context, agentID string, in MemorySear
 // MemoryShow returns the knowledge document ref names (by key or id), else
 // the memory chunk or the session of that id.
 func (c *Client) MemoryShow(ctx context.Context, agentID, ref string) (MemoryItem, error) {
-	return call[MemoryItem](ctx, c, http.MethodGet, Fill(PathMemoryItem, agentID, ref), nil)
+	return call[MemoryItem](ctx, c, http.MethodPost, Fill(PathMemoryShow, agentID), MemoryRef{Ref: ref})
 }
 
 // MemorySessions lists the sessions in an agent's memory, newest first.
@@ -222,18 +222,18 @@ func (c *Client) MemorySessions(ctx context.Context, agentID string, limit int) 
 
 // MemoryHistory lists every version of a knowledge document, newest first.
 func (c *Client) MemoryHistory(ctx context.Context, agentID, ref string) ([]MemoryKnowledgeVersion, error) {
-	return call[[]MemoryKnowledgeVersion](ctx, c, http.MethodGet, Fill(PathMemoryHistory, agentID, ref), nil)
+	return call[[]MemoryKnowledgeVersion](ctx, c, http.MethodPost, Fill(PathMemoryHistory, agentID), MemoryRef{Ref: ref})
 }
 
 // MemoryDelete deletes a knowledge document by key or id (its history is
 // kept).
 func (c *Client) MemoryDelete(ctx context.Context, agentID, ref string) (MemoryWriteResult, error) {
-	return call[MemoryWriteResult](ctx, c, http.MethodPost, Fill(PathMemoryItemDelete, agentID, ref), nil)
+	return call[MemoryWriteResult](ctx, c, http.MethodPost, Fill(PathMemoryDelete, agentID), MemoryRef{Ref: ref})
 }
 
 // MemoryRestore makes a version of a knowledge document current again.
 func (c *Client) MemoryRestore(ctx context.Context, agentID string, documentID uuid.UUID, version int) (MemoryWriteResult, error) {
-	return call[MemoryWriteResult](ctx, c, http.MethodPost, Fill(PathMemoryItemRestore, agentID, documentID.String()),
+	return call[MemoryWriteResult](ctx, c, http.MethodPost, Fill(PathMemoryRestore, agentID, documentID.String()),
 		MemoryRestoreRequest{Version: version})
 }
 

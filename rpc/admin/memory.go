@@ -84,7 +84,14 @@ type MemoryKnowledgeHit struct {
 	Current *bool  `json:"current,omitempty"`
 }
 
-// MemoryItem is the answer of GET PathMemoryItem: the knowledge document
+// MemoryRef is the body of POST PathMemoryShow, PathMemoryHistory and
+// PathMemoryDelete: a knowledge document's key or id, or for show a
+// chunk's or a session's id.
+type MemoryRef struct {
+	Ref string `json:"ref"`
+}
+
+// MemoryItem is the answer of POST PathMemoryShow: the knowledge document
 // the reference names (by key or id), else the memory chunk or the
 // session (with every chunk, all tiers) of that id. One field is set.
 type MemoryItem struct {
@@ -161,7 +168,7 @@ type MemoryWriteResult struct {
 	Embedding string `json:"embedding"`
 }
 
-// MemoryRestoreRequest is the body of POST PathMemoryItemRestore.
+// MemoryRestoreRequest is the body of POST PathMemoryRestore.
 type MemoryRestoreRequest struct {
 	Version int `json:"version"`
 }

@@ -49,10 +49,10 @@ const (
 	PathApprovalReject  = "/v1/approvals/{id}/reject"
 
 	PathMemorySearch        = "/v1/agents/{id}/memory/search"
-	PathMemoryItem          = "/v1/agents/{id}/memory/items/{ref}"
-	PathMemoryItemDelete    = "/v1/agents/{id}/memory/items/{ref}/delete"
-	PathMemoryItemRestore   = "/v1/agents/{id}/memory/items/{ref}/restore"
-	PathMemoryHistory       = "/v1/agents/{id}/memory/history/{ref}"
+	PathMemoryShow          = "/v1/agents/{id}/memory/show"
+	PathMemoryHistory       = "/v1/agents/{id}/memory/history"
+	PathMemoryDelete        = "/v1/agents/{id}/memory/delete"
+	PathMemoryRestore       = "/v1/agents/{id}/memory/documents/{doc}/restore"
 	PathMemorySessions      = "/v1/agents/{id}/memory/sessions/{limit}"
 	PathMemorySessionDelete = "/v1/agents/{id}/memory/sessions/{session}/delete"
 	PathMemoryReembed       = "/v1/memory/reembed"
@@ -61,8 +61,11 @@ const (
 
 // Fill returns pattern with its wildcards ({id}, {name}, ...) replaced, in
 // order, by values, each escaped as one path segment (url.PathEscape), so
-// that the handler's PathValue gives the value back unchanged. It panics
-// when the counts differ: that is a programming error.
+// that the handler's PathValue gives the value back unchanged. Names and
+// ids only: a segment of "." or ".." would be cleaned away by the server's
+// routing, so free-form values (a knowledge document's key) go in the
+// request body. It panics when the counts differ: that is a programming
+// error.
 func Fill(pattern string, values ...string) string {
 	segs := strings.Split(pattern, "/")
 	n := 0

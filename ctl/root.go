@@ -1,6 +1,8 @@
 // Package ctl is choirctl, the operator's command line: one file per
 // command group, each command an options struct and a run function that
-// never touches cobra, so commands are testable without a process.
+// never touches cobra, so commands are testable without a process. It
+// reaches choird only through the admin API's typed client (rpc/admin);
+// it opens Postgres itself only to migrate it (db migrate).
 package ctl
 
 import (

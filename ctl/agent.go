@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"net/http"
 	"text/tabwriter"
 	"time"
 
@@ -13,28 +12,11 @@ import (
 	"github.com/choirhq/choir/rpc/admin"
 )
 
-// startOverrides is the body of POST /v1/agents/{id}/start; its fields
-// mirror daemon.StartOverrides (ctl does not import the daemon).
-type startOverrides struct {
-	Workspace    string `json:"workspace,omitempty"`
-	LLM          string `json:"llm,omitempty"`
-	VoiceProfile string `json:"voice_profile,omitempty"`
-	GitIdentity  string `json:"git_identity,omitempty"`
-	Notion       string `json:"notion,omitempty"`
-	Email        string `json:"email,omitempty"`
-	DM           string `json:"dm,omitempty"`
-}
-
 func newAgentCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "agent", Short: "Start, stop and inspect agents"}
 	var asJSON bool
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print results as JSON")
 
-	call := func(ctx context.Context, method, path string, in, out any) error {
-		c := admin.NewClient(admin.SocketPath(g.home))
-		defer c.Close()
-		return c.Do(ctx, method, path, in, out)
-	}
 	printOne := func(a admin.AgentStatus) error {
 		if asJSON {
 			return writeJSON(g.stdout, a)
@@ -44,8 +26,10 @@ func newAgentCommand(g *globals) *cobra.Command {
 
 	list := &cobra.Command{Use: "list", Short: "List every configured agent and its state", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out []admin.AgentStatus
-			if err := call(cmd.Context(), http.MethodGet, "/v1/agents", nil, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.AgentList(cmd.Context())
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -54,14 +38,16 @@ func newAgentCommand(g *globals) *cobra.Command {
 			return printAgents(g.stdout, out)
 		}}
 
-	var o startOverrides
+	var o admin.StartOverrides
 	start := &cobra.Command{Use: "start <agent-id>", Short: "Start an agent; every default resource can be overridden",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			// Without --dm the agent talks on its defaults.dm, which
 			// config.json requires; choird resolves it.
-			var out admin.AgentStatus
-			if err := call(cmd.Context(), http.MethodPost, "/v1/agents/"+args[0]+"/start", o, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.AgentStart(cmd.Context(), args[0], o)
+			if err != nil {
 				return err
 			}
 			return printOne(out)
@@ -75,15 +61,13 @@ func newAgentCommand(g *globals) *cobra.Command {
 	f.StringVar(&o.Email, "email", "", "override the default email account")
 	f.StringVar(&o.DM, "dm", "", "override the default DM the agent talks on (defaults.dm)")
 
-	simple := func(use, short, verb string) *cobra.Command {
+	simple := func(use, short string, verb func(*admin.Client, context.Context, string) (admin.AgentStatus, error)) *cobra.Command {
 		return &cobra.Command{Use: use + " <agent-id>", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				var out admin.AgentStatus
-				method, path := http.MethodPost, "/v1/agents/"+args[0]+"/"+verb
-				if verb == "" {
-					method, path = http.MethodGet, "/v1/agents/"+args[0]
-				}
-				if err := call(cmd.Context(), method, path, nil, &out); err != nil {
+				c := g.client()
+				defer c.Close()
+				out, err := verb(c, cmd.Context(), args[0])
+				if err != nil {
 					return err
 				}
 				return printOne(out)
@@ -93,14 +77,10 @@ func newAgentCommand(g *globals) *cobra.Command {
 	buildCmd := &cobra.Command{Use: "build <agent-id>", Short: "Build the agent's image from its repos; skipped when nothing changed",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var out struct {
-				AgentID string `json:"agent_id"`
-				Image   string `json:"image"`
-				Built   bool   `json:"built"`
-				Version any    `json:"version"`
-			}
-			if err := call(cmd.Context(), http.MethodPost, "/v1/agents/"+args[0]+"/build",
-				map[string]bool{"force": force}, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.AgentBuild(cmd.Context(), args[0], force)
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -114,7 +94,7 @@ func newAgentCommand(g *globals) *cobra.Command {
 			return nil
 		}}
 	buildCmd.Flags().BoolVar(&force, "force", false, "build even when nothing changed")
-	printUpdates := func(rs []updateResult) error {
+	printUpdates := func(rs []admin.UpdateResult) error {
 		if asJSON {
 			return writeJSON(g.stdout, rs)
 		}
@@ -128,34 +108,30 @@ func newAgentCommand(g *globals) *cobra.Command {
 	update := &cobra.Command{Use: "update <agent-id>", Short: "Build if needed, then stop and start the agent on the new image",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var out updateResult
-			if err := call(cmd.Context(), http.MethodPost, "/v1/agents/"+args[0]+"/update", nil, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.AgentUpdate(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
-			return printUpdates([]updateResult{out})
+			return printUpdates([]admin.UpdateResult{out})
 		}}
 	updateAll := &cobra.Command{Use: "update-all", Short: "Build and redeploy every agent, one after the other", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out []updateResult
-			if err := call(cmd.Context(), http.MethodPost, "/v1/agents/update-all", nil, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.AgentUpdateAll(cmd.Context())
+			if err != nil {
 				return err
 			}
 			return printUpdates(out)
 		}}
 	cmd.AddCommand(buildCmd, update, updateAll, newAgentInitCommand(g))
 	cmd.AddCommand(list, start,
-		simple("stop", "Stop an agent gracefully: final heartbeat, session persisted", "stop"),
-		simple("restart", "Stop and start an agent with the same resources", "restart"),
-		simple("status", "Show an agent's state and session", ""))
+		simple("stop", "Stop an agent gracefully: final heartbeat, session persisted", (*admin.Client).AgentStop),
+		simple("restart", "Stop and start an agent with the same resources", (*admin.Client).AgentRestart),
+		simple("status", "Show an agent's state and session", (*admin.Client).AgentStatus))
 	return cmd
-}
-
-// updateResult mirrors daemon.UpdateResult.
-type updateResult struct {
-	AgentID string `json:"agent_id"`
-	Image   string `json:"image,omitempty"`
-	Outcome string `json:"outcome"`
-	Error   string `json:"error,omitempty"`
 }
 
 func printAgents(w io.Writer, agents []admin.AgentStatus) error {

@@ -1,33 +1,18 @@
 package ctl
 
 import (
-	"encoding/json"
+	"context"
 	"fmt"
 	"io"
-	"net/http"
-	"net/url"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/choirhq/choir/rpc/admin"
 )
 
-// approval mirrors daemon.Approval.
-type approval struct {
-	ID          string          `json:"approval_id"`
-	AgentID     string          `json:"agent_id"`
-	SessionID   string          `json:"session_id"`
-	RequestType string          `json:"request_type"`
-	Summary     string          `json:"summary"`
-	Payload     json.RawMessage `json:"payload"`
-	Status      string          `json:"status"`
-	CreatedAt   time.Time       `json:"created_at"`
-	ExpiresAt   time.Time       `json:"expires_at"`
-	ResolvedAt  *time.Time      `json:"resolved_at,omitempty"`
-	ResolvedBy  string          `json:"resolved_by,omitempty"`
-}
-
-func printApproval(w io.Writer, a approval) {
+func printApproval(w io.Writer, a admin.Approval) {
 	fmt.Fprintf(w, "approval:   %s\n", a.ID)
 	fmt.Fprintf(w, "agent:      %s (session %s)\n", a.AgentID, a.SessionID)
 	fmt.Fprintf(w, "type:       %s\n", a.RequestType)
@@ -51,12 +36,10 @@ func newApprovalCommand(g *globals) *cobra.Command {
 	var agent string
 	list := &cobra.Command{Use: "list", Short: "List pending approvals, oldest first", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			path := "/v1/approvals"
-			if agent != "" {
-				path = agentPath(agent, "approvals")
-			}
-			var out []approval
-			if err := adminCall(cmd.Context(), g, http.MethodGet, path, nil, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.ApprovalList(cmd.Context(), agent)
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -73,8 +56,10 @@ func newApprovalCommand(g *globals) *cobra.Command {
 	list.Flags().StringVar(&agent, "agent", "", "only this agent's approvals")
 	show := &cobra.Command{Use: "show <id>", Short: "Show an approval: what, who, when", Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var out approval
-			if err := adminCall(cmd.Context(), g, http.MethodGet, "/v1/approvals/"+url.PathEscape(args[0]), nil, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.ApprovalShow(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -83,12 +68,13 @@ func newApprovalCommand(g *globals) *cobra.Command {
 			printApproval(g.stdout, out)
 			return nil
 		}}
-	decide := func(verb, short string) *cobra.Command {
+	decide := func(verb, short string, call func(*admin.Client, context.Context, string) (admin.Approval, error)) *cobra.Command {
 		return &cobra.Command{Use: verb + " <id>", Short: short, Args: cobra.ExactArgs(1),
 			RunE: func(cmd *cobra.Command, args []string) error {
-				var out approval
-				if err := adminCall(cmd.Context(), g, http.MethodPost, "/v1/approvals/"+url.PathEscape(args[0])+"/"+verb,
-					nil, &out); err != nil {
+				c := g.client()
+				defer c.Close()
+				out, err := call(c, cmd.Context(), args[0])
+				if err != nil {
 					return err
 				}
 				if asJSON {
@@ -98,6 +84,7 @@ func newApprovalCommand(g *globals) *cobra.Command {
 				return nil
 			}}
 	}
-	cmd.AddCommand(list, show, decide("approve", "Approve a pending approval"), decide("reject", "Reject a pending approval"))
+	cmd.AddCommand(list, show, decide("approve", "Approve a pending approval", (*admin.Client).ApprovalApprove),
+		decide("reject", "Reject a pending approval", (*admin.Client).ApprovalReject))
 	return cmd
 }

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"strings"
 	"sync"
 	"time"
@@ -17,24 +16,6 @@ import (
 
 	"github.com/choirhq/choir/rpc/admin"
 )
-
-// chatSent mirrors daemon.ChatSent.
-type chatSent struct {
-	InboxID   int64 `json:"inbox_id"`
-	Pushed    bool  `json:"pushed"`
-	Duplicate bool  `json:"duplicate,omitempty"`
-	After     int64 `json:"after"`
-}
-
-// chatMessage mirrors daemon.ChatMessage.
-type chatMessage struct {
-	OutboxID  int64     `json:"outbox_id"`
-	Kind      string    `json:"kind"`
-	Text      string    `json:"text"`
-	FilePath  string    `json:"file_path,omitempty"`
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
-}
 
 type chatOptions struct {
 	message string
@@ -54,7 +35,7 @@ func newChatCommand(g *globals) *cobra.Command {
 			"until end of input.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c := admin.NewClient(admin.SocketPath(g.home))
+			c := g.client()
 			defer c.Close()
 			if opts.message != "" {
 				return chatOnce(cmd.Context(), g, c, args[0], opts)
@@ -77,24 +58,19 @@ func chatID() (int64, error) {
 	return int64(binary.BigEndian.Uint64(b[:])>>1) | 1, nil
 }
 
-func chatSend(ctx context.Context, c *admin.Client, agentID, text string) (chatSent, error) {
+func chatSend(ctx context.Context, c *admin.Client, agentID, text string) (admin.ChatSent, error) {
 	id, err := chatID()
 	if err != nil {
-		return chatSent{}, err
+		return admin.ChatSent{}, err
 	}
-	var sent chatSent
-	err = c.Do(ctx, http.MethodPost, "/v1/agents/"+agentID+"/chat/send", map[string]any{"message_id": id, "text": text}, &sent)
-	return sent, err
+	return c.ChatSend(ctx, agentID, admin.ChatSendRequest{MessageID: id, Text: text})
 }
 
-func chatPoll(ctx context.Context, c *admin.Client, agentID string, after int64, wait time.Duration) ([]chatMessage, error) {
-	var out []chatMessage
-	err := c.Do(ctx, http.MethodPost, "/v1/agents/"+agentID+"/chat/poll",
-		map[string]any{"after": after, "wait_ms": wait.Milliseconds()}, &out)
-	return out, err
+func chatPoll(ctx context.Context, c *admin.Client, agentID string, after int64, wait time.Duration) ([]admin.ChatMessage, error) {
+	return c.ChatPoll(ctx, agentID, admin.ChatPollRequest{After: after, WaitMS: wait.Milliseconds()})
 }
 
-func printChat(w io.Writer, agentID string, m chatMessage) {
+func printChat(w io.Writer, agentID string, m admin.ChatMessage) {
 	if m.Kind == "text" {
 		fmt.Fprintf(w, "%s: %s\n", agentID, m.Text)
 		return
@@ -115,7 +91,7 @@ func chatOnce(ctx context.Context, g *globals, c *admin.Client, agentID string, 
 			agentID, agentID)
 		return nil
 	}
-	var got []chatMessage
+	var got []admin.ChatMessage
 	after, wait := sent.After, opts.wait
 	deadline := time.Now().Add(opts.wait)
 	for {

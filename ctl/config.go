@@ -5,23 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 
 	"github.com/spf13/cobra"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/rpc/admin"
 )
 
 func newConfigCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "config", Short: "Validate config.json; load, diff and apply it to choird (two-phase)"}
 	cmd.AddCommand(newConfigValidateCommand(g))
 	var asJSON bool
-	call := func(cmd *cobra.Command, method, path string, out any) error {
-		c := admin.NewClient(admin.SocketPath(g.home))
-		defer c.Close()
-		return c.Do(cmd.Context(), method, path, nil, out)
-	}
 	// Each command prints choird's own rendering of its result, the text
 	// the gateway shows too, or the result as JSON.
 	emit := func(v fmt.Stringer) error {
@@ -34,8 +27,10 @@ func newConfigCommand(g *globals) *cobra.Command {
 	load := &cobra.Command{Use: "load", Args: cobra.NoArgs,
 		Short: "Read and validate .choir.d/ in choird and stage it; show the diff against the running config",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out config.DiffReport
-			if err := call(cmd, http.MethodPost, "/v1/config/load", &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.ConfigLoad(cmd.Context())
+			if err != nil {
 				return err
 			}
 			return emit(out)
@@ -43,8 +38,10 @@ func newConfigCommand(g *globals) *cobra.Command {
 	diff := &cobra.Command{Use: "diff", Args: cobra.NoArgs,
 		Short: "Show the staged config against the running one, and when each change takes effect",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out config.DiffReport
-			if err := call(cmd, http.MethodGet, "/v1/config/diff", &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.ConfigDiff(cmd.Context())
+			if err != nil {
 				return err
 			}
 			return emit(out)
@@ -52,8 +49,10 @@ func newConfigCommand(g *globals) *cobra.Command {
 	apply := &cobra.Command{Use: "apply", Args: cobra.NoArgs,
 		Short: "Make the staged config the running one and have running agents fetch it",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out config.ApplyReport
-			if err := call(cmd, http.MethodPost, "/v1/config/apply", &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.ConfigApply(cmd.Context())
+			if err != nil {
 				return err
 			}
 			return emit(out)
@@ -61,11 +60,10 @@ func newConfigCommand(g *globals) *cobra.Command {
 	show := &cobra.Command{Use: "show", Args: cobra.NoArgs,
 		Short: "Show the config choird runs with (secret names only, never values)",
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out struct {
-				ConfigVersion int64           `json:"config_version"`
-				Config        json.RawMessage `json:"config"`
-			}
-			if err := call(cmd, http.MethodGet, "/v1/config", &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.ConfigShow(cmd.Context())
+			if err != nil {
 				return err
 			}
 			if asJSON {

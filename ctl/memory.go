@@ -2,7 +2,6 @@ package ctl
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -12,29 +11,22 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/spf13/cobra"
 
-	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon/embed"
-	"github.com/choirhq/choir/daemon/memory"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
-// choirctl memory talks to Postgres directly (the database from
-// --database-url, CHOIR_DATABASE_URL or config.json), with choird's admin
-// role: it reads and changes any agent's memory. Writes are recorded as
-// the operator's in knowledge history; embedding jobs it enqueues are run
-// by choird.
+// choirctl memory talks to choird, whose memory store serves it with
+// choird's admin role: it reads and changes any agent's memory. Writes are
+// recorded as the operator's in knowledge history; the embedding jobs they
+// enqueue are run by choird.
 
 func newMemoryCommand(g *globals) *cobra.Command {
 	var dbURL string
 	cmd := &cobra.Command{
 		Use:   "memory",
 		Short: "Inspect and manage agents' session memory and knowledge",
-		Long: `Inspect and manage agents' session memory and knowledge in Postgres.
+		Long: `Inspect and manage agents' session memory and knowledge, through choird.
 
   search    hybrid (or full-text) search of an agent's session memory or knowledge
   show      a knowledge document (by key or id), a chunk or a session (by id)
@@ -45,60 +37,27 @@ func newMemoryCommand(g *globals) *cobra.Command {
   reembed   re-embed memory after a change of embedding model or dimensions
   status    the embedder and the documents waiting for vectors
 
-The database comes from --database-url, else CHOIR_DATABASE_URL, else
-config.json's "postgres" block and its secret.`,
+choird serves these commands from its own database, so it must be running.`,
 	}
-	cmd.PersistentFlags().StringVar(&dbURL, "database-url", "", "Postgres URL (env CHOIR_DATABASE_URL); overrides config.json")
-	cmd.AddCommand(newMemorySearchCommand(g, &dbURL), newMemoryShowCommand(g, &dbURL),
-		newMemorySessionsCommand(g, &dbURL), newMemoryHistoryCommand(g, &dbURL), newMemoryDeleteCommand(g, &dbURL),
-		newMemoryRestoreCommand(g, &dbURL), newMemoryReembedCommand(g, &dbURL), newMemoryStatusCommand(g, &dbURL))
+	// Before choird served them, these commands opened the database
+	// themselves: say so to whoever still names one.
+	cmd.PersistentFlags().StringVar(&dbURL, "database-url", "", "")
+	cmd.PersistentFlags().MarkHidden("database-url") //nolint:errcheck
+	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
+		if dbURL != "" {
+			return usageErr(errors.New("choirctl memory goes through choird, which uses its own database: drop --database-url"))
+		}
+		return nil
+	}
+	cmd.AddCommand(newMemorySearchCommand(g), newMemoryShowCommand(g),
+		newMemorySessionsCommand(g), newMemoryHistoryCommand(g), newMemoryDeleteCommand(g),
+		newMemoryRestoreCommand(g), newMemoryReembedCommand(g), newMemoryStatusCommand(g))
 	return cmd
-}
-
-// memoryEnv is an open connection to the memory store.
-type memoryEnv struct {
-	pool  *pgxpool.Pool
-	store *memory.Store
-}
-
-func (e *memoryEnv) Close() { e.pool.Close() }
-
-// openMemory connects to Postgres and builds a store. The embedder comes
-// from config.json when it loads; without it semantic search runs on full
-// text (and says so), and needEmbedder makes its absence an error.
-func openMemory(ctx context.Context, g *globals, dbURL string, needEmbedder bool) (*memoryEnv, error) {
-	dsn, origin, err := databaseDSN(g, dbURL)
-	if err != nil {
-		return nil, err
-	}
-	var embedder *embed.Embedder
-	cfg, secrets, cfgErr := config.Load(g.home)
-	if cfgErr == nil {
-		embedder, cfgErr = embed.New(cfg.Embedding, secrets, embed.Options{})
-	}
-	if cfgErr != nil && needEmbedder {
-		return nil, usageErr(fmt.Errorf("the embedding model comes from config.json: %w", cfgErr))
-	}
-	pool, err := choirsql.Connect(ctx, dsn, choirsql.ConnectOptions{Origin: origin, Vector: true, MaxConns: 4})
-	if err != nil {
-		return nil, err
-	}
-	// An insert-only River client: choird's workers run what it enqueues.
-	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
-	if err != nil {
-		pool.Close()
-		return nil, fmt.Errorf("create job client: %w", err)
-	}
-	opts := memory.Options{Pool: pool, Inserter: inserter}
-	if embedder != nil {
-		opts.Embedder = embedder
-	}
-	return &memoryEnv{pool: pool, store: memory.New(opts)}, nil
 }
 
 // memoryErr makes bad input and unknown names exit with the usage code.
 func memoryErr(err error) error {
-	if errors.Is(err, memory.ErrInvalidInput) || errors.Is(err, memory.ErrUnknownAgent) {
+	if admin.IsBadRequest(err) {
 		return usageErr(err)
 	}
 	return err
@@ -111,7 +70,7 @@ type memorySearchOptions struct {
 	json                               bool
 }
 
-func newMemorySearchCommand(g *globals, dbURL *string) *cobra.Command {
+func newMemorySearchCommand(g *globals) *cobra.Command {
 	var opts memorySearchOptions
 	cmd := &cobra.Command{
 		Use:   "search <agent> <query>",
@@ -124,34 +83,23 @@ or, -word).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.agent, opts.query = args[0], args[1]
-			return runMemorySearch(cmd.Context(), g, *dbURL, opts)
+			return runMemorySearch(cmd.Context(), g, opts)
 		},
 	}
 	cmd.Flags().StringVar(&opts.store, "store", "session", "session or knowledge")
 	cmd.Flags().StringVar(&opts.mode, "mode", "semantic", "semantic or text")
 	cmd.Flags().StringVar(&opts.session, "session", "", "only this session's chunks")
 	cmd.Flags().StringSliceVar(&opts.tiers, "tier", nil, "session tiers to search (mid_term, long_term_summary, long_term_detail)")
-	cmd.Flags().IntVar(&opts.limit, "limit", memory.DefaultLimit, "most results")
+	cmd.Flags().IntVar(&opts.limit, "limit", 10, "most results")
 	cmd.Flags().BoolVar(&opts.json, "json", false, "print results as JSON")
 	return cmd
 }
 
-func runMemorySearch(ctx context.Context, g *globals, dbURL string, opts memorySearchOptions) error {
-	in := map[string]any{"store": opts.store, "mode": opts.mode, "query": opts.query, "target_agent": opts.agent,
-		"limit": opts.limit}
-	if opts.session != "" {
-		in["session_id"] = opts.session
-	}
-	if len(opts.tiers) > 0 {
-		in["tiers"] = opts.tiers
-	}
-	input, _ := json.Marshal(in)
-	env, err := openMemory(ctx, g, dbURL, false)
-	if err != nil {
-		return err
-	}
-	defer env.Close()
-	res, err := env.store.QueryAsOperator(ctx, input)
+func runMemorySearch(ctx context.Context, g *globals, opts memorySearchOptions) error {
+	c := g.client()
+	defer c.Close()
+	res, err := c.MemorySearch(ctx, opts.agent, admin.MemorySearchRequest{Store: opts.store, Mode: opts.mode,
+		Query: opts.query, Limit: opts.limit, SessionID: opts.session, Tiers: opts.tiers})
 	if err != nil {
 		return memoryErr(err)
 	}
@@ -165,9 +113,9 @@ func runMemorySearch(ctx context.Context, g *globals, dbURL string, opts memoryS
 	return nil
 }
 
-func printQueryResult(w io.Writer, res *memory.QueryResult) {
+func printQueryResult(w io.Writer, res admin.MemoryQueryResult) {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	if res.Store == memory.StoreKnowledge {
+	if res.Store == "knowledge" {
 		fmt.Fprintln(tw, "SCORE\tKEY\tVERSION\tUPDATED\tTEXT")
 		for _, d := range res.Documents {
 			key := "-"
@@ -208,7 +156,7 @@ type memoryShowOptions struct {
 	json       bool
 }
 
-func newMemoryShowCommand(g *globals, dbURL *string) *cobra.Command {
+func newMemoryShowCommand(g *globals) *cobra.Command {
 	var opts memoryShowOptions
 	cmd := &cobra.Command{
 		Use:   "show <agent> <key|id>",
@@ -219,24 +167,24 @@ tiers) by its session id.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.agent, opts.ref = args[0], args[1]
-			return runMemoryShow(cmd.Context(), g, *dbURL, opts)
+			return runMemoryShow(cmd.Context(), g, opts)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.json, "json", false, "print as JSON")
 	return cmd
 }
 
-func runMemoryShow(ctx context.Context, g *globals, dbURL string, opts memoryShowOptions) error {
-	env, err := openMemory(ctx, g, dbURL, false)
+func runMemoryShow(ctx context.Context, g *globals, opts memoryShowOptions) error {
+	c := g.client()
+	defer c.Close()
+	item, err := c.MemoryShow(ctx, opts.agent, opts.ref)
 	if err != nil {
-		return err
+		return memoryErr(err)
 	}
-	defer env.Close()
-	k, err := env.store.KnowledgeGet(ctx, opts.agent, opts.ref)
-	if err == nil {
-		if opts.json {
-			return writeJSON(g.stdout, map[string]any{"knowledge": k})
-		}
+	if opts.json {
+		return writeJSON(g.stdout, item)
+	}
+	if k := item.Knowledge; k != nil {
 		key := "-"
 		if k.Key != nil {
 			key = *k.Key
@@ -246,44 +194,24 @@ func runMemoryShow(ctx context.Context, g *globals, dbURL string, opts memorySho
 			k.UpdatedAt.UTC().Format(time.RFC3339), k.Embedding, suffix(k.EmbeddingError), k.ContentHash, k.Metadata, k.Text)
 		return nil
 	}
-	if !errors.Is(err, memory.ErrNotFound) {
-		return memoryErr(err)
-	}
-	id, perr := uuid.Parse(opts.ref)
-	if perr != nil {
-		return err
-	}
-	c, err := env.store.ChunkGet(ctx, opts.agent, id)
-	if err == nil {
-		if opts.json {
-			return writeJSON(g.stdout, map[string]any{"chunk": c})
-		}
+	if ch := item.Chunk; ch != nil {
 		fmt.Fprintf(g.stdout, "chunk %d of session %s (document %s)\ntier:       %s\nevents:     %s to %s\n"+
-			"embedding:  %s%s%s\nmetadata:   %s\n\n%s\n", c.ChunkIndex, c.SessionID, c.DocumentID, c.Tier,
-			c.StartedAt.UTC().Format(time.RFC3339), c.EndedAt.UTC().Format(time.RFC3339), c.Embedding,
-			map[bool]string{true: " (" + c.EmbeddingModel + ")", false: ""}[c.EmbeddingModel != ""], suffix(c.EmbeddingError),
-			c.Metadata, c.Text)
+			"embedding:  %s%s%s\nmetadata:   %s\n\n%s\n", ch.ChunkIndex, ch.SessionID, ch.DocumentID, ch.Tier,
+			ch.StartedAt.UTC().Format(time.RFC3339), ch.EndedAt.UTC().Format(time.RFC3339), ch.Embedding,
+			map[bool]string{true: " (" + ch.EmbeddingModel + ")", false: ""}[ch.EmbeddingModel != ""], suffix(ch.EmbeddingError),
+			ch.Metadata, ch.Text)
 		return nil
 	}
-	if !errors.Is(err, memory.ErrNotFound) {
-		return err
-	}
-	s, err := env.store.SessionGet(ctx, opts.agent, id)
-	if errors.Is(err, memory.ErrNotFound) {
-		return fmt.Errorf("%w: agent %s has no knowledge document, chunk or session %s", memory.ErrNotFound, opts.agent, id)
-	}
-	if err != nil {
-		return err
-	}
-	if opts.json {
-		return writeJSON(g.stdout, map[string]any{"session": s})
+	s := item.Session
+	if s == nil {
+		return fmt.Errorf("choird showed nothing of %s in the memory of agent %s", opts.ref, opts.agent)
 	}
 	fmt.Fprintf(g.stdout, "session %s: %s, %s, %d events in %d chunks, %d summary chunks\n", s.SessionID, s.Tier, s.Status,
 		s.EventCount, s.ChunkCount, s.SummaryChunks)
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIER\tCHUNK\tEMBEDDING\tTEXT")
-	for _, c := range s.Chunks {
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", c.Tier, c.ChunkIndex, c.Embedding, oneLine(c.Text, 90))
+	for _, ch := range s.Chunks {
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", ch.Tier, ch.ChunkIndex, ch.Embedding, oneLine(ch.Text, 90))
 	}
 	return tw.Flush()
 }
@@ -301,7 +229,7 @@ type memorySessionsOptions struct {
 	json  bool
 }
 
-func newMemorySessionsCommand(g *globals, dbURL *string) *cobra.Command {
+func newMemorySessionsCommand(g *globals) *cobra.Command {
 	var opts memorySessionsOptions
 	cmd := &cobra.Command{
 		Use:   "sessions <agent>",
@@ -309,7 +237,7 @@ func newMemorySessionsCommand(g *globals, dbURL *string) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.agent = args[0]
-			return runMemorySessions(cmd.Context(), g, *dbURL, opts)
+			return runMemorySessions(cmd.Context(), g, opts)
 		},
 	}
 	cmd.Flags().IntVar(&opts.limit, "limit", 50, "most sessions")
@@ -317,19 +245,16 @@ func newMemorySessionsCommand(g *globals, dbURL *string) *cobra.Command {
 	return cmd
 }
 
-func runMemorySessions(ctx context.Context, g *globals, dbURL string, opts memorySessionsOptions) error {
-	env, err := openMemory(ctx, g, dbURL, false)
-	if err != nil {
-		return err
-	}
-	defer env.Close()
-	ss, err := env.store.Sessions(ctx, opts.agent, opts.limit)
+func runMemorySessions(ctx context.Context, g *globals, opts memorySessionsOptions) error {
+	c := g.client()
+	defer c.Close()
+	ss, err := c.MemorySessions(ctx, opts.agent, opts.limit)
 	if err != nil {
 		return memoryErr(err)
 	}
 	if opts.json {
 		if ss == nil {
-			ss = []memory.Session{}
+			ss = []admin.MemorySession{}
 		}
 		return writeJSON(g.stdout, ss)
 	}
@@ -347,7 +272,7 @@ type memoryHistoryOptions struct {
 	json       bool
 }
 
-func newMemoryHistoryCommand(g *globals, dbURL *string) *cobra.Command {
+func newMemoryHistoryCommand(g *globals) *cobra.Command {
 	var opts memoryHistoryOptions
 	cmd := &cobra.Command{
 		Use:   "history <agent> <key|id>",
@@ -355,20 +280,17 @@ func newMemoryHistoryCommand(g *globals, dbURL *string) *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.agent, opts.ref = args[0], args[1]
-			return runMemoryHistory(cmd.Context(), g, *dbURL, opts)
+			return runMemoryHistory(cmd.Context(), g, opts)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.json, "json", false, "print as JSON")
 	return cmd
 }
 
-func runMemoryHistory(ctx context.Context, g *globals, dbURL string, opts memoryHistoryOptions) error {
-	env, err := openMemory(ctx, g, dbURL, false)
-	if err != nil {
-		return err
-	}
-	defer env.Close()
-	vs, err := env.store.History(ctx, opts.agent, opts.ref)
+func runMemoryHistory(ctx context.Context, g *globals, opts memoryHistoryOptions) error {
+	c := g.client()
+	defer c.Close()
+	vs, err := c.MemoryHistory(ctx, opts.agent, opts.ref)
 	if err != nil {
 		return memoryErr(err)
 	}
@@ -394,7 +316,7 @@ type memoryDeleteOptions struct {
 	json       bool
 }
 
-func newMemoryDeleteCommand(g *globals, dbURL *string) *cobra.Command {
+func newMemoryDeleteCommand(g *globals) *cobra.Command {
 	var opts memoryDeleteOptions
 	cmd := &cobra.Command{
 		Use:   "delete <agent> <key|id>",
@@ -406,7 +328,7 @@ deleted from the agent's memory; its events stay in choir_control.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.agent, opts.ref = args[0], args[1]
-			return runMemoryDelete(cmd.Context(), g, *dbURL, opts)
+			return runMemoryDelete(cmd.Context(), g, opts)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.session, "session", false, "delete a session's memory instead of a knowledge document")
@@ -414,7 +336,7 @@ deleted from the agent's memory; its events stay in choir_control.`,
 	return cmd
 }
 
-func runMemoryDelete(ctx context.Context, g *globals, dbURL string, opts memoryDeleteOptions) error {
+func runMemoryDelete(ctx context.Context, g *globals, opts memoryDeleteOptions) error {
 	var sessionID uuid.UUID
 	if opts.session {
 		var err error
@@ -422,23 +344,20 @@ func runMemoryDelete(ctx context.Context, g *globals, dbURL string, opts memoryD
 			return usageErr(fmt.Errorf("--session needs a session id (a UUID), got %q", opts.ref))
 		}
 	}
-	env, err := openMemory(ctx, g, dbURL, false)
-	if err != nil {
-		return err
-	}
-	defer env.Close()
+	c := g.client()
+	defer c.Close()
 	if opts.session {
-		n, err := env.store.SessionDelete(ctx, opts.agent, sessionID)
+		r, err := c.MemorySessionDelete(ctx, opts.agent, sessionID)
 		if err != nil {
 			return memoryErr(err)
 		}
 		if opts.json {
-			return writeJSON(g.stdout, map[string]any{"session_id": sessionID, "chunks_deleted": n})
+			return writeJSON(g.stdout, r)
 		}
-		fmt.Fprintf(g.stdout, "deleted session %s from the memory of %s: %d chunks\n", sessionID, opts.agent, n)
+		fmt.Fprintf(g.stdout, "deleted session %s from the memory of %s: %d chunks\n", r.SessionID, opts.agent, r.ChunksDeleted)
 		return nil
 	}
-	r, err := env.store.KnowledgeDelete(ctx, opts.agent, opts.ref)
+	r, err := c.MemoryDelete(ctx, opts.agent, opts.ref)
 	if err != nil {
 		return memoryErr(err)
 	}
@@ -457,7 +376,7 @@ type memoryRestoreOptions struct {
 	json    bool
 }
 
-func newMemoryRestoreCommand(g *globals, dbURL *string) *cobra.Command {
+func newMemoryRestoreCommand(g *globals) *cobra.Command {
 	var opts memoryRestoreOptions
 	cmd := &cobra.Command{
 		Use:   "restore <agent> <document-id> <version>",
@@ -472,20 +391,17 @@ func newMemoryRestoreCommand(g *globals, dbURL *string) *cobra.Command {
 			if opts.version, err = strconv.Atoi(args[2]); err != nil || opts.version < 1 {
 				return usageErr(fmt.Errorf("version %q is not a positive number", args[2]))
 			}
-			return runMemoryRestore(cmd.Context(), g, *dbURL, opts)
+			return runMemoryRestore(cmd.Context(), g, opts)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.json, "json", false, "print the result as JSON")
 	return cmd
 }
 
-func runMemoryRestore(ctx context.Context, g *globals, dbURL string, opts memoryRestoreOptions) error {
-	env, err := openMemory(ctx, g, dbURL, false)
-	if err != nil {
-		return err
-	}
-	defer env.Close()
-	r, err := env.store.KnowledgeRestore(ctx, opts.agent, opts.id, opts.version)
+func runMemoryRestore(ctx context.Context, g *globals, opts memoryRestoreOptions) error {
+	c := g.client()
+	defer c.Close()
+	r, err := c.MemoryRestore(ctx, opts.agent, opts.id, opts.version)
 	if err != nil {
 		return memoryErr(err)
 	}
@@ -502,23 +418,22 @@ type memoryReembedOptions struct {
 	json  bool
 }
 
-func newMemoryReembedCommand(g *globals, dbURL *string) *cobra.Command {
+func newMemoryReembedCommand(g *globals) *cobra.Command {
 	var opts memoryReembedOptions
 	cmd := &cobra.Command{
 		Use:   "reembed",
-		Short: "Re-embed memory with the embedding model and dimensions of config.json",
-		Long: `Re-embed agents' memory with config.json's embedding model and dimensions:
-the migration for a change of embedding model, no code change needed.
+		Short: "Re-embed memory with the embedding model and dimensions choird runs with",
+		Long: `Re-embed agents' memory with the embedding model and dimensions choird runs
+with (config.json's embedding block when choird started): the migration for a
+change of embedding model, no code change needed.
 
-When embedding.dimensions differs from an agent's stored vectors, every vector
-is dropped and the columns retyped to the new size; otherwise the documents
+When those dimensions differ from an agent's stored vectors, every vector is
+dropped and the columns retyped to the new size; otherwise the documents
 embedded by another model, and those pending or failed, are re-embedded
-(--all: every document). Embedding jobs are enqueued for choird, which runs
-them: after a change of dimensions choird refuses to start until this has run,
-so run it, then start choird. Until its vector arrives a document is found by
-full-text search.`,
+(--all: every document). choird enqueues the embedding jobs and runs them.
+Until its vector arrives a document is found by full-text search.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runMemoryReembed(cmd.Context(), g, *dbURL, opts) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runMemoryReembed(cmd.Context(), g, opts) },
 	}
 	cmd.Flags().StringVar(&opts.agent, "agent", "", "only this agent (default: all)")
 	cmd.Flags().BoolVar(&opts.all, "all", false, "re-embed every document, not only stale, pending and failed ones")
@@ -526,19 +441,16 @@ full-text search.`,
 	return cmd
 }
 
-func runMemoryReembed(ctx context.Context, g *globals, dbURL string, opts memoryReembedOptions) error {
-	env, err := openMemory(ctx, g, dbURL, true)
-	if err != nil {
-		return err
-	}
-	defer env.Close()
-	rs, err := env.store.Reembed(ctx, memory.ReembedOptions{AgentID: opts.agent, All: opts.all})
+func runMemoryReembed(ctx context.Context, g *globals, opts memoryReembedOptions) error {
+	c := g.client()
+	defer c.Close()
+	rs, err := c.MemoryReembed(ctx, admin.MemoryReembedRequest{AgentID: opts.agent, All: opts.all})
 	if err != nil {
 		return memoryErr(err)
 	}
 	if opts.json {
 		if rs == nil {
-			rs = []memory.ReembedResult{}
+			rs = []admin.MemoryReembedResult{}
 		}
 		return writeJSON(g.stdout, rs)
 	}
@@ -558,27 +470,24 @@ type memoryStatusOptions struct {
 	json bool
 }
 
-func newMemoryStatusCommand(g *globals, dbURL *string) *cobra.Command {
+func newMemoryStatusCommand(g *globals) *cobra.Command {
 	var opts memoryStatusOptions
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the embedder and, per agent, documents waiting for vectors and the last embedding failure",
 		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runMemoryStatus(cmd.Context(), g, *dbURL, opts) },
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runMemoryStatus(cmd.Context(), g, opts) },
 	}
 	cmd.Flags().BoolVar(&opts.json, "json", false, "print as JSON")
 	return cmd
 }
 
-func runMemoryStatus(ctx context.Context, g *globals, dbURL string, opts memoryStatusOptions) error {
-	env, err := openMemory(ctx, g, dbURL, false)
+func runMemoryStatus(ctx context.Context, g *globals, opts memoryStatusOptions) error {
+	c := g.client()
+	defer c.Close()
+	st, err := c.MemoryStatus(ctx)
 	if err != nil {
-		return err
-	}
-	defer env.Close()
-	st, err := env.store.Status(ctx)
-	if err != nil {
-		return err
+		return memoryErr(err)
 	}
 	if opts.json {
 		return writeJSON(g.stdout, st)
@@ -586,7 +495,7 @@ func runMemoryStatus(ctx context.Context, g *globals, dbURL string, opts memoryS
 	if e := st.Embedding; e != nil {
 		fmt.Fprintf(g.stdout, "embedding: %s, model %s, %d dimensions: %s\n", e.Provider, e.Model, e.Dimensions, e.Note)
 	} else {
-		fmt.Fprintln(g.stdout, "embedding: unknown (config.json not loaded)")
+		fmt.Fprintln(g.stdout, "embedding: unknown (choird reported no embedder)")
 	}
 	fmt.Fprintf(g.stdout, "documents waiting for vectors: %d, failed: %d, vectors of another model: %d\n",
 		st.Pending, st.Failed, st.Stale)

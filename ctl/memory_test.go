@@ -10,8 +10,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/choirhq/choir/ctl"
 	"github.com/choirhq/choir/daemon/memory"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 )
 
@@ -19,13 +19,14 @@ func TestMemory(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url := dbtest.NewDatabase(t)
-	home := t.TempDir()
-	localInit(t, home, url)
 	pool := dbtest.Connect(t, url)
-	if _, err := db.New(pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: "assistant",
-		Dimensions: 384}); err != nil {
+	// choird's embedding queue starts paused, so the documents written
+	// here stay pending, as when nothing works the jobs.
+	if _, err := pool.Exec(ctx, `INSERT INTO river_queue (name, created_at, metadata, paused_at, updated_at)
+		VALUES ('embed', now(), '{}', now(), now())`); err != nil {
 		t.Fatal(err)
 	}
+	home := ctl.StartChoirdOn(t, url)
 	inserter, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
 	if err != nil {
 		t.Fatal(err)
@@ -41,7 +42,7 @@ func TestMemory(t *testing.T) {
 		}
 	}
 	mem := func(args ...string) result {
-		return run(t, append([]string{"--home", home, "memory"}, append(args, "--database-url", url)...)...)
+		return run(t, append([]string{"--home", home, "memory"}, args...)...)
 	}
 
 	t.Run("SearchPrintsScoresAndKeys", func(t *testing.T) {
@@ -119,6 +120,7 @@ func TestMemory(t *testing.T) {
 			{"search", "assistant", "x", "--store", "files"},
 			{"restore", "assistant", "not-a-uuid", "1"},
 			{"delete", "assistant", "x", "--session"},
+			{"status", "--database-url", "postgres://elsewhere/choir"},
 		} {
 			if r := mem(args...); r.code != 2 {
 				t.Errorf("%v: exit %d, want 2: %s", args, r.code, r.stderr)

@@ -4,49 +4,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net/http"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
+
+	"github.com/choirhq/choir/rpc/admin"
 )
 
-// namedModel, namedTTS and namedVoice mirror the daemon's.
-type namedModel struct {
-	Name     string `json:"name"`
-	Provider string `json:"provider"`
-	Model    string `json:"model"`
-}
-
-type namedTTS struct {
-	Name     string `json:"name"`
-	Provider string `json:"provider"`
-	ModelID  string `json:"model_id"`
-}
-
-type namedVoice struct {
-	Name    string `json:"name"`
-	TTS     string `json:"tts"`
-	VoiceID string `json:"voice_id"`
-}
-
-// modelList mirrors daemon.ModelListResult.
-type modelList struct {
-	Models []namedModel `json:"models"`
-	TTS    []namedTTS   `json:"tts"`
-}
-
-// modelState mirrors daemon.ModelState.
-type modelState struct {
-	AgentID         string `json:"agent_id"`
-	SessionID       string `json:"session_id,omitempty"`
-	Running         bool   `json:"running"`
-	LLM             string `json:"llm"`
-	LLMOverridden   bool   `json:"llm_overridden"`
-	VoiceProfile    string `json:"voice_profile,omitempty"`
-	VoiceOverridden bool   `json:"voice_profile_overridden"`
-}
-
-func printModelState(w io.Writer, st modelState) {
+func printModelState(w io.Writer, st admin.ModelState) {
 	note := func(overridden bool) string {
 		if overridden {
 			return " (set for this session; reverts on restart)"
@@ -68,8 +33,10 @@ func newModelCommand(g *globals) *cobra.Command {
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print results as JSON")
 	list := &cobra.Command{Use: "list", Short: "List the named LLM models and TTS providers of config.json", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out modelList
-			if err := adminCall(cmd.Context(), g, http.MethodGet, "/v1/models", nil, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.ModelList(cmd.Context())
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -88,8 +55,10 @@ func newModelCommand(g *globals) *cobra.Command {
 	get := &cobra.Command{Use: "get <agent-id>", Short: "Show the agent's current LLM model and voice profile",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var out modelState
-			if err := adminCall(cmd.Context(), g, http.MethodGet, agentPath(args[0], "model"), nil, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.ModelGet(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -106,8 +75,10 @@ func newModelCommand(g *globals) *cobra.Command {
 			if llm == "" {
 				return usageErr(errors.New("--llm is required: name a model of config.json (choirctl model list)"))
 			}
-			var out modelState
-			if err := adminCall(cmd.Context(), g, http.MethodPost, agentPath(args[0], "model"), map[string]string{"llm": llm}, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.ModelSet(cmd.Context(), args[0], llm)
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -127,8 +98,10 @@ func newVoiceCommand(g *globals) *cobra.Command {
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print results as JSON")
 	list := &cobra.Command{Use: "list", Short: "List the named voice profiles of config.json", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out []namedVoice
-			if err := adminCall(cmd.Context(), g, http.MethodGet, "/v1/voices", nil, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.VoiceList(cmd.Context())
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -144,8 +117,10 @@ func newVoiceCommand(g *globals) *cobra.Command {
 	get := &cobra.Command{Use: "get <agent-id>", Short: "Show the agent's current voice profile",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var out modelState
-			if err := adminCall(cmd.Context(), g, http.MethodGet, agentPath(args[0], "voice"), nil, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.VoiceGet(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -157,9 +132,10 @@ func newVoiceCommand(g *globals) *cobra.Command {
 	set := &cobra.Command{Use: "set <agent-id> <name>", Short: "Switch the running agent's voice profile until it restarts",
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var out modelState
-			if err := adminCall(cmd.Context(), g, http.MethodPost, agentPath(args[0], "voice"),
-				map[string]string{"voice_profile": args[1]}, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.VoiceSet(cmd.Context(), args[0], args[1])
+			if err != nil {
 				return err
 			}
 			if asJSON {

@@ -1,6 +1,8 @@
 // Package ctl is choirctl, the operator's command line: one file per
 // command group, each command an options struct and a run function that
-// never touches cobra, so commands are testable without a process.
+// never touches cobra, so commands are testable without a process. It
+// reaches choird only through the admin API's typed client (rpc/admin);
+// it opens Postgres itself only to migrate it (db migrate).
 package ctl
 
 import (
@@ -13,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // Exit codes.
@@ -39,6 +42,11 @@ type globals struct {
 	home   string
 	stdout io.Writer
 	stderr io.Writer
+}
+
+// client returns a client of choird's admin API; the caller closes it.
+func (g *globals) client() *admin.Client {
+	return admin.NewClient(admin.SocketPath(g.home))
 }
 
 // Run executes choirctl with args (without the program name) and returns

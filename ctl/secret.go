@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"net/http"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -15,7 +14,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/rpc/admin"
 )
 
 // maxSecretBytes bounds a secret value read from stdin.
@@ -23,20 +21,13 @@ const maxSecretBytes = 64 << 10
 
 func newSecretCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "secret", Short: "List, set and delete secrets; apply secrets.json to choird and the running agents"}
-	call := func(cmd *cobra.Command, method, path string, out any) error {
-		c := admin.NewClient(admin.SocketPath(g.home))
-		defer c.Close()
-		return c.Do(cmd.Context(), method, path, nil, out)
-	}
-
 	apply := &cobra.Command{Use: "apply", Short: "Reload secrets.json in choird and have every running agent refresh its secrets",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var out struct {
-				Secrets  int `json:"secrets"`
-				Notified int `json:"notified"`
-			}
-			if err := call(cmd, http.MethodPost, "/v1/secrets/apply", &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.SecretApply(cmd.Context())
+			if err != nil {
 				return err
 			}
 			fmt.Fprintf(g.stdout, "applied %d secrets; %d running agents refreshing\n", out.Secrets, out.Notified)
@@ -47,8 +38,10 @@ func newSecretCommand(g *globals) *cobra.Command {
 	list := &cobra.Command{Use: "list", Short: "List the names of the secrets choird runs with (never their values)",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			var names []string
-			if err := call(cmd, http.MethodGet, "/v1/secrets", &names); err != nil {
+			c := g.client()
+			defer c.Close()
+			names, err := c.SecretList(cmd.Context())
+			if err != nil {
 				return err
 			}
 			if asJSON {

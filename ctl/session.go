@@ -1,85 +1,18 @@
 package ctl
 
 import (
-	"context"
 	"fmt"
-	"net/http"
-	"net/url"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/choirhq/choir/rpc/admin"
 )
 
 // sessionCommands are the command groups of this file, model.go and
 // approval.go, for the root command.
 func sessionCommands(g *globals) []*cobra.Command {
 	return []*cobra.Command{newSessionCommand(g), newModelCommand(g), newVoiceCommand(g), newApprovalCommand(g)}
-}
-
-// adminCall makes one admin API call with a client of its own.
-func adminCall(ctx context.Context, g *globals, method, path string, in, out any) error {
-	c := admin.NewClient(admin.SocketPath(g.home))
-	defer c.Close()
-	return c.Do(ctx, method, path, in, out)
-}
-
-// budget mirrors rpc.Budget.
-type budget struct {
-	Tokens    *int64 `json:"tokens,omitempty"`
-	ToolCalls *int64 `json:"tool_calls,omitempty"`
-	TimeMS    *int64 `json:"time_ms,omitempty"`
-}
-
-// coreJob mirrors daemon.CoreJob.
-type coreJob struct {
-	Name            string `json:"name"`
-	Lane            string `json:"lane"`
-	State           string `json:"state"`
-	Skill           string `json:"skill,omitempty"`
-	Step            string `json:"step,omitempty"`
-	BudgetRemaining budget `json:"budget_remaining"`
-	Active          bool   `json:"active"`
-}
-
-// sessionCores mirrors daemon.SessionCoresResult.
-type sessionCores struct {
-	AgentID   string    `json:"agent_id"`
-	SessionID string    `json:"session_id"`
-	Live      bool      `json:"live"`
-	Cores     []coreJob `json:"cores"`
-}
-
-// sessionRef mirrors daemon.SessionRef.
-type sessionRef struct {
-	AgentID   string `json:"agent_id"`
-	SessionID string `json:"session_id"`
-	Target    string `json:"target,omitempty"`
-}
-
-// sessionEvent mirrors daemon.SessionEvent.
-type sessionEvent struct {
-	Rev       int64     `json:"rev"`
-	CreatedAt time.Time `json:"created_at"`
-	Lane      string    `json:"lane"`
-	Type      string    `json:"event_type"`
-	Digest    string    `json:"digest"`
-}
-
-// sessionEvents mirrors daemon.SessionEventsResult.
-type sessionEvents struct {
-	AgentID   string         `json:"agent_id"`
-	SessionID string         `json:"session_id"`
-	Live      bool           `json:"live"`
-	Events    []sessionEvent `json:"events"`
-}
-
-func agentPath(id string, rest ...string) string {
-	parts := append([]string{"/v1/agents", url.PathEscape(id)}, rest...)
-	return strings.Join(parts, "/")
 }
 
 func newSessionCommand(g *globals) *cobra.Command {
@@ -90,8 +23,10 @@ func newSessionCommand(g *globals) *cobra.Command {
 	cores := &cobra.Command{Use: "cores <agent-id>", Short: "List the core jobs of the agent's session (name, state, step)",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var out sessionCores
-			if err := adminCall(cmd.Context(), g, http.MethodGet, agentPath(args[0], "session", "cores"), nil, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.SessionCores(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -108,9 +43,10 @@ func newSessionCommand(g *globals) *cobra.Command {
 		Short: "Cancel a core job of the agent's session by name (edge: the edge lane's turn)",
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var out sessionRef
-			if err := adminCall(cmd.Context(), g, http.MethodPost,
-				agentPath(args[0], "session", "cancel", url.PathEscape(args[1])), nil, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.SessionCancel(cmd.Context(), args[0], args[1])
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -122,8 +58,10 @@ func newSessionCommand(g *globals) *cobra.Command {
 	compact := &cobra.Command{Use: "compact <agent-id>", Short: "Ask the agent to compact its working memory at the next safe point",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			var out sessionRef
-			if err := adminCall(cmd.Context(), g, http.MethodPost, agentPath(args[0], "session", "compact"), nil, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.SessionCompact(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -139,8 +77,10 @@ func newSessionCommand(g *globals) *cobra.Command {
 			if n < 1 {
 				return usageErr(fmt.Errorf("-n must be at least 1, not %d", n))
 			}
-			var out sessionEvents
-			if err := adminCall(cmd.Context(), g, http.MethodGet, agentPath(args[0], "session", "events", fmt.Sprint(n)), nil, &out); err != nil {
+			c := g.client()
+			defer c.Close()
+			out, err := c.SessionEvents(cmd.Context(), args[0], n)
+			if err != nil {
 				return err
 			}
 			if asJSON {

@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // runSessionCommands runs choirctl with --home, returning the exit code,
@@ -28,7 +29,13 @@ func runSessionCommands(home string, args ...string) (int, string, string) {
 // with a second model and two voice profiles.
 func startChoird(t *testing.T) string {
 	t.Helper()
-	pc, err := pgx.ParseConfig(dbtest.NewDatabase(t))
+	return startChoirdOn(t, dbtest.NewDatabase(t))
+}
+
+// startChoirdOn is startChoird on the migrated database behind url.
+func startChoirdOn(t *testing.T, url string) string {
+	t.Helper()
+	pc, err := pgx.ParseConfig(url)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +85,7 @@ func TestSessionModelVoiceApprovalCommands(t *testing.T) {
 			t.Errorf("exit %d: %s%s", code, out, errs)
 		}
 		code, out, _ = runSessionCommands(home, "voice", "list", "--json")
-		var voices []namedVoice
+		var voices []admin.NamedVoice
 		if code != ExitOK || json.Unmarshal([]byte(out), &voices) != nil || len(voices) != 1 || voices[0].VoiceID != "v-calm" {
 			t.Errorf("voice list --json: exit %d: %s", code, out)
 		}

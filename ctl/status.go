@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
-
-	"github.com/choirhq/choir/rpc/admin"
 )
 
 type statusOptions struct {
@@ -28,7 +26,7 @@ func newStatusCommand(g *globals) *cobra.Command {
 }
 
 func runStatus(ctx context.Context, g *globals, opts statusOptions) error {
-	c := admin.NewClient(admin.SocketPath(g.home))
+	c := g.client()
 	defer c.Close()
 	st, err := c.Status(ctx)
 	if err != nil {

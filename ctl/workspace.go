@@ -2,20 +2,10 @@ package ctl
 
 import (
 	"fmt"
-	"net/http"
 	"text/tabwriter"
 
 	"github.com/spf13/cobra"
-
-	"github.com/choirhq/choir/rpc/admin"
 )
-
-// workspaceInfo mirrors daemon.WorkspaceInfo.
-type workspaceInfo struct {
-	Name   string `json:"name"`
-	Path   string `json:"path"`
-	Holder string `json:"holder,omitempty"`
-}
 
 func newWorkspaceCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "workspace", Short: "List and reset workspaces"}
@@ -23,10 +13,10 @@ func newWorkspaceCommand(g *globals) *cobra.Command {
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print results as JSON")
 	list := &cobra.Command{Use: "list", Short: "List workspaces, their paths and who leases each", Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := admin.NewClient(admin.SocketPath(g.home))
+			c := g.client()
 			defer c.Close()
-			var out []workspaceInfo
-			if err := c.Do(cmd.Context(), http.MethodGet, "/v1/workspaces", nil, &out); err != nil {
+			out, err := c.WorkspaceList(cmd.Context())
+			if err != nil {
 				return err
 			}
 			if asJSON {
@@ -46,10 +36,10 @@ func newWorkspaceCommand(g *globals) *cobra.Command {
 	reset := &cobra.Command{Use: "reset <workspace>", Short: "Delete a workspace's contents; stops the agent leasing it first",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			c := admin.NewClient(admin.SocketPath(g.home))
+			c := g.client()
 			defer c.Close()
-			var out workspaceInfo
-			if err := c.Do(cmd.Context(), http.MethodPost, "/v1/workspaces/"+args[0]+"/reset", nil, &out); err != nil {
+			out, err := c.WorkspaceReset(cmd.Context(), args[0])
+			if err != nil {
 				return err
 			}
 			if asJSON {

@@ -10,26 +10,6 @@ import (
 	"github.com/choirhq/choir/rpc/admin"
 )
 
-// Admin API paths of the control commands, for choirctl.
-const (
-	PathAgents         = "/v1/agents"
-	PathAgent          = "/v1/agents/{id}"
-	PathAgentStart     = "/v1/agents/{id}/start"
-	PathAgentStop      = "/v1/agents/{id}/stop"
-	PathAgentRestart   = "/v1/agents/{id}/restart"
-	PathAgentBuild     = "/v1/agents/{id}/build"
-	PathAgentUpdate    = "/v1/agents/{id}/update"
-	PathAgentUpdateAll = "/v1/agents/update-all"
-	PathSecretApply    = "/v1/secrets/apply"
-	PathWorkspaces     = "/v1/workspaces"
-	PathWorkspaceReset = "/v1/workspaces/{name}/reset"
-)
-
-// buildRequest is the body of POST /v1/agents/{id}/build.
-type buildRequest struct {
-	Force bool `json:"force,omitempty"`
-}
-
 // adminScope is the scope of a choirctl request: admin, named by the
 // peer's uid.
 func adminScope(ctx context.Context) Scope {
@@ -66,51 +46,52 @@ func controlErr(err error) error {
 }
 
 func (d *Daemon) mountControl(mux *admin.Mux) {
-	admin.Handle(mux, "GET", PathAgents, func(ctx context.Context, _ admin.Empty) ([]admin.AgentStatus, error) {
+	admin.Handle(mux, "GET", admin.PathAgents, func(ctx context.Context, _ admin.Empty) ([]admin.AgentStatus, error) {
 		out, err := d.AgentList(ctx, adminScope(ctx))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "GET", PathAgent, func(ctx context.Context, _ admin.Empty) (admin.AgentStatus, error) {
+	admin.Handle(mux, "GET", admin.PathAgent, func(ctx context.Context, _ admin.Empty) (admin.AgentStatus, error) {
 		out, err := d.AgentStatus(ctx, adminScope(ctx), admin.PathValue(ctx, "id"))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathAgentStart, func(ctx context.Context, o StartOverrides) (admin.AgentStatus, error) {
+	admin.Handle(mux, "POST", admin.PathAgentStart, func(ctx context.Context, o StartOverrides) (admin.AgentStatus, error) {
 		out, err := d.AgentStart(ctx, adminScope(ctx), admin.PathValue(ctx, "id"), o)
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathAgentStop, func(ctx context.Context, _ admin.Empty) (admin.AgentStatus, error) {
+	admin.Handle(mux, "POST", admin.PathAgentStop, func(ctx context.Context, _ admin.Empty) (admin.AgentStatus, error) {
 		out, err := d.AgentStop(ctx, adminScope(ctx), admin.PathValue(ctx, "id"))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathAgentRestart, func(ctx context.Context, _ admin.Empty) (admin.AgentStatus, error) {
+	admin.Handle(mux, "POST", admin.PathAgentRestart, func(ctx context.Context, _ admin.Empty) (admin.AgentStatus, error) {
 		out, err := d.AgentRestart(ctx, adminScope(ctx), admin.PathValue(ctx, "id"))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathAgentBuild, func(ctx context.Context, in buildRequest) (BuildResult, error) {
+	admin.Handle(mux, "POST", admin.PathAgentBuild, func(ctx context.Context, in admin.BuildRequest) (BuildResult, error) {
 		out, err := d.AgentBuild(ctx, adminScope(ctx), admin.PathValue(ctx, "id"), in.Force)
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathAgentUpdate, func(ctx context.Context, _ admin.Empty) (UpdateResult, error) {
+	admin.Handle(mux, "POST", admin.PathAgentUpdate, func(ctx context.Context, _ admin.Empty) (UpdateResult, error) {
 		out, err := d.AgentUpdate(ctx, adminScope(ctx), admin.PathValue(ctx, "id"))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathAgentUpdateAll, func(ctx context.Context, _ admin.Empty) ([]UpdateResult, error) {
+	admin.Handle(mux, "POST", admin.PathAgentUpdateAll, func(ctx context.Context, _ admin.Empty) ([]UpdateResult, error) {
 		out, err := d.AgentUpdateAll(ctx, adminScope(ctx))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathSecretApply, func(ctx context.Context, _ admin.Empty) (SecretApplyResult, error) {
+	admin.Handle(mux, "POST", admin.PathSecretApply, func(ctx context.Context, _ admin.Empty) (SecretApplyResult, error) {
 		out, err := d.SecretApply(ctx, adminScope(ctx))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "GET", PathWorkspaces, func(ctx context.Context, _ admin.Empty) ([]WorkspaceInfo, error) {
+	admin.Handle(mux, "GET", admin.PathWorkspaces, func(ctx context.Context, _ admin.Empty) ([]WorkspaceInfo, error) {
 		out, err := d.WorkspaceList(ctx, adminScope(ctx))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathWorkspaceReset, func(ctx context.Context, _ admin.Empty) (WorkspaceInfo, error) {
+	admin.Handle(mux, "POST", admin.PathWorkspaceReset, func(ctx context.Context, _ admin.Empty) (WorkspaceInfo, error) {
 		out, err := d.WorkspaceReset(ctx, adminScope(ctx), admin.PathValue(ctx, "name"))
 		return out, controlErr(err)
 	})
 	d.mountConfigControl(mux)
 	d.mountChat(mux)
 	d.mountSessionControl(mux)
+	d.mountMemory(mux)
 }

@@ -6,18 +6,12 @@ import (
 	"github.com/choirhq/choir/rpc/admin"
 )
 
-// Admin API paths of choirctl chat.
-const (
-	PathChatSend = "/v1/agents/{id}/chat/send"
-	PathChatPoll = "/v1/agents/{id}/chat/poll"
-)
-
 func (d *Daemon) mountChat(mux *admin.Mux) {
-	admin.Handle(mux, "POST", PathChatSend, func(ctx context.Context, in ChatSendRequest) (ChatSent, error) {
+	admin.Handle(mux, "POST", admin.PathChatSend, func(ctx context.Context, in ChatSendRequest) (ChatSent, error) {
 		out, err := d.ChatSend(ctx, adminScope(ctx), admin.PathValue(ctx, "id"), in)
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathChatPoll, func(ctx context.Context, in ChatPollRequest) ([]ChatMessage, error) {
+	admin.Handle(mux, "POST", admin.PathChatPoll, func(ctx context.Context, in ChatPollRequest) ([]ChatMessage, error) {
 		out, err := d.ChatPoll(ctx, adminScope(ctx), admin.PathValue(ctx, "id"), in)
 		return out, controlErr(err)
 	})

@@ -2,27 +2,11 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
-
-// Admin API paths of the configuration and secret commands, for choirctl.
-const (
-	PathConfig      = "/v1/config"
-	PathConfigLoad  = "/v1/config/load"
-	PathConfigDiff  = "/v1/config/diff"
-	PathConfigApply = "/v1/config/apply"
-	PathSecrets     = "/v1/secrets"
-)
-
-// ConfigShowResponse is the body of GET /v1/config.
-type ConfigShowResponse struct {
-	ConfigVersion int64           `json:"config_version"`
-	Config        json.RawMessage `json:"config"`
-}
 
 // configErr codes the errors of the configuration commands: a refused
 // apply or an empty stage is a conflict with choird's state, which the
@@ -36,19 +20,19 @@ func configErr(err error) error {
 }
 
 func (d *Daemon) mountConfigControl(mux *admin.Mux) {
-	admin.Handle(mux, "POST", PathConfigLoad, func(ctx context.Context, _ admin.Empty) (ConfigDiff, error) {
+	admin.Handle(mux, "POST", admin.PathConfigLoad, func(ctx context.Context, _ admin.Empty) (ConfigDiff, error) {
 		out, err := d.ConfigLoad(ctx, adminScope(ctx))
 		return out, configErr(err)
 	})
-	admin.Handle(mux, "GET", PathConfigDiff, func(ctx context.Context, _ admin.Empty) (ConfigDiff, error) {
+	admin.Handle(mux, "GET", admin.PathConfigDiff, func(ctx context.Context, _ admin.Empty) (ConfigDiff, error) {
 		out, err := d.ConfigDiff(ctx, adminScope(ctx))
 		return out, configErr(err)
 	})
-	admin.Handle(mux, "POST", PathConfigApply, func(ctx context.Context, _ admin.Empty) (ConfigApplyResult, error) {
+	admin.Handle(mux, "POST", admin.PathConfigApply, func(ctx context.Context, _ admin.Empty) (ConfigApplyResult, error) {
 		out, err := d.ConfigApply(ctx, adminScope(ctx))
 		return out, configErr(err)
 	})
-	admin.Handle(mux, "GET", PathConfig, func(ctx context.Context, _ admin.Empty) (ConfigShowResponse, error) {
+	admin.Handle(mux, "GET", admin.PathConfig, func(ctx context.Context, _ admin.Empty) (ConfigShowResponse, error) {
 		sc := adminScope(ctx)
 		out, err := d.ConfigShow(ctx, sc)
 		if err != nil {
@@ -56,7 +40,7 @@ func (d *Daemon) mountConfigControl(mux *admin.Mux) {
 		}
 		return ConfigShowResponse{ConfigVersion: d.runningConfigVersion(), Config: out}, nil
 	})
-	admin.Handle(mux, "GET", PathSecrets, func(ctx context.Context, _ admin.Empty) ([]string, error) {
+	admin.Handle(mux, "GET", admin.PathSecrets, func(ctx context.Context, _ admin.Empty) ([]string, error) {
 		out, err := d.SecretList(ctx, adminScope(ctx))
 		return out, configErr(err)
 	})

@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,23 +14,6 @@ import (
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 )
-
-// Approval is a pending or resolved approval, as the control layer shows it.
-type Approval struct {
-	ID          string          `json:"approval_id"`
-	AgentID     string          `json:"agent_id"`
-	SessionID   string          `json:"session_id"`
-	RequestType string          `json:"request_type"`
-	Summary     string          `json:"summary"`
-	Payload     json.RawMessage `json:"payload"`
-	// Status is pending, approved or rejected (a timeout rejects).
-	Status     string     `json:"status"`
-	CreatedAt  time.Time  `json:"created_at"`
-	ExpiresAt  time.Time  `json:"expires_at"`
-	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
-	// ResolvedBy is "choirctl:uid=<n>", "telegram:<dm>" or "timeout".
-	ResolvedBy string `json:"resolved_by,omitempty"`
-}
 
 func approvalOf(r db.ChoirControlPendingApproval) Approval {
 	a := Approval{ID: r.ApprovalID.String(), AgentID: r.AgentID, SessionID: r.SessionID.String(),

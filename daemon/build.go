@@ -17,24 +17,6 @@ import (
 	"github.com/choirhq/choir/rpc"
 )
 
-// BuildResult is the outcome of one agent's build (spec 17.3).
-type BuildResult struct {
-	AgentID string `json:"agent_id"`
-	Image   string `json:"image"`
-	// Built is false when the image was already up to date.
-	Built   bool          `json:"built"`
-	Version build.Version `json:"version"`
-}
-
-// UpdateResult is one agent's outcome in agent update / update-all
-// (spec 17.5): built, redeployed, skipped or failed.
-type UpdateResult struct {
-	AgentID string `json:"agent_id"`
-	Image   string `json:"image,omitempty"`
-	Outcome string `json:"outcome"`
-	Error   string `json:"error,omitempty"`
-}
-
 // builder makes the image builder; it needs the docker runtime's engine.
 func (d *Daemon) builder() (*build.Builder, error) {
 	rt, ok := d.runtime.(*docker.Runtime)

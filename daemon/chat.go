@@ -23,39 +23,6 @@ import (
 // is stored once.
 const ChatGateway = "choirctl"
 
-// ChatSendRequest is one message from choirctl chat.
-type ChatSendRequest struct {
-	// MessageID is the client's idempotency key: positive, random per
-	// message, reused when the send is retried.
-	MessageID int64  `json:"message_id"`
-	Text      string `json:"text"`
-}
-
-// Validate checks the request.
-func (r ChatSendRequest) Validate() error {
-	switch {
-	case r.MessageID <= 0:
-		return errors.New("message_id must be a positive number, unique per message")
-	case len(r.Text) == 0:
-		return errors.New("text is empty: type a message")
-	case len(r.Text) > 1<<20:
-		return errors.New("text is longer than 1 MiB")
-	}
-	return nil
-}
-
-// ChatSent is the outcome of a ChatSend.
-type ChatSent struct {
-	InboxID int64 `json:"inbox_id"`
-	// Pushed is false when the agent is not running: the message waits in
-	// the inbox for its next session.
-	Pushed    bool `json:"pushed"`
-	Duplicate bool `json:"duplicate,omitempty"`
-	// After is the outbox cursor at the time of sending: replies to this
-	// message come after it.
-	After int64 `json:"after"`
-}
-
 // ChatSend sends a message to an agent as its DM's user.
 func (d *Daemon) ChatSend(ctx context.Context, sc Scope, agentID string, req ChatSendRequest) (ChatSent, error) {
 	if err := sc.allow(agentID); err != nil {
@@ -108,23 +75,6 @@ func (d *Daemon) ChatSend(ctx context.Context, sc Scope, agentID string, req Cha
 		d.pushInbox(ctx, s.SessionID, row)
 	}
 	return ChatSent{InboxID: row.InboxID, Pushed: live, After: after}, nil
-}
-
-// ChatPollRequest asks for an agent's messages after a cursor.
-type ChatPollRequest struct {
-	After int64 `json:"after"`
-	// WaitMS is how long to wait for a first message (at most 30 s).
-	WaitMS int64 `json:"wait_ms"`
-}
-
-// ChatMessage is one message of the agent to its user.
-type ChatMessage struct {
-	OutboxID  int64     `json:"outbox_id"`
-	Kind      string    `json:"kind"`
-	Text      string    `json:"text"`
-	FilePath  string    `json:"file_path,omitempty"`
-	Status    string    `json:"status"`
-	CreatedAt time.Time `json:"created_at"`
 }
 
 // chatPollEvery is how often a waiting poll looks at the outbox.

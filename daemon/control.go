@@ -301,13 +301,6 @@ func (d *Daemon) AgentList(ctx context.Context, sc Scope) ([]admin.AgentStatus, 
 	return out, nil
 }
 
-// WorkspaceInfo is one configured workspace and its holder.
-type WorkspaceInfo struct {
-	Name   string `json:"name"`
-	Path   string `json:"path"`
-	Holder string `json:"holder,omitempty"`
-}
-
 // WorkspaceList lists the workspaces and who leases each.
 func (d *Daemon) WorkspaceList(ctx context.Context, sc Scope) ([]WorkspaceInfo, error) {
 	cfg, _ := d.config()
@@ -434,13 +427,6 @@ func (d *Daemon) cleanOrphans(ctx context.Context) error {
 			slog.String("agent_id", inst.AgentID), slog.String("session_id", inst.SessionID))
 	}
 	return nil
-}
-
-// SecretApplyResult says what secret apply did.
-type SecretApplyResult struct {
-	Secrets int `json:"secrets"`
-	// Notified is how many live agents were told to refresh.
-	Notified int `json:"notified"`
 }
 
 // SecretApply reloads secrets.json (spec 16.3) and tells every live agent to

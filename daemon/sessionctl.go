@@ -8,13 +8,11 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
-	"github.com/choirhq/choir/rpc/admin"
 )
 
 // The session commands (spec 17.1 "Session", "Model switching"): they act
@@ -31,56 +29,6 @@ const coreLanePrefix = "core:"
 // coreDone are the core job states in which a job no longer runs (spec
 // 7.3). An idle lane has no job either.
 var coreDone = []string{"CORE_COMPLETED", "CORE_TERMINATED", "CORE_IDLE", "COMPLETED", "TERMINATED", "IDLE"}
-
-// LaneStatus is a lane's latest REPORT_STATUS.
-type LaneStatus struct {
-	Lane            string     `json:"lane"`
-	State           string     `json:"state"`
-	Skill           string     `json:"skill,omitempty"`
-	Step            string     `json:"step,omitempty"`
-	BudgetRemaining rpc.Budget `json:"budget_remaining"`
-}
-
-// CoreJob is one core job of a session, as its lane last reported it.
-type CoreJob struct {
-	Name string `json:"name"`
-	LaneStatus
-	// Active is false once the job completed or was terminated.
-	Active bool `json:"active"`
-}
-
-// SessionCoresResult lists the core jobs of an agent's session.
-type SessionCoresResult struct {
-	AgentID   string    `json:"agent_id"`
-	SessionID string    `json:"session_id"`
-	Live      bool      `json:"live"`
-	Cores     []CoreJob `json:"cores"`
-}
-
-// SessionRef names the session a command acted on.
-type SessionRef struct {
-	AgentID   string `json:"agent_id"`
-	SessionID string `json:"session_id"`
-	// Target is what was acted on: a core job's name, "edge", or empty.
-	Target string `json:"target,omitempty"`
-}
-
-// SessionEvent is one replicated event, digested for reading.
-type SessionEvent struct {
-	Rev       int64     `json:"rev"`
-	CreatedAt time.Time `json:"created_at"`
-	Lane      string    `json:"lane"`
-	Type      string    `json:"event_type"`
-	Digest    string    `json:"digest"`
-}
-
-// SessionEventsResult is the tail of a session's event log, oldest first.
-type SessionEventsResult struct {
-	AgentID   string         `json:"agent_id"`
-	SessionID string         `json:"session_id"`
-	Live      bool           `json:"live"`
-	Events    []SessionEvent `json:"events"`
-}
 
 // Bounds of SessionEvents.
 const (
@@ -279,48 +227,6 @@ func (d *Daemon) SessionEvents(ctx context.Context, sc Scope, agentID string, n 
 	return res, nil
 }
 
-// NamedModel is an LLM model of config.json.
-type NamedModel struct {
-	Name     string `json:"name"`
-	Provider string `json:"provider"`
-	Model    string `json:"model"`
-}
-
-// NamedTTS is a text-to-speech provider of config.json.
-type NamedTTS struct {
-	Name     string `json:"name"`
-	Provider string `json:"provider"`
-	ModelID  string `json:"model_id"`
-}
-
-// NamedVoice is a voice profile of config.json.
-type NamedVoice struct {
-	Name    string `json:"name"`
-	TTS     string `json:"tts"`
-	VoiceID string `json:"voice_id"`
-}
-
-// ModelListResult lists the named models and TTS providers.
-type ModelListResult struct {
-	Models []NamedModel `json:"models"`
-	TTS    []NamedTTS   `json:"tts"`
-}
-
-// ModelState is an agent's current model and voice profile: a session's
-// transient override when set, else what the session started with; for an
-// agent that is not running, its configured defaults.
-type ModelState struct {
-	AgentID   string `json:"agent_id"`
-	SessionID string `json:"session_id,omitempty"`
-	Running   bool   `json:"running"`
-	LLM       string `json:"llm"`
-	// LLMOverridden is true when LLM is a transient override (model set).
-	LLMOverridden bool   `json:"llm_overridden"`
-	VoiceProfile  string `json:"voice_profile,omitempty"`
-	// VoiceOverridden is true when VoiceProfile is a transient override.
-	VoiceOverridden bool `json:"voice_profile_overridden"`
-}
-
 // ModelList lists the named LLM models and TTS providers. Names are no
 // secret: every scope may list them.
 func (d *Daemon) ModelList(ctx context.Context, sc Scope) (ModelListResult, error) {
@@ -463,13 +369,6 @@ func (d *Daemon) setOverride(ctx context.Context, sc Scope, agentID, llm, voice 
 	d.logger.InfoContext(ctx, "session override set", slog.String("agent_id", agentID), slog.String("session_id", s.SessionID.String()),
 		slog.String("llm", llm), slog.String("voice_profile", voice), slog.String("by", sc.Actor))
 	return d.modelState(ctx, agentID)
-}
-
-// SessionStatusResult is an agent's status with the lane states its live
-// (or crashed) session last reported.
-type SessionStatusResult struct {
-	admin.AgentStatus
-	Lanes []LaneStatus `json:"lanes"`
 }
 
 // SessionStatus reports an agent and the states of its session's lanes:

@@ -30,7 +30,7 @@ func TestSessionControlAdminAPI(t *testing.T) {
 
 	t.Run("ModelAndVoice", func(t *testing.T) {
 		var list ModelListResult
-		if err := c.Do(ctx, http.MethodGet, PathModels, nil, &list); err != nil || len(list.Models) != 2 || len(list.TTS) != 1 {
+		if err := c.Do(ctx, http.MethodGet, admin.PathModels, nil, &list); err != nil || len(list.Models) != 2 || len(list.TTS) != 1 {
 			t.Fatalf("models = %+v, %v", list, err)
 		}
 		var st ModelState
@@ -51,7 +51,7 @@ func TestSessionControlAdminAPI(t *testing.T) {
 			t.Errorf("voice get of a stopped agent = %+v, %v", st, err)
 		}
 		var voices []NamedVoice
-		if err := c.Do(ctx, http.MethodGet, PathVoices, nil, &voices); err != nil || len(voices) != 2 || voices[0].Name != "bright" {
+		if err := c.Do(ctx, http.MethodGet, admin.PathVoices, nil, &voices); err != nil || len(voices) != 2 || voices[0].Name != "bright" {
 			t.Errorf("voices = %+v, %v", voices, err)
 		}
 	})
@@ -94,7 +94,7 @@ func TestSessionControlAdminAPI(t *testing.T) {
 	t.Run("Approvals", func(t *testing.T) {
 		id := agent.requestApproval(t, "deploy to staging")
 		var list []Approval
-		if err := c.Do(ctx, http.MethodGet, PathApprovals, nil, &list); err != nil || len(list) != 1 || list[0].ID != id {
+		if err := c.Do(ctx, http.MethodGet, admin.PathApprovals, nil, &list); err != nil || len(list) != 1 || list[0].ID != id {
 			t.Fatalf("approvals = %+v, %v", list, err)
 		}
 		if err := c.Do(ctx, http.MethodGet, "/v1/agents/helper/approvals", nil, &list); err != nil || len(list) != 0 {

@@ -18,19 +18,6 @@ import (
 	"github.com/choirhq/choir/rpc"
 )
 
-// StartOverrides replace an agent's default resources for one session
-// (choirctl agent start flags, /start key=value arguments). Empty keeps the
-// default.
-type StartOverrides struct {
-	Workspace    string `json:"workspace,omitempty"`
-	LLM          string `json:"llm,omitempty"`
-	VoiceProfile string `json:"voice_profile,omitempty"`
-	GitIdentity  string `json:"git_identity,omitempty"`
-	Notion       string `json:"notion,omitempty"`
-	Email        string `json:"email,omitempty"`
-	DM           string `json:"dm,omitempty"`
-}
-
 // ErrUnknownResource reports a start override naming a resource that
 // config.json does not define.
 var ErrUnknownResource = errors.New("unknown resource")

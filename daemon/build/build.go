@@ -88,6 +88,7 @@ import (
 
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // Build arguments and labels.
@@ -200,28 +201,12 @@ type Request struct {
 	Force bool
 }
 
-// Version is /choir/version.json (spec 15.1), and the choir.version label.
-type Version struct {
-	AgentID string `json:"agent_id"`
-	// ImageVersion is the image's tag: 12 hex digits of the hash of the
-	// other fields.
-	ImageVersion      string `json:"image_version"`
-	GlobalRepoCommit  string `json:"global_repo_commit"`
-	AgentRepoCommit   string `json:"agent_repo_commit,omitempty"`
-	ToolManifestHash  string `json:"tool_manifest_hash"`
-	SkillManifestHash string `json:"skill_manifest_hash"`
-	IdentityHash      string `json:"identity_hash"`
-	AgentBinaryHash   string `json:"agent_binary_hash"`
-	// BaseImage is the base image built from Dockerfile.base.
-	BaseImage string `json:"base_image"`
-	// OSImage and OSImageID are CHOIR_OS_IMAGE and its image ID, if set.
-	OSImage   string `json:"os_image,omitempty"`
-	OSImageID string `json:"os_image_id,omitempty"`
-	Format    string `json:"format"`
-}
+// Version is /choir/version.json (spec 15.1), and the choir.version label;
+// choirctl agent build shows it, so the admin API defines it.
+type Version = admin.BuildVersion
 
-// computeImageVersion hashes every field but ImageVersion.
-func (v Version) computeImageVersion() string {
+// computeImageVersion hashes every field of v but ImageVersion.
+func computeImageVersion(v Version) string {
 	v.ImageVersion = ""
 	data, _ := json.Marshal(v)
 	sum := sha256.Sum256(data)

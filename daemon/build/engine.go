@@ -79,7 +79,7 @@ func (b *Builder) Build(ctx context.Context, req Request) (Result, error) {
 		v.OSImageID = img.ID
 	}
 	v.BaseImage = BaseImage(v.GlobalRepoCommit, v.OSImage, v.OSImageID)
-	v.ImageVersion = v.computeImageVersion()
+	v.ImageVersion = computeImageVersion(v)
 	image := Repository(req.AgentID) + ":" + v.ImageVersion
 	res := Result{Image: image, Version: v, DockerfileOutputs: p.DockerfileOutputs}
 
@@ -551,7 +551,7 @@ func VerifyImage(ctx context.Context, cli *client.Client, image string, want Exp
 	check("image_version", v.ImageVersion, want.ImageVersion)
 	check("global_repo_commit", v.GlobalRepoCommit, want.GlobalRepoCommit)
 	check("agent_repo_commit", v.AgentRepoCommit, want.AgentRepoCommit)
-	if v.ImageVersion != v.computeImageVersion() {
+	if v.ImageVersion != computeImageVersion(v) {
 		problems = append(problems, "image_version does not match the file's contents")
 	}
 	if img, err := cli.ImageInspect(ctx, image); err == nil && img.Config != nil {

@@ -4,9 +4,10 @@
 // own uid and root. Errors have the agent protocol's form,
 // {"error": ..., "code": ...} (see rpc.ErrorBody).
 //
-// choird mounts typed handlers on a Mux with Handle and serves it with
-// Serve; choirctl uses Client, which says in one line when choird is not
-// running.
+// It is the whole admin contract: every path (paths.go), every request and
+// result type, and a Client with a typed method per command, which says in
+// one line when choird is not running. choird mounts its handlers on a Mux
+// with Handle and serves it with Serve; choirctl calls the Client.
 package admin
 
 import (

@@ -5,9 +5,6 @@ import (
 	"time"
 )
 
-// PathStatus is the endpoint of choirctl status (GET, no input).
-const PathStatus = "/v1/status"
-
 // StatusResponse is choird's health, for choirctl status.
 type StatusResponse struct {
 	Choird        DaemonStatus   `json:"choird"`

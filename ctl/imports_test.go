@@ -1,0 +1,47 @@
+package ctl_test
+
+import (
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+)
+
+// TestChoirctlReachesChoirdOnlyThroughTheAdminAPI checks what choirctl
+// links of this module: itself, the wire contracts (rpc/admin and what it
+// needs of rpc), config, strictjson, and sql for db migrate; never choird
+// (daemon/...), jobs, db or the agent.
+func TestChoirctlReachesChoirdOnlyThroughTheAdminAPI(t *testing.T) {
+	t.Parallel()
+	const module = "github.com/choirhq/choir"
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		goBin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	out, err := exec.Command(goBin, "list", "-deps", module+"/cmd/choirctl").Output()
+	if err != nil {
+		t.Fatalf("go list -deps: %v", err)
+	}
+	allowed := func(pkg string) bool {
+		switch pkg {
+		case "cmd/choirctl", "ctl", "config", "sql", "strictjson", "rpc":
+			return true
+		}
+		return strings.HasPrefix(pkg, "rpc/")
+	}
+	var seen int
+	for _, pkg := range strings.Fields(string(out)) {
+		rel, ok := strings.CutPrefix(pkg, module+"/")
+		if !ok {
+			continue
+		}
+		seen++
+		if !allowed(rel) {
+			t.Errorf("choirctl imports %s; it may reach choird only through rpc/admin", pkg)
+		}
+	}
+	if seen == 0 {
+		t.Fatalf("go list -deps named no package of %s:\n%s", module, out)
+	}
+}

@@ -21,15 +21,10 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/choirhq/choir/agent/arbiter"
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/lane"
 	"github.com/choirhq/choir/agent/llm"
-	"github.com/choirhq/choir/agent/lock"
-	"github.com/choirhq/choir/agent/sandbox"
-	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
-	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/rpc"
 )
@@ -54,38 +49,21 @@ type Options struct {
 	Logger    *slog.Logger
 }
 
-// dynamic is the hot-reloadable configuration choird publishes.
-type dynamic struct {
-	Models                  map[string]config.Model       `json:"models"`
-	HeartbeatIntervalMS     int64                         `json:"heartbeat_interval_ms"`
-	RateLimitRetryMS        int64                         `json:"rate_limit_retry_ms"`
-	SessionSummaryTimeoutMS int64                         `json:"session_summary_timeout_ms"`
-	SnapshotEveryEvents     int                           `json:"snapshot_every_events"`
-	GitIdentities           map[string]config.GitIdentity `json:"git_identities"`
-	// LLM and VoiceProfile are the session's current choices (/model llm
-	// <name>, /voice <name>); empty means the session's bindings decide.
-	LLM          string `json:"llm,omitempty"`
-	VoiceProfile string `json:"voice_profile,omitempty"`
-	// Secrets names the secrets the session may fetch now, sorted: those
-	// bound at its start and those of its current model and voice
-	// profile. Nil (an older choird) leaves the start-time list.
-	Secrets []string `json:"secrets"`
-}
-
 // defaultSummaryTimeout bounds the session summary when the configuration
 // does not (spec 17.2).
 const defaultSummaryTimeout = 30 * time.Second
 
-func (d *dynamic) summaryTimeout() time.Duration {
-	if d.SessionSummaryTimeoutMS > 0 {
-		return time.Duration(d.SessionSummaryTimeoutMS) * time.Millisecond
+// summaryTimeout bounds the session summary.
+func summaryTimeout(d *rpc.DynamicConfig) time.Duration {
+	if d.SessionSummaryTimeout > 0 {
+		return time.Duration(d.SessionSummaryTimeout) * time.Millisecond
 	}
 	return defaultSummaryTimeout
 }
 
-// model returns the settings of the model the edge calls next.
-func (d *dynamic) model(bound string, secret func(string) (string, bool)) llm.ModelSettings {
-	name := d.modelName(bound)
+// modelSettings returns the settings of the model the edge calls next.
+func modelSettings(d *rpc.DynamicConfig, bound string, secret func(string) (string, bool)) llm.ModelSettings {
+	name := modelName(d, bound)
 	m := d.Models[name]
 	key, _ := secret(m.Secret)
 	return llm.ModelSettingsFromConfig(name, m, key)
@@ -93,7 +71,7 @@ func (d *dynamic) model(bound string, secret func(string) (string, bool)) llm.Mo
 
 // modelName is the model the edge calls next: the session's choice when it
 // names a configured model, else the one bound at start.
-func (d *dynamic) modelName(bound string) string {
+func modelName(d *rpc.DynamicConfig, bound string) string {
 	if _, ok := d.Models[d.LLM]; ok && d.LLM != "" {
 		return d.LLM
 	}
@@ -145,321 +123,15 @@ func (s *secretStore) names() []string {
 // Run is the agent's whole life: it returns when ctx ends or choird shuts it
 // down, after a final heartbeat and TERMINATE_SELF.
 func Run(ctx context.Context, opts Options) error {
-	logger := opts.Logger
-	if logger == nil {
-		logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	}
-	logger = logger.With(slog.String("source", opts.AgentID), slog.String("session_id", opts.SessionID))
-	if opts.Sandboxed {
-		if err := sandbox.Check(); err != nil {
-			return fmt.Errorf("refusing to run outside a hardened container: %w", err)
-		}
-		logger.Info("sandbox check passed")
-	}
-	client, err := rpc.NewClient(rpc.ClientOptions{ControlPlane: opts.ControlPlane, Socket: opts.Socket,
-		Endpoint: opts.Endpoint, CACert: opts.CACert, SessionID: opts.SessionID, LeaseToken: opts.LeaseToken, Logger: logger})
+	s, err := openSession(ctx, opts)
 	if err != nil {
-		return fmt.Errorf("connect to choird: %w", err)
+		return err
 	}
-	defer client.Close()
-
-	reg, err := builtin.Build(builtin.Config{GlobalDir: filepath.Join(opts.ChoirDir, "tools", "global"),
-		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent")})
-	if err != nil {
-		return fmt.Errorf("load tools: %w", err)
+	defer s.close()
+	if err := s.restore(); err != nil {
+		return err
 	}
-	skills, err := skill.Load(skill.Config{GlobalDir: filepath.Join(opts.ChoirDir, "skills", "global"),
-		AgentDir: filepath.Join(opts.ChoirDir, "skills", "agent"), KnownTool: reg.Has})
-	if err != nil {
-		return fmt.Errorf("load skills: %w", err)
-	}
-
-	img := imageVersion(opts.ChoirDir)
-	hello, err := client.InitHello(ctx, rpc.InitHelloRequest{AgentID: opts.AgentID, SessionID: opts.SessionID,
-		ImageVersion: img.ImageVersion, ToolManifestHash: img.ToolManifestHash, SkillManifestHash: img.SkillManifestHash})
-	if err != nil {
-		return fmt.Errorf("hello to choird: %w", err)
-	}
-	logger.Info("session opened", slog.String("status", string(hello.Status)), slog.Int64("acked_rev", hello.AckedRev),
-		slog.Int("tail_events", len(hello.TailEvents)), slog.Int64("config_version", hello.ConfigVersion))
-
-	secrets := &secretStore{}
-	secrets.swap(map[string]string{})
-	// fetchSecrets fetches the whole set of names and swaps it in at once,
-	// never patched.
-	fetchSecrets := func(ctx context.Context, names []string) error {
-		if len(names) == 0 {
-			secrets.swap(map[string]string{})
-			return nil
-		}
-		got, err := client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: names})
-		if err != nil {
-			return err
-		}
-		secrets.swap(got.Secrets)
-		return nil
-	}
-	if err := fetchSecrets(ctx, hello.ResourceBindings.Secrets); err != nil {
-		return fmt.Errorf("fetch secrets: %w", err)
-	}
-	var dyn atomic.Pointer[dynamic]
-	var configVersion atomic.Int64
-	fetchConfig := func(ctx context.Context) error {
-		resp, err := client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: configVersion.Load()})
-		if err != nil {
-			return err
-		}
-		if len(resp.Config) > 0 {
-			var d dynamic
-			if err := json.Unmarshal(resp.Config, &d); err != nil {
-				return fmt.Errorf("decode dynamic config: %w", err)
-			}
-			if _, ok := d.Models[d.LLM]; d.LLM != "" && !ok {
-				logger.Warn("the session's chosen model is not configured; keeping the bound one",
-					slog.String("llm", d.LLM))
-			}
-			// A switch to another provider's model (/model, /voice) brings
-			// that provider's secret: fetched before the new configuration
-			// is swapped in, so that no call goes out with the new model
-			// and without its key.
-			if d.Secrets != nil && !slices.Equal(d.Secrets, secrets.names()) {
-				if err := fetchSecrets(ctx, d.Secrets); err != nil {
-					return fmt.Errorf("fetch the secrets of the session's resources: %w", err)
-				}
-				logger.Info("secrets fetched for the session's resources", slog.Any("names", d.Secrets))
-			}
-			dyn.Store(&d) // swapped whole: an in-flight call keeps its snapshot
-		}
-		configVersion.Store(resp.ConfigVersion)
-		return nil
-	}
-	// secretNames are the secrets the session may hold now.
-	secretNames := func() []string {
-		if d := dyn.Load(); d != nil && d.Secrets != nil {
-			return d.Secrets
-		}
-		return hello.ResourceBindings.Secrets
-	}
-	if err := fetchConfig(ctx); err != nil {
-		return fmt.Errorf("fetch configuration: %w", err)
-	}
-	if gi, ok := dyn.Load().GitIdentities[hello.ResourceBindings.GitIdentity]; ok {
-		if err := configureGit(ctx, gi); err != nil {
-			logger.Warn("git identity not configured", slog.String("error", err.Error()))
-		} else {
-			logger.Info("git identity configured", slog.String("git_identity", hello.ResourceBindings.GitIdentity))
-			if err := setupGitCredentials(ctx, gi, secrets.get, logger); err != nil {
-				logger.Warn("git credential helper not set up", slog.String("error", err.Error()))
-			}
-		}
-	}
-	boundModel := hello.ResourceBindings.Models["llm"]
-	model := func() llm.ModelSettings { return dyn.Load().model(boundModel, secrets.get) }
-
-	// A resumed session continues the acknowledged chain; the tail after
-	// the snapshot is kept in memory so the lanes' windows survive.
-	log, app, err := commitlog.NewWithHistory(hello.AckedRev, hello.AckedHash, hello.TailEvents)
-	if err != nil {
-		return fmt.Errorf("rebuild from choird's replica: %w", err)
-	}
-	arb := arbiter.New(arbiter.Config{Appender: app, Tools: reg, Locks: lock.New(), Logger: logger,
-		Env: tool.Env{Workspace: opts.Workspace, SecretFunc: secrets.get}, Secrets: secrets.all, Host: hostExecutor{client: client, log: log},
-		Approvals: approver{client: client}})
-	out := &outbound{client: client, logger: logger}
-	status := &statusReporter{client: client, logger: logger, kick: make(chan struct{}, 1)}
-	edge := lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, Skills: skills, LLM: &llm.Client{},
-		Model: model, Out: out, Logger: logger, StatusFunc: status.changed,
-		RateLimitDelay: time.Duration(dyn.Load().RateLimitRetryMS) * time.Millisecond,
-		Identity: lane.Identity{Instructions: edgeInstructions, User: readIdentity(opts.ChoirDir, "USER.md"),
-			Soul: readIdentity(opts.ChoirDir, "SOUL.md")}})
-	status.edge = edge
-	status.changed() // the first report: choird learns the lane is IDLE
-
-	if hello.Snapshot != nil {
-		var st workingState
-		if err := json.Unmarshal(hello.Snapshot.State, &st); err != nil {
-			logger.Warn("snapshot unreadable; starting the lane fresh", slog.String("error", err.Error()))
-		} else if err := edge.Restore(st.Edge); err != nil {
-			logger.Warn("snapshot not restorable; starting the lane fresh", slog.String("error", err.Error()))
-		} else {
-			logger.Info("working state restored", slog.Int64("snapshot_rev", hello.Snapshot.Rev),
-				slog.Int("tail_events", len(hello.TailEvents)))
-		}
-	}
-
-	// Everything runs on contexts of its own, not on ctx: when ctx ends the
-	// agent still stops gracefully, and the lane, the arbiter and the
-	// heartbeat are ended one after the other, in the order of spec 17.2.
-	base := context.WithoutCancel(ctx)
-	runCtx, stop := context.WithCancel(base)
-	defer stop()
-	laneCtx, stopLane := context.WithCancel(base)
-	defer stopLane()
-	var wg sync.WaitGroup
-	wg.Go(func() { arb.Run(runCtx) })
-	wg.Go(func() { status.run(runCtx) })
-	shutdown := make(chan stopRequest, 1)
-	requestStop := func(r stopRequest) {
-		select {
-		case shutdown <- r:
-		default:
-		}
-	}
-	hb := &heartbeat{client: client, log: log, logger: logger, configVersion: &configVersion, fetchConfig: fetchConfig,
-		interval:      func() time.Duration { return time.Duration(dyn.Load().HeartbeatIntervalMS) * time.Millisecond },
-		snapshotEvery: func() int64 { return int64(dyn.Load().SnapshotEveryEvents) },
-		state: func() json.RawMessage {
-			if !edge.Settled() {
-				return nil
-			}
-			b, _ := json.Marshal(workingState{Edge: edge.Snapshot(), OpenJobs: []string{}})
-			return b
-		},
-		warn: out.warn,
-		revoked: func() {
-			requestStop(stopRequest{reason: "lease revoked by choird", revoked: true})
-		}}
-	hb.lastSnapshot = hello.AckedRev
-	out.hb = hb
-	wg.Go(func() { hb.run(runCtx) })
-	// The lane starts once its outbound can flush the log through the
-	// heartbeat: a resumed turn sends at once.
-	edgeDone := make(chan struct{})
-	go func() {
-		defer close(edgeDone)
-		if err := edge.Run(laneCtx); err != nil {
-			logger.Warn("edge lane ended", slog.String("error", err.Error()))
-		}
-	}()
-	wg.Go(func() {
-		err := client.ReceivePushes(runCtx, func(p rpc.Push) {
-			switch p.Kind {
-			case rpc.PushUserMessage:
-				m := p.UserMessage
-				var files []string
-				for _, a := range m.Attachments {
-					files = append(files, filepath.Join(".choirtmp", "recv", a.FilePath))
-				}
-				err := edge.Deliver(lane.UserMessage{Text: m.Text, Attachments: files,
-					MessageID: fmt.Sprint(m.InboxID), InboxID: m.InboxID})
-				switch {
-				case errors.Is(err, lane.ErrDuplicateInbox):
-					logger.Info("redelivered user message dropped", slog.Int64("inbox_id", m.InboxID))
-				case err != nil:
-					logger.Error("user message dropped", slog.Int64("inbox_id", m.InboxID), slog.String("error", err.Error()))
-				}
-			case rpc.PushInjection:
-				err := edge.Inject(lane.Injection{InboxID: p.Injection.InboxID, Text: p.Injection.Text})
-				switch {
-				case errors.Is(err, lane.ErrDuplicateInbox):
-					logger.Info("redelivered injection dropped", slog.Int64("inbox_id", p.Injection.InboxID))
-				case err != nil:
-					logger.Error("injection dropped", slog.Int64("inbox_id", p.Injection.InboxID), slog.String("error", err.Error()))
-				}
-			case rpc.PushApprovalResolved:
-				r := p.ApprovalResolved
-				edge.ResolveApproval(lane.ApprovalResolution{ApprovalID: r.ApprovalID, Status: string(r.Status),
-					ResolvedBy: r.ResolvedBy, ResolvedAt: r.ResolvedAt})
-				logger.Info("approval resolved", slog.String("approval_id", r.ApprovalID), slog.String("status", string(r.Status)))
-			case rpc.PushCancel:
-				c := p.Cancel
-				switch c.Scope {
-				case rpc.CancelEdge, rpc.CancelAll:
-					// All is the edge's turn for now: there are no core
-					// jobs to stop yet.
-					running := edge.Cancel(string(c.Scope), c.Reason)
-					logger.Info("cancel requested", slog.String("scope", string(c.Scope)), slog.Bool("turn_running", running))
-				case rpc.CancelCore:
-					logger.Info("cancel of a core job ignored: this agent runs no core jobs",
-						slog.String("job_name", c.JobName))
-				}
-			case rpc.PushCompact:
-				edge.RequestCompaction()
-				logger.Info("compaction requested", slog.String("reason", p.Compact.Reason))
-			case rpc.PushConfigChanged:
-				if err := fetchConfig(runCtx); err != nil {
-					logger.Warn("config refresh failed; keeping the current one", slog.String("error", err.Error()))
-				}
-				// Secrets refresh the same way (choirctl secret apply): the
-				// whole set is fetched and swapped in at once, never patched.
-				if names := secretNames(); len(names) > 0 {
-					if err := fetchSecrets(runCtx, names); err != nil {
-						logger.Warn("secret refresh failed; keeping the current ones", slog.String("error", err.Error()))
-					} else {
-						logger.Info("secrets refreshed", slog.Int("secrets", len(names)))
-					}
-				}
-			case rpc.PushShutdown:
-				requestStop(stopRequest{reason: "shutdown requested by choird: " + p.Shutdown.Reason,
-					grace: time.Duration(p.Shutdown.GraceMS) * time.Millisecond})
-			}
-		})
-		if err != nil && runCtx.Err() == nil {
-			logger.Warn("push stream ended", slog.String("error", err.Error()))
-		}
-	})
-
-	req := stopRequest{reason: "context ended"}
-	select {
-	case <-ctx.Done():
-	case req = <-shutdown:
-	case <-edgeDone:
-		req.reason = "edge lane ended"
-	}
-	if req.grace <= 0 {
-		req.grace = defaultGrace
-	}
-	deadline := time.Now().Add(req.grace)
-	logger.Info("stopping", slog.String("reason", req.reason), slog.Duration("grace", req.grace))
-
-	// 1. A safe point: the lane finishes the step in flight and stops
-	// before the next one. It gets what the grace leaves after the summary
-	// and the final heartbeat; past that it is cut off, which loses only
-	// the uncommitted step.
-	summaryTimeout := dyn.Load().summaryTimeout()
-	edge.Stop(req.reason)
-	safeWait := max(req.grace-summaryTimeout-finalReserve, req.grace/3)
-	select {
-	case <-edgeDone:
-	case <-time.After(safeWait):
-		logger.Warn("edge lane did not reach a safe point in time; cutting it off", slog.Duration("waited", safeWait))
-		stopLane()
-		<-edgeDone
-	}
-
-	// 2. The session summary, bounded by session_summary_timeout_ms and by
-	// the grace; skipped on expiry or error.
-	if req.revoked {
-		logger.Info("session summary skipped: the lease is revoked")
-	} else if d := min(summaryTimeout, time.Until(deadline)-finalReserve); d <= 0 {
-		logger.Warn("session summary skipped: no time left in the grace period")
-	} else {
-		sctx, cancel := context.WithTimeout(base, d)
-		ev, err := edge.SessionSummary(sctx)
-		cancel()
-		switch {
-		case errors.Is(err, lane.ErrNothingToSummarise):
-			logger.Info("session summary skipped: nothing happened in this session")
-		case err != nil:
-			logger.Warn("session summary skipped", slog.String("error", err.Error()), slog.Duration("timeout", d))
-		default:
-			logger.Info("session summary written", slog.Int64("rev", ev.Rev))
-		}
-	}
-
-	// 3. Everything else stops, then everything committed goes out in a
-	// final heartbeat before the session is ended.
-	stop()
-	wg.Wait()
-	final, cancel := context.WithTimeout(base, finalReserve)
-	defer cancel()
-	if err := hb.flush(final); err != nil {
-		logger.Error("final heartbeat failed; unacknowledged events are lost", slog.String("error", err.Error()))
-	}
-	if _, err := client.TerminateSelf(final, rpc.TerminateSelfRequest{Reason: req.reason}); err != nil {
-		return fmt.Errorf("terminate session: %w", err)
-	}
-	return nil
+	return s.stop(ctx, s.run(ctx))
 }
 
 // stopRequest is why and how fast the agent stops.

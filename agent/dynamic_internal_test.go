@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"testing"
 	"time"
+
+	"github.com/choirhq/choir/rpc"
 )
 
 func TestDynamicConfig(t *testing.T) {
@@ -11,11 +13,11 @@ func TestDynamicConfig(t *testing.T) {
 	const raw = `{"models":{"fast":{"provider":"openai-compatible","model":"small-1","endpoint":"http://127.0.0.1:1/v1","secret":"fast-key"},
 "smart":{"provider":"openai-compatible","model":"big-2","endpoint":"http://127.0.0.1:2/v1"}},
 "heartbeat_interval_ms":100,"session_summary_timeout_ms":1500,"llm":"smart","voice_profile":"calm"}`
-	var d dynamic
+	var d rpc.DynamicConfig
 	if err := json.Unmarshal([]byte(raw), &d); err != nil {
 		t.Fatal(err)
 	}
-	if d.LLM != "smart" || d.VoiceProfile != "calm" || d.summaryTimeout() != 1500*time.Millisecond {
+	if d.LLM != "smart" || d.VoiceProfile != "calm" || summaryTimeout(&d) != 1500*time.Millisecond {
 		t.Fatalf("decoded %+v", d)
 	}
 	secret := func(name string) (string, bool) { return map[string]string{"fast-key": "k1"}[name], name == "fast-key" }
@@ -30,7 +32,7 @@ func TestDynamicConfig(t *testing.T) {
 			t.Parallel()
 			d := d
 			d.LLM = c.llm
-			m := d.model(c.bound, secret)
+			m := modelSettings(&d, c.bound, secret)
 			if m.Name != c.want || m.Model != c.wantModel {
 				t.Errorf("model = %s (%s), want %s (%s)", m.Name, m.Model, c.want, c.wantModel)
 			}
@@ -41,7 +43,7 @@ func TestDynamicConfig(t *testing.T) {
 	}
 	t.Run("SummaryTimeoutDefaultsTo30s", func(t *testing.T) {
 		t.Parallel()
-		if got := (&dynamic{}).summaryTimeout(); got != 30*time.Second {
+		if got := summaryTimeout(&rpc.DynamicConfig{}); got != 30*time.Second {
 			t.Errorf("default = %s", got)
 		}
 	})

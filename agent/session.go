@@ -1,0 +1,491 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/choirhq/choir/agent/arbiter"
+	"github.com/choirhq/choir/agent/commitlog"
+	"github.com/choirhq/choir/agent/lane"
+	"github.com/choirhq/choir/agent/llm"
+	"github.com/choirhq/choir/agent/lock"
+	"github.com/choirhq/choir/agent/sandbox"
+	"github.com/choirhq/choir/agent/skill"
+	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/rpc"
+)
+
+// session is one session of the agent, in the phases Run drives it
+// through: open (connect, INIT_HELLO, secrets, configuration), restore
+// (the commit log from choird's replica, the lanes, the working-memory
+// snapshot), run (the lanes, the heartbeat and the push stream until a
+// stop is asked for), and stop (a safe point, the session summary and a
+// final heartbeat, spec 17.2). dispatch hands each push to its handler.
+type session struct {
+	opts   Options
+	logger *slog.Logger
+	client *rpc.Client
+	hello  rpc.InitHelloResponse
+	tools  *tool.Registry
+	skills *skill.Set
+
+	secrets *secretStore
+	// dyn is the dynamic configuration, swapped whole: an in-flight call
+	// keeps its snapshot.
+	dyn           atomic.Pointer[rpc.DynamicConfig]
+	configVersion atomic.Int64
+
+	// Set by restore.
+	log    *commitlog.Log
+	arb    *arbiter.Arbiter
+	edge   *lane.Edge
+	out    *outbound
+	status *statusReporter
+	hb     *heartbeat
+
+	// Set by start. Everything runs on contexts of its own, not on Run's:
+	// when that ends the agent still stops gracefully, and the lane, the
+	// arbiter and the heartbeat are ended one after the other, in the
+	// order of spec 17.2.
+	stopRun, stopLane context.CancelFunc
+	wg                sync.WaitGroup
+	edgeDone          chan struct{}
+	shutdown          chan stopRequest
+}
+
+// openSession verifies the sandbox, connects to choird, loads the tools and
+// skills, says hello, and fetches the session's secrets and configuration.
+// The caller closes the session.
+func openSession(ctx context.Context, opts Options) (*session, error) {
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	}
+	logger = logger.With(slog.String("source", opts.AgentID), slog.String("session_id", opts.SessionID))
+	if opts.Sandboxed {
+		if err := sandbox.Check(); err != nil {
+			return nil, fmt.Errorf("refusing to run outside a hardened container: %w", err)
+		}
+		logger.Info("sandbox check passed")
+	}
+	client, err := rpc.NewClient(rpc.ClientOptions{ControlPlane: opts.ControlPlane, Socket: opts.Socket,
+		Endpoint: opts.Endpoint, CACert: opts.CACert, SessionID: opts.SessionID, LeaseToken: opts.LeaseToken, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("connect to choird: %w", err)
+	}
+	s := &session{opts: opts, logger: logger, client: client, secrets: &secretStore{}, shutdown: make(chan stopRequest, 1)}
+	if err := s.open(ctx); err != nil {
+		client.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// open is openSession's part after the connection: the registries,
+// INIT_HELLO, the secrets, the configuration and the git identity.
+func (s *session) open(ctx context.Context) error {
+	opts := s.opts
+	reg, err := builtin.Build(builtin.Config{GlobalDir: filepath.Join(opts.ChoirDir, "tools", "global"),
+		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent")})
+	if err != nil {
+		return fmt.Errorf("load tools: %w", err)
+	}
+	skills, err := skill.Load(skill.Config{GlobalDir: filepath.Join(opts.ChoirDir, "skills", "global"),
+		AgentDir: filepath.Join(opts.ChoirDir, "skills", "agent"), KnownTool: reg.Has})
+	if err != nil {
+		return fmt.Errorf("load skills: %w", err)
+	}
+	s.tools, s.skills = reg, skills
+
+	img := imageVersion(opts.ChoirDir)
+	hello, err := s.client.InitHello(ctx, rpc.InitHelloRequest{AgentID: opts.AgentID, SessionID: opts.SessionID,
+		ImageVersion: img.ImageVersion, ToolManifestHash: img.ToolManifestHash, SkillManifestHash: img.SkillManifestHash})
+	if err != nil {
+		return fmt.Errorf("hello to choird: %w", err)
+	}
+	s.hello = hello
+	s.logger.Info("session opened", slog.String("status", string(hello.Status)), slog.Int64("acked_rev", hello.AckedRev),
+		slog.Int("tail_events", len(hello.TailEvents)), slog.Int64("config_version", hello.ConfigVersion))
+
+	s.secrets.swap(map[string]string{})
+	if err := s.fetchSecrets(ctx, hello.ResourceBindings.Secrets); err != nil {
+		return fmt.Errorf("fetch secrets: %w", err)
+	}
+	if err := s.fetchConfig(ctx); err != nil {
+		return fmt.Errorf("fetch configuration: %w", err)
+	}
+	s.configureGitIdentity(ctx)
+	return nil
+}
+
+// close ends the connection to choird.
+func (s *session) close() { s.client.Close() }
+
+// fetchSecrets fetches the whole set of names and swaps it in at once,
+// never patched.
+func (s *session) fetchSecrets(ctx context.Context, names []string) error {
+	if len(names) == 0 {
+		s.secrets.swap(map[string]string{})
+		return nil
+	}
+	got, err := s.client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: names})
+	if err != nil {
+		return err
+	}
+	s.secrets.swap(got.Secrets)
+	return nil
+}
+
+// fetchConfig fetches the dynamic configuration if choird's is newer, and
+// the secrets it names if they changed.
+func (s *session) fetchConfig(ctx context.Context) error {
+	resp, err := s.client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: s.configVersion.Load()})
+	if err != nil {
+		return err
+	}
+	if len(resp.Config) > 0 {
+		var d rpc.DynamicConfig
+		if err := json.Unmarshal(resp.Config, &d); err != nil {
+			return fmt.Errorf("decode dynamic config: %w", err)
+		}
+		if _, ok := d.Models[d.LLM]; d.LLM != "" && !ok {
+			s.logger.Warn("the session's chosen model is not configured; keeping the bound one",
+				slog.String("llm", d.LLM))
+		}
+		// A switch to another provider's model (/model, /voice) brings
+		// that provider's secret: fetched before the new configuration
+		// is swapped in, so that no call goes out with the new model
+		// and without its key.
+		if d.Secrets != nil && !slices.Equal(d.Secrets, s.secrets.names()) {
+			if err := s.fetchSecrets(ctx, d.Secrets); err != nil {
+				return fmt.Errorf("fetch the secrets of the session's resources: %w", err)
+			}
+			s.logger.Info("secrets fetched for the session's resources", slog.Any("names", d.Secrets))
+		}
+		s.dyn.Store(&d) // swapped whole: an in-flight call keeps its snapshot
+	}
+	s.configVersion.Store(resp.ConfigVersion)
+	return nil
+}
+
+// secretNames are the secrets the session may hold now.
+func (s *session) secretNames() []string {
+	if d := s.dyn.Load(); d != nil && d.Secrets != nil {
+		return d.Secrets
+	}
+	return s.hello.ResourceBindings.Secrets
+}
+
+// model returns the settings of the model the edge calls next.
+func (s *session) model() llm.ModelSettings {
+	return modelSettings(s.dyn.Load(), s.hello.ResourceBindings.Models["llm"], s.secrets.get)
+}
+
+// configureGitIdentity sets up the session's git identity, if it has one;
+// a failure is logged, never fatal.
+func (s *session) configureGitIdentity(ctx context.Context) {
+	name := s.hello.ResourceBindings.GitIdentity
+	gi, ok := s.dyn.Load().GitIdentities[name]
+	if !ok {
+		return
+	}
+	if err := configureGit(ctx, gi); err != nil {
+		s.logger.Warn("git identity not configured", slog.String("error", err.Error()))
+		return
+	}
+	s.logger.Info("git identity configured", slog.String("git_identity", name))
+	if err := setupGitCredentials(ctx, gi, s.secrets.get, s.logger); err != nil {
+		s.logger.Warn("git credential helper not set up", slog.String("error", err.Error()))
+	}
+}
+
+// restore rebuilds the commit log from choird's replica and builds the
+// arbiter and the edge lane on it, restoring the lane's working state from
+// the snapshot when there is one.
+func (s *session) restore() error {
+	// A resumed session continues the acknowledged chain; the tail after
+	// the snapshot is kept in memory so the lanes' windows survive.
+	log, app, err := commitlog.NewWithHistory(s.hello.AckedRev, s.hello.AckedHash, s.hello.TailEvents)
+	if err != nil {
+		return fmt.Errorf("rebuild from choird's replica: %w", err)
+	}
+	s.log = log
+	s.arb = arbiter.New(arbiter.Config{Appender: app, Tools: s.tools, Locks: lock.New(), Logger: s.logger,
+		Env: tool.Env{Workspace: s.opts.Workspace, SecretFunc: s.secrets.get}, Secrets: s.secrets.all,
+		Host: hostExecutor{client: s.client, log: log}, Approvals: approver{client: s.client}})
+	s.out = &outbound{client: s.client, logger: s.logger}
+	s.status = &statusReporter{client: s.client, logger: s.logger, kick: make(chan struct{}, 1)}
+	s.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: s.arb, Log: log, Tools: s.tools, Skills: s.skills, LLM: &llm.Client{},
+		Model: s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,
+		RateLimitDelay: time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
+		Identity: lane.Identity{Instructions: edgeInstructions, User: readIdentity(s.opts.ChoirDir, "USER.md"),
+			Soul: readIdentity(s.opts.ChoirDir, "SOUL.md")}})
+	s.status.edge = s.edge
+	s.status.changed() // the first report: choird learns the lane is IDLE
+	s.restoreSnapshot()
+	return nil
+}
+
+// restoreSnapshot restores the edge lane's working state from the snapshot
+// choird returned, if any; an unusable one leaves the lane fresh.
+func (s *session) restoreSnapshot() {
+	snap := s.hello.Snapshot
+	if snap == nil {
+		return
+	}
+	var st workingState
+	if err := json.Unmarshal(snap.State, &st); err != nil {
+		s.logger.Warn("snapshot unreadable; starting the lane fresh", slog.String("error", err.Error()))
+	} else if err := s.edge.Restore(st.Edge); err != nil {
+		s.logger.Warn("snapshot not restorable; starting the lane fresh", slog.String("error", err.Error()))
+	} else {
+		s.logger.Info("working state restored", slog.Int64("snapshot_rev", snap.Rev),
+			slog.Int("tail_events", len(s.hello.TailEvents)))
+	}
+}
+
+// run starts the session's parts and the push stream, and returns the
+// first reason to stop: ctx ended, choird asked, the lease was revoked, or
+// the edge lane ended.
+func (s *session) run(ctx context.Context) stopRequest {
+	runCtx := s.start(ctx)
+	s.wg.Go(func() { s.receive(runCtx) })
+	req := stopRequest{reason: "context ended"}
+	select {
+	case <-ctx.Done():
+	case req = <-s.shutdown:
+	case <-s.edgeDone:
+		req.reason = "edge lane ended"
+	}
+	return req
+}
+
+// start runs the arbiter, the status reports, the heartbeat and the edge
+// lane, each on a context derived from ctx without its cancellation, and
+// returns the context the pushes are to be handled on. stop ends them.
+func (s *session) start(ctx context.Context) context.Context {
+	base := context.WithoutCancel(ctx)
+	runCtx, stopRun := context.WithCancel(base)
+	laneCtx, stopLane := context.WithCancel(base)
+	s.stopRun, s.stopLane = stopRun, stopLane
+	s.wg.Go(func() { s.arb.Run(runCtx) })
+	s.wg.Go(func() { s.status.run(runCtx) })
+	s.hb = s.newHeartbeat()
+	s.out.hb = s.hb
+	s.wg.Go(func() { s.hb.run(runCtx) })
+	// The lane starts once its outbound can flush the log through the
+	// heartbeat: a resumed turn sends at once.
+	s.edgeDone = make(chan struct{})
+	go func() {
+		defer close(s.edgeDone)
+		if err := s.edge.Run(laneCtx); err != nil {
+			s.logger.Warn("edge lane ended", slog.String("error", err.Error()))
+		}
+	}()
+	return runCtx
+}
+
+// newHeartbeat makes the heartbeat that replicates the session's log.
+func (s *session) newHeartbeat() *heartbeat {
+	hb := &heartbeat{client: s.client, log: s.log, logger: s.logger, configVersion: &s.configVersion, fetchConfig: s.fetchConfig,
+		interval:      func() time.Duration { return time.Duration(s.dyn.Load().HeartbeatIntervalMS) * time.Millisecond },
+		snapshotEvery: func() int64 { return int64(s.dyn.Load().SnapshotEveryEvents) },
+		state: func() json.RawMessage {
+			if !s.edge.Settled() {
+				return nil
+			}
+			b, _ := json.Marshal(workingState{Edge: s.edge.Snapshot(), OpenJobs: []string{}})
+			return b
+		},
+		warn: s.out.warn,
+		revoked: func() {
+			s.requestStop(stopRequest{reason: "lease revoked by choird", revoked: true})
+		}}
+	hb.lastSnapshot = s.hello.AckedRev
+	return hb
+}
+
+// requestStop asks run to return; only the first request counts.
+func (s *session) requestStop(r stopRequest) {
+	select {
+	case s.shutdown <- r:
+	default:
+	}
+}
+
+// receive hands choird's pushes to dispatch until ctx ends.
+func (s *session) receive(ctx context.Context) {
+	err := s.client.ReceivePushes(ctx, func(p rpc.Push) { s.dispatch(ctx, p) })
+	if err != nil && ctx.Err() == nil {
+		s.logger.Warn("push stream ended", slog.String("error", err.Error()))
+	}
+}
+
+// dispatch handles one push from choird; ctx bounds the fetches a push
+// causes.
+func (s *session) dispatch(ctx context.Context, p rpc.Push) {
+	switch p.Kind {
+	case rpc.PushUserMessage:
+		s.onUserMessage(p.UserMessage)
+	case rpc.PushInjection:
+		s.onInjection(p.Injection)
+	case rpc.PushApprovalResolved:
+		s.onApprovalResolved(p.ApprovalResolved)
+	case rpc.PushCancel:
+		s.onCancel(p.Cancel)
+	case rpc.PushCompact:
+		s.edge.RequestCompaction()
+		s.logger.Info("compaction requested", slog.String("reason", p.Compact.Reason))
+	case rpc.PushConfigChanged:
+		s.onConfigChanged(ctx)
+	case rpc.PushShutdown:
+		s.requestStop(stopRequest{reason: "shutdown requested by choird: " + p.Shutdown.Reason,
+			grace: time.Duration(p.Shutdown.GraceMS) * time.Millisecond})
+	}
+}
+
+// onUserMessage queues a user message for the edge lane; a redelivered
+// copy is dropped.
+func (s *session) onUserMessage(m *rpc.UserMessage) {
+	var files []string
+	for _, a := range m.Attachments {
+		files = append(files, filepath.Join(".choirtmp", "recv", a.FilePath))
+	}
+	err := s.edge.Deliver(lane.UserMessage{Text: m.Text, Attachments: files,
+		MessageID: fmt.Sprint(m.InboxID), InboxID: m.InboxID})
+	switch {
+	case errors.Is(err, lane.ErrDuplicateInbox):
+		s.logger.Info("redelivered user message dropped", slog.Int64("inbox_id", m.InboxID))
+	case err != nil:
+		s.logger.Error("user message dropped", slog.Int64("inbox_id", m.InboxID), slog.String("error", err.Error()))
+	}
+}
+
+// onInjection queues an instruction for the edge lane's next safe point; a
+// redelivered copy is dropped.
+func (s *session) onInjection(in *rpc.Injection) {
+	err := s.edge.Inject(lane.Injection{InboxID: in.InboxID, Text: in.Text})
+	switch {
+	case errors.Is(err, lane.ErrDuplicateInbox):
+		s.logger.Info("redelivered injection dropped", slog.Int64("inbox_id", in.InboxID))
+	case err != nil:
+		s.logger.Error("injection dropped", slog.Int64("inbox_id", in.InboxID), slog.String("error", err.Error()))
+	}
+}
+
+// onApprovalResolved brings an approval's outcome to the edge lane.
+func (s *session) onApprovalResolved(r *rpc.ApprovalResolved) {
+	s.edge.ResolveApproval(lane.ApprovalResolution{ApprovalID: r.ApprovalID, Status: string(r.Status),
+		ResolvedBy: r.ResolvedBy, ResolvedAt: r.ResolvedAt})
+	s.logger.Info("approval resolved", slog.String("approval_id", r.ApprovalID), slog.String("status", string(r.Status)))
+}
+
+// onCancel cancels the edge lane's turn; a core job's cancel is ignored.
+func (s *session) onCancel(c *rpc.Cancel) {
+	switch c.Scope {
+	case rpc.CancelEdge, rpc.CancelAll:
+		// All is the edge's turn for now: there are no core jobs to stop
+		// yet.
+		running := s.edge.Cancel(string(c.Scope), c.Reason)
+		s.logger.Info("cancel requested", slog.String("scope", string(c.Scope)), slog.Bool("turn_running", running))
+	case rpc.CancelCore:
+		s.logger.Info("cancel of a core job ignored: this agent runs no core jobs",
+			slog.String("job_name", c.JobName))
+	}
+}
+
+// onConfigChanged fetches the dynamic configuration and the secrets again.
+func (s *session) onConfigChanged(ctx context.Context) {
+	if err := s.fetchConfig(ctx); err != nil {
+		s.logger.Warn("config refresh failed; keeping the current one", slog.String("error", err.Error()))
+	}
+	// Secrets refresh the same way (choirctl secret apply): the whole set
+	// is fetched and swapped in at once, never patched.
+	if names := s.secretNames(); len(names) > 0 {
+		if err := s.fetchSecrets(ctx, names); err != nil {
+			s.logger.Warn("secret refresh failed; keeping the current ones", slog.String("error", err.Error()))
+		} else {
+			s.logger.Info("secrets refreshed", slog.Int("secrets", len(names)))
+		}
+	}
+}
+
+// stop ends the session as spec 17.2 orders: the edge lane at a safe
+// point, the session summary, then everything else, a final heartbeat and
+// TERMINATE_SELF. ctx's values carry over; its end does not cut the stop
+// short.
+func (s *session) stop(ctx context.Context, req stopRequest) error {
+	defer s.stopLane()
+	base := context.WithoutCancel(ctx)
+	if req.grace <= 0 {
+		req.grace = defaultGrace
+	}
+	deadline := time.Now().Add(req.grace)
+	s.logger.Info("stopping", slog.String("reason", req.reason), slog.Duration("grace", req.grace))
+
+	// 1. A safe point: the lane finishes the step in flight and stops
+	// before the next one. It gets what the grace leaves after the summary
+	// and the final heartbeat; past that it is cut off, which loses only
+	// the uncommitted step.
+	summaryTimeout := summaryTimeout(s.dyn.Load())
+	s.edge.Stop(req.reason)
+	safeWait := max(req.grace-summaryTimeout-finalReserve, req.grace/3)
+	select {
+	case <-s.edgeDone:
+	case <-time.After(safeWait):
+		s.logger.Warn("edge lane did not reach a safe point in time; cutting it off", slog.Duration("waited", safeWait))
+		s.stopLane()
+		<-s.edgeDone
+	}
+
+	// 2. The session summary, bounded by session_summary_timeout_ms and by
+	// the grace; skipped on expiry or error.
+	if req.revoked {
+		s.logger.Info("session summary skipped: the lease is revoked")
+	} else {
+		s.summarise(base, min(summaryTimeout, time.Until(deadline)-finalReserve))
+	}
+
+	// 3. Everything else stops, then everything committed goes out in a
+	// final heartbeat before the session is ended.
+	s.stopRun()
+	s.wg.Wait()
+	final, cancel := context.WithTimeout(base, finalReserve)
+	defer cancel()
+	if err := s.hb.flush(final); err != nil {
+		s.logger.Error("final heartbeat failed; unacknowledged events are lost", slog.String("error", err.Error()))
+	}
+	if _, err := s.client.TerminateSelf(final, rpc.TerminateSelfRequest{Reason: req.reason}); err != nil {
+		return fmt.Errorf("terminate session: %w", err)
+	}
+	return nil
+}
+
+// summarise writes the session summary within d, or skips it.
+func (s *session) summarise(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		s.logger.Warn("session summary skipped: no time left in the grace period")
+		return
+	}
+	sctx, cancel := context.WithTimeout(ctx, d)
+	ev, err := s.edge.SessionSummary(sctx)
+	cancel()
+	switch {
+	case errors.Is(err, lane.ErrNothingToSummarise):
+		s.logger.Info("session summary skipped: nothing happened in this session")
+	case err != nil:
+		s.logger.Warn("session summary skipped", slog.String("error", err.Error()), slog.Duration("timeout", d))
+	default:
+		s.logger.Info("session summary written", slog.Int64("rev", ev.Rev))
+	}
+}

@@ -1,0 +1,29 @@
+package rpc
+
+import "github.com/choirhq/choir/config"
+
+// DynamicConfig is the hot-reloadable part of the configuration an agent
+// receives by FETCH_DYNAMIC_CONFIG (spec 16.1): never a secret value, only
+// secret names. It travels as FetchDynamicConfigResponse.Config.
+type DynamicConfig struct {
+	Models                map[string]config.Model          `json:"models"`
+	TTS                   map[string]config.TTS            `json:"tts,omitempty"`
+	VoiceProfiles         map[string]config.VoiceProfile   `json:"voice_profiles,omitempty"`
+	Search                map[string]config.SearchProvider `json:"search,omitempty"`
+	GitIdentities         map[string]config.GitIdentity    `json:"git_identities,omitempty"`
+	HeartbeatIntervalMS   int64                            `json:"heartbeat_interval_ms"`
+	RateLimitRetryMS      int64                            `json:"rate_limit_retry_ms"`
+	SessionSummaryTimeout int64                            `json:"session_summary_timeout_ms"`
+	SnapshotEveryEvents   int                              `json:"snapshot_every_events"`
+	// LLM and VoiceProfile are the session's current model and voice
+	// profile: a transient override (choirctl model set / voice set, spec
+	// 17.1) when one is set, else what the session was started with.
+	LLM          string `json:"llm,omitempty"`
+	VoiceProfile string `json:"voice_profile,omitempty"`
+	// Secrets names the secrets the session may fetch now (GET_SECRETS):
+	// those bound at its start and those of its current model and voice
+	// profile. The agent fetches them again when the list changes, so a
+	// switch to another provider's model carries that provider's key. Nil
+	// (an older choird) leaves the agent with the list bound at its start.
+	Secrets []string `json:"secrets"`
+}

@@ -1,106 +1,45 @@
 package agent_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/agent"
 	"github.com/choirhq/choir/agent/lane"
 	"github.com/choirhq/choir/agent/llmtest"
-	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
-	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // testBundle is a real choird on a fresh database with one agent running
 // in process against it, its model the scripted server.
 type testBundle struct {
-	d         *daemon.Daemon
+	d         *choirdtest.Choird
 	pool      *pgxpool.Pool
 	sessionID string
 	agentDone chan error
 	stopAgent context.CancelFunc
-	agentLogs *syncBuffer
+	agentLogs *choirdtest.SyncBuffer
 }
 
 func setup(t *testing.T, srv *llmtest.Server) *testBundle {
 	t.Helper()
-	pc, err := pgx.ParseConfig(dbtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := t.TempDir()
-	cfg, secrets := config.Local(home, config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database})
-	m := cfg.Models["local"]
-	m.Endpoint = srv.BaseURL()
-	cfg.Models["local"] = m
-	cfg.HeartbeatIntervalMS = 100
-	cfg.CrashDetectionThresholdMS = 5000
-	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
-		t.Fatal(err)
-	}
-	for _, ws := range cfg.Workspaces {
-		os.MkdirAll(ws.Path, 0o755)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan *daemon.Daemon, 1)
-	done := make(chan error, 1)
-	logs := &syncBuffer{}
-	go func() {
-		done <- daemon.Run(ctx, daemon.Options{Home: home, Stderr: logs, Ready: func(d *daemon.Daemon) { ready <- d }})
-	}()
-	var d *daemon.Daemon
-	select {
-	case d = <-ready:
-		t.Cleanup(func() { cancel(); <-done })
-	case err := <-done:
-		cancel()
-		t.Fatalf("choird: %v\n%s", err, logs.String())
-	case <-time.After(time.Minute):
-		cancel()
-		t.Fatal("choird not ready")
-	}
-
-	sessionID, token, err := d.StartSession(context.Background(), "assistant", daemon.StartOverrides{}, "process")
-	if err != nil {
-		t.Fatal(err)
-	}
-	b := &testBundle{d: d, pool: d.Pool(), sessionID: sessionID, agentDone: make(chan error, 1), agentLogs: &syncBuffer{}}
+	d := choirdtest.Start(t, choirdtest.Options{ModelEndpoint: srv.BaseURL(), FastHeartbeat: true})
+	sessionID, token := d.StartSession(t, "assistant")
+	b := &testBundle{d: d, pool: d.Pool(), sessionID: sessionID, agentDone: make(chan error, 1), agentLogs: &choirdtest.SyncBuffer{}}
 	actx, stop := context.WithCancel(context.Background())
 	b.stopAgent = stop
 	go func() {
-		b.agentDone <- agent.Run(actx, agent.Options{Socket: daemon.AgentSocketPath(home), AgentID: "assistant",
-			SessionID: sessionID, LeaseToken: token, Workspace: filepath.Join(home, "workspaces", "main"), ChoirDir: t.TempDir(),
-			Logger: slogTo(b.agentLogs)})
+		b.agentDone <- agent.Run(actx, agent.Options{Socket: d.Socket(), AgentID: "assistant",
+			SessionID: sessionID, LeaseToken: token, Workspace: d.Workspace("main"), ChoirDir: t.TempDir(),
+			Logger: slog.New(slog.NewJSONHandler(b.agentLogs, nil))})
 	}()
 	t.Cleanup(func() {
 		stop()
@@ -110,26 +49,13 @@ func setup(t *testing.T, srv *llmtest.Server) *testBundle {
 			t.Error("agent did not stop")
 		}
 	})
-	b.waitFor(t, "the agent's hello", func() bool {
-		var hello bool
-		b.pool.QueryRow(context.Background(), "SELECT hello_at IS NOT NULL FROM choir_control.sessions WHERE session_id = $1",
-			sessionID).Scan(&hello)
-		return hello
-	})
+	d.WaitHello(t, sessionID, b.agentLogs)
 	return b
 }
 
-func slogTo(w *syncBuffer) *slog.Logger { return slog.New(slog.NewJSONHandler(w, nil)) }
-
 func (b *testBundle) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; agent log:\n%s", what, b.agentLogs.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	choirdtest.WaitFor(t, what, b.agentLogs, cond)
 }
 
 func (b *testBundle) push(t *testing.T, p rpc.Push) {

@@ -1,53 +1,32 @@
 package agent
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/choirhq/choir/agent/lane"
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
-	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 )
-
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // sessionBundle is a session opened, restored and started against a real
 // choird on a fresh database, its model the scripted server, with no push
 // stream: the test hands pushes to dispatch itself.
 type sessionBundle struct {
-	d         *daemon.Daemon
+	d         *choirdtest.Choird
 	s         *session
 	sessionID string
 	runCtx    context.Context
-	logs      *lockedBuffer
+	logs      *choirdtest.SyncBuffer
 	// stopped is set once a test stopped the session itself.
 	stopped *bool
 }
@@ -57,51 +36,15 @@ const smartKey = "sk-smart"
 
 func setupSession(t *testing.T, srv *llmtest.Server) *sessionBundle {
 	t.Helper()
-	pc, err := pgx.ParseConfig(dbtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := t.TempDir()
-	cfg, secrets := config.Local(home, config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database})
-	m := cfg.Models["local"]
-	m.Endpoint = srv.BaseURL()
-	cfg.Models["local"] = m
-	cfg.Models["smart"] = config.Model{Provider: "openai-compatible", Model: "big-2", Endpoint: srv.BaseURL(), Secret: "smart-key"}
-	secrets["smart-key"] = smartKey
-	cfg.HeartbeatIntervalMS = 100
-	cfg.CrashDetectionThresholdMS = 5000
-	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
-		t.Fatal(err)
-	}
-	for _, ws := range cfg.Workspaces {
-		os.MkdirAll(ws.Path, 0o755)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan *daemon.Daemon, 1)
-	done := make(chan error, 1)
-	choirdLogs := &lockedBuffer{}
-	go func() {
-		done <- daemon.Run(ctx, daemon.Options{Home: home, Stderr: choirdLogs, Ready: func(d *daemon.Daemon) { ready <- d }})
-	}()
-	var d *daemon.Daemon
-	select {
-	case d = <-ready:
-		t.Cleanup(func() { cancel(); <-done })
-	case err := <-done:
-		cancel()
-		t.Fatalf("choird: %v\n%s", err, choirdLogs.String())
-	case <-time.After(time.Minute):
-		cancel()
-		t.Fatal("choird not ready")
-	}
-
-	sessionID, token, err := d.StartSession(context.Background(), "assistant", daemon.StartOverrides{}, "process")
-	if err != nil {
-		t.Fatal(err)
-	}
-	logs := &lockedBuffer{}
-	s, err := openSession(context.Background(), Options{Socket: daemon.AgentSocketPath(home), AgentID: "assistant",
-		SessionID: sessionID, LeaseToken: token, Workspace: filepath.Join(home, "workspaces", "main"), ChoirDir: t.TempDir(),
+	d := choirdtest.Start(t, choirdtest.Options{ModelEndpoint: srv.BaseURL(), FastHeartbeat: true,
+		Edit: func(cfg *config.Config, secrets config.Secrets) {
+			cfg.Models["smart"] = config.Model{Provider: "openai-compatible", Model: "big-2", Endpoint: srv.BaseURL(), Secret: "smart-key"}
+			secrets["smart-key"] = smartKey
+		}})
+	sessionID, token := d.StartSession(t, "assistant")
+	logs := &choirdtest.SyncBuffer{}
+	s, err := openSession(context.Background(), Options{Socket: d.Socket(), AgentID: "assistant",
+		SessionID: sessionID, LeaseToken: token, Workspace: d.Workspace("main"), ChoirDir: t.TempDir(),
 		Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -123,13 +66,7 @@ func setupSession(t *testing.T, srv *llmtest.Server) *sessionBundle {
 
 func (b *sessionBundle) waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s; agent log:\n%s", what, b.logs.String())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	choirdtest.WaitFor(t, what, b.logs, cond)
 }
 
 // events returns the payloads of the session's committed events of a type,

@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"os"
 	"strings"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -35,44 +32,14 @@ func startChoird(t *testing.T) string {
 // startChoirdOn is startChoird on the migrated database behind url.
 func startChoirdOn(t *testing.T, url string) string {
 	t.Helper()
-	pc, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := t.TempDir()
-	cfg, secrets := config.Local(home, config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database})
-	cfg.Models["big"] = cfg.Models["local"]
-	cfg.TTS = map[string]config.TTS{"eleven": {Provider: "elevenlabs", ModelID: "eleven_v2", Endpoint: "http://127.0.0.1:9"}}
-	cfg.VoiceProfiles = map[string]config.VoiceProfile{
-		"calm": {TTS: "eleven", VoiceID: "v-calm", OutputFormat: "mp3_44100_128", VoiceSettings: config.VoiceSettings{Speed: 1}},
-	}
-	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.MkdirAll(cfg.Workspaces["main"].Path, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready, done := make(chan struct{}), make(chan error, 1)
-	go func() {
-		done <- daemon.Run(ctx, daemon.Options{Home: home, Stderr: &bytes.Buffer{}, Ready: func(*daemon.Daemon) { close(ready) }})
-	}()
-	select {
-	case <-ready:
-	case err := <-done:
-		cancel()
-		t.Fatalf("choird: %v", err)
-	case <-time.After(time.Minute):
-		cancel()
-		t.Fatal("choird not ready")
-	}
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("choird: %v", err)
+	c := choirdtest.Start(t, choirdtest.Options{DatabaseURL: url, Edit: func(cfg *config.Config, _ config.Secrets) {
+		cfg.Models["big"] = cfg.Models["local"]
+		cfg.TTS = map[string]config.TTS{"eleven": {Provider: "elevenlabs", ModelID: "eleven_v2", Endpoint: "http://127.0.0.1:9"}}
+		cfg.VoiceProfiles = map[string]config.VoiceProfile{
+			"calm": {TTS: "eleven", VoiceID: "v-calm", OutputFormat: "mp3_44100_128", VoiceSettings: config.VoiceSettings{Speed: 1}},
 		}
-	})
-	return home
+	}})
+	return c.Home
 }
 
 func TestSessionModelVoiceApprovalCommands(t *testing.T) {

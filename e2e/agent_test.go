@@ -1,41 +1,21 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 
 	"github.com/choirhq/choir/agent"
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
-	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // choird starts choird on a fresh database, its model pointing at srv.
 func choird(t *testing.T, srv *llmtest.Server) (*daemon.Daemon, string) {
@@ -47,56 +27,13 @@ func choird(t *testing.T, srv *llmtest.Server) (*daemon.Daemon, string) {
 // secrets before they are written.
 func choirdWith(t *testing.T, srv *llmtest.Server, edit func(*config.Config, config.Secrets)) (*daemon.Daemon, string) {
 	t.Helper()
-	pc, err := pgx.ParseConfig(dbtest.NewDatabase(t))
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := t.TempDir()
-	cfg, secrets := config.Local(home, config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database})
-	m := cfg.Models["local"]
-	m.Endpoint = srv.BaseURL()
-	cfg.Models["local"] = m
-	cfg.HeartbeatIntervalMS = 100
-	cfg.CrashDetectionThresholdMS = 5000
-	if edit != nil {
-		edit(cfg, secrets)
-	}
-	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
-		t.Fatal(err)
-	}
-	for _, ws := range cfg.Workspaces {
-		os.MkdirAll(ws.Path, 0o755)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan *daemon.Daemon, 1)
-	done := make(chan error, 1)
-	logs := &syncBuffer{}
-	go func() {
-		done <- daemon.Run(ctx, daemon.Options{Home: home, Stderr: logs, Ready: func(d *daemon.Daemon) { ready <- d }})
-	}()
-	select {
-	case d := <-ready:
-		t.Cleanup(func() { cancel(); <-done })
-		return d, home
-	case err := <-done:
-		cancel()
-		t.Fatalf("choird: %v\n%s", err, logs.String())
-	case <-time.After(time.Minute):
-		cancel()
-		t.Fatal("choird not ready")
-	}
-	return nil, ""
+	c := choirdtest.Start(t, choirdtest.Options{ModelEndpoint: srv.BaseURL(), FastHeartbeat: true, Edit: edit})
+	return c.Daemon, c.Home
 }
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	choirdtest.WaitFor(t, what, nil, cond)
 }
 
 // TestAgentConversation runs the whole chain in process: a user message

@@ -22,6 +22,7 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
@@ -175,40 +176,20 @@ func tail(s string, n int) string {
 // stopped gracefully, then choird.
 func (e *tgEnv) runChoird(t testing.TB) *daemon.Daemon {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan *daemon.Daemon, 1)
-	done := make(chan error, 1)
-	logs := &syncBuffer{}
-	go func() {
-		done <- daemon.Run(ctx, daemon.Options{Home: e.home, Stderr: logs, Runtime: "process",
-			AgentBinary: buildBinary(t, "cmd/choir-agent"), TelegramAPIURL: e.tg.URL(),
-			Ready: func(d *daemon.Daemon) { ready <- d }})
-	}()
-	select {
-	case d := <-ready:
-		t.Cleanup(func() {
-			for id := range e.cfg.Agents {
-				st, err := d.AgentStatus(context.Background(), daemon.Scope{Admin: true}, id)
-				if err == nil && (st.State == admin.AgentActive || st.State == admin.AgentStarting) {
-					if _, err := d.AgentStop(context.Background(), daemon.Scope{Admin: true, Actor: actorAdmin}, id); err != nil {
-						t.Errorf("stop %s: %v", id, err)
-					}
+	c := choirdtest.Start(t, choirdtest.Options{Home: e.home, DatabaseURL: e.dbURL, ReadyTimeout: 2 * time.Minute,
+		Daemon: daemon.Options{Runtime: "process", AgentBinary: buildBinary(t, "cmd/choir-agent"), TelegramAPIURL: e.tg.URL()}})
+	// Cleanups run last first: the agents stop before choird does.
+	t.Cleanup(func() {
+		for id := range e.cfg.Agents {
+			st, err := c.AgentStatus(context.Background(), daemon.Scope{Admin: true}, id)
+			if err == nil && (st.State == admin.AgentActive || st.State == admin.AgentStarting) {
+				if _, err := c.AgentStop(context.Background(), daemon.Scope{Admin: true, Actor: actorAdmin}, id); err != nil {
+					t.Errorf("stop %s: %v", id, err)
 				}
 			}
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("choird: %v", err)
-			}
-		})
-		return d
-	case err := <-done:
-		cancel()
-		t.Fatalf("choird: %v\n%s", err, logs.String())
-	case <-time.After(2 * time.Minute):
-		cancel()
-		t.Fatalf("choird not ready:\n%s", logs.String())
-	}
-	return nil
+		}
+	})
+	return c.Daemon
 }
 
 // pool opens a pool on the test's database.

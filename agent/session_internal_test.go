@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/choirhq/choir/agent/lane"
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"

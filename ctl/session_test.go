@@ -7,10 +7,9 @@ import (
 	"strings"
 	"testing"
 
-
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
 

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/choirhq/choir/agent"
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"

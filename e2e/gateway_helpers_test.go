@@ -22,9 +22,9 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
-	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )

@@ -85,7 +85,7 @@ type Daemon struct {
 	// gateway runs the Telegram bots; nil when none is configured.
 	gateway *gateway.Gateway
 	// sendLimiter paces everything sent through the bots.
-	sendLimiter *jobs.SendLimiter
+	sendLimiter *gateway.SendLimiter
 	typing      *typingSet
 
 	// cfgCtl makes cfg, secrets and configVersion safe to swap and holds

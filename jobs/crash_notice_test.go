@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 
+	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 )
@@ -23,7 +24,7 @@ import (
 func TestCrashNotice(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupDelivery(t, jobs.SendLimits{PerChat: 1000, PerBot: 1000})
+	b := setupDelivery(t, gateway.SendLimits{PerChat: 1000, PerBot: 1000})
 	var mu sync.Mutex
 	var removed []uuid.UUID
 	client := startWithTimeouts(t, b, nil, func(w *river.Workers) {

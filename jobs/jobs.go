@@ -60,9 +60,10 @@ type Deps struct {
 	// Sender delivers outbox rows (the Telegram gateway and the console);
 	// without it the delivery worker is not registered.
 	Sender OutboundSender
-	// SendLimiter paces delivery; share it with everything else that sends
-	// through the same bots.
-	SendLimiter *SendLimiter
+	// SendLimiter paces delivery (daemon/gateway.SendLimiter); share it
+	// with everything else that sends through the same bots. Required
+	// with Sender.
+	SendLimiter Pacer
 	// ApprovalResolved is told of an approval resolved by its timeout,
 	// after the commit.
 	ApprovalResolved func(ctx context.Context, a db.ChoirControlPendingApproval)

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/daemon/memory/pipeline"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 )
@@ -30,6 +31,7 @@ func TestCrashNotice(t *testing.T) {
 	client := startWithTimeouts(t, b, nil, func(w *river.Workers) {
 		river.AddWorker(w, &jobs.CrashDetectWorker{Pool: b.pool, Logger: slog.New(slog.DiscardHandler),
 			Threshold: func() time.Duration { return time.Second }, RemoveInstances: true,
+			SessionEnded: pipeline.Workers{}.SessionEndedTx,
 			DMAddress: func(dm string) (string, string, bool) {
 				return gatewayTG, strconv.FormatInt(testChat, 10), dm == testDMName
 			}})
@@ -39,7 +41,7 @@ func TestCrashNotice(t *testing.T) {
 			removed = append(removed, id)
 			return nil
 		}})
-		river.AddWorker(w, &jobs.ChunkSessionWorker{Pool: b.pool, Logger: slog.New(slog.DiscardHandler)})
+		river.AddWorker(w, &pipeline.ChunkSessionWorker{Pool: b.pool, Logger: slog.New(slog.DiscardHandler)})
 	})
 	h := make([]byte, 32)
 	rand.Read(h)

@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choirhq/choir/db/agentdb"
-	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -207,7 +206,7 @@ func (s *Store) writeKnowledge(ctx context.Context, sc scope, w *knowledgeWrite,
 		if res.Embedding != "pending" {
 			return nil
 		}
-		return jobs.InsertEmbedTx(ctx, s.inserter, tx, sc.schema, jobs.StoreKnowledge, []uuid.UUID{res.ID})
+		return InsertEmbedTx(ctx, s.inserter, tx, sc.schema, EmbedStoreKnowledge, []uuid.UUID{res.ID})
 	})
 	if err != nil {
 		return nil, err

@@ -3,9 +3,9 @@
 
 -- name: KnowledgeSearchHybrid :many
 -- KnowledgeSearchHybrid is MemorySearchHybrid's twin for knowledge: HNSW
--- and full-text candidates fused by reciprocal rank (k = 60), the text pool
--- bounded the same way (a GIN sample plus the @text_recent most recently
--- updated documents).
+-- and full-text candidates fused by the same reciprocal rank fusion
+-- (choir_rank_fusion, k = 60), the text pool bounded the same way (a GIN
+-- sample plus the @text_recent most recently updated documents).
 WITH q AS (
     SELECT websearch_to_tsquery('english', @query_text::text) AS tsq
 ), vector_hits AS (
@@ -40,12 +40,13 @@ WITH q AS (
      ORDER BY rank
      LIMIT @candidates::int
 ), fused AS (
-    SELECT coalesce(v.id, t.id) AS id,
-           coalesce(1.0 / (60 + v.rank), 0) + coalesce(1.0 / (60 + t.rank), 0) AS score,
-           v.rank AS vector_rank,
-           t.rank AS text_rank
-      FROM vector_hits v
-      FULL JOIN text_hits t ON t.id = v.id
+    -- Each side's ranks are 1..n without gaps, so its ids in rank order
+    -- carry them. They are passed as columns, not sub-selects, so that
+    -- Postgres inlines the function.
+    SELECT f.id, f.score, f.vector_rank, f.text_rank
+      FROM (SELECT array_agg(v.id ORDER BY v.rank) AS ids FROM vector_hits v) vh,
+           (SELECT array_agg(t.id ORDER BY t.rank) AS ids FROM text_hits t) th,
+           choir_rank_fusion(vh.ids, th.ids) AS f (id, score, vector_rank, text_rank)
 )
 SELECT d.id, d.key, d.text, d.metadata, d.version, d.content_hash, d.created_at, d.updated_at,
        d.embedding_state,

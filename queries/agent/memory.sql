@@ -5,7 +5,8 @@
 -- MemorySearchHybrid is hybrid search over session memory in one statement:
 -- up to @candidates nearest chunks by cosine distance (HNSW, continued by
 -- pgvector's iterative scans until enough pass the filters) and up to
--- @candidates best full-text matches, fused by reciprocal rank with k = 60.
+-- @candidates best full-text matches, fused by reciprocal rank with k = 60
+-- (choir_rank_fusion, sql/00018_rank_fusion.sql).
 -- A NULL vector or an empty text disables its side.
 --
 -- The full-text side never ranks more than a bounded pool, however many
@@ -67,12 +68,13 @@ WITH q AS (
      ORDER BY rank
      LIMIT @candidates::int
 ), fused AS (
-    SELECT coalesce(v.id, t.id) AS id,
-           coalesce(1.0 / (60 + v.rank), 0) + coalesce(1.0 / (60 + t.rank), 0) AS score,
-           v.rank AS vector_rank,
-           t.rank AS text_rank
-      FROM vector_hits v
-      FULL JOIN text_hits t ON t.id = v.id
+    -- Each side's ranks are 1..n without gaps, so its ids in rank order
+    -- carry them. They are passed as columns, not sub-selects, so that
+    -- Postgres inlines the function.
+    SELECT f.id, f.score, f.vector_rank, f.text_rank
+      FROM (SELECT array_agg(v.id ORDER BY v.rank) AS ids FROM vector_hits v) vh,
+           (SELECT array_agg(t.id ORDER BY t.rank) AS ids FROM text_hits t) th,
+           choir_rank_fusion(vh.ids, th.ids) AS f (id, score, vector_rank, text_rank)
 )
 SELECT d.id, d.session_id, d.tier, d.chunk_index, d.text, d.metadata, d.started_at, d.ended_at,
        d.created_at, d.embedding_state,

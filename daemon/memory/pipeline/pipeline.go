@@ -28,8 +28,8 @@ import (
 )
 
 // Embedder is what the embedding worker needs of an embedding provider
-// (daemon/embed.Embedder): at most memory.MaxEmbedBatch texts per call, one vector
-// per text. An error with a Temporary() bool method that reports false is
+// (daemon/embed.Embedder): at most memory.MaxEmbedBatch texts per call, one
+// vector per text. An error with a Temporary() bool method that reports false is
 // not retried; one with a RetryAfterDuration() time.Duration method delays
 // the next attempt at least that long (at most a minute).
 type Embedder interface {
@@ -39,7 +39,7 @@ type Embedder interface {
 }
 
 // memoryJobTimeout bounds one run of a memory job. It stays under the
-// client's RescueStuckJobsAfter (a minute), so that River never rescues a
+// River client's RescueStuckJobsAfter (a minute, set by jobs), so that River never rescues a
 // job that is still running; an embedding call gives up after 30 s.
 const memoryJobTimeout = 50 * time.Second
 

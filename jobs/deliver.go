@@ -363,16 +363,7 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 	logger := w.deps.Logger.With(slog.Int64("outbox_id", head.OutboxID), slog.String("agent_id", head.AgentID),
 		slog.String("message_id", head.MessageID), slog.String("gateway", head.Gateway), slog.String("dm", head.Dm))
 
-	var file SendFile
-	var fileErr error
-	if head.FilePath != "" {
-		file, fileErr = sendFileOf(head, w.workspaces())
-	}
-	parts := w.deps.Sender.Parts(OutboundPart{Gateway: head.Gateway, ChatID: head.ChatID, Kind: head.Kind,
-		Text: head.Text, File: file})
-	if head.ApprovalID != nil && len(parts) > 0 {
-		parts[len(parts)-1].ApprovalID = head.ApprovalID.String()
-	}
+	parts, file, fileErr := w.partsOf(head)
 	idx := len(head.SentIds)
 	var sendErr error
 	var sentID int64
@@ -399,9 +390,8 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 		if err := commit(ctx, tx, head.OutboxID); err != nil {
 			return false, err
 		}
-		claim := w.newClaim(head.OutboxID, idx)
-		sentID, sendErr = w.deps.Sender.Send(outbound.WithSendGate(ctx, claim.pass), parts[idx])
-		if claim.lost() {
+		var lost bool
+		if sentID, sendErr, lost = w.sendPart(ctx, head.OutboxID, idx, parts[idx]); lost {
 			// Another run marked the part first; this run's request was
 			// abandoned incomplete.
 			return false, river.JobSnooze(time.Second)
@@ -411,58 +401,99 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 			return false, fmt.Errorf("begin recording the send of outbox row %d: %w", head.OutboxID, err)
 		}
 		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit this is a no-op
-		q = db.New(tx)
 	}
 
 	if sendErr != nil {
-		var ra interface{ RetryAfter() time.Duration }
-		switch {
-		case errors.As(sendErr, &ra):
-			d := max(ra.RetryAfter(), time.Second)
-			w.deps.Limiter.Backoff(head.Gateway, head.ChatID, d)
-			if err := q.OutboxSendFailed(ctx, db.OutboxSendFailedParams{OutboxID: head.OutboxID,
-				LastError: sendErr.Error()}); err != nil {
-				return false, fmt.Errorf("record rate limit of outbox row %d: %w", head.OutboxID, err)
-			}
-			if err := commit(ctx, tx, head.OutboxID); err != nil {
-				return false, err
-			}
-			logger.InfoContext(ctx, "delivery rate limited by the channel", slog.Duration("retry_after", d))
-			return false, river.JobSnooze(d)
-		case !deliveryTemporary(sendErr) || (isOwn && job.Attempt >= job.MaxAttempts):
-			if _, err := q.OutboxMarkFailed(ctx, db.OutboxMarkFailedParams{OutboxID: head.OutboxID,
-				LastError: sendErr.Error()}); err != nil {
-				return false, fmt.Errorf("mark outbox row %d failed: %w", head.OutboxID, err)
-			}
-			if isOwn && !deliveryTemporary(sendErr) {
-				if err := completeDelivery(ctx, tx, job); err != nil {
-					return false, err
-				}
-			}
-			if err := commit(ctx, tx, head.OutboxID); err != nil {
-				return false, err
-			}
-			logger.ErrorContext(ctx, "outbound message undeliverable", slog.Int("part", idx),
-				slog.String("error", sendErr.Error()))
-			if isOwn && deliveryTemporary(sendErr) {
-				// The last attempt: River discards the job.
-				return true, fmt.Errorf("send outbox row %d: %w", head.OutboxID, sendErr)
-			}
-			return isOwn, nil
-		default:
-			if err := q.OutboxSendFailed(ctx, db.OutboxSendFailedParams{OutboxID: head.OutboxID,
-				LastError: sendErr.Error()}); err != nil {
-				return false, fmt.Errorf("record failed send of outbox row %d: %w", head.OutboxID, err)
-			}
-			if err := commit(ctx, tx, head.OutboxID); err != nil {
-				return false, err
-			}
-			return false, fmt.Errorf("send outbox row %d part %d: %w", head.OutboxID, idx, sendErr)
-		}
+		return w.recordSendError(ctx, tx, job, head, isOwn, idx, sendErr, logger)
 	}
 
 	// Telegram has the message: record it before anything else.
 	return w.recordSent(ctx, tx, job, head, isOwn, idx, sentID, idx == len(parts)-1, file, logger)
+}
+
+// partsOf cuts the locked row head into the messages the channel sends,
+// with the approval's buttons under the last; a file that cannot be sent
+// is reported as fileErr.
+func (w *DeliveryWorker) partsOf(head db.ChoirControlOutbox) (parts []OutboundPart, file SendFile, fileErr error) {
+	if head.FilePath != "" {
+		file, fileErr = sendFileOf(head, w.workspaces())
+	}
+	parts = w.deps.Sender.Parts(OutboundPart{Gateway: head.Gateway, ChatID: head.ChatID, Kind: head.Kind,
+		Text: head.Text, File: file})
+	if head.ApprovalID != nil && len(parts) > 0 {
+		parts[len(parts)-1].ApprovalID = head.ApprovalID.String()
+	}
+	return parts, file, fileErr
+}
+
+// sendPart sends part idx of outbox row outboxID through the channel,
+// behind the part's send gate. It reports lost when another run had
+// marked the part first: then the request was abandoned incomplete, and
+// nothing was sent.
+//
+// Every run of a chat's job helps the chat's head, and the mark is made
+// only at the gate, after the row lock is released, so two runs of this
+// process may both start a request for the same part: the channel then
+// sees the loser's request cut off before its last bytes.
+func (w *DeliveryWorker) sendPart(ctx context.Context, outboxID int64, idx int, part OutboundPart) (sentID int64,
+	sendErr error, lost bool) {
+	claim := w.newClaim(outboxID, idx)
+	sentID, sendErr = w.deps.Sender.Send(outbound.WithSendGate(ctx, claim.pass), part)
+	return sentID, sendErr, claim.lost()
+}
+
+// recordSendError records a failed send of part idx of head and says what
+// comes next: a snooze for as long as the channel asked (a rate limit),
+// the row marked failed (an error retrying cannot fix, or the job's last
+// attempt), or a retry with backoff. It reports whether the job's own row
+// is finished.
+func (w *DeliveryWorker) recordSendError(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverOutboundArgs],
+	head db.ChoirControlOutbox, isOwn bool, idx int, sendErr error, logger *slog.Logger) (bool, error) {
+	q := db.New(tx)
+	var ra interface{ RetryAfter() time.Duration }
+	switch {
+	case errors.As(sendErr, &ra):
+		d := max(ra.RetryAfter(), time.Second)
+		w.deps.Limiter.Backoff(head.Gateway, head.ChatID, d)
+		if err := q.OutboxSendFailed(ctx, db.OutboxSendFailedParams{OutboxID: head.OutboxID,
+			LastError: sendErr.Error()}); err != nil {
+			return false, fmt.Errorf("record rate limit of outbox row %d: %w", head.OutboxID, err)
+		}
+		if err := commit(ctx, tx, head.OutboxID); err != nil {
+			return false, err
+		}
+		logger.InfoContext(ctx, "delivery rate limited by the channel", slog.Duration("retry_after", d))
+		return false, river.JobSnooze(d)
+	case !deliveryTemporary(sendErr) || (isOwn && job.Attempt >= job.MaxAttempts):
+		if _, err := q.OutboxMarkFailed(ctx, db.OutboxMarkFailedParams{OutboxID: head.OutboxID,
+			LastError: sendErr.Error()}); err != nil {
+			return false, fmt.Errorf("mark outbox row %d failed: %w", head.OutboxID, err)
+		}
+		if isOwn && !deliveryTemporary(sendErr) {
+			if err := completeDelivery(ctx, tx, job); err != nil {
+				return false, err
+			}
+		}
+		if err := commit(ctx, tx, head.OutboxID); err != nil {
+			return false, err
+		}
+		logger.ErrorContext(ctx, "outbound message undeliverable", slog.Int("part", idx),
+			slog.String("error", sendErr.Error()))
+		if isOwn && deliveryTemporary(sendErr) {
+			// The last attempt: River discards the job.
+			return true, fmt.Errorf("send outbox row %d: %w", head.OutboxID, sendErr)
+		}
+		return isOwn, nil
+	default:
+		if err := q.OutboxSendFailed(ctx, db.OutboxSendFailedParams{OutboxID: head.OutboxID,
+			LastError: sendErr.Error()}); err != nil {
+			return false, fmt.Errorf("record failed send of outbox row %d: %w", head.OutboxID, err)
+		}
+		if err := commit(ctx, tx, head.OutboxID); err != nil {
+			return false, err
+		}
+		return false, fmt.Errorf("send outbox row %d part %d: %w", head.OutboxID, idx, sendErr)
+	}
 }
 
 // attemptOf reports what the mark on part idx of the locked row head

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -651,8 +652,25 @@ func TestDeliverOutbound(t *testing.T) {
 		if slices.Index(all, "b0") > slices.Index(all, "a5") {
 			t.Errorf("chat b waited behind chat a: %v", all)
 		}
-		if n := len(b.tg.Calls("sendMessage")); n != 9 {
-			t.Errorf("%d sendMessage calls, want 9", n)
+		// Every run of a chat's job helps the chat's head, and a part is
+		// marked only at the send gate, so two runs may both start a
+		// request for the same part. The one whose gate finds the part
+		// taken abandons its request before the body ends: the fake
+		// answers that incomplete body 400, having read no parameter, and
+		// nothing is sent. So count the calls that were answered, and
+		// allow only abandoned ones besides.
+		var answered int
+		for _, c := range b.tg.Calls("sendMessage") {
+			switch {
+			case c.Status == http.StatusOK:
+				answered++
+			case c.Status == http.StatusBadRequest && len(c.Params) == 0:
+			default:
+				t.Errorf("sendMessage call %+v, neither answered nor abandoned", c)
+			}
+		}
+		if answered != 9 {
+			t.Errorf("%d sendMessage calls answered, want 9", answered)
 		}
 	})
 

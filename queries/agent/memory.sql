@@ -68,13 +68,12 @@ WITH q AS (
      ORDER BY rank
      LIMIT @candidates::int
 ), fused AS (
-    -- Each side's ranks are 1..n without gaps, so its ids in rank order
-    -- carry them. They are passed as columns, not sub-selects, so that
-    -- Postgres inlines the function.
-    SELECT f.id, f.score, f.vector_rank, f.text_rank
-      FROM (SELECT array_agg(v.id ORDER BY v.rank) AS ids FROM vector_hits v) vh,
-           (SELECT array_agg(t.id ORDER BY t.rank) AS ids FROM text_hits t) th,
-           choir_rank_fusion(vh.ids, th.ids) AS f (id, score, vector_rank, text_rank)
+    SELECT coalesce(v.id, t.id) AS id,
+           choir_rank_fusion(v.rank, t.rank) AS score,
+           v.rank AS vector_rank,
+           t.rank AS text_rank
+      FROM vector_hits v
+      FULL JOIN text_hits t ON t.id = v.id
 )
 SELECT d.id, d.session_id, d.tier, d.chunk_index, d.text, d.metadata, d.started_at, d.ended_at,
        d.created_at, d.embedding_state,

@@ -22,6 +22,7 @@ import (
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/memory"
+	"github.com/choirhq/choir/daemon/memory/pipeline"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/daemon/runtime/process"
@@ -85,7 +86,7 @@ type Daemon struct {
 	// gateway runs the Telegram bots; nil when none is configured.
 	gateway *gateway.Gateway
 	// sendLimiter paces everything sent through the bots.
-	sendLimiter *jobs.SendLimiter
+	sendLimiter *gateway.SendLimiter
 	typing      *typingSet
 
 	// cfgCtl makes cfg, secrets and configVersion safe to swap and holds
@@ -196,12 +197,13 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err := d.newGateway(opts); err != nil {
 		return err
 	}
+	memoryWorkers := pipeline.Workers{Pool: d.pool, Logger: logger, Embedder: embedder,
+		MidTermSessions: func() int { c, _ := d.config(); return c.MidTermSessionCount() }}
 	d.river, err = jobs.NewClient(jobs.Deps{
 		Pool:             d.pool,
 		Logger:           logger,
 		CrashThreshold:   func() time.Duration { c, _ := d.config(); return c.CrashDetectionThreshold() },
-		Embedder:         embedder,
-		MidTermSessions:  func() int { c, _ := d.config(); return c.MidTermSessionCount() },
+		Memory:           memoryWorkers,
 		Sender:           outboundSender{d},
 		SendLimiter:      d.sendLimiter,
 		ApprovalResolved: d.approvalResolved,

@@ -19,7 +19,7 @@ import (
 // newGateway makes the Telegram bots of config.json, if any, with the
 // control layer's hooks. It makes no request.
 func (d *Daemon) newGateway(opts Options) error {
-	d.sendLimiter = jobs.NewSendLimiter(jobs.DefaultSendLimits)
+	d.sendLimiter = gateway.NewSendLimiter(gateway.DefaultSendLimits)
 	d.typing = &typingSet{}
 	cfg, secrets := d.config()
 	telegram := 0

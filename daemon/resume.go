@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
@@ -76,7 +77,7 @@ func (d *Daemon) closeLiveSessions(ctx context.Context) ([]pendingResume, error)
 			if _, err := q.ReplayForgetSession(ctx, r.SessionID); err != nil {
 				return fmt.Errorf("forget replays of %s: %w", r.SessionID, err)
 			}
-			if err := jobs.InsertChunkSessionTx(ctx, d.river, tx, r.SessionID); err != nil {
+			if err := memory.InsertChunkSessionTx(ctx, d.river, tx, r.SessionID); err != nil {
 				return err
 			}
 		}

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
@@ -227,7 +228,7 @@ func endSession(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, id u
 			return fmt.Errorf("forget replays of %s: %w", id, err)
 		}
 		if ins != nil {
-			return jobs.InsertChunkSessionTx(ctx, ins, tx, id)
+			return memory.InsertChunkSessionTx(ctx, ins, tx, id)
 		}
 		return nil
 	})

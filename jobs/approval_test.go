@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 )
@@ -65,7 +66,7 @@ func startWithTimeouts(t *testing.T, b *deliveryBundle, resolved func(context.Co
 func TestApprovals(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupDelivery(t, jobs.SendLimits{PerChat: 1000, PerBot: 1000})
+	b := setupDelivery(t, gateway.SendLimits{PerChat: 1000, PerBot: 1000})
 	var timedOut atomic.Int32
 	client := startWithTimeouts(t, b, func(_ context.Context, a db.ChoirControlPendingApproval) {
 		if a.ResolvedBy != nil && *a.ResolvedBy == jobs.ResolvedByTimeout {

@@ -50,6 +50,10 @@ type CrashDetectWorker struct {
 	// RemoveInstances enqueues the removal of a crashed session's
 	// container or process (the worker is registered with it).
 	RemoveInstances bool
+	// SessionEnded enqueues, in the transaction that marks a session
+	// crashed, the filing of its events into memory (Memory.SessionEndedTx);
+	// nil files nothing.
+	SessionEnded func(ctx context.Context, client *Client, tx pgx.Tx, sessionID uuid.UUID) error
 }
 
 // Timeout bounds one run; the query touches only live sessions.
@@ -72,8 +76,10 @@ func (w *CrashDetectWorker) Work(ctx context.Context, job *river.Job[CrashDetect
 		if len(crashed) > 0 {
 			client := river.ClientFromContext[pgx.Tx](ctx)
 			for _, c := range crashed {
-				if err := InsertChunkSessionTx(ctx, client, tx, c.SessionID); err != nil {
-					return err
+				if w.SessionEnded != nil {
+					if err := w.SessionEnded(ctx, client, tx, c.SessionID); err != nil {
+						return err
+					}
 				}
 				if w.RemoveInstances {
 					if _, err := client.InsertTx(ctx, tx, RemoveInstanceArgs{SessionID: c.SessionID}, nil); err != nil {

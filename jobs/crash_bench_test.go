@@ -14,6 +14,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/embed"
+	"github.com/choirhq/choir/daemon/memory/pipeline"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/jobs"
@@ -35,7 +36,7 @@ func BenchmarkCrashDetection(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Embedder: embedder,
+	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Memory: pipeline.Workers{Pool: pool, Embedder: embedder},
 		CrashThreshold: func() time.Duration { return threshold }})
 	if err != nil {
 		b.Fatal(err)

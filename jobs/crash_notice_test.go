@@ -14,6 +14,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/riverqueue/river"
 
+	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/daemon/memory/pipeline"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 )
@@ -23,12 +25,13 @@ import (
 func TestCrashNotice(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupDelivery(t, jobs.SendLimits{PerChat: 1000, PerBot: 1000})
+	b := setupDelivery(t, gateway.SendLimits{PerChat: 1000, PerBot: 1000})
 	var mu sync.Mutex
 	var removed []uuid.UUID
 	client := startWithTimeouts(t, b, nil, func(w *river.Workers) {
 		river.AddWorker(w, &jobs.CrashDetectWorker{Pool: b.pool, Logger: slog.New(slog.DiscardHandler),
 			Threshold: func() time.Duration { return time.Second }, RemoveInstances: true,
+			SessionEnded: pipeline.Workers{}.SessionEndedTx,
 			DMAddress: func(dm string) (string, string, bool) {
 				return gatewayTG, strconv.FormatInt(testChat, 10), dm == testDMName
 			}})
@@ -38,7 +41,7 @@ func TestCrashNotice(t *testing.T) {
 			removed = append(removed, id)
 			return nil
 		}})
-		river.AddWorker(w, &jobs.ChunkSessionWorker{Pool: b.pool, Logger: slog.New(slog.DiscardHandler)})
+		river.AddWorker(w, &pipeline.ChunkSessionWorker{Pool: b.pool, Logger: slog.New(slog.DiscardHandler)})
 	})
 	h := make([]byte, 32)
 	rand.Read(h)

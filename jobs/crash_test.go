@@ -13,6 +13,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/embed"
+	"github.com/choirhq/choir/daemon/memory/pipeline"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/jobs"
@@ -62,7 +63,7 @@ func TestCrashDetect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Embedder: embedder,
+	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Memory: pipeline.Workers{Pool: pool, Embedder: embedder},
 		CrashThreshold: func() time.Duration { return 10 * time.Second }, CrashStartGrace: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)

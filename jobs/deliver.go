@@ -16,9 +16,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"golang.org/x/time/rate"
 
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/outbound"
 )
 
 // QueueDelivery runs outbound message delivery. It is latency-sensitive and
@@ -58,31 +58,18 @@ func (DeliverOutboundArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueDelivery, MaxAttempts: DeliveryMaxAttempts}
 }
 
-// The outbound kinds, as stored in choir_control.outbox.kind (the values of
-// rpc.OutboundKind).
+// The outbound kinds, as stored in choir_control.outbox.kind (package
+// outbound's, under the names queuing code uses).
 const (
-	OutboundText     = "text"
-	OutboundDocument = "document"
-	OutboundPhoto    = "photo"
-	OutboundVoice    = "voice"
-	OutboundVideo    = "video"
+	OutboundText     = outbound.Text
+	OutboundDocument = outbound.Document
+	OutboundPhoto    = outbound.Photo
+	OutboundVoice    = outbound.Voice
+	OutboundVideo    = outbound.Video
 )
 
-// OutboundPart is one message a channel sends: an outbox row as queued, or
-// one of the parts a sender cuts it into.
-type OutboundPart struct {
-	Gateway string
-	ChatID  string
-	// Kind is one of the Outbound* kinds.
-	Kind string
-	// Text is the message text, or the caption of a file.
-	Text string
-	// File is the file to send; zero for text.
-	File SendFile
-	// ApprovalID, when set, asks for the approval's [Approve] [Reject]
-	// buttons under the message (under the last part of a long one).
-	ApprovalID string
-}
+// OutboundPart is one message a channel sends (outbound.Part).
+type OutboundPart = outbound.Part
 
 // OutboundSender is what the delivery worker needs of a gateway
 // (daemon/gateway implements it for Telegram).
@@ -94,9 +81,10 @@ type OutboundPart struct {
 // never succeed (the user blocked the bot, the file is gone): the row is
 // marked failed at once. Any other error is retried with backoff.
 //
-// Send's context carries a send gate (SendGateFrom): a sender whose send
-// has an effect outside choird must pass it, through GateBody, before its
-// request can take effect, and must not send when it fails.
+// Send's context carries a send gate (outbound.SendGateFrom): a sender
+// whose send has an effect outside choird must pass it, through
+// outbound.GateBody, before its request can take effect, and must not send
+// when it fails.
 type OutboundSender interface {
 	// Parts cuts a queued message into the messages the channel sends, in
 	// order (a long text into several, say). It must be deterministic:
@@ -106,15 +94,27 @@ type OutboundSender interface {
 	Send(ctx context.Context, part OutboundPart) (int64, error)
 }
 
+// Pacer is what the delivery worker needs of a send limiter
+// (daemon/gateway.SendLimiter paces Telegram's bots): a booking per message
+// sent, and a pause for a chat the channel asked to wait.
+type Pacer interface {
+	// Reserve books one message to chatID through gateway. The caller
+	// waits delay before sending, or calls cancel to give the booking
+	// back when it will not send.
+	Reserve(gateway, chatID string) (delay time.Duration, cancel func())
+	// Backoff blocks chatID for d, after the channel answered "too many
+	// requests, retry after d".
+	Backoff(gateway, chatID string, d time.Duration)
+}
+
 // DeliveryDeps are what the delivery worker needs from choird.
 type DeliveryDeps struct {
 	Pool   *pgxpool.Pool
 	Sender OutboundSender
-	// Limiter paces sends; nil means NewSendLimiter(DefaultSendLimits).
-	// Share one limiter between the worker and anything else that sends
-	// through the same bots (command replies), so the limits hold per
-	// process.
-	Limiter *SendLimiter
+	// Limiter paces sends; it is required. Share one limiter between the
+	// worker and anything else that sends through the same bots (command
+	// replies), so the limits hold per process.
+	Limiter Pacer
 	Logger  *slog.Logger
 	// MaxWait is the longest the worker sleeps in process for the limiter
 	// before it snoozes the job instead (default 5 s).
@@ -135,7 +135,7 @@ func AddDeliveryWorker(workers *river.Workers, deps DeliveryDeps) error {
 		return errors.New("delivery worker needs a pool and a sender")
 	}
 	if deps.Limiter == nil {
-		deps.Limiter = NewSendLimiter(DefaultSendLimits)
+		return errors.New("delivery worker needs a limiter")
 	}
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
@@ -253,8 +253,8 @@ func (p OutboundParams) validate() error {
 		if p.Workspace == "" {
 			return fmt.Errorf("queue outbound message: file %q names no workspace", p.FilePath)
 		}
-		if !isSendPath(p.FilePath) {
-			return fmt.Errorf("queue outbound message: file %q is not a path inside the workspace's %s directory", p.FilePath, sendDir)
+		if !outbound.InSendDir(p.FilePath) {
+			return fmt.Errorf("queue outbound message: file %q is not a path inside the workspace's %s directory", p.FilePath, outbound.SendDir)
 		}
 	default:
 		return fmt.Errorf("queue outbound message: unknown kind %q", p.Kind)
@@ -293,9 +293,9 @@ func (w *DeliveryWorker) Timeout(*river.Job[DeliverOutboundArgs]) time.Duration 
 // may or may not have reached the user, and sending it again could send
 // it twice. Each part is therefore marked as being sent, in a committed
 // row, when its request is complete but for its last byte (the send gate,
-// WithSendGate), and the mark is cleared with the outcome; a run that
-// finds a mark its own process did not leave (or one older than a run can
-// last) records the part as sent, with message id 0, and moves on, with a
+// outbound.WithSendGate), and the mark is cleared with the outcome; a run
+// that finds a mark its own process did not leave (or one older than a run
+// can last) records the part as sent, with message id 0, and moves on, with a
 // warning in the log. A part is lost only if choird dies between the
 // mark's commit and the write of that last byte: microseconds, against a
 // duplicate on every crash mid-send.
@@ -316,10 +316,9 @@ func (w *DeliveryWorker) Work(ctx context.Context, job *river.Job[DeliverOutboun
 
 		// One reservation per Telegram message, taken before the row
 		// lock so no lock is held while waiting.
-		res := w.deps.Limiter.Reserve(row.Gateway, row.ChatID)
-		if d := res.Delay(); d > 0 {
+		if d, cancel := w.deps.Limiter.Reserve(row.Gateway, row.ChatID); d > 0 {
 			if d > w.deps.MaxWait || time.Since(start)+d > w.deps.RunBudget {
-				res.Cancel()
+				cancel()
 				return river.JobSnooze(d)
 			}
 			t := time.NewTimer(d)
@@ -327,7 +326,7 @@ func (w *DeliveryWorker) Work(ctx context.Context, job *river.Job[DeliverOutboun
 			case <-t.C:
 			case <-ctx.Done():
 				t.Stop()
-				res.Cancel()
+				cancel()
 				return ctx.Err()
 			}
 		}
@@ -364,16 +363,7 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 	logger := w.deps.Logger.With(slog.Int64("outbox_id", head.OutboxID), slog.String("agent_id", head.AgentID),
 		slog.String("message_id", head.MessageID), slog.String("gateway", head.Gateway), slog.String("dm", head.Dm))
 
-	var file SendFile
-	var fileErr error
-	if head.FilePath != "" {
-		file, fileErr = sendFileOf(head, w.workspaces())
-	}
-	parts := w.deps.Sender.Parts(OutboundPart{Gateway: head.Gateway, ChatID: head.ChatID, Kind: head.Kind,
-		Text: head.Text, File: file})
-	if head.ApprovalID != nil && len(parts) > 0 {
-		parts[len(parts)-1].ApprovalID = head.ApprovalID.String()
-	}
+	parts, file, fileErr := w.partsOf(head)
 	idx := len(head.SentIds)
 	var sendErr error
 	var sentID int64
@@ -396,13 +386,12 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 		// The row is unlocked: no lock and no connection is held while
 		// the channel takes its time. The part is marked as being sent by
 		// the send gate, when the request is complete but for its last
-		// byte (see jobs.WithSendGate).
+		// byte (see outbound.WithSendGate).
 		if err := commit(ctx, tx, head.OutboxID); err != nil {
 			return false, err
 		}
-		claim := w.newClaim(head.OutboxID, idx)
-		sentID, sendErr = w.deps.Sender.Send(WithSendGate(ctx, claim.pass), parts[idx])
-		if claim.lost() {
+		var lost bool
+		if sentID, sendErr, lost = w.sendPart(ctx, head.OutboxID, idx, parts[idx]); lost {
 			// Another run marked the part first; this run's request was
 			// abandoned incomplete.
 			return false, river.JobSnooze(time.Second)
@@ -412,58 +401,99 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 			return false, fmt.Errorf("begin recording the send of outbox row %d: %w", head.OutboxID, err)
 		}
 		defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit this is a no-op
-		q = db.New(tx)
 	}
 
 	if sendErr != nil {
-		var ra interface{ RetryAfter() time.Duration }
-		switch {
-		case errors.As(sendErr, &ra):
-			d := max(ra.RetryAfter(), time.Second)
-			w.deps.Limiter.Backoff(head.Gateway, head.ChatID, d)
-			if err := q.OutboxSendFailed(ctx, db.OutboxSendFailedParams{OutboxID: head.OutboxID,
-				LastError: sendErr.Error()}); err != nil {
-				return false, fmt.Errorf("record rate limit of outbox row %d: %w", head.OutboxID, err)
-			}
-			if err := commit(ctx, tx, head.OutboxID); err != nil {
-				return false, err
-			}
-			logger.InfoContext(ctx, "delivery rate limited by the channel", slog.Duration("retry_after", d))
-			return false, river.JobSnooze(d)
-		case !deliveryTemporary(sendErr) || (isOwn && job.Attempt >= job.MaxAttempts):
-			if _, err := q.OutboxMarkFailed(ctx, db.OutboxMarkFailedParams{OutboxID: head.OutboxID,
-				LastError: sendErr.Error()}); err != nil {
-				return false, fmt.Errorf("mark outbox row %d failed: %w", head.OutboxID, err)
-			}
-			if isOwn && !deliveryTemporary(sendErr) {
-				if err := completeDelivery(ctx, tx, job); err != nil {
-					return false, err
-				}
-			}
-			if err := commit(ctx, tx, head.OutboxID); err != nil {
-				return false, err
-			}
-			logger.ErrorContext(ctx, "outbound message undeliverable", slog.Int("part", idx),
-				slog.String("error", sendErr.Error()))
-			if isOwn && deliveryTemporary(sendErr) {
-				// The last attempt: River discards the job.
-				return true, fmt.Errorf("send outbox row %d: %w", head.OutboxID, sendErr)
-			}
-			return isOwn, nil
-		default:
-			if err := q.OutboxSendFailed(ctx, db.OutboxSendFailedParams{OutboxID: head.OutboxID,
-				LastError: sendErr.Error()}); err != nil {
-				return false, fmt.Errorf("record failed send of outbox row %d: %w", head.OutboxID, err)
-			}
-			if err := commit(ctx, tx, head.OutboxID); err != nil {
-				return false, err
-			}
-			return false, fmt.Errorf("send outbox row %d part %d: %w", head.OutboxID, idx, sendErr)
-		}
+		return w.recordSendError(ctx, tx, job, head, isOwn, idx, sendErr, logger)
 	}
 
 	// Telegram has the message: record it before anything else.
 	return w.recordSent(ctx, tx, job, head, isOwn, idx, sentID, idx == len(parts)-1, file, logger)
+}
+
+// partsOf cuts the locked row head into the messages the channel sends,
+// with the approval's buttons under the last; a file that cannot be sent
+// is reported as fileErr.
+func (w *DeliveryWorker) partsOf(head db.ChoirControlOutbox) (parts []OutboundPart, file SendFile, fileErr error) {
+	if head.FilePath != "" {
+		file, fileErr = sendFileOf(head, w.workspaces())
+	}
+	parts = w.deps.Sender.Parts(OutboundPart{Gateway: head.Gateway, ChatID: head.ChatID, Kind: head.Kind,
+		Text: head.Text, File: file})
+	if head.ApprovalID != nil && len(parts) > 0 {
+		parts[len(parts)-1].ApprovalID = head.ApprovalID.String()
+	}
+	return parts, file, fileErr
+}
+
+// sendPart sends part idx of outbox row outboxID through the channel,
+// behind the part's send gate. It reports lost when another run had
+// marked the part first: then the request was abandoned incomplete, and
+// nothing was sent.
+//
+// Every run of a chat's job helps the chat's head, and the mark is made
+// only at the gate, after the row lock is released, so two runs of this
+// process may both start a request for the same part: the channel then
+// sees the loser's request cut off before its last bytes.
+func (w *DeliveryWorker) sendPart(ctx context.Context, outboxID int64, idx int, part OutboundPart) (sentID int64,
+	sendErr error, lost bool) {
+	claim := w.newClaim(outboxID, idx)
+	sentID, sendErr = w.deps.Sender.Send(outbound.WithSendGate(ctx, claim.pass), part)
+	return sentID, sendErr, claim.lost()
+}
+
+// recordSendError records a failed send of part idx of head and says what
+// comes next: a snooze for as long as the channel asked (a rate limit),
+// the row marked failed (an error retrying cannot fix, or the job's last
+// attempt), or a retry with backoff. It reports whether the job's own row
+// is finished.
+func (w *DeliveryWorker) recordSendError(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverOutboundArgs],
+	head db.ChoirControlOutbox, isOwn bool, idx int, sendErr error, logger *slog.Logger) (bool, error) {
+	q := db.New(tx)
+	var ra interface{ RetryAfter() time.Duration }
+	switch {
+	case errors.As(sendErr, &ra):
+		d := max(ra.RetryAfter(), time.Second)
+		w.deps.Limiter.Backoff(head.Gateway, head.ChatID, d)
+		if err := q.OutboxSendFailed(ctx, db.OutboxSendFailedParams{OutboxID: head.OutboxID,
+			LastError: sendErr.Error()}); err != nil {
+			return false, fmt.Errorf("record rate limit of outbox row %d: %w", head.OutboxID, err)
+		}
+		if err := commit(ctx, tx, head.OutboxID); err != nil {
+			return false, err
+		}
+		logger.InfoContext(ctx, "delivery rate limited by the channel", slog.Duration("retry_after", d))
+		return false, river.JobSnooze(d)
+	case !deliveryTemporary(sendErr) || (isOwn && job.Attempt >= job.MaxAttempts):
+		if _, err := q.OutboxMarkFailed(ctx, db.OutboxMarkFailedParams{OutboxID: head.OutboxID,
+			LastError: sendErr.Error()}); err != nil {
+			return false, fmt.Errorf("mark outbox row %d failed: %w", head.OutboxID, err)
+		}
+		if isOwn && !deliveryTemporary(sendErr) {
+			if err := completeDelivery(ctx, tx, job); err != nil {
+				return false, err
+			}
+		}
+		if err := commit(ctx, tx, head.OutboxID); err != nil {
+			return false, err
+		}
+		logger.ErrorContext(ctx, "outbound message undeliverable", slog.Int("part", idx),
+			slog.String("error", sendErr.Error()))
+		if isOwn && deliveryTemporary(sendErr) {
+			// The last attempt: River discards the job.
+			return true, fmt.Errorf("send outbox row %d: %w", head.OutboxID, sendErr)
+		}
+		return isOwn, nil
+	default:
+		if err := q.OutboxSendFailed(ctx, db.OutboxSendFailedParams{OutboxID: head.OutboxID,
+			LastError: sendErr.Error()}); err != nil {
+			return false, fmt.Errorf("record failed send of outbox row %d: %w", head.OutboxID, err)
+		}
+		if err := commit(ctx, tx, head.OutboxID); err != nil {
+			return false, err
+		}
+		return false, fmt.Errorf("send outbox row %d part %d: %w", head.OutboxID, idx, sendErr)
+	}
 }
 
 // attemptOf reports what the mark on part idx of the locked row head
@@ -578,164 +608,4 @@ func deliveryTemporary(err error) bool {
 		return t.Temporary()
 	}
 	return true
-}
-
-// SendLimits are the send rates a SendLimiter enforces, in messages per
-// second.
-type SendLimits struct {
-	PerChat rate.Limit
-	PerBot  rate.Limit
-}
-
-// DefaultSendLimits are Telegram's: about one message per second in a
-// chat and thirty per second per bot.
-var DefaultSendLimits = SendLimits{PerChat: 1, PerBot: 30}
-
-// SendLimiter paces messages per chat and per bot (gateway). It is safe for
-// concurrent use; one per process, shared by everything that sends.
-type SendLimiter struct {
-	limits SendLimits
-	// Now is the clock; tests may replace it before first use.
-	Now func() time.Time
-
-	mu        sync.Mutex
-	perBotSet map[string]SendLimits
-	chats     map[[2]string]*chatLimit
-	bots      map[string]*rate.Limiter
-}
-
-type chatLimit struct {
-	lim          *rate.Limiter
-	blockedUntil time.Time
-}
-
-// NewSendLimiter returns a limiter for the given rates. A zero or negative
-// rate is unlimited.
-func NewSendLimiter(l SendLimits) *SendLimiter {
-	if l.PerChat <= 0 {
-		l.PerChat = rate.Inf
-	}
-	if l.PerBot <= 0 {
-		l.PerBot = rate.Inf
-	}
-	return &SendLimiter{limits: l, Now: time.Now, perBotSet: map[string]SendLimits{}, chats: map[[2]string]*chatLimit{},
-		bots: map[string]*rate.Limiter{}}
-}
-
-// SetGatewayLimits gives one gateway its own rates, replacing the default:
-// a console gateway, say, needs no pacing (SendLimits{} is unlimited).
-func (l *SendLimiter) SetGatewayLimits(gateway string, lim SendLimits) {
-	if lim.PerChat <= 0 {
-		lim.PerChat = rate.Inf
-	}
-	if lim.PerBot <= 0 {
-		lim.PerBot = rate.Inf
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.perBotSet[gateway] = lim
-	delete(l.bots, gateway)
-	for k := range l.chats {
-		if k[0] == gateway {
-			delete(l.chats, k)
-		}
-	}
-}
-
-func (l *SendLimiter) limitsLocked(gateway string) SendLimits {
-	if lim, ok := l.perBotSet[gateway]; ok {
-		return lim
-	}
-	return l.limits
-}
-
-// SendReservation is the permission to send one message after Delay.
-type SendReservation struct {
-	at        time.Time
-	chat, bot *rate.Reservation
-	delay     time.Duration
-}
-
-// Delay is how long to wait before sending.
-func (r SendReservation) Delay() time.Duration { return r.delay }
-
-// Cancel gives the reservation back, for a caller that will not send.
-func (r SendReservation) Cancel() {
-	r.chat.CancelAt(r.at)
-	r.bot.CancelAt(r.at)
-}
-
-// maxIdleChats is how many chat limiters are kept before idle ones are
-// dropped.
-const maxIdleChats = 1024
-
-// Reserve books one message to chatID through gateway. Each message sent
-// needs its own reservation: burst is one for both limits, so messages are
-// evenly spaced rather than bunched.
-func (l *SendLimiter) Reserve(gateway, chatID string) SendReservation {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.Now()
-	c := l.chatLocked(now, gateway, chatID)
-	b := l.bots[gateway]
-	if b == nil {
-		b = rate.NewLimiter(l.limitsLocked(gateway).PerBot, 1)
-		l.bots[gateway] = b
-	}
-	// A chat blocked by a 429 reserves from the end of the block, so the
-	// spacing holds after it too.
-	from := now
-	if c.blockedUntil.After(now) {
-		from = c.blockedUntil
-	}
-	r := SendReservation{at: from, chat: c.lim.ReserveN(from, 1), bot: b.ReserveN(from, 1)}
-	r.delay = from.Sub(now) + max(r.chat.DelayFrom(from), r.bot.DelayFrom(from))
-	return r
-}
-
-func (l *SendLimiter) chatLocked(now time.Time, gateway, chatID string) *chatLimit {
-	key := [2]string{gateway, chatID}
-	c := l.chats[key]
-	if c != nil {
-		return c
-	}
-	if len(l.chats) >= maxIdleChats {
-		for k, v := range l.chats {
-			if v.lim.TokensAt(now) >= 1 && !v.blockedUntil.After(now) {
-				delete(l.chats, k)
-			}
-		}
-	}
-	c = &chatLimit{lim: rate.NewLimiter(l.limitsLocked(gateway).PerChat, 1)}
-	l.chats[key] = c
-	return c
-}
-
-// Wait reserves one message and sleeps until it may be sent.
-func (l *SendLimiter) Wait(ctx context.Context, gateway, chatID string) error {
-	r := l.Reserve(gateway, chatID)
-	if r.Delay() <= 0 {
-		return nil
-	}
-	t := time.NewTimer(r.Delay())
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		r.Cancel()
-		return ctx.Err()
-	}
-}
-
-// Backoff blocks chatID for d, after the channel answered "too many
-// requests, retry after d".
-func (l *SendLimiter) Backoff(gateway, chatID string, d time.Duration) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	now := l.Now()
-	c := l.chatLocked(now, gateway, chatID)
-	if until := now.Add(d); until.After(c.blockedUntil) {
-		c.blockedUntil = until
-	}
 }

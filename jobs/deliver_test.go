@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -18,7 +19,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
-	"golang.org/x/time/rate"
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/gateway"
@@ -43,7 +43,7 @@ type deliveryBundle struct {
 	pool   *pgxpool.Pool
 	srv    *telegramtest.Server
 	tg     *telegramtest.Bot
-	limits jobs.SendLimits
+	limits gateway.SendLimits
 	ws     string
 	// other is a second configured workspace, "other", that the agent
 	// of ws must not reach.
@@ -66,7 +66,7 @@ func (b *deliveryBundle) fileParams(messageID, caption, kind, name string) jobs.
 	return p
 }
 
-func setupDelivery(t *testing.T, limits jobs.SendLimits) *deliveryBundle {
+func setupDelivery(t *testing.T, limits gateway.SendLimits) *deliveryBundle {
 	t.Helper()
 	ctx := context.Background()
 	b := &deliveryBundle{pool: dbtest.NewPool(t), srv: telegramtest.NewServer(t), limits: limits, ws: t.TempDir(),
@@ -98,7 +98,7 @@ func (b *deliveryBundle) start(t *testing.T, more ...func(*river.Workers)) *jobs
 	t.Cleanup(gw.Close)
 	workers := river.NewWorkers()
 	if err := jobs.AddDeliveryWorker(workers, jobs.DeliveryDeps{Pool: b.pool, Sender: gw,
-		Limiter: jobs.NewSendLimiter(b.limits), Workspaces: b.workspaces}); err != nil {
+		Limiter: gateway.NewSendLimiter(b.limits), Workspaces: b.workspaces}); err != nil {
 		t.Fatal(err)
 	}
 	for _, add := range more {
@@ -245,7 +245,7 @@ var threeParts = "part 1 " + strings.Repeat("a", 3000) + "\npart 2 " + strings.R
 	"\npart 3 " + strings.Repeat("c", 3000)
 
 // unlimited keeps pacing out of tests about something else.
-var unlimited = jobs.SendLimits{}
+var unlimited = gateway.SendLimits{}
 
 func TestDeliverOutbound(t *testing.T) {
 	t.Parallel()
@@ -629,7 +629,7 @@ func TestDeliverOutbound(t *testing.T) {
 		t.Parallel()
 		// 20 messages/s per chat keeps the test short; the pacing itself
 		// is checked exactly in TestSendLimiter.
-		b := setupDelivery(t, jobs.SendLimits{PerChat: 20, PerBot: 1000})
+		b := setupDelivery(t, gateway.SendLimits{PerChat: 20, PerBot: 1000})
 		client := b.start(t)
 		var ps []jobs.OutboundParams
 		for i := range 6 {
@@ -652,8 +652,25 @@ func TestDeliverOutbound(t *testing.T) {
 		if slices.Index(all, "b0") > slices.Index(all, "a5") {
 			t.Errorf("chat b waited behind chat a: %v", all)
 		}
-		if n := len(b.tg.Calls("sendMessage")); n != 9 {
-			t.Errorf("%d sendMessage calls, want 9", n)
+		// Every run of a chat's job helps the chat's head, and a part is
+		// marked only at the send gate, so two runs may both start a
+		// request for the same part. The one whose gate finds the part
+		// taken abandons its request before the body ends: the fake
+		// answers that incomplete body 400, having read no parameter, and
+		// nothing is sent. So count the calls that were answered, and
+		// allow only abandoned ones besides.
+		var answered int
+		for _, c := range b.tg.Calls("sendMessage") {
+			switch {
+			case c.Status == http.StatusOK:
+				answered++
+			case c.Status == http.StatusBadRequest && len(c.Params) == 0:
+			default:
+				t.Errorf("sendMessage call %+v, neither answered nor abandoned", c)
+			}
+		}
+		if answered != 9 {
+			t.Errorf("%d sendMessage calls answered, want 9", answered)
 		}
 	})
 
@@ -776,123 +793,6 @@ func TestDeliverOutbound(t *testing.T) {
 	})
 }
 
-func TestSendLimiter(t *testing.T) {
-	t.Parallel()
-	t0 := time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)
-	newLimiter := func(now *time.Time) *jobs.SendLimiter {
-		l := jobs.NewSendLimiter(jobs.DefaultSendLimits)
-		l.Now = func() time.Time { return *now }
-		return l
-	}
-
-	t.Run("OneMessagePerSecondPerChat", func(t *testing.T) {
-		t.Parallel()
-		now := t0
-		l := newLimiter(&now)
-		var delays []time.Duration
-		for range 4 {
-			delays = append(delays, l.Reserve("tg", "1").Delay())
-		}
-		for i, d := range delays {
-			if want := time.Duration(i) * time.Second; d != want {
-				t.Errorf("message %d waits %s, want %s", i, d, want)
-			}
-		}
-		now = now.Add(10 * time.Second)
-		if d := l.Reserve("tg", "1").Delay(); d != 0 {
-			t.Errorf("after a pause: wait %s, want none", d)
-		}
-	})
-
-	t.Run("ThirtyMessagesPerSecondPerBot", func(t *testing.T) {
-		t.Parallel()
-		now := t0
-		l := newLimiter(&now)
-		within := 0
-		for i := range 60 {
-			if l.Reserve("tg", strconv.Itoa(i)).Delay() < time.Second {
-				within++
-			}
-		}
-		if within != 30 {
-			t.Errorf("%d of 60 messages to distinct chats may go within a second, want 30", within)
-		}
-		// Another bot is not held back.
-		if d := l.Reserve("other", "1").Delay(); d != 0 {
-			t.Errorf("other bot waits %s", d)
-		}
-	})
-
-	t.Run("BackoffBlocksTheChat", func(t *testing.T) {
-		t.Parallel()
-		now := t0
-		l := newLimiter(&now)
-		l.Backoff("tg", "1", 7*time.Second)
-		if d := l.Reserve("tg", "1").Delay(); d != 7*time.Second {
-			t.Errorf("blocked chat waits %s, want 7s", d)
-		}
-		if d := l.Reserve("tg", "1").Delay(); d != 8*time.Second {
-			t.Errorf("next message waits %s, want 8s (spacing holds after the block)", d)
-		}
-		if d := l.Reserve("tg", "2").Delay(); d >= time.Second {
-			t.Errorf("another chat waits %s", d)
-		}
-	})
-
-	t.Run("CancelGivesTheSlotBack", func(t *testing.T) {
-		t.Parallel()
-		now := t0
-		l := newLimiter(&now)
-		l.Reserve("tg", "1")
-		r := l.Reserve("tg", "1")
-		if r.Delay() != time.Second {
-			t.Fatalf("second waits %s", r.Delay())
-		}
-		r.Cancel()
-		if d := l.Reserve("tg", "1").Delay(); d != time.Second {
-			t.Errorf("after cancel: wait %s, want 1s", d)
-		}
-	})
-
-	t.Run("GatewayLimitsOverrideTheDefault", func(t *testing.T) {
-		t.Parallel()
-		now := t0
-		l := newLimiter(&now)
-		l.Reserve("console", "op")
-		l.SetGatewayLimits("console", jobs.SendLimits{})
-		for range 10 {
-			if d := l.Reserve("console", "op").Delay(); d != 0 {
-				t.Fatalf("unlimited gateway waits %s", d)
-			}
-		}
-		l.Reserve("tg", "1")
-		if d := l.Reserve("tg", "1").Delay(); d != time.Second {
-			t.Errorf("default gateway waits %s, want 1s", d)
-		}
-	})
-
-	t.Run("ZeroLimitsAreUnlimited", func(t *testing.T) {
-		t.Parallel()
-		l := jobs.NewSendLimiter(jobs.SendLimits{})
-		for range 100 {
-			if d := l.Reserve("tg", "1").Delay(); d != 0 {
-				t.Fatalf("unlimited limiter waits %s", d)
-			}
-		}
-	})
-
-	t.Run("WaitHonoursContext", func(t *testing.T) {
-		t.Parallel()
-		l := jobs.NewSendLimiter(jobs.SendLimits{PerChat: rate.Every(time.Hour), PerBot: 30})
-		l.Reserve("tg", "1")
-		ctx, cancel := context.WithCancel(context.Background())
-		cancel()
-		if err := l.Wait(ctx, "tg", "1"); err == nil {
-			t.Error("wait with a cancelled context returned nil")
-		}
-	})
-}
-
 // BenchmarkOutboxCommitToSend measures the delivery overhead when no rate
 // limit applies: from the commit of an outbox row and its job to the fake
 // Telegram server (loopback) receiving sendMessage.
@@ -916,7 +816,7 @@ func BenchmarkOutboxCommitToSend(b *testing.B) {
 	}
 	b.Cleanup(gw.Close)
 	workers := river.NewWorkers()
-	if err := jobs.AddDeliveryWorker(workers, jobs.DeliveryDeps{Pool: pool, Sender: gw, Limiter: jobs.NewSendLimiter(unlimited)}); err != nil {
+	if err := jobs.AddDeliveryWorker(workers, jobs.DeliveryDeps{Pool: pool, Sender: gw, Limiter: gateway.NewSendLimiter(unlimited)}); err != nil {
 		b.Fatal(err)
 	}
 	name, qc := jobs.DeliveryQueue()

@@ -1,7 +1,10 @@
-// Package jobs holds choird's River job kinds and their workers: the slow,
-// retryable or periodic work that runs inside Postgres transactions. Each
-// worker finishes its rows and completes its job in one transaction, so a
-// crash never leaves work half done or done twice.
+// Package jobs holds choird's River client, its queues and its schedule,
+// and the job kinds and workers of the control plane: crash detection,
+// approval timeouts, instance removal and outbound delivery, the slow,
+// retryable or periodic work that runs inside Postgres transactions. It
+// also runs the memory pipeline's workers, which it is handed (Deps.Memory)
+// and does not own. Each worker finishes its rows and completes its job in
+// one transaction, so a crash never leaves work half done or done twice.
 package jobs
 
 import (
@@ -15,8 +18,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
-	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/db"
 )
 
@@ -48,21 +51,17 @@ type Deps struct {
 	CrashStartGrace time.Duration
 	// CrashInterval is how often crash detection runs (at most 1 s).
 	CrashInterval time.Duration
-	// Embedder makes memory vectors. Without it the memory workers
-	// (embedding, chunking, promotion) are not registered.
-	Embedder Embedder
-	// EmbedRetryBase is the first retry delay of a failed embedding batch
-	// (default DefaultEmbedRetryBase); tests shorten it.
-	EmbedRetryBase time.Duration
-	// MidTermSessions returns how many recent sessions stay mid-term
-	// (config.MidTermSessionCount); a func so a config reload applies.
-	MidTermSessions func() int
+	// Memory is the memory pipeline (daemon/memory/pipeline.Workers).
+	// Without it the memory workers (embedding, chunking, promotion) are
+	// not registered, and crash detection enqueues no chunking.
+	Memory Memory
 	// Sender delivers outbox rows (the Telegram gateway and the console);
 	// without it the delivery worker is not registered.
 	Sender OutboundSender
-	// SendLimiter paces delivery; share it with everything else that sends
-	// through the same bots.
-	SendLimiter *SendLimiter
+	// SendLimiter paces delivery (daemon/gateway.SendLimiter); share it
+	// with everything else that sends through the same bots. Required
+	// with Sender.
+	SendLimiter Pacer
 	// ApprovalResolved is told of an approval resolved by its timeout,
 	// after the commit.
 	ApprovalResolved func(ctx context.Context, a db.ChoirControlPendingApproval)
@@ -76,8 +75,27 @@ type Deps struct {
 	Workspaces func() map[string]string
 }
 
+// Memory is the memory pipeline as jobs runs it: jobs registers its
+// workers, which run on QueueEmbed and QueueMemory, and crash detection
+// files each crashed session into memory through it. The work and its job
+// kinds are the pipeline's own (daemon/memory/pipeline, daemon/memory).
+type Memory interface {
+	// AddWorkers registers the pipeline's workers.
+	AddWorkers(workers *river.Workers) error
+	// SessionEndedTx enqueues, in tx, what follows the end of a session:
+	// the chunking of its events into its agent's memory.
+	SessionEndedTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, sessionID uuid.UUID) error
+}
+
 // Client is the River client type choird uses.
 type Client = river.Client[pgx.Tx]
+
+// Inserter is the part of a River client that enqueues jobs in a caller's
+// transaction: *Client, or an insert-only client in choirctl.
+type Inserter interface {
+	InsertTx(ctx context.Context, tx pgx.Tx, args river.JobArgs, opts *river.InsertOpts) (*rivertype.JobInsertResult, error)
+	InsertManyTx(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error)
+}
 
 // NewClient builds choird's River client with every worker, queue and
 // periodic job registered. Start it with Start(ctx).
@@ -102,16 +120,21 @@ func NewClient(deps Deps) (*Client, error) {
 			return nil, fmt.Errorf("register instance removal worker: %w", err)
 		}
 	}
+	var sessionEnded func(context.Context, *Client, pgx.Tx, uuid.UUID) error
+	if deps.Memory != nil {
+		sessionEnded = deps.Memory.SessionEndedTx
+	}
 	if err := river.AddWorkerSafely(workers, &CrashDetectWorker{Pool: deps.Pool, Logger: deps.Logger,
-		Threshold: deps.CrashThreshold, StartGrace: deps.CrashStartGrace, DMAddress: dmAddress, RemoveInstances: deps.RemoveInstance != nil}); err != nil {
+		Threshold: deps.CrashThreshold, StartGrace: deps.CrashStartGrace, DMAddress: dmAddress,
+		RemoveInstances: deps.RemoveInstance != nil, SessionEnded: sessionEnded}); err != nil {
 		return nil, fmt.Errorf("register crash detection worker: %w", err)
 	}
 	if err := river.AddWorkerSafely(workers, &ApprovalTimeoutWorker{Pool: deps.Pool, Logger: deps.Logger,
 		Resolved: deps.ApprovalResolved}); err != nil {
 		return nil, fmt.Errorf("register approval timeout worker: %w", err)
 	}
-	if deps.Embedder != nil {
-		if err := addMemoryWorkers(workers, deps); err != nil {
+	if deps.Memory != nil {
+		if err := deps.Memory.AddWorkers(workers); err != nil {
 			return nil, err
 		}
 	}
@@ -149,33 +172,12 @@ func NewClient(deps Deps) (*Client, error) {
 		// hour; no job of ours legitimately runs that long.
 		RescueStuckJobsAfter: time.Minute,
 		JobTimeout:           30 * time.Second,
-		// Periodic crash detection completes every second: keep a day of
-		// completed rows for audit, not River's default.
+		// Periodic crash detection completes a job twice a second: keep
+		// completed rows an hour, not River's default day.
 		CompletedJobRetentionPeriod: time.Hour,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("create river client: %w", err)
 	}
 	return client, nil
-}
-
-func addMemoryWorkers(workers *river.Workers, deps Deps) error {
-	if deps.EmbedRetryBase <= 0 {
-		deps.EmbedRetryBase = DefaultEmbedRetryBase
-	}
-	if deps.MidTermSessions == nil {
-		deps.MidTermSessions = func() int { return config.DefaultMidTermSessions }
-	}
-	if err := river.AddWorkerSafely(workers, &EmbedWorker{Pool: deps.Pool, Logger: deps.Logger,
-		Embedder: deps.Embedder, RetryBase: deps.EmbedRetryBase}); err != nil {
-		return fmt.Errorf("register embedding worker: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, &ChunkSessionWorker{Pool: deps.Pool, Logger: deps.Logger}); err != nil {
-		return fmt.Errorf("register chunking worker: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, &PromoteWorker{Pool: deps.Pool, Logger: deps.Logger,
-		MidTermSessions: deps.MidTermSessions}); err != nil {
-		return fmt.Errorf("register promotion worker: %w", err)
-	}
-	return nil
 }

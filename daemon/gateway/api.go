@@ -12,7 +12,7 @@ import (
 
 	tele "gopkg.in/telebot.v3"
 
-	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/outbound"
 )
 
 // bot is one Telegram bot: its token, its update loop and its API calls.
@@ -42,9 +42,9 @@ func (t ctxTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.WithContext(t.ctx)
 	// A message the delivery worker sends carries its send gate: the
 	// request's last byte waits until the worker has marked the part as
-	// being sent (jobs.GateBody).
-	if jobs.SendGateFrom(t.ctx) != nil && r.Body != nil {
-		r.Body = jobs.GateBody(t.ctx, r.Body)
+	// being sent (outbound.GateBody).
+	if outbound.SendGateFrom(t.ctx) != nil && r.Body != nil {
+		r.Body = outbound.GateBody(t.ctx, r.Body)
 		// net/http replays a request that failed before writing anything
 		// from GetBody, a fresh body that would pass no gate.
 		r.GetBody = nil

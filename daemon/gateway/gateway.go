@@ -20,8 +20,9 @@
 // backoff, then dead-lettered (Options.MaxUpdateAttempts): logged, the user
 // asked to send it again, and passed over, so it cannot stall the bot.
 //
-// Egress goes through the outbox: [Gateway] implements jobs.OutboundSender
-// for the deliver_outbound worker. Text is cut at 4096 UTF-16 code units on
+// Egress goes through the outbox: [Gateway] is the sender of the
+// deliver_outbound worker (jobs.OutboundSender), and its [SendLimiter] paces
+// every message sent through the bots, the worker's too. Text is cut at 4096 UTF-16 code units on
 // line, then word boundaries ([SplitText]); files from the workspace's
 // .choirtmp/send go out as document, photo, voice (OGG Opus) or video.
 //
@@ -44,7 +45,6 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/jobs"
 )
 
 // DefaultAPIURL is the Bot API server.
@@ -200,8 +200,8 @@ type Options struct {
 	Approvals  Approvals
 
 	// Limiter paces every message the gateway sends; share it with the
-	// delivery worker. Nil means a new jobs.DefaultSendLimits limiter.
-	Limiter *jobs.SendLimiter
+	// delivery worker. Nil means a new DefaultSendLimits limiter.
+	Limiter *SendLimiter
 	Logger  *slog.Logger
 	// Transport carries the HTTP requests; nil means a dedicated clone of
 	// http.DefaultTransport.
@@ -253,7 +253,7 @@ func New(opts Options) (*Gateway, error) {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	if opts.Limiter == nil {
-		opts.Limiter = jobs.NewSendLimiter(jobs.DefaultSendLimits)
+		opts.Limiter = NewSendLimiter(DefaultSendLimits)
 	}
 	if opts.Transport == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()

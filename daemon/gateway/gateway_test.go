@@ -25,7 +25,7 @@ import (
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
-	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/outbound"
 )
 
 func TestMain(m *testing.M) {
@@ -73,11 +73,34 @@ func (i *pgInbox) Receive(ctx context.Context, msg gateway.InboundMessage) error
 			return err
 		}
 	}
-	if _, err := gateway.InboxInsert(ctx, db.New(i.pool), msg, nil); err != nil {
+	if err := inboxInsert(ctx, i.pool, msg); err != nil {
 		return err
 	}
 	if i.after != nil {
 		i.after(msg)
+	}
+	return nil
+}
+
+// inboxInsert writes msg as an inbox row of kind message with no agent, as
+// choird's inbox does, returning gateway.ErrDuplicate for an update the
+// inbox already holds.
+func inboxInsert(ctx context.Context, pool *pgxpool.Pool, msg gateway.InboundMessage) error {
+	atts := msg.Attachments
+	if atts == nil {
+		atts = []gateway.Attachment{}
+	}
+	raw, err := json.Marshal(atts)
+	if err != nil {
+		return fmt.Errorf("encode attachments: %w", err)
+	}
+	_, err = db.New(pool).InboxInsert(ctx, db.InboxInsertParams{Gateway: msg.DM.Gateway, UpdateID: msg.UpdateID,
+		Dm: msg.DM.Name, ChatID: msg.ChatID, UserID: msg.DM.UserID, Kind: "message", Text: msg.Text, Attachments: raw})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return fmt.Errorf("gateway %s update %d: %w", msg.DM.Gateway, msg.UpdateID, gateway.ErrDuplicate)
+	}
+	if err != nil {
+		return fmt.Errorf("insert inbox row for gateway %s update %d: %w", msg.DM.Gateway, msg.UpdateID, err)
 	}
 	return nil
 }
@@ -167,7 +190,7 @@ func setup(t *testing.T) *testBundle {
 		Workspaces: b.ws,
 		Commands:   b.cmds,
 		Approvals:  b.apps,
-		Limiter:    jobs.NewSendLimiter(jobs.SendLimits{}),
+		Limiter:    gateway.NewSendLimiter(gateway.SendLimits{}),
 		Logger:     slog.New(slog.NewJSONHandler(b.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
 		// Long polls end at once on cancel; a short timeout only keeps
 		// an idle test from sitting in one.
@@ -316,8 +339,8 @@ func TestGateway(t *testing.T) {
 		// The row a previous process wrote before it died, leaving the
 		// update unconfirmed.
 		id := b.tg.SendText(ownerID, "once")
-		if _, err := gateway.InboxInsert(context.Background(), db.New(b.pool), gateway.InboundMessage{
-			DM: gateway.DM{Gateway: "tg", Name: "owner", UserID: "100"}, UpdateID: id, ChatID: "100", Text: "once"}, nil); err != nil {
+		if err := inboxInsert(context.Background(), b.pool, gateway.InboundMessage{
+			DM: gateway.DM{Gateway: "tg", Name: "owner", UserID: "100"}, UpdateID: id, ChatID: "100", Text: "once"}); err != nil {
 			t.Fatal(err)
 		}
 		b.run(t)
@@ -706,7 +729,7 @@ func TestGateway(t *testing.T) {
 		waitFor(t, "an unreachable-bot log line", func() bool {
 			return strings.Count(b.logs.String(), "telegram bot unreachable") >= 4
 		})
-		_, err := g.Send(context.Background(), jobs.OutboundPart{Gateway: "tg", ChatID: "100", Kind: jobs.OutboundText, Text: "x"})
+		_, err := g.Send(context.Background(), outbound.Part{Gateway: "tg", ChatID: "100", Kind: outbound.Text, Text: "x"})
 		stop()
 		if err == nil {
 			t.Fatal("send to a dead server succeeded")

@@ -11,17 +11,15 @@ import (
 
 	tele "gopkg.in/telebot.v3"
 
-	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/outbound"
 )
-
-var _ jobs.OutboundSender = (*Gateway)(nil)
 
 // Parts implements jobs.OutboundSender: a text is cut by SplitText; a file
 // keeps its text as caption when it fits in 1024 characters, else the file
 // goes without caption and the text follows as messages of its own.
-func (g *Gateway) Parts(msg jobs.OutboundPart) []jobs.OutboundPart {
-	if msg.Kind == jobs.OutboundText {
-		var parts []jobs.OutboundPart
+func (g *Gateway) Parts(msg outbound.Part) []outbound.Part {
+	if msg.Kind == outbound.Text {
+		var parts []outbound.Part
 		for _, t := range SplitText(msg.Text, MaxMessageLength) {
 			p := msg
 			p.Text = t
@@ -30,13 +28,13 @@ func (g *Gateway) Parts(msg jobs.OutboundPart) []jobs.OutboundPart {
 		return parts
 	}
 	if utf16Len(msg.Text) <= MaxCaptionLength {
-		return []jobs.OutboundPart{msg}
+		return []outbound.Part{msg}
 	}
 	file := msg
 	file.Text = ""
-	parts := []jobs.OutboundPart{file}
+	parts := []outbound.Part{file}
 	for _, t := range SplitText(msg.Text, MaxMessageLength) {
-		parts = append(parts, jobs.OutboundPart{Gateway: msg.Gateway, ChatID: msg.ChatID, Kind: jobs.OutboundText, Text: t})
+		parts = append(parts, outbound.Part{Gateway: msg.Gateway, ChatID: msg.ChatID, Kind: outbound.Text, Text: t})
 	}
 	return parts
 }
@@ -46,12 +44,12 @@ func (g *Gateway) Parts(msg jobs.OutboundPart) []jobs.OutboundPart {
 // of the shared limiter. Errors are *RateLimitError (429, with RetryAfter),
 // errors whose Temporary() reports false (the part can never be sent), or
 // errors worth retrying.
-func (g *Gateway) Send(ctx context.Context, part jobs.OutboundPart) (int64, error) {
+func (g *Gateway) Send(ctx context.Context, part outbound.Part) (int64, error) {
 	b, err := g.bot(part.Gateway)
 	if err != nil {
 		return 0, err
 	}
-	if part.Kind == jobs.OutboundText {
+	if part.Kind == outbound.Text {
 		var markup *tele.ReplyMarkup
 		if part.ApprovalID != "" {
 			markup = ApprovalButtons(part.ApprovalID)
@@ -77,7 +75,7 @@ func (b *bot) sendMessage(ctx context.Context, chatID, text string, markup *tele
 	return int64(m.ID), nil
 }
 
-func (b *bot) sendFile(ctx context.Context, part jobs.OutboundPart) (int64, error) {
+func (b *bot) sendFile(ctx context.Context, part outbound.Part) (int64, error) {
 	chatID, err := strconv.ParseInt(part.ChatID, 10, 64)
 	if err != nil {
 		return 0, permanent(fmt.Errorf("chat id %q is not a Telegram chat", part.ChatID))
@@ -92,9 +90,9 @@ func (b *bot) sendFile(ctx context.Context, part jobs.OutboundPart) (int64, erro
 	var what tele.Sendable
 	var method string
 	switch part.Kind {
-	case jobs.OutboundPhoto:
+	case outbound.Photo:
 		what, method = &tele.Photo{File: file, Caption: part.Text}, "sendPhoto"
-	case jobs.OutboundVoice:
+	case outbound.Voice:
 		if !isOggOpus(f) {
 			// Telegram plays only OGG Opus as a voice message; anything
 			// else still reaches the user, as a file.
@@ -104,9 +102,9 @@ func (b *bot) sendFile(ctx context.Context, part jobs.OutboundPart) (int64, erro
 		} else {
 			what, method = &tele.Voice{File: file, Caption: part.Text, MIME: "audio/ogg"}, "sendVoice"
 		}
-	case jobs.OutboundVideo:
+	case outbound.Video:
 		what, method = &tele.Video{File: file, FileName: name, Caption: part.Text}, "sendVideo"
-	case jobs.OutboundDocument:
+	case outbound.Document:
 		what, method = &tele.Document{File: file, FileName: name, Caption: part.Text}, "sendDocument"
 	default:
 		return 0, permanent(fmt.Errorf("unknown outbound kind %q", part.Kind))

@@ -15,7 +15,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choirhq/choir/db/agentdb"
-	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -207,7 +206,7 @@ func (s *Store) writeKnowledge(ctx context.Context, sc scope, w *knowledgeWrite,
 		if res.Embedding != "pending" {
 			return nil
 		}
-		return jobs.InsertEmbedTx(ctx, s.inserter, tx, sc.schema, jobs.StoreKnowledge, []uuid.UUID{res.ID})
+		return InsertEmbedTx(ctx, s.inserter, tx, sc.schema, EmbedStoreKnowledge, []uuid.UUID{res.ID})
 	})
 	if err != nil {
 		return nil, err
@@ -246,147 +245,188 @@ func describeRef(id *uuid.UUID, key *string) string {
 	return fmt.Sprintf("key %q", *key)
 }
 
+// applyKnowledge applies w with the transaction's queries aq, recording
+// each new version as made by actor.
 func applyKnowledge(ctx context.Context, aq *agentdb.Queries, w *knowledgeWrite, actor string) (*UpsertResult, error) {
-	res := &UpsertResult{Op: w.op}
-	appendVersion := func(d knowledgeDoc, op string) error {
-		err := aq.KnowledgeVersionAppend(ctx, agentdb.KnowledgeVersionAppendParams{DocumentID: d.ID, Version: d.Version,
-			Op: op, Key: d.Key, Text: d.Text, Metadata: d.Metadata, Actor: actor})
-		if err != nil {
-			return fmt.Errorf("record version %d of knowledge document %s: %w", d.Version, d.ID, err)
-		}
-		return nil
-	}
-	update := func(cur *knowledgeDoc, text string, meta json.RawMessage, version int32, op string) error {
-		r, err := aq.KnowledgeUpdate(ctx, agentdb.KnowledgeUpdateParams{ID: cur.ID, Text: text, Metadata: meta,
-			Version: version})
-		if err != nil {
-			return fmt.Errorf("update knowledge document %s: %w", cur.ID, err)
-		}
-		if err := aq.KnowledgeEmbeddingDrop(ctx, cur.ID); err != nil {
-			return fmt.Errorf("drop vector of knowledge document %s: %w", cur.ID, err)
-		}
-		d := knowledgeDoc(r)
-		res.ID, res.Key, res.Version, res.Embedding = d.ID, d.Key, int(d.Version), "pending"
-		return appendVersion(d, op)
-	}
-	insert := func(id *uuid.UUID, key *string, text string, meta json.RawMessage, version int32, op string) (bool, error) {
-		r, err := aq.KnowledgeInsert(ctx, agentdb.KnowledgeInsertParams{ID: id, Key: key, Text: text, Metadata: meta,
-			Version: version})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return false, nil // the key was taken meanwhile
-		}
-		if err != nil {
-			return false, fmt.Errorf("insert knowledge document: %w", err)
-		}
-		d := knowledgeDoc(r)
-		res.ID, res.Key, res.Version, res.Embedding = d.ID, d.Key, int(d.Version), "pending"
-		return true, appendVersion(d, op)
-	}
-
+	k := &knowledgeTx{aq: aq, actor: actor, res: &UpsertResult{Op: w.op}}
 	switch w.op {
 	case OpInsert, OpUpdate:
-		for attempt := 0; ; attempt++ {
-			var cur *knowledgeDoc
-			var err error
-			if w.id != nil || w.key != nil {
-				if cur, err = lockDoc(ctx, aq, w.id, w.key); err != nil {
-					return nil, err
-				}
-			}
-			if cur == nil {
-				if w.op == OpUpdate {
-					return nil, fmt.Errorf("%w: no knowledge document with %s", ErrNotFound, describeRef(w.id, w.key))
-				}
-				meta := w.metadata
-				if meta == nil {
-					meta = json.RawMessage(`{}`)
-				}
-				ok, err := insert(nil, w.key, *w.text, meta, 1, OpInsert)
-				if err != nil {
-					return nil, err
-				}
-				if ok {
-					res.Action = "inserted"
-					return res, nil
-				}
-				if attempt > 0 {
-					return nil, fmt.Errorf("insert knowledge document with key %q: the key keeps being taken", *w.key)
-				}
-				continue // another writer took the key: update that document
-			}
-			text, meta := cur.Text, cur.Metadata
-			if w.text != nil {
-				text = *w.text
-			}
-			if w.metadata != nil {
-				meta = w.metadata
-			}
-			if text == cur.Text && jsonEqual(meta, cur.Metadata) {
-				res.ID, res.Key, res.Version, res.Action, res.Embedding = cur.ID, cur.Key, int(cur.Version), "unchanged", "unchanged"
-				return res, nil
-			}
-			if err := update(cur, text, meta, cur.Version+1, OpUpdate); err != nil {
+		return k.upsert(ctx, w)
+	case OpDelete:
+		return k.delete(ctx, w)
+	case OpRestore:
+		return k.restore(ctx, w)
+	}
+	return nil, fmt.Errorf("unknown knowledge operation %q", w.op)
+}
+
+// knowledgeTx is one knowledge write in progress: the transaction's
+// queries, the actor its versions record, and the result it builds.
+type knowledgeTx struct {
+	aq    *agentdb.Queries
+	actor string
+	res   *UpsertResult
+}
+
+// appendVersion records d as version d.Version of its document, made by op.
+func (k *knowledgeTx) appendVersion(ctx context.Context, d knowledgeDoc, op string) error {
+	err := k.aq.KnowledgeVersionAppend(ctx, agentdb.KnowledgeVersionAppendParams{DocumentID: d.ID, Version: d.Version,
+		Op: op, Key: d.Key, Text: d.Text, Metadata: d.Metadata, Actor: k.actor})
+	if err != nil {
+		return fmt.Errorf("record version %d of knowledge document %s: %w", d.Version, d.ID, err)
+	}
+	return nil
+}
+
+// update gives the locked document cur a new text, metadata and version,
+// drops its vector, and records the version.
+func (k *knowledgeTx) update(ctx context.Context, cur *knowledgeDoc, text string, meta json.RawMessage, version int32,
+	op string) error {
+	r, err := k.aq.KnowledgeUpdate(ctx, agentdb.KnowledgeUpdateParams{ID: cur.ID, Text: text, Metadata: meta,
+		Version: version})
+	if err != nil {
+		return fmt.Errorf("update knowledge document %s: %w", cur.ID, err)
+	}
+	if err := k.aq.KnowledgeEmbeddingDrop(ctx, cur.ID); err != nil {
+		return fmt.Errorf("drop vector of knowledge document %s: %w", cur.ID, err)
+	}
+	d := knowledgeDoc(r)
+	k.res.ID, k.res.Key, k.res.Version, k.res.Embedding = d.ID, d.Key, int(d.Version), "pending"
+	return k.appendVersion(ctx, d, op)
+}
+
+// insert inserts a document and records its version. It reports false,
+// and inserts nothing, when another document took the key meanwhile.
+func (k *knowledgeTx) insert(ctx context.Context, id *uuid.UUID, key *string, text string, meta json.RawMessage,
+	version int32, op string) (bool, error) {
+	r, err := k.aq.KnowledgeInsert(ctx, agentdb.KnowledgeInsertParams{ID: id, Key: key, Text: text, Metadata: meta,
+		Version: version})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // the key was taken meanwhile
+	}
+	if err != nil {
+		return false, fmt.Errorf("insert knowledge document: %w", err)
+	}
+	d := knowledgeDoc(r)
+	k.res.ID, k.res.Key, k.res.Version, k.res.Embedding = d.ID, d.Key, int(d.Version), "pending"
+	return true, k.appendVersion(ctx, d, op)
+}
+
+// upsert applies an insert or an update: an insert whose key is taken
+// updates the document that has it, and one that loses a race for a free
+// key tries once more as an update.
+func (k *knowledgeTx) upsert(ctx context.Context, w *knowledgeWrite) (*UpsertResult, error) {
+	res := k.res
+	for attempt := 0; ; attempt++ {
+		var cur *knowledgeDoc
+		var err error
+		if w.id != nil || w.key != nil {
+			if cur, err = lockDoc(ctx, k.aq, w.id, w.key); err != nil {
 				return nil, err
 			}
-			res.Action = "updated"
-			return res, nil
-		}
-	case OpDelete:
-		cur, err := lockDoc(ctx, aq, w.id, w.key)
-		if err != nil {
-			return nil, err
 		}
 		if cur == nil {
-			return nil, fmt.Errorf("%w: no knowledge document with %s", ErrNotFound, describeRef(w.id, w.key))
-		}
-		if _, err := aq.KnowledgeDelete(ctx, cur.ID); err != nil {
-			return nil, fmt.Errorf("delete knowledge document %s: %w", cur.ID, err)
-		}
-		d := *cur
-		d.Version++
-		if err := appendVersion(d, OpDelete); err != nil {
-			return nil, err
-		}
-		res.ID, res.Key, res.Version, res.Action, res.Embedding = d.ID, d.Key, int(d.Version), "deleted", "none"
-		return res, nil
-	case OpRestore:
-		v, err := aq.KnowledgeVersionGet(ctx, agentdb.KnowledgeVersionGetParams{DocumentID: *w.id, Version: int32(w.version)})
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, fmt.Errorf("%w: knowledge document %s has no version %d", ErrNotFound, w.id, w.version)
-		}
-		if err != nil {
-			return nil, fmt.Errorf("read version %d of knowledge document %s: %w", w.version, w.id, err)
-		}
-		latest, err := aq.KnowledgeVersionLatest(ctx, *w.id)
-		if err != nil {
-			return nil, fmt.Errorf("read history of knowledge document %s: %w", w.id, err)
-		}
-		if v.Op == OpDelete {
-			return nil, fmt.Errorf("%w: version %d of knowledge document %s records its deletion; restore the version before it",
-				ErrInvalidInput, w.version, w.id)
-		}
-		cur, err := lockDoc(ctx, aq, w.id, nil)
-		if err != nil {
-			return nil, err
-		}
-		if cur != nil {
-			if err := update(cur, v.Text, v.Metadata, latest.Version+1, OpRestore); err != nil {
-				return nil, err
+			if w.op == OpUpdate {
+				return nil, fmt.Errorf("%w: no knowledge document with %s", ErrNotFound, describeRef(w.id, w.key))
 			}
-		} else {
-			ok, err := insert(w.id, v.Key, v.Text, v.Metadata, latest.Version+1, OpRestore)
+			meta := w.metadata
+			if meta == nil {
+				meta = json.RawMessage(`{}`)
+			}
+			ok, err := k.insert(ctx, nil, w.key, *w.text, meta, 1, OpInsert)
 			if err != nil {
 				return nil, err
 			}
-			if !ok {
-				return nil, fmt.Errorf("%w: key %q now belongs to another document; delete or rename that one first",
-					ErrConflict, *v.Key)
+			if ok {
+				res.Action = "inserted"
+				return res, nil
 			}
+			if attempt > 0 {
+				return nil, fmt.Errorf("insert knowledge document with key %q: the key keeps being taken", *w.key)
+			}
+			continue // another writer took the key: update that document
 		}
-		res.Action = "restored"
+		text, meta := cur.Text, cur.Metadata
+		if w.text != nil {
+			text = *w.text
+		}
+		if w.metadata != nil {
+			meta = w.metadata
+		}
+		if text == cur.Text && jsonEqual(meta, cur.Metadata) {
+			res.ID, res.Key, res.Version, res.Action, res.Embedding = cur.ID, cur.Key, int(cur.Version), "unchanged", "unchanged"
+			return res, nil
+		}
+		if err := k.update(ctx, cur, text, meta, cur.Version+1, OpUpdate); err != nil {
+			return nil, err
+		}
+		res.Action = "updated"
 		return res, nil
 	}
-	return nil, fmt.Errorf("unknown knowledge operation %q", w.op)
+}
+
+// delete deletes the document w names and records its deletion as a
+// version.
+func (k *knowledgeTx) delete(ctx context.Context, w *knowledgeWrite) (*UpsertResult, error) {
+	cur, err := lockDoc(ctx, k.aq, w.id, w.key)
+	if err != nil {
+		return nil, err
+	}
+	if cur == nil {
+		return nil, fmt.Errorf("%w: no knowledge document with %s", ErrNotFound, describeRef(w.id, w.key))
+	}
+	if _, err := k.aq.KnowledgeDelete(ctx, cur.ID); err != nil {
+		return nil, fmt.Errorf("delete knowledge document %s: %w", cur.ID, err)
+	}
+	d := *cur
+	d.Version++
+	if err := k.appendVersion(ctx, d, OpDelete); err != nil {
+		return nil, err
+	}
+	res := k.res
+	res.ID, res.Key, res.Version, res.Action, res.Embedding = d.ID, d.Key, int(d.Version), "deleted", "none"
+	return res, nil
+}
+
+// restore makes version w.version of document w.id its current text again,
+// as a new version: an update of the document, or its insert again if it
+// was deleted.
+func (k *knowledgeTx) restore(ctx context.Context, w *knowledgeWrite) (*UpsertResult, error) {
+	v, err := k.aq.KnowledgeVersionGet(ctx, agentdb.KnowledgeVersionGetParams{DocumentID: *w.id, Version: int32(w.version)})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, fmt.Errorf("%w: knowledge document %s has no version %d", ErrNotFound, w.id, w.version)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read version %d of knowledge document %s: %w", w.version, w.id, err)
+	}
+	latest, err := k.aq.KnowledgeVersionLatest(ctx, *w.id)
+	if err != nil {
+		return nil, fmt.Errorf("read history of knowledge document %s: %w", w.id, err)
+	}
+	if v.Op == OpDelete {
+		return nil, fmt.Errorf("%w: version %d of knowledge document %s records its deletion; restore the version before it",
+			ErrInvalidInput, w.version, w.id)
+	}
+	cur, err := lockDoc(ctx, k.aq, w.id, nil)
+	if err != nil {
+		return nil, err
+	}
+	if cur != nil {
+		if err := k.update(ctx, cur, v.Text, v.Metadata, latest.Version+1, OpRestore); err != nil {
+			return nil, err
+		}
+	} else {
+		ok, err := k.insert(ctx, w.id, v.Key, v.Text, v.Metadata, latest.Version+1, OpRestore)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			return nil, fmt.Errorf("%w: key %q now belongs to another document; delete or rename that one first",
+				ErrConflict, *v.Key)
+		}
+	}
+	k.res.Action = "restored"
+	return k.res, nil
 }
 
 func jsonEqual(a, b json.RawMessage) bool {

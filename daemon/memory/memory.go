@@ -4,7 +4,7 @@
 //
 // Postgres enforces isolation. An agent's own reads and writes run in a
 // transaction that switches to the agent's role and puts its schema on
-// search_path (jobs.EnterAgentScope), so the generated queries in db/agentdb
+// search_path (EnterAgentScope), so the generated queries in db/agentdb
 // name tables unqualified and cannot reach another agent's schema: an
 // attempt is refused by Postgres and reported as ErrPermission. Reads of
 // another agent's memory (spec 11.2) run in a read-only transaction on
@@ -19,8 +19,11 @@
 //
 // Writes never wait for embeddings: a changed document is stored with
 // embedding_state pending and its embedding job is enqueued in the same
-// transaction (jobs.EmbedArgs). Until the vector exists, and for good if
-// the provider keeps failing, the document is found by full-text search.
+// transaction (EmbedArgs). Until the vector exists, and for good if the
+// provider keeps failing, the document is found by full-text search. The
+// memory pipeline's job kinds live here too (schedule.go); its workers,
+// which embed, chunk ended sessions and promote tiers, are in
+// daemon/memory/pipeline.
 package memory
 
 import (
@@ -40,7 +43,6 @@ import (
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
-	"github.com/choirhq/choir/jobs"
 )
 
 // Embedder is what the store needs of an embedding provider: query
@@ -92,7 +94,7 @@ type Options struct {
 	Pool *pgxpool.Pool
 	// Inserter enqueues embedding jobs in the writing transaction: choird's
 	// River client, or an insert-only one in choirctl. Required for writes.
-	Inserter jobs.Inserter
+	Inserter Inserter
 	// Embedder embeds query texts for semantic search; nil leaves semantic
 	// search to full text unless the caller passes a vector.
 	Embedder Embedder
@@ -142,7 +144,7 @@ var DefaultSearchTuning = SearchTuning{Candidates: 30, TextSample: 100, TextRece
 // Store is the MemoryStore.
 type Store struct {
 	pool     *pgxpool.Pool
-	inserter jobs.Inserter
+	inserter Inserter
 	embedder Embedder
 	logger   *slog.Logger
 	tuning   SearchTuning
@@ -287,7 +289,7 @@ func (s *Store) inScope(ctx context.Context, sc scope, readOnly bool, fn func(tx
 		opts.AccessMode = pgx.ReadOnly
 	}
 	err := pgx.BeginTxFunc(ctx, s.pool, opts, func(tx pgx.Tx) error {
-		as, err := jobs.EnterAgentScope(ctx, tx, sc.schema, sc.role)
+		as, err := EnterAgentScope(ctx, tx, sc.schema, sc.role)
 		if err != nil {
 			return err
 		}

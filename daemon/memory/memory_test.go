@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/embed/embedtest"
 	"github.com/choirhq/choir/daemon/memory"
+	"github.com/choirhq/choir/daemon/memory/pipeline"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/jobs"
@@ -54,7 +55,8 @@ func setup(t *testing.T, opts options, agents ...string) *testBundle {
 	}
 	pool := dbtest.NewPool(t)
 	client, err := jobs.NewClient(jobs.Deps{Pool: pool, CrashThreshold: func() time.Duration { return time.Hour },
-		Embedder: opts.embedder, EmbedRetryBase: 5 * time.Millisecond, MidTermSessions: func() int { return opts.midTerm }})
+		Memory: pipeline.Workers{Pool: pool, Embedder: opts.embedder, EmbedRetryBase: 5 * time.Millisecond,
+			MidTermSessions: func() int { return opts.midTerm }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +130,7 @@ func (b *testBundle) session(t *testing.T, agent, summary string, events ...[2]s
 		if _, err := db.New(tx).SessionEnd(ctx, db.SessionEndParams{SessionID: s.SessionID, EndReason: "test"}); err != nil {
 			return err
 		}
-		return jobs.InsertChunkSessionTx(ctx, b.client, tx, s.SessionID)
+		return memory.InsertChunkSessionTx(ctx, b.client, tx, s.SessionID)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -697,8 +699,8 @@ func TestProviderDown(t *testing.T) {
 		t.Errorf("upsert took %s with the provider down: %+v", time.Since(start), r)
 	}
 	b.waitIdle(t)
-	if n := srv.Requests(); n != jobs.EmbedMaxAttempts {
-		t.Errorf("%d embedding calls, want %d (one try, three retries)", n, jobs.EmbedMaxAttempts)
+	if n := srv.Requests(); n != memory.EmbedMaxAttempts {
+		t.Errorf("%d embedding calls, want %d (one try, three retries)", n, memory.EmbedMaxAttempts)
 	}
 
 	res := b.query(t, "down", `{"store":"knowledge","query":"wifi password"}`)

@@ -12,7 +12,6 @@ import (
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
-	"github.com/choirhq/choir/jobs"
 )
 
 // Session is a session in an agent's memory.
@@ -196,7 +195,7 @@ func (s *Store) Reembed(ctx context.Context, opts ReembedOptions) ([]ReembedResu
 				return fmt.Errorf("resize vectors of agent %s: %w", a.AgentID, err)
 			}
 			r.Resized = changed
-			sc, err := jobs.EnterAgentScope(ctx, tx, a.AgentID, "")
+			sc, err := EnterAgentScope(ctx, tx, a.AgentID, "")
 			if err != nil {
 				return err
 			}
@@ -215,12 +214,12 @@ func (s *Store) Reembed(ctx context.Context, opts ReembedOptions) ([]ReembedResu
 				return err
 			}
 			r.Chunks, r.Knowledge = len(chunks), len(docs)
-			r.Jobs = len(jobs.EmbedJobs(a.AgentID, jobs.StoreMemory, chunks)) +
-				len(jobs.EmbedJobs(a.AgentID, jobs.StoreKnowledge, docs))
-			if err := jobs.InsertEmbedTx(ctx, s.inserter, tx, a.AgentID, jobs.StoreMemory, chunks); err != nil {
+			r.Jobs = len(EmbedJobs(a.AgentID, EmbedStoreMemory, chunks)) +
+				len(EmbedJobs(a.AgentID, EmbedStoreKnowledge, docs))
+			if err := InsertEmbedTx(ctx, s.inserter, tx, a.AgentID, EmbedStoreMemory, chunks); err != nil {
 				return err
 			}
-			return jobs.InsertEmbedTx(ctx, s.inserter, tx, a.AgentID, jobs.StoreKnowledge, docs)
+			return InsertEmbedTx(ctx, s.inserter, tx, a.AgentID, EmbedStoreKnowledge, docs)
 		})
 		if err != nil {
 			return out, err

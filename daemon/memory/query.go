@@ -199,14 +199,26 @@ func decodeQuery(input []byte, caller string) (*query, error) {
 	if q.mode == "" {
 		q.mode = ModeSemantic
 	}
+	// In this order: the first problem found is the one reported.
+	for _, read := range []func(*QueryInput) error{q.checkFields, q.readSearch, q.readFilters, q.readPage} {
+		if err := read(&in); err != nil {
+			return nil, err
+		}
+	}
+	return q, nil
+}
+
+// checkFields checks the store and the mode, and that in gives only
+// fields the mode and the store use.
+func (q *query) checkFields(in *QueryInput) error {
 	switch q.store {
 	case StoreSession, StoreKnowledge:
 	case StoreWorking:
-		return nil, inputErr("$.store", "the working store is answered inside the agent, not by choird")
+		return inputErr("$.store", "the working store is answered inside the agent, not by choird")
 	case "":
-		return nil, inputErr("$.store", "required: session or knowledge")
+		return inputErr("$.store", "required: session or knowledge")
 	default:
-		return nil, inputErr("$.store", "unknown store %q: want session or knowledge (or working, inside the agent)", q.store)
+		return inputErr("$.store", "unknown store %q: want session or knowledge (or working, inside the agent)", q.store)
 	}
 	allowed := map[string][]string{
 		ModeSemantic:      {"query", "vector", "session_id", "tiers"},
@@ -217,10 +229,10 @@ func decodeQuery(input []byte, caller string) (*query, error) {
 	}
 	fields, ok := allowed[q.mode]
 	if !ok {
-		return nil, inputErr("$.mode", "unknown mode %q: want semantic, text, hash, range or session_detail", q.mode)
+		return inputErr("$.mode", "unknown mode %q: want semantic, text, hash, range or session_detail", q.mode)
 	}
 	if q.mode == ModeSessionDetail && q.store != StoreSession {
-		return nil, inputErr("$.mode", "session_detail is a mode of the session store only")
+		return inputErr("$.mode", "session_detail is a mode of the session store only")
 	}
 	given := map[string]bool{"query": in.Query != nil, "vector": in.Vector != nil, "hash": in.Hash != nil,
 		"session_id": in.SessionID != nil, "tiers": in.Tiers != nil, "from": in.From != nil, "to": in.To != nil,
@@ -230,63 +242,74 @@ func decodeQuery(input []byte, caller string) (*query, error) {
 			continue
 		}
 		if !slices.Contains(fields, f) {
-			return nil, inputErr("$."+f, "not used by mode %s", q.mode)
+			return inputErr("$."+f, "not used by mode %s", q.mode)
 		}
 		if q.store == StoreKnowledge && (f == "session_id" || f == "tiers") {
-			return nil, inputErr("$."+f, "applies to the session store only")
+			return inputErr("$."+f, "applies to the session store only")
 		}
 		if q.store == StoreSession && f == "key_prefix" {
-			return nil, inputErr("$."+f, "applies to the knowledge store only")
+			return inputErr("$."+f, "applies to the knowledge store only")
 		}
 	}
+	return nil
+}
 
+// readSearch reads what the query looks for (its text, vector or hash)
+// and checks that the mode has what it needs.
+func (q *query) readSearch(in *QueryInput) error {
 	if in.Query != nil {
 		q.text = strings.TrimSpace(*in.Query)
 		if q.text == "" {
-			return nil, inputErr("$.query", "is empty: give words to search for")
+			return inputErr("$.query", "is empty: give words to search for")
 		}
 		if len(q.text) > MaxQueryBytes {
-			return nil, inputErr("$.query", "is %d bytes, over the limit of %d", len(q.text), MaxQueryBytes)
+			return inputErr("$.query", "is %d bytes, over the limit of %d", len(q.text), MaxQueryBytes)
 		}
 	}
 	q.vector = in.Vector
 	if in.Vector != nil && len(in.Vector) == 0 {
-		return nil, inputErr("$.vector", "is empty")
+		return inputErr("$.vector", "is empty")
 	}
 	switch q.mode {
 	case ModeSemantic:
 		if in.Query == nil && in.Vector == nil {
-			return nil, inputErr("$.query", "required: semantic search needs a query (or a vector)")
+			return inputErr("$.query", "required: semantic search needs a query (or a vector)")
 		}
 	case ModeText:
 		if in.Query == nil {
-			return nil, inputErr("$.query", "required: text search needs a query")
+			return inputErr("$.query", "required: text search needs a query")
 		}
 	case ModeHash:
 		if in.Hash == nil {
-			return nil, inputErr("$.hash", "required: a hex hash or prefix of at least %d digits", MinHashPrefix)
+			return inputErr("$.hash", "required: a hex hash or prefix of at least %d digits", MinHashPrefix)
 		}
 		from, to, err := hashRange(*in.Hash)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		q.hashFrom, q.hashTo = from, to
 	case ModeRange:
 		if in.From == nil && in.To == nil {
-			return nil, inputErr("$.from", "required: range needs from, to or both (RFC 3339 times)")
+			return inputErr("$.from", "required: range needs from, to or both (RFC 3339 times)")
 		}
 	case ModeSessionDetail:
 		if in.SessionID == nil {
-			return nil, inputErr("$.session_id", "required: session_detail drills into one session")
+			return inputErr("$.session_id", "required: session_detail drills into one session")
 		}
 		if in.Query != nil && in.Offset != nil {
-			return nil, inputErr("$.offset", "not used with a query: matches come best first")
+			return inputErr("$.offset", "not used with a query: matches come best first")
 		}
 	}
+	return nil
+}
+
+// readFilters reads what narrows the search: the session, the time range,
+// the key prefix and the tiers, defaulting each.
+func (q *query) readFilters(in *QueryInput) error {
 	if in.SessionID != nil {
 		id, err := uuid.Parse(*in.SessionID)
 		if err != nil {
-			return nil, inputErr("$.session_id", "not a session id (a UUID)")
+			return inputErr("$.session_id", "not a session id (a UUID)")
 		}
 		q.sessionID = &id
 	}
@@ -302,12 +325,12 @@ func decodeQuery(input []byte, caller string) (*query, error) {
 		}
 		v, err := time.Parse(time.RFC3339Nano, *t.in)
 		if err != nil {
-			return nil, inputErr("$."+t.field, "not an RFC 3339 time such as 2026-11-21T09:00:00Z")
+			return inputErr("$."+t.field, "not an RFC 3339 time such as 2026-11-21T09:00:00Z")
 		}
 		*t.out = v
 	}
 	if !q.from.Before(q.to) {
-		return nil, inputErr("$.to", "must be after from")
+		return inputErr("$.to", "must be after from")
 	}
 	if in.KeyPrefix != nil {
 		q.keyPrefix = *in.KeyPrefix
@@ -318,16 +341,22 @@ func decodeQuery(input []byte, caller string) (*query, error) {
 	}
 	if in.Tiers != nil {
 		if len(in.Tiers) == 0 {
-			return nil, inputErr("$.tiers", "is empty: name at least one tier, or leave it out")
+			return inputErr("$.tiers", "is empty: name at least one tier, or leave it out")
 		}
 		for i, t := range in.Tiers {
 			if t != TierMidTerm && t != TierLongTermSummary && t != TierLongTermDetail {
-				return nil, inputErr(strictjson.PathIndex("$.tiers", i),
+				return inputErr(strictjson.PathIndex("$.tiers", i),
 					"unknown tier %q: want mid_term, long_term_summary or long_term_detail", t)
 			}
 		}
 		q.tiers = in.Tiers
 	}
+	return nil
+}
+
+// readPage reads the limit, whose bound depends on the mode, and the
+// offset.
+func (q *query) readPage(in *QueryInput) error {
 	maxLimit := MaxLimit
 	if q.mode == ModeRange || q.mode == ModeSessionDetail {
 		maxLimit = MaxListLimit
@@ -335,17 +364,17 @@ func decodeQuery(input []byte, caller string) (*query, error) {
 	q.limit = DefaultLimit
 	if in.Limit != nil {
 		if *in.Limit < 1 || *in.Limit > maxLimit {
-			return nil, inputErr("$.limit", "must be between 1 and %d for mode %s", maxLimit, q.mode)
+			return inputErr("$.limit", "must be between 1 and %d for mode %s", maxLimit, q.mode)
 		}
 		q.limit = *in.Limit
 	}
 	if in.Offset != nil {
 		if *in.Offset < 0 || *in.Offset > 100000 {
-			return nil, inputErr("$.offset", "must be between 0 and 100000")
+			return inputErr("$.offset", "must be between 0 and 100000")
 		}
 		q.offset = *in.Offset
 	}
-	return q, nil
+	return nil
 }
 
 func decodeErr(err error) error {

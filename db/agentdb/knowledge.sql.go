@@ -571,7 +571,7 @@ WITH q AS (
      LIMIT $4::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
-           coalesce(1.0 / (60 + v.rank), 0) + coalesce(1.0 / (60 + t.rank), 0) AS score,
+           choir_rank_fusion(v.rank, t.rank) AS score,
            v.rank AS vector_rank,
            t.rank AS text_rank
       FROM vector_hits v
@@ -617,9 +617,9 @@ type KnowledgeSearchHybridRow struct {
 // Knowledge (tier 4) of one agent. Every query here runs with the agent's
 // schema first on search_path (see sqlc.yaml).
 // KnowledgeSearchHybrid is MemorySearchHybrid's twin for knowledge: HNSW
-// and full-text candidates fused by reciprocal rank (k = 60), the text pool
-// bounded the same way (a GIN sample plus the @text_recent most recently
-// updated documents).
+// and full-text candidates fused by the same reciprocal rank fusion
+// (choir_rank_fusion, k = 60), the text pool bounded the same way (a GIN
+// sample plus the @text_recent most recently updated documents).
 func (q *Queries) KnowledgeSearchHybrid(ctx context.Context, arg KnowledgeSearchHybridParams) ([]KnowledgeSearchHybridRow, error) {
 	rows, err := q.db.Query(ctx, knowledgeSearchHybrid,
 		arg.MaxResults,

@@ -539,7 +539,7 @@ WITH q AS (
      LIMIT $6::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
-           coalesce(1.0 / (60 + v.rank), 0) + coalesce(1.0 / (60 + t.rank), 0) AS score,
+           choir_rank_fusion(v.rank, t.rank) AS score,
            v.rank AS vector_rank,
            t.rank AS text_rank
       FROM vector_hits v
@@ -590,7 +590,8 @@ type MemorySearchHybridRow struct {
 // MemorySearchHybrid is hybrid search over session memory in one statement:
 // up to @candidates nearest chunks by cosine distance (HNSW, continued by
 // pgvector's iterative scans until enough pass the filters) and up to
-// @candidates best full-text matches, fused by reciprocal rank with k = 60.
+// @candidates best full-text matches, fused by reciprocal rank with k = 60
+// (choir_rank_fusion, sql/00018_rank_fusion.sql).
 // A NULL vector or an empty text disables its side.
 //
 // The full-text side never ranks more than a bounded pool, however many

@@ -3,9 +3,9 @@
 
 -- name: KnowledgeSearchHybrid :many
 -- KnowledgeSearchHybrid is MemorySearchHybrid's twin for knowledge: HNSW
--- and full-text candidates fused by reciprocal rank (k = 60), the text pool
--- bounded the same way (a GIN sample plus the @text_recent most recently
--- updated documents).
+-- and full-text candidates fused by the same reciprocal rank fusion
+-- (choir_rank_fusion, k = 60), the text pool bounded the same way (a GIN
+-- sample plus the @text_recent most recently updated documents).
 WITH q AS (
     SELECT websearch_to_tsquery('english', @query_text::text) AS tsq
 ), vector_hits AS (
@@ -41,7 +41,7 @@ WITH q AS (
      LIMIT @candidates::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
-           coalesce(1.0 / (60 + v.rank), 0) + coalesce(1.0 / (60 + t.rank), 0) AS score,
+           choir_rank_fusion(v.rank, t.rank) AS score,
            v.rank AS vector_rank,
            t.rank AS text_rank
       FROM vector_hits v

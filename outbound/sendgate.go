@@ -1,4 +1,4 @@
-package jobs
+package outbound
 
 import (
 	"context"
@@ -7,10 +7,10 @@ import (
 
 // A send gate makes the delivery worker's "this part is being sent" mark
 // and the request that sends it as close to one step as a channel without
-// idempotency keys allows. The worker puts a gate in the context of
-// OutboundSender.Send; the sender passes it once the whole request is on
-// its way but for its last bytes, without which the channel has no
-// complete request (GateBody). The gate commits the mark. If the gate
+// idempotency keys allows. The worker puts a gate in the context of the
+// channel's Send (jobs.OutboundSender); the channel passes it once the
+// whole request is on its way but for its last bytes, without which it has
+// no complete request (GateBody). The gate commits the mark. If the gate
 // fails, or choird dies before it returns, the channel never has a
 // complete request: the part was not sent, and no mark says otherwise. If
 // choird dies after, the mark stands and the part is never sent again. The
@@ -19,7 +19,7 @@ import (
 
 type sendGateKey struct{}
 
-// WithSendGate returns ctx carrying gate for OutboundSender.Send.
+// WithSendGate returns ctx carrying gate for a channel's Send.
 func WithSendGate(ctx context.Context, gate func(context.Context) error) context.Context {
 	return context.WithValue(ctx, sendGateKey{}, gate)
 }

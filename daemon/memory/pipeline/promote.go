@@ -1,4 +1,4 @@
-package jobs
+package pipeline
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 )
@@ -32,17 +33,19 @@ const promoteBatch = 20
 // (memory_sessions.tier guards it), so running the job twice changes
 // nothing.
 type PromoteWorker struct {
-	river.WorkerDefaults[PromoteArgs]
+	river.WorkerDefaults[memory.PromoteArgs]
 	Pool            *pgxpool.Pool
 	Logger          *slog.Logger
 	MidTermSessions func() int
 }
 
 // Timeout bounds one run.
-func (w *PromoteWorker) Timeout(*river.Job[PromoteArgs]) time.Duration { return memoryJobTimeout }
+func (w *PromoteWorker) Timeout(*river.Job[memory.PromoteArgs]) time.Duration {
+	return memoryJobTimeout
+}
 
 // Work implements river.Worker.
-func (w *PromoteWorker) Work(ctx context.Context, job *river.Job[PromoteArgs]) error {
+func (w *PromoteWorker) Work(ctx context.Context, job *river.Job[memory.PromoteArgs]) error {
 	agentID := job.Args.AgentID
 	keep := w.MidTermSessions()
 	type promoted struct {
@@ -57,7 +60,7 @@ func (w *PromoteWorker) Work(ctx context.Context, job *river.Job[PromoteArgs]) e
 		if err := q.MemoryPromoteLock(ctx, agentID); err != nil {
 			return fmt.Errorf("lock promotion of agent %s: %w", agentID, err)
 		}
-		scope, err := EnterAgentScope(ctx, tx, agentID, agentID)
+		scope, err := memory.EnterAgentScope(ctx, tx, agentID, agentID)
 		if err != nil {
 			return err
 		}
@@ -89,7 +92,7 @@ func (w *PromoteWorker) Work(ctx context.Context, job *river.Job[PromoteArgs]) e
 			summaries[r.SessionID] = r.Summary
 		}
 
-		if scope, err = EnterAgentScope(ctx, tx, agentID, agentID); err != nil {
+		if scope, err = memory.EnterAgentScope(ctx, tx, agentID, agentID); err != nil {
 			return err
 		}
 		var summaryIDs []uuid.UUID
@@ -120,9 +123,9 @@ func (w *PromoteWorker) Work(ctx context.Context, job *river.Job[PromoteArgs]) e
 		if err := scope.Leave(ctx); err != nil {
 			return err
 		}
-		params := EmbedJobs(agentID, StoreMemory, summaryIDs)
+		params := memory.EmbedJobs(agentID, memory.EmbedStoreMemory, summaryIDs)
 		if more {
-			params = append(params, river.InsertManyParams{Args: PromoteArgs{AgentID: agentID}})
+			params = append(params, river.InsertManyParams{Args: memory.PromoteArgs{AgentID: agentID}})
 		}
 		if len(params) > 0 {
 			if _, err := river.ClientFromContext[pgx.Tx](ctx).InsertManyTx(ctx, tx, params); err != nil {

@@ -1,4 +1,4 @@
-package jobs_test
+package pipeline_test
 
 import (
 	"context"
@@ -18,6 +18,8 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/embed/embedtest"
+	"github.com/choirhq/choir/daemon/memory"
+	"github.com/choirhq/choir/daemon/memory/pipeline"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/jobs"
@@ -32,12 +34,13 @@ type memBundle struct {
 
 const testDims = 32
 
-func setupMemory(t *testing.T, e jobs.Embedder, midTerm int) *memBundle {
+func setupMemory(t *testing.T, e pipeline.Embedder, midTerm int) *memBundle {
 	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
 	client, err := jobs.NewClient(jobs.Deps{Pool: pool, CrashThreshold: func() time.Duration { return time.Hour },
-		Embedder: e, EmbedRetryBase: 10 * time.Millisecond, MidTermSessions: func() int { return midTerm }})
+		Memory: pipeline.Workers{Pool: pool, Embedder: e, EmbedRetryBase: 10 * time.Millisecond,
+			MidTermSessions: func() int { return midTerm }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +106,7 @@ func (b *memBundle) session(t *testing.T, agent string, summary string, events .
 		if _, err := db.New(tx).SessionEnd(ctx, db.SessionEndParams{SessionID: s.SessionID, EndReason: "test"}); err != nil {
 			return err
 		}
-		return jobs.InsertChunkSessionTx(ctx, b.client, tx, s.SessionID)
+		return memory.InsertChunkSessionTx(ctx, b.client, tx, s.SessionID)
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +208,7 @@ func TestChunkEvents(t *testing.T) {
 		events = append(events, db.ChoirControlSessionEvent{Rev: int64(i + 1), EventType: e.typ, Lane: lane,
 			Payload: json.RawMessage(e.payload), Hash: []byte{byte(i)}, CreatedAt: time.Unix(int64(i), 0)})
 	}
-	chunks := jobs.ChunkEvents(events)
+	chunks := pipeline.ChunkEvents(events)
 	var got []string
 	for _, c := range chunks {
 		var m struct {
@@ -248,7 +251,7 @@ func TestChunkEvents(t *testing.T) {
 			evs = append(evs, db.ChoirControlSessionEvent{Rev: int64(i + 1), EventType: typ, Lane: "core:x",
 				Payload: json.RawMessage(payload), Hash: []byte{byte(i)}})
 		}
-		chunks := jobs.ChunkEvents(evs)
+		chunks := pipeline.ChunkEvents(evs)
 		if len(chunks) < 4 {
 			t.Fatalf("%d chunks, want the lane split by size", len(chunks))
 		}
@@ -256,7 +259,7 @@ func TestChunkEvents(t *testing.T) {
 			if c.Revs[0]%2 == 0 {
 				t.Errorf("chunk %d starts at rev %d, a tool result separated from its call", c.Index, c.Revs[0])
 			}
-			if len(c.Text) > jobs.ChunkTargetBytes+2*jobs.EventMaxBytes {
+			if len(c.Text) > pipeline.ChunkTargetBytes+2*pipeline.EventMaxBytes {
 				t.Errorf("chunk %d has %d bytes", c.Index, len(c.Text))
 			}
 		}
@@ -279,7 +282,7 @@ func TestSummaryChunks(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
 			var got []string
-			for _, ch := range jobs.SummaryChunks(json.RawMessage(c.summary), at, at) {
+			for _, ch := range pipeline.SummaryChunks(json.RawMessage(c.summary), at, at) {
 				got = append(got, ch.Text)
 			}
 			if strings.Join(got, "\n---\n") != strings.Join(c.want, "\n---\n") {
@@ -321,7 +324,7 @@ func TestSessionPipeline(t *testing.T) {
 			if _, err := tx.Exec(ctx, "DELETE FROM river_job WHERE kind = 'memory_chunk_session'"); err != nil {
 				return err
 			}
-			return jobs.InsertChunkSessionTx(ctx, b.client, tx, first)
+			return memory.InsertChunkSessionTx(ctx, b.client, tx, first)
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -363,8 +366,8 @@ func TestSessionPipeline(t *testing.T) {
 	t.Run("PromotingTwiceChangesNothing", func(t *testing.T) {
 		before := b.snapshot(t, "pipe")
 		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			_, err := b.client.InsertManyTx(ctx, tx, append(jobs.EmbedJobs("pipe", jobs.StoreMemory, allIDs(t, b, "pipe")),
-				riverParams(jobs.PromoteArgs{AgentID: "pipe"}), riverParams(jobs.PromoteArgs{AgentID: "pipe"})))
+			_, err := b.client.InsertManyTx(ctx, tx, append(memory.EmbedJobs("pipe", memory.EmbedStoreMemory, allIDs(t, b, "pipe")),
+				riverParams(memory.PromoteArgs{AgentID: "pipe"}), riverParams(memory.PromoteArgs{AgentID: "pipe"})))
 			return err
 		})
 		if err != nil {
@@ -396,7 +399,7 @@ func TestSessionPipeline(t *testing.T) {
 			t.Fatal(err)
 		}
 		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			_, err := b.client.InsertTx(ctx, tx, jobs.ChunkSessionArgs{SessionID: s.SessionID},
+			_, err := b.client.InsertTx(ctx, tx, memory.ChunkSessionArgs{SessionID: s.SessionID},
 				&river.InsertOpts{MaxAttempts: 1})
 			return err
 		})
@@ -546,7 +549,7 @@ func TestEmbeddingUnderFaults(t *testing.T) {
 				if ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID]); err != nil {
 					return err
 				}
-				return jobs.InsertEmbedTx(ctx, b.client, tx, "faulty", jobs.StoreMemory, ids)
+				return memory.InsertEmbedTx(ctx, b.client, tx, "faulty", memory.EmbedStoreMemory, ids)
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -1,4 +1,4 @@
-package jobs
+package pipeline
 
 import (
 	"bytes"
@@ -17,8 +17,8 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
-	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 )
@@ -278,14 +278,14 @@ func toolOf(eventType string, payload json.RawMessage) string {
 // run, all in one transaction with the job's completion. A session already
 // in memory_sessions is skipped, so running the job twice changes nothing.
 type ChunkSessionWorker struct {
-	river.WorkerDefaults[ChunkSessionArgs]
+	river.WorkerDefaults[memory.ChunkSessionArgs]
 	Pool   *pgxpool.Pool
 	Logger *slog.Logger
 }
 
 // Timeout bounds one run: reading a long session's events and copying its
 // chunks takes seconds, not minutes.
-func (w *ChunkSessionWorker) Timeout(*river.Job[ChunkSessionArgs]) time.Duration {
+func (w *ChunkSessionWorker) Timeout(*river.Job[memory.ChunkSessionArgs]) time.Duration {
 	return memoryJobTimeout
 }
 
@@ -293,7 +293,7 @@ func (w *ChunkSessionWorker) Timeout(*river.Job[ChunkSessionArgs]) time.Duration
 const eventPage = 1000
 
 // Work implements river.Worker.
-func (w *ChunkSessionWorker) Work(ctx context.Context, job *river.Job[ChunkSessionArgs]) error {
+func (w *ChunkSessionWorker) Work(ctx context.Context, job *river.Job[memory.ChunkSessionArgs]) error {
 	id := job.Args.SessionID
 	var agentID string
 	var chunks []Chunk
@@ -326,7 +326,7 @@ func (w *ChunkSessionWorker) Work(ctx context.Context, job *river.Job[ChunkSessi
 		}
 		chunks = ChunkEvents(events)
 
-		scope, err := EnterAgentScope(ctx, tx, agentID, agentID)
+		scope, err := memory.EnterAgentScope(ctx, tx, agentID, agentID)
 		if err != nil {
 			return err
 		}
@@ -351,7 +351,7 @@ func (w *ChunkSessionWorker) Work(ctx context.Context, job *river.Job[ChunkSessi
 			return err
 		}
 		client := river.ClientFromContext[pgx.Tx](ctx)
-		params := append(EmbedJobs(agentID, StoreMemory, ids), river.InsertManyParams{Args: PromoteArgs{AgentID: agentID}})
+		params := append(memory.EmbedJobs(agentID, memory.EmbedStoreMemory, ids), river.InsertManyParams{Args: memory.PromoteArgs{AgentID: agentID}})
 		if _, err := client.InsertManyTx(ctx, tx, params); err != nil {
 			return fmt.Errorf("enqueue embedding and promotion for session %s: %w", id, err)
 		}
@@ -396,11 +396,4 @@ func insertChunks(ctx context.Context, aq *agentdb.Queries, sessionID uuid.UUID,
 		}
 	}
 	return ids, nil
-}
-
-func completeTx[T river.JobArgs](ctx context.Context, tx pgx.Tx, job *river.Job[T]) error {
-	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
-		return fmt.Errorf("complete %s job %d: %w", job.Kind, job.ID, err)
-	}
-	return nil
 }

@@ -1,4 +1,4 @@
-package jobs
+package pipeline
 
 import (
 	"testing"
@@ -6,13 +6,15 @@ import (
 
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/rivertype"
+
+	"github.com/choirhq/choir/daemon/memory"
 )
 
 func TestEmbedRetryDelay(t *testing.T) {
 	t.Parallel()
 	w := &EmbedWorker{RetryBase: time.Second}
-	job := func(id int64, attempt int) *river.Job[EmbedArgs] {
-		return &river.Job[EmbedArgs]{JobRow: &rivertype.JobRow{ID: id, Attempt: attempt}}
+	job := func(id int64, attempt int) *river.Job[memory.EmbedArgs] {
+		return &river.Job[memory.EmbedArgs]{JobRow: &rivertype.JobRow{ID: id, Attempt: attempt}}
 	}
 	for attempt, base := range map[int]time.Duration{1: time.Second, 2: 2 * time.Second, 3: 4 * time.Second} {
 		d := time.Until(w.NextRetry(job(1, attempt)))

@@ -1,4 +1,4 @@
-package jobs
+package pipeline
 
 import (
 	"context"
@@ -14,11 +14,12 @@ import (
 	"github.com/pgvector/pgvector-go"
 	"github.com/riverqueue/river"
 
+	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 )
 
-// EmbedWorker embeds the documents an EmbedArgs names, in one API call.
+// EmbedWorker embeds the documents an memory.EmbedArgs names, in one API call.
 //
 // A failed call is retried by River (EmbedMaxAttempts in all, RetryBase
 // doubling, with jitter). After the last attempt, or at once when the
@@ -29,7 +30,7 @@ import (
 // pending at the version that was embedded, so no document is embedded
 // twice, whatever runs twice.
 type EmbedWorker struct {
-	river.WorkerDefaults[EmbedArgs]
+	river.WorkerDefaults[memory.EmbedArgs]
 	Pool      *pgxpool.Pool
 	Logger    *slog.Logger
 	Embedder  Embedder
@@ -45,7 +46,7 @@ const maxRetryAfter = time.Minute
 
 // NextRetry implements river.Worker: RetryBase, then twice, then four
 // times it, each ±25%, or longer when the provider said to wait longer.
-func (w *EmbedWorker) NextRetry(job *river.Job[EmbedArgs]) time.Time {
+func (w *EmbedWorker) NextRetry(job *river.Job[memory.EmbedArgs]) time.Time {
 	d := retryDelay(w.RetryBase, job.Attempt)
 	if v, ok := w.retryAfter.LoadAndDelete(job.ID); ok {
 		d = max(d, min(v.(time.Duration), maxRetryAfter))
@@ -54,7 +55,7 @@ func (w *EmbedWorker) NextRetry(job *river.Job[EmbedArgs]) time.Time {
 }
 
 // Timeout bounds one attempt (memoryJobTimeout).
-func (w *EmbedWorker) Timeout(*river.Job[EmbedArgs]) time.Duration { return memoryJobTimeout }
+func (w *EmbedWorker) Timeout(*river.Job[memory.EmbedArgs]) time.Duration { return memoryJobTimeout }
 
 // dimensionsSnooze is how long an embedding job waits when the agent's
 // vectors and the embedder differ in size.
@@ -67,34 +68,15 @@ type pendingDoc struct {
 }
 
 // Work implements river.Worker.
-func (w *EmbedWorker) Work(ctx context.Context, job *river.Job[EmbedArgs]) error {
+func (w *EmbedWorker) Work(ctx context.Context, job *river.Job[memory.EmbedArgs]) error {
 	a := job.Args
-	if a.Store != StoreMemory && a.Store != StoreKnowledge {
+	if a.Store != memory.EmbedStoreMemory && a.Store != memory.EmbedStoreKnowledge {
 		return river.JobCancel(fmt.Errorf("unknown store %q", a.Store))
 	}
-	if len(a.IDs) > MaxEmbedBatch {
-		return river.JobCancel(fmt.Errorf("%d documents in one embedding job, at most %d", len(a.IDs), MaxEmbedBatch))
+	if len(a.IDs) > memory.MaxEmbedBatch {
+		return river.JobCancel(fmt.Errorf("%d documents in one embedding job, at most %d", len(a.IDs), memory.MaxEmbedBatch))
 	}
-	var docs []pendingDoc
-	var dims int32
-	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-		schema, err := db.New(tx).AgentSchemaGet(ctx, a.AgentID)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return river.JobCancel(fmt.Errorf("agent %s has no memory schema", a.AgentID))
-		}
-		if err != nil {
-			return fmt.Errorf("read memory schema of agent %s: %w", a.AgentID, err)
-		}
-		dims = schema.Dimensions
-		scope, err := EnterAgentScope(ctx, tx, a.AgentID, a.AgentID)
-		if err != nil {
-			return err
-		}
-		if docs, err = pending(ctx, agentdb.New(tx), a.Store, a.IDs); err != nil {
-			return err
-		}
-		return scope.Leave(ctx)
-	})
+	docs, dims, err := w.loadPending(ctx, a)
 	if err != nil {
 		return err
 	}
@@ -117,41 +99,87 @@ func (w *EmbedWorker) Work(ctx context.Context, job *river.Job[EmbedArgs]) error
 	}
 	vecs, err := w.Embedder.Embed(ctx, texts)
 	if err != nil {
-		final := job.Attempt >= job.MaxAttempts || !temporary(err)
-		attrs := []any{slog.String("agent_id", a.AgentID), slog.String("store", a.Store), slog.Int("documents", len(docs)),
-			slog.Int("attempt", job.Attempt), slog.Int("max_attempts", job.MaxAttempts), slog.String("error", err.Error())}
-		if !final {
-			var ra interface{ RetryAfterDuration() time.Duration }
-			if errors.As(err, &ra) && ra.RetryAfterDuration() > 0 {
-				w.retryAfter.Store(job.ID, ra.RetryAfterDuration())
-			}
-			w.Logger.InfoContext(ctx, "embedding failed; will retry", attrs...)
-			return fmt.Errorf("embed %d %s documents of agent %s: %w", len(docs), a.Store, a.AgentID, err)
+		return w.embedFailed(ctx, job, docs, err)
+	}
+	return w.storeVectors(ctx, job, docs, vecs)
+}
+
+// loadPending reads the agent's vector size and which of the job's
+// documents are still pending, with their texts.
+func (w *EmbedWorker) loadPending(ctx context.Context, a memory.EmbedArgs) ([]pendingDoc, int32, error) {
+	var docs []pendingDoc
+	var dims int32
+	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
+		schema, err := db.New(tx).AgentSchemaGet(ctx, a.AgentID)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return river.JobCancel(fmt.Errorf("agent %s has no memory schema", a.AgentID))
 		}
-		ids := make([]uuid.UUID, len(docs))
-		for i, d := range docs {
-			ids[i] = d.id
+		if err != nil {
+			return fmt.Errorf("read memory schema of agent %s: %w", a.AgentID, err)
 		}
-		msg := fmt.Sprintf("attempt %d of %d: %v", job.Attempt, job.MaxAttempts, err)
-		var failed int64
-		err := w.inAgent(ctx, a.AgentID, job, func(aq *agentdb.Queries) error {
-			var err error
-			if a.Store == StoreMemory {
-				failed, err = aq.MemoryEmbeddingsFail(ctx, agentdb.MemoryEmbeddingsFailParams{Ids: ids, ErrorMessage: msg})
-			} else {
-				failed, err = aq.KnowledgeEmbeddingsFail(ctx, agentdb.KnowledgeEmbeddingsFailParams{Ids: ids, ErrorMessage: msg})
-			}
-			return err
-		})
+		dims = schema.Dimensions
+		scope, err := memory.EnterAgentScope(ctx, tx, a.AgentID, a.AgentID)
 		if err != nil {
 			return err
 		}
-		w.Logger.WarnContext(ctx, "embedding failed for good: documents stored without vectors, still found by "+
-			"full-text search; run choirctl memory reembed to retry them", append(attrs, slog.Int64("marked_failed", failed))...)
-		return nil
+		if docs, err = pending(ctx, agentdb.New(tx), a.Store, a.IDs); err != nil {
+			return err
+		}
+		return scope.Leave(ctx)
+	})
+	if err != nil {
+		return nil, 0, err
 	}
-	var stored int
+	return docs, dims, nil
+}
+
+// embedFailed handles a failed embedding call: it leaves a temporary
+// failure to River's retry (remembering the provider's Retry-After), and
+// after the last attempt, or a permanent failure, marks the documents
+// failed and completes the job.
+func (w *EmbedWorker) embedFailed(ctx context.Context, job *river.Job[memory.EmbedArgs], docs []pendingDoc, err error) error {
+	a := job.Args
+	final := job.Attempt >= job.MaxAttempts || !temporary(err)
+	attrs := []any{slog.String("agent_id", a.AgentID), slog.String("store", a.Store), slog.Int("documents", len(docs)),
+		slog.Int("attempt", job.Attempt), slog.Int("max_attempts", job.MaxAttempts), slog.String("error", err.Error())}
+	if !final {
+		var ra interface{ RetryAfterDuration() time.Duration }
+		if errors.As(err, &ra) && ra.RetryAfterDuration() > 0 {
+			w.retryAfter.Store(job.ID, ra.RetryAfterDuration())
+		}
+		w.Logger.InfoContext(ctx, "embedding failed; will retry", attrs...)
+		return fmt.Errorf("embed %d %s documents of agent %s: %w", len(docs), a.Store, a.AgentID, err)
+	}
+	ids := make([]uuid.UUID, len(docs))
+	for i, d := range docs {
+		ids[i] = d.id
+	}
+	msg := fmt.Sprintf("attempt %d of %d: %v", job.Attempt, job.MaxAttempts, err)
+	var failed int64
 	err = w.inAgent(ctx, a.AgentID, job, func(aq *agentdb.Queries) error {
+		var err error
+		if a.Store == memory.EmbedStoreMemory {
+			failed, err = aq.MemoryEmbeddingsFail(ctx, agentdb.MemoryEmbeddingsFailParams{Ids: ids, ErrorMessage: msg})
+		} else {
+			failed, err = aq.KnowledgeEmbeddingsFail(ctx, agentdb.KnowledgeEmbeddingsFailParams{Ids: ids, ErrorMessage: msg})
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	w.Logger.WarnContext(ctx, "embedding failed for good: documents stored without vectors, still found by "+
+		"full-text search; run choirctl memory reembed to retry them", append(attrs, slog.Int64("marked_failed", failed))...)
+	return nil
+}
+
+// storeVectors stores the vectors of the documents still pending at the
+// version embedded and completes the job, in one transaction.
+func (w *EmbedWorker) storeVectors(ctx context.Context, job *river.Job[memory.EmbedArgs], docs []pendingDoc,
+	vecs [][]float32) error {
+	a := job.Args
+	var stored int
+	err := w.inAgent(ctx, a.AgentID, job, func(aq *agentdb.Queries) error {
 		ids := make([]uuid.UUID, len(docs))
 		embs := make([]pgvector.Vector, len(docs))
 		versions := make([]int32, len(docs))
@@ -160,7 +188,7 @@ func (w *EmbedWorker) Work(ctx context.Context, job *river.Job[EmbedArgs]) error
 		}
 		var done []uuid.UUID
 		var err error
-		if a.Store == StoreMemory {
+		if a.Store == memory.EmbedStoreMemory {
 			done, err = aq.MemoryEmbeddingsStore(ctx, agentdb.MemoryEmbeddingsStoreParams{Model: w.Embedder.Model(),
 				Ids: ids, Embeddings: embs})
 		} else {
@@ -180,7 +208,7 @@ func (w *EmbedWorker) Work(ctx context.Context, job *river.Job[EmbedArgs]) error
 
 func pending(ctx context.Context, aq *agentdb.Queries, store string, ids []uuid.UUID) ([]pendingDoc, error) {
 	var docs []pendingDoc
-	if store == StoreMemory {
+	if store == memory.EmbedStoreMemory {
 		rows, err := aq.MemoryEmbeddingPending(ctx, ids)
 		if err != nil {
 			return nil, fmt.Errorf("read chunks to embed: %w", err)
@@ -202,10 +230,10 @@ func pending(ctx context.Context, aq *agentdb.Queries, store string, ids []uuid.
 
 // inAgent runs fn in a transaction confined to the agent's schema under its
 // role; with job set, it then completes the job in the same transaction.
-func (w *EmbedWorker) inAgent(ctx context.Context, agentID string, job *river.Job[EmbedArgs],
+func (w *EmbedWorker) inAgent(ctx context.Context, agentID string, job *river.Job[memory.EmbedArgs],
 	fn func(*agentdb.Queries) error) error {
 	return pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-		scope, err := EnterAgentScope(ctx, tx, agentID, agentID)
+		scope, err := memory.EnterAgentScope(ctx, tx, agentID, agentID)
 		if err != nil {
 			return err
 		}

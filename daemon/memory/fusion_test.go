@@ -1,0 +1,132 @@
+package memory_test
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/pgvector/pgvector-go"
+
+	"github.com/choirhq/choir/daemon/memory"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/db/agentdb"
+	"github.com/choirhq/choir/dbtest"
+)
+
+// fused is one row of a hybrid search, as both stores report it.
+type fused struct {
+	id                   uuid.UUID
+	score                float64
+	vectorRank, textRank int32
+}
+
+// TestRankFusionIsOne: session memory and knowledge fuse their vector and
+// full-text candidates by the same reciprocal rank fusion. The same
+// documents, with the same texts and vectors, in both stores rank the same,
+// each scored 1/(60 + rank) summed over the sides that found it.
+func TestRankFusionIsOne(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	const agent = "fusion"
+	if _, err := db.New(pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: agent, Dimensions: 3}); err != nil {
+		t.Fatal(err)
+	}
+	// Eight documents: the nearer to [1 0 0] the lower their index; the
+	// even ones mention apples, more often the lower their index modulo 3.
+	// Five candidates a side leave 1 and 3 to the vector side, 6 to the
+	// full-text side, and 0, 2 and 4 to both.
+	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		for i := range 8 {
+			id := uuid.MustParse(fmt.Sprintf("00000000-0000-0000-0000-%012d", i+1))
+			text := fmt.Sprintf("bananas only, document %d", i)
+			if i%2 == 0 {
+				text = strings.Repeat("apple ", i%3+1) + fmt.Sprintf("and more, document %d", i)
+			}
+			vec := pgvector.NewVector([]float32{1, float32(i) / 4, 0})
+			for _, stmt := range []struct {
+				sql  string
+				args []any
+			}{
+				{`INSERT INTO choir_fusion.memory_documents (id, session_id, tier, chunk_index, text, embedding_state)
+				  VALUES ($1, gen_random_uuid(), 'mid_term', 0, $2, 'embedded')`, []any{id, text}},
+				{`INSERT INTO choir_fusion.memory_embeddings (document_id, embedding) VALUES ($1, $2)`, []any{id, vec}},
+				{`INSERT INTO choir_fusion.knowledge_documents (id, text, embedding_state) VALUES ($1, $2, 'embedded')`,
+					[]any{id, text}},
+				{`INSERT INTO choir_fusion.knowledge_embeddings (document_id, embedding) VALUES ($1, $2)`, []any{id, vec}},
+			} {
+				if _, err := tx.Exec(ctx, stmt.sql, stmt.args...); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	query := pgvector.NewVector([]float32{1, 0, 0})
+	var mem, know []fused
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		scope, err := memory.EnterAgentScope(ctx, tx, agent, agent)
+		if err != nil {
+			return err
+		}
+		aq := agentdb.New(tx)
+		ms, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{MaxResults: 20, QueryText: "apple",
+			QueryVector: &query, Tiers: []string{"mid_term"}, Candidates: 5, TextRecent: 100, TextSample: 100})
+		if err != nil {
+			return err
+		}
+		for _, r := range ms {
+			mem = append(mem, fused{r.ID, r.Score, r.VectorRank, r.TextRank})
+		}
+		ks, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{MaxResults: 20, QueryText: "apple",
+			QueryVector: &query, Candidates: 5, TextRecent: 100, TextSample: 100})
+		if err != nil {
+			return err
+		}
+		for _, r := range ks {
+			know = append(know, fused{r.ID, r.Score, r.VectorRank, r.TextRank})
+		}
+		return scope.Leave(ctx)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if len(mem) != 6 {
+		t.Fatalf("memory search found %d documents, want 6: %v", len(mem), mem)
+	}
+	if fmt.Sprint(mem) != fmt.Sprint(know) {
+		t.Errorf("the stores rank the same documents differently:\n  memory:    %v\n  knowledge: %v", mem, know)
+	}
+	var both, vectorOnly, textOnly int
+	for _, f := range mem {
+		want := 0.0
+		for _, rank := range []int32{f.vectorRank, f.textRank} {
+			if rank > 0 {
+				want += 1 / (60 + float64(rank))
+			}
+		}
+		if math.Abs(f.score-want) > 1e-12 {
+			t.Errorf("document %s ranked %d and %d scores %v, want %v", f.id, f.vectorRank, f.textRank, f.score, want)
+		}
+		switch {
+		case f.vectorRank > 0 && f.textRank > 0:
+			both++
+		case f.vectorRank > 0:
+			vectorOnly++
+		default:
+			textOnly++
+		}
+	}
+	if both != 3 || vectorOnly != 2 || textOnly != 1 {
+		t.Errorf("found by both sides %d, by vectors only %d, by text only %d: want 3, 2, 1", both, vectorOnly, textOnly)
+	}
+}

@@ -1,4 +1,4 @@
-package daemon
+package control
 
 import (
 	"context"
@@ -91,7 +91,7 @@ const (
 // liveSession returns the agent's live session, or an error wrapping
 // ErrNotRunning that says how to start it; a regular DM gets only a
 // session bound to it.
-func (d *Daemon) liveSession(ctx context.Context, sc Scope, agentID string) (db.ChoirControlSession, error) {
+func (d *Control) liveSession(ctx context.Context, sc Scope, agentID string) (db.ChoirControlSession, error) {
 	s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID)
 	if errNoRows(err) {
 		return s, fmt.Errorf("%w: %s has no live session; start it first", ErrNotRunning, agentID)
@@ -99,14 +99,14 @@ func (d *Daemon) liveSession(ctx context.Context, sc Scope, agentID string) (db.
 	if err != nil {
 		return s, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
-	if err := sc.allowSession(s); err != nil {
+	if err := sc.AllowSession(s); err != nil {
 		return db.ChoirControlSession{}, err
 	}
 	return s, nil
 }
 
-// knownAgent checks that agentID is configured.
-func (d *Daemon) knownAgent(agentID string) error {
+// KnownAgent checks that agentID is configured.
+func (d *Control) KnownAgent(agentID string) error {
 	cfg, _ := d.config()
 	if _, ok := cfg.Agents[agentID]; !ok {
 		return fmt.Errorf("%w: agent %q is not in config.json (agents: %s)", ErrUnknownResource, agentID,
@@ -134,11 +134,11 @@ func laneStatuses(raw json.RawMessage) ([]LaneStatus, error) {
 
 // SessionCores lists the core jobs of the agent's live session, or of its
 // latest one, from the lane states the agent reports (REPORT_STATUS).
-func (d *Daemon) SessionCores(ctx context.Context, sc Scope, agentID string) (SessionCoresResult, error) {
-	if err := sc.allow(agentID); err != nil {
+func (d *Control) SessionCores(ctx context.Context, sc Scope, agentID string) (SessionCoresResult, error) {
+	if err := sc.Allow(agentID); err != nil {
 		return SessionCoresResult{}, err
 	}
-	if err := d.knownAgent(agentID); err != nil {
+	if err := d.KnownAgent(agentID); err != nil {
 		return SessionCoresResult{}, err
 	}
 	s, err := db.New(d.pool).SessionLatestByAgent(ctx, agentID)
@@ -148,7 +148,7 @@ func (d *Daemon) SessionCores(ctx context.Context, sc Scope, agentID string) (Se
 	if err != nil {
 		return SessionCoresResult{}, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
-	if err := sc.allowSession(s); err != nil {
+	if err := sc.AllowSession(s); err != nil {
 		return SessionCoresResult{}, err
 	}
 	lanes, err := laneStatuses(s.LaneStatus)
@@ -171,11 +171,11 @@ func (d *Daemon) SessionCores(ctx context.Context, sc Scope, agentID string) (Se
 // at its next safe point, or the edge lane's turn when name is "edge".
 // A core job that the session has not reported, or that already ended, is
 // refused with the names of the running ones.
-func (d *Daemon) SessionCancel(ctx context.Context, sc Scope, agentID, name string) (SessionRef, error) {
-	if err := sc.allow(agentID); err != nil {
+func (d *Control) SessionCancel(ctx context.Context, sc Scope, agentID, name string) (SessionRef, error) {
+	if err := sc.Allow(agentID); err != nil {
 		return SessionRef{}, err
 	}
-	if err := d.knownAgent(agentID); err != nil {
+	if err := d.KnownAgent(agentID); err != nil {
 		return SessionRef{}, err
 	}
 	s, err := d.liveSession(ctx, sc, agentID)
@@ -220,11 +220,11 @@ func (d *Daemon) SessionCancel(ctx context.Context, sc Scope, agentID, name stri
 
 // SessionCompact asks the agent's live session to compact the edge's
 // working memory at its next safe point.
-func (d *Daemon) SessionCompact(ctx context.Context, sc Scope, agentID string) (SessionRef, error) {
-	if err := sc.allow(agentID); err != nil {
+func (d *Control) SessionCompact(ctx context.Context, sc Scope, agentID string) (SessionRef, error) {
+	if err := sc.Allow(agentID); err != nil {
 		return SessionRef{}, err
 	}
-	if err := d.knownAgent(agentID); err != nil {
+	if err := d.KnownAgent(agentID); err != nil {
 		return SessionRef{}, err
 	}
 	s, err := d.liveSession(ctx, sc, agentID)
@@ -243,11 +243,11 @@ func (d *Daemon) SessionCompact(ctx context.Context, sc Scope, agentID string) (
 // SessionEvents returns the last n replicated events (n <= 0: the
 // default) of the agent's live session, or of its latest one, oldest
 // first.
-func (d *Daemon) SessionEvents(ctx context.Context, sc Scope, agentID string, n int) (SessionEventsResult, error) {
-	if err := sc.allow(agentID); err != nil {
+func (d *Control) SessionEvents(ctx context.Context, sc Scope, agentID string, n int) (SessionEventsResult, error) {
+	if err := sc.Allow(agentID); err != nil {
 		return SessionEventsResult{}, err
 	}
-	if err := d.knownAgent(agentID); err != nil {
+	if err := d.KnownAgent(agentID); err != nil {
 		return SessionEventsResult{}, err
 	}
 	if n <= 0 {
@@ -264,7 +264,7 @@ func (d *Daemon) SessionEvents(ctx context.Context, sc Scope, agentID string, n 
 	if err != nil {
 		return SessionEventsResult{}, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
-	if err := sc.allowSession(s); err != nil {
+	if err := sc.AllowSession(s); err != nil {
 		return SessionEventsResult{}, err
 	}
 	rows, err := q.SessionEventsLast(ctx, db.SessionEventsLastParams{SessionID: s.SessionID, MaxRows: int32(n)})
@@ -323,7 +323,7 @@ type ModelState struct {
 
 // ModelList lists the named LLM models and TTS providers. Names are no
 // secret: every scope may list them.
-func (d *Daemon) ModelList(ctx context.Context, sc Scope) (ModelListResult, error) {
+func (d *Control) ModelList(ctx context.Context, sc Scope) (ModelListResult, error) {
 	cfg, _ := d.config()
 	res := ModelListResult{Models: []NamedModel{}, TTS: []NamedTTS{}}
 	for _, name := range sortedKeys(cfg.Models) {
@@ -338,7 +338,7 @@ func (d *Daemon) ModelList(ctx context.Context, sc Scope) (ModelListResult, erro
 }
 
 // VoiceList lists the named voice profiles; every scope may list them.
-func (d *Daemon) VoiceList(ctx context.Context, sc Scope) ([]NamedVoice, error) {
+func (d *Control) VoiceList(ctx context.Context, sc Scope) ([]NamedVoice, error) {
 	cfg, _ := d.config()
 	out := []NamedVoice{}
 	for _, name := range sortedKeys(cfg.VoiceProfiles) {
@@ -349,15 +349,15 @@ func (d *Daemon) VoiceList(ctx context.Context, sc Scope) ([]NamedVoice, error) 
 }
 
 // ModelGet shows an agent's current LLM model and voice profile.
-func (d *Daemon) ModelGet(ctx context.Context, sc Scope, agentID string) (ModelState, error) {
-	if err := sc.allow(agentID); err != nil {
+func (d *Control) ModelGet(ctx context.Context, sc Scope, agentID string) (ModelState, error) {
+	if err := sc.Allow(agentID); err != nil {
 		return ModelState{}, err
 	}
-	if err := d.knownAgent(agentID); err != nil {
+	if err := d.KnownAgent(agentID); err != nil {
 		return ModelState{}, err
 	}
 	if s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID); err == nil {
-		if err := sc.allowSession(s); err != nil {
+		if err := sc.AllowSession(s); err != nil {
 			return ModelState{}, err
 		}
 	} else if !errNoRows(err) {
@@ -367,11 +367,11 @@ func (d *Daemon) ModelGet(ctx context.Context, sc Scope, agentID string) (ModelS
 }
 
 // VoiceGet shows an agent's current voice profile (and model).
-func (d *Daemon) VoiceGet(ctx context.Context, sc Scope, agentID string) (ModelState, error) {
+func (d *Control) VoiceGet(ctx context.Context, sc Scope, agentID string) (ModelState, error) {
 	return d.ModelGet(ctx, sc, agentID)
 }
 
-func (d *Daemon) modelState(ctx context.Context, agentID string) (ModelState, error) {
+func (d *Control) modelState(ctx context.Context, agentID string) (ModelState, error) {
 	cfg, _ := d.config()
 	def := cfg.Agents[agentID].Defaults
 	st := ModelState{AgentID: agentID, LLM: def.LLM, VoiceProfile: def.VoiceProfile}
@@ -404,10 +404,10 @@ func (d *Daemon) modelState(ctx context.Context, agentID string) (ModelState, er
 // ModelSet switches the LLM model of an agent's live session until it
 // ends (spec 17.1: transient, a restart reverts it); the agent picks it up
 // at once, told by push, or at its next config sync.
-func (d *Daemon) ModelSet(ctx context.Context, sc Scope, agentID, llm string) (ModelState, error) {
+func (d *Control) ModelSet(ctx context.Context, sc Scope, agentID, llm string) (ModelState, error) {
 	cfg, _ := d.config()
 	if _, ok := cfg.Models[llm]; !ok {
-		if err := sc.allow(agentID); err != nil {
+		if err := sc.Allow(agentID); err != nil {
 			return ModelState{}, err
 		}
 		return ModelState{}, fmt.Errorf("%w: no model %q in config.json (models: %s)", ErrUnknownResource, llm,
@@ -418,10 +418,10 @@ func (d *Daemon) ModelSet(ctx context.Context, sc Scope, agentID, llm string) (M
 
 // VoiceSet switches the voice profile of an agent's live session until it
 // ends, as ModelSet does the model.
-func (d *Daemon) VoiceSet(ctx context.Context, sc Scope, agentID, voice string) (ModelState, error) {
+func (d *Control) VoiceSet(ctx context.Context, sc Scope, agentID, voice string) (ModelState, error) {
 	cfg, _ := d.config()
 	if _, ok := cfg.VoiceProfiles[voice]; !ok {
-		if err := sc.allow(agentID); err != nil {
+		if err := sc.Allow(agentID); err != nil {
 			return ModelState{}, err
 		}
 		valid := "none is configured"
@@ -433,11 +433,11 @@ func (d *Daemon) VoiceSet(ctx context.Context, sc Scope, agentID, voice string) 
 	return d.setOverride(ctx, sc, agentID, "", voice)
 }
 
-func (d *Daemon) setOverride(ctx context.Context, sc Scope, agentID, llm, voice string) (ModelState, error) {
-	if err := sc.allow(agentID); err != nil {
+func (d *Control) setOverride(ctx context.Context, sc Scope, agentID, llm, voice string) (ModelState, error) {
+	if err := sc.Allow(agentID); err != nil {
 		return ModelState{}, err
 	}
-	if err := d.knownAgent(agentID); err != nil {
+	if err := d.KnownAgent(agentID); err != nil {
 		return ModelState{}, err
 	}
 	s, err := d.liveSession(ctx, sc, agentID)
@@ -474,14 +474,14 @@ type SessionStatusResult struct {
 
 // SessionStatus reports an agent and the states of its session's lanes:
 // what /status shows (spec 19.3: lane states, budgets, skill, uptime).
-func (d *Daemon) SessionStatus(ctx context.Context, sc Scope, agentID string) (SessionStatusResult, error) {
-	if err := sc.allow(agentID); err != nil {
+func (d *Control) SessionStatus(ctx context.Context, sc Scope, agentID string) (SessionStatusResult, error) {
+	if err := sc.Allow(agentID); err != nil {
 		return SessionStatusResult{}, err
 	}
-	if err := d.knownAgent(agentID); err != nil {
+	if err := d.KnownAgent(agentID); err != nil {
 		return SessionStatusResult{}, err
 	}
-	res := SessionStatusResult{AgentStatus: d.agentStatus(ctx, agentID), Lanes: []LaneStatus{}}
+	res := SessionStatusResult{AgentStatus: d.LatestStatus(ctx, agentID), Lanes: []LaneStatus{}}
 	if res.SessionID == "" {
 		return res, nil
 	}
@@ -493,7 +493,7 @@ func (d *Daemon) SessionStatus(ctx context.Context, sc Scope, agentID string) (S
 	if err != nil {
 		return SessionStatusResult{}, fmt.Errorf("load session %s: %w", id, err)
 	}
-	if err := sc.allowSession(s); err != nil {
+	if err := sc.AllowSession(s); err != nil {
 		return SessionStatusResult{}, err
 	}
 	if res.Lanes, err = laneStatuses(s.LaneStatus); err != nil {

@@ -1,11 +1,13 @@
-package daemon
+package agentapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -184,4 +186,37 @@ func snapshotStateSum(state json.RawMessage) []byte {
 	}
 	sum := sha256.Sum256(canon)
 	return sum[:]
+}
+
+// deliveredInboxIDs returns the inbox rows that events name: the user
+// messages and injections the agent took from its inbox. HeartbeatApply
+// marks them delivered in the statement that appends the events: from then
+// on they are in the agent's durable log and are never pushed again.
+func deliveredInboxIDs(events []rpc.Event) []int64 {
+	var ids []int64
+	for _, e := range events {
+		if e.Type != rpc.EventUserMsg && e.Type != rpc.EventInjectedInstruction {
+			continue
+		}
+		// Most such events name no inbox row (an approval outcome, a
+		// test's message): skip the decoding, which is most of the cost.
+		if !bytes.Contains(e.Payload, []byte(`"inbox_id"`)) && !bytes.Contains(e.Payload, []byte(`"message_id"`)) {
+			continue
+		}
+		var p struct {
+			InboxID   int64  `json:"inbox_id"`
+			MessageID string `json:"message_id"`
+		}
+		if json.Unmarshal(e.Payload, &p) != nil {
+			continue
+		}
+		if p.InboxID == 0 {
+			// Agents before inbox_id named the row in message_id.
+			p.InboxID, _ = strconv.ParseInt(p.MessageID, 10, 64)
+		}
+		if p.InboxID > 0 {
+			ids = append(ids, p.InboxID)
+		}
+	}
+	return ids
 }

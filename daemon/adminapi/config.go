@@ -1,10 +1,11 @@
-package daemon
+package adminapi
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -28,23 +29,23 @@ type ConfigShowResponse struct {
 // apply or an empty stage is a conflict with choird's state, which the
 // operator resolves as the message says.
 func configErr(err error) error {
-	var refused *ConfigRefusedError
-	if errors.As(err, &refused) || errors.Is(err, ErrNothingStaged) {
+	var refused *control.ConfigRefusedError
+	if errors.As(err, &refused) || errors.Is(err, control.ErrNothingStaged) {
 		return codedErr{rpc.ErrConflict, err}
 	}
 	return controlErr(err)
 }
 
-func (d *Daemon) mountConfigControl(mux *admin.Mux) {
-	admin.Handle(mux, "POST", PathConfigLoad, func(ctx context.Context, _ admin.Empty) (ConfigDiff, error) {
+func (d *API) mountConfigControl(mux *admin.Mux) {
+	admin.Handle(mux, "POST", PathConfigLoad, func(ctx context.Context, _ admin.Empty) (control.ConfigDiff, error) {
 		out, err := d.ConfigLoad(ctx, adminScope(ctx))
 		return out, configErr(err)
 	})
-	admin.Handle(mux, "GET", PathConfigDiff, func(ctx context.Context, _ admin.Empty) (ConfigDiff, error) {
+	admin.Handle(mux, "GET", PathConfigDiff, func(ctx context.Context, _ admin.Empty) (control.ConfigDiff, error) {
 		out, err := d.ConfigDiff(ctx, adminScope(ctx))
 		return out, configErr(err)
 	})
-	admin.Handle(mux, "POST", PathConfigApply, func(ctx context.Context, _ admin.Empty) (ConfigApplyResult, error) {
+	admin.Handle(mux, "POST", PathConfigApply, func(ctx context.Context, _ admin.Empty) (control.ConfigApplyResult, error) {
 		out, err := d.ConfigApply(ctx, adminScope(ctx))
 		return out, configErr(err)
 	})
@@ -54,7 +55,7 @@ func (d *Daemon) mountConfigControl(mux *admin.Mux) {
 		if err != nil {
 			return ConfigShowResponse{}, configErr(err)
 		}
-		return ConfigShowResponse{ConfigVersion: d.runningConfigVersion(), Config: out}, nil
+		return ConfigShowResponse{ConfigVersion: d.ConfigVersion(), Config: out}, nil
 	})
 	admin.Handle(mux, "GET", PathSecrets, func(ctx context.Context, _ admin.Empty) ([]string, error) {
 		out, err := d.SecretList(ctx, adminScope(ctx))

@@ -1,4 +1,4 @@
-package daemon
+package control
 
 import (
 	"context"
@@ -36,7 +36,7 @@ type UpdateResult struct {
 }
 
 // builder makes the image builder; it needs the docker runtime's engine.
-func (d *Daemon) builder() (*build.Builder, error) {
+func (d *Control) builder() (*build.Builder, error) {
 	rt, ok := d.runtime.(*docker.Runtime)
 	if !ok {
 		return nil, errors.New("agent build needs the docker runtime; start choird with --runtime=docker")
@@ -56,8 +56,8 @@ func (d *Daemon) builder() (*build.Builder, error) {
 // AgentBuild builds an agent's image from the global and per-agent repos,
 // or reports that it is up to date. It neither starts nor restarts the
 // agent.
-func (d *Daemon) AgentBuild(ctx context.Context, sc Scope, agentID string, force bool) (BuildResult, error) {
-	if err := sc.adminOnly("agent build"); err != nil {
+func (d *Control) AgentBuild(ctx context.Context, sc Scope, agentID string, force bool) (BuildResult, error) {
+	if err := sc.AdminOnly("agent build"); err != nil {
 		return BuildResult{}, err
 	}
 	cfg, _ := d.config()
@@ -84,7 +84,7 @@ func (d *Daemon) AgentBuild(ctx context.Context, sc Scope, agentID string, force
 // AgentUpdate builds an agent's image if its repos changed, then, if the
 // agent runs, stops it gracefully and starts it again on the new image
 // with the same resources; the session resumes from its replica.
-func (d *Daemon) AgentUpdate(ctx context.Context, sc Scope, agentID string) (UpdateResult, error) {
+func (d *Control) AgentUpdate(ctx context.Context, sc Scope, agentID string) (UpdateResult, error) {
 	br, err := d.AgentBuild(ctx, sc, agentID, false)
 	if err != nil {
 		return UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
@@ -115,8 +115,8 @@ func (d *Daemon) AgentUpdate(ctx context.Context, sc Scope, agentID string) (Upd
 
 // AgentUpdateAll updates every configured agent, one after the other, and
 // reports each outcome; one failure does not stop the others.
-func (d *Daemon) AgentUpdateAll(ctx context.Context, sc Scope) ([]UpdateResult, error) {
-	if err := sc.adminOnly("agent update-all"); err != nil {
+func (d *Control) AgentUpdateAll(ctx context.Context, sc Scope) ([]UpdateResult, error) {
+	if err := sc.AdminOnly("agent update-all"); err != nil {
 		return nil, err
 	}
 	out := []UpdateResult{}
@@ -132,7 +132,7 @@ func (d *Daemon) AgentUpdateAll(ctx context.Context, sc Scope) ([]UpdateResult, 
 // before a container starts from it, so a drifted image is never run
 // silently. An image named by --agent-image is the operator's choice and is
 // not checked.
-func (d *Daemon) verifyImage(ctx context.Context, agentID, image string) error {
+func (d *Control) verifyImage(ctx context.Context, agentID, image string) error {
 	rt, ok := d.runtime.(*docker.Runtime)
 	if !ok || d.opts.AgentImage != "" {
 		return nil

@@ -1,4 +1,4 @@
-package daemon
+package control
 
 import (
 	"context"
@@ -137,34 +137,34 @@ func exclusiveLeases(cfg *config.Config, b rpc.ResourceBindings) [][2]string {
 	return leases
 }
 
-// startedSession is a session row just created, with its lease token: the
+// StartedSession is a session row just created, with its lease token: the
 // only time the token exists in choird's memory.
-type startedSession struct {
+type StartedSession struct {
 	Session    db.ChoirControlSession
 	LeaseToken string
 	Bindings   rpc.ResourceBindings
 }
 
-// startSession creates an agent's session and grants every exclusive lease
+// CreateSession creates an agent's session and grants every exclusive lease
 // in one transaction, so that a conflict leaves nothing behind. When the
 // agent's previous session ended or crashed, the new one continues its
 // chain from the last acknowledged revision.
-func startSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, agentID string,
-	o StartOverrides, configVersion int64, runtime string) (startedSession, error) {
+func CreateSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, agentID string,
+	o StartOverrides, configVersion int64, runtime string) (StartedSession, error) {
 	b, err := resolveBindings(cfg, agentID, o)
 	if err != nil {
-		return startedSession{}, err
+		return StartedSession{}, err
 	}
 	bindings, err := json.Marshal(b)
 	if err != nil {
-		return startedSession{}, err
+		return StartedSession{}, err
 	}
 	agentConfig, err := json.Marshal(cfg.Agents[agentID])
 	if err != nil {
-		return startedSession{}, err
+		return StartedSession{}, err
 	}
 	token, hash := rpc.NewLeaseToken()
-	var out startedSession
+	var out StartedSession
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if _, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agentID, Config: agentConfig}); err != nil {
@@ -196,7 +196,7 @@ func startSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, a
 				return leaseErr(fmt.Sprintf("lease %s %s for agent %s", l[0], l[1], agentID), err)
 			}
 		}
-		out = startedSession{Session: s, LeaseToken: token, Bindings: b}
+		out = StartedSession{Session: s, LeaseToken: token, Bindings: b}
 		return nil
 	})
 	return out, err
@@ -216,12 +216,12 @@ func leaseErr(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// endSession marks a live session ended (or crashed), releases its leases,
+// EndSession marks a live session ended (or crashed), releases its leases,
 // forgets its replay records and, when ins is set, enqueues the chunking of
 // its events into memory, all in one transaction, so that an ended session
 // is never left out of memory. It reports false when the session was not
 // live.
-func endSession(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, id uuid.UUID, status, reason string) (bool, error) {
+func EndSession(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, id uuid.UUID, status, reason string) (bool, error) {
 	var ended bool
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
@@ -250,10 +250,10 @@ func endSession(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, id u
 // StartSession creates a live session for agentID with its leases and
 // returns its ID and lease token, for a runtime to hand to the agent it
 // starts. The token exists only in the returned value.
-func (d *Daemon) StartSession(ctx context.Context, agentID string, o StartOverrides, runtime string) (sessionID, leaseToken string, err error) {
+func (d *Control) StartSession(ctx context.Context, agentID string, o StartOverrides, runtime string) (sessionID, leaseToken string, err error) {
 	cfg, _ := d.config()
 	cfgVersion := d.runningConfigVersion()
-	s, err := startSession(ctx, d.pool, cfg, agentID, o, cfgVersion, runtime)
+	s, err := CreateSession(ctx, d.pool, cfg, agentID, o, cfgVersion, runtime)
 	if err != nil {
 		return "", "", err
 	}
@@ -261,4 +261,7 @@ func (d *Daemon) StartSession(ctx context.Context, agentID string, o StartOverri
 }
 
 // Push sends a message to a session's agent over the push stream.
-func (d *Daemon) Push(sessionID string, p rpc.Push) (uint64, error) { return d.rpc.Push(sessionID, p) }
+func (d *Control) Push(sessionID string, p rpc.Push) (uint64, error) { return d.rpc.Push(sessionID, p) }
+
+// errNoRows reports pgx's no-rows error.
+func errNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -1,12 +1,17 @@
-package daemon
+package inbox
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
@@ -57,23 +62,23 @@ type ChatSent struct {
 }
 
 // ChatSend sends a message to an agent as its DM's user.
-func (d *Daemon) ChatSend(ctx context.Context, sc Scope, agentID string, req ChatSendRequest) (ChatSent, error) {
-	if err := sc.allow(agentID); err != nil {
+func (ib *Inbox) ChatSend(ctx context.Context, sc control.Scope, agentID string, req ChatSendRequest) (ChatSent, error) {
+	if err := sc.Allow(agentID); err != nil {
 		return ChatSent{}, err
 	}
 	if err := req.Validate(); err != nil {
 		return ChatSent{}, err
 	}
-	cfg, _ := d.config()
+	cfg := ib.ctl.Snapshot().Config
 	a, ok := cfg.Agents[agentID]
 	if !ok {
-		return ChatSent{}, fmt.Errorf("%w: agent %q is not in config.json (agents: %v)", ErrUnknownResource, agentID, sortedKeys(cfg.Agents))
+		return ChatSent{}, fmt.Errorf("%w: agent %q is not in config.json (agents: %v)", control.ErrUnknownResource, agentID, slices.Sorted(maps.Keys(cfg.Agents)))
 	}
-	q := db.New(d.pool)
+	q := db.New(ib.pool)
 	dmName := a.Defaults.DM
 	s, err := q.SessionGetLiveByAgent(ctx, agentID)
 	live := err == nil
-	if err != nil && !errNoRows(err) {
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 		return ChatSent{}, fmt.Errorf("look up the session of %s: %w", agentID, err)
 	}
 	if live {
@@ -84,16 +89,16 @@ func (d *Daemon) ChatSend(ctx context.Context, sc Scope, agentID string, req Cha
 	}
 	dm, ok := cfg.DMs[dmName]
 	if !ok {
-		return ChatSent{}, fmt.Errorf("%w: agent %s has no DM to talk through; set defaults.dm in config.json", ErrUnknownResource, agentID)
+		return ChatSent{}, fmt.Errorf("%w: agent %s has no DM to talk through; set defaults.dm in config.json", control.ErrUnknownResource, agentID)
 	}
 	var after int64
-	if err := d.pool.QueryRow(ctx, `SELECT coalesce(max(outbox_id), 0) FROM choir_control.outbox WHERE agent_id = $1`,
+	if err := ib.pool.QueryRow(ctx, `SELECT coalesce(max(outbox_id), 0) FROM choir_control.outbox WHERE agent_id = $1`,
 		agentID).Scan(&after); err != nil {
 		return ChatSent{}, fmt.Errorf("read the outbox cursor of %s: %w", agentID, err)
 	}
 	msg := gateway.InboundMessage{DM: gateway.DM{Gateway: ChatGateway, Name: dmName, UserID: dm.UserID, Admin: dm.Admin},
 		UpdateID: req.MessageID, ChatID: dm.UserID, Text: req.Text, SentAt: time.Now()}
-	row, err := inboxInsert(ctx, d.pool, msg, "message", &agentID)
+	row, err := Insert(ctx, ib.pool, msg, "message", &agentID)
 	if errors.Is(err, gateway.ErrDuplicate) {
 		prev, err := q.InboxGetByUpdate(ctx, db.InboxGetByUpdateParams{Gateway: ChatGateway, UpdateID: req.MessageID})
 		if err != nil {
@@ -105,7 +110,7 @@ func (d *Daemon) ChatSend(ctx context.Context, sc Scope, agentID string, req Cha
 		return ChatSent{}, err
 	}
 	if live && s.HelloAt != nil {
-		d.pushInbox(ctx, s.SessionID, row)
+		ib.pushInbox(ctx, s.SessionID, row)
 	}
 	return ChatSent{InboxID: row.InboxID, Pushed: live, After: after}, nil
 }
@@ -132,13 +137,13 @@ const chatPollEvery = 50 * time.Millisecond
 
 // ChatPoll returns the agent's messages after the cursor, waiting up to
 // WaitMS for the first one.
-func (d *Daemon) ChatPoll(ctx context.Context, sc Scope, agentID string, req ChatPollRequest) ([]ChatMessage, error) {
-	if err := sc.allow(agentID); err != nil {
+func (ib *Inbox) ChatPoll(ctx context.Context, sc control.Scope, agentID string, req ChatPollRequest) ([]ChatMessage, error) {
+	if err := sc.Allow(agentID); err != nil {
 		return nil, err
 	}
 	wait := min(time.Duration(req.WaitMS)*time.Millisecond, 30*time.Second)
 	deadline := time.Now().Add(wait)
-	q := db.New(d.pool)
+	q := db.New(ib.pool)
 	for {
 		rows, err := q.OutboxAfter(ctx, db.OutboxAfterParams{AgentID: agentID, After: req.After, MaxRows: 100})
 		if err != nil {

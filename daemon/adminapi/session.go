@@ -1,10 +1,11 @@
-package daemon
+package adminapi
 
 import (
 	"context"
 	"errors"
 	"strconv"
 
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -62,82 +63,82 @@ func sessionErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrApprovalResolved), errors.Is(err, ErrNotRunning):
+	case errors.Is(err, control.ErrApprovalResolved), errors.Is(err, control.ErrNotRunning):
 		return codedErr{rpc.ErrConflict, err}
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, control.ErrNotFound):
 		return codedErr{rpc.ErrNotFound, err}
 	}
 	return controlErr(err)
 }
 
-func (d *Daemon) mountSessionControl(mux *admin.Mux) {
+func (d *API) mountSessionControl(mux *admin.Mux) {
 	id := func(ctx context.Context) string { return admin.PathValue(ctx, "id") }
-	admin.Handle(mux, "GET", PathSessionCores, func(ctx context.Context, _ admin.Empty) (SessionCoresResult, error) {
+	admin.Handle(mux, "GET", PathSessionCores, func(ctx context.Context, _ admin.Empty) (control.SessionCoresResult, error) {
 		out, err := d.SessionCores(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "POST", PathSessionCancel, func(ctx context.Context, _ admin.Empty) (SessionRef, error) {
+	admin.Handle(mux, "POST", PathSessionCancel, func(ctx context.Context, _ admin.Empty) (control.SessionRef, error) {
 		out, err := d.SessionCancel(ctx, adminScope(ctx), id(ctx), admin.PathValue(ctx, "name"))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "POST", PathSessionCompact, func(ctx context.Context, _ admin.Empty) (SessionRef, error) {
+	admin.Handle(mux, "POST", PathSessionCompact, func(ctx context.Context, _ admin.Empty) (control.SessionRef, error) {
 		out, err := d.SessionCompact(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", PathSessionEvents, func(ctx context.Context, _ admin.Empty) (SessionEventsResult, error) {
+	admin.Handle(mux, "GET", PathSessionEvents, func(ctx context.Context, _ admin.Empty) (control.SessionEventsResult, error) {
 		out, err := d.SessionEvents(ctx, adminScope(ctx), id(ctx), 0)
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", PathSessionEventsN, func(ctx context.Context, _ admin.Empty) (SessionEventsResult, error) {
+	admin.Handle(mux, "GET", PathSessionEventsN, func(ctx context.Context, _ admin.Empty) (control.SessionEventsResult, error) {
 		n, err := strconv.Atoi(admin.PathValue(ctx, "n"))
 		if err != nil || n < 1 {
-			return SessionEventsResult{}, rpc.Errorf(rpc.CodeBadRequest, "the number of events must be a positive number, not %q",
+			return control.SessionEventsResult{}, rpc.Errorf(rpc.CodeBadRequest, "the number of events must be a positive number, not %q",
 				admin.PathValue(ctx, "n"))
 		}
 		out, err := d.SessionEvents(ctx, adminScope(ctx), id(ctx), n)
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", PathModels, func(ctx context.Context, _ admin.Empty) (ModelListResult, error) {
+	admin.Handle(mux, "GET", PathModels, func(ctx context.Context, _ admin.Empty) (control.ModelListResult, error) {
 		out, err := d.ModelList(ctx, adminScope(ctx))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", PathAgentModel, func(ctx context.Context, _ admin.Empty) (ModelState, error) {
+	admin.Handle(mux, "GET", PathAgentModel, func(ctx context.Context, _ admin.Empty) (control.ModelState, error) {
 		out, err := d.ModelGet(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "POST", PathAgentModel, func(ctx context.Context, in ModelSetRequest) (ModelState, error) {
+	admin.Handle(mux, "POST", PathAgentModel, func(ctx context.Context, in ModelSetRequest) (control.ModelState, error) {
 		out, err := d.ModelSet(ctx, adminScope(ctx), id(ctx), in.LLM)
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", PathVoices, func(ctx context.Context, _ admin.Empty) ([]NamedVoice, error) {
+	admin.Handle(mux, "GET", PathVoices, func(ctx context.Context, _ admin.Empty) ([]control.NamedVoice, error) {
 		out, err := d.VoiceList(ctx, adminScope(ctx))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", PathAgentVoice, func(ctx context.Context, _ admin.Empty) (ModelState, error) {
+	admin.Handle(mux, "GET", PathAgentVoice, func(ctx context.Context, _ admin.Empty) (control.ModelState, error) {
 		out, err := d.VoiceGet(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "POST", PathAgentVoice, func(ctx context.Context, in VoiceSetRequest) (ModelState, error) {
+	admin.Handle(mux, "POST", PathAgentVoice, func(ctx context.Context, in VoiceSetRequest) (control.ModelState, error) {
 		out, err := d.VoiceSet(ctx, adminScope(ctx), id(ctx), in.VoiceProfile)
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", PathApprovals, func(ctx context.Context, _ admin.Empty) ([]Approval, error) {
+	admin.Handle(mux, "GET", PathApprovals, func(ctx context.Context, _ admin.Empty) ([]control.Approval, error) {
 		out, err := d.ApprovalList(ctx, adminScope(ctx), "")
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", PathAgentApprovals, func(ctx context.Context, _ admin.Empty) ([]Approval, error) {
-		if err := d.knownAgent(id(ctx)); err != nil {
+	admin.Handle(mux, "GET", PathAgentApprovals, func(ctx context.Context, _ admin.Empty) ([]control.Approval, error) {
+		if err := d.KnownAgent(id(ctx)); err != nil {
 			return nil, sessionErr(err)
 		}
 		out, err := d.ApprovalList(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", PathApproval, func(ctx context.Context, _ admin.Empty) (Approval, error) {
+	admin.Handle(mux, "GET", PathApproval, func(ctx context.Context, _ admin.Empty) (control.Approval, error) {
 		out, err := d.ApprovalShow(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)
 	})
-	decide := func(approve bool) func(ctx context.Context, _ admin.Empty) (Approval, error) {
-		return func(ctx context.Context, _ admin.Empty) (Approval, error) {
+	decide := func(approve bool) func(ctx context.Context, _ admin.Empty) (control.Approval, error) {
+		return func(ctx context.Context, _ admin.Empty) (control.Approval, error) {
 			out, err := d.ApprovalDecide(ctx, adminScope(ctx), id(ctx), approve)
 			return out, sessionErr(err)
 		}

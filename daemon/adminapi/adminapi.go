@@ -1,10 +1,20 @@
-package daemon
+// Package adminapi is the admin socket's handlers: the paths choirctl
+// calls, each decoded, run through the control layer with the scope of
+// the peer (an admin, named by its uid), and its error given the code
+// choirctl shows it with; and choird's status.
+package adminapi
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/inbox"
+	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
@@ -30,14 +40,48 @@ type buildRequest struct {
 	Force bool `json:"force,omitempty"`
 }
 
+// Options configure the admin API's handlers.
+type Options struct {
+	Control *control.Control
+	// Chat serves choirctl chat.
+	Chat *inbox.Inbox
+	Pool *pgxpool.Pool
+	// Memory is the memory store whose state status reports; nil before
+	// it runs.
+	Memory *memory.Store
+	// Version and StartedAt are choird's, for status.
+	Version   string
+	StartedAt time.Time
+}
+
+// API serves choirctl's requests: each handler calls the control layer
+// with an admin scope and codes its errors for the wire.
+type API struct {
+	*control.Control
+	chat      *inbox.Inbox
+	pool      *pgxpool.Pool
+	memory    *memory.Store
+	version   string
+	startedAt time.Time
+}
+
+// Mount registers every admin handler on mux.
+func Mount(mux *admin.Mux, o Options) {
+	d := &API{Control: o.Control, chat: o.Chat, pool: o.Pool, memory: o.Memory, version: o.Version, startedAt: o.StartedAt}
+	admin.Handle(mux, "GET", admin.PathStatus, func(ctx context.Context, _ admin.Empty) (admin.StatusResponse, error) {
+		return d.status(ctx), nil
+	})
+	d.mountControl(mux)
+}
+
 // adminScope is the scope of a choirctl request: admin, named by the
 // peer's uid.
-func adminScope(ctx context.Context) Scope {
+func adminScope(ctx context.Context) control.Scope {
 	actor := "choirctl"
 	if p, ok := admin.PeerFromContext(ctx); ok {
 		actor = fmt.Sprintf("choirctl:uid=%d", p.UID)
 	}
-	return Scope{Admin: true, Actor: actor}
+	return control.Scope{Admin: true, Actor: actor}
 }
 
 // codedErr carries a control error with the rpc sentinel that picks its
@@ -53,11 +97,11 @@ func controlErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrForbidden):
+	case errors.Is(err, control.ErrForbidden):
 		return codedErr{rpc.ErrPermissionDenied, err}
-	case errors.Is(err, ErrUnknownResource):
+	case errors.Is(err, control.ErrUnknownResource):
 		return codedErr{rpc.ErrNotFound, err}
-	case errors.Is(err, ErrLeaseConflict):
+	case errors.Is(err, control.ErrLeaseConflict):
 		return codedErr{rpc.ErrConflict, err}
 	case errors.Is(err, runtime.ErrEngineUnreachable):
 		return codedErr{rpc.ErrUnavailable, err}
@@ -65,7 +109,7 @@ func controlErr(err error) error {
 	return codedErr{rpc.ErrBadRequest, err}
 }
 
-func (d *Daemon) mountControl(mux *admin.Mux) {
+func (d *API) mountControl(mux *admin.Mux) {
 	admin.Handle(mux, "GET", PathAgents, func(ctx context.Context, _ admin.Empty) ([]admin.AgentStatus, error) {
 		out, err := d.AgentList(ctx, adminScope(ctx))
 		return out, controlErr(err)
@@ -74,7 +118,7 @@ func (d *Daemon) mountControl(mux *admin.Mux) {
 		out, err := d.AgentStatus(ctx, adminScope(ctx), admin.PathValue(ctx, "id"))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathAgentStart, func(ctx context.Context, o StartOverrides) (admin.AgentStatus, error) {
+	admin.Handle(mux, "POST", PathAgentStart, func(ctx context.Context, o control.StartOverrides) (admin.AgentStatus, error) {
 		out, err := d.AgentStart(ctx, adminScope(ctx), admin.PathValue(ctx, "id"), o)
 		return out, controlErr(err)
 	})
@@ -86,27 +130,27 @@ func (d *Daemon) mountControl(mux *admin.Mux) {
 		out, err := d.AgentRestart(ctx, adminScope(ctx), admin.PathValue(ctx, "id"))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathAgentBuild, func(ctx context.Context, in buildRequest) (BuildResult, error) {
+	admin.Handle(mux, "POST", PathAgentBuild, func(ctx context.Context, in buildRequest) (control.BuildResult, error) {
 		out, err := d.AgentBuild(ctx, adminScope(ctx), admin.PathValue(ctx, "id"), in.Force)
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathAgentUpdate, func(ctx context.Context, _ admin.Empty) (UpdateResult, error) {
+	admin.Handle(mux, "POST", PathAgentUpdate, func(ctx context.Context, _ admin.Empty) (control.UpdateResult, error) {
 		out, err := d.AgentUpdate(ctx, adminScope(ctx), admin.PathValue(ctx, "id"))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathAgentUpdateAll, func(ctx context.Context, _ admin.Empty) ([]UpdateResult, error) {
+	admin.Handle(mux, "POST", PathAgentUpdateAll, func(ctx context.Context, _ admin.Empty) ([]control.UpdateResult, error) {
 		out, err := d.AgentUpdateAll(ctx, adminScope(ctx))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathSecretApply, func(ctx context.Context, _ admin.Empty) (SecretApplyResult, error) {
+	admin.Handle(mux, "POST", PathSecretApply, func(ctx context.Context, _ admin.Empty) (control.SecretApplyResult, error) {
 		out, err := d.SecretApply(ctx, adminScope(ctx))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "GET", PathWorkspaces, func(ctx context.Context, _ admin.Empty) ([]WorkspaceInfo, error) {
+	admin.Handle(mux, "GET", PathWorkspaces, func(ctx context.Context, _ admin.Empty) ([]control.WorkspaceInfo, error) {
 		out, err := d.WorkspaceList(ctx, adminScope(ctx))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", PathWorkspaceReset, func(ctx context.Context, _ admin.Empty) (WorkspaceInfo, error) {
+	admin.Handle(mux, "POST", PathWorkspaceReset, func(ctx context.Context, _ admin.Empty) (control.WorkspaceInfo, error) {
 		out, err := d.WorkspaceReset(ctx, adminScope(ctx), admin.PathValue(ctx, "name"))
 		return out, controlErr(err)
 	})

@@ -433,3 +433,10 @@ func newRuntime(ctx context.Context, opts Options, logger *slog.Logger) (runtime
 	}
 	return nil, fmt.Errorf("unknown runtime %q: want docker or process", opts.Runtime)
 }
+
+// Scope is who issues a control command (control.Scope).
+type Scope = control.Scope
+
+// StartOverrides replace an agent's default resources for one session
+// (control.StartOverrides).
+type StartOverrides = control.StartOverrides

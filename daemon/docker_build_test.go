@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc/admin"
@@ -79,7 +80,7 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 	})
 
 	code, out, errs := choirctl(t, home, "agent", "build", "assistant", "--json")
-	var built BuildResult
+	var built control.BuildResult
 	if code != 0 || json.Unmarshal([]byte(out), &built) != nil || !built.Built {
 		t.Fatalf("build: %d %s %s", code, out, errs)
 	}
@@ -116,7 +117,7 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"agent_id": "assistant"`) {
 		t.Fatalf("update-all: %s", out)
 	}
-	var results []UpdateResult
+	var results []control.UpdateResult
 	if err := json.Unmarshal([]byte(out), &results); err != nil {
 		t.Fatal(err)
 	}

@@ -136,7 +136,7 @@ func (a *API) bindingsAcked(ctx context.Context, id uuid.UUID) (rpc.ResourceBind
 
 // HandleInitHello implements rpc.ControlPlaneHandler.
 func (a *API) HandleInitHello(ctx context.Context, call rpc.Call, req rpc.InitHelloRequest) (rpc.InitHelloResponse, error) {
-	resp, err := helloWith(ctx, a.pool, a.logger, call, req)
+	resp, err := HelloWith(ctx, a.pool, a.logger, call, req)
 	if err == nil && a.helloDone != nil {
 		if id, perr := uuid.Parse(call.Session.ID); perr == nil {
 			a.helloDone(context.WithoutCancel(ctx), call.Session.AgentID, id)
@@ -192,7 +192,7 @@ func (a *API) HandleHeartbeat(ctx context.Context, call rpc.Call, req rpc.Heartb
 	if err != nil {
 		return rpc.HeartbeatResponse{}, err
 	}
-	resp, err := replicate(ctx, cmp.Or(a.heartbeatPool, a.pool), id, req)
+	resp, err := Replicate(ctx, cmp.Or(a.heartbeatPool, a.pool), id, req)
 	if err != nil && (errors.Is(err, ErrChainGap) || errors.Is(err, ErrChainBroken)) {
 		a.logger.WarnContext(ctx, "heartbeat rejected", slog.String("session_id", call.Session.ID),
 			slog.String("agent_id", call.Session.AgentID), slog.String("error", err.Error()))

@@ -99,13 +99,13 @@ func (a *SessionAuth) remember(id uuid.UUID, ident sessionIdentity) {
 
 // ReplayStore keeps the first outcome of every mutating call in
 // choir_control.rpc_replays, so that replays are answered alike across
-// restarts of choird. It keeps the newest replayKeepPerSession of each
+// restarts of choird. It keeps the newest ReplayKeepPerSession of each
 // session.
 type ReplayStore struct {
 	Pool *pgxpool.Pool
 }
 
-// replayKeepPerSession is how many outcomes a session keeps. A replay
+// ReplayKeepPerSession is how many outcomes a session keeps. A replay
 // matters only for a call the agent may still retry: its client retries a
 // call at once with the same request ID, and across a restart of choird
 // only the call it was making then (an approval request), while its other
@@ -115,7 +115,7 @@ type ReplayStore struct {
 // most max_payload_bytes each, mostly a few kilobytes). A call
 // older than that, replayed, runs again, and the handlers' own keys
 // (approval request IDs, message IDs) still hold it to once.
-const replayKeepPerSession = 1000
+const ReplayKeepPerSession = 1000
 
 var _ rpc.ReplayStore = ReplayStore{}
 
@@ -145,7 +145,7 @@ func (ReplayStore) Keeps(verb rpc.Verb) bool { return verb != rpc.VerbHeartbeat 
 
 // Save implements rpc.ReplayStore. A second save of one key keeps the
 // first. The same statement forgets the session's outcomes older than its
-// newest replayKeepPerSession.
+// newest ReplayKeepPerSession.
 //
 // HEARTBEAT outcomes are not stored: a heartbeat is idempotent by
 // revision, so running a replayed one again is what the replay would have
@@ -166,7 +166,7 @@ func (s ReplayStore) Save(ctx context.Context, key rpc.ReplayKey, rec rpc.Replay
 	}
 	err = db.New(s.Pool).ReplaySave(ctx, db.ReplaySaveParams{SessionID: id, RequestID: key.RequestID,
 		Verb: string(rec.Verb), Digest: rec.Digest[:], Response: rec.Response,
-		ErrCode: string(rec.ErrCode), ErrMessage: rec.ErrMessage, Keep: replayKeepPerSession})
+		ErrCode: string(rec.ErrCode), ErrMessage: rec.ErrMessage, Keep: ReplayKeepPerSession})
 	if err != nil {
 		return fmt.Errorf("save replay %s/%s: %w", key.SessionID, key.RequestID, err)
 	}

@@ -201,7 +201,7 @@ func (d *Control) AgentStart(ctx context.Context, sc Scope, agentID string, o St
 	if d.runtime == nil {
 		return admin.AgentStatus{}, errors.New("choird runs without an agent runtime; start it with --runtime=docker")
 	}
-	b, err := resolveBindings(cfg, agentID, o)
+	b, err := ResolveBindings(cfg, agentID, o)
 	if err != nil {
 		return admin.AgentStatus{}, err
 	}

@@ -37,8 +37,8 @@ import (
 
 // Why a session closed at start-up ended.
 const (
-	resumeEndReason   = "choird restarted; resumed in a new session"
-	stoppingEndReason = "choird restarted while the session was stopping"
+	ResumeEndReason   = "choird restarted; resumed in a new session"
+	StoppingEndReason = "choird restarted while the session was stopping"
 )
 
 // resumeActor is the actor of the starts choird makes on its own.
@@ -67,8 +67,8 @@ func (d *Control) CloseLiveSessions(ctx context.Context) ([]PendingResume, error
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		var err error
-		rows, err = q.SessionsCloseLive(ctx, db.SessionsCloseLiveParams{ActiveReason: resumeEndReason,
-			StoppingReason: stoppingEndReason})
+		rows, err = q.SessionsCloseLive(ctx, db.SessionsCloseLiveParams{ActiveReason: ResumeEndReason,
+			StoppingReason: StoppingEndReason})
 		if err != nil {
 			return fmt.Errorf("close the sessions live before choird restarted: %w", err)
 		}

@@ -39,11 +39,11 @@ var ErrUnknownResource = errors.New("unknown resource")
 // already held by a live session; the message names the holder.
 var ErrLeaseConflict = errors.New("lease conflict")
 
-// resolveBindings merges an agent's defaults with overrides, checks that
+// ResolveBindings merges an agent's defaults with overrides, checks that
 // every named resource exists, and lists the secrets the agent may fetch:
 // the "secret" fields of its bound resources, never a gateway token or the
 // Postgres credentials, which only choird holds.
-func resolveBindings(cfg *config.Config, agentID string, o StartOverrides) (rpc.ResourceBindings, error) {
+func ResolveBindings(cfg *config.Config, agentID string, o StartOverrides) (rpc.ResourceBindings, error) {
 	agent, ok := cfg.Agents[agentID]
 	if !ok {
 		return rpc.ResourceBindings{}, fmt.Errorf("%w: agent %q is not in config.json (agents: %v)",
@@ -151,7 +151,7 @@ type StartedSession struct {
 // chain from the last acknowledged revision.
 func CreateSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, agentID string,
 	o StartOverrides, configVersion int64, runtime string) (StartedSession, error) {
-	b, err := resolveBindings(cfg, agentID, o)
+	b, err := ResolveBindings(cfg, agentID, o)
 	if err != nil {
 		return StartedSession{}, err
 	}

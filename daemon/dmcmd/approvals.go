@@ -123,7 +123,7 @@ func (c *Commands) decide(sc control.Scope, cmd gateway.Command, approve bool) (
 		if errors.Is(err, control.ErrForbidden) {
 			return "", err
 		}
-		ans, err := decisionAnswer(a, err)
+		ans, err := DecisionAnswer(a, err)
 		if err != nil {
 			return "", err
 		}
@@ -187,12 +187,12 @@ func (c *Commands) Decide(ctx context.Context, dec gateway.Decision) (string, er
 		c.logger.InfoContext(ctx, "approval button press refused", slog.String("dm", dec.DM.Name),
 			slog.String("approval_id", dec.ApprovalID), slog.String("reason", err.Error()))
 	}
-	return decisionAnswer(a, err)
+	return DecisionAnswer(a, err)
 }
 
-// decisionAnswer is what a DM is told of its decision. Errors the user
+// DecisionAnswer is what a DM is told of its decision. Errors the user
 // should read are answers; only a failure to decide at all is an error.
-func decisionAnswer(a control.Approval, err error) (string, error) {
+func DecisionAnswer(a control.Approval, err error) (string, error) {
 	switch {
 	case err == nil && a.Status == "approved":
 		return "Approved", nil

@@ -211,6 +211,16 @@ func init() {
 	}
 }
 
+// CommandNames lists the names of the command table, in the order /help
+// lists them.
+func CommandNames() []string {
+	out := make([]string, len(commandTable))
+	for i, c := range commandTable {
+		out[i] = c.name
+	}
+	return out
+}
+
 func lookupCommand(name string) (dmCommand, bool) {
 	if a, ok := commandAliases[name]; ok {
 		name = a

@@ -186,7 +186,7 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 		return err
 	}
 	if d.runtime != nil {
-		go d.WatchExits(serveCtx)
+		go d.watchExits(serveCtx)
 	}
 	// Step 10: the sessions closed at step 7 resume in successors. Before
 	// the bots poll, so that a message that waited while choird was down
@@ -304,7 +304,7 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 		ApprovalResolved: d.ApprovalResolved,
 		DMAddress:        d.DMAddress,
 		Workspaces:       d.WorkspaceDirs,
-		RemoveInstance:   d.RemoveInstance,
+		RemoveInstance:   d.removeInstance,
 	})
 	if err != nil {
 		return nil, err
@@ -327,7 +327,7 @@ func (d *Daemon) startJobs(ctx context.Context, embedder *embed.Embedder) error 
 
 	// Step 6: instances a previous run left behind are removed.
 	if d.runtime != nil {
-		if err := d.CleanOrphans(ctx); err != nil {
+		if err := d.cleanOrphans(ctx); err != nil {
 			d.river.Stop(context.WithoutCancel(ctx)) //nolint:errcheck
 			return err
 		}

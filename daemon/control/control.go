@@ -90,8 +90,11 @@ type Control struct {
 // New makes the control layer of choird with the configuration it starts
 // with.
 func New(o Options) *Control {
-	d := &Control{home: o.Home, logger: o.Logger, pool: o.Pool, opts: o}
+	d := &Control{home: o.Home, logger: o.Logger, pool: o.Pool}
 	d.snap.Store(&Snapshot{Config: o.Config, Secrets: o.Secrets, Version: o.ConfigVersion})
+	// The configuration lives in the snapshot alone.
+	o.Config, o.Secrets, o.ConfigVersion = nil, nil, 0
+	d.opts = o
 	return d
 }
 
@@ -485,54 +488,6 @@ func (d *Control) LatestStatus(ctx context.Context, id string) admin.AgentStatus
 		a.SessionID, a.Runtime, a.StartedAt, a.LastHeartbeatAt = s.SessionID.String(), s.Runtime, &started, &beat
 	}
 	return a
-}
-
-// WatchExits ends the session of every instance that dies while its
-// session is live, at once, without waiting for missed heartbeats; the
-// heartbeat threshold stays the authority for anything the runtime misses.
-func (d *Control) WatchExits(ctx context.Context) {
-	exits, err := d.runtime.Events(ctx)
-	if err != nil {
-		d.logger.Error("cannot watch agent instances; crashes are detected by heartbeat only", slog.String("error", err.Error()))
-		return
-	}
-	for ex := range exits {
-		id, err := uuid.Parse(ex.SessionID)
-		if err != nil {
-			continue
-		}
-		ended, err := EndSession(ctx, d.pool, d.river, id, "crashed",
-			fmt.Sprintf("instance %s exited with status %d", ex.ID, ex.ExitCode))
-		if err != nil {
-			d.logger.Error("could not end the session of a dead instance", slog.String("session_id", ex.SessionID),
-				slog.String("error", err.Error()))
-			continue
-		}
-		if ended {
-			d.logger.Warn("agent instance died; session crashed", slog.String("agent_id", ex.AgentID),
-				slog.String("session_id", ex.SessionID), slog.Int("exit_code", ex.ExitCode), slog.Bool("oom_killed", ex.OOMKilled))
-			d.rpc.CloseSession(ctx, ex.SessionID) //nolint:errcheck
-			d.crashNotice(ctx, id, fmt.Sprintf("its instance exited with status %d", ex.ExitCode))
-		}
-		if err := d.runtime.Remove(ctx, ex.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			d.logger.Warn("could not remove a dead instance", slog.String("instance", ex.ID), slog.String("error", err.Error()))
-		}
-	}
-}
-
-// CleanOrphans removes every instance a previous run of choird left (spec
-// 6.2 step 6). Their sessions were closed before (CloseLiveSessions), and
-// the active ones are resumed in successors (ResumeSessions).
-func (d *Control) CleanOrphans(ctx context.Context) error {
-	removed, err := runtime.RemoveOrphans(ctx, d.runtime, func(runtime.Instance) bool { return false })
-	if err != nil {
-		return fmt.Errorf("remove orphaned agent instances: %w", err)
-	}
-	for _, inst := range removed {
-		d.logger.InfoContext(ctx, "step 6: removed orphaned agent instance", slog.String("instance", inst.ID),
-			slog.String("agent_id", inst.AgentID), slog.String("session_id", inst.SessionID))
-	}
-	return nil
 }
 
 // SecretApplyResult says what secret apply did.

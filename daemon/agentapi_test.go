@@ -14,6 +14,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/ctl"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
@@ -92,7 +93,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d, home, logs := runChoird(t)
-	s, err := startSession(ctx, d.pool, d.cfg, "assistant", StartOverrides{}, d.configVersion, "process")
+	s, err := control.CreateSession(ctx, d.pool, d.Snapshot().Config, "assistant", StartOverrides{}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,11 +105,11 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	defer client.Close()
 	q := db.New(d.pool)
 
-	hello, err := client.InitHello(ctx, s.HelloRequest())
+	hello, err := client.InitHello(ctx, helloRequest(s))
 	if err != nil {
 		t.Fatalf("INIT_HELLO: %v", err)
 	}
-	if hello.Status != rpc.HelloFresh || hello.ConfigVersion != d.configVersion || hello.ResourceBindings.Workspace != "main" {
+	if hello.Status != rpc.HelloFresh || hello.ConfigVersion != d.ConfigVersion() || hello.ResourceBindings.Workspace != "main" {
 		t.Errorf("hello = %+v", hello)
 	}
 	if row, _ := q.SessionGetByID(ctx, s.Session.SessionID); row.HelloAt == nil || row.ImageVersion != "img-1" {
@@ -133,7 +134,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	t.Run("HeartbeatReplicatesAndAcks", func(t *testing.T) {
 		evs := chainEvents(t, 1, 3, rpc.Genesis)
 		resp, err := client.Heartbeat(ctx, patch(evs, 0, rpc.Genesis))
-		if err != nil || resp.AckRev != 3 || resp.ConfigVersionLatest != d.configVersion {
+		if err != nil || resp.AckRev != 3 || resp.ConfigVersionLatest != d.ConfigVersion() {
 			t.Fatalf("HEARTBEAT: %+v %v", resp, err)
 		}
 		acked = evs[2].Hash
@@ -173,13 +174,13 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 
 	t.Run("FetchDynamicConfigCarriesNoSecretValues", func(t *testing.T) {
 		resp, err := client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: 0})
-		if err != nil || resp.ConfigVersion != d.configVersion || len(resp.Config) == 0 {
+		if err != nil || resp.ConfigVersion != d.ConfigVersion() || len(resp.Config) == 0 {
 			t.Fatalf("FETCH_DYNAMIC_CONFIG: %+v %v", resp, err)
 		}
 		if strings.Contains(string(resp.Config), "sk-canary") || !strings.Contains(string(resp.Config), `"models"`) {
 			t.Errorf("config = %s", resp.Config)
 		}
-		same, err := client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: d.configVersion})
+		same, err := client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: d.ConfigVersion()})
 		if err != nil || len(same.Config) != 0 {
 			t.Errorf("up-to-date fetch = %+v %v", same, err)
 		}

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"testing"
 
+	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -21,7 +23,7 @@ func TestApprovalDecisions(t *testing.T) {
 
 	a := b.startAgent(t, "assistant")
 	id := a.requestApproval(t, "deploy to staging")
-	if _, err := d.ApprovalDecide(ctx, other, id, true); !errors.Is(err, ErrForbidden) {
+	if _, err := d.ApprovalDecide(ctx, other, id, true); !errors.Is(err, control.ErrForbidden) {
 		t.Fatalf("another agent's DM decided: %v", err)
 	}
 	if got, err := d.ApprovalShow(ctx, admin, id); err != nil || got.Status != "pending" {
@@ -36,10 +38,10 @@ func TestApprovalDecisions(t *testing.T) {
 		t.Errorf("pushed outcome = %+v", p.ApprovalResolved)
 	}
 	again, err := d.ApprovalDecide(ctx, admin, id, false)
-	if !errors.Is(err, ErrApprovalResolved) || again.Status != "approved" {
+	if !errors.Is(err, control.ErrApprovalResolved) || again.Status != "approved" {
 		t.Fatalf("second decision = %+v, %v", again, err)
 	}
-	if answer, _ := decisionAnswer(again, err); answer != "already approved" {
+	if answer, _ := dmcmd.DecisionAnswer(again, err); answer != "already approved" {
 		t.Errorf("the second presser is told %q", answer)
 	}
 	var auditBy string
@@ -50,7 +52,7 @@ func TestApprovalDecisions(t *testing.T) {
 
 	// Decided while the agent is down: told at the next session's hello.
 	id2 := a.requestApproval(t, "add tool choir.repo.status")
-	if _, err := endSession(ctx, d.pool, d.river, a.session.SessionID, "ended", "test stop"); err != nil {
+	if _, err := control.EndSession(ctx, d.pool, d.river, a.session.SessionID, "ended", "test stop"); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.ApprovalDecide(ctx, admin, id2, false); err != nil {

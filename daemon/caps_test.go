@@ -8,13 +8,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 )
 
 // TestSessionCapsAgainstChoird: one session cannot grow choir_control
 // without bound through choird's agent socket. rpc_replays keeps the newest
-// replayKeepPerSession outcomes, and a recent request is still replayed;
+// agentapi.ReplayKeepPerSession outcomes, and a recent request is still replayed;
 // SEND_OUTBOUND refuses a new message with rate_limited while the session
 // has jobs.AgentMaxPendingOutbound messages waiting, but still answers a
 // message already queued.
@@ -33,7 +34,7 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 				return err
 			})
 		}
-		for i := range replayKeepPerSession + extra {
+		for i := range agentapi.ReplayKeepPerSession + extra {
 			if err := report(i, "EDGE_IDLE"); err != nil {
 				t.Fatalf("call %d: %v", i, err)
 			}
@@ -42,16 +43,16 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 		d.pool.QueryRow(ctx, `SELECT count(*), min(substr(request_id, 8)::int) FROM choir_control.rpc_replays
 			WHERE session_id = $1 AND request_id LIKE 'status-%'`, s.Session.SessionID).Scan(&n, &oldest)
 		// INIT_HELLO's outcome was the session's first, and is gone too.
-		if n != replayKeepPerSession || oldest != extra {
+		if n != agentapi.ReplayKeepPerSession || oldest != extra {
 			t.Errorf("%d replay rows kept, the oldest status-%d; want %d, the oldest status-%d",
-				n, oldest, replayKeepPerSession, extra)
+				n, oldest, agentapi.ReplayKeepPerSession, extra)
 		}
 		// The same request ID with another payload: a kept outcome
 		// refuses it as a conflict, a forgotten one lets it run.
-		if err := report(replayKeepPerSession+extra-1, "EDGE_BUSY"); !errors.Is(err, rpc.ErrConflict) {
+		if err := report(agentapi.ReplayKeepPerSession+extra-1, "EDGE_BUSY"); !errors.Is(err, rpc.ErrConflict) {
 			t.Errorf("the newest request sent again with another payload: %v, want conflict (its outcome kept)", err)
 		}
-		if err := report(replayKeepPerSession+extra-1, "EDGE_IDLE"); err != nil {
+		if err := report(agentapi.ReplayKeepPerSession+extra-1, "EDGE_IDLE"); err != nil {
 			t.Errorf("the newest request retried: %v, want its first outcome", err)
 		}
 		if err := report(0, "EDGE_BUSY"); err != nil {

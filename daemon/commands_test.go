@@ -10,6 +10,9 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/agentapi"
+	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
@@ -21,7 +24,7 @@ import (
 // (nobody) and the admin DM console, driven through its DM command layer.
 type cmdBundle struct {
 	r       *choirdRun
-	c       *dmCommands
+	c       *dmcmd.Commands
 	updates atomic.Int64
 
 	mu    sync.Mutex
@@ -48,13 +51,14 @@ func setupCommands(t *testing.T) *cmdBundle {
 		}
 	})
 	r := startChoirdWith(t, home, Options{})
-	b := &cmdBundle{r: r, c: r.d.dmCommands().(*dmCommands)}
-	b.c.notify = func(_ context.Context, cmd gateway.Command, text string) {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.notes = append(b.notes, cmd.DM.Name+": "+text)
-	}
-	t.Cleanup(func() { b.c.wait(); r.kill(t) })
+	b := &cmdBundle{r: r}
+	b.c = dmcmd.New(dmcmd.Options{Control: r.d.Control, Inbox: r.d.inbox, Pool: r.d.pool, Logger: r.d.logger,
+		Notify: func(_ context.Context, cmd gateway.Command, text string) {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.notes = append(b.notes, cmd.DM.Name+": "+text)
+		}})
+	t.Cleanup(func() { b.c.Wait(); r.kill(t) })
 	return b
 }
 
@@ -90,7 +94,7 @@ func (b *cmdBundle) send(t *testing.T, dm, text string) string {
 
 // takeNotes waits for the long commands and returns what they sent.
 func (b *cmdBundle) takeNotes() []string {
-	b.c.wait()
+	b.c.Wait()
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	out := b.notes
@@ -117,8 +121,8 @@ func (b *cmdBundle) startAgentWith(t *testing.T, agentID string, o StartOverride
 	t.Helper()
 	ctx := context.Background()
 	d := b.r.d
-	cfg, _ := d.config()
-	s, err := startSession(ctx, d.pool, cfg, agentID, o, d.configVersion, "process")
+	cfg := d.Snapshot().Config
+	s, err := control.CreateSession(ctx, d.pool, cfg, agentID, o, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +131,7 @@ func (b *cmdBundle) startAgentWith(t *testing.T, agentID string, o StartOverride
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.InitHello(ctx, s.HelloRequest()); err != nil {
+	if _, err := client.InitHello(ctx, helloRequest(s)); err != nil {
 		t.Fatalf("INIT_HELLO: %v", err)
 	}
 	a := &fakeAgent{session: s.Session, client: client, pushes: make(chan rpc.Push, 64)}
@@ -146,7 +150,7 @@ func (b *cmdBundle) startAgentWith(t *testing.T, agentID string, o StartOverride
 		defer close(hbDone)
 		for {
 			client.Heartbeat(pctx, rpc.HeartbeatRequest{BaseRev: s.Session.BaseRev, NewRev: s.Session.BaseRev, //nolint:errcheck
-				Patches: []rpc.Event{}, ConfigVersion: d.configVersion, HashPrev: base, HashNew: base, Timestamp: time.Now()})
+				Patches: []rpc.Event{}, ConfigVersion: d.ConfigVersion(), HashPrev: base, HashNew: base, Timestamp: time.Now()})
 			select {
 			case <-pctx.Done():
 				return
@@ -237,9 +241,9 @@ func TestDMCommandPermissions(t *testing.T) {
 	for _, row := range rows {
 		covered[strings.Fields(row.name)[0]] = true
 	}
-	for _, def := range commandTable {
-		if !covered[def.name] {
-			t.Errorf("command /%s has no row in the permission table", def.name)
+	for _, name := range dmcmd.CommandNames() {
+		if !covered[name] {
+			t.Errorf("command /%s has no row in the permission table", name)
 		}
 	}
 	for _, row := range rows {
@@ -328,8 +332,8 @@ func TestDMStartRefusesADMBoundToAnotherLiveAgent(t *testing.T) {
 	// console DM takes alice's place here: bind console by starting
 	// helper on it directly, then try to start assistant from it.
 	d := b.r.d
-	cfg, _ := d.config()
-	if _, err := startSession(context.Background(), d.pool, cfg, "helper", StartOverrides{DM: "console"}, d.configVersion,
+	cfg := d.Snapshot().Config
+	if _, err := control.CreateSession(context.Background(), d.pool, cfg, "helper", StartOverrides{DM: "console"}, d.ConfigVersion(),
 		"process"); err != nil {
 		t.Fatal(err)
 	}
@@ -389,7 +393,7 @@ func TestDMSessionCommands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var dc DynamicConfig
+		var dc agentapi.DynamicConfig
 		if err := json.Unmarshal(first.Config, &dc); err != nil || dc.LLM != "local" {
 			t.Fatalf("first fetch: llm %q, %v", dc.LLM, err)
 		}
@@ -408,7 +412,7 @@ func TestDMSessionCommands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dc = DynamicConfig{}
+		dc = agentapi.DynamicConfig{}
 		if err := json.Unmarshal(got.Config, &dc); err != nil || dc.LLM != "big" || got.ConfigVersion != latest {
 			t.Fatalf("after /model llm big: version %d, llm %q, %v (%s)", got.ConfigVersion, dc.LLM, err, got.Config)
 		}
@@ -420,7 +424,7 @@ func TestDMSessionCommands(t *testing.T) {
 		}
 		b.send(t, "alice", "/voice calm")
 		got, _ = agent.client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: latest})
-		dc = DynamicConfig{}
+		dc = agentapi.DynamicConfig{}
 		if err := json.Unmarshal(got.Config, &dc); err != nil || dc.VoiceProfile != "calm" || dc.LLM != "big" {
 			t.Errorf("after /voice calm: %+v %v", dc, err)
 		}

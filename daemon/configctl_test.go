@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/agentapi"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 )
@@ -76,7 +78,7 @@ func TestConfigControlPermissions(t *testing.T) {
 		call func(Scope) error
 	}{
 		{"ConfigLoad", func(sc Scope) error { _, err := d.ConfigLoad(ctx, sc); return err }},
-		{"ConfigDiff", func(sc Scope) error { _, err := d.ConfigDiff(ctx, sc); return err }},
+		{"control.ConfigDiff", func(sc Scope) error { _, err := d.ConfigDiff(ctx, sc); return err }},
 		{"ConfigApply", func(sc Scope) error { _, err := d.ConfigApply(ctx, sc); return err }},
 		{"ConfigShow", func(sc Scope) error { _, err := d.ConfigShow(ctx, sc); return err }},
 		{"SecretList", func(sc Scope) error { _, err := d.SecretList(ctx, sc); return err }},
@@ -84,8 +86,8 @@ func TestConfigControlPermissions(t *testing.T) {
 	for _, c := range commands {
 		t.Run(c.name+"RefusesRegularDMs", func(t *testing.T) {
 			for _, sc := range []Scope{dm, stranger} {
-				if err := c.call(sc); !errors.Is(err, ErrForbidden) || !strings.Contains(err.Error(), "admin") {
-					t.Errorf("scope %+v: err = %v, want ErrForbidden naming admin", sc, err)
+				if err := c.call(sc); !errors.Is(err, control.ErrForbidden) || !strings.Contains(err.Error(), "admin") {
+					t.Errorf("scope %+v: err = %v, want control.ErrForbidden naming admin", sc, err)
 				}
 			}
 		})
@@ -116,17 +118,17 @@ func TestConfigLoadDiffApply(t *testing.T) {
 	q := db.New(d.pool)
 
 	var applied []*config.Config
-	d.onConfigApplied = append(d.onConfigApplied, func(c *config.Config, s config.Secrets) { applied = append(applied, c) })
+	d.OnConfigApplied(func(c *config.Config, s config.Secrets) { applied = append(applied, c) })
 
 	// A live session, to see config_changed pushed and the new version
 	// fetched.
 	_, client := helloSession(t, d, home, "assistant")
 
 	t.Run("DiffAndApplyBeforeLoadSayRunLoad", func(t *testing.T) {
-		if _, err := d.ConfigDiff(ctx, admin); !errors.Is(err, ErrNothingStaged) || !strings.Contains(err.Error(), "config load") {
+		if _, err := d.ConfigDiff(ctx, admin); !errors.Is(err, control.ErrNothingStaged) || !strings.Contains(err.Error(), "config load") {
 			t.Errorf("diff: %v", err)
 		}
-		if _, err := d.ConfigApply(ctx, admin); !errors.Is(err, ErrNothingStaged) {
+		if _, err := d.ConfigApply(ctx, admin); !errors.Is(err, control.ErrNothingStaged) {
 			t.Errorf("apply: %v", err)
 		}
 		code, _, errs := choirctl(t, home, "config", "diff")
@@ -147,7 +149,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			!strings.Contains(err.Error(), "nothing staged") {
 			t.Fatalf("load: %v", err)
 		}
-		if _, err := d.ConfigDiff(ctx, admin); !errors.Is(err, ErrNothingStaged) {
+		if _, err := d.ConfigDiff(ctx, admin); !errors.Is(err, control.ErrNothingStaged) {
 			t.Errorf("diff after a failed load: %v", err)
 		}
 		editHome(t, home, func(c *config.Config) {
@@ -158,7 +160,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 	})
 
 	t.Run("HotChangesApplyAndReachAgents", func(t *testing.T) {
-		before := d.runningConfigVersion()
+		before := d.ConfigVersion()
 		editHome(t, home, func(c *config.Config) {
 			m := c.Models["local"]
 			m.Endpoint = "http://10.9.9.9:8080/v1"
@@ -181,18 +183,18 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			}
 		}
 		// Staging changes nothing that runs.
-		if cfg, _ := d.config(); cfg.Models["local"].Endpoint != "http://127.0.0.1:11434/v1" || d.runningConfigVersion() != before {
+		if cfg := d.Snapshot().Config; cfg.Models["local"].Endpoint != "http://127.0.0.1:11434/v1" || d.ConfigVersion() != before {
 			t.Fatal("config load changed the running config")
 		}
 
 		code, out, errs = choirctl(t, home, "config", "diff", "--json")
-		var diff ConfigDiff
+		var diff control.ConfigDiff
 		if err := json.Unmarshal([]byte(out), &diff); code != 0 || err != nil || len(diff.Changes) != 3 || len(diff.Blockers) != 0 {
 			t.Fatalf("config diff --json: %d %v %s %s", code, err, out, errs)
 		}
 
 		code, out, errs = choirctl(t, home, "config", "apply", "--json")
-		var res ConfigApplyResult
+		var res control.ConfigApplyResult
 		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil {
 			t.Fatalf("config apply: %d %v %s %s", code, err, out, errs)
 		}
@@ -202,11 +204,11 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		if latest, err := q.ConfigVersionLatest(ctx); err != nil || latest != res.Version {
 			t.Errorf("config_versions latest = %d, %v; want %d", latest, err, res.Version)
 		}
-		cfg, _ := d.config()
+		cfg := d.Snapshot().Config
 		if cfg.Models["local"].Endpoint != "http://10.9.9.9:8080/v1" || cfg.ApprovalTimeoutMS != 60000 {
 			t.Errorf("running config not swapped: %+v", cfg.Models)
 		}
-		if apiCfg, _ := d.api.config(); apiCfg != cfg {
+		if apiCfg := d.api.Config(); apiCfg != cfg {
 			t.Error("the agent API still serves the old config")
 		}
 		if len(applied) != 1 || applied[0] != cfg {
@@ -219,7 +221,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var dyn DynamicConfig
+		var dyn agentapi.DynamicConfig
 		if err := json.Unmarshal(fetched.Config, &dyn); err != nil || fetched.ConfigVersion != res.Version ||
 			dyn.Models["local"].Endpoint != "http://10.9.9.9:8080/v1" {
 			t.Errorf("FETCH_DYNAMIC_CONFIG = v%d %s, %v", fetched.ConfigVersion, fetched.Config, err)
@@ -227,7 +229,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 
 		// Applying again has nothing staged; loading the same file again
 		// changes nothing.
-		if _, err := d.ConfigApply(ctx, admin); !errors.Is(err, ErrNothingStaged) {
+		if _, err := d.ConfigApply(ctx, admin); !errors.Is(err, control.ErrNothingStaged) {
 			t.Errorf("second apply: %v", err)
 		}
 		if _, err := d.ConfigLoad(ctx, admin); err != nil {
@@ -240,8 +242,8 @@ func TestConfigLoadDiffApply(t *testing.T) {
 	})
 
 	t.Run("RestartOnlyChangeIsRefusedAndNothingChanges", func(t *testing.T) {
-		cfgBefore, _ := d.config()
-		version := d.runningConfigVersion()
+		cfgBefore := d.Snapshot().Config
+		version := d.ConfigVersion()
 		editHome(t, home, func(c *config.Config) {
 			c.Embedding.Dimensions = 768
 			m := c.Models["local"]
@@ -257,11 +259,11 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			t.Errorf("diff:\n%s", diff)
 		}
 		_, err = d.ConfigApply(ctx, admin)
-		var refused *ConfigRefusedError
+		var refused *control.ConfigRefusedError
 		if !errors.As(err, &refused) || len(refused.Problems) != 1 || refused.Problems[0].Path != "$.embedding.dimensions" {
 			t.Fatalf("apply: %v", err)
 		}
-		if cfg, _ := d.config(); cfg != cfgBefore || d.runningConfigVersion() != version || cfg.Models["local"].Model != "llama3.1" {
+		if cfg := d.Snapshot().Config; cfg != cfgBefore || d.ConfigVersion() != version || cfg.Models["local"].Model != "llama3.1" {
 			t.Error("a refused apply changed the running config")
 		}
 		if latest, _ := q.ConfigVersionLatest(ctx); latest != version {
@@ -275,7 +277,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 	})
 
 	t.Run("SecretNotYetAppliedBlocksApplyWithItsPath", func(t *testing.T) {
-		version := d.runningConfigVersion()
+		version := d.ConfigVersion()
 		// secrets.json gains the key and config.json names it: load
 		// validates both files, but choird's running secrets lack it.
 		editHome(t, home, func(c *config.Config) {
@@ -294,12 +296,12 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			t.Errorf("diff:\n%s", text)
 		}
 		_, err = d.ConfigApply(ctx, admin)
-		var refused *ConfigRefusedError
+		var refused *control.ConfigRefusedError
 		if !errors.As(err, &refused) || refused.Problems[0].Path != "$.models.local.secret" ||
 			!strings.Contains(err.Error(), "secret apply") {
 			t.Fatalf("apply: %v", err)
 		}
-		if cfg, _ := d.config(); cfg.Models["local"].Secret != "model-key" || d.runningConfigVersion() != version {
+		if cfg := d.Snapshot().Config; cfg.Models["local"].Secret != "model-key" || d.ConfigVersion() != version {
 			t.Error("a refused apply changed the running config")
 		}
 		assertNoSecret(t, "diff", text+err.Error())
@@ -331,7 +333,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := d.ConfigApply(ctx, admin)
-		var refused *ConfigRefusedError
+		var refused *control.ConfigRefusedError
 		if !errors.As(err, &refused) {
 			t.Fatalf("apply: %v", err)
 		}
@@ -350,7 +352,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		}, nil)
 		// Reset what the previous subtest removed.
 		editHome(t, home, func(c *config.Config) {
-			running, _ := d.config()
+			running := d.Snapshot().Config
 			c.Agents["assistant"] = running.Agents["assistant"]
 			c.Workspaces["main"] = running.Workspaces["main"]
 		}, nil)

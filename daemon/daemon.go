@@ -1,7 +1,10 @@
 // Package daemon is choird: the host daemon that owns authority over
-// Choir's agents. Run performs the ordered start-up of spec 6.2 (config,
-// secrets, Postgres, per-agent schemas, connection pool, River), serves
-// until its context ends, and shuts down in reverse order.
+// Choir's agents. It holds only the wiring of its parts (the control
+// layer, the agent protocol, the admin API, the inbox, the DM commands,
+// the gateway, the runtime, River) and Run, the ordered start-up of spec
+// 6.2 (config, secrets, Postgres, per-agent schemas, connection pool,
+// River, runtime, servers, resumed sessions, bots), serving until its
+// context ends, and the shutdown in reverse order.
 package daemon
 
 import (
@@ -9,6 +12,8 @@ import (
 	"crypto/sha256"
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/daemon/memory/pipeline"
+	"github.com/choirhq/choir/rpc/admin"
 	"io"
 	"log/slog"
 	"os"
@@ -19,10 +24,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/agentapi"
+	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/daemon/inbox"
 	"github.com/choirhq/choir/daemon/memory"
-	"github.com/choirhq/choir/daemon/memory/pipeline"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/daemon/runtime/process"
@@ -68,37 +76,30 @@ type Options struct {
 	OSImage string
 }
 
-// Daemon is a running choird.
+// Daemon is a running choird. Its control layer's commands (AgentStart,
+// AgentStop, ModelSet, StartSession, Push and the rest) are choird's.
 type Daemon struct {
-	home          string
-	logger        *slog.Logger
-	cfg           *config.Config
-	secrets       config.Secrets
-	pool          *pgxpool.Pool
-	river         *jobs.Client
-	api           *agentAPI
-	runtime       runtime.Runtime
-	opts          Options
-	memory        *memory.Store
-	rpc           *rpc.Server
-	configVersion int64
-	startedAt     time.Time
+	*control.Control
+
+	home      string
+	logger    *slog.Logger
+	pool      *pgxpool.Pool
+	river     *jobs.Client
+	api       *agentapi.API
+	runtime   runtime.Runtime
+	opts      Options
+	memory    *memory.Store
+	rpc       *rpc.Server
+	startedAt time.Time
 	// gateway runs the Telegram bots; nil when none is configured.
 	gateway *gateway.Gateway
 	// sendLimiter paces everything sent through the bots.
 	sendLimiter *gateway.SendLimiter
-	typing      *typingSet
 
-	// cfgCtl makes cfg, secrets and configVersion safe to swap and holds
-	// the staged configuration (configctl.go).
-	cfgCtl configControl
-	// onConfigApplied are called, in order, after each successful config
-	// apply with the new running configuration and secrets.
-	onConfigApplied []func(*config.Config, config.Secrets)
+	// inbox is the DMs' durable ingress; commands their slash commands.
+	inbox    *inbox.Inbox
+	commands *dmcmd.Commands
 }
-
-// ConfigVersion is the version number of the config.json choird runs with.
-func (d *Daemon) ConfigVersion() int64 { return d.runningConfigVersion() }
 
 // Pool is choird's Postgres pool.
 func (d *Daemon) Pool() *pgxpool.Pool { return d.pool }
@@ -131,25 +132,115 @@ func Run(ctx context.Context, opts Options) (err error) {
 	d := &Daemon{home: opts.Home, logger: logger, startedAt: time.Now(), opts: opts}
 	logger.InfoContext(ctx, "choird starting", slog.String("version", Version), slog.String("home", opts.Home),
 		slog.Int("pid", os.Getpid()))
+	return d.run(ctx)
+}
 
-	// Steps 1 and 2: config.json and secrets.json, read and validated.
-	cfgPath := filepath.Join(opts.Home, "config.json")
+// run is choird's life once its log is open: the ordered start-up of
+// spec 6.2, serving until ctx ends, and the shutdown in reverse order.
+func (d *Daemon) run(ctx context.Context) (err error) {
+	defer func() {
+		if d.pool != nil {
+			d.pool.Close()
+		}
+	}()
+	// Steps 1 to 4: config.json, secrets.json, Postgres, agent schemas.
+	if err := d.open(ctx); err != nil {
+		return err
+	}
+	// Step 5, first half, and step 8's: the job queues and the bots.
+	embedder, err := d.newJobs(ctx)
+	if err != nil {
+		return err
+	}
+	// The runtime is made before anything is closed for resuming, so that
+	// a runtime choird cannot reach leaves every session as it was.
+	if d.runtime, err = newRuntime(ctx, d.opts, d.logger); err != nil {
+		return err
+	}
+	if d.runtime != nil {
+		defer d.runtime.Close()
+		d.SetRuntime(d.runtime)
+	}
+	// Step 7, first: sessions live before the restart are closed before
+	// crash detection can see them, and resumed at step 10 (control's
+	// resume.go).
+	var resumes []control.PendingResume
+	if d.runtime != nil {
+		if resumes, err = d.CloseLiveSessions(ctx); err != nil {
+			return err
+		}
+		defer func() {
+			if err != nil && len(resumes) > 0 {
+				d.AbandonResumes(context.WithoutCancel(ctx), resumes, fmt.Errorf("choird failed to start: %w", err))
+			}
+		}()
+	}
+	// Steps 5, second half, and 6: River runs; orphans are removed.
+	if err := d.startJobs(ctx, embedder); err != nil {
+		return err
+	}
+	// Step 9: accept agents and choirctl.
+	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	srvs, err := d.startServers(serveCtx, d.opts)
+	if err != nil {
+		d.river.Stop(context.WithoutCancel(ctx)) //nolint:errcheck
+		return err
+	}
+	if d.runtime != nil {
+		go d.watchExits(serveCtx)
+	}
+	// Step 10: the sessions closed at step 7 resume in successors. Before
+	// the bots poll, so that a message that waited while choird was down
+	// finds its agent back, instead of being told that it is not running.
+	d.ResumeSessions(ctx, resumes)
+	resumes = nil
+	// Step 8, second half: the bots poll, and the inbox sweep redelivers.
+	gatewayDone := d.runGateway(serveCtx)
+
+	cfg := d.Snapshot().Config
+	d.logger.InfoContext(ctx, "choird ready", slog.Int64("config_version", d.ConfigVersion()),
+		slog.Any("agents", sortedKeys(cfg.Agents)), slog.Int("gateways", len(cfg.Gateways)),
+		slog.String("embedding_provider", cfg.Embedding.Provider), slog.Int("embedding_dimensions", cfg.Embedding.Dimensions))
+	if d.opts.Ready != nil {
+		d.opts.Ready(d)
+	}
+
+	<-ctx.Done()
+	d.logger.Info("choird stopping", slog.String("cause", context.Cause(ctx).Error()))
+	stopServing()
+	srvs.wait()
+	<-gatewayDone
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+	defer cancel()
+	if err := d.river.Stop(stopCtx); err != nil {
+		d.logger.Warn("river did not stop cleanly", slog.String("error", err.Error()))
+	}
+	d.logger.Info("choird stopped")
+	return nil
+}
+
+// open reads and validates config.json and secrets.json (steps 1 and 2),
+// connects to Postgres (step 3), provisions every agent's schema (step 4),
+// records the config version, and makes the control layer.
+func (d *Daemon) open(ctx context.Context) error {
+	cfgPath := filepath.Join(d.home, "config.json")
 	raw, err := os.ReadFile(cfgPath)
 	if err != nil {
 		return fmt.Errorf("read %s: %w (run choirctl init to create it)", cfgPath, err)
 	}
-	d.cfg, d.secrets, err = config.Load(opts.Home)
+	cfg, secrets, err := config.Load(d.home)
 	if err != nil {
 		return err
 	}
-	logger.InfoContext(ctx, "step 1: config.json read and validated", slog.String("path", cfgPath),
-		slog.Int("agents", len(d.cfg.Agents)), slog.Int("workspaces", len(d.cfg.Workspaces)),
-		slog.Int("models", len(d.cfg.Models)), slog.Int("gateways", len(d.cfg.Gateways)), slog.Int("dms", len(d.cfg.DMs)))
-	logger.InfoContext(ctx, "step 2: secrets.json read and validated",
-		slog.String("path", filepath.Join(opts.Home, "secrets.json")), slog.Int("secrets", len(d.secrets)))
+	d.logger.InfoContext(ctx, "step 1: config.json read and validated", slog.String("path", cfgPath),
+		slog.Int("agents", len(cfg.Agents)), slog.Int("workspaces", len(cfg.Workspaces)),
+		slog.Int("models", len(cfg.Models)), slog.Int("gateways", len(cfg.Gateways)), slog.Int("dms", len(cfg.DMs)))
+	d.logger.InfoContext(ctx, "step 2: secrets.json read and validated",
+		slog.String("path", filepath.Join(d.home, "secrets.json")), slog.Int("secrets", len(secrets)))
 
 	// Step 3: Postgres, with credentials from the configured secret.
-	dsn, err := d.cfg.PostgresDSN(d.secrets)
+	dsn, err := cfg.PostgresDSN(secrets)
 	if err != nil {
 		return err
 	}
@@ -164,85 +255,78 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if err != nil {
 		return err
 	}
-	defer d.pool.Close()
-	logger.InfoContext(ctx, "step 3: connected to Postgres", slog.String("postgres", d.cfg.Postgres.Describe()),
-		slog.String("database", d.cfg.Postgres.Database), slog.String("server_version", serverVersion))
+	d.logger.InfoContext(ctx, "step 3: connected to Postgres", slog.String("postgres", cfg.Postgres.Describe()),
+		slog.String("database", cfg.Postgres.Database), slog.String("server_version", serverVersion))
 
 	// Step 4: one schema and role per configured agent.
-	if err := d.provisionAgents(ctx); err != nil {
+	if err := d.provisionAgents(ctx, cfg); err != nil {
 		return err
 	}
 	sum := sha256.Sum256(raw)
-	d.configVersion, err = db.New(d.pool).ConfigVersionRecord(ctx, sum[:])
+	version, err := db.New(d.pool).ConfigVersionRecord(ctx, sum[:])
 	if err != nil {
 		return fmt.Errorf("record config version: %w", err)
 	}
+	d.Control = control.New(control.Options{Home: d.home, Logger: d.logger, Pool: d.pool, Config: cfg, Secrets: secrets,
+		ConfigVersion: version, AgentBinary: d.opts.AgentBinary, AgentImage: d.opts.AgentImage, OSImage: d.opts.OSImage,
+		AgentSocket: AgentSocketPath(d.home)})
+	return nil
+}
 
-	// Step 5: the pool serves everything from here; River works jobs on it,
-	// memory's embedding jobs with the configured embedder.
-	embedder, err := embed.New(d.cfg.Embedding, d.secrets, embed.Options{})
+// newJobs makes the embedder, the Telegram bots and the River client
+// (step 5's first half); nothing runs yet. The bots are made here, because
+// the delivery worker sends through them; they poll once choird serves.
+func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
+	cfg, secrets := d.Snapshot().Config, d.Snapshot().Secrets
+	embedder, err := embed.New(cfg.Embedding, secrets, embed.Options{})
 	if err != nil {
-		return fmt.Errorf("embedding provider: %w", err)
+		return nil, fmt.Errorf("embedding provider: %w", err)
 	}
 	if st := embedder.Status(); st.Offline {
-		logger.InfoContext(ctx, "embedding: "+embed.OfflineNote, slog.String("embedding_provider", st.Provider),
+		d.logger.InfoContext(ctx, "embedding: "+embed.OfflineNote, slog.String("embedding_provider", st.Provider),
 			slog.String("embedding_model", st.Model), slog.Int("embedding_dimensions", st.Dimensions))
 	} else {
-		logger.InfoContext(ctx, "embedding: OpenAI-compatible provider", slog.String("embedding_provider", st.Provider),
+		d.logger.InfoContext(ctx, "embedding: OpenAI-compatible provider", slog.String("embedding_provider", st.Provider),
 			slog.String("embedding_model", st.Model), slog.Int("embedding_dimensions", st.Dimensions),
 			slog.String("embedding_endpoint", st.Endpoint))
 	}
 	// Step 8, first half: the Telegram bots are made here, because the
 	// delivery worker sends through them; they poll once choird serves.
-	if err := d.newGateway(opts); err != nil {
-		return err
+	if err := d.newGateway(d.opts); err != nil {
+		return nil, err
 	}
-	memoryWorkers := pipeline.Workers{Pool: d.pool, Logger: logger, Embedder: embedder,
-		MidTermSessions: func() int { c, _ := d.config(); return c.MidTermSessionCount() }}
+	memoryWorkers := pipeline.Workers{Pool: d.pool, Logger: d.logger, Embedder: embedder,
+		MidTermSessions: func() int { return d.Snapshot().Config.MidTermSessionCount() }}
 	d.river, err = jobs.NewClient(jobs.Deps{
 		Pool:             d.pool,
-		Logger:           logger,
-		CrashThreshold:   func() time.Duration { c, _ := d.config(); return c.CrashDetectionThreshold() },
+		Logger:           d.logger,
+		CrashThreshold:   func() time.Duration { return d.Snapshot().Config.CrashDetectionThreshold() },
 		Memory:           memoryWorkers,
 		Sender:           outboundSender{d},
 		SendLimiter:      d.sendLimiter,
-		ApprovalResolved: d.approvalResolved,
-		DMAddress:        d.dmAddress,
-		Workspaces:       d.workspaceDirs,
+		ApprovalResolved: d.ApprovalResolved,
+		DMAddress:        d.DMAddress,
+		Workspaces:       d.WorkspaceDirs,
 		RemoveInstance:   d.removeInstance,
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// The runtime is made before anything is closed for resuming, so that
-	// a runtime choird cannot reach leaves every session as it was.
-	if d.runtime, err = newRuntime(ctx, opts, logger); err != nil {
-		return err
-	}
-	if d.runtime != nil {
-		defer d.runtime.Close()
-	}
-	// Step 7, first: sessions live before the restart are closed before
-	// crash detection can see them, and resumed at step 10 (resume.go).
-	var resumes []pendingResume
-	if d.runtime != nil {
-		if resumes, err = d.closeLiveSessions(ctx); err != nil {
-			return err
-		}
-		defer func() {
-			if err != nil && len(resumes) > 0 {
-				d.abandonResumes(context.WithoutCancel(ctx), resumes, fmt.Errorf("choird failed to start: %w", err))
-			}
-		}()
-	}
+	d.SetJobs(d.river)
+	return embedder, nil
+}
+
+// startJobs starts River and the memory store (step 5), and removes the
+// instances a previous run left behind (step 6).
+func (d *Daemon) startJobs(ctx context.Context, embedder *embed.Embedder) error {
 	if err := d.river.Start(ctx); err != nil {
 		return fmt.Errorf("start river: %w", err)
 	}
 	d.memory = memory.New(memory.Options{Pool: d.pool, Inserter: d.river, Embedder: embedder,
-		Logger: logger.With(slog.String("component", "memory"))})
-	logger.InfoContext(ctx, "step 5: connection pool and job queues running",
+		Logger: d.logger.With(slog.String("component", "memory"))})
+	d.logger.InfoContext(ctx, "step 5: connection pool and job queues running",
 		slog.Int("pool_max_conns", int(d.pool.Config().MaxConns)),
-		slog.Duration("crash_detection_threshold", d.cfg.CrashDetectionThreshold()))
+		slog.Duration("crash_detection_threshold", d.Snapshot().Config.CrashDetectionThreshold()))
 
 	// Step 6: instances a previous run left behind are removed.
 	if d.runtime != nil {
@@ -251,43 +335,6 @@ func Run(ctx context.Context, opts Options) (err error) {
 			return err
 		}
 	}
-	// Step 9: accept agents and choirctl.
-	serveCtx, stopServing := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopServing()
-	srvs, err := d.startServers(serveCtx, opts)
-	if err != nil {
-		d.river.Stop(context.WithoutCancel(ctx)) //nolint:errcheck
-		return err
-	}
-	if d.runtime != nil {
-		go d.watchExits(serveCtx)
-	}
-	// Step 10: the sessions closed at step 7 resume in successors. Before
-	// the bots poll, so that a message that waited while choird was down
-	// finds its agent back, instead of being told that it is not running.
-	d.resumeSessions(ctx, resumes)
-	resumes = nil
-	// Step 8, second half: the bots poll, and the inbox sweep redelivers.
-	gatewayDone := d.runGateway(serveCtx)
-
-	logger.InfoContext(ctx, "choird ready", slog.Int64("config_version", d.configVersion),
-		slog.Any("agents", sortedKeys(d.cfg.Agents)), slog.Int("gateways", len(d.cfg.Gateways)),
-		slog.String("embedding_provider", d.cfg.Embedding.Provider), slog.Int("embedding_dimensions", d.cfg.Embedding.Dimensions))
-	if opts.Ready != nil {
-		opts.Ready(d)
-	}
-
-	<-ctx.Done()
-	logger.Info("choird stopping", slog.String("cause", context.Cause(ctx).Error()))
-	stopServing()
-	srvs.wait()
-	<-gatewayDone
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
-	defer cancel()
-	if err := d.river.Stop(stopCtx); err != nil {
-		logger.Warn("river did not stop cleanly", slog.String("error", err.Error()))
-	}
-	logger.Info("choird stopped")
 	return nil
 }
 
@@ -334,16 +381,16 @@ func checkMigrated(ctx context.Context, dsn, origin string) (string, error) {
 	return serverVersion, nil
 }
 
-func (d *Daemon) provisionAgents(ctx context.Context) error {
+func (d *Daemon) provisionAgents(ctx context.Context, cfg *config.Config) error {
 	q := db.New(d.pool)
-	for _, id := range sortedKeys(d.cfg.Agents) {
+	for _, id := range sortedKeys(cfg.Agents) {
 		schema, err := q.AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{
-			AgentID: id, Dimensions: int32(d.cfg.Embedding.Dimensions)})
+			AgentID: id, Dimensions: int32(cfg.Embedding.Dimensions)})
 		if err != nil {
 			return fmt.Errorf("provision schema of agent %s: %w", id, err)
 		}
 		d.logger.InfoContext(ctx, "step 4: agent schema ready", slog.String("agent_id", id),
-			slog.String("schema", schema), slog.Int("dimensions", d.cfg.Embedding.Dimensions))
+			slog.String("schema", schema), slog.Int("dimensions", cfg.Embedding.Dimensions))
 	}
 	return nil
 }
@@ -389,3 +436,10 @@ func newRuntime(ctx context.Context, opts Options, logger *slog.Logger) (runtime
 	}
 	return nil, fmt.Errorf("unknown runtime %q: want docker or process", opts.Runtime)
 }
+
+// Scope is who issues a control command (control.Scope).
+type Scope = control.Scope
+
+// StartOverrides replace an agent's default resources for one session
+// (control.StartOverrides).
+type StartOverrides = admin.StartOverrides

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
@@ -24,7 +25,6 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 	b := setupCommands(t)
 	d := b.r.d
 	ctx := context.Background()
-	hooks := gatewayHooks{d}
 	const why = "assistant, the agent of this DM, is running on another DM"
 
 	a := b.startAgentWith(t, "assistant", StartOverrides{DM: "console"})
@@ -48,7 +48,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 	})
 
 	t.Run("ApprovalButtonIsRefused", func(t *testing.T) {
-		ans, err := hooks.Decide(ctx, gateway.Decision{DM: dmOf("alice"), ApprovalID: approvalID, Approve: true})
+		ans, err := b.c.Decide(ctx, gateway.Decision{DM: dmOf("alice"), ApprovalID: approvalID, Approve: true})
 		if err != nil || !strings.HasPrefix(ans, "not your approval") || !strings.Contains(ans, why) {
 			t.Errorf("button = %q, %v", ans, err)
 		}
@@ -70,8 +70,8 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 			"decide":  func() error { _, err := d.ApprovalDecide(ctx, stale, approvalID, true); return err },
 		}
 		for name, check := range checks {
-			if err := check(); !errors.Is(err, ErrForbidden) {
-				t.Errorf("%s with a stale scope: %v, want ErrForbidden", name, err)
+			if err := check(); !errors.Is(err, control.ErrForbidden) {
+				t.Errorf("%s with a stale scope: %v, want control.ErrForbidden", name, err)
 			}
 		}
 		if list, err := d.ApprovalList(ctx, stale, ""); err != nil || len(list) != 0 {
@@ -81,13 +81,13 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 
 	const aliceUpdate = 7001
 	t.Run("MessageIsKeptNotPushed", func(t *testing.T) {
-		err := hooks.Receive(ctx, gateway.InboundMessage{DM: dmOf("alice"), UpdateID: aliceUpdate, ChatID: "alice",
+		err := d.inbox.Receive(ctx, gateway.InboundMessage{DM: dmOf("alice"), UpdateID: aliceUpdate, ChatID: "alice",
 			Text: "hello from alice", SentAt: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// What a hello and the inbox sweep do for assistant's session.
-		d.redeliverInbox(ctx, "assistant", a.session.SessionID, time.Now())
+		d.inbox.RedeliverInbox(ctx, "assistant", a.session.SessionID, time.Now())
 		row, err := db.New(d.pool).InboxGetByUpdate(ctx, db.InboxGetByUpdateParams{Gateway: "console", UpdateID: aliceUpdate})
 		if err != nil {
 			t.Fatal(err)
@@ -99,7 +99,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 	})
 
 	t.Run("FileIsRefused", func(t *testing.T) {
-		if dir, err := hooks.WorkspaceDir(ctx, dmOf("alice")); !errors.Is(err, gateway.ErrNotBound) {
+		if dir, err := d.inbox.WorkspaceDir(ctx, dmOf("alice")); !errors.Is(err, gateway.ErrNotBound) {
 			t.Errorf("alice's file would go to %q (%v)", dir, err)
 		}
 	})
@@ -126,7 +126,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 				t.Errorf("alice reached assistant: %s push %+v", p.Kind, p)
 			}
 		}
-		if st := d.agentStatus(ctx, "assistant"); st.SessionID != a.session.SessionID.String() || st.State != admin.AgentActive {
+		if st := d.LatestStatus(ctx, "assistant"); st.SessionID != a.session.SessionID.String() || st.State != admin.AgentActive {
 			t.Errorf("assistant = %+v, want its session still active", st)
 		}
 		m, err := d.ModelGet(ctx, Scope{Admin: true}, "assistant")
@@ -151,7 +151,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 
 	// The admin's session ends. alice controls assistant again, but the
 	// admin's conversation stays out of her sight.
-	if _, err := endSession(ctx, d.pool, d.river, a.session.SessionID, "ended", "test: the admin stopped it"); err != nil {
+	if _, err := control.EndSession(ctx, d.pool, d.river, a.session.SessionID, "ended", "test: the admin stopped it"); err != nil {
 		t.Fatal(err)
 	}
 	t.Run("AfterStopTheOtherDMsSessionStaysHidden", func(t *testing.T) {

@@ -79,7 +79,7 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 	})
 
 	code, out, errs := choirctl(t, home, "agent", "build", "assistant", "--json")
-	var built BuildResult
+	var built admin.BuildResult
 	if code != 0 || json.Unmarshal([]byte(out), &built) != nil || !built.Built {
 		t.Fatalf("build: %d %s %s", code, out, errs)
 	}
@@ -116,7 +116,7 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 	if code != 0 || !strings.Contains(out, `"agent_id": "assistant"`) {
 		t.Fatalf("update-all: %s", out)
 	}
-	var results []UpdateResult
+	var results []admin.UpdateResult
 	if err := json.Unmarshal([]byte(out), &results); err != nil {
 		t.Fatal(err)
 	}

@@ -2,17 +2,13 @@ package daemon
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 
-	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
-
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/gateway"
-	"github.com/choirhq/choir/daemon/runtime"
-	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/daemon/inbox"
 	"github.com/choirhq/choir/jobs"
 )
 
@@ -20,8 +16,10 @@ import (
 // control layer's hooks. It makes no request.
 func (d *Daemon) newGateway(opts Options) error {
 	d.sendLimiter = gateway.NewSendLimiter(gateway.DefaultSendLimits)
-	d.typing = &typingSet{}
-	cfg, secrets := d.config()
+	d.inbox = inbox.New(d.Control, d.pool, d.logger)
+	d.commands = dmcmd.New(dmcmd.Options{Control: d.Control, Inbox: d.inbox, Pool: d.pool, Logger: d.logger})
+	snap := d.Snapshot()
+	cfg, secrets := snap.Config, snap.Secrets
 	telegram := 0
 	for _, g := range cfg.Gateways {
 		if g.Type == config.GatewayTelegram {
@@ -31,16 +29,17 @@ func (d *Daemon) newGateway(opts Options) error {
 	if telegram == 0 {
 		return nil
 	}
-	hooks := gatewayHooks{d}
 	g, err := gateway.New(gateway.Options{Gateways: cfg.Gateways, DMs: cfg.DMs, Secrets: secrets,
-		APIURL: opts.TelegramAPIURL, Inbox: hooks, Workspaces: hooks, Approvals: hooks, Commands: d.dmCommands(),
+		APIURL: opts.TelegramAPIURL, Inbox: d.inbox, Workspaces: d.inbox, Approvals: d.commands, Commands: d.commands,
 		Limiter: d.sendLimiter, Logger: d.logger})
 	if err != nil {
 		return fmt.Errorf("telegram gateway: %w", err)
 	}
 	d.gateway = g
-	d.typing.g = g
-	d.onConfigApplied = append(d.onConfigApplied, func(c *config.Config, _ config.Secrets) { g.SetDMs(c.DMs) })
+	d.Control.SetGateway(g)
+	d.inbox.SetGateway(g)
+	d.commands.SetGateway(g)
+	d.OnConfigApplied(func(c *config.Config, _ config.Secrets) { g.SetDMs(c.DMs) })
 	return nil
 }
 
@@ -51,7 +50,7 @@ func (d *Daemon) runGateway(ctx context.Context) <-chan struct{} {
 	go func() {
 		defer close(done)
 		sweepDone := make(chan struct{})
-		go func() { defer close(sweepDone); d.sweepInbox(ctx) }()
+		go func() { defer close(sweepDone); d.inbox.SweepInbox(ctx) }()
 		if d.gateway != nil {
 			d.logger.InfoContext(ctx, "step 8: telegram gateways polling", slog.Any("gateways", d.gateway.Gateways()))
 			if err := d.gateway.Run(ctx); err != nil {
@@ -60,7 +59,7 @@ func (d *Daemon) runGateway(ctx context.Context) <-chan struct{} {
 			d.gateway.Close()
 		}
 		<-sweepDone
-		d.typing.stopAll()
+		d.inbox.Typing().StopAll()
 	}()
 	return done
 }
@@ -73,8 +72,7 @@ type outboundSender struct{ d *Daemon }
 var _ jobs.OutboundSender = outboundSender{}
 
 func (s outboundSender) console(name string) bool {
-	cfg, _ := s.d.config()
-	g, ok := cfg.Gateways[name]
+	g, ok := s.d.Snapshot().Config.Gateways[name]
 	return ok && g.Type == config.GatewayConsole
 }
 
@@ -103,47 +101,4 @@ func (s outboundSender) Send(ctx context.Context, part jobs.OutboundPart) (int64
 		return 0, nil
 	}
 	return 0, errNoSuchGateway{part.Gateway}
-}
-
-// dmAddress locates a DM of config.json: its gateway and chat.
-func (d *Daemon) dmAddress(dm string) (gatewayName, chatID string, ok bool) {
-	cfg, _ := d.config()
-	return dmAddressIn(cfg, dm)
-}
-
-// removeInstance removes the container or process of a crashed session,
-// for the crash detection job: a frozen agent must not wake up and act
-// (its token is revoked too, so it could not anyway).
-func (d *Daemon) removeInstance(ctx context.Context, sessionID uuid.UUID) error {
-	if d.runtime == nil {
-		return nil
-	}
-	s, err := db.New(d.pool).SessionGetByID(ctx, sessionID)
-	if err != nil {
-		return fmt.Errorf("load session %s: %w", sessionID, err)
-	}
-	if s.ContainerID == "" {
-		return nil
-	}
-	if err := d.runtime.Remove(ctx, s.ContainerID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-		return fmt.Errorf("remove instance %s of crashed session %s: %w", s.ContainerID, sessionID, err)
-	}
-	d.logger.InfoContext(ctx, "instance of a crashed session removed", slog.String("session_id", sessionID.String()),
-		slog.String("instance", s.ContainerID))
-	return nil
-}
-
-// crashNotice tells the crashed session's DM, through the outbox.
-func (d *Daemon) crashNotice(ctx context.Context, sessionID uuid.UUID, why string) {
-	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		s, err := db.New(tx).SessionGetByID(ctx, sessionID)
-		if err != nil {
-			return err
-		}
-		return jobs.CrashNoticeTx(ctx, tx, d.river, d.dmAddress, s.AgentID, sessionID, s.ResourceBindings, why)
-	})
-	if err != nil {
-		d.logger.WarnContext(ctx, "crash notice not queued", slog.String("session_id", sessionID.String()),
-			slog.String("error", err.Error()))
-	}
 }

@@ -127,8 +127,8 @@ func startChoirdWith(t testing.TB, home string, opts Options) *choirdRun {
 // stop stops every running agent, then choird.
 func (r *choirdRun) stop(t testing.TB) {
 	t.Helper()
-	for id := range r.d.cfg.Agents {
-		if st := r.d.agentStatus(context.Background(), id); st.State == admin.AgentActive || st.State == admin.AgentStarting {
+	for id := range r.d.Snapshot().Config.Agents {
+		if st := r.d.LatestStatus(context.Background(), id); st.State == admin.AgentActive || st.State == admin.AgentStarting {
 			if _, err := r.d.AgentStop(context.Background(), Scope{Admin: true, Actor: "test"}, id); err != nil {
 				t.Errorf("stop %s: %v", id, err)
 			}
@@ -157,7 +157,7 @@ func (r *choirdRun) waitState(t *testing.T, agent string, want admin.AgentState)
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		st := r.d.agentStatus(context.Background(), agent)
+		st := r.d.LatestStatus(context.Background(), agent)
 		if st.State == want {
 			return st
 		}
@@ -248,7 +248,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 		var dm string
 		r.d.pool.QueryRow(context.Background(), "SELECT resource_bindings->>'dm' FROM choir_control.sessions WHERE session_id = $1",
 			st.SessionID).Scan(&dm)
-		if want := r.d.cfg.Agents["assistant"].Defaults.DM; dm != want {
+		if want := r.d.Snapshot().Config.Agents["assistant"].Defaults.DM; dm != want {
 			t.Errorf("the session is bound to DM %q, want the agent's defaults.dm %q", dm, want)
 		}
 		if code, _, errs := choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
@@ -418,7 +418,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 	})
 
 	t.Run("WorkspaceListAndReset", func(t *testing.T) {
-		ws := r.d.cfg.Workspaces["main"].Path
+		ws := r.d.Snapshot().Config.Workspaces["main"].Path
 		os.WriteFile(filepath.Join(ws, "junk.txt"), []byte("x"), 0o644)
 		// The workspace is leased: reset stops its agent first.
 		if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
@@ -438,7 +438,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 		if entries, _ := os.ReadDir(ws); len(entries) != 0 {
 			t.Errorf("workspace not empty: %v", entries)
 		}
-		if st := r.d.agentStatus(context.Background(), "assistant"); st.State != admin.AgentStopped {
+		if st := r.d.LatestStatus(context.Background(), "assistant"); st.State != admin.AgentStopped {
 			t.Errorf("the agent leasing the workspace is %s after reset, want stopped", st.State)
 		}
 	})
@@ -484,7 +484,7 @@ func TestOrphansAreRemovedWhenChoirdRestarts(t *testing.T) {
 
 func pushText(t *testing.T, r *choirdRun, agent, text string) {
 	t.Helper()
-	st := r.d.agentStatus(context.Background(), agent)
+	st := r.d.LatestStatus(context.Background(), agent)
 	if _, err := r.d.Push(st.SessionID, rpcUserMessage(text)); err != nil {
 		t.Fatal(err)
 	}

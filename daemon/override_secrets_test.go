@@ -10,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/agentapi"
+	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
 )
@@ -32,17 +34,17 @@ func TestOverrideBindsItsSecret(t *testing.T) {
 	})
 	addSecrets(t, home, config.Secrets{"other-llm-key": "sk-other", "tts-key": "tts-secret"})
 	r := startChoirdWith(t, home, Options{})
-	b := &cmdBundle{r: r, c: r.d.dmCommands().(*dmCommands)}
-	t.Cleanup(func() { b.c.wait(); r.kill(t) })
+	b := &cmdBundle{r: r, c: dmcmd.New(dmcmd.Options{Control: r.d.Control, Inbox: r.d.inbox, Pool: r.d.pool, Logger: r.d.logger})}
+	t.Cleanup(func() { b.c.Wait(); r.kill(t) })
 	agent := b.startAgent(t, "assistant")
 
-	fetch := func() DynamicConfig {
+	fetch := func() agentapi.DynamicConfig {
 		t.Helper()
 		got, err := agent.client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var dc DynamicConfig
+		var dc agentapi.DynamicConfig
 		if err := json.Unmarshal(got.Config, &dc); err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/choirhq/choir/daemon/agentapi"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
@@ -19,7 +21,7 @@ func TestHello(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	helloReq := func(s startedSession) (rpc.Call, rpc.InitHelloRequest) {
+	helloReq := func(s control.StartedSession) (rpc.Call, rpc.InitHelloRequest) {
 		call := rpc.Call{Session: rpc.Session{ID: s.Session.SessionID.String(), AgentID: "assistant"}, Verb: "INIT_HELLO"}
 		return call, rpc.InitHelloRequest{AgentID: "assistant", SessionID: call.Session.ID, ImageVersion: "img-1",
 			ToolManifestHash: "t1", SkillManifestHash: "s1"}
@@ -28,11 +30,11 @@ func TestHello(t *testing.T) {
 	t.Run("FirstSessionStartsFreshAndRecordsTheHello", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		s, err := startSession(ctx, pool, testConfig(t), "assistant", StartOverrides{}, 1, "process")
+		s, err := control.CreateSession(ctx, pool, testConfig(t), "assistant", StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := hello(ctx, pool, s.Call(), s.HelloRequest())
+		resp, err := agentapi.Hello(ctx, pool, sessionCall(s), helloRequest(s))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -51,13 +53,13 @@ func TestHello(t *testing.T) {
 	t.Run("AHelloForAnotherSessionIsDenied", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		s, err := startSession(ctx, pool, testConfig(t), "assistant", StartOverrides{}, 1, "process")
+		s, err := control.CreateSession(ctx, pool, testConfig(t), "assistant", StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
 		call, req := helloReq(s)
 		req.AgentID = "helper"
-		if _, err := hello(ctx, pool, call, req); !errors.Is(err, rpc.ErrPermissionDenied) {
+		if _, err := agentapi.Hello(ctx, pool, call, req); !errors.Is(err, rpc.ErrPermissionDenied) {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -69,26 +71,26 @@ func TestHello(t *testing.T) {
 		q := db.New(pool)
 
 		// Session 1 replicates revs 1-4 and snapshots at 2, then crashes.
-		s1, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		s1, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
 		evs := chainEvents(t, 1, 7, rpc.Genesis)
-		if _, err := replicate(ctx, pool, s1.Session.SessionID, patch(evs[:4], 0, rpc.Genesis)); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, s1.Session.SessionID, patch(evs[:4], 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
 		if err := q.SnapshotInsert(ctx, db.SnapshotInsertParams{SessionID: s1.Session.SessionID, Rev: 2,
 			Snapshot: json.RawMessage(`{"lane_state":{"edge":"idle"}}`)}); err != nil {
 			t.Fatal(err)
 		}
-		endSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
+		control.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
 
 		// Session 2 resumes, replicates 5-7, and is stopped.
-		s2, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		s2, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := hello(ctx, pool, s2.Call(), s2.HelloRequest())
+		resp, err := agentapi.Hello(ctx, pool, sessionCall(s2), helloRequest(s2))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,17 +101,17 @@ func TestHello(t *testing.T) {
 		if resp.Snapshot.Hash != evs[1].Hash {
 			t.Errorf("snapshot hash is not the hash of rev 2")
 		}
-		if _, err := replicate(ctx, pool, s2.Session.SessionID, patch(evs[4:], 4, evs[3].Hash)); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, s2.Session.SessionID, patch(evs[4:], 4, evs[3].Hash)); err != nil {
 			t.Fatal(err)
 		}
-		endSession(ctx, pool, nil, s2.Session.SessionID, "ended", "stopped")
+		control.EndSession(ctx, pool, nil, s2.Session.SessionID, "ended", "stopped")
 
 		// Session 3 sees the whole chain: snapshot 2 and tail 3-7.
-		s3, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		s3, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err = hello(ctx, pool, s3.Call(), s3.HelloRequest())
+		resp, err = agentapi.Hello(ctx, pool, sessionCall(s3), helloRequest(s3))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -127,7 +129,7 @@ func TestHello(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		s1, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		s1, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -144,23 +146,23 @@ func TestHello(t *testing.T) {
 				req.Snapshot = &rpc.Snapshot{Rev: end, Hash: evs[end-1].Hash,
 					State: json.RawMessage(`{"edge":{"window_from":` + strconv.FormatInt(end, 10) + `,"note":"ünïcode and \"quotes\""}}`)}
 			}
-			if _, err := replicate(ctx, pool, s1.Session.SessionID, req); err != nil {
+			if _, err := agentapi.Replicate(ctx, pool, s1.Session.SessionID, req); err != nil {
 				t.Fatal(err)
 			}
 		}
-		endSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
+		control.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
 		resume := func(t *testing.T) (rpc.InitHelloResponse, string) {
 			t.Helper()
-			s, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+			s, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
 			if err != nil {
 				t.Fatal(err)
 			}
 			var logs bytes.Buffer
-			resp, err := helloWith(ctx, pool, slog.New(slog.NewJSONHandler(&logs, nil)), s.Call(), s.HelloRequest())
+			resp, err := agentapi.HelloWith(ctx, pool, slog.New(slog.NewJSONHandler(&logs, nil)), sessionCall(s), helloRequest(s))
 			if err != nil {
 				t.Fatal(err)
 			}
-			endSession(ctx, pool, nil, s.Session.SessionID, "ended", "test")
+			control.EndSession(ctx, pool, nil, s.Session.SessionID, "ended", "test")
 			return resp, logs.String()
 		}
 

@@ -18,6 +18,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/agent/commitlog"
+	"github.com/choirhq/choir/daemon/agentapi"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -71,10 +73,10 @@ func benchHeartbeat(b *testing.B, sessions, perBeat int, viaRPC bool) {
 		txLat = append(txLat, d)
 		mu.Unlock()
 	}
-	heartbeatTxObserver.Store(&observe)
-	defer heartbeatTxObserver.Store(nil)
+	agentapi.HeartbeatTxObserver.Store(&observe)
+	defer agentapi.HeartbeatTxObserver.Store(nil)
 	b.ResetTimer()
-	start, cpu0, own0 := time.Now(), cpuTime(b, d.cfg.Postgres.Database), ownCPU(b)
+	start, cpu0, own0 := time.Now(), cpuTime(b, d.Snapshot().Config.Postgres.Database), ownCPU(b)
 	for range b.N {
 		var wg sync.WaitGroup
 		for _, s := range all {
@@ -93,7 +95,7 @@ func benchHeartbeat(b *testing.B, sessions, perBeat int, viaRPC bool) {
 				if viaRPC {
 					_, err = s.client.Heartbeat(ctx, req)
 				} else {
-					_, err = replicate(ctx, d.pool, s.id, req)
+					_, err = agentapi.Replicate(ctx, d.pool, s.id, req)
 				}
 				d := time.Since(t0)
 				if err != nil {
@@ -109,9 +111,9 @@ func benchHeartbeat(b *testing.B, sessions, perBeat int, viaRPC bool) {
 		}
 		wg.Wait()
 	}
-	elapsed, cpu, own := time.Since(start), cpuTime(b, d.cfg.Postgres.Database)-cpu0, ownCPU(b)-own0
+	elapsed, cpu, own := time.Since(start), cpuTime(b, d.Snapshot().Config.Postgres.Database)-cpu0, ownCPU(b)-own0
 	b.StopTimer()
-	heartbeatTxObserver.Store(nil)
+	agentapi.HeartbeatTxObserver.Store(nil)
 	mu.Lock()
 	defer mu.Unlock()
 	slices.Sort(lat)
@@ -180,8 +182,8 @@ func BenchmarkRecovery100k(b *testing.B) {
 func benchRecovery(b *testing.B, total, snapEvery int) {
 	d, home, _ := runChoird(b)
 	ctx := context.Background()
-	cfg := d.cfg
-	first, err := startSession(ctx, d.pool, cfg, "assistant", StartOverrides{}, d.configVersion, "bench")
+	cfg := d.Snapshot().Config
+	first, err := control.CreateSession(ctx, d.pool, cfg, "assistant", StartOverrides{}, d.ConfigVersion(), "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -204,18 +206,18 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 				req.Snapshot = &rpc.Snapshot{Rev: last.Rev, Hash: last.Hash, State: json.RawMessage(`{"edge":{"tool_calls_used":1}}`)}
 			}
 		}
-		if _, err := replicate(ctx, d.pool, first.Session.SessionID, req); err != nil {
+		if _, err := agentapi.Replicate(ctx, d.pool, first.Session.SessionID, req); err != nil {
 			b.Fatal(err)
 		}
 		rev, prev = rev+n, p
 	}
-	if _, err := endSession(ctx, d.pool, nil, first.Session.SessionID, "crashed", "bench"); err != nil {
+	if _, err := control.EndSession(ctx, d.pool, nil, first.Session.SessionID, "crashed", "bench"); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		s, err := startSession(ctx, d.pool, cfg, "assistant", StartOverrides{}, d.configVersion, "bench")
+		s, err := control.CreateSession(ctx, d.pool, cfg, "assistant", StartOverrides{}, d.ConfigVersion(), "bench")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -225,7 +227,7 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		hello, err := c.InitHello(ctx, s.HelloRequest())
+		hello, err := c.InitHello(ctx, helloRequest(s))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -235,7 +237,7 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 		b.StopTimer()
 		b.ReportMetric(float64(len(hello.TailEvents)), "tail-events")
 		c.Close()
-		if _, err := endSession(ctx, d.pool, nil, s.Session.SessionID, "ended", "bench"); err != nil {
+		if _, err := control.EndSession(ctx, d.pool, nil, s.Session.SessionID, "ended", "bench"); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

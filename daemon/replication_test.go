@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
@@ -84,11 +85,11 @@ func TestReplicate(t *testing.T) {
 		pool := dbtest.NewPool(t)
 		id := newSession(t, pool, "alpha")
 		evs := chainEvents(t, 1, 8, rpc.Genesis)
-		resp, err := replicate(ctx, pool, id, patch(evs[:5], 0, rpc.Genesis))
+		resp, err := agentapi.Replicate(ctx, pool, id, patch(evs[:5], 0, rpc.Genesis))
 		if err != nil || resp.AckRev != 5 {
 			t.Fatalf("first heartbeat: %+v, %v", resp, err)
 		}
-		resp, err = replicate(ctx, pool, id, patch(evs[5:], 5, evs[4].Hash))
+		resp, err = agentapi.Replicate(ctx, pool, id, patch(evs[5:], 5, evs[4].Hash))
 		if err != nil || resp.AckRev != 8 {
 			t.Fatalf("second heartbeat: %+v, %v", resp, err)
 		}
@@ -102,7 +103,7 @@ func TestReplicate(t *testing.T) {
 		pool := dbtest.NewPool(t)
 		id := newSession(t, pool, "alpha")
 		pool.Exec(ctx, "UPDATE choir_control.sessions SET last_heartbeat_at = now() - interval '1 hour' WHERE session_id = $1", id)
-		if _, err := replicate(ctx, pool, id, patch(nil, 0, rpc.Genesis)); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, id, patch(nil, 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
 		var age time.Duration
@@ -119,7 +120,7 @@ func TestReplicate(t *testing.T) {
 		evs := chainEvents(t, 1, 4, rpc.Genesis)
 		req := patch(evs, 0, rpc.Genesis)
 		for range 3 {
-			resp, err := replicate(ctx, pool, id, req)
+			resp, err := agentapi.Replicate(ctx, pool, id, req)
 			if err != nil || resp.AckRev != 4 {
 				t.Fatalf("heartbeat: %+v, %v", resp, err)
 			}
@@ -134,11 +135,11 @@ func TestReplicate(t *testing.T) {
 		pool := dbtest.NewPool(t)
 		id := newSession(t, pool, "alpha")
 		evs := chainEvents(t, 1, 6, rpc.Genesis)
-		if _, err := replicate(ctx, pool, id, patch(evs[:3], 0, rpc.Genesis)); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, id, patch(evs[:3], 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
 		// The ack was lost: the agent resends from its old base with more.
-		resp, err := replicate(ctx, pool, id, patch(evs, 0, rpc.Genesis))
+		resp, err := agentapi.Replicate(ctx, pool, id, patch(evs, 0, rpc.Genesis))
 		if err != nil || resp.AckRev != 6 {
 			t.Fatalf("resend: %+v, %v", resp, err)
 		}
@@ -152,11 +153,11 @@ func TestReplicate(t *testing.T) {
 		pool := dbtest.NewPool(t)
 		id := newSession(t, pool, "alpha")
 		evs := chainEvents(t, 1, 6, rpc.Genesis)
-		if _, err := replicate(ctx, pool, id, patch(evs[:2], 0, rpc.Genesis)); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, id, patch(evs[:2], 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
-		_, err := replicate(ctx, pool, id, patch(evs[3:], 3, evs[2].Hash))
-		if !errors.Is(err, ErrChainGap) || !errors.Is(err, rpc.ErrConflict) {
+		_, err := agentapi.Replicate(ctx, pool, id, patch(evs[3:], 3, evs[2].Hash))
+		if !errors.Is(err, agentapi.ErrChainGap) || !errors.Is(err, rpc.ErrConflict) {
 			t.Fatalf("err = %v, want a gap conflict", err)
 		}
 		if want := "resend from rev 3"; !strings.Contains(err.Error(), want) {
@@ -172,12 +173,12 @@ func TestReplicate(t *testing.T) {
 		pool := dbtest.NewPool(t)
 		id := newSession(t, pool, "alpha")
 		evs := chainEvents(t, 1, 2, rpc.Genesis)
-		if _, err := replicate(ctx, pool, id, patch(evs, 0, rpc.Genesis)); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, id, patch(evs, 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
 		fork := chainEvents(t, 3, 4, rpc.Hash{1})
-		_, err := replicate(ctx, pool, id, patch(fork, 2, rpc.Hash{1}))
-		if !errors.Is(err, ErrChainBroken) {
+		_, err := agentapi.Replicate(ctx, pool, id, patch(fork, 2, rpc.Hash{1}))
+		if !errors.Is(err, agentapi.ErrChainBroken) {
 			t.Fatalf("err = %v, want broken chain", err)
 		}
 		if n, _ := storedRevs(t, pool, id); n != 2 {
@@ -190,7 +191,7 @@ func TestReplicate(t *testing.T) {
 		pool := dbtest.NewPool(t)
 		id := newSession(t, pool, "alpha")
 		db.New(pool).SessionEnd(ctx, db.SessionEndParams{SessionID: id, EndReason: "test"})
-		_, err := replicate(ctx, pool, id, patch(chainEvents(t, 1, 1, rpc.Genesis), 0, rpc.Genesis))
+		_, err := agentapi.Replicate(ctx, pool, id, patch(chainEvents(t, 1, 1, rpc.Genesis), 0, rpc.Genesis))
 		if !errors.Is(err, rpc.ErrUnauthenticated) {
 			t.Fatalf("err = %v", err)
 		}
@@ -204,7 +205,7 @@ func TestReplicate(t *testing.T) {
 		req := patch(evs, 0, rpc.Genesis)
 		errs := make(chan error, 4)
 		for range 4 {
-			go func() { _, err := replicate(ctx, pool, id, req); errs <- err }()
+			go func() { _, err := agentapi.Replicate(ctx, pool, id, req); errs <- err }()
 		}
 		for range 4 {
 			if err := <-errs; err != nil {
@@ -223,7 +224,7 @@ func TestReplicate(t *testing.T) {
 		evs := chainEvents(t, 1, 4, rpc.Genesis)
 		req := patch(evs, 0, rpc.Genesis)
 		req.Snapshot = &rpc.Snapshot{Rev: 3, Hash: evs[2].Hash, State: json.RawMessage(`{"b": 1, "a": [true]}`)}
-		if _, err := replicate(ctx, pool, id, req); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, id, req); err != nil {
 			t.Fatal(err)
 		}
 		var hash, sum []byte
@@ -243,7 +244,7 @@ func TestReplicate(t *testing.T) {
 		id := newSession(t, pool, "alpha")
 		evs := chainEvents(t, 1, 3, rpc.Genesis)
 		req := patch([]rpc.Event{evs[0], evs[2]}, 0, rpc.Genesis)
-		if _, err := replicate(ctx, pool, id, req); !errors.Is(err, rpc.ErrBadRequest) {
+		if _, err := agentapi.Replicate(ctx, pool, id, req); !errors.Is(err, rpc.ErrBadRequest) {
 			t.Fatalf("err = %v, want a bad request", err)
 		}
 		if n, acked := storedRevs(t, pool, id); n != 0 || acked != 0 {
@@ -255,7 +256,7 @@ func TestReplicate(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		id := newSession(t, pool, "alpha")
-		store := replayStore{pool}
+		store := agentapi.ReplayStore{Pool: pool}
 		for verb, want := range map[rpc.Verb]bool{rpc.VerbHeartbeat: false, rpc.VerbRequestApproval: true} {
 			key := rpc.ReplayKey{SessionID: id.String(), RequestID: "req-" + string(verb)}
 			if err := store.Save(ctx, key, rpc.ReplayRecord{Verb: verb, Response: []byte(`{}`)}); err != nil {
@@ -271,7 +272,7 @@ func TestReplicate(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		id := newSession(t, pool, "alpha")
-		if _, err := replicate(ctx, pool, id, patch(chainEvents(t, 1, 2, rpc.Genesis), 0, rpc.Genesis)); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, id, patch(chainEvents(t, 1, 2, rpc.Genesis), 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
 		_, err := pool.Exec(ctx, "DELETE FROM choir_control.sessions WHERE session_id = $1", id)

@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -81,7 +82,7 @@ func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 		return acked >= 3
 	})
 	pid := agentPid(t, r, "assistant")
-	threshold := r.d.cfg.CrashDetectionThreshold()
+	threshold := r.d.Snapshot().Config.CrashDetectionThreshold()
 	r.kill(t) // the agent keeps running, its connection gone
 
 	// choird stays down beyond the crash threshold, so that crash
@@ -110,8 +111,8 @@ func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 	var status, reason string
 	pool.QueryRow(ctx, "SELECT status, end_reason FROM choir_control.sessions WHERE session_id = $1",
 		first.SessionID).Scan(&status, &reason)
-	if status != "crashed" || reason != resumeEndReason {
-		t.Errorf("the old session is %s (%q), want crashed (%q)", status, reason, resumeEndReason)
+	if status != "crashed" || reason != control.ResumeEndReason {
+		t.Errorf("the old session is %s (%q), want crashed (%q)", status, reason, control.ResumeEndReason)
 	}
 	var resumedFrom *uuid.UUID
 	var baseRev int64
@@ -135,7 +136,7 @@ func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 	if got := strings.Join(leases, " "); !strings.Contains(got, "workspace:other") || !strings.Contains(got, "dm:second") {
 		t.Errorf("the successor holds %q, want the workspace and DM leases of its bindings", got)
 	}
-	if ms, err := r.d.modelState(ctx, "assistant"); err != nil || ms.LLM != "fast" || !ms.LLMOverridden {
+	if ms, err := r.d.ModelGet(ctx, Scope{Admin: true}, "assistant"); err != nil || ms.LLM != "fast" || !ms.LLMOverridden {
 		t.Errorf("model after the resume: %+v, %v; want the transient override fast", ms, err)
 	}
 
@@ -243,7 +244,7 @@ func TestChoirdRestartResumesOnlyWhatItShould(t *testing.T) {
 	})
 
 	t.Run("FailedResumeIsReported", func(t *testing.T) {
-		if st := r.d.agentStatus(ctx, "assistant"); st.State != admin.AgentCrashed || st.SessionID != assistant.SessionID {
+		if st := r.d.LatestStatus(ctx, "assistant"); st.State != admin.AgentCrashed || st.SessionID != assistant.SessionID {
 			t.Errorf("assistant is %s in session %s, want its old session crashed", st.State, st.SessionID)
 		}
 		dm, text := outboxText(t, pool, "assistant", "resume:"+assistant.SessionID)
@@ -257,8 +258,8 @@ func TestChoirdRestartResumesOnlyWhatItShould(t *testing.T) {
 	})
 
 	t.Run("StoppingSessionEndsAndIsNotResumed", func(t *testing.T) {
-		if st, reason := statusOf(third.SessionID); st != "ended" || reason != stoppingEndReason {
-			t.Errorf("third's session is %s (%q), want ended (%q)", st, reason, stoppingEndReason)
+		if st, reason := statusOf(third.SessionID); st != "ended" || reason != control.StoppingEndReason {
+			t.Errorf("third's session is %s (%q), want ended (%q)", st, reason, control.StoppingEndReason)
 		}
 		if n := sessions("third"); n != 1 {
 			t.Errorf("third has %d sessions, want only the stopped one", n)

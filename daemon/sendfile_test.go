@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 )
@@ -28,8 +29,8 @@ func TestSendFileStaysInTheWorkspace(t *testing.T) {
 	if s.Bindings.Workspace != "main" {
 		t.Fatalf("session bound to workspace %q", s.Bindings.Workspace)
 	}
-	mainSend := filepath.Join(d.cfg.Workspaces["main"].Path, ".choirtmp", "send")
-	otherSend := filepath.Join(d.cfg.Workspaces["other"].Path, ".choirtmp", "send")
+	mainSend := filepath.Join(d.Snapshot().Config.Workspaces["main"].Path, ".choirtmp", "send")
+	otherSend := filepath.Join(d.Snapshot().Config.Workspaces["other"].Path, ".choirtmp", "send")
 	for _, dir := range []string{mainSend, otherSend} {
 		if err := os.MkdirAll(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -39,7 +40,7 @@ func TestSendFileStaysInTheWorkspace(t *testing.T) {
 	if err := os.WriteFile(secret, []byte("the other agent's file"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(d.cfg.Workspaces["other"].Path, filepath.Join(mainSend, "sub")); err != nil {
+	if err := os.Symlink(d.Snapshot().Config.Workspaces["other"].Path, filepath.Join(mainSend, "sub")); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Mkfifo(filepath.Join(mainSend, "pipe.pdf"), 0o644); err != nil {
@@ -53,7 +54,7 @@ func TestSendFileStaysInTheWorkspace(t *testing.T) {
 	for p, name := range refused {
 		t.Run(name, func(t *testing.T) {
 			in, _ := json.Marshal(map[string]string{"path": p})
-			resp, err := client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: SendFileTool,
+			resp, err := client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: agentapi.SendFileTool,
 				CallID: "send-" + name, Input: in})
 			if err != nil || resp.Status != rpc.ToolError {
 				t.Errorf("choir.send.file %s: %s %s %v", p, resp.Status, resp.Output, err)
@@ -78,7 +79,7 @@ func TestSendFileStaysInTheWorkspace(t *testing.T) {
 		if err := os.WriteFile(report, []byte("quarterly"), 0o644); err != nil {
 			t.Fatal(err)
 		}
-		resp, err := client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: SendFileTool, CallID: "send-ok",
+		resp, err := client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: agentapi.SendFileTool, CallID: "send-ok",
 			Input: json.RawMessage(`{"path": "report.txt"}`)})
 		if err != nil || resp.Status != rpc.ToolSuccess {
 			t.Fatalf("choir.send.file: %s %s %v", resp.Status, resp.Output, err)

@@ -2,12 +2,9 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -15,7 +12,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/choirhq/choir/daemon/memory"
+	"github.com/choirhq/choir/daemon/adminapi"
+	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
@@ -48,7 +46,8 @@ const heartbeatPoolConns = 4
 // socket, and serves both in the background. A socket held by a running
 // choird is an error naming its process.
 func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, err error) {
-	dsn, err := d.cfg.PostgresDSN(d.secrets)
+	snap := d.Snapshot()
+	dsn, err := snap.Config.PostgresDSN(snap.Secrets)
 	if err != nil {
 		return nil, err
 	}
@@ -62,21 +61,20 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 			hbPool.Close()
 		}
 	}()
-	d.api = &agentAPI{pool: d.pool, heartbeatPool: hbPool, logger: d.logger, cfg: d.cfg, secrets: d.secrets, jobs: d.river,
-		hostTools: memoryTools(d.memory)}
-	srv, err := rpc.NewServer(rpc.ServerOptions{Handler: d.api, Authenticator: newSessionAuth(d.pool),
-		Replay: replayStore{d.pool}, Logger: d.logger.With(slog.String("component", "rpc"))})
+	d.api = agentapi.New(agentapi.Options{Pool: d.pool, HeartbeatPool: hbPool, Logger: d.logger, Config: d.Snapshot,
+		Jobs: d.river, HostTools: agentapi.MemoryTools(d.memory), Typing: d.inbox.Typing(),
+		CloseSession: func(ctx context.Context, id string) { d.rpc.CloseSession(ctx, id) }, //nolint:errcheck
+		HelloDone: func(ctx context.Context, agentID string, id uuid.UUID) {
+			d.inbox.RedeliverInbox(ctx, agentID, id, time.Now())
+			d.PushOutcomes(ctx, agentID, id)
+		}})
+	srv, err := rpc.NewServer(rpc.ServerOptions{Handler: d.api, Authenticator: agentapi.NewSessionAuth(d.pool),
+		Replay: agentapi.ReplayStore{Pool: d.pool}, Logger: d.logger.With(slog.String("component", "rpc"))})
 	if err != nil {
 		return nil, fmt.Errorf("create agent protocol server: %w", err)
 	}
 	d.rpc = srv
-	d.api.hostTools[SendFileTool] = d.api.sendFile
-	d.api.closeSession = func(ctx context.Context, id string) { srv.CloseSession(ctx, id) } //nolint:errcheck
-	d.api.typing = d.typing
-	d.api.helloDone = func(ctx context.Context, agentID string, id uuid.UUID) {
-		d.redeliverInbox(ctx, agentID, id, time.Now())
-		d.pushOutcomes(ctx, agentID, id)
-	}
+	d.SetRPC(srv)
 
 	var agentLn net.Listener
 	switch opts.Transport {
@@ -116,10 +114,8 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
 	mux := admin.NewMux(d.logger.With(slog.String("component", "admin")))
-	admin.Handle(mux, "GET", admin.PathStatus, func(ctx context.Context, _ admin.Empty) (admin.StatusResponse, error) {
-		return d.status(ctx), nil
-	})
-	d.mountControl(mux)
+	adminapi.Mount(mux, adminapi.Options{Control: d.Control, Chat: d.inbox, Pool: d.pool, Memory: d.memory,
+		Version: Version, StartedAt: d.startedAt})
 	d.logger.InfoContext(ctx, "admin API listening", slog.String("socket", admin.SocketPath(d.home)))
 
 	s := &servers{errs: make(chan error, 2), heartbeatPool: hbPool}
@@ -135,78 +131,4 @@ func (s *servers) wait() {
 	s.wg.Wait()
 	close(s.errs)
 	s.heartbeatPool.Close()
-}
-
-// status answers choirctl status: choird itself, Postgres, and each
-// configured agent's state from its latest session.
-func (d *Daemon) status(ctx context.Context) admin.StatusResponse {
-	cfg, _ := d.config()
-	cfgVersion := d.runningConfigVersion()
-	resp := admin.StatusResponse{
-		Choird: admin.DaemonStatus{Version: Version, PID: os.Getpid(), StartedAt: d.startedAt,
-			UptimeMS: time.Since(d.startedAt).Milliseconds()},
-		ConfigVersion: cfgVersion,
-		Agents:        []admin.AgentStatus{},
-	}
-	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	defer cancel()
-	var version string
-	if err := d.pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
-		resp.Postgres = admin.PostgresStatus{Error: fmt.Sprintf("%s: %v", cfg.Postgres.Describe(), err)}
-	} else {
-		resp.Postgres = admin.PostgresStatus{Reachable: true, ServerVersion: version}
-	}
-	if resp.Postgres.Reachable && d.memory != nil {
-		if ms, err := d.memory.Status(ctx); err == nil {
-			m := &admin.MemoryStatus{Pending: ms.Pending, Failed: ms.Failed, LastError: ms.LastError}
-			if e := ms.Embedding; e != nil {
-				m.Provider, m.Model, m.Dimensions, m.Offline, m.Note = e.Provider, e.Model, e.Dimensions, e.Offline, e.Note
-				m.ConsecutiveFailures = e.ConsecutiveFailures
-				if m.LastError == "" {
-					m.LastError = e.LastError
-				}
-			}
-			resp.Memory = m
-		}
-	}
-	for _, id := range sortedKeys(cfg.Agents) {
-		a := admin.AgentStatus{AgentID: id, State: admin.AgentStopped}
-		if resp.Postgres.Reachable {
-			a = d.agentStatus(ctx, id)
-		}
-		resp.Agents = append(resp.Agents, a)
-	}
-	return resp
-}
-
-// memoryTools serves choir.memory.query and choir.memory.upsert (spec 11.7)
-// from the memory store: reads of any agent's memory, writes to the caller's
-// own only, which Postgres enforces through the caller's role.
-func memoryTools(store *memory.Store) map[string]HostTool {
-	wrap := func(fn func(ctx context.Context, agentID string, in json.RawMessage) (any, error)) HostTool {
-		return func(ctx context.Context, agentID string, in json.RawMessage) (json.RawMessage, error) {
-			out, err := fn(ctx, agentID, in)
-			switch {
-			case errors.Is(err, memory.ErrInvalidInput), errors.Is(err, memory.ErrUnknownAgent),
-				errors.Is(err, memory.ErrNotFound), errors.Is(err, memory.ErrConflict):
-				return nil, codedErr{rpc.ErrBadRequest, err}
-			case errors.Is(err, memory.ErrPermission):
-				return nil, codedErr{rpc.ErrPermissionDenied, err}
-			case errors.Is(err, memory.ErrBusy):
-				return nil, codedErr{rpc.ErrUnavailable, err}
-			}
-			if err != nil {
-				return nil, err
-			}
-			return json.Marshal(out)
-		}
-	}
-	return map[string]HostTool{
-		"choir.memory.query": wrap(func(ctx context.Context, agentID string, in json.RawMessage) (any, error) {
-			return store.Query(ctx, agentID, in)
-		}),
-		"choir.memory.upsert": wrap(func(ctx context.Context, agentID string, in json.RawMessage) (any, error) {
-			return store.Upsert(ctx, agentID, in)
-		}),
-	}
 }

@@ -29,28 +29,28 @@ func TestSessionControlAdminAPI(t *testing.T) {
 	}
 
 	t.Run("ModelAndVoice", func(t *testing.T) {
-		var list ModelListResult
+		var list admin.ModelListResult
 		if err := c.Do(ctx, http.MethodGet, admin.PathModels, nil, &list); err != nil || len(list.Models) != 2 || len(list.TTS) != 1 {
 			t.Fatalf("models = %+v, %v", list, err)
 		}
-		var st ModelState
-		if err := c.Do(ctx, http.MethodPost, "/v1/agents/assistant/model", ModelSetRequest{LLM: "big"}, &st); err != nil ||
+		var st admin.ModelState
+		if err := c.Do(ctx, http.MethodPost, "/v1/agents/assistant/model", admin.ModelSetRequest{LLM: "big"}, &st); err != nil ||
 			st.LLM != "big" || !st.LLMOverridden || !st.Running {
 			t.Fatalf("model set = %+v, %v", st, err)
 		}
 		agent.push(t, rpc.PushConfigChanged)
-		err := c.Do(ctx, http.MethodPost, "/v1/agents/assistant/model", ModelSetRequest{LLM: "gpt-9"}, &st)
+		err := c.Do(ctx, http.MethodPost, "/v1/agents/assistant/model", admin.ModelSetRequest{LLM: "gpt-9"}, &st)
 		if code(err) != rpc.CodeNotFound || !strings.Contains(err.Error(), "models: big, local") {
 			t.Errorf("unknown model: %v", err)
 		}
-		err = c.Do(ctx, http.MethodPost, "/v1/agents/helper/voice", VoiceSetRequest{VoiceProfile: "calm"}, &st)
+		err = c.Do(ctx, http.MethodPost, "/v1/agents/helper/voice", admin.VoiceSetRequest{VoiceProfile: "calm"}, &st)
 		if code(err) != rpc.CodeConflict || !strings.Contains(err.Error(), "helper has no live session") {
 			t.Errorf("voice set on a stopped agent: %v", err)
 		}
 		if err := c.Do(ctx, http.MethodGet, "/v1/agents/helper/voice", nil, &st); err != nil || st.Running || st.LLM != "local" {
 			t.Errorf("voice get of a stopped agent = %+v, %v", st, err)
 		}
-		var voices []NamedVoice
+		var voices []admin.NamedVoice
 		if err := c.Do(ctx, http.MethodGet, admin.PathVoices, nil, &voices); err != nil || len(voices) != 2 || voices[0].Name != "bright" {
 			t.Errorf("voices = %+v, %v", voices, err)
 		}
@@ -60,12 +60,12 @@ func TestSessionControlAdminAPI(t *testing.T) {
 		if _, err := agent.client.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "core:build", State: "CORE_WAITING_TOOL"}); err != nil {
 			t.Fatal(err)
 		}
-		var cores SessionCoresResult
+		var cores admin.SessionCoresResult
 		if err := c.Do(ctx, http.MethodGet, "/v1/agents/assistant/session/cores", nil, &cores); err != nil ||
 			len(cores.Cores) != 1 || cores.Cores[0].Name != "build" || !cores.Cores[0].Active {
 			t.Fatalf("cores = %+v, %v", cores, err)
 		}
-		var ref SessionRef
+		var ref admin.SessionRef
 		if err := c.Do(ctx, http.MethodPost, "/v1/agents/assistant/session/cancel/build", nil, &ref); err != nil || ref.Target != "build" {
 			t.Fatalf("cancel = %+v, %v", ref, err)
 		}
@@ -76,7 +76,7 @@ func TestSessionControlAdminAPI(t *testing.T) {
 			t.Fatal(err)
 		}
 		agent.push(t, rpc.PushCompact)
-		var ev SessionEventsResult
+		var ev admin.SessionEventsResult
 		if err := c.Do(ctx, http.MethodGet, "/v1/agents/assistant/session/events/5", nil, &ev); err != nil || !ev.Live ||
 			ev.SessionID != agent.session.SessionID.String() {
 			t.Errorf("events = %+v, %v", ev, err)
@@ -93,14 +93,14 @@ func TestSessionControlAdminAPI(t *testing.T) {
 
 	t.Run("Approvals", func(t *testing.T) {
 		id := agent.requestApproval(t, "deploy to staging")
-		var list []Approval
+		var list []admin.Approval
 		if err := c.Do(ctx, http.MethodGet, admin.PathApprovals, nil, &list); err != nil || len(list) != 1 || list[0].ID != id {
 			t.Fatalf("approvals = %+v, %v", list, err)
 		}
 		if err := c.Do(ctx, http.MethodGet, "/v1/agents/helper/approvals", nil, &list); err != nil || len(list) != 0 {
 			t.Errorf("helper's approvals = %+v, %v", list, err)
 		}
-		var a Approval
+		var a admin.Approval
 		if err := c.Do(ctx, http.MethodPost, "/v1/approvals/"+id+"/approve", nil, &a); err != nil || a.Status != "approved" ||
 			!strings.HasPrefix(a.ResolvedBy, "choirctl:uid=") {
 			t.Fatalf("approve = %+v, %v", a, err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/agentapi"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
@@ -47,7 +49,7 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		s, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		s, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -74,12 +76,12 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		if _, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process"); err != nil {
+		if _, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process"); err != nil {
 			t.Fatal(err)
 		}
 		// helper defaults to the same workspace; its DM is free.
-		_, err := startSession(ctx, pool, cfg, "helper", StartOverrides{DM: "second"}, 1, "process")
-		if !errors.Is(err, ErrLeaseConflict) || !strings.Contains(err.Error(), "leased to agent assistant") {
+		_, err := control.CreateSession(ctx, pool, cfg, "helper", StartOverrides{DM: "second"}, 1, "process")
+		if !errors.Is(err, control.ErrLeaseConflict) || !strings.Contains(err.Error(), "leased to agent assistant") {
 			t.Fatalf("err = %v", err)
 		}
 		var sessions int
@@ -87,7 +89,7 @@ func TestStartSession(t *testing.T) {
 		if sessions != 0 {
 			t.Errorf("a rejected start left %d session rows", sessions)
 		}
-		if _, err := startSession(ctx, pool, cfg, "helper", StartOverrides{DM: "second", Workspace: "other"}, 1, "process"); err != nil {
+		if _, err := control.CreateSession(ctx, pool, cfg, "helper", StartOverrides{DM: "second", Workspace: "other"}, 1, "process"); err != nil {
 			t.Fatalf("start with free resources: %v", err)
 		}
 	})
@@ -96,12 +98,12 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		first, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		first, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = startSession(ctx, pool, cfg, "assistant", StartOverrides{Workspace: "other", DM: "second"}, 1, "process")
-		if !errors.Is(err, ErrLeaseConflict) || !strings.Contains(err.Error(), first.Session.SessionID.String()) {
+		_, err = control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{Workspace: "other", DM: "second"}, 1, "process")
+		if !errors.Is(err, control.ErrLeaseConflict) || !strings.Contains(err.Error(), first.Session.SessionID.String()) {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -109,12 +111,12 @@ func TestStartSession(t *testing.T) {
 	t.Run("UnknownOverridesAreAllNamed", func(t *testing.T) {
 		t.Parallel()
 		cfg := testConfig(t)
-		_, err := resolveBindings(cfg, "assistant", StartOverrides{Workspace: "nope", LLM: "gpt-9"})
-		if !errors.Is(err, ErrUnknownResource) || !strings.Contains(err.Error(), "--workspace=nope") ||
+		_, err := control.ResolveBindings(cfg, "assistant", StartOverrides{Workspace: "nope", LLM: "gpt-9"})
+		if !errors.Is(err, control.ErrUnknownResource) || !strings.Contains(err.Error(), "--workspace=nope") ||
 			!strings.Contains(err.Error(), "--llm=gpt-9") {
 			t.Fatalf("err = %v", err)
 		}
-		if _, err := resolveBindings(cfg, "ghost", StartOverrides{}); !errors.Is(err, ErrUnknownResource) {
+		if _, err := control.ResolveBindings(cfg, "ghost", StartOverrides{}); !errors.Is(err, control.ErrUnknownResource) {
 			t.Fatalf("unknown agent: %v", err)
 		}
 	})
@@ -123,24 +125,24 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		first, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		first, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
 		evs := chainEvents(t, 1, 3, rpc.Genesis)
-		if _, err := replicate(ctx, pool, first.Session.SessionID, patch(evs, 0, rpc.Genesis)); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, first.Session.SessionID, patch(evs, 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := endSession(ctx, pool, nil, first.Session.SessionID, "ended", "stopped by test"); err != nil || !ok {
+		if ok, err := control.EndSession(ctx, pool, nil, first.Session.SessionID, "ended", "stopped by test"); err != nil || !ok {
 			t.Fatalf("end: %v %v", ok, err)
 		}
-		if ok, _ := endSession(ctx, pool, nil, first.Session.SessionID, "ended", "again"); ok {
+		if ok, _ := control.EndSession(ctx, pool, nil, first.Session.SessionID, "ended", "again"); ok {
 			t.Error("ending an ended session reported success")
 		}
-		if _, err := newSessionAuth(pool).Authenticate(ctx, first.Session.SessionID.String(), first.LeaseToken); !errors.Is(err, rpc.ErrUnauthenticated) {
+		if _, err := agentapi.NewSessionAuth(pool).Authenticate(ctx, first.Session.SessionID.String(), first.LeaseToken); !errors.Is(err, rpc.ErrUnauthenticated) {
 			t.Errorf("token of an ended session still authenticates: %v", err)
 		}
-		second, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		second, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatalf("restart: %v", err)
 		}
@@ -148,7 +150,7 @@ func TestStartSession(t *testing.T) {
 			t.Fatalf("second session base %d from %v", second.Session.BaseRev, second.Session.ResumedFrom)
 		}
 		more := chainEvents(t, 4, 5, evs[2].Hash)
-		if resp, err := replicate(ctx, pool, second.Session.SessionID, patch(more, 3, evs[2].Hash)); err != nil || resp.AckRev != 5 {
+		if resp, err := agentapi.Replicate(ctx, pool, second.Session.SessionID, patch(more, 3, evs[2].Hash)); err != nil || resp.AckRev != 5 {
 			t.Fatalf("continue chain: %+v %v", resp, err)
 		}
 	})
@@ -157,11 +159,11 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		s, err := startSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		s, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
-		auth := newSessionAuth(pool)
+		auth := agentapi.NewSessionAuth(pool)
 		got, err := auth.Authenticate(ctx, s.Session.SessionID.String(), s.LeaseToken)
 		if err != nil || got.AgentID != "assistant" {
 			t.Fatalf("right token: %+v %v", got, err)
@@ -185,7 +187,7 @@ func TestReplayStore(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
 	id := newSession(t, pool, "alpha")
-	store := replayStore{pool}
+	store := agentapi.ReplayStore{Pool: pool}
 	key := rpc.ReplayKey{SessionID: id.String(), RequestID: "req-1"}
 	if _, ok, err := store.Load(ctx, key); ok || err != nil {
 		t.Fatalf("empty load: %v %v", ok, err)
@@ -209,13 +211,13 @@ func TestReplayStore(t *testing.T) {
 	}
 }
 
-// Call is the rpc call an agent of s makes.
-func (s startedSession) Call() rpc.Call {
+// sessionCall is the rpc call an agent of s makes.
+func sessionCall(s control.StartedSession) rpc.Call {
 	return rpc.Call{Session: rpc.Session{ID: s.Session.SessionID.String(), AgentID: s.Session.AgentID}, Verb: "INIT_HELLO"}
 }
 
-// HelloRequest is the INIT_HELLO an agent of s sends.
-func (s startedSession) HelloRequest() rpc.InitHelloRequest {
+// helloRequest is the INIT_HELLO an agent of s sends.
+func helloRequest(s control.StartedSession) rpc.InitHelloRequest {
 	return rpc.InitHelloRequest{AgentID: s.Session.AgentID, SessionID: s.Session.SessionID.String(),
 		ImageVersion: "img-1", ToolManifestHash: "t1", SkillManifestHash: "s1"}
 }
@@ -224,10 +226,10 @@ func (s startedSession) HelloRequest() rpc.InitHelloRequest {
 // start does, and returns it with a client on choird's agent socket that
 // has said hello, as its agent would be. The client closes when the test
 // ends.
-func helloSession(t *testing.T, d *Daemon, home, agentID string) (startedSession, *rpc.Client) {
+func helloSession(t *testing.T, d *Daemon, home, agentID string) (control.StartedSession, *rpc.Client) {
 	t.Helper()
 	ctx := context.Background()
-	s, err := startSession(ctx, d.pool, d.cfg, agentID, StartOverrides{}, d.configVersion, "process")
+	s, err := control.CreateSession(ctx, d.pool, d.Snapshot().Config, agentID, StartOverrides{}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +239,7 @@ func helloSession(t *testing.T, d *Daemon, home, agentID string) (startedSession
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	if _, err := client.InitHello(ctx, s.HelloRequest()); err != nil {
+	if _, err := client.InitHello(ctx, helloRequest(s)); err != nil {
 		t.Fatalf("INIT_HELLO: %v", err)
 	}
 	return s, client

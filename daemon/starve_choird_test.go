@@ -14,6 +14,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -69,7 +70,7 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 	d, home, logs := runChoirdWith(t, func(c *config.Config) {
 		c.HeartbeatIntervalMS, c.CrashDetectionThresholdMS = 500, 2500
 	})
-	threshold, interval := d.cfg.CrashDetectionThreshold(), d.cfg.HeartbeatInterval()
+	threshold, interval := d.Snapshot().Config.CrashDetectionThreshold(), d.Snapshot().Config.HeartbeatInterval()
 	dial := func(id uuid.UUID, token string) *rpc.Client {
 		c, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home), SessionID: id.String(), LeaseToken: token})
 		if err != nil {
@@ -78,20 +79,20 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	sa, err := startSession(ctx, d.pool, d.cfg, "assistant", StartOverrides{}, d.configVersion, "process")
+	sa, err := control.CreateSession(ctx, d.pool, d.Snapshot().Config, "assistant", StartOverrides{}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := startSession(ctx, d.pool, d.cfg, "helper", StartOverrides{Workspace: "other", DM: "second"}, d.configVersion, "process")
+	sb, err := control.CreateSession(ctx, d.pool, d.Snapshot().Config, "helper", StartOverrides{Workspace: "other", DM: "second"}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, b := dial(sa.Session.SessionID, sa.LeaseToken), dial(sb.Session.SessionID, sb.LeaseToken)
 	for _, c := range []struct {
 		client *rpc.Client
-		s      startedSession
+		s      control.StartedSession
 	}{{a, sa}, {b, sb}} {
-		if _, err := c.client.InitHello(ctx, c.s.HelloRequest()); err != nil {
+		if _, err := c.client.InitHello(ctx, helloRequest(c.s)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"github.com/choirhq/choir/rpc/admin"
 	"os"
 	"path/filepath"
 	"strings"
@@ -48,7 +49,7 @@ func TestAgentConversation(t *testing.T) {
 		summaryStep(),
 	)
 	d, home := choird(t, srv)
-	sessionID, token, err := d.StartSession(ctx, "assistant", daemon.StartOverrides{}, "process")
+	sessionID, token, err := d.StartSession(ctx, "assistant", admin.StartOverrides{}, "process")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -122,7 +123,7 @@ func TestAgentConversation(t *testing.T) {
 // test ends.
 func startAgent(t *testing.T, d *daemon.Daemon, home string) string {
 	t.Helper()
-	sessionID, token, err := d.StartSession(context.Background(), "assistant", daemon.StartOverrides{}, "process")
+	sessionID, token, err := d.StartSession(context.Background(), "assistant", admin.StartOverrides{}, "process")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -310,7 +310,7 @@ func (e *tgEnv) startAgentAdmin(t testing.TB, agentID string) admin.AgentStatus 
 	var st admin.AgentStatus
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := c.Do(ctx, "POST", "/v1/agents/"+agentID+"/start", daemon.StartOverrides{}, &st); err != nil {
+	if err := c.Do(ctx, "POST", "/v1/agents/"+agentID+"/start", admin.StartOverrides{}, &st); err != nil {
 		t.Fatalf("start %s: %v", agentID, err)
 	}
 	return st
@@ -401,7 +401,7 @@ type userPush struct {
 func standInAgent(t testing.TB, d *daemon.Daemon, home, agentID string) *standIn {
 	t.Helper()
 	ctx := context.Background()
-	sessionID, token, err := d.StartSession(ctx, agentID, daemon.StartOverrides{}, "process")
+	sessionID, token, err := d.StartSession(ctx, agentID, admin.StartOverrides{}, "process")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"github.com/choirhq/choir/rpc/admin"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -38,7 +39,7 @@ func TestGatewayDMWritesFile(t *testing.T) {
 	e := newTGEnv(t, llm, nil)
 	e.dumpLogsOnFailure(t, "assistant")
 	d := e.runChoird(t)
-	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: actorAdmin}, "assistant", daemon.StartOverrides{}); err != nil {
+	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: actorAdmin}, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
 	pool := d.Pool()
@@ -251,7 +252,7 @@ func TestGatewayApprovalByButton(t *testing.T) {
 	e := newTGEnv(t, llm, nil)
 	e.dumpLogsOnFailure(t, "assistant")
 	d := e.runChoird(t)
-	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: actorAdmin}, "assistant", daemon.StartOverrides{}); err != nil {
+	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: actorAdmin}, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
 	pool := d.Pool()

@@ -1,4 +1,4 @@
-package daemon
+package control
 
 import (
 	"context"
@@ -30,24 +30,24 @@ import (
 // as after any crash; undelivered inbox rows are delivered again.
 //
 // The order keeps crash detection out of it: the live sessions are closed
-// (closeLiveSessions) before River starts, so the crash detection job never
-// sees them and sends no crash notice; they are resumed (resumeSessions)
+// (CloseLiveSessions) before River starts, so the crash detection job never
+// sees them and sends no crash notice; they are resumed (ResumeSessions)
 // once choird serves agents. Each is tried once: a failed resume leaves the
 // old session crashed and nothing live, so the next start of choird does
 // not try again, and the DM is told what failed and how to start the agent.
 
 // Why a session closed at start-up ended.
 const (
-	resumeEndReason   = "choird restarted; resumed in a new session"
-	stoppingEndReason = "choird restarted while the session was stopping"
+	ResumeEndReason   = "choird restarted; resumed in a new session"
+	StoppingEndReason = "choird restarted while the session was stopping"
 )
 
 // resumeActor is the actor of the starts choird makes on its own.
 const resumeActor = "choird (resume after restart)"
 
-// pendingResume is a session that was active when choird last stopped,
+// PendingResume is a session that was active when choird last stopped,
 // closed at start-up for a successor to resume.
-type pendingResume struct {
+type PendingResume struct {
 	SessionID uuid.UUID
 	AgentID   string
 	Bindings  json.RawMessage
@@ -57,19 +57,19 @@ type pendingResume struct {
 // errAgentRemoved reports a session whose agent config.json no longer has.
 var errAgentRemoved = errors.New("it is no longer in config.json")
 
-// closeLiveSessions closes every session that was live when choird last
+// CloseLiveSessions closes every session that was live when choird last
 // stopped, releases its leases, forgets its replay records and enqueues
 // the chunking of its events, all in one transaction; it returns the
 // sessions that were active, to resume. It runs only when choird starts a
 // runtime: without one, agents started elsewhere keep their sessions and
 // reconnect with their lease tokens.
-func (d *Daemon) closeLiveSessions(ctx context.Context) ([]pendingResume, error) {
+func (d *Control) CloseLiveSessions(ctx context.Context) ([]PendingResume, error) {
 	var rows []db.SessionsCloseLiveRow
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		var err error
-		rows, err = q.SessionsCloseLive(ctx, db.SessionsCloseLiveParams{ActiveReason: resumeEndReason,
-			StoppingReason: stoppingEndReason})
+		rows, err = q.SessionsCloseLive(ctx, db.SessionsCloseLiveParams{ActiveReason: ResumeEndReason,
+			StoppingReason: StoppingEndReason})
 		if err != nil {
 			return fmt.Errorf("close the sessions live before choird restarted: %w", err)
 		}
@@ -86,26 +86,26 @@ func (d *Daemon) closeLiveSessions(ctx context.Context) ([]pendingResume, error)
 	if err != nil {
 		return nil, err
 	}
-	var out []pendingResume
+	var out []PendingResume
 	for _, r := range rows {
 		d.logger.InfoContext(ctx, "step 7: session live before the restart closed, leases released",
 			slog.String("agent_id", r.AgentID), slog.String("session_id", r.SessionID.String()),
 			slog.String("status", r.Status), slog.Int("leases_released", int(r.LeasesReleased)),
 			slog.Bool("resume", r.Status == "crashed"))
 		if r.Status == "crashed" {
-			out = append(out, pendingResume{SessionID: r.SessionID, AgentID: r.AgentID, Bindings: r.ResourceBindings,
+			out = append(out, PendingResume{SessionID: r.SessionID, AgentID: r.AgentID, Bindings: r.ResourceBindings,
 				AckedRev: r.AckedRev})
 		}
 	}
 	return out, nil
 }
 
-// resumeSessions starts a successor of every pending session, one after
+// ResumeSessions starts a successor of every pending session, one after
 // the other, and tells each one's DM how it went.
-func (d *Daemon) resumeSessions(ctx context.Context, pending []pendingResume) {
+func (d *Control) ResumeSessions(ctx context.Context, pending []PendingResume) {
 	for i, p := range pending {
 		if ctx.Err() != nil {
-			d.abandonResumes(context.WithoutCancel(ctx), pending[i:], errors.New("choird stopped first"))
+			d.AbandonResumes(context.WithoutCancel(ctx), pending[i:], errors.New("choird stopped first"))
 			return
 		}
 		st, err := d.resumeSession(ctx, p)
@@ -127,7 +127,7 @@ func (d *Daemon) resumeSessions(ctx context.Context, pending []pendingResume) {
 
 // resumeSession starts the successor of p with p's bindings, and carries
 // p's transient overrides over to it.
-func (d *Daemon) resumeSession(ctx context.Context, p pendingResume) (admin.AgentStatus, error) {
+func (d *Control) resumeSession(ctx context.Context, p PendingResume) (admin.AgentStatus, error) {
 	cfg, _ := d.config()
 	if _, ok := cfg.Agents[p.AgentID]; !ok {
 		return admin.AgentStatus{}, errAgentRemoved
@@ -150,8 +150,8 @@ func (d *Daemon) resumeSession(ctx context.Context, p pendingResume) (admin.Agen
 
 // overridesOf are the start overrides that bind a new session exactly as
 // b binds an old one (restart and resume keep the bindings).
-func overridesOf(b rpc.ResourceBindings) StartOverrides {
-	return StartOverrides{Workspace: b.Workspace, LLM: b.Models["llm"], VoiceProfile: b.VoiceProfile,
+func overridesOf(b rpc.ResourceBindings) admin.StartOverrides {
+	return admin.StartOverrides{Workspace: b.Workspace, LLM: b.Models["llm"], VoiceProfile: b.VoiceProfile,
 		GitIdentity: b.GitIdentity, Notion: b.Notion, Email: b.Email, DM: b.DM}
 }
 
@@ -160,7 +160,7 @@ func overridesOf(b rpc.ResourceBindings) StartOverrides {
 // agent to fetch its dynamic configuration again. The push is queued even
 // before the agent connects, so an agent that fetched before the override
 // was set fetches again.
-func (d *Daemon) carryOverrides(ctx context.Context, from uuid.UUID, to string) error {
+func (d *Control) carryOverrides(ctx context.Context, from uuid.UUID, to string) error {
 	q := db.New(d.pool)
 	old, err := q.SessionDynamicState(ctx, from)
 	if err != nil {
@@ -193,9 +193,9 @@ func (d *Daemon) carryOverrides(ctx context.Context, from uuid.UUID, to string) 
 	return nil
 }
 
-// abandonResumes tells the DMs of sessions that choird closed for resuming
+// AbandonResumes tells the DMs of sessions that choird closed for resuming
 // but will not resume, because it stopped or failed first.
-func (d *Daemon) abandonResumes(ctx context.Context, pending []pendingResume, cause error) {
+func (d *Control) AbandonResumes(ctx context.Context, pending []PendingResume, cause error) {
 	for _, p := range pending {
 		d.logger.ErrorContext(ctx, "session not resumed", slog.String("agent_id", p.AgentID),
 			slog.String("session_id", p.SessionID.String()), slog.String("error", cause.Error()))
@@ -207,12 +207,12 @@ func (d *Daemon) abandonResumes(ctx context.Context, pending []pendingResume, ca
 
 // resumeNotice queues text to the DM session p was bound to. It is keyed by
 // the session, so it is queued once whatever happens.
-func (d *Daemon) resumeNotice(ctx context.Context, p pendingResume, text string) {
+func (d *Control) resumeNotice(ctx context.Context, p PendingResume, text string) {
 	var b rpc.ResourceBindings
 	if json.Unmarshal(p.Bindings, &b) != nil || b.DM == "" {
 		return
 	}
-	gw, chat, ok := d.dmAddress(b.DM)
+	gw, chat, ok := d.DMAddress(b.DM)
 	if !ok {
 		d.logger.WarnContext(ctx, "no DM to tell about the resume: it is no longer in config.json", slog.String("agent_id", p.AgentID),
 			slog.String("dm", b.DM), slog.String("text", text))

@@ -1,4 +1,12 @@
-package daemon
+// Package control is choird's one control layer: who may act (Scope, and
+// which agent a DM controls), and every command that changes or reads the
+// state of agents: sessions (start, stop, restart, status, resume after a
+// restart of choird), approvals, the running configuration and secrets
+// (one atomic snapshot, staged and applied in two phases), models and
+// voices, workspaces and image builds. Every front-end (the admin socket,
+// the DM commands, the gateway's hooks) calls the same functions with its
+// scope; none decides permissions or changes state by itself.
+package control
 
 import (
 	"context"
@@ -6,19 +14,109 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
+
+// Options configure the control layer.
+type Options struct {
+	// Home is the .choir.d directory.
+	Home   string
+	Logger *slog.Logger
+	Pool   *pgxpool.Pool
+	// Config, Secrets and ConfigVersion are what choird started with.
+	Config        *config.Config
+	Secrets       config.Secrets
+	ConfigVersion int64
+	// AgentBinary is choir-agent, for image builds (default: next to
+	// choird's own executable).
+	AgentBinary string
+	// AgentImage overrides the image agents run under docker.
+	AgentImage string
+	// OSImage is the operating-system image agent builds start from.
+	OSImage string
+	// AgentSocket is the agent protocol's Unix socket, mounted into
+	// agents the runtime starts.
+	AgentSocket string
+}
+
+// Pusher is what the control layer needs of the agent protocol's server:
+// pushes to a session's agent, and closing a session's stream.
+type Pusher interface {
+	Push(sessionID string, p rpc.Push) (uint64, error)
+	CloseSession(ctx context.Context, sessionID string) error
+}
+
+// Control is the control layer of a running choird.
+type Control struct {
+	home   string
+	logger *slog.Logger
+	pool   *pgxpool.Pool
+	opts   Options
+	// runtime runs agents (nil when choird has none); river enqueues the
+	// jobs control commands cause; rpc pushes to agents; gateway runs the
+	// Telegram bots (nil when none). They are set once, before choird
+	// serves (SetRuntime, SetJobs, SetRPC, SetGateway).
+	runtime runtime.Runtime
+	river   jobs.Inserter
+	rpc     Pusher
+	gateway *gateway.Gateway
+
+	// snap is the running configuration, swapped whole (configctl.go).
+	snap atomic.Pointer[Snapshot]
+	// cfgCtl holds the staged configuration (configctl.go).
+	cfgCtl configControl
+	// onConfigApplied are called, in order, after each successful config
+	// apply with the new running configuration and secrets.
+	onConfigApplied []func(*config.Config, config.Secrets)
+}
+
+// New makes the control layer of choird with the configuration it starts
+// with.
+func New(o Options) *Control {
+	d := &Control{home: o.Home, logger: o.Logger, pool: o.Pool}
+	d.snap.Store(&Snapshot{Config: o.Config, Secrets: o.Secrets, Version: o.ConfigVersion})
+	// The configuration lives in the snapshot alone.
+	o.Config, o.Secrets, o.ConfigVersion = nil, nil, 0
+	d.opts = o
+	return d
+}
+
+// SetRuntime sets the runtime that runs agents; without one, agents
+// cannot be started.
+func (d *Control) SetRuntime(rt runtime.Runtime) { d.runtime = rt }
+
+// SetJobs sets the job queue that control commands enqueue on.
+func (d *Control) SetJobs(ins jobs.Inserter) { d.river = ins }
+
+// SetRPC sets the agent protocol's server.
+func (d *Control) SetRPC(p Pusher) { d.rpc = p }
+
+// SetGateway sets the Telegram bots, whose approval buttons are cleared.
+func (d *Control) SetGateway(g *gateway.Gateway) { d.gateway = g }
+
+// OnConfigApplied adds fn to what runs after each successful config apply.
+func (d *Control) OnConfigApplied(fn func(*config.Config, config.Secrets)) {
+	d.onConfigApplied = append(d.onConfigApplied, fn)
+}
+
+func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
 
 // Scope is who issues a control command (spec 17.1, 19.3): an admin, who
 // may act on any agent, or a regular DM, which may act only on its bound
@@ -42,7 +140,9 @@ type Scope struct {
 // ErrForbidden reports a command outside the issuer's scope.
 var ErrForbidden = errors.New("not allowed")
 
-func (s Scope) allow(agentID string) error {
+// Allow checks a command on agentID: an admin may act on any agent, a
+// regular DM only on its bound one.
+func (s Scope) Allow(agentID string) error {
 	if s.Admin || (s.Agent != "" && s.Agent == agentID) {
 		return nil
 	}
@@ -55,14 +155,14 @@ func (s Scope) allow(agentID string) error {
 	return fmt.Errorf("%w: this DM controls only agent %s, not %s", ErrForbidden, s.Agent, agentID)
 }
 
-// allowSession checks a command on one of an agent's sessions: a regular
+// AllowSession checks a command on one of an agent's sessions: a regular
 // DM acts only on a session bound to it. For a live session this is the
 // session holding the DM's lease (the scope may have been made before
 // an admin started the agent on another DM); for the latest session of an
 // agent that is not running, it keeps another DM's conversation (events,
 // lanes, approvals) out of this DM's sight.
-func (s Scope) allowSession(sess db.ChoirControlSession) error {
-	if err := s.allow(sess.AgentID); err != nil {
+func (s Scope) AllowSession(sess db.ChoirControlSession) error {
+	if err := s.Allow(sess.AgentID); err != nil {
 		return err
 	}
 	if s.Admin || s.DM == "" {
@@ -78,7 +178,9 @@ func (s Scope) allowSession(sess db.ChoirControlSession) error {
 	return nil
 }
 
-func (s Scope) adminOnly(what string) error {
+// AdminOnly refuses what, a command only an admin may give, to a regular
+// DM.
+func (s Scope) AdminOnly(what string) error {
 	if s.Admin {
 		return nil
 	}
@@ -93,16 +195,16 @@ const StopTimeout = 60 * time.Second
 // leases and the session row in one transaction, then the instance. If the
 // instance cannot start, the session and its leases are removed again, so
 // nothing is half-started.
-func (d *Daemon) AgentStart(ctx context.Context, sc Scope, agentID string, o StartOverrides) (admin.AgentStatus, error) {
+func (d *Control) AgentStart(ctx context.Context, sc Scope, agentID string, o admin.StartOverrides) (admin.AgentStatus, error) {
 	cfg, _ := d.config()
 	cfgVersion := d.runningConfigVersion()
-	if err := sc.adminOnly("agent start"); err != nil {
+	if err := sc.AdminOnly("agent start"); err != nil {
 		return admin.AgentStatus{}, err
 	}
 	if d.runtime == nil {
 		return admin.AgentStatus{}, errors.New("choird runs without an agent runtime; start it with --runtime=docker")
 	}
-	b, err := resolveBindings(cfg, agentID, o)
+	b, err := ResolveBindings(cfg, agentID, o)
 	if err != nil {
 		return admin.AgentStatus{}, err
 	}
@@ -113,12 +215,12 @@ func (d *Daemon) AgentStart(ctx context.Context, sc Scope, agentID string, o Sta
 	if err := d.verifyImage(ctx, agentID, d.agentImage(agentID)); err != nil {
 		return admin.AgentStatus{}, err
 	}
-	s, err := startSession(ctx, d.pool, cfg, agentID, o, cfgVersion, d.runtime.Name())
+	s, err := CreateSession(ctx, d.pool, cfg, agentID, o, cfgVersion, d.runtime.Name())
 	if err != nil {
 		return admin.AgentStatus{}, err
 	}
 	spec := runtime.Spec{AgentID: agentID, SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken,
-		Image: d.agentImage(agentID), Workspace: ws, ControlSocket: AgentSocketPath(d.home)}
+		Image: d.agentImage(agentID), Workspace: ws, ControlSocket: d.opts.AgentSocket}
 	inst, err := d.runtime.Start(ctx, spec)
 	if err != nil {
 		if derr := discardSession(context.WithoutCancel(ctx), d.pool, s.Session.SessionID); derr != nil {
@@ -133,11 +235,11 @@ func (d *Daemon) AgentStart(ctx context.Context, sc Scope, agentID string, o Sta
 	}
 	d.logger.InfoContext(ctx, "agent started", slog.String("agent_id", agentID), slog.String("session_id", spec.SessionID),
 		slog.String("runtime", d.runtime.Name()), slog.String("instance", inst.ID), slog.String("by", sc.Actor))
-	return d.agentStatus(ctx, agentID), nil
+	return d.LatestStatus(ctx, agentID), nil
 }
 
 // agentImage is the image an agent runs under docker.
-func (d *Daemon) agentImage(agentID string) string {
+func (d *Control) agentImage(agentID string) string {
 	if d.opts.AgentImage != "" {
 		return d.opts.AgentImage
 	}
@@ -186,8 +288,8 @@ type dbtx interface {
 // stopping, the agent is told to shut down and ends its session itself
 // after its final heartbeat; an agent that does not within StopTimeout is
 // stopped by its runtime and its session ended.
-func (d *Daemon) AgentStop(ctx context.Context, sc Scope, agentID string) (admin.AgentStatus, error) {
-	if err := sc.allow(agentID); err != nil {
+func (d *Control) AgentStop(ctx context.Context, sc Scope, agentID string) (admin.AgentStatus, error) {
+	if err := sc.Allow(agentID); err != nil {
 		return admin.AgentStatus{}, err
 	}
 	q := db.New(d.pool)
@@ -198,7 +300,7 @@ func (d *Daemon) AgentStop(ctx context.Context, sc Scope, agentID string) (admin
 	if err != nil {
 		return admin.AgentStatus{}, err
 	}
-	if err := sc.allowSession(s); err != nil {
+	if err := sc.AllowSession(s); err != nil {
 		return admin.AgentStatus{}, err
 	}
 	if err := q.SessionMarkStopping(ctx, s.SessionID); err != nil {
@@ -231,14 +333,14 @@ func (d *Daemon) AgentStop(ctx context.Context, sc Scope, agentID string) (admin
 	}
 	// An agent that never answered is ended here; its unacknowledged tail
 	// is lost, as after a crash.
-	if ended, err := endSession(ctx, d.pool, d.river, s.SessionID, "ended", "stopped by "+sc.Actor+" (agent did not end its session)"); err != nil {
+	if ended, err := EndSession(ctx, d.pool, d.river, s.SessionID, "ended", "stopped by "+sc.Actor+" (agent did not end its session)"); err != nil {
 		return admin.AgentStatus{}, err
 	} else if ended {
 		d.logger.WarnContext(ctx, "agent did not end its session in time; ended it", slog.String("agent_id", agentID))
 	}
 	d.rpc.CloseSession(ctx, id) //nolint:errcheck
 	d.logger.InfoContext(ctx, "agent stopped", slog.String("agent_id", agentID), slog.String("session_id", id), slog.String("by", sc.Actor))
-	return d.agentStatus(ctx, agentID), nil
+	return d.LatestStatus(ctx, agentID), nil
 }
 
 // AgentRestart stops an agent and starts it again with the same resource
@@ -247,14 +349,14 @@ func (d *Daemon) AgentStop(ctx context.Context, sc Scope, agentID string) (admin
 // left off: with that session's resources when an admin asks, on its
 // defaults when its own DM does (a regular DM never binds the agent to
 // another DM).
-func (d *Daemon) AgentRestart(ctx context.Context, sc Scope, agentID string) (admin.AgentStatus, error) {
-	if err := sc.allow(agentID); err != nil {
+func (d *Control) AgentRestart(ctx context.Context, sc Scope, agentID string) (admin.AgentStatus, error) {
+	if err := sc.Allow(agentID); err != nil {
 		return admin.AgentStatus{}, err
 	}
 	q := db.New(d.pool)
 	s, err := q.SessionGetLiveByAgent(ctx, agentID)
 	if errors.Is(err, pgx.ErrNoRows) {
-		var o StartOverrides
+		var o admin.StartOverrides
 		if last, err := q.SessionLatestByAgent(ctx, agentID); err == nil && sc.Admin {
 			var b rpc.ResourceBindings
 			if err := json.Unmarshal(last.ResourceBindings, &b); err == nil {
@@ -277,34 +379,34 @@ func (d *Daemon) AgentRestart(ctx context.Context, sc Scope, agentID string) (ad
 }
 
 // AgentStatus reports one agent.
-func (d *Daemon) AgentStatus(ctx context.Context, sc Scope, agentID string) (admin.AgentStatus, error) {
+func (d *Control) AgentStatus(ctx context.Context, sc Scope, agentID string) (admin.AgentStatus, error) {
 	cfg, _ := d.config()
-	if err := sc.allow(agentID); err != nil {
+	if err := sc.Allow(agentID); err != nil {
 		return admin.AgentStatus{}, err
 	}
 	if _, ok := cfg.Agents[agentID]; !ok {
 		return admin.AgentStatus{}, fmt.Errorf("%w: agent %q is not in config.json", ErrUnknownResource, agentID)
 	}
-	return d.agentStatus(ctx, agentID), nil
+	return d.LatestStatus(ctx, agentID), nil
 }
 
 // AgentList reports every configured agent.
-func (d *Daemon) AgentList(ctx context.Context, sc Scope) ([]admin.AgentStatus, error) {
+func (d *Control) AgentList(ctx context.Context, sc Scope) ([]admin.AgentStatus, error) {
 	cfg, _ := d.config()
-	if err := sc.adminOnly("agent list"); err != nil {
+	if err := sc.AdminOnly("agent list"); err != nil {
 		return nil, err
 	}
 	out := []admin.AgentStatus{}
 	for _, id := range sortedKeys(cfg.Agents) {
-		out = append(out, d.agentStatus(ctx, id))
+		out = append(out, d.LatestStatus(ctx, id))
 	}
 	return out, nil
 }
 
 // WorkspaceList lists the workspaces and who leases each.
-func (d *Daemon) WorkspaceList(ctx context.Context, sc Scope) ([]WorkspaceInfo, error) {
+func (d *Control) WorkspaceList(ctx context.Context, sc Scope) ([]admin.WorkspaceInfo, error) {
 	cfg, _ := d.config()
-	if err := sc.adminOnly("workspace list"); err != nil {
+	if err := sc.AdminOnly("workspace list"); err != nil {
 		return nil, err
 	}
 	leases, err := db.New(d.pool).LeaseListActive(ctx)
@@ -317,47 +419,47 @@ func (d *Daemon) WorkspaceList(ctx context.Context, sc Scope) ([]WorkspaceInfo, 
 			holder[l.ResourceName] = l.AgentID
 		}
 	}
-	out := []WorkspaceInfo{}
+	out := []admin.WorkspaceInfo{}
 	for _, name := range sortedKeys(cfg.Workspaces) {
-		out = append(out, WorkspaceInfo{Name: name, Path: cfg.Workspaces[name].Path, Holder: holder[name]})
+		out = append(out, admin.WorkspaceInfo{Name: name, Path: cfg.Workspaces[name].Path, Holder: holder[name]})
 	}
 	return out, nil
 }
 
 // WorkspaceReset deletes a workspace's contents, stopping the agent that
 // leases it first (spec 15.4).
-func (d *Daemon) WorkspaceReset(ctx context.Context, sc Scope, name string) (WorkspaceInfo, error) {
+func (d *Control) WorkspaceReset(ctx context.Context, sc Scope, name string) (admin.WorkspaceInfo, error) {
 	cfg, _ := d.config()
-	if err := sc.adminOnly("workspace reset"); err != nil {
-		return WorkspaceInfo{}, err
+	if err := sc.AdminOnly("workspace reset"); err != nil {
+		return admin.WorkspaceInfo{}, err
 	}
 	ws, ok := cfg.Workspaces[name]
 	if !ok {
-		return WorkspaceInfo{}, fmt.Errorf("%w: workspace %q is not in config.json (workspaces: %v)", ErrUnknownResource, name, sortedKeys(cfg.Workspaces))
+		return admin.WorkspaceInfo{}, fmt.Errorf("%w: workspace %q is not in config.json (workspaces: %v)", ErrUnknownResource, name, sortedKeys(cfg.Workspaces))
 	}
 	l, err := db.New(d.pool).LeaseGetHolder(ctx, db.LeaseGetHolderParams{ResourceKind: "workspace", ResourceName: name})
 	if err == nil {
 		if _, err := d.AgentStop(ctx, sc, l.AgentID); err != nil {
-			return WorkspaceInfo{}, fmt.Errorf("stop %s, which leases workspace %s: %w", l.AgentID, name, err)
+			return admin.WorkspaceInfo{}, fmt.Errorf("stop %s, which leases workspace %s: %w", l.AgentID, name, err)
 		}
 	} else if !errors.Is(err, pgx.ErrNoRows) {
-		return WorkspaceInfo{}, err
+		return admin.WorkspaceInfo{}, err
 	}
 	entries, err := os.ReadDir(ws.Path)
 	if err != nil {
-		return WorkspaceInfo{}, fmt.Errorf("read workspace %s: %w", name, err)
+		return admin.WorkspaceInfo{}, fmt.Errorf("read workspace %s: %w", name, err)
 	}
 	for _, e := range entries {
 		if err := os.RemoveAll(filepath.Join(ws.Path, e.Name())); err != nil {
-			return WorkspaceInfo{}, fmt.Errorf("reset workspace %s: %w", name, err)
+			return admin.WorkspaceInfo{}, fmt.Errorf("reset workspace %s: %w", name, err)
 		}
 	}
 	d.logger.InfoContext(ctx, "workspace reset", slog.String("workspace", name), slog.String("by", sc.Actor))
-	return WorkspaceInfo{Name: name, Path: ws.Path}, nil
+	return admin.WorkspaceInfo{Name: name, Path: ws.Path}, nil
 }
 
-// agentStatus describes an agent from its latest session.
-func (d *Daemon) agentStatus(ctx context.Context, id string) admin.AgentStatus {
+// LatestStatus describes an agent from its latest session.
+func (d *Control) LatestStatus(ctx context.Context, id string) admin.AgentStatus {
 	a := admin.AgentStatus{AgentID: id, State: admin.AgentStopped}
 	s, err := db.New(d.pool).SessionLatestByAgent(ctx, id)
 	if err != nil {
@@ -381,70 +483,22 @@ func (d *Daemon) agentStatus(ctx context.Context, id string) admin.AgentStatus {
 	return a
 }
 
-// watchExits ends the session of every instance that dies while its
-// session is live, at once, without waiting for missed heartbeats; the
-// heartbeat threshold stays the authority for anything the runtime misses.
-func (d *Daemon) watchExits(ctx context.Context) {
-	exits, err := d.runtime.Events(ctx)
-	if err != nil {
-		d.logger.Error("cannot watch agent instances; crashes are detected by heartbeat only", slog.String("error", err.Error()))
-		return
-	}
-	for ex := range exits {
-		id, err := uuid.Parse(ex.SessionID)
-		if err != nil {
-			continue
-		}
-		ended, err := endSession(ctx, d.pool, d.river, id, "crashed",
-			fmt.Sprintf("instance %s exited with status %d", ex.ID, ex.ExitCode))
-		if err != nil {
-			d.logger.Error("could not end the session of a dead instance", slog.String("session_id", ex.SessionID),
-				slog.String("error", err.Error()))
-			continue
-		}
-		if ended {
-			d.logger.Warn("agent instance died; session crashed", slog.String("agent_id", ex.AgentID),
-				slog.String("session_id", ex.SessionID), slog.Int("exit_code", ex.ExitCode), slog.Bool("oom_killed", ex.OOMKilled))
-			d.rpc.CloseSession(ctx, ex.SessionID) //nolint:errcheck
-			d.crashNotice(ctx, id, fmt.Sprintf("its instance exited with status %d", ex.ExitCode))
-		}
-		if err := d.runtime.Remove(ctx, ex.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {
-			d.logger.Warn("could not remove a dead instance", slog.String("instance", ex.ID), slog.String("error", err.Error()))
-		}
-	}
-}
-
-// cleanOrphans removes every instance a previous run of choird left (spec
-// 6.2 step 6). Their sessions were closed before (closeLiveSessions), and
-// the active ones are resumed in successors (resumeSessions).
-func (d *Daemon) cleanOrphans(ctx context.Context) error {
-	removed, err := runtime.RemoveOrphans(ctx, d.runtime, func(runtime.Instance) bool { return false })
-	if err != nil {
-		return fmt.Errorf("remove orphaned agent instances: %w", err)
-	}
-	for _, inst := range removed {
-		d.logger.InfoContext(ctx, "step 6: removed orphaned agent instance", slog.String("instance", inst.ID),
-			slog.String("agent_id", inst.AgentID), slog.String("session_id", inst.SessionID))
-	}
-	return nil
-}
-
 // SecretApply reloads secrets.json (spec 16.3) and tells every live agent to
 // fetch its secrets again; each agent swaps its whole set at once. An
 // invalid secrets.json changes nothing.
-func (d *Daemon) SecretApply(ctx context.Context, sc Scope) (SecretApplyResult, error) {
-	if err := sc.adminOnly("secret apply"); err != nil {
-		return SecretApplyResult{}, err
+func (d *Control) SecretApply(ctx context.Context, sc Scope) (admin.SecretApplyResult, error) {
+	if err := sc.AdminOnly("secret apply"); err != nil {
+		return admin.SecretApplyResult{}, err
 	}
 	// The whole configuration is validated with the new secrets, so a
 	// secret a resource names cannot go missing; config.json itself is
 	// not applied here.
 	_, secrets, err := config.Load(d.home)
 	if err != nil {
-		return SecretApplyResult{}, fmt.Errorf("reload secrets: %w", err)
+		return admin.SecretApplyResult{}, fmt.Errorf("reload secrets: %w", err)
 	}
 	d.setSecrets(secrets)
-	res := SecretApplyResult{Secrets: len(secrets)}
+	res := admin.SecretApplyResult{Secrets: len(secrets)}
 	q := db.New(d.pool)
 	cfg, _ := d.config()
 	for _, id := range sortedKeys(cfg.Agents) {

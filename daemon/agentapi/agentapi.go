@@ -1,4 +1,10 @@
-package daemon
+// Package agentapi is choird's side of the agent protocol: the handler of
+// every verb an agent sends (hello and recovery from the replica, heartbeat
+// replication, secrets, approvals, status, outbound messages, the dynamic
+// configuration), the lease-token authentication and the replay store the
+// protocol's server uses, and the host tools choird runs for agents
+// (memory, sending a file).
+package agentapi
 
 import (
 	"cmp"
@@ -7,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sort"
 	"strings"
@@ -18,6 +25,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
@@ -26,36 +34,77 @@ import (
 // HostTool executes one host tool for an agent (EXECUTE_HOST_TOOL).
 type HostTool func(ctx context.Context, agentID string, input json.RawMessage) (json.RawMessage, error)
 
-// agentAPI is choird's side of the agent protocol: every verb checked
-// against the session and answered from Postgres.
-type agentAPI struct {
+// Typing is the typing indicator the agent protocol stops: when a
+// session's reply is queued or its edge goes idle.
+type Typing interface {
+	Stop(sessionID uuid.UUID)
+}
+
+// Options configure the agent protocol's handlers.
+type Options struct {
+	Pool   *pgxpool.Pool
+	Logger *slog.Logger
+	// HeartbeatPool, when set, serves HEARTBEAT alone.
+	HeartbeatPool *pgxpool.Pool
+	// Config is the running configuration.
+	Config func() *control.Snapshot
+	// HostTools are the tools choird executes for agents, by name;
+	// SendFileTool is added to them.
+	HostTools map[string]HostTool
+	// Jobs enqueues the work an ended session causes.
+	Jobs jobs.Inserter
+	// CloseSession drops a session's push stream when it ends.
+	CloseSession func(ctx context.Context, sessionID string)
+	// HelloDone is told of each successful hello (undelivered inbox rows
+	// are pushed to the new session).
+	HelloDone func(ctx context.Context, agentID string, sessionID uuid.UUID)
+	// Typing is the typing indicator of sessions' chats.
+	Typing Typing
+}
+
+// API is choird's side of the agent protocol: every verb checked against
+// the session and answered from Postgres.
+type API struct {
 	pool   *pgxpool.Pool
 	logger *slog.Logger
-	// heartbeatPool, when set, serves HEARTBEAT alone (see startServers).
+	// heartbeatPool, when set, serves HEARTBEAT alone.
 	heartbeatPool *pgxpool.Pool
+	snapshot      func() *control.Snapshot
 
-	mu      sync.RWMutex
-	cfg     *config.Config
-	secrets config.Secrets
+	mu sync.RWMutex
 	// hostTools are the tools choird executes for agents, by name.
 	hostTools map[string]HostTool
 	// jobs enqueues the work an ended session causes.
 	jobs jobs.Inserter
 	// closeSession drops a session's push stream when it ends.
 	closeSession func(ctx context.Context, sessionID string)
-	// helloDone is told of each successful hello (undelivered inbox rows
-	// are pushed to the new session).
+	// helloDone is told of each successful hello.
 	helloDone func(ctx context.Context, agentID string, sessionID uuid.UUID)
 	// typing is the typing indicator of sessions' chats.
-	typing *typingSet
+	typing Typing
 }
 
-var _ rpc.ControlPlaneHandler = (*agentAPI)(nil)
+var _ rpc.ControlPlaneHandler = (*API)(nil)
 
-func (a *agentAPI) config() (*config.Config, config.Secrets) {
-	a.mu.RLock()
-	defer a.mu.RUnlock()
-	return a.cfg, a.secrets
+// New makes the agent protocol's handlers.
+func New(o Options) *API {
+	a := &API{pool: o.Pool, logger: o.Logger, heartbeatPool: o.HeartbeatPool, snapshot: o.Config,
+		hostTools: map[string]HostTool{}, jobs: o.Jobs, closeSession: o.CloseSession, helloDone: o.HelloDone, typing: o.Typing}
+	maps.Copy(a.hostTools, o.HostTools)
+	a.hostTools[SendFileTool] = a.sendFile
+	return a
+}
+
+func (a *API) config() (*config.Config, config.Secrets) {
+	s := a.snapshot()
+	return s.Config, s.Secrets
+}
+
+// Config is the configuration the handlers answer with: the control
+// layer's running one.
+func (a *API) Config() *config.Config {
+	cfg, _ := a.config()
+	return cfg
 }
 
 func sessionUUID(call rpc.Call) (uuid.UUID, error) {
@@ -66,14 +115,14 @@ func sessionUUID(call rpc.Call) (uuid.UUID, error) {
 	return id, nil
 }
 
-func (a *agentAPI) bindings(ctx context.Context, id uuid.UUID) (rpc.ResourceBindings, error) {
+func (a *API) bindings(ctx context.Context, id uuid.UUID) (rpc.ResourceBindings, error) {
 	b, _, err := a.bindingsAcked(ctx, id)
 	return b, err
 }
 
 // bindingsAcked returns the session's bindings and the revision its
 // replica is acknowledged through.
-func (a *agentAPI) bindingsAcked(ctx context.Context, id uuid.UUID) (rpc.ResourceBindings, int64, error) {
+func (a *API) bindingsAcked(ctx context.Context, id uuid.UUID) (rpc.ResourceBindings, int64, error) {
 	s, err := db.New(a.pool).SessionGetByID(ctx, id)
 	if err != nil {
 		return rpc.ResourceBindings{}, 0, fmt.Errorf("load session %s: %w", id, err)
@@ -86,8 +135,8 @@ func (a *agentAPI) bindingsAcked(ctx context.Context, id uuid.UUID) (rpc.Resourc
 }
 
 // HandleInitHello implements rpc.ControlPlaneHandler.
-func (a *agentAPI) HandleInitHello(ctx context.Context, call rpc.Call, req rpc.InitHelloRequest) (rpc.InitHelloResponse, error) {
-	resp, err := helloWith(ctx, a.pool, a.logger, call, req)
+func (a *API) HandleInitHello(ctx context.Context, call rpc.Call, req rpc.InitHelloRequest) (rpc.InitHelloResponse, error) {
+	resp, err := HelloWith(ctx, a.pool, a.logger, call, req)
 	if err == nil && a.helloDone != nil {
 		if id, perr := uuid.Parse(call.Session.ID); perr == nil {
 			a.helloDone(context.WithoutCancel(ctx), call.Session.AgentID, id)
@@ -99,7 +148,7 @@ func (a *agentAPI) HandleInitHello(ctx context.Context, call rpc.Call, req rpc.I
 // HandleGetSecrets returns exactly the requested secrets, each of which must
 // belong to one of the session's resources: those bound at its start, and
 // its current model and voice profile overrides (see sessionSecrets).
-func (a *agentAPI) HandleGetSecrets(ctx context.Context, call rpc.Call, req rpc.GetSecretsRequest) (rpc.GetSecretsResponse, error) {
+func (a *API) HandleGetSecrets(ctx context.Context, call rpc.Call, req rpc.GetSecretsRequest) (rpc.GetSecretsResponse, error) {
 	id, err := sessionUUID(call)
 	if err != nil {
 		return rpc.GetSecretsResponse{}, err
@@ -138,12 +187,12 @@ func (a *agentAPI) HandleGetSecrets(ctx context.Context, call rpc.Call, req rpc.
 }
 
 // HandleHeartbeat implements rpc.ControlPlaneHandler.
-func (a *agentAPI) HandleHeartbeat(ctx context.Context, call rpc.Call, req rpc.HeartbeatRequest) (rpc.HeartbeatResponse, error) {
+func (a *API) HandleHeartbeat(ctx context.Context, call rpc.Call, req rpc.HeartbeatRequest) (rpc.HeartbeatResponse, error) {
 	id, err := sessionUUID(call)
 	if err != nil {
 		return rpc.HeartbeatResponse{}, err
 	}
-	resp, err := replicate(ctx, cmp.Or(a.heartbeatPool, a.pool), id, req)
+	resp, err := Replicate(ctx, cmp.Or(a.heartbeatPool, a.pool), id, req)
 	if err != nil && (errors.Is(err, ErrChainGap) || errors.Is(err, ErrChainBroken)) {
 		a.logger.WarnContext(ctx, "heartbeat rejected", slog.String("session_id", call.Session.ID),
 			slog.String("agent_id", call.Session.AgentID), slog.String("error", err.Error()))
@@ -155,7 +204,7 @@ func (a *agentAPI) HandleHeartbeat(ctx context.Context, call rpc.Call, req rpc.H
 // transaction, queues its notification with [Approve] [Reject] to the
 // session's DM and the job that rejects it at its expiry. A replay with the
 // same request ID returns the first row and queues nothing.
-func (a *agentAPI) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.ApprovalRequest) (rpc.ApprovalResponse, error) {
+func (a *API) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.ApprovalRequest) (rpc.ApprovalResponse, error) {
 	id, err := sessionUUID(call)
 	if err != nil {
 		return rpc.ApprovalResponse{}, err
@@ -165,7 +214,7 @@ func (a *agentAPI) HandleRequestApproval(ctx context.Context, call rpc.Call, req
 		return rpc.ApprovalResponse{}, err
 	}
 	cfg, _ := a.config()
-	gw, chat, err := outboundAddress(cfg, b)
+	gw, chat, err := control.OutboundAddress(cfg, b)
 	if err != nil {
 		return rpc.ApprovalResponse{}, err
 	}
@@ -205,7 +254,7 @@ func (a *agentAPI) HandleRequestApproval(ctx context.Context, call rpc.Call, req
 }
 
 // HandleReportStatus keeps the lane's latest state for choirctl agent status.
-func (a *agentAPI) HandleReportStatus(ctx context.Context, call rpc.Call, req rpc.ReportStatusRequest) (rpc.ReportStatusResponse, error) {
+func (a *API) HandleReportStatus(ctx context.Context, call rpc.Call, req rpc.ReportStatusRequest) (rpc.ReportStatusResponse, error) {
 	id, err := sessionUUID(call)
 	if err != nil {
 		return rpc.Ack{}, err
@@ -218,18 +267,18 @@ func (a *agentAPI) HandleReportStatus(ctx context.Context, call rpc.Call, req rp
 		return rpc.Ack{}, fmt.Errorf("record lane status: %w", err)
 	}
 	if req.Lane == "edge" && (req.State == "EDGE_IDLE" || req.State == "IDLE") {
-		a.typing.stop(id)
+		a.typing.Stop(id)
 	}
 	return rpc.Ack{Ack: true}, nil
 }
 
 // HandleTerminateSelf ends the session: leases released, token revoked.
-func (a *agentAPI) HandleTerminateSelf(ctx context.Context, call rpc.Call, req rpc.TerminateSelfRequest) (rpc.TerminateSelfResponse, error) {
+func (a *API) HandleTerminateSelf(ctx context.Context, call rpc.Call, req rpc.TerminateSelfRequest) (rpc.TerminateSelfResponse, error) {
 	id, err := sessionUUID(call)
 	if err != nil {
 		return rpc.Ack{}, err
 	}
-	if _, err := endSession(ctx, a.pool, a.jobs, id, "ended", "terminated by the agent: "+req.Reason); err != nil {
+	if _, err := control.EndSession(ctx, a.pool, a.jobs, id, "ended", "terminated by the agent: "+req.Reason); err != nil {
 		return rpc.Ack{}, err
 	}
 	a.logger.InfoContext(ctx, "session ended by the agent", slog.String("session_id", call.Session.ID),
@@ -295,7 +344,7 @@ func dynamicConfig(cfg *config.Config) DynamicConfig {
 // blob when the agent's copy is stale: its version is behind, or the
 // session's overrides changed since its last fetch (an override changes no
 // config version, so the version alone would hide it).
-func (a *agentAPI) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, req rpc.FetchDynamicConfigRequest) (rpc.FetchDynamicConfigResponse, error) {
+func (a *API) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, req rpc.FetchDynamicConfigRequest) (rpc.FetchDynamicConfigResponse, error) {
 	id, err := sessionUUID(call)
 	if err != nil {
 		return rpc.FetchDynamicConfigResponse{}, err
@@ -342,7 +391,7 @@ func (a *agentAPI) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, 
 
 // HandleExecuteHostTool dispatches to the host tool named in the request.
 // A tool failure is a result with status error, not a protocol error.
-func (a *agentAPI) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req rpc.ExecuteHostToolRequest) (rpc.ExecuteHostToolResponse, error) {
+func (a *API) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req rpc.ExecuteHostToolRequest) (rpc.ExecuteHostToolResponse, error) {
 	a.mu.RLock()
 	fn, ok := a.hostTools[req.ToolName]
 	names := make([]string, 0, len(a.hostTools))
@@ -383,7 +432,7 @@ func (a *agentAPI) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req
 // sends it again under the same message ID, which the outbox recognises,
 // instead of answering the same inbox row anew. acked_rev only grows, so
 // checking it before the insert is as good as checking it within.
-func (a *agentAPI) HandleSendOutbound(ctx context.Context, call rpc.Call, req rpc.SendOutboundRequest) (rpc.SendOutboundResponse, error) {
+func (a *API) HandleSendOutbound(ctx context.Context, call rpc.Call, req rpc.SendOutboundRequest) (rpc.SendOutboundResponse, error) {
 	id, err := sessionUUID(call)
 	if err != nil {
 		return rpc.SendOutboundResponse{}, err
@@ -397,7 +446,7 @@ func (a *agentAPI) HandleSendOutbound(ctx context.Context, call rpc.Call, req rp
 			"send a heartbeat that carries the event first: %w", req.MessageID, req.EventRev, acked, rpc.ErrConflict)
 	}
 	cfg, _ := a.config()
-	gw, chat, err := outboundAddress(cfg, b)
+	gw, chat, err := control.OutboundAddress(cfg, b)
 	if err != nil {
 		return rpc.SendOutboundResponse{}, err
 	}
@@ -428,7 +477,7 @@ func (a *agentAPI) HandleSendOutbound(ctx context.Context, call rpc.Call, req rp
 		return rpc.SendOutboundResponse{}, fmt.Errorf("%w: %w", rpc.ErrBadRequest, err)
 	}
 	if req.Kind == rpc.OutboundText {
-		a.typing.stop(id)
+		a.typing.Stop(id)
 	}
 	return rpc.SendOutboundResponse{MessageID: req.MessageID, OutboxID: q.Row.OutboxID,
 		Status: rpc.OutboundStatus(q.Row.Status), Duplicate: !q.Created}, nil

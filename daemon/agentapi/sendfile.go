@@ -1,4 +1,4 @@
-package daemon
+package agentapi
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/strictjson"
@@ -64,7 +65,7 @@ func badInput(format string, args ...any) error {
 // sendFile is the host tool's body: the file is checked and queued, with
 // its delivery job, in one transaction; a repeated call (the agent
 // retrying) queues it once.
-func (a *agentAPI) sendFile(ctx context.Context, _ string, input json.RawMessage) (json.RawMessage, error) {
+func (a *API) sendFile(ctx context.Context, _ string, input json.RawMessage) (json.RawMessage, error) {
 	hc, ok := ctx.Value(hostCallKey{}).(hostCall)
 	if !ok {
 		return nil, fmt.Errorf("%s called outside a session", SendFileTool)
@@ -118,7 +119,7 @@ func (a *agentAPI) sendFile(ctx context.Context, _ string, input json.RawMessage
 	case st.Size() > maxSendBytes:
 		return nil, badInput("%s is %d bytes; Telegram takes at most 50 MB from a bot: compress or split it", rel, st.Size())
 	}
-	gw, chat, err := outboundAddress(cfg, b)
+	gw, chat, err := control.OutboundAddress(cfg, b)
 	if err != nil {
 		return nil, err
 	}
@@ -137,15 +138,4 @@ func (a *agentAPI) sendFile(ctx context.Context, _ string, input json.RawMessage
 	}
 	return json.Marshal(map[string]any{"queued": true, "kind": kind, "file": ".choirtmp/send/" + rel,
 		"outbox_id": q.Row.OutboxID, "note": "delivered to the user shortly; the file is deleted once sent"})
-}
-
-// workspaceDirs returns the configured workspaces, name to directory: where
-// the delivery worker looks for the files of outbox rows.
-func (d *Daemon) workspaceDirs() map[string]string {
-	cfg, _ := d.config()
-	m := make(map[string]string, len(cfg.Workspaces))
-	for name, ws := range cfg.Workspaces {
-		m[name] = ws.Path
-	}
-	return m
 }

@@ -1,4 +1,4 @@
-package daemon
+package dmcmd
 
 import (
 	"bytes"
@@ -35,8 +35,8 @@ func (b *syncBuffer) String() string {
 func TestLongCommandPanicFailsOnlyTheCommand(t *testing.T) {
 	t.Parallel()
 	var logs syncBuffer
-	c := &dmCommands{d: &Daemon{logger: slog.New(slog.NewJSONHandler(&logs, nil))}}
-	cmd := gateway.Command{DM: dmOf("console"), Name: "update"}
+	c := &Commands{logger: slog.New(slog.NewJSONHandler(&logs, nil))}
+	cmd := gateway.Command{DM: gateway.DM{Gateway: "console", Name: "console", UserID: "console", Admin: true}, Name: "update"}
 	var out string
 	var err error
 	done := make(chan struct{})

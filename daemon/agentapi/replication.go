@@ -1,11 +1,13 @@
-package daemon
+package agentapi
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -25,14 +27,14 @@ var ErrChainGap = errors.New("replication gap")
 // acknowledged one.
 var ErrChainBroken = errors.New("replication chain broken")
 
-// heartbeatTxObserver, when set, receives the duration of every successful
+// HeartbeatTxObserver, when set, receives the duration of every successful
 // heartbeat transaction, from taking a pooled connection (so waiting for
 // one counts) to its commit. Only benchmarks set it: the RPC round trip they
 // can time from outside also holds the authentication, the replay lookup
 // and the decoding of the request.
-var heartbeatTxObserver atomic.Pointer[func(time.Duration)]
+var HeartbeatTxObserver atomic.Pointer[func(time.Duration)]
 
-// replicate applies one heartbeat to the durable replica in one
+// Replicate applies one heartbeat to the durable replica in one
 // transaction: lock the session's head row, check that the patch continues
 // the acknowledged chain, append the new events, mark the inbox rows they
 // name delivered, and advance acked_rev and last_heartbeat_at. A resent
@@ -46,7 +48,7 @@ var heartbeatTxObserver atomic.Pointer[func(time.Duration)]
 // The statement locks the head row and writes only if the chain continues.
 // Any other case comes back unapplied, having written nothing, and is
 // sorted out in an explicit transaction that locks the row again.
-func replicate(ctx context.Context, pool *pgxpool.Pool, sessionID uuid.UUID, req rpc.HeartbeatRequest) (rpc.HeartbeatResponse, error) {
+func Replicate(ctx context.Context, pool *pgxpool.Pool, sessionID uuid.UUID, req rpc.HeartbeatRequest) (rpc.HeartbeatResponse, error) {
 	if err := checkPatch(req); err != nil {
 		return rpc.HeartbeatResponse{}, err
 	}
@@ -68,7 +70,7 @@ func replicate(ctx context.Context, pool *pgxpool.Pool, sessionID uuid.UUID, req
 	if err != nil {
 		return rpc.HeartbeatResponse{}, fmt.Errorf("apply heartbeat %d..%d to session %s: %w", req.BaseRev, req.NewRev, sessionID, err)
 	}
-	if f := heartbeatTxObserver.Load(); f != nil {
+	if f := HeartbeatTxObserver.Load(); f != nil {
 		(*f)(time.Since(start))
 	}
 	return rpc.HeartbeatResponse{AckRev: max(head.AckedRev, req.NewRev), ConfigVersionLatest: head.ConfigVersionLatest}, nil
@@ -184,4 +186,37 @@ func snapshotStateSum(state json.RawMessage) []byte {
 	}
 	sum := sha256.Sum256(canon)
 	return sum[:]
+}
+
+// deliveredInboxIDs returns the inbox rows that events name: the user
+// messages and injections the agent took from its inbox. HeartbeatApply
+// marks them delivered in the statement that appends the events: from then
+// on they are in the agent's durable log and are never pushed again.
+func deliveredInboxIDs(events []rpc.Event) []int64 {
+	var ids []int64
+	for _, e := range events {
+		if e.Type != rpc.EventUserMsg && e.Type != rpc.EventInjectedInstruction {
+			continue
+		}
+		// Most such events name no inbox row (an approval outcome, a
+		// test's message): skip the decoding, which is most of the cost.
+		if !bytes.Contains(e.Payload, []byte(`"inbox_id"`)) && !bytes.Contains(e.Payload, []byte(`"message_id"`)) {
+			continue
+		}
+		var p struct {
+			InboxID   int64  `json:"inbox_id"`
+			MessageID string `json:"message_id"`
+		}
+		if json.Unmarshal(e.Payload, &p) != nil {
+			continue
+		}
+		if p.InboxID == 0 {
+			// Agents before inbox_id named the row in message_id.
+			p.InboxID, _ = strconv.ParseInt(p.MessageID, 10, 64)
+		}
+		if p.InboxID > 0 {
+			ids = append(ids, p.InboxID)
+		}
+	}
+	return ids
 }

@@ -1,9 +1,10 @@
-package daemon
+package adminapi
 
 import (
 	"context"
 	"errors"
 
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -12,33 +13,33 @@ import (
 // apply or an empty stage is a conflict with choird's state, which the
 // operator resolves as the message says.
 func configErr(err error) error {
-	var refused *ConfigRefusedError
-	if errors.As(err, &refused) || errors.Is(err, ErrNothingStaged) {
+	var refused *control.ConfigRefusedError
+	if errors.As(err, &refused) || errors.Is(err, control.ErrNothingStaged) {
 		return codedErr{rpc.ErrConflict, err}
 	}
 	return controlErr(err)
 }
 
-func (d *Daemon) mountConfigControl(mux *admin.Mux) {
-	admin.Handle(mux, "POST", admin.PathConfigLoad, func(ctx context.Context, _ admin.Empty) (ConfigDiff, error) {
+func (d *API) mountConfigControl(mux *admin.Mux) {
+	admin.Handle(mux, "POST", admin.PathConfigLoad, func(ctx context.Context, _ admin.Empty) (control.ConfigDiff, error) {
 		out, err := d.ConfigLoad(ctx, adminScope(ctx))
 		return out, configErr(err)
 	})
-	admin.Handle(mux, "GET", admin.PathConfigDiff, func(ctx context.Context, _ admin.Empty) (ConfigDiff, error) {
+	admin.Handle(mux, "GET", admin.PathConfigDiff, func(ctx context.Context, _ admin.Empty) (control.ConfigDiff, error) {
 		out, err := d.ConfigDiff(ctx, adminScope(ctx))
 		return out, configErr(err)
 	})
-	admin.Handle(mux, "POST", admin.PathConfigApply, func(ctx context.Context, _ admin.Empty) (ConfigApplyResult, error) {
+	admin.Handle(mux, "POST", admin.PathConfigApply, func(ctx context.Context, _ admin.Empty) (control.ConfigApplyResult, error) {
 		out, err := d.ConfigApply(ctx, adminScope(ctx))
 		return out, configErr(err)
 	})
-	admin.Handle(mux, "GET", admin.PathConfig, func(ctx context.Context, _ admin.Empty) (ConfigShowResponse, error) {
+	admin.Handle(mux, "GET", admin.PathConfig, func(ctx context.Context, _ admin.Empty) (admin.ConfigShowResponse, error) {
 		sc := adminScope(ctx)
 		out, err := d.ConfigShow(ctx, sc)
 		if err != nil {
-			return ConfigShowResponse{}, configErr(err)
+			return admin.ConfigShowResponse{}, configErr(err)
 		}
-		return ConfigShowResponse{ConfigVersion: d.runningConfigVersion(), Config: out}, nil
+		return admin.ConfigShowResponse{ConfigVersion: d.ConfigVersion(), Config: out}, nil
 	})
 	admin.Handle(mux, "GET", admin.PathSecrets, func(ctx context.Context, _ admin.Empty) ([]string, error) {
 		out, err := d.SecretList(ctx, adminScope(ctx))

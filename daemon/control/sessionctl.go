@@ -1,10 +1,11 @@
-package daemon
+package control
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/rpc/admin"
 	"log/slog"
 	"slices"
 	"strings"
@@ -39,7 +40,7 @@ const (
 // liveSession returns the agent's live session, or an error wrapping
 // ErrNotRunning that says how to start it; a regular DM gets only a
 // session bound to it.
-func (d *Daemon) liveSession(ctx context.Context, sc Scope, agentID string) (db.ChoirControlSession, error) {
+func (d *Control) liveSession(ctx context.Context, sc Scope, agentID string) (db.ChoirControlSession, error) {
 	s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID)
 	if errNoRows(err) {
 		return s, fmt.Errorf("%w: %s has no live session; start it first", ErrNotRunning, agentID)
@@ -47,14 +48,14 @@ func (d *Daemon) liveSession(ctx context.Context, sc Scope, agentID string) (db.
 	if err != nil {
 		return s, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
-	if err := sc.allowSession(s); err != nil {
+	if err := sc.AllowSession(s); err != nil {
 		return db.ChoirControlSession{}, err
 	}
 	return s, nil
 }
 
-// knownAgent checks that agentID is configured.
-func (d *Daemon) knownAgent(agentID string) error {
+// KnownAgent checks that agentID is configured.
+func (d *Control) KnownAgent(agentID string) error {
 	cfg, _ := d.config()
 	if _, ok := cfg.Agents[agentID]; !ok {
 		return fmt.Errorf("%w: agent %q is not in config.json (agents: %s)", ErrUnknownResource, agentID,
@@ -64,14 +65,14 @@ func (d *Daemon) knownAgent(agentID string) error {
 }
 
 // laneStatuses decodes a session's lane_status column, sorted by lane.
-func laneStatuses(raw json.RawMessage) ([]LaneStatus, error) {
-	m := map[string]LaneStatus{}
+func laneStatuses(raw json.RawMessage) ([]admin.LaneStatus, error) {
+	m := map[string]admin.LaneStatus{}
 	if len(raw) > 0 {
 		if err := json.Unmarshal(raw, &m); err != nil {
 			return nil, fmt.Errorf("decode lane status: %w", err)
 		}
 	}
-	out := make([]LaneStatus, 0, len(m))
+	out := make([]admin.LaneStatus, 0, len(m))
 	for _, lane := range sortedKeys(m) {
 		st := m[lane]
 		st.Lane = lane
@@ -82,35 +83,35 @@ func laneStatuses(raw json.RawMessage) ([]LaneStatus, error) {
 
 // SessionCores lists the core jobs of the agent's live session, or of its
 // latest one, from the lane states the agent reports (REPORT_STATUS).
-func (d *Daemon) SessionCores(ctx context.Context, sc Scope, agentID string) (SessionCoresResult, error) {
-	if err := sc.allow(agentID); err != nil {
-		return SessionCoresResult{}, err
+func (d *Control) SessionCores(ctx context.Context, sc Scope, agentID string) (admin.SessionCoresResult, error) {
+	if err := sc.Allow(agentID); err != nil {
+		return admin.SessionCoresResult{}, err
 	}
-	if err := d.knownAgent(agentID); err != nil {
-		return SessionCoresResult{}, err
+	if err := d.KnownAgent(agentID); err != nil {
+		return admin.SessionCoresResult{}, err
 	}
 	s, err := db.New(d.pool).SessionLatestByAgent(ctx, agentID)
 	if errNoRows(err) {
-		return SessionCoresResult{}, fmt.Errorf("%w: %s has never run", ErrNotRunning, agentID)
+		return admin.SessionCoresResult{}, fmt.Errorf("%w: %s has never run", ErrNotRunning, agentID)
 	}
 	if err != nil {
-		return SessionCoresResult{}, fmt.Errorf("load the session of %s: %w", agentID, err)
+		return admin.SessionCoresResult{}, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
-	if err := sc.allowSession(s); err != nil {
-		return SessionCoresResult{}, err
+	if err := sc.AllowSession(s); err != nil {
+		return admin.SessionCoresResult{}, err
 	}
 	lanes, err := laneStatuses(s.LaneStatus)
 	if err != nil {
-		return SessionCoresResult{}, err
+		return admin.SessionCoresResult{}, err
 	}
 	live := s.Status == "active" || s.Status == "stopping"
-	res := SessionCoresResult{AgentID: agentID, SessionID: s.SessionID.String(), Live: live, Cores: []CoreJob{}}
+	res := admin.SessionCoresResult{AgentID: agentID, SessionID: s.SessionID.String(), Live: live, Cores: []admin.CoreJob{}}
 	for _, l := range lanes {
 		name, ok := strings.CutPrefix(l.Lane, coreLanePrefix)
 		if !ok {
 			continue
 		}
-		res.Cores = append(res.Cores, CoreJob{Name: name, LaneStatus: l, Active: live && !slices.Contains(coreDone, l.State)})
+		res.Cores = append(res.Cores, admin.CoreJob{Name: name, LaneStatus: l, Active: live && !slices.Contains(coreDone, l.State)})
 	}
 	return res, nil
 }
@@ -119,22 +120,22 @@ func (d *Daemon) SessionCores(ctx context.Context, sc Scope, agentID string) (Se
 // at its next safe point, or the edge lane's turn when name is "edge".
 // A core job that the session has not reported, or that already ended, is
 // refused with the names of the running ones.
-func (d *Daemon) SessionCancel(ctx context.Context, sc Scope, agentID, name string) (SessionRef, error) {
-	if err := sc.allow(agentID); err != nil {
-		return SessionRef{}, err
+func (d *Control) SessionCancel(ctx context.Context, sc Scope, agentID, name string) (admin.SessionRef, error) {
+	if err := sc.Allow(agentID); err != nil {
+		return admin.SessionRef{}, err
 	}
-	if err := d.knownAgent(agentID); err != nil {
-		return SessionRef{}, err
+	if err := d.KnownAgent(agentID); err != nil {
+		return admin.SessionRef{}, err
 	}
 	s, err := d.liveSession(ctx, sc, agentID)
 	if err != nil {
-		return SessionRef{}, err
+		return admin.SessionRef{}, err
 	}
 	cancel := &rpc.Cancel{Scope: rpc.CancelEdge, Reason: "cancelled by " + sc.Actor}
 	if name != "edge" {
 		cores, err := d.SessionCores(ctx, sc, agentID)
 		if err != nil {
-			return SessionRef{}, err
+			return admin.SessionRef{}, err
 		}
 		var running []string
 		found := false
@@ -149,152 +150,152 @@ func (d *Daemon) SessionCancel(ctx context.Context, sc Scope, agentID, name stri
 			if len(running) > 0 {
 				list = "running: " + strings.Join(running, ", ")
 			}
-			return SessionRef{}, fmt.Errorf("%w: %s has no running core job %q (%s; \"edge\" cancels the edge lane's turn)",
+			return admin.SessionRef{}, fmt.Errorf("%w: %s has no running core job %q (%s; \"edge\" cancels the edge lane's turn)",
 				ErrUnknownResource, agentID, name, list)
 		}
 		cancel = &rpc.Cancel{Scope: rpc.CancelCore, JobName: name, Reason: cancel.Reason}
 	}
 	p := rpc.Push{Kind: rpc.PushCancel, Cancel: cancel}
 	if err := p.Validate(); err != nil {
-		return SessionRef{}, fmt.Errorf("%w: core job name %q: %w", ErrUnknownResource, name, err)
+		return admin.SessionRef{}, fmt.Errorf("%w: core job name %q: %w", ErrUnknownResource, name, err)
 	}
 	if _, err := d.rpc.Push(s.SessionID.String(), p); err != nil {
-		return SessionRef{}, fmt.Errorf("tell %s to cancel %s: %w", agentID, name, err)
+		return admin.SessionRef{}, fmt.Errorf("tell %s to cancel %s: %w", agentID, name, err)
 	}
 	d.logger.InfoContext(ctx, "cancel pushed", slog.String("agent_id", agentID), slog.String("session_id", s.SessionID.String()),
 		slog.String("target", name), slog.String("by", sc.Actor))
-	return SessionRef{AgentID: agentID, SessionID: s.SessionID.String(), Target: name}, nil
+	return admin.SessionRef{AgentID: agentID, SessionID: s.SessionID.String(), Target: name}, nil
 }
 
 // SessionCompact asks the agent's live session to compact the edge's
 // working memory at its next safe point.
-func (d *Daemon) SessionCompact(ctx context.Context, sc Scope, agentID string) (SessionRef, error) {
-	if err := sc.allow(agentID); err != nil {
-		return SessionRef{}, err
+func (d *Control) SessionCompact(ctx context.Context, sc Scope, agentID string) (admin.SessionRef, error) {
+	if err := sc.Allow(agentID); err != nil {
+		return admin.SessionRef{}, err
 	}
-	if err := d.knownAgent(agentID); err != nil {
-		return SessionRef{}, err
+	if err := d.KnownAgent(agentID); err != nil {
+		return admin.SessionRef{}, err
 	}
 	s, err := d.liveSession(ctx, sc, agentID)
 	if err != nil {
-		return SessionRef{}, err
+		return admin.SessionRef{}, err
 	}
 	if _, err := d.rpc.Push(s.SessionID.String(), rpc.Push{Kind: rpc.PushCompact,
 		Compact: &rpc.Compact{Reason: "requested by " + sc.Actor}}); err != nil {
-		return SessionRef{}, fmt.Errorf("tell %s to compact: %w", agentID, err)
+		return admin.SessionRef{}, fmt.Errorf("tell %s to compact: %w", agentID, err)
 	}
 	d.logger.InfoContext(ctx, "compaction pushed", slog.String("agent_id", agentID), slog.String("session_id", s.SessionID.String()),
 		slog.String("by", sc.Actor))
-	return SessionRef{AgentID: agentID, SessionID: s.SessionID.String()}, nil
+	return admin.SessionRef{AgentID: agentID, SessionID: s.SessionID.String()}, nil
 }
 
 // SessionEvents returns the last n replicated events (n <= 0: the
 // default) of the agent's live session, or of its latest one, oldest
 // first.
-func (d *Daemon) SessionEvents(ctx context.Context, sc Scope, agentID string, n int) (SessionEventsResult, error) {
-	if err := sc.allow(agentID); err != nil {
-		return SessionEventsResult{}, err
+func (d *Control) SessionEvents(ctx context.Context, sc Scope, agentID string, n int) (admin.SessionEventsResult, error) {
+	if err := sc.Allow(agentID); err != nil {
+		return admin.SessionEventsResult{}, err
 	}
-	if err := d.knownAgent(agentID); err != nil {
-		return SessionEventsResult{}, err
+	if err := d.KnownAgent(agentID); err != nil {
+		return admin.SessionEventsResult{}, err
 	}
 	if n <= 0 {
 		n = DefaultSessionEvents
 	}
 	if n > MaxSessionEvents {
-		return SessionEventsResult{}, fmt.Errorf("at most %d events at once, not %d", MaxSessionEvents, n)
+		return admin.SessionEventsResult{}, fmt.Errorf("at most %d events at once, not %d", MaxSessionEvents, n)
 	}
 	q := db.New(d.pool)
 	s, err := q.SessionLatestByAgent(ctx, agentID)
 	if errNoRows(err) {
-		return SessionEventsResult{}, fmt.Errorf("%w: %s has never run", ErrNotRunning, agentID)
+		return admin.SessionEventsResult{}, fmt.Errorf("%w: %s has never run", ErrNotRunning, agentID)
 	}
 	if err != nil {
-		return SessionEventsResult{}, fmt.Errorf("load the session of %s: %w", agentID, err)
+		return admin.SessionEventsResult{}, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
-	if err := sc.allowSession(s); err != nil {
-		return SessionEventsResult{}, err
+	if err := sc.AllowSession(s); err != nil {
+		return admin.SessionEventsResult{}, err
 	}
 	rows, err := q.SessionEventsLast(ctx, db.SessionEventsLastParams{SessionID: s.SessionID, MaxRows: int32(n)})
 	if err != nil {
-		return SessionEventsResult{}, fmt.Errorf("read the events of session %s: %w", s.SessionID, err)
+		return admin.SessionEventsResult{}, fmt.Errorf("read the events of session %s: %w", s.SessionID, err)
 	}
-	res := SessionEventsResult{AgentID: agentID, SessionID: s.SessionID.String(),
-		Live: s.Status == "active" || s.Status == "stopping", Events: make([]SessionEvent, len(rows))}
+	res := admin.SessionEventsResult{AgentID: agentID, SessionID: s.SessionID.String(),
+		Live: s.Status == "active" || s.Status == "stopping", Events: make([]admin.SessionEvent, len(rows))}
 	for i, r := range rows {
-		res.Events[len(rows)-1-i] = SessionEvent{Rev: r.Rev, CreatedAt: r.CreatedAt, Lane: r.Lane, Type: r.EventType, Digest: r.Digest}
+		res.Events[len(rows)-1-i] = admin.SessionEvent{Rev: r.Rev, CreatedAt: r.CreatedAt, Lane: r.Lane, Type: r.EventType, Digest: r.Digest}
 	}
 	return res, nil
 }
 
 // ModelList lists the named LLM models and TTS providers. Names are no
 // secret: every scope may list them.
-func (d *Daemon) ModelList(ctx context.Context, sc Scope) (ModelListResult, error) {
+func (d *Control) ModelList(ctx context.Context, sc Scope) (admin.ModelListResult, error) {
 	cfg, _ := d.config()
-	res := ModelListResult{Models: []NamedModel{}, TTS: []NamedTTS{}}
+	res := admin.ModelListResult{Models: []admin.NamedModel{}, TTS: []admin.NamedTTS{}}
 	for _, name := range sortedKeys(cfg.Models) {
 		m := cfg.Models[name]
-		res.Models = append(res.Models, NamedModel{Name: name, Provider: m.Provider, Model: m.Model})
+		res.Models = append(res.Models, admin.NamedModel{Name: name, Provider: m.Provider, Model: m.Model})
 	}
 	for _, name := range sortedKeys(cfg.TTS) {
 		t := cfg.TTS[name]
-		res.TTS = append(res.TTS, NamedTTS{Name: name, Provider: t.Provider, ModelID: t.ModelID})
+		res.TTS = append(res.TTS, admin.NamedTTS{Name: name, Provider: t.Provider, ModelID: t.ModelID})
 	}
 	return res, nil
 }
 
 // VoiceList lists the named voice profiles; every scope may list them.
-func (d *Daemon) VoiceList(ctx context.Context, sc Scope) ([]NamedVoice, error) {
+func (d *Control) VoiceList(ctx context.Context, sc Scope) ([]admin.NamedVoice, error) {
 	cfg, _ := d.config()
-	out := []NamedVoice{}
+	out := []admin.NamedVoice{}
 	for _, name := range sortedKeys(cfg.VoiceProfiles) {
 		v := cfg.VoiceProfiles[name]
-		out = append(out, NamedVoice{Name: name, TTS: v.TTS, VoiceID: v.VoiceID})
+		out = append(out, admin.NamedVoice{Name: name, TTS: v.TTS, VoiceID: v.VoiceID})
 	}
 	return out, nil
 }
 
 // ModelGet shows an agent's current LLM model and voice profile.
-func (d *Daemon) ModelGet(ctx context.Context, sc Scope, agentID string) (ModelState, error) {
-	if err := sc.allow(agentID); err != nil {
-		return ModelState{}, err
+func (d *Control) ModelGet(ctx context.Context, sc Scope, agentID string) (admin.ModelState, error) {
+	if err := sc.Allow(agentID); err != nil {
+		return admin.ModelState{}, err
 	}
-	if err := d.knownAgent(agentID); err != nil {
-		return ModelState{}, err
+	if err := d.KnownAgent(agentID); err != nil {
+		return admin.ModelState{}, err
 	}
 	if s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID); err == nil {
-		if err := sc.allowSession(s); err != nil {
-			return ModelState{}, err
+		if err := sc.AllowSession(s); err != nil {
+			return admin.ModelState{}, err
 		}
 	} else if !errNoRows(err) {
-		return ModelState{}, fmt.Errorf("load the session of %s: %w", agentID, err)
+		return admin.ModelState{}, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
 	return d.modelState(ctx, agentID)
 }
 
 // VoiceGet shows an agent's current voice profile (and model).
-func (d *Daemon) VoiceGet(ctx context.Context, sc Scope, agentID string) (ModelState, error) {
+func (d *Control) VoiceGet(ctx context.Context, sc Scope, agentID string) (admin.ModelState, error) {
 	return d.ModelGet(ctx, sc, agentID)
 }
 
-func (d *Daemon) modelState(ctx context.Context, agentID string) (ModelState, error) {
+func (d *Control) modelState(ctx context.Context, agentID string) (admin.ModelState, error) {
 	cfg, _ := d.config()
 	def := cfg.Agents[agentID].Defaults
-	st := ModelState{AgentID: agentID, LLM: def.LLM, VoiceProfile: def.VoiceProfile}
+	st := admin.ModelState{AgentID: agentID, LLM: def.LLM, VoiceProfile: def.VoiceProfile}
 	s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID)
 	if errNoRows(err) {
 		return st, nil
 	}
 	if err != nil {
-		return ModelState{}, fmt.Errorf("load the session of %s: %w", agentID, err)
+		return admin.ModelState{}, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
 	ds, err := db.New(d.pool).SessionDynamicState(ctx, s.SessionID)
 	if err != nil {
-		return ModelState{}, fmt.Errorf("load the overrides of session %s: %w", s.SessionID, err)
+		return admin.ModelState{}, fmt.Errorf("load the overrides of session %s: %w", s.SessionID, err)
 	}
 	var b rpc.ResourceBindings
 	if err := json.Unmarshal(ds.ResourceBindings, &b); err != nil {
-		return ModelState{}, fmt.Errorf("session %s bindings: %w", s.SessionID, err)
+		return admin.ModelState{}, fmt.Errorf("session %s bindings: %w", s.SessionID, err)
 	}
 	st.SessionID, st.Running = s.SessionID.String(), true
 	st.LLM, st.VoiceProfile = b.Models["llm"], b.VoiceProfile
@@ -310,13 +311,13 @@ func (d *Daemon) modelState(ctx context.Context, agentID string) (ModelState, er
 // ModelSet switches the LLM model of an agent's live session until it
 // ends (spec 17.1: transient, a restart reverts it); the agent picks it up
 // at once, told by push, or at its next config sync.
-func (d *Daemon) ModelSet(ctx context.Context, sc Scope, agentID, llm string) (ModelState, error) {
+func (d *Control) ModelSet(ctx context.Context, sc Scope, agentID, llm string) (admin.ModelState, error) {
 	cfg, _ := d.config()
 	if _, ok := cfg.Models[llm]; !ok {
-		if err := sc.allow(agentID); err != nil {
-			return ModelState{}, err
+		if err := sc.Allow(agentID); err != nil {
+			return admin.ModelState{}, err
 		}
-		return ModelState{}, fmt.Errorf("%w: no model %q in config.json (models: %s)", ErrUnknownResource, llm,
+		return admin.ModelState{}, fmt.Errorf("%w: no model %q in config.json (models: %s)", ErrUnknownResource, llm,
 			strings.Join(sortedKeys(cfg.Models), ", "))
 	}
 	return d.setOverride(ctx, sc, agentID, llm, "")
@@ -324,39 +325,39 @@ func (d *Daemon) ModelSet(ctx context.Context, sc Scope, agentID, llm string) (M
 
 // VoiceSet switches the voice profile of an agent's live session until it
 // ends, as ModelSet does the model.
-func (d *Daemon) VoiceSet(ctx context.Context, sc Scope, agentID, voice string) (ModelState, error) {
+func (d *Control) VoiceSet(ctx context.Context, sc Scope, agentID, voice string) (admin.ModelState, error) {
 	cfg, _ := d.config()
 	if _, ok := cfg.VoiceProfiles[voice]; !ok {
-		if err := sc.allow(agentID); err != nil {
-			return ModelState{}, err
+		if err := sc.Allow(agentID); err != nil {
+			return admin.ModelState{}, err
 		}
 		valid := "none is configured"
 		if len(cfg.VoiceProfiles) > 0 {
 			valid = "voice profiles: " + strings.Join(sortedKeys(cfg.VoiceProfiles), ", ")
 		}
-		return ModelState{}, fmt.Errorf("%w: no voice profile %q in config.json (%s)", ErrUnknownResource, voice, valid)
+		return admin.ModelState{}, fmt.Errorf("%w: no voice profile %q in config.json (%s)", ErrUnknownResource, voice, valid)
 	}
 	return d.setOverride(ctx, sc, agentID, "", voice)
 }
 
-func (d *Daemon) setOverride(ctx context.Context, sc Scope, agentID, llm, voice string) (ModelState, error) {
-	if err := sc.allow(agentID); err != nil {
-		return ModelState{}, err
+func (d *Control) setOverride(ctx context.Context, sc Scope, agentID, llm, voice string) (admin.ModelState, error) {
+	if err := sc.Allow(agentID); err != nil {
+		return admin.ModelState{}, err
 	}
-	if err := d.knownAgent(agentID); err != nil {
-		return ModelState{}, err
+	if err := d.KnownAgent(agentID); err != nil {
+		return admin.ModelState{}, err
 	}
 	s, err := d.liveSession(ctx, sc, agentID)
 	if err != nil {
-		return ModelState{}, fmt.Errorf("%w (an override lasts one session; to change the default, edit defaults in config.json)", err)
+		return admin.ModelState{}, fmt.Errorf("%w (an override lasts one session; to change the default, edit defaults in config.json)", err)
 	}
 	_, err = db.New(d.pool).SessionOverrideSet(ctx, db.SessionOverrideSetParams{SessionID: s.SessionID, Llm: llm,
 		VoiceProfile: voice, SetBy: sc.Actor})
 	if errNoRows(err) {
-		return ModelState{}, fmt.Errorf("%w: the session of %s just ended", ErrNotRunning, agentID)
+		return admin.ModelState{}, fmt.Errorf("%w: the session of %s just ended", ErrNotRunning, agentID)
 	}
 	if err != nil {
-		return ModelState{}, fmt.Errorf("record the override of %s: %w", agentID, err)
+		return admin.ModelState{}, fmt.Errorf("record the override of %s: %w", agentID, err)
 	}
 	// A push that cannot be queued is only logged: the override stays
 	// unfetched, and the agent's next FETCH_DYNAMIC_CONFIG (at a config
@@ -373,30 +374,30 @@ func (d *Daemon) setOverride(ctx context.Context, sc Scope, agentID, llm, voice 
 
 // SessionStatus reports an agent and the states of its session's lanes:
 // what /status shows (spec 19.3: lane states, budgets, skill, uptime).
-func (d *Daemon) SessionStatus(ctx context.Context, sc Scope, agentID string) (SessionStatusResult, error) {
-	if err := sc.allow(agentID); err != nil {
-		return SessionStatusResult{}, err
+func (d *Control) SessionStatus(ctx context.Context, sc Scope, agentID string) (admin.SessionStatusResult, error) {
+	if err := sc.Allow(agentID); err != nil {
+		return admin.SessionStatusResult{}, err
 	}
-	if err := d.knownAgent(agentID); err != nil {
-		return SessionStatusResult{}, err
+	if err := d.KnownAgent(agentID); err != nil {
+		return admin.SessionStatusResult{}, err
 	}
-	res := SessionStatusResult{AgentStatus: d.agentStatus(ctx, agentID), Lanes: []LaneStatus{}}
+	res := admin.SessionStatusResult{AgentStatus: d.LatestStatus(ctx, agentID), Lanes: []admin.LaneStatus{}}
 	if res.SessionID == "" {
 		return res, nil
 	}
 	id, err := uuid.Parse(res.SessionID)
 	if err != nil {
-		return SessionStatusResult{}, err
+		return admin.SessionStatusResult{}, err
 	}
 	s, err := db.New(d.pool).SessionGetByID(ctx, id)
 	if err != nil {
-		return SessionStatusResult{}, fmt.Errorf("load session %s: %w", id, err)
+		return admin.SessionStatusResult{}, fmt.Errorf("load session %s: %w", id, err)
 	}
-	if err := sc.allowSession(s); err != nil {
-		return SessionStatusResult{}, err
+	if err := sc.AllowSession(s); err != nil {
+		return admin.SessionStatusResult{}, err
 	}
 	if res.Lanes, err = laneStatuses(s.LaneStatus); err != nil {
-		return SessionStatusResult{}, err
+		return admin.SessionStatusResult{}, err
 	}
 	return res, nil
 }

@@ -1,10 +1,11 @@
-package daemon
+package control
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/rpc/admin"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -18,7 +19,7 @@ import (
 )
 
 // builder makes the image builder; it needs the docker runtime's engine.
-func (d *Daemon) builder() (*build.Builder, error) {
+func (d *Control) builder() (*build.Builder, error) {
 	rt, ok := d.runtime.(*docker.Runtime)
 	if !ok {
 		return nil, errors.New("agent build needs the docker runtime; start choird with --runtime=docker")
@@ -38,38 +39,38 @@ func (d *Daemon) builder() (*build.Builder, error) {
 // AgentBuild builds an agent's image from the global and per-agent repos,
 // or reports that it is up to date. It neither starts nor restarts the
 // agent.
-func (d *Daemon) AgentBuild(ctx context.Context, sc Scope, agentID string, force bool) (BuildResult, error) {
-	if err := sc.adminOnly("agent build"); err != nil {
-		return BuildResult{}, err
+func (d *Control) AgentBuild(ctx context.Context, sc Scope, agentID string, force bool) (admin.BuildResult, error) {
+	if err := sc.AdminOnly("agent build"); err != nil {
+		return admin.BuildResult{}, err
 	}
 	cfg, _ := d.config()
 	agent, ok := cfg.Agents[agentID]
 	if !ok {
-		return BuildResult{}, fmt.Errorf("%w: agent %q is not in config.json", ErrUnknownResource, agentID)
+		return admin.BuildResult{}, fmt.Errorf("%w: agent %q is not in config.json", ErrUnknownResource, agentID)
 	}
 	if cfg.GlobalRepo.URL == "" {
-		return BuildResult{}, errors.New("config.json has no global_repo: set its url and ref to build agent images")
+		return admin.BuildResult{}, errors.New("config.json has no global_repo: set its url and ref to build agent images")
 	}
 	b, err := d.builder()
 	if err != nil {
-		return BuildResult{}, err
+		return admin.BuildResult{}, err
 	}
 	res, err := b.Build(ctx, build.Request{AgentID: agentID, Global: cfg.GlobalRepo, Agent: agent.Repo, Force: force})
 	if err != nil {
-		return BuildResult{}, fmt.Errorf("build agent %s: %w", agentID, err)
+		return admin.BuildResult{}, fmt.Errorf("build agent %s: %w", agentID, err)
 	}
 	d.logger.InfoContext(ctx, "agent image ready", slog.String("agent_id", agentID), slog.String("image", res.Image),
 		slog.Bool("built", res.Built), slog.String("by", sc.Actor))
-	return BuildResult{AgentID: agentID, Image: res.Image, Built: res.Built, Version: res.Version}, nil
+	return admin.BuildResult{AgentID: agentID, Image: res.Image, Built: res.Built, Version: res.Version}, nil
 }
 
 // AgentUpdate builds an agent's image if its repos changed, then, if the
 // agent runs, stops it gracefully and starts it again on the new image
 // with the same resources; the session resumes from its replica.
-func (d *Daemon) AgentUpdate(ctx context.Context, sc Scope, agentID string) (UpdateResult, error) {
+func (d *Control) AgentUpdate(ctx context.Context, sc Scope, agentID string) (admin.UpdateResult, error) {
 	br, err := d.AgentBuild(ctx, sc, agentID, false)
 	if err != nil {
-		return UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
+		return admin.UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
 	}
 	s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -77,31 +78,31 @@ func (d *Daemon) AgentUpdate(ctx context.Context, sc Scope, agentID string) (Upd
 		if br.Built {
 			outcome = "built"
 		}
-		return UpdateResult{AgentID: agentID, Image: br.Image, Outcome: outcome}, nil
+		return admin.UpdateResult{AgentID: agentID, Image: br.Image, Outcome: outcome}, nil
 	}
 	if err != nil {
-		return UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
+		return admin.UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
 	}
 	var b rpc.ResourceBindings
 	if err := json.Unmarshal(s.ResourceBindings, &b); err != nil {
-		return UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
+		return admin.UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
 	}
 	if !br.Built && s.ImageVersion == br.Version.ImageVersion {
-		return UpdateResult{AgentID: agentID, Image: br.Image, Outcome: "skipped"}, nil
+		return admin.UpdateResult{AgentID: agentID, Image: br.Image, Outcome: "skipped"}, nil
 	}
 	if _, err := d.AgentRestart(ctx, sc, agentID); err != nil {
-		return UpdateResult{AgentID: agentID, Image: br.Image, Outcome: "failed", Error: err.Error()}, err
+		return admin.UpdateResult{AgentID: agentID, Image: br.Image, Outcome: "failed", Error: err.Error()}, err
 	}
-	return UpdateResult{AgentID: agentID, Image: br.Image, Outcome: "redeployed"}, nil
+	return admin.UpdateResult{AgentID: agentID, Image: br.Image, Outcome: "redeployed"}, nil
 }
 
 // AgentUpdateAll updates every configured agent, one after the other, and
 // reports each outcome; one failure does not stop the others.
-func (d *Daemon) AgentUpdateAll(ctx context.Context, sc Scope) ([]UpdateResult, error) {
-	if err := sc.adminOnly("agent update-all"); err != nil {
+func (d *Control) AgentUpdateAll(ctx context.Context, sc Scope) ([]admin.UpdateResult, error) {
+	if err := sc.AdminOnly("agent update-all"); err != nil {
 		return nil, err
 	}
-	out := []UpdateResult{}
+	out := []admin.UpdateResult{}
 	cfg, _ := d.config()
 	for _, id := range sortedKeys(cfg.Agents) {
 		r, _ := d.AgentUpdate(ctx, sc, id)
@@ -114,7 +115,7 @@ func (d *Daemon) AgentUpdateAll(ctx context.Context, sc Scope) ([]UpdateResult, 
 // before a container starts from it, so a drifted image is never run
 // silently. An image named by --agent-image is the operator's choice and is
 // not checked.
-func (d *Daemon) verifyImage(ctx context.Context, agentID, image string) error {
+func (d *Control) verifyImage(ctx context.Context, agentID, image string) error {
 	rt, ok := d.runtime.(*docker.Runtime)
 	if !ok || d.opts.AgentImage != "" {
 		return nil

@@ -1,4 +1,4 @@
-package daemon
+package inbox
 
 import (
 	"context"
@@ -14,16 +14,18 @@ import (
 // without it rather than showing "typing…" forever if a stop is missed.
 const typingMax = 3 * time.Minute
 
-// typingSet shows Telegram's typing indicator in a session's chat while
+// Typing shows Telegram's typing indicator in a session's chat while
 // its edge works: from the push of a user message until the reply is
 // queued, the edge reports IDLE, or the session ends.
-type typingSet struct {
+type Typing struct {
 	g  *gateway.Gateway
 	mu sync.Mutex
 	m  map[uuid.UUID]context.CancelFunc
 }
 
-func (t *typingSet) start(gw, chatID string, session uuid.UUID) {
+// Start shows the typing indicator in a chat until Stop, at most
+// typingMax.
+func (t *Typing) Start(gw, chatID string, session uuid.UUID) {
 	if t == nil || t.g == nil || !t.g.Serves(gw) {
 		return
 	}
@@ -48,7 +50,8 @@ func (t *typingSet) start(gw, chatID string, session uuid.UUID) {
 	}()
 }
 
-func (t *typingSet) stop(session uuid.UUID) {
+// Stop ends the indicator of a session.
+func (t *Typing) Stop(session uuid.UUID) {
 	if t == nil {
 		return
 	}
@@ -61,7 +64,8 @@ func (t *typingSet) stop(session uuid.UUID) {
 	}
 }
 
-func (t *typingSet) stopAll() {
+// StopAll ends every indicator, when the bots stop.
+func (t *Typing) StopAll() {
 	if t == nil {
 		return
 	}

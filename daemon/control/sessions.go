@@ -1,10 +1,11 @@
-package daemon
+package control
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/rpc/admin"
 	"sort"
 
 	"github.com/google/uuid"
@@ -27,11 +28,11 @@ var ErrUnknownResource = errors.New("unknown resource")
 // already held by a live session; the message names the holder.
 var ErrLeaseConflict = errors.New("lease conflict")
 
-// resolveBindings merges an agent's defaults with overrides, checks that
+// ResolveBindings merges an agent's defaults with overrides, checks that
 // every named resource exists, and lists the secrets the agent may fetch:
 // the "secret" fields of its bound resources, never a gateway token or the
 // Postgres credentials, which only choird holds.
-func resolveBindings(cfg *config.Config, agentID string, o StartOverrides) (rpc.ResourceBindings, error) {
+func ResolveBindings(cfg *config.Config, agentID string, o admin.StartOverrides) (rpc.ResourceBindings, error) {
 	agent, ok := cfg.Agents[agentID]
 	if !ok {
 		return rpc.ResourceBindings{}, fmt.Errorf("%w: agent %q is not in config.json (agents: %v)",
@@ -125,34 +126,34 @@ func exclusiveLeases(cfg *config.Config, b rpc.ResourceBindings) [][2]string {
 	return leases
 }
 
-// startedSession is a session row just created, with its lease token: the
+// StartedSession is a session row just created, with its lease token: the
 // only time the token exists in choird's memory.
-type startedSession struct {
+type StartedSession struct {
 	Session    db.ChoirControlSession
 	LeaseToken string
 	Bindings   rpc.ResourceBindings
 }
 
-// startSession creates an agent's session and grants every exclusive lease
+// CreateSession creates an agent's session and grants every exclusive lease
 // in one transaction, so that a conflict leaves nothing behind. When the
 // agent's previous session ended or crashed, the new one continues its
 // chain from the last acknowledged revision.
-func startSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, agentID string,
-	o StartOverrides, configVersion int64, runtime string) (startedSession, error) {
-	b, err := resolveBindings(cfg, agentID, o)
+func CreateSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, agentID string,
+	o admin.StartOverrides, configVersion int64, runtime string) (StartedSession, error) {
+	b, err := ResolveBindings(cfg, agentID, o)
 	if err != nil {
-		return startedSession{}, err
+		return StartedSession{}, err
 	}
 	bindings, err := json.Marshal(b)
 	if err != nil {
-		return startedSession{}, err
+		return StartedSession{}, err
 	}
 	agentConfig, err := json.Marshal(cfg.Agents[agentID])
 	if err != nil {
-		return startedSession{}, err
+		return StartedSession{}, err
 	}
 	token, hash := rpc.NewLeaseToken()
-	var out startedSession
+	var out StartedSession
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
 		if _, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agentID, Config: agentConfig}); err != nil {
@@ -184,7 +185,7 @@ func startSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, a
 				return leaseErr(fmt.Sprintf("lease %s %s for agent %s", l[0], l[1], agentID), err)
 			}
 		}
-		out = startedSession{Session: s, LeaseToken: token, Bindings: b}
+		out = StartedSession{Session: s, LeaseToken: token, Bindings: b}
 		return nil
 	})
 	return out, err
@@ -204,12 +205,12 @@ func leaseErr(what string, err error) error {
 	return fmt.Errorf("%s: %w", what, err)
 }
 
-// endSession marks a live session ended (or crashed), releases its leases,
+// EndSession marks a live session ended (or crashed), releases its leases,
 // forgets its replay records and, when ins is set, enqueues the chunking of
 // its events into memory, all in one transaction, so that an ended session
 // is never left out of memory. It reports false when the session was not
 // live.
-func endSession(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, id uuid.UUID, status, reason string) (bool, error) {
+func EndSession(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, id uuid.UUID, status, reason string) (bool, error) {
 	var ended bool
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		q := db.New(tx)
@@ -238,10 +239,10 @@ func endSession(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, id u
 // StartSession creates a live session for agentID with its leases and
 // returns its ID and lease token, for a runtime to hand to the agent it
 // starts. The token exists only in the returned value.
-func (d *Daemon) StartSession(ctx context.Context, agentID string, o StartOverrides, runtime string) (sessionID, leaseToken string, err error) {
+func (d *Control) StartSession(ctx context.Context, agentID string, o admin.StartOverrides, runtime string) (sessionID, leaseToken string, err error) {
 	cfg, _ := d.config()
 	cfgVersion := d.runningConfigVersion()
-	s, err := startSession(ctx, d.pool, cfg, agentID, o, cfgVersion, runtime)
+	s, err := CreateSession(ctx, d.pool, cfg, agentID, o, cfgVersion, runtime)
 	if err != nil {
 		return "", "", err
 	}
@@ -249,4 +250,7 @@ func (d *Daemon) StartSession(ctx context.Context, agentID string, o StartOverri
 }
 
 // Push sends a message to a session's agent over the push stream.
-func (d *Daemon) Push(sessionID string, p rpc.Push) (uint64, error) { return d.rpc.Push(sessionID, p) }
+func (d *Control) Push(sessionID string, p rpc.Push) (uint64, error) { return d.rpc.Push(sessionID, p) }
+
+// errNoRows reports pgx's no-rows error.
+func errNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -1,4 +1,4 @@
-package daemon
+package agentapi
 
 import (
 	"bytes"
@@ -17,19 +17,19 @@ import (
 	"github.com/choirhq/choir/rpc"
 )
 
-// hello records an agent's INIT_HELLO on its session and tells it where to
+// Hello records an agent's INIT_HELLO on its session and tells it where to
 // resume: fresh at revision 0, or the newest snapshot along the session's
 // chain of predecessors plus the events after it, up to the acknowledged
 // revision the new session continues from.
 //
-// hello logs through slog's default logger; helloWith takes choird's.
-func hello(ctx context.Context, pool *pgxpool.Pool, call rpc.Call, req rpc.InitHelloRequest) (rpc.InitHelloResponse, error) {
-	return helloWith(ctx, pool, slog.Default(), call, req)
+// Hello logs through slog's default logger; HelloWith takes choird's.
+func Hello(ctx context.Context, pool *pgxpool.Pool, call rpc.Call, req rpc.InitHelloRequest) (rpc.InitHelloResponse, error) {
+	return HelloWith(ctx, pool, slog.Default(), call, req)
 }
 
-// helloWith is hello logging to logger: a snapshot that fails its check is
+// HelloWith is hello logging to logger: a snapshot that fails its check is
 // skipped with a warning.
-func helloWith(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, call rpc.Call, req rpc.InitHelloRequest) (rpc.InitHelloResponse, error) {
+func HelloWith(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, call rpc.Call, req rpc.InitHelloRequest) (rpc.InitHelloResponse, error) {
 	if req.AgentID != call.Session.AgentID || req.SessionID != call.Session.ID {
 		return rpc.InitHelloResponse{}, fmt.Errorf("hello names agent %s session %s, but the lease is for agent %s session %s: %w",
 			req.AgentID, req.SessionID, call.Session.AgentID, call.Session.ID, rpc.ErrPermissionDenied)

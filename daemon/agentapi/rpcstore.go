@@ -1,4 +1,4 @@
-package daemon
+package agentapi
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 )
 
-// sessionAuth checks lease tokens against choir_control.sessions: the
+// SessionAuth checks lease tokens against choir_control.sessions: the
 // token is valid exactly while its session is active or stopping, so a stop
 // or a crash revokes it without any separate revocation list.
 //
@@ -22,7 +22,7 @@ import (
 // once the row is written, so that AuthenticateIdentity (used for
 // HEARTBEAT, whose statement checks the session's state itself) can answer
 // without a query.
-type sessionAuth struct {
+type SessionAuth struct {
 	pool *pgxpool.Pool
 
 	mu  sync.Mutex
@@ -34,28 +34,30 @@ type sessionIdentity struct {
 	agentID   string
 }
 
-// maxRememberedSessions bounds sessionAuth's memory; past it, it forgets
+// maxRememberedSessions bounds SessionAuth's memory; past it, it forgets
 // every session and learns again from the database.
 const maxRememberedSessions = 4096
 
-var _ rpc.IdentityAuthenticator = (*sessionAuth)(nil)
+var _ rpc.IdentityAuthenticator = (*SessionAuth)(nil)
 
-func newSessionAuth(pool *pgxpool.Pool) *sessionAuth {
-	return &sessionAuth{pool: pool, ids: map[uuid.UUID]sessionIdentity{}}
+// NewSessionAuth makes the lease-token authenticator of the agent
+// protocol.
+func NewSessionAuth(pool *pgxpool.Pool) *SessionAuth {
+	return &SessionAuth{pool: pool, ids: map[uuid.UUID]sessionIdentity{}}
 }
 
 // Authenticate implements rpc.Authenticator.
-func (a *sessionAuth) Authenticate(ctx context.Context, sessionID, leaseToken string) (rpc.Session, error) {
+func (a *SessionAuth) Authenticate(ctx context.Context, sessionID, leaseToken string) (rpc.Session, error) {
 	return a.authenticate(ctx, sessionID, leaseToken, true)
 }
 
 // AuthenticateIdentity implements rpc.IdentityAuthenticator: it checks the
 // token without looking at the session's state.
-func (a *sessionAuth) AuthenticateIdentity(ctx context.Context, sessionID, leaseToken string) (rpc.Session, error) {
+func (a *SessionAuth) AuthenticateIdentity(ctx context.Context, sessionID, leaseToken string) (rpc.Session, error) {
 	return a.authenticate(ctx, sessionID, leaseToken, false)
 }
 
-func (a *sessionAuth) authenticate(ctx context.Context, sessionID, leaseToken string, live bool) (rpc.Session, error) {
+func (a *SessionAuth) authenticate(ctx context.Context, sessionID, leaseToken string, live bool) (rpc.Session, error) {
 	id, err := uuid.Parse(sessionID)
 	if err != nil {
 		return rpc.Session{}, fmt.Errorf("session id %q is not a UUID: %w", sessionID, rpc.ErrUnauthenticated)
@@ -86,7 +88,7 @@ func (a *sessionAuth) authenticate(ctx context.Context, sessionID, leaseToken st
 	return rpc.Session{ID: id.String(), AgentID: ident.agentID}, nil
 }
 
-func (a *sessionAuth) remember(id uuid.UUID, ident sessionIdentity) {
+func (a *SessionAuth) remember(id uuid.UUID, ident sessionIdentity) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if len(a.ids) >= maxRememberedSessions {
@@ -95,15 +97,15 @@ func (a *sessionAuth) remember(id uuid.UUID, ident sessionIdentity) {
 	a.ids[id] = ident
 }
 
-// replayStore keeps the first outcome of every mutating call in
+// ReplayStore keeps the first outcome of every mutating call in
 // choir_control.rpc_replays, so that replays are answered alike across
-// restarts of choird. It keeps the newest replayKeepPerSession of each
+// restarts of choird. It keeps the newest ReplayKeepPerSession of each
 // session.
-type replayStore struct {
-	pool *pgxpool.Pool
+type ReplayStore struct {
+	Pool *pgxpool.Pool
 }
 
-// replayKeepPerSession is how many outcomes a session keeps. A replay
+// ReplayKeepPerSession is how many outcomes a session keeps. A replay
 // matters only for a call the agent may still retry: its client retries a
 // call at once with the same request ID, and across a restart of choird
 // only the call it was making then (an approval request), while its other
@@ -113,17 +115,17 @@ type replayStore struct {
 // most max_payload_bytes each, mostly a few kilobytes). A call
 // older than that, replayed, runs again, and the handlers' own keys
 // (approval request IDs, message IDs) still hold it to once.
-const replayKeepPerSession = 1000
+const ReplayKeepPerSession = 1000
 
-var _ rpc.ReplayStore = replayStore{}
+var _ rpc.ReplayStore = ReplayStore{}
 
 // Load implements rpc.ReplayStore.
-func (s replayStore) Load(ctx context.Context, key rpc.ReplayKey) (rpc.ReplayRecord, bool, error) {
+func (s ReplayStore) Load(ctx context.Context, key rpc.ReplayKey) (rpc.ReplayRecord, bool, error) {
 	id, err := uuid.Parse(key.SessionID)
 	if err != nil {
 		return rpc.ReplayRecord{}, false, fmt.Errorf("session id %q: %w", key.SessionID, err)
 	}
-	row, err := db.New(s.pool).ReplayGet(ctx, db.ReplayGetParams{SessionID: id, RequestID: key.RequestID})
+	row, err := db.New(s.Pool).ReplayGet(ctx, db.ReplayGetParams{SessionID: id, RequestID: key.RequestID})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return rpc.ReplayRecord{}, false, nil
 	}
@@ -139,11 +141,11 @@ func (s replayStore) Load(ctx context.Context, key rpc.ReplayKey) (rpc.ReplayRec
 // Keeps implements rpc.ReplayKeeper: a heartbeat is idempotent by
 // revision (a resent patch is a no-op), so it needs no replay row, and the
 // server skips the lookup.
-func (replayStore) Keeps(verb rpc.Verb) bool { return verb != rpc.VerbHeartbeat }
+func (ReplayStore) Keeps(verb rpc.Verb) bool { return verb != rpc.VerbHeartbeat }
 
 // Save implements rpc.ReplayStore. A second save of one key keeps the
 // first. The same statement forgets the session's outcomes older than its
-// newest replayKeepPerSession.
+// newest ReplayKeepPerSession.
 //
 // HEARTBEAT outcomes are not stored: a heartbeat is idempotent by
 // revision, so running a replayed one again is what the replay would have
@@ -154,7 +156,7 @@ func (replayStore) Keeps(verb rpc.Verb) bool { return verb != rpc.VerbHeartbeat 
 // a different patch is judged by the chain, which is stricter than the
 // digest. Concurrent duplicates still run once, by the server's in-process
 // single flight.
-func (s replayStore) Save(ctx context.Context, key rpc.ReplayKey, rec rpc.ReplayRecord) error {
+func (s ReplayStore) Save(ctx context.Context, key rpc.ReplayKey, rec rpc.ReplayRecord) error {
 	if !s.Keeps(rec.Verb) {
 		return nil
 	}
@@ -162,9 +164,9 @@ func (s replayStore) Save(ctx context.Context, key rpc.ReplayKey, rec rpc.Replay
 	if err != nil {
 		return fmt.Errorf("session id %q: %w", key.SessionID, err)
 	}
-	err = db.New(s.pool).ReplaySave(ctx, db.ReplaySaveParams{SessionID: id, RequestID: key.RequestID,
+	err = db.New(s.Pool).ReplaySave(ctx, db.ReplaySaveParams{SessionID: id, RequestID: key.RequestID,
 		Verb: string(rec.Verb), Digest: rec.Digest[:], Response: rec.Response,
-		ErrCode: string(rec.ErrCode), ErrMessage: rec.ErrMessage, Keep: replayKeepPerSession})
+		ErrCode: string(rec.ErrCode), ErrMessage: rec.ErrMessage, Keep: ReplayKeepPerSession})
 	if err != nil {
 		return fmt.Errorf("save replay %s/%s: %w", key.SessionID, key.RequestID, err)
 	}
@@ -172,12 +174,12 @@ func (s replayStore) Save(ctx context.Context, key rpc.ReplayKey, rec rpc.Replay
 }
 
 // Forget implements rpc.ReplayStore.
-func (s replayStore) Forget(ctx context.Context, sessionID string) error {
+func (s ReplayStore) Forget(ctx context.Context, sessionID string) error {
 	id, err := uuid.Parse(sessionID)
 	if err != nil {
 		return fmt.Errorf("session id %q: %w", sessionID, err)
 	}
-	if _, err := db.New(s.pool).ReplayForgetSession(ctx, id); err != nil {
+	if _, err := db.New(s.Pool).ReplayForgetSession(ctx, id); err != nil {
 		return fmt.Errorf("forget replays of %s: %w", sessionID, err)
 	}
 	return nil

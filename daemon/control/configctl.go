@@ -1,4 +1,4 @@
-package daemon
+package control
 
 import (
 	"bytes"
@@ -23,14 +23,18 @@ import (
 	"github.com/choirhq/choir/strictjson"
 )
 
+// Snapshot is one running configuration: config.json, secrets.json and
+// the config_version choird runs with. It is never modified: config apply
+// and secret apply replace it whole, so a reader sees the three together.
+type Snapshot struct {
+	Config  *config.Config
+	Secrets config.Secrets
+	Version int64
+}
+
 // configControl is the state of the two-phase configuration commands
-// (spec 16.3, 17.6): the lock that makes the running configuration safe to
-// swap, and the staged one.
+// (spec 16.3, 17.6): the staged configuration.
 type configControl struct {
-	// mu guards Daemon.cfg, Daemon.secrets and Daemon.configVersion once
-	// choird serves: readers take it through Daemon.config, ConfigApply
-	// swaps under it.
-	mu sync.RWMutex
 	// stageMu serialises load, diff and apply, and guards staged.
 	stageMu sync.Mutex
 	staged  *stagedConfig
@@ -48,30 +52,39 @@ type stagedConfig struct {
 	loadedAt time.Time
 }
 
+// Snapshot returns the running configuration. Callers must not modify it.
+func (d *Control) Snapshot() *Snapshot { return d.snap.Load() }
+
 // config returns the running configuration and secrets. Callers must not
 // modify them: apply replaces both whole, never patches them.
-func (d *Daemon) config() (*config.Config, config.Secrets) {
-	d.cfgCtl.mu.RLock()
-	defer d.cfgCtl.mu.RUnlock()
-	return d.cfg, d.secrets
+func (d *Control) config() (*config.Config, config.Secrets) {
+	s := d.snap.Load()
+	return s.Config, s.Secrets
 }
 
 // runningConfigVersion returns the config_version choird runs with.
-func (d *Daemon) runningConfigVersion() int64 {
-	d.cfgCtl.mu.RLock()
-	defer d.cfgCtl.mu.RUnlock()
-	return d.configVersion
+func (d *Control) runningConfigVersion() int64 { return d.snap.Load().Version }
+
+// ConfigVersion is the version number of the config.json choird runs with.
+func (d *Control) ConfigVersion() int64 { return d.runningConfigVersion() }
+
+// update replaces the running snapshot with edit's copy of it. Concurrent
+// updates (a config apply and a secret apply) each change only their own
+// part: an update that lost the race is made again on the winner's.
+func (d *Control) update(edit func(*Snapshot)) {
+	for {
+		old := d.snap.Load()
+		next := *old
+		edit(&next)
+		if d.snap.CompareAndSwap(old, &next) {
+			return
+		}
+	}
 }
 
-// setSecrets swaps the running secrets, in choird and in the agent API,
-// for secret apply.
-func (d *Daemon) setSecrets(s config.Secrets) {
-	d.cfgCtl.mu.Lock()
-	d.secrets = s
-	d.cfgCtl.mu.Unlock()
-	d.api.mu.Lock()
-	d.api.secrets = s
-	d.api.mu.Unlock()
+// setSecrets swaps the running secrets, for secret apply.
+func (d *Control) setSecrets(s config.Secrets) {
+	d.update(func(sn *Snapshot) { sn.Secrets = s })
 }
 
 // Effects of a configuration change: when it takes effect.
@@ -130,8 +143,8 @@ var ErrNothingStaged = errors.New("no configuration is staged; run choirctl conf
 // one snapshot and stages the configuration (spec 17.6). A config that
 // fails validation stages nothing and discards what an earlier load
 // staged, so apply can never pick up an older file by surprise.
-func (d *Daemon) ConfigLoad(ctx context.Context, sc Scope) (ConfigDiff, error) {
-	if err := sc.adminOnly("config load"); err != nil {
+func (d *Control) ConfigLoad(ctx context.Context, sc Scope) (ConfigDiff, error) {
+	if err := sc.AdminOnly("config load"); err != nil {
 		return ConfigDiff{}, err
 	}
 	d.cfgCtl.stageMu.Lock()
@@ -154,7 +167,7 @@ func (d *Daemon) ConfigLoad(ctx context.Context, sc Scope) (ConfigDiff, error) {
 // readStaged reads config.json and secrets.json. config.json is read again
 // after validation: the bytes hashed into the version must be the bytes
 // validated, so a file replaced in between is an error, not a mix.
-func (d *Daemon) readStaged() (*stagedConfig, error) {
+func (d *Control) readStaged() (*stagedConfig, error) {
 	path := filepath.Join(d.home, config.ConfigFile)
 	before, err := os.ReadFile(path)
 	if err != nil {
@@ -175,8 +188,8 @@ func (d *Daemon) readStaged() (*stagedConfig, error) {
 }
 
 // ConfigDiff compares the staged configuration with the running one.
-func (d *Daemon) ConfigDiff(ctx context.Context, sc Scope) (ConfigDiff, error) {
-	if err := sc.adminOnly("config diff"); err != nil {
+func (d *Control) ConfigDiff(ctx context.Context, sc Scope) (ConfigDiff, error) {
+	if err := sc.AdminOnly("config diff"); err != nil {
 		return ConfigDiff{}, err
 	}
 	d.cfgCtl.stageMu.Lock()
@@ -189,7 +202,7 @@ func (d *Daemon) ConfigDiff(ctx context.Context, sc Scope) (ConfigDiff, error) {
 
 // diffStaged compares st with the running configuration and finds what
 // would make apply refuse. The caller holds stageMu.
-func (d *Daemon) diffStaged(ctx context.Context, st *stagedConfig) (ConfigDiff, error) {
+func (d *Control) diffStaged(ctx context.Context, st *stagedConfig) (ConfigDiff, error) {
 	running, secrets := d.config()
 	changes, err := config.Diff(running, st.cfg)
 	if err != nil {
@@ -276,7 +289,7 @@ func changeEffect(ch config.Change) (effect, hint string) {
 // liveBindingBlockers refuses a staged config that removes an agent that
 // is running, or a resource a running session is bound to: the session
 // would be left naming something that no longer exists.
-func (d *Daemon) liveBindingBlockers(ctx context.Context, running, staged *config.Config) ([]ConfigProblem, error) {
+func (d *Control) liveBindingBlockers(ctx context.Context, running, staged *config.Config) ([]ConfigProblem, error) {
 	var out []ConfigProblem
 	q := db.New(d.pool)
 	for _, id := range sortedKeys(running.Agents) {
@@ -345,8 +358,8 @@ func key(section, name string) string {
 // with the running secrets, and removals of what a running agent uses are
 // refused, with the JSON path of each problem, and nothing changes.
 // secrets.json is not applied (that is secret apply).
-func (d *Daemon) ConfigApply(ctx context.Context, sc Scope) (ConfigApplyResult, error) {
-	if err := sc.adminOnly("config apply"); err != nil {
+func (d *Control) ConfigApply(ctx context.Context, sc Scope) (ConfigApplyResult, error) {
+	if err := sc.AdminOnly("config apply"); err != nil {
 		return ConfigApplyResult{}, err
 	}
 	d.cfgCtl.stageMu.Lock()
@@ -399,9 +412,7 @@ func (d *Daemon) ConfigApply(ctx context.Context, sc Scope) (ConfigApplyResult, 
 		d.swapConfig(running)
 		return ConfigApplyResult{}, fmt.Errorf("config apply: record config version: %w; nothing changed", err)
 	}
-	d.cfgCtl.mu.Lock()
-	d.configVersion = version
-	d.cfgCtl.mu.Unlock()
+	d.update(func(sn *Snapshot) { sn.Version = version })
 	d.cfgCtl.staged = nil
 	res.Version = version
 
@@ -427,23 +438,15 @@ func (d *Daemon) ConfigApply(ctx context.Context, sc Scope) (ConfigApplyResult, 
 	return res, nil
 }
 
-// swapConfig replaces the running configuration in choird and in the agent
-// API, each as a whole.
-func (d *Daemon) swapConfig(cfg *config.Config) {
-	d.cfgCtl.mu.Lock()
-	d.cfg = cfg
-	d.cfgCtl.mu.Unlock()
-	if d.api != nil {
-		d.api.mu.Lock()
-		d.api.cfg = cfg
-		d.api.mu.Unlock()
-	}
+// swapConfig replaces the running configuration as a whole.
+func (d *Control) swapConfig(cfg *config.Config) {
+	d.update(func(sn *Snapshot) { sn.Config = cfg })
 }
 
 // ConfigShow returns the running configuration as config.json holds it.
 // It holds secret names only; values live in secrets.json.
-func (d *Daemon) ConfigShow(ctx context.Context, sc Scope) (json.RawMessage, error) {
-	if err := sc.adminOnly("config show"); err != nil {
+func (d *Control) ConfigShow(ctx context.Context, sc Scope) (json.RawMessage, error) {
+	if err := sc.AdminOnly("config show"); err != nil {
 		return nil, err
 	}
 	cfg, _ := d.config()
@@ -456,8 +459,8 @@ func (d *Daemon) ConfigShow(ctx context.Context, sc Scope) (json.RawMessage, err
 
 // SecretList returns the names of the secrets choird runs with, sorted;
 // never their values.
-func (d *Daemon) SecretList(ctx context.Context, sc Scope) ([]string, error) {
-	if err := sc.adminOnly("secret list"); err != nil {
+func (d *Control) SecretList(ctx context.Context, sc Scope) ([]string, error) {
+	if err := sc.AdminOnly("secret list"); err != nil {
 		return nil, err
 	}
 	_, secrets := d.config()

@@ -1,10 +1,11 @@
-package daemon
+package adminapi
 
 import (
 	"context"
 	"errors"
 	"strconv"
 
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -16,82 +17,82 @@ func sessionErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrApprovalResolved), errors.Is(err, ErrNotRunning):
+	case errors.Is(err, control.ErrApprovalResolved), errors.Is(err, control.ErrNotRunning):
 		return codedErr{rpc.ErrConflict, err}
-	case errors.Is(err, ErrNotFound):
+	case errors.Is(err, control.ErrNotFound):
 		return codedErr{rpc.ErrNotFound, err}
 	}
 	return controlErr(err)
 }
 
-func (d *Daemon) mountSessionControl(mux *admin.Mux) {
+func (d *API) mountSessionControl(mux *admin.Mux) {
 	id := func(ctx context.Context) string { return admin.PathValue(ctx, "id") }
-	admin.Handle(mux, "GET", admin.PathSessionCores, func(ctx context.Context, _ admin.Empty) (SessionCoresResult, error) {
+	admin.Handle(mux, "GET", admin.PathSessionCores, func(ctx context.Context, _ admin.Empty) (admin.SessionCoresResult, error) {
 		out, err := d.SessionCores(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "POST", admin.PathSessionCancel, func(ctx context.Context, _ admin.Empty) (SessionRef, error) {
+	admin.Handle(mux, "POST", admin.PathSessionCancel, func(ctx context.Context, _ admin.Empty) (admin.SessionRef, error) {
 		out, err := d.SessionCancel(ctx, adminScope(ctx), id(ctx), admin.PathValue(ctx, "name"))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "POST", admin.PathSessionCompact, func(ctx context.Context, _ admin.Empty) (SessionRef, error) {
+	admin.Handle(mux, "POST", admin.PathSessionCompact, func(ctx context.Context, _ admin.Empty) (admin.SessionRef, error) {
 		out, err := d.SessionCompact(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", admin.PathSessionEvents, func(ctx context.Context, _ admin.Empty) (SessionEventsResult, error) {
+	admin.Handle(mux, "GET", admin.PathSessionEvents, func(ctx context.Context, _ admin.Empty) (admin.SessionEventsResult, error) {
 		out, err := d.SessionEvents(ctx, adminScope(ctx), id(ctx), 0)
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", admin.PathSessionEventsN, func(ctx context.Context, _ admin.Empty) (SessionEventsResult, error) {
+	admin.Handle(mux, "GET", admin.PathSessionEventsN, func(ctx context.Context, _ admin.Empty) (admin.SessionEventsResult, error) {
 		n, err := strconv.Atoi(admin.PathValue(ctx, "n"))
 		if err != nil || n < 1 {
-			return SessionEventsResult{}, rpc.Errorf(rpc.CodeBadRequest, "the number of events must be a positive number, not %q",
+			return admin.SessionEventsResult{}, rpc.Errorf(rpc.CodeBadRequest, "the number of events must be a positive number, not %q",
 				admin.PathValue(ctx, "n"))
 		}
 		out, err := d.SessionEvents(ctx, adminScope(ctx), id(ctx), n)
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", admin.PathModels, func(ctx context.Context, _ admin.Empty) (ModelListResult, error) {
+	admin.Handle(mux, "GET", admin.PathModels, func(ctx context.Context, _ admin.Empty) (admin.ModelListResult, error) {
 		out, err := d.ModelList(ctx, adminScope(ctx))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", admin.PathAgentModel, func(ctx context.Context, _ admin.Empty) (ModelState, error) {
+	admin.Handle(mux, "GET", admin.PathAgentModel, func(ctx context.Context, _ admin.Empty) (admin.ModelState, error) {
 		out, err := d.ModelGet(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "POST", admin.PathAgentModel, func(ctx context.Context, in ModelSetRequest) (ModelState, error) {
+	admin.Handle(mux, "POST", admin.PathAgentModel, func(ctx context.Context, in admin.ModelSetRequest) (admin.ModelState, error) {
 		out, err := d.ModelSet(ctx, adminScope(ctx), id(ctx), in.LLM)
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", admin.PathVoices, func(ctx context.Context, _ admin.Empty) ([]NamedVoice, error) {
+	admin.Handle(mux, "GET", admin.PathVoices, func(ctx context.Context, _ admin.Empty) ([]admin.NamedVoice, error) {
 		out, err := d.VoiceList(ctx, adminScope(ctx))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", admin.PathAgentVoice, func(ctx context.Context, _ admin.Empty) (ModelState, error) {
+	admin.Handle(mux, "GET", admin.PathAgentVoice, func(ctx context.Context, _ admin.Empty) (admin.ModelState, error) {
 		out, err := d.VoiceGet(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "POST", admin.PathAgentVoice, func(ctx context.Context, in VoiceSetRequest) (ModelState, error) {
+	admin.Handle(mux, "POST", admin.PathAgentVoice, func(ctx context.Context, in admin.VoiceSetRequest) (admin.ModelState, error) {
 		out, err := d.VoiceSet(ctx, adminScope(ctx), id(ctx), in.VoiceProfile)
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", admin.PathApprovals, func(ctx context.Context, _ admin.Empty) ([]Approval, error) {
+	admin.Handle(mux, "GET", admin.PathApprovals, func(ctx context.Context, _ admin.Empty) ([]admin.Approval, error) {
 		out, err := d.ApprovalList(ctx, adminScope(ctx), "")
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", admin.PathAgentApprovals, func(ctx context.Context, _ admin.Empty) ([]Approval, error) {
-		if err := d.knownAgent(id(ctx)); err != nil {
+	admin.Handle(mux, "GET", admin.PathAgentApprovals, func(ctx context.Context, _ admin.Empty) ([]admin.Approval, error) {
+		if err := d.KnownAgent(id(ctx)); err != nil {
 			return nil, sessionErr(err)
 		}
 		out, err := d.ApprovalList(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)
 	})
-	admin.Handle(mux, "GET", admin.PathApproval, func(ctx context.Context, _ admin.Empty) (Approval, error) {
+	admin.Handle(mux, "GET", admin.PathApproval, func(ctx context.Context, _ admin.Empty) (admin.Approval, error) {
 		out, err := d.ApprovalShow(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)
 	})
-	decide := func(approve bool) func(ctx context.Context, _ admin.Empty) (Approval, error) {
-		return func(ctx context.Context, _ admin.Empty) (Approval, error) {
+	decide := func(approve bool) func(ctx context.Context, _ admin.Empty) (admin.Approval, error) {
+		return func(ctx context.Context, _ admin.Empty) (admin.Approval, error) {
 			out, err := d.ApprovalDecide(ctx, adminScope(ctx), id(ctx), approve)
 			return out, sessionErr(err)
 		}

@@ -1,12 +1,18 @@
-package daemon
+package inbox
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/rpc/admin"
+	"maps"
+	"slices"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
@@ -24,24 +30,24 @@ import (
 const ChatGateway = "choirctl"
 
 // ChatSend sends a message to an agent as its DM's user.
-func (d *Daemon) ChatSend(ctx context.Context, sc Scope, agentID string, req ChatSendRequest) (ChatSent, error) {
-	if err := sc.allow(agentID); err != nil {
-		return ChatSent{}, err
+func (ib *Inbox) ChatSend(ctx context.Context, sc control.Scope, agentID string, req admin.ChatSendRequest) (admin.ChatSent, error) {
+	if err := sc.Allow(agentID); err != nil {
+		return admin.ChatSent{}, err
 	}
 	if err := req.Validate(); err != nil {
-		return ChatSent{}, err
+		return admin.ChatSent{}, err
 	}
-	cfg, _ := d.config()
+	cfg := ib.ctl.Snapshot().Config
 	a, ok := cfg.Agents[agentID]
 	if !ok {
-		return ChatSent{}, fmt.Errorf("%w: agent %q is not in config.json (agents: %v)", ErrUnknownResource, agentID, sortedKeys(cfg.Agents))
+		return admin.ChatSent{}, fmt.Errorf("%w: agent %q is not in config.json (agents: %v)", control.ErrUnknownResource, agentID, slices.Sorted(maps.Keys(cfg.Agents)))
 	}
-	q := db.New(d.pool)
+	q := db.New(ib.pool)
 	dmName := a.Defaults.DM
 	s, err := q.SessionGetLiveByAgent(ctx, agentID)
 	live := err == nil
-	if err != nil && !errNoRows(err) {
-		return ChatSent{}, fmt.Errorf("look up the session of %s: %w", agentID, err)
+	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+		return admin.ChatSent{}, fmt.Errorf("look up the session of %s: %w", agentID, err)
 	}
 	if live {
 		var b rpc.ResourceBindings
@@ -51,30 +57,30 @@ func (d *Daemon) ChatSend(ctx context.Context, sc Scope, agentID string, req Cha
 	}
 	dm, ok := cfg.DMs[dmName]
 	if !ok {
-		return ChatSent{}, fmt.Errorf("%w: agent %s has no DM to talk through; set defaults.dm in config.json", ErrUnknownResource, agentID)
+		return admin.ChatSent{}, fmt.Errorf("%w: agent %s has no DM to talk through; set defaults.dm in config.json", control.ErrUnknownResource, agentID)
 	}
 	var after int64
-	if err := d.pool.QueryRow(ctx, `SELECT coalesce(max(outbox_id), 0) FROM choir_control.outbox WHERE agent_id = $1`,
+	if err := ib.pool.QueryRow(ctx, `SELECT coalesce(max(outbox_id), 0) FROM choir_control.outbox WHERE agent_id = $1`,
 		agentID).Scan(&after); err != nil {
-		return ChatSent{}, fmt.Errorf("read the outbox cursor of %s: %w", agentID, err)
+		return admin.ChatSent{}, fmt.Errorf("read the outbox cursor of %s: %w", agentID, err)
 	}
 	msg := gateway.InboundMessage{DM: gateway.DM{Gateway: ChatGateway, Name: dmName, UserID: dm.UserID, Admin: dm.Admin},
 		UpdateID: req.MessageID, ChatID: dm.UserID, Text: req.Text, SentAt: time.Now()}
-	row, err := inboxInsert(ctx, d.pool, msg, "message", &agentID)
+	row, err := Insert(ctx, ib.pool, msg, "message", &agentID)
 	if errors.Is(err, gateway.ErrDuplicate) {
 		prev, err := q.InboxGetByUpdate(ctx, db.InboxGetByUpdateParams{Gateway: ChatGateway, UpdateID: req.MessageID})
 		if err != nil {
-			return ChatSent{}, fmt.Errorf("load chat message %d: %w", req.MessageID, err)
+			return admin.ChatSent{}, fmt.Errorf("load chat message %d: %w", req.MessageID, err)
 		}
-		return ChatSent{InboxID: prev.InboxID, Pushed: prev.PushedAt != nil, Duplicate: true, After: after}, nil
+		return admin.ChatSent{InboxID: prev.InboxID, Pushed: prev.PushedAt != nil, Duplicate: true, After: after}, nil
 	}
 	if err != nil {
-		return ChatSent{}, err
+		return admin.ChatSent{}, err
 	}
 	if live && s.HelloAt != nil {
-		d.pushInbox(ctx, s.SessionID, row)
+		ib.pushInbox(ctx, s.SessionID, row)
 	}
-	return ChatSent{InboxID: row.InboxID, Pushed: live, After: after}, nil
+	return admin.ChatSent{InboxID: row.InboxID, Pushed: live, After: after}, nil
 }
 
 // chatPollEvery is how often a waiting poll looks at the outbox.
@@ -82,22 +88,22 @@ const chatPollEvery = 50 * time.Millisecond
 
 // ChatPoll returns the agent's messages after the cursor, waiting up to
 // WaitMS for the first one.
-func (d *Daemon) ChatPoll(ctx context.Context, sc Scope, agentID string, req ChatPollRequest) ([]ChatMessage, error) {
-	if err := sc.allow(agentID); err != nil {
+func (ib *Inbox) ChatPoll(ctx context.Context, sc control.Scope, agentID string, req admin.ChatPollRequest) ([]admin.ChatMessage, error) {
+	if err := sc.Allow(agentID); err != nil {
 		return nil, err
 	}
 	wait := min(time.Duration(req.WaitMS)*time.Millisecond, 30*time.Second)
 	deadline := time.Now().Add(wait)
-	q := db.New(d.pool)
+	q := db.New(ib.pool)
 	for {
 		rows, err := q.OutboxAfter(ctx, db.OutboxAfterParams{AgentID: agentID, After: req.After, MaxRows: 100})
 		if err != nil {
 			return nil, fmt.Errorf("read the outbox of %s: %w", agentID, err)
 		}
 		if len(rows) > 0 || time.Now().After(deadline) {
-			out := make([]ChatMessage, 0, len(rows))
+			out := make([]admin.ChatMessage, 0, len(rows))
 			for _, r := range rows {
-				out = append(out, ChatMessage{OutboxID: r.OutboxID, Kind: r.Kind, Text: r.Text, FilePath: r.FilePath,
+				out = append(out, admin.ChatMessage{OutboxID: r.OutboxID, Kind: r.Kind, Text: r.Text, FilePath: r.FilePath,
 					Status: r.Status, CreatedAt: r.CreatedAt})
 			}
 			return out, nil

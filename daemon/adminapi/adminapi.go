@@ -1,23 +1,68 @@
-package daemon
+// Package adminapi is the admin socket's handlers: the paths choirctl
+// calls, each decoded, run through the control layer with the scope of
+// the peer (an admin, named by its uid), and its error given the code
+// choirctl shows it with; and choird's status.
+package adminapi
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/inbox"
+	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
+// Options configure the admin API's handlers.
+type Options struct {
+	Control *control.Control
+	// Chat serves choirctl chat.
+	Chat *inbox.Inbox
+	Pool *pgxpool.Pool
+	// Memory is the memory store whose state status reports; nil before
+	// it runs.
+	Memory *memory.Store
+	// Version and StartedAt are choird's, for status.
+	Version   string
+	StartedAt time.Time
+}
+
+// API serves choirctl's requests: each handler calls the control layer
+// with an admin scope and codes its errors for the wire.
+type API struct {
+	*control.Control
+	chat      *inbox.Inbox
+	pool      *pgxpool.Pool
+	memory    *memory.Store
+	version   string
+	startedAt time.Time
+}
+
+// Mount registers every admin handler on mux.
+func Mount(mux *admin.Mux, o Options) {
+	d := &API{Control: o.Control, chat: o.Chat, pool: o.Pool, memory: o.Memory, version: o.Version, startedAt: o.StartedAt}
+	admin.Handle(mux, "GET", admin.PathStatus, func(ctx context.Context, _ admin.Empty) (admin.StatusResponse, error) {
+		return d.status(ctx), nil
+	})
+	d.mountControl(mux)
+	d.mountMemory(mux)
+}
+
 // adminScope is the scope of a choirctl request: admin, named by the
 // peer's uid.
-func adminScope(ctx context.Context) Scope {
+func adminScope(ctx context.Context) control.Scope {
 	actor := "choirctl"
 	if p, ok := admin.PeerFromContext(ctx); ok {
 		actor = fmt.Sprintf("choirctl:uid=%d", p.UID)
 	}
-	return Scope{Admin: true, Actor: actor}
+	return control.Scope{Admin: true, Actor: actor}
 }
 
 // codedErr carries a control error with the rpc sentinel that picks its
@@ -33,11 +78,11 @@ func controlErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, ErrForbidden):
+	case errors.Is(err, control.ErrForbidden):
 		return codedErr{rpc.ErrPermissionDenied, err}
-	case errors.Is(err, ErrUnknownResource):
+	case errors.Is(err, control.ErrUnknownResource):
 		return codedErr{rpc.ErrNotFound, err}
-	case errors.Is(err, ErrLeaseConflict):
+	case errors.Is(err, control.ErrLeaseConflict):
 		return codedErr{rpc.ErrConflict, err}
 	case errors.Is(err, runtime.ErrEngineUnreachable):
 		return codedErr{rpc.ErrUnavailable, err}
@@ -45,7 +90,7 @@ func controlErr(err error) error {
 	return codedErr{rpc.ErrBadRequest, err}
 }
 
-func (d *Daemon) mountControl(mux *admin.Mux) {
+func (d *API) mountControl(mux *admin.Mux) {
 	admin.Handle(mux, "GET", admin.PathAgents, func(ctx context.Context, _ admin.Empty) ([]admin.AgentStatus, error) {
 		out, err := d.AgentList(ctx, adminScope(ctx))
 		return out, controlErr(err)
@@ -54,7 +99,7 @@ func (d *Daemon) mountControl(mux *admin.Mux) {
 		out, err := d.AgentStatus(ctx, adminScope(ctx), admin.PathValue(ctx, "id"))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", admin.PathAgentStart, func(ctx context.Context, o StartOverrides) (admin.AgentStatus, error) {
+	admin.Handle(mux, "POST", admin.PathAgentStart, func(ctx context.Context, o admin.StartOverrides) (admin.AgentStatus, error) {
 		out, err := d.AgentStart(ctx, adminScope(ctx), admin.PathValue(ctx, "id"), o)
 		return out, controlErr(err)
 	})
@@ -66,32 +111,31 @@ func (d *Daemon) mountControl(mux *admin.Mux) {
 		out, err := d.AgentRestart(ctx, adminScope(ctx), admin.PathValue(ctx, "id"))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", admin.PathAgentBuild, func(ctx context.Context, in admin.BuildRequest) (BuildResult, error) {
+	admin.Handle(mux, "POST", admin.PathAgentBuild, func(ctx context.Context, in admin.BuildRequest) (admin.BuildResult, error) {
 		out, err := d.AgentBuild(ctx, adminScope(ctx), admin.PathValue(ctx, "id"), in.Force)
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", admin.PathAgentUpdate, func(ctx context.Context, _ admin.Empty) (UpdateResult, error) {
+	admin.Handle(mux, "POST", admin.PathAgentUpdate, func(ctx context.Context, _ admin.Empty) (admin.UpdateResult, error) {
 		out, err := d.AgentUpdate(ctx, adminScope(ctx), admin.PathValue(ctx, "id"))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", admin.PathAgentUpdateAll, func(ctx context.Context, _ admin.Empty) ([]UpdateResult, error) {
+	admin.Handle(mux, "POST", admin.PathAgentUpdateAll, func(ctx context.Context, _ admin.Empty) ([]admin.UpdateResult, error) {
 		out, err := d.AgentUpdateAll(ctx, adminScope(ctx))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", admin.PathSecretApply, func(ctx context.Context, _ admin.Empty) (SecretApplyResult, error) {
+	admin.Handle(mux, "POST", admin.PathSecretApply, func(ctx context.Context, _ admin.Empty) (admin.SecretApplyResult, error) {
 		out, err := d.SecretApply(ctx, adminScope(ctx))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "GET", admin.PathWorkspaces, func(ctx context.Context, _ admin.Empty) ([]WorkspaceInfo, error) {
+	admin.Handle(mux, "GET", admin.PathWorkspaces, func(ctx context.Context, _ admin.Empty) ([]admin.WorkspaceInfo, error) {
 		out, err := d.WorkspaceList(ctx, adminScope(ctx))
 		return out, controlErr(err)
 	})
-	admin.Handle(mux, "POST", admin.PathWorkspaceReset, func(ctx context.Context, _ admin.Empty) (WorkspaceInfo, error) {
+	admin.Handle(mux, "POST", admin.PathWorkspaceReset, func(ctx context.Context, _ admin.Empty) (admin.WorkspaceInfo, error) {
 		out, err := d.WorkspaceReset(ctx, adminScope(ctx), admin.PathValue(ctx, "name"))
 		return out, controlErr(err)
 	})
 	d.mountConfigControl(mux)
 	d.mountChat(mux)
 	d.mountSessionControl(mux)
-	d.mountMemory(mux)
 }

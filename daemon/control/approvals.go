@@ -1,9 +1,10 @@
-package daemon
+package control
 
 import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/rpc/admin"
 	"log/slog"
 	"time"
 
@@ -15,8 +16,8 @@ import (
 	"github.com/choirhq/choir/rpc"
 )
 
-func approvalOf(r db.ChoirControlPendingApproval) Approval {
-	a := Approval{ID: r.ApprovalID.String(), AgentID: r.AgentID, SessionID: r.SessionID.String(),
+func approvalOf(r db.ChoirControlPendingApproval) admin.Approval {
+	a := admin.Approval{ID: r.ApprovalID.String(), AgentID: r.AgentID, SessionID: r.SessionID.String(),
 		RequestType: r.RequestType, Summary: r.Summary, Payload: r.Payload, Status: r.Status,
 		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, ResolvedAt: r.ResolvedAt}
 	if r.ResolvedBy != nil {
@@ -33,7 +34,9 @@ var ErrApprovalResolved = errors.New("approval already resolved")
 // exist.
 var ErrNotFound = errors.New("not found")
 
-func parseApprovalID(id string) (uuid.UUID, error) {
+// ParseApprovalID checks that id is an approval id, as choirctl approval
+// list shows them.
+func ParseApprovalID(id string) (uuid.UUID, error) {
 	u, err := uuid.Parse(id)
 	if err != nil || len(id) != 36 {
 		return uuid.UUID{}, fmt.Errorf("%q is not an approval id (a UUID, as choirctl approval list shows): %w", id, ErrNotFound)
@@ -47,13 +50,13 @@ const maxApprovalsListed = 200
 // ApprovalList lists pending approvals, oldest first: of agentID, or of
 // every agent when agentID is empty. A regular DM sees only its agent's,
 // whatever agentID says.
-func (d *Daemon) ApprovalList(ctx context.Context, sc Scope, agentID string) ([]Approval, error) {
+func (d *Control) ApprovalList(ctx context.Context, sc Scope, agentID string) ([]admin.Approval, error) {
 	switch {
 	case !sc.Admin && agentID == "":
 		agentID = sc.Agent
 	}
 	if agentID != "" || !sc.Admin {
-		if err := sc.allow(agentID); err != nil {
+		if err := sc.Allow(agentID); err != nil {
 			return nil, err
 		}
 	}
@@ -65,7 +68,7 @@ func (d *Daemon) ApprovalList(ctx context.Context, sc Scope, agentID string) ([]
 	if err != nil {
 		return nil, fmt.Errorf("list approvals: %w", err)
 	}
-	out := make([]Approval, 0, len(rows))
+	out := make([]admin.Approval, 0, len(rows))
 	onDM := map[uuid.UUID]error{}
 	for _, r := range rows {
 		err, seen := onDM[r.SessionID]
@@ -87,7 +90,7 @@ func (d *Daemon) ApprovalList(ctx context.Context, sc Scope, agentID string) ([]
 // approvalOnDM checks that a regular DM sees or decides only approvals
 // requested by a session bound to it: another DM's approvals are part of
 // that DM's conversation, even once the agent is back on this DM.
-func (d *Daemon) approvalOnDM(ctx context.Context, sc Scope, r db.ChoirControlPendingApproval) error {
+func (d *Control) approvalOnDM(ctx context.Context, sc Scope, r db.ChoirControlPendingApproval) error {
 	if sc.Admin || sc.DM == "" {
 		return nil
 	}
@@ -103,17 +106,17 @@ func (d *Daemon) approvalOnDM(ctx context.Context, sc Scope, r db.ChoirControlPe
 }
 
 // ApprovalShow returns one approval, pending or not.
-func (d *Daemon) ApprovalShow(ctx context.Context, sc Scope, id string) (Approval, error) {
+func (d *Control) ApprovalShow(ctx context.Context, sc Scope, id string) (admin.Approval, error) {
 	r, err := d.approvalInScope(ctx, sc, id)
 	if err != nil {
-		return Approval{}, err
+		return admin.Approval{}, err
 	}
 	return approvalOf(r), nil
 }
 
 // approvalInScope loads an approval by id, refusing one outside the scope.
-func (d *Daemon) approvalInScope(ctx context.Context, sc Scope, id string) (db.ChoirControlPendingApproval, error) {
-	u, err := parseApprovalID(id)
+func (d *Control) approvalInScope(ctx context.Context, sc Scope, id string) (db.ChoirControlPendingApproval, error) {
+	u, err := ParseApprovalID(id)
 	if err != nil {
 		return db.ChoirControlPendingApproval{}, err
 	}
@@ -124,7 +127,7 @@ func (d *Daemon) approvalInScope(ctx context.Context, sc Scope, id string) (db.C
 	if err != nil {
 		return r, fmt.Errorf("load approval %s: %w", id, err)
 	}
-	if err := sc.allow(r.AgentID); err != nil {
+	if err := sc.Allow(r.AgentID); err != nil {
 		return r, fmt.Errorf("approval %s belongs to agent %s: %w", id, r.AgentID, err)
 	}
 	if err := d.approvalOnDM(ctx, sc, r); err != nil {
@@ -135,19 +138,19 @@ func (d *Daemon) approvalInScope(ctx context.Context, sc Scope, id string) (db.C
 
 // ApprovalForMessage finds the approval whose request is the given
 // message of a chat: a /approve or /reject sent in reply to it.
-func (d *Daemon) ApprovalForMessage(ctx context.Context, sc Scope, gateway, chatID string, messageID int64) (Approval, error) {
+func (d *Control) ApprovalForMessage(ctx context.Context, sc Scope, gateway, chatID string, messageID int64) (admin.Approval, error) {
 	r, err := db.New(d.pool).ApprovalForMessage(ctx, db.ApprovalForMessageParams{Gateway: gateway, ChatID: chatID, MessageID: messageID})
 	if errNoRows(err) {
-		return Approval{}, fmt.Errorf("the message you replied to is not an approval request: %w", ErrNotFound)
+		return admin.Approval{}, fmt.Errorf("the message you replied to is not an approval request: %w", ErrNotFound)
 	}
 	if err != nil {
-		return Approval{}, fmt.Errorf("find the approval of message %d: %w", messageID, err)
+		return admin.Approval{}, fmt.Errorf("find the approval of message %d: %w", messageID, err)
 	}
-	if err := sc.allow(r.AgentID); err != nil {
-		return Approval{}, fmt.Errorf("approval %s belongs to agent %s: %w", r.ApprovalID, r.AgentID, err)
+	if err := sc.Allow(r.AgentID); err != nil {
+		return admin.Approval{}, fmt.Errorf("approval %s belongs to agent %s: %w", r.ApprovalID, r.AgentID, err)
 	}
 	if err := d.approvalOnDM(ctx, sc, r); err != nil {
-		return Approval{}, err
+		return admin.Approval{}, err
 	}
 	return approvalOf(r), nil
 }
@@ -158,11 +161,11 @@ func (d *Daemon) ApprovalForMessage(ctx context.Context, sc Scope, gateway, chat
 // an error wrapping ErrApprovalResolved that says "already <outcome>". The
 // winner's outcome message is queued in the same transaction, and the
 // agent is told by push after the commit.
-func (d *Daemon) ApprovalDecide(ctx context.Context, sc Scope, id string, approve bool) (Approval, error) {
+func (d *Control) ApprovalDecide(ctx context.Context, sc Scope, id string, approve bool) (admin.Approval, error) {
 	// The scope is checked on the row before anything is written.
 	cur, err := d.approvalInScope(ctx, sc, id)
 	if err != nil {
-		return Approval{}, err
+		return admin.Approval{}, err
 	}
 	by := sc.Actor
 	if by == "" {
@@ -175,10 +178,10 @@ func (d *Daemon) ApprovalDecide(ctx context.Context, sc Scope, id string, approv
 		return err
 	})
 	if errors.Is(err, jobs.ErrApprovalNotFound) {
-		return Approval{}, fmt.Errorf("approval %s: %w", id, ErrNotFound)
+		return admin.Approval{}, fmt.Errorf("approval %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
-		return Approval{}, err
+		return admin.Approval{}, err
 	}
 	a := approvalOf(row)
 	if !won {
@@ -187,15 +190,15 @@ func (d *Daemon) ApprovalDecide(ctx context.Context, sc Scope, id string, approv
 	}
 	d.logger.InfoContext(ctx, "approval resolved", slog.String("approval_id", a.ID), slog.String("agent_id", a.AgentID),
 		slog.String("status", a.Status), slog.String("by", a.ResolvedBy))
-	d.approvalResolved(context.WithoutCancel(ctx), row)
+	d.ApprovalResolved(context.WithoutCancel(ctx), row)
 	return a, nil
 }
 
-// approvalResolved tells the agent the outcome, and takes the buttons off
+// ApprovalResolved tells the agent the outcome, and takes the buttons off
 // the request message. The outcome goes to the agent's live session, which
 // may be a later one than the requester's; an agent that is down is told at
-// its next session's hello (pushOutcomes). The buttons are best effort.
-func (d *Daemon) approvalResolved(ctx context.Context, r db.ChoirControlPendingApproval) {
+// its next session's hello (PushOutcomes). The buttons are best effort.
+func (d *Control) ApprovalResolved(ctx context.Context, r db.ChoirControlPendingApproval) {
 	a := approvalOf(r)
 	if s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, r.AgentID); err != nil || s.HelloAt == nil {
 		d.logger.InfoContext(ctx, "approval outcome kept for the agent's next session: it is not running",
@@ -219,7 +222,7 @@ func (d *Daemon) approvalResolved(ctx context.Context, r db.ChoirControlPendingA
 }
 
 // pushOutcome pushes one approval's outcome to a session and records it.
-func (d *Daemon) pushOutcome(ctx context.Context, sessionID uuid.UUID, r db.ChoirControlPendingApproval) {
+func (d *Control) pushOutcome(ctx context.Context, sessionID uuid.UUID, r db.ChoirControlPendingApproval) {
 	a := approvalOf(r)
 	_, err := d.rpc.Push(sessionID.String(), rpc.Push{Kind: rpc.PushApprovalResolved, ApprovalResolved: &rpc.ApprovalResolved{
 		ApprovalID: a.ID, Status: rpc.ApprovalStatus(a.Status), ResolvedBy: a.ResolvedBy, ResolvedAt: *a.ResolvedAt}})
@@ -232,9 +235,9 @@ func (d *Daemon) pushOutcome(ctx context.Context, sessionID uuid.UUID, r db.Choi
 	}
 }
 
-// pushOutcomes tells a new session of the agent the outcomes of approvals
+// PushOutcomes tells a new session of the agent the outcomes of approvals
 // resolved while no session of it was there to hear them.
-func (d *Daemon) pushOutcomes(ctx context.Context, agentID string, sessionID uuid.UUID) {
+func (d *Control) PushOutcomes(ctx context.Context, agentID string, sessionID uuid.UUID) {
 	rows, err := db.New(d.pool).ApprovalOutcomesUnpushed(ctx, agentID)
 	if err != nil {
 		d.logger.WarnContext(ctx, "list approval outcomes to push", slog.String("agent_id", agentID), slog.String("error", err.Error()))

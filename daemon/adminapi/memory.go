@@ -1,10 +1,11 @@
-package daemon
+package adminapi
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/daemon/control"
 	"strconv"
 
 	"github.com/google/uuid"
@@ -18,7 +19,7 @@ import (
 // role, so it reads and changes any agent's memory; writes are recorded
 // as the operator's in knowledge history, and the embedding jobs they
 // enqueue are run by choird. The results are the store's own types, whose
-// JSON rpc/admin's Memory* types have (adminapi_memory_test.go).
+// JSON rpc/admin's Memory* types have (memory_test.go).
 
 // memoryErr codes the memory store's errors: bad input and unknown agents
 // are the caller's to fix (choirctl exits with its usage code).
@@ -32,7 +33,7 @@ func memoryErr(err error) error {
 		return codedErr{rpc.ErrNotFound, err}
 	case errors.Is(err, memory.ErrConflict):
 		return codedErr{rpc.ErrConflict, err}
-	case errors.Is(err, memory.ErrPermission), errors.Is(err, ErrForbidden):
+	case errors.Is(err, memory.ErrPermission), errors.Is(err, control.ErrForbidden):
 		return codedErr{rpc.ErrPermissionDenied, err}
 	case errors.Is(err, memory.ErrBusy):
 		return codedErr{rpc.ErrUnavailable, err}
@@ -41,10 +42,10 @@ func memoryErr(err error) error {
 }
 
 // memoryHandle mounts a memory command for the admin scope only.
-func memoryHandle[In, Out any](d *Daemon, mux *admin.Mux, method, pattern, what string,
+func memoryHandle[In, Out any](d *API, mux *admin.Mux, method, pattern, what string,
 	fn func(ctx context.Context, agentID string, in In) (Out, error)) {
 	admin.Handle(mux, method, pattern, func(ctx context.Context, in In) (Out, error) {
-		if err := adminScope(ctx).adminOnly(what); err != nil {
+		if err := adminScope(ctx).AdminOnly(what); err != nil {
 			var zero Out
 			return zero, memoryErr(err)
 		}
@@ -62,7 +63,7 @@ func pathUUID(ctx context.Context, name, what string) (uuid.UUID, error) {
 	return id, nil
 }
 
-func (d *Daemon) mountMemory(mux *admin.Mux) {
+func (d *API) mountMemory(mux *admin.Mux) {
 	memoryHandle(d, mux, "POST", admin.PathMemorySearch, "memory search",
 		func(ctx context.Context, agentID string, in admin.MemorySearchRequest) (*memory.QueryResult, error) {
 			q := map[string]any{"store": in.Store, "mode": in.Mode, "query": in.Query, "target_agent": agentID,
@@ -144,7 +145,7 @@ type memoryItem struct {
 
 // memoryShow finds what ref names in an agent's memory: a knowledge
 // document by key or id, else a chunk or a session by id.
-func (d *Daemon) memoryShow(ctx context.Context, agentID, ref string) (memoryItem, error) {
+func (d *API) memoryShow(ctx context.Context, agentID, ref string) (memoryItem, error) {
 	k, err := d.memory.KnowledgeGet(ctx, agentID, ref)
 	if err == nil {
 		return memoryItem{Knowledge: k}, nil

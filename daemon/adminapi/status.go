@@ -1,0 +1,54 @@
+package adminapi
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"time"
+
+	"github.com/choirhq/choir/rpc/admin"
+)
+
+// status answers choirctl status: choird itself, Postgres, and each
+// configured agent's state from its latest session.
+func (d *API) status(ctx context.Context) admin.StatusResponse {
+	snap := d.Snapshot()
+	cfg, cfgVersion := snap.Config, snap.Version
+	resp := admin.StatusResponse{
+		Choird: admin.DaemonStatus{Version: d.version, PID: os.Getpid(), StartedAt: d.startedAt,
+			UptimeMS: time.Since(d.startedAt).Milliseconds()},
+		ConfigVersion: cfgVersion,
+		Agents:        []admin.AgentStatus{},
+	}
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	var version string
+	if err := d.pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
+		resp.Postgres = admin.PostgresStatus{Error: fmt.Sprintf("%s: %v", cfg.Postgres.Describe(), err)}
+	} else {
+		resp.Postgres = admin.PostgresStatus{Reachable: true, ServerVersion: version}
+	}
+	if resp.Postgres.Reachable && d.memory != nil {
+		if ms, err := d.memory.Status(ctx); err == nil {
+			m := &admin.MemoryStatus{Pending: ms.Pending, Failed: ms.Failed, LastError: ms.LastError}
+			if e := ms.Embedding; e != nil {
+				m.Provider, m.Model, m.Dimensions, m.Offline, m.Note = e.Provider, e.Model, e.Dimensions, e.Offline, e.Note
+				m.ConsecutiveFailures = e.ConsecutiveFailures
+				if m.LastError == "" {
+					m.LastError = e.LastError
+				}
+			}
+			resp.Memory = m
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(cfg.Agents)) {
+		a := admin.AgentStatus{AgentID: id, State: admin.AgentStopped}
+		if resp.Postgres.Reachable {
+			a = d.LatestStatus(ctx, id)
+		}
+		resp.Agents = append(resp.Agents, a)
+	}
+	return resp
+}

@@ -1,0 +1,306 @@
+// Package inbox is choird's durable ingress: every message from a DM, and
+// from choirctl chat, is an inbox row before it is pushed to the bound
+// agent's live session, and is pushed again (at the next session's hello,
+// or by the sweep) until the agent's replicated log holds it. It also
+// shows the typing indicator while an agent works on a message.
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/rpc"
+)
+
+// Inbound delivery (DESIGN.md journey 1). Every message from a DM is an
+// inbox row before the gateway moves past its update. The row is pushed to
+// the bound agent's live session at once; the agent's edge lane queues it
+// until it is IDLE. The row counts as delivered only when the agent's
+// replicated log holds it (a user_msg or injected_instruction event naming
+// its inbox_id), so a message pushed to an agent that then died, or pushed
+// while choird went down, is pushed again: at the next session's hello, or
+// by the sweep when a push seems lost. The agent drops a message its log
+// already holds, so the user's message is answered exactly once.
+
+const (
+	// inboxRepushAfter is how long a pushed row may stay undelivered
+	// before the sweep pushes it again.
+	inboxRepushAfter = 20 * time.Second
+	// inboxSweepEvery is how often the sweep looks for such rows.
+	inboxSweepEvery = 2 * time.Second
+	// maxInboxPush bounds the rows pushed to a session at once.
+	maxInboxPush = 500
+)
+
+// Inbox is the durable ingress of DMs and choirctl chat.
+type Inbox struct {
+	ctl    *control.Control
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	// gateway runs the Telegram bots; nil when none is configured. It is
+	// set once, before the bots poll (SetGateway).
+	gateway *gateway.Gateway
+	typing  *Typing
+}
+
+var (
+	_ gateway.Inbox      = (*Inbox)(nil)
+	_ gateway.Workspaces = (*Inbox)(nil)
+)
+
+// New makes the inbox of choird's DMs.
+func New(ctl *control.Control, pool *pgxpool.Pool, logger *slog.Logger) *Inbox {
+	return &Inbox{ctl: ctl, pool: pool, logger: logger, typing: &Typing{}}
+}
+
+// SetGateway sets the Telegram bots, through which notices and typing
+// indicators go.
+func (ib *Inbox) SetGateway(g *gateway.Gateway) {
+	ib.gateway = g
+	ib.typing.g = g
+}
+
+// Typing is the typing indicator of sessions' chats.
+func (ib *Inbox) Typing() *Typing { return ib.typing }
+
+// Receive stores a DM's message in the inbox, bound to the DM's agent, and
+// pushes it if the agent runs. A message for an agent that is not running
+// waits in the inbox for its next session; the user is told so.
+func (ib *Inbox) Receive(ctx context.Context, msg gateway.InboundMessage) error {
+	return ib.receive(ctx, msg, "message")
+}
+
+func (ib *Inbox) receive(ctx context.Context, msg gateway.InboundMessage, kind string) error {
+	b, err := ib.ctl.DMBindingOf(ctx, msg.DM.Name)
+	bound := err == nil
+	var busy *control.BoundElsewhereError
+	if err != nil && !errors.Is(err, gateway.ErrNotBound) {
+		return err
+	}
+	var agentID *string
+	switch {
+	case bound:
+		agentID = &b.AgentID
+	case errors.As(err, &busy) && len(busy.AgentIDs) == 1:
+		// Kept for the agent, but never pushed into its session on the
+		// other DM: InboxPending gives a session only the rows of its
+		// own DM, so this one waits until the agent runs bound here.
+		agentID = &busy.AgentIDs[0]
+	}
+	row, err := Insert(ctx, ib.pool, msg, kind, agentID)
+	if errors.Is(err, gateway.ErrDuplicate) {
+		return err
+	}
+	if err != nil {
+		return err
+	}
+	switch {
+	case busy != nil:
+		ib.logger.InfoContext(ctx, "message not passed on: the dm's agent runs bound to another dm",
+			append(busy.LogAttrs(), slog.Int64("inbox_id", row.InboxID), slog.Bool("kept", agentID != nil))...)
+		if agentID != nil {
+			ib.notice(ctx, msg, fmt.Sprintf("%s is busy on another chat, so your message was not passed on. "+
+				"It is kept and delivered when %s is back on this chat.", *agentID, *agentID))
+		} else {
+			ib.notice(ctx, msg, busy.Error()+", so nobody will read this message.")
+		}
+	case !bound:
+		ib.notice(ctx, msg, "No agent is bound to this chat, so nobody will read this. An admin can start one with /start <agent-id>.")
+	case !b.Live():
+		ib.notice(ctx, msg, fmt.Sprintf("%s is not running; your message is kept and delivered when it starts.", b.AgentID))
+	default:
+		ib.pushInbox(ctx, b.SessionID, row)
+	}
+	return nil
+}
+
+func Insert(ctx context.Context, pool db.DBTX, msg gateway.InboundMessage, kind string, agentID *string) (db.ChoirControlInbox, error) {
+	atts := msg.Attachments
+	if atts == nil {
+		atts = []gateway.Attachment{}
+	}
+	raw, err := json.Marshal(atts)
+	if err != nil {
+		return db.ChoirControlInbox{}, fmt.Errorf("encode attachments: %w", err)
+	}
+	row, err := db.New(pool).InboxInsert(ctx, db.InboxInsertParams{Gateway: msg.DM.Gateway, UpdateID: msg.UpdateID,
+		Dm: msg.DM.Name, AgentID: agentID, ChatID: msg.ChatID, UserID: msg.DM.UserID, Kind: kind, Text: msg.Text,
+		Attachments: raw})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return row, fmt.Errorf("gateway %s update %d: %w", msg.DM.Gateway, msg.UpdateID, gateway.ErrDuplicate)
+	}
+	if err != nil {
+		return row, fmt.Errorf("store message of gateway %s update %d in the inbox: %w", msg.DM.Gateway, msg.UpdateID, err)
+	}
+	return row, nil
+}
+
+// notice tells a DM something at once, outside the outbox: a hint about the
+// message just received, worth nothing if lost.
+func (ib *Inbox) notice(ctx context.Context, msg gateway.InboundMessage, text string) {
+	if ib.gateway == nil || !ib.gateway.Serves(msg.DM.Gateway) {
+		return
+	}
+	if _, err := ib.gateway.SendText(ctx, msg.DM.Gateway, msg.ChatID, text); err != nil {
+		ib.logger.InfoContext(ctx, "notice not sent", slog.String("dm", msg.DM.Name), slog.String("error", err.Error()))
+	}
+}
+
+// pushInbox pushes one inbox row to a session and records the push. A
+// failed push is logged; the sweep tries again.
+func (ib *Inbox) pushInbox(ctx context.Context, sessionID uuid.UUID, row db.ChoirControlInbox) {
+	p, err := inboxPush(row)
+	if err == nil {
+		_, err = ib.ctl.Push(sessionID.String(), p)
+	}
+	if err == nil {
+		err = db.New(ib.pool).InboxMarkPushed(ctx, db.InboxMarkPushedParams{InboxID: row.InboxID, SessionID: &sessionID})
+	}
+	if err != nil {
+		ib.logger.WarnContext(ctx, "inbox row not pushed; it is retried", slog.Int64("inbox_id", row.InboxID),
+			slog.String("session_id", sessionID.String()), slog.String("error", err.Error()))
+		return
+	}
+	if row.Kind == "message" {
+		ib.typing.Start(row.Gateway, row.ChatID, sessionID)
+	}
+}
+
+func inboxPush(row db.ChoirControlInbox) (rpc.Push, error) {
+	switch row.Kind {
+	case "inject":
+		return rpc.Push{Kind: rpc.PushInjection, Injection: &rpc.Injection{InboxID: row.InboxID, Text: row.Text,
+			ReceivedAt: row.ReceivedAt}}, nil
+	case "message":
+		var atts []gateway.Attachment
+		if err := json.Unmarshal(row.Attachments, &atts); err != nil {
+			return rpc.Push{}, fmt.Errorf("inbox row %d attachments: %w", row.InboxID, err)
+		}
+		m := &rpc.UserMessage{InboxID: row.InboxID, Gateway: row.Gateway, ChatID: row.ChatID, UserID: row.UserID,
+			Text: row.Text, ReceivedAt: row.ReceivedAt}
+		for _, a := range atts {
+			m.Attachments = append(m.Attachments, rpc.Attachment{Kind: a.Kind,
+				FilePath: strings.TrimPrefix(a.Path, gateway.RecvDir+"/"), Name: a.Name, MimeType: a.MIME, Size: a.Size})
+		}
+		return rpc.Push{Kind: rpc.PushUserMessage, UserMessage: m}, nil
+	}
+	return rpc.Push{}, fmt.Errorf("inbox row %d has kind %q, which is not pushed", row.InboxID, row.Kind)
+}
+
+// RedeliverInbox pushes every undelivered row of the session's agent and
+// DM whose last push is older than before: all of them at a hello, the
+// stale ones from the sweep. Rows from another DM wait for a session bound
+// to it.
+func (ib *Inbox) RedeliverInbox(ctx context.Context, agentID string, sessionID uuid.UUID, before time.Time) {
+	rows, err := db.New(ib.pool).InboxPending(ctx, db.InboxPendingParams{AgentID: &agentID, SessionID: sessionID,
+		PushedBefore: &before, MaxRows: maxInboxPush})
+	if err != nil {
+		ib.logger.WarnContext(ctx, "list undelivered inbox rows", slog.String("agent_id", agentID), slog.String("error", err.Error()))
+		return
+	}
+	for _, r := range rows {
+		ib.pushInbox(ctx, sessionID, r)
+	}
+	if len(rows) > 0 {
+		ib.logger.InfoContext(ctx, "undelivered messages pushed again", slog.String("agent_id", agentID),
+			slog.String("session_id", sessionID.String()), slog.Int("messages", len(rows)))
+	}
+}
+
+// SweepInbox runs until ctx ends, pushing again the rows whose push seems
+// lost, and pushing rows stored while their agent was between sessions.
+func (ib *Inbox) SweepInbox(ctx context.Context) {
+	t := time.NewTicker(inboxSweepEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		before := time.Now().Add(-inboxRepushAfter)
+		q := db.New(ib.pool)
+		agents, err := q.InboxAgentsWithPending(ctx, &before)
+		if err != nil {
+			if ctx.Err() == nil {
+				ib.logger.WarnContext(ctx, "inbox sweep", slog.String("error", err.Error()))
+			}
+			continue
+		}
+		for _, id := range agents {
+			s, err := q.SessionGetLiveByAgent(ctx, id)
+			if err != nil || s.HelloAt == nil {
+				continue // not running, or not yet said hello: the hello pushes
+			}
+			ib.RedeliverInbox(ctx, id, s.SessionID, before)
+		}
+	}
+}
+
+// InboxInject queues /inject <text> from a DM for its agent: durable like a
+// message, pushed as an injection the edge takes at its next safe point.
+func (ib *Inbox) InboxInject(ctx context.Context, sc control.Scope, cmd gateway.Command) error {
+	b, err := ib.ctl.DMBindingOf(ctx, cmd.DM.Name)
+	if err != nil {
+		return err
+	}
+	if err := sc.Allow(b.AgentID); err != nil {
+		return err
+	}
+	if strings.TrimSpace(cmd.Text) == "" {
+		return errors.New("usage: /inject <message>: the message is empty")
+	}
+	if !b.Live() {
+		return fmt.Errorf("%s is not running: an injection goes into a running turn; send a plain message instead", b.AgentID)
+	}
+	row, err := Insert(ctx, ib.pool, gateway.InboundMessage{DM: cmd.DM, UpdateID: cmd.UpdateID, ChatID: cmd.ChatID,
+		MessageID: cmd.MessageID, Text: cmd.Text}, "inject", &b.AgentID)
+	if errors.Is(err, gateway.ErrDuplicate) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	ib.pushInbox(ctx, b.SessionID, row)
+	return nil
+}
+
+// WorkspaceDir implements gateway.Workspaces: the host path of the
+// workspace of the agent bound to dm, where its received files go.
+func (ib *Inbox) WorkspaceDir(ctx context.Context, dm gateway.DM) (string, error) {
+	b, err := ib.ctl.DMBindingOf(ctx, dm.Name)
+	var busy *control.BoundElsewhereError
+	if errors.As(err, &busy) {
+		ib.logger.InfoContext(ctx, "file not stored: the dm's agent runs bound to another dm", busy.LogAttrs()...)
+	}
+	if err != nil {
+		return "", err
+	}
+	cfg := ib.ctl.Snapshot().Config
+	name := cfg.Agents[b.AgentID].Defaults.Workspace
+	if b.Live() {
+		if s, err := db.New(ib.pool).SessionGetByID(ctx, b.SessionID); err == nil {
+			var rb rpc.ResourceBindings
+			if json.Unmarshal(s.ResourceBindings, &rb) == nil && rb.Workspace != "" {
+				name = rb.Workspace
+			}
+		}
+	}
+	ws, ok := cfg.Workspaces[name]
+	if !ok {
+		return "", fmt.Errorf("agent %s has no workspace for received files: %w", b.AgentID, gateway.ErrNotBound)
+	}
+	return ws.Path, nil
+}

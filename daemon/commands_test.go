@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/gateway"
@@ -393,7 +392,7 @@ func TestDMSessionCommands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var dc agentapi.DynamicConfig
+		var dc rpc.DynamicConfig
 		if err := json.Unmarshal(first.Config, &dc); err != nil || dc.LLM != "local" {
 			t.Fatalf("first fetch: llm %q, %v", dc.LLM, err)
 		}
@@ -412,7 +411,7 @@ func TestDMSessionCommands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dc = agentapi.DynamicConfig{}
+		dc = rpc.DynamicConfig{}
 		if err := json.Unmarshal(got.Config, &dc); err != nil || dc.LLM != "big" || got.ConfigVersion != latest {
 			t.Fatalf("after /model llm big: version %d, llm %q, %v (%s)", got.ConfigVersion, dc.LLM, err, got.Config)
 		}
@@ -424,7 +423,7 @@ func TestDMSessionCommands(t *testing.T) {
 		}
 		b.send(t, "alice", "/voice calm")
 		got, _ = agent.client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: latest})
-		dc = agentapi.DynamicConfig{}
+		dc = rpc.DynamicConfig{}
 		if err := json.Unmarshal(got.Config, &dc); err != nil || dc.VoiceProfile != "calm" || dc.LLM != "big" {
 			t.Errorf("after /voice calm: %+v %v", dc, err)
 		}

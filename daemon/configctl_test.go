@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
@@ -221,7 +220,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var dyn agentapi.DynamicConfig
+		var dyn rpc.DynamicConfig
 		if err := json.Unmarshal(fetched.Config, &dyn); err != nil || fetched.ConfigVersion != res.Version ||
 			dyn.Models["local"].Endpoint != "http://10.9.9.9:8080/v1" {
 			t.Errorf("FETCH_DYNAMIC_CONFIG = v%d %s, %v", fetched.ConfigVersion, fetched.Config, err)

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
@@ -38,13 +37,13 @@ func TestOverrideBindsItsSecret(t *testing.T) {
 	t.Cleanup(func() { b.c.Wait(); r.kill(t) })
 	agent := b.startAgent(t, "assistant")
 
-	fetch := func() agentapi.DynamicConfig {
+	fetch := func() rpc.DynamicConfig {
 		t.Helper()
 		got, err := agent.client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		var dc agentapi.DynamicConfig
+		var dc rpc.DynamicConfig
 		if err := json.Unmarshal(got.Config, &dc); err != nil {
 			t.Fatal(err)
 		}

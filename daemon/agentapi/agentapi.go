@@ -289,31 +289,6 @@ func (a *API) HandleTerminateSelf(ctx context.Context, call rpc.Call, req rpc.Te
 	return rpc.Ack{Ack: true}, nil
 }
 
-// DynamicConfig is the hot-reloadable part of the configuration an agent
-// receives by FETCH_DYNAMIC_CONFIG (spec 16.1): never a secret value, only
-// secret names.
-type DynamicConfig struct {
-	Models                map[string]config.Model          `json:"models"`
-	TTS                   map[string]config.TTS            `json:"tts,omitempty"`
-	VoiceProfiles         map[string]config.VoiceProfile   `json:"voice_profiles,omitempty"`
-	Search                map[string]config.SearchProvider `json:"search,omitempty"`
-	GitIdentities         map[string]config.GitIdentity    `json:"git_identities,omitempty"`
-	HeartbeatIntervalMS   int64                            `json:"heartbeat_interval_ms"`
-	RateLimitRetryMS      int64                            `json:"rate_limit_retry_ms"`
-	SessionSummaryTimeout int64                            `json:"session_summary_timeout_ms"`
-	SnapshotEveryEvents   int                              `json:"snapshot_every_events"`
-	// LLM and VoiceProfile are the session's current model and voice
-	// profile: a transient override (choirctl model set / voice set, spec
-	// 17.1) when one is set, else what the session was started with.
-	LLM          string `json:"llm,omitempty"`
-	VoiceProfile string `json:"voice_profile,omitempty"`
-	// Secrets names the secrets the session may fetch now (GET_SECRETS):
-	// those bound at its start and those of its current model and voice
-	// profile. The agent fetches them again when the list changes, so a
-	// switch to another provider's model carries that provider's key.
-	Secrets []string `json:"secrets"`
-}
-
 // sessionSecrets lists, sorted, the secrets a session may fetch: those
 // bound at its start (b.Secrets), the key of its model override's provider
 // and that of its voice override's TTS provider. An override names a
@@ -332,8 +307,8 @@ func sessionSecrets(cfg *config.Config, b rpc.ResourceBindings, llm, voice strin
 	return slices.Compact(out)
 }
 
-func dynamicConfig(cfg *config.Config) DynamicConfig {
-	return DynamicConfig{Models: cfg.Models, TTS: cfg.TTS, VoiceProfiles: cfg.VoiceProfiles, Search: cfg.Search,
+func dynamicConfig(cfg *config.Config) rpc.DynamicConfig {
+	return rpc.DynamicConfig{Models: cfg.Models, TTS: cfg.TTS, VoiceProfiles: cfg.VoiceProfiles, Search: cfg.Search,
 		GitIdentities:       cfg.GitIdentities,
 		HeartbeatIntervalMS: cfg.HeartbeatInterval().Milliseconds(), RateLimitRetryMS: cfg.RateLimitRetry().Milliseconds(),
 		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval()}

@@ -17,28 +17,10 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/choirhq/choir/rpc/internal/fastpath"
+	"github.com/choirhq/choir/rpc/internal/transport"
 )
-
-// ControlPlane is the agent's side of the protocol (spec 12.2): one method
-// per verb, and ReceivePushes for what choird pushes. *Client implements it
-// over either transport; agent code depends on this interface only.
-type ControlPlane interface {
-	InitHello(ctx context.Context, req InitHelloRequest) (InitHelloResponse, error)
-	GetSecrets(ctx context.Context, req GetSecretsRequest) (GetSecretsResponse, error)
-	Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResponse, error)
-	RequestApproval(ctx context.Context, req ApprovalRequest) (ApprovalResponse, error)
-	ReportStatus(ctx context.Context, req ReportStatusRequest) (ReportStatusResponse, error)
-	TerminateSelf(ctx context.Context, req TerminateSelfRequest) (TerminateSelfResponse, error)
-	FetchDynamicConfig(ctx context.Context, req FetchDynamicConfigRequest) (FetchDynamicConfigResponse, error)
-	ExecuteHostTool(ctx context.Context, req ExecuteHostToolRequest) (ExecuteHostToolResponse, error)
-	SendOutbound(ctx context.Context, req SendOutboundRequest) (SendOutboundResponse, error)
-	// ReceivePushes delivers choird's pushes to fn, in order and without
-	// duplicates, until ctx ends or the session is revoked. It reconnects
-	// by itself, resuming after the last push delivered.
-	ReceivePushes(ctx context.Context, fn func(Push)) error
-}
-
-var _ ControlPlane = (*Client)(nil)
 
 // The transports, as named by choir-agent's --control-plane flag.
 const (
@@ -104,7 +86,7 @@ type Client struct {
 	sessionHeader []string
 	authHeader    []string
 	// calls carries the calls; hc carries the event stream.
-	calls *callPool
+	calls *fastpath.Pool
 }
 
 // NewClient returns a client for opts. It does not connect: the first call
@@ -160,12 +142,12 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		}
 		// The host is never resolved: every connection goes to the socket.
 		c.base, c.transport = "http://choird", "uds:"+sock
-		c.calls = &callPool{
-			dial: func(ctx context.Context) (net.Conn, error) {
+		c.calls = &fastpath.Pool{
+			Dial: func(ctx context.Context) (net.Conn, error) {
 				return d.DialContext(ctx, "unix", sock)
 			},
-			maxIdle: tr.MaxIdleConnsPerHost,
-			idleFor: tr.IdleConnTimeout,
+			MaxIdle: tr.MaxIdleConnsPerHost,
+			IdleFor: tr.IdleConnTimeout,
 		}
 	case TransportHTTP:
 		u, err := url.Parse(opts.Endpoint)
@@ -187,14 +169,14 @@ func NewClient(opts ClientOptions) (*Client, error) {
 			}
 			tr.TLSClientConfig = tlsConf
 		case "http":
-			if !isLoopbackHost(u.Hostname()) {
+			if !transport.IsLoopbackHost(u.Hostname()) {
 				return nil, fmt.Errorf("new rpc client: endpoint %s: plaintext is allowed only to a loopback address; use https", opts.Endpoint)
 			}
 		default:
 			return nil, fmt.Errorf("new rpc client: endpoint %q: scheme must be https (or http to loopback)", opts.Endpoint)
 		}
 		c.base, c.transport = u.Scheme+"://"+u.Host, u.Scheme+"://"+u.Host
-		c.calls = &callPool{dial: tcpDialer(u, tr.TLSClientConfig), maxIdle: tr.MaxIdleConnsPerHost, idleFor: tr.IdleConnTimeout}
+		c.calls = &fastpath.Pool{Dial: transport.TCPDialer(u, tr.TLSClientConfig), MaxIdle: tr.MaxIdleConnsPerHost, IdleFor: tr.IdleConnTimeout}
 	default:
 		return nil, fmt.Errorf("new rpc client: control plane %q: want %s or %s", opts.ControlPlane, TransportUDS, TransportHTTP)
 	}
@@ -211,52 +193,11 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	return c, nil
 }
 
-// tcpDialer dials u's host as net/http's Transport would: the scheme's
-// default port when u names none, and for TLS the configuration with the
-// host as server name, handshake included.
-func tcpDialer(u *url.URL, tlsConf *tls.Config) func(ctx context.Context) (net.Conn, error) {
-	port := u.Port()
-	if port == "" {
-		port = "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-	}
-	addr := net.JoinHostPort(u.Hostname(), port)
-	if tlsConf != nil {
-		tlsConf = tlsConf.Clone()
-		tlsConf.ServerName = u.Hostname()
-	}
-	return func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		nc, err := d.DialContext(ctx, "tcp", addr)
-		if err != nil || tlsConf == nil {
-			return nc, err
-		}
-		tc := tls.Client(nc, tlsConf)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			nc.Close()
-			return nil, err
-		}
-		return tc, nil
-	}
-}
-
-// isLoopbackHost reports whether host is a loopback IP address or
-// "localhost".
-func isLoopbackHost(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
-
 // Close releases the client's idle connections.
 func (c *Client) Close() error {
 	c.hc.CloseIdleConnections()
 	if c.calls != nil {
-		c.calls.closeIdle()
+		c.calls.CloseIdle()
 	}
 	return nil
 }
@@ -270,47 +211,47 @@ func WithRequestID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, requestIDKey{}, id)
 }
 
-// InitHello implements ControlPlane.
+// InitHello sends INIT_HELLO and returns choird's answer.
 func (c *Client) InitHello(ctx context.Context, req InitHelloRequest) (InitHelloResponse, error) {
 	return invoke[InitHelloResponse](ctx, c, VerbInitHello, req)
 }
 
-// GetSecrets implements ControlPlane.
+// GetSecrets sends GET_SECRETS and returns choird's answer.
 func (c *Client) GetSecrets(ctx context.Context, req GetSecretsRequest) (GetSecretsResponse, error) {
 	return invoke[GetSecretsResponse](ctx, c, VerbGetSecrets, req)
 }
 
-// Heartbeat implements ControlPlane.
+// Heartbeat sends HEARTBEAT and returns choird's answer.
 func (c *Client) Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResponse, error) {
 	return invoke[HeartbeatResponse](ctx, c, VerbHeartbeat, req)
 }
 
-// RequestApproval implements ControlPlane.
+// RequestApproval sends REQUEST_APPROVAL and returns choird's answer.
 func (c *Client) RequestApproval(ctx context.Context, req ApprovalRequest) (ApprovalResponse, error) {
 	return invoke[ApprovalResponse](ctx, c, VerbRequestApproval, req)
 }
 
-// ReportStatus implements ControlPlane.
+// ReportStatus sends REPORT_STATUS and returns choird's answer.
 func (c *Client) ReportStatus(ctx context.Context, req ReportStatusRequest) (ReportStatusResponse, error) {
 	return invoke[ReportStatusResponse](ctx, c, VerbReportStatus, req)
 }
 
-// TerminateSelf implements ControlPlane.
+// TerminateSelf sends TERMINATE_SELF and returns choird's answer.
 func (c *Client) TerminateSelf(ctx context.Context, req TerminateSelfRequest) (TerminateSelfResponse, error) {
 	return invoke[TerminateSelfResponse](ctx, c, VerbTerminateSelf, req)
 }
 
-// FetchDynamicConfig implements ControlPlane.
+// FetchDynamicConfig sends FETCH_DYNAMIC_CONFIG and returns choird's answer.
 func (c *Client) FetchDynamicConfig(ctx context.Context, req FetchDynamicConfigRequest) (FetchDynamicConfigResponse, error) {
 	return invoke[FetchDynamicConfigResponse](ctx, c, VerbFetchDynamicConfig, req)
 }
 
-// ExecuteHostTool implements ControlPlane.
+// ExecuteHostTool sends EXECUTE_HOST_TOOL and returns choird's answer.
 func (c *Client) ExecuteHostTool(ctx context.Context, req ExecuteHostToolRequest) (ExecuteHostToolResponse, error) {
 	return invoke[ExecuteHostToolResponse](ctx, c, VerbExecuteHostTool, req)
 }
 
-// SendOutbound implements ControlPlane.
+// SendOutbound sends SEND_OUTBOUND and returns choird's answer.
 func (c *Client) SendOutbound(ctx context.Context, req SendOutboundRequest) (SendOutboundResponse, error) {
 	return invoke[SendOutboundResponse](ctx, c, VerbSendOutbound, req)
 }
@@ -373,8 +314,8 @@ func (c *Client) post(ctx context.Context, verb Verb, id string, body []byte) (i
 			{HeaderRequestID, id},
 			{HeaderSessionID, c.session},
 		}
-		status, resp, err := c.calls.call(ctx, u.Path, u.Host, &headers, body, c.maxResp)
-		if err != errCallUnsupported {
+		status, resp, err := c.calls.Call(ctx, u.Path, u.Host, &headers, body, c.maxResp)
+		if err != fastpath.ErrUnsupported {
 			if err != nil {
 				// As net/http's client reports it.
 				err = &url.Error{Op: "Post", URL: u.String(), Err: err}
@@ -406,40 +347,16 @@ func (c *Client) post(ctx context.Context, verb Verb, id string, body []byte) (i
 		return 0, nil, err
 	}
 	defer res.Body.Close()
-	b, err := readResponse(res, c.maxResp)
+	b, err := transport.ReadBody(res, c.maxResp)
 	if err != nil {
 		return 0, nil, err
 	}
 	return res.StatusCode, b, nil
 }
 
-// readResponse reads a response's body under the size cap, in one
-// allocation when its length is known.
-func readResponse(res *http.Response, limit int) ([]byte, error) {
-	if n := res.ContentLength; n >= 0 && n <= int64(limit) {
-		b := make([]byte, n)
-		if _, err := io.ReadFull(res.Body, b); err != nil {
-			return nil, fmt.Errorf("read response: %w", err)
-		}
-		return b, nil
-	}
-	return readCapped(res.Body, limit)
-}
-
 func (c *Client) setAuth(req *http.Request) {
 	req.Header.Set(HeaderSessionID, c.session)
 	req.Header.Set(HeaderAuthorization, c.auth)
-}
-
-func readCapped(r io.Reader, limit int) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
-	if err != nil {
-		return nil, fmt.Errorf("read response: %w", err)
-	}
-	if len(b) > limit {
-		return nil, fmt.Errorf("response over the limit of %d bytes", limit)
-	}
-	return b, nil
 }
 
 // decodeErrorBody turns an error response into an *Error. A body that is

@@ -11,10 +11,13 @@ import (
 	"mime"
 	"net/http"
 	"time"
+
+	"github.com/choirhq/choir/rpc/internal/transport"
 )
 
-// ReceivePushes implements ControlPlane. It holds the event stream open,
-// calling fn for each push in sequence order, and reconnects with
+// ReceivePushes delivers choird's pushes to fn, in order and without
+// duplicates, until ctx ends or the session is revoked. It holds the event
+// stream open, calling fn for each push in sequence order, and reconnects with
 // exponential backoff (ReconnectMin doubling to ReconnectMax, with jitter)
 // when the stream breaks or falls silent, sending the last push ID it
 // delivered so that choird resumes after it. A push already delivered in
@@ -86,7 +89,7 @@ func (c *Client) stream(ctx context.Context, st *streamState, fn func(Push)) (co
 	}
 	defer res.Body.Close()
 	if res.StatusCode != http.StatusOK {
-		b, err := readCapped(res.Body, 1<<20)
+		b, err := transport.ReadCapped(res.Body, 1<<20)
 		if err != nil {
 			return false, err
 		}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/choirhq/choir/rpc/internal/fastpath"
 )
 
 // EventType names a committed event of the agent's log. The set matches the
@@ -136,7 +138,7 @@ func (e *Event) ComputeHash() (Hash, error) {
 		// is canonical already, as the agent writes them, is hashed as it
 		// is, without decoding and re-encoding it.
 		var ok bool
-		if payload, ok = canonicalize(e.Payload); !ok {
+		if payload, ok = fastpath.Canonicalize(e.Payload); !ok {
 			var err error
 			if payload, err = canonicalJSON(e.Payload); err != nil {
 				return Hash{}, fmt.Errorf("event rev %d: %w", e.Rev, err)
@@ -208,7 +210,7 @@ func CanonicalJSON(raw json.RawMessage) ([]byte, error) {
 	if len(raw) == 0 {
 		return []byte("{}"), nil
 	}
-	if out, ok := canonicalize(raw); ok {
+	if out, ok := fastpath.Canonicalize(raw); ok {
 		if len(out) > 0 && &out[0] == &raw[0] {
 			out = bytes.Clone(out) // never hand out the caller's buffer
 		}
@@ -218,7 +220,7 @@ func CanonicalJSON(raw json.RawMessage) ([]byte, error) {
 }
 
 // canonicalJSON is CanonicalJSON by decoding and re-encoding, the
-// reference that isCanonical must agree with.
+// reference that fastpath.Canonicalize must agree with.
 func canonicalJSON(raw json.RawMessage) ([]byte, error) {
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	dec.UseNumber()

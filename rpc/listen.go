@@ -19,6 +19,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/choirhq/choir/rpc/internal/transport"
 	"github.com/choirhq/choir/rpc/unixsock"
 )
 
@@ -38,7 +39,7 @@ func ListenTCP(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Lis
 	if err != nil {
 		return nil, fmt.Errorf("listen on %s: %w", addr, err)
 	}
-	if tlsConfig == nil && !isLoopbackHost(host) {
+	if tlsConfig == nil && !transport.IsLoopbackHost(host) {
 		return nil, fmt.Errorf("listen on %s: plaintext is allowed only on a loopback address; configure TLS (a certificate is generated when none is given)", addr)
 	}
 	var lc net.ListenConfig

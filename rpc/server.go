@@ -20,6 +20,8 @@ import (
 	"time"
 
 	"golang.org/x/time/rate"
+
+	"github.com/choirhq/choir/rpc/internal/fastpath"
 )
 
 // Session is an authenticated agent session.
@@ -248,49 +250,24 @@ type stopKey struct{}
 // event streams end, calls in flight get ShutdownTimeout to finish. It
 // closes ln. Serve may run on several listeners at once.
 //
-// Calls run in a loop of Serve's own over each connection (see
-// callServer); a connection that asks for anything else is handed to a
-// net/http server, which serves the event stream.
+// Calls run in a loop of Serve's own over each connection (see package
+// rpc/internal/fastpath); a connection that asks for anything else is
+// handed to a net/http server, which serves the event stream.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	stop := make(chan struct{})
 	base := context.WithValue(context.Background(), stopKey{}, (<-chan struct{})(stop))
 	base = context.WithValue(base, guardKey{}, newListenerGuard(s.failedAuthRate, s.failedAuthBurst))
-	handoff := newHandoffListener(ln.Addr())
-	hs := &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: headerTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		BaseContext:       func(net.Listener) context.Context { return base },
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
-	hs.RegisterOnShutdown(func() { close(stop) })
-	cs := &callServer{s: s, base: base, handoff: handoff, log: s.log, conns: map[*serverConn]struct{}{},
-		capWarn: rate.Sometimes{Interval: 10 * time.Second}}
-	hs.ConnState = cs.connState
-	httpErr, callErr := make(chan error, 1), make(chan error, 1)
-	go func() { httpErr <- hs.Serve(handoff) }()
-	go func() { callErr <- cs.serve(ln) }()
-	var failed error
-	select {
-	case err := <-callErr:
-		failed = fmt.Errorf("serve rpc on %s: %w", ln.Addr(), err)
-		callErr <- nil
-	case <-ctx.Done():
-	}
-	cs.stopAccepting(ln)
-	<-callErr
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.grace)
-	defer cancel()
-	var errs []error
-	if err := hs.Shutdown(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("shut down rpc event streams on %s: %w", ln.Addr(), err), hs.Close())
-	}
-	if err := cs.shutdown(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("shut down rpc calls on %s: %w", ln.Addr(), err))
-	}
-	<-httpErr
-	return errors.Join(append([]error{failed}, errs...)...)
+	return fastpath.Serve(ctx, ln, fastpath.Config{
+		Handler:     s,
+		BaseContext: base,
+		OnShutdown:  func() { close(stop) },
+		CallPrefix:  http.MethodPost + " " + PathRPCPrefix,
+		MaxConns:    s.maxConns,
+		DrainLimit:  s.drainLimit(),
+		BadRequest:  func(msg string) []byte { return encodeErrorBody(&Error{Code: CodeBadRequest, Message: msg}) },
+		Log:         s.log,
+		Grace:       s.grace,
+	})
 }
 
 // ServeHTTP routes POST /rpc/<verb> and GET /events.

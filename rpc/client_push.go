@@ -1,8 +1,6 @@
 package rpc
 
 import (
-	"bufio"
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/choirhq/choir/rpc/internal/stream"
 	"github.com/choirhq/choir/rpc/internal/transport"
 )
 
@@ -81,7 +80,7 @@ func (c *Client) stream(ctx context.Context, st *streamState, fn func(Push)) (co
 	req.Header.Set("Accept", "text/event-stream")
 	c.setAuth(req)
 	if st.epoch != "" {
-		req.Header.Set(HeaderLastEventID, eventID(st.epoch, st.seq))
+		req.Header.Set(HeaderLastEventID, stream.EventID(st.epoch, st.seq))
 	}
 	res, err := c.hc.Do(req)
 	if err != nil {
@@ -102,9 +101,9 @@ func (c *Client) stream(ctx context.Context, st *streamState, fn func(Push)) (co
 	idle := make(chan struct{})
 	watchdog := time.AfterFunc(c.idle, func() { close(idle); cancel() })
 	defer watchdog.Stop()
-	rd := newSSEReader(res.Body, c.maxResp)
+	rd := stream.NewReader(res.Body, c.maxResp)
 	for {
-		ev, err := rd.next()
+		ev, err := rd.Next()
 		if err != nil {
 			select {
 			case <-idle:
@@ -127,109 +126,25 @@ func (c *Client) stream(ctx context.Context, st *streamState, fn func(Push)) (co
 }
 
 // deliver decodes one event and hands it to fn unless it is a duplicate.
-func (c *Client) deliver(ctx context.Context, st *streamState, ev sseEvent, fn func(Push)) error {
-	if ev.comment {
+func (c *Client) deliver(ctx context.Context, st *streamState, ev stream.Event, fn func(Push)) error {
+	if ev.Comment {
 		return nil
 	}
-	epoch, seq, ok := parseEventID(ev.id)
+	epoch, seq, ok := stream.ParseEventID(ev.ID)
 	if !ok {
 		return fmt.Errorf("event stream: push without a valid id")
 	}
 	if epoch == st.epoch && seq <= st.seq {
 		return nil // Already delivered: a resent push.
 	}
-	p, err := Decode[Push](ev.data, c.maxResp, 0)
-	if err != nil || p.Epoch != epoch || p.Seq != seq || string(p.Kind) != ev.event {
+	p, err := Decode[Push](ev.Data, c.maxResp, 0)
+	if err != nil || p.Epoch != epoch || p.Seq != seq || string(p.Kind) != ev.Event {
 		// choird sent something this client cannot read; skipping it
 		// (and resuming after it) beats asking for it forever.
-		c.log.ErrorContext(ctx, "dropping malformed push", "id", ev.id, "err", err)
+		c.log.ErrorContext(ctx, "dropping malformed push", "id", ev.ID, "err", err)
 	} else {
 		fn(p)
 	}
 	st.epoch, st.seq = epoch, seq
 	return nil
-}
-
-// sseEvent is one event of a text/event-stream, or a comment.
-type sseEvent struct {
-	id, event string
-	data      []byte
-	comment   bool
-}
-
-// sseReader parses a text/event-stream (the subset choird writes, read
-// leniently as the standard asks: unknown fields are ignored).
-type sseReader struct {
-	br  *bufio.Reader
-	max int
-}
-
-func newSSEReader(r io.Reader, maxEvent int) *sseReader {
-	return &sseReader{br: bufio.NewReaderSize(r, 16<<10), max: maxEvent}
-}
-
-// readLine returns the next line without its terminator (LF, CRLF or CR
-// before LF), refusing lines over max.
-func (r *sseReader) readLine() ([]byte, error) {
-	var line []byte
-	for {
-		frag, err := r.br.ReadSlice('\n')
-		if len(line)+len(frag) > r.max+2 {
-			return nil, fmt.Errorf("event stream line over %d bytes", r.max)
-		}
-		line = append(line, frag...)
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if err != nil {
-			if err == io.EOF && len(line) > 0 {
-				return nil, io.ErrUnexpectedEOF
-			}
-			return nil, err
-		}
-		line = bytes.TrimSuffix(line[:len(line)-1], []byte("\r"))
-		return line, nil
-	}
-}
-
-// next returns the next event, or a comment that arrives between events
-// (which only proves the connection alive).
-func (r *sseReader) next() (sseEvent, error) {
-	var ev sseEvent
-	started := false
-	for {
-		line, err := r.readLine()
-		if err != nil {
-			return sseEvent{}, err
-		}
-		if len(line) == 0 {
-			if started {
-				return ev, nil
-			}
-			continue
-		}
-		if line[0] == ':' {
-			if !started {
-				return sseEvent{comment: true}, nil
-			}
-			continue
-		}
-		started = true
-		field, value, _ := bytes.Cut(line, []byte(":"))
-		value = bytes.TrimPrefix(value, []byte(" "))
-		switch string(field) {
-		case "id":
-			ev.id = string(value)
-		case "event":
-			ev.event = string(value)
-		case "data":
-			if len(ev.data)+len(value)+1 > r.max {
-				return sseEvent{}, fmt.Errorf("event over %d bytes", r.max)
-			}
-			if ev.data != nil {
-				ev.data = append(ev.data, '\n')
-			}
-			ev.data = append(ev.data, value...)
-		}
-	}
 }

@@ -164,22 +164,6 @@ func FuzzParseEnvelope(f *testing.F) {
 	})
 }
 
-// FuzzSSEReader fuzzes the client's event-stream parser.
-func FuzzSSEReader(f *testing.F) {
-	f.Fuzz(func(t *testing.T, data []byte) {
-		r := newSSEReader(bytes.NewReader(data), 1<<10)
-		for range 1 << 12 {
-			ev, err := r.next()
-			if err != nil {
-				return
-			}
-			if len(ev.data) > 1<<10 {
-				t.Fatalf("event of %d bytes passed a 1 KiB limit", len(ev.data))
-			}
-		}
-	})
-}
-
 // fuzzHandler is a minimal real handler: valid responses for every verb.
 type fuzzHandler struct{}
 

@@ -22,6 +22,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/choirhq/choir/rpc/internal/fastpath"
+	"github.com/choirhq/choir/rpc/internal/stream"
 )
 
 // Session is an authenticated agent session.
@@ -184,7 +185,7 @@ type Server struct {
 // its push queue. CloseSession drops it.
 type sessionState struct {
 	limiter *rate.Limiter
-	pushes  *pushQueue
+	pushes  *stream.Queue
 	id      identity
 }
 
@@ -291,7 +292,7 @@ func (s *Server) session(id string) *sessionState {
 		}
 		st = &sessionState{
 			limiter: rate.NewLimiter(limit, s.lim.Burst),
-			pushes:  newPushQueue(s.lim.PushBuffer),
+			pushes:  stream.NewQueue(s.lim.PushBuffer),
 		}
 		s.sessions[id] = st
 	}
@@ -319,7 +320,7 @@ func (s *Server) dropSession(id string) {
 	delete(s.sessions, id)
 	s.mu.Unlock()
 	if st != nil {
-		st.pushes.close()
+		st.pushes.Close()
 	}
 }
 

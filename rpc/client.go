@@ -130,6 +130,25 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		DisableCompression:  true,
 		ForceAttemptHTTP2:   false,
 	}
+	if err := c.setTransport(opts, tr); err != nil {
+		return nil, err
+	}
+	c.hc = &http.Client{Transport: tr}
+	c.verbURLs = make(map[Verb]*url.URL, len(Verbs))
+	for _, v := range Verbs {
+		u, err := url.Parse(c.base + PathRPCPrefix + string(v))
+		if err != nil {
+			return nil, fmt.Errorf("new rpc client: %w", err)
+		}
+		c.verbURLs[v] = u
+	}
+	c.sessionHeader, c.authHeader = []string{c.session}, []string{c.auth}
+	return c, nil
+}
+
+// setTransport points tr and the call pool at the socket or endpoint opts
+// choose.
+func (c *Client) setTransport(opts ClientOptions, tr *http.Transport) error {
 	switch opts.ControlPlane {
 	case "", TransportUDS:
 		sock := opts.Socket
@@ -152,7 +171,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	case TransportHTTP:
 		u, err := url.Parse(opts.Endpoint)
 		if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
-			return nil, fmt.Errorf("new rpc client: endpoint %q: want https://host:port", opts.Endpoint)
+			return fmt.Errorf("new rpc client: endpoint %q: want https://host:port", opts.Endpoint)
 		}
 		switch u.Scheme {
 		case "https":
@@ -160,37 +179,27 @@ func NewClient(opts ClientOptions) (*Client, error) {
 			if opts.CACert != "" {
 				pem, err := os.ReadFile(opts.CACert)
 				if err != nil {
-					return nil, fmt.Errorf("new rpc client: read CA certificate: %w", err)
+					return fmt.Errorf("new rpc client: read CA certificate: %w", err)
 				}
 				tlsConf.RootCAs = x509.NewCertPool()
 				if !tlsConf.RootCAs.AppendCertsFromPEM(pem) {
-					return nil, fmt.Errorf("new rpc client: no certificate in %s", opts.CACert)
+					return fmt.Errorf("new rpc client: no certificate in %s", opts.CACert)
 				}
 			}
 			tr.TLSClientConfig = tlsConf
 		case "http":
 			if !transport.IsLoopbackHost(u.Hostname()) {
-				return nil, fmt.Errorf("new rpc client: endpoint %s: plaintext is allowed only to a loopback address; use https", opts.Endpoint)
+				return fmt.Errorf("new rpc client: endpoint %s: plaintext is allowed only to a loopback address; use https", opts.Endpoint)
 			}
 		default:
-			return nil, fmt.Errorf("new rpc client: endpoint %q: scheme must be https (or http to loopback)", opts.Endpoint)
+			return fmt.Errorf("new rpc client: endpoint %q: scheme must be https (or http to loopback)", opts.Endpoint)
 		}
 		c.base, c.transport = u.Scheme+"://"+u.Host, u.Scheme+"://"+u.Host
 		c.calls = &fastpath.Pool{Dial: transport.TCPDialer(u, tr.TLSClientConfig), MaxIdle: tr.MaxIdleConnsPerHost, IdleFor: tr.IdleConnTimeout}
 	default:
-		return nil, fmt.Errorf("new rpc client: control plane %q: want %s or %s", opts.ControlPlane, TransportUDS, TransportHTTP)
+		return fmt.Errorf("new rpc client: control plane %q: want %s or %s", opts.ControlPlane, TransportUDS, TransportHTTP)
 	}
-	c.hc = &http.Client{Transport: tr}
-	c.verbURLs = make(map[Verb]*url.URL, len(Verbs))
-	for _, v := range Verbs {
-		u, err := url.Parse(c.base + PathRPCPrefix + string(v))
-		if err != nil {
-			return nil, fmt.Errorf("new rpc client: %w", err)
-		}
-		c.verbURLs[v] = u
-	}
-	c.sessionHeader, c.authHeader = []string{c.session}, []string{c.auth}
-	return c, nil
+	return nil
 }
 
 // Close releases the client's idle connections.

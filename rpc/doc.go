@@ -36,12 +36,15 @@
 // net/http's connection machinery: the client writes each call and reads
 // its answer in the caller's goroutine on a pooled connection, and the
 // server reads each call with http.ReadRequest and answers it in the
-// connection's goroutine. That call loop, the pool, the encoder of a
-// heartbeat's events and the scanner that spares re-encoding canonical
-// payloads to hash them live in rpc/internal/fastpath, with the benchmark
-// that compares them with plain net/http and encoding/json. The event
+// connection's goroutine. That call loop, the pool, the JSON writers that
+// encode a heartbeat without reflection and the scanner that spares re-encoding canonical
+// payloads to hash them live in rpc/internal/fastpath, with the benchmarks
+// that compare them with plain net/http and encoding/json. The event
 // stream, and any request that is not a call, go through net/http on both
-// ends.
+// ends; its push queue, writer and reader are in rpc/internal/stream.
+// Dialling, capped body reads and the self-signed certificate are in
+// rpc/internal/transport, the memory replay store's bookkeeping in
+// rpc/internal/replay.
 //
 // # Guarantees
 //

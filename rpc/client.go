@@ -406,3 +406,6 @@ func sleep(ctx context.Context, d time.Duration) error {
 		return ctx.Err()
 	}
 }
+
+// jsonContentType is shared by every call: net/http only reads it.
+var jsonContentType = []string{"application/json"}

@@ -88,7 +88,7 @@ func TestMemoryReplayStore(t *testing.T) {
 // response: the replay must be refused, not executed again.
 func TestTrimmedReplayIsRefused(t *testing.T) {
 	t.Parallel()
-	s := &Server{flights: map[ReplayKey]*flight{}, replay: NewMemoryReplayStore(MemoryReplayOptions{MaxBytes: 1})}
+	s := &Server{replay: NewMemoryReplayStore(MemoryReplayOptions{MaxBytes: 1})}
 	ran := 0
 	run := func() outcome { ran++; return outcome{resp: []byte(`{"ack":true}`)} }
 	key := ReplayKey{SessionID: "s", RequestID: "r"}
@@ -109,7 +109,7 @@ func TestTrimmedReplayIsRefused(t *testing.T) {
 // no record, so that a retry with the same request ID runs again.
 func TestUncachedOutcomeLetsTheRetryRun(t *testing.T) {
 	t.Parallel()
-	s := &Server{flights: map[ReplayKey]*flight{}, replay: NewMemoryReplayStore(MemoryReplayOptions{})}
+	s := &Server{replay: NewMemoryReplayStore(MemoryReplayOptions{})}
 	ran := 0
 	run := func() outcome {
 		ran++
@@ -233,7 +233,7 @@ func (k *keeperStore) Load(ctx context.Context, key ReplayKey) (ReplayRecord, bo
 func TestReplayKeeperSkipsTheLookup(t *testing.T) {
 	t.Parallel()
 	store := &keeperStore{MemoryReplayStore: NewMemoryReplayStore(MemoryReplayOptions{})}
-	s := &Server{flights: map[ReplayKey]*flight{}, replay: store}
+	s := &Server{replay: store}
 	run := func() outcome { return outcome{resp: []byte(`{"ack":true}`)} }
 	ctx := context.Background()
 	s.once(ctx, ReplayKey{SessionID: "s", RequestID: "hb"}, VerbHeartbeat, [32]byte{}, run)
@@ -296,10 +296,7 @@ func TestFencedHeartbeat(t *testing.T) {
 	if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "session is crashed") {
 		t.Errorf("heartbeat of a revoked session: %d %s", rec.Code, rec.Body)
 	}
-	srv.mu.Lock()
-	kept := len(srv.sessions)
-	srv.mu.Unlock()
-	if kept != 0 {
+	if kept := srv.sessions.Len(); kept != 0 {
 		t.Errorf("the server keeps state for %d sessions after the refusal", kept)
 	}
 	if rec := post(VerbReportStatus, []byte(`{"lane":"edge","state":"IDLE","budget_remaining":{}}`)); rec.Code != http.StatusUnauthorized {

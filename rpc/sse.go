@@ -26,7 +26,7 @@ func (s *Server) Push(sessionID string, p Push) (uint64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("push %s to session %s: %w: %w", p.Kind, sessionID, ErrBadRequest, err)
 	}
-	seq, err := s.session(sessionID).pushes.Add(string(p.Kind), func(seq uint64) ([]byte, error) {
+	seq, err := s.sessions.Get(sessionID).Pushes.Add(string(p.Kind), func(seq uint64) ([]byte, error) {
 		p.Epoch, p.Seq = s.epoch, seq
 		return json.Marshal(p)
 	})
@@ -39,10 +39,8 @@ func (s *Server) Push(sessionID string, p Push) (uint64, error) {
 // StreamAttached reports whether the session's agent has an event stream
 // open.
 func (s *Server) StreamAttached(sessionID string) bool {
-	s.mu.Lock()
-	st := s.sessions[sessionID]
-	s.mu.Unlock()
-	return st != nil && st.pushes.Attached()
+	st := s.sessions.Lookup(sessionID)
+	return st != nil && st.Pushes.Attached()
 }
 
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
@@ -74,20 +72,20 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		// A push ID of another epoch (an earlier run of choird) says
 		// nothing about this queue: start from its beginning.
 		if epoch == s.epoch {
-			if seq > st.pushes.Newest() {
+			if seq > st.Pushes.Newest() {
 				s.reject(w, r, Errorf(CodeBadRequest, "header %s: push %d was never sent", HeaderLastEventID, seq))
 				return
 			}
 			cursor = seq
 		}
 	}
-	sub := st.pushes.Attach()
+	sub := st.Pushes.Attach()
 	if sub == nil {
 		s.reject(w, r, Errorf(CodeUnavailable, "session %s is closed", sessionID))
 		return
 	}
-	defer st.pushes.Detach(sub)
+	defer st.Pushes.Detach(sub)
 
 	stop, _ := r.Context().Value(stopKey{}).(<-chan struct{})
-	stream.Serve(w, r, st.pushes, sub, cursor, s.epoch, s.ping, stop)
+	stream.Serve(w, r, st.Pushes, sub, cursor, s.epoch, s.ping, stop)
 }

@@ -1,25 +1,17 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
 
-	"github.com/choirhq/choir/rpc/internal/fastpath"
-	"github.com/choirhq/choir/rpc/internal/transport"
+	"github.com/choirhq/choir/rpc/internal/callclient"
 )
 
 // The transports, as named by choir-agent's --control-plane flag.
@@ -70,23 +62,11 @@ type ClientOptions struct {
 // Client is the agent's connection to choird over the configured
 // transport. It is safe for concurrent use.
 type Client struct {
-	hc        *http.Client
-	base      string // scheme://host, with no trailing slash
-	session   string
-	auth      string
-	retries   int
-	maxResp   int
-	backoff   [2]time.Duration
-	idle      time.Duration
-	log       *slog.Logger
-	transport string
-	// verbURLs, sessionHeader and authHeader are built once and shared by
-	// every call.
-	verbURLs      map[Verb]*url.URL
-	sessionHeader []string
-	authHeader    []string
-	// calls carries the calls; hc carries the event stream.
-	calls *fastpath.Pool
+	conn    *callclient.Conn
+	maxResp int
+	backoff [2]time.Duration
+	idle    time.Duration
+	log     *slog.Logger
 }
 
 // NewClient returns a client for opts. It does not connect: the first call
@@ -96,18 +76,15 @@ func NewClient(opts ClientOptions) (*Client, error) {
 		return nil, errors.New("new rpc client: session ID and lease token are required")
 	}
 	c := &Client{
-		session: opts.SessionID,
-		auth:    "Bearer " + opts.LeaseToken,
-		retries: opts.Retries,
 		maxResp: opts.MaxResponseBytes,
 		backoff: [2]time.Duration{opts.ReconnectMin, opts.ReconnectMax},
 		idle:    opts.StreamIdleTimeout,
 		log:     opts.Logger,
 	}
-	if c.retries == 0 {
-		c.retries = 2
+	retries := opts.Retries
+	if retries == 0 {
+		retries = 2
 	}
-	c.retries = max(c.retries, 0)
 	if c.maxResp <= 0 {
 		c.maxResp = 64 << 20
 	}
@@ -124,90 +101,37 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	if c.log == nil {
 		c.log = slog.New(slog.DiscardHandler)
 	}
-	tr := &http.Transport{
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-		ForceAttemptHTTP2:   false,
+	cfg := callclient.Config{
+		Paths:     make(map[string]string, len(Verbs)),
+		SessionID: opts.SessionID, Auth: "Bearer " + opts.LeaseToken,
+		RequestIDHeader: HeaderRequestID, SessionIDHeader: HeaderSessionID,
+		Retries: max(retries, 0), MaxResponse: c.maxResp,
 	}
-	if err := c.setTransport(opts, tr); err != nil {
-		return nil, err
-	}
-	c.hc = &http.Client{Transport: tr}
-	c.verbURLs = make(map[Verb]*url.URL, len(Verbs))
 	for _, v := range Verbs {
-		u, err := url.Parse(c.base + PathRPCPrefix + string(v))
-		if err != nil {
-			return nil, fmt.Errorf("new rpc client: %w", err)
-		}
-		c.verbURLs[v] = u
+		cfg.Paths[string(v)] = PathRPCPrefix + string(v)
 	}
-	c.sessionHeader, c.authHeader = []string{c.session}, []string{c.auth}
-	return c, nil
-}
-
-// setTransport points tr and the call pool at the socket or endpoint opts
-// choose.
-func (c *Client) setTransport(opts ClientOptions, tr *http.Transport) error {
 	switch opts.ControlPlane {
 	case "", TransportUDS:
-		sock := opts.Socket
-		if sock == "" {
-			sock = DefaultSocket
-		}
-		var d net.Dialer
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", sock)
-		}
-		// The host is never resolved: every connection goes to the socket.
-		c.base, c.transport = "http://choird", "uds:"+sock
-		c.calls = &fastpath.Pool{
-			Dial: func(ctx context.Context) (net.Conn, error) {
-				return d.DialContext(ctx, "unix", sock)
-			},
-			MaxIdle: tr.MaxIdleConnsPerHost,
-			IdleFor: tr.IdleConnTimeout,
+		cfg.Socket = opts.Socket
+		if cfg.Socket == "" {
+			cfg.Socket = DefaultSocket
 		}
 	case TransportHTTP:
-		u, err := url.Parse(opts.Endpoint)
-		if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
-			return fmt.Errorf("new rpc client: endpoint %q: want https://host:port", opts.Endpoint)
-		}
-		switch u.Scheme {
-		case "https":
-			tlsConf := &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}}
-			if opts.CACert != "" {
-				pem, err := os.ReadFile(opts.CACert)
-				if err != nil {
-					return fmt.Errorf("new rpc client: read CA certificate: %w", err)
-				}
-				tlsConf.RootCAs = x509.NewCertPool()
-				if !tlsConf.RootCAs.AppendCertsFromPEM(pem) {
-					return fmt.Errorf("new rpc client: no certificate in %s", opts.CACert)
-				}
-			}
-			tr.TLSClientConfig = tlsConf
-		case "http":
-			if !transport.IsLoopbackHost(u.Hostname()) {
-				return fmt.Errorf("new rpc client: endpoint %s: plaintext is allowed only to a loopback address; use https", opts.Endpoint)
-			}
-		default:
-			return fmt.Errorf("new rpc client: endpoint %q: scheme must be https (or http to loopback)", opts.Endpoint)
-		}
-		c.base, c.transport = u.Scheme+"://"+u.Host, u.Scheme+"://"+u.Host
-		c.calls = &fastpath.Pool{Dial: transport.TCPDialer(u, tr.TLSClientConfig), MaxIdle: tr.MaxIdleConnsPerHost, IdleFor: tr.IdleConnTimeout}
+		cfg.Endpoint, cfg.CACert = opts.Endpoint, opts.CACert
 	default:
-		return fmt.Errorf("new rpc client: control plane %q: want %s or %s", opts.ControlPlane, TransportUDS, TransportHTTP)
+		return nil, fmt.Errorf("new rpc client: control plane %q: want %s or %s", opts.ControlPlane, TransportUDS, TransportHTTP)
 	}
-	return nil
+	conn, err := callclient.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	c.conn = conn
+	return c, nil
 }
 
 // Close releases the client's idle connections.
 func (c *Client) Close() error {
-	c.hc.CloseIdleConnections()
-	if c.calls != nil {
-		c.calls.CloseIdle()
-	}
+	c.conn.Close()
 	return nil
 }
 
@@ -285,19 +209,9 @@ func invoke[Resp Payload](ctx context.Context, c *Client, verb Verb, req Payload
 	if id == "" {
 		id = uuid.NewString()
 	}
-	var status int
-	var resp []byte
-	for attempt := 0; ; attempt++ {
-		status, resp, err = c.post(ctx, verb, id, body)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil || attempt >= c.retries {
-			return zero, fmt.Errorf("rpc %s via %s: %w", verb, c.transport, err)
-		}
-		if err := sleep(ctx, time.Duration(attempt+1)*20*time.Millisecond); err != nil {
-			return zero, fmt.Errorf("rpc %s via %s: %w", verb, c.transport, err)
-		}
+	status, resp, err := c.conn.Call(ctx, string(verb), id, body)
+	if err != nil {
+		return zero, fmt.Errorf("rpc %s via %s: %w", verb, c.conn.Name, err)
 	}
 	if status != http.StatusOK {
 		return zero, fmt.Errorf("rpc %s: %w", verb, decodeErrorBody(status, resp))
@@ -308,64 +222,6 @@ func invoke[Resp Payload](ctx context.Context, c *Client, verb Verb, req Payload
 		return zero, fmt.Errorf("rpc %s: malformed response from choird: %v", verb, err)
 	}
 	return out, nil
-}
-
-func (c *Client) post(ctx context.Context, verb Verb, id string, body []byte) (int, []byte, error) {
-	u := c.verbURLs[verb]
-	if u == nil {
-		return 0, nil, fmt.Errorf("unknown verb %s", verb)
-	}
-	if c.calls != nil {
-		// Sorted by name, as net/http writes them.
-		headers := [4][2]string{
-			{"Authorization", c.auth},
-			{"Content-Type", "application/json"},
-			{HeaderRequestID, id},
-			{HeaderSessionID, c.session},
-		}
-		status, resp, err := c.calls.Call(ctx, u.Path, u.Host, &headers, body, c.maxResp)
-		if err != fastpath.ErrUnsupported {
-			if err != nil {
-				// As net/http's client reports it.
-				err = &url.Error{Op: "Post", URL: u.String(), Err: err}
-			}
-			return status, resp, err
-		}
-	}
-	// Built by hand rather than by http.NewRequestWithContext, which
-	// parses the URL and allocates each header anew on every call. The
-	// URL and the header values are shared and only ever read: the
-	// transport does not modify a request. GetBody is left nil: the
-	// transport never retries a POST by itself, and the server never
-	// redirects.
-	req := (&http.Request{
-		Method: http.MethodPost,
-		URL:    u,
-		Host:   u.Host,
-		Header: http.Header{
-			"Content-Type":      jsonContentType,
-			HeaderRequestID:     {id},
-			HeaderSessionID:     c.sessionHeader,
-			HeaderAuthorization: c.authHeader,
-		},
-		Body:          io.NopCloser(bytes.NewReader(body)),
-		ContentLength: int64(len(body)),
-	}).WithContext(ctx)
-	res, err := c.hc.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer res.Body.Close()
-	b, err := transport.ReadBody(res, c.maxResp)
-	if err != nil {
-		return 0, nil, err
-	}
-	return res.StatusCode, b, nil
-}
-
-func (c *Client) setAuth(req *http.Request) {
-	req.Header.Set(HeaderSessionID, c.session)
-	req.Header.Set(HeaderAuthorization, c.auth)
 }
 
 // decodeErrorBody turns an error response into an *Error. A body that is
@@ -395,17 +251,3 @@ func (b ErrorBody) Validate() error {
 	}
 	return nil
 }
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// jsonContentType is shared by every call: net/http only reads it.
-var jsonContentType = []string{"application/json"}

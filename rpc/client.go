@@ -12,6 +12,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/rpc/internal/callclient"
+	"github.com/choirhq/choir/rpc/internal/check"
 )
 
 // The transports, as named by choir-agent's --control-plane flag.
@@ -244,10 +245,10 @@ func decodeErrorBody(status int, b []byte) *Error {
 // Validate checks an error body.
 func (b ErrorBody) Validate() error {
 	if b.Code == "" {
-		return invalid("$.code", "required")
+		return check.Invalid("$.code", "required")
 	}
 	if b.RetryAfterMS < 0 {
-		return invalid("$.retry_after_ms", "negative")
+		return check.Invalid("$.retry_after_ms", "negative")
 	}
 	return nil
 }

@@ -7,11 +7,10 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"regexp"
-	"strings"
 	"sync"
 	"time"
 
+	"github.com/choirhq/choir/rpc/internal/check"
 	"github.com/choirhq/choir/rpc/internal/fastpath"
 )
 
@@ -47,39 +46,10 @@ var eventTypes = map[EventType]bool{
 // Valid reports whether t is a known event type.
 func (t EventType) Valid() bool { return eventTypes[t] }
 
-// laneRe matches the lanes the session_events CHECK constraint accepts:
-// "edge", "system", or "core:<job-name>".
-var laneRe = regexp.MustCompile(`^(edge|system|core:[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$`)
-
-// ValidLane reports whether lane names a lane the log accepts. It matches
-// exactly what laneRe matches, without the regexp engine: every event of
-// every heartbeat is checked.
-func ValidLane(lane string) bool {
-	switch lane {
-	case "edge", "system":
-		return true
-	}
-	job, ok := strings.CutPrefix(lane, "core:")
-	if !ok || len(job) == 0 || len(job) > 64 || !isJobChar(job[0], false) {
-		return false
-	}
-	for i := 1; i < len(job); i++ {
-		if !isJobChar(job[i], true) {
-			return false
-		}
-	}
-	return true
-}
-
-func isJobChar(c byte, inner bool) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	case inner:
-		return c == '_' || c == '.' || c == '-'
-	}
-	return false
-}
+// ValidLane reports whether lane names a lane the log accepts: "edge",
+// "system", or "core:<job-name>", as the session_events CHECK constraint
+// does.
+func ValidLane(lane string) bool { return check.ValidLane(lane) }
 
 // Hash is a SHA-256 chain hash.
 type Hash [32]byte

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/choirhq/choir/rpc/internal/check"
 )
 
 // The fuzz targets check that no input makes a decoder or the server panic,
@@ -158,7 +160,7 @@ func FuzzParseEnvelope(f *testing.F) {
 			}
 			return
 		}
-		if !env.Verb.Valid() || !ValidID(env.RequestID) || checkSessionID("", env.SessionID) != nil || !ValidLeaseTokenFormat(env.LeaseToken) || method != http.MethodPost {
+		if !env.Verb.Valid() || !ValidID(env.RequestID) || check.SessionID("", env.SessionID) != nil || !ValidLeaseTokenFormat(env.LeaseToken) || method != http.MethodPost {
 			t.Fatalf("accepted an invalid envelope %+v", env)
 		}
 	})

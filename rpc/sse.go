@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/choirhq/choir/rpc/internal/check"
 	"github.com/choirhq/choir/rpc/internal/stream"
 )
 
@@ -45,7 +46,7 @@ func (s *Server) StreamAttached(sessionID string) bool {
 
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
-		s.reject(w, r, Errorf(CodeBadRequest, "method %s not allowed for %s; use GET", quotePath(r.Method), PathEvents))
+		s.reject(w, r, Errorf(CodeBadRequest, "method %s not allowed for %s; use GET", check.Quote(r.Method), PathEvents))
 		return
 	}
 	if id := r.Header.Get(HeaderRequestID); id != "" && !ValidID(id) {

@@ -1,8 +1,7 @@
-package rpc
+package chain
 
 import (
 	"bytes"
-	"encoding/json"
 	"strings"
 	"testing"
 
@@ -68,12 +67,12 @@ func TestCanonicalJSON(t *testing.T) {
 		if got := fastpath.IsCanonical([]byte(tc.in)); got != tc.fast {
 			t.Errorf("fastpath.IsCanonical(%s) = %v, want %v", tc.in, got, tc.fast)
 		}
-		got, err := CanonicalJSON(json.RawMessage(tc.in))
+		got, err := Canonical([]byte(tc.in))
 		if err != nil || string(got) != tc.want {
-			t.Errorf("CanonicalJSON(%s) = %s, %v; want %s", tc.in, got, err, tc.want)
+			t.Errorf("Canonical(%s) = %s, %v; want %s", tc.in, got, err, tc.want)
 		}
 	}
-	if _, err := CanonicalJSON(json.RawMessage(`{"a":`)); err == nil {
-		t.Error("CanonicalJSON accepted a truncated document")
+	if _, err := Canonical([]byte(`{"a":`)); err == nil {
+		t.Error("Canonical accepted a truncated document")
 	}
 }

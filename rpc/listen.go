@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
@@ -27,32 +26,7 @@ func ListenUnix(ctx context.Context, path string) (net.Listener, error) {
 // one it refuses any address but a loopback one: plaintext must never cross
 // a network boundary (spec 12.1).
 func ListenTCP(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Listener, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	if tlsConfig == nil && !transport.IsLoopbackHost(host) {
-		return nil, fmt.Errorf("listen on %s: plaintext is allowed only on a loopback address; configure TLS (a certificate is generated when none is given)", addr)
-	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	if tlsConfig == nil {
-		// "localhost" could resolve to anything: check what was bound.
-		if ta, ok := ln.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
-			ln.Close()
-			return nil, fmt.Errorf("listen on %s: bound %s, which is not loopback; plaintext refused", addr, ln.Addr())
-		}
-		return ln, nil
-	}
-	conf := tlsConfig.Clone()
-	conf.NextProtos = []string{"http/1.1"}
-	if conf.MinVersion == 0 {
-		conf.MinVersion = tls.VersionTLS13
-	}
-	return tls.NewListener(ln, conf), nil
+	return transport.ListenTCP(ctx, addr, tlsConfig)
 }
 
 // TLSFiles names a PEM certificate (chain) and its private key.
@@ -116,23 +90,6 @@ const selfSignedLifetime = 5 * 365 * 24 * time.Hour
 func EnsureSelfSignedCert(dir string, hosts []string) (files TLSFiles, created bool, err error) {
 	files = TLSFiles{CertFile: filepath.Join(dir, SelfSignedCertFile), KeyFile: filepath.Join(dir, SelfSignedKeyFile)}
 	hosts = append(slices.Clone(DefaultCertHosts), hosts...)
-	if transport.CertCovers(files.CertFile, files.KeyFile, hosts, time.Now()) {
-		return files, false, nil
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return files, false, fmt.Errorf("create TLS directory: %w", err)
-	}
-	certPEM, keyPEM, err := transport.GenerateSelfSigned(hosts, time.Now(), selfSignedLifetime)
-	if err != nil {
-		return files, false, err
-	}
-	// The key first: a certificate without its key is useless, while a
-	// key without its certificate is simply regenerated next time.
-	if err := transport.WriteFileAtomic(files.KeyFile, keyPEM, 0o600); err != nil {
-		return files, false, err
-	}
-	if err := transport.WriteFileAtomic(files.CertFile, certPEM, 0o644); err != nil {
-		return files, false, err
-	}
-	return files, true, nil
+	created, err = transport.EnsureSelfSigned(dir, files.CertFile, files.KeyFile, hosts, selfSignedLifetime)
+	return files, created, err
 }

@@ -111,3 +111,29 @@ func WriteFileAtomic(path string, data []byte, mode fs.FileMode) error {
 	}
 	return nil
 }
+
+// EnsureSelfSigned keeps a self-signed certificate valid for hosts in
+// certFile and keyFile, in dir (mode 0700): it generates the pair, valid
+// for lifetime, unless CertCovers says the one there will do. created
+// reports whether it generated one.
+func EnsureSelfSigned(dir, certFile, keyFile string, hosts []string, lifetime time.Duration) (created bool, err error) {
+	if CertCovers(certFile, keyFile, hosts, time.Now()) {
+		return false, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return false, fmt.Errorf("create TLS directory: %w", err)
+	}
+	certPEM, keyPEM, err := GenerateSelfSigned(hosts, time.Now(), lifetime)
+	if err != nil {
+		return false, err
+	}
+	// The key first: a certificate without its key is useless, while a
+	// key without its certificate is simply regenerated next time.
+	if err := WriteFileAtomic(keyFile, keyPEM, 0o600); err != nil {
+		return false, err
+	}
+	if err := WriteFileAtomic(certFile, certPEM, 0o644); err != nil {
+		return false, err
+	}
+	return true, nil
+}

@@ -80,3 +80,34 @@ func ReadCapped(r io.Reader, limit int) ([]byte, error) {
 	}
 	return b, nil
 }
+
+// ListenTCP listens on addr: TLS (server-only; HTTP/1.1) with tlsConfig,
+// and without it only on a loopback address, which it checks once bound.
+func ListenTCP(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Listener, error) {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	if tlsConfig == nil && !IsLoopbackHost(host) {
+		return nil, fmt.Errorf("listen on %s: plaintext is allowed only on a loopback address; configure TLS (a certificate is generated when none is given)", addr)
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	if tlsConfig == nil {
+		// "localhost" could resolve to anything: check what was bound.
+		if ta, ok := ln.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
+			ln.Close()
+			return nil, fmt.Errorf("listen on %s: bound %s, which is not loopback; plaintext refused", addr, ln.Addr())
+		}
+		return ln, nil
+	}
+	conf := tlsConfig.Clone()
+	conf.NextProtos = []string{"http/1.1"}
+	if conf.MinVersion == 0 {
+		conf.MinVersion = tls.VersionTLS13
+	}
+	return tls.NewListener(ln, conf), nil
+}

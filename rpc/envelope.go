@@ -8,10 +8,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"mime"
 	"net/http"
 	"strings"
 
+	"github.com/choirhq/choir/rpc/internal/callserve"
 	"github.com/choirhq/choir/rpc/internal/check"
 )
 
@@ -68,76 +68,19 @@ func (e Envelope) String() string {
 // bad_request for the method, content type, request ID or session ID, and
 // unauthenticated for a missing or malformed lease token.
 func ParseEnvelope(method, path string, h http.Header) (Envelope, error) {
-	name, ok := strings.CutPrefix(path, PathRPCPrefix)
-	if !ok {
-		return Envelope{}, Errorf(CodeNotFound, "no such path %s; calls are POST %s<verb>", check.Quote(path), PathRPCPrefix)
+	env, r := callserve.ParseEnvelope(method, path, h, &envelopeNames, &verbTable)
+	if r != nil {
+		return Envelope{}, refusalError(r)
 	}
-	verb := Verb(name)
-	if !verb.Valid() {
-		return Envelope{}, Errorf(CodeUnknownVerb, "unknown verb %s; known verbs: %s", check.Quote(name), verbList())
-	}
-	if method != http.MethodPost {
-		return Envelope{}, Errorf(CodeBadRequest, "method %s not allowed for %s; use POST", check.Quote(method), verb)
-	}
-	switch ct := h.Get("Content-Type"); ct {
-	case "application/json": // The common case, without parsing.
-	case "":
-		return Envelope{}, Errorf(CodeBadRequest, "missing Content-Type: application/json header")
-	default:
-		mt, _, err := mime.ParseMediaType(ct)
-		if err != nil || mt != "application/json" {
-			return Envelope{}, Errorf(CodeBadRequest, "content type must be application/json")
-		}
-	}
-	env := Envelope{Verb: verb}
-	var err error
-	if env.RequestID, err = single(h, HeaderRequestID); err != nil {
-		return Envelope{}, err
-	}
-	if !ValidID(env.RequestID) {
-		return Envelope{}, Errorf(CodeBadRequest, "header %s: missing or not a valid ID (1-128 of A-Z a-z 0-9 . _ : -)", HeaderRequestID)
-	}
-	if env.SessionID, env.LeaseToken, err = parseAuth(h); err != nil {
-		return Envelope{}, err
-	}
-	return env, nil
+	return Envelope{RequestID: env.RequestID, SessionID: env.SessionID, LeaseToken: env.LeaseToken, Verb: Verb(env.Verb)}, nil
 }
 
-// parseAuth reads the session ID and lease token headers, shared by calls
-// and the event stream.
-func parseAuth(h http.Header) (sessionID, token string, err error) {
-	if sessionID, err = single(h, HeaderSessionID); err != nil {
-		return "", "", err
-	}
-	if err := check.SessionID("header "+HeaderSessionID, sessionID); err != nil {
-		return "", "", &Error{Code: CodeBadRequest, Message: err.Error()}
-	}
-	auth, err := single(h, HeaderAuthorization)
-	if err != nil {
-		return "", "", err
-	}
-	if auth == "" {
-		return "", "", Errorf(CodeUnauthenticated, "missing %s: Bearer <lease token> header", HeaderAuthorization)
-	}
-	scheme, token, _ := strings.Cut(auth, " ")
-	if !strings.EqualFold(scheme, "Bearer") || !ValidLeaseTokenFormat(token) {
-		return "", "", Errorf(CodeUnauthenticated, "header %s must be Bearer followed by a lease token (43 base64url characters)", HeaderAuthorization)
-	}
-	return sessionID, token, nil
-}
-
-// single returns the one value of header k, "" if absent; repeating a
-// header is a bad request.
-func single(h http.Header, k string) (string, error) {
-	vs := h.Values(k)
-	switch len(vs) {
-	case 0:
-		return "", nil
-	case 1:
-		return vs[0], nil
-	}
-	return "", Errorf(CodeBadRequest, "header %s given %d times", k, len(vs))
-}
+// envelopeNames and verbTable tell callserve the envelope's names and the
+// verbs.
+var (
+	envelopeNames = callserve.Names{RPCPrefix: PathRPCPrefix, RequestID: HeaderRequestID, SessionID: HeaderSessionID, Authorization: HeaderAuthorization}
+	verbTable     = callserve.Verbs{Valid: func(v string) bool { return Verb(v).Valid() }, List: verbList}
+)
 
 func verbList() string {
 	names := make([]string, len(Verbs))

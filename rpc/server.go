@@ -321,17 +321,22 @@ func (s *Server) authenticate(ctx context.Context, verb Verb, sessionID, token s
 // refusalCodes are the wire codes of callserve's refusals.
 var refusalCodes = [...]Code{
 	callserve.BadRequest: CodeBadRequest, callserve.Unauthenticated: CodeUnauthenticated,
+	callserve.NotFound: CodeNotFound, callserve.UnknownVerb: CodeUnknownVerb,
 	callserve.Conflict: CodeConflict, callserve.PayloadTooLarge: CodePayloadTooLarge,
 	callserve.RateLimited: CodeRateLimited, callserve.Unavailable: CodeUnavailable, callserve.Internal: CodeInternal,
 }
 
 // refusal turns a refusal into its wire error, logging an internal one.
 func (s *Server) refusal(ctx context.Context, r *callserve.Refusal) *Error {
-	code := refusalCodes[r.Kind]
 	if r.Err != nil {
-		return s.internal(ctx, code, r.What, r.Err)
+		return s.internal(ctx, refusalCodes[r.Kind], r.What, r.Err)
 	}
-	return &Error{Code: code, Message: r.Message, RetryAfter: r.RetryAfter}
+	return refusalError(r)
+}
+
+// refusalError is the wire error of a refusal that is not internal.
+func refusalError(r *callserve.Refusal) *Error {
+	return &Error{Code: refusalCodes[r.Kind], Message: r.Message, RetryAfter: r.RetryAfter}
 }
 
 // internal logs err under a fresh reference and returns an error of code

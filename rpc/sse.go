@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 
+	"github.com/choirhq/choir/rpc/internal/callserve"
 	"github.com/choirhq/choir/rpc/internal/check"
 	"github.com/choirhq/choir/rpc/internal/stream"
 )
@@ -53,9 +54,9 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, Errorf(CodeBadRequest, "header %s: not a valid ID", HeaderRequestID))
 		return
 	}
-	sessionID, token, err := parseAuth(r.Header)
-	if err != nil {
-		s.reject(w, r, err.(*Error))
+	sessionID, token, rf := callserve.ParseAuth(r.Header, &envelopeNames)
+	if rf != nil {
+		s.reject(w, r, refusalError(rf))
 		return
 	}
 	_, st, aerr := s.authenticate(r.Context(), "", sessionID, token)

@@ -25,6 +25,8 @@ type Kind uint8
 const (
 	BadRequest Kind = iota + 1
 	Unauthenticated
+	NotFound
+	UnknownVerb
 	Conflict
 	PayloadTooLarge
 	RateLimited

@@ -90,31 +90,5 @@ func (r HeartbeatRequest) appendJSON(b []byte) ([]byte, bool) {
 
 // appendJSON encodes an event as json.Marshal does.
 func (e *Event) appendJSON(b []byte) ([]byte, bool) {
-	b = append(b, `{"rev":`...)
-	b = strconv.AppendInt(b, e.Rev, 10)
-	b = append(b, `,"type":`...)
-	b = fastpath.AppendString(b, string(e.Type))
-	b = append(b, `,"lane":`...)
-	b = fastpath.AppendString(b, e.Lane)
-	b = append(b, `,"payload":`...)
-	switch {
-	case e.Payload == nil:
-		b = append(b, "null"...)
-	case fastpath.IsCompactCanonical(e.Payload): // (an empty, non-nil payload is not: json.Marshal refuses it)
-		// Compact already; what is left of json.Marshal's compaction is
-		// escaping <, > and &, which in valid JSON occur only in strings.
-		b = fastpath.AppendHTMLEscaped(b, e.Payload)
-	default:
-		return nil, false
-	}
-	b = append(b, `,"created_at":`...)
-	var ok bool
-	if b, ok = fastpath.AppendTime(b, e.CreatedAt); !ok {
-		return nil, false
-	}
-	b = append(b, `,"hash_prev":`...)
-	b = fastpath.AppendHash(b, e.HashPrev)
-	b = append(b, `,"hash":`...)
-	b = fastpath.AppendHash(b, e.Hash)
-	return append(b, '}'), true
+	return fastpath.AppendEvent(b, e.Rev, string(e.Type), e.Lane, e.Payload, e.CreatedAt, e.HashPrev, e.Hash)
 }

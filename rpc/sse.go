@@ -64,30 +64,8 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, aerr)
 		return
 	}
-	var cursor uint64
-	if last := r.Header.Get(HeaderLastEventID); last != "" {
-		epoch, seq, ok := stream.ParseEventID(last)
-		if !ok {
-			s.reject(w, r, Errorf(CodeBadRequest, "header %s: not a push ID (want <epoch>-<seq>)", HeaderLastEventID))
-			return
-		}
-		// A push ID of another epoch (an earlier run of choird) says
-		// nothing about this queue: start from its beginning.
-		if epoch == s.epoch {
-			if seq > st.Pushes.Newest() {
-				s.reject(w, r, Errorf(CodeBadRequest, "header %s: push %d was never sent", HeaderLastEventID, seq))
-				return
-			}
-			cursor = seq
-		}
-	}
-	sub := st.Pushes.Attach()
-	if sub == nil {
-		s.reject(w, r, Errorf(CodeUnavailable, "session %s is closed", sessionID))
-		return
-	}
-	defer st.Pushes.Detach(sub)
-
 	stop, _ := r.Context().Value(stopKey{}).(<-chan struct{})
-	stream.Serve(w, r, st.Pushes, sub, cursor, s.epoch, s.ping, stop)
+	if rf := st.ServeStream(w, r, sessionID, HeaderLastEventID, s.epoch, s.ping, stop); rf != nil {
+		s.reject(w, r, refusalError(rf))
+	}
 }

@@ -2,6 +2,7 @@ package fastpath
 
 import (
 	"encoding/hex"
+	"strconv"
 	"time"
 	"unicode/utf8"
 )
@@ -97,4 +98,37 @@ func AppendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// AppendEvent encodes an event of an agent's log (rpc.Event) as
+// json.Marshal does, or reports false for one whose payload is not compact
+// canonical JSON, which it leaves to json.Marshal.
+func AppendEvent(b []byte, rev int64, typ, lane string, payload []byte, createdAt time.Time, hashPrev, hash [32]byte) ([]byte, bool) {
+	b = append(b, `{"rev":`...)
+	b = strconv.AppendInt(b, rev, 10)
+	b = append(b, `,"type":`...)
+	b = AppendString(b, typ)
+	b = append(b, `,"lane":`...)
+	b = AppendString(b, lane)
+	b = append(b, `,"payload":`...)
+	switch {
+	case payload == nil:
+		b = append(b, "null"...)
+	case IsCompactCanonical(payload): // (an empty, non-nil payload is not: json.Marshal refuses it)
+		// Compact already; what is left of json.Marshal's compaction is
+		// escaping <, > and &, which in valid JSON occur only in strings.
+		b = AppendHTMLEscaped(b, payload)
+	default:
+		return nil, false
+	}
+	b = append(b, `,"created_at":`...)
+	var ok bool
+	if b, ok = AppendTime(b, createdAt); !ok {
+		return nil, false
+	}
+	b = append(b, `,"hash_prev":`...)
+	b = AppendHash(b, hashPrev)
+	b = append(b, `,"hash":`...)
+	b = AppendHash(b, hash)
+	return append(b, '}'), true
 }

@@ -63,11 +63,7 @@ type ClientOptions struct {
 // Client is the agent's connection to choird over the configured
 // transport. It is safe for concurrent use.
 type Client struct {
-	conn    *callclient.Conn
-	maxResp int
-	backoff [2]time.Duration
-	idle    time.Duration
-	log     *slog.Logger
+	conn *callclient.Conn
 }
 
 // NewClient returns a client for opts. It does not connect: the first call
@@ -76,37 +72,12 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	if opts.SessionID == "" || opts.LeaseToken == "" {
 		return nil, errors.New("new rpc client: session ID and lease token are required")
 	}
-	c := &Client{
-		maxResp: opts.MaxResponseBytes,
-		backoff: [2]time.Duration{opts.ReconnectMin, opts.ReconnectMax},
-		idle:    opts.StreamIdleTimeout,
-		log:     opts.Logger,
-	}
-	retries := opts.Retries
-	if retries == 0 {
-		retries = 2
-	}
-	if c.maxResp <= 0 {
-		c.maxResp = 64 << 20
-	}
-	if c.backoff[0] <= 0 {
-		c.backoff[0] = 100 * time.Millisecond
-	}
-	if c.backoff[1] <= 0 {
-		c.backoff[1] = 10 * time.Second
-	}
-	c.backoff[1] = max(c.backoff[1], c.backoff[0])
-	if c.idle <= 0 {
-		c.idle = 45 * time.Second
-	}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
-	}
 	cfg := callclient.Config{
 		Paths:     make(map[string]string, len(Verbs)),
 		SessionID: opts.SessionID, Auth: "Bearer " + opts.LeaseToken,
 		RequestIDHeader: HeaderRequestID, SessionIDHeader: HeaderSessionID,
-		Retries: max(retries, 0), MaxResponse: c.maxResp,
+		Retries: opts.Retries, MaxResponse: opts.MaxResponseBytes,
+		Backoff: [2]time.Duration{opts.ReconnectMin, opts.ReconnectMax}, Idle: opts.StreamIdleTimeout, Log: opts.Logger,
 	}
 	for _, v := range Verbs {
 		cfg.Paths[string(v)] = PathRPCPrefix + string(v)
@@ -126,8 +97,7 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.conn = conn
-	return c, nil
+	return &Client{conn: conn}, nil
 }
 
 // Close releases the client's idle connections.
@@ -217,7 +187,7 @@ func invoke[Resp Payload](ctx context.Context, c *Client, verb Verb, req Payload
 	if status != http.StatusOK {
 		return zero, fmt.Errorf("rpc %s: %w", verb, decodeErrorBody(status, resp))
 	}
-	out, err := Decode[Resp](resp, c.maxResp, 0)
+	out, err := Decode[Resp](resp, c.conn.MaxResponse(), 0)
 	if err != nil {
 		// Not %w: a malformed response is not the caller's bad request.
 		return zero, fmt.Errorf("rpc %s: malformed response from choird: %v", verb, err)

@@ -23,21 +23,18 @@ import (
 func (c *Client) ReceivePushes(ctx context.Context, fn func(Push)) error {
 	r := &callclient.Receiver{
 		Conn: c.conn, Path: PathEvents, LastEventIDHeader: HeaderLastEventID,
-		Backoff: c.backoff, Idle: c.idle, MaxEvent: c.maxResp, Log: c.log,
 		Refused: func(status int, body []byte) error { return decodeErrorBody(status, body) },
 		Permanent: func(err error) bool {
 			var e *Error
 			return errors.As(err, &e) && permanentCode(e.Code)
 		},
-		Handle: func(ctx context.Context, epoch string, seq uint64, ev stream.Event) {
-			p, err := Decode[Push](ev.Data, c.maxResp, 0)
+		Handle: func(epoch string, seq uint64, ev stream.Event) (bool, error) {
+			p, err := Decode[Push](ev.Data, c.conn.MaxResponse(), 0)
 			if err != nil || p.Epoch != epoch || p.Seq != seq || string(p.Kind) != ev.Event {
-				// choird sent something this client cannot read; skipping
-				// it (and resuming after it) beats asking for it forever.
-				c.log.ErrorContext(ctx, "dropping malformed push", "id", ev.ID, "err", err)
-				return
+				return false, err
 			}
 			fn(p)
+			return true, nil
 		},
 	}
 	return r.Receive(ctx)

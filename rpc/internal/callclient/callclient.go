@@ -16,6 +16,7 @@ import (
 	"crypto/x509"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/url"
@@ -40,8 +41,40 @@ type Config struct {
 	SessionID, Auth                  string
 	RequestIDHeader, SessionIDHeader string
 	// Retries is how many times a call is retried after a transport
-	// failure; MaxResponse caps a response.
+	// failure (default 2; negative for none); MaxResponse caps a response
+	// or a pushed message (default 64 MiB).
 	Retries, MaxResponse int
+	// Backoff bounds the event stream's reconnect delay (defaults 100 ms
+	// and 10 s); Idle is how long it may stay silent (default 45 s).
+	Backoff [2]time.Duration
+	Idle    time.Duration
+	// Log receives stream reconnects (default: discard).
+	Log *slog.Logger
+}
+
+// withDefaults fills in cfg's zero fields.
+func (cfg Config) withDefaults() Config {
+	if cfg.Retries == 0 {
+		cfg.Retries = 2
+	}
+	cfg.Retries = max(cfg.Retries, 0)
+	if cfg.MaxResponse <= 0 {
+		cfg.MaxResponse = 64 << 20
+	}
+	if cfg.Backoff[0] <= 0 {
+		cfg.Backoff[0] = 100 * time.Millisecond
+	}
+	if cfg.Backoff[1] <= 0 {
+		cfg.Backoff[1] = 10 * time.Second
+	}
+	cfg.Backoff[1] = max(cfg.Backoff[1], cfg.Backoff[0])
+	if cfg.Idle <= 0 {
+		cfg.Idle = 45 * time.Second
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	return cfg
 }
 
 // Conn is a client's way to choird: the pool carries the calls, and
@@ -61,6 +94,7 @@ type Conn struct {
 
 // New returns a Conn for cfg. It does not connect.
 func New(cfg Config) (*Conn, error) {
+	cfg = cfg.withDefaults()
 	tr := &http.Transport{
 		MaxIdleConnsPerHost: 16,
 		IdleConnTimeout:     90 * time.Second,
@@ -132,6 +166,9 @@ func (c *Conn) setTransport(tr *http.Transport) error {
 	c.calls = &fastpath.Pool{Dial: transport.TCPDialer(u, tr.TLSClientConfig), MaxIdle: tr.MaxIdleConnsPerHost, IdleFor: tr.IdleConnTimeout}
 	return nil
 }
+
+// MaxResponse is the cap on a response or a pushed message.
+func (c *Conn) MaxResponse() int { return c.cfg.MaxResponse }
 
 // Close releases the idle connections.
 func (c *Conn) Close() {

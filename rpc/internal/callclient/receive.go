@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"math/rand/v2"
 	"mime"
 	"net/http"
@@ -20,18 +19,13 @@ type Receiver struct {
 	// Path is the event stream's; LastEventIDHeader carries the resume
 	// position.
 	Path, LastEventIDHeader string
-	// Backoff bounds the reconnect delay; Idle is how long the stream may
-	// stay silent; MaxEvent caps one event.
-	Backoff  [2]time.Duration
-	Idle     time.Duration
-	MaxEvent int
-	Log      *slog.Logger
 	// Refused turns a refusal of the stream into an error; Permanent
 	// reports whether reconnecting after err cannot help.
 	Refused   func(status int, body []byte) error
 	Permanent func(err error) bool
-	// Handle decodes and delivers a push that was not delivered before.
-	Handle func(ctx context.Context, epoch string, seq uint64, ev stream.Event)
+	// Handle decodes and delivers a push that was not delivered before,
+	// and reports false if it cannot: the push is then logged and skipped.
+	Handle func(epoch string, seq uint64, ev stream.Event) (delivered bool, err error)
 }
 
 // Receive delivers pushes to r.Handle until ctx ends or the stream is
@@ -40,7 +34,7 @@ type Receiver struct {
 // wrapped.
 func (r *Receiver) Receive(ctx context.Context) error {
 	var st position
-	delay := r.Backoff[0]
+	delay := r.Conn.cfg.Backoff[0]
 	for {
 		connected, err := r.stream(ctx, &st)
 		if ctx.Err() != nil {
@@ -50,16 +44,16 @@ func (r *Receiver) Receive(ctx context.Context) error {
 			return fmt.Errorf("receive pushes via %s: %w", r.Conn.Name, err)
 		}
 		if connected {
-			delay = r.Backoff[0]
+			delay = r.Conn.cfg.Backoff[0]
 		}
 		// Full jitter on the upper half, so that agents that lost choird
 		// together do not reconnect in lockstep.
 		wait := delay/2 + rand.N(delay/2+1)
-		r.Log.WarnContext(ctx, "push stream lost; reconnecting", "via", r.Conn.Name, "err", err, "in", wait)
+		r.Conn.cfg.Log.WarnContext(ctx, "push stream lost; reconnecting", "via", r.Conn.Name, "err", err, "in", wait)
 		if err := Sleep(ctx, wait); err != nil {
 			return err
 		}
-		delay = min(2*delay, r.Backoff[1])
+		delay = min(2*delay, r.Conn.cfg.Backoff[1])
 	}
 }
 
@@ -101,15 +95,15 @@ func (r *Receiver) stream(ctx context.Context, st *position) (connected bool, er
 	}
 
 	idle := make(chan struct{})
-	watchdog := time.AfterFunc(r.Idle, func() { close(idle); cancel() })
+	watchdog := time.AfterFunc(r.Conn.cfg.Idle, func() { close(idle); cancel() })
 	defer watchdog.Stop()
-	rd := stream.NewReader(res.Body, r.MaxEvent)
+	rd := stream.NewReader(res.Body, r.Conn.cfg.MaxResponse)
 	for {
 		ev, err := rd.Next()
 		if err != nil {
 			select {
 			case <-idle:
-				return true, fmt.Errorf("event stream silent for %s", r.Idle)
+				return true, fmt.Errorf("event stream silent for %s", r.Conn.cfg.Idle)
 			default:
 			}
 			if err == io.EOF {
@@ -118,12 +112,12 @@ func (r *Receiver) stream(ctx context.Context, st *position) (connected bool, er
 			return true, fmt.Errorf("read event stream: %w", err)
 		}
 		if !watchdog.Stop() {
-			return true, fmt.Errorf("event stream silent for %s", r.Idle)
+			return true, fmt.Errorf("event stream silent for %s", r.Conn.cfg.Idle)
 		}
 		if err := r.deliver(ctx, st, ev); err != nil {
 			return true, err
 		}
-		watchdog.Reset(r.Idle)
+		watchdog.Reset(r.Conn.cfg.Idle)
 	}
 }
 
@@ -139,7 +133,11 @@ func (r *Receiver) deliver(ctx context.Context, st *position, ev stream.Event) e
 	if epoch == st.epoch && seq <= st.seq {
 		return nil // Already delivered: a resent push.
 	}
-	r.Handle(ctx, epoch, seq, ev)
+	if ok, err := r.Handle(epoch, seq, ev); !ok {
+		// choird sent something this client cannot read; skipping it
+		// (and resuming after it) beats asking for it forever.
+		r.Conn.cfg.Log.ErrorContext(ctx, "dropping malformed push", "id", ev.ID, "err", err)
+	}
 	st.epoch, st.seq = epoch, seq
 	return nil
 }

@@ -296,7 +296,7 @@ func TestFencedHeartbeat(t *testing.T) {
 	if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "session is crashed") {
 		t.Errorf("heartbeat of a revoked session: %d %s", rec.Code, rec.Body)
 	}
-	if kept := srv.sessions.Len(); kept != 0 {
+	if kept := srv.core.Sessions.Len(); kept != 0 {
 		t.Errorf("the server keeps state for %d sessions after the refusal", kept)
 	}
 	if rec := post(VerbReportStatus, []byte(`{"lane":"edge","state":"IDLE","budget_remaining":{}}`)); rec.Code != http.StatusUnauthorized {

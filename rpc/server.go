@@ -18,7 +18,6 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/rpc/internal/callserve"
-	"github.com/choirhq/choir/rpc/internal/fastpath"
 )
 
 // Session is an authenticated agent session.
@@ -119,14 +118,14 @@ const (
 	// DefaultMaxConns caps the connections of one listener: far above what
 	// honest agents use (each keeps a few pooled call connections and one
 	// event stream), far below the process's descriptor limit.
-	DefaultMaxConns = 1024
+	DefaultMaxConns = callserve.DefaultMaxConns
 	// DefaultFailedAuthRate and DefaultFailedAuthBurst bound the failed
 	// authentications a listener allows before it stops looking tokens up:
 	// an honest agent fails only once its session is revoked, and a
 	// failed lookup is one indexed read, so 20/s costs the database
 	// nothing noticeable.
-	DefaultFailedAuthRate  = 20
-	DefaultFailedAuthBurst = 100
+	DefaultFailedAuthRate  = callserve.DefaultFailedAuthRate
+	DefaultFailedAuthBurst = callserve.DefaultFailedAuthBurst
 )
 
 // ServerOptions configure a Server.
@@ -177,19 +176,11 @@ type Server struct {
 	auth   Authenticator
 	replay ReplayStore
 	lim    Limits
-	log    *slog.Logger
-	ping   time.Duration
-	grace  time.Duration
-	epoch  string
-
-	maxConns        int
-	failedAuthRate  float64
-	failedAuthBurst int
-
-	// sessions holds each session's rate limiter, push queue and
-	// remembered token; CloseSession drops them.
-	sessions *callserve.Sessions
-	flights  callserve.Flights[outcome]
+	// core holds each session's rate limiter, push queue and remembered
+	// token (CloseSession drops them), the push epoch and the listeners'
+	// guards.
+	core    *callserve.Server
+	flights callserve.Flights[outcome]
 }
 
 // NewServer returns a server for opts.
@@ -205,50 +196,18 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		auth:   opts.Authenticator,
 		replay: opts.Replay,
 		lim:    opts.Limits.withDefaults(),
-		log:    opts.Logger,
-		ping:   opts.StreamPing,
-		grace:  opts.ShutdownTimeout,
-		epoch:  newEpoch(),
-
-		maxConns:        opts.MaxConns,
-		failedAuthRate:  opts.FailedAuthRate,
-		failedAuthBurst: opts.FailedAuthBurst,
 	}
-	s.sessions = callserve.NewSessions(callserve.Limits{RequestsPerSecond: s.lim.RequestsPerSecond, Burst: s.lim.Burst, PushBuffer: s.lim.PushBuffer},
-		HashLeaseToken, LeaseTokenMatches)
+	s.core = callserve.New(callserve.Config{
+		Limits:     callserve.Limits{RequestsPerSecond: s.lim.RequestsPerSecond, Burst: s.lim.Burst, PushBuffer: s.lim.PushBuffer},
+		MaxPayload: s.lim.MaxPayloadBytes, Hash: HashLeaseToken, Match: LeaseTokenMatches,
+		Log: opts.Logger, Ping: opts.StreamPing, Grace: opts.ShutdownTimeout,
+		MaxConns: opts.MaxConns, FailedAuthRate: opts.FailedAuthRate, FailedAuthBurst: opts.FailedAuthBurst,
+	})
 	if s.replay == nil {
 		s.replay = NewMemoryReplayStore(MemoryReplayOptions{})
 	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	if s.ping <= 0 {
-		s.ping = 15 * time.Second
-	}
-	if s.grace <= 0 {
-		s.grace = 10 * time.Second
-	}
-	if s.maxConns <= 0 {
-		s.maxConns = DefaultMaxConns
-	}
-	if s.failedAuthRate <= 0 {
-		s.failedAuthRate = DefaultFailedAuthRate
-	}
-	if s.failedAuthBurst <= 0 {
-		s.failedAuthBurst = DefaultFailedAuthBurst
-	}
 	return s, nil
 }
-
-func newEpoch() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// stopKey carries, in a request's context, the channel Serve closes when it
-// begins to shut down, so that event streams end and let it finish.
-type stopKey struct{}
 
 // Serve serves calls on ln until ctx ends, then shuts down gracefully:
 // event streams end, calls in flight get ShutdownTimeout to finish. It
@@ -258,20 +217,8 @@ type stopKey struct{}
 // rpc/internal/fastpath); a connection that asks for anything else is
 // handed to a net/http server, which serves the event stream.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	stop := make(chan struct{})
-	base := context.WithValue(context.Background(), stopKey{}, (<-chan struct{})(stop))
-	base = callserve.WithGuard(base, s.failedAuthRate, s.failedAuthBurst)
-	return fastpath.Serve(ctx, ln, fastpath.Config{
-		Handler:     s,
-		BaseContext: base,
-		OnShutdown:  func() { close(stop) },
-		CallPrefix:  http.MethodPost + " " + PathRPCPrefix,
-		MaxConns:    s.maxConns,
-		DrainLimit:  callserve.DrainLimit(s.lim.MaxPayloadBytes),
-		BadRequest:  func(msg string) []byte { return encodeErrorBody(&Error{Code: CodeBadRequest, Message: msg}) },
-		Log:         s.log,
-		Grace:       s.grace,
-	})
+	return s.core.Serve(ctx, ln, s, http.MethodPost+" "+PathRPCPrefix,
+		func(msg string) []byte { return encodeErrorBody(&Error{Code: CodeBadRequest, Message: msg}) })
 }
 
 // ServeHTTP routes POST /rpc/<verb> and GET /events.
@@ -289,7 +236,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // token, and pushes nothing to the session afterwards (a later Push would
 // start a new queue).
 func (s *Server) CloseSession(ctx context.Context, sessionID string) error {
-	s.sessions.Drop(sessionID)
+	s.core.Sessions.Drop(sessionID)
 	if err := s.replay.Forget(ctx, sessionID); err != nil {
 		return fmt.Errorf("close session %s: forget replays: %w", sessionID, err)
 	}
@@ -301,7 +248,7 @@ func (s *Server) CloseSession(ctx context.Context, sessionID string) error {
 func (s *Server) authenticate(ctx context.Context, verb Verb, sessionID, token string) (Session, *callserve.Session, *Error) {
 	ia, identityOnly := s.auth.(IdentityAuthenticator)
 	identityOnly = identityOnly && verb.FencedByHandler()
-	agentID, st, r := s.sessions.Authenticate(ctx, s.log, identityOnly, sessionID, token,
+	agentID, st, r := s.core.Sessions.Authenticate(ctx, s.core.Log, identityOnly, sessionID, token,
 		func(ctx context.Context, identityOnly bool) (string, string, bool, error) {
 			var sess Session
 			var err error
@@ -345,7 +292,7 @@ func (s *Server) internal(ctx context.Context, code Code, what string, err error
 	var b [4]byte
 	rand.Read(b[:])
 	ref := hex.EncodeToString(b[:])
-	s.log.ErrorContext(ctx, "rpc "+what+" failed", slog.String("ref", ref), slog.String("code", string(code)), slog.Any("err", err))
+	s.core.Log.ErrorContext(ctx, "rpc "+what+" failed", slog.String("ref", ref), slog.String("code", string(code)), slog.Any("err", err))
 	msg := "internal error"
 	if code == CodeUnavailable {
 		msg = "temporarily unavailable"
@@ -410,7 +357,7 @@ func (s *Server) serveCall(w http.ResponseWriter, r *http.Request) {
 	}
 	if out.err != nil && out.err.Code == CodeUnauthenticated && env.Verb.FencedByHandler() {
 		// The handler found the session revoked: keep nothing for it.
-		s.sessions.Drop(sess.ID)
+		s.core.Sessions.Drop(sess.ID)
 	}
 	if replayed {
 		w.Header().Set(HeaderReplayed, "true")

@@ -28,8 +28,8 @@ func (s *Server) Push(sessionID string, p Push) (uint64, error) {
 	if err := p.Validate(); err != nil {
 		return 0, fmt.Errorf("push %s to session %s: %w: %w", p.Kind, sessionID, ErrBadRequest, err)
 	}
-	seq, err := s.sessions.Get(sessionID).Pushes.Add(string(p.Kind), func(seq uint64) ([]byte, error) {
-		p.Epoch, p.Seq = s.epoch, seq
+	seq, err := s.core.Sessions.Get(sessionID).Pushes.Add(string(p.Kind), func(seq uint64) ([]byte, error) {
+		p.Epoch, p.Seq = s.core.Epoch, seq
 		return json.Marshal(p)
 	})
 	if err != nil {
@@ -41,7 +41,7 @@ func (s *Server) Push(sessionID string, p Push) (uint64, error) {
 // StreamAttached reports whether the session's agent has an event stream
 // open.
 func (s *Server) StreamAttached(sessionID string) bool {
-	st := s.sessions.Lookup(sessionID)
+	st := s.core.Sessions.Lookup(sessionID)
 	return st != nil && st.Pushes.Attached()
 }
 
@@ -64,8 +64,7 @@ func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, aerr)
 		return
 	}
-	stop, _ := r.Context().Value(stopKey{}).(<-chan struct{})
-	if rf := st.ServeStream(w, r, sessionID, HeaderLastEventID, s.epoch, s.ping, stop); rf != nil {
+	if rf := st.ServeStream(w, r, sessionID, HeaderLastEventID, s.core.Epoch, s.core.Ping, callserve.Stopping(r.Context())); rf != nil {
 		s.reject(w, r, refusalError(rf))
 	}
 }

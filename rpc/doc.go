@@ -42,9 +42,15 @@
 // that compare them with plain net/http and encoding/json. The event
 // stream, and any request that is not a call, go through net/http on both
 // ends; its push queue, writer and reader are in rpc/internal/stream.
-// Dialling, capped body reads and the self-signed certificate are in
-// rpc/internal/transport, the memory replay store's bookkeeping in
-// rpc/internal/replay.
+// What the server does around a handler (sessions, rate limits, the
+// failed-authentication guard, the single flight of mutating calls, body
+// reads, envelope parsing) is in rpc/internal/callserve, and what the
+// client does around a call (the transport choice, retries, the event
+// stream's reconnection) in rpc/internal/callclient. Field syntax and the
+// Validate primitives are in rpc/internal/check, event hashing and
+// canonical JSON in rpc/internal/chain, dialling, the TCP listener and the
+// self-signed certificate in rpc/internal/transport, the memory replay
+// store's bookkeeping in rpc/internal/replay.
 //
 // # Guarantees
 //

@@ -1,13 +1,15 @@
-// Package callserve is choird's handling of an agent call around its
-// handler, below the messages package rpc defines: what the server keeps
-// per session (rate limiter, push queue, the lease token remembered after
-// its first success), each listener's budget of failed authentications and
-// the choice it makes of whether to ask the authenticator at all, the
-// single flight that runs a mutating call once while its duplicates wait,
-// and reading a payload under its cap, draining one that is too large so
-// that the connection survives. Package rpc supplies the authenticator,
-// the replay store and the handlers as callbacks, and turns each Refusal
-// into the wire error of its Kind.
+// Package callserve is choird's side of the agent protocol around its
+// handlers, below the messages package rpc defines: parsing a call's
+// envelope from its path and headers, what the server keeps per session
+// (rate limiter, push queue, the lease token remembered after its first
+// success), each listener's budget of failed authentications and the
+// choice it makes of whether to ask the authenticator at all, the single
+// flight that runs a mutating call once while its duplicates wait, reading
+// a payload under its cap (draining one that is too large so that the
+// connection survives), resuming a session's event stream, and running
+// the listeners with their defaults. Package rpc supplies the
+// authenticator, the replay store and the handlers, and turns each
+// Refusal into the wire error of its Kind.
 package callserve
 
 import (

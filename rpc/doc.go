@@ -37,9 +37,10 @@
 // its answer in the caller's goroutine on a pooled connection, and the
 // server reads each call with http.ReadRequest and answers it in the
 // connection's goroutine. That call loop, the pool, the JSON writers that
-// encode a heartbeat without reflection and the scanner that spares re-encoding canonical
-// payloads to hash them live in rpc/internal/fastpath, with the benchmarks
-// that compare them with plain net/http and encoding/json. The event
+// encode a heartbeat without reflection and the scanner that spares
+// re-encoding canonical payloads to hash them live in rpc/internal/fastpath,
+// with the benchmarks that compare them with plain net/http and
+// encoding/json. The event
 // stream, and any request that is not a call, go through net/http on both
 // ends; its push queue, writer and reader are in rpc/internal/stream.
 // What the server does around a handler (sessions, rate limits, the

@@ -29,29 +29,28 @@
 // and "data: <Push JSON>"; a reconnecting client sends Last-Event-ID and
 // the server resumes after it.
 //
-// Calls are the hot path: every agent heartbeats every
-// heartbeat_interval_ms (5 s by default), and again to flush its log before
-// each SEND_OUTBOUND and at shutdown, each heartbeat carrying its new
-// events, whose hashes choird checks. So neither end runs calls through
-// net/http's connection machinery: the client writes each call and reads
-// its answer in the caller's goroutine on a pooled connection, and the
-// server reads each call with http.ReadRequest and answers it in the
-// connection's goroutine. That call loop, the pool, the JSON writers that
-// encode a heartbeat without reflection and the scanner that spares
-// re-encoding canonical payloads to hash them live in rpc/internal/fastpath,
-// with the benchmarks that compare them with plain net/http and
-// encoding/json. The event
-// stream, and any request that is not a call, go through net/http on both
-// ends; its push queue, writer and reader are in rpc/internal/stream.
-// What the server does around a handler (sessions, rate limits, the
-// failed-authentication guard, the single flight of mutating calls, body
-// reads, envelope parsing) is in rpc/internal/callserve, and what the
-// client does around a call (the transport choice, retries, the event
-// stream's reconnection) in rpc/internal/callclient. Field syntax and the
-// Validate primitives are in rpc/internal/check, event hashing and
-// canonical JSON in rpc/internal/chain, dialling, the TCP listener and the
-// self-signed certificate in rpc/internal/transport, the memory replay
-// store's bookkeeping in rpc/internal/replay.
+// Calls are the hot path: every agent heartbeats every heartbeat_interval_ms
+// (5 s by default), and again to flush its log before each SEND_OUTBOUND and
+// at shutdown, each heartbeat carrying its new events, whose hashes choird
+// checks. So neither end runs calls through net/http's connection machinery:
+// the client writes each call and reads its answer in the caller's goroutine
+// on a pooled connection, and the server reads each call with
+// http.ReadRequest and answers it in the connection's goroutine. That call
+// loop, the pool, the JSON writers that encode a heartbeat without
+// reflection and the scanner that spares re-encoding canonical payloads to
+// hash them live in rpc/internal/fastpath, with the benchmarks that compare
+// them with plain net/http and encoding/json. The event stream, and any
+// request that is not a call, go through net/http on both ends; its push
+// queue, writer and reader are in rpc/internal/stream. What the server does
+// around a handler (sessions, rate limits, the failed-authentication guard,
+// the single flight of mutating calls, body reads, envelope parsing) is in
+// rpc/internal/callserve, and what the client does around a call (the
+// transport choice, retries, the event stream's reconnection) in
+// rpc/internal/callclient. Field syntax and the Validate primitives are in
+// rpc/internal/check, event hashing and canonical JSON in
+// rpc/internal/chain, dialling, the TCP listener and the self-signed
+// certificate in rpc/internal/transport, the memory replay store's
+// bookkeeping in rpc/internal/replay.
 //
 // # Guarantees
 //

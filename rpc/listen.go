@@ -3,8 +3,6 @@ package rpc
 import (
 	"context"
 	"crypto/tls"
-	"errors"
-	"fmt"
 	"net"
 	"path/filepath"
 	"slices"
@@ -37,11 +35,7 @@ type TLSFiles struct {
 
 // ServerTLSConfig loads files into a server TLS configuration.
 func ServerTLSConfig(files TLSFiles) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(files.CertFile, files.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("load TLS certificate %s: %w", files.CertFile, err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}, nil
+	return transport.ServerTLSConfig(files.CertFile, files.KeyFile)
 }
 
 // LoadOrCreateServerTLS returns the TLS configuration of the http
@@ -50,20 +44,12 @@ func ServerTLSConfig(files TLSFiles) (*tls.Config, error) {
 // dir (see EnsureSelfSignedCert; usually .choir.d/tls). certFile is the
 // certificate agents should trust with --ca-cert.
 func LoadOrCreateServerTLS(files TLSFiles, dir string, hosts []string) (conf *tls.Config, certFile string, err error) {
-	switch {
-	case files.CertFile != "" && files.KeyFile != "":
-	case files.CertFile != "" || files.KeyFile != "":
-		return nil, "", errors.New("TLS: set both the certificate and the key, or neither to use a self-signed certificate")
-	default:
+	if files.CertFile == "" && files.KeyFile == "" {
 		if files, _, err = EnsureSelfSignedCert(dir, hosts); err != nil {
 			return nil, "", err
 		}
 	}
-	conf, err = ServerTLSConfig(files)
-	if err != nil {
-		return nil, "", err
-	}
-	return conf, files.CertFile, nil
+	return transport.LoadServerTLS(files.CertFile, files.KeyFile)
 }
 
 // Self-signed certificate file names, within the directory given to

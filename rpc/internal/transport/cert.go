@@ -137,3 +137,26 @@ func EnsureSelfSigned(dir, certFile, keyFile string, hosts []string, lifetime ti
 	}
 	return true, nil
 }
+
+// ServerTLSConfig loads a certificate (chain) and its key into a server TLS
+// configuration.
+func ServerTLSConfig(certFile, keyFile string) (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("load TLS certificate %s: %w", certFile, err)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}, nil
+}
+
+// LoadServerTLS is ServerTLSConfig, refusing a certificate without its key
+// or a key without its certificate; it returns certFile as given.
+func LoadServerTLS(certFile, keyFile string) (*tls.Config, string, error) {
+	if certFile == "" || keyFile == "" {
+		return nil, "", errors.New("TLS: set both the certificate and the key, or neither to use a self-signed certificate")
+	}
+	conf, err := ServerTLSConfig(certFile, keyFile)
+	if err != nil {
+		return nil, "", err
+	}
+	return conf, certFile, nil
+}

@@ -1,14 +1,9 @@
 package rpc_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"io"
 	"math"
-	"net"
-	"net/http"
-	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -85,55 +80,6 @@ func BenchmarkThroughput(b *testing.B) {
 				}
 			})
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "req/s")
-		})
-	}
-}
-
-// BenchmarkBaselineHTTP is the floor the protocol stands on: a bare
-// net/http handler echoing 1 KiB of JSON over the same transports.
-func BenchmarkBaselineHTTP(b *testing.B) {
-	for _, tr := range []string{transportUDS, transportHTTP} {
-		b.Run(tr, func(b *testing.B) {
-			var ln net.Listener
-			var err error
-			hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 4}}
-			url := ""
-			if tr == transportUDS {
-				sock := filepath.Join(shortTempDir(b), "b.sock")
-				ln, err = net.Listen("unix", sock)
-				hc.Transport.(*http.Transport).DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-					var d net.Dialer
-					return d.DialContext(ctx, "unix", sock)
-				}
-				url = "http://x/echo"
-			} else {
-				ln, err = net.Listen("tcp", "127.0.0.1:0")
-				url = "http://" + ln.Addr().String() + "/echo"
-			}
-			if err != nil {
-				b.Fatal(err)
-			}
-			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				body, _ := io.ReadAll(r.Body)
-				w.Header().Set("Content-Type", "application/json")
-				w.Write(body[:40])
-			})}
-			go srv.Serve(ln)
-			b.Cleanup(func() { srv.Close(); hc.CloseIdleConnections() })
-			payload, _ := json.Marshal(map[string]string{"x": string(bytes.Repeat([]byte("a"), benchPayloadBytes-8))})
-			lat := make([]time.Duration, 0, b.N)
-			start := time.Now()
-			for b.Loop() {
-				t0 := time.Now()
-				res, err := hc.Post(url, "application/json", bytes.NewReader(payload))
-				if err != nil {
-					b.Fatal(err)
-				}
-				io.Copy(io.Discard, res.Body)
-				res.Body.Close()
-				lat = append(lat, time.Since(t0))
-			}
-			reportLatency(b, lat, time.Since(start))
 		})
 	}
 }

@@ -1,44 +1,19 @@
 package rpc
 
 import (
-	"bytes"
 	"context"
-	"crypto/tls"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"net"
 	"net/http"
-	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/choirhq/choir/rpc/internal/callclient"
+	"github.com/choirhq/choir/rpc/internal/check"
 )
-
-// ControlPlane is the agent's side of the protocol (spec 12.2): one method
-// per verb, and ReceivePushes for what choird pushes. *Client implements it
-// over either transport; agent code depends on this interface only.
-type ControlPlane interface {
-	InitHello(ctx context.Context, req InitHelloRequest) (InitHelloResponse, error)
-	GetSecrets(ctx context.Context, req GetSecretsRequest) (GetSecretsResponse, error)
-	Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResponse, error)
-	RequestApproval(ctx context.Context, req ApprovalRequest) (ApprovalResponse, error)
-	ReportStatus(ctx context.Context, req ReportStatusRequest) (ReportStatusResponse, error)
-	TerminateSelf(ctx context.Context, req TerminateSelfRequest) (TerminateSelfResponse, error)
-	FetchDynamicConfig(ctx context.Context, req FetchDynamicConfigRequest) (FetchDynamicConfigResponse, error)
-	ExecuteHostTool(ctx context.Context, req ExecuteHostToolRequest) (ExecuteHostToolResponse, error)
-	SendOutbound(ctx context.Context, req SendOutboundRequest) (SendOutboundResponse, error)
-	// ReceivePushes delivers choird's pushes to fn, in order and without
-	// duplicates, until ctx ends or the session is revoked. It reconnects
-	// by itself, resuming after the last push delivered.
-	ReceivePushes(ctx context.Context, fn func(Push)) error
-}
-
-var _ ControlPlane = (*Client)(nil)
 
 // The transports, as named by choir-agent's --control-plane flag.
 const (
@@ -88,23 +63,7 @@ type ClientOptions struct {
 // Client is the agent's connection to choird over the configured
 // transport. It is safe for concurrent use.
 type Client struct {
-	hc        *http.Client
-	base      string // scheme://host, with no trailing slash
-	session   string
-	auth      string
-	retries   int
-	maxResp   int
-	backoff   [2]time.Duration
-	idle      time.Duration
-	log       *slog.Logger
-	transport string
-	// verbURLs, sessionHeader and authHeader are built once and shared by
-	// every call.
-	verbURLs      map[Verb]*url.URL
-	sessionHeader []string
-	authHeader    []string
-	// calls carries the calls; hc carries the event stream.
-	calls *callPool
+	conn *callclient.Conn
 }
 
 // NewClient returns a client for opts. It does not connect: the first call
@@ -113,151 +72,37 @@ func NewClient(opts ClientOptions) (*Client, error) {
 	if opts.SessionID == "" || opts.LeaseToken == "" {
 		return nil, errors.New("new rpc client: session ID and lease token are required")
 	}
-	c := &Client{
-		session: opts.SessionID,
-		auth:    "Bearer " + opts.LeaseToken,
-		retries: opts.Retries,
-		maxResp: opts.MaxResponseBytes,
-		backoff: [2]time.Duration{opts.ReconnectMin, opts.ReconnectMax},
-		idle:    opts.StreamIdleTimeout,
-		log:     opts.Logger,
+	cfg := callclient.Config{
+		Paths:     make(map[string]string, len(Verbs)),
+		SessionID: opts.SessionID, Auth: "Bearer " + opts.LeaseToken,
+		RequestIDHeader: HeaderRequestID, SessionIDHeader: HeaderSessionID,
+		Retries: opts.Retries, MaxResponse: opts.MaxResponseBytes,
+		Backoff: [2]time.Duration{opts.ReconnectMin, opts.ReconnectMax}, Idle: opts.StreamIdleTimeout, Log: opts.Logger,
 	}
-	if c.retries == 0 {
-		c.retries = 2
-	}
-	c.retries = max(c.retries, 0)
-	if c.maxResp <= 0 {
-		c.maxResp = 64 << 20
-	}
-	if c.backoff[0] <= 0 {
-		c.backoff[0] = 100 * time.Millisecond
-	}
-	if c.backoff[1] <= 0 {
-		c.backoff[1] = 10 * time.Second
-	}
-	c.backoff[1] = max(c.backoff[1], c.backoff[0])
-	if c.idle <= 0 {
-		c.idle = 45 * time.Second
-	}
-	if c.log == nil {
-		c.log = slog.New(slog.DiscardHandler)
-	}
-	tr := &http.Transport{
-		MaxIdleConnsPerHost: 16,
-		IdleConnTimeout:     90 * time.Second,
-		DisableCompression:  true,
-		ForceAttemptHTTP2:   false,
+	for _, v := range Verbs {
+		cfg.Paths[string(v)] = PathRPCPrefix + string(v)
 	}
 	switch opts.ControlPlane {
 	case "", TransportUDS:
-		sock := opts.Socket
-		if sock == "" {
-			sock = DefaultSocket
-		}
-		var d net.Dialer
-		tr.DialContext = func(ctx context.Context, _, _ string) (net.Conn, error) {
-			return d.DialContext(ctx, "unix", sock)
-		}
-		// The host is never resolved: every connection goes to the socket.
-		c.base, c.transport = "http://choird", "uds:"+sock
-		c.calls = &callPool{
-			dial: func(ctx context.Context) (net.Conn, error) {
-				return d.DialContext(ctx, "unix", sock)
-			},
-			maxIdle: tr.MaxIdleConnsPerHost,
-			idleFor: tr.IdleConnTimeout,
+		cfg.Socket = opts.Socket
+		if cfg.Socket == "" {
+			cfg.Socket = DefaultSocket
 		}
 	case TransportHTTP:
-		u, err := url.Parse(opts.Endpoint)
-		if err != nil || u.Host == "" || (u.Path != "" && u.Path != "/") || u.RawQuery != "" || u.User != nil {
-			return nil, fmt.Errorf("new rpc client: endpoint %q: want https://host:port", opts.Endpoint)
-		}
-		switch u.Scheme {
-		case "https":
-			tlsConf := &tls.Config{MinVersion: tls.VersionTLS13, NextProtos: []string{"http/1.1"}}
-			if opts.CACert != "" {
-				pem, err := os.ReadFile(opts.CACert)
-				if err != nil {
-					return nil, fmt.Errorf("new rpc client: read CA certificate: %w", err)
-				}
-				tlsConf.RootCAs = x509.NewCertPool()
-				if !tlsConf.RootCAs.AppendCertsFromPEM(pem) {
-					return nil, fmt.Errorf("new rpc client: no certificate in %s", opts.CACert)
-				}
-			}
-			tr.TLSClientConfig = tlsConf
-		case "http":
-			if !isLoopbackHost(u.Hostname()) {
-				return nil, fmt.Errorf("new rpc client: endpoint %s: plaintext is allowed only to a loopback address; use https", opts.Endpoint)
-			}
-		default:
-			return nil, fmt.Errorf("new rpc client: endpoint %q: scheme must be https (or http to loopback)", opts.Endpoint)
-		}
-		c.base, c.transport = u.Scheme+"://"+u.Host, u.Scheme+"://"+u.Host
-		c.calls = &callPool{dial: tcpDialer(u, tr.TLSClientConfig), maxIdle: tr.MaxIdleConnsPerHost, idleFor: tr.IdleConnTimeout}
+		cfg.Endpoint, cfg.CACert = opts.Endpoint, opts.CACert
 	default:
 		return nil, fmt.Errorf("new rpc client: control plane %q: want %s or %s", opts.ControlPlane, TransportUDS, TransportHTTP)
 	}
-	c.hc = &http.Client{Transport: tr}
-	c.verbURLs = make(map[Verb]*url.URL, len(Verbs))
-	for _, v := range Verbs {
-		u, err := url.Parse(c.base + PathRPCPrefix + string(v))
-		if err != nil {
-			return nil, fmt.Errorf("new rpc client: %w", err)
-		}
-		c.verbURLs[v] = u
+	conn, err := callclient.New(cfg)
+	if err != nil {
+		return nil, err
 	}
-	c.sessionHeader, c.authHeader = []string{c.session}, []string{c.auth}
-	return c, nil
-}
-
-// tcpDialer dials u's host as net/http's Transport would: the scheme's
-// default port when u names none, and for TLS the configuration with the
-// host as server name, handshake included.
-func tcpDialer(u *url.URL, tlsConf *tls.Config) func(ctx context.Context) (net.Conn, error) {
-	port := u.Port()
-	if port == "" {
-		port = "80"
-		if u.Scheme == "https" {
-			port = "443"
-		}
-	}
-	addr := net.JoinHostPort(u.Hostname(), port)
-	if tlsConf != nil {
-		tlsConf = tlsConf.Clone()
-		tlsConf.ServerName = u.Hostname()
-	}
-	return func(ctx context.Context) (net.Conn, error) {
-		var d net.Dialer
-		nc, err := d.DialContext(ctx, "tcp", addr)
-		if err != nil || tlsConf == nil {
-			return nc, err
-		}
-		tc := tls.Client(nc, tlsConf)
-		if err := tc.HandshakeContext(ctx); err != nil {
-			nc.Close()
-			return nil, err
-		}
-		return tc, nil
-	}
-}
-
-// isLoopbackHost reports whether host is a loopback IP address or
-// "localhost".
-func isLoopbackHost(host string) bool {
-	if host == "localhost" {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
+	return &Client{conn: conn}, nil
 }
 
 // Close releases the client's idle connections.
 func (c *Client) Close() error {
-	c.hc.CloseIdleConnections()
-	if c.calls != nil {
-		c.calls.closeIdle()
-	}
+	c.conn.Close()
 	return nil
 }
 
@@ -270,47 +115,47 @@ func WithRequestID(ctx context.Context, id string) context.Context {
 	return context.WithValue(ctx, requestIDKey{}, id)
 }
 
-// InitHello implements ControlPlane.
+// InitHello sends INIT_HELLO and returns choird's answer.
 func (c *Client) InitHello(ctx context.Context, req InitHelloRequest) (InitHelloResponse, error) {
 	return invoke[InitHelloResponse](ctx, c, VerbInitHello, req)
 }
 
-// GetSecrets implements ControlPlane.
+// GetSecrets sends GET_SECRETS and returns choird's answer.
 func (c *Client) GetSecrets(ctx context.Context, req GetSecretsRequest) (GetSecretsResponse, error) {
 	return invoke[GetSecretsResponse](ctx, c, VerbGetSecrets, req)
 }
 
-// Heartbeat implements ControlPlane.
+// Heartbeat sends HEARTBEAT and returns choird's answer.
 func (c *Client) Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResponse, error) {
 	return invoke[HeartbeatResponse](ctx, c, VerbHeartbeat, req)
 }
 
-// RequestApproval implements ControlPlane.
+// RequestApproval sends REQUEST_APPROVAL and returns choird's answer.
 func (c *Client) RequestApproval(ctx context.Context, req ApprovalRequest) (ApprovalResponse, error) {
 	return invoke[ApprovalResponse](ctx, c, VerbRequestApproval, req)
 }
 
-// ReportStatus implements ControlPlane.
+// ReportStatus sends REPORT_STATUS and returns choird's answer.
 func (c *Client) ReportStatus(ctx context.Context, req ReportStatusRequest) (ReportStatusResponse, error) {
 	return invoke[ReportStatusResponse](ctx, c, VerbReportStatus, req)
 }
 
-// TerminateSelf implements ControlPlane.
+// TerminateSelf sends TERMINATE_SELF and returns choird's answer.
 func (c *Client) TerminateSelf(ctx context.Context, req TerminateSelfRequest) (TerminateSelfResponse, error) {
 	return invoke[TerminateSelfResponse](ctx, c, VerbTerminateSelf, req)
 }
 
-// FetchDynamicConfig implements ControlPlane.
+// FetchDynamicConfig sends FETCH_DYNAMIC_CONFIG and returns choird's answer.
 func (c *Client) FetchDynamicConfig(ctx context.Context, req FetchDynamicConfigRequest) (FetchDynamicConfigResponse, error) {
 	return invoke[FetchDynamicConfigResponse](ctx, c, VerbFetchDynamicConfig, req)
 }
 
-// ExecuteHostTool implements ControlPlane.
+// ExecuteHostTool sends EXECUTE_HOST_TOOL and returns choird's answer.
 func (c *Client) ExecuteHostTool(ctx context.Context, req ExecuteHostToolRequest) (ExecuteHostToolResponse, error) {
 	return invoke[ExecuteHostToolResponse](ctx, c, VerbExecuteHostTool, req)
 }
 
-// SendOutbound implements ControlPlane.
+// SendOutbound sends SEND_OUTBOUND and returns choird's answer.
 func (c *Client) SendOutbound(ctx context.Context, req SendOutboundRequest) (SendOutboundResponse, error) {
 	return invoke[SendOutboundResponse](ctx, c, VerbSendOutbound, req)
 }
@@ -335,111 +180,19 @@ func invoke[Resp Payload](ctx context.Context, c *Client, verb Verb, req Payload
 	if id == "" {
 		id = uuid.NewString()
 	}
-	var status int
-	var resp []byte
-	for attempt := 0; ; attempt++ {
-		status, resp, err = c.post(ctx, verb, id, body)
-		if err == nil {
-			break
-		}
-		if ctx.Err() != nil || attempt >= c.retries {
-			return zero, fmt.Errorf("rpc %s via %s: %w", verb, c.transport, err)
-		}
-		if err := sleep(ctx, time.Duration(attempt+1)*20*time.Millisecond); err != nil {
-			return zero, fmt.Errorf("rpc %s via %s: %w", verb, c.transport, err)
-		}
+	status, resp, err := c.conn.Call(ctx, string(verb), id, body)
+	if err != nil {
+		return zero, fmt.Errorf("rpc %s via %s: %w", verb, c.conn.Name, err)
 	}
 	if status != http.StatusOK {
 		return zero, fmt.Errorf("rpc %s: %w", verb, decodeErrorBody(status, resp))
 	}
-	out, err := Decode[Resp](resp, c.maxResp, 0)
+	out, err := Decode[Resp](resp, c.conn.MaxResponse(), 0)
 	if err != nil {
 		// Not %w: a malformed response is not the caller's bad request.
 		return zero, fmt.Errorf("rpc %s: malformed response from choird: %v", verb, err)
 	}
 	return out, nil
-}
-
-func (c *Client) post(ctx context.Context, verb Verb, id string, body []byte) (int, []byte, error) {
-	u := c.verbURLs[verb]
-	if u == nil {
-		return 0, nil, fmt.Errorf("unknown verb %s", verb)
-	}
-	if c.calls != nil {
-		// Sorted by name, as net/http writes them.
-		headers := [4][2]string{
-			{"Authorization", c.auth},
-			{"Content-Type", "application/json"},
-			{HeaderRequestID, id},
-			{HeaderSessionID, c.session},
-		}
-		status, resp, err := c.calls.call(ctx, u.Path, u.Host, &headers, body, c.maxResp)
-		if err != errCallUnsupported {
-			if err != nil {
-				// As net/http's client reports it.
-				err = &url.Error{Op: "Post", URL: u.String(), Err: err}
-			}
-			return status, resp, err
-		}
-	}
-	// Built by hand rather than by http.NewRequestWithContext, which
-	// parses the URL and allocates each header anew on every call. The
-	// URL and the header values are shared and only ever read: the
-	// transport does not modify a request. GetBody is left nil: the
-	// transport never retries a POST by itself, and the server never
-	// redirects.
-	req := (&http.Request{
-		Method: http.MethodPost,
-		URL:    u,
-		Host:   u.Host,
-		Header: http.Header{
-			"Content-Type":      jsonContentType,
-			HeaderRequestID:     {id},
-			HeaderSessionID:     c.sessionHeader,
-			HeaderAuthorization: c.authHeader,
-		},
-		Body:          io.NopCloser(bytes.NewReader(body)),
-		ContentLength: int64(len(body)),
-	}).WithContext(ctx)
-	res, err := c.hc.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer res.Body.Close()
-	b, err := readResponse(res, c.maxResp)
-	if err != nil {
-		return 0, nil, err
-	}
-	return res.StatusCode, b, nil
-}
-
-// readResponse reads a response's body under the size cap, in one
-// allocation when its length is known.
-func readResponse(res *http.Response, limit int) ([]byte, error) {
-	if n := res.ContentLength; n >= 0 && n <= int64(limit) {
-		b := make([]byte, n)
-		if _, err := io.ReadFull(res.Body, b); err != nil {
-			return nil, fmt.Errorf("read response: %w", err)
-		}
-		return b, nil
-	}
-	return readCapped(res.Body, limit)
-}
-
-func (c *Client) setAuth(req *http.Request) {
-	req.Header.Set(HeaderSessionID, c.session)
-	req.Header.Set(HeaderAuthorization, c.auth)
-}
-
-func readCapped(r io.Reader, limit int) ([]byte, error) {
-	b, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
-	if err != nil {
-		return nil, fmt.Errorf("read response: %w", err)
-	}
-	if len(b) > limit {
-		return nil, fmt.Errorf("response over the limit of %d bytes", limit)
-	}
-	return b, nil
 }
 
 // decodeErrorBody turns an error response into an *Error. A body that is
@@ -462,21 +215,10 @@ func decodeErrorBody(status int, b []byte) *Error {
 // Validate checks an error body.
 func (b ErrorBody) Validate() error {
 	if b.Code == "" {
-		return invalid("$.code", "required")
+		return check.Invalid("$.code", "required")
 	}
 	if b.RetryAfterMS < 0 {
-		return invalid("$.retry_after_ms", "negative")
+		return check.Invalid("$.retry_after_ms", "negative")
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 }

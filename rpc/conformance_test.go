@@ -42,18 +42,18 @@ func heartbeatReq(t testing.TB, base int64, n, payloadBytes int) rpc.HeartbeatRe
 	return req
 }
 
-// verbCase calls one verb through the ControlPlane interface, as agent code
-// would, and checks the response.
+// verbCase calls one verb through the Client, as agent code would, and
+// checks the response.
 type verbCase struct {
 	verb  rpc.Verb
-	call  func(ctx context.Context, cp rpc.ControlPlane) (any, error)
+	call  func(ctx context.Context, cp *rpc.Client) (any, error)
 	check func(t *testing.T, b *testBundle, resp any)
 }
 
 func verbCases(t testing.TB, b *testBundle) []verbCase {
 	hb := heartbeatReq(t, 0, 2, 200)
 	return []verbCase{
-		{rpc.VerbInitHello, func(ctx context.Context, cp rpc.ControlPlane) (any, error) {
+		{rpc.VerbInitHello, func(ctx context.Context, cp *rpc.Client) (any, error) {
 			return cp.InitHello(ctx, rpc.InitHelloRequest{AgentID: b.agentID, SessionID: b.sessionID, ImageVersion: "v1", ToolManifestHash: "t1", SkillManifestHash: "s1"})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			r := resp.(rpc.InitHelloResponse)
@@ -61,7 +61,7 @@ func verbCases(t testing.TB, b *testBundle) []verbCase {
 				t.Errorf("got %+v", r)
 			}
 		}},
-		{rpc.VerbGetSecrets, func(ctx context.Context, cp rpc.ControlPlane) (any, error) {
+		{rpc.VerbGetSecrets, func(ctx context.Context, cp *rpc.Client) (any, error) {
 			return cp.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"git-token", "llm-key"}})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			r := resp.(rpc.GetSecretsResponse)
@@ -72,21 +72,21 @@ func verbCases(t testing.TB, b *testBundle) []verbCase {
 				t.Errorf("secrets print their values: %s", s)
 			}
 		}},
-		{rpc.VerbHeartbeat, func(ctx context.Context, cp rpc.ControlPlane) (any, error) {
+		{rpc.VerbHeartbeat, func(ctx context.Context, cp *rpc.Client) (any, error) {
 			return cp.Heartbeat(ctx, hb)
 		}, func(t *testing.T, b *testBundle, resp any) {
 			if r := resp.(rpc.HeartbeatResponse); r.AckRev != 2 || r.ConfigVersionLatest != 3 {
 				t.Errorf("got %+v", r)
 			}
 		}},
-		{rpc.VerbRequestApproval, func(ctx context.Context, cp rpc.ControlPlane) (any, error) {
+		{rpc.VerbRequestApproval, func(ctx context.Context, cp *rpc.Client) (any, error) {
 			return cp.RequestApproval(ctx, rpc.ApprovalRequest{RequestType: "tool:choir.exec", Summary: "run rm -rf build/?", Payload: json.RawMessage(`{"cmd":"rm -rf build/"}`)})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			if r := resp.(rpc.ApprovalResponse); r.Status != rpc.ApprovalPending || uuid.Validate(r.ApprovalID) != nil {
 				t.Errorf("got %+v", r)
 			}
 		}},
-		{rpc.VerbReportStatus, func(ctx context.Context, cp rpc.ControlPlane) (any, error) {
+		{rpc.VerbReportStatus, func(ctx context.Context, cp *rpc.Client) (any, error) {
 			tokens := int64(1200)
 			return cp.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "IDLE", BudgetRemaining: rpc.Budget{Tokens: &tokens}})
 		}, func(t *testing.T, b *testBundle, resp any) {
@@ -94,21 +94,21 @@ func verbCases(t testing.TB, b *testBundle) []verbCase {
 				t.Error("not acknowledged")
 			}
 		}},
-		{rpc.VerbTerminateSelf, func(ctx context.Context, cp rpc.ControlPlane) (any, error) {
+		{rpc.VerbTerminateSelf, func(ctx context.Context, cp *rpc.Client) (any, error) {
 			return cp.TerminateSelf(ctx, rpc.TerminateSelfRequest{Reason: "user asked to stop"})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			if !resp.(rpc.Ack).Ack {
 				t.Error("not acknowledged")
 			}
 		}},
-		{rpc.VerbFetchDynamicConfig, func(ctx context.Context, cp rpc.ControlPlane) (any, error) {
+		{rpc.VerbFetchDynamicConfig, func(ctx context.Context, cp *rpc.Client) (any, error) {
 			return cp.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: 1})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			if r := resp.(rpc.FetchDynamicConfigResponse); r.ConfigVersion != 3 || string(r.Config) != `{"heartbeat_interval_ms":5000}` {
 				t.Errorf("got %+v", r)
 			}
 		}},
-		{rpc.VerbExecuteHostTool, func(ctx context.Context, cp rpc.ControlPlane) (any, error) {
+		{rpc.VerbExecuteHostTool, func(ctx context.Context, cp *rpc.Client) (any, error) {
 			return cp.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.web.browse", CallID: "call-1", Input: json.RawMessage(`{"url":"https://example.org","mode":"text"}`)})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			r := resp.(rpc.ExecuteHostToolResponse)
@@ -116,7 +116,7 @@ func verbCases(t testing.TB, b *testBundle) []verbCase {
 				t.Errorf("got %+v", r)
 			}
 		}},
-		{rpc.VerbSendOutbound, func(ctx context.Context, cp rpc.ControlPlane) (any, error) {
+		{rpc.VerbSendOutbound, func(ctx context.Context, cp *rpc.Client) (any, error) {
 			return cp.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: "m-1", Kind: rpc.OutboundDocument, Text: "the report", FilePath: "report.pdf"})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			if r := resp.(rpc.SendOutboundResponse); r.MessageID != "m-1" || r.OutboxID != 1 || r.Duplicate {

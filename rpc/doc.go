@@ -1,11 +1,11 @@
 // Package rpc holds the wire contract between choir-agent and choird, and
 // both of its ends: the envelope, the payloads of the verbs (the eight of
 // spec 12.5 and SEND_OUTBOUND), the messages choird pushes, the committed
-// events the agent replicates by heartbeat, the ControlPlane interface the
-// agent programs against and its Client, and the Server that choird mounts
-// its ControlPlaneHandler on. Go structs with JSON tags are the schema. The
-// admin API that choirctl speaks to choird is in rpc/admin; Unix-socket
-// listening is in rpc/unixsock.
+// events the agent replicates by heartbeat, the Client the agent calls
+// choird with, and the Server that choird mounts its ControlPlaneHandler
+// on. Go structs with JSON tags are the schema. The admin API that
+// choirctl speaks to choird is in rpc/admin; Unix-socket listening is in
+// rpc/unixsock.
 //
 // # Transports
 //
@@ -29,13 +29,28 @@
 // and "data: <Push JSON>"; a reconnecting client sends Last-Event-ID and
 // the server resumes after it.
 //
-// Calls are the hot path (a heartbeat every few hundred milliseconds per
-// agent), so neither end runs them through net/http's connection
-// machinery: the client writes each call and reads its answer in the
-// caller's goroutine on a pooled connection (callPool), and the server
-// reads each call with http.ReadRequest and answers it in the connection's
-// goroutine (callServer). The event stream, and any request that is not a
-// call, go through net/http on both ends.
+// Calls are the hot path: every agent heartbeats every heartbeat_interval_ms
+// (5 s by default), and again to flush its log before each SEND_OUTBOUND and
+// at shutdown, each heartbeat carrying its new events, whose hashes choird
+// checks. So neither end runs calls through net/http's connection machinery:
+// the client writes each call and reads its answer in the caller's goroutine
+// on a pooled connection, and the server reads each call with
+// http.ReadRequest and answers it in the connection's goroutine. That call
+// loop, the pool, the JSON writers that encode a heartbeat without
+// reflection and the scanner that spares re-encoding canonical payloads to
+// hash them live in rpc/internal/fastpath, with the benchmarks that compare
+// them with plain net/http and encoding/json. The event stream, and any
+// request that is not a call, go through net/http on both ends; its push
+// queue, writer and reader are in rpc/internal/stream. What the server does
+// around a handler (sessions, rate limits, the failed-authentication guard,
+// the single flight of mutating calls, body reads, envelope parsing) is in
+// rpc/internal/callserve, and what the client does around a call (the
+// transport choice, retries, the event stream's reconnection) in
+// rpc/internal/callclient. Field syntax and the Validate primitives are in
+// rpc/internal/check, event hashing and canonical JSON in
+// rpc/internal/chain, dialling, the TCP listener and the self-signed
+// certificate in rpc/internal/transport, the memory replay store's
+// bookkeeping in rpc/internal/replay.
 //
 // # Guarantees
 //

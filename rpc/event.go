@@ -1,16 +1,13 @@
 package rpc
 
 import (
-	"bytes"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
-	"regexp"
-	"strings"
-	"sync"
 	"time"
+
+	"github.com/choirhq/choir/rpc/internal/chain"
+	"github.com/choirhq/choir/rpc/internal/check"
 )
 
 // EventType names a committed event of the agent's log. The set matches the
@@ -45,39 +42,10 @@ var eventTypes = map[EventType]bool{
 // Valid reports whether t is a known event type.
 func (t EventType) Valid() bool { return eventTypes[t] }
 
-// laneRe matches the lanes the session_events CHECK constraint accepts:
-// "edge", "system", or "core:<job-name>".
-var laneRe = regexp.MustCompile(`^(edge|system|core:[A-Za-z0-9][A-Za-z0-9_.-]{0,63})$`)
-
-// ValidLane reports whether lane names a lane the log accepts. It matches
-// exactly what laneRe matches, without the regexp engine: every event of
-// every heartbeat is checked.
-func ValidLane(lane string) bool {
-	switch lane {
-	case "edge", "system":
-		return true
-	}
-	job, ok := strings.CutPrefix(lane, "core:")
-	if !ok || len(job) == 0 || len(job) > 64 || !isJobChar(job[0], false) {
-		return false
-	}
-	for i := 1; i < len(job); i++ {
-		if !isJobChar(job[i], true) {
-			return false
-		}
-	}
-	return true
-}
-
-func isJobChar(c byte, inner bool) bool {
-	switch {
-	case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		return true
-	case inner:
-		return c == '_' || c == '.' || c == '-'
-	}
-	return false
-}
+// ValidLane reports whether lane names a lane the log accepts: "edge",
+// "system", or "core:<job-name>", as the session_events CHECK constraint
+// does.
+func ValidLane(lane string) bool { return check.ValidLane(lane) }
 
 // Hash is a SHA-256 chain hash.
 type Hash [32]byte
@@ -128,46 +96,11 @@ type Event struct {
 // ComputeHash returns SHA-256 over hash_prev and the event's canonical
 // bytes: the revision, type, lane, creation time (UTC, microseconds, as
 // Postgres keeps it) and the canonical JSON of the payload, each length-
-// prefixed so that no two distinct events share an encoding.
+// prefixed so that no two distinct events share an encoding (see package
+// rpc/internal/chain).
 func (e *Event) ComputeHash() (Hash, error) {
-	payload := []byte("{}")
-	if len(e.Payload) > 0 {
-		// choird verifies every event of every heartbeat: a payload that
-		// is canonical already, as the agent writes them, is hashed as it
-		// is, without decoding and re-encoding it.
-		var ok bool
-		if payload, ok = canonicalize(e.Payload); !ok {
-			var err error
-			if payload, err = canonicalJSON(e.Payload); err != nil {
-				return Hash{}, fmt.Errorf("event rev %d: %w", e.Rev, err)
-			}
-		}
-	}
-	bp := hashBufs.Get().(*[]byte)
-	b := append((*bp)[:0], e.HashPrev[:]...)
-	b = binary.BigEndian.AppendUint64(b, uint64(e.Rev))
-	b = appendField(b, e.Type)
-	b = appendField(b, e.Lane)
-	// The time's length prefix is written once its text is.
-	at := len(b)
-	b = binary.BigEndian.AppendUint64(b, 0)
-	b = e.CreatedAt.UTC().Truncate(time.Microsecond).AppendFormat(b, time.RFC3339Nano)
-	binary.BigEndian.PutUint64(b[at:], uint64(len(b)-at-8))
-	b = appendField(b, payload)
-	out := Hash(sha256.Sum256(b))
-	if cap(b) <= 64<<10 { // Do not pin a huge payload's buffer.
-		*bp = b
-		hashBufs.Put(bp)
-	}
-	return out, nil
-}
-
-// hashBufs recycles the buffers events are hashed from.
-var hashBufs = sync.Pool{New: func() any { b := make([]byte, 0, 2048); return &b }}
-
-func appendField[S ~string | ~[]byte](b []byte, s S) []byte {
-	b = binary.BigEndian.AppendUint64(b, uint64(len(s)))
-	return append(b, s...)
+	h, err := chain.Hash(e.HashPrev, e.Rev, string(e.Type), e.Lane, e.CreatedAt, e.Payload)
+	return Hash(h), err
 }
 
 // Seal sets e.HashPrev to prev, normalises CreatedAt and sets e.Hash.
@@ -204,33 +137,4 @@ func (e *Event) Verify(prev Hash) error {
 // insignificant whitespace and numbers kept as written, so that the bytes
 // hashed do not depend on who serialised the payload (Go, or Postgres jsonb
 // on the way back from the replica).
-func CanonicalJSON(raw json.RawMessage) ([]byte, error) {
-	if len(raw) == 0 {
-		return []byte("{}"), nil
-	}
-	if out, ok := canonicalize(raw); ok {
-		if len(out) > 0 && &out[0] == &raw[0] {
-			out = bytes.Clone(out) // never hand out the caller's buffer
-		}
-		return out, nil
-	}
-	return canonicalJSON(raw)
-}
-
-// canonicalJSON is CanonicalJSON by decoding and re-encoding, the
-// reference that isCanonical must agree with.
-func canonicalJSON(raw json.RawMessage) ([]byte, error) {
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var v any
-	if err := dec.Decode(&v); err != nil {
-		return nil, fmt.Errorf("canonical json: %w", err)
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	if err := enc.Encode(v); err != nil {
-		return nil, fmt.Errorf("canonical json: %w", err)
-	}
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
-}
+func CanonicalJSON(raw json.RawMessage) ([]byte, error) { return chain.Canonical(raw) }

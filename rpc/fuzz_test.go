@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/choirhq/choir/rpc/internal/check"
 )
 
 // The fuzz targets check that no input makes a decoder or the server panic,
@@ -158,24 +160,8 @@ func FuzzParseEnvelope(f *testing.F) {
 			}
 			return
 		}
-		if !env.Verb.Valid() || !ValidID(env.RequestID) || checkSessionID("", env.SessionID) != nil || !ValidLeaseTokenFormat(env.LeaseToken) || method != http.MethodPost {
+		if !env.Verb.Valid() || !ValidID(env.RequestID) || check.SessionID("", env.SessionID) != nil || !ValidLeaseTokenFormat(env.LeaseToken) || method != http.MethodPost {
 			t.Fatalf("accepted an invalid envelope %+v", env)
-		}
-	})
-}
-
-// FuzzSSEReader fuzzes the client's event-stream parser.
-func FuzzSSEReader(f *testing.F) {
-	f.Fuzz(func(t *testing.T, data []byte) {
-		r := newSSEReader(bytes.NewReader(data), 1<<10)
-		for range 1 << 12 {
-			ev, err := r.next()
-			if err != nil {
-				return
-			}
-			if len(ev.data) > 1<<10 {
-				t.Fatalf("event of %d bytes passed a 1 KiB limit", len(ev.data))
-			}
 		}
 	})
 }

@@ -27,14 +27,19 @@ func TestMisbehavingAgentCannotStarveAnother(t *testing.T) {
 	mallory, _ := b.auth.add("mallory")
 
 	// The honest agent heartbeats throughout, paced well within its own
-	// rate limit.
-	stop := make(chan struct{})
+	// rate limit, from before the flood: a throttled listener serves only
+	// tokens it has seen succeed, so an agent whose first call comes once
+	// the budget is spent is refused like mallory.
+	stop, started := make(chan struct{}), make(chan struct{})
 	var beats, failed atomic.Int64
 	var firstErr atomic.Value
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		req := heartbeatReq(t, 0, 1, 10)
-		for {
+		for i := 0; ; i++ {
+			if i == 1 {
+				close(started)
+			}
 			select {
 			case <-stop:
 				return
@@ -53,6 +58,8 @@ func TestMisbehavingAgentCannotStarveAnother(t *testing.T) {
 			beats.Add(1)
 		}
 	})
+
+	<-started
 
 	// 1,000 connections, opened and left open (idle).
 	var held []net.Conn

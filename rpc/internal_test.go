@@ -88,7 +88,7 @@ func TestMemoryReplayStore(t *testing.T) {
 // response: the replay must be refused, not executed again.
 func TestTrimmedReplayIsRefused(t *testing.T) {
 	t.Parallel()
-	s := &Server{flights: map[ReplayKey]*flight{}, replay: NewMemoryReplayStore(MemoryReplayOptions{MaxBytes: 1})}
+	s := &Server{replay: NewMemoryReplayStore(MemoryReplayOptions{MaxBytes: 1})}
 	ran := 0
 	run := func() outcome { ran++; return outcome{resp: []byte(`{"ack":true}`)} }
 	key := ReplayKey{SessionID: "s", RequestID: "r"}
@@ -109,7 +109,7 @@ func TestTrimmedReplayIsRefused(t *testing.T) {
 // no record, so that a retry with the same request ID runs again.
 func TestUncachedOutcomeLetsTheRetryRun(t *testing.T) {
 	t.Parallel()
-	s := &Server{flights: map[ReplayKey]*flight{}, replay: NewMemoryReplayStore(MemoryReplayOptions{})}
+	s := &Server{replay: NewMemoryReplayStore(MemoryReplayOptions{})}
 	ran := 0
 	run := func() outcome {
 		ran++
@@ -124,35 +124,6 @@ func TestUncachedOutcomeLetsTheRetryRun(t *testing.T) {
 	if out.err != nil || replayed || ran != 2 {
 		t.Errorf("second: %+v replayed %v ran %d", out, replayed, ran)
 	}
-}
-
-func TestSSEReader(t *testing.T) {
-	t.Parallel()
-	in := ": connected\n\nid: ab-1\nevent: cancel\ndata: {\"a\":\ndata: 1}\n\n\r\nid: ab-2\r\ndata: x\r\nretry: 5\r\nfoo\r\n\r\n: ping\n\n"
-	r := newSSEReader(strings.NewReader(in), 1<<10)
-	var got []string
-	for {
-		ev, err := r.next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, fmt.Sprintf("%v|%s|%s|%s", ev.comment, ev.id, ev.event, ev.data))
-	}
-	want := []string{"true|||", "false|ab-1|cancel|{\"a\":\n1}", "false|ab-2||x", "true|||"}
-	if fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Errorf("got %q\nwant %q", got, want)
-	}
-
-	t.Run("OverlongLineIsRefused", func(t *testing.T) {
-		t.Parallel()
-		r := newSSEReader(strings.NewReader("data: "+strings.Repeat("x", 100)+"\n\n"), 50)
-		if _, err := r.next(); err == nil || !strings.Contains(err.Error(), "over 50 bytes") {
-			t.Errorf("got %v", err)
-		}
-	})
 }
 
 // TestClientDropsResentPushes serves a crafted event stream that repeats
@@ -243,18 +214,6 @@ func TestAsError(t *testing.T) {
 	}
 }
 
-func TestParseEventID(t *testing.T) {
-	t.Parallel()
-	for id, ok := range map[string]bool{
-		"ab12-1": true, "ab12-18446744073709551615": true,
-		"ab12-0": false, "AB-1": false, "-1": false, "ab": false, "ab-x": false, "ab-1-2": false, "ab-18446744073709551616": false,
-	} {
-		if _, _, got := parseEventID(id); got != ok {
-			t.Errorf("%q: ok %v, want %v", id, got, ok)
-		}
-	}
-}
-
 // keeperStore is a memory store that keeps no HEARTBEAT records and counts
 // its lookups.
 type keeperStore struct {
@@ -274,7 +233,7 @@ func (k *keeperStore) Load(ctx context.Context, key ReplayKey) (ReplayRecord, bo
 func TestReplayKeeperSkipsTheLookup(t *testing.T) {
 	t.Parallel()
 	store := &keeperStore{MemoryReplayStore: NewMemoryReplayStore(MemoryReplayOptions{})}
-	s := &Server{flights: map[ReplayKey]*flight{}, replay: store}
+	s := &Server{replay: store}
 	run := func() outcome { return outcome{resp: []byte(`{"ack":true}`)} }
 	ctx := context.Background()
 	s.once(ctx, ReplayKey{SessionID: "s", RequestID: "hb"}, VerbHeartbeat, [32]byte{}, run)
@@ -337,10 +296,7 @@ func TestFencedHeartbeat(t *testing.T) {
 	if rec.Code != http.StatusUnauthorized || !strings.Contains(rec.Body.String(), "session is crashed") {
 		t.Errorf("heartbeat of a revoked session: %d %s", rec.Code, rec.Body)
 	}
-	srv.mu.Lock()
-	kept := len(srv.sessions)
-	srv.mu.Unlock()
-	if kept != 0 {
+	if kept := srv.core.Sessions.Len(); kept != 0 {
 		t.Errorf("the server keeps state for %d sessions after the refusal", kept)
 	}
 	if rec := post(VerbReportStatus, []byte(`{"lane":"edge","state":"IDLE","budget_remaining":{}}`)); rec.Code != http.StatusUnauthorized {

@@ -2,23 +2,13 @@ package rpc
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"errors"
-	"fmt"
-	"io/fs"
-	"math/big"
 	"net"
-	"os"
 	"path/filepath"
 	"slices"
 	"time"
 
+	"github.com/choirhq/choir/rpc/internal/transport"
 	"github.com/choirhq/choir/rpc/unixsock"
 )
 
@@ -34,32 +24,7 @@ func ListenUnix(ctx context.Context, path string) (net.Listener, error) {
 // one it refuses any address but a loopback one: plaintext must never cross
 // a network boundary (spec 12.1).
 func ListenTCP(ctx context.Context, addr string, tlsConfig *tls.Config) (net.Listener, error) {
-	host, _, err := net.SplitHostPort(addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	if tlsConfig == nil && !isLoopbackHost(host) {
-		return nil, fmt.Errorf("listen on %s: plaintext is allowed only on a loopback address; configure TLS (a certificate is generated when none is given)", addr)
-	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, "tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on %s: %w", addr, err)
-	}
-	if tlsConfig == nil {
-		// "localhost" could resolve to anything: check what was bound.
-		if ta, ok := ln.Addr().(*net.TCPAddr); !ok || !ta.IP.IsLoopback() {
-			ln.Close()
-			return nil, fmt.Errorf("listen on %s: bound %s, which is not loopback; plaintext refused", addr, ln.Addr())
-		}
-		return ln, nil
-	}
-	conf := tlsConfig.Clone()
-	conf.NextProtos = []string{"http/1.1"}
-	if conf.MinVersion == 0 {
-		conf.MinVersion = tls.VersionTLS13
-	}
-	return tls.NewListener(ln, conf), nil
+	return transport.ListenTCP(ctx, addr, tlsConfig)
 }
 
 // TLSFiles names a PEM certificate (chain) and its private key.
@@ -70,11 +35,7 @@ type TLSFiles struct {
 
 // ServerTLSConfig loads files into a server TLS configuration.
 func ServerTLSConfig(files TLSFiles) (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(files.CertFile, files.KeyFile)
-	if err != nil {
-		return nil, fmt.Errorf("load TLS certificate %s: %w", files.CertFile, err)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}, nil
+	return transport.ServerTLSConfig(files.CertFile, files.KeyFile)
 }
 
 // LoadOrCreateServerTLS returns the TLS configuration of the http
@@ -83,20 +44,12 @@ func ServerTLSConfig(files TLSFiles) (*tls.Config, error) {
 // dir (see EnsureSelfSignedCert; usually .choir.d/tls). certFile is the
 // certificate agents should trust with --ca-cert.
 func LoadOrCreateServerTLS(files TLSFiles, dir string, hosts []string) (conf *tls.Config, certFile string, err error) {
-	switch {
-	case files.CertFile != "" && files.KeyFile != "":
-	case files.CertFile != "" || files.KeyFile != "":
-		return nil, "", errors.New("TLS: set both the certificate and the key, or neither to use a self-signed certificate")
-	default:
+	if files.CertFile == "" && files.KeyFile == "" {
 		if files, _, err = EnsureSelfSignedCert(dir, hosts); err != nil {
 			return nil, "", err
 		}
 	}
-	conf, err = ServerTLSConfig(files)
-	if err != nil {
-		return nil, "", err
-	}
-	return conf, files.CertFile, nil
+	return transport.LoadServerTLS(files.CertFile, files.KeyFile)
 }
 
 // Self-signed certificate file names, within the directory given to
@@ -110,11 +63,8 @@ const (
 var DefaultCertHosts = []string{"localhost", "127.0.0.1", "::1"}
 
 // selfSignedLifetime is the validity of a generated certificate; it is
-// regenerated when less than selfSignedRenew remains.
-const (
-	selfSignedLifetime = 5 * 365 * 24 * time.Hour
-	selfSignedRenew    = 30 * 24 * time.Hour
-)
+// regenerated when less than 30 days remain (see transport.CertCovers).
+const selfSignedLifetime = 5 * 365 * 24 * time.Hour
 
 // EnsureSelfSignedCert returns a self-signed ECDSA P-256 certificate and
 // key in dir (cert.pem, key.pem; dir mode 0700, key mode 0600), generating
@@ -126,111 +76,6 @@ const (
 func EnsureSelfSignedCert(dir string, hosts []string) (files TLSFiles, created bool, err error) {
 	files = TLSFiles{CertFile: filepath.Join(dir, SelfSignedCertFile), KeyFile: filepath.Join(dir, SelfSignedKeyFile)}
 	hosts = append(slices.Clone(DefaultCertHosts), hosts...)
-	if certCovers(files, hosts, time.Now()) {
-		return files, false, nil
-	}
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return files, false, fmt.Errorf("create TLS directory: %w", err)
-	}
-	certPEM, keyPEM, err := generateSelfSigned(hosts, time.Now())
-	if err != nil {
-		return files, false, err
-	}
-	// The key first: a certificate without its key is useless, while a
-	// key without its certificate is simply regenerated next time.
-	if err := writeFileAtomic(files.KeyFile, keyPEM, 0o600); err != nil {
-		return files, false, err
-	}
-	if err := writeFileAtomic(files.CertFile, certPEM, 0o644); err != nil {
-		return files, false, err
-	}
-	return files, true, nil
-}
-
-// certCovers reports whether files hold a usable pair valid for hosts.
-func certCovers(files TLSFiles, hosts []string, now time.Time) bool {
-	pair, err := tls.LoadX509KeyPair(files.CertFile, files.KeyFile)
-	if err != nil {
-		return false
-	}
-	leaf := pair.Leaf
-	if leaf == nil {
-		if leaf, err = x509.ParseCertificate(pair.Certificate[0]); err != nil {
-			return false
-		}
-	}
-	if now.Before(leaf.NotBefore) || now.Add(selfSignedRenew).After(leaf.NotAfter) {
-		return false
-	}
-	for _, h := range hosts {
-		if leaf.VerifyHostname(h) != nil {
-			return false
-		}
-	}
-	return true
-}
-
-func generateSelfSigned(hosts []string, now time.Time) (certPEM, keyPEM []byte, err error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate TLS key: %w", err)
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
-	if err != nil {
-		return nil, nil, fmt.Errorf("generate TLS serial: %w", err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: serial,
-		Subject:      pkix.Name{Organization: []string{"Choir"}, CommonName: "choird"},
-		NotBefore:    now.Add(-time.Hour),
-		NotAfter:     now.Add(selfSignedLifetime),
-		// The certificate is its own CA, so that an agent can trust it
-		// directly as a root.
-		IsCA:                  true,
-		BasicConstraintsValid: true,
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-	}
-	seen := map[string]bool{}
-	for _, h := range hosts {
-		if seen[h] {
-			continue
-		}
-		seen[h] = true
-		if ip := net.ParseIP(h); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, h)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("create TLS certificate: %w", err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encode TLS key: %w", err)
-	}
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
-		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), nil
-}
-
-// writeFileAtomic writes data to path through a temporary file and a
-// rename, so that a reader never sees half a file.
-func writeFileAtomic(path string, data []byte, mode fs.FileMode) error {
-	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	tmp := f.Name()
-	_, werr := f.Write(data)
-	err = errors.Join(werr, f.Chmod(mode), f.Sync(), f.Close())
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return nil
+	created, err = transport.EnsureSelfSigned(dir, files.CertFile, files.KeyFile, hosts, selfSignedLifetime)
+	return files, created, err
 }

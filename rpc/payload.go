@@ -5,12 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
-	"path"
-	"regexp"
 	"sort"
 	"strings"
 	"time"
-	"unicode/utf8"
+
+	"github.com/choirhq/choir/rpc/internal/check"
 )
 
 // This file holds the request and response payload of every verb. Each has
@@ -19,90 +18,14 @@ import (
 // before its handler sees it and every response before it leaves; the
 // client validates every response it decodes.
 
-var (
-	agentIDRe   = regexp.MustCompile(`^[a-z][a-z0-9_-]{0,39}$`)
-	idRe        = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`)
-	toolNameRe  = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*){0,7}$`)
-	secretRe    = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-	reqTypeRe   = regexp.MustCompile(`^[a-z][a-z0-9_.:-]{0,63}$`)
-	stateNameRe = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_.:-]{0,63}$`)
-)
-
-// Field length caps, in bytes, for free-text fields that are not bounded by
-// a pattern. The payload-size cap bounds everything else.
-const (
-	maxShortText = 256
-	maxReason    = 4096
-	maxPathLen   = 1024
-)
-
 // ValidAgentID reports whether id is a valid agent ID (the
 // choir_control.agent_id domain).
-func ValidAgentID(id string) bool { return agentIDRe.MatchString(id) }
+func ValidAgentID(id string) bool { return check.ValidAgentID(id) }
 
 // ValidID reports whether id is a valid request, call or message ID: 1-128
 // characters of letters, digits and . _ : -, starting with a letter or
 // digit. UUIDs qualify.
-//
-// It matches exactly what idRe matches, without the regexp engine: every
-// call's request ID is checked.
-func ValidID(id string) bool {
-	if len(id) == 0 || len(id) > 128 || !isAlnum(id[0]) {
-		return false
-	}
-	for i := 1; i < len(id); i++ {
-		if c := id[i]; !isAlnum(c) && c != '.' && c != '_' && c != ':' && c != '-' {
-			return false
-		}
-	}
-	return true
-}
-
-func isAlnum(c byte) bool {
-	return 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9'
-}
-
-func invalid(path, format string, args ...any) error {
-	return fmt.Errorf("%s: %s", path, fmt.Sprintf(format, args...))
-}
-
-func checkText(path, s string, maxLen int, required bool) error {
-	switch {
-	case required && s == "":
-		return invalid(path, "required")
-	case len(s) > maxLen:
-		return invalid(path, "%d bytes, over the limit of %d", len(s), maxLen)
-	case !utf8.ValidString(s):
-		return invalid(path, "not valid UTF-8")
-	}
-	return nil
-}
-
-func checkPattern(path, s string, re *regexp.Regexp, what string) error {
-	if s == "" {
-		return invalid(path, "required")
-	}
-	if !re.MatchString(s) {
-		return invalid(path, "not a valid %s (want %s)", what, re.String())
-	}
-	return nil
-}
-
-// checkObject requires raw to be a JSON object. Strict decoding has already
-// proved it well-formed.
-func checkObject(path string, raw json.RawMessage, required bool) error {
-	trimmed := bytes.TrimLeft(raw, " \t\r\n")
-	if len(trimmed) == 0 {
-		if required {
-			return invalid(path, "required")
-		}
-		return nil
-	}
-	if trimmed[0] != '{' {
-		return invalid(path, "must be a JSON object")
-	}
-	return nil
-}
+func ValidID(id string) bool { return check.ValidID(id) }
 
 // ---- INIT_HELLO ----
 
@@ -119,19 +42,19 @@ type InitHelloRequest struct {
 
 // Validate checks the request's fields.
 func (r InitHelloRequest) Validate() error {
-	if err := checkPattern("$.agent_id", r.AgentID, agentIDRe, "agent ID"); err != nil {
+	if err := check.Pattern("$.agent_id", r.AgentID, check.AgentIDPattern, "agent ID"); err != nil {
 		return err
 	}
-	if err := checkSessionID("$.session_id", r.SessionID); err != nil {
+	if err := check.SessionID("$.session_id", r.SessionID); err != nil {
 		return err
 	}
-	if err := checkText("$.image_version", r.ImageVersion, maxShortText, true); err != nil {
+	if err := check.Text("$.image_version", r.ImageVersion, check.MaxShortText, true); err != nil {
 		return err
 	}
-	if err := checkText("$.tool_manifest_hash", r.ToolManifestHash, maxShortText, true); err != nil {
+	if err := check.Text("$.tool_manifest_hash", r.ToolManifestHash, check.MaxShortText, true); err != nil {
 		return err
 	}
-	return checkText("$.skill_manifest_hash", r.SkillManifestHash, maxShortText, true)
+	return check.Text("$.skill_manifest_hash", r.SkillManifestHash, check.MaxShortText, true)
 }
 
 // HelloStatus says whether a session starts fresh or resumes.
@@ -197,31 +120,31 @@ func (r InitHelloResponse) Validate() error {
 	switch r.Status {
 	case HelloFresh:
 		if r.Snapshot != nil || len(r.TailEvents) > 0 {
-			return invalid("$.status", "a fresh session carries no snapshot or tail events")
+			return check.Invalid("$.status", "a fresh session carries no snapshot or tail events")
 		}
 	case HelloResumed:
 	default:
-		return invalid("$.status", "want %q or %q", HelloFresh, HelloResumed)
+		return check.Invalid("$.status", "want %q or %q", HelloFresh, HelloResumed)
 	}
 	if r.AckedRev < 0 {
-		return invalid("$.acked_rev", "negative")
+		return check.Invalid("$.acked_rev", "negative")
 	}
 	if r.ConfigVersion < 0 {
-		return invalid("$.config_version", "negative")
+		return check.Invalid("$.config_version", "negative")
 	}
-	if err := checkObject("$.snapshot.state", snapshotState(r.Snapshot), r.Snapshot != nil); err != nil {
+	if err := check.Object("$.snapshot.state", snapshotState(r.Snapshot), r.Snapshot != nil); err != nil {
 		return err
 	}
 	rev, prev := int64(-1), Hash{}
 	if r.Snapshot != nil {
 		rev, prev = r.Snapshot.Rev, r.Snapshot.Hash
 		if rev < 0 || rev > r.AckedRev {
-			return invalid("$.snapshot.rev", "%d is outside 0..acked_rev (%d)", rev, r.AckedRev)
+			return check.Invalid("$.snapshot.rev", "%d is outside 0..acked_rev (%d)", rev, r.AckedRev)
 		}
 	}
 	if len(r.TailEvents) == 0 {
 		if r.Snapshot != nil && (rev != r.AckedRev || prev != r.AckedHash) {
-			return invalid("$.snapshot", "ends at rev %d, not at acked_rev %d and acked_hash", rev, r.AckedRev)
+			return check.Invalid("$.snapshot", "ends at rev %d, not at acked_rev %d and acked_hash", rev, r.AckedRev)
 		}
 		return nil
 	}
@@ -233,7 +156,7 @@ func (r InitHelloResponse) Validate() error {
 	}
 	last := r.TailEvents[len(r.TailEvents)-1]
 	if last.Rev != r.AckedRev || last.Hash != r.AckedHash {
-		return invalid("$.tail_events", "end at rev %d, not at acked_rev %d and acked_hash", last.Rev, r.AckedRev)
+		return check.Invalid("$.tail_events", "end at rev %d, not at acked_rev %d and acked_hash", last.Rev, r.AckedRev)
 	}
 	return nil
 }
@@ -260,20 +183,20 @@ func checkEvents(path string, events []Event, base int64, prev Hash, verifyHashe
 		// The path is built only for an error: heartbeats carry many events.
 		p := func(field string) string { return fmt.Sprintf("%s[%d]%s", path, i, field) }
 		if e.Rev != base+1+int64(i) {
-			return invalid(p(".rev"), "want %d, got %d (events must be contiguous)", base+1+int64(i), e.Rev)
+			return check.Invalid(p(".rev"), "want %d, got %d (events must be contiguous)", base+1+int64(i), e.Rev)
 		}
 		if !e.Type.Valid() {
-			return invalid(p(".type"), "unknown event type")
+			return check.Invalid(p(".type"), "unknown event type")
 		}
 		if !ValidLane(e.Lane) {
-			return invalid(p(".lane"), "not a valid lane (want edge, system or core:<job>)")
+			return check.Invalid(p(".lane"), "not a valid lane (want edge, system or core:<job>)")
 		}
 		if !verifyHashes {
 			if e.HashPrev != prev {
-				return invalid(p(".hash_prev"), "does not continue the chain at %s", prev)
+				return check.Invalid(p(".hash_prev"), "does not continue the chain at %s", prev)
 			}
 		} else if err := e.Verify(prev); err != nil {
-			return invalid(p(""), "%v", err)
+			return check.Invalid(p(""), "%v", err)
 		}
 		prev = e.Hash
 	}
@@ -292,19 +215,19 @@ const maxSecretNames = 256
 // Validate checks the names: present, well-formed, distinct.
 func (r GetSecretsRequest) Validate() error {
 	if len(r.Resources) == 0 {
-		return invalid("$.resources", "required")
+		return check.Invalid("$.resources", "required")
 	}
 	if len(r.Resources) > maxSecretNames {
-		return invalid("$.resources", "%d names, over the limit of %d", len(r.Resources), maxSecretNames)
+		return check.Invalid("$.resources", "%d names, over the limit of %d", len(r.Resources), maxSecretNames)
 	}
 	seen := make(map[string]bool, len(r.Resources))
 	for i, n := range r.Resources {
 		p := fmt.Sprintf("$.resources[%d]", i)
-		if err := checkPattern(p, n, secretRe, "secret name"); err != nil {
+		if err := check.Pattern(p, n, check.SecretPattern, "secret name"); err != nil {
 			return err
 		}
 		if seen[n] {
-			return invalid(p, "duplicate name")
+			return check.Invalid(p, "duplicate name")
 		}
 		seen[n] = true
 	}
@@ -340,8 +263,8 @@ type GetSecretsResponse struct {
 // Validate checks the names.
 func (r GetSecretsResponse) Validate() error {
 	for n := range r.Secrets {
-		if !secretRe.MatchString(n) {
-			return invalid("$.secrets", "a key is not a valid secret name")
+		if !check.SecretPattern.MatchString(n) {
+			return check.Invalid("$.secrets", "a key is not a valid secret name")
 		}
 	}
 	return nil
@@ -376,19 +299,19 @@ func (r HeartbeatRequest) validateForSend() error { return r.validate(false) }
 
 func (r HeartbeatRequest) validate(verifyHashes bool) error {
 	if r.BaseRev < 0 {
-		return invalid("$.base_rev", "negative")
+		return check.Invalid("$.base_rev", "negative")
 	}
 	if r.NewRev < r.BaseRev {
-		return invalid("$.new_rev", "%d is below base_rev %d", r.NewRev, r.BaseRev)
+		return check.Invalid("$.new_rev", "%d is below base_rev %d", r.NewRev, r.BaseRev)
 	}
 	if int64(len(r.Patches)) != r.NewRev-r.BaseRev {
-		return invalid("$.patches", "%d events for revisions %d..%d, want %d", len(r.Patches), r.BaseRev+1, r.NewRev, r.NewRev-r.BaseRev)
+		return check.Invalid("$.patches", "%d events for revisions %d..%d, want %d", len(r.Patches), r.BaseRev+1, r.NewRev, r.NewRev-r.BaseRev)
 	}
 	if r.ConfigVersion < 0 {
-		return invalid("$.config_version", "negative")
+		return check.Invalid("$.config_version", "negative")
 	}
 	if r.Timestamp.IsZero() {
-		return invalid("$.timestamp", "required")
+		return check.Invalid("$.timestamp", "required")
 	}
 	if err := checkEvents("$.patches", r.Patches, r.BaseRev, r.HashPrev, verifyHashes); err != nil {
 		return err
@@ -398,20 +321,20 @@ func (r HeartbeatRequest) validate(verifyHashes bool) error {
 		end = r.Patches[n-1].Hash
 	}
 	if end != r.HashNew {
-		return invalid("$.hash_new", "does not match the chain's end %s", end)
+		return check.Invalid("$.hash_new", "does not match the chain's end %s", end)
 	}
 	if sn := r.Snapshot; sn != nil {
 		if sn.Rev < r.BaseRev || sn.Rev > r.NewRev || sn.Rev < 1 {
-			return invalid("$.snapshot.rev", "%d is outside this heartbeat's revisions %d..%d", sn.Rev, r.BaseRev, r.NewRev)
+			return check.Invalid("$.snapshot.rev", "%d is outside this heartbeat's revisions %d..%d", sn.Rev, r.BaseRev, r.NewRev)
 		}
 		want := r.HashPrev
 		if sn.Rev > r.BaseRev {
 			want = r.Patches[sn.Rev-r.BaseRev-1].Hash
 		}
 		if sn.Hash != want {
-			return invalid("$.snapshot.hash", "is not the hash of revision %d", sn.Rev)
+			return check.Invalid("$.snapshot.hash", "is not the hash of revision %d", sn.Rev)
 		}
-		if err := checkObject("$.snapshot.state", sn.State, true); err != nil {
+		if err := check.Object("$.snapshot.state", sn.State, true); err != nil {
 			return err
 		}
 	}
@@ -427,10 +350,10 @@ type HeartbeatResponse struct {
 // Validate checks the revisions.
 func (r HeartbeatResponse) Validate() error {
 	if r.AckRev < 0 {
-		return invalid("$.ack_rev", "negative")
+		return check.Invalid("$.ack_rev", "negative")
 	}
 	if r.ConfigVersionLatest < 0 {
-		return invalid("$.config_version_latest", "negative")
+		return check.Invalid("$.config_version_latest", "negative")
 	}
 	return nil
 }
@@ -450,13 +373,13 @@ type ApprovalRequest struct {
 
 // Validate checks the type, summary and payload.
 func (r ApprovalRequest) Validate() error {
-	if err := checkPattern("$.request_type", r.RequestType, reqTypeRe, "request type"); err != nil {
+	if err := check.Pattern("$.request_type", r.RequestType, check.RequestTypePattern, "request type"); err != nil {
 		return err
 	}
-	if err := checkText("$.summary", r.Summary, maxReason, true); err != nil {
+	if err := check.Text("$.summary", r.Summary, check.MaxReason, true); err != nil {
 		return err
 	}
-	return checkObject("$.payload", r.Payload, true)
+	return check.Object("$.payload", r.Payload, true)
 }
 
 // ApprovalStatus is the state of a pending approval.
@@ -482,11 +405,11 @@ type ApprovalResponse struct {
 
 // Validate checks the ID and status.
 func (r ApprovalResponse) Validate() error {
-	if err := checkPattern("$.approval_id", r.ApprovalID, idRe, "approval ID"); err != nil {
+	if err := check.Pattern("$.approval_id", r.ApprovalID, check.IDPattern, "approval ID"); err != nil {
 		return err
 	}
 	if !r.Status.Valid() {
-		return invalid("$.status", "want pending, approved or rejected")
+		return check.Invalid("$.status", "want pending, approved or rejected")
 	}
 	return nil
 }
@@ -515,18 +438,18 @@ type ReportStatusRequest struct {
 // Validate checks the lane, state and optional skill and step.
 func (r ReportStatusRequest) Validate() error {
 	if !ValidLane(r.Lane) {
-		return invalid("$.lane", "not a valid lane (want edge, system or core:<job>)")
+		return check.Invalid("$.lane", "not a valid lane (want edge, system or core:<job>)")
 	}
-	if err := checkPattern("$.state", r.State, stateNameRe, "state name"); err != nil {
+	if err := check.Pattern("$.state", r.State, check.StateNamePattern, "state name"); err != nil {
 		return err
 	}
 	if r.Skill != "" {
-		if err := checkPattern("$.skill", r.Skill, stateNameRe, "skill name"); err != nil {
+		if err := check.Pattern("$.skill", r.Skill, check.StateNamePattern, "skill name"); err != nil {
 			return err
 		}
 	}
 	if r.Step != "" {
-		if err := checkPattern("$.step", r.Step, stateNameRe, "step name"); err != nil {
+		if err := check.Pattern("$.step", r.Step, check.StateNamePattern, "step name"); err != nil {
 			return err
 		}
 	}
@@ -536,7 +459,7 @@ func (r ReportStatusRequest) Validate() error {
 		v    *int64
 	}{{"tokens", b.Tokens}, {"tool_calls", b.ToolCalls}, {"time_ms", b.TimeMS}} {
 		if f.v != nil && *f.v < 0 {
-			return invalid("$.budget_remaining."+f.name, "negative")
+			return check.Invalid("$.budget_remaining."+f.name, "negative")
 		}
 	}
 	return nil
@@ -550,7 +473,7 @@ type Ack struct {
 // Validate requires the acknowledgement to be true.
 func (a Ack) Validate() error {
 	if !a.Ack {
-		return invalid("$.ack", "want true")
+		return check.Invalid("$.ack", "want true")
 	}
 	return nil
 }
@@ -568,7 +491,7 @@ type TerminateSelfRequest struct {
 
 // Validate requires a reason.
 func (r TerminateSelfRequest) Validate() error {
-	return checkText("$.reason", r.Reason, maxReason, true)
+	return check.Text("$.reason", r.Reason, check.MaxReason, true)
 }
 
 // TerminateSelfResponse acknowledges the termination.
@@ -585,7 +508,7 @@ type FetchDynamicConfigRequest struct {
 // Validate checks the version.
 func (r FetchDynamicConfigRequest) Validate() error {
 	if r.CurrentConfigVersion < 0 {
-		return invalid("$.current_config_version", "negative")
+		return check.Invalid("$.current_config_version", "negative")
 	}
 	return nil
 }
@@ -600,9 +523,9 @@ type FetchDynamicConfigResponse struct {
 // Validate checks the version and that a configuration is an object.
 func (r FetchDynamicConfigResponse) Validate() error {
 	if r.ConfigVersion < 0 {
-		return invalid("$.config_version", "negative")
+		return check.Invalid("$.config_version", "negative")
 	}
-	return checkObject("$.config", r.Config, false)
+	return check.Object("$.config", r.Config, false)
 }
 
 // ---- EXECUTE_HOST_TOOL ----
@@ -617,13 +540,13 @@ type ExecuteHostToolRequest struct {
 
 // Validate checks the tool name, call ID and input object.
 func (r ExecuteHostToolRequest) Validate() error {
-	if err := checkPattern("$.tool_name", r.ToolName, toolNameRe, "tool name"); err != nil {
+	if err := check.Pattern("$.tool_name", r.ToolName, check.ToolNamePattern, "tool name"); err != nil {
 		return err
 	}
-	if err := checkPattern("$.call_id", r.CallID, idRe, "call ID"); err != nil {
+	if err := check.Pattern("$.call_id", r.CallID, check.IDPattern, "call ID"); err != nil {
 		return err
 	}
-	return checkObject("$.input", r.Input, true)
+	return check.Object("$.input", r.Input, true)
 }
 
 // ToolStatus is the outcome of a host tool.
@@ -645,14 +568,14 @@ type ExecuteHostToolResponse struct {
 
 // Validate checks the call ID, status and output.
 func (r ExecuteHostToolResponse) Validate() error {
-	if err := checkPattern("$.call_id", r.CallID, idRe, "call ID"); err != nil {
+	if err := check.Pattern("$.call_id", r.CallID, check.IDPattern, "call ID"); err != nil {
 		return err
 	}
 	if r.Status != ToolSuccess && r.Status != ToolError {
-		return invalid("$.status", "want success or error")
+		return check.Invalid("$.status", "want success or error")
 	}
 	if len(bytes.TrimSpace(r.Output)) == 0 {
-		return invalid("$.output", "required")
+		return check.Invalid("$.output", "required")
 	}
 	return nil
 }
@@ -705,44 +628,25 @@ type SendOutboundRequest struct {
 
 // Validate checks the ID, the kind, and that text or file fit the kind.
 func (r SendOutboundRequest) Validate() error {
-	if err := checkPattern("$.message_id", r.MessageID, idRe, "message ID"); err != nil {
+	if err := check.Pattern("$.message_id", r.MessageID, check.IDPattern, "message ID"); err != nil {
 		return err
 	}
 	if r.EventRev < 0 {
-		return invalid("$.event_rev", "must not be negative")
+		return check.Invalid("$.event_rev", "must not be negative")
 	}
 	if !r.Kind.Valid() {
-		return invalid("$.kind", "want text, document, photo, voice or video")
+		return check.Invalid("$.kind", "want text, document, photo, voice or video")
 	}
 	if r.Kind == OutboundText {
 		if r.FilePath != "" {
-			return invalid("$.file_path", "not allowed for kind text")
+			return check.Invalid("$.file_path", "not allowed for kind text")
 		}
-		return checkText("$.text", r.Text, 1<<20, true)
+		return check.Text("$.text", r.Text, 1<<20, true)
 	}
-	if err := checkText("$.text", r.Text, maxReason, false); err != nil {
+	if err := check.Text("$.text", r.Text, check.MaxReason, false); err != nil {
 		return err
 	}
-	return checkSendPath("$.file_path", r.FilePath)
-}
-
-// checkSendPath requires p to be a clean relative path that stays inside
-// the send directory.
-func checkSendPath(field, p string) error {
-	if err := checkText(field, p, maxPathLen, true); err != nil {
-		return err
-	}
-	switch {
-	case strings.ContainsRune(p, 0):
-		return invalid(field, "contains NUL")
-	case path.IsAbs(p):
-		return invalid(field, "must be relative to .choirtmp/send")
-	case path.Clean(p) != p:
-		return invalid(field, "must be a clean path")
-	case p == ".." || strings.HasPrefix(p, "../"):
-		return invalid(field, "must stay inside .choirtmp/send")
-	}
-	return nil
+	return check.SendPath("$.file_path", r.FilePath)
 }
 
 // OutboundStatus is the delivery state of an outbound message.
@@ -767,15 +671,15 @@ type SendOutboundResponse struct {
 
 // Validate checks the ID, outbox ID and status.
 func (r SendOutboundResponse) Validate() error {
-	if err := checkPattern("$.message_id", r.MessageID, idRe, "message ID"); err != nil {
+	if err := check.Pattern("$.message_id", r.MessageID, check.IDPattern, "message ID"); err != nil {
 		return err
 	}
 	if r.OutboxID <= 0 {
-		return invalid("$.outbox_id", "must be positive")
+		return check.Invalid("$.outbox_id", "must be positive")
 	}
 	switch r.Status {
 	case OutboundPending, OutboundSent, OutboundFailed:
 		return nil
 	}
-	return invalid("$.status", "want pending, sent or failed")
+	return check.Invalid("$.status", "want pending, sent or failed")
 }

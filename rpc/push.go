@@ -3,6 +3,8 @@ package rpc
 import (
 	"fmt"
 	"time"
+
+	"github.com/choirhq/choir/rpc/internal/check"
 )
 
 // PushKind names a message choird pushes to the agent.
@@ -80,7 +82,7 @@ func (p Push) body() map[PushKind]bool {
 func (p Push) Validate() error {
 	set := p.body()
 	if len(set) != 1 || !set[p.Kind] {
-		return invalid("$", "kind %q must come with exactly its own field set (got %d fields)", p.Kind, len(set))
+		return check.Invalid("$", "kind %q must come with exactly its own field set (got %d fields)", p.Kind, len(set))
 	}
 	switch p.Kind {
 	case PushUserMessage:
@@ -98,7 +100,7 @@ func (p Push) Validate() error {
 	case PushCompact:
 		return p.Compact.Validate()
 	}
-	return invalid("$.kind", "unknown push kind")
+	return check.Invalid("$.kind", "unknown push kind")
 }
 
 // String describes the push without its contents (which may be private).
@@ -132,28 +134,28 @@ type UserMessage struct {
 // Validate checks the message.
 func (m *UserMessage) Validate() error {
 	if m.InboxID <= 0 {
-		return invalid("$.user_message.inbox_id", "must be positive")
+		return check.Invalid("$.user_message.inbox_id", "must be positive")
 	}
-	if err := checkText("$.user_message.gateway", m.Gateway, maxShortText, true); err != nil {
+	if err := check.Text("$.user_message.gateway", m.Gateway, check.MaxShortText, true); err != nil {
 		return err
 	}
-	if err := checkText("$.user_message.text", m.Text, 1<<20, len(m.Attachments) == 0); err != nil {
+	if err := check.Text("$.user_message.text", m.Text, 1<<20, len(m.Attachments) == 0); err != nil {
 		return err
 	}
 	for i, a := range m.Attachments {
 		p := fmt.Sprintf("$.user_message.attachments[%d]", i)
-		if err := checkText(p+".kind", a.Kind, maxShortText, true); err != nil {
+		if err := check.Text(p+".kind", a.Kind, check.MaxShortText, true); err != nil {
 			return err
 		}
-		if err := checkSendPath(p+".file_path", a.FilePath); err != nil {
+		if err := check.SendPath(p+".file_path", a.FilePath); err != nil {
 			return err
 		}
 		if a.Size < 0 {
-			return invalid(p+".size", "negative")
+			return check.Invalid(p+".size", "negative")
 		}
 	}
 	if m.ReceivedAt.IsZero() {
-		return invalid("$.user_message.received_at", "required")
+		return check.Invalid("$.user_message.received_at", "required")
 	}
 	return nil
 }
@@ -169,9 +171,9 @@ type Injection struct {
 // Validate checks the injection.
 func (m *Injection) Validate() error {
 	if m.InboxID <= 0 {
-		return invalid("$.injection.inbox_id", "must be positive")
+		return check.Invalid("$.injection.inbox_id", "must be positive")
 	}
-	return checkText("$.injection.text", m.Text, 1<<20, true)
+	return check.Text("$.injection.text", m.Text, 1<<20, true)
 }
 
 // CancelScope says what a cancel stops.
@@ -200,16 +202,16 @@ func (m *Cancel) Validate() error {
 	switch m.Scope {
 	case CancelAll, CancelEdge:
 		if m.JobName != "" {
-			return invalid("$.cancel.job_name", "only allowed with scope core")
+			return check.Invalid("$.cancel.job_name", "only allowed with scope core")
 		}
 	case CancelCore:
 		if !ValidLane("core:" + m.JobName) {
-			return invalid("$.cancel.job_name", "not a valid job name")
+			return check.Invalid("$.cancel.job_name", "not a valid job name")
 		}
 	default:
-		return invalid("$.cancel.scope", "want all, edge or core")
+		return check.Invalid("$.cancel.scope", "want all, edge or core")
 	}
-	return checkText("$.cancel.reason", m.Reason, maxReason, false)
+	return check.Text("$.cancel.reason", m.Reason, check.MaxReason, false)
 }
 
 // ApprovalResolved tells the agent how an approval ended.
@@ -224,17 +226,17 @@ type ApprovalResolved struct {
 
 // Validate checks the resolution.
 func (m *ApprovalResolved) Validate() error {
-	if err := checkPattern("$.approval_resolved.approval_id", m.ApprovalID, idRe, "approval ID"); err != nil {
+	if err := check.Pattern("$.approval_resolved.approval_id", m.ApprovalID, check.IDPattern, "approval ID"); err != nil {
 		return err
 	}
 	if m.Status != ApprovalApproved && m.Status != ApprovalRejected {
-		return invalid("$.approval_resolved.status", "want approved or rejected")
+		return check.Invalid("$.approval_resolved.status", "want approved or rejected")
 	}
-	if err := checkText("$.approval_resolved.resolved_by", m.ResolvedBy, maxShortText, true); err != nil {
+	if err := check.Text("$.approval_resolved.resolved_by", m.ResolvedBy, check.MaxShortText, true); err != nil {
 		return err
 	}
 	if m.ResolvedAt.IsZero() {
-		return invalid("$.approval_resolved.resolved_at", "required")
+		return check.Invalid("$.approval_resolved.resolved_at", "required")
 	}
 	return nil
 }
@@ -248,7 +250,7 @@ type ConfigChanged struct {
 // Validate checks the version.
 func (m *ConfigChanged) Validate() error {
 	if m.ConfigVersion <= 0 {
-		return invalid("$.config_changed.config_version", "must be positive")
+		return check.Invalid("$.config_changed.config_version", "must be positive")
 	}
 	return nil
 }
@@ -263,9 +265,9 @@ type Shutdown struct {
 // Validate checks the reason and grace period.
 func (m *Shutdown) Validate() error {
 	if m.GraceMS < 0 {
-		return invalid("$.shutdown.grace_ms", "negative")
+		return check.Invalid("$.shutdown.grace_ms", "negative")
 	}
-	return checkText("$.shutdown.reason", m.Reason, maxReason, true)
+	return check.Text("$.shutdown.reason", m.Reason, check.MaxReason, true)
 }
 
 // Compact asks the agent to compact the edge lane's event window into its
@@ -277,5 +279,5 @@ type Compact struct {
 
 // Validate checks the optional reason.
 func (m *Compact) Validate() error {
-	return checkText("$.compact.reason", m.Reason, maxReason, false)
+	return check.Text("$.compact.reason", m.Reason, check.MaxReason, false)
 }

@@ -1,10 +1,10 @@
 package rpc
 
 import (
-	"container/list"
 	"context"
 	"crypto/sha256"
-	"sync"
+
+	"github.com/choirhq/choir/rpc/internal/replay"
 )
 
 // ReplayKey identifies a call for replay protection: request IDs are
@@ -73,27 +73,8 @@ type MemoryReplayOptions struct {
 // MemoryReplayStore is a bounded, per-session, in-memory ReplayStore. It
 // forgets everything when the process ends.
 type MemoryReplayStore struct {
-	opts     MemoryReplayOptions
-	mu       sync.Mutex
-	sessions map[string]*replaySession
+	m *replay.Memory[ReplayRecord]
 }
-
-type replaySession struct {
-	entries map[string]*list.Element // request ID -> element of order
-	order   list.List                // of *replayEntry, oldest first
-	// firstKept is the oldest entry whose response is still held. Trimming
-	// goes oldest first and eviction removes the oldest, so the trimmed
-	// entries are always a prefix of order.
-	firstKept *list.Element
-	bytes     int
-}
-
-type replayEntry struct {
-	requestID string
-	rec       ReplayRecord
-}
-
-func (e *replayEntry) size() int { return len(e.rec.Response) + len(e.rec.ErrMessage) }
 
 // NewMemoryReplayStore returns an empty store.
 func NewMemoryReplayStore(opts MemoryReplayOptions) *MemoryReplayStore {
@@ -103,78 +84,29 @@ func NewMemoryReplayStore(opts MemoryReplayOptions) *MemoryReplayStore {
 	if opts.MaxBytes <= 0 {
 		opts.MaxBytes = 8 << 20
 	}
-	return &MemoryReplayStore{opts: opts, sessions: map[string]*replaySession{}}
+	return &MemoryReplayStore{m: replay.NewMemory(opts.MaxEntries, opts.MaxBytes,
+		func(r ReplayRecord) int { return len(r.Response) + len(r.ErrMessage) },
+		func(r ReplayRecord) bool { return r.Trimmed },
+		func(r ReplayRecord) ReplayRecord {
+			r.Response, r.ErrMessage, r.Trimmed = nil, "", true
+			return r
+		})}
 }
 
 // Load implements ReplayStore.
 func (m *MemoryReplayStore) Load(_ context.Context, key ReplayKey) (ReplayRecord, bool, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.sessions[key.SessionID]
-	if s == nil {
-		return ReplayRecord{}, false, nil
-	}
-	el := s.entries[key.RequestID]
-	if el == nil {
-		return ReplayRecord{}, false, nil
-	}
-	return el.Value.(*replayEntry).rec, true, nil
+	rec, ok := m.m.Load(key.SessionID, key.RequestID)
+	return rec, ok, nil
 }
 
 // Save implements ReplayStore.
 func (m *MemoryReplayStore) Save(_ context.Context, key ReplayKey, rec ReplayRecord) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.sessions[key.SessionID]
-	if s == nil {
-		s = &replaySession{entries: map[string]*list.Element{}}
-		m.sessions[key.SessionID] = s
-	}
-	if el := s.entries[key.RequestID]; el != nil {
-		s.remove(el)
-	}
-	e := &replayEntry{requestID: key.RequestID, rec: rec}
-	el := s.order.PushBack(e)
-	s.entries[key.RequestID] = el
-	if e.rec.Trimmed {
-		e.rec.Response, e.rec.ErrMessage = nil, ""
-	} else if s.firstKept == nil {
-		s.firstKept = el
-	}
-	s.bytes += e.size()
-	for s.order.Len() > m.opts.MaxEntries {
-		s.remove(s.order.Front())
-	}
-	for s.bytes > m.opts.MaxBytes && s.firstKept != nil {
-		s.trim()
-	}
+	m.m.Save(key.SessionID, key.RequestID, rec)
 	return nil
-}
-
-// remove drops el entirely.
-func (s *replaySession) remove(el *list.Element) {
-	e := el.Value.(*replayEntry)
-	if el == s.firstKept {
-		s.firstKept = el.Next()
-	}
-	s.bytes -= e.size()
-	delete(s.entries, e.requestID)
-	s.order.Remove(el)
-}
-
-// trim drops the response of the oldest entry that still has one.
-func (s *replaySession) trim() {
-	el := s.firstKept
-	e := el.Value.(*replayEntry)
-	s.bytes -= e.size()
-	e.rec.Response, e.rec.ErrMessage, e.rec.Trimmed = nil, "", true
-	s.firstKept = el.Next()
 }
 
 // Forget implements ReplayStore.
 func (m *MemoryReplayStore) Forget(_ context.Context, sessionID string) error {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	delete(m.sessions, sessionID)
+	m.m.Forget(sessionID)
 	return nil
 }

@@ -9,17 +9,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"net"
 	"net/http"
 	"runtime/debug"
 	"strconv"
-	"sync"
 	"time"
 
-	"golang.org/x/time/rate"
+	"github.com/choirhq/choir/rpc/internal/callserve"
 )
 
 // Session is an authenticated agent session.
@@ -114,6 +112,22 @@ var verbDefs = map[Verb]verbDef{
 	VerbSendOutbound:       defineVerb(ControlPlaneHandler.HandleSendOutbound),
 }
 
+// Defaults of the guards that keep one agent from starving choird or the
+// other agents (see ServerOptions).
+const (
+	// DefaultMaxConns caps the connections of one listener: far above what
+	// honest agents use (each keeps a few pooled call connections and one
+	// event stream), far below the process's descriptor limit.
+	DefaultMaxConns = callserve.DefaultMaxConns
+	// DefaultFailedAuthRate and DefaultFailedAuthBurst bound the failed
+	// authentications a listener allows before it stops looking tokens up:
+	// an honest agent fails only once its session is revoked, and a
+	// failed lookup is one indexed read, so 20/s costs the database
+	// nothing noticeable.
+	DefaultFailedAuthRate  = callserve.DefaultFailedAuthRate
+	DefaultFailedAuthBurst = callserve.DefaultFailedAuthBurst
+)
+
 // ServerOptions configure a Server.
 type ServerOptions struct {
 	// Handler serves the verbs. Required.
@@ -162,28 +176,11 @@ type Server struct {
 	auth   Authenticator
 	replay ReplayStore
 	lim    Limits
-	log    *slog.Logger
-	ping   time.Duration
-	grace  time.Duration
-	epoch  string
-
-	maxConns        int
-	failedAuthRate  float64
-	failedAuthBurst int
-
-	mu       sync.Mutex
-	sessions map[string]*sessionState
-
-	flightMu sync.Mutex
-	flights  map[ReplayKey]*flight
-}
-
-// sessionState is what the server keeps per session: its rate limiter and
-// its push queue. CloseSession drops it.
-type sessionState struct {
-	limiter *rate.Limiter
-	pushes  *pushQueue
-	id      identity
+	// core holds each session's rate limiter, push queue and remembered
+	// token (CloseSession drops them), the push epoch and the listeners'
+	// guards.
+	core    *callserve.Server
+	flights callserve.Flights[outcome]
 }
 
 // NewServer returns a server for opts.
@@ -199,98 +196,29 @@ func NewServer(opts ServerOptions) (*Server, error) {
 		auth:   opts.Authenticator,
 		replay: opts.Replay,
 		lim:    opts.Limits.withDefaults(),
-		log:    opts.Logger,
-		ping:   opts.StreamPing,
-		grace:  opts.ShutdownTimeout,
-		epoch:  newEpoch(),
-
-		maxConns:        opts.MaxConns,
-		failedAuthRate:  opts.FailedAuthRate,
-		failedAuthBurst: opts.FailedAuthBurst,
-		sessions:        map[string]*sessionState{},
-		flights:         map[ReplayKey]*flight{},
 	}
+	s.core = callserve.New(callserve.Config{
+		Limits:     callserve.Limits{RequestsPerSecond: s.lim.RequestsPerSecond, Burst: s.lim.Burst, PushBuffer: s.lim.PushBuffer},
+		MaxPayload: s.lim.MaxPayloadBytes, Hash: HashLeaseToken, Match: LeaseTokenMatches,
+		Log: opts.Logger, Ping: opts.StreamPing, Grace: opts.ShutdownTimeout,
+		MaxConns: opts.MaxConns, FailedAuthRate: opts.FailedAuthRate, FailedAuthBurst: opts.FailedAuthBurst,
+	})
 	if s.replay == nil {
 		s.replay = NewMemoryReplayStore(MemoryReplayOptions{})
 	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
-	}
-	if s.ping <= 0 {
-		s.ping = 15 * time.Second
-	}
-	if s.grace <= 0 {
-		s.grace = 10 * time.Second
-	}
-	if s.maxConns <= 0 {
-		s.maxConns = DefaultMaxConns
-	}
-	if s.failedAuthRate <= 0 {
-		s.failedAuthRate = DefaultFailedAuthRate
-	}
-	if s.failedAuthBurst <= 0 {
-		s.failedAuthBurst = DefaultFailedAuthBurst
-	}
 	return s, nil
 }
-
-func newEpoch() string {
-	var b [8]byte
-	rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
-
-// stopKey carries, in a request's context, the channel Serve closes when it
-// begins to shut down, so that event streams end and let it finish.
-type stopKey struct{}
 
 // Serve serves calls on ln until ctx ends, then shuts down gracefully:
 // event streams end, calls in flight get ShutdownTimeout to finish. It
 // closes ln. Serve may run on several listeners at once.
 //
-// Calls run in a loop of Serve's own over each connection (see
-// callServer); a connection that asks for anything else is handed to a
-// net/http server, which serves the event stream.
+// Calls run in a loop of Serve's own over each connection (see package
+// rpc/internal/fastpath); a connection that asks for anything else is
+// handed to a net/http server, which serves the event stream.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
-	stop := make(chan struct{})
-	base := context.WithValue(context.Background(), stopKey{}, (<-chan struct{})(stop))
-	base = context.WithValue(base, guardKey{}, newListenerGuard(s.failedAuthRate, s.failedAuthBurst))
-	handoff := newHandoffListener(ln.Addr())
-	hs := &http.Server{
-		Handler:           s,
-		ReadHeaderTimeout: headerTimeout,
-		IdleTimeout:       idleTimeout,
-		MaxHeaderBytes:    maxHeaderBytes,
-		BaseContext:       func(net.Listener) context.Context { return base },
-		ErrorLog:          slog.NewLogLogger(s.log.Handler(), slog.LevelDebug),
-	}
-	hs.RegisterOnShutdown(func() { close(stop) })
-	cs := &callServer{s: s, base: base, handoff: handoff, log: s.log, conns: map[*serverConn]struct{}{},
-		capWarn: rate.Sometimes{Interval: 10 * time.Second}}
-	hs.ConnState = cs.connState
-	httpErr, callErr := make(chan error, 1), make(chan error, 1)
-	go func() { httpErr <- hs.Serve(handoff) }()
-	go func() { callErr <- cs.serve(ln) }()
-	var failed error
-	select {
-	case err := <-callErr:
-		failed = fmt.Errorf("serve rpc on %s: %w", ln.Addr(), err)
-		callErr <- nil
-	case <-ctx.Done():
-	}
-	cs.stopAccepting(ln)
-	<-callErr
-	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.grace)
-	defer cancel()
-	var errs []error
-	if err := hs.Shutdown(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("shut down rpc event streams on %s: %w", ln.Addr(), err), hs.Close())
-	}
-	if err := cs.shutdown(sctx); err != nil {
-		errs = append(errs, fmt.Errorf("shut down rpc calls on %s: %w", ln.Addr(), err))
-	}
-	<-httpErr
-	return errors.Join(append([]error{failed}, errs...)...)
+	return s.core.Serve(ctx, ln, s, http.MethodPost+" "+PathRPCPrefix,
+		func(msg string) []byte { return encodeErrorBody(&Error{Code: CodeBadRequest, Message: msg}) })
 }
 
 // ServeHTTP routes POST /rpc/<verb> and GET /events.
@@ -302,145 +230,60 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	s.serveCall(w, r)
 }
 
-// session returns the state of a session, creating it.
-func (s *Server) session(id string) *sessionState {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	st := s.sessions[id]
-	if st == nil {
-		limit := rate.Limit(s.lim.RequestsPerSecond)
-		if math.IsInf(s.lim.RequestsPerSecond, 1) {
-			limit = rate.Inf
-		}
-		st = &sessionState{
-			limiter: rate.NewLimiter(limit, s.lim.Burst),
-			pushes:  newPushQueue(s.lim.PushBuffer),
-		}
-		s.sessions[id] = st
-	}
-	return st
-}
-
 // CloseSession drops everything the server keeps for a session: its push
 // queue (ending its event stream), its rate limiter and its replay records.
 // choird calls it when the session ends or crashes, after revoking the
 // token, and pushes nothing to the session afterwards (a later Push would
 // start a new queue).
 func (s *Server) CloseSession(ctx context.Context, sessionID string) error {
-	s.dropSession(sessionID)
+	s.core.Sessions.Drop(sessionID)
 	if err := s.replay.Forget(ctx, sessionID); err != nil {
 		return fmt.Errorf("close session %s: forget replays: %w", sessionID, err)
 	}
 	return nil
 }
 
-// dropSession forgets a session's rate limiter and push queue, ending its
-// event stream.
-func (s *Server) dropSession(id string) {
-	s.mu.Lock()
-	st := s.sessions[id]
-	delete(s.sessions, id)
-	s.mu.Unlock()
-	if st != nil {
-		st.pushes.close()
-	}
-}
-
-// authenticate checks the lease token and applies the rate limit. While
-// the listener's failed-authentication budget is spent, it asks the
-// Authenticator nothing about a token it has not seen succeed for the
-// session (see ServerOptions.FailedAuthRate).
-func (s *Server) authenticate(ctx context.Context, verb Verb, sessionID, token string) (Session, *sessionState, *Error) {
-	var sess Session
-	var err error
+// authenticate checks the lease token and applies the rate limit (see
+// callserve.Sessions.Authenticate and ServerOptions.FailedAuthRate).
+func (s *Server) authenticate(ctx context.Context, verb Verb, sessionID, token string) (Session, *callserve.Session, *Error) {
 	ia, identityOnly := s.auth.(IdentityAuthenticator)
 	identityOnly = identityOnly && verb.FencedByHandler()
-	g := guardFrom(ctx)
-	throttled := g != nil && g.throttled()
-	refuse := func() (Session, *sessionState, *Error) {
-		d := g.retryAfter()
-		g.warn.Do(func() {
-			s.log.WarnContext(ctx, "rpc: too many failed authentications; refusing lookups of unknown tokens",
-				slog.Float64("per_second", s.failedAuthRate), slog.Int("burst", s.failedAuthBurst))
+	agentID, st, r := s.core.Sessions.Authenticate(ctx, s.core.Log, identityOnly, sessionID, token,
+		func(ctx context.Context, identityOnly bool) (string, string, bool, error) {
+			var sess Session
+			var err error
+			if identityOnly {
+				sess, err = ia.AuthenticateIdentity(ctx, sessionID, token)
+			} else {
+				sess, err = s.auth.Authenticate(ctx, sessionID, token)
+			}
+			return sess.ID, sess.AgentID, errors.Is(err, ErrUnauthenticated), err
 		})
-		return Session{}, nil, &Error{Code: CodeRateLimited,
-			Message:    fmt.Sprintf("too many failed authentications on this listener; retry in %s", d.Round(time.Millisecond)),
-			RetryAfter: d}
+	if r != nil {
+		return Session{}, nil, s.refusal(ctx, r)
 	}
-	switch {
-	case throttled && identityOnly:
-		var ok bool
-		if sess, ok = s.rememberedSession(sessionID, token); !ok {
-			return refuse()
-		}
-	case throttled && !s.knownToken(sessionID, token):
-		return refuse()
-	case identityOnly:
-		sess, err = ia.AuthenticateIdentity(ctx, sessionID, token)
-	default:
-		sess, err = s.auth.Authenticate(ctx, sessionID, token)
-	}
-	switch {
-	case errors.Is(err, ErrUnauthenticated):
-		if g != nil {
-			g.failed()
-		}
-		return Session{}, nil, Errorf(CodeUnauthenticated, "lease token rejected for session %s: wrong token or session not active", sessionID)
-	case err != nil:
-		return Session{}, nil, s.internal(ctx, CodeUnavailable, "authenticate", err)
-	case sess.ID != sessionID:
-		return Session{}, nil, s.internal(ctx, CodeInternal, "authenticate",
-			fmt.Errorf("authenticator returned session %s for %s", sess.ID, sessionID))
-	}
-	st := s.session(sess.ID)
-	st.id.remember(token, sess.AgentID)
-	now := time.Now()
-	res := st.limiter.ReserveN(now, 1)
-	if d := res.DelayFrom(now); !res.OK() || d > 0 {
-		res.CancelAt(now)
-		if !res.OK() {
-			d = time.Second
-		}
-		return Session{}, nil, &Error{
-			Code: CodeRateLimited,
-			Message: fmt.Sprintf("rate limit exceeded for session %s: %s requests/s with bursts of %d; retry in %s",
-				sess.ID, strconv.FormatFloat(s.lim.RequestsPerSecond, 'g', -1, 64), s.lim.Burst, d.Round(time.Millisecond)),
-			RetryAfter: d,
-		}
-	}
-	return sess, st, nil
+	return Session{ID: sessionID, AgentID: agentID}, st, nil
 }
 
-// rememberedSession authenticates a call from what the server remembers
-// of its session, without the Authenticator: only for a verb whose handler
-// fences the session itself, and only with an IdentityAuthenticator, which
-// may answer from memory anyway.
-func (s *Server) rememberedSession(sessionID, token string) (Session, bool) {
-	s.mu.Lock()
-	st := s.sessions[sessionID]
-	s.mu.Unlock()
-	if st == nil {
-		return Session{}, false
-	}
-	agentID, ok := st.id.matches(token)
-	return Session{ID: sessionID, AgentID: agentID}, ok
+// refusalCodes are the wire codes of callserve's refusals.
+var refusalCodes = [...]Code{
+	callserve.BadRequest: CodeBadRequest, callserve.Unauthenticated: CodeUnauthenticated,
+	callserve.NotFound: CodeNotFound, callserve.UnknownVerb: CodeUnknownVerb,
+	callserve.Conflict: CodeConflict, callserve.PayloadTooLarge: CodePayloadTooLarge,
+	callserve.RateLimited: CodeRateLimited, callserve.Unavailable: CodeUnavailable, callserve.Internal: CodeInternal,
 }
 
-// knownToken reports whether token is the one the session authenticated
-// with before on this server. While failed authentications are throttled,
-// a call with a known token still gets its lookup: the lookup is the
-// honest agent's own, which a flood of bad tokens must not starve (its
-// replies, approvals and host tools go through such calls), and a bad
-// token never matches.
-func (s *Server) knownToken(sessionID, token string) bool {
-	s.mu.Lock()
-	st := s.sessions[sessionID]
-	s.mu.Unlock()
-	if st == nil {
-		return false
+// refusal turns a refusal into its wire error, logging an internal one.
+func (s *Server) refusal(ctx context.Context, r *callserve.Refusal) *Error {
+	if r.Err != nil {
+		return s.internal(ctx, refusalCodes[r.Kind], r.What, r.Err)
 	}
-	_, ok := st.id.matches(token)
-	return ok
+	return refusalError(r)
+}
+
+// refusalError is the wire error of a refusal that is not internal.
+func refusalError(r *callserve.Refusal) *Error {
+	return &Error{Code: refusalCodes[r.Kind], Message: r.Message, RetryAfter: r.RetryAfter}
 }
 
 // internal logs err under a fresh reference and returns an error of code
@@ -449,7 +292,7 @@ func (s *Server) internal(ctx context.Context, code Code, what string, err error
 	var b [4]byte
 	rand.Read(b[:])
 	ref := hex.EncodeToString(b[:])
-	s.log.ErrorContext(ctx, "rpc "+what+" failed", slog.String("ref", ref), slog.String("code", string(code)), slog.Any("err", err))
+	s.core.Log.ErrorContext(ctx, "rpc "+what+" failed", slog.String("ref", ref), slog.String("code", string(code)), slog.Any("err", err))
 	msg := "internal error"
 	if code == CodeUnavailable {
 		msg = "temporarily unavailable"
@@ -480,9 +323,9 @@ func (s *Server) serveCall(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, r, aerr)
 		return
 	}
-	body, berr := s.readBody(w, r)
+	body, berr := callserve.ReadBody(w, r, s.lim.MaxPayloadBytes)
 	if berr != nil {
-		s.writeError(w, berr)
+		s.writeError(w, s.refusal(ctx, berr))
 		return
 	}
 	def := verbDefs[env.Verb]
@@ -514,7 +357,7 @@ func (s *Server) serveCall(w http.ResponseWriter, r *http.Request) {
 	}
 	if out.err != nil && out.err.Code == CodeUnauthenticated && env.Verb.FencedByHandler() {
 		// The handler found the session revoked: keep nothing for it.
-		s.dropSession(sess.ID)
+		s.core.Sessions.Drop(sess.ID)
 	}
 	if replayed {
 		w.Header().Set(HeaderReplayed, "true")
@@ -523,7 +366,7 @@ func (s *Server) serveCall(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, out.err)
 		return
 	}
-	writeJSON(w, http.StatusOK, out.resp)
+	callserve.WriteJSON(w, http.StatusOK, out.resp)
 }
 
 // invoke runs the handler, turning a panic into an internal error, and
@@ -557,85 +400,51 @@ func (s *Server) invoke(ctx context.Context, def verbDef, c Call, req Payload) (
 	return outcome{resp: b}
 }
 
-// flight is a mutating call in progress; duplicates wait for it.
-type flight struct {
-	verb   Verb
-	digest [sha256.Size]byte
-	done   chan struct{}
-	out    outcome
-	// cached reports that out was stored: a duplicate returns it. An
-	// uncached outcome (internal, unavailable) lets a duplicate run.
-	cached bool
-}
-
 // once runs a mutating call at most once per key: a duplicate that arrives
 // while the first runs waits for it, one that arrives later finds the
 // stored outcome. It reports whether out is a replay.
-func (s *Server) once(ctx context.Context, key ReplayKey, verb Verb, digest [sha256.Size]byte, run func() outcome) (out outcome, replayed bool) {
-	mismatch := func(v Verb, d [sha256.Size]byte) (outcome, bool) {
-		if v != verb || d != digest {
-			return outcome{err: Errorf(CodeConflict, "request ID %s was already used for a different %s call in this session; use a fresh request ID", key.RequestID, v)}, true
-		}
-		return outcome{}, false
+func (s *Server) once(ctx context.Context, key ReplayKey, verb Verb, digest [sha256.Size]byte, run func() outcome) (outcome, bool) {
+	tag := callserve.Tag{Verb: string(verb), Digest: digest}
+	out, replayed, r := s.flights.Do(ctx, callserve.Key(key), tag, func() (outcome, bool, bool) {
+		return s.replayOrRun(ctx, key, tag, run)
+	})
+	if r != nil {
+		return outcome{err: s.refusal(ctx, r)}, false
 	}
-	var f *flight
-	for f == nil {
-		s.flightMu.Lock()
-		if g := s.flights[key]; g != nil {
-			s.flightMu.Unlock()
-			select {
-			case <-g.done:
-			case <-ctx.Done():
-				return outcome{err: Errorf(CodeUnavailable, "request canceled while a duplicate was in flight")}, false
-			}
-			if o, bad := mismatch(g.verb, g.digest); bad {
-				return o, false
-			}
-			if g.cached {
-				return g.out, true
-			}
-			continue // The first attempt left no trace: run again.
-		}
-		f = &flight{verb: verb, digest: digest, done: make(chan struct{})}
-		s.flights[key] = f
-		s.flightMu.Unlock()
-	}
-	defer func() {
-		s.flightMu.Lock()
-		delete(s.flights, key)
-		s.flightMu.Unlock()
-		close(f.done)
-	}()
+	return out, replayed
+}
 
+// replayOrRun returns the stored outcome of key, or runs the call and
+// stores its outcome; cached reports that the outcome is stored.
+func (s *Server) replayOrRun(ctx context.Context, key ReplayKey, tag callserve.Tag, run func() outcome) (out outcome, cached, replayed bool) {
 	var rec ReplayRecord
 	var found bool
 	var err error
-	if k, ok := s.replay.(ReplayKeeper); !ok || k.Keeps(verb) {
+	if k, ok := s.replay.(ReplayKeeper); !ok || k.Keeps(Verb(tag.Verb)) {
 		rec, found, err = s.replay.Load(ctx, key)
 	}
 	if err != nil {
-		f.out = outcome{err: s.internal(ctx, CodeUnavailable, "replay load", err)}
-		return f.out, false
+		return outcome{err: s.internal(ctx, CodeUnavailable, "replay load", err)}, false, false
 	}
 	if found {
-		if o, bad := mismatch(rec.Verb, rec.Digest); bad {
-			return o, false
+		if r := callserve.Mismatch(key.RequestID, callserve.Tag{Verb: string(rec.Verb), Digest: rec.Digest}, tag); r != nil {
+			return outcome{err: s.refusal(ctx, r)}, false, false
 		}
 		if rec.Trimmed {
-			return outcome{err: Errorf(CodeConflict, "request %s was already executed; its response is no longer retained", key.RequestID)}, false
+			return outcome{err: Errorf(CodeConflict, "request %s was already executed; its response is no longer retained", key.RequestID)}, false, false
 		}
-		f.out, f.cached = outcome{resp: rec.Response}, true
+		out = outcome{resp: rec.Response}
 		if rec.ErrCode != "" {
-			f.out = outcome{err: &Error{Code: rec.ErrCode, Message: rec.ErrMessage}}
+			out = outcome{err: &Error{Code: rec.ErrCode, Message: rec.ErrMessage}}
 		}
-		return f.out, true
+		return out, true, true
 	}
 
-	f.out = run()
-	if f.out.cacheable() {
-		rec := ReplayRecord{Verb: verb, Digest: digest, Response: f.out.resp}
-		if f.out.err != nil {
-			rec.ErrCode, rec.ErrMessage = f.out.err.Code, f.out.err.Message
+	out = run()
+	if out.cacheable() {
+		rec := ReplayRecord{Verb: Verb(tag.Verb), Digest: tag.Digest, Response: out.resp}
+		if out.err != nil {
+			rec.ErrCode, rec.ErrMessage = out.err.Code, out.err.Message
 		}
 		// The call has run whatever happens next, so a failure to save is
 		// logged, not returned: a later replay may then run it again, and
@@ -644,65 +453,15 @@ func (s *Server) once(ctx context.Context, key ReplayKey, verb Verb, digest [sha
 		if err := s.replay.Save(context.WithoutCancel(ctx), key, rec); err != nil {
 			s.internal(ctx, CodeInternal, "replay save", err)
 		} else {
-			f.cached = true
+			cached = true
 		}
 	}
-	return f.out, false
-}
-
-// drainLimit is how much of an unwanted request body the server reads and
-// discards so that the connection can carry the next request; beyond it the
-// connection is closed instead.
-func (s *Server) drainLimit() int64 { return int64(s.lim.MaxPayloadBytes) + 1<<20 }
-
-// readBody reads the payload under the size cap. An oversize payload is
-// drained, within drainLimit, so the connection survives.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) ([]byte, *Error) {
-	limit := int64(s.lim.MaxPayloadBytes)
-	tooLarge := func(n string) *Error {
-		return Errorf(CodePayloadTooLarge, "payload is %s bytes, over the limit of %d bytes (max_payload_bytes)", n, limit)
-	}
-	if r.ContentLength > limit {
-		s.drain(w, r)
-		return nil, tooLarge(strconv.FormatInt(r.ContentLength, 10))
-	}
-	if r.ContentLength >= 0 {
-		// The common case, in one allocation: net/http ends the body at
-		// its declared length.
-		b := make([]byte, r.ContentLength)
-		if _, err := io.ReadFull(r.Body, b); err != nil {
-			return nil, Errorf(CodeBadRequest, "read payload: %v", err)
-		}
-		return b, nil
-	}
-	var buf bytes.Buffer
-	n, err := buf.ReadFrom(io.LimitReader(r.Body, limit+1))
-	if err != nil {
-		return nil, Errorf(CodeBadRequest, "read payload: %v", err)
-	}
-	if n > limit {
-		s.drain(w, r)
-		return nil, tooLarge("more than " + strconv.FormatInt(limit, 10))
-	}
-	return buf.Bytes(), nil
-}
-
-// drain discards the rest of the request body, or marks the connection for
-// closing if there is too much of it.
-func (s *Server) drain(w http.ResponseWriter, r *http.Request) {
-	if r.ContentLength > s.drainLimit() {
-		w.Header().Set("Connection", "close")
-		return
-	}
-	n, _ := io.CopyN(io.Discard, r.Body, s.drainLimit())
-	if n == s.drainLimit() {
-		w.Header().Set("Connection", "close")
-	}
+	return out, cached, false
 }
 
 // reject answers a call refused before its body was read.
 func (s *Server) reject(w http.ResponseWriter, r *http.Request, e *Error) {
-	s.drain(w, r)
+	callserve.Drain(w, r, s.lim.MaxPayloadBytes)
 	s.writeError(w, e)
 }
 
@@ -710,7 +469,7 @@ func (s *Server) writeError(w http.ResponseWriter, e *Error) {
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(e.RetryAfter.Seconds())), 10))
 	}
-	writeJSON(w, e.Code.HTTPStatus(), encodeErrorBody(e))
+	callserve.WriteJSON(w, e.Code.HTTPStatus(), encodeErrorBody(e))
 }
 
 // encodeErrorBody renders e's wire form, without HTML escaping so that
@@ -723,15 +482,4 @@ func encodeErrorBody(e *Error) []byte {
 		return []byte(`{"error":"internal error","code":"internal"}`)
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
-}
-
-// jsonContentType is shared by every response: net/http only reads it.
-var jsonContentType = []string{"application/json"}
-
-func writeJSON(w http.ResponseWriter, status int, b []byte) {
-	h := w.Header()
-	h["Content-Type"] = jsonContentType
-	h.Set("Content-Length", strconv.Itoa(len(b)))
-	w.WriteHeader(status)
-	w.Write(b)
 }

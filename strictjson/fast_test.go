@@ -1,8 +1,10 @@
 package strictjson
 
 import (
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"reflect"
 	"strings"
 	"testing"
@@ -209,4 +211,107 @@ func FuzzPlainRun(f *testing.F) {
 			t.Fatalf("plainRun(%q, %d) = %d, want %d", d, i, got, want)
 		}
 	})
+}
+
+// benchHash is a SHA-256 hash in hex, as rpc.Hash decodes it.
+type benchHash [32]byte
+
+func (h *benchHash) UnmarshalText(b []byte) error {
+	if len(b) != 64 {
+		return errors.New("want 64 hex digits")
+	}
+	_, err := hex.Decode(h[:], b)
+	return err
+}
+
+// benchEvent and benchHeartbeat have the shape of rpc.Event and
+// rpc.HeartbeatRequest, the payload choird decodes most.
+type benchEvent struct {
+	Rev       int64           `json:"rev"`
+	Type      string          `json:"type"`
+	Lane      string          `json:"lane"`
+	Payload   json.RawMessage `json:"payload"`
+	CreatedAt time.Time       `json:"created_at"`
+	HashPrev  benchHash       `json:"hash_prev"`
+	Hash      benchHash       `json:"hash"`
+}
+
+type benchHeartbeat struct {
+	BaseRev       int64        `json:"base_rev"`
+	NewRev        int64        `json:"new_rev"`
+	Patches       []benchEvent `json:"patches"`
+	ConfigVersion int64        `json:"config_version"`
+	HashPrev      benchHash    `json:"hash_prev"`
+	HashNew       benchHash    `json:"hash_new"`
+	Timestamp     time.Time    `json:"timestamp"`
+}
+
+func benchHeartbeatDoc(events int) []byte {
+	var sb strings.Builder
+	h := strings.Repeat("ab", 32)
+	fmt.Fprintf(&sb, `{"base_rev":0,"new_rev":%d,"patches":[`, events)
+	for i := range events {
+		if i > 0 {
+			sb.WriteString(",")
+		}
+		fmt.Fprintf(&sb, `{"rev":%d,"type":"model_output","lane":"edge","payload":{"text":"%s","tokens":812},"created_at":"2025-01-02T03:04:05.123456Z","hash_prev":"%s","hash":"%s"}`,
+			i+1, strings.Repeat("word ", 150), h, h)
+	}
+	fmt.Fprintf(&sb, `],"config_version":3,"hash_prev":"%s","hash_new":"%s","timestamp":"2025-01-02T03:04:05Z"}`, h, h)
+	return []byte(sb.String())
+}
+
+// BenchmarkDecodeFastPass weighs the fast pass: Decode (the fast pass,
+// which succeeds on these documents) against decodeSlow (checking, then
+// encoding/json), on a heartbeat of one event (about 1 KiB), a heartbeat
+// of 50 events (about 45 KiB, as a busy agent's catch-up), and a
+// config-shaped document with nested maps.
+func BenchmarkDecodeFastPass(b *testing.B) {
+	var cfg strings.Builder
+	cfg.WriteString(`{"agents":{`)
+	for i := range 50 {
+		if i > 0 {
+			cfg.WriteString(",")
+		}
+		fmt.Fprintf(&cfg, `"agent-%d":{"workspace":"ws-%d","dm":"dm","models":{"edge":"m1","core":"m2"},"secrets":["a","b"]}`, i, i)
+	}
+	cfg.WriteString(`}}`)
+	type benchConfig struct {
+		Agents map[string]struct {
+			Workspace string            `json:"workspace"`
+			DM        string            `json:"dm"`
+			Models    map[string]string `json:"models"`
+			Secrets   []string          `json:"secrets"`
+		} `json:"agents"`
+	}
+	for _, tc := range []struct {
+		name string
+		data []byte
+		into func() any
+	}{
+		{"Heartbeat1", benchHeartbeatDoc(1), func() any { return new(benchHeartbeat) }},
+		{"Heartbeat50", benchHeartbeatDoc(50), func() any { return new(benchHeartbeat) }},
+		{"Config", []byte(cfg.String()), func() any { return new(benchConfig) }},
+	} {
+		lim := Limits{}.withDefaults()
+		if !decodeFast(tc.data, reflect.ValueOf(tc.into()), lim) {
+			b.Fatalf("%s: the fast pass refuses the document", tc.name)
+		}
+		b.Run(tc.name+"/Fast", func(b *testing.B) {
+			b.SetBytes(int64(len(tc.data)))
+			for b.Loop() {
+				if err := Decode(tc.data, tc.into(), Limits{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(tc.name+"/Slow", func(b *testing.B) {
+			b.SetBytes(int64(len(tc.data)))
+			for b.Loop() {
+				if err := decodeSlow(tc.data, reflect.ValueOf(tc.into()), lim); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
 }

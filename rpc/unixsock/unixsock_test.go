@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -118,13 +119,20 @@ func TestListen(t *testing.T) {
 		path := sockPath(t)
 		os.MkdirAll(filepath.Dir(path), 0o700)
 		// A socket left by a process that died: the file stays, nobody
-		// listens.
+		// listens. Forks are held off while the listener is open: a child
+		// forked then (a parallel subtest starts a helper process) keeps a
+		// copy of it, still listening, until it execs, which under load
+		// can be long enough for Listen's probe to find this process
+		// holding the socket.
+		syscall.ForkLock.RLock()
 		old, err := net.Listen("unix", path)
 		if err != nil {
+			syscall.ForkLock.RUnlock()
 			t.Fatal(err)
 		}
 		old.(*net.UnixListener).SetUnlinkOnClose(false)
 		old.Close()
+		syscall.ForkLock.RUnlock()
 		ln := listen(t, path)
 		go func() {
 			if c, err := net.Dial("unix", path); err == nil {

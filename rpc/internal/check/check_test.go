@@ -1,6 +1,7 @@
-package rpc
+package check
 
 import (
+	"crypto/rand"
 	"encoding/base64"
 	"strings"
 	"testing"
@@ -17,7 +18,7 @@ func FuzzValidLane(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, lane string) {
-		if got, want := ValidLane(lane), laneRe.MatchString(lane); got != want {
+		if got, want := ValidLane(lane), LanePattern.MatchString(lane); got != want {
 			t.Fatalf("ValidLane(%q) = %v, the regexp says %v", lane, got, want)
 		}
 	})
@@ -29,13 +30,13 @@ func FuzzValidID(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, id string) {
-		if got, want := ValidID(id), idRe.MatchString(id); got != want {
+		if got, want := ValidID(id), IDPattern.MatchString(id); got != want {
 			t.Fatalf("ValidID(%q) = %v, the regexp says %v", id, got, want)
 		}
 	})
 }
 
-// FuzzSessionID checks isSessionID against parsing and rendering a UUID.
+// FuzzSessionID checks IsSessionID against parsing and rendering a UUID.
 func FuzzSessionID(f *testing.F) {
 	for _, s := range []string{uuid.NewString(), strings.ToUpper(uuid.NewString()), "{" + uuid.NewString() + "}", "urn:uuid:" + uuid.NewString(), strings.ReplaceAll(uuid.NewString(), "-", ""), ""} {
 		f.Add(s)
@@ -43,8 +44,8 @@ func FuzzSessionID(f *testing.F) {
 	f.Fuzz(func(t *testing.T, id string) {
 		u, err := uuid.Parse(id)
 		want := err == nil && u.String() == id
-		if got := isSessionID(id); got != want {
-			t.Fatalf("isSessionID(%q) = %v, uuid says %v", id, got, want)
+		if got := IsSessionID(id); got != want {
+			t.Fatalf("IsSessionID(%q) = %v, uuid says %v", id, got, want)
 		}
 	})
 }
@@ -53,7 +54,9 @@ func FuzzSessionID(f *testing.F) {
 // base64url decoding, which also skips CR and LF: a token with them is
 // refused now (no HTTP header can carry one anyway).
 func FuzzLeaseTokenFormat(f *testing.F) {
-	tok, _ := NewLeaseToken()
+	var b [LeaseTokenBytes]byte
+	rand.Read(b[:]) // A fresh token, as rpc.NewLeaseToken makes them.
+	tok := base64.RawURLEncoding.EncodeToString(b[:])
 	for _, s := range []string{tok, tok[:42] + "B", tok[:42] + "=", tok + "A", tok[:42], strings.Repeat("_", 42) + "w", strings.Repeat("+", 43), "00000000\r\r\r" + strings.Repeat("0", 32)} {
 		f.Add(s)
 	}

@@ -1,4 +1,4 @@
-package rpc
+package fastpath
 
 import (
 	"bytes"
@@ -7,7 +7,7 @@ import (
 	"unicode/utf8"
 )
 
-// canonicalize returns raw in the form CanonicalJSON produces, and true,
+// Canonicalize returns raw in the form rpc.CanonicalJSON produces, and true,
 // when raw is that form already but for escapes of <, > and & (which Go's
 // json.Marshal writes and the canonical form does not): then hashing an
 // event need not decode and re-encode its payload. The agent seals events
@@ -19,7 +19,7 @@ import (
 // the reference. A false negative costs only time; a wrong result would
 // change hashes, which FuzzCanonicalJSON guards against. The result
 // aliases raw unless escapes were undone.
-func canonicalize(raw []byte) ([]byte, bool) {
+func Canonicalize(raw []byte) ([]byte, bool) {
 	s := canonScanner{data: raw}
 	if !s.value(0) || s.pos != len(raw) {
 		return nil, false
@@ -37,23 +37,23 @@ func canonicalize(raw []byte) ([]byte, bool) {
 	return append(out, raw[start:]...), true
 }
 
-// isCanonical reports whether raw is exactly in canonical form.
-func isCanonical(raw []byte) bool {
+// IsCanonical reports whether raw is exactly in canonical form.
+func IsCanonical(raw []byte) bool {
 	s := canonScanner{data: raw}
 	return s.value(0) && s.pos == len(raw) && len(s.html) == 0
 }
 
-// isCompactCanonical reports whether raw is canonical but for escapes of
+// IsCompactCanonical reports whether raw is canonical but for escapes of
 // <, > and &: what json.Marshal makes of it then is raw with those three
 // characters escaped.
-func isCompactCanonical(raw []byte) bool {
+func IsCompactCanonical(raw []byte) bool {
 	s := canonScanner{data: raw}
 	return s.value(0) && s.pos == len(raw)
 }
 
-// canonMaxDepth bounds the scanner's recursion; deeper documents take the
+// CanonMaxDepth bounds the scanner's recursion; deeper documents take the
 // slow path (which refuses them beyond encoding/json's own limit).
-const canonMaxDepth = 512
+const CanonMaxDepth = 512
 
 type canonScanner struct {
 	data []byte
@@ -63,7 +63,7 @@ type canonScanner struct {
 }
 
 func (s *canonScanner) value(depth int) bool {
-	if s.pos >= len(s.data) || depth > canonMaxDepth {
+	if s.pos >= len(s.data) || depth > CanonMaxDepth {
 		return false
 	}
 	switch c := s.data[s.pos]; c {

@@ -1,4 +1,4 @@
-package rpc
+package fastpath
 
 import (
 	"bufio"
@@ -30,12 +30,80 @@ const (
 	maxHeaderBytes = 64 << 10
 )
 
-// callPrefix is how the request line of every call begins.
-var callPrefix = []byte(http.MethodPost + " " + PathRPCPrefix)
+// Config configures Serve.
+type Config struct {
+	// Handler serves every call, and net/http serves it everything else.
+	Handler http.Handler
+	// BaseContext is the context of every request; OnShutdown runs when
+	// net/http begins to shut down, so that event streams can end.
+	BaseContext context.Context
+	OnShutdown  func()
+	// CallPrefix is how the request line of every call begins, such as
+	// "POST /rpc/".
+	CallPrefix string
+	// MaxConns caps the open connections (see rpc.ServerOptions.MaxConns).
+	MaxConns int
+	// DrainLimit is how much of a body the handler left unread is
+	// discarded so that the connection can carry the next call.
+	DrainLimit int64
+	// BadRequest renders the JSON body of a bad_request error with the
+	// given message, for a request the loop refuses itself.
+	BadRequest func(msg string) []byte
+	// Log receives accept failures, panics and refused connections.
+	Log *slog.Logger
+	// Grace bounds how long Serve waits for calls in flight when its
+	// context ends.
+	Grace time.Duration
+}
+
+// Serve serves cfg.Handler on ln until ctx ends, then shuts down
+// gracefully: net/http's connections (event streams) are shut down, calls
+// in flight get cfg.Grace to finish. It closes ln.
+//
+// Calls run in the call loop (callServer); a connection that asks for
+// anything else is handed to a net/http server.
+func Serve(ctx context.Context, ln net.Listener, cfg Config) error {
+	handoff := newHandoffListener(ln.Addr())
+	hs := &http.Server{
+		Handler:           cfg.Handler,
+		ReadHeaderTimeout: headerTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		BaseContext:       func(net.Listener) context.Context { return cfg.BaseContext },
+		ErrorLog:          slog.NewLogLogger(cfg.Log.Handler(), slog.LevelDebug),
+	}
+	hs.RegisterOnShutdown(cfg.OnShutdown)
+	cs := &callServer{cfg: cfg, prefix: []byte(cfg.CallPrefix), handoff: handoff, conns: map[*serverConn]struct{}{},
+		capWarn: rate.Sometimes{Interval: 10 * time.Second}}
+	hs.ConnState = cs.connState
+	httpErr, callErr := make(chan error, 1), make(chan error, 1)
+	go func() { httpErr <- hs.Serve(handoff) }()
+	go func() { callErr <- cs.serve(ln) }()
+	var failed error
+	select {
+	case err := <-callErr:
+		failed = fmt.Errorf("serve rpc on %s: %w", ln.Addr(), err)
+		callErr <- nil
+	case <-ctx.Done():
+	}
+	cs.stopAccepting(ln)
+	<-callErr
+	sctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cfg.Grace)
+	defer cancel()
+	var errs []error
+	if err := hs.Shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("shut down rpc event streams on %s: %w", ln.Addr(), err), hs.Close())
+	}
+	if err := cs.shutdown(sctx); err != nil {
+		errs = append(errs, fmt.Errorf("shut down rpc calls on %s: %w", ln.Addr(), err))
+	}
+	<-httpErr
+	return errors.Join(append([]error{failed}, errs...)...)
+}
 
 // callServer serves calls, POST /rpc/<verb>, on each connection in the
 // connection's own goroutine: it reads the request with net/http's own
-// parser (http.ReadRequest), runs the Server's handler, and writes the
+// parser (http.ReadRequest), runs the handler, and writes the
 // whole response in one write.
 //
 // It exists for speed. net/http's server, for every request, arms a
@@ -51,10 +119,9 @@ var callPrefix = []byte(http.MethodPost + " " + PathRPCPrefix)
 // to net/http, which keeps it to the end: the event stream and every odd
 // request get net/http's full treatment.
 type callServer struct {
-	s       *Server
-	base    context.Context // carries stopKey
+	cfg     Config
+	prefix  []byte
 	handoff *handoffListener
-	log     *slog.Logger
 
 	mu      sync.Mutex
 	conns   map[*serverConn]struct{}
@@ -107,7 +174,7 @@ func (cs *callServer) connState(nc net.Conn, state http.ConnState) {
 }
 
 // serverConn is a connection served by the call loop, or handed off to
-// net/http; it counts against ServerOptions.MaxConns until it is closed.
+// net/http; it counts against Config.MaxConns until it is closed.
 type serverConn struct {
 	nc     net.Conn
 	cancel context.CancelFunc
@@ -131,14 +198,14 @@ func (cs *callServer) serve(ln net.Listener) error {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() { // Out of descriptors and the like: wait, retry.
 				backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
-				cs.log.Warn("rpc accept failed; retrying", slog.Any("err", err), slog.Duration("in", backoff))
+				cs.cfg.Log.Warn("rpc accept failed; retrying", slog.Any("err", err), slog.Duration("in", backoff))
 				time.Sleep(backoff)
 				continue
 			}
 			return err
 		}
 		backoff = 0
-		ctx, cancel := context.WithCancel(cs.base)
+		ctx, cancel := context.WithCancel(cs.cfg.BaseContext)
 		c := &serverConn{nc: nc, cancel: cancel, lastUsed: time.Now()}
 		cs.mu.Lock()
 		if cs.closing {
@@ -147,13 +214,13 @@ func (cs *callServer) serve(ln net.Listener) error {
 			nc.Close()
 			return nil
 		}
-		if len(cs.conns) >= cs.s.maxConns && !cs.evictLocked() {
+		if len(cs.conns) >= cs.cfg.MaxConns && !cs.evictLocked() {
 			cs.mu.Unlock()
 			cancel()
 			nc.Close()
 			cs.capWarn.Do(func() {
-				cs.log.Warn("rpc connection refused: every connection of the listener is busy",
-					slog.Int("max_conns", cs.s.maxConns))
+				cs.cfg.Log.Warn("rpc connection refused: every connection of the listener is busy",
+					slog.Int("max_conns", cs.cfg.MaxConns))
 			})
 			continue
 		}
@@ -231,7 +298,7 @@ func (cs *callServer) serveConn(ctx context.Context, c *serverConn) {
 	handedOff := false
 	defer func() {
 		if p := recover(); p != nil {
-			cs.log.Error("rpc connection panicked", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
+			cs.cfg.Log.Error("rpc connection panicked", slog.Any("panic", p), slog.String("stack", string(debug.Stack())))
 		}
 		if !handedOff {
 			c.nc.Close()
@@ -256,11 +323,11 @@ func (cs *callServer) serveConn(ctx context.Context, c *serverConn) {
 			return
 		}
 		c.nc.SetReadDeadline(time.Now().Add(headerTimeout))
-		head, err := br.Peek(len(callPrefix))
+		head, err := br.Peek(len(cs.prefix))
 		if err != nil {
 			return
 		}
-		if !bytes.Equal(head, callPrefix) {
+		if !bytes.Equal(head, cs.prefix) {
 			c.nc.SetReadDeadline(time.Time{})
 			// From here net/http owns the connection; it counts against
 			// the cap until net/http closes it.
@@ -273,14 +340,14 @@ func (cs *callServer) serveConn(ctx context.Context, c *serverConn) {
 		tooLarge := lr.N == 0
 		lr.N = math.MaxInt64
 		if err != nil {
-			e := Errorf(CodeBadRequest, "malformed HTTP request: %v", err)
+			msg := fmt.Sprintf("malformed HTTP request: %v", err)
 			status := http.StatusBadRequest
 			if tooLarge {
-				e = Errorf(CodeBadRequest, "request header over %d bytes", maxHeaderBytes)
+				msg = fmt.Sprintf("request header over %d bytes", maxHeaderBytes)
 				status = http.StatusRequestHeaderFieldsTooLarge
 			}
 			w.reset()
-			w.error(e, status)
+			w.error(cs.cfg.BadRequest(msg), status)
 			cs.respond(c, bw, w, true)
 			return
 		}
@@ -301,26 +368,26 @@ func (cs *callServer) serveCall(ctx context.Context, c *serverConn, w *callWrite
 	keep := req.ProtoAtLeast(1, 1) && !req.Close
 	switch {
 	case req.ProtoMajor != 1:
-		w.error(Errorf(CodeBadRequest, "HTTP/%d.%d is not supported; use HTTP/1.1", req.ProtoMajor, req.ProtoMinor), http.StatusHTTPVersionNotSupported)
+		w.error(cs.cfg.BadRequest(fmt.Sprintf("HTTP/%d.%d is not supported; use HTTP/1.1", req.ProtoMajor, req.ProtoMinor)), http.StatusHTTPVersionNotSupported)
 		return false
 	case req.ProtoAtLeast(1, 1) && req.Host == "":
-		w.error(Errorf(CodeBadRequest, "missing required Host header"), http.StatusBadRequest)
+		w.error(cs.cfg.BadRequest("missing required Host header"), http.StatusBadRequest)
 		return false
 	case req.Header.Get("Expect") != "":
 		// The call has no body yet, and gets none: the connection must go.
-		w.error(Errorf(CodeBadRequest, "Expect %q is not supported; send the body at once", req.Header.Get("Expect")), http.StatusExpectationFailed)
+		w.error(cs.cfg.BadRequest(fmt.Sprintf("Expect %q is not supported; send the body at once", req.Header.Get("Expect"))), http.StatusExpectationFailed)
 		return false
 	}
 	c.nc.SetReadDeadline(time.Now().Add(bodyTimeout))
 	cs.setBusy(c, true)
-	cs.s.ServeHTTP(w, req.WithContext(ctx))
+	cs.cfg.Handler.ServeHTTP(w, req.WithContext(ctx))
 	cs.setBusy(c, false)
 	if w.h.Get("Connection") == "close" {
 		return false
 	}
 	// Whatever of the body the handler left unread is discarded, within
 	// the drain limit, so that the next call starts at its first byte.
-	if _, err := io.CopyN(io.Discard, req.Body, cs.s.drainLimit()); err != io.EOF {
+	if _, err := io.CopyN(io.Discard, req.Body, cs.cfg.DrainLimit); err != io.EOF {
 		return false
 	}
 	return keep
@@ -389,10 +456,10 @@ func (w *callWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (w *callWriter) error(e *Error, status int) {
+func (w *callWriter) error(body []byte, status int) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
-	w.Write(encodeErrorBody(e))
+	w.Write(body)
 }
 
 // bufferedConn is a connection handed to net/http with the bytes the call

@@ -1,4 +1,4 @@
-package rpc
+package fastpath
 
 import (
 	"bufio"
@@ -12,19 +12,23 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"github.com/choirhq/choir/rpc/internal/transport"
 )
 
-// callPool sends calls on persistent HTTP/1.1 connections, each carrying
+// Pool sends calls on persistent HTTP/1.1 connections, each carrying
 // one call at a time, written and read in the caller's goroutine. It
 // speaks the same HTTP as net/http's Transport, which it replaces only for
 // calls: the Transport hands every request to a
 // writer goroutine and every response back from a reader goroutine, and on
 // a busy machine those two hand-offs were a large share of a call's
 // latency. The event stream keeps using the Transport.
-type callPool struct {
-	dial    func(ctx context.Context) (net.Conn, error)
-	maxIdle int
-	idleFor time.Duration
+type Pool struct {
+	// Dial opens a connection to the server.
+	Dial func(ctx context.Context) (net.Conn, error)
+	// MaxIdle is how many idle connections are kept, IdleFor for how long.
+	MaxIdle int
+	IdleFor time.Duration
 
 	mu   sync.Mutex
 	idle []*callConn // most recently used last
@@ -37,27 +41,27 @@ type callConn struct {
 	lastUsed time.Time
 }
 
-// errCallUnsupported sends a call the pool cannot write byte for byte as
+// ErrUnsupported sends a call the pool cannot write byte for byte as
 // net/http would (a header value with control characters) to the
 // Transport, which refuses it as it always has.
-var errCallUnsupported = errors.New("call not supported by the connection pool")
+var ErrUnsupported = errors.New("call not supported by the connection pool")
 
 // aLongTimeAgo is a deadline in the past, which interrupts blocked I/O.
 var aLongTimeAgo = time.Unix(1, 0)
 
-// call sends one POST of body to path and returns the response's status
+// Call sends one POST of body to path and returns the response's status
 // and body, read under the limit. A failure on a connection that had been
 // idle in the pool, before any byte of the response arrived, is retried
 // once on a fresh connection: the server closes idle connections, and a
 // call that it never read did nothing (mutating calls are protected by
 // their request ID in any case).
-func (p *callPool) call(ctx context.Context, path, host string, headers *[4][2]string, body []byte, limit int) (int, []byte, error) {
+func (p *Pool) Call(ctx context.Context, path, host string, headers *[4][2]string, body []byte, limit int) (int, []byte, error) {
 	if !validHeaderValue(host) {
-		return 0, nil, errCallUnsupported
+		return 0, nil, ErrUnsupported
 	}
 	for _, h := range headers {
 		if !validHeaderValue(h[1]) {
-			return 0, nil, errCallUnsupported
+			return 0, nil, ErrUnsupported
 		}
 	}
 	for attempt := 0; ; attempt++ {
@@ -83,31 +87,31 @@ func (p *callPool) call(ctx context.Context, path, host string, headers *[4][2]s
 
 // get returns an idle connection, or dials one. reused reports an idle
 // one.
-func (p *callPool) get(ctx context.Context) (cc *callConn, reused bool, err error) {
+func (p *Pool) get(ctx context.Context) (cc *callConn, reused bool, err error) {
 	now := time.Now()
 	p.mu.Lock()
 	for len(p.idle) > 0 {
 		cc = p.idle[len(p.idle)-1]
 		p.idle[len(p.idle)-1] = nil
 		p.idle = p.idle[:len(p.idle)-1]
-		if now.Sub(cc.lastUsed) < p.idleFor {
+		if now.Sub(cc.lastUsed) < p.IdleFor {
 			p.mu.Unlock()
 			return cc, true, nil
 		}
 		cc.nc.Close()
 	}
 	p.mu.Unlock()
-	nc, err := p.dial(ctx)
+	nc, err := p.Dial(ctx)
 	if err != nil {
 		return nil, false, err
 	}
 	return &callConn{nc: nc, br: bufio.NewReaderSize(nc, 4096), bw: bufio.NewWriterSize(nc, 4096)}, false, nil
 }
 
-func (p *callPool) put(cc *callConn) {
+func (p *Pool) put(cc *callConn) {
 	cc.lastUsed = time.Now()
 	p.mu.Lock()
-	if len(p.idle) < p.maxIdle {
+	if len(p.idle) < p.MaxIdle {
 		p.idle = append(p.idle, cc)
 		cc = nil
 	}
@@ -117,8 +121,8 @@ func (p *callPool) put(cc *callConn) {
 	}
 }
 
-// closeIdle closes the idle connections.
-func (p *callPool) closeIdle() {
+// CloseIdle closes the idle connections.
+func (p *Pool) CloseIdle() {
 	p.mu.Lock()
 	idle := p.idle
 	p.idle = nil
@@ -194,7 +198,7 @@ func (cc *callConn) do(ctx context.Context, path, host string, headers *[4][2]st
 	if res.StatusCode < 200 {
 		return 0, nil, false, true, fmt.Errorf("unexpected HTTP %d response", res.StatusCode)
 	}
-	b, err := readResponse(res, limit)
+	b, err := transport.ReadBody(res, limit)
 	if err != nil {
 		return 0, nil, false, true, err
 	}

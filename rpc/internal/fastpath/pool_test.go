@@ -1,4 +1,4 @@
-package rpc
+package fastpath
 
 import (
 	"bufio"
@@ -16,10 +16,10 @@ import (
 	"time"
 )
 
-// poolBundle is a plain net/http server on a Unix socket and a callPool
+// poolBundle is a plain net/http server on a Unix socket and a Pool
 // dialling it, counting the connections accepted.
 type poolBundle struct {
-	pool    *callPool
+	pool    *Pool
 	accepts atomic.Int32
 	mu      sync.Mutex
 	conns   []net.Conn
@@ -49,11 +49,11 @@ func newPoolBundle(t *testing.T, h http.HandlerFunc) *poolBundle {
 	go srv.Serve(ln)
 	t.Cleanup(func() { srv.Close() })
 	var d net.Dialer
-	b.pool = &callPool{
-		dial:    func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) },
-		maxIdle: 4, idleFor: time.Minute,
+	b.pool = &Pool{
+		Dial:    func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) },
+		MaxIdle: 4, IdleFor: time.Minute,
 	}
-	t.Cleanup(b.pool.closeIdle)
+	t.Cleanup(b.pool.CloseIdle)
 	return b
 }
 
@@ -70,7 +70,7 @@ func (b *poolBundle) dropAll() {
 
 var poolHeaders = [4][2]string{
 	{"Authorization", "Bearer x"}, {"Content-Type", "application/json"},
-	{HeaderRequestID, "r1"}, {HeaderSessionID, "s1"},
+	{"X-Choir-Request-Id", "r1"}, {"X-Choir-Session-Id", "s1"},
 }
 
 func echo(w http.ResponseWriter, r *http.Request) {
@@ -83,7 +83,7 @@ func TestCallPoolReusesOneConnection(t *testing.T) {
 	t.Parallel()
 	b := newPoolBundle(t, echo)
 	for i := range 5 {
-		status, resp, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{"n":1}`), 1<<20)
+		status, resp, err := b.pool.Call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{"n":1}`), 1<<20)
 		if err != nil || status != 200 || string(resp) != `{"n":1}` {
 			t.Fatalf("call %d: %d %s %v", i, status, resp, err)
 		}
@@ -97,12 +97,12 @@ func TestCallPoolRetriesAConnectionClosedWhileIdle(t *testing.T) {
 	t.Parallel()
 	var calls atomic.Int32
 	b := newPoolBundle(t, func(w http.ResponseWriter, r *http.Request) { calls.Add(1); echo(w, r) })
-	if _, _, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20); err != nil {
+	if _, _, err := b.pool.Call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	b.dropAll()
 	time.Sleep(10 * time.Millisecond) // let the close reach the client's end
-	if _, _, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20); err != nil {
+	if _, _, err := b.pool.Call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20); err != nil {
 		t.Fatalf("call on a connection closed while idle: %v", err)
 	}
 	if n, c := b.accepts.Load(), calls.Load(); n != 2 || c != 2 {
@@ -117,7 +117,7 @@ func TestCallPoolDropsAConnectionTheServerCloses(t *testing.T) {
 		echo(w, r)
 	})
 	for range 2 {
-		if _, _, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20); err != nil {
+		if _, _, err := b.pool.Call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -140,7 +140,7 @@ func TestCallPoolHonoursTheContext(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel()
 	t0 := time.Now()
-	_, _, err := b.pool.call(ctx, "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20)
+	_, _, err := b.pool.Call(ctx, "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20)
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Errorf("got %v, want the context's error", err)
 	}
@@ -149,7 +149,7 @@ func TestCallPoolHonoursTheContext(t *testing.T) {
 	}
 	ctx, cancel = context.WithCancel(t.Context())
 	time.AfterFunc(20*time.Millisecond, cancel)
-	if _, _, err := b.pool.call(ctx, "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20); !errors.Is(err, context.Canceled) {
+	if _, _, err := b.pool.Call(ctx, "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20); !errors.Is(err, context.Canceled) {
 		t.Errorf("got %v, want context.Canceled", err)
 	}
 	if len(b.pool.idle) != 0 {
@@ -160,7 +160,7 @@ func TestCallPoolHonoursTheContext(t *testing.T) {
 func TestCallPoolRefusesOversizeResponses(t *testing.T) {
 	t.Parallel()
 	b := newPoolBundle(t, echo)
-	if _, _, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, bytes.Repeat([]byte("a"), 100), 10); err == nil {
+	if _, _, err := b.pool.Call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, bytes.Repeat([]byte("a"), 100), 10); err == nil {
 		t.Error("an oversize response was accepted")
 	}
 	if len(b.pool.idle) != 0 {
@@ -173,12 +173,12 @@ func TestCallPoolLeavesOddHeadersToTheTransport(t *testing.T) {
 	b := newPoolBundle(t, echo)
 	h := poolHeaders
 	h[3][1] = "s1\r\nX-Injected: 1"
-	if _, _, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &h, []byte(`{}`), 1<<20); err != errCallUnsupported {
-		t.Errorf("got %v, want errCallUnsupported", err)
+	if _, _, err := b.pool.Call(t.Context(), "/rpc/HEARTBEAT", "choird", &h, []byte(`{}`), 1<<20); err != ErrUnsupported {
+		t.Errorf("got %v, want ErrUnsupported", err)
 	}
 	h[3][1] = " s1"
-	if _, _, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &h, []byte(`{}`), 1<<20); err != errCallUnsupported {
-		t.Errorf("got %v, want errCallUnsupported", err)
+	if _, _, err := b.pool.Call(t.Context(), "/rpc/HEARTBEAT", "choird", &h, []byte(`{}`), 1<<20); err != ErrUnsupported {
+		t.Errorf("got %v, want ErrUnsupported", err)
 	}
 }
 
@@ -224,9 +224,9 @@ func TestCallPoolWritesWhatTheTransportWrites(t *testing.T) {
 	dial := func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", sock) }
 
 	got := capture()
-	pool := &callPool{dial: dial, maxIdle: 1, idleFor: time.Minute}
-	defer pool.closeIdle()
-	if _, _, err := pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, body, 1<<20); err != nil {
+	pool := &Pool{Dial: dial, MaxIdle: 1, IdleFor: time.Minute}
+	defer pool.CloseIdle()
+	if _, _, err := pool.Call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, body, 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	fromPool := <-got
@@ -295,7 +295,7 @@ func TestCallPoolReadsChunkedResponses(t *testing.T) {
 		io.WriteString(w, `1}`)
 	})
 	for range 2 {
-		status, resp, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20)
+		status, resp, err := b.pool.Call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20)
 		if err != nil || status != 200 || string(resp) != `{"a":1}` {
 			t.Fatalf("%d %s %v", status, resp, err)
 		}
@@ -333,7 +333,7 @@ func TestCallPoolDropsAConnectionOutOfStep(t *testing.T) {
 		bw.Flush()
 		time.Sleep(50 * time.Millisecond) // keep the connection open
 	})
-	status, resp, err := b.pool.call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20)
+	status, resp, err := b.pool.Call(t.Context(), "/rpc/HEARTBEAT", "choird", &poolHeaders, []byte(`{}`), 1<<20)
 	if err != nil || status != 200 || string(resp) != `{}` {
 		t.Fatalf("%d %s %v", status, resp, err)
 	}

@@ -1,10 +1,11 @@
-package rpc
+package chain
 
 import (
 	"bytes"
-	"encoding/json"
 	"strings"
 	"testing"
+
+	"github.com/choirhq/choir/rpc/internal/fastpath"
 )
 
 var canonicalSeeds = []string{
@@ -17,9 +18,10 @@ var canonicalSeeds = []string{
 	`{"a":` + strings.Repeat("[", 600) + strings.Repeat("]", 600) + `}`,
 }
 
-// FuzzCanonicalJSON checks the fast test against the reference: whatever
-// isCanonical accepts, canonicalJSON turns into the same bytes, and what
-// canonicalJSON writes, isCanonical accepts (unless it is very deep).
+// FuzzCanonicalJSON checks fastpath's scanner against the reference: whatever
+// fastpath.IsCanonical accepts, canonicalJSON turns into the same bytes, and what
+// canonicalJSON writes, fastpath.IsCanonical accepts (unless it is very
+// deep).
 func FuzzCanonicalJSON(f *testing.F) {
 	for _, s := range canonicalSeeds {
 		f.Add([]byte(s))
@@ -29,20 +31,20 @@ func FuzzCanonicalJSON(f *testing.F) {
 			return
 		}
 		ref, err := canonicalJSON(raw)
-		if out, ok := canonicalize(raw); ok {
+		if out, ok := fastpath.Canonicalize(raw); ok {
 			if err != nil {
 				t.Fatalf("canonicalize accepts %q, which canonicalJSON refuses: %v", raw, err)
 			}
 			if !bytes.Equal(ref, out) {
-				t.Fatalf("canonicalize(%q) = %q, but its canonical form is %q", raw, out, ref)
+				t.Fatalf("fastpath.Canonicalize(%q) = %q, but its canonical form is %q", raw, out, ref)
 			}
-			if isCanonical(raw) != bytes.Equal(raw, out) {
-				t.Fatalf("isCanonical(%q) = %v, yet canonicalize gives %q", raw, isCanonical(raw), out)
+			if fastpath.IsCanonical(raw) != bytes.Equal(raw, out) {
+				t.Fatalf("fastpath.IsCanonical(%q) = %v, yet canonicalize gives %q", raw, fastpath.IsCanonical(raw), out)
 			}
-		} else if isCanonical(raw) || isCompactCanonical(raw) {
+		} else if fastpath.IsCanonical(raw) || fastpath.IsCompactCanonical(raw) {
 			t.Fatalf("isCanonical or isCompactCanonical accepts %q, which canonicalize refuses", raw)
 		}
-		if err == nil && bytes.Count(ref, []byte("[")) < canonMaxDepth/2 && bytes.Count(ref, []byte("{")) < canonMaxDepth/2 && !isCanonical(ref) {
+		if err == nil && bytes.Count(ref, []byte("[")) < fastpath.CanonMaxDepth/2 && bytes.Count(ref, []byte("{")) < fastpath.CanonMaxDepth/2 && !fastpath.IsCanonical(ref) {
 			t.Fatalf("isCanonical refuses canonicalJSON's output %q", ref)
 		}
 	})
@@ -62,15 +64,15 @@ func TestCanonicalJSON(t *testing.T) {
 		{`{"a":{"b":[1,2.5e3,"é"]},"b":true}`, `{"a":{"b":[1,2.5e3,"é"]},"b":true}`, true},
 		{`{"k":"\u003cb\u003e\u0026\\u003c"}`, `{"k":"<b>&\\u003c"}`, false},
 	} {
-		if got := isCanonical([]byte(tc.in)); got != tc.fast {
-			t.Errorf("isCanonical(%s) = %v, want %v", tc.in, got, tc.fast)
+		if got := fastpath.IsCanonical([]byte(tc.in)); got != tc.fast {
+			t.Errorf("fastpath.IsCanonical(%s) = %v, want %v", tc.in, got, tc.fast)
 		}
-		got, err := CanonicalJSON(json.RawMessage(tc.in))
+		got, err := Canonical([]byte(tc.in))
 		if err != nil || string(got) != tc.want {
-			t.Errorf("CanonicalJSON(%s) = %s, %v; want %s", tc.in, got, err, tc.want)
+			t.Errorf("Canonical(%s) = %s, %v; want %s", tc.in, got, err, tc.want)
 		}
 	}
-	if _, err := CanonicalJSON(json.RawMessage(`{"a":`)); err == nil {
-		t.Error("CanonicalJSON accepted a truncated document")
+	if _, err := Canonical([]byte(`{"a":`)); err == nil {
+		t.Error("Canonical accepted a truncated document")
 	}
 }

@@ -18,8 +18,8 @@ import (
 // choirctl memory: choird's memory store serves it with choird's admin
 // role, so it reads and changes any agent's memory; writes are recorded
 // as the operator's in knowledge history, and the embedding jobs they
-// enqueue are run by choird. The results are the store's own types, whose
-// JSON rpc/admin's Memory* types have (memory_test.go).
+// enqueue are run by choird. The store's results are rpc/admin's Memory*
+// types themselves.
 
 // memoryErr codes the memory store's errors: bad input and unknown agents
 // are the caller's to fix (choirctl exits with its usage code).
@@ -81,7 +81,7 @@ func (d *API) mountMemory(mux *admin.Mux) {
 			return d.memory.QueryAsOperator(ctx, input)
 		})
 	memoryHandle(d, mux, "POST", admin.PathMemoryShow, "memory show",
-		func(ctx context.Context, agentID string, in admin.MemoryRef) (memoryItem, error) {
+		func(ctx context.Context, agentID string, in admin.MemoryRef) (admin.MemoryItem, error) {
 			return d.memoryShow(ctx, agentID, in.Ref)
 		})
 	memoryHandle(d, mux, "GET", admin.PathMemorySessions, "memory sessions",
@@ -136,40 +136,33 @@ func (d *API) mountMemory(mux *admin.Mux) {
 		})
 }
 
-// memoryItem is admin.MemoryItem in the store's types.
-type memoryItem struct {
-	Knowledge *memory.Knowledge `json:"knowledge,omitempty"`
-	Chunk     *memory.Chunk     `json:"chunk,omitempty"`
-	Session   *memory.Session   `json:"session,omitempty"`
-}
-
 // memoryShow finds what ref names in an agent's memory: a knowledge
 // document by key or id, else a chunk or a session by id.
-func (d *API) memoryShow(ctx context.Context, agentID, ref string) (memoryItem, error) {
+func (d *API) memoryShow(ctx context.Context, agentID, ref string) (admin.MemoryItem, error) {
 	k, err := d.memory.KnowledgeGet(ctx, agentID, ref)
 	if err == nil {
-		return memoryItem{Knowledge: k}, nil
+		return admin.MemoryItem{Knowledge: k}, nil
 	}
 	if !errors.Is(err, memory.ErrNotFound) {
-		return memoryItem{}, err
+		return admin.MemoryItem{}, err
 	}
 	id, perr := uuid.Parse(ref)
 	if perr != nil {
-		return memoryItem{}, err
+		return admin.MemoryItem{}, err
 	}
 	c, err := d.memory.ChunkGet(ctx, agentID, id)
 	if err == nil {
-		return memoryItem{Chunk: c}, nil
+		return admin.MemoryItem{Chunk: c}, nil
 	}
 	if !errors.Is(err, memory.ErrNotFound) {
-		return memoryItem{}, err
+		return admin.MemoryItem{}, err
 	}
 	s, err := d.memory.SessionGet(ctx, agentID, id)
 	if errors.Is(err, memory.ErrNotFound) {
-		return memoryItem{}, fmt.Errorf("%w: agent %s has no knowledge document, chunk or session %s", memory.ErrNotFound, agentID, id)
+		return admin.MemoryItem{}, fmt.Errorf("%w: agent %s has no knowledge document, chunk or session %s", memory.ErrNotFound, agentID, id)
 	}
 	if err != nil {
-		return memoryItem{}, err
+		return admin.MemoryItem{}, err
 	}
-	return memoryItem{Session: s}, nil
+	return admin.MemoryItem{Session: s}, nil
 }

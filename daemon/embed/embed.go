@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/rpc/admin"
 	"math"
 	"net/http"
 	"sync"
@@ -42,24 +43,7 @@ type Embedder struct {
 }
 
 // Status is what an Embedder has done since it was made.
-type Status struct {
-	Provider   string `json:"provider"`
-	Model      string `json:"model"`
-	Dimensions int    `json:"dimensions"`
-	// Offline is true for the built-in lexical embedder.
-	Offline bool `json:"offline"`
-	// Note says in words what kind of embedder this is.
-	Note          string    `json:"note"`
-	Endpoint      string    `json:"endpoint,omitempty"`
-	Calls         int64     `json:"calls"`
-	Texts         int64     `json:"texts"`
-	Failures      int64     `json:"failures"`
-	LastSuccessAt time.Time `json:"last_success_at,omitzero"`
-	LastError     string    `json:"last_error,omitempty"`
-	LastErrorAt   time.Time `json:"last_error_at,omitzero"`
-	// ConsecutiveFailures counts failed calls since the last success.
-	ConsecutiveFailures int64 `json:"consecutive_failures"`
-}
+type Status = admin.EmbeddingStatus
 
 // OfflineNote labels the offline embedder wherever it is reported.
 const OfflineNote = "offline lexical embedder (built in): vectors hash the words of a text, so semantic " +

@@ -6,9 +6,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/rpc/admin"
 	"reflect"
 	"strings"
-	"time"
 	"unicode/utf8"
 
 	"github.com/google/uuid"
@@ -74,18 +74,7 @@ const UpsertSchema = `{
 }`
 
 // UpsertResult is the output of choir.memory.upsert.
-type UpsertResult struct {
-	Op string `json:"op"`
-	// Action is what happened: inserted, updated, unchanged, deleted or
-	// restored.
-	Action  string    `json:"action"`
-	ID      uuid.UUID `json:"id"`
-	Key     *string   `json:"key,omitempty"`
-	Version int       `json:"version"`
-	// Embedding is pending when a new vector is on its way (the document is
-	// found by full text meanwhile), else unchanged or none.
-	Embedding string `json:"embedding"`
-}
+type UpsertResult = admin.MemoryWriteResult
 
 // Upsert runs choir.memory.upsert for the calling agent, under its role,
 // in its own schema (or, when target_agent names another agent, in that
@@ -438,19 +427,7 @@ func jsonEqual(a, b json.RawMessage) bool {
 }
 
 // KnowledgeVersion is one entry of a document's history.
-type KnowledgeVersion struct {
-	DocumentID  uuid.UUID       `json:"document_id"`
-	Version     int             `json:"version"`
-	Op          string          `json:"op"`
-	Key         *string         `json:"key,omitempty"`
-	Text        string          `json:"text"`
-	Metadata    json.RawMessage `json:"metadata"`
-	ContentHash string          `json:"content_hash"`
-	Actor       string          `json:"actor"`
-	CreatedAt   time.Time       `json:"created_at"`
-	// Current is true for the version that is the document's text now.
-	Current bool `json:"current"`
-}
+type KnowledgeVersion = admin.MemoryKnowledgeVersion
 
 // History returns the versions of an agent's knowledge document, newest
 // first: by id, or by key (every document that has had the key, deleted
@@ -493,18 +470,7 @@ func (s *Store) History(ctx context.Context, agentID, idOrKey string) ([]Knowled
 }
 
 // Knowledge is a knowledge document as choirctl memory show prints it.
-type Knowledge struct {
-	ID             uuid.UUID       `json:"id"`
-	Key            *string         `json:"key,omitempty"`
-	Version        int             `json:"version"`
-	Text           string          `json:"text"`
-	Metadata       json.RawMessage `json:"metadata"`
-	ContentHash    string          `json:"content_hash"`
-	CreatedAt      time.Time       `json:"created_at"`
-	UpdatedAt      time.Time       `json:"updated_at"`
-	Embedding      string          `json:"embedding"`
-	EmbeddingError string          `json:"embedding_error,omitempty"`
-}
+type Knowledge = admin.MemoryKnowledge
 
 // KnowledgeGet returns an agent's knowledge document by id or key.
 func (s *Store) KnowledgeGet(ctx context.Context, agentID, idOrKey string) (*Knowledge, error) {

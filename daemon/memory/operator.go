@@ -4,31 +4,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/rpc/admin"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 )
 
 // Session is a session in an agent's memory.
-type Session struct {
-	SessionID     uuid.UUID  `json:"session_id"`
-	Tier          string     `json:"tier"`
-	StartedAt     time.Time  `json:"started_at"`
-	EndedAt       time.Time  `json:"ended_at"`
-	Status        string     `json:"status"`
-	EventCount    int        `json:"event_count"`
-	ChunkCount    int        `json:"chunk_count"`
-	SummaryChunks int        `json:"summary_chunks"`
-	ChunkedAt     time.Time  `json:"chunked_at"`
-	PromotedAt    *time.Time `json:"promoted_at,omitempty"`
-	// Chunks are filled by SessionGet.
-	Chunks []ChunkHit `json:"chunks,omitempty"`
-}
+type Session = admin.MemorySession
 
 func session(r agentdb.MemorySession) Session {
 	return Session{SessionID: r.SessionID, Tier: r.Tier, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Status: r.Status,
@@ -86,12 +73,7 @@ func (s *Store) SessionGet(ctx context.Context, agentID string, sessionID uuid.U
 }
 
 // Chunk is a chunk as choirctl memory show prints it.
-type Chunk struct {
-	ChunkHit
-	CreatedAt      time.Time `json:"created_at"`
-	EmbeddingModel string    `json:"embedding_model,omitempty"`
-	EmbeddingError string    `json:"embedding_error,omitempty"`
-}
+type Chunk = admin.MemoryChunk
 
 // ChunkGet returns one chunk of an agent's session memory by document id.
 func (s *Store) ChunkGet(ctx context.Context, agentID string, id uuid.UUID) (*Chunk, error) {
@@ -107,7 +89,7 @@ func (s *Store) ChunkGet(ctx context.Context, agentID string, id uuid.UUID) (*Ch
 		if err != nil {
 			return fmt.Errorf("read chunk %s: %w", id, err)
 		}
-		out = &Chunk{ChunkHit: ChunkHit{SessionID: r.SessionID, ChunkIndex: int(r.ChunkIndex), Tier: r.Tier, Text: r.Text,
+		out = &Chunk{MemoryChunkHit: ChunkHit{SessionID: r.SessionID, ChunkIndex: int(r.ChunkIndex), Tier: r.Tier, Text: r.Text,
 			Metadata: r.Metadata, StartedAt: r.StartedAt, EndedAt: r.EndedAt, DocumentID: r.ID, Embedding: r.EmbeddingState},
 			CreatedAt: r.CreatedAt, EmbeddingError: r.EmbeddingError}
 		if r.EmbeddingModel != nil {
@@ -153,17 +135,7 @@ type ReembedOptions struct {
 }
 
 // ReembedResult is what a re-embed enqueued for one agent.
-type ReembedResult struct {
-	AgentID string `json:"agent_id"`
-	// Resized is true when the agent's vectors changed size: every stored
-	// vector was dropped and the columns retyped.
-	Resized        bool `json:"resized"`
-	FromDimensions int  `json:"from_dimensions"`
-	Dimensions     int  `json:"dimensions"`
-	Chunks         int  `json:"chunks"`
-	Knowledge      int  `json:"knowledge"`
-	Jobs           int  `json:"jobs"`
-}
+type ReembedResult = admin.MemoryReembedResult
 
 // Reembed re-embeds agents' memory with the store's embedder: it is the
 // re-embedding migration of a model or dimensions change. In one
@@ -234,35 +206,10 @@ func (s *Store) Reembed(ctx context.Context, opts ReembedOptions) ([]ReembedResu
 }
 
 // Status is what choirctl status shows of memory.
-type Status struct {
-	// Embedding is the embedder's own status: provider, model, whether it
-	// is the offline embedder, calls and the last failure since choird
-	// started. Nil when the store has no embedder.
-	Embedding *embed.Status `json:"embedding,omitempty"`
-	// Pending counts documents waiting for a vector, Failed those whose
-	// embedding failed for good (found by full text only until
-	// choirctl memory reembed), Stale vectors made by another model.
-	Pending int `json:"pending"`
-	Failed  int `json:"failed"`
-	Stale   int `json:"stale"`
-	// LastError is the latest embedding failure recorded on a document.
-	LastError   string        `json:"last_error,omitempty"`
-	LastErrorAt *time.Time    `json:"last_error_at,omitempty"`
-	Agents      []AgentStatus `json:"agents"`
-}
+type Status = admin.MemoryReport
 
 // AgentStatus is one agent's share of Status.
-type AgentStatus struct {
-	AgentID          string     `json:"agent_id"`
-	Dimensions       int        `json:"dimensions"`
-	MemoryPending    int        `json:"memory_pending"`
-	MemoryFailed     int        `json:"memory_failed"`
-	KnowledgePending int        `json:"knowledge_pending"`
-	KnowledgeFailed  int        `json:"knowledge_failed"`
-	Stale            int        `json:"stale"`
-	LastError        string     `json:"last_error,omitempty"`
-	LastErrorAt      *time.Time `json:"last_error_at,omitempty"`
-}
+type AgentStatus = admin.MemoryAgentReport
 
 // Status reports the embedding provider and, per agent, the documents
 // waiting for vectors and the last embedding failure.

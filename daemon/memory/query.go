@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/rpc/admin"
 	"log/slog"
 	"slices"
 	"strings"
@@ -111,63 +112,15 @@ const QuerySchema = `{
 
 // QueryResult is the output of choir.memory.query: Chunks for the session
 // store, Documents for knowledge.
-type QueryResult struct {
-	Store       string `json:"store"`
-	Mode        string `json:"mode"`
-	TargetAgent string `json:"target_agent"`
-	// Search says what ran for semantic and text modes: hybrid (vectors and
-	// full text fused), vector, or text.
-	Search string `json:"search,omitempty"`
-	// Degraded says why a semantic query ran on full text alone.
-	Degraded  string         `json:"degraded,omitempty"`
-	Chunks    []ChunkHit     `json:"chunks,omitempty"`
-	Documents []KnowledgeHit `json:"documents,omitempty"`
-	Count     int            `json:"count"`
-}
+type QueryResult = admin.MemoryQueryResult
 
 // ChunkHit is a chunk of session memory, with what it takes to cite it:
 // the session, the chunk index and the tier.
-type ChunkHit struct {
-	SessionID  uuid.UUID       `json:"session_id"`
-	ChunkIndex int             `json:"chunk_index"`
-	Tier       string          `json:"tier"`
-	Score      float64         `json:"score"`
-	VectorRank int             `json:"vector_rank,omitempty"`
-	TextRank   int             `json:"text_rank,omitempty"`
-	Text       string          `json:"text"`
-	Metadata   json.RawMessage `json:"metadata"`
-	StartedAt  time.Time       `json:"started_at"`
-	EndedAt    time.Time       `json:"ended_at"`
-	DocumentID uuid.UUID       `json:"document_id"`
-	// EventHash and EventRev name the event a hash query matched.
-	EventHash string `json:"event_hash,omitempty"`
-	EventRev  int64  `json:"event_rev,omitempty"`
-	// Embedding is the chunk's embedding_state: pending, embedded, failed
-	// (found by full text only) or none (long_term_detail).
-	Embedding string `json:"embedding"`
-}
+type ChunkHit = admin.MemoryChunkHit
 
 // KnowledgeHit is a knowledge document, or for hash queries one version of
 // it.
-type KnowledgeHit struct {
-	ID          uuid.UUID       `json:"id"`
-	Key         *string         `json:"key,omitempty"`
-	Version     int             `json:"version"`
-	Score       float64         `json:"score"`
-	VectorRank  int             `json:"vector_rank,omitempty"`
-	TextRank    int             `json:"text_rank,omitempty"`
-	Text        string          `json:"text"`
-	Metadata    json.RawMessage `json:"metadata"`
-	ContentHash string          `json:"content_hash"`
-	UpdatedAt   time.Time       `json:"updated_at"`
-	Embedding   string          `json:"embedding,omitempty"`
-	// Op, Actor and Current describe a version found by hash: what made it,
-	// who, and whether it is the document's current text (false for
-	// earlier versions and deleted documents).
-	Op      string `json:"op,omitempty"`
-	Actor   string `json:"actor,omitempty"`
-	Current *bool  `json:"current,omitempty"`
-}
+type KnowledgeHit = admin.MemoryKnowledgeHit
 
 // query is a validated QueryInput.
 type query struct {

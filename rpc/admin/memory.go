@@ -10,8 +10,8 @@ import (
 // The request and result types of choirctl memory, served by choird's
 // memory store with its admin role: it reads and changes any agent's
 // memory, and its writes are recorded as the operator's in knowledge
-// history. The results have the JSON of the memory store's own types
-// (daemon/memory), which a test in choird holds them to.
+// history. These are the memory store's own result types: daemon/memory
+// and daemon/embed name them (type aliases), so they have one definition.
 
 // MemorySearchRequest is the body of POST PathMemorySearch: a
 // choir.memory.query of the agent's memory, as the operator.

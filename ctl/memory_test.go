@@ -132,3 +132,30 @@ func TestMemory(t *testing.T) {
 		}
 	})
 }
+
+// TestMemoryReembedAfterADimensionChange is the migration of a change of
+// embedding dimensions: choird starts with memory of the old size (search
+// falls back to full text meanwhile) and choirctl memory reembed, through
+// it, retypes the vectors to the size choird runs with.
+func TestMemoryReembedAfterADimensionChange(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := dbtest.NewDatabase(t)
+	pool := dbtest.Connect(t, url)
+	// The agent's memory was made by an embedder of 16 dimensions;
+	// config.json now says 384.
+	if _, err := pool.Exec(ctx, `SELECT choir_control.provision_agent('assistant', 16)`); err != nil {
+		t.Fatal(err)
+	}
+	home := ctl.StartChoirdOn(t, url)
+	r := run(t, "--home", home, "memory", "reembed", "--agent", "assistant", "--json")
+	var rs []memory.ReembedResult
+	if err := json.Unmarshal([]byte(r.stdout), &rs); err != nil || len(rs) != 1 ||
+		rs[0].FromDimensions != 16 || rs[0].Dimensions != 384 {
+		t.Fatalf("reembed: exit %d %v %+v %s", r.code, err, rs, r.stderr)
+	}
+	var dims int
+	if err := pool.QueryRow(ctx, `SELECT dimensions FROM choir_control.agent_schemas WHERE agent_id = 'assistant'`).Scan(&dims); err != nil || dims != 384 {
+		t.Fatalf("schema dimensions after reembed: %d %v, want 384", dims, err)
+	}
+}

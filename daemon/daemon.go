@@ -384,6 +384,16 @@ func checkMigrated(ctx context.Context, dsn, origin string) (string, error) {
 func (d *Daemon) provisionAgents(ctx context.Context, cfg *config.Config) error {
 	q := db.New(d.pool)
 	for _, id := range sortedKeys(cfg.Agents) {
+		// Memory made with other dimensions is re-embedded through choird
+		// (choirctl memory reembed), so choird starts with it: its search
+		// falls back to full text and its embedding jobs wait meanwhile.
+		if cur, err := q.AgentSchemaGet(ctx, id); err == nil && int(cur.Dimensions) != cfg.Embedding.Dimensions {
+			d.logger.WarnContext(ctx, "step 4: agent memory holds vectors of other dimensions than embedding.dimensions; "+
+				"search uses full text only until you run: choirctl memory reembed --agent "+id,
+				slog.String("agent_id", id), slog.String("schema", cur.SchemaName),
+				slog.Int("schema_dimensions", int(cur.Dimensions)), slog.Int("dimensions", cfg.Embedding.Dimensions))
+			continue
+		}
 		schema, err := q.AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{
 			AgentID: id, Dimensions: int32(cfg.Embedding.Dimensions)})
 		if err != nil {

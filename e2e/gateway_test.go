@@ -227,7 +227,7 @@ func TestGatewayBadInput(t *testing.T) {
 	})
 }
 
-// proposeToolArgs is a valid choir.propose.tool input (agent/tool/builtin.go).
+// proposeToolArgs is a valid choir.propose.tool input (agent/tool/builtin).
 const proposeToolArgs = `{"change":"add","name":"choir.repo.status","description":"Show the git status of the workspace.",` +
 	`"parameters":{"type":"object","properties":{}},"behavior":"Runs git status in the workspace and returns its output.",` +
 	`"runtime":{"side_effect":"read"},"rationale":"The user asks about the repository's state every day."}`

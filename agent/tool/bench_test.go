@@ -2,6 +2,7 @@ package tool_test
 
 import (
 	"encoding/json"
+	"github.com/choirhq/choir/agent/tool/tooltest"
 	"path/filepath"
 	"testing"
 
@@ -18,7 +19,7 @@ func BenchmarkArbiterChecks(b *testing.B) {
 		b.Fatal(err)
 	}
 	ws := b.TempDir()
-	writeFile(&testing.T{}, filepath.Join(ws, "src", "pkg", "a.go"), "package pkg\n", 0o644)
+	tooltest.WriteFile(&testing.T{}, filepath.Join(ws, "src", "pkg", "a.go"), "package pkg\n", 0o644)
 	for _, bc := range []struct {
 		name, tool, input string
 	}{

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/choirhq/choir/agent/tool/tooltest"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,11 +49,11 @@ func TestLLMViews(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	ok := `echo '{"status":"success","summary":"ok"}'`
-	addTool(t, dir, "e", `{"llm": {"name": "x.edge_only", "description": "Edge only.", "parameters": {"type": "object", "properties": {"p": {"type": "string"}}}},
+	tooltest.AddTool(t, dir, "e", `{"llm": {"name": "x.edge_only", "description": "Edge only.", "parameters": {"type": "object", "properties": {"p": {"type": "string"}}}},
 	  "runtime": {"timeout_ms": 4321, "side_effect": "external", "version": "9.9.9-leakmarker", "exposure": "edge", "network": true,
 	              "secret_resources": ["leak-marker-secret"], "locks": [{"resource": "file:{p}", "mode": "X"}], "prompt_mask": false}}`, ok)
-	addTool(t, dir, "c", manifest("x.core_only", `"exposure": "core"`), ok)
-	addTool(t, dir, "n", manifest("x.hidden", `"exposure": "none"`), ok)
+	tooltest.AddTool(t, dir, "c", tooltest.Manifest("x.core_only", `"exposure": "core"`), ok)
+	tooltest.AddTool(t, dir, "n", tooltest.Manifest("x.hidden", `"exposure": "none"`), ok)
 	reg, err := builtin.Build(builtin.Config{GlobalDir: dir})
 	if err != nil {
 		t.Fatal(err)
@@ -235,12 +236,12 @@ func TestValidate(t *testing.T) {
 
 func TestLocks(t *testing.T) {
 	t.Parallel()
-	b := setup(t, builtin.Config{})
-	writeFile(t, filepath.Join(b.ws, "src", "a.go"), "package a\n", 0o644)
-	if err := os.Symlink("src/a.go", filepath.Join(b.ws, "alias.go")); err != nil {
+	b := tooltest.Setup(t, builtin.Config{})
+	tooltest.WriteFile(t, filepath.Join(b.WS, "src", "a.go"), "package a\n", 0o644)
+	if err := os.Symlink("src/a.go", filepath.Join(b.WS, "alias.go")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("src", filepath.Join(b.ws, "srclink")); err != nil {
+	if err := os.Symlink("src", filepath.Join(b.WS, "srclink")); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -253,7 +254,7 @@ func TestLocks(t *testing.T) {
 		{"ReadTakesFileS", tool.NameFSRead, `{"path": "src/a.go"}`, []tool.Lock{{"file:src/a.go", "S"}}},
 		{"WriteTakesFileX", tool.NameFSWrite, `{"path": "new/b.go", "content": ""}`, []tool.Lock{{"file:new/b.go", "X"}}},
 		{"SpellingsAreCanonical", tool.NameFSRead, `{"path": "./src//x/../a.go"}`, []tool.Lock{{"file:src/a.go", "S"}}},
-		{"AbsolutePathInside", tool.NameFSRead, `{"path": "` + filepath.Join(b.ws, "src/a.go") + `"}`, []tool.Lock{{"file:src/a.go", "S"}}},
+		{"AbsolutePathInside", tool.NameFSRead, `{"path": "` + filepath.Join(b.WS, "src/a.go") + `"}`, []tool.Lock{{"file:src/a.go", "S"}}},
 		{"SymlinkLocksItsTarget", tool.NameFSRead, `{"path": "alias.go"}`, []tool.Lock{{"file:src/a.go", "S"}}},
 		{"SymlinkedParentLocksTarget", tool.NameFSWrite, `{"path": "srclink/c.go", "content": ""}`, []tool.Lock{{"file:src/c.go", "X"}}},
 		{"SearchDirectory", tool.NameFSSearch, `{"pattern": "x", "path": "src"}`, []tool.Lock{{"file:src", "S"}}},
@@ -266,8 +267,8 @@ func TestLocks(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			d, _ := b.reg.Lookup(tt.tool)
-			got, err := d.Locks(b.ws, json.RawMessage(tt.input))
+			d, _ := b.Reg.Lookup(tt.tool)
+			got, err := d.Locks(b.WS, json.RawMessage(tt.input))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -280,7 +281,7 @@ func TestLocks(t *testing.T) {
 	t.Run("TemplatesMergeAndSort", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
-		addTool(t, dir, "t", manifest("x.t", `"locks": [
+		tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", `"locks": [
 			{"resource": "net:brave", "mode": "S"},
 			{"resource": "file:{path}", "mode": "S"},
 			{"resource": "file:CHANGELOG.md", "mode": "X"},
@@ -291,7 +292,7 @@ func TestLocks(t *testing.T) {
 			t.Fatal(err)
 		}
 		d, _ := reg.Lookup("x.t")
-		got, err := d.Locks(b.ws, json.RawMessage(`{"path": "CHANGELOG.md"}`))
+		got, err := d.Locks(b.WS, json.RawMessage(`{"path": "CHANGELOG.md"}`))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -306,9 +307,9 @@ func TestLocks(t *testing.T) {
 
 	t.Run("EscapeRefusedBeforeLocking", func(t *testing.T) {
 		t.Parallel()
-		d, _ := b.reg.Lookup(tool.NameFSRead)
-		_, err := d.Locks(b.ws, json.RawMessage(`{"path": "../etc/passwd"}`))
-		wantPathEscape(t, err)
+		d, _ := b.Reg.Lookup(tool.NameFSRead)
+		_, err := d.Locks(b.WS, json.RawMessage(`{"path": "../etc/passwd"}`))
+		tooltest.WantPathEscape(t, err)
 	})
 }
 

@@ -3,6 +3,7 @@ package builtin_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/choirhq/choir/agent/tool/tooltest"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -62,18 +63,18 @@ func TestBuild(t *testing.T) {
 	t.Run("AgentToolOverridesGlobalTool", func(t *testing.T) {
 		t.Parallel()
 		global, agent := t.TempDir(), t.TempDir()
-		addTool(t, global, "greet", manifest("x.greet", `"idempotent": true`), `echo '{"status":"success","summary":"global"}'`)
-		addTool(t, global, "other", manifest("x.other", ""), `echo '{"status":"success","summary":"other"}'`)
-		addTool(t, agent, "greet", manifest("x.greet", ""), `echo '{"status":"success","summary":"agent"}'`)
-		b := setup(t, builtin.Config{GlobalDir: global, AgentDir: agent})
-		d, ok := b.reg.Lookup("x.greet")
+		tooltest.AddTool(t, global, "greet", tooltest.Manifest("x.greet", `"idempotent": true`), `echo '{"status":"success","summary":"global"}'`)
+		tooltest.AddTool(t, global, "other", tooltest.Manifest("x.other", ""), `echo '{"status":"success","summary":"other"}'`)
+		tooltest.AddTool(t, agent, "greet", tooltest.Manifest("x.greet", ""), `echo '{"status":"success","summary":"agent"}'`)
+		b := tooltest.Setup(t, builtin.Config{GlobalDir: global, AgentDir: agent})
+		d, ok := b.Reg.Lookup("x.greet")
 		if !ok || d.Origin() != tool.OriginAgent || d.File() != filepath.Join(agent, "greet.json") {
 			t.Fatalf("x.greet: %v origin %s file %s, want the agent's", ok, d.Origin(), d.File())
 		}
-		if r := b.mustCall(t, "x.greet", `{}`); r.Summary != "agent" {
+		if r := b.MustCall(t, "x.greet", `{}`); r.Summary != "agent" {
 			t.Errorf("x.greet ran %q, want the agent version", r.Summary)
 		}
-		if d, ok := b.reg.Lookup("x.other"); !ok || d.Origin() != tool.OriginGlobal || d.Kind() != tool.KindExternal {
+		if d, ok := b.Reg.Lookup("x.other"); !ok || d.Origin() != tool.OriginGlobal || d.Kind() != tool.KindExternal {
 			t.Errorf("x.other: %v, want the global tool kept", ok)
 		}
 	})

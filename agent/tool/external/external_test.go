@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/choirhq/choir/agent/tool/tooltest"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,29 +18,29 @@ func TestExternalTool(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	// echo: returns its stdin as output and its working directory.
-	addTool(t, dir, "echo", manifest("x.echo", ""),
+	tooltest.AddTool(t, dir, "echo", tooltest.Manifest("x.echo", ""),
 		`in=$(cat); printf '{"status":"success","summary":"echoed from %s","output":%s}' "$(pwd)" "$in"`)
-	addTool(t, dir, "secrets", manifest("x.secrets", `"secret_resources": ["tok", "absent"]`),
+	tooltest.AddTool(t, dir, "secrets", tooltest.Manifest("x.secrets", `"secret_resources": ["tok", "absent"]`),
 		`fd=$CHOIR_SECRETS_FD; s=$(cat <&3); printf '{"status":"success","summary":"fd %s","output":%s}' "$fd" "$s"`)
-	addTool(t, dir, "nosecrets", manifest("x.nosecrets", ""),
+	tooltest.AddTool(t, dir, "nosecrets", tooltest.Manifest("x.nosecrets", ""),
 		`if [ -e /proc/self/fd/3 ]; then has=yes; else has=no; fi; printf '{"status":"success","summary":"%s %s"}' "$has" "$CHOIR_SECRETS_FD"`)
-	addTool(t, dir, "env", manifest("x.env", ""),
+	tooltest.AddTool(t, dir, "env", tooltest.Manifest("x.env", ""),
 		`printf '{"status":"success","summary":"env","output":"%s"}' "$(env | cut -d= -f1 | sort | tr '\n' ' ')"`)
-	addTool(t, dir, "sleep", manifest("x.sleep", ""),
+	tooltest.AddTool(t, dir, "sleep", tooltest.Manifest("x.sleep", ""),
 		`sleep 30 & sleep 30; echo '{"status":"success","summary":"woke"}'`)
-	addTool(t, dir, "fail", manifest("x.fail", ""), `echo 'something broke' >&2; exit 3`)
-	addTool(t, dir, "garbage", manifest("x.garbage", ""), `echo 'not json'`)
-	addTool(t, dir, "badstatus", manifest("x.badstatus", ""), `echo '{"status":"ok","summary":"s"}'`)
-	addTool(t, dir, "extra", manifest("x.extra", ""), `echo '{"status":"success","summary":"s","artifact_ref":"/etc/passwd"}'`)
-	addTool(t, dir, "flood", manifest("x.flood", ""), `head -c 3000000 /dev/zero | tr '\0' 'a'`)
-	addTool(t, dir, "big", manifest("x.big", ""),
+	tooltest.AddTool(t, dir, "fail", tooltest.Manifest("x.fail", ""), `echo 'something broke' >&2; exit 3`)
+	tooltest.AddTool(t, dir, "garbage", tooltest.Manifest("x.garbage", ""), `echo 'not json'`)
+	tooltest.AddTool(t, dir, "badstatus", tooltest.Manifest("x.badstatus", ""), `echo '{"status":"ok","summary":"s"}'`)
+	tooltest.AddTool(t, dir, "extra", tooltest.Manifest("x.extra", ""), `echo '{"status":"success","summary":"s","artifact_ref":"/etc/passwd"}'`)
+	tooltest.AddTool(t, dir, "flood", tooltest.Manifest("x.flood", ""), `head -c 3000000 /dev/zero | tr '\0' 'a'`)
+	tooltest.AddTool(t, dir, "big", tooltest.Manifest("x.big", ""),
 		`printf '{"status":"success","summary":"big","output":"'; i=0; while [ $i -lt 2000 ]; do printf 'line %d of the big output\\n' $i; i=$((i+1)); done; printf '"}'`)
-	addTool(t, dir, "errout", manifest("x.errout", ""), `echo '{"status":"error","summary":"no such thing","output":{"code":7}}'`)
+	tooltest.AddTool(t, dir, "errout", tooltest.Manifest("x.errout", ""), `echo '{"status":"error","summary":"no such thing","output":{"code":7}}'`)
 	// Give x.sleep a short timeout.
-	writeFile(t, filepath.Join(dir, "sleep.json"), strings.Replace(manifest("x.sleep", ""), `"timeout_ms": 5000`, `"timeout_ms": 300`, 1), 0o644)
+	tooltest.WriteFile(t, filepath.Join(dir, "sleep.json"), strings.Replace(tooltest.Manifest("x.sleep", ""), `"timeout_ms": 5000`, `"timeout_ms": 300`, 1), 0o644)
 
-	b := setup(t, builtin.Config{GlobalDir: dir})
-	b.env.SecretFunc = func(name string) (string, bool) {
+	b := tooltest.Setup(t, builtin.Config{GlobalDir: dir})
+	b.Env.SecretFunc = func(name string) (string, bool) {
 		switch name {
 		case "tok":
 			return "s3cr3t", true
@@ -51,22 +52,22 @@ func TestExternalTool(t *testing.T) {
 
 	t.Run("InputOnStdinResultOnStdout", func(t *testing.T) {
 		t.Parallel()
-		r := b.mustCall(t, "x.echo", `{"path": "a", "n": 2}`)
+		r := b.MustCall(t, "x.echo", `{"path": "a", "n": 2}`)
 		if r.Status != tool.StatusSuccess || string(r.Output) != `{"path": "a", "n": 2}` {
 			t.Errorf("got %+v", r)
 		}
-		if real, _ := filepath.EvalSymlinks(b.ws); !strings.HasSuffix(r.Summary, real) && !strings.HasSuffix(r.Summary, b.ws) {
-			t.Errorf("ran in %q, want the workspace %s", r.Summary, b.ws)
+		if real, _ := filepath.EvalSymlinks(b.WS); !strings.HasSuffix(r.Summary, real) && !strings.HasSuffix(r.Summary, b.WS) {
+			t.Errorf("ran in %q, want the workspace %s", r.Summary, b.WS)
 		}
 	})
 
 	t.Run("OnlyDeclaredSecretsOnFD3", func(t *testing.T) {
 		t.Parallel()
-		r := b.mustCall(t, "x.secrets", `{}`)
+		r := b.MustCall(t, "x.secrets", `{}`)
 		if r.Summary != "fd 3" || string(r.Output) != `{"tok":"s3cr3t"}` {
 			t.Errorf("got %+v", r)
 		}
-		r = b.mustCall(t, "x.nosecrets", `{}`)
+		r = b.MustCall(t, "x.nosecrets", `{}`)
 		if r.Summary != "no " {
 			t.Errorf("a tool without secret_resources got fd 3: %+v", r)
 		}
@@ -74,7 +75,7 @@ func TestExternalTool(t *testing.T) {
 
 	t.Run("MinimalEnvironment", func(t *testing.T) {
 		t.Parallel()
-		r := b.mustCall(t, "x.env", `{}`)
+		r := b.MustCall(t, "x.env", `{}`)
 		var keys string
 		if err := json.Unmarshal(r.Output, &keys); err != nil {
 			t.Fatal(err)
@@ -91,7 +92,7 @@ func TestExternalTool(t *testing.T) {
 	t.Run("TimeoutKillsProcessGroup", func(t *testing.T) {
 		t.Parallel()
 		start := time.Now()
-		r := b.mustCall(t, "x.sleep", `{}`)
+		r := b.MustCall(t, "x.sleep", `{}`)
 		if r.Status != tool.StatusError || !strings.Contains(r.Summary, "timed out after 300ms") {
 			t.Errorf("got %+v", r)
 		}
@@ -102,7 +103,7 @@ func TestExternalTool(t *testing.T) {
 
 	t.Run("NonZeroExitReportsStderr", func(t *testing.T) {
 		t.Parallel()
-		r := b.mustCall(t, "x.fail", `{}`)
+		r := b.MustCall(t, "x.fail", `{}`)
 		if r.Status != tool.StatusError || !strings.Contains(r.Summary, "exited with code 3: something broke") {
 			t.Errorf("got %+v", r)
 		}
@@ -110,7 +111,7 @@ func TestExternalTool(t *testing.T) {
 
 	t.Run("ToolErrorPassesThrough", func(t *testing.T) {
 		t.Parallel()
-		r := b.mustCall(t, "x.errout", `{}`)
+		r := b.MustCall(t, "x.errout", `{}`)
 		if r.Status != tool.StatusError || r.Summary != "no such thing" || string(r.Output) != `{"code":7}` {
 			t.Errorf("got %+v", r)
 		}
@@ -124,7 +125,7 @@ func TestExternalTool(t *testing.T) {
 			"x.extra":     "artifact_ref: unknown field",
 			"x.flood":     "more than 1048576 bytes on stdout",
 		} {
-			r := b.mustCall(t, name, `{}`)
+			r := b.MustCall(t, name, `{}`)
 			if r.Status != tool.StatusError || !strings.Contains(r.Summary, want) {
 				t.Errorf("%s: got %+v, want an error with %q", name, r, want)
 			}
@@ -133,9 +134,9 @@ func TestExternalTool(t *testing.T) {
 
 	t.Run("LargeOutputSpillsToArtifact", func(t *testing.T) {
 		t.Parallel()
-		env := b.env
+		env := b.Env
 		env.Limits.ResultBytes = 4096
-		d, _ := b.reg.Lookup("x.big")
+		d, _ := b.Reg.Lookup("x.big")
 		r, err := d.Execute(context.Background(), env, json.RawMessage(`{}`))
 		if err != nil {
 			t.Fatal(err)
@@ -147,13 +148,13 @@ func TestExternalTool(t *testing.T) {
 		if err := json.Unmarshal(r.Output, &preview); err != nil || !strings.HasPrefix(preview, "line 0 of the big output\n") {
 			t.Errorf("preview %.80q: %v", preview, err)
 		}
-		full := readFile(t, filepath.Join(b.ws, r.ArtifactRef))
+		full := tooltest.ReadFile(t, filepath.Join(b.WS, r.ArtifactRef))
 		if !strings.HasSuffix(full, "line 1999 of the big output\n") || strings.Count(full, "\n") != 2000 {
 			t.Errorf("artifact has %d lines", strings.Count(full, "\n"))
 		}
 		// The model reads the rest with choir.fs.read.
-		rr := b.mustCall(t, tool.NameFSRead, `{"path": "`+r.ArtifactRef+`", "tail": 2}`)
-		out := output[struct {
+		rr := b.MustCall(t, tool.NameFSRead, `{"path": "`+r.ArtifactRef+`", "tail": 2}`)
+		out := tooltest.Output[struct {
 			Content    string `json:"content"`
 			TotalLines int    `json:"total_lines"`
 		}](t, rr)
@@ -169,8 +170,8 @@ func TestExternalTool(t *testing.T) {
 
 	t.Run("InvalidInputNeverRuns", func(t *testing.T) {
 		t.Parallel()
-		d, _ := b.reg.Lookup("x.echo")
-		_, err := d.Execute(context.Background(), b.env, json.RawMessage(`{"zzz": 1}`))
+		d, _ := b.Reg.Lookup("x.echo")
+		_, err := d.Execute(context.Background(), b.Env, json.RawMessage(`{"zzz": 1}`))
 		var ie *tool.InputError
 		if !errors.As(err, &ie) {
 			t.Errorf("got %v, want *InputError", err)
@@ -181,8 +182,8 @@ func TestExternalTool(t *testing.T) {
 		t.Parallel()
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() { time.Sleep(100 * time.Millisecond); cancel() }()
-		d, _ := b.reg.Lookup("x.sleep")
-		_, err := d.Execute(ctx, b.env, json.RawMessage(`{}`))
+		d, _ := b.Reg.Lookup("x.sleep")
+		_, err := d.Execute(ctx, b.Env, json.RawMessage(`{}`))
 		if !errors.Is(err, context.Canceled) {
 			t.Errorf("got %v, want context.Canceled", err)
 		}

@@ -2,6 +2,7 @@ package external_test
 
 import (
 	"errors"
+	"github.com/choirhq/choir/agent/tool/tooltest"
 	"os"
 	"path/filepath"
 	"testing"
@@ -22,14 +23,14 @@ func TestManifestErrors(t *testing.T) {
 	}{
 		{
 			name:   "InvalidJSON",
-			files:  func(t *testing.T, dir string) { addTool(t, dir, "t", `{"llm": {`, okScript) },
+			files:  func(t *testing.T, dir string) { tooltest.AddTool(t, dir, "t", `{"llm": {`, okScript) },
 			file:   "t.json",
 			reason: "invalid manifest",
 		},
 		{
 			name: "UnknownField",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"color": "blue"`), okScript)
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", `"color": "blue"`), okScript)
 			},
 			file:   "t.json",
 			reason: "$.runtime.color: unknown field",
@@ -37,7 +38,7 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "InputSchemaInsteadOfParameters",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "input_schema": {"type": "object"}},
+				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "input_schema": {"type": "object"}},
 				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
 			},
 			file:   "t.json",
@@ -46,7 +47,7 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "SchemaDoesNotCompile",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object", "properties": {"a": {"type": "strnig"}}}},
+				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object", "properties": {"a": {"type": "strnig"}}}},
 				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
 			},
 			file:   "t.json",
@@ -55,7 +56,7 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "SchemaReferencesAFile",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object", "properties": {"a": {"$ref": "file:///etc/passwd"}}}},
+				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object", "properties": {"a": {"$ref": "file:///etc/passwd"}}}},
 				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
 			},
 			file:   "t.json",
@@ -64,7 +65,7 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "ParametersNotAnObjectSchema",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "string"}},
+				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "string"}},
 				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
 			},
 			file:   "t.json",
@@ -72,15 +73,15 @@ func TestManifestErrors(t *testing.T) {
 		},
 		{
 			name:   "MissingExecutable",
-			files:  func(t *testing.T, dir string) { addTool(t, dir, "t", manifest("x.t", ""), "") },
+			files:  func(t *testing.T, dir string) { tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", ""), "") },
 			file:   "t.json",
 			reason: "missing",
 		},
 		{
 			name: "ExecutableNotExecutable",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", ""), "")
-				writeFile(t, filepath.Join(dir, "t"), "#!/bin/sh\n", 0o644)
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", ""), "")
+				tooltest.WriteFile(t, filepath.Join(dir, "t"), "#!/bin/sh\n", 0o644)
 			},
 			file:   "t.json",
 			reason: "not executable",
@@ -88,7 +89,7 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "ExecutableIsADirectory",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", ""), "")
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", ""), "")
 				if err := os.Mkdir(filepath.Join(dir, "t"), 0o755); err != nil {
 					t.Fatal(err)
 				}
@@ -99,7 +100,7 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "LockTemplateUnknownNamespace",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"locks": [{"resource": "disk:sda", "mode": "X"}]`), okScript)
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", `"locks": [{"resource": "disk:sda", "mode": "X"}]`), okScript)
 			},
 			file:   "t.json",
 			reason: "runtime.locks[0]: resource \"disk:sda\": unknown namespace",
@@ -107,7 +108,7 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "LockTemplatePlaceholderNotAProperty",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"locks": [{"resource": "file:{file}", "mode": "S"}]`), okScript)
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", `"locks": [{"resource": "file:{file}", "mode": "S"}]`), okScript)
 			},
 			file:   "t.json",
 			reason: "placeholder {file} names no top-level string property",
@@ -115,7 +116,7 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "LockTemplatePlaceholderNotAString",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"locks": [{"resource": "file:{n}", "mode": "S"}]`), okScript)
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", `"locks": [{"resource": "file:{n}", "mode": "S"}]`), okScript)
 			},
 			file:   "t.json",
 			reason: "placeholder {n}",
@@ -123,7 +124,7 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "LockTemplateBadMode",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"locks": [{"resource": "workspace", "mode": "W"}]`), okScript)
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", `"locks": [{"resource": "workspace", "mode": "W"}]`), okScript)
 			},
 			file:   "t.json",
 			reason: `mode "W", want S or X`,
@@ -131,7 +132,7 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "LockTemplateEscapingLiteral",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"locks": [{"resource": "file:../x", "mode": "S"}]`), okScript)
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", `"locks": [{"resource": "file:../x", "mode": "S"}]`), okScript)
 			},
 			file:   "t.json",
 			reason: "want a relative path inside the workspace",
@@ -139,7 +140,7 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "LockTemplatePartialPlaceholder",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"locks": [{"resource": "file:src/{path}", "mode": "S"}]`), okScript)
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", `"locks": [{"resource": "file:src/{path}", "mode": "S"}]`), okScript)
 			},
 			file:   "t.json",
 			reason: "placeholder must be the whole path",
@@ -147,53 +148,65 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "DuplicateNameInOneDirectory",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "a", manifest("x.same", ""), okScript)
-				addTool(t, dir, "b", manifest("x.same", ""), okScript)
+				tooltest.AddTool(t, dir, "a", tooltest.Manifest("x.same", ""), okScript)
+				tooltest.AddTool(t, dir, "b", tooltest.Manifest("x.same", ""), okScript)
 			},
 			file:   "b.json",
 			reason: `tool "x.same" is already defined by`,
 		},
 		{
-			name:   "NameWithoutNamespace",
-			files:  func(t *testing.T, dir string) { addTool(t, dir, "t", manifest("greet", ""), okScript) },
+			name: "NameWithoutNamespace",
+			files: func(t *testing.T, dir string) {
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("greet", ""), okScript)
+			},
 			file:   "t.json",
 			reason: "want lowercase dotted segments",
 		},
 		{
-			name:   "NameAmbiguousWhenSanitised",
-			files:  func(t *testing.T, dir string) { addTool(t, dir, "t", manifest("x.a__b", ""), okScript) },
+			name: "NameAmbiguousWhenSanitised",
+			files: func(t *testing.T, dir string) {
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.a__b", ""), okScript)
+			},
 			file:   "t.json",
 			reason: "sanitised name ambiguous",
 		},
 		{
-			name:   "NameTakenByBuiltin",
-			files:  func(t *testing.T, dir string) { addTool(t, dir, "t", manifest("choir.fs.read", ""), okScript) },
+			name: "NameTakenByBuiltin",
+			files: func(t *testing.T, dir string) {
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("choir.fs.read", ""), okScript)
+			},
 			file:   "t.json",
 			reason: "taken by a built-in tool",
 		},
 		{
-			name:     "NameUnderReservedPrefix",
-			files:    func(t *testing.T, dir string) { addTool(t, dir, "t", manifest("choir.skill.transition", ""), okScript) },
+			name: "NameUnderReservedPrefix",
+			files: func(t *testing.T, dir string) {
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("choir.skill.transition", ""), okScript)
+			},
 			file:     "t.json",
 			reason:   "reserved prefix",
 			agentDir: true,
 		},
 		{
-			name:   "HostFlag",
-			files:  func(t *testing.T, dir string) { addTool(t, dir, "t", manifest("x.t", `"host": true`), okScript) },
+			name: "HostFlag",
+			files: func(t *testing.T, dir string) {
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", `"host": true`), okScript)
+			},
 			file:   "t.json",
 			reason: "runtime.host",
 		},
 		{
-			name:   "MetaFlag",
-			files:  func(t *testing.T, dir string) { addTool(t, dir, "t", manifest("x.t", `"meta": true`), okScript) },
+			name: "MetaFlag",
+			files: func(t *testing.T, dir string) {
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", `"meta": true`), okScript)
+			},
 			file:   "t.json",
 			reason: "runtime.meta",
 		},
 		{
 			name: "MissingTimeout",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object"}},
+				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object"}},
 				  "runtime": {"side_effect": "read", "version": "1"}}`, okScript)
 			},
 			file:   "t.json",
@@ -202,7 +215,7 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "BadSideEffect",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object"}},
+				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object"}},
 				  "runtime": {"timeout_ms": 1, "side_effect": "delete", "version": "1"}}`, okScript)
 			},
 			file:   "t.json",
@@ -211,7 +224,7 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "BadExposure",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", manifest("x.t", `"exposure": "all"`), okScript)
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", `"exposure": "all"`), okScript)
 			},
 			file:   "t.json",
 			reason: "runtime.exposure",
@@ -219,7 +232,7 @@ func TestManifestErrors(t *testing.T) {
 		{
 			name: "MissingDescription",
 			files: func(t *testing.T, dir string) {
-				addTool(t, dir, "t", `{"llm": {"name": "x.t", "description": " ", "parameters": {"type": "object"}},
+				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": " ", "parameters": {"type": "object"}},
 				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
 			},
 			file:   "t.json",
@@ -236,7 +249,7 @@ func TestManifestErrors(t *testing.T) {
 				cfg = builtin.Config{AgentDir: dir}
 			}
 			_, err := builtin.Build(cfg)
-			wantErrContains(t, err, filepath.Join(dir, tt.file), tt.reason)
+			tooltest.WantErrContains(t, err, filepath.Join(dir, tt.file), tt.reason)
 			var me *tool.ManifestError
 			if !errors.As(err, &me) || me.File != filepath.Join(dir, tt.file) {
 				t.Errorf("got %T, want a *tool.ManifestError for %s", err, tt.file)
@@ -247,17 +260,17 @@ func TestManifestErrors(t *testing.T) {
 	t.Run("AllProblemsReportedAtOnce", func(t *testing.T) {
 		t.Parallel()
 		global, agent := t.TempDir(), t.TempDir()
-		addTool(t, global, "a", `nope`, okScript)
-		addTool(t, agent, "b", manifest("x.b", ""), "")
+		tooltest.AddTool(t, global, "a", `nope`, okScript)
+		tooltest.AddTool(t, agent, "b", tooltest.Manifest("x.b", ""), "")
 		_, err := builtin.Build(builtin.Config{GlobalDir: global, AgentDir: agent})
-		wantErrContains(t, err, filepath.Join(global, "a.json"), filepath.Join(agent, "b.json"))
+		tooltest.WantErrContains(t, err, filepath.Join(global, "a.json"), filepath.Join(agent, "b.json"))
 	})
 
 	t.Run("OtherFilesAreIgnored", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
-		writeFile(t, filepath.Join(dir, "README.md"), "hi", 0o644)
-		writeFile(t, filepath.Join(dir, ".hidden.json"), "nope", 0o644)
+		tooltest.WriteFile(t, filepath.Join(dir, "README.md"), "hi", 0o644)
+		tooltest.WriteFile(t, filepath.Join(dir, ".hidden.json"), "nope", 0o644)
 		if err := os.Mkdir(filepath.Join(dir, "src.json"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -269,14 +282,14 @@ func TestManifestErrors(t *testing.T) {
 	t.Run("ExecPathRelativeToManifest", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
-		addTool(t, dir, "t", manifest("x.t", `"exec_path": "bin/run"`), "")
-		writeFile(t, filepath.Join(dir, "bin", "run"), "#!/bin/sh\necho '{\"status\":\"success\",\"summary\":\"ran\"}'\n", 0o755)
-		b := setup(t, builtin.Config{GlobalDir: dir})
-		d, _ := b.reg.Lookup("x.t")
+		tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", `"exec_path": "bin/run"`), "")
+		tooltest.WriteFile(t, filepath.Join(dir, "bin", "run"), "#!/bin/sh\necho '{\"status\":\"success\",\"summary\":\"ran\"}'\n", 0o755)
+		b := tooltest.Setup(t, builtin.Config{GlobalDir: dir})
+		d, _ := b.Reg.Lookup("x.t")
 		if got := d.Runtime().ExecPath; got != filepath.Join(dir, "bin", "run") {
 			t.Errorf("ExecPath = %s", got)
 		}
-		if r := b.mustCall(t, "x.t", `{}`); r.Summary != "ran" {
+		if r := b.MustCall(t, "x.t", `{}`); r.Summary != "ran" {
 			t.Errorf("got %+v", r)
 		}
 	})

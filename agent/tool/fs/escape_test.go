@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/choirhq/choir/agent/tool/tooltest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,11 +18,11 @@ import (
 // tool, through the arbiter's path (Locks) and straight through Execute.
 func TestPathEscapes(t *testing.T) {
 	t.Parallel()
-	b := setup(t, builtin.Config{})
+	b := tooltest.Setup(t, builtin.Config{})
 	outside := t.TempDir()
-	writeFile(t, filepath.Join(outside, "secret.txt"), "foo secret\n", 0o644)
-	writeFile(t, filepath.Join(b.ws, "sub", "in.txt"), "foo inside\n", 0o644)
-	relOut, err := filepath.Rel(b.ws, filepath.Join(outside, "secret.txt"))
+	tooltest.WriteFile(t, filepath.Join(outside, "secret.txt"), "foo secret\n", 0o644)
+	tooltest.WriteFile(t, filepath.Join(b.WS, "sub", "in.txt"), "foo inside\n", 0o644)
+	relOut, err := filepath.Rel(b.WS, filepath.Join(outside, "secret.txt"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +37,7 @@ func TestPathEscapes(t *testing.T) {
 		"sub/deeper_escape": "../sub/../../" + filepath.Base(outside),
 	}
 	for name, target := range links {
-		if err := os.Symlink(target, filepath.Join(b.ws, name)); err != nil {
+		if err := os.Symlink(target, filepath.Join(b.WS, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -68,29 +69,29 @@ func TestPathEscapes(t *testing.T) {
 			t.Run(e.name+"/"+name, func(t *testing.T) {
 				t.Parallel()
 				input := json.RawMessage(mk(e.path))
-				d, _ := b.reg.Lookup(name)
-				_, err := d.Locks(b.ws, input)
-				wantPathEscape(t, err)
+				d, _ := b.Reg.Lookup(name)
+				_, err := d.Locks(b.WS, input)
+				tooltest.WantPathEscape(t, err)
 				if !strings.Contains(err.Error(), "paths must stay inside the workspace") {
 					t.Errorf("message %q does not say what to do", err)
 				}
-				_, err = d.Execute(context.Background(), b.env, input)
-				wantPathEscape(t, err)
+				_, err = d.Execute(context.Background(), b.Env, input)
+				tooltest.WantPathEscape(t, err)
 			})
 		}
 	}
 
 	t.Run("OtherRefusals", func(t *testing.T) {
 		t.Parallel()
-		if err := os.Symlink("loop2", filepath.Join(b.ws, "loop1")); err != nil {
+		if err := os.Symlink("loop2", filepath.Join(b.WS, "loop1")); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Symlink("loop1", filepath.Join(b.ws, "loop2")); err != nil {
+		if err := os.Symlink("loop1", filepath.Join(b.WS, "loop2")); err != nil {
 			t.Fatal(err)
 		}
 		for p, want := range map[string]string{"loop1": "too many levels of symbolic links", "a\x00b": "NUL"} {
-			d, _ := b.reg.Lookup(tool.NameFSRead)
-			_, err := d.Locks(b.ws, json.RawMessage(`{"path": `+quote(p)+`}`))
+			d, _ := b.Reg.Lookup(tool.NameFSRead)
+			_, err := d.Locks(b.WS, json.RawMessage(`{"path": `+quote(p)+`}`))
 			var pe *tool.PathError
 			if !errors.As(err, &pe) || errors.Is(err, tool.ErrPathEscape) || !strings.Contains(err.Error(), want) {
 				t.Errorf("%q: got %v, want a refusal with %q", p, err, want)
@@ -100,26 +101,26 @@ func TestPathEscapes(t *testing.T) {
 
 	t.Run("InsideAccessStillWorks", func(t *testing.T) {
 		t.Parallel()
-		if err := os.Symlink("sub/in.txt", filepath.Join(b.ws, "inlink")); err != nil {
+		if err := os.Symlink("sub/in.txt", filepath.Join(b.WS, "inlink")); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.Symlink(filepath.Join(b.ws, "sub"), filepath.Join(b.ws, "abs_in_dir")); err != nil {
+		if err := os.Symlink(filepath.Join(b.WS, "sub"), filepath.Join(b.WS, "abs_in_dir")); err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range []string{"sub/in.txt", filepath.Join(b.ws, "sub/in.txt"), "inlink", "abs_in_dir/in.txt"} {
-			r, err := b.call(t, tool.NameFSRead, `{"path": `+quote(p)+`}`)
+		for _, p := range []string{"sub/in.txt", filepath.Join(b.WS, "sub/in.txt"), "inlink", "abs_in_dir/in.txt"} {
+			r, err := b.Call(t, tool.NameFSRead, `{"path": `+quote(p)+`}`)
 			if err != nil || r.Status != tool.StatusSuccess || !strings.Contains(string(r.Output), "foo inside") {
 				t.Errorf("%s: got %+v %v", p, r, err)
 			}
 		}
 		// A link out of the workspace is refused even when the rest of the
 		// path would lead back in.
-		_, err := b.call(t, tool.NameFSRead, `{"path": `+quote("sub/up/"+filepath.Base(b.ws)+"/sub/in.txt")+`}`)
-		wantPathEscape(t, err)
+		_, err := b.Call(t, tool.NameFSRead, `{"path": `+quote("sub/up/"+filepath.Base(b.WS)+"/sub/in.txt")+`}`)
+		tooltest.WantPathEscape(t, err)
 	})
 
 	t.Cleanup(func() {
-		if got := readFile(t, filepath.Join(outside, "secret.txt")); got != "foo secret\n" {
+		if got := tooltest.ReadFile(t, filepath.Join(outside, "secret.txt")); got != "foo secret\n" {
 			t.Errorf("the outside file changed: %q", got)
 		}
 		if _, err := os.Stat(filepath.Join(outside, "new.txt")); err == nil {
@@ -132,17 +133,17 @@ func TestPathEscapes(t *testing.T) {
 // not follow a link that leads out of it.
 func TestSearchSkipsLinksOut(t *testing.T) {
 	t.Parallel()
-	b := setup(t, builtin.Config{})
+	b := tooltest.Setup(t, builtin.Config{})
 	outside := t.TempDir()
-	writeFile(t, filepath.Join(outside, "secret.txt"), "foo secret\n", 0o644)
-	writeFile(t, filepath.Join(b.ws, "in.txt"), "foo inside\n", 0o644)
-	if err := os.Symlink(outside, filepath.Join(b.ws, "out")); err != nil {
+	tooltest.WriteFile(t, filepath.Join(outside, "secret.txt"), "foo secret\n", 0o644)
+	tooltest.WriteFile(t, filepath.Join(b.WS, "in.txt"), "foo inside\n", 0o644)
+	if err := os.Symlink(outside, filepath.Join(b.WS, "out")); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(filepath.Join(outside, "secret.txt"), filepath.Join(b.ws, "secret.txt")); err != nil {
+	if err := os.Symlink(filepath.Join(outside, "secret.txt"), filepath.Join(b.WS, "secret.txt")); err != nil {
 		t.Fatal(err)
 	}
-	r := b.mustCall(t, tool.NameFSSearch, `{"pattern": "foo"}`)
+	r := b.MustCall(t, tool.NameFSSearch, `{"pattern": "foo"}`)
 	if strings.Contains(string(r.Output), "secret") || !strings.Contains(string(r.Output), "foo inside") {
 		t.Errorf("got %s", r.Output)
 	}

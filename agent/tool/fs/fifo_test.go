@@ -3,6 +3,7 @@ package fs_test
 import (
 	"context"
 	"encoding/json"
+	"github.com/choirhq/choir/agent/tool/tooltest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,12 +21,12 @@ import (
 // the path) for good.
 func TestReadRefusesFIFO(t *testing.T) {
 	t.Parallel()
-	b := setup(t, builtin.Config{})
-	fifo := filepath.Join(b.ws, "pipe.txt")
+	b := tooltest.Setup(t, builtin.Config{})
+	fifo := filepath.Join(b.WS, "pipe.txt")
 	if err := syscall.Mkfifo(fifo, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink("pipe.txt", filepath.Join(b.ws, "innocent.txt")); err != nil {
+	if err := os.Symlink("pipe.txt", filepath.Join(b.WS, "innocent.txt")); err != nil {
 		t.Fatal(err)
 	}
 	// Should the read block, a writer opened at cleanup releases it, so
@@ -42,8 +43,8 @@ func TestReadRefusesFIFO(t *testing.T) {
 			var err error
 			go func() {
 				defer close(done)
-				d, _ := b.reg.Lookup(tool.NameFSRead)
-				r, err = d.Execute(context.Background(), b.env, json.RawMessage(`{"path": `+quote(p)+`}`))
+				d, _ := b.Reg.Lookup(tool.NameFSRead)
+				r, err = d.Execute(context.Background(), b.Env, json.RawMessage(`{"path": `+quote(p)+`}`))
 			}()
 			select {
 			case <-done:

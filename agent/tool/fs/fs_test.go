@@ -3,6 +3,7 @@ package fs_test
 import (
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/agent/tool/tooltest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -32,14 +33,14 @@ func lines(from, to int) string {
 
 func TestFSRead(t *testing.T) {
 	t.Parallel()
-	b := setup(t, builtin.Config{})
-	writeFile(t, filepath.Join(b.ws, "ten.txt"), lines(1, 10), 0o644)
-	writeFile(t, filepath.Join(b.ws, "noeol.txt"), "a\nb", 0o644)
-	writeFile(t, filepath.Join(b.ws, "empty.txt"), "", 0o644)
-	writeFile(t, filepath.Join(b.ws, "bin.dat"), "ab\x00cd", 0o644)
-	writeFile(t, filepath.Join(b.ws, "big.txt"), lines(1, 5000), 0o644)
-	writeFile(t, filepath.Join(b.ws, "oneline.txt"), strings.Repeat("é", 20000), 0o644)
-	if err := os.Mkdir(filepath.Join(b.ws, "dir"), 0o755); err != nil {
+	b := tooltest.Setup(t, builtin.Config{})
+	tooltest.WriteFile(t, filepath.Join(b.WS, "ten.txt"), lines(1, 10), 0o644)
+	tooltest.WriteFile(t, filepath.Join(b.WS, "noeol.txt"), "a\nb", 0o644)
+	tooltest.WriteFile(t, filepath.Join(b.WS, "empty.txt"), "", 0o644)
+	tooltest.WriteFile(t, filepath.Join(b.WS, "bin.dat"), "ab\x00cd", 0o644)
+	tooltest.WriteFile(t, filepath.Join(b.WS, "big.txt"), lines(1, 5000), 0o644)
+	tooltest.WriteFile(t, filepath.Join(b.WS, "oneline.txt"), strings.Repeat("é", 20000), 0o644)
+	if err := os.Mkdir(filepath.Join(b.WS, "dir"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 
@@ -63,11 +64,11 @@ func TestFSRead(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			r := b.mustCall(t, tool.NameFSRead, tt.input)
+			r := b.MustCall(t, tool.NameFSRead, tt.input)
 			if r.Status != tool.StatusSuccess {
 				t.Fatalf("got %+v", r)
 			}
-			if got := output[readOut](t, r); got != tt.want {
+			if got := tooltest.Output[readOut](t, r); got != tt.want {
 				t.Errorf("got  %+v\nwant %+v", got, tt.want)
 			}
 		})
@@ -75,8 +76,8 @@ func TestFSRead(t *testing.T) {
 
 	t.Run("LargeFileCutToFitWithNextLine", func(t *testing.T) {
 		t.Parallel()
-		r := b.mustCall(t, tool.NameFSRead, `{"path": "big.txt"}`)
-		got := output[readOut](t, r)
+		r := b.MustCall(t, tool.NameFSRead, `{"path": "big.txt"}`)
+		got := tooltest.Output[readOut](t, r)
 		if !got.Truncated || got.StartLine != 1 || got.NextLine != got.EndLine+1 || got.TotalLines != 5000 || got.Content != lines(1, got.EndLine) {
 			t.Errorf("got start %d end %d next %d total %d truncated %v", got.StartLine, got.EndLine, got.NextLine, got.TotalLines, got.Truncated)
 		}
@@ -87,8 +88,8 @@ func TestFSRead(t *testing.T) {
 			t.Errorf("summary %q", r.Summary)
 		}
 		// Reading on from next_line continues seamlessly.
-		r2 := b.mustCall(t, tool.NameFSRead, fmt.Sprintf(`{"path": "big.txt", "start_line": %d}`, got.NextLine))
-		got2 := output[readOut](t, r2)
+		r2 := b.MustCall(t, tool.NameFSRead, fmt.Sprintf(`{"path": "big.txt", "start_line": %d}`, got.NextLine))
+		got2 := tooltest.Output[readOut](t, r2)
 		if got2.StartLine != got.NextLine || got2.Content != lines(got2.StartLine, got2.EndLine) {
 			t.Errorf("continued at %d-%d", got2.StartLine, got2.EndLine)
 		}
@@ -96,7 +97,7 @@ func TestFSRead(t *testing.T) {
 
 	t.Run("LargeTailKeepsTheLastLines", func(t *testing.T) {
 		t.Parallel()
-		got := output[readOut](t, b.mustCall(t, tool.NameFSRead, `{"path": "big.txt", "tail": 4000}`))
+		got := tooltest.Output[readOut](t, b.MustCall(t, tool.NameFSRead, `{"path": "big.txt", "tail": 4000}`))
 		if !got.Truncated || got.EndLine != 5000 || got.Content != lines(got.StartLine, 5000) || got.StartLine <= 1000 {
 			t.Errorf("got %d-%d truncated %v", got.StartLine, got.EndLine, got.Truncated)
 		}
@@ -104,8 +105,8 @@ func TestFSRead(t *testing.T) {
 
 	t.Run("GiantLineGivesItsBeginning", func(t *testing.T) {
 		t.Parallel()
-		r := b.mustCall(t, tool.NameFSRead, `{"path": "oneline.txt"}`)
-		got := output[readOut](t, r)
+		r := b.MustCall(t, tool.NameFSRead, `{"path": "oneline.txt"}`)
+		got := tooltest.Output[readOut](t, r)
 		if !got.Truncated || got.StartLine != 1 || got.EndLine != 1 || !strings.HasPrefix(strings.Repeat("é", 20000), got.Content) || len(got.Content) < 8000 {
 			t.Errorf("got %d bytes, truncated %v", len(got.Content), got.Truncated)
 		}
@@ -125,7 +126,7 @@ func TestFSRead(t *testing.T) {
 			`{"path": "missing/deeper/x.txt"}`:       "no such file",
 			`{"path": "ten.txt/x"}`:                  "ten.txt/x",
 		} {
-			r := b.mustCall(t, tool.NameFSRead, input)
+			r := b.MustCall(t, tool.NameFSRead, input)
 			if r.Status != tool.StatusError || !strings.Contains(r.Summary, want) {
 				t.Errorf("%s: got %+v, want an error with %q", input, r, want)
 			}
@@ -139,7 +140,7 @@ func TestFSRead(t *testing.T) {
 			`{"path": "ten.txt", "head": 1, "start_line": 2}`,
 			`{"path": "ten.txt", "start_line": 5, "end_line": 2}`,
 		} {
-			_, err := b.call(t, tool.NameFSRead, input)
+			_, err := b.Call(t, tool.NameFSRead, input)
 			var ie *tool.InputError
 			if !errors.As(err, &ie) {
 				t.Errorf("%s: got %v, want *InputError", input, err)
@@ -182,19 +183,19 @@ func TestFSWrite(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t, builtin.Config{})
-			p := filepath.Join(b.ws, "sub", "dir", "f.txt")
+			b := tooltest.Setup(t, builtin.Config{})
+			p := filepath.Join(b.WS, "sub", "dir", "f.txt")
 			if tt.initial != nil {
-				writeFile(t, p, *tt.initial, 0o600)
+				tooltest.WriteFile(t, p, *tt.initial, 0o600)
 			}
-			r := b.mustCall(t, tool.NameFSWrite, `{"path": "sub/dir/f.txt", `+tt.input+`}`)
+			r := b.MustCall(t, tool.NameFSWrite, `{"path": "sub/dir/f.txt", `+tt.input+`}`)
 			if r.Status != tool.StatusSuccess || !strings.Contains(r.Summary, tt.summary) {
 				t.Fatalf("got %+v, want summary %q", r, tt.summary)
 			}
-			if got := readFile(t, p); got != tt.want {
+			if got := tooltest.ReadFile(t, p); got != tt.want {
 				t.Errorf("file = %q, want %q", got, tt.want)
 			}
-			out := output[writeOut](t, r)
+			out := tooltest.Output[writeOut](t, r)
 			if out.Path != "sub/dir/f.txt" || out.Bytes != len(tt.want) || out.Created != (tt.initial == nil) {
 				t.Errorf("output %+v", out)
 			}
@@ -211,10 +212,10 @@ func TestFSWrite(t *testing.T) {
 
 	t.Run("Failures", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, builtin.Config{})
-		writeFile(t, filepath.Join(b.ws, "f.txt"), "1\n2\n", 0o644)
-		writeFile(t, filepath.Join(b.ws, "file"), "x", 0o644)
-		if err := os.Mkdir(filepath.Join(b.ws, "d"), 0o755); err != nil {
+		b := tooltest.Setup(t, builtin.Config{})
+		tooltest.WriteFile(t, filepath.Join(b.WS, "f.txt"), "1\n2\n", 0o644)
+		tooltest.WriteFile(t, filepath.Join(b.WS, "file"), "x", 0o644)
+		if err := os.Mkdir(filepath.Join(b.WS, "d"), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		for input, want := range map[string]string{
@@ -225,19 +226,19 @@ func TestFSWrite(t *testing.T) {
 			`{"path": "file/sub.txt", "content": "x"}`: "file/sub.txt: not a directory",
 			`{"path": ".", "content": "x"}`:            "is the workspace root",
 		} {
-			r := b.mustCall(t, tool.NameFSWrite, input)
+			r := b.MustCall(t, tool.NameFSWrite, input)
 			if r.Status != tool.StatusError || !strings.Contains(r.Summary, want) {
 				t.Errorf("%s: got %+v, want an error with %q", input, r, want)
 			}
 		}
-		if got := readFile(t, filepath.Join(b.ws, "f.txt")); got != "1\n2\n" {
+		if got := tooltest.ReadFile(t, filepath.Join(b.WS, "f.txt")); got != "1\n2\n" {
 			t.Errorf("a failed edit changed the file: %q", got)
 		}
 	})
 
 	t.Run("FieldsMustFitTheMode", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, builtin.Config{})
+		b := tooltest.Setup(t, builtin.Config{})
 		for _, input := range []string{
 			`{"path": "f", "mode": "insert", "content": "x"}`,
 			`{"path": "f", "mode": "replace", "start_line": 1, "content": "x"}`,
@@ -245,7 +246,7 @@ func TestFSWrite(t *testing.T) {
 			`{"path": "f", "content": "x", "line": 2}`,
 			`{"path": "f", "mode": "append", "content": "x", "end_line": 2}`,
 		} {
-			_, err := b.call(t, tool.NameFSWrite, input)
+			_, err := b.Call(t, tool.NameFSWrite, input)
 			var ie *tool.InputError
 			if !errors.As(err, &ie) {
 				t.Errorf("%s: got %v, want *InputError", input, err)
@@ -255,10 +256,10 @@ func TestFSWrite(t *testing.T) {
 
 	t.Run("WriteThenReadRoundTrips", func(t *testing.T) {
 		t.Parallel()
-		b := setup(t, builtin.Config{})
-		b.mustCall(t, tool.NameFSWrite, `{"path": "notes/a.md", "content": "# Title\n\nbody\n"}`)
-		b.mustCall(t, tool.NameFSWrite, `{"path": "notes/a.md", "mode": "insert", "line": 2, "content": "subtitle"}`)
-		got := output[readOut](t, b.mustCall(t, tool.NameFSRead, `{"path": "notes/a.md"}`))
+		b := tooltest.Setup(t, builtin.Config{})
+		b.MustCall(t, tool.NameFSWrite, `{"path": "notes/a.md", "content": "# Title\n\nbody\n"}`)
+		b.MustCall(t, tool.NameFSWrite, `{"path": "notes/a.md", "mode": "insert", "line": 2, "content": "subtitle"}`)
+		got := tooltest.Output[readOut](t, b.MustCall(t, tool.NameFSRead, `{"path": "notes/a.md"}`))
 		if got.Content != "# Title\nsubtitle\n\nbody\n" || got.TotalLines != 4 {
 			t.Errorf("got %+v", got)
 		}

@@ -446,10 +446,12 @@ func (a *API) HandleSendOutbound(ctx context.Context, call rpc.Call, req rpc.Sen
 		q, err = jobs.EnqueueOutboundTx(ctx, tx, a.jobs, p)
 		return err
 	})
-	if errors.Is(err, jobs.ErrOutboxFull) {
+	switch {
+	case errors.Is(err, jobs.ErrOutboxFull):
 		return rpc.SendOutboundResponse{}, outboxFull(err)
-	}
-	if err != nil {
+	case err != nil && fromDatabase(err):
+		return rpc.SendOutboundResponse{}, fmt.Errorf("queue message %s: %w", req.MessageID, err)
+	case err != nil:
 		return rpc.SendOutboundResponse{}, fmt.Errorf("%w: %w", rpc.ErrBadRequest, err)
 	}
 	if req.Kind == rpc.OutboundText {

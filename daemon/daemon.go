@@ -263,7 +263,7 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	sum := sha256.Sum256(raw)
-	version, err := db.New(d.pool).ConfigVersionRecord(ctx, sum[:])
+	version, err := db.New(choirsql.Interpreted(d.pool)).ConfigVersionRecord(ctx, sum[:])
 	if err != nil {
 		return fmt.Errorf("record config version: %w", err)
 	}
@@ -382,7 +382,7 @@ func checkMigrated(ctx context.Context, dsn, origin string) (string, error) {
 }
 
 func (d *Daemon) provisionAgents(ctx context.Context, cfg *config.Config) error {
-	q := db.New(d.pool)
+	q := db.New(choirsql.Interpreted(d.pool))
 	for _, id := range sortedKeys(cfg.Agents) {
 		// Memory made with other dimensions is re-embedded through choird
 		// (choirctl memory reembed), so choird starts with it: its search

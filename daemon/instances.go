@@ -13,6 +13,7 @@ import (
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // Supervision of the agent instances the runtime runs: a dead instance
@@ -74,7 +75,7 @@ func (d *Daemon) removeInstance(ctx context.Context, sessionID uuid.UUID) error 
 	if d.runtime == nil {
 		return nil
 	}
-	s, err := db.New(d.pool).SessionGetByID(ctx, sessionID)
+	s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetByID(ctx, sessionID)
 	if err != nil {
 		return fmt.Errorf("load session %s: %w", sessionID, err)
 	}
@@ -92,7 +93,7 @@ func (d *Daemon) removeInstance(ctx context.Context, sessionID uuid.UUID) error 
 // crashNotice tells the crashed session's DM, through the outbox.
 func (d *Daemon) crashNotice(ctx context.Context, sessionID uuid.UUID, why string) {
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		s, err := db.New(tx).SessionGetByID(ctx, sessionID)
+		s, err := db.New(choirsql.Interpreted(tx)).SessionGetByID(ctx, sessionID)
 		if err != nil {
 			return err
 		}

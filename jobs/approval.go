@@ -14,6 +14,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/choirhq/choir/db"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // Who resolved an approval that nobody answered in time.
@@ -78,11 +79,11 @@ var ErrApprovalNotFound = errors.New("no such approval")
 // that got the request. won is false when the approval was already
 // resolved; row is then as the winner left it.
 func ResolveApprovalTx(ctx context.Context, tx pgx.Tx, ins Inserter, id uuid.UUID, approve bool, by string) (row db.ChoirControlPendingApproval, won bool, err error) {
-	q := db.New(tx)
+	q := db.New(choirsql.Interpreted(tx))
 	row, err = q.ApprovalResolve(ctx, db.ApprovalResolveParams{ApprovalID: id, Approve: approve, ResolvedBy: &by})
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		row, err = q.ApprovalGet(ctx, id)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, choirsql.ErrNotFound) {
 			return row, false, fmt.Errorf("approval %s: %w", id, ErrApprovalNotFound)
 		}
 		if err != nil {
@@ -106,7 +107,7 @@ func ResolveApprovalTx(ctx context.Context, tx pgx.Tx, ins Inserter, id uuid.UUI
 	if req, err := q.OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: row.AgentID,
 		MessageID: "approval:" + id.String() + ":request"}); err == nil {
 		to = ApprovalAddress{Gateway: req.Gateway, DM: req.Dm, ChatID: req.ChatID}
-	} else if !errors.Is(err, pgx.ErrNoRows) {
+	} else if !errors.Is(err, choirsql.ErrNotFound) {
 		return row, false, fmt.Errorf("load notification of approval %s: %w", id, err)
 	}
 	if _, err := EnqueueOutboundTx(ctx, tx, ins, OutboundParams{AgentID: row.AgentID, SessionID: &row.SessionID,

@@ -15,6 +15,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/choirhq/choir/db"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // DefaultStartGrace is how long an agent may take from its start to its
@@ -67,7 +68,7 @@ func (w *CrashDetectWorker) Work(ctx context.Context, job *river.Job[CrashDetect
 	var crashed []db.SessionsCrashStaleRow
 	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
 		var err error
-		crashed, err = db.New(tx).SessionsCrashStale(ctx, db.SessionsCrashStaleParams{
+		crashed, err = db.New(choirsql.Interpreted(tx)).SessionsCrashStale(ctx, db.SessionsCrashStaleParams{
 			ThresholdMs: threshold.Milliseconds(), StartGraceMs: cmp.Or(w.StartGrace, DefaultStartGrace).Milliseconds()})
 		if err != nil {
 			return fmt.Errorf("mark stale sessions crashed: %w", err)

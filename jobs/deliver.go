@@ -19,6 +19,7 @@ import (
 
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/outbound"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // QueueDelivery runs outbound message delivery. It is latency-sensitive and
@@ -211,14 +212,14 @@ func EnqueueOutboundTx(ctx context.Context, tx pgx.Tx, client Inserter, p Outbou
 	if err := p.validate(); err != nil {
 		return OutboundQueued{}, err
 	}
-	q := db.New(tx)
+	q := db.New(choirsql.Interpreted(tx))
 	row, err := q.OutboxInsert(ctx, db.OutboxInsertParams{AgentID: p.AgentID, SessionID: p.SessionID,
 		MessageID: p.MessageID, Gateway: p.Gateway, Dm: p.DM, ChatID: p.ChatID, Kind: p.Kind, Text: p.Text,
 		Workspace: p.Workspace, FilePath: p.FilePath, ApprovalID: p.ApprovalID, MaxPending: int32(p.MaxPending)})
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		// Either the message is already queued, or the outbox is full.
 		row, err = q.OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: p.AgentID, MessageID: p.MessageID})
-		if errors.Is(err, pgx.ErrNoRows) && p.MaxPending > 0 {
+		if errors.Is(err, choirsql.ErrNotFound) && p.MaxPending > 0 {
 			return OutboundQueued{}, fmt.Errorf("message %s: session %s already has %d messages waiting for delivery, the most it may have: %w",
 				p.MessageID, p.SessionID, p.MaxPending, ErrOutboxFull)
 		}
@@ -301,10 +302,10 @@ func (w *DeliveryWorker) Timeout(*river.Job[DeliverOutboundArgs]) time.Duration 
 // duplicate on every crash mid-send.
 func (w *DeliveryWorker) Work(ctx context.Context, job *river.Job[DeliverOutboundArgs]) error {
 	start := time.Now()
-	q := db.New(w.deps.Pool)
+	q := db.New(choirsql.Interpreted(w.deps.Pool))
 	for {
 		row, err := q.OutboxGetByID(ctx, job.Args.OutboxID)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, choirsql.ErrNotFound) {
 			return river.JobCancel(fmt.Errorf("outbox row %d does not exist", job.Args.OutboxID))
 		}
 		if err != nil {
@@ -345,11 +346,11 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 		return false, fmt.Errorf("begin delivery of outbox row %d: %w", own.OutboxID, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit this is a no-op
-	q := db.New(tx)
+	q := db.New(choirsql.Interpreted(tx))
 
 	head, err := q.OutboxLockChatHead(ctx, db.OutboxLockChatHeadParams{Gateway: own.Gateway, ChatID: own.ChatID,
 		OutboxID: own.OutboxID})
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		// Another run finished the row while this one waited.
 		if err := completeDelivery(ctx, tx, job); err != nil {
 			return false, err
@@ -449,7 +450,7 @@ func (w *DeliveryWorker) sendPart(ctx context.Context, outboxID int64, idx int, 
 // is finished.
 func (w *DeliveryWorker) recordSendError(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverOutboundArgs],
 	head db.ChoirControlOutbox, isOwn bool, idx int, sendErr error, logger *slog.Logger) (bool, error) {
-	q := db.New(tx)
+	q := db.New(choirsql.Interpreted(tx))
 	var ra interface{ RetryAfter() time.Duration }
 	switch {
 	case errors.As(sendErr, &ra):
@@ -529,7 +530,7 @@ func (w *DeliveryWorker) newClaim(outboxID int64, part int) *claim {
 
 func (c *claim) pass(ctx context.Context) error {
 	c.once.Do(func() {
-		n, err := db.New(c.w.deps.Pool).OutboxAttemptBegin(ctx, db.OutboxAttemptBeginParams{OutboxID: c.outboxID,
+		n, err := db.New(choirsql.Interpreted(c.w.deps.Pool)).OutboxAttemptBegin(ctx, db.OutboxAttemptBeginParams{OutboxID: c.outboxID,
 			Part: int32(c.part), AttemptBy: c.w.instance})
 		switch {
 		case err != nil:
@@ -549,7 +550,7 @@ func (c *claim) lost() bool { return c.taken.Load() }
 // removes a sent file. It reports whether the job's own row is finished.
 func (w *DeliveryWorker) recordSent(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverOutboundArgs], head db.ChoirControlOutbox,
 	isOwn bool, idx int, sentID int64, last bool, file SendFile, logger *slog.Logger) (bool, error) {
-	if _, err := db.New(tx).OutboxPartSent(ctx, db.OutboxPartSentParams{OutboxID: head.OutboxID, SentID: sentID,
+	if _, err := db.New(choirsql.Interpreted(tx)).OutboxPartSent(ctx, db.OutboxPartSentParams{OutboxID: head.OutboxID, SentID: sentID,
 		Last: last, Part: int32(idx)}); err != nil {
 		return false, fmt.Errorf("record part %d of outbox row %d sent: %w", idx, head.OutboxID, err)
 	}

@@ -42,6 +42,12 @@ func Interpret(err error) error {
 	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
+	// A connection the server refused is an outage, whatever SQLSTATE the
+	// refusal carries (a database not accepting connections is 55000).
+	var ce *pgconn.ConnectError
+	if errors.As(err, &ce) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) {
 		switch {
@@ -54,9 +60,8 @@ func Interpret(err error) error {
 		}
 		return err
 	}
-	var ce *pgconn.ConnectError
 	var ne net.Error
-	if errors.As(err, &ce) || errors.As(err, &ne) || pgconn.Timeout(err) || errors.Is(err, puddle.ErrClosedPool) {
+	if errors.As(err, &ne) || pgconn.Timeout(err) || errors.Is(err, puddle.ErrClosedPool) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err

@@ -130,6 +130,22 @@ func TestInterpret(t *testing.T) {
 		_, err = choirsql.Interpreted(gone).Exec(ctx, `SELECT 1`)
 		assertNamed(t, err, choirsql.ErrUnavailable)
 	})
+	t.Run("RefusedConnectionIsUnavailable", func(t *testing.T) {
+		// The server answers, but refuses the database: SQLSTATE 55000.
+		url := dbtest.NewDatabase(t)
+		cfg, err := pgx.ParseConfig(url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name := pgx.Identifier{cfg.Database}.Sanitize()
+		if _, err := pool.Exec(ctx, `ALTER DATABASE `+name+` ALLOW_CONNECTIONS false`); err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Exec(context.WithoutCancel(ctx), `ALTER DATABASE `+name+` ALLOW_CONNECTIONS true`)
+		refused := dbtest.Connect(t, url)
+		_, err = choirsql.Interpreted(refused).Exec(ctx, `SELECT 1`)
+		assertNamed(t, err, choirsql.ErrUnavailable)
+	})
 	t.Run("Idempotent", func(t *testing.T) {
 		err := choirsql.Interpret(choirsql.Interpret(pgx.ErrNoRows))
 		assertNamed(t, err, choirsql.ErrNotFound)

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/daemon/control"
@@ -18,6 +19,7 @@ import (
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // Options configure the admin API's handlers.
@@ -73,7 +75,9 @@ func (e codedErr) Error() string   { return e.err.Error() }
 func (e codedErr) Unwrap() []error { return []error{e.code, e.err} }
 
 // controlErr gives a control error the code choirctl shows it with; the
-// message, which says what to do, is kept as it is.
+// message, which says what to do, is kept as it is. The control layer's
+// own kinds come first; a database error goes by databaseErr; anything
+// else is a request the control layer refused.
 func controlErr(err error) error {
 	switch {
 	case err == nil:
@@ -87,7 +91,34 @@ func controlErr(err error) error {
 	case errors.Is(err, runtime.ErrEngineUnreachable):
 		return codedErr{rpc.ErrUnavailable, err}
 	}
+	if err, ok := databaseErr(err); ok {
+		return err
+	}
 	return codedErr{rpc.ErrBadRequest, err}
+}
+
+// databaseErr codes an error that came from Postgres, named at the seam
+// (choirsql.Interpret), and reports whether err was one. An outage or a
+// lost serialization race is unavailable, and the message says to retry;
+// a missing row no handler expected is not_found, a duplicate a conflict;
+// any other database error is internal (admin.Handle logs it), never the
+// client's bad request.
+func databaseErr(err error) (error, bool) {
+	named := choirsql.Interpret(err)
+	var pe *pgconn.PgError
+	switch {
+	case errors.Is(named, choirsql.ErrUnavailable):
+		return codedErr{rpc.ErrUnavailable, fmt.Errorf("%w; choird cannot reach its database now, retry when Postgres is back", named)}, true
+	case errors.Is(named, choirsql.ErrSerialization):
+		return codedErr{rpc.ErrUnavailable, fmt.Errorf("%w; a concurrent change got in the way, retry", named)}, true
+	case errors.Is(named, choirsql.ErrNotFound):
+		return codedErr{rpc.ErrNotFound, err}, true
+	case errors.Is(named, choirsql.ErrUniqueViolation):
+		return codedErr{rpc.ErrConflict, err}, true
+	case errors.As(err, &pe):
+		return err, true
+	}
+	return err, false
 }
 
 func (d *API) mountControl(mux *admin.Mux) {

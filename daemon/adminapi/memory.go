@@ -22,7 +22,8 @@ import (
 // types themselves.
 
 // memoryErr codes the memory store's errors: bad input and unknown agents
-// are the caller's to fix (choirctl exits with its usage code).
+// are the caller's to fix (choirctl exits with its usage code). A database
+// error goes by databaseErr; any other error is internal.
 func memoryErr(err error) error {
 	switch {
 	case err == nil:
@@ -38,6 +39,7 @@ func memoryErr(err error) error {
 	case errors.Is(err, memory.ErrBusy):
 		return codedErr{rpc.ErrUnavailable, err}
 	}
+	err, _ = databaseErr(err)
 	return err
 }
 

@@ -29,6 +29,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // HostTool executes one host tool for an agent (EXECUTE_HOST_TOOL).
@@ -123,7 +124,7 @@ func (a *API) bindings(ctx context.Context, id uuid.UUID) (rpc.ResourceBindings,
 // bindingsAcked returns the session's bindings and the revision its
 // replica is acknowledged through.
 func (a *API) bindingsAcked(ctx context.Context, id uuid.UUID) (rpc.ResourceBindings, int64, error) {
-	s, err := db.New(a.pool).SessionGetByID(ctx, id)
+	s, err := db.New(choirsql.Interpreted(a.pool)).SessionGetByID(ctx, id)
 	if err != nil {
 		return rpc.ResourceBindings{}, 0, fmt.Errorf("load session %s: %w", id, err)
 	}
@@ -153,7 +154,7 @@ func (a *API) HandleGetSecrets(ctx context.Context, call rpc.Call, req rpc.GetSe
 	if err != nil {
 		return rpc.GetSecretsResponse{}, err
 	}
-	st, err := db.New(a.pool).SessionDynamicState(ctx, id)
+	st, err := db.New(choirsql.Interpreted(a.pool)).SessionDynamicState(ctx, id)
 	if err != nil {
 		return rpc.GetSecretsResponse{}, fmt.Errorf("load session %s: %w", id, err)
 	}
@@ -220,11 +221,11 @@ func (a *API) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.
 	}
 	var resp rpc.ApprovalResponse
 	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
+		q := db.New(choirsql.Interpreted(tx))
 		row, err := q.ApprovalCreate(ctx, db.ApprovalCreateParams{SessionID: id, AgentID: call.Session.AgentID,
 			RequestID: call.RequestID, RequestType: req.RequestType, Summary: req.Summary, Payload: req.Payload,
 			ExpiresAt: time.Now().Add(cfg.ApprovalTimeout())})
-		if errNoRows(err) {
+		if errors.Is(err, choirsql.ErrNotFound) {
 			prev, err := q.ApprovalGetByRequest(ctx, db.ApprovalGetByRequestParams{SessionID: id, RequestID: call.RequestID})
 			if err != nil {
 				return fmt.Errorf("load approval of request %s: %w", call.RequestID, err)
@@ -263,7 +264,7 @@ func (a *API) HandleReportStatus(ctx context.Context, call rpc.Call, req rpc.Rep
 	if err != nil {
 		return rpc.Ack{}, err
 	}
-	if err := db.New(a.pool).SessionLaneStatusSet(ctx, db.SessionLaneStatusSetParams{SessionID: id, Lane: req.Lane, Status: status}); err != nil {
+	if err := db.New(choirsql.Interpreted(a.pool)).SessionLaneStatusSet(ctx, db.SessionLaneStatusSetParams{SessionID: id, Lane: req.Lane, Status: status}); err != nil {
 		return rpc.Ack{}, fmt.Errorf("record lane status: %w", err)
 	}
 	if req.Lane == "edge" && (req.State == "EDGE_IDLE" || req.State == "IDLE") {
@@ -324,7 +325,7 @@ func (a *API) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, req r
 	if err != nil {
 		return rpc.FetchDynamicConfigResponse{}, err
 	}
-	q := db.New(a.pool)
+	q := db.New(choirsql.Interpreted(a.pool))
 	latest, err := q.ConfigVersionLatest(ctx)
 	if err != nil {
 		return rpc.FetchDynamicConfigResponse{}, fmt.Errorf("latest config version: %w", err)
@@ -445,10 +446,12 @@ func (a *API) HandleSendOutbound(ctx context.Context, call rpc.Call, req rpc.Sen
 		q, err = jobs.EnqueueOutboundTx(ctx, tx, a.jobs, p)
 		return err
 	})
-	if errors.Is(err, jobs.ErrOutboxFull) {
+	switch {
+	case errors.Is(err, jobs.ErrOutboxFull):
 		return rpc.SendOutboundResponse{}, outboxFull(err)
-	}
-	if err != nil {
+	case err != nil && fromDatabase(err):
+		return rpc.SendOutboundResponse{}, fmt.Errorf("queue message %s: %w", req.MessageID, err)
+	case err != nil:
 		return rpc.SendOutboundResponse{}, fmt.Errorf("%w: %w", rpc.ErrBadRequest, err)
 	}
 	if req.Kind == rpc.OutboundText {
@@ -469,6 +472,3 @@ func outboxFull(err error) error {
 	return &rpc.Error{Code: rpc.CodeRateLimited, RetryAfter: outboxFullRetry,
 		Message: err.Error() + "; wait until some of them are delivered, then send again"}
 }
-
-// errNoRows reports pgx's no-rows error.
-func errNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // Hello records an agent's INIT_HELLO on its session and tells it where to
@@ -40,10 +41,10 @@ func HelloWith(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, cal
 	}
 	var resp rpc.InitHelloResponse
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
+		q := db.New(choirsql.Interpreted(tx))
 		s, err := q.SessionHello(ctx, db.SessionHelloParams{SessionID: id, ImageVersion: req.ImageVersion,
 			ToolManifestHash: req.ToolManifestHash, SkillManifestHash: req.SkillManifestHash})
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, choirsql.ErrNotFound) {
 			return fmt.Errorf("session %s is not live: %w", id, rpc.ErrUnauthenticated)
 		}
 		if err != nil {
@@ -113,7 +114,7 @@ func recoverySnapshot(ctx context.Context, q *db.Queries, logger *slog.Logger, i
 	limit := acked
 	for limit >= 0 {
 		snap, err := q.SessionChainSnapshot(ctx, db.SessionChainSnapshotParams{SessionID: id, MaxRev: limit})
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, choirsql.ErrNotFound) {
 			return nil, nil
 		}
 		if err != nil {

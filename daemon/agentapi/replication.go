@@ -17,6 +17,7 @@ import (
 
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // ErrChainGap reports a heartbeat whose base revision is beyond what choird
@@ -54,17 +55,17 @@ func Replicate(ctx context.Context, pool *pgxpool.Pool, sessionID uuid.UUID, req
 	}
 	start := time.Now()
 	params := applyParams(sessionID, req.BaseRev, req.HashPrev, req.Patches, req)
-	head, err := db.New(pool).HeartbeatApply(ctx, params)
+	head, err := db.New(choirsql.Interpreted(pool)).HeartbeatApply(ctx, params)
 	if err == nil && !head.Applied {
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			q := db.New(tx)
+			q := db.New(choirsql.Interpreted(tx))
 			if head, err = q.HeartbeatApply(ctx, params); err != nil || head.Applied {
 				return err // Applied: the head moved to meet the patch in between.
 			}
 			return resolveResend(ctx, q, sessionID, req, head)
 		})
 	}
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return rpc.HeartbeatResponse{}, fmt.Errorf("session %s: %w", sessionID, rpc.ErrNotFound)
 	}
 	if err != nil {

@@ -7,11 +7,11 @@ import (
 	"sync"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // SessionAuth checks lease tokens against choir_control.sessions: the
@@ -67,8 +67,8 @@ func (a *SessionAuth) authenticate(ctx context.Context, sessionID, leaseToken st
 	a.mu.Unlock()
 	status := ""
 	if live || !known {
-		row, err := db.New(a.pool).SessionAuthGet(ctx, id)
-		if errors.Is(err, pgx.ErrNoRows) {
+		row, err := db.New(choirsql.Interpreted(a.pool)).SessionAuthGet(ctx, id)
+		if errors.Is(err, choirsql.ErrNotFound) {
 			return rpc.Session{}, fmt.Errorf("no session %s: %w", sessionID, rpc.ErrUnauthenticated)
 		}
 		if err != nil {
@@ -125,8 +125,8 @@ func (s ReplayStore) Load(ctx context.Context, key rpc.ReplayKey) (rpc.ReplayRec
 	if err != nil {
 		return rpc.ReplayRecord{}, false, fmt.Errorf("session id %q: %w", key.SessionID, err)
 	}
-	row, err := db.New(s.Pool).ReplayGet(ctx, db.ReplayGetParams{SessionID: id, RequestID: key.RequestID})
-	if errors.Is(err, pgx.ErrNoRows) {
+	row, err := db.New(choirsql.Interpreted(s.Pool)).ReplayGet(ctx, db.ReplayGetParams{SessionID: id, RequestID: key.RequestID})
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return rpc.ReplayRecord{}, false, nil
 	}
 	if err != nil {
@@ -164,7 +164,7 @@ func (s ReplayStore) Save(ctx context.Context, key rpc.ReplayKey, rec rpc.Replay
 	if err != nil {
 		return fmt.Errorf("session id %q: %w", key.SessionID, err)
 	}
-	err = db.New(s.Pool).ReplaySave(ctx, db.ReplaySaveParams{SessionID: id, RequestID: key.RequestID,
+	err = db.New(choirsql.Interpreted(s.Pool)).ReplaySave(ctx, db.ReplaySaveParams{SessionID: id, RequestID: key.RequestID,
 		Verb: string(rec.Verb), Digest: rec.Digest[:], Response: rec.Response,
 		ErrCode: string(rec.ErrCode), ErrMessage: rec.ErrMessage, Keep: ReplayKeepPerSession})
 	if err != nil {
@@ -179,7 +179,7 @@ func (s ReplayStore) Forget(ctx context.Context, sessionID string) error {
 	if err != nil {
 		return fmt.Errorf("session id %q: %w", sessionID, err)
 	}
-	if _, err := db.New(s.Pool).ReplayForgetSession(ctx, id); err != nil {
+	if _, err := db.New(choirsql.Interpreted(s.Pool)).ReplayForgetSession(ctx, id); err != nil {
 		return fmt.Errorf("forget replays of %s: %w", sessionID, err)
 	}
 	return nil

@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 func approvalOf(r db.ChoirControlPendingApproval) admin.Approval {
@@ -64,7 +65,7 @@ func (d *Control) ApprovalList(ctx context.Context, sc Scope, agentID string) ([
 	if agentID != "" {
 		filter = &agentID
 	}
-	rows, err := db.New(d.pool).ApprovalListPending(ctx, db.ApprovalListPendingParams{AgentID: filter, MaxRows: maxApprovalsListed})
+	rows, err := db.New(choirsql.Interpreted(d.pool)).ApprovalListPending(ctx, db.ApprovalListPendingParams{AgentID: filter, MaxRows: maxApprovalsListed})
 	if err != nil {
 		return nil, fmt.Errorf("list approvals: %w", err)
 	}
@@ -94,7 +95,7 @@ func (d *Control) approvalOnDM(ctx context.Context, sc Scope, r db.ChoirControlP
 	if sc.Admin || sc.DM == "" {
 		return nil
 	}
-	s, err := db.New(d.pool).SessionGetByID(ctx, r.SessionID)
+	s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetByID(ctx, r.SessionID)
 	if err != nil {
 		return fmt.Errorf("load the session of approval %s: %w", r.ApprovalID, err)
 	}
@@ -120,8 +121,8 @@ func (d *Control) approvalInScope(ctx context.Context, sc Scope, id string) (db.
 	if err != nil {
 		return db.ChoirControlPendingApproval{}, err
 	}
-	r, err := db.New(d.pool).ApprovalGet(ctx, u)
-	if errNoRows(err) {
+	r, err := db.New(choirsql.Interpreted(d.pool)).ApprovalGet(ctx, u)
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return r, fmt.Errorf("approval %s: %w", id, ErrNotFound)
 	}
 	if err != nil {
@@ -139,8 +140,8 @@ func (d *Control) approvalInScope(ctx context.Context, sc Scope, id string) (db.
 // ApprovalForMessage finds the approval whose request is the given
 // message of a chat: a /approve or /reject sent in reply to it.
 func (d *Control) ApprovalForMessage(ctx context.Context, sc Scope, gateway, chatID string, messageID int64) (admin.Approval, error) {
-	r, err := db.New(d.pool).ApprovalForMessage(ctx, db.ApprovalForMessageParams{Gateway: gateway, ChatID: chatID, MessageID: messageID})
-	if errNoRows(err) {
+	r, err := db.New(choirsql.Interpreted(d.pool)).ApprovalForMessage(ctx, db.ApprovalForMessageParams{Gateway: gateway, ChatID: chatID, MessageID: messageID})
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return admin.Approval{}, fmt.Errorf("the message you replied to is not an approval request: %w", ErrNotFound)
 	}
 	if err != nil {
@@ -200,7 +201,7 @@ func (d *Control) ApprovalDecide(ctx context.Context, sc Scope, id string, appro
 // its next session's hello (PushOutcomes). The buttons are best effort.
 func (d *Control) ApprovalResolved(ctx context.Context, r db.ChoirControlPendingApproval) {
 	a := approvalOf(r)
-	if s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, r.AgentID); err != nil || s.HelloAt == nil {
+	if s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetLiveByAgent(ctx, r.AgentID); err != nil || s.HelloAt == nil {
 		d.logger.InfoContext(ctx, "approval outcome kept for the agent's next session: it is not running",
 			slog.String("approval_id", a.ID), slog.String("agent_id", a.AgentID))
 	} else {
@@ -209,7 +210,7 @@ func (d *Control) ApprovalResolved(ctx context.Context, r db.ChoirControlPending
 	if d.gateway == nil {
 		return
 	}
-	req, err := db.New(d.pool).OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: a.AgentID,
+	req, err := db.New(choirsql.Interpreted(d.pool)).OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: a.AgentID,
 		MessageID: "approval:" + a.ID + ":request"})
 	if err != nil || len(req.SentIds) == 0 || !d.gateway.Serves(req.Gateway) {
 		return
@@ -227,7 +228,7 @@ func (d *Control) pushOutcome(ctx context.Context, sessionID uuid.UUID, r db.Cho
 	_, err := d.rpc.Push(sessionID.String(), rpc.Push{Kind: rpc.PushApprovalResolved, ApprovalResolved: &rpc.ApprovalResolved{
 		ApprovalID: a.ID, Status: rpc.ApprovalStatus(a.Status), ResolvedBy: a.ResolvedBy, ResolvedAt: *a.ResolvedAt}})
 	if err == nil {
-		err = db.New(d.pool).ApprovalOutcomePushed(ctx, r.ApprovalID)
+		err = db.New(choirsql.Interpreted(d.pool)).ApprovalOutcomePushed(ctx, r.ApprovalID)
 	}
 	if err != nil {
 		d.logger.WarnContext(ctx, "approval outcome not pushed", slog.String("approval_id", a.ID),
@@ -238,7 +239,7 @@ func (d *Control) pushOutcome(ctx context.Context, sessionID uuid.UUID, r db.Cho
 // PushOutcomes tells a new session of the agent the outcomes of approvals
 // resolved while no session of it was there to hear them.
 func (d *Control) PushOutcomes(ctx context.Context, agentID string, sessionID uuid.UUID) {
-	rows, err := db.New(d.pool).ApprovalOutcomesUnpushed(ctx, agentID)
+	rows, err := db.New(choirsql.Interpreted(d.pool)).ApprovalOutcomesUnpushed(ctx, agentID)
 	if err != nil {
 		d.logger.WarnContext(ctx, "list approval outcomes to push", slog.String("agent_id", agentID), slog.String("error", err.Error()))
 		return

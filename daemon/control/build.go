@@ -10,12 +10,11 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/choirhq/choir/daemon/build"
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // builder makes the image builder; it needs the docker runtime's engine.
@@ -72,8 +71,8 @@ func (d *Control) AgentUpdate(ctx context.Context, sc Scope, agentID string) (ad
 	if err != nil {
 		return admin.UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
 	}
-	s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID)
-	if errors.Is(err, pgx.ErrNoRows) {
+	s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetLiveByAgent(ctx, agentID)
+	if errors.Is(err, choirsql.ErrNotFound) {
 		outcome := "skipped"
 		if br.Built {
 			outcome = "built"

@@ -15,11 +15,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	choirsql "github.com/choirhq/choir/sql"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -291,10 +290,10 @@ func changeEffect(ch config.Change) (effect, hint string) {
 // would be left naming something that no longer exists.
 func (d *Control) liveBindingBlockers(ctx context.Context, running, staged *config.Config) ([]ConfigProblem, error) {
 	var out []ConfigProblem
-	q := db.New(d.pool)
+	q := db.New(choirsql.Interpreted(d.pool))
 	for _, id := range sortedKeys(running.Agents) {
 		s, err := q.SessionGetLiveByAgent(ctx, id)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, choirsql.ErrNotFound) {
 			continue
 		}
 		if err != nil {
@@ -396,7 +395,7 @@ func (d *Control) ConfigApply(ctx context.Context, sc Scope) (ConfigApplyResult,
 		}
 		// Provisioning is idempotent, so an apply that fails later
 		// leaves at most an unused schema.
-		if _, err := db.New(d.pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{
+		if _, err := db.New(choirsql.Interpreted(d.pool)).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{
 			AgentID: id, Dimensions: int32(running.Embedding.Dimensions)}); err != nil {
 			return ConfigApplyResult{}, fmt.Errorf("config apply: provision schema of new agent %s: %w", id, err)
 		}
@@ -407,7 +406,7 @@ func (d *Control) ConfigApply(ctx context.Context, sc Scope) (ConfigApplyResult,
 	// fetching in between gets the new config under the old number and
 	// fetches again at its next heartbeat.
 	d.swapConfig(st.cfg)
-	version, err := db.New(d.pool).ConfigVersionRecord(ctx, st.sum[:])
+	version, err := db.New(choirsql.Interpreted(d.pool)).ConfigVersionRecord(ctx, st.sum[:])
 	if err != nil {
 		d.swapConfig(running)
 		return ConfigApplyResult{}, fmt.Errorf("config apply: record config version: %w; nothing changed", err)
@@ -416,7 +415,7 @@ func (d *Control) ConfigApply(ctx context.Context, sc Scope) (ConfigApplyResult,
 	d.cfgCtl.staged = nil
 	res.Version = version
 
-	q := db.New(d.pool)
+	q := db.New(choirsql.Interpreted(d.pool))
 	for _, id := range sortedKeys(st.cfg.Agents) {
 		s, err := q.SessionGetLiveByAgent(ctx, id)
 		if err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // Options configure the control layer.
@@ -229,7 +230,7 @@ func (d *Control) AgentStart(ctx context.Context, sc Scope, agentID string, o ad
 		}
 		return admin.AgentStatus{}, fmt.Errorf("start agent %s: %w", agentID, err)
 	}
-	if err := db.New(d.pool).SessionSetInstance(ctx, db.SessionSetInstanceParams{SessionID: s.Session.SessionID,
+	if err := db.New(choirsql.Interpreted(d.pool)).SessionSetInstance(ctx, db.SessionSetInstanceParams{SessionID: s.Session.SessionID,
 		ContainerID: inst.ID}); err != nil {
 		return admin.AgentStatus{}, fmt.Errorf("record instance of %s: %w", agentID, err)
 	}
@@ -270,7 +271,7 @@ func checkWorkspace(path string) error {
 // discardSession removes a session that never ran, with its leases.
 func discardSession(ctx context.Context, pool dbtx, id uuid.UUID) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
+		q := db.New(choirsql.Interpreted(tx))
 		if _, err := q.LeasesDeleteBySession(ctx, id); err != nil {
 			return err
 		}
@@ -292,9 +293,9 @@ func (d *Control) AgentStop(ctx context.Context, sc Scope, agentID string) (admi
 	if err := sc.Allow(agentID); err != nil {
 		return admin.AgentStatus{}, err
 	}
-	q := db.New(d.pool)
+	q := db.New(choirsql.Interpreted(d.pool))
 	s, err := q.SessionGetLiveByAgent(ctx, agentID)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return admin.AgentStatus{}, fmt.Errorf("agent %s is not running", agentID)
 	}
 	if err != nil {
@@ -353,9 +354,9 @@ func (d *Control) AgentRestart(ctx context.Context, sc Scope, agentID string) (a
 	if err := sc.Allow(agentID); err != nil {
 		return admin.AgentStatus{}, err
 	}
-	q := db.New(d.pool)
+	q := db.New(choirsql.Interpreted(d.pool))
 	s, err := q.SessionGetLiveByAgent(ctx, agentID)
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		var o admin.StartOverrides
 		if last, err := q.SessionLatestByAgent(ctx, agentID); err == nil && sc.Admin {
 			var b rpc.ResourceBindings
@@ -409,7 +410,7 @@ func (d *Control) WorkspaceList(ctx context.Context, sc Scope) ([]admin.Workspac
 	if err := sc.AdminOnly("workspace list"); err != nil {
 		return nil, err
 	}
-	leases, err := db.New(d.pool).LeaseListActive(ctx)
+	leases, err := db.New(choirsql.Interpreted(d.pool)).LeaseListActive(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -437,12 +438,12 @@ func (d *Control) WorkspaceReset(ctx context.Context, sc Scope, name string) (ad
 	if !ok {
 		return admin.WorkspaceInfo{}, fmt.Errorf("%w: workspace %q is not in config.json (workspaces: %v)", ErrUnknownResource, name, sortedKeys(cfg.Workspaces))
 	}
-	l, err := db.New(d.pool).LeaseGetHolder(ctx, db.LeaseGetHolderParams{ResourceKind: "workspace", ResourceName: name})
+	l, err := db.New(choirsql.Interpreted(d.pool)).LeaseGetHolder(ctx, db.LeaseGetHolderParams{ResourceKind: "workspace", ResourceName: name})
 	if err == nil {
 		if _, err := d.AgentStop(ctx, sc, l.AgentID); err != nil {
 			return admin.WorkspaceInfo{}, fmt.Errorf("stop %s, which leases workspace %s: %w", l.AgentID, name, err)
 		}
-	} else if !errors.Is(err, pgx.ErrNoRows) {
+	} else if !errors.Is(err, choirsql.ErrNotFound) {
 		return admin.WorkspaceInfo{}, err
 	}
 	entries, err := os.ReadDir(ws.Path)
@@ -461,7 +462,7 @@ func (d *Control) WorkspaceReset(ctx context.Context, sc Scope, name string) (ad
 // LatestStatus describes an agent from its latest session.
 func (d *Control) LatestStatus(ctx context.Context, id string) admin.AgentStatus {
 	a := admin.AgentStatus{AgentID: id, State: admin.AgentStopped}
-	s, err := db.New(d.pool).SessionLatestByAgent(ctx, id)
+	s, err := db.New(choirsql.Interpreted(d.pool)).SessionLatestByAgent(ctx, id)
 	if err != nil {
 		return a
 	}
@@ -499,7 +500,7 @@ func (d *Control) SecretApply(ctx context.Context, sc Scope) (admin.SecretApplyR
 	}
 	d.setSecrets(secrets)
 	res := admin.SecretApplyResult{Secrets: len(secrets)}
-	q := db.New(d.pool)
+	q := db.New(choirsql.Interpreted(d.pool))
 	cfg, _ := d.config()
 	for _, id := range sortedKeys(cfg.Agents) {
 		s, err := q.SessionGetLiveByAgent(ctx, id)

@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // DMBinding is the agent a DM talks to.
@@ -37,12 +38,12 @@ func (b DMBinding) Live() bool { return b.SessionID != uuid.Nil }
 // the DM; a *BoundElsewhereError (which wraps ErrNotBound too) says that
 // the DM's default agent runs bound to another DM.
 func (d *Control) DMBindingOf(ctx context.Context, dm string) (DMBinding, error) {
-	q := db.New(d.pool)
+	q := db.New(choirsql.Interpreted(d.pool))
 	h, err := q.DMHolder(ctx, dm)
 	if err == nil {
 		return DMBinding{AgentID: h.AgentID, SessionID: h.SessionID}, nil
 	}
-	if !errNoRows(err) {
+	if !errors.Is(err, choirsql.ErrNotFound) {
 		return DMBinding{}, fmt.Errorf("look up the agent bound to dm %s: %w", dm, err)
 	}
 	cfg, _ := d.config()
@@ -53,7 +54,7 @@ func (d *Control) DMBindingOf(ctx context.Context, dm string) (DMBinding, error)
 			continue
 		}
 		s, err := q.SessionGetLiveByAgent(ctx, id)
-		if errNoRows(err) {
+		if errors.Is(err, choirsql.ErrNotFound) {
 			free = append(free, id)
 			continue
 		}

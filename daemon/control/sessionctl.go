@@ -14,6 +14,7 @@ import (
 
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // The session commands (spec 17.1 "Session", "Model switching"): they act
@@ -41,8 +42,8 @@ const (
 // ErrNotRunning that says how to start it; a regular DM gets only a
 // session bound to it.
 func (d *Control) liveSession(ctx context.Context, sc Scope, agentID string) (db.ChoirControlSession, error) {
-	s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID)
-	if errNoRows(err) {
+	s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetLiveByAgent(ctx, agentID)
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return s, fmt.Errorf("%w: %s has no live session; start it first", ErrNotRunning, agentID)
 	}
 	if err != nil {
@@ -90,8 +91,8 @@ func (d *Control) SessionCores(ctx context.Context, sc Scope, agentID string) (a
 	if err := d.KnownAgent(agentID); err != nil {
 		return admin.SessionCoresResult{}, err
 	}
-	s, err := db.New(d.pool).SessionLatestByAgent(ctx, agentID)
-	if errNoRows(err) {
+	s, err := db.New(choirsql.Interpreted(d.pool)).SessionLatestByAgent(ctx, agentID)
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return admin.SessionCoresResult{}, fmt.Errorf("%w: %s has never run", ErrNotRunning, agentID)
 	}
 	if err != nil {
@@ -205,9 +206,9 @@ func (d *Control) SessionEvents(ctx context.Context, sc Scope, agentID string, n
 	if n > MaxSessionEvents {
 		return admin.SessionEventsResult{}, fmt.Errorf("at most %d events at once, not %d", MaxSessionEvents, n)
 	}
-	q := db.New(d.pool)
+	q := db.New(choirsql.Interpreted(d.pool))
 	s, err := q.SessionLatestByAgent(ctx, agentID)
-	if errNoRows(err) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return admin.SessionEventsResult{}, fmt.Errorf("%w: %s has never run", ErrNotRunning, agentID)
 	}
 	if err != nil {
@@ -263,11 +264,11 @@ func (d *Control) ModelGet(ctx context.Context, sc Scope, agentID string) (admin
 	if err := d.KnownAgent(agentID); err != nil {
 		return admin.ModelState{}, err
 	}
-	if s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID); err == nil {
+	if s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetLiveByAgent(ctx, agentID); err == nil {
 		if err := sc.AllowSession(s); err != nil {
 			return admin.ModelState{}, err
 		}
-	} else if !errNoRows(err) {
+	} else if !errors.Is(err, choirsql.ErrNotFound) {
 		return admin.ModelState{}, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
 	return d.modelState(ctx, agentID)
@@ -282,14 +283,14 @@ func (d *Control) modelState(ctx context.Context, agentID string) (admin.ModelSt
 	cfg, _ := d.config()
 	def := cfg.Agents[agentID].Defaults
 	st := admin.ModelState{AgentID: agentID, LLM: def.LLM, VoiceProfile: def.VoiceProfile}
-	s, err := db.New(d.pool).SessionGetLiveByAgent(ctx, agentID)
-	if errNoRows(err) {
+	s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetLiveByAgent(ctx, agentID)
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return st, nil
 	}
 	if err != nil {
 		return admin.ModelState{}, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
-	ds, err := db.New(d.pool).SessionDynamicState(ctx, s.SessionID)
+	ds, err := db.New(choirsql.Interpreted(d.pool)).SessionDynamicState(ctx, s.SessionID)
 	if err != nil {
 		return admin.ModelState{}, fmt.Errorf("load the overrides of session %s: %w", s.SessionID, err)
 	}
@@ -351,9 +352,9 @@ func (d *Control) setOverride(ctx context.Context, sc Scope, agentID, llm, voice
 	if err != nil {
 		return admin.ModelState{}, fmt.Errorf("%w (an override lasts one session; to change the default, edit defaults in config.json)", err)
 	}
-	_, err = db.New(d.pool).SessionOverrideSet(ctx, db.SessionOverrideSetParams{SessionID: s.SessionID, Llm: llm,
+	_, err = db.New(choirsql.Interpreted(d.pool)).SessionOverrideSet(ctx, db.SessionOverrideSetParams{SessionID: s.SessionID, Llm: llm,
 		VoiceProfile: voice, SetBy: sc.Actor})
-	if errNoRows(err) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return admin.ModelState{}, fmt.Errorf("%w: the session of %s just ended", ErrNotRunning, agentID)
 	}
 	if err != nil {
@@ -389,7 +390,7 @@ func (d *Control) SessionStatus(ctx context.Context, sc Scope, agentID string) (
 	if err != nil {
 		return admin.SessionStatusResult{}, err
 	}
-	s, err := db.New(d.pool).SessionGetByID(ctx, id)
+	s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetByID(ctx, id)
 	if err != nil {
 		return admin.SessionStatusResult{}, fmt.Errorf("load session %s: %w", id, err)
 	}

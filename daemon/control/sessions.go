@@ -18,6 +18,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // ErrUnknownResource reports a start override naming a resource that
@@ -155,7 +156,7 @@ func CreateSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 	token, hash := rpc.NewLeaseToken()
 	var out StartedSession
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
+		q := db.New(choirsql.Interpreted(tx))
 		if _, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agentID, Config: agentConfig}); err != nil {
 			return fmt.Errorf("record agent %s: %w", agentID, err)
 		}
@@ -163,7 +164,7 @@ func CreateSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 			ConfigVersion: configVersion, ResourceBindings: bindings, Runtime: runtime}
 		prev, err := q.SessionLatestByAgent(ctx, agentID)
 		switch {
-		case errors.Is(err, pgx.ErrNoRows):
+		case errors.Is(err, choirsql.ErrNotFound):
 		case err != nil:
 			return fmt.Errorf("look up previous session of %s: %w", agentID, err)
 		case prev.Status == "ended" || prev.Status == "crashed":
@@ -195,7 +196,7 @@ func CreateSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 // guards (whose messages name the holder) into ErrLeaseConflict.
 func leaseErr(what string, err error) error {
 	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "23505" {
+	if errors.Is(err, choirsql.ErrUniqueViolation) && errors.As(err, &pe) {
 		msg := pe.Message
 		if pe.Hint != "" {
 			msg += "; " + pe.Hint
@@ -213,7 +214,7 @@ func leaseErr(what string, err error) error {
 func EndSession(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, id uuid.UUID, status, reason string) (bool, error) {
 	var ended bool
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
+		q := db.New(choirsql.Interpreted(tx))
 		n, err := q.SessionClose(ctx, db.SessionCloseParams{SessionID: id, Status: status, EndReason: reason})
 		if err != nil {
 			return fmt.Errorf("close session %s: %w", id, err)
@@ -251,6 +252,3 @@ func (d *Control) StartSession(ctx context.Context, agentID string, o admin.Star
 
 // Push sends a message to a session's agent over the push stream.
 func (d *Control) Push(sessionID string, p rpc.Push) (uint64, error) { return d.rpc.Push(sessionID, p) }
-
-// errNoRows reports pgx's no-rows error.
-func errNoRows(err error) bool { return errors.Is(err, pgx.ErrNoRows) }

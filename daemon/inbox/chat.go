@@ -10,12 +10,11 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // choirctl chat is the same conversation as a DM, from the terminal: a
@@ -42,11 +41,11 @@ func (ib *Inbox) ChatSend(ctx context.Context, sc control.Scope, agentID string,
 	if !ok {
 		return admin.ChatSent{}, fmt.Errorf("%w: agent %q is not in config.json (agents: %v)", control.ErrUnknownResource, agentID, slices.Sorted(maps.Keys(cfg.Agents)))
 	}
-	q := db.New(ib.pool)
+	q := db.New(choirsql.Interpreted(ib.pool))
 	dmName := a.Defaults.DM
 	s, err := q.SessionGetLiveByAgent(ctx, agentID)
 	live := err == nil
-	if err != nil && !errors.Is(err, pgx.ErrNoRows) {
+	if err != nil && !errors.Is(err, choirsql.ErrNotFound) {
 		return admin.ChatSent{}, fmt.Errorf("look up the session of %s: %w", agentID, err)
 	}
 	if live {
@@ -94,7 +93,7 @@ func (ib *Inbox) ChatPoll(ctx context.Context, sc control.Scope, agentID string,
 	}
 	wait := min(time.Duration(req.WaitMS)*time.Millisecond, 30*time.Second)
 	deadline := time.Now().Add(wait)
-	q := db.New(ib.pool)
+	q := db.New(choirsql.Interpreted(ib.pool))
 	for {
 		rows, err := q.OutboxAfter(ctx, db.OutboxAfterParams{AgentID: agentID, After: req.After, MaxRows: 100})
 		if err != nil {

@@ -15,13 +15,13 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // Inbound delivery (DESIGN.md journey 1). Every message from a DM is an
@@ -135,10 +135,10 @@ func Insert(ctx context.Context, pool db.DBTX, msg gateway.InboundMessage, kind 
 	if err != nil {
 		return db.ChoirControlInbox{}, fmt.Errorf("encode attachments: %w", err)
 	}
-	row, err := db.New(pool).InboxInsert(ctx, db.InboxInsertParams{Gateway: msg.DM.Gateway, UpdateID: msg.UpdateID,
+	row, err := db.New(choirsql.Interpreted(pool)).InboxInsert(ctx, db.InboxInsertParams{Gateway: msg.DM.Gateway, UpdateID: msg.UpdateID,
 		Dm: msg.DM.Name, AgentID: agentID, ChatID: msg.ChatID, UserID: msg.DM.UserID, Kind: kind, Text: msg.Text,
 		Attachments: raw})
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return row, fmt.Errorf("gateway %s update %d: %w", msg.DM.Gateway, msg.UpdateID, gateway.ErrDuplicate)
 	}
 	if err != nil {
@@ -166,7 +166,7 @@ func (ib *Inbox) pushInbox(ctx context.Context, sessionID uuid.UUID, row db.Choi
 		_, err = ib.ctl.Push(sessionID.String(), p)
 	}
 	if err == nil {
-		err = db.New(ib.pool).InboxMarkPushed(ctx, db.InboxMarkPushedParams{InboxID: row.InboxID, SessionID: &sessionID})
+		err = db.New(choirsql.Interpreted(ib.pool)).InboxMarkPushed(ctx, db.InboxMarkPushedParams{InboxID: row.InboxID, SessionID: &sessionID})
 	}
 	if err != nil {
 		ib.logger.WarnContext(ctx, "inbox row not pushed; it is retried", slog.Int64("inbox_id", row.InboxID),
@@ -204,7 +204,7 @@ func inboxPush(row db.ChoirControlInbox) (rpc.Push, error) {
 // stale ones from the sweep. Rows from another DM wait for a session bound
 // to it.
 func (ib *Inbox) RedeliverInbox(ctx context.Context, agentID string, sessionID uuid.UUID, before time.Time) {
-	rows, err := db.New(ib.pool).InboxPending(ctx, db.InboxPendingParams{AgentID: &agentID, SessionID: sessionID,
+	rows, err := db.New(choirsql.Interpreted(ib.pool)).InboxPending(ctx, db.InboxPendingParams{AgentID: &agentID, SessionID: sessionID,
 		PushedBefore: &before, MaxRows: maxInboxPush})
 	if err != nil {
 		ib.logger.WarnContext(ctx, "list undelivered inbox rows", slog.String("agent_id", agentID), slog.String("error", err.Error()))
@@ -231,7 +231,7 @@ func (ib *Inbox) SweepInbox(ctx context.Context) {
 		case <-t.C:
 		}
 		before := time.Now().Add(-inboxRepushAfter)
-		q := db.New(ib.pool)
+		q := db.New(choirsql.Interpreted(ib.pool))
 		agents, err := q.InboxAgentsWithPending(ctx, &before)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -291,7 +291,7 @@ func (ib *Inbox) WorkspaceDir(ctx context.Context, dm gateway.DM) (string, error
 	cfg := ib.ctl.Snapshot().Config
 	name := cfg.Agents[b.AgentID].Defaults.Workspace
 	if b.Live() {
-		if s, err := db.New(ib.pool).SessionGetByID(ctx, b.SessionID); err == nil {
+		if s, err := db.New(choirsql.Interpreted(ib.pool)).SessionGetByID(ctx, b.SessionID); err == nil {
 			var rb rpc.ResourceBindings
 			if json.Unmarshal(s.ResourceBindings, &rb) == nil && rb.Workspace != "" {
 				name = rb.Workspace

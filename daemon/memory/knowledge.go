@@ -15,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choirhq/choir/db/agentdb"
+	choirsql "github.com/choirhq/choir/sql"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -218,7 +219,7 @@ func lockDoc(ctx context.Context, aq *agentdb.Queries, id *uuid.UUID, key *strin
 		r, err = aq.KnowledgeLockByKey(ctx, key)
 		doc = knowledgeDoc(r)
 	}
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return nil, nil
 	}
 	if err != nil {
@@ -290,7 +291,7 @@ func (k *knowledgeTx) insert(ctx context.Context, id *uuid.UUID, key *string, te
 	version int32, op string) (bool, error) {
 	r, err := k.aq.KnowledgeInsert(ctx, agentdb.KnowledgeInsertParams{ID: id, Key: key, Text: text, Metadata: meta,
 		Version: version})
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return false, nil // the key was taken meanwhile
 	}
 	if err != nil {
@@ -382,7 +383,7 @@ func (k *knowledgeTx) delete(ctx context.Context, w *knowledgeWrite) (*UpsertRes
 // was deleted.
 func (k *knowledgeTx) restore(ctx context.Context, w *knowledgeWrite) (*UpsertResult, error) {
 	v, err := k.aq.KnowledgeVersionGet(ctx, agentdb.KnowledgeVersionGetParams{DocumentID: *w.id, Version: int32(w.version)})
-	if errors.Is(err, pgx.ErrNoRows) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return nil, fmt.Errorf("%w: knowledge document %s has no version %d", ErrNotFound, w.id, w.version)
 	}
 	if err != nil {
@@ -488,7 +489,7 @@ func (s *Store) KnowledgeGet(ctx context.Context, agentID, idOrKey string) (*Kno
 			d0, e := aq.KnowledgeGetByKey(ctx, &idOrKey)
 			d, err = knowledgeDoc(d0), e
 		}
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, choirsql.ErrNotFound) {
 			return fmt.Errorf("%w: agent %s has no knowledge document with id or key %q", ErrNotFound, agentID, idOrKey)
 		}
 		if err != nil {

@@ -43,6 +43,7 @@ import (
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // Embedder is what the store needs of an embedding provider: query
@@ -252,8 +253,8 @@ func (s *Store) dimensions(ctx context.Context, agentID string) (int, error) {
 	if ok {
 		return d, nil
 	}
-	row, err := db.New(s.pool).AgentSchemaGet(ctx, agentID)
-	if errors.Is(err, pgx.ErrNoRows) {
+	row, err := db.New(choirsql.Interpreted(s.pool)).AgentSchemaGet(ctx, agentID)
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return 0, fmt.Errorf("%w %s: it has no memory schema (agents are provisioned when choird starts "+
 			"with them in config.json)", ErrUnknownAgent, agentID)
 	}
@@ -298,7 +299,7 @@ func (s *Store) inScope(ctx context.Context, sc scope, readOnly bool, fn func(tx
 				return fmt.Errorf("set statement_timeout: %w", err)
 			}
 		}
-		if err := fn(tx, agentdb.New(tx)); err != nil {
+		if err := fn(tx, agentdb.New(choirsql.Interpreted(tx))); err != nil {
 			return err
 		}
 		if after == nil {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // Session is a session in an agent's memory.
@@ -51,7 +52,7 @@ func (s *Store) SessionGet(ctx context.Context, agentID string, sessionID uuid.U
 	var out *Session
 	err := s.inScope(ctx, scope{schema: agentID}, true, func(tx pgx.Tx, aq *agentdb.Queries) error {
 		r, err := aq.MemorySessionGet(ctx, sessionID)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, choirsql.ErrNotFound) {
 			return fmt.Errorf("%w: session %s is not in the memory of agent %s", ErrNotFound, sessionID, agentID)
 		}
 		if err != nil {
@@ -83,7 +84,7 @@ func (s *Store) ChunkGet(ctx context.Context, agentID string, id uuid.UUID) (*Ch
 	var out *Chunk
 	err := s.inScope(ctx, scope{schema: agentID}, true, func(tx pgx.Tx, aq *agentdb.Queries) error {
 		r, err := aq.MemoryDocumentGet(ctx, id)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, choirsql.ErrNotFound) {
 			return fmt.Errorf("%w: agent %s has no memory chunk %s", ErrNotFound, agentID, id)
 		}
 		if err != nil {
@@ -148,7 +149,7 @@ func (s *Store) Reembed(ctx context.Context, opts ReembedOptions) ([]ReembedResu
 	if s.embedder == nil || s.inserter == nil {
 		return nil, errors.New("re-embedding needs the store's embedder and job inserter")
 	}
-	schemas, err := db.New(s.pool).MemoryAgentSchemaList(ctx)
+	schemas, err := db.New(choirsql.Interpreted(s.pool)).MemoryAgentSchemaList(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list agent schemas: %w", err)
 	}
@@ -161,7 +162,7 @@ func (s *Store) Reembed(ctx context.Context, opts ReembedOptions) ([]ReembedResu
 		found = true
 		r := ReembedResult{AgentID: a.AgentID, FromDimensions: int(a.Dimensions), Dimensions: s.embedder.Dimensions()}
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			changed, err := db.New(tx).MemoryAgentDimensionsChange(ctx, db.MemoryAgentDimensionsChangeParams{
+			changed, err := db.New(choirsql.Interpreted(tx)).MemoryAgentDimensionsChange(ctx, db.MemoryAgentDimensionsChangeParams{
 				AgentID: a.AgentID, Dimensions: int32(r.Dimensions)})
 			if err != nil {
 				return fmt.Errorf("resize vectors of agent %s: %w", a.AgentID, err)
@@ -171,7 +172,7 @@ func (s *Store) Reembed(ctx context.Context, opts ReembedOptions) ([]ReembedResu
 			if err != nil {
 				return err
 			}
-			aq := agentdb.New(tx)
+			aq := agentdb.New(choirsql.Interpreted(tx))
 			chunks, err := aq.MemoryEmbeddingsReset(ctx, agentdb.MemoryEmbeddingsResetParams{Everything: opts.All,
 				Model: s.embedder.Model()})
 			if err != nil {
@@ -221,7 +222,7 @@ func (s *Store) Status(ctx context.Context) (*Status, error) {
 		st.Embedding = &es
 		model = s.embedder.Model()
 	}
-	schemas, err := db.New(s.pool).MemoryAgentSchemaList(ctx)
+	schemas, err := db.New(choirsql.Interpreted(s.pool)).MemoryAgentSchemaList(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list agent schemas: %w", err)
 	}

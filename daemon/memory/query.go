@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
+	choirsql "github.com/choirhq/choir/sql"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -440,7 +441,7 @@ func (s *Store) run(ctx context.Context, q *query, sc scope) (*QueryResult, erro
 	} else {
 		err = s.inScope(ctx, sc, true, func(tx pgx.Tx, aq *agentdb.Queries) error {
 			if q.text != "" {
-				n, err := db.New(tx).MemoryTextQueryNodes(ctx, q.text)
+				n, err := db.New(choirsql.Interpreted(tx)).MemoryTextQueryNodes(ctx, q.text)
 				if err != nil {
 					return fmt.Errorf("parse query: %w", err)
 				}
@@ -471,7 +472,7 @@ func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Ve
 		role = config.SchemaName(sc.role)
 	}
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		st, err := db.New(tx).MemorySearchScope(ctx, db.MemorySearchScopeParams{
+		st, err := db.New(choirsql.Interpreted(tx)).MemorySearchScope(ctx, db.MemorySearchScopeParams{
 			SearchPath: config.SchemaName(sc.schema) + ", public", Role: role, EfSearch: int32(s.tuning.EFSearch),
 			TextSample: int32(s.tuning.TextSample), StatementTimeoutMs: s.statementTimeoutMS(), QueryText: q.text})
 		if err != nil {
@@ -480,7 +481,7 @@ func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Ve
 		if q.mode == ModeText && st.QueryNodes == 0 {
 			return errNoWords
 		}
-		aq := agentdb.New(tx)
+		aq := agentdb.New(choirsql.Interpreted(tx))
 		if q.skipSample, err = s.allCommon(ctx, aq, sc.schema, q.store, st.Lexemes); err != nil {
 			return err
 		}

@@ -21,6 +21,7 @@ import (
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // Chunking limits. A chunk closes when its text reaches ChunkTargetBytes
@@ -299,9 +300,9 @@ func (w *ChunkSessionWorker) Work(ctx context.Context, job *river.Job[memory.Chu
 	var chunks []Chunk
 	var skipped bool
 	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
+		q := db.New(choirsql.Interpreted(tx))
 		s, err := q.MemorySessionForChunking(ctx, id)
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, choirsql.ErrNotFound) {
 			return river.JobCancel(fmt.Errorf("session %s does not exist", id))
 		}
 		if err != nil {
@@ -330,10 +331,10 @@ func (w *ChunkSessionWorker) Work(ctx context.Context, job *river.Job[memory.Chu
 		if err != nil {
 			return err
 		}
-		aq := agentdb.New(tx)
+		aq := agentdb.New(choirsql.Interpreted(tx))
 		_, err = aq.MemorySessionRecord(ctx, agentdb.MemorySessionRecordParams{SessionID: id, StartedAt: s.StartedAt,
 			EndedAt: *s.EndedAt, Status: s.Status, EventCount: int32(len(events)), ChunkCount: int32(len(chunks))})
-		if errors.Is(err, pgx.ErrNoRows) {
+		if errors.Is(err, choirsql.ErrNotFound) {
 			skipped = true
 			if err := scope.Leave(ctx); err != nil {
 				return err

@@ -17,6 +17,7 @@ import (
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // EmbedWorker embeds the documents an memory.EmbedArgs names, in one API call.
@@ -110,8 +111,8 @@ func (w *EmbedWorker) loadPending(ctx context.Context, a memory.EmbedArgs) ([]pe
 	var docs []pendingDoc
 	var dims int32
 	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-		schema, err := db.New(tx).AgentSchemaGet(ctx, a.AgentID)
-		if errors.Is(err, pgx.ErrNoRows) {
+		schema, err := db.New(choirsql.Interpreted(tx)).AgentSchemaGet(ctx, a.AgentID)
+		if errors.Is(err, choirsql.ErrNotFound) {
 			return river.JobCancel(fmt.Errorf("agent %s has no memory schema", a.AgentID))
 		}
 		if err != nil {
@@ -122,7 +123,7 @@ func (w *EmbedWorker) loadPending(ctx context.Context, a memory.EmbedArgs) ([]pe
 		if err != nil {
 			return err
 		}
-		if docs, err = pending(ctx, agentdb.New(tx), a.Store, a.IDs); err != nil {
+		if docs, err = pending(ctx, agentdb.New(choirsql.Interpreted(tx)), a.Store, a.IDs); err != nil {
 			return err
 		}
 		return scope.Leave(ctx)
@@ -237,7 +238,7 @@ func (w *EmbedWorker) inAgent(ctx context.Context, agentID string, job *river.Jo
 		if err != nil {
 			return err
 		}
-		if err := fn(agentdb.New(tx)); err != nil {
+		if err := fn(agentdb.New(choirsql.Interpreted(tx))); err != nil {
 			return err
 		}
 		if err := scope.Leave(ctx); err != nil {

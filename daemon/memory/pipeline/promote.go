@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // promoteBatch is the most sessions one promotion run moves; a run that
@@ -56,7 +57,7 @@ func (w *PromoteWorker) Work(ctx context.Context, job *river.Job[memory.PromoteA
 	var done []promoted
 	more := false
 	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
+		q := db.New(choirsql.Interpreted(tx))
 		if err := q.MemoryPromoteLock(ctx, agentID); err != nil {
 			return fmt.Errorf("lock promotion of agent %s: %w", agentID, err)
 		}
@@ -64,7 +65,7 @@ func (w *PromoteWorker) Work(ctx context.Context, job *river.Job[memory.PromoteA
 		if err != nil {
 			return err
 		}
-		aq := agentdb.New(tx)
+		aq := agentdb.New(choirsql.Interpreted(tx))
 		candidates, err := aq.MemorySessionsBeyondMidTerm(ctx, agentdb.MemorySessionsBeyondMidTermParams{
 			Keep: int32(keep), MaxResults: promoteBatch + 1})
 		if err != nil {
@@ -100,7 +101,7 @@ func (w *PromoteWorker) Work(ctx context.Context, job *river.Job[memory.PromoteA
 			chunks := SummaryChunks(summaries[c.SessionID], c.StartedAt, c.EndedAt)
 			_, err := aq.MemorySessionPromote(ctx, agentdb.MemorySessionPromoteParams{SessionID: c.SessionID,
 				SummaryChunks: int32(len(chunks))})
-			if errors.Is(err, pgx.ErrNoRows) {
+			if errors.Is(err, choirsql.ErrNotFound) {
 				continue // promoted meanwhile
 			}
 			if err != nil {

@@ -94,6 +94,10 @@ type Config struct {
 	// SnapshotEveryEvents is how many session events choird folds between
 	// snapshots (default 100).
 	SnapshotEveryEvents int `json:"snapshot_every_events"`
+	// CompactionThresholdPercent is the share of a model's context window
+	// that a lane's compactable content may fill before it is compacted
+	// (default 80, between 10 and 95).
+	CompactionThresholdPercent int `json:"compaction_threshold_percent"`
 }
 
 // Repo is a git repository and the ref to check out.
@@ -122,6 +126,9 @@ type Model struct {
 	ReasoningEffort *string `json:"reasoning_effort"`
 	// Secret names the API key. Optional: local endpoints may need none.
 	Secret string `json:"secret,omitempty"`
+	// ContextWindow is the model's context window in tokens (default
+	// 128000); compaction keeps each prompt under its threshold share.
+	ContextWindow int64 `json:"context_window,omitempty"`
 }
 
 // ReasoningEfforts are the values of a model's reasoning_effort: those of
@@ -282,14 +289,20 @@ type Agent struct {
 	// Repo is the agent's own repository (spec 6.5); optional.
 	Repo     Repo          `json:"repo,omitzero"`
 	Defaults AgentDefaults `json:"defaults"`
+	// Budgets bound each session of the agent; omitted budgets take
+	// their defaults.
+	Budgets Budgets `json:"budgets,omitzero"`
 }
 
 // AgentDefaults name the resources an agent starts with unless overridden
 // at start. Workspace, LLM and DM are required; the others may be empty when
 // the agent does not use that kind of resource.
 type AgentDefaults struct {
-	Workspace    string `json:"workspace"`
-	LLM          string `json:"llm"`
+	Workspace string `json:"workspace"`
+	LLM       string `json:"llm"`
+	// CoreLLM is the flagship model of the agent's core jobs; empty means
+	// the edge's LLM.
+	CoreLLM      string `json:"core_llm,omitempty"`
 	VoiceProfile string `json:"voice_profile,omitempty"`
 	GitIdentity  string `json:"git_identity,omitempty"`
 	Notion       string `json:"notion,omitempty"`
@@ -344,6 +357,7 @@ func (c *Config) ApplyDefaults() {
 	c.SessionSummaryTimeoutMS = c.SessionSummaryTimeout().Milliseconds()
 	c.MidTermSessions = c.MidTermSessionCount()
 	c.SnapshotEveryEvents = c.SnapshotInterval()
+	c.CompactionThresholdPercent = c.CompactionThreshold()
 	emptyIfNil(&c.Workspaces)
 	emptyIfNil(&c.Models)
 	emptyIfNil(&c.TTS)

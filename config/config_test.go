@@ -149,7 +149,7 @@ func TestParseRejects(t *testing.T) {
 		{
 			name: "UnknownFieldWithPath",
 			doc:  strings.Replace(string(spec), `"workspace": "main-ws"`, `"wrkspace": "main-ws"`, 1),
-			want: []string{`$.agents["agent-1"].defaults.wrkspace: unknown field, did you mean workspace? (known: dm, email, git_identity, llm, notion, voice_profile, workspace)`},
+			want: []string{`$.agents["agent-1"].defaults.wrkspace: unknown field, did you mean workspace? (known: core_llm, dm, email, git_identity, llm, notion, voice_profile, workspace)`},
 		},
 		{
 			name: "UnknownTopLevelSection",
@@ -384,5 +384,19 @@ func TestPostgresDescribe(t *testing.T) {
 		if got := tt.pg.Describe(); got != tt.want {
 			t.Errorf("Describe(%+v) = %q, want %q", tt.pg, got, tt.want)
 		}
+	}
+}
+
+func TestBudgetsDefaults(t *testing.T) {
+	got := config.Budgets{MaxCoreJobs: 2}.WithDefaults()
+	want := config.Budgets{MaxCoreJobs: 2, TotalSessionTokens: config.DefaultTotalSessionTokens,
+		MaxToolCallsPerSession: config.DefaultMaxToolCallsPerSession, MaxStepsPerMessage: config.DefaultMaxStepsPerMessage,
+		PerJobMaxSteps: config.DefaultPerJobMaxSteps, PerJobMaxToolCalls: config.DefaultPerJobMaxToolCalls,
+		PerJobWallTimeMS: config.DefaultPerJobWallTimeMS, MaxInjectionsPerJob: config.DefaultMaxInjectionsPerJob}
+	if got != want {
+		t.Fatalf("WithDefaults = %+v, want %+v", got, want)
+	}
+	if d := (config.Model{}).ContextWindowTokens(); d != config.DefaultContextWindow {
+		t.Fatalf("default context window = %d", d)
 	}
 }

@@ -262,6 +262,9 @@ func (v *validator) models() {
 			v.oneOf(sub(p, "reasoning_effort"), *m.ReasoningEffort, ReasoningEfforts, "null or ")
 		}
 		v.secret(sub(p, "secret"), m.Secret, false)
+		if m.ContextWindow != 0 && m.ContextWindow < 1024 {
+			v.add(sub(p, "context_window"), "must be at least 1024 tokens (or omitted for %d)", DefaultContextWindow)
+		}
 	}
 }
 
@@ -469,11 +472,13 @@ func (v *validator) agents() {
 		d := a.Defaults
 		ref(v, sub(dp, "workspace"), "workspace", d.Workspace, v.c.Workspaces, true)
 		ref(v, sub(dp, "llm"), "model", d.LLM, v.c.Models, true)
+		ref(v, sub(dp, "core_llm"), "model", d.CoreLLM, v.c.Models, false)
 		ref(v, sub(dp, "voice_profile"), "voice profile", d.VoiceProfile, v.c.VoiceProfiles, false)
 		ref(v, sub(dp, "git_identity"), "git identity", d.GitIdentity, v.c.GitIdentities, false)
 		ref(v, sub(dp, "notion"), "notion integration", d.Notion, v.c.NotionIntegrations, false)
 		ref(v, sub(dp, "email"), "email account", d.Email, v.c.EmailAccounts, false)
 		ref(v, sub(dp, "dm"), "dm", d.DM, v.c.DMs, true)
+		v.budgets(sub(p, "budgets"), a.Budgets)
 	}
 }
 
@@ -501,5 +506,8 @@ func (v *validator) tunables() {
 		if t.value < 1 {
 			v.add(path(t.name), "must be positive (or omitted for the default)")
 		}
+	}
+	if p := c.CompactionThreshold(); p < 10 || p > 95 {
+		v.add(path("compaction_threshold_percent"), "must be between 10 and 95 (or omitted for %d)", DefaultCompactionThresholdPercent)
 	}
 }

@@ -392,6 +392,38 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name: "CoreLLMUnknown",
+			mutate: func(c *config.Config, s config.Secrets) {
+				setDefaults(c, "agent-1", func(d *config.AgentDefaults) { d.CoreLLM = "opus" })
+			},
+			want: []string{`$.agents["agent-1"].defaults.core_llm: unknown model "opus" (defined: gpt4o, o3, sonnet)`},
+		},
+		{
+			name: "BudgetsOutOfRange",
+			mutate: func(c *config.Config, s config.Secrets) {
+				a := c.Agents["agent-1"]
+				a.Budgets = config.Budgets{MaxCoreJobs: -1, PerJobWallTimeMS: 10}
+				c.Agents["agent-1"] = a
+			},
+			want: []string{
+				`$.agents["agent-1"].budgets.max_core_jobs: must be positive (or omitted for the default)`,
+				`$.agents["agent-1"].budgets.per_job_wall_time_ms: must be at least 1000 (one second)`,
+			},
+		},
+		{
+			name: "ContextWindowAndCompactionOutOfRange",
+			mutate: func(c *config.Config, s config.Secrets) {
+				m := c.Models["sonnet"]
+				m.ContextWindow = 100
+				c.Models["sonnet"] = m
+				c.CompactionThresholdPercent = 99
+			},
+			want: []string{
+				`$.models.sonnet.context_window: must be at least 1024 tokens (or omitted for 128000)`,
+				`$.compaction_threshold_percent: must be between 10 and 95 (or omitted for 80)`,
+			},
+		},
+		{
 			name: "EveryReasoningEffortAccepted",
 			mutate: func(c *config.Config, s config.Secrets) {
 				for i, e := range config.ReasoningEfforts {

@@ -15,6 +15,11 @@ type DynamicConfig struct {
 	RateLimitRetryMS      int64                            `json:"rate_limit_retry_ms"`
 	SessionSummaryTimeout int64                            `json:"session_summary_timeout_ms"`
 	SnapshotEveryEvents   int                              `json:"snapshot_every_events"`
+	// Budgets are the agent's budgets with the defaults applied (spec
+	// 7.6); CompactionThresholdPercent is the share of a model's context
+	// window a lane's compactable content may fill (spec 11.3).
+	Budgets                    config.Budgets `json:"budgets"`
+	CompactionThresholdPercent int            `json:"compaction_threshold_percent"`
 	// LLM and VoiceProfile are the session's current model and voice
 	// profile: a transient override (choirctl model set / voice set, spec
 	// 17.1) when one is set, else what the session was started with.

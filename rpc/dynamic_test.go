@@ -31,6 +31,10 @@ func TestDynamicConfigRoundTrip(t *testing.T) {
 			"rate_limit_retry_ms":5000,
 			"session_summary_timeout_ms":30000,
 			"snapshot_every_events":200,
+			"budgets":{"max_core_jobs":4,"total_session_tokens":5000000,"max_tool_calls_per_session":2000,
+				"max_steps_per_message":20,"per_job_max_steps":50,"per_job_max_tool_calls":200,
+				"per_job_wall_time_ms":1800000,"max_injections_per_job":10},
+			"compaction_threshold_percent":80,
 			"llm":"smart",
 			"voice_profile":"calm",
 			"secrets":["eleven-key","local-key"]
@@ -42,6 +46,10 @@ func TestDynamicConfigRoundTrip(t *testing.T) {
 			"rate_limit_retry_ms":5000,
 			"session_summary_timeout_ms":30000,
 			"snapshot_every_events":200,
+			"budgets":{"max_core_jobs":0,"total_session_tokens":0,"max_tool_calls_per_session":0,
+				"max_steps_per_message":0,"per_job_max_steps":0,"per_job_max_tool_calls":0,
+				"per_job_wall_time_ms":0,"max_injections_per_job":0},
+			"compaction_threshold_percent":0,
 			"secrets":null
 		}`},
 	} {

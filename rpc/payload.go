@@ -8,6 +8,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/choirhq/choir/rpc/internal/check"
 )
@@ -421,6 +423,8 @@ type Budget struct {
 	Tokens    *int64 `json:"tokens,omitempty"`
 	ToolCalls *int64 `json:"tool_calls,omitempty"`
 	TimeMS    *int64 `json:"time_ms,omitempty"`
+	// Steps are the model steps a core job has left.
+	Steps *int64 `json:"steps,omitempty"`
 }
 
 // ReportStatusRequest reports a lane's state for choirctl status and the
@@ -433,7 +437,16 @@ type ReportStatusRequest struct {
 	Skill           string `json:"skill,omitempty"`
 	Step            string `json:"step,omitempty"`
 	BudgetRemaining Budget `json:"budget_remaining"`
+	// Steps counts the model steps the lane (a core job) has taken.
+	Steps int64 `json:"steps,omitempty"`
+	// Progress is the lane's latest progress line (a core job's last
+	// progress, plan or result line): at most MaxProgress bytes of
+	// printable text, shown live in the DM and by choirctl.
+	Progress string `json:"progress,omitempty"`
 }
+
+// MaxProgress bounds ReportStatusRequest.Progress, in bytes.
+const MaxProgress = 500
 
 // Validate checks the lane, state and optional skill and step.
 func (r ReportStatusRequest) Validate() error {
@@ -457,10 +470,19 @@ func (r ReportStatusRequest) Validate() error {
 	for _, f := range []struct {
 		name string
 		v    *int64
-	}{{"tokens", b.Tokens}, {"tool_calls", b.ToolCalls}, {"time_ms", b.TimeMS}} {
+	}{{"tokens", b.Tokens}, {"tool_calls", b.ToolCalls}, {"time_ms", b.TimeMS}, {"steps", b.Steps}} {
 		if f.v != nil && *f.v < 0 {
 			return check.Invalid("$.budget_remaining."+f.name, "negative")
 		}
+	}
+	if r.Steps < 0 {
+		return check.Invalid("$.steps", "negative")
+	}
+	if len(r.Progress) > MaxProgress {
+		return check.Invalid("$.progress", "longer than %d bytes", MaxProgress)
+	}
+	if !utf8.ValidString(r.Progress) || strings.ContainsFunc(r.Progress, func(c rune) bool { return unicode.IsControl(c) && c != '\n' }) {
+		return check.Invalid("$.progress", "not printable UTF-8 text (control characters other than newline)")
 	}
 	return nil
 }

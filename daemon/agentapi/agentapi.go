@@ -308,11 +308,13 @@ func sessionSecrets(cfg *config.Config, b rpc.ResourceBindings, llm, voice strin
 	return slices.Compact(out)
 }
 
-func dynamicConfig(cfg *config.Config) rpc.DynamicConfig {
+// dynamicConfig is the hot-reloadable configuration of the agent agentID.
+func dynamicConfig(cfg *config.Config, agentID string) rpc.DynamicConfig {
 	return rpc.DynamicConfig{Models: cfg.Models, TTS: cfg.TTS, VoiceProfiles: cfg.VoiceProfiles, Search: cfg.Search,
 		GitIdentities:       cfg.GitIdentities,
 		HeartbeatIntervalMS: cfg.HeartbeatInterval().Milliseconds(), RateLimitRetryMS: cfg.RateLimitRetry().Milliseconds(),
-		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval()}
+		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval(),
+		Budgets: cfg.Agents[agentID].Budgets.WithDefaults(), CompactionThresholdPercent: cfg.CompactionThreshold()}
 }
 
 // HandleFetchDynamicConfig returns the full hot-reloadable configuration,
@@ -342,7 +344,7 @@ func (a *API) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, req r
 		return rpc.FetchDynamicConfigResponse{}, fmt.Errorf("session %s bindings: %w", id, err)
 	}
 	cfg, _ := a.config()
-	dc := dynamicConfig(cfg)
+	dc := dynamicConfig(cfg, call.Session.AgentID)
 	dc.LLM, dc.VoiceProfile = b.Models["llm"], b.VoiceProfile
 	if st.LlmOverride != "" {
 		dc.LLM = st.LlmOverride

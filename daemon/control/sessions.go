@@ -57,6 +57,9 @@ func ResolveBindings(cfg *config.Config, agentID string, o admin.StartOverrides)
 		Browser:      agentID,
 		Models:       map[string]string{"llm": pick(o.LLM, d.LLM)},
 	}
+	// Core jobs run on the agent's flagship model, or on its LLM when it
+	// names none.
+	b.Models["core_llm"] = pick(d.CoreLLM, b.Models["llm"])
 	var problems []error
 	secrets := map[string]bool{}
 	need := func(flag, name string, exists bool, secret string) {
@@ -75,6 +78,9 @@ func ResolveBindings(cfg *config.Config, agentID string, o admin.StartOverrides)
 	need("workspace", b.Workspace, ok, "")
 	m, ok := cfg.Models[b.Models["llm"]]
 	need("llm", b.Models["llm"], ok, m.Secret)
+	if cm, ok := cfg.Models[b.Models["core_llm"]]; ok && cm.Secret != "" {
+		secrets[cm.Secret] = true
+	}
 	vp, ok := cfg.VoiceProfiles[b.VoiceProfile]
 	need("voice-profile", b.VoiceProfile, ok, "")
 	if ok {

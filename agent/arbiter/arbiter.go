@@ -6,7 +6,9 @@
 //
 // The arbiter serialises commits, not executions: every append goes through
 // its one loop goroutine, but tools holding disjoint locks run at the same
-// time, so a slow host tool never blocks another lane's file read.
+// time, so a slow host tool never blocks another lane's file read. The
+// calls of one model step run the same way ([Arbiter.ProposeAll]): those
+// with disjoint locks at once, conflicting ones in the step's order.
 package arbiter
 
 import (

@@ -6,7 +6,9 @@
 //
 // The arbiter serialises commits, not executions: every append goes through
 // its one loop goroutine, but tools holding disjoint locks run at the same
-// time, so a slow host tool never blocks another lane's file read.
+// time, so a slow host tool never blocks another lane's file read. The
+// calls of one model step run the same way ([Arbiter.ProposeAll]): those
+// with disjoint locks at once, conflicting ones in the step's order.
 package arbiter
 
 import (
@@ -276,30 +278,53 @@ func (a *Arbiter) readOnly(name string) bool {
 // arbiter itself failing (a commit that could not be appended, ctx ended
 // before the call was logged); tool failures are results.
 func (a *Arbiter) Propose(ctx context.Context, p Proposal) (Outcome, error) {
-	lane := p.Owner.String()
 	def, reqs, rej := a.check(p)
-	req := map[string]any{"call_id": p.CallID, "tool": p.Tool, "input": inputOrNull(p.Input)}
 	if rej != nil {
-		req["status"] = "rejected"
-		req["rejection"] = rej
-		if _, err := a.Commit(ctx, rpc.EventToolCallRequested, lane, req); err != nil {
-			return Outcome{}, fmt.Errorf("log rejected call %s: %w", p.CallID, err)
-		}
-		return Outcome{Rejected: rej}, nil
+		return a.reject(ctx, p, rej)
 	}
-	// An accepted proposal is logged once it holds its locks, by
-	// tool_call_committed, which carries the request; a proposal that
-	// never gets them is logged as requested, with why it never ran.
 	release, err := a.cfg.Locks.Acquire(ctx, p.Owner, reqs)
 	if err != nil {
-		req["status"] = "abandoned"
-		req["error"] = err.Error()
-		if _, cerr := a.Commit(context.WithoutCancel(ctx), rpc.EventToolCallRequested, lane, req); cerr != nil {
-			return Outcome{}, fmt.Errorf("log abandoned call %s: %w", p.CallID, cerr)
-		}
-		return Outcome{}, fmt.Errorf("acquire locks for %s: %w", p.CallID, err)
+		return a.abandon(ctx, p, err)
 	}
 	defer release()
+	return a.run(ctx, def, p, reqs)
+}
+
+// request is the payload of a tool_call_requested event.
+func request(p Proposal) map[string]any {
+	return map[string]any{"call_id": p.CallID, "tool": p.Tool, "input": inputOrNull(p.Input)}
+}
+
+// reject logs a rejected proposal as tool_call_requested with the
+// rejection.
+func (a *Arbiter) reject(ctx context.Context, p Proposal, rej *Rejection) (Outcome, error) {
+	req := request(p)
+	req["status"] = "rejected"
+	req["rejection"] = rej
+	if _, err := a.Commit(ctx, rpc.EventToolCallRequested, p.Owner.String(), req); err != nil {
+		return Outcome{}, fmt.Errorf("log rejected call %s: %w", p.CallID, err)
+	}
+	return Outcome{Rejected: rej}, nil
+}
+
+// abandon logs an accepted proposal that never got its locks as
+// tool_call_requested with why it never ran (an accepted proposal that
+// gets them is logged by tool_call_committed, which carries the request),
+// and returns that reason as the arbiter's error.
+func (a *Arbiter) abandon(ctx context.Context, p Proposal, why error) (Outcome, error) {
+	req := request(p)
+	req["status"] = "abandoned"
+	req["error"] = why.Error()
+	if _, err := a.Commit(context.WithoutCancel(ctx), rpc.EventToolCallRequested, p.Owner.String(), req); err != nil {
+		return Outcome{}, fmt.Errorf("log abandoned call %s: %w", p.CallID, err)
+	}
+	return Outcome{}, fmt.Errorf("acquire locks for %s: %w", p.CallID, why)
+}
+
+// run executes an accepted proposal whose locks are held, between
+// tool_call_committed and tool_result_committed.
+func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, reqs []lock.Request) (Outcome, error) {
+	lane := p.Owner.String()
 	locks := lock.Strings(reqs)
 	if _, err := a.Commit(ctx, rpc.EventToolCallCommitted, lane,
 		commitlog.ToolCall{CallID: p.CallID, Tool: p.Tool, Input: p.Input, Locks: locks}); err != nil {

@@ -455,17 +455,11 @@ func (e *Edge) turn(ctx context.Context, msgs []llm.Message) error {
 			return err
 		}
 		e.set(EdgeWaitingTool)
-		for _, call := range resp.ToolCalls {
-			if n := e.toolCalls.Add(1); e.cfg.Budgets.MaxToolCallsPerSession > 0 && n > e.cfg.Budgets.MaxToolCallsPerSession {
-				e.finalize(ctx, "This session has used its tool-call budget; start a new session to continue.")
-				return ErrBudgetExceeded
-			}
-			answer, err := e.runTool(ctx, call)
-			if err != nil {
-				return err
-			}
-			msgs = append(msgs, llm.ToolResultMessage(call.ID, string(answer)))
+		results, err := e.runToolCalls(ctx, resp.ToolCalls)
+		if err != nil {
+			return err
 		}
+		msgs = append(msgs, results...)
 	}
 }
 

@@ -438,3 +438,22 @@ func conflicts(a Request, ao Owner, b Request, bo Owner) bool {
 	}
 	return !dirtyRead(a, ao, b, bo) && !dirtyRead(b, bo, a, ao)
 }
+
+// Conflict reports whether two locksets of the same owner can not be held
+// at once: whether a request of a overlaps a request of b (the same key, or
+// one above the other in the workspace tree) and the two are not both S.
+// It is the rule the manager applies; the dirty-read exception, which is
+// between the edge and a core job, never applies within one owner. A
+// caller that runs several calls of one owner at the same time (see
+// arbiter.ProposeAll) uses it to order those whose locksets conflict, so
+// that none of them waits for a lock its own owner holds.
+func Conflict(a, b []Request) bool {
+	for _, r := range a {
+		for _, q := range b {
+			if conflicts(r, Owner{}, q, Owner{}) {
+				return true
+			}
+		}
+	}
+	return false
+}

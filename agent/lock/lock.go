@@ -64,9 +64,16 @@
 // holds, as a second read of a file does while a writer waits for the
 // first). Whether the owner's own set would be released by another of its
 // goroutines cannot be known here, so the request fails instead of hanging.
-// A caller that needs several locks takes them in one lockset; a lane never
-// calls Acquire while it holds a lockset. Under those rules deadlock is
-// impossible by construction.
+// A caller that needs several locks takes them in one lockset, and nothing
+// that holds a lockset waits for another: a lockset is held only while its
+// one tool call runs. A lane may run several calls of one model step at
+// once (arbiter.ProposeAll), each under its own lockset of the same owner;
+// a call whose lockset conflicts with an earlier call's (see [Conflict])
+// asks only once that call has ended. The indirect check above cannot tell
+// that the owner's other locksets belong to calls that are running and will
+// end, so it may still refuse such a call; ProposeAll then asks again once
+// another call of the step has released its locks. Under those rules
+// deadlock is impossible by construction.
 //
 // # Implementation
 //

@@ -1,0 +1,102 @@
+package lane
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/choirhq/choir/agent/arbiter"
+	"github.com/choirhq/choir/agent/llm"
+	"github.com/choirhq/choir/agent/lock"
+	"github.com/choirhq/choir/agent/skill"
+	"github.com/choirhq/choir/agent/tool"
+)
+
+// toolStep answers the tool calls of one model step of a lane, in call
+// order. Lane-level calls (compaction, skills, core job control) run one by
+// one in the lane, since each may change what the calls after it are
+// allowed; every maximal run of other calls between them goes through the
+// arbiter at once ([arbiter.Arbiter.ProposeAll]), where the calls with
+// disjoint locks run concurrently.
+type toolStep struct {
+	arb *arbiter.Arbiter
+	// laneToolFunc reports whether a call runs in the lane itself.
+	laneToolFunc func(llm.ToolCall) bool
+	// runLaneToolFunc runs a lane-level call.
+	runLaneToolFunc func(context.Context, llm.ToolCall) (json.RawMessage, error)
+	// proposalFunc makes a call's proposal. It is called when the call's
+	// run begins, after every lane-level call before it has run.
+	proposalFunc func(llm.ToolCall) arbiter.Proposal
+}
+
+// run returns the tool result messages in the order of calls. It stops at
+// the first error (of a lane-level call, or of the arbiter), returning the
+// results so far.
+func (s toolStep) run(ctx context.Context, calls []llm.ToolCall) ([]llm.Message, error) {
+	msgs := make([]llm.Message, 0, len(calls))
+	for i := 0; i < len(calls); {
+		if s.laneToolFunc(calls[i]) {
+			answer, err := s.runLaneToolFunc(ctx, calls[i])
+			if err != nil {
+				return msgs, err
+			}
+			msgs = append(msgs, llm.ToolResultMessage(calls[i].ID, string(answer)))
+			i++
+			continue
+		}
+		var ps []arbiter.Proposal
+		j := i
+		for ; j < len(calls) && !s.laneToolFunc(calls[j]); j++ {
+			ps = append(ps, s.proposalFunc(calls[j]))
+		}
+		outs, err := s.arb.ProposeAll(ctx, ps)
+		if err != nil {
+			return msgs, err
+		}
+		for k, out := range outs {
+			msgs = append(msgs, llm.ToolResultMessage(calls[i+k].ID, string(out.ForModel())))
+		}
+		i = j
+	}
+	return msgs, nil
+}
+
+// runToolCalls answers the tool calls of one model step (see toolStep).
+// The tool-call budget is charged per call, in order: the calls within it
+// run, and a call beyond it ends the turn with ErrBudgetExceeded once they
+// have.
+func (e *Edge) runToolCalls(ctx context.Context, calls []llm.ToolCall) ([]llm.Message, error) {
+	within, over := len(calls), false
+	for i := range calls {
+		if n := e.toolCalls.Add(1); e.cfg.Budgets.MaxToolCallsPerSession > 0 && n > e.cfg.Budgets.MaxToolCallsPerSession {
+			within, over = i, true
+			break
+		}
+	}
+	msgs, err := toolStep{arb: e.cfg.Arbiter, laneToolFunc: e.laneTool, runLaneToolFunc: e.runTool,
+		proposalFunc: e.proposal}.run(ctx, calls[:within])
+	if err != nil {
+		return msgs, err
+	}
+	if over {
+		e.finalize(ctx, "This session has used its tool-call budget; start a new session to continue.")
+		return msgs, ErrBudgetExceeded
+	}
+	return msgs, nil
+}
+
+// laneTool reports whether runTool answers the call in the lane rather
+// than through the arbiter. It must name exactly the cases of runTool's
+// switch.
+func (e *Edge) laneTool(call llm.ToolCall) bool {
+	return call.Name == tool.NameMemoryCompact ||
+		call.Name == skillStartTool && e.cfg.Skills != nil ||
+		call.Name == skill.TransitionToolName
+}
+
+// proposal is the edge's proposal for a call, under the skill that is
+// active now.
+func (e *Edge) proposal(call llm.ToolCall) arbiter.Proposal {
+	return arbiter.Proposal{Owner: lock.Edge, CallID: fmt.Sprintf("edge-%d-%s", e.callSeq.Add(1), call.ID),
+		Tool: call.Name, Input: call.Arguments, Skill: e.activeSkill()}
+}

@@ -27,6 +27,7 @@ import (
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 // Version is the agent binary's version, set at build time.
@@ -205,7 +206,7 @@ func readIdentity(dir, name string) string {
 // hostExecutor runs host tools on choird, except the working store of
 // choir.memory.query, which the agent's own log answers.
 type hostExecutor struct {
-	client *rpc.Client
+	client *client.Client
 	log    *commitlog.Log
 }
 
@@ -241,7 +242,7 @@ func (h hostExecutor) ExecuteHostTool(ctx context.Context, name, callID string, 
 // resumed session finds the answer in its tail and sends it again under
 // the same ID.
 type outbound struct {
-	client *rpc.Client
+	client *client.Client
 	hb     *heartbeat // set before the lanes run
 	logger *slog.Logger
 }
@@ -302,17 +303,17 @@ func (o *outbound) warn(ctx context.Context, id, text string) {
 // approver files the arbiter's approval requests with choird. The request
 // ID is the envelope's: choird keeps one approval per (session,
 // request_id), so a retried request finds the first approval.
-type approver struct{ client *rpc.Client }
+type approver struct{ client *client.Client }
 
 func (a approver) RequestApproval(ctx context.Context, requestID string, req rpc.ApprovalRequest) (rpc.ApprovalResponse, error) {
-	return a.client.RequestApproval(rpc.WithRequestID(ctx, requestID), req)
+	return a.client.RequestApproval(client.WithRequestID(ctx, requestID), req)
 }
 
 // statusReporter sends the edge lane's status to choird (REPORT_STATUS) on
 // every change, coalesced: at most one report per statusGap, always the
 // latest status, and a report that failed is sent again.
 type statusReporter struct {
-	client *rpc.Client
+	client *client.Client
 	edge   *lane.Edge
 	logger *slog.Logger
 	kick   chan struct{}
@@ -365,7 +366,7 @@ func (r *statusReporter) run(ctx context.Context) {
 
 // heartbeat replicates the commit log to choird (spec 13.1).
 type heartbeat struct {
-	client        *rpc.Client
+	client        *client.Client
 	log           *commitlog.Log
 	logger        *slog.Logger
 	configVersion *atomic.Int64

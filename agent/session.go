@@ -23,6 +23,7 @@ import (
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 // session is one session of the agent, in the phases Run drives it
@@ -34,7 +35,7 @@ import (
 type session struct {
 	opts   Options
 	logger *slog.Logger
-	client *rpc.Client
+	client *client.Client
 	hello  rpc.InitHelloResponse
 	tools  *tool.Registry
 	skills *skill.Set
@@ -78,14 +79,14 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 		}
 		logger.Info("sandbox check passed")
 	}
-	client, err := rpc.NewClient(rpc.ClientOptions{ControlPlane: opts.ControlPlane, Socket: opts.Socket,
+	cl, err := client.New(client.Options{ControlPlane: opts.ControlPlane, Socket: opts.Socket,
 		Endpoint: opts.Endpoint, CACert: opts.CACert, SessionID: opts.SessionID, LeaseToken: opts.LeaseToken, Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("connect to choird: %w", err)
 	}
-	s := &session{opts: opts, logger: logger, client: client, secrets: &secretStore{}, shutdown: make(chan stopRequest, 1)}
+	s := &session{opts: opts, logger: logger, client: cl, secrets: &secretStore{}, shutdown: make(chan stopRequest, 1)}
 	if err := s.open(ctx); err != nil {
-		client.Close()
+		cl.Close()
 		return nil, err
 	}
 	return s, nil

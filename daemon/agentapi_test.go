@@ -18,6 +18,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 type lockedBuffer struct {
@@ -97,15 +98,15 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home),
+	cl, err := client.New(client.Options{Socket: AgentSocketPath(home),
 		SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer client.Close()
+	defer cl.Close()
 	q := db.New(d.pool)
 
-	hello, err := client.InitHello(ctx, helloRequest(s))
+	hello, err := cl.InitHello(ctx, helloRequest(s))
 	if err != nil {
 		t.Fatalf("INIT_HELLO: %v", err)
 	}
@@ -117,11 +118,11 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	}
 
 	t.Run("GetSecretsReturnsOnlyBoundSecrets", func(t *testing.T) {
-		got, err := client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"model-key"}})
+		got, err := cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"model-key"}})
 		if err != nil || got.Secrets["model-key"] != "sk-canary-7f3a" {
 			t.Fatalf("GET_SECRETS: %v", err)
 		}
-		_, err = client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"postgres-admin"}})
+		_, err = cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"postgres-admin"}})
 		if !errors.Is(err, rpc.ErrPermissionDenied) {
 			t.Fatalf("unbound secret: %v", err)
 		}
@@ -133,25 +134,25 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	var acked rpc.Hash // the hash of rev 3, once acknowledged
 	t.Run("HeartbeatReplicatesAndAcks", func(t *testing.T) {
 		evs := chainEvents(t, 1, 3, rpc.Genesis)
-		resp, err := client.Heartbeat(ctx, patch(evs, 0, rpc.Genesis))
+		resp, err := cl.Heartbeat(ctx, patch(evs, 0, rpc.Genesis))
 		if err != nil || resp.AckRev != 3 || resp.ConfigVersionLatest != d.ConfigVersion() {
 			t.Fatalf("HEARTBEAT: %+v %v", resp, err)
 		}
 		acked = evs[2].Hash
-		_, err = client.Heartbeat(ctx, patch(chainEvents(t, 5, 5, rpc.Hash{9}), 4, rpc.Hash{9}))
+		_, err = cl.Heartbeat(ctx, patch(chainEvents(t, 5, 5, rpc.Hash{9}), 4, rpc.Hash{9}))
 		if !errors.Is(err, rpc.ErrConflict) || !strings.Contains(err.Error(), "resend from rev 4") {
 			t.Fatalf("gap: %v", err)
 		}
 	})
 
 	t.Run("ApprovalReplayReturnsTheFirstRow", func(t *testing.T) {
-		rctx := rpc.WithRequestID(ctx, "approval-req-1")
+		rctx := client.WithRequestID(ctx, "approval-req-1")
 		req := rpc.ApprovalRequest{RequestType: "tool:choir.exec", Summary: "run rm -rf build", Payload: json.RawMessage(`{"command":"rm -rf build"}`)}
-		first, err := client.RequestApproval(rctx, req)
+		first, err := cl.RequestApproval(rctx, req)
 		if err != nil || first.Status != rpc.ApprovalPending {
 			t.Fatalf("REQUEST_APPROVAL: %+v %v", first, err)
 		}
-		again, err := client.RequestApproval(rctx, req)
+		again, err := cl.RequestApproval(rctx, req)
 		if err != nil || again.ApprovalID != first.ApprovalID {
 			t.Fatalf("replay: %+v %v", again, err)
 		}
@@ -163,7 +164,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	})
 
 	t.Run("ReportStatusIsRecorded", func(t *testing.T) {
-		if _, err := client.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "EDGE_IDLE"}); err != nil {
+		if _, err := cl.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "EDGE_IDLE"}); err != nil {
 			t.Fatal(err)
 		}
 		row, _ := q.SessionGetByID(ctx, s.Session.SessionID)
@@ -173,26 +174,26 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	})
 
 	t.Run("FetchDynamicConfigCarriesNoSecretValues", func(t *testing.T) {
-		resp, err := client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: 0})
+		resp, err := cl.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: 0})
 		if err != nil || resp.ConfigVersion != d.ConfigVersion() || len(resp.Config) == 0 {
 			t.Fatalf("FETCH_DYNAMIC_CONFIG: %+v %v", resp, err)
 		}
 		if strings.Contains(string(resp.Config), "sk-canary") || !strings.Contains(string(resp.Config), `"models"`) {
 			t.Errorf("config = %s", resp.Config)
 		}
-		same, err := client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: d.ConfigVersion()})
+		same, err := cl.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: d.ConfigVersion()})
 		if err != nil || len(same.Config) != 0 {
 			t.Errorf("up-to-date fetch = %+v %v", same, err)
 		}
 	})
 
 	t.Run("MemoryToolsRunAndRefuseAnotherAgentsMemory", func(t *testing.T) {
-		resp, err := client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.upsert", CallID: "m1",
+		resp, err := cl.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.upsert", CallID: "m1",
 			Input: json.RawMessage(`{"op":"insert","key":"k","text":"the sky is blue"}`)})
 		if err != nil || resp.Status != rpc.ToolSuccess {
 			t.Fatalf("own upsert: %+v %v", resp, err)
 		}
-		resp, err = client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.upsert", CallID: "m2",
+		resp, err = cl.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.upsert", CallID: "m2",
 			Input: json.RawMessage(`{"op":"insert","text":"planted","target_agent":"helper"}`)})
 		if err != nil || resp.Status != rpc.ToolError || !strings.Contains(strings.ToLower(string(resp.Output)), "permission") {
 			t.Fatalf("write to another agent: %+v %s %v", resp, resp.Output, err)
@@ -202,12 +203,12 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 		if n != 0 {
 			t.Errorf("another agent's knowledge has %d rows", n)
 		}
-		resp, err = client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.query", CallID: "m3",
+		resp, err = cl.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.query", CallID: "m3",
 			Input: json.RawMessage(`{"store":"knowledge","mode":"text","query":"sky","target_agent":"assistant"}`)})
 		if err != nil || resp.Status != rpc.ToolSuccess || !strings.Contains(string(resp.Output), "the sky is blue") {
 			t.Fatalf("query: %+v %s %v", resp, resp.Output, err)
 		}
-		resp, err = client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.query", CallID: "m4",
+		resp, err = cl.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.query", CallID: "m4",
 			Input: json.RawMessage(`{"store":"everything","mode":"text","query":"sky"}`)})
 		if err != nil || resp.Status != rpc.ToolError || !strings.Contains(string(resp.Output), "store") {
 			t.Fatalf("unknown store: %+v %s %v", resp, resp.Output, err)
@@ -215,7 +216,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	})
 
 	t.Run("UnknownHostToolIsNotFound", func(t *testing.T) {
-		_, err := client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.nothing", CallID: "c1", Input: json.RawMessage(`{}`)})
+		_, err := cl.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.nothing", CallID: "c1", Input: json.RawMessage(`{}`)})
 		if !errors.Is(err, rpc.ErrNotFound) {
 			t.Fatalf("err = %v", err)
 		}
@@ -223,11 +224,11 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 
 	t.Run("SendOutboundIsIdempotentByMessageID", func(t *testing.T) {
 		req := rpc.SendOutboundRequest{MessageID: "m-1", Kind: rpc.OutboundKind("text"), Text: "hello"}
-		first, err := client.SendOutbound(ctx, req)
+		first, err := cl.SendOutbound(ctx, req)
 		if err != nil || first.Duplicate {
 			t.Fatalf("SEND_OUTBOUND: %+v %v", first, err)
 		}
-		again, err := client.SendOutbound(rpc.WithRequestID(ctx, "another-request"), req)
+		again, err := cl.SendOutbound(client.WithRequestID(ctx, "another-request"), req)
 		if err != nil || !again.Duplicate || again.OutboxID != first.OutboxID {
 			t.Fatalf("same message again: %+v %v", again, err)
 		}
@@ -246,20 +247,20 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	})
 
 	t.Run("TerminateSelfRevokesTheToken", func(t *testing.T) {
-		if _, err := client.TerminateSelf(ctx, rpc.TerminateSelfRequest{Reason: "done"}); err != nil {
+		if _, err := cl.TerminateSelf(ctx, rpc.TerminateSelfRequest{Reason: "done"}); err != nil {
 			t.Fatal(err)
 		}
-		_, err := client.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "EDGE_IDLE"})
+		_, err := cl.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "EDGE_IDLE"})
 		if !errors.Is(err, rpc.ErrUnauthenticated) {
 			t.Fatalf("call after terminate: %v", err)
 		}
 		// A heartbeat is authenticated from memory (the token is right),
 		// and fenced by its own statement: the session is no longer live.
-		if _, err := client.Heartbeat(ctx, patch(chainEvents(t, 4, 4, acked), 3, acked)); !errors.Is(err, rpc.ErrUnauthenticated) {
+		if _, err := cl.Heartbeat(ctx, patch(chainEvents(t, 4, 4, acked), 3, acked)); !errors.Is(err, rpc.ErrUnauthenticated) {
 			t.Fatalf("heartbeat after terminate: %v", err)
 		}
 		other, _ := rpc.NewLeaseToken()
-		impostor, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home),
+		impostor, err := client.New(client.Options{Socket: AgentSocketPath(home),
 			SessionID: s.Session.SessionID.String(), LeaseToken: other})
 		if err != nil {
 			t.Fatal(err)

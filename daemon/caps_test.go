@@ -11,6 +11,7 @@ import (
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 // TestSessionCapsAgainstChoird: one session cannot grow choir_control
@@ -23,13 +24,13 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d, home, _ := runChoird(t)
-	s, client := helloSession(t, d, home, "assistant")
+	s, cl := helloSession(t, d, home, "assistant")
 
 	t.Run("ReplaysKeepTheNewestPerSession", func(t *testing.T) {
 		const extra = 25
 		report := func(i int, state string) error {
 			return paced(func() error {
-				_, err := client.ReportStatus(rpc.WithRequestID(ctx, fmt.Sprintf("status-%d", i)),
+				_, err := cl.ReportStatus(client.WithRequestID(ctx, fmt.Sprintf("status-%d", i)),
 					rpc.ReportStatusRequest{Lane: "edge", State: state})
 				return err
 			})
@@ -69,7 +70,7 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 			t.Fatal(err)
 		}
 		err := paced(func() error {
-			_, err := client.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: "one-too-many", Kind: rpc.OutboundText, Text: "hi"})
+			_, err := cl.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: "one-too-many", Kind: rpc.OutboundText, Text: "hi"})
 			return err
 		})
 		var e *rpc.Error
@@ -80,7 +81,7 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 		}
 		var again rpc.SendOutboundResponse
 		err = paced(func() (err error) {
-			again, err = client.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: "backlog-7", Kind: rpc.OutboundText, Text: "queued 7"})
+			again, err = cl.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: "backlog-7", Kind: rpc.OutboundText, Text: "queued 7"})
 			return err
 		})
 		if err != nil || !again.Duplicate {

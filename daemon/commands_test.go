@@ -16,6 +16,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 // cmdBundle is a choird without an agent runtime, with two regular DMs
@@ -105,7 +106,7 @@ func (b *cmdBundle) takeNotes() []string {
 // an rpc client that collects its pushes.
 type fakeAgent struct {
 	session db.ChoirControlSession
-	client  *rpc.Client
+	client  *client.Client
 	pushes  chan rpc.Push
 }
 
@@ -125,20 +126,20 @@ func (b *cmdBundle) startAgentWith(t *testing.T, agentID string, o StartOverride
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(b.r.home), SessionID: s.Session.SessionID.String(),
+	cl, err := client.New(client.Options{Socket: AgentSocketPath(b.r.home), SessionID: s.Session.SessionID.String(),
 		LeaseToken: s.LeaseToken})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := client.InitHello(ctx, helloRequest(s)); err != nil {
+	if _, err := cl.InitHello(ctx, helloRequest(s)); err != nil {
 		t.Fatalf("INIT_HELLO: %v", err)
 	}
-	a := &fakeAgent{session: s.Session, client: client, pushes: make(chan rpc.Push, 64)}
+	a := &fakeAgent{session: s.Session, client: cl, pushes: make(chan rpc.Push, 64)}
 	pctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		client.ReceivePushes(pctx, func(p rpc.Push) { a.pushes <- p }) //nolint:errcheck
+		cl.ReceivePushes(pctx, func(p rpc.Push) { a.pushes <- p }) //nolint:errcheck
 	}()
 	// Empty heartbeats keep the session alive however slow the host:
 	// crash detection must not end it under the test.
@@ -148,7 +149,7 @@ func (b *cmdBundle) startAgentWith(t *testing.T, agentID string, o StartOverride
 	go func() {
 		defer close(hbDone)
 		for {
-			client.Heartbeat(pctx, rpc.HeartbeatRequest{BaseRev: s.Session.BaseRev, NewRev: s.Session.BaseRev, //nolint:errcheck
+			cl.Heartbeat(pctx, rpc.HeartbeatRequest{BaseRev: s.Session.BaseRev, NewRev: s.Session.BaseRev, //nolint:errcheck
 				Patches: []rpc.Event{}, ConfigVersion: d.ConfigVersion(), HashPrev: base, HashNew: base, Timestamp: time.Now()})
 			select {
 			case <-pctx.Done():
@@ -157,7 +158,7 @@ func (b *cmdBundle) startAgentWith(t *testing.T, agentID string, o StartOverride
 			}
 		}
 	}()
-	t.Cleanup(func() { cancel(); <-done; <-hbDone; client.Close() })
+	t.Cleanup(func() { cancel(); <-done; <-hbDone; cl.Close() })
 	return a
 }
 
@@ -179,7 +180,7 @@ func (a *fakeAgent) push(t *testing.T, kind rpc.PushKind) rpc.Push {
 
 func (a *fakeAgent) requestApproval(t *testing.T, summary string) string {
 	t.Helper()
-	ctx := rpc.WithRequestID(context.Background(), "req-"+strings.ReplaceAll(summary, " ", "-"))
+	ctx := client.WithRequestID(context.Background(), "req-"+strings.ReplaceAll(summary, " ", "-"))
 	resp, err := a.client.RequestApproval(ctx, rpc.ApprovalRequest{RequestType: "tool:choir.exec", Summary: summary,
 		Payload: json.RawMessage(`{"command":"true"}`)})
 	if err != nil {

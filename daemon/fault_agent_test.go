@@ -16,6 +16,7 @@ import (
 
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 // replicatingAgent is the agent's side of replication for the fault tests,
@@ -27,7 +28,7 @@ import (
 // check that every acknowledged revision survived the fault.
 type replicatingAgent struct {
 	log    *commitlog.Log
-	client *rpc.Client
+	client *client.Client
 	// sending receives, without blocking, just before each heartbeat goes
 	// out: a test waits on it to strike while one is in flight.
 	sending chan int64
@@ -49,12 +50,12 @@ func startReplicatingAgent(t *testing.T, home, sessionID, token string) *replica
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home), SessionID: sessionID, LeaseToken: token})
+	cl, err := client.New(client.Options{Socket: AgentSocketPath(home), SessionID: sessionID, LeaseToken: token})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &replicatingAgent{log: log, client: client, sending: make(chan int64, 1), cancel: cancel}
+	a := &replicatingAgent{log: log, client: cl, sending: make(chan int64, 1), cancel: cancel}
 	a.wg.Go(func() {
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
@@ -75,7 +76,7 @@ func startReplicatingAgent(t *testing.T, home, sessionID, token string) *replica
 	t.Cleanup(func() {
 		a.cancel()
 		a.wg.Wait()
-		client.Close()
+		cl.Close()
 	})
 	return a
 }

@@ -12,13 +12,14 @@ import (
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 // databaseBundle is a choird with a session whose agent (the test) has
 // said hello and sent a heartbeat, so that choird knows its token.
 type databaseBundle struct {
 	d      *choirdtest.Choird
-	client *rpc.Client
+	client *client.Client
 	beat   rpc.HeartbeatRequest
 }
 
@@ -27,12 +28,12 @@ func setupDatabase(t *testing.T) *databaseBundle {
 	ctx := t.Context()
 	d := choirdtest.Start(t, choirdtest.Options{})
 	id, token := d.StartSession(t, "assistant")
-	client, err := rpc.NewClient(rpc.ClientOptions{Socket: d.Socket(), SessionID: id, LeaseToken: token, Retries: -1})
+	cl, err := client.New(client.Options{Socket: d.Socket(), SessionID: id, LeaseToken: token, Retries: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { client.Close() })
-	if _, err := client.InitHello(ctx, rpc.InitHelloRequest{AgentID: "assistant", SessionID: id,
+	t.Cleanup(func() { cl.Close() })
+	if _, err := cl.InitHello(ctx, rpc.InitHelloRequest{AgentID: "assistant", SessionID: id,
 		ImageVersion: "img-1", ToolManifestHash: "t1", SkillManifestHash: "s1"}); err != nil {
 		t.Fatalf("INIT_HELLO: %v", err)
 	}
@@ -44,9 +45,9 @@ func setupDatabase(t *testing.T) *databaseBundle {
 	}
 	var base rpc.Hash
 	copy(base[:], hash)
-	b := &databaseBundle{d: d, client: client, beat: rpc.HeartbeatRequest{BaseRev: rev, NewRev: rev, Patches: []rpc.Event{},
+	b := &databaseBundle{d: d, client: cl, beat: rpc.HeartbeatRequest{BaseRev: rev, NewRev: rev, Patches: []rpc.Event{},
 		ConfigVersion: d.ConfigVersion(), HashPrev: base, HashNew: base}}
-	if _, err := client.Heartbeat(ctx, b.heartbeat()); err != nil {
+	if _, err := cl.Heartbeat(ctx, b.heartbeat()); err != nil {
 		t.Fatalf("HEARTBEAT: %v", err)
 	}
 	return b

@@ -21,6 +21,7 @@ import (
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 // BenchmarkHeartbeatRPC measures replication through the real protocol:
@@ -51,14 +52,14 @@ func benchHeartbeat(b *testing.B, sessions, perBeat int, viaRPC bool) {
 	ctx := context.Background()
 	type sess struct {
 		id     uuid.UUID
-		client *rpc.Client
+		client *client.Client
 		rev    int64
 		prev   rpc.Hash
 	}
 	all := make([]*sess, sessions)
 	for i := range all {
 		id, token := tokenSession(b, d.pool, fmt.Sprintf("bench-%d", i))
-		c, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home), SessionID: id.String(), LeaseToken: token})
+		c, err := client.New(client.Options{Socket: AgentSocketPath(home), SessionID: id.String(), LeaseToken: token})
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -221,7 +222,7 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home), SessionID: s.Session.SessionID.String(),
+		c, err := client.New(client.Options{Socket: AgentSocketPath(home), SessionID: s.Session.SessionID.String(),
 			LeaseToken: s.LeaseToken, MaxResponseBytes: 256 << 20})
 		if err != nil {
 			b.Fatal(err)

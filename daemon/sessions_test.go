@@ -13,6 +13,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 // testConfig is a local configuration with two agents sharing a workspace
@@ -226,21 +227,21 @@ func helloRequest(s control.StartedSession) rpc.InitHelloRequest {
 // start does, and returns it with a client on choird's agent socket that
 // has said hello, as its agent would be. The client closes when the test
 // ends.
-func helloSession(t *testing.T, d *Daemon, home, agentID string) (control.StartedSession, *rpc.Client) {
+func helloSession(t *testing.T, d *Daemon, home, agentID string) (control.StartedSession, *client.Client) {
 	t.Helper()
 	ctx := context.Background()
 	s, err := control.CreateSession(ctx, d.pool, d.Snapshot().Config, agentID, StartOverrides{}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home),
+	cl, err := client.New(client.Options{Socket: AgentSocketPath(home),
 		SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { client.Close() })
-	if _, err := client.InitHello(ctx, helloRequest(s)); err != nil {
+	t.Cleanup(func() { cl.Close() })
+	if _, err := cl.InitHello(ctx, helloRequest(s)); err != nil {
 		t.Fatalf("INIT_HELLO: %v", err)
 	}
-	return s, client
+	return s, cl
 }

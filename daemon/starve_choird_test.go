@@ -16,12 +16,13 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 // beater heartbeats one session at its interval, each heartbeat carrying
 // the next event, and counts what choird answered.
 type beater struct {
-	client   *rpc.Client
+	client   *client.Client
 	timeout  time.Duration
 	interval time.Duration
 
@@ -71,8 +72,8 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 		c.HeartbeatIntervalMS, c.CrashDetectionThresholdMS = 500, 2500
 	})
 	threshold, interval := d.Snapshot().Config.CrashDetectionThreshold(), d.Snapshot().Config.HeartbeatInterval()
-	dial := func(id uuid.UUID, token string) *rpc.Client {
-		c, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home), SessionID: id.String(), LeaseToken: token})
+	dial := func(id uuid.UUID, token string) *client.Client {
+		c, err := client.New(client.Options{Socket: AgentSocketPath(home), SessionID: id.String(), LeaseToken: token})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +90,7 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 	}
 	a, b := dial(sa.Session.SessionID, sa.LeaseToken), dial(sb.Session.SessionID, sb.LeaseToken)
 	for _, c := range []struct {
-		client *rpc.Client
+		client *client.Client
 		s      control.StartedSession
 	}{{a, sa}, {b, sb}} {
 		if _, err := c.client.InitHello(ctx, helloRequest(c.s)); err != nil {

@@ -25,8 +25,8 @@ import (
 
 // BenchmarkGatewayIngress measures a DM's way in: from the update queued on
 // the fake Bot API server (the gateway's long poll returns it at once) to
-// the user message push arriving at the agent's end of the push stream. An
-// rpc.Client with the session's lease token stands in for the agent, so
+// the user message push arriving at the agent's end of the push stream. A
+// client.Client with the session's lease token stands in for the agent, so
 // the figure is choird's: getUpdates, the DM lookup, the inbox INSERT, the
 // push over the agent protocol. Target: p99 <= 20 ms.
 func BenchmarkGatewayIngress(b *testing.B) {

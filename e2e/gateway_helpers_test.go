@@ -27,6 +27,7 @@ import (
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 // The Telegram side of the gateway tests: one bot, a regular DM bound to
@@ -379,12 +380,12 @@ func containsText(sub string) func(telegramtest.Message) bool {
 	return func(m telegramtest.Message) bool { return strings.Contains(m.Text, sub) }
 }
 
-// standIn is an rpc.Client standing in for an agent: a session started by
+// standIn is a client.Client standing in for an agent: a session started by
 // choird's control layer, its hello said, its push stream open. It lets a
 // test act as an agent over the real protocol without a model.
 type standIn struct {
 	sessionID string
-	client    *rpc.Client
+	client    *client.Client
 	// users receives every user message push with the time it arrived.
 	users chan userPush
 	// approvals receives every approval_resolved push.
@@ -405,7 +406,7 @@ func standInAgent(t testing.TB, d *daemon.Daemon, home, agentID string) *standIn
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := rpc.NewClient(rpc.ClientOptions{Socket: daemon.AgentSocketPath(home), SessionID: sessionID, LeaseToken: token})
+	c, err := client.New(client.Options{Socket: daemon.AgentSocketPath(home), SessionID: sessionID, LeaseToken: token})
 	if err != nil {
 		t.Fatal(err)
 	}

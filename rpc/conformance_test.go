@@ -17,6 +17,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 // heartbeatReq returns a heartbeat replicating n events after base, with a
@@ -46,14 +47,14 @@ func heartbeatReq(t testing.TB, base int64, n, payloadBytes int) rpc.HeartbeatRe
 // checks the response.
 type verbCase struct {
 	verb  rpc.Verb
-	call  func(ctx context.Context, cp *rpc.Client) (any, error)
+	call  func(ctx context.Context, cp *client.Client) (any, error)
 	check func(t *testing.T, b *testBundle, resp any)
 }
 
 func verbCases(t testing.TB, b *testBundle) []verbCase {
 	hb := heartbeatReq(t, 0, 2, 200)
 	return []verbCase{
-		{rpc.VerbInitHello, func(ctx context.Context, cp *rpc.Client) (any, error) {
+		{rpc.VerbInitHello, func(ctx context.Context, cp *client.Client) (any, error) {
 			return cp.InitHello(ctx, rpc.InitHelloRequest{AgentID: b.agentID, SessionID: b.sessionID, ImageVersion: "v1", ToolManifestHash: "t1", SkillManifestHash: "s1"})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			r := resp.(rpc.InitHelloResponse)
@@ -61,7 +62,7 @@ func verbCases(t testing.TB, b *testBundle) []verbCase {
 				t.Errorf("got %+v", r)
 			}
 		}},
-		{rpc.VerbGetSecrets, func(ctx context.Context, cp *rpc.Client) (any, error) {
+		{rpc.VerbGetSecrets, func(ctx context.Context, cp *client.Client) (any, error) {
 			return cp.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"git-token", "llm-key"}})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			r := resp.(rpc.GetSecretsResponse)
@@ -72,21 +73,21 @@ func verbCases(t testing.TB, b *testBundle) []verbCase {
 				t.Errorf("secrets print their values: %s", s)
 			}
 		}},
-		{rpc.VerbHeartbeat, func(ctx context.Context, cp *rpc.Client) (any, error) {
+		{rpc.VerbHeartbeat, func(ctx context.Context, cp *client.Client) (any, error) {
 			return cp.Heartbeat(ctx, hb)
 		}, func(t *testing.T, b *testBundle, resp any) {
 			if r := resp.(rpc.HeartbeatResponse); r.AckRev != 2 || r.ConfigVersionLatest != 3 {
 				t.Errorf("got %+v", r)
 			}
 		}},
-		{rpc.VerbRequestApproval, func(ctx context.Context, cp *rpc.Client) (any, error) {
+		{rpc.VerbRequestApproval, func(ctx context.Context, cp *client.Client) (any, error) {
 			return cp.RequestApproval(ctx, rpc.ApprovalRequest{RequestType: "tool:choir.exec", Summary: "run rm -rf build/?", Payload: json.RawMessage(`{"cmd":"rm -rf build/"}`)})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			if r := resp.(rpc.ApprovalResponse); r.Status != rpc.ApprovalPending || uuid.Validate(r.ApprovalID) != nil {
 				t.Errorf("got %+v", r)
 			}
 		}},
-		{rpc.VerbReportStatus, func(ctx context.Context, cp *rpc.Client) (any, error) {
+		{rpc.VerbReportStatus, func(ctx context.Context, cp *client.Client) (any, error) {
 			tokens := int64(1200)
 			return cp.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "IDLE", BudgetRemaining: rpc.Budget{Tokens: &tokens}})
 		}, func(t *testing.T, b *testBundle, resp any) {
@@ -94,21 +95,21 @@ func verbCases(t testing.TB, b *testBundle) []verbCase {
 				t.Error("not acknowledged")
 			}
 		}},
-		{rpc.VerbTerminateSelf, func(ctx context.Context, cp *rpc.Client) (any, error) {
+		{rpc.VerbTerminateSelf, func(ctx context.Context, cp *client.Client) (any, error) {
 			return cp.TerminateSelf(ctx, rpc.TerminateSelfRequest{Reason: "user asked to stop"})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			if !resp.(rpc.Ack).Ack {
 				t.Error("not acknowledged")
 			}
 		}},
-		{rpc.VerbFetchDynamicConfig, func(ctx context.Context, cp *rpc.Client) (any, error) {
+		{rpc.VerbFetchDynamicConfig, func(ctx context.Context, cp *client.Client) (any, error) {
 			return cp.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: 1})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			if r := resp.(rpc.FetchDynamicConfigResponse); r.ConfigVersion != 3 || string(r.Config) != `{"heartbeat_interval_ms":5000}` {
 				t.Errorf("got %+v", r)
 			}
 		}},
-		{rpc.VerbExecuteHostTool, func(ctx context.Context, cp *rpc.Client) (any, error) {
+		{rpc.VerbExecuteHostTool, func(ctx context.Context, cp *client.Client) (any, error) {
 			return cp.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.web.browse", CallID: "call-1", Input: json.RawMessage(`{"url":"https://example.org","mode":"text"}`)})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			r := resp.(rpc.ExecuteHostToolResponse)
@@ -116,7 +117,7 @@ func verbCases(t testing.TB, b *testBundle) []verbCase {
 				t.Errorf("got %+v", r)
 			}
 		}},
-		{rpc.VerbSendOutbound, func(ctx context.Context, cp *rpc.Client) (any, error) {
+		{rpc.VerbSendOutbound, func(ctx context.Context, cp *client.Client) (any, error) {
 			return cp.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: "m-1", Kind: rpc.OutboundDocument, Text: "the report", FilePath: "report.pdf"})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			if r := resp.(rpc.SendOutboundResponse); r.MessageID != "m-1" || r.OutboxID != 1 || r.Duplicate {
@@ -465,7 +466,7 @@ func conformance(t *testing.T, tr string) {
 		b := setup(t, tr, setupOpts{})
 		for _, c := range verbCases(t, b) {
 			t.Run(string(c.verb), func(t *testing.T) {
-				ctx := rpc.WithRequestID(t.Context(), "replay-"+string(c.verb))
+				ctx := client.WithRequestID(t.Context(), "replay-"+string(c.verb))
 				first, err := c.call(ctx, b.client)
 				if err != nil {
 					t.Fatal(err)
@@ -510,7 +511,7 @@ func conformance(t *testing.T, tr string) {
 	t.Run("ReplayedErrorIsTheFirstError", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, tr, setupOpts{})
-		ctx := rpc.WithRequestID(t.Context(), "r-missing")
+		ctx := client.WithRequestID(t.Context(), "r-missing")
 		req := rpc.ExecuteHostToolRequest{ToolName: "test.missing", CallID: "c1", Input: json.RawMessage(`{}`)}
 		for range 2 {
 			if _, err := b.client.ExecuteHostTool(ctx, req); !errors.Is(err, rpc.ErrNotFound) {
@@ -525,7 +526,7 @@ func conformance(t *testing.T, tr string) {
 	t.Run("ReplayWithAnotherPayloadConflicts", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, tr, setupOpts{})
-		ctx := rpc.WithRequestID(t.Context(), "r-1")
+		ctx := client.WithRequestID(t.Context(), "r-1")
 		if _, err := b.client.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "IDLE"}); err != nil {
 			t.Fatal(err)
 		}
@@ -545,7 +546,7 @@ func conformance(t *testing.T, tr string) {
 	t.Run("ConcurrentDuplicatesRunOnce", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, tr, setupOpts{})
-		ctx := rpc.WithRequestID(t.Context(), "r-dup")
+		ctx := client.WithRequestID(t.Context(), "r-dup")
 		req := rpc.ExecuteHostToolRequest{ToolName: "test.block", CallID: "c1", Input: json.RawMessage(`{}`)}
 		const n = 8
 		var wg sync.WaitGroup
@@ -740,7 +741,7 @@ func configChanged(v int64) rpc.Push {
 // pushes collects what ReceivePushes delivers.
 type pushes struct{ ch chan rpc.Push }
 
-func receive(t *testing.T, c *rpc.Client) *pushes {
+func receive(t *testing.T, c *client.Client) *pushes {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &pushes{ch: make(chan rpc.Push, 1024)}

@@ -1,17 +1,17 @@
 // Package rpc holds the wire contract between choir-agent and choird, and
-// both of its ends: the envelope, the payloads of the verbs (the eight of
+// choird's end of it: the envelope, the payloads of the verbs (the eight of
 // spec 12.5 and SEND_OUTBOUND), the messages choird pushes, the committed
-// events the agent replicates by heartbeat, the Client the agent calls
-// choird with, and the Server that choird mounts its ControlPlaneHandler
-// on. Go structs with JSON tags are the schema. The admin API that
-// choirctl speaks to choird is in rpc/admin; Unix-socket listening is in
-// rpc/unixsock.
+// events the agent replicates by heartbeat, the errors, and the Server that
+// choird mounts its ControlPlaneHandler on. Go structs with JSON tags are
+// the schema. The agent's end, the Client, is in rpc/client; the admin API
+// that choirctl speaks to choird is in rpc/admin; Unix-socket listening is
+// in rpc/unixsock.
 //
 // # Transports
 //
 // Both transports carry HTTP/1.1 and share every line of protocol code;
-// only the byte stream differs, and it is chosen once, in ClientOptions
-// (--control-plane=uds --socket=... or --control-plane=http
+// only the byte stream differs, and it is chosen once, in the client's
+// options (--control-plane=uds --socket=... or --control-plane=http
 // --endpoint=https://... --ca-cert=...) and by the listener handed to
 // Server.Serve (ListenUnix or ListenTCP). A call is
 //

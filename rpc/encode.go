@@ -14,9 +14,9 @@ type jsonAppender interface {
 	appendJSON(dst []byte) ([]byte, bool)
 }
 
-// encodePayload encodes a payload as json.Marshal does, faster for the
-// calls made most often.
-func encodePayload(p Payload) ([]byte, error) {
+// Encode encodes a payload as json.Marshal does, faster for the calls
+// made most often.
+func Encode(p Payload) ([]byte, error) {
 	if a, ok := p.(jsonAppender); ok {
 		if b, ok := a.appendJSON(nil); ok {
 			return b, nil

@@ -89,7 +89,7 @@ func BenchmarkEncodeHeartbeat(b *testing.B) {
 	})
 	b.Run("Fast", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := encodePayload(req); err != nil {
+			if _, err := Encode(req); err != nil {
 				b.Fatal(err)
 			}
 		}

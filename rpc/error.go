@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/http"
 	"time"
+
+	"github.com/choirhq/choir/rpc/internal/check"
 )
 
 // Code is the stable, machine-readable class of an error, carried on the
@@ -78,9 +80,10 @@ var codes = map[Code]codeInfo{
 	CodeInternal:         {http.StatusInternalServerError, ErrInternal},
 }
 
-// codeOrder fixes the order in which AsError tries the sentinels, so an
-// error wrapping two of them is classified the same way every time.
-var codeOrder = []Code{
+// Codes lists every code. Its order is the one in which AsError tries the
+// sentinels, so an error wrapping two of them is classified the same way
+// every time.
+var Codes = []Code{
 	CodeBadRequest, CodeUnauthenticated, CodePermissionDenied, CodeNotFound, CodeUnknownVerb,
 	CodeConflict, CodePayloadTooLarge, CodeRateLimited, CodeUnavailable, CodeInternal,
 }
@@ -151,6 +154,17 @@ func (b ErrorBody) Err() *Error {
 	return &Error{Code: b.Code, Message: b.Error, RetryAfter: time.Duration(b.RetryAfterMS) * time.Millisecond}
 }
 
+// Validate checks an error body.
+func (b ErrorBody) Validate() error {
+	if b.Code == "" {
+		return check.Invalid("$.code", "required")
+	}
+	if b.RetryAfterMS < 0 {
+		return check.Invalid("$.retry_after_ms", "negative")
+	}
+	return nil
+}
+
 // AsError classifies err for the wire: an *Error in its chain is returned
 // as is; an error wrapping a sentinel gets the sentinel's code and err's
 // text as message; anything else reports false, and the caller must treat
@@ -160,7 +174,7 @@ func AsError(err error) (*Error, bool) {
 	if errors.As(err, &e) {
 		return e, true
 	}
-	for _, code := range codeOrder {
+	for _, code := range Codes {
 		if errors.Is(err, codes[code].sentinel) {
 			return &Error{Code: code, Message: err.Error()}, true
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 // testAuth is the test's Authenticator: sessions in a map, tokens stored
@@ -281,8 +282,8 @@ type testBundle struct {
 	h         *testHandler
 	auth      *testAuth
 	ln        *trackingListener
-	client    *rpc.Client
-	opts      rpc.ClientOptions // the client's options, to make others
+	client    *client.Client
+	opts      client.Options // the client's options, to make others
 	sessionID string
 	token     string
 	agentID   string
@@ -325,7 +326,7 @@ func setup(t testing.TB, transport string, so setupOpts) *testBundle {
 	b.srv = srv
 	ctx := context.Background()
 	dir := shortTempDir(t)
-	b.opts = rpc.ClientOptions{
+	b.opts = client.Options{
 		SessionID: b.sessionID, LeaseToken: b.token,
 		ReconnectMin: 5 * time.Millisecond, ReconnectMax: 50 * time.Millisecond,
 	}
@@ -334,7 +335,7 @@ func setup(t testing.TB, transport string, so setupOpts) *testBundle {
 	case transportUDS:
 		sock := filepath.Join(dir, "choird.sock")
 		ln, err = rpc.ListenUnix(ctx, sock)
-		b.opts.ControlPlane, b.opts.Socket = rpc.TransportUDS, sock
+		b.opts.ControlPlane, b.opts.Socket = client.TransportUDS, sock
 		b.base = "http://choird"
 		b.dial = func(ctx context.Context) (net.Conn, error) {
 			var d net.Dialer
@@ -359,7 +360,7 @@ func setup(t testing.TB, transport string, so setupOpts) *testBundle {
 			t.Fatal(err)
 		}
 		addr := ln.Addr().String()
-		b.opts.ControlPlane, b.opts.Endpoint = rpc.TransportHTTP, scheme+"://"+addr
+		b.opts.ControlPlane, b.opts.Endpoint = client.TransportHTTP, scheme+"://"+addr
 		b.base = b.opts.Endpoint
 		b.dial = func(ctx context.Context) (net.Conn, error) {
 			var d net.Dialer
@@ -405,9 +406,9 @@ func setup(t testing.TB, transport string, so setupOpts) *testBundle {
 	return b
 }
 
-func (b *testBundle) newClient(t testing.TB, opts rpc.ClientOptions) *rpc.Client {
+func (b *testBundle) newClient(t testing.TB, opts client.Options) *client.Client {
 	t.Helper()
-	c, err := rpc.NewClient(opts)
+	c, err := client.New(opts)
 	if err != nil {
 		t.Fatal(err)
 	}

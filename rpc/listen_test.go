@@ -167,45 +167,6 @@ func TestListenTCP(t *testing.T) {
 	})
 }
 
-func TestNewClient(t *testing.T) {
-	t.Parallel()
-	token, _ := rpc.NewLeaseToken()
-	base := rpc.ClientOptions{SessionID: "00000000-0000-0000-0000-000000000001", LeaseToken: token}
-	for _, c := range []struct {
-		name    string
-		edit    func(*rpc.ClientOptions)
-		wantErr string
-	}{
-		{"UDSIsTheDefault", func(o *rpc.ClientOptions) {}, ""},
-		{"HTTPSEndpoint", func(o *rpc.ClientOptions) { o.ControlPlane, o.Endpoint = "http", "https://choird.internal:9400" }, ""},
-		{"PlaintextToLoopback", func(o *rpc.ClientOptions) { o.ControlPlane, o.Endpoint = "http", "http://127.0.0.1:9400" }, ""},
-		{"PlaintextBeyondLoopbackRefused", func(o *rpc.ClientOptions) { o.ControlPlane, o.Endpoint = "http", "http://10.0.0.2:9400" }, "only to a loopback"},
-		{"EndpointWithPathRefused", func(o *rpc.ClientOptions) { o.ControlPlane, o.Endpoint = "http", "https://h:1/api" }, "want https://host:port"},
-		{"UnknownTransportRefused", func(o *rpc.ClientOptions) { o.ControlPlane = "carrier-pigeon" }, "want uds or http"},
-		{"MissingCACertRefused", func(o *rpc.ClientOptions) {
-			o.ControlPlane, o.Endpoint, o.CACert = "http", "https://h:1", "/nonexistent/ca.pem"
-		}, "read CA certificate"},
-		{"MissingTokenRefused", func(o *rpc.ClientOptions) { o.LeaseToken = "" }, "lease token"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			o := base
-			c.edit(&o)
-			cl, err := rpc.NewClient(o)
-			if c.wantErr == "" {
-				if err != nil {
-					t.Fatal(err)
-				}
-				cl.Close()
-				return
-			}
-			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
-				t.Errorf("got %v, want %q", err, c.wantErr)
-			}
-		})
-	}
-}
-
 func TestPlaintextLoopbackTransport(t *testing.T) {
 	t.Parallel()
 	b := setup(t, transportHTTP, setupOpts{})

@@ -295,9 +295,9 @@ type HeartbeatRequest struct {
 // HashNew, and that every event's hash matches its contents.
 func (r HeartbeatRequest) Validate() error { return r.validate(true) }
 
-// validateForSend is Validate without recomputing the event hashes: the
+// ValidateForSend is Validate without recomputing the event hashes: the
 // agent computed them itself, and choird verifies them anyway.
-func (r HeartbeatRequest) validateForSend() error { return r.validate(false) }
+func (r HeartbeatRequest) ValidateForSend() error { return r.validate(false) }
 
 func (r HeartbeatRequest) validate(verifyHashes bool) error {
 	if r.BaseRev < 0 {

@@ -393,7 +393,7 @@ func (s *Server) invoke(ctx context.Context, def verbDef, c Call, req Payload) (
 		return outcome{err: s.internal(ctx, CodeInternal, string(c.Verb)+" handler",
 			fmt.Errorf("handler returned an invalid response: %w", err))}
 	}
-	b, err := encodePayload(resp)
+	b, err := Encode(resp)
 	if err != nil {
 		return outcome{err: s.internal(ctx, CodeInternal, string(c.Verb)+" handler", fmt.Errorf("encode response: %w", err))}
 	}

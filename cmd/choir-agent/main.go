@@ -21,7 +21,7 @@ import (
 	"github.com/choirhq/choir/agent"
 	"github.com/choirhq/choir/agent/credhelper"
 	"github.com/choirhq/choir/agent/sandbox"
-	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 // Where the lease token comes from.
@@ -54,8 +54,8 @@ func main() {
 	}
 	fs := flag.NewFlagSet("choir-agent", flag.ContinueOnError)
 	var o agent.Options
-	fs.StringVar(&o.ControlPlane, "control-plane", envOr("CHOIR_CONTROL_PLANE", rpc.TransportUDS), "transport to choird: uds or http")
-	fs.StringVar(&o.Socket, "socket", envOr("CHOIR_SOCKET", rpc.DefaultSocket), "choird's socket, for uds")
+	fs.StringVar(&o.ControlPlane, "control-plane", envOr("CHOIR_CONTROL_PLANE", client.TransportUDS), "transport to choird: uds or http")
+	fs.StringVar(&o.Socket, "socket", envOr("CHOIR_SOCKET", client.DefaultSocket), "choird's socket, for uds")
 	fs.StringVar(&o.Endpoint, "endpoint", os.Getenv("CHOIR_ENDPOINT"), "choird's URL, for http")
 	fs.StringVar(&o.CACert, "ca-cert", os.Getenv("CHOIR_CA_CERT"), "PEM certificate to trust for --endpoint")
 	fs.StringVar(&o.Workspace, "workspace", envOr("CHOIR_WORKSPACE", "/workspace"), "the leased workspace")

@@ -5,8 +5,8 @@
 // retrying transport failures with the same request ID, and holds the
 // event stream open, reconnecting with jittered backoff, resuming after
 // the last push delivered and dropping the ones delivered already. Package
-// rpc encodes and decodes the payloads and turns error bodies into its
-// errors, through callbacks.
+// rpc/client encodes and decodes the payloads and turns error bodies into
+// rpc's errors, through callbacks.
 package callclient
 
 import (

@@ -3,8 +3,9 @@
 // resumption after they are written (Queue), the loop that writes them to
 // a text/event-stream with keep-alive pings (Serve), the event IDs that
 // let a reconnecting agent resume (EventID), and the agent's lenient
-// parser of the stream (Reader). Package rpc authenticates the stream,
-// encodes and decodes the pushes, and drops duplicates.
+// parser of the stream (Reader). Package rpc authenticates the stream and
+// encodes the pushes; rpc/client, through rpc/internal/callclient, decodes
+// them and drops duplicates.
 package stream
 
 import (

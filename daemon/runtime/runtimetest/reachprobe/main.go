@@ -26,6 +26,7 @@ import (
 
 	"github.com/choirhq/choir/agent/credhelper"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 func main() {
@@ -65,7 +66,7 @@ func main() {
 			c.Close()
 			fmt.Printf("socket: connect: ok\n")
 		}
-		cl, err := rpc.NewClient(rpc.ClientOptions{Socket: *socket, SessionID: *session, LeaseToken: "no-token-found", Retries: -1})
+		cl, err := client.New(client.Options{Socket: *socket, SessionID: *session, LeaseToken: "no-token-found", Retries: -1})
 		if err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			got, err := cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"model-key", "git-token"}})

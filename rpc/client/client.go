@@ -1,4 +1,13 @@
-package rpc
+// Package client is the agent's end of the agent protocol whose contract
+// is package rpc: a Client that makes rpc's calls to choird, over the Unix
+// socket or HTTP(S) as choir-agent's --control-plane flag chooses, and
+// receives choird's pushes on the event stream. It validates and encodes
+// each request and strictly decodes each answer with rpc's types, retries
+// a call that failed in transport with the same request ID (choird's
+// replay protection makes that safe), and turns error answers into
+// *rpc.Error; the connections, the retries and the stream's reconnection
+// are rpc/internal/callclient's.
+package client
 
 import (
 	"context"
@@ -11,8 +20,8 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/internal/callclient"
-	"github.com/choirhq/choir/rpc/internal/check"
 )
 
 // The transports, as named by choir-agent's --control-plane flag.
@@ -24,9 +33,9 @@ const (
 // DefaultSocket is where the agent finds choird's socket in its container.
 const DefaultSocket = "/run/choir.sock"
 
-// ClientOptions configure a Client. The first four mirror choir-agent's
+// Options configure a Client. The first four mirror choir-agent's
 // flags (spec 12.2): --control-plane, --socket, --endpoint, --ca-cert.
-type ClientOptions struct {
+type Options struct {
 	// ControlPlane is TransportUDS (the default) or TransportHTTP.
 	ControlPlane string
 	// Socket is the Unix socket, for uds (default DefaultSocket).
@@ -66,21 +75,21 @@ type Client struct {
 	conn *callclient.Conn
 }
 
-// NewClient returns a client for opts. It does not connect: the first call
-// does, and a failure names the socket or endpoint.
-func NewClient(opts ClientOptions) (*Client, error) {
+// New returns a client for opts. It does not connect: the first call does,
+// and a failure names the socket or endpoint.
+func New(opts Options) (*Client, error) {
 	if opts.SessionID == "" || opts.LeaseToken == "" {
 		return nil, errors.New("new rpc client: session ID and lease token are required")
 	}
 	cfg := callclient.Config{
-		Paths:     make(map[string]string, len(Verbs)),
+		Paths:     make(map[string]string, len(rpc.Verbs)),
 		SessionID: opts.SessionID, Auth: "Bearer " + opts.LeaseToken,
-		RequestIDHeader: HeaderRequestID, SessionIDHeader: HeaderSessionID,
+		RequestIDHeader: rpc.HeaderRequestID, SessionIDHeader: rpc.HeaderSessionID,
 		Retries: opts.Retries, MaxResponse: opts.MaxResponseBytes,
 		Backoff: [2]time.Duration{opts.ReconnectMin, opts.ReconnectMax}, Idle: opts.StreamIdleTimeout, Log: opts.Logger,
 	}
-	for _, v := range Verbs {
-		cfg.Paths[string(v)] = PathRPCPrefix + string(v)
+	for _, v := range rpc.Verbs {
+		cfg.Paths[string(v)] = rpc.PathRPCPrefix + string(v)
 	}
 	switch opts.ControlPlane {
 	case "", TransportUDS:
@@ -116,63 +125,65 @@ func WithRequestID(ctx context.Context, id string) context.Context {
 }
 
 // InitHello sends INIT_HELLO and returns choird's answer.
-func (c *Client) InitHello(ctx context.Context, req InitHelloRequest) (InitHelloResponse, error) {
-	return invoke[InitHelloResponse](ctx, c, VerbInitHello, req)
+func (c *Client) InitHello(ctx context.Context, req rpc.InitHelloRequest) (rpc.InitHelloResponse, error) {
+	return invoke[rpc.InitHelloResponse](ctx, c, rpc.VerbInitHello, req)
 }
 
 // GetSecrets sends GET_SECRETS and returns choird's answer.
-func (c *Client) GetSecrets(ctx context.Context, req GetSecretsRequest) (GetSecretsResponse, error) {
-	return invoke[GetSecretsResponse](ctx, c, VerbGetSecrets, req)
+func (c *Client) GetSecrets(ctx context.Context, req rpc.GetSecretsRequest) (rpc.GetSecretsResponse, error) {
+	return invoke[rpc.GetSecretsResponse](ctx, c, rpc.VerbGetSecrets, req)
 }
 
 // Heartbeat sends HEARTBEAT and returns choird's answer.
-func (c *Client) Heartbeat(ctx context.Context, req HeartbeatRequest) (HeartbeatResponse, error) {
-	return invoke[HeartbeatResponse](ctx, c, VerbHeartbeat, req)
+func (c *Client) Heartbeat(ctx context.Context, req rpc.HeartbeatRequest) (rpc.HeartbeatResponse, error) {
+	return invoke[rpc.HeartbeatResponse](ctx, c, rpc.VerbHeartbeat, req)
 }
 
 // RequestApproval sends REQUEST_APPROVAL and returns choird's answer.
-func (c *Client) RequestApproval(ctx context.Context, req ApprovalRequest) (ApprovalResponse, error) {
-	return invoke[ApprovalResponse](ctx, c, VerbRequestApproval, req)
+func (c *Client) RequestApproval(ctx context.Context, req rpc.ApprovalRequest) (rpc.ApprovalResponse, error) {
+	return invoke[rpc.ApprovalResponse](ctx, c, rpc.VerbRequestApproval, req)
 }
 
 // ReportStatus sends REPORT_STATUS and returns choird's answer.
-func (c *Client) ReportStatus(ctx context.Context, req ReportStatusRequest) (ReportStatusResponse, error) {
-	return invoke[ReportStatusResponse](ctx, c, VerbReportStatus, req)
+func (c *Client) ReportStatus(ctx context.Context, req rpc.ReportStatusRequest) (rpc.ReportStatusResponse, error) {
+	return invoke[rpc.ReportStatusResponse](ctx, c, rpc.VerbReportStatus, req)
 }
 
 // TerminateSelf sends TERMINATE_SELF and returns choird's answer.
-func (c *Client) TerminateSelf(ctx context.Context, req TerminateSelfRequest) (TerminateSelfResponse, error) {
-	return invoke[TerminateSelfResponse](ctx, c, VerbTerminateSelf, req)
+func (c *Client) TerminateSelf(ctx context.Context, req rpc.TerminateSelfRequest) (rpc.TerminateSelfResponse, error) {
+	return invoke[rpc.TerminateSelfResponse](ctx, c, rpc.VerbTerminateSelf, req)
 }
 
 // FetchDynamicConfig sends FETCH_DYNAMIC_CONFIG and returns choird's answer.
-func (c *Client) FetchDynamicConfig(ctx context.Context, req FetchDynamicConfigRequest) (FetchDynamicConfigResponse, error) {
-	return invoke[FetchDynamicConfigResponse](ctx, c, VerbFetchDynamicConfig, req)
+func (c *Client) FetchDynamicConfig(ctx context.Context, req rpc.FetchDynamicConfigRequest) (rpc.FetchDynamicConfigResponse, error) {
+	return invoke[rpc.FetchDynamicConfigResponse](ctx, c, rpc.VerbFetchDynamicConfig, req)
 }
 
 // ExecuteHostTool sends EXECUTE_HOST_TOOL and returns choird's answer.
-func (c *Client) ExecuteHostTool(ctx context.Context, req ExecuteHostToolRequest) (ExecuteHostToolResponse, error) {
-	return invoke[ExecuteHostToolResponse](ctx, c, VerbExecuteHostTool, req)
+func (c *Client) ExecuteHostTool(ctx context.Context, req rpc.ExecuteHostToolRequest) (rpc.ExecuteHostToolResponse, error) {
+	return invoke[rpc.ExecuteHostToolResponse](ctx, c, rpc.VerbExecuteHostTool, req)
 }
 
 // SendOutbound sends SEND_OUTBOUND and returns choird's answer.
-func (c *Client) SendOutbound(ctx context.Context, req SendOutboundRequest) (SendOutboundResponse, error) {
-	return invoke[SendOutboundResponse](ctx, c, VerbSendOutbound, req)
+func (c *Client) SendOutbound(ctx context.Context, req rpc.SendOutboundRequest) (rpc.SendOutboundResponse, error) {
+	return invoke[rpc.SendOutboundResponse](ctx, c, rpc.VerbSendOutbound, req)
 }
 
 // invoke performs one call: it validates the request, sends it (retrying
 // transport failures with the same request ID), and decodes the response
-// strictly. Error responses come back as *Error, wrapped with the verb.
-func invoke[Resp Payload](ctx context.Context, c *Client, verb Verb, req Payload) (Resp, error) {
+// strictly. Error responses come back as *rpc.Error, wrapped with the verb.
+func invoke[Resp rpc.Payload](ctx context.Context, c *Client, verb rpc.Verb, req rpc.Payload) (Resp, error) {
 	var zero Resp
-	validate := req.Validate
-	if v, ok := req.(interface{ validateForSend() error }); ok {
-		validate = v.validateForSend
+	var err error
+	if h, ok := req.(rpc.HeartbeatRequest); ok {
+		err = h.ValidateForSend()
+	} else {
+		err = req.Validate()
 	}
-	if err := validate(); err != nil {
-		return zero, fmt.Errorf("rpc %s: %w", verb, &Error{Code: CodeBadRequest, Message: "invalid request: " + err.Error()})
+	if err != nil {
+		return zero, fmt.Errorf("rpc %s: %w", verb, &rpc.Error{Code: rpc.CodeBadRequest, Message: "invalid request: " + err.Error()})
 	}
-	body, err := encodePayload(req)
+	body, err := rpc.Encode(req)
 	if err != nil {
 		return zero, fmt.Errorf("rpc %s: encode request: %w", verb, err)
 	}
@@ -187,7 +198,7 @@ func invoke[Resp Payload](ctx context.Context, c *Client, verb Verb, req Payload
 	if status != http.StatusOK {
 		return zero, fmt.Errorf("rpc %s: %w", verb, decodeErrorBody(status, resp))
 	}
-	out, err := Decode[Resp](resp, c.conn.MaxResponse(), 0)
+	out, err := rpc.Decode[Resp](resp, c.conn.MaxResponse(), 0)
 	if err != nil {
 		// Not %w: a malformed response is not the caller's bad request.
 		return zero, fmt.Errorf("rpc %s: malformed response from choird: %v", verb, err)
@@ -195,30 +206,19 @@ func invoke[Resp Payload](ctx context.Context, c *Client, verb Verb, req Payload
 	return out, nil
 }
 
-// decodeErrorBody turns an error response into an *Error. A body that is
-// not the error form still yields an *Error, of the status's class.
-func decodeErrorBody(status int, b []byte) *Error {
-	eb, err := Decode[ErrorBody](b, 1<<20, 4)
+// decodeErrorBody turns an error response into an *rpc.Error. A body that
+// is not the error form still yields an *rpc.Error, of the status's class.
+func decodeErrorBody(status int, b []byte) *rpc.Error {
+	eb, err := rpc.Decode[rpc.ErrorBody](b, 1<<20, 4)
 	if err != nil {
-		code := CodeInternal
-		for c, i := range codes {
-			if i.status == status && c != CodeUnknownVerb {
+		code := rpc.CodeInternal
+		for _, c := range rpc.Codes {
+			if c.HTTPStatus() == status && c != rpc.CodeUnknownVerb {
 				code = c
 				break
 			}
 		}
-		return Errorf(code, "HTTP %d with a body that is not an error: %.200s", status, strings.TrimSpace(string(b)))
+		return rpc.Errorf(code, "HTTP %d with a body that is not an error: %.200s", status, strings.TrimSpace(string(b)))
 	}
 	return eb.Err()
-}
-
-// Validate checks an error body.
-func (b ErrorBody) Validate() error {
-	if b.Code == "" {
-		return check.Invalid("$.code", "required")
-	}
-	if b.RetryAfterMS < 0 {
-		return check.Invalid("$.retry_after_ms", "negative")
-	}
-	return nil
 }

@@ -1,9 +1,10 @@
-package rpc
+package client
 
 import (
 	"context"
 	"errors"
 
+	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/internal/callclient"
 	"github.com/choirhq/choir/rpc/internal/stream"
 )
@@ -18,18 +19,18 @@ import (
 // runs no further push is read.
 //
 // It returns ctx's error when ctx ends, and an error matching
-// ErrUnauthenticated (or another non-retryable code) when choird refuses
+// rpc.ErrUnauthenticated (or another non-retryable code) when choird refuses
 // the stream, as it does once the session is revoked.
-func (c *Client) ReceivePushes(ctx context.Context, fn func(Push)) error {
+func (c *Client) ReceivePushes(ctx context.Context, fn func(rpc.Push)) error {
 	r := &callclient.Receiver{
-		Conn: c.conn, Path: PathEvents, LastEventIDHeader: HeaderLastEventID,
+		Conn: c.conn, Path: rpc.PathEvents, LastEventIDHeader: rpc.HeaderLastEventID,
 		Refused: func(status int, body []byte) error { return decodeErrorBody(status, body) },
 		Permanent: func(err error) bool {
-			var e *Error
+			var e *rpc.Error
 			return errors.As(err, &e) && permanentCode(e.Code)
 		},
 		Handle: func(epoch string, seq uint64, ev stream.Event) (bool, error) {
-			p, err := Decode[Push](ev.Data, c.conn.MaxResponse(), 0)
+			p, err := rpc.Decode[rpc.Push](ev.Data, c.conn.MaxResponse(), 0)
 			if err != nil || p.Epoch != epoch || p.Seq != seq || string(p.Kind) != ev.Event {
 				return false, err
 			}
@@ -42,9 +43,9 @@ func (c *Client) ReceivePushes(ctx context.Context, fn func(Push)) error {
 
 // permanentCode reports whether reconnecting after an error of code cannot
 // help.
-func permanentCode(code Code) bool {
+func permanentCode(code rpc.Code) bool {
 	switch code {
-	case CodeUnauthenticated, CodePermissionDenied, CodeBadRequest, CodeNotFound, CodeUnknownVerb:
+	case rpc.CodeUnauthenticated, rpc.CodePermissionDenied, rpc.CodeBadRequest, rpc.CodeNotFound, rpc.CodeUnknownVerb:
 		return true
 	}
 	return false

@@ -1,10 +1,11 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
 	"errors"
 	"testing"
 
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/rpc"
@@ -16,10 +17,10 @@ import (
 // agent was down is told to the agent's next session.
 func TestApprovalDecisions(t *testing.T) {
 	b := setupCommands(t)
-	d := b.r.d
+	d := b.d
 	ctx := context.Background()
-	admin := Scope{Admin: true, Actor: "choirctl:uid=0"}
-	other := Scope{Agent: "helper", Actor: "telegram:bob"}
+	admin := daemon.Scope{Admin: true, Actor: "choirctl:uid=0"}
+	other := daemon.Scope{Agent: "helper", Actor: "telegram:bob"}
 
 	a := b.startAgent(t, "assistant")
 	id := a.requestApproval(t, "deploy to staging")
@@ -29,7 +30,7 @@ func TestApprovalDecisions(t *testing.T) {
 	if got, err := d.ApprovalShow(ctx, admin, id); err != nil || got.Status != "pending" {
 		t.Fatalf("after the refused decision: %+v, %v", got, err)
 	}
-	got, err := d.ApprovalDecide(ctx, Scope{Agent: "assistant", Actor: "telegram:alice"}, id, true)
+	got, err := d.ApprovalDecide(ctx, daemon.Scope{Agent: "assistant", Actor: "telegram:alice"}, id, true)
 	if err != nil || got.Status != "approved" || got.ResolvedBy != "telegram:alice" {
 		t.Fatalf("decide = %+v, %v", got, err)
 	}
@@ -45,14 +46,14 @@ func TestApprovalDecisions(t *testing.T) {
 		t.Errorf("the second presser is told %q", answer)
 	}
 	var auditBy string
-	d.pool.QueryRow(ctx, `SELECT resolved_by FROM choir_audit.approvals WHERE approval_id = $1`, id).Scan(&auditBy)
+	d.Pool().QueryRow(ctx, `SELECT resolved_by FROM choir_audit.approvals WHERE approval_id = $1`, id).Scan(&auditBy)
 	if auditBy != "telegram:alice" {
 		t.Errorf("audit view resolved_by = %q", auditBy)
 	}
 
 	// Decided while the agent is down: told at the next session's hello.
 	id2 := a.requestApproval(t, "add tool choir.repo.status")
-	if _, err := control.EndSession(ctx, d.pool, d.river, a.session.SessionID, "ended", "test stop"); err != nil {
+	if _, err := a.client.TerminateSelf(ctx, rpc.TerminateSelfRequest{Reason: "test stop"}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := d.ApprovalDecide(ctx, admin, id2, false); err != nil {
@@ -64,7 +65,7 @@ func TestApprovalDecisions(t *testing.T) {
 		t.Errorf("outcome at the next hello = %+v", p.ApprovalResolved)
 	}
 	var pushed bool
-	d.pool.QueryRow(ctx, `SELECT outcome_pushed_at IS NOT NULL FROM choir_control.pending_approvals WHERE approval_id = $1`,
+	d.Pool().QueryRow(ctx, `SELECT outcome_pushed_at IS NOT NULL FROM choir_control.pending_approvals WHERE approval_id = $1`,
 		id2).Scan(&pushed)
 	if !pushed {
 		t.Error("the outcome is not recorded as pushed")

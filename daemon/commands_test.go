@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -10,11 +10,12 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
-	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -22,7 +23,7 @@ import (
 // (alice, bound to assistant; bob, bound to helper), an unbound one
 // (nobody) and the admin DM console, driven through its DM command layer.
 type cmdBundle struct {
-	r       *choirdRun
+	d       *choirdtest.Choird
 	c       *dmcmd.Commands
 	updates atomic.Int64
 
@@ -32,7 +33,8 @@ type cmdBundle struct {
 
 func setupCommands(t *testing.T) *cmdBundle {
 	t.Helper()
-	home := lifecycleHomeWith(t, dbtest.NewDatabase(t), func(c *config.Config) {
+	d := startChoird(t, choirdtest.Options{Edit: func(c *config.Config, _ config.Secrets) {
+		fastHeartbeat(c, nil)
 		c.DMs["alice"] = config.DM{Gateway: "console", UserID: "alice"}
 		c.DMs["bob"] = config.DM{Gateway: "console", UserID: "bob"}
 		c.DMs["nobody"] = config.DM{Gateway: "console", UserID: "nobody"}
@@ -48,16 +50,14 @@ func setupCommands(t *testing.T) *cmdBundle {
 			"calm":   {TTS: "eleven", VoiceID: "v-calm", OutputFormat: "mp3_44100_128", VoiceSettings: config.VoiceSettings{Speed: 1}},
 			"bright": {TTS: "eleven", VoiceID: "v-bright", OutputFormat: "mp3_44100_128", VoiceSettings: config.VoiceSettings{Speed: 1}},
 		}
+	}})
+	b := &cmdBundle{d: d}
+	b.c = d.NewCommands(func(_ context.Context, cmd gateway.Command, text string) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.notes = append(b.notes, cmd.DM.Name+": "+text)
 	})
-	r := startChoirdWith(t, home, Options{})
-	b := &cmdBundle{r: r}
-	b.c = dmcmd.New(dmcmd.Options{Control: r.d.Control, Inbox: r.d.inbox, Pool: r.d.pool, Logger: r.d.logger,
-		Notify: func(_ context.Context, cmd gateway.Command, text string) {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			b.notes = append(b.notes, cmd.DM.Name+": "+text)
-		}})
-	t.Cleanup(func() { b.c.Wait(); r.kill(t) })
+	t.Cleanup(b.c.Wait)
 	return b
 }
 
@@ -111,21 +111,21 @@ type fakeAgent struct {
 
 func (b *cmdBundle) startAgent(t *testing.T, agentID string) *fakeAgent {
 	t.Helper()
-	return b.startAgentWith(t, agentID, StartOverrides{})
+	return b.startAgentWith(t, agentID, daemon.StartOverrides{})
 }
 
 // startAgentWith starts a fake agent with overrides, as choirctl agent
 // start or an admin's /start would.
-func (b *cmdBundle) startAgentWith(t *testing.T, agentID string, o StartOverrides) *fakeAgent {
+func (b *cmdBundle) startAgentWith(t *testing.T, agentID string, o daemon.StartOverrides) *fakeAgent {
 	t.Helper()
 	ctx := context.Background()
-	d := b.r.d
+	d := b.d
 	cfg := d.Snapshot().Config
-	s, err := control.CreateSession(ctx, d.pool, cfg, agentID, o, d.ConfigVersion(), "process")
+	s, err := control.CreateSession(ctx, d.Pool(), cfg, agentID, o, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(b.r.home), SessionID: s.Session.SessionID.String(),
+	client, err := rpc.NewClient(rpc.ClientOptions{Socket: d.Socket(), SessionID: s.Session.SessionID.String(),
 		LeaseToken: s.LeaseToken})
 	if err != nil {
 		t.Fatal(err)
@@ -330,9 +330,9 @@ func TestDMStartRefusesADMBoundToAnotherLiveAgent(t *testing.T) {
 	// alice is regular; the binding rule is an admin DM's, so the
 	// console DM takes alice's place here: bind console by starting
 	// helper on it directly, then try to start assistant from it.
-	d := b.r.d
+	d := b.d
 	cfg := d.Snapshot().Config
-	if _, err := control.CreateSession(context.Background(), d.pool, cfg, "helper", StartOverrides{DM: "console"}, d.ConfigVersion(),
+	if _, err := control.CreateSession(context.Background(), d.Pool(), cfg, "helper", daemon.StartOverrides{DM: "console"}, d.ConfigVersion(),
 		"process"); err != nil {
 		t.Fatal(err)
 	}
@@ -347,7 +347,7 @@ func TestDMSessionCommands(t *testing.T) {
 	b := setupCommands(t)
 	ctx := context.Background()
 	agent := b.startAgent(t, "assistant")
-	q := db.New(b.r.d.pool)
+	q := db.New(b.d.Pool())
 
 	t.Run("CoresCancelCompact", func(t *testing.T) {
 		for _, st := range []rpc.ReportStatusRequest{{Lane: "core:research", State: "CORE_REASONING", Step: "search"},
@@ -480,10 +480,10 @@ func TestDMApprovalSelection(t *testing.T) {
 	ctx := context.Background()
 	assistant := b.startAgent(t, "assistant")
 	helper := b.startAgent(t, "helper")
-	d := b.r.d
+	d := b.d
 	status := func(id string) string {
 		t.Helper()
-		a, err := d.ApprovalShow(ctx, Scope{Admin: true}, id)
+		a, err := d.ApprovalShow(ctx, daemon.Scope{Admin: true}, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -568,7 +568,7 @@ func TestDMApprovalSelection(t *testing.T) {
 		assistant.requestApproval(t, "bystander")
 		// The notification's Telegram message id, as the delivery worker
 		// records it after sending.
-		if _, err := d.pool.Exec(ctx, `UPDATE choir_control.outbox SET sent_ids = '{4242}' WHERE approval_id = $1`, id); err != nil {
+		if _, err := d.Pool().Exec(ctx, `UPDATE choir_control.outbox SET sent_ids = '{4242}' WHERE approval_id = $1`, id); err != nil {
 			t.Fatal(err)
 		}
 		cmd := b.command(t, "alice", "/approve")

@@ -1,13 +1,10 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/agent/commitlog"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -49,7 +47,7 @@ func startReplicatingAgent(t *testing.T, home, sessionID, token string) *replica
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home), SessionID: sessionID, LeaseToken: token})
+	client, err := rpc.NewClient(rpc.ClientOptions{Socket: daemon.AgentSocketPath(home), SessionID: sessionID, LeaseToken: token})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,32 +237,4 @@ func checkReplica(t *testing.T, pool *pgxpool.Pool, agent string, acked, head in
 	if maxRev != head || string(hash) != string(headHash[:]) {
 		t.Errorf("the replica ends at %d (hash %x), the agent's log at %d (hash %s)", maxRev, hash, head, headHash)
 	}
-}
-
-var (
-	choirdBinOnce sync.Once
-	choirdBin     string
-	choirdBinErr  error
-)
-
-// buildChoird builds cmd/choird once per test binary.
-func buildChoird(t testing.TB) string {
-	t.Helper()
-	choirdBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "choird-bin-")
-		if err != nil {
-			choirdBinErr = err
-			return
-		}
-		choirdBin = filepath.Join(dir, "choird")
-		out, err := exec.Command("go", "build", "-o", choirdBin, "github.com/choirhq/choir/cmd/choird").CombinedOutput()
-		if err != nil {
-			choirdBinErr = err
-			choirdBin = string(out)
-		}
-	})
-	if choirdBinErr != nil {
-		t.Fatalf("build choird: %v\n%s", choirdBinErr, choirdBin)
-	}
-	return choirdBin
 }

@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -18,7 +18,7 @@ func TestSessionControlAdminAPI(t *testing.T) {
 	b := setupCommands(t)
 	ctx := context.Background()
 	agent := b.startAgent(t, "assistant")
-	c := admin.NewClient(admin.SocketPath(b.r.home))
+	c := admin.NewClient(admin.SocketPath(b.d.Home))
 	defer c.Close()
 	code := func(err error) rpc.Code {
 		var e *rpc.Error

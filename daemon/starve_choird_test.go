@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -14,7 +14,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -67,23 +69,23 @@ func (b *beater) run(ctx context.Context, t *testing.T, stop <-chan struct{}) {
 func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, home, logs := runChoirdWith(t, func(c *config.Config) {
+	d := startChoird(t, choirdtest.Options{Edit: func(c *config.Config, _ config.Secrets) {
 		c.HeartbeatIntervalMS, c.CrashDetectionThresholdMS = 500, 2500
-	})
+	}})
 	threshold, interval := d.Snapshot().Config.CrashDetectionThreshold(), d.Snapshot().Config.HeartbeatInterval()
 	dial := func(id uuid.UUID, token string) *rpc.Client {
-		c, err := rpc.NewClient(rpc.ClientOptions{Socket: AgentSocketPath(home), SessionID: id.String(), LeaseToken: token})
+		c, err := rpc.NewClient(rpc.ClientOptions{Socket: d.Socket(), SessionID: id.String(), LeaseToken: token})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	sa, err := control.CreateSession(ctx, d.pool, d.Snapshot().Config, "assistant", StartOverrides{}, d.ConfigVersion(), "process")
+	sa, err := control.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := control.CreateSession(ctx, d.pool, d.Snapshot().Config, "helper", StartOverrides{Workspace: "other", DM: "second"}, d.ConfigVersion(), "process")
+	sb, err := control.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "helper", daemon.StartOverrides{Workspace: "other", DM: "second"}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +100,7 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 	}
 	// A's knowledge: 20,000 documents that all match its searches, so
 	// that each search makes the database work.
-	if _, err := d.pool.Exec(ctx, `INSERT INTO choir_assistant.knowledge_documents (key, text)
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO choir_assistant.knowledge_documents (key, text)
 		SELECT 'k' || i, 'the sky over the harbour is blue, note ' || i || ' ' || md5(i::text)
 		  FROM generate_series(1, 20000) i`); err != nil {
 		t.Fatal(err)
@@ -130,7 +132,7 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 	}()
 	var dialFailed int
 	for range 1000 {
-		c, err := net.Dial("unix", AgentSocketPath(home))
+		c, err := net.Dial("unix", d.Socket())
 		if err != nil {
 			dialFailed++
 			continue
@@ -229,17 +231,17 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 	}
 	var status string
 	var crashed int
-	d.pool.QueryRow(ctx, `SELECT status FROM choir_control.sessions WHERE session_id = $1`, sb.Session.SessionID).Scan(&status)
-	d.pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.sessions WHERE agent_id = 'helper' AND status = 'crashed'`).Scan(&crashed)
+	d.Pool().QueryRow(ctx, `SELECT status FROM choir_control.sessions WHERE session_id = $1`, sb.Session.SessionID).Scan(&status)
+	d.Pool().QueryRow(ctx, `SELECT count(*) FROM choir_control.sessions WHERE agent_id = 'helper' AND status = 'crashed'`).Scan(&crashed)
 	if status != "active" || crashed != 0 {
 		t.Errorf("B's session is %s, %d of B's sessions crashed; want active, none", status, crashed)
 	}
 	// Crash detection did run while B was watched: its verdict means
 	// something.
 	var runs int
-	d.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'crash_detect' AND state = 'completed'`).Scan(&runs)
+	d.Pool().QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'crash_detect' AND state = 'completed'`).Scan(&runs)
 	if runs == 0 {
-		t.Errorf("crash detection never ran\n%s", logs.String())
+		t.Errorf("crash detection never ran\n%s", d.Logs.String())
 	}
 	t.Logf("crash detection ran %d times", runs)
 }

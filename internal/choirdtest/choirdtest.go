@@ -89,7 +89,7 @@ func Start(t testing.TB, o Options) *Choird {
 	select {
 	case c.Daemon = <-ready:
 		t.Cleanup(func() {
-			c.stopAgents(t)
+			c.StopAgents(t)
 			if err := c.Stop(); err != nil {
 				t.Errorf("choird: %v", err)
 			}
@@ -116,9 +116,11 @@ func (c *Choird) Restart(t testing.TB) *Choird {
 	return Start(t, c.opts)
 }
 
-// stopAgents stops every agent c's runtime still runs, unless c is stopped
-// already (a restarted choird's successor stops them).
-func (c *Choird) stopAgents(t testing.TB) {
+// StopAgents stops every agent c's runtime still runs, unless c is stopped
+// already (a restarted choird's successor stops them). The test's cleanup
+// does so too; a test calls it where its agents must be gone before its
+// other cleanups run (a model server's, say).
+func (c *Choird) StopAgents(t testing.TB) {
 	if c.opts.Daemon.Runtime == "" || c.stopped.Load() {
 		return
 	}

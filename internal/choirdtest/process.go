@@ -19,6 +19,7 @@ type Process struct {
 	// Logs receives choird's standard output and error.
 	Logs *SyncBuffer
 
+	opts Options
 	cmd  *exec.Cmd
 	done chan struct{}
 	err  error
@@ -31,6 +32,8 @@ type Process struct {
 func StartProcess(t testing.TB, o Options) *Process {
 	t.Helper()
 	p := &Process{Home: WriteHome(t, o), Logs: &SyncBuffer{}, done: make(chan struct{})}
+	p.opts = o
+	p.opts.Home, p.opts.DatabaseURL = p.Dir, p.DatabaseURL
 	args := []string{"--home", p.Dir, "--runtime=" + o.Daemon.Runtime}
 	for flag, v := range map[string]string{"--agent-binary": o.Daemon.AgentBinary, "--agent-image": o.Daemon.AgentImage,
 		"--os-image": o.Daemon.OSImage, "--telegram-api-url": o.Daemon.TelegramAPIURL} {
@@ -77,6 +80,16 @@ func StartProcess(t testing.TB, o Options) *Process {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Restart starts a new choird process with the same options on the same
+// home and database, once p has exited (Signal).
+func (p *Process) Restart(t testing.TB) *Process {
+	t.Helper()
+	if !p.Exited() {
+		t.Fatal("choird still runs: stop it (Signal) before starting another on its home")
+	}
+	return StartProcess(t, p.opts)
 }
 
 // Exited says whether choird has exited.

@@ -33,7 +33,7 @@ func BenchmarkGatewayIngress(b *testing.B) {
 	e := newTGEnv(b, llmtest.NewServer(b), nil)
 	e.dumpLogsOnFailure(b)
 	d := e.runChoird(b)
-	agent := standInAgent(b, d, e.home, "assistant")
+	agent := standInAgent(b, d, e.Dir, "assistant")
 	// One message first, so that the poll loop and the push stream run.
 	e.bot.SendText(userAlice, "warm-up")
 	waitUser(b, agent, "warm-up")

@@ -2,11 +2,11 @@ package e2e
 
 import (
 	"context"
-	"github.com/choirhq/choir/rpc/admin"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // TestGatewayDMWritesFile is DESIGN.md journey 1 through every real piece: a
@@ -200,7 +201,7 @@ func TestGatewayBadInput(t *testing.T) {
 	t.Run("CallbackForAnotherAgentsApproval", func(t *testing.T) {
 		// helper asks for an approval over the agent protocol, as its
 		// agent would; alice's DM, bound to assistant, presses [Approve].
-		h := standInAgent(t, d, e.home, helperID)
+		h := standInAgent(t, d, e.Dir, helperID)
 		req, err := h.client.RequestApproval(ctx, approvalRequest("cross-dm"))
 		if err != nil {
 			t.Fatal(err)
@@ -367,7 +368,9 @@ func TestGatewayChoirdKilledMidTurn(t *testing.T) {
 			firstSession).Scan(&n)
 		return n == 1
 	})
-	first.kill(t)
+	if err := first.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill choird: %v", err)
+	}
 	e.startChoirdProcess(t)
 	// The agent comes back by itself: a successor continues the first
 	// session's chain, and the inbox row goes to it.

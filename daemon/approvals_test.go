@@ -22,8 +22,8 @@ func TestApprovalDecisions(t *testing.T) {
 	admin := daemon.Scope{Admin: true, Actor: "choirctl:uid=0"}
 	other := daemon.Scope{Agent: "helper", Actor: "telegram:bob"}
 
-	a := b.startAgent(t, "assistant")
-	id := a.requestApproval(t, "deploy to staging")
+	a := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+	id := requestApproval(t, a, "deploy to staging")
 	if _, err := d.ApprovalDecide(ctx, other, id, true); !errors.Is(err, control.ErrForbidden) {
 		t.Fatalf("another agent's DM decided: %v", err)
 	}
@@ -34,7 +34,7 @@ func TestApprovalDecisions(t *testing.T) {
 	if err != nil || got.Status != "approved" || got.ResolvedBy != "telegram:alice" {
 		t.Fatalf("decide = %+v, %v", got, err)
 	}
-	p := a.push(t, rpc.PushApprovalResolved)
+	p := a.Next(t, rpc.PushApprovalResolved)
 	if p.ApprovalResolved.ApprovalID != id || p.ApprovalResolved.Status != rpc.ApprovalApproved {
 		t.Errorf("pushed outcome = %+v", p.ApprovalResolved)
 	}
@@ -52,15 +52,13 @@ func TestApprovalDecisions(t *testing.T) {
 	}
 
 	// Decided while the agent is down: told at the next session's hello.
-	id2 := a.requestApproval(t, "add tool choir.repo.status")
-	if _, err := a.client.TerminateSelf(ctx, rpc.TerminateSelfRequest{Reason: "test stop"}); err != nil {
-		t.Fatal(err)
-	}
+	id2 := requestApproval(t, a, "add tool choir.repo.status")
+	a.Terminate(t, "test stop")
 	if _, err := d.ApprovalDecide(ctx, admin, id2, false); err != nil {
 		t.Fatal(err)
 	}
-	next := b.startAgent(t, "assistant")
-	p = next.push(t, rpc.PushApprovalResolved)
+	next := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+	p = next.Next(t, rpc.PushApprovalResolved)
 	if p.ApprovalResolved.ApprovalID != id2 || p.ApprovalResolved.Status != rpc.ApprovalRejected {
 		t.Errorf("outcome at the next hello = %+v", p.ApprovalResolved)
 	}

@@ -24,7 +24,7 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := startChoird(t, choirdtest.Options{})
-	s, client := helloSession(t, d, "assistant")
+	id, client, _ := helloSession(t, d, "assistant")
 
 	t.Run("ReplaysKeepTheNewestPerSession", func(t *testing.T) {
 		const extra = 25
@@ -42,7 +42,7 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 		}
 		var n, oldest int
 		d.Pool().QueryRow(ctx, `SELECT count(*), min(substr(request_id, 8)::int) FROM choir_control.rpc_replays
-			WHERE session_id = $1 AND request_id LIKE 'status-%'`, s.Session.SessionID).Scan(&n, &oldest)
+			WHERE session_id = $1 AND request_id LIKE 'status-%'`, id).Scan(&n, &oldest)
 		// INIT_HELLO's outcome was the session's first, and is gone too.
 		if n != agentapi.ReplayKeepPerSession || oldest != extra {
 			t.Errorf("%d replay rows kept, the oldest status-%d; want %d, the oldest status-%d",
@@ -66,7 +66,7 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 		// outbox is full whatever the console delivers meanwhile.
 		if _, err := d.Pool().Exec(ctx, `INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text)
 			SELECT 'assistant', $1, 'backlog-' || i, 'console', 'console', 'console', 'text', 'queued ' || i
-			  FROM generate_series(1, $2::int) i`, s.Session.SessionID, jobs.AgentMaxPendingOutbound); err != nil {
+			  FROM generate_series(1, $2::int) i`, id, jobs.AgentMaxPendingOutbound); err != nil {
 			t.Fatal(err)
 		}
 		err := paced(func() error {
@@ -88,7 +88,7 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 			t.Fatalf("a queued message sent again on a full outbox: %+v %v, want the queued row", again, err)
 		}
 		var n int
-		d.Pool().QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE session_id = $1`, s.Session.SessionID).Scan(&n)
+		d.Pool().QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE session_id = $1`, id).Scan(&n)
 		if n != jobs.AgentMaxPendingOutbound {
 			t.Errorf("%d outbox rows, want %d", n, jobs.AgentMaxPendingOutbound)
 		}

@@ -124,7 +124,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 
 	// A live session, to see config_changed pushed and the new version
 	// fetched.
-	_, client := helloSession(t, d, "assistant")
+	_, client, _ := helloSession(t, d, "assistant")
 
 	t.Run("DiffAndApplyBeforeLoadSayRunLoad", func(t *testing.T) {
 		if _, err := d.ConfigDiff(ctx, admin); !errors.Is(err, control.ErrNothingStaged) || !strings.Contains(err.Error(), "config load") {

@@ -7,10 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -28,8 +31,8 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 	ctx := context.Background()
 	const why = "assistant, the agent of this DM, is running on another DM"
 
-	a := b.startAgentWith(t, "assistant", daemon.StartOverrides{DM: "console"})
-	approvalID := a.requestApproval(t, "admin-only approval")
+	a := b.d.StandIn(t, "assistant", daemon.StartOverrides{DM: "console"})
+	approvalID := requestApproval(t, a, "admin-only approval")
 
 	t.Run("CommandsAreRefused", func(t *testing.T) {
 		for _, text := range []string{"/status", "/stop", "/restart", "/cores", "/cancel edge", "/compact", "/events 5",
@@ -88,7 +91,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 			t.Fatal(err)
 		}
 		// What a hello and the inbox sweep do for assistant's session.
-		d.Inbox().RedeliverInbox(ctx, "assistant", a.session.SessionID, time.Now())
+		d.Inbox().RedeliverInbox(ctx, "assistant", uuid.MustParse(a.SessionID), time.Now())
 		row, err := db.New(d.Pool()).InboxGetByUpdate(ctx, db.InboxGetByUpdateParams{Gateway: "console", UpdateID: aliceUpdate})
 		if err != nil {
 			t.Fatal(err)
@@ -112,9 +115,9 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 			t.Fatalf("admin cancel: %s", reply)
 		}
 		for {
-			var p rpc.Push
+			var p choirdtest.Push
 			select {
-			case p = <-a.pushes:
+			case p = <-a.Pushes:
 			case <-time.After(10 * time.Second):
 				t.Fatal("the admin's cancel was not pushed")
 			}
@@ -127,7 +130,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 				t.Errorf("alice reached assistant: %s push %+v", p.Kind, p)
 			}
 		}
-		if st := d.LatestStatus(ctx, "assistant"); st.SessionID != a.session.SessionID.String() || st.State != admin.AgentActive {
+		if st := d.LatestStatus(ctx, "assistant"); st.SessionID != a.SessionID || st.State != admin.AgentActive {
 			t.Errorf("assistant = %+v, want its session still active", st)
 		}
 		m, err := d.ModelGet(ctx, daemon.Scope{Admin: true}, "assistant")
@@ -152,9 +155,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 
 	// The admin's session ends. alice controls assistant again, but the
 	// admin's conversation stays out of her sight.
-	if _, err := a.client.TerminateSelf(ctx, rpc.TerminateSelfRequest{Reason: "the admin stopped it"}); err != nil {
-		t.Fatal(err)
-	}
+	a.Terminate(t, "the admin stopped it")
 	t.Run("AfterStopTheOtherDMsSessionStaysHidden", func(t *testing.T) {
 		if reply := b.send(t, "alice", "/status"); refused(reply) || !strings.Contains(reply, "assistant: stopped") {
 			t.Errorf("/status = %q", reply)
@@ -171,8 +172,8 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 	})
 
 	t.Run("KeptMessageReachesTheAgentOnThisDM", func(t *testing.T) {
-		back := b.startAgentWith(t, "assistant", daemon.StartOverrides{})
-		p := back.push(t, rpc.PushUserMessage)
+		back := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+		p := back.Next(t, rpc.PushUserMessage)
 		if p.UserMessage.Text != "hello from alice" {
 			t.Errorf("pushed %q", p.UserMessage.Text)
 		}

@@ -32,11 +32,11 @@ func TestOverrideBindsItsSecret(t *testing.T) {
 		secrets["other-llm-key"], secrets["tts-key"] = "sk-other", "tts-secret"
 	}})
 	b := &cmdBundle{d: d}
-	agent := b.startAgent(t, "assistant")
+	agent := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
 
 	fetch := func() rpc.DynamicConfig {
 		t.Helper()
-		got, err := agent.client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
+		got, err := agent.Client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestOverrideBindsItsSecret(t *testing.T) {
 		!slices.Contains(dc.Secrets, "model-key") {
 		t.Errorf("secrets before any override = %v, want the bound model-key only", dc.Secrets)
 	}
-	if _, err := agent.client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"other-llm-key"}}); !errors.Is(err, rpc.ErrPermissionDenied) {
+	if _, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"other-llm-key"}}); !errors.Is(err, rpc.ErrPermissionDenied) {
 		t.Errorf("a model's secret the session does not use: %v, want permission denied", err)
 	}
 
@@ -70,7 +70,7 @@ func TestOverrideBindsItsSecret(t *testing.T) {
 			t.Errorf("secrets after the overrides = %v, want %s among them", dc.Secrets, name)
 		}
 	}
-	got, err := agent.client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: dc.Secrets})
+	got, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: dc.Secrets})
 	if err != nil {
 		t.Fatalf("GET_SECRETS of the listed secrets: %v", err)
 	}

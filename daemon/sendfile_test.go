@@ -26,9 +26,9 @@ func TestSendFileStaysInTheWorkspace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := startChoird(t, choirdtest.Options{})
-	s, client := helloSession(t, d, "assistant")
-	if s.Bindings.Workspace != "main" {
-		t.Fatalf("session bound to workspace %q", s.Bindings.Workspace)
+	_, client, hello := helloSession(t, d, "assistant")
+	if hello.ResourceBindings.Workspace != "main" {
+		t.Fatalf("session bound to workspace %q", hello.ResourceBindings.Workspace)
 	}
 	mainSend := filepath.Join(d.Snapshot().Config.Workspaces["main"].Path, ".choirtmp", "send")
 	otherSend := filepath.Join(d.Snapshot().Config.Workspaces["other"].Path, ".choirtmp", "send")

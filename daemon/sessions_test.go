@@ -212,24 +212,21 @@ func helloRequest(s control.StartedSession) rpc.InitHelloRequest {
 }
 
 // helloSession starts a session of agentID on its defaults, as choird's
-// start does, and returns it with a client on choird's agent socket that
-// has said hello, as its agent would be. The client closes when the test
-// ends.
-func helloSession(t *testing.T, d *choirdtest.Choird, agentID string) (control.StartedSession, *rpc.Client) {
+// start does, and returns its id, a client on choird's agent socket that
+// has said hello for it, as its agent would, and choird's answer. Unlike a
+// stand-in, the client sends nothing else. It closes when the test ends.
+func helloSession(t *testing.T, d *choirdtest.Choird, agentID string) (string, *rpc.Client, rpc.InitHelloResponse) {
 	t.Helper()
-	ctx := context.Background()
-	s, err := control.CreateSession(ctx, d.Pool(), d.Snapshot().Config, agentID, daemon.StartOverrides{}, d.ConfigVersion(), "process")
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := rpc.NewClient(rpc.ClientOptions{Socket: d.Socket(),
-		SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken})
+	id, token := d.StartSession(t, agentID)
+	client, err := rpc.NewClient(rpc.ClientOptions{Socket: d.Socket(), SessionID: id, LeaseToken: token})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { client.Close() })
-	if _, err := client.InitHello(ctx, helloRequest(s)); err != nil {
+	hello, err := client.InitHello(context.Background(), rpc.InitHelloRequest{AgentID: agentID, SessionID: id,
+		ImageVersion: "img-1", ToolManifestHash: "t1", SkillManifestHash: "s1"})
+	if err != nil {
 		t.Fatalf("INIT_HELLO: %v", err)
 	}
-	return s, client
+	return id, client, hello
 }

@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -125,9 +124,9 @@ func tail(s string, n int) string {
 
 // runChoird runs choird in process on e (options). At cleanup every
 // running agent is stopped gracefully, then choird.
-func (e *tgEnv) runChoird(t testing.TB) *daemon.Daemon {
+func (e *tgEnv) runChoird(t testing.TB) *choirdtest.Choird {
 	t.Helper()
-	return choirdtest.Start(t, e.options(t)).Daemon
+	return choirdtest.Start(t, e.options(t))
 }
 
 // pool opens a pool on the test's database.
@@ -238,88 +237,6 @@ func waitSentTo(t testing.TB, b *telegramtest.Bot, chat int64, what string, matc
 
 func containsText(sub string) func(telegramtest.Message) bool {
 	return func(m telegramtest.Message) bool { return strings.Contains(m.Text, sub) }
-}
-
-// standIn is an rpc.Client standing in for an agent: a session started by
-// choird's control layer, its hello said, its push stream open. It lets a
-// test act as an agent over the real protocol without a model.
-type standIn struct {
-	sessionID string
-	client    *rpc.Client
-	// users receives every user message push with the time it arrived.
-	users chan userPush
-	// approvals receives every approval_resolved push.
-	approvals chan *rpc.ApprovalResolved
-}
-
-type userPush struct {
-	msg *rpc.UserMessage
-	at  time.Time
-}
-
-// standInAgent starts a session of agentID without an instance, says hello
-// for it and receives its pushes until the test ends.
-func standInAgent(t testing.TB, d *daemon.Daemon, home, agentID string) *standIn {
-	t.Helper()
-	ctx := context.Background()
-	sessionID, token, err := d.StartSession(ctx, agentID, admin.StartOverrides{}, "process")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := rpc.NewClient(rpc.ClientOptions{Socket: daemon.AgentSocketPath(home), SessionID: sessionID, LeaseToken: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	hello, err := c.InitHello(ctx, rpc.InitHelloRequest{AgentID: agentID, SessionID: sessionID, ImageVersion: "e2e",
-		ToolManifestHash: "e2e", SkillManifestHash: "e2e"})
-	if err != nil {
-		t.Fatalf("INIT_HELLO of the stand-in for %s: %v", agentID, err)
-	}
-	s := &standIn{sessionID: sessionID, client: c, users: make(chan userPush, 4096),
-		approvals: make(chan *rpc.ApprovalResolved, 64)}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{}, 2)
-	var hbErr atomic.Pointer[error]
-	// Empty heartbeats keep the session alive: without them crash
-	// detection ends it after the threshold, as it would a hung agent.
-	go func() {
-		defer func() { done <- struct{}{} }()
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-pctx.Done():
-				return
-			case <-tick.C:
-			}
-			_, err := c.Heartbeat(pctx, rpc.HeartbeatRequest{BaseRev: hello.AckedRev, NewRev: hello.AckedRev, Patches: []rpc.Event{},
-				ConfigVersion: hello.ConfigVersion, HashPrev: hello.AckedHash, HashNew: hello.AckedHash, Timestamp: time.Now()})
-			if err != nil && pctx.Err() == nil {
-				hbErr.CompareAndSwap(nil, &err)
-			}
-		}
-	}()
-	go func() {
-		defer func() { done <- struct{}{} }()
-		c.ReceivePushes(pctx, func(p rpc.Push) {
-			switch p.Kind {
-			case rpc.PushUserMessage:
-				s.users <- userPush{msg: p.UserMessage, at: time.Now()}
-			case rpc.PushApprovalResolved:
-				s.approvals <- p.ApprovalResolved
-			}
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		<-done
-		if err := hbErr.Load(); err != nil {
-			t.Errorf("heartbeat of the stand-in for %s: %v", agentID, *err)
-		}
-	})
-	return s
 }
 
 func approvalRequest(summary string) rpc.ApprovalRequest {

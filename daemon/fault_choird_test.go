@@ -27,8 +27,7 @@ func TestFaultChoirdKilledMidHeartbeat(t *testing.T) {
 			fastHeartbeat(c, s)
 			c.CrashDetectionThresholdMS = 120_000
 		}}))
-	home := p.Dir
-	a := startReplicatingAgent(t, home, id.String(), token)
+	a := startReplicatingAgent(t, p.Dir, id.String(), token)
 	a.waitAcked(t, 1000, "before the first kill")
 
 	// Strike while a heartbeat is on its way, a little later each time.

@@ -1,10 +1,13 @@
 // Package choirdtest is the one test harness for "Postgres + choird + an
-// agent": it runs a real choird in process on a fresh migrated database
-// (dbtest) with a configuration made by config.Local, opens live sessions
-// for agents the test runs itself, and offers the small waits and buffers
-// such tests share. It holds no fakes: the model, Telegram and the runtime
-// are whatever the test configures. It imports no agent code, so the
-// agent's own tests may use it.
+// agent": it writes a .choir.d with a configuration made by config.Local
+// for a fresh migrated database (dbtest), runs a real choird on it in
+// process (Start, Restart) or from its binary as a process a test can kill
+// (StartProcess), builds the module's commands once (Binary), plays agents
+// over the real protocol for tests that run none (StandIn, StartSession),
+// and offers the small waits and buffers such tests share. It holds no
+// fakes: the model, Telegram and the runtime are whatever the test
+// configures. It imports no agent code, so the agent's own tests may use
+// it.
 package choirdtest
 
 import (

@@ -31,6 +31,9 @@ type Process struct {
 // stops the agents it still runs, then choird, with SIGTERM.
 func StartProcess(t testing.TB, o Options) *Process {
 	t.Helper()
+	if d := o.Daemon; d.Transport != "" || d.Listen != "" || d.TLSCert != "" || d.TLSKey != "" {
+		t.Fatal("choirdtest.StartProcess passes no transport options to choird: run it in process (Start) to set them")
+	}
 	p := &Process{Home: WriteHome(t, o), Logs: &SyncBuffer{}, done: make(chan struct{})}
 	p.opts = o
 	p.opts.Home, p.opts.DatabaseURL = p.Dir, p.DatabaseURL

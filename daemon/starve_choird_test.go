@@ -81,6 +81,16 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
+	// A's knowledge: 20,000 documents that all match its searches, so
+	// that each search makes the database work. They are written before
+	// the sessions start: on a loaded host the insert alone may outlast
+	// the crash threshold, which a session that has said hello but not yet
+	// heartbeaten would not survive.
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO choir_assistant.knowledge_documents (key, text)
+		SELECT 'k' || i, 'the sky over the harbour is blue, note ' || i || ' ' || md5(i::text)
+		  FROM generate_series(1, 20000) i`); err != nil {
+		t.Fatal(err)
+	}
 	sa, err := control.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
@@ -97,13 +107,6 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 		if _, err := c.client.InitHello(ctx, helloRequest(c.s)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	// A's knowledge: 20,000 documents that all match its searches, so
-	// that each search makes the database work.
-	if _, err := d.Pool().Exec(ctx, `INSERT INTO choir_assistant.knowledge_documents (key, text)
-		SELECT 'k' || i, 'the sky over the harbour is blue, note ' || i || ' ' || md5(i::text)
-		  FROM generate_series(1, 20000) i`); err != nil {
-		t.Fatal(err)
 	}
 
 	// Both agents heartbeat throughout: B is the one under watch; A keeps

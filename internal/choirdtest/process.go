@@ -51,7 +51,7 @@ func StartProcess(t testing.TB, o Options) *Process {
 	}
 	go func() { p.err = p.cmd.Wait(); close(p.done) }()
 	t.Cleanup(func() {
-		if p.Exited() {
+		if p.exited() {
 			return
 		}
 		if o.Daemon.Runtime != "" {
@@ -75,7 +75,7 @@ func StartProcess(t testing.TB, o Options) *Process {
 		if err == nil {
 			return p
 		}
-		if p.Exited() {
+		if p.exited() {
 			t.Fatalf("choird exited before it was ready: %v\n%s", p.err, p.Logs.String())
 		}
 		if time.Now().After(deadline) {
@@ -89,14 +89,14 @@ func StartProcess(t testing.TB, o Options) *Process {
 // home and database, once p has exited (Signal).
 func (p *Process) Restart(t testing.TB) *Process {
 	t.Helper()
-	if !p.Exited() {
+	if !p.exited() {
 		t.Fatal("choird still runs: stop it (Signal) before starting another on its home")
 	}
 	return StartProcess(t, p.opts)
 }
 
-// Exited says whether choird has exited.
-func (p *Process) Exited() bool {
+// exited says whether choird has exited.
+func (p *Process) exited() bool {
 	select {
 	case <-p.done:
 		return true

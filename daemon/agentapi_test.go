@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"bytes"
@@ -6,105 +6,33 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/ctl"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
-	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
 )
 
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// runChoird starts choird on a fresh database with testConfig's agents and
-// returns it once ready, with its log.
-func runChoird(t testing.TB) (*Daemon, string, *lockedBuffer) {
-	t.Helper()
-	return runChoirdWith(t, nil)
-}
-
-// runChoirdWith is runChoird with testConfig changed by edit first.
-func runChoirdWith(t testing.TB, edit func(*config.Config)) (*Daemon, string, *lockedBuffer) {
-	t.Helper()
-	url := dbtest.NewDatabase(t)
-	pc, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := t.TempDir()
-	cfg := testConfig(t)
-	cfg.Postgres = config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database, Secret: "postgres-admin"}
-	if edit != nil {
-		edit(cfg)
-	}
-	secrets := config.Secrets{"postgres-admin": "postgres:", "model-key": "sk-canary-7f3a", "git-token": "ghp-test"}
-	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan *Daemon, 1)
-	done := make(chan error, 1)
-	logs := &lockedBuffer{}
-	go func() {
-		done <- Run(ctx, Options{Home: home, Stderr: logs, Ready: func(d *Daemon) { ready <- d }})
-	}()
-	select {
-	case d := <-ready:
-		t.Cleanup(func() {
-			cancel()
-			if err := <-done; err != nil {
-				t.Errorf("choird: %v", err)
-			}
-		})
-		return d, home, logs
-	case err := <-done:
-		cancel()
-		t.Fatalf("choird exited: %v\n%s", err, logs.String())
-	case <-time.After(time.Minute):
-		cancel()
-		<-done
-		t.Fatal("choird not ready")
-	}
-	return nil, "", nil
-}
-
 func TestAgentProtocolAgainstChoird(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, home, logs := runChoird(t)
-	s, err := control.CreateSession(ctx, d.pool, d.Snapshot().Config, "assistant", StartOverrides{}, d.ConfigVersion(), "process")
+	d := startChoird(t, choirdtest.Options{})
+	home, logs := d.Home, d.Logs
+	s, err := control.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := client.New(client.Options{Socket: AgentSocketPath(home),
+	cl, err := client.New(client.Options{Socket: d.Socket(),
 		SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	q := db.New(d.pool)
+	q := db.New(d.Pool())
 
 	hello, err := cl.InitHello(ctx, helloRequest(s))
 	if err != nil {
@@ -119,14 +47,14 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 
 	t.Run("GetSecretsReturnsOnlyBoundSecrets", func(t *testing.T) {
 		got, err := cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"model-key"}})
-		if err != nil || got.Secrets["model-key"] != "sk-canary-7f3a" {
+		if err != nil || got.Secrets["model-key"] != canary {
 			t.Fatalf("GET_SECRETS: %v", err)
 		}
 		_, err = cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"postgres-admin"}})
 		if !errors.Is(err, rpc.ErrPermissionDenied) {
 			t.Fatalf("unbound secret: %v", err)
 		}
-		if strings.Contains(logs.String(), "sk-canary-7f3a") {
+		if strings.Contains(logs.String(), canary) {
 			t.Error("a secret value reached choird's log")
 		}
 	})
@@ -157,7 +85,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 			t.Fatalf("replay: %+v %v", again, err)
 		}
 		var n int
-		d.pool.QueryRow(ctx, "SELECT count(*) FROM choir_audit.approvals WHERE status = 'pending'").Scan(&n)
+		d.Pool().QueryRow(ctx, "SELECT count(*) FROM choir_audit.approvals WHERE status = 'pending'").Scan(&n)
 		if n != 1 {
 			t.Errorf("%d pending approvals, want 1", n)
 		}
@@ -199,7 +127,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 			t.Fatalf("write to another agent: %+v %s %v", resp, resp.Output, err)
 		}
 		var n int
-		d.pool.QueryRow(ctx, "SELECT count(*) FROM choir_helper.knowledge_documents").Scan(&n)
+		d.Pool().QueryRow(ctx, "SELECT count(*) FROM choir_helper.knowledge_documents").Scan(&n)
 		if n != 0 {
 			t.Errorf("another agent's knowledge has %d rows", n)
 		}
@@ -260,7 +188,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 			t.Fatalf("heartbeat after terminate: %v", err)
 		}
 		other, _ := rpc.NewLeaseToken()
-		impostor, err := client.New(client.Options{Socket: AgentSocketPath(home),
+		impostor, err := client.New(client.Options{Socket: d.Socket(),
 			SessionID: s.Session.SessionID.String(), LeaseToken: other})
 		if err != nil {
 			t.Fatal(err)
@@ -271,13 +199,13 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 		}
 		var events int
 		var ackedRev int64
-		d.pool.QueryRow(ctx, "SELECT acked_rev, (SELECT count(*) FROM choir_control.session_events WHERE session_id = $1) FROM choir_control.sessions WHERE session_id = $1",
+		d.Pool().QueryRow(ctx, "SELECT acked_rev, (SELECT count(*) FROM choir_control.session_events WHERE session_id = $1) FROM choir_control.sessions WHERE session_id = $1",
 			s.Session.SessionID).Scan(&ackedRev, &events)
 		if ackedRev != 3 || events != 3 {
 			t.Errorf("refused heartbeats wrote: acked_rev %d, %d events", ackedRev, events)
 		}
 		var leases int
-		d.pool.QueryRow(ctx, "SELECT count(*) FROM choir_audit.leases").Scan(&leases)
+		d.Pool().QueryRow(ctx, "SELECT count(*) FROM choir_audit.leases").Scan(&leases)
 		if leases != 0 {
 			t.Errorf("%d leases still held", leases)
 		}
@@ -297,8 +225,8 @@ func TestChoirctlStatusWhenChoirdIsNotRunning(t *testing.T) {
 
 func TestSecondChoirdOnTheSameHomeRefusesNamingTheHolder(t *testing.T) {
 	t.Parallel()
-	_, home, _ := runChoird(t)
-	err := Run(context.Background(), Options{Home: home, Stderr: &lockedBuffer{}})
+	d := startChoird(t, choirdtest.Options{})
+	err := daemon.Run(context.Background(), daemon.Options{Home: d.Home, Stderr: &choirdtest.SyncBuffer{}})
 	if err == nil || !strings.Contains(err.Error(), "choird.sock") {
 		t.Fatalf("second choird: %v", err)
 	}

@@ -1,10 +1,11 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
 	"errors"
 	"testing"
 
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/rpc"
@@ -16,24 +17,24 @@ import (
 // agent was down is told to the agent's next session.
 func TestApprovalDecisions(t *testing.T) {
 	b := setupCommands(t)
-	d := b.r.d
+	d := b.d
 	ctx := context.Background()
-	admin := Scope{Admin: true, Actor: "choirctl:uid=0"}
-	other := Scope{Agent: "helper", Actor: "telegram:bob"}
+	admin := daemon.Scope{Admin: true, Actor: "choirctl:uid=0"}
+	other := daemon.Scope{Agent: "helper", Actor: "telegram:bob"}
 
-	a := b.startAgent(t, "assistant")
-	id := a.requestApproval(t, "deploy to staging")
+	a := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+	id := requestApproval(t, a, "deploy to staging")
 	if _, err := d.ApprovalDecide(ctx, other, id, true); !errors.Is(err, control.ErrForbidden) {
 		t.Fatalf("another agent's DM decided: %v", err)
 	}
 	if got, err := d.ApprovalShow(ctx, admin, id); err != nil || got.Status != "pending" {
 		t.Fatalf("after the refused decision: %+v, %v", got, err)
 	}
-	got, err := d.ApprovalDecide(ctx, Scope{Agent: "assistant", Actor: "telegram:alice"}, id, true)
+	got, err := d.ApprovalDecide(ctx, daemon.Scope{Agent: "assistant", Actor: "telegram:alice"}, id, true)
 	if err != nil || got.Status != "approved" || got.ResolvedBy != "telegram:alice" {
 		t.Fatalf("decide = %+v, %v", got, err)
 	}
-	p := a.push(t, rpc.PushApprovalResolved)
+	p := a.Next(t, rpc.PushApprovalResolved)
 	if p.ApprovalResolved.ApprovalID != id || p.ApprovalResolved.Status != rpc.ApprovalApproved {
 		t.Errorf("pushed outcome = %+v", p.ApprovalResolved)
 	}
@@ -45,26 +46,24 @@ func TestApprovalDecisions(t *testing.T) {
 		t.Errorf("the second presser is told %q", answer)
 	}
 	var auditBy string
-	d.pool.QueryRow(ctx, `SELECT resolved_by FROM choir_audit.approvals WHERE approval_id = $1`, id).Scan(&auditBy)
+	d.Pool().QueryRow(ctx, `SELECT resolved_by FROM choir_audit.approvals WHERE approval_id = $1`, id).Scan(&auditBy)
 	if auditBy != "telegram:alice" {
 		t.Errorf("audit view resolved_by = %q", auditBy)
 	}
 
 	// Decided while the agent is down: told at the next session's hello.
-	id2 := a.requestApproval(t, "add tool choir.repo.status")
-	if _, err := control.EndSession(ctx, d.pool, d.river, a.session.SessionID, "ended", "test stop"); err != nil {
-		t.Fatal(err)
-	}
+	id2 := requestApproval(t, a, "add tool choir.repo.status")
+	a.Terminate(t, "test stop")
 	if _, err := d.ApprovalDecide(ctx, admin, id2, false); err != nil {
 		t.Fatal(err)
 	}
-	next := b.startAgent(t, "assistant")
-	p = next.push(t, rpc.PushApprovalResolved)
+	next := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+	p = next.Next(t, rpc.PushApprovalResolved)
 	if p.ApprovalResolved.ApprovalID != id2 || p.ApprovalResolved.Status != rpc.ApprovalRejected {
 		t.Errorf("outcome at the next hello = %+v", p.ApprovalResolved)
 	}
 	var pushed bool
-	d.pool.QueryRow(ctx, `SELECT outcome_pushed_at IS NOT NULL FROM choir_control.pending_approvals WHERE approval_id = $1`,
+	d.Pool().QueryRow(ctx, `SELECT outcome_pushed_at IS NOT NULL FROM choir_control.pending_approvals WHERE approval_id = $1`,
 		id2).Scan(&pushed)
 	if !pushed {
 		t.Error("the outcome is not recorded as pushed")

@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/daemon/agentapi"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
@@ -23,8 +24,8 @@ import (
 func TestSessionCapsAgainstChoird(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, home, _ := runChoird(t)
-	s, cl := helloSession(t, d, home, "assistant")
+	d := startChoird(t, choirdtest.Options{})
+	id, cl, _ := helloSession(t, d, "assistant")
 
 	t.Run("ReplaysKeepTheNewestPerSession", func(t *testing.T) {
 		const extra = 25
@@ -41,8 +42,8 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 			}
 		}
 		var n, oldest int
-		d.pool.QueryRow(ctx, `SELECT count(*), min(substr(request_id, 8)::int) FROM choir_control.rpc_replays
-			WHERE session_id = $1 AND request_id LIKE 'status-%'`, s.Session.SessionID).Scan(&n, &oldest)
+		d.Pool().QueryRow(ctx, `SELECT count(*), min(substr(request_id, 8)::int) FROM choir_control.rpc_replays
+			WHERE session_id = $1 AND request_id LIKE 'status-%'`, id).Scan(&n, &oldest)
 		// INIT_HELLO's outcome was the session's first, and is gone too.
 		if n != agentapi.ReplayKeepPerSession || oldest != extra {
 			t.Errorf("%d replay rows kept, the oldest status-%d; want %d, the oldest status-%d",
@@ -64,9 +65,9 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 	t.Run("OutboxIsCappedPerSession", func(t *testing.T) {
 		// Pending rows with no delivery job stay pending: the session's
 		// outbox is full whatever the console delivers meanwhile.
-		if _, err := d.pool.Exec(ctx, `INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text)
+		if _, err := d.Pool().Exec(ctx, `INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text)
 			SELECT 'assistant', $1, 'backlog-' || i, 'console', 'console', 'console', 'text', 'queued ' || i
-			  FROM generate_series(1, $2::int) i`, s.Session.SessionID, jobs.AgentMaxPendingOutbound); err != nil {
+			  FROM generate_series(1, $2::int) i`, id, jobs.AgentMaxPendingOutbound); err != nil {
 			t.Fatal(err)
 		}
 		err := paced(func() error {
@@ -88,7 +89,7 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 			t.Fatalf("a queued message sent again on a full outbox: %+v %v, want the queued row", again, err)
 		}
 		var n int
-		d.pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE session_id = $1`, s.Session.SessionID).Scan(&n)
+		d.Pool().QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE session_id = $1`, id).Scan(&n)
 		if n != jobs.AgentMaxPendingOutbound {
 			t.Errorf("%d outbox rows, want %d", n, jobs.AgentMaxPendingOutbound)
 		}

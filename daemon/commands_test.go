@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -7,14 +7,16 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
-	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
 )
@@ -23,7 +25,7 @@ import (
 // (alice, bound to assistant; bob, bound to helper), an unbound one
 // (nobody) and the admin DM console, driven through its DM command layer.
 type cmdBundle struct {
-	r       *choirdRun
+	d       *choirdtest.Choird
 	c       *dmcmd.Commands
 	updates atomic.Int64
 
@@ -33,7 +35,8 @@ type cmdBundle struct {
 
 func setupCommands(t *testing.T) *cmdBundle {
 	t.Helper()
-	home := lifecycleHomeWith(t, dbtest.NewDatabase(t), func(c *config.Config) {
+	d := startChoird(t, choirdtest.Options{Edit: func(c *config.Config, _ config.Secrets) {
+		fastHeartbeat(c, nil)
 		c.DMs["alice"] = config.DM{Gateway: "console", UserID: "alice"}
 		c.DMs["bob"] = config.DM{Gateway: "console", UserID: "bob"}
 		c.DMs["nobody"] = config.DM{Gateway: "console", UserID: "nobody"}
@@ -49,16 +52,14 @@ func setupCommands(t *testing.T) *cmdBundle {
 			"calm":   {TTS: "eleven", VoiceID: "v-calm", OutputFormat: "mp3_44100_128", VoiceSettings: config.VoiceSettings{Speed: 1}},
 			"bright": {TTS: "eleven", VoiceID: "v-bright", OutputFormat: "mp3_44100_128", VoiceSettings: config.VoiceSettings{Speed: 1}},
 		}
+	}})
+	b := &cmdBundle{d: d}
+	b.c = d.NewCommands(func(_ context.Context, cmd gateway.Command, text string) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.notes = append(b.notes, cmd.DM.Name+": "+text)
 	})
-	r := startChoirdWith(t, home, Options{})
-	b := &cmdBundle{r: r}
-	b.c = dmcmd.New(dmcmd.Options{Control: r.d.Control, Inbox: r.d.inbox, Pool: r.d.pool, Logger: r.d.logger,
-		Notify: func(_ context.Context, cmd gateway.Command, text string) {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			b.notes = append(b.notes, cmd.DM.Name+": "+text)
-		}})
-	t.Cleanup(func() { b.c.Wait(); r.kill(t) })
+	t.Cleanup(b.c.Wait)
 	return b
 }
 
@@ -102,86 +103,12 @@ func (b *cmdBundle) takeNotes() []string {
 	return out
 }
 
-// fakeAgent is a session started as choird would, with the agent played by
-// an rpc client that collects its pushes.
-type fakeAgent struct {
-	session db.ChoirControlSession
-	client  *client.Client
-	pushes  chan rpc.Push
-}
-
-func (b *cmdBundle) startAgent(t *testing.T, agentID string) *fakeAgent {
-	t.Helper()
-	return b.startAgentWith(t, agentID, StartOverrides{})
-}
-
-// startAgentWith starts a fake agent with overrides, as choirctl agent
-// start or an admin's /start would.
-func (b *cmdBundle) startAgentWith(t *testing.T, agentID string, o StartOverrides) *fakeAgent {
-	t.Helper()
-	ctx := context.Background()
-	d := b.r.d
-	cfg := d.Snapshot().Config
-	s, err := control.CreateSession(ctx, d.pool, cfg, agentID, o, d.ConfigVersion(), "process")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(client.Options{Socket: AgentSocketPath(b.r.home), SessionID: s.Session.SessionID.String(),
-		LeaseToken: s.LeaseToken})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := cl.InitHello(ctx, helloRequest(s)); err != nil {
-		t.Fatalf("INIT_HELLO: %v", err)
-	}
-	a := &fakeAgent{session: s.Session, client: cl, pushes: make(chan rpc.Push, 64)}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		cl.ReceivePushes(pctx, func(p rpc.Push) { a.pushes <- p }) //nolint:errcheck
-	}()
-	// Empty heartbeats keep the session alive however slow the host:
-	// crash detection must not end it under the test.
-	var base rpc.Hash
-	copy(base[:], s.Session.BaseHash)
-	hbDone := make(chan struct{})
-	go func() {
-		defer close(hbDone)
-		for {
-			cl.Heartbeat(pctx, rpc.HeartbeatRequest{BaseRev: s.Session.BaseRev, NewRev: s.Session.BaseRev, //nolint:errcheck
-				Patches: []rpc.Event{}, ConfigVersion: d.ConfigVersion(), HashPrev: base, HashNew: base, Timestamp: time.Now()})
-			select {
-			case <-pctx.Done():
-				return
-			case <-time.After(300 * time.Millisecond):
-			}
-		}
-	}()
-	t.Cleanup(func() { cancel(); <-done; <-hbDone; cl.Close() })
-	return a
-}
-
-// push waits for the next push of kind, skipping others.
-func (a *fakeAgent) push(t *testing.T, kind rpc.PushKind) rpc.Push {
-	t.Helper()
-	deadline := time.After(10 * time.Second)
-	for {
-		select {
-		case p := <-a.pushes:
-			if p.Kind == kind {
-				return p
-			}
-		case <-deadline:
-			t.Fatalf("no %s push", kind)
-		}
-	}
-}
-
-func (a *fakeAgent) requestApproval(t *testing.T, summary string) string {
+// requestApproval asks for an approval as a's agent does before a
+// choir.exec, and returns its id.
+func requestApproval(t *testing.T, a *choirdtest.StandIn, summary string) string {
 	t.Helper()
 	ctx := client.WithRequestID(context.Background(), "req-"+strings.ReplaceAll(summary, " ", "-"))
-	resp, err := a.client.RequestApproval(ctx, rpc.ApprovalRequest{RequestType: "tool:choir.exec", Summary: summary,
+	resp, err := a.Client.RequestApproval(ctx, rpc.ApprovalRequest{RequestType: "tool:choir.exec", Summary: summary,
 		Payload: json.RawMessage(`{"command":"true"}`)})
 	if err != nil {
 		t.Fatalf("REQUEST_APPROVAL: %v", err)
@@ -327,13 +254,13 @@ func TestDMCommandPermissions(t *testing.T) {
 func TestDMStartRefusesADMBoundToAnotherLiveAgent(t *testing.T) {
 	t.Parallel()
 	b := setupCommands(t)
-	b.startAgent(t, "assistant") // holds DM alice
+	b.d.StandIn(t, "assistant", daemon.StartOverrides{}) // holds DM alice
 	// alice is regular; the binding rule is an admin DM's, so the
 	// console DM takes alice's place here: bind console by starting
 	// helper on it directly, then try to start assistant from it.
-	d := b.r.d
+	d := b.d
 	cfg := d.Snapshot().Config
-	if _, err := control.CreateSession(context.Background(), d.pool, cfg, "helper", StartOverrides{DM: "console"}, d.ConfigVersion(),
+	if _, err := control.CreateSession(context.Background(), d.Pool(), cfg, "helper", daemon.StartOverrides{DM: "console"}, d.ConfigVersion(),
 		"process"); err != nil {
 		t.Fatal(err)
 	}
@@ -347,13 +274,13 @@ func TestDMSessionCommands(t *testing.T) {
 	t.Parallel()
 	b := setupCommands(t)
 	ctx := context.Background()
-	agent := b.startAgent(t, "assistant")
-	q := db.New(b.r.d.pool)
+	agent := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+	q := db.New(b.d.Pool())
 
 	t.Run("CoresCancelCompact", func(t *testing.T) {
 		for _, st := range []rpc.ReportStatusRequest{{Lane: "core:research", State: "CORE_REASONING", Step: "search"},
 			{Lane: "core:old", State: "CORE_COMPLETED"}} {
-			if _, err := agent.client.ReportStatus(ctx, st); err != nil {
+			if _, err := agent.Client.ReportStatus(ctx, st); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -368,17 +295,17 @@ func TestDMSessionCommands(t *testing.T) {
 		if reply = b.send(t, "alice", "/cancel research"); !strings.Contains(reply, "Cancel sent") {
 			t.Fatalf("/cancel = %q", reply)
 		}
-		if p := agent.push(t, rpc.PushCancel); p.Cancel.Scope != rpc.CancelCore || p.Cancel.JobName != "research" {
+		if p := agent.Next(t, rpc.PushCancel); p.Cancel.Scope != rpc.CancelCore || p.Cancel.JobName != "research" {
 			t.Errorf("cancel push = %+v", p.Cancel)
 		}
 		b.send(t, "alice", "/cancel edge")
-		if p := agent.push(t, rpc.PushCancel); p.Cancel.Scope != rpc.CancelEdge {
+		if p := agent.Next(t, rpc.PushCancel); p.Cancel.Scope != rpc.CancelEdge {
 			t.Errorf("edge cancel push = %+v", p.Cancel)
 		}
 		if reply = b.send(t, "alice", "/compact"); !strings.Contains(reply, "Compaction requested") {
 			t.Fatalf("/compact = %q", reply)
 		}
-		agent.push(t, rpc.PushCompact)
+		agent.Next(t, rpc.PushCompact)
 		if reply = b.send(t, "alice", "/status"); !strings.Contains(reply, "core:research: CORE_REASONING") {
 			t.Errorf("/status = %q", reply)
 		}
@@ -389,7 +316,7 @@ func TestDMSessionCommands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		first, err := agent.client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
+		first, err := agent.Client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -397,7 +324,7 @@ func TestDMSessionCommands(t *testing.T) {
 		if err := json.Unmarshal(first.Config, &dc); err != nil || dc.LLM != "local" {
 			t.Fatalf("first fetch: llm %q, %v", dc.LLM, err)
 		}
-		if up, _ := agent.client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: latest}); len(up.Config) != 0 {
+		if up, _ := agent.Client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: latest}); len(up.Config) != 0 {
 			t.Fatalf("an up-to-date agent got the config again")
 		}
 		reply := b.send(t, "alice", "/model llm nope")
@@ -407,8 +334,8 @@ func TestDMSessionCommands(t *testing.T) {
 		if reply = b.send(t, "alice", "/model llm big"); !strings.Contains(reply, "now uses model big") {
 			t.Fatalf("/model llm big = %q", reply)
 		}
-		agent.push(t, rpc.PushConfigChanged)
-		got, err := agent.client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: latest})
+		agent.Next(t, rpc.PushConfigChanged)
+		got, err := agent.Client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: latest})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -416,14 +343,14 @@ func TestDMSessionCommands(t *testing.T) {
 		if err := json.Unmarshal(got.Config, &dc); err != nil || dc.LLM != "big" || got.ConfigVersion != latest {
 			t.Fatalf("after /model llm big: version %d, llm %q, %v (%s)", got.ConfigVersion, dc.LLM, err, got.Config)
 		}
-		if again, _ := agent.client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: latest}); len(again.Config) != 0 {
+		if again, _ := agent.Client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: latest}); len(again.Config) != 0 {
 			t.Errorf("the override was returned twice")
 		}
 		if reply = b.send(t, "alice", "/voice loud"); !strings.Contains(reply, "voice profiles: bright, calm") {
 			t.Errorf("unknown voice = %q", reply)
 		}
 		b.send(t, "alice", "/voice calm")
-		got, _ = agent.client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: latest})
+		got, _ = agent.Client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: latest})
 		dc = rpc.DynamicConfig{}
 		if err := json.Unmarshal(got.Config, &dc); err != nil || dc.VoiceProfile != "calm" || dc.LLM != "big" {
 			t.Errorf("after /voice calm: %+v %v", dc, err)
@@ -442,7 +369,7 @@ func TestDMSessionCommands(t *testing.T) {
 	})
 
 	t.Run("RedeliveredCommandRunsOnce", func(t *testing.T) {
-		before, err := q.SessionDynamicState(ctx, agent.session.SessionID)
+		before, err := q.SessionDynamicState(ctx, uuid.MustParse(agent.SessionID))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -453,7 +380,7 @@ func TestDMSessionCommands(t *testing.T) {
 		if reply := b.run(t, cmd); !strings.Contains(reply, "already received") {
 			t.Errorf("redelivered = %q", reply)
 		}
-		after, _ := q.SessionDynamicState(ctx, agent.session.SessionID)
+		after, _ := q.SessionDynamicState(ctx, uuid.MustParse(agent.SessionID))
 		if after.OverrideRev != before.OverrideRev+1 {
 			t.Errorf("override rev %d -> %d: the command ran %d times", before.OverrideRev, after.OverrideRev,
 				after.OverrideRev-before.OverrideRev)
@@ -479,12 +406,12 @@ func TestDMApprovalSelection(t *testing.T) {
 	t.Parallel()
 	b := setupCommands(t)
 	ctx := context.Background()
-	assistant := b.startAgent(t, "assistant")
-	helper := b.startAgent(t, "helper")
-	d := b.r.d
+	assistant := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+	helper := b.d.StandIn(t, "helper", daemon.StartOverrides{})
+	d := b.d
 	status := func(id string) string {
 		t.Helper()
-		a, err := d.ApprovalShow(ctx, Scope{Admin: true}, id)
+		a, err := d.ApprovalShow(ctx, daemon.Scope{Admin: true}, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -497,9 +424,9 @@ func TestDMApprovalSelection(t *testing.T) {
 		}
 	})
 	// helper's approval is pending throughout: alice never sees it.
-	other := helper.requestApproval(t, "helper deletes logs")
+	other := requestApproval(t, helper, "helper deletes logs")
 	t.Run("OnlyOneIsPicked", func(t *testing.T) {
-		id := assistant.requestApproval(t, "assistant runs tests")
+		id := requestApproval(t, assistant, "assistant runs tests")
 		if reply := b.send(t, "alice", "/approve"); !strings.HasPrefix(reply, "Approved: assistant runs tests") {
 			t.Errorf("reply = %q", reply)
 		}
@@ -511,7 +438,7 @@ func TestDMApprovalSelection(t *testing.T) {
 		}
 	})
 	t.Run("SeveralGiveANumberedList", func(t *testing.T) {
-		ids := []string{assistant.requestApproval(t, "one"), assistant.requestApproval(t, "two"), assistant.requestApproval(t, "three")}
+		ids := []string{requestApproval(t, assistant, "one"), requestApproval(t, assistant, "two"), requestApproval(t, assistant, "three")}
 		reply := b.send(t, "alice", "/reject")
 		if !strings.Contains(reply, "3 approvals are pending") || !strings.Contains(reply, "2. assistant: two") ||
 			strings.Contains(reply, "helper") {
@@ -565,11 +492,11 @@ func TestDMApprovalSelection(t *testing.T) {
 		}
 	})
 	t.Run("ReplyToTheRequestMessage", func(t *testing.T) {
-		id := assistant.requestApproval(t, "reply target")
-		assistant.requestApproval(t, "bystander")
+		id := requestApproval(t, assistant, "reply target")
+		requestApproval(t, assistant, "bystander")
 		// The notification's Telegram message id, as the delivery worker
 		// records it after sending.
-		if _, err := d.pool.Exec(ctx, `UPDATE choir_control.outbox SET sent_ids = '{4242}' WHERE approval_id = $1`, id); err != nil {
+		if _, err := d.Pool().Exec(ctx, `UPDATE choir_control.outbox SET sent_ids = '{4242}' WHERE approval_id = $1`, id); err != nil {
 			t.Fatal(err)
 		}
 		cmd := b.command(t, "alice", "/approve")

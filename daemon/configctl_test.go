@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -11,13 +11,15 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 )
 
-// secretValues are the values runChoird writes; none may ever be shown.
-var secretValues = []string{"sk-canary-7f3a", "ghp-test", "postgres:"}
+// secretValues are the values startChoird writes; none may ever be shown.
+var secretValues = []string{canary, "ghp-test", "postgres:"}
 
 // editHome rewrites .choir.d/config.json (and secrets.json when secrets is
 // not nil) as an operator would.
@@ -68,23 +70,23 @@ func assertNoSecret(t *testing.T, what, s string) {
 
 func TestConfigControlPermissions(t *testing.T) {
 	t.Parallel()
-	d, _, _ := runChoird(t)
+	d := startChoird(t, choirdtest.Options{})
 	ctx := context.Background()
-	dm := Scope{Agent: "assistant", Actor: "telegram:dm=second"}
-	stranger := Scope{Actor: "nobody"}
+	dm := daemon.Scope{Agent: "assistant", Actor: "telegram:dm=second"}
+	stranger := daemon.Scope{Actor: "nobody"}
 	commands := []struct {
 		name string
-		call func(Scope) error
+		call func(daemon.Scope) error
 	}{
-		{"ConfigLoad", func(sc Scope) error { _, err := d.ConfigLoad(ctx, sc); return err }},
-		{"control.ConfigDiff", func(sc Scope) error { _, err := d.ConfigDiff(ctx, sc); return err }},
-		{"ConfigApply", func(sc Scope) error { _, err := d.ConfigApply(ctx, sc); return err }},
-		{"ConfigShow", func(sc Scope) error { _, err := d.ConfigShow(ctx, sc); return err }},
-		{"SecretList", func(sc Scope) error { _, err := d.SecretList(ctx, sc); return err }},
+		{"ConfigLoad", func(sc daemon.Scope) error { _, err := d.ConfigLoad(ctx, sc); return err }},
+		{"control.ConfigDiff", func(sc daemon.Scope) error { _, err := d.ConfigDiff(ctx, sc); return err }},
+		{"ConfigApply", func(sc daemon.Scope) error { _, err := d.ConfigApply(ctx, sc); return err }},
+		{"ConfigShow", func(sc daemon.Scope) error { _, err := d.ConfigShow(ctx, sc); return err }},
+		{"SecretList", func(sc daemon.Scope) error { _, err := d.SecretList(ctx, sc); return err }},
 	}
 	for _, c := range commands {
 		t.Run(c.name+"RefusesRegularDMs", func(t *testing.T) {
-			for _, sc := range []Scope{dm, stranger} {
+			for _, sc := range []daemon.Scope{dm, stranger} {
 				if err := c.call(sc); !errors.Is(err, control.ErrForbidden) || !strings.Contains(err.Error(), "admin") {
 					t.Errorf("scope %+v: err = %v, want control.ErrForbidden naming admin", sc, err)
 				}
@@ -92,7 +94,7 @@ func TestConfigControlPermissions(t *testing.T) {
 		})
 	}
 	t.Run("AdminMayShowAndList", func(t *testing.T) {
-		admin := Scope{Admin: true, Actor: "test"}
+		admin := daemon.Scope{Admin: true, Actor: "test"}
 		names, err := d.SecretList(ctx, admin)
 		if err != nil || !slices.Equal(names, []string{"git-token", "model-key", "postgres-admin"}) {
 			t.Errorf("SecretList = %v, %v", names, err)
@@ -112,16 +114,17 @@ func TestConfigControlPermissions(t *testing.T) {
 func TestConfigLoadDiffApply(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, home, logs := runChoird(t)
-	admin := Scope{Admin: true, Actor: "test"}
-	q := db.New(d.pool)
+	d := startChoird(t, choirdtest.Options{})
+	home, logs := d.Home, d.Logs
+	admin := daemon.Scope{Admin: true, Actor: "test"}
+	q := db.New(d.Pool())
 
 	var applied []*config.Config
 	d.OnConfigApplied(func(c *config.Config, s config.Secrets) { applied = append(applied, c) })
 
 	// A live session, to see config_changed pushed and the new version
 	// fetched.
-	_, client := helloSession(t, d, home, "assistant")
+	_, client, _ := helloSession(t, d, "assistant")
 
 	t.Run("DiffAndApplyBeforeLoadSayRunLoad", func(t *testing.T) {
 		if _, err := d.ConfigDiff(ctx, admin); !errors.Is(err, control.ErrNothingStaged) || !strings.Contains(err.Error(), "config load") {
@@ -207,15 +210,12 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		if cfg.Models["local"].Endpoint != "http://10.9.9.9:8080/v1" || cfg.ApprovalTimeoutMS != 60000 {
 			t.Errorf("running config not swapped: %+v", cfg.Models)
 		}
-		if apiCfg := d.api.Config(); apiCfg != cfg {
-			t.Error("the agent API still serves the old config")
-		}
 		if len(applied) != 1 || applied[0] != cfg {
 			t.Errorf("onConfigApplied called %d times", len(applied))
 		}
 
 		// The agent learns the version by push and heartbeat, and
-		// fetches the new config.
+		// fetches the new config: the agent API serves it.
 		fetched, err := client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: before})
 		if err != nil {
 			t.Fatal(err)
@@ -283,7 +283,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			m := c.Models["local"]
 			m.Secret = "new-key"
 			c.Models["local"] = m
-		}, config.Secrets{"postgres-admin": "postgres:", "model-key": "sk-canary-7f3a", "git-token": "ghp-test",
+		}, config.Secrets{"postgres-admin": "postgres:", "model-key": canary, "git-token": "ghp-test",
 			"new-key": "sk-newcanary-9b1c"})
 		diff, err := d.ConfigLoad(ctx, admin)
 		if err != nil {

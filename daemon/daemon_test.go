@@ -2,23 +2,20 @@ package daemon_test
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
-	"github.com/jackc/pgx/v5"
 	"go.uber.org/goleak"
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -26,38 +23,17 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/jackc/pgx/v5/pgxpool.(*Pool).backgroundHealthCheck"))
 }
 
-// home writes a local configuration for the database behind url.
+// secondAgent adds an agent like assistant, whose schema name must be made
+// from an id that is not an SQL identifier.
+func secondAgent(cfg *config.Config, _ config.Secrets) {
+	cfg.Agents["second-agent"] = cfg.Agents["assistant"]
+}
+
+// home writes a home with secondAgent's configuration for the database
+// behind url, for a choird the test runs itself.
 func home(t *testing.T, url string) string {
 	t.Helper()
-	pc, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	cfg, secrets := config.Local(dir, config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database})
-	cfg.Agents["second-agent"] = cfg.Agents["assistant"]
-	if err := config.WriteFiles(dir, cfg, secrets, false); err != nil {
-		t.Fatal(err)
-	}
-	return dir
-}
-
-// syncBuffer is a bytes.Buffer safe for the daemon's concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
+	return choirdtest.WriteHome(t, choirdtest.Options{DatabaseURL: url, Edit: secondAgent}).Dir
 }
 
 func logMessages(t *testing.T, path string) []string {
@@ -90,23 +66,8 @@ func TestRun(t *testing.T) {
 
 	t.Run("StartsInOrderReachesReadyAndStopsOnCancel", func(t *testing.T) {
 		t.Parallel()
-		url := dbtest.NewDatabase(t)
-		dir := home(t, url)
-		ctx, cancel := context.WithCancel(context.Background())
-		var stderr syncBuffer
-		ready := make(chan *daemon.Daemon, 1)
-		done := make(chan error, 1)
-		go func() {
-			done <- daemon.Run(ctx, daemon.Options{Home: dir, Stderr: &stderr, Ready: func(d *daemon.Daemon) { ready <- d }})
-		}()
-		var d *daemon.Daemon
-		select {
-		case d = <-ready:
-		case err := <-done:
-			t.Fatalf("choird exited before ready: %v\n%s", err, stderr.String())
-		case <-time.After(time.Minute):
-			t.Fatal("choird not ready within a minute")
-		}
+		d := choirdtest.Start(t, choirdtest.Options{Edit: secondAgent})
+		ctx := context.Background()
 		if d.ConfigVersion() < 1 {
 			t.Errorf("config version %d", d.ConfigVersion())
 		}
@@ -116,11 +77,10 @@ func TestRun(t *testing.T) {
 		if schemas != 2 {
 			t.Errorf("%d agent schemas provisioned, want 2", schemas)
 		}
-		cancel()
-		if err := <-done; err != nil {
+		if err := d.Stop(); err != nil {
 			t.Fatalf("run: %v", err)
 		}
-		msgs := logMessages(t, filepath.Join(dir, "logs", "choird.log"))
+		msgs := logMessages(t, filepath.Join(d.Home, "logs", "choird.log"))
 		want := []string{"choird starting", "step 1: config.json read and validated", "step 2: secrets.json read and validated",
 			"step 3: connected to Postgres", "step 4: agent schema ready", "step 5: connection pool and job queues running",
 			"choird ready", "choird stopping", "choird stopped"}
@@ -133,33 +93,23 @@ func TestRun(t *testing.T) {
 		if i != len(want) {
 			t.Errorf("log lacks %q in order; got %q", want[i], msgs)
 		}
-		if !strings.Contains(stderr.String(), `"msg":"choird ready"`) {
+		if !strings.Contains(d.Logs.String(), `"msg":"choird ready"`) {
 			t.Errorf("stderr does not carry the log")
 		}
 	})
 
 	t.Run("SecondStartKeepsTheConfigVersionAndSchemas", func(t *testing.T) {
 		t.Parallel()
-		url := dbtest.NewDatabase(t)
-		dir := home(t, url)
-		var versions []int64
-		for range 2 {
-			ctx, cancel := context.WithCancel(context.Background())
-			err := daemon.Run(ctx, daemon.Options{Home: dir, Stderr: &syncBuffer{},
-				Ready: func(d *daemon.Daemon) { versions = append(versions, d.ConfigVersion()); cancel() }})
-			if err != nil {
-				t.Fatal(err)
-			}
-		}
-		if len(versions) != 2 || versions[0] != versions[1] {
-			t.Errorf("config versions across restarts = %v, want equal", versions)
+		first := choirdtest.Start(t, choirdtest.Options{Edit: secondAgent})
+		if v1, v2 := first.ConfigVersion(), first.Restart(t).ConfigVersion(); v1 != v2 {
+			t.Errorf("config versions across restarts = %d, %d, want equal", v1, v2)
 		}
 	})
 
 	t.Run("UnmigratedDatabaseIsRefusedWithTheCommandToRun", func(t *testing.T) {
 		t.Parallel()
 		dir := home(t, dbtest.NewEmptyDatabase(t))
-		err := daemon.Run(context.Background(), daemon.Options{Home: dir, Stderr: &syncBuffer{}})
+		err := daemon.Run(context.Background(), daemon.Options{Home: dir, Stderr: &choirdtest.SyncBuffer{}})
 		if !errors.Is(err, daemon.ErrNotMigrated) || !strings.Contains(err.Error(), "choirctl db migrate") {
 			t.Fatalf("err = %v", err)
 		}
@@ -168,7 +118,7 @@ func TestRun(t *testing.T) {
 	t.Run("UnreachablePostgresIsOneLineNamingHostPortAndKey", func(t *testing.T) {
 		t.Parallel()
 		dir := home(t, "postgres://postgres@127.0.0.1:1/choir")
-		err := daemon.Run(context.Background(), daemon.Options{Home: dir, Stderr: &syncBuffer{}})
+		err := daemon.Run(context.Background(), daemon.Options{Home: dir, Stderr: &choirdtest.SyncBuffer{}})
 		if !errors.Is(err, choirsql.ErrUnreachable) {
 			t.Fatalf("err = %v", err)
 		}
@@ -182,7 +132,7 @@ func TestRun(t *testing.T) {
 		t.Parallel()
 		dir := home(t, dbtest.DefaultURL)
 		os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"agents": {"x": {}}, "bogus": 1}`), 0o644)
-		err := daemon.Run(context.Background(), daemon.Options{Home: dir, Stderr: &syncBuffer{}})
+		err := daemon.Run(context.Background(), daemon.Options{Home: dir, Stderr: &choirdtest.SyncBuffer{}})
 		var cerr *config.Error
 		if !errors.As(err, &cerr) || !strings.Contains(err.Error(), "bogus") {
 			t.Fatalf("err = %v", err)

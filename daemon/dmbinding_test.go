@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -7,9 +7,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
+
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -23,12 +27,12 @@ import (
 func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 	t.Parallel()
 	b := setupCommands(t)
-	d := b.r.d
+	d := b.d
 	ctx := context.Background()
 	const why = "assistant, the agent of this DM, is running on another DM"
 
-	a := b.startAgentWith(t, "assistant", StartOverrides{DM: "console"})
-	approvalID := a.requestApproval(t, "admin-only approval")
+	a := b.d.StandIn(t, "assistant", daemon.StartOverrides{DM: "console"})
+	approvalID := requestApproval(t, a, "admin-only approval")
 
 	t.Run("CommandsAreRefused", func(t *testing.T) {
 		for _, text := range []string{"/status", "/stop", "/restart", "/cores", "/cancel edge", "/compact", "/events 5",
@@ -56,7 +60,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 
 	// A scope made while assistant was not running, used after the admin
 	// started it elsewhere: the control functions check the session.
-	stale := Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}
+	stale := daemon.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}
 	t.Run("StaleScopeReachesNoSession", func(t *testing.T) {
 		checks := map[string]func() error{
 			"stop":    func() error { _, err := d.AgentStop(ctx, stale, "assistant"); return err },
@@ -81,14 +85,14 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 
 	const aliceUpdate = 7001
 	t.Run("MessageIsKeptNotPushed", func(t *testing.T) {
-		err := d.inbox.Receive(ctx, gateway.InboundMessage{DM: dmOf("alice"), UpdateID: aliceUpdate, ChatID: "alice",
+		err := d.Inbox().Receive(ctx, gateway.InboundMessage{DM: dmOf("alice"), UpdateID: aliceUpdate, ChatID: "alice",
 			Text: "hello from alice", SentAt: time.Now()})
 		if err != nil {
 			t.Fatal(err)
 		}
 		// What a hello and the inbox sweep do for assistant's session.
-		d.inbox.RedeliverInbox(ctx, "assistant", a.session.SessionID, time.Now())
-		row, err := db.New(d.pool).InboxGetByUpdate(ctx, db.InboxGetByUpdateParams{Gateway: "console", UpdateID: aliceUpdate})
+		d.Inbox().RedeliverInbox(ctx, "assistant", uuid.MustParse(a.SessionID), time.Now())
+		row, err := db.New(d.Pool()).InboxGetByUpdate(ctx, db.InboxGetByUpdateParams{Gateway: "console", UpdateID: aliceUpdate})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -99,7 +103,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 	})
 
 	t.Run("FileIsRefused", func(t *testing.T) {
-		if dir, err := d.inbox.WorkspaceDir(ctx, dmOf("alice")); !errors.Is(err, gateway.ErrNotBound) {
+		if dir, err := d.Inbox().WorkspaceDir(ctx, dmOf("alice")); !errors.Is(err, gateway.ErrNotBound) {
 			t.Errorf("alice's file would go to %q (%v)", dir, err)
 		}
 	})
@@ -111,9 +115,9 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 			t.Fatalf("admin cancel: %s", reply)
 		}
 		for {
-			var p rpc.Push
+			var p choirdtest.Push
 			select {
-			case p = <-a.pushes:
+			case p = <-a.Pushes:
 			case <-time.After(10 * time.Second):
 				t.Fatal("the admin's cancel was not pushed")
 			}
@@ -126,20 +130,20 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 				t.Errorf("alice reached assistant: %s push %+v", p.Kind, p)
 			}
 		}
-		if st := d.LatestStatus(ctx, "assistant"); st.SessionID != a.session.SessionID.String() || st.State != admin.AgentActive {
+		if st := d.LatestStatus(ctx, "assistant"); st.SessionID != a.SessionID || st.State != admin.AgentActive {
 			t.Errorf("assistant = %+v, want its session still active", st)
 		}
-		m, err := d.ModelGet(ctx, Scope{Admin: true}, "assistant")
+		m, err := d.ModelGet(ctx, daemon.Scope{Admin: true}, "assistant")
 		if err != nil || m.LLMOverridden || m.VoiceOverridden {
 			t.Errorf("model state = %+v, %v: alice switched it", m, err)
 		}
-		if ap, err := d.ApprovalShow(ctx, Scope{Admin: true}, approvalID); err != nil || ap.Status != "pending" {
+		if ap, err := d.ApprovalShow(ctx, daemon.Scope{Admin: true}, approvalID); err != nil || ap.Status != "pending" {
 			t.Errorf("approval = %+v, %v: want it still pending", ap, err)
 		}
 	})
 
 	t.Run("ChoirdLogsEachRefusal", func(t *testing.T) {
-		log := d.opts.Stderr.(*lockedBuffer).String()
+		log := d.Logs.String()
 		for _, want := range []string{`"msg":"dm command refused"`, `"msg":"approval button press refused"`,
 			`"msg":"message not passed on: the dm's agent runs bound to another dm"`,
 			`"msg":"file not stored: the dm's agent runs bound to another dm"`, `"bound_dm":"console"`} {
@@ -151,9 +155,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 
 	// The admin's session ends. alice controls assistant again, but the
 	// admin's conversation stays out of her sight.
-	if _, err := control.EndSession(ctx, d.pool, d.river, a.session.SessionID, "ended", "test: the admin stopped it"); err != nil {
-		t.Fatal(err)
-	}
+	a.Terminate(t, "the admin stopped it")
 	t.Run("AfterStopTheOtherDMsSessionStaysHidden", func(t *testing.T) {
 		if reply := b.send(t, "alice", "/status"); refused(reply) || !strings.Contains(reply, "assistant: stopped") {
 			t.Errorf("/status = %q", reply)
@@ -170,8 +172,8 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 	})
 
 	t.Run("KeptMessageReachesTheAgentOnThisDM", func(t *testing.T) {
-		back := b.startAgentWith(t, "assistant", StartOverrides{})
-		p := back.push(t, rpc.PushUserMessage)
+		back := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+		p := back.Next(t, rpc.PushUserMessage)
 		if p.UserMessage.Text != "hello from alice" {
 			t.Errorf("pushed %q", p.UserMessage.Text)
 		}

@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -12,8 +12,9 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
-	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -65,14 +66,16 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 		"Dockerfile":       "ARG CHOIR_BASE_IMAGE\nFROM ${CHOIR_BASE_IMAGE}\n",
 		"identity/SOUL.md": "agent soul, first\n",
 	})
-	home := lifecycleHomeWith(t, dbtest.NewDatabase(t), func(c *config.Config) {
-		c.GlobalRepo = config.Repo{URL: global, Ref: "main"}
-		a := c.Agents["assistant"]
-		a.Repo = config.Repo{URL: "file://" + agentRepo, Ref: "main"}
-		c.Agents["assistant"] = a
-	})
-	r := startChoirdWith(t, home, Options{Runtime: "docker", AgentBinary: bin, OSImage: osImage})
-	defer r.stop(t)
+	d := startChoird(t, choirdtest.Options{Daemon: daemon.Options{Runtime: "docker", AgentBinary: bin, OSImage: osImage},
+		Edit: func(c *config.Config, s config.Secrets) {
+			fastHeartbeat(c, s)
+			c.GlobalRepo = config.Repo{URL: global, Ref: "main"}
+			a := c.Agents["assistant"]
+			a.Repo = config.Repo{URL: "file://" + agentRepo, Ref: "main"}
+			c.Agents["assistant"] = a
+		}})
+	defer d.StopAgents(t)
+	home := d.Home
 	t.Cleanup(func() {
 		removeAgentImages(t, cli, "choir-agent-assistant")
 		removeAgentImages(t, cli, "choir-agent-helper")
@@ -94,7 +97,7 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 	if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
-	first := r.waitState(t, "assistant", admin.AgentActive)
+	first := d.WaitState(t, "assistant", admin.AgentActive)
 
 	commitFiles(t, agentRepo, map[string]string{"identity/SOUL.md": "agent soul, second\n"}, func(args ...string) {
 		cmd := exec.Command("git", args...)
@@ -108,7 +111,7 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "redeployed") {
 		t.Fatalf("update: %d %s %s", code, out, errs)
 	}
-	second := r.waitState(t, "assistant", admin.AgentActive)
+	second := d.WaitState(t, "assistant", admin.AgentActive)
 	if second.SessionID == first.SessionID {
 		t.Error("update did not start a new session")
 	}

@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -8,8 +8,9 @@ import (
 
 	"github.com/moby/moby/client"
 
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
-	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -25,26 +26,26 @@ func TestLifecycleDockerRuntime(t *testing.T) {
 	image := runtimetest.ImportImage(t, cli, "choir-agent-lifecycle", map[string]runtimetest.File{
 		"choir-agent": {Source: bin, Mode: 0o755},
 	}, `ENTRYPOINT ["/choir-agent"]`)
-	home := lifecycleHome(t, dbtest.NewDatabase(t))
-	opts := Options{Runtime: "docker", AgentImage: image}
-	r := startChoirdWith(t, home, opts)
+	d := startChoird(t, choirdtest.Options{Daemon: daemon.Options{Runtime: "docker", AgentImage: image},
+		Edit: fastHeartbeat})
+	home := d.Home
 	ctx := context.Background()
 
 	begin := time.Now()
 	if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
-	st := r.waitState(t, "assistant", admin.AgentActive)
+	st := d.WaitState(t, "assistant", admin.AgentActive)
 	var beat time.Time
-	waitUntil(t, "the first heartbeat after the hello", func() bool {
+	choirdtest.WaitFor(t, "the first heartbeat after the hello", d.Logs, func() bool {
 		var hello *time.Time
-		r.d.pool.QueryRow(ctx, "SELECT hello_at, last_heartbeat_at FROM choir_control.sessions WHERE session_id = $1",
+		d.Pool().QueryRow(ctx, "SELECT hello_at, last_heartbeat_at FROM choir_control.sessions WHERE session_id = $1",
 			st.SessionID).Scan(&hello, &beat)
 		return hello != nil && beat.After(*hello)
 	})
 	t.Logf("agent start to first acknowledged heartbeat: %s", beat.Sub(begin).Round(time.Millisecond))
 
-	s, err := r.d.runtime.Inspect(ctx, mustInstance(t, r, st.SessionID))
+	s, err := d.Runtime().Inspect(ctx, mustInstance(t, d, st.SessionID))
 	if err != nil || !s.Running() {
 		t.Fatalf("container: %+v %v", s, err)
 	}
@@ -61,62 +62,60 @@ func TestLifecycleDockerRuntime(t *testing.T) {
 	if code, _, errs := choirctl(t, home, "agent", "restart", "assistant"); code != 0 {
 		t.Fatalf("restart: %s", errs)
 	}
-	st = r.waitState(t, "assistant", admin.AgentActive)
+	st = d.WaitState(t, "assistant", admin.AgentActive)
 
 	if code, _, errs := choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
 		t.Fatalf("stop: %s", errs)
 	}
 	var status, reason string
-	r.d.pool.QueryRow(ctx, "SELECT status, end_reason FROM choir_control.sessions WHERE session_id = $1",
+	d.Pool().QueryRow(ctx, "SELECT status, end_reason FROM choir_control.sessions WHERE session_id = $1",
 		st.SessionID).Scan(&status, &reason)
 	if status != "ended" || !strings.Contains(reason, "terminated by the agent") {
 		t.Errorf("after stop: %s (%s)", status, reason)
 	}
 
 	// A container killed from outside is noticed at once.
-	if _, err := r.d.AgentStart(ctx, Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{}); err != nil {
+	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: "test"}, "assistant", daemon.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
-	st = r.waitState(t, "assistant", admin.AgentActive)
-	inst := mustInstance(t, r, st.SessionID)
+	st = d.WaitState(t, "assistant", admin.AgentActive)
+	inst := mustInstance(t, d, st.SessionID)
 	if _, err := cli.ContainerKill(ctx, inst, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		t.Fatal(err)
 	}
-	r.waitState(t, "assistant", admin.AgentCrashed)
+	d.WaitState(t, "assistant", admin.AgentCrashed)
 
 	// An agent left running by a choird that died is an orphan for the next.
-	if _, err := r.d.AgentStart(ctx, Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{}); err != nil {
+	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: "test"}, "assistant", daemon.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
-	st = r.waitState(t, "assistant", admin.AgentActive)
-	orphan := mustInstance(t, r, st.SessionID)
-	r.kill(t)
-	r = startChoirdWith(t, home, opts)
-	defer r.stop(t)
-	if _, err := r.d.runtime.Inspect(ctx, orphan); err == nil {
+	st = d.WaitState(t, "assistant", admin.AgentActive)
+	orphan := mustInstance(t, d, st.SessionID)
+	d = d.Restart(t)
+	if _, err := d.Runtime().Inspect(ctx, orphan); err == nil {
 		t.Errorf("orphaned container %s survived choird's restart", orphan)
 	}
-	r.d.pool.QueryRow(ctx, "SELECT status FROM choir_control.sessions WHERE session_id = $1", st.SessionID).Scan(&status)
+	d.Pool().QueryRow(ctx, "SELECT status FROM choir_control.sessions WHERE session_id = $1", st.SessionID).Scan(&status)
 	if status != "crashed" {
 		t.Errorf("orphan's session is %s, want crashed", status)
 	}
 	// The agent comes back by itself, in a new container whose session
 	// resumes the orphan's.
-	back := r.waitState(t, "assistant", admin.AgentActive)
+	back := d.WaitState(t, "assistant", admin.AgentActive)
 	var resumedFrom string
-	r.d.pool.QueryRow(ctx, "SELECT resumed_from::text FROM choir_control.sessions WHERE session_id = $1",
+	d.Pool().QueryRow(ctx, "SELECT resumed_from::text FROM choir_control.sessions WHERE session_id = $1",
 		back.SessionID).Scan(&resumedFrom)
 	if back.SessionID == st.SessionID || resumedFrom != st.SessionID {
 		t.Errorf("the live session %s resumes from %q, want a new one resuming %s", back.SessionID, resumedFrom, st.SessionID)
 	}
-	if inst := mustInstance(t, r, back.SessionID); inst == orphan {
+	if inst := mustInstance(t, d, back.SessionID); inst == orphan {
 		t.Errorf("the orphaned container %s was kept", orphan)
 	}
 }
 
-func mustInstance(t *testing.T, r *choirdRun, sessionID string) string {
+func mustInstance(t *testing.T, d *choirdtest.Choird, sessionID string) string {
 	t.Helper()
-	list, err := r.d.runtime.List(context.Background())
+	list, err := d.Runtime().List(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -135,21 +134,20 @@ func mustInstance(t *testing.T, r *choirdRun, sessionID string) string {
 func TestFailedStartLeavesNothing(t *testing.T) {
 	t.Parallel()
 	runtimetest.RequireDocker(t)
-	home := lifecycleHome(t, dbtest.NewDatabase(t))
-	r := startChoirdWith(t, home, Options{Runtime: "docker", AgentImage: "choir-agent-missing:nope"})
-	defer r.stop(t)
+	d := startChoird(t, choirdtest.Options{Daemon: daemon.Options{Runtime: "docker", AgentImage: "choir-agent-missing:nope"},
+		Edit: fastHeartbeat})
 	ctx := context.Background()
-	_, err := r.d.AgentStart(ctx, Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{})
+	_, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: "test"}, "assistant", daemon.StartOverrides{})
 	if err == nil || !strings.Contains(err.Error(), "choir-agent-missing:nope") {
 		t.Fatalf("start = %v, want an error naming the image", err)
 	}
 	var sessions, leases int
-	r.d.pool.QueryRow(ctx, "SELECT count(*) FROM choir_control.sessions").Scan(&sessions)
-	r.d.pool.QueryRow(ctx, "SELECT count(*) FROM choir_control.resource_leases").Scan(&leases)
+	d.Pool().QueryRow(ctx, "SELECT count(*) FROM choir_control.sessions").Scan(&sessions)
+	d.Pool().QueryRow(ctx, "SELECT count(*) FROM choir_control.resource_leases").Scan(&leases)
 	if sessions != 0 || leases != 0 {
 		t.Errorf("a failed start left %d sessions and %d leases", sessions, leases)
 	}
-	if list, err := r.d.runtime.List(ctx); err != nil || len(list) != 0 {
+	if list, err := d.Runtime().List(ctx); err != nil || len(list) != 0 {
 		t.Errorf("a failed start left instances %v (%v)", list, err)
 	}
 }

@@ -1,13 +1,10 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -15,20 +12,21 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/agent/commitlog"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
 )
 
 // replicatingAgent is the agent's side of replication for the fault tests,
 // built from the agent's own commit log (agent/commitlog) and the real
-// protocol client: one goroutine commits events steadily, as the arbiter
+// protocol cl: one goroutine commits events steadily, as the arbiter
 // does, and another heartbeats the unacknowledged tail, keeps it after a
 // failure and retries with backoff, as choir-agent's heartbeat loop does.
 // It records the highest revision choird acknowledged, so that a test can
 // check that every acknowledged revision survived the fault.
 type replicatingAgent struct {
-	log    *commitlog.Log
-	client *client.Client
+	log *commitlog.Log
+	cl  *client.Client
 	// sending receives, without blocking, just before each heartbeat goes
 	// out: a test waits on it to strike while one is in flight.
 	sending chan int64
@@ -50,12 +48,12 @@ func startReplicatingAgent(t *testing.T, home, sessionID, token string) *replica
 	if err != nil {
 		t.Fatal(err)
 	}
-	cl, err := client.New(client.Options{Socket: AgentSocketPath(home), SessionID: sessionID, LeaseToken: token})
+	cl, err := client.New(client.Options{Socket: daemon.AgentSocketPath(home), SessionID: sessionID, LeaseToken: token})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	a := &replicatingAgent{log: log, client: cl, sending: make(chan int64, 1), cancel: cancel}
+	a := &replicatingAgent{log: log, cl: cl, sending: make(chan int64, 1), cancel: cancel}
 	a.wg.Go(func() {
 		tick := time.NewTicker(time.Millisecond)
 		defer tick.Stop()
@@ -102,7 +100,7 @@ func (a *replicatingAgent) beat(ctx context.Context, lastSnapshot *int64) error 
 	case a.sending <- p.NewRev:
 	default:
 	}
-	resp, err := a.client.Heartbeat(ctx, req)
+	resp, err := a.cl.Heartbeat(ctx, req)
 	if err != nil {
 		return err
 	}
@@ -240,32 +238,4 @@ func checkReplica(t *testing.T, pool *pgxpool.Pool, agent string, acked, head in
 	if maxRev != head || string(hash) != string(headHash[:]) {
 		t.Errorf("the replica ends at %d (hash %x), the agent's log at %d (hash %s)", maxRev, hash, head, headHash)
 	}
-}
-
-var (
-	choirdBinOnce sync.Once
-	choirdBin     string
-	choirdBinErr  error
-)
-
-// buildChoird builds cmd/choird once per test binary.
-func buildChoird(t testing.TB) string {
-	t.Helper()
-	choirdBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "choird-bin-")
-		if err != nil {
-			choirdBinErr = err
-			return
-		}
-		choirdBin = filepath.Join(dir, "choird")
-		out, err := exec.Command("go", "build", "-o", choirdBin, "github.com/choirhq/choir/cmd/choird").CombinedOutput()
-		if err != nil {
-			choirdBinErr = err
-			choirdBin = string(out)
-		}
-	})
-	if choirdBinErr != nil {
-		t.Fatalf("build choird: %v\n%s", choirdBinErr, choirdBin)
-	}
-	return choirdBin
 }

@@ -1,94 +1,33 @@
-package daemon
+package daemon_test
 
 import (
-	"errors"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
-	"strconv"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 )
-
-// choirdProcess is choird running as a real process, so that a test can
-// kill it with SIGKILL mid-request.
-type choirdProcess struct {
-	cmd  *exec.Cmd
-	done chan error
-	log  string
-}
-
-// startChoirdProcess runs choird on home without an agent runtime (the
-// test's agent runs in the test process and keeps running across choird's
-// death, as a container does) and waits until its agent socket answers.
-func startChoirdProcess(t *testing.T, home string, n int) *choirdProcess {
-	t.Helper()
-	logPath := filepath.Join(home, "choird-"+strconv.Itoa(n)+".out")
-	out, err := os.Create(logPath)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer out.Close()
-	cmd := exec.Command(buildChoird(t), "--home", home, "--runtime=")
-	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	p := &choirdProcess{cmd: cmd, done: make(chan error, 1), log: logPath}
-	go func() { p.done <- cmd.Wait() }()
-	t.Cleanup(func() { p.kill(syscall.SIGTERM) })
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		c, err := net.Dial("unix", AgentSocketPath(home))
-		if err == nil {
-			c.Close()
-			return p
-		}
-		select {
-		case err := <-p.done:
-			p.done <- err
-			b, _ := os.ReadFile(logPath)
-			t.Fatalf("choird exited before it was ready: %v\n%s", err, b)
-		case <-time.After(20 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			b, _ := os.ReadFile(logPath)
-			t.Fatalf("choird's agent socket did not answer within a minute\n%s", b)
-		}
-	}
-}
-
-// kill sends sig and waits for the process to exit.
-func (p *choirdProcess) kill(sig syscall.Signal) {
-	if err := p.cmd.Process.Signal(sig); err != nil && !errors.Is(err, os.ErrProcessDone) {
-		return
-	}
-	select {
-	case err := <-p.done:
-		p.done <- err
-	case <-time.After(15 * time.Second):
-		p.cmd.Process.Kill()
-	}
-}
 
 func TestFaultChoirdKilledMidHeartbeat(t *testing.T) {
 	t.Parallel()
 	url := dbtest.NewDatabase(t)
-	// The threshold is far beyond the restart: the session must outlive
-	// choird's death, as it does when choird restarts under a running
-	// container before crash detection fires.
-	home := lifecycleHomeWith(t, url, func(c *config.Config) { c.CrashDetectionThresholdMS = 120_000 })
 	pool := dbtest.Connect(t, url)
 	const agent = "replica"
 	id, token := tokenSession(t, pool, agent)
 
-	p := startChoirdProcess(t, home, 1)
-	a := startReplicatingAgent(t, home, id.String(), token)
+	// choird runs no agent runtime: the test's agent runs in the test
+	// process and keeps running across choird's death, as a container
+	// does. The threshold is far beyond the restart: the session must
+	// outlive choird's death, as it does when choird restarts under a
+	// running container before crash detection fires.
+	p := choirdtest.StartProcess(t, withTwoAgents(choirdtest.Options{DatabaseURL: url,
+		Edit: func(c *config.Config, s config.Secrets) {
+			fastHeartbeat(c, s)
+			c.CrashDetectionThresholdMS = 120_000
+		}}))
+	a := startReplicatingAgent(t, p.Dir, id.String(), token)
 	a.waitAcked(t, 1000, "before the first kill")
 
 	// Strike while a heartbeat is on its way, a little later each time.
@@ -101,7 +40,9 @@ func TestFaultChoirdKilledMidHeartbeat(t *testing.T) {
 		<-a.sending
 		<-a.sending
 		time.Sleep(delay)
-		p.kill(syscall.SIGKILL)
+		if err := p.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
 		ackedBefore := a.ackedRev()
 		var stored int64
 		pool.QueryRow(t.Context(), "SELECT acked_rev FROM choir_control.sessions WHERE session_id = $1", id).Scan(&stored)
@@ -117,7 +58,7 @@ func TestFaultChoirdKilledMidHeartbeat(t *testing.T) {
 		if head, _ := a.log.Head(); head <= ackedBefore {
 			t.Fatalf("the agent committed nothing while choird was down (head %d, acked %d)", head, ackedBefore)
 		}
-		p = startChoirdProcess(t, home, i+2)
+		p = p.Restart(t)
 		a.waitAcked(t, ackedBefore+1000, "after the restart")
 	}
 	failed, lastErr := a.failedBeats()

@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -16,6 +16,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -98,14 +99,15 @@ func startPrivateCluster(t *testing.T) *privateCluster {
 func TestFaultPostgresRestartedUnderLoad(t *testing.T) {
 	t.Parallel()
 	c := startPrivateCluster(t)
-	home := lifecycleHomeWith(t, c.url(), func(cfg *config.Config) { cfg.CrashDetectionThresholdMS = 120_000 })
 	pool := dbtest.Connect(t, c.url())
 	const agent = "replica"
 	id, token := tokenSession(t, pool, agent)
 
-	r := startChoirdWith(t, home, Options{})
-	defer r.kill(t)
-	a := startReplicatingAgent(t, home, id.String(), token)
+	d := startChoird(t, choirdtest.Options{DatabaseURL: c.url(), Edit: func(cfg *config.Config, s config.Secrets) {
+		fastHeartbeat(cfg, s)
+		cfg.CrashDetectionThresholdMS = 120_000
+	}})
+	a := startReplicatingAgent(t, d.Home, id.String(), token)
 	a.waitAcked(t, 1000, "before the restart")
 
 	// Restart while heartbeats flow; -m fast ends every session, the

@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"bytes"
@@ -9,141 +9,82 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/ctl"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/gateway"
-	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
-var (
-	agentBinOnce sync.Once
-	agentBin     string
-	agentBinErr  error
-)
+// canary is the model key's value: it must never be seen outside the
+// memory of choird and of the agent that fetched it.
+const canary = "sk-canary-7f3a"
 
-// buildAgent builds choir-agent once per test binary, without cgo.
-func buildAgent(t testing.TB) string {
-	t.Helper()
-	agentBinOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "choir-agent-bin-")
-		if err != nil {
-			agentBinErr = err
-			return
-		}
-		agentBin = filepath.Join(dir, "choir-agent")
-		// Static, as make and the images build it: without cgo the agent
-		// drops capabilities on every thread at once (sandbox.Harden).
-		cmd := exec.Command("go", "build", "-o", agentBin, "github.com/choirhq/choir/cmd/choir-agent")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			agentBinErr = err
-			agentBin = string(out)
-		}
-	})
-	if agentBinErr != nil {
-		t.Fatalf("build choir-agent: %v\n%s", agentBinErr, agentBin)
-	}
-	return agentBin
+// twoAgents makes config.Local's configuration the one these tests share
+// (testConfig's), with the secrets it names.
+func twoAgents(cfg *config.Config, secrets config.Secrets) {
+	cfg.Workspaces["other"] = config.Workspace{Path: filepath.Join(filepath.Dir(cfg.Workspaces["main"].Path), "other")}
+	m := cfg.Models["local"]
+	m.Secret = "model-key"
+	cfg.Models["local"] = m
+	secrets["model-key"] = canary
+	cfg.GitIdentities = map[string]config.GitIdentity{"dev": {Name: "Dev", Email: "dev@choir.local", Secret: "git-token",
+		Hosts: []string{"git.example.com"}}}
+	secrets["git-token"] = "ghp-test"
+	a := cfg.Agents["assistant"]
+	a.Defaults.GitIdentity = "dev"
+	cfg.Agents["assistant"] = a
+	h := a
+	h.Defaults.GitIdentity = ""
+	cfg.Agents["helper"] = h
+	cfg.DMs["second"] = config.DM{Gateway: "console", UserID: "second"}
 }
 
-const canary = "sk-canary-0d5e9b21"
-
-// lifecycleHome writes a configuration with two agents that share the
-// default workspace, a canary model key, and a fast heartbeat.
-func lifecycleHome(t testing.TB, url string) string {
-	t.Helper()
-	return lifecycleHomeWith(t, url, nil)
+// withTwoAgents is o on twoAgents' configuration, which o.Edit may change
+// further.
+func withTwoAgents(o choirdtest.Options) choirdtest.Options {
+	edit := o.Edit
+	o.Edit = func(cfg *config.Config, secrets config.Secrets) {
+		twoAgents(cfg, secrets)
+		if edit != nil {
+			edit(cfg, secrets)
+		}
+	}
+	return o
 }
 
-func lifecycleHomeWith(t testing.TB, url string, edit func(*config.Config)) string {
+// startChoird runs choird (with no agent runtime unless o.Daemon names
+// one) on twoAgents' configuration, which o.Edit may change further.
+func startChoird(t testing.TB, o choirdtest.Options) *choirdtest.Choird {
 	t.Helper()
-	pc, err := pgx.ParseConfig(url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := t.TempDir()
-	cfg := testConfig(t)
-	cfg.Postgres = config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database, Secret: "postgres-admin"}
+	return choirdtest.Start(t, withTwoAgents(o))
+}
+
+// fastHeartbeat is a 100 ms heartbeat and a 3 s crash threshold.
+func fastHeartbeat(cfg *config.Config, _ config.Secrets) {
 	cfg.HeartbeatIntervalMS = 100
 	cfg.CrashDetectionThresholdMS = 3000
-	secrets := config.Secrets{"postgres-admin": "postgres:", "model-key": canary, "git-token": "ghp-test"}
-	if edit != nil {
-		edit(cfg)
-	}
-	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
-		t.Fatal(err)
-	}
-	for _, ws := range cfg.Workspaces {
-		if err := os.MkdirAll(ws.Path, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return home
 }
 
-type choirdRun struct {
-	d      *Daemon
-	home   string
-	cancel context.CancelFunc
-	done   chan error
-}
-
-func startChoird(t testing.TB, home string) *choirdRun {
+// startWithAgents runs choird with the process runtime and the real agent,
+// on twoAgents' configuration with a fast heartbeat; edit, when set,
+// changes it further.
+func startWithAgents(t testing.TB, edit func(*config.Config)) *choirdtest.Choird {
 	t.Helper()
-	return startChoirdWith(t, home, Options{Runtime: "process", AgentBinary: buildAgent(t)})
-}
-
-func startChoirdWith(t testing.TB, home string, opts Options) *choirdRun {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	ready := make(chan *Daemon, 1)
-	r := &choirdRun{home: home, cancel: cancel, done: make(chan error, 1)}
-	go func() {
-		opts.Home, opts.Stderr, opts.Ready = home, &lockedBuffer{}, func(d *Daemon) { ready <- d }
-		r.done <- Run(ctx, opts)
-	}()
-	select {
-	case r.d = <-ready:
-	case err := <-r.done:
-		cancel()
-		t.Fatalf("choird: %v", err)
-	case <-time.After(time.Minute):
-		cancel()
-		t.Fatal("choird not ready")
-	}
-	return r
-}
-
-// stop stops every running agent, then choird.
-func (r *choirdRun) stop(t testing.TB) {
-	t.Helper()
-	for id := range r.d.Snapshot().Config.Agents {
-		if st := r.d.LatestStatus(context.Background(), id); st.State == admin.AgentActive || st.State == admin.AgentStarting {
-			if _, err := r.d.AgentStop(context.Background(), Scope{Admin: true, Actor: "test"}, id); err != nil {
-				t.Errorf("stop %s: %v", id, err)
+	return startChoird(t, choirdtest.Options{
+		Daemon: daemon.Options{Runtime: "process", AgentBinary: choirdtest.Binary(t, "cmd/choir-agent")},
+		Edit: func(cfg *config.Config, _ config.Secrets) {
+			fastHeartbeat(cfg, nil)
+			if edit != nil {
+				edit(cfg)
 			}
-		}
-	}
-	r.kill(t)
-}
-
-// kill stops choird alone; its agents keep running, as after a crash.
-func (r *choirdRun) kill(t testing.TB) {
-	t.Helper()
-	r.cancel()
-	if err := <-r.done; err != nil {
-		t.Errorf("choird: %v", err)
-	}
+		}})
 }
 
 func choirctl(t *testing.T, home string, args ...string) (int, string, string) {
@@ -153,24 +94,10 @@ func choirctl(t *testing.T, home string, args ...string) (int, string, string) {
 	return code, out.String(), errb.String()
 }
 
-func (r *choirdRun) waitState(t *testing.T, agent string, want admin.AgentState) admin.AgentStatus {
+// agentPid is the process of agent's running instance.
+func agentPid(t *testing.T, c *choirdtest.Choird, agent string) int {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		st := r.d.LatestStatus(context.Background(), agent)
-		if st.State == want {
-			return st
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("agent %s is %s, want %s", agent, st.State, want)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
-
-func agentPid(t *testing.T, r *choirdRun, agent string) int {
-	t.Helper()
-	s, err := r.d.runtime.List(context.Background())
+	s, err := c.Runtime().List(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,41 +115,40 @@ func agentPid(t *testing.T, r *choirdRun, agent string) int {
 // resuming the chain of its crashed session.
 func TestRestartBringsBackACrashedAgent(t *testing.T) {
 	t.Parallel()
-	home := lifecycleHomeWith(t, dbtest.NewDatabase(t), func(c *config.Config) {
+	d := startWithAgents(t, func(c *config.Config) {
 		c.DMs["mine"] = config.DM{Gateway: "console", UserID: "mine"}
 		a := c.Agents["assistant"]
 		a.Defaults.DM = "mine"
 		c.Agents["assistant"] = a
 	})
-	r := startChoird(t, home)
-	defer r.stop(t)
+	home := d.Home
 	ctx := context.Background()
 	for _, how := range []string{"choirctl", "its DM"} {
 		if code, _, errs := choirctl(t, home, "agent", "start", "assistant"); code != 0 {
 			t.Fatalf("start: %s", errs)
 		}
-		before := r.waitState(t, "assistant", admin.AgentActive)
-		if err := syscall.Kill(agentPid(t, r, "assistant"), syscall.SIGKILL); err != nil {
+		before := d.WaitState(t, "assistant", admin.AgentActive)
+		if err := syscall.Kill(agentPid(t, d, "assistant"), syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
-		r.waitState(t, "assistant", admin.AgentCrashed)
+		d.WaitState(t, "assistant", admin.AgentCrashed)
 		switch how {
 		case "choirctl":
 			if code, _, errs := choirctl(t, home, "agent", "restart", "assistant"); code != 0 {
 				t.Fatalf("restart of a crashed agent: %s", errs)
 			}
 		default:
-			sc, err := r.d.DMScope(ctx, gateway.DM{Name: "mine", Gateway: "console"})
+			sc, err := d.DMScope(ctx, gateway.DM{Name: "mine", Gateway: "console"})
 			if err != nil {
 				t.Fatal(err)
 			}
-			if _, err := r.d.AgentRestart(ctx, sc, "assistant"); err != nil {
+			if _, err := d.AgentRestart(ctx, sc, "assistant"); err != nil {
 				t.Fatalf("restart of a crashed agent from its DM: %v", err)
 			}
 		}
-		after := r.waitState(t, "assistant", admin.AgentActive)
+		after := d.WaitState(t, "assistant", admin.AgentActive)
 		var from, dm string
-		r.d.pool.QueryRow(ctx, "SELECT coalesce(resumed_from::text, ''), resource_bindings->>'dm' FROM choir_control.sessions WHERE session_id = $1",
+		d.Pool().QueryRow(ctx, "SELECT coalesce(resumed_from::text, ''), resource_bindings->>'dm' FROM choir_control.sessions WHERE session_id = $1",
 			after.SessionID).Scan(&from, &dm)
 		if from != before.SessionID || dm != "mine" {
 			t.Errorf("restarted from %s: session %s resumes %q on DM %q, want the crashed %s on mine", how, after.SessionID, from, dm, before.SessionID)
@@ -235,20 +161,19 @@ func TestRestartBringsBackACrashedAgent(t *testing.T) {
 
 func TestLifecycleProcessRuntime(t *testing.T) {
 	t.Parallel()
-	home := lifecycleHome(t, dbtest.NewDatabase(t))
-	r := startChoird(t, home)
-	defer r.stop(t)
+	d := startWithAgents(t, nil)
+	home := d.Home
 
 	t.Run("StartWithoutDMUsesTheDefault", func(t *testing.T) {
 		code, _, errs := choirctl(t, home, "agent", "start", "assistant")
 		if code != 0 {
 			t.Fatalf("start without --dm: exit %d: %s", code, errs)
 		}
-		st := r.waitState(t, "assistant", admin.AgentActive)
+		st := d.WaitState(t, "assistant", admin.AgentActive)
 		var dm string
-		r.d.pool.QueryRow(context.Background(), "SELECT resource_bindings->>'dm' FROM choir_control.sessions WHERE session_id = $1",
+		d.Pool().QueryRow(context.Background(), "SELECT resource_bindings->>'dm' FROM choir_control.sessions WHERE session_id = $1",
 			st.SessionID).Scan(&dm)
-		if want := r.d.Snapshot().Config.Agents["assistant"].Defaults.DM; dm != want {
+		if want := d.Snapshot().Config.Agents["assistant"].Defaults.DM; dm != want {
 			t.Errorf("the session is bound to DM %q, want the agent's defaults.dm %q", dm, want)
 		}
 		if code, _, errs := choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
@@ -275,11 +200,11 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 		if !strings.Contains(out, "assistant") {
 			t.Errorf("start output: %s", out)
 		}
-		st := r.waitState(t, "assistant", admin.AgentActive)
+		st := d.WaitState(t, "assistant", admin.AgentActive)
 		if st.Runtime != "process" {
 			t.Errorf("runtime = %q", st.Runtime)
 		}
-		pid := agentPid(t, r, "assistant")
+		pid := agentPid(t, d, "assistant")
 
 		t.Run("CanarySecretIsNowhereButInMemory", func(t *testing.T) {
 			environ, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/environ")
@@ -299,7 +224,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 				return nil
 			})
 			var n int
-			r.d.pool.QueryRow(context.Background(), `SELECT count(*) FROM choir_control.session_events
+			d.Pool().QueryRow(context.Background(), `SELECT count(*) FROM choir_control.session_events
 				WHERE payload::text LIKE '%' || $1 || '%'`, canary).Scan(&n)
 			if n != 0 {
 				t.Errorf("the canary secret is in %d session events", n)
@@ -308,7 +233,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 
 		t.Run("GitIdentityIsInTheAgentsGitConfig", func(t *testing.T) {
 			var found string
-			waitUntil(t, "the agent's .gitconfig", func() bool {
+			choirdtest.WaitFor(t, "the agent's .gitconfig", d.Logs, func() bool {
 				filepath.Walk(filepath.Join(home, "run"), func(path string, info os.FileInfo, err error) error {
 					if err == nil && info.Name() == ".gitconfig" {
 						b, _ := os.ReadFile(path)
@@ -352,7 +277,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 			if code, out, errs := choirctl(t, home, "secret", "apply"); code != 0 || !strings.Contains(out, "1 running agents") {
 				t.Fatalf("secret apply: %d %s %s", code, out, errs)
 			}
-			waitUntil(t, "the rotated token in the agent", func() bool {
+			choirdtest.WaitFor(t, "the rotated token in the agent", d.Logs, func() bool {
 				return strings.Contains(fill("git.example.com"), "password=ghp-rotated")
 			})
 		})
@@ -363,7 +288,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 				t.Fatalf("exit %d: %s", code, errs)
 			}
 			var sessions int
-			r.d.pool.QueryRow(context.Background(), "SELECT count(*) FROM choir_control.sessions WHERE agent_id = 'helper'").Scan(&sessions)
+			d.Pool().QueryRow(context.Background(), "SELECT count(*) FROM choir_control.sessions WHERE agent_id = 'helper'").Scan(&sessions)
 			if sessions != 0 {
 				t.Errorf("a refused start left %d sessions", sessions)
 			}
@@ -378,8 +303,8 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 		if code != 0 {
 			t.Fatalf("restart: %s", errs)
 		}
-		r.waitState(t, "assistant", admin.AgentActive)
-		if newPid := agentPid(t, r, "assistant"); newPid == pid {
+		d.WaitState(t, "assistant", admin.AgentActive)
+		if newPid := agentPid(t, d, "assistant"); newPid == pid {
 			t.Error("restart kept the same process")
 		}
 
@@ -388,13 +313,13 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 			t.Fatalf("stop: %s", errs)
 		}
 		var status, reason string
-		r.d.pool.QueryRow(context.Background(), `SELECT status, end_reason FROM choir_control.sessions
+		d.Pool().QueryRow(context.Background(), `SELECT status, end_reason FROM choir_control.sessions
 			WHERE agent_id = 'assistant' ORDER BY started_at DESC LIMIT 1`).Scan(&status, &reason)
 		if status != "ended" || !strings.Contains(reason, "terminated by the agent") {
 			t.Errorf("after stop: %s (%s), want ended by the agent itself", status, reason)
 		}
 		var leases int
-		r.d.pool.QueryRow(context.Background(), "SELECT count(*) FROM choir_audit.leases").Scan(&leases)
+		d.Pool().QueryRow(context.Background(), "SELECT count(*) FROM choir_audit.leases").Scan(&leases)
 		if leases != 0 {
 			t.Errorf("%d leases after stop", leases)
 		}
@@ -404,27 +329,27 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 		if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 			t.Fatalf("start: %s", errs)
 		}
-		r.waitState(t, "assistant", admin.AgentActive)
-		syscall.Kill(agentPid(t, r, "assistant"), syscall.SIGKILL)
+		d.WaitState(t, "assistant", admin.AgentActive)
+		syscall.Kill(agentPid(t, d, "assistant"), syscall.SIGKILL)
 		// Well before the 3 s heartbeat threshold: the runtime reported it.
 		start := time.Now()
-		r.waitState(t, "assistant", admin.AgentCrashed)
+		d.WaitState(t, "assistant", admin.AgentCrashed)
 		t.Logf("crash noticed %s after the kill", time.Since(start))
 		var breaks int
-		r.d.pool.QueryRow(context.Background(), "SELECT count(*) FROM choir_audit.chain_breaks").Scan(&breaks)
+		d.Pool().QueryRow(context.Background(), "SELECT count(*) FROM choir_audit.chain_breaks").Scan(&breaks)
 		if breaks != 0 {
 			t.Errorf("%d chain breaks after kill -9", breaks)
 		}
 	})
 
 	t.Run("WorkspaceListAndReset", func(t *testing.T) {
-		ws := r.d.Snapshot().Config.Workspaces["main"].Path
+		ws := d.Snapshot().Config.Workspaces["main"].Path
 		os.WriteFile(filepath.Join(ws, "junk.txt"), []byte("x"), 0o644)
 		// The workspace is leased: reset stops its agent first.
 		if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 			t.Fatalf("start: %s", errs)
 		}
-		r.waitState(t, "assistant", admin.AgentActive)
+		d.WaitState(t, "assistant", admin.AgentActive)
 		if code, out, _ := choirctl(t, home, "workspace", "list"); code != 0 || !strings.Contains(out, "assistant") {
 			t.Fatalf("list does not show the holder: %s", out)
 		}
@@ -438,7 +363,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 		if entries, _ := os.ReadDir(ws); len(entries) != 0 {
 			t.Errorf("workspace not empty: %v", entries)
 		}
-		if st := r.d.LatestStatus(context.Background(), "assistant"); st.State != admin.AgentStopped {
+		if st := d.LatestStatus(context.Background(), "assistant"); st.State != admin.AgentStopped {
 			t.Errorf("the agent leasing the workspace is %s after reset, want stopped", st.State)
 		}
 	})
@@ -446,17 +371,13 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 
 func TestOrphansAreRemovedWhenChoirdRestarts(t *testing.T) {
 	t.Parallel()
-	home := lifecycleHome(t, dbtest.NewDatabase(t))
-	r := startChoird(t, home)
-	if _, err := r.d.AgentStart(context.Background(), Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{}); err != nil {
+	d := startWithAgents(t, nil)
+	if _, err := d.AgentStart(context.Background(), daemon.Scope{Admin: true, Actor: "test"}, "assistant", daemon.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
-	old := r.waitState(t, "assistant", admin.AgentActive)
-	pid := agentPid(t, r, "assistant")
-	r.kill(t) // the agent keeps running: choird's instances outlive it
-
-	r = startChoird(t, home)
-	defer r.stop(t)
+	old := d.WaitState(t, "assistant", admin.AgentActive)
+	pid := agentPid(t, d, "assistant")
+	d = d.Restart(t) // the agent keeps running: choird's instances outlive it
 	if err := syscall.Kill(pid, 0); err == nil {
 		// Reaped asynchronously by the runtime; give it a moment.
 		deadline := time.Now().Add(10 * time.Second)
@@ -468,24 +389,24 @@ func TestOrphansAreRemovedWhenChoirdRestarts(t *testing.T) {
 		}
 	}
 	var status string
-	r.d.pool.QueryRow(context.Background(), "SELECT status FROM choir_control.sessions WHERE session_id = $1",
+	d.Pool().QueryRow(context.Background(), "SELECT status FROM choir_control.sessions WHERE session_id = $1",
 		old.SessionID).Scan(&status)
 	if status != "crashed" {
 		t.Errorf("orphan's session is %s, want crashed", status)
 	}
 	// The agent came back by itself, in a new instance and session.
-	if st := r.waitState(t, "assistant", admin.AgentActive); st.SessionID == old.SessionID {
+	if st := d.WaitState(t, "assistant", admin.AgentActive); st.SessionID == old.SessionID {
 		t.Error("the orphan's session is live again")
 	}
-	if newPid := agentPid(t, r, "assistant"); newPid == pid {
+	if newPid := agentPid(t, d, "assistant"); newPid == pid {
 		t.Error("the orphaned instance was kept")
 	}
 }
 
-func pushText(t *testing.T, r *choirdRun, agent, text string) {
+func pushText(t *testing.T, d *choirdtest.Choird, agent, text string) {
 	t.Helper()
-	st := r.d.LatestStatus(context.Background(), agent)
-	if _, err := r.d.Push(st.SessionID, rpcUserMessage(text)); err != nil {
+	st := d.LatestStatus(context.Background(), agent)
+	if _, err := d.Push(st.SessionID, rpcUserMessage(text)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -495,47 +416,46 @@ func TestFaultsProcessRuntime(t *testing.T) {
 
 	t.Run("KilledAgentResumesFromSnapshotAndTail", func(t *testing.T) {
 		t.Parallel()
-		home := lifecycleHomeWith(t, dbtest.NewDatabase(t), func(c *config.Config) { c.SnapshotEveryEvents = 2 })
-		r := startChoird(t, home)
-		defer r.stop(t)
-		sc := Scope{Admin: true, Actor: "test"}
-		if _, err := r.d.AgentStart(context.Background(), sc, "assistant", StartOverrides{}); err != nil {
+		d := startWithAgents(t, func(c *config.Config) { c.SnapshotEveryEvents = 2 })
+		home := d.Home
+		sc := daemon.Scope{Admin: true, Actor: "test"}
+		if _, err := d.AgentStart(context.Background(), sc, "assistant", daemon.StartOverrides{}); err != nil {
 			t.Fatal(err)
 		}
-		r.waitState(t, "assistant", admin.AgentActive)
+		d.WaitState(t, "assistant", admin.AgentActive)
 		// No model answers here: each message commits a user_msg event and
 		// gets an error reply; that is enough events to snapshot.
 		for i := range 3 {
-			pushText(t, r, "assistant", "message "+strconv.Itoa(i))
+			pushText(t, d, "assistant", "message "+strconv.Itoa(i))
 		}
 		var snaps int
-		waitUntil(t, "a snapshot", func() bool {
-			r.d.pool.QueryRow(context.Background(), "SELECT count(*) FROM choir_control.session_snapshots").Scan(&snaps)
+		choirdtest.WaitFor(t, "a snapshot", d.Logs, func() bool {
+			d.Pool().QueryRow(context.Background(), "SELECT count(*) FROM choir_control.session_snapshots").Scan(&snaps)
 			return snaps > 0
 		})
 		var acked int64
-		waitUntil(t, "three events acknowledged", func() bool {
-			r.d.pool.QueryRow(context.Background(), "SELECT max(acked_rev) FROM choir_control.sessions").Scan(&acked)
+		choirdtest.WaitFor(t, "three events acknowledged", d.Logs, func() bool {
+			d.Pool().QueryRow(context.Background(), "SELECT max(acked_rev) FROM choir_control.sessions").Scan(&acked)
 			return acked >= 3
 		})
-		syscall.Kill(agentPid(t, r, "assistant"), syscall.SIGKILL)
-		r.waitState(t, "assistant", admin.AgentCrashed)
-		if _, err := r.d.AgentStart(context.Background(), sc, "assistant", StartOverrides{}); err != nil {
+		syscall.Kill(agentPid(t, d, "assistant"), syscall.SIGKILL)
+		d.WaitState(t, "assistant", admin.AgentCrashed)
+		if _, err := d.AgentStart(context.Background(), sc, "assistant", daemon.StartOverrides{}); err != nil {
 			t.Fatal(err)
 		}
-		r.waitState(t, "assistant", admin.AgentActive)
-		pushText(t, r, "assistant", "after the crash")
-		waitUntil(t, "the next event continuing the chain", func() bool {
+		d.WaitState(t, "assistant", admin.AgentActive)
+		pushText(t, d, "assistant", "after the crash")
+		choirdtest.WaitFor(t, "the next event continuing the chain", d.Logs, func() bool {
 			var n int64
-			r.d.pool.QueryRow(context.Background(), "SELECT max(rev) FROM choir_control.session_events").Scan(&n)
+			d.Pool().QueryRow(context.Background(), "SELECT max(rev) FROM choir_control.session_events").Scan(&n)
 			return n > acked
 		})
 		var breaks int
-		r.d.pool.QueryRow(context.Background(), "SELECT count(*) FROM choir_audit.chain_breaks").Scan(&breaks)
+		d.Pool().QueryRow(context.Background(), "SELECT count(*) FROM choir_audit.chain_breaks").Scan(&breaks)
 		if breaks != 0 {
 			t.Errorf("%d chain breaks across the crash", breaks)
 		}
-		waitUntil(t, "the agent log to report the restore", func() bool {
+		choirdtest.WaitFor(t, "the agent log to report the restore", d.Logs, func() bool {
 			b, _ := os.ReadFile(filepath.Join(home, "logs", "assistant.log"))
 			return bytes.Contains(b, []byte(`"status":"resumed"`)) && bytes.Contains(b, []byte("working state restored"))
 		})
@@ -543,26 +463,24 @@ func TestFaultsProcessRuntime(t *testing.T) {
 
 	t.Run("FrozenAgentIsFencedAfterTheThreshold", func(t *testing.T) {
 		t.Parallel()
-		home := lifecycleHome(t, dbtest.NewDatabase(t))
-		r := startChoird(t, home)
-		defer r.stop(t)
-		if _, err := r.d.AgentStart(context.Background(), Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{}); err != nil {
+		d := startWithAgents(t, nil)
+		if _, err := d.AgentStart(context.Background(), daemon.Scope{Admin: true, Actor: "test"}, "assistant", daemon.StartOverrides{}); err != nil {
 			t.Fatal(err)
 		}
-		st := r.waitState(t, "assistant", admin.AgentActive)
-		pid := agentPid(t, r, "assistant")
+		st := d.WaitState(t, "assistant", admin.AgentActive)
+		pid := agentPid(t, d, "assistant")
 		syscall.Kill(pid, syscall.SIGSTOP)
-		r.waitState(t, "assistant", admin.AgentCrashed) // heartbeat threshold 3 s, detection every second
+		d.WaitState(t, "assistant", admin.AgentCrashed) // heartbeat threshold 3 s, detection every second
 		var leases int
-		r.d.pool.QueryRow(context.Background(), "SELECT count(*) FROM choir_audit.leases").Scan(&leases)
+		d.Pool().QueryRow(context.Background(), "SELECT count(*) FROM choir_audit.leases").Scan(&leases)
 		if leases != 0 {
 			t.Errorf("%d leases held by a crashed session", leases)
 		}
 		syscall.Kill(pid, syscall.SIGCONT)
 		// Its next heartbeat is refused; the agent stops itself.
-		waitUntil(t, "the fenced agent to exit", func() bool { return syscall.Kill(pid, 0) != nil || zombie(pid) })
+		choirdtest.WaitFor(t, "the fenced agent to exit", d.Logs, func() bool { return syscall.Kill(pid, 0) != nil || zombie(pid) })
 		var status string
-		r.d.pool.QueryRow(context.Background(), "SELECT status FROM choir_control.sessions WHERE session_id = $1",
+		d.Pool().QueryRow(context.Background(), "SELECT status FROM choir_control.sessions WHERE session_id = $1",
 			st.SessionID).Scan(&status)
 		if status != "crashed" {
 			t.Errorf("session is %s after the fenced agent came back", status)
@@ -573,17 +491,6 @@ func TestFaultsProcessRuntime(t *testing.T) {
 func zombie(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	return err == nil && bytes.Contains(b, []byte(") Z "))
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(25 * time.Millisecond)
-	}
 }
 
 func rpcUserMessage(text string) rpc.Push {

@@ -1,17 +1,15 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"testing"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon/dmcmd"
-	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -22,7 +20,8 @@ import (
 func TestOverrideBindsItsSecret(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	home := lifecycleHomeWith(t, dbtest.NewDatabase(t), func(c *config.Config) {
+	d := startChoird(t, choirdtest.Options{Edit: func(c *config.Config, secrets config.Secrets) {
+		fastHeartbeat(c, secrets)
 		c.Models["other"] = config.Model{Provider: "other-provider", Model: "other-model", Endpoint: "http://127.0.0.1:9/v1",
 			Secret: "other-llm-key"}
 		c.TTS = map[string]config.TTS{"eleven": {Provider: "elevenlabs", ModelID: "eleven_v2", Endpoint: "http://127.0.0.1:9",
@@ -30,16 +29,14 @@ func TestOverrideBindsItsSecret(t *testing.T) {
 		c.VoiceProfiles = map[string]config.VoiceProfile{
 			"calm": {TTS: "eleven", VoiceID: "v-calm", OutputFormat: "mp3_44100_128", VoiceSettings: config.VoiceSettings{Speed: 1}},
 		}
-	})
-	addSecrets(t, home, config.Secrets{"other-llm-key": "sk-other", "tts-key": "tts-secret"})
-	r := startChoirdWith(t, home, Options{})
-	b := &cmdBundle{r: r, c: dmcmd.New(dmcmd.Options{Control: r.d.Control, Inbox: r.d.inbox, Pool: r.d.pool, Logger: r.d.logger})}
-	t.Cleanup(func() { b.c.Wait(); r.kill(t) })
-	agent := b.startAgent(t, "assistant")
+		secrets["other-llm-key"], secrets["tts-key"] = "sk-other", "tts-secret"
+	}})
+	b := &cmdBundle{d: d}
+	agent := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
 
 	fetch := func() rpc.DynamicConfig {
 		t.Helper()
-		got, err := agent.client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
+		got, err := agent.Client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,15 +50,15 @@ func TestOverrideBindsItsSecret(t *testing.T) {
 		!slices.Contains(dc.Secrets, "model-key") {
 		t.Errorf("secrets before any override = %v, want the bound model-key only", dc.Secrets)
 	}
-	if _, err := agent.client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"other-llm-key"}}); !errors.Is(err, rpc.ErrPermissionDenied) {
+	if _, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"other-llm-key"}}); !errors.Is(err, rpc.ErrPermissionDenied) {
 		t.Errorf("a model's secret the session does not use: %v, want permission denied", err)
 	}
 
-	admin := Scope{Admin: true, Actor: "test"}
-	if _, err := r.d.ModelSet(ctx, admin, "assistant", "other"); err != nil {
+	admin := daemon.Scope{Admin: true, Actor: "test"}
+	if _, err := d.ModelSet(ctx, admin, "assistant", "other"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := r.d.VoiceSet(ctx, admin, "assistant", "calm"); err != nil {
+	if _, err := d.VoiceSet(ctx, admin, "assistant", "calm"); err != nil {
 		t.Fatal(err)
 	}
 	dc := fetch()
@@ -73,38 +70,11 @@ func TestOverrideBindsItsSecret(t *testing.T) {
 			t.Errorf("secrets after the overrides = %v, want %s among them", dc.Secrets, name)
 		}
 	}
-	got, err := agent.client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: dc.Secrets})
+	got, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: dc.Secrets})
 	if err != nil {
 		t.Fatalf("GET_SECRETS of the listed secrets: %v", err)
 	}
 	if got.Secrets["other-llm-key"] != "sk-other" || got.Secrets["tts-key"] != "tts-secret" {
 		t.Errorf("the overrides' secrets were not handed over")
-	}
-}
-
-// addSecrets adds secrets to home's secrets.json.
-func addSecrets(t *testing.T, home string, add config.Secrets) {
-	t.Helper()
-	cfgData, err := os.ReadFile(filepath.Join(home, config.ConfigFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse(cfgData)
-	if err != nil {
-		t.Fatal(err)
-	}
-	data, err := config.ReadSecretsFile(filepath.Join(home, config.SecretsFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := config.ParseSecrets(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for k, v := range add {
-		s[k] = v
-	}
-	if err := config.WriteFiles(home, cfg, s, true); err != nil {
-		t.Fatal(err)
 	}
 }

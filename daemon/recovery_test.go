@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"bytes"
@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
@@ -30,7 +31,7 @@ func TestHello(t *testing.T) {
 	t.Run("FirstSessionStartsFreshAndRecordsTheHello", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		s, err := control.CreateSession(ctx, pool, testConfig(t), "assistant", StartOverrides{}, 1, "process")
+		s, err := control.CreateSession(ctx, pool, testConfig(t), "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +54,7 @@ func TestHello(t *testing.T) {
 	t.Run("AHelloForAnotherSessionIsDenied", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		s, err := control.CreateSession(ctx, pool, testConfig(t), "assistant", StartOverrides{}, 1, "process")
+		s, err := control.CreateSession(ctx, pool, testConfig(t), "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +72,7 @@ func TestHello(t *testing.T) {
 		q := db.New(pool)
 
 		// Session 1 replicates revs 1-4 and snapshots at 2, then crashes.
-		s1, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		s1, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -86,7 +87,7 @@ func TestHello(t *testing.T) {
 		control.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
 
 		// Session 2 resumes, replicates 5-7, and is stopped.
-		s2, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		s2, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -107,7 +108,7 @@ func TestHello(t *testing.T) {
 		control.EndSession(ctx, pool, nil, s2.Session.SessionID, "ended", "stopped")
 
 		// Session 3 sees the whole chain: snapshot 2 and tail 3-7.
-		s3, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		s3, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +130,7 @@ func TestHello(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		s1, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		s1, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -153,7 +154,7 @@ func TestHello(t *testing.T) {
 		control.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
 		resume := func(t *testing.T) (rpc.InitHelloResponse, string) {
 			t.Helper()
-			s, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+			s, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 			if err != nil {
 				t.Fatal(err)
 			}

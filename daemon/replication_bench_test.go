@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"bytes"
@@ -18,8 +18,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/agent/commitlog"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
 )
@@ -48,23 +50,23 @@ func BenchmarkHeartbeatTx(b *testing.B) {
 }
 
 func benchHeartbeat(b *testing.B, sessions, perBeat int, viaRPC bool) {
-	d, home, _ := runChoird(b)
+	d := startChoird(b, choirdtest.Options{})
 	ctx := context.Background()
 	type sess struct {
-		id     uuid.UUID
-		client *client.Client
-		rev    int64
-		prev   rpc.Hash
+		id   uuid.UUID
+		cl   *client.Client
+		rev  int64
+		prev rpc.Hash
 	}
 	all := make([]*sess, sessions)
 	for i := range all {
-		id, token := tokenSession(b, d.pool, fmt.Sprintf("bench-%d", i))
-		c, err := client.New(client.Options{Socket: AgentSocketPath(home), SessionID: id.String(), LeaseToken: token})
+		id, token := tokenSession(b, d.Pool(), fmt.Sprintf("bench-%d", i))
+		c, err := client.New(client.Options{Socket: d.Socket(), SessionID: id.String(), LeaseToken: token})
 		if err != nil {
 			b.Fatal(err)
 		}
 		defer c.Close()
-		all[i] = &sess{id: id, client: c, prev: rpc.Genesis}
+		all[i] = &sess{id: id, cl: c, prev: rpc.Genesis}
 	}
 	payload := json.RawMessage(`{"text":"a user message of ordinary length, about as long as a short sentence or two in a chat"}`)
 	var mu sync.Mutex
@@ -94,9 +96,9 @@ func benchHeartbeat(b *testing.B, sessions, perBeat int, viaRPC bool) {
 					Patches: evs, HashPrev: s.prev, HashNew: prev, Timestamp: time.Now()}
 				var err error
 				if viaRPC {
-					_, err = s.client.Heartbeat(ctx, req)
+					_, err = s.cl.Heartbeat(ctx, req)
 				} else {
-					_, err = agentapi.Replicate(ctx, d.pool, s.id, req)
+					_, err = agentapi.Replicate(ctx, d.Pool(), s.id, req)
 				}
 				d := time.Since(t0)
 				if err != nil {
@@ -125,7 +127,7 @@ func benchHeartbeat(b *testing.B, sessions, perBeat int, viaRPC bool) {
 	b.ReportMetric(ms(txLat[len(txLat)*99/100]), "tx-p99-ms")
 	b.ReportMetric(ms(lat[len(lat)/2]), "rtt-p50-ms")
 	b.ReportMetric(ms(lat[len(lat)*99/100]), "rtt-p99-ms")
-	// CPU per event, of this process (client and choird) and the
+	// CPU per event, of this process (cl and choird) and the
 	// database's Postgres backends together: unlike events/s it hardly depends on
 	// what else the machine runs. 2 s / cpu-us-per-event is the ceiling
 	// on an idle 2-core machine.
@@ -181,10 +183,10 @@ func BenchmarkRecovery100k(b *testing.B) {
 }
 
 func benchRecovery(b *testing.B, total, snapEvery int) {
-	d, home, _ := runChoird(b)
+	d := startChoird(b, choirdtest.Options{})
 	ctx := context.Background()
 	cfg := d.Snapshot().Config
-	first, err := control.CreateSession(ctx, d.pool, cfg, "assistant", StartOverrides{}, d.ConfigVersion(), "bench")
+	first, err := control.CreateSession(ctx, d.Pool(), cfg, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -207,22 +209,22 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 				req.Snapshot = &rpc.Snapshot{Rev: last.Rev, Hash: last.Hash, State: json.RawMessage(`{"edge":{"tool_calls_used":1}}`)}
 			}
 		}
-		if _, err := agentapi.Replicate(ctx, d.pool, first.Session.SessionID, req); err != nil {
+		if _, err := agentapi.Replicate(ctx, d.Pool(), first.Session.SessionID, req); err != nil {
 			b.Fatal(err)
 		}
 		rev, prev = rev+n, p
 	}
-	if _, err := control.EndSession(ctx, d.pool, nil, first.Session.SessionID, "crashed", "bench"); err != nil {
+	if _, err := control.EndSession(ctx, d.Pool(), nil, first.Session.SessionID, "crashed", "bench"); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		s, err := control.CreateSession(ctx, d.pool, cfg, "assistant", StartOverrides{}, d.ConfigVersion(), "bench")
+		s, err := control.CreateSession(ctx, d.Pool(), cfg, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "bench")
 		if err != nil {
 			b.Fatal(err)
 		}
-		c, err := client.New(client.Options{Socket: AgentSocketPath(home), SessionID: s.Session.SessionID.String(),
+		c, err := client.New(client.Options{Socket: d.Socket(), SessionID: s.Session.SessionID.String(),
 			LeaseToken: s.LeaseToken, MaxResponseBytes: 256 << 20})
 		if err != nil {
 			b.Fatal(err)
@@ -238,7 +240,7 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 		b.StopTimer()
 		b.ReportMetric(float64(len(hello.TailEvents)), "tail-events")
 		c.Close()
-		if _, err := control.EndSession(ctx, d.pool, nil, s.Session.SessionID, "ended", "bench"); err != nil {
+		if _, err := control.EndSession(ctx, d.Pool(), nil, s.Session.SessionID, "ended", "bench"); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

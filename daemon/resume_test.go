@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"bytes"
@@ -15,8 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
-	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -32,7 +33,7 @@ func outboxText(t *testing.T, pool *pgxpool.Pool, agent, messageID string) (dm, 
 // once after since: whatever it would crash, it has crashed by then.
 func waitCrashDetection(t *testing.T, pool *pgxpool.Pool, since time.Time) {
 	t.Helper()
-	waitUntil(t, "a crash detection run", func() bool {
+	choirdtest.WaitFor(t, "a crash detection run", nil, func() bool {
 		var n int
 		pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job
 			WHERE kind = 'crash_detect' AND state = 'completed' AND finalized_at > $1`, since).Scan(&n)
@@ -45,7 +46,7 @@ func waitCrashDetection(t *testing.T, pool *pgxpool.Pool, since time.Time) {
 // it the moment it runs.
 func waitSilentBeyondThreshold(t *testing.T, pool *pgxpool.Pool, id string, threshold time.Duration) {
 	t.Helper()
-	waitUntil(t, "the session silent beyond the crash threshold", func() bool {
+	choirdtest.WaitFor(t, "the session silent beyond the crash threshold", nil, func() bool {
 		var silent bool
 		pool.QueryRow(context.Background(), `SELECT last_heartbeat_at < now() - $2 * interval '1 millisecond'
 			FROM choir_control.sessions WHERE session_id = $1`, id, threshold.Milliseconds()+500).Scan(&silent)
@@ -56,34 +57,34 @@ func waitSilentBeyondThreshold(t *testing.T, pool *pgxpool.Pool, id string, thre
 func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := dbtest.NewDatabase(t)
-	pool := dbtest.Connect(t, url)
-	home := lifecycleHomeWith(t, url, func(c *config.Config) {
+	d := startWithAgents(t, func(c *config.Config) {
 		c.SnapshotEveryEvents = 2
 		c.Models["fast"] = c.Models["local"]
 	})
-	r := startChoird(t, home)
-	sc := Scope{Admin: true, Actor: "test"}
+	pool := d.OwnPool(t)
+	sc := daemon.Scope{Admin: true, Actor: "test"}
 	// Bindings other than the defaults, and a transient model: the
 	// successor keeps them all.
-	if _, err := r.d.AgentStart(ctx, sc, "assistant", StartOverrides{Workspace: "other", DM: "second"}); err != nil {
+	if _, err := d.AgentStart(ctx, sc, "assistant", daemon.StartOverrides{Workspace: "other", DM: "second"}); err != nil {
 		t.Fatal(err)
 	}
-	first := r.waitState(t, "assistant", admin.AgentActive)
-	if _, err := r.d.ModelSet(ctx, sc, "assistant", "fast"); err != nil {
+	first := d.WaitState(t, "assistant", admin.AgentActive)
+	if _, err := d.ModelSet(ctx, sc, "assistant", "fast"); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		pushText(t, r, "assistant", "message "+strconv.Itoa(i))
+		pushText(t, d, "assistant", "message "+strconv.Itoa(i))
 	}
 	var acked int64
-	waitUntil(t, "three events acknowledged", func() bool {
+	choirdtest.WaitFor(t, "three events acknowledged", nil, func() bool {
 		pool.QueryRow(ctx, "SELECT acked_rev FROM choir_control.sessions WHERE session_id = $1", first.SessionID).Scan(&acked)
 		return acked >= 3
 	})
-	pid := agentPid(t, r, "assistant")
-	threshold := r.d.Snapshot().Config.CrashDetectionThreshold()
-	r.kill(t) // the agent keeps running, its connection gone
+	pid := agentPid(t, d, "assistant")
+	threshold := d.Snapshot().Config.CrashDetectionThreshold()
+	if err := d.Stop(); err != nil { // the agent keeps running, its connection gone
+		t.Fatal(err)
+	}
 
 	// choird stays down beyond the crash threshold, so that crash
 	// detection, once it runs, would take the old session if resuming
@@ -96,15 +97,14 @@ func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	restarted := time.Now()
-	r = startChoird(t, home)
-	defer r.stop(t)
+	d = d.Restart(t)
 
-	second := r.waitState(t, "assistant", admin.AgentActive)
+	second := d.WaitState(t, "assistant", admin.AgentActive)
 	if second.SessionID == first.SessionID {
 		t.Fatal("the old session is still the live one")
 	}
-	waitUntil(t, "the old instance to be gone", func() bool { return syscall.Kill(pid, 0) != nil || zombie(pid) })
-	if newPid := agentPid(t, r, "assistant"); newPid == pid {
+	choirdtest.WaitFor(t, "the old instance to be gone", nil, func() bool { return syscall.Kill(pid, 0) != nil || zombie(pid) })
+	if newPid := agentPid(t, d, "assistant"); newPid == pid {
 		t.Error("the old instance was kept")
 	}
 
@@ -136,7 +136,7 @@ func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 	if got := strings.Join(leases, " "); !strings.Contains(got, "workspace:other") || !strings.Contains(got, "dm:second") {
 		t.Errorf("the successor holds %q, want the workspace and DM leases of its bindings", got)
 	}
-	if ms, err := r.d.ModelGet(ctx, Scope{Admin: true}, "assistant"); err != nil || ms.LLM != "fast" || !ms.LLMOverridden {
+	if ms, err := d.ModelGet(ctx, daemon.Scope{Admin: true}, "assistant"); err != nil || ms.LLM != "fast" || !ms.LLMOverridden {
 		t.Errorf("model after the resume: %+v, %v; want the transient override fast", ms, err)
 	}
 
@@ -152,12 +152,12 @@ func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 	})
 
 	t.Run("TheAgentRestoresItsStateAndContinuesTheChain", func(t *testing.T) {
-		waitUntil(t, "the agent log to report the restore", func() bool {
-			b, _ := os.ReadFile(filepath.Join(home, "logs", "assistant.log"))
+		choirdtest.WaitFor(t, "the agent log to report the restore", nil, func() bool {
+			b, _ := os.ReadFile(filepath.Join(d.Home, "logs", "assistant.log"))
 			return bytes.Contains(b, []byte(`"status":"resumed"`))
 		})
-		pushText(t, r, "assistant", "after the restart")
-		waitUntil(t, "the next event continuing the chain", func() bool {
+		pushText(t, d, "assistant", "after the restart")
+		choirdtest.WaitFor(t, "the next event continuing the chain", nil, func() bool {
 			var n int64
 			pool.QueryRow(ctx, "SELECT acked_rev FROM choir_control.sessions WHERE session_id = $1", second.SessionID).Scan(&n)
 			return n > acked
@@ -173,26 +173,27 @@ func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 func TestChoirdRestartResumesOnlyWhatItShould(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := dbtest.NewDatabase(t)
-	pool := dbtest.Connect(t, url)
-	home := lifecycleHomeWith(t, url, func(c *config.Config) {
+	d := startWithAgents(t, func(c *config.Config) {
 		c.Workspaces["third"] = config.Workspace{Path: t.TempDir()}
 		c.DMs["third"] = config.DM{Gateway: "console", UserID: "third"}
 		c.Agents["third"] = config.Agent{Defaults: config.AgentDefaults{Workspace: "third", LLM: "local", DM: "third"}}
 	})
-	r := startChoird(t, home)
-	sc := Scope{Admin: true, Actor: "test"}
-	start := func(agent string, o StartOverrides) admin.AgentStatus {
+	home := d.Home
+	pool := d.OwnPool(t)
+	sc := daemon.Scope{Admin: true, Actor: "test"}
+	start := func(agent string, o daemon.StartOverrides) admin.AgentStatus {
 		t.Helper()
-		if _, err := r.d.AgentStart(ctx, sc, agent, o); err != nil {
+		if _, err := d.AgentStart(ctx, sc, agent, o); err != nil {
 			t.Fatal(err)
 		}
-		return r.waitState(t, agent, admin.AgentActive)
+		return d.WaitState(t, agent, admin.AgentActive)
 	}
-	assistant := start("assistant", StartOverrides{})
-	helper := start("helper", StartOverrides{Workspace: "other", DM: "second"})
-	third := start("third", StartOverrides{})
-	r.kill(t)
+	assistant := start("assistant", daemon.StartOverrides{})
+	helper := start("helper", daemon.StartOverrides{Workspace: "other", DM: "second"})
+	third := start("third", daemon.StartOverrides{})
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
 
 	// While choird is down: helper leaves config.json, assistant's
 	// workspace disappears (its start fails), and third was being
@@ -215,7 +216,7 @@ func TestChoirdRestartResumesOnlyWhatItShould(t *testing.T) {
 	}
 
 	restarted := time.Now()
-	r = startChoird(t, home)
+	d = d.Restart(t)
 	waitCrashDetection(t, pool, restarted)
 	sessions := func(agent string) int {
 		var n int
@@ -244,7 +245,7 @@ func TestChoirdRestartResumesOnlyWhatItShould(t *testing.T) {
 	})
 
 	t.Run("FailedResumeIsReported", func(t *testing.T) {
-		if st := r.d.LatestStatus(ctx, "assistant"); st.State != admin.AgentCrashed || st.SessionID != assistant.SessionID {
+		if st := d.LatestStatus(ctx, "assistant"); st.State != admin.AgentCrashed || st.SessionID != assistant.SessionID {
 			t.Errorf("assistant is %s in session %s, want its old session crashed", st.State, st.SessionID)
 		}
 		dm, text := outboxText(t, pool, "assistant", "resume:"+assistant.SessionID)
@@ -276,9 +277,7 @@ func TestChoirdRestartResumesOnlyWhatItShould(t *testing.T) {
 		if err := os.MkdirAll(mainWS, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		r.kill(t)
-		r = startChoird(t, home)
-		defer r.stop(t)
+		d = d.Restart(t)
 		if n := sessions("assistant"); n != 1 {
 			t.Errorf("assistant has %d sessions after a second restart, want the one that failed to resume", n)
 		}
@@ -288,29 +287,29 @@ func TestChoirdRestartResumesOnlyWhatItShould(t *testing.T) {
 			t.Errorf("%d resume notices after a second restart, want the first two", notices)
 		}
 		// It starts by hand.
-		if _, err := r.d.AgentStart(ctx, sc, "assistant", StartOverrides{}); err != nil {
+		if _, err := d.AgentStart(ctx, sc, "assistant", daemon.StartOverrides{}); err != nil {
 			t.Fatal(err)
 		}
-		r.waitState(t, "assistant", admin.AgentActive)
+		d.WaitState(t, "assistant", admin.AgentActive)
 	})
 }
 
 func TestChoirdThatCannotMakeItsRuntimeLeavesSessionsAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := dbtest.NewDatabase(t)
-	pool := dbtest.Connect(t, url)
-	home := lifecycleHome(t, url)
-	r := startChoird(t, home)
-	if _, err := r.d.AgentStart(ctx, Scope{Admin: true, Actor: "test"}, "assistant", StartOverrides{}); err != nil {
+	d := startWithAgents(t, nil)
+	pool := d.OwnPool(t)
+	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: "test"}, "assistant", daemon.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
-	first := r.waitState(t, "assistant", admin.AgentActive)
-	r.kill(t)
+	first := d.WaitState(t, "assistant", admin.AgentActive)
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
 
 	// choird fails at its runtime: the session is neither closed nor
 	// noticed, so the next choird that can start agents resumes it.
-	err := Run(ctx, Options{Home: home, Stderr: &lockedBuffer{}, Runtime: "process",
+	err := daemon.Run(ctx, daemon.Options{Home: d.Home, Stderr: &choirdtest.SyncBuffer{}, Runtime: "process",
 		AgentBinary: filepath.Join(t.TempDir(), "no-such-agent")})
 	if err == nil || !strings.Contains(err.Error(), "process runtime") {
 		t.Fatalf("Run with a missing agent binary = %v, want the runtime's error", err)
@@ -324,9 +323,8 @@ func TestChoirdThatCannotMakeItsRuntimeLeavesSessionsAlone(t *testing.T) {
 		t.Errorf("the DM was told %q", text)
 	}
 
-	r = startChoird(t, home)
-	defer r.stop(t)
-	if st := r.waitState(t, "assistant", admin.AgentActive); st.SessionID == first.SessionID {
+	d = d.Restart(t)
+	if st := d.WaitState(t, "assistant", admin.AgentActive); st.SessionID == first.SessionID {
 		t.Error("the old session is still the live one")
 	}
 	if _, text := outboxText(t, pool, "assistant", "resume:"+first.SessionID); !strings.Contains(text, "assistant is back") {

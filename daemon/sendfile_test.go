@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -24,10 +25,10 @@ import (
 func TestSendFileStaysInTheWorkspace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, home, _ := runChoird(t)
-	s, client := helloSession(t, d, home, "assistant")
-	if s.Bindings.Workspace != "main" {
-		t.Fatalf("session bound to workspace %q", s.Bindings.Workspace)
+	d := startChoird(t, choirdtest.Options{})
+	_, client, hello := helloSession(t, d, "assistant")
+	if hello.ResourceBindings.Workspace != "main" {
+		t.Fatalf("session bound to workspace %q", hello.ResourceBindings.Workspace)
 	}
 	mainSend := filepath.Join(d.Snapshot().Config.Workspaces["main"].Path, ".choirtmp", "send")
 	otherSend := filepath.Join(d.Snapshot().Config.Workspaces["other"].Path, ".choirtmp", "send")
@@ -67,7 +68,7 @@ func TestSendFileStaysInTheWorkspace(t *testing.T) {
 		})
 	}
 	var queued int
-	if err := d.pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE file_path <> ''`).Scan(&queued); err != nil {
+	if err := d.Pool().QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE file_path <> ''`).Scan(&queued); err != nil {
 		t.Fatal(err)
 	}
 	if queued != 0 {
@@ -92,7 +93,7 @@ func TestSendFileStaysInTheWorkspace(t *testing.T) {
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			row, err := db.New(d.pool).OutboxGetByID(ctx, out.OutboxID)
+			row, err := db.New(d.Pool()).OutboxGetByID(ctx, out.OutboxID)
 			if err != nil {
 				t.Fatal(err)
 			}

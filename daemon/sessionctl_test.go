@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -17,8 +18,8 @@ func TestSessionControlAdminAPI(t *testing.T) {
 	t.Parallel()
 	b := setupCommands(t)
 	ctx := context.Background()
-	agent := b.startAgent(t, "assistant")
-	c := admin.NewClient(admin.SocketPath(b.r.home))
+	agent := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+	c := admin.NewClient(admin.SocketPath(b.d.Home))
 	defer c.Close()
 	code := func(err error) rpc.Code {
 		var e *rpc.Error
@@ -38,7 +39,7 @@ func TestSessionControlAdminAPI(t *testing.T) {
 			st.LLM != "big" || !st.LLMOverridden || !st.Running {
 			t.Fatalf("model set = %+v, %v", st, err)
 		}
-		agent.push(t, rpc.PushConfigChanged)
+		agent.Next(t, rpc.PushConfigChanged)
 		err := c.Do(ctx, http.MethodPost, "/v1/agents/assistant/model", admin.ModelSetRequest{LLM: "gpt-9"}, &st)
 		if code(err) != rpc.CodeNotFound || !strings.Contains(err.Error(), "models: big, local") {
 			t.Errorf("unknown model: %v", err)
@@ -57,7 +58,7 @@ func TestSessionControlAdminAPI(t *testing.T) {
 	})
 
 	t.Run("Session", func(t *testing.T) {
-		if _, err := agent.client.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "core:build", State: "CORE_WAITING_TOOL"}); err != nil {
+		if _, err := agent.Client.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "core:build", State: "CORE_WAITING_TOOL"}); err != nil {
 			t.Fatal(err)
 		}
 		var cores admin.SessionCoresResult
@@ -69,16 +70,16 @@ func TestSessionControlAdminAPI(t *testing.T) {
 		if err := c.Do(ctx, http.MethodPost, "/v1/agents/assistant/session/cancel/build", nil, &ref); err != nil || ref.Target != "build" {
 			t.Fatalf("cancel = %+v, %v", ref, err)
 		}
-		if p := agent.push(t, rpc.PushCancel); p.Cancel.JobName != "build" {
+		if p := agent.Next(t, rpc.PushCancel); p.Cancel.JobName != "build" {
 			t.Errorf("cancel push = %+v", p.Cancel)
 		}
 		if err := c.Do(ctx, http.MethodPost, "/v1/agents/assistant/session/compact", nil, &ref); err != nil {
 			t.Fatal(err)
 		}
-		agent.push(t, rpc.PushCompact)
+		agent.Next(t, rpc.PushCompact)
 		var ev admin.SessionEventsResult
 		if err := c.Do(ctx, http.MethodGet, "/v1/agents/assistant/session/events/5", nil, &ev); err != nil || !ev.Live ||
-			ev.SessionID != agent.session.SessionID.String() {
+			ev.SessionID != agent.SessionID {
 			t.Errorf("events = %+v, %v", ev, err)
 		}
 		err := c.Do(ctx, http.MethodGet, "/v1/agents/assistant/session/events/zero", nil, &ev)
@@ -92,7 +93,7 @@ func TestSessionControlAdminAPI(t *testing.T) {
 	})
 
 	t.Run("Approvals", func(t *testing.T) {
-		id := agent.requestApproval(t, "deploy to staging")
+		id := requestApproval(t, agent, "deploy to staging")
 		var list []admin.Approval
 		if err := c.Do(ctx, http.MethodGet, admin.PathApprovals, nil, &list); err != nil || len(list) != 1 || list[0].ID != id {
 			t.Fatalf("approvals = %+v, %v", list, err)

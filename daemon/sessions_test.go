@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -8,34 +8,23 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
 )
 
 // testConfig is a local configuration with two agents sharing a workspace
-// default, a second workspace, and secrets on the model and git identity.
+// default, a second workspace, and secrets on the model and git identity
+// (twoAgents').
 func testConfig(t testing.TB) *config.Config {
 	t.Helper()
 	cfg, secrets := config.Local(t.TempDir(), config.Postgres{Host: "127.0.0.1", Port: 55432, Database: "choir"})
-	cfg.Workspaces["other"] = config.Workspace{Path: t.TempDir()}
-	m := cfg.Models["local"]
-	m.Secret = "model-key"
-	cfg.Models["local"] = m
-	secrets["model-key"] = "sk-test"
-	cfg.GitIdentities = map[string]config.GitIdentity{"dev": {Name: "Dev", Email: "dev@choir.local", Secret: "git-token",
-		Hosts: []string{"git.example.com"}}}
-	secrets["git-token"] = "ghp-test"
-	a := cfg.Agents["assistant"]
-	a.Defaults.GitIdentity = "dev"
-	cfg.Agents["assistant"] = a
-	b := a
-	b.Defaults.GitIdentity = ""
-	cfg.Agents["helper"] = b
-	cfg.DMs["second"] = config.DM{Gateway: "console", UserID: "second"}
+	twoAgents(cfg, secrets)
 	if err := cfg.Validate(secrets); err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +39,7 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		s, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		s, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,11 +66,11 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		if _, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process"); err != nil {
+		if _, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process"); err != nil {
 			t.Fatal(err)
 		}
 		// helper defaults to the same workspace; its DM is free.
-		_, err := control.CreateSession(ctx, pool, cfg, "helper", StartOverrides{DM: "second"}, 1, "process")
+		_, err := control.CreateSession(ctx, pool, cfg, "helper", daemon.StartOverrides{DM: "second"}, 1, "process")
 		if !errors.Is(err, control.ErrLeaseConflict) || !strings.Contains(err.Error(), "leased to agent assistant") {
 			t.Fatalf("err = %v", err)
 		}
@@ -90,7 +79,7 @@ func TestStartSession(t *testing.T) {
 		if sessions != 0 {
 			t.Errorf("a rejected start left %d session rows", sessions)
 		}
-		if _, err := control.CreateSession(ctx, pool, cfg, "helper", StartOverrides{DM: "second", Workspace: "other"}, 1, "process"); err != nil {
+		if _, err := control.CreateSession(ctx, pool, cfg, "helper", daemon.StartOverrides{DM: "second", Workspace: "other"}, 1, "process"); err != nil {
 			t.Fatalf("start with free resources: %v", err)
 		}
 	})
@@ -99,11 +88,11 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		first, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		first, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{Workspace: "other", DM: "second"}, 1, "process")
+		_, err = control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{Workspace: "other", DM: "second"}, 1, "process")
 		if !errors.Is(err, control.ErrLeaseConflict) || !strings.Contains(err.Error(), first.Session.SessionID.String()) {
 			t.Fatalf("err = %v", err)
 		}
@@ -112,12 +101,12 @@ func TestStartSession(t *testing.T) {
 	t.Run("UnknownOverridesAreAllNamed", func(t *testing.T) {
 		t.Parallel()
 		cfg := testConfig(t)
-		_, err := control.ResolveBindings(cfg, "assistant", StartOverrides{Workspace: "nope", LLM: "gpt-9"})
+		_, err := control.ResolveBindings(cfg, "assistant", daemon.StartOverrides{Workspace: "nope", LLM: "gpt-9"})
 		if !errors.Is(err, control.ErrUnknownResource) || !strings.Contains(err.Error(), "--workspace=nope") ||
 			!strings.Contains(err.Error(), "--llm=gpt-9") {
 			t.Fatalf("err = %v", err)
 		}
-		if _, err := control.ResolveBindings(cfg, "ghost", StartOverrides{}); !errors.Is(err, control.ErrUnknownResource) {
+		if _, err := control.ResolveBindings(cfg, "ghost", daemon.StartOverrides{}); !errors.Is(err, control.ErrUnknownResource) {
 			t.Fatalf("unknown agent: %v", err)
 		}
 	})
@@ -126,7 +115,7 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		first, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		first, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -143,7 +132,7 @@ func TestStartSession(t *testing.T) {
 		if _, err := agentapi.NewSessionAuth(pool).Authenticate(ctx, first.Session.SessionID.String(), first.LeaseToken); !errors.Is(err, rpc.ErrUnauthenticated) {
 			t.Errorf("token of an ended session still authenticates: %v", err)
 		}
-		second, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		second, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatalf("restart: %v", err)
 		}
@@ -160,7 +149,7 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		s, err := control.CreateSession(ctx, pool, cfg, "assistant", StartOverrides{}, 1, "process")
+		s, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -224,24 +213,21 @@ func helloRequest(s control.StartedSession) rpc.InitHelloRequest {
 }
 
 // helloSession starts a session of agentID on its defaults, as choird's
-// start does, and returns it with a client on choird's agent socket that
-// has said hello, as its agent would be. The client closes when the test
-// ends.
-func helloSession(t *testing.T, d *Daemon, home, agentID string) (control.StartedSession, *client.Client) {
+// start does, and returns its id, a cl on choird's agent socket that
+// has said hello for it, as its agent would, and choird's answer. Unlike a
+// stand-in, the cl sends nothing else. It closes when the test ends.
+func helloSession(t *testing.T, d *choirdtest.Choird, agentID string) (string, *client.Client, rpc.InitHelloResponse) {
 	t.Helper()
-	ctx := context.Background()
-	s, err := control.CreateSession(ctx, d.pool, d.Snapshot().Config, agentID, StartOverrides{}, d.ConfigVersion(), "process")
-	if err != nil {
-		t.Fatal(err)
-	}
-	cl, err := client.New(client.Options{Socket: AgentSocketPath(home),
-		SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken})
+	id, token := d.StartSession(t, agentID)
+	cl, err := client.New(client.Options{Socket: d.Socket(), SessionID: id, LeaseToken: token})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cl.Close() })
-	if _, err := cl.InitHello(ctx, helloRequest(s)); err != nil {
+	hello, err := cl.InitHello(context.Background(), rpc.InitHelloRequest{AgentID: agentID, SessionID: id,
+		ImageVersion: "img-1", ToolManifestHash: "t1", SkillManifestHash: "s1"})
+	if err != nil {
 		t.Fatalf("INIT_HELLO: %v", err)
 	}
-	return s, cl
+	return id, cl, hello
 }

@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
-	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 )
 
 // BenchmarkStartToFirstHeartbeat measures, per runtime, the time from
@@ -15,34 +16,32 @@ import (
 // agent, and stops the agent between runs (not timed).
 func BenchmarkStartToFirstHeartbeat(b *testing.B) {
 	b.Run("Process", func(b *testing.B) {
-		benchStart(b, Options{Runtime: "process", AgentBinary: buildAgent(b)})
+		benchStart(b, daemon.Options{Runtime: "process", AgentBinary: choirdtest.Binary(b, "cmd/choir-agent")})
 	})
 	b.Run("Docker", func(b *testing.B) {
 		cli := runtimetest.RequireDocker(b)
 		bin := runtimetest.BuildStatic(b, "github.com/choirhq/choir/cmd/choir-agent")
 		image := runtimetest.ImportImage(b, cli, "choir-agent-bench", map[string]runtimetest.File{
 			"choir-agent": {Source: bin, Mode: 0o755}}, `ENTRYPOINT ["/choir-agent"]`)
-		benchStart(b, Options{Runtime: "docker", AgentImage: image})
+		benchStart(b, daemon.Options{Runtime: "docker", AgentImage: image})
 	})
 }
 
-func benchStart(b *testing.B, opts Options) {
-	home := lifecycleHome(b, dbtest.NewDatabase(b))
-	r := startChoirdWith(b, home, opts)
-	defer r.stop(b)
+func benchStart(b *testing.B, opts daemon.Options) {
+	d := startChoird(b, choirdtest.Options{Daemon: opts, Edit: fastHeartbeat})
 	ctx := context.Background()
-	sc := Scope{Admin: true, Actor: "bench"}
+	sc := daemon.Scope{Admin: true, Actor: "bench"}
 	var lat []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		begin := time.Now()
-		st, err := r.d.AgentStart(ctx, sc, "assistant", StartOverrides{})
+		st, err := d.AgentStart(ctx, sc, "assistant", daemon.StartOverrides{})
 		if err != nil {
 			b.Fatal(err)
 		}
 		for {
 			var beat, hello *time.Time
-			r.d.pool.QueryRow(ctx, "SELECT hello_at, last_heartbeat_at FROM choir_control.sessions WHERE session_id = $1",
+			d.Pool().QueryRow(ctx, "SELECT hello_at, last_heartbeat_at FROM choir_control.sessions WHERE session_id = $1",
 				st.SessionID).Scan(&hello, &beat)
 			if hello != nil && beat != nil && beat.After(*hello) {
 				lat = append(lat, beat.Sub(begin))
@@ -51,7 +50,7 @@ func benchStart(b *testing.B, opts Options) {
 			time.Sleep(2 * time.Millisecond)
 		}
 		b.StopTimer()
-		if _, err := r.d.AgentStop(ctx, sc, "assistant"); err != nil {
+		if _, err := d.AgentStop(ctx, sc, "assistant"); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

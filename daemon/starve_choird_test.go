@@ -1,4 +1,4 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
@@ -14,7 +14,9 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
 )
@@ -22,7 +24,7 @@ import (
 // beater heartbeats one session at its interval, each heartbeat carrying
 // the next event, and counts what choird answered.
 type beater struct {
-	client   *client.Client
+	cl       *client.Client
 	timeout  time.Duration
 	interval time.Duration
 
@@ -42,7 +44,7 @@ func (b *beater) run(ctx context.Context, t *testing.T, stop <-chan struct{}) {
 		evs := chainEvents(t, rev+1, rev+1, prev)
 		// A heartbeat slower than the crash threshold is as good as lost.
 		hctx, cancel := context.WithTimeout(ctx, b.timeout)
-		resp, err := b.client.Heartbeat(hctx, patch(evs, rev, prev))
+		resp, err := b.cl.Heartbeat(hctx, patch(evs, rev, prev))
 		cancel()
 		b.beats.Add(1)
 		if err == nil && resp.AckRev != rev+1 {
@@ -68,49 +70,52 @@ func (b *beater) run(ctx context.Context, t *testing.T, stop <-chan struct{}) {
 func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d, home, logs := runChoirdWith(t, func(c *config.Config) {
+	d := startChoird(t, choirdtest.Options{Edit: func(c *config.Config, _ config.Secrets) {
 		c.HeartbeatIntervalMS, c.CrashDetectionThresholdMS = 500, 2500
-	})
+	}})
 	threshold, interval := d.Snapshot().Config.CrashDetectionThreshold(), d.Snapshot().Config.HeartbeatInterval()
 	dial := func(id uuid.UUID, token string) *client.Client {
-		c, err := client.New(client.Options{Socket: AgentSocketPath(home), SessionID: id.String(), LeaseToken: token})
+		c, err := client.New(client.Options{Socket: d.Socket(), SessionID: id.String(), LeaseToken: token})
 		if err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { c.Close() })
 		return c
 	}
-	sa, err := control.CreateSession(ctx, d.pool, d.Snapshot().Config, "assistant", StartOverrides{}, d.ConfigVersion(), "process")
+	// A's knowledge: 20,000 documents that all match its searches, so
+	// that each search makes the database work. They are written before
+	// the sessions start: on a loaded host the insert alone may outlast
+	// the crash threshold, which a session that has said hello but not yet
+	// heartbeaten would not survive.
+	if _, err := d.Pool().Exec(ctx, `INSERT INTO choir_assistant.knowledge_documents (key, text)
+		SELECT 'k' || i, 'the sky over the harbour is blue, note ' || i || ' ' || md5(i::text)
+		  FROM generate_series(1, 20000) i`); err != nil {
+		t.Fatal(err)
+	}
+	sa, err := control.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := control.CreateSession(ctx, d.pool, d.Snapshot().Config, "helper", StartOverrides{Workspace: "other", DM: "second"}, d.ConfigVersion(), "process")
+	sb, err := control.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "helper", daemon.StartOverrides{Workspace: "other", DM: "second"}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, b := dial(sa.Session.SessionID, sa.LeaseToken), dial(sb.Session.SessionID, sb.LeaseToken)
 	for _, c := range []struct {
-		client *client.Client
-		s      control.StartedSession
+		cl *client.Client
+		s  control.StartedSession
 	}{{a, sa}, {b, sb}} {
-		if _, err := c.client.InitHello(ctx, helloRequest(c.s)); err != nil {
+		if _, err := c.cl.InitHello(ctx, helloRequest(c.s)); err != nil {
 			t.Fatal(err)
 		}
-	}
-	// A's knowledge: 20,000 documents that all match its searches, so
-	// that each search makes the database work.
-	if _, err := d.pool.Exec(ctx, `INSERT INTO choir_assistant.knowledge_documents (key, text)
-		SELECT 'k' || i, 'the sky over the harbour is blue, note ' || i || ' ' || md5(i::text)
-		  FROM generate_series(1, 20000) i`); err != nil {
-		t.Fatal(err)
 	}
 
 	// Both agents heartbeat throughout: B is the one under watch; A keeps
 	// its own session alive, so that its searches stay authenticated.
 	stop := make(chan struct{})
 	var bg sync.WaitGroup
-	hb := &beater{client: b, timeout: threshold, interval: interval}
-	ha := &beater{client: a, timeout: threshold, interval: interval}
+	hb := &beater{cl: b, timeout: threshold, interval: interval}
+	ha := &beater{cl: a, timeout: threshold, interval: interval}
 	bg.Go(func() { hb.run(ctx, t, stop) })
 	bg.Go(func() { ha.run(ctx, t, stop) })
 	defer func() {
@@ -131,7 +136,7 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 	}()
 	var dialFailed int
 	for range 1000 {
-		c, err := net.Dial("unix", AgentSocketPath(home))
+		c, err := net.Dial("unix", d.Socket())
 		if err != nil {
 			dialFailed++
 			continue
@@ -230,17 +235,17 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 	}
 	var status string
 	var crashed int
-	d.pool.QueryRow(ctx, `SELECT status FROM choir_control.sessions WHERE session_id = $1`, sb.Session.SessionID).Scan(&status)
-	d.pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.sessions WHERE agent_id = 'helper' AND status = 'crashed'`).Scan(&crashed)
+	d.Pool().QueryRow(ctx, `SELECT status FROM choir_control.sessions WHERE session_id = $1`, sb.Session.SessionID).Scan(&status)
+	d.Pool().QueryRow(ctx, `SELECT count(*) FROM choir_control.sessions WHERE agent_id = 'helper' AND status = 'crashed'`).Scan(&crashed)
 	if status != "active" || crashed != 0 {
 		t.Errorf("B's session is %s, %d of B's sessions crashed; want active, none", status, crashed)
 	}
 	// Crash detection did run while B was watched: its verdict means
 	// something.
 	var runs int
-	d.pool.QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'crash_detect' AND state = 'completed'`).Scan(&runs)
+	d.Pool().QueryRow(ctx, `SELECT count(*) FROM river_job WHERE kind = 'crash_detect' AND state = 'completed'`).Scan(&runs)
 	if runs == 0 {
-		t.Errorf("crash detection never ran\n%s", logs.String())
+		t.Errorf("crash detection never ran\n%s", d.Logs.String())
 	}
 	t.Logf("crash detection ran %d times", runs)
 }

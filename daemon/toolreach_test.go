@@ -1,10 +1,9 @@
-package daemon
+package daemon_test
 
 import (
 	"context"
 	"encoding/json"
 	"io"
-
 	"net"
 	"os"
 	"os/exec"
@@ -17,9 +16,9 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/agent/llmtest"
-	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
-	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -72,7 +71,7 @@ func newForwarder(t *testing.T, addr string) *forwarder {
 
 // reachSetup says how one runtime runs the probe.
 type reachSetup struct {
-	opts Options
+	opts daemon.Options
 	// listen is where the model's forwarder listens: an address the agent
 	// can reach.
 	listen string
@@ -85,13 +84,10 @@ type reachSetup struct {
 // model received it, the session and its lease token's hash.
 func runReachProbe(t *testing.T, setup reachSetup, probe string) (string, string, []byte) {
 	fwd := newForwarder(t, setup.listen)
-	var ws string
-	home := lifecycleHomeWith(t, dbtest.NewDatabase(t), func(c *config.Config) {
-		m := c.Models["local"]
-		m.Endpoint = "http://" + fwd.ln.Addr().String() + "/v1"
-		c.Models["local"] = m
-		ws = c.Workspaces["main"].Path
-	})
+	d := startChoird(t, choirdtest.Options{ModelEndpoint: "http://" + fwd.ln.Addr().String() + "/v1", Daemon: setup.opts,
+		Edit: fastHeartbeat})
+	defer d.StopAgents(t)
+	home, ws := d.Home, d.Workspace("main")
 	bin, err := os.ReadFile(probe)
 	if err != nil {
 		t.Fatal(err)
@@ -99,14 +95,12 @@ func runReachProbe(t *testing.T, setup reachSetup, probe string) (string, string
 	if err := os.WriteFile(filepath.Join(ws, "reachprobe"), bin, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	r := startChoirdWith(t, home, setup.opts)
-	defer r.stop(t)
 	if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
-	st := r.waitState(t, "assistant", admin.AgentActive)
+	st := d.WaitState(t, "assistant", admin.AgentActive)
 	var hash []byte
-	if err := r.d.pool.QueryRow(context.Background(), "SELECT lease_token_hash FROM choir_control.sessions WHERE session_id = $1",
+	if err := d.Pool().QueryRow(context.Background(), "SELECT lease_token_hash FROM choir_control.sessions WHERE session_id = $1",
 		st.SessionID).Scan(&hash); err != nil {
 		t.Fatal(err)
 	}
@@ -125,10 +119,10 @@ func runReachProbe(t *testing.T, setup reachSetup, probe string) (string, string
 	)
 	addr := strings.TrimSuffix(strings.TrimPrefix(srv.BaseURL(), "http://"), "/v1")
 	fwd.target.Store(&addr)
-	if _, err := r.d.Push(st.SessionID, rpcUserMessage("probe")); err != nil {
+	if _, err := d.Push(st.SessionID, rpcUserMessage("probe")); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the probe's result at the model", func() bool { return output.Load() != nil })
+	choirdtest.WaitFor(t, "the probe's result at the model", d.Logs, func() bool { return output.Load() != nil })
 	return probeReport(t, *output.Load(), ws), st.SessionID, hash
 }
 
@@ -220,7 +214,7 @@ func checkNothingObtained(t *testing.T, report string, hash []byte) {
 // CAP_SYS_PTRACE, CAP_SYS_ADMIN or CAP_PERFMON.
 func TestToolReachProcessRuntime(t *testing.T) {
 	t.Parallel()
-	testToolReachProcess(t, buildAgent(t))
+	testToolReachProcess(t, choirdtest.Binary(t, "cmd/choir-agent"))
 }
 
 // TestToolReachProcessRuntimeCgo is the same with an agent built with
@@ -240,9 +234,9 @@ func TestToolReachProcessRuntimeCgo(t *testing.T) {
 func testToolReachProcess(t *testing.T, agentBin string) {
 	probe := runtimetest.BuildStatic(t, "github.com/choirhq/choir/daemon/runtime/runtimetest/reachprobe")
 	out, _, hash := runReachProbe(t, reachSetup{
-		opts:   Options{Runtime: "process", AgentBinary: agentBin},
+		opts:   daemon.Options{Runtime: "process", AgentBinary: agentBin},
 		listen: "127.0.0.1:0",
-		socket: AgentSocketPath,
+		socket: daemon.AgentSocketPath,
 	}, probe)
 	checkNothingObtained(t, out, hash)
 	// choird is the agent's parent here, as the same user: it is not
@@ -310,7 +304,7 @@ func TestToolReachDockerRuntime(t *testing.T) {
 	}
 	image := runtimetest.ImportImage(t, cli, "choir-agent-reach", files, `ENTRYPOINT ["/choir-agent"]`, "ENV PATH=/bin")
 	out, _, hash := runReachProbe(t, reachSetup{
-		opts:   Options{Runtime: "docker", AgentImage: image},
+		opts:   daemon.Options{Runtime: "docker", AgentImage: image},
 		listen: gw + ":0",
 		socket: func(string) string { return "/run/choir.sock" },
 	}, probe)

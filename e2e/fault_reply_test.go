@@ -2,7 +2,6 @@ package e2e
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -20,6 +19,7 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 )
 
 // killPoint is where in a turn a fault trial kills.
@@ -102,7 +102,7 @@ type faultEnv struct {
 	pool *pgxpool.Pool
 
 	mu     sync.Mutex
-	choird *choirdProc
+	choird *choirdtest.Process
 	armed  *faultGate // the trial in progress, nil between trials
 	texts  []string   // every message sent, in order
 }
@@ -264,16 +264,15 @@ func (f *faultEnv) pollUntil(ctx context.Context, g *faultGate, query, arg strin
 // (the agent first, then choird, with nothing in between).
 func (f *faultEnv) kill(t *testing.T, v victim) {
 	if v == killAgent || v == killBoth {
-		killAgents(t, f.home)
+		killAgents(t, f.Dir)
 	}
 	if v == killChoird || v == killBoth {
 		f.mu.Lock()
 		p := f.choird
 		f.mu.Unlock()
-		if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil && !errors.Is(err, os.ErrProcessDone) {
+		if err := p.Signal(syscall.SIGKILL); err != nil {
 			t.Errorf("kill choird: %v", err)
 		}
-		<-p.done
 	}
 }
 

@@ -13,7 +13,10 @@ import (
 
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // Gateway overhead (issue 7, Targets), LLM excluded, Telegram's network
@@ -33,7 +36,7 @@ func BenchmarkGatewayIngress(b *testing.B) {
 	e := newTGEnv(b, llmtest.NewServer(b), nil)
 	e.dumpLogsOnFailure(b)
 	d := e.runChoird(b)
-	agent := standInAgent(b, d, e.home, "assistant")
+	agent := d.StandIn(b, "assistant", admin.StartOverrides{})
 	// One message first, so that the poll loop and the push stream run.
 	e.bot.SendText(userAlice, "warm-up")
 	waitUser(b, agent, "warm-up")
@@ -46,12 +49,12 @@ func BenchmarkGatewayIngress(b *testing.B) {
 		start := time.Now()
 		e.bot.SendText(userAlice, text)
 		p := waitUser(b, agent, text)
-		lat = append(lat, p.at.Sub(start))
+		lat = append(lat, p.At.Sub(start))
 		// What the agent's heartbeat would do once its log holds the
 		// message; else the inbox sweep pushes every row again after
 		// 20 s, and the benchmark would measure its own backlog.
 		if _, err := pool.Exec(context.Background(), `UPDATE choir_control.inbox SET delivered_at = now()
-			WHERE inbox_id = $1`, p.msg.InboxID); err != nil {
+			WHERE inbox_id = $1`, p.UserMessage.InboxID); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -61,12 +64,12 @@ func BenchmarkGatewayIngress(b *testing.B) {
 
 // waitUser returns when the stand-in received the user message text,
 // skipping redeliveries of earlier ones.
-func waitUser(b *testing.B, s *standIn, text string) userPush {
+func waitUser(b *testing.B, s *choirdtest.StandIn, text string) choirdtest.Push {
 	timeout := time.After(30 * time.Second)
 	for {
 		select {
-		case p := <-s.users:
-			if p.msg.Text == text {
+		case p := <-s.Pushes:
+			if p.Kind == rpc.PushUserMessage && p.UserMessage.Text == text {
 				return p
 			}
 		case <-timeout:

@@ -6,28 +6,22 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
-	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
-	"github.com/choirhq/choir/rpc/client"
 )
 
 // The Telegram side of the gateway tests: one bot, a regular DM bound to
@@ -47,88 +41,44 @@ const (
 	actorAdmin = "e2e"
 )
 
-// binaries built once per test binary, by package path.
-var (
-	binMu    sync.Mutex
-	binPaths = map[string]string{}
-	binDir   string
-)
-
-// buildBinary builds a main package of this module into a temporary
-// directory, once per test binary, and returns the executable's path.
-func buildBinary(t testing.TB, pkg string) string {
-	t.Helper()
-	binMu.Lock()
-	defer binMu.Unlock()
-	if p, ok := binPaths[pkg]; ok {
-		return p
-	}
-	if binDir == "" {
-		dir, err := os.MkdirTemp("", "choir-e2e-bin-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		binDir = dir
-	}
-	out := filepath.Join(binDir, filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-o", out, "github.com/choirhq/choir/"+pkg)
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./%s: %v\n%s", pkg, err, b)
-	}
-	binPaths[pkg] = out
-	return out
-}
-
 // tgEnv is a .choir.d whose config.json has one telegram gateway pointing
 // at a fake Bot API server, and a model pointing at a scripted LLM server.
 type tgEnv struct {
-	home  string
-	cfg   *config.Config
-	dbURL string
-	tg    *telegramtest.Server
-	bot   *telegramtest.Bot
-	llm   *llmtest.Server
+	choirdtest.Home
+	tg  *telegramtest.Server
+	bot *telegramtest.Bot
+	llm *llmtest.Server
 }
 
 // newTGEnv writes the configuration: DM alice (regular, "assistant"'s
 // default DM), DM boss (admin); edit may change it before it is written.
 func newTGEnv(t testing.TB, llm *llmtest.Server, edit func(*config.Config)) *tgEnv {
 	t.Helper()
-	dbURL := dbtest.NewDatabase(t)
-	pc, err := pgx.ParseConfig(dbURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	home := t.TempDir()
-	cfg, secrets := config.Local(home, config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database})
-	m := cfg.Models["local"]
-	m.Endpoint = llm.BaseURL()
-	cfg.Models["local"] = m
-	cfg.HeartbeatIntervalMS = 100
-	cfg.CrashDetectionThresholdMS = 5000
-	cfg.Gateways[gatewayTG] = config.Gateway{Type: config.GatewayTelegram, Secret: "telegram-bot"}
-	secrets["telegram-bot"] = botToken
-	cfg.DMs[dmAlice] = config.DM{Gateway: gatewayTG, UserID: fmt.Sprint(userAlice)}
-	cfg.DMs[dmBoss] = config.DM{Gateway: gatewayTG, UserID: fmt.Sprint(userAdmin), Admin: true}
-	a := cfg.Agents["assistant"]
-	a.Defaults.DM = dmAlice
-	cfg.Agents["assistant"] = a
-	if edit != nil {
-		edit(cfg)
-	}
-	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
-		t.Fatal(err)
-	}
-	for _, ws := range cfg.Workspaces {
-		if err := os.MkdirAll(ws.Path, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
+	h := choirdtest.WriteHome(t, choirdtest.Options{ModelEndpoint: llm.BaseURL(), FastHeartbeat: true,
+		Edit: func(cfg *config.Config, secrets config.Secrets) {
+			cfg.Gateways[gatewayTG] = config.Gateway{Type: config.GatewayTelegram, Secret: "telegram-bot"}
+			secrets["telegram-bot"] = botToken
+			cfg.DMs[dmAlice] = config.DM{Gateway: gatewayTG, UserID: fmt.Sprint(userAlice)}
+			cfg.DMs[dmBoss] = config.DM{Gateway: gatewayTG, UserID: fmt.Sprint(userAdmin), Admin: true}
+			a := cfg.Agents["assistant"]
+			a.Defaults.DM = dmAlice
+			cfg.Agents["assistant"] = a
+			if edit != nil {
+				edit(cfg)
+			}
+		}})
 	srv := telegramtest.NewServer(t)
-	e := &tgEnv{home: home, cfg: cfg, dbURL: dbURL, tg: srv, bot: srv.AddBot(botToken, botName), llm: llm}
+	e := &tgEnv{Home: h, tg: srv, bot: srv.AddBot(botToken, botName), llm: llm}
 	// Whatever happens, no agent process outlives the test.
-	t.Cleanup(func() { killAgents(t, home) })
+	t.Cleanup(func() { killAgents(t, h.Dir) })
 	return e
+}
+
+// options are the options of a choird on e, with the process runtime and
+// the choir-agent binary this test built.
+func (e *tgEnv) options(t testing.TB) choirdtest.Options {
+	return choirdtest.Options{Home: e.Dir, DatabaseURL: e.DatabaseURL, ReadyTimeout: 2 * time.Minute,
+		Daemon: daemon.Options{Runtime: "process", AgentBinary: choirdtest.Binary(t, "cmd/choir-agent"), TelegramAPIURL: e.tg.URL()}}
 }
 
 // withHelper adds a second agent, "helper", with its own workspace and
@@ -139,16 +89,16 @@ func withHelper(c *config.Config) {
 	c.Agents[helperID] = config.Agent{Defaults: config.AgentDefaults{Workspace: "side", LLM: "local", DM: dmBob}}
 }
 
-func (e *tgEnv) workspace() string { return e.cfg.Workspaces["main"].Path }
+func (e *tgEnv) workspace() string { return e.Workspace("main") }
 
 // agentLog is the process runtime's log of an agent.
 func (e *tgEnv) agentLog(agentID string) string {
-	b, _ := os.ReadFile(filepath.Join(e.home, "logs", agentID+".log"))
+	b, _ := os.ReadFile(filepath.Join(e.Dir, "logs", agentID+".log"))
 	return string(b)
 }
 
 func (e *tgEnv) choirdLog() string {
-	b, _ := os.ReadFile(filepath.Join(e.home, "logs", "choird.log"))
+	b, _ := os.ReadFile(filepath.Join(e.Dir, "logs", "choird.log"))
 	return string(b)
 }
 
@@ -172,31 +122,17 @@ func tail(s string, n int) string {
 	return s
 }
 
-// runChoird runs choird in process on e with the process runtime and the
-// choir-agent binary this test built. At cleanup every running agent is
-// stopped gracefully, then choird.
-func (e *tgEnv) runChoird(t testing.TB) *daemon.Daemon {
+// runChoird runs choird in process on e (options). At cleanup every
+// running agent is stopped gracefully, then choird.
+func (e *tgEnv) runChoird(t testing.TB) *choirdtest.Choird {
 	t.Helper()
-	c := choirdtest.Start(t, choirdtest.Options{Home: e.home, DatabaseURL: e.dbURL, ReadyTimeout: 2 * time.Minute,
-		Daemon: daemon.Options{Runtime: "process", AgentBinary: buildBinary(t, "cmd/choir-agent"), TelegramAPIURL: e.tg.URL()}})
-	// Cleanups run last first: the agents stop before choird does.
-	t.Cleanup(func() {
-		for id := range e.cfg.Agents {
-			st, err := c.AgentStatus(context.Background(), daemon.Scope{Admin: true}, id)
-			if err == nil && (st.State == admin.AgentActive || st.State == admin.AgentStarting) {
-				if _, err := c.AgentStop(context.Background(), daemon.Scope{Admin: true, Actor: actorAdmin}, id); err != nil {
-					t.Errorf("stop %s: %v", id, err)
-				}
-			}
-		}
-	})
-	return c.Daemon
+	return choirdtest.Start(t, e.options(t))
 }
 
 // pool opens a pool on the test's database.
 func (e *tgEnv) pool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	p, err := pgxpool.New(context.Background(), e.dbURL)
+	p, err := pgxpool.New(context.Background(), e.DatabaseURL)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -217,96 +153,19 @@ func liveSession(t testing.TB, pool *pgxpool.Pool, agentID string) uuid.UUID {
 	return id
 }
 
-// choirdProc is choird run as a child process, so that a test can kill it.
-type choirdProc struct {
-	cmd  *exec.Cmd
-	done chan struct{}
-	err  error
-}
-
-// startChoirdProcess runs the choird binary on e and waits until its
-// admin socket answers.
-func (e *tgEnv) startChoirdProcess(t testing.TB) *choirdProc {
+// startChoirdProcess runs the choird binary on e (options) and waits
+// until its admin socket answers. At cleanup every running agent is
+// stopped gracefully, then choird.
+func (e *tgEnv) startChoirdProcess(t testing.TB) *choirdtest.Process {
 	t.Helper()
-	bin := buildBinary(t, "cmd/choird")
-	agentBin := buildBinary(t, "cmd/choir-agent")
-	cmd := exec.Command(bin, "--home", e.home, "--runtime=process", "--agent-binary", agentBin,
-		"--telegram-api-url", e.tg.URL())
-	// choird's stderr repeats choird.log, which the test reads instead.
-	cmd.Env = append(os.Environ(), "CHOIR_HOME="+e.home)
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start choird: %v", err)
-	}
-	p := &choirdProc{cmd: cmd, done: make(chan struct{})}
-	go func() { p.err = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		select {
-		case <-p.done:
-			return
-		default:
-		}
-		p.stopAgents(t, e)
-		cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(30 * time.Second):
-			cmd.Process.Kill()
-			<-p.done
-			t.Errorf("choird did not stop on SIGTERM")
-		}
-	})
-	c := admin.NewClient(admin.SocketPath(e.home))
-	defer c.Close()
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err := c.Status(ctx)
-		cancel()
-		if err == nil {
-			return p
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("choird exited: %v\n%s", p.err, tail(e.choirdLog(), 8000))
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("choird not ready: %v\n%s", err, tail(e.choirdLog(), 8000))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
-// kill SIGKILLs choird and waits for it to be gone.
-func (p *choirdProc) kill(t testing.TB) {
-	t.Helper()
-	if err := p.cmd.Process.Signal(syscall.SIGKILL); err != nil {
-		t.Fatalf("kill choird: %v", err)
-	}
-	<-p.done
-}
-
-func (p *choirdProc) stopAgents(t testing.TB, e *tgEnv) {
-	c := admin.NewClient(admin.SocketPath(e.home))
-	defer c.Close()
-	for id := range e.cfg.Agents {
-		var st admin.AgentStatus
-		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-		err := c.Do(ctx, "GET", "/v1/agents/"+id, nil, &st)
-		if err == nil && (st.State == admin.AgentActive || st.State == admin.AgentStarting) {
-			if err := c.Do(ctx, "POST", "/v1/agents/"+id+"/stop", admin.Empty{}, &st); err != nil {
-				t.Logf("stop %s: %v", id, err)
-			}
-		}
-		cancel()
-	}
+	return choirdtest.StartProcess(t, e.options(t))
 }
 
 // startAgentAdmin starts agentID through choird's admin socket, as
 // choirctl agent start does.
 func (e *tgEnv) startAgentAdmin(t testing.TB, agentID string) admin.AgentStatus {
 	t.Helper()
-	c := admin.NewClient(admin.SocketPath(e.home))
+	c := admin.NewClient(admin.SocketPath(e.Dir))
 	defer c.Close()
 	var st admin.AgentStatus
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -380,88 +239,6 @@ func containsText(sub string) func(telegramtest.Message) bool {
 	return func(m telegramtest.Message) bool { return strings.Contains(m.Text, sub) }
 }
 
-// standIn is a client.Client standing in for an agent: a session started by
-// choird's control layer, its hello said, its push stream open. It lets a
-// test act as an agent over the real protocol without a model.
-type standIn struct {
-	sessionID string
-	client    *client.Client
-	// users receives every user message push with the time it arrived.
-	users chan userPush
-	// approvals receives every approval_resolved push.
-	approvals chan *rpc.ApprovalResolved
-}
-
-type userPush struct {
-	msg *rpc.UserMessage
-	at  time.Time
-}
-
-// standInAgent starts a session of agentID without an instance, says hello
-// for it and receives its pushes until the test ends.
-func standInAgent(t testing.TB, d *daemon.Daemon, home, agentID string) *standIn {
-	t.Helper()
-	ctx := context.Background()
-	sessionID, token, err := d.StartSession(ctx, agentID, admin.StartOverrides{}, "process")
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(client.Options{Socket: daemon.AgentSocketPath(home), SessionID: sessionID, LeaseToken: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	hello, err := c.InitHello(ctx, rpc.InitHelloRequest{AgentID: agentID, SessionID: sessionID, ImageVersion: "e2e",
-		ToolManifestHash: "e2e", SkillManifestHash: "e2e"})
-	if err != nil {
-		t.Fatalf("INIT_HELLO of the stand-in for %s: %v", agentID, err)
-	}
-	s := &standIn{sessionID: sessionID, client: c, users: make(chan userPush, 4096),
-		approvals: make(chan *rpc.ApprovalResolved, 64)}
-	pctx, cancel := context.WithCancel(ctx)
-	done := make(chan struct{}, 2)
-	var hbErr atomic.Pointer[error]
-	// Empty heartbeats keep the session alive: without them crash
-	// detection ends it after the threshold, as it would a hung agent.
-	go func() {
-		defer func() { done <- struct{}{} }()
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			select {
-			case <-pctx.Done():
-				return
-			case <-tick.C:
-			}
-			_, err := c.Heartbeat(pctx, rpc.HeartbeatRequest{BaseRev: hello.AckedRev, NewRev: hello.AckedRev, Patches: []rpc.Event{},
-				ConfigVersion: hello.ConfigVersion, HashPrev: hello.AckedHash, HashNew: hello.AckedHash, Timestamp: time.Now()})
-			if err != nil && pctx.Err() == nil {
-				hbErr.CompareAndSwap(nil, &err)
-			}
-		}
-	}()
-	go func() {
-		defer func() { done <- struct{}{} }()
-		c.ReceivePushes(pctx, func(p rpc.Push) {
-			switch p.Kind {
-			case rpc.PushUserMessage:
-				s.users <- userPush{msg: p.UserMessage, at: time.Now()}
-			case rpc.PushApprovalResolved:
-				s.approvals <- p.ApprovalResolved
-			}
-		})
-	}()
-	t.Cleanup(func() {
-		cancel()
-		<-done
-		<-done
-		if err := hbErr.Load(); err != nil {
-			t.Errorf("heartbeat of the stand-in for %s: %v", agentID, *err)
-		}
-	})
-	return s
-}
-
 func approvalRequest(summary string) rpc.ApprovalRequest {
 	return rpc.ApprovalRequest{RequestType: "tool:choir.propose.tool", Summary: summary,
 		Payload: json.RawMessage(`{"name":"choir.repo.status"}`)}
@@ -482,7 +259,7 @@ func waitUntil(tb testing.TB, what string, cond func() bool) {
 // stopAgentAdmin stops agentID gracefully through choird's admin socket.
 func (e *tgEnv) stopAgentAdmin(t testing.TB, agentID string) {
 	t.Helper()
-	c := admin.NewClient(admin.SocketPath(e.home))
+	c := admin.NewClient(admin.SocketPath(e.Dir))
 	defer c.Close()
 	var st admin.AgentStatus
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)

@@ -2,11 +2,11 @@ package e2e
 
 import (
 	"context"
-	"github.com/choirhq/choir/rpc/admin"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -15,6 +15,8 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
+	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // TestGatewayDMWritesFile is DESIGN.md journey 1 through every real piece: a
@@ -123,7 +125,7 @@ func TestGatewayDMWritesFile(t *testing.T) {
 			t.Errorf("alice got another message: %q", m.Text)
 		}
 	}
-	stopAgent(t, d, "assistant")
+	stopAgent(t, d.Daemon, "assistant")
 	llm.Done()
 }
 
@@ -200,8 +202,8 @@ func TestGatewayBadInput(t *testing.T) {
 	t.Run("CallbackForAnotherAgentsApproval", func(t *testing.T) {
 		// helper asks for an approval over the agent protocol, as its
 		// agent would; alice's DM, bound to assistant, presses [Approve].
-		h := standInAgent(t, d, e.home, helperID)
-		req, err := h.client.RequestApproval(ctx, approvalRequest("cross-dm"))
+		h := d.StandIn(t, helperID, admin.StartOverrides{})
+		req, err := h.Client.RequestApproval(ctx, approvalRequest("cross-dm"))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -219,10 +221,15 @@ func TestGatewayBadInput(t *testing.T) {
 		if status != "pending" {
 			t.Errorf("approval is %s after another DM's press, want pending", status)
 		}
-		select {
-		case p := <-h.approvals:
-			t.Errorf("helper was told of a resolution: %+v", p)
-		case <-time.After(300 * time.Millisecond):
+		for quiet := time.After(300 * time.Millisecond); quiet != nil; {
+			select {
+			case p := <-h.Pushes:
+				if p.Kind == rpc.PushApprovalResolved {
+					t.Errorf("helper was told of a resolution: %+v", p.ApprovalResolved)
+				}
+			case <-quiet:
+				quiet = nil
+			}
 		}
 	})
 }
@@ -325,7 +332,7 @@ func TestGatewayApprovalByButton(t *testing.T) {
 	if status != "approved" || resolvedBy != "telegram:"+dmAlice {
 		t.Errorf("after a second press: %s by %q", status, resolvedBy)
 	}
-	stopAgent(t, d, "assistant")
+	stopAgent(t, d.Daemon, "assistant")
 	llm.Done()
 }
 
@@ -367,7 +374,9 @@ func TestGatewayChoirdKilledMidTurn(t *testing.T) {
 			firstSession).Scan(&n)
 		return n == 1
 	})
-	first.kill(t)
+	if err := first.Signal(syscall.SIGKILL); err != nil {
+		t.Fatalf("kill choird: %v", err)
+	}
 	e.startChoirdProcess(t)
 	// The agent comes back by itself: a successor continues the first
 	// session's chain, and the inbox row goes to it.

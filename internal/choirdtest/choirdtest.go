@@ -1,28 +1,30 @@
 // Package choirdtest is the one test harness for "Postgres + choird + an
-// agent": it runs a real choird in process on a fresh migrated database
-// (dbtest) with a configuration made by config.Local, opens live sessions
-// for agents the test runs itself, and offers the small waits and buffers
-// such tests share. It holds no fakes: the model, Telegram and the runtime
-// are whatever the test configures. It imports no agent code, so the
-// agent's own tests may use it.
+// agent": it writes a .choir.d with a configuration made by config.Local
+// for a fresh migrated database (dbtest), runs a real choird on it in
+// process (Start, Restart) or from its binary as a process a test can kill
+// (StartProcess), builds the module's commands once (Binary), plays agents
+// over the real protocol for tests that run none (StandIn, StartSession),
+// and offers the small waits and buffers such tests share. It holds no
+// fakes: the model, Telegram and the runtime are whatever the test
+// configures. It imports no agent code, so the agent's own tests may use
+// it.
 package choirdtest
 
 import (
 	"bytes"
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // Options shape one choird.
@@ -58,27 +60,24 @@ type Choird struct {
 	// Logs receives its JSON log lines.
 	Logs *SyncBuffer
 
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
-	err    error
+	opts    Options
+	cancel  context.CancelFunc
+	done    chan error
+	once    sync.Once
+	stopped atomic.Bool
+	err     error
 }
 
-// Start runs choird and returns once it is ready; the test's cleanup stops
-// it (and fails the test if it ended with an error). A choird that cannot
-// start fails the test with its log.
+// Start runs choird and returns once it is ready. The test's cleanup stops
+// it (and fails the test if it ended with an error), after stopping every
+// agent its runtime, if any, still runs. A choird that cannot start fails
+// the test with its log.
 func Start(t testing.TB, o Options) *Choird {
 	t.Helper()
-	c := &Choird{Home: o.Home, DatabaseURL: o.DatabaseURL, Logs: &SyncBuffer{}, done: make(chan error, 1)}
-	if c.DatabaseURL == "" {
-		c.DatabaseURL = dbtest.NewDatabase(t)
-	}
-	if c.Home == "" {
-		c.Home = t.TempDir()
-	}
-	if err := c.writeConfig(o); err != nil {
-		t.Fatal(err)
-	}
+	h := WriteHome(t, o)
+	o.Home, o.DatabaseURL = h.Dir, h.DatabaseURL
+	c := &Choird{Home: h.Dir, Config: h.Config, Secrets: h.Secrets, DatabaseURL: h.DatabaseURL, Logs: &SyncBuffer{},
+		opts: o, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
 	ready := make(chan *daemon.Daemon, 1)
@@ -93,6 +92,7 @@ func Start(t testing.TB, o Options) *Choird {
 	select {
 	case c.Daemon = <-ready:
 		t.Cleanup(func() {
+			c.StopAgents(t)
 			if err := c.Stop(); err != nil {
 				t.Errorf("choird: %v", err)
 			}
@@ -108,43 +108,39 @@ func Start(t testing.TB, o Options) *Choird {
 	return nil
 }
 
-func (c *Choird) writeConfig(o Options) error {
-	if _, err := os.Stat(filepath.Join(c.Home, "config.json")); err == nil {
-		cfg, secrets, err := config.Load(c.Home)
-		c.Config, c.Secrets = cfg, secrets
-		return err
+// Restart stops c, if it still runs, without stopping its agents (as when
+// choird alone dies), and starts a new choird with the same options on the
+// same home and database.
+func (c *Choird) Restart(t testing.TB) *Choird {
+	t.Helper()
+	if err := c.Stop(); err != nil {
+		t.Errorf("choird: %v", err)
 	}
-	pc, err := pgx.ParseConfig(c.DatabaseURL)
-	if err != nil {
-		return err
+	return Start(t, c.opts)
+}
+
+// StopAgents stops every agent c's runtime still runs, unless c is stopped
+// already (a restarted choird's successor stops them). The test's cleanup
+// does so too; a test calls it where its agents must be gone before its
+// other cleanups run (a model server's, say).
+func (c *Choird) StopAgents(t testing.TB) {
+	if c.opts.Daemon.Runtime == "" || c.stopped.Load() {
+		return
 	}
-	c.Config, c.Secrets = config.Local(c.Home, config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database})
-	if o.ModelEndpoint != "" {
-		m := c.Config.Models["local"]
-		m.Endpoint = o.ModelEndpoint
-		c.Config.Models["local"] = m
-	}
-	if o.FastHeartbeat {
-		c.Config.HeartbeatIntervalMS = 100
-		c.Config.CrashDetectionThresholdMS = 5000
-	}
-	if o.Edit != nil {
-		o.Edit(c.Config, c.Secrets)
-	}
-	if err := config.WriteFiles(c.Home, c.Config, c.Secrets, false); err != nil {
-		return err
-	}
-	for name, ws := range c.Config.Workspaces {
-		if err := os.MkdirAll(ws.Path, 0o755); err != nil {
-			return fmt.Errorf("workspace %s: %w", name, err)
+	ctx := context.Background()
+	for id := range c.Snapshot().Config.Agents {
+		if st := c.LatestStatus(ctx, id); st.State == admin.AgentActive || st.State == admin.AgentStarting {
+			if _, err := c.AgentStop(ctx, daemon.Scope{Admin: true, Actor: "choirdtest"}, id); err != nil {
+				t.Errorf("stop %s: %v", id, err)
+			}
 		}
 	}
-	return nil
 }
 
 // Stop stops choird and waits for it; later calls return the same result.
 func (c *Choird) Stop() error {
 	c.once.Do(func() {
+		c.stopped.Store(true)
 		c.cancel()
 		c.err = <-c.done
 	})
@@ -153,6 +149,22 @@ func (c *Choird) Stop() error {
 
 // Workspace is the directory of a configured workspace.
 func (c *Choird) Workspace(name string) string { return c.Config.Workspaces[name].Path }
+
+// WaitState waits until agentID is in state want, and returns its status.
+func (c *Choird) WaitState(t testing.TB, agentID string, want admin.AgentState) admin.AgentStatus {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		st := c.LatestStatus(context.Background(), agentID)
+		if st.State == want {
+			return st
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("agent %s is %s, want %s; log:\n%s", agentID, st.State, want, c.Logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
 
 // Socket is the agent protocol's socket.
 func (c *Choird) Socket() string { return daemon.AgentSocketPath(c.Home) }

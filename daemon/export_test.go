@@ -1,0 +1,25 @@
+package daemon
+
+import (
+	"context"
+
+	"github.com/choirhq/choir/daemon/dmcmd"
+	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/daemon/inbox"
+	"github.com/choirhq/choir/daemon/runtime"
+)
+
+// The parts of a running choird that its tests (package daemon_test) drive
+// as its gateway does, or look at as its runtime sees them.
+
+// NewCommands makes a DM command layer on d's parts, as its gateway's is
+// made; notify, when set, receives the long commands' outcomes.
+func (d *Daemon) NewCommands(notify func(context.Context, gateway.Command, string)) *dmcmd.Commands {
+	return dmcmd.New(dmcmd.Options{Control: d.Control, Inbox: d.inbox, Pool: d.pool, Logger: d.logger, Notify: notify})
+}
+
+// Inbox is d's DM inbox, which its gateway feeds.
+func (d *Daemon) Inbox() *inbox.Inbox { return d.inbox }
+
+// Runtime is d's agent runtime; nil when it runs none.
+func (d *Daemon) Runtime() runtime.Runtime { return d.runtime }

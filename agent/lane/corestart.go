@@ -133,10 +133,16 @@ func decodeLaneInput(name string, input json.RawMessage, v any) error {
 // core job.
 func parseCoreJobStart(input json.RawMessage, exposed func(string) bool) (CoreJobStart, error) {
 	var s CoreJobStart
-	if err := decodeLaneInput(coreSpawnTool, input, &s); err != nil {
-		return s, err
-	}
 	var problems []string
+	if err := decodeLaneInput(coreSpawnTool, input, &s); err != nil {
+		// The checks below still run on what decodes, so that every
+		// problem is named at once.
+		problems = append(problems, err.Error())
+		s = CoreJobStart{}
+		if json.Unmarshal(input, &s) != nil {
+			return s, err
+		}
+	}
 	if !rpc.ValidLane("core:" + s.JobName) {
 		problems = append(problems, fmt.Sprintf("job_name %q: want 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit", s.JobName))
 	}

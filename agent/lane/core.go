@@ -129,11 +129,15 @@ type Core struct {
 	events []rpc.Event
 	seen   int64
 
-	mu            sync.Mutex
-	state         CoreState
-	used          CoreUsage
-	runStart      time.Time // when this run began; WallMS holds earlier runs
-	pending       []string  // injections waiting for the next safe point
+	mu       sync.Mutex
+	state    CoreState
+	used     CoreUsage
+	runStart time.Time // when this run began; WallMS holds earlier runs
+	pending  []string  // injections waiting for the next safe point
+	// counted are the calls of the current step already counted against
+	// the budgets: a snapshot names them, so a recovery does not count
+	// them again when it finds them in the tail.
+	counted       []string
 	progress      string
 	partial       string
 	schemaRetried bool
@@ -242,14 +246,9 @@ func (c *Core) cause() *coreError {
 }
 
 // step makes one model call, abandoned if the job is cancelled, and
-// commits it. Counters are raised before what they count is committed, so
-// that a snapshot never counts less than its log shows.
+// commits it. Counters are raised just before what they count is
+// committed, so that a snapshot never counts less than its log shows.
 func (c *Core) step() (string, []coreCall, error) {
-	c.mu.Lock()
-	c.used.Steps++
-	step := c.used.Steps
-	c.mu.Unlock()
-	c.jobs.e.notify()
 	model := c.jobs.cfg.Model()
 	policy := llm.RateLimitPolicy{DefaultDelay: c.jobs.e.cfg.RateLimitDelay,
 		NotifyFunc: func(ctx context.Context, _ *llm.RateLimitError, wait time.Duration) {
@@ -262,8 +261,12 @@ func (c *Core) step() (string, []coreCall, error) {
 	n := resp.Usage.PromptTokens + resp.Usage.CompletionTokens
 	c.mu.Lock()
 	c.used.Tokens += n
+	c.used.Steps++
+	step := c.used.Steps
+	c.counted = nil
 	c.mu.Unlock()
 	c.jobs.e.tokens.Add(n)
+	c.jobs.e.notify()
 	if _, err := c.commit(rpc.EventLLMCallCommitted, commitlog.LLMCall{Model: model.Name, Lane: c.lane,
 		PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
 		LatencyMS: resp.Latency.Milliseconds()}); err != nil {
@@ -291,7 +294,7 @@ func (c *Core) runTools(calls []coreCall) *coreError {
 		}
 		// The report tool is the lane's: it spends no tool call.
 		if call.Tool != coreReportTool {
-			if err := c.countToolCall(); err != nil {
+			if err := c.countToolCall(call.CallID); err != nil {
 				return err
 			}
 		}
@@ -304,10 +307,11 @@ func (c *Core) runTools(calls []coreCall) *coreError {
 
 // countToolCall spends one tool call of the job's and of the session's
 // budgets, or says which is used up.
-func (c *Core) countToolCall() *coreError {
+func (c *Core) countToolCall(id string) *coreError {
 	b := c.jobs.e.cfg.Budgets
 	c.mu.Lock()
 	c.used.ToolCalls++
+	c.counted = append(c.counted, id)
 	n := c.used.ToolCalls
 	c.mu.Unlock()
 	if b.PerJobMaxToolCalls > 0 && n > int64(b.PerJobMaxToolCalls) {

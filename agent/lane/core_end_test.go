@@ -24,6 +24,9 @@ func TestCoreReportOnEveryEndPath(t *testing.T) {
 		spawn   []string // extra spawn fields
 		edge    []llmtest.Step
 		core    []llmtest.Step
+		// holdCore holds the core's first model call until the edge has
+		// said "Started.".
+		holdCore bool
 		// act runs once the edge said "Started."
 		act     func(t *testing.T, b *coreBench)
 		outcome string
@@ -52,8 +55,8 @@ func TestCoreReportOnEveryEndPath(t *testing.T) {
 			outcome: "terminated", want: "the per_job_max_tool_calls budget of 1 is used up"},
 		{name: "WallTimeBudget", spawn: []string{`"tool_constraints":{"time_budget_ms":300}`}, core: []llmtest.Step{llmtest.Hang()},
 			outcome: "terminated", want: "out of time: the per_job_wall_time_ms budget of 300 is used up"},
-		{name: "SessionTokens", budgets: lane.Budgets{TotalSessionTokens: 1000},
-			edge: nil, core: []llmtest.Step{read.WithUsage(2000, 1)},
+		{name: "SessionTokens", budgets: lane.Budgets{TotalSessionTokens: 1000}, holdCore: true,
+			core:    []llmtest.Step{read.WithUsage(2000, 1)},
 			outcome: "terminated", want: "the total_session_tokens budget of 1000 is used up"},
 		{name: "SessionToolCalls", budgets: lane.Budgets{MaxToolCallsPerSession: 1},
 			core: []llmtest.Step{llmtest.ToolCalls(llmtest.Call{Name: "choir.fs.read", Arguments: `{"path":"."}`},
@@ -94,11 +97,16 @@ func TestCoreReportOnEveryEndPath(t *testing.T) {
 			b.edgeSrv.Add(llmtest.ToolCalls(spawnCall("s1", "j", "Do the job.", tc.spawn...)).WithUsage(1, 1),
 				llmtest.Text("Started.").WithUsage(1, 1))
 			b.edgeSrv.Add(tc.edge...)
+			gate := make(chan struct{})
+			if tc.holdCore {
+				tc.core[0] = tc.core[0].Expect(func(testing.TB, *llmtest.Request) { <-gate })
+			}
 			b.coreSrv.Add(tc.core...)
 			if err := b.edge.Deliver(lane.UserMessage{Text: "do the job"}); err != nil {
 				t.Fatal(err)
 			}
 			b.waitMessage(t, "Started.")
+			close(gate)
 			if tc.act != nil {
 				tc.act(t, b)
 			}

@@ -35,6 +35,9 @@ type coreBench struct {
 	locks   *lock.Manager
 	done    chan error
 	stop    context.CancelFunc
+	// stopLane cuts the lane off, as a crash of the agent would (what it
+	// commits afterwards is the test's to ignore).
+	stopLane context.CancelFunc
 	// runDone is closed when Run has returned.
 	runDone chan struct{}
 }
@@ -120,6 +123,7 @@ func setupCores(t *testing.T, o coreOpts) *coreBench {
 	// The lane runs on a context of its own, as in the agent: a test may
 	// end it (cut off) while the arbiter still commits.
 	laneCtx, stopLane := context.WithCancel(context.Background())
+	b.stopLane = stopLane
 	go func() { b.done <- b.edge.Run(laneCtx); close(b.runDone) }()
 	t.Cleanup(func() { stopLane(); <-b.runDone; cancel(); <-arbDone })
 	return b

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"time"
 
@@ -89,6 +90,11 @@ type CoreSnapshot struct {
 	Progress      string       `json:"progress,omitempty"`
 	PartialResult string       `json:"partial_result,omitempty"`
 	SchemaRetried bool         `json:"schema_retried,omitempty"`
+	// Counted are the calls of the step in progress already counted.
+	Counted []string `json:"counted_calls,omitempty"`
+	// Pending are instructions accepted (and counted) but not yet
+	// committed: the resumed job still gets them.
+	Pending []string `json:"pending_injections,omitempty"`
 }
 
 // CoreSnapshots returns the running jobs' state for a working-memory
@@ -107,7 +113,8 @@ func (e *Edge) CoreSnapshots() []CoreSnapshot {
 		u := c.usage()
 		c.mu.Lock()
 		out = append(out, CoreSnapshot{Start: c.start, StartedRev: c.startRev, State: c.state, Used: u, ThroughRev: head,
-			TakenAt: time.Now(), Progress: c.progress, PartialResult: c.partial, SchemaRetried: c.schemaRetried})
+			TakenAt: time.Now(), Progress: c.progress, PartialResult: c.partial, SchemaRetried: c.schemaRetried,
+			Counted: slices.Clone(c.counted), Pending: slices.Clone(c.pending)})
 		c.mu.Unlock()
 	}
 	return out
@@ -123,7 +130,9 @@ func (e *Edge) RestoreCores(snaps []CoreSnapshot) {
 
 // restored is a job being rebuilt from the snapshot and the tail.
 type restored struct {
-	snap     CoreSnapshot
+	snap CoreSnapshot
+	// before is the snapshot as it was, before the tail's events.
+	before   CoreSnapshot
 	fromTail bool // its core_started is in the tail: its whole window is
 	lastAt   time.Time
 	calls    map[string]bool
@@ -147,12 +156,17 @@ func (r *restored) count(ev rpc.Event) {
 		u.Steps++
 		u.Tokens += p.PromptTokens + p.CompletionTokens
 	case rpc.EventToolCallRequested, rpc.EventToolCallCommitted:
-		if p.CallID != "" && p.Tool != coreReportTool && !r.calls[p.CallID] {
+		if p.CallID != "" && p.Tool != coreReportTool && !r.calls[p.CallID] && !slices.Contains(r.snap.Counted, p.CallID) {
 			r.calls[p.CallID] = true
 			u.ToolCalls++
 		}
 	case rpc.EventInjectedInstruction:
-		if p.Source == injectionFromEdge {
+		if p.Source != injectionFromEdge {
+			break
+		}
+		if i := slices.Index(r.snap.Pending, p.Text); i >= 0 {
+			r.snap.Pending = slices.Delete(r.snap.Pending, i, i+1) // counted when accepted
+		} else {
 			u.Injections++
 		}
 	case rpc.EventModelOutput:
@@ -181,7 +195,7 @@ func (s *coreSet) recover(ctx context.Context) {
 	}
 	recs := map[string]*restored{}
 	for _, sn := range s.restoring {
-		recs[sn.Start.JobName] = &restored{snap: sn, calls: map[string]bool{}}
+		recs[sn.Start.JobName] = &restored{snap: sn, before: sn, calls: map[string]bool{}}
 	}
 	s.restoring = nil
 	reported := map[int64]rpc.Event{}
@@ -269,6 +283,7 @@ func (s *coreSet) resume(ctx context.Context, r *restored, evs []rpc.Event) {
 	}
 	c := newCore(s, r.snap.Start, r.snap.StartedRev, used)
 	c.progress, c.partial, c.schemaRetried = r.snap.Progress, r.snap.PartialResult, r.snap.SchemaRetried
+	c.pending = r.snap.Pending
 	for _, ev := range evs {
 		if ev.Lane == c.lane && ev.Rev >= c.startRev {
 			c.events = append(c.events, ev)
@@ -279,9 +294,9 @@ func (s *coreSet) resume(ctx context.Context, r *restored, evs []rpc.Event) {
 	}
 	if !r.fromTail {
 		c.note = fmt.Sprintf("This job was resumed after a restart. Its steps before revision %d are not in your context; "+
-			"your last report was %q", r.snap.ThroughRev+1, r.snap.Progress)
-		if r.snap.PartialResult != "" {
-			c.note += fmt.Sprintf(" and your last partial result %q", r.snap.PartialResult)
+			"your last report then was %q", r.before.ThroughRev+1, r.before.Progress)
+		if r.before.PartialResult != "" {
+			c.note += fmt.Sprintf(" and your last partial result %q", r.before.PartialResult)
 		}
 		c.note += ". Check the workspace before repeating work."
 	}

@@ -70,7 +70,7 @@ printf 'written by %s\n' "$path" > "$path"
 echo '{"status":"success","summary":"written"}'
 `
 
-func slowToolDir(t *testing.T) string {
+func slowToolDir(t testing.TB) string {
 	dir := t.TempDir()
 	tooltest.AddTool(t, dir, "slow_write", `{
   "llm": {"name": "test.slow_write", "description": "Write a file slowly.",
@@ -82,7 +82,7 @@ func slowToolDir(t *testing.T) string {
 	return dir
 }
 
-func setupCores(t *testing.T, o coreOpts) *coreBench {
+func setupCores(t testing.TB, o coreOpts) *coreBench {
 	t.Helper()
 	cfg := builtin.Config{}
 	if o.slowTools {

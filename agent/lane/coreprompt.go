@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/choirhq/choir/agent/commitlog"
@@ -96,6 +97,26 @@ func (c *Core) sync() {
 		}
 		c.seen = ev.Rev
 	}
+	c.events = trimWindow(c.events, coreWindowEvents)
+}
+
+// coreWindowEvents bounds the events of a job's window until the lanes'
+// working memory compacts it.
+const coreWindowEvents = 400
+
+// trimWindow keeps the last n events or fewer, starting at a model step so
+// that no tool result is left without its call.
+func trimWindow(evs []rpc.Event, n int) []rpc.Event {
+	if len(evs) <= n {
+		return evs
+	}
+	for i := len(evs) - n; i < len(evs); i++ {
+		var p coreOutput
+		if evs[i].Type == rpc.EventModelOutput && json.Unmarshal(evs[i].Payload, &p) == nil && p.CoreEvent == "" {
+			return slices.Clone(evs[i:])
+		}
+	}
+	return slices.Clone(evs[len(evs)-n:])
 }
 
 // renderCore turns a job's events into conversation: every step with its

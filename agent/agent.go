@@ -23,6 +23,7 @@ import (
 
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/lane"
+	"github.com/choirhq/choir/agent/lane/core"
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/config"
@@ -83,14 +84,21 @@ func modelName(d *rpc.DynamicConfig, bound string) string {
 // are the running core jobs: their briefings and budgets spent, which a
 // resumed session keeps counting from.
 type workingState struct {
-	Edge     lane.EdgeSnapshot   `json:"edge"`
-	OpenJobs []lane.CoreSnapshot `json:"open_jobs"`
+	Edge     lane.EdgeSnapshot `json:"edge"`
+	OpenJobs []core.Snapshot   `json:"open_jobs"`
 }
 
-// laneBudgets are the lanes' budgets from the agent's configuration.
-func laneBudgets(b config.Budgets) lane.Budgets {
+// edgeBudgets are the edge's budgets from the agent's configuration.
+func edgeBudgets(b config.Budgets) lane.Budgets {
 	return lane.Budgets{MaxToolCallsPerSession: b.MaxToolCallsPerSession, TotalSessionTokens: b.TotalSessionTokens,
-		MaxStepsPerMessage: b.MaxStepsPerMessage, MaxCoreJobs: b.MaxCoreJobs, PerJobMaxSteps: b.PerJobMaxSteps,
+		MaxStepsPerMessage: b.MaxStepsPerMessage}
+}
+
+// jobBudgets are the core jobs' budgets from the agent's configuration;
+// the session's are the edge's too, and shared.
+func jobBudgets(b config.Budgets) core.Budgets {
+	return core.Budgets{MaxCoreJobs: b.MaxCoreJobs, TotalSessionTokens: b.TotalSessionTokens,
+		MaxToolCallsPerSession: b.MaxToolCallsPerSession, PerJobMaxSteps: b.PerJobMaxSteps,
 		PerJobMaxToolCalls: b.PerJobMaxToolCalls, PerJobWallTime: time.Duration(b.PerJobWallTimeMS) * time.Millisecond,
 		MaxInjectionsPerJob: b.MaxInjectionsPerJob}
 }

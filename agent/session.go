@@ -16,6 +16,7 @@ import (
 	"github.com/choirhq/choir/agent/arbiter"
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/lane"
+	"github.com/choirhq/choir/agent/lane/core"
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/sandbox"
@@ -49,6 +50,7 @@ type session struct {
 	log    *commitlog.Log
 	arb    *arbiter.Arbiter
 	edge   *lane.Edge
+	jobs   *core.Set
 	out    *outbound
 	status *statusReporter
 	hb     *heartbeat
@@ -244,11 +246,18 @@ func (s *session) restore() error {
 	s.status = &statusReporter{client: s.client, logger: s.logger, kick: make(chan struct{}, 1)}
 	s.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: s.arb, Log: log, Tools: s.tools, Skills: s.skills, LLM: &llm.Client{},
 		Model: s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,
-		Budgets:        laneBudgets(s.dyn.Load().Budgets),
+		Budgets:        edgeBudgets(s.dyn.Load().Budgets),
 		RateLimitDelay: time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
 		Identity: lane.Identity{Instructions: edgeInstructions, User: readIdentity(s.opts.ChoirDir, "USER.md"),
 			Soul: readIdentity(s.opts.ChoirDir, "SOUL.md")},
-		Core: &lane.CoreConfig{Model: s.coreModel, Soul: readIdentity(s.opts.ChoirDir, "SOUL-CORE.md")}})
+		Jobs: func(e *lane.Edge) lane.Jobs {
+			s.jobs = core.NewSet(e, core.Config{Arbiter: s.arb, Log: log, Tools: s.tools, LLM: &llm.Client{},
+				Model: s.coreModel, Soul: readIdentity(s.opts.ChoirDir, "SOUL-CORE.md"), Out: s.out,
+				Budgets:        jobBudgets(s.dyn.Load().Budgets),
+				RateLimitDelay: time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
+				StatusFunc:     s.status.changed, Logger: s.logger})
+			return s.jobs
+		}})
 	s.status.edge = s.edge
 	s.status.changed() // the first report: choird learns the lane is IDLE
 	s.restoreSnapshot()
@@ -268,7 +277,7 @@ func (s *session) restoreSnapshot() {
 	} else if err := s.edge.Restore(st.Edge); err != nil {
 		s.logger.Warn("snapshot not restorable; starting the lane fresh", slog.String("error", err.Error()))
 	} else {
-		s.edge.RestoreCores(st.OpenJobs)
+		s.jobs.Restore(st.OpenJobs)
 		s.logger.Info("working state restored", slog.Int64("snapshot_rev", snap.Rev),
 			slog.Int("tail_events", len(s.hello.TailEvents)), slog.Int("open_jobs", len(st.OpenJobs)))
 	}
@@ -324,7 +333,7 @@ func (s *session) newHeartbeat() *heartbeat {
 			if !s.edge.Settled() {
 				return nil
 			}
-			b, _ := json.Marshal(workingState{Edge: s.edge.Snapshot(), OpenJobs: s.edge.CoreSnapshots()})
+			b, _ := json.Marshal(workingState{Edge: s.edge.Snapshot(), OpenJobs: s.jobs.Snapshots()})
 			return b
 		},
 		warn: s.out.warn,
@@ -423,11 +432,11 @@ func (s *session) onCancel(c *rpc.Cancel) {
 		s.logger.Info("cancel requested", slog.String("scope", string(c.Scope)), slog.Bool("turn_running", running))
 	case rpc.CancelAll:
 		running := s.edge.Cancel(string(c.Scope), c.Reason)
-		jobs := s.edge.CancelCores(reason)
+		jobs := s.jobs.CancelAll(reason)
 		s.logger.Info("cancel requested", slog.String("scope", string(c.Scope)), slog.Bool("turn_running", running),
 			slog.Any("core_jobs", jobs))
 	case rpc.CancelCore:
-		running := s.edge.CancelCore(c.JobName, reason)
+		running := s.jobs.Cancel(c.JobName, reason)
 		s.logger.Info("cancel of a core job requested", slog.String("job_name", c.JobName), slog.Bool("running", running))
 	}
 }

@@ -216,8 +216,8 @@ func (e *Edge) safePoint(ctx context.Context, msgs []llm.Message) ([]llm.Message
 		}
 		msgs = append(msgs, llm.UserMessage(injectedText(in.Text)))
 	}
-	if e.cores != nil {
-		told, err := e.cores.deliver(ctx)
+	if e.jobs != nil {
+		told, err := e.jobs.Deliver(ctx)
 		if err != nil {
 			return msgs, err
 		}
@@ -260,8 +260,8 @@ func (e *Edge) idle(ctx context.Context) (stop bool, err error) {
 			return false, err
 		}
 	}
-	if e.cores != nil {
-		if _, err := e.cores.deliver(ctx); err != nil {
+	if e.jobs != nil {
+		if _, err := e.jobs.Deliver(ctx); err != nil {
 			return false, err
 		}
 	}

@@ -72,13 +72,6 @@ type Budgets struct {
 	TotalSessionTokens     int64
 	// MaxStepsPerMessage bounds model calls while answering one message.
 	MaxStepsPerMessage int
-	// MaxCoreJobs bounds the core jobs running at once.
-	MaxCoreJobs int
-	// The job budgets, each per core job.
-	PerJobMaxSteps      int
-	PerJobMaxToolCalls  int
-	PerJobWallTime      time.Duration
-	MaxInjectionsPerJob int
 }
 
 // EdgeConfig is what the edge lane works with.
@@ -101,8 +94,9 @@ type EdgeConfig struct {
 	// report: the state, the skill or its step, a core job's state or
 	// progress. It must not block. Nil: not called.
 	StatusFunc func()
-	// Core configures the core jobs the edge may spawn; nil: none.
-	Core   *CoreConfig
+	// Jobs makes the core jobs that run beside the edge (package core);
+	// nil: none.
+	Jobs   func(*Edge) Jobs
 	Logger *slog.Logger
 }
 
@@ -144,8 +138,8 @@ type Edge struct {
 	toolCalls atomic.Int64
 	tokens    atomic.Int64
 	callSeq   atomic.Int64
-	// cores are the edge's core jobs; nil when it has none.
-	cores *coreSet
+	// jobs are the edge's core jobs; nil when it has none.
+	jobs Jobs
 	// unsettled is set while a turn may have committed a user message
 	// whose answer has not been handed to Out: from construction until
 	// resume has looked at the log, and from the commit of a user message
@@ -163,7 +157,7 @@ type Edge struct {
 // Nor may it while the report of an ended core job waits to be sent: a
 // resumed session sends again only the reports its tail shows.
 func (e *Edge) Settled() bool {
-	return !e.unsettled.Load() && (e.cores == nil || e.cores.unsent.Load() == 0)
+	return !e.unsettled.Load() && (e.jobs == nil || !e.jobs.Unsent())
 }
 
 // skillStartTool is the lane-level tool the model uses to begin a skill.
@@ -186,8 +180,8 @@ func NewEdge(cfg EdgeConfig) *Edge {
 	e := &Edge{cfg: cfg, queue: make(chan UserMessage, 1024), state: EdgeIdle, wake: make(chan struct{}, 1),
 		inbox: map[int64]struct{}{}}
 	e.unsettled.Store(true) // until Run's resume has looked at the log
-	if cfg.Core != nil {
-		e.cores = newCoreSet(e, *cfg.Core)
+	if cfg.Jobs != nil {
+		e.jobs = cfg.Jobs(e)
 	}
 	// A resumed session's log holds the tail choird returned: the inbox
 	// rows it took are taken, and call IDs continue past every call in it
@@ -296,10 +290,10 @@ var ErrBudgetExceeded = errors.New("session budget exceeded")
 // restart interrupted resume), and when it ends every job ends, reported
 // to the user unless ctx has ended.
 func (e *Edge) Run(ctx context.Context) error {
-	if e.cores == nil {
+	if e.jobs == nil {
 		return e.runLane(ctx)
 	}
-	e.cores.begin(ctx)
+	e.jobs.Begin(ctx)
 	err := e.runLane(ctx)
 	reason := "the edge lane ended"
 	switch {
@@ -308,7 +302,7 @@ func (e *Edge) Run(ctx context.Context) error {
 	case errors.Is(err, ErrBudgetExceeded):
 		reason = "the session's budget is used up"
 	}
-	e.cores.shutdown(ctx, reason)
+	e.jobs.End(ctx, reason)
 	return err
 }
 
@@ -588,8 +582,8 @@ func (e *Edge) runTool(ctx context.Context, call llm.ToolCall) (json.RawMessage,
 		return e.startSkill(ctx, call.Arguments)
 	case call.Name == skill.TransitionToolName:
 		return e.transition(ctx, call)
-	case e.cores != nil && strings.HasPrefix(call.Name, "choir.core."):
-		return e.cores.edgeTool(ctx, call)
+	case e.jobs != nil && strings.HasPrefix(call.Name, "choir.core."):
+		return e.jobs.Call(ctx, call)
 	}
 	out, err := e.cfg.Arbiter.Propose(ctx, arbiter.Proposal{Owner: lock.Edge,
 		CallID: fmt.Sprintf("edge-%d-%s", e.callSeq.Add(1), call.ID), Tool: call.Name, Input: call.Arguments,
@@ -697,8 +691,8 @@ func (e *Edge) tools() []llm.ToolSpec {
 		}
 		out = append(out, llm.ToolSpec{Name: v.Name, Description: v.Description, Parameters: v.Parameters})
 	}
-	if e.cores != nil && run == nil {
-		out = append(out, edgeCoreTools()...)
+	if e.jobs != nil && run == nil {
+		out = append(out, e.jobs.Tools()...)
 	}
 	if run != nil {
 		if v, ok := run.TransitionTool(); ok {

@@ -1,4 +1,4 @@
-package lane_test
+package core_test
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/agent/lane"
+	"github.com/choirhq/choir/agent/lane/core"
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/rpc"
 )
@@ -20,7 +21,7 @@ func TestCoreReportOnEveryEndPath(t *testing.T) {
 	read := llmtest.ToolCalls(llmtest.Call{Name: "choir.fs.read", Arguments: `{"path":"."}`})
 	for _, tc := range []struct {
 		name    string
-		budgets lane.Budgets
+		budgets core.Budgets
 		spawn   []string // extra spawn fields
 		edge    []llmtest.Step
 		core    []llmtest.Step
@@ -44,21 +45,21 @@ func TestCoreReportOnEveryEndPath(t *testing.T) {
 		{name: "CancelledByPushMidModelCall", core: []llmtest.Step{llmtest.Hang()},
 			act: func(t *testing.T, b *coreBench) {
 				waitFor(t, "the core's model call", func() bool { return len(b.coreSrv.Requests()) == 1 })
-				b.edge.CancelCore("j", "/cancel j")
+				b.jobs.Cancel("j", "/cancel j")
 			},
 			outcome: "terminated", want: `"j" was cancelled: /cancel j`},
-		{name: "StepBudget", budgets: lane.Budgets{PerJobMaxSteps: 2}, core: []llmtest.Step{read, read},
+		{name: "StepBudget", budgets: core.Budgets{PerJobMaxSteps: 2}, core: []llmtest.Step{read, read},
 			outcome: "terminated", want: "budget exceeded, out of steps: the per_job_max_steps budget of 2 is used up"},
-		{name: "ToolCallBudget", budgets: lane.Budgets{PerJobMaxToolCalls: 1},
+		{name: "ToolCallBudget", budgets: core.Budgets{PerJobMaxToolCalls: 1},
 			core: []llmtest.Step{llmtest.ToolCalls(llmtest.Call{Name: "choir.fs.read", Arguments: `{"path":"."}`},
 				llmtest.Call{Name: "choir.fs.read", Arguments: `{"path":"."}`})},
 			outcome: "terminated", want: "the per_job_max_tool_calls budget of 1 is used up"},
 		{name: "WallTimeBudget", spawn: []string{`"tool_constraints":{"time_budget_ms":300}`}, core: []llmtest.Step{llmtest.Hang()},
 			outcome: "terminated", want: "out of time: the per_job_wall_time_ms budget of 300 is used up"},
-		{name: "SessionTokens", budgets: lane.Budgets{TotalSessionTokens: 1000}, holdCore: true,
+		{name: "SessionTokens", budgets: core.Budgets{TotalSessionTokens: 1000}, holdCore: true,
 			core:    []llmtest.Step{read.WithUsage(2000, 1)},
 			outcome: "terminated", want: "the total_session_tokens budget of 1000 is used up"},
-		{name: "SessionToolCalls", budgets: lane.Budgets{MaxToolCallsPerSession: 1},
+		{name: "SessionToolCalls", budgets: core.Budgets{MaxToolCallsPerSession: 1},
 			core: []llmtest.Step{llmtest.ToolCalls(llmtest.Call{Name: "choir.fs.read", Arguments: `{"path":"."}`},
 				llmtest.Call{Name: "choir.fs.read", Arguments: `{"path":"."}`})},
 			outcome: "terminated", want: "the max_tool_calls_per_session budget of 1 is used up"},
@@ -82,7 +83,7 @@ func TestCoreReportOnEveryEndPath(t *testing.T) {
 				<-b.runDone
 			},
 			outcome: "terminated", want: `"j" was stopped because the session is stopping`},
-		{name: "EdgeBudgetEnds", budgets: lane.Budgets{TotalSessionTokens: 1000}, core: []llmtest.Step{llmtest.Hang()},
+		{name: "EdgeBudgetEnds", budgets: core.Budgets{TotalSessionTokens: 1000}, core: []llmtest.Step{llmtest.Hang()},
 			edge: []llmtest.Step{llmtest.Text("too costly").WithUsage(5000, 1)},
 			act: func(t *testing.T, b *coreBench) {
 				waitFor(t, "the core's model call", func() bool { return len(b.coreSrv.Requests()) == 1 })
@@ -128,7 +129,7 @@ func TestCoreReportOnEveryEndPath(t *testing.T) {
 // an invalid briefing with every problem named.
 func TestCoreSpawnRefusals(t *testing.T) {
 	t.Parallel()
-	b := setupCores(t, coreOpts{budgets: lane.Budgets{MaxCoreJobs: 1}})
+	b := setupCores(t, coreOpts{budgets: core.Budgets{MaxCoreJobs: 1}})
 	b.edgeSrv.Add(
 		llmtest.ToolCalls(spawnCall("s1", "a", "Do a."), spawnCall("s2", "a", "Do a again."), spawnCall("s3", "b", "Do b."),
 			llmtest.Call{ID: "s4", Name: "choir.core.spawn",

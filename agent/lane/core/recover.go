@@ -1,4 +1,4 @@
-package lane
+package core
 
 import (
 	"context"
@@ -12,84 +12,24 @@ import (
 	"github.com/choirhq/choir/rpc"
 )
 
-// This file holds the mandatory report of an ended core job and the
-// recovery of jobs after a restart.
-//
-// The report is the lane's template, not a model call: it must reach the
-// user for every job, however the job ended, and a model call can fail,
-// be rate-limited or time out exactly when things go wrong; the result it
-// carries was already written by the flagship model. It names the job, its
-// outcome, the final (or last partial) result and the budgets used.
+// This file rebuilds the jobs after a restart, from the working-memory
+// snapshot's jobs and the log's tail choird returned.
 
-// maxReportResult bounds the result quoted in a report.
-const maxReportResult = 6000
-
-// reportText words a job's end for the user.
-func reportText(st coreStopped) string {
-	var b strings.Builder
-	u := st.Used
-	spent := fmt.Sprintf("%d steps, %d tool calls, %d tokens, %s", u.Steps, u.ToolCalls, u.Tokens,
-		(time.Duration(u.WallMS) * time.Millisecond).Round(100*time.Millisecond))
-	switch {
-	case st.Error == nil:
-		fmt.Fprintf(&b, "Core job %q completed (%s).", st.JobName, spent)
-	case st.Error.Kind == errKindBudget:
-		fmt.Fprintf(&b, "Core job %q was stopped: budget exceeded, %s (%s).", st.JobName, st.Error.Message, spent)
-	case st.Error.Kind == errKindCancelled:
-		fmt.Fprintf(&b, "Core job %q was cancelled: %s (%s).", st.JobName, st.Error.Message, spent)
-	case st.Error.Kind == errKindEdgeEnded:
-		fmt.Fprintf(&b, "Core job %q was stopped because %s (%s).", st.JobName, st.Error.Message, spent)
-	default:
-		fmt.Fprintf(&b, "Core job %q failed: %s (%s).", st.JobName, st.Error.Message, spent)
-	}
-	if len(st.FinalResult) > 0 {
-		b.WriteString("\n\nResult:\n" + clipText(resultText(st.FinalResult), maxReportResult))
-	} else if st.PartialResult != "" {
-		b.WriteString("\n\nLast partial result:\n" + clipText(st.PartialResult, maxReportResult))
-	}
-	return b.String()
-}
-
-// resultText shows a final result: a string as it is, anything else as
-// indented JSON.
-func resultText(raw json.RawMessage) string {
-	var s string
-	if json.Unmarshal(raw, &s) == nil {
-		return s
-	}
-	var v any
-	if json.Unmarshal(raw, &v) != nil {
-		return string(raw)
-	}
-	b, _ := json.MarshalIndent(v, "", "  ")
-	return string(b)
-}
-
-func clipText(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	for n > 0 && !isRuneStartByte(s[n]) {
-		n--
-	}
-	return s[:n] + "\n[… clipped]"
-}
-
-// CoreSnapshot is a running job's part of a working-memory snapshot: its
+// Snapshot is a running job's part of a working-memory snapshot: its
 // briefing, what it has spent and its last reports. ThroughRev is the head
 // of the log when it was taken; counters are raised before what they count
 // is committed, so they cover every event up to ThroughRev (and may count
 // a few after it: a resumed job errs toward less budget, never more).
-type CoreSnapshot struct {
-	Start         CoreJobStart `json:"start"`
-	StartedRev    int64        `json:"started_rev"`
-	State         CoreState    `json:"state"`
-	Used          CoreUsage    `json:"used"`
-	ThroughRev    int64        `json:"through_rev"`
-	TakenAt       time.Time    `json:"taken_at"`
-	Progress      string       `json:"progress,omitempty"`
-	PartialResult string       `json:"partial_result,omitempty"`
-	SchemaRetried bool         `json:"schema_retried,omitempty"`
+type Snapshot struct {
+	Start         JobStart  `json:"start"`
+	StartedRev    int64     `json:"started_rev"`
+	State         State     `json:"state"`
+	Used          Usage     `json:"used"`
+	ThroughRev    int64     `json:"through_rev"`
+	TakenAt       time.Time `json:"taken_at"`
+	Progress      string    `json:"progress,omitempty"`
+	PartialResult string    `json:"partial_result,omitempty"`
+	SchemaRetried bool      `json:"schema_retried,omitempty"`
 	// Counted are the calls of the step in progress already counted.
 	Counted []string `json:"counted_calls,omitempty"`
 	// Pending are instructions accepted (and counted) but not yet
@@ -97,22 +37,19 @@ type CoreSnapshot struct {
 	Pending []string `json:"pending_injections,omitempty"`
 }
 
-// CoreSnapshots returns the running jobs' state for a working-memory
+// Snapshots returns the running jobs' state for a working-memory
 // snapshot.
-func (e *Edge) CoreSnapshots() []CoreSnapshot {
-	if e.cores == nil {
-		return []CoreSnapshot{}
-	}
-	out := []CoreSnapshot{}
-	for _, n := range e.cores.names() {
-		c := e.cores.job(n)
+func (s *Set) Snapshots() []Snapshot {
+	out := []Snapshot{}
+	for _, n := range s.names() {
+		c := s.job(n)
 		if c == nil {
 			continue
 		}
-		head, _ := e.cfg.Log.Head() // before the counters: see CoreSnapshot
+		head, _ := s.cfg.Log.Head() // before the counters: see Snapshot
 		u := c.usage()
 		c.mu.Lock()
-		out = append(out, CoreSnapshot{Start: c.start, StartedRev: c.startRev, State: c.state, Used: u, ThroughRev: head,
+		out = append(out, Snapshot{Start: c.start, StartedRev: c.startRev, State: c.state, Used: u, ThroughRev: head,
 			TakenAt: time.Now(), Progress: c.progress, PartialResult: c.partial, SchemaRetried: c.schemaRetried,
 			Counted: slices.Clone(c.counted), Pending: slices.Clone(c.pending)})
 		c.mu.Unlock()
@@ -120,19 +57,15 @@ func (e *Edge) CoreSnapshots() []CoreSnapshot {
 	return out
 }
 
-// RestoreCores hands the lane the jobs a snapshot carried; Run resumes them
-// with what the log's tail adds. Call it before Run.
-func (e *Edge) RestoreCores(snaps []CoreSnapshot) {
-	if e.cores != nil {
-		e.cores.restoring = snaps
-	}
-}
+// Restore hands the set the jobs a snapshot carried; the edge's Run
+// resumes them with what the log's tail adds. Call it before Run.
+func (s *Set) Restore(snaps []Snapshot) { s.restoring = snaps }
 
 // restored is a job being rebuilt from the snapshot and the tail.
 type restored struct {
-	snap CoreSnapshot
+	snap Snapshot
 	// before is the snapshot as it was, before the tail's events.
-	before   CoreSnapshot
+	before   Snapshot
 	fromTail bool // its core_started is in the tail: its whole window is
 	lastAt   time.Time
 	calls    map[string]bool
@@ -187,9 +120,9 @@ func (r *restored) count(ev rpc.Event) {
 // are used up ends at its first safe point and is reported as any other.
 // Reports of jobs that ended are sent again (choird's outbox drops a
 // duplicate) or, when the restart came before them, sent now.
-func (s *coreSet) recover(ctx context.Context) {
-	head, _ := s.e.cfg.Log.Head()
-	evs, err := s.e.cfg.Log.Range(s.e.cfg.Log.Oldest(), head)
+func (s *Set) recover(ctx context.Context) {
+	head, _ := s.cfg.Log.Head()
+	evs, err := s.cfg.Log.Range(s.cfg.Log.Oldest(), head)
 	if err != nil {
 		evs = nil
 	}
@@ -214,10 +147,10 @@ func (s *coreSet) recover(ctx context.Context) {
 		switch ev.Type {
 		case rpc.EventCoreStarted:
 			var p struct {
-				Start CoreJobStart `json:"start"`
+				Start JobStart `json:"start"`
 			}
 			if json.Unmarshal(ev.Payload, &p) == nil {
-				recs[name] = &restored{snap: CoreSnapshot{Start: p.Start, StartedRev: ev.Rev, TakenAt: ev.CreatedAt},
+				recs[name] = &restored{snap: Snapshot{Start: p.Start, StartedRev: ev.Rev, TakenAt: ev.CreatedAt},
 					fromTail: true, calls: map[string]bool{}}
 			}
 			continue
@@ -255,7 +188,7 @@ func reportOf(ev rpc.Event) (int64, bool) {
 
 // recoverReport queues the report of a job that ended before the restart:
 // sent again under its ID when it was committed, else written now.
-func (s *coreSet) recoverReport(ev rpc.Event, reported map[int64]rpc.Event) {
+func (s *Set) recoverReport(ev rpc.Event, reported map[int64]rpc.Event) {
 	var st coreStopped
 	if json.Unmarshal(ev.Payload, &st) != nil {
 		return
@@ -276,12 +209,12 @@ func (s *coreSet) recoverReport(ev rpc.Event, reported map[int64]rpc.Event) {
 }
 
 // resume starts a job again where the restart left it.
-func (s *coreSet) resume(ctx context.Context, r *restored, evs []rpc.Event) {
+func (s *Set) resume(ctx context.Context, r *restored, evs []rpc.Event) {
 	used := r.snap.Used
 	if !r.lastAt.IsZero() && r.lastAt.After(r.snap.TakenAt) {
 		used.WallMS += r.lastAt.Sub(r.snap.TakenAt).Milliseconds()
 	}
-	c := newCore(s, r.snap.Start, r.snap.StartedRev, used)
+	c := newJob(s, r.snap.Start, r.snap.StartedRev, used)
 	c.progress, c.partial, c.schemaRetried = r.snap.Progress, r.snap.PartialResult, r.snap.SchemaRetried
 	c.pending = r.snap.Pending
 	for _, ev := range evs {
@@ -304,10 +237,10 @@ func (s *coreSet) resume(ctx context.Context, r *restored, evs []rpc.Event) {
 		Text: "The agent restarted and you resume this job where you were. A tool call without a result was interrupted: " +
 			"check its effect before repeating it."})
 	if err != nil {
-		s.e.cfg.Logger.ErrorContext(ctx, "core job not resumed", slog.String("job", c.start.JobName), slog.String("error", err.Error()))
+		s.cfg.Logger.ErrorContext(ctx, "core job not resumed", slog.String("job", c.start.JobName), slog.String("error", err.Error()))
 		return
 	}
-	s.e.cfg.Logger.InfoContext(ctx, "core job resumed after a restart", slog.String("job", c.start.JobName),
+	s.cfg.Logger.InfoContext(ctx, "core job resumed after a restart", slog.String("job", c.start.JobName),
 		slog.Int64("steps", used.Steps), slog.Bool("whole_window", r.fromTail))
 	s.tell(coreNews{kind: newsResumed, job: c.start.JobName, ev: ev,
 		text: fmt.Sprintf("Core job %q was interrupted by a restart and resumes (%d steps done so far).", c.start.JobName, used.Steps)})

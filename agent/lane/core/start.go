@@ -1,4 +1,4 @@
-package lane
+package core
 
 import (
 	"bytes"
@@ -21,9 +21,9 @@ import (
 // 12.7, 12.8): the CoreJobStart the edge curates, the lane tools the edge
 // uses to spawn, steer and stop jobs, and the one a job uses to report.
 
-// CoreJobStart is the edge's curated briefing of a core job (spec 12.7):
-// never the user's raw words, only what the job needs.
-type CoreJobStart struct {
+// JobStart is the CoreJobStart of spec 12.7, the edge's curated briefing
+// of a job: never the user's raw words, only what the job needs.
+type JobStart struct {
 	JobID           string          `json:"job_id"`
 	JobName         string          `json:"job_name"`
 	TaskSpec        string          `json:"task_spec"`
@@ -131,14 +131,14 @@ func decodeLaneInput(name string, input json.RawMessage, v any) error {
 // parseCoreJobStart validates a spawn's input and returns the job's start,
 // naming every problem. exposed tells whether a tool may be offered to a
 // core job.
-func parseCoreJobStart(input json.RawMessage, exposed func(string) bool) (CoreJobStart, error) {
-	var s CoreJobStart
+func parseCoreJobStart(input json.RawMessage, exposed func(string) bool) (JobStart, error) {
+	var s JobStart
 	var problems []string
 	if err := decodeLaneInput(coreSpawnTool, input, &s); err != nil {
 		// The checks below still run on what decodes, so that every
 		// problem is named at once.
 		problems = append(problems, err.Error())
-		s = CoreJobStart{}
+		s = JobStart{}
 		if json.Unmarshal(input, &s) != nil {
 			return s, err
 		}
@@ -187,7 +187,7 @@ func newJobID() string {
 
 // compiledOutputSchema compiles the job's output schema, nil when it has
 // none. parseCoreJobStart has checked that it compiles.
-func (s CoreJobStart) compiledOutputSchema() *jsonschema.Schema {
+func (s JobStart) compiledOutputSchema() *jsonschema.Schema {
 	if len(s.OutputSchema) == 0 {
 		return nil
 	}
@@ -199,7 +199,7 @@ func (s CoreJobStart) compiledOutputSchema() *jsonschema.Schema {
 }
 
 // render is the briefing as the job's model reads it.
-func (s CoreJobStart) render() string {
+func (s JobStart) render() string {
 	b, _ := json.MarshalIndent(s, "", "  ")
 	return "Your task, from the edge lane (CoreJobStart):\n" + string(b)
 }

@@ -1,4 +1,4 @@
-package lane_test
+package core_test
 
 import (
 	"os"
@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/agent/lane"
+	"github.com/choirhq/choir/agent/lane/core"
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/rpc"
 )
@@ -92,7 +93,7 @@ func TestCoreSpawnRunReport(t *testing.T) {
 			t.Errorf("status %+v: %v", s, err)
 		}
 	}
-	if status == nil || status.State != string(lane.CoreCompleted) || status.Steps != 2 ||
+	if status == nil || status.State != string(core.Completed) || status.Steps != 2 ||
 		!strings.Contains(status.Progress, "plan: write the file") {
 		t.Errorf("job status = %+v", status)
 	}

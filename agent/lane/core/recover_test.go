@@ -1,4 +1,4 @@
-package lane_test
+package core_test
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/agent/lane"
+	"github.com/choirhq/choir/agent/lane/core"
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/rpc"
 )
@@ -17,15 +18,15 @@ import (
 // flight, and returns the log as choird's replica would hold it then, and
 // the snapshot taken when step snapAt's call was in flight (nil for none),
 // before cutting the lane off as a crash would.
-func crashMidJob(t *testing.T, ws string, held, snapAt int, budgets lane.Budgets) ([]rpc.Event, []lane.CoreSnapshot) {
+func crashMidJob(t *testing.T, ws string, held, snapAt int, budgets core.Budgets) ([]rpc.Event, []core.Snapshot) {
 	t.Helper()
 	b := setupCores(t, coreOpts{ws: ws, budgets: budgets})
 	b.edgeSrv.Add(llmtest.ToolCalls(spawnCall("s1", "j", "Write a.txt then b.txt.")), llmtest.Text("Started."))
-	heldCh, snapCh := make(chan struct{}), make(chan []lane.CoreSnapshot, 1)
+	heldCh, snapCh := make(chan struct{}), make(chan []core.Snapshot, 1)
 	b.coreSrv.SetResponder(func(ctx context.Context, r *llmtest.Request) llmtest.Step {
 		n := steps(r)
 		if n == snapAt {
-			snapCh <- b.edge.CoreSnapshots()
+			snapCh <- b.jobs.Snapshots()
 		}
 		if n == held {
 			close(heldCh)
@@ -44,7 +45,7 @@ func crashMidJob(t *testing.T, ws string, held, snapAt int, budgets lane.Budgets
 	}
 	b.waitMessage(t, "Started.")
 	<-heldCh
-	var snaps []lane.CoreSnapshot
+	var snaps []core.Snapshot
 	if snapAt >= 0 {
 		snaps = <-snapCh
 	}
@@ -66,9 +67,9 @@ func crashMidJob(t *testing.T, ws string, held, snapAt int, budgets lane.Budgets
 func TestCoreResumesAfterCrash(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
-	history, _ := crashMidJob(t, ws, 2, -1, lane.Budgets{PerJobMaxSteps: 10})
+	history, _ := crashMidJob(t, ws, 2, -1, core.Budgets{PerJobMaxSteps: 10})
 
-	b := setupCores(t, coreOpts{ws: ws, history: history, budgets: lane.Budgets{PerJobMaxSteps: 10}})
+	b := setupCores(t, coreOpts{ws: ws, history: history, budgets: core.Budgets{PerJobMaxSteps: 10}})
 	b.coreSrv.Add(llmtest.Text("a.txt and b.txt written").Expect(func(t testing.TB, r *llmtest.Request) {
 		var results, restart int
 		for _, m := range r.Messages {
@@ -107,7 +108,7 @@ func TestCoreResumesAfterCrash(t *testing.T) {
 func TestCoreResumesFromSnapshot(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
-	budgets := lane.Budgets{PerJobMaxSteps: 10, PerJobMaxToolCalls: 10}
+	budgets := core.Budgets{PerJobMaxSteps: 10, PerJobMaxToolCalls: 10}
 	history, snaps := crashMidJob(t, ws, 2, 1, budgets)
 	if len(snaps) != 1 || snaps[0].Used.Steps != 1 || snaps[0].Used.ToolCalls != 1 {
 		t.Fatalf("snapshot = %+v", snaps)
@@ -135,8 +136,8 @@ func TestCoreResumesFromSnapshot(t *testing.T) {
 func TestCoreBudgetSurvivesRestart(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
-	history, _ := crashMidJob(t, ws, 2, -1, lane.Budgets{PerJobMaxSteps: 10})
-	b := setupCores(t, coreOpts{ws: ws, history: history, budgets: lane.Budgets{PerJobMaxSteps: 2}})
+	history, _ := crashMidJob(t, ws, 2, -1, core.Budgets{PerJobMaxSteps: 10})
+	b := setupCores(t, coreOpts{ws: ws, history: history, budgets: core.Budgets{PerJobMaxSteps: 2}})
 	i := b.waitMessage(t, `Core job "j" was stopped: budget exceeded, out of steps`)
 	if texts, _ := b.messages(); !strings.Contains(texts[i], "Last partial result:\na.txt done") {
 		t.Errorf("report = %q", texts[i])

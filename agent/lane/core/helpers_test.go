@@ -1,4 +1,4 @@
-package lane_test
+package core_test
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"github.com/choirhq/choir/agent/arbiter"
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/lane"
+	"github.com/choirhq/choir/agent/lane/core"
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/agent/lock"
@@ -27,6 +28,7 @@ import (
 // side of the conversation.
 type coreBench struct {
 	edge    *lane.Edge
+	jobs    *core.Set
 	log     *commitlog.Log
 	ws      string
 	out     *sink
@@ -44,12 +46,12 @@ type coreBench struct {
 
 // coreOpts shape a coreBench.
 type coreOpts struct {
-	budgets lane.Budgets
+	budgets core.Budgets
 	// slowTools adds the test tools of slowToolDir.
 	slowTools bool
 	// history is a log's events to resume from, with the snapshot's jobs.
 	history []rpc.Event
-	snaps   []lane.CoreSnapshot
+	snaps   []core.Snapshot
 	// ws is the workspace to use (default: a new one).
 	ws string
 }
@@ -111,11 +113,17 @@ func setupCores(t testing.TB, o coreOpts) *coreBench {
 		runDone: make(chan struct{}), edgeSrv: llmtest.NewServer(t), coreSrv: llmtest.NewServer(t)}
 	arb := arbiter.New(arbiter.Config{Appender: app, Tools: reg, Env: tool.Env{Workspace: ws}, Locks: b.locks,
 		EdgeRestricted: func() bool { return b.edge.CoresRunning() }})
+	jobsCfg := core.Config{Arbiter: arb, Log: log, Tools: reg, LLM: &llm.Client{}, Model: b.coreSrv.Model,
+		Soul: "Be thorough and exact.", Out: b.out, Budgets: o.budgets, RateLimitDelay: 10 * time.Millisecond}
 	b.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, LLM: &llm.Client{},
-		Model: b.edgeSrv.Model, Out: b.out, Budgets: o.budgets, RateLimitDelay: 10 * time.Millisecond,
+		Model: b.edgeSrv.Model, Out: b.out, RateLimitDelay: 10 * time.Millisecond,
+		Budgets:  lane.Budgets{TotalSessionTokens: o.budgets.TotalSessionTokens, MaxToolCallsPerSession: o.budgets.MaxToolCallsPerSession},
 		Identity: lane.Identity{Instructions: "You are the edge lane.", User: "The user is Ada.", Soul: "Be brief."},
-		Core:     &lane.CoreConfig{Model: b.coreSrv.Model, Soul: "Be thorough and exact."}})
-	b.edge.RestoreCores(o.snaps)
+		Jobs: func(e *lane.Edge) lane.Jobs {
+			b.jobs = core.NewSet(e, jobsCfg)
+			return b.jobs
+		}})
+	b.jobs.Restore(o.snaps)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.stop = cancel
 	arbDone := make(chan struct{})
@@ -210,7 +218,7 @@ func spawnCall(id, name, task string, extra ...string) llmtest.Call {
 func jobOf(r *llmtest.Request) string {
 	for _, m := range r.Messages {
 		if rest, ok := strings.CutPrefix(m.Content, "Your task, from the edge lane (CoreJobStart):\n"); ok {
-			var s lane.CoreJobStart
+			var s core.JobStart
 			if json.Unmarshal([]byte(rest), &s) == nil {
 				return s.JobName
 			}
@@ -267,7 +275,7 @@ type stoppedPayload struct {
 		Message string `json:"message"`
 		Budget  string `json:"budget"`
 	} `json:"error"`
-	Used lane.CoreUsage `json:"budgets_used"`
+	Used core.Usage `json:"budgets_used"`
 }
 
 func stoppedOf(t testing.TB, ev rpc.Event) stoppedPayload {
@@ -318,4 +326,35 @@ func (b *coreBench) checkReports(t testing.TB) {
 			t.Errorf("the report of %s (rev %d) was sent but not committed on the edge lane", ev.Lane, ev.Rev)
 		}
 	}
+}
+
+// sink is the user's side of the conversation.
+type sink struct {
+	mu   sync.Mutex
+	msgs []string
+	ids  []string
+	got  chan string
+}
+
+func newSink() *sink { return &sink{got: make(chan string, 4096)} }
+
+func (s *sink) Send(_ context.Context, m lane.OutboundMessage) error {
+	s.mu.Lock()
+	s.msgs = append(s.msgs, m.Text)
+	s.ids = append(s.ids, m.ID)
+	s.mu.Unlock()
+	select {
+	case s.got <- m.Text:
+	default: // nobody reads: the test looks at msgs
+	}
+	return nil
+}
+
+func lastToolResult(t testing.TB, r *llmtest.Request) string {
+	t.Helper()
+	m := r.Last()
+	if m.Role != "tool" {
+		t.Fatalf("last message is %s, want a tool result", m.Role)
+	}
+	return m.Content
 }

@@ -1,4 +1,4 @@
-package lane
+package core
 
 import (
 	"encoding/json"
@@ -33,6 +33,13 @@ type coreOutput struct {
 	Data      json.RawMessage `json:"data,omitempty"`
 }
 
+func answerText(text string) string {
+	if strings.TrimSpace(text) == "" {
+		return "(no answer)"
+	}
+	return text
+}
+
 // coreInjection is the payload of an injected_instruction on a job's lane.
 type coreInjection struct {
 	// Source is who adds it: the edge (counted against the job's
@@ -50,9 +57,9 @@ const (
 
 // prompt lays out spec 11.3 for a core job: the system prompt, SOUL-CORE.md
 // and the CoreJobStart, which are never compacted, then the job's window.
-func (c *Core) prompt() []llm.Message {
+func (c *Job) prompt() []llm.Message {
 	var sys strings.Builder
-	sys.WriteString(c.jobs.cfg.Instructions)
+	sys.WriteString(c.set.cfg.Instructions)
 	if sys.Len() == 0 {
 		sys.WriteString(defaultCoreInstructions)
 	}
@@ -61,8 +68,8 @@ func (c *Core) prompt() []llm.Message {
 		sys.WriteString(" Your final result must be a JSON value satisfying the output_schema of your task.")
 	}
 	msgs := []llm.Message{llm.SystemMessage(sys.String())}
-	if c.jobs.cfg.Soul != "" {
-		msgs = append(msgs, llm.SystemMessage("SOUL-CORE.md:\n"+c.jobs.cfg.Soul))
+	if c.set.cfg.Soul != "" {
+		msgs = append(msgs, llm.SystemMessage("SOUL-CORE.md:\n"+c.set.cfg.Soul))
 	}
 	msgs = append(msgs, llm.UserMessage(c.start.render()))
 	if c.note != "" {
@@ -72,19 +79,19 @@ func (c *Core) prompt() []llm.Message {
 }
 
 // window is the job's committed events as conversation.
-func (c *Core) window() []llm.Message {
+func (c *Job) window() []llm.Message {
 	c.sync()
-	return renderCore(c.events, c.jobs.e.cfg.Tools)
+	return renderCore(c.events, c.set.cfg.Tools)
 }
 
 // sync reads the job's events committed since it last looked.
-func (c *Core) sync() {
-	log := c.jobs.e.cfg.Log
+func (c *Job) sync() {
+	log := c.set.cfg.Log
 	evs, err := log.Since(c.seen)
 	if errors.Is(err, commitlog.ErrNotRetained) {
 		// Other lanes committed more than the log keeps since the job last
 		// looked: what is gone is gone from its window too.
-		c.jobs.e.cfg.Logger.Warn("core job window lost events to the log's retention", slog.String("job", c.start.JobName))
+		c.set.cfg.Logger.Warn("core job window lost events to the log's retention", slog.String("job", c.start.JobName))
 		head, _ := log.Head()
 		evs, err = log.Range(log.Oldest(), head)
 	}

@@ -1,4 +1,4 @@
-package lane
+package core
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/choirhq/choir/agent/lane"
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/rpc"
@@ -20,19 +21,19 @@ import (
 // what they tell the user through the edge (reports, questions, restarts),
 // delivered at the edge's next safe point.
 
-// coreSet is the edge's core jobs.
-type coreSet struct {
-	e   *Edge
-	cfg CoreConfig
+// Set is an edge's core jobs; it implements lane.Jobs.
+type Set struct {
+	edge *lane.Edge
+	cfg  Config
 	// base is the context jobs run under: the edge's Run context.
 	base context.Context
 
 	mu    sync.Mutex
-	live  map[string]*Core
-	ended []*Core // the latest ended jobs, for their last status report
+	live  map[string]*Job
+	ended []*Job // the latest ended jobs, for their last status report
 	news  []coreNews
 	// restoring holds the snapshot's jobs until Run resumes them.
-	restoring []CoreSnapshot
+	restoring []Snapshot
 	wg        sync.WaitGroup
 	// unsent counts reports of ended jobs not yet handed to Out: the
 	// lane is not settled while any is (see Edge.Settled).
@@ -63,12 +64,35 @@ const (
 	newsRefused  = "core_refused"
 )
 
-func newCoreSet(e *Edge, cfg CoreConfig) *coreSet {
-	return &coreSet{e: e, cfg: cfg, live: map[string]*Core{}}
+var _ lane.Jobs = (*Set)(nil)
+
+// NewSet makes the core jobs of edge. Use it as lane.EdgeConfig.Jobs:
+//
+//	Jobs: func(e *lane.Edge) lane.Jobs { jobs = core.NewSet(e, cfg); return jobs }
+func NewSet(edge *lane.Edge, cfg Config) *Set {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.RateLimitDelay <= 0 {
+		cfg.RateLimitDelay = llm.DefaultRateLimitDelay
+	}
+	return &Set{edge: edge, cfg: cfg, live: map[string]*Job{}}
 }
 
-// edgeTool answers one of the edge's core tools.
-func (s *coreSet) edgeTool(ctx context.Context, call llm.ToolCall) (json.RawMessage, error) {
+func (s *Set) notify() {
+	if s.cfg.StatusFunc != nil {
+		s.cfg.StatusFunc()
+	}
+}
+
+// sessionTokens are the tokens every lane of the session has used.
+func (s *Set) sessionTokens() int64 { return s.edge.SpendTokens(0) }
+
+// Tools are the edge's tools for its jobs.
+func (s *Set) Tools() []llm.ToolSpec { return edgeCoreTools() }
+
+// Call answers one of the edge's job tools.
+func (s *Set) Call(ctx context.Context, call llm.ToolCall) (json.RawMessage, error) {
 	switch call.Name {
 	case coreSpawnTool:
 		return s.spawn(ctx, call)
@@ -95,7 +119,7 @@ func (s *coreSet) edgeTool(ctx context.Context, call llm.ToolCall) (json.RawMess
 		if err := decodeLaneInput(call.Name, call.Arguments, &in); err != nil {
 			return s.refuse(ctx, call, "invalid_input", err.Error())
 		}
-		if !s.cancel(in.JobName, "cancelled by the edge lane") {
+		if !s.Cancel(in.JobName, "cancelled by the edge lane") {
 			return s.refuse(ctx, call, "no_such_job", s.noSuchJob(in.JobName))
 		}
 		return successJSON(fmt.Sprintf("%s stops at its next safe point; its report follows", in.JobName)), nil
@@ -106,7 +130,7 @@ func (s *coreSet) edgeTool(ctx context.Context, call llm.ToolCall) (json.RawMess
 }
 
 // spawn starts a job from the edge's CoreJobStart.
-func (s *coreSet) spawn(ctx context.Context, call llm.ToolCall) (json.RawMessage, error) {
+func (s *Set) spawn(ctx context.Context, call llm.ToolCall) (json.RawMessage, error) {
 	start, err := parseCoreJobStart(call.Arguments, s.exposed)
 	if err != nil {
 		return s.refuse(ctx, call, "invalid_input", err.Error())
@@ -115,7 +139,7 @@ func (s *coreSet) spawn(ctx context.Context, call llm.ToolCall) (json.RawMessage
 		return s.refuse(ctx, call, "name_taken",
 			fmt.Sprintf("a core job named %s is running; choose another name, or cancel it first", start.JobName))
 	}
-	if limit := s.e.cfg.Budgets.MaxCoreJobs; limit > 0 && s.liveCount() >= limit {
+	if limit := s.cfg.Budgets.MaxCoreJobs; limit > 0 && s.liveCount() >= limit {
 		msg := fmt.Sprintf("%d core jobs are running, the most this session allows (max_core_jobs); "+
 			"wait for one to end or cancel one", limit)
 		out, err := s.refuse(ctx, call, "budget_exceeded", msg)
@@ -123,43 +147,48 @@ func (s *coreSet) spawn(ctx context.Context, call llm.ToolCall) (json.RawMessage
 			text: fmt.Sprintf("Core job %q was not started: %s.", start.JobName, msg)})
 		return out, err
 	}
-	ev, err := s.e.cfg.Arbiter.Commit(ctx, rpc.EventCoreStarted, "core:"+start.JobName, map[string]any{
+	ev, err := s.cfg.Arbiter.Commit(ctx, rpc.EventCoreStarted, "core:"+start.JobName, map[string]any{
 		"start": start, "budgets": s.jobBudgets()})
 	if err != nil {
 		return nil, fmt.Errorf("commit core start: %w", err)
 	}
-	s.launch(newCore(s, start, ev.Rev, CoreUsage{}))
+	s.launch(newJob(s, start, ev.Rev, Usage{}))
 	return successJSON(fmt.Sprintf("core job %s started; it runs in the background and its report reaches the user when it ends",
 		start.JobName)), nil
 }
 
 // jobBudgets are the job budgets recorded with a job's start.
-func (s *coreSet) jobBudgets() map[string]any {
-	b := s.e.cfg.Budgets
+func (s *Set) jobBudgets() map[string]any {
+	b := s.cfg.Budgets
 	return map[string]any{"per_job_max_steps": b.PerJobMaxSteps, "per_job_max_tool_calls": b.PerJobMaxToolCalls,
 		"per_job_wall_time_ms": b.PerJobWallTime.Milliseconds(), "max_injections_per_job": b.MaxInjectionsPerJob}
 }
 
 // exposed reports whether core jobs may be offered the tool.
-func (s *coreSet) exposed(name string) bool {
-	def, ok := s.e.cfg.Tools.Lookup(name)
+func (s *Set) exposed(name string) bool {
+	def, ok := s.cfg.Tools.Lookup(name)
 	return ok && def.Runtime().Exposure.Allows(tool.LaneCore) && name != tool.NameMemoryCompact
 }
 
 // refuse logs a refused lane-tool call, as the arbiter does a refused
 // proposal, and returns the structured error the model sees.
-func (s *coreSet) refuse(ctx context.Context, call llm.ToolCall, kind, msg string) (json.RawMessage, error) {
+func (s *Set) refuse(ctx context.Context, call llm.ToolCall, kind, msg string) (json.RawMessage, error) {
 	rej := map[string]string{"error": kind, "message": msg}
-	if _, err := s.e.cfg.Arbiter.Commit(ctx, rpc.EventToolCallRequested, "edge", map[string]any{"call_id": call.ID,
+	if _, err := s.cfg.Arbiter.Commit(ctx, rpc.EventToolCallRequested, "edge", map[string]any{"call_id": call.ID,
 		"tool": call.Name, "input": inputOrEmpty(call.Arguments), "status": "rejected", "rejection": rej}); err != nil {
 		return nil, err
 	}
 	return errJSON(kind, msg), nil
 }
 
-func (s *coreSet) lastEdgeEvent() rpc.Event {
-	rev, h := s.e.cfg.Log.Head()
+func (s *Set) lastEdgeEvent() rpc.Event {
+	rev, h := s.cfg.Log.Head()
 	return rpc.Event{Rev: rev, Hash: h}
+}
+
+func errJSON(kind, msg string) json.RawMessage {
+	b, _ := json.Marshal(map[string]any{"status": "rejected", "error": map[string]string{"error": kind, "message": msg}})
+	return b
 }
 
 func successJSON(msg string) json.RawMessage {
@@ -167,7 +196,7 @@ func successJSON(msg string) json.RawMessage {
 	return b
 }
 
-func (s *coreSet) noSuchJob(name string) string {
+func (s *Set) noSuchJob(name string) string {
 	names := s.names()
 	if len(names) == 0 {
 		return fmt.Sprintf("no core job named %s is running; none is", name)
@@ -176,28 +205,28 @@ func (s *coreSet) noSuchJob(name string) string {
 }
 
 // launch runs a job in its own goroutine.
-func (s *coreSet) launch(c *Core) {
+func (s *Set) launch(c *Job) {
 	s.mu.Lock()
 	s.live[c.start.JobName] = c
-	s.ended = slices.DeleteFunc(s.ended, func(o *Core) bool { return o.start.JobName == c.start.JobName })
+	s.ended = slices.DeleteFunc(s.ended, func(o *Job) bool { return o.start.JobName == c.start.JobName })
 	s.mu.Unlock()
 	s.wg.Go(c.run)
-	s.e.notify()
+	s.notify()
 }
 
-func (s *coreSet) job(name string) *Core {
+func (s *Set) job(name string) *Job {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.live[name]
 }
 
-func (s *coreSet) liveCount() int {
+func (s *Set) liveCount() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return len(s.live)
 }
 
-func (s *coreSet) names() []string {
+func (s *Set) names() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	names := make([]string, 0, len(s.live))
@@ -208,10 +237,11 @@ func (s *coreSet) names() []string {
 	return names
 }
 
-// cancel stops a job at its next safe point: a model call in flight is
-// abandoned, a lock wait given up, a tool in flight stopped (its result is
-// still committed). It reports whether the job was running.
-func (s *coreSet) cancel(name, reason string) bool {
+// Cancel stops a job at its next safe point (a cancel push of scope
+// core): a model call in flight is abandoned, a lock wait given up, a tool
+// in flight stopped (its result is still committed). It reports whether
+// the job was running.
+func (s *Set) Cancel(name, reason string) bool {
 	c := s.job(name)
 	if c == nil {
 		return false
@@ -221,18 +251,18 @@ func (s *coreSet) cancel(name, reason string) bool {
 }
 
 // list is choir.core.list's answer.
-func (s *coreSet) list() json.RawMessage {
+func (s *Set) list() json.RawMessage {
 	type entry struct {
-		JobName  string    `json:"job_name"`
-		State    CoreState `json:"state"`
-		Used     CoreUsage `json:"used"`
-		Progress string    `json:"progress,omitempty"`
+		JobName  string `json:"job_name"`
+		State    State  `json:"state"`
+		Used     Usage  `json:"used"`
+		Progress string `json:"progress,omitempty"`
 	}
 	var jobs []entry
 	for _, n := range s.names() {
 		if c := s.job(n); c != nil {
 			st := c.status()
-			jobs = append(jobs, entry{JobName: n, State: CoreState(st.State), Used: c.usage(), Progress: st.Progress})
+			jobs = append(jobs, entry{JobName: n, State: State(st.State), Used: c.usage(), Progress: st.Progress})
 		}
 	}
 	b, _ := json.Marshal(map[string]any{"status": "success", "jobs": jobs, "count": len(jobs)})
@@ -241,7 +271,7 @@ func (s *coreSet) list() json.RawMessage {
 
 // end takes a job out of the live set and queues its report. Reports
 // are mandatory: one is queued for every job, however it ended.
-func (s *coreSet) end(c *Core, ev rpc.Event, st coreStopped, committed bool) {
+func (s *Set) end(c *Job, ev rpc.Event, st coreStopped, committed bool) {
 	s.mu.Lock()
 	if s.live[c.start.JobName] == c {
 		delete(s.live, c.start.JobName)
@@ -254,28 +284,28 @@ func (s *coreSet) end(c *Core, ev rpc.Event, st coreStopped, committed bool) {
 	if !committed {
 		// Without its core_stopped event the log cannot carry the report
 		// either: the arbiter has stopped, and so has the session.
-		s.e.notify()
+		s.notify()
 		return
 	}
 	s.unsent.Add(1)
 	s.tell(coreNews{kind: newsReport, job: c.start.JobName, ev: ev, text: reportText(st)})
-	s.e.notify()
+	s.notify()
 }
 
 // tell queues news for the edge's next safe point and wakes an IDLE edge.
-func (s *coreSet) tell(n coreNews) {
+func (s *Set) tell(n coreNews) {
 	s.mu.Lock()
 	s.news = append(s.news, n)
 	s.mu.Unlock()
-	s.e.wakeUp()
+	s.edge.Wake()
 }
 
-// deliver hands the queued news to the user, on the edge's goroutine at a
+// Deliver hands the queued news to the user, on the edge's goroutine at a
 // safe point: each is committed on the edge lane (what the user was told)
 // and sent under an ID derived from the job's event, so a resend after a
 // restart is recognised by choird's outbox. It returns what the edge's
 // model must know of them.
-func (s *coreSet) deliver(ctx context.Context) ([]llm.Message, error) {
+func (s *Set) Deliver(ctx context.Context) ([]llm.Message, error) {
 	s.mu.Lock()
 	news := s.news
 	s.news = nil
@@ -287,7 +317,7 @@ func (s *coreSet) deliver(ctx context.Context) ([]llm.Message, error) {
 			ev = *n.sent
 		} else {
 			var err error
-			ev, err = s.e.cfg.Arbiter.Commit(ctx, rpc.EventModelOutput, "edge", map[string]any{"text": n.text,
+			ev, err = s.cfg.Arbiter.Commit(ctx, rpc.EventModelOutput, "edge", map[string]any{"text": n.text,
 				"source": n.kind, "job_name": n.job, "core_rev": n.ev.Rev})
 			if err != nil {
 				s.mu.Lock()
@@ -296,30 +326,30 @@ func (s *coreSet) deliver(ctx context.Context) ([]llm.Message, error) {
 				return msgs, fmt.Errorf("commit %s of core job %s: %w", n.kind, n.job, err)
 			}
 		}
-		err := s.e.cfg.Out.Send(ctx, OutboundMessage{ID: MessageID(n.kind, n.ev.Hash), Rev: ev.Rev, Text: n.text})
+		err := s.cfg.Out.Send(ctx, lane.OutboundMessage{ID: lane.MessageID(n.kind, n.ev.Hash), Rev: ev.Rev, Text: n.text})
 		if n.kind == newsReport {
 			s.unsent.Add(-1)
 		}
 		if err != nil {
-			s.e.cfg.Logger.WarnContext(ctx, "core news not sent", slog.String("job", n.job), slog.String("error", err.Error()))
+			s.cfg.Logger.WarnContext(ctx, "core news not sent", slog.String("job", n.job), slog.String("error", err.Error()))
 		}
 		msgs = append(msgs, llm.SystemMessage("You told the user: "+n.text))
 	}
 	return msgs, nil
 }
 
-// begin starts the set under the edge's Run context and resumes the jobs
+// Begin starts the set under the edge's Run context and resumes the jobs
 // a restart interrupted.
-func (s *coreSet) begin(ctx context.Context) {
+func (s *Set) Begin(ctx context.Context) {
 	s.base = ctx
 	s.recover(ctx)
 }
 
-// shutdown ends every job at once, because the edge ends (spec 7.5), and
-// waits for them; while ctx lives, their reports are delivered.
-func (s *coreSet) shutdown(ctx context.Context, reason string) {
+// End ends every job at once, because the edge ends (spec 7.5), and waits
+// for them; while ctx lives, their reports are delivered.
+func (s *Set) End(ctx context.Context, reason string) {
 	s.mu.Lock()
-	jobs := make([]*Core, 0, len(s.live))
+	jobs := make([]*Job, 0, len(s.live))
 	for _, c := range s.live {
 		jobs = append(jobs, c)
 	}
@@ -331,14 +361,14 @@ func (s *coreSet) shutdown(ctx context.Context, reason string) {
 	if ctx.Err() != nil {
 		return
 	}
-	if _, err := s.deliver(ctx); err != nil {
-		s.e.cfg.Logger.WarnContext(ctx, "core reports not delivered at the edge's end", slog.String("error", err.Error()))
+	if _, err := s.Deliver(ctx); err != nil {
+		s.cfg.Logger.WarnContext(ctx, "core reports not delivered at the edge's end", slog.String("error", err.Error()))
 	}
 }
 
-// statuses are the jobs' REPORT_STATUS: the running ones and the latest
+// Statuses are the jobs' REPORT_STATUS: the running ones and the latest
 // ended ones, whose final state choird shows once.
-func (s *coreSet) statuses() []rpc.ReportStatusRequest {
+func (s *Set) Statuses() []rpc.ReportStatusRequest {
 	s.mu.Lock()
 	jobs := slices.Clone(s.ended)
 	for _, c := range s.live {
@@ -353,36 +383,18 @@ func (s *coreSet) statuses() []rpc.ReportStatusRequest {
 	return out
 }
 
-// CoresRunning reports whether any core job runs: the edge is then
-// limited to read-only tools (spec 7.2). Wire it to the arbiter's
-// EdgeRestricted.
-func (e *Edge) CoresRunning() bool { return e.cores != nil && e.cores.liveCount() > 0 }
+// Running reports whether any job runs.
+func (s *Set) Running() bool { return s.liveCount() > 0 }
 
-// CancelCore stops the named core job at its next safe point (a cancel
-// push of scope core); it reports whether the job was running.
-func (e *Edge) CancelCore(name, reason string) bool {
-	return e.cores != nil && e.cores.cancel(name, reason)
-}
+// Unsent reports whether the report of an ended job waits to be sent.
+func (s *Set) Unsent() bool { return s.unsent.Load() > 0 }
 
-// CancelCores stops every core job (a cancel push of scope all) and
-// returns their names.
-func (e *Edge) CancelCores(reason string) []string {
-	if e.cores == nil {
-		return nil
-	}
-	names := e.cores.names()
+// CancelAll stops every job (a cancel push of scope all) and returns
+// their names.
+func (s *Set) CancelAll(reason string) []string {
+	names := s.names()
 	for _, n := range names {
-		e.cores.cancel(n, reason)
+		s.Cancel(n, reason)
 	}
 	return names
-}
-
-// Statuses are the REPORT_STATUS of every lane: the edge's, then each
-// core job's.
-func (e *Edge) Statuses() []rpc.ReportStatusRequest {
-	out := []rpc.ReportStatusRequest{e.Status()}
-	if e.cores != nil {
-		out = append(out, e.cores.statuses()...)
-	}
-	return out
 }

@@ -1,4 +1,4 @@
-package lane_test
+package core_test
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/agent/lane"
+	"github.com/choirhq/choir/agent/lane/core"
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/rpc"
@@ -189,7 +190,7 @@ func TestEdgeWhileCoreRuns(t *testing.T) {
 // refused with the reason beyond max_injections_per_job.
 func TestCoreInjection(t *testing.T) {
 	t.Parallel()
-	b := setupCores(t, coreOpts{budgets: lane.Budgets{MaxInjectionsPerJob: 1, PerJobMaxSteps: 10}})
+	b := setupCores(t, coreOpts{budgets: core.Budgets{MaxInjectionsPerJob: 1, PerJobMaxSteps: 10}})
 	b.edgeSrv.Add(
 		llmtest.ToolCalls(spawnCall("s1", "list", "Write list.txt with milk.")),
 		llmtest.Text("Started."),
@@ -259,7 +260,7 @@ func TestCoreCancelFreesLocks(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "the exec holding workspace:X", func() bool { return len(b.find(t, rpc.EventToolCallCommitted, "core:long")) == 1 })
-	if !b.edge.CancelCore("long", "the user said stop") {
+	if !b.jobs.Cancel("long", "the user said stop") {
 		t.Fatal("CancelCore found no job")
 	}
 	other, _ := lock.Core("other")

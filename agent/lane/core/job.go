@@ -1,4 +1,12 @@
-package lane
+// Package core runs the agent's core jobs beside the edge lane (spec 7.1,
+// 7.3): named jobs on the flagship model, each a goroutine with its own
+// state machine, briefed by the edge's CoreJobStart and never shown the
+// user's messages. The edge drives them through lane.Jobs: spawn, inject,
+// cancel and list are its tools, and every job's end reaches the user as
+// a report the edge delivers at its next safe point. Jobs take their locks
+// as core:<name>, so they run at once unless they touch the same
+// resource, and a restarted agent resumes them from its log.
+package core
 
 import (
 	"context"
@@ -14,6 +22,7 @@ import (
 
 	"github.com/choirhq/choir/agent/arbiter"
 	"github.com/choirhq/choir/agent/commitlog"
+	"github.com/choirhq/choir/agent/lane"
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/tool"
@@ -26,33 +35,62 @@ import (
 // lane's committed events before every model call (coreprompt.go), so a
 // job resumed after a crash reads exactly what it would have read.
 
-// CoreState is a state of a core job's machine (spec 7.3).
-type CoreState string
+// State is a state of a core job's machine (spec 7.3).
+type State string
 
 // The core states.
 const (
-	CoreCreated      CoreState = "CORE_CREATED"
-	CoreInitializing CoreState = "CORE_INITIALIZING"
-	CoreReasoning    CoreState = "CORE_REASONING"
-	CoreWaitingTool  CoreState = "CORE_WAITING_TOOL"
-	CoreCompleted    CoreState = "CORE_COMPLETED"
-	CoreTerminated   CoreState = "CORE_TERMINATED"
+	Created      State = "CORE_CREATED"
+	Initializing State = "CORE_INITIALIZING"
+	Reasoning    State = "CORE_REASONING"
+	WaitingTool  State = "CORE_WAITING_TOOL"
+	Completed    State = "CORE_COMPLETED"
+	Terminated   State = "CORE_TERMINATED"
 )
 
-// CoreConfig is what the edge's core jobs work with.
-type CoreConfig struct {
+// Config is what the core jobs work with.
+type Config struct {
+	Arbiter *arbiter.Arbiter
+	Log     *commitlog.Log
+	Tools   *tool.Registry
+	LLM     *llm.Client
 	// Model returns the settings of the flagship model (core_llm).
 	Model func() llm.ModelSettings
 	// Instructions are the core lane's behavioural instructions; empty
-	// means the lane's own.
+	// means the package's own.
 	Instructions string
 	// Soul is SOUL-CORE.md.
 	Soul string
+	// Out is the edge's: jobs speak to the user only through reports the
+	// edge delivers.
+	Out     lane.Outbound
+	Budgets Budgets
+	// RateLimitDelay is rate_limit_retry_ms, used when a 429 carries no
+	// Retry-After.
+	RateLimitDelay time.Duration
+	// StatusFunc is called after every change of what Statuses reports;
+	// it must not block. Nil: not called.
+	StatusFunc func()
+	Logger     *slog.Logger
 }
 
-// CoreUsage is what a job has spent; it is never reset, not by an
+// Budgets bound the core jobs (spec 7.6); none is ever reset. Zero means
+// unlimited. The session budgets are shared with the edge: its counters
+// are the session's.
+type Budgets struct {
+	// MaxCoreJobs bounds the jobs running at once.
+	MaxCoreJobs            int
+	TotalSessionTokens     int64
+	MaxToolCallsPerSession int64
+	PerJobMaxSteps         int
+	PerJobMaxToolCalls     int
+	PerJobWallTime         time.Duration
+	MaxInjectionsPerJob    int
+}
+
+// Usage is what a job has spent; it is never reset, not by an
 // injection and not by a recovery.
-type CoreUsage struct {
+type Usage struct {
 	Steps      int64 `json:"steps"`
 	ToolCalls  int64 `json:"tool_calls"`
 	Tokens     int64 `json:"tokens"`
@@ -92,11 +130,11 @@ type coreStopped struct {
 	JobName       string          `json:"job_name"`
 	JobID         string          `json:"job_id"`
 	Outcome       string          `json:"outcome"` // completed or terminated
-	State         CoreState       `json:"state"`
+	State         State           `json:"state"`
 	FinalResult   json.RawMessage `json:"final_result,omitempty"`
 	PartialResult string          `json:"partial_result,omitempty"`
 	Error         *coreError      `json:"error,omitempty"`
-	Used          CoreUsage       `json:"budgets_used"`
+	Used          Usage           `json:"budgets_used"`
 }
 
 // coreCall is one tool call of a core step, under the call ID the job
@@ -107,10 +145,10 @@ type coreCall struct {
 	Arguments json.RawMessage `json:"arguments"`
 }
 
-// Core is one named core job.
-type Core struct {
-	jobs     *coreSet
-	start    CoreJobStart
+// Job is one named core job.
+type Job struct {
+	set      *Set
+	start    JobStart
 	lane     string
 	owner    lock.Owner
 	startRev int64
@@ -130,8 +168,8 @@ type Core struct {
 	seen   int64
 
 	mu       sync.Mutex
-	state    CoreState
-	used     CoreUsage
+	state    State
+	used     Usage
 	runStart time.Time // when this run began; WallMS holds earlier runs
 	pending  []string  // injections waiting for the next safe point
 	// counted are the calls of the current step already counted against
@@ -143,13 +181,13 @@ type Core struct {
 	schemaRetried bool
 }
 
-// newCore makes a job that has spent used; launch runs it.
-func newCore(s *coreSet, start CoreJobStart, startRev int64, used CoreUsage) *Core {
+// newJob makes a job that has spent used; launch runs it.
+func newJob(s *Set, start JobStart, startRev int64, used Usage) *Job {
 	owner, _ := lock.Core(start.JobName) // the name was checked at spawn
-	c := &Core{jobs: s, start: start, lane: "core:" + start.JobName, owner: owner, startRev: startRev,
-		schema: start.compiledOutputSchema(), done: make(chan struct{}), state: CoreCreated, used: used,
+	c := &Job{set: s, start: start, lane: "core:" + start.JobName, owner: owner, startRev: startRev,
+		schema: start.compiledOutputSchema(), done: make(chan struct{}), state: Created, used: used,
 		seen: startRev - 1}
-	b := s.e.cfg.Budgets
+	b := s.cfg.Budgets
 	c.wall = b.PerJobWallTime
 	if tb := time.Duration(start.ToolConstraints.TimeBudgetMS) * time.Millisecond; tb > 0 && (c.wall <= 0 || tb < c.wall) {
 		c.wall = tb
@@ -166,7 +204,7 @@ func newCore(s *coreSet, start CoreJobStart, startRev int64, used CoreUsage) *Co
 }
 
 // run drives the job to its end and commits how it ended.
-func (c *Core) run() {
+func (c *Job) run() {
 	defer close(c.done)
 	c.finish(c.loop())
 	c.stopWall()
@@ -176,9 +214,9 @@ func (c *Core) run() {
 // loop is the state machine: INITIALIZING -> REASONING <-> WAITING_TOOL
 // until a final result (COMPLETED) or a cancel, a budget or an error
 // (TERMINATED). It returns the final result, or why the job ended.
-func (c *Core) loop() (json.RawMessage, *coreError) {
-	c.setState(CoreInitializing)
-	b := c.jobs.e.cfg.Budgets
+func (c *Job) loop() (json.RawMessage, *coreError) {
+	c.setState(Initializing)
+	b := c.set.cfg.Budgets
 	for {
 		// Between two model steps every tool result is committed: a safe
 		// point, where a cancel ends the job and injections are applied.
@@ -188,15 +226,15 @@ func (c *Core) loop() (json.RawMessage, *coreError) {
 		if b.PerJobMaxSteps > 0 && c.usage().Steps >= int64(b.PerJobMaxSteps) {
 			return nil, budgetError("per_job_max_steps", int64(b.PerJobMaxSteps), "out of steps")
 		}
-		c.setState(CoreReasoning)
+		c.setState(Reasoning)
 		text, calls, err := c.step()
 		if err != nil {
 			if c.ctx.Err() != nil {
 				continue // abandoned by a cancel: the safe point says why
 			}
-			return nil, &coreError{Kind: errKindModel, Message: userError(err)}
+			return nil, &coreError{Kind: errKindModel, Message: lane.UserError(err)}
 		}
-		if t := b.TotalSessionTokens; t > 0 && c.jobs.e.tokens.Load() > t {
+		if t := b.TotalSessionTokens; t > 0 && c.set.sessionTokens() > t {
 			return nil, budgetError("total_session_tokens", t, "the session is out of tokens")
 		}
 		if len(calls) == 0 {
@@ -211,7 +249,7 @@ func (c *Core) loop() (json.RawMessage, *coreError) {
 		if c.ctx.Err() != nil {
 			continue // the completed call is a safe point: no tool runs
 		}
-		c.setState(CoreWaitingTool)
+		c.setState(WaitingTool)
 		if err := c.runTools(calls); err != nil {
 			return nil, err
 		}
@@ -220,7 +258,7 @@ func (c *Core) loop() (json.RawMessage, *coreError) {
 
 // safePoint ends the job if it was cancelled or ran out of time, and
 // commits the instructions injected since the last one.
-func (c *Core) safePoint() *coreError {
+func (c *Job) safePoint() *coreError {
 	if c.ctx.Err() != nil {
 		return c.cause()
 	}
@@ -237,7 +275,7 @@ func (c *Core) safePoint() *coreError {
 }
 
 // cause says why the job's context ended.
-func (c *Core) cause() *coreError {
+func (c *Job) cause() *coreError {
 	var ce *coreError
 	if errors.As(context.Cause(c.ctx), &ce) {
 		return ce
@@ -248,13 +286,13 @@ func (c *Core) cause() *coreError {
 // step makes one model call, abandoned if the job is cancelled, and
 // commits it. Counters are raised just before what they count is
 // committed, so that a snapshot never counts less than its log shows.
-func (c *Core) step() (string, []coreCall, error) {
-	model := c.jobs.cfg.Model()
-	policy := llm.RateLimitPolicy{DefaultDelay: c.jobs.e.cfg.RateLimitDelay,
+func (c *Job) step() (string, []coreCall, error) {
+	model := c.set.cfg.Model()
+	policy := llm.RateLimitPolicy{DefaultDelay: c.set.cfg.RateLimitDelay,
 		NotifyFunc: func(ctx context.Context, _ *llm.RateLimitError, wait time.Duration) {
-			c.jobs.e.cfg.Logger.WarnContext(ctx, "core model rate limited", slog.String("job", c.start.JobName), slog.Duration("wait", wait))
+			c.set.cfg.Logger.WarnContext(ctx, "core model rate limited", slog.String("job", c.start.JobName), slog.Duration("wait", wait))
 		}}
-	resp, err := c.jobs.e.cfg.LLM.CompleteWithRetry(c.ctx, llm.Request{Model: model, Messages: c.prompt(), Tools: c.tools()}, policy)
+	resp, err := c.set.cfg.LLM.CompleteWithRetry(c.ctx, llm.Request{Model: model, Messages: c.prompt(), Tools: c.tools()}, policy)
 	if err != nil {
 		return "", nil, err
 	}
@@ -265,8 +303,8 @@ func (c *Core) step() (string, []coreCall, error) {
 	step := c.used.Steps
 	c.counted = nil
 	c.mu.Unlock()
-	c.jobs.e.tokens.Add(n)
-	c.jobs.e.notify()
+	c.set.edge.SpendTokens(n)
+	c.set.notify()
 	if _, err := c.commit(rpc.EventLLMCallCommitted, commitlog.LLMCall{Model: model.Name, Lane: c.lane,
 		PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
 		LatencyMS: resp.Latency.Milliseconds()}); err != nil {
@@ -287,7 +325,7 @@ func (c *Core) step() (string, []coreCall, error) {
 // committed result; it stops early when the job is cancelled or a budget
 // runs out (a call left without a result is shown to the model as not
 // run). It is the one place a job's calls go to the arbiter.
-func (c *Core) runTools(calls []coreCall) *coreError {
+func (c *Job) runTools(calls []coreCall) *coreError {
 	for _, call := range calls {
 		if c.ctx.Err() != nil {
 			return nil
@@ -307,8 +345,8 @@ func (c *Core) runTools(calls []coreCall) *coreError {
 
 // countToolCall spends one tool call of the job's and of the session's
 // budgets, or says which is used up.
-func (c *Core) countToolCall(id string) *coreError {
-	b := c.jobs.e.cfg.Budgets
+func (c *Job) countToolCall(id string) *coreError {
+	b := c.set.cfg.Budgets
 	c.mu.Lock()
 	c.used.ToolCalls++
 	c.counted = append(c.counted, id)
@@ -317,7 +355,7 @@ func (c *Core) countToolCall(id string) *coreError {
 	if b.PerJobMaxToolCalls > 0 && n > int64(b.PerJobMaxToolCalls) {
 		return budgetError("per_job_max_tool_calls", int64(b.PerJobMaxToolCalls), "out of tool calls")
 	}
-	if s := c.jobs.e.toolCalls.Add(1); b.MaxToolCallsPerSession > 0 && s > b.MaxToolCallsPerSession {
+	if s := c.set.edge.SpendToolCall(); b.MaxToolCallsPerSession > 0 && s > b.MaxToolCallsPerSession {
 		return budgetError("max_tool_calls_per_session", b.MaxToolCallsPerSession, "the session is out of tool calls")
 	}
 	return nil
@@ -325,18 +363,18 @@ func (c *Core) countToolCall(id string) *coreError {
 
 // runTool answers one call: the report tool is the lane's own, every
 // other call goes through the arbiter under the job's lock owner.
-func (c *Core) runTool(call coreCall) error {
+func (c *Job) runTool(call coreCall) error {
 	if call.Tool == coreReportTool {
 		return c.report(call)
 	}
-	_, err := c.jobs.e.cfg.Arbiter.Propose(c.ctx, arbiter.Proposal{Owner: c.owner, CallID: call.CallID, Tool: call.Tool,
+	_, err := c.set.cfg.Arbiter.Propose(c.ctx, arbiter.Proposal{Owner: c.owner, CallID: call.CallID, Tool: call.Tool,
 		Input: call.Arguments, Allow: c.allow()})
 	return err
 }
 
 // allow is the job's allowlist for the arbiter: tool_constraints'
 // allowed_tools, or nil for every tool exposed to core jobs.
-func (c *Core) allow() []string {
+func (c *Job) allow() []string {
 	if len(c.start.ToolConstraints.AllowedTools) == 0 {
 		return nil
 	}
@@ -344,9 +382,9 @@ func (c *Core) allow() []string {
 }
 
 // tools are the schemas offered to the job's model.
-func (c *Core) tools() []llm.ToolSpec {
+func (c *Job) tools() []llm.ToolSpec {
 	var out []llm.ToolSpec
-	for _, v := range c.jobs.e.cfg.Tools.LLMViews(tool.Filter{Lane: tool.LaneCore, Allow: c.allow()}) {
+	for _, v := range c.set.cfg.Tools.LLMViews(tool.Filter{Lane: tool.LaneCore, Allow: c.allow()}) {
 		if v.Name == tool.NameMemoryCompact {
 			continue // compaction of a job's window is the lane's, not the model's
 		}
@@ -358,7 +396,7 @@ func (c *Core) tools() []llm.ToolSpec {
 }
 
 // report commits a CoreEvent the model sent with the report tool.
-func (c *Core) report(call coreCall) error {
+func (c *Job) report(call coreCall) error {
 	var in struct {
 		Kind string          `json:"kind"`
 		Text string          `json:"text"`
@@ -380,9 +418,9 @@ func (c *Core) report(call coreCall) error {
 		c.partial = in.Text
 	}
 	c.mu.Unlock()
-	c.jobs.e.notify()
+	c.set.notify()
 	if in.Kind == "need_info" {
-		c.jobs.tell(coreNews{kind: newsNeedInfo, job: c.start.JobName, ev: ev,
+		c.set.tell(coreNews{kind: newsNeedInfo, job: c.start.JobName, ev: ev,
 			text: fmt.Sprintf("Core job %q needs information: %s", c.start.JobName, in.Text)})
 	}
 	return nil
@@ -390,7 +428,7 @@ func (c *Core) report(call coreCall) error {
 
 // finalResult checks the model's answer against the output schema. done
 // is false when the model was told once what is wrong and answers again.
-func (c *Core) finalResult(text string) (json.RawMessage, *coreError, bool) {
+func (c *Job) finalResult(text string) (json.RawMessage, *coreError, bool) {
 	if c.schema == nil {
 		b, _ := json.Marshal(text)
 		return b, nil, true
@@ -428,11 +466,11 @@ func stripFence(s string) string {
 }
 
 // finish commits how the job ended and hands its report to the edge.
-func (c *Core) finish(result json.RawMessage, cerr *coreError) {
-	st := coreStopped{JobName: c.start.JobName, JobID: c.start.JobID, Outcome: "completed", State: CoreCompleted,
+func (c *Job) finish(result json.RawMessage, cerr *coreError) {
+	st := coreStopped{JobName: c.start.JobName, JobID: c.start.JobID, Outcome: "completed", State: Completed,
 		FinalResult: result, Error: cerr}
 	if cerr != nil {
-		st.Outcome, st.State = "terminated", CoreTerminated
+		st.Outcome, st.State = "terminated", Terminated
 	}
 	c.mu.Lock()
 	st.PartialResult = c.partial
@@ -443,30 +481,30 @@ func (c *Core) finish(result json.RawMessage, cerr *coreError) {
 	if cerr != nil && cerr.Kind == errKindCancelled {
 		if _, err := c.commit(rpc.EventCancelled, map[string]string{"scope": string(rpc.CancelCore),
 			"job_name": c.start.JobName, "reason": cerr.Message}); err != nil {
-			c.jobs.e.cfg.Logger.Warn("core cancel not committed", slog.String("job", c.start.JobName), slog.String("error", err.Error()))
+			c.set.cfg.Logger.Warn("core cancel not committed", slog.String("job", c.start.JobName), slog.String("error", err.Error()))
 		}
 	}
 	ev, err := c.commit(rpc.EventCoreStopped, st)
 	c.setState(st.State)
 	if err != nil {
-		c.jobs.e.cfg.Logger.Error("core job end not committed", slog.String("job", c.start.JobName), slog.String("error", err.Error()))
+		c.set.cfg.Logger.Error("core job end not committed", slog.String("job", c.start.JobName), slog.String("error", err.Error()))
 	}
-	c.jobs.end(c, ev, st, err == nil)
+	c.set.end(c, ev, st, err == nil)
 }
 
 // commit appends an event to the job's lane, whatever became of its
 // context.
-func (c *Core) commit(typ rpc.EventType, payload any) (rpc.Event, error) {
-	return c.jobs.e.cfg.Arbiter.Commit(context.WithoutCancel(c.ctx), typ, c.lane, payload)
+func (c *Job) commit(typ rpc.EventType, payload any) (rpc.Event, error) {
+	return c.set.cfg.Arbiter.Commit(context.WithoutCancel(c.ctx), typ, c.lane, payload)
 }
 
 // Inject queues an instruction for the job's next safe point. It fails
 // when the job has had its max_injections_per_job.
-func (c *Core) inject(text string) error {
-	limit := c.jobs.e.cfg.Budgets.MaxInjectionsPerJob
+func (c *Job) inject(text string) error {
+	limit := c.set.cfg.Budgets.MaxInjectionsPerJob
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.state == CoreCompleted || c.state == CoreTerminated {
+	if c.state == Completed || c.state == Terminated {
 		return fmt.Errorf("core job %q has ended", c.start.JobName)
 	}
 	if limit > 0 && c.used.Injections >= limit {
@@ -478,24 +516,24 @@ func (c *Core) inject(text string) error {
 	return nil
 }
 
-func (c *Core) hasPending() bool {
+func (c *Job) hasPending() bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return len(c.pending) > 0
 }
 
-func (c *Core) setState(s CoreState) {
+func (c *Job) setState(s State) {
 	c.mu.Lock()
 	changed := c.state != s
 	c.state = s
 	c.mu.Unlock()
 	if changed {
-		c.jobs.e.notify()
+		c.set.notify()
 	}
 }
 
 // usage is what the job has spent so far, wall time included.
-func (c *Core) usage() CoreUsage {
+func (c *Job) usage() Usage {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	u := c.used
@@ -504,12 +542,12 @@ func (c *Core) usage() CoreUsage {
 }
 
 // status is the job's REPORT_STATUS.
-func (c *Core) status() rpc.ReportStatusRequest {
+func (c *Job) status() rpc.ReportStatusRequest {
 	u := c.usage()
-	b := c.jobs.e.cfg.Budgets
+	b := c.set.cfg.Budgets
 	c.mu.Lock()
 	st := rpc.ReportStatusRequest{Lane: c.lane, State: string(c.state), Steps: u.Steps, Progress: clipProgress(c.progress)}
-	ended := c.state == CoreCompleted || c.state == CoreTerminated
+	ended := c.state == Completed || c.state == Terminated
 	c.mu.Unlock()
 	left := func(limit, used int64) *int64 {
 		v := max(limit-used, 0)
@@ -525,7 +563,7 @@ func (c *Core) status() rpc.ReportStatusRequest {
 		st.BudgetRemaining.TimeMS = left(c.wall.Milliseconds(), u.WallMS)
 	}
 	if b.TotalSessionTokens > 0 {
-		st.BudgetRemaining.Tokens = left(b.TotalSessionTokens, c.jobs.e.tokens.Load())
+		st.BudgetRemaining.Tokens = left(b.TotalSessionTokens, c.set.sessionTokens())
 	}
 	return st
 }

@@ -1,4 +1,4 @@
-package lane_test
+package core_test
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/agent/lane"
+	"github.com/choirhq/choir/agent/lane/core"
 	"github.com/choirhq/choir/agent/llmtest"
 )
 
@@ -33,7 +34,7 @@ func BenchmarkEdgeReplyWithCores(b *testing.B) {
 }
 
 func benchEdgeReply(b *testing.B, exec bool) {
-	bench := setupCores(b, coreOpts{budgets: lane.Budgets{PerJobMaxSteps: 1 << 30, PerJobMaxToolCalls: 1 << 30}})
+	bench := setupCores(b, coreOpts{budgets: core.Budgets{PerJobMaxSteps: 1 << 30, PerJobMaxToolCalls: 1 << 30}})
 	bench.edgeSrv.SetResponder(func(_ context.Context, r *llmtest.Request) llmtest.Step {
 		last := r.Last()
 		switch {
@@ -91,7 +92,7 @@ func benchEdgeReply(b *testing.B, exec bool) {
 	if !bench.edge.CoresRunning() {
 		b.Fatal("the jobs ended while measured")
 	}
-	bench.edge.CancelCores("benchmark over")
+	bench.jobs.CancelAll("benchmark over")
 	for range 2 {
 		for m := <-bench.out.got; !strings.Contains(m, "was cancelled"); m = <-bench.out.got {
 		}

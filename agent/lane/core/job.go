@@ -291,6 +291,9 @@ func (c *Job) step() (string, []coreCall, error) {
 	policy := llm.RateLimitPolicy{DefaultDelay: c.set.cfg.RateLimitDelay,
 		NotifyFunc: func(ctx context.Context, _ *llm.RateLimitError, wait time.Duration) {
 			c.set.cfg.Logger.WarnContext(ctx, "core model rate limited", slog.String("job", c.start.JobName), slog.Duration("wait", wait))
+			c.set.tell(coreNews{kind: newsRateLimited, job: c.start.JobName, ev: c.set.lastEvent(),
+				text: fmt.Sprintf("Core job %q: the model provider is rate-limiting it; retrying in %s.", c.start.JobName,
+					wait.Round(time.Second))})
 		}}
 	resp, err := c.set.cfg.LLM.CompleteWithRetry(c.ctx, llm.Request{Model: model, Messages: c.prompt(), Tools: c.tools()}, policy)
 	if err != nil {
@@ -474,6 +477,11 @@ func (c *Job) finish(result json.RawMessage, cerr *coreError) {
 	}
 	c.mu.Lock()
 	st.PartialResult = c.partial
+	if cerr != nil {
+		c.progress = "error: " + cerr.Message
+	} else {
+		c.progress = "final_result: " + resultText(result)
+	}
 	c.mu.Unlock()
 	st.Used = c.usage()
 	// The end is committed even when the job's context is gone: the log

@@ -62,6 +62,8 @@ const (
 	newsNeedInfo = "core_need_info"
 	newsResumed  = "core_resumed"
 	newsRefused  = "core_refused"
+	// newsRateLimited is spec 7.7's notice of a rate-limited model call.
+	newsRateLimited = "core_rate_limited"
 )
 
 var _ lane.Jobs = (*Set)(nil)
@@ -143,7 +145,7 @@ func (s *Set) spawn(ctx context.Context, call llm.ToolCall) (json.RawMessage, er
 		msg := fmt.Sprintf("%d core jobs are running, the most this session allows (max_core_jobs); "+
 			"wait for one to end or cancel one", limit)
 		out, err := s.refuse(ctx, call, "budget_exceeded", msg)
-		s.tell(coreNews{kind: newsRefused, job: start.JobName, ev: s.lastEdgeEvent(),
+		s.tell(coreNews{kind: newsRefused, job: start.JobName, ev: s.lastEvent(),
 			text: fmt.Sprintf("Core job %q was not started: %s.", start.JobName, msg)})
 		return out, err
 	}
@@ -181,7 +183,9 @@ func (s *Set) refuse(ctx context.Context, call llm.ToolCall, kind, msg string) (
 	return errJSON(kind, msg), nil
 }
 
-func (s *Set) lastEdgeEvent() rpc.Event {
+// lastEvent is the log's head, which names a notice that no event of its
+// own produced.
+func (s *Set) lastEvent() rpc.Event {
 	rev, h := s.cfg.Log.Head()
 	return rpc.Event{Rev: rev, Hash: h}
 }

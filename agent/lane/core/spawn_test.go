@@ -94,7 +94,48 @@ func TestCoreSpawnRunReport(t *testing.T) {
 		}
 	}
 	if status == nil || status.State != string(core.Completed) || status.Steps != 2 ||
-		!strings.Contains(status.Progress, "plan: write the file") {
+		status.Progress != "final_result: shopping.txt holds milk and eggs." {
 		t.Errorf("job status = %+v", status)
+	}
+}
+
+// TestCoreNoticesAndList covers what a job says before its report: a
+// rate-limited model call and a need_info reach the user through the edge,
+// and the edge lists the running job with its state and last report.
+func TestCoreNoticesAndList(t *testing.T) {
+	t.Parallel()
+	b := setupCores(t, coreOpts{})
+	release := make(chan struct{})
+	b.edgeSrv.Add(
+		llmtest.ToolCalls(spawnCall("s1", "trip", "Plan the trip.")), llmtest.Text("Started."),
+		llmtest.ToolCalls(llmtest.Call{ID: "l", Name: "choir.core.list", Arguments: `{}`}),
+		llmtest.Text("trip is running.").Expect(func(t testing.TB, r *llmtest.Request) {
+			if c := lastToolResult(t, r); !strings.Contains(c, `"job_name":"trip"`) || !strings.Contains(c, `"count":1`) ||
+				!strings.Contains(c, "need_info: Which city?") {
+				t.Errorf("list = %s", c)
+			}
+		}),
+	)
+	b.coreSrv.Add(
+		llmtest.RateLimited("0"),
+		llmtest.ToolCalls(llmtest.Call{ID: "n", Name: "choir.core.report", Arguments: `{"kind":"need_info","text":"Which city?"}`}),
+		llmtest.Text("Planned for Paris.").Expect(func(testing.TB, *llmtest.Request) { <-release }),
+	)
+	if err := b.edge.Deliver(lane.UserMessage{Text: "plan my trip"}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitMessage(t, `Core job "trip": the model provider is rate-limiting it`)
+	b.waitMessage(t, `Core job "trip" needs information: Which city?`)
+	if err := b.edge.Deliver(lane.UserMessage{Text: "what is running?"}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitMessage(t, "trip is running.")
+	close(release)
+	b.waitMessage(t, `Core job "trip" completed`)
+	b.checkReports(t)
+	for _, s := range b.edge.Statuses() {
+		if s.Lane == "core:trip" && s.Progress != "final_result: Planned for Paris." {
+			t.Errorf("final status progress = %q", s.Progress)
+		}
 	}
 }

@@ -351,13 +351,13 @@ func (c *Job) runTools(calls []coreCall) *coreError {
 func (c *Job) countToolCall(id string) *coreError {
 	b := c.set.cfg.Budgets
 	c.mu.Lock()
-	c.used.ToolCalls++
-	c.counted = append(c.counted, id)
-	n := c.used.ToolCalls
-	c.mu.Unlock()
-	if b.PerJobMaxToolCalls > 0 && n > int64(b.PerJobMaxToolCalls) {
+	if b.PerJobMaxToolCalls > 0 && c.used.ToolCalls >= int64(b.PerJobMaxToolCalls) {
+		c.mu.Unlock()
 		return budgetError("per_job_max_tool_calls", int64(b.PerJobMaxToolCalls), "out of tool calls")
 	}
+	c.used.ToolCalls++
+	c.counted = append(c.counted, id)
+	c.mu.Unlock()
 	if s := c.set.edge.SpendToolCall(); b.MaxToolCallsPerSession > 0 && s > b.MaxToolCallsPerSession {
 		return budgetError("max_tool_calls_per_session", b.MaxToolCallsPerSession, "the session is out of tool calls")
 	}
@@ -493,6 +493,7 @@ func (c *Job) finish(result json.RawMessage, cerr *coreError) {
 		}
 	}
 	ev, err := c.commit(rpc.EventCoreStopped, st)
+	c.events = nil // the window goes; the ended job's status stays a while
 	c.setState(st.State)
 	if err != nil {
 		c.set.cfg.Logger.Error("core job end not committed", slog.String("job", c.start.JobName), slog.String("error", err.Error()))

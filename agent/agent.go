@@ -23,6 +23,7 @@ import (
 
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/lane"
+	"github.com/choirhq/choir/agent/lane/core"
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/config"
@@ -80,10 +81,27 @@ func modelName(d *rpc.DynamicConfig, bound string) string {
 }
 
 // workingState is the agent's working-memory snapshot (spec 13.4), taken
-// every snapshot_every_events events and sent with a heartbeat.
+// every snapshot_every_events events and sent with a heartbeat. OpenJobs
+// are the running core jobs: their briefings and budgets spent, which a
+// resumed session keeps counting from.
 type workingState struct {
 	Edge     lane.EdgeSnapshot `json:"edge"`
-	OpenJobs []string          `json:"open_jobs"`
+	OpenJobs []core.Snapshot   `json:"open_jobs"`
+}
+
+// edgeBudgets are the edge's budgets from the agent's configuration.
+func edgeBudgets(b config.Budgets) lane.Budgets {
+	return lane.Budgets{MaxToolCallsPerSession: b.MaxToolCallsPerSession, TotalSessionTokens: b.TotalSessionTokens,
+		MaxStepsPerMessage: b.MaxStepsPerMessage}
+}
+
+// jobBudgets are the core jobs' budgets from the agent's configuration;
+// the session's are the edge's too, and shared.
+func jobBudgets(b config.Budgets) core.Budgets {
+	return core.Budgets{MaxCoreJobs: b.MaxCoreJobs, TotalSessionTokens: b.TotalSessionTokens,
+		MaxToolCallsPerSession: b.MaxToolCallsPerSession, PerJobMaxSteps: b.PerJobMaxSteps,
+		PerJobMaxToolCalls: b.PerJobMaxToolCalls, PerJobWallTime: time.Duration(b.PerJobWallTimeMS) * time.Millisecond,
+		MaxInjectionsPerJob: b.MaxInjectionsPerJob}
 }
 
 // secretStore holds the session's secrets in memory only, swapped whole on
@@ -309,9 +327,10 @@ func (a approver) RequestApproval(ctx context.Context, requestID string, req rpc
 	return a.client.RequestApproval(client.WithRequestID(ctx, requestID), req)
 }
 
-// statusReporter sends the edge lane's status to choird (REPORT_STATUS) on
-// every change, coalesced: at most one report per statusGap, always the
-// latest status, and a report that failed is sent again.
+// statusReporter sends every lane's status to choird (REPORT_STATUS): the
+// edge's and each core job's, on every change, coalesced: at most one round
+// per statusGap, always the latest status, only the lanes that changed, and
+// a report that failed is sent again.
 type statusReporter struct {
 	client *client.Client
 	edge   *lane.Edge
@@ -319,10 +338,10 @@ type statusReporter struct {
 	kick   chan struct{}
 }
 
-// statusGap spaces status reports: at most five a second.
+// statusGap spaces status reports: at most five rounds a second.
 const statusGap = 200 * time.Millisecond
 
-// changed is the lane's StatusFunc: it never blocks.
+// changed is the lanes' StatusFunc: it never blocks.
 func (r *statusReporter) changed() {
 	select {
 	case r.kick <- struct{}{}:
@@ -331,7 +350,7 @@ func (r *statusReporter) changed() {
 }
 
 func (r *statusReporter) run(ctx context.Context) {
-	var last []byte
+	last := map[string][]byte{} // by lane, what choird was last told
 	failures := 0
 	for {
 		select {
@@ -339,21 +358,35 @@ func (r *statusReporter) run(ctx context.Context) {
 			return
 		case <-r.kick:
 		}
-		st := r.edge.Status()
-		b, _ := json.Marshal(st)
-		if !bytes.Equal(b, last) {
+		seen := map[string]bool{}
+		for _, st := range r.edge.Statuses() {
+			seen[st.Lane] = true
+			// The time left changes every instant; it goes out with the
+			// changes that matter, not as one by itself.
+			key := st
+			key.BudgetRemaining.TimeMS = nil
+			b, _ := json.Marshal(key)
+			if bytes.Equal(b, last[st.Lane]) {
+				continue
+			}
 			if _, err := r.client.ReportStatus(ctx, st); err != nil {
 				if ctx.Err() != nil {
 					return
 				}
 				failures++
 				if failures == 1 || failures%50 == 0 {
-					r.logger.Warn("status report failed; retrying", slog.String("error", err.Error()), slog.Int("failures", failures))
+					r.logger.Warn("status report failed; retrying", slog.String("lane", st.Lane),
+						slog.String("error", err.Error()), slog.Int("failures", failures))
 				}
 				// Try again after the gap, with whatever is latest then.
 				r.changed()
-			} else {
-				last, failures = b, 0
+				continue
+			}
+			last[st.Lane], failures = b, 0
+		}
+		for l := range last {
+			if !seen[l] {
+				delete(last, l)
 			}
 		}
 		select {

@@ -13,6 +13,7 @@ import (
 	"github.com/choirhq/choir/agent"
 	"github.com/choirhq/choir/agent/lane"
 	"github.com/choirhq/choir/agent/llmtest"
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
@@ -31,7 +32,13 @@ type testBundle struct {
 
 func setup(t *testing.T, srv *llmtest.Server) *testBundle {
 	t.Helper()
-	d := choirdtest.Start(t, choirdtest.Options{ModelEndpoint: srv.BaseURL(), FastHeartbeat: true})
+	return setupWith(t, srv, nil)
+}
+
+// setupWith is setup with edit applied to choird's configuration.
+func setupWith(t *testing.T, srv *llmtest.Server, edit func(*config.Config, config.Secrets)) *testBundle {
+	t.Helper()
+	d := choirdtest.Start(t, choirdtest.Options{ModelEndpoint: srv.BaseURL(), FastHeartbeat: true, Edit: edit})
 	sessionID, token := d.StartSession(t, "assistant")
 	b := &testBundle{d: d, pool: d.Pool(), sessionID: sessionID, agentDone: make(chan error, 1), agentLogs: &choirdtest.SyncBuffer{}}
 	actx, stop := context.WithCancel(context.Background())

@@ -16,6 +16,7 @@ import (
 	"github.com/choirhq/choir/agent/arbiter"
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/lane"
+	"github.com/choirhq/choir/agent/lane/core"
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/sandbox"
@@ -50,6 +51,7 @@ type session struct {
 	log    *commitlog.Log
 	arb    *arbiter.Arbiter
 	edge   *lane.Edge
+	jobs   *core.Set
 	out    *outbound
 	status *statusReporter
 	hb     *heartbeat
@@ -192,6 +194,20 @@ func (s *session) model() llm.ModelSettings {
 	return modelSettings(s.dyn.Load(), s.hello.ResourceBindings.Models["llm"], s.secrets.get)
 }
 
+// coreModel returns the settings of the flagship model core jobs call:
+// the session's core_llm binding, or its LLM when it names none. A /model
+// switch is the edge's and leaves it alone.
+func (s *session) coreModel() llm.ModelSettings {
+	b := s.hello.ResourceBindings.Models
+	name := b["core_llm"]
+	if _, ok := s.dyn.Load().Models[name]; !ok {
+		name = b["llm"]
+	}
+	m := s.dyn.Load().Models[name]
+	key, _ := s.secrets.get(m.Secret)
+	return llm.ModelSettingsFromConfig(name, m, key)
+}
+
 // configureGitIdentity sets up the session's git identity, if it has one;
 // a failure is logged, never fatal.
 func (s *session) configureGitIdentity(ctx context.Context) {
@@ -223,14 +239,26 @@ func (s *session) restore() error {
 	s.log = log
 	s.arb = arbiter.New(arbiter.Config{Appender: app, Tools: s.tools, Locks: lock.New(), Logger: s.logger,
 		Env: tool.Env{Workspace: s.opts.Workspace, SecretFunc: s.secrets.get}, Secrets: s.secrets.all,
-		Host: hostExecutor{client: s.client, log: log}, Approvals: approver{client: s.client}})
+		Host: hostExecutor{client: s.client, log: log}, Approvals: approver{client: s.client},
+		// While any core job runs the edge is limited to read-only tools
+		// (spec 7.2); the edge is set before the arbiter sees a proposal.
+		EdgeRestricted: func() bool { return s.edge.CoresRunning() }})
 	s.out = &outbound{client: s.client, logger: s.logger}
 	s.status = &statusReporter{client: s.client, logger: s.logger, kick: make(chan struct{}, 1)}
 	s.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: s.arb, Log: log, Tools: s.tools, Skills: s.skills, LLM: &llm.Client{},
 		Model: s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,
+		Budgets:        edgeBudgets(s.dyn.Load().Budgets),
 		RateLimitDelay: time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
 		Identity: lane.Identity{Instructions: edgeInstructions, User: readIdentity(s.opts.ChoirDir, "USER.md"),
-			Soul: readIdentity(s.opts.ChoirDir, "SOUL.md")}})
+			Soul: readIdentity(s.opts.ChoirDir, "SOUL.md")},
+		Jobs: func(e *lane.Edge) lane.Jobs {
+			s.jobs = core.NewSet(e, core.Config{Arbiter: s.arb, Log: log, Tools: s.tools, LLM: &llm.Client{},
+				Model: s.coreModel, Soul: readIdentity(s.opts.ChoirDir, "SOUL-CORE.md"), Out: s.out,
+				Budgets:        jobBudgets(s.dyn.Load().Budgets),
+				RateLimitDelay: time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
+				StatusFunc:     s.status.changed, Logger: s.logger})
+			return s.jobs
+		}})
 	s.status.edge = s.edge
 	s.status.changed() // the first report: choird learns the lane is IDLE
 	s.restoreSnapshot()
@@ -250,8 +278,9 @@ func (s *session) restoreSnapshot() {
 	} else if err := s.edge.Restore(st.Edge); err != nil {
 		s.logger.Warn("snapshot not restorable; starting the lane fresh", slog.String("error", err.Error()))
 	} else {
+		s.jobs.Restore(st.OpenJobs)
 		s.logger.Info("working state restored", slog.Int64("snapshot_rev", snap.Rev),
-			slog.Int("tail_events", len(s.hello.TailEvents)))
+			slog.Int("tail_events", len(s.hello.TailEvents)), slog.Int("open_jobs", len(st.OpenJobs)))
 	}
 }
 
@@ -305,7 +334,7 @@ func (s *session) newHeartbeat() *heartbeat {
 			if !s.edge.Settled() {
 				return nil
 			}
-			b, _ := json.Marshal(workingState{Edge: s.edge.Snapshot(), OpenJobs: []string{}})
+			b, _ := json.Marshal(workingState{Edge: s.edge.Snapshot(), OpenJobs: s.jobs.Snapshots()})
 			return b
 		},
 		warn: s.out.warn,
@@ -391,17 +420,25 @@ func (s *session) onApprovalResolved(r *rpc.ApprovalResolved) {
 	s.logger.Info("approval resolved", slog.String("approval_id", r.ApprovalID), slog.String("status", string(r.Status)))
 }
 
-// onCancel cancels the edge lane's turn; a core job's cancel is ignored.
+// onCancel cancels the edge lane's turn, a core job, or both and every
+// job; each stops at its next safe point.
 func (s *session) onCancel(c *rpc.Cancel) {
+	reason := c.Reason
+	if reason == "" {
+		reason = "cancelled by the user"
+	}
 	switch c.Scope {
-	case rpc.CancelEdge, rpc.CancelAll:
-		// All is the edge's turn for now: there are no core jobs to stop
-		// yet.
+	case rpc.CancelEdge:
 		running := s.edge.Cancel(string(c.Scope), c.Reason)
 		s.logger.Info("cancel requested", slog.String("scope", string(c.Scope)), slog.Bool("turn_running", running))
+	case rpc.CancelAll:
+		running := s.edge.Cancel(string(c.Scope), c.Reason)
+		jobs := s.jobs.CancelAll(reason)
+		s.logger.Info("cancel requested", slog.String("scope", string(c.Scope)), slog.Bool("turn_running", running),
+			slog.Any("core_jobs", jobs))
 	case rpc.CancelCore:
-		s.logger.Info("cancel of a core job ignored: this agent runs no core jobs",
-			slog.String("job_name", c.JobName))
+		running := s.jobs.Cancel(c.JobName, reason)
+		s.logger.Info("cancel of a core job requested", slog.String("job_name", c.JobName), slog.Bool("running", running))
 	}
 }
 

@@ -216,6 +216,13 @@ func (e *Edge) safePoint(ctx context.Context, msgs []llm.Message) ([]llm.Message
 		}
 		msgs = append(msgs, llm.UserMessage(injectedText(in.Text)))
 	}
+	if e.jobs != nil {
+		told, err := e.jobs.Deliver(ctx)
+		if err != nil {
+			return msgs, err
+		}
+		msgs = append(msgs, told...)
+	}
 	switch {
 	case box.stop:
 		return msgs, e.stopTurn(ctx, "shutdown", box.stopReason,
@@ -250,6 +257,11 @@ func (e *Edge) idle(ctx context.Context) (stop bool, err error) {
 	}
 	for _, in := range box.injections {
 		if err := e.commitInjection(ctx, in); err != nil {
+			return false, err
+		}
+	}
+	if e.jobs != nil {
+		if _, err := e.jobs.Deliver(ctx); err != nil {
 			return false, err
 		}
 	}

@@ -90,10 +90,14 @@ type EdgeConfig struct {
 	RateLimitDelay time.Duration
 	// Window is how many committed events the prompt carries (default 50).
 	Window int
-	// StatusFunc is called after every change of what Status reports: the
-	// state, the skill or its step. It must not block. Nil: not called.
+	// StatusFunc is called after every change of what Status or Statuses
+	// report: the state, the skill or its step, a core job's state or
+	// progress. It must not block. Nil: not called.
 	StatusFunc func()
-	Logger     *slog.Logger
+	// Jobs makes the core jobs that run beside the edge (package core);
+	// nil: none.
+	Jobs   func(*Edge) Jobs
+	Logger *slog.Logger
 }
 
 // UserMessage is one message from the user.
@@ -134,6 +138,8 @@ type Edge struct {
 	toolCalls atomic.Int64
 	tokens    atomic.Int64
 	callSeq   atomic.Int64
+	// jobs are the edge's core jobs; nil when it has none.
+	jobs Jobs
 	// unsettled is set while a turn may have committed a user message
 	// whose answer has not been handed to Out: from construction until
 	// resume has looked at the log, and from the commit of a user message
@@ -147,7 +153,12 @@ type Edge struct {
 // looking for the last user message in the tail after its snapshot, so a
 // snapshot past an unanswered message would leave that message unanswered
 // for good.
-func (e *Edge) Settled() bool { return !e.unsettled.Load() }
+//
+// Nor may it while the report of an ended core job waits to be sent: a
+// resumed session sends again only the reports its tail shows.
+func (e *Edge) Settled() bool {
+	return !e.unsettled.Load() && (e.jobs == nil || !e.jobs.Unsent())
+}
 
 // skillStartTool is the lane-level tool the model uses to begin a skill.
 const skillStartTool = "choir.skill.start"
@@ -169,6 +180,9 @@ func NewEdge(cfg EdgeConfig) *Edge {
 	e := &Edge{cfg: cfg, queue: make(chan UserMessage, 1024), state: EdgeIdle, wake: make(chan struct{}, 1),
 		inbox: map[int64]struct{}{}}
 	e.unsettled.Store(true) // until Run's resume has looked at the log
+	if cfg.Jobs != nil {
+		e.jobs = cfg.Jobs(e)
+	}
 	// A resumed session's log holds the tail choird returned: the inbox
 	// rows it took are taken, and call IDs continue past every call in it
 	// (there are fewer calls than events), so an ID is never reused within
@@ -272,8 +286,27 @@ func (e *Edge) Budget() (toolCalls, tokens int64) {
 var ErrBudgetExceeded = errors.New("session budget exceeded")
 
 // Run drives the state machine until ctx ends, Stop is called or a budget
-// is exhausted.
+// is exhausted. Core jobs live inside it: they start with Run (those a
+// restart interrupted resume), and when it ends every job ends, reported
+// to the user unless ctx has ended.
 func (e *Edge) Run(ctx context.Context) error {
+	if e.jobs == nil {
+		return e.runLane(ctx)
+	}
+	e.jobs.Begin(ctx)
+	err := e.runLane(ctx)
+	reason := "the edge lane ended"
+	switch {
+	case e.stopping():
+		reason = "the session is stopping"
+	case errors.Is(err, ErrBudgetExceeded):
+		reason = "the session's budget is used up"
+	}
+	e.jobs.End(ctx, reason)
+	return err
+}
+
+func (e *Edge) runLane(ctx context.Context) error {
 	if end, err := e.endTurn(ctx, e.resume(ctx)); end {
 		return err
 	}
@@ -374,7 +407,7 @@ func (e *Edge) resume(ctx context.Context) error {
 		}
 		json.Unmarshal(ev.Payload, &p) //nolint:errcheck // an unreadable payload is no answer
 		switch {
-		case ev.Type == rpc.EventModelOutput && len(p.ToolCalls) == 0:
+		case ev.Type == rpc.EventModelOutput && len(p.ToolCalls) == 0 && !strings.HasPrefix(p.Source, "core_"):
 			kind := "reply"
 			if p.Source == laneSource {
 				kind = "notice"
@@ -543,6 +576,8 @@ func (e *Edge) runTool(ctx context.Context, call llm.ToolCall) (json.RawMessage,
 		return e.startSkill(ctx, call.Arguments)
 	case call.Name == skill.TransitionToolName:
 		return e.transition(ctx, call)
+	case e.jobs != nil && strings.HasPrefix(call.Name, "choir.core."):
+		return e.jobs.Call(ctx, call)
 	}
 	out, err := e.cfg.Arbiter.Propose(ctx, arbiter.Proposal{Owner: lock.Edge,
 		CallID: fmt.Sprintf("edge-%d-%s", e.callSeq.Add(1), call.ID), Tool: call.Name, Input: call.Arguments,
@@ -640,8 +675,18 @@ func (e *Edge) tools() []llm.ToolSpec {
 		}
 	}
 	var out []llm.ToolSpec
+	// While core jobs run, the edge is offered read-only tools only (the
+	// arbiter refuses the others anyway, spec 7.2).
+	restricted := e.CoresRunning()
 	for _, v := range e.cfg.Tools.LLMViews(tool.Filter{Lane: tool.LaneEdge, Allow: allow}) {
+		if def, ok := e.cfg.Tools.Lookup(v.Name); restricted && ok && v.Name != tool.NameMemoryCompact &&
+			def.Runtime().SideEffect != tool.SideEffectRead {
+			continue
+		}
 		out = append(out, llm.ToolSpec{Name: v.Name, Description: v.Description, Parameters: v.Parameters})
+	}
+	if e.jobs != nil && run == nil {
+		out = append(out, e.jobs.Tools()...)
 	}
 	if run != nil {
 		if v, ok := run.TransitionTool(); ok {

@@ -66,7 +66,7 @@ func TestCoreJobSurvivesAgentCrash(t *testing.T) {
 			WHERE session_id = $1 AND lane = 'core:report' AND event_type = 'tool_result_committed'`, first).Scan(&n)
 		return n == 1
 	})
-	killAgents(t, e.home)
+	killAgents(t, e.Dir)
 	waitUntil(t, "the killed session to end", func() bool {
 		var live bool
 		pool.QueryRow(context.Background(), `SELECT status IN ('starting', 'active', 'stopping')

@@ -19,7 +19,6 @@ import (
 	"github.com/choirhq/choir/agent/arbiter"
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/llm"
-	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/rpc"
@@ -566,26 +565,20 @@ func (e *Edge) complete(callCtx, ctx context.Context, msgs []llm.Message) (*llm.
 	return resp, ev, nil
 }
 
-// runTool answers one tool call: the skill tools are the lane's own,
-// everything else goes through the arbiter.
-func (e *Edge) runTool(ctx context.Context, call llm.ToolCall) (json.RawMessage, error) {
+// laneHandler returns the lane's own handler of a call (the skill, core
+// and compaction tools), or nil for a call that goes through the arbiter.
+func (e *Edge) laneHandler(call llm.ToolCall) func(context.Context, llm.ToolCall) (json.RawMessage, error) {
 	switch {
 	case call.Name == tool.NameMemoryCompact:
-		return e.compact(ctx)
+		return func(ctx context.Context, _ llm.ToolCall) (json.RawMessage, error) { return e.compact(ctx) }
 	case call.Name == skillStartTool && e.cfg.Skills != nil:
-		return e.startSkill(ctx, call.Arguments)
+		return func(ctx context.Context, c llm.ToolCall) (json.RawMessage, error) { return e.startSkill(ctx, c.Arguments) }
 	case call.Name == skill.TransitionToolName:
-		return e.transition(ctx, call)
+		return e.transition
 	case e.jobs != nil && strings.HasPrefix(call.Name, "choir.core."):
-		return e.jobs.Call(ctx, call)
+		return e.jobs.Call
 	}
-	out, err := e.cfg.Arbiter.Propose(ctx, arbiter.Proposal{Owner: lock.Edge,
-		CallID: fmt.Sprintf("edge-%d-%s", e.callSeq.Add(1), call.ID), Tool: call.Name, Input: call.Arguments,
-		Skill: e.activeSkill()})
-	if err != nil {
-		return nil, err
-	}
-	return out.ForModel(), nil
+	return nil
 }
 
 func (e *Edge) activeSkill() *skill.Run {

@@ -8,8 +8,6 @@ import (
 	"github.com/choirhq/choir/agent/arbiter"
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/lock"
-	"github.com/choirhq/choir/agent/skill"
-	"github.com/choirhq/choir/agent/tool"
 )
 
 // toolStep answers the tool calls of one model step of a lane, in call
@@ -73,7 +71,7 @@ func (e *Edge) runToolCalls(ctx context.Context, calls []llm.ToolCall) ([]llm.Me
 			break
 		}
 	}
-	msgs, err := toolStep{arb: e.cfg.Arbiter, laneToolFunc: e.laneTool, runLaneToolFunc: e.runTool,
+	msgs, err := toolStep{arb: e.cfg.Arbiter, laneToolFunc: e.laneTool, runLaneToolFunc: e.runLaneTool,
 		proposalFunc: e.proposal}.run(ctx, calls[:within])
 	if err != nil {
 		return msgs, err
@@ -85,13 +83,13 @@ func (e *Edge) runToolCalls(ctx context.Context, calls []llm.ToolCall) ([]llm.Me
 	return msgs, nil
 }
 
-// laneTool reports whether runTool answers the call in the lane rather
-// than through the arbiter. It must name exactly the cases of runTool's
-// switch.
-func (e *Edge) laneTool(call llm.ToolCall) bool {
-	return call.Name == tool.NameMemoryCompact ||
-		call.Name == skillStartTool && e.cfg.Skills != nil ||
-		call.Name == skill.TransitionToolName
+// laneTool reports whether the lane answers the call itself rather than
+// the arbiter.
+func (e *Edge) laneTool(call llm.ToolCall) bool { return e.laneHandler(call) != nil }
+
+// runLaneTool answers a call laneTool reported as the lane's own.
+func (e *Edge) runLaneTool(ctx context.Context, call llm.ToolCall) (json.RawMessage, error) {
+	return e.laneHandler(call)(ctx, call)
 }
 
 // proposal is the edge's proposal for a call, under the skill that is

@@ -329,19 +329,40 @@ func (c *Job) step() (string, []coreCall, error) {
 // runs out (a call left without a result is shown to the model as not
 // run). It is the one place a job's calls go to the arbiter.
 func (c *Job) runTools(calls []coreCall) *coreError {
-	for _, call := range calls {
+	for i := 0; i < len(calls); {
 		if c.ctx.Err() != nil {
 			return nil
 		}
 		// The report tool is the lane's: it spends no tool call.
-		if call.Tool != coreReportTool {
-			if err := c.countToolCall(call.CallID); err != nil {
-				return err
+		if calls[i].Tool == coreReportTool {
+			if err := c.report(calls[i]); err != nil && c.ctx.Err() == nil {
+				return &coreError{Kind: errKindInternal, Message: err.Error()}
+			}
+			i++
+			continue
+		}
+		// A run of other calls goes to the arbiter at once: those with
+		// disjoint locks run concurrently, conflicting ones in order. The
+		// calls within the budgets run; one beyond them ends the job.
+		var ps []arbiter.Proposal
+		var over *coreError
+		j := i
+		for ; j < len(calls) && calls[j].Tool != coreReportTool; j++ {
+			if over = c.countToolCall(calls[j].CallID); over != nil {
+				break
+			}
+			ps = append(ps, arbiter.Proposal{Owner: c.owner, CallID: calls[j].CallID, Tool: calls[j].Tool,
+				Input: calls[j].Arguments, Allow: c.allow()})
+		}
+		if len(ps) > 0 {
+			if _, err := c.set.cfg.Arbiter.ProposeAll(c.ctx, ps); err != nil && c.ctx.Err() == nil {
+				return &coreError{Kind: errKindInternal, Message: err.Error()}
 			}
 		}
-		if err := c.runTool(call); err != nil && c.ctx.Err() == nil {
-			return &coreError{Kind: errKindInternal, Message: err.Error()}
+		if over != nil {
+			return over
 		}
+		i = j
 	}
 	return nil
 }
@@ -362,17 +383,6 @@ func (c *Job) countToolCall(id string) *coreError {
 		return budgetError("max_tool_calls_per_session", b.MaxToolCallsPerSession, "the session is out of tool calls")
 	}
 	return nil
-}
-
-// runTool answers one call: the report tool is the lane's own, every
-// other call goes through the arbiter under the job's lock owner.
-func (c *Job) runTool(call coreCall) error {
-	if call.Tool == coreReportTool {
-		return c.report(call)
-	}
-	_, err := c.set.cfg.Arbiter.Propose(c.ctx, arbiter.Proposal{Owner: c.owner, CallID: call.CallID, Tool: call.Tool,
-		Input: call.Arguments, Allow: c.allow()})
-	return err
 }
 
 // allow is the job's allowlist for the arbiter: tool_constraints'

@@ -227,7 +227,8 @@ func (s *session) restore() error {
 	s.status = &statusReporter{client: s.client, logger: s.logger, kick: make(chan struct{}, 1)}
 	s.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: s.arb, Log: log, Tools: s.tools, Skills: s.skills, LLM: &llm.Client{},
 		Model: s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,
-		RateLimitDelay: time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
+		RateLimitDelay:             time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
+		CompactionThresholdPercent: func() int { return s.dyn.Load().CompactionThresholdPercent },
 		Identity: lane.Identity{Instructions: edgeInstructions, User: readIdentity(s.opts.ChoirDir, "USER.md"),
 			Soul: readIdentity(s.opts.ChoirDir, "SOUL.md")}})
 	s.status.edge = s.edge

@@ -2,6 +2,7 @@ package workmem
 
 import (
 	"encoding/json"
+	"strings"
 
 	"github.com/choirhq/choir/agent/llm"
 )
@@ -39,12 +40,13 @@ func EstimateTokens(msgs ...llm.Message) int64 {
 	return tokensOf(n)
 }
 
-// EstimateTools estimates the tokens the tools parameter takes.
+// EstimateTools estimates the tokens the tools parameter takes. A tool's
+// parameters schema counts as written, whitespace included: that is how
+// it goes out. A dotted name goes out with each dot as two underscores.
 func EstimateTools(tools []llm.ToolSpec) int64 {
 	type fn struct {
-		Name        string          `json:"name"`
-		Description string          `json:"description"`
-		Parameters  json.RawMessage `json:"parameters,omitempty"`
+		Name        string `json:"name"`
+		Description string `json:"description"`
 	}
 	type wire struct {
 		Type     string `json:"type"`
@@ -52,8 +54,11 @@ func EstimateTools(tools []llm.ToolSpec) int64 {
 	}
 	var n int64
 	for _, t := range tools {
-		b, _ := json.Marshal(wire{Type: "function", Function: fn{Name: t.Name, Description: t.Description, Parameters: t.Parameters}})
-		n += int64(len(b)) + 1
+		b, _ := json.Marshal(wire{Type: "function", Function: fn{Name: t.Name, Description: t.Description}})
+		n += int64(len(b)+strings.Count(t.Name, ".")) + 1
+		if len(t.Parameters) > 0 {
+			n += int64(len(`,"parameters":`) + len(t.Parameters))
+		}
 	}
 	return tokensOf(n)
 }

@@ -59,8 +59,11 @@ type Config struct {
 	// conversation its prompt carries, nothing for an event the prompt
 	// does not show. It must depend on the event alone.
 	RenderFunc func(rpc.Event) []llm.Message
-	// NoticeFunc tells the user that a compaction was applied. Nil: no
-	// one is told.
+	// NoticeFunc tells the user that a compaction was applied, every
+	// time: an automatic compaction leaves the window at half the
+	// threshold, so two of them are at least half a threshold of new
+	// conversation apart (some 50,000 tokens on a 128k model), which rate
+	// limits them well enough. Nil: no one is told.
 	NoticeFunc func(ctx context.Context, n Notice)
 	// UsageFunc counts a compaction call's tokens against the lane's
 	// budgets. Nil: not counted.
@@ -476,10 +479,6 @@ func (m *Memory) startLocked(c *Compaction) {
 	go func() {
 		defer m.wg.Done()
 		res, err := m.fold(c)
-		if err != nil && c.ctx.Err() == nil {
-			m.cfg.Logger.WarnContext(c.ctx, "compaction not applied; the window is kept and the next check retries",
-				slog.String("lane", m.cfg.Lane), slog.String("trigger", c.trigger), slog.String("error", err.Error()))
-		}
 		m.mu.Lock()
 		m.running = nil
 		if p := m.pending; p != nil && !m.closed {
@@ -492,6 +491,16 @@ func (m *Memory) startLocked(c *Compaction) {
 			}
 		}
 		m.mu.Unlock()
+		// Told and logged once the next check may start another: a slow
+		// outbound holds no compaction back.
+		switch {
+		case err == nil && m.cfg.NoticeFunc != nil:
+			m.cfg.NoticeFunc(c.ctx, Notice{Event: res.Event, Result: res, Text: fmt.Sprintf(
+				"Compacted %d earlier messages into my reference summary (rev %d–%d).", res.Folded, res.FromRev, res.ThroughRev)})
+		case err != nil && c.ctx.Err() == nil:
+			m.cfg.Logger.WarnContext(c.ctx, "compaction not applied; the window is kept and the next check retries",
+				slog.String("lane", m.cfg.Lane), slog.String("trigger", c.trigger), slog.String("error", err.Error()))
+		}
 		c.finish(res, err)
 	}()
 }
@@ -555,10 +564,6 @@ func (m *Memory) fold(c *Compaction) (Result, error) {
 	res := Result{Trigger: c.trigger, Folded: len(p.entries), FromRev: first, ThroughRev: last, Event: ev, Summary: next}
 	m.cfg.Logger.InfoContext(ctx, "window compacted", slog.String("lane", m.cfg.Lane), slog.String("trigger", c.trigger),
 		slog.Int("folded_events", res.Folded), slog.Int64("from_rev", first), slog.Int64("through_rev", last))
-	if m.cfg.NoticeFunc != nil {
-		m.cfg.NoticeFunc(ctx, Notice{Event: ev, Result: res,
-			Text: fmt.Sprintf("Compacted %d earlier messages into my reference summary (rev %d–%d).", res.Folded, first, last)})
-	}
 	return res, nil
 }
 

@@ -553,3 +553,39 @@ func TestEdgeMemory500Turns(t *testing.T) {
 	t.Logf("%d turns, %d compactions; largest lane prompt %d tokens (%d over the %d-token threshold), largest compaction "+
 		"request %d tokens; context window %d", turns, len(comps), maxLane, overBudget, budget, maxCompaction, b.window)
 }
+
+// TestEdgeWaitsForCompactionRatherThanOverflow: a prompt that would not
+// fit the model's context window waits for the compaction in flight, and
+// goes out with the summary instead of the events it folded.
+func TestEdgeWaitsForCompactionRatherThanOverflow(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	// 4,500 tokens of window; the tools and instructions take about
+	// 3,250, each long message about 1,000.
+	b := setupMemory(t, memOpts{window: 4500, answer: factAnswer, compact: func(ctx context.Context, r *llmtest.Request) llmtest.Step {
+		select {
+		case <-release:
+		case <-ctx.Done():
+		}
+		return factsDelta(ctx, r)
+	}})
+	long := func(fact string) string { return fact + " " + strings.Repeat("and the story goes on and on ", 130) }
+	b.say(t, long("FACT door_code=4417"))
+	// The first turn's end started a compaction, held in the fake server.
+	if err := b.edge.Deliver(lane.UserMessage{Text: long("FACT cat=Miso")}); err != nil {
+		t.Fatal(err)
+	}
+	b.waitEvent(t, rpc.EventUserMsg, 2)
+	close(release)
+	if got := b.out.next(t); got != "Compacted 1 earlier message into my reference summary (rev 1–1)." {
+		t.Errorf("notice = %q", got)
+	}
+	b.out.next(t)
+	r := b.lanePrompts()[1]
+	if hasMessage(r, "user", "FACT door_code=4417") || !strings.Contains(r.System(), "- door_code: 4417") {
+		t.Errorf("the second prompt went out without waiting for the compaction: %q", r.System())
+	}
+	if n := promptTokens(r); n > b.window {
+		t.Errorf("second prompt takes %d tokens, over the context window of %d", n, b.window)
+	}
+}

@@ -495,14 +495,22 @@ func (m *Memory) startLocked(c *Compaction) {
 		// outbound holds no compaction back.
 		switch {
 		case err == nil && m.cfg.NoticeFunc != nil:
-			m.cfg.NoticeFunc(c.ctx, Notice{Event: res.Event, Result: res, Text: fmt.Sprintf(
-				"Compacted %d earlier messages into my reference summary (rev %d–%d).", res.Folded, res.FromRev, res.ThroughRev)})
+			m.cfg.NoticeFunc(c.ctx, Notice{Event: res.Event, Result: res, Text: noticeText(res)})
 		case err != nil && c.ctx.Err() == nil:
 			m.cfg.Logger.WarnContext(c.ctx, "compaction not applied; the window is kept and the next check retries",
 				slog.String("lane", m.cfg.Lane), slog.String("trigger", c.trigger), slog.String("error", err.Error()))
 		}
 		c.finish(res, err)
 	}()
+}
+
+// noticeText is what the user is told of res.
+func noticeText(res Result) string {
+	what := "messages"
+	if res.Folded == 1 {
+		what = "message"
+	}
+	return fmt.Sprintf("Compacted %d earlier %s into my reference summary (rev %d–%d).", res.Folded, what, res.FromRev, res.ThroughRev)
 }
 
 // deltaEvent is the payload of the memory_write_committed event that

@@ -201,7 +201,7 @@ func TestAgentGatewaySide(t *testing.T) {
 			}
 		}),
 		llmtest.Hang(),
-		llmtest.Text("The user said hello and wants tabs."), // compaction
+		llmtest.Text(`{"memory_delta": {"mode": "append", "summary_update": "The user said hello and wants tabs."}}`), // compaction
 		llmtest.Text("Session: greetings, tabs, a tool proposal approved."),
 	)
 	b := setup(t, srv)
@@ -294,7 +294,8 @@ func TestAgentGatewaySide(t *testing.T) {
 	t.Run("CompactPushCompactsTheWindow", func(t *testing.T) {
 		b.push(t, rpc.Push{Kind: rpc.PushCompact, Compact: &rpc.Compact{Reason: "/compact"}})
 		ev := b.waitEvents(t, rpc.EventMemoryWriteCommitted, 1)
-		if ev[0].Payload["kind"] != "reference_summary" || ev[0].Payload["summary"] != "The user said hello and wants tabs." {
+		sum, _ := ev[0].Payload["summary"].(map[string]any)
+		if ev[0].Payload["kind"] != "reference_summary_delta" || sum["summary"] != "The user said hello and wants tabs." {
 			t.Errorf("compaction payload = %v", ev[0].Payload)
 		}
 	})

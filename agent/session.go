@@ -247,8 +247,9 @@ func (s *session) restore() error {
 	s.status = &statusReporter{client: s.client, logger: s.logger, kick: make(chan struct{}, 1)}
 	s.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: s.arb, Log: log, Tools: s.tools, Skills: s.skills, LLM: &llm.Client{},
 		Model: s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,
-		Budgets:        edgeBudgets(s.dyn.Load().Budgets),
-		RateLimitDelay: time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
+		Budgets:                    edgeBudgets(s.dyn.Load().Budgets),
+		RateLimitDelay:             time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
+		CompactionThresholdPercent: func() int { return s.dyn.Load().CompactionThresholdPercent },
 		Identity: lane.Identity{Instructions: edgeInstructions, User: readIdentity(s.opts.ChoirDir, "USER.md"),
 			Soul: readIdentity(s.opts.ChoirDir, "SOUL.md")},
 		Jobs: func(e *lane.Edge) lane.Jobs {

@@ -113,7 +113,7 @@ func TestSessionDispatch(t *testing.T) {
 	srv := llmtest.NewServer(t,
 		llmtest.Text("Hello!"),
 		llmtest.Hang(),
-		llmtest.Text("The user said hello."), // compaction
+		llmtest.Text(`{"memory_delta": {"mode": "append", "summary_update": "The user said hello."}}`), // compaction
 	)
 	b := setupSession(t, srv)
 	ctx := context.Background()
@@ -178,7 +178,8 @@ func TestSessionDispatch(t *testing.T) {
 	t.Run("CompactReachesTheEdge", func(t *testing.T) {
 		b.dispatch(rpc.Push{Kind: rpc.PushCompact, Compact: &rpc.Compact{Reason: "/compact"}})
 		ev := b.waitEvents(t, rpc.EventMemoryWriteCommitted, 1)
-		if ev[0]["kind"] != "reference_summary" || ev[0]["summary"] != "The user said hello." {
+		sum, _ := ev[0]["summary"].(map[string]any)
+		if ev[0]["kind"] != "reference_summary_delta" || sum["summary"] != "The user said hello." {
 			t.Errorf("compaction payload = %v", ev[0])
 		}
 	})

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 	"time"
@@ -19,8 +18,8 @@ import (
 // requests. They wait in a mailbox and are applied by the lane's own
 // goroutine at a safe point (spec 7.8): between model steps of a running
 // turn, once every tool result of the step is committed, or at once when
-// the lane is IDLE. No request makes the lane call the model by itself,
-// except compaction, which is one.
+// the lane is IDLE. No request makes the lane call the model by itself;
+// a compaction request starts the working memory's compaction beside it.
 
 // Injection is an instruction the user added with /inject: appended to the
 // edge's context at the next safe point, never queued as a message.
@@ -231,9 +230,12 @@ func (e *Edge) safePoint(ctx context.Context, msgs []llm.Message) ([]llm.Message
 		return msgs, e.stopTurn(ctx, box.cancelScope, box.cancelReason, "Cancelled: I stopped working on your last message.")
 	}
 	if box.compact {
-		if _, err := e.compact(ctx); err != nil {
-			return msgs, err
-		}
+		// It runs beside the turn; the next step's prompt carries it once
+		// it is swapped in.
+		e.mu.Lock()
+		before := e.layout.before
+		e.mu.Unlock()
+		e.requestCompaction(ctx, before)
 	}
 	return msgs, nil
 }
@@ -266,14 +268,10 @@ func (e *Edge) idle(ctx context.Context) (stop bool, err error) {
 		}
 	}
 	if box.compact {
-		e.set(EdgeReasoning)
-		res, err := e.compact(ctx)
-		e.set(EdgeIdle)
-		if err != nil {
-			return false, err
-		}
-		e.cfg.Logger.InfoContext(ctx, "window compacted on request", slog.String("result", string(res)))
+		head, _ := e.cfg.Log.Head()
+		e.requestCompaction(ctx, head)
 	}
+	e.checkIdle(ctx)
 	return false, nil
 }
 

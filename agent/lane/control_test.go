@@ -377,7 +377,7 @@ func TestEdgeCancel(t *testing.T) {
 func TestEdgeCompactionRequest(t *testing.T) {
 	t.Parallel()
 	b := setup(t, lane.Budgets{}, llmtest.Text("Hello Ada."),
-		llmtest.Text("The user is Ada.").Expect(func(t testing.TB, r *llmtest.Request) {
+		llmtest.Text(`{"memory_delta": {"mode": "append", "summary_update": "The user is Ada."}}`).Expect(func(t testing.TB, r *llmtest.Request) {
 			if len(r.Tools) != 0 || !strings.Contains(r.System(), "reference summary") {
 				t.Errorf("not a compaction call: tools %v", r.ToolNames())
 			}
@@ -386,8 +386,13 @@ func TestEdgeCompactionRequest(t *testing.T) {
 	b.out.next(t)
 	b.edge.RequestCompaction()
 	evs := b.waitEvent(t, rpc.EventMemoryWriteCommitted, 1)
-	if p := payload(t, evs[0]); p["kind"] != "reference_summary" || p["summary"] != "The user is Ada." {
+	p := payload(t, evs[0])
+	if sum, _ := p["summary"].(map[string]any); p["kind"] != "reference_summary_delta" || sum["summary"] != "The user is Ada." ||
+		p["trigger"] != "manual" {
 		t.Errorf("compaction event = %s", evs[0].Payload)
+	}
+	if got := b.out.next(t); !strings.HasPrefix(got, "Compacted 2 earlier messages") {
+		t.Errorf("notice = %q", got)
 	}
 	waitUntil(t, "IDLE", func() bool { return b.edge.State() == lane.EdgeIdle })
 	b.srv.Done()

@@ -21,6 +21,7 @@ import (
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/workmem"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -87,8 +88,10 @@ type EdgeConfig struct {
 	// RateLimitDelay is rate_limit_retry_ms, used when a 429 carries no
 	// Retry-After.
 	RateLimitDelay time.Duration
-	// Window is how many committed events the prompt carries (default 50).
-	Window int
+	// CompactionThresholdPercent is compaction_threshold_percent: the
+	// share of the model's context window the prompt may fill before the
+	// window is compacted. Nil or 0: the default (80).
+	CompactionThresholdPercent func() int
 	// StatusFunc is called after every change of what Status or Statuses
 	// report: the state, the skill or its step, a core job's state or
 	// progress. It must not block. Nil: not called.
@@ -120,11 +123,10 @@ type Edge struct {
 	mu    sync.Mutex
 	state State
 	skill *skill.Run
-	// refSummary is the lane's reference summary of events compacted out
-	// of the window (spec 11.3); windowFrom is the first revision the
-	// window still shows.
-	refSummary string
-	windowFrom int64
+	// mem is the lane's working memory: its event window and reference
+	// summary (spec 11.3); layout is how the running turn's prompt used it.
+	mem    *workmem.Memory
+	layout promptLayout
 	// box holds what waits for the next safe point (control.go); wake
 	// tells an IDLE lane to look at it.
 	box  mailbox
@@ -167,9 +169,6 @@ func NewEdge(cfg EdgeConfig) *Edge {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	if cfg.Window <= 0 {
-		cfg.Window = 50
-	}
 	if cfg.Budgets.MaxStepsPerMessage <= 0 {
 		cfg.Budgets.MaxStepsPerMessage = 20
 	}
@@ -179,6 +178,15 @@ func NewEdge(cfg EdgeConfig) *Edge {
 	e := &Edge{cfg: cfg, queue: make(chan UserMessage, 1024), state: EdgeIdle, wake: make(chan struct{}, 1),
 		inbox: map[int64]struct{}{}}
 	e.unsettled.Store(true) // until Run's resume has looked at the log
+	e.mem = workmem.New(workmem.Config{Lane: "edge", Role: "the edge lane, the assistant that talks with the user",
+		Log: cfg.Log, Commit: cfg.Arbiter, LLM: cfg.LLM, Model: cfg.Model, ThresholdPercent: cfg.CompactionThresholdPercent,
+		RenderFunc: renderEvent, Logger: cfg.Logger,
+		UsageFunc: func(u llm.Usage) { e.tokens.Add(u.PromptTokens + u.CompletionTokens) },
+		NoticeFunc: func(ctx context.Context, n workmem.Notice) {
+			if err := e.send(ctx, "compaction", n.Event, n.Text); err != nil {
+				cfg.Logger.WarnContext(ctx, "compaction notice not sent", slog.String("error", err.Error()))
+			}
+		}})
 	if cfg.Jobs != nil {
 		e.jobs = cfg.Jobs(e)
 	}
@@ -289,6 +297,7 @@ var ErrBudgetExceeded = errors.New("session budget exceeded")
 // restart interrupted resume), and when it ends every job ends, reported
 // to the user unless ctx has ended.
 func (e *Edge) Run(ctx context.Context) error {
+	defer e.mem.Close()
 	if e.jobs == nil {
 		return e.runLane(ctx)
 	}
@@ -446,6 +455,7 @@ func (e *Edge) handle(ctx context.Context, m UserMessage) error {
 // turn runs the model steps of one turn from msgs to its answer.
 func (e *Edge) turn(ctx context.Context, msgs []llm.Message) error {
 	for step := 0; ; step++ {
+		msgs = e.checkMemory(ctx, msgs)
 		// Between two model steps every tool result of the last one is
 		// committed: a safe point.
 		var err error
@@ -572,7 +582,9 @@ func (e *Edge) laneHandler(call llm.ToolCall) func(context.Context, llm.ToolCall
 	case call.Name == tool.NameMemoryCompact:
 		return func(ctx context.Context, _ llm.ToolCall) (json.RawMessage, error) { return e.compact(ctx) }
 	case call.Name == skillStartTool && e.cfg.Skills != nil:
-		return func(ctx context.Context, c llm.ToolCall) (json.RawMessage, error) { return e.startSkill(ctx, c.Arguments) }
+		return func(ctx context.Context, c llm.ToolCall) (json.RawMessage, error) {
+			return e.startSkill(ctx, c.Arguments)
+		}
 	case call.Name == skill.TransitionToolName:
 		return e.transition
 	case e.jobs != nil && strings.HasPrefix(call.Name, "choir.core."):
@@ -696,9 +708,21 @@ func (e *Edge) tools() []llm.ToolSpec {
 }
 
 // prompt lays out spec 11.3 for the edge: system prompt (instructions and
-// skill summaries), USER.md, SOUL.md, the event window before this message,
-// and the current message, which is never compacted.
+// skill summaries), USER.md, SOUL.md, the reference summary, the event
+// window before this message, and the current message, which is never
+// compacted.
 func (e *Edge) prompt(before int64, m UserMessage) []llm.Message {
+	msgs := e.layoutPrompt(before)
+	text := m.Text
+	if len(m.Attachments) > 0 {
+		text += "\n\n[attachments: " + strings.Join(m.Attachments, ", ") + "]"
+	}
+	return append(msgs, llm.UserMessage(text))
+}
+
+// promptHead is what the edge's prompt carries first and never compacts:
+// the system prompt, USER.md and SOUL.md.
+func (e *Edge) promptHead() []llm.Message {
 	var sys strings.Builder
 	sys.WriteString(e.cfg.Identity.Instructions)
 	if e.cfg.Skills != nil {
@@ -720,28 +744,7 @@ func (e *Edge) prompt(before int64, m UserMessage) []llm.Message {
 	if e.cfg.Identity.Soul != "" {
 		msgs = append(msgs, llm.SystemMessage("SOUL.md:\n"+e.cfg.Identity.Soul))
 	}
-	e.mu.Lock()
-	ref := e.refSummary
-	e.mu.Unlock()
-	if ref != "" {
-		msgs = append(msgs, llm.SystemMessage("Reference summary of earlier events:\n"+ref))
-	}
-	msgs = append(msgs, e.window(before)...)
-	text := m.Text
-	if len(m.Attachments) > 0 {
-		text += "\n\n[attachments: " + strings.Join(m.Attachments, ", ") + "]"
-	}
-	return append(msgs, llm.UserMessage(text))
-}
-
-// window renders the last committed events up to rev as conversation: user
-// messages and the lane's answers verbatim, tool results as one-line notes.
-func (e *Edge) window(rev int64) []llm.Message {
-	e.mu.Lock()
-	compacted := e.windowFrom
-	e.mu.Unlock()
-	from := max(rev-int64(e.cfg.Window)+1, e.cfg.Log.Oldest(), 1, compacted)
-	return e.render(from, rev)
+	return msgs
 }
 
 // render turns the edge's committed events from through to into
@@ -756,35 +759,41 @@ func (e *Edge) render(from, to int64) []llm.Message {
 	}
 	var out []llm.Message
 	for _, ev := range evs {
-		if ev.Lane != "edge" {
-			continue
-		}
-		var p struct {
-			Text    string `json:"text"`
-			Tool    string `json:"tool"`
-			Status  string `json:"status"`
-			Summary string `json:"summary"`
-			Source  string `json:"source"`
-		}
-		json.Unmarshal(ev.Payload, &p) //nolint:errcheck // best effort: a window, not the record
-		switch ev.Type {
-		case rpc.EventUserMsg:
-			out = append(out, llm.UserMessage(p.Text))
-		case rpc.EventModelOutput:
-			if p.Text != "" {
-				out = append(out, llm.AssistantMessage(p.Text))
-			}
-		case rpc.EventToolResultCommitted:
-			out = append(out, llm.AssistantMessage(fmt.Sprintf("[earlier tool call %s: %s]", p.Tool, p.Status)))
-		case rpc.EventInjectedInstruction:
-			if p.Source == approvalSource {
-				out = append(out, llm.SystemMessage(p.Text))
-			} else {
-				out = append(out, llm.UserMessage(injectedText(p.Text)))
-			}
+		if ev.Lane == "edge" {
+			out = append(out, renderEvent(ev)...)
 		}
 	}
 	return out
+}
+
+// renderEvent renders one of the edge's committed events as conversation:
+// user messages and the lane's answers verbatim, tool results as one-line
+// notes.
+func renderEvent(ev rpc.Event) []llm.Message {
+	var p struct {
+		Text    string `json:"text"`
+		Tool    string `json:"tool"`
+		Status  string `json:"status"`
+		Summary string `json:"summary"`
+		Source  string `json:"source"`
+	}
+	json.Unmarshal(ev.Payload, &p) //nolint:errcheck // best effort: a window, not the record
+	switch ev.Type {
+	case rpc.EventUserMsg:
+		return []llm.Message{llm.UserMessage(p.Text)}
+	case rpc.EventModelOutput:
+		if p.Text != "" {
+			return []llm.Message{llm.AssistantMessage(p.Text)}
+		}
+	case rpc.EventToolResultCommitted:
+		return []llm.Message{llm.AssistantMessage(fmt.Sprintf("[earlier tool call %s: %s]", p.Tool, p.Status))}
+	case rpc.EventInjectedInstruction:
+		if p.Source == approvalSource {
+			return []llm.Message{llm.SystemMessage(p.Text)}
+		}
+		return []llm.Message{llm.UserMessage(injectedText(p.Text))}
+	}
+	return nil
 }
 
 // finalize delivers a message of the lane's own (an error, a budget
@@ -864,9 +873,11 @@ type EdgeSnapshot struct {
 	ToolCallsUsed int64           `json:"tool_calls_used"`
 	TokensUsed    int64           `json:"tokens_used"`
 	Skill         *skill.Snapshot `json:"skill,omitempty"`
-	// ReferenceSummary and WindowFrom are the lane's compacted memory.
-	ReferenceSummary string `json:"reference_summary,omitempty"`
-	WindowFrom       int64  `json:"event_window_boundary,omitempty"`
+	// ReferenceSummary and WindowFrom are the lane's compacted memory: the
+	// summary (a plain string in older snapshots, read as its text) and
+	// the first revision the window holds.
+	ReferenceSummary workmem.ReferenceSummary `json:"reference_summary,omitzero"`
+	WindowFrom       int64                    `json:"event_window_boundary,omitempty"`
 	// InboxIDs are the inbox rows taken before the snapshot (the latest
 	// snapshotInboxIDs of them), which the tail after it does not show.
 	InboxIDs []int64 `json:"inbox_ids,omitempty"`
@@ -880,8 +891,8 @@ const snapshotInboxIDs = 4096
 // Snapshot returns the lane's state for a working-memory snapshot.
 func (e *Edge) Snapshot() EdgeSnapshot {
 	s := EdgeSnapshot{ToolCallsUsed: e.toolCalls.Load(), TokensUsed: e.tokens.Load()}
+	s.ReferenceSummary, s.WindowFrom = e.mem.State()
 	e.mu.Lock()
-	s.ReferenceSummary, s.WindowFrom = e.refSummary, e.windowFrom
 	for id := range e.inbox {
 		s.InboxIDs = append(s.InboxIDs, id)
 	}
@@ -903,8 +914,8 @@ func (e *Edge) Snapshot() EdgeSnapshot {
 func (e *Edge) Restore(s EdgeSnapshot) error {
 	e.toolCalls.Store(s.ToolCallsUsed)
 	e.tokens.Store(s.TokensUsed)
+	e.mem.Restore(s.ReferenceSummary, s.WindowFrom)
 	e.mu.Lock()
-	e.refSummary, e.windowFrom = s.ReferenceSummary, s.WindowFrom
 	for _, id := range s.InboxIDs {
 		e.inbox[id] = struct{}{}
 	}
@@ -920,49 +931,4 @@ func (e *Edge) Restore(s EdgeSnapshot) error {
 	e.skill = run
 	e.mu.Unlock()
 	return nil
-}
-
-// compact folds the events of the window into the lane's reference summary
-// (spec 11.3, choir.memory.compact): one model call writes the summary, the
-// window then starts after the compacted events, and the new summary is
-// committed to the log so that it survives a restart. A failed call leaves
-// the window as it was.
-func (e *Edge) compact(ctx context.Context) (json.RawMessage, error) {
-	head, _ := e.cfg.Log.Head()
-	window := e.window(head)
-	if len(window) == 0 {
-		return errJSON("nothing_to_compact", "the event window is empty"), nil
-	}
-	e.mu.Lock()
-	prev := e.refSummary
-	e.mu.Unlock()
-	msgs := []llm.Message{llm.SystemMessage("Write a compact reference summary of the conversation below: facts, " +
-		"decisions, open questions and results of tools, in short lines. It replaces these events in your context. " +
-		"Include everything of the earlier summary that still matters.")}
-	if prev != "" {
-		msgs = append(msgs, llm.SystemMessage("Earlier summary:\n"+prev))
-	}
-	msgs = append(msgs, window...)
-	msgs = append(msgs, llm.UserMessage("Write the summary now."))
-	model := e.cfg.Model()
-	resp, err := e.cfg.LLM.Complete(ctx, llm.Request{Model: model, Messages: msgs})
-	if err != nil {
-		return errJSON("compaction_failed", "the summary could not be written: "+err.Error()), nil
-	}
-	e.tokens.Add(resp.Usage.PromptTokens + resp.Usage.CompletionTokens)
-	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventLLMCallCommitted, "edge", commitlog.LLMCall{Model: model.Name,
-		Lane: "edge", PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
-		LatencyMS: resp.Latency.Milliseconds()}); err != nil {
-		return nil, err
-	}
-	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventMemoryWriteCommitted, "edge", map[string]any{
-		"kind": "reference_summary", "summary": resp.Content, "compacted_through_rev": head}); err != nil {
-		return nil, err
-	}
-	e.mu.Lock()
-	e.refSummary, e.windowFrom = resp.Content, head+1
-	e.mu.Unlock()
-	b, _ := json.Marshal(map[string]any{"status": "success",
-		"summary": fmt.Sprintf("compacted %d messages up to revision %d into the reference summary", len(window), head)})
-	return b, nil
 }

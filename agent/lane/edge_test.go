@@ -403,10 +403,12 @@ func TestEdgeCompaction(t *testing.T) {
 	b := setup(t, lane.Budgets{},
 		llmtest.Text("Hello Ada."),
 		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: "choir.memory.compact", Arguments: `{}`}),
-		// The lane's own summary call.
-		llmtest.Text("The user is called Ada.").Expect(func(t testing.TB, r *llmtest.Request) {
-			if len(r.Tools) != 0 || !strings.Contains(r.System(), "reference summary") {
-				t.Errorf("summary call: tools %v, system %q", r.ToolNames(), r.System())
+		// The working memory's compaction call.
+		llmtest.Text(`{"memory_delta": {"mode": "append", "summary_update": "The user is called Ada.",
+			"add_fact": {"key": "name", "value": "Ada"}}}`).Expect(func(t testing.TB, r *llmtest.Request) {
+			if len(r.Tools) != 0 || !strings.Contains(r.System(), "reference summary") ||
+				!strings.Contains(r.Last().Content, "user: my name is Ada") {
+				t.Errorf("compaction call: tools %v, system %q, events %q", r.ToolNames(), r.System(), r.Last().Content)
 			}
 		}),
 		llmtest.Text("Compacted.").Expect(func(t testing.TB, r *llmtest.Request) {
@@ -417,7 +419,7 @@ func TestEdgeCompaction(t *testing.T) {
 		llmtest.Text("You are Ada.").Expect(func(t testing.TB, r *llmtest.Request) {
 			var sawSummary, sawOld bool
 			for _, m := range r.Messages {
-				sawSummary = sawSummary || strings.Contains(m.Content, "Reference summary of earlier events:\nThe user is called Ada.")
+				sawSummary = sawSummary || (strings.Contains(m.Content, "The user is called Ada.") && strings.Contains(m.Content, "- name: Ada"))
 				sawOld = sawOld || (m.Role == "user" && m.Content == "my name is Ada")
 			}
 			if !sawSummary || sawOld {
@@ -425,11 +427,18 @@ func TestEdgeCompaction(t *testing.T) {
 			}
 		}),
 	)
-	for _, m := range []string{"my name is Ada", "please compact", "who am I?"} {
-		b.edge.Deliver(lane.UserMessage{Text: m})
-		b.out.next(t)
+	b.edge.Deliver(lane.UserMessage{Text: "my name is Ada"})
+	b.out.next(t)
+	b.edge.Deliver(lane.UserMessage{Text: "please compact"})
+	if got := b.out.next(t); got != "Compacted 2 earlier messages into my reference summary (rev 1–3)." {
+		t.Errorf("notice = %q", got)
 	}
-	if snap := b.edge.Snapshot(); snap.ReferenceSummary != "The user is called Ada." || snap.WindowFrom == 0 {
+	if got := b.out.next(t); got != "Compacted." {
+		t.Errorf("answer = %q", got)
+	}
+	b.edge.Deliver(lane.UserMessage{Text: "who am I?"})
+	b.out.next(t)
+	if snap := b.edge.Snapshot(); snap.ReferenceSummary.Summary != "The user is called Ada." || snap.WindowFrom != 4 {
 		t.Errorf("snapshot = %+v", snap)
 	}
 	b.srv.Done()

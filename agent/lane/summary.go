@@ -10,9 +10,10 @@ import (
 	"github.com/choirhq/choir/rpc"
 )
 
-// summaryEvents bounds how many of the latest events the session summary
-// is written from; what came before is in the reference summary.
-const summaryEvents = 200
+// summaryMessages bounds how many of the window's latest messages the
+// session summary is written from; what came before is in the reference
+// summary.
+const summaryMessages = 200
 
 // sessionSummary is the payload of a session_summary event.
 type sessionSummary struct {
@@ -32,11 +33,12 @@ var ErrNothingToSummarise = fmt.Errorf("no conversation in this session to summa
 // returned; ctx bounds the call (session_summary_timeout_ms).
 func (e *Edge) SessionSummary(ctx context.Context) (rpc.Event, error) {
 	head, _ := e.cfg.Log.Head()
-	e.mu.Lock()
-	ref, compacted := e.refSummary, e.windowFrom
-	e.mu.Unlock()
-	from := max(head-summaryEvents+1, e.cfg.Log.Oldest(), 1, compacted)
-	conv := e.render(from, head)
+	sum, _ := e.mem.State()
+	ref := sum.Render()
+	conv := e.mem.Window(head)
+	if len(conv) > summaryMessages {
+		conv = conv[len(conv)-summaryMessages:]
+	}
 	talk := false
 	for _, m := range conv {
 		talk = talk || m.Role == llm.RoleUser
@@ -48,7 +50,7 @@ func (e *Edge) SessionSummary(ctx context.Context) (rpc.Event, error) {
 		"user wanted, what was done and decided, results of tools, and what is still open, in short plain lines. " +
 		"It is stored in memory and read when a later session needs this one.")}
 	if ref != "" {
-		msgs = append(msgs, llm.SystemMessage("Reference summary of earlier events:\n"+ref))
+		msgs = append(msgs, llm.SystemMessage(ref))
 	}
 	msgs = append(msgs, conv...)
 	msgs = append(msgs, llm.UserMessage("Write the session summary now."))

@@ -230,6 +230,12 @@ func TestCompleteRequestShape(t *testing.T) {
 		m := llm.ModelSettingsFromConfig("o3", config.Model{
 			Provider: "openrouter", Model: "openai/o3", Endpoint: b.srv.BaseURL(), ReasoningEffort: ptr("medium"), Secret: "s",
 		}, "k")
+		if m.ContextWindow != config.DefaultContextWindow {
+			t.Errorf("context window = %d, want the default %d", m.ContextWindow, config.DefaultContextWindow)
+		}
+		if w := llm.ModelSettingsFromConfig("small", config.Model{ContextWindow: 4096}, "").ContextWindow; w != 4096 {
+			t.Errorf("configured context window = %d, want 4096", w)
+		}
 		req := b.request()
 		req.Model = m
 		if _, err := b.client.Complete(t.Context(), req); err != nil {

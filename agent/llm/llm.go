@@ -43,6 +43,10 @@ type ModelSettings struct {
 	ReasoningEffort *string
 	// APIKey is sent as a bearer token when non-empty.
 	APIKey string
+	// ContextWindow is the model's context window in tokens, never sent:
+	// a lane's working memory keeps its prompts within it (spec 11.3).
+	// Zero means config.DefaultContextWindow.
+	ContextWindow int64
 }
 
 // String describes the settings with the API key redacted, so that a
@@ -81,6 +85,7 @@ func ModelSettingsFromConfig(name string, m config.Model, apiKey string) ModelSe
 		Temperature:     m.Temperature,
 		ReasoningEffort: m.ReasoningEffort,
 		APIKey:          apiKey,
+		ContextWindow:   m.ContextWindowTokens(),
 	}
 }
 

@@ -20,7 +20,10 @@ const CoreLanePrefix = "core:"
 // CoreJobName returns the job name of a core job's lane.
 func CoreJobName(lane string) (string, bool) {
 	name, ok := strings.CutPrefix(lane, CoreLanePrefix)
-	return name, ok && name != ""
+	if !ok || name == "" {
+		return "", false
+	}
+	return name, true
 }
 
 // coreDone are the core job states in which a job no longer runs (spec

@@ -77,6 +77,8 @@ func TestCoreWatchPrintsEachJobAtMostOncePerInterval(t *testing.T) {
 type chatAgent struct {
 	client *rpc.Client
 	home   string
+	// pushes are the cancel and compact pushes the agent got.
+	pushes chan rpc.Push
 }
 
 func startChatAgent(t *testing.T, answer func(ctx context.Context, a *chatAgent, text string)) *chatAgent {
@@ -92,18 +94,33 @@ func startChatAgent(t *testing.T, answer func(ctx context.Context, a *chatAgent,
 		ToolManifestHash: "t1", SkillManifestHash: "s1"}); err != nil {
 		t.Fatalf("INIT_HELLO: %v", err)
 	}
-	a := &chatAgent{client: client, home: c.Home}
+	a := &chatAgent{client: client, home: c.Home, pushes: make(chan rpc.Push, 16)}
 	var wg sync.WaitGroup
 	var once sync.Once
 	wg.Go(func() {
 		client.ReceivePushes(ctx, func(p rpc.Push) { //nolint:errcheck // ends with ctx
-			if p.Kind == rpc.PushUserMessage && p.UserMessage != nil {
+			switch {
+			case p.Kind == rpc.PushUserMessage && p.UserMessage != nil:
 				once.Do(func() { wg.Go(func() { answer(ctx, a, p.UserMessage.Text) }) })
+			case p.Kind == rpc.PushCancel || p.Kind == rpc.PushCompact:
+				a.pushes <- p
 			}
 		})
 	})
 	t.Cleanup(func() { cancel(); wg.Wait(); client.Close() })
 	return a
+}
+
+// push waits for the next cancel or compact push.
+func (a *chatAgent) push(t *testing.T) rpc.Push {
+	t.Helper()
+	select {
+	case p := <-a.pushes:
+		return p
+	case <-time.After(10 * time.Second):
+		t.Fatal("no push reached the agent")
+		return rpc.Push{}
+	}
 }
 
 func (a *chatAgent) report(ctx context.Context, job, state string, steps int64, progress string) error {

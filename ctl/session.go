@@ -26,7 +26,7 @@ func newSessionCommand(g *globals) *cobra.Command {
 
 	cores := &cobra.Command{Use: "cores <agent-id>",
 		Short: "List the core jobs of the agent's session: state, steps, last progress, budgets left",
-		Args: cobra.ExactArgs(1),
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := g.client()
 			defer c.Close()

@@ -126,7 +126,7 @@ func TestSessionLanesCommands(t *testing.T) {
 		{Lane: "edge", State: "EDGE_REASONING", BudgetRemaining: rpc.Budget{ToolCalls: n(1990), Tokens: n(4_999_000)}},
 		{Lane: "core:old", State: "CORE_TERMINATED", Steps: 2, Progress: "cancelled"},
 		{Lane: "core:research", State: "CORE_WAITING_TOOL", Steps: 7, Skill: "survey", Step: "search",
-			Progress: "reading a very long page about the history of choral music in the Baltic states, chapter two",
+			Progress:        "reading a very long page about the history of choral music in the Baltic states, chapter two",
 			BudgetRemaining: rpc.Budget{Steps: n(43), ToolCalls: n(180), TimeMS: n(1_450_000)}},
 	} {
 		if _, err := a.client.ReportStatus(t.Context(), st); err != nil {
@@ -163,6 +163,25 @@ func TestSessionLanesCommands(t *testing.T) {
 				t.Errorf("%v: no line %q in\n%s", args, l, out)
 			}
 		}
+	}
+	code, out, errs = runSessionCommands(a.home, "session", "cancel", "assistant", "old")
+	if code != ExitError || !strings.Contains(errs, `no running core job "old" (running: research;`) {
+		t.Errorf("cancel of a finished job: exit %d: %s%s", code, out, errs)
+	}
+	code, out, errs = runSessionCommands(a.home, "session", "cancel", "assistant", "research")
+	if code != ExitOK || !strings.HasPrefix(out, "cancel sent to research (session ") {
+		t.Errorf("cancel: exit %d: %s%s", code, out, errs)
+	}
+	if p := a.push(t); p.Kind != rpc.PushCancel || p.Cancel.Scope != rpc.CancelCore || p.Cancel.JobName != "research" ||
+		!strings.HasPrefix(p.Cancel.Reason, "cancelled by choirctl:") {
+		t.Errorf("cancel push = %+v %+v", p, p.Cancel)
+	}
+	code, out, errs = runSessionCommands(a.home, "session", "compact", "assistant")
+	if code != ExitOK || !strings.HasPrefix(out, "compaction requested (session ") {
+		t.Errorf("compact: exit %d: %s%s", code, out, errs)
+	}
+	if p := a.push(t); p.Kind != rpc.PushCompact || p.Compact == nil {
+		t.Errorf("compact push = %+v", p)
 	}
 	code, out, _ = runSessionCommands(a.home, "session", "status", "assistant", "--json")
 	var st admin.AgentStatus

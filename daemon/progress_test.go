@@ -185,6 +185,25 @@ func TestCoreProgressInTheDM(t *testing.T) {
 		}
 	})
 
+	t.Run("TooManyRequestsAreWaitedOut", func(t *testing.T) {
+		b.report(t, "pack", "CORE_REASONING", 1, "packing")
+		msg := b.waitText(t, "pack", "packing")
+		// The gateway honours the first 429 and tries once more; the
+		// second is the reporter's to wait out.
+		b.bot.TooManyRequests("editMessageText", 2, 1)
+		b.report(t, "pack", "CORE_COMPLETED", 2, "packed")
+		b.waitText(t, "pack", "completed after 2 steps")
+		var limited int
+		for _, c := range b.bot.Calls("editMessageText") {
+			if c.Status == 429 && c.Params["message_id"] == strconv.FormatInt(msg.MessageID, 10) {
+				limited++
+			}
+		}
+		if limited != 2 || len(b.jobMessages("pack")) != 1 {
+			t.Errorf("%d edits answered 429, %d messages; want 2 and the one", limited, len(b.jobMessages("pack")))
+		}
+	})
+
 	t.Run("ADeletedMessageIsSentAgainOnce", func(t *testing.T) {
 		b.report(t, "lint", "CORE_REASONING", 1, "first pass")
 		first := b.waitText(t, "lint", "first pass")

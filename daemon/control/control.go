@@ -459,7 +459,8 @@ func (d *Control) WorkspaceReset(ctx context.Context, sc Scope, name string) (ad
 	return admin.WorkspaceInfo{Name: name, Path: ws.Path}, nil
 }
 
-// LatestStatus describes an agent from its latest session.
+// LatestStatus describes an agent from its latest session, with the states
+// its lanes last reported while it was live (or when it crashed).
 func (d *Control) LatestStatus(ctx context.Context, id string) admin.AgentStatus {
 	a := admin.AgentStatus{AgentID: id, State: admin.AgentStopped}
 	s, err := db.New(choirsql.Interpreted(d.pool)).SessionLatestByAgent(ctx, id)

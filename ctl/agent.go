@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -173,5 +175,61 @@ func printAgents(w io.Writer, agents []admin.AgentStatus) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.AgentID, a.State, session, runtime, up, beat)
 	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printLanes(w, agents)
+}
+
+// printLanes lists the lanes of the agents' sessions, after a blank line;
+// nothing when no session has reported one.
+func printLanes(w io.Writer, agents []admin.AgentStatus) error {
+	n := 0
+	for _, a := range agents {
+		n += len(a.Lanes)
+	}
+	if n == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "AGENT\tLANE\tSTATE\tSTEPS\tBUDGET LEFT\tLAST PROGRESS")
+	for _, a := range agents {
+		for _, l := range a.Lanes {
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.AgentID, l.Lane, laneState(l), count(l.Steps),
+				dash(admin.BudgetText(l.BudgetRemaining)), dash(clip(l.Progress, 60)))
+		}
+	}
 	return tw.Flush()
+}
+
+// laneState reads a lane's state with its skill and step, if any.
+func laneState(l admin.LaneStatus) string {
+	s := admin.StateText(l.State)
+	switch {
+	case l.Skill != "" && l.Step != "":
+		s += " (" + l.Skill + " at " + l.Step + ")"
+	case l.Skill != "":
+		s += " (" + l.Skill + ")"
+	case l.Step != "":
+		s += " (at " + l.Step + ")"
+	}
+	return s
+}
+
+// count is n, or a dash for none.
+func count(n int64) string {
+	if n == 0 {
+		return "-"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// clip puts s on one line of at most n characters.
+func clip(s string, n int) string {
+	r := []rune(strings.Join(strings.Fields(s), " "))
+	if len(r) <= n {
+		return string(r)
+	}
+	return strings.TrimRight(string(r[:n-1]), " ") + "…"
 }

@@ -22,6 +22,10 @@ type chatOptions struct {
 	wait    time.Duration
 	quiet   time.Duration
 	asJSON  bool
+	// progress shows the agent's core jobs' progress, a line per change
+	// of a job at most every progressInterval.
+	progress         bool
+	progressInterval time.Duration
 }
 
 func newChatCommand(g *globals) *cobra.Command {
@@ -30,11 +34,15 @@ func newChatCommand(g *globals) *cobra.Command {
 		Use:   "chat <agent-id>",
 		Short: "Talk to an agent from the terminal, as its DM's user would",
 		Long: "Talk to an agent from the terminal, through choird, as its DM's user would: the message goes into\n" +
-			"the agent's inbox and its replies are printed as they are queued.\n\n" +
+			"the agent's inbox and its replies are printed as they are queued. The progress of its core jobs is\n" +
+			"printed too, a line per change of a job, as its DM's progress message shows it.\n\n" +
 			"With -m, sends one message, prints the replies and exits. Without it, reads lines from stdin\n" +
 			"until end of input.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if opts.progressInterval <= 0 {
+				return usageErr(fmt.Errorf("--progress-interval must be positive, not %s", opts.progressInterval))
+			}
 			c := g.client()
 			defer c.Close()
 			if opts.message != "" {
@@ -46,7 +54,10 @@ func newChatCommand(g *globals) *cobra.Command {
 	cmd.Flags().StringVarP(&opts.message, "message", "m", "", "send this one message, print the replies, and exit")
 	cmd.Flags().DurationVar(&opts.wait, "wait", 2*time.Minute, "with -m: how long to wait for the first reply")
 	cmd.Flags().DurationVar(&opts.quiet, "quiet", 2*time.Second, "with -m: after a reply, how long to wait for more")
-	cmd.Flags().BoolVar(&opts.asJSON, "json", false, "with -m: print the replies as JSON")
+	cmd.Flags().BoolVar(&opts.asJSON, "json", false, "with -m: print the replies as JSON (and no progress)")
+	cmd.Flags().BoolVar(&opts.progress, "progress", true, "print the progress of the agent's core jobs")
+	cmd.Flags().DurationVar(&opts.progressInterval, "progress-interval", defaultProgressInterval,
+		"the shortest time between two progress lines of one core job")
 	return cmd
 }
 
@@ -82,6 +93,11 @@ func printChat(w io.Writer, agentID string, m admin.ChatMessage) {
 // opts.wait for the first, then for more until opts.quiet passes without
 // one.
 func chatOnce(ctx context.Context, g *globals, c *admin.Client, agentID string, opts chatOptions) error {
+	out := &syncWriter{w: g.stdout}
+	if opts.progress && !opts.asJSON {
+		watch := startCoreWatch(ctx, c, out, agentID, opts.progressInterval)
+		defer watch.stop(ctx)
+	}
 	sent, err := chatSend(ctx, c, agentID, opts.message)
 	if err != nil {
 		return err
@@ -103,7 +119,7 @@ func chatOnce(ctx context.Context, g *globals, c *admin.Client, agentID string, 
 			after = m.OutboxID
 			got = append(got, m)
 			if !opts.asJSON {
-				printChat(g.stdout, agentID, m)
+				printChat(out, agentID, m)
 			}
 		}
 		switch {
@@ -126,6 +142,11 @@ func chatOnce(ctx context.Context, g *globals, c *admin.Client, agentID string, 
 // chatInteractive sends each line of in and prints the agent's messages
 // as they come, until in ends.
 func chatInteractive(ctx context.Context, g *globals, c *admin.Client, agentID string, in io.Reader, opts chatOptions) error {
+	out := &syncWriter{w: g.stdout}
+	if opts.progress {
+		watch := startCoreWatch(ctx, c, out, agentID, opts.progressInterval)
+		defer watch.stop(ctx)
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var mu sync.Mutex
@@ -153,7 +174,7 @@ func chatInteractive(ctx context.Context, g *globals, c *admin.Client, agentID s
 			mu.Lock()
 			for _, m := range msgs {
 				after = max(after, m.OutboxID)
-				printChat(g.stdout, agentID, m)
+				printChat(out, agentID, m)
 			}
 			mu.Unlock()
 		}

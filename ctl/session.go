@@ -2,11 +2,15 @@ package ctl
 
 import (
 	"fmt"
+	"io"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // sessionCommands are the command groups of this file, model.go and
@@ -20,8 +24,9 @@ func newSessionCommand(g *globals) *cobra.Command {
 	var asJSON bool
 	cmd.PersistentFlags().BoolVar(&asJSON, "json", false, "print results as JSON")
 
-	cores := &cobra.Command{Use: "cores <agent-id>", Short: "List the core jobs of the agent's session (name, state, step)",
-		Args: cobra.ExactArgs(1),
+	cores := &cobra.Command{Use: "cores <agent-id>",
+		Short: "List the core jobs of the agent's session: state, steps, last progress, budgets left",
+		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c := g.client()
 			defer c.Close()
@@ -32,12 +37,28 @@ func newSessionCommand(g *globals) *cobra.Command {
 			if asJSON {
 				return writeJSON(g.stdout, out)
 			}
-			tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "JOB\tSTATE\tSTEP\tSKILL\tRUNNING")
-			for _, c := range out.Cores {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%t\n", c.Name, c.State, dash(c.Step), dash(c.Skill), c.Active)
+			return printCores(g.stdout, out)
+		}}
+	status := &cobra.Command{Use: "status <agent-id>",
+		Short: "Show the agent's session and its lanes: edge and core jobs, their states, steps and budgets left",
+		Args:  cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			c := g.client()
+			defer c.Close()
+			out, err := c.AgentStatus(cmd.Context(), args[0])
+			if err != nil {
+				return err
 			}
-			return tw.Flush()
+			if asJSON {
+				return writeJSON(g.stdout, out)
+			}
+			if err := printAgents(g.stdout, []admin.AgentStatus{out}); err != nil {
+				return err
+			}
+			if len(out.Lanes) == 0 && out.SessionID != "" {
+				fmt.Fprintln(g.stdout, "\nno lane has reported yet")
+			}
+			return nil
 		}}
 	cancel := &cobra.Command{Use: "cancel <agent-id> <job-name>",
 		Short: "Cancel a core job of the agent's session by name (edge: the edge lane's turn)",
@@ -95,8 +116,33 @@ func newSessionCommand(g *globals) *cobra.Command {
 			return tw.Flush()
 		}}
 	events.Flags().IntVarP(&n, "n", "n", 20, "how many events, newest last (at most 500)")
-	cmd.AddCommand(cores, cancel, compact, events)
+	cmd.AddCommand(status, cores, cancel, compact, events)
 	return cmd
+}
+
+// printCores lists core jobs, the running ones first, each group by name.
+func printCores(w io.Writer, res admin.SessionCoresResult) error {
+	if len(res.Cores) == 0 {
+		_, err := fmt.Fprintf(w, "%s runs no core job (session %s)\n", res.AgentID, res.SessionID)
+		return err
+	}
+	cores := slices.Clone(res.Cores)
+	slices.SortStableFunc(cores, func(a, b admin.CoreJob) int {
+		if a.Active != b.Active {
+			if a.Active {
+				return -1
+			}
+			return 1
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "JOB\tSTATE\tSTEPS\tBUDGET LEFT\tLAST PROGRESS\tRUNNING")
+	for _, c := range cores {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%t\n", c.Name, laneState(c.LaneStatus), count(c.Steps),
+			dash(admin.BudgetText(c.BudgetRemaining)), dash(clip(c.Progress, 60)), c.Active)
+	}
+	return tw.Flush()
 }
 
 func dash(s string) string {

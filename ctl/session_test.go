@@ -10,6 +10,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -108,4 +109,84 @@ func TestSessionModelVoiceApprovalCommands(t *testing.T) {
 			t.Errorf("unknown agent: exit %d: %s", code, errs)
 		}
 	})
+}
+
+// TestSessionLanesCommands shows a live session's lanes and core jobs, as
+// its agent reported them, through choirctl session cores, session status,
+// agent status and status.
+func TestSessionLanesCommands(t *testing.T) {
+	t.Parallel()
+	a := startChatAgent(t, func(context.Context, *chatAgent, string) {})
+	code, out, errs := runSessionCommands(a.home, "session", "cores", "assistant")
+	if code != ExitOK || !strings.HasPrefix(out, "assistant runs no core job (session ") {
+		t.Errorf("no job yet: exit %d: %q %s", code, out, errs)
+	}
+	n := func(v int64) *int64 { return &v }
+	for _, st := range []rpc.ReportStatusRequest{
+		{Lane: "edge", State: "EDGE_REASONING", BudgetRemaining: rpc.Budget{ToolCalls: n(1990), Tokens: n(4_999_000)}},
+		{Lane: "core:old", State: "CORE_TERMINATED", Steps: 2, Progress: "cancelled"},
+		{Lane: "core:research", State: "CORE_WAITING_TOOL", Steps: 7, Skill: "survey", Step: "search",
+			Progress:        "reading a very long page about the history of choral music in the Baltic states, chapter two",
+			BudgetRemaining: rpc.Budget{Steps: n(43), ToolCalls: n(180), TimeMS: n(1_450_000)}},
+	} {
+		if _, err := a.cl.ReportStatus(t.Context(), st); err != nil {
+			t.Fatal(err)
+		}
+	}
+	code, out, errs = runSessionCommands(a.home, "session", "cores", "assistant")
+	want := strings.Join([]string{
+		"JOB       STATE                                  STEPS  BUDGET LEFT                       LAST PROGRESS" +
+			"                                                RUNNING",
+		"research  waiting for a tool (survey at search)  7      43 steps, 180 tool calls, 24m10s  " +
+			"reading a very long page about the history of choral music…  true",
+		"old       terminated                             2      -                                 cancelled" +
+			"                                                    false",
+		""}, "\n")
+	if code != ExitOK || out != want {
+		t.Errorf("session cores: exit %d %s\n got:\n%s\nwant:\n%s", code, errs, out, want)
+	}
+	lanes := []string{
+		"\nAGENT      LANE           STATE                                  STEPS  BUDGET LEFT                       LAST PROGRESS\n",
+		"\nassistant  core:old       terminated                             2      -                                 cancelled\n",
+		"\nassistant  core:research  waiting for a tool (survey at search)  7      43 steps, 180 tool calls, 24m10s  " +
+			"reading a very long page about the history of choral music…\n",
+		"\nassistant  edge           reasoning                              -      1990 tool calls, 4999000 tokens   -\n",
+	}
+	for _, args := range [][]string{{"session", "status", "assistant"}, {"agent", "status", "assistant"}, {"status"}} {
+		code, out, errs := runSessionCommands(a.home, args...)
+		if code != ExitOK {
+			t.Errorf("%v: exit %d: %s%s", args, code, out, errs)
+			continue
+		}
+		for _, l := range lanes {
+			if !strings.Contains(out, l) {
+				t.Errorf("%v: no line %q in\n%s", args, l, out)
+			}
+		}
+	}
+	code, out, errs = runSessionCommands(a.home, "session", "cancel", "assistant", "old")
+	if code != ExitError || !strings.Contains(errs, `no running core job "old" (running: research;`) {
+		t.Errorf("cancel of a finished job: exit %d: %s%s", code, out, errs)
+	}
+	code, out, errs = runSessionCommands(a.home, "session", "cancel", "assistant", "research")
+	if code != ExitOK || !strings.HasPrefix(out, "cancel sent to research (session ") {
+		t.Errorf("cancel: exit %d: %s%s", code, out, errs)
+	}
+	if p := a.push(t); p.Kind != rpc.PushCancel || p.Cancel.Scope != rpc.CancelCore || p.Cancel.JobName != "research" ||
+		!strings.HasPrefix(p.Cancel.Reason, "cancelled by choirctl:") {
+		t.Errorf("cancel push = %+v %+v", p, p.Cancel)
+	}
+	code, out, errs = runSessionCommands(a.home, "session", "compact", "assistant")
+	if code != ExitOK || !strings.HasPrefix(out, "compaction requested (session ") {
+		t.Errorf("compact: exit %d: %s%s", code, out, errs)
+	}
+	if p := a.push(t); p.Kind != rpc.PushCompact || p.Compact == nil {
+		t.Errorf("compact push = %+v", p)
+	}
+	code, out, _ = runSessionCommands(a.home, "session", "status", "assistant", "--json")
+	var st admin.AgentStatus
+	if code != ExitOK || json.Unmarshal([]byte(out), &st) != nil || len(st.Lanes) != 3 || st.Lanes[0].Progress != "cancelled" ||
+		st.Lanes[1].Steps != 7 || *st.Lanes[1].BudgetRemaining.Steps != 43 {
+		t.Errorf("session status --json: exit %d: %s", code, out)
+	}
 }

@@ -72,5 +72,8 @@ func runStatus(ctx context.Context, g *globals, opts statusOptions) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", a.AgentID, a.State, session, runtime, beat)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printLanes(g.stdout, st.Agents)
 }

@@ -278,15 +278,21 @@ func TestDMSessionCommands(t *testing.T) {
 	q := db.New(b.d.Pool())
 
 	t.Run("CoresCancelCompact", func(t *testing.T) {
-		for _, st := range []rpc.ReportStatusRequest{{Lane: "core:research", State: "CORE_REASONING", Step: "search"},
-			{Lane: "core:old", State: "CORE_COMPLETED"}} {
+		n := func(v int64) *int64 { return &v }
+		for _, st := range []rpc.ReportStatusRequest{
+			{Lane: "core:research", State: "CORE_REASONING", Step: "search", Steps: 3, Progress: "found 3\nsources",
+				BudgetRemaining: rpc.Budget{Steps: n(47), ToolCalls: n(190), TimeMS: n(60_000)}},
+			{Lane: "core:old", State: "CORE_COMPLETED", Steps: 9},
+			{Lane: "edge", State: "EDGE_IDLE", BudgetRemaining: rpc.Budget{ToolCalls: n(1900), Tokens: n(4_000_000)}},
+		} {
 			if _, err := agent.Client.ReportStatus(ctx, st); err != nil {
 				t.Fatal(err)
 			}
 		}
 		reply := b.send(t, "alice", "/cores")
-		if !strings.Contains(reply, "research: CORE_REASONING, step search") || strings.Contains(reply, "old") {
-			t.Errorf("/cores = %q", reply)
+		if want := "Core jobs of assistant:\nCore job research: reasoning, 3 steps, at search\n  Last: found 3\nsources\n" +
+			"  Budget left: 47 steps, 190 tool calls, 1m0s\nFinished: old (completed)"; reply != want {
+			t.Errorf("/cores = %q, want %q", reply, want)
 		}
 		reply = b.send(t, "alice", "/cancel old")
 		if !strings.Contains(reply, `no running core job "old"`) || !strings.Contains(reply, "running: research") {
@@ -306,8 +312,13 @@ func TestDMSessionCommands(t *testing.T) {
 			t.Fatalf("/compact = %q", reply)
 		}
 		agent.Next(t, rpc.PushCompact)
-		if reply = b.send(t, "alice", "/status"); !strings.Contains(reply, "core:research: CORE_REASONING") {
-			t.Errorf("/status = %q", reply)
+		reply = b.send(t, "alice", "/status")
+		for _, want := range []string{"\ncore job old: completed after 9 steps\n",
+			"\ncore job research: reasoning, 3 steps, at search, budget left 47 steps, 190 tool calls, 1m0s\n  last: found 3 sources",
+			"\nedge: idle, budget left 1900 tool calls, 4000000 tokens"} {
+			if !strings.Contains(reply, want) {
+				t.Errorf("/status = %q, want %q in it", reply, want)
+			}
 		}
 	})
 

@@ -31,6 +31,7 @@ import (
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/inbox"
 	"github.com/choirhq/choir/daemon/memory"
+	"github.com/choirhq/choir/daemon/progress"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/daemon/runtime/process"
@@ -74,6 +75,9 @@ type Options struct {
 	// OSImage is the operating-system image agent builds start from
 	// (Dockerfile.base's CHOIR_OS_IMAGE); empty keeps the Dockerfile's.
 	OSImage string
+	// ProgressInterval is the shortest time between two changes of a core
+	// job's progress message in its DM (default progress.DefaultInterval).
+	ProgressInterval time.Duration
 }
 
 // Daemon is a running choird. Its control layer's commands (AgentStart,
@@ -95,6 +99,8 @@ type Daemon struct {
 	gateway *gateway.Gateway
 	// sendLimiter paces everything sent through the bots.
 	sendLimiter *gateway.SendLimiter
+	// progress shows core jobs' progress live in their DMs.
+	progress *progress.Reporter
 
 	// inbox is the DMs' durable ingress; commands their slash commands.
 	inbox    *inbox.Inbox
@@ -210,6 +216,7 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 	d.logger.Info("choird stopping", slog.String("cause", context.Cause(ctx).Error()))
 	stopServing()
 	srvs.wait()
+	d.progress.Close()
 	<-gatewayDone
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()

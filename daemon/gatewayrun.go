@@ -9,6 +9,7 @@ import (
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/inbox"
+	"github.com/choirhq/choir/daemon/progress"
 	"github.com/choirhq/choir/jobs"
 )
 
@@ -26,7 +27,11 @@ func (d *Daemon) newGateway(opts Options) error {
 			telegram++
 		}
 	}
+	// Core jobs' progress goes to the Telegram DMs; with no bot, nowhere
+	// (choirctl chat reads it from the lane states).
+	progressOpts := progress.Options{Pool: d.pool, Logger: d.logger, DMAddress: d.DMAddress, Interval: opts.ProgressInterval}
 	if telegram == 0 {
+		d.progress = progress.New(progressOpts)
 		return nil
 	}
 	g, err := gateway.New(gateway.Options{Gateways: cfg.Gateways, DMs: cfg.DMs, Secrets: secrets,
@@ -36,6 +41,8 @@ func (d *Daemon) newGateway(opts Options) error {
 		return fmt.Errorf("telegram gateway: %w", err)
 	}
 	d.gateway = g
+	progressOpts.Messenger = g
+	d.progress = progress.New(progressOpts)
 	d.Control.SetGateway(g)
 	d.inbox.SetGateway(g)
 	d.commands.SetGateway(g)

@@ -62,7 +62,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 		}
 	}()
 	d.api = agentapi.New(agentapi.Options{Pool: d.pool, HeartbeatPool: hbPool, Logger: d.logger, Config: d.Snapshot,
-		Jobs: d.river, HostTools: agentapi.MemoryTools(d.memory), Typing: d.inbox.Typing(),
+		Jobs: d.river, HostTools: agentapi.MemoryTools(d.memory), Typing: d.inbox.Typing(), Progress: d.progress,
 		CloseSession: func(ctx context.Context, id string) { d.rpc.CloseSession(ctx, id) }, //nolint:errcheck
 		HelloDone: func(ctx context.Context, agentID string, id uuid.UUID) {
 			d.inbox.RedeliverInbox(ctx, agentID, id, time.Now())

@@ -243,7 +243,7 @@ func (q *Queries) SessionHello(ctx context.Context, arg SessionHelloParams) (Cho
 	return i, err
 }
 
-const sessionLaneStatusSet = `-- name: SessionLaneStatusSet :exec
+const sessionLaneStatusSet = `-- name: SessionLaneStatusSet :execrows
 UPDATE choir_control.sessions
    SET lane_status = jsonb_set(lane_status, ARRAY[$1::text], $2::jsonb)
  WHERE session_id = $3 AND status IN ('active', 'stopping')
@@ -255,7 +255,12 @@ type SessionLaneStatusSetParams struct {
 	SessionID uuid.UUID       `json:"session_id"`
 }
 
-func (q *Queries) SessionLaneStatusSet(ctx context.Context, arg SessionLaneStatusSetParams) error {
-	_, err := q.db.Exec(ctx, sessionLaneStatusSet, arg.Lane, arg.Status, arg.SessionID)
-	return err
+// SessionLaneStatusSet keeps a lane's latest status while its session is
+// live; it changes no row of an ended one.
+func (q *Queries) SessionLaneStatusSet(ctx context.Context, arg SessionLaneStatusSetParams) (int64, error) {
+	result, err := q.db.Exec(ctx, sessionLaneStatusSet, arg.Lane, arg.Status, arg.SessionID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }

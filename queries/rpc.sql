@@ -10,7 +10,9 @@ UPDATE choir_control.sessions
  WHERE session_id = @session_id AND status IN ('active', 'stopping')
 RETURNING *;
 
--- name: SessionLaneStatusSet :exec
+-- name: SessionLaneStatusSet :execrows
+-- SessionLaneStatusSet keeps a lane's latest status while its session is
+-- live; it changes no row of an ended one.
 UPDATE choir_control.sessions
    SET lane_status = jsonb_set(lane_status, ARRAY[@lane::text], @status::jsonb)
  WHERE session_id = @session_id AND status IN ('active', 'stopping');

@@ -41,6 +41,12 @@ type Typing interface {
 	Stop(sessionID uuid.UUID)
 }
 
+// Progress shows core jobs' progress live in their DMs: it takes every
+// lane status a live session reports, and must not block.
+type Progress interface {
+	Report(sessionID uuid.UUID, st rpc.ReportStatusRequest)
+}
+
 // Options configure the agent protocol's handlers.
 type Options struct {
 	Pool   *pgxpool.Pool
@@ -61,6 +67,8 @@ type Options struct {
 	HelloDone func(ctx context.Context, agentID string, sessionID uuid.UUID)
 	// Typing is the typing indicator of sessions' chats.
 	Typing Typing
+	// Progress, when set, shows core jobs' progress live.
+	Progress Progress
 }
 
 // API is choird's side of the agent protocol: every verb checked against
@@ -83,6 +91,8 @@ type API struct {
 	helloDone func(ctx context.Context, agentID string, sessionID uuid.UUID)
 	// typing is the typing indicator of sessions' chats.
 	typing Typing
+	// progress shows core jobs' progress live; nil shows nothing.
+	progress Progress
 }
 
 var _ rpc.ControlPlaneHandler = (*API)(nil)
@@ -90,7 +100,8 @@ var _ rpc.ControlPlaneHandler = (*API)(nil)
 // New makes the agent protocol's handlers.
 func New(o Options) *API {
 	a := &API{pool: o.Pool, logger: o.Logger, heartbeatPool: o.HeartbeatPool, snapshot: o.Config,
-		hostTools: map[string]HostTool{}, jobs: o.Jobs, closeSession: o.CloseSession, helloDone: o.HelloDone, typing: o.Typing}
+		hostTools: map[string]HostTool{}, jobs: o.Jobs, closeSession: o.CloseSession, helloDone: o.HelloDone, typing: o.Typing,
+		progress: o.Progress}
 	maps.Copy(a.hostTools, o.HostTools)
 	a.hostTools[SendFileTool] = a.sendFile
 	return a
@@ -254,7 +265,9 @@ func (a *API) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.
 	return resp, nil
 }
 
-// HandleReportStatus keeps the lane's latest state for choirctl agent status.
+// HandleReportStatus keeps the lane's latest state for /status, /cores and
+// choirctl, and shows a core job's progress live in the session's DM. A
+// report of a session that is no longer live changes nothing.
 func (a *API) HandleReportStatus(ctx context.Context, call rpc.Call, req rpc.ReportStatusRequest) (rpc.ReportStatusResponse, error) {
 	id, err := sessionUUID(call)
 	if err != nil {
@@ -264,8 +277,13 @@ func (a *API) HandleReportStatus(ctx context.Context, call rpc.Call, req rpc.Rep
 	if err != nil {
 		return rpc.Ack{}, err
 	}
-	if err := db.New(choirsql.Interpreted(a.pool)).SessionLaneStatusSet(ctx, db.SessionLaneStatusSetParams{SessionID: id, Lane: req.Lane, Status: status}); err != nil {
+	n, err := db.New(choirsql.Interpreted(a.pool)).SessionLaneStatusSet(ctx, db.SessionLaneStatusSetParams{SessionID: id,
+		Lane: req.Lane, Status: status})
+	if err != nil {
 		return rpc.Ack{}, fmt.Errorf("record lane status: %w", err)
+	}
+	if n > 0 && a.progress != nil {
+		a.progress.Report(id, req)
 	}
 	if req.Lane == "edge" && (req.State == "EDGE_IDLE" || req.State == "IDLE") {
 		a.typing.Stop(id)

@@ -459,7 +459,8 @@ func (d *Control) WorkspaceReset(ctx context.Context, sc Scope, name string) (ad
 	return admin.WorkspaceInfo{Name: name, Path: ws.Path}, nil
 }
 
-// LatestStatus describes an agent from its latest session.
+// LatestStatus describes an agent from its latest session, with the states
+// its lanes last reported while it was live (or when it crashed).
 func (d *Control) LatestStatus(ctx context.Context, id string) admin.AgentStatus {
 	a := admin.AgentStatus{AgentID: id, State: admin.AgentStopped}
 	s, err := db.New(choirsql.Interpreted(d.pool)).SessionLatestByAgent(ctx, id)
@@ -480,6 +481,11 @@ func (d *Control) LatestStatus(ctx context.Context, id string) admin.AgentStatus
 	if a.State != admin.AgentStopped {
 		started, beat := s.StartedAt, s.LastHeartbeatAt
 		a.SessionID, a.Runtime, a.StartedAt, a.LastHeartbeatAt = s.SessionID.String(), s.Runtime, &started, &beat
+		lanes, err := laneStatuses(s.LaneStatus)
+		if err != nil {
+			d.logger.WarnContext(ctx, "lane states not shown", slog.String("session_id", a.SessionID), slog.String("error", err.Error()))
+		}
+		a.Lanes = lanes
 	}
 	return a
 }

@@ -5,15 +5,14 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/choirhq/choir/rpc/admin"
 	"log/slog"
-	"slices"
 	"strings"
 
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -24,13 +23,6 @@ import (
 // ErrNotRunning reports a command that needs a live session of an agent
 // that has none.
 var ErrNotRunning = errors.New("agent is not running")
-
-// coreLanePrefix starts the lane name of a core job.
-const coreLanePrefix = "core:"
-
-// coreDone are the core job states in which a job no longer runs (spec
-// 7.3). An idle lane has no job either.
-var coreDone = []string{"CORE_COMPLETED", "CORE_TERMINATED", "CORE_IDLE", "COMPLETED", "TERMINATED", "IDLE"}
 
 // Bounds of SessionEvents.
 const (
@@ -108,11 +100,11 @@ func (d *Control) SessionCores(ctx context.Context, sc Scope, agentID string) (a
 	live := s.Status == "active" || s.Status == "stopping"
 	res := admin.SessionCoresResult{AgentID: agentID, SessionID: s.SessionID.String(), Live: live, Cores: []admin.CoreJob{}}
 	for _, l := range lanes {
-		name, ok := strings.CutPrefix(l.Lane, coreLanePrefix)
+		name, ok := admin.CoreJobName(l.Lane)
 		if !ok {
 			continue
 		}
-		res.Cores = append(res.Cores, admin.CoreJob{Name: name, LaneStatus: l, Active: live && !slices.Contains(coreDone, l.State)})
+		res.Cores = append(res.Cores, admin.CoreJob{Name: name, LaneStatus: l, Active: live && !admin.CoreDone(l.State)})
 	}
 	return res, nil
 }
@@ -382,7 +374,7 @@ func (d *Control) SessionStatus(ctx context.Context, sc Scope, agentID string) (
 	if err := d.KnownAgent(agentID); err != nil {
 		return admin.SessionStatusResult{}, err
 	}
-	res := admin.SessionStatusResult{AgentStatus: d.LatestStatus(ctx, agentID), Lanes: []admin.LaneStatus{}}
+	res := admin.SessionStatusResult{AgentStatus: d.LatestStatus(ctx, agentID)}
 	if res.SessionID == "" {
 		return res, nil
 	}

@@ -39,32 +39,27 @@ func formatStatus(st admin.SessionStatusResult) string {
 		fmt.Fprintf(&b, ", last heartbeat %s ago", time.Since(*st.LastHeartbeatAt).Round(time.Second))
 	}
 	for _, l := range st.Lanes {
-		fmt.Fprintf(&b, "\n%s: %s", l.Lane, l.State)
-		if l.Skill != "" {
-			fmt.Fprintf(&b, ", skill %s", l.Skill)
-		}
-		if l.Step != "" {
-			fmt.Fprintf(&b, ", step %s", l.Step)
-		}
-		if bud := formatBudget(l); bud != "" {
-			b.WriteString(", budget left " + bud)
-		}
+		b.WriteString("\n" + laneLine(l))
 	}
 	return b.String()
 }
 
-func formatBudget(l admin.LaneStatus) string {
-	var parts []string
-	if v := l.BudgetRemaining.Tokens; v != nil {
-		parts = append(parts, fmt.Sprintf("%d tokens", *v))
+// laneLine reads a lane for /status: "edge: idle, budget left 40 tool
+// calls", "core job build: reasoning, 7 steps, budget left 43 steps" and
+// its last progress line.
+func laneLine(l admin.LaneStatus) string {
+	name := l.Lane
+	if job, ok := admin.CoreJobName(l.Lane); ok {
+		name = "core job " + job
 	}
-	if v := l.BudgetRemaining.ToolCalls; v != nil {
-		parts = append(parts, fmt.Sprintf("%d tool calls", *v))
+	line := name + ": " + admin.LaneHeadline(l)
+	if bud := admin.BudgetText(l.BudgetRemaining); bud != "" {
+		line += ", budget left " + bud
 	}
-	if v := l.BudgetRemaining.TimeMS; v != nil {
-		parts = append(parts, (time.Duration(*v) * time.Millisecond).String())
+	if p := strings.Join(strings.Fields(l.Progress), " "); p != "" {
+		line += "\n  last: " + truncate(p, 200)
 	}
-	return strings.Join(parts, ", ")
+	return line
 }
 
 func (c *Commands) stop(ctx context.Context, sc control.Scope, cmd gateway.Command) (action, error) {
@@ -111,26 +106,30 @@ func (c *Commands) cores(ctx context.Context, sc control.Scope, cmd gateway.Comm
 		if err != nil {
 			return "", err
 		}
-		var b strings.Builder
-		n := 0
-		for _, core := range res.Cores {
-			if !core.Active {
-				continue
-			}
-			n++
-			fmt.Fprintf(&b, "\n%s: %s", core.Name, core.State)
-			if core.Step != "" {
-				fmt.Fprintf(&b, ", step %s", core.Step)
-			}
-			if core.Skill != "" {
-				fmt.Fprintf(&b, ", skill %s", core.Skill)
-			}
-		}
-		if n == 0 {
-			return fmt.Sprintf("%s runs no core job.", id), nil
-		}
-		return fmt.Sprintf("Core jobs of %s:%s", id, b.String()), nil
+		return formatCores(id, res), nil
 	}), nil
+}
+
+// formatCores lists the running core jobs as their progress messages read,
+// and names the finished ones.
+func formatCores(agentID string, res admin.SessionCoresResult) string {
+	var b strings.Builder
+	var finished []string
+	for _, core := range res.Cores {
+		if !core.Active {
+			finished = append(finished, fmt.Sprintf("%s (%s)", core.Name, admin.StateText(core.State)))
+			continue
+		}
+		b.WriteString("\n" + strings.Join(admin.ProgressLines(core.Name, core.LaneStatus), "\n  "))
+	}
+	out := fmt.Sprintf("%s runs no core job.", agentID)
+	if b.Len() > 0 {
+		out = fmt.Sprintf("Core jobs of %s:%s", agentID, b.String())
+	}
+	if len(finished) > 0 {
+		out += "\nFinished: " + strings.Join(finished, ", ")
+	}
+	return out
 }
 
 func (c *Commands) cancel(ctx context.Context, sc control.Scope, cmd gateway.Command) (action, error) {

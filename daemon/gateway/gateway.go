@@ -22,7 +22,10 @@
 //
 // Egress goes through the outbox: [Gateway] is the sender of the
 // deliver_outbound worker (jobs.OutboundSender), and its [SendLimiter] paces
-// every message sent through the bots, the worker's too. Text is cut at 4096 UTF-16 code units on
+// every message sent through the bots, the worker's too. Replies to
+// commands and core jobs' live progress messages, which need no
+// durability, are sent at once ([Gateway.SendText]) and, for progress,
+// edited in place ([Gateway.EditText]), through the same limiter. Text is cut at 4096 UTF-16 code units on
 // line, then word boundaries ([SplitText]); files from the workspace's
 // .choirtmp/send go out as document, photo, voice (OGG Opus) or video.
 //

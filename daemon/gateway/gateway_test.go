@@ -719,6 +719,47 @@ func TestGateway(t *testing.T) {
 		}
 	})
 
+	t.Run("EditTextReplacesTheTextInPlace", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		g, err := gateway.New(b.opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx := context.Background()
+		ids, err := g.SendText(ctx, "tg", "100", "job build: reasoning")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := g.EditText(ctx, "tg", "100", ids[0], "job build: 3 steps"); err != nil {
+			t.Fatal(err)
+		}
+		// Unchanged: Telegram refuses it, the gateway takes it as done.
+		if err := g.EditText(ctx, "tg", "100", ids[0], "job build: 3 steps"); err != nil {
+			t.Errorf("unchanged edit: %v", err)
+		}
+		b.tg.TooManyRequests("editMessageText", 1, 1)
+		if err := g.EditText(ctx, "tg", "100", ids[0], "job build: completed"); err != nil {
+			t.Errorf("edit after a 429: %v", err)
+		}
+		if text, _ := b.tg.MessageText(100, ids[0]); text != "job build: completed" {
+			t.Errorf("text = %q", text)
+		}
+		b.tg.DeleteMessage(100, ids[0])
+		if err := g.EditText(ctx, "tg", "100", ids[0], "again"); !errors.Is(err, gateway.ErrMessageGone) {
+			t.Errorf("edit of a deleted message: %v, want ErrMessageGone", err)
+		}
+		if err := g.EditText(ctx, "tg", "100", ids[0], strings.Repeat("x", gateway.MaxMessageLength+1)); err == nil {
+			t.Error("an edit over 4096 characters was sent")
+		}
+		if n := len(b.tg.Sent()); n != 1 {
+			t.Errorf("%d messages sent, want the one edited", n)
+		}
+		if e := b.tg.TextEdits(); len(e) != 2 {
+			t.Errorf("text edits = %+v, want two", e)
+		}
+	})
+
 	t.Run("TokenNeverAppearsInLogsOrErrors", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	tele "gopkg.in/telebot.v3"
@@ -156,6 +158,52 @@ func (g *Gateway) SendText(ctx context.Context, gateway, chatID, text string) ([
 		return nil, err
 	}
 	return b.sendText(ctx, chatID, text, nil)
+}
+
+// ErrMessageGone reports an edit of a message that can no longer be
+// edited: the user deleted it, or Telegram refuses to edit it any more.
+var ErrMessageGone = errors.New("the message to edit is gone")
+
+// EditText replaces the text of a text message the bot sent to chatID
+// (editMessageText), paced by the shared limiter like a new message, since
+// Telegram counts edits against a chat's limits too. An edit that changes
+// nothing is no error. A message that cannot be edited any more returns an
+// error wrapping ErrMessageGone; a 429 is honoured once, as for SendText.
+func (g *Gateway) EditText(ctx context.Context, gateway, chatID string, messageID int64, text string) error {
+	b, err := g.bot(gateway)
+	if err != nil {
+		return err
+	}
+	if utf16Len(text) > MaxMessageLength {
+		return permanent(fmt.Errorf("edit message %d: the text is %d characters, over Telegram's %d", messageID,
+			utf16Len(text), MaxMessageLength))
+	}
+	edit := func() error {
+		if err := g.opts.Limiter.Wait(ctx, b.name, chatID); err != nil {
+			return err
+		}
+		return b.call(ctx, "editMessageText", map[string]any{"chat_id": chatID, "message_id": messageID, "text": text}, nil)
+	}
+	err = edit()
+	var rl *RateLimitError
+	if errors.As(err, &rl) {
+		g.opts.Limiter.Backoff(b.name, chatID, rl.After)
+		if !sleep(ctx, rl.After) {
+			return ctx.Err()
+		}
+		err = edit()
+	}
+	var api *APIError
+	if errors.As(err, &api) && api.Code == http.StatusBadRequest {
+		switch d := strings.ToLower(api.Description); {
+		case strings.Contains(d, "message is not modified"):
+			return nil
+		case strings.Contains(d, "message to edit not found"), strings.Contains(d, "message can't be edited"),
+			strings.Contains(d, "no text in the message"):
+			return fmt.Errorf("%w: %w", ErrMessageGone, err)
+		}
+	}
+	return err
 }
 
 // SendApproval sends an approval request with the inline keyboard

@@ -79,6 +79,9 @@ type AgentStatus struct {
 	Runtime         string     `json:"runtime,omitempty"`
 	StartedAt       *time.Time `json:"started_at,omitempty"`
 	LastHeartbeatAt *time.Time `json:"last_heartbeat_at,omitempty"`
+	// Lanes are the states the session's lanes last reported (edge,
+	// system and each core job), sorted by lane.
+	Lanes []LaneStatus `json:"lanes,omitempty"`
 }
 
 // Validate checks the states, so that a client never shows one it does not

@@ -155,6 +155,10 @@ type LaneStatus struct {
 	Skill           string     `json:"skill,omitempty"`
 	Step            string     `json:"step,omitempty"`
 	BudgetRemaining rpc.Budget `json:"budget_remaining"`
+	// Steps counts the model steps a core job has taken; Progress is its
+	// latest progress line.
+	Steps    int64  `json:"steps,omitempty"`
+	Progress string `json:"progress,omitempty"`
 }
 
 // CoreJob is one core job of a session, as its lane last reported it.
@@ -199,10 +203,9 @@ type SessionEventsResult struct {
 }
 
 // SessionStatusResult is an agent's status with the lane states its live
-// (or crashed) session last reported.
+// (or crashed) session last reported (AgentStatus.Lanes).
 type SessionStatusResult struct {
 	AgentStatus
-	Lanes []LaneStatus `json:"lanes"`
 }
 
 // NamedModel is an LLM model of config.json.

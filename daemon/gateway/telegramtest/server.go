@@ -6,7 +6,9 @@
 // confirmation, long polling and the 409 conflict of two pollers;
 // sendMessage; sendDocument, sendPhoto, sendVoice, sendVideo and sendAudio
 // as multipart uploads; sendChatAction; answerCallbackQuery;
-// editMessageReplyMarkup; getFile and file download. Requests may be JSON,
+// editMessageReplyMarkup; editMessageText, with Telegram's refusals of an
+// edit that changes nothing and of a message that is gone; getFile and
+// file download. Requests may be JSON,
 // form-encoded or multipart, as Telegram accepts. Limits are enforced as
 // Telegram does (4096 characters per message, 1024 per caption, 50 MB per
 // upload), and faults such as 429 Too Many Requests with retry_after can be
@@ -86,7 +88,7 @@ func (s *Server) AddBot(token, username string) *Bot {
 		changed:    make(chan struct{}),
 		files:      map[string]*storedFile{},
 		callbacks:  map[string]bool{},
-		messages:   map[msgKey]bool{},
+		messages:   map[msgKey]*sentMsg{},
 		faults:     map[string][]Fault{},
 		blocked:    map[string]bool{},
 		nextUpdate: 1,
@@ -184,6 +186,14 @@ type Edit struct {
 	ReplyMarkup string
 }
 
+// TextEdit is an editMessageText call that changed a message.
+type TextEdit struct {
+	ChatID    string
+	MessageID int64
+	Text      string
+	At        time.Time
+}
+
 type storedFile struct {
 	id, uniqueID, path string
 	size               int64
@@ -193,6 +203,14 @@ type storedFile struct {
 type msgKey struct {
 	chat string
 	id   int64
+}
+
+// sentMsg is a message the bot sent, as it stands now.
+type sentMsg struct {
+	// text is a text message's text; file messages have a caption
+	// instead, which editMessageText cannot change.
+	text   string
+	isText bool
 }
 
 type update struct {
@@ -222,9 +240,10 @@ type Bot struct {
 	answers   []CallbackAnswer
 	actions   []ChatAction
 	edits     []Edit
+	textEdits []TextEdit
 	files     map[string]*storedFile // by file_id and by file_path
 	callbacks map[string]bool        // open callback query ids
-	messages  map[msgKey]bool        // messages the bot sent
+	messages  map[msgKey]*sentMsg    // messages the bot sent, not deleted
 	faults    map[string][]Fault     // by lower-case method
 	blocked   map[string]bool        // chats that blocked the bot
 	hooks     []hook
@@ -509,6 +528,35 @@ func (b *Bot) Edits() []Edit {
 	return slices.Clone(b.edits)
 }
 
+// TextEdits returns the editMessageText calls that changed a message, in
+// order.
+func (b *Bot) TextEdits() []TextEdit {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.textEdits)
+}
+
+// MessageText returns the current text of a text message the bot sent to
+// chatID, edits included, and whether there is one.
+func (b *Bot) MessageText(chatID, messageID int64) (string, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := b.messages[msgKey{strconv.FormatInt(chatID, 10), messageID}]
+	if m == nil || !m.isText {
+		return "", false
+	}
+	return m.text, true
+}
+
+// DeleteMessage deletes a message the bot sent, as the user may: editing
+// it afterwards fails with "message to edit not found".
+func (b *Bot) DeleteMessage(chatID, messageID int64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.messages, msgKey{strconv.FormatInt(chatID, 10), messageID})
+	b.changedLocked()
+}
+
 // Wait blocks until cond, evaluated after every change of the bot's state,
 // holds or ctx ends.
 func (b *Bot) Wait(ctx context.Context, cond func() bool) error {
@@ -775,6 +823,8 @@ func (b *Bot) handle(ctx context.Context, c Call) (any, *apiError) {
 		return b.answerCallback(c)
 	case "editmessagereplymarkup":
 		return b.editReplyMarkup(c)
+	case "editmessagetext":
+		return b.editText(c)
 	case "getfile":
 		return b.getFile(c)
 	}
@@ -891,7 +941,8 @@ func (b *Bot) sentMessageLocked(chat string, extra map[string]any) map[string]an
 	for k, v := range extra {
 		m[k] = v
 	}
-	b.messages[msgKey{chat, b.nextMsg}] = true
+	text, isText := extra["text"].(string)
+	b.messages[msgKey{chat, b.nextMsg}] = &sentMsg{text: text, isText: isText}
 	b.nextMsg++
 	return m
 }
@@ -986,13 +1037,68 @@ func (b *Bot) editReplyMarkup(c Call) (any, *apiError) {
 	id, _ := strconv.ParseInt(c.Params["message_id"], 10, 64)
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if !b.messages[msgKey{chat, id}] {
+	m := b.messages[msgKey{chat, id}]
+	if m == nil {
 		return nil, badRequest("message to edit not found")
 	}
 	b.edits = append(b.edits, Edit{ChatID: chat, MessageID: id, ReplyMarkup: c.Params["reply_markup"]})
 	b.changedLocked()
+	return b.messageJSONLocked(chat, id, m), nil
+}
+
+// messageJSONLocked is the Message object of a message the bot sent, as
+// an edit answers it.
+func (b *Bot) messageJSONLocked(chat string, id int64, m *sentMsg) map[string]any {
 	cid, _ := strconv.ParseInt(chat, 10, 64)
-	return map[string]any{"message_id": id, "chat": chatJSON(cid), "date": b.s.now().Unix(), "text": "…"}, nil
+	out := map[string]any{"message_id": id, "from": map[string]any{"id": b.id, "is_bot": true,
+		"first_name": b.username, "username": b.username}, "chat": chatJSON(cid), "date": b.s.now().Unix(),
+		"edit_date": b.s.now().Unix()}
+	if m.isText {
+		out["text"] = m.text
+	}
+	return out
+}
+
+// notModified is Telegram's answer to an edit that would change nothing.
+const notModified = "Bad Request: message is not modified: specified new message content and reply markup are " +
+	"exactly the same as a current content and reply markup of the message"
+
+// editText is editMessageText of a message the bot sent to a chat (inline
+// messages, sent through inline mode, are not supported: Choir has none).
+func (b *Bot) editText(c Call) (any, *apiError) {
+	if c.Params["inline_message_id"] != "" {
+		return nil, badRequest("inline messages are not supported by the fake")
+	}
+	chat, err := b.chatFor(c)
+	if err != nil {
+		return nil, err
+	}
+	id, perr := strconv.ParseInt(c.Params["message_id"], 10, 64)
+	if perr != nil || id <= 0 {
+		return nil, badRequest("message identifier is not specified")
+	}
+	text := c.Params["text"]
+	if strings.TrimSpace(text) == "" {
+		return nil, badRequest("message text is empty")
+	}
+	if utf16Len(text) > MaxMessageLength {
+		return nil, badRequest("MESSAGE_TOO_LONG")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := b.messages[msgKey{chat, id}]
+	switch {
+	case m == nil:
+		return nil, badRequest("message to edit not found")
+	case !m.isText:
+		return nil, badRequest("there is no text in the message to edit")
+	case m.text == text:
+		return nil, &apiError{code: http.StatusBadRequest, description: notModified}
+	}
+	m.text = text
+	b.textEdits = append(b.textEdits, TextEdit{ChatID: chat, MessageID: id, Text: text, At: c.At})
+	b.changedLocked()
+	return b.messageJSONLocked(chat, id, m), nil
 }
 
 func (b *Bot) getFile(c Call) (any, *apiError) {

@@ -328,6 +328,50 @@ func TestServer(t *testing.T) {
 		}
 	})
 
+	t.Run("EditMessageTextChangesTheTextAsTelegramDoes", func(t *testing.T) {
+		t.Parallel()
+		_, fb, tb := newBot(t)
+		msg, err := tb.Send(&tele.Chat{ID: 5}, "step 1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		edited, err := tb.Edit(msg, "step 2")
+		if err != nil || edited.Text != "step 2" || edited.ID != msg.ID || edited.LastEdit == 0 {
+			t.Fatalf("edit = %+v, %v", edited, err)
+		}
+		if text, ok := fb.MessageText(5, int64(msg.ID)); !ok || text != "step 2" {
+			t.Errorf("text after the edit = %q, %v", text, ok)
+		}
+		// The same text again is refused, as Telegram refuses it.
+		if _, err := tb.Edit(msg, "step 2"); !errors.Is(err, tele.ErrSameMessageContent) {
+			t.Errorf("unchanged edit: %v, want %v", err, tele.ErrSameMessageContent)
+		}
+		if _, err := tb.Edit(msg, " "); err == nil || !strings.Contains(err.Error(), "message text is empty") {
+			t.Errorf("empty edit: %v", err)
+		}
+		if _, err := tb.Edit(msg, strings.Repeat("x", telegramtest.MaxMessageLength+1)); err == nil {
+			t.Error("a text over 4096 characters was accepted")
+		}
+		if _, err := tb.Edit(&tele.Message{ID: 999, Chat: &tele.Chat{ID: 5}}, "x"); err == nil ||
+			!strings.Contains(err.Error(), "message to edit not found") {
+			t.Errorf("edit of an unknown message: %v", err)
+		}
+		doc, err := tb.Send(&tele.Chat{ID: 5}, &tele.Document{File: tele.FromReader(strings.NewReader("data")), FileName: "a.txt"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tb.Edit(doc, "caption?"); err == nil || !strings.Contains(err.Error(), "no text in the message") {
+			t.Errorf("text edit of a file: %v", err)
+		}
+		fb.DeleteMessage(5, int64(msg.ID))
+		if _, err := tb.Edit(msg, "step 3"); err == nil || !strings.Contains(err.Error(), "message to edit not found") {
+			t.Errorf("edit of a deleted message: %v", err)
+		}
+		if e := fb.TextEdits(); len(e) != 1 || e[0].Text != "step 2" || e[0].ChatID != "5" || e[0].MessageID != int64(msg.ID) {
+			t.Errorf("text edits = %+v", e)
+		}
+	})
+
 	t.Run("ChatActionsAreRecorded", func(t *testing.T) {
 		t.Parallel()
 		_, fb, tb := newBot(t)

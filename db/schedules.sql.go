@@ -188,9 +188,9 @@ func (q *Queries) ScheduleGetByCall(ctx context.Context, arg ScheduleGetByCallPa
 
 const scheduleInsert = `-- name: ScheduleInsert :one
 INSERT INTO choir_control.schedules (agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent,
-                                     status, created_by, session_id, call_id)
+                                     status, created_by, session_id, call_id, next_run_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-        $11, $12, $13, $14)
+        $11, $12, $13, $14, $15)
 ON CONFLICT (session_id, call_id) DO NOTHING
 RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at
 `
@@ -210,6 +210,7 @@ type ScheduleInsertParams struct {
 	CreatedBy  string     `json:"created_by"`
 	SessionID  *uuid.UUID `json:"session_id"`
 	CallID     *string    `json:"call_id"`
+	NextRunAt  *time.Time `json:"next_run_at"`
 }
 
 // ScheduleInsert stores a new schedule. A second insert for the same
@@ -230,6 +231,7 @@ func (q *Queries) ScheduleInsert(ctx context.Context, arg ScheduleInsertParams) 
 		arg.CreatedBy,
 		arg.SessionID,
 		arg.CallID,
+		arg.NextRunAt,
 	)
 	var i ChoirControlSchedule
 	err := row.Scan(

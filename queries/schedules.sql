@@ -2,9 +2,9 @@
 -- ScheduleInsert stores a new schedule. A second insert for the same
 -- session and tool call (an agent retrying) returns no row.
 INSERT INTO choir_control.schedules (agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent,
-                                     status, created_by, session_id, call_id)
+                                     status, created_by, session_id, call_id, next_run_at)
 VALUES (@agent_id, @dm, @kind, sqlc.narg(cron), sqlc.narg(run_at), @time_zone, @purpose, @text, @missed, @start_agent,
-        @status, @created_by, sqlc.narg(session_id), sqlc.narg(call_id))
+        @status, @created_by, sqlc.narg(session_id), sqlc.narg(call_id), sqlc.narg(next_run_at))
 ON CONFLICT (session_id, call_id) DO NOTHING
 RETURNING *;
 

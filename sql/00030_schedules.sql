@@ -41,8 +41,9 @@ CREATE TABLE choir_control.schedules (
     updated_at    timestamptz NOT NULL DEFAULT now(),
     CHECK ((kind = 'cron') = (cron IS NOT NULL)),
     CHECK ((kind = 'once') = (run_at IS NOT NULL)),
-    -- An active schedule always has its next run and the job for it.
-    CHECK (status <> 'active' OR (next_run_at IS NOT NULL AND job_id IS NOT NULL)),
+    -- An active schedule always has its next run (its job is inserted,
+    -- and named in job_id, in the transaction that makes it active).
+    CONSTRAINT schedules_active_has_next CHECK (status <> 'active' OR next_run_at IS NOT NULL),
     CHECK ((session_id IS NULL) = (call_id IS NULL)),
     UNIQUE (session_id, call_id)
 );

@@ -162,6 +162,7 @@ func (s *Service) check(req admin.ScheduleAddRequest) (plan, error) {
 			p.params.Missed = jobs.MissedRunOnce
 		}
 	}
+	p.params.NextRunAt = &p.first
 	return p, nil
 }
 

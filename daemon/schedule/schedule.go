@@ -322,6 +322,9 @@ func (s *Service) change(ctx context.Context, sc control.Scope, id int64, what s
 		if err != nil {
 			return fmt.Errorf("load schedule %d: %w", id, err)
 		}
+		if !sc.Admin && sc.Agent != "" && r.AgentID != sc.Agent {
+			return fmt.Errorf("%w: schedule %d belongs to agent %s, not %s", control.ErrForbidden, id, r.AgentID, sc.Agent)
+		}
 		if err := sc.Allow(r.AgentID); err != nil {
 			return fmt.Errorf("schedule %d belongs to agent %s: %w", id, r.AgentID, err)
 		}

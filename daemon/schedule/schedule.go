@@ -156,7 +156,7 @@ func (s *Service) check(req admin.ScheduleAddRequest) (plan, error) {
 		if err != nil {
 			return plan{}, err
 		}
-		at = at.Truncate(time.Second)
+		at = at.Truncate(time.Microsecond)
 		p.params.Kind, p.params.RunAt, p.first = "once", &at, at
 		if p.params.Missed == "" {
 			p.params.Missed = jobs.MissedRunOnce
@@ -173,7 +173,13 @@ func when(req admin.ScheduleAddRequest, now time.Time, loc *time.Location) (time
 		if err != nil || d < time.Second || d > maxAhead {
 			return time.Time{}, invalid("in", "%q is not a delay from now between 1s and 5 years: write a Go duration such as \"90s\", \"45m\" or \"2h30m\"", req.In)
 		}
-		return now.Add(d), nil
+		// Rounded up to the second: never earlier than asked, and shown
+		// without a fraction.
+		at := now.Add(d)
+		if t := at.Truncate(time.Second); !t.Equal(at) {
+			at = t.Add(time.Second)
+		}
+		return at, nil
 	}
 	at, err := ParseAt(req.At, loc)
 	if err != nil {

@@ -268,6 +268,20 @@ type DM struct {
 	UserID string `json:"user_id"`
 	// Admin DMs may use every command, not only those of their agent.
 	Admin bool `json:"admin"`
+	// TimeZone is the user's IANA time zone ("Europe/Berlin"): the zone
+	// of the DM's schedules unless one says otherwise. Empty means UTC.
+	TimeZone string `json:"time_zone,omitempty"`
+}
+
+// DefaultTimeZone is a DM's time zone when it names none.
+const DefaultTimeZone = "UTC"
+
+// Zone is the DM's time_zone, or DefaultTimeZone.
+func (d DM) Zone() string {
+	if d.TimeZone == "" {
+		return DefaultTimeZone
+	}
+	return d.TimeZone
 }
 
 // Postgres locates the database and names the secret holding the admin
@@ -292,6 +306,11 @@ type Agent struct {
 	// Budgets bound each session of the agent; omitted budgets take
 	// their defaults.
 	Budgets Budgets `json:"budgets,omitzero"`
+	// SchedulesNeedApproval makes a schedule or reminder the agent
+	// creates itself (choir.schedule, choir.remind) wait for a person's
+	// approval before it is active. Off by default: a schedule only ever
+	// sends the agent a message.
+	SchedulesNeedApproval bool `json:"schedules_need_approval,omitempty"`
 }
 
 // AgentDefaults name the resources an agent starts with unless overridden

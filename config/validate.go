@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/choirhq/choir/strictjson"
 )
@@ -411,6 +412,7 @@ func (v *validator) dms() {
 				v.add(up, "must be a numeric Telegram user id")
 			}
 		}
+		v.timeZone(sub(p, "time_zone"), d.TimeZone)
 		b := binding{d.Gateway, d.UserID}
 		if other, ok := seen[b]; ok {
 			v.add(up, "same gateway and user as dm %q: a user has one DM per gateway", other)
@@ -418,6 +420,26 @@ func (v *validator) dms() {
 		}
 		seen[b] = name
 	}
+}
+
+// timeZone checks an IANA time zone name; empty is allowed (UTC).
+func (v *validator) timeZone(p, name string) {
+	if name == "" {
+		return
+	}
+	if err := CheckTimeZone(name); err != nil {
+		v.add(p, "%v", err)
+	}
+}
+
+// CheckTimeZone checks that name is an IANA time zone, and says what to
+// write instead when it is not.
+func CheckTimeZone(name string) error {
+	// "Local" would be whatever zone choird's host has: never the user's.
+	if _, err := time.LoadLocation(name); err != nil || name == "Local" || name == "" {
+		return fmt.Errorf("unknown time zone %q: use an IANA name such as \"Europe/Berlin\", \"America/New_York\" or \"UTC\"", name)
+	}
+	return nil
 }
 
 var sslModes = []string{"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}

@@ -65,7 +65,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 	root.AddCommand(newInitCommand(g), newDBCommand(g), newConfigCommand(g), newStatusCommand(g), newMemoryCommand(g),
-		newAgentCommand(g), newWorkspaceCommand(g), newSecretCommand(g), newChatCommand(g))
+		newAgentCommand(g), newWorkspaceCommand(g), newSecretCommand(g), newChatCommand(g), newScheduleCommand(g))
 	root.AddCommand(sessionCommands(g)...)
 
 	err := root.ExecuteContext(ctx)

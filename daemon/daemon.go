@@ -35,6 +35,7 @@ import (
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/daemon/runtime/process"
+	"github.com/choirhq/choir/daemon/schedule"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
@@ -105,6 +106,8 @@ type Daemon struct {
 	// inbox is the DMs' durable ingress; commands their slash commands.
 	inbox    *inbox.Inbox
 	commands *dmcmd.Commands
+	// schedules are the schedules and reminders.
+	schedules *schedule.Service
 }
 
 // Pool is choird's Postgres pool.
@@ -315,11 +318,13 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 		DMAddress:        d.DMAddress,
 		Workspaces:       d.WorkspaceDirs,
 		RemoveInstance:   d.removeInstance,
+		ScheduleFired:    d.scheduleFired,
 	})
 	if err != nil {
 		return nil, err
 	}
 	d.SetJobs(d.river)
+	d.newSchedules()
 	return embedder, nil
 }
 

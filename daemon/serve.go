@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net"
 	"path/filepath"
 	"sync"
@@ -62,7 +63,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 		}
 	}()
 	d.api = agentapi.New(agentapi.Options{Pool: d.pool, HeartbeatPool: hbPool, Logger: d.logger, Config: d.Snapshot,
-		Jobs: d.river, HostTools: agentapi.MemoryTools(d.memory), Typing: d.inbox.Typing(), Progress: d.progress,
+		Jobs: d.river, HostTools: hostTools(d), Typing: d.inbox.Typing(), Progress: d.progress,
 		CloseSession: func(ctx context.Context, id string) { d.rpc.CloseSession(ctx, id) }, //nolint:errcheck
 		HelloDone: func(ctx context.Context, agentID string, id uuid.UUID) {
 			d.inbox.RedeliverInbox(ctx, agentID, id, time.Now())
@@ -115,7 +116,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 	}
 	mux := admin.NewMux(d.logger.With(slog.String("component", "admin")))
 	adminapi.Mount(mux, adminapi.Options{Control: d.Control, Chat: d.inbox, Pool: d.pool, Memory: d.memory,
-		Version: Version, StartedAt: d.startedAt})
+		Version: Version, StartedAt: d.startedAt, Schedules: d.schedules})
 	d.logger.InfoContext(ctx, "admin API listening", slog.String("socket", admin.SocketPath(d.home)))
 
 	s := &servers{errs: make(chan error, 2), heartbeatPool: hbPool}
@@ -124,6 +125,14 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 		s.errs <- admin.Serve(ctx, adminLn, mux, admin.ServeOptions{Logger: d.logger.With(slog.String("component", "admin"))})
 	})
 	return s, nil
+}
+
+// hostTools are the tools choird runs for agents: memory and schedules
+// (choir.send.file is agentapi's own).
+func hostTools(d *Daemon) map[string]agentapi.HostTool {
+	tools := agentapi.MemoryTools(d.memory)
+	maps.Copy(tools, agentapi.ScheduleTools(d.schedules))
+	return tools
 }
 
 // wait blocks until both servers have stopped.

@@ -118,6 +118,39 @@ type ChoirControlRpcReplay struct {
 	Ord        int64     `json:"ord"`
 }
 
+type ChoirControlSchedule struct {
+	ScheduleID  int64      `json:"schedule_id"`
+	AgentID     string     `json:"agent_id"`
+	Dm          string     `json:"dm"`
+	Kind        string     `json:"kind"`
+	Cron        *string    `json:"cron"`
+	RunAt       *time.Time `json:"run_at"`
+	TimeZone    string     `json:"time_zone"`
+	Purpose     string     `json:"purpose"`
+	Text        string     `json:"text"`
+	Missed      string     `json:"missed"`
+	StartAgent  bool       `json:"start_agent"`
+	Status      string     `json:"status"`
+	CreatedBy   string     `json:"created_by"`
+	SessionID   *uuid.UUID `json:"session_id"`
+	CallID      *string    `json:"call_id"`
+	ApprovalID  *uuid.UUID `json:"approval_id"`
+	NextRunAt   *time.Time `json:"next_run_at"`
+	JobID       *int64     `json:"job_id"`
+	Fires       int32      `json:"fires"`
+	LastFiredAt *time.Time `json:"last_fired_at"`
+	CreatedAt   time.Time  `json:"created_at"`
+	UpdatedAt   time.Time  `json:"updated_at"`
+}
+
+type ChoirControlScheduleFire struct {
+	FireID     int64     `json:"fire_id"`
+	ScheduleID int64     `json:"schedule_id"`
+	DueAt      time.Time `json:"due_at"`
+	FiredAt    time.Time `json:"fired_at"`
+	Outcome    string    `json:"outcome"`
+}
+
 type ChoirControlSession struct {
 	SessionID         uuid.UUID       `json:"session_id"`
 	AgentID           string          `json:"agent_id"`

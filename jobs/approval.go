@@ -94,6 +94,11 @@ func ResolveApprovalTx(ctx context.Context, tx pgx.Tx, ins Inserter, id uuid.UUI
 	if err != nil {
 		return row, false, fmt.Errorf("resolve approval %s: %w", id, err)
 	}
+	// What waited for the approval follows its outcome in this
+	// transaction.
+	if err := scheduleApprovalResolvedTx(ctx, tx, ins, row, time.Now()); err != nil {
+		return row, false, err
+	}
 	var text string
 	switch {
 	case by == ResolvedByTimeout:

@@ -1,10 +1,11 @@
 // Package jobs holds choird's River client, its queues and its schedule,
 // and the job kinds and workers of the control plane: crash detection,
-// approval timeouts, instance removal and outbound delivery, the slow,
-// retryable or periodic work that runs inside Postgres transactions. It
-// also runs the memory pipeline's workers, which it is handed (Deps.Memory)
-// and does not own. Each worker finishes its rows and completes its job in
-// one transaction, so a crash never leaves work half done or done twice.
+// approval timeouts, instance removal, outbound delivery and schedule fires
+// (their cron expressions are jobs/cron's), the slow, retryable or periodic
+// work that runs inside Postgres transactions. It also runs the memory
+// pipeline's workers, which it is handed (Deps.Memory) and does not own.
+// Each worker finishes its rows and completes its job in one transaction,
+// so a crash never leaves work half done or done twice.
 package jobs
 
 import (
@@ -73,6 +74,11 @@ type Deps struct {
 	// Workspaces returns the configured workspaces, name to directory:
 	// the only places the delivery worker opens and removes files.
 	Workspaces func() map[string]string
+	// ScheduleFired is told of each schedule fire that queued a message,
+	// after its commit (ScheduleFireWorker.Fired).
+	ScheduleFired func(ctx context.Context, f ScheduleFired)
+	// Now is the schedule worker's clock (time.Now when nil).
+	Now func() time.Time
 }
 
 // Memory is the memory pipeline as jobs runs it: jobs registers its
@@ -147,6 +153,13 @@ func NewClient(deps Deps) (*Client, error) {
 		QueueEmbed:  {MaxWorkers: 4, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond},
 		QueueMemory: {MaxWorkers: 2, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 200 * time.Millisecond},
 	}
+	if err := AddScheduleWorker(workers, &ScheduleFireWorker{Pool: deps.Pool,
+		Logger: deps.Logger.With(slog.String("component", "schedule")), Fired: deps.ScheduleFired,
+		Deps: ScheduleFireDeps{Now: deps.Now, DMAddress: deps.DMAddress}}); err != nil {
+		return nil, err
+	}
+	name, qc := ScheduleQueue()
+	queues[name] = qc
 	if deps.Sender != nil {
 		if err := AddDeliveryWorker(workers, DeliveryDeps{Pool: deps.Pool, Sender: deps.Sender, Limiter: deps.SendLimiter,
 			Workspaces: deps.Workspaces, Logger: deps.Logger.With(slog.String("component", "delivery"))}); err != nil {

@@ -10,16 +10,20 @@ import (
 // the lanes, the arbiter and the skill engine refer to them by name; the
 // tools themselves are in the family packages.
 const (
-	NameExec          = "choir.exec"
-	NameFSRead        = "choir.fs.read"
-	NameFSWrite       = "choir.fs.write"
-	NameFSSearch      = "choir.fs.search"
-	NameMemoryQuery   = "choir.memory.query"
-	NameMemoryUpsert  = "choir.memory.upsert"
-	NameMemoryCompact = "choir.memory.compact"
-	NameProposeTool   = "choir.propose.tool"
-	NameProposeSkill  = "choir.propose.skill"
-	NameSendFile      = "choir.send.file"
+	NameExec           = "choir.exec"
+	NameFSRead         = "choir.fs.read"
+	NameFSWrite        = "choir.fs.write"
+	NameFSSearch       = "choir.fs.search"
+	NameMemoryQuery    = "choir.memory.query"
+	NameMemoryUpsert   = "choir.memory.upsert"
+	NameMemoryCompact  = "choir.memory.compact"
+	NameProposeTool    = "choir.propose.tool"
+	NameProposeSkill   = "choir.propose.skill"
+	NameSendFile       = "choir.send.file"
+	NameSchedule       = "choir.schedule"
+	NameScheduleList   = "choir.schedule.list"
+	NameScheduleCancel = "choir.schedule.cancel"
+	NameRemind         = "choir.remind"
 )
 
 // declaration is a tool the agent describes but does not execute.

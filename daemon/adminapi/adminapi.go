@@ -17,6 +17,7 @@ import (
 	"github.com/choirhq/choir/daemon/inbox"
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/daemon/runtime"
+	"github.com/choirhq/choir/daemon/schedule"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
@@ -34,6 +35,8 @@ type Options struct {
 	// Version and StartedAt are choird's, for status.
 	Version   string
 	StartedAt time.Time
+	// Schedules serves choirctl schedule.
+	Schedules *schedule.Service
 }
 
 // API serves choirctl's requests: each handler calls the control layer
@@ -55,6 +58,7 @@ func Mount(mux *admin.Mux, o Options) {
 	})
 	d.mountControl(mux)
 	d.mountMemory(mux)
+	mountSchedules(mux, o.Schedules)
 }
 
 // adminScope is the scope of a choirctl request: admin, named by the

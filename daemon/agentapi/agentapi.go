@@ -3,7 +3,7 @@
 // replication, secrets, approvals, status, outbound messages, the dynamic
 // configuration), the lease-token authentication and the replay store the
 // protocol's server uses, and the host tools choird runs for agents
-// (memory, sending a file).
+// (memory, sending a file, schedules and reminders).
 package agentapi
 
 import (

@@ -190,6 +190,8 @@ func init() {
 			parse: func(c *Commands, ctx context.Context, sc control.Scope, cmd gateway.Command) (action, error) {
 				return c.decide(sc, cmd, false)
 			}},
+		{name: "schedules", usage: "/schedules", adminUsage: "/schedules [agent-id]",
+			help: "schedules and reminders still to fire (admin: every agent's, or one's)", parse: (*Commands).schedules},
 		{name: "help", usage: "/help", help: "this list", parse: func(c *Commands, _ context.Context, sc control.Scope, _ gateway.Command) (action, error) {
 			return cmdRead(func(context.Context) (string, error) { return c.help(sc), nil }), nil
 		}},

@@ -1,8 +1,9 @@
-// Package inbox is choird's durable ingress: every message from a DM, and
-// from choirctl chat, is an inbox row before it is pushed to the bound
-// agent's live session, and is pushed again (at the next session's hello,
-// or by the sweep) until the agent's replicated log holds it. It also
-// shows the typing indicator while an agent works on a message.
+// Package inbox is choird's durable ingress: every message from a DM,
+// from choirctl chat and from a schedule's fire is an inbox row before it
+// is pushed to the bound agent's live session, and is pushed again (at the
+// next session's hello, or by the sweep) until the agent's replicated log
+// holds it. It also shows the typing indicator while an agent works on a
+// message.
 package inbox
 
 import (
@@ -20,6 +21,7 @@ import (
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
 )
@@ -183,6 +185,12 @@ func inboxPush(row db.ChoirControlInbox) (rpc.Push, error) {
 	case "inject":
 		return rpc.Push{Kind: rpc.PushInjection, Injection: &rpc.Injection{InboxID: row.InboxID, Text: row.Text,
 			ReceivedAt: row.ReceivedAt}}, nil
+	case jobs.InboxScheduled:
+		// A schedule's fire reaches the agent as a user message whose text
+		// starts with its bracketed header ("[scheduled #3, due ...]",
+		// jobs.ScheduleMessage), from the schedule's DM.
+		return rpc.Push{Kind: rpc.PushUserMessage, UserMessage: &rpc.UserMessage{InboxID: row.InboxID, Gateway: row.Gateway,
+			ChatID: row.ChatID, UserID: row.UserID, Text: row.Text, ReceivedAt: row.ReceivedAt}}, nil
 	case "message":
 		var atts []gateway.Attachment
 		if err := json.Unmarshal(row.Attachments, &atts); err != nil {
@@ -217,6 +225,23 @@ func (ib *Inbox) RedeliverInbox(ctx context.Context, agentID string, sessionID u
 		ib.logger.InfoContext(ctx, "undelivered messages pushed again", slog.String("agent_id", agentID),
 			slog.String("session_id", sessionID.String()), slog.Int("messages", len(rows)))
 	}
+}
+
+// PushPending pushes the rows of agentID never pushed yet (a schedule's
+// message, just fired) to its live session, once that has said hello (the
+// hello pushes them otherwise). It reports whether the agent has a live
+// session at all.
+func (ib *Inbox) PushPending(ctx context.Context, agentID string) bool {
+	s, err := db.New(choirsql.Interpreted(ib.pool)).SessionGetLiveByAgent(ctx, agentID)
+	if err != nil {
+		return false
+	}
+	if s.HelloAt != nil {
+		// Rows pushed before are the sweep's: a zero time picks only the
+		// rows never pushed.
+		ib.RedeliverInbox(ctx, agentID, s.SessionID, time.Time{})
+	}
+	return true
 }
 
 // SweepInbox runs until ctx ends, pushing again the rows whose push seems

@@ -57,6 +57,12 @@ const (
 	PathMemorySessionDelete = "/v1/agents/{id}/memory/sessions/{session}/delete"
 	PathMemoryReembed       = "/v1/memory/reembed"
 	PathMemoryStatus        = "/v1/memory/status"
+
+	PathSchedules      = "/v1/schedules"
+	PathAgentSchedules = "/v1/agents/{id}/schedules"
+	PathScheduleCancel = "/v1/schedules/{id}/cancel"
+	PathSchedulePause  = "/v1/schedules/{id}/pause"
+	PathScheduleResume = "/v1/schedules/{id}/resume"
 )
 
 // Fill returns pattern with its wildcards ({id}, {name}, ...) replaced, in

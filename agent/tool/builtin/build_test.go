@@ -22,16 +22,20 @@ func TestBuild(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := map[string]tool.Kind{
-			tool.NameExec:          tool.KindBuiltin,
-			tool.NameFSRead:        tool.KindBuiltin,
-			tool.NameFSWrite:       tool.KindBuiltin,
-			tool.NameFSSearch:      tool.KindBuiltin,
-			tool.NameMemoryQuery:   tool.KindHost,
-			tool.NameMemoryUpsert:  tool.KindHost,
-			tool.NameMemoryCompact: tool.KindRuntime,
-			tool.NameProposeTool:   tool.KindMeta,
-			tool.NameProposeSkill:  tool.KindMeta,
-			tool.NameSendFile:      tool.KindHost,
+			tool.NameExec:           tool.KindBuiltin,
+			tool.NameFSRead:         tool.KindBuiltin,
+			tool.NameFSWrite:        tool.KindBuiltin,
+			tool.NameFSSearch:       tool.KindBuiltin,
+			tool.NameMemoryQuery:    tool.KindHost,
+			tool.NameMemoryUpsert:   tool.KindHost,
+			tool.NameMemoryCompact:  tool.KindRuntime,
+			tool.NameProposeTool:    tool.KindMeta,
+			tool.NameProposeSkill:   tool.KindMeta,
+			tool.NameSendFile:       tool.KindHost,
+			tool.NameSchedule:       tool.KindHost,
+			tool.NameScheduleList:   tool.KindHost,
+			tool.NameScheduleCancel: tool.KindHost,
+			tool.NameRemind:         tool.KindHost,
 		}
 		for name, kind := range want {
 			d, ok := reg.Lookup(name)

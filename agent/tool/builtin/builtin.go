@@ -1,7 +1,8 @@
 // Package builtin assembles an agent's tool registry (spec section 8):
 // the built-in families (choir.exec from proc, the choir.fs tools from fs),
 // the declarations of the tools the agent describes but does not run (the
-// memory tools, the proposal meta-tools, choir.send.file), further Go tools
+// memory tools, the proposal meta-tools, choir.send.file, the schedule
+// tools), further Go tools
 // the caller passes, and the external tools of the global and agent
 // directories, loaded by the external package. A new family joins by
 // adding its Tools to [Tools]; the precedence rules are the registry's,
@@ -51,8 +52,8 @@ func Build(cfg Config) (*tool.Registry, error) {
 // Tools returns the tools every registry holds: choir.exec and the
 // choir.fs tools (executed here), and the declarations of the memory tools
 // (spec 11.7; query and upsert run on the host, compact in the calling
-// lane), of the proposal meta-tools (spec 8.10) and of choir.send.file (a
-// host tool).
+// lane), of the proposal meta-tools (spec 8.10), of choir.send.file and of
+// the schedule tools (host tools).
 func Tools() []tool.Tool {
 	return append(append(proc.Tools(), fs.Tools()...),
 		tool.Declare(memoryQuerySpec),
@@ -61,6 +62,10 @@ func Tools() []tool.Tool {
 		tool.Declare(proposeToolSpec),
 		tool.Declare(proposeSkillSpec),
 		tool.Declare(sendFileSpec),
+		tool.Declare(scheduleSpec),
+		tool.Declare(scheduleListSpec),
+		tool.Declare(scheduleCancelSpec),
+		tool.Declare(remindSpec),
 	)
 }
 

@@ -1,8 +1,9 @@
 // Package ctl is choirctl, the operator's command line: one file per
-// command group, each command an options struct and a run function that
-// never touches cobra, so commands are testable without a process. It
-// reaches choird only through the admin API's typed client (rpc/admin);
-// it opens Postgres itself only to migrate it (db migrate).
+// command group (the memory commands in ctl/memory), each command an
+// options struct and a run function that never touches cobra, so commands
+// are testable without a process. It reaches choird only through the
+// admin API's typed client (rpc/admin); it opens Postgres itself only to
+// migrate it (db migrate).
 package ctl
 
 import (
@@ -15,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/ctl/memory"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -64,7 +66,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.SetOut(stdout)
 	root.SetErr(stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
-	root.AddCommand(newInitCommand(g), newDBCommand(g), newConfigCommand(g), newStatusCommand(g), newMemoryCommand(g),
+	root.AddCommand(newInitCommand(g), newDBCommand(g), newConfigCommand(g), newStatusCommand(g), memory.Command(memory.Env{Client: g.client, Stdout: stdout, Stderr: stderr, UsageErr: usageErr}),
 		newAgentCommand(g), newWorkspaceCommand(g), newSecretCommand(g), newChatCommand(g), newScheduleCommand(g))
 	root.AddCommand(sessionCommands(g)...)
 

@@ -1,7 +1,11 @@
-package ctl
+// Package memory is choirctl memory: the operator's commands over agents'
+// session memory and knowledge, served by choird through the admin API
+// (search, show, sessions, history, delete, restore, reembed, status).
+package memory
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -21,7 +25,18 @@ import (
 // recorded as the operator's in knowledge history; the embedding jobs they
 // enqueue are run by choird.
 
-func newMemoryCommand(g *globals) *cobra.Command {
+// Env is what the commands need of choirctl: the admin API's client (the
+// caller closes it), the output streams, and how to mark an error as bad
+// input (exit code 2).
+type Env struct {
+	Client   func() *admin.Client
+	Stdout   io.Writer
+	Stderr   io.Writer
+	UsageErr func(error) error
+}
+
+// Command is choirctl memory with its subcommands.
+func Command(env Env) *cobra.Command {
 	var dbURL string
 	cmd := &cobra.Command{
 		Use:   "memory",
@@ -45,20 +60,20 @@ choird serves these commands from its own database, so it must be running.`,
 	cmd.PersistentFlags().MarkHidden("database-url") //nolint:errcheck
 	cmd.PersistentPreRunE = func(*cobra.Command, []string) error {
 		if dbURL != "" {
-			return usageErr(errors.New("choirctl memory goes through choird, which uses its own database: drop --database-url"))
+			return env.UsageErr(errors.New("choirctl memory goes through choird, which uses its own database: drop --database-url"))
 		}
 		return nil
 	}
-	cmd.AddCommand(newMemorySearchCommand(g), newMemoryShowCommand(g),
-		newMemorySessionsCommand(g), newMemoryHistoryCommand(g), newMemoryDeleteCommand(g),
-		newMemoryRestoreCommand(g), newMemoryReembedCommand(g), newMemoryStatusCommand(g))
+	cmd.AddCommand(newMemorySearchCommand(env), newMemoryShowCommand(env),
+		newMemorySessionsCommand(env), newMemoryHistoryCommand(env), newMemoryDeleteCommand(env),
+		newMemoryRestoreCommand(env), newMemoryReembedCommand(env), newMemoryStatusCommand(env))
 	return cmd
 }
 
-// memoryErr makes bad input and unknown names exit with the usage code.
-func memoryErr(err error) error {
+// err makes bad input and unknown names exit with the usage code.
+func (env Env) err(err error) error {
 	if admin.IsBadRequest(err) {
-		return usageErr(err)
+		return env.UsageErr(err)
 	}
 	return err
 }
@@ -70,7 +85,7 @@ type memorySearchOptions struct {
 	json                               bool
 }
 
-func newMemorySearchCommand(g *globals) *cobra.Command {
+func newMemorySearchCommand(env Env) *cobra.Command {
 	var opts memorySearchOptions
 	cmd := &cobra.Command{
 		Use:   "search <agent> <query>",
@@ -83,7 +98,7 @@ or, -word).`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.agent, opts.query = args[0], args[1]
-			return runMemorySearch(cmd.Context(), g, opts)
+			return runMemorySearch(cmd.Context(), env, opts)
 		},
 	}
 	cmd.Flags().StringVar(&opts.store, "store", "session", "session or knowledge")
@@ -95,21 +110,21 @@ or, -word).`,
 	return cmd
 }
 
-func runMemorySearch(ctx context.Context, g *globals, opts memorySearchOptions) error {
-	c := g.client()
+func runMemorySearch(ctx context.Context, env Env, opts memorySearchOptions) error {
+	c := env.Client()
 	defer c.Close()
 	res, err := c.MemorySearch(ctx, opts.agent, admin.MemorySearchRequest{Store: opts.store, Mode: opts.mode,
 		Query: opts.query, Limit: opts.limit, SessionID: opts.session, Tiers: opts.tiers})
 	if err != nil {
-		return memoryErr(err)
+		return env.err(err)
 	}
 	if opts.json {
-		return writeJSON(g.stdout, res)
+		return writeJSON(env.Stdout, res)
 	}
 	if res.Degraded != "" {
-		fmt.Fprintf(g.stderr, "note: %s\n", res.Degraded)
+		fmt.Fprintf(env.Stderr, "note: %s\n", res.Degraded)
 	}
-	printQueryResult(g.stdout, res)
+	printQueryResult(env.Stdout, res)
 	return nil
 }
 
@@ -156,7 +171,7 @@ type memoryShowOptions struct {
 	json       bool
 }
 
-func newMemoryShowCommand(g *globals) *cobra.Command {
+func newMemoryShowCommand(env Env) *cobra.Command {
 	var opts memoryShowOptions
 	cmd := &cobra.Command{
 		Use:   "show <agent> <key|id>",
@@ -167,35 +182,35 @@ tiers) by its session id.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.agent, opts.ref = args[0], args[1]
-			return runMemoryShow(cmd.Context(), g, opts)
+			return runMemoryShow(cmd.Context(), env, opts)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.json, "json", false, "print as JSON")
 	return cmd
 }
 
-func runMemoryShow(ctx context.Context, g *globals, opts memoryShowOptions) error {
-	c := g.client()
+func runMemoryShow(ctx context.Context, env Env, opts memoryShowOptions) error {
+	c := env.Client()
 	defer c.Close()
 	item, err := c.MemoryShow(ctx, opts.agent, opts.ref)
 	if err != nil {
-		return memoryErr(err)
+		return env.err(err)
 	}
 	if opts.json {
-		return writeJSON(g.stdout, item)
+		return writeJSON(env.Stdout, item)
 	}
 	if k := item.Knowledge; k != nil {
 		key := "-"
 		if k.Key != nil {
 			key = *k.Key
 		}
-		fmt.Fprintf(g.stdout, "knowledge document %s\nkey:        %s\nversion:    %d\nupdated:    %s\n"+
+		fmt.Fprintf(env.Stdout, "knowledge document %s\nkey:        %s\nversion:    %d\nupdated:    %s\n"+
 			"embedding:  %s%s\nhash:       %s\nmetadata:   %s\n\n%s\n", k.ID, key, k.Version,
 			k.UpdatedAt.UTC().Format(time.RFC3339), k.Embedding, suffix(k.EmbeddingError), k.ContentHash, k.Metadata, k.Text)
 		return nil
 	}
 	if ch := item.Chunk; ch != nil {
-		fmt.Fprintf(g.stdout, "chunk %d of session %s (document %s)\ntier:       %s\nevents:     %s to %s\n"+
+		fmt.Fprintf(env.Stdout, "chunk %d of session %s (document %s)\ntier:       %s\nevents:     %s to %s\n"+
 			"embedding:  %s%s%s\nmetadata:   %s\n\n%s\n", ch.ChunkIndex, ch.SessionID, ch.DocumentID, ch.Tier,
 			ch.StartedAt.UTC().Format(time.RFC3339), ch.EndedAt.UTC().Format(time.RFC3339), ch.Embedding,
 			map[bool]string{true: " (" + ch.EmbeddingModel + ")", false: ""}[ch.EmbeddingModel != ""], suffix(ch.EmbeddingError),
@@ -206,9 +221,9 @@ func runMemoryShow(ctx context.Context, g *globals, opts memoryShowOptions) erro
 	if s == nil {
 		return fmt.Errorf("choird showed nothing of %s in the memory of agent %s", opts.ref, opts.agent)
 	}
-	fmt.Fprintf(g.stdout, "session %s: %s, %s, %d events in %d chunks, %d summary chunks\n", s.SessionID, s.Tier, s.Status,
+	fmt.Fprintf(env.Stdout, "session %s: %s, %s, %d events in %d chunks, %d summary chunks\n", s.SessionID, s.Tier, s.Status,
 		s.EventCount, s.ChunkCount, s.SummaryChunks)
-	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TIER\tCHUNK\tEMBEDDING\tTEXT")
 	for _, ch := range s.Chunks {
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\n", ch.Tier, ch.ChunkIndex, ch.Embedding, oneLine(ch.Text, 90))
@@ -229,7 +244,7 @@ type memorySessionsOptions struct {
 	json  bool
 }
 
-func newMemorySessionsCommand(g *globals) *cobra.Command {
+func newMemorySessionsCommand(env Env) *cobra.Command {
 	var opts memorySessionsOptions
 	cmd := &cobra.Command{
 		Use:   "sessions <agent>",
@@ -237,7 +252,7 @@ func newMemorySessionsCommand(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.agent = args[0]
-			return runMemorySessions(cmd.Context(), g, opts)
+			return runMemorySessions(cmd.Context(), env, opts)
 		},
 	}
 	cmd.Flags().IntVar(&opts.limit, "limit", 50, "most sessions")
@@ -245,20 +260,20 @@ func newMemorySessionsCommand(g *globals) *cobra.Command {
 	return cmd
 }
 
-func runMemorySessions(ctx context.Context, g *globals, opts memorySessionsOptions) error {
-	c := g.client()
+func runMemorySessions(ctx context.Context, env Env, opts memorySessionsOptions) error {
+	c := env.Client()
 	defer c.Close()
 	ss, err := c.MemorySessions(ctx, opts.agent, opts.limit)
 	if err != nil {
-		return memoryErr(err)
+		return env.err(err)
 	}
 	if opts.json {
 		if ss == nil {
 			ss = []admin.MemorySession{}
 		}
-		return writeJSON(g.stdout, ss)
+		return writeJSON(env.Stdout, ss)
 	}
-	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "SESSION\tTIER\tENDED\tEVENTS\tCHUNKS\tSUMMARY CHUNKS")
 	for _, s := range ss {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%d\t%d\n", s.SessionID, s.Tier, s.EndedAt.UTC().Format(time.RFC3339), s.EventCount,
@@ -272,7 +287,7 @@ type memoryHistoryOptions struct {
 	json       bool
 }
 
-func newMemoryHistoryCommand(g *globals) *cobra.Command {
+func newMemoryHistoryCommand(env Env) *cobra.Command {
 	var opts memoryHistoryOptions
 	cmd := &cobra.Command{
 		Use:   "history <agent> <key|id>",
@@ -280,24 +295,24 @@ func newMemoryHistoryCommand(g *globals) *cobra.Command {
 		Args:  cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.agent, opts.ref = args[0], args[1]
-			return runMemoryHistory(cmd.Context(), g, opts)
+			return runMemoryHistory(cmd.Context(), env, opts)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.json, "json", false, "print as JSON")
 	return cmd
 }
 
-func runMemoryHistory(ctx context.Context, g *globals, opts memoryHistoryOptions) error {
-	c := g.client()
+func runMemoryHistory(ctx context.Context, env Env, opts memoryHistoryOptions) error {
+	c := env.Client()
 	defer c.Close()
 	vs, err := c.MemoryHistory(ctx, opts.agent, opts.ref)
 	if err != nil {
-		return memoryErr(err)
+		return env.err(err)
 	}
 	if opts.json {
-		return writeJSON(g.stdout, vs)
+		return writeJSON(env.Stdout, vs)
 	}
-	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "DOCUMENT\tVERSION\tOP\tBY\tAT\tCURRENT\tTEXT")
 	for _, v := range vs {
 		cur := ""
@@ -316,7 +331,7 @@ type memoryDeleteOptions struct {
 	json       bool
 }
 
-func newMemoryDeleteCommand(g *globals) *cobra.Command {
+func newMemoryDeleteCommand(env Env) *cobra.Command {
 	var opts memoryDeleteOptions
 	cmd := &cobra.Command{
 		Use:   "delete <agent> <key|id>",
@@ -328,7 +343,7 @@ deleted from the agent's memory; its events stay in choir_control.`,
 		Args: cobra.ExactArgs(2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.agent, opts.ref = args[0], args[1]
-			return runMemoryDelete(cmd.Context(), g, opts)
+			return runMemoryDelete(cmd.Context(), env, opts)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.session, "session", false, "delete a session's memory instead of a knowledge document")
@@ -336,35 +351,35 @@ deleted from the agent's memory; its events stay in choir_control.`,
 	return cmd
 }
 
-func runMemoryDelete(ctx context.Context, g *globals, opts memoryDeleteOptions) error {
+func runMemoryDelete(ctx context.Context, env Env, opts memoryDeleteOptions) error {
 	var sessionID uuid.UUID
 	if opts.session {
 		var err error
 		if sessionID, err = uuid.Parse(opts.ref); err != nil {
-			return usageErr(fmt.Errorf("--session needs a session id (a UUID), got %q", opts.ref))
+			return env.UsageErr(fmt.Errorf("--session needs a session id (a UUID), got %q", opts.ref))
 		}
 	}
-	c := g.client()
+	c := env.Client()
 	defer c.Close()
 	if opts.session {
 		r, err := c.MemorySessionDelete(ctx, opts.agent, sessionID)
 		if err != nil {
-			return memoryErr(err)
+			return env.err(err)
 		}
 		if opts.json {
-			return writeJSON(g.stdout, r)
+			return writeJSON(env.Stdout, r)
 		}
-		fmt.Fprintf(g.stdout, "deleted session %s from the memory of %s: %d chunks\n", r.SessionID, opts.agent, r.ChunksDeleted)
+		fmt.Fprintf(env.Stdout, "deleted session %s from the memory of %s: %d chunks\n", r.SessionID, opts.agent, r.ChunksDeleted)
 		return nil
 	}
 	r, err := c.MemoryDelete(ctx, opts.agent, opts.ref)
 	if err != nil {
-		return memoryErr(err)
+		return env.err(err)
 	}
 	if opts.json {
-		return writeJSON(g.stdout, r)
+		return writeJSON(env.Stdout, r)
 	}
-	fmt.Fprintf(g.stdout, "deleted knowledge document %s (version %d recorded; undo with: choirctl memory restore %s %s %d)\n",
+	fmt.Fprintf(env.Stdout, "deleted knowledge document %s (version %d recorded; undo with: choirctl memory restore %s %s %d)\n",
 		r.ID, r.Version, opts.agent, r.ID, r.Version-1)
 	return nil
 }
@@ -376,7 +391,7 @@ type memoryRestoreOptions struct {
 	json    bool
 }
 
-func newMemoryRestoreCommand(g *globals) *cobra.Command {
+func newMemoryRestoreCommand(env Env) *cobra.Command {
 	var opts memoryRestoreOptions
 	cmd := &cobra.Command{
 		Use:   "restore <agent> <document-id> <version>",
@@ -386,29 +401,29 @@ func newMemoryRestoreCommand(g *globals) *cobra.Command {
 			opts.agent = args[0]
 			var err error
 			if opts.id, err = uuid.Parse(args[1]); err != nil {
-				return usageErr(fmt.Errorf("document id %q is not a UUID (see choirctl memory history)", args[1]))
+				return env.UsageErr(fmt.Errorf("document id %q is not a UUID (see choirctl memory history)", args[1]))
 			}
 			if opts.version, err = strconv.Atoi(args[2]); err != nil || opts.version < 1 {
-				return usageErr(fmt.Errorf("version %q is not a positive number", args[2]))
+				return env.UsageErr(fmt.Errorf("version %q is not a positive number", args[2]))
 			}
-			return runMemoryRestore(cmd.Context(), g, opts)
+			return runMemoryRestore(cmd.Context(), env, opts)
 		},
 	}
 	cmd.Flags().BoolVar(&opts.json, "json", false, "print the result as JSON")
 	return cmd
 }
 
-func runMemoryRestore(ctx context.Context, g *globals, opts memoryRestoreOptions) error {
-	c := g.client()
+func runMemoryRestore(ctx context.Context, env Env, opts memoryRestoreOptions) error {
+	c := env.Client()
 	defer c.Close()
 	r, err := c.MemoryRestore(ctx, opts.agent, opts.id, opts.version)
 	if err != nil {
-		return memoryErr(err)
+		return env.err(err)
 	}
 	if opts.json {
-		return writeJSON(g.stdout, r)
+		return writeJSON(env.Stdout, r)
 	}
-	fmt.Fprintf(g.stdout, "restored version %d of %s as version %d\n", opts.version, r.ID, r.Version)
+	fmt.Fprintf(env.Stdout, "restored version %d of %s as version %d\n", opts.version, r.ID, r.Version)
 	return nil
 }
 
@@ -418,7 +433,7 @@ type memoryReembedOptions struct {
 	json  bool
 }
 
-func newMemoryReembedCommand(g *globals) *cobra.Command {
+func newMemoryReembedCommand(env Env) *cobra.Command {
 	var opts memoryReembedOptions
 	cmd := &cobra.Command{
 		Use:   "reembed",
@@ -433,7 +448,7 @@ embedded by another model, and those pending or failed, are re-embedded
 (--all: every document). choird enqueues the embedding jobs and runs them.
 Until its vector arrives a document is found by full-text search.`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runMemoryReembed(cmd.Context(), g, opts) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runMemoryReembed(cmd.Context(), env, opts) },
 	}
 	cmd.Flags().StringVar(&opts.agent, "agent", "", "only this agent (default: all)")
 	cmd.Flags().BoolVar(&opts.all, "all", false, "re-embed every document, not only stale, pending and failed ones")
@@ -441,20 +456,20 @@ Until its vector arrives a document is found by full-text search.`,
 	return cmd
 }
 
-func runMemoryReembed(ctx context.Context, g *globals, opts memoryReembedOptions) error {
-	c := g.client()
+func runMemoryReembed(ctx context.Context, env Env, opts memoryReembedOptions) error {
+	c := env.Client()
 	defer c.Close()
 	rs, err := c.MemoryReembed(ctx, admin.MemoryReembedRequest{AgentID: opts.agent, All: opts.all})
 	if err != nil {
-		return memoryErr(err)
+		return env.err(err)
 	}
 	if opts.json {
 		if rs == nil {
 			rs = []admin.MemoryReembedResult{}
 		}
-		return writeJSON(g.stdout, rs)
+		return writeJSON(env.Stdout, rs)
 	}
-	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGENT\tDIMENSIONS\tCHUNKS\tKNOWLEDGE\tJOBS")
 	for _, r := range rs {
 		dims := strconv.Itoa(r.Dimensions)
@@ -470,43 +485,49 @@ type memoryStatusOptions struct {
 	json bool
 }
 
-func newMemoryStatusCommand(g *globals) *cobra.Command {
+func newMemoryStatusCommand(env Env) *cobra.Command {
 	var opts memoryStatusOptions
 	cmd := &cobra.Command{
 		Use:   "status",
 		Short: "Show the embedder and, per agent, documents waiting for vectors and the last embedding failure",
 		Args:  cobra.NoArgs,
-		RunE:  func(cmd *cobra.Command, _ []string) error { return runMemoryStatus(cmd.Context(), g, opts) },
+		RunE:  func(cmd *cobra.Command, _ []string) error { return runMemoryStatus(cmd.Context(), env, opts) },
 	}
 	cmd.Flags().BoolVar(&opts.json, "json", false, "print as JSON")
 	return cmd
 }
 
-func runMemoryStatus(ctx context.Context, g *globals, opts memoryStatusOptions) error {
-	c := g.client()
+func runMemoryStatus(ctx context.Context, env Env, opts memoryStatusOptions) error {
+	c := env.Client()
 	defer c.Close()
 	st, err := c.MemoryStatus(ctx)
 	if err != nil {
-		return memoryErr(err)
+		return env.err(err)
 	}
 	if opts.json {
-		return writeJSON(g.stdout, st)
+		return writeJSON(env.Stdout, st)
 	}
 	if e := st.Embedding; e != nil {
-		fmt.Fprintf(g.stdout, "embedding: %s, model %s, %d dimensions: %s\n", e.Provider, e.Model, e.Dimensions, e.Note)
+		fmt.Fprintf(env.Stdout, "embedding: %s, model %s, %d dimensions: %s\n", e.Provider, e.Model, e.Dimensions, e.Note)
 	} else {
-		fmt.Fprintln(g.stdout, "embedding: unknown (choird reported no embedder)")
+		fmt.Fprintln(env.Stdout, "embedding: unknown (choird reported no embedder)")
 	}
-	fmt.Fprintf(g.stdout, "documents waiting for vectors: %d, failed: %d, vectors of another model: %d\n",
+	fmt.Fprintf(env.Stdout, "documents waiting for vectors: %d, failed: %d, vectors of another model: %d\n",
 		st.Pending, st.Failed, st.Stale)
 	if st.LastErrorAt != nil {
-		fmt.Fprintf(g.stdout, "last embedding failure: %s: %s\n", st.LastErrorAt.UTC().Format(time.RFC3339), st.LastError)
+		fmt.Fprintf(env.Stdout, "last embedding failure: %s: %s\n", st.LastErrorAt.UTC().Format(time.RFC3339), st.LastError)
 	}
-	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	tw := tabwriter.NewWriter(env.Stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGENT\tDIMENSIONS\tCHUNKS PENDING\tCHUNKS FAILED\tKNOWLEDGE PENDING\tKNOWLEDGE FAILED\tSTALE")
 	for _, a := range st.Agents {
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", a.AgentID, a.Dimensions, a.MemoryPending, a.MemoryFailed,
 			a.KnowledgePending, a.KnowledgeFailed, a.Stale)
 	}
 	return tw.Flush()
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
 }

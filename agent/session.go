@@ -255,9 +255,10 @@ func (s *session) restore() error {
 		Jobs: func(e *lane.Edge) lane.Jobs {
 			s.jobs = core.NewSet(e, core.Config{Arbiter: s.arb, Log: log, Tools: s.tools, LLM: &llm.Client{},
 				Model: s.coreModel, Soul: readIdentity(s.opts.ChoirDir, "SOUL-CORE.md"), Out: s.out,
-				Budgets:        jobBudgets(s.dyn.Load().Budgets),
-				RateLimitDelay: time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
-				StatusFunc:     s.status.changed, Logger: s.logger})
+				Budgets:                    jobBudgets(s.dyn.Load().Budgets),
+				RateLimitDelay:             time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
+				CompactionThresholdPercent: func() int { return s.dyn.Load().CompactionThresholdPercent },
+				StatusFunc:                 s.status.changed, Logger: s.logger})
 			return s.jobs
 		}})
 	s.status.edge = s.edge
@@ -375,8 +376,11 @@ func (s *session) dispatch(ctx context.Context, p rpc.Push) {
 	case rpc.PushCancel:
 		s.onCancel(p.Cancel)
 	case rpc.PushCompact:
+		// /compact and choirctl session compact compact every lane: the
+		// edge at its next safe point, each running core job beside it.
 		s.edge.RequestCompaction()
-		s.logger.Info("compaction requested", slog.String("reason", p.Compact.Reason))
+		jobs := s.jobs.Compact()
+		s.logger.Info("compaction requested", slog.String("reason", p.Compact.Reason), slog.Int("core_jobs", len(jobs)))
 	case rpc.PushConfigChanged:
 		s.onConfigChanged(ctx)
 	case rpc.PushShutdown:

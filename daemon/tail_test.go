@@ -125,6 +125,63 @@ func TestHelloTailReachesBackToTheWindows(t *testing.T) {
 	})
 }
 
+// TestHelloTailBoundedInBytes: a tail reaching back before the snapshot
+// is trimmed from its oldest end while its events before the snapshot take
+// more than 16 MiB, so that no snapshot makes the response too large for
+// the agent to read; the events after the snapshot are all sent.
+func TestHelloTailBoundedInBytes(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	cfg := testConfig(t)
+	s1, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Twelve events of 2 MiB each, then two small ones; the snapshot at
+	// 12 says the edge's window starts at 1.
+	big := strings.Repeat("x", 2<<20)
+	var evs []rpc.Event
+	prev := rpc.Genesis
+	for rev := int64(1); rev <= 14; rev++ {
+		text := "small"
+		if rev <= 12 {
+			text = big
+		}
+		e := rpc.Event{Rev: rev, Type: rpc.EventUserMsg, Lane: "edge", Payload: json.RawMessage(`{"text":"` + text + `"}`)}
+		if err := e.Seal(prev); err != nil {
+			t.Fatal(err)
+		}
+		evs, prev = append(evs, e), e.Hash
+	}
+	for i := range 14 {
+		req := patch(evs[i:i+1], int64(i), chainHash(evs, int64(i)))
+		if i == 11 {
+			req.Snapshot = &rpc.Snapshot{Rev: 12, Hash: evs[11].Hash, State: json.RawMessage(`{"edge":{"event_window_boundary":1}}`)}
+		}
+		if _, err := agentapi.Replicate(ctx, pool, s1.Session.SessionID, req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	control.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
+	s2, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	resp, err := agentapi.HelloWith(ctx, pool, slog.New(slog.NewJSONHandler(&logs, nil)), sessionCall(s2), helloRequest(s2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 16 MiB hold seven of the 2 MiB events with their allowance, not eight.
+	if got := firstRev(resp.TailEvents); got != int64(6) || len(resp.TailEvents) != 9 {
+		t.Errorf("tail of %d events from %v, want 9 from 6", len(resp.TailEvents), got)
+	}
+	if !strings.Contains(logs.String(), "tail capped") || !strings.Contains(logs.String(), `"tail_from":6`) {
+		t.Errorf("the trim is not logged: %s", logs.String())
+	}
+}
+
 func firstRev(tail []rpc.Event) any {
 	if len(tail) == 0 {
 		return "nothing"

@@ -599,7 +599,7 @@ Only mode is required. Mode append adds summary_update to the summary text; mode
 
 // request is the compaction call's prompt: the instructions, the summary
 // as it is, and the events to fold, each labelled with its revision and
-// ev id.
+// ev id, tool calls and tool results included.
 func (m *Memory) request(p plan) []llm.Message {
 	prev := "(empty)"
 	if !p.prev.IsZero() {
@@ -611,7 +611,18 @@ func (m *Memory) request(p plan) []llm.Message {
 	fmt.Fprintf(&t, "Events to fold (revisions %d to %d):\n", p.entries[0].rev, p.entries[len(p.entries)-1].rev)
 	for _, e := range p.entries {
 		for _, msg := range e.msgs {
-			fmt.Fprintf(&t, "[rev %d, ev %s] %s: %s\n", e.rev, e.hash.String()[:12], msg.Role, msg.Content)
+			content := msg.Content
+			if msg.ToolCallID != "" {
+				content = "(result of call " + msg.ToolCallID + ") " + content
+			}
+			if content != "" || len(msg.ToolCalls) == 0 {
+				fmt.Fprintf(&t, "[rev %d, ev %s] %s: %s\n", e.rev, e.hash.String()[:12], msg.Role, content)
+			}
+			// A step's tool calls are what it did: folded with the rest.
+			for _, c := range msg.ToolCalls {
+				fmt.Fprintf(&t, "[rev %d, ev %s] %s: calls %s (call %s) with %s\n", e.rev, e.hash.String()[:12], msg.Role,
+					c.Name, c.ID, c.Arguments)
+			}
 		}
 	}
 	t.WriteString("\nAnswer with the memory delta now: one JSON object, nothing else.")

@@ -230,8 +230,9 @@ func (s *session) configureGitIdentity(ctx context.Context) {
 // arbiter and the edge lane on it, restoring the lane's working state from
 // the snapshot when there is one.
 func (s *session) restore() error {
-	// A resumed session continues the acknowledged chain; the tail after
-	// the snapshot is kept in memory so the lanes' windows survive.
+	// A resumed session continues the acknowledged chain; the tail, which
+	// choird starts at the lowest window boundary of the snapshot's lanes,
+	// is kept in memory so the lanes' windows survive.
 	log, app, err := commitlog.NewWithHistory(s.hello.AckedRev, s.hello.AckedHash, s.hello.TailEvents)
 	if err != nil {
 		return fmt.Errorf("rebuild from choird's replica: %w", err)

@@ -55,7 +55,8 @@ func crashMidJob(t *testing.T, ws string, held, snapAt int, budgets core.Budgets
 	if snaps == nil {
 		return evs, nil
 	}
-	// choird's tail starts after the snapshot.
+	// The tail starts after the snapshot, as an older choird's did, or a
+	// tail capped in length: the job's start and first steps are not in it.
 	from := snaps[0].ThroughRev
 	return slices.DeleteFunc(evs, func(ev rpc.Event) bool { return ev.Rev <= from }), snaps
 }

@@ -281,7 +281,7 @@ func (s *session) restoreSnapshot() {
 	} else if err := s.edge.Restore(st.Edge); err != nil {
 		s.logger.Warn("snapshot not restorable; starting the lane fresh", slog.String("error", err.Error()))
 	} else {
-		s.jobs.Restore(st.OpenJobs)
+		s.jobs.Restore(snap.Rev, st.OpenJobs)
 		s.logger.Info("working state restored", slog.Int64("snapshot_rev", snap.Rev),
 			slog.Int("tail_events", len(s.hello.TailEvents)), slog.Int("open_jobs", len(st.OpenJobs)))
 	}

@@ -52,6 +52,7 @@ type coreOpts struct {
 	// history is a log's events to resume from, with the snapshot's jobs.
 	history []rpc.Event
 	snaps   []core.Snapshot
+	snapRev int64
 	// ws is the workspace to use (default: a new one).
 	ws string
 	// window is the core model's context window (default: the model's).
@@ -133,7 +134,7 @@ func setupCores(t testing.TB, o coreOpts) *coreBench {
 			b.jobs = core.NewSet(e, jobsCfg)
 			return b.jobs
 		}})
-	b.jobs.Restore(o.snaps)
+	b.jobs.Restore(o.snapRev, o.snaps)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.stop = cancel
 	arbDone := make(chan struct{})

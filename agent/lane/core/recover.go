@@ -66,9 +66,10 @@ func (s *Set) Snapshots() []Snapshot {
 	return out
 }
 
-// Restore hands the set the jobs a snapshot carried; the edge's Run
-// resumes them with what the log's tail adds. Call it before Run.
-func (s *Set) Restore(snaps []Snapshot) { s.restoring = snaps }
+// Restore hands the set the jobs the snapshot at revision rev carried;
+// the edge's Run resumes them with what the log's tail adds. Call it
+// before Run.
+func (s *Set) Restore(rev int64, snaps []Snapshot) { s.restoredRev, s.restoring = rev, snaps }
 
 // restored is a job being rebuilt from the snapshot and the tail.
 type restored struct {
@@ -184,6 +185,12 @@ func (s *Set) recover(ctx context.Context) {
 		}
 	}
 	for _, ev := range stopped {
+		// A report committed by the snapshot was handed to Out before it
+		// was taken (see lane.Edge.Settled): the tail reaches back before
+		// the snapshot only for the windows.
+		if rep, ok := reported[ev.Rev]; ok && rep.Rev <= s.restoredRev {
+			continue
+		}
 		s.recoverReport(ev, reported)
 	}
 	// Every job's memory takes in its window before any of them commits:

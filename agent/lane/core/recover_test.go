@@ -190,4 +190,20 @@ func TestCoreReportResentAfterRestart(t *testing.T) {
 			}
 		})
 	}
+
+	// A tail that reaches back before the snapshot, for the windows, does
+	// not bring back the reports sent before it.
+	t.Run("ReportSentBeforeTheSnapshot", func(t *testing.T) {
+		t.Parallel()
+		head := evs[len(evs)-1].Rev
+		b := setupCores(t, coreOpts{history: evs, snapRev: head})
+		b.edgeSrv.Add(llmtest.Text("Hello again."))
+		if err := b.edge.Deliver(lane.UserMessage{Text: "hi"}); err != nil {
+			t.Fatal(err)
+		}
+		b.waitMessage(t, "Hello again.")
+		if texts, ids := b.messages(); slices.Contains(ids, lane.MessageID("core_report", stopped.Hash)) {
+			t.Errorf("the report was sent again: %q", texts)
+		}
+	})
 }

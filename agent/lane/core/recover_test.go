@@ -156,10 +156,21 @@ func TestCoreReportResentAfterRestart(t *testing.T) {
 	t.Parallel()
 	first := setupCores(t, coreOpts{})
 	first.edgeSrv.Add(llmtest.ToolCalls(spawnCall("s1", "j", "Say hi.")), llmtest.Text("Started."))
-	first.coreSrv.Add(llmtest.Text("hi"))
+	// The job answers once the edge has: the log cut at the job's end then
+	// holds the edge's whole turn, which a restart would otherwise resume.
+	started := make(chan struct{})
+	first.coreSrv.SetResponder(func(ctx context.Context, _ *llmtest.Request) llmtest.Step {
+		select {
+		case <-started:
+		case <-ctx.Done():
+		}
+		return llmtest.Text("hi")
+	})
 	if err := first.edge.Deliver(lane.UserMessage{Text: "say hi"}); err != nil {
 		t.Fatal(err)
 	}
+	first.waitMessage(t, "Started.")
+	close(started)
 	first.waitMessage(t, `Core job "j" completed`)
 	first.checkReports(t)
 	_, firstIDs := first.messages()

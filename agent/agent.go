@@ -83,7 +83,9 @@ func modelName(d *rpc.DynamicConfig, bound string) string {
 // workingState is the agent's working-memory snapshot (spec 13.4), taken
 // every snapshot_every_events events and sent with a heartbeat. OpenJobs
 // are the running core jobs: their briefings and budgets spent, which a
-// resumed session keeps counting from.
+// resumed session keeps counting from, and their working memory. choird
+// reads edge.event_window_boundary and open_jobs[].event_window_boundary,
+// and nothing else of it, to start the tail where the windows start.
 type workingState struct {
 	Edge     lane.EdgeSnapshot `json:"edge"`
 	OpenJobs []core.Snapshot   `json:"open_jobs"`

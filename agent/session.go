@@ -230,8 +230,9 @@ func (s *session) configureGitIdentity(ctx context.Context) {
 // arbiter and the edge lane on it, restoring the lane's working state from
 // the snapshot when there is one.
 func (s *session) restore() error {
-	// A resumed session continues the acknowledged chain; the tail after
-	// the snapshot is kept in memory so the lanes' windows survive.
+	// A resumed session continues the acknowledged chain; the tail, which
+	// choird starts at the lowest window boundary of the snapshot's lanes,
+	// is kept in memory so the lanes' windows survive.
 	log, app, err := commitlog.NewWithHistory(s.hello.AckedRev, s.hello.AckedHash, s.hello.TailEvents)
 	if err != nil {
 		return fmt.Errorf("rebuild from choird's replica: %w", err)
@@ -255,9 +256,10 @@ func (s *session) restore() error {
 		Jobs: func(e *lane.Edge) lane.Jobs {
 			s.jobs = core.NewSet(e, core.Config{Arbiter: s.arb, Log: log, Tools: s.tools, LLM: &llm.Client{},
 				Model: s.coreModel, Soul: readIdentity(s.opts.ChoirDir, "SOUL-CORE.md"), Out: s.out,
-				Budgets:        jobBudgets(s.dyn.Load().Budgets),
-				RateLimitDelay: time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
-				StatusFunc:     s.status.changed, Logger: s.logger})
+				Budgets:                    jobBudgets(s.dyn.Load().Budgets),
+				RateLimitDelay:             time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
+				CompactionThresholdPercent: func() int { return s.dyn.Load().CompactionThresholdPercent },
+				StatusFunc:                 s.status.changed, Logger: s.logger})
 			return s.jobs
 		}})
 	s.status.edge = s.edge
@@ -279,7 +281,7 @@ func (s *session) restoreSnapshot() {
 	} else if err := s.edge.Restore(st.Edge); err != nil {
 		s.logger.Warn("snapshot not restorable; starting the lane fresh", slog.String("error", err.Error()))
 	} else {
-		s.jobs.Restore(st.OpenJobs)
+		s.jobs.Restore(snap.Rev, st.OpenJobs)
 		s.logger.Info("working state restored", slog.Int64("snapshot_rev", snap.Rev),
 			slog.Int("tail_events", len(s.hello.TailEvents)), slog.Int("open_jobs", len(st.OpenJobs)))
 	}
@@ -375,8 +377,11 @@ func (s *session) dispatch(ctx context.Context, p rpc.Push) {
 	case rpc.PushCancel:
 		s.onCancel(p.Cancel)
 	case rpc.PushCompact:
+		// /compact and choirctl session compact compact every lane: the
+		// edge at its next safe point, each running core job beside it.
 		s.edge.RequestCompaction()
-		s.logger.Info("compaction requested", slog.String("reason", p.Compact.Reason))
+		jobs := s.jobs.Compact()
+		s.logger.Info("compaction requested", slog.String("reason", p.Compact.Reason), slog.Int("core_jobs", len(jobs)))
 	case rpc.PushConfigChanged:
 		s.onConfigChanged(ctx)
 	case rpc.PushShutdown:

@@ -105,7 +105,9 @@ type InitHelloResponse struct {
 	Status           HelloStatus      `json:"status"`
 	ResourceBindings ResourceBindings `json:"resource_bindings"`
 	// Snapshot and TailEvents rebuild the state at AckedRev: the events
-	// after the snapshot's revision, up to AckedRev.
+	// up to AckedRev from the one after the snapshot's revision, or from
+	// the lowest window boundary the snapshot records when that is lower
+	// (the tail then holds the snapshot's event, with its hash).
 	Snapshot   *Snapshot `json:"snapshot,omitempty"`
 	TailEvents []Event   `json:"tail_events,omitempty"`
 	// AckedRev and AckedHash are the last host-acknowledged revision and
@@ -150,8 +152,13 @@ func (r InitHelloResponse) Validate() error {
 		}
 		return nil
 	}
-	if rev < 0 {
-		rev, prev = r.TailEvents[0].Rev-1, r.TailEvents[0].HashPrev
+	if first := r.TailEvents[0]; rev < 0 || first.Rev <= rev {
+		// No snapshot, or a tail that reaches back before it: it must
+		// hold the snapshot's event.
+		if i := rev - first.Rev; rev >= 0 && (i >= int64(len(r.TailEvents)) || r.TailEvents[i].Hash != prev) {
+			return check.Invalid("$.tail_events", "do not hold the snapshot's event: rev %d with its hash", rev)
+		}
+		rev, prev = first.Rev-1, first.HashPrev
 	}
 	if err := checkChain("$.tail_events", r.TailEvents, rev, prev); err != nil {
 		return err

@@ -26,7 +26,17 @@ type LLMCall struct {
 	PromptTokens     int64  `json:"prompt_tokens"`
 	CompletionTokens int64  `json:"completion_tokens"`
 	LatencyMS        int64  `json:"latency_ms"`
+	// Purpose is empty for a lane's own step, or what else the call was
+	// for: [PurposeCompaction], [PurposeSessionSummary]. A resumed core job
+	// counts its steps by the calls without one.
+	Purpose string `json:"purpose,omitempty"`
 }
+
+// Purposes of a model call besides a lane's step.
+const (
+	PurposeCompaction     = "compaction"
+	PurposeSessionSummary = "session_summary"
+)
 
 // EventType returns rpc.EventLLMCallCommitted.
 func (LLMCall) EventType() rpc.EventType { return rpc.EventLLMCallCommitted }

@@ -875,7 +875,10 @@ type EdgeSnapshot struct {
 	Skill         *skill.Snapshot `json:"skill,omitempty"`
 	// ReferenceSummary and WindowFrom are the lane's compacted memory: the
 	// summary (a plain string in older snapshots, read as its text) and
-	// the first revision the window holds.
+	// the first revision the window holds: 1 until a compaction, since the
+	// window then holds the chain's whole conversation. choird starts a
+	// resumed session's tail at the lowest boundary of every lane, so that
+	// the window is whole again.
 	ReferenceSummary workmem.ReferenceSummary `json:"reference_summary,omitzero"`
 	WindowFrom       int64                    `json:"event_window_boundary,omitempty"`
 	// InboxIDs are the inbox rows taken before the snapshot (the latest
@@ -892,6 +895,7 @@ const snapshotInboxIDs = 4096
 func (e *Edge) Snapshot() EdgeSnapshot {
 	s := EdgeSnapshot{ToolCallsUsed: e.toolCalls.Load(), TokensUsed: e.tokens.Load()}
 	s.ReferenceSummary, s.WindowFrom = e.mem.State()
+	s.WindowFrom = max(s.WindowFrom, 1)
 	e.mu.Lock()
 	for id := range e.inbox {
 		s.InboxIDs = append(s.InboxIDs, id)

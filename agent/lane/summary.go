@@ -69,7 +69,7 @@ func (e *Edge) SessionSummary(ctx context.Context) (rpc.Event, error) {
 	cctx := context.WithoutCancel(ctx)
 	if _, err := e.cfg.Arbiter.Commit(cctx, rpc.EventLLMCallCommitted, "edge", commitlog.LLMCall{Model: model.Name,
 		Lane: "edge", PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
-		LatencyMS: resp.Latency.Milliseconds()}); err != nil {
+		LatencyMS: resp.Latency.Milliseconds(), Purpose: commitlog.PurposeSessionSummary}); err != nil {
 		return rpc.Event{}, fmt.Errorf("commit summary call: %w", err)
 	}
 	ev, err := e.cfg.Arbiter.Commit(cctx, rpc.EventSessionSummary, "edge",

@@ -133,10 +133,17 @@ type Memory struct {
 
 // New makes a lane's working memory. A resumed session's log may hold
 // compactions committed after its snapshot: the latest of this lane is
-// adopted, and [Memory.Restore] keeps whichever is newer.
+// adopted, and [Memory.Restore] keeps whichever is newer. The window takes
+// in the lane's events the log holds now, before the log may drop
+// acknowledged ones from memory: a resumed session's tail is all
+// acknowledged, and the first heartbeat would otherwise trim away the
+// window it carries.
 func New(cfg Config) *Memory {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.RenderFunc == nil {
+		cfg.RenderFunc = func(rpc.Event) []llm.Message { return nil }
 	}
 	m := &Memory{cfg: cfg}
 	head, _ := cfg.Log.Head()
@@ -149,6 +156,7 @@ func New(cfg Config) *Memory {
 			m.sum, m.from = sum, from
 		}
 	}
+	m.sync()
 	return m
 }
 
@@ -188,7 +196,13 @@ func (m *Memory) Restore(sum ReferenceSummary, windowFrom int64) {
 		return
 	}
 	m.sum, m.from = sum, windowFrom
-	m.win, m.scanned = nil, 0
+	// The boundary only moves forward: the window keeps what it took in
+	// from there.
+	i := 0
+	for i < len(m.win) && m.win[i].rev < windowFrom {
+		i++
+	}
+	m.win = m.win[i:]
 	m.gen++
 	if oldest := m.cfg.Log.Oldest(); windowFrom > 0 && windowFrom < oldest {
 		m.cfg.Logger.Warn("the window's first events are not in the restored log: they are neither in the window nor in the summary",
@@ -542,7 +556,7 @@ func (m *Memory) fold(c *Compaction) (Result, error) {
 	}
 	if _, err := m.cfg.Commit.Commit(ctx, rpc.EventLLMCallCommitted, m.cfg.Lane, commitlog.LLMCall{Model: model.Name,
 		Lane: m.cfg.Lane, PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
-		LatencyMS: resp.Latency.Milliseconds()}); err != nil {
+		LatencyMS: resp.Latency.Milliseconds(), Purpose: commitlog.PurposeCompaction}); err != nil {
 		return Result{}, fmt.Errorf("commit compaction call: %w", err)
 	}
 	delta, err := ParseDelta(resp.Content)
@@ -585,7 +599,7 @@ Only mode is required. Mode append adds summary_update to the summary text; mode
 
 // request is the compaction call's prompt: the instructions, the summary
 // as it is, and the events to fold, each labelled with its revision and
-// ev id.
+// ev id, tool calls and tool results included.
 func (m *Memory) request(p plan) []llm.Message {
 	prev := "(empty)"
 	if !p.prev.IsZero() {
@@ -597,7 +611,18 @@ func (m *Memory) request(p plan) []llm.Message {
 	fmt.Fprintf(&t, "Events to fold (revisions %d to %d):\n", p.entries[0].rev, p.entries[len(p.entries)-1].rev)
 	for _, e := range p.entries {
 		for _, msg := range e.msgs {
-			fmt.Fprintf(&t, "[rev %d, ev %s] %s: %s\n", e.rev, e.hash.String()[:12], msg.Role, msg.Content)
+			content := msg.Content
+			if msg.ToolCallID != "" {
+				content = "(result of call " + msg.ToolCallID + ") " + content
+			}
+			if content != "" || len(msg.ToolCalls) == 0 {
+				fmt.Fprintf(&t, "[rev %d, ev %s] %s: %s\n", e.rev, e.hash.String()[:12], msg.Role, content)
+			}
+			// A step's tool calls are what it did: folded with the rest.
+			for _, c := range msg.ToolCalls {
+				fmt.Fprintf(&t, "[rev %d, ev %s] %s: calls %s (call %s) with %s\n", e.rev, e.hash.String()[:12], msg.Role,
+					c.Name, c.ID, c.Arguments)
+			}
 		}
 	}
 	t.WriteString("\nAnswer with the memory delta now: one JSON object, nothing else.")

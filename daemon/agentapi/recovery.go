@@ -20,8 +20,9 @@ import (
 
 // Hello records an agent's INIT_HELLO on its session and tells it where to
 // resume: fresh at revision 0, or the newest snapshot along the session's
-// chain of predecessors plus the events after it, up to the acknowledged
-// revision the new session continues from.
+// chain of predecessors plus the tail, up to the acknowledged revision the
+// new session continues from. The tail starts after the snapshot, or
+// earlier where a lane's event window does (see tailFrom).
 //
 // Hello logs through slog's default logger; HelloWith takes choird's.
 func Hello(ctx context.Context, pool *pgxpool.Pool, call rpc.Call, req rpc.InitHelloRequest) (rpc.InitHelloResponse, error) {
@@ -76,7 +77,7 @@ func HelloWith(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, cal
 		}
 		if snap != nil {
 			resp.Snapshot = snap
-			after = snap.Rev
+			after = tailFrom(ctx, logger, id, snap, s.AckedRev) - 1
 		}
 		rows, err := q.SessionChainEvents(ctx, db.SessionChainEventsParams{SessionID: id, AfterRev: after})
 		if err != nil {
@@ -94,6 +95,9 @@ func HelloWith(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, cal
 				return err
 			}
 			resp.TailEvents = append(resp.TailEvents, e)
+		}
+		if snap != nil {
+			resp.TailEvents = trimTail(ctx, logger, id, snap.Rev, resp.TailEvents)
 		}
 		return nil
 	})
@@ -157,4 +161,95 @@ func checkSnapshot(snap db.SessionChainSnapshotRow) (*rpc.Snapshot, error) {
 		}
 	}
 	return &rpc.Snapshot{Rev: snap.Rev, Hash: h, State: snap.Snapshot}, nil
+}
+
+// maxTailEvents and maxTailBytes bound a resumed session's tail where it
+// reaches back before the snapshot for the lanes' windows: a snapshot
+// cannot make choird load and send more, nor make the INIT_HELLO response
+// too large for the agent to read (rpc/client takes 64 MiB). The events
+// after the snapshot are always sent.
+const (
+	maxTailEvents = 20_000
+	maxTailBytes  = 16 << 20
+)
+
+const tailCapped = "tail capped: the lanes' windows reach back further than a tail may; " +
+	"the events before it are neither in the window nor in the summary after this restart"
+
+// tailFrom is the first revision of a resumed session's tail: the one
+// after the snapshot's, or the lowest window boundary the snapshot
+// records, if that is lower. A lane's window holds its events from its
+// boundary on, and those before the snapshot are in neither the snapshot
+// nor its summary; a tail that started after the snapshot would lose them
+// at every restart. choird treats the snapshot as opaque otherwise.
+func tailFrom(ctx context.Context, logger *slog.Logger, id uuid.UUID, snap *rpc.Snapshot, acked int64) int64 {
+	from := snap.Rev + 1
+	low := windowBoundary(snap.State)
+	if low <= 0 || low >= from {
+		return from
+	}
+	if floor := acked - maxTailEvents + 1; low < floor {
+		logger.WarnContext(ctx, tailCapped, slog.String("session_id", id.String()), slog.Int64("snapshot_rev", snap.Rev),
+			slog.Int64("window_boundary", low), slog.Int64("tail_from", min(floor, from)),
+			slog.Int("max_tail_events", maxTailEvents))
+		low = floor
+	}
+	return min(low, from)
+}
+
+// windowBoundary reads the lowest window boundary an agent's snapshot
+// records, 0 for none: edge.event_window_boundary and each
+// open_jobs[].event_window_boundary, the first revision each lane's window
+// holds. The decode is tolerant: a field that is absent, not a positive
+// integer, or in a state of another shape is skipped, and the rest of the
+// state is never looked at.
+func windowBoundary(state json.RawMessage) int64 {
+	var st map[string]json.RawMessage
+	if json.Unmarshal(state, &st) != nil {
+		return 0
+	}
+	var low int64
+	take := func(lane json.RawMessage) {
+		var l struct {
+			Boundary int64 `json:"event_window_boundary"`
+		}
+		if json.Unmarshal(lane, &l) == nil && l.Boundary > 0 && (low == 0 || l.Boundary < low) {
+			low = l.Boundary
+		}
+	}
+	take(st["edge"])
+	var jobs []json.RawMessage
+	if json.Unmarshal(st["open_jobs"], &jobs) == nil {
+		for _, j := range jobs {
+			take(j)
+		}
+	}
+	return low
+}
+
+// trimTail drops the oldest events of a tail that reaches back before the
+// snapshot at rev while those before the snapshot take more than
+// maxTailBytes, counted as their payloads plus a fixed allowance for the
+// rest of each event's encoding.
+func trimTail(ctx context.Context, logger *slog.Logger, id uuid.UUID, rev int64, tail []rpc.Event) []rpc.Event {
+	const perEvent = 320 // rev, type, lane, two hashes in hex, created_at, keys
+	var size int64
+	var before int
+	for _, e := range tail {
+		if e.Rev > rev {
+			break
+		}
+		size += int64(len(e.Payload)) + perEvent
+		before++
+	}
+	drop := 0
+	for ; drop < before && size > maxTailBytes; drop++ {
+		size -= int64(len(tail[drop].Payload)) + perEvent
+	}
+	if drop == 0 {
+		return tail
+	}
+	logger.WarnContext(ctx, tailCapped, slog.String("session_id", id.String()), slog.Int64("snapshot_rev", rev),
+		slog.Int64("window_boundary", tail[0].Rev), slog.Int64("tail_from", tail[drop-1].Rev+1), slog.Int("max_tail_bytes", maxTailBytes))
+	return tail[drop:]
 }

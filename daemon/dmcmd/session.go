@@ -166,7 +166,7 @@ func (c *Commands) compact(ctx context.Context, sc control.Scope, cmd gateway.Co
 		if _, err := c.ctl.SessionCompact(ctx, sc, id); err != nil {
 			return "", err
 		}
-		return fmt.Sprintf("Compaction requested: %s compacts its working memory at the next safe point.", id), nil
+		return fmt.Sprintf("Compaction requested: %s compacts the working memory of every lane (the edge and each running core job); each lane that folds anything tells you how much.", id), nil
 	}), nil
 }
 

@@ -40,6 +40,9 @@ func TestCoreReportOnEveryEndPath(t *testing.T) {
 				llmtest.Text("Cancelled.")},
 			act: func(t *testing.T, b *coreBench) {
 				b.edge.Deliver(lane.UserMessage{Text: "stop that job"})
+				// The report may reach the user within the edge's turn,
+				// before its answer: the turn ends before the test does.
+				b.waitMessage(t, "Cancelled.")
 			},
 			outcome: "terminated", want: `"j" was cancelled: cancelled by the edge lane`},
 		{name: "CancelledByPushMidModelCall", core: []llmtest.Step{llmtest.Hang()},

@@ -52,8 +52,11 @@ type coreOpts struct {
 	// history is a log's events to resume from, with the snapshot's jobs.
 	history []rpc.Event
 	snaps   []core.Snapshot
+	snapRev int64
 	// ws is the workspace to use (default: a new one).
 	ws string
+	// window is the core model's context window (default: the model's).
+	window int64
 }
 
 // slowWriteScript is test.slow_write: it marks that it started, waits until
@@ -113,7 +116,15 @@ func setupCores(t testing.TB, o coreOpts) *coreBench {
 		runDone: make(chan struct{}), edgeSrv: llmtest.NewServer(t), coreSrv: llmtest.NewServer(t)}
 	arb := arbiter.New(arbiter.Config{Appender: app, Tools: reg, Env: tool.Env{Workspace: ws}, Locks: b.locks,
 		EdgeRestricted: func() bool { return b.edge.CoresRunning() }})
-	jobsCfg := core.Config{Arbiter: arb, Log: log, Tools: reg, LLM: &llm.Client{}, Model: b.coreSrv.Model,
+	coreModel := b.coreSrv.Model
+	if o.window > 0 {
+		coreModel = func() llm.ModelSettings {
+			m := b.coreSrv.Model()
+			m.ContextWindow = o.window
+			return m
+		}
+	}
+	jobsCfg := core.Config{Arbiter: arb, Log: log, Tools: reg, LLM: &llm.Client{}, Model: coreModel,
 		Soul: "Be thorough and exact.", Out: b.out, Budgets: o.budgets, RateLimitDelay: 10 * time.Millisecond}
 	b.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, LLM: &llm.Client{},
 		Model: b.edgeSrv.Model, Out: b.out, RateLimitDelay: 10 * time.Millisecond,
@@ -123,7 +134,7 @@ func setupCores(t testing.TB, o coreOpts) *coreBench {
 			b.jobs = core.NewSet(e, jobsCfg)
 			return b.jobs
 		}})
-	b.jobs.Restore(o.snaps)
+	b.jobs.Restore(o.snapRev, o.snaps)
 	ctx, cancel := context.WithCancel(context.Background())
 	b.stop = cancel
 	arbDone := make(chan struct{})

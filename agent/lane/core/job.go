@@ -26,14 +26,16 @@ import (
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/workmem"
 	"github.com/choirhq/choir/rpc"
 )
 
 // This file is one core job (spec 7.3): a goroutine with its own state
 // machine on the flagship model, which never sees the user's messages,
-// only the CoreJobStart the edge wrote. Its window is rebuilt from its own
-// lane's committed events before every model call (coreprompt.go), so a
-// job resumed after a crash reads exactly what it would have read.
+// only the CoreJobStart the edge wrote. Its window is its own lane's
+// committed events, kept by its working memory (memory.go) and laid out
+// before every model call (prompt.go), so a job resumed after a crash
+// reads what it would have read.
 
 // State is a state of a core job's machine (spec 7.3).
 type State string
@@ -68,6 +70,11 @@ type Config struct {
 	// RateLimitDelay is rate_limit_retry_ms, used when a 429 carries no
 	// Retry-After.
 	RateLimitDelay time.Duration
+	// CompactionThresholdPercent is compaction_threshold_percent, as the
+	// edge's: the share of the flagship model's context window a job's
+	// prompt may fill before its window is compacted. Nil or 0: the
+	// default (80).
+	CompactionThresholdPercent func() int
 	// StatusFunc is called after every change of what Statuses reports;
 	// it must not block. Nil: not called.
 	StatusFunc func()
@@ -161,11 +168,9 @@ type Job struct {
 	// note is shown after the briefing when the job resumed without the
 	// start of its window.
 	note string
-
-	// events are the job's committed events, read up to seen; only the
-	// job's goroutine touches them.
-	events []rpc.Event
-	seen   int64
+	// mem is the job's working memory: its window of the lane's events
+	// and the reference summary of what was folded out of it.
+	mem *workmem.Memory
 
 	mu       sync.Mutex
 	state    State
@@ -185,8 +190,7 @@ type Job struct {
 func newJob(s *Set, start JobStart, startRev int64, used Usage) *Job {
 	owner, _ := lock.Core(start.JobName) // the name was checked at spawn
 	c := &Job{set: s, start: start, lane: "core:" + start.JobName, owner: owner, startRev: startRev,
-		schema: start.compiledOutputSchema(), done: make(chan struct{}), state: Created, used: used,
-		seen: startRev - 1}
+		schema: start.compiledOutputSchema(), done: make(chan struct{}), state: Created, used: used}
 	b := s.cfg.Budgets
 	c.wall = b.PerJobWallTime
 	if tb := time.Duration(start.ToolConstraints.TimeBudgetMS) * time.Millisecond; tb > 0 && (c.wall <= 0 || tb < c.wall) {
@@ -200,13 +204,18 @@ func newJob(s *Set, start JobStart, startRev int64, used Usage) *Job {
 			budgetError("per_job_wall_time_ms", c.wall.Milliseconds(), "out of time"))
 	}
 	c.ctx, c.cancel = ctx, cancel
+	c.mem = c.newMemory()
 	return c
 }
 
-// run drives the job to its end and commits how it ended.
+// run drives the job to its end and commits how it ended. Its working
+// memory closes first: a compaction in flight is abandoned, so nothing is
+// committed on the job's lane after its end.
 func (c *Job) run() {
 	defer close(c.done)
-	c.finish(c.loop())
+	res, cerr := c.loop()
+	c.mem.Close()
+	c.finish(res, cerr)
 	c.stopWall()
 	c.cancel(nil)
 }
@@ -295,7 +304,8 @@ func (c *Job) step() (string, []coreCall, error) {
 				text: fmt.Sprintf("Core job %q: the model provider is rate-limiting it; retrying in %s.", c.start.JobName,
 					wait.Round(time.Second))})
 		}}
-	resp, err := c.set.cfg.LLM.CompleteWithRetry(c.ctx, llm.Request{Model: model, Messages: c.prompt(), Tools: c.tools()}, policy)
+	tools := c.tools()
+	resp, err := c.set.cfg.LLM.CompleteWithRetry(c.ctx, llm.Request{Model: model, Messages: c.prompt(tools), Tools: tools}, policy)
 	if err != nil {
 		return "", nil, err
 	}
@@ -503,7 +513,6 @@ func (c *Job) finish(result json.RawMessage, cerr *coreError) {
 		}
 	}
 	ev, err := c.commit(rpc.EventCoreStopped, st)
-	c.events = nil // the window goes; the ended job's status stays a while
 	c.setState(st.State)
 	if err != nil {
 		c.set.cfg.Logger.Error("core job end not committed", slog.String("job", c.start.JobName), slog.String("error", err.Error()))

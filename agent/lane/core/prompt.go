@@ -2,15 +2,13 @@ package core
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strings"
 
-	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/workmem"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -55,9 +53,10 @@ const (
 	injectionFromRestart = "restart"
 )
 
-// prompt lays out spec 11.3 for a core job: the system prompt, SOUL-CORE.md
-// and the CoreJobStart, which are never compacted, then the job's window.
-func (c *Job) prompt() []llm.Message {
+// promptHead is what a job's prompt carries first and never compacts
+// (spec 11.3): the system prompt, SOUL-CORE.md, the CoreJobStart, and
+// the note of a restart that lost the start of the window.
+func (c *Job) promptHead() []llm.Message {
 	var sys strings.Builder
 	sys.WriteString(c.set.cfg.Instructions)
 	if sys.Len() == 0 {
@@ -75,105 +74,96 @@ func (c *Job) prompt() []llm.Message {
 	if c.note != "" {
 		msgs = append(msgs, llm.SystemMessage(c.note))
 	}
-	return append(msgs, c.window()...)
+	return msgs
 }
 
-// window is the job's committed events as conversation.
-func (c *Job) window() []llm.Message {
-	c.sync()
-	return renderCore(c.events, c.set.cfg.Tools)
+// prompt lays out spec 11.3 for a job's next step: the head, the
+// reference summary and the window of the job's committed events. It is
+// where the job's working memory measures the prompt, once per step: the
+// summary and the window may be folded, the head and the tools may not.
+func (c *Job) prompt(tools []llm.ToolSpec) []llm.Message {
+	head := c.promptHead()
+	rev, _ := c.set.cfg.Log.Head()
+	c.mem.Check(c.ctx, workmem.EstimateTokens(head...)+workmem.EstimateTools(tools), rev)
+	msgs, _ := c.mem.Layout(head, rev)
+	return pairCalls(msgs)
 }
 
-// sync reads the job's events committed since it last looked.
-func (c *Job) sync() {
-	log := c.set.cfg.Log
-	evs, err := log.Since(c.seen)
-	if errors.Is(err, commitlog.ErrNotRetained) {
-		// Other lanes committed more than the log keeps since the job last
-		// looked: what is gone is gone from its window too.
-		c.set.cfg.Logger.Warn("core job window lost events to the log's retention", slog.String("job", c.start.JobName))
-		head, _ := log.Head()
-		evs, err = log.Range(log.Oldest(), head)
-	}
-	if err != nil {
-		return
-	}
-	for _, ev := range evs {
-		if ev.Lane == c.lane {
-			c.events = append(c.events, ev)
+// noResult answers a call whose result is not in the window.
+const noResult = `{"status":"error","summary":"no result: the call did not run, or a restart interrupted it; check its effect before repeating it"}`
+
+// pairCalls makes a laid-out window a conversation the model accepts:
+// every tool call of a step is answered before anything else follows it
+// (by noResult when its result is not there), and a result whose call was
+// folded into the summary (a compaction can end within a step) is kept as
+// a note, never dropped.
+func pairCalls(msgs []llm.Message) []llm.Message {
+	out := make([]llm.Message, 0, len(msgs))
+	var open []string // the calls of the last step not yet answered
+	closeStep := func() {
+		for _, id := range open {
+			out = append(out, llm.ToolResultMessage(id, noResult))
 		}
-		c.seen = ev.Rev
+		open = nil
 	}
-	c.events = trimWindow(c.events, coreWindowEvents)
-}
-
-// coreWindowEvents bounds the events of a job's window until the lanes'
-// working memory compacts it.
-const coreWindowEvents = 400
-
-// trimWindow keeps the last n events or fewer, starting at a model step so
-// that no tool result is left without its call.
-func trimWindow(evs []rpc.Event, n int) []rpc.Event {
-	if len(evs) <= n {
-		return evs
-	}
-	for i := len(evs) - n; i < len(evs); i++ {
-		var p coreOutput
-		if evs[i].Type == rpc.EventModelOutput && json.Unmarshal(evs[i].Payload, &p) == nil && p.CoreEvent == "" {
-			return slices.Clone(evs[i:])
-		}
-	}
-	return slices.Clone(evs[len(evs)-n:])
-}
-
-// renderCore turns a job's events into conversation: every step with its
-// tool calls, each call answered by its committed result (or, when it has
-// none, by a note that it did not run or was interrupted), and the
-// instructions injected between steps.
-func renderCore(evs []rpc.Event, reg *tool.Registry) []llm.Message {
-	results := map[string]string{}
-	for _, ev := range evs {
-		if id, res := callResult(ev, reg); id != "" {
-			results[id] = res
-		}
-	}
-	var out []llm.Message
-	for _, ev := range evs {
-		switch ev.Type {
-		case rpc.EventModelOutput:
-			var p coreOutput
-			if json.Unmarshal(ev.Payload, &p) != nil || p.CoreEvent != "" {
+	for _, m := range msgs {
+		if m.Role == llm.RoleTool {
+			if i := slices.Index(open, m.ToolCallID); i >= 0 {
+				open = slices.Delete(open, i, i+1)
+				out = append(out, m)
 				continue
 			}
-			if len(p.ToolCalls) == 0 {
-				out = append(out, llm.AssistantMessage(answerText(p.Text)))
-				continue
-			}
-			calls := make([]llm.ToolCall, len(p.ToolCalls))
-			for i, tc := range p.ToolCalls {
-				calls[i] = llm.ToolCall{ID: tc.CallID, Name: tc.Tool, Arguments: inputOrEmpty(tc.Arguments)}
-			}
-			out = append(out, llm.AssistantMessage(p.Text, calls...))
-			for _, tc := range p.ToolCalls {
-				res, ok := results[tc.CallID]
-				if !ok {
-					res = `{"status":"error","summary":"no result: the call did not run, or a restart interrupted it; check its effect before repeating it"}`
-				}
-				out = append(out, llm.ToolResultMessage(tc.CallID, res))
-			}
-		case rpc.EventInjectedInstruction:
-			var p coreInjection
-			if json.Unmarshal(ev.Payload, &p) != nil {
-				continue
-			}
-			if p.Source == injectionFromEdge {
-				out = append(out, llm.UserMessage("Instruction from the edge lane: "+p.Text))
-			} else {
-				out = append(out, llm.UserMessage(p.Text))
-			}
+			closeStep()
+			out = append(out, llm.AssistantMessage(fmt.Sprintf(
+				"[the result of my earlier tool call %s, whose request is folded into the reference summary: %s]", m.ToolCallID, m.Content)))
+			continue
+		}
+		closeStep()
+		out = append(out, m)
+		for _, tc := range m.ToolCalls {
+			open = append(open, tc.ID)
 		}
 	}
+	closeStep()
 	return out
+}
+
+// renderCoreEvent renders one of a job's committed events as its window
+// shows it: a step with its tool calls, each call's result (committed
+// after it, within the step), and the instructions injected between
+// steps. It depends on the event alone, as working memory requires.
+func renderCoreEvent(ev rpc.Event, reg *tool.Registry) []llm.Message {
+	switch ev.Type {
+	case rpc.EventModelOutput:
+		var p coreOutput
+		if json.Unmarshal(ev.Payload, &p) != nil {
+			return nil
+		}
+		if p.CoreEvent != "" {
+			break // a report answers its call: callResult below
+		}
+		if len(p.ToolCalls) == 0 {
+			return []llm.Message{llm.AssistantMessage(answerText(p.Text))}
+		}
+		calls := make([]llm.ToolCall, len(p.ToolCalls))
+		for i, tc := range p.ToolCalls {
+			calls[i] = llm.ToolCall{ID: tc.CallID, Name: tc.Tool, Arguments: inputOrEmpty(tc.Arguments)}
+		}
+		return []llm.Message{llm.AssistantMessage(p.Text, calls...)}
+	case rpc.EventInjectedInstruction:
+		var p coreInjection
+		if json.Unmarshal(ev.Payload, &p) != nil {
+			return nil
+		}
+		if p.Source == injectionFromEdge {
+			return []llm.Message{llm.UserMessage("Instruction from the edge lane: " + p.Text)}
+		}
+		return []llm.Message{llm.UserMessage(p.Text)}
+	}
+	if id, res := callResult(ev, reg); id != "" {
+		return []llm.Message{llm.ToolResultMessage(id, res)}
+	}
+	return nil
 }
 
 // callResult returns the call a committed event answers and the answer

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/choirhq/choir/agent/workmem"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -35,6 +36,13 @@ type Snapshot struct {
 	// Pending are instructions accepted (and counted) but not yet
 	// committed: the resumed job still gets them.
 	Pending []string `json:"pending_injections,omitempty"`
+	// ReferenceSummary and WindowFrom are the job's working memory: the
+	// summary of what was folded out of its window, and the first
+	// revision the window holds (its core_started until a compaction).
+	// choird starts a resumed session's tail at the lowest boundary of
+	// every lane, so that the window is whole again.
+	ReferenceSummary workmem.ReferenceSummary `json:"reference_summary,omitzero"`
+	WindowFrom       int64                    `json:"event_window_boundary,omitempty"`
 }
 
 // Snapshots returns the running jobs' state for a working-memory
@@ -48,27 +56,28 @@ func (s *Set) Snapshots() []Snapshot {
 		}
 		head, _ := s.cfg.Log.Head() // before the counters: see Snapshot
 		u := c.usage()
+		sum, from := c.mem.State()
 		c.mu.Lock()
 		out = append(out, Snapshot{Start: c.start, StartedRev: c.startRev, State: c.state, Used: u, ThroughRev: head,
 			TakenAt: time.Now(), Progress: c.progress, PartialResult: c.partial, SchemaRetried: c.schemaRetried,
-			Counted: slices.Clone(c.counted), Pending: slices.Clone(c.pending)})
+			Counted: slices.Clone(c.counted), Pending: slices.Clone(c.pending), ReferenceSummary: sum, WindowFrom: from})
 		c.mu.Unlock()
 	}
 	return out
 }
 
-// Restore hands the set the jobs a snapshot carried; the edge's Run
-// resumes them with what the log's tail adds. Call it before Run.
-func (s *Set) Restore(snaps []Snapshot) { s.restoring = snaps }
+// Restore hands the set the jobs the snapshot at revision rev carried;
+// the edge's Run resumes them with what the log's tail adds. Call it
+// before Run.
+func (s *Set) Restore(rev int64, snaps []Snapshot) { s.restoredRev, s.restoring = rev, snaps }
 
 // restored is a job being rebuilt from the snapshot and the tail.
 type restored struct {
 	snap Snapshot
 	// before is the snapshot as it was, before the tail's events.
-	before   Snapshot
-	fromTail bool // its core_started is in the tail: its whole window is
-	lastAt   time.Time
-	calls    map[string]bool
+	before Snapshot
+	lastAt time.Time
+	calls  map[string]bool
 }
 
 // count adds one of the job's tail events to what it has spent.
@@ -81,12 +90,15 @@ func (r *restored) count(ev rpc.Event) {
 		Text             string `json:"text"`
 		PromptTokens     int64  `json:"prompt_tokens"`
 		CompletionTokens int64  `json:"completion_tokens"`
+		Purpose          string `json:"purpose"`
 	}
 	json.Unmarshal(ev.Payload, &p) //nolint:errcheck // an unreadable payload counts nothing
 	u := &r.snap.Used
 	switch ev.Type {
 	case rpc.EventLLMCallCommitted:
-		u.Steps++
+		if p.Purpose == "" { // a compaction call spends tokens, no step
+			u.Steps++
+		}
 		u.Tokens += p.PromptTokens + p.CompletionTokens
 	case rpc.EventToolCallRequested, rpc.EventToolCallCommitted:
 		if p.CallID != "" && p.Tool != coreReportTool && !r.calls[p.CallID] && !slices.Contains(r.snap.Counted, p.CallID) {
@@ -115,11 +127,15 @@ func (r *restored) count(ev rpc.Event) {
 
 // recover rebuilds the jobs a restart interrupted, from the snapshot's jobs
 // and the log's tail: every job whose core_stopped is not in the log
-// resumes, with its budgets as spent (never reset) and its window rebuilt
-// from its events in the tail, and the user is told; a job whose budgets
-// are used up ends at its first safe point and is reported as any other.
-// Reports of jobs that ended are sent again (choird's outbox drops a
-// duplicate) or, when the restart came before them, sent now.
+// resumes, with its budgets as spent (never reset), its working memory as
+// the snapshot and the tail leave it, and the user is told; a job whose
+// budgets are used up ends at its first safe point and is reported as any
+// other. Reports of jobs that ended are sent again (choird's outbox drops
+// a duplicate) or, when the restart came before them, sent now.
+//
+// The tail may start before the snapshot (choird starts it at the lowest
+// window boundary of the lanes): what a snapshot counted is not counted
+// again, and a job's own core_started in it does not replace its snapshot.
 func (s *Set) recover(ctx context.Context) {
 	head, _ := s.cfg.Log.Head()
 	evs, err := s.cfg.Log.Range(s.cfg.Log.Oldest(), head)
@@ -144,30 +160,47 @@ func (s *Set) recover(ctx context.Context) {
 		if !ok {
 			continue
 		}
+		r := recs[name]
 		switch ev.Type {
 		case rpc.EventCoreStarted:
 			var p struct {
 				Start JobStart `json:"start"`
 			}
-			if json.Unmarshal(ev.Payload, &p) == nil {
+			// A start at or before the one known is the snapshot's job's,
+			// or an earlier job's of the same name.
+			if (r == nil || ev.Rev > r.snap.StartedRev) && json.Unmarshal(ev.Payload, &p) == nil {
 				recs[name] = &restored{snap: Snapshot{Start: p.Start, StartedRev: ev.Rev, TakenAt: ev.CreatedAt},
-					fromTail: true, calls: map[string]bool{}}
+					calls: map[string]bool{}}
 			}
 			continue
 		case rpc.EventCoreStopped:
 			stopped = append(stopped, ev)
-			delete(recs, name)
+			if r != nil && ev.Rev > r.snap.StartedRev { // not an earlier job's end
+				delete(recs, name)
+			}
 			continue
 		}
-		if r := recs[name]; r != nil && ev.Rev > r.snap.ThroughRev && ev.Rev > r.snap.StartedRev {
+		if r != nil && ev.Rev > r.snap.ThroughRev && ev.Rev > r.snap.StartedRev {
 			r.count(ev)
 		}
 	}
 	for _, ev := range stopped {
+		// A report committed by the snapshot was handed to Out before it
+		// was taken (see lane.Edge.Settled): the tail reaches back before
+		// the snapshot only for the windows.
+		if rep, ok := reported[ev.Rev]; ok && rep.Rev <= s.restoredRev {
+			continue
+		}
 		s.recoverReport(ev, reported)
 	}
+	// Every job's memory takes in its window before any of them commits:
+	// the log may drop acknowledged events once new ones are replicated.
+	jobs := make([]*Job, 0, len(recs))
 	for _, r := range recs {
-		s.resume(ctx, r, evs)
+		jobs = append(jobs, s.rebuild(ctx, r))
+	}
+	for _, c := range jobs {
+		s.resume(ctx, c)
 	}
 }
 
@@ -208,8 +241,11 @@ func (s *Set) recoverReport(ev rpc.Event, reported map[int64]rpc.Event) {
 	s.tell(n)
 }
 
-// resume starts a job again where the restart left it.
-func (s *Set) resume(ctx context.Context, r *restored, evs []rpc.Event) {
+// rebuild makes a job again from what the snapshot and the tail say of
+// it: its budgets as spent, its reports, and its working memory (the
+// snapshot's summary and window boundary, or a compaction committed after
+// the snapshot, whichever is newer).
+func (s *Set) rebuild(ctx context.Context, r *restored) *Job {
 	used := r.snap.Used
 	if !r.lastAt.IsZero() && r.lastAt.After(r.snap.TakenAt) {
 		used.WallMS += r.lastAt.Sub(r.snap.TakenAt).Milliseconds()
@@ -217,31 +253,37 @@ func (s *Set) resume(ctx context.Context, r *restored, evs []rpc.Event) {
 	c := newJob(s, r.snap.Start, r.snap.StartedRev, used)
 	c.progress, c.partial, c.schemaRetried = r.snap.Progress, r.snap.PartialResult, r.snap.SchemaRetried
 	c.pending = r.snap.Pending
-	for _, ev := range evs {
-		if ev.Lane == c.lane && ev.Rev >= c.startRev {
-			c.events = append(c.events, ev)
-		}
-	}
-	if len(evs) > 0 {
-		c.seen = evs[len(evs)-1].Rev
-	}
-	if !r.fromTail {
-		c.note = fmt.Sprintf("This job was resumed after a restart. Its steps before revision %d are not in your context; "+
-			"your last report then was %q", r.before.ThroughRev+1, r.before.Progress)
+	c.mem.Restore(r.snap.ReferenceSummary, r.snap.WindowFrom)
+	if _, from := c.mem.State(); from < s.cfg.Log.Oldest() {
+		// The tail does not reach back to the window's start (an older
+		// choird, or a tail capped in length): say what is missing.
+		s.cfg.Logger.WarnContext(ctx, "core job resumed without the start of its window", slog.String("job", c.start.JobName),
+			slog.Int64("window_from", from), slog.Int64("log_from", s.cfg.Log.Oldest()))
+		c.note = fmt.Sprintf("This job was resumed after a restart. Its events from revision %d to %d are neither in your "+
+			"context nor in your reference summary; your last report then was %q", from, s.cfg.Log.Oldest()-1, r.before.Progress)
 		if r.before.PartialResult != "" {
 			c.note += fmt.Sprintf(" and your last partial result %q", r.before.PartialResult)
 		}
 		c.note += ". Check the workspace before repeating work."
 	}
+	return c
+}
+
+// resume starts a rebuilt job again where the restart left it.
+func (s *Set) resume(ctx context.Context, c *Job) {
 	ev, err := c.commit(rpc.EventInjectedInstruction, coreInjection{Source: injectionFromRestart,
 		Text: "The agent restarted and you resume this job where you were. A tool call without a result was interrupted: " +
 			"check its effect before repeating it."})
 	if err != nil {
 		s.cfg.Logger.ErrorContext(ctx, "core job not resumed", slog.String("job", c.start.JobName), slog.String("error", err.Error()))
+		c.mem.Close()
+		c.stopWall()
+		c.cancel(nil)
 		return
 	}
+	used := c.usage()
 	s.cfg.Logger.InfoContext(ctx, "core job resumed after a restart", slog.String("job", c.start.JobName),
-		slog.Int64("steps", used.Steps), slog.Bool("whole_window", r.fromTail))
+		slog.Int64("steps", used.Steps), slog.Bool("whole_window", c.note == ""))
 	s.tell(coreNews{kind: newsResumed, job: c.start.JobName, ev: ev,
 		text: fmt.Sprintf("Core job %q was interrupted by a restart and resumes (%d steps done so far).", c.start.JobName, used.Steps)})
 	s.launch(c)

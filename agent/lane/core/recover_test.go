@@ -55,7 +55,8 @@ func crashMidJob(t *testing.T, ws string, held, snapAt int, budgets core.Budgets
 	if snaps == nil {
 		return evs, nil
 	}
-	// choird's tail starts after the snapshot.
+	// The tail starts after the snapshot, as an older choird's did, or a
+	// tail capped in length: the job's start and first steps are not in it.
 	from := snaps[0].ThroughRev
 	return slices.DeleteFunc(evs, func(ev rpc.Event) bool { return ev.Rev <= from }), snaps
 }
@@ -155,10 +156,21 @@ func TestCoreReportResentAfterRestart(t *testing.T) {
 	t.Parallel()
 	first := setupCores(t, coreOpts{})
 	first.edgeSrv.Add(llmtest.ToolCalls(spawnCall("s1", "j", "Say hi.")), llmtest.Text("Started."))
-	first.coreSrv.Add(llmtest.Text("hi"))
+	// The job answers once the edge has: the log cut at the job's end then
+	// holds the edge's whole turn, which a restart would otherwise resume.
+	started := make(chan struct{})
+	first.coreSrv.SetResponder(func(ctx context.Context, _ *llmtest.Request) llmtest.Step {
+		select {
+		case <-started:
+		case <-ctx.Done():
+		}
+		return llmtest.Text("hi")
+	})
 	if err := first.edge.Deliver(lane.UserMessage{Text: "say hi"}); err != nil {
 		t.Fatal(err)
 	}
+	first.waitMessage(t, "Started.")
+	close(started)
 	first.waitMessage(t, `Core job "j" completed`)
 	first.checkReports(t)
 	_, firstIDs := first.messages()
@@ -189,4 +201,20 @@ func TestCoreReportResentAfterRestart(t *testing.T) {
 			}
 		})
 	}
+
+	// A tail that reaches back before the snapshot, for the windows, does
+	// not bring back the reports sent before it.
+	t.Run("ReportSentBeforeTheSnapshot", func(t *testing.T) {
+		t.Parallel()
+		head := evs[len(evs)-1].Rev
+		b := setupCores(t, coreOpts{history: evs, snapRev: head})
+		b.edgeSrv.Add(llmtest.Text("Hello again."))
+		if err := b.edge.Deliver(lane.UserMessage{Text: "hi"}); err != nil {
+			t.Fatal(err)
+		}
+		b.waitMessage(t, "Hello again.")
+		if texts, ids := b.messages(); slices.Contains(ids, lane.MessageID("core_report", stopped.Hash)) {
+			t.Errorf("the report was sent again: %q", texts)
+		}
+	})
 }

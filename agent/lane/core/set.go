@@ -32,9 +32,11 @@ type Set struct {
 	live  map[string]*Job
 	ended []*Job // the latest ended jobs, for their last status report
 	news  []coreNews
-	// restoring holds the snapshot's jobs until Run resumes them.
-	restoring []Snapshot
-	wg        sync.WaitGroup
+	// restoring holds the snapshot's jobs until Run resumes them;
+	// restoredRev is the snapshot's revision.
+	restoring   []Snapshot
+	restoredRev int64
+	wg          sync.WaitGroup
 	// unsent counts reports of ended jobs not yet handed to Out: the
 	// lane is not settled while any is (see Edge.Settled).
 	unsent atomic.Int64

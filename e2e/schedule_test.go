@@ -119,7 +119,7 @@ func TestScheduleStartsItsAgent(t *testing.T) {
 		summaryStep(),
 	)
 	c := choirdtest.Start(t, choirdtest.Options{ModelEndpoint: srv.BaseURL(), FastHeartbeat: true, ReadyTimeout: 2 * time.Minute,
-		Daemon: daemon.Options{Runtime: "process", AgentBinary: buildBinary(t, "cmd/choir-agent")}})
+		Daemon: daemon.Options{Runtime: "process", AgentBinary: choirdtest.Binary(t, "cmd/choir-agent")}})
 	// Cleanups run last first: the agent stops before choird does.
 	t.Cleanup(func() {
 		if _, err := c.AgentStop(context.Background(), daemon.Scope{Admin: true, Actor: "test"}, "assistant"); err != nil {

@@ -14,21 +14,32 @@ import (
 	"github.com/choirhq/choir/daemon/gateway"
 )
 
-func (c *Commands) approvals(ctx context.Context, sc control.Scope, cmd gateway.Command) (action, error) {
-	var filter string
+// listFilter reads the optional agent a listing command names: none (the
+// empty string) or one its scope may see. A regular DM bound to no agent
+// has nothing to list.
+func (c *Commands) listFilter(ctx context.Context, sc control.Scope, cmd gateway.Command, command string) (string, error) {
+	var agentID string
 	switch len(cmd.Args) {
 	case 0:
 	case 1:
 		id, err := c.target(ctx, sc, cmd, cmd.Args[0])
 		if err != nil {
-			return action{}, err
+			return "", err
 		}
-		filter = id
+		agentID = id
 	default:
-		return action{}, usagef("%s", c.usage(sc, "approvals"))
+		return "", usagef("%s", c.usage(sc, command))
 	}
 	if !sc.Admin && sc.Agent == "" {
-		return action{}, unbound(sc, cmd)
+		return "", unbound(sc, cmd)
+	}
+	return agentID, nil
+}
+
+func (c *Commands) approvals(ctx context.Context, sc control.Scope, cmd gateway.Command) (action, error) {
+	filter, err := c.listFilter(ctx, sc, cmd, "approvals")
+	if err != nil {
+		return action{}, err
 	}
 	return cmdRead(func(ctx context.Context) (string, error) {
 		pending, err := c.ctl.ApprovalList(ctx, sc, filter)

@@ -19,20 +19,9 @@ const maxSchedulesShown = 30
 // approval, or paused) of the DM's agent that come to this DM; an admin
 // sees every agent's, or names one.
 func (c *Commands) schedules(ctx context.Context, sc control.Scope, cmd gateway.Command) (action, error) {
-	var agentID string
-	switch len(cmd.Args) {
-	case 0:
-	case 1:
-		id, err := c.target(ctx, sc, cmd, cmd.Args[0])
-		if err != nil {
-			return action{}, err
-		}
-		agentID = id
-	default:
-		return action{}, usagef("%s", c.usage(sc, "schedules"))
-	}
-	if !sc.Admin && sc.Agent == "" {
-		return action{}, unbound(sc, cmd)
+	agentID, err := c.listFilter(ctx, sc, cmd, "schedules")
+	if err != nil {
+		return action{}, err
 	}
 	return cmdRead(func(ctx context.Context) (string, error) {
 		list, err := schedule.List(ctx, c.pool, c.ctl.Snapshot().Config, sc, agentID)

@@ -10,7 +10,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/llmtest"
+	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/agent/workmem"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -116,10 +119,21 @@ func TestSessionResumeKeepsTheWindow(t *testing.T) {
 	t.Parallel()
 	srv := llmtest.NewServer(t)
 	srv.SetResponder(restartModel)
+	// A small window: the edge's tool schemas and some 2,800 tokens of
+	// room, whatever tools are built in.
+	reg, err := builtin.Build(builtin.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var specs []llm.ToolSpec
+	for _, v := range reg.LLMViews(tool.Filter{Lane: tool.LaneEdge}) {
+		specs = append(specs, llm.ToolSpec{Name: v.Name, Description: v.Description, Parameters: v.Parameters})
+	}
+	window := workmem.EstimateTools(specs) + 2800
 	d := choirdtest.Start(t, choirdtest.Options{ModelEndpoint: srv.BaseURL(), FastHeartbeat: true,
 		Edit: func(cfg *config.Config, _ config.Secrets) {
 			m := cfg.Models["local"]
-			m.ContextWindow = 6000 // the builtin tools take some 3,200 tokens of it
+			m.ContextWindow = window
 			cfg.Models["local"] = m
 			cfg.SnapshotEveryEvents = 4
 		}})

@@ -35,9 +35,12 @@ type memBundle struct {
 
 // memOpts configure a memBundle.
 type memOpts struct {
-	// window is the model's context window; the builtin tools' schemas
-	// alone take about 3,150 tokens of it.
+	// window is the model's context window.
 	window int64
+	// overTools, when set instead, makes the window the edge's tool
+	// schemas plus this many tokens: a small window that keeps the same
+	// room for the conversation whatever tools are built in.
+	overTools int64
 	// answer answers the lane's requests, compact the compaction calls.
 	answer, compact func(ctx context.Context, r *llmtest.Request) llmtest.Step
 	// after is the log to continue, as a resumed session does; nil: a
@@ -83,8 +86,16 @@ func newMemBundle(t testing.TB, o memOpts) *memBundle {
 	ws := t.TempDir()
 	arb := arbiter.New(arbiter.Config{Appender: app, Tools: reg, Env: tool.Env{Workspace: ws},
 		Approvals: &approver{by: map[string]string{}}})
+	window := o.window
+	if o.overTools > 0 {
+		var specs []llm.ToolSpec
+		for _, v := range reg.LLMViews(tool.Filter{Lane: tool.LaneEdge}) {
+			specs = append(specs, llm.ToolSpec{Name: v.Name, Description: v.Description, Parameters: v.Parameters})
+		}
+		window = workmem.EstimateTools(specs) + o.overTools
+	}
 	b := &memBundle{bundle: &bundle{log: log, ws: ws, out: &sink{got: make(chan string, 1024)}, srv: srv,
-		done: make(chan error, 1)}, window: o.window, arb: arb, logs: &logTap{}}
+		done: make(chan error, 1)}, window: window, arb: arb, logs: &logTap{}}
 	b.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, Skills: skills, LLM: &llm.Client{},
 		Model: b.model, Out: b.out, RateLimitDelay: 10 * time.Millisecond, Logger: slog.New(b.logs),
 		Identity: lane.Identity{Instructions: "You are the edge lane.", User: "The user is Ada.", Soul: "Be brief."}})
@@ -246,7 +257,7 @@ func TestEdgeAutomaticCompaction(t *testing.T) {
 	t.Parallel()
 	// 4,800 tokens of budget (80%), of which the tools and instructions
 	// take about 3,250: a few dozen turns fill the rest.
-	b := setupMemory(t, memOpts{window: 6000, answer: factAnswer, compact: factsDelta})
+	b := setupMemory(t, memOpts{overTools: 2850, answer: factAnswer, compact: factsDelta})
 	b.say(t, "FACT door_code=4417 remember the door code")
 	b.say(t, "FACT cat=Miso that is my cat's name")
 	var notices []string
@@ -317,7 +328,7 @@ func TestEdgeCompactionNotApplied(t *testing.T) {
 			t.Parallel()
 			// 3,600 tokens of budget, of which the tools and instructions
 			// take about 3,250: one long message passes the threshold.
-			b := setupMemory(t, memOpts{window: 4500, answer: factAnswer, compact: compactionScript(tc.first)})
+			b := setupMemory(t, memOpts{overTools: 1350, answer: factAnswer, compact: compactionScript(tc.first)})
 			b.say(t, "FACT door_code=4417 "+strings.Repeat("and a long story about the door ", 60))
 			// The turn's end measured the window and made the first
 			// compaction call, answered with tc.first.
@@ -480,7 +491,7 @@ func setupMemoryRestored(t *testing.T, after *commitlog.Log, snap lane.EdgeSnaps
 func TestEdgeMemory500Turns(t *testing.T) {
 	t.Parallel()
 	const turns = 500
-	b := setupMemory(t, memOpts{window: 6000, answer: factAnswer, compact: factsDelta})
+	b := setupMemory(t, memOpts{overTools: 2850, answer: factAnswer, compact: factsDelta})
 	budget := b.window * 80 / 100
 	facts := [][2]string{{"door_code", "4417"}, {"cat", "Miso"}, {"wifi", "orange-42"}, {"dentist", "2025-03-14"}, {"locker", "B17"}}
 	var notices []string
@@ -563,7 +574,7 @@ func TestEdgeWaitsForCompactionRatherThanOverflow(t *testing.T) {
 	release := make(chan struct{})
 	// 4,500 tokens of window; the tools and instructions take about
 	// 3,250, each long message about 1,000.
-	b := setupMemory(t, memOpts{window: 4500, answer: factAnswer, compact: func(ctx context.Context, r *llmtest.Request) llmtest.Step {
+	b := setupMemory(t, memOpts{overTools: 1350, answer: factAnswer, compact: func(ctx context.Context, r *llmtest.Request) llmtest.Step {
 		select {
 		case <-release:
 		case <-ctx.Done():

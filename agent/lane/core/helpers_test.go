@@ -20,6 +20,7 @@ import (
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/agent/tool/tooltest"
+	"github.com/choirhq/choir/agent/workmem"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -27,6 +28,8 @@ import (
 // its jobs on another, a shared lock manager, a workspace and the user's
 // side of the conversation.
 type coreBench struct {
+	// window is the core model's context window, 0 for the model's own.
+	window  int64
 	edge    *lane.Edge
 	jobs    *core.Set
 	log     *commitlog.Log
@@ -55,8 +58,11 @@ type coreOpts struct {
 	snapRev int64
 	// ws is the workspace to use (default: a new one).
 	ws string
-	// window is the core model's context window (default: the model's).
-	window int64
+	// overTools, when set, makes the core model's context window the core
+	// lane's tool schemas plus this many tokens (default: the model's
+	// window), so a small window keeps the same room whatever tools are
+	// built in.
+	overTools int64
 }
 
 // slowWriteScript is test.slow_write: it marks that it started, waits until
@@ -117,10 +123,16 @@ func setupCores(t testing.TB, o coreOpts) *coreBench {
 	arb := arbiter.New(arbiter.Config{Appender: app, Tools: reg, Env: tool.Env{Workspace: ws}, Locks: b.locks,
 		EdgeRestricted: func() bool { return b.edge.CoresRunning() }})
 	coreModel := b.coreSrv.Model
-	if o.window > 0 {
+	if o.overTools > 0 {
+		var specs []llm.ToolSpec
+		for _, v := range reg.LLMViews(tool.Filter{Lane: tool.LaneCore}) {
+			specs = append(specs, llm.ToolSpec{Name: v.Name, Description: v.Description, Parameters: v.Parameters})
+		}
+		window := workmem.EstimateTools(specs) + o.overTools
+		b.window = window
 		coreModel = func() llm.ModelSettings {
 			m := b.coreSrv.Model()
-			m.ContextWindow = o.window
+			m.ContextWindow = window
 			return m
 		}
 	}

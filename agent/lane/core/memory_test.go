@@ -171,10 +171,12 @@ func startFactJob(t *testing.T, b *coreBench, job *factJob) {
 // the compaction calls spend tokens but no steps.
 func TestCoreAutomaticCompaction(t *testing.T) {
 	t.Parallel()
-	// The core tools and the head take some 3,900 tokens of the 8,000
-	// token window, of whose 6,400 of budget each step takes some 250.
-	const window, steps = 8000, 40
-	b := setupCores(t, coreOpts{window: window})
+	// The core tools take some 3,800 tokens of the window and the head
+	// some 100; of the 6,400 tokens of budget (80%) each step takes some
+	// 250.
+	const room, steps = 4200, 40
+	b := setupCores(t, coreOpts{overTools: room})
+	window := b.window
 	job := &factJob{steps: steps, facts: plantedFacts}
 	startFactJob(t, b, job)
 	st := b.waitStopped(t, "j")
@@ -323,9 +325,9 @@ func TestCoreMemorySurvivesRestart(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			const window = 8000
+			const room = 4200
 			ws := t.TempDir()
-			a := setupCores(t, coreOpts{ws: ws, window: window})
+			a := setupCores(t, coreOpts{ws: ws, overTools: room})
 			var snaps []core.Snapshot
 			held := make(chan struct{})
 			job := &factJob{steps: 40, facts: plantedFacts, before: func(ctx context.Context, n int) {
@@ -358,7 +360,7 @@ func TestCoreMemorySurvivesRestart(t *testing.T) {
 			history := slices.DeleteFunc(evs, func(ev rpc.Event) bool { return ev.Rev < from })
 			stepsBefore := job.n.Load() - 1 // the held call never returned
 
-			b := setupCores(t, coreOpts{ws: ws, window: window, history: history, snaps: snaps})
+			b := setupCores(t, coreOpts{ws: ws, overTools: room, history: history, snaps: snaps})
 			rest := &factJob{steps: 2, facts: plantedFacts}
 			b.coreSrv.SetResponder(rest.respond)
 			st := b.waitStopped(t, "j")

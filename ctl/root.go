@@ -75,8 +75,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 // newRootCommand is choirctl with every command, writing to g's streams.
 func newRootCommand(g *globals) *cobra.Command {
 	root := &cobra.Command{
-		Use:           "choirctl",
-		Short:         "Operate Choir: set up, migrate, validate and control choird and its agents",
+		Use:   "choirctl",
+		Short: "Operate Choir: set up, migrate, validate and control choird and its agents",
 		Long: `Operate Choir: set up, migrate, validate and control choird and its agents.
 
 Every listing takes --json. Shell completion, with agent, session and

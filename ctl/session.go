@@ -169,7 +169,7 @@ func newSessionListCommand(g *globals, asJSON *bool) *cobra.Command {
 	cmd.Flags().StringVar(&opts.req.AgentID, "agent", "", "only this agent's sessions")
 	cmd.Flags().StringVar(&opts.req.Status, "status", "", "only sessions in this status: "+strings.Join(admin.SessionStatuses, ", "))
 	cmd.Flags().IntVar(&opts.req.Limit, "limit", 100, fmt.Sprintf("most sessions listed (at most %d)", admin.MaxSessionsListed))
-	cmd.RegisterFlagCompletionFunc("agent", g.completeAgents)                       //nolint:errcheck
+	cmd.RegisterFlagCompletionFunc("agent", g.completeAgents)                              //nolint:errcheck
 	cmd.RegisterFlagCompletionFunc("status", cobra.FixedCompletions(admin.SessionStatuses, //nolint:errcheck
 		cobra.ShellCompDirectiveNoFileComp))
 	return cmd

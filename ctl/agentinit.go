@@ -30,7 +30,9 @@ scaffolded with a Dockerfile, identity/SOUL.md, identity/SOUL-CORE.md and
 empty tools/ and skills/. Without --repo-dir, create the repo yourself and
 set agents.<id>.repo.url. Nothing is built or started.`,
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return runAgentInit(g, args[0], opts) },
+		// A new agent's id: none of the configured ones.
+		ValidArgsFunction: cobra.NoFileCompletions,
+		RunE:              func(cmd *cobra.Command, args []string) error { return runAgentInit(g, args[0], opts) },
 	}
 	cmd.Flags().StringVar(&opts.repoDir, "repo-dir", "", "create the agent's bare git repo in this directory")
 	return cmd

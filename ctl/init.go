@@ -30,7 +30,16 @@ repos/, socks/ and logs/. It never overwrites an existing setup.
 Without --local, config.json holds placeholders to fill in. With --local it
 is a complete configuration for this machine: the throwaway Postgres of
 scripts/devpg.sh, one workspace, a console DM, the offline embedder and one
-agent, so choird runs at once.`,
+agent, so choird runs at once.
+
+The agent's model is a real one when the environment names it, first found:
+  CHOIR_LLM_URL, CHOIR_LLM_MODEL and CHOIR_LLM_KEY  any OpenAI-compatible endpoint
+  OPENAI_API_KEY      https://api.openai.com/v1, gpt-4o-mini
+  OPENROUTER_API_KEY  https://openrouter.ai/api/v1, openai/gpt-4o-mini
+(CHOIR_LLM_MODEL also replaces the model of the last two). The key goes into
+secrets.json, as openai-api-key, openrouter-api-key or choir-llm-key, never
+into config.json. Otherwise the model is a local Ollama endpoint,
+http://127.0.0.1:11434/v1, and choird says at start when nothing answers there.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runInit(g, opts) },
 	}
@@ -65,8 +74,15 @@ func runInit(g *globals, opts initOptions) error {
 
 	var cfg *config.Config
 	secrets := config.Secrets{}
+	envModel, haveModel, err := config.ModelFromEnv(os.Getenv)
+	if err != nil && opts.local {
+		return usageErr(err)
+	}
 	if opts.local {
 		cfg, secrets = config.Local(home, config.Postgres{Host: opts.pgHost, Port: opts.pgPort, Database: opts.pgDatabase})
+		if haveModel {
+			config.UseModel(cfg, secrets, envModel)
+		}
 		for _, ws := range cfg.Workspaces {
 			if err := os.MkdirAll(ws.Path, 0o755); err != nil {
 				return fmt.Errorf("create workspace %s: %w", ws.Path, err)
@@ -84,11 +100,11 @@ func runInit(g *globals, opts initOptions) error {
 		fmt.Fprintf(g.stdout, `
 This is a complete local configuration: Postgres at %s:%d (database %s),
 the offline embedder, a console DM and one agent, "assistant".
-
+%s
 Next:
   choirctl --home %s db migrate
   choird --home %s
-`, opts.pgHost, opts.pgPort, opts.pgDatabase, home, home)
+`, opts.pgHost, opts.pgPort, opts.pgDatabase, modelNote(envModel, haveModel), home, home)
 		return nil
 	}
 	fmt.Fprintf(g.stdout, `
@@ -105,4 +121,17 @@ Next steps:
 choird creates each agent's memory schema on its first start.
 `, home)
 	return nil
+}
+
+// modelNote says which model init --local chose, and where it came from.
+func modelNote(m config.EnvModel, ok bool) string {
+	if !ok {
+		return "The model is a local Ollama endpoint (http://127.0.0.1:11434/v1, llama3.1). For a real\n" +
+			"one, " + config.ModelEnvHelp + ".\n"
+	}
+	where := ""
+	if m.Model.Secret != "" {
+		where = ", its key in secrets.json as " + m.Model.Secret
+	}
+	return fmt.Sprintf("The model is %s at %s (from %s%s).\n", m.Model.Model, m.Model.Endpoint, m.From, where)
 }

@@ -55,21 +55,8 @@ func (g *globals) client() *admin.Client {
 // the process exit code.
 func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	g := &globals{stdout: stdout, stderr: stderr}
-	root := &cobra.Command{
-		Use:           "choirctl",
-		Short:         "Operate Choir: set up, migrate, validate and control choird and its agents",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-	}
-	root.PersistentFlags().StringVar(&g.home, "home", config.DefaultHome(), "the .choir.d directory (env CHOIR_HOME)")
+	root := newRootCommand(g)
 	root.SetArgs(args)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
-	root.AddCommand(newInitCommand(g), newDBCommand(g), newConfigCommand(g), newStatusCommand(g), memory.Command(memory.Env{Client: g.client, Stdout: stdout, Stderr: stderr, UsageErr: usageErr}),
-		newAgentCommand(g), newWorkspaceCommand(g), newSecretCommand(g), newChatCommand(g), newScheduleCommand(g))
-	root.AddCommand(sessionCommands(g)...)
-
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
@@ -83,6 +70,34 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return ExitUsage
 	}
 	return ExitError
+}
+
+// newRootCommand is choirctl with every command, writing to g's streams.
+func newRootCommand(g *globals) *cobra.Command {
+	root := &cobra.Command{
+		Use:   "choirctl",
+		Short: "Operate Choir: set up, migrate, validate and control choird and its agents",
+		Long: `Operate Choir: set up, migrate, validate and control choird and its agents.
+
+Every listing takes --json. Shell completion, with agent, session and
+approval ids from choird: choirctl completion bash|zsh|fish --help.
+
+Exit codes:
+  0  ok
+  1  error: the command failed (choird not running, an operation refused or failed)
+  2  bad input: a malformed command line, config or argument, or an unknown name`,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.PersistentFlags().StringVar(&g.home, "home", config.DefaultHome(), "the .choir.d directory (env CHOIR_HOME)")
+	root.SetOut(g.stdout)
+	root.SetErr(g.stderr)
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
+	root.AddCommand(newInitCommand(g), newDBCommand(g), newConfigCommand(g), newStatusCommand(g), memory.Command(memory.Env{Client: g.client, Stdout: g.stdout, Stderr: g.stderr, UsageErr: usageErr}),
+		newAgentCommand(g), newWorkspaceCommand(g), newSecretCommand(g), newChatCommand(g), newScheduleCommand(g))
+	root.AddCommand(sessionCommands(g)...)
+	g.addCompletions(root)
+	return root
 }
 
 // isUsage recognises cobra's own argument errors, which it does not type.

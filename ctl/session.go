@@ -1,6 +1,7 @@
 package ctl
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"slices"
@@ -116,7 +117,7 @@ func newSessionCommand(g *globals) *cobra.Command {
 			return tw.Flush()
 		}}
 	events.Flags().IntVarP(&n, "n", "n", 20, "how many events, newest last (at most 500)")
-	cmd.AddCommand(status, cores, cancel, compact, events)
+	cmd.AddCommand(newSessionListCommand(g, &asJSON), status, cores, cancel, compact, events)
 	return cmd
 }
 
@@ -150,4 +151,58 @@ func dash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// sessionListOptions are choirctl session list's filters.
+type sessionListOptions struct {
+	req  admin.SessionListRequest
+	json *bool
+}
+
+func newSessionListCommand(g *globals, asJSON *bool) *cobra.Command {
+	opts := sessionListOptions{json: asJSON}
+	cmd := &cobra.Command{Use: "list", Short: "List sessions, newest first: id, agent, status, start, end and events",
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runSessionList(cmd.Context(), g, opts)
+		}}
+	cmd.Flags().StringVar(&opts.req.AgentID, "agent", "", "only this agent's sessions")
+	cmd.Flags().StringVar(&opts.req.Status, "status", "", "only sessions in this status: "+strings.Join(admin.SessionStatuses, ", "))
+	cmd.Flags().IntVar(&opts.req.Limit, "limit", 100, fmt.Sprintf("most sessions listed (at most %d)", admin.MaxSessionsListed))
+	cmd.RegisterFlagCompletionFunc("agent", g.completeAgents)                              //nolint:errcheck
+	cmd.RegisterFlagCompletionFunc("status", cobra.FixedCompletions(admin.SessionStatuses, //nolint:errcheck
+		cobra.ShellCompDirectiveNoFileComp))
+	return cmd
+}
+
+func runSessionList(ctx context.Context, g *globals, opts sessionListOptions) error {
+	if err := opts.req.Validate(); err != nil {
+		return usageErr(err)
+	}
+	if opts.req.Limit == 0 {
+		return usageErr(fmt.Errorf("--limit must be 1 to %d, not 0", admin.MaxSessionsListed))
+	}
+	c := g.client()
+	defer c.Close()
+	out, err := c.SessionList(ctx, opts.req)
+	if admin.IsBadRequest(err) {
+		return usageErr(err)
+	}
+	if err != nil {
+		return err
+	}
+	if *opts.json {
+		return writeJSON(g.stdout, out)
+	}
+	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "SESSION\tAGENT\tSTATUS\tSTARTED\tENDED\tEVENTS")
+	for _, s := range out {
+		ended := "-"
+		if s.EndedAt != nil {
+			ended = s.EndedAt.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%d\n", s.SessionID, s.AgentID, s.Status, s.StartedAt.Local().Format(time.DateTime),
+			ended, s.Events)
+	}
+	return tw.Flush()
 }

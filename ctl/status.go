@@ -56,6 +56,16 @@ func runStatus(ctx context.Context, g *globals, opts statusOptions) error {
 		}
 		fmt.Fprintln(g.stdout)
 	}
+	for _, m := range st.Models {
+		if m.Reachable {
+			fmt.Fprintf(g.stdout, "model %s: %s at %s, reachable\n", m.Name, m.Model, m.Endpoint)
+		} else {
+			fmt.Fprintf(g.stdout, "model %s: %s at %s, UNREACHABLE: %s\n", m.Name, m.Model, m.Endpoint, m.Error)
+		}
+	}
+	if st.NoModel != "" {
+		fmt.Fprintf(g.stdout, "models: %s\n", st.NoModel)
+	}
 	tw := tabwriter.NewWriter(g.stdout, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "AGENT\tSTATE\tSESSION\tRUNTIME\tLAST HEARTBEAT")
 	for _, a := range st.Agents {

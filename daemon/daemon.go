@@ -156,6 +156,7 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 	if err := d.open(ctx); err != nil {
 		return err
 	}
+	d.checkModels(ctx)
 	// Step 5, first half, and step 8's: the job queues and the bots.
 	embedder, err := d.newJobs(ctx)
 	if err != nil {

@@ -96,6 +96,63 @@ func (q *Queries) SessionEventsLast(ctx context.Context, arg SessionEventsLastPa
 	return items, nil
 }
 
+const sessionList = `-- name: SessionList :many
+SELECT s.session_id, s.agent_id::text AS agent_id, s.status, s.started_at, s.ended_at, s.end_reason,
+       (SELECT count(*) FROM choir_control.session_events e WHERE e.session_id = s.session_id)::bigint AS events
+  FROM choir_control.sessions s
+ WHERE ($1::text = '' OR s.agent_id = $1::text)
+   AND ($2::text = '' OR s.status = $2::text)
+ ORDER BY s.started_at DESC, s.session_id
+ LIMIT $3
+`
+
+type SessionListParams struct {
+	AgentID string `json:"agent_id"`
+	Status  string `json:"status"`
+	MaxRows int32  `json:"max_rows"`
+}
+
+type SessionListRow struct {
+	SessionID uuid.UUID  `json:"session_id"`
+	AgentID   string     `json:"agent_id"`
+	Status    string     `json:"status"`
+	StartedAt time.Time  `json:"started_at"`
+	EndedAt   *time.Time `json:"ended_at"`
+	EndReason string     `json:"end_reason"`
+	Events    int64      `json:"events"`
+}
+
+// SessionList is the sessions of every agent, or of one (an empty
+// agent_id), in one status or all (an empty status), newest first, each
+// with the number of events it logged.
+func (q *Queries) SessionList(ctx context.Context, arg SessionListParams) ([]SessionListRow, error) {
+	rows, err := q.db.Query(ctx, sessionList, arg.AgentID, arg.Status, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SessionListRow{}
+	for rows.Next() {
+		var i SessionListRow
+		if err := rows.Scan(
+			&i.SessionID,
+			&i.AgentID,
+			&i.Status,
+			&i.StartedAt,
+			&i.EndedAt,
+			&i.EndReason,
+			&i.Events,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const sessionOverrideFetched = `-- name: SessionOverrideFetched :exec
 UPDATE choir_control.session_overrides
    SET fetched_rev = $1::bigint

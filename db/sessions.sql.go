@@ -271,62 +271,6 @@ func (q *Queries) SessionLatestByAgent(ctx context.Context, agentID string) (Cho
 	return i, err
 }
 
-const sessionList = `-- name: SessionList :many
-SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status FROM choir_control.sessions
- WHERE ($1::text IS NULL OR agent_id = $1::text)
- ORDER BY started_at DESC
- LIMIT $2
-`
-
-type SessionListParams struct {
-	AgentID *string `json:"agent_id"`
-	MaxRows int32   `json:"max_rows"`
-}
-
-func (q *Queries) SessionList(ctx context.Context, arg SessionListParams) ([]ChoirControlSession, error) {
-	rows, err := q.db.Query(ctx, sessionList, arg.AgentID, arg.MaxRows)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []ChoirControlSession{}
-	for rows.Next() {
-		var i ChoirControlSession
-		if err := rows.Scan(
-			&i.SessionID,
-			&i.AgentID,
-			&i.Status,
-			&i.LeaseTokenHash,
-			&i.ResumedFrom,
-			&i.BaseRev,
-			&i.BaseHash,
-			&i.AckedRev,
-			&i.AckedHash,
-			&i.ConfigVersion,
-			&i.ResourceBindings,
-			&i.Runtime,
-			&i.ContainerID,
-			&i.StartedAt,
-			&i.LastHeartbeatAt,
-			&i.EndedAt,
-			&i.EndReason,
-			&i.Summary,
-			&i.HelloAt,
-			&i.ImageVersion,
-			&i.ToolManifestHash,
-			&i.SkillManifestHash,
-			&i.LaneStatus,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const sessionMarkStopping = `-- name: SessionMarkStopping :exec
 UPDATE choir_control.sessions SET status = 'stopping'
  WHERE session_id = $1 AND status = 'active'

@@ -43,3 +43,15 @@ SELECT t.rev, t.created_at, t.lane, t.event_type, coalesce(t.digest, '')::text A
  WHERE t.session_id = @session_id
  ORDER BY t.rev DESC
  LIMIT @max_rows;
+
+-- name: SessionList :many
+-- SessionList is the sessions of every agent, or of one (an empty
+-- agent_id), in one status or all (an empty status), newest first, each
+-- with the number of events it logged.
+SELECT s.session_id, s.agent_id::text AS agent_id, s.status, s.started_at, s.ended_at, s.end_reason,
+       (SELECT count(*) FROM choir_control.session_events e WHERE e.session_id = s.session_id)::bigint AS events
+  FROM choir_control.sessions s
+ WHERE (@agent_id::text = '' OR s.agent_id = @agent_id::text)
+   AND (@status::text = '' OR s.status = @status::text)
+ ORDER BY s.started_at DESC, s.session_id
+ LIMIT @max_rows;

@@ -14,12 +14,6 @@ SELECT * FROM choir_control.sessions WHERE session_id = @session_id;
 SELECT * FROM choir_control.sessions
  WHERE agent_id = @agent_id AND status IN ('active', 'stopping');
 
--- name: SessionList :many
-SELECT * FROM choir_control.sessions
- WHERE (sqlc.narg('agent_id')::text IS NULL OR agent_id = sqlc.narg('agent_id')::text)
- ORDER BY started_at DESC
- LIMIT @max_rows;
-
 -- name: SessionHeartbeatTouch :exec
 UPDATE choir_control.sessions SET last_heartbeat_at = now()
  WHERE session_id = @session_id AND status IN ('active', 'stopping');

@@ -1,6 +1,7 @@
 // Package memory is choirctl memory: the operator's commands over agents'
 // session memory and knowledge, served by choird through the admin API
-// (search, show, sessions, history, delete, restore, reembed, status).
+// (search, show, sessions, history, put, edit, delete, restore, reembed,
+// status).
 package memory
 
 import (
@@ -47,6 +48,8 @@ func Command(env Env) *cobra.Command {
   show      a knowledge document (by key or id), a chunk or a session (by id)
   sessions  the sessions in an agent's memory and their tier
   history   every version of a knowledge document, deleted ones included
+  put       write a knowledge document by key (from a file or stdin), as the operator
+  edit      edit a knowledge document in $EDITOR, as the operator
   delete    delete a knowledge document (its history is kept) or a session's memory
   restore   make an earlier version of a knowledge document current again
   reembed   re-embed memory after a change of embedding model or dimensions
@@ -65,7 +68,8 @@ choird serves these commands from its own database, so it must be running.`,
 		return nil
 	}
 	cmd.AddCommand(newMemorySearchCommand(env), newMemoryShowCommand(env),
-		newMemorySessionsCommand(env), newMemoryHistoryCommand(env), newMemoryDeleteCommand(env),
+		newMemorySessionsCommand(env), newMemoryHistoryCommand(env), newMemoryPutCommand(env), newMemoryEditCommand(env),
+		newMemoryDeleteCommand(env),
 		newMemoryRestoreCommand(env), newMemoryReembedCommand(env), newMemoryStatusCommand(env))
 	return cmd
 }

@@ -86,6 +86,10 @@ func (d *API) mountMemory(mux *admin.Mux) {
 		func(ctx context.Context, agentID string, in admin.MemoryRef) (admin.MemoryItem, error) {
 			return d.memoryShow(ctx, agentID, in.Ref)
 		})
+	memoryHandle(d, mux, "POST", admin.PathMemoryPut, "memory put",
+		func(ctx context.Context, agentID string, in admin.MemoryPutRequest) (*memory.UpsertResult, error) {
+			return d.memory.KnowledgePut(ctx, agentID, in.Key, in.Text)
+		})
 	memoryHandle(d, mux, "GET", admin.PathMemorySessions, "memory sessions",
 		func(ctx context.Context, agentID string, _ admin.Empty) ([]memory.Session, error) {
 			limit, err := strconv.Atoi(admin.PathValue(ctx, "limit"))

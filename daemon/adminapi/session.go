@@ -27,6 +27,10 @@ func sessionErr(err error) error {
 
 func (d *API) mountSessionControl(mux *admin.Mux) {
 	id := func(ctx context.Context) string { return admin.PathValue(ctx, "id") }
+	admin.Handle(mux, "POST", admin.PathSessionList, func(ctx context.Context, in admin.SessionListRequest) ([]admin.SessionInfo, error) {
+		out, err := d.SessionList(ctx, adminScope(ctx), in)
+		return out, sessionErr(err)
+	})
 	admin.Handle(mux, "GET", admin.PathSessionCores, func(ctx context.Context, _ admin.Empty) (admin.SessionCoresResult, error) {
 		out, err := d.SessionCores(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)

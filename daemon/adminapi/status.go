@@ -4,19 +4,21 @@ import (
 	"context"
 	"fmt"
 	"maps"
+	"net/http"
 	"os"
 	"slices"
 	"time"
 
+	"github.com/choirhq/choir/daemon/modelcheck"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
 // status answers choirctl status: choird itself, Postgres, and each
 // configured agent's state from its latest session.
-func (d *API) status(ctx context.Context) admin.StatusResponse {
+func (d *API) status(ctx context.Context) (resp admin.StatusResponse) {
 	snap := d.Snapshot()
 	cfg, cfgVersion := snap.Config, snap.Version
-	resp := admin.StatusResponse{
+	resp = admin.StatusResponse{
 		Choird: admin.DaemonStatus{Version: d.version, PID: os.Getpid(), StartedAt: d.startedAt,
 			UptimeMS: time.Since(d.startedAt).Milliseconds()},
 		ConfigVersion: cfgVersion,
@@ -24,6 +26,13 @@ func (d *API) status(ctx context.Context) admin.StatusResponse {
 	}
 	ctx, cancel := context.WithTimeout(ctx, 3*time.Second)
 	defer cancel()
+	// The models are asked while the database is.
+	models := make(chan []admin.ModelStatus, 1)
+	go func() { models <- modelcheck.Probe(ctx, http.DefaultClient, cfg, snap.Secrets) }()
+	defer func() {
+		resp.Models = <-models
+		resp.NoModel = modelcheck.NoneReachable(resp.Models)
+	}()
 	var version string
 	if err := d.pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
 		resp.Postgres = admin.PostgresStatus{Error: fmt.Sprintf("%s: %v", cfg.Postgres.Describe(), err)}

@@ -394,3 +394,36 @@ func (d *Control) SessionStatus(ctx context.Context, sc Scope, agentID string) (
 	}
 	return res, nil
 }
+
+// SessionList lists sessions, newest first, with the number of events
+// each logged: every agent's for an admin, a regular DM only its agent's.
+func (d *Control) SessionList(ctx context.Context, sc Scope, in admin.SessionListRequest) ([]admin.SessionInfo, error) {
+	if err := in.Validate(); err != nil {
+		return nil, err
+	}
+	if !sc.Admin && in.AgentID == "" {
+		in.AgentID = sc.Agent
+	}
+	if in.AgentID != "" || !sc.Admin {
+		if err := sc.Allow(in.AgentID); err != nil {
+			return nil, err
+		}
+		if err := d.KnownAgent(in.AgentID); err != nil {
+			return nil, err
+		}
+	}
+	if in.Limit == 0 {
+		in.Limit = 100
+	}
+	rows, err := db.New(choirsql.Interpreted(d.pool)).SessionList(ctx, db.SessionListParams{AgentID: in.AgentID, Status: in.Status,
+		MaxRows: int32(in.Limit)})
+	if err != nil {
+		return nil, fmt.Errorf("list sessions: %w", err)
+	}
+	out := make([]admin.SessionInfo, len(rows))
+	for i, r := range rows {
+		out[i] = admin.SessionInfo{SessionID: r.SessionID.String(), AgentID: r.AgentID, Status: r.Status, StartedAt: r.StartedAt,
+			EndedAt: r.EndedAt, EndReason: r.EndReason, Events: r.Events}
+	}
+	return out, nil
+}

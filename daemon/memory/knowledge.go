@@ -527,3 +527,18 @@ func (s *Store) KnowledgeRestore(ctx context.Context, agentID string, documentID
 	return s.writeKnowledge(ctx, scope{schema: agentID},
 		&knowledgeWrite{op: OpRestore, id: &documentID, version: version}, "operator")
 }
+
+// KnowledgePut writes text as the knowledge document with key, as the
+// operator: a new document, or the next version of the one that has the
+// key, or nothing when the text is what it already says. Its versions are
+// the agent's own kind (insert, update) with actor operator.
+func (s *Store) KnowledgePut(ctx context.Context, agentID, key, text string) (*UpsertResult, error) {
+	if _, err := s.dimensions(ctx, agentID); err != nil {
+		return nil, err
+	}
+	w, err := validateUpsert(UpsertInput{Op: OpInsert, Key: &key, Text: &text})
+	if err != nil {
+		return nil, err
+	}
+	return s.writeKnowledge(ctx, scope{schema: agentID}, w, "operator")
+}

@@ -215,6 +215,19 @@ func (c *Client) MemoryShow(ctx context.Context, agentID, ref string) (MemoryIte
 	return call[MemoryItem](ctx, c, http.MethodPost, Fill(PathMemoryShow, agentID), MemoryRef{Ref: ref})
 }
 
+// MemoryPut writes text as the agent's knowledge document with key, as
+// the operator: a new document, a new version, or nothing when unchanged.
+func (c *Client) MemoryPut(ctx context.Context, agentID string, in MemoryPutRequest) (MemoryWriteResult, error) {
+	return call[MemoryWriteResult](ctx, c, http.MethodPost, Fill(PathMemoryPut, agentID), in)
+}
+
+// IsNotFound reports whether err is choird saying the named object does
+// not exist (code not_found).
+func IsNotFound(err error) bool {
+	var e *rpc.Error
+	return errors.As(err, &e) && e.Code == rpc.CodeNotFound
+}
+
 // MemorySessions lists the sessions in an agent's memory, newest first.
 func (c *Client) MemorySessions(ctx context.Context, agentID string, limit int) ([]MemorySession, error) {
 	return call[[]MemorySession](ctx, c, http.MethodGet, Fill(PathMemorySessions, agentID, strconv.Itoa(limit)), nil)

@@ -168,6 +168,13 @@ type MemoryWriteResult struct {
 	Embedding string `json:"embedding"`
 }
 
+// MemoryPutRequest is the body of POST PathMemoryPut: the text of the
+// knowledge document with Key, written as the operator.
+type MemoryPutRequest struct {
+	Key  string `json:"key"`
+	Text string `json:"text"`
+}
+
 // MemoryRestoreRequest is the body of POST PathMemoryRestore.
 type MemoryRestoreRequest struct {
 	Version int `json:"version"`

@@ -33,6 +33,7 @@ const (
 	PathChatSend = "/v1/agents/{id}/chat/send"
 	PathChatPoll = "/v1/agents/{id}/chat/poll"
 
+	PathSessionList     = "/v1/sessions/list"
 	PathSessionCores    = "/v1/agents/{id}/session/cores"
 	PathSessionCancel   = "/v1/agents/{id}/session/cancel/{name}"
 	PathSessionCompact  = "/v1/agents/{id}/session/compact"
@@ -50,6 +51,7 @@ const (
 
 	PathMemorySearch        = "/v1/agents/{id}/memory/search"
 	PathMemoryShow          = "/v1/agents/{id}/memory/show"
+	PathMemoryPut           = "/v1/agents/{id}/memory/put"
 	PathMemoryHistory       = "/v1/agents/{id}/memory/history"
 	PathMemoryDelete        = "/v1/agents/{id}/memory/delete"
 	PathMemoryRestore       = "/v1/agents/{id}/memory/documents/{doc}/restore"

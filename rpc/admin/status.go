@@ -14,6 +14,11 @@ type StatusResponse struct {
 	Agents []AgentStatus `json:"agents"`
 	// Memory is the embedding pipeline's state, when choird could read it.
 	Memory *MemoryStatus `json:"memory,omitempty"`
+	// Models are the LLM endpoints of config.json as they answered now;
+	// NoModel says, when none answers, that agents cannot talk and how to
+	// set a model.
+	Models  []ModelStatus `json:"models,omitempty"`
+	NoModel string        `json:"no_model,omitempty"`
 }
 
 // MemoryStatus is the embedding pipeline as choirctl status shows it: which
@@ -95,4 +100,17 @@ func (s StatusResponse) Validate() error {
 		}
 	}
 	return nil
+}
+
+// ModelStatus is what a model's endpoint answered choird's probe
+// (GET <endpoint>/models with its key).
+type ModelStatus struct {
+	Name      string `json:"name"`
+	Model     string `json:"model"`
+	Endpoint  string `json:"endpoint"`
+	Reachable bool   `json:"reachable"`
+	// Error says what is wrong and how to fix it: nothing answers, or the
+	// provider rejects the key (naming the environment variable it came
+	// from, when choirctl init took it from one).
+	Error string `json:"error,omitempty"`
 }

@@ -69,6 +69,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root.AddCommand(newInitCommand(g), newDBCommand(g), newConfigCommand(g), newStatusCommand(g), memory.Command(memory.Env{Client: g.client, Stdout: stdout, Stderr: stderr, UsageErr: usageErr}),
 		newAgentCommand(g), newWorkspaceCommand(g), newSecretCommand(g), newChatCommand(g), newScheduleCommand(g))
 	root.AddCommand(sessionCommands(g)...)
+	root.AddCommand(newLogsCommand(g))
 
 	err := root.ExecuteContext(ctx)
 	if err == nil {

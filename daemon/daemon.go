@@ -213,10 +213,11 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 	resumes = nil
 	// Step 8, second half: the bots poll, and the inbox sweep redelivers.
 	gatewayDone := d.runGateway(serveCtx)
+	polling := d.waitPolling(ctx)
 
 	cfg := d.Snapshot().Config
 	d.logger.InfoContext(ctx, "choird ready", slog.Int64("config_version", d.ConfigVersion()),
-		slog.Any("agents", sortedKeys(cfg.Agents)), slog.Int("gateways", len(cfg.Gateways)),
+		slog.Any("agents", sortedKeys(cfg.Agents)), slog.Int("gateways", len(cfg.Gateways)), slog.Any("gateways_polling", polling),
 		slog.String("embedding_provider", cfg.Embedding.Provider), slog.Int("embedding_dimensions", cfg.Embedding.Dimensions))
 	if d.opts.Ready != nil {
 		d.opts.Ready(d)

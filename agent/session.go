@@ -23,6 +23,7 @@ import (
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/internal/logjson"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
 )
@@ -72,7 +73,7 @@ type session struct {
 func openSession(ctx context.Context, opts Options) (*session, error) {
 	logger := opts.Logger
 	if logger == nil {
-		logger = slog.New(slog.NewJSONHandler(os.Stderr, nil))
+		logger = slog.New(logjson.NewHandler(os.Stderr, slog.LevelInfo))
 	}
 	logger = logger.With(slog.String("source", opts.AgentID), slog.String("session_id", opts.SessionID))
 	if opts.Sandboxed {

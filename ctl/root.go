@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/ctl/logs"
 	"github.com/choirhq/choir/ctl/memory"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -96,6 +97,8 @@ Exit codes:
 	root.AddCommand(newInitCommand(g), newDBCommand(g), newConfigCommand(g), newStatusCommand(g), memory.Command(memory.Env{Client: g.client, Stdout: g.stdout, Stderr: g.stderr, UsageErr: usageErr}),
 		newAgentCommand(g), newWorkspaceCommand(g), newSecretCommand(g), newChatCommand(g), newScheduleCommand(g))
 	root.AddCommand(sessionCommands(g)...)
+	root.AddCommand(logs.Command(logs.Env{Home: func() string { return g.home }, Stdout: g.stdout, Stderr: g.stderr,
+		UsageErr: usageErr}))
 	g.addCompletions(root)
 	return root
 }

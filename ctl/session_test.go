@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -188,5 +190,19 @@ func TestSessionLanesCommands(t *testing.T) {
 	if code != ExitOK || json.Unmarshal([]byte(out), &st) != nil || len(st.Lanes) != 3 || st.Lanes[0].Progress != "cancelled" ||
 		st.Lanes[1].Steps != 7 || *st.Lanes[1].BudgetRemaining.Steps != 43 {
 		t.Errorf("session status --json: exit %d: %s", code, out)
+	}
+}
+
+// TestLogsIsAChoirctlCommand runs choirctl logs through choirctl itself:
+// an unknown agent is bad input (exit 2) naming the known ones.
+func TestLogsIsAChoirctlCommand(t *testing.T) {
+	t.Parallel()
+	home := t.TempDir()
+	if err := os.WriteFile(filepath.Join(home, "config.json"), []byte(`{"agents": {"alice": {}}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	code, _, errs := runSessionCommands(home, "logs", "bob")
+	if code != ExitUsage || !strings.Contains(errs, `unknown agent "bob"`) || !strings.Contains(errs, "alice, choird") {
+		t.Fatalf("choirctl logs bob = %d, %q", code, errs)
 	}
 }

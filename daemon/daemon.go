@@ -30,6 +30,7 @@ import (
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/inbox"
+	"github.com/choirhq/choir/daemon/logfile"
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/daemon/progress"
 	"github.com/choirhq/choir/daemon/runtime"
@@ -37,6 +38,7 @@ import (
 	"github.com/choirhq/choir/daemon/runtime/process"
 	"github.com/choirhq/choir/daemon/schedule"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/internal/logjson"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
@@ -88,6 +90,7 @@ type Daemon struct {
 
 	home      string
 	logger    *slog.Logger
+	logFile   *logfile.Writer
 	pool      *pgxpool.Pool
 	river     *jobs.Client
 	api       *agentapi.API
@@ -122,15 +125,19 @@ func Run(ctx context.Context, opts Options) (err error) {
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
 	}
-	logFile, err := openLog(opts.Home)
+	// The threshold is config.json's, once read (open); until then the
+	// default applies.
+	logFile, err := logfile.Open(filepath.Join(opts.Home, "logs", "choird.log"),
+		filepath.Join(opts.Home, "logs", "archive", "choird"), logfile.Options{
+			Threshold: config.DefaultLogArchiveThresholdLines,
+			ErrorFunc: func(err error) { fmt.Fprintf(opts.Stderr, "choird: %v\n", err) }})
 	if err != nil {
 		return err
 	}
 	defer logFile.Close()
-	handlerOpts := &slog.HandlerOptions{Level: slog.LevelInfo}
 	logger := slog.New(slog.NewMultiHandler(
-		slog.NewJSONHandler(logFile, handlerOpts),
-		slog.NewJSONHandler(opts.Stderr, handlerOpts),
+		logjson.NewHandler(logFile, slog.LevelInfo),
+		logjson.NewHandler(opts.Stderr, slog.LevelInfo),
 	)).With(slog.String("source", "choird"))
 	defer func() {
 		if err != nil {
@@ -138,7 +145,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 		}
 	}()
 
-	d := &Daemon{home: opts.Home, logger: logger, startedAt: time.Now(), opts: opts}
+	d := &Daemon{home: opts.Home, logger: logger, logFile: logFile, startedAt: time.Now(), opts: opts}
 	logger.InfoContext(ctx, "choird starting", slog.String("version", Version), slog.String("home", opts.Home),
 		slog.Int("pid", os.Getpid()))
 	return d.run(ctx)
@@ -207,10 +214,11 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 	resumes = nil
 	// Step 8, second half: the bots poll, and the inbox sweep redelivers.
 	gatewayDone := d.runGateway(serveCtx)
+	polling := d.waitPolling(ctx)
 
 	cfg := d.Snapshot().Config
 	d.logger.InfoContext(ctx, "choird ready", slog.Int64("config_version", d.ConfigVersion()),
-		slog.Any("agents", sortedKeys(cfg.Agents)), slog.Int("gateways", len(cfg.Gateways)),
+		slog.Any("agents", sortedKeys(cfg.Agents)), slog.Int("gateways", len(cfg.Gateways)), slog.Any("gateways_polling", polling),
 		slog.String("embedding_provider", cfg.Embedding.Provider), slog.Int("embedding_dimensions", cfg.Embedding.Dimensions))
 	if d.opts.Ready != nil {
 		d.opts.Ready(d)
@@ -281,6 +289,8 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.Control = control.New(control.Options{Home: d.home, Logger: d.logger, Pool: d.pool, Config: cfg, Secrets: secrets,
 		ConfigVersion: version, AgentBinary: d.opts.AgentBinary, AgentImage: d.opts.AgentImage, OSImage: d.opts.OSImage,
 		AgentSocket: AgentSocketPath(d.home)})
+	d.logFile.SetThreshold(cfg.LogArchiveThreshold())
+	d.OnConfigApplied(func(c *config.Config, _ config.Secrets) { d.logFile.SetThreshold(c.LogArchiveThreshold()) })
 	return nil
 }
 
@@ -349,18 +359,6 @@ func (d *Daemon) startJobs(ctx context.Context, embedder *embed.Embedder) error 
 		}
 	}
 	return nil
-}
-
-func openLog(home string) (*os.File, error) {
-	dir := filepath.Join(home, "logs")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, fmt.Errorf("create log directory: %w", err)
-	}
-	f, err := os.OpenFile(filepath.Join(dir, "choird.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
-	if err != nil {
-		return nil, fmt.Errorf("open choird.log: %w", err)
-	}
-	return f, nil
 }
 
 // checkMigrated connects without pgvector's type hook, checks that the
@@ -451,7 +449,7 @@ func newRuntime(ctx context.Context, opts Options, logger *slog.Logger) (runtime
 		// One scope per installation, so two choirds never reap each
 		// other's containers.
 		rt, err := docker.New(ctx, docker.Options{Scope: docker.ScopeFor(opts.Home), Init: true,
-			Logger: logger.With(slog.String("component", "runtime"))})
+			LogDir: filepath.Join(opts.Home, "logs"), Logger: logger.With(slog.String("component", "runtime"))})
 		if err != nil {
 			return nil, fmt.Errorf("docker runtime: %w", err)
 		}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/dmcmd"
@@ -69,6 +70,27 @@ func (d *Daemon) runGateway(ctx context.Context) <-chan struct{} {
 		d.inbox.Typing().StopAll()
 	}()
 	return done
+}
+
+// readyPollWait bounds how long choird waits for its bots to poll before
+// it says it is ready: a bot that cannot reach Telegram keeps retrying,
+// and must not keep choird from serving the others.
+const readyPollWait = 10 * time.Second
+
+// waitPolling waits until the bots poll (spec 6.2: they poll, then
+// choird is ready), at most readyPollWait, and returns those that do.
+func (d *Daemon) waitPolling(ctx context.Context) []string {
+	if d.gateway == nil {
+		return []string{}
+	}
+	wctx, cancel := context.WithTimeout(ctx, readyPollWait)
+	defer cancel()
+	polling := d.gateway.WaitPolling(wctx)
+	if all := d.gateway.Gateways(); len(polling) < len(all) {
+		d.logger.WarnContext(ctx, "telegram gateways not polling yet; choird is ready without them and they keep retrying",
+			slog.Any("gateways", all), slog.Any("gateways_polling", polling), slog.Duration("waited", readyPollWait))
+	}
+	return polling
 }
 
 // outboundSender delivers outbox rows: through the Telegram bots, or, for

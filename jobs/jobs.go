@@ -12,6 +12,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -169,7 +170,7 @@ func NewClient(deps Deps) (*Client, error) {
 		queues[name] = qc
 	}
 	client, err := river.NewClient(riverpgxv5.New(deps.Pool), &river.Config{
-		Logger: deps.Logger.With(slog.String("component", "river")),
+		Logger: slog.New(quietRiver{deps.Logger.With(slog.String("component", "river")).Handler()}),
 		Queues: queues,
 		// The inserting side sends at most one insert notification per
 		// queue per FetchCooldown: keep it short, or an outbound message
@@ -194,3 +195,24 @@ func NewClient(deps Deps) (*Client, error) {
 	}
 	return client, nil
 }
+
+// quietRiver demotes River's periodic "Producer job counts" lines, logged
+// at INFO every few seconds for as long as choird runs, to DEBUG: library
+// noise must not bury choird's own lines (issue 21).
+type quietRiver struct{ slog.Handler }
+
+func (h quietRiver) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelInfo && strings.HasSuffix(r.Message, "Producer job counts") {
+		if !h.Handler.Enabled(ctx, slog.LevelDebug) {
+			return nil
+		}
+		r.Level = slog.LevelDebug
+	}
+	return h.Handler.Handle(ctx, r)
+}
+
+func (h quietRiver) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return quietRiver{h.Handler.WithAttrs(attrs)}
+}
+
+func (h quietRiver) WithGroup(name string) slog.Handler { return quietRiver{h.Handler.WithGroup(name)} }

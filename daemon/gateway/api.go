@@ -23,10 +23,15 @@ type bot struct {
 
 	mu       sync.Mutex
 	username string // from getMe, for stripping @botname from commands
+
+	// polling is closed once the bot has answered getMe and its
+	// getUpdates loop runs.
+	polling     chan struct{}
+	pollingOnce sync.Once
 }
 
 func newBot(g *Gateway, name, token string) *bot {
-	return &bot{g: g, name: name, token: token}
+	return &bot{g: g, name: name, token: token, polling: make(chan struct{})}
 }
 
 // ctxTransport runs every request of one telebot.Bot under ctx. telebot's

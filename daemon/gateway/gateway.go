@@ -323,6 +323,34 @@ func (g *Gateway) Run(ctx context.Context) error {
 	return nil
 }
 
+// WaitPolling waits until every bot has answered getMe and polls for
+// updates, or until ctx ends, and returns the names of the bots that
+// poll, sorted. choird logs "ready" after it (spec 6.2: the bots poll,
+// then choird is ready).
+func (g *Gateway) WaitPolling(ctx context.Context) []string {
+	var polling []string
+	for _, name := range g.Gateways() {
+		b := g.bots[name]
+		select {
+		case <-b.polling:
+			polling = append(polling, name)
+		case <-ctx.Done():
+			for _, b := range g.bots {
+				select {
+				case <-b.polling:
+					if !slices.Contains(polling, b.name) {
+						polling = append(polling, b.name)
+					}
+				default:
+				}
+			}
+			slices.Sort(polling)
+			return polling
+		}
+	}
+	return polling
+}
+
 // Close releases idle connections. The gateway must not be used after.
 func (g *Gateway) Close() {
 	if c, ok := g.opts.Transport.(interface{ CloseIdleConnections() }); ok {

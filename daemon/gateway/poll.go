@@ -36,6 +36,7 @@ func (b *bot) run(ctx context.Context) {
 		}
 	}
 	log.InfoContext(ctx, "telegram bot polling", slog.String("bot", b.botUsername()))
+	b.pollingOnce.Do(func() { close(b.polling) })
 
 	var offset int64
 	failures := 0

@@ -79,6 +79,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -146,6 +147,9 @@ type Options struct {
 	ReconnectMin, ReconnectMax time.Duration
 	// Logger receives starts, event-stream breaks and the like.
 	Logger *slog.Logger
+	// LogDir receives each agent's output as <agent-id>.log, archived
+	// when its container exits (output.go); empty discards it.
+	LogDir string
 }
 
 // Runtime runs agents as containers.
@@ -155,6 +159,11 @@ type Runtime struct {
 	opts     Options
 	log      *slog.Logger
 	uid, gid int
+
+	mu sync.Mutex
+	// copies holds, per container id, a channel closed once its output
+	// is copied and its log archived.
+	copies map[string]chan struct{}
 }
 
 var _ runtime.Runtime = (*Runtime)(nil)
@@ -204,7 +213,8 @@ func New(ctx context.Context, opts Options) (*Runtime, error) {
 	if err != nil {
 		return nil, fmt.Errorf("docker runtime: %w", err)
 	}
-	r := &Runtime{cli: cli, host: cli.DaemonHost(), opts: opts, log: log, uid: uid, gid: gid}
+	r := &Runtime{cli: cli, host: cli.DaemonHost(), opts: opts, log: log, uid: uid, gid: gid,
+		copies: map[string]chan struct{}{}}
 	if _, err := cli.Ping(ctx, client.PingOptions{NegotiateAPIVersion: true}); err != nil {
 		cli.Close()
 		return nil, r.engineErr("docker runtime", err)
@@ -335,6 +345,10 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 		}
 	}
 	if err := r.writeToken(ctx, created.ID, spec.LeaseToken); err != nil {
+		discard()
+		return runtime.Instance{}, fmt.Errorf("start agent %s: %w", spec.AgentID, err)
+	}
+	if err := r.attachOutput(ctx, created.ID, spec.AgentID); err != nil {
 		discard()
 		return runtime.Instance{}, fmt.Errorf("start agent %s: %w", spec.AgentID, err)
 	}
@@ -532,6 +546,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) erro
 		return err
 	}
 	if !inst.Running() {
+		r.waitOutput(ctx, inst.ID)
 		return nil
 	}
 	secs := int(math.Ceil(grace.Seconds()))
@@ -541,6 +556,7 @@ func (r *Runtime) Stop(ctx context.Context, id string, grace time.Duration) erro
 		}
 		return r.engineErr("stop agent instance "+id, err)
 	}
+	r.waitOutput(ctx, inst.ID)
 	return nil
 }
 
@@ -553,6 +569,7 @@ func (r *Runtime) Remove(ctx context.Context, id string) error {
 	_, err = r.cli.ContainerRemove(ctx, inst.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	switch {
 	case err == nil:
+		r.waitOutput(ctx, inst.ID)
 		return nil
 	case cerrdefs.IsNotFound(err):
 		return fmt.Errorf("remove agent instance %s: %w", id, runtime.ErrNotFound)

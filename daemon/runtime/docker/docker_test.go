@@ -83,6 +83,40 @@ func TestDocker(t *testing.T) {
 	b := setup(t)
 	h := b.harness
 
+	t.Run("OutputIsTheAgentLogArchivedAtExit", func(t *testing.T) {
+		t.Parallel()
+		logs := t.TempDir()
+		rt := newRuntime(t, docker.Options{Scope: b.scope + "-logs", LogDir: logs})
+		lh := b.harnessFor(t, rt)
+		spec := lh.NewSpec(t)
+		inst, _ := lh.Start(t, spec)
+		active := filepath.Join(logs, spec.AgentID+".log")
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			if b, _ := os.ReadFile(active); strings.Contains(string(b), "ready\n") {
+				break
+			}
+			if time.Now().After(deadline) {
+				b, _ := os.ReadFile(active)
+				t.Fatalf("container output never reached %s: %q", active, b)
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err := rt.Stop(t.Context(), inst.ID, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Stat(active); !os.IsNotExist(err) {
+			t.Errorf("active log still there after the container stopped: %v", err)
+		}
+		archives, _ := filepath.Glob(filepath.Join(logs, "archive", spec.AgentID, "*.log.gz"))
+		if len(archives) != 1 {
+			t.Fatalf("archives %v, want one", archives)
+		}
+		if got := runtimetest.ReadGzip(t, archives[0]); !strings.Contains(got, "ready\n") {
+			t.Errorf("archive %q lacks the container's output", got)
+		}
+	})
+
 	t.Run("SecurityProfileApplied", func(t *testing.T) {
 		t.Parallel()
 		spec := h.NewSpec(t)

@@ -40,7 +40,11 @@
 //
 // The agent's stdout and stderr are appended to <LogDir>/<agent-id>.log,
 // or discarded when LogDir is empty. They are files, not pipes, so that
-// the agent does not die of SIGPIPE when choird restarts.
+// the agent does not die of SIGPIPE when choird restarts. When a child
+// exits, its session is over: its log is archived to
+// <LogDir>/archive/<agent-id>/<ts>.log.gz before Stop returns or the exit
+// is reported, so the next instance of the agent starts a new file (spec
+// 22.2).
 package process
 
 import (
@@ -63,6 +67,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/choirhq/choir/daemon/logfile"
 	"github.com/choirhq/choir/daemon/runtime"
 )
 
@@ -294,6 +299,20 @@ func (r *Runtime) output(agentID string) (*os.File, error) {
 	return f, nil
 }
 
+// archiveLog archives the agent's log once its process group is dead.
+func (r *Runtime) archiveLog(agentID string) {
+	if r.opts.LogDir == "" {
+		return
+	}
+	path, err := logfile.Archive(filepath.Join(r.opts.LogDir, agentID+".log"),
+		filepath.Join(r.opts.LogDir, "archive", agentID), time.Now())
+	if err != nil {
+		r.log.Warn("agent log not archived", slog.String("agent_id", agentID), slog.String("error", err.Error()))
+	} else if path != "" {
+		r.log.Info("agent log archived", slog.String("agent_id", agentID), slog.String("archive", path))
+	}
+}
+
 func (r *Runtime) baseEnv() []string {
 	var env []string
 	for _, k := range r.opts.BaseEnv {
@@ -329,6 +348,7 @@ func (r *Runtime) wait(cmd *exec.Cmd, p *proc) {
 			r.log.Warn("record agent exit", slog.String("instance", rec.ID), slog.Any("error", err))
 		}
 	}
+	r.archiveLog(rec.AgentID)
 	close(p.done)
 	r.log.Info("agent process exited", slog.String("instance", rec.ID), slog.String("agent_id", rec.AgentID),
 		slog.Int("exit_code", code))

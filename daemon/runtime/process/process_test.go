@@ -87,6 +87,27 @@ func TestProcess(t *testing.T) {
 		}
 	})
 
+	t.Run("ExitArchivesTheLog", func(t *testing.T) {
+		t.Parallel()
+		spec := h.NewSpec(t)
+		inst, _ := h.Start(t, spec)
+		if err := b.rt.Stop(t.Context(), inst.ID, 5*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		// Stop returns once the log is archived: the next instance starts
+		// a new file.
+		if _, err := os.Stat(filepath.Join(b.logs, spec.AgentID+".log")); !os.IsNotExist(err) {
+			t.Errorf("active log still there after the instance stopped: %v", err)
+		}
+		archives, _ := filepath.Glob(filepath.Join(b.logs, "archive", spec.AgentID, "*.log.gz"))
+		if len(archives) != 1 {
+			t.Fatalf("archives %v, want one", archives)
+		}
+		if got := runtimetest.ReadGzip(t, archives[0]); !strings.Contains(got, "ready\n") {
+			t.Errorf("archive %q lacks the agent's output", got)
+		}
+	})
+
 	t.Run("StopKillsTheProcessGroup", func(t *testing.T) {
 		t.Parallel()
 		inst, conn := h.Start(t, h.NewSpec(t))

@@ -11,12 +11,14 @@ import (
 	"archive/tar"
 	"bufio"
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -326,4 +328,24 @@ func (c *Conn) Reply(v any) error {
 	c.c.SetReadDeadline(time.Now().Add(20 * time.Second))
 	defer c.c.SetReadDeadline(time.Time{})
 	return c.read(v)
+}
+
+// ReadGzip returns the content of a gzip file, failing the test on a
+// missing or corrupt one.
+func ReadGzip(t testing.TB, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	return string(b)
 }

@@ -2,7 +2,6 @@ package daemon_test
 
 import (
 	"bufio"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
+	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -33,24 +33,6 @@ func jsonLines(t *testing.T, name string, data []byte) []map[string]any {
 		lines = append(lines, m)
 	}
 	return lines
-}
-
-func gunzip(t *testing.T, path string) []byte {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	var b strings.Builder
-	if _, err := bufio.NewReader(zr).WriteTo(&b); err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return []byte(b.String())
 }
 
 func msgIndex(lines []map[string]any, msg string) int {
@@ -76,7 +58,7 @@ func TestChoirdLog(t *testing.T) {
 		}
 		var all []map[string]any
 		for i, a := range archives {
-			lines := jsonLines(t, a, gunzip(t, a))
+			lines := jsonLines(t, a, []byte(runtimetest.ReadGzip(t, a)))
 			// The first archive also holds the lines written before
 			// config.json's threshold was read.
 			if i > 0 && len(lines) != threshold {
@@ -164,7 +146,7 @@ func TestAgentLogArchivedWhenItsSessionEnds(t *testing.T) {
 	if len(archives) != 1 {
 		t.Fatalf("archives %v, want the session's log", archives)
 	}
-	lines := jsonLines(t, archives[0], gunzip(t, archives[0]))
+	lines := jsonLines(t, archives[0], []byte(runtimetest.ReadGzip(t, archives[0])))
 	if len(lines) == 0 {
 		t.Fatal("archived agent log is empty")
 	}

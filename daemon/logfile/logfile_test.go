@@ -1,7 +1,6 @@
 package logfile_test
 
 import (
-	"compress/gzip"
 	"fmt"
 	"io"
 	"os"
@@ -13,25 +12,13 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/daemon/logfile"
+	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 )
 
 // readGzip returns the lines of a gzip file, failing on a corrupt one.
 func readGzip(t *testing.T, path string) []string {
 	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	zr, err := gzip.NewReader(f)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	b, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatalf("%s: %v", path, err)
-	}
-	return splitLines(string(b))
+	return splitLines(runtimetest.ReadGzip(t, path))
 }
 
 func splitLines(s string) []string {

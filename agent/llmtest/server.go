@@ -44,8 +44,12 @@ import (
 	"github.com/choirhq/choir/agent/llm"
 )
 
-// CompletionsPath is the path the server answers.
+// CompletionsPath is the path the server answers with the script.
 const CompletionsPath = "/v1/chat/completions"
+
+// ModelsPath lists the server's one model (GET, as the OpenAI API's
+// /v1/models does): choird asks it at start whether the endpoint answers.
+const ModelsPath = "/v1/models"
 
 // DefaultModel is the model ID of [Server.Model].
 const DefaultModel = "llmtest-model"
@@ -179,6 +183,11 @@ func (s *Server) Done() {
 }
 
 func (s *Server) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.URL.Path == ModelsPath && r.Method == http.MethodGet {
+		writeJSON(w, http.StatusOK, map[string]any{"object": "list", "data": []map[string]any{
+			{"id": DefaultModel, "object": "model", "created": 0, "owned_by": "llmtest"}}})
+		return
+	}
 	if r.URL.Path != CompletionsPath {
 		s.t.Errorf("llmtest: request to %s %s; the endpoint to configure is %s", r.Method, r.URL.Path, s.BaseURL())
 		writeError(w, http.StatusNotFound, "no such path")

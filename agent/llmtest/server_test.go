@@ -708,3 +708,26 @@ func TestModel(t *testing.T) {
 		t.Errorf("Model() = %+v", m)
 	}
 }
+
+// TestServerListsItsModel answers GET /v1/models as the OpenAI API does,
+// with the server's one model, and fails no test for it.
+func TestServerListsItsModel(t *testing.T) {
+	srv := llmtest.NewServer(t)
+	resp, err := http.Get(srv.BaseURL() + "/models")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var list struct {
+		Object string `json:"object"`
+		Data   []struct {
+			ID string `json:"id"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&list); err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET /v1/models: %d, %v", resp.StatusCode, err)
+	}
+	if list.Object != "list" || len(list.Data) != 1 || list.Data[0].ID != llmtest.DefaultModel {
+		t.Fatalf("models = %+v", list)
+	}
+}

@@ -57,15 +57,17 @@ func (r *Runtime) attachOutput(ctx context.Context, id, agentID string) error {
 		if err != nil {
 			r.log.Warn("agent output copy ended", slog.String("agent_id", agentID), slog.String("error", err.Error()))
 		}
-		r.mu.Lock()
-		delete(r.copies, id)
-		r.mu.Unlock()
 		archive, err := logfile.Archive(path, filepath.Join(r.opts.LogDir, "archive", agentID), time.Now())
 		if err != nil {
 			r.log.Warn("agent log not archived", slog.String("agent_id", agentID), slog.String("error", err.Error()))
 		} else if archive != "" {
 			r.log.Info("agent log archived", slog.String("agent_id", agentID), slog.String("archive", archive))
 		}
+		// Only now is the copy done: until the log is archived, Stop and
+		// Remove find the copy and wait for it.
+		r.mu.Lock()
+		delete(r.copies, id)
+		r.mu.Unlock()
 	}()
 	return nil
 }

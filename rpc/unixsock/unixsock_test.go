@@ -119,20 +119,18 @@ func TestListen(t *testing.T) {
 		path := sockPath(t)
 		os.MkdirAll(filepath.Dir(path), 0o700)
 		// A socket left by a process that died: the file stays, nobody
-		// listens. Forks are held off while the listener is open: a child
-		// forked then (a parallel subtest starts a helper process) keeps a
-		// copy of it, still listening, until it execs, which under load
-		// can be long enough for Listen's probe to find this process
-		// holding the socket.
-		syscall.ForkLock.RLock()
-		old, err := net.Listen("unix", path)
+		// listens. It is bound and never listened on, so no process, not
+		// even a child forked meanwhile holding a copy of the descriptor,
+		// can answer on it: a connect is refused, as on a dead one.
+		fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 		if err != nil {
-			syscall.ForkLock.RUnlock()
 			t.Fatal(err)
 		}
-		old.(*net.UnixListener).SetUnlinkOnClose(false)
-		old.Close()
-		syscall.ForkLock.RUnlock()
+		if err := syscall.Bind(fd, &syscall.SockaddrUnix{Name: path}); err != nil {
+			syscall.Close(fd)
+			t.Fatal(err)
+		}
+		syscall.Close(fd)
 		ln := listen(t, path)
 		go func() {
 			if c, err := net.Dial("unix", path); err == nil {

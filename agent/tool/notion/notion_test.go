@@ -61,7 +61,7 @@ func setup(t *testing.T) *testBundle {
 			tb.slept = append(tb.slept, d)
 			return nil
 		}}
-	tb.Bundle = tooltest.Setup(t, builtin.Config{Tools: notion.Tools(cfg)})
+	tb.Bundle = tooltest.Setup(t, builtin.Config{Notion: cfg})
 	tb.Env.SecretFunc = func(name string) (string, bool) {
 		if name == tool.SecretNotion && tb.secret != "" {
 			return tb.secret, true
@@ -273,8 +273,8 @@ func TestBadInputGetsAStructuredError(t *testing.T) {
 				tb.secret = tt.secret
 			}
 			if tt.baseURL != "" {
-				tb.Bundle = tooltest.Setup(t, builtin.Config{Tools: notion.Tools(notion.Config{BaseURL: tt.baseURL,
-					Logger: slog.New(slog.NewTextHandler(tb.log, nil))})})
+				tb.Bundle = tooltest.Setup(t, builtin.Config{Notion: notion.Config{BaseURL: tt.baseURL,
+					Logger: slog.New(slog.NewTextHandler(tb.log, nil))}})
 				tb.Env.SecretFunc = func(string) (string, bool) { return "secret_fake", true }
 			}
 			r := tb.MustCall(t, notion.Name, tt.input)
@@ -296,7 +296,7 @@ func TestRealNotion(t *testing.T) {
 	if token == "" || os.Getenv("CI") != "" {
 		t.Skip("skipped: set CHOIR_TEST_NOTION_TOKEN (outside CI) to search the real Notion API")
 	}
-	b := tooltest.Setup(t, builtin.Config{Tools: notion.Tools(notion.Config{})})
+	b := tooltest.Setup(t, builtin.Config{Notion: notion.Config{}})
 	b.Env.SecretFunc = func(name string) (string, bool) { return token, name == tool.SecretNotion }
 	r := b.MustCall(t, notion.Name, `{"action": "search", "query": "", "limit": 3}`)
 	ok(t, r)

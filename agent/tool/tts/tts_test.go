@@ -110,7 +110,7 @@ func setup(t *testing.T, opts ...option) *testBundle {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	tb.Bundle = tooltest.Setup(t, builtin.Config{Tools: tts.Tools(cfg)})
+	tb.Bundle = tooltest.Setup(t, builtin.Config{TTS: cfg})
 	// The binding reference resolves like the agent's: the key of the
 	// current profile's provider.
 	tb.Env.SecretFunc = func(name string) (string, bool) {
@@ -425,7 +425,7 @@ func TestRealElevenLabs(t *testing.T) {
 	v := tts.Voice{Profile: "real", TTS: "elevenlabs", Provider: "elevenlabs", Endpoint: "https://api.elevenlabs.io/v1",
 		ModelID: "eleven_multilingual_v2", VoiceID: voice, OutputFormat: "opus_48000_32",
 		Settings: config.VoiceSettings{Stability: 0.5, SimilarityBoost: 0.75, Speed: 1}}
-	b := tooltest.Setup(t, builtin.Config{Tools: tts.Tools(tts.Config{VoiceFunc: func() (tts.Voice, error) { return v, nil }})})
+	b := tooltest.Setup(t, builtin.Config{TTS: tts.Config{VoiceFunc: func() (tts.Voice, error) { return v, nil }}})
 	b.Env.SecretFunc = func(name string) (string, bool) { return key, name == tool.SecretTTS }
 	r := b.MustCall(t, tts.Name, `{"text": "Hello from Choir. This is a test.", "name": "real"}`)
 	if r.Status != tool.StatusSuccess {

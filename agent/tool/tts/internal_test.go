@@ -76,7 +76,7 @@ func TestPacketSamples(t *testing.T) {
 // refuses it with one byte changed.
 func TestParseOggChecksCRC(t *testing.T) {
 	t.Parallel()
-	b, err := os.ReadFile("testdata/tone.ogg")
+	b, err := os.ReadFile("ttstest/tone.ogg")
 	if err != nil {
 		t.Fatal(err)
 	}

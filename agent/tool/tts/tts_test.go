@@ -24,6 +24,7 @@ import (
 	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/agent/tool/tooltest"
 	"github.com/choirhq/choir/agent/tool/tts"
+	"github.com/choirhq/choir/agent/tool/tts/ttstest"
 	"github.com/choirhq/choir/config"
 )
 
@@ -50,7 +51,7 @@ func (s *syncBuffer) String() string {
 // dynamic configuration the test changes as /voice does.
 type testBundle struct {
 	*tooltest.Bundle
-	fake     *fakeElevenLabs
+	fake     *ttstest.Server
 	log      *syncBuffer
 	profile  atomic.Pointer[string] // the session's current voice profile
 	profiles map[string]config.VoiceProfile
@@ -67,7 +68,7 @@ type option func(*tts.Config)
 
 func setup(t *testing.T, opts ...option) *testBundle {
 	t.Helper()
-	tb := &testBundle{fake: newFakeElevenLabs(t), log: &syncBuffer{}}
+	tb := &testBundle{fake: ttstest.NewServer(t), log: &syncBuffer{}}
 	tb.tts = map[string]config.TTS{
 		"eleven":  {Provider: "elevenlabs", ModelID: "eleven_multilingual_v2", Endpoint: tb.fake.Endpoint(), Secret: "eleven-key"},
 		"eleven2": {Provider: "elevenlabs", ModelID: "eleven_flash_v2_5", Endpoint: tb.fake.Endpoint(), Secret: "eleven-key"},
@@ -81,7 +82,7 @@ func setup(t *testing.T, opts ...option) *testBundle {
 		"odd":      {TTS: "acme", VoiceID: "v", OutputFormat: "opus_48000_64"},
 		"dangling": {TTS: "gone", VoiceID: "v", OutputFormat: "opus_48000_64"},
 	}
-	tb.secrets = map[string]string{"eleven-key": tb.fake.key, "acme-key": "acme"}
+	tb.secrets = map[string]string{"eleven-key": tb.fake.Key, "acme-key": "acme"}
 	calm := "calm"
 	tb.profile.Store(&calm)
 	cfg := tts.Config{
@@ -245,7 +246,7 @@ func TestSpeakWritesOggOpusWithTheCurrentVoiceProfile(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(data, tone(t)) || out.Bytes != len(data) {
+	if !bytes.Equal(data, ttstest.Tone()) || out.Bytes != len(data) {
 		t.Errorf("a one-part answer is written as the provider sent it")
 	}
 	readOgg(t, data)
@@ -310,7 +311,7 @@ func TestLongTextIsSplitAtSentencesAndJoinedIntoOneStream(t *testing.T) {
 	file := filepath.Join(tb.WS, out.File)
 	data, _ := os.ReadFile(file)
 	pages := readOgg(t, data)
-	want := 0.5 * float64(len(calls))
+	want := ttstest.ToneSeconds * float64(len(calls))
 	if got := float64(pages[len(pages)-1].granule-312) / 48000; got < want-0.05 || got > want+0.05 {
 		t.Errorf("final granule says %.3f s, want about %.1f s", got, want)
 	}
@@ -341,9 +342,7 @@ func TestSendHandsTheVoiceMessageToSendFile(t *testing.T) {
 func TestRateLimitIsWaitedOut(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	tb.fake.mu.Lock()
-	tb.fake.limited = 1
-	tb.fake.mu.Unlock()
+	tb.fake.RateLimit(1)
 	mustSpeak(t, tb, `{"text": "After a pause."}`)
 	tb.mu.Lock()
 	if len(tb.slept) != 1 || tb.slept[0] != 3*time.Second {
@@ -368,9 +367,9 @@ func TestBadInputGetsAStructuredError(t *testing.T) {
 	}{
 		{"MissingKey", func(tb *testBundle) { delete(tb.secrets, "eleven-key") }, "API key of TTS provider \"eleven\" is not available"},
 		{"InvalidKey", func(tb *testBundle) { tb.secrets["eleven-key"] = "wrong" }, "refused its API key (invalid_api_key"},
-		{"RateLimited", func(tb *testBundle) { tb.fake.limited = 100 }, "is rate limiting (too_many_concurrent_requests"},
-		{"ProviderError", func(tb *testBundle) { tb.fake.fail = "voice_not_found" }, "failed: TTS provider answered 400 voice_not_found"},
-		{"NotOpus", func(tb *testBundle) { tb.fake.mp3 = true }, "did not return OGG Opus audio"},
+		{"RateLimited", func(tb *testBundle) { tb.fake.RateLimit(100) }, "is rate limiting (too_many_concurrent_requests"},
+		{"ProviderError", func(tb *testBundle) { tb.fake.Fail("voice_not_found") }, "failed: TTS provider answered 400 voice_not_found"},
+		{"NotOpus", func(tb *testBundle) { tb.fake.AnswerMP3() }, "did not return OGG Opus audio"},
 		{"Unreachable", func(tb *testBundle) {
 			p := tb.tts["eleven"]
 			p.Endpoint = deadURL
@@ -387,9 +386,7 @@ func TestBadInputGetsAStructuredError(t *testing.T) {
 			t.Parallel()
 			tb := setup(t)
 			if tt.prepare != nil {
-				tb.fake.mu.Lock()
 				tt.prepare(tb)
-				tb.fake.mu.Unlock()
 			}
 			text := "Hello there."
 			if tt.name == "BlankText" {

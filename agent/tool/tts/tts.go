@@ -231,7 +231,9 @@ func (s *speak) Execute(ctx context.Context, env tool.Env, raw json.RawMessage) 
 		return tool.SuccessResult(fmt.Sprintf("spoke %d characters into %s", usage.Characters, file), out), nil
 	}
 	sendIn, _ := json.Marshal(map[string]string{"path": stem + ".ogg", "kind": "voice", "caption": in.Caption})
-	r, err := s.cfg.SendFunc(ctx, "tts-"+stem, sendIn)
+	// The outbox sends a call id once: a name spoken again is a new
+	// message, so the id is the call's own.
+	r, err := s.cfg.SendFunc(ctx, "tts-"+stem+"-"+randomHex(4), sendIn)
 	if err == nil && r.Status != tool.StatusSuccess {
 		err = fmt.Errorf("%s %s", r.Summary, r.Output)
 	}

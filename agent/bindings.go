@@ -58,7 +58,12 @@ func (s *session) voice() (tts.Voice, error) {
 // resources: they read the voice profile and the secrets at each call, and
 // choir.tts.speak sends through the host tool choir.send.file.
 func (s *session) serviceTools(cfg *builtin.Config) {
-	cfg.Notion = notion.Config{Logger: s.logger}
+	cfg.Notion = notion.Config{Logger: s.logger, EndpointFunc: func() string {
+		if d := s.dyn.Load(); d != nil {
+			return d.NotionIntegrations[s.hello.ResourceBindings.Notion].Endpoint
+		}
+		return ""
+	}}
 	cfg.TTS = tts.Config{Logger: s.logger, VoiceFunc: s.voice,
 		SendFunc: func(ctx context.Context, callID string, input json.RawMessage) (tool.Result, error) {
 			return hostExecutor{client: s.client, log: s.log}.ExecuteHostTool(ctx, tool.NameSendFile, callID, input)

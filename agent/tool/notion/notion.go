@@ -30,6 +30,10 @@ type Config struct {
 	// BaseURL is the API root, DefaultBaseURL by default; tests point it
 	// at a local server that speaks the Notion protocol.
 	BaseURL string
+	// EndpointFunc, when set, returns the API root of the session's
+	// integration at each call (its endpoint in config.json); "" keeps
+	// BaseURL.
+	EndpointFunc func() string
 	// HTTPClient makes the requests; http.DefaultClient by default.
 	HTTPClient *http.Client
 	// Logger receives a line per failed call; slog.Default() by default.
@@ -153,7 +157,13 @@ func (q *query) Execute(ctx context.Context, env tool.Env, raw json.RawMessage) 
 		return tool.ErrorResult("no Notion integration secret is available to this session: start the agent with a Notion " +
 			"integration (defaults.notion in config.json, or --notion) whose secret is set (choirctl secret set <name>)"), nil
 	}
-	c := &client{cfg: q.cfg, token: token}
+	cfg := q.cfg
+	if q.cfg.EndpointFunc != nil {
+		if e := q.cfg.EndpointFunc(); e != "" {
+			cfg.BaseURL = strings.TrimRight(e, "/")
+		}
+	}
+	c := &client{cfg: cfg, token: token}
 	var res tool.Result
 	var err error
 	switch in.Action {

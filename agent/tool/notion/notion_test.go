@@ -16,6 +16,7 @@ import (
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/agent/tool/notion"
+	"github.com/choirhq/choir/agent/tool/notion/notiontest"
 	"github.com/choirhq/choir/agent/tool/tooltest"
 )
 
@@ -41,7 +42,7 @@ func (s *syncBuffer) String() string {
 
 type testBundle struct {
 	*tooltest.Bundle
-	fake   *fakeNotion
+	fake   *notiontest.Server
 	log    *syncBuffer
 	mu     sync.Mutex
 	slept  []time.Duration
@@ -52,8 +53,8 @@ type testBundle struct {
 // with an environment whose binding reference answers the fake's token.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	tb := &testBundle{fake: newFakeNotion(t), log: &syncBuffer{}}
-	tb.secret = tb.fake.token
+	tb := &testBundle{fake: notiontest.NewServer(t), log: &syncBuffer{}}
+	tb.secret = tb.fake.Token
 	cfg := notion.Config{BaseURL: tb.fake.URL(), Logger: slog.New(slog.NewTextHandler(tb.log, nil)),
 		SleepFunc: func(_ context.Context, d time.Duration) error {
 			tb.mu.Lock()
@@ -112,12 +113,12 @@ func TestSearchPagesThroughResultsAndReturnsIDs(t *testing.T) {
 	r = tb.MustCall(t, notion.Name, `{"action": "search", "query": "tasks", "object": "database"}`)
 	ok(t, r)
 	out = tooltest.Output[listOut](t, r)
-	if len(out.Results) != 1 || out.Results[0].ID != dbID || out.Results[0].Object != "database" || out.Results[0].Title != "Tasks" {
+	if len(out.Results) != 1 || out.Results[0].ID != notiontest.DatabaseID || out.Results[0].Object != "database" || out.Results[0].Title != "Tasks" {
 		t.Fatalf("database search: %+v", out)
 	}
 	r = tb.MustCall(t, notion.Name, `{"action": "search", "query": "travel", "object": "page"}`)
 	out = tooltest.Output[listOut](t, r)
-	if len(out.Results) != 1 || out.Results[0].ID != pageID || out.Results[0].Title != "Travel plans" || out.Results[0].URL == "" {
+	if len(out.Results) != 1 || out.Results[0].ID != notiontest.PageID || out.Results[0].Title != "Travel plans" || out.Results[0].URL == "" {
 		t.Fatalf("page search: %+v", out)
 	}
 }
@@ -127,7 +128,7 @@ func TestReadPageFlattensBlocks(t *testing.T) {
 	tb := setup(t)
 	// The id as a page URL, without dashes: the tool finds it.
 	r := tb.MustCall(t, notion.Name, `{"action": "read_page", "page_id": "https://www.notion.so/Travel-plans-`+
-		strings.ReplaceAll(pageID, "-", "")+`?pvs=4"}`)
+		strings.ReplaceAll(notiontest.PageID, "-", "")+`?pvs=4"}`)
 	ok(t, r)
 	out := tooltest.Output[struct {
 		PageID   string `json:"page_id"`
@@ -143,17 +144,17 @@ func TestReadPageFlattensBlocks(t *testing.T) {
 		"Flights are booked.",
 		"- Hotels",
 		"  - Alfama guesthouse",
-		`[page "Packing list", id ` + subID + `]`,
-		`[database "Tasks", id ` + dbID + `]`,
+		`[page "Packing list", id ` + notiontest.SubPageID + `]`,
+		`[database "Tasks", id ` + notiontest.DatabaseID + `]`,
 		"[x] Renew passport",
 	}, "\n")
 	if out.Text != want {
 		t.Errorf("text:\n%s\nwant:\n%s", out.Text, want)
 	}
-	if out.PageID != pageID || out.Title != "Travel plans" || out.Blocks != 7 {
+	if out.PageID != notiontest.PageID || out.Title != "Travel plans" || out.Blocks != 7 {
 		t.Errorf("page %+v", out)
 	}
-	if len(out.Children) != 2 || out.Children[0].ID != subID || out.Children[1].ID != dbID || out.Children[1].Object != "database" {
+	if len(out.Children) != 2 || out.Children[0].ID != notiontest.SubPageID || out.Children[1].ID != notiontest.DatabaseID || out.Children[1].Object != "database" {
 		t.Errorf("children %+v", out.Children)
 	}
 	if strings.Contains(out.Text, "Socks") {
@@ -164,12 +165,12 @@ func TestReadPageFlattensBlocks(t *testing.T) {
 func TestQueryDatabaseFiltersAndSorts(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	r := tb.MustCall(t, notion.Name, `{"action": "query_database", "database_id": "`+strings.ReplaceAll(dbID, "-", "")+`",
+	r := tb.MustCall(t, notion.Name, `{"action": "query_database", "database_id": "`+strings.ReplaceAll(notiontest.DatabaseID, "-", "")+`",
 		"filter": {"property": "Status", "status": {"equals": "Done"}},
 		"sorts": [{"property": "Priority", "direction": "descending"}]}`)
 	ok(t, r)
 	out := tooltest.Output[listOut](t, r)
-	if out.DatabaseID != dbID || len(out.Results) != 2 {
+	if out.DatabaseID != notiontest.DatabaseID || len(out.Results) != 2 {
 		t.Fatalf("query: %+v", out)
 	}
 	if out.Results[0].Title != "Renew passport" || out.Results[1].Title != "Book flights" {
@@ -184,7 +185,7 @@ func TestQueryDatabaseFiltersAndSorts(t *testing.T) {
 	}
 
 	// All rows, across the fake's pages of two.
-	r = tb.MustCall(t, notion.Name, `{"action": "query_database", "database_id": "`+dbID+`", "limit": 100}`)
+	r = tb.MustCall(t, notion.Name, `{"action": "query_database", "database_id": "`+notiontest.DatabaseID+`", "limit": 100}`)
 	if out := tooltest.Output[listOut](t, r); len(out.Results) != 4 || out.HasMore {
 		t.Errorf("all rows: %+v", out)
 	}
@@ -193,20 +194,20 @@ func TestQueryDatabaseFiltersAndSorts(t *testing.T) {
 func TestAppendAddsParagraphsAndReadsBack(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	r := tb.MustCall(t, notion.Name, `{"action": "append", "page_id": "`+subID+`", "text": "Sunscreen.\n\nA charger."}`)
+	r := tb.MustCall(t, notion.Name, `{"action": "append", "page_id": "`+notiontest.SubPageID+`", "text": "Sunscreen.\n\nA charger."}`)
 	ok(t, r)
 	out := tooltest.Output[struct {
 		PageID   string   `json:"page_id"`
 		Appended int      `json:"appended"`
 		BlockIDs []string `json:"block_ids"`
 	}](t, r)
-	if out.PageID != subID || out.Appended != 2 || len(out.BlockIDs) != 2 || out.BlockIDs[0] != "new-1" {
+	if out.PageID != notiontest.SubPageID || out.Appended != 2 || len(out.BlockIDs) != 2 || out.BlockIDs[0] != "new-1" {
 		t.Fatalf("append: %+v", out)
 	}
-	r = tb.MustCall(t, notion.Name, `{"action": "append", "page_id": "`+subID+`",
+	r = tb.MustCall(t, notion.Name, `{"action": "append", "page_id": "`+notiontest.SubPageID+`",
 		"blocks": [{"object": "block", "type": "to_do", "to_do": {"rich_text": [{"type": "text", "text": {"content": "Tickets"}}]}}]}`)
 	ok(t, r)
-	r = tb.MustCall(t, notion.Name, `{"action": "read_page", "page_id": "`+subID+`"}`)
+	r = tb.MustCall(t, notion.Name, `{"action": "read_page", "page_id": "`+notiontest.SubPageID+`"}`)
 	text := tooltest.Output[struct {
 		Text string `json:"text"`
 	}](t, r).Text
@@ -221,9 +222,7 @@ func TestAppendAddsParagraphsAndReadsBack(t *testing.T) {
 func TestRateLimitIsWaitedOutAsRetryAfterSays(t *testing.T) {
 	t.Parallel()
 	tb := setup(t)
-	tb.fake.mu.Lock()
-	tb.fake.limited = 2
-	tb.fake.mu.Unlock()
+	tb.fake.RateLimit(2)
 	r := tb.MustCall(t, notion.Name, `{"action": "search", "query": "travel"}`)
 	ok(t, r)
 	if len(tb.slept) != 2 || tb.slept[0] != 2*time.Second || tb.slept[1] != 2*time.Second {
@@ -234,9 +233,7 @@ func TestRateLimitIsWaitedOutAsRetryAfterSays(t *testing.T) {
 	}
 
 	// Still limited after the retries: an error the model can act on.
-	tb.fake.mu.Lock()
-	tb.fake.limited = 100
-	tb.fake.mu.Unlock()
+	tb.fake.RateLimit(100)
 	r = tb.MustCall(t, notion.Name, `{"action": "search", "query": "travel"}`)
 	if r.Status != tool.StatusError || !strings.Contains(r.Summary, "rate limiting") || !strings.Contains(r.Summary, "try again in 2s") {
 		t.Errorf("persistent 429: %+v", r)
@@ -260,7 +257,7 @@ func TestBadInputGetsAStructuredError(t *testing.T) {
 		{name: "UnreachableServer", input: `{"action": "search"}`, baseURL: deadURL, want: "unreachable", log: "notion call failed"},
 		{name: "PageNotShared", input: `{"action": "read_page", "page_id": "ffffffffffffffffffffffffffffffff"}`, want: "not shared with the integration", log: "object_not_found"},
 		{name: "NotAnID", input: `{"action": "read_page", "page_id": "my page"}`, want: "is not a Notion id"},
-		{name: "BadFilter", input: `{"action": "query_database", "database_id": "` + dbID + `", "filter": {"property": "Status"}}`, want: "validation_error", log: "validation_error"},
+		{name: "BadFilter", input: `{"action": "query_database", "database_id": "` + notiontest.DatabaseID + `", "filter": {"property": "Status"}}`, want: "validation_error", log: "validation_error"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,4 +1,11 @@
-package notion_test
+// Package notiontest is a local server speaking the Notion API's protocol,
+// for tests: a bearer token, the Notion-Version header, the list shape with
+// has_more and next_cursor (two results per page at most, so every test
+// pages), Notion's error objects, and a 429 with Retry-After on demand. It
+// holds a small workspace: the page "Travel plans" with nested blocks, its
+// child page "Packing list" and its child database "Tasks" of four rows.
+// It is for tests only.
+package notiontest
 
 import (
 	"encoding/json"
@@ -14,13 +21,11 @@ import (
 	"github.com/choirhq/choir/agent/tool/notion"
 )
 
-// fakeNotion is a local server speaking the Notion API's protocol: bearer
-// token, Notion-Version, the list shape with has_more and next_cursor
-// (two results per page, whatever page_size asks, so every test pages),
-// Notion's error objects, and a 429 with Retry-After on demand.
-type fakeNotion struct {
-	*httptest.Server
-	token string
+// Server is the fake Notion API.
+type Server struct {
+	srv *httptest.Server
+	// Token is the integration token it accepts.
+	Token string
 
 	mu        sync.Mutex
 	pages     map[string]map[string]any // page id -> page object
@@ -29,14 +34,16 @@ type fakeNotion struct {
 	rows      map[string][]string         // database id -> page ids
 	limited   int                         // answer this many next requests with 429
 	requests  []string                    // "METHOD path"
+	auths     []string
 	bodies    []map[string]any
 	nextID    int
 }
 
+// The ids of the workspace's page, its child page and its database.
 const (
-	pageID = "1c2d3e4f-0000-4000-8000-000000000001"
-	subID  = "1c2d3e4f-0000-4000-8000-000000000002"
-	dbID   = "1c2d3e4f-0000-4000-8000-0000000000db"
+	PageID     = "1c2d3e4f-0000-4000-8000-000000000001"
+	SubPageID  = "1c2d3e4f-0000-4000-8000-000000000002"
+	DatabaseID = "1c2d3e4f-0000-4000-8000-0000000000db"
 )
 
 func title(s string) map[string]any {
@@ -53,47 +60,72 @@ func textBlock(id, typ, s string, hasChildren bool) map[string]any {
 		"created_time": "2026-11-01T10:00:00.000Z", typ: map[string]any{"rich_text": []any{rt(s)}, "color": "default"}}
 }
 
-func newFakeNotion(t *testing.T) *fakeNotion {
-	f := &fakeNotion{token: "secret_fake", pages: map[string]map[string]any{}, databases: map[string]map[string]any{},
+// NewServer starts a server that the test's cleanup stops.
+func NewServer(t testing.TB) *Server {
+	t.Helper()
+	f := &Server{Token: "secret_fake", pages: map[string]map[string]any{}, databases: map[string]map[string]any{},
 		children: map[string][]map[string]any{}, rows: map[string][]string{}}
-	f.pages[pageID] = map[string]any{"object": "page", "id": pageID, "url": "https://www.notion.so/Plans-" + strings.ReplaceAll(pageID, "-", ""),
+	f.pages[PageID] = map[string]any{"object": "page", "id": PageID, "url": "https://www.notion.so/Plans-" + strings.ReplaceAll(PageID, "-", ""),
 		"last_edited_time": "2026-11-20T09:00:00.000Z", "parent": map[string]any{"type": "workspace", "workspace": true},
 		"properties": map[string]any{"title": title("Travel plans")}}
-	f.pages[subID] = map[string]any{"object": "page", "id": subID, "url": "https://www.notion.so/Packing",
-		"parent": map[string]any{"type": "page_id", "page_id": pageID}, "properties": map[string]any{"title": title("Packing list")}}
-	f.databases[dbID] = map[string]any{"object": "database", "id": dbID, "url": "https://www.notion.so/db", "title": []any{rt("Tasks")},
-		"parent": map[string]any{"type": "page_id", "page_id": pageID}, "properties": map[string]any{}}
-	f.children[pageID] = []map[string]any{
+	f.pages[SubPageID] = map[string]any{"object": "page", "id": SubPageID, "url": "https://www.notion.so/Packing",
+		"parent": map[string]any{"type": "page_id", "page_id": PageID}, "properties": map[string]any{"title": title("Packing list")}}
+	f.databases[DatabaseID] = map[string]any{"object": "database", "id": DatabaseID, "url": "https://www.notion.so/db", "title": []any{rt("Tasks")},
+		"parent": map[string]any{"type": "page_id", "page_id": PageID}, "properties": map[string]any{}}
+	f.children[PageID] = []map[string]any{
 		textBlock("b1", "heading_1", "Lisbon trip", false),
 		textBlock("b2", "paragraph", "Flights are booked.", false),
 		textBlock("b3", "bulleted_list_item", "Hotels", true),
-		{"object": "block", "id": subID, "type": "child_page", "has_children": true, "child_page": map[string]any{"title": "Packing list"}},
-		{"object": "block", "id": dbID, "type": "child_database", "has_children": false, "child_database": map[string]any{"title": "Tasks"}},
+		{"object": "block", "id": SubPageID, "type": "child_page", "has_children": true, "child_page": map[string]any{"title": "Packing list"}},
+		{"object": "block", "id": DatabaseID, "type": "child_database", "has_children": false, "child_database": map[string]any{"title": "Tasks"}},
 		{"object": "block", "id": "b4", "type": "to_do", "has_children": false, "to_do": map[string]any{"rich_text": []any{rt("Renew passport")}, "checked": true}},
 	}
 	f.children["b3"] = []map[string]any{textBlock("b3a", "bulleted_list_item", "Alfama guesthouse", false)}
-	f.children[subID] = []map[string]any{textBlock("s1", "paragraph", "Socks (must not appear inline)", false)}
+	f.children[SubPageID] = []map[string]any{textBlock("s1", "paragraph", "Socks (must not appear inline)", false)}
 	for i, r := range []struct {
 		name, status string
 		prio         float64
 	}{{"Book flights", "Done", 1}, {"Pack", "Not started", 3}, {"Renew passport", "Done", 2}, {"Buy adapter", "In progress", 4}} {
 		id := fmt.Sprintf("1c2d3e4f-0000-4000-8000-00000000010%d", i)
 		f.pages[id] = map[string]any{"object": "page", "id": id, "url": "https://www.notion.so/row" + strconv.Itoa(i),
-			"parent": map[string]any{"type": "database_id", "database_id": dbID},
+			"parent": map[string]any{"type": "database_id", "database_id": DatabaseID},
 			"properties": map[string]any{
 				"Name":     title(r.name),
 				"Status":   map[string]any{"id": "st", "type": "status", "status": map[string]any{"id": "x", "name": r.status, "color": "green"}},
 				"Priority": map[string]any{"id": "pr", "type": "number", "number": r.prio},
 				"Tags":     map[string]any{"id": "tg", "type": "multi_select", "multi_select": []any{map[string]any{"name": "trip"}}},
 			}}
-		f.rows[dbID] = append(f.rows[dbID], id)
+		f.rows[DatabaseID] = append(f.rows[DatabaseID], id)
 	}
-	f.Server = httptest.NewServer(http.HandlerFunc(f.serve))
-	t.Cleanup(f.Close)
+	f.srv = httptest.NewServer(http.HandlerFunc(f.serve))
+	t.Cleanup(f.srv.Close)
 	return f
 }
 
-func (f *fakeNotion) URL() string { return f.Server.URL + "/v1" }
+// URL is the API root, as notion.Config.BaseURL and a Notion
+// integration's endpoint name it.
+func (f *Server) URL() string { return f.srv.URL + "/v1" }
+
+// RateLimit answers the next n requests with 429 and Retry-After: 2.
+func (f *Server) RateLimit(n int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.limited = n
+}
+
+// Requests returns "METHOD path" of every request so far.
+func (f *Server) Requests() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.requests...)
+}
+
+// Authorizations returns the Authorization header of every request.
+func (f *Server) Authorizations() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.auths...)
+}
 
 func notionError(w http.ResponseWriter, status int, code, msg string) {
 	w.Header().Set("Content-Type", "application/json")
@@ -118,17 +150,18 @@ func page(w http.ResponseWriter, all []any, cursor string, size int) {
 		"has_more": next != nil, "type": "page_or_database"})
 }
 
-func (f *fakeNotion) serve(w http.ResponseWriter, r *http.Request) {
+func (f *Server) serve(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	path := strings.TrimPrefix(r.URL.Path, "/v1")
 	f.requests = append(f.requests, r.Method+" "+path)
+	f.auths = append(f.auths, r.Header.Get("Authorization"))
 	var body map[string]any
 	if r.Body != nil {
 		json.NewDecoder(r.Body).Decode(&body) //nolint:errcheck
 	}
 	f.bodies = append(f.bodies, body)
-	if r.Header.Get("Authorization") != "Bearer "+f.token {
+	if r.Header.Get("Authorization") != "Bearer "+f.Token {
 		notionError(w, 401, "unauthorized", "API token is invalid.")
 		return
 	}
@@ -183,7 +216,7 @@ func anys[T any](s []T) []any {
 	return out
 }
 
-func (f *fakeNotion) search(w http.ResponseWriter, body map[string]any, cursor string, size int) {
+func (f *Server) search(w http.ResponseWriter, body map[string]any, cursor string, size int) {
 	q, _ := body["query"].(string)
 	var want string
 	if flt, ok := body["filter"].(map[string]any); ok {
@@ -210,7 +243,7 @@ func (f *fakeNotion) search(w http.ResponseWriter, body map[string]any, cursor s
 	page(w, all, cursor, size)
 }
 
-func (f *fakeNotion) append(w http.ResponseWriter, id string, body map[string]any) {
+func (f *Server) append(w http.ResponseWriter, id string, body map[string]any) {
 	kids, _ := body["children"].([]any)
 	if len(kids) == 0 || len(kids) > 100 {
 		notionError(w, 400, "validation_error", "body.children should be an array of 1 to 100 blocks")
@@ -233,7 +266,7 @@ func (f *fakeNotion) append(w http.ResponseWriter, id string, body map[string]an
 
 // query implements the filter and sort shapes the tests use: a status
 // equals filter and a number sort.
-func (f *fakeNotion) query(w http.ResponseWriter, id string, body map[string]any, cursor string, size int) {
+func (f *Server) query(w http.ResponseWriter, id string, body map[string]any, cursor string, size int) {
 	ids, ok := f.rows[id]
 	if !ok {
 		notionError(w, 404, "object_not_found", "Could not find database with ID: "+id+".")

@@ -99,8 +99,10 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 // INIT_HELLO, the secrets, the configuration and the git identity.
 func (s *session) open(ctx context.Context) error {
 	opts := s.opts
-	reg, err := builtin.Build(builtin.Config{GlobalDir: filepath.Join(opts.ChoirDir, "tools", "global"),
-		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent")})
+	bcfg := builtin.Config{GlobalDir: filepath.Join(opts.ChoirDir, "tools", "global"),
+		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent")}
+	s.serviceTools(&bcfg)
+	reg, err := builtin.Build(bcfg)
 	if err != nil {
 		return fmt.Errorf("load tools: %w", err)
 	}
@@ -240,7 +242,7 @@ func (s *session) restore() error {
 	}
 	s.log = log
 	s.arb = arbiter.New(arbiter.Config{Appender: app, Tools: s.tools, Locks: lock.New(), Logger: s.logger,
-		Env: tool.Env{Workspace: s.opts.Workspace, SecretFunc: s.secrets.get}, Secrets: s.secrets.all,
+		Env: tool.Env{Workspace: s.opts.Workspace, SecretFunc: s.secret}, Secrets: s.secrets.all,
 		Host: hostExecutor{client: s.client, log: log}, Approvals: approver{client: s.client},
 		// While any core job runs the edge is limited to read-only tools
 		// (spec 7.2); the edge is set before the arbiter sees a proposal.

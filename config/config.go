@@ -190,6 +190,9 @@ type GitIdentity struct {
 // NotionIntegration is a Notion integration token.
 type NotionIntegration struct {
 	Secret string `json:"secret"`
+	// Endpoint is the Notion API root; empty means
+	// https://api.notion.com/v1.
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // EmailSharing says whether several agents may use an email account at once.

@@ -327,6 +327,9 @@ func (v *validator) notion() {
 		p := path("notion_integrations", name)
 		v.name(p, "notion integration", name)
 		v.secret(sub(p, "secret"), v.c.NotionIntegrations[name].Secret, true)
+		if e := v.c.NotionIntegrations[name].Endpoint; e != "" {
+			v.endpoint(sub(p, "endpoint"), e)
+		}
 	}
 }
 

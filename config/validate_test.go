@@ -142,6 +142,15 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name: "NotionEndpointMustBeAURL",
+			mutate: func(c *config.Config, s config.Secrets) {
+				ni := c.NotionIntegrations["work-wiki"]
+				ni.Endpoint = "api.notion.com"
+				c.NotionIntegrations["work-wiki"] = ni
+			},
+			want: []string{`$.notion_integrations["work-wiki"].endpoint: must be an http or https URL`},
+		},
+		{
 			name: "OptionalSecretsMayBeOmitted",
 			mutate: func(c *config.Config, s config.Secrets) {
 				for name, m := range c.Models {

@@ -31,4 +31,8 @@ type DynamicConfig struct {
 	// switch to another provider's model carries that provider's key. Nil
 	// (an older choird) leaves the agent with the list bound at its start.
 	Secrets []string `json:"secrets"`
+
+	// NotionIntegrations name each integration's secret; the agent finds
+	// its bound one's there (choir.notion.query).
+	NotionIntegrations map[string]config.NotionIntegration `json:"notion_integrations,omitempty"`
 }

@@ -10,6 +10,8 @@ import (
 
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/agent/tool/notion"
+	"github.com/choirhq/choir/agent/tool/tts"
 )
 
 func TestBuild(t *testing.T) {
@@ -36,6 +38,8 @@ func TestBuild(t *testing.T) {
 			tool.NameScheduleList:   tool.KindHost,
 			tool.NameScheduleCancel: tool.KindHost,
 			tool.NameRemind:         tool.KindHost,
+			notion.Name:             tool.KindBuiltin,
+			tts.Name:                tool.KindBuiltin,
 		}
 		for name, kind := range want {
 			d, ok := reg.Lookup(name)
@@ -59,7 +63,7 @@ func TestBuild(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(reg.Names()) != len(builtin.Tools()) {
+		if len(reg.Names()) != len(builtin.Tools())+2 { // and choir.notion.query, choir.tts.speak
 			t.Errorf("got %v", reg.Names())
 		}
 	})

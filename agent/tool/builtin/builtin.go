@@ -15,7 +15,9 @@ import (
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/external"
 	"github.com/choirhq/choir/agent/tool/fs"
+	"github.com/choirhq/choir/agent/tool/notion"
 	"github.com/choirhq/choir/agent/tool/proc"
+	"github.com/choirhq/choir/agent/tool/tts"
 )
 
 // Default directories of external tools inside the agent image (spec 15.1).
@@ -36,6 +38,11 @@ type Config struct {
 	// Tools are further built-in tools implemented elsewhere (web search,
 	// email, ...), added to those of [Tools].
 	Tools []tool.Tool
+	// Notion and TTS configure choir.notion.query and choir.tts.speak,
+	// which every registry holds; zero values give tools that answer
+	// every call with an error saying what is not set up.
+	Notion notion.Config
+	TTS    tts.Config
 }
 
 // Build assembles the registry: the built-in tools, then the external
@@ -45,7 +52,7 @@ type Config struct {
 func Build(cfg Config) (*tool.Registry, error) {
 	global, gerr := external.Load(cfg.GlobalDir, tool.OriginGlobal)
 	agent, aerr := external.Load(cfg.AgentDir, tool.OriginAgent)
-	return tool.New(append(Tools(), cfg.Tools...),
+	return tool.New(append(append(Tools(), serviceTools(cfg)...), cfg.Tools...),
 		tool.Layer{Defs: global, Err: gerr}, tool.Layer{Defs: agent, Err: aerr})
 }
 

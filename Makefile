@@ -58,8 +58,11 @@ run: devpg build
 	bin/choirctl --home "$(DIR)" db migrate
 	exec bin/choird --home "$(DIR)" --runtime=process
 
+# The benchmark suite: bench/report.md and bench/report.json, each figure
+# beside its target (about 15 minutes; not part of `make test`).
 bench: devpg
-	CHOIR_TEST_DATABASE_URL="$(PG_URL)" go test -run '^$$' -bench . -benchmem ./...
+	scripts/testdeps.sh
+	go run ./bench/report -database-url "$(PG_URL)"
 
 clean:
 	rm -rf bin

@@ -9,7 +9,7 @@ PG_URL = $(shell scripts/devpg.sh url)
 PG_BASE = $(patsubst %/choir?sslmode=disable,%,$(PG_URL))
 VET_DB = choir_sqlc_vet
 
-.PHONY: all build generate check-generated check-tidy vet-sql vet devpg test test-short run bench clean
+.PHONY: all build generate check-generated check-tidy vet-sql vet devpg test test-short run demo bench clean
 
 all: build
 
@@ -58,8 +58,19 @@ run: devpg build
 	bin/choirctl --home "$(DIR)" db migrate
 	exec bin/choird --home "$(DIR)" --runtime=process
 
+# The whole stack with nothing from outside: Postgres, choird, one agent,
+# stand-ins for Telegram and the model (a real model when the environment
+# names one, as for init --local), a scripted conversation and the psql
+# audit queries (e2e/demo_test.go, which make test also runs).
+demo: devpg
+	scripts/testdeps.sh
+	CHOIR_DEMO=1 CHOIR_TEST_DATABASE_URL="$(PG_URL)" go test -count=1 -run '^TestDemo$$' -v ./e2e
+
+# The benchmark suite: bench/report.md and bench/report.json, each figure
+# beside its target (about 15 minutes; not part of `make test`).
 bench: devpg
-	CHOIR_TEST_DATABASE_URL="$(PG_URL)" go test -run '^$$' -bench . -benchmem ./...
+	scripts/testdeps.sh
+	go run ./bench/report -database-url "$(PG_URL)"
 
 clean:
 	rm -rf bin

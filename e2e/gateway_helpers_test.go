@@ -217,22 +217,7 @@ func sentTexts(b *telegramtest.Bot, chat int64) []string {
 // satisfies match, and returns it.
 func waitSentTo(t testing.TB, b *telegramtest.Bot, chat int64, what string, match func(telegramtest.Message) bool) telegramtest.Message {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	defer cancel()
-	var found telegramtest.Message
-	err := b.Wait(ctx, func() bool {
-		for _, m := range b.SentTo(chat) {
-			if match(m) {
-				found = m
-				return true
-			}
-		}
-		return false
-	})
-	if err != nil {
-		t.Fatalf("no %s sent to chat %d; sent: %q", what, chat, sentTexts(b, chat))
-	}
-	return found
+	return waitSentToWithin(t, b, chat, what, 60*time.Second, match)
 }
 
 func containsText(sub string) func(telegramtest.Message) bool {

@@ -1,0 +1,90 @@
+package main
+
+// A figure is one number of the report: where it is measured, the
+// metric read off the benchmark's output, its target, and the floor it
+// is compared with (the same work done by bare means, in the same run).
+type figure struct {
+	// ID names the figure in report.json.
+	ID string `json:"id"`
+	// Title is the figure's line in report.md.
+	Title string `json:"title"`
+	// Source is where the value comes from.
+	Source source `json:"source"`
+	// Target is the value the figure must reach; Higher says whether
+	// more is better (throughput) or worse (latency, memory).
+	Target float64 `json:"target"`
+	Higher bool    `json:"higher_is_better"`
+	// Unit is the unit of the value and of the target.
+	Unit string `json:"unit"`
+	// Floor, when set, is the bare-means counterpart measured in the
+	// same run; the report gives the ratio value/floor.
+	Floor *source `json:"floor,omitempty"`
+}
+
+// A source says how to obtain a value: a go benchmark's metric (Pkg,
+// Bench, Metric), or a named measurement of this program (Probe).
+type source struct {
+	// Pkg is the package directory, relative to the module root.
+	Pkg string `json:"pkg,omitempty"`
+	// Bench is the -test.bench pattern; it selects one benchmark.
+	Bench string `json:"bench,omitempty"`
+	// Metric is the unit of the benchmark's output to read, such as
+	// "p99-µs" or "ns/op".
+	Metric string `json:"metric,omitempty"`
+	// Scale multiplies the metric to give the figure's unit.
+	Scale float64 `json:"scale,omitempty"`
+	// Invert takes 1/(metric*Scale): ns/op to operations per second.
+	Invert bool `json:"invert,omitempty"`
+	// CPU is -test.cpu for the run, when the figure is per core.
+	CPU int `json:"cpu,omitempty"`
+	// Benchtime is -test.benchtime, when the default does not suit.
+	Benchtime string `json:"benchtime,omitempty"`
+	// Probe names a measurement made by this program: "hybrid:<class>",
+	// "rss:choird", "rss:choir-agent".
+	Probe string `json:"probe,omitempty"`
+}
+
+// suite is what `make bench` measures. Targets are those of the issues
+// that built each part; the idle-memory targets are this report's own
+// (no issue set one): 64 MiB for choird and 32 MiB for choir-agent.
+var suite = []figure{
+	{ID: "rpc_rtt_p50", Title: "RPC round trip over the Unix socket, p50", Unit: "µs", Target: 50,
+		Source: source{Pkg: "rpc", Bench: "^BenchmarkRoundTrip$/^UDS$", Metric: "p50-µs"},
+		Floor:  &source{Pkg: "rpc/internal/fastpath", Bench: "^BenchmarkCall$/^Plain$/^unix$", Metric: "p50-µs"}},
+	{ID: "rpc_rtt_p99", Title: "RPC round trip over the Unix socket, p99", Unit: "µs", Target: 250,
+		Source: source{Pkg: "rpc", Bench: "^BenchmarkRoundTrip$/^UDS$", Metric: "p99-µs"},
+		Floor:  &source{Pkg: "rpc/internal/fastpath", Bench: "^BenchmarkCall$/^Plain$/^unix$", Metric: "p99-µs"}},
+	{ID: "heartbeat_events", Title: "Heartbeat persistence, 32 sessions x 10 events", Unit: "events/s", Target: 20000, Higher: true,
+		Source: source{Pkg: "daemon", Bench: "^BenchmarkHeartbeatRPC$/^32x10$", Metric: "events/s", Benchtime: "3s"},
+		Floor:  &source{Pkg: "daemon", Bench: "^BenchmarkHeartbeatBareSQL$/^32x10$", Metric: "events/s", Benchtime: "3s"}},
+	{ID: "heartbeat_tx_p99", Title: "Heartbeat transaction, p99", Unit: "ms", Target: 50,
+		Source: source{Pkg: "daemon", Bench: "^BenchmarkHeartbeatRPC$/^32x10$", Metric: "tx-p99-ms", Benchtime: "3s"},
+		Floor:  &source{Pkg: "daemon", Bench: "^BenchmarkHeartbeatBareSQL$/^32x10$", Metric: "tx-p99-ms", Benchtime: "3s"}},
+	{ID: "crash_detection_late_p99", Title: "Crash detection, lateness past the threshold, p99", Unit: "ms", Target: 1000,
+		Source: source{Pkg: "jobs", Bench: "^BenchmarkCrashDetection$", Metric: "late-p99-ms"}},
+	{ID: "recovery_100k", Title: "Recovery of a 100k-event session", Unit: "ms", Target: 1000,
+		Source: source{Pkg: "daemon", Bench: "^BenchmarkRecovery100k$/^SnapshotEvery100$", Metric: "ns/op", Scale: 1e-6}},
+	{ID: "hybrid_selective_p95", Title: "Hybrid search at 100k chunks, selective terms, p95", Unit: "ms", Target: 5,
+		Source: source{Probe: "hybrid:selective"}},
+	{ID: "hybrid_mid_p95", Title: "Hybrid search at 100k chunks, mid terms, p95", Unit: "ms", Target: 5,
+		Source: source{Probe: "hybrid:mid"}},
+	{ID: "hybrid_broad_p95", Title: "Hybrid search at 100k chunks, broad terms, p95", Unit: "ms", Target: 5,
+		Source: source{Probe: "hybrid:broad"}},
+	{ID: "gateway_ingress_p99", Title: "Gateway ingress: update to the edge's inbox, p99", Unit: "ms", Target: 20,
+		Source: source{Pkg: "e2e", Bench: "^BenchmarkGatewayIngress$", Metric: "p99-ms"}},
+	{ID: "gateway_egress_p99", Title: "Gateway egress: outbox commit to sendMessage, p99", Unit: "ms", Target: 50,
+		Source: source{Pkg: "e2e", Bench: "^BenchmarkGatewayEgress$", Metric: "p99-ms"}},
+	{ID: "start_process_p95", Title: "Start to first acknowledged heartbeat, process runtime, p95", Unit: "ms", Target: 200,
+		Source: source{Pkg: "daemon", Bench: "^BenchmarkStartToFirstHeartbeat$/^Process$", Metric: "p95-ms"}},
+	{ID: "start_docker_p95", Title: "Start to first acknowledged heartbeat, docker runtime, p95", Unit: "ms", Target: 1000,
+		Source: source{Pkg: "daemon", Bench: "^BenchmarkStartToFirstHeartbeat$/^Docker$", Metric: "p95-ms"}},
+	{ID: "lock_uncontended", Title: "Lock acquire and release, uncontended, one core", Unit: "ops/s", Target: 1e6, Higher: true,
+		Source: source{Pkg: "agent/lock", Bench: "^BenchmarkAcquireUncontended$/^Exec$/^Others0$", Metric: "ns/op",
+			Scale: 1e-9, Invert: true, CPU: 1}},
+	{ID: "arbiter_overhead_p99", Title: "Arbiter overhead per tool call, p99", Unit: "µs", Target: 100,
+		Source: source{Pkg: "agent/arbiter", Bench: "^BenchmarkProposeOverhead$", Metric: "p99-µs"}},
+	{ID: "rss_choird", Title: "Idle resident memory of choird (one agent running)", Unit: "MiB", Target: 64,
+		Source: source{Probe: "rss:choird"}},
+	{ID: "rss_agent", Title: "Idle resident memory of choir-agent (process runtime)", Unit: "MiB", Target: 32,
+		Source: source{Probe: "rss:choir-agent"}},
+}

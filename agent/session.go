@@ -247,15 +247,17 @@ func (s *session) restore() error {
 		EdgeRestricted: func() bool { return s.edge.CoresRunning() }})
 	s.out = &outbound{client: s.client, logger: s.logger}
 	s.status = &statusReporter{client: s.client, logger: s.logger, kick: make(chan struct{}, 1)}
+	inj := tool.NewInjector(s.tools, tool.InjectorConfig{Mode: tool.Mode(s.dyn.Load().ToolMode), Search: s.toolSearch})
 	s.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: s.arb, Log: log, Tools: s.tools, Skills: s.skills, LLM: &llm.Client{},
-		Model: s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,
+		Injector: inj,
+		Model:    s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,
 		Budgets:                    edgeBudgets(s.dyn.Load().Budgets),
 		RateLimitDelay:             time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
 		CompactionThresholdPercent: func() int { return s.dyn.Load().CompactionThresholdPercent },
 		Identity: lane.Identity{Instructions: edgeInstructions, User: readIdentity(s.opts.ChoirDir, "USER.md"),
 			Soul: readIdentity(s.opts.ChoirDir, "SOUL.md")},
 		Jobs: func(e *lane.Edge) lane.Jobs {
-			s.jobs = core.NewSet(e, core.Config{Arbiter: s.arb, Log: log, Tools: s.tools, LLM: &llm.Client{},
+			s.jobs = core.NewSet(e, core.Config{Arbiter: s.arb, Log: log, Tools: s.tools, Injector: inj, LLM: &llm.Client{},
 				Model: s.coreModel, Soul: readIdentity(s.opts.ChoirDir, "SOUL-CORE.md"), Out: s.out,
 				Budgets:                    jobBudgets(s.dyn.Load().Budgets),
 				RateLimitDelay:             time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,

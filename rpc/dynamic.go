@@ -31,4 +31,7 @@ type DynamicConfig struct {
 	// switch to another provider's model carries that provider's key. Nil
 	// (an older choird) leaves the agent with the list bound at its start.
 	Secrets []string `json:"secrets"`
+	// ToolMode is the agent's forced tool injection mode; empty: chosen
+	// per session from the model's context window.
+	ToolMode string `json:"tool_mode,omitempty"`
 }

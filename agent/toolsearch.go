@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync/atomic"
+	"time"
 
 	"github.com/choirhq/choir/rpc"
 )
@@ -15,6 +17,14 @@ const (
 	hostToolSearch = "choir.tools.semantic_search"
 	hostToolIndex  = "choir.tools.index"
 )
+
+// searchSeq numbers the host calls of tool search, which are no model's
+// calls: each gets an ID of its own.
+var searchSeq atomic.Int64
+
+func searchCallID() string {
+	return fmt.Sprintf("toolsearch-%d-%d", time.Now().UnixNano(), searchSeq.Add(1))
+}
 
 // errIndexMissing is choird's answer to a search whose manifest hash it
 // has no index for.
@@ -31,7 +41,7 @@ func (s *session) toolSearch(ctx context.Context, query string, limit int) ([]st
 		return names, err
 	}
 	idx, _ := json.Marshal(map[string]any{"manifest_hash": hash, "tools": corpus})
-	resp, err := s.client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: hostToolIndex, Input: idx})
+	resp, err := s.client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: hostToolIndex, CallID: searchCallID(), Input: idx})
 	if err != nil {
 		return nil, fmt.Errorf("index tools: %w", err)
 	}
@@ -48,7 +58,7 @@ func (s *session) toolSearch(ctx context.Context, query string, limit int) ([]st
 // semanticSearch asks choird once; missing reports that it has no index
 // for the hash.
 func (s *session) semanticSearch(ctx context.Context, in json.RawMessage) (names []string, missing bool, err error) {
-	resp, err := s.client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: hostToolSearch, Input: in})
+	resp, err := s.client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: hostToolSearch, CallID: searchCallID(), Input: in})
 	if err != nil {
 		return nil, false, fmt.Errorf("tool search: %w", err)
 	}

@@ -1,0 +1,29 @@
+package agent
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/choirhq/choir/agent/llmtest"
+	"github.com/choirhq/choir/internal/choirdtest"
+)
+
+// TestToolSearchThroughChoird: the discovery tools' semantic search goes
+// to choird through EXECUTE_HOST_TOOL; the first search of an image finds
+// no index, sends the corpus, and finds the tool by a paraphrase of its
+// description.
+func TestToolSearchThroughChoird(t *testing.T) {
+	t.Parallel()
+	srv := llmtest.NewServer(t)
+	d := choirdtest.Start(t, choirdtest.Options{ModelEndpoint: srv.BaseURL()})
+	logs := &choirdtest.SyncBuffer{}
+	s, _ := openAgent(t, d, logs)
+	ctx := context.Background()
+	for range 2 { // the second search finds the index the first built
+		names, err := s.toolSearch(ctx, "show the lines of a text file", 5)
+		if err != nil || !slices.Contains(names, "choir.fs.read") {
+			t.Fatalf("tool search = %v, %v; want choir.fs.read", names, err)
+		}
+	}
+}

@@ -391,6 +391,11 @@ func (a *Arbiter) execute(ctx context.Context, def *tool.Def, p Proposal) (res t
 	if def.Kind() == tool.KindMeta {
 		return a.requestApproval(ctx, def, p)
 	}
+	if def.Runtime().Approval {
+		if res, ok, err := a.gate(ctx, p); !ok || err != nil {
+			return res, err
+		}
+	}
 	if def.Runtime().Host {
 		if a.cfg.Host == nil {
 			return tool.Result{}, fmt.Errorf("%s runs on the host, and no host connection is configured", p.Tool)

@@ -65,6 +65,9 @@ type Runtime struct {
 	Category string `json:"category,omitempty"`
 	// Aliases are other words for the tool, searched by choir.tools.search.
 	Aliases []string `json:"aliases,omitempty"`
+	// Approval makes every call wait for a person's approval of that
+	// exact input before it runs (the arbiter's gate, approvalgate.go).
+	Approval bool `json:"approval,omitempty"`
 }
 
 // SideEffect classifies what a tool does (spec 8.4).

@@ -689,7 +689,7 @@ func (e *Edge) tools() []llm.ToolSpec {
 	// While core jobs run, the edge is offered read-only tools only (the
 	// arbiter refuses the others anyway, spec 7.2).
 	restricted := e.CoresRunning()
-	views, _ := e.currentOffer().Tools(e.toolFilter())
+	views := e.currentOffer().Tools(e.toolFilter())
 	for _, v := range views {
 		if def, ok := e.cfg.Tools.Lookup(v.Name); restricted && ok && v.Name != tool.NameMemoryCompact &&
 			def.Runtime().SideEffect != tool.SideEffectRead {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/agent/tool/mcp"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -57,11 +59,22 @@ func manyTools(t testing.TB, n int) string {
 	return dir
 }
 
-// scaleRegistry holds 150 tools: the built-ins and generated externals.
-func scaleRegistry(t testing.TB) *tool.Registry {
+// scaleRegistry holds 150 tools: the built-ins, the tools of a stdio MCP
+// server (the mcp package's fake, started in ws), and generated externals.
+func scaleRegistry(t testing.TB, ws string) *tool.Registry {
 	t.Helper()
-	nb := len(builtin.Tools())
-	reg, err := builtin.Build(builtin.Config{AgentDir: manyTools(t, 150-nb)})
+	bin := filepath.Join(t.TempDir(), "fakemcp")
+	if out, err := exec.Command("go", "build", "-o", bin, "../tool/mcp/testdata/fakeserver").CombinedOutput(); err != nil {
+		t.Fatalf("build the fake MCP server: %v: %s", err, out)
+	}
+	set, layer, _, err := mcp.Start(context.Background(), mcp.Manifest{Servers: map[string]mcp.Server{"notes": {Command: bin}}},
+		mcp.Config{Workspace: ws})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(set.Close)
+	nb := len(builtin.Tools()) + len(layer.Defs)
+	reg, err := builtin.Build(builtin.Config{AgentDir: manyTools(t, 150-nb), Layers: []tool.Layer{layer}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,10 +86,9 @@ func scaleRegistry(t testing.TB) *tool.Registry {
 
 // runTask runs the scripted three-tool task in mode and returns the model
 // calls it took and the most schema tokens one of them carried.
-func runTask(t *testing.T, reg *tool.Registry, mode tool.Mode, steps ...llmtest.Step) (calls int, maxTokens int64) {
+func runTask(t *testing.T, reg *tool.Registry, ws string, mode tool.Mode, steps ...llmtest.Step) (calls int, maxTokens int64) {
 	t.Helper()
 	srv := llmtest.NewServer(t, steps...)
-	ws := t.TempDir()
 	log, app, err := commitlog.New(0, rpc.Genesis)
 	if err != nil {
 		t.Fatal(err)
@@ -103,16 +115,18 @@ func runTask(t *testing.T, reg *tool.Registry, mode tool.Mode, steps ...llmtest.
 	return calls, maxTokens
 }
 
-// The three tools of the task, called at once once the model knows them.
+// The three tools of the task, one of them the MCP server's, called at
+// once once the model knows them.
 var taskCalls = []llmtest.Call{
 	{ID: "w", Name: "choir.fs.write", Arguments: `{"path":"n.txt","content":"alpha\n"}`},
-	{ID: "r", Name: "choir.fs.read", Arguments: `{"path":"n.txt"}`},
+	{ID: "r", Name: "notes.read_note", Arguments: `{"path":"n.txt"}`},
 	{ID: "s", Name: "choir.fs.search", Arguments: `{"pattern":"alpha"}`},
 }
 
 func TestToolsAtScale(t *testing.T) {
 	t.Parallel()
-	reg := scaleRegistry(t)
+	ws := t.TempDir()
+	reg := scaleRegistry(t, ws)
 	plan := tool.NewInjector(reg, tool.InjectorConfig{}).Plan(tool.LaneEdge, scaleWindow)
 	budget := int64(scaleWindow * tool.SchemaBudgetPercent / 100)
 	t.Logf("150 tools, 32K window: direct %d tokens, compact %d tokens, budget %d: mode %s",
@@ -121,13 +135,17 @@ func TestToolsAtScale(t *testing.T) {
 		t.Fatalf("150 tools chose direct mode at %d tokens", plan.DirectTokens)
 	}
 
-	directCalls, directMax := runTask(t, reg, tool.ModeDirect,
+	directCalls, directMax := runTask(t, reg, ws, tool.ModeDirect,
 		llmtest.ToolCalls(taskCalls...), llmtest.Text("done"))
-	autoCalls, autoMax := runTask(t, reg, tool.ModeAuto,
-		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: tool.NameToolsLoad, Arguments: `{"category":"choir.fs"}`}),
+	autoCalls, autoMax := runTask(t, reg, ws, tool.ModeAuto,
+		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: tool.NameToolsLoad, Arguments: `{"category":"choir.fs"}`},
+			llmtest.Call{ID: "2", Name: tool.NameToolsSearch, Arguments: `{"query":"read a note file"}`}),
 		llmtest.ToolCalls(taskCalls...).Expect(func(t testing.TB, r *llmtest.Request) {
 			if _, ok := r.Tool("choir.fs.search"); !ok {
 				t.Errorf("choir.fs not loaded: %v", r.ToolNames())
+			}
+			if c := lastToolResult(t, r); !strings.Contains(c, "notes.read_note") {
+				t.Errorf("search did not find the MCP tool: %s", c)
 			}
 		}),
 		llmtest.Text("done").Expect(func(t testing.TB, r *llmtest.Request) {
@@ -144,5 +162,28 @@ func TestToolsAtScale(t *testing.T) {
 	}
 	if autoCalls > directCalls+2 {
 		t.Errorf("%s mode took %d model calls, direct %d: more than 2 extra", plan.Mode, autoCalls, directCalls)
+	}
+}
+
+// BenchmarkOfferTools is what building one call's tools parameter costs
+// with 150 tools in each mode, against the floor of listing the LLM views
+// (what direct mode did before modes existed).
+func BenchmarkOfferTools(b *testing.B) {
+	reg := scaleRegistry(b, b.TempDir())
+	f := tool.Filter{Lane: tool.LaneEdge}
+	b.Run("Floor", func(b *testing.B) {
+		for b.Loop() {
+			_ = reg.LLMViews(f)
+		}
+	})
+	for _, mode := range []tool.Mode{tool.ModeDirect, tool.ModeCompact, tool.ModeDiscovery} {
+		b.Run(string(mode), func(b *testing.B) {
+			o := tool.NewInjector(reg, tool.InjectorConfig{Mode: mode}).Offer(tool.LaneEdge, scaleWindow)
+			o.Call(context.Background(), f, tool.NameToolsLoad, json.RawMessage(`{"category":"choir.fs"}`))
+			for b.Loop() {
+				_ = o.Tools(f)
+			}
+			b.ReportMetric(float64(tool.EstimateTokens(o.Tools(f))), "schema_tokens")
+		})
 	}
 }

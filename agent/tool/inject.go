@@ -201,11 +201,11 @@ func (o *Offer) Mode() Mode {
 	return o.mode
 }
 
-// Tools returns the tools parameter of one model call under f, and its
-// estimated tokens. In compact mode a tool whose schema the model was
+// Tools returns the tools parameter of one model call under f (estimate
+// its cost with [EstimateTokens]). In compact mode a tool whose schema the model was
 // given this turn carries it; in discovery mode the discovery tools come
 // first, then the schemas loaded this turn.
-func (o *Offer) Tools(f Filter) ([]LLMView, int) {
+func (o *Offer) Tools(f Filter) []LLMView {
 	views := o.r.LLMViews(f)
 	switch o.Mode() {
 	case ModeCompact:
@@ -227,7 +227,7 @@ func (o *Offer) Tools(f Filter) ([]LLMView, int) {
 		o.mu.Unlock()
 		views = out
 	}
-	return views, EstimateTokens(views)
+	return views
 }
 
 // show records that the model has been given name's full schema.

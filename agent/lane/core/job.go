@@ -416,7 +416,7 @@ func (c *Job) allow() []string {
 // tools are the schemas offered to the job's model.
 func (c *Job) tools() []llm.ToolSpec {
 	var out []llm.ToolSpec
-	views, _ := c.toolOffer().Tools(c.toolFilter())
+	views := c.toolOffer().Tools(c.toolFilter())
 	for _, v := range views {
 		if v.Name == tool.NameMemoryCompact {
 			continue // compaction of a job's window is the lane's, not the model's

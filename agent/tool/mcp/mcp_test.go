@@ -299,4 +299,9 @@ func TestServerDyingMidCallIsRestartedOnceThenUnavailable(t *testing.T) {
 	if out, _ := b.call(t, "notes.read_note", `{"path":"a"}`); !strings.Contains(string(out.Result.Output), "mcp_server_unavailable") {
 		t.Errorf("a tool of the dead server = %+v", out.Result)
 	}
+	for _, v := range b.reg.LLMViews(tool.Filter{Lane: tool.LaneEdge}) {
+		if strings.HasPrefix(v.Name, "notes.") {
+			t.Errorf("%s of the dead server is still offered", v.Name)
+		}
+	}
 }

@@ -135,6 +135,14 @@ type executor struct {
 
 func (e *executor) Spec() tool.Spec { return e.spec.Clone() }
 
+// Available reports whether the tool's server is still usable; the
+// registry stops offering the tools of a server that died twice.
+func (e *executor) Available() bool {
+	e.srv.mu.Lock()
+	defer e.srv.mu.Unlock()
+	return e.srv.unavailable == nil
+}
+
 // Execute calls the tool. A server that dies during the call is a
 // structured error for the model and is restarted once; dying again
 // makes its tools unavailable for the rest of the session, and the user

@@ -315,6 +315,10 @@ type Agent struct {
 	// compact or discovery. Empty chooses from the model's context window
 	// (see toolmode.go).
 	ToolMode string `json:"tool_mode,omitempty"`
+	// MCPSecrets name the secrets the agent's MCP servers (its repo's
+	// .choir/mcp.json) send as bearer tokens; they are bound to its
+	// sessions.
+	MCPSecrets []string `json:"mcp_secrets,omitempty"`
 }
 
 // AgentDefaults name the resources an agent starts with unless overridden

@@ -1,5 +1,7 @@
 package config
 
+import "github.com/choirhq/choir/strictjson"
+
 // ToolModes are the values of agents.<id>.tool_mode. Without one, an
 // agent's lanes are offered tools in direct mode when the full schemas fit
 // in 20% of the model's context_window, in compact mode (names and one-line
@@ -13,4 +15,12 @@ func (v *validator) toolMode(p, mode string) {
 		return
 	}
 	v.oneOf(p, mode, ToolModes, "omitted (chosen from the model's context_window) or ")
+}
+
+// mcpSecrets checks agents.<id>.mcp_secrets: each names a secret of
+// secrets.json, e.g. "mcp_secrets": ["github_mcp_token"].
+func (v *validator) mcpSecrets(p string, names []string) {
+	for i, n := range names {
+		v.secret(strictjson.PathIndex(p, i), n, true)
+	}
 }

@@ -136,6 +136,11 @@ func TestSessionResumeKeepsTheWindow(t *testing.T) {
 			m.ContextWindow = window
 			cfg.Models["local"] = m
 			cfg.SnapshotEveryEvents = 4
+			// The window is sized on the full schemas: keep them.
+			for id, a := range cfg.Agents {
+				a.ToolMode = "direct"
+				cfg.Agents[id] = a
+			}
 		}})
 	logs := &choirdtest.SyncBuffer{}
 	s1, ctx1 := openAgent(t, d, logs)

@@ -22,7 +22,7 @@ import (
 	"github.com/choirhq/choir/agent/sandbox"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
-	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/agent/tool/mcp"
 	"github.com/choirhq/choir/internal/logjson"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
@@ -40,6 +40,8 @@ type session struct {
 	client *client.Client
 	hello  rpc.InitHelloResponse
 	tools  *tool.Registry
+	// mcp are the agent's running MCP servers (tools.go).
+	mcp    *mcp.Set
 	skills *skill.Set
 
 	secrets *secretStore
@@ -99,20 +101,6 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 // INIT_HELLO, the secrets, the configuration and the git identity.
 func (s *session) open(ctx context.Context) error {
 	opts := s.opts
-	bcfg := builtin.Config{GlobalDir: filepath.Join(opts.ChoirDir, "tools", "global"),
-		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent")}
-	s.serviceTools(&bcfg)
-	reg, err := builtin.Build(bcfg)
-	if err != nil {
-		return fmt.Errorf("load tools: %w", err)
-	}
-	skills, err := skill.Load(skill.Config{GlobalDir: filepath.Join(opts.ChoirDir, "skills", "global"),
-		AgentDir: filepath.Join(opts.ChoirDir, "skills", "agent"), KnownTool: reg.Has})
-	if err != nil {
-		return fmt.Errorf("load skills: %w", err)
-	}
-	s.tools, s.skills = reg, skills
-
 	img := imageVersion(opts.ChoirDir)
 	hello, err := s.client.InitHello(ctx, rpc.InitHelloRequest{AgentID: opts.AgentID, SessionID: opts.SessionID,
 		ImageVersion: img.ImageVersion, ToolManifestHash: img.ToolManifestHash, SkillManifestHash: img.SkillManifestHash})
@@ -130,12 +118,20 @@ func (s *session) open(ctx context.Context) error {
 	if err := s.fetchConfig(ctx); err != nil {
 		return fmt.Errorf("fetch configuration: %w", err)
 	}
+	// The tools load once the secrets are here: an MCP server over HTTP
+	// needs its own.
+	if err := s.loadTools(ctx); err != nil {
+		return err
+	}
 	s.configureGitIdentity(ctx)
 	return nil
 }
 
-// close ends the connection to choird.
-func (s *session) close() { s.client.Close() }
+// close stops the MCP servers and ends the connection to choird.
+func (s *session) close() {
+	s.mcp.Close()
+	s.client.Close()
+}
 
 // fetchSecrets fetches the whole set of names and swaps it in at once,
 // never patched.
@@ -249,15 +245,17 @@ func (s *session) restore() error {
 		EdgeRestricted: func() bool { return s.edge.CoresRunning() }})
 	s.out = &outbound{client: s.client, logger: s.logger}
 	s.status = &statusReporter{client: s.client, logger: s.logger, kick: make(chan struct{}, 1)}
+	inj := tool.NewInjector(s.tools, tool.InjectorConfig{Mode: tool.Mode(s.dyn.Load().ToolMode), Search: s.toolSearch})
 	s.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: s.arb, Log: log, Tools: s.tools, Skills: s.skills, LLM: &llm.Client{},
-		Model: s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,
+		Injector: inj,
+		Model:    s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,
 		Budgets:                    edgeBudgets(s.dyn.Load().Budgets),
 		RateLimitDelay:             time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
 		CompactionThresholdPercent: func() int { return s.dyn.Load().CompactionThresholdPercent },
 		Identity: lane.Identity{Instructions: edgeInstructions, User: readIdentity(s.opts.ChoirDir, "USER.md"),
 			Soul: readIdentity(s.opts.ChoirDir, "SOUL.md")},
 		Jobs: func(e *lane.Edge) lane.Jobs {
-			s.jobs = core.NewSet(e, core.Config{Arbiter: s.arb, Log: log, Tools: s.tools, LLM: &llm.Client{},
+			s.jobs = core.NewSet(e, core.Config{Arbiter: s.arb, Log: log, Tools: s.tools, Injector: inj, LLM: &llm.Client{},
 				Model: s.coreModel, Soul: readIdentity(s.opts.ChoirDir, "SOUL-CORE.md"), Out: s.out,
 				Budgets:                    jobBudgets(s.dyn.Load().Budgets),
 				RateLimitDelay:             time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,

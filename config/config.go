@@ -314,6 +314,14 @@ type Agent struct {
 	// approval before it is active. Off by default: a schedule only ever
 	// sends the agent a message.
 	SchedulesNeedApproval bool `json:"schedules_need_approval,omitempty"`
+	// ToolMode forces how the agent's models are offered tools: direct,
+	// compact or discovery. Empty chooses from the model's context window
+	// (see toolmode.go).
+	ToolMode string `json:"tool_mode,omitempty"`
+	// MCPSecrets name the secrets the agent's MCP servers (its repo's
+	// .choir/mcp.json) send as bearer tokens; they are bound to its
+	// sessions.
+	MCPSecrets []string `json:"mcp_secrets,omitempty"`
 }
 
 // AgentDefaults name the resources an agent starts with unless overridden

@@ -504,6 +504,8 @@ func (v *validator) agents() {
 		ref(v, sub(dp, "email"), "email account", d.Email, v.c.EmailAccounts, false)
 		ref(v, sub(dp, "dm"), "dm", d.DM, v.c.DMs, true)
 		v.budgets(sub(p, "budgets"), a.Budgets)
+		v.toolMode(sub(p, "tool_mode"), a.ToolMode)
+		v.mcpSecrets(sub(p, "mcp_secrets"), a.MCPSecrets)
 	}
 }
 

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/choirhq/choir/daemon/adminapi"
 	"github.com/choirhq/choir/daemon/agentapi"
+	"github.com/choirhq/choir/daemon/toolsearch"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
@@ -127,11 +129,20 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 	return s, nil
 }
 
-// hostTools are the tools choird runs for agents: memory and schedules
-// (choir.send.file is agentapi's own).
+// hostTools are the tools choird runs for agents: memory, schedules and
+// tool search (choir.send.file is agentapi's own).
 func hostTools(d *Daemon) map[string]agentapi.HostTool {
 	tools := agentapi.MemoryTools(d.memory)
 	maps.Copy(tools, agentapi.ScheduleTools(d.schedules))
+	idx := toolsearch.New(d.pool, d.memory, d.logger.With(slog.String("component", "toolsearch")))
+	for name, fn := range idx.HostTools(func(err error) error {
+		if errors.Is(err, toolsearch.ErrInvalidInput) {
+			return fmt.Errorf("%w: %w", rpc.ErrBadRequest, err)
+		}
+		return err
+	}) {
+		tools[name] = fn
+	}
 	return tools
 }
 

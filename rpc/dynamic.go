@@ -35,4 +35,7 @@ type DynamicConfig struct {
 	// NotionIntegrations name each integration's secret; the agent finds
 	// its bound one's there (choir.notion.query).
 	NotionIntegrations map[string]config.NotionIntegration `json:"notion_integrations,omitempty"`
+	// ToolMode is the agent's forced tool injection mode; empty: chosen
+	// per session from the model's context window.
+	ToolMode string `json:"tool_mode,omitempty"`
 }

@@ -73,6 +73,10 @@ type Proposal struct {
 	// Skill is the lane's active skill run, whose current state's
 	// allowlist also applies; nil when no skill runs.
 	Skill *skill.Run
+	// SchemaUnseen says the model was offered the tool without its schema
+	// (compact or discovery mode): an invalid input's rejection then
+	// carries the schema, so that the next call can succeed.
+	SchemaUnseen bool
 }
 
 // Rejection is a proposal the arbiter refused: it is returned to the model
@@ -84,6 +88,9 @@ type Rejection struct {
 	Problems     []tool.Problem     `json:"problems,omitempty"`
 	AllowedTools []string           `json:"allowed_tools,omitempty"`
 	Transitions  []skill.Transition `json:"valid_transitions,omitempty"`
+	// Schema is the tool's input schema, given with an invalid input when
+	// the model had not seen it (Proposal.SchemaUnseen).
+	Schema json.RawMessage `json:"schema,omitempty"`
 }
 
 func (r *Rejection) Error() string { return r.Kind + ": " + r.Message }
@@ -241,6 +248,9 @@ func (a *Arbiter) check(p Proposal) (*tool.Def, []lock.Request, *Rejection) {
 		if errors.As(err, &ie) {
 			r.Problems = ie.Problems
 		}
+		if p.SchemaUnseen {
+			r.Schema = def.LLM().Parameters
+		}
 		return nil, nil, r
 	}
 	locks, err := def.Locks(a.cfg.Env.Workspace, p.Input)
@@ -380,6 +390,11 @@ func (a *Arbiter) execute(ctx context.Context, def *tool.Def, p Proposal) (res t
 	}()
 	if def.Kind() == tool.KindMeta {
 		return a.requestApproval(ctx, def, p)
+	}
+	if def.Runtime().Approval {
+		if res, ok, err := a.gate(ctx, p); !ok || err != nil {
+			return res, err
+		}
 	}
 	if def.Runtime().Host {
 		if a.cfg.Host == nil {

@@ -30,6 +30,11 @@ type LLMCall struct {
 	// for: [PurposeCompaction], [PurposeSessionSummary]. A resumed core job
 	// counts its steps by the calls without one.
 	Purpose string `json:"purpose,omitempty"`
+	// ToolMode and ToolSchemaTokens are how the call was offered the
+	// tools (direct, compact, discovery) and the estimated tokens of its
+	// tools parameter, so the saving of each mode can be measured.
+	ToolMode         string `json:"tool_mode,omitempty"`
+	ToolSchemaTokens int64  `json:"tool_schema_tokens,omitempty"`
 }
 
 // Purposes of a model call besides a lane's step.

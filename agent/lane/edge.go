@@ -98,8 +98,11 @@ type EdgeConfig struct {
 	StatusFunc func()
 	// Jobs makes the core jobs that run beside the edge (package core);
 	// nil: none.
-	Jobs   func(*Edge) Jobs
-	Logger *slog.Logger
+	Jobs func(*Edge) Jobs
+	// Injector decides how the model is offered the tools (direct,
+	// compact or discovery); nil: direct.
+	Injector *tool.Injector
+	Logger   *slog.Logger
 }
 
 // UserMessage is one message from the user.
@@ -141,6 +144,8 @@ type Edge struct {
 	callSeq   atomic.Int64
 	// jobs are the edge's core jobs; nil when it has none.
 	jobs Jobs
+	// offer is the running turn's view of the tools (offer.go).
+	offer atomic.Pointer[tool.Offer]
 	// unsettled is set while a turn may have committed a user message
 	// whose answer has not been handed to Out: from construction until
 	// resume has looked at the log, and from the commit of a user message
@@ -174,6 +179,9 @@ func NewEdge(cfg EdgeConfig) *Edge {
 	}
 	if cfg.RateLimitDelay <= 0 {
 		cfg.RateLimitDelay = llm.DefaultRateLimitDelay
+	}
+	if cfg.Injector == nil {
+		cfg.Injector = tool.NewInjector(cfg.Tools, tool.InjectorConfig{Mode: tool.ModeDirect})
 	}
 	e := &Edge{cfg: cfg, queue: make(chan UserMessage, 1024), state: EdgeIdle, wake: make(chan struct{}, 1),
 		inbox: map[int64]struct{}{}}
@@ -454,6 +462,7 @@ func (e *Edge) handle(ctx context.Context, m UserMessage) error {
 
 // turn runs the model steps of one turn from msgs to its answer.
 func (e *Edge) turn(ctx context.Context, msgs []llm.Message) error {
+	e.startOffer()
 	for step := 0; ; step++ {
 		msgs = e.checkMemory(ctx, msgs)
 		// Between two model steps every tool result of the last one is
@@ -550,14 +559,16 @@ func (e *Edge) complete(callCtx, ctx context.Context, msgs []llm.Message) (*llm.
 			e.send(ctx, "ratelimit", rpc.Event{Rev: rev, Hash: h}, fmt.Sprintf("The model provider is rate-limiting me; retrying in %s.", wait.Round(time.Second))) //nolint:errcheck
 			e.cfg.Logger.WarnContext(ctx, "model rate limited", slog.Duration("wait", wait))
 		}}
-	resp, err := e.cfg.LLM.CompleteWithRetry(callCtx, llm.Request{Model: model, Messages: msgs, Tools: e.tools()}, policy)
+	tools := e.tools()
+	resp, err := e.cfg.LLM.CompleteWithRetry(callCtx, llm.Request{Model: model, Messages: msgs, Tools: tools}, policy)
 	if err != nil {
 		return nil, rpc.Event{}, err
 	}
 	e.tokens.Add(resp.Usage.PromptTokens + resp.Usage.CompletionTokens)
 	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventLLMCallCommitted, "edge", commitlog.LLMCall{Model: model.Name,
 		Lane: "edge", PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
-		LatencyMS: resp.Latency.Milliseconds()}); err != nil {
+		LatencyMS: resp.Latency.Milliseconds(), ToolMode: string(e.currentOffer().Mode()),
+		ToolSchemaTokens: schemaTokens(tools)}); err != nil {
 		return nil, rpc.Event{}, fmt.Errorf("commit llm call: %w", err)
 	}
 	out := map[string]any{"text": resp.Content}
@@ -589,6 +600,8 @@ func (e *Edge) laneHandler(call llm.ToolCall) func(context.Context, llm.ToolCall
 		return e.transition
 	case e.jobs != nil && strings.HasPrefix(call.Name, "choir.core."):
 		return e.jobs.Call
+	case e.currentOffer().Handles(call.Name):
+		return e.discover
 	}
 	return nil
 }
@@ -671,19 +684,13 @@ func errJSON(kind, msg string) json.RawMessage {
 // tools are the schemas offered to the model: only LLM views, in the
 // tools parameter, never in the prompt.
 func (e *Edge) tools() []llm.ToolSpec {
-	var allow []string
 	run := e.activeSkill()
-	if run != nil {
-		allow = run.AllowedTools()
-		if allow == nil {
-			allow = []string{}
-		}
-	}
 	var out []llm.ToolSpec
 	// While core jobs run, the edge is offered read-only tools only (the
 	// arbiter refuses the others anyway, spec 7.2).
 	restricted := e.CoresRunning()
-	for _, v := range e.cfg.Tools.LLMViews(tool.Filter{Lane: tool.LaneEdge, Allow: allow}) {
+	views := e.currentOffer().Tools(e.toolFilter())
+	for _, v := range views {
 		if def, ok := e.cfg.Tools.Lookup(v.Name); restricted && ok && v.Name != tool.NameMemoryCompact &&
 			def.Runtime().SideEffect != tool.SideEffectRead {
 			continue

@@ -25,6 +25,9 @@ type toolStep struct {
 	// proposalFunc makes a call's proposal. It is called when the call's
 	// run begins, after every lane-level call before it has run.
 	proposalFunc func(llm.ToolCall) arbiter.Proposal
+	// amendFunc, if set, may add to a rejected call's answer what the
+	// model lacks (a schema it was not shown, the nearest tool names).
+	amendFunc func(context.Context, llm.ToolCall, arbiter.Outcome) json.RawMessage
 }
 
 // run returns the tool result messages in the order of calls. It stops at
@@ -52,7 +55,11 @@ func (s toolStep) run(ctx context.Context, calls []llm.ToolCall) ([]llm.Message,
 			return msgs, err
 		}
 		for k, out := range outs {
-			msgs = append(msgs, llm.ToolResultMessage(calls[i+k].ID, string(out.ForModel())))
+			answer := out.ForModel()
+			if s.amendFunc != nil && out.Rejected != nil {
+				answer = s.amendFunc(ctx, calls[i+k], out)
+			}
+			msgs = append(msgs, llm.ToolResultMessage(calls[i+k].ID, string(answer)))
 		}
 		i = j
 	}
@@ -72,7 +79,7 @@ func (e *Edge) runToolCalls(ctx context.Context, calls []llm.ToolCall) ([]llm.Me
 		}
 	}
 	msgs, err := toolStep{arb: e.cfg.Arbiter, laneToolFunc: e.laneTool, runLaneToolFunc: e.runLaneTool,
-		proposalFunc: e.proposal}.run(ctx, calls[:within])
+		proposalFunc: e.proposal, amendFunc: e.amend}.run(ctx, calls[:within])
 	if err != nil {
 		return msgs, err
 	}
@@ -95,6 +102,9 @@ func (e *Edge) runLaneTool(ctx context.Context, call llm.ToolCall) (json.RawMess
 // proposal is the edge's proposal for a call, under the skill that is
 // active now.
 func (e *Edge) proposal(call llm.ToolCall) arbiter.Proposal {
+	o := e.currentOffer()
+	unseen := o.SchemaUnseen(call.Name)
+	o.Called(call.Name, e.toolFilter())
 	return arbiter.Proposal{Owner: lock.Edge, CallID: fmt.Sprintf("edge-%d-%s", e.callSeq.Add(1), call.ID),
-		Tool: call.Name, Input: call.Arguments, Skill: e.activeSkill()}
+		Tool: call.Name, Input: call.Arguments, Skill: e.activeSkill(), SchemaUnseen: unseen}
 }

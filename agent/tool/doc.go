@@ -26,6 +26,20 @@
 // [Runtime] view (executable, timeout, lock templates, secrets, side effect,
 // exposure, prompt mask, host and meta flags) stays inside the agent.
 //
+// # Injection modes
+//
+// How a lane's model is offered the tools it may call is the registry's
+// decision, made once per session and lane by an [Injector] from the
+// model's context window and the measured size of the schemas ([Plan]):
+// direct (full schemas) when they fit in [SchemaBudgetPercent] of the
+// window, compact (names and one-line descriptions; a rejected input
+// carries the real schema) when those fit, else discovery (the
+// choir.tools.search, describe, categories and load tools, whose loaded
+// schemas join the tools parameter for the rest of the turn). The lanes
+// only ask the turn's [Offer] for each call's tools parameter and route
+// the discovery tools to it. Every answer is cut to the lane's [Filter]:
+// discovery never widens what a lane or a skill state may call.
+//
 // # Sources and precedence
 //
 // [New] assembles an immutable [Registry] from Go tools and layers of

@@ -374,8 +374,13 @@ type Filter struct {
 	Allow []string
 }
 
+// availability is implemented by executors whose tools can become
+// unavailable during a session; such tools are no longer offered.
+type availability interface{ Available() bool }
+
 // LLMViews returns the LLM views of the tools f keeps, sorted by name: the
-// only description of tools that is ever sent to a model.
+// only description of tools that is ever sent to a model. A tool whose
+// executor reports itself unavailable is left out.
 func (r *Registry) LLMViews(f Filter) []LLMView {
 	var allow map[string]bool
 	if f.Allow != nil {
@@ -393,6 +398,9 @@ func (r *Registry) LLMViews(f Filter) []LLMView {
 		}
 		if allow != nil && !allow[n] {
 			continue
+		}
+		if a, ok := d.exec.(availability); ok && !a.Available() {
+			continue // e.g. the tool of an MCP server that died twice
 		}
 		out = append(out, d.LLM())
 	}

@@ -60,6 +60,14 @@ type Runtime struct {
 	// executes in the agent, never holds locks and always requires
 	// approval. Reserved for built-in tools.
 	Meta bool `json:"meta,omitempty"`
+	// Category groups the tool for choir.tools.categories and
+	// choir.tools.load; empty means the name without its last segment.
+	Category string `json:"category,omitempty"`
+	// Aliases are other words for the tool, searched by choir.tools.search.
+	Aliases []string `json:"aliases,omitempty"`
+	// Approval makes every call wait for a person's approval of that
+	// exact input before it runs (the arbiter's gate, approvalgate.go).
+	Approval bool `json:"approval,omitempty"`
 }
 
 // SideEffect classifies what a tool does (spec 8.4).
@@ -301,5 +309,6 @@ func (s Spec) Clone() Spec {
 	s.LLM.Parameters = slices.Clone(s.LLM.Parameters)
 	s.Runtime.Locks = slices.Clone(s.Runtime.Locks)
 	s.Runtime.SecretResources = slices.Clone(s.Runtime.SecretResources)
+	s.Runtime.Aliases = slices.Clone(s.Runtime.Aliases)
 	return s
 }

@@ -332,7 +332,8 @@ func dynamicConfig(cfg *config.Config, agentID string) rpc.DynamicConfig {
 		GitIdentities: cfg.GitIdentities, NotionIntegrations: cfg.NotionIntegrations,
 		HeartbeatIntervalMS: cfg.HeartbeatInterval().Milliseconds(), RateLimitRetryMS: cfg.RateLimitRetry().Milliseconds(),
 		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval(),
-		Budgets: cfg.Agents[agentID].Budgets.WithDefaults(), CompactionThresholdPercent: cfg.CompactionThreshold()}
+		Budgets: cfg.Agents[agentID].Budgets.WithDefaults(), CompactionThresholdPercent: cfg.CompactionThreshold(),
+		ToolMode: cfg.Agents[agentID].ToolMode}
 }
 
 // HandleFetchDynamicConfig returns the full hot-reloadable configuration,

@@ -108,6 +108,9 @@ func ResolveBindings(cfg *config.Config, agentID string, o admin.StartOverrides)
 			secrets[s.Secret] = true
 		}
 	}
+	for _, s := range agent.MCPSecrets {
+		secrets[s] = true
+	}
 	if len(problems) > 0 {
 		return rpc.ResourceBindings{}, fmt.Errorf("%w: %w", ErrUnknownResource, errors.Join(problems...))
 	}

@@ -16,6 +16,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/santhosh-tekuri/jsonschema/v6"
@@ -55,7 +56,10 @@ type Config struct {
 	Arbiter *arbiter.Arbiter
 	Log     *commitlog.Log
 	Tools   *tool.Registry
-	LLM     *llm.Client
+	// Injector decides how the jobs' models are offered the tools; nil:
+	// direct.
+	Injector *tool.Injector
+	LLM      *llm.Client
 	// Model returns the settings of the flagship model (core_llm).
 	Model func() llm.ModelSettings
 	// Instructions are the core lane's behavioural instructions; empty
@@ -154,7 +158,9 @@ type coreCall struct {
 
 // Job is one named core job.
 type Job struct {
-	set      *Set
+	set *Set
+	// offer is the job's view of the tools (offer.go).
+	offer    atomic.Pointer[tool.Offer]
 	start    JobStart
 	lane     string
 	owner    lock.Owner
@@ -320,7 +326,8 @@ func (c *Job) step() (string, []coreCall, error) {
 	c.set.notify()
 	if _, err := c.commit(rpc.EventLLMCallCommitted, commitlog.LLMCall{Model: model.Name, Lane: c.lane,
 		PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
-		LatencyMS: resp.Latency.Milliseconds()}); err != nil {
+		LatencyMS: resp.Latency.Milliseconds(), ToolMode: string(c.toolOffer().Mode()),
+		ToolSchemaTokens: toolTokens(tools)}); err != nil {
 		return "", nil, err
 	}
 	calls := make([]coreCall, len(resp.ToolCalls))
@@ -362,12 +369,14 @@ func (c *Job) runTools(calls []coreCall) *coreError {
 				break
 			}
 			ps = append(ps, arbiter.Proposal{Owner: c.owner, CallID: calls[j].CallID, Tool: calls[j].Tool,
-				Input: calls[j].Arguments, Allow: c.allow()})
+				Input: calls[j].Arguments, Allow: c.allow(), SchemaUnseen: c.toolOffer().SchemaUnseen(calls[j].Tool)})
 		}
 		if len(ps) > 0 {
-			if _, err := c.set.cfg.Arbiter.ProposeAll(c.ctx, ps); err != nil && c.ctx.Err() == nil {
+			outs, err := c.set.cfg.Arbiter.ProposeAll(c.ctx, ps)
+			if err != nil && c.ctx.Err() == nil {
 				return &coreError{Kind: errKindInternal, Message: err.Error()}
 			}
+			c.noteOutcomes(ps, outs)
 		}
 		if over != nil {
 			return over
@@ -407,7 +416,8 @@ func (c *Job) allow() []string {
 // tools are the schemas offered to the job's model.
 func (c *Job) tools() []llm.ToolSpec {
 	var out []llm.ToolSpec
-	for _, v := range c.set.cfg.Tools.LLMViews(tool.Filter{Lane: tool.LaneCore, Allow: c.allow()}) {
+	views := c.toolOffer().Tools(c.toolFilter())
+	for _, v := range views {
 		if v.Name == tool.NameMemoryCompact {
 			continue // compaction of a job's window is the lane's, not the model's
 		}

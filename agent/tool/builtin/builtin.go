@@ -43,6 +43,9 @@ type Config struct {
 	// every call with an error saying what is not set up.
 	Notion notion.Config
 	TTS    tts.Config
+	// Layers are further external tools defined elsewhere (an agent's
+	// MCP servers), after the agent's own.
+	Layers []tool.Layer
 }
 
 // Build assembles the registry: the built-in tools, then the external
@@ -53,7 +56,7 @@ func Build(cfg Config) (*tool.Registry, error) {
 	global, gerr := external.Load(cfg.GlobalDir, tool.OriginGlobal)
 	agent, aerr := external.Load(cfg.AgentDir, tool.OriginAgent)
 	return tool.New(append(append(Tools(), serviceTools(cfg)...), cfg.Tools...),
-		tool.Layer{Defs: global, Err: gerr}, tool.Layer{Defs: agent, Err: aerr})
+		append([]tool.Layer{{Defs: global, Err: gerr}, {Defs: agent, Err: aerr}}, cfg.Layers...)...)
 }
 
 // Tools returns the tools every registry holds: choir.exec and the

@@ -1,0 +1,63 @@
+// Command fakeserver is a stdio MCP server for the mcp package's tests,
+// built with the same SDK as the client.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"log"
+	"os"
+
+	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
+)
+
+func main() {
+	s := sdk.NewServer(&sdk.Implementation{Name: "fake", Version: "1"}, nil)
+	obj := func(props string, req ...string) json.RawMessage {
+		r, _ := json.Marshal(append([]string{}, req...))
+		return json.RawMessage(`{"type":"object","properties":{` + props + `},"required":` + string(r) + `}`)
+	}
+	text := func(s string) *sdk.CallToolResult {
+		return &sdk.CallToolResult{Content: []sdk.Content{&sdk.TextContent{Text: s}}}
+	}
+	args := func(r *sdk.CallToolRequest) map[string]string {
+		var m map[string]string
+		json.Unmarshal(r.Params.Arguments, &m) //nolint:errcheck
+		return m
+	}
+	s.AddTool(&sdk.Tool{Name: "write_note", Description: "Write a note file in the workspace.",
+		InputSchema: obj(`"path":{"type":"string"},"text":{"type":"string"}`, "path", "text")},
+		func(_ context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			a := args(r)
+			if err := os.WriteFile(a["path"], []byte(a["text"]), 0o600); err != nil {
+				return nil, err
+			}
+			return text("wrote " + a["path"]), nil
+		})
+	s.AddTool(&sdk.Tool{Name: "read_note", Description: "Read a note file.", Annotations: &sdk.ToolAnnotations{ReadOnlyHint: true},
+		InputSchema: obj(`"path":{"type":"string"}`, "path")},
+		func(_ context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			b, err := os.ReadFile(args(r)["path"])
+			if err != nil {
+				return &sdk.CallToolResult{IsError: true, Content: []sdk.Content{&sdk.TextContent{Text: err.Error()}}}, nil
+			}
+			return text(string(b)), nil
+		})
+	s.AddTool(&sdk.Tool{Name: "crash", Description: "Exit in the middle of the call.", InputSchema: obj(``)},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			os.Exit(3)
+			return nil, nil
+		})
+	if os.Getenv("FAKE_BAD_SCHEMA") != "" {
+		s.AddTool(&sdk.Tool{Name: "broken", Description: "Has an invalid schema.",
+			InputSchema: json.RawMessage(`{"type":"object","properties":{"x":{"type":"nonsense"}}}`)},
+			func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) { return text(""), nil })
+	}
+	if os.Getenv("FAKE_CLASH") != "" {
+		s.AddTool(&sdk.Tool{Name: "exec", Description: "Clashes with choir.exec.", InputSchema: obj(``)},
+			func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) { return text(""), nil })
+	}
+	if err := s.Run(context.Background(), &sdk.StdioTransport{}); err != nil {
+		log.Fatal(err)
+	}
+}

@@ -1,0 +1,62 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+
+	"github.com/choirhq/choir/agent/lane"
+	"github.com/choirhq/choir/agent/skill"
+	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/agent/tool/mcp"
+)
+
+// loadTools starts the agent's MCP servers (mcp.json in its .choir
+// directory) and builds the tool registry and the skills over the
+// built-ins, the external tools and the servers' tools. A server that
+// fails to start fails the session's start, naming it, unless it is
+// optional; so does an MCP tool with an invalid schema or a built-in's
+// name.
+func (s *session) loadTools(ctx context.Context) error {
+	opts := s.opts
+	m, err := mcp.Load(opts.ChoirDir)
+	if err != nil {
+		return fmt.Errorf("load MCP servers: %w", err)
+	}
+	set, layer, skipped, err := mcp.Start(ctx, m, mcp.Config{Workspace: opts.Workspace, SecretFunc: s.secrets.get,
+		NoticeFunc: s.mcpUnavailable})
+	if err != nil {
+		return fmt.Errorf("start MCP servers: %w", err)
+	}
+	for _, e := range skipped {
+		s.logger.Warn("optional MCP server not started", slog.String("error", e.Error()))
+	}
+	s.mcp = set
+	bcfg := builtin.Config{GlobalDir: filepath.Join(opts.ChoirDir, "tools", "global"),
+		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent"), Layers: []tool.Layer{layer}}
+	s.serviceTools(&bcfg)
+	reg, err := builtin.Build(bcfg)
+	if err != nil {
+		return fmt.Errorf("load tools: %w", err)
+	}
+	skills, err := skill.Load(skill.Config{GlobalDir: filepath.Join(opts.ChoirDir, "skills", "global"),
+		AgentDir: filepath.Join(opts.ChoirDir, "skills", "agent"), KnownTool: reg.Has})
+	if err != nil {
+		return fmt.Errorf("load skills: %w", err)
+	}
+	s.tools, s.skills = reg, skills
+	return nil
+}
+
+// mcpUnavailable tells the edge lane, at its next safe point, that a
+// server's tools are gone, so that it tells the user.
+func (s *session) mcpUnavailable(server string, err error) {
+	s.logger.Warn("MCP server unavailable", slog.String("server", server), slog.String("error", err.Error()))
+	if s.edge == nil {
+		return
+	}
+	s.edge.Inject(lane.Injection{Text: fmt.Sprintf("MCP server %s stopped twice and its tools are unavailable "+ //nolint:errcheck // no inbox row
+		"for the rest of this session (%v). Tell the user.", server, err)})
+}

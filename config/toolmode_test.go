@@ -1,0 +1,33 @@
+package config_test
+
+import "testing"
+
+// TestValidateToolModeAndMCPSecrets checks agents.<id>.tool_mode and
+// mcp_secrets: a known mode and secrets of secrets.json pass; anything
+// else is refused at its path, saying what to use.
+func TestValidateToolModeAndMCPSecrets(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		mode    string
+		secrets []string
+		want    []string
+	}{
+		{"", nil, nil},
+		{"discovery", nil, nil},
+		{"lazy", nil, []string{`$.agents["agent-1"].tool_mode: "lazy" is not allowed: must be omitted (chosen from the model's context_window) or one of direct, compact, discovery`}},
+		{"", []string{"nope"}, []string{`$.agents["agent-1"].mcp_secrets[0]: secret "nope" is not in secrets.json; set it with: choirctl secret set nope`}},
+	} {
+		c, s := specConfig(t), specSecrets()
+		a := c.Agents["agent-1"]
+		a.ToolMode, a.MCPSecrets = tc.mode, tc.secrets
+		c.Agents["agent-1"] = a
+		err := c.Validate(s)
+		if tc.want == nil {
+			if err != nil {
+				t.Errorf("tool_mode %q: %v", tc.mode, err)
+			}
+			continue
+		}
+		checkProblems(t, problems(t, err), tc.want)
+	}
+}

@@ -238,11 +238,11 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		"Dockerfile.base":   text("ARG CHOIR_OS_IMAGE=scratch\nRUN echo before from\nFROM ${CHOIR_OS_IMAGE}\nCOPYY a b\n"),
 	})
 	b.agent.push(map[string]file{
-		"tools/bad.json":    text(`{"llm": {"name": "Bad Name", "description": ""}, "runtime": {"timeout_ms": 0, "side_effect": "read", "version": "1.0", "colour": "red"}}`),
-		"tools/bad":         script("#!/bin/sh\n"),
-		"tools/plain.json":  text(manifest("x.plain")),
-		"tools/plain":       text("not executable\n"),
-		"skills/odd.json": text(strings.Replace(skill("odd", "x.nowhere"), `"to": "done"`, `"to": "nowhere"`, 1)),
+		"tools/bad.json":   text(`{"llm": {"name": "Bad Name", "description": ""}, "runtime": {"timeout_ms": 0, "side_effect": "read", "version": "1.0", "colour": "red"}}`),
+		"tools/bad":        script("#!/bin/sh\n"),
+		"tools/plain.json": text(manifest("x.plain")),
+		"tools/plain":      text("not executable\n"),
+		"skills/odd.json":  text(strings.Replace(skill("odd", "x.nowhere"), `"to": "done"`, `"to": "nowhere"`, 1)),
 	})
 	st, _, err := b.load(t)
 	var inv *configrepo.InvalidError

@@ -238,9 +238,23 @@ func (b *Builder) validate(s *staged, choir string) error {
 	if err != nil {
 		errs = append(errs, &validatorError{msg: rename.Replace(err.Error()), err: err, roots: roots})
 	}
-	known := func(string) bool { return true } // tool errors are reported already
+	known := func(string) bool { return true }
 	if reg != nil {
 		known = reg.Has
+	} else {
+		// Skills are still checked, against every tool name the
+		// repositories and the agent declare, broken manifests included:
+		// their errors are reported already.
+		names := map[string]bool{}
+		for _, t := range append(builtin.Tools(), b.opts.Tools...) {
+			names[t.Spec().LLM.Name] = true
+		}
+		for _, origin := range origins {
+			for _, m := range manifests(filepath.Join(val, origin)) {
+				names[peekName(m, "llm")] = true
+			}
+		}
+		known = func(n string) bool { return names[n] }
 	}
 	if _, err := skill.Load(skill.Config{
 		GlobalDir: filepath.Join(choir, "skills", "global"),

@@ -262,6 +262,7 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		"global:Dockerfile.base line 4: unknown instruction \"COPYY\"",
 		"agent-1:tools/bad.json $.runtime.colour: unknown field",
 		"agent-1:tools/plain.json $.runtime.exec_path: executable ",
+		"agent-1:skills/odd.json $.states.work.allowed_tools[0]: unknown tool \"x.nowhere\"",
 		"agent-1:skills/odd.json $.states.work.transitions[0].to: \"nowhere\" is not a state",
 	}
 	text := strings.Join(got, "\n")
@@ -274,7 +275,7 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		t.Errorf("error = %s", msg)
 	}
 
-	// With the tools fixed, skills are checked against them.
+	// With the tools fixed, the skill's problems remain.
 	b.global.push(map[string]file{"tools/broken.json": deleted, "Dockerfile.base": globalFiles()["Dockerfile.base"]})
 	b.agent.push(map[string]file{"tools/bad.json": deleted, "tools/bad": deleted, "tools/plain.json": deleted, "tools/plain": deleted})
 	_, _, err = b.load(t)

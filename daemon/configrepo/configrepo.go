@@ -203,9 +203,15 @@ func (r *Repos) Load(ctx context.Context, opts Options, cfg *config.Config) (*St
 	}
 	problems = append(problems, checked...)
 	if len(problems) > 0 {
+		log.WarnContext(ctx, "repositories invalid; nothing staged", slog.Int("problems", len(problems)), slog.Int("warnings", len(warnings)))
 		return nil, nil, &InvalidError{Problems: problems, Warnings: warnings}
 	}
-	log.InfoContext(ctx, "repositories fetched and valid", slog.Int("repos", len(st.Repos)), slog.Int("warnings", len(warnings)))
+	commits := make([]any, 0, len(st.Repos))
+	for _, name := range slices.Sorted(maps.Keys(st.Repos)) {
+		commits = append(commits, slog.String(name, shortSHA(st.Repos[name].Commit)))
+	}
+	log.InfoContext(ctx, "repositories fetched and valid", slog.Int("repos", len(st.Repos)), slog.Int("warnings", len(warnings)),
+		slog.Group("commits", commits...))
 	return st, warnings, nil
 }
 

@@ -143,9 +143,9 @@ func (e *ConfigRefusedError) Error() string {
 var ErrNothingStaged = errors.New("no configuration is staged; run choirctl config load first")
 
 // ConfigLoad reads and validates .choir.d/config.json and secrets.json as
-// one snapshot and stages the configuration (spec 17.6). A config that
-// fails validation stages nothing and discards what an earlier load
-// staged, so apply can never pick up an older file by surprise.
+// one snapshot, fetches and checks the repositories (configrepo), and
+// stages it all (spec 17.6). Anything invalid stages nothing and discards
+// what an earlier load staged, so apply never picks up an older file.
 func (d *Control) ConfigLoad(ctx context.Context, sc Scope) (ConfigDiff, error) {
 	if err := sc.AdminOnly("config load"); err != nil {
 		return ConfigDiff{}, err

@@ -40,6 +40,11 @@ type Change struct {
 	// (choird) fills it in, with a Hint saying what the operator runs.
 	Effect string `json:"effect,omitempty"`
 	Hint   string `json:"hint,omitempty"`
+	// Repo is set on a change of a git repository's contents (spec
+	// 17.6): "global" or an agent id. File is then the path in the
+	// repository (tools/web.json), or empty for the change of the commit
+	// checked out, whose Old and New are the commit SHAs.
+	Repo string `json:"repo,omitempty"`
 }
 
 // maxShown bounds the old and new values shown on one line.
@@ -55,9 +60,12 @@ func (c Change) String() string {
 	b.WriteString(c.Op)
 	b.WriteByte(' ')
 	b.WriteString(c.DisplayPath())
-	if c.File == SecretsFile && c.Op == OpChange {
+	switch {
+	case c.Repo != "" && c.File != "":
+		// A file of a repository: the path says it all.
+	case c.File == SecretsFile && c.Op == OpChange:
 		b.WriteString(" (value changed)")
-	} else if c.Op == OpChange {
+	case c.Op == OpChange:
 		fmt.Fprintf(&b, ": %s -> %s", shorten(c.Old), shorten(c.New))
 	}
 	if c.Effect != "" {
@@ -73,8 +81,16 @@ func (c Change) String() string {
 }
 
 // DisplayPath is Path without the leading "$.", prefixed with the file
-// name for secrets: models.local.endpoint, secrets.json: openrouter-key.
+// name for secrets: models.local.endpoint, secrets.json: openrouter-key;
+// for a repository change, repo:file (global:tools/web.json), or
+// "global repo" for its commit.
 func (c Change) DisplayPath() string {
+	if c.Repo != "" {
+		if c.File == "" {
+			return c.Repo + " repo"
+		}
+		return c.Repo + ":" + c.File
+	}
 	p := strings.TrimPrefix(strings.TrimPrefix(c.Path, strictjson.Root), ".")
 	if c.File == SecretsFile {
 		return SecretsFile + ": " + secretName(p)
@@ -263,25 +279,58 @@ type DiffReport struct {
 	// Blockers are why apply would refuse the staged configuration; empty
 	// when it would apply.
 	Blockers []Blocker `json:"blockers"`
+	// Warnings are what config load could not do but did not need to: a
+	// repository it could not fetch, whose last fetched copy it checked.
+	Warnings []string `json:"warnings,omitempty"`
 }
 
-// String renders the report for a terminal or a chat: a summary line, one
-// line per change, then the blockers.
+// String renders the report for a terminal or a chat in the form of spec
+// 17.6: a summary line, then one line per change with its path, its
+// effect and what applies it (a changed config.json value follows on its
+// own line), then warnings and blockers.
+//
+//	~ config.json: models.default     [hot-reload]        → included in: choirctl config apply
+//	~ global:tools/web_browse.json    [restart-required]  → use: choirctl agent update-all
+//	  global repo: abc1234 -> def5678 [restart-required]  → use: choirctl agent update-all
 func (r DiffReport) String() string {
 	var b strings.Builder
-	n := 0
+	n, repo := 0, 0
 	for _, ch := range r.Changes {
-		if ch.File == ConfigFile {
+		switch {
+		case ch.Repo != "":
+			repo++
+		case ch.File == ConfigFile:
 			n++
 		}
 	}
 	if n == 0 {
-		fmt.Fprintf(&b, "staged config.json equals the running one (version %d)\n", r.RunningVersion)
+		fmt.Fprintf(&b, "staged config.json equals the running one (version %d)", r.RunningVersion)
 	} else {
-		fmt.Fprintf(&b, "staged config.json vs running version %d: %d changes\n", r.RunningVersion, n)
+		fmt.Fprintf(&b, "staged config.json vs running version %d: %d changes", r.RunningVersion, n)
 	}
-	for _, ch := range r.Changes {
-		b.WriteString(ch.String() + "\n")
+	if repo > 0 {
+		fmt.Fprintf(&b, "; %d repository changes", repo)
+	}
+	b.WriteByte('\n')
+	left := make([]string, len(r.Changes))
+	wl, we := 0, 0
+	for i, ch := range r.Changes {
+		left[i] = ch.specLeft()
+		wl = max(wl, min(len(left[i]), 48))
+		we = max(we, len(ch.Effect)+2)
+	}
+	for i, ch := range r.Changes {
+		line := fmt.Sprintf("%-*s %-*s %s", wl, left[i], we, "["+ch.Effect+"]", ch.arrow())
+		b.WriteString(strings.TrimRight(line, " ") + "\n")
+		if ch.Repo == "" && ch.File == ConfigFile && ch.Op == OpChange {
+			fmt.Fprintf(&b, "      %s -> %s\n", shorten(ch.Old), shorten(ch.New))
+		}
+	}
+	if len(r.Warnings) > 0 {
+		b.WriteString("warnings:\n")
+		for _, w := range r.Warnings {
+			b.WriteString("  " + w + "\n")
+		}
 	}
 	switch {
 	case len(r.Blockers) > 0:
@@ -293,6 +342,53 @@ func (r DiffReport) String() string {
 		b.WriteString("run choirctl config apply to apply it\n")
 	}
 	return strings.TrimSuffix(b.String(), "\n")
+}
+
+// specLeft is a change's path as spec 17.6 shows it: the operation, then
+// config.json: path, secrets.json: name, repo:file, or, for a commit,
+// "  global repo: abc1234 -> def5678".
+func (c Change) specLeft() string {
+	switch {
+	case c.Repo != "" && c.File == "":
+		return fmt.Sprintf("  %s: %s -> %s", c.DisplayPath(), shortSHA(c.Old), shortSHA(c.New))
+	case c.Repo != "":
+		return c.Op + " " + c.DisplayPath()
+	case c.File == SecretsFile && c.Op == OpChange:
+		return c.Op + " " + c.DisplayPath() + " (value changed)"
+	case c.File == SecretsFile:
+		return c.Op + " " + c.DisplayPath()
+	}
+	return c.Op + " " + ConfigFile + ": " + c.DisplayPath()
+}
+
+// arrow says what applies a change, by its effect.
+func (c Change) arrow() string {
+	switch c.Effect {
+	case "hot-reload":
+		return "→ included in: choirctl config apply"
+	case "next-start", "rebuild":
+		if c.Hint == "" {
+			return "→ included in: choirctl config apply"
+		}
+		return "→ included in: choirctl config apply, then use: " + c.Hint
+	case "choird-restart":
+		return "→ use: restart choird (config apply refuses it)"
+	}
+	if c.Hint == "" {
+		return ""
+	}
+	return "→ use: " + c.Hint
+}
+
+// shortSHA is the first 7 hex digits of a commit, or "none".
+func shortSHA(s string) string {
+	switch {
+	case s == "":
+		return "none"
+	case len(s) > 7:
+		return s[:7]
+	}
+	return s
 }
 
 // ApplyReport says what applying a staged configuration did.

@@ -39,18 +39,30 @@ func (e *InsecureSecretsError) Error() string {
 // secrets.json that other users can read or write is refused with an
 // [*InsecureSecretsError].
 func Load(dir string) (*Config, Secrets, error) {
-	configPath := filepath.Join(dir, ConfigFile)
-	secretsPath := filepath.Join(dir, SecretsFile)
+	configData, secretsData, err := readFiles(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	return parseFiles(dir, configData, secretsData)
+}
 
-	configData, err := os.ReadFile(configPath)
+// readFiles reads config.json and secrets.json.
+func readFiles(dir string) (configData, secretsData []byte, err error) {
+	configData, err = os.ReadFile(filepath.Join(dir, ConfigFile))
 	if err != nil {
 		return nil, nil, missingHint(fmt.Errorf("read config: %w", err))
 	}
-	secretsData, err := ReadSecretsFile(secretsPath)
+	secretsData, err = ReadSecretsFile(filepath.Join(dir, SecretsFile))
 	if err != nil {
 		return nil, nil, missingHint(err)
 	}
+	return configData, secretsData, nil
+}
 
+// parseFiles parses and validates what readFiles read from dir.
+func parseFiles(dir string, configData, secretsData []byte) (*Config, Secrets, error) {
+	configPath := filepath.Join(dir, ConfigFile)
+	secretsPath := filepath.Join(dir, SecretsFile)
 	cfg, cerr := Parse(configData)
 	if cerr != nil {
 		cerr = fmt.Errorf("parse %s:\n%w", configPath, cerr)

@@ -25,7 +25,7 @@ func newConfigCommand(g *globals) *cobra.Command {
 		return err
 	}
 	load := &cobra.Command{Use: "load", Args: cobra.NoArgs,
-		Short: "Read and validate .choir.d/ in choird and stage it; show the diff against the running config",
+		Short: "Read .choir.d/ and fetch its repos in choird, validate all, stage it or nothing; show the diff",
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			c := g.client()
 			defer c.Close()

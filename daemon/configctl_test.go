@@ -175,9 +175,12 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			t.Fatalf("config load: %d %s", code, errs)
 		}
 		for _, want := range []string{
-			"~ models.local.endpoint: http://127.0.0.1:11434/v1 -> http://10.9.9.9:8080/v1  [hot-reload]",
-			"+ dms.bob  [hot-reload]",
-			"~ approval_timeout_ms: 1800000 -> 60000  [hot-reload]",
+			"~ config.json: models.local.endpoint ",
+			"      http://127.0.0.1:11434/v1 -> http://10.9.9.9:8080/v1\n",
+			"+ config.json: dms.bob ",
+			"~ config.json: approval_timeout_ms ",
+			"      1800000 -> 60000\n",
+			"→ included in: choirctl config apply",
 			"run choirctl config apply",
 		} {
 			if !strings.Contains(out, want) {
@@ -253,7 +256,8 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !strings.Contains(diff.String(), "~ embedding.dimensions: 384 -> 768  [choird-restart: restart choird]") ||
+		if !strings.Contains(diff.String(), "[choird-restart]") || !strings.Contains(diff.String(), "→ use: restart choird (config apply refuses it)") ||
+			!strings.Contains(diff.String(), "      384 -> 768\n") ||
 			!strings.Contains(diff.String(), "config apply would refuse") {
 			t.Errorf("diff:\n%s", diff)
 		}
@@ -290,8 +294,9 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			t.Fatal(err)
 		}
 		text := diff.String()
-		if !strings.Contains(text, "+ secrets.json: new-key  [secret-apply: choirctl secret apply]") ||
-			!strings.Contains(text, "~ models.local.secret: model-key -> new-key  [next-start") {
+		if !strings.Contains(text, "+ secrets.json: new-key ") || !strings.Contains(text, "→ use: choirctl secret apply") ||
+			!strings.Contains(text, "~ config.json: models.local.secret ") || !strings.Contains(text, "      model-key -> new-key\n") ||
+			!strings.Contains(text, "[next-start]") {
 			t.Errorf("diff:\n%s", text)
 		}
 		_, err = d.ConfigApply(ctx, admin)

@@ -12,8 +12,9 @@
 //     from the global repository only; SOUL.md and SOUL-CORE.md from the
 //     agent's if present, else the global one. The merged tree is checked
 //     with the agent's own loaders (agent/tool's registry Build and
-//     agent/skill's Load); any problem fails with [ErrInvalidRepo] naming
-//     the file.
+//     agent/skill's Load), and the Dockerfiles with [CheckDockerfile]; any
+//     problem fails with [ErrInvalidRepo] naming the file. [Checker] runs
+//     the same fetch and checks for config load, without an engine.
 //  3. Build, through the engine API's classic builder (never BuildKit,
 //     never a pull): Dockerfile.base of the global repository into
 //     choir-base:<key>, then the agent repository's Dockerfile, if any,
@@ -137,16 +138,13 @@ type Options struct {
 }
 
 // Builder runs the pipeline. It is safe for concurrent use; builds of one
-// agent, and fetches of one clone, are serialised, and so are the engine
-// builds of every Builder of the process, which are also run again after a
+// agent, and fetches of one clone, are serialised across the process, and
+// so are the engine builds of every Builder of the process, which are also run again after a
 // transient engine error (see engineBuilds).
 type Builder struct {
 	opts   Options
 	gitBin string
 	log    *slog.Logger
-
-	mu    sync.Mutex
-	locks map[string]*sync.Mutex
 }
 
 // New checks the options and returns a Builder.
@@ -174,18 +172,27 @@ func New(opts Options) (*Builder, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &Builder{opts: opts, gitBin: gitBin, log: log, locks: map[string]*sync.Mutex{}}, nil
+	return &Builder{opts: opts, gitBin: gitBin, log: log}, nil
 }
 
-// lockPath serialises work on one path (a clone, an agent's build).
-func (b *Builder) lockPath(key string) func() {
-	b.mu.Lock()
-	m, ok := b.locks[key]
+// lockPath serialises work on one path (a clone, an agent's build)
+// across every Builder and [Checker] of the process: choird makes a
+// Builder per command, and config load fetches the same clones.
+func (b *Builder) lockPath(key string) func() { return lockPath(key) }
+
+var pathLocks = struct {
+	mu sync.Mutex
+	m  map[string]*sync.Mutex
+}{m: map[string]*sync.Mutex{}}
+
+func lockPath(key string) func() {
+	pathLocks.mu.Lock()
+	m, ok := pathLocks.m[key]
 	if !ok {
 		m = &sync.Mutex{}
-		b.locks[key] = m
+		pathLocks.m[key] = m
 	}
-	b.mu.Unlock()
+	pathLocks.mu.Unlock()
 	m.Lock()
 	return m.Unlock
 }
@@ -284,6 +291,13 @@ func (b *Builder) Prepare(ctx context.Context, req Request) (*Plan, error) {
 	}
 	if !isFile(filepath.Join(p.GlobalDir, "Dockerfile.base")) {
 		return nil, fmt.Errorf("agent build: %w: the global repo (commit %s) has no Dockerfile.base", ErrInvalidRepo, short(p.Version.GlobalRepoCommit))
+	}
+	if probs := dockerfileProblems(p.GlobalDir, p.AgentDir); len(probs) > 0 {
+		var errs []error
+		for _, pr := range probs {
+			errs = append(errs, fmt.Errorf("%s repo %s line %d: %s", pr.Repo, pr.File, pr.Line, pr.Message))
+		}
+		return nil, fmt.Errorf("agent build %s: %w: %w", req.AgentID, ErrInvalidRepo, errors.Join(errs...))
 	}
 	dir, err := os.MkdirTemp("", "choir-build-"+req.AgentID+"-")
 	if err != nil {

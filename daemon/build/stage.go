@@ -174,7 +174,7 @@ func stageIdentity(globalDir, agentDir, choir string) ([]error, error) {
 			src = filepath.Join(globalDir, identityDir, id.file)
 		}
 		if src == "" {
-			problems = append(problems, fmt.Errorf("identity: %s is missing (add %s)", id.file, id.whereHint))
+			problems = append(problems, &missingIdentityError{file: id.file, hint: id.whereHint})
 			continue
 		}
 		if err := copyFile(src, filepath.Join(choir, id.file), 0o644); err != nil {
@@ -220,28 +220,48 @@ func (b *Builder) validate(s *staged, choir string) error {
 			s.dockerfileOutputs = append(s.dockerfileOutputs, path.Join(ChoirDir, "tools", origin, filepath.ToSlash(exe)))
 		}
 	}
-	// Messages name files as the operator knows them.
-	rename := strings.NewReplacer(
-		filepath.Join(val, "global")+"/", "global repo tools/",
-		filepath.Join(val, "agent")+"/", "agent repo tools/",
-		filepath.Join(choir, "skills", "global")+"/", "global repo skills/",
-		filepath.Join(choir, "skills", "agent")+"/", "agent repo skills/",
-	)
+	// Messages name files as the operator knows them; the validators'
+	// own errors stay underneath for Check.
+	roots := []stageRoot{
+		{filepath.Join(val, "global") + "/", "global", toolsDir},
+		{filepath.Join(val, "agent") + "/", "agent", toolsDir},
+		{filepath.Join(choir, "skills", "global") + "/", "global", skillsDir},
+		{filepath.Join(choir, "skills", "agent") + "/", "agent", skillsDir},
+	}
+	var pairs []string
+	for _, r := range roots {
+		pairs = append(pairs, r.prefix, r.repo+" repo "+r.dir+"/")
+	}
+	rename := strings.NewReplacer(pairs...)
 	var errs []error
 	reg, err := builtin.Build(builtin.Config{GlobalDir: filepath.Join(val, "global"), AgentDir: filepath.Join(val, "agent"), Tools: b.opts.Tools})
 	if err != nil {
-		errs = append(errs, errors.New(rename.Replace(err.Error())))
+		errs = append(errs, &validatorError{msg: rename.Replace(err.Error()), err: err, roots: roots})
 	}
-	known := func(string) bool { return true } // tool errors are reported already
+	known := func(string) bool { return true }
 	if reg != nil {
 		known = reg.Has
+	} else {
+		// Skills are still checked, against every tool name the
+		// repositories and the agent declare, broken manifests included:
+		// their errors are reported already.
+		names := map[string]bool{}
+		for _, t := range append(builtin.Tools(), b.opts.Tools...) {
+			names[t.Spec().LLM.Name] = true
+		}
+		for _, origin := range origins {
+			for _, m := range manifests(filepath.Join(val, origin)) {
+				names[peekName(m, "llm")] = true
+			}
+		}
+		known = func(n string) bool { return names[n] }
 	}
 	if _, err := skill.Load(skill.Config{
 		GlobalDir: filepath.Join(choir, "skills", "global"),
 		AgentDir:  filepath.Join(choir, "skills", "agent"),
 		KnownTool: known,
 	}); err != nil {
-		errs = append(errs, errors.New(rename.Replace(err.Error())))
+		errs = append(errs, &validatorError{msg: rename.Replace(err.Error()), err: err, roots: roots})
 	}
 	slices.Sort(s.dockerfileOutputs)
 	return errors.Join(errs...)

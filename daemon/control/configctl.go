@@ -1,21 +1,19 @@
 package control
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/configrepo"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
@@ -37,6 +35,8 @@ type configControl struct {
 	// stageMu serialises load, diff and apply, and guards staged.
 	stageMu sync.Mutex
 	staged  *stagedConfig
+	// repos are the git repositories choird runs with and loads.
+	repos configrepo.Repos
 }
 
 // stagedConfig is what config load read and validated, waiting for apply.
@@ -49,6 +49,10 @@ type stagedConfig struct {
 	// as at start-up.
 	sum      [sha256.Size]byte
 	loadedAt time.Time
+	// repos are the repositories fetched and checked at load, and
+	// repoWarnings the fetches that fell back on an earlier copy.
+	repos        *configrepo.State
+	repoWarnings []string
 }
 
 // Snapshot returns the running configuration. Callers must not modify it.
@@ -139,9 +143,9 @@ func (e *ConfigRefusedError) Error() string {
 var ErrNothingStaged = errors.New("no configuration is staged; run choirctl config load first")
 
 // ConfigLoad reads and validates .choir.d/config.json and secrets.json as
-// one snapshot and stages the configuration (spec 17.6). A config that
-// fails validation stages nothing and discards what an earlier load
-// staged, so apply can never pick up an older file by surprise.
+// one snapshot, fetches and checks the repositories (configrepo), and
+// stages it all (spec 17.6). Anything invalid stages nothing and discards
+// what an earlier load staged, so apply never picks up an older file.
 func (d *Control) ConfigLoad(ctx context.Context, sc Scope) (ConfigDiff, error) {
 	if err := sc.AdminOnly("config load"); err != nil {
 		return ConfigDiff{}, err
@@ -151,6 +155,9 @@ func (d *Control) ConfigLoad(ctx context.Context, sc Scope) (ConfigDiff, error) 
 	d.cfgCtl.staged = nil
 	st, err := d.readStaged()
 	if err != nil {
+		return ConfigDiff{}, err
+	}
+	if st.repos, st.repoWarnings, err = d.cfgCtl.repos.Load(ctx, configrepo.Options{Home: d.home, Logger: d.logger}, st.cfg); err != nil {
 		return ConfigDiff{}, err
 	}
 	d.cfgCtl.staged = st
@@ -163,27 +170,14 @@ func (d *Control) ConfigLoad(ctx context.Context, sc Scope) (ConfigDiff, error) 
 	return diff, nil
 }
 
-// readStaged reads config.json and secrets.json. config.json is read again
-// after validation: the bytes hashed into the version must be the bytes
-// validated, so a file replaced in between is an error, not a mix.
+// readStaged reads config.json and secrets.json as one snapshot: the bytes
+// hashed into the version are the bytes validated.
 func (d *Control) readStaged() (*stagedConfig, error) {
-	path := filepath.Join(d.home, config.ConfigFile)
-	before, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config load: read %s: %w", path, err)
-	}
-	cfg, secrets, err := config.Load(d.home)
+	cfg, secrets, data, err := config.LoadSnapshot(d.home)
 	if err != nil {
 		return nil, fmt.Errorf("config load: nothing staged: %w", err)
 	}
-	after, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("config load: read %s: %w", path, err)
-	}
-	if !bytes.Equal(before, after) {
-		return nil, fmt.Errorf("config load: %s changed while it was read; nothing staged: run config load again", path)
-	}
-	return &stagedConfig{cfg: cfg, secrets: secrets, sum: sha256.Sum256(after), loadedAt: time.Now()}, nil
+	return &stagedConfig{cfg: cfg, secrets: secrets, sum: sha256.Sum256(data), loadedAt: time.Now()}, nil
 }
 
 // ConfigDiff compares the staged configuration with the running one.
@@ -220,6 +214,7 @@ func (d *Control) diffStaged(ctx context.Context, st *stagedConfig) (ConfigDiff,
 		ch.Effect, ch.Hint = EffectSecretApply, "choirctl secret apply"
 		changes = append(changes, ch)
 	}
+	changes = append(changes, d.cfgCtl.repos.Diff(st.repos)...)
 	// The staged config must hold with the secrets choird runs with:
 	// config apply does not load secrets.json.
 	if err := st.cfg.Validate(secrets); err != nil {
@@ -243,7 +238,8 @@ func (d *Control) diffStaged(ctx context.Context, st *stagedConfig) (ConfigDiff,
 	if blockers == nil {
 		blockers = []ConfigProblem{}
 	}
-	return ConfigDiff{RunningVersion: d.runningConfigVersion(), LoadedAt: st.loadedAt, Changes: changes, Blockers: blockers}, nil
+	return ConfigDiff{RunningVersion: d.runningConfigVersion(), LoadedAt: st.loadedAt, Changes: changes, Blockers: blockers,
+		Warnings: st.repoWarnings}, nil
 }
 
 // changeEffect says when a config.json change takes effect, and what the
@@ -374,6 +370,8 @@ func (d *Control) ConfigApply(ctx context.Context, sc Scope) (ConfigApplyResult,
 	if len(diff.Blockers) > 0 {
 		return ConfigApplyResult{}, &ConfigRefusedError{Problems: diff.Blockers}
 	}
+	// The next build uses the clones as loaded: they run from now on.
+	d.cfgCtl.repos.Apply(st.repos)
 	prev := d.runningConfigVersion()
 	res := ConfigApplyResult{Version: prev, PreviousVersion: prev, Applied: []config.Change{}, NotApplied: []config.Change{}}
 	for _, ch := range diff.Changes {

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # testdeps.sh installs the Debian packages the test suite uses besides
 # PostgreSQL (scripts/devpg.sh): git for the agent build tests and
-# busybox-static as the tiny OS image of test containers. It is a no-op
-# when they are present.
+# busybox-static as the tiny OS image of test containers, chromium for the
+# browser worker (daemon/browser; Debian 12 ships it in the security suite).
+# It is a no-op when they are present.
 set -euo pipefail
 missing=()
-for p in git busybox-static; do
+for p in git busybox-static chromium; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0

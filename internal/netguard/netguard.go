@@ -155,7 +155,7 @@ func (g *Guard) CheckURL(raw string) (*url.URL, error) {
 			return nil, &RefusedError{Target: raw, Reason: reason, Kind: ErrAddress}
 		}
 	}
-	if h := strings.ToLower(u.Hostname()); h == "localhost" || strings.HasSuffix(h, ".localhost") {
+	if h := strings.TrimSuffix(strings.ToLower(u.Hostname()), "."); h == "localhost" || strings.HasSuffix(h, ".localhost") {
 		return nil, &RefusedError{Target: raw, Reason: "loopback", Kind: ErrAddress}
 	}
 	return u, nil

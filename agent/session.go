@@ -23,6 +23,7 @@ import (
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/agent/tool/web"
 	"github.com/choirhq/choir/internal/logjson"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
@@ -100,7 +101,7 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 func (s *session) open(ctx context.Context) error {
 	opts := s.opts
 	reg, err := builtin.Build(builtin.Config{GlobalDir: filepath.Join(opts.ChoirDir, "tools", "global"),
-		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent")})
+		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent"), Tools: web.Tools(s.webTools())})
 	if err != nil {
 		return fmt.Errorf("load tools: %w", err)
 	}

@@ -333,11 +333,9 @@ func (w *Worker) explain(inst *instance, t *tab, s Action, err error) error {
 	if errors.As(err, &f) {
 		return f
 	}
-	select {
-	case <-inst.lost:
+	if inst.dead() {
 		return &Failure{Kind: "browser_crashed", Message: "the browser crashed during the call; it is restarting",
 			Fix: "call choir.web.browse again in a few seconds; open tabs were lost", Retryable: true}
-	default:
 	}
 	if r := t.takeRefused(); len(r) > 0 && s.Action == "navigate" {
 		return &Failure{Kind: "refused_address", Message: r[0], Fix: "use a public http or https URL"}

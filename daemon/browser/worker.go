@@ -76,6 +76,17 @@ type instance struct {
 	pid         int
 }
 
+// dead reports whether the browser's connection is lost (a crash that
+// recover may not have seen yet).
+func (i *instance) dead() bool {
+	select {
+	case <-i.lost:
+		return true
+	default:
+		return false
+	}
+}
+
 // New starts the browser. It fails when no Chromium can be found or
 // started.
 func New(cfg Config) (*Worker, error) {
@@ -204,7 +215,7 @@ func (w *Worker) current() (*instance, error) {
 	case w.closed:
 		return nil, &Failure{Kind: "browser_unavailable", Message: "the browser worker is shut down (choird is stopping)",
 			Fix: "call again once the agent is running again", Retryable: true}
-	case w.inst == nil:
+	case w.inst == nil || w.inst.dead():
 		return nil, &Failure{Kind: "browser_restarting", Message: "the browser crashed and is restarting",
 			Fix: "call choir.web.browse again in a few seconds; open tabs were lost", Retryable: true}
 	}
@@ -216,7 +227,7 @@ func (w *Worker) current() (*instance, error) {
 func (w *Worker) WaitReady(ctx context.Context) error {
 	for {
 		w.mu.Lock()
-		ok, ch := w.inst != nil, w.changed
+		ok, ch := w.inst != nil && !w.inst.dead(), w.changed
 		w.mu.Unlock()
 		if ok {
 			return nil

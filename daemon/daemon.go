@@ -111,6 +111,8 @@ type Daemon struct {
 	commands *dmcmd.Commands
 	// schedules are the schedules and reminders.
 	schedules *schedule.Service
+	// browser runs choir.web.browse's browser worker.
+	browser *browserHost
 }
 
 // Pool is choird's Postgres pool.

@@ -62,10 +62,12 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 			hbPool.Close()
 		}
 	}()
+	d.browser = newBrowserHost(ctx, d)
 	d.api = agentapi.New(agentapi.Options{Pool: d.pool, HeartbeatPool: hbPool, Logger: d.logger, Config: d.Snapshot,
 		Jobs: d.river, HostTools: hostTools(d), Typing: d.inbox.Typing(), Progress: d.progress,
 		CloseSession: func(ctx context.Context, id string) { d.rpc.CloseSession(ctx, id) }, //nolint:errcheck
 		HelloDone: func(ctx context.Context, agentID string, id uuid.UUID) {
+			d.browser.agentStarted(agentID)
 			d.inbox.RedeliverInbox(ctx, agentID, id, time.Now())
 			d.PushOutcomes(ctx, agentID, id)
 		}})
@@ -127,11 +129,14 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 	return s, nil
 }
 
-// hostTools are the tools choird runs for agents: memory and schedules
-// (choir.send.file is agentapi's own).
+// hostTools are the tools choird runs for agents: memory, schedules and
+// the browser (choir.send.file is agentapi's own).
 func hostTools(d *Daemon) map[string]agentapi.HostTool {
 	tools := agentapi.MemoryTools(d.memory)
 	maps.Copy(tools, agentapi.ScheduleTools(d.schedules))
+	maps.Copy(tools, agentapi.BrowseTool(d.browser.worker, func(ctx context.Context) (string, error) {
+		return d.api.HostCallWorkspace(ctx)
+	}))
 	return tools
 }
 

@@ -408,6 +408,9 @@ func (a *API) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req rpc.
 		// The tool's own failures (bad input, another agent's memory, a
 		// full outbox) go back to the model as an error result, not as a
 		// protocol error.
+		if tf := (*ToolFailure)(nil); errors.As(err, &tf) {
+			return rpc.ExecuteHostToolResponse{CallID: req.CallID, Status: rpc.ToolError, Output: tf.Output}, nil
+		}
 		if errors.Is(err, rpc.ErrBadRequest) || errors.Is(err, rpc.ErrPermissionDenied) || errors.Is(err, rpc.ErrRateLimited) {
 			msg, _ := json.Marshal(map[string]string{"error": err.Error()})
 			return rpc.ExecuteHostToolResponse{CallID: req.CallID, Status: rpc.ToolError, Output: msg}, nil

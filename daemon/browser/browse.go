@@ -155,7 +155,15 @@ func (w *Worker) Browse(ctx context.Context, agentID string, raw json.RawMessage
 			return nil, w.explain(inst, t, s, err)
 		}
 	}
-	if err := w.render(ctx, t, in, lim, out, workspace); err != nil {
+	// The workspace is looked up with the call's context, which carries
+	// the session; the render's context is the tab's.
+	callWS := func(context.Context) (string, error) {
+		if workspace == nil {
+			return "", errors.New("no workspace")
+		}
+		return workspace(ctx)
+	}
+	if err := w.render(ctx, t, in, lim, out, callWS); err != nil {
 		log.Warn("browse render failed", slog.String("error", err.Error()))
 		return nil, w.explain(inst, t, Action{Action: in.Mode}, err)
 	}

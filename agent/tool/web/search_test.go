@@ -217,7 +217,6 @@ func TestSearchErrors(t *testing.T) {
 	})
 }
 
-
 // TestSearchRealBrave talks to the real Brave API when CHOIR_TEST_BRAVE_API_KEY
 // is set.
 func TestSearchRealBrave(t *testing.T) {

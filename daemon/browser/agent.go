@@ -14,8 +14,6 @@ import (
 	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/chromedp"
-
-	"github.com/choirhq/choir/internal/netguard"
 )
 
 // MainTab is the tab a call uses when it names none: the first target of
@@ -206,12 +204,9 @@ func (w *Worker) decide(t *tab, e *fetch.EventRequestPaused) {
 	u := e.Request.URL
 	var err error
 	if !strings.HasPrefix(u, "data:") && !strings.HasPrefix(u, "blob:") {
-		var g *netguard.Guard
-		if g, err = netguard.New(w.settings().AllowHosts); err == nil {
-			err = g.CheckResolved(u, func(host string) ([]netip.Addr, error) {
-				return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-			})
-		}
+		err = w.netGuard().CheckResolved(u, func(host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		})
 	}
 	if err != nil {
 		t.mu.Lock()

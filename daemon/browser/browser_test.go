@@ -74,6 +74,20 @@ func testSite() *site {
 			w.Header().Set("Content-Type", "text/html")
 			fmt.Fprintf(w, `<html><body><p>with an image</p><img src="%s/pixel.png"></body></html>`, s.private.URL)
 		})
+		// A page that tries the paths request interception may not see:
+		// a web worker's fetch, a WebSocket and a new window.
+		mux.HandleFunc("/sneaky", func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Content-Type", "text/html")
+			priv := s.private.URL
+			fmt.Fprintf(w, `<html><body><p>sneaky</p><script>
+var pending = 2;
+function one() { if (--pending === 0) { var d = document.createElement("div"); d.id = "done"; d.textContent = "done"; document.body.appendChild(d); } }
+var wk = new Worker(URL.createObjectURL(new Blob(["fetch('%s/worker').then(function(){postMessage(1)}, function(){postMessage(0)})"])));
+wk.onmessage = one;
+try { var ws = new WebSocket("%s".replace("http", "ws") + "/ws"); ws.onerror = one; ws.onopen = one; } catch (e) { one(); }
+try { window.open("%s/popup"); } catch (e) {}
+</script></body></html>`, priv, priv, priv)
+		})
 		mux.HandleFunc("/hang", func(w http.ResponseWriter, r *http.Request) {
 			s.hangHits.Add(1)
 			<-r.Context().Done()
@@ -242,6 +256,9 @@ func TestBrowseBadInput(t *testing.T) {
 			}
 		})
 	}
+	t.Run("WorkerWebSocketAndPopupBlocked", func(t *testing.T) {
+		mustBrowse(t, w, "bad-sneaky", "", `{"url": "`+s.srv.URL+`/sneaky", "actions": [{"action": "wait", "selector": "#done"}]}`)
+	})
 	t.Run("SubrequestToLoopbackBlocked", func(t *testing.T) {
 		out := mustBrowse(t, w, "bad-sub", "", `{"url": "`+s.srv.URL+`/subrequest"}`)
 		if len(out.Blocked) == 0 || !strings.Contains(out.Blocked[0], "loopback") {

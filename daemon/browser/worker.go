@@ -22,6 +22,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/internal/netguard"
 )
 
 // ErrNoChromium says no Chromium executable was found.
@@ -56,6 +57,7 @@ type Worker struct {
 	cfg    Config
 	path   string
 	logger *slog.Logger
+	proxy  *proxy
 
 	mu       sync.Mutex
 	inst     *instance // nil while restarting
@@ -108,8 +110,14 @@ func New(cfg Config) (*Worker, error) {
 		w.logger = slog.New(slog.DiscardHandler)
 	}
 	w.logger = w.logger.With(slog.String("component", "browser"))
+	px, err := startProxy(w.netGuard, w.logger)
+	if err != nil {
+		return nil, fmt.Errorf("start the browser's proxy: %w", err)
+	}
+	w.proxy = px
 	inst, err := w.launch()
 	if err != nil {
+		px.close()
 		return nil, err
 	}
 	w.setInstance(inst)
@@ -123,6 +131,16 @@ func (w *Worker) settings() config.Web {
 	return w.cfg.SettingsFunc().WithDefaults()
 }
 
+// netGuard is the SSRF guard of the current configuration; an invalid
+// allowlist (config validation refuses one) opens nothing.
+func (w *Worker) netGuard() *netguard.Guard {
+	g, err := netguard.New(w.settings().AllowHosts)
+	if err != nil {
+		g, _ = netguard.New(nil)
+	}
+	return g
+}
+
 // launch starts a browser process.
 func (w *Worker) launch() (*instance, error) {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(w.path),
@@ -130,7 +148,12 @@ func (w *Worker) launch() (*instance, error) {
 		// No service workers: their requests would bypass the page's
 		// request interception. No back-forward cache: a page restored
 		// from it fires no load event, and back would wait for one.
-		chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,ServiceWorker,BackForwardCache"))
+		chromedp.Flag("disable-features", "Translate,BlinkGenPropertyTrees,ServiceWorker,BackForwardCache"),
+		// Every connection, loopback included, goes through the guarded
+		// proxy; pages cannot open windows (new targets would not be
+		// intercepted).
+		chromedp.ProxyServer("http://"+w.proxy.addr()), chromedp.Flag("proxy-bypass-list", "<-loopback>"),
+		chromedp.Flag("disable-popup-blocking", false), chromedp.Flag("block-new-web-contents", true))
 	if os.Geteuid() == 0 {
 		// Chromium refuses to run its sandbox as root; choird's systemd
 		// unit runs it as an unprivileged user, where the sandbox is on.
@@ -277,5 +300,6 @@ func (w *Worker) Close() {
 		inst.allocCancel()
 	}
 	w.wg.Wait()
+	w.proxy.close()
 	w.logger.Info("browser stopped")
 }

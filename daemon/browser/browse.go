@@ -125,6 +125,7 @@ func (w *Worker) Browse(ctx context.Context, agentID string, raw json.RawMessage
 	workspace func(context.Context) (string, error)) (*Output, error) {
 	in, err := parse(raw)
 	if err != nil {
+		w.logger.Warn("browse input refused", slog.String("agent_id", agentID), slog.String("error", err.Error()))
 		return nil, err
 	}
 	log := w.logger.With(slog.String("agent_id", agentID), slog.String("tab", in.Tab), slog.String("mode", in.Mode))

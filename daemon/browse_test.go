@@ -9,8 +9,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -72,5 +74,20 @@ func TestBrowseThroughExecuteHostTool(t *testing.T) {
 	}
 	if err := json.Unmarshal(resp.Output, &f); err != nil || resp.Status != rpc.ToolError || f.Error != "refused_scheme" || f.Fix == "" {
 		t.Fatalf("file URL: %s %s", resp.Status, resp.Output)
+	}
+
+	// The agent stops: its browser context is disposed of.
+	if got := d.BrowserAgents(); !slices.Equal(got, []string{"assistant"}) {
+		t.Fatalf("browser contexts %v", got)
+	}
+	if _, err := client.TerminateSelf(ctx, rpc.TerminateSelfRequest{Reason: "done"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for len(d.BrowserAgents()) > 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("browser contexts %v a minute after the agent stopped", d.BrowserAgents())
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }

@@ -241,7 +241,11 @@ func (w *Worker) render(ctx context.Context, t *tab, in Input, lim config.Web, o
 	workspace func(context.Context) (string, error)) error {
 	ctx, cancel := context.WithTimeout(tabCtx(ctx, t), time.Duration(lim.BrowseNavigationTimeoutMS)*time.Millisecond)
 	defer cancel()
-	st, err := chromedp.Run(ctx, chromedp.Evaluate[pageState](pageJS))
+	js := pageJS
+	if in.Mode == "screenshot" || in.Mode == "pdf" {
+		js = `({url: location.href, title: document.title, html: ""})` // no need to ship the page
+	}
+	st, err := chromedp.Run(ctx, chromedp.Evaluate[pageState](js))
 	if err != nil {
 		return err
 	}

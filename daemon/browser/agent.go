@@ -66,8 +66,18 @@ func (w *Worker) agent(agentID string) (*agent, error) {
 		w.logger.Info("browser context created", slog.String("agent_id", agentID))
 	}
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	return a, a.err
+	err = a.err
+	a.mu.Unlock()
+	if err != nil {
+		// Forget it, so that the next call tries again.
+		w.mu.Lock()
+		if w.agents[agentID] == a {
+			delete(w.agents, agentID)
+		}
+		w.mu.Unlock()
+		return nil, err
+	}
+	return a, nil
 }
 
 // CloseAgent disposes of the agent's context, its tabs and cookies, at
@@ -212,7 +222,7 @@ func (w *Worker) decide(t *tab, e *fetch.EventRequestPaused) {
 		t.mu.Lock()
 		t.refused = append(t.refused, err.Error())
 		t.mu.Unlock()
-		w.logger.Warn("browser request refused", slog.String("url", tool80(u)), slog.String("error", err.Error()))
+		w.logger.Warn("browser request refused", slog.String("url", shorten(u)), slog.String("error", err.Error()))
 		_, _ = chromedp.Call(ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: e.RequestID,
 			ErrorReason: network.ErrorReasonBlockedByClient})
 		return
@@ -229,8 +239,8 @@ func (t *tab) takeRefused() []string {
 	return r
 }
 
-// tool80 shortens a URL for a log line.
-func tool80(s string) string {
+// shorten shortens a URL for a log line.
+func shorten(s string) string {
 	if len(s) > 200 {
 		return s[:200] + "..."
 	}

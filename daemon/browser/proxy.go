@@ -152,7 +152,7 @@ func closeWrite(c net.Conn) {
 // refuse answers a refused or failed connection.
 func (p *proxy) refuse(w http.ResponseWriter, target string, err error) {
 	if errors.Is(err, netguard.ErrAddress) || errors.Is(err, netguard.ErrScheme) {
-		p.logger.Warn("browser connection refused by the guard", slog.String("target", tool80(target)), slog.String("error", err.Error()))
+		p.logger.Warn("browser connection refused by the guard", slog.String("target", shorten(target)), slog.String("error", err.Error()))
 		http.Error(w, err.Error(), http.StatusForbidden)
 		return
 	}

@@ -214,7 +214,12 @@ func (w *Worker) recover(dead *instance) {
 		inst, err := w.launch()
 		if err == nil {
 			for _, a := range agents {
-				a.reset(inst)
+				w.mu.Lock()
+				live := w.agents[a.id] == a // not stopped meanwhile
+				w.mu.Unlock()
+				if live {
+					a.reset(inst)
+				}
 			}
 			w.setInstance(inst)
 			w.logger.Info("browser restarted", slog.Int("pid", inst.pid), slog.Int("agents", len(agents)))

@@ -61,9 +61,23 @@ func (b *browserHost) worker() (*browser.Worker, error) {
 		return nil, err
 	}
 	b.w, b.err = w, nil
-	context.AfterFunc(b.ctx, w.Close)
 	go b.reap(w)
 	return w, nil
+}
+
+// close stops the browser, if it runs, and waits for it: no Chromium
+// outlives choird. Nil-safe.
+func (b *browserHost) close() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	w := b.w
+	b.w, b.err, b.failAt = nil, errors.New("choird is stopping"), time.Now().Add(24*time.Hour)
+	b.mu.Unlock()
+	if w != nil {
+		w.Close()
+	}
 }
 
 // agentStarted gives a starting agent its browser context, when the

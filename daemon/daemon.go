@@ -230,6 +230,7 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 	d.logger.Info("choird stopping", slog.String("cause", context.Cause(ctx).Error()))
 	stopServing()
 	srvs.wait()
+	d.browser.close()
 	d.progress.Close()
 	<-gatewayDone
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

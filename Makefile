@@ -54,6 +54,7 @@ test-short: devpg
 # choird on local defaults: the throwaway Postgres and a generated local
 # configuration under DIR (created on first run, reused afterwards).
 run: devpg build
+	scripts/testdeps.sh
 	@test -f "$(DIR)/config.json" || bin/choirctl --home "$(DIR)" init --local
 	bin/choirctl --home "$(DIR)" db migrate
 	exec bin/choird --home "$(DIR)" --runtime=process

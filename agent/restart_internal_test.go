@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/agent/tool/web"
 	"github.com/choirhq/choir/agent/workmem"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -121,7 +122,7 @@ func TestSessionResumeKeepsTheWindow(t *testing.T) {
 	srv.SetResponder(restartModel)
 	// A small window: the edge's tool schemas and some 2,800 tokens of
 	// room, whatever tools are built in.
-	reg, err := builtin.Build(builtin.Config{})
+	reg, err := builtin.Build(builtin.Config{Tools: web.Tools(web.Config{})})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/agent/tool/mcp"
+	"github.com/choirhq/choir/agent/tool/web"
 )
 
 // loadTools starts the agent's MCP servers (mcp.json in its .choir
@@ -35,7 +36,7 @@ func (s *session) loadTools(ctx context.Context) error {
 	}
 	s.mcp = set
 	bcfg := builtin.Config{GlobalDir: filepath.Join(opts.ChoirDir, "tools", "global"),
-		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent"), Layers: []tool.Layer{layer}}
+		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent"), Layers: []tool.Layer{layer}, Tools: web.Tools(s.webTools())}
 	s.serviceTools(&bcfg)
 	reg, err := builtin.Build(bcfg)
 	if err != nil {

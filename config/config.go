@@ -63,6 +63,8 @@ type Config struct {
 	// Agents is keyed by agent id, which must be a valid name: it also
 	// names the agent's Postgres schema and role (see [SchemaName]).
 	Agents map[string]Agent `json:"agents"`
+	// Web limits the web tools and opens hosts to them (see [Web]).
+	Web Web `json:"web,omitzero"`
 
 	// Tunables. Zero means the default; the accessor methods such as
 	// [Config.HeartbeatInterval] apply it, and [Config.ApplyDefaults]
@@ -218,6 +220,9 @@ type EmailAccount struct {
 // SearchProvider is a web search API such as Brave.
 type SearchProvider struct {
 	Secret string `json:"secret"`
+	// Endpoint overrides the API's base URL (default Brave's,
+	// https://api.search.brave.com/res/v1).
+	Endpoint string `json:"endpoint,omitempty"`
 }
 
 // EmbeddingOffline is the embedding provider built into choird: a

@@ -39,6 +39,7 @@ func (c *Config) Validate(s Secrets) error {
 	v.notion()
 	v.emailAccounts()
 	v.search()
+	v.web()
 	v.embedding()
 	v.gateways()
 	v.dms()

@@ -111,6 +111,8 @@ type Daemon struct {
 	commands *dmcmd.Commands
 	// schedules are the schedules and reminders.
 	schedules *schedule.Service
+	// browser runs choir.web.browse's browser worker.
+	browser *browserHost
 }
 
 // Pool is choird's Postgres pool.
@@ -228,6 +230,7 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 	d.logger.Info("choird stopping", slog.String("cause", context.Cause(ctx).Error()))
 	stopServing()
 	srvs.wait()
+	d.browser.close()
 	d.progress.Close()
 	<-gatewayDone
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)

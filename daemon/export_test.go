@@ -23,3 +23,15 @@ func (d *Daemon) Inbox() *inbox.Inbox { return d.inbox }
 
 // Runtime is d's agent runtime; nil when it runs none.
 func (d *Daemon) Runtime() runtime.Runtime { return d.runtime }
+
+// BrowserAgents lists the agents that have a browser context, or nil
+// while the browser worker has not started.
+func (d *Daemon) BrowserAgents() []string {
+	d.browser.mu.Lock()
+	w := d.browser.w
+	d.browser.mu.Unlock()
+	if w == nil {
+		return nil
+	}
+	return w.Agents()
+}

@@ -64,10 +64,12 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 			hbPool.Close()
 		}
 	}()
+	d.browser = newBrowserHost(ctx, d)
 	d.api = agentapi.New(agentapi.Options{Pool: d.pool, HeartbeatPool: hbPool, Logger: d.logger, Config: d.Snapshot,
 		Jobs: d.river, HostTools: hostTools(d), Typing: d.inbox.Typing(), Progress: d.progress,
 		CloseSession: func(ctx context.Context, id string) { d.rpc.CloseSession(ctx, id) }, //nolint:errcheck
 		HelloDone: func(ctx context.Context, agentID string, id uuid.UUID) {
+			d.browser.agentStarted(agentID)
 			d.inbox.RedeliverInbox(ctx, agentID, id, time.Now())
 			d.PushOutcomes(ctx, agentID, id)
 		}})
@@ -130,7 +132,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 }
 
 // hostTools are the tools choird runs for agents: memory, schedules and
-// tool search (choir.send.file is agentapi's own).
+// tool search, the browser (choir.send.file is agentapi's own).
 func hostTools(d *Daemon) map[string]agentapi.HostTool {
 	tools := agentapi.MemoryTools(d.memory)
 	maps.Copy(tools, agentapi.ScheduleTools(d.schedules))
@@ -143,6 +145,9 @@ func hostTools(d *Daemon) map[string]agentapi.HostTool {
 	}) {
 		tools[name] = fn
 	}
+	maps.Copy(tools, agentapi.BrowseTool(d.browser.worker, func(ctx context.Context) (string, error) {
+		return d.api.HostCallWorkspace(ctx)
+	}))
 	return tools
 }
 

@@ -20,6 +20,8 @@ type DynamicConfig struct {
 	// window a lane's compactable content may fill (spec 11.3).
 	Budgets                    config.Budgets `json:"budgets"`
 	CompactionThresholdPercent int            `json:"compaction_threshold_percent"`
+	// Web is the web tools' limits and allowlist, defaults applied.
+	Web config.Web `json:"web,omitzero"`
 	// LLM and VoiceProfile are the session's current model and voice
 	// profile: a transient override (choirctl model set / voice set, spec
 	// 17.1) when one is set, else what the session was started with.

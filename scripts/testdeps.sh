@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # testdeps.sh installs the Debian packages the test suite uses besides
 # PostgreSQL (scripts/devpg.sh): git for the agent build tests and
-# busybox-static as the tiny OS image of test containers, and opus-tools,
-# whose opusinfo checks the voice messages choir.tts.speak joins. It is a no-op
-# when they are present.
+# busybox-static as the tiny OS image of test containers, opus-tools, whose
+# opusinfo checks the voice messages choir.tts.speak joins, and chromium for
+# the browser worker (daemon/browser; Debian 12 ships it in the security
+# suite). It is a no-op when they are present.
 set -euo pipefail
 missing=()
-for p in git busybox-static opus-tools; do
+for p in git busybox-static opus-tools chromium; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0

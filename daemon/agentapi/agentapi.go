@@ -329,7 +329,7 @@ func sessionSecrets(cfg *config.Config, b rpc.ResourceBindings, llm, voice strin
 // dynamicConfig is the hot-reloadable configuration of the agent agentID.
 func dynamicConfig(cfg *config.Config, agentID string) rpc.DynamicConfig {
 	return rpc.DynamicConfig{Models: cfg.Models, TTS: cfg.TTS, VoiceProfiles: cfg.VoiceProfiles, Search: cfg.Search,
-		GitIdentities: cfg.GitIdentities, NotionIntegrations: cfg.NotionIntegrations,
+		GitIdentities: cfg.GitIdentities, NotionIntegrations: cfg.NotionIntegrations, Web: cfg.Web.WithDefaults(),
 		HeartbeatIntervalMS: cfg.HeartbeatInterval().Milliseconds(), RateLimitRetryMS: cfg.RateLimitRetry().Milliseconds(),
 		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval(),
 		Budgets: cfg.Agents[agentID].Budgets.WithDefaults(), CompactionThresholdPercent: cfg.CompactionThreshold(),
@@ -409,6 +409,9 @@ func (a *API) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req rpc.
 		// The tool's own failures (bad input, another agent's memory, a
 		// full outbox) go back to the model as an error result, not as a
 		// protocol error.
+		if tf := (*ToolFailure)(nil); errors.As(err, &tf) {
+			return rpc.ExecuteHostToolResponse{CallID: req.CallID, Status: rpc.ToolError, Output: tf.Output}, nil
+		}
 		if errors.Is(err, rpc.ErrBadRequest) || errors.Is(err, rpc.ErrPermissionDenied) || errors.Is(err, rpc.ErrRateLimited) {
 			msg, _ := json.Marshal(map[string]string{"error": err.Error()})
 			return rpc.ExecuteHostToolResponse{CallID: req.CallID, Status: rpc.ToolError, Output: msg}, nil

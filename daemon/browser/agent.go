@@ -1,0 +1,248 @@
+package browser
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/chromedp"
+)
+
+// MainTab is the tab a call uses when it names none: the first target of
+// the agent's browser context, which lives as long as the context.
+const MainTab = "main"
+
+// agent is one agent's browser context and its tabs.
+type agent struct {
+	id     string
+	w      *Worker
+	call   sync.Mutex // one browse call at a time (the agent holds browser_tab:X)
+	mu     sync.Mutex // guards the fields below
+	root   context.Context
+	cancel context.CancelFunc
+	tabs   map[string]*tab
+	inst   *instance
+	err    error // why the context could not be made, until reset
+}
+
+// tab is one tab and the requests its interception refused.
+type tab struct {
+	ctx     context.Context
+	cancel  context.CancelFunc
+	mu      sync.Mutex
+	refused []string
+}
+
+// Open gives the agent its browser context, at agent start; an agent that
+// has one keeps it. A call for an agent that was never opened opens it.
+func (w *Worker) Open(agentID string) error {
+	_, err := w.agent(agentID)
+	return err
+}
+
+// agent returns the agent's context, making it when missing.
+func (w *Worker) agent(agentID string) (*agent, error) {
+	inst, err := w.current()
+	if err != nil {
+		return nil, err
+	}
+	w.mu.Lock()
+	a, ok := w.agents[agentID]
+	if !ok {
+		a = &agent{id: agentID, w: w}
+		w.agents[agentID] = a
+	}
+	w.mu.Unlock()
+	if !ok {
+		a.reset(inst)
+		w.logger.Info("browser context created", slog.String("agent_id", agentID))
+	}
+	a.mu.Lock()
+	err = a.err
+	a.mu.Unlock()
+	if err != nil {
+		// Forget it, so that the next call tries again.
+		w.mu.Lock()
+		if w.agents[agentID] == a {
+			delete(w.agents, agentID)
+		}
+		w.mu.Unlock()
+		return nil, err
+	}
+	return a, nil
+}
+
+// CloseAgent disposes of the agent's context, its tabs and cookies, at
+// agent stop.
+func (w *Worker) CloseAgent(agentID string) {
+	w.mu.Lock()
+	a, ok := w.agents[agentID]
+	delete(w.agents, agentID)
+	w.mu.Unlock()
+	if ok {
+		a.close()
+		w.logger.Info("browser context disposed of", slog.String("agent_id", agentID))
+	}
+}
+
+// Agents lists the agents that have a browser context.
+func (w *Worker) Agents() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	ids := make([]string, 0, len(w.agents))
+	for id := range w.agents {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// reset gives the agent a fresh browser context in inst (at creation, and
+// after a browser restart, when the old one died with the browser).
+func (a *agent) reset(inst *instance) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cancel != nil {
+		a.cancel()
+	}
+	a.inst, a.tabs, a.err = inst, map[string]*tab{}, nil
+	root, cancel := chromedp.NewContext(inst.ctx, chromedp.WithNewBrowserContext())
+	t := &tab{ctx: root, cancel: cancel}
+	if err := a.w.guard(t); err != nil {
+		cancel()
+		a.root, a.cancel, a.err = nil, nil, fmt.Errorf("create the browser context of agent %s: %w", a.id, err)
+		return
+	}
+	a.root, a.cancel = root, cancel
+	a.tabs[MainTab] = t
+}
+
+// close disposes of the context; the browser closes its tabs with it.
+func (a *agent) close() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.cancel != nil {
+		for name, t := range a.tabs {
+			if name != MainTab {
+				t.cancel()
+			}
+		}
+		a.cancel()
+		a.cancel, a.root, a.tabs = nil, nil, nil
+	}
+}
+
+// tab returns the named tab, opening it in the agent's context when
+// missing, within the tab limit.
+func (a *agent) tab(name string, maxTabs int) (*tab, error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.root == nil {
+		return nil, &Failure{Kind: "browser_restarting", Message: "the agent's browser context is not ready",
+			Fix: "call again in a few seconds", Retryable: true}
+	}
+	if t, ok := a.tabs[name]; ok {
+		return t, nil
+	}
+	if len(a.tabs) >= maxTabs {
+		names := make([]string, 0, len(a.tabs))
+		for n := range a.tabs {
+			names = append(names, n)
+		}
+		slices.Sort(names)
+		return nil, &Failure{Kind: "too_many_tabs", Message: fmt.Sprintf("%d tabs are open (%s), the most allowed",
+			len(a.tabs), strings.Join(names, ", ")),
+			Fix: "reuse a tab, or close one with close_tab (the limit is web.browse_max_tabs in config.json)"}
+	}
+	ctx, cancel := chromedp.NewContext(a.root) // same browser context: shares the agent's cookies only
+	t := &tab{ctx: ctx, cancel: cancel}
+	if err := a.w.guard(t); err != nil {
+		cancel()
+		return nil, fmt.Errorf("open tab %s: %w", name, err)
+	}
+	a.tabs[name] = t
+	return t, nil
+}
+
+// closeTab closes a tab; the main tab is blanked instead, since the
+// context lives in it.
+func (a *agent) closeTab(name string) {
+	a.mu.Lock()
+	t, ok := a.tabs[name]
+	if ok && name != MainTab {
+		delete(a.tabs, name)
+	}
+	a.mu.Unlock()
+	if !ok {
+		return
+	}
+	if name == MainTab {
+		ctx, cancel := context.WithTimeout(t.ctx, 10*time.Second)
+		defer cancel()
+		_ = chromedp.Do(ctx, chromedp.Navigate("about:blank"))
+		return
+	}
+	t.cancel()
+}
+
+// guard turns on request interception in the tab: every request, a
+// navigation, a redirect or a sub-request, waits until the guard allows it.
+func (w *Worker) guard(t *tab) error {
+	if err := chromedp.Listen(t.ctx, func(ev any) {
+		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+			go w.decide(t, e) // never call the browser from the listener
+		}
+	}); err != nil {
+		return err
+	}
+	_, err := chromedp.Call(t.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*"}}})
+	return err
+}
+
+// decide lets one paused request go on, or fails it.
+func (w *Worker) decide(t *tab, e *fetch.EventRequestPaused) {
+	ctx, cancel := context.WithTimeout(t.ctx, 30*time.Second)
+	defer cancel()
+	u := e.Request.URL
+	var err error
+	if !strings.HasPrefix(u, "data:") && !strings.HasPrefix(u, "blob:") {
+		err = w.netGuard().CheckResolved(u, func(host string) ([]netip.Addr, error) {
+			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		})
+	}
+	if err != nil {
+		t.mu.Lock()
+		t.refused = append(t.refused, err.Error())
+		t.mu.Unlock()
+		w.logger.Warn("browser request refused", slog.String("url", shorten(u)), slog.String("error", err.Error()))
+		_, _ = chromedp.Call(ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: e.RequestID,
+			ErrorReason: network.ErrorReasonBlockedByClient})
+		return
+	}
+	_, _ = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: e.RequestID})
+}
+
+// takeRefused returns and forgets the refusals seen so far.
+func (t *tab) takeRefused() []string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := t.refused
+	t.refused = nil
+	return r
+}
+
+// shorten shortens a URL for a log line.
+func shorten(s string) string {
+	if len(s) > 200 {
+		return s[:200] + "..."
+	}
+	return s
+}

@@ -210,6 +210,7 @@ type EmailAccount struct {
 	Sharing  EmailSharing `json:"sharing"`
 	// Secret names the credentials.
 	Secret string `json:"secret"`
+	EmailPolicy
 }
 
 // SearchProvider is a web search API such as Brave.

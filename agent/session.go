@@ -99,18 +99,6 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 // INIT_HELLO, the secrets, the configuration and the git identity.
 func (s *session) open(ctx context.Context) error {
 	opts := s.opts
-	reg, err := builtin.Build(builtin.Config{GlobalDir: filepath.Join(opts.ChoirDir, "tools", "global"),
-		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent")})
-	if err != nil {
-		return fmt.Errorf("load tools: %w", err)
-	}
-	skills, err := skill.Load(skill.Config{GlobalDir: filepath.Join(opts.ChoirDir, "skills", "global"),
-		AgentDir: filepath.Join(opts.ChoirDir, "skills", "agent"), KnownTool: reg.Has})
-	if err != nil {
-		return fmt.Errorf("load skills: %w", err)
-	}
-	s.tools, s.skills = reg, skills
-
 	img := imageVersion(opts.ChoirDir)
 	hello, err := s.client.InitHello(ctx, rpc.InitHelloRequest{AgentID: opts.AgentID, SessionID: opts.SessionID,
 		ImageVersion: img.ImageVersion, ToolManifestHash: img.ToolManifestHash, SkillManifestHash: img.SkillManifestHash})
@@ -128,6 +116,19 @@ func (s *session) open(ctx context.Context) error {
 	if err := s.fetchConfig(ctx); err != nil {
 		return fmt.Errorf("fetch configuration: %w", err)
 	}
+	// The registry is built once the session's resources are known: the
+	// email tools declare the leased account's secret.
+	reg, err := builtin.Build(builtin.Config{GlobalDir: filepath.Join(opts.ChoirDir, "tools", "global"),
+		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent"), Tools: s.emailTools()})
+	if err != nil {
+		return fmt.Errorf("load tools: %w", err)
+	}
+	skills, err := skill.Load(skill.Config{GlobalDir: filepath.Join(opts.ChoirDir, "skills", "global"),
+		AgentDir: filepath.Join(opts.ChoirDir, "skills", "agent"), KnownTool: reg.Has})
+	if err != nil {
+		return fmt.Errorf("load skills: %w", err)
+	}
+	s.tools, s.skills = reg, skills
 	s.configureGitIdentity(ctx)
 	return nil
 }

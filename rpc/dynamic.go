@@ -11,6 +11,9 @@ type DynamicConfig struct {
 	VoiceProfiles         map[string]config.VoiceProfile   `json:"voice_profiles,omitempty"`
 	Search                map[string]config.SearchProvider `json:"search,omitempty"`
 	GitIdentities         map[string]config.GitIdentity    `json:"git_identities,omitempty"`
+	// EmailAccounts are the configured email accounts (servers and policy,
+	// never the password); the agent uses the one its session leased.
+	EmailAccounts map[string]config.EmailAccount `json:"email_accounts,omitempty"`
 	HeartbeatIntervalMS   int64                            `json:"heartbeat_interval_ms"`
 	RateLimitRetryMS      int64                            `json:"rate_limit_retry_ms"`
 	SessionSummaryTimeout int64                            `json:"session_summary_timeout_ms"`

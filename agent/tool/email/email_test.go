@@ -423,12 +423,23 @@ func TestSecretScope(t *testing.T) {
 		t.Errorf("the probe tool obtained the mail secret: %q", probe.got)
 	}
 	// ...and a shell finds it nowhere it can look.
+	// Files: every file written since the secret came into play, in the
+	// places a process writes to.
+	tooltest.WriteFile(t, filepath.Join(b.WS, ".marker"), "", 0o644)
+	b.MustCall(t, email.NameSend, `{"to": ["agent@choir.test"], "subject": "s", "text": "t"}`)
 	script := `env; cat /proc/self/environ /proc/$PPID/environ 2>/dev/null | tr '\0' '\n';
 for p in /proc/[0-9]*; do cat $p/environ $p/cmdline 2>/dev/null | tr '\0' '\n'; done;
-grep -r -a -l -s -F "` + secretValue + `" . /tmp ${HOME:-/root} 2>/dev/null; echo done`
+find . /tmp /dev/shm /run /var/tmp ${HOME:-/root} -xdev -type f -newer .marker -size -10M 2>/dev/null |
+  head -n 20000 | xargs -r grep -a -l -s -F "` + secretValue + `" 2>/dev/null; echo done`
 	r := b.MustCall(t, tool.NameExec, fmt.Sprintf(`{"command": %q}`, script))
 	if strings.Contains(string(r.JSON()), secretValue) || !strings.Contains(string(r.Output), "done") {
 		t.Errorf("choir.exec found the secret (or did not finish): %s", r.Output)
+	}
+	// The search does find a copy where there is one.
+	tooltest.WriteFile(t, filepath.Join(b.WS, "control.txt"), secretValue, 0o644)
+	r = b.MustCall(t, tool.NameExec, fmt.Sprintf(`{"command": %q}`, script))
+	if !strings.Contains(string(r.Output), "control.txt") {
+		t.Errorf("the search missed a file holding the secret: %s", r.Output)
 	}
 }
 

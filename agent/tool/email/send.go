@@ -65,7 +65,12 @@ type sendOutput struct {
 	Bcc         []string     `json:"bcc,omitempty"`
 	Attachments []attachment `json:"attachments,omitempty"`
 	ApprovalID  string       `json:"approval_id,omitempty"`
-	Note        string       `json:"note,omitempty"`
+	// Request and OnApproved are read back by the edge lane when the
+	// approval is decided, to tell the model what was decided and what to
+	// do next.
+	Request    string `json:"request,omitempty"`
+	OnApproved string `json:"on_approved,omitempty"`
+	Note       string `json:"note,omitempty"`
 }
 
 type attachment struct {
@@ -240,7 +245,8 @@ func (s *sender) approve(ctx context.Context, account, key string, in *sendInput
 			Message: fmt.Sprintf("approval %s of this mail was rejected; it was not sent", resp.ApprovalID),
 			Fix:     "do not send it; ask the user what to change"}), false
 	}
-	out.Status = "pending_approval"
+	out.Status, out.Request = "pending_approval", summary
+	out.OnApproved = "Nothing was sent yet: call choir.email.send again with exactly the same input to send it now."
 	out.Note = "Filed for a person to approve; nothing was sent. Once the approval is granted, call choir.email.send again with exactly the same input to send it."
 	s.cfg.Logger.InfoContext(ctx, "email awaits approval", "account", account, "approval_id", resp.ApprovalID)
 	return tool.SuccessResult("email awaits approval "+resp.ApprovalID, out), false

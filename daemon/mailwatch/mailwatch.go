@@ -107,24 +107,15 @@ func (w *Watcher) Run(ctx context.Context) {
 
 // liveTargets lists the live sessions that said hello holding an account.
 func (w *Watcher) liveTargets(ctx context.Context) ([]Target, error) {
-	rows, err := w.opts.Pool.Query(ctx, `SELECT session_id, agent_id::text, coalesce(resource_bindings->>'dm', ''),
-	       resource_bindings->>'email'
-	  FROM choir_control.sessions
-	 WHERE status IN ('active', 'stopping') AND hello_at IS NOT NULL
-	   AND coalesce(resource_bindings->>'email', '') <> ''`)
+	rows, err := db.New(choirsql.Interpreted(w.opts.Pool)).MailWatchTargets(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	var out []Target
-	for rows.Next() {
-		var t Target
-		if err := rows.Scan(&t.SessionID, &t.AgentID, &t.DM, &t.Account); err != nil {
-			return nil, err
-		}
-		out = append(out, t)
+	out := make([]Target, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, Target{AgentID: r.AgentID, SessionID: r.SessionID, DM: r.Dm, Account: r.Email})
 	}
-	return out, rows.Err()
+	return out, nil
 }
 
 func (w *Watcher) reconcile(ctx context.Context) {
@@ -291,9 +282,9 @@ func (w *Watcher) check(ctx context.Context, c *imapclient.Client, t Target, acc
 	if st.validity != sel.UIDValidity {
 		st.validity, st.baseline = sel.UIDValidity, sel.UIDNext
 	}
-	var last int64
-	if err := w.opts.Pool.QueryRow(ctx, `SELECT coalesce(max(update_id), 0) FROM choir_control.inbox WHERE gateway = $1`,
-		t.Gateway()).Scan(&last); err != nil {
+	q := db.New(choirsql.Interpreted(w.opts.Pool))
+	last, err := q.InboxLastUpdate(ctx, t.Gateway())
+	if err != nil {
 		return fmt.Errorf("read the last mail notice of %s: %w", t.Gateway(), err)
 	}
 	// The last notice stored is the durable mark, across restarts; only
@@ -314,7 +305,6 @@ func (w *Watcher) check(ctx context.Context, c *imapclient.Client, t Target, acc
 	}
 	cfg, _ := w.opts.ConfigFunc()
 	dm := cfg.DMs[t.DM]
-	q := db.New(choirsql.Interpreted(w.opts.Pool))
 	stored := 0
 	for _, m := range msgs {
 		if m.UID < from || stored == maxPerCheck {

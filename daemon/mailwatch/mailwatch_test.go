@@ -40,18 +40,26 @@ func setup(t *testing.T) *bundle {
 	acct.Wake = true
 	cfg := &config.Config{EmailAccounts: map[string]config.EmailAccount{"primary": acct},
 		DMs: map[string]config.DM{"dm-1": {Gateway: "main", UserID: "42"}}}
-	if _, err := db.New(pool).AgentUpsert(ctx, db.AgentUpsertParams{AgentID: "mailer", Config: []byte(`{}`)}); err != nil {
+	b := &bundle{pool: pool, srv: srv, cfg: cfg}
+	b.target = b.addSession(t, ctx, "mailer", "dm-1")
+	return b
+}
+
+// addSession starts a live session of agentID holding the account.
+func (b *bundle) addSession(t *testing.T, ctx context.Context, agentID, dm string) mailwatch.Target {
+	t.Helper()
+	if _, err := db.New(b.pool).AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agentID, Config: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	token := make([]byte, 32)
 	_, _ = rand.Read(token)
 	var sid uuid.UUID
-	if err := pool.QueryRow(ctx, `INSERT INTO choir_control.sessions (agent_id, lease_token_hash, resource_bindings, hello_at)
-		VALUES ('mailer', $1, '{"dm": "dm-1", "email": "primary"}', now()) RETURNING session_id`, token).Scan(&sid); err != nil {
+	if err := b.pool.QueryRow(ctx, `INSERT INTO choir_control.sessions (agent_id, lease_token_hash, resource_bindings, hello_at)
+		VALUES ($1, $2, jsonb_build_object('dm', $3::text, 'email', 'primary'), now()) RETURNING session_id`,
+		agentID, token, dm).Scan(&sid); err != nil {
 		t.Fatal(err)
 	}
-	return &bundle{pool: pool, srv: srv, cfg: cfg,
-		target: mailwatch.Target{AgentID: "mailer", SessionID: sid, DM: "dm-1", Account: "primary"}}
+	return mailwatch.Target{AgentID: agentID, SessionID: sid, DM: dm, Account: "primary"}
 }
 
 func (b *bundle) watcher() *mailwatch.Watcher {
@@ -71,10 +79,12 @@ type notice struct {
 	dm, kind string
 }
 
-func (b *bundle) notices(t *testing.T) []notice {
+func (b *bundle) notices(t *testing.T) []notice { return b.noticesOf(t, b.target) }
+
+func (b *bundle) noticesOf(t *testing.T, tg mailwatch.Target) []notice {
 	t.Helper()
 	rows, err := b.pool.Query(context.Background(), `SELECT update_id, text, dm, kind FROM choir_control.inbox
-		WHERE gateway = $1 ORDER BY inbox_id`, b.target.Gateway())
+		WHERE gateway = $1 AND agent_id = $2 ORDER BY inbox_id`, tg.Gateway(), tg.AgentID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -177,4 +187,43 @@ func (b *bundle) waitNoticesBrief(t *testing.T) []notice {
 		time.Sleep(20 * time.Millisecond)
 	}
 	return nil
+}
+
+// TestSharedAccountWakesEachAgent: two agents hold one shared account with
+// wake; a new message is announced to each of them, once.
+func TestSharedAccountWakesEachAgent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	acct := b.cfg.EmailAccounts["primary"]
+	acct.Sharing = config.EmailShared
+	b.cfg.EmailAccounts["primary"] = acct
+	b.cfg.DMs["dm-2"] = config.DM{Gateway: "main", UserID: "43"}
+	other := b.addSession(t, context.Background(), "helper", "dm-2")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); b.watcher().Run(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+
+	deadline := time.Now().Add(2 * time.Minute)
+	var one, two []notice
+	for time.Now().Before(deadline) {
+		if len(one) == 0 || len(two) == 0 {
+			b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("for both"))
+		}
+		for i := 0; i < 50 && (len(one) == 0 || len(two) == 0); i++ {
+			one, two = b.noticesOf(t, b.target), b.noticesOf(t, other)
+			time.Sleep(20 * time.Millisecond)
+		}
+		if len(one) > 0 && len(two) > 0 {
+			break
+		}
+	}
+	if len(one) == 0 || len(two) == 0 {
+		t.Fatalf("notices: mailer %d, helper %d", len(one), len(two))
+	}
+	if two[0].dm != "dm-2" || one[0].dm != "dm-1" {
+		t.Errorf("each notice goes to its agent's DM: %+v %+v", one[0], two[0])
+	}
 }

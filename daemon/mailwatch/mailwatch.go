@@ -227,13 +227,17 @@ func (w *Watcher) session(ctx context.Context, t Target, st *state, log *slog.Lo
 	if acct.PollSeconds > 0 {
 		poll = time.Duration(acct.PollSeconds) * time.Second
 	}
-	for {
+	for first := true; ; first = false {
 		sel, err := c.Select(acct.Folder(), &imap.SelectOptions{ReadOnly: true}).Wait()
 		if err != nil {
 			return fmt.Errorf("select %s: %w", acct.Folder(), err)
 		}
 		if err := w.check(ctx, c, t, acct, sel, st, log); err != nil {
 			return err
+		}
+		if first {
+			log.InfoContext(ctx, "mail watch ready", slog.String("folder", acct.Folder()), slog.Bool("idle", idle),
+				slog.Uint64("uid_next", uint64(sel.UIDNext)))
 		}
 		if idle {
 			if err := idleUntil(ctx, c, wake); err != nil {

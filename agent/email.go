@@ -17,7 +17,7 @@ func (s *session) emailTools() []tool.Tool {
 	if d := s.dyn.Load(); d != nil {
 		secret = d.EmailAccounts[name].Secret
 	}
-	return email.Tools(email.Config{Secret: secret, Approvals: approver{client: s.client},
+	return email.Tools(email.Config{Secret: secret, Approvals: approver{client: s.client}, Decisions: s.decisions,
 		Logger: s.logger.With(slog.String("email_account", name)),
 		AccountFunc: func() (string, config.EmailAccount, bool) {
 			if name == "" {

@@ -23,6 +23,7 @@ import (
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/agent/tool/email"
 	"github.com/choirhq/choir/internal/logjson"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
@@ -43,6 +44,9 @@ type session struct {
 	skills *skill.Set
 
 	secrets *secretStore
+	// decisions are the approval outcomes choird pushed, for the tools
+	// that act on an approval themselves (choir.email.send).
+	decisions *email.Decisions
 	// dyn is the dynamic configuration, swapped whole: an in-flight call
 	// keeps its snapshot.
 	dyn           atomic.Pointer[rpc.DynamicConfig]
@@ -87,7 +91,8 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to choird: %w", err)
 	}
-	s := &session{opts: opts, logger: logger, client: cl, secrets: &secretStore{}, shutdown: make(chan stopRequest, 1)}
+	s := &session{opts: opts, logger: logger, client: cl, secrets: &secretStore{}, decisions: email.NewDecisions(),
+		shutdown: make(chan stopRequest, 1)}
 	if err := s.open(ctx); err != nil {
 		cl.Close()
 		return nil, err
@@ -423,6 +428,7 @@ func (s *session) onInjection(in *rpc.Injection) {
 
 // onApprovalResolved brings an approval's outcome to the edge lane.
 func (s *session) onApprovalResolved(r *rpc.ApprovalResolved) {
+	s.decisions.Resolve(r.ApprovalID, r.Status) // choir.email.send acts on its approvals itself
 	s.edge.ResolveApproval(lane.ApprovalResolution{ApprovalID: r.ApprovalID, Status: string(r.Status),
 		ResolvedBy: r.ResolvedBy, ResolvedAt: r.ResolvedAt})
 	s.logger.Info("approval resolved", slog.String("approval_id", r.ApprovalID), slog.String("status", string(r.Status)))

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/config"
@@ -50,6 +51,10 @@ type Config struct {
 	// Approvals files the approvals of accounts with require_approval;
 	// nil makes such an account refuse to send.
 	Approvals Approver
+	// Decisions are the outcomes choird pushed (approval_resolved). A
+	// second REQUEST_APPROVAL with the same request ID is a replay that
+	// answers the first outcome, pending, so the decision is learnt here.
+	Decisions *Decisions
 	// Logger receives a line per refused or failed call; nil discards.
 	Logger *slog.Logger
 }
@@ -61,6 +66,9 @@ func Tools(cfg Config) []tool.Tool {
 	}
 	if cfg.AccountFunc == nil {
 		cfg.AccountFunc = func() (string, config.EmailAccount, bool) { return "", config.EmailAccount{}, false }
+	}
+	if cfg.Decisions == nil {
+		cfg.Decisions = NewDecisions()
 	}
 	s := &sender{cfg: cfg, sent: map[string]string{}}
 	return []tool.Tool{s, receiver{cfg: cfg}, checker{cfg: cfg}}
@@ -138,4 +146,28 @@ func decode[T any](input json.RawMessage) (T, error) {
 	var v T
 	err := json.Unmarshal(input, &v)
 	return v, err
+}
+
+// Decisions remembers the outcomes of approvals that choird pushed to the
+// session (approval_resolved). It is safe for concurrent use.
+type Decisions struct {
+	mu sync.Mutex
+	m  map[string]rpc.ApprovalStatus
+}
+
+// NewDecisions returns an empty set of decisions.
+func NewDecisions() *Decisions { return &Decisions{m: map[string]rpc.ApprovalStatus{}} }
+
+// Resolve records the outcome of approval id.
+func (d *Decisions) Resolve(id string, status rpc.ApprovalStatus) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.m[id] = status
+}
+
+func (d *Decisions) status(id string) (rpc.ApprovalStatus, bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	s, ok := d.m[id]
+	return s, ok
 }

@@ -51,12 +51,15 @@ type bundle struct {
 
 // setup is an agent whose session leased acct, with password as the
 // account's secret.
-func setup(t *testing.T, srv *mailboxtest.Server, acct config.EmailAccount, approvals email.Approver) *bundle {
+func setup(t *testing.T, srv *mailboxtest.Server, acct config.EmailAccount, ap *approvals) *bundle {
 	t.Helper()
 	logs := &syncBuffer{}
-	cfg := email.Config{Secret: acct.Secret, Approvals: approvals,
+	cfg := email.Config{Secret: acct.Secret,
 		AccountFunc: func() (string, config.EmailAccount, bool) { return "primary", acct, true },
 		Logger:      slog.New(slog.NewJSONHandler(logs, nil))}
+	if ap != nil {
+		cfg.Approvals, cfg.Decisions = ap, ap.decisions
+	}
 	b := tooltest.Setup(t, builtin.Config{Tools: email.Tools(cfg)})
 	b.Env.SecretFunc = func(name string) (string, bool) {
 		if name == acct.Secret {
@@ -321,12 +324,15 @@ func TestBadInput(t *testing.T) {
 	}
 }
 
-// approvals stands in for choird's REQUEST_APPROVAL: one approval per
-// request ID, whose status the test sets.
+// approvals stands in for choird's REQUEST_APPROVAL as the agent sees it:
+// a request ID seen before is a replay, answered with the first response
+// (pending) whatever was decided since; the decision arrives as a push,
+// which the test hands to decisions.
 type approvals struct {
-	mu     sync.Mutex
-	status map[string]rpc.ApprovalStatus
-	reqs   []rpc.ApprovalRequest
+	mu        sync.Mutex
+	first     map[string]rpc.ApprovalResponse
+	reqs      []rpc.ApprovalRequest
+	decisions *email.Decisions
 }
 
 func (a *approvals) RequestApproval(_ context.Context, id string, req rpc.ApprovalRequest) (rpc.ApprovalResponse, error) {
@@ -335,18 +341,25 @@ func (a *approvals) RequestApproval(_ context.Context, id string, req rpc.Approv
 	if err := req.Validate(); err != nil {
 		return rpc.ApprovalResponse{}, err
 	}
-	if _, ok := a.status[id]; !ok {
-		a.status[id] = rpc.ApprovalPending
-		a.reqs = append(a.reqs, req)
+	if !rpc.ValidID(id) {
+		return rpc.ApprovalResponse{}, fmt.Errorf("request id %q is not valid", id)
 	}
-	return rpc.ApprovalResponse{ApprovalID: "approval-" + id, Status: a.status[id]}, nil
+	if r, ok := a.first[id]; ok {
+		return r, nil
+	}
+	r := rpc.ApprovalResponse{ApprovalID: fmt.Sprintf("approval-%d", len(a.first)+1), Status: rpc.ApprovalPending}
+	a.first[id] = r
+	a.reqs = append(a.reqs, req)
+	return r, nil
 }
 
+// set decides every approval filed so far, as the approval_resolved pushes
+// would.
 func (a *approvals) set(s rpc.ApprovalStatus) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	for id := range a.status {
-		a.status[id] = s
+	for _, r := range a.first {
+		a.decisions.Resolve(r.ApprovalID, s)
 	}
 }
 
@@ -356,7 +369,7 @@ func TestRequireApproval(t *testing.T) {
 	srv.AddUser(t, "agent@choir.test", password)
 	acct := srv.Account("agent@choir.test")
 	acct.RequireApproval = true
-	ap := &approvals{status: map[string]rpc.ApprovalStatus{}}
+	ap := &approvals{first: map[string]rpc.ApprovalResponse{}, decisions: email.NewDecisions()}
 	b := setup(t, srv, acct, ap)
 	in := `{"to": ["agent@choir.test"], "subject": "needs a yes", "text": "t"}`
 

@@ -237,7 +237,11 @@ func (s *sender) approve(ctx context.Context, account, key string, in *sendInput
 			Fix: "try again in a moment"}), false
 	}
 	out.ApprovalID = resp.ApprovalID
-	switch resp.Status {
+	status := resp.Status
+	if d, ok := s.cfg.Decisions.status(resp.ApprovalID); ok {
+		status = d
+	}
+	switch status {
 	case rpc.ApprovalApproved:
 		return tool.Result{}, true
 	case rpc.ApprovalRejected:

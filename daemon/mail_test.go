@@ -120,3 +120,88 @@ func TestMailWakesAgentOnce(t *testing.T) {
 		t.Error("the mail password is in choird's log")
 	}
 }
+
+// approvalModel is the model of TestMailSendNeedsApproval: asked to send,
+// it calls choir.email.send, and calls it again with the same input when
+// told to go on; it keeps every tool result.
+type approvalModel struct {
+	mu      sync.Mutex
+	results []string
+}
+
+const approvalSend = `{"to": ["boss@choir.test"], "subject": "Weekly report", "text": "All green."}`
+
+func (m *approvalModel) respond(_ context.Context, r *llmtest.Request) llmtest.Step {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	last := r.Last()
+	switch {
+	case last.Role == "tool":
+		m.results = append(m.results, last.Content)
+		return llmtest.Text("Done what I could.")
+	case last.Role == "user" && (strings.Contains(last.Content, "send the weekly report") || strings.Contains(last.Content, "go ahead")):
+		return llmtest.ToolCalls(llmtest.Call{Name: "choir.email.send", Arguments: approvalSend})
+	}
+	return llmtest.Text("ok")
+}
+
+func (m *approvalModel) result(i int) (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if i >= len(m.results) {
+		return "", false
+	}
+	return m.results[i], true
+}
+
+var approvalIDRe = regexp.MustCompile(`"approval_id":"([0-9a-f-]{36})"`)
+
+// TestMailSendNeedsApproval runs the real agent on an account with
+// require_approval: the first send files an approval and sends nothing;
+// once a person approved it, the same send goes out, through the real
+// REQUEST_APPROVAL and approval_resolved of choird.
+func TestMailSendNeedsApproval(t *testing.T) {
+	t.Parallel()
+	srv := mailboxtest.Start(t)
+	srv.AddUser(t, "agent@choir.test", "mail-pw-71c0")
+	srv.AddUser(t, "boss@choir.test", "boss-pw")
+	model := &approvalModel{}
+	llm := llmtest.NewServer(t)
+	llm.SetResponder(model.respond)
+	d := startChoird(t, choirdtest.Options{ModelEndpoint: llm.BaseURL(),
+		Daemon: daemon.Options{Runtime: "process", AgentBinary: choirdtest.Binary(t, "cmd/choir-agent")},
+		Edit: func(cfg *config.Config, s config.Secrets) {
+			fastHeartbeat(cfg, s)
+			acct := srv.Account("agent@choir.test")
+			acct.Secret, acct.RequireApproval, acct.Sharing = "mail-primary", true, config.EmailShared
+			acct.AllowedRecipients = []string{"@choir.test"}
+			cfg.EmailAccounts = map[string]config.EmailAccount{"primary": acct}
+			s["mail-primary"] = "mail-pw-71c0"
+		}})
+	defer func() { d.StopAgents(t) }()
+	if code, _, errs := choirctl(t, d.Home, "agent", "start", "assistant", "--dm", "console", "--email", "primary"); code != 0 {
+		t.Fatalf("start: %s", errs)
+	}
+	d.WaitState(t, "assistant", admin.AgentActive)
+
+	pushText(t, d, "assistant", "send the weekly report")
+	var first string
+	choirdtest.WaitFor(t, "the first send's result", d.Logs, func() bool { var ok bool; first, ok = model.result(0); return ok })
+	m := approvalIDRe.FindStringSubmatch(first)
+	if m == nil || !strings.Contains(first, "pending_approval") || len(srv.Sent()) != 0 {
+		t.Fatalf("first send: %s (%d sent)", first, len(srv.Sent()))
+	}
+	if code, out, errs := choirctl(t, d.Home, "approval", "approve", m[1]); code != 0 {
+		t.Fatalf("approve: %s %s", out, errs)
+	}
+	choirdtest.WaitFor(t, "the agent told of the approval", d.Logs, func() bool {
+		return strings.Contains(d.Logs.String(), `"approval resolved"`) || strings.Contains(d.Logs.String(), "approval resolved")
+	})
+	pushText(t, d, "assistant", "go ahead")
+	var second string
+	choirdtest.WaitFor(t, "the second send's result", d.Logs, func() bool { var ok bool; second, ok = model.result(1); return ok })
+	sent := srv.Sent()
+	if !strings.Contains(second, `"status":"sent"`) || len(sent) != 1 || sent[0].To[0] != "boss@choir.test" {
+		t.Fatalf("after approval: %s, sent %+v", second, sent)
+	}
+}

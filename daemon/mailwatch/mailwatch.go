@@ -13,8 +13,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
 
 	"github.com/emersion/go-imap/v2"
 	"github.com/emersion/go-imap/v2/imapclient"
@@ -172,6 +174,10 @@ func (w *Watcher) Watch(ctx context.Context, t Target) {
 		if errors.As(err, &me) {
 			code = me.Code
 		}
+		if st.ready {
+			// The connection worked before failing: start the backoff over.
+			st.ready, wait = false, retryMin
+		}
 		log.WarnContext(ctx, "mail watch failed; retrying", slog.String("code", code), slog.String("error", errText(err)),
 			slog.Duration("retry_in", wait))
 		select {
@@ -194,6 +200,8 @@ func errText(err error) string {
 type state struct {
 	validity uint32
 	baseline imap.UID
+	// ready says the current connection looked at the folder once.
+	ready bool
 }
 
 // session is one connection: log in, look, then IDLE (or sleep) and look
@@ -236,6 +244,7 @@ func (w *Watcher) session(ctx context.Context, t Target, st *state, log *slog.Lo
 			return err
 		}
 		if first {
+			st.ready = true
 			log.InfoContext(ctx, "mail watch ready", slog.String("folder", acct.Folder()), slog.Bool("idle", idle),
 				slog.Uint64("uid_next", uint64(sel.UIDNext)))
 		}
@@ -345,5 +354,16 @@ func Notice(account, folder string, m *imapclient.FetchMessageBuffer) string {
 		}
 	}
 	return fmt.Sprintf("[new mail on %s, folder %s, uid %d] From: %s; Subject: %s\n"+
-		"Read it with choir.email.receive {\"folder\": %q, \"uid\": %d}.", account, folder, m.UID, from, subject, folder, m.UID)
+		"Read it with choir.email.receive {\"folder\": %q, \"uid\": %d}.", account, folder, m.UID, oneLine(from), oneLine(subject),
+		folder, m.UID)
+}
+
+// oneLine keeps a header from the outside world to one short line, so
+// that it cannot pass for more of the notice than it is.
+func oneLine(s string) string {
+	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }), " ")
+	if r := []rune(s); len(r) > 200 {
+		s = string(r[:200]) + "..."
+	}
+	return s
 }

@@ -10,9 +10,14 @@ import (
 
 // emailTools are the email tools bound to the session's leased account:
 // they read the account from the current dynamic configuration at each
-// call, and declare the secret it named when the session opened.
+// call, and declare the secret it named when the session opened. A session
+// without an account has no email tools: a model is not offered tools it
+// cannot use (spec 8.6).
 func (s *session) emailTools() []tool.Tool {
 	name := s.hello.ResourceBindings.Email
+	if name == "" {
+		return nil
+	}
 	var secret string
 	if d := s.dyn.Load(); d != nil {
 		secret = d.EmailAccounts[name].Secret
@@ -20,9 +25,6 @@ func (s *session) emailTools() []tool.Tool {
 	return email.Tools(email.Config{Secret: secret, Approvals: approver{client: s.client}, Decisions: s.decisions,
 		Logger: s.logger.With(slog.String("email_account", name)),
 		AccountFunc: func() (string, config.EmailAccount, bool) {
-			if name == "" {
-				return "", config.EmailAccount{}, false
-			}
 			d := s.dyn.Load()
 			if d == nil {
 				return "", config.EmailAccount{}, false

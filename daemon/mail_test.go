@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"strings"
@@ -23,7 +24,12 @@ type mailModel struct {
 	mu      sync.Mutex
 	notices map[string]int
 	read    []string
+	probe   *string
 }
+
+// secretProbe is what the model runs in choir.exec after its first read:
+// every environment and command line it can see, and its own environment.
+const secretProbe = `for p in /proc/[0-9]*; do echo "== $p"; cat $p/environ $p/cmdline 2>/dev/null | tr '\0' '\n'; done; echo "== env"; env`
 
 var noticeUID = regexp.MustCompile(`\[new mail on primary, folder INBOX, uid (\d+)\]`)
 
@@ -31,8 +37,17 @@ func (m *mailModel) respond(_ context.Context, r *llmtest.Request) llmtest.Step 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	last := r.Last()
-	if last.Role == "tool" {
+	if last.Role == "tool" && strings.Contains(last.Content, "hello from bob") {
 		m.read = append(m.read, last.Content)
+		if len(m.read) == 1 {
+			args, _ := json.Marshal(map[string]any{"command": secretProbe})
+			return llmtest.ToolCalls(llmtest.Call{Name: "choir.exec", Arguments: string(args)})
+		}
+		return llmtest.Text("You have mail from Bob.")
+	}
+	if last.Role == "tool" {
+		c := last.Content
+		m.probe = &c
 		return llmtest.Text("You have mail from Bob.")
 	}
 	if u := noticeUID.FindStringSubmatch(last.Content); last.Role == "user" && u != nil {
@@ -40,6 +55,15 @@ func (m *mailModel) respond(_ context.Context, r *llmtest.Request) llmtest.Step 
 		return llmtest.ToolCalls(llmtest.Call{Name: "choir.email.receive", Arguments: fmt.Sprintf(`{"uid": %s}`, u[1])})
 	}
 	return llmtest.Text("ok")
+}
+
+func (m *mailModel) probed() (string, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.probe == nil {
+		return "", false
+	}
+	return *m.probe, true
 }
 
 func (m *mailModel) state() (map[string]int, []string) {
@@ -90,6 +114,14 @@ func TestMailWakesAgentOnce(t *testing.T) {
 	})
 	if _, read := model.state(); !strings.Contains(read[0], "hello from bob: first") || !strings.Contains(read[0], `"status":"success"`) {
 		t.Fatalf("choir.email.receive in the agent returned %s", read[0])
+	}
+	// choir.exec, in the same agent, finds the account's password in no
+	// environment and no command line it can read.
+	choirdtest.WaitFor(t, "the probe's result", d.Logs, func() bool { _, ok := model.probed(); return ok })
+	out, _ := model.probed()
+	report := probeReport(t, out, d.Workspace("main"))
+	if !strings.Contains(report, "== env") || strings.Contains(report, "mail-pw-5e2b") || strings.Contains(report, "[secret:") {
+		t.Errorf("choir.exec's probe found the mail password (or did not run):\n%s", report)
 	}
 	var delivered bool
 	choirdtest.WaitFor(t, "the notice delivered", d.Logs, func() bool {

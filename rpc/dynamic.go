@@ -6,18 +6,15 @@ import "github.com/choirhq/choir/config"
 // receives by FETCH_DYNAMIC_CONFIG (spec 16.1): never a secret value, only
 // secret names. It travels as FetchDynamicConfigResponse.Config.
 type DynamicConfig struct {
-	Models        map[string]config.Model          `json:"models"`
-	TTS           map[string]config.TTS            `json:"tts,omitempty"`
-	VoiceProfiles map[string]config.VoiceProfile   `json:"voice_profiles,omitempty"`
-	Search        map[string]config.SearchProvider `json:"search,omitempty"`
-	GitIdentities map[string]config.GitIdentity    `json:"git_identities,omitempty"`
-	// EmailAccounts are the configured email accounts (servers and policy,
-	// never the password); the agent uses the one its session leased.
-	EmailAccounts         map[string]config.EmailAccount `json:"email_accounts,omitempty"`
-	HeartbeatIntervalMS   int64                          `json:"heartbeat_interval_ms"`
-	RateLimitRetryMS      int64                          `json:"rate_limit_retry_ms"`
-	SessionSummaryTimeout int64                          `json:"session_summary_timeout_ms"`
-	SnapshotEveryEvents   int                            `json:"snapshot_every_events"`
+	Models                map[string]config.Model          `json:"models"`
+	TTS                   map[string]config.TTS            `json:"tts,omitempty"`
+	VoiceProfiles         map[string]config.VoiceProfile   `json:"voice_profiles,omitempty"`
+	Search                map[string]config.SearchProvider `json:"search,omitempty"`
+	GitIdentities         map[string]config.GitIdentity    `json:"git_identities,omitempty"`
+	HeartbeatIntervalMS   int64                            `json:"heartbeat_interval_ms"`
+	RateLimitRetryMS      int64                            `json:"rate_limit_retry_ms"`
+	SessionSummaryTimeout int64                            `json:"session_summary_timeout_ms"`
+	SnapshotEveryEvents   int                              `json:"snapshot_every_events"`
 	// Budgets are the agent's budgets with the defaults applied (spec
 	// 7.6); CompactionThresholdPercent is the share of a model's context
 	// window a lane's compactable content may fill (spec 11.3).
@@ -34,4 +31,8 @@ type DynamicConfig struct {
 	// switch to another provider's model carries that provider's key. Nil
 	// (an older choird) leaves the agent with the list bound at its start.
 	Secrets []string `json:"secrets"`
+
+	// EmailAccounts are the configured email accounts (servers and policy,
+	// never the password); the agent uses the one its session leased.
+	EmailAccounts map[string]config.EmailAccount `json:"email_accounts,omitempty"`
 }

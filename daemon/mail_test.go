@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/internal/mailbox/mailboxtest"
+	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -235,5 +236,40 @@ func TestMailSendNeedsApproval(t *testing.T) {
 	sent := srv.Sent()
 	if !strings.Contains(second, `"status":"sent"`) || len(sent) != 1 || sent[0].To[0] != "boss@choir.test" {
 		t.Fatalf("after approval: %s, sent %+v", second, sent)
+	}
+}
+
+// TestEmailAccountLeases: a shared account is used by two agents at once,
+// each handed its password; an exclusive one by one agent only, and the
+// second is told who holds it.
+func TestEmailAccountLeases(t *testing.T) {
+	t.Parallel()
+	d := startChoird(t, choirdtest.Options{Edit: func(cfg *config.Config, s config.Secrets) {
+		solo := config.EmailAccount{SMTPHost: "127.0.0.1", SMTPPort: 2525, IMAPHost: "127.0.0.1", IMAPPort: 1143,
+			Sharing: config.EmailExclusive, Secret: "mail-solo", EmailPolicy: config.EmailPolicy{Address: "solo@choir.test"}}
+		team := solo
+		team.Sharing, team.Secret, team.Address = config.EmailShared, "mail-team", "team@choir.test"
+		cfg.EmailAccounts = map[string]config.EmailAccount{"solo": solo, "team": team}
+		s["mail-solo"], s["mail-team"] = "pw-solo", "pw-team"
+	}})
+	ctx := context.Background()
+	helper := admin.StartOverrides{Workspace: "other", DM: "second"}
+
+	shared := helper
+	shared.Email = "team"
+	for _, si := range []*choirdtest.StandIn{d.StandIn(t, "assistant", admin.StartOverrides{Email: "team"}), d.StandIn(t, "helper", shared)} {
+		got, err := si.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"mail-team"}})
+		if err != nil || got.Secrets["mail-team"] != "pw-team" || si.Hello.ResourceBindings.Email != "team" {
+			t.Fatalf("%s on the shared account: %v %v %+v", si.AgentID, err, got.Secrets["mail-team"] != "", si.Hello.ResourceBindings)
+		}
+		si.Terminate(t, "done")
+	}
+
+	d.StandIn(t, "assistant", admin.StartOverrides{Email: "solo"})
+	exclusive := helper
+	exclusive.Email = "solo"
+	_, _, err := d.Daemon.StartSession(ctx, "helper", exclusive, "process")
+	if err == nil || !strings.Contains(err.Error(), "solo") || !strings.Contains(err.Error(), "assistant") {
+		t.Fatalf("a second agent on the exclusive account: %v, want it refused naming the account and its holder", err)
 	}
 }

@@ -71,9 +71,9 @@ type session struct {
 	shutdown          chan stopRequest
 }
 
-// openSession verifies the sandbox, connects to choird, loads the tools and
-// skills, says hello, and fetches the session's secrets and configuration.
-// The caller closes the session.
+// openSession verifies the sandbox, connects to choird, says hello,
+// fetches the session's secrets and configuration, and loads the tools and
+// skills. The caller closes the session.
 func openSession(ctx context.Context, opts Options) (*session, error) {
 	logger := opts.Logger
 	if logger == nil {
@@ -100,8 +100,8 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 	return s, nil
 }
 
-// open is openSession's part after the connection: the registries,
-// INIT_HELLO, the secrets, the configuration and the git identity.
+// open is openSession's part after the connection: INIT_HELLO, the
+// secrets, the configuration, the registries and the git identity.
 func (s *session) open(ctx context.Context) error {
 	opts := s.opts
 	img := imageVersion(opts.ChoirDir)

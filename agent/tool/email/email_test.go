@@ -390,6 +390,17 @@ func TestRequireApproval(t *testing.T) {
 		t.Fatalf("again after sending: %+v, %d sent", so, len(srv.Sent()))
 	}
 
+	// The same input with an attachment that changed after the approval
+	// is another mail: it needs its own approval.
+	tooltest.WriteFile(t, filepath.Join(b.WS, "a.txt"), "v1", 0o644)
+	withFile := `{"to": ["agent@choir.test"], "subject": "file", "text": "t", "attachments": ["a.txt"]}`
+	b.MustCall(t, email.NameSend, withFile)
+	ap.set(rpc.ApprovalApproved)
+	tooltest.WriteFile(t, filepath.Join(b.WS, "a.txt"), "v2 changed", 0o644)
+	if so := tooltest.Output[sendOut](t, b.MustCall(t, email.NameSend, withFile)); so.Status != "pending_approval" || len(srv.Sent()) != 1 {
+		t.Fatalf("a changed attachment: %+v, %d sent", so, len(srv.Sent()))
+	}
+
 	other := `{"to": ["agent@choir.test"], "subject": "a no", "text": "t"}`
 	b.MustCall(t, email.NameSend, other)
 	ap.set(rpc.ApprovalRejected)

@@ -141,15 +141,17 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 		out.Attachments = append(out.Attachments, attachment{Path: a.Path, Size: a.Size})
 	}
 
-	key := requestKey(name, input)
-	s.mu.Lock()
-	prev, done := s.sent[key]
-	s.mu.Unlock()
-	if done {
-		out.Status, out.MessageID, out.Note = "already_sent", prev, "This exact mail was already sent in this session; nothing was sent again."
-		return tool.SuccessResult("email already sent as "+prev, out), nil
-	}
+	key := requestKey(name, input, atts)
 	if acct.RequireApproval {
+		// An approval is for one mail: once sent, calling again sends
+		// nothing more.
+		s.mu.Lock()
+		prev, done := s.sent[key]
+		s.mu.Unlock()
+		if done {
+			out.Status, out.MessageID, out.Note = "already_sent", prev, "This approved mail was already sent; nothing was sent again."
+			return tool.SuccessResult("email already sent as "+prev, out), nil
+		}
 		res, ok := s.approve(ctx, name, key, &in, &out)
 		if !ok {
 			return res, nil
@@ -167,9 +169,11 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 	if len(ids) > 0 {
 		out.MessageID = ids[0]
 	}
-	s.mu.Lock()
-	s.sent[key] = out.MessageID
-	s.mu.Unlock()
+	if acct.RequireApproval {
+		s.mu.Lock()
+		s.sent[key] = out.MessageID
+		s.mu.Unlock()
+	}
 	out.Status = "sent"
 	s.cfg.Logger.InfoContext(ctx, "email sent", "account", name, "message_id", out.MessageID,
 		"recipients", len(out.To)+len(out.Cc)+len(out.Bcc), "attachments", len(atts))
@@ -257,8 +261,9 @@ func (s *sender) approve(ctx context.Context, account, key string, in *sendInput
 }
 
 // requestKey is the approval request ID of a send: the same for the same
-// account and input, so a second call finds the first approval.
-func requestKey(account string, input json.RawMessage) string {
+// account, input and attachment contents, so a second call finds the first
+// approval, and a file changed after the approval needs another.
+func requestKey(account string, input json.RawMessage, atts []attachment) string {
 	var v any
 	canon := []byte(input)
 	if json.Unmarshal(input, &v) == nil {
@@ -266,8 +271,14 @@ func requestKey(account string, input json.RawMessage) string {
 			canon = b // map keys sorted: the same input, the same key
 		}
 	}
-	sum := sha256.Sum256(append([]byte(account+"\x00"), canon...))
-	return "email-send:" + hex.EncodeToString(sum[:16])
+	h := sha256.New()
+	h.Write([]byte(account + "\x00"))
+	h.Write(canon)
+	for _, a := range atts {
+		sum := sha256.Sum256(a.data)
+		h.Write(sum[:])
+	}
+	return "email-send:" + hex.EncodeToString(h.Sum(nil)[:16])
 }
 
 // readAttachments reads the attachments from the workspace, refusing a path

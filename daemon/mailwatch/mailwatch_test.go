@@ -28,6 +28,7 @@ type bundle struct {
 	cfg    *config.Config
 	target mailwatch.Target
 	pushes atomic.Int32
+	logs   *syncBuffer
 }
 
 func setup(t *testing.T) *bundle {
@@ -40,7 +41,7 @@ func setup(t *testing.T) *bundle {
 	acct.Wake = true
 	cfg := &config.Config{EmailAccounts: map[string]config.EmailAccount{"primary": acct},
 		DMs: map[string]config.DM{"dm-1": {Gateway: "main", UserID: "42"}}}
-	b := &bundle{pool: pool, srv: srv, cfg: cfg}
+	b := &bundle{pool: pool, srv: srv, cfg: cfg, logs: &syncBuffer{}}
 	b.target = b.addSession(t, ctx, "mailer", "dm-1")
 	return b
 }
@@ -66,12 +67,26 @@ func (b *bundle) watcher() *mailwatch.Watcher {
 	return mailwatch.New(mailwatch.Options{Pool: b.pool,
 		ConfigFunc: func() (*config.Config, config.Secrets) { return b.cfg, config.Secrets{"mail-secret": password} },
 		PushFunc:   func(context.Context, string) bool { b.pushes.Add(1); return true },
-		Logger:     slog.New(slog.NewTextHandler(testWriter{}, nil))})
+		Logger:     slog.New(slog.NewTextHandler(b.logs, nil))})
 }
 
-type testWriter struct{}
+// syncBuffer is a log sink safe for the watches' concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
 
-func (testWriter) Write(p []byte) (int, error) { return len(p), nil }
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
 
 type notice struct {
 	updateID int64
@@ -152,6 +167,9 @@ func TestIdleWakeOnce(t *testing.T) {
 	if b.pushes.Load() == 0 {
 		t.Error("the notice was not pushed")
 	}
+	if !strings.Contains(b.logs.String(), `msg="mail watch ready" agent_id=mailer email_account=primary folder=INBOX idle=true`) {
+		t.Errorf("the watch did not IDLE:\n%s", b.logs.String())
+	}
 	before := len(got)
 	cancel()
 	wg.Wait()
@@ -225,5 +243,32 @@ func TestSharedAccountWakesEachAgent(t *testing.T) {
 	}
 	if two[0].dm != "dm-2" || one[0].dm != "dm-1" {
 		t.Errorf("each notice goes to its agent's DM: %+v %+v", one[0], two[0])
+	}
+}
+
+// TestPollWhenAsked: an account with poll_seconds is polled instead of
+// IDLEd, and its mail announced all the same.
+func TestPollWhenAsked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	acct := b.cfg.EmailAccounts["primary"]
+	acct.PollSeconds = 1
+	b.cfg.EmailAccounts["primary"] = acct
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); b.watcher().Run(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !strings.Contains(b.logs.String(), "mail watch ready") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("polled"))
+	got := b.waitNotices(t, 1)
+	if len(got) != 1 || !strings.Contains(got[0].text, "Subject: polled") {
+		t.Fatalf("notices: %+v", got)
+	}
+	if !strings.Contains(b.logs.String(), "idle=false") {
+		t.Errorf("the watch did not poll:\n%s", b.logs.String())
 	}
 }

@@ -20,7 +20,7 @@ import (
 	"github.com/choirhq/choir/internal/mailbox/mailboxtest"
 )
 
-const password = "pw"
+const password = "pw-watch-3d9a"
 
 type bundle struct {
 	pool   *pgxpool.Pool
@@ -270,5 +270,52 @@ func TestPollWhenAsked(t *testing.T) {
 	}
 	if !strings.Contains(b.logs.String(), "idle=false") {
 		t.Errorf("the watch did not poll:\n%s", b.logs.String())
+	}
+}
+
+// TestWatchFailuresAreLogged: a wrong password, a missing secret and an
+// unreachable server each give a log line naming the problem, and the
+// watch keeps trying instead of ending choird.
+func TestWatchFailuresAreLogged(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, want string
+		edit       func(*config.EmailAccount)
+		secrets    config.Secrets
+	}{
+		{"WrongPassword", "code=auth_failed", nil, config.Secrets{"mail-secret": "wrong"}},
+		{"MissingSecret", `is not in secrets.json`, nil, config.Secrets{}},
+		{"Unreachable", "code=server_unreachable", func(a *config.EmailAccount) { a.IMAPPort = 1 }, config.Secrets{"mail-secret": password}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			if c.edit != nil {
+				a := b.cfg.EmailAccounts["primary"]
+				c.edit(&a)
+				b.cfg.EmailAccounts["primary"] = a
+			}
+			w := mailwatch.New(mailwatch.Options{Pool: b.pool,
+				ConfigFunc: func() (*config.Config, config.Secrets) { return b.cfg, c.secrets },
+				Logger:     slog.New(slog.NewTextHandler(b.logs, nil))})
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); w.Run(ctx) }()
+			deadline := time.Now().Add(2 * time.Minute)
+			for !strings.Contains(b.logs.String(), "mail watch failed; retrying") && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			cancel()
+			wg.Wait()
+			logs := b.logs.String()
+			if !strings.Contains(logs, "mail watch failed; retrying") || !strings.Contains(logs, c.want) {
+				t.Errorf("logs do not name the problem (%s):\n%s", c.want, logs)
+			}
+			if strings.Contains(logs, password) {
+				t.Error("the password is in the log")
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package email_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -138,7 +139,7 @@ func TestSendAndReceive(t *testing.T) {
 		t.Fatalf("receive: %+v %s", r, r.Output)
 	}
 	m := ro.Messages[0]
-	if m.Subject != "Quarterly report" || !strings.Contains(m.Text, "the report is attached.") || len(m.Attachments) != 1 {
+	if m.Subject != "Quarterly report" || m.Text != "Hello,\nthe report is attached." || len(m.Attachments) != 1 {
 		t.Fatalf("message: %+v", m)
 	}
 	a := m.Attachments[0]
@@ -147,6 +148,16 @@ func TestSendAndReceive(t *testing.T) {
 	}
 	if got := tooltest.ReadFile(t, filepath.Join(b.WS, a.Path)); got != string(pdf) {
 		t.Errorf("saved attachment differs from the one sent (%d bytes, want %d)", len(got), len(pdf))
+	}
+
+	// An account with a smaller limit keeps the attachment out of the
+	// workspace and says why.
+	small := srv.Account("agent@choir.test")
+	small.MaxAttachmentBytes = 100
+	sb := setup(t, srv, small, nil)
+	r = sb.MustCall(t, email.NameReceive, `{"subject": "Quarterly", "mark_seen": false}`)
+	if !strings.Contains(string(r.Output), fmt.Sprintf(`"skipped":"%d bytes, over the account's limit of 100"`, len(pdf))) {
+		t.Errorf("an attachment over the limit: %s", r.Output)
 	}
 
 	// Read now: unseen finds nothing, and check counts it read.
@@ -448,22 +459,29 @@ func TestSecretScope(t *testing.T) {
 	}
 	// ...and a shell finds it nowhere it can look.
 	// Files: every file written since the secret came into play, in the
-	// places a process writes to.
+	// places a process writes to. The script carries the secret only in
+	// base64, so that its own command line cannot be what is found.
 	tooltest.WriteFile(t, filepath.Join(b.WS, ".marker"), "", 0o644)
 	b.MustCall(t, email.NameSend, `{"to": ["agent@choir.test"], "subject": "s", "text": "t"}`)
-	script := `env; cat /proc/self/environ /proc/$PPID/environ 2>/dev/null | tr '\0' '\n';
-for p in /proc/[0-9]*; do cat $p/environ $p/cmdline 2>/dev/null | tr '\0' '\n'; done;
-find . /tmp /dev/shm /run /var/tmp ${HOME:-/root} -xdev -type f -newer .marker -size -10M 2>/dev/null |
-  head -n 20000 | xargs -r grep -a -l -s -F "` + secretValue + `" 2>/dev/null; echo done`
+	script := `printf %s '` + base64.StdEncoding.EncodeToString([]byte(secretValue)) + `' | base64 -d > .pattern
+echo "environments and command lines holding it: $( (env; for p in /proc/[0-9]*; do cat $p/environ $p/cmdline 2>/dev/null; echo; done) |
+  tr '\0' '\n' | grep -c -F -f .pattern)"
+find . /tmp /dev/shm /run /var/tmp ${HOME:-/root} -xdev -type f -newer .marker -size -10M 2>/dev/null | grep -v '/\.pattern$' |
+  head -n 20000 | xargs -r grep -a -l -s -F -f .pattern 2>/dev/null | sed 's/^/file holding it: /'; echo done`
 	r := b.MustCall(t, tool.NameExec, fmt.Sprintf(`{"command": %q}`, script))
-	if strings.Contains(string(r.JSON()), secretValue) || !strings.Contains(string(r.Output), "done") {
-		t.Errorf("choir.exec found the secret (or did not finish): %s", r.Output)
+	out := tooltest.Output[struct {
+		Output string `json:"output"`
+	}](t, r).Output
+	if out != "environments and command lines holding it: 0\ndone\n" {
+		t.Errorf("choir.exec found the secret (or did not finish): %q", out)
 	}
-	// The search does find a copy where there is one.
+	// The search does find a copy where there is one: in a file, and in
+	// an environment.
 	tooltest.WriteFile(t, filepath.Join(b.WS, "control.txt"), secretValue, 0o644)
-	r = b.MustCall(t, tool.NameExec, fmt.Sprintf(`{"command": %q}`, script))
-	if !strings.Contains(string(r.Output), "control.txt") {
-		t.Errorf("the search missed a file holding the secret: %s", r.Output)
+	control := strings.Replace(script, `echo "environments`, `export LEAKED="$(cat .pattern)"; echo "environments`, 1)
+	r = b.MustCall(t, tool.NameExec, fmt.Sprintf(`{"command": %q}`, control))
+	if !strings.Contains(string(r.Output), "file holding it: ./control.txt") || strings.Contains(string(r.Output), "holding it: 0") {
+		t.Errorf("the search missed a copy of the secret: %s", r.Output)
 	}
 }
 

@@ -42,6 +42,8 @@ type attachmentOut struct {
 	Size int    `json:"size"`
 	// Path is where it was saved in the workspace.
 	Path string `json:"path,omitempty"`
+	// Skipped says why it was not saved.
+	Skipped string `json:"skipped,omitempty"`
 }
 
 type parsed struct {
@@ -126,6 +128,7 @@ func parseMessage(b *imapclient.FetchMessageBuffer, maxChars int) parsed {
 	if strings.TrimSpace(text) == "" && htm.Len() > 0 {
 		text = htmlText(htm.String())
 	}
+	text = strings.ReplaceAll(text, "\r\n", "\n")
 	p.Text, p.TextTruncated = truncate(strings.TrimSpace(text), maxChars)
 	return p
 }
@@ -174,8 +177,9 @@ func htmlText(s string) string {
 }
 
 // saveAttachments writes a message's attachments under
-// AttachmentDir/<folder>/<uid>/ in the workspace and records their paths.
-func saveAttachments(ws, folder string, p *parsed) *Problem {
+// AttachmentDir/<folder>/<uid>/ in the workspace and records their paths;
+// one over limit bytes is skipped.
+func saveAttachments(ws, folder string, p *parsed, limit int64) *Problem {
 	root, err := os.OpenRoot(ws)
 	if err != nil {
 		return &Problem{Error: CodeAttachmentUnusable, Message: "open the workspace: " + tool.ErrText(err)}
@@ -187,6 +191,10 @@ func saveAttachments(ws, folder string, p *parsed) *Problem {
 	}
 	used := map[string]bool{}
 	for i := range p.Attachments {
+		if int64(len(p.parts[i])) > limit {
+			p.Attachments[i].Skipped = fmt.Sprintf("%d bytes, over the account's limit of %d", len(p.parts[i]), limit)
+			continue
+		}
 		name := safeName(p.Attachments[i].Name, fmt.Sprintf("attachment-%d", i+1))
 		for used[name] {
 			name = fmt.Sprintf("%d-%s", i+1, name)

@@ -149,7 +149,7 @@ func (r receiver) Execute(ctx context.Context, env tool.Env, input json.RawMessa
 	for _, m := range msgs {
 		pm := parseMessage(m, in.MaxChars)
 		if save && len(pm.parts) > 0 {
-			if prob := saveAttachments(env.Workspace, in.Folder, &pm); prob != nil {
+			if prob := saveAttachments(env.Workspace, in.Folder, &pm, acct.AttachmentLimit()); prob != nil {
 				return r.cfg.fail(ctx, NameReceive, *prob), nil
 			}
 		}

@@ -22,6 +22,7 @@ import (
 	"github.com/choirhq/choir/agent/sandbox"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/email"
 	"github.com/choirhq/choir/agent/tool/mcp"
 	"github.com/choirhq/choir/internal/logjson"
 	"github.com/choirhq/choir/rpc"
@@ -45,6 +46,9 @@ type session struct {
 	skills *skill.Set
 
 	secrets *secretStore
+	// decisions are the approval outcomes choird pushed, for the tools
+	// that act on an approval themselves (choir.email.send).
+	decisions *email.Decisions
 	// dyn is the dynamic configuration, swapped whole: an in-flight call
 	// keeps its snapshot.
 	dyn           atomic.Pointer[rpc.DynamicConfig]
@@ -69,9 +73,9 @@ type session struct {
 	shutdown          chan stopRequest
 }
 
-// openSession verifies the sandbox, connects to choird, loads the tools and
-// skills, says hello, and fetches the session's secrets and configuration.
-// The caller closes the session.
+// openSession verifies the sandbox, connects to choird, says hello,
+// fetches the session's secrets and configuration, and loads the tools and
+// skills. The caller closes the session.
 func openSession(ctx context.Context, opts Options) (*session, error) {
 	logger := opts.Logger
 	if logger == nil {
@@ -89,7 +93,8 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to choird: %w", err)
 	}
-	s := &session{opts: opts, logger: logger, client: cl, secrets: &secretStore{}, shutdown: make(chan stopRequest, 1)}
+	s := &session{opts: opts, logger: logger, client: cl, secrets: &secretStore{}, decisions: email.NewDecisions(),
+		shutdown: make(chan stopRequest, 1)}
 	if err := s.open(ctx); err != nil {
 		cl.Close()
 		return nil, err
@@ -97,8 +102,8 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 	return s, nil
 }
 
-// open is openSession's part after the connection: the registries,
-// INIT_HELLO, the secrets, the configuration and the git identity.
+// open is openSession's part after the connection: INIT_HELLO, the
+// secrets, the configuration, the registries and the git identity.
 func (s *session) open(ctx context.Context) error {
 	opts := s.opts
 	img := imageVersion(opts.ChoirDir)
@@ -422,6 +427,7 @@ func (s *session) onInjection(in *rpc.Injection) {
 
 // onApprovalResolved brings an approval's outcome to the edge lane.
 func (s *session) onApprovalResolved(r *rpc.ApprovalResolved) {
+	s.decisions.Resolve(r.ApprovalID, r.Status) // choir.email.send acts on its approvals itself
 	s.edge.ResolveApproval(lane.ApprovalResolution{ApprovalID: r.ApprovalID, Status: string(r.Status),
 		ResolvedBy: r.ResolvedBy, ResolvedAt: r.ResolvedAt})
 	s.logger.Info("approval resolved", slog.String("approval_id", r.ApprovalID), slog.String("status", string(r.Status)))

@@ -36,7 +36,7 @@ func (s *session) loadTools(ctx context.Context) error {
 	}
 	s.mcp = set
 	bcfg := builtin.Config{GlobalDir: filepath.Join(opts.ChoirDir, "tools", "global"),
-		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent"), Layers: []tool.Layer{layer}, Tools: web.Tools(s.webTools())}
+		AgentDir: filepath.Join(opts.ChoirDir, "tools", "agent"), Layers: []tool.Layer{layer}, Tools: append(web.Tools(s.webTools()), s.emailTools()...)}
 	s.serviceTools(&bcfg)
 	reg, err := builtin.Build(bcfg)
 	if err != nil {

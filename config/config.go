@@ -215,6 +215,9 @@ type EmailAccount struct {
 	Sharing  EmailSharing `json:"sharing"`
 	// Secret names the credentials.
 	Secret string `json:"secret"`
+	// EmailPolicy is the sender, the recipients, approval and wake
+	// (config/email.go), flat in the account's JSON.
+	EmailPolicy
 }
 
 // SearchProvider is a web search API such as Brave.

@@ -347,6 +347,7 @@ func (v *validator) emailAccounts() {
 			v.add(sub(p, "sharing"), "must be %q or %q", EmailExclusive, EmailShared)
 		}
 		v.secret(sub(p, "secret"), e.Secret, true)
+		v.emailPolicy(p, e.EmailPolicy)
 	}
 }
 

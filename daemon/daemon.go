@@ -31,6 +31,7 @@ import (
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/inbox"
 	"github.com/choirhq/choir/daemon/logfile"
+	"github.com/choirhq/choir/daemon/mailwatch"
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/daemon/progress"
 	"github.com/choirhq/choir/daemon/runtime"
@@ -217,6 +218,13 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 	// Step 8, second half: the bots poll, and the inbox sweep redelivers.
 	gatewayDone := d.runGateway(serveCtx)
 	polling := d.waitPolling(ctx)
+	// The mail watcher wakes agents whose leased account says wake.
+	mailDone := make(chan struct{})
+	go func() {
+		defer close(mailDone)
+		mailwatch.New(mailwatch.Options{Pool: d.pool, PushFunc: d.inbox.PushPending, Logger: d.logger,
+			ConfigFunc: func() (*config.Config, config.Secrets) { s := d.Snapshot(); return s.Config, s.Secrets }}).Run(serveCtx)
+	}()
 
 	cfg := d.Snapshot().Config
 	d.logger.InfoContext(ctx, "choird ready", slog.Int64("config_version", d.ConfigVersion()),
@@ -233,6 +241,7 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 	d.browser.close()
 	d.progress.Close()
 	<-gatewayDone
+	<-mailDone
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer cancel()
 	if err := d.river.Stop(stopCtx); err != nil {

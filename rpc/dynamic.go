@@ -40,4 +40,7 @@ type DynamicConfig struct {
 	// ToolMode is the agent's forced tool injection mode; empty: chosen
 	// per session from the model's context window.
 	ToolMode string `json:"tool_mode,omitempty"`
+	// EmailAccounts are the configured email accounts (servers and policy,
+	// never the password); the agent uses the one its session leased.
+	EmailAccounts map[string]config.EmailAccount `json:"email_accounts,omitempty"`
 }

@@ -287,7 +287,8 @@ func (e *Edge) commitApproval(ctx context.Context, r ApprovalResolution) (approv
 	ev := approvalEvent{Source: approvalSource, ApprovalID: r.ApprovalID, Status: r.Status, ResolvedBy: r.ResolvedBy,
 		ResolvedAt: r.ResolvedAt.UTC()}
 	what := "your request"
-	if call, ok := e.findApproval(r.ApprovalID); ok {
+	call, found := e.findApproval(r.ApprovalID)
+	if found {
 		ev.Tool, ev.CallID = call.tool, call.callID
 		what = "your " + call.tool + " request"
 		if call.summary != "" {
@@ -295,7 +296,10 @@ func (e *Edge) commitApproval(ctx context.Context, r ApprovalResolution) (approv
 		}
 	}
 	ev.Text = fmt.Sprintf("Approval %s: %s was %s by %s.", r.ApprovalID, what, r.Status, r.ResolvedBy)
-	if r.Status == string(rpc.ApprovalApproved) {
+	switch {
+	case r.Status == string(rpc.ApprovalApproved) && call.onApproved != "":
+		ev.Text += " " + call.onApproved
+	case r.Status == string(rpc.ApprovalApproved):
 		ev.Text += " choird applies it; nothing is needed from you."
 	}
 	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventInjectedInstruction, "edge", ev); err != nil {
@@ -304,7 +308,10 @@ func (e *Edge) commitApproval(ctx context.Context, r ApprovalResolution) (approv
 	return ev, nil
 }
 
-type approvalCall struct{ tool, callID, summary string }
+// approvalCall is the call that filed an approval. onApproved is what the
+// model must do once it is approved, when the tool itself acts on the
+// approval (choir.email.send called again) rather than choird.
+type approvalCall struct{ tool, callID, summary, onApproved string }
 
 // findApproval looks in the log for the tool result that filed the
 // approval, to tell the model which of its proposals was decided. The log
@@ -326,11 +333,13 @@ func (e *Edge) findApproval(id string) (approvalCall, bool) {
 				Output struct {
 					ApprovalID string `json:"approval_id"`
 					Request    string `json:"request"`
+					OnApproved string `json:"on_approved"`
 				} `json:"output"`
 			} `json:"output"`
 		}
 		if json.Unmarshal(ev.Payload, &p) == nil && p.Output.Output.ApprovalID == id {
-			return approvalCall{tool: p.Tool, callID: p.CallID, summary: p.Output.Output.Request}, true
+			return approvalCall{tool: p.Tool, callID: p.CallID, summary: p.Output.Output.Request,
+				onApproved: p.Output.Output.OnApproved}, true
 		}
 	}
 	return approvalCall{}, false

@@ -330,6 +330,7 @@ func sessionSecrets(cfg *config.Config, b rpc.ResourceBindings, llm, voice strin
 func dynamicConfig(cfg *config.Config, agentID string) rpc.DynamicConfig {
 	return rpc.DynamicConfig{Models: cfg.Models, TTS: cfg.TTS, VoiceProfiles: cfg.VoiceProfiles, Search: cfg.Search,
 		GitIdentities: cfg.GitIdentities, NotionIntegrations: cfg.NotionIntegrations, Web: cfg.Web.WithDefaults(),
+		EmailAccounts:       cfg.EmailAccounts,
 		HeartbeatIntervalMS: cfg.HeartbeatInterval().Milliseconds(), RateLimitRetryMS: cfg.RateLimitRetry().Milliseconds(),
 		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval(),
 		Budgets: cfg.Agents[agentID].Budgets.WithDefaults(), CompactionThresholdPercent: cfg.CompactionThreshold(),

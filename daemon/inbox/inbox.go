@@ -180,12 +180,16 @@ func (ib *Inbox) pushInbox(ctx context.Context, sessionID uuid.UUID, row db.Choi
 	}
 }
 
+// InboxMail is the inbox kind of a new-mail notice (daemon/mailwatch),
+// delivered like a schedule's fire: a user message that starts a turn.
+const InboxMail = "mail"
+
 func inboxPush(row db.ChoirControlInbox) (rpc.Push, error) {
 	switch row.Kind {
 	case "inject":
 		return rpc.Push{Kind: rpc.PushInjection, Injection: &rpc.Injection{InboxID: row.InboxID, Text: row.Text,
 			ReceivedAt: row.ReceivedAt}}, nil
-	case jobs.InboxScheduled:
+	case jobs.InboxScheduled, InboxMail:
 		// A schedule's fire reaches the agent as a user message whose text
 		// starts with its bracketed header ("[scheduled #3, due ...]",
 		// jobs.ScheduleMessage), from the schedule's DM.

@@ -1,0 +1,339 @@
+package email
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/mail"
+	"os"
+	"path"
+	"strings"
+	"sync"
+
+	gomail "github.com/wneessen/go-mail"
+
+	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/internal/mailbox"
+	"github.com/choirhq/choir/rpc"
+)
+
+// sendLock is the lock choir.email.send holds: an external side effect
+// takes an X lock (spec 8.4), one per session's mailbox, so two sends of
+// one agent never interleave.
+const sendLock = "ext:email"
+
+var sendParams = json.RawMessage(`{
+  "type": "object",
+  "properties": {
+    "to": {"type": "array", "items": {"type": "string", "minLength": 3, "maxLength": 320}, "minItems": 1, "maxItems": 50,
+           "description": "Recipients, as bob@example.com or \"Bob <bob@example.com>\"."},
+    "cc": {"type": "array", "items": {"type": "string", "minLength": 3, "maxLength": 320}, "maxItems": 50},
+    "bcc": {"type": "array", "items": {"type": "string", "minLength": 3, "maxLength": 320}, "maxItems": 50},
+    "subject": {"type": "string", "maxLength": 998},
+    "text": {"type": "string", "maxLength": 1000000, "description": "The plain-text body."},
+    "html": {"type": "string", "maxLength": 2000000, "description": "An optional HTML body, sent beside the text."},
+    "attachments": {"type": "array", "items": {"type": "string", "minLength": 1}, "maxItems": 20,
+                    "description": "Workspace paths of files to attach."},
+    "in_reply_to": {"type": "string", "maxLength": 998, "description": "Message-ID this mail answers."}
+  },
+  "required": ["to", "subject", "text"],
+  "additionalProperties": false
+}`)
+
+type sendInput struct {
+	To          []string `json:"to"`
+	Cc          []string `json:"cc"`
+	Bcc         []string `json:"bcc"`
+	Subject     string   `json:"subject"`
+	Text        string   `json:"text"`
+	HTML        string   `json:"html"`
+	Attachments []string `json:"attachments"`
+	InReplyTo   string   `json:"in_reply_to"`
+}
+
+type sendOutput struct {
+	Status      string       `json:"status"`
+	MessageID   string       `json:"message_id,omitempty"`
+	From        string       `json:"from"`
+	To          []string     `json:"to"`
+	Cc          []string     `json:"cc,omitempty"`
+	Bcc         []string     `json:"bcc,omitempty"`
+	Attachments []attachment `json:"attachments,omitempty"`
+	ApprovalID  string       `json:"approval_id,omitempty"`
+	// Request and OnApproved are read back by the edge lane when the
+	// approval is decided, to tell the model what was decided and what to
+	// do next.
+	Request    string `json:"request,omitempty"`
+	OnApproved string `json:"on_approved,omitempty"`
+	Note       string `json:"note,omitempty"`
+}
+
+type attachment struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+	data []byte
+}
+
+// sender is choir.email.send. sent remembers, per approval request, the
+// Message-ID of mail already sent, so that calling again after an
+// approval never sends the same approved mail twice.
+type sender struct {
+	cfg  Config
+	mu   sync.Mutex
+	sent map[string]string
+}
+
+func (s *sender) Spec() tool.Spec {
+	return tool.Spec{
+		LLM: tool.LLMView{Name: NameSend, Parameters: sendParams,
+			Description: "Send an email from your email account: to, cc, bcc, subject, a text body, an optional HTML body, " +
+				"and workspace files as attachments. If the account requires approval, the first call files the request and " +
+				"returns status pending_approval; call again with the same input once it is approved."},
+		Runtime: tool.Runtime{TimeoutMS: 120_000, Network: true, SideEffect: tool.SideEffectExternal, Version: "1.0",
+			SecretResources: s.cfg.secrets(), Locks: []tool.LockTemplate{{Resource: sendLock, Mode: tool.ModeExclusive}}},
+	}
+}
+
+func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessage) (tool.Result, error) {
+	in, err := decode[sendInput](input)
+	if err != nil {
+		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeBadInput, Message: err.Error()}), nil
+	}
+	name, acct, pw, p := s.cfg.session(env)
+	if p != nil {
+		return s.cfg.fail(ctx, NameSend, *p), nil
+	}
+	from := acct.Address
+	if from == "" {
+		from = acct.Login()
+	}
+	out := sendOutput{From: from}
+	for _, list := range []struct {
+		field string
+		in    []string
+		out   *[]string
+	}{{"to", in.To, &out.To}, {"cc", in.Cc, &out.Cc}, {"bcc", in.Bcc, &out.Bcc}} {
+		for _, raw := range list.in {
+			a, err := mail.ParseAddress(raw)
+			if err != nil {
+				return s.cfg.fail(ctx, NameSend, Problem{Error: CodeInvalidAddress,
+					Message: fmt.Sprintf("%s: %q is not an email address (%v)", list.field, raw, err),
+					Fix:     "write it as bob@example.com or \"Bob <bob@example.com>\""}), nil
+			}
+			if !acct.MaySendTo(a.Address) {
+				return s.cfg.fail(ctx, NameSend, Problem{Error: CodeRecipientForbidden,
+					Message: fmt.Sprintf("email account %q may not send to %s", name, a.Address),
+					Fix:     fmt.Sprintf("send only to %s, or ask the admin to add the address to allowed_recipients", strings.Join(acct.AllowedRecipients, ", "))}), nil
+			}
+			*list.out = append(*list.out, a.String())
+		}
+	}
+	atts, p := readAttachments(env.Workspace, in.Attachments, acct.AttachmentLimit())
+	if p != nil {
+		return s.cfg.fail(ctx, NameSend, *p), nil
+	}
+	for _, a := range atts {
+		out.Attachments = append(out.Attachments, attachment{Path: a.Path, Size: a.Size})
+	}
+
+	key := requestKey(name, input, atts)
+	if acct.RequireApproval {
+		// An approval is for one mail: once sent, calling again sends
+		// nothing more.
+		s.mu.Lock()
+		prev, done := s.sent[key]
+		s.mu.Unlock()
+		if done {
+			out.Status, out.MessageID, out.Note = "already_sent", prev, "This approved mail was already sent; nothing was sent again."
+			return tool.SuccessResult("email already sent as "+prev, out), nil
+		}
+		res, ok := s.approve(ctx, name, key, &in, &out)
+		if !ok {
+			return res, nil
+		}
+	}
+
+	msg, err := s.message(from, &in, &out, atts)
+	if err != nil {
+		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeBadInput, Message: err.Error()}), nil
+	}
+	if err := mailbox.Send(ctx, acct, pw, msg); err != nil {
+		return s.cfg.failErr(ctx, NameSend, err), nil
+	}
+	ids := msg.GetGenHeader(gomail.HeaderMessageID)
+	if len(ids) > 0 {
+		out.MessageID = ids[0]
+	}
+	if acct.RequireApproval {
+		s.mu.Lock()
+		s.sent[key] = out.MessageID
+		s.mu.Unlock()
+	}
+	out.Status = "sent"
+	s.cfg.Logger.InfoContext(ctx, "email sent", "account", name, "message_id", out.MessageID,
+		"recipients", len(out.To)+len(out.Cc)+len(out.Bcc), "attachments", len(atts))
+	return tool.SuccessResult(fmt.Sprintf("email sent to %s", strings.Join(out.To, ", ")), out), nil
+}
+
+// message builds the MIME message.
+func (s *sender) message(from string, in *sendInput, out *sendOutput, atts []attachment) (*gomail.Msg, error) {
+	m := gomail.NewMsg()
+	if err := m.From(from); err != nil {
+		return nil, fmt.Errorf("from %q: %w", from, err)
+	}
+	if err := m.To(out.To...); err != nil {
+		return nil, fmt.Errorf("to: %w", err)
+	}
+	if len(out.Cc) > 0 {
+		if err := m.Cc(out.Cc...); err != nil {
+			return nil, fmt.Errorf("cc: %w", err)
+		}
+	}
+	if len(out.Bcc) > 0 {
+		if err := m.Bcc(out.Bcc...); err != nil {
+			return nil, fmt.Errorf("bcc: %w", err)
+		}
+	}
+	m.Subject(in.Subject)
+	m.SetDate()
+	m.SetMessageID()
+	if in.InReplyTo != "" {
+		m.SetGenHeader(gomail.HeaderInReplyTo, in.InReplyTo)
+		m.SetGenHeader(gomail.HeaderReferences, in.InReplyTo)
+	}
+	m.SetBodyString(gomail.TypeTextPlain, in.Text)
+	if in.HTML != "" {
+		m.AddAlternativeString(gomail.TypeTextHTML, in.HTML)
+	}
+	for _, a := range atts {
+		if err := m.AttachReader(path.Base(a.Path), bytes.NewReader(a.data)); err != nil {
+			return nil, fmt.Errorf("attach %s: %w", a.Path, err)
+		}
+	}
+	return m, nil
+}
+
+// approve files the approval of a send, or finds it. It reports ok when
+// the mail may go out; otherwise res is the call's answer.
+func (s *sender) approve(ctx context.Context, account, key string, in *sendInput, out *sendOutput) (tool.Result, bool) {
+	if s.cfg.Approvals == nil {
+		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeApprovalNeeded,
+			Message: fmt.Sprintf("email account %q requires approval, and no approval channel is connected", account),
+			Fix:     "ask the admin to turn off require_approval for the account, or to run the agent under choird"}), false
+	}
+	summary := fmt.Sprintf("Send email from %s to %s: %q", out.From, strings.Join(append(append(append([]string{}, out.To...), out.Cc...), out.Bcc...), ", "), in.Subject)
+	if len(out.Attachments) > 0 {
+		summary += fmt.Sprintf(" with %d attachment(s)", len(out.Attachments))
+	}
+	if len(summary) > 480 {
+		summary = summary[:480] + "..."
+	}
+	payload, _ := json.Marshal(map[string]any{"account": account, "from": out.From, "to": out.To, "cc": out.Cc, "bcc": out.Bcc,
+		"subject": in.Subject, "text": in.Text, "attachments": out.Attachments})
+	resp, err := s.cfg.Approvals.RequestApproval(ctx, key, rpc.ApprovalRequest{RequestType: NameSend, Summary: summary, Payload: payload})
+	if err != nil {
+		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeApprovalNeeded, Message: "file the approval request: " + err.Error(),
+			Fix: "try again in a moment"}), false
+	}
+	out.ApprovalID = resp.ApprovalID
+	status := resp.Status
+	if d, ok := s.cfg.Decisions.status(resp.ApprovalID); ok {
+		status = d
+	}
+	switch status {
+	case rpc.ApprovalApproved:
+		return tool.Result{}, true
+	case rpc.ApprovalRejected:
+		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeApprovalRejected,
+			Message: fmt.Sprintf("approval %s of this mail was rejected; it was not sent", resp.ApprovalID),
+			Fix:     "do not send it; ask the user what to change"}), false
+	}
+	out.Status, out.Request = "pending_approval", summary
+	out.OnApproved = "Nothing was sent yet: call choir.email.send again with exactly the same input to send it now."
+	out.Note = "Filed for a person to approve; nothing was sent. Once the approval is granted, call choir.email.send again with exactly the same input to send it."
+	s.cfg.Logger.InfoContext(ctx, "email awaits approval", "account", account, "approval_id", resp.ApprovalID)
+	return tool.SuccessResult("email awaits approval "+resp.ApprovalID, out), false
+}
+
+// requestKey is the approval request ID of a send: the same for the same
+// account, input and attachment contents, so a second call finds the first
+// approval, and a file changed after the approval needs another.
+func requestKey(account string, input json.RawMessage, atts []attachment) string {
+	var v any
+	canon := []byte(input)
+	if json.Unmarshal(input, &v) == nil {
+		if b, err := json.Marshal(v); err == nil {
+			canon = b // map keys sorted: the same input, the same key
+		}
+	}
+	h := sha256.New()
+	h.Write([]byte(account + "\x00"))
+	h.Write(canon)
+	for _, a := range atts {
+		sum := sha256.Sum256(a.data)
+		h.Write(sum[:])
+	}
+	return "email-send:" + hex.EncodeToString(h.Sum(nil)[:16])
+}
+
+// readAttachments reads the attachments from the workspace, refusing a path
+// outside it, anything but a regular file, and a file over limit.
+func readAttachments(ws string, paths []string, limit int64) ([]attachment, *Problem) {
+	if len(paths) == 0 {
+		return nil, nil
+	}
+	root, err := os.OpenRoot(ws)
+	if err != nil {
+		return nil, &Problem{Error: CodeAttachmentUnusable, Message: "open the workspace: " + tool.ErrText(err)}
+	}
+	defer root.Close()
+	var out []attachment
+	for _, p := range paths {
+		rel, err := tool.ResolvePath(ws, p)
+		if err != nil {
+			var pe *tool.PathError
+			if errors.As(err, &pe) && errors.Is(err, tool.ErrPathEscape) {
+				return nil, &Problem{Error: CodeAttachmentOutside, Message: fmt.Sprintf("attachment %q is outside the workspace", p),
+					Fix: "attach only files inside the workspace; copy the file there first"}
+			}
+			return nil, &Problem{Error: CodeAttachmentUnusable, Message: fmt.Sprintf("attachment %q: %v", p, err)}
+		}
+		a, prob := readOne(root, p, rel, limit)
+		if prob != nil {
+			return nil, prob
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+func readOne(root *os.Root, p, rel string, limit int64) (attachment, *Problem) {
+	f, err := root.Open(rel)
+	if err != nil {
+		return attachment{}, &Problem{Error: CodeAttachmentUnusable, Message: fmt.Sprintf("attachment %q: %s", p, tool.ErrText(err)),
+			Fix: "check the path with choir.fs.search or choir.exec ls"}
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil || !fi.Mode().IsRegular() {
+		return attachment{}, &Problem{Error: CodeAttachmentUnusable, Message: fmt.Sprintf("attachment %q is not a regular file", p)}
+	}
+	if fi.Size() > limit {
+		return attachment{}, &Problem{Error: CodeAttachmentTooLarge,
+			Message: fmt.Sprintf("attachment %q is %d bytes, over the account's limit of %d", p, fi.Size(), limit),
+			Fix:     "compress or split the file, or share it another way"}
+	}
+	data, err := io.ReadAll(io.LimitReader(f, limit+1))
+	if err != nil {
+		return attachment{}, &Problem{Error: CodeAttachmentUnusable, Message: fmt.Sprintf("read attachment %q: %s", p, tool.ErrText(err))}
+	}
+	if int64(len(data)) > limit {
+		return attachment{}, &Problem{Error: CodeAttachmentTooLarge, Message: fmt.Sprintf("attachment %q grew over the limit of %d bytes", p, limit)}
+	}
+	return attachment{Path: rel, Size: int64(len(data)), data: data}, nil
+}

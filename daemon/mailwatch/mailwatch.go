@@ -1,0 +1,369 @@
+// Package mailwatch wakes agents on new mail. While an agent's live session
+// holds an email account whose config says wake, choird watches the
+// account's folder (IMAP IDLE, or polling when the account sets
+// poll_seconds or the server cannot IDLE) and stores one inbox row of kind
+// 'mail' per new message, keyed by the folder's UIDVALIDITY and the
+// message's UID. The inbox then delivers it like a schedule's fire: durable,
+// pushed again until the agent's log holds it, and announced once however
+// often the folder is looked at or choird restarts.
+package mailwatch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+	"unicode"
+
+	"github.com/emersion/go-imap/v2"
+	"github.com/emersion/go-imap/v2/imapclient"
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/internal/mailbox"
+	choirsql "github.com/choirhq/choir/sql"
+)
+
+// Kind is the inbox kind of a new-mail notice (inbox.InboxMail).
+const Kind = "mail"
+
+const (
+	// reconcileEvery is how often the watcher looks for sessions to watch.
+	reconcileEvery = 5 * time.Second
+	// idleRenew re-issues IDLE before servers drop an idle connection
+	// (RFC 2177 asks for less than 29 minutes).
+	idleRenew = 20 * time.Minute
+	// defaultPoll is the interval when the server cannot IDLE.
+	defaultPoll = time.Minute
+	// retryMin and retryMax bound the wait after a failed connection.
+	retryMin, retryMax = 5 * time.Second, 5 * time.Minute
+	// maxPerCheck bounds the messages announced by one look at the folder.
+	maxPerCheck = 50
+)
+
+// Target is one account watched for one agent's live session.
+type Target struct {
+	AgentID   string
+	SessionID uuid.UUID
+	DM        string
+	Account   string
+}
+
+// Gateway is the inbox's gateway column of the target's notices.
+func (t Target) Gateway() string { return "mail:" + t.Account + ":" + t.AgentID }
+
+// Options configure a [Watcher].
+type Options struct {
+	Pool *pgxpool.Pool
+	// ConfigFunc returns the running configuration and secrets.
+	ConfigFunc func() (*config.Config, config.Secrets)
+	// PushFunc pushes an agent's rows never pushed to its live session
+	// (inbox.PushPending).
+	PushFunc func(ctx context.Context, agentID string) bool
+	Logger   *slog.Logger
+}
+
+// Watcher watches the accounts of live sessions.
+type Watcher struct {
+	opts Options
+
+	mu      sync.Mutex
+	running map[Target]context.CancelFunc
+	wg      sync.WaitGroup
+}
+
+// New makes a watcher; Run starts it.
+func New(opts Options) *Watcher {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Watcher{opts: opts, running: map[Target]context.CancelFunc{}}
+}
+
+// Run watches until ctx ends: every few seconds it starts a watch for each
+// live session holding an account with wake, and stops the watches of
+// sessions that ended. It returns once every watch has stopped.
+func (w *Watcher) Run(ctx context.Context) {
+	defer w.wg.Wait()
+	t := time.NewTicker(reconcileEvery)
+	defer t.Stop()
+	for {
+		w.reconcile(ctx)
+		select {
+		case <-ctx.Done():
+			w.mu.Lock()
+			for _, cancel := range w.running {
+				cancel()
+			}
+			w.mu.Unlock()
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// liveTargets lists the live sessions that said hello holding an account.
+func (w *Watcher) liveTargets(ctx context.Context) ([]Target, error) {
+	rows, err := db.New(choirsql.Interpreted(w.opts.Pool)).MailWatchTargets(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Target, 0, len(rows))
+	for _, r := range rows {
+		out = append(out, Target{AgentID: r.AgentID, SessionID: r.SessionID, DM: r.Dm, Account: r.Email})
+	}
+	return out, nil
+}
+
+func (w *Watcher) reconcile(ctx context.Context) {
+	targets, err := w.liveTargets(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			w.opts.Logger.WarnContext(ctx, "mail watch: list sessions", slog.String("error", err.Error()))
+		}
+		return
+	}
+	cfg, _ := w.opts.ConfigFunc()
+	want := map[Target]bool{}
+	for _, t := range targets {
+		if a, ok := cfg.EmailAccounts[t.Account]; ok && a.Wake {
+			want[t] = true
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for t, cancel := range w.running {
+		if !want[t] {
+			cancel()
+			delete(w.running, t)
+		}
+	}
+	for t := range want {
+		if _, ok := w.running[t]; ok || ctx.Err() != nil {
+			continue
+		}
+		wctx, cancel := context.WithCancel(ctx)
+		w.running[t] = cancel
+		w.wg.Add(1)
+		go func() {
+			defer w.wg.Done()
+			w.Watch(wctx, t)
+		}()
+	}
+}
+
+// Watch watches one target until ctx ends, reconnecting after failures.
+func (w *Watcher) Watch(ctx context.Context, t Target) {
+	log := w.opts.Logger.With(slog.String("agent_id", t.AgentID), slog.String("email_account", t.Account))
+	log.InfoContext(ctx, "mail watch started")
+	defer log.InfoContext(context.WithoutCancel(ctx), "mail watch stopped")
+	st := &state{}
+	wait := retryMin
+	for ctx.Err() == nil {
+		err := w.session(ctx, t, st, log)
+		if ctx.Err() != nil {
+			return
+		}
+		var me *mailbox.Error
+		code := mailbox.CodeServer
+		if errors.As(err, &me) {
+			code = me.Code
+		}
+		if st.ready {
+			// The connection worked before failing: start the backoff over.
+			st.ready, wait = false, retryMin
+		}
+		log.WarnContext(ctx, "mail watch failed; retrying", slog.String("code", code), slog.String("error", errText(err)),
+			slog.Duration("retry_in", wait))
+		select {
+		case <-ctx.Done():
+		case <-time.After(wait):
+		}
+		wait = min(wait*2, retryMax)
+	}
+}
+
+func errText(err error) string {
+	if err == nil {
+		return "connection ended"
+	}
+	return err.Error()
+}
+
+// state is what a watch remembers across reconnections: the first UIDNEXT
+// it saw, below which mail is old news unless a notice says otherwise.
+type state struct {
+	validity uint32
+	baseline imap.UID
+	// ready says the current connection looked at the folder once.
+	ready bool
+}
+
+// session is one connection: log in, look, then IDLE (or sleep) and look
+// again, until the connection fails or ctx ends.
+func (w *Watcher) session(ctx context.Context, t Target, st *state, log *slog.Logger) error {
+	cfg, secrets := w.opts.ConfigFunc()
+	acct, ok := cfg.EmailAccounts[t.Account]
+	if !ok {
+		return fmt.Errorf("email account %q is no longer in config.json", t.Account)
+	}
+	pw, ok := secrets[acct.Secret]
+	if !ok || pw == "" {
+		return fmt.Errorf("the secret %q of email account %q is not in secrets.json", acct.Secret, t.Account)
+	}
+	wake := make(chan struct{}, 1)
+	c, err := mailbox.DialIMAP(ctx, acct, pw, &imapclient.Options{UnilateralDataHandler: &imapclient.UnilateralDataHandler{
+		Mailbox: func(d *imapclient.UnilateralDataMailbox) {
+			if d.NumMessages != nil {
+				select {
+				case wake <- struct{}{}:
+				default:
+				}
+			}
+		}}})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	idle := acct.PollSeconds == 0 && (c.Caps().Has(imap.CapIdle) || c.Caps().Has(imap.CapIMAP4rev2))
+	poll := defaultPoll
+	if acct.PollSeconds > 0 {
+		poll = time.Duration(acct.PollSeconds) * time.Second
+	}
+	for first := true; ; first = false {
+		sel, err := c.Select(acct.Folder(), &imap.SelectOptions{ReadOnly: true}).Wait()
+		if err != nil {
+			return fmt.Errorf("select %s: %w", acct.Folder(), err)
+		}
+		if err := w.check(ctx, c, t, acct, sel, st, log); err != nil {
+			return err
+		}
+		if first {
+			st.ready = true
+			log.InfoContext(ctx, "mail watch ready", slog.String("folder", acct.Folder()), slog.Bool("idle", idle),
+				slog.Uint64("uid_next", uint64(sel.UIDNext)))
+		}
+		if idle {
+			if err := idleUntil(ctx, c, wake); err != nil {
+				return err
+			}
+		} else {
+			select {
+			case <-ctx.Done():
+			case <-time.After(poll):
+			}
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+	}
+}
+
+// idleUntil IDLEs until the folder changes, idleRenew passes or ctx ends.
+func idleUntil(ctx context.Context, c *imapclient.Client, wake <-chan struct{}) error {
+	cmd, err := c.Idle()
+	if err != nil {
+		return fmt.Errorf("idle: %w", err)
+	}
+	timer := time.NewTimer(idleRenew)
+	defer timer.Stop()
+	select {
+	case <-ctx.Done():
+	case <-wake:
+	case <-timer.C:
+	case <-c.Closed():
+		return errors.New("connection closed while idle")
+	}
+	if err := cmd.Close(); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("end idle: %w", err)
+	}
+	if err := cmd.Wait(); err != nil && ctx.Err() == nil {
+		return fmt.Errorf("idle: %w", err)
+	}
+	return nil
+}
+
+// check stores a notice for each message past the last one announced and
+// pushes them to the agent.
+func (w *Watcher) check(ctx context.Context, c *imapclient.Client, t Target, acct config.EmailAccount,
+	sel *imap.SelectData, st *state, log *slog.Logger) error {
+	if st.validity != sel.UIDValidity {
+		st.validity, st.baseline = sel.UIDValidity, sel.UIDNext
+	}
+	q := db.New(choirsql.Interpreted(w.opts.Pool))
+	last, err := q.InboxLastUpdate(ctx, t.Gateway())
+	if err != nil {
+		return fmt.Errorf("read the last mail notice of %s: %w", t.Gateway(), err)
+	}
+	// The last notice stored is the durable mark, across restarts; only
+	// an account never announced in this UIDVALIDITY starts at the first
+	// UIDNEXT this watch saw, so old mail is not announced as new.
+	from := st.baseline
+	if last != 0 && uint32(last>>32) == sel.UIDValidity {
+		from = imap.UID(uint32(last)) + 1
+	}
+	if sel.NumMessages == 0 || (sel.UIDNext != 0 && from >= sel.UIDNext) {
+		return nil
+	}
+	var set imap.UIDSet
+	set.AddRange(from, 0) // from:*
+	msgs, err := c.Fetch(set, &imap.FetchOptions{UID: true, Envelope: true}).Collect()
+	if err != nil {
+		return fmt.Errorf("fetch new mail: %w", err)
+	}
+	cfg, _ := w.opts.ConfigFunc()
+	dm := cfg.DMs[t.DM]
+	stored := 0
+	for _, m := range msgs {
+		if m.UID < from || stored == maxPerCheck {
+			continue // "n:*" names the last message even below n
+		}
+		_, err := q.InboxInsert(ctx, db.InboxInsertParams{Gateway: t.Gateway(),
+			UpdateID: int64(sel.UIDValidity)<<32 | int64(m.UID), Dm: t.DM, AgentID: &t.AgentID, ChatID: dm.UserID,
+			UserID: dm.UserID, Kind: Kind, Text: Notice(t.Account, acct.Folder(), m), Attachments: []byte("[]")})
+		if errors.Is(err, choirsql.ErrNotFound) {
+			continue // announced before
+		}
+		if err != nil {
+			return fmt.Errorf("store the notice of uid %d: %w", m.UID, err)
+		}
+		stored++
+		log.InfoContext(ctx, "new mail announced", slog.Uint64("uid", uint64(m.UID)), slog.String("folder", acct.Folder()))
+	}
+	if stored > 0 && w.opts.PushFunc != nil {
+		w.opts.PushFunc(ctx, t.AgentID)
+	}
+	return nil
+}
+
+// Notice is the text the agent receives for a new message.
+func Notice(account, folder string, m *imapclient.FetchMessageBuffer) string {
+	from, subject := "", ""
+	if e := m.Envelope; e != nil {
+		subject = e.Subject
+		if len(e.From) > 0 {
+			from = e.From[0].Addr()
+			if e.From[0].Name != "" {
+				from = e.From[0].Name + " <" + from + ">"
+			}
+		}
+	}
+	return fmt.Sprintf("[new mail on %s, folder %s, uid %d] From: %s; Subject: %s\n"+
+		"Read it with choir.email.receive {\"folder\": %q, \"uid\": %d}.", account, folder, m.UID, oneLine(from), oneLine(subject),
+		folder, m.UID)
+}
+
+// oneLine keeps a header from the outside world to one short line, so
+// that it cannot pass for more of the notice than it is.
+func oneLine(s string) string {
+	s = strings.Join(strings.FieldsFunc(s, func(r rune) bool { return unicode.IsControl(r) || unicode.IsSpace(r) }), " ")
+	if r := []rune(s); len(r) > 200 {
+		s = string(r[:200]) + "..."
+	}
+	return s
+}

@@ -1,0 +1,321 @@
+package mailwatch_test
+
+import (
+	"context"
+	"crypto/rand"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/mailwatch"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/mailbox/mailboxtest"
+)
+
+const password = "pw-watch-3d9a"
+
+type bundle struct {
+	pool   *pgxpool.Pool
+	srv    *mailboxtest.Server
+	cfg    *config.Config
+	target mailwatch.Target
+	pushes atomic.Int32
+	logs   *syncBuffer
+}
+
+func setup(t *testing.T) *bundle {
+	t.Helper()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	srv := mailboxtest.Start(t)
+	srv.AddUser(t, "agent@choir.test", password)
+	acct := srv.Account("agent@choir.test")
+	acct.Wake = true
+	cfg := &config.Config{EmailAccounts: map[string]config.EmailAccount{"primary": acct},
+		DMs: map[string]config.DM{"dm-1": {Gateway: "main", UserID: "42"}}}
+	b := &bundle{pool: pool, srv: srv, cfg: cfg, logs: &syncBuffer{}}
+	b.target = b.addSession(t, ctx, "mailer", "dm-1")
+	return b
+}
+
+// addSession starts a live session of agentID holding the account.
+func (b *bundle) addSession(t *testing.T, ctx context.Context, agentID, dm string) mailwatch.Target {
+	t.Helper()
+	if _, err := db.New(b.pool).AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agentID, Config: []byte(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
+	token := make([]byte, 32)
+	_, _ = rand.Read(token)
+	var sid uuid.UUID
+	if err := b.pool.QueryRow(ctx, `INSERT INTO choir_control.sessions (agent_id, lease_token_hash, resource_bindings, hello_at)
+		VALUES ($1, $2, jsonb_build_object('dm', $3::text, 'email', 'primary'), now()) RETURNING session_id`,
+		agentID, token, dm).Scan(&sid); err != nil {
+		t.Fatal(err)
+	}
+	return mailwatch.Target{AgentID: agentID, SessionID: sid, DM: dm, Account: "primary"}
+}
+
+func (b *bundle) watcher() *mailwatch.Watcher {
+	return mailwatch.New(mailwatch.Options{Pool: b.pool,
+		ConfigFunc: func() (*config.Config, config.Secrets) { return b.cfg, config.Secrets{"mail-secret": password} },
+		PushFunc:   func(context.Context, string) bool { b.pushes.Add(1); return true },
+		Logger:     slog.New(slog.NewTextHandler(b.logs, nil))})
+}
+
+// syncBuffer is a log sink safe for the watches' concurrent writes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type notice struct {
+	updateID int64
+	text     string
+	dm, kind string
+}
+
+func (b *bundle) notices(t *testing.T) []notice { return b.noticesOf(t, b.target) }
+
+func (b *bundle) noticesOf(t *testing.T, tg mailwatch.Target) []notice {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(), `SELECT update_id, text, dm, kind FROM choir_control.inbox
+		WHERE gateway = $1 AND agent_id = $2 ORDER BY inbox_id`, tg.Gateway(), tg.AgentID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []notice
+	for rows.Next() {
+		var n notice
+		if err := rows.Scan(&n.updateID, &n.text, &n.dm, &n.kind); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, n)
+	}
+	return out
+}
+
+// waitNotices waits, generously, until the inbox holds n notices.
+func (b *bundle) waitNotices(t *testing.T, n int) []notice {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		got := b.notices(t)
+		if len(got) >= n || time.Now().After(deadline) {
+			return got
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func mail(subject string) []byte {
+	return []byte("From: Bob <bob@ext.test>\r\nTo: agent@choir.test\r\nSubject: " + subject + "\r\n\r\nhello\r\n")
+}
+
+// TestIdleWakeOnce: mail arriving while the watch IDLEs becomes one inbox
+// notice for the agent, pushed; a second watch (choird restarted) announces
+// nothing twice, and announces the next message once.
+func TestIdleWakeOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	old := b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("old news"))
+
+	ctx, cancel := context.WithCancel(context.Background())
+	w := b.watcher()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); w.Run(ctx) }()
+
+	// The watch is IDLE once it has looked at the folder; mail delivered
+	// before that is also past its baseline only if it came after the
+	// first look, so deliver until the first notice shows up.
+	var got []notice
+	deadline := time.Now().Add(2 * time.Minute)
+	for len(got) == 0 && time.Now().Before(deadline) {
+		b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("first"))
+		got = b.waitNoticesBrief(t)
+	}
+	if len(got) == 0 {
+		t.Fatal("no notice for new mail")
+	}
+	for _, n := range got {
+		if n.kind != mailwatch.Kind || n.dm != "dm-1" || !strings.Contains(n.text, "Subject: first") ||
+			strings.Contains(n.text, "old news") || uint32(n.updateID) == uint32(old) {
+			t.Errorf("notice %+v", n)
+		}
+	}
+	if b.pushes.Load() == 0 {
+		t.Error("the notice was not pushed")
+	}
+	if !strings.Contains(b.logs.String(), `msg="mail watch ready" agent_id=mailer email_account=primary folder=INBOX idle=true`) {
+		t.Errorf("the watch did not IDLE:\n%s", b.logs.String())
+	}
+	before := len(got)
+	cancel()
+	wg.Wait()
+
+	// choird restarts: a new watcher looks at the folder again.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	defer cancel2()
+	w2 := b.watcher()
+	wg.Add(1)
+	go func() { defer wg.Done(); w2.Run(ctx2) }()
+	b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("second"))
+	got = b.waitNotices(t, before+1)
+	cancel2()
+	wg.Wait()
+	if len(got) != before+1 || !strings.Contains(got[before].text, "Subject: second") {
+		t.Fatalf("after the restart: %+v", got)
+	}
+	seen := map[int64]bool{}
+	for _, n := range got {
+		if seen[n.updateID] {
+			t.Errorf("uid announced twice: %+v", n)
+		}
+		seen[n.updateID] = true
+	}
+}
+
+func (b *bundle) waitNoticesBrief(t *testing.T) []notice {
+	t.Helper()
+	for i := 0; i < 100; i++ {
+		if got := b.notices(t); len(got) > 0 {
+			return got
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	return nil
+}
+
+// TestSharedAccountWakesEachAgent: two agents hold one shared account with
+// wake; a new message is announced to each of them, once.
+func TestSharedAccountWakesEachAgent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	acct := b.cfg.EmailAccounts["primary"]
+	acct.Sharing = config.EmailShared
+	b.cfg.EmailAccounts["primary"] = acct
+	b.cfg.DMs["dm-2"] = config.DM{Gateway: "main", UserID: "43"}
+	other := b.addSession(t, context.Background(), "helper", "dm-2")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); b.watcher().Run(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+
+	deadline := time.Now().Add(2 * time.Minute)
+	var one, two []notice
+	for time.Now().Before(deadline) {
+		if len(one) == 0 || len(two) == 0 {
+			b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("for both"))
+		}
+		for i := 0; i < 50 && (len(one) == 0 || len(two) == 0); i++ {
+			one, two = b.noticesOf(t, b.target), b.noticesOf(t, other)
+			time.Sleep(20 * time.Millisecond)
+		}
+		if len(one) > 0 && len(two) > 0 {
+			break
+		}
+	}
+	if len(one) == 0 || len(two) == 0 {
+		t.Fatalf("notices: mailer %d, helper %d", len(one), len(two))
+	}
+	if two[0].dm != "dm-2" || one[0].dm != "dm-1" {
+		t.Errorf("each notice goes to its agent's DM: %+v %+v", one[0], two[0])
+	}
+}
+
+// TestPollWhenAsked: an account with poll_seconds is polled instead of
+// IDLEd, and its mail announced all the same.
+func TestPollWhenAsked(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	acct := b.cfg.EmailAccounts["primary"]
+	acct.PollSeconds = 1
+	b.cfg.EmailAccounts["primary"] = acct
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); b.watcher().Run(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !strings.Contains(b.logs.String(), "mail watch ready") && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("polled"))
+	got := b.waitNotices(t, 1)
+	if len(got) != 1 || !strings.Contains(got[0].text, "Subject: polled") {
+		t.Fatalf("notices: %+v", got)
+	}
+	if !strings.Contains(b.logs.String(), "idle=false") {
+		t.Errorf("the watch did not poll:\n%s", b.logs.String())
+	}
+}
+
+// TestWatchFailuresAreLogged: a wrong password, a missing secret and an
+// unreachable server each give a log line naming the problem, and the
+// watch keeps trying instead of ending choird.
+func TestWatchFailuresAreLogged(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name, want string
+		edit       func(*config.EmailAccount)
+		secrets    config.Secrets
+	}{
+		{"WrongPassword", "code=auth_failed", nil, config.Secrets{"mail-secret": "wrong"}},
+		{"MissingSecret", `is not in secrets.json`, nil, config.Secrets{}},
+		{"Unreachable", "code=server_unreachable", func(a *config.EmailAccount) { a.IMAPPort = 1 }, config.Secrets{"mail-secret": password}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			if c.edit != nil {
+				a := b.cfg.EmailAccounts["primary"]
+				c.edit(&a)
+				b.cfg.EmailAccounts["primary"] = a
+			}
+			w := mailwatch.New(mailwatch.Options{Pool: b.pool,
+				ConfigFunc: func() (*config.Config, config.Secrets) { return b.cfg, c.secrets },
+				Logger:     slog.New(slog.NewTextHandler(b.logs, nil))})
+			ctx, cancel := context.WithCancel(context.Background())
+			var wg sync.WaitGroup
+			wg.Add(1)
+			go func() { defer wg.Done(); w.Run(ctx) }()
+			deadline := time.Now().Add(2 * time.Minute)
+			for !strings.Contains(b.logs.String(), "mail watch failed; retrying") && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			cancel()
+			wg.Wait()
+			logs := b.logs.String()
+			if !strings.Contains(logs, "mail watch failed; retrying") || !strings.Contains(logs, c.want) {
+				t.Errorf("logs do not name the problem (%s):\n%s", c.want, logs)
+			}
+			if strings.Contains(logs, password) {
+				t.Error("the password is in the log")
+			}
+		})
+	}
+}

@@ -1,0 +1,13 @@
+-- name: MailWatchTargets :many
+-- MailWatchTargets lists the live sessions, past their hello, that hold an
+-- email account: what choird's mail watcher may watch.
+SELECT session_id, agent_id::text AS agent_id, coalesce(resource_bindings->>'dm', '')::text AS dm,
+       (resource_bindings->>'email')::text AS email
+  FROM choir_control.sessions
+ WHERE status IN ('active', 'stopping') AND hello_at IS NOT NULL
+   AND coalesce(resource_bindings->>'email', '') <> '';
+
+-- name: InboxLastUpdate :one
+-- InboxLastUpdate is the highest update id stored from a gateway: for a
+-- mail watch, the last message announced (0 for none).
+SELECT coalesce(max(update_id), 0)::bigint AS update_id FROM choir_control.inbox WHERE gateway = @gateway;

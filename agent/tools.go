@@ -2,9 +2,11 @@ package agent
 
 import (
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"path/filepath"
+	"time"
 
 	"github.com/choirhq/choir/agent/lane"
 	"github.com/choirhq/choir/agent/skill"
@@ -12,6 +14,7 @@ import (
 	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/agent/tool/mcp"
 	"github.com/choirhq/choir/agent/tool/web"
+	"github.com/choirhq/choir/rpc"
 )
 
 // loadTools starts the agent's MCP servers (mcp.json in its .choir
@@ -51,13 +54,24 @@ func (s *session) loadTools(ctx context.Context) error {
 	return nil
 }
 
-// mcpUnavailable tells the edge lane, at its next safe point, that a
-// server's tools are gone, so that it tells the user.
+// mcpUnavailable tells the user directly that a server's tools are gone
+// (the notice is no answer of a turn, so it needs no log), and the edge
+// lane, at its next safe point, so that the model stops reaching for them.
 func (s *session) mcpUnavailable(server string, err error) {
 	s.logger.Warn("MCP server unavailable", slog.String("server", server), slog.String("error", err.Error()))
+	if s.out != nil {
+		id := lane.MessageID("mcp-unavailable", rpc.Hash(sha256.Sum256([]byte(s.opts.SessionID+"\x00"+server))))
+		text := fmt.Sprintf("The tools of MCP server %s are unavailable for the rest of this session: it stopped twice (%v). "+
+			"Restart the agent to try it again.", server, err)
+		go func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			s.out.warn(ctx, id, text)
+		}()
+	}
 	if s.edge == nil {
 		return
 	}
 	s.edge.Inject(lane.Injection{Text: fmt.Sprintf("MCP server %s stopped twice and its tools are unavailable "+ //nolint:errcheck // no inbox row
-		"for the rest of this session (%v). Tell the user.", server, err)})
+		"for the rest of this session (%v). The user has been told.", server, err)})
 }

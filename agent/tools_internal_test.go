@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -51,5 +52,37 @@ func TestMCPServerFailingToStartStopsTheAgent(t *testing.T) {
 	}
 	if !strings.Contains(err.Error(), `MCP server "files"`) {
 		t.Fatalf("err = %v, want the server named", err)
+	}
+}
+
+// TestMCPServerUnavailableTellsTheUserOnce: when a server stops for good,
+// the user gets one message saying so, straight from the agent, however
+// often the notice comes; the model is told as well.
+func TestMCPServerUnavailableTellsTheUserOnce(t *testing.T) {
+	t.Parallel()
+	b := setupSession(t, llmtest.NewServer(t))
+	b.s.mcpUnavailable("files", errors.New("exit status 2"))
+	b.s.mcpUnavailable("files", errors.New("exit status 2"))
+	pool := b.d.Pool()
+	var texts []string
+	b.waitFor(t, "the notice in the outbox", func() bool {
+		texts = nil
+		rows, err := pool.Query(context.Background(), `SELECT text FROM choir_control.outbox WHERE session_id = $1`, b.sessionID)
+		if err != nil {
+			return false
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var s string
+			rows.Scan(&s)
+			texts = append(texts, s)
+		}
+		return len(texts) > 0
+	})
+	// Both notices carry the same message ID, which the outbox keeps once.
+	var n int
+	pool.QueryRow(context.Background(), `SELECT count(*) FROM choir_control.outbox WHERE session_id = $1`, b.sessionID).Scan(&n)
+	if n != 1 || !strings.Contains(texts[0], "MCP server files are unavailable") || !strings.Contains(texts[0], "exit status 2") {
+		t.Fatalf("outbox = %d rows, first %q; want one notice naming the server and why", n, texts[0])
 	}
 }

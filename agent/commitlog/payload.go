@@ -26,6 +26,13 @@ type LLMCall struct {
 	PromptTokens     int64  `json:"prompt_tokens"`
 	CompletionTokens int64  `json:"completion_tokens"`
 	LatencyMS        int64  `json:"latency_ms"`
+	// CachedTokens are the prompt tokens served from the provider's cache;
+	// CostUSD and CostSource the call's cost and where it came from
+	// (provider, prices; empty when unpriced). JobID names the core job.
+	CachedTokens int64   `json:"cached_tokens,omitempty"`
+	CostUSD      float64 `json:"cost_usd,omitempty"`
+	CostSource   string  `json:"cost_source,omitempty"`
+	JobID        string  `json:"job_id,omitempty"`
 	// Purpose is empty for a lane's own step, or what else the call was
 	// for: [PurposeCompaction], [PurposeSessionSummary]. A resumed core job
 	// counts its steps by the calls without one.

@@ -550,14 +550,15 @@ func (e *Edge) complete(callCtx, ctx context.Context, msgs []llm.Message) (*llm.
 			e.send(ctx, "ratelimit", rpc.Event{Rev: rev, Hash: h}, fmt.Sprintf("The model provider is rate-limiting me; retrying in %s.", wait.Round(time.Second))) //nolint:errcheck
 			e.cfg.Logger.WarnContext(ctx, "model rate limited", slog.Duration("wait", wait))
 		}}
-	resp, err := e.cfg.LLM.CompleteWithRetry(callCtx, llm.Request{Model: model, Messages: msgs, Tools: e.tools()}, policy)
+	resp, err := e.cfg.LLM.CompleteWithRetry(callCtx, llm.Request{Model: model, Messages: msgs, Tools: e.tools(), Lane: "edge"}, policy)
 	if err != nil {
 		return nil, rpc.Event{}, err
 	}
 	e.tokens.Add(resp.Usage.PromptTokens + resp.Usage.CompletionTokens)
 	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventLLMCallCommitted, "edge", commitlog.LLMCall{Model: model.Name,
 		Lane: "edge", PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
-		LatencyMS: resp.Latency.Milliseconds()}); err != nil {
+		LatencyMS: resp.Latency.Milliseconds(), CachedTokens: resp.Usage.CachedTokens, CostUSD: resp.Usage.CostUSD,
+		CostSource: resp.Usage.CostSource}); err != nil {
 		return nil, rpc.Event{}, fmt.Errorf("commit llm call: %w", err)
 	}
 	out := map[string]any{"text": resp.Content}

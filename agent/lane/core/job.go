@@ -305,7 +305,8 @@ func (c *Job) step() (string, []coreCall, error) {
 					wait.Round(time.Second))})
 		}}
 	tools := c.tools()
-	resp, err := c.set.cfg.LLM.CompleteWithRetry(c.ctx, llm.Request{Model: model, Messages: c.prompt(tools), Tools: tools}, policy)
+	resp, err := c.set.cfg.LLM.CompleteWithRetry(c.ctx, llm.Request{Model: model, Messages: c.prompt(tools), Tools: tools,
+		Lane: c.lane, JobID: c.start.JobID}, policy)
 	if err != nil {
 		return "", nil, err
 	}
@@ -320,7 +321,8 @@ func (c *Job) step() (string, []coreCall, error) {
 	c.set.notify()
 	if _, err := c.commit(rpc.EventLLMCallCommitted, commitlog.LLMCall{Model: model.Name, Lane: c.lane,
 		PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
-		LatencyMS: resp.Latency.Milliseconds()}); err != nil {
+		LatencyMS: resp.Latency.Milliseconds(), CachedTokens: resp.Usage.CachedTokens, CostUSD: resp.Usage.CostUSD,
+		CostSource: resp.Usage.CostSource, JobID: c.start.JobID}); err != nil {
 		return "", nil, err
 	}
 	calls := make([]coreCall, len(resp.ToolCalls))

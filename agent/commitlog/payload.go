@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/usage"
 )
 
 // Payload is the typed payload of one event type; [Appender.AppendPayload]
@@ -143,6 +144,8 @@ type ToolResult struct {
 	DurationMS int64           `json:"duration_ms"`
 	Output     json.RawMessage `json:"output,omitempty"`
 	Error      string          `json:"error,omitempty"`
+	// Usage is what the tool used of paid services (see rpc/usage).
+	Usage []usage.Record `json:"usage,omitempty"`
 }
 
 // EventType returns rpc.EventToolResultCommitted.

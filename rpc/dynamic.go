@@ -1,6 +1,9 @@
 package rpc
 
-import "github.com/choirhq/choir/config"
+import (
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/rpc/usage"
+)
 
 // DynamicConfig is the hot-reloadable part of the configuration an agent
 // receives by FETCH_DYNAMIC_CONFIG (spec 16.1): never a secret value, only
@@ -31,4 +34,7 @@ type DynamicConfig struct {
 	// switch to another provider's model carries that provider's key. Nil
 	// (an older choird) leaves the agent with the list bound at its start.
 	Secrets []string `json:"secrets"`
+	// Usage is what the agent had spent when this was fetched, which its
+	// usage caps count on from (nil from an older choird).
+	Usage *usage.Baseline `json:"usage,omitempty"`
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/agent/arbiter"
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/llm"
+	"github.com/choirhq/choir/agent/meter"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/workmem"
@@ -854,7 +855,10 @@ func MessageID(kind string, h rpc.Hash) string { return kind + "-" + h.String() 
 func userError(err error) string {
 	var rl *llm.RateLimitError
 	var pe *llm.ProviderError
+	var ce *meter.CapError
 	switch {
+	case errors.As(err, &ce):
+		return "I stopped: " + strings.TrimPrefix(ce.Error(), "usage cap: ") + "."
 	case errors.As(err, &rl):
 		return "The model provider is still rate-limiting me after a retry. Please try again in a little while."
 	case errors.As(err, &pe):

@@ -24,6 +24,7 @@ import (
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/lane"
 	"github.com/choirhq/choir/agent/llm"
+	"github.com/choirhq/choir/agent/meter"
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/workmem"
@@ -240,6 +241,13 @@ func (c *Job) loop() (json.RawMessage, *coreError) {
 		if err != nil {
 			if c.ctx.Err() != nil {
 				continue // abandoned by a cancel: the safe point says why
+			}
+			var ce *meter.CapError
+			if errors.As(err, &ce) {
+				// Stopped before the call: the job ends with its partial
+				// result like any job out of budget.
+				return nil, &coreError{Kind: errKindBudget, Budget: ce.Field, Limit: int64(ce.Cap),
+					Message: strings.TrimPrefix(ce.Error(), "usage cap: ")}
 			}
 			return nil, &coreError{Kind: errKindModel, Message: lane.UserError(err)}
 		}

@@ -347,10 +347,15 @@ func (s *Server) writeCompletion(w http.ResponseWriter, step Step, stepNum int, 
 			FinishReason string  `json:"finish_reason"`
 			Logprobs     *string `json:"logprobs"`
 		}
+		details struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		}
 		usage struct {
-			PromptTokens     int64 `json:"prompt_tokens"`
-			CompletionTokens int64 `json:"completion_tokens"`
-			TotalTokens      int64 `json:"total_tokens"`
+			PromptTokens     int64    `json:"prompt_tokens"`
+			CompletionTokens int64    `json:"completion_tokens"`
+			TotalTokens      int64    `json:"total_tokens"`
+			Details          *details `json:"prompt_tokens_details,omitempty"`
+			Cost             *float64 `json:"cost,omitempty"`
 		}
 		completion struct {
 			ID      string   `json:"id"`
@@ -403,6 +408,18 @@ func (s *Server) writeCompletion(w http.ResponseWriter, step Step, stepNum int, 
 	if step.usage != nil {
 		u = *step.usage
 	}
+	// Like a real provider, the server bills no more completion than
+	// max_tokens allows, and says the answer was cut.
+	var maxTokens int64
+	if raw, ok := req.Fields["max_tokens"]; ok && json.Unmarshal(raw, &maxTokens) == nil && maxTokens > 0 &&
+		u.CompletionTokens > maxTokens {
+		u.CompletionTokens, finish = maxTokens, "length"
+	}
+	wu := usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
+	if step.cost != nil {
+		u.CostUSD, u.CachedTokens = *step.cost, step.cached
+		wu.Cost, wu.Details = step.cost, &details{CachedTokens: step.cached}
+	}
 	model := step.model
 	if model == "" {
 		model = req.Model
@@ -410,6 +427,8 @@ func (s *Server) writeCompletion(w http.ResponseWriter, step Step, stepNum int, 
 	s.mu.Lock()
 	s.usage.PromptTokens += u.PromptTokens
 	s.usage.CompletionTokens += u.CompletionTokens
+	s.usage.CachedTokens += u.CachedTokens
+	s.usage.CostUSD += u.CostUSD
 	s.mu.Unlock()
 
 	writeJSON(w, http.StatusOK, completion{
@@ -418,7 +437,7 @@ func (s *Server) writeCompletion(w http.ResponseWriter, step Step, stepNum int, 
 		Created: time.Now().Unix(),
 		Model:   model,
 		Choices: []choice{{Message: msg, FinishReason: finish}},
-		Usage:   usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens},
+		Usage:   wu,
 	})
 }
 

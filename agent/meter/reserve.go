@@ -176,7 +176,7 @@ func (m *Meter) countLocked(jobID string, used usage.Totals) []string {
 				in = fmt.Sprintf("today (%s, %s)", m.day, m.zone)
 			}
 			notes = append(notes, fmt.Sprintf("Agent %s has used %d%% of its %s cap %s in %s: %s of %s. "+
-				"At 100%% its model calls in that scope stop. %s", m.cfg.AgentID, int(now*100/limit), s.name, field, in,
+				"At 100%% its model calls in that scope stop. %s", m.cfg.AgentID, int(now*100/limit+1e-9), s.name, field, in,
 				amount(now, money), amount(limit, money), m.raiseHint(field)))
 		}
 		warn(s.tokField, float64(before[i].spent.Tokens), float64(s.spent.Tokens), float64(s.tokCap), false)

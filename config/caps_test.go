@@ -24,8 +24,8 @@ func TestValidateCapsAndPrices(t *testing.T) {
 	o.Prices = &config.Prices{CachedInputPerMTok: 1}
 	c.Models["o3"] = o
 	checkProblems(t, problems(t, c.Validate(s)), []string{
-		`$.models.sonnet.prices.input_per_mtok: must be a price in US dollars per million tokens, 0 or more (e.g. 3.5)`,
 		`$.models.o3.prices: names no price: give input_per_mtok and output_per_mtok (e.g. {"input_per_mtok": 3, "output_per_mtok": 15}), or omit prices`,
+		`$.models.sonnet.prices.input_per_mtok: must be a price in US dollars per million tokens, 0 or more (e.g. 3.5)`,
 		`$.agents["agent-1"].budgets.per_job_tokens: must be 0 or more (0 or omitted: no cap), e.g. "per_job_tokens": 500000`,
 		`$.agents["agent-1"].budgets.per_day_cost_usd: must be 0 or more (0 or omitted: no cap), e.g. "per_day_cost_usd": 2.5`,
 	})

@@ -25,7 +25,7 @@ func TestChoirctlReachesChoirdOnlyThroughTheAdminAPI(t *testing.T) {
 	}
 	allowed := func(pkg string) bool {
 		switch pkg {
-		case "cmd/choirctl", "ctl", "ctl/memory", "ctl/logs", "config", "sql", "strictjson", "rpc":
+		case "cmd/choirctl", "ctl", "ctl/memory", "ctl/logs", "ctl/usage", "config", "sql", "strictjson", "rpc":
 			return true
 		}
 		return strings.HasPrefix(pkg, "rpc/")

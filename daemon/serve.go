@@ -65,7 +65,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 	d.api = agentapi.New(agentapi.Options{Pool: d.pool, HeartbeatPool: hbPool, Logger: d.logger, Config: d.Snapshot,
 		Jobs: d.river, HostTools: hostTools(d), Typing: d.inbox.Typing(), Progress: d.progress,
 		UsageBaseline: d.newUsage().Baseline,
-		CloseSession: func(ctx context.Context, id string) { d.rpc.CloseSession(ctx, id) }, //nolint:errcheck
+		CloseSession:  func(ctx context.Context, id string) { d.rpc.CloseSession(ctx, id) }, //nolint:errcheck
 		HelloDone: func(ctx context.Context, agentID string, id uuid.UUID) {
 			d.inbox.RedeliverInbox(ctx, agentID, id, time.Now())
 			d.PushOutcomes(ctx, agentID, id)

@@ -22,7 +22,7 @@ type clock struct {
 	t  time.Time
 }
 
-func (c *clock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
+func (c *clock) now() time.Time  { c.mu.Lock(); defer c.mu.Unlock(); return c.t }
 func (c *clock) set(t time.Time) { c.mu.Lock(); c.t = t; c.mu.Unlock() }
 
 type notes struct {
@@ -31,7 +31,11 @@ type notes struct {
 }
 
 func (n *notes) add(s string) { n.mu.Lock(); n.got = append(n.got, s); n.mu.Unlock() }
-func (n *notes) all() []string { n.mu.Lock(); defer n.mu.Unlock(); return append([]string(nil), n.got...) }
+func (n *notes) all() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return append([]string(nil), n.got...)
+}
 
 func call(t *testing.T, c *llm.Client, m llm.ModelSettings, jobID string) (*llm.Response, error) {
 	t.Helper()

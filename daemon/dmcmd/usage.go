@@ -35,4 +35,3 @@ func (c *Commands) usageCmd(ctx context.Context, sc control.Scope, cmd gateway.C
 		return r.Text(), nil
 	}), nil
 }
-

@@ -357,6 +357,7 @@ func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, reqs []loc
 	}
 	// The result is committed even when the lane's ctx ended: the tool ran.
 	recs := a.validUsage(p, res.Usage)
+	res.Usage = nil
 	if err := a.commitResult(context.WithoutCancel(ctx), lane, p, status, dur, res.JSON(), errText, recs); err != nil {
 		return Outcome{}, err
 	}

@@ -25,9 +25,15 @@ import (
 )
 
 // DefaultCompletionReserve is the completion reserved for a call that sets
-// no max_tokens. max_tokens is sent only when a cap leaves less room than
-// this (some providers' reasoning models refuse max_tokens).
+// no max_tokens.
 const DefaultCompletionReserve = 16384
+
+// NearCap is how close (in completion tokens) a cap must be for a call
+// that sets no max_tokens to be sent with one: then the provider cannot
+// bill past the reservation. Farther from every cap, max_tokens is left
+// out, as the lanes send it (some providers' models refuse max_tokens, and
+// others cap it lower than 16384): no single completion is this long.
+const NearCap = 8 * DefaultCompletionReserve
 
 // MinCompletion is the smallest completion a call is made with: a call
 // whose cap leaves less room is refused rather than cut to nothing.

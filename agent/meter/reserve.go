@@ -3,6 +3,7 @@ package meter
 import (
 	"context"
 	"fmt"
+	"math"
 
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/workmem"
@@ -51,7 +52,8 @@ func (m *Meter) Reserve(_ context.Context, req *llm.Request) (func(*llm.Response
 	m.mu.Lock()
 	m.rollLocked()
 	day := m.day
-	allow := want
+	// bound is the most completion any cap leaves room for.
+	bound := int64(math.MaxInt64)
 	for _, s := range m.scopesLocked(req.JobID) {
 		if s.tokCap > 0 {
 			room := s.tokCap - s.spent.Tokens - s.holdin.Tokens - prompt
@@ -59,7 +61,7 @@ func (m *Meter) Reserve(_ context.Context, req *llm.Request) (func(*llm.Response
 				m.mu.Unlock()
 				return nil, m.capError(s, s.tokField, float64(s.tokCap), float64(s.spent.Tokens), false)
 			}
-			allow = min(allow, room)
+			bound = min(bound, room)
 		}
 		if s.costCap > 0 {
 			room := s.costCap - s.spent.CostUSD - s.holdin.CostUSD
@@ -76,11 +78,12 @@ func (m *Meter) Reserve(_ context.Context, req *llm.Request) (func(*llm.Response
 					m.mu.Unlock()
 					return nil, m.capError(s, s.costField, s.costCap, s.spent.CostUSD, true)
 				}
-				allow = min(allow, n)
+				bound = min(bound, n)
 			}
 		}
 	}
-	if allow < want || req.MaxTokens > 0 {
+	allow := min(want, bound)
+	if req.MaxTokens > 0 || bound < NearCap {
 		req.MaxTokens = allow
 	}
 	hold := usage.Totals{Tokens: prompt + allow}

@@ -19,7 +19,7 @@ import (
 // max_tokens, as a provider does) was charged no token past the cap.
 func TestCoreJobStoppedByTokenCapMidJob(t *testing.T) {
 	t.Parallel()
-	const jobCap = 30000
+	const jobCap = 60000
 	var b *coreBench
 	m := meter.New(meter.Config{AgentID: "ada", NotifyFunc: func(text string) {
 		if err := b.edge.Notify(context.Background(), "usage", text); err != nil {
@@ -37,7 +37,7 @@ func TestCoreJobStoppedByTokenCapMidJob(t *testing.T) {
 	// completion is billed up to what max_tokens allows.
 	b.coreSrv.SetResponder(func(_ context.Context, r *llmtest.Request) llmtest.Step {
 		return llmtest.ToolCalls(llmtest.Call{Name: "choir.fs.read", Arguments: `{"path":"."}`}).
-			WithText(fmt.Sprintf("step %d: %s", r.Index, strings.Repeat("thinking ", 2000)))
+			WithText(fmt.Sprintf("step %d: %s", r.Index, strings.Repeat("thinking ", 8000)))
 	})
 	if err := b.edge.Deliver(lane.UserMessage{Text: "read everything"}); err != nil {
 		t.Fatal(err)
@@ -65,10 +65,20 @@ func TestCoreJobStoppedByTokenCapMidJob(t *testing.T) {
 		t.Errorf("%d 80%% notices, want 1: %q", warned, texts)
 	}
 	served := b.coreSrv.Usage()
+	t.Logf("the server billed %d prompt and %d completion tokens in %d calls", served.PromptTokens, served.CompletionTokens, len(b.coreSrv.Requests()))
 	if total := served.PromptTokens + served.CompletionTokens; total > jobCap {
 		t.Errorf("the model server billed %d tokens, past the cap of %d", total, jobCap)
 	}
-	if n := len(b.coreSrv.Requests()); n < 3 || n > 30 {
+	if total := served.PromptTokens + served.CompletionTokens; total < jobCap*8/10 {
+		t.Errorf("the model server billed %d tokens, want the job stopped near its cap of %d", total, jobCap)
+	}
+	// Near the cap the call goes out with max_tokens lowered to the room
+	// left, so that the provider itself cannot bill past it.
+	reqs := b.coreSrv.Requests()
+	if raw, ok := reqs[len(reqs)-1].Fields["max_tokens"]; !ok || string(raw) == "16384" {
+		t.Errorf("the last call's max_tokens = %s, want it lowered to the room left", raw)
+	}
+	if n := len(reqs); n < 3 || n > 30 {
 		t.Errorf("%d core calls, want the job stopped mid-way", n)
 	}
 	_, _, _, job := m.Spent(b.waitStopped(t, "j").JobID)

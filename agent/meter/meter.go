@@ -8,8 +8,12 @@
 // call it reserves the call's largest cost (the prompt's estimated tokens
 // plus the completion it allows, at the model's prices) in every scope;
 // a call that does not fit is refused before anything is sent, and a call
-// that fits only with a shorter completion is sent with max_tokens lowered
-// so that even the provider cannot bill past the cap. The day's spend
+// near a cap is sent with max_tokens set to what it reserved (lowered to
+// the room left), so that even the provider cannot bill past the cap. A
+// cost cap reserves at the model's prices; without prices the cost is
+// known only after the call (the provider's usage.cost), and the cap
+// stops the next one. Tools' priced usage is counted after the tool ran,
+// for the same reason. The day's spend
 // before this session comes from choird (rpc/usage.Baseline, computed from
 // the replicated logs), so neither a crash, a restart of choird nor a new
 // session resets it.

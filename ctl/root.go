@@ -100,7 +100,7 @@ Exit codes:
 	root.AddCommand(sessionCommands(g)...)
 	root.AddCommand(logs.Command(logs.Env{Home: func() string { return g.home }, Stdout: g.stdout, Stderr: g.stderr,
 		UsageErr: usageErr}))
-	root.AddCommand(usage.Command(usage.Env{Client: g.client, Stdout: g.stdout, Stderr: g.stderr, UsageErr: usageErr}))
+	root.AddCommand(usage.Command(usage.Env{Home: func() string { return g.home }, Client: g.client, Stdout: g.stdout, Stderr: g.stderr, UsageErr: usageErr}))
 	g.addCompletions(root)
 	return root
 }

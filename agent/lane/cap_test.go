@@ -64,7 +64,7 @@ func TestEdgeStoppedByDayCostCap(t *testing.T) {
 	}
 	msg := out.next(t)
 	for _, want := range []string{"I stopped", "day cap per_day_cost_usd of $0.5000 is reached ($0.6000 spent",
-		"agents.ada.budgets.per_day_cost_usd", "choirctl config apply"} {
+		"agents.ada.budgets.per_day_cost_usd", "choirctl usage cap set ada per_day_cost_usd <value>"} {
 		if !strings.Contains(msg, want) {
 			t.Errorf("refusal %q does not say %q", msg, want)
 		}

@@ -196,8 +196,14 @@ func (m *Meter) notify(notes ...string) {
 }
 
 func (m *Meter) raiseHint(field string) string {
-	return fmt.Sprintf("To raise it, set agents.%s.budgets.%s in config.json and run `choirctl config apply` "+
-		"(or ask an admin to); `choirctl usage %s` and /usage show every cap.", m.cfg.AgentID, field, m.cfg.AgentID)
+	return raiseHint(m.cfg.AgentID, field)
+}
+
+// raiseHint says how an admin raises a cap.
+func raiseHint(agentID, field string) string {
+	return fmt.Sprintf("To raise it, an admin runs `choirctl usage cap set %s %s <value>` (or sets agents.%s.budgets.%s "+
+		"in config.json and runs `choirctl config apply`); `choirctl usage %s` and /usage show every cap.",
+		agentID, field, agentID, field, agentID)
 }
 
 func amount(v float64, money bool) string {

@@ -134,7 +134,7 @@ func TestDayCapResetsAtMidnightInTheDMsZone(t *testing.T) {
 	if !errors.As(err, &ce) || ce.Scope != "day" || ce.Field != "per_day_cost_usd" {
 		t.Fatalf("third call: err = %v, want the day's cost cap", err)
 	}
-	for _, want := range []string{"2026-11-24, Asia/Tokyo", "$1.1000 spent", "agents.ada.budgets.per_day_cost_usd", "choirctl config apply"} {
+	for _, want := range []string{"2026-11-24, Asia/Tokyo", "$1.1000 spent", "agents.ada.budgets.per_day_cost_usd", "choirctl usage cap set ada per_day_cost_usd <value>"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error %q does not say %q", err, want)
 		}

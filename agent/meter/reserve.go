@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/workmem"
@@ -33,9 +34,7 @@ func (e *CapError) Error() string {
 	if e.Scope == "day" {
 		stop = "no more model calls until the day ends"
 	}
-	hint := fmt.Sprintf("To raise it, set agents.%s.budgets.%s in config.json and run `choirctl config apply`; "+
-		"`choirctl usage %s` and /usage show every cap", e.AgentID, e.Field, e.AgentID)
-	return fmt.Sprintf("usage cap: %s: %s. %s", what, stop, hint)
+	return fmt.Sprintf("usage cap: %s: %s. %s", what, stop, strings.TrimSuffix(raiseHint(e.AgentID, e.Field), "."))
 }
 
 // Reserve is the llm.Gate: it reserves req's largest cost in every capped

@@ -19,6 +19,8 @@ import (
 // Env is what the command needs of choirctl: a client of choird's admin
 // API, the output streams, and how to mark an error as bad input.
 type Env struct {
+	// Home is --home, read when the command runs.
+	Home     func() string
 	Client   func() *admin.Client
 	Stdout   io.Writer
 	Stderr   io.Writer
@@ -43,8 +45,9 @@ Totals come from the agents' replicated commit logs (choir_audit.usage).
 
 Caps are agents.<id>.budgets in config.json: total_session_tokens,
 session_cost_usd, per_job_tokens, per_job_cost_usd, per_day_tokens,
-per_day_cost_usd. To raise one, edit it and run choirctl config apply: a
-running agent takes it at once.
+per_day_cost_usd. To raise one: choirctl usage cap set <agent-id> <field>
+<value> (or edit it and run choirctl config apply): a running agent takes it
+at once.
 
 Exit codes: 0 success, 1 error, 2 bad input (an unknown agent, a bad flag).`,
 		Args: cobra.MaximumNArgs(1),
@@ -59,6 +62,7 @@ Exit codes: 0 success, 1 error, 2 bad input (an unknown agent, a bad flag).`,
 			return run(cmd.Context(), env, o, agent)
 		},
 	}
+	cmd.AddCommand(capCommand(env))
 	cmd.Flags().BoolVar(&o.json, "json", false, "print the reports as JSON")
 	cmd.Flags().IntVar(&o.days, "days", 0, fmt.Sprintf("days of history (default %d)", admin.DefaultUsageDays))
 	return cmd

@@ -105,7 +105,8 @@ func (r UsageReport) Text() string {
 			fmt.Fprintf(&b, "  %-22s %s%s: %s of %s (%.0f%%)%s\n", c.Field, c.Scope, subject, usageAmount(c.Spent, c.Money),
 				usageAmount(c.Limit, c.Money), c.Percent, state)
 		}
-		fmt.Fprintf(&b, "Raise a cap: set agents.%s.budgets.<field> in config.json, then choirctl config apply.\n", r.AgentID)
+		fmt.Fprintf(&b, "Raise a cap: choirctl usage cap set %s <field> <value> (or set agents.%s.budgets.<field> "+
+			"in config.json, then choirctl config apply).\n", r.AgentID, r.AgentID)
 	}
 	if len(r.Days) > 0 {
 		b.WriteString("Per day:\n")

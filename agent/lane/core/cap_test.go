@@ -45,7 +45,7 @@ func TestCoreJobStoppedByTokenCapMidJob(t *testing.T) {
 	i := b.waitMessage(t, `Core job "j"`)
 	texts, _ := b.messages()
 	for _, want := range []string{"was stopped: budget exceeded", "per_job_tokens", "agents.ada.budgets.per_job_tokens",
-		"choirctl config apply", "Last partial result:\nread the first files"} {
+		"choirctl usage cap set ada per_job_tokens <value>", "Last partial result:\nread the first files"} {
 		if !strings.Contains(texts[i], want) {
 			t.Errorf("report %q does not contain %q", texts[i], want)
 		}

@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/agent/lane/core"
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/lock"
+	"github.com/choirhq/choir/agent/meter"
 	"github.com/choirhq/choir/agent/sandbox"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
@@ -49,6 +50,8 @@ type session struct {
 	// decisions are the approval outcomes choird pushed, for the tools
 	// that act on an approval themselves (choir.email.send).
 	decisions *email.Decisions
+	// meter counts the session's spend and enforces the agent's caps.
+	meter *meter.Meter
 	// dyn is the dynamic configuration, swapped whole: an in-flight call
 	// keeps its snapshot.
 	dyn           atomic.Pointer[rpc.DynamicConfig]
@@ -95,6 +98,7 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 	}
 	s := &session{opts: opts, logger: logger, client: cl, secrets: &secretStore{}, decisions: email.NewDecisions(),
 		shutdown: make(chan stopRequest, 1)}
+	s.meter = meter.New(meter.Config{AgentID: opts.AgentID, NotifyFunc: s.notifyUsage})
 	if err := s.open(ctx); err != nil {
 		cl.Close()
 		return nil, err
@@ -180,6 +184,10 @@ func (s *session) fetchConfig(ctx context.Context) error {
 			s.logger.Info("secrets fetched for the session's resources", slog.Any("names", d.Secrets))
 		}
 		s.dyn.Store(&d) // swapped whole: an in-flight call keeps its snapshot
+		if d.Usage != nil {
+			s.meter.SetBaseline(*d.Usage)
+		}
+		s.meter.SetCaps(d.Budgets)
 	}
 	s.configVersion.Store(resp.ConfigVersion)
 	return nil
@@ -247,11 +255,11 @@ func (s *session) restore() error {
 		Host: hostExecutor{client: s.client, log: log}, Approvals: approver{client: s.client},
 		// While any core job runs the edge is limited to read-only tools
 		// (spec 7.2); the edge is set before the arbiter sees a proposal.
-		EdgeRestricted: func() bool { return s.edge.CoresRunning() }})
+		EdgeRestricted: func() bool { return s.edge.CoresRunning() }, UsageFunc: s.meter.Record})
 	s.out = &outbound{client: s.client, logger: s.logger}
 	s.status = &statusReporter{client: s.client, logger: s.logger, kick: make(chan struct{}, 1)}
 	inj := tool.NewInjector(s.tools, tool.InjectorConfig{Mode: tool.Mode(s.dyn.Load().ToolMode), Search: s.toolSearch})
-	s.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: s.arb, Log: log, Tools: s.tools, Skills: s.skills, LLM: &llm.Client{},
+	s.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: s.arb, Log: log, Tools: s.tools, Skills: s.skills, LLM: &llm.Client{Gate: s.meter},
 		Injector: inj,
 		Model:    s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,
 		Budgets:                    edgeBudgets(s.dyn.Load().Budgets),
@@ -260,7 +268,7 @@ func (s *session) restore() error {
 		Identity: lane.Identity{Instructions: edgeInstructions, User: readIdentity(s.opts.ChoirDir, "USER.md"),
 			Soul: readIdentity(s.opts.ChoirDir, "SOUL.md")},
 		Jobs: func(e *lane.Edge) lane.Jobs {
-			s.jobs = core.NewSet(e, core.Config{Arbiter: s.arb, Log: log, Tools: s.tools, Injector: inj, LLM: &llm.Client{},
+			s.jobs = core.NewSet(e, core.Config{Arbiter: s.arb, Log: log, Tools: s.tools, Injector: inj, LLM: &llm.Client{Gate: s.meter},
 				Model: s.coreModel, Soul: readIdentity(s.opts.ChoirDir, "SOUL-CORE.md"), Out: s.out,
 				Budgets:                    jobBudgets(s.dyn.Load().Budgets),
 				RateLimitDelay:             time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,

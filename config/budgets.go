@@ -42,6 +42,9 @@ type Budgets struct {
 	// MaxInjectionsPerJob caps the instructions the edge may inject into
 	// one core job (spec 12.8).
 	MaxInjectionsPerJob int `json:"max_injections_per_job"`
+	// Caps are the hard token and cost caps per session, core job and
+	// day (see caps.go); zero means no cap.
+	Caps
 }
 
 // WithDefaults returns b with every zero budget replaced by its default.
@@ -84,6 +87,7 @@ func (v *validator) budgets(p string, b Budgets) {
 			v.add(sub(p, f.name), "must be positive (or omitted for the default)")
 		}
 	}
+	v.caps(p, b.Caps)
 	if b.PerJobWallTimeMS > 0 && b.PerJobWallTimeMS < 1000 {
 		v.add(sub(p, "per_job_wall_time_ms"), "must be at least 1000 (one second)")
 	}

@@ -131,6 +131,9 @@ type Model struct {
 	// ContextWindow is the model's context window in tokens (default
 	// 128000); compaction keeps each prompt under its threshold share.
 	ContextWindow int64 `json:"context_window,omitempty"`
+	// Prices price the model's calls when the provider reports no cost
+	// (see prices.go); nil leaves such calls unpriced.
+	Prices *Prices `json:"prices,omitempty"`
 }
 
 // ReasoningEfforts are the values of a model's reasoning_effort: those of

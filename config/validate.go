@@ -267,6 +267,7 @@ func (v *validator) models() {
 		if m.ContextWindow != 0 && m.ContextWindow < 1024 {
 			v.add(sub(p, "context_window"), "must be at least 1024 tokens (or omitted for %d)", DefaultContextWindow)
 		}
+		v.prices(sub(p, "prices"), m.Prices)
 	}
 }
 

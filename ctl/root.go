@@ -18,6 +18,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/ctl/logs"
 	"github.com/choirhq/choir/ctl/memory"
+	"github.com/choirhq/choir/ctl/usage"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -99,6 +100,7 @@ Exit codes:
 	root.AddCommand(sessionCommands(g)...)
 	root.AddCommand(logs.Command(logs.Env{Home: func() string { return g.home }, Stdout: g.stdout, Stderr: g.stderr,
 		UsageErr: usageErr}))
+	root.AddCommand(usage.Command(usage.Env{Home: func() string { return g.home }, Client: g.client, Stdout: g.stdout, Stderr: g.stderr, UsageErr: usageErr}))
 	g.addCompletions(root)
 	return root
 }

@@ -150,6 +150,7 @@ func TestDMCommandPermissions(t *testing.T) {
 		{name: "approve", admin: "/approve", own: "/approve"},
 		{name: "reject", admin: "/reject", own: "/reject"},
 		{name: "schedules", admin: "/schedules assistant", own: "/schedules", other: "/schedules helper"},
+		{name: "usage", admin: "/usage assistant", own: "/usage", other: "/usage helper"},
 		{name: "help", admin: "/help", own: "/help"},
 		{name: "start", adminOnly: true, admin: "/start assistant llm=big", own: "/start assistant", other: "/start helper"},
 		{name: "update", adminOnly: true, admin: "/update assistant", own: "/update", other: "/update helper"},

@@ -67,7 +67,8 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 	d.browser = newBrowserHost(ctx, d)
 	d.api = agentapi.New(agentapi.Options{Pool: d.pool, HeartbeatPool: hbPool, Logger: d.logger, Config: d.Snapshot,
 		Jobs: d.river, HostTools: hostTools(d), Typing: d.inbox.Typing(), Progress: d.progress,
-		CloseSession: func(ctx context.Context, id string) { d.rpc.CloseSession(ctx, id) }, //nolint:errcheck
+		UsageBaseline: d.newUsage().Baseline,
+		CloseSession:  func(ctx context.Context, id string) { d.rpc.CloseSession(ctx, id) }, //nolint:errcheck
 		HelloDone: func(ctx context.Context, agentID string, id uuid.UUID) {
 			d.browser.agentStarted(agentID)
 			d.inbox.RedeliverInbox(ctx, agentID, id, time.Now())
@@ -120,7 +121,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 	}
 	mux := admin.NewMux(d.logger.With(slog.String("component", "admin")))
 	adminapi.Mount(mux, adminapi.Options{Control: d.Control, Chat: d.inbox, Pool: d.pool, Memory: d.memory,
-		Version: Version, StartedAt: d.startedAt, Schedules: d.schedules})
+		Version: Version, StartedAt: d.startedAt, Schedules: d.schedules, Usage: d.newUsage()})
 	d.logger.InfoContext(ctx, "admin API listening", slog.String("socket", admin.SocketPath(d.home)))
 
 	s := &servers{errs: make(chan error, 2), heartbeatPool: hbPool}

@@ -1,6 +1,9 @@
 package rpc
 
-import "github.com/choirhq/choir/config"
+import (
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/rpc/usage"
+)
 
 // DynamicConfig is the hot-reloadable part of the configuration an agent
 // receives by FETCH_DYNAMIC_CONFIG (spec 16.1): never a secret value, only
@@ -43,4 +46,7 @@ type DynamicConfig struct {
 	// EmailAccounts are the configured email accounts (servers and policy,
 	// never the password); the agent uses the one its session leased.
 	EmailAccounts map[string]config.EmailAccount `json:"email_accounts,omitempty"`
+	// Usage is what the agent had spent when this was fetched, which its
+	// usage caps count on from (nil from an older choird).
+	Usage *usage.Baseline `json:"usage,omitempty"`
 }

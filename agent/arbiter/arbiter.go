@@ -25,6 +25,7 @@ import (
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/usage"
 )
 
 // HostExecutor runs a host tool on choird (EXECUTE_HOST_TOOL).
@@ -57,7 +58,10 @@ type Config struct {
 	// are replaced by [secret:<name>] in every tool result before it is
 	// committed; nil scrubs nothing. The map is read, never changed.
 	Secrets func() map[string]string
-	Logger  *slog.Logger
+	// UsageFunc, when set, is told the usage records of every tool
+	// result committed (a usage meter counts them against the caps).
+	UsageFunc func(lane string, recs []usage.Record)
+	Logger    *slog.Logger
 }
 
 // Proposal is a lane's request to run one tool.
@@ -362,17 +366,22 @@ func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, reqs []loc
 		res, errText = sc.result(res), sc.text(errText)
 	}
 	// The result is committed even when the lane's ctx ended: the tool ran.
-	if err := a.commitResult(context.WithoutCancel(ctx), lane, p, status, dur, res.JSON(), errText); err != nil {
+	recs := a.validUsage(p, res.Usage)
+	res.Usage = nil
+	if err := a.commitResult(context.WithoutCancel(ctx), lane, p, status, dur, res.JSON(), errText, recs); err != nil {
 		return Outcome{}, err
+	}
+	if len(recs) > 0 && a.cfg.UsageFunc != nil {
+		a.cfg.UsageFunc(lane, recs)
 	}
 	view, _ := def.ForModel(laneOf(p.Owner), res)
 	return Outcome{Result: view, Locks: locks, Duration: dur}, nil
 }
 
 func (a *Arbiter) commitResult(ctx context.Context, lane string, p Proposal, status commitlog.ToolStatus,
-	dur time.Duration, output json.RawMessage, errText string) error {
+	dur time.Duration, output json.RawMessage, errText string, recs []usage.Record) error {
 	_, err := a.Commit(ctx, rpc.EventToolResultCommitted, lane, commitlog.ToolResult{CallID: p.CallID, Tool: p.Tool,
-		Status: status, DurationMS: dur.Milliseconds(), Output: output, Error: errText})
+		Status: status, DurationMS: dur.Milliseconds(), Output: output, Error: errText, Usage: recs})
 	if err != nil {
 		return fmt.Errorf("commit result of %s: %w", p.CallID, err)
 	}
@@ -419,4 +428,20 @@ func inputOrNull(in json.RawMessage) json.RawMessage {
 		return json.RawMessage("null")
 	}
 	return in
+}
+
+// validUsage returns the tool's usage records that are valid; an invalid
+// one is logged and left out, so that a tool's mistake never fails the
+// commit of its result.
+func (a *Arbiter) validUsage(p Proposal, recs []usage.Record) []usage.Record {
+	var out []usage.Record
+	for _, r := range recs {
+		if err := r.Validate(); err != nil {
+			a.cfg.Logger.Error("tool reported invalid usage", slog.String("tool", p.Tool), slog.String("call_id", p.CallID),
+				slog.String("error", err.Error()))
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/usage"
 )
 
 // Payload is the typed payload of one event type; [Appender.AppendPayload]
@@ -26,6 +27,13 @@ type LLMCall struct {
 	PromptTokens     int64  `json:"prompt_tokens"`
 	CompletionTokens int64  `json:"completion_tokens"`
 	LatencyMS        int64  `json:"latency_ms"`
+	// CachedTokens are the prompt tokens served from the provider's cache;
+	// CostUSD and CostSource the call's cost and where it came from
+	// (provider, prices; empty when unpriced). JobID names the core job.
+	CachedTokens int64   `json:"cached_tokens,omitempty"`
+	CostUSD      float64 `json:"cost_usd,omitempty"`
+	CostSource   string  `json:"cost_source,omitempty"`
+	JobID        string  `json:"job_id,omitempty"`
 	// Purpose is empty for a lane's own step, or what else the call was
 	// for: [PurposeCompaction], [PurposeSessionSummary]. A resumed core job
 	// counts its steps by the calls without one.
@@ -141,6 +149,8 @@ type ToolResult struct {
 	DurationMS int64           `json:"duration_ms"`
 	Output     json.RawMessage `json:"output,omitempty"`
 	Error      string          `json:"error,omitempty"`
+	// Usage is what the tool used of paid services (see rpc/usage).
+	Usage []usage.Record `json:"usage,omitempty"`
 }
 
 // EventType returns rpc.EventToolResultCommitted.

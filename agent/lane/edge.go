@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/agent/arbiter"
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/llm"
+	"github.com/choirhq/choir/agent/meter"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/workmem"
@@ -560,7 +561,7 @@ func (e *Edge) complete(callCtx, ctx context.Context, msgs []llm.Message) (*llm.
 			e.cfg.Logger.WarnContext(ctx, "model rate limited", slog.Duration("wait", wait))
 		}}
 	tools := e.tools()
-	resp, err := e.cfg.LLM.CompleteWithRetry(callCtx, llm.Request{Model: model, Messages: msgs, Tools: tools}, policy)
+	resp, err := e.cfg.LLM.CompleteWithRetry(callCtx, llm.Request{Model: model, Messages: msgs, Tools: tools, Lane: "edge"}, policy)
 	if err != nil {
 		return nil, rpc.Event{}, err
 	}
@@ -568,7 +569,8 @@ func (e *Edge) complete(callCtx, ctx context.Context, msgs []llm.Message) (*llm.
 	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventLLMCallCommitted, "edge", commitlog.LLMCall{Model: model.Name,
 		Lane: "edge", PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
 		LatencyMS: resp.Latency.Milliseconds(), ToolMode: string(e.currentOffer().Mode()),
-		ToolSchemaTokens: schemaTokens(tools)}); err != nil {
+		ToolSchemaTokens: schemaTokens(tools), CachedTokens: resp.Usage.CachedTokens, CostUSD: resp.Usage.CostUSD,
+		CostSource: resp.Usage.CostSource}); err != nil {
 		return nil, rpc.Event{}, fmt.Errorf("commit llm call: %w", err)
 	}
 	out := map[string]any{"text": resp.Content}
@@ -860,7 +862,10 @@ func MessageID(kind string, h rpc.Hash) string { return kind + "-" + h.String() 
 func userError(err error) string {
 	var rl *llm.RateLimitError
 	var pe *llm.ProviderError
+	var ce *meter.CapError
 	switch {
+	case errors.As(err, &ce):
+		return "I stopped: " + strings.TrimPrefix(ce.Error(), "usage cap: ") + "."
 	case errors.As(err, &rl):
 		return "The model provider is still rate-limiting me after a retry. Please try again in a little while."
 	case errors.As(err, &pe):

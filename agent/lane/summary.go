@@ -55,7 +55,7 @@ func (e *Edge) SessionSummary(ctx context.Context) (rpc.Event, error) {
 	msgs = append(msgs, conv...)
 	msgs = append(msgs, llm.UserMessage("Write the session summary now."))
 	model := e.cfg.Model()
-	resp, err := e.cfg.LLM.Complete(ctx, llm.Request{Model: model, Messages: msgs})
+	resp, err := e.cfg.LLM.Complete(ctx, llm.Request{Model: model, Messages: msgs, Lane: "edge"})
 	if err != nil {
 		return rpc.Event{}, fmt.Errorf("session summary call: %w", err)
 	}
@@ -69,7 +69,8 @@ func (e *Edge) SessionSummary(ctx context.Context) (rpc.Event, error) {
 	cctx := context.WithoutCancel(ctx)
 	if _, err := e.cfg.Arbiter.Commit(cctx, rpc.EventLLMCallCommitted, "edge", commitlog.LLMCall{Model: model.Name,
 		Lane: "edge", PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
-		LatencyMS: resp.Latency.Milliseconds(), Purpose: commitlog.PurposeSessionSummary}); err != nil {
+		LatencyMS: resp.Latency.Milliseconds(), Purpose: commitlog.PurposeSessionSummary,
+		CachedTokens: resp.Usage.CachedTokens, CostUSD: resp.Usage.CostUSD, CostSource: resp.Usage.CostSource}); err != nil {
 		return rpc.Event{}, fmt.Errorf("commit summary call: %w", err)
 	}
 	ev, err := e.cfg.Arbiter.Commit(cctx, rpc.EventSessionSummary, "edge",

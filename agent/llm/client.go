@@ -47,6 +47,9 @@ type Client struct {
 	// ready: the bound is generous, and exists so that a provider that
 	// accepted the request and hung cannot hold a lane forever.
 	ResponseHeaderTimeout time.Duration
+	// Gate, when set, reserves each call's largest cost before it is made
+	// and may refuse it (usage caps).
+	Gate Gate
 
 	once sync.Once
 	own  *http.Client
@@ -89,6 +92,20 @@ func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
 	if label == "" {
 		label = req.Model.Model
 	}
+	if c.Gate != nil {
+		settle, err := c.Gate.Reserve(ctx, &req)
+		if err != nil {
+			return nil, fmt.Errorf("call model %s: %w", label, err)
+		}
+		var res *Response
+		defer func() { settle(res) }()
+		res, err = c.complete(ctx, label, req)
+		return res, err
+	}
+	return c.complete(ctx, label, req)
+}
+
+func (c *Client) complete(ctx context.Context, label string, req Request) (*Response, error) {
 	params, tools, err := buildParams(req)
 	if err != nil {
 		return nil, fmt.Errorf("call model %s: %w", label, err)
@@ -145,6 +162,10 @@ func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
 		return nil, fmt.Errorf("call model %s: %w", label, err)
 	}
 	res.Latency = latency
+	if res.Usage.CostSource == "" && req.Model.Prices != nil {
+		u := &res.Usage
+		u.CostUSD, u.CostSource = req.Model.Prices.Cost(u.PromptTokens, u.CachedTokens, u.CompletionTokens), "prices"
+	}
 	return res, nil
 }
 
@@ -303,8 +324,14 @@ type (
 		Arguments *string `json:"arguments"`
 	}
 	wireUsage struct {
-		PromptTokens     int64 `json:"prompt_tokens"`
-		CompletionTokens int64 `json:"completion_tokens"`
+		PromptTokens        int64 `json:"prompt_tokens"`
+		CompletionTokens    int64 `json:"completion_tokens"`
+		PromptTokensDetails *struct {
+			CachedTokens int64 `json:"cached_tokens"`
+		} `json:"prompt_tokens_details"`
+		// Cost is OpenRouter's usage accounting: the call's cost in
+		// credits (US dollars).
+		Cost *float64 `json:"cost"`
 	}
 	wireError struct {
 		Message string          `json:"message"`
@@ -348,6 +375,12 @@ func decodeResponse(body []byte, tools map[string]string) (*Response, error) {
 	}
 	if w.Usage != nil {
 		res.Usage = Usage{PromptTokens: w.Usage.PromptTokens, CompletionTokens: w.Usage.CompletionTokens}
+		if d := w.Usage.PromptTokensDetails; d != nil {
+			res.Usage.CachedTokens = d.CachedTokens
+		}
+		if c := w.Usage.Cost; c != nil && *c >= 0 {
+			res.Usage.CostUSD, res.Usage.CostSource = *c, "provider"
+		}
 	}
 	msg := choice.Message
 	if msg.Content != nil {

@@ -17,6 +17,7 @@
 package llm
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -47,6 +48,9 @@ type ModelSettings struct {
 	// a lane's working memory keeps its prompts within it (spec 11.3).
 	// Zero means config.DefaultContextWindow.
 	ContextWindow int64
+	// Prices price a call whose provider reports no cost; nil leaves it
+	// unpriced.
+	Prices *config.Prices
 }
 
 // String describes the settings with the API key redacted, so that a
@@ -86,6 +90,7 @@ func ModelSettingsFromConfig(name string, m config.Model, apiKey string) ModelSe
 		ReasoningEffort: m.ReasoningEffort,
 		APIKey:          apiKey,
 		ContextWindow:   m.ContextWindowTokens(),
+		Prices:          m.Prices,
 	}
 }
 
@@ -154,13 +159,36 @@ type Request struct {
 	Tools    []ToolSpec
 	// MaxTokens bounds the completion, sent as max_tokens; zero omits it.
 	MaxTokens int64
+	// Lane and JobID say whose call it is (edge, system, core:<job>, and
+	// the core job's ID), for a [Gate]'s accounting; never sent.
+	Lane  string
+	JobID string
 }
 
 // Usage is the token count the provider reported; zero when it reported
-// none.
+// none. CachedTokens are the prompt tokens served from the provider's
+// cache (part of PromptTokens).
 type Usage struct {
 	PromptTokens     int64
 	CompletionTokens int64
+	CachedTokens     int64
+	// CostUSD is the call's cost: the provider's usage.cost when it
+	// reported one (CostSource "provider"), else computed from the model's
+	// prices ("prices"), else zero (CostSource empty).
+	CostUSD    float64
+	CostSource string
+}
+
+// Tokens is prompt plus completion tokens.
+func (u Usage) Tokens() int64 { return u.PromptTokens + u.CompletionTokens }
+
+// Gate is consulted by [Client.Complete] before every call and told what
+// the call used after it: a usage meter that enforces caps. Reserve may
+// lower req.MaxTokens so that the call cannot cost more than it reserved;
+// an error refuses the call, which is then not made. settle is called
+// once, with the response or nil when the call failed.
+type Gate interface {
+	Reserve(ctx context.Context, req *Request) (settle func(*Response), err error)
 }
 
 // Response is a successful chat completion: text, tool calls or both.

@@ -347,18 +347,13 @@ func (s *Server) writeCompletion(w http.ResponseWriter, step Step, stepNum int, 
 			FinishReason string  `json:"finish_reason"`
 			Logprobs     *string `json:"logprobs"`
 		}
-		usage struct {
-			PromptTokens     int64 `json:"prompt_tokens"`
-			CompletionTokens int64 `json:"completion_tokens"`
-			TotalTokens      int64 `json:"total_tokens"`
-		}
 		completion struct {
-			ID      string   `json:"id"`
-			Object  string   `json:"object"`
-			Created int64    `json:"created"`
-			Model   string   `json:"model"`
-			Choices []choice `json:"choices"`
-			Usage   usage    `json:"usage"`
+			ID      string    `json:"id"`
+			Object  string    `json:"object"`
+			Created int64     `json:"created"`
+			Model   string    `json:"model"`
+			Choices []choice  `json:"choices"`
+			Usage   wireUsage `json:"usage"`
 		}
 	)
 
@@ -396,21 +391,14 @@ func (s *Server) writeCompletion(w http.ResponseWriter, step Step, stepNum int, 
 			finish = "tool_calls"
 		}
 	}
-	u := Usage{
-		PromptTokens:     tokens(len(req.Fields["messages"]) + len(req.Fields["tools"])),
-		CompletionTokens: tokens(completionBytes),
-	}
-	if step.usage != nil {
-		u = *step.usage
+	wu, cut := s.bill(req, step, completionBytes)
+	if cut {
+		finish = "length"
 	}
 	model := step.model
 	if model == "" {
 		model = req.Model
 	}
-	s.mu.Lock()
-	s.usage.PromptTokens += u.PromptTokens
-	s.usage.CompletionTokens += u.CompletionTokens
-	s.mu.Unlock()
 
 	writeJSON(w, http.StatusOK, completion{
 		ID:      fmt.Sprintf("chatcmpl-llmtest-%d", req.Index),
@@ -418,8 +406,53 @@ func (s *Server) writeCompletion(w http.ResponseWriter, step Step, stepNum int, 
 		Created: time.Now().Unix(),
 		Model:   model,
 		Choices: []choice{{Message: msg, FinishReason: finish}},
-		Usage:   usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens},
+		Usage:   wu,
 	})
+}
+
+// The usage of a completion as the wire has it (OpenRouter's cost too).
+type (
+	wireDetails struct {
+		CachedTokens int64 `json:"cached_tokens"`
+	}
+	wireUsage struct {
+		PromptTokens     int64        `json:"prompt_tokens"`
+		CompletionTokens int64        `json:"completion_tokens"`
+		TotalTokens      int64        `json:"total_tokens"`
+		Details          *wireDetails `json:"prompt_tokens_details,omitempty"`
+		Cost             *float64     `json:"cost,omitempty"`
+	}
+)
+
+// bill works out and counts a completion's usage. Like a real provider,
+// the server bills no more completion than max_tokens allows, and says
+// the answer was cut.
+func (s *Server) bill(req *Request, step Step, completionBytes int) (wireUsage, bool) {
+	u := Usage{
+		PromptTokens:     tokens(len(req.Fields["messages"]) + len(req.Fields["tools"])),
+		CompletionTokens: tokens(completionBytes),
+	}
+	if step.usage != nil {
+		u = *step.usage
+	}
+	var maxTokens int64
+	cut := false
+	if raw, ok := req.Fields["max_tokens"]; ok && json.Unmarshal(raw, &maxTokens) == nil && maxTokens > 0 &&
+		u.CompletionTokens > maxTokens {
+		u.CompletionTokens, cut = maxTokens, true
+	}
+	wu := wireUsage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.PromptTokens + u.CompletionTokens}
+	if step.cost != nil {
+		u.CostUSD, u.CachedTokens = *step.cost, step.cached
+		wu.Cost, wu.Details = step.cost, &wireDetails{CachedTokens: step.cached}
+	}
+	s.mu.Lock()
+	s.usage.PromptTokens += u.PromptTokens
+	s.usage.CompletionTokens += u.CompletionTokens
+	s.usage.CachedTokens += u.CachedTokens
+	s.usage.CostUSD += u.CostUSD
+	s.mu.Unlock()
+	return wu, cut
 }
 
 // tokens estimates about four bytes per token, at least one.

@@ -30,6 +30,8 @@ type Step struct {
 	calls        []Call
 	finishReason string
 	usage        *Usage
+	cost         *float64
+	cached       int64
 	model        string
 
 	// raw, rate limit, error
@@ -58,6 +60,12 @@ type Call struct {
 type Usage struct {
 	PromptTokens     int64
 	CompletionTokens int64
+	// CachedTokens are reported as prompt_tokens_details.cached_tokens.
+	CachedTokens int64
+	// CostUSD is reported as usage.cost (OpenRouter's usage accounting)
+	// when the step set one with [Step.WithCost]; the server's total
+	// sums them.
+	CostUSD float64
 }
 
 // Text replies with an assistant message holding content and no tool calls
@@ -129,6 +137,13 @@ func (s Step) WithText(content string) Step {
 // 1 each.
 func (s Step) WithUsage(prompt, completion int64) Step {
 	s.usage = &Usage{PromptTokens: prompt, CompletionTokens: completion}
+	return s
+}
+
+// WithCost reports usage.cost, in US dollars, as OpenRouter does, and
+// cached prompt tokens.
+func (s Step) WithCost(usd float64, cached int64) Step {
+	s.cost, s.cached = &usd, cached
 	return s
 }
 

@@ -216,6 +216,7 @@ func (d *Def) ForModel(lane Lane, r Result) (view Result, ok bool) {
 		return Result{Status: r.Status, Summary: r.Summary, Masked: true}, true
 	}
 	r.Output = slices.Clone(r.Output)
+	r.Usage = nil // the meter's, never the model's
 	return r, true
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"github.com/choirhq/choir/rpc/usage"
 	"io/fs"
 	"os"
 	"path"
@@ -36,6 +37,12 @@ type Result struct {
 	Truncated bool `json:"truncated,omitempty"`
 	// Masked says the output was withheld from the prompt (prompt_mask).
 	Masked bool `json:"masked,omitempty"`
+	// Usage is what the call used of paid services (TTS characters,
+	// search queries), with its cost where priced: a built-in tool sets
+	// it, a host or external tool sends it as "usage". The arbiter takes
+	// it out of the result, commits it beside the result and counts it
+	// against the agent's caps; the model never sees it.
+	Usage []usage.Record `json:"usage,omitempty"`
 }
 
 // JSON returns the result as the JSON a model receives.

@@ -547,7 +547,7 @@ type deltaEvent struct {
 func (m *Memory) fold(c *Compaction) (Result, error) {
 	ctx, p := c.ctx, c.plan
 	model := m.cfg.Model()
-	resp, err := m.cfg.LLM.Complete(ctx, llm.Request{Model: model, Messages: m.request(p)})
+	resp, err := m.cfg.LLM.Complete(ctx, llm.Request{Model: model, Messages: m.request(p), Lane: m.cfg.Lane})
 	if err != nil {
 		return Result{}, fmt.Errorf("compaction call: %w", err)
 	}
@@ -556,7 +556,8 @@ func (m *Memory) fold(c *Compaction) (Result, error) {
 	}
 	if _, err := m.cfg.Commit.Commit(ctx, rpc.EventLLMCallCommitted, m.cfg.Lane, commitlog.LLMCall{Model: model.Name,
 		Lane: m.cfg.Lane, PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
-		LatencyMS: resp.Latency.Milliseconds(), Purpose: commitlog.PurposeCompaction}); err != nil {
+		LatencyMS: resp.Latency.Milliseconds(), Purpose: commitlog.PurposeCompaction,
+		CachedTokens: resp.Usage.CachedTokens, CostUSD: resp.Usage.CostUSD, CostSource: resp.Usage.CostSource}); err != nil {
 		return Result{}, fmt.Errorf("commit compaction call: %w", err)
 	}
 	delta, err := ParseDelta(resp.Content)

@@ -18,6 +18,7 @@ import (
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/schedule"
+	"github.com/choirhq/choir/daemon/usage"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
@@ -37,6 +38,8 @@ type Options struct {
 	StartedAt time.Time
 	// Schedules serves choirctl schedule.
 	Schedules *schedule.Service
+	// Usage serves choirctl usage.
+	Usage *usage.Service
 }
 
 // API serves choirctl's requests: each handler calls the control layer
@@ -59,6 +62,7 @@ func Mount(mux *admin.Mux, o Options) {
 	d.mountControl(mux)
 	d.mountMemory(mux)
 	mountSchedules(mux, o.Schedules)
+	mountUsage(mux, o.Usage)
 }
 
 // adminScope is the scope of a choirctl request: admin, named by the

@@ -29,6 +29,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/usage"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -69,6 +70,9 @@ type Options struct {
 	Typing Typing
 	// Progress, when set, shows core jobs' progress live.
 	Progress Progress
+	// UsageBaseline, when set, is what an agent spent before, sent with
+	// its configuration for its usage caps (daemon/usage).
+	UsageBaseline func(ctx context.Context, agentID string, sessionID uuid.UUID) (*usage.Baseline, error)
 }
 
 // API is choird's side of the agent protocol: every verb checked against
@@ -79,6 +83,7 @@ type API struct {
 	// heartbeatPool, when set, serves HEARTBEAT alone.
 	heartbeatPool *pgxpool.Pool
 	snapshot      func() *control.Snapshot
+	usageBaseline func(ctx context.Context, agentID string, sessionID uuid.UUID) (*usage.Baseline, error)
 
 	mu sync.RWMutex
 	// hostTools are the tools choird executes for agents, by name.
@@ -101,7 +106,7 @@ var _ rpc.ControlPlaneHandler = (*API)(nil)
 func New(o Options) *API {
 	a := &API{pool: o.Pool, logger: o.Logger, heartbeatPool: o.HeartbeatPool, snapshot: o.Config,
 		hostTools: map[string]HostTool{}, jobs: o.Jobs, closeSession: o.CloseSession, helloDone: o.HelloDone, typing: o.Typing,
-		progress: o.Progress}
+		progress: o.Progress, usageBaseline: o.UsageBaseline}
 	maps.Copy(a.hostTools, o.HostTools)
 	a.hostTools[SendFileTool] = a.sendFile
 	return a
@@ -373,6 +378,11 @@ func (a *API) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, req r
 		dc.VoiceProfile = st.VoiceProfileOverride
 	}
 	dc.Secrets = sessionSecrets(cfg, b, st.LlmOverride, st.VoiceProfileOverride)
+	if a.usageBaseline != nil {
+		if dc.Usage, err = a.usageBaseline(ctx, call.Session.AgentID, id); err != nil {
+			return rpc.FetchDynamicConfigResponse{}, err
+		}
+	}
 	out, err := json.Marshal(dc)
 	if err != nil {
 		return rpc.FetchDynamicConfigResponse{}, err

@@ -192,6 +192,8 @@ func init() {
 			}},
 		{name: "schedules", usage: "/schedules", adminUsage: "/schedules [agent-id]",
 			help: "schedules and reminders still to fire (admin: every agent's, or one's)", parse: (*Commands).schedules},
+		{name: "usage", usage: "/usage", adminUsage: "/usage [agent-id]",
+			help: "spend against each usage cap, and per day", parse: (*Commands).usageCmd},
 		{name: "help", usage: "/help", help: "this list", parse: func(c *Commands, _ context.Context, sc control.Scope, _ gateway.Command) (action, error) {
 			return cmdRead(func(context.Context) (string, error) { return c.help(sc), nil }), nil
 		}},

@@ -63,6 +63,8 @@ type coreOpts struct {
 	// window), so a small window keeps the same room whatever tools are
 	// built in.
 	overTools int64
+	// gate, when set, is both lanes' usage gate (a meter).
+	gate llm.Gate
 }
 
 // slowWriteScript is test.slow_write: it marks that it started, waits until
@@ -136,9 +138,9 @@ func setupCores(t testing.TB, o coreOpts) *coreBench {
 			return m
 		}
 	}
-	jobsCfg := core.Config{Arbiter: arb, Log: log, Tools: reg, LLM: &llm.Client{}, Model: coreModel,
+	jobsCfg := core.Config{Arbiter: arb, Log: log, Tools: reg, LLM: &llm.Client{Gate: o.gate}, Model: coreModel,
 		Soul: "Be thorough and exact.", Out: b.out, Budgets: o.budgets, RateLimitDelay: 10 * time.Millisecond}
-	b.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, LLM: &llm.Client{},
+	b.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, LLM: &llm.Client{Gate: o.gate},
 		Model: b.edgeSrv.Model, Out: b.out, RateLimitDelay: 10 * time.Millisecond,
 		Budgets:  lane.Budgets{TotalSessionTokens: o.budgets.TotalSessionTokens, MaxToolCallsPerSession: o.budgets.MaxToolCallsPerSession},
 		Identity: lane.Identity{Instructions: "You are the edge lane.", User: "The user is Ada.", Soul: "Be brief."},
@@ -289,6 +291,7 @@ func newScriptedJobs(scripts map[string][]llmtest.Step) *scriptedJobs {
 // stoppedOf decodes a core_stopped event.
 type stoppedPayload struct {
 	JobName     string          `json:"job_name"`
+	JobID       string          `json:"job_id"`
 	Outcome     string          `json:"outcome"`
 	State       string          `json:"state"`
 	FinalResult json.RawMessage `json:"final_result"`

@@ -26,6 +26,7 @@ import (
 	"github.com/choirhq/choir/agent/lane"
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/lock"
+	"github.com/choirhq/choir/agent/meter"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/workmem"
 	"github.com/choirhq/choir/rpc"
@@ -247,6 +248,13 @@ func (c *Job) loop() (json.RawMessage, *coreError) {
 			if c.ctx.Err() != nil {
 				continue // abandoned by a cancel: the safe point says why
 			}
+			var ce *meter.CapError
+			if errors.As(err, &ce) {
+				// Stopped before the call: the job ends with its partial
+				// result like any job out of budget.
+				return nil, &coreError{Kind: errKindBudget, Budget: ce.Field, Limit: int64(ce.Cap),
+					Message: strings.TrimPrefix(ce.Error(), "usage cap: ")}
+			}
 			return nil, &coreError{Kind: errKindModel, Message: lane.UserError(err)}
 		}
 		if t := b.TotalSessionTokens; t > 0 && c.set.sessionTokens() > t {
@@ -311,7 +319,8 @@ func (c *Job) step() (string, []coreCall, error) {
 					wait.Round(time.Second))})
 		}}
 	tools := c.tools()
-	resp, err := c.set.cfg.LLM.CompleteWithRetry(c.ctx, llm.Request{Model: model, Messages: c.prompt(tools), Tools: tools}, policy)
+	resp, err := c.set.cfg.LLM.CompleteWithRetry(c.ctx, llm.Request{Model: model, Messages: c.prompt(tools), Tools: tools,
+		Lane: c.lane, JobID: c.start.JobID}, policy)
 	if err != nil {
 		return "", nil, err
 	}
@@ -327,7 +336,8 @@ func (c *Job) step() (string, []coreCall, error) {
 	if _, err := c.commit(rpc.EventLLMCallCommitted, commitlog.LLMCall{Model: model.Name, Lane: c.lane,
 		PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
 		LatencyMS: resp.Latency.Milliseconds(), ToolMode: string(c.toolOffer().Mode()),
-		ToolSchemaTokens: toolTokens(tools)}); err != nil {
+		ToolSchemaTokens: toolTokens(tools), CachedTokens: resp.Usage.CachedTokens, CostUSD: resp.Usage.CostUSD,
+		CostSource: resp.Usage.CostSource, JobID: c.start.JobID}); err != nil {
 		return "", nil, err
 	}
 	calls := make([]coreCall, len(resp.ToolCalls))

@@ -28,6 +28,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/rpc/usage"
 	"log/slog"
 	"net/http"
 	"os"
@@ -54,6 +55,16 @@ const maxTextChars = 50_000
 type Usage struct {
 	Profile, TTS, Provider, ModelID, VoiceID string
 	Characters, Requests                     int
+}
+
+// Record is u as a usage record: characters spoken by the provider, its
+// cost unknown to the tool (ElevenLabs bills by plan).
+func (u Usage) Record() usage.Record {
+	service := u.TTS
+	if u.ModelID != "" {
+		service += "/" + u.ModelID
+	}
+	return usage.Record{Kind: usage.KindTTS, Service: service, Units: int64(u.Characters), Unit: usage.UnitCharacters}
 }
 
 // Config configures the tool. Zero fields take their defaults.
@@ -165,7 +176,15 @@ type output struct {
 
 // Execute speaks the text. Every failure the model can act on is a result
 // with status error saying what to do, and a log line.
-func (s *speak) Execute(ctx context.Context, env tool.Env, raw json.RawMessage) (tool.Result, error) {
+func (s *speak) Execute(ctx context.Context, env tool.Env, raw json.RawMessage) (res tool.Result, err error) {
+	// What the provider spoke is spent, whatever happens next: the result
+	// carries it for the usage accounting (tool.Result.Usage).
+	var spent Usage
+	defer func() {
+		if spent.Characters > 0 && err == nil {
+			res.Usage = append(res.Usage, spent.Record())
+		}
+	}()
 	var in input
 	if err := json.Unmarshal(raw, &in); err != nil {
 		return tool.ErrorResult("decode input: %v", err), nil
@@ -204,6 +223,7 @@ func (s *speak) Execute(ctx context.Context, env tool.Env, raw json.RawMessage) 
 	}
 	format := opusFormat(voice.OutputFormat)
 	audio, usage, err := s.synthesize(ctx, &elevenLabs{cfg: s.cfg, key: key, voice: voice}, parts, format)
+	spent = usage
 	if usage.Characters > 0 && s.cfg.UsageFunc != nil {
 		s.cfg.UsageFunc(ctx, usage)
 	}

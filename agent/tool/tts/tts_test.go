@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"github.com/choirhq/choir/rpc/usage"
 	"log/slog"
 	"net"
 	"os"
@@ -149,7 +150,13 @@ func mustSpeak(t *testing.T, tb *testBundle, input string) speakOut {
 	if r.Status != tool.StatusSuccess {
 		t.Fatalf("speak: %s %s", r.Status, r.Summary)
 	}
-	return tooltest.Output[speakOut](t, r)
+	out := tooltest.Output[speakOut](t, r)
+	// What was spoken is counted, for the usage accounting.
+	if len(r.Usage) != 1 || r.Usage[0].Kind != usage.KindTTS || r.Usage[0].Unit != usage.UnitCharacters ||
+		r.Usage[0].Units != int64(out.Characters) || r.Usage[0].Units == 0 {
+		t.Errorf("usage %+v, want the %d characters spoken", r.Usage, out.Characters)
+	}
+	return out
 }
 
 // oggPage is a page as this test reads it, independently of the tool.

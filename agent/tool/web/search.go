@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/choirhq/choir/rpc/usage"
 	"io"
 	"log/slog"
 	"net/http"
@@ -137,7 +138,11 @@ func (s *searchTool) Execute(ctx context.Context, _ tool.Env, input json.RawMess
 	}
 	s.store(key, out)
 	log.Info("search done", slog.Int("results", len(out.Results)))
-	return tool.SuccessResult(fmt.Sprintf("%d results for %q", len(out.Results), in.Query), out), nil
+	r := tool.SuccessResult(fmt.Sprintf("%d results for %q", len(out.Results), in.Query), out)
+	// One query spent (a cached answer spends none), for the usage
+	// accounting; Brave bills by plan, so the cost is not the tool's to say.
+	r.Usage = []usage.Record{{Kind: usage.KindSearch, Service: p.Name, Units: 1, Unit: usage.UnitQueries}}
+	return r, nil
 }
 
 func cacheKey(in searchInput) string {

@@ -3,6 +3,7 @@ package web_test
 import (
 	"context"
 	"errors"
+	"github.com/choirhq/choir/rpc/usage"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -136,6 +137,9 @@ func TestSearch(t *testing.T) {
 	if r.Status != tool.StatusSuccess || len(out.Results) != 2 || !out.More {
 		t.Fatalf("result %+v", r)
 	}
+	if len(r.Usage) != 1 || r.Usage[0].Kind != usage.KindSearch || r.Usage[0].Units != 1 || r.Usage[0].Service != "brave" {
+		t.Errorf("usage %+v, want one search query on brave", r.Usage)
+	}
 	want := web.SearchResult{Title: "Choir & agents", URL: "https://example.com/choir", Snippet: "Self-hosted personal agents.",
 		Age: "November 20, 2026", Source: "Example"}
 	if out.Results[0] != want {
@@ -157,6 +161,9 @@ func TestSearch(t *testing.T) {
 	r = b.MustCall(t, web.NameSearch, in)
 	if out := tooltest.Output[searchOut](t, r); !out.Cached || f.hits.Load() != 1 || metered.Load() != 1 {
 		t.Fatalf("retry: cached %v, hits %d, metered %d", out.Cached, f.hits.Load(), metered.Load())
+	}
+	if len(r.Usage) != 0 {
+		t.Errorf("a cached answer counts usage %+v", r.Usage)
 	}
 	clk.Add(web.DefaultCacheTTL)
 	r = b.MustCall(t, web.NameSearch, in)

@@ -36,6 +36,8 @@ func TestBuild(t *testing.T) {
 			tool.NameScheduleList:   tool.KindHost,
 			tool.NameScheduleCancel: tool.KindHost,
 			tool.NameRemind:         tool.KindHost,
+			tool.NameProposeConfig:  tool.KindMeta,
+			tool.NameProposeRepo:    tool.KindMeta,
 		}
 		for name, kind := range want {
 			d, ok := reg.Lookup(name)

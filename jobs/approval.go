@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/choirhq/choir/agent/proposal"
 	"github.com/choirhq/choir/db"
 	choirsql "github.com/choirhq/choir/sql"
 )
@@ -99,10 +100,15 @@ func ResolveApprovalTx(ctx context.Context, tx pgx.Tx, ins Inserter, id uuid.UUI
 	if err := scheduleApprovalResolvedTx(ctx, tx, ins, row, time.Now()); err != nil {
 		return row, false, err
 	}
+	if err := proposalApprovedTx(ctx, tx, ins, row); err != nil {
+		return row, false, err
+	}
 	var text string
 	switch {
 	case by == ResolvedByTimeout:
 		text = fmt.Sprintf("Approval timed out: %s. Rejected automatically.", row.Summary)
+	case proposal.IsProposal(row.RequestType):
+		text = proposalOutcomeText(row, approve)
 	case approve:
 		text = fmt.Sprintf("Approved: %s. Executing.", row.Summary)
 	default:

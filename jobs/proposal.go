@@ -44,7 +44,9 @@ type ProposalApplyWorker struct {
 }
 
 // Timeout bounds one step: an image build may take minutes.
-func (w *ProposalApplyWorker) Timeout(*river.Job[ProposalApplyArgs]) time.Duration { return 30 * time.Minute }
+func (w *ProposalApplyWorker) Timeout(*river.Job[ProposalApplyArgs]) time.Duration {
+	return 30 * time.Minute
+}
 
 // Work implements river.Worker.
 func (w *ProposalApplyWorker) Work(ctx context.Context, job *river.Job[ProposalApplyArgs]) error {

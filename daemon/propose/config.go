@@ -52,7 +52,7 @@ func (p *Proposer) applyConfig(ctx context.Context, sc control.Scope, a db.Choir
 	res, err := p.o.Control.ConfigApply(ctx, sc)
 	if err != nil {
 		os.WriteFile(path, disk, 0o600) //nolint:errcheck
-		p.o.Control.ConfigLoad(ctx, sc)  //nolint:errcheck // stage what runs again
+		p.o.Control.ConfigLoad(ctx, sc) //nolint:errcheck // stage what runs again
 		return outcome{}, failed("config", fmt.Errorf("config apply: %w", err))
 	}
 	var b strings.Builder

@@ -14,15 +14,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"path"
-	"path/filepath"
 	"regexp"
 	"strings"
 
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
-	"github.com/choirhq/choir/agent/tool/external"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -149,8 +145,8 @@ var (
 )
 
 // ParseTool decodes and checks a tool proposal: the manifest it makes is
-// loaded by the loader the agent's registry uses (with a stand-in
-// executable when the proposal has none: the person then adds it), and
+// validated as the external tool loader and the registry validate a
+// manifest file (the build runs the same on the merged repository), and
 // known, when not nil, reports the tools the agent already has, so that
 // "add" must name a new tool and "modify" an existing one.
 func ParseTool(input json.RawMessage, known func(string) bool) (Tool, error) {
@@ -194,30 +190,18 @@ func ParseTool(input json.RawMessage, known func(string) bool) (Tool, error) {
 	return t, nil
 }
 
-// loadManifest runs the external tool loader, the one choir-agent and the
-// image build use, on the proposed files.
+// loadManifest validates the manifest file the proposal writes as the
+// external tool loader does (strict decoding, then the registry's own
+// validation of the spec), in memory: the agent's container may have no
+// writable temporary directory. Its executable is the proposal's own file.
 func loadManifest(t Tool) error {
-	dir, err := os.MkdirTemp("", "choir-proposal-")
-	if err != nil {
-		return err
+	file := t.Files()[0]
+	var spec tool.Spec
+	if err := strictjson.Decode([]byte(file.Content), &spec, strictjson.Limits{MaxBytes: maxPayloadBytes}); err != nil {
+		return fmt.Errorf("%s: %w", file.Path, err)
 	}
-	defer os.RemoveAll(dir)
-	files := t.Files()
-	if t.Implementation == nil {
-		files = append(files, File{Path: "tools/" + t.Name, Content: "#!/bin/sh\nexit 127\n", Executable: true})
-	}
-	for _, f := range files {
-		mode := os.FileMode(0o644)
-		if f.Executable {
-			mode = 0o755
-		}
-		if err := os.WriteFile(filepath.Join(dir, path.Base(f.Path)), []byte(f.Content), mode); err != nil {
-			return err
-		}
-	}
-	_, err = external.Load(dir, tool.OriginAgent)
-	if err != nil {
-		return errors.New(strings.ReplaceAll(err.Error(), dir+"/", "tools/"))
+	if _, err := tool.NewDef(spec, nil, tool.OriginAgent, file.Path); err != nil {
+		return fmt.Errorf("%s: %w", file.Path, err)
 	}
 	return nil
 }

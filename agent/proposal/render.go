@@ -14,7 +14,7 @@ import (
 const (
 	// WillDeploy is what happens to an approved tool, skill or repo
 	// change.
-	WillDeploy = "If approved, it will be merged into the agent's repository, built and deployed."
+	WillDeploy = "If approved, it will be merged, built and deployed: merged into the agent's repository, its image rebuilt, the agent updated."
 	// WillApplyConfig is what happens to an approved config change.
 	WillApplyConfig = "If approved, it will be written to config.json, then loaded and applied as choirctl config load and apply do."
 )

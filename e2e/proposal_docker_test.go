@@ -215,9 +215,9 @@ func TestToolProposalLandsUnderDocker(t *testing.T) {
 	e.bot.PressButton(userAlice, request.MessageID, request.Keyboard()[0][0].Data)
 	waitSentTo(t, e.bot, userAlice, "the merge step", containsText("merged into main"))
 	deployed := waitSentToLong(t, e.bot, userAlice, "the deploy step", func(m telegramtest.Message) bool {
-		return strings.Contains(m.Text, "deployed;") || strings.Contains(m.Text, "failed; approved, not applied")
+		return strings.Contains(m.Text, "): deployed;") || strings.Contains(m.Text, "failed; approved, not applied")
 	})
-	if !strings.Contains(deployed.Text, "deployed;") {
+	if !strings.Contains(deployed.Text, "): deployed;") {
 		t.Fatalf("the proposal did not land: %s", deployed.Text)
 	}
 	var merge, image, outcome, by string
@@ -233,7 +233,7 @@ func TestToolProposalLandsUnderDocker(t *testing.T) {
 
 	d2.WaitState(t, "assistant", admin.AgentActive)
 	e.bot.SendText(userAlice, "greet me")
-	waitSentToLong(t, e.bot, userAlice, "the answer after the new tool ran", containsText("The new tool says hello."))
+	waitSentTo(t, e.bot, userAlice, "the answer after the new tool ran", containsText("The new tool says hello."))
 	if g := greeted.Load(); g == nil || !strings.Contains(*g, "hello from greet.hello") {
 		t.Errorf("the tool's result = %v", g)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -79,6 +80,9 @@ func proposalApprovedTx(ctx context.Context, tx pgx.Tx, ins Inserter, a db.Choir
 
 // proposalOutcomeText is what the chat is told of a decided proposal.
 func proposalOutcomeText(a db.ChoirControlPendingApproval, approve bool) string {
+	// The summary's first line names the change; the rest said what
+	// approving it would do.
+	a.Summary, _, _ = strings.Cut(a.Summary, "\n")
 	switch {
 	case !approve:
 		return fmt.Sprintf("Rejected by %s: %s. Nothing is applied.", deref(a.ResolvedBy), a.Summary)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -80,9 +79,6 @@ func proposalApprovedTx(ctx context.Context, tx pgx.Tx, ins Inserter, a db.Choir
 
 // proposalOutcomeText is what the chat is told of a decided proposal.
 func proposalOutcomeText(a db.ChoirControlPendingApproval, approve bool) string {
-	// The summary's first line names the change; the rest said what
-	// approving it would do.
-	a.Summary, _, _ = strings.Cut(a.Summary, "\n")
 	switch {
 	case !approve:
 		return fmt.Sprintf("Rejected by %s: %s. Nothing is applied.", deref(a.ResolvedBy), a.Summary)
@@ -99,4 +95,17 @@ func deref(s *string) string {
 		return ""
 	}
 	return *s
+}
+
+// proposalWill is what the request of a proposal adds to its summary:
+// what approving it does, and where the full change is (the messages
+// choird queued before the request).
+func proposalWill(requestType string) string {
+	switch requestType {
+	case proposal.TypeConfig:
+		return "\n" + proposal.WillApplyConfig + " The full change is in the message(s) above."
+	case proposal.TypeTool, proposal.TypeSkill, proposal.TypeRepo:
+		return "\n" + proposal.WillDeploy + " The full change is in the message(s) above."
+	}
+	return ""
 }

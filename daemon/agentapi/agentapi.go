@@ -242,7 +242,10 @@ func (a *API) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.
 		if err != nil {
 			return rpc.ApprovalResponse{}, rpc.Errorf(rpc.CodeBadRequest, "proposal refused before any person saw it: %v", err)
 		}
-		checked, req.Summary = &c, c.Summary
+		checked = &c
+		if strings.TrimSpace(req.Summary) == "" {
+			req.Summary = c.Summary
+		}
 	}
 	var resp rpc.ApprovalResponse
 	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {

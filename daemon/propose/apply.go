@@ -204,8 +204,12 @@ func (p *Proposer) merge(ctx context.Context, a db.ChoirControlPendingApproval, 
 		if _, err := c.git(ctx, "add", "-A"); err != nil {
 			return outcome{}, err
 		}
-		if _, err := c.git(ctx, "commit", "--quiet", "--allow-empty", "-m",
-			a.Summary+"\n\nChoir-Proposal: "+a.ApprovalID.String()); err != nil {
+		var why struct {
+			Rationale string `json:"rationale"`
+		}
+		jsonObject(a.Payload, &why)
+		if _, err := c.git(ctx, "commit", "--quiet", "--allow-empty", "-m", proposal.Summary(a.RequestType, a.Payload)+
+			"\n\n"+why.Rationale+"\n\nChoir-Proposal: "+a.ApprovalID.String()); err != nil {
 			return outcome{}, err
 		}
 		if _, err := c.git(ctx, "checkout", "--quiet", repo.Ref); err != nil {
@@ -219,8 +223,8 @@ func (p *Proposer) merge(ctx context.Context, a db.ChoirControlPendingApproval, 
 			return outcome{}, failed("merge", err)
 		}
 	}
-	msg := fmt.Sprintf("Merge proposal %s of %s\n\n%s\n\nApproved-By: %s\nChoir-Approval: %s",
-		shortID(a), a.AgentID, a.Summary, deref(a.ResolvedBy), a.ApprovalID)
+	msg := fmt.Sprintf("Merge proposal %s of %s: %s\n\nApproved-By: %s\nChoir-Approval: %s",
+		shortID(a), a.AgentID, proposal.Summary(a.RequestType, a.Payload), deref(a.ResolvedBy), a.ApprovalID)
 	if _, err := c.git(ctx, "merge", "--no-ff", "--no-edit", "-m", msg, head); err != nil {
 		c.git(ctx, "merge", "--abort") //nolint:errcheck
 		return outcome{}, failed("merge", fmt.Errorf("merge conflict with %s: %w", repo.Ref, err))

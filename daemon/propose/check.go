@@ -23,8 +23,7 @@ import (
 // Checked is a proposal that passed validation: what the person is shown.
 type Checked struct {
 	Kind string
-	// Summary is the approval's one line, ending with what approving it
-	// leads to and where the full change is.
+	// Summary is the approval's one line: the change and why.
 	Summary string
 	// Parts are the full change, each one chat message; together they are
 	// the preview, nothing left out.
@@ -87,10 +86,6 @@ func (p *Proposer) Check(ctx context.Context, agentID, sessionID string, req rpc
 		return Checked{}, fmt.Errorf("%w: %d bytes, at most %d messages of %d bytes; split it into smaller proposals",
 			ErrTooLong, len(preview), proposal.MaxParts, proposal.PartBytes)
 	}
-	will := proposal.WillDeploy
-	if kind == "config" {
-		will = proposal.WillApplyConfig
-	}
 	line := proposal.Summary(req.RequestType, req.Payload)
 	var why struct {
 		Rationale string `json:"rationale"`
@@ -101,12 +96,7 @@ func (p *Proposer) Check(ctx context.Context, agentID, sessionID string, req rpc
 			line = strings.ToValidUTF8(line[:300], "") + "…"
 		}
 	}
-	n := "message"
-	if len(parts) > 1 {
-		n = fmt.Sprintf("%d messages", len(parts))
-	}
-	return Checked{Kind: kind, Parts: parts, BaseSHA256: base,
-		Summary: fmt.Sprintf("%s\n%s The full change is in the %s above.", line, will, n)}, nil
+	return Checked{Kind: kind, Parts: parts, BaseSHA256: base, Summary: line}, nil
 }
 
 // RecordTx records a checked proposal with its approval, and queues the

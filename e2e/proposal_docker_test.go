@@ -115,6 +115,13 @@ var stateRe = regexp.MustCompile(`from state (\w+)`)
 // to greet, it calls the new tool; anything else (the session summary at
 // the update's stop, the outcome of the approval) gets a short text.
 func toolBuilderModel(proposal string, greeted *atomic.Pointer[string]) func(context.Context, *llmtest.Request) llmtest.Step {
+	return builderModel("greeting tool", "tool-builder", "choir.propose.tool", proposal, greeted)
+}
+
+// builderModel runs skill (tool-builder or skill-builder) when the user's
+// message holds trigger, calling propose with proposal in its propose
+// state.
+func builderModel(trigger, skillName, propose, proposal string, greeted *atomic.Pointer[string]) func(context.Context, *llmtest.Request) llmtest.Step {
 	var calls atomic.Int64
 	call := func(name, args string) llmtest.Step {
 		return llmtest.ToolCalls(llmtest.Call{ID: fmt.Sprintf("c%d", calls.Add(1)), Name: name, Arguments: args})
@@ -131,12 +138,12 @@ func toolBuilderModel(proposal string, greeted *atomic.Pointer[string]) func(con
 		if tr, ok := r.Tool(skill.TransitionToolName); ok {
 			m := stateRe.FindStringSubmatch(tr.Description)
 			if m != nil && m[1] == "propose" && !strings.Contains(last.Content, "approval_id") {
-				return call("choir.propose.tool", proposal)
+				return call(propose, proposal)
 			}
 			return call(skill.TransitionToolName, `{"event":"complete"}`)
 		}
-		if last.Role == "user" && strings.Contains(last.Content, "greeting tool") {
-			return call("choir.skill.start", `{"name":"tool-builder"}`)
+		if last.Role == "user" && strings.Contains(last.Content, trigger) {
+			return call("choir.skill.start", `{"name":"`+skillName+`"}`)
 		}
 		return llmtest.Text("Done.")
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -227,6 +228,10 @@ func TestConfigProposal(t *testing.T) {
 	if !b.d.Snapshot().Config.Agents["assistant"].SchedulesNeedApproval {
 		t.Error("the running config does not have the change")
 	}
+	if all := strings.Join(b.messages(t, resp.ApprovalID), "\n"); !strings.Contains(all, "config applied, version") ||
+		!strings.Contains(all, "agents.assistant.schedules_need_approval: ") {
+		t.Errorf("the chat is not told what took effect:\n%s", all)
+	}
 	data, _ := os.ReadFile(filepath.Join(b.d.Home, config.ConfigFile))
 	if !strings.Contains(string(data), `"schedules_need_approval": true`) {
 		t.Errorf("config.json:\n%s", data)
@@ -269,4 +274,37 @@ func TestRepoProposalRejectedKeepsBranch(t *testing.T) {
 		t.Error("a rejected proposal changed main")
 	}
 	gitIn(t, b.repo, "rev-parse", "--verify", "refs/heads/"+branch)
+}
+
+// TestLongProposalIsSentWhole: a change longer than one message goes out
+// in numbered parts, each one message, before the request; nothing is cut.
+func TestLongProposalIsSentWhole(t *testing.T) {
+	t.Parallel()
+	b := setupProposals(t)
+	script := "#!/bin/sh\n" + strings.Repeat("echo 'a line of the tool that the person reads in full'\n", 500)
+	var in map[string]any
+	json.Unmarshal([]byte(toolProposal("greet.long")), &in)
+	in["implementation"] = map[string]string{"content": script}
+	raw, _ := json.Marshal(in)
+	resp, err := b.propose(t, "req-long", "choir.propose.tool", string(raw))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs := b.messages(t, resp.ApprovalID)
+	if len(msgs) < 4 {
+		t.Fatalf("%d messages for a %d-byte script", len(msgs), len(script))
+	}
+	for i, m := range msgs[:len(msgs)-1] {
+		if len(m) > 4096 || !strings.Contains(m, fmt.Sprintf("part %d of %d", i+1, len(msgs)-1)) {
+			t.Errorf("part %d: %d bytes, %.60q", i+1, len(m), m)
+		}
+	}
+	var preview string
+	b.d.Pool().QueryRow(context.Background(), `SELECT preview FROM choir_audit.proposals WHERE approval_id = $1`, resp.ApprovalID).Scan(&preview)
+	if !strings.Contains(preview, script) {
+		t.Error("the recorded preview does not hold the whole script")
+	}
+	if !strings.Contains(msgs[len(msgs)-1], "message(s) above") {
+		t.Errorf("request = %q", msgs[len(msgs)-1])
+	}
 }

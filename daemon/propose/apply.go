@@ -55,21 +55,14 @@ func failed(step string, err error) error { return &stepFailed{step: step, err: 
 // again, and every step finds what an earlier run of it did.
 func (p *Proposer) Apply(ctx context.Context, job *river.Job[jobs.ProposalApplyArgs]) error {
 	id := job.Args.ApprovalID
-	// A step outlives River's rescue of stuck jobs (an image build takes
-	// minutes): a second run of the same proposal waits for the first.
-	conn, err := p.o.Pool.Acquire(ctx)
-	if err != nil {
-		return err
-	}
-	defer conn.Release()
-	var locked bool
-	if err := conn.QueryRow(ctx, `SELECT pg_try_advisory_lock(hashtextextended('choir.proposal:' || $1::text, 0))`, id).Scan(&locked); err != nil {
-		return err
-	}
-	if !locked {
+	// A step may outlive River's rescue of stuck jobs (an image build
+	// takes minutes): a second run of the same proposal waits for the
+	// first. One choird runs the jobs, so the guard is in memory, and
+	// holds no database connection while a build runs.
+	if _, busy := p.running.LoadOrStore(id, struct{}{}); busy {
 		return river.JobSnooze(15 * time.Second)
 	}
-	defer conn.Exec(context.WithoutCancel(ctx), `SELECT pg_advisory_unlock(hashtextextended('choir.proposal:' || $1::text, 0))`, id) //nolint:errcheck
+	defer p.running.Delete(id)
 
 	q := db.New(choirsql.Interpreted(p.o.Pool))
 	a, err := q.ApprovalGet(ctx, id)

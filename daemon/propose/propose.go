@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"sync"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -48,6 +49,8 @@ type Options struct {
 // Proposer checks proposals and applies approved ones.
 type Proposer struct {
 	o Options
+	// running holds the approvals whose step runs now.
+	running sync.Map
 }
 
 // New makes a Proposer.

@@ -230,7 +230,16 @@ func TestToolProposalLandsUnderDocker(t *testing.T) {
 	var merge, image, outcome, by string
 	d2.Pool().QueryRow(ctx, `SELECT merge_commit, image, outcome, decided_by FROM choir_audit.proposals WHERE agent_id = 'assistant'`).
 		Scan(&merge, &image, &outcome, &by)
-	t.Cleanup(func() { removeImages(cli, image) })
+	t.Cleanup(func() {
+		// The build tags its newest image latest too: remove that tag when
+		// it is this test's image.
+		mine, err1 := cli.ImageInspect(context.Background(), image)
+		latest, err2 := cli.ImageInspect(context.Background(), "choir-agent-assistant:latest")
+		if err1 == nil && err2 == nil && mine.ID == latest.ID {
+			removeImages(cli, "choir-agent-assistant:latest")
+		}
+		removeImages(cli, image)
+	})
 	if outcome != "applied" || merge == "" || image == first.Image || !strings.HasPrefix(by, "telegram:") {
 		t.Errorf("audit: outcome %q merge %q image %q (was %q) by %q", outcome, merge, image, first.Image, by)
 	}

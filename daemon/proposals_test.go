@@ -273,6 +273,9 @@ func TestRepoProposalRejectedKeepsBranch(t *testing.T) {
 	if got := gitIn(t, b.repo, "rev-parse", "main"); got != head {
 		t.Error("a rejected proposal changed main")
 	}
+	if outcome, _, _ := b.waitState(t, resp.ApprovalID, "rejected"); outcome != "rejected" {
+		t.Error(outcome)
+	}
 	gitIn(t, b.repo, "rev-parse", "--verify", "refs/heads/"+branch)
 }
 

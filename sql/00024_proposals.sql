@@ -38,8 +38,11 @@ SELECT p.approval_id,
        a.status AS decision,
        a.resolved_by AS decided_by,
        a.resolved_at AS decided_at,
-       CASE WHEN a.status = 'approved' AND p.state = 'not_applied' THEN 'approved, not applied'
-            ELSE p.state END AS outcome,
+       CASE WHEN a.status = 'pending' THEN 'pending'
+            WHEN a.status = 'rejected' THEN 'rejected'
+            WHEN p.state = 'not_applied' THEN 'approved, not applied'
+            WHEN p.state = 'applied' THEN 'applied'
+            ELSE 'approved, applying' END AS outcome,
        p.step,
        p.reason,
        p.merge_commit,

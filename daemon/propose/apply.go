@@ -86,9 +86,13 @@ func (p *Proposer) Apply(ctx context.Context, job *river.Job[jobs.ProposalApplyA
 	var sf *stepFailed
 	switch {
 	case errors.As(err, &sf):
+		effect := "The running agent is unchanged."
+		if sf.step == "update" {
+			effect = "The image is built, but the agent could not be updated to it; choirctl agent status shows where it stands."
+		}
 		out = outcome{state: StateNotApplied, reason: sf.Error(),
-			text: fmt.Sprintf("Proposal %s (%s): %s failed; approved, not applied. The running agent is unchanged.\n%s",
-				shortID(a), a.AgentID, sf.step, tail(sf.err.Error()))}
+			text: fmt.Sprintf("Proposal %s (%s): %s failed; approved, not applied. %s\n%s",
+				shortID(a), a.AgentID, sf.step, effect, tail(sf.err.Error()))}
 	case err != nil:
 		return err // transient: River retries the step
 	}

@@ -311,3 +311,28 @@ func TestLongProposalIsSentWhole(t *testing.T) {
 		t.Errorf("request = %q", msgs[len(msgs)-1])
 	}
 }
+
+// TestProposalResumesAfterRestart: choird restarts right after the
+// approval, wherever the pipeline was; the new choird carries it on to
+// the same end, and nothing is applied twice.
+func TestProposalResumesAfterRestart(t *testing.T) {
+	t.Parallel()
+	b := setupProposals(t)
+	resp, err := b.propose(t, "req-restart", "choir.propose.tool", toolProposal("greet.again"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.d.ApprovalDecide(context.Background(), daemon.Scope{Admin: true, Actor: "choirctl:uid=0"}, resp.ApprovalID, true); err != nil {
+		t.Fatal(err)
+	}
+	b.d = b.d.Restart(t)
+	_, step, _ := b.waitState(t, resp.ApprovalID, "approved, not applied")
+	if step != "build" {
+		t.Errorf("ended at step %q", step)
+	}
+	merges := gitIn(t, b.repo, "log", "--format=%H", "--fixed-strings", "--grep", "Choir-Approval: "+resp.ApprovalID, "main")
+	reverts := gitIn(t, b.repo, "log", "--format=%H", "--grep", "^Revert", "main")
+	if len(strings.Fields(merges)) != 1 || len(strings.Fields(reverts)) != 1 {
+		t.Errorf("merges %q, reverts %q: want one of each", merges, reverts)
+	}
+}

@@ -34,6 +34,7 @@ import (
 	"github.com/choirhq/choir/daemon/mailwatch"
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/daemon/progress"
+	"github.com/choirhq/choir/daemon/propose"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/daemon/runtime/process"
@@ -114,6 +115,8 @@ type Daemon struct {
 	schedules *schedule.Service
 	// browser runs choir.web.browse's browser worker.
 	browser *browserHost
+	// proposer checks and applies self-evolution proposals.
+	proposer *propose.Proposer
 }
 
 // Pool is choird's Postgres pool.
@@ -301,6 +304,8 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.Control = control.New(control.Options{Home: d.home, Logger: d.logger, Pool: d.pool, Config: cfg, Secrets: secrets,
 		ConfigVersion: version, AgentBinary: d.opts.AgentBinary, AgentImage: d.opts.AgentImage, OSImage: d.opts.OSImage,
 		AgentSocket: AgentSocketPath(d.home)})
+	d.proposer = propose.New(propose.Options{Pool: d.pool, Home: d.home, Control: d.Control,
+		Logger: d.logger.With(slog.String("component", "propose"))})
 	d.logFile.SetThreshold(cfg.LogArchiveThreshold())
 	d.OnConfigApplied(func(c *config.Config, _ config.Secrets) { d.logFile.SetThreshold(c.LogArchiveThreshold()) })
 	return nil
@@ -342,6 +347,7 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 		Workspaces:       d.WorkspaceDirs,
 		RemoveInstance:   d.removeInstance,
 		ScheduleFired:    d.scheduleFired,
+		ApplyProposal:    d.proposer.Apply,
 	})
 	if err != nil {
 		return nil, err

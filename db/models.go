@@ -96,6 +96,23 @@ type ChoirControlPendingApproval struct {
 	OutcomePushedAt *time.Time      `json:"outcome_pushed_at"`
 }
 
+type ChoirControlProposal struct {
+	ApprovalID   uuid.UUID `json:"approval_id"`
+	AgentID      string    `json:"agent_id"`
+	Kind         string    `json:"kind"`
+	Preview      string    `json:"preview"`
+	BaseSha256   string    `json:"base_sha256"`
+	State        string    `json:"state"`
+	Step         string    `json:"step"`
+	Reason       string    `json:"reason"`
+	MergeCommit  string    `json:"merge_commit"`
+	Image        string    `json:"image"`
+	ImageVersion string    `json:"image_version"`
+	Deployment   string    `json:"deployment"`
+	CreatedAt    time.Time `json:"created_at"`
+	UpdatedAt    time.Time `json:"updated_at"`
+}
+
 type ChoirControlResourceLease struct {
 	LeaseID      int64      `json:"lease_id"`
 	ResourceKind string     `json:"resource_kind"`

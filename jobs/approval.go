@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/choirhq/choir/agent/proposal"
 	"github.com/choirhq/choir/db"
 	choirsql "github.com/choirhq/choir/sql"
 )
@@ -52,8 +53,9 @@ type ApprovalAddress struct {
 // that rejects the approval at its expiry (spec 19.6). Both are keyed by
 // the approval, so running it twice for one approval queues nothing more.
 func RequestApprovalTx(ctx context.Context, tx pgx.Tx, ins Inserter, a db.ChoirControlPendingApproval, to ApprovalAddress) error {
-	text := fmt.Sprintf("Approval requested by %s (%s):\n%s\n\nApprove or reject with the buttons, or reply /approve or /reject. "+
-		"Unanswered, it is rejected at %s.", a.AgentID, a.RequestType, a.Summary, a.ExpiresAt.UTC().Format("15:04 MST"))
+	text := fmt.Sprintf("Approval requested by %s (%s):\n%s%s\n\nApprove or reject with the buttons, or reply /approve or /reject. "+
+		"Unanswered, it is rejected at %s.", a.AgentID, a.RequestType, a.Summary, proposalWill(a.RequestType),
+		a.ExpiresAt.UTC().Format("15:04 MST"))
 	q, err := EnqueueOutboundTx(ctx, tx, ins, OutboundParams{AgentID: a.AgentID, SessionID: &a.SessionID,
 		MessageID: "approval:" + a.ApprovalID.String() + ":request", Gateway: to.Gateway, DM: to.DM, ChatID: to.ChatID,
 		Kind: OutboundText, Text: text, ApprovalID: &a.ApprovalID})
@@ -99,10 +101,15 @@ func ResolveApprovalTx(ctx context.Context, tx pgx.Tx, ins Inserter, id uuid.UUI
 	if err := scheduleApprovalResolvedTx(ctx, tx, ins, row, time.Now()); err != nil {
 		return row, false, err
 	}
+	if err := proposalApprovedTx(ctx, tx, ins, row); err != nil {
+		return row, false, err
+	}
 	var text string
 	switch {
 	case by == ResolvedByTimeout:
 		text = fmt.Sprintf("Approval timed out: %s. Rejected automatically.", row.Summary)
+	case proposal.IsProposal(row.RequestType):
+		text = proposalOutcomeText(row, approve)
 	case approve:
 		text = fmt.Sprintf("Approved: %s. Executing.", row.Summary)
 	default:

@@ -60,6 +60,7 @@ func startWithTimeouts(t *testing.T, b *deliveryBundle, resolved func(context.Co
 	t.Helper()
 	return b.start(t, append([]func(*river.Workers){func(w *river.Workers) {
 		river.AddWorker(w, &jobs.ApprovalTimeoutWorker{Pool: b.pool, Logger: slog.New(slog.DiscardHandler), Resolved: resolved})
+		river.AddWorker(w, &jobs.ProposalApplyWorker{})
 	}}, more...)...)
 }
 

@@ -80,6 +80,8 @@ type Deps struct {
 	ScheduleFired func(ctx context.Context, f ScheduleFired)
 	// Now is the schedule worker's clock (time.Now when nil).
 	Now func() time.Time
+	// ApplyProposal runs the steps of approved proposals (daemon/propose).
+	ApplyProposal ProposalApplyFunc
 }
 
 // Memory is the memory pipeline as jobs runs it: jobs registers its
@@ -139,6 +141,9 @@ func NewClient(deps Deps) (*Client, error) {
 	if err := river.AddWorkerSafely(workers, &ApprovalTimeoutWorker{Pool: deps.Pool, Logger: deps.Logger,
 		Resolved: deps.ApprovalResolved}); err != nil {
 		return nil, fmt.Errorf("register approval timeout worker: %w", err)
+	}
+	if err := river.AddWorkerSafely(workers, &ProposalApplyWorker{Apply: deps.ApplyProposal}); err != nil {
+		return nil, fmt.Errorf("register proposal apply worker: %w", err)
 	}
 	if deps.Memory != nil {
 		if err := deps.Memory.AddWorkers(workers); err != nil {

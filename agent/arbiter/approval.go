@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/choirhq/choir/agent/proposal"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/rpc"
 )
@@ -29,6 +30,9 @@ const approvalNote = "Filed for a person to approve or reject; nothing is applie
 func (a *Arbiter) requestApproval(ctx context.Context, def *tool.Def, p Proposal) (tool.Result, error) {
 	if a.cfg.Approvals == nil {
 		return tool.Result{}, fmt.Errorf("%s needs approval, and no connection to choird is configured for it", p.Tool)
+	}
+	if err := a.checkProposal(p); err != nil {
+		return tool.ErrorResult("proposal refused before any person saw it; fix it and propose again: %s", err.Error()), nil
 	}
 	if d := def.Runtime().TimeoutMS; d > 0 {
 		var cancel context.CancelFunc
@@ -55,6 +59,28 @@ func (a *Arbiter) requestApproval(ctx context.Context, def *tool.Def, p Proposal
 		return tool.Result{}, err
 	}
 	return tool.Result{Status: tool.StatusSuccess, Summary: line, Output: b}, nil
+}
+
+// checkProposal validates a tool or skill proposal with the validators the
+// image build and the agent's start-up use, against the live registry;
+// choird checks config and repo changes, which it alone can see.
+func (a *Arbiter) checkProposal(p Proposal) error {
+	var known func(string) bool
+	if a.cfg.Tools != nil {
+		known = a.cfg.Tools.Has
+	}
+	switch p.Tool {
+	case proposal.TypeTool:
+		_, err := proposal.ParseTool(p.Input, known)
+		return err
+	case proposal.TypeSkill:
+		s, spec, err := proposal.ParseSkill(p.Input)
+		if err != nil {
+			return err
+		}
+		return proposal.CheckSkill(s, spec, known, nil)
+	}
+	return nil
 }
 
 // ApprovalRequestID is the REQUEST_APPROVAL request ID of the meta tool
@@ -87,6 +113,12 @@ func ProposalSummary(toolName string, input json.RawMessage) string {
 		kind = "tool"
 	case tool.NameProposeSkill:
 		kind, name = "skill", in.Spec.Name
+	case tool.NameProposeConfig:
+		kind = "config change"
+	case tool.NameProposeRepo:
+		var r proposal.Repo
+		json.Unmarshal(input, &r) //nolint:errcheck // validated against the schema
+		kind, name = "repo change", r.Branch
 	}
 	head := strings.Join(strings.Fields(strings.Join([]string{in.Change, kind, name}, " ")), " ")
 	if head == "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -136,7 +137,7 @@ func TestMetaToolsRequestApproval(t *testing.T) {
 		t.Parallel()
 		b, ap := setupApprovals(t)
 		skill := `{"change":"add","spec":{"name":"triage","description":"Sort the inbox.","initial_state":"a",
-"states":{"a":{},"b":{}},"max_steps":5},"rationale":"Mail piles up."}`
+"states":{"a":{"objective":"Sort.","transitions":[{"on":"complete","to":"b"}]},"b":{"terminal":true}},"max_steps":5},"rationale":"Mail piles up."}`
 		var wg sync.WaitGroup
 		for i, in := range []struct{ tool, input string }{
 			{tool.NameProposeTool, proposeToolInput}, {tool.NameProposeSkill, skill}} {
@@ -167,6 +168,32 @@ func TestMetaToolsRequestApproval(t *testing.T) {
 		out := propose(t, b, lock.Edge, tool.NameProposeTool, `{"change":"add","name":"x"}`)
 		if out.Rejected == nil || out.Rejected.Kind != "invalid_input" {
 			t.Fatalf("outcome = %+v", out)
+		}
+		if len(ap.reqs) != 0 {
+			t.Errorf("an invalid proposal reached choird: %+v", ap.reqs)
+		}
+	})
+
+	t.Run("ProposalFailingTheValidatorsNeverReachesAPerson", func(t *testing.T) {
+		t.Parallel()
+		b, ap := setupApprovals(t)
+		// Schema-valid, but the manifest the loader builds is not: a lock
+		// on a field the input does not have, and a name already taken.
+		bad := `{"change":"add","name":"%s","description":"d","parameters":{"type":"object","properties":{}},
+"behavior":"b","runtime":{"side_effect":"read","locks":[{"resource":"file:{path}","mode":"S"}]},"rationale":"r"}`
+		out := propose(t, b, lock.Edge, tool.NameProposeTool, fmt.Sprintf(bad, "choir.fs.read"))
+		if out.Result.Status != tool.StatusError || !strings.Contains(out.Result.Summary, "already exists") {
+			t.Errorf("outcome = %+v", out.Result)
+		}
+		out = propose(t, b, lock.Edge, tool.NameProposeTool, fmt.Sprintf(bad, "notes.count"))
+		if out.Result.Status != tool.StatusError || !strings.Contains(out.Result.Summary, "{path}") {
+			t.Errorf("outcome = %+v", out.Result)
+		}
+		skill := `{"change":"add","spec":{"name":"s","description":"d","initial_state":"a","states":{"a":{"objective":"o",
+"allowed_tools":["no.such.tool"],"transitions":[{"on":"complete","to":"b"}]},"b":{"terminal":true}},"max_steps":3},"rationale":"r"}`
+		out = propose(t, b, lock.Edge, tool.NameProposeSkill, skill)
+		if out.Result.Status != tool.StatusError || !strings.Contains(out.Result.Summary, "no.such.tool") {
+			t.Errorf("skill outcome = %+v", out.Result)
 		}
 		if len(ap.reqs) != 0 {
 			t.Errorf("an invalid proposal reached choird: %+v", ap.reqs)

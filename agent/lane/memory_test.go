@@ -330,9 +330,9 @@ func TestEdgeCompactionNotApplied(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			// 3,600 tokens of budget, of which the tools and instructions
-			// take about 3,250: one long message passes the threshold.
-			b := setupMemory(t, memOpts{overTools: 1350, answer: factAnswer, compact: compactionScript(tc.first)})
+			// About 3,900 tokens of budget, of which the tools and instructions
+			// take about 3,400: one long message passes the threshold.
+			b := setupMemory(t, memOpts{overTools: 1500, answer: factAnswer, compact: compactionScript(tc.first)})
 			b.say(t, "FACT door_code=4417 "+strings.Repeat("and a long story about the door ", 60))
 			// The turn's end measured the window and made the first
 			// compaction call, answered with tc.first.

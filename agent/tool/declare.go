@@ -19,6 +19,8 @@ const (
 	NameMemoryCompact  = "choir.memory.compact"
 	NameProposeTool    = "choir.propose.tool"
 	NameProposeSkill   = "choir.propose.skill"
+	NameProposeConfig  = "choir.propose.config_change"
+	NameProposeRepo    = "choir.propose.repo_change"
 	NameSendFile       = "choir.send.file"
 	NameSchedule       = "choir.schedule"
 	NameScheduleList   = "choir.schedule.list"

@@ -24,8 +24,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/choirhq/choir/agent/proposal"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/propose"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
@@ -73,6 +75,8 @@ type Options struct {
 	// UsageBaseline, when set, is what an agent spent before, sent with
 	// its configuration for its usage caps (daemon/usage).
 	UsageBaseline func(ctx context.Context, agentID string, sessionID uuid.UUID) (*usage.Baseline, error)
+	// Proposals, when set, checks and records choir.propose.* requests.
+	Proposals *propose.Proposer
 }
 
 // API is choird's side of the agent protocol: every verb checked against
@@ -98,6 +102,8 @@ type API struct {
 	typing Typing
 	// progress shows core jobs' progress live; nil shows nothing.
 	progress Progress
+	// proposals checks and records proposals; nil files them unchecked.
+	proposals *propose.Proposer
 }
 
 var _ rpc.ControlPlaneHandler = (*API)(nil)
@@ -106,7 +112,7 @@ var _ rpc.ControlPlaneHandler = (*API)(nil)
 func New(o Options) *API {
 	a := &API{pool: o.Pool, logger: o.Logger, heartbeatPool: o.HeartbeatPool, snapshot: o.Config,
 		hostTools: map[string]HostTool{}, jobs: o.Jobs, closeSession: o.CloseSession, helloDone: o.HelloDone, typing: o.Typing,
-		progress: o.Progress, usageBaseline: o.UsageBaseline}
+		progress: o.Progress, usageBaseline: o.UsageBaseline, proposals: o.Proposals}
 	maps.Copy(a.hostTools, o.HostTools)
 	a.hostTools[SendFileTool] = a.sendFile
 	return a
@@ -235,6 +241,17 @@ func (a *API) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.
 	if err != nil {
 		return rpc.ApprovalResponse{}, err
 	}
+	var checked *propose.Checked
+	if a.proposals != nil && proposal.IsProposal(req.RequestType) {
+		c, err := a.proposals.Check(ctx, call.Session.AgentID, call.Session.ID, req)
+		if err != nil {
+			return rpc.ApprovalResponse{}, rpc.Errorf(rpc.CodeBadRequest, "proposal refused before any person saw it: %v", err)
+		}
+		checked = &c
+		if strings.TrimSpace(req.Summary) == "" {
+			req.Summary = c.Summary
+		}
+	}
 	var resp rpc.ApprovalResponse
 	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		q := db.New(choirsql.Interpreted(tx))
@@ -256,7 +273,13 @@ func (a *API) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.
 		if err != nil {
 			return fmt.Errorf("load approval %s: %w", row.ApprovalID, err)
 		}
-		if err := jobs.RequestApprovalTx(ctx, tx, a.jobs, full, jobs.ApprovalAddress{Gateway: gw, DM: b.DM, ChatID: chat}); err != nil {
+		to := jobs.ApprovalAddress{Gateway: gw, DM: b.DM, ChatID: chat}
+		if checked != nil {
+			if err := a.proposals.RecordTx(ctx, tx, a.jobs, full, *checked, to); err != nil {
+				return err
+			}
+		}
+		if err := jobs.RequestApprovalTx(ctx, tx, a.jobs, full, to); err != nil {
 			return err
 		}
 		resp = rpc.ApprovalResponse{ApprovalID: row.ApprovalID.String(), Status: rpc.ApprovalStatus(row.Status)}

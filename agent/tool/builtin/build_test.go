@@ -40,6 +40,8 @@ func TestBuild(t *testing.T) {
 			tool.NameRemind:         tool.KindHost,
 			notion.Name:             tool.KindBuiltin,
 			tts.Name:                tool.KindBuiltin,
+			tool.NameProposeConfig:  tool.KindMeta,
+			tool.NameProposeRepo:    tool.KindMeta,
 		}
 		for name, kind := range want {
 			d, ok := reg.Lookup(name)

@@ -71,6 +71,8 @@ func Tools() []tool.Tool {
 		tool.Declare(memoryCompactSpec),
 		tool.Declare(proposeToolSpec),
 		tool.Declare(proposeSkillSpec),
+		tool.Declare(proposeConfigSpec),
+		tool.Declare(proposeRepoSpec),
 		tool.Declare(sendFileSpec),
 		tool.Declare(scheduleSpec),
 		tool.Declare(scheduleListSpec),
@@ -161,8 +163,9 @@ var memoryCompactSpec = tool.Spec{
 var proposeToolSpec = tool.Spec{
 	LLM: tool.LLMView{
 		Name: tool.NameProposeTool,
-		Description: "Propose a new tool, or a change to one, for human approval. Nothing is installed: " +
-			"a person reviews the proposal, writes the implementation and registers it. Describe the behaviour in prose; never include code.",
+		Description: "Propose a new external tool, or a change to one, for human approval. Nothing is installed until a person " +
+			"approves it; then it is merged into your repository, built and deployed. Describe the behaviour in prose. " +
+			"An implementation (a script starting with #!) is optional: the person sees it in full before deciding; without one a person writes it.",
 		Parameters: json.RawMessage(`{
   "type": "object",
   "properties": {
@@ -185,6 +188,13 @@ var proposeToolSpec = tool.Spec{
         "idempotent": {"type": "boolean"}
       },
       "required": ["side_effect"],
+      "additionalProperties": false
+    },
+    "implementation": {
+      "type": "object",
+      "description": "The tool's executable: reads the input JSON on stdin, writes {\"status\": \"success\"|\"error\", \"summary\": \"...\", \"output\": ...} on stdout.",
+      "properties": {"content": {"type": "string", "minLength": 3, "maxLength": 32768}},
+      "required": ["content"],
       "additionalProperties": false
     },
     "rationale": {"type": "string", "minLength": 1, "description": "Why the agent needs it."}

@@ -3,7 +3,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/url"
 	"os"
@@ -160,42 +159,14 @@ const demoHotels = `# Hotels for Friday
 
 // bridgeForward makes the model stand-in reachable from a container on
 // Docker's default bridge, which cannot reach the host's loopback: it
-// listens on the bridge's gateway address and forwards each connection to
-// endpoint, and returns the endpoint to give the agent.
+// forwards from the bridge's gateway address (proxy) and returns the
+// endpoint to give the agent.
 func bridgeForward(t *testing.T, endpoint string, out *demoOutput) string {
-	gw, err := bridgeGateway()
-	if err != nil {
-		t.Fatalf("the address of Docker's default bridge on this host: %v", err)
-	}
 	u, err := url.Parse(endpoint)
 	if err != nil {
 		t.Fatal(err)
 	}
-	target := u.Host
-	ln, err := net.Listen("tcp", net.JoinHostPort(gw, "0"))
-	if err != nil {
-		t.Fatalf("listen on the bridge's gateway: %v", err)
-	}
-	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				up, err := net.Dial("tcp", target)
-				if err != nil {
-					return
-				}
-				defer up.Close()
-				go io.Copy(up, c) //nolint:errcheck // Ends when either side closes.
-				io.Copy(c, up)    //nolint:errcheck
-			}()
-		}
-	}()
-	u.Host = ln.Addr().String()
+	u.Host = proxy(t, net.JoinHostPort(dockerGateway(t), "0"), u.Host)
 	out.say("demo", "the model stand-in answers containers at %s", u)
 	return u.String()
 }

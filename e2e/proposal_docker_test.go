@@ -31,22 +31,15 @@ import (
 // greetScript is the tool the model writes: busybox sh and printf only.
 const greetScript = "#!/bin/sh\nprintf '{\"status\":\"success\",\"summary\":\"greeted\",\"output\":{\"greeting\":\"hello from greet.hello\"}}'\n"
 
-// dockerGateway is the host's address on docker0, where a container
+// dockerGateway is the host's address on Docker's default bridge, where a container
 // reaches the host.
 func dockerGateway(t *testing.T) string {
 	t.Helper()
-	bridge, err := net.InterfaceByName("docker0")
+	gw, err := bridgeGateway()
 	if err != nil {
-		t.Fatalf("no docker0 bridge for the container to reach the model: %v", err)
+		t.Fatalf("the host's address on Docker's default bridge, for the container to reach the model: %v", err)
 	}
-	addrs, _ := bridge.Addrs()
-	for _, a := range addrs {
-		if ipn, ok := a.(*net.IPNet); ok && ipn.IP.To4() != nil {
-			return ipn.IP.String()
-		}
-	}
-	t.Fatal("docker0 has no IPv4 address")
-	return ""
+	return gw
 }
 
 // proxy forwards every connection on addr to target (the scripted model

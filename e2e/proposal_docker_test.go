@@ -147,8 +147,18 @@ func builderModel(trigger, skillName, propose, proposal string, greeted *atomic.
 // approves it with the Telegram button, choird commits it to the agent's
 // repository, rebuilds the image and updates the agent; the new session's
 // registry has the tool, and a call to it works.
+//
+// In the second run the agent is stopped while the approval waits: the
+// change is still merged and built, the DM is told it takes effect at the
+// next start, and the next start has the tool. The runs are sequential:
+// both build images of agent "assistant".
 func TestToolProposalLandsUnderDocker(t *testing.T) {
 	t.Parallel()
+	t.Run("Running", func(t *testing.T) { toolProposalUnderDocker(t, false) })
+	t.Run("StoppedBeforeTheApproval", func(t *testing.T) { toolProposalUnderDocker(t, true) })
+}
+
+func toolProposalUnderDocker(t *testing.T, stopFirst bool) {
 	cli := runtimetest.RequireDocker(t)
 	osImage := runtimetest.BusyboxImage(t, cli)
 	bin := runtimetest.BuildStatic(t, "github.com/choirhq/choir/cmd/choir-agent")
@@ -212,13 +222,26 @@ func TestToolProposalLandsUnderDocker(t *testing.T) {
 	if !strings.Contains(texts, greetScript) || !strings.Contains(request.Text, "will be merged, built and deployed") {
 		t.Fatalf("the person did not see the code in full and what approval does:\n%s", texts)
 	}
+	landed := "): deployed;"
+	if stopFirst {
+		if _, err := d2.AgentStop(ctx, sc, "assistant"); err != nil {
+			t.Fatal(err)
+		}
+		d2.WaitState(t, "assistant", admin.AgentStopped)
+		landed = "the agent is not running, so it takes effect at its next start"
+	}
 	e.bot.PressButton(userAlice, request.MessageID, request.Keyboard()[0][0].Data)
 	waitSentTo(t, e.bot, userAlice, "the merge step", containsText("merged into main"))
-	deployed := waitSentToLong(t, e.bot, userAlice, "the deploy step", func(m telegramtest.Message) bool {
-		return strings.Contains(m.Text, "): deployed;") || strings.Contains(m.Text, "failed; approved, not applied")
+	deployed := waitSentToWithin(t, e.bot, userAlice, "the deploy step", 10*time.Minute, func(m telegramtest.Message) bool {
+		return strings.Contains(m.Text, landed) || strings.Contains(m.Text, "failed; approved, not applied")
 	})
-	if !strings.Contains(deployed.Text, "): deployed;") {
+	if !strings.Contains(deployed.Text, landed) {
 		t.Fatalf("the proposal did not land: %s", deployed.Text)
+	}
+	if stopFirst {
+		if _, err := d2.AgentStart(ctx, sc, "assistant", admin.StartOverrides{}); err != nil {
+			t.Fatal(err)
+		}
 	}
 	var merge, image, outcome, by string
 	d2.Pool().QueryRow(ctx, `SELECT merge_commit, image, outcome, decided_by FROM choir_audit.proposals WHERE agent_id = 'assistant'`).
@@ -257,24 +280,3 @@ func removeImages(cli *client.Client, tags ...string) {
 	}
 }
 
-// waitSentToLong is waitSentTo for what waits on an image build: ten
-// minutes on a loaded machine.
-func waitSentToLong(t testing.TB, b *telegramtest.Bot, chat int64, what string, match func(telegramtest.Message) bool) telegramtest.Message {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	defer cancel()
-	var found telegramtest.Message
-	err := b.Wait(ctx, func() bool {
-		for _, m := range b.SentTo(chat) {
-			if match(m) {
-				found = m
-				return true
-			}
-		}
-		return false
-	})
-	if err != nil {
-		t.Fatalf("no %s sent to chat %d; sent: %q", what, chat, sentTexts(b, chat))
-	}
-	return found
-}

@@ -279,4 +279,3 @@ func removeImages(cli *client.Client, tags ...string) {
 		}
 	}
 }
-

@@ -325,6 +325,9 @@ func TestProposalResumesAfterRestart(t *testing.T) {
 	if _, err := b.d.ApprovalDecide(context.Background(), daemon.Scope{Admin: true, Actor: "choirctl:uid=0"}, resp.ApprovalID, true); err != nil {
 		t.Fatal(err)
 	}
+	// The stand-in's session ends first: its heartbeats would find no
+	// socket while choird restarts. The pipeline does not need the agent.
+	b.a.Terminate(t, "choird restarts")
 	b.d = b.d.Restart(t)
 	_, step, _ := b.waitState(t, resp.ApprovalID, "approved, not applied")
 	if step != "build" {

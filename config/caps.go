@@ -1,6 +1,12 @@
 package config
 
-import "math"
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+)
 
 // Caps are an agent's hard caps on model tokens and on cost in US dollars
 // (issue 20): per session, per core job and per day in the time zone of
@@ -44,4 +50,55 @@ func capExample(name string) string {
 		return `"` + name + `": 500000`
 	}
 	return `"` + name + `": 2.5`
+}
+
+// SetCap sets field (one of CapFields) of b to value: a number 0 or more,
+// whole for the token caps; 0 removes the cap (total_session_tokens: back
+// to its default). The error names what is wrong, with an example.
+func (b *Budgets) SetCap(field, value string) error {
+	if !slices.Contains(CapFields, field) {
+		return fmt.Errorf("field %q: want one of %s", field, strings.Join(CapFields, ", "))
+	}
+	v, err := strconv.ParseFloat(value, 64)
+	money := strings.HasSuffix(field, "_usd")
+	if err != nil || v < 0 || math.IsInf(v, 0) || math.IsNaN(v) || (!money && v != math.Trunc(v)) {
+		ex := "400000"
+		if money {
+			ex = "2.5"
+		}
+		return fmt.Errorf("value %q for %s: want a number 0 or more, e.g. %s", value, field, ex)
+	}
+	switch field {
+	case "total_session_tokens":
+		b.TotalSessionTokens = int64(v)
+	case "session_cost_usd":
+		b.SessionCostUSD = v
+	case "per_job_tokens":
+		b.PerJobTokens = int64(v)
+	case "per_job_cost_usd":
+		b.PerJobCostUSD = v
+	case "per_day_tokens":
+		b.PerDayTokens = int64(v)
+	case "per_day_cost_usd":
+		b.PerDayCostUSD = v
+	}
+	return nil
+}
+
+// SetAgentCap is [Budgets.SetCap] on agent agentID of the config.json
+// text raw, and returns the file to write.
+func SetAgentCap(raw []byte, agentID, field, value string) ([]byte, error) {
+	cfg, err := Parse(raw)
+	if err != nil {
+		return nil, err
+	}
+	a, ok := cfg.Agents[agentID]
+	if !ok {
+		return nil, fmt.Errorf("unknown agent %q: it is not in config.json", agentID)
+	}
+	if err := a.Budgets.SetCap(field, value); err != nil {
+		return nil, err
+	}
+	cfg.Agents[agentID] = a
+	return cfg.MarshalIndent()
 }

@@ -155,6 +155,8 @@ func TestDMCommandPermissions(t *testing.T) {
 		{name: "start", adminOnly: true, admin: "/start assistant llm=big", own: "/start assistant", other: "/start helper"},
 		{name: "update", adminOnly: true, admin: "/update assistant", own: "/update", other: "/update helper"},
 		{name: "update_all", adminOnly: true, admin: "/update_all", own: "/update_all", other: "/update_all"},
+		{name: "cap", adminOnly: true, admin: "/cap assistant per_day_tokens 900000", own: "/cap assistant per_day_tokens 1",
+			other: "/cap helper per_day_tokens 1"},
 		{name: "config load", adminOnly: true, admin: "/config load", own: "/config load", other: "/config load"},
 		{name: "config diff", adminOnly: true, admin: "/config diff", own: "/config diff", other: "/config diff"},
 		{name: "config apply", adminOnly: true, admin: "/config apply", own: "/config apply", other: "/config apply"},

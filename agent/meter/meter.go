@@ -201,9 +201,9 @@ func (m *Meter) raiseHint(field string) string {
 
 // raiseHint says how an admin raises a cap.
 func raiseHint(agentID, field string) string {
-	return fmt.Sprintf("To raise it, an admin runs `choirctl usage cap set %s %s <value>` (or sets agents.%s.budgets.%s "+
-		"in config.json and runs `choirctl config apply`); `choirctl usage %s` and /usage show every cap.",
-		agentID, field, agentID, field, agentID)
+	return fmt.Sprintf("To raise it, an admin sends /cap %s %s <value> in an admin DM, or runs `choirctl usage cap set %s %s <value>` "+
+		"(or sets agents.%s.budgets.%s in config.json and runs `choirctl config apply`); `choirctl usage %s` and /usage show every cap.",
+		agentID, field, agentID, field, agentID, field, agentID)
 }
 
 func amount(v float64, money bool) string {

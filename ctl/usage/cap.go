@@ -3,11 +3,8 @@ package usage
 import (
 	"context"
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
-	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -37,36 +34,14 @@ told. Other changes already made to config.json are applied too.`,
 }
 
 func runCapSet(ctx context.Context, env Env, agentID, field, value string) error {
-	if !slices.Contains(config.CapFields, field) {
-		return env.UsageErr(fmt.Errorf("field %q: want one of %s", field, strings.Join(config.CapFields, ", ")))
-	}
-	v, err := strconv.ParseFloat(value, 64)
-	money := strings.HasSuffix(field, "_usd")
-	if err != nil || v < 0 || math.IsInf(v, 0) || (!money && v != math.Trunc(v)) {
-		ex := "400000"
-		if money {
-			ex = "2.5"
-		}
-		return env.UsageErr(fmt.Errorf("value %q for %s: want a number 0 or more, e.g. %s", value, field, ex))
-	}
 	path := filepath.Join(env.Home(), config.ConfigFile)
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return fmt.Errorf("read %s: %w", path, err)
 	}
-	cfg, err := config.Parse(raw)
+	b, err := config.SetAgentCap(raw, agentID, field, value)
 	if err != nil {
 		return env.UsageErr(err)
-	}
-	a, ok := cfg.Agents[agentID]
-	if !ok {
-		return env.UsageErr(fmt.Errorf("unknown agent %q: it is not in %s", agentID, path))
-	}
-	setCap(&a.Budgets, field, v)
-	cfg.Agents[agentID] = a
-	b, err := cfg.MarshalIndent()
-	if err != nil {
-		return err
 	}
 	if err := config.WriteFileAtomic(path, b, 0o644); err != nil {
 		return err
@@ -82,21 +57,4 @@ func runCapSet(ctx context.Context, env Env, agentID, field, value string) error
 	}
 	fmt.Fprintf(env.Stdout, "applied: config version %d, %d running agents told\n", rep.Version, rep.Notified)
 	return nil
-}
-
-func setCap(b *config.Budgets, field string, v float64) {
-	switch field {
-	case "total_session_tokens":
-		b.TotalSessionTokens = int64(v)
-	case "session_cost_usd":
-		b.SessionCostUSD = v
-	case "per_job_tokens":
-		b.PerJobTokens = int64(v)
-	case "per_job_cost_usd":
-		b.PerJobCostUSD = v
-	case "per_day_tokens":
-		b.PerDayTokens = int64(v)
-	case "per_day_cost_usd":
-		b.PerDayCostUSD = v
-	}
 }

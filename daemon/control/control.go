@@ -522,3 +522,7 @@ func (d *Control) SecretApply(ctx context.Context, sc Scope) (admin.SecretApplyR
 		slog.String("by", sc.Actor))
 	return res, nil
 }
+
+// Home is the .choir.d directory choird runs on.
+func (d *Control) Home() string { return d.home }
+

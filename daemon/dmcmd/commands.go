@@ -206,6 +206,8 @@ func init() {
 			parse: (*Commands).updateAll},
 		{name: "config", adminOnly: true, usage: "/config load|diff|apply", help: "stage, compare, apply config.json",
 			parse: (*Commands).configCmd},
+		{name: "cap", adminOnly: true, usage: "/cap <agent-id> <field> <value>", help: "raise or set a usage cap in config.json and apply it",
+			parse: (*Commands).capCmd},
 		{name: "workspace", adminOnly: true, usage: "/workspace list|reset <name>", help: "list or reset workspaces",
 			parse: (*Commands).workspace},
 		{name: "secret", adminOnly: true, usage: "/secret list", help: "list secret names",

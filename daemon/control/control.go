@@ -525,4 +525,3 @@ func (d *Control) SecretApply(ctx context.Context, sc Scope) (admin.SecretApplyR
 
 // Home is the .choir.d directory choird runs on.
 func (d *Control) Home() string { return d.home }
-

@@ -75,4 +75,3 @@ func (c *Commands) capCmd(ctx context.Context, sc control.Scope, cmd gateway.Com
 		return fmt.Sprintf("agents.%s.budgets.%s = %s: applied, config version %d.", agentID, field, value, r.Version), nil
 	}), nil
 }
-

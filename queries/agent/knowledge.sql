@@ -7,7 +7,8 @@
 -- (choir_rank_fusion, k = 60), the text pool bounded the same way (a GIN
 -- sample plus the @text_recent most recently updated documents).
 WITH q AS (
-    SELECT websearch_to_tsquery('english', @query_text::text) AS tsq
+    SELECT websearch_to_tsquery('english', @query_text::text)
+           && (CAST(@query_terms::text AS tsquery) || websearch_to_tsquery('english', @query_phrases::text)) AS tsq
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
       FROM (SELECT e.document_id AS id, e.embedding <=> sqlc.narg('query_vector')::vector AS distance
@@ -18,13 +19,13 @@ WITH q AS (
 ), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM knowledge_documents d
-     WHERE @query_text::text <> '' AND NOT @skip_sample::bool
+     WHERE (@query_text::text <> '' OR @query_terms::text <> '') AND NOT @skip_sample::bool
        AND d.tsv @@ (SELECT q.tsq FROM q)
 ), text_recent AS (
     SELECT r.id, r.tsv
       FROM (SELECT d.id, d.tsv
               FROM knowledge_documents d
-             WHERE @query_text::text <> ''
+             WHERE (@query_text::text <> '' OR @query_terms::text <> '')
              ORDER BY d.updated_at DESC, d.id
              LIMIT @text_recent::int) r
      WHERE r.tsv @@ (SELECT q.tsq FROM q)

@@ -7,7 +7,13 @@
 -- pgvector's iterative scans until enough pass the filters) and up to
 -- @candidates best full-text matches, fused by reciprocal rank with k = 60
 -- (choir_rank_fusion, sql/00018_rank_fusion.sql).
--- A NULL vector or an empty text disables its side.
+-- A NULL vector or an empty text disables its side. The text side's
+-- query is @query_text read as web search (its quoted phrases and -words,
+-- all required) AND @query_terms, a tsquery ORing the question's other
+-- words, or its phrases (@query_phrases; see splitText in daemon/memory):
+-- a natural question matches the chunks holding any of its words, not
+-- only those holding all of them, and with a phrase the other words rank
+-- the phrase's matches without filtering them.
 --
 -- The full-text side never ranks more than a bounded pool, however many
 -- chunks the words match (a naive version ranked every match and took
@@ -28,7 +34,8 @@
 -- length (a short chunk about the terms beats a long one mentioning them in
 -- passing).
 WITH q AS (
-    SELECT websearch_to_tsquery('english', @query_text::text) AS tsq
+    SELECT websearch_to_tsquery('english', @query_text::text)
+           && (CAST(@query_terms::text AS tsquery) || websearch_to_tsquery('english', @query_phrases::text)) AS tsq
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
       FROM (SELECT d.id, e.embedding <=> sqlc.narg('query_vector')::vector AS distance
@@ -42,7 +49,7 @@ WITH q AS (
 ), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM memory_documents d
-     WHERE @query_text::text <> '' AND NOT @skip_sample::bool
+     WHERE (@query_text::text <> '' OR @query_terms::text <> '') AND NOT @skip_sample::bool
        AND d.tsv @@ (SELECT q.tsq FROM q)
        AND d.tier = ANY(@tiers::text[])
        AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
@@ -50,7 +57,7 @@ WITH q AS (
     SELECT r.id, r.tsv
       FROM (SELECT d.id, d.tsv
               FROM memory_documents d
-             WHERE @query_text::text <> ''
+             WHERE (@query_text::text <> '' OR @query_terms::text <> '')
                AND d.tier = ANY(@tiers::text[])
                AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
              ORDER BY d.created_at DESC, d.id

@@ -140,8 +140,8 @@ type query struct {
 	skipSample bool
 	// required and terms are the text side's query (see splitText and
 	// orTerms); note is what the result says about the query.
-	required, phrases, terms string
-	note                     string
+	required, phrases, terms, common string
+	note                             string
 }
 
 // decodeQuery decodes and validates input. A given vector's size is
@@ -513,7 +513,7 @@ func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Ve
 			return err
 		}
 		var allCommon bool
-		q.terms, allCommon = orTerms(st.Lexemes, common)
+		q.terms, q.common, allCommon = orTerms(st.Lexemes, common)
 		q.skipSample = allCommon && st.RequiredNodes == 0
 		q.required, q.phrases = "", ""
 		if st.RequiredNodes > 0 {
@@ -600,7 +600,7 @@ func (s *Store) querySession(ctx context.Context, aq *agentdb.Queries, q *query,
 	switch q.mode {
 	case ModeSemantic, ModeText:
 		rows, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{QueryVector: vec, QueryText: q.required,
-			QueryTerms: q.terms, QueryPhrases: q.phrases,
+			QueryTerms: q.terms, QueryPhrases: q.phrases, QueryCommon: q.common,
 			Tiers: q.tiers, SessionID: q.sessionID, Candidates: int32(s.tuning.Candidates),
 			TextSample: int32(s.tuning.TextSample), TextRecent: int32(s.tuning.TextRecent), SkipSample: q.skipSample,
 			MaxResults: int32(q.limit)})
@@ -669,7 +669,7 @@ func (s *Store) queryKnowledge(ctx context.Context, aq *agentdb.Queries, q *quer
 	switch q.mode {
 	case ModeSemantic, ModeText:
 		rows, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{QueryVector: vec,
-			QueryText: q.required, QueryTerms: q.terms, QueryPhrases: q.phrases,
+			QueryText: q.required, QueryTerms: q.terms, QueryPhrases: q.phrases, QueryCommon: q.common,
 			Candidates: int32(s.tuning.Candidates), TextSample: int32(s.tuning.TextSample),
 			TextRecent: int32(s.tuning.TextRecent), SkipSample: q.skipSample, MaxResults: int32(q.limit)})
 		if err != nil {

@@ -102,7 +102,7 @@ func TestCommonWordsSkipTheGINSample(t *testing.T) {
 		{[]string{"unknown"}, false},
 		{nil, false},
 	} {
-		if _, got := orTerms(c.lexemes, common); got != c.want {
+		if _, _, got := orTerms(c.lexemes, common); got != c.want {
 			t.Errorf("orTerms(%v) all common = %v; want %v", c.lexemes, got, c.want)
 		}
 	}

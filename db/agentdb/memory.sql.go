@@ -499,37 +499,39 @@ const memorySearchHybrid = `-- name: MemorySearchHybrid :many
 
 WITH q AS (
     SELECT websearch_to_tsquery('english', $2::text)
-           && (CAST($3::text AS tsquery) || websearch_to_tsquery('english', $4::text)) AS tsq
+           && (CAST($3::text AS tsquery) || websearch_to_tsquery('english', $4::text)) AS tsq,
+           CAST($5::text AS tsquery) AS common_tsq
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT d.id, e.embedding <=> $5::vector AS distance
+      FROM (SELECT d.id, e.embedding <=> $6::vector AS distance
               FROM memory_embeddings e
               JOIN memory_documents d ON d.id = e.document_id
-             WHERE $5::vector IS NOT NULL
-               AND d.tier = ANY($6::text[])
-               AND ($7::uuid IS NULL OR d.session_id = $7::uuid)
+             WHERE $6::vector IS NOT NULL
+               AND d.tier = ANY($7::text[])
+               AND ($8::uuid IS NULL OR d.session_id = $8::uuid)
              ORDER BY distance
-             LIMIT $8::int) v
+             LIMIT $9::int) v
 ), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM memory_documents d
-     WHERE ($2::text <> '' OR $3::text <> '') AND NOT $9::bool
+     WHERE ($2::text <> '' OR $3::text <> '') AND NOT $10::bool
        AND d.tsv @@ (SELECT q.tsq FROM q)
-       AND d.tier = ANY($6::text[])
-       AND ($7::uuid IS NULL OR d.session_id = $7::uuid)
+       AND d.tier = ANY($7::text[])
+       AND ($8::uuid IS NULL OR d.session_id = $8::uuid)
 ), text_recent AS (
     SELECT r.id, r.tsv
       FROM (SELECT d.id, d.tsv
               FROM memory_documents d
              WHERE ($2::text <> '' OR $3::text <> '')
-               AND d.tier = ANY($6::text[])
-               AND ($7::uuid IS NULL OR d.session_id = $7::uuid)
+               AND d.tier = ANY($7::text[])
+               AND ($8::uuid IS NULL OR d.session_id = $8::uuid)
              ORDER BY d.created_at DESC, d.id
-             LIMIT $10::int) r
+             LIMIT $11::int) r
      WHERE r.tsv @@ (SELECT q.tsq FROM q)
 ), text_pool AS (
-    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1) AS score
-      FROM (SELECT s.id, s.tsv FROM (SELECT id, tsv FROM text_sample LIMIT $11::int) s
+    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1)
+           + 0.3 * ts_rank_cd(p.tsv, (SELECT q.common_tsq FROM q), 1) AS score
+      FROM (SELECT s.id, s.tsv FROM (SELECT id, tsv FROM text_sample LIMIT $12::int) s
             UNION ALL
             SELECT r.id, r.tsv FROM text_recent r) p
      ORDER BY p.id
@@ -537,7 +539,7 @@ WITH q AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM text_pool p
      ORDER BY rank
-     LIMIT $8::int
+     LIMIT $9::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
            choir_rank_fusion(v.rank, t.rank) AS score,
@@ -563,6 +565,7 @@ type MemorySearchHybridParams struct {
 	QueryText    string           `json:"query_text"`
 	QueryTerms   string           `json:"query_terms"`
 	QueryPhrases string           `json:"query_phrases"`
+	QueryCommon  string           `json:"query_common"`
 	QueryVector  *pgvector.Vector `json:"query_vector"`
 	Tiers        []string         `json:"tiers"`
 	SessionID    *uuid.UUID       `json:"session_id"`
@@ -621,13 +624,17 @@ type MemorySearchHybridRow struct {
 //
 // The pool is ranked with ts_rank_cd divided by 1 + the log of the chunk's
 // length (a short chunk about the terms beats a long one mentioning them in
-// passing).
+// passing), plus 0.3 times the same rank for @query_common, the query's
+// words too common to find matches by (a name in most chunks): they do not
+// widen the pool but still tell its matches apart, as a low inverse
+// document frequency would weigh them in BM25.
 func (q *Queries) MemorySearchHybrid(ctx context.Context, arg MemorySearchHybridParams) ([]MemorySearchHybridRow, error) {
 	rows, err := q.db.Query(ctx, memorySearchHybrid,
 		arg.MaxResults,
 		arg.QueryText,
 		arg.QueryTerms,
 		arg.QueryPhrases,
+		arg.QueryCommon,
 		arg.QueryVector,
 		arg.Tiers,
 		arg.SessionID,

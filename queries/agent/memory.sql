@@ -32,10 +32,14 @@
 --     is never left out of the sample.
 -- The pool is ranked with ts_rank_cd divided by 1 + the log of the chunk's
 -- length (a short chunk about the terms beats a long one mentioning them in
--- passing).
+-- passing), plus 0.3 times the same rank for @query_common, the query's
+-- words too common to find matches by (a name in most chunks): they do not
+-- widen the pool but still tell its matches apart, as a low inverse
+-- document frequency would weigh them in BM25.
 WITH q AS (
     SELECT websearch_to_tsquery('english', @query_text::text)
-           && (CAST(@query_terms::text AS tsquery) || websearch_to_tsquery('english', @query_phrases::text)) AS tsq
+           && (CAST(@query_terms::text AS tsquery) || websearch_to_tsquery('english', @query_phrases::text)) AS tsq,
+           CAST(@query_common::text AS tsquery) AS common_tsq
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
       FROM (SELECT d.id, e.embedding <=> sqlc.narg('query_vector')::vector AS distance
@@ -64,7 +68,8 @@ WITH q AS (
              LIMIT @text_recent::int) r
      WHERE r.tsv @@ (SELECT q.tsq FROM q)
 ), text_pool AS (
-    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1) AS score
+    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1)
+           + 0.3 * ts_rank_cd(p.tsv, (SELECT q.common_tsq FROM q), 1) AS score
       FROM (SELECT s.id, s.tsv FROM (SELECT * FROM text_sample LIMIT @text_sample::int) s
             UNION ALL
             SELECT r.id, r.tsv FROM text_recent r) p

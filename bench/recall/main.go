@@ -22,6 +22,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"maps"
 	"math"
 	"os"
 	"slices"
@@ -296,6 +297,8 @@ func (b *bm25) rank(q string, want int) int {
 	for _, w := range embed.Words(q) {
 		terms[w] = true
 	}
+	// Summed in a fixed order, so that ties break the same in every run.
+	order := slices.Sorted(maps.Keys(terms))
 	n := float64(len(b.docs))
 	scores := make([]float64, len(b.docs))
 	for i, d := range b.docs {
@@ -305,7 +308,11 @@ func (b *bm25) rank(q string, want int) int {
 				tf[w]++
 			}
 		}
-		for w, f := range tf {
+		for _, w := range order {
+			f := tf[w]
+			if f == 0 {
+				continue
+			}
 			idf := math.Log(1 + (n-float64(b.df[w])+0.5)/(float64(b.df[w])+0.5))
 			scores[i] += idf * f * (k1 + 1) / (f + k1*(1-bb+bb*float64(len(d))/b.avg))
 		}

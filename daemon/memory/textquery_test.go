@@ -3,6 +3,7 @@ package memory_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"strings"
 	"testing"
 
@@ -64,6 +65,12 @@ func TestTextQuerySemantics(t *testing.T) {
 			if mode == "text" && len(keys) != 0 || !strings.Contains(note, "no searchable words") {
 				t.Errorf("mode %s: found %v, note %q; want no documents and a note", mode, keys, note)
 			}
+		}
+	})
+	t.Run("OnlyNegatedWord", func(t *testing.T) {
+		keys, _ := query(t, "text", "-garage")
+		if len(keys) != 4 || slices.Contains(keys, "bike") {
+			t.Errorf("found %v, want the four documents without garage", keys)
 		}
 	})
 	t.Run("OverlongQueryTruncated", func(t *testing.T) {

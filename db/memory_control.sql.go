@@ -140,7 +140,8 @@ SELECT current_setting('search_path')::text AS previous_search_path,
        set_config('jit', 'off', true)::text AS jit,
        set_config('statement_timeout', ($5::int)::text, true)::text AS statement_timeout,
        numnode(websearch_to_tsquery('english', $6::text))::int AS query_nodes,
-       tsvector_to_array(to_tsvector('english', $6::text))::text[] AS lexemes
+       tsvector_to_array(to_tsvector('english', $6::text))::text[] AS lexemes,
+       numnode(websearch_to_tsquery('english', $7::text))::int AS required_nodes
 `
 
 type MemorySearchScopeParams struct {
@@ -150,6 +151,7 @@ type MemorySearchScopeParams struct {
 	TextSample         int32  `json:"text_sample"`
 	StatementTimeoutMs int32  `json:"statement_timeout_ms"`
 	QueryText          string `json:"query_text"`
+	QueryRequired      string `json:"query_required"`
 }
 
 type MemorySearchScopeRow struct {
@@ -165,6 +167,7 @@ type MemorySearchScopeRow struct {
 	StatementTimeout    string   `json:"statement_timeout"`
 	QueryNodes          int32    `json:"query_nodes"`
 	Lexemes             []string `json:"lexemes"`
+	RequiredNodes       int32    `json:"required_nodes"`
 }
 
 // MemorySearchScope is MemoryScopeEnter for hybrid search, in the same
@@ -179,7 +182,8 @@ type MemorySearchScopeRow struct {
 // time exceeds the whole query's budget; and a statement_timeout, so that
 // one agent's searches cannot hold choird's connections. query_nodes is 0
 // when the text has no searchable words; lexemes are its words as
-// full-text search stores them.
+// full-text search stores them. required_nodes counts the nodes of
+// @query_required (quoted phrases and -words) read as web search.
 func (q *Queries) MemorySearchScope(ctx context.Context, arg MemorySearchScopeParams) (MemorySearchScopeRow, error) {
 	row := q.db.QueryRow(ctx, memorySearchScope,
 		arg.SearchPath,
@@ -188,6 +192,7 @@ func (q *Queries) MemorySearchScope(ctx context.Context, arg MemorySearchScopePa
 		arg.TextSample,
 		arg.StatementTimeoutMs,
 		arg.QueryText,
+		arg.QueryRequired,
 	)
 	var i MemorySearchScopeRow
 	err := row.Scan(
@@ -203,6 +208,7 @@ func (q *Queries) MemorySearchScope(ctx context.Context, arg MemorySearchScopePa
 		&i.StatementTimeout,
 		&i.QueryNodes,
 		&i.Lexemes,
+		&i.RequiredNodes,
 	)
 	return i, err
 }

@@ -30,7 +30,8 @@ SELECT set_config('role', 'none', true), set_config('search_path', @search_path:
 -- time exceeds the whole query's budget; and a statement_timeout, so that
 -- one agent's searches cannot hold choird's connections. query_nodes is 0
 -- when the text has no searchable words; lexemes are its words as
--- full-text search stores them.
+-- full-text search stores them. required_nodes counts the nodes of
+-- @query_required (quoted phrases and -words) read as web search.
 SELECT current_setting('search_path')::text AS previous_search_path,
        set_config('search_path', @search_path::text, true)::text AS search_path,
        set_config('role', @role::text, true)::text AS role,
@@ -42,7 +43,8 @@ SELECT current_setting('search_path')::text AS previous_search_path,
        set_config('jit', 'off', true)::text AS jit,
        set_config('statement_timeout', (@statement_timeout_ms::int)::text, true)::text AS statement_timeout,
        numnode(websearch_to_tsquery('english', @query_text::text))::int AS query_nodes,
-       tsvector_to_array(to_tsvector('english', @query_text::text))::text[] AS lexemes;
+       tsvector_to_array(to_tsvector('english', @query_text::text))::text[] AS lexemes,
+       numnode(websearch_to_tsquery('english', @query_required::text))::int AS required_nodes;
 
 -- name: MemoryAgentSchemaList :many
 SELECT * FROM choir_control.agent_schemas ORDER BY agent_id;

@@ -125,6 +125,9 @@ func runMemorySearch(ctx context.Context, env Env, opts memorySearchOptions) err
 	if opts.json {
 		return writeJSON(env.Stdout, res)
 	}
+	if res.Note != "" {
+		fmt.Fprintf(env.Stderr, "note: %s\n", res.Note)
+	}
 	if res.Degraded != "" {
 		fmt.Fprintf(env.Stderr, "note: %s\n", res.Degraded)
 	}

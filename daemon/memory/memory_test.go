@@ -650,7 +650,6 @@ func TestQueryBadInput(t *testing.T) {
 		{"EmptyQuery", `{"store":"session","mode":"text","query":"   "}`, "$.query", "is empty"},
 		{"MissingQuery", `{"store":"knowledge","mode":"text"}`, "$.query", "required"},
 		{"SemanticWithoutQueryOrVector", `{"store":"knowledge"}`, "$.query", "required"},
-		{"StopWordsOnly", `{"store":"knowledge","mode":"text","query":"the and of"}`, "$.query", "no searchable words"},
 		{"FieldOfAnotherMode", `{"store":"session","mode":"text","query":"x","hash":"abcdef12"}`, "$.hash", "not used by mode text"},
 		{"SessionFieldOnKnowledge", `{"store":"knowledge","query":"x","tiers":["mid_term"]}`, "$.tiers", "session store only"},
 		{"SessionDetailOnKnowledge", `{"store":"knowledge","mode":"session_detail","session_id":"` + uuid.NewString() + `"}`,

@@ -54,7 +54,8 @@ const (
 	MaxListLimit = 100
 	// MinHashPrefix is the shortest hash prefix accepted, in hex digits.
 	MinHashPrefix = 8
-	// MaxQueryBytes bounds the query text.
+	// MaxQueryBytes bounds the query text: a longer one is cut to this
+	// many bytes, and the result's note says so.
 	MaxQueryBytes = 4096
 )
 
@@ -97,7 +98,7 @@ const QuerySchema = `{
   "properties": {
     "store": {"enum": ["working", "session", "knowledge"], "description": "session: your mid-term sessions and long-term session summaries; knowledge: your knowledge base; working: the current session's log"},
     "mode": {"enum": ["semantic", "text", "hash", "range", "session_detail"], "default": "semantic", "description": "semantic: meaning and words (hybrid); text: words (web-search syntax: \"a phrase\", or, -word); hash: by event or content hash; range: by time; session_detail: one session's full event chunks"},
-    "query": {"type": "string", "maxLength": 4096},
+    "query": {"type": "string", "description": "words, \"a phrase\" (required), -word (excluded); a question's other words are ORed, best matches first; cut to 4096 bytes"},
     "vector": {"type": "array", "items": {"type": "number"}, "description": "a query embedding instead of, or besides, query"},
     "hash": {"type": "string", "pattern": "^[0-9a-fA-F]{8,64}$"},
     "session_id": {"type": "string", "format": "uuid"},
@@ -137,6 +138,10 @@ type query struct {
 	// skipSample leaves the GIN sample out of hybrid search (all the
 	// query's words are common).
 	skipSample bool
+	// required and terms are the text side's query (see splitText and
+	// orTerms); note is what the result says about the query.
+	required, phrases, terms, common string
+	note                             string
 }
 
 // decodeQuery decodes and validates input. A given vector's size is
@@ -216,8 +221,9 @@ func (q *query) readSearch(in *QueryInput) error {
 		if q.text == "" {
 			return inputErr("$.query", "is empty: give words to search for")
 		}
-		if len(q.text) > MaxQueryBytes {
-			return inputErr("$.query", "is %d bytes, over the limit of %d", len(q.text), MaxQueryBytes)
+		if t, cut := truncateQuery(q.text); cut {
+			q.note = fmt.Sprintf("query of %d bytes truncated to its first %d bytes", len(q.text), len(t))
+			q.text = t
 		}
 	}
 	q.vector = in.Vector
@@ -414,7 +420,7 @@ func (s *Store) run(ctx context.Context, q *query, sc scope) (*QueryResult, erro
 		return nil, inputErr("$.vector", "has %d dimensions; the memory of agent %s holds vectors of %d",
 			len(q.vector), q.target, dims)
 	}
-	res := &QueryResult{Store: q.store, Mode: q.mode, TargetAgent: q.target}
+	res := &QueryResult{Store: q.store, Mode: q.mode, TargetAgent: q.target, Note: q.note}
 	var vec *pgvector.Vector
 	if q.mode == ModeSemantic {
 		vec, res.Degraded = s.queryVector(ctx, q, dims)
@@ -455,6 +461,10 @@ func (s *Store) run(ctx context.Context, q *query, sc scope) (*QueryResult, erro
 			return s.queryKnowledge(ctx, aq, q, nil, res)
 		}, nil)
 	}
+	if errors.Is(err, errNoWords) && q.mode != ModeHash && q.mode != ModeRange {
+		res.Note = joinNote(res.Note, noWordsNote)
+		res.Chunks, res.Documents, err = nil, nil, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -464,6 +474,17 @@ func (s *Store) run(ctx context.Context, q *query, sc scope) (*QueryResult, erro
 
 var errNoWords = inputErr("$.query", "has no searchable words (English stop words and punctuation are ignored)")
 
+// noWordsNote is the note of a result whose query had no searchable words.
+const noWordsNote = "the query has no searchable words (English stop words and punctuation are ignored): " +
+	"full-text search found nothing"
+
+func joinNote(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
 // search runs hybrid (or full-text) search in a read-only transaction with
 // three round trips after BEGIN: scope and settings, the search, COMMIT.
 func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Vector, res *QueryResult) error {
@@ -471,19 +492,32 @@ func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Ve
 	if sc.role != "" {
 		role = config.SchemaName(sc.role)
 	}
+	required, phrases, loose := splitText(q.text)
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		st, err := db.New(choirsql.Interpreted(tx)).MemorySearchScope(ctx, db.MemorySearchScopeParams{
 			SearchPath: config.SchemaName(sc.schema) + ", public", Role: role, EfSearch: int32(s.tuning.EFSearch),
-			TextSample: int32(s.tuning.TextSample), StatementTimeoutMs: s.statementTimeoutMS(), QueryText: q.text})
+			TextSample: int32(s.tuning.TextSample), StatementTimeoutMs: s.statementTimeoutMS(), QueryText: loose,
+			QueryRequired: required})
 		if err != nil {
 			return fmt.Errorf("enter memory schema of agent %s: %w", sc.schema, err)
 		}
-		if q.mode == ModeText && st.QueryNodes == 0 {
-			return errNoWords
+		if q.text != "" && st.RequiredNodes == 0 && len(st.Lexemes) == 0 {
+			if q.mode == ModeText || vec == nil {
+				return errNoWords
+			}
+			res.Note = joinNote(res.Note, noWordsNote)
 		}
 		aq := agentdb.New(choirsql.Interpreted(tx))
-		if q.skipSample, err = s.allCommon(ctx, aq, sc.schema, q.store, st.Lexemes); err != nil {
+		common, err := s.commonWords(ctx, aq, sc.schema, q.store)
+		if err != nil {
 			return err
+		}
+		var allCommon bool
+		q.terms, q.common, allCommon = orTerms(st.Lexemes, common)
+		q.skipSample = allCommon && st.RequiredNodes == 0
+		q.required, q.phrases = "", ""
+		if st.RequiredNodes > 0 {
+			q.required, q.phrases = required, phrases
 		}
 		if q.store == StoreSession {
 			return s.querySession(ctx, aq, q, vec, res)
@@ -493,13 +527,10 @@ func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Ve
 	return s.translate(err, sc)
 }
 
-// allCommon reports whether every one of a query's words is common in the
-// store's table (see MemoryCommonLexemes), reading the table's common
-// words at most every commonWordsTTL.
-func (s *Store) allCommon(ctx context.Context, aq *agentdb.Queries, agentID, store string, lexemes []string) (bool, error) {
-	if len(lexemes) == 0 {
-		return false, nil
-	}
+// commonWords returns the words common in the store's table (see
+// MemoryCommonLexemes), reading the table's common words at most every
+// commonWordsTTL.
+func (s *Store) commonWords(ctx context.Context, aq *agentdb.Queries, agentID, store string) (map[string]bool, error) {
 	table := "memory_documents"
 	if store == StoreKnowledge {
 		table = "knowledge_documents"
@@ -512,7 +543,7 @@ func (s *Store) allCommon(ctx context.Context, aq *agentdb.Queries, agentID, sto
 		words, err := aq.MemoryCommonLexemes(ctx, agentdb.MemoryCommonLexemesParams{TableName: table,
 			MinFreq: commonWordFreq})
 		if err != nil {
-			return false, fmt.Errorf("read common words of %s: %w", table, err)
+			return nil, fmt.Errorf("read common words of %s: %w", table, err)
 		}
 		c = commonWords{words: map[string]bool{}, at: s.now()}
 		for _, w := range words {
@@ -522,12 +553,7 @@ func (s *Store) allCommon(ctx context.Context, aq *agentdb.Queries, agentID, sto
 		s.common[key] = c
 		s.mu.Unlock()
 	}
-	for _, l := range lexemes {
-		if !c.words[l] {
-			return false, nil
-		}
-	}
-	return true, nil
+	return c.words, nil
 }
 
 // queryVector returns the vector of a semantic query: the one given, or
@@ -573,8 +599,8 @@ func (s *Store) queryVector(ctx context.Context, q *query, dims int) (*pgvector.
 func (s *Store) querySession(ctx context.Context, aq *agentdb.Queries, q *query, vec *pgvector.Vector, res *QueryResult) error {
 	switch q.mode {
 	case ModeSemantic, ModeText:
-		text := q.text
-		rows, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{QueryVector: vec, QueryText: text,
+		rows, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{QueryVector: vec, QueryText: q.required,
+			QueryTerms: q.terms, QueryPhrases: q.phrases, QueryCommon: q.common,
 			Tiers: q.tiers, SessionID: q.sessionID, Candidates: int32(s.tuning.Candidates),
 			TextSample: int32(s.tuning.TextSample), TextRecent: int32(s.tuning.TextRecent), SkipSample: q.skipSample,
 			MaxResults: int32(q.limit)})
@@ -642,7 +668,8 @@ func chunkHit(r agentdb.MemorySessionChunksRow) ChunkHit {
 func (s *Store) queryKnowledge(ctx context.Context, aq *agentdb.Queries, q *query, vec *pgvector.Vector, res *QueryResult) error {
 	switch q.mode {
 	case ModeSemantic, ModeText:
-		rows, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{QueryVector: vec, QueryText: q.text,
+		rows, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{QueryVector: vec,
+			QueryText: q.required, QueryTerms: q.terms, QueryPhrases: q.phrases, QueryCommon: q.common,
 			Candidates: int32(s.tuning.Candidates), TextSample: int32(s.tuning.TextSample),
 			TextRecent: int32(s.tuning.TextRecent), SkipSample: q.skipSample, MaxResults: int32(q.limit)})
 		if err != nil {

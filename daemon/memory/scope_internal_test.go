@@ -83,6 +83,15 @@ func TestCommonWordsSkipTheGINSample(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := New(Options{Pool: pool})
+	var common map[string]bool
+	err = s.inScope(ctx, scope{schema: "stats", role: "stats"}, true, func(_ pgx.Tx, aq *agentdb.Queries) error {
+		var err error
+		common, err = s.commonWords(ctx, aq, "stats", StoreKnowledge)
+		return err
+	}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, c := range []struct {
 		lexemes []string
 		want    bool
@@ -93,14 +102,8 @@ func TestCommonWordsSkipTheGINSample(t *testing.T) {
 		{[]string{"unknown"}, false},
 		{nil, false},
 	} {
-		var got bool
-		err := s.inScope(ctx, scope{schema: "stats", role: "stats"}, true, func(_ pgx.Tx, aq *agentdb.Queries) error {
-			var err error
-			got, err = s.allCommon(ctx, aq, "stats", StoreKnowledge, c.lexemes)
-			return err
-		}, nil)
-		if err != nil || got != c.want {
-			t.Errorf("allCommon(%v) = %v, %v; want %v", c.lexemes, got, err, c.want)
+		if _, _, got := orTerms(c.lexemes, common); got != c.want {
+			t.Errorf("orTerms(%v) all common = %v; want %v", c.lexemes, got, c.want)
 		}
 	}
 	res, err := s.QueryAsOperator(ctx, []byte(`{"store":"knowledge","mode":"text","query":"deployment","target_agent":"stats"}`))

@@ -537,30 +537,33 @@ func (q *Queries) KnowledgeLockByKey(ctx context.Context, key *string) (Knowledg
 const knowledgeSearchHybrid = `-- name: KnowledgeSearchHybrid :many
 
 WITH q AS (
-    SELECT websearch_to_tsquery('english', $2::text) AS tsq
+    SELECT websearch_to_tsquery('english', $2::text)
+           && (CAST($3::text AS tsquery) || websearch_to_tsquery('english', $4::text)) AS tsq,
+           CAST($5::text AS tsquery) AS common_tsq
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT e.document_id AS id, e.embedding <=> $3::vector AS distance
+      FROM (SELECT e.document_id AS id, e.embedding <=> $6::vector AS distance
               FROM knowledge_embeddings e
-             WHERE $3::vector IS NOT NULL
+             WHERE $6::vector IS NOT NULL
              ORDER BY distance
-             LIMIT $4::int) v
+             LIMIT $7::int) v
 ), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM knowledge_documents d
-     WHERE $2::text <> '' AND NOT $5::bool
+     WHERE ($2::text <> '' OR $3::text <> '') AND NOT $8::bool
        AND d.tsv @@ (SELECT q.tsq FROM q)
 ), text_recent AS (
     SELECT r.id, r.tsv
       FROM (SELECT d.id, d.tsv
               FROM knowledge_documents d
-             WHERE $2::text <> ''
+             WHERE ($2::text <> '' OR $3::text <> '')
              ORDER BY d.updated_at DESC, d.id
-             LIMIT $6::int) r
+             LIMIT $9::int) r
      WHERE r.tsv @@ (SELECT q.tsq FROM q)
 ), text_pool AS (
-    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1) AS score
-      FROM (SELECT s.id, s.tsv FROM (SELECT id, tsv FROM text_sample LIMIT $7::int) s
+    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1)
+           + 0.3 * ts_rank_cd(p.tsv, (SELECT q.common_tsq FROM q), 1) AS score
+      FROM (SELECT s.id, s.tsv FROM (SELECT id, tsv FROM text_sample LIMIT $10::int) s
             UNION ALL
             SELECT r.id, r.tsv FROM text_recent r) p
      ORDER BY p.id
@@ -568,7 +571,7 @@ WITH q AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM text_pool p
      ORDER BY rank
-     LIMIT $4::int
+     LIMIT $7::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
            choir_rank_fusion(v.rank, t.rank) AS score,
@@ -590,13 +593,16 @@ SELECT d.id, d.key, d.text, d.metadata, d.version, d.content_hash, d.created_at,
 `
 
 type KnowledgeSearchHybridParams struct {
-	MaxResults  int32            `json:"max_results"`
-	QueryText   string           `json:"query_text"`
-	QueryVector *pgvector.Vector `json:"query_vector"`
-	Candidates  int32            `json:"candidates"`
-	SkipSample  bool             `json:"skip_sample"`
-	TextRecent  int32            `json:"text_recent"`
-	TextSample  int32            `json:"text_sample"`
+	MaxResults   int32            `json:"max_results"`
+	QueryText    string           `json:"query_text"`
+	QueryTerms   string           `json:"query_terms"`
+	QueryPhrases string           `json:"query_phrases"`
+	QueryCommon  string           `json:"query_common"`
+	QueryVector  *pgvector.Vector `json:"query_vector"`
+	Candidates   int32            `json:"candidates"`
+	SkipSample   bool             `json:"skip_sample"`
+	TextRecent   int32            `json:"text_recent"`
+	TextSample   int32            `json:"text_sample"`
 }
 
 type KnowledgeSearchHybridRow struct {
@@ -624,6 +630,9 @@ func (q *Queries) KnowledgeSearchHybrid(ctx context.Context, arg KnowledgeSearch
 	rows, err := q.db.Query(ctx, knowledgeSearchHybrid,
 		arg.MaxResults,
 		arg.QueryText,
+		arg.QueryTerms,
+		arg.QueryPhrases,
+		arg.QueryCommon,
 		arg.QueryVector,
 		arg.Candidates,
 		arg.SkipSample,

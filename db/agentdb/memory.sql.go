@@ -498,37 +498,40 @@ type MemoryEventRefsInsertParams struct {
 const memorySearchHybrid = `-- name: MemorySearchHybrid :many
 
 WITH q AS (
-    SELECT websearch_to_tsquery('english', $2::text) AS tsq
+    SELECT websearch_to_tsquery('english', $2::text)
+           && (CAST($3::text AS tsquery) || websearch_to_tsquery('english', $4::text)) AS tsq,
+           CAST($5::text AS tsquery) AS common_tsq
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT d.id, e.embedding <=> $3::vector AS distance
+      FROM (SELECT d.id, e.embedding <=> $6::vector AS distance
               FROM memory_embeddings e
               JOIN memory_documents d ON d.id = e.document_id
-             WHERE $3::vector IS NOT NULL
-               AND d.tier = ANY($4::text[])
-               AND ($5::uuid IS NULL OR d.session_id = $5::uuid)
+             WHERE $6::vector IS NOT NULL
+               AND d.tier = ANY($7::text[])
+               AND ($8::uuid IS NULL OR d.session_id = $8::uuid)
              ORDER BY distance
-             LIMIT $6::int) v
+             LIMIT $9::int) v
 ), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM memory_documents d
-     WHERE $2::text <> '' AND NOT $7::bool
+     WHERE ($2::text <> '' OR $3::text <> '') AND NOT $10::bool
        AND d.tsv @@ (SELECT q.tsq FROM q)
-       AND d.tier = ANY($4::text[])
-       AND ($5::uuid IS NULL OR d.session_id = $5::uuid)
+       AND d.tier = ANY($7::text[])
+       AND ($8::uuid IS NULL OR d.session_id = $8::uuid)
 ), text_recent AS (
     SELECT r.id, r.tsv
       FROM (SELECT d.id, d.tsv
               FROM memory_documents d
-             WHERE $2::text <> ''
-               AND d.tier = ANY($4::text[])
-               AND ($5::uuid IS NULL OR d.session_id = $5::uuid)
+             WHERE ($2::text <> '' OR $3::text <> '')
+               AND d.tier = ANY($7::text[])
+               AND ($8::uuid IS NULL OR d.session_id = $8::uuid)
              ORDER BY d.created_at DESC, d.id
-             LIMIT $8::int) r
+             LIMIT $11::int) r
      WHERE r.tsv @@ (SELECT q.tsq FROM q)
 ), text_pool AS (
-    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1) AS score
-      FROM (SELECT s.id, s.tsv FROM (SELECT id, tsv FROM text_sample LIMIT $9::int) s
+    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1)
+           + 0.3 * ts_rank_cd(p.tsv, (SELECT q.common_tsq FROM q), 1) AS score
+      FROM (SELECT s.id, s.tsv FROM (SELECT id, tsv FROM text_sample LIMIT $12::int) s
             UNION ALL
             SELECT r.id, r.tsv FROM text_recent r) p
      ORDER BY p.id
@@ -536,7 +539,7 @@ WITH q AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM text_pool p
      ORDER BY rank
-     LIMIT $6::int
+     LIMIT $9::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
            choir_rank_fusion(v.rank, t.rank) AS score,
@@ -558,15 +561,18 @@ SELECT d.id, d.session_id, d.tier, d.chunk_index, d.text, d.metadata, d.started_
 `
 
 type MemorySearchHybridParams struct {
-	MaxResults  int32            `json:"max_results"`
-	QueryText   string           `json:"query_text"`
-	QueryVector *pgvector.Vector `json:"query_vector"`
-	Tiers       []string         `json:"tiers"`
-	SessionID   *uuid.UUID       `json:"session_id"`
-	Candidates  int32            `json:"candidates"`
-	SkipSample  bool             `json:"skip_sample"`
-	TextRecent  int32            `json:"text_recent"`
-	TextSample  int32            `json:"text_sample"`
+	MaxResults   int32            `json:"max_results"`
+	QueryText    string           `json:"query_text"`
+	QueryTerms   string           `json:"query_terms"`
+	QueryPhrases string           `json:"query_phrases"`
+	QueryCommon  string           `json:"query_common"`
+	QueryVector  *pgvector.Vector `json:"query_vector"`
+	Tiers        []string         `json:"tiers"`
+	SessionID    *uuid.UUID       `json:"session_id"`
+	Candidates   int32            `json:"candidates"`
+	SkipSample   bool             `json:"skip_sample"`
+	TextRecent   int32            `json:"text_recent"`
+	TextSample   int32            `json:"text_sample"`
 }
 
 type MemorySearchHybridRow struct {
@@ -592,7 +598,13 @@ type MemorySearchHybridRow struct {
 // pgvector's iterative scans until enough pass the filters) and up to
 // @candidates best full-text matches, fused by reciprocal rank with k = 60
 // (choir_rank_fusion, sql/00018_rank_fusion.sql).
-// A NULL vector or an empty text disables its side.
+// A NULL vector or an empty text disables its side. The text side's
+// query is @query_text read as web search (its quoted phrases and -words,
+// all required) AND @query_terms, a tsquery ORing the question's other
+// words, or its phrases (@query_phrases; see splitText in daemon/memory):
+// a natural question matches the chunks holding any of its words, not
+// only those holding all of them, and with a phrase the other words rank
+// the phrase's matches without filtering them.
 //
 // The full-text side never ranks more than a bounded pool, however many
 // chunks the words match (a naive version ranked every match and took
@@ -612,11 +624,17 @@ type MemorySearchHybridRow struct {
 //
 // The pool is ranked with ts_rank_cd divided by 1 + the log of the chunk's
 // length (a short chunk about the terms beats a long one mentioning them in
-// passing).
+// passing), plus 0.3 times the same rank for @query_common, the query's
+// words too common to find matches by (a name in most chunks): they do not
+// widen the pool but still tell its matches apart, as a low inverse
+// document frequency would weigh them in BM25.
 func (q *Queries) MemorySearchHybrid(ctx context.Context, arg MemorySearchHybridParams) ([]MemorySearchHybridRow, error) {
 	rows, err := q.db.Query(ctx, memorySearchHybrid,
 		arg.MaxResults,
 		arg.QueryText,
+		arg.QueryTerms,
+		arg.QueryPhrases,
+		arg.QueryCommon,
 		arg.QueryVector,
 		arg.Tiers,
 		arg.SessionID,

@@ -7,7 +7,9 @@
 -- (choir_rank_fusion, k = 60), the text pool bounded the same way (a GIN
 -- sample plus the @text_recent most recently updated documents).
 WITH q AS (
-    SELECT websearch_to_tsquery('english', @query_text::text) AS tsq
+    SELECT websearch_to_tsquery('english', @query_text::text)
+           && (CAST(@query_terms::text AS tsquery) || websearch_to_tsquery('english', @query_phrases::text)) AS tsq,
+           CAST(@query_common::text AS tsquery) AS common_tsq
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
       FROM (SELECT e.document_id AS id, e.embedding <=> sqlc.narg('query_vector')::vector AS distance
@@ -18,18 +20,19 @@ WITH q AS (
 ), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM knowledge_documents d
-     WHERE @query_text::text <> '' AND NOT @skip_sample::bool
+     WHERE (@query_text::text <> '' OR @query_terms::text <> '') AND NOT @skip_sample::bool
        AND d.tsv @@ (SELECT q.tsq FROM q)
 ), text_recent AS (
     SELECT r.id, r.tsv
       FROM (SELECT d.id, d.tsv
               FROM knowledge_documents d
-             WHERE @query_text::text <> ''
+             WHERE (@query_text::text <> '' OR @query_terms::text <> '')
              ORDER BY d.updated_at DESC, d.id
              LIMIT @text_recent::int) r
      WHERE r.tsv @@ (SELECT q.tsq FROM q)
 ), text_pool AS (
-    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1) AS score
+    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1)
+           + 0.3 * ts_rank_cd(p.tsv, (SELECT q.common_tsq FROM q), 1) AS score
       FROM (SELECT s.id, s.tsv FROM (SELECT * FROM text_sample LIMIT @text_sample::int) s
             UNION ALL
             SELECT r.id, r.tsv FROM text_recent r) p

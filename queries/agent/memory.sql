@@ -7,7 +7,13 @@
 -- pgvector's iterative scans until enough pass the filters) and up to
 -- @candidates best full-text matches, fused by reciprocal rank with k = 60
 -- (choir_rank_fusion, sql/00018_rank_fusion.sql).
--- A NULL vector or an empty text disables its side.
+-- A NULL vector or an empty text disables its side. The text side's
+-- query is @query_text read as web search (its quoted phrases and -words,
+-- all required) AND @query_terms, a tsquery ORing the question's other
+-- words, or its phrases (@query_phrases; see splitText in daemon/memory):
+-- a natural question matches the chunks holding any of its words, not
+-- only those holding all of them, and with a phrase the other words rank
+-- the phrase's matches without filtering them.
 --
 -- The full-text side never ranks more than a bounded pool, however many
 -- chunks the words match (a naive version ranked every match and took
@@ -26,9 +32,14 @@
 --     is never left out of the sample.
 -- The pool is ranked with ts_rank_cd divided by 1 + the log of the chunk's
 -- length (a short chunk about the terms beats a long one mentioning them in
--- passing).
+-- passing), plus 0.3 times the same rank for @query_common, the query's
+-- words too common to find matches by (a name in most chunks): they do not
+-- widen the pool but still tell its matches apart, as a low inverse
+-- document frequency would weigh them in BM25.
 WITH q AS (
-    SELECT websearch_to_tsquery('english', @query_text::text) AS tsq
+    SELECT websearch_to_tsquery('english', @query_text::text)
+           && (CAST(@query_terms::text AS tsquery) || websearch_to_tsquery('english', @query_phrases::text)) AS tsq,
+           CAST(@query_common::text AS tsquery) AS common_tsq
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
       FROM (SELECT d.id, e.embedding <=> sqlc.narg('query_vector')::vector AS distance
@@ -42,7 +53,7 @@ WITH q AS (
 ), text_sample AS MATERIALIZED (
     SELECT d.id, d.tsv
       FROM memory_documents d
-     WHERE @query_text::text <> '' AND NOT @skip_sample::bool
+     WHERE (@query_text::text <> '' OR @query_terms::text <> '') AND NOT @skip_sample::bool
        AND d.tsv @@ (SELECT q.tsq FROM q)
        AND d.tier = ANY(@tiers::text[])
        AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
@@ -50,14 +61,15 @@ WITH q AS (
     SELECT r.id, r.tsv
       FROM (SELECT d.id, d.tsv
               FROM memory_documents d
-             WHERE @query_text::text <> ''
+             WHERE (@query_text::text <> '' OR @query_terms::text <> '')
                AND d.tier = ANY(@tiers::text[])
                AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
              ORDER BY d.created_at DESC, d.id
              LIMIT @text_recent::int) r
      WHERE r.tsv @@ (SELECT q.tsq FROM q)
 ), text_pool AS (
-    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1) AS score
+    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1)
+           + 0.3 * ts_rank_cd(p.tsv, (SELECT q.common_tsq FROM q), 1) AS score
       FROM (SELECT s.id, s.tsv FROM (SELECT * FROM text_sample LIMIT @text_sample::int) s
             UNION ALL
             SELECT r.id, r.tsv FROM text_recent r) p

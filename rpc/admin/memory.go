@@ -34,7 +34,10 @@ type MemoryQueryResult struct {
 	// full text fused), vector, or text.
 	Search string `json:"search,omitempty"`
 	// Degraded says why a semantic query ran on full text alone.
-	Degraded  string               `json:"degraded,omitempty"`
+	Degraded string `json:"degraded,omitempty"`
+	// Note says what became of the query: cut to the length limit, or
+	// without searchable words (an empty result, not an error).
+	Note      string               `json:"note,omitempty"`
 	Chunks    []MemoryChunkHit     `json:"chunks,omitempty"`
 	Documents []MemoryKnowledgeHit `json:"documents,omitempty"`
 	Count     int                  `json:"count"`

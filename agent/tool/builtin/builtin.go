@@ -94,7 +94,7 @@ var memoryQuerySpec = tool.Spec{
   "properties": {
     "store": {"type": "string", "enum": ["working", "session", "knowledge"]},
     "mode": {"type": "string", "enum": ["keyword", "hash", "semantic", "text", "range", "session_detail"]},
-    "query": {"type": "string", "minLength": 1, "maxLength": 4096, "description": "What to search for."},
+    "query": {"type": "string", "minLength": 1, "description": "What to search for: a question's words are ORed, best matches first; \"a phrase\" is required, -word excluded. Cut to 4096 bytes."},
     "hash": {"type": "string", "pattern": "^[0-9a-fA-F]{8,64}$", "description": "Event or content hash, or a prefix of at least 8 hex digits (hash mode)."},
     "session_id": {"type": "string", "minLength": 1, "description": "Session to search or drill into."},
     "tiers": {"type": "array", "items": {"type": "string", "enum": ["mid_term", "long_term_summary", "long_term_detail"]}, "uniqueItems": true},

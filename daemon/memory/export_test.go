@@ -1,0 +1,4 @@
+package memory
+
+// SplitText exposes splitText to the external tests.
+var SplitText = splitText

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/modelenv"
 )
 
 type initOptions struct {
@@ -74,14 +75,14 @@ func runInit(g *globals, opts initOptions) error {
 
 	var cfg *config.Config
 	secrets := config.Secrets{}
-	envModel, haveModel, err := config.ModelFromEnv(os.Getenv)
+	envModel, haveModel, err := modelenv.ModelFromEnv(os.Getenv)
 	if err != nil && opts.local {
 		return usageErr(err)
 	}
 	if opts.local {
 		cfg, secrets = config.Local(home, config.Postgres{Host: opts.pgHost, Port: opts.pgPort, Database: opts.pgDatabase})
 		if haveModel {
-			config.UseModel(cfg, secrets, envModel)
+			modelenv.UseModel(cfg, secrets, envModel)
 		}
 		for _, ws := range cfg.Workspaces {
 			if err := os.MkdirAll(ws.Path, 0o755); err != nil {
@@ -124,10 +125,10 @@ choird creates each agent's memory schema on its first start.
 }
 
 // modelNote says which model init --local chose, and where it came from.
-func modelNote(m config.EnvModel, ok bool) string {
+func modelNote(m modelenv.EnvModel, ok bool) string {
 	if !ok {
 		return "The model is a local Ollama endpoint (http://127.0.0.1:11434/v1, llama3.1). For a real\n" +
-			"one, " + config.ModelEnvHelp + ".\n"
+			"one, " + modelenv.ModelEnvHelp + ".\n"
 	}
 	where := ""
 	if m.Model.Secret != "" {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/modelenv"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -201,20 +202,20 @@ func demoRealModel(t *testing.T, e *tgEnv, out *demoOutput) bool {
 	if !out.print {
 		return false
 	}
-	m, ok, err := config.ModelFromEnv(os.Getenv)
+	m, ok, err := modelenv.ModelFromEnv(os.Getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !ok {
 		out.say("demo", "no model in the environment: the model stand-in answers from a script (%s to use a real one)", "set "+
-			strings.TrimPrefix(config.ModelEnvHelp, "set "))
+			strings.TrimPrefix(modelenv.ModelEnvHelp, "set "))
 		return false
 	}
 	cfg, secrets, err := config.Load(e.Dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	config.UseModel(cfg, secrets, m)
+	modelenv.UseModel(cfg, secrets, m)
 	if err := config.WriteFiles(e.Dir, cfg, secrets, true); err != nil {
 		t.Fatal(err)
 	}

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/modelenv"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -93,7 +94,7 @@ func rejected(m config.Model, code int) string {
 		return fmt.Sprintf("%s rejects requests without a key (HTTP %d): set models.<name>.secret and the key in secrets.json", m.Endpoint, code)
 	}
 	from := ""
-	if env, ok := config.ModelKeyEnv[m.Secret]; ok {
+	if env, ok := modelenv.ModelKeyEnv[m.Secret]; ok {
 		from = fmt.Sprintf(" (from the environment variable %s at choirctl init)", env)
 	}
 	return fmt.Sprintf("%s rejects the key in secret %s%s with HTTP %d: set a valid key with choirctl secret set %s, then choirctl secret apply",
@@ -108,5 +109,5 @@ func NoneReachable(st []admin.ModelStatus) string {
 			return ""
 		}
 	}
-	return "no model is reachable, so agents answer only \"I could not reach the model\": " + config.ModelEnvHelp
+	return "no model is reachable, so agents answer only \"I could not reach the model\": " + modelenv.ModelEnvHelp
 }

@@ -1,9 +1,14 @@
-package config
+// Package modelenv finds a real model in the environment for choirctl
+// init --local and make demo: OPENAI_API_KEY, OPENROUTER_API_KEY, or
+// CHOIR_LLM_URL with CHOIR_LLM_MODEL and CHOIR_LLM_KEY.
+package modelenv
 
 import (
 	"errors"
 	"fmt"
 	"strings"
+
+	"github.com/choirhq/choir/config"
 )
 
 // A real model from the environment: choirctl init --local uses the first
@@ -20,7 +25,7 @@ import (
 type EnvModel struct {
 	// Name is the model's name in config.json: openai, openrouter or llm.
 	Name  string
-	Model Model
+	Model config.Model
 	// Key is the API key, stored in secrets.json as Model.Secret; empty
 	// for an endpoint that needs none (CHOIR_LLM_URL without CHOIR_LLM_KEY).
 	Key string
@@ -62,7 +67,7 @@ func ModelFromEnv(getenv func(string) string) (EnvModel, bool, error) {
 		if key("CHOIR_LLM_MODEL") == "" {
 			return EnvModel{}, false, errors.New("CHOIR_LLM_URL is set but CHOIR_LLM_MODEL is not: set it to the model's name at that endpoint")
 		}
-		m := EnvModel{Name: "llm", Model: Model{Provider: "openai-compatible", Model: model(""), Endpoint: strings.TrimRight(url, "/")},
+		m := EnvModel{Name: "llm", Model: config.Model{Provider: "openai-compatible", Model: model(""), Endpoint: strings.TrimRight(url, "/")},
 			From: "CHOIR_LLM_URL and CHOIR_LLM_MODEL"}
 		if k := key("CHOIR_LLM_KEY"); k != "" {
 			m.Key, m.Model.Secret, m.From = k, "choir-llm-key", "CHOIR_LLM_URL, CHOIR_LLM_MODEL and CHOIR_LLM_KEY"
@@ -71,10 +76,10 @@ func ModelFromEnv(getenv func(string) string) (EnvModel, bool, error) {
 	case key("CHOIR_LLM_KEY") != "" || key("CHOIR_LLM_MODEL") != "" && key("OPENAI_API_KEY") == "" && key("OPENROUTER_API_KEY") == "":
 		return EnvModel{}, false, errors.New("CHOIR_LLM_KEY or CHOIR_LLM_MODEL is set but CHOIR_LLM_URL is not: set it to the endpoint's base URL (e.g. https://api.example.com/v1)")
 	case key("OPENAI_API_KEY") != "":
-		return EnvModel{Name: "openai", Model: Model{Provider: "openai", Model: model("gpt-4o-mini"),
+		return EnvModel{Name: "openai", Model: config.Model{Provider: "openai", Model: model("gpt-4o-mini"),
 			Endpoint: "https://api.openai.com/v1", Secret: "openai-api-key"}, Key: key("OPENAI_API_KEY"), From: "OPENAI_API_KEY"}, true, nil
 	case key("OPENROUTER_API_KEY") != "":
-		return EnvModel{Name: "openrouter", Model: Model{Provider: "openrouter", Model: model("openai/gpt-4o-mini"),
+		return EnvModel{Name: "openrouter", Model: config.Model{Provider: "openrouter", Model: model("openai/gpt-4o-mini"),
 			Endpoint: "https://openrouter.ai/api/v1", Secret: "openrouter-api-key"}, Key: key("OPENROUTER_API_KEY"),
 			From: "OPENROUTER_API_KEY"}, true, nil
 	}
@@ -83,8 +88,8 @@ func ModelFromEnv(getenv func(string) string) (EnvModel, bool, error) {
 
 // UseModel makes m the only model of a local configuration, the one its
 // agents talk to, with its key in s.
-func UseModel(c *Config, s Secrets, m EnvModel) {
-	c.Models = map[string]Model{m.Name: m.Model}
+func UseModel(c *config.Config, s config.Secrets, m EnvModel) {
+	c.Models = map[string]config.Model{m.Name: m.Model}
 	for id, a := range c.Agents {
 		a.Defaults.LLM = m.Name
 		c.Agents[id] = a

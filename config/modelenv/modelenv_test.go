@@ -1,10 +1,10 @@
-package config_test
+package modelenv_test
 
 import (
 	"strings"
 	"testing"
 
-	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/modelenv"
 )
 
 func TestModelFromEnv(t *testing.T) {
@@ -39,7 +39,7 @@ func TestModelFromEnv(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			m, ok, err := config.ModelFromEnv(func(k string) string { return tc.env[k] })
+			m, ok, err := modelenv.ModelFromEnv(func(k string) string { return tc.env[k] })
 			if tc.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
 					t.Fatalf("err = %v, want %q", err, tc.wantErr)
@@ -55,7 +55,7 @@ func TestModelFromEnv(t *testing.T) {
 			if m.Name != tc.wantName || m.Model.Model != tc.model || m.Model.Endpoint != tc.endpoint || m.Model.Secret != tc.secret {
 				t.Errorf("got %+v", m)
 			}
-			if env, named := config.ModelKeyEnv[m.Model.Secret]; tc.secret != "" && (!named || tc.env[env] != m.Key) {
+			if env, named := modelenv.ModelKeyEnv[m.Model.Secret]; tc.secret != "" && (!named || tc.env[env] != m.Key) {
 				t.Errorf("secret %s maps to %q, whose value is not the key %q", m.Model.Secret, env, m.Key)
 			}
 		})

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/jobs"
@@ -24,7 +25,11 @@ import (
 func TestSessionCapsAgainstChoird(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := startChoird(t, choirdtest.Options{})
+	// The session sends no heartbeat: an hour's crash threshold keeps it
+	// alive through a thousand calls on a loaded machine.
+	d := startChoird(t, choirdtest.Options{Edit: func(cfg *config.Config, _ config.Secrets) {
+		cfg.CrashDetectionThresholdMS = int64(time.Hour / time.Millisecond)
+	}})
 	id, cl, _ := helloSession(t, d, "assistant")
 
 	t.Run("ReplaysKeepTheNewestPerSession", func(t *testing.T) {

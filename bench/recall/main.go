@@ -21,6 +21,8 @@
 // a question is the chunk holding its evidence turn's user message (the
 // chunker opens a chunk at each user message, so one turn is one chunk).
 // Questions go through memory.Store.QueryAsOperator, as choir.memory.query.
+// Even conversations are the part to tune on (fusion weights, say), odd
+// ones the held-out part; each is reported apart as well as together.
 //
 //	go run ./bench/recall -server "$(scripts/devpg.sh url)"
 //	go run ./bench/recall -dry   # BM25 only over the generated turns, no database
@@ -60,7 +62,7 @@ func main() {
 	var o options
 	flag.StringVar(&o.server, "server", "postgres://postgres@127.0.0.1:55432/choir?sslmode=disable", "a database on the server to use")
 	flag.StringVar(&o.name, "db", "choir_bench_recall", "database to create (dropped first if it exists)")
-	flag.IntVar(&o.size, "size", 10, "conversations (agents); the run grows with it")
+	flag.IntVar(&o.size, "size", 20, "conversations (agents); the run grows with it")
 	flag.IntVar(&o.sessions, "sessions", 20, "sessions per conversation")
 	flag.IntVar(&o.turns, "turns", 30, "turns per session")
 	flag.IntVar(&o.perConv, "questions", 100, "questions per conversation")
@@ -105,14 +107,14 @@ type results struct {
 	nq, nc  int
 }
 
-func (r *results) add(m string, q question, ranks []int) {
+func (r *results) add(m string, q question, split string, ranks []int) {
 	if r.tallies == nil {
 		r.tallies, r.lat = map[string]map[string]*tally{}, map[string][]float64{}
 	}
 	if r.tallies[m] == nil {
 		r.tallies[m] = map[string]*tally{}
 	}
-	for _, g := range []string{"all", "kind " + q.kind, "topic " + q.topic} {
+	for _, g := range []string{"all", "kind " + q.kind, "topic " + q.topic, "split " + split} {
 		if r.tallies[m][g] == nil {
 			r.tallies[m][g] = &tally{}
 		}
@@ -139,7 +141,7 @@ func run(ctx context.Context, o options) error {
 				for _, e := range q.evidence {
 					ranks = append(ranks, rankIn(sc, e))
 				}
-				res.add("bm25", q, ranks)
+				res.add("bm25", q, "-", ranks)
 				res.nq++
 			}
 			res.nc += len(texts)
@@ -199,7 +201,7 @@ func runDB(ctx context.Context, o options, convs []conversation) error {
 	store := memory.New(memory.Options{Pool: pool, Embedder: embed.NewOffline(dims)})
 	var res results
 	for ci, c := range convs {
-		if err := ask(ctx, pool, store, agentName(ci), sessions[ci], c, &res); err != nil {
+		if err := ask(ctx, pool, store, agentName(ci), sessions[ci], c, splitOf(ci), &res); err != nil {
 			return err
 		}
 	}
@@ -209,10 +211,19 @@ func runDB(ctx context.Context, o options, convs []conversation) error {
 
 func agentName(ci int) string { return fmt.Sprintf("recall%d", ci) }
 
+// splitOf puts even conversations in the part to tune on (fusion weights,
+// say) and odd ones in the held-out part to report.
+func splitOf(ci int) string {
+	if ci%2 == 0 {
+		return "tune (even conversations)"
+	}
+	return "held-out (odd conversations)"
+}
+
 // ask runs a conversation's questions in every mode and BM25 over the
 // chunks the pipeline made.
 func ask(ctx context.Context, pool *pgxpool.Pool, store *memory.Store, agent string, sessions map[uuid.UUID]int,
-	c conversation, res *results) error {
+	c conversation, split string, res *results) error {
 	ch, err := readChunks(ctx, pool, agent, sessions, c)
 	if err != nil {
 		return err
@@ -232,7 +243,7 @@ func ask(ctx context.Context, pool *pgxpool.Pool, store *memory.Store, agent str
 		for _, w := range want {
 			ranks = append(ranks, rankIn(sc, w))
 		}
-		res.add("bm25", q, ranks)
+		res.add("bm25", q, split, ranks)
 		for _, m := range methods[1:] {
 			start := time.Now()
 			got, err := search(ctx, store, agent, m, q.text)
@@ -244,7 +255,7 @@ func ask(ctx context.Context, pool *pgxpool.Pool, store *memory.Store, agent str
 			for _, w := range want {
 				ranks = append(ranks, slices.Index(got, ch.ids[w])+1)
 			}
-			res.add(m, q, ranks)
+			res.add(m, q, split, ranks)
 		}
 	}
 	return nil

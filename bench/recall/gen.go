@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 )
 
@@ -77,9 +78,9 @@ var (
 var topics = []topic{
 	{name: "pet", values: strings.Fields("Biscuit Pepper Mango Noodle Ziggy Waffles Juniper Pickles Clover Tofu"),
 		states:    []string{"%[1]s brought a puppy home from the rescue centre and named it %[2]s.", "%[1]s adopted a tabby kitten; the family agreed on the name %[2]s."},
-		updates:   []string{"%[1]s says the puppy answers to the name %[2]s now, the old one never stuck.", "After a vote at home %[1]s's puppy got renamed %[2]s."},
+		updates:   []string{"%[1]s says the pet answers to the name %[2]s now, the old one never stuck.", "After a vote at home %[1]s's pet got renamed %[2]s."},
 		dated:     []string{"In %[3]s %[1]s fostered a rescue kitten they nicknamed %[2]s."},
-		questions: []string{"What is the name of %[1]s's new puppy?", "What name did %[1]s give the pet they adopted?", "What is %[1]s's dog called?"},
+		questions: []string{"What is the name of %[1]s's new pet?", "What name did %[1]s give the pet they adopted?", "What is %[1]s's animal called?"},
 		seasonal:  []string{"What was the foster cat %[1]s looked after in the %[3]s called?"},
 		chatter:   []string{"%s's puppy chewed through another shoe last night.", "%s walked the dog in the park for an hour.", "%s asked whether the rescue centre needs volunteers.", "%s is worried the vet bills for the pet are getting expensive.", "%s's kitten keeps knocking cups off the table."}},
 	{name: "work", values: strings.Fields("Acme Globex Initech Umbrella Hooli Vandelay Stark Wayne Cyberdyne Soylent"),
@@ -106,15 +107,15 @@ var topics = []topic{
 	{name: "hobby", values: strings.Fields("cello banjo ukulele saxophone harmonica violin trumpet accordion"),
 		states:    []string{"%[1]s started %[2]s classes with a teacher from the conservatory.", "%[1]s bought a second-hand %[2]s and practises every evening."},
 		updates:   []string{"%[1]s dropped that and is learning to play the %[2]s instead.", "%[1]s has moved on to the %[2]s, the old one is for sale."},
-		dated:     []string{"In %[3]s %[1]s rented a %[2]s for a summer course."},
+		dated:     []string{"In %[3]s %[1]s rented a %[2]s for a short course."},
 		questions: []string{"Which instrument is %[1]s learning to play?", "What classes did %[1]s start at the conservatory?", "What does %[1]s practise every evening?"},
 		seasonal:  []string{"What instrument did %[1]s hire for lessons in the %[3]s?"},
 		chatter:   []string{"%s practised scales for an hour.", "%s's music teacher cancelled the lesson.", "%s wants to join a band one day.", "%s asked for tips on reading sheet music.", "%s went to a concert of the conservatory orchestra."}},
 	{name: "family", values: strings.Fields("Lisbon Oslo Kyoto Denver Nairobi Porto Austin Tallinn Hanoi Quito Dublin Perth"),
-		states:    []string{"%[1]s's sister just relocated to %[2]s to study.", "%[1]s's brother found a flat in %[2]s."},
-		updates:   []string{"%[1]s's sister moved again, she is in %[2]s now.", "%[1]s's brother left for %[2]s last week."},
+		states:    []string{"%[1]s's sister just relocated to %[2]s to study.", "%[1]s's sister found a flat in %[2]s."},
+		updates:   []string{"%[1]s's sister moved again, she is in %[2]s now.", "%[1]s's sister left for %[2]s last week."},
 		dated:     []string{"In %[3]s %[1]s's cousin settled in %[2]s."},
-		questions: []string{"Which city did %[1]s's sister relocate to?", "Where did %[1]s's brother find a flat?", "Which town does %[1]s's sibling live in?"},
+		questions: []string{"Which city did %[1]s's sister relocate to?", "Where did %[1]s's sister find a flat?", "Which town does %[1]s's sibling live in?"},
 		seasonal:  []string{"Where did %[1]s's cousin settle in the %[3]s?"},
 		chatter:   []string{"%s's sister called to say hello.", "%s's brother is visiting for the weekend.", "%s misses the family a lot.", "%s's cousin is getting married next year.", "%s is planning a family reunion."}},
 	{name: "food", values: strings.Fields("lasagna ramen paella moussaka risotto dumplings tagine curry"),
@@ -180,11 +181,7 @@ func generate(seed uint64, sessions, turns, nq int) conversation {
 func (g *generator) slots(n int) []int {
 	s := append([]int(nil), g.free[:n]...)
 	g.free = g.free[n:]
-	for i := 1; i < len(s); i++ {
-		for j := i; j > 0 && s[j] < s[j-1]; j-- {
-			s[j], s[j-1] = s[j-1], s[j]
-		}
-	}
+	slices.Sort(s)
 	return s
 }
 

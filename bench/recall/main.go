@@ -265,7 +265,8 @@ func report(res *results, o options, ms []string, pipe string) {
 	la, _ := os.ReadFile("/proc/loadavg")
 	fmt.Printf("%d conversations x %d sessions x %d turns: %d chunks, %d questions; offline embedder %s, %d dims\n",
 		o.size, o.sessions, o.turns, res.nc, res.nq, embed.OfflineModel, dims)
-	fmt.Println("evidence: the chunk holding the evidence turn's user message (one turn per chunk); multi-hop: two chunks, half each")
+	fmt.Printf("evidence: the chunk holding the evidence turn's user message (%d turns made %d chunks); multi-hop: two chunks, half each\n",
+		o.size*o.sessions*o.turns, res.nc)
 	if pipe != "" {
 		fmt.Println(pipe)
 	}

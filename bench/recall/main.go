@@ -2,18 +2,30 @@
 // recall@1, @5 and @10 of full-text (mode text), vector-only and hybrid
 // search, beside a plain BM25 (k1 1.2, b 0.75, the offline embedder's
 // stop words and stemming) computed in the same run over the same chunks,
-// per question category, with the search latency.
+// per question kind and topic, with the search latency and load average.
 //
 // The question set is generated deterministically (gen.go): conversations
-// of many sessions whose turns state facts about a few recurring people,
-// among filler and near-miss distractors (the same kind of fact about
-// another person), with one paraphrased question per fact labelled with
-// the turn that answers it. Each conversation is one agent's session
-// memory, one chunk per turn, embedded by the offline embedder. The chunks
-// are copied into the agent's tables directly, not produced by the session
-// pipeline's chunking job.
+// of many sessions about a few recurring people. Questions are paraphrases
+// that share few words with the turn that answers them, among chatter
+// about the same people and topics and other people's facts of the same
+// topic. Kinds: single-hop; update (a value stated, later replaced: the
+// later turn is the evidence); multi-hop (who a relative is, and a fact
+// about the relative: two evidence turns, each counting half); temporal
+// (two dated facts of one topic about one person, asked by season).
+//
+// The conversations go through the real session pipeline: each turn is a
+// user_msg and a model_output event of a session of the agent; each
+// session is ended and its chunking enqueued in one transaction, as choird
+// does; River's memory workers (jobs + daemon/memory/pipeline) chunk the
+// sessions and embed the chunks with the offline embedder. The evidence of
+// a question is the chunk holding its evidence turn's user message (the
+// chunker opens a chunk at each user message, so one turn is one chunk).
+// Questions go through memory.Store.QueryAsOperator, as choir.memory.query.
+// Even conversations are the part to tune on (fusion weights, say), odd
+// ones the held-out part; each is reported apart as well as together.
 //
 //	go run ./bench/recall -server "$(scripts/devpg.sh url)"
+//	go run ./bench/recall -dry   # BM25 only over the generated turns, no database
 package main
 
 import (
@@ -23,50 +35,61 @@ import (
 	"fmt"
 	"log"
 	"maps"
-	"math"
 	"os"
 	"slices"
-	"sort"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/pgvector/pgvector-go"
 	pgxvec "github.com/pgvector/pgvector-go/pgx"
 
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/memory"
+	"github.com/choirhq/choir/db"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
 const dims = 384
 
+type options struct {
+	server, name                   string
+	size, sessions, turns, perConv int
+	dry                            bool
+}
+
 func main() {
-	server := flag.String("server", "postgres://postgres@127.0.0.1:55432/choir?sslmode=disable", "a database on the server to use")
-	name := flag.String("db", "choir_bench_recall", "database to create (dropped first if it exists)")
-	convs := flag.Int("conversations", 10, "conversations (agents)")
-	sessions := flag.Int("sessions", 25, "sessions per conversation")
-	turns := flag.Int("turns", 24, "turns per session")
-	nfacts := flag.Int("facts", 200, "facts (questions) per conversation")
+	var o options
+	flag.StringVar(&o.server, "server", "postgres://postgres@127.0.0.1:55432/choir?sslmode=disable", "a database on the server to use")
+	flag.StringVar(&o.name, "db", "choir_bench_recall", "database to create (dropped first if it exists)")
+	flag.IntVar(&o.size, "size", 20, "conversations (agents); the run grows with it")
+	flag.IntVar(&o.sessions, "sessions", 20, "sessions per conversation")
+	flag.IntVar(&o.turns, "turns", 30, "turns per session")
+	flag.IntVar(&o.perConv, "questions", 100, "questions per conversation")
+	flag.BoolVar(&o.dry, "dry", false, "generate the set and report only BM25 over the generated turns (no database)")
 	flag.Parse()
-	if err := run(context.Background(), *server, *name, *convs, *sessions, *turns, *nfacts); err != nil {
+	if err := run(context.Background(), o); err != nil {
 		log.Fatal(err)
 	}
 }
 
+// tally counts recall at 1, 5 and 10; a question with several evidence
+// chunks counts the share of them found.
 type tally struct{ at1, at5, at10, n float64 }
 
-func (t *tally) add(rank int) {
+func (t *tally) add(ranks []int) {
 	t.n++
-	if rank >= 1 && rank <= 1 {
-		t.at1++
-	}
-	if rank >= 1 && rank <= 5 {
-		t.at5++
-	}
-	if rank >= 1 && rank <= 10 {
-		t.at10++
+	for _, r := range ranks {
+		w := 1 / float64(len(ranks))
+		if r == 1 {
+			t.at1 += w
+		}
+		if r >= 1 && r <= 5 {
+			t.at5 += w
+		}
+		if r >= 1 && r <= 10 {
+			t.at10 += w
+		}
 	}
 }
 
@@ -76,16 +99,69 @@ func (t tally) String() string {
 
 var methods = []string{"bm25", "text", "vector", "hybrid"}
 
-func run(ctx context.Context, server, name string, convs, sessions, turns, nfacts int) error {
-	cfg, err := pgx.ParseConfig(server)
+// results are the tallies per method and group ("all", "kind …",
+// "topic …") and the latencies per method.
+type results struct {
+	tallies map[string]map[string]*tally
+	lat     map[string][]float64
+	nq, nc  int
+}
+
+func (r *results) add(m string, q question, split string, ranks []int) {
+	if r.tallies == nil {
+		r.tallies, r.lat = map[string]map[string]*tally{}, map[string][]float64{}
+	}
+	if r.tallies[m] == nil {
+		r.tallies[m] = map[string]*tally{}
+	}
+	for _, g := range []string{"all", "kind " + q.kind, "topic " + q.topic, "split " + split} {
+		if r.tallies[m][g] == nil {
+			r.tallies[m][g] = &tally{}
+		}
+		r.tallies[m][g].add(ranks)
+	}
+}
+
+func run(ctx context.Context, o options) error {
+	convs := make([]conversation, o.size)
+	for ci := range convs {
+		convs[ci] = generate(uint64(ci+1), o.sessions, o.turns, o.perConv)
+	}
+	if o.dry {
+		var res results
+		for _, c := range convs {
+			var texts []string
+			for _, t := range c.turns {
+				texts = append(texts, "user: "+t.user+"\nassistant: "+t.reply)
+			}
+			bm := newBM25(texts)
+			for _, q := range c.questions {
+				sc := bm.scores(q.text)
+				var ranks []int
+				for _, e := range q.evidence {
+					ranks = append(ranks, rankIn(sc, e))
+				}
+				res.add("bm25", q, "-", ranks)
+				res.nq++
+			}
+			res.nc += len(texts)
+		}
+		report(&res, o, []string{"bm25"}, "")
+		return nil
+	}
+	return runDB(ctx, o, convs)
+}
+
+func runDB(ctx context.Context, o options, convs []conversation) error {
+	cfg, err := pgx.ParseConfig(o.server)
 	if err != nil {
 		return err
 	}
-	url := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, name)
-	if err := create(ctx, server, name, url, convs); err != nil {
+	url := fmt.Sprintf("postgres://%s@%s:%d/%s?sslmode=disable", cfg.User, cfg.Host, cfg.Port, o.name)
+	if err := create(ctx, o.server, o.name, url, len(convs)); err != nil {
 		return err
 	}
-	defer drop(server, name)
+	defer drop(o.server, o.name)
 	pcfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return err
@@ -96,73 +172,122 @@ func run(ctx context.Context, server, name string, convs, sessions, turns, nfact
 		return err
 	}
 	defer pool.Close()
-	store := memory.New(memory.Options{Pool: pool, Embedder: embed.NewOffline(dims)})
-	res := map[string]map[string]*tally{}
-	lat := map[string][]float64{}
-	for _, m := range methods {
-		res[m] = map[string]*tally{"all": {}}
+	client, err := startPipeline(ctx, pool)
+	if err != nil {
+		return err
 	}
-	nq, nt := 0, 0
-	for ci := range convs {
-		c := generate(uint64(ci+1), sessions, turns, nfacts)
-		agent := fmt.Sprintf("recall%d", ci)
-		ids, err := load(ctx, pool, agent, c)
-		if err != nil {
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		client.Stop(sctx) //nolint:errcheck
+	}()
+	start := time.Now()
+	base := start.Add(-time.Duration(o.sessions*o.turns) * time.Minute)
+	sessions := make([]map[uuid.UUID]int, len(convs))
+	for ci, c := range convs {
+		if sessions[ci], err = loadSessions(ctx, pool, client, agentName(ci), c, base); err != nil {
 			return err
 		}
-		bm := newBM25(c.turns)
-		nt += len(c.turns)
-		for _, q := range c.questions {
-			nq++
-			want := ids[q.evidence]
-			ranks := map[string]int{"bm25": bm.rank(q.text, q.evidence)}
-			for _, m := range methods[1:] {
-				start := time.Now()
-				r, err := search(ctx, store, agent, m, q.text, want)
-				if err != nil {
-					return fmt.Errorf("%s %q: %w", m, q.text, err)
-				}
-				lat[m] = append(lat[m], float64(time.Since(start).Microseconds())/1000)
-				ranks[m] = r
-			}
-			for _, m := range methods {
-				if res[m][q.category] == nil {
-					res[m][q.category] = &tally{}
-				}
-				res[m][q.category].add(ranks[m])
-				res[m]["all"].add(ranks[m])
-			}
+	}
+	loaded := time.Since(start)
+	if err := waitIdle(ctx, pool, 10*time.Minute); err != nil {
+		return err
+	}
+	pipe := fmt.Sprintf("pipeline: sessions written in %.1f s, chunked and embedded %.1f s later",
+		loaded.Seconds(), (time.Since(start) - loaded).Seconds())
+	if _, err := pool.Exec(ctx, "ANALYZE"); err != nil {
+		return err
+	}
+	store := memory.New(memory.Options{Pool: pool, Embedder: embed.NewOffline(dims)})
+	var res results
+	for ci, c := range convs {
+		if err := ask(ctx, pool, store, agentName(ci), sessions[ci], c, splitOf(ci), &res); err != nil {
+			return err
 		}
 	}
-	report(res, lat, convs, nt, nq)
+	report(&res, o, methods, pipe)
 	return nil
 }
 
-func report(res map[string]map[string]*tally, lat map[string][]float64, convs, nt, nq int) {
-	la, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("%d conversations, %d turns (chunks), %d questions; offline embedder %s, %d dims; load average %s",
-		convs, nt, nq, embed.OfflineModel, dims, la)
-	var cats []string
-	for c := range res["bm25"] {
-		cats = append(cats, c)
+func agentName(ci int) string { return fmt.Sprintf("recall%d", ci) }
+
+// splitOf puts even conversations in the part to tune on (fusion weights,
+// say) and odd ones in the held-out part to report.
+func splitOf(ci int) string {
+	if ci%2 == 0 {
+		return "tune (even conversations)"
 	}
-	sort.Strings(cats)
-	for _, c := range cats {
-		fmt.Printf("-- %s (%d questions)\n", c, int(res["bm25"][c].n))
-		for _, m := range methods {
-			fmt.Printf("   %-7s %s\n", m, res[m][c])
+	return "held-out (odd conversations)"
+}
+
+// ask runs a conversation's questions in every mode and BM25 over the
+// chunks the pipeline made.
+func ask(ctx context.Context, pool *pgxpool.Pool, store *memory.Store, agent string, sessions map[uuid.UUID]int,
+	c conversation, split string, res *results) error {
+	ch, err := readChunks(ctx, pool, agent, sessions, c)
+	if err != nil {
+		return err
+	}
+	res.nc += len(ch.ids)
+	bm := newBM25(ch.texts)
+	for _, q := range c.questions {
+		res.nq++
+		var want []int
+		for _, e := range q.evidence {
+			if !slices.Contains(want, ch.ofTurn[e]) {
+				want = append(want, ch.ofTurn[e])
+			}
+		}
+		sc := bm.scores(q.text)
+		var ranks []int
+		for _, w := range want {
+			ranks = append(ranks, rankIn(sc, w))
+		}
+		res.add("bm25", q, split, ranks)
+		for _, m := range methods[1:] {
+			start := time.Now()
+			got, err := search(ctx, store, agent, m, q.text)
+			if err != nil {
+				return fmt.Errorf("%s %q: %w", m, q.text, err)
+			}
+			res.lat[m] = append(res.lat[m], float64(time.Since(start).Microseconds())/1000)
+			ranks = ranks[:0]
+			for _, w := range want {
+				ranks = append(ranks, slices.Index(got, ch.ids[w])+1)
+			}
+			res.add(m, q, split, ranks)
 		}
 	}
-	for _, m := range methods[1:] {
-		xs := lat[m]
+	return nil
+}
+
+func report(res *results, o options, ms []string, pipe string) {
+	la, _ := os.ReadFile("/proc/loadavg")
+	fmt.Printf("%d conversations x %d sessions x %d turns: %d chunks, %d questions; offline embedder %s, %d dims\n",
+		o.size, o.sessions, o.turns, res.nc, res.nq, embed.OfflineModel, dims)
+	fmt.Printf("evidence: the chunk holding the evidence turn's user message (%d turns made %d chunks); multi-hop: two chunks, half each\n",
+		o.size*o.sessions*o.turns, res.nc)
+	if pipe != "" {
+		fmt.Println(pipe)
+	}
+	fmt.Printf("load average %s", la)
+	groups := slices.Sorted(maps.Keys(res.tallies["bm25"]))
+	for _, g := range groups {
+		fmt.Printf("-- %s (%d questions)\n", g, int(res.tallies["bm25"][g].n))
+		for _, m := range ms {
+			fmt.Printf("   %-7s %s\n", m, res.tallies[m][g])
+		}
+	}
+	for _, m := range ms[1:] {
+		xs := res.lat[m]
 		slices.Sort(xs)
-		fmt.Printf("latency %-7s p50 %6.2f ms  p95 %6.2f ms\n", m, xs[len(xs)/2], xs[len(xs)*95/100])
+		fmt.Printf("latency %-7s p50 %6.2f ms  p95 %6.2f ms  p99 %6.2f ms\n", m, xs[len(xs)/2], xs[len(xs)*95/100], xs[len(xs)*99/100])
 	}
 }
 
-// search runs one question in mode m and returns the 1-based rank of the
-// chunk want among the top 10 (0: not found).
-func search(ctx context.Context, store *memory.Store, agent, m, text string, want uuid.UUID) (int, error) {
+// search runs one question in mode m and returns the chunks found, best
+// first (at most 10).
+func search(ctx context.Context, store *memory.Store, agent, m, text string) ([]uuid.UUID, error) {
 	in := map[string]any{"store": "session", "target_agent": agent, "limit": 10, "query": text}
 	switch m {
 	case "text":
@@ -174,51 +299,17 @@ func search(ctx context.Context, store *memory.Store, agent, m, text string, wan
 	b, _ := json.Marshal(in)
 	r, err := store.QueryAsOperator(ctx, b)
 	if err != nil {
-		return 0, err
-	}
-	for i, h := range r.Chunks {
-		if h.DocumentID == want {
-			return i + 1, nil
-		}
-	}
-	return 0, nil
-}
-
-func load(ctx context.Context, pool *pgxpool.Pool, agent string, c conversation) ([]uuid.UUID, error) {
-	ids := make([]uuid.UUID, len(c.turns))
-	sess := map[int]uuid.UUID{}
-	base := time.Now().Add(-time.Duration(len(c.turns)) * time.Minute)
-	var docs, embs [][]any
-	for i, t := range c.turns {
-		if _, ok := sess[t.session]; !ok {
-			sess[t.session] = uuid.New()
-		}
-		ids[i] = uuid.New()
-		at := base.Add(time.Duration(i) * time.Minute)
-		docs = append(docs, []any{ids[i], sess[t.session], "mid_term", int32(t.index), t.text, at, at, at, "embedded", "{}"})
-		embs = append(embs, []any{ids[i], pgvector.NewVector(embed.LexicalVector(t.text, dims)), embed.OfflineModel})
-	}
-	schema := "choir_" + agent
-	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, "SET LOCAL search_path = "+pgx.Identifier{schema}.Sanitize()+", public"); err != nil {
-			return err
-		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"memory_documents"}, []string{"id", "session_id", "tier",
-			"chunk_index", "text", "created_at", "started_at", "ended_at", "embedding_state", "metadata"},
-			pgx.CopyFromRows(docs)); err != nil {
-			return err
-		}
-		_, err := tx.CopyFrom(ctx, pgx.Identifier{"memory_embeddings"}, []string{"document_id", "embedding", "model"},
-			pgx.CopyFromRows(embs))
-		return err
-	})
-	if err != nil {
 		return nil, err
 	}
-	_, err = pool.Exec(ctx, "ANALYZE "+pgx.Identifier{schema, "memory_documents"}.Sanitize())
-	return ids, err
+	out := make([]uuid.UUID, len(r.Chunks))
+	for i, h := range r.Chunks {
+		out[i] = h.DocumentID
+	}
+	return out, nil
 }
 
+// create makes a fresh database, migrates it and provisions one agent per
+// conversation.
 func create(ctx context.Context, server, name, url string, convs int) error {
 	conn, err := pgx.Connect(ctx, server)
 	if err != nil {
@@ -246,7 +337,8 @@ func create(ctx context.Context, server, name, url string, convs int) error {
 		return err
 	}
 	for ci := range convs {
-		if _, err := plain.Exec(ctx, "SELECT choir_control.provision_agent($1, $2)", fmt.Sprintf("recall%d", ci), dims); err != nil {
+		if _, err := db.New(plain).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: agentName(ci),
+			Dimensions: dims}); err != nil {
 			return err
 		}
 	}
@@ -261,73 +353,4 @@ func drop(server, name string) {
 	}
 	defer conn.Close(ctx)
 	conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)") //nolint:errcheck
-}
-
-// bm25 is a plain BM25 over the turns, with the offline embedder's words.
-type bm25 struct {
-	docs [][]string
-	df   map[string]int
-	avg  float64
-}
-
-func newBM25(turns []turn) *bm25 {
-	b := &bm25{df: map[string]int{}}
-	var total float64
-	for _, t := range turns {
-		w := embed.Words(t.text)
-		b.docs = append(b.docs, w)
-		total += float64(len(w))
-		seen := map[string]bool{}
-		for _, x := range w {
-			if !seen[x] {
-				seen[x] = true
-				b.df[x]++
-			}
-		}
-	}
-	b.avg = total / float64(len(turns))
-	return b
-}
-
-// rank returns the 1-based rank of document want for the query among the
-// top 10 by BM25 (0: not found; ties broken by document order).
-func (b *bm25) rank(q string, want int) int {
-	const k1, bb = 1.2, 0.75
-	terms := map[string]bool{}
-	for _, w := range embed.Words(q) {
-		terms[w] = true
-	}
-	// Summed in a fixed order, so that ties break the same in every run.
-	order := slices.Sorted(maps.Keys(terms))
-	n := float64(len(b.docs))
-	scores := make([]float64, len(b.docs))
-	for i, d := range b.docs {
-		tf := map[string]float64{}
-		for _, w := range d {
-			if terms[w] {
-				tf[w]++
-			}
-		}
-		for _, w := range order {
-			f := tf[w]
-			if f == 0 {
-				continue
-			}
-			idf := math.Log(1 + (n-float64(b.df[w])+0.5)/(float64(b.df[w])+0.5))
-			scores[i] += idf * f * (k1 + 1) / (f + k1*(1-bb+bb*float64(len(d))/b.avg))
-		}
-	}
-	if scores[want] == 0 {
-		return 0
-	}
-	better := 0
-	for i, s := range scores {
-		if s > scores[want] || (s == scores[want] && i < want) {
-			better++
-		}
-	}
-	if better >= 10 {
-		return 0
-	}
-	return better + 1
 }

@@ -105,6 +105,9 @@ type faultEnv struct {
 	choird *choirdtest.Process
 	armed  *faultGate // the trial in progress, nil between trials
 	texts  []string   // every message sent, in order
+	// cutOff are the messages whose reply choird recorded as possibly
+	// sent: it died inside the send gate, before the request left.
+	cutOff map[string]bool
 }
 
 // faultGate is one trial's trigger: hit is closed when the kill point is
@@ -132,7 +135,7 @@ func newFaultEnv(t *testing.T) *faultEnv {
 		c.HeartbeatIntervalMS = 1000
 		c.CrashDetectionThresholdMS = 3000
 	})
-	f := &faultEnv{tgEnv: e}
+	f := &faultEnv{tgEnv: e, cutOff: map[string]bool{}}
 	e.dumpLogsOnFailure(t, "assistant")
 	model.SetResponder(func(ctx context.Context, r *llmtest.Request) llmtest.Step {
 		text := lastUserMessage(r)
@@ -242,9 +245,31 @@ func (f *faultEnv) trial(t *testing.T, p killPoint, v victim, i int) {
 	reply := "re: " + text
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	if err := f.bot.Wait(ctx, func() bool { return countExactly(f.bot, userAlice, reply) > 0 }); err != nil {
+	if err := f.bot.Wait(ctx, func() bool {
+		return countExactly(f.bot, userAlice, reply) > 0 || f.cutOffInGate(reply)
+	}); err != nil {
 		t.Fatalf("trial %d (%s, kill %s): %q was never answered; alice got %q", i, p, v, text, sentTexts(f.bot, userAlice))
 	}
+	if countExactly(f.bot, userAlice, reply) == 0 {
+		// The one loss the design accepts (jobs/deliver.go): choird died
+		// after marking the part as being sent and before the request's
+		// last byte left. The part may have reached the user, so it is
+		// recorded as sent, never sent twice; the Bot API got nothing.
+		t.Logf("trial %d (%s, kill %s): choird died inside the send gate; %q is recorded as possibly sent, not sent twice",
+			i, p, v, reply)
+		f.mu.Lock()
+		f.cutOff[text] = true
+		f.mu.Unlock()
+	}
+}
+
+// cutOffInGate reports whether reply's outbox row was recorded as sent
+// without a Telegram message id: a send interrupted inside the send gate.
+func (f *faultEnv) cutOffInGate(reply string) bool {
+	var cut bool
+	f.pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM choir_control.outbox
+		WHERE text = $1 AND status = 'sent' AND 0 = ANY (sent_ids))`, reply).Scan(&cut)
+	return cut
 }
 
 // pollUntil fires g once query (one bool column, one text parameter)
@@ -326,7 +351,11 @@ func (f *faultEnv) checkExactlyOnce(t *testing.T) {
 	f.mu.Unlock()
 	bad := 0
 	for _, text := range texts {
-		if n := countExactly(f.bot, userAlice, "re: "+text); n != 1 {
+		n := countExactly(f.bot, userAlice, "re: "+text)
+		f.mu.Lock()
+		cut := f.cutOff[text]
+		f.mu.Unlock()
+		if n > 1 || n == 0 && !cut {
 			bad++
 			t.Errorf("%q was answered %d times, want exactly once", text, n)
 		}

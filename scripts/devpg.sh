@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# devpg.sh starts a throwaway PostgreSQL 15 cluster with pgvector for
+# devpg.sh starts a throwaway PostgreSQL 15 cluster with pgvector and RUM for
 # development and tests, installing what is missing on a Debian 12 machine.
 #
 #   scripts/devpg.sh start   install if needed, start (a no-op when running)
@@ -33,7 +33,7 @@ need_root() {
 
 install_packages() {
 	local missing=()
-	for p in postgresql-$PGVER postgresql-server-dev-$PGVER dpkg-dev make gcc; do
+	for p in postgresql-$PGVER postgresql-$PGVER-rum postgresql-server-dev-$PGVER dpkg-dev make gcc; do
 		dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 	done
 	[ ${#missing[@]} -eq 0 ] && return

@@ -56,6 +56,10 @@ type Migrator struct {
 // extension available.
 var ErrPgvectorMissing = errors.New("the pgvector extension is not installed on this Postgres server")
 
+// ErrRumMissing reports a Postgres server without the RUM extension, whose
+// index ranks full-text matches in memory search (sql/00026_text_ranking.sql).
+var ErrRumMissing = errors.New("the rum extension is not installed on this Postgres server")
+
 // NewMigrator prepares a migrator on pool. The pool must not register
 // pgvector types in AfterConnect: before the first migration the extension
 // does not exist yet. Two migrators on one database never collide: goose's
@@ -109,19 +113,26 @@ func (m *Migrator) migrateRiver(ctx context.Context, dir rivermigrate.Direction,
 	return nil
 }
 
-// checkPgvector fails with instructions when pgvector cannot be created.
+// checkPgvector fails with instructions when pgvector or RUM cannot be
+// created.
 func (m *Migrator) checkPgvector(ctx context.Context) error {
-	var ok bool
+	var vector, rum bool
 	err := m.pool.QueryRow(ctx,
-		`SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = $1)`, m.extension).Scan(&ok)
+		`SELECT EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = $1),
+		        EXISTS (SELECT 1 FROM pg_available_extensions WHERE name = 'rum')`, m.extension).Scan(&vector, &rum)
 	if err != nil {
-		return fmt.Errorf("check for pgvector: %w", err)
+		return fmt.Errorf("check for pgvector and rum: %w", err)
 	}
-	if !ok {
+	if !vector {
 		return fmt.Errorf("%w; install it on the database host: on Debian 12 run scripts/devpg.sh start "+
 			"(it builds pgvector from Debian's source package), elsewhere install your distribution's "+
 			"postgresql-<version>-pgvector package or build it from https://github.com/pgvector/pgvector",
 			ErrPgvectorMissing)
+	}
+	if !rum {
+		return fmt.Errorf("%w; install it on the database host: on Debian 12 run scripts/devpg.sh start "+
+			"or apt-get install postgresql-15-rum, elsewhere your distribution's postgresql-<version>-rum "+
+			"package or https://github.com/postgrespro/rum", ErrRumMissing)
 	}
 	return nil
 }

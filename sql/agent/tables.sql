@@ -87,3 +87,20 @@ CREATE TABLE knowledge_versions (
     created_at   timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (document_id, version)
 );
+
+-- Full-text statistics (sql/00026_text_ranking.sql), kept by triggers.
+CREATE TABLE memory_lexemes (
+    lexeme text PRIMARY KEY,
+    docs   int NOT NULL
+);
+
+CREATE TABLE knowledge_lexemes (
+    lexeme text PRIMARY KEY,
+    docs   int NOT NULL
+);
+
+CREATE TABLE lexeme_totals (
+    store   text PRIMARY KEY,
+    docs    bigint NOT NULL,
+    lexemes bigint NOT NULL
+);

@@ -1,0 +1,285 @@
+-- +goose Up
+-- Full-text ranking by rarity, from an index: each agent schema gains
+--   * memory_lexemes and knowledge_lexemes, how many documents of
+--     memory_documents and knowledge_documents hold each full-text lexeme,
+--     and lexeme_totals, how many documents each table has and how many
+--     lexemes they hold together: the statistics of inverse document
+--     frequency and average length that hybrid search ranks by and the
+--     offline embedder weighs words with. Statement triggers keep them
+--     exact as documents are inserted, changed and deleted, in the same
+--     transaction;
+--   * RUM indexes on both tsv columns (the rum extension, Debian's
+--     postgresql-15-rum), which return a full-text query's best matches in
+--     rank order from the index, without reading every match.
+-- provision_agent calls agent_schema_text_objects for new agents; this
+-- migration calls it for the agents provisioned so far, counting the
+-- documents they already hold.
+CREATE EXTENSION IF NOT EXISTS rum;
+
+-- +goose StatementBegin
+-- count_lexemes is the statement trigger that keeps <store>_lexemes and
+-- lexeme_totals exact (TG_ARGV[0] is the store: memory or knowledge). An
+-- update counts only the rows whose tsv changed. Lexemes are upserted in
+-- lexeme order, so two transactions counting documents that share words
+-- lock their rows in the same order and cannot deadlock on them; a
+-- removal is an upsert of a negative count (so the tables have no check
+-- that counts are positive: the proposed row of an upsert is checked
+-- before it meets the existing one), and lexemes left in no document are
+-- then deleted. It runs as its owner: the agent role may read the
+-- statistics, never write them.
+CREATE FUNCTION choir_control.count_lexemes() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog AS $$
+DECLARE
+    store text := TG_ARGV[0];
+    changes text;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        changes := 'SELECT tsv, 1 AS sign FROM new_rows';
+    ELSIF TG_OP = 'DELETE' THEN
+        changes := 'SELECT tsv, -1 AS sign FROM old_rows';
+    ELSE
+        changes := 'SELECT o.tsv, -1 AS sign FROM old_rows o JOIN new_rows n ON n.id = o.id
+                     WHERE o.tsv IS DISTINCT FROM n.tsv
+                    UNION ALL
+                    SELECT n.tsv, 1 FROM old_rows o JOIN new_rows n ON n.id = o.id
+                     WHERE o.tsv IS DISTINCT FROM n.tsv';
+    END IF;
+    EXECUTE format($f$
+        WITH c AS (%3$s), counted AS (
+            INSERT INTO %1$I.%2$I (lexeme, docs)
+            SELECT l.lexeme, sum(c.sign)::int
+              FROM c, unnest(tsvector_to_array(c.tsv)) AS l(lexeme)
+             GROUP BY l.lexeme
+            HAVING sum(c.sign) <> 0
+             ORDER BY l.lexeme
+            ON CONFLICT (lexeme) DO UPDATE SET docs = %2$I.docs + EXCLUDED.docs
+            RETURNING 1
+        )
+        INSERT INTO %1$I.lexeme_totals AS t (store, docs, lexemes)
+        SELECT $1, coalesce(sum(c.sign), 0), coalesce(sum(c.sign * length(c.tsv)), 0)
+          FROM c
+        ON CONFLICT (store) DO UPDATE
+           SET docs = t.docs + EXCLUDED.docs, lexemes = t.lexemes + EXCLUDED.lexemes
+    $f$, TG_TABLE_SCHEMA, store || '_lexemes', changes) USING store;
+    IF TG_OP <> 'INSERT' THEN
+        EXECUTE format('DELETE FROM %1$I.%2$I WHERE docs <= 0', TG_TABLE_SCHEMA, store || '_lexemes');
+    END IF;
+    RETURN NULL;
+END;
+$$;
+
+-- agent_schema_text_objects creates or completes the full-text statistics
+-- and RUM indexes of agent schema s. The triggers are made before the
+-- statistics are counted, and making them locks the tables against writes
+-- until the transaction ends, so no document is counted twice or missed.
+CREATE FUNCTION choir_control.agent_schema_text_objects(s text) RETURNS void
+LANGUAGE plpgsql
+SET client_min_messages = warning AS $$
+DECLARE
+    store text;
+BEGIN
+    EXECUTE format($f$
+        CREATE TABLE IF NOT EXISTS %1$I.memory_lexemes (
+            lexeme text PRIMARY KEY,
+            docs   int NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS %1$I.knowledge_lexemes (
+            lexeme text PRIMARY KEY,
+            docs   int NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS %1$I.lexeme_totals (
+            store   text PRIMARY KEY CHECK (store IN ('memory', 'knowledge')),
+            docs    bigint NOT NULL,
+            lexemes bigint NOT NULL
+        );
+        CREATE INDEX IF NOT EXISTS memory_documents_rum ON %1$I.memory_documents USING rum (tsv rum_tsvector_ops);
+        CREATE INDEX IF NOT EXISTS knowledge_documents_rum ON %1$I.knowledge_documents
+            USING rum (tsv rum_tsvector_ops);
+        GRANT SELECT ON %1$I.memory_lexemes, %1$I.knowledge_lexemes, %1$I.lexeme_totals TO %1$I;
+    $f$, s);
+    FOREACH store IN ARRAY ARRAY['memory', 'knowledge'] LOOP
+        EXECUTE format($f$
+            CREATE OR REPLACE TRIGGER %2$I AFTER INSERT ON %1$I.%3$I
+                REFERENCING NEW TABLE AS new_rows
+                FOR EACH STATEMENT EXECUTE FUNCTION choir_control.count_lexemes(%4$L);
+            CREATE OR REPLACE TRIGGER %5$I AFTER UPDATE ON %1$I.%3$I
+                REFERENCING OLD TABLE AS old_rows NEW TABLE AS new_rows
+                FOR EACH STATEMENT EXECUTE FUNCTION choir_control.count_lexemes(%4$L);
+            CREATE OR REPLACE TRIGGER %6$I AFTER DELETE ON %1$I.%3$I
+                REFERENCING OLD TABLE AS old_rows
+                FOR EACH STATEMENT EXECUTE FUNCTION choir_control.count_lexemes(%4$L);
+        $f$, s, store || '_lexemes_insert', store || '_documents', store, store || '_lexemes_update',
+            store || '_lexemes_delete');
+        EXECUTE format($f$
+            INSERT INTO %1$I.%2$I (lexeme, docs)
+            SELECT l.lexeme, count(*)::int
+              FROM %1$I.%3$I d, unnest(tsvector_to_array(d.tsv)) AS l(lexeme)
+             WHERE NOT EXISTS (SELECT 1 FROM %1$I.lexeme_totals WHERE store = %4$L)
+             GROUP BY l.lexeme;
+            INSERT INTO %1$I.lexeme_totals (store, docs, lexemes)
+            SELECT %4$L, count(*), coalesce(sum(length(d.tsv)), 0) FROM %1$I.%3$I d
+            ON CONFLICT (store) DO NOTHING;
+        $f$, s, store || '_lexemes', store || '_documents', store);
+    END LOOP;
+END;
+$$;
+
+CREATE OR REPLACE FUNCTION choir_control.provision_agent(p_agent_id text, p_dimensions int)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    s        text := choir_control.agent_schema_name(p_agent_id);
+    existing choir_control.agent_schemas%ROWTYPE;
+BEGIN
+    IF p_agent_id IS NULL OR p_agent_id !~ '^[a-z][a-z0-9_-]{0,39}$' THEN
+        RAISE EXCEPTION 'invalid agent id %: want ^[a-z][a-z0-9_-]{0,39}$', quote_nullable(p_agent_id)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_dimensions IS NULL OR p_dimensions < 1 OR p_dimensions > 2000 THEN
+        RAISE EXCEPTION 'invalid embedding dimensions % for agent %: HNSW indexes vectors of 1 to 2000 dimensions',
+            p_dimensions, p_agent_id USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- Serialise provisioning of one agent (choird and tests may race).
+    PERFORM pg_advisory_xact_lock(hashtextextended('choir.provision:' || p_agent_id, 0));
+
+    SELECT * INTO existing FROM choir_control.agent_schemas WHERE agent_id = p_agent_id;
+    IF FOUND THEN
+        IF existing.dimensions <> p_dimensions THEN
+            RAISE EXCEPTION 'agent % memory uses vector(%), not vector(%)', p_agent_id,
+                existing.dimensions, p_dimensions
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'changing the embedding model needs a re-embedding migration: run choirctl memory reembed, '
+                             || 'or keep embedding.dimensions at ' || existing.dimensions;
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM choir_control.agent_schemas WHERE schema_name = s) THEN
+        RAISE EXCEPTION 'agent % maps to schema %, which another agent already uses', p_agent_id, s
+            USING ERRCODE = 'unique_violation';
+    ELSE
+        INSERT INTO choir_control.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
+    END IF;
+
+    -- Roles are cluster-wide: another database of the cluster may create
+    -- the same role at the same moment, which is fine.
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = s) THEN
+        BEGIN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', s);
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
+    END IF;
+    -- The admin must be a member to SET LOCAL ROLE for own-agent queries.
+    IF NOT pg_has_role(current_user, s, 'MEMBER') THEN
+        EXECUTE format('GRANT %I TO %I', s, current_user);
+    END IF;
+
+    EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', s);
+    EXECUTE format('REVOKE ALL ON SCHEMA %I FROM PUBLIC', s);
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', s, s);
+    PERFORM choir_control.agent_schema_objects(s, p_dimensions);
+    PERFORM choir_control.agent_schema_text_objects(s);
+
+    INSERT INTO choir_control.agent_schemas (agent_id, schema_name, role_name, dimensions)
+    VALUES (p_agent_id, s, s, p_dimensions)
+    ON CONFLICT (agent_id) DO NOTHING;
+    RETURN s;
+END;
+$$;
+
+-- Bring every schema provisioned so far up to date.
+DO $$
+DECLARE
+    r choir_control.agent_schemas%ROWTYPE;
+BEGIN
+    FOR r IN SELECT * FROM choir_control.agent_schemas ORDER BY agent_id LOOP
+        PERFORM choir_control.agent_schema_text_objects(r.schema_name);
+    END LOOP;
+END;
+$$;
+-- +goose StatementEnd
+
+-- +goose Down
+-- +goose StatementBegin
+DO $$
+DECLARE
+    r choir_control.agent_schemas%ROWTYPE;
+BEGIN
+    FOR r IN SELECT * FROM choir_control.agent_schemas ORDER BY agent_id LOOP
+        EXECUTE format($f$
+            DROP TRIGGER IF EXISTS memory_lexemes_insert ON %1$I.memory_documents;
+            DROP TRIGGER IF EXISTS memory_lexemes_update ON %1$I.memory_documents;
+            DROP TRIGGER IF EXISTS memory_lexemes_delete ON %1$I.memory_documents;
+            DROP TRIGGER IF EXISTS knowledge_lexemes_insert ON %1$I.knowledge_documents;
+            DROP TRIGGER IF EXISTS knowledge_lexemes_update ON %1$I.knowledge_documents;
+            DROP TRIGGER IF EXISTS knowledge_lexemes_delete ON %1$I.knowledge_documents;
+            DROP INDEX IF EXISTS %1$I.memory_documents_rum, %1$I.knowledge_documents_rum;
+            DROP TABLE IF EXISTS %1$I.memory_lexemes, %1$I.knowledge_lexemes, %1$I.lexeme_totals;
+        $f$, r.schema_name);
+    END LOOP;
+END;
+$$;
+CREATE OR REPLACE FUNCTION choir_control.provision_agent(p_agent_id text, p_dimensions int)
+RETURNS text
+LANGUAGE plpgsql AS $$
+DECLARE
+    s        text := choir_control.agent_schema_name(p_agent_id);
+    existing choir_control.agent_schemas%ROWTYPE;
+BEGIN
+    IF p_agent_id IS NULL OR p_agent_id !~ '^[a-z][a-z0-9_-]{0,39}$' THEN
+        RAISE EXCEPTION 'invalid agent id %: want ^[a-z][a-z0-9_-]{0,39}$', quote_nullable(p_agent_id)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF p_dimensions IS NULL OR p_dimensions < 1 OR p_dimensions > 2000 THEN
+        RAISE EXCEPTION 'invalid embedding dimensions % for agent %: HNSW indexes vectors of 1 to 2000 dimensions',
+            p_dimensions, p_agent_id USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+
+    -- Serialise provisioning of one agent (choird and tests may race).
+    PERFORM pg_advisory_xact_lock(hashtextextended('choir.provision:' || p_agent_id, 0));
+
+    SELECT * INTO existing FROM choir_control.agent_schemas WHERE agent_id = p_agent_id;
+    IF FOUND THEN
+        IF existing.dimensions <> p_dimensions THEN
+            RAISE EXCEPTION 'agent % memory uses vector(%), not vector(%)', p_agent_id,
+                existing.dimensions, p_dimensions
+                USING ERRCODE = 'invalid_parameter_value',
+                      HINT = 'changing the embedding model needs a re-embedding migration: run choirctl memory reembed, '
+                             || 'or keep embedding.dimensions at ' || existing.dimensions;
+        END IF;
+    ELSIF EXISTS (SELECT 1 FROM choir_control.agent_schemas WHERE schema_name = s) THEN
+        RAISE EXCEPTION 'agent % maps to schema %, which another agent already uses', p_agent_id, s
+            USING ERRCODE = 'unique_violation';
+    ELSE
+        INSERT INTO choir_control.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
+    END IF;
+
+    -- Roles are cluster-wide: another database of the cluster may create
+    -- the same role at the same moment, which is fine.
+    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = s) THEN
+        BEGIN
+            EXECUTE format('CREATE ROLE %I NOLOGIN', s);
+        EXCEPTION WHEN duplicate_object OR unique_violation THEN
+            NULL;
+        END;
+    END IF;
+    -- The admin must be a member to SET LOCAL ROLE for own-agent queries.
+    IF NOT pg_has_role(current_user, s, 'MEMBER') THEN
+        EXECUTE format('GRANT %I TO %I', s, current_user);
+    END IF;
+
+    EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', s);
+    EXECUTE format('REVOKE ALL ON SCHEMA %I FROM PUBLIC', s);
+    EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', s, s);
+    PERFORM choir_control.agent_schema_objects(s, p_dimensions);
+
+    INSERT INTO choir_control.agent_schemas (agent_id, schema_name, role_name, dimensions)
+    VALUES (p_agent_id, s, s, p_dimensions)
+    ON CONFLICT (agent_id) DO NOTHING;
+    RETURN s;
+END;
+$$;
+
+DROP FUNCTION choir_control.agent_schema_text_objects(text);
+DROP FUNCTION choir_control.count_lexemes();
+-- +goose StatementEnd
+DROP EXTENSION IF EXISTS rum;

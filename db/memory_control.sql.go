@@ -134,49 +134,45 @@ SELECT current_setting('search_path')::text AS previous_search_path,
        set_config('role', $2::text, true)::text AS role,
        set_config('hnsw.iterative_scan', 'relaxed_order', true)::text AS iterative_scan,
        set_config('hnsw.ef_search', ($3::int)::text, true)::text AS ef_search,
-       set_config('gin_fuzzy_search_limit', ($4::int)::text, true)::text AS gin_fuzzy_search_limit,
        set_config('enable_seqscan', 'off', true)::text AS enable_seqscan,
        set_config('plan_cache_mode', 'force_custom_plan', true)::text AS plan_cache_mode,
        set_config('jit', 'off', true)::text AS jit,
-       set_config('statement_timeout', ($5::int)::text, true)::text AS statement_timeout,
-       numnode(websearch_to_tsquery('english', $6::text))::int AS query_nodes,
-       tsvector_to_array(to_tsvector('english', $6::text))::text[] AS lexemes,
-       numnode(websearch_to_tsquery('english', $7::text))::int AS required_nodes
+       set_config('statement_timeout', ($4::int)::text, true)::text AS statement_timeout,
+       numnode(websearch_to_tsquery('english', $5::text))::int AS query_nodes,
+       tsvector_to_array(to_tsvector('english', $5::text))::text[] AS lexemes,
+       numnode(websearch_to_tsquery('english', $6::text))::int AS required_nodes
 `
 
 type MemorySearchScopeParams struct {
 	SearchPath         string `json:"search_path"`
 	Role               string `json:"role"`
 	EfSearch           int32  `json:"ef_search"`
-	TextSample         int32  `json:"text_sample"`
 	StatementTimeoutMs int32  `json:"statement_timeout_ms"`
 	QueryText          string `json:"query_text"`
 	QueryRequired      string `json:"query_required"`
 }
 
 type MemorySearchScopeRow struct {
-	PreviousSearchPath  string   `json:"previous_search_path"`
-	SearchPath          string   `json:"search_path"`
-	Role                string   `json:"role"`
-	IterativeScan       string   `json:"iterative_scan"`
-	EfSearch            string   `json:"ef_search"`
-	GinFuzzySearchLimit string   `json:"gin_fuzzy_search_limit"`
-	EnableSeqscan       string   `json:"enable_seqscan"`
-	PlanCacheMode       string   `json:"plan_cache_mode"`
-	Jit                 string   `json:"jit"`
-	StatementTimeout    string   `json:"statement_timeout"`
-	QueryNodes          int32    `json:"query_nodes"`
-	Lexemes             []string `json:"lexemes"`
-	RequiredNodes       int32    `json:"required_nodes"`
+	PreviousSearchPath string   `json:"previous_search_path"`
+	SearchPath         string   `json:"search_path"`
+	Role               string   `json:"role"`
+	IterativeScan      string   `json:"iterative_scan"`
+	EfSearch           string   `json:"ef_search"`
+	EnableSeqscan      string   `json:"enable_seqscan"`
+	PlanCacheMode      string   `json:"plan_cache_mode"`
+	Jit                string   `json:"jit"`
+	StatementTimeout   string   `json:"statement_timeout"`
+	QueryNodes         int32    `json:"query_nodes"`
+	Lexemes            []string `json:"lexemes"`
+	RequiredNodes      int32    `json:"required_nodes"`
 }
 
 // MemorySearchScope is MemoryScopeEnter for hybrid search, in the same
 // round trip setting what the search needs for the transaction (see
 // MemorySearchHybrid): pgvector 0.8's iterative index scans, so that
 // filters applied after the HNSW scan cannot starve the results, with
-// hnsw.ef_search; a bound on the matches a GIN scan returns
-// (gin_fuzzy_search_limit: beyond it, a random sample); no sequential
-// scans, so that common words are never checked against every row; a
+// hnsw.ef_search; no sequential scans, so that words are always found
+// through the RUM index, never checked against every row; a
 // custom plan for every execution (a generic plan would not see that the
 // vector side has no filter worth an exact scan); no JIT, whose compile
 // time exceeds the whole query's budget; and a statement_timeout, so that
@@ -189,7 +185,6 @@ func (q *Queries) MemorySearchScope(ctx context.Context, arg MemorySearchScopePa
 		arg.SearchPath,
 		arg.Role,
 		arg.EfSearch,
-		arg.TextSample,
 		arg.StatementTimeoutMs,
 		arg.QueryText,
 		arg.QueryRequired,
@@ -201,7 +196,6 @@ func (q *Queries) MemorySearchScope(ctx context.Context, arg MemorySearchScopePa
 		&i.Role,
 		&i.IterativeScan,
 		&i.EfSearch,
-		&i.GinFuzzySearchLimit,
 		&i.EnableSeqscan,
 		&i.PlanCacheMode,
 		&i.Jit,

@@ -22,9 +22,8 @@ SELECT set_config('role', 'none', true), set_config('search_path', @search_path:
 -- round trip setting what the search needs for the transaction (see
 -- MemorySearchHybrid): pgvector 0.8's iterative index scans, so that
 -- filters applied after the HNSW scan cannot starve the results, with
--- hnsw.ef_search; a bound on the matches a GIN scan returns
--- (gin_fuzzy_search_limit: beyond it, a random sample); no sequential
--- scans, so that common words are never checked against every row; a
+-- hnsw.ef_search; no sequential scans, so that words are always found
+-- through the RUM index, never checked against every row; a
 -- custom plan for every execution (a generic plan would not see that the
 -- vector side has no filter worth an exact scan); no JIT, whose compile
 -- time exceeds the whole query's budget; and a statement_timeout, so that
@@ -37,7 +36,6 @@ SELECT current_setting('search_path')::text AS previous_search_path,
        set_config('role', @role::text, true)::text AS role,
        set_config('hnsw.iterative_scan', 'relaxed_order', true)::text AS iterative_scan,
        set_config('hnsw.ef_search', (@ef_search::int)::text, true)::text AS ef_search,
-       set_config('gin_fuzzy_search_limit', (@text_sample::int)::text, true)::text AS gin_fuzzy_search_limit,
        set_config('enable_seqscan', 'off', true)::text AS enable_seqscan,
        set_config('plan_cache_mode', 'force_custom_plan', true)::text AS plan_cache_mode,
        set_config('jit', 'off', true)::text AS jit,

@@ -71,7 +71,7 @@ func main() {
 	flag.StringVar(&o.maintenanceMemory, "maintenance-work-mem", "2GB", "maintenance_work_mem for the HNSW build")
 	flag.Uint64Var(&o.seed, "seed", 1, "corpus seed")
 	flag.IntVar(&o.candidates, "candidates", 0, "candidates per side (default: the store's)")
-	flag.IntVar(&o.sample, "text-sample", 0, "full-text GIN sample (default: the store's)")
+	flag.IntVar(&o.sample, "per-term", 0, "best matches per query word from the RUM index (default: the store's)")
 	flag.IntVar(&o.recent, "text-recent", 0, "newest chunks checked for full-text matches (default: the store's)")
 	flag.IntVar(&o.efSearch, "ef-search", 0, "hnsw.ef_search (default: the store's)")
 	flag.Parse()
@@ -116,7 +116,7 @@ func run(ctx context.Context, o options) error {
 
 	stub := &stubEmbedder{dims: o.dims}
 	store := memory.New(memory.Options{Pool: pool, Embedder: stub, Search: memory.SearchTuning{Candidates: o.candidates,
-		TextSample: o.sample, TextRecent: o.recent, EFSearch: o.efSearch}})
+		PerTerm: o.sample, TextRecent: o.recent, EFSearch: o.efSearch}})
 	if err := measure(ctx, o, store, stub, c); err != nil {
 		return err
 	}

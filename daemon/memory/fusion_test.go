@@ -25,11 +25,12 @@ type fused struct {
 }
 
 // TestRankFusionIsOne: session memory and knowledge fuse their vector and
-// full-text candidates by the same reciprocal rank fusion. The same
-// documents, with the same texts and vectors, in both stores rank the same,
-// each scored 1/(60 + rank) summed over the sides that found it.
+// full-text candidates by the same weighted reciprocal rank fusion. The
+// same documents, with the same texts and vectors, in both stores rank the
+// same, each scored weight/(k + rank) summed over the sides that found it.
 func TestRankFusionIsOne(t *testing.T) {
 	t.Parallel()
+	const fusionK, vectorWeight, textWeight = 10, 0.5, 2
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
 	const agent = "fusion"
@@ -78,16 +79,20 @@ func TestRankFusionIsOne(t *testing.T) {
 			return err
 		}
 		aq := agentdb.New(tx)
-		ms, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{MaxResults: 20, QueryText: "apple",
-			QueryVector: &query, Tiers: []string{"mid_term"}, Candidates: 5, TextRecent: 100, TextSample: 100})
+		ms, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{MaxResults: 20, QueryTerms: "'appl'",
+			Lexemes: []string{"appl"}, LexemeQueries: []string{"'appl'"}, QueryVector: &query, Tiers: []string{"mid_term"},
+			Candidates: 5, PerTerm: 30, PostingBudget: 8000, TextRecent: 100, LengthB: 0.75, FusionK: fusionK,
+			VectorWeight: vectorWeight, TextWeight: textWeight})
 		if err != nil {
 			return err
 		}
 		for _, r := range ms {
 			mem = append(mem, fused{r.ID, r.Score, r.VectorRank, r.TextRank})
 		}
-		ks, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{MaxResults: 20, QueryText: "apple",
-			QueryVector: &query, Candidates: 5, TextRecent: 100, TextSample: 100})
+		ks, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{MaxResults: 20, QueryTerms: "'appl'",
+			Lexemes: []string{"appl"}, LexemeQueries: []string{"'appl'"}, QueryVector: &query, Candidates: 5, PerTerm: 30,
+			PostingBudget: 8000, TextRecent: 100, LengthB: 0.75, FusionK: fusionK, VectorWeight: vectorWeight,
+			TextWeight: textWeight})
 		if err != nil {
 			return err
 		}
@@ -109,9 +114,9 @@ func TestRankFusionIsOne(t *testing.T) {
 	var both, vectorOnly, textOnly int
 	for _, f := range mem {
 		want := 0.0
-		for _, rank := range []int32{f.vectorRank, f.textRank} {
+		for i, rank := range []int32{f.vectorRank, f.textRank} {
 			if rank > 0 {
-				want += 1 / (60 + float64(rank))
+				want += []float64{vectorWeight, textWeight}[i] / (fusionK + float64(rank))
 			}
 		}
 		if math.Abs(f.score-want) > 1e-12 {

@@ -124,23 +124,53 @@ type Options struct {
 // something wrong.
 const DefaultStatementTimeout = 5 * time.Second
 
-// SearchTuning sizes hybrid search (see queries/agent/memory.sql).
+// SearchTuning sizes and weighs hybrid search (see queries/agent/memory.sql).
+// A zero field takes DefaultSearchTuning's value.
 type SearchTuning struct {
 	// Candidates is how many rows each side (vector, full text) brings to
 	// the fusion.
 	Candidates int
-	// TextSample bounds the full-text matches found through the GIN index
-	// (beyond it, a random sample of about that many).
-	TextSample int
+	// PerTerm is how many best matches of each query word the RUM index
+	// hands the full-text ranking.
+	PerTerm int
+	// PostingBudget bounds the matches the words that find matches have
+	// in all, rarest word first; commoner words only rank.
+	PostingBudget int
 	// TextRecent is how many of the newest documents are checked for
-	// full-text matches besides the sample.
+	// full-text matches besides those.
 	TextRecent int
 	// EFSearch is hnsw.ef_search.
 	EFSearch int
+	// LengthB is the full-text ranking's length normalisation, as BM25's
+	// b: 0 ignores a document's length, 1 divides by it relative to the
+	// average.
+	LengthB float64
+	// FusionK, VectorWeight and TextWeight make the weighted reciprocal
+	// rank fusion: weight / (FusionK + rank) from each side.
+	FusionK                  int
+	VectorWeight, TextWeight float64
 }
 
-// DefaultSearchTuning is the tuning measured by bench/hybrid.
-var DefaultSearchTuning = SearchTuning{Candidates: 30, TextSample: 100, TextRecent: 100, EFSearch: 64}
+// DefaultSearchTuning is the tuning measured by bench/hybrid (sizes) and
+// chosen on bench/recall's tune half (length normalisation and fusion;
+// bench/recall/RESULTS.txt records the figures).
+var DefaultSearchTuning = SearchTuning{Candidates: 30, PerTerm: 30, PostingBudget: 8000, TextRecent: 100,
+	EFSearch: 64, LengthB: 0.75, FusionK: 60, VectorWeight: 1, TextWeight: 1}
+
+// withDefaults returns t with each zero field set to DefaultSearchTuning's.
+func (t SearchTuning) withDefaults() SearchTuning {
+	d := DefaultSearchTuning
+	t.Candidates = cmp.Or(t.Candidates, d.Candidates)
+	t.PerTerm = cmp.Or(t.PerTerm, d.PerTerm)
+	t.PostingBudget = cmp.Or(t.PostingBudget, d.PostingBudget)
+	t.TextRecent = cmp.Or(t.TextRecent, d.TextRecent)
+	t.EFSearch = cmp.Or(t.EFSearch, d.EFSearch)
+	t.LengthB = cmp.Or(t.LengthB, d.LengthB)
+	t.FusionK = cmp.Or(t.FusionK, d.FusionK)
+	t.VectorWeight = cmp.Or(t.VectorWeight, d.VectorWeight)
+	t.TextWeight = cmp.Or(t.TextWeight, d.TextWeight)
+	return t
+}
 
 // Store is the MemoryStore.
 type Store struct {
@@ -161,45 +191,17 @@ type Store struct {
 	dims         map[string]int
 	embedFailAt  time.Time
 	embedFailErr string
-	common       map[string]commonWords
 }
-
-// commonWords are the words (lexemes) in at least commonWordFreq of one
-// table's rows, per its statistics, as of when they were read.
-type commonWords struct {
-	words map[string]bool
-	at    time.Time
-}
-
-const (
-	// commonWordFreq is how common a word must be for hybrid search to
-	// leave the GIN sample out when a query has only such words.
-	commonWordFreq = 0.1
-	// commonWordsTTL is how long the common words of a table are reused:
-	// they change only when autovacuum analyzes it.
-	commonWordsTTL = 5 * time.Minute
-)
 
 // New returns a Store.
 func New(opts Options) *Store {
 	s := &Store{pool: opts.Pool, inserter: opts.Inserter, embedder: opts.Embedder, logger: opts.Logger,
 		tuning: opts.Search, queryEmbedTimeout: opts.QueryEmbedTimeout, queryEmbedCooldown: opts.QueryEmbedCooldown,
-		now: time.Now, dims: map[string]int{}, common: map[string]commonWords{}}
+		now: time.Now, dims: map[string]int{}}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
-	if s.tuning.Candidates <= 0 {
-		s.tuning.Candidates = DefaultSearchTuning.Candidates
-	}
-	if s.tuning.TextSample <= 0 {
-		s.tuning.TextSample = DefaultSearchTuning.TextSample
-	}
-	if s.tuning.TextRecent <= 0 {
-		s.tuning.TextRecent = DefaultSearchTuning.TextRecent
-	}
-	if s.tuning.EFSearch <= 0 {
-		s.tuning.EFSearch = DefaultSearchTuning.EFSearch
-	}
+	s.tuning = s.tuning.withDefaults()
 	if s.queryEmbedTimeout <= 0 {
 		s.queryEmbedTimeout = 5 * time.Second
 	}

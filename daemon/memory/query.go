@@ -135,13 +135,12 @@ type query struct {
 	from, to            time.Time
 	keyPrefix           string
 	limit, offset       int
-	// skipSample leaves the GIN sample out of hybrid search (all the
-	// query's words are common).
-	skipSample bool
-	// required and terms are the text side's query (see splitText and
-	// orTerms); note is what the result says about the query.
-	required, phrases, terms, common string
-	note                             string
+	// required, phrases and terms are the text side's query, lexemes its
+	// words (see splitText and orQuery); note is what the result says
+	// about the query.
+	required, phrases, terms string
+	lexemes                  []string
+	note                     string
 }
 
 // decodeQuery decodes and validates input. A given vector's size is
@@ -496,7 +495,7 @@ func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Ve
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		st, err := db.New(choirsql.Interpreted(tx)).MemorySearchScope(ctx, db.MemorySearchScopeParams{
 			SearchPath: config.SchemaName(sc.schema) + ", public", Role: role, EfSearch: int32(s.tuning.EFSearch),
-			TextSample: int32(s.tuning.TextSample), StatementTimeoutMs: s.statementTimeoutMS(), QueryText: loose,
+			StatementTimeoutMs: s.statementTimeoutMS(), QueryText: loose,
 			QueryRequired: required})
 		if err != nil {
 			return fmt.Errorf("enter memory schema of agent %s: %w", sc.schema, err)
@@ -508,13 +507,7 @@ func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Ve
 			res.Note = joinNote(res.Note, noWordsNote)
 		}
 		aq := agentdb.New(choirsql.Interpreted(tx))
-		common, err := s.commonWords(ctx, aq, sc.schema, q.store)
-		if err != nil {
-			return err
-		}
-		var allCommon bool
-		q.terms, q.common, allCommon = orTerms(st.Lexemes, common)
-		q.skipSample = allCommon && st.RequiredNodes == 0
+		q.lexemes, q.terms = st.Lexemes, orQuery(st.Lexemes)
 		q.required, q.phrases = "", ""
 		if st.RequiredNodes > 0 {
 			q.required, q.phrases = required, phrases
@@ -525,35 +518,6 @@ func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Ve
 		return s.queryKnowledge(ctx, aq, q, vec, res)
 	})
 	return s.translate(err, sc)
-}
-
-// commonWords returns the words common in the store's table (see
-// MemoryCommonLexemes), reading the table's common words at most every
-// commonWordsTTL.
-func (s *Store) commonWords(ctx context.Context, aq *agentdb.Queries, agentID, store string) (map[string]bool, error) {
-	table := "memory_documents"
-	if store == StoreKnowledge {
-		table = "knowledge_documents"
-	}
-	key := agentID + "." + table
-	s.mu.Lock()
-	c, ok := s.common[key]
-	s.mu.Unlock()
-	if !ok || s.now().Sub(c.at) > commonWordsTTL {
-		words, err := aq.MemoryCommonLexemes(ctx, agentdb.MemoryCommonLexemesParams{TableName: table,
-			MinFreq: commonWordFreq})
-		if err != nil {
-			return nil, fmt.Errorf("read common words of %s: %w", table, err)
-		}
-		c = commonWords{words: map[string]bool{}, at: s.now()}
-		for _, w := range words {
-			c.words[w] = true
-		}
-		s.mu.Lock()
-		s.common[key] = c
-		s.mu.Unlock()
-	}
-	return c.words, nil
 }
 
 // queryVector returns the vector of a semantic query: the one given, or
@@ -599,11 +563,12 @@ func (s *Store) queryVector(ctx context.Context, q *query, dims int) (*pgvector.
 func (s *Store) querySession(ctx context.Context, aq *agentdb.Queries, q *query, vec *pgvector.Vector, res *QueryResult) error {
 	switch q.mode {
 	case ModeSemantic, ModeText:
+		t := s.tuning
 		rows, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{QueryVector: vec, QueryText: q.required,
-			QueryTerms: q.terms, QueryPhrases: q.phrases, QueryCommon: q.common,
-			Tiers: q.tiers, SessionID: q.sessionID, Candidates: int32(s.tuning.Candidates),
-			TextSample: int32(s.tuning.TextSample), TextRecent: int32(s.tuning.TextRecent), SkipSample: q.skipSample,
-			MaxResults: int32(q.limit)})
+			QueryTerms: q.terms, QueryPhrases: q.phrases, Lexemes: q.lexemes, LexemeQueries: quoteLexemes(q.lexemes),
+			Tiers: q.tiers, SessionID: q.sessionID, Candidates: int32(t.Candidates), PerTerm: int32(t.PerTerm),
+			PostingBudget: int64(t.PostingBudget), TextRecent: int32(t.TextRecent), LengthB: t.LengthB,
+			FusionK: int32(t.FusionK), VectorWeight: t.VectorWeight, TextWeight: t.TextWeight, MaxResults: int32(q.limit)})
 		if err != nil {
 			return fmt.Errorf("search session memory: %w", err)
 		}
@@ -668,10 +633,12 @@ func chunkHit(r agentdb.MemorySessionChunksRow) ChunkHit {
 func (s *Store) queryKnowledge(ctx context.Context, aq *agentdb.Queries, q *query, vec *pgvector.Vector, res *QueryResult) error {
 	switch q.mode {
 	case ModeSemantic, ModeText:
+		t := s.tuning
 		rows, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{QueryVector: vec,
-			QueryText: q.required, QueryTerms: q.terms, QueryPhrases: q.phrases, QueryCommon: q.common,
-			Candidates: int32(s.tuning.Candidates), TextSample: int32(s.tuning.TextSample),
-			TextRecent: int32(s.tuning.TextRecent), SkipSample: q.skipSample, MaxResults: int32(q.limit)})
+			QueryText: q.required, QueryTerms: q.terms, QueryPhrases: q.phrases, Lexemes: q.lexemes,
+			LexemeQueries: quoteLexemes(q.lexemes), Candidates: int32(t.Candidates), PerTerm: int32(t.PerTerm),
+			PostingBudget: int64(t.PostingBudget), TextRecent: int32(t.TextRecent), LengthB: t.LengthB,
+			FusionK: int32(t.FusionK), VectorWeight: t.VectorWeight, TextWeight: t.TextWeight, MaxResults: int32(q.limit)})
 		if err != nil {
 			return fmt.Errorf("search knowledge: %w", err)
 		}

@@ -3,6 +3,7 @@ package memory
 import (
 	"context"
 	"errors"
+	"strconv"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
@@ -68,46 +69,58 @@ func TestScopes(t *testing.T) {
 	})
 }
 
-func TestCommonWordsSkipTheGINSample(t *testing.T) {
+// TestTextRankingFindsTheBestMatchesByRarity checks the full-text side
+// against what a sample could not promise: among 3,000 chunks holding a
+// word, the oldest one, which holds it most, ranks first (it is neither
+// among the newest nor likely in a sample of 100); a rare word outweighs a
+// common one; of two chunks matching alike, the shorter ranks first; and a
+// word beyond the posting budget still ranks what the other words found.
+func TestTextRankingFindsTheBestMatchesByRarity(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
-	if _, err := db.New(pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: "stats", Dimensions: 8}); err != nil {
+	if _, err := db.New(pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: "rank", Dimensions: 8}); err != nil {
 		t.Fatal(err)
 	}
-	_, err := pool.Exec(ctx, `INSERT INTO choir_stats.knowledge_documents (text)
-		SELECT 'deployment note ' || i || CASE WHEN i % 50 = 0 THEN ' rollback' ELSE '' END
-		  FROM generate_series(1, 500) i;
-		ANALYZE choir_stats.knowledge_documents`)
+	_, err := pool.Exec(ctx, `
+		INSERT INTO choir_rank.knowledge_documents (key, text, updated_at)
+		VALUES ('best', 'ferry ferry ferry ferry to the island', now() - interval '1 day');
+		INSERT INTO choir_rank.knowledge_documents (text)
+		SELECT 'note ' || i || ' about the ferry and the harbour weather ' || i FROM generate_series(1, 3000) i;
+		INSERT INTO choir_rank.knowledge_documents (key, text) VALUES
+		    ('rare', 'the zeppelin timetable'),
+		    ('short', 'lighthouse keeper'),
+		    ('long', 'lighthouse keeper with many more words of text around it in a longer note about nothing');`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := New(Options{Pool: pool})
-	var common map[string]bool
-	err = s.inScope(ctx, scope{schema: "stats", role: "stats"}, true, func(_ pgx.Tx, aq *agentdb.Queries) error {
-		var err error
-		common, err = s.commonWords(ctx, aq, "stats", StoreKnowledge)
-		return err
-	}, nil)
-	if err != nil {
-		t.Fatal(err)
+	first := func(tuning SearchTuning, query string) string {
+		t.Helper()
+		s := New(Options{Pool: pool, Search: tuning})
+		res, err := s.QueryAsOperator(ctx, []byte(`{"store":"knowledge","mode":"text","target_agent":"rank","query":`+
+			strconv.Quote(query)+`}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(res.Documents) == 0 || res.Documents[0].Key == nil {
+			return ""
+		}
+		return *res.Documents[0].Key
 	}
 	for _, c := range []struct {
-		lexemes []string
-		want    bool
+		tuning      SearchTuning
+		query, want string
 	}{
-		{[]string{"deploy"}, true},
-		{[]string{"deploy", "note"}, true},
-		{[]string{"deploy", "rollback"}, false},
-		{[]string{"unknown"}, false},
-		{nil, false},
+		{SearchTuning{}, "ferry", "best"},
+		{SearchTuning{}, "ferry timetable", "rare"},
+		{SearchTuning{}, "harbour zeppelin", "rare"},
+		{SearchTuning{}, "lighthouse keeper", "short"},
+		// "ferry" is in 3,001 chunks, over this budget: it only ranks, and
+		// "island" finds the chunk that holds both.
+		{SearchTuning{PostingBudget: 100}, "ferry island", "best"},
 	} {
-		if _, _, got := orTerms(c.lexemes, common); got != c.want {
-			t.Errorf("orTerms(%v) all common = %v; want %v", c.lexemes, got, c.want)
+		if got := first(c.tuning, c.query); got != c.want {
+			t.Errorf("query %q (budget %d): first %q, want %q", c.query, c.tuning.PostingBudget, got, c.want)
 		}
-	}
-	res, err := s.QueryAsOperator(ctx, []byte(`{"store":"knowledge","mode":"text","query":"deployment","target_agent":"stats"}`))
-	if err != nil || res.Count != DefaultLimit {
-		t.Errorf("a query of common words still finds them: %v, %v", res, err)
 	}
 }

@@ -47,35 +47,19 @@ func splitText(text string) (required, phrases, loose string) {
 	return strings.Join(req, " "), strings.Join(phr, " or "), strings.Join(words, " ")
 }
 
-// orTerms is the tsquery (in its text form) ORing lexemes, leaving out the
-// common ones (in at least commonWordFreq of the table's rows), whose
-// posting lists are long and which tell matches apart little, as BM25's
-// inverse document frequency would weigh them; those are ORed in
-// commonTerms, which ranks the matches without finding them. When every
-// lexeme is common they are all in terms, and allCommon is true.
-func orTerms(lexemes []string, common map[string]bool) (terms, commonTerms string, allCommon bool) {
-	var keep, rest []string
-	for _, l := range lexemes {
-		if !common[l] {
-			keep = append(keep, l)
-		} else {
-			rest = append(rest, l)
-		}
-	}
-	allCommon = len(keep) == 0 && len(lexemes) > 0
-	if allCommon {
-		keep, rest = lexemes, nil
-	}
-	return orQuery(keep), orQuery(rest), allCommon
-}
-
 // orQuery is the tsquery text ORing lexemes, each quoted.
 func orQuery(lexemes []string) string {
+	return strings.Join(quoteLexemes(lexemes), " | ")
+}
+
+// quoteLexemes returns each lexeme as the text of a tsquery matching it
+// alone, quoted so that no character of it is read as an operator.
+func quoteLexemes(lexemes []string) []string {
 	quoted := make([]string, len(lexemes))
 	for i, l := range lexemes {
 		quoted[i] = "'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(l) + "'"
 	}
-	return strings.Join(quoted, " | ")
+	return quoted
 }
 
 // truncateQuery cuts text to at most MaxQueryBytes, at a character

@@ -536,45 +536,79 @@ func (q *Queries) KnowledgeLockByKey(ctx context.Context, key *string) (Knowledg
 
 const knowledgeSearchHybrid = `-- name: KnowledgeSearchHybrid :many
 
-WITH q AS (
-    SELECT websearch_to_tsquery('english', $2::text)
-           && (CAST($3::text AS tsquery) || websearch_to_tsquery('english', $4::text)) AS tsq,
-           CAST($5::text AS tsquery) AS common_tsq
+WITH totals AS (
+    SELECT coalesce(max(t.docs), 0)::float8 AS n,
+           coalesce(max(t.lexemes)::float8 / nullif(max(t.docs), 0), 1)::float8 AS avglen,
+           $2::float8 AS b
+      FROM lexeme_totals t
+     WHERE t.store = 'knowledge'
+), terms AS (
+    SELECT CAST(w.query AS tsquery) AS tq,
+           ln(1 + (tot.n - coalesce(l.docs, 0) + 0.5) / (coalesce(l.docs, 0) + 0.5)) AS idf,
+           sum(coalesce(l.docs, 0)) OVER (ORDER BY coalesce(l.docs, 0), w.lexeme) AS postings
+      FROM (SELECT unnest($3::text[]) AS lexeme, unnest($4::text[]) AS query) w
+     CROSS JOIN totals tot
+      LEFT JOIN knowledge_lexemes l ON l.lexeme = w.lexeme
+), q AS (
+    SELECT websearch_to_tsquery('english', $5::text) AS req,
+           websearch_to_tsquery('english', $5::text)
+           && (CAST($6::text AS tsquery) || websearch_to_tsquery('english', $7::text)) AS tsq,
+           websearch_to_tsquery('english', $7::text) AS phrases
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT e.document_id AS id, e.embedding <=> $6::vector AS distance
+      FROM (SELECT e.document_id AS id, e.embedding <=> $8::vector AS distance
               FROM knowledge_embeddings e
-             WHERE $6::vector IS NOT NULL
+             WHERE $8::vector IS NOT NULL
              ORDER BY distance
-             LIMIT $7::int) v
-), text_sample AS MATERIALIZED (
-    SELECT d.id, d.tsv
+             LIMIT $9::int) v
+), found_words AS (
+    SELECT f.id
+      FROM terms t
+     CROSS JOIN q
+     CROSS JOIN LATERAL (
+           SELECT d.id
+             FROM knowledge_documents d
+            WHERE d.tsv @@ (q.req && t.tq)
+            ORDER BY d.tsv <=> t.tq
+            LIMIT $10::int) f
+     WHERE t.postings <= $11::bigint
+), found_required AS (
+    SELECT d.id
       FROM knowledge_documents d
-     WHERE ($2::text <> '' OR $3::text <> '') AND NOT $8::bool
-       AND d.tsv @@ (SELECT q.tsq FROM q)
-), text_recent AS (
-    SELECT r.id, r.tsv
+     CROSS JOIN q
+     WHERE $5::text <> ''
+       AND d.tsv @@ q.tsq
+     ORDER BY d.tsv <=> q.req
+     LIMIT $10::int
+), found_recent AS (
+    SELECT r.id
       FROM (SELECT d.id, d.tsv
               FROM knowledge_documents d
-             WHERE ($2::text <> '' OR $3::text <> '')
+             WHERE ($5::text <> '' OR $6::text <> '')
              ORDER BY d.updated_at DESC, d.id
-             LIMIT $9::int) r
-     WHERE r.tsv @@ (SELECT q.tsq FROM q)
-), text_pool AS (
-    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1)
-           + 0.3 * ts_rank_cd(p.tsv, (SELECT q.common_tsq FROM q), 1) AS score
-      FROM (SELECT s.id, s.tsv FROM (SELECT id, tsv FROM text_sample LIMIT $10::int) s
-            UNION ALL
-            SELECT r.id, r.tsv FROM text_recent r) p
-     ORDER BY p.id
+             LIMIT $12::int) r
+     CROSS JOIN q
+     WHERE r.tsv @@ q.tsq
+), found AS (
+    SELECT id FROM found_words
+    UNION
+    SELECT id FROM found_required
+    UNION
+    SELECT id FROM found_recent
 ), text_hits AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
-      FROM text_pool p
+      FROM (SELECT d.id,
+                   (coalesce((SELECT sum(t.idf * ts_rank(d.tsv, t.tq, 0)) FROM terms t), 0)
+                    + ln(1 + tot.n) * ts_rank(d.tsv, (SELECT q.phrases FROM q), 0))
+                   / (1 - tot.b + tot.b * length(d.tsv) / tot.avglen) AS score
+              FROM found f
+              JOIN knowledge_documents d ON d.id = f.id
+             CROSS JOIN totals tot) p
      ORDER BY rank
-     LIMIT $7::int
+     LIMIT $9::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
-           choir_rank_fusion(v.rank, t.rank) AS score,
+           choir_rank_fusion(v.rank, t.rank, $13::int, $14::float8, $15::float8) AS score,
            v.rank AS vector_rank,
            t.rank AS text_rank
       FROM vector_hits v
@@ -593,16 +627,21 @@ SELECT d.id, d.key, d.text, d.metadata, d.version, d.content_hash, d.created_at,
 `
 
 type KnowledgeSearchHybridParams struct {
-	MaxResults   int32            `json:"max_results"`
-	QueryText    string           `json:"query_text"`
-	QueryTerms   string           `json:"query_terms"`
-	QueryPhrases string           `json:"query_phrases"`
-	QueryCommon  string           `json:"query_common"`
-	QueryVector  *pgvector.Vector `json:"query_vector"`
-	Candidates   int32            `json:"candidates"`
-	SkipSample   bool             `json:"skip_sample"`
-	TextRecent   int32            `json:"text_recent"`
-	TextSample   int32            `json:"text_sample"`
+	MaxResults    int32            `json:"max_results"`
+	LengthB       float64          `json:"length_b"`
+	Lexemes       []string         `json:"lexemes"`
+	LexemeQueries []string         `json:"lexeme_queries"`
+	QueryText     string           `json:"query_text"`
+	QueryTerms    string           `json:"query_terms"`
+	QueryPhrases  string           `json:"query_phrases"`
+	QueryVector   *pgvector.Vector `json:"query_vector"`
+	Candidates    int32            `json:"candidates"`
+	PerTerm       int32            `json:"per_term"`
+	PostingBudget int64            `json:"posting_budget"`
+	TextRecent    int32            `json:"text_recent"`
+	FusionK       int32            `json:"fusion_k"`
+	VectorWeight  float64          `json:"vector_weight"`
+	TextWeight    float64          `json:"text_weight"`
 }
 
 type KnowledgeSearchHybridRow struct {
@@ -623,21 +662,27 @@ type KnowledgeSearchHybridRow struct {
 // Knowledge (tier 4) of one agent. Every query here runs with the agent's
 // schema first on search_path (see sqlc.yaml).
 // KnowledgeSearchHybrid is MemorySearchHybrid's twin for knowledge: HNSW
-// and full-text candidates fused by the same reciprocal rank fusion
-// (choir_rank_fusion, k = 60), the text pool bounded the same way (a GIN
-// sample plus the @text_recent most recently updated documents).
+// and full-text candidates fused by the same weighted reciprocal rank, the
+// full-text side found through the RUM index word by word and ranked by
+// the same BM25-like score over knowledge's own statistics
+// (knowledge_lexemes), with the most recently updated documents added.
 func (q *Queries) KnowledgeSearchHybrid(ctx context.Context, arg KnowledgeSearchHybridParams) ([]KnowledgeSearchHybridRow, error) {
 	rows, err := q.db.Query(ctx, knowledgeSearchHybrid,
 		arg.MaxResults,
+		arg.LengthB,
+		arg.Lexemes,
+		arg.LexemeQueries,
 		arg.QueryText,
 		arg.QueryTerms,
 		arg.QueryPhrases,
-		arg.QueryCommon,
 		arg.QueryVector,
 		arg.Candidates,
-		arg.SkipSample,
+		arg.PerTerm,
+		arg.PostingBudget,
 		arg.TextRecent,
-		arg.TextSample,
+		arg.FusionK,
+		arg.VectorWeight,
+		arg.TextWeight,
 	)
 	if err != nil {
 		return nil, err

@@ -199,47 +199,6 @@ type MemoryChunksInsertParams struct {
 	EmbeddingState string          `json:"embedding_state"`
 }
 
-const memoryCommonLexemes = `-- name: MemoryCommonLexemes :many
-SELECT (s.most_common_elems::text::text[])[i]::text AS lexeme
-  FROM pg_catalog.pg_stats s,
-       generate_subscripts(s.most_common_elems::text::text[], 1) AS i
- WHERE s.schemaname = current_schema()
-   AND s.tablename = $1::text
-   AND s.attname = 'tsv'
-   AND s.most_common_elem_freqs[i] >= $2::float4
-`
-
-type MemoryCommonLexemesParams struct {
-	TableName string  `json:"table_name"`
-	MinFreq   float32 `json:"min_freq"`
-}
-
-// MemoryCommonLexemes returns the words (as full-text lexemes) that the
-// table's statistics find in at least @min_freq of the rows of
-// @table_name's tsv column (memory_documents or knowledge_documents in
-// the schema on search_path). Hybrid search skips the GIN sample for a
-// query made only of such words: decoding their posting lists would cost
-// more than the newest rows, which hold plenty of matches, are worth.
-func (q *Queries) MemoryCommonLexemes(ctx context.Context, arg MemoryCommonLexemesParams) ([]string, error) {
-	rows, err := q.db.Query(ctx, memoryCommonLexemes, arg.TableName, arg.MinFreq)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []string{}
-	for rows.Next() {
-		var lexeme string
-		if err := rows.Scan(&lexeme); err != nil {
-			return nil, err
-		}
-		items = append(items, lexeme)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const memoryDocumentGet = `-- name: MemoryDocumentGet :one
 SELECT d.id, d.session_id, d.tier, d.chunk_index, d.text, d.metadata, d.started_at, d.ended_at,
        d.created_at, d.embedding_state, d.embedding_error, d.embedding_failed_at,
@@ -497,52 +456,88 @@ type MemoryEventRefsInsertParams struct {
 
 const memorySearchHybrid = `-- name: MemorySearchHybrid :many
 
-WITH q AS (
-    SELECT websearch_to_tsquery('english', $2::text)
-           && (CAST($3::text AS tsquery) || websearch_to_tsquery('english', $4::text)) AS tsq,
-           CAST($5::text AS tsquery) AS common_tsq
+WITH totals AS (
+    SELECT coalesce(max(t.docs), 0)::float8 AS n,
+           coalesce(max(t.lexemes)::float8 / nullif(max(t.docs), 0), 1)::float8 AS avglen,
+           $2::float8 AS b
+      FROM lexeme_totals t
+     WHERE t.store = 'memory'
+), terms AS (
+    SELECT CAST(w.query AS tsquery) AS tq,
+           ln(1 + (tot.n - coalesce(l.docs, 0) + 0.5) / (coalesce(l.docs, 0) + 0.5)) AS idf,
+           sum(coalesce(l.docs, 0)) OVER (ORDER BY coalesce(l.docs, 0), w.lexeme) AS postings
+      FROM (SELECT unnest($3::text[]) AS lexeme, unnest($4::text[]) AS query) w
+     CROSS JOIN totals tot
+      LEFT JOIN memory_lexemes l ON l.lexeme = w.lexeme
+), q AS (
+    SELECT websearch_to_tsquery('english', $5::text) AS req,
+           websearch_to_tsquery('english', $5::text)
+           && (CAST($6::text AS tsquery) || websearch_to_tsquery('english', $7::text)) AS tsq,
+           websearch_to_tsquery('english', $7::text) AS phrases
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT d.id, e.embedding <=> $6::vector AS distance
+      FROM (SELECT d.id, e.embedding <=> $8::vector AS distance
               FROM memory_embeddings e
               JOIN memory_documents d ON d.id = e.document_id
-             WHERE $6::vector IS NOT NULL
-               AND d.tier = ANY($7::text[])
-               AND ($8::uuid IS NULL OR d.session_id = $8::uuid)
+             WHERE $8::vector IS NOT NULL
+               AND d.tier = ANY($9::text[])
+               AND ($10::uuid IS NULL OR d.session_id = $10::uuid)
              ORDER BY distance
-             LIMIT $9::int) v
-), text_sample AS MATERIALIZED (
-    SELECT d.id, d.tsv
+             LIMIT $11::int) v
+), found_words AS (
+    SELECT f.id
+      FROM terms t
+     CROSS JOIN q
+     CROSS JOIN LATERAL (
+           SELECT d.id
+             FROM memory_documents d
+            WHERE d.tsv @@ (q.req && t.tq)
+              AND d.tier = ANY($9::text[])
+              AND ($10::uuid IS NULL OR d.session_id = $10::uuid)
+            ORDER BY d.tsv <=> t.tq
+            LIMIT $12::int) f
+     WHERE t.postings <= $13::bigint
+), found_required AS (
+    SELECT d.id
       FROM memory_documents d
-     WHERE ($2::text <> '' OR $3::text <> '') AND NOT $10::bool
-       AND d.tsv @@ (SELECT q.tsq FROM q)
-       AND d.tier = ANY($7::text[])
-       AND ($8::uuid IS NULL OR d.session_id = $8::uuid)
-), text_recent AS (
-    SELECT r.id, r.tsv
+     CROSS JOIN q
+     WHERE $5::text <> ''
+       AND d.tsv @@ q.tsq
+       AND d.tier = ANY($9::text[])
+       AND ($10::uuid IS NULL OR d.session_id = $10::uuid)
+     ORDER BY d.tsv <=> q.req
+     LIMIT $12::int
+), found_recent AS (
+    SELECT r.id
       FROM (SELECT d.id, d.tsv
               FROM memory_documents d
-             WHERE ($2::text <> '' OR $3::text <> '')
-               AND d.tier = ANY($7::text[])
-               AND ($8::uuid IS NULL OR d.session_id = $8::uuid)
+             WHERE ($5::text <> '' OR $6::text <> '')
+               AND d.tier = ANY($9::text[])
+               AND ($10::uuid IS NULL OR d.session_id = $10::uuid)
              ORDER BY d.created_at DESC, d.id
-             LIMIT $11::int) r
-     WHERE r.tsv @@ (SELECT q.tsq FROM q)
-), text_pool AS (
-    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1)
-           + 0.3 * ts_rank_cd(p.tsv, (SELECT q.common_tsq FROM q), 1) AS score
-      FROM (SELECT s.id, s.tsv FROM (SELECT id, tsv FROM text_sample LIMIT $12::int) s
-            UNION ALL
-            SELECT r.id, r.tsv FROM text_recent r) p
-     ORDER BY p.id
+             LIMIT $14::int) r
+     CROSS JOIN q
+     WHERE r.tsv @@ q.tsq
+), found AS (
+    SELECT id FROM found_words
+    UNION
+    SELECT id FROM found_required
+    UNION
+    SELECT id FROM found_recent
 ), text_hits AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
-      FROM text_pool p
+      FROM (SELECT d.id,
+                   (coalesce((SELECT sum(t.idf * ts_rank(d.tsv, t.tq, 0)) FROM terms t), 0)
+                    + ln(1 + tot.n) * ts_rank(d.tsv, (SELECT q.phrases FROM q), 0))
+                   / (1 - tot.b + tot.b * length(d.tsv) / tot.avglen) AS score
+              FROM found f
+              JOIN memory_documents d ON d.id = f.id
+             CROSS JOIN totals tot) p
      ORDER BY rank
-     LIMIT $9::int
+     LIMIT $11::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
-           choir_rank_fusion(v.rank, t.rank) AS score,
+           choir_rank_fusion(v.rank, t.rank, $15::int, $16::float8, $17::float8) AS score,
            v.rank AS vector_rank,
            t.rank AS text_rank
       FROM vector_hits v
@@ -561,18 +556,23 @@ SELECT d.id, d.session_id, d.tier, d.chunk_index, d.text, d.metadata, d.started_
 `
 
 type MemorySearchHybridParams struct {
-	MaxResults   int32            `json:"max_results"`
-	QueryText    string           `json:"query_text"`
-	QueryTerms   string           `json:"query_terms"`
-	QueryPhrases string           `json:"query_phrases"`
-	QueryCommon  string           `json:"query_common"`
-	QueryVector  *pgvector.Vector `json:"query_vector"`
-	Tiers        []string         `json:"tiers"`
-	SessionID    *uuid.UUID       `json:"session_id"`
-	Candidates   int32            `json:"candidates"`
-	SkipSample   bool             `json:"skip_sample"`
-	TextRecent   int32            `json:"text_recent"`
-	TextSample   int32            `json:"text_sample"`
+	MaxResults    int32            `json:"max_results"`
+	LengthB       float64          `json:"length_b"`
+	Lexemes       []string         `json:"lexemes"`
+	LexemeQueries []string         `json:"lexeme_queries"`
+	QueryText     string           `json:"query_text"`
+	QueryTerms    string           `json:"query_terms"`
+	QueryPhrases  string           `json:"query_phrases"`
+	QueryVector   *pgvector.Vector `json:"query_vector"`
+	Tiers         []string         `json:"tiers"`
+	SessionID     *uuid.UUID       `json:"session_id"`
+	Candidates    int32            `json:"candidates"`
+	PerTerm       int32            `json:"per_term"`
+	PostingBudget int64            `json:"posting_budget"`
+	TextRecent    int32            `json:"text_recent"`
+	FusionK       int32            `json:"fusion_k"`
+	VectorWeight  float64          `json:"vector_weight"`
+	TextWeight    float64          `json:"text_weight"`
 }
 
 type MemorySearchHybridRow struct {
@@ -596,52 +596,55 @@ type MemorySearchHybridRow struct {
 // MemorySearchHybrid is hybrid search over session memory in one statement:
 // up to @candidates nearest chunks by cosine distance (HNSW, continued by
 // pgvector's iterative scans until enough pass the filters) and up to
-// @candidates best full-text matches, fused by reciprocal rank with k = 60
-// (choir_rank_fusion, sql/00018_rank_fusion.sql).
-// A NULL vector or an empty text disables its side. The text side's
-// query is @query_text read as web search (its quoted phrases and -words,
-// all required) AND @query_terms, a tsquery ORing the question's other
-// words, or its phrases (@query_phrases; see splitText in daemon/memory):
-// a natural question matches the chunks holding any of its words, not
-// only those holding all of them, and with a phrase the other words rank
-// the phrase's matches without filtering them.
+// @candidates best full-text matches, fused by weighted reciprocal rank
+// (choir_rank_fusion, sql/00026_text_ranking.sql): @vector_weight /
+// (@fusion_k + vector rank) + @text_weight / (@fusion_k + text rank), so
+// that when one side finds nothing the other side's order is kept.
+// A NULL vector or no words disables its side.
 //
-// The full-text side never ranks more than a bounded pool, however many
-// chunks the words match (a naive version ranked every match and took
-// 60-70 ms when the words were in half the chunks):
-//   - text_sample: the matches found through the GIN index, at most
-//     @text_sample of them; MemorySearchScope sets gin_fuzzy_search_limit to
-//     that number, so for words matching more chunks the index returns a
-//     random sample of about that size instead of every match (selective
-//     queries are answered exactly), and turns off sequential scans so
-//     that the planner never reads the whole table for common words;
-//     @skip_sample leaves it out when every word of the query is common
-//     (MemoryCommonLexemes), since decoding the GIN posting lists of words
-//     in most chunks costs more than the sample is worth;
-//   - text_recent: the matches among the @text_recent newest chunks, read
-//     newest first through memory_documents_recent, so that recent memory
-//     is never left out of the sample.
+// The full-text side matches @query_text read as web search (its quoted
+// phrases and -words, all required) AND @query_terms (the question's other
+// words, ORed; see splitText in daemon/memory) or its phrases
+// (@query_phrases). It ranks in the spirit of BM25: each of the query's
+// lexemes (@lexemes, with @lexeme_queries its tsquery) weighs its ts_rank, a
+// saturating function of how often the chunk holds it, by its inverse
+// document frequency ln(1 + (N - df + 0.5) / (df + 0.5)) from the agent's
+// exact statistics (memory_lexemes, lexeme_totals), and the sum is
+// divided by 1 - @length_b + @length_b * the chunk's length / the average
+// length; a phrase match counts as a word found in one chunk.
 //
-// The pool is ranked with ts_rank_cd divided by 1 + the log of the chunk's
-// length (a short chunk about the terms beats a long one mentioning them in
-// passing), plus 0.3 times the same rank for @query_common, the query's
-// words too common to find matches by (a name in most chunks): they do not
-// widen the pool but still tell its matches apart, as a low inverse
-// document frequency would weigh them in BM25.
+// The matches to rank come from the RUM index, which returns a word's
+// best matches in rank order without reading every match (a GIN index
+// would hand back every match to rank, 60 ms for a word in half the
+// chunks):
+//   - per word, rarest first, its @per_term best chunks, for the words
+//     whose posting lists, summed in that order, stay within
+//     @posting_budget: the rest are too common to find matches by at that
+//     cost, and tell matches apart little (their inverse document
+//     frequency is low), so they only rank;
+//   - the @per_term best matches of the required phrases and -words;
+//   - the matches among the @text_recent newest chunks, so that recent
+//     memory is never left out (and a question made only of common words
+//     still finds something).
 func (q *Queries) MemorySearchHybrid(ctx context.Context, arg MemorySearchHybridParams) ([]MemorySearchHybridRow, error) {
 	rows, err := q.db.Query(ctx, memorySearchHybrid,
 		arg.MaxResults,
+		arg.LengthB,
+		arg.Lexemes,
+		arg.LexemeQueries,
 		arg.QueryText,
 		arg.QueryTerms,
 		arg.QueryPhrases,
-		arg.QueryCommon,
 		arg.QueryVector,
 		arg.Tiers,
 		arg.SessionID,
 		arg.Candidates,
-		arg.SkipSample,
+		arg.PerTerm,
+		arg.PostingBudget,
 		arg.TextRecent,
-		arg.TextSample,
+		arg.FusionK,
+		arg.VectorWeight,
+		arg.TextWeight,
 	)
 	if err != nil {
 		return nil, err

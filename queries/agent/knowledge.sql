@@ -3,13 +3,28 @@
 
 -- name: KnowledgeSearchHybrid :many
 -- KnowledgeSearchHybrid is MemorySearchHybrid's twin for knowledge: HNSW
--- and full-text candidates fused by the same reciprocal rank fusion
--- (choir_rank_fusion, k = 60), the text pool bounded the same way (a GIN
--- sample plus the @text_recent most recently updated documents).
-WITH q AS (
-    SELECT websearch_to_tsquery('english', @query_text::text)
+-- and full-text candidates fused by the same weighted reciprocal rank, the
+-- full-text side found through the RUM index word by word and ranked by
+-- the same BM25-like score over knowledge's own statistics
+-- (knowledge_lexemes), with the most recently updated documents added.
+WITH totals AS (
+    SELECT coalesce(max(t.docs), 0)::float8 AS n,
+           coalesce(max(t.lexemes)::float8 / nullif(max(t.docs), 0), 1)::float8 AS avglen,
+           @length_b::float8 AS b
+      FROM lexeme_totals t
+     WHERE t.store = 'knowledge'
+), terms AS (
+    SELECT CAST(w.query AS tsquery) AS tq,
+           ln(1 + (tot.n - coalesce(l.docs, 0) + 0.5) / (coalesce(l.docs, 0) + 0.5)) AS idf,
+           sum(coalesce(l.docs, 0)) OVER (ORDER BY coalesce(l.docs, 0), w.lexeme) AS postings
+      FROM (SELECT unnest(@lexemes::text[]) AS lexeme, unnest(@lexeme_queries::text[]) AS query) w
+     CROSS JOIN totals tot
+      LEFT JOIN knowledge_lexemes l ON l.lexeme = w.lexeme
+), q AS (
+    SELECT websearch_to_tsquery('english', @query_text::text) AS req,
+           websearch_to_tsquery('english', @query_text::text)
            && (CAST(@query_terms::text AS tsquery) || websearch_to_tsquery('english', @query_phrases::text)) AS tsq,
-           CAST(@query_common::text AS tsquery) AS common_tsq
+           websearch_to_tsquery('english', @query_phrases::text) AS phrases
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
       FROM (SELECT e.document_id AS id, e.embedding <=> sqlc.narg('query_vector')::vector AS distance
@@ -17,34 +32,54 @@ WITH q AS (
              WHERE sqlc.narg('query_vector')::vector IS NOT NULL
              ORDER BY distance
              LIMIT @candidates::int) v
-), text_sample AS MATERIALIZED (
-    SELECT d.id, d.tsv
+), found_words AS (
+    SELECT f.id
+      FROM terms t
+     CROSS JOIN q
+     CROSS JOIN LATERAL (
+           SELECT d.id
+             FROM knowledge_documents d
+            WHERE d.tsv @@ (q.req && t.tq)
+            ORDER BY d.tsv <=> t.tq
+            LIMIT @per_term::int) f
+     WHERE t.postings <= @posting_budget::bigint
+), found_required AS (
+    SELECT d.id
       FROM knowledge_documents d
-     WHERE (@query_text::text <> '' OR @query_terms::text <> '') AND NOT @skip_sample::bool
-       AND d.tsv @@ (SELECT q.tsq FROM q)
-), text_recent AS (
-    SELECT r.id, r.tsv
+     CROSS JOIN q
+     WHERE @query_text::text <> ''
+       AND d.tsv @@ q.tsq
+     ORDER BY d.tsv <=> q.req
+     LIMIT @per_term::int
+), found_recent AS (
+    SELECT r.id
       FROM (SELECT d.id, d.tsv
               FROM knowledge_documents d
              WHERE (@query_text::text <> '' OR @query_terms::text <> '')
              ORDER BY d.updated_at DESC, d.id
              LIMIT @text_recent::int) r
-     WHERE r.tsv @@ (SELECT q.tsq FROM q)
-), text_pool AS (
-    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1)
-           + 0.3 * ts_rank_cd(p.tsv, (SELECT q.common_tsq FROM q), 1) AS score
-      FROM (SELECT s.id, s.tsv FROM (SELECT * FROM text_sample LIMIT @text_sample::int) s
-            UNION ALL
-            SELECT r.id, r.tsv FROM text_recent r) p
-     ORDER BY p.id
+     CROSS JOIN q
+     WHERE r.tsv @@ q.tsq
+), found AS (
+    SELECT id FROM found_words
+    UNION
+    SELECT id FROM found_required
+    UNION
+    SELECT id FROM found_recent
 ), text_hits AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
-      FROM text_pool p
+      FROM (SELECT d.id,
+                   (coalesce((SELECT sum(t.idf * ts_rank(d.tsv, t.tq, 0)) FROM terms t), 0)
+                    + ln(1 + tot.n) * ts_rank(d.tsv, (SELECT q.phrases FROM q), 0))
+                   / (1 - tot.b + tot.b * length(d.tsv) / tot.avglen) AS score
+              FROM found f
+              JOIN knowledge_documents d ON d.id = f.id
+             CROSS JOIN totals tot) p
      ORDER BY rank
      LIMIT @candidates::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
-           choir_rank_fusion(v.rank, t.rank) AS score,
+           choir_rank_fusion(v.rank, t.rank, @fusion_k::int, @vector_weight::float8, @text_weight::float8) AS score,
            v.rank AS vector_rank,
            t.rank AS text_rank
       FROM vector_hits v

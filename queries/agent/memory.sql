@@ -5,41 +5,54 @@
 -- MemorySearchHybrid is hybrid search over session memory in one statement:
 -- up to @candidates nearest chunks by cosine distance (HNSW, continued by
 -- pgvector's iterative scans until enough pass the filters) and up to
--- @candidates best full-text matches, fused by reciprocal rank with k = 60
--- (choir_rank_fusion, sql/00018_rank_fusion.sql).
--- A NULL vector or an empty text disables its side. The text side's
--- query is @query_text read as web search (its quoted phrases and -words,
--- all required) AND @query_terms, a tsquery ORing the question's other
--- words, or its phrases (@query_phrases; see splitText in daemon/memory):
--- a natural question matches the chunks holding any of its words, not
--- only those holding all of them, and with a phrase the other words rank
--- the phrase's matches without filtering them.
+-- @candidates best full-text matches, fused by weighted reciprocal rank
+-- (choir_rank_fusion, sql/00026_text_ranking.sql): @vector_weight /
+-- (@fusion_k + vector rank) + @text_weight / (@fusion_k + text rank), so
+-- that when one side finds nothing the other side's order is kept.
+-- A NULL vector or no words disables its side.
 --
--- The full-text side never ranks more than a bounded pool, however many
--- chunks the words match (a naive version ranked every match and took
--- 60-70 ms when the words were in half the chunks):
---   * text_sample: the matches found through the GIN index, at most
---     @text_sample of them; MemorySearchScope sets gin_fuzzy_search_limit to
---     that number, so for words matching more chunks the index returns a
---     random sample of about that size instead of every match (selective
---     queries are answered exactly), and turns off sequential scans so
---     that the planner never reads the whole table for common words;
---     @skip_sample leaves it out when every word of the query is common
---     (MemoryCommonLexemes), since decoding the GIN posting lists of words
---     in most chunks costs more than the sample is worth;
---   * text_recent: the matches among the @text_recent newest chunks, read
---     newest first through memory_documents_recent, so that recent memory
---     is never left out of the sample.
--- The pool is ranked with ts_rank_cd divided by 1 + the log of the chunk's
--- length (a short chunk about the terms beats a long one mentioning them in
--- passing), plus 0.3 times the same rank for @query_common, the query's
--- words too common to find matches by (a name in most chunks): they do not
--- widen the pool but still tell its matches apart, as a low inverse
--- document frequency would weigh them in BM25.
-WITH q AS (
-    SELECT websearch_to_tsquery('english', @query_text::text)
+-- The full-text side matches @query_text read as web search (its quoted
+-- phrases and -words, all required) AND @query_terms (the question's other
+-- words, ORed; see splitText in daemon/memory) or its phrases
+-- (@query_phrases). It ranks in the spirit of BM25: each of the query's
+-- lexemes (@lexemes, with @lexeme_queries its tsquery) weighs its ts_rank, a
+-- saturating function of how often the chunk holds it, by its inverse
+-- document frequency ln(1 + (N - df + 0.5) / (df + 0.5)) from the agent's
+-- exact statistics (memory_lexemes, lexeme_totals), and the sum is
+-- divided by 1 - @length_b + @length_b * the chunk's length / the average
+-- length; a phrase match counts as a word found in one chunk.
+--
+-- The matches to rank come from the RUM index, which returns a word's
+-- best matches in rank order without reading every match (a GIN index
+-- would hand back every match to rank, 60 ms for a word in half the
+-- chunks):
+--   * per word, rarest first, its @per_term best chunks, for the words
+--     whose posting lists, summed in that order, stay within
+--     @posting_budget: the rest are too common to find matches by at that
+--     cost, and tell matches apart little (their inverse document
+--     frequency is low), so they only rank;
+--   * the @per_term best matches of the required phrases and -words;
+--   * the matches among the @text_recent newest chunks, so that recent
+--     memory is never left out (and a question made only of common words
+--     still finds something).
+WITH totals AS (
+    SELECT coalesce(max(t.docs), 0)::float8 AS n,
+           coalesce(max(t.lexemes)::float8 / nullif(max(t.docs), 0), 1)::float8 AS avglen,
+           @length_b::float8 AS b
+      FROM lexeme_totals t
+     WHERE t.store = 'memory'
+), terms AS (
+    SELECT CAST(w.query AS tsquery) AS tq,
+           ln(1 + (tot.n - coalesce(l.docs, 0) + 0.5) / (coalesce(l.docs, 0) + 0.5)) AS idf,
+           sum(coalesce(l.docs, 0)) OVER (ORDER BY coalesce(l.docs, 0), w.lexeme) AS postings
+      FROM (SELECT unnest(@lexemes::text[]) AS lexeme, unnest(@lexeme_queries::text[]) AS query) w
+     CROSS JOIN totals tot
+      LEFT JOIN memory_lexemes l ON l.lexeme = w.lexeme
+), q AS (
+    SELECT websearch_to_tsquery('english', @query_text::text) AS req,
+           websearch_to_tsquery('english', @query_text::text)
            && (CAST(@query_terms::text AS tsquery) || websearch_to_tsquery('english', @query_phrases::text)) AS tsq,
-           CAST(@query_common::text AS tsquery) AS common_tsq
+           websearch_to_tsquery('english', @query_phrases::text) AS phrases
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
       FROM (SELECT d.id, e.embedding <=> sqlc.narg('query_vector')::vector AS distance
@@ -50,15 +63,31 @@ WITH q AS (
                AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
              ORDER BY distance
              LIMIT @candidates::int) v
-), text_sample AS MATERIALIZED (
-    SELECT d.id, d.tsv
+), found_words AS (
+    SELECT f.id
+      FROM terms t
+     CROSS JOIN q
+     CROSS JOIN LATERAL (
+           SELECT d.id
+             FROM memory_documents d
+            WHERE d.tsv @@ (q.req && t.tq)
+              AND d.tier = ANY(@tiers::text[])
+              AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
+            ORDER BY d.tsv <=> t.tq
+            LIMIT @per_term::int) f
+     WHERE t.postings <= @posting_budget::bigint
+), found_required AS (
+    SELECT d.id
       FROM memory_documents d
-     WHERE (@query_text::text <> '' OR @query_terms::text <> '') AND NOT @skip_sample::bool
-       AND d.tsv @@ (SELECT q.tsq FROM q)
+     CROSS JOIN q
+     WHERE @query_text::text <> ''
+       AND d.tsv @@ q.tsq
        AND d.tier = ANY(@tiers::text[])
        AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
-), text_recent AS (
-    SELECT r.id, r.tsv
+     ORDER BY d.tsv <=> q.req
+     LIMIT @per_term::int
+), found_recent AS (
+    SELECT r.id
       FROM (SELECT d.id, d.tsv
               FROM memory_documents d
              WHERE (@query_text::text <> '' OR @query_terms::text <> '')
@@ -66,22 +95,28 @@ WITH q AS (
                AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
              ORDER BY d.created_at DESC, d.id
              LIMIT @text_recent::int) r
-     WHERE r.tsv @@ (SELECT q.tsq FROM q)
-), text_pool AS (
-    SELECT DISTINCT ON (p.id) p.id, ts_rank_cd(p.tsv, (SELECT q.tsq FROM q), 1)
-           + 0.3 * ts_rank_cd(p.tsv, (SELECT q.common_tsq FROM q), 1) AS score
-      FROM (SELECT s.id, s.tsv FROM (SELECT * FROM text_sample LIMIT @text_sample::int) s
-            UNION ALL
-            SELECT r.id, r.tsv FROM text_recent r) p
-     ORDER BY p.id
+     CROSS JOIN q
+     WHERE r.tsv @@ q.tsq
+), found AS (
+    SELECT id FROM found_words
+    UNION
+    SELECT id FROM found_required
+    UNION
+    SELECT id FROM found_recent
 ), text_hits AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
-      FROM text_pool p
+      FROM (SELECT d.id,
+                   (coalesce((SELECT sum(t.idf * ts_rank(d.tsv, t.tq, 0)) FROM terms t), 0)
+                    + ln(1 + tot.n) * ts_rank(d.tsv, (SELECT q.phrases FROM q), 0))
+                   / (1 - tot.b + tot.b * length(d.tsv) / tot.avglen) AS score
+              FROM found f
+              JOIN memory_documents d ON d.id = f.id
+             CROSS JOIN totals tot) p
      ORDER BY rank
      LIMIT @candidates::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
-           choir_rank_fusion(v.rank, t.rank) AS score,
+           choir_rank_fusion(v.rank, t.rank, @fusion_k::int, @vector_weight::float8, @text_weight::float8) AS score,
            v.rank AS vector_rank,
            t.rank AS text_rank
       FROM vector_hits v
@@ -289,18 +324,3 @@ SELECT c.pending, c.failed, c.stale, coalesce(l.embedding_error, '')::text AS la
         SELECT d.embedding_error, d.embedding_failed_at FROM memory_documents d
          WHERE d.embedding_state = 'failed'
          ORDER BY d.embedding_failed_at DESC LIMIT 1) l ON true;
-
--- name: MemoryCommonLexemes :many
--- MemoryCommonLexemes returns the words (as full-text lexemes) that the
--- table's statistics find in at least @min_freq of the rows of
--- @table_name's tsv column (memory_documents or knowledge_documents in
--- the schema on search_path). Hybrid search skips the GIN sample for a
--- query made only of such words: decoding their posting lists would cost
--- more than the newest rows, which hold plenty of matches, are worth.
-SELECT (s.most_common_elems::text::text[])[i]::text AS lexeme
-  FROM pg_catalog.pg_stats s,
-       generate_subscripts(s.most_common_elems::text::text[], 1) AS i
- WHERE s.schemaname = current_schema()
-   AND s.tablename = @table_name::text
-   AND s.attname = 'tsv'
-   AND s.most_common_elem_freqs[i] >= @min_freq::float4;

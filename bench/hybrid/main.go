@@ -6,11 +6,14 @@
 // one agent, loads a synthetic corpus of session-memory chunks (Zipf-
 // distributed words over a made-up vocabulary, embeddings clustered by
 // topic; see corpus.go), builds the HNSW index and reports its build time,
-// then runs semantic queries (text and vector) in three classes:
+// then runs semantic queries (text and vector) in four classes:
 //
 //	selective  a word found in 0.02% to 0.5% of the chunks
 //	mid        a word found in 1% to 5%
 //	broad      a word, or two, found in 40% to 60%
+//	multi      a question-like query of 4 or 5 words in random order: one
+//	           or two broad words, one or two mid words and one selective
+//	           word, as a natural question mixes common and rare words
 //
 // with latency percentiles per class, and recall@10 of the HNSW scan (with
 // iterative scans on) against exact search.
@@ -440,8 +443,32 @@ func queryClasses(c *corpus, rows, n int) []class {
 			a, b := common[c.rng.IntN(len(common))], common[c.rng.IntN(len(common))]
 			return c.vocab[a] + " " + c.vocab[b]
 		}),
+		mk("multi", "4-5 words", func(int) string { return multiWords(c, selective, mid, broad) }),
 	}
 	return out
+}
+
+// multiWords is a question-like query: one or two broad words, one or two
+// mid words (three or four together) and one selective word, shuffled.
+func multiWords(c *corpus, selective, mid, broad []int) string {
+	var ws []string
+	nb, nm := 1+c.rng.IntN(2), 1+c.rng.IntN(2)
+	if nb+nm < 3 {
+		if c.rng.IntN(2) == 0 {
+			nb++
+		} else {
+			nm++
+		}
+	}
+	for range nb {
+		ws = append(ws, c.vocab[broad[c.rng.IntN(len(broad))]])
+	}
+	for range nm {
+		ws = append(ws, c.vocab[mid[c.rng.IntN(len(mid))]])
+	}
+	ws = append(ws, c.vocab[selective[c.rng.IntN(len(selective))]])
+	c.rng.Shuffle(len(ws), func(i, j int) { ws[i], ws[j] = ws[j], ws[i] })
+	return strings.Join(ws, " ")
 }
 
 func pct(xs []float64, p float64) float64 {

@@ -21,8 +21,17 @@
 // a question is the chunk holding its evidence turn's user message (the
 // chunker opens a chunk at each user message, so one turn is one chunk).
 // Questions go through memory.Store.QueryAsOperator, as choir.memory.query.
-// Even conversations are the part to tune on (fusion weights, say), odd
-// ones the held-out part; each is reported apart as well as together.
+// Even conversations are the part to tune on, odd ones the held-out part;
+// each is reported apart as well as together.
+//
+// Fusion sweep (fusion.go): text and vector run at the store's candidate
+// count (30), as hybrid's two sides do, and their rankings are fused
+// offline by weighted reciprocal rank, 1/(k + vector rank) + ratio/(k +
+// text rank), over a grid of k and text-to-vector weight ratios. The
+// setting with the best R@10 on the tune part (then R@5, R@1) is reported
+// as "tuned" on every group, the held-out part being the figure to trust;
+// "rrf60" is the offline fusion at the store's setting (k 60, ratio 1),
+// to check that offline fusion reproduces SQL hybrid.
 //
 //	go run ./bench/recall -server "$(scripts/devpg.sh url)"
 //	go run ./bench/recall -dry   # BM25 only over the generated turns, no database
@@ -37,6 +46,7 @@ import (
 	"maps"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -105,6 +115,8 @@ type results struct {
 	tallies map[string]map[string]*tally
 	lat     map[string][]float64
 	nq, nc  int
+	// cases are the questions' rankings for the fusion sweep.
+	cases []fusionCase
 }
 
 func (r *results) add(m string, q question, split string, ranks []int) {
@@ -205,7 +217,9 @@ func runDB(ctx context.Context, o options, convs []conversation) error {
 			return err
 		}
 	}
-	report(&res, o, methods, pipe)
+	sweepOut := fusions(&res)
+	report(&res, o, append(slices.Clone(methods), "tuned", "rrf60"), pipe)
+	fmt.Print(sweepOut)
 	return nil
 }
 
@@ -215,13 +229,18 @@ func agentName(ci int) string { return fmt.Sprintf("recall%d", ci) }
 // say) and odd ones in the held-out part to report.
 func splitOf(ci int) string {
 	if ci%2 == 0 {
-		return "tune (even conversations)"
+		return tuneSplit
 	}
 	return "held-out (odd conversations)"
 }
 
+// tuneSplit names the part to tune on.
+const tuneSplit = "tune (even conversations)"
+
 // ask runs a conversation's questions in every mode and BM25 over the
-// chunks the pipeline made.
+// chunks the pipeline made. Text and vector run at the store's candidate
+// count, as hybrid's sides do, and keep each ranking for the fusion sweep;
+// their recall counts their first 10 as hybrid's does.
 func ask(ctx context.Context, pool *pgxpool.Pool, store *memory.Store, agent string, sessions map[uuid.UUID]int,
 	c conversation, split string, res *results) error {
 	ch, err := readChunks(ctx, pool, agent, sessions, c)
@@ -233,9 +252,11 @@ func ask(ctx context.Context, pool *pgxpool.Pool, store *memory.Store, agent str
 	for _, q := range c.questions {
 		res.nq++
 		var want []int
+		fc := fusionCase{q: q, split: split, tune: split == tuneSplit}
 		for _, e := range q.evidence {
 			if !slices.Contains(want, ch.ofTurn[e]) {
 				want = append(want, ch.ofTurn[e])
+				fc.want = append(fc.want, ch.ids[ch.ofTurn[e]])
 			}
 		}
 		sc := bm.scores(q.text)
@@ -245,20 +266,45 @@ func ask(ctx context.Context, pool *pgxpool.Pool, store *memory.Store, agent str
 		}
 		res.add("bm25", q, split, ranks)
 		for _, m := range methods[1:] {
+			limit := 10
+			if m != "hybrid" {
+				limit = memory.DefaultSearchTuning.Candidates
+			}
 			start := time.Now()
-			got, err := search(ctx, store, agent, m, q.text)
+			got, err := search(ctx, store, agent, m, q.text, limit)
 			if err != nil {
 				return fmt.Errorf("%s %q: %w", m, q.text, err)
 			}
 			res.lat[m] = append(res.lat[m], float64(time.Since(start).Microseconds())/1000)
-			ranks = ranks[:0]
-			for _, w := range want {
-				ranks = append(ranks, slices.Index(got, ch.ids[w])+1)
+			res.add(m, q, split, ranksIn(got, fc.want))
+			switch m {
+			case "text":
+				fc.text = got
+			case "vector":
+				fc.vector = got
+			default:
+				fc.hybrid = got
 			}
-			res.add(m, q, split, ranks)
 		}
+		res.cases = append(res.cases, fc)
 	}
 	return nil
+}
+
+// fusions sweeps the fusion grid over the questions asked, picks the
+// setting best on the tune split, and adds its recall ("tuned") and the
+// offline default's ("rrf60") to res; it returns the lines to print.
+func fusions(res *results) string {
+	var b strings.Builder
+	best := sweep(res.cases, &b)
+	b.WriteString(agreement(res.cases) + "\n")
+	fmt.Fprintf(&b, "tuned: offline fusion %s (chosen above); rrf60: offline fusion %s, to check against SQL hybrid\n",
+		best, defaultFusion)
+	for _, c := range res.cases {
+		res.add("tuned", c.q, c.split, ranksIn(fuse(best, c.vector, c.text), c.want))
+		res.add("rrf60", c.q, c.split, ranksIn(fuse(defaultFusion, c.vector, c.text), c.want))
+	}
+	return b.String()
 }
 
 func report(res *results, o options, ms []string, pipe string) {
@@ -275,20 +321,27 @@ func report(res *results, o options, ms []string, pipe string) {
 	for _, g := range groups {
 		fmt.Printf("-- %s (%d questions)\n", g, int(res.tallies["bm25"][g].n))
 		for _, m := range ms {
-			fmt.Printf("   %-7s %s\n", m, res.tallies[m][g])
+			if t := res.tallies[m][g]; t != nil {
+				fmt.Printf("   %-7s %s\n", m, t)
+			}
 		}
 	}
+	limits := map[string]int{"text": memory.DefaultSearchTuning.Candidates, "vector": memory.DefaultSearchTuning.Candidates,
+		"hybrid": 10}
 	for _, m := range ms[1:] {
 		xs := res.lat[m]
+		if len(xs) == 0 {
+			continue
+		}
 		slices.Sort(xs)
-		fmt.Printf("latency %-7s p50 %6.2f ms  p95 %6.2f ms  p99 %6.2f ms\n", m, xs[len(xs)/2], xs[len(xs)*95/100], xs[len(xs)*99/100])
+		fmt.Printf("latency %-7s limit %-2d p50 %6.2f ms  p95 %6.2f ms  p99 %6.2f ms\n", m, limits[m], xs[len(xs)/2], xs[len(xs)*95/100], xs[len(xs)*99/100])
 	}
 }
 
 // search runs one question in mode m and returns the chunks found, best
-// first (at most 10).
-func search(ctx context.Context, store *memory.Store, agent, m, text string) ([]uuid.UUID, error) {
-	in := map[string]any{"store": "session", "target_agent": agent, "limit": 10, "query": text}
+// first (at most limit).
+func search(ctx context.Context, store *memory.Store, agent, m, text string, limit int) ([]uuid.UUID, error) {
+	in := map[string]any{"store": "session", "target_agent": agent, "limit": limit, "query": text}
 	switch m {
 	case "text":
 		in["mode"] = "text"

@@ -52,12 +52,14 @@ func TestParseHybrid(t *testing.T) {
 selective hybrid (text + vector) df 0.02-0.5%   n=300  p50   1.10 ms  p95   2.31 ms  p99   3.00 ms  max   4.00 ms  avg hits 10.0
 selective full text only         df 0.02-0.5%   n=300  p50   0.50 ms  p95   0.90 ms  p99   1.00 ms  max   2.00 ms  avg hits 9.0
 broad     hybrid (text + vector) df 40-60%      n=300  p50   2.00 ms  p95   4.50 ms  p99   6.00 ms  max   9.00 ms  avg hits 10.0
+multi     hybrid (text + vector) df 4-5 words    n=300  p50   2.10 ms  p95   3.75 ms  p99   6.00 ms  max   9.00 ms  avg hits 10.0
+multi     full text only         df 4-5 words    n=300  p50   1.10 ms  p95   2.75 ms  p99   3.00 ms  max   5.00 ms  avg hits 10.0
 `
 	p95, err := parseHybrid(out)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(p95) != 2 || p95["selective"] != 2.31 || p95["broad"] != 4.5 {
+	if len(p95) != 3 || p95["selective"] != 2.31 || p95["broad"] != 4.5 || p95["multi"] != 3.75 {
 		t.Errorf("p95 %v", p95)
 	}
 	if _, err := parseHybrid("nothing\n"); err == nil {

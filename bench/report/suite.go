@@ -70,6 +70,8 @@ var suite = []figure{
 		Source: source{Probe: "hybrid:mid"}},
 	{ID: "hybrid_broad_p95", Title: "Hybrid search at 100k chunks, broad terms, p95", Unit: "ms", Target: 5,
 		Source: source{Probe: "hybrid:broad"}},
+	{ID: "hybrid_multi_p95", Title: "Hybrid search at 100k chunks, question-like queries of 4-5 words, p95", Unit: "ms",
+		Target: 5, Source: source{Probe: "hybrid:multi"}},
 	{ID: "gateway_ingress_p99", Title: "Gateway ingress: update to the edge's inbox, p99", Unit: "ms", Target: 20,
 		Source: source{Pkg: "e2e", Bench: "^BenchmarkGatewayIngress$", Metric: "p99-ms"}},
 	{ID: "gateway_egress_p99", Title: "Gateway egress: outbox commit to sendMessage, p99", Unit: "ms", Target: 50,

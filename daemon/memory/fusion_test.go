@@ -81,7 +81,7 @@ func TestRankFusionIsOne(t *testing.T) {
 		aq := agentdb.New(tx)
 		ms, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{MaxResults: 20, QueryTerms: "'appl'",
 			Lexemes: []string{"appl"}, LexemeQueries: []string{"'appl'"}, QueryVector: &query, Tiers: []string{"mid_term"},
-			Candidates: 5, PerTerm: 30, PostingBudget: 8000, TextRecent: 100, LengthB: 0.75, FusionK: fusionK,
+			Candidates: 5, PerTerm: 30, PostingBudget: 8000, TextRecent: 100, FusionK: fusionK,
 			VectorWeight: vectorWeight, TextWeight: textWeight})
 		if err != nil {
 			return err
@@ -91,7 +91,7 @@ func TestRankFusionIsOne(t *testing.T) {
 		}
 		ks, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{MaxResults: 20, QueryTerms: "'appl'",
 			Lexemes: []string{"appl"}, LexemeQueries: []string{"'appl'"}, QueryVector: &query, Candidates: 5, PerTerm: 30,
-			PostingBudget: 8000, TextRecent: 100, LengthB: 0.75, FusionK: fusionK, VectorWeight: vectorWeight,
+			PostingBudget: 8000, TextRecent: 100, FusionK: fusionK, VectorWeight: vectorWeight,
 			TextWeight: textWeight})
 		if err != nil {
 			return err

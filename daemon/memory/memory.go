@@ -141,10 +141,6 @@ type SearchTuning struct {
 	TextRecent int
 	// EFSearch is hnsw.ef_search.
 	EFSearch int
-	// LengthB is the full-text ranking's length normalisation, as BM25's
-	// b: 0 ignores a document's length, 1 divides by it relative to the
-	// average.
-	LengthB float64
 	// FusionK, VectorWeight and TextWeight make the weighted reciprocal
 	// rank fusion: weight / (FusionK + rank) from each side.
 	FusionK                  int
@@ -152,10 +148,10 @@ type SearchTuning struct {
 }
 
 // DefaultSearchTuning is the tuning measured by bench/hybrid (sizes) and
-// chosen on bench/recall's tune half (length normalisation and fusion;
-// bench/recall/RESULTS.txt records the figures).
+// chosen on bench/recall's tune half (fusion; bench/recall/RESULTS.txt
+// records the figures).
 var DefaultSearchTuning = SearchTuning{Candidates: 30, PerTerm: 30, PostingBudget: 8000, TextRecent: 100,
-	EFSearch: 64, LengthB: 0.75, FusionK: 60, VectorWeight: 1, TextWeight: 1}
+	EFSearch: 64, FusionK: 60, VectorWeight: 1, TextWeight: 1}
 
 // withDefaults returns t with each zero field set to DefaultSearchTuning's.
 func (t SearchTuning) withDefaults() SearchTuning {
@@ -165,7 +161,6 @@ func (t SearchTuning) withDefaults() SearchTuning {
 	t.PostingBudget = cmp.Or(t.PostingBudget, d.PostingBudget)
 	t.TextRecent = cmp.Or(t.TextRecent, d.TextRecent)
 	t.EFSearch = cmp.Or(t.EFSearch, d.EFSearch)
-	t.LengthB = cmp.Or(t.LengthB, d.LengthB)
 	t.FusionK = cmp.Or(t.FusionK, d.FusionK)
 	t.VectorWeight = cmp.Or(t.VectorWeight, d.VectorWeight)
 	t.TextWeight = cmp.Or(t.TextWeight, d.TextWeight)

@@ -567,7 +567,7 @@ func (s *Store) querySession(ctx context.Context, aq *agentdb.Queries, q *query,
 		rows, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{QueryVector: vec, QueryText: q.required,
 			QueryTerms: q.terms, QueryPhrases: q.phrases, Lexemes: q.lexemes, LexemeQueries: quoteLexemes(q.lexemes),
 			Tiers: q.tiers, SessionID: q.sessionID, Candidates: int32(t.Candidates), PerTerm: int32(t.PerTerm),
-			PostingBudget: int64(t.PostingBudget), TextRecent: int32(t.TextRecent), LengthB: t.LengthB,
+			PostingBudget: int64(t.PostingBudget), TextRecent: int32(t.TextRecent),
 			FusionK: int32(t.FusionK), VectorWeight: t.VectorWeight, TextWeight: t.TextWeight, MaxResults: int32(q.limit)})
 		if err != nil {
 			return fmt.Errorf("search session memory: %w", err)
@@ -637,7 +637,7 @@ func (s *Store) queryKnowledge(ctx context.Context, aq *agentdb.Queries, q *quer
 		rows, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{QueryVector: vec,
 			QueryText: q.required, QueryTerms: q.terms, QueryPhrases: q.phrases, Lexemes: q.lexemes,
 			LexemeQueries: quoteLexemes(q.lexemes), Candidates: int32(t.Candidates), PerTerm: int32(t.PerTerm),
-			PostingBudget: int64(t.PostingBudget), TextRecent: int32(t.TextRecent), LengthB: t.LengthB,
+			PostingBudget: int64(t.PostingBudget), TextRecent: int32(t.TextRecent),
 			FusionK: int32(t.FusionK), VectorWeight: t.VectorWeight, TextWeight: t.TextWeight, MaxResults: int32(q.limit)})
 		if err != nil {
 			return fmt.Errorf("search knowledge: %w", err)

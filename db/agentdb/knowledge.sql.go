@@ -537,30 +537,33 @@ func (q *Queries) KnowledgeLockByKey(ctx context.Context, key *string) (Knowledg
 const knowledgeSearchHybrid = `-- name: KnowledgeSearchHybrid :many
 
 WITH totals AS (
-    SELECT coalesce(max(t.docs), 0)::float8 AS n,
-           coalesce(max(t.lexemes)::float8 / nullif(max(t.docs), 0), 1)::float8 AS avglen,
-           $2::float8 AS b
+    SELECT coalesce(max(t.docs), 0)::float8 AS n
       FROM lexeme_totals t
      WHERE t.store = 'knowledge'
 ), terms AS (
-    SELECT CAST(w.query AS tsquery) AS tq,
-           ln(1 + (tot.n - coalesce(l.docs, 0) + 0.5) / (coalesce(l.docs, 0) + 0.5)) AS idf,
+    SELECT w.lexeme, CAST(w.query AS tsquery) AS tq,
+           coalesce(l.docs, 0) / greatest(tot.n, 1) AS share,
            sum(coalesce(l.docs, 0)) OVER (ORDER BY coalesce(l.docs, 0), w.lexeme) AS postings
-      FROM (SELECT unnest($3::text[]) AS lexeme, unnest($4::text[]) AS query) w
+      FROM (SELECT unnest($2::text[]) AS lexeme, unnest($3::text[]) AS query) w
      CROSS JOIN totals tot
       LEFT JOIN knowledge_lexemes l ON l.lexeme = w.lexeme
+), rarity AS (
+    -- The query's words by class, as setweight labels them: A the rarest.
+    SELECT coalesce(array_agg(t.lexeme) FILTER (WHERE t.share < 0.01), '{}')::text[] AS a,
+           coalesce(array_agg(t.lexeme) FILTER (WHERE t.share >= 0.01 AND t.share < 0.05), '{}')::text[] AS b,
+           coalesce(array_agg(t.lexeme) FILTER (WHERE t.share >= 0.05 AND t.share < 0.2), '{}')::text[] AS c
+      FROM terms t
 ), q AS (
-    SELECT websearch_to_tsquery('english', $5::text) AS req,
-           websearch_to_tsquery('english', $5::text)
-           && (CAST($6::text AS tsquery) || websearch_to_tsquery('english', $7::text)) AS tsq,
-           websearch_to_tsquery('english', $7::text) AS phrases
+    SELECT websearch_to_tsquery('english', $4::text) AS req,
+           websearch_to_tsquery('english', $4::text)
+           && (CAST($5::text AS tsquery) || websearch_to_tsquery('english', $6::text)) AS tsq
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT e.document_id AS id, e.embedding <=> $8::vector AS distance
+      FROM (SELECT e.document_id AS id, e.embedding <=> $7::vector AS distance
               FROM knowledge_embeddings e
-             WHERE $8::vector IS NOT NULL
+             WHERE $7::vector IS NOT NULL
              ORDER BY distance
-             LIMIT $9::int) v
+             LIMIT $8::int) v
 ), found_words AS (
     SELECT f.id
       FROM terms t
@@ -570,23 +573,23 @@ WITH totals AS (
              FROM knowledge_documents d
             WHERE d.tsv @@ (q.req && t.tq)
             ORDER BY d.tsv <=> t.tq
-            LIMIT $10::int) f
-     WHERE t.postings <= $11::bigint
+            LIMIT $9::int) f
+     WHERE t.postings <= $10::bigint
 ), found_required AS (
     SELECT d.id
       FROM knowledge_documents d
      CROSS JOIN q
-     WHERE $5::text <> ''
+     WHERE $4::text <> ''
        AND d.tsv @@ q.tsq
      ORDER BY d.tsv <=> q.req
-     LIMIT $10::int
+     LIMIT $9::int
 ), found_recent AS (
     SELECT r.id
       FROM (SELECT d.id, d.tsv
               FROM knowledge_documents d
-             WHERE ($5::text <> '' OR $6::text <> '')
+             WHERE ($4::text <> '' OR $5::text <> '')
              ORDER BY d.updated_at DESC, d.id
-             LIMIT $12::int) r
+             LIMIT $11::int) r
      CROSS JOIN q
      WHERE r.tsv @@ q.tsq
 ), found AS (
@@ -598,17 +601,17 @@ WITH totals AS (
 ), text_hits AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM (SELECT d.id,
-                   (coalesce((SELECT sum(t.idf * ts_rank(d.tsv, t.tq, 0)) FROM terms t), 0)
-                    + ln(1 + tot.n) * ts_rank(d.tsv, (SELECT q.phrases FROM q), 0))
-                   / (1 - tot.b + tot.b * length(d.tsv) / tot.avglen) AS score
+                   ts_rank_cd('{0.5, 0.7, 0.85, 1}'::float4[],
+                              setweight(setweight(setweight(d.tsv, 'A', r.a), 'B', r.b), 'C', r.c), q.tsq, 1) AS score
               FROM found f
               JOIN knowledge_documents d ON d.id = f.id
-             CROSS JOIN totals tot) p
+             CROSS JOIN rarity r
+             CROSS JOIN q) p
      ORDER BY rank
-     LIMIT $9::int
+     LIMIT $8::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
-           choir_rank_fusion(v.rank, t.rank, $13::int, $14::float8, $15::float8) AS score,
+           choir_rank_fusion(v.rank, t.rank, $12::int, $13::float8, $14::float8) AS score,
            v.rank AS vector_rank,
            t.rank AS text_rank
       FROM vector_hits v
@@ -628,7 +631,6 @@ SELECT d.id, d.key, d.text, d.metadata, d.version, d.content_hash, d.created_at,
 
 type KnowledgeSearchHybridParams struct {
 	MaxResults    int32            `json:"max_results"`
-	LengthB       float64          `json:"length_b"`
 	Lexemes       []string         `json:"lexemes"`
 	LexemeQueries []string         `json:"lexeme_queries"`
 	QueryText     string           `json:"query_text"`
@@ -664,12 +666,11 @@ type KnowledgeSearchHybridRow struct {
 // KnowledgeSearchHybrid is MemorySearchHybrid's twin for knowledge: HNSW
 // and full-text candidates fused by the same weighted reciprocal rank, the
 // full-text side found through the RUM index word by word and ranked by
-// the same BM25-like score over knowledge's own statistics
+// the same rarity-weighted cover density over knowledge's own statistics
 // (knowledge_lexemes), with the most recently updated documents added.
 func (q *Queries) KnowledgeSearchHybrid(ctx context.Context, arg KnowledgeSearchHybridParams) ([]KnowledgeSearchHybridRow, error) {
 	rows, err := q.db.Query(ctx, knowledgeSearchHybrid,
 		arg.MaxResults,
-		arg.LengthB,
 		arg.Lexemes,
 		arg.LexemeQueries,
 		arg.QueryText,

@@ -457,33 +457,36 @@ type MemoryEventRefsInsertParams struct {
 const memorySearchHybrid = `-- name: MemorySearchHybrid :many
 
 WITH totals AS (
-    SELECT coalesce(max(t.docs), 0)::float8 AS n,
-           coalesce(max(t.lexemes)::float8 / nullif(max(t.docs), 0), 1)::float8 AS avglen,
-           $2::float8 AS b
+    SELECT coalesce(max(t.docs), 0)::float8 AS n
       FROM lexeme_totals t
      WHERE t.store = 'memory'
 ), terms AS (
-    SELECT CAST(w.query AS tsquery) AS tq,
-           ln(1 + (tot.n - coalesce(l.docs, 0) + 0.5) / (coalesce(l.docs, 0) + 0.5)) AS idf,
+    SELECT w.lexeme, CAST(w.query AS tsquery) AS tq,
+           coalesce(l.docs, 0) / greatest(tot.n, 1) AS share,
            sum(coalesce(l.docs, 0)) OVER (ORDER BY coalesce(l.docs, 0), w.lexeme) AS postings
-      FROM (SELECT unnest($3::text[]) AS lexeme, unnest($4::text[]) AS query) w
+      FROM (SELECT unnest($2::text[]) AS lexeme, unnest($3::text[]) AS query) w
      CROSS JOIN totals tot
       LEFT JOIN memory_lexemes l ON l.lexeme = w.lexeme
+), rarity AS (
+    -- The query's words by class, as setweight labels them: A the rarest.
+    SELECT coalesce(array_agg(t.lexeme) FILTER (WHERE t.share < 0.01), '{}')::text[] AS a,
+           coalesce(array_agg(t.lexeme) FILTER (WHERE t.share >= 0.01 AND t.share < 0.05), '{}')::text[] AS b,
+           coalesce(array_agg(t.lexeme) FILTER (WHERE t.share >= 0.05 AND t.share < 0.2), '{}')::text[] AS c
+      FROM terms t
 ), q AS (
-    SELECT websearch_to_tsquery('english', $5::text) AS req,
-           websearch_to_tsquery('english', $5::text)
-           && (CAST($6::text AS tsquery) || websearch_to_tsquery('english', $7::text)) AS tsq,
-           websearch_to_tsquery('english', $7::text) AS phrases
+    SELECT websearch_to_tsquery('english', $4::text) AS req,
+           websearch_to_tsquery('english', $4::text)
+           && (CAST($5::text AS tsquery) || websearch_to_tsquery('english', $6::text)) AS tsq
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT d.id, e.embedding <=> $8::vector AS distance
+      FROM (SELECT d.id, e.embedding <=> $7::vector AS distance
               FROM memory_embeddings e
               JOIN memory_documents d ON d.id = e.document_id
-             WHERE $8::vector IS NOT NULL
-               AND d.tier = ANY($9::text[])
-               AND ($10::uuid IS NULL OR d.session_id = $10::uuid)
+             WHERE $7::vector IS NOT NULL
+               AND d.tier = ANY($8::text[])
+               AND ($9::uuid IS NULL OR d.session_id = $9::uuid)
              ORDER BY distance
-             LIMIT $11::int) v
+             LIMIT $10::int) v
 ), found_words AS (
     SELECT f.id
       FROM terms t
@@ -492,30 +495,30 @@ WITH totals AS (
            SELECT d.id
              FROM memory_documents d
             WHERE d.tsv @@ (q.req && t.tq)
-              AND d.tier = ANY($9::text[])
-              AND ($10::uuid IS NULL OR d.session_id = $10::uuid)
+              AND d.tier = ANY($8::text[])
+              AND ($9::uuid IS NULL OR d.session_id = $9::uuid)
             ORDER BY d.tsv <=> t.tq
-            LIMIT $12::int) f
-     WHERE t.postings <= $13::bigint
+            LIMIT $11::int) f
+     WHERE t.postings <= $12::bigint
 ), found_required AS (
     SELECT d.id
       FROM memory_documents d
      CROSS JOIN q
-     WHERE $5::text <> ''
+     WHERE $4::text <> ''
        AND d.tsv @@ q.tsq
-       AND d.tier = ANY($9::text[])
-       AND ($10::uuid IS NULL OR d.session_id = $10::uuid)
+       AND d.tier = ANY($8::text[])
+       AND ($9::uuid IS NULL OR d.session_id = $9::uuid)
      ORDER BY d.tsv <=> q.req
-     LIMIT $12::int
+     LIMIT $11::int
 ), found_recent AS (
     SELECT r.id
       FROM (SELECT d.id, d.tsv
               FROM memory_documents d
-             WHERE ($5::text <> '' OR $6::text <> '')
-               AND d.tier = ANY($9::text[])
-               AND ($10::uuid IS NULL OR d.session_id = $10::uuid)
+             WHERE ($4::text <> '' OR $5::text <> '')
+               AND d.tier = ANY($8::text[])
+               AND ($9::uuid IS NULL OR d.session_id = $9::uuid)
              ORDER BY d.created_at DESC, d.id
-             LIMIT $14::int) r
+             LIMIT $13::int) r
      CROSS JOIN q
      WHERE r.tsv @@ q.tsq
 ), found AS (
@@ -527,17 +530,17 @@ WITH totals AS (
 ), text_hits AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM (SELECT d.id,
-                   (coalesce((SELECT sum(t.idf * ts_rank(d.tsv, t.tq, 0)) FROM terms t), 0)
-                    + ln(1 + tot.n) * ts_rank(d.tsv, (SELECT q.phrases FROM q), 0))
-                   / (1 - tot.b + tot.b * length(d.tsv) / tot.avglen) AS score
+                   ts_rank_cd('{0.5, 0.7, 0.85, 1}'::float4[],
+                              setweight(setweight(setweight(d.tsv, 'A', r.a), 'B', r.b), 'C', r.c), q.tsq, 1) AS score
               FROM found f
               JOIN memory_documents d ON d.id = f.id
-             CROSS JOIN totals tot) p
+             CROSS JOIN rarity r
+             CROSS JOIN q) p
      ORDER BY rank
-     LIMIT $11::int
+     LIMIT $10::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
-           choir_rank_fusion(v.rank, t.rank, $15::int, $16::float8, $17::float8) AS score,
+           choir_rank_fusion(v.rank, t.rank, $14::int, $15::float8, $16::float8) AS score,
            v.rank AS vector_rank,
            t.rank AS text_rank
       FROM vector_hits v
@@ -557,7 +560,6 @@ SELECT d.id, d.session_id, d.tier, d.chunk_index, d.text, d.metadata, d.started_
 
 type MemorySearchHybridParams struct {
 	MaxResults    int32            `json:"max_results"`
-	LengthB       float64          `json:"length_b"`
 	Lexemes       []string         `json:"lexemes"`
 	LexemeQueries []string         `json:"lexeme_queries"`
 	QueryText     string           `json:"query_text"`
@@ -597,7 +599,7 @@ type MemorySearchHybridRow struct {
 // up to @candidates nearest chunks by cosine distance (HNSW, continued by
 // pgvector's iterative scans until enough pass the filters) and up to
 // @candidates best full-text matches, fused by weighted reciprocal rank
-// (choir_rank_fusion, sql/00026_text_ranking.sql): @vector_weight /
+// (choir_rank_fusion, sql/00028_weighted_fusion.sql): @vector_weight /
 // (@fusion_k + vector rank) + @text_weight / (@fusion_k + text rank), so
 // that when one side finds nothing the other side's order is kept.
 // A NULL vector or no words disables its side.
@@ -605,13 +607,17 @@ type MemorySearchHybridRow struct {
 // The full-text side matches @query_text read as web search (its quoted
 // phrases and -words, all required) AND @query_terms (the question's other
 // words, ORed; see splitText in daemon/memory) or its phrases
-// (@query_phrases). It ranks in the spirit of BM25: each of the query's
-// lexemes (@lexemes, with @lexeme_queries its tsquery) weighs its ts_rank, a
-// saturating function of how often the chunk holds it, by its inverse
-// document frequency ln(1 + (N - df + 0.5) / (df + 0.5)) from the agent's
-// exact statistics (memory_lexemes, lexeme_totals), and the sum is
-// divided by 1 - @length_b + @length_b * the chunk's length / the average
-// length; a phrase match counts as a word found in one chunk.
+// (@query_phrases). It ranks by ts_rank_cd, cover density: how many of
+// the query's words and phrases the chunk holds, how often, and how close
+// together, divided by 1 + the log of its length; each query word
+// (@lexemes, @lexeme_queries its tsquery) weighs by its rarity in the
+// agent's exact statistics (memory_lexemes, lexeme_totals), in four
+// classes: in under 1% of the chunks 1, under 5% 0.85, under 20% 0.7,
+// else 0.5. (bench/recall chose these on its tune half. BM25's own
+// inverse document frequency, ln(1 + (N - df + 0.5) / (df + 0.5)), weighs
+// rarity much harder, and there lost 0.03 to 0.04 of recall at 10 against
+// these classes, as did dropping cover density for a sum over words;
+// bench/recall/RESULTS.txt.)
 //
 // The matches to rank come from the RUM index, which returns a word's
 // best matches in rank order without reading every match (a GIN index
@@ -629,7 +635,6 @@ type MemorySearchHybridRow struct {
 func (q *Queries) MemorySearchHybrid(ctx context.Context, arg MemorySearchHybridParams) ([]MemorySearchHybridRow, error) {
 	rows, err := q.db.Query(ctx, memorySearchHybrid,
 		arg.MaxResults,
-		arg.LengthB,
 		arg.Lexemes,
 		arg.LexemeQueries,
 		arg.QueryText,

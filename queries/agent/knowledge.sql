@@ -5,26 +5,29 @@
 -- KnowledgeSearchHybrid is MemorySearchHybrid's twin for knowledge: HNSW
 -- and full-text candidates fused by the same weighted reciprocal rank, the
 -- full-text side found through the RUM index word by word and ranked by
--- the same BM25-like score over knowledge's own statistics
+-- the same rarity-weighted cover density over knowledge's own statistics
 -- (knowledge_lexemes), with the most recently updated documents added.
 WITH totals AS (
-    SELECT coalesce(max(t.docs), 0)::float8 AS n,
-           coalesce(max(t.lexemes)::float8 / nullif(max(t.docs), 0), 1)::float8 AS avglen,
-           @length_b::float8 AS b
+    SELECT coalesce(max(t.docs), 0)::float8 AS n
       FROM lexeme_totals t
      WHERE t.store = 'knowledge'
 ), terms AS (
-    SELECT CAST(w.query AS tsquery) AS tq,
-           ln(1 + (tot.n - coalesce(l.docs, 0) + 0.5) / (coalesce(l.docs, 0) + 0.5)) AS idf,
+    SELECT w.lexeme, CAST(w.query AS tsquery) AS tq,
+           coalesce(l.docs, 0) / greatest(tot.n, 1) AS share,
            sum(coalesce(l.docs, 0)) OVER (ORDER BY coalesce(l.docs, 0), w.lexeme) AS postings
       FROM (SELECT unnest(@lexemes::text[]) AS lexeme, unnest(@lexeme_queries::text[]) AS query) w
      CROSS JOIN totals tot
       LEFT JOIN knowledge_lexemes l ON l.lexeme = w.lexeme
+), rarity AS (
+    -- The query's words by class, as setweight labels them: A the rarest.
+    SELECT coalesce(array_agg(t.lexeme) FILTER (WHERE t.share < 0.01), '{}')::text[] AS a,
+           coalesce(array_agg(t.lexeme) FILTER (WHERE t.share >= 0.01 AND t.share < 0.05), '{}')::text[] AS b,
+           coalesce(array_agg(t.lexeme) FILTER (WHERE t.share >= 0.05 AND t.share < 0.2), '{}')::text[] AS c
+      FROM terms t
 ), q AS (
     SELECT websearch_to_tsquery('english', @query_text::text) AS req,
            websearch_to_tsquery('english', @query_text::text)
-           && (CAST(@query_terms::text AS tsquery) || websearch_to_tsquery('english', @query_phrases::text)) AS tsq,
-           websearch_to_tsquery('english', @query_phrases::text) AS phrases
+           && (CAST(@query_terms::text AS tsquery) || websearch_to_tsquery('english', @query_phrases::text)) AS tsq
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
       FROM (SELECT e.document_id AS id, e.embedding <=> sqlc.narg('query_vector')::vector AS distance
@@ -69,12 +72,12 @@ WITH totals AS (
 ), text_hits AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM (SELECT d.id,
-                   (coalesce((SELECT sum(t.idf * ts_rank(d.tsv, t.tq, 0)) FROM terms t), 0)
-                    + ln(1 + tot.n) * ts_rank(d.tsv, (SELECT q.phrases FROM q), 0))
-                   / (1 - tot.b + tot.b * length(d.tsv) / tot.avglen) AS score
+                   ts_rank_cd('{0.5, 0.7, 0.85, 1}'::float4[],
+                              setweight(setweight(setweight(d.tsv, 'A', r.a), 'B', r.b), 'C', r.c), q.tsq, 1) AS score
               FROM found f
               JOIN knowledge_documents d ON d.id = f.id
-             CROSS JOIN totals tot) p
+             CROSS JOIN rarity r
+             CROSS JOIN q) p
      ORDER BY rank
      LIMIT @candidates::int
 ), fused AS (

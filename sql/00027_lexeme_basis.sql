@@ -16,9 +16,10 @@
 -- is kept apart from the counts so that rebasing reads the counts without
 -- locking them against the counting triggers. Only choird's role writes
 -- it; the agent role reads it.
+-- +goose StatementBegin
 -- agent_schema_text_objects creates or completes the full-text statistics,
 -- their IDF basis and the RUM indexes of agent schema s (as in sql/00026,
--- plus the basis columns).
+-- plus the basis tables).
 CREATE OR REPLACE FUNCTION choir_control.agent_schema_text_objects(s text) RETURNS void
 LANGUAGE plpgsql
 SET client_min_messages = warning AS $$

@@ -62,7 +62,13 @@ func (w *EmbedWorker) maybeCheckDrift(ctx context.Context, agentID, store string
 		w.Logger.WarnContext(ctx, "IDF drift not checked: no job client", slog.String("error", err.Error()))
 		return
 	}
-	if _, err := CheckDrift(ctx, w.Pool, ins, w.Logger, agentID, store, w.Embedder.Model()); err != nil {
+	res, err := CheckDrift(ctx, w.Pool, ins, w.Logger, agentID, store, w.Embedder.Model())
+	if err == nil && res.Docs < DriftMinDocs {
+		// A small store is cheap to check: check it again next batch, so
+		// that the first re-embedding comes as soon as it is due.
+		w.driftChecked.Delete(key)
+	}
+	if err != nil {
 		w.Logger.WarnContext(ctx, "IDF drift check failed; the next embedding batch retries it",
 			slog.String("agent_id", agentID), slog.String("store", store), slog.String("error", err.Error()))
 	}

@@ -530,7 +530,16 @@ func runMemoryStatus(ctx context.Context, env Env, opts memoryStatusOptions) err
 		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\t%d\n", a.AgentID, a.Dimensions, a.MemoryPending, a.MemoryFailed,
 			a.KnowledgePending, a.KnowledgeFailed, a.Stale)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if e := st.Embedding; e != nil && e.Offline {
+		for _, a := range st.Agents {
+			fmt.Fprintf(env.Stdout, "%s: IDF drift since the last re-embed: memory %.3f, knowledge %.3f nats\n",
+				a.AgentID, a.MemoryDrift, a.KnowledgeDrift)
+		}
+	}
+	return nil
 }
 
 func writeJSON(w io.Writer, v any) error {

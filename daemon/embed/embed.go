@@ -46,7 +46,8 @@ type Embedder struct {
 type Status = admin.EmbeddingStatus
 
 // OfflineNote labels the offline embedder wherever it is reported.
-const OfflineNote = "offline lexical embedder (built in): vectors hash the words of a text, so semantic " +
+const OfflineNote = "offline lexical embedder (built in), IDF-weighted: vectors hash the words of a text, rare words " +
+	"weighing more than common ones (inverse document frequency in the agent's own memory), so semantic " +
 	"search finds texts sharing words, not meaning; configure an embedding provider for real semantics"
 
 // Options tune an API client.

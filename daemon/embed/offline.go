@@ -10,16 +10,20 @@ import (
 
 // OfflineModel is the model name stored with the offline embedder's
 // vectors. Changing the algorithm below means a new name, so that
-// choirctl memory reembed finds the old vectors.
-const OfflineModel = "choir-offline-lexical-v1"
+// choirctl memory reembed finds the old vectors (v1 hashed Go-tokenised
+// words, all weighing the same).
+const OfflineModel = "choir-offline-lexical-idf-v2"
 
 // NewOffline returns the built-in lexical embedder for vectors of dims
-// dimensions. It needs no network and is deterministic: the same text
-// always gives the same vector. A text's words are normalised (lower case,
-// English stop words dropped, common suffixes stripped) and each word and
-// each pair of adjacent words is hashed to a signed coordinate (the
-// "hashing trick"), weighted by 1 + ln(count); the vector is then scaled to
-// length 1, so cosine similarity measures shared vocabulary.
+// dimensions. It needs no network and is deterministic.
+//
+// Memory documents and queries are embedded through EmbedLexical: their
+// Postgres full-text lexemes (the tsv column's, to_tsvector('english')
+// for a query), each weighted by (1 + ln tf) times its inverse document
+// frequency in the agent's store (see IDFVector). Embed, for callers
+// without the store's statistics (tool search), hashes Go-tokenised words
+// without IDF (see LexicalVector): its vectors compare only with each
+// other.
 func NewOffline(dims int) *Embedder {
 	return newEmbedder("offline", OfflineModel, "", dims, true,
 		func(ctx context.Context, texts []string) ([][]float32, error) {
@@ -34,7 +38,12 @@ func NewOffline(dims int) *Embedder {
 		})
 }
 
-// LexicalVector is the offline embedder's vector for text.
+// LexicalVector is the offline embedder's vector for text without the
+// store's statistics (Embed): its words are normalised (lower case,
+// English stop words dropped, common suffixes stripped) and each word and
+// each pair of adjacent words is hashed to a signed coordinate (the
+// "hashing trick"), weighted by 1 + ln(count); the vector is then scaled
+// to length 1, so cosine similarity measures shared vocabulary.
 func LexicalVector(text string, dims int) []float32 {
 	words := Words(text)
 	weights := map[string]float64{}
@@ -46,23 +55,33 @@ func LexicalVector(text string, dims int) []float32 {
 	}
 	v := make([]float64, dims)
 	for f, n := range weights {
-		h := fnv.New64a()
-		h.Write([]byte(f))
-		x := h.Sum64()
-		sign := 1.0
-		if x>>63 == 1 {
-			sign = -1
-		}
-		v[x%uint64(dims)] += sign * (1 + math.Log(n))
+		hashInto(v, f, 1+math.Log(n))
 	}
+	return unit(v)
+}
+
+// hashInto adds weight w to the signed coordinate of v that feature f
+// hashes to.
+func hashInto(v []float64, f string, w float64) {
+	h := fnv.New64a()
+	h.Write([]byte(f))
+	x := h.Sum64()
+	if x>>63 == 1 {
+		w = -w
+	}
+	v[x%uint64(len(v))] += w
+}
+
+// unit scales v to length 1; a zero v gives a fixed unit vector, since a
+// zero vector has no cosine distance to anything.
+func unit(v []float64) []float32 {
+	dims := len(v)
 	var norm float64
 	for _, x := range v {
 		norm += x * x
 	}
 	out := make([]float32, dims)
 	if norm == 0 {
-		// No words at all: a fixed unit vector, since a zero vector has no
-		// cosine distance to anything.
 		out[0] = 1
 		return out
 	}

@@ -242,6 +242,11 @@ func (s *Store) Status(ctx context.Context) (*Status, error) {
 			if model != "" {
 				as.Stale = int(m.Stale + k.Stale)
 			}
+			if s.lexical() != nil {
+				if as.MemoryDrift, as.KnowledgeDrift, err = lexicalDrift(ctx, aq); err != nil {
+					return err
+				}
+			}
 			for _, e := range []struct {
 				msg string
 				at  *time.Time

@@ -545,7 +545,7 @@ func (s *Store) queryVector(ctx context.Context, q *query, dims int) (*pgvector.
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.queryEmbedTimeout)
 	defer cancel()
-	vecs, err := s.embedder.Embed(ctx, []string{q.text})
+	vecs, err := s.embedQuery(ctx, q.target, q.store, q.text)
 	if err != nil {
 		s.mu.Lock()
 		s.embedFailAt, s.embedFailErr = s.now(), err.Error()

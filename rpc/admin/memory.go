@@ -232,15 +232,21 @@ type MemoryReport struct {
 
 // MemoryAgentReport is one agent's share of a MemoryReport.
 type MemoryAgentReport struct {
-	AgentID          string     `json:"agent_id"`
-	Dimensions       int        `json:"dimensions"`
-	MemoryPending    int        `json:"memory_pending"`
-	MemoryFailed     int        `json:"memory_failed"`
-	KnowledgePending int        `json:"knowledge_pending"`
-	KnowledgeFailed  int        `json:"knowledge_failed"`
-	Stale            int        `json:"stale"`
-	LastError        string     `json:"last_error,omitempty"`
-	LastErrorAt      *time.Time `json:"last_error_at,omitempty"`
+	AgentID          string `json:"agent_id"`
+	Dimensions       int    `json:"dimensions"`
+	MemoryPending    int    `json:"memory_pending"`
+	MemoryFailed     int    `json:"memory_failed"`
+	KnowledgePending int    `json:"knowledge_pending"`
+	KnowledgeFailed  int    `json:"knowledge_failed"`
+	Stale            int    `json:"stale"`
+	// MemoryDrift and KnowledgeDrift are, with the offline embedder, how
+	// far each store's IDF weights have moved since its vectors were last
+	// all re-embedded: the mean |idf now - idf then| in nats (choird
+	// re-embeds the store past pipeline.DriftThreshold).
+	MemoryDrift    float64    `json:"memory_drift,omitempty"`
+	KnowledgeDrift float64    `json:"knowledge_drift,omitempty"`
+	LastError      string     `json:"last_error,omitempty"`
+	LastErrorAt    *time.Time `json:"last_error_at,omitempty"`
 }
 
 // EmbeddingStatus is the embedder's state: which provider and model, and

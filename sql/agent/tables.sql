@@ -104,3 +104,17 @@ CREATE TABLE lexeme_totals (
     docs    bigint NOT NULL,
     lexemes bigint NOT NULL
 );
+
+-- The IDF basis of the offline embedder's vectors (sql/00027_lexeme_basis.sql).
+CREATE TABLE idf_basis (
+    store  text NOT NULL,
+    lexeme text NOT NULL,
+    docs   int NOT NULL,
+    PRIMARY KEY (store, lexeme)
+);
+
+CREATE TABLE idf_basis_totals (
+    store    text PRIMARY KEY,
+    docs     bigint NOT NULL,
+    based_at timestamptz NOT NULL
+);

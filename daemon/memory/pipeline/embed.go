@@ -14,6 +14,7 @@ import (
 	"github.com/pgvector/pgvector-go"
 	"github.com/riverqueue/river"
 
+	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
@@ -37,9 +38,15 @@ type EmbedWorker struct {
 	Embedder  Embedder
 	RetryBase time.Duration
 
+	// DriftCheckEvery is the least time between two IDF drift checks of
+	// one agent's store (default DefaultDriftCheckEvery; see drift.go).
+	DriftCheckEvery time.Duration
+
 	// retryAfter holds, by job id, how long the provider asked us to wait
 	// (a 429's Retry-After) until NextRetry picks it up.
 	retryAfter sync.Map
+	// driftChecked holds, by agent and store, when drift was last checked.
+	driftChecked sync.Map
 }
 
 // maxRetryAfter caps how long a provider's Retry-After delays a retry.
@@ -62,10 +69,13 @@ func (w *EmbedWorker) Timeout(*river.Job[memory.EmbedArgs]) time.Duration { retu
 // vectors and the embedder differ in size.
 const dimensionsSnooze = time.Minute
 
+// pendingDoc is a document to embed: its text, or for a lexical embedder
+// its lexemes and their statistics.
 type pendingDoc struct {
 	id      uuid.UUID
 	version int32
 	text    string
+	lex     embed.LexicalText
 }
 
 // Work implements river.Worker.
@@ -94,19 +104,48 @@ func (w *EmbedWorker) Work(ctx context.Context, job *river.Job[memory.EmbedArgs]
 	if len(docs) == 0 {
 		return w.inAgent(ctx, a.AgentID, job, func(*agentdb.Queries) error { return nil })
 	}
+	vecs, err := w.embed(ctx, docs)
+	if err != nil {
+		return w.embedFailed(ctx, job, docs, err)
+	}
+	if err := w.storeVectors(ctx, job, docs, vecs); err != nil {
+		return err
+	}
+	if w.lexical() != nil {
+		w.maybeCheckDrift(ctx, a.AgentID, a.Store)
+	}
+	return nil
+}
+
+// lexical returns the worker's embedder as a memory.LexicalEmbedder when
+// it wants lexical texts, else nil.
+func (w *EmbedWorker) lexical() memory.LexicalEmbedder {
+	if lx, ok := w.Embedder.(memory.LexicalEmbedder); ok && lx.Lexical() {
+		return lx
+	}
+	return nil
+}
+
+// embed embeds docs: their lexical texts for a lexical embedder, else
+// their texts.
+func (w *EmbedWorker) embed(ctx context.Context, docs []pendingDoc) ([][]float32, error) {
+	if lx := w.lexical(); lx != nil {
+		lts := make([]embed.LexicalText, len(docs))
+		for i, d := range docs {
+			lts[i] = d.lex
+		}
+		return lx.EmbedLexical(ctx, lts)
+	}
 	texts := make([]string, len(docs))
 	for i, d := range docs {
 		texts[i] = d.text
 	}
-	vecs, err := w.Embedder.Embed(ctx, texts)
-	if err != nil {
-		return w.embedFailed(ctx, job, docs, err)
-	}
-	return w.storeVectors(ctx, job, docs, vecs)
+	return w.Embedder.Embed(ctx, texts)
 }
 
 // loadPending reads the agent's vector size and which of the job's
-// documents are still pending, with their texts.
+// documents are still pending, with their texts, and for a lexical
+// embedder their lexemes and statistics.
 func (w *EmbedWorker) loadPending(ctx context.Context, a memory.EmbedArgs) ([]pendingDoc, int32, error) {
 	var docs []pendingDoc
 	var dims int32
@@ -123,8 +162,14 @@ func (w *EmbedWorker) loadPending(ctx context.Context, a memory.EmbedArgs) ([]pe
 		if err != nil {
 			return err
 		}
-		if docs, err = pending(ctx, agentdb.New(choirsql.Interpreted(tx)), a.Store, a.IDs); err != nil {
+		aq := agentdb.New(choirsql.Interpreted(tx))
+		if docs, err = pending(ctx, aq, a.Store, a.IDs); err != nil {
 			return err
+		}
+		if w.lexical() != nil && len(docs) > 0 {
+			if err := loadLexemes(ctx, aq, a.Store, docs); err != nil {
+				return err
+			}
 		}
 		return scope.Leave(ctx)
 	})
@@ -207,6 +252,8 @@ func (w *EmbedWorker) storeVectors(ctx context.Context, job *river.Job[memory.Em
 	return nil
 }
 
+// pending returns those of ids still waiting for a vector in store, with
+// their texts.
 func pending(ctx context.Context, aq *agentdb.Queries, store string, ids []uuid.UUID) ([]pendingDoc, error) {
 	var docs []pendingDoc
 	if store == memory.EmbedStoreMemory {

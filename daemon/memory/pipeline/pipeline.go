@@ -57,6 +57,8 @@ type Workers struct {
 	// EmbedRetryBase is the first retry delay of a failed embedding batch
 	// (default DefaultEmbedRetryBase); tests shorten it.
 	EmbedRetryBase time.Duration
+	// DriftCheckEvery is EmbedWorker.DriftCheckEvery.
+	DriftCheckEvery time.Duration
 	// MidTermSessions returns how many recent sessions stay mid-term
 	// (config.MidTermSessionCount); a func so a config reload applies.
 	// Nil means config.DefaultMidTermSessions.
@@ -74,7 +76,8 @@ func (w Workers) AddWorkers(workers *river.Workers) error {
 		midTerm = func() int { return config.DefaultMidTermSessions }
 	}
 	if err := river.AddWorkerSafely(workers, &EmbedWorker{Pool: w.Pool, Logger: logger,
-		Embedder: w.Embedder, RetryBase: cmp.Or(w.EmbedRetryBase, DefaultEmbedRetryBase)}); err != nil {
+		Embedder: w.Embedder, RetryBase: cmp.Or(w.EmbedRetryBase, DefaultEmbedRetryBase),
+		DriftCheckEvery: w.DriftCheckEvery}); err != nil {
 		return fmt.Errorf("register embedding worker: %w", err)
 	}
 	if err := river.AddWorkerSafely(workers, &ChunkSessionWorker{Pool: w.Pool, Logger: logger}); err != nil {

@@ -346,8 +346,13 @@ func search(ctx context.Context, store *memory.Store, agent, m, text string, lim
 	case "text":
 		in["mode"] = "text"
 	case "vector":
+		// The vector semantic search makes of the question, passed alone.
+		vec, err := store.EmbedQuery(ctx, agent, memory.StoreSession, text)
+		if err != nil {
+			return nil, err
+		}
 		delete(in, "query")
-		in["vector"] = embed.LexicalVector(text, dims)
+		in["vector"] = vec
 	}
 	b, _ := json.Marshal(in)
 	r, err := store.QueryAsOperator(ctx, b)

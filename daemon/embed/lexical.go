@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"math"
-	"slices"
 )
 
 // Term is one full-text lexeme of a text, as Postgres's
@@ -35,43 +34,22 @@ func IDF(df, n int64) float64 {
 	return math.Log(1 + (float64(n-df)+0.5)/(float64(df)+0.5))
 }
 
-// pairWeight scales the feature of two adjacent lexemes against a single
-// lexeme's: a shared pair adds to a shared vocabulary, it does not replace
-// it.
-const pairWeight = 0.5
-
 // IDFVector is the offline embedder's vector for a lexical text: each
-// lexeme is hashed to a signed coordinate weighted (1 + ln tf) · idf, and
-// each pair of lexemes adjacent in the text (by position, stop words
-// skipped) weighted pairWeight · (1 + ln tf) · the mean idf of the two;
-// the vector is then scaled to length 1, so cosine similarity measures
-// shared vocabulary, rare words counting more than common ones.
+// lexeme is hashed to a signed coordinate weighted (1 + ln tf) · √idf, and
+// the vector is scaled to length 1. Both a document and a query carry the
+// square root, so in their cosine each shared word counts by its inverse
+// document frequency once, as TF-IDF weighs a match: rare words count
+// more than common ones.
+//
+// bench/recall chose this form (bench/recall/RESULTS.txt): weighing both
+// sides by the full idf (idf² in the cosine) lost 0.06 of recall at 10
+// against unweighted words, and hashing pairs of adjacent lexemes as well
+// lost recall at 1 without gaining at 10.
 func IDFVector(t LexicalText, dims int) []float32 {
 	v := make([]float64, dims)
-	type at struct {
-		pos int32
-		i   int
-	}
-	var seq []at
-	idf := make([]float64, len(t.Terms))
-	for i, term := range t.Terms {
-		idf[i] = IDF(term.Docs, t.Docs)
+	for _, term := range t.Terms {
 		tf := max(len(term.Positions), 1)
-		hashInto(v, term.Lexeme, (1+math.Log(float64(tf)))*idf[i])
-		for _, p := range term.Positions {
-			seq = append(seq, at{p, i})
-		}
-	}
-	slices.SortFunc(seq, func(a, b at) int { return int(a.pos) - int(b.pos) })
-	pairs := map[[2]int]int{}
-	for k := 1; k < len(seq); k++ {
-		if seq[k].i != seq[k-1].i {
-			pairs[[2]int{seq[k-1].i, seq[k].i}]++
-		}
-	}
-	for p, n := range pairs {
-		w := pairWeight * (1 + math.Log(float64(n))) * (idf[p[0]] + idf[p[1]]) / 2
-		hashInto(v, t.Terms[p[0]].Lexeme+" "+t.Terms[p[1]].Lexeme, w)
+		hashInto(v, term.Lexeme, (1+math.Log(float64(tf)))*math.Sqrt(IDF(term.Docs, t.Docs)))
 	}
 	return unit(v)
 }

@@ -19,8 +19,8 @@ const OfflineModel = "choir-offline-lexical-idf-v2"
 //
 // Memory documents and queries are embedded through EmbedLexical: their
 // Postgres full-text lexemes (the tsv column's, to_tsvector('english')
-// for a query), each weighted by (1 + ln tf) times its inverse document
-// frequency in the agent's store (see IDFVector). Embed, for callers
+// for a query), each weighted by (1 + ln tf) times the square root of its
+// inverse document frequency in the agent's store (see IDFVector). Embed, for callers
 // without the store's statistics (tool search), hashes Go-tokenised words
 // without IDF (see LexicalVector): its vectors compare only with each
 // other.

@@ -140,7 +140,9 @@ SELECT current_setting('search_path')::text AS previous_search_path,
        set_config('statement_timeout', ($4::int)::text, true)::text AS statement_timeout,
        numnode(websearch_to_tsquery('english', $5::text))::int AS query_nodes,
        tsvector_to_array(to_tsvector('english', $5::text))::text[] AS lexemes,
-       numnode(websearch_to_tsquery('english', $6::text))::int AS required_nodes
+       numnode(websearch_to_tsquery('english', $6::text))::int AS required_nodes,
+       choir_word_docs($7::text, $8::text,
+                       tsvector_to_array(to_tsvector('english', $5::text)))::bigint[] AS word_docs
 `
 
 type MemorySearchScopeParams struct {
@@ -150,6 +152,8 @@ type MemorySearchScopeParams struct {
 	StatementTimeoutMs int32  `json:"statement_timeout_ms"`
 	QueryText          string `json:"query_text"`
 	QueryRequired      string `json:"query_required"`
+	StatsSchema        string `json:"stats_schema"`
+	StatsStore         string `json:"stats_store"`
 }
 
 type MemorySearchScopeRow struct {
@@ -165,6 +169,7 @@ type MemorySearchScopeRow struct {
 	QueryNodes         int32    `json:"query_nodes"`
 	Lexemes            []string `json:"lexemes"`
 	RequiredNodes      int32    `json:"required_nodes"`
+	WordDocs           []int64  `json:"word_docs"`
 }
 
 // MemorySearchScope is MemoryScopeEnter for hybrid search, in the same
@@ -180,6 +185,8 @@ type MemorySearchScopeRow struct {
 // when the text has no searchable words; lexemes are its words as
 // full-text search stores them. required_nodes counts the nodes of
 // @query_required (quoted phrases and -words) read as web search.
+// word_docs are how many documents of the store hold each lexeme, then
+// how many it holds (choir_word_docs, sql/00026_text_ranking.sql).
 func (q *Queries) MemorySearchScope(ctx context.Context, arg MemorySearchScopeParams) (MemorySearchScopeRow, error) {
 	row := q.db.QueryRow(ctx, memorySearchScope,
 		arg.SearchPath,
@@ -188,6 +195,8 @@ func (q *Queries) MemorySearchScope(ctx context.Context, arg MemorySearchScopePa
 		arg.StatementTimeoutMs,
 		arg.QueryText,
 		arg.QueryRequired,
+		arg.StatsSchema,
+		arg.StatsStore,
 	)
 	var i MemorySearchScopeRow
 	err := row.Scan(
@@ -203,6 +212,7 @@ func (q *Queries) MemorySearchScope(ctx context.Context, arg MemorySearchScopePa
 		&i.QueryNodes,
 		&i.Lexemes,
 		&i.RequiredNodes,
+		&i.WordDocs,
 	)
 	return i, err
 }

@@ -31,6 +31,8 @@ SELECT set_config('role', 'none', true), set_config('search_path', @search_path:
 -- when the text has no searchable words; lexemes are its words as
 -- full-text search stores them. required_nodes counts the nodes of
 -- @query_required (quoted phrases and -words) read as web search.
+-- word_docs are how many documents of the store hold each lexeme, then
+-- how many it holds (choir_word_docs, sql/00026_text_ranking.sql).
 SELECT current_setting('search_path')::text AS previous_search_path,
        set_config('search_path', @search_path::text, true)::text AS search_path,
        set_config('role', @role::text, true)::text AS role,
@@ -42,7 +44,9 @@ SELECT current_setting('search_path')::text AS previous_search_path,
        set_config('statement_timeout', (@statement_timeout_ms::int)::text, true)::text AS statement_timeout,
        numnode(websearch_to_tsquery('english', @query_text::text))::int AS query_nodes,
        tsvector_to_array(to_tsvector('english', @query_text::text))::text[] AS lexemes,
-       numnode(websearch_to_tsquery('english', @query_required::text))::int AS required_nodes;
+       numnode(websearch_to_tsquery('english', @query_required::text))::int AS required_nodes,
+       choir_word_docs(@stats_schema::text, @stats_store::text,
+                       tsvector_to_array(to_tsvector('english', @query_text::text)))::bigint[] AS word_docs;
 
 -- name: MemoryAgentSchemaList :many
 SELECT * FROM choir_control.agent_schemas ORDER BY agent_id;

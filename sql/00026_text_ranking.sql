@@ -17,6 +17,32 @@
 CREATE EXTENSION IF NOT EXISTS rum;
 
 -- +goose StatementBegin
+-- choir_word_docs returns, for each of lexemes in order, how many
+-- documents of store (memory or knowledge) in agent schema p_schema hold
+-- it, and then how many documents the store holds: what hybrid search
+-- ranks a query's words by (rankTerms in daemon/memory), read in the same
+-- statement that enters the schema (MemorySearchScope), saving a round
+-- trip. It runs with its caller's privileges: an agent role reads only
+-- its own schema. It lives in public, which every role may use.
+CREATE FUNCTION public.choir_word_docs(p_schema text, p_store text, p_lexemes text[]) RETURNS bigint[]
+LANGUAGE plpgsql STABLE AS $$
+DECLARE
+    r bigint[];
+BEGIN
+    IF p_store IS NULL OR p_store NOT IN ('memory', 'knowledge') THEN
+        RAISE EXCEPTION 'unknown store %: want memory or knowledge', quote_nullable(p_store)
+            USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    EXECUTE format($f$
+        SELECT array_append(coalesce(array_agg(coalesce(l.docs, 0)::bigint ORDER BY w.i), '{}'),
+                            coalesce((SELECT t.docs FROM %1$I.lexeme_totals t WHERE t.store = $2), 0))
+          FROM unnest($1::text[]) WITH ORDINALITY AS w(lexeme, i)
+          LEFT JOIN %1$I.%2$I l ON l.lexeme = w.lexeme
+    $f$, p_schema, p_store || '_lexemes') INTO r USING p_lexemes, p_store;
+    RETURN r;
+END;
+$$;
+
 -- count_lexemes is the statement trigger that keeps <store>_lexemes and
 -- lexeme_totals exact (TG_ARGV[0] is the store: memory or knowledge). An
 -- update counts only the rows whose tsv changed. Lexemes are upserted in
@@ -281,5 +307,6 @@ $$;
 
 DROP FUNCTION choir_control.agent_schema_text_objects(text);
 DROP FUNCTION choir_control.count_lexemes();
+DROP FUNCTION public.choir_word_docs(text, text, text[]);
 -- +goose StatementEnd
 DROP EXTENSION IF EXISTS rum;

@@ -55,7 +55,8 @@ type options struct {
 	maintenanceMemory string
 	seed              uint64
 	candidates        int
-	sample, recent    int
+	perTerm, recent   int
+	postingBudget     int
 	efSearch          int
 }
 
@@ -74,7 +75,8 @@ func main() {
 	flag.StringVar(&o.maintenanceMemory, "maintenance-work-mem", "2GB", "maintenance_work_mem for the HNSW build")
 	flag.Uint64Var(&o.seed, "seed", 1, "corpus seed")
 	flag.IntVar(&o.candidates, "candidates", 0, "candidates per side (default: the store's)")
-	flag.IntVar(&o.sample, "per-term", 0, "best matches per query word from the RUM index (default: the store's)")
+	flag.IntVar(&o.perTerm, "per-term", 0, "best matches per query word from the RUM index (default: the store's)")
+	flag.IntVar(&o.postingBudget, "posting-budget", 0, "matches the query words that find matches may have in all (default: the store's)")
 	flag.IntVar(&o.recent, "text-recent", 0, "newest chunks checked for full-text matches (default: the store's)")
 	flag.IntVar(&o.efSearch, "ef-search", 0, "hnsw.ef_search (default: the store's)")
 	flag.Parse()
@@ -119,7 +121,7 @@ func run(ctx context.Context, o options) error {
 
 	stub := &stubEmbedder{dims: o.dims}
 	store := memory.New(memory.Options{Pool: pool, Embedder: stub, Search: memory.SearchTuning{Candidates: o.candidates,
-		PerTerm: o.sample, TextRecent: o.recent, EFSearch: o.efSearch}})
+		PerTerm: o.perTerm, PostingBudget: o.postingBudget, TextRecent: o.recent, EFSearch: o.efSearch}})
 	if err := measure(ctx, o, store, stub, c); err != nil {
 		return err
 	}

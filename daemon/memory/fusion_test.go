@@ -80,8 +80,8 @@ func TestRankFusionIsOne(t *testing.T) {
 		}
 		aq := agentdb.New(tx)
 		ms, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{MaxResults: 20, QueryTerms: "'appl'",
-			Lexemes: []string{"appl"}, LexemeQueries: []string{"'appl'"}, QueryVector: &query, Tiers: []string{"mid_term"},
-			Candidates: 5, PerTerm: 30, PostingBudget: 8000, TextRecent: 100, FusionK: fusionK,
+			FindQueries: []string{"'appl'"}, Rare: []string{"appl"}, QueryVector: &query, Tiers: []string{"mid_term"},
+			Candidates: 5, PerTerm: 30, TextRecent: 100, FusionK: fusionK,
 			VectorWeight: vectorWeight, TextWeight: textWeight})
 		if err != nil {
 			return err
@@ -90,8 +90,8 @@ func TestRankFusionIsOne(t *testing.T) {
 			mem = append(mem, fused{r.ID, r.Score, r.VectorRank, r.TextRank})
 		}
 		ks, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{MaxResults: 20, QueryTerms: "'appl'",
-			Lexemes: []string{"appl"}, LexemeQueries: []string{"'appl'"}, QueryVector: &query, Candidates: 5, PerTerm: 30,
-			PostingBudget: 8000, TextRecent: 100, FusionK: fusionK, VectorWeight: vectorWeight,
+			FindQueries: []string{"'appl'"}, Rare: []string{"appl"}, QueryVector: &query, Candidates: 5, PerTerm: 30,
+			TextRecent: 100, FusionK: fusionK, VectorWeight: vectorWeight,
 			TextWeight: textWeight})
 		if err != nil {
 			return err

@@ -125,7 +125,8 @@ type Options struct {
 const DefaultStatementTimeout = 5 * time.Second
 
 // SearchTuning sizes and weighs hybrid search (see queries/agent/memory.sql).
-// A zero field takes DefaultSearchTuning's value.
+// A zero field takes DefaultSearchTuning's value, or for the fusion with
+// the offline lexical embedder OfflineFusion's.
 type SearchTuning struct {
 	// Candidates is how many rows each side (vector, full text) brings to
 	// the fusion.
@@ -147,15 +148,29 @@ type SearchTuning struct {
 	VectorWeight, TextWeight float64
 }
 
-// DefaultSearchTuning is the tuning measured by bench/hybrid (sizes) and
-// chosen on bench/recall's tune half (fusion; bench/recall/RESULTS.txt
-// records the figures).
-var DefaultSearchTuning = SearchTuning{Candidates: 30, PerTerm: 30, PostingBudget: 8000, TextRecent: 100,
+// DefaultSearchTuning is the tuning measured by bench/hybrid (sizes, and
+// the posting budget: a RUM scan costs about a microsecond a match). Its
+// fusion, plain reciprocal rank fusion with k = 60, is for an embedding
+// provider's vectors, which nothing here measures: they carry meaning the
+// full-text side does not, and each side weighs the same.
+var DefaultSearchTuning = SearchTuning{Candidates: 30, PerTerm: 30, PostingBudget: 3000, TextRecent: 100,
 	EFSearch: 64, FusionK: 60, VectorWeight: 1, TextWeight: 1}
 
-// withDefaults returns t with each zero field set to DefaultSearchTuning's.
-func (t SearchTuning) withDefaults() SearchTuning {
+// OfflineFusion is the fusion with the offline lexical embedder, chosen on
+// bench/recall's tune half and checked on its held-out half
+// (bench/recall/RESULTS.txt): its vectors only weigh the same words as
+// full text does, differently, so full text leads and the vectors mostly
+// break its ties.
+var OfflineFusion = SearchTuning{FusionK: 5, VectorWeight: 1, TextWeight: 4}
+
+// withDefaults returns t with each zero field set to DefaultSearchTuning's,
+// the fusion's to OfflineFusion's when lexical (the offline embedder).
+func (t SearchTuning) withDefaults(lexical bool) SearchTuning {
 	d := DefaultSearchTuning
+	if lexical {
+		d.FusionK, d.VectorWeight, d.TextWeight = OfflineFusion.FusionK, OfflineFusion.VectorWeight,
+			OfflineFusion.TextWeight
+	}
 	t.Candidates = cmp.Or(t.Candidates, d.Candidates)
 	t.PerTerm = cmp.Or(t.PerTerm, d.PerTerm)
 	t.PostingBudget = cmp.Or(t.PostingBudget, d.PostingBudget)
@@ -196,7 +211,7 @@ func New(opts Options) *Store {
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
-	s.tuning = s.tuning.withDefaults()
+	s.tuning = s.tuning.withDefaults(s.lexical() != nil)
 	if s.queryEmbedTimeout <= 0 {
 		s.queryEmbedTimeout = 5 * time.Second
 	}

@@ -135,11 +135,11 @@ type query struct {
 	from, to            time.Time
 	keyPrefix           string
 	limit, offset       int
-	// required, phrases and terms are the text side's query, lexemes its
-	// words (see splitText and orQuery); note is what the result says
-	// about the query.
+	// required, phrases and terms are the text side's query, words what
+	// it does with each word (see splitText, orQuery and rankTerms); note
+	// is what the result says about the query.
 	required, phrases, terms string
-	lexemes                  []string
+	words                    textTerms
 	note                     string
 }
 
@@ -496,7 +496,7 @@ func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Ve
 		st, err := db.New(choirsql.Interpreted(tx)).MemorySearchScope(ctx, db.MemorySearchScopeParams{
 			SearchPath: config.SchemaName(sc.schema) + ", public", Role: role, EfSearch: int32(s.tuning.EFSearch),
 			StatementTimeoutMs: s.statementTimeoutMS(), QueryText: loose,
-			QueryRequired: required})
+			QueryRequired: required, StatsSchema: config.SchemaName(sc.schema), StatsStore: statsStore(q.store)})
 		if err != nil {
 			return fmt.Errorf("enter memory schema of agent %s: %w", sc.schema, err)
 		}
@@ -507,7 +507,8 @@ func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Ve
 			res.Note = joinNote(res.Note, noWordsNote)
 		}
 		aq := agentdb.New(choirsql.Interpreted(tx))
-		q.lexemes, q.terms = st.Lexemes, orQuery(st.Lexemes)
+		q.words = s.wordStats(st.Lexemes, st.WordDocs)
+		q.terms = orQuery(st.Lexemes)
 		q.required, q.phrases = "", ""
 		if st.RequiredNodes > 0 {
 			q.required, q.phrases = required, phrases
@@ -518,6 +519,20 @@ func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Ve
 		return s.queryKnowledge(ctx, aq, q, vec, res)
 	})
 	return s.translate(err, sc)
+}
+
+// wordStats sorts the query's words for the full-text side (rankTerms),
+// given how many of the store's documents hold each (docs, in the order of
+// lexemes, then the store's document count; see MemorySearchScope).
+func (s *Store) wordStats(lexemes []string, docs []int64) textTerms {
+	if len(docs) != len(lexemes)+1 {
+		return rankTerms(nil, 0, 0)
+	}
+	stats := make([]termStat, len(lexemes))
+	for i, l := range lexemes {
+		stats[i] = termStat{lexeme: l, docs: docs[i]}
+	}
+	return rankTerms(stats, docs[len(lexemes)], s.tuning.PostingBudget)
 }
 
 // queryVector returns the vector of a semantic query: the one given, or
@@ -565,9 +580,9 @@ func (s *Store) querySession(ctx context.Context, aq *agentdb.Queries, q *query,
 	case ModeSemantic, ModeText:
 		t := s.tuning
 		rows, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{QueryVector: vec, QueryText: q.required,
-			QueryTerms: q.terms, QueryPhrases: q.phrases, Lexemes: q.lexemes, LexemeQueries: quoteLexemes(q.lexemes),
-			Tiers: q.tiers, SessionID: q.sessionID, Candidates: int32(t.Candidates), PerTerm: int32(t.PerTerm),
-			PostingBudget: int64(t.PostingBudget), TextRecent: int32(t.TextRecent),
+			QueryTerms: q.terms, QueryPhrases: q.phrases, FindQueries: q.words.find, Rare: q.words.rare,
+			Uncommon: q.words.uncommon, Common: q.words.common, Tiers: q.tiers, SessionID: q.sessionID,
+			Candidates: int32(t.Candidates), PerTerm: int32(t.PerTerm), TextRecent: int32(t.TextRecent),
 			FusionK: int32(t.FusionK), VectorWeight: t.VectorWeight, TextWeight: t.TextWeight, MaxResults: int32(q.limit)})
 		if err != nil {
 			return fmt.Errorf("search session memory: %w", err)
@@ -635,9 +650,9 @@ func (s *Store) queryKnowledge(ctx context.Context, aq *agentdb.Queries, q *quer
 	case ModeSemantic, ModeText:
 		t := s.tuning
 		rows, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{QueryVector: vec,
-			QueryText: q.required, QueryTerms: q.terms, QueryPhrases: q.phrases, Lexemes: q.lexemes,
-			LexemeQueries: quoteLexemes(q.lexemes), Candidates: int32(t.Candidates), PerTerm: int32(t.PerTerm),
-			PostingBudget: int64(t.PostingBudget), TextRecent: int32(t.TextRecent),
+			QueryText: q.required, QueryTerms: q.terms, QueryPhrases: q.phrases, FindQueries: q.words.find,
+			Rare: q.words.rare, Uncommon: q.words.uncommon, Common: q.words.common, Candidates: int32(t.Candidates),
+			PerTerm: int32(t.PerTerm), TextRecent: int32(t.TextRecent),
 			FusionK: int32(t.FusionK), VectorWeight: t.VectorWeight, TextWeight: t.TextWeight, MaxResults: int32(q.limit)})
 		if err != nil {
 			return fmt.Errorf("search knowledge: %w", err)

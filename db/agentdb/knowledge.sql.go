@@ -536,60 +536,42 @@ func (q *Queries) KnowledgeLockByKey(ctx context.Context, key *string) (Knowledg
 
 const knowledgeSearchHybrid = `-- name: KnowledgeSearchHybrid :many
 
-WITH totals AS (
-    SELECT coalesce(max(t.docs), 0)::float8 AS n
-      FROM lexeme_totals t
-     WHERE t.store = 'knowledge'
-), terms AS (
-    SELECT w.lexeme, CAST(w.query AS tsquery) AS tq,
-           coalesce(l.docs, 0) / greatest(tot.n, 1) AS share,
-           sum(coalesce(l.docs, 0)) OVER (ORDER BY coalesce(l.docs, 0), w.lexeme) AS postings
-      FROM (SELECT unnest($2::text[]) AS lexeme, unnest($3::text[]) AS query) w
-     CROSS JOIN totals tot
-      LEFT JOIN knowledge_lexemes l ON l.lexeme = w.lexeme
-), rarity AS (
-    -- The query's words by class, as setweight labels them: A the rarest.
-    SELECT coalesce(array_agg(t.lexeme) FILTER (WHERE t.share < 0.01), '{}')::text[] AS a,
-           coalesce(array_agg(t.lexeme) FILTER (WHERE t.share >= 0.01 AND t.share < 0.05), '{}')::text[] AS b,
-           coalesce(array_agg(t.lexeme) FILTER (WHERE t.share >= 0.05 AND t.share < 0.2), '{}')::text[] AS c
-      FROM terms t
-), q AS (
-    SELECT websearch_to_tsquery('english', $4::text) AS req,
-           websearch_to_tsquery('english', $4::text)
-           && (CAST($5::text AS tsquery) || websearch_to_tsquery('english', $6::text)) AS tsq
+WITH q AS (
+    SELECT websearch_to_tsquery('english', $2::text) AS req,
+           websearch_to_tsquery('english', $2::text)
+           && (CAST($3::text AS tsquery) || websearch_to_tsquery('english', $4::text)) AS tsq
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT e.document_id AS id, e.embedding <=> $7::vector AS distance
+      FROM (SELECT e.document_id AS id, e.embedding <=> $5::vector AS distance
               FROM knowledge_embeddings e
-             WHERE $7::vector IS NOT NULL
+             WHERE $5::vector IS NOT NULL
              ORDER BY distance
-             LIMIT $8::int) v
+             LIMIT $6::int) v
 ), found_words AS (
     SELECT f.id
-      FROM terms t
+      FROM unnest($7::text[]) AS t(query)
      CROSS JOIN q
      CROSS JOIN LATERAL (
            SELECT d.id
              FROM knowledge_documents d
-            WHERE d.tsv @@ (q.req && t.tq)
-            ORDER BY d.tsv <=> t.tq
-            LIMIT $9::int) f
-     WHERE t.postings <= $10::bigint
+            WHERE d.tsv @@ (q.req && CAST(t.query AS tsquery))
+            ORDER BY d.tsv <=> CAST(t.query AS tsquery)
+            LIMIT $8::int) f
 ), found_required AS (
     SELECT d.id
       FROM knowledge_documents d
      CROSS JOIN q
-     WHERE $4::text <> ''
+     WHERE $2::text <> ''
        AND d.tsv @@ q.tsq
      ORDER BY d.tsv <=> q.req
-     LIMIT $9::int
+     LIMIT $8::int
 ), found_recent AS (
     SELECT r.id
       FROM (SELECT d.id, d.tsv
               FROM knowledge_documents d
-             WHERE ($4::text <> '' OR $5::text <> '')
+             WHERE ($2::text <> '' OR $3::text <> '')
              ORDER BY d.updated_at DESC, d.id
-             LIMIT $11::int) r
+             LIMIT $9::int) r
      CROSS JOIN q
      WHERE r.tsv @@ q.tsq
 ), found AS (
@@ -602,16 +584,17 @@ WITH totals AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM (SELECT d.id,
                    ts_rank_cd('{0.5, 0.7, 0.85, 1}'::float4[],
-                              setweight(setweight(setweight(d.tsv, 'A', r.a), 'B', r.b), 'C', r.c), q.tsq, 1) AS score
+                              setweight(setweight(setweight(d.tsv, 'A', $10::text[]), 'B', $11::text[]),
+                                        'C', $12::text[]),
+                              q.tsq, 1) AS score
               FROM found f
               JOIN knowledge_documents d ON d.id = f.id
-             CROSS JOIN rarity r
              CROSS JOIN q) p
      ORDER BY rank
-     LIMIT $8::int
+     LIMIT $6::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
-           choir_rank_fusion(v.rank, t.rank, $12::int, $13::float8, $14::float8) AS score,
+           choir_rank_fusion(v.rank, t.rank, $13::int, $14::float8, $15::float8) AS score,
            v.rank AS vector_rank,
            t.rank AS text_rank
       FROM vector_hits v
@@ -630,20 +613,21 @@ SELECT d.id, d.key, d.text, d.metadata, d.version, d.content_hash, d.created_at,
 `
 
 type KnowledgeSearchHybridParams struct {
-	MaxResults    int32            `json:"max_results"`
-	Lexemes       []string         `json:"lexemes"`
-	LexemeQueries []string         `json:"lexeme_queries"`
-	QueryText     string           `json:"query_text"`
-	QueryTerms    string           `json:"query_terms"`
-	QueryPhrases  string           `json:"query_phrases"`
-	QueryVector   *pgvector.Vector `json:"query_vector"`
-	Candidates    int32            `json:"candidates"`
-	PerTerm       int32            `json:"per_term"`
-	PostingBudget int64            `json:"posting_budget"`
-	TextRecent    int32            `json:"text_recent"`
-	FusionK       int32            `json:"fusion_k"`
-	VectorWeight  float64          `json:"vector_weight"`
-	TextWeight    float64          `json:"text_weight"`
+	MaxResults   int32            `json:"max_results"`
+	QueryText    string           `json:"query_text"`
+	QueryTerms   string           `json:"query_terms"`
+	QueryPhrases string           `json:"query_phrases"`
+	QueryVector  *pgvector.Vector `json:"query_vector"`
+	Candidates   int32            `json:"candidates"`
+	FindQueries  []string         `json:"find_queries"`
+	PerTerm      int32            `json:"per_term"`
+	TextRecent   int32            `json:"text_recent"`
+	Rare         []string         `json:"rare"`
+	Uncommon     []string         `json:"uncommon"`
+	Common       []string         `json:"common"`
+	FusionK      int32            `json:"fusion_k"`
+	VectorWeight float64          `json:"vector_weight"`
+	TextWeight   float64          `json:"text_weight"`
 }
 
 type KnowledgeSearchHybridRow struct {
@@ -671,16 +655,17 @@ type KnowledgeSearchHybridRow struct {
 func (q *Queries) KnowledgeSearchHybrid(ctx context.Context, arg KnowledgeSearchHybridParams) ([]KnowledgeSearchHybridRow, error) {
 	rows, err := q.db.Query(ctx, knowledgeSearchHybrid,
 		arg.MaxResults,
-		arg.Lexemes,
-		arg.LexemeQueries,
 		arg.QueryText,
 		arg.QueryTerms,
 		arg.QueryPhrases,
 		arg.QueryVector,
 		arg.Candidates,
+		arg.FindQueries,
 		arg.PerTerm,
-		arg.PostingBudget,
 		arg.TextRecent,
+		arg.Rare,
+		arg.Uncommon,
+		arg.Common,
 		arg.FusionK,
 		arg.VectorWeight,
 		arg.TextWeight,

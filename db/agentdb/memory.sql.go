@@ -456,69 +456,51 @@ type MemoryEventRefsInsertParams struct {
 
 const memorySearchHybrid = `-- name: MemorySearchHybrid :many
 
-WITH totals AS (
-    SELECT coalesce(max(t.docs), 0)::float8 AS n
-      FROM lexeme_totals t
-     WHERE t.store = 'memory'
-), terms AS (
-    SELECT w.lexeme, CAST(w.query AS tsquery) AS tq,
-           coalesce(l.docs, 0) / greatest(tot.n, 1) AS share,
-           sum(coalesce(l.docs, 0)) OVER (ORDER BY coalesce(l.docs, 0), w.lexeme) AS postings
-      FROM (SELECT unnest($2::text[]) AS lexeme, unnest($3::text[]) AS query) w
-     CROSS JOIN totals tot
-      LEFT JOIN memory_lexemes l ON l.lexeme = w.lexeme
-), rarity AS (
-    -- The query's words by class, as setweight labels them: A the rarest.
-    SELECT coalesce(array_agg(t.lexeme) FILTER (WHERE t.share < 0.01), '{}')::text[] AS a,
-           coalesce(array_agg(t.lexeme) FILTER (WHERE t.share >= 0.01 AND t.share < 0.05), '{}')::text[] AS b,
-           coalesce(array_agg(t.lexeme) FILTER (WHERE t.share >= 0.05 AND t.share < 0.2), '{}')::text[] AS c
-      FROM terms t
-), q AS (
-    SELECT websearch_to_tsquery('english', $4::text) AS req,
-           websearch_to_tsquery('english', $4::text)
-           && (CAST($5::text AS tsquery) || websearch_to_tsquery('english', $6::text)) AS tsq
+WITH q AS (
+    SELECT websearch_to_tsquery('english', $2::text) AS req,
+           websearch_to_tsquery('english', $2::text)
+           && (CAST($3::text AS tsquery) || websearch_to_tsquery('english', $4::text)) AS tsq
 ), vector_hits AS (
     SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT d.id, e.embedding <=> $7::vector AS distance
+      FROM (SELECT d.id, e.embedding <=> $5::vector AS distance
               FROM memory_embeddings e
               JOIN memory_documents d ON d.id = e.document_id
-             WHERE $7::vector IS NOT NULL
-               AND d.tier = ANY($8::text[])
-               AND ($9::uuid IS NULL OR d.session_id = $9::uuid)
+             WHERE $5::vector IS NOT NULL
+               AND d.tier = ANY($6::text[])
+               AND ($7::uuid IS NULL OR d.session_id = $7::uuid)
              ORDER BY distance
-             LIMIT $10::int) v
+             LIMIT $8::int) v
 ), found_words AS (
     SELECT f.id
-      FROM terms t
+      FROM unnest($9::text[]) AS t(query)
      CROSS JOIN q
      CROSS JOIN LATERAL (
            SELECT d.id
              FROM memory_documents d
-            WHERE d.tsv @@ (q.req && t.tq)
-              AND d.tier = ANY($8::text[])
-              AND ($9::uuid IS NULL OR d.session_id = $9::uuid)
-            ORDER BY d.tsv <=> t.tq
-            LIMIT $11::int) f
-     WHERE t.postings <= $12::bigint
+            WHERE d.tsv @@ (q.req && CAST(t.query AS tsquery))
+              AND d.tier = ANY($6::text[])
+              AND ($7::uuid IS NULL OR d.session_id = $7::uuid)
+            ORDER BY d.tsv <=> CAST(t.query AS tsquery)
+            LIMIT $10::int) f
 ), found_required AS (
     SELECT d.id
       FROM memory_documents d
      CROSS JOIN q
-     WHERE $4::text <> ''
+     WHERE $2::text <> ''
        AND d.tsv @@ q.tsq
-       AND d.tier = ANY($8::text[])
-       AND ($9::uuid IS NULL OR d.session_id = $9::uuid)
+       AND d.tier = ANY($6::text[])
+       AND ($7::uuid IS NULL OR d.session_id = $7::uuid)
      ORDER BY d.tsv <=> q.req
-     LIMIT $11::int
+     LIMIT $10::int
 ), found_recent AS (
     SELECT r.id
       FROM (SELECT d.id, d.tsv
               FROM memory_documents d
-             WHERE ($4::text <> '' OR $5::text <> '')
-               AND d.tier = ANY($8::text[])
-               AND ($9::uuid IS NULL OR d.session_id = $9::uuid)
+             WHERE ($2::text <> '' OR $3::text <> '')
+               AND d.tier = ANY($6::text[])
+               AND ($7::uuid IS NULL OR d.session_id = $7::uuid)
              ORDER BY d.created_at DESC, d.id
-             LIMIT $13::int) r
+             LIMIT $11::int) r
      CROSS JOIN q
      WHERE r.tsv @@ q.tsq
 ), found AS (
@@ -531,16 +513,17 @@ WITH totals AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM (SELECT d.id,
                    ts_rank_cd('{0.5, 0.7, 0.85, 1}'::float4[],
-                              setweight(setweight(setweight(d.tsv, 'A', r.a), 'B', r.b), 'C', r.c), q.tsq, 1) AS score
+                              setweight(setweight(setweight(d.tsv, 'A', $12::text[]), 'B', $13::text[]),
+                                        'C', $14::text[]),
+                              q.tsq, 1) AS score
               FROM found f
               JOIN memory_documents d ON d.id = f.id
-             CROSS JOIN rarity r
              CROSS JOIN q) p
      ORDER BY rank
-     LIMIT $10::int
+     LIMIT $8::int
 ), fused AS (
     SELECT coalesce(v.id, t.id) AS id,
-           choir_rank_fusion(v.rank, t.rank, $14::int, $15::float8, $16::float8) AS score,
+           choir_rank_fusion(v.rank, t.rank, $15::int, $16::float8, $17::float8) AS score,
            v.rank AS vector_rank,
            t.rank AS text_rank
       FROM vector_hits v
@@ -559,22 +542,23 @@ SELECT d.id, d.session_id, d.tier, d.chunk_index, d.text, d.metadata, d.started_
 `
 
 type MemorySearchHybridParams struct {
-	MaxResults    int32            `json:"max_results"`
-	Lexemes       []string         `json:"lexemes"`
-	LexemeQueries []string         `json:"lexeme_queries"`
-	QueryText     string           `json:"query_text"`
-	QueryTerms    string           `json:"query_terms"`
-	QueryPhrases  string           `json:"query_phrases"`
-	QueryVector   *pgvector.Vector `json:"query_vector"`
-	Tiers         []string         `json:"tiers"`
-	SessionID     *uuid.UUID       `json:"session_id"`
-	Candidates    int32            `json:"candidates"`
-	PerTerm       int32            `json:"per_term"`
-	PostingBudget int64            `json:"posting_budget"`
-	TextRecent    int32            `json:"text_recent"`
-	FusionK       int32            `json:"fusion_k"`
-	VectorWeight  float64          `json:"vector_weight"`
-	TextWeight    float64          `json:"text_weight"`
+	MaxResults   int32            `json:"max_results"`
+	QueryText    string           `json:"query_text"`
+	QueryTerms   string           `json:"query_terms"`
+	QueryPhrases string           `json:"query_phrases"`
+	QueryVector  *pgvector.Vector `json:"query_vector"`
+	Tiers        []string         `json:"tiers"`
+	SessionID    *uuid.UUID       `json:"session_id"`
+	Candidates   int32            `json:"candidates"`
+	FindQueries  []string         `json:"find_queries"`
+	PerTerm      int32            `json:"per_term"`
+	TextRecent   int32            `json:"text_recent"`
+	Rare         []string         `json:"rare"`
+	Uncommon     []string         `json:"uncommon"`
+	Common       []string         `json:"common"`
+	FusionK      int32            `json:"fusion_k"`
+	VectorWeight float64          `json:"vector_weight"`
+	TextWeight   float64          `json:"text_weight"`
 }
 
 type MemorySearchHybridRow struct {
@@ -609,25 +593,23 @@ type MemorySearchHybridRow struct {
 // words, ORed; see splitText in daemon/memory) or its phrases
 // (@query_phrases). It ranks by ts_rank_cd, cover density: how many of
 // the query's words and phrases the chunk holds, how often, and how close
-// together, divided by 1 + the log of its length; each query word
-// (@lexemes, @lexeme_queries its tsquery) weighs by its rarity in the
-// agent's exact statistics (memory_lexemes, lexeme_totals), in four
-// classes: in under 1% of the chunks 1, under 5% 0.85, under 20% 0.7,
-// else 0.5. (bench/recall chose these on its tune half. BM25's own
-// inverse document frequency, ln(1 + (N - df + 0.5) / (df + 0.5)), weighs
-// rarity much harder, and there lost 0.03 to 0.04 of recall at 10 against
-// these classes, as did dropping cover density for a sum over words;
-// bench/recall/RESULTS.txt.)
+// together, divided by 1 + the log of its length; each query word weighs
+// by its rarity in the agent's exact statistics (memory_lexemes,
+// lexeme_totals; see rankTerms in daemon/memory), in four classes:
+// @rare 1, @uncommon 0.85, @common 0.7, the rest 0.5. (bench/recall chose
+// these on its tune half. BM25's own inverse document frequency,
+// ln(1 + (N - df + 0.5) / (df + 0.5)), weighs rarity much harder, and
+// there lost 0.03 to 0.04 of recall at 10 against these classes, as did
+// dropping cover density for a sum over words; bench/recall/RESULTS.txt.)
 //
 // The matches to rank come from the RUM index, which returns a word's
 // best matches in rank order without reading every match (a GIN index
 // would hand back every match to rank, 60 ms for a word in half the
 // chunks):
-//   - per word, rarest first, its @per_term best chunks, for the words
-//     whose posting lists, summed in that order, stay within
-//     @posting_budget: the rest are too common to find matches by at that
-//     cost, and tell matches apart little (their inverse document
-//     frequency is low), so they only rank;
+//   - for each word of @find_queries (the rarest, as many as stay within
+//     a budget of matches in all: see rankTerms), its @per_term best
+//     chunks; commoner words are too costly to find matches by, and tell
+//     matches apart little, so they only rank;
 //   - the @per_term best matches of the required phrases and -words;
 //   - the matches among the @text_recent newest chunks, so that recent
 //     memory is never left out (and a question made only of common words
@@ -635,8 +617,6 @@ type MemorySearchHybridRow struct {
 func (q *Queries) MemorySearchHybrid(ctx context.Context, arg MemorySearchHybridParams) ([]MemorySearchHybridRow, error) {
 	rows, err := q.db.Query(ctx, memorySearchHybrid,
 		arg.MaxResults,
-		arg.Lexemes,
-		arg.LexemeQueries,
 		arg.QueryText,
 		arg.QueryTerms,
 		arg.QueryPhrases,
@@ -644,9 +624,12 @@ func (q *Queries) MemorySearchHybrid(ctx context.Context, arg MemorySearchHybrid
 		arg.Tiers,
 		arg.SessionID,
 		arg.Candidates,
+		arg.FindQueries,
 		arg.PerTerm,
-		arg.PostingBudget,
 		arg.TextRecent,
+		arg.Rare,
+		arg.Uncommon,
+		arg.Common,
 		arg.FusionK,
 		arg.VectorWeight,
 		arg.TextWeight,

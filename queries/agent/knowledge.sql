@@ -7,24 +7,7 @@
 -- full-text side found through the RUM index word by word and ranked by
 -- the same rarity-weighted cover density over knowledge's own statistics
 -- (knowledge_lexemes), with the most recently updated documents added.
-WITH totals AS (
-    SELECT coalesce(max(t.docs), 0)::float8 AS n
-      FROM lexeme_totals t
-     WHERE t.store = 'knowledge'
-), terms AS (
-    SELECT w.lexeme, CAST(w.query AS tsquery) AS tq,
-           coalesce(l.docs, 0) / greatest(tot.n, 1) AS share,
-           sum(coalesce(l.docs, 0)) OVER (ORDER BY coalesce(l.docs, 0), w.lexeme) AS postings
-      FROM (SELECT unnest(@lexemes::text[]) AS lexeme, unnest(@lexeme_queries::text[]) AS query) w
-     CROSS JOIN totals tot
-      LEFT JOIN knowledge_lexemes l ON l.lexeme = w.lexeme
-), rarity AS (
-    -- The query's words by class, as setweight labels them: A the rarest.
-    SELECT coalesce(array_agg(t.lexeme) FILTER (WHERE t.share < 0.01), '{}')::text[] AS a,
-           coalesce(array_agg(t.lexeme) FILTER (WHERE t.share >= 0.01 AND t.share < 0.05), '{}')::text[] AS b,
-           coalesce(array_agg(t.lexeme) FILTER (WHERE t.share >= 0.05 AND t.share < 0.2), '{}')::text[] AS c
-      FROM terms t
-), q AS (
+WITH q AS (
     SELECT websearch_to_tsquery('english', @query_text::text) AS req,
            websearch_to_tsquery('english', @query_text::text)
            && (CAST(@query_terms::text AS tsquery) || websearch_to_tsquery('english', @query_phrases::text)) AS tsq
@@ -37,15 +20,14 @@ WITH totals AS (
              LIMIT @candidates::int) v
 ), found_words AS (
     SELECT f.id
-      FROM terms t
+      FROM unnest(@find_queries::text[]) AS t(query)
      CROSS JOIN q
      CROSS JOIN LATERAL (
            SELECT d.id
              FROM knowledge_documents d
-            WHERE d.tsv @@ (q.req && t.tq)
-            ORDER BY d.tsv <=> t.tq
+            WHERE d.tsv @@ (q.req && CAST(t.query AS tsquery))
+            ORDER BY d.tsv <=> CAST(t.query AS tsquery)
             LIMIT @per_term::int) f
-     WHERE t.postings <= @posting_budget::bigint
 ), found_required AS (
     SELECT d.id
       FROM knowledge_documents d
@@ -73,10 +55,11 @@ WITH totals AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM (SELECT d.id,
                    ts_rank_cd('{0.5, 0.7, 0.85, 1}'::float4[],
-                              setweight(setweight(setweight(d.tsv, 'A', r.a), 'B', r.b), 'C', r.c), q.tsq, 1) AS score
+                              setweight(setweight(setweight(d.tsv, 'A', @rare::text[]), 'B', @uncommon::text[]),
+                                        'C', @common::text[]),
+                              q.tsq, 1) AS score
               FROM found f
               JOIN knowledge_documents d ON d.id = f.id
-             CROSS JOIN rarity r
              CROSS JOIN q) p
      ORDER BY rank
      LIMIT @candidates::int

@@ -16,47 +16,28 @@
 -- words, ORed; see splitText in daemon/memory) or its phrases
 -- (@query_phrases). It ranks by ts_rank_cd, cover density: how many of
 -- the query's words and phrases the chunk holds, how often, and how close
--- together, divided by 1 + the log of its length; each query word
--- (@lexemes, @lexeme_queries its tsquery) weighs by its rarity in the
--- agent's exact statistics (memory_lexemes, lexeme_totals), in four
--- classes: in under 1% of the chunks 1, under 5% 0.85, under 20% 0.7,
--- else 0.5. (bench/recall chose these on its tune half. BM25's own
--- inverse document frequency, ln(1 + (N - df + 0.5) / (df + 0.5)), weighs
--- rarity much harder, and there lost 0.03 to 0.04 of recall at 10 against
--- these classes, as did dropping cover density for a sum over words;
--- bench/recall/RESULTS.txt.)
+-- together, divided by 1 + the log of its length; each query word weighs
+-- by its rarity in the agent's exact statistics (memory_lexemes,
+-- lexeme_totals; see rankTerms in daemon/memory), in four classes:
+-- @rare 1, @uncommon 0.85, @common 0.7, the rest 0.5. (bench/recall chose
+-- these on its tune half. BM25's own inverse document frequency,
+-- ln(1 + (N - df + 0.5) / (df + 0.5)), weighs rarity much harder, and
+-- there lost 0.03 to 0.04 of recall at 10 against these classes, as did
+-- dropping cover density for a sum over words; bench/recall/RESULTS.txt.)
 --
 -- The matches to rank come from the RUM index, which returns a word's
 -- best matches in rank order without reading every match (a GIN index
 -- would hand back every match to rank, 60 ms for a word in half the
 -- chunks):
---   * per word, rarest first, its @per_term best chunks, for the words
---     whose posting lists, summed in that order, stay within
---     @posting_budget: the rest are too common to find matches by at that
---     cost, and tell matches apart little (their inverse document
---     frequency is low), so they only rank;
+--   * for each word of @find_queries (the rarest, as many as stay within
+--     a budget of matches in all: see rankTerms), its @per_term best
+--     chunks; commoner words are too costly to find matches by, and tell
+--     matches apart little, so they only rank;
 --   * the @per_term best matches of the required phrases and -words;
 --   * the matches among the @text_recent newest chunks, so that recent
 --     memory is never left out (and a question made only of common words
 --     still finds something).
-WITH totals AS (
-    SELECT coalesce(max(t.docs), 0)::float8 AS n
-      FROM lexeme_totals t
-     WHERE t.store = 'memory'
-), terms AS (
-    SELECT w.lexeme, CAST(w.query AS tsquery) AS tq,
-           coalesce(l.docs, 0) / greatest(tot.n, 1) AS share,
-           sum(coalesce(l.docs, 0)) OVER (ORDER BY coalesce(l.docs, 0), w.lexeme) AS postings
-      FROM (SELECT unnest(@lexemes::text[]) AS lexeme, unnest(@lexeme_queries::text[]) AS query) w
-     CROSS JOIN totals tot
-      LEFT JOIN memory_lexemes l ON l.lexeme = w.lexeme
-), rarity AS (
-    -- The query's words by class, as setweight labels them: A the rarest.
-    SELECT coalesce(array_agg(t.lexeme) FILTER (WHERE t.share < 0.01), '{}')::text[] AS a,
-           coalesce(array_agg(t.lexeme) FILTER (WHERE t.share >= 0.01 AND t.share < 0.05), '{}')::text[] AS b,
-           coalesce(array_agg(t.lexeme) FILTER (WHERE t.share >= 0.05 AND t.share < 0.2), '{}')::text[] AS c
-      FROM terms t
-), q AS (
+WITH q AS (
     SELECT websearch_to_tsquery('english', @query_text::text) AS req,
            websearch_to_tsquery('english', @query_text::text)
            && (CAST(@query_terms::text AS tsquery) || websearch_to_tsquery('english', @query_phrases::text)) AS tsq
@@ -72,17 +53,16 @@ WITH totals AS (
              LIMIT @candidates::int) v
 ), found_words AS (
     SELECT f.id
-      FROM terms t
+      FROM unnest(@find_queries::text[]) AS t(query)
      CROSS JOIN q
      CROSS JOIN LATERAL (
            SELECT d.id
              FROM memory_documents d
-            WHERE d.tsv @@ (q.req && t.tq)
+            WHERE d.tsv @@ (q.req && CAST(t.query AS tsquery))
               AND d.tier = ANY(@tiers::text[])
               AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
-            ORDER BY d.tsv <=> t.tq
+            ORDER BY d.tsv <=> CAST(t.query AS tsquery)
             LIMIT @per_term::int) f
-     WHERE t.postings <= @posting_budget::bigint
 ), found_required AS (
     SELECT d.id
       FROM memory_documents d
@@ -114,10 +94,11 @@ WITH totals AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM (SELECT d.id,
                    ts_rank_cd('{0.5, 0.7, 0.85, 1}'::float4[],
-                              setweight(setweight(setweight(d.tsv, 'A', r.a), 'B', r.b), 'C', r.c), q.tsq, 1) AS score
+                              setweight(setweight(setweight(d.tsv, 'A', @rare::text[]), 'B', @uncommon::text[]),
+                                        'C', @common::text[]),
+                              q.tsq, 1) AS score
               FROM found f
               JOIN memory_documents d ON d.id = f.id
-             CROSS JOIN rarity r
              CROSS JOIN q) p
      ORDER BY rank
      LIMIT @candidates::int

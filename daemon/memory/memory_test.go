@@ -428,8 +428,9 @@ func TestKnowledgeQuery(t *testing.T) {
 }
 
 // TestHybridRanking checks the fusion arithmetic on vectors and texts made
-// by hand: reciprocal rank fusion with k = 60 must order the documents
-// exactly as computed here.
+// by hand: weighted reciprocal rank fusion, with the offline embedder's
+// weights (memory.OfflineFusion), must order the documents exactly as
+// computed here.
 func TestHybridRanking(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -469,16 +470,18 @@ func TestHybridRanking(t *testing.T) {
 	}
 	q := vec(1, 0)
 	res := b.query(t, "rrf", `{"store":"knowledge","query":"orbit","vector":`+q+`}`)
-	// A: 1/61 + 1/63, B: 1/62 + 1/61, C: 1/62, D: 1/63.
+	f := memory.OfflineFusion
+	k, wv, wt := float64(f.FusionK), f.VectorWeight, f.TextWeight
+	// A: wv/(k+1) + wt/(k+3), B: wv/(k+2) + wt/(k+1), C: wt/(k+2), D: wv/(k+3).
 	want := []struct {
 		key          string
 		score        float64
 		vrank, trank int
 	}{
-		{"B", 1.0/62 + 1.0/61, 2, 1},
-		{"A", 1.0/61 + 1.0/63, 1, 3},
-		{"C", 1.0 / 62, 0, 2},
-		{"D", 1.0 / 63, 3, 0},
+		{"B", wv/(k+2) + wt/(k+1), 2, 1},
+		{"A", wv/(k+1) + wt/(k+3), 1, 3},
+		{"C", wt / (k + 2), 0, 2},
+		{"D", wv / (k + 3), 3, 0},
 	}
 	if res.Search != "hybrid" || len(res.Documents) != len(want) {
 		t.Fatalf("search %s, ranking %v", res.Search, keys(res))
@@ -495,6 +498,24 @@ func TestHybridRanking(t *testing.T) {
 		res := b.query(t, "rrf", `{"store":"knowledge","vector":`+q+`}`)
 		if got := strings.Join(keys(res), ""); got != "ABD" || res.Search != "vector" {
 			t.Errorf("search %s, ranking %s", res.Search, got)
+		}
+	})
+
+	// When one side finds nothing, the fused order is the other side's.
+	t.Run("TextFindsNothingVectorOrderStays", func(t *testing.T) {
+		res := b.query(t, "rrf", `{"store":"knowledge","query":"zeppelin","vector":`+q+`}`)
+		if got := strings.Join(keys(res), ""); got != "ABD" || res.Search != "hybrid" {
+			t.Errorf("search %s, ranking %s, want ABD as the vector side alone", res.Search, got)
+		}
+	})
+	t.Run("VectorFindsNothingTextOrderStays", func(t *testing.T) {
+		text := strings.Join(keys(b.query(t, "rrf", `{"store":"knowledge","mode":"text","query":"orbit"}`)), "")
+		if _, err := b.pool.Exec(ctx, "DELETE FROM choir_rrf.knowledge_embeddings"); err != nil {
+			t.Fatal(err)
+		}
+		res := b.query(t, "rrf", `{"store":"knowledge","query":"orbit","vector":`+q+`}`)
+		if got := strings.Join(keys(res), ""); text != "BCA" || got != text {
+			t.Errorf("hybrid ranking %s with no vectors, text alone %s; want both BCA", got, text)
 		}
 	})
 

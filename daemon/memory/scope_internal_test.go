@@ -70,7 +70,7 @@ func TestScopes(t *testing.T) {
 }
 
 // TestTextRankingFindsTheBestMatchesByRarity checks the full-text side
-// against what a sample could not promise: among 3,000 chunks holding a
+// against what a sample could not promise: among 2,000 chunks holding a
 // word, the oldest one, which holds it most, ranks first (it is neither
 // among the newest nor likely in a sample of 100); a rare word outweighs a
 // common one; of two chunks matching alike, the shorter ranks first; and a
@@ -86,7 +86,7 @@ func TestTextRankingFindsTheBestMatchesByRarity(t *testing.T) {
 		INSERT INTO choir_rank.knowledge_documents (key, text, updated_at)
 		VALUES ('best', 'ferry ferry ferry ferry to the island', now() - interval '1 day');
 		INSERT INTO choir_rank.knowledge_documents (text)
-		SELECT 'note ' || i || ' about the ferry and the harbour weather ' || i FROM generate_series(1, 3000) i;
+		SELECT 'note ' || i || ' about the ferry and the harbour weather ' || i FROM generate_series(1, 2000) i;
 		INSERT INTO choir_rank.knowledge_documents (key, text) VALUES
 		    ('rare', 'the zeppelin timetable'),
 		    ('short', 'lighthouse keeper'),
@@ -115,7 +115,7 @@ func TestTextRankingFindsTheBestMatchesByRarity(t *testing.T) {
 		{SearchTuning{}, "weather timetable", "rare"},
 		{SearchTuning{}, "harbour zeppelin", "rare"},
 		{SearchTuning{}, "lighthouse keeper", "short"},
-		// "ferry" is in 3,001 chunks, over this budget: it only ranks, and
+		// "ferry" is in 2,001 chunks, over this budget: it only ranks, and
 		// "island" finds the chunk that holds both.
 		{SearchTuning{PostingBudget: 100}, "ferry island", "best"},
 	} {

@@ -3,7 +3,7 @@
 # search benchmark: the test cluster of scripts/devpg.sh keeps Postgres'
 # default 128 MB of shared_buffers, less than a 100k-chunk corpus, which
 # would measure the OS page cache instead of the query. Run
-# scripts/devpg.sh start once first: it installs PostgreSQL and pgvector.
+# scripts/devpg.sh start once first: it installs PostgreSQL, RUM and pgvector.
 #
 #   bench/hybrid/cluster.sh start   then: go run ./bench/hybrid -server "$(bench/hybrid/cluster.sh url)"
 #   bench/hybrid/cluster.sh stop

@@ -41,10 +41,10 @@ func IDF(df, n int64) float64 {
 // document frequency once, as TF-IDF weighs a match: rare words count
 // more than common ones.
 //
-// bench/recall chose this form (bench/recall/RESULTS.txt): weighing both
-// sides by the full idf (idf² in the cosine) lost 0.06 of recall at 10
-// against unweighted words, and hashing pairs of adjacent lexemes as well
-// lost recall at 1 without gaining at 10.
+// Measured on bench/recall's conversations (bench/recall/RESULTS.txt):
+// weighing both sides by the full idf (idf² in the cosine) lost 0.06 of
+// recall at 10 against unweighted words, and hashing pairs of adjacent
+// lexemes as well lost recall at 1 without gaining at 10.
 func IDFVector(t LexicalText, dims int) []float32 {
 	v := make([]float64, dims)
 	for _, term := range t.Terms {

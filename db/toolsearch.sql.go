@@ -94,7 +94,7 @@ type ToolIndexSearchHybridRow struct {
 	Score float64 `json:"score"`
 }
 
-// ToolIndexSearchHybrid is MemorySearchHybrid's form for one manifest's
+// ToolIndexSearchHybrid is hybrid memory search's form for one manifest's
 // tools: vector candidates (exact: a manifest holds a few hundred rows)
 // and full-text candidates, fused by choir_rank_fusion.
 func (q *Queries) ToolIndexSearchHybrid(ctx context.Context, arg ToolIndexSearchHybridParams) ([]ToolIndexSearchHybridRow, error) {

@@ -20,11 +20,11 @@ SELECT set_config('role', 'none', true), set_config('search_path', @search_path:
 -- name: MemorySearchScope :one
 -- MemorySearchScope is MemoryScopeEnter for hybrid search, in the same
 -- round trip setting what the search needs for the transaction (see
--- MemorySearchHybrid): pgvector 0.8's iterative index scans, so that
--- filters applied after the HNSW scan cannot starve the results, with
--- hnsw.ef_search; no sequential scans, so that words are always found
--- through the RUM index, never checked against every row; a
--- custom plan for every execution (a generic plan would not see that the
+-- MemorySearchText and MemorySearchVector): pgvector 0.8's iterative
+-- index scans, so that filters applied after the HNSW scan cannot starve
+-- the results, with hnsw.ef_search; no sequential scans, so that words
+-- are always found through the RUM index, never checked against every
+-- row; a custom plan for every execution (a generic plan would not see that the
 -- vector side has no filter worth an exact scan); no JIT, whose compile
 -- time exceeds the whole query's budget; and a statement_timeout, so that
 -- one agent's searches cannot hold choird's connections. query_nodes is 0

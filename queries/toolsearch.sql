@@ -10,7 +10,7 @@ VALUES (@manifest_hash, @name, @search_text, sqlc.narg('embedding')::vector, sql
 ON CONFLICT (manifest_hash, name) DO NOTHING;
 
 -- name: ToolIndexSearchHybrid :many
--- ToolIndexSearchHybrid is MemorySearchHybrid's form for one manifest's
+-- ToolIndexSearchHybrid is hybrid memory search's form for one manifest's
 -- tools: vector candidates (exact: a manifest holds a few hundred rows)
 -- and full-text candidates, fused by choir_rank_fusion.
 WITH q AS (

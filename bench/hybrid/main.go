@@ -1,5 +1,6 @@
 // Command hybrid benchmarks Choir's hybrid memory search
-// (queries/agent/memory.sql, MemorySearchHybrid) through the MemoryStore,
+// (queries/agent/memory.sql, MemorySearchText and MemorySearchVector, fused
+// in daemon/memory) through the MemoryStore,
 // as an agent's choir.memory.query runs it.
 //
 // It creates a fresh database on the given server, migrates it, provisions

@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"github.com/google/uuid"
+
+	"github.com/choirhq/choir/daemon/memory"
 )
 
 // fusion is one setting of hybrid search's weighted reciprocal-rank
@@ -18,9 +20,15 @@ type fusion struct{ k, ratio float64 }
 
 func (f fusion) String() string { return fmt.Sprintf("k=%g ratio=%g", f.k, f.ratio) }
 
-// defaultFusion is the store's fusion today (choir_rank_fusion,
-// sql/00018_rank_fusion.sql): k = 60, both weights 1.
+// defaultFusion is plain reciprocal rank fusion, k = 60 and both weights
+// 1: the store's fusion with an embedding provider (memory's
+// DefaultSearchTuning).
 var defaultFusion = fusion{k: 60, ratio: 1}
+
+// storeFusion is the store's fusion with the offline embedder, which this
+// benchmark runs (memory.OfflineFusion): what its hybrid search does.
+var storeFusion = fusion{k: float64(memory.OfflineFusion.FusionK),
+	ratio: memory.OfflineFusion.TextWeight / memory.OfflineFusion.VectorWeight}
 
 // The grid the sweep tries.
 var (
@@ -61,8 +69,8 @@ func fuse[T comparable](f fusion, vector, text []T) []T {
 }
 
 // fusionCase is one question's input to the sweep: each side's ranking at
-// the store's candidate count, the evidence chunks, and SQL hybrid's top
-// 10 to compare the default fusion with.
+// the store's candidate count, the evidence chunks, and the store's
+// hybrid top 10 to compare its fusion done here with.
 type fusionCase struct {
 	q                    question
 	split                string
@@ -124,7 +132,8 @@ func sweep(cases []fusionCase, w io.Writer) fusion {
 		fmt.Fprintln(w)
 	}
 	fmt.Fprintf(w, "chosen on the tune split (best R@10, then R@5, then R@1): %s  (tune %s)\n", best, bestT)
-	fmt.Fprintf(w, "for the store's defaults: choir_rank_fusion k = %g, vector weight 1, text weight %g\n", best.k, best.ratio)
+	fmt.Fprintf(w, "for the store's defaults (memory.OfflineFusion): k = %g, vector weight 1, text weight %g\n", best.k,
+		best.ratio)
 	return best
 }
 
@@ -134,7 +143,7 @@ func sweep(cases []fusionCase, w io.Writer) fusion {
 func agreement(cases []fusionCase) string {
 	same, set := 0, 0
 	for _, c := range cases {
-		off := fuse(defaultFusion, c.vector, c.text)
+		off := fuse(storeFusion, c.vector, c.text)
 		off = off[:min(10, len(off))]
 		if slices.Equal(off, c.hybrid) {
 			same++
@@ -147,6 +156,6 @@ func agreement(cases []fusionCase) string {
 			set++
 		}
 	}
-	return fmt.Sprintf("offline %s against SQL hybrid: the same top 10 for %d of %d questions, the same set for %d",
-		defaultFusion, same, len(cases), set)
+	return fmt.Sprintf("offline %s against the store's hybrid: the same top 10 for %d of %d questions, the same set for %d",
+		storeFusion, same, len(cases), set)
 }

@@ -30,8 +30,9 @@
 // text rank), over a grid of k and text-to-vector weight ratios. The
 // setting with the best R@10 on the tune part (then R@5, R@1) is reported
 // as "tuned" on every group, the held-out part being the figure to trust;
-// "rrf60" is the offline fusion at the store's setting (k 60, ratio 1),
-// to check that offline fusion reproduces SQL hybrid.
+// "rrf60" is plain reciprocal rank fusion (k 60, ratio 1), the store's
+// fusion with an embedding provider; the report also checks that fusing
+// offline at the store's offline setting reproduces its hybrid search.
 //
 //	go run ./bench/recall -server "$(scripts/devpg.sh url)"
 //	go run ./bench/recall -dry   # BM25 only over the generated turns, no database
@@ -298,7 +299,7 @@ func fusions(res *results) string {
 	var b strings.Builder
 	best := sweep(res.cases, &b)
 	b.WriteString(agreement(res.cases) + "\n")
-	fmt.Fprintf(&b, "tuned: offline fusion %s (chosen above); rrf60: offline fusion %s, to check against SQL hybrid\n",
+	fmt.Fprintf(&b, "tuned: offline fusion %s (chosen above); rrf60: offline fusion %s, plain reciprocal rank\n",
 		best, defaultFusion)
 	for _, c := range res.cases {
 		res.add("tuned", c.q, c.split, ranksIn(fuse(best, c.vector, c.text), c.want))

@@ -13,7 +13,6 @@ import (
 
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db"
-	"github.com/choirhq/choir/db/agentdb"
 	"github.com/choirhq/choir/dbtest"
 )
 
@@ -25,9 +24,10 @@ type fused struct {
 }
 
 // TestRankFusionIsOne: session memory and knowledge fuse their vector and
-// full-text candidates by the same weighted reciprocal rank fusion. The
-// same documents, with the same texts and vectors, in both stores rank the
-// same, each scored weight/(k + rank) summed over the sides that found it.
+// full-text candidates by the same weighted reciprocal rank fusion, with
+// the store's weights. The same documents, with the same texts and
+// vectors, in both stores rank the same, each scored weight/(k + rank)
+// summed over the sides that found it.
 func TestRankFusionIsOne(t *testing.T) {
 	t.Parallel()
 	const fusionK, vectorWeight, textWeight = 10, 0.5, 2
@@ -71,38 +71,24 @@ func TestRankFusionIsOne(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	query := pgvector.NewVector([]float32{1, 0, 0})
+	store := memory.New(memory.Options{Pool: pool, Search: memory.SearchTuning{Candidates: 5, FusionK: fusionK,
+		VectorWeight: vectorWeight, TextWeight: textWeight}})
 	var mem, know []fused
-	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		scope, err := memory.EnterAgentScope(ctx, tx, agent, agent)
+	for _, st := range []struct {
+		name string
+		out  *[]fused
+	}{{memory.StoreSession, &mem}, {memory.StoreKnowledge, &know}} {
+		res, err := store.QueryAsOperator(ctx, []byte(`{"store":"`+st.name+`","target_agent":"`+agent+
+			`","query":"apple","vector":[1,0,0],"limit":20}`))
 		if err != nil {
-			return err
+			t.Fatal(err)
 		}
-		aq := agentdb.New(tx)
-		ms, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{MaxResults: 20, QueryTerms: "'appl'",
-			FindQueries: []string{"'appl'"}, Rare: []string{"appl"}, QueryVector: &query, Tiers: []string{"mid_term"},
-			Candidates: 5, PerTerm: 30, TextRecent: 100, FusionK: fusionK,
-			VectorWeight: vectorWeight, TextWeight: textWeight})
-		if err != nil {
-			return err
+		for _, c := range res.Chunks {
+			*st.out = append(*st.out, fused{c.DocumentID, c.Score, int32(c.VectorRank), int32(c.TextRank)})
 		}
-		for _, r := range ms {
-			mem = append(mem, fused{r.ID, r.Score, r.VectorRank, r.TextRank})
+		for _, d := range res.Documents {
+			*st.out = append(*st.out, fused{d.ID, d.Score, int32(d.VectorRank), int32(d.TextRank)})
 		}
-		ks, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{MaxResults: 20, QueryTerms: "'appl'",
-			FindQueries: []string{"'appl'"}, Rare: []string{"appl"}, QueryVector: &query, Candidates: 5, PerTerm: 30,
-			TextRecent: 100, FusionK: fusionK, VectorWeight: vectorWeight,
-			TextWeight: textWeight})
-		if err != nil {
-			return err
-		}
-		for _, r := range ks {
-			know = append(know, fused{r.ID, r.Score, r.VectorRank, r.TextRank})
-		}
-		return scope.Leave(ctx)
-	})
-	if err != nil {
-		t.Fatal(err)
 	}
 
 	if len(mem) != 6 {

@@ -138,8 +138,10 @@ type SearchTuning struct {
 	// in all, rarest word first; commoner words only rank.
 	PostingBudget int
 	// TextRecent is how many of the newest documents are checked for
-	// full-text matches besides those.
-	TextRecent int
+	// full-text matches besides those; TextRecentWide how many when a
+	// query word was too common to find matches by (the check stops at
+	// Candidates matches).
+	TextRecent, TextRecentWide int
 	// EFSearch is hnsw.ef_search.
 	EFSearch int
 	// FusionK, VectorWeight and TextWeight make the weighted reciprocal
@@ -154,7 +156,8 @@ type SearchTuning struct {
 // provider's vectors, which nothing here measures: they carry meaning the
 // full-text side does not, and each side weighs the same.
 var DefaultSearchTuning = SearchTuning{Candidates: 30, PerTerm: 30, PostingBudget: 3000, TextRecent: 100,
-	EFSearch: 64, FusionK: 60, VectorWeight: 1, TextWeight: 1}
+	TextRecentWide: 2000,
+	EFSearch:       64, FusionK: 60, VectorWeight: 1, TextWeight: 1}
 
 // OfflineFusion is the fusion with the offline lexical embedder, chosen on
 // bench/recall's tune half and checked on its held-out half
@@ -175,6 +178,7 @@ func (t SearchTuning) withDefaults(lexical bool) SearchTuning {
 	t.PerTerm = cmp.Or(t.PerTerm, d.PerTerm)
 	t.PostingBudget = cmp.Or(t.PostingBudget, d.PostingBudget)
 	t.TextRecent = cmp.Or(t.TextRecent, d.TextRecent)
+	t.TextRecentWide = cmp.Or(t.TextRecentWide, d.TextRecentWide)
 	t.EFSearch = cmp.Or(t.EFSearch, d.EFSearch)
 	t.FusionK = cmp.Or(t.FusionK, d.FusionK)
 	t.VectorWeight = cmp.Or(t.VectorWeight, d.VectorWeight)

@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgvector/pgvector-go"
 
-	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 	choirsql "github.com/choirhq/choir/sql"
@@ -135,12 +134,8 @@ type query struct {
 	from, to            time.Time
 	keyPrefix           string
 	limit, offset       int
-	// required, phrases and terms are the text side's query, words what
-	// it does with each word (see splitText, orQuery and rankTerms); note
-	// is what the result says about the query.
-	required, phrases, terms string
-	words                    textTerms
-	note                     string
+	// note is what the result says about the query.
+	note string
 }
 
 // decodeQuery decodes and validates input. A given vector's size is
@@ -484,43 +479,6 @@ func joinNote(a, b string) string {
 	return a + "; " + b
 }
 
-// search runs hybrid (or full-text) search in a read-only transaction with
-// three round trips after BEGIN: scope and settings, the search, COMMIT.
-func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Vector, res *QueryResult) error {
-	role := "none"
-	if sc.role != "" {
-		role = config.SchemaName(sc.role)
-	}
-	required, phrases, loose := splitText(q.text)
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		st, err := db.New(choirsql.Interpreted(tx)).MemorySearchScope(ctx, db.MemorySearchScopeParams{
-			SearchPath: config.SchemaName(sc.schema) + ", public", Role: role, EfSearch: int32(s.tuning.EFSearch),
-			StatementTimeoutMs: s.statementTimeoutMS(), QueryText: loose,
-			QueryRequired: required, StatsSchema: config.SchemaName(sc.schema), StatsStore: statsStore(q.store)})
-		if err != nil {
-			return fmt.Errorf("enter memory schema of agent %s: %w", sc.schema, err)
-		}
-		if q.text != "" && st.RequiredNodes == 0 && len(st.Lexemes) == 0 {
-			if q.mode == ModeText || vec == nil {
-				return errNoWords
-			}
-			res.Note = joinNote(res.Note, noWordsNote)
-		}
-		aq := agentdb.New(choirsql.Interpreted(tx))
-		q.words = s.wordStats(st.Lexemes, st.WordDocs)
-		q.terms = orQuery(st.Lexemes)
-		q.required, q.phrases = "", ""
-		if st.RequiredNodes > 0 {
-			q.required, q.phrases = required, phrases
-		}
-		if q.store == StoreSession {
-			return s.querySession(ctx, aq, q, vec, res)
-		}
-		return s.queryKnowledge(ctx, aq, q, vec, res)
-	})
-	return s.translate(err, sc)
-}
-
 // wordStats sorts the query's words for the full-text side (rankTerms),
 // given how many of the store's documents hold each (docs, in the order of
 // lexemes, then the store's document count; see MemorySearchScope).
@@ -577,21 +535,6 @@ func (s *Store) queryVector(ctx context.Context, q *query, dims int) (*pgvector.
 
 func (s *Store) querySession(ctx context.Context, aq *agentdb.Queries, q *query, vec *pgvector.Vector, res *QueryResult) error {
 	switch q.mode {
-	case ModeSemantic, ModeText:
-		t := s.tuning
-		rows, err := aq.MemorySearchHybrid(ctx, agentdb.MemorySearchHybridParams{QueryVector: vec, QueryText: q.required,
-			QueryTerms: q.terms, QueryPhrases: q.phrases, FindQueries: q.words.find, Rare: q.words.rare,
-			Uncommon: q.words.uncommon, Common: q.words.common, Tiers: q.tiers, SessionID: q.sessionID,
-			Candidates: int32(t.Candidates), PerTerm: int32(t.PerTerm), TextRecent: int32(t.TextRecent),
-			FusionK: int32(t.FusionK), VectorWeight: t.VectorWeight, TextWeight: t.TextWeight, MaxResults: int32(q.limit)})
-		if err != nil {
-			return fmt.Errorf("search session memory: %w", err)
-		}
-		for _, r := range rows {
-			res.Chunks = append(res.Chunks, ChunkHit{SessionID: r.SessionID, ChunkIndex: int(r.ChunkIndex), Tier: r.Tier,
-				Score: r.Score, VectorRank: int(r.VectorRank), TextRank: int(r.TextRank), Text: r.Text, Metadata: r.Metadata,
-				StartedAt: r.StartedAt, EndedAt: r.EndedAt, DocumentID: r.ID, Embedding: r.EmbeddingState})
-		}
 	case ModeHash:
 		rows, err := aq.MemoryChunksByEventHash(ctx, agentdb.MemoryChunksByEventHashParams{HashFrom: q.hashFrom,
 			HashTo: q.hashTo, MaxResults: int32(q.limit)})
@@ -647,21 +590,6 @@ func chunkHit(r agentdb.MemorySessionChunksRow) ChunkHit {
 
 func (s *Store) queryKnowledge(ctx context.Context, aq *agentdb.Queries, q *query, vec *pgvector.Vector, res *QueryResult) error {
 	switch q.mode {
-	case ModeSemantic, ModeText:
-		t := s.tuning
-		rows, err := aq.KnowledgeSearchHybrid(ctx, agentdb.KnowledgeSearchHybridParams{QueryVector: vec,
-			QueryText: q.required, QueryTerms: q.terms, QueryPhrases: q.phrases, FindQueries: q.words.find,
-			Rare: q.words.rare, Uncommon: q.words.uncommon, Common: q.words.common, Candidates: int32(t.Candidates),
-			PerTerm: int32(t.PerTerm), TextRecent: int32(t.TextRecent),
-			FusionK: int32(t.FusionK), VectorWeight: t.VectorWeight, TextWeight: t.TextWeight, MaxResults: int32(q.limit)})
-		if err != nil {
-			return fmt.Errorf("search knowledge: %w", err)
-		}
-		for _, r := range rows {
-			res.Documents = append(res.Documents, KnowledgeHit{ID: r.ID, Key: r.Key, Version: int(r.Version), Score: r.Score,
-				VectorRank: int(r.VectorRank), TextRank: int(r.TextRank), Text: r.Text, Metadata: r.Metadata,
-				ContentHash: hex.EncodeToString(r.ContentHash), UpdatedAt: r.UpdatedAt, Embedding: r.EmbeddingState})
-		}
 	case ModeHash:
 		rows, err := aq.KnowledgeVersionsByHash(ctx, agentdb.KnowledgeVersionsByHashParams{HashFrom: q.hashFrom,
 			HashTo: q.hashTo, MaxResults: int32(q.limit)})

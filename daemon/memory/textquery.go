@@ -65,7 +65,7 @@ func quoteLexemes(lexemes []string) []string {
 }
 
 // Rarity classes of a query word, by the share of the store's documents
-// holding it (see MemorySearchHybrid): under rareShare it is rare, under
+// holding it (see MemorySearchText): under rareShare it is rare, under
 // uncommonShare uncommon, under commonShare common, else it weighs least.
 const (
 	rareShare     = 0.01
@@ -83,18 +83,20 @@ type termStat struct {
 // textTerms are what the full-text side does with a query's words: find
 // holds the tsqueries of those that find matches through the RUM index,
 // the rarest first while their matches stay within the budget; rare,
-// uncommon and common are the words of each rarity class.
+// uncommon and common are the words of each rarity class; partial is true
+// when some word was left out of find.
 type textTerms struct {
 	find, rare, uncommon, common []string
+	partial                      bool
 }
 
 // rankTerms sorts a query's words for the full-text side: each into its
 // rarity class among docs documents, and the rarest into find while the
 // matches of those found so far add up to at most budget (a RUM scan costs
 // about a microsecond a match: a word in half of 100,000 chunks would cost
-// 25 ms, and rank little). When no word fits, none finds: the newest
-// chunks and the vector side still bring candidates, which all the words
-// rank.
+// 25 ms, and rank little). The words left out still rank what the others,
+// the newest chunks (a wider window of them then: see TextRecentWide) and
+// the vector side bring.
 func rankTerms(terms []termStat, docs int64, budget int) textTerms {
 	// Empty, not nil: a NULL array would make every score NULL.
 	t := textTerms{find: []string{}, rare: []string{}, uncommon: []string{}, common: []string{}}
@@ -114,6 +116,8 @@ func rankTerms(terms []termStat, docs int64, budget int) textTerms {
 		}
 		if postings += w.docs; postings <= int64(budget) {
 			t.find = append(t.find, quoteLexemes([]string{w.lexeme})[0])
+		} else {
+			t.partial = true
 		}
 	}
 	return t

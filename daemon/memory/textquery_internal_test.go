@@ -17,9 +17,13 @@ func TestRankTerms(t *testing.T) {
 		rare:     []string{"unseen", "rare"}, // under 1%
 		uncommon: []string{"edge", "mid"},    // 1% to 5%
 		common:   []string{"common"},         // 5% to 20%
+		partial:  true,                       // "broad" only ranks
 	}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("rankTerms = %+v\nwant %+v", got, want)
+	}
+	if got := rankTerms(terms[1:4], 1000, 100); got.partial {
+		t.Errorf("every word within the budget, yet partial: %+v", got)
 	}
 	if got := rankTerms(terms, 1000, 1); fmt.Sprint(got.find) != "['unseen']" {
 		t.Errorf("budget 1 finds by %v, want the word no document holds only", got.find)

@@ -534,46 +534,40 @@ func (q *Queries) KnowledgeLockByKey(ctx context.Context, key *string) (Knowledg
 	return i, err
 }
 
-const knowledgeSearchHybrid = `-- name: KnowledgeSearchHybrid :many
+const knowledgeSearchText = `-- name: KnowledgeSearchText :many
 
 WITH q AS (
-    SELECT websearch_to_tsquery('english', $2::text) AS req,
-           websearch_to_tsquery('english', $2::text)
-           && (CAST($3::text AS tsquery) || websearch_to_tsquery('english', $4::text)) AS tsq
-), vector_hits AS (
-    SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT e.document_id AS id, e.embedding <=> $5::vector AS distance
-              FROM knowledge_embeddings e
-             WHERE $5::vector IS NOT NULL
-             ORDER BY distance
-             LIMIT $6::int) v
+    SELECT websearch_to_tsquery('english', $1::text) AS req,
+           websearch_to_tsquery('english', $1::text)
+           && (CAST($2::text AS tsquery) || websearch_to_tsquery('english', $3::text)) AS tsq
 ), found_words AS (
     SELECT f.id
-      FROM unnest($7::text[]) AS t(query)
+      FROM unnest($4::text[]) AS t(query)
      CROSS JOIN q
      CROSS JOIN LATERAL (
            SELECT d.id
              FROM knowledge_documents d
             WHERE d.tsv @@ (q.req && CAST(t.query AS tsquery))
             ORDER BY d.tsv <=> CAST(t.query AS tsquery)
-            LIMIT $8::int) f
+            LIMIT $5::int) f
 ), found_required AS (
     SELECT d.id
       FROM knowledge_documents d
      CROSS JOIN q
-     WHERE $2::text <> ''
+     WHERE $1::text <> ''
        AND d.tsv @@ q.tsq
      ORDER BY d.tsv <=> q.req
-     LIMIT $8::int
+     LIMIT $5::int
 ), found_recent AS (
     SELECT r.id
       FROM (SELECT d.id, d.tsv
               FROM knowledge_documents d
-             WHERE ($2::text <> '' OR $3::text <> '')
+             WHERE ($1::text <> '' OR $2::text <> '')
              ORDER BY d.updated_at DESC, d.id
-             LIMIT $9::int) r
+             LIMIT $6::int) r
      CROSS JOIN q
      WHERE r.tsv @@ q.tsq
+     LIMIT $7::int
 ), found AS (
     SELECT id FROM found_words
     UNION
@@ -584,53 +578,36 @@ WITH q AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM (SELECT d.id,
                    ts_rank_cd('{0.5, 0.7, 0.85, 1}'::float4[],
-                              setweight(setweight(setweight(d.tsv, 'A', $10::text[]), 'B', $11::text[]),
-                                        'C', $12::text[]),
+                              setweight(setweight(setweight(d.tsv, 'A', $8::text[]), 'B', $9::text[]),
+                                        'C', $10::text[]),
                               q.tsq, 1) AS score
               FROM found f
               JOIN knowledge_documents d ON d.id = f.id
              CROSS JOIN q) p
      ORDER BY rank
-     LIMIT $6::int
-), fused AS (
-    SELECT coalesce(v.id, t.id) AS id,
-           choir_rank_fusion(v.rank, t.rank, $13::int, $14::float8, $15::float8) AS score,
-           v.rank AS vector_rank,
-           t.rank AS text_rank
-      FROM vector_hits v
-      FULL JOIN text_hits t ON t.id = v.id
+     LIMIT $7::int
 )
 SELECT d.id, d.key, d.text, d.metadata, d.version, d.content_hash, d.created_at, d.updated_at,
-       d.embedding_state,
-       f.score::float8 AS score,
-       -- 1-based ranks on each side; 0 when the side did not find the row.
-       coalesce(f.vector_rank, 0)::int AS vector_rank,
-       coalesce(f.text_rank, 0)::int AS text_rank
-  FROM fused f
-  JOIN knowledge_documents d ON d.id = f.id
- ORDER BY f.score DESC, d.updated_at DESC, d.id
- LIMIT $1::int
+       d.embedding_state, h.rank::int AS rank
+  FROM text_hits h
+  JOIN knowledge_documents d ON d.id = h.id
+ ORDER BY h.rank
 `
 
-type KnowledgeSearchHybridParams struct {
-	MaxResults   int32            `json:"max_results"`
-	QueryText    string           `json:"query_text"`
-	QueryTerms   string           `json:"query_terms"`
-	QueryPhrases string           `json:"query_phrases"`
-	QueryVector  *pgvector.Vector `json:"query_vector"`
-	Candidates   int32            `json:"candidates"`
-	FindQueries  []string         `json:"find_queries"`
-	PerTerm      int32            `json:"per_term"`
-	TextRecent   int32            `json:"text_recent"`
-	Rare         []string         `json:"rare"`
-	Uncommon     []string         `json:"uncommon"`
-	Common       []string         `json:"common"`
-	FusionK      int32            `json:"fusion_k"`
-	VectorWeight float64          `json:"vector_weight"`
-	TextWeight   float64          `json:"text_weight"`
+type KnowledgeSearchTextParams struct {
+	QueryText    string   `json:"query_text"`
+	QueryTerms   string   `json:"query_terms"`
+	QueryPhrases string   `json:"query_phrases"`
+	FindQueries  []string `json:"find_queries"`
+	PerTerm      int32    `json:"per_term"`
+	TextRecent   int32    `json:"text_recent"`
+	Candidates   int32    `json:"candidates"`
+	Rare         []string `json:"rare"`
+	Uncommon     []string `json:"uncommon"`
+	Common       []string `json:"common"`
 }
 
-type KnowledgeSearchHybridRow struct {
+type KnowledgeSearchTextRow struct {
 	ID             uuid.UUID       `json:"id"`
 	Key            *string         `json:"key"`
 	Text           string          `json:"text"`
@@ -640,43 +617,35 @@ type KnowledgeSearchHybridRow struct {
 	CreatedAt      time.Time       `json:"created_at"`
 	UpdatedAt      time.Time       `json:"updated_at"`
 	EmbeddingState string          `json:"embedding_state"`
-	Score          float64         `json:"score"`
-	VectorRank     int32           `json:"vector_rank"`
-	TextRank       int32           `json:"text_rank"`
+	Rank           int32           `json:"rank"`
 }
 
 // Knowledge (tier 4) of one agent. Every query here runs with the agent's
 // schema first on search_path (see sqlc.yaml).
-// KnowledgeSearchHybrid is MemorySearchHybrid's twin for knowledge: HNSW
-// and full-text candidates fused by the same weighted reciprocal rank, the
-// full-text side found through the RUM index word by word and ranked by
+// KnowledgeSearchText is MemorySearchText's twin for knowledge: the same
+// full-text side, found through the RUM index word by word and ranked by
 // the same rarity-weighted cover density over knowledge's own statistics
 // (knowledge_lexemes), with the most recently updated documents added.
-func (q *Queries) KnowledgeSearchHybrid(ctx context.Context, arg KnowledgeSearchHybridParams) ([]KnowledgeSearchHybridRow, error) {
-	rows, err := q.db.Query(ctx, knowledgeSearchHybrid,
-		arg.MaxResults,
+func (q *Queries) KnowledgeSearchText(ctx context.Context, arg KnowledgeSearchTextParams) ([]KnowledgeSearchTextRow, error) {
+	rows, err := q.db.Query(ctx, knowledgeSearchText,
 		arg.QueryText,
 		arg.QueryTerms,
 		arg.QueryPhrases,
-		arg.QueryVector,
-		arg.Candidates,
 		arg.FindQueries,
 		arg.PerTerm,
 		arg.TextRecent,
+		arg.Candidates,
 		arg.Rare,
 		arg.Uncommon,
 		arg.Common,
-		arg.FusionK,
-		arg.VectorWeight,
-		arg.TextWeight,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []KnowledgeSearchHybridRow{}
+	items := []KnowledgeSearchTextRow{}
 	for rows.Next() {
-		var i KnowledgeSearchHybridRow
+		var i KnowledgeSearchTextRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.Key,
@@ -687,9 +656,72 @@ func (q *Queries) KnowledgeSearchHybrid(ctx context.Context, arg KnowledgeSearch
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.EmbeddingState,
-			&i.Score,
-			&i.VectorRank,
-			&i.TextRank,
+			&i.Rank,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const knowledgeSearchVector = `-- name: KnowledgeSearchVector :many
+WITH vector_hits AS (
+    SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
+      FROM (SELECT e.document_id AS id, e.embedding <=> $1::vector AS distance
+              FROM knowledge_embeddings e
+             ORDER BY distance
+             LIMIT $2::int) v
+)
+SELECT d.id, d.key, d.text, d.metadata, d.version, d.content_hash, d.created_at, d.updated_at,
+       d.embedding_state, h.rank::int AS rank
+  FROM vector_hits h
+  JOIN knowledge_documents d ON d.id = h.id
+ ORDER BY h.rank
+`
+
+type KnowledgeSearchVectorParams struct {
+	QueryVector pgvector.Vector `json:"query_vector"`
+	Candidates  int32           `json:"candidates"`
+}
+
+type KnowledgeSearchVectorRow struct {
+	ID             uuid.UUID       `json:"id"`
+	Key            *string         `json:"key"`
+	Text           string          `json:"text"`
+	Metadata       json.RawMessage `json:"metadata"`
+	Version        int32           `json:"version"`
+	ContentHash    []byte          `json:"content_hash"`
+	CreatedAt      time.Time       `json:"created_at"`
+	UpdatedAt      time.Time       `json:"updated_at"`
+	EmbeddingState string          `json:"embedding_state"`
+	Rank           int32           `json:"rank"`
+}
+
+// KnowledgeSearchVector is MemorySearchVector's twin for knowledge.
+func (q *Queries) KnowledgeSearchVector(ctx context.Context, arg KnowledgeSearchVectorParams) ([]KnowledgeSearchVectorRow, error) {
+	rows, err := q.db.Query(ctx, knowledgeSearchVector, arg.QueryVector, arg.Candidates)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []KnowledgeSearchVectorRow{}
+	for rows.Next() {
+		var i KnowledgeSearchVectorRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.Key,
+			&i.Text,
+			&i.Metadata,
+			&i.Version,
+			&i.ContentHash,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.EmbeddingState,
+			&i.Rank,
 		); err != nil {
 			return nil, err
 		}

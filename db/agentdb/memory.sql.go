@@ -454,55 +454,46 @@ type MemoryEventRefsInsertParams struct {
 	DocumentID uuid.UUID `json:"document_id"`
 }
 
-const memorySearchHybrid = `-- name: MemorySearchHybrid :many
+const memorySearchText = `-- name: MemorySearchText :many
 
 WITH q AS (
-    SELECT websearch_to_tsquery('english', $2::text) AS req,
-           websearch_to_tsquery('english', $2::text)
-           && (CAST($3::text AS tsquery) || websearch_to_tsquery('english', $4::text)) AS tsq
-), vector_hits AS (
-    SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT d.id, e.embedding <=> $5::vector AS distance
-              FROM memory_embeddings e
-              JOIN memory_documents d ON d.id = e.document_id
-             WHERE $5::vector IS NOT NULL
-               AND d.tier = ANY($6::text[])
-               AND ($7::uuid IS NULL OR d.session_id = $7::uuid)
-             ORDER BY distance
-             LIMIT $8::int) v
+    SELECT websearch_to_tsquery('english', $1::text) AS req,
+           websearch_to_tsquery('english', $1::text)
+           && (CAST($2::text AS tsquery) || websearch_to_tsquery('english', $3::text)) AS tsq
 ), found_words AS (
     SELECT f.id
-      FROM unnest($9::text[]) AS t(query)
+      FROM unnest($4::text[]) AS t(query)
      CROSS JOIN q
      CROSS JOIN LATERAL (
            SELECT d.id
              FROM memory_documents d
             WHERE d.tsv @@ (q.req && CAST(t.query AS tsquery))
-              AND d.tier = ANY($6::text[])
-              AND ($7::uuid IS NULL OR d.session_id = $7::uuid)
+              AND d.tier = ANY($5::text[])
+              AND ($6::uuid IS NULL OR d.session_id = $6::uuid)
             ORDER BY d.tsv <=> CAST(t.query AS tsquery)
-            LIMIT $10::int) f
+            LIMIT $7::int) f
 ), found_required AS (
     SELECT d.id
       FROM memory_documents d
      CROSS JOIN q
-     WHERE $2::text <> ''
+     WHERE $1::text <> ''
        AND d.tsv @@ q.tsq
-       AND d.tier = ANY($6::text[])
-       AND ($7::uuid IS NULL OR d.session_id = $7::uuid)
+       AND d.tier = ANY($5::text[])
+       AND ($6::uuid IS NULL OR d.session_id = $6::uuid)
      ORDER BY d.tsv <=> q.req
-     LIMIT $10::int
+     LIMIT $7::int
 ), found_recent AS (
     SELECT r.id
       FROM (SELECT d.id, d.tsv
               FROM memory_documents d
-             WHERE ($2::text <> '' OR $3::text <> '')
-               AND d.tier = ANY($6::text[])
-               AND ($7::uuid IS NULL OR d.session_id = $7::uuid)
+             WHERE ($1::text <> '' OR $2::text <> '')
+               AND d.tier = ANY($5::text[])
+               AND ($6::uuid IS NULL OR d.session_id = $6::uuid)
              ORDER BY d.created_at DESC, d.id
-             LIMIT $11::int) r
+             LIMIT $8::int) r
      CROSS JOIN q
      WHERE r.tsv @@ q.tsq
+     LIMIT $9::int
 ), found AS (
     SELECT id FROM found_words
     UNION
@@ -513,55 +504,38 @@ WITH q AS (
     SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
       FROM (SELECT d.id,
                    ts_rank_cd('{0.5, 0.7, 0.85, 1}'::float4[],
-                              setweight(setweight(setweight(d.tsv, 'A', $12::text[]), 'B', $13::text[]),
-                                        'C', $14::text[]),
+                              setweight(setweight(setweight(d.tsv, 'A', $10::text[]), 'B', $11::text[]),
+                                        'C', $12::text[]),
                               q.tsq, 1) AS score
               FROM found f
               JOIN memory_documents d ON d.id = f.id
              CROSS JOIN q) p
      ORDER BY rank
-     LIMIT $8::int
-), fused AS (
-    SELECT coalesce(v.id, t.id) AS id,
-           choir_rank_fusion(v.rank, t.rank, $15::int, $16::float8, $17::float8) AS score,
-           v.rank AS vector_rank,
-           t.rank AS text_rank
-      FROM vector_hits v
-      FULL JOIN text_hits t ON t.id = v.id
+     LIMIT $9::int
 )
 SELECT d.id, d.session_id, d.tier, d.chunk_index, d.text, d.metadata, d.started_at, d.ended_at,
-       d.created_at, d.embedding_state,
-       f.score::float8 AS score,
-       -- 1-based ranks on each side; 0 when the side did not find the row.
-       coalesce(f.vector_rank, 0)::int AS vector_rank,
-       coalesce(f.text_rank, 0)::int AS text_rank
-  FROM fused f
-  JOIN memory_documents d ON d.id = f.id
- ORDER BY f.score DESC, d.created_at DESC, d.id
- LIMIT $1::int
+       d.created_at, d.embedding_state, h.rank::int AS rank
+  FROM text_hits h
+  JOIN memory_documents d ON d.id = h.id
+ ORDER BY h.rank
 `
 
-type MemorySearchHybridParams struct {
-	MaxResults   int32            `json:"max_results"`
-	QueryText    string           `json:"query_text"`
-	QueryTerms   string           `json:"query_terms"`
-	QueryPhrases string           `json:"query_phrases"`
-	QueryVector  *pgvector.Vector `json:"query_vector"`
-	Tiers        []string         `json:"tiers"`
-	SessionID    *uuid.UUID       `json:"session_id"`
-	Candidates   int32            `json:"candidates"`
-	FindQueries  []string         `json:"find_queries"`
-	PerTerm      int32            `json:"per_term"`
-	TextRecent   int32            `json:"text_recent"`
-	Rare         []string         `json:"rare"`
-	Uncommon     []string         `json:"uncommon"`
-	Common       []string         `json:"common"`
-	FusionK      int32            `json:"fusion_k"`
-	VectorWeight float64          `json:"vector_weight"`
-	TextWeight   float64          `json:"text_weight"`
+type MemorySearchTextParams struct {
+	QueryText    string     `json:"query_text"`
+	QueryTerms   string     `json:"query_terms"`
+	QueryPhrases string     `json:"query_phrases"`
+	FindQueries  []string   `json:"find_queries"`
+	Tiers        []string   `json:"tiers"`
+	SessionID    *uuid.UUID `json:"session_id"`
+	PerTerm      int32      `json:"per_term"`
+	TextRecent   int32      `json:"text_recent"`
+	Candidates   int32      `json:"candidates"`
+	Rare         []string   `json:"rare"`
+	Uncommon     []string   `json:"uncommon"`
+	Common       []string   `json:"common"`
 }
 
-type MemorySearchHybridRow struct {
+type MemorySearchTextRow struct {
 	ID             uuid.UUID       `json:"id"`
 	SessionID      uuid.UUID       `json:"session_id"`
 	Tier           string          `json:"tier"`
@@ -572,35 +546,29 @@ type MemorySearchHybridRow struct {
 	EndedAt        time.Time       `json:"ended_at"`
 	CreatedAt      time.Time       `json:"created_at"`
 	EmbeddingState string          `json:"embedding_state"`
-	Score          float64         `json:"score"`
-	VectorRank     int32           `json:"vector_rank"`
-	TextRank       int32           `json:"text_rank"`
+	Rank           int32           `json:"rank"`
 }
 
 // Session memory (tiers 2 and 3) of one agent. Every query here runs with
 // the agent's schema first on search_path (see sqlc.yaml).
-// MemorySearchHybrid is hybrid search over session memory in one statement:
-// up to @candidates nearest chunks by cosine distance (HNSW, continued by
-// pgvector's iterative scans until enough pass the filters) and up to
-// @candidates best full-text matches, fused by weighted reciprocal rank
-// (choir_rank_fusion, sql/00028_weighted_fusion.sql): @vector_weight /
-// (@fusion_k + vector rank) + @text_weight / (@fusion_k + text rank), so
-// that when one side finds nothing the other side's order is kept.
-// A NULL vector or no words disables its side.
+// MemorySearchText is the full-text side of hybrid search over session
+// memory: its @candidates best matches, best first, with their 1-based
+// rank. The store runs it beside MemorySearchVector, each on its own
+// connection, and fuses the two (fuse in daemon/memory).
 //
-// The full-text side matches @query_text read as web search (its quoted
-// phrases and -words, all required) AND @query_terms (the question's other
-// words, ORed; see splitText in daemon/memory) or its phrases
-// (@query_phrases). It ranks by ts_rank_cd, cover density: how many of
-// the query's words and phrases the chunk holds, how often, and how close
-// together, divided by 1 + the log of its length; each query word weighs
-// by its rarity in the agent's exact statistics (memory_lexemes,
-// lexeme_totals; see rankTerms in daemon/memory), in four classes:
-// @rare 1, @uncommon 0.85, @common 0.7, the rest 0.5. (bench/recall chose
-// these on its tune half. BM25's own inverse document frequency,
-// ln(1 + (N - df + 0.5) / (df + 0.5)), weighs rarity much harder, and
-// there lost 0.03 to 0.04 of recall at 10 against these classes, as did
-// dropping cover density for a sum over words; bench/recall/RESULTS.txt.)
+// It matches @query_text read as web search (its quoted phrases and
+// -words, all required) AND @query_terms (the question's other words,
+// ORed; see splitText in daemon/memory) or its phrases (@query_phrases).
+// It ranks by ts_rank_cd, cover density: how many of the query's words
+// and phrases the chunk holds, how often, and how close together, divided
+// by 1 + the log of its length; each query word weighs by its rarity in
+// the agent's exact statistics (memory_lexemes, lexeme_totals; see
+// rankTerms in daemon/memory), in four classes: @rare 1, @uncommon 0.85,
+// @common 0.7, the rest 0.5. (bench/recall chose these on its tune half.
+// BM25's own inverse document frequency, ln(1 + (N - df + 0.5) / (df +
+// 0.5)), weighs rarity much harder, and there lost 0.03 to 0.04 of recall
+// at 10 against these classes, as did dropping cover density for a sum
+// over words; bench/recall/RESULTS.txt.)
 //
 // The matches to rank come from the RUM index, which returns a word's
 // best matches in rank order without reading every match (a GIN index
@@ -611,36 +579,32 @@ type MemorySearchHybridRow struct {
 //     chunks; commoner words are too costly to find matches by, and tell
 //     matches apart little, so they only rank;
 //   - the @per_term best matches of the required phrases and -words;
-//   - the matches among the @text_recent newest chunks, so that recent
-//     memory is never left out (and a question made only of common words
-//     still finds something).
-func (q *Queries) MemorySearchHybrid(ctx context.Context, arg MemorySearchHybridParams) ([]MemorySearchHybridRow, error) {
-	rows, err := q.db.Query(ctx, memorySearchHybrid,
-		arg.MaxResults,
+//   - the newest matches, at most @candidates, among the @text_recent
+//     newest chunks: recent memory is never left out, and words too
+//     common to find matches by still find the newest (the store widens
+//     @text_recent when a word is left out of @find_queries).
+func (q *Queries) MemorySearchText(ctx context.Context, arg MemorySearchTextParams) ([]MemorySearchTextRow, error) {
+	rows, err := q.db.Query(ctx, memorySearchText,
 		arg.QueryText,
 		arg.QueryTerms,
 		arg.QueryPhrases,
-		arg.QueryVector,
+		arg.FindQueries,
 		arg.Tiers,
 		arg.SessionID,
-		arg.Candidates,
-		arg.FindQueries,
 		arg.PerTerm,
 		arg.TextRecent,
+		arg.Candidates,
 		arg.Rare,
 		arg.Uncommon,
 		arg.Common,
-		arg.FusionK,
-		arg.VectorWeight,
-		arg.TextWeight,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	items := []MemorySearchHybridRow{}
+	items := []MemorySearchTextRow{}
 	for rows.Next() {
-		var i MemorySearchHybridRow
+		var i MemorySearchTextRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.SessionID,
@@ -652,9 +616,87 @@ func (q *Queries) MemorySearchHybrid(ctx context.Context, arg MemorySearchHybrid
 			&i.EndedAt,
 			&i.CreatedAt,
 			&i.EmbeddingState,
-			&i.Score,
-			&i.VectorRank,
-			&i.TextRank,
+			&i.Rank,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const memorySearchVector = `-- name: MemorySearchVector :many
+WITH vector_hits AS (
+    SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
+      FROM (SELECT d.id, e.embedding <=> $1::vector AS distance
+              FROM memory_embeddings e
+              JOIN memory_documents d ON d.id = e.document_id
+             WHERE d.tier = ANY($2::text[])
+               AND ($3::uuid IS NULL OR d.session_id = $3::uuid)
+             ORDER BY distance
+             LIMIT $4::int) v
+)
+SELECT d.id, d.session_id, d.tier, d.chunk_index, d.text, d.metadata, d.started_at, d.ended_at,
+       d.created_at, d.embedding_state, h.rank::int AS rank
+  FROM vector_hits h
+  JOIN memory_documents d ON d.id = h.id
+ ORDER BY h.rank
+`
+
+type MemorySearchVectorParams struct {
+	QueryVector pgvector.Vector `json:"query_vector"`
+	Tiers       []string        `json:"tiers"`
+	SessionID   *uuid.UUID      `json:"session_id"`
+	Candidates  int32           `json:"candidates"`
+}
+
+type MemorySearchVectorRow struct {
+	ID             uuid.UUID       `json:"id"`
+	SessionID      uuid.UUID       `json:"session_id"`
+	Tier           string          `json:"tier"`
+	ChunkIndex     int32           `json:"chunk_index"`
+	Text           string          `json:"text"`
+	Metadata       json.RawMessage `json:"metadata"`
+	StartedAt      time.Time       `json:"started_at"`
+	EndedAt        time.Time       `json:"ended_at"`
+	CreatedAt      time.Time       `json:"created_at"`
+	EmbeddingState string          `json:"embedding_state"`
+	Rank           int32           `json:"rank"`
+}
+
+// MemorySearchVector is the vector side of hybrid search over session
+// memory: the @candidates nearest chunks by cosine distance, nearest
+// first, with their 1-based rank (HNSW, continued by pgvector's iterative
+// scans until enough pass the filters).
+func (q *Queries) MemorySearchVector(ctx context.Context, arg MemorySearchVectorParams) ([]MemorySearchVectorRow, error) {
+	rows, err := q.db.Query(ctx, memorySearchVector,
+		arg.QueryVector,
+		arg.Tiers,
+		arg.SessionID,
+		arg.Candidates,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []MemorySearchVectorRow{}
+	for rows.Next() {
+		var i MemorySearchVectorRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.SessionID,
+			&i.Tier,
+			&i.ChunkIndex,
+			&i.Text,
+			&i.Metadata,
+			&i.StartedAt,
+			&i.EndedAt,
+			&i.CreatedAt,
+			&i.EmbeddingState,
+			&i.Rank,
 		); err != nil {
 			return nil, err
 		}

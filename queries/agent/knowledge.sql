@@ -1,23 +1,15 @@
 -- Knowledge (tier 4) of one agent. Every query here runs with the agent's
 -- schema first on search_path (see sqlc.yaml).
 
--- name: KnowledgeSearchHybrid :many
--- KnowledgeSearchHybrid is MemorySearchHybrid's twin for knowledge: HNSW
--- and full-text candidates fused by the same weighted reciprocal rank, the
--- full-text side found through the RUM index word by word and ranked by
+-- name: KnowledgeSearchText :many
+-- KnowledgeSearchText is MemorySearchText's twin for knowledge: the same
+-- full-text side, found through the RUM index word by word and ranked by
 -- the same rarity-weighted cover density over knowledge's own statistics
 -- (knowledge_lexemes), with the most recently updated documents added.
 WITH q AS (
     SELECT websearch_to_tsquery('english', @query_text::text) AS req,
            websearch_to_tsquery('english', @query_text::text)
            && (CAST(@query_terms::text AS tsquery) || websearch_to_tsquery('english', @query_phrases::text)) AS tsq
-), vector_hits AS (
-    SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT e.document_id AS id, e.embedding <=> sqlc.narg('query_vector')::vector AS distance
-              FROM knowledge_embeddings e
-             WHERE sqlc.narg('query_vector')::vector IS NOT NULL
-             ORDER BY distance
-             LIMIT @candidates::int) v
 ), found_words AS (
     SELECT f.id
       FROM unnest(@find_queries::text[]) AS t(query)
@@ -45,6 +37,7 @@ WITH q AS (
              LIMIT @text_recent::int) r
      CROSS JOIN q
      WHERE r.tsv @@ q.tsq
+     LIMIT @candidates::int
 ), found AS (
     SELECT id FROM found_words
     UNION
@@ -63,24 +56,27 @@ WITH q AS (
              CROSS JOIN q) p
      ORDER BY rank
      LIMIT @candidates::int
-), fused AS (
-    SELECT coalesce(v.id, t.id) AS id,
-           choir_rank_fusion(v.rank, t.rank, @fusion_k::int, @vector_weight::float8, @text_weight::float8) AS score,
-           v.rank AS vector_rank,
-           t.rank AS text_rank
-      FROM vector_hits v
-      FULL JOIN text_hits t ON t.id = v.id
 )
 SELECT d.id, d.key, d.text, d.metadata, d.version, d.content_hash, d.created_at, d.updated_at,
-       d.embedding_state,
-       f.score::float8 AS score,
-       -- 1-based ranks on each side; 0 when the side did not find the row.
-       coalesce(f.vector_rank, 0)::int AS vector_rank,
-       coalesce(f.text_rank, 0)::int AS text_rank
-  FROM fused f
-  JOIN knowledge_documents d ON d.id = f.id
- ORDER BY f.score DESC, d.updated_at DESC, d.id
- LIMIT @max_results::int;
+       d.embedding_state, h.rank::int AS rank
+  FROM text_hits h
+  JOIN knowledge_documents d ON d.id = h.id
+ ORDER BY h.rank;
+
+-- name: KnowledgeSearchVector :many
+-- KnowledgeSearchVector is MemorySearchVector's twin for knowledge.
+WITH vector_hits AS (
+    SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
+      FROM (SELECT e.document_id AS id, e.embedding <=> @query_vector::vector AS distance
+              FROM knowledge_embeddings e
+             ORDER BY distance
+             LIMIT @candidates::int) v
+)
+SELECT d.id, d.key, d.text, d.metadata, d.version, d.content_hash, d.created_at, d.updated_at,
+       d.embedding_state, h.rank::int AS rank
+  FROM vector_hits h
+  JOIN knowledge_documents d ON d.id = h.id
+ ORDER BY h.rank;
 
 -- name: KnowledgeVersionsByHash :many
 -- KnowledgeVersionsByHash finds document versions whose content hash lies

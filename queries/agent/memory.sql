@@ -1,29 +1,25 @@
 -- Session memory (tiers 2 and 3) of one agent. Every query here runs with
 -- the agent's schema first on search_path (see sqlc.yaml).
 
--- name: MemorySearchHybrid :many
--- MemorySearchHybrid is hybrid search over session memory in one statement:
--- up to @candidates nearest chunks by cosine distance (HNSW, continued by
--- pgvector's iterative scans until enough pass the filters) and up to
--- @candidates best full-text matches, fused by weighted reciprocal rank
--- (choir_rank_fusion, sql/00028_weighted_fusion.sql): @vector_weight /
--- (@fusion_k + vector rank) + @text_weight / (@fusion_k + text rank), so
--- that when one side finds nothing the other side's order is kept.
--- A NULL vector or no words disables its side.
+-- name: MemorySearchText :many
+-- MemorySearchText is the full-text side of hybrid search over session
+-- memory: its @candidates best matches, best first, with their 1-based
+-- rank. The store runs it beside MemorySearchVector, each on its own
+-- connection, and fuses the two (fuse in daemon/memory).
 --
--- The full-text side matches @query_text read as web search (its quoted
--- phrases and -words, all required) AND @query_terms (the question's other
--- words, ORed; see splitText in daemon/memory) or its phrases
--- (@query_phrases). It ranks by ts_rank_cd, cover density: how many of
--- the query's words and phrases the chunk holds, how often, and how close
--- together, divided by 1 + the log of its length; each query word weighs
--- by its rarity in the agent's exact statistics (memory_lexemes,
--- lexeme_totals; see rankTerms in daemon/memory), in four classes:
--- @rare 1, @uncommon 0.85, @common 0.7, the rest 0.5. (bench/recall chose
--- these on its tune half. BM25's own inverse document frequency,
--- ln(1 + (N - df + 0.5) / (df + 0.5)), weighs rarity much harder, and
--- there lost 0.03 to 0.04 of recall at 10 against these classes, as did
--- dropping cover density for a sum over words; bench/recall/RESULTS.txt.)
+-- It matches @query_text read as web search (its quoted phrases and
+-- -words, all required) AND @query_terms (the question's other words,
+-- ORed; see splitText in daemon/memory) or its phrases (@query_phrases).
+-- It ranks by ts_rank_cd, cover density: how many of the query's words
+-- and phrases the chunk holds, how often, and how close together, divided
+-- by 1 + the log of its length; each query word weighs by its rarity in
+-- the agent's exact statistics (memory_lexemes, lexeme_totals; see
+-- rankTerms in daemon/memory), in four classes: @rare 1, @uncommon 0.85,
+-- @common 0.7, the rest 0.5. (bench/recall chose these on its tune half.
+-- BM25's own inverse document frequency, ln(1 + (N - df + 0.5) / (df +
+-- 0.5)), weighs rarity much harder, and there lost 0.03 to 0.04 of recall
+-- at 10 against these classes, as did dropping cover density for a sum
+-- over words; bench/recall/RESULTS.txt.)
 --
 -- The matches to rank come from the RUM index, which returns a word's
 -- best matches in rank order without reading every match (a GIN index
@@ -34,23 +30,14 @@
 --     chunks; commoner words are too costly to find matches by, and tell
 --     matches apart little, so they only rank;
 --   * the @per_term best matches of the required phrases and -words;
---   * the matches among the @text_recent newest chunks, so that recent
---     memory is never left out (and a question made only of common words
---     still finds something).
+--   * the newest matches, at most @candidates, among the @text_recent
+--     newest chunks: recent memory is never left out, and words too
+--     common to find matches by still find the newest (the store widens
+--     @text_recent when a word is left out of @find_queries).
 WITH q AS (
     SELECT websearch_to_tsquery('english', @query_text::text) AS req,
            websearch_to_tsquery('english', @query_text::text)
            && (CAST(@query_terms::text AS tsquery) || websearch_to_tsquery('english', @query_phrases::text)) AS tsq
-), vector_hits AS (
-    SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
-      FROM (SELECT d.id, e.embedding <=> sqlc.narg('query_vector')::vector AS distance
-              FROM memory_embeddings e
-              JOIN memory_documents d ON d.id = e.document_id
-             WHERE sqlc.narg('query_vector')::vector IS NOT NULL
-               AND d.tier = ANY(@tiers::text[])
-               AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
-             ORDER BY distance
-             LIMIT @candidates::int) v
 ), found_words AS (
     SELECT f.id
       FROM unnest(@find_queries::text[]) AS t(query)
@@ -84,6 +71,7 @@ WITH q AS (
              LIMIT @text_recent::int) r
      CROSS JOIN q
      WHERE r.tsv @@ q.tsq
+     LIMIT @candidates::int
 ), found AS (
     SELECT id FROM found_words
     UNION
@@ -102,24 +90,33 @@ WITH q AS (
              CROSS JOIN q) p
      ORDER BY rank
      LIMIT @candidates::int
-), fused AS (
-    SELECT coalesce(v.id, t.id) AS id,
-           choir_rank_fusion(v.rank, t.rank, @fusion_k::int, @vector_weight::float8, @text_weight::float8) AS score,
-           v.rank AS vector_rank,
-           t.rank AS text_rank
-      FROM vector_hits v
-      FULL JOIN text_hits t ON t.id = v.id
 )
 SELECT d.id, d.session_id, d.tier, d.chunk_index, d.text, d.metadata, d.started_at, d.ended_at,
-       d.created_at, d.embedding_state,
-       f.score::float8 AS score,
-       -- 1-based ranks on each side; 0 when the side did not find the row.
-       coalesce(f.vector_rank, 0)::int AS vector_rank,
-       coalesce(f.text_rank, 0)::int AS text_rank
-  FROM fused f
-  JOIN memory_documents d ON d.id = f.id
- ORDER BY f.score DESC, d.created_at DESC, d.id
- LIMIT @max_results::int;
+       d.created_at, d.embedding_state, h.rank::int AS rank
+  FROM text_hits h
+  JOIN memory_documents d ON d.id = h.id
+ ORDER BY h.rank;
+
+-- name: MemorySearchVector :many
+-- MemorySearchVector is the vector side of hybrid search over session
+-- memory: the @candidates nearest chunks by cosine distance, nearest
+-- first, with their 1-based rank (HNSW, continued by pgvector's iterative
+-- scans until enough pass the filters).
+WITH vector_hits AS (
+    SELECT v.id, row_number() OVER (ORDER BY v.distance, v.id) AS rank
+      FROM (SELECT d.id, e.embedding <=> @query_vector::vector AS distance
+              FROM memory_embeddings e
+              JOIN memory_documents d ON d.id = e.document_id
+             WHERE d.tier = ANY(@tiers::text[])
+               AND (sqlc.narg('session_id')::uuid IS NULL OR d.session_id = sqlc.narg('session_id')::uuid)
+             ORDER BY distance
+             LIMIT @candidates::int) v
+)
+SELECT d.id, d.session_id, d.tier, d.chunk_index, d.text, d.metadata, d.started_at, d.ended_at,
+       d.created_at, d.embedding_state, h.rank::int AS rank
+  FROM vector_hits h
+  JOIN memory_documents d ON d.id = h.id
+ ORDER BY h.rank;
 
 -- name: MemoryChunksByEventHash :many
 -- MemoryChunksByEventHash finds the chunks holding events whose chain hash

@@ -71,14 +71,18 @@ func TestRankFusionIsOne(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	store := memory.New(memory.Options{Pool: pool, Search: memory.SearchTuning{Candidates: 5, FusionK: fusionK,
-		VectorWeight: vectorWeight, TextWeight: textWeight}})
-	var mem, know []fused
+	tuning := memory.SearchTuning{Candidates: 5, FusionK: fusionK, VectorWeight: vectorWeight, TextWeight: textWeight}
+	store := memory.New(memory.Options{Pool: pool, Search: tuning, MaxConcurrentQueries: 4})
+	// With one query slot the two sides run one after the other, not at
+	// once: the same ranking.
+	serial := memory.New(memory.Options{Pool: pool, Search: tuning, MaxConcurrentQueries: 1})
+	var mem, know, memSerial []fused
 	for _, st := range []struct {
-		name string
-		out  *[]fused
-	}{{memory.StoreSession, &mem}, {memory.StoreKnowledge, &know}} {
-		res, err := store.QueryAsOperator(ctx, []byte(`{"store":"`+st.name+`","target_agent":"`+agent+
+		store *memory.Store
+		name  string
+		out   *[]fused
+	}{{store, memory.StoreSession, &mem}, {store, memory.StoreKnowledge, &know}, {serial, memory.StoreSession, &memSerial}} {
+		res, err := st.store.QueryAsOperator(ctx, []byte(`{"store":"`+st.name+`","target_agent":"`+agent+
 			`","query":"apple","vector":[1,0,0],"limit":20}`))
 		if err != nil {
 			t.Fatal(err)
@@ -93,6 +97,9 @@ func TestRankFusionIsOne(t *testing.T) {
 
 	if len(mem) != 6 {
 		t.Fatalf("memory search found %d documents, want 6: %v", len(mem), mem)
+	}
+	if fmt.Sprint(mem) != fmt.Sprint(memSerial) {
+		t.Errorf("sides run at once and one after the other rank differently:\n  at once: %v\n  serial:  %v", mem, memSerial)
 	}
 	if fmt.Sprint(mem) != fmt.Sprint(know) {
 		t.Errorf("the stores rank the same documents differently:\n  memory:    %v\n  knowledge: %v", mem, know)

@@ -35,25 +35,30 @@ type side struct {
 	err  error
 }
 
-// search runs semantic or text search. With both a vector and words, its
-// two sides run at once, each on its own connection in its own read-only
+// search runs semantic or text search, each side in its own read-only
 // transaction (MemorySearchVector and MemorySearchText, or their knowledge
-// twins), and are fused here (fuse): on an idle machine a hybrid search
-// then costs its slower side, not the sum of both.
+// twins), and fuses them here (fuse). With both a vector and words, and a
+// second query slot free (trySlot), the two sides run at once, each on
+// its own connection: an idle store then answers in the time of its
+// slower side, not of both; a busy one runs them one after the other.
 func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Vector, res *QueryResult) error {
 	var text, vector side
-	switch {
-	case q.text != "" && vec != nil:
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			text = s.textSide(ctx, sc, q)
-		}()
-		vector = s.vectorSide(ctx, sc, q, vec)
-		<-done
-	case q.text != "":
+	if q.text != "" && vec != nil {
+		if release, ok := s.trySlot(); ok {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				defer release()
+				text = s.textSide(ctx, sc, q)
+			}()
+			vector = s.vectorSide(ctx, sc, q, vec)
+			<-done
+		} else {
+			text, vector = s.textSide(ctx, sc, q), s.vectorSide(ctx, sc, q, vec)
+		}
+	} else if q.text != "" {
 		text = s.textSide(ctx, sc, q)
-	default:
+	} else {
 		vector = s.vectorSide(ctx, sc, q, vec)
 	}
 	if errors.Is(text.err, errNoWords) && vec != nil && q.mode == ModeSemantic {

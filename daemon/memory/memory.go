@@ -111,11 +111,12 @@ type Options struct {
 	// DefaultStatementTimeout), so that a pathological search cannot hold a
 	// connection of choird's pool.
 	StatementTimeout time.Duration
-	// MaxConcurrentQueries bounds the queries running at once, all agents
-	// together, so that one agent's burst of searches cannot take every
-	// connection of the pool that River and the other agents share
-	// (default half the pool, at least 1). A query waits its turn at most
-	// StatementTimeout.
+	// MaxConcurrentQueries bounds the connections memory queries hold at
+	// once, all agents together, so that one agent's burst of searches
+	// cannot take every connection of the pool that River and the other
+	// agents share (default half the pool, at least 1). A query waits its
+	// turn at most StatementTimeout; a hybrid search takes a second slot
+	// for its other side only when one is free.
 	MaxConcurrentQueries int
 }
 
@@ -251,6 +252,19 @@ func (s *Store) acquireQuery(ctx context.Context) (release func(), err error) {
 		return nil, ctx.Err()
 	case <-t.C:
 		return nil, fmt.Errorf("%w: %d memory queries already running for %s; retry shortly", ErrBusy, cap(s.querySlots), s.statementTimeout)
+	}
+}
+
+// trySlot takes a second query slot if one is free now, without waiting:
+// a hybrid search runs its two sides at once only then (each side holds
+// a connection), so memory queries never hold more connections than
+// there are slots, and a search holding one slot never waits for another.
+func (s *Store) trySlot() (release func(), ok bool) {
+	select {
+	case s.querySlots <- struct{}{}:
+		return func() { <-s.querySlots }, true
+	default:
+		return nil, false
 	}
 }
 

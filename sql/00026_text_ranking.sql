@@ -19,7 +19,8 @@ CREATE EXTENSION IF NOT EXISTS rum;
 -- +goose StatementBegin
 -- choir_word_docs returns, for each of lexemes in order, how many
 -- documents of store (memory or knowledge) in agent schema p_schema hold
--- it, and then how many documents the store holds: what hybrid search
+-- it, and then how many documents the store holds (nothing for no
+-- lexemes): what hybrid search
 -- ranks a query's words by (rankTerms in daemon/memory), read in the same
 -- statement that enters the schema (MemorySearchScope), saving a round
 -- trip. It runs with its caller's privileges: an agent role reads only
@@ -32,6 +33,10 @@ BEGIN
     IF p_store IS NULL OR p_store NOT IN ('memory', 'knowledge') THEN
         RAISE EXCEPTION 'unknown store %: want memory or knowledge', quote_nullable(p_store)
             USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF coalesce(cardinality(p_lexemes), 0) = 0 THEN
+        -- No words (the vector side of a search): nothing to count.
+        RETURN '{}';
     END IF;
     EXECUTE format($f$
         SELECT array_append(coalesce(array_agg(coalesce(l.docs, 0)::bigint ORDER BY w.i), '{}'),

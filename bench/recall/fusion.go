@@ -33,7 +33,7 @@ var storeFusion = fusion{k: float64(memory.OfflineFusion.FusionK),
 // The grid the sweep tries.
 var (
 	fusionKs     = []float64{1, 5, 10, 20, 30, 60}
-	fusionRatios = []float64{0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4}
+	fusionRatios = []float64{0.25, 0.5, 0.75, 1, 1.5, 2, 3, 4, 6, 8, 12}
 )
 
 // fuse ranks the union of the vector side's and the text side's

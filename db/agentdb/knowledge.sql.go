@@ -575,8 +575,8 @@ WITH q AS (
     UNION
     SELECT id FROM found_recent
 ), text_hits AS (
-    SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
-      FROM (SELECT d.id,
+    SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.at DESC, p.id) AS rank
+      FROM (SELECT d.id, d.updated_at AS at,
                    ts_rank_cd('{0.5, 0.7, 0.85, 1}'::float4[],
                               setweight(setweight(setweight(d.tsv, 'A', $8::text[]), 'B', $9::text[]),
                                         'C', $10::text[]),

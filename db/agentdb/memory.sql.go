@@ -501,8 +501,8 @@ WITH q AS (
     UNION
     SELECT id FROM found_recent
 ), text_hits AS (
-    SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.id) AS rank
-      FROM (SELECT d.id,
+    SELECT p.id, row_number() OVER (ORDER BY p.score DESC, p.at DESC, p.id) AS rank
+      FROM (SELECT d.id, d.created_at AS at,
                    ts_rank_cd('{0.5, 0.7, 0.85, 1}'::float4[],
                               setweight(setweight(setweight(d.tsv, 'A', $10::text[]), 'B', $11::text[]),
                                         'C', $12::text[]),
@@ -568,7 +568,9 @@ type MemorySearchTextRow struct {
 // BM25's own inverse document frequency, ln(1 + (N - df + 0.5) / (df +
 // 0.5)), weighs rarity much harder, and there lost 0.03 to 0.04 of recall
 // at 10 against these classes, as did dropping cover density for a sum
-// over words; bench/recall/RESULTS.txt.)
+// over words; bench/recall/RESULTS.txt.) Of chunks that score the same,
+// the newer ranks first: a later statement of a fact supersedes an
+// earlier one.
 //
 // The matches to rank come from the RUM index, which returns a word's
 // best matches in rank order without reading every match (a GIN index

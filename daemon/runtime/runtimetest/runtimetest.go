@@ -169,9 +169,14 @@ func RemoveImage(t testing.TB, cli *client.Client, ref string) {
 	}
 }
 
+// isNotFound reports an image the engine no longer has. "unrecognized
+// image ID" is how it answers when the tag still resolved but another
+// removal (a parallel test's, pruning shared parents) took the image
+// between the two steps.
 func isNotFound(err error) bool {
 	var nf interface{ NotFound() }
-	return errors.As(err, &nf) || (err != nil && bytes.Contains([]byte(err.Error()), []byte("No such image")))
+	return errors.As(err, &nf) || (err != nil && (bytes.Contains([]byte(err.Error()), []byte("No such image")) ||
+		bytes.Contains([]byte(err.Error()), []byte("unrecognized image ID"))))
 }
 
 // BusyboxImage makes a FROM-scratch image of Debian's static busybox

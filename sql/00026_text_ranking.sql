@@ -11,6 +11,16 @@
 --   * RUM indexes on both tsv columns (the rum extension, Debian's
 --     postgresql-15-rum), which return a full-text query's best matches in
 --     rank order from the index, without reading every match.
+--   * idf_basis and idf_basis_totals, the counts the offline embedder's
+--     vectors of each store were last all re-embedded with (choir-offline-
+--     lexical-idf-v2 weighs a document's lexemes by their inverse document
+--     frequency when it embeds it, so stored vectors drift from query
+--     vectors made with today's counts): the embedding worker measures
+--     the drift of today's IDF from this basis
+--     (daemon/memory/pipeline/drift.go) and, when it is large, re-embeds
+--     the store and copies today's counts here. The basis is kept apart
+--     from the counts so that copying reads the counts without locking
+--     them against the counting triggers; only choird's role writes it.
 -- provision_agent calls agent_schema_text_objects for new agents; this
 -- migration calls it for the agents provisioned so far, counting the
 -- documents they already hold.
@@ -99,10 +109,11 @@ BEGIN
 END;
 $$;
 
--- agent_schema_text_objects creates or completes the full-text statistics
--- and RUM indexes of agent schema s. The triggers are made before the
--- statistics are counted, and making them locks the tables against writes
--- until the transaction ends, so no document is counted twice or missed.
+-- agent_schema_text_objects creates or completes the full-text statistics,
+-- their IDF basis and the RUM indexes of agent schema s. The triggers are
+-- made before the statistics are counted, and making them locks the
+-- tables against writes until the transaction ends, so no document is
+-- counted twice or missed.
 CREATE FUNCTION choir_control.agent_schema_text_objects(s text) RETURNS void
 LANGUAGE plpgsql
 SET client_min_messages = warning AS $$
@@ -126,7 +137,19 @@ BEGIN
         CREATE INDEX IF NOT EXISTS memory_documents_rum ON %1$I.memory_documents USING rum (tsv rum_tsvector_ops);
         CREATE INDEX IF NOT EXISTS knowledge_documents_rum ON %1$I.knowledge_documents
             USING rum (tsv rum_tsvector_ops);
-        GRANT SELECT ON %1$I.memory_lexemes, %1$I.knowledge_lexemes, %1$I.lexeme_totals TO %1$I;
+        CREATE TABLE IF NOT EXISTS %1$I.idf_basis (
+            store  text NOT NULL CHECK (store IN ('memory', 'knowledge')),
+            lexeme text NOT NULL,
+            docs   int NOT NULL,
+            PRIMARY KEY (store, lexeme)
+        );
+        CREATE TABLE IF NOT EXISTS %1$I.idf_basis_totals (
+            store    text PRIMARY KEY CHECK (store IN ('memory', 'knowledge')),
+            docs     bigint NOT NULL,
+            based_at timestamptz NOT NULL
+        );
+        GRANT SELECT ON %1$I.memory_lexemes, %1$I.knowledge_lexemes, %1$I.lexeme_totals,
+            %1$I.idf_basis, %1$I.idf_basis_totals TO %1$I;
     $f$, s);
     FOREACH store IN ARRAY ARRAY['memory', 'knowledge'] LOOP
         EXECUTE format($f$
@@ -244,7 +267,8 @@ BEGIN
             DROP TRIGGER IF EXISTS knowledge_lexemes_update ON %1$I.knowledge_documents;
             DROP TRIGGER IF EXISTS knowledge_lexemes_delete ON %1$I.knowledge_documents;
             DROP INDEX IF EXISTS %1$I.memory_documents_rum, %1$I.knowledge_documents_rum;
-            DROP TABLE IF EXISTS %1$I.memory_lexemes, %1$I.knowledge_lexemes, %1$I.lexeme_totals;
+            DROP TABLE IF EXISTS %1$I.memory_lexemes, %1$I.knowledge_lexemes, %1$I.lexeme_totals,
+                %1$I.idf_basis, %1$I.idf_basis_totals;
         $f$, r.schema_name);
     END LOOP;
 END;

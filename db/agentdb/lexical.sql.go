@@ -220,7 +220,7 @@ type MemoryEmbeddingLexemesRow struct {
 }
 
 // Queries of the offline embedder's IDF weights (daemon/embed,
-// sql/00026_text_ranking.sql, sql/00027_lexeme_basis.sql): a document's
+// sql/00026_text_ranking.sql): a document's
 // lexemes come from its tsv column, their document frequencies from the
 // store's statistics.
 // MemoryEmbeddingLexemes returns the full-text lexemes, with positions and

@@ -1,5 +1,5 @@
 -- Queries of the offline embedder's IDF weights (daemon/embed,
--- sql/00026_text_ranking.sql, sql/00027_lexeme_basis.sql): a document's
+-- sql/00026_text_ranking.sql): a document's
 -- lexemes come from its tsv column, their document frequencies from the
 -- store's statistics.
 

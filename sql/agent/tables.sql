@@ -105,7 +105,7 @@ CREATE TABLE lexeme_totals (
     lexemes bigint NOT NULL
 );
 
--- The IDF basis of the offline embedder's vectors (sql/00027_lexeme_basis.sql).
+-- The IDF basis of the offline embedder's vectors (sql/00026_text_ranking.sql).
 CREATE TABLE idf_basis (
     store  text NOT NULL,
     lexeme text NOT NULL,

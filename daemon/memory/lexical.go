@@ -21,14 +21,18 @@ type LexicalEmbedder interface {
 	EmbedLexical(ctx context.Context, texts []embed.LexicalText) ([][]float32, error)
 }
 
-// lexical returns the store's embedder as a LexicalEmbedder when it wants
-// lexical texts, else nil.
-func (s *Store) lexical() LexicalEmbedder {
-	if lx, ok := s.embedder.(LexicalEmbedder); ok && lx.Lexical() {
+// AsLexical returns e as a LexicalEmbedder when it wants lexical texts,
+// else nil.
+func AsLexical(e any) LexicalEmbedder {
+	if lx, ok := e.(LexicalEmbedder); ok && lx.Lexical() {
 		return lx
 	}
 	return nil
 }
+
+// lexical returns the store's embedder as a LexicalEmbedder when it wants
+// lexical texts, else nil.
+func (s *Store) lexical() LexicalEmbedder { return AsLexical(s.embedder) }
 
 // statsStore names the full-text statistics (lexeme_totals.store) of a
 // query store: memory for the session store, knowledge for knowledge.
@@ -42,15 +46,15 @@ func statsStore(store string) string {
 // embedQuery embeds the text of a query of agent target's store: as a
 // lexical text with today's statistics for a lexical embedder, else
 // through the provider.
-func (s *Store) embedQuery(ctx context.Context, target, store, text string) ([][]float32, error) {
-	if s.lexical() == nil {
-		return s.embedder.Embed(ctx, []string{text})
+func (s *Store) embedQuery(ctx context.Context, target, store, text string) ([]float32, error) {
+	if s.lexical() != nil {
+		return s.lexicalQueryVector(ctx, scope{schema: target}, store, text)
 	}
-	v, err := s.lexicalQueryVector(ctx, scope{schema: target}, store, text)
+	vecs, err := s.embedder.Embed(ctx, []string{text})
 	if err != nil {
 		return nil, err
 	}
-	return [][]float32{v}, nil
+	return vecs[0], nil
 }
 
 // EmbedQuery returns the vector that semantic search would make of text
@@ -60,11 +64,7 @@ func (s *Store) EmbedQuery(ctx context.Context, target, store, text string) ([]f
 	if s.embedder == nil {
 		return nil, fmt.Errorf("no embedder configured")
 	}
-	vecs, err := s.embedQuery(ctx, target, store, text)
-	if err != nil {
-		return nil, err
-	}
-	return vecs[0], nil
+	return s.embedQuery(ctx, target, store, text)
 }
 
 // lexicalQueryVector embeds a query text for a lexical embedder: its

@@ -518,7 +518,7 @@ func (s *Store) queryVector(ctx context.Context, q *query, dims int) (*pgvector.
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.queryEmbedTimeout)
 	defer cancel()
-	vecs, err := s.embedQuery(ctx, q.target, q.store, q.text)
+	vec, err := s.embedQuery(ctx, q.target, q.store, q.text)
 	if err != nil {
 		s.mu.Lock()
 		s.embedFailAt, s.embedFailErr = s.now(), err.Error()
@@ -529,7 +529,7 @@ func (s *Store) queryVector(ctx context.Context, q *query, dims int) (*pgvector.
 	s.mu.Lock()
 	s.embedFailAt, s.embedFailErr = time.Time{}, ""
 	s.mu.Unlock()
-	v := pgvector.NewVector(vecs[0])
+	v := pgvector.NewVector(vec)
 	return &v, ""
 }
 

@@ -51,17 +51,17 @@ func splitText(text string) (required, phrases, loose string) {
 
 // orQuery is the tsquery text ORing lexemes, each quoted.
 func orQuery(lexemes []string) string {
-	return strings.Join(quoteLexemes(lexemes), " | ")
-}
-
-// quoteLexemes returns each lexeme as the text of a tsquery matching it
-// alone, quoted so that no character of it is read as an operator.
-func quoteLexemes(lexemes []string) []string {
 	quoted := make([]string, len(lexemes))
 	for i, l := range lexemes {
-		quoted[i] = "'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(l) + "'"
+		quoted[i] = quoteLexeme(l)
 	}
-	return quoted
+	return strings.Join(quoted, " | ")
+}
+
+// quoteLexeme is the text of a tsquery matching lexeme alone, quoted so
+// that no character of it is read as an operator.
+func quoteLexeme(lexeme string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `''`).Replace(lexeme) + "'"
 }
 
 // Rarity classes of a query word, by the share of the store's documents
@@ -115,7 +115,7 @@ func rankTerms(terms []termStat, docs int64, budget int) textTerms {
 			t.common = append(t.common, w.lexeme)
 		}
 		if postings += w.docs; postings <= int64(budget) {
-			t.find = append(t.find, quoteLexemes([]string{w.lexeme})[0])
+			t.find = append(t.find, quoteLexeme(w.lexeme))
 		} else {
 			t.partial = true
 		}

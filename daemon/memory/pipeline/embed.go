@@ -119,12 +119,7 @@ func (w *EmbedWorker) Work(ctx context.Context, job *river.Job[memory.EmbedArgs]
 
 // lexical returns the worker's embedder as a memory.LexicalEmbedder when
 // it wants lexical texts, else nil.
-func (w *EmbedWorker) lexical() memory.LexicalEmbedder {
-	if lx, ok := w.Embedder.(memory.LexicalEmbedder); ok && lx.Lexical() {
-		return lx
-	}
-	return nil
-}
+func (w *EmbedWorker) lexical() memory.LexicalEmbedder { return memory.AsLexical(w.Embedder) }
 
 // embed embeds docs: their lexical texts for a lexical embedder, else
 // their texts.

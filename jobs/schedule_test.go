@@ -135,7 +135,9 @@ func mustTime(t *testing.T, s string) time.Time {
 // TestScheduleFireFollowsTheClock runs fires on an injected clock: on
 // time, late with each missed-run policy, and across a daylight-saving
 // change, checking each fire's row, its message in the inbox, and the
-// next run armed in the schedule's zone.
+// next run armed in the schedule's zone. The dates lie years ahead of the
+// real clock, which River's scheduler follows: a next run armed in the
+// real past would be promoted and run while the test looks at it.
 func TestScheduleFireFollowsTheClock(t *testing.T) {
 	t.Parallel()
 	b := setupSchedules(t)
@@ -147,17 +149,17 @@ func TestScheduleFireFollowsTheClock(t *testing.T) {
 		next                           string // empty: the schedule is done
 	}{
 		{"OnTimeCronArmsTheNextDay", "cron", "0 8 * * *", "Europe/Berlin", jobs.MissedSkip,
-			"2026-01-05T08:00:00+01:00", "2026-01-05T08:00:40+01:00", "fired", "2026-01-06T08:00:00+01:00"},
+			"2036-01-05T08:00:00+01:00", "2036-01-05T08:00:40+01:00", "fired", "2036-01-06T08:00:00+01:00"},
 		{"LateWithSkipFiresNothing", "cron", "0 8 * * *", "Europe/Berlin", jobs.MissedSkip,
-			"2026-01-05T08:00:00+01:00", "2026-01-07T09:30:00+01:00", "skipped", "2026-01-08T08:00:00+01:00"},
+			"2036-01-05T08:00:00+01:00", "2036-01-07T09:30:00+01:00", "skipped", "2036-01-08T08:00:00+01:00"},
 		{"LateWithRunOnceFiresOnce", "cron", "0 8 * * *", "Europe/Berlin", jobs.MissedRunOnce,
-			"2026-01-05T08:00:00+01:00", "2026-01-07T09:30:00+01:00", "fired_late", "2026-01-08T08:00:00+01:00"},
+			"2036-01-05T08:00:00+01:00", "2036-01-07T09:30:00+01:00", "fired_late", "2036-01-08T08:00:00+01:00"},
 		{"NextRunAcrossSpringForward", "cron", "30 2 * * *", "America/New_York", jobs.MissedSkip,
-			"2026-03-07T02:30:00-05:00", "2026-03-07T02:30:01-05:00", "fired", "2026-03-08T03:00:00-04:00"},
+			"2036-03-08T02:30:00-05:00", "2036-03-08T02:30:01-05:00", "fired", "2036-03-09T03:00:00-04:00"},
 		{"OneShotOnTimeEnds", "once", "", "Asia/Kolkata", jobs.MissedRunOnce,
-			"2026-06-01T09:00:00+05:30", "2026-06-01T09:00:05+05:30", "fired", ""},
+			"2036-06-01T09:00:00+05:30", "2036-06-01T09:00:05+05:30", "fired", ""},
 		{"OneShotMissedWithSkipEndsSilently", "once", "", "UTC", jobs.MissedSkip,
-			"2026-06-01T09:00:00Z", "2026-06-01T12:00:00Z", "skipped", ""},
+			"2036-06-01T09:00:00Z", "2036-06-01T12:00:00Z", "skipped", ""},
 	}
 	for _, tt := range tests {
 		// One at a time: they share the clock.

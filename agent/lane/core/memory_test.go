@@ -295,6 +295,8 @@ func TestCoreManualCompaction(t *testing.T) {
 		t.Errorf("prompt after the compaction: %d steps, summary %q", modelSteps(r), r.System())
 	}
 	b.waitMessage(t, fmt.Sprintf(`Core job "j": compacted %d earlier messages into its reference summary`, res.Folded))
+	// core_stopped is committed a moment before the job leaves the set.
+	waitFor(t, "j to leave the live set", func() bool { return !b.jobs.Running() })
 	if got := b.jobs.Compact(); len(got) != 0 {
 		t.Errorf("compactions of ended jobs: %v", got)
 	}

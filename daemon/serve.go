@@ -16,6 +16,8 @@ import (
 
 	"github.com/choirhq/choir/daemon/adminapi"
 	"github.com/choirhq/choir/daemon/agentapi"
+	"github.com/choirhq/choir/daemon/runtime"
+	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/daemon/toolsearch"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
@@ -82,36 +84,9 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 	d.rpc = srv
 	d.SetRPC(srv)
 
-	var agentLn net.Listener
-	switch opts.Transport {
-	case "", TransportUDS:
-		if agentLn, err = rpc.ListenUnix(ctx, AgentSocketPath(d.home)); err != nil {
-			return nil, fmt.Errorf("agent protocol socket: %w", err)
-		}
-		d.logger.InfoContext(ctx, "agent protocol listening", slog.String("transport", TransportUDS),
-			slog.String("socket", AgentSocketPath(d.home)))
-	case TransportHTTP:
-		files := rpc.TLSFiles{CertFile: opts.TLSCert, KeyFile: opts.TLSKey}
-		if files.CertFile == "" {
-			host, _, _ := net.SplitHostPort(opts.Listen)
-			var created bool
-			files, created, err = rpc.EnsureSelfSignedCert(filepath.Join(d.home, "tls"), []string{host, "localhost", "127.0.0.1"})
-			if err != nil {
-				return nil, fmt.Errorf("self-signed certificate: %w", err)
-			}
-			d.logger.InfoContext(ctx, "using a self-signed certificate", slog.String("cert", files.CertFile), slog.Bool("created", created))
-		}
-		tlsCfg, err := rpc.ServerTLSConfig(files)
-		if err != nil {
-			return nil, err
-		}
-		if agentLn, err = rpc.ListenTCP(ctx, opts.Listen, tlsCfg); err != nil {
-			return nil, err
-		}
-		d.logger.InfoContext(ctx, "agent protocol listening", slog.String("transport", TransportHTTP),
-			slog.String("address", agentLn.Addr().String()), slog.String("cert", files.CertFile))
-	default:
-		return nil, fmt.Errorf("unknown transport %q: want %s or %s", opts.Transport, TransportUDS, TransportHTTP)
+	agentLn, err := d.listenAgents(ctx, opts)
+	if err != nil {
+		return nil, err
 	}
 
 	adminLn, err := admin.Listen(ctx, admin.SocketPath(d.home))
@@ -130,6 +105,62 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 		s.errs <- admin.Serve(ctx, adminLn, mux, admin.ServeOptions{Logger: d.logger.With(slog.String("component", "admin"))})
 	})
 	return s, nil
+}
+
+// listenAgents listens on the agent protocol's transport: the Unix socket,
+// or TCP with TLS for HTTP+SSE, which the agents the runtime starts are
+// then told to use, with the certificate to trust.
+func (d *Daemon) listenAgents(ctx context.Context, opts Options) (net.Listener, error) {
+	switch opts.Transport {
+	case "", TransportUDS:
+		ln, err := rpc.ListenUnix(ctx, AgentSocketPath(d.home))
+		if err != nil {
+			return nil, fmt.Errorf("agent protocol socket: %w", err)
+		}
+		d.logger.InfoContext(ctx, "agent protocol listening", slog.String("transport", TransportUDS),
+			slog.String("socket", AgentSocketPath(d.home)))
+		return ln, nil
+	case TransportHTTP:
+	default:
+		return nil, fmt.Errorf("unknown transport %q: want %s or %s", opts.Transport, TransportUDS, TransportHTTP)
+	}
+	if d.runtime != nil && d.runtime.Name() == docker.Name {
+		// Refused before anything listens: agents in containers could
+		// never connect.
+		if err := docker.CheckControlAddr(opts.Listen); err != nil {
+			return nil, fmt.Errorf("--transport=http with the docker runtime: %w", err)
+		}
+	}
+	files := rpc.TLSFiles{CertFile: opts.TLSCert, KeyFile: opts.TLSKey}
+	if files.CertFile == "" {
+		host, _, _ := net.SplitHostPort(opts.Listen)
+		// The certificate covers the name containers reach the host by.
+		var created bool
+		var err error
+		files, created, err = rpc.EnsureSelfSignedCert(filepath.Join(d.home, "tls"),
+			[]string{host, "localhost", "127.0.0.1", runtime.ContainerHostName})
+		if err != nil {
+			return nil, fmt.Errorf("self-signed certificate: %w", err)
+		}
+		d.logger.InfoContext(ctx, "using a self-signed certificate", slog.String("cert", files.CertFile), slog.Bool("created", created))
+	}
+	tlsCfg, err := rpc.ServerTLSConfig(files)
+	if err != nil {
+		return nil, err
+	}
+	caCert, err := filepath.Abs(files.CertFile)
+	if err != nil {
+		return nil, fmt.Errorf("certificate path: %w", err)
+	}
+	ln, err := rpc.ListenTCP(ctx, opts.Listen, tlsCfg)
+	if err != nil {
+		return nil, err
+	}
+	// The address as bound: a port 0 in --listen is known only now.
+	d.SetAgentHTTP(ln.Addr().String(), caCert)
+	d.logger.InfoContext(ctx, "agent protocol listening", slog.String("transport", TransportHTTP),
+		slog.String("address", ln.Addr().String()), slog.String("cert", caCert))
+	return ln, nil
 }
 
 // hostTools are the tools choird runs for agents: memory, schedules and

@@ -53,7 +53,8 @@ type Options struct {
 	// OSImage is the operating-system image agent builds start from.
 	OSImage string
 	// AgentSocket is the agent protocol's Unix socket, mounted into
-	// agents the runtime starts.
+	// agents the runtime starts; SetAgentHTTP replaces it when choird
+	// serves agents over HTTP+SSE.
 	AgentSocket string
 }
 
@@ -78,6 +79,9 @@ type Control struct {
 	river   jobs.Inserter
 	rpc     Pusher
 	gateway *gateway.Gateway
+	// agentAddr and agentCACert are choird's HTTP+SSE listener and its
+	// certificate, when agents reach choird over HTTP (SetAgentHTTP).
+	agentAddr, agentCACert string
 
 	// snap is the running configuration, swapped whole (configctl.go).
 	snap atomic.Pointer[Snapshot]
@@ -102,6 +106,14 @@ func New(o Options) *Control {
 // SetRuntime sets the runtime that runs agents; without one, agents
 // cannot be started.
 func (d *Control) SetRuntime(rt runtime.Runtime) { d.runtime = rt }
+
+// SetAgentHTTP makes the agents the runtime starts reach choird over
+// HTTP+SSE, at the listener bound to addr presenting the certificate in
+// caCert, instead of on the Unix socket. It is set once, before choird
+// serves.
+func (d *Control) SetAgentHTTP(addr, caCert string) {
+	d.opts.AgentSocket, d.agentAddr, d.agentCACert = "", addr, caCert
+}
 
 // SetJobs sets the job queue that control commands enqueue on.
 func (d *Control) SetJobs(ins jobs.Inserter) { d.river = ins }
@@ -221,7 +233,8 @@ func (d *Control) AgentStart(ctx context.Context, sc Scope, agentID string, o ad
 		return admin.AgentStatus{}, err
 	}
 	spec := runtime.Spec{AgentID: agentID, SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken,
-		Image: d.agentImage(agentID), Workspace: ws, ControlSocket: d.opts.AgentSocket}
+		Image: d.agentImage(agentID), Workspace: ws, ControlSocket: d.opts.AgentSocket,
+		ControlAddr: d.agentAddr, ControlCACert: d.agentCACert}
 	inst, err := d.runtime.Start(ctx, spec)
 	if err != nil {
 		if derr := discardSession(context.WithoutCancel(ctx), d.pool, s.Session.SessionID); derr != nil {

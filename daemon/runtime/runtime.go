@@ -9,9 +9,10 @@
 // # The contract an agent sees
 //
 // Both runtimes give the agent the same environment ([Env]): its agent id
-// and session id, the runtime's name, where its workspace and control
-// socket are, and a private writable HOME, plus the spec's extra non-secret
-// variables (control-plane flags and the like). Secrets never travel in the
+// and session id, the runtime's name, where its workspace is, how it
+// reaches choird (a Unix socket, or an HTTPS endpoint and the certificate
+// to trust for it), and a private writable HOME, plus the spec's extra
+// non-secret variables. Secrets never travel in the
 // environment (spec 14.1): an agent fetches them with GET_SECRETS,
 // authenticated by the lease token.
 //
@@ -25,6 +26,19 @@
 // /dev/null in its place. Under docker the workspace is /workspace and the
 // socket /run/choir.sock (bind mounts of the host paths); under process
 // they are the host paths themselves.
+//
+// # The HTTP transport
+//
+// When choird serves the agent protocol over HTTP+SSE ([Spec.ControlAddr]),
+// the agent gets CHOIR_CONTROL_PLANE=http, the endpoint as it can reach it
+// (CHOIR_ENDPOINT) and the certificate file to trust (CHOIR_CA_CERT), a
+// public certificate, never a key. The process runtime gives the loopback
+// address (or the address choird listens on, when it names one) and the
+// host's file; the docker runtime gives https://[ContainerHostName]:<port>,
+// a name the container resolves to the host (the address choird listens
+// on, or the default bridge's gateway when choird listens on every
+// address), and mounts the certificate read-only at [ContainerCACert]. The
+// lease token travels on standard input as with the socket.
 //
 // # Instances, orphans and exits
 //
@@ -42,6 +56,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -114,6 +129,13 @@ const (
 	// EnvSocket is where the agent finds choird's Unix socket; unset when
 	// the spec has no ControlSocket (HTTP transport).
 	EnvSocket = "CHOIR_SOCKET"
+	// EnvControlPlane is the transport to choird: "uds", or "http" when
+	// the spec has a ControlAddr.
+	EnvControlPlane = "CHOIR_CONTROL_PLANE"
+	// EnvEndpoint is choird's HTTPS endpoint as the agent reaches it, and
+	// EnvCACert the certificate file it trusts for it (HTTP transport).
+	EnvEndpoint = "CHOIR_ENDPOINT"
+	EnvCACert   = "CHOIR_CA_CERT"
 	// EnvHome (HOME) is a private writable directory: /tmp in a container,
 	// a per-instance directory for a process.
 	EnvHome = "HOME"
@@ -123,6 +145,18 @@ const (
 const (
 	ContainerWorkspace = "/workspace"
 	ContainerSocket    = "/run/choir.sock"
+	// ContainerCACert is choird's certificate, with the HTTP transport.
+	ContainerCACert = "/run/choir-ca.pem"
+)
+
+// ContainerHostName is the name by which a container reaches choird's
+// HTTP listener on the host; choird's self-signed certificate covers it.
+const ContainerHostName = "host.docker.internal"
+
+// Transports, as CHOIR_CONTROL_PLANE names them.
+const (
+	TransportUDS  = "uds"
+	TransportHTTP = "http"
 )
 
 // Limits bound an instance's resources. The docker runtime enforces them
@@ -174,6 +208,13 @@ type Spec struct {
 	// ControlSocket is choird's Unix socket on the host for this agent;
 	// empty when the agent reaches choird over HTTP.
 	ControlSocket string
+	// ControlAddr is the address (host:port, as bound) of choird's
+	// HTTP+SSE listener, when the agent reaches choird over HTTP; each
+	// runtime turns it into an endpoint its agent can reach.
+	// ControlCACert is the host's PEM file of the certificate that
+	// listener presents. Either ControlSocket or ControlAddr, not both.
+	ControlAddr   string
+	ControlCACert string
 	Limits        Limits
 	// Labels are further labels; names under "choir." other than the
 	// contract's are allowed, the contract's are refused.
@@ -225,6 +266,9 @@ func (s Spec) Validate() error {
 			bad("control socket %s: not a Unix socket", s.ControlSocket)
 		}
 	}
+	if s.ControlAddr != "" {
+		errs = append(errs, s.validateHTTP()...)
+	}
 	for _, k := range slices.Sorted(maps.Keys(s.Env)) {
 		switch {
 		case !envKeyRE.MatchString(k):
@@ -250,7 +294,37 @@ func (s Spec) Validate() error {
 	return nil
 }
 
-var contractEnv = []string{EnvAgentID, EnvSessionID, EnvLeaseToken, EnvLeaseTokenFD, EnvRuntime, EnvWorkspace, EnvSocket, EnvHome}
+// validateHTTP checks the HTTP transport's fields.
+func (s Spec) validateHTTP() []error {
+	var errs []error
+	if s.ControlSocket != "" {
+		errs = append(errs, fmt.Errorf("control socket %s and control address %s: give one transport, not both", s.ControlSocket, s.ControlAddr))
+	}
+	if _, port, err := net.SplitHostPort(s.ControlAddr); err != nil || port == "" || port == "0" {
+		errs = append(errs, fmt.Errorf("control address %q: want the listener's host:port as bound", s.ControlAddr))
+	}
+	switch fi, err := os.Stat(s.ControlCACert); {
+	case s.ControlCACert == "":
+		errs = append(errs, fmt.Errorf("control address %s: no certificate file for the agent to trust", s.ControlAddr))
+	case !filepath.IsAbs(s.ControlCACert):
+		errs = append(errs, fmt.Errorf("control certificate %s: not an absolute path", s.ControlCACert))
+	case err != nil:
+		errs = append(errs, fmt.Errorf("control certificate %s: %v", s.ControlCACert, errors.Unwrap(err)))
+	case !fi.Mode().IsRegular():
+		errs = append(errs, fmt.Errorf("control certificate %s: not a regular file", s.ControlCACert))
+	}
+	return errs
+}
+
+var contractEnv = []string{EnvAgentID, EnvSessionID, EnvLeaseToken, EnvLeaseTokenFD, EnvRuntime, EnvWorkspace, EnvSocket, EnvHome,
+	EnvControlPlane, EnvEndpoint, EnvCACert}
+
+// Reach is how an agent reaches choird, as the agent sees it: a Unix
+// socket, or an HTTPS endpoint and the certificate file to trust for it.
+type Reach struct {
+	Socket           string
+	Endpoint, CACert string
+}
 
 // MaxLeaseTokenBytes bounds the token an agent reads from its standard
 // input.
@@ -262,7 +336,7 @@ const LeaseTokenFD = "0"
 // Env returns the agent's environment, sorted: the contract's variables
 // with the paths the agent sees, then spec.Env. It never holds the lease
 // token, only where to read it.
-func Env(runtimeName string, s Spec, workspace, socket, home string) []string {
+func Env(runtimeName string, s Spec, workspace, home string, reach Reach) []string {
 	env := []string{
 		EnvAgentID + "=" + s.AgentID,
 		EnvSessionID + "=" + s.SessionID,
@@ -271,8 +345,14 @@ func Env(runtimeName string, s Spec, workspace, socket, home string) []string {
 		EnvWorkspace + "=" + workspace,
 		EnvHome + "=" + home,
 	}
-	if socket != "" {
-		env = append(env, EnvSocket+"="+socket)
+	switch {
+	case reach.Endpoint != "":
+		env = append(env, EnvControlPlane+"="+TransportHTTP, EnvEndpoint+"="+reach.Endpoint, EnvCACert+"="+reach.CACert)
+	default:
+		env = append(env, EnvControlPlane+"="+TransportUDS)
+		if reach.Socket != "" {
+			env = append(env, EnvSocket+"="+reach.Socket)
+		}
 	}
 	for k, v := range s.Env {
 		env = append(env, k+"="+v)
@@ -364,4 +444,18 @@ func RemoveOrphans(ctx context.Context, rt Runtime, keep func(Instance) bool) ([
 		removed = append(removed, inst)
 	}
 	return removed, errors.Join(errs...)
+}
+
+// HostEndpoint is the HTTPS endpoint of choird's listener at addr as a
+// process on the host reaches it: the address itself, or the loopback
+// address when choird listens on every address (0.0.0.0 or ::).
+func HostEndpoint(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return "https://" + addr
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "https://" + net.JoinHostPort(host, port)
 }

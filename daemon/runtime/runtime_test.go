@@ -29,7 +29,7 @@ func validSpec(t *testing.T) runtime.Spec {
 	return runtime.Spec{
 		AgentID: "agent-1", SessionID: "0b7e6f1c-55aa-4e0e-9d1e-2c1f1d3a9e10", LeaseToken: "tok",
 		Workspace: dir, ControlSocket: sock,
-		Env:    map[string]string{"CHOIR_CONTROL_PLANE": "uds"},
+		Env:    map[string]string{"CHOIR_EXTRA": "x"},
 		Labels: map[string]string{"choir.extra": "x"},
 	}
 }
@@ -57,6 +57,13 @@ func TestSpecValidate(t *testing.T) {
 		}, want: []string{"not a Unix socket"}},
 		{name: "MissingSocket", modify: func(s *runtime.Spec) { s.ControlSocket += ".gone" }, want: []string{"is choird's agent listener up?"}},
 		{name: "ReservedEnv", modify: func(s *runtime.Spec) { s.Env[runtime.EnvLeaseToken] = "x"; s.Env["HOME"] = "/" }, want: []string{"CHOIR_LEASE_TOKEN: set by the runtime", "HOME: set by the runtime"}},
+		{name: "HTTPIsFine", modify: func(s *runtime.Spec) {
+			s.ControlSocket, s.ControlAddr, s.ControlCACert = "", "127.0.0.1:9400", filepath.Join(s.Workspace, "ca.pem")
+			os.WriteFile(s.ControlCACert, []byte("pem"), 0o644)
+		}},
+		{name: "SocketAndHTTP", modify: func(s *runtime.Spec) { s.ControlAddr = "127.0.0.1:9400" }, want: []string{"give one transport, not both", "no certificate file"}},
+		{name: "HTTPPortUnknown", modify: func(s *runtime.Spec) { s.ControlSocket, s.ControlAddr = "", "127.0.0.1:0" }, want: []string{`control address "127.0.0.1:0"`}},
+		{name: "ReservedTransportEnv", modify: func(s *runtime.Spec) { s.Env[runtime.EnvEndpoint] = "https://evil" }, want: []string{"CHOIR_ENDPOINT: set by the runtime"}},
 		{name: "BadEnvName", modify: func(s *runtime.Spec) { s.Env["lower"] = "x" }, want: []string{`"lower": name must match`}},
 		{name: "NULInEnv", modify: func(s *runtime.Spec) { s.Env["X"] = "a\x00b" }, want: []string{"NUL"}},
 		{name: "ReservedLabel", modify: func(s *runtime.Spec) { s.Labels[runtime.LabelManaged] = "false" }, want: []string{"label choir.managed: set by the runtime"}},
@@ -90,9 +97,9 @@ func TestSpecValidate(t *testing.T) {
 func TestEnvAndLabels(t *testing.T) {
 	t.Parallel()
 	s := validSpec(t)
-	env := runtime.Env("docker", s, "/workspace", "/run/choir.sock", "/tmp")
+	env := runtime.Env("docker", s, "/workspace", "/tmp", runtime.Reach{Socket: "/run/choir.sock"})
 	want := []string{
-		"CHOIR_AGENT_ID=agent-1", "CHOIR_CONTROL_PLANE=uds", "CHOIR_LEASE_TOKEN_FD=0", "CHOIR_RUNTIME=docker",
+		"CHOIR_AGENT_ID=agent-1", "CHOIR_CONTROL_PLANE=uds", "CHOIR_EXTRA=x", "CHOIR_LEASE_TOKEN_FD=0", "CHOIR_RUNTIME=docker",
 		"CHOIR_SESSION_ID=" + s.SessionID, "CHOIR_SOCKET=/run/choir.sock", "CHOIR_WORKSPACE=/workspace", "HOME=/tmp",
 	}
 	if !slices.Equal(env, want) {
@@ -101,13 +108,24 @@ func TestEnvAndLabels(t *testing.T) {
 	// The token reaches the agent on its standard input, never in its
 	// environment, where what the agent starts could read it.
 	s.LeaseToken = "lease-token-never-in-the-environment"
-	for _, kv := range runtime.Env("process", s, "/w", "/s", "/h") {
+	for _, kv := range runtime.Env("process", s, "/w", "/h", runtime.Reach{Socket: "/s"}) {
 		if strings.Contains(kv, s.LeaseToken) {
 			t.Errorf("the lease token is in the environment: %s", kv)
 		}
 	}
-	if env := runtime.Env("process", s, "/w", "", "/h"); slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "CHOIR_SOCKET=") }) {
+	if env := runtime.Env("process", s, "/w", "/h", runtime.Reach{}); slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "CHOIR_SOCKET=") }) {
 		t.Errorf("CHOIR_SOCKET set without a socket: %q", env)
+	}
+	// Over HTTP the agent learns the endpoint and the certificate file,
+	// and no socket.
+	env = runtime.Env("docker", s, "/workspace", "/tmp", runtime.Reach{Endpoint: "https://host.docker.internal:9400", CACert: "/run/choir-ca.pem"})
+	for _, kv := range []string{"CHOIR_CONTROL_PLANE=http", "CHOIR_ENDPOINT=https://host.docker.internal:9400", "CHOIR_CA_CERT=/run/choir-ca.pem"} {
+		if !slices.Contains(env, kv) {
+			t.Errorf("HTTP environment lacks %s: %q", kv, env)
+		}
+	}
+	if slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "CHOIR_SOCKET=") }) {
+		t.Errorf("CHOIR_SOCKET set over HTTP: %q", env)
 	}
 	l := runtime.Labels("process", s)
 	if l[runtime.LabelManaged] != "true" || l[runtime.LabelAgentID] != "agent-1" || l[runtime.LabelSessionID] != s.SessionID ||

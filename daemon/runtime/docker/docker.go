@@ -14,7 +14,13 @@
 //   - exactly two mounts: the workspace at /workspace and, with the Unix
 //     transport, choird's socket at /run/choir.sock (read-only: connecting
 //     needs no write access to the mount, and the agent cannot chmod or
-//     replace the socket). No engine socket, ever.
+//     replace the socket), or with the HTTP transport choird's public
+//     certificate at /run/choir-ca.pem (read-only). No engine socket, ever.
+//   - with the HTTP transport, one extra host: [runtime.ContainerHostName]
+//     resolves to the address choird listens on, or to the engine's
+//     host-gateway (the default bridge's gateway on the host) when choird
+//     listens on every address. A listener on loopback alone cannot be
+//     reached from a container and is refused ([CheckControlAddr]).
 //   - the network named in [Options.Network], "bridge" by default: the
 //     agent must reach LLM and other HTTPS endpoints, so it gets NAT-ed
 //     outbound access through the engine's bridge, but never the host's
@@ -315,6 +321,11 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 	if err := r.GrantSocket(spec.ControlSocket); err != nil {
 		return runtime.Instance{}, fmt.Errorf("start agent %s: %w", spec.AgentID, err)
 	}
+	if spec.ControlAddr != "" {
+		if err := CheckControlAddr(spec.ControlAddr); err != nil {
+			return runtime.Instance{}, fmt.Errorf("%w for agent %s: %w", runtime.ErrInvalidSpec, spec.AgentID, err)
+		}
+	}
 	name := ContainerName(spec)
 	created, err := r.cli.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name:       name,
@@ -452,14 +463,47 @@ func (r *Runtime) labels(spec runtime.Spec) map[string]string {
 	return l
 }
 
-func (r *Runtime) containerConfig(spec runtime.Spec) *container.Config {
-	socket := ""
-	if spec.ControlSocket != "" {
-		socket = runtime.ContainerSocket
+// CheckControlAddr refuses an HTTP listener address that no container can
+// reach: one on loopback alone (the container's loopback is its own).
+func CheckControlAddr(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("choird's agent listener %q: %w", addr, err)
 	}
+	if ip := net.ParseIP(host); host == "localhost" || (ip != nil && ip.IsLoopback()) {
+		return fmt.Errorf("choird's agent listener %s is on loopback, which no container can reach: "+
+			"start choird with --listen on the Docker bridge's gateway (for example --listen 172.17.0.1:%s) or on 0.0.0.0:%s", addr, port, port)
+	}
+	return nil
+}
+
+// hostAddress is what [runtime.ContainerHostName] resolves to in the
+// container: the address choird listens on, or the engine's host-gateway
+// when it listens on every address.
+func hostAddress(addr string) string {
+	host, _, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); host == "" || ip == nil || ip.IsUnspecified() {
+		return "host-gateway"
+	}
+	return host
+}
+
+// reach is how the container's agent reaches choird.
+func reach(spec runtime.Spec) runtime.Reach {
+	switch {
+	case spec.ControlAddr != "":
+		_, port, _ := net.SplitHostPort(spec.ControlAddr)
+		return runtime.Reach{Endpoint: "https://" + net.JoinHostPort(runtime.ContainerHostName, port), CACert: runtime.ContainerCACert}
+	case spec.ControlSocket != "":
+		return runtime.Reach{Socket: runtime.ContainerSocket}
+	}
+	return runtime.Reach{}
+}
+
+func (r *Runtime) containerConfig(spec runtime.Spec) *container.Config {
 	cfg := &container.Config{
 		Image:      spec.Image,
-		Env:        runtime.Env(Name, spec, runtime.ContainerWorkspace, socket, "/tmp"),
+		Env:        runtime.Env(Name, spec, runtime.ContainerWorkspace, "/tmp", reach(spec)),
 		Labels:     r.labels(spec),
 		WorkingDir: runtime.ContainerWorkspace,
 		User:       r.opts.User,
@@ -498,6 +542,17 @@ func (r *Runtime) hostConfig(spec runtime.Spec) *container.HostConfig {
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 		})
 	}
+	var extraHosts []string
+	if spec.ControlAddr != "" {
+		mounts = append(mounts, mount.Mount{
+			Type:        mount.TypeBind,
+			Source:      spec.ControlCACert,
+			Target:      runtime.ContainerCACert,
+			ReadOnly:    true,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+		})
+		extraHosts = []string{runtime.ContainerHostName + ":" + hostAddress(spec.ControlAddr)}
+	}
 	run := fmt.Sprintf("rw,nosuid,nodev,noexec,size=%d,mode=0755", r.opts.RunSize)
 	if uid, gid, ok := numericUser(r.opts.User); ok && uid != 0 {
 		// A non-root agent must be able to use /run (ssh-agent socket).
@@ -505,7 +560,8 @@ func (r *Runtime) hostConfig(spec runtime.Spec) *container.HostConfig {
 	}
 	init := r.opts.Init
 	return &container.HostConfig{
-		Mounts: mounts,
+		Mounts:     mounts,
+		ExtraHosts: extraHosts,
 		Tmpfs: map[string]string{
 			"/tmp": fmt.Sprintf("rw,nosuid,nodev,size=%d,mode=1777", r.opts.TmpSize),
 			"/run": run,

@@ -228,7 +228,11 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 
 	cmd := exec.Command(r.opts.Binary, spec.Args...)
 	cmd.Dir = spec.Workspace
-	cmd.Env = append(r.baseEnv(), runtime.Env(Name, spec, spec.Workspace, spec.ControlSocket, home)...)
+	reach := runtime.Reach{Socket: spec.ControlSocket}
+	if spec.ControlAddr != "" {
+		reach = runtime.Reach{Endpoint: runtime.HostEndpoint(spec.ControlAddr), CACert: spec.ControlCACert}
+	}
+	cmd.Env = append(r.baseEnv(), runtime.Env(Name, spec, spec.Workspace, home, reach)...)
 	cmd.Stdin = token
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

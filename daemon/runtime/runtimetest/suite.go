@@ -45,7 +45,7 @@ func (h *Harness) NewSpec(t testing.TB) runtime.Spec {
 		SessionID:     RandomHex(16),
 		LeaseToken:    "lease-" + RandomHex(16),
 		Image:         h.Image,
-		Env:           map[string]string{"CHOIR_CONTROL_PLANE": "uds"},
+		Env:           map[string]string{"CHOIR_EXTRA": "x"},
 		Workspace:     ws,
 		ControlSocket: h.Listener.Path,
 		Limits:        runtime.Limits{CPUs: 0.5, MemoryBytes: 128 << 20, PIDs: 64},
@@ -198,13 +198,13 @@ func scenarioEnvironmentHoldsOnlyTheContract(t *testing.T, h *Harness) {
 	spec := h.NewSpec(t)
 	_, conn := h.Start(t, spec)
 	allowed := append([]string{runtime.EnvAgentID, runtime.EnvSessionID, runtime.EnvLeaseTokenFD, runtime.EnvRuntime,
-		runtime.EnvWorkspace, runtime.EnvSocket, runtime.EnvHome, "CHOIR_CONTROL_PLANE", "HOSTNAME"}, h.BaseEnv...)
+		runtime.EnvWorkspace, runtime.EnvSocket, runtime.EnvHome, runtime.EnvControlPlane, "CHOIR_EXTRA", "HOSTNAME"}, h.BaseEnv...)
 	for _, kv := range conn.Hello.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		if !slices.Contains(allowed, k) {
 			t.Errorf("unexpected variable %s in the agent's environment", k)
 		}
-		if k == "CHOIR_CONTROL_PLANE" && v != "uds" {
+		if k == "CHOIR_EXTRA" && v != "x" {
 			t.Errorf("spec.Env not passed: %s", kv)
 		}
 		// Whatever the agent starts inherits its environment (and can

@@ -18,7 +18,7 @@ func main() {
 	fs := flag.NewFlagSet("choird", flag.ContinueOnError)
 	home := fs.String("home", config.DefaultHome(), "the .choir.d directory (env CHOIR_HOME)")
 	transport := fs.String("transport", daemon.TransportUDS, "agent protocol transport: uds or http")
-	listen := fs.String("listen", "127.0.0.1:9400", "address for --transport=http")
+	listen := fs.String("listen", "127.0.0.1:9400", "address for --transport=http (with --runtime=docker, one containers reach: 172.17.0.1:9400 or 0.0.0.0:9400)")
 	tlsCert := fs.String("tls-cert", "", "TLS certificate for --transport=http (default: self-signed in .choir.d/tls)")
 	tlsKey := fs.String("tls-key", "", "TLS key for --tls-cert")
 	rt := fs.String("runtime", "docker", "agent runtime: docker, or process (the agent binary as a child process, for development)")

@@ -1,7 +1,8 @@
 // Package jobs holds choird's River client, its queues and its schedule,
 // and the job kinds and workers of the control plane: crash detection,
-// approval timeouts, instance removal, outbound delivery and schedule fires
-// (their cron expressions are jobs/cron's), the slow, retryable or periodic
+// approval timeouts, instance removal, outbound delivery, schedule fires
+// (their cron expressions are jobs/cron's) and the cleanup of received
+// files, the slow, retryable or periodic
 // work that runs inside Postgres transactions. It also runs the memory
 // pipeline's workers, which it is handed (Deps.Memory) and does not own.
 // Each worker finishes its rows and completes its job in one transaction,
@@ -73,7 +74,9 @@ type Deps struct {
 	// nil when choird runs no runtime.
 	RemoveInstance func(ctx context.Context, sessionID uuid.UUID) error
 	// Workspaces returns the configured workspaces, name to directory:
-	// the only places the delivery worker opens and removes files.
+	// the only places the delivery worker opens and removes files, and
+	// those whose .choirtmp/recv the periodic cleanup empties of what
+	// agents are done with (RecvCleanWorker); nil runs no cleanup.
 	Workspaces func() map[string]string
 	// ScheduleFired is told of each schedule fire that queued a message,
 	// after its commit (ScheduleFireWorker.Fired).
@@ -145,6 +148,10 @@ func NewClient(deps Deps) (*Client, error) {
 	if err := river.AddWorkerSafely(workers, &ProposalApplyWorker{Apply: deps.ApplyProposal}); err != nil {
 		return nil, fmt.Errorf("register proposal apply worker: %w", err)
 	}
+	periodic, err := periodicJobs(deps, workers)
+	if err != nil {
+		return nil, err
+	}
 	if deps.Memory != nil {
 		if err := deps.Memory.AddWorkers(workers); err != nil {
 			return nil, err
@@ -182,11 +189,7 @@ func NewClient(deps Deps) (*Client, error) {
 		// queued right after another waits for the delivery queue's poll.
 		FetchCooldown: time.Millisecond,
 		Workers:       workers,
-		PeriodicJobs: []*river.PeriodicJob{
-			river.NewPeriodicJob(river.PeriodicInterval(deps.CrashInterval),
-				func() (river.JobArgs, *river.InsertOpts) { return CrashDetectArgs{}, nil },
-				&river.PeriodicJobOpts{ID: "crash_detect", RunOnStart: true}),
-		},
+		PeriodicJobs:  periodic,
 		// A job that hangs is rescued after a minute, not River's default
 		// hour; no job of ours legitimately runs that long.
 		RescueStuckJobsAfter: time.Minute,
@@ -199,6 +202,26 @@ func NewClient(deps Deps) (*Client, error) {
 		return nil, fmt.Errorf("create river client: %w", err)
 	}
 	return client, nil
+}
+
+// periodicJobs are crash detection and, with workspaces, the cleanup of
+// received files, whose worker it registers.
+func periodicJobs(deps Deps, workers *river.Workers) ([]*river.PeriodicJob, error) {
+	periodic := []*river.PeriodicJob{
+		river.NewPeriodicJob(river.PeriodicInterval(deps.CrashInterval),
+			func() (river.JobArgs, *river.InsertOpts) { return CrashDetectArgs{}, nil },
+			&river.PeriodicJobOpts{ID: "crash_detect", RunOnStart: true}),
+	}
+	if deps.Workspaces == nil {
+		return periodic, nil
+	}
+	if err := river.AddWorkerSafely(workers, &RecvCleanWorker{Pool: deps.Pool, Workspaces: deps.Workspaces,
+		Logger: deps.Logger.With(slog.String("component", "recv_clean"))}); err != nil {
+		return nil, fmt.Errorf("register received-file cleanup worker: %w", err)
+	}
+	return append(periodic, river.NewPeriodicJob(river.PeriodicInterval(RecvCleanInterval),
+		func() (river.JobArgs, *river.InsertOpts) { return RecvCleanArgs{}, nil },
+		&river.PeriodicJobOpts{ID: "recv_clean", RunOnStart: true})), nil
 }
 
 // quietRiver demotes River's periodic "Producer job counts" lines, logged

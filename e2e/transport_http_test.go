@@ -125,7 +125,9 @@ func checkContainerReach(t *testing.T, cli *client.Client, sessionID string) {
 			t.Errorf("container environment lacks %s: %q", want, env)
 		}
 	}
-	if !slices.ContainsFunc(env, func(kv string) bool { return strings.HasPrefix(kv, "CHOIR_ENDPOINT=https://"+runtime.ContainerHostName+":") }) {
+	if !slices.ContainsFunc(env, func(kv string) bool {
+		return strings.HasPrefix(kv, "CHOIR_ENDPOINT=https://"+runtime.ContainerHostName+":")
+	}) {
 		t.Errorf("container environment has no endpoint on %s: %q", runtime.ContainerHostName, env)
 	}
 	for _, kv := range env {

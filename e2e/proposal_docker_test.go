@@ -43,33 +43,59 @@ func dockerGateway(t *testing.T) string {
 }
 
 // proxy forwards every connection on addr to target (the scripted model
-// listens on loopback; a container reaches the host on docker0 only).
+// listens on loopback; a container reaches the host on docker0 only). At
+// cleanup it closes what is still open: a removed container's connection
+// may never be closed from its end (its network namespace is gone), and
+// the target keeps an idle one open for as long as it likes.
 func proxy(t *testing.T, addr, target string) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var wg sync.WaitGroup
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		open  = map[net.Conn]bool{}
+		track = func(c net.Conn, on bool) {
+			mu.Lock()
+			defer mu.Unlock()
+			if on {
+				open[c] = true
+			} else {
+				delete(open, c)
+			}
+		}
+	)
 	wg.Go(func() {
 		for {
 			c, err := ln.Accept()
 			if err != nil {
 				return
 			}
+			track(c, true)
 			wg.Go(func() {
-				defer c.Close()
+				defer func() { track(c, false); c.Close() }()
 				u, err := net.Dial("tcp", target)
 				if err != nil {
 					return
 				}
-				defer u.Close()
+				track(u, true)
+				defer func() { track(u, false); u.Close() }()
 				go func() { io.Copy(u, c); u.(*net.TCPConn).CloseWrite() }()
 				io.Copy(c, u)
 			})
 		}
 	})
-	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for c := range open {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
 	return ln.Addr().String()
 }
 

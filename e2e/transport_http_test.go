@@ -36,6 +36,9 @@ func TestHTTPTransport(t *testing.T) {
 		httpRoundTrip(t, srv.BaseURL(), daemon.Options{Runtime: "process",
 			AgentBinary: choirdtest.Binary(t, "cmd/choir-agent"), Listen: "127.0.0.1:0"})
 	})
+	// On the bridge's gateway, where containers reach the host, and on
+	// every address, where they reach it through the engine's
+	// host-gateway (a loopback listener is refused: see below).
 	t.Run("docker", func(t *testing.T) {
 		t.Parallel()
 		cli := runtimetest.RequireDocker(t)
@@ -43,18 +46,12 @@ func TestHTTPTransport(t *testing.T) {
 		image := runtimetest.ImportImage(t, cli, "choir-agent-http", map[string]runtimetest.File{
 			"choir-agent": {Source: bin, Mode: 0o755},
 		}, `ENTRYPOINT ["/choir-agent"]`)
-		gw := dockerGateway(t)
-		srv := llmtest.NewServer(t, llmtest.Text("pong over https"), summaryStep())
-		model, err := url.Parse(srv.BaseURL())
-		if err != nil {
-			t.Fatal(err)
+		for name, everyAddress := range map[string]bool{"BridgeGateway": false, "EveryAddress": true} {
+			t.Run(name, func(t *testing.T) {
+				t.Parallel()
+				dockerRoundTrip(t, cli, image, everyAddress)
+			})
 		}
-		model.Host = proxy(t, net.JoinHostPort(gw, "0"), model.Host)
-		// choird listens on the bridge's gateway, where containers reach
-		// the host (its loopback is refused: see below).
-		d := httpRoundTrip(t, model.String(), daemon.Options{Runtime: "docker", AgentImage: image,
-			Listen: net.JoinHostPort(gw, "0")})
-		checkContainerReach(t, cli, d.LatestStatus(context.Background(), "assistant").SessionID)
 	})
 	t.Run("DockerRefusesLoopbackListener", func(t *testing.T) {
 		t.Parallel()
@@ -70,6 +67,24 @@ func TestHTTPTransport(t *testing.T) {
 			t.Fatalf("choird with docker on a loopback listener: %v, want a refusal naming --listen", err)
 		}
 	})
+}
+
+// dockerRoundTrip is httpRoundTrip under docker, choird listening on the
+// bridge's gateway or on every address.
+func dockerRoundTrip(t *testing.T, cli *client.Client, image string, everyAddress bool) {
+	gw := dockerGateway(t)
+	srv := llmtest.NewServer(t, llmtest.Text("pong over https"), summaryStep())
+	model, err := url.Parse(srv.BaseURL())
+	if err != nil {
+		t.Fatal(err)
+	}
+	model.Host = proxy(t, net.JoinHostPort(gw, "0"), model.Host)
+	listen := net.JoinHostPort(gw, "0")
+	if everyAddress {
+		listen = "0.0.0.0:0"
+	}
+	d := httpRoundTrip(t, model.String(), daemon.Options{Runtime: "docker", AgentImage: image, Listen: listen})
+	checkContainerReach(t, cli, d.LatestStatus(context.Background(), "assistant").SessionID)
 }
 
 // httpRoundTrip starts choird over HTTP with o, its model at model, starts

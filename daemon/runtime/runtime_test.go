@@ -189,3 +189,18 @@ func TestRemoveOrphans(t *testing.T) {
 		t.Errorf("removed %v (runtime saw %v)", ids, f.removed)
 	}
 }
+
+func TestHostEndpoint(t *testing.T) {
+	t.Parallel()
+	for addr, want := range map[string]string{
+		"127.0.0.1:9400":  "https://127.0.0.1:9400",
+		"0.0.0.0:9400":    "https://127.0.0.1:9400",
+		"[::]:9400":       "https://127.0.0.1:9400",
+		"[::1]:9400":      "https://[::1]:9400",
+		"172.17.0.1:9400": "https://172.17.0.1:9400",
+	} {
+		if got := runtime.HostEndpoint(addr); got != want {
+			t.Errorf("HostEndpoint(%s) = %s, want %s", addr, got, want)
+		}
+	}
+}

@@ -117,6 +117,38 @@ func TestDocker(t *testing.T) {
 		}
 	})
 
+	t.Run("HTTPTransportMountsOnlyTheCertificate", func(t *testing.T) {
+		t.Parallel()
+		spec := h.NewSpec(t)
+		spec.ControlSocket, spec.ControlCACert = "", filepath.Join(t.TempDir(), "cert.pem")
+		for addr, want := range map[string]string{"172.17.0.1:9400": "172.17.0.1", "0.0.0.0:9400": "host-gateway", "[::]:9400": "host-gateway"} {
+			spec.ControlAddr = addr
+			hc := b.rt.HostConfig(spec)
+			if !slices.Equal(hc.ExtraHosts, []string{runtime.ContainerHostName + ":" + want}) {
+				t.Errorf("listener %s: extra hosts %v, want %s on %s", addr, hc.ExtraHosts, runtime.ContainerHostName, want)
+			}
+			var targets []string
+			for _, m := range hc.Mounts {
+				targets = append(targets, m.Target)
+				if m.Target == runtime.ContainerCACert && (m.Source != spec.ControlCACert || !m.ReadOnly) {
+					t.Errorf("certificate mount %+v", m)
+				}
+			}
+			slices.Sort(targets)
+			if !slices.Equal(targets, []string{runtime.ContainerCACert, runtime.ContainerWorkspace}) {
+				t.Errorf("mounts %v, want only the certificate and the workspace", targets)
+			}
+		}
+		for _, addr := range []string{"127.0.0.1:9400", "localhost:9400", "[::1]:9400"} {
+			if err := docker.CheckControlAddr(addr); err == nil || !strings.Contains(err.Error(), "no container can reach") {
+				t.Errorf("CheckControlAddr(%s) = %v, want a refusal", addr, err)
+			}
+		}
+		if err := docker.CheckControlAddr("172.17.0.1:9400"); err != nil {
+			t.Errorf("the bridge gateway refused: %v", err)
+		}
+	})
+
 	t.Run("SecurityProfileApplied", func(t *testing.T) {
 		t.Parallel()
 		spec := h.NewSpec(t)

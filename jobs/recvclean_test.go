@@ -162,7 +162,8 @@ func TestRecvClean(t *testing.T) {
 			t.Errorf("%s file %s was removed: %v", what, p, err)
 		}
 	}
-	for _, want := range []string{"received file removed", "ended.pdf", "its conversation is over", "no message names it"} {
+	for _, want := range []string{"received file removed", "ended.pdf", "its conversation is over", "no message names it",
+		"received files not cleaned: refused", "workspace=hostile"} {
 		if !strings.Contains(logs.String(), want) {
 			t.Errorf("the log lacks %q:\n%s", want, logs)
 		}

@@ -441,3 +441,57 @@ func deref[T any](p *T) any {
 	}
 	return *p
 }
+
+// TestReceivedFileRemovedAfterItsSession sends the agent a file in a DM:
+// it is stored in .choirtmp/recv and handed to the agent, stays while the
+// session that received it runs, and goes (spec 19.5) once the agent has
+// acknowledged it and the session ended with a stop: here at the cleanup
+// run of choird's next start.
+func TestReceivedFileRemovedAfterItsSession(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	llm := llmtest.NewServer(t,
+		llmtest.Text("Got your file.").Expect(func(t testing.TB, r *llmtest.Request) {
+			if !strings.Contains(r.Last().Content, ".choirtmp/recv/") {
+				t.Errorf("the model got %q, want the received file's path", r.Last().Content)
+			}
+		}),
+		summaryReply,
+	)
+	e := newTGEnv(t, llm, nil)
+	e.dumpLogsOnFailure(t, "assistant")
+	d := e.runChoird(t)
+	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: actorAdmin}, "assistant", admin.StartOverrides{}); err != nil {
+		t.Fatal(err)
+	}
+	pool := d.Pool()
+	liveSession(t, pool, "assistant")
+	update := e.bot.SendFile(userAlice, telegramtest.File{Kind: telegramtest.Document, Name: "notes.txt",
+		MIME: "text/plain", Data: []byte("the user's notes\n")})
+	waitSentTo(t, e.bot, userAlice, "the reply", containsText("Got your file"))
+	waitFor(t, "the inbox row acknowledged", func() bool {
+		var delivered bool
+		pool.QueryRow(ctx, `SELECT delivered_at IS NOT NULL FROM choir_control.inbox WHERE gateway = $1 AND update_id = $2`,
+			gatewayTG, update).Scan(&delivered)
+		return delivered
+	})
+	recv := filepath.Join(e.workspace(), ".choirtmp", "recv")
+	files, _ := filepath.Glob(filepath.Join(recv, "*notes.txt"))
+	if len(files) != 1 {
+		t.Fatalf("received files %v, want the one sent", files)
+	}
+	stopAgent(t, d.Daemon, "assistant")
+	d.WaitState(t, "assistant", admin.AgentStopped)
+	if _, err := os.Stat(files[0]); err != nil {
+		t.Fatalf("the received file went before any cleanup ran: %v", err)
+	}
+	d = d.Restart(t)
+	waitFor(t, "the received file removed", func() bool {
+		_, err := os.Stat(files[0])
+		return os.IsNotExist(err)
+	})
+	if !strings.Contains(e.choirdLog(), "received file removed") {
+		t.Error("choird's log has no line about the removed file")
+	}
+	llm.Done()
+}

@@ -83,6 +83,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 
 	"github.com/moby/moby/client"
@@ -206,6 +207,15 @@ type Request struct {
 	Agent config.Repo
 	// Force builds even when an image of the same version exists.
 	Force bool
+	// AgentCommit, when set, is the agent repository's commit to build
+	// instead of whatever its ref holds now: the merge commit choird made
+	// for an approved proposal. It must be the ref's commit or one of its
+	// ancestors.
+	AgentCommit string
+	// Provenance, when set, makes the build refuse an agent ref holding
+	// commits the agent pushed itself (a [*ForeignCommitError]); choird
+	// sets it for every build.
+	Provenance *Provenance
 }
 
 // Version is /choir/version.json (spec 15.1), and the choir.version label;
@@ -233,9 +243,37 @@ type Plan struct {
 	Version Version
 	// DockerfileOutputs are tool executables a Dockerfile must produce.
 	DockerfileOutputs []string
-	staged            *staged
-	stageDir          string
-	unlock            []func()
+	// globalTree and agentTree are the commits' trees, written from the
+	// clones' object databases (exportCommit): everything staged, checked
+	// and sent to the engine is read from them, never from a clone's
+	// working tree. agentTree is empty when the agent has no repository.
+	globalTree, agentTree string
+	staged                *staged
+	stageDir              string
+	unlock                []func()
+}
+
+// exportPlan writes both commits' trees under the staging directory.
+// Links that leave a repository are reported for both at once.
+func (b *Builder) exportPlan(ctx context.Context, p *Plan) error {
+	p.globalTree = filepath.Join(p.stageDir, "src", "global")
+	errG := b.exportCommit(ctx, "global", p.GlobalDir, p.Version.GlobalRepoCommit, p.globalTree)
+	var errA error
+	if p.AgentDir != "" {
+		p.agentTree = filepath.Join(p.stageDir, "src", "agent")
+		errA = b.exportCommit(ctx, "agent", p.AgentDir, p.Version.AgentRepoCommit, p.agentTree)
+	}
+	if links := append(linkErrors(errG), linkErrors(errA)...); len(links) > 0 {
+		errs := make([]error, len(links))
+		files := make([]string, len(links))
+		for i, l := range links {
+			errs[i], files[i] = l, l.Repo+" repo "+l.File+" -> "+l.Target
+		}
+		b.log.WarnContext(ctx, "agent build refused: a repository holds a symbolic link that leaves it",
+			slog.String("agent_id", p.Request.AgentID), slog.String("links", strings.Join(files, ", ")))
+		return fmt.Errorf("%w: %w", ErrInvalidRepo, errors.Join(errs...))
+	}
+	return errors.Join(errG, errA)
 }
 
 // Close removes the staging directory and releases the clones.
@@ -267,8 +305,8 @@ func (b *Builder) Prepare(ctx context.Context, req Request) (*Plan, error) {
 	if req.Agent.URL != "" {
 		p.AgentDir = filepath.Join(b.opts.Home, "repos", "agents", req.AgentID)
 	}
-	// The clones must not move until the plan is closed: the engine reads
-	// them as build contexts. Locks are taken global first, always.
+	// A clone must not move between its fetch and the export of its
+	// commit. Locks are taken global first, always.
 	p.unlock = append(p.unlock, b.lockPath(p.GlobalDir))
 	if p.AgentDir != "" {
 		p.unlock = append(p.unlock, b.lockPath(p.AgentDir))
@@ -288,23 +326,32 @@ func (b *Builder) Prepare(ctx context.Context, req Request) (*Plan, error) {
 		if p.Version.AgentRepoCommit, err = b.fetch(ctx, "agent "+req.AgentID, req.Agent, p.AgentDir); err != nil {
 			return nil, err
 		}
-	}
-	if !isFile(filepath.Join(p.GlobalDir, "Dockerfile.base")) {
-		return nil, fmt.Errorf("agent build: %w: the global repo (commit %s) has no Dockerfile.base", ErrInvalidRepo, short(p.Version.GlobalRepoCommit))
-	}
-	if probs := dockerfileProblems(p.GlobalDir, p.AgentDir); len(probs) > 0 {
-		var errs []error
-		for _, pr := range probs {
-			errs = append(errs, fmt.Errorf("%s repo %s line %d: %s", pr.Repo, pr.File, pr.Line, pr.Message))
+		if err := b.checkProvenance(ctx, p); err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("agent build %s: %w: %w", req.AgentID, ErrInvalidRepo, errors.Join(errs...))
+		if err := b.pin(ctx, p); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := os.MkdirTemp("", "choir-build-"+req.AgentID+"-")
 	if err != nil {
 		return nil, fmt.Errorf("agent build: %w", err)
 	}
 	p.stageDir = dir
-	s, err := b.stage(p.GlobalDir, p.AgentDir, dir)
+	if err := b.exportPlan(ctx, p); err != nil {
+		return nil, fmt.Errorf("agent build %s: %w", req.AgentID, err)
+	}
+	if !isFile(filepath.Join(p.globalTree, "Dockerfile.base")) {
+		return nil, fmt.Errorf("agent build: %w: the global repo (commit %s) has no Dockerfile.base", ErrInvalidRepo, short(p.Version.GlobalRepoCommit))
+	}
+	if probs := dockerfileProblems(p.globalTree, p.agentTree); len(probs) > 0 {
+		var errs []error
+		for _, pr := range probs {
+			errs = append(errs, fmt.Errorf("%s repo %s line %d: %s", pr.Repo, pr.File, pr.Line, pr.Message))
+		}
+		return nil, fmt.Errorf("agent build %s: %w: %w", req.AgentID, ErrInvalidRepo, errors.Join(errs...))
+	}
+	s, err := b.stage(p.globalTree, p.agentTree, filepath.Join(dir, "final"))
 	if err != nil {
 		return nil, fmt.Errorf("agent build %s: %w", req.AgentID, err)
 	}

@@ -43,6 +43,9 @@ type file struct {
 func text(s string) file   { return file{data: s, mode: 0o644} }
 func script(s string) file { return file{data: s, mode: 0o755} }
 
+// link is a symbolic link to target, committed as git holds links.
+func link(target string) file { return file{data: target, mode: os.ModeSymlink} }
+
 // gitRepo is a real repository in a temporary directory.
 type gitRepo struct {
 	t   *testing.T
@@ -84,6 +87,16 @@ func (r *gitRepo) commit(files map[string]file) string {
 		}
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			r.t.Fatal(err)
+		}
+		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			os.Remove(p) // never write through a link
+		}
+		if f.mode&os.ModeSymlink != 0 {
+			os.Remove(p)
+			if err := os.Symlink(f.data, p); err != nil {
+				r.t.Fatal(err)
+			}
+			continue
 		}
 		if err := os.WriteFile(p, []byte(f.data), f.mode); err != nil {
 			r.t.Fatal(err)

@@ -434,6 +434,38 @@ func TestBuild(t *testing.T) {
 		}
 	})
 
+	t.Run("MCPFileAndInTreeLinksReachTheImage", func(t *testing.T) {
+		t.Parallel()
+		b := e.setup(t)
+		const mcpJSON = `{"servers": {"files": {"command": "/usr/local/bin/files-mcp"}}}`
+		b.agent.commit(map[string]file{".choir/mcp.json": text(mcpJSON), "identity/soul.txt": text("linked soul\n"),
+			"identity/SOUL.md": link("soul.txt")})
+		res := b.build(t)
+		files := readFiles(t, b.cli, res.Image, "/choir/mcp.json", "/choir/SOUL.md")
+		if files["/choir/mcp.json"] != mcpJSON || files["/choir/SOUL.md"] != "linked soul\n" {
+			t.Errorf("image holds %q", files)
+		}
+		// A changed mcp.json is a new image.
+		b.agent.commit(map[string]file{".choir/mcp.json": text(`{"servers": {}}`)})
+		if res2 := b.build(t); res2.Version.ToolManifestHash == res.Version.ToolManifestHash || !res2.Built {
+			t.Errorf("mcp.json changed, tool hash %s -> %s, built %v", res.Version.ToolManifestHash, res2.Version.ToolManifestHash, res2.Built)
+		}
+	})
+
+	t.Run("LinkToAHostFileNeverReachesTheImage", func(t *testing.T) {
+		t.Parallel()
+		b := e.setup(t)
+		hostFile, _ := canary(t)
+		b.agent.commit(map[string]file{"identity/SOUL.md": link(hostFile)})
+		_, err := b.builder.Build(t.Context(), b.request())
+		if !errors.Is(err, build.ErrInvalidRepo) || !strings.Contains(err.Error(), "agent repo identity/SOUL.md") {
+			t.Fatalf("build: %v, want the link refused naming identity/SOUL.md", err)
+		}
+		if _, err := b.cli.ImageInspect(t.Context(), build.Repository(b.agentID)+":latest"); err == nil {
+			t.Error("an image was tagged")
+		}
+	})
+
 	t.Run("NoAgentRepo", func(t *testing.T) {
 		t.Parallel()
 		b := e.setup(t)

@@ -145,7 +145,7 @@ func (p *Proposer) configChange(patch []byte) (baseSum string, changes []config.
 	if err != nil {
 		return "", nil, fmt.Errorf("the patched config.json: %w", err)
 	}
-	if err := next.Validate(snap.Secrets); err != nil {
+	if err := next.ValidateAt(p.o.Home, snap.Secrets); err != nil {
 		return "", nil, fmt.Errorf("the patched config.json: %w", err)
 	}
 	changes, err = config.Diff(snap.Config, next)

@@ -5,12 +5,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/choirhq/choir/rpc/admin"
 	"log/slog"
 	"os"
 	"path/filepath"
 
+	"github.com/jackc/pgx/v5"
+
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/build"
+	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
@@ -39,6 +43,20 @@ func (d *Control) builder() (*build.Builder, error) {
 // or reports that it is up to date. It neither starts nor restarts the
 // agent.
 func (d *Control) AgentBuild(ctx context.Context, sc Scope, agentID string, force bool) (admin.BuildResult, error) {
+	return d.agentBuild(ctx, sc, agentID, force, "")
+}
+
+// AgentBuildCommit builds the agent's repository at commit, the merge
+// choird made for an approved proposal, never at whatever the ref holds
+// now.
+func (d *Control) AgentBuildCommit(ctx context.Context, sc Scope, agentID, commit string) (admin.BuildResult, error) {
+	if commit == "" {
+		return admin.BuildResult{}, errors.New("agent build: no commit to build")
+	}
+	return d.agentBuild(ctx, sc, agentID, false, commit)
+}
+
+func (d *Control) agentBuild(ctx context.Context, sc Scope, agentID string, force bool, commit string) (admin.BuildResult, error) {
 	if err := sc.AdminOnly("agent build"); err != nil {
 		return admin.BuildResult{}, err
 	}
@@ -54,7 +72,15 @@ func (d *Control) AgentBuild(ctx context.Context, sc Scope, agentID string, forc
 	if err != nil {
 		return admin.BuildResult{}, err
 	}
-	res, err := b.Build(ctx, build.Request{AgentID: agentID, Global: cfg.GlobalRepo, Agent: agent.Repo, Force: force})
+	pv, err := d.provenance(ctx, cfg, agentID)
+	if err != nil {
+		return admin.BuildResult{}, err
+	}
+	res, err := b.Build(ctx, build.Request{AgentID: agentID, Global: cfg.GlobalRepo, Agent: agent.Repo, Force: force,
+		AgentCommit: commit, Provenance: pv})
+	if fe, ok := errors.AsType[*build.ForeignCommitError](err); ok {
+		d.foreignCommitNotice(ctx, cfg, fe)
+	}
 	if err != nil {
 		return admin.BuildResult{}, fmt.Errorf("build agent %s: %w", agentID, err)
 	}
@@ -71,6 +97,21 @@ func (d *Control) AgentUpdate(ctx context.Context, sc Scope, agentID string) (ad
 	if err != nil {
 		return admin.UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
 	}
+	return d.deploy(ctx, sc, agentID, br)
+}
+
+// AgentUpdateCommit is AgentUpdate on the image of commit (see
+// AgentBuildCommit).
+func (d *Control) AgentUpdateCommit(ctx context.Context, sc Scope, agentID, commit string) (admin.UpdateResult, error) {
+	br, err := d.AgentBuildCommit(ctx, sc, agentID, commit)
+	if err != nil {
+		return admin.UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
+	}
+	return d.deploy(ctx, sc, agentID, br)
+}
+
+// deploy restarts a running agent on a built image.
+func (d *Control) deploy(ctx context.Context, sc Scope, agentID string, br admin.BuildResult) (admin.UpdateResult, error) {
 	s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetLiveByAgent(ctx, agentID)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		outcome := "skipped"
@@ -93,6 +134,49 @@ func (d *Control) AgentUpdate(ctx context.Context, sc Scope, agentID string) (ad
 		return admin.UpdateResult{AgentID: agentID, Image: br.Image, Outcome: "failed", Error: err.Error()}, err
 	}
 	return admin.UpdateResult{AgentID: agentID, Image: br.Image, Outcome: "redeployed"}, nil
+}
+
+// provenance is what choird knows of an agent's repository: the commits it
+// made on the ref, and the addresses the agent commits as.
+func (d *Control) provenance(ctx context.Context, cfg *config.Config, agentID string) (*build.Provenance, error) {
+	made, err := db.New(choirsql.Interpreted(d.pool)).RepoCommitsByAgent(ctx, agentID)
+	if err != nil {
+		return nil, fmt.Errorf("agent build %s: read the commits choird made: %w", agentID, err)
+	}
+	emails := []string{agentID + "@choir.invalid"}
+	if gi, ok := cfg.GitIdentities[cfg.Agents[agentID].Defaults.GitIdentity]; ok && gi.Email != "" {
+		emails = append(emails, gi.Email)
+	}
+	return &build.Provenance{Made: made, AgentEmails: emails}, nil
+}
+
+// foreignCommitNotice tells every admin DM that an agent pushed its own
+// ref, once per agent and commit.
+func (d *Control) foreignCommitNotice(ctx context.Context, cfg *config.Config, fe *build.ForeignCommitError) {
+	d.logger.ErrorContext(ctx, "agent build refused: the agent pushed its configured ref itself",
+		slog.String("agent_id", fe.AgentID), slog.String("ref", fe.Ref), slog.String("commit", fe.Commits[0].SHA),
+		slog.String("committer", fe.Commits[0].CommitterEmail), slog.Int("commits", len(fe.Commits)))
+	if d.river == nil {
+		return
+	}
+	text := fmt.Sprintf("Security: %s's image was not built. %v", fe.AgentID, fe)
+	for _, name := range sortedKeys(cfg.DMs) {
+		if !cfg.DMs[name].Admin {
+			continue
+		}
+		gw, chat, ok := DMAddressIn(cfg, name)
+		if !ok {
+			continue
+		}
+		err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
+			_, err := jobs.EnqueueOutboundTx(ctx, tx, d.river, jobs.OutboundParams{AgentID: fe.AgentID,
+				MessageID: "foreign-commit:" + fe.Commits[0].SHA + ":" + name, Gateway: gw, DM: name, ChatID: chat, Kind: jobs.OutboundText, Text: text})
+			return err
+		})
+		if err != nil {
+			d.logger.WarnContext(ctx, "foreign commit notice not queued", slog.String("dm", name), slog.String("error", err.Error()))
+		}
+	}
 }
 
 // AgentUpdateAll updates every configured agent, one after the other, and

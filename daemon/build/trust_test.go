@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -155,5 +156,73 @@ func TestCheckerSeesWhatTheBuildSees(t *testing.T) {
 	}
 	if len(ps) != 1 || ps[0].Repo != "agent" || ps[0].File != ".choir/mcp.json" || !strings.Contains(ps[0].Message, "servers.Bad Name") {
 		t.Errorf("problems %+v, want one at agent .choir/mcp.json", ps)
+	}
+}
+
+// TestPrepareProvenance: a proposal's build takes exactly the commit
+// choird merged, even when the ref moved on; a commit the agent made on
+// the ref itself refuses the build, unless it came in behind a merge
+// choird made.
+func TestPrepareProvenance(t *testing.T) {
+	t.Parallel()
+	global, agent := newRepo(t, globalFiles()), newRepo(t, agentFiles())
+	b, _ := offline(t)
+	pinned := git(t, agent.dir, "rev-parse", "HEAD")
+	agent.commit(map[string]file{"identity/SOUL.md": text("later soul\n")})
+
+	r := req(global, agent)
+	r.AgentCommit = pinned
+	p, err := b.Prepare(t.Context(), r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Version.AgentRepoCommit != pinned {
+		t.Errorf("built %s, want the pinned %s", p.Version.AgentRepoCommit, pinned)
+	}
+	p.Close()
+	r.AgentCommit = strings.Repeat("ab", 20)
+	if _, err := b.Prepare(t.Context(), r); err == nil || !strings.Contains(err.Error(), "is not in the agent's repository") {
+		t.Errorf("an unknown pinned commit: %v", err)
+	}
+
+	// The agent commits on a side branch; choird merges it as a merge
+	// commit it records; then the agent commits on main as itself.
+	git(t, agent.dir, "checkout", "-q", "-b", "proposal/s/x")
+	os.WriteFile(filepath.Join(agent.dir, "identity", "SOUL.md"), []byte("proposed soul\n"), 0o644)
+	gitAs(t, agent.dir, "bot@example.org", "commit", "-qam", "proposed")
+	git(t, agent.dir, "checkout", "-q", "main")
+	gitAs(t, agent.dir, "bot@example.org", "merge", "-q", "--no-ff", "-m", "Merge proposal", "proposal/s/x")
+	merge := git(t, agent.dir, "rev-parse", "HEAD")
+	r = req(global, agent)
+	r.Provenance = &build.Provenance{Made: []string{merge}, AgentEmails: []string{"bot@example.org"}}
+	p, err = b.Prepare(t.Context(), r)
+	if err != nil {
+		t.Fatalf("choird's merge refused: %v", err)
+	}
+	p.Close()
+	r.Provenance.Made = nil
+	_, err = b.Prepare(t.Context(), r)
+	if fe, ok := errors.AsType[*build.ForeignCommitError](err); !ok || len(fe.Commits) != 1 || fe.Commits[0].SHA != merge {
+		t.Errorf("an unrecorded merge as the agent: %v", err)
+	}
+	r.Provenance.Made = []string{merge}
+	os.WriteFile(filepath.Join(agent.dir, "identity", "SOUL.md"), []byte("self-approved\n"), 0o644)
+	gitAs(t, agent.dir, "BOT@example.org", "commit", "-qam", "self-approved")
+	pushed := git(t, agent.dir, "rev-parse", "HEAD")
+	_, err = b.Prepare(t.Context(), r)
+	if !errors.Is(err, build.ErrForeignCommit) || !strings.Contains(err.Error(), pushed[:12]) || strings.Contains(err.Error(), merge[:12]) {
+		t.Errorf("the agent's own commit on main: %v", err)
+	}
+}
+
+// gitAs runs git in dir committing as email.
+func gitAs(t *testing.T, dir, email string, args ...string) {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=bot", "GIT_AUTHOR_EMAIL="+email, "GIT_COMMITTER_NAME=bot",
+		"GIT_COMMITTER_EMAIL="+email, "GIT_CONFIG_GLOBAL=/dev/null", "GIT_CONFIG_NOSYSTEM=1")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
 	}
 }

@@ -13,11 +13,11 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/build"
-	"github.com/choirhq/choir/jobs"
-	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
 )
 

@@ -73,8 +73,8 @@ package build
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -391,4 +391,43 @@ func short(commit string) string {
 		return commit[:12]
 	}
 	return commit
+}
+
+// ErrNeedsDockerfile reports repositories whose tools a Dockerfile
+// compiles, staged for a runtime that runs no Dockerfile.
+var ErrNeedsDockerfile = errors.New("tools are compiled by a Dockerfile")
+
+// StageTo runs the pipeline up to the image, as [Builder.Prepare] does
+// (fetch, the commits' trees from git objects, merge, validate), and
+// writes the merged /choir tree into dst (which must not exist): the
+// process runtime's agents read it where docker's read /choir. A tool
+// that only a Dockerfile would produce is an [ErrNeedsDockerfile].
+func (b *Builder) StageTo(ctx context.Context, req Request, dst string) (Version, error) {
+	p, err := b.Prepare(ctx, req)
+	if err != nil {
+		return Version{}, err
+	}
+	defer p.Close()
+	if len(p.DockerfileOutputs) > 0 {
+		return Version{}, fmt.Errorf("agent %s: %w: %s; the process runtime runs no Dockerfile: commit the executables, or run choird with --runtime=docker",
+			req.AgentID, ErrNeedsDockerfile, strings.Join(p.DockerfileOutputs, ", "))
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return Version{}, fmt.Errorf("stage agent %s: %w", req.AgentID, err)
+	}
+	if err := copyTree(filepath.Join(p.staged.dir, "choir"), dst, nil); err != nil {
+		os.RemoveAll(dst)
+		return Version{}, fmt.Errorf("stage agent %s: %w", req.AgentID, err)
+	}
+	vj, err := json.MarshalIndent(p.Version, "", "  ")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dst, "version.json"), append(vj, '\n'), 0o644)
+	}
+	if err != nil {
+		os.RemoveAll(dst)
+		return Version{}, fmt.Errorf("stage agent %s: %w", req.AgentID, err)
+	}
+	b.log.InfoContext(ctx, "agent repositories staged for the process runtime", slog.String("agent_id", req.AgentID),
+		slog.String("dir", dst), slog.String("agent_commit", short(p.Version.AgentRepoCommit)))
+	return p.Version, nil
 }

@@ -216,13 +216,19 @@ func (d *Control) AgentStart(ctx context.Context, sc Scope, agentID string, o ad
 	if err := d.verifyImage(ctx, agentID, d.agentImage(agentID)); err != nil {
 		return admin.AgentStatus{}, err
 	}
-	s, err := CreateSession(ctx, d.pool, cfg, agentID, o, cfgVersion, d.runtime.Name())
+	staged, err := d.stageRepos(ctx, cfg, agentID)
 	if err != nil {
 		return admin.AgentStatus{}, err
 	}
+	s, err := CreateSession(ctx, d.pool, cfg, agentID, o, cfgVersion, d.runtime.Name())
+	if err != nil {
+		staged.discard()
+		return admin.AgentStatus{}, err
+	}
 	spec := runtime.Spec{AgentID: agentID, SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken,
-		Image: d.agentImage(agentID), Workspace: ws, ControlSocket: d.opts.AgentSocket}
+		Image: d.agentImage(agentID), Workspace: ws, ControlSocket: d.opts.AgentSocket, Env: staged.env()}
 	inst, err := d.runtime.Start(ctx, spec)
+	staged.settle(err == nil)
 	if err != nil {
 		if derr := discardSession(context.WithoutCancel(ctx), d.pool, s.Session.SessionID); derr != nil {
 			d.logger.Error("could not remove the session of a failed start", slog.String("session_id", spec.SessionID),

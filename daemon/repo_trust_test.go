@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
@@ -26,7 +27,9 @@ func TestRepoProposalMergesExactlyTheCommitShown(t *testing.T) {
 	t.Parallel()
 	b := setupProposals(t)
 	ctx := context.Background()
-	work := filepath.Join(t.TempDir(), "w")
+	// The agent clones into its workspace, as spec 20 has it.
+	work := filepath.Join(b.d.Workspace("main"), "clones", "me")
+	os.MkdirAll(filepath.Dir(work), 0o755)
 	gitIn(t, filepath.Dir(work), "clone", "--quiet", b.repo, work)
 	branch := "proposal/" + b.a.SessionID + "/soul"
 	gitIn(t, work, "checkout", "-q", "-b", branch)
@@ -66,6 +69,60 @@ func TestRepoProposalMergesExactlyTheCommitShown(t *testing.T) {
 	if !strings.Contains(msgs, "merge failed; approved, not applied") || !strings.Contains(msgs, "moved since it was shown") {
 		t.Errorf("the chat is not told the branch moved:\n%s", msgs)
 	}
+	waitGone(t, work)
+}
+
+// waitGone waits until path no longer exists.
+func waitGone(t *testing.T, path string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Lstat(path); errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s is still there", path)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestRejectedRepoProposalCloneRemoved: the workspace clone of a repo
+// change is ephemeral (spec 20.7). Rejected, its clone goes (the branch
+// stays in the repository for inspection); the workspace's other files,
+// another clone and a link out of the workspace are left alone.
+func TestRejectedRepoProposalCloneRemoved(t *testing.T) {
+	t.Parallel()
+	b := setupProposals(t)
+	ws := b.d.Workspace("main")
+	work := filepath.Join(ws, "repo")
+	gitIn(t, ws, "clone", "--quiet", b.repo, work)
+	other := filepath.Join(ws, "other-clone")
+	gitIn(t, ws, "clone", "--quiet", b.repo, other)
+	outside := t.TempDir()
+	os.WriteFile(filepath.Join(outside, "keep.txt"), []byte("outside"), 0o644)
+	os.Symlink(outside, filepath.Join(ws, "link-out"))
+	os.WriteFile(filepath.Join(ws, "notes.txt"), []byte("mine"), 0o644)
+	branch := "proposal/" + b.a.SessionID + "/soul"
+	gitIn(t, work, "checkout", "-q", "-b", branch)
+	os.WriteFile(filepath.Join(work, "identity", "SOUL.md"), []byte("a kinder soul\n"), 0o644)
+	gitIn(t, work, "commit", "-qam", "kinder")
+	gitIn(t, work, "push", "-q", "origin", branch)
+	gitIn(t, work, "checkout", "-q", "main") // the branch is still one of its refs
+	resp, err := b.propose(t, "req-repo-clean", "choir.propose.repo_change", `{"branch":"`+branch+`","rationale":"Be kinder."}`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.d.ApprovalDecide(context.Background(), daemon.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, false); err != nil {
+		t.Fatal(err)
+	}
+	waitGone(t, work)
+	for _, p := range []string{filepath.Join(other, ".git"), filepath.Join(ws, "notes.txt"), filepath.Join(outside, "keep.txt")} {
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("%s: %v", p, err)
+		}
+	}
+	gitIn(t, b.repo, "rev-parse", "--verify", "refs/heads/"+branch)
 }
 
 // runGitAs runs git in dir as name <email> and returns its error.

@@ -70,6 +70,10 @@ func (p *Proposer) Apply(ctx context.Context, job *river.Job[jobs.ProposalApplyA
 	if err != nil {
 		return fmt.Errorf("load approval %s: %w", id, err)
 	}
+	if job.Args.Step == jobs.ProposalStepCleanup {
+		// Whatever the decision: the proposal is done with.
+		return p.cleanup(ctx, a)
+	}
 	if a.Status != "approved" {
 		// Nothing is ever applied without an approval.
 		p.o.Logger.WarnContext(ctx, "proposal step for an approval that is not approved; nothing applied",
@@ -125,8 +129,12 @@ func (p *Proposer) finishTx(ctx context.Context, tx pgx.Tx, job *river.Job[jobs.
 		ChatID: to.ChatID, Kind: jobs.OutboundText, Text: out.text}); err != nil {
 		return err
 	}
-	if out.next != "" {
-		if _, err := ins.InsertTx(ctx, tx, jobs.ProposalApplyArgs{ApprovalID: a.ApprovalID, Step: out.next}, nil); err != nil {
+	next := out.next
+	if next == "" && a.RequestType == proposal.TypeRepo {
+		next = jobs.ProposalStepCleanup // applied or not: its workspace clone goes
+	}
+	if next != "" {
+		if _, err := ins.InsertTx(ctx, tx, jobs.ProposalApplyArgs{ApprovalID: a.ApprovalID, Step: next}, nil); err != nil {
 			return err
 		}
 	}

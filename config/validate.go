@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/choirhq/choir/config/workspace"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -247,7 +248,7 @@ func (v *validator) workspaces() {
 			continue
 		}
 		byPath[clean] = name
-		if err := CheckWorkspacePath(clean, userHome(), v.home); err != nil {
+		if err := workspace.CheckPath(clean, workspace.UserHome(), v.home); err != nil {
 			v.add(pp, "%v", err)
 		}
 	}
@@ -255,7 +256,7 @@ func (v *validator) workspaces() {
 	// chowned with it.
 	for _, outer := range slices.Sorted(maps.Keys(byPath)) {
 		for _, inner := range slices.Sorted(maps.Keys(byPath)) {
-			if outer != inner && within(inner, outer) {
+			if outer != inner && workspace.Within(inner, outer) {
 				v.add(sub(path("workspaces", byPath[inner]), "path"), "%s sits inside workspace %q (%s): each workspace must be a directory of its own, outside every other",
 					inner, byPath[outer], outer)
 			}

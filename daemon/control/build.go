@@ -9,13 +9,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/jackc/pgx/v5"
-
-	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/build"
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/db"
-	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
@@ -72,14 +68,14 @@ func (d *Control) agentBuild(ctx context.Context, sc Scope, agentID string, forc
 	if err != nil {
 		return admin.BuildResult{}, err
 	}
-	pv, err := d.provenance(ctx, cfg, agentID)
+	pv, err := d.stager().Provenance(ctx, cfg, agentID)
 	if err != nil {
 		return admin.BuildResult{}, err
 	}
 	res, err := b.Build(ctx, build.Request{AgentID: agentID, Global: cfg.GlobalRepo, Agent: agent.Repo, Force: force,
 		AgentCommit: commit, Provenance: pv})
 	if fe, ok := errors.AsType[*build.ForeignCommitError](err); ok {
-		d.foreignCommitNotice(ctx, cfg, fe)
+		d.stager().ForeignCommitNotice(ctx, cfg, fe)
 	}
 	if err != nil {
 		return admin.BuildResult{}, fmt.Errorf("build agent %s: %w", agentID, err)
@@ -134,49 +130,6 @@ func (d *Control) deploy(ctx context.Context, sc Scope, agentID string, br admin
 		return admin.UpdateResult{AgentID: agentID, Image: br.Image, Outcome: "failed", Error: err.Error()}, err
 	}
 	return admin.UpdateResult{AgentID: agentID, Image: br.Image, Outcome: "redeployed"}, nil
-}
-
-// provenance is what choird knows of an agent's repository: the commits it
-// made on the ref, and the addresses the agent commits as.
-func (d *Control) provenance(ctx context.Context, cfg *config.Config, agentID string) (*build.Provenance, error) {
-	made, err := db.New(choirsql.Interpreted(d.pool)).RepoCommitsByAgent(ctx, agentID)
-	if err != nil {
-		return nil, fmt.Errorf("agent build %s: read the commits choird made: %w", agentID, err)
-	}
-	emails := []string{agentID + "@choir.invalid"}
-	if gi, ok := cfg.GitIdentities[cfg.Agents[agentID].Defaults.GitIdentity]; ok && gi.Email != "" {
-		emails = append(emails, gi.Email)
-	}
-	return &build.Provenance{Made: made, AgentEmails: emails}, nil
-}
-
-// foreignCommitNotice tells every admin DM that an agent pushed its own
-// ref, once per agent and commit.
-func (d *Control) foreignCommitNotice(ctx context.Context, cfg *config.Config, fe *build.ForeignCommitError) {
-	d.logger.ErrorContext(ctx, "agent build refused: the agent pushed its configured ref itself",
-		slog.String("agent_id", fe.AgentID), slog.String("ref", fe.Ref), slog.String("commit", fe.Commits[0].SHA),
-		slog.String("committer", fe.Commits[0].CommitterEmail), slog.Int("commits", len(fe.Commits)))
-	if d.river == nil {
-		return
-	}
-	text := fmt.Sprintf("Security: %s's image was not built. %v", fe.AgentID, fe)
-	for _, name := range sortedKeys(cfg.DMs) {
-		if !cfg.DMs[name].Admin {
-			continue
-		}
-		gw, chat, ok := DMAddressIn(cfg, name)
-		if !ok {
-			continue
-		}
-		err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-			_, err := jobs.EnqueueOutboundTx(ctx, tx, d.river, jobs.OutboundParams{AgentID: fe.AgentID,
-				MessageID: "foreign-commit:" + fe.Commits[0].SHA + ":" + name, Gateway: gw, DM: name, ChatID: chat, Kind: jobs.OutboundText, Text: text})
-			return err
-		})
-		if err != nil {
-			d.logger.WarnContext(ctx, "foreign commit notice not queued", slog.String("dm", name), slog.String("error", err.Error()))
-		}
-	}
 }
 
 // AgentUpdateAll updates every configured agent, one after the other, and

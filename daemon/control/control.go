@@ -222,13 +222,13 @@ func (d *Control) AgentStart(ctx context.Context, sc Scope, agentID string, o ad
 	}
 	s, err := CreateSession(ctx, d.pool, cfg, agentID, o, cfgVersion, d.runtime.Name())
 	if err != nil {
-		staged.discard()
+		staged.Discard()
 		return admin.AgentStatus{}, err
 	}
 	spec := runtime.Spec{AgentID: agentID, SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken,
-		Image: d.agentImage(agentID), Workspace: ws, ControlSocket: d.opts.AgentSocket, Env: staged.env()}
+		Image: d.agentImage(agentID), Workspace: ws, ControlSocket: d.opts.AgentSocket, Env: staged.Env()}
 	inst, err := d.runtime.Start(ctx, spec)
-	staged.settle(err == nil)
+	staged.Settle(err == nil)
 	if err != nil {
 		if derr := discardSession(context.WithoutCancel(ctx), d.pool, s.Session.SessionID); derr != nil {
 			d.logger.Error("could not remove the session of a failed start", slog.String("session_id", spec.SessionID),

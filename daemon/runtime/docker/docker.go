@@ -88,7 +88,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
-	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/workspace"
 	"github.com/choirhq/choir/daemon/runtime"
 )
 
@@ -152,7 +152,7 @@ type Options struct {
 	// when its container exits (output.go); empty discards it.
 	LogDir string
 	// Protected are directories no workspace may be, hold or sit inside
-	// (choird's home first, see config.CheckWorkspacePath): the
+	// (choird's home first, see workspace.CheckPath): the
 	// workspace's hand-over to the agent's uid refuses them, and the
 	// system directories, whatever the configuration let through.
 	Protected []string
@@ -436,7 +436,7 @@ func (r *Runtime) checkHandOver(ws string) error {
 		paths = append(paths, real)
 	}
 	for _, p := range paths {
-		if err := config.CheckWorkspacePath(p, home, r.opts.Protected...); err != nil {
+		if err := workspace.CheckPath(p, home, r.opts.Protected...); err != nil {
 			return fmt.Errorf("%w: workspace %s is not given to the agent's uid %d: %w; fix workspaces in config.json",
 				runtime.ErrInvalidSpec, ws, r.uid, err)
 		}

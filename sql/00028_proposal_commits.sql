@@ -12,7 +12,7 @@ ALTER TABLE choir_control.proposals ADD COLUMN head_commit text NOT NULL DEFAULT
 CREATE TABLE choir_control.repo_commits (
     agent_id    choir_control.agent_id NOT NULL REFERENCES choir_control.agents,
     commit_sha  text NOT NULL CHECK (commit_sha ~ '^[0-9a-f]{40,64}$'),
-    approval_id uuid NOT NULL REFERENCES choir_control.pending_approvals,
+    approval_id uuid NOT NULL, -- the proposal whose merge or revert it is
     what        text NOT NULL CHECK (what IN ('merge', 'revert')),
     made_at     timestamptz NOT NULL DEFAULT now(),
     PRIMARY KEY (agent_id, commit_sha)

@@ -102,3 +102,64 @@ func reposStaged(t *testing.T, rt string) {
 	}
 	waitUntil(t, "the optional MCP server logged", func() bool { return strings.Contains(e.agentLog("assistant"), "stagedfiles") })
 }
+
+// TestAgentRepoLinkToAHostFileRefused: an agent repository whose SOUL.md
+// is a link to a host file is refused, naming the file, before any agent
+// runs on it, under both runtimes; the host file's content reaches
+// neither the error nor choird's log.
+func TestAgentRepoLinkToAHostFileRefused(t *testing.T) {
+	t.Parallel()
+	for _, rt := range []string{"process", "docker"} {
+		t.Run(rt, func(t *testing.T) {
+			t.Parallel()
+			secret := "CANARY-" + runtimetest.RandomHex(8)
+			hostFile := filepath.Join(t.TempDir(), "secret.txt")
+			if err := os.WriteFile(hostFile, []byte(secret+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			global := repoWith(t, map[string]string{
+				"Dockerfile.base":       "ARG CHOIR_OS_IMAGE=scratch\nFROM ${CHOIR_OS_IMAGE}\n",
+				"identity/USER.md":      "# The user\n",
+				"identity/SOUL.md":      "global soul\n",
+				"identity/SOUL-CORE.md": "global core soul\n",
+			})
+			agentRepo := repoWith(t, map[string]string{"README": "agent\n"})
+			os.MkdirAll(filepath.Join(agentRepo, "identity"), 0o755)
+			if err := os.Symlink(hostFile, filepath.Join(agentRepo, "identity", "SOUL.md")); err != nil {
+				t.Fatal(err)
+			}
+			gitDir(t, agentRepo, "add", "-A")
+			gitDir(t, agentRepo, "commit", "-q", "-m", "soul")
+			llm := llmtest.NewServer(t)
+			e := newTGEnv(t, llm, func(c *config.Config) {
+				c.GlobalRepo = config.Repo{URL: global, Ref: "main"}
+				a := c.Agents["assistant"]
+				a.Repo = config.Repo{URL: agentRepo, Ref: "main"}
+				c.Agents["assistant"] = a
+			})
+			o := e.options(t)
+			ctx := context.Background()
+			sc := daemon.Scope{Admin: true, Actor: actorAdmin}
+			var err error
+			if rt == "docker" {
+				cli := runtimetest.RequireDocker(t)
+				o.Daemon.Runtime, o.Daemon.AgentBinary, o.Daemon.OSImage = "docker", runtimetest.BuildAgent(t), runtimetest.BusyboxImage(t, cli)
+				_, err = choirdtest.Start(t, o).AgentBuild(ctx, sc, "assistant", false)
+			} else {
+				_, err = choirdtest.Start(t, o).AgentStart(ctx, sc, "assistant", admin.StartOverrides{})
+			}
+			if err == nil || !strings.Contains(err.Error(), "agent repo identity/SOUL.md: a symbolic link to "+hostFile+", outside the repository") {
+				t.Fatalf("%s: %v, want the link refused naming identity/SOUL.md", rt, err)
+			}
+			if strings.Contains(err.Error(), secret) || strings.Contains(e.choirdLog(), secret) {
+				t.Error("the host file's content reached the error or choird's log")
+			}
+			if !strings.Contains(e.choirdLog(), "symbolic link that leaves it") {
+				t.Error("choird did not log the refusal")
+			}
+			if len(llm.Requests()) > 0 {
+				t.Error("an agent ran")
+			}
+		})
+	}
+}

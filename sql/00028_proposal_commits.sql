@@ -18,6 +18,13 @@ CREATE TABLE choir_control.repo_commits (
     PRIMARY KEY (agent_id, commit_sha)
 );
 
+-- The merges choird made before this table existed.
+INSERT INTO choir_control.repo_commits (agent_id, commit_sha, approval_id, what, made_at)
+SELECT agent_id, merge_commit, approval_id, 'merge', updated_at
+  FROM choir_control.proposals
+ WHERE merge_commit ~ '^[0-9a-f]{40,64}$'
+ON CONFLICT DO NOTHING;
+
 -- +goose Down
 DROP TABLE choir_control.repo_commits;
 ALTER TABLE choir_control.proposals DROP COLUMN head_commit;

@@ -7,15 +7,26 @@
 //     <home>/repos/agents/<id> with the git CLI (any URL git takes: local
 //     paths, file://, https, ssh) and check the configured ref out,
 //     detached. A failure is a [*FetchError] quoting git.
-//  2. Merge and validate, before the engine is called: the agent's tools
+//  2. Export: the trees of the two commits are written out of the clones'
+//     object databases (package gittree), never read from a working tree;
+//     a symbolic link that leaves its repository is a [*LinkError] naming
+//     the file. Everything below reads these trees, and they are the
+//     engine's build contexts. [Request.AgentCommit] pins the agent's
+//     commit (a proposal's merge), and [Request.Provenance] refuses a ref
+//     the agent pushed itself ([*ForeignCommitError]).
+//  3. Merge and validate, before the engine is called: the agent's tools
 //     and skills override the global ones of the same name; USER.md comes
 //     from the global repository only; SOUL.md and SOUL-CORE.md from the
 //     agent's if present, else the global one. The merged tree is checked
 //     with the agent's own loaders (agent/tool's registry Build and
-//     agent/skill's Load), and the Dockerfiles with [CheckDockerfile]; any
-//     problem fails with [ErrInvalidRepo] naming the file. [Checker] runs
-//     the same fetch and checks for config load, without an engine.
-//  3. Build, through the engine API's classic builder (never BuildKit,
+//     agent/skill's Load), the agent repository's .choir/mcp.json with
+//     the agent's MCP loader (baked as /choir/mcp.json), and the
+//     Dockerfiles with [CheckDockerfile] and, for the agent's,
+//     [CheckAgentDockerfile]; any problem fails with [ErrInvalidRepo]
+//     naming the file. [Checker] runs the same fetch, export and checks
+//     for config load, without an engine, and [Builder.StageTo] writes
+//     the merged tree for the process runtime.
+//  4. Build, through the engine API's classic builder (never BuildKit,
 //     never a pull): Dockerfile.base of the global repository into
 //     choir-base:<key>, then the agent repository's Dockerfile, if any,
 //     FROM the base, then a final stage that adds /choir: the merged tools
@@ -25,7 +36,7 @@
 //     entrypoint, with git-cred-helper as a second name) and
 //     /choir/version.json. A failing Dockerfile is a [*DockerfileError]
 //     with the tail of the build log.
-//  4. Tag choir-agent-<id>:<image version> and choir-agent-<id>:latest.
+//  5. Tag choir-agent-<id>:<image version> and choir-agent-<id>:latest.
 //
 // # Build arguments
 //

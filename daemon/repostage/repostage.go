@@ -104,6 +104,10 @@ type Staged struct {
 func (s *Stager) Stage(ctx context.Context, cfg *config.Config, agentID string) (*Staged, error) {
 	st := &Staged{}
 	if cfg.GlobalRepo.URL == "" {
+		if cfg.Agents[agentID].Repo.URL != "" {
+			s.Logger.WarnContext(ctx, "agent repository not staged: config.json has no global_repo, which holds the identity files and Dockerfile.base",
+				slog.String("agent_id", agentID))
+		}
 		return st, nil
 	}
 	b, err := build.New(build.Options{Home: s.Home, AgentBinary: s.AgentBinary, Logger: s.Logger.With(slog.String("component", "build"))})

@@ -75,7 +75,7 @@ func parseFiles(dir string, configData, secretsData []byte) (*Config, Secrets, e
 		return nil, nil, err
 	}
 
-	if err := cfg.Validate(secrets); err != nil {
+	if err := cfg.ValidateAt(dir, secrets); err != nil {
 		return nil, nil, fmt.Errorf("invalid %s:\n%w", configPath, err)
 	}
 	return cfg, secrets, nil

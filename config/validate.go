@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/choirhq/choir/config/workspace"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -27,8 +28,12 @@ const Placeholder = "CHANGE-ME"
 // and values are in range. It reports every problem at once as an [*Error]
 // whose paths locate the offending values in config.json. A nil s counts as
 // no secrets at all. Messages name secrets but never show their values.
-func (c *Config) Validate(s Secrets) error {
-	v := &validator{c: c, secrets: s, placeholders: map[string]bool{}}
+func (c *Config) Validate(s Secrets) error { return c.ValidateAt("", s) }
+
+// ValidateAt is Validate for the configuration of choird's home directory
+// home (.choir.d): no workspace may be, hold or sit inside it.
+func (c *Config) ValidateAt(home string, s Secrets) error {
+	v := &validator{c: c, secrets: s, placeholders: map[string]bool{}, home: home}
 	v.findPlaceholders(strictjson.Root, reflect.ValueOf(c).Elem())
 	v.repo(path("global_repo"), c.GlobalRepo)
 	v.workspaces()
@@ -54,6 +59,7 @@ func (c *Config) Validate(s Secrets) error {
 
 type validator struct {
 	c            *Config
+	home         string // choird's home directory, "" when unknown
 	secrets      Secrets
 	placeholders map[string]bool
 	problems     []Problem
@@ -242,6 +248,19 @@ func (v *validator) workspaces() {
 			continue
 		}
 		byPath[clean] = name
+		if err := workspace.CheckPath(clean, workspace.UserHome(), v.home); err != nil {
+			v.add(pp, "%v", err)
+		}
+	}
+	// A workspace inside another would be the other's agent's too, and
+	// chowned with it.
+	for _, outer := range slices.Sorted(maps.Keys(byPath)) {
+		for _, inner := range slices.Sorted(maps.Keys(byPath)) {
+			if outer != inner && workspace.Within(inner, outer) {
+				v.add(sub(path("workspaces", byPath[inner]), "path"), "%s sits inside workspace %q (%s): each workspace must be a directory of its own, outside every other",
+					inner, byPath[outer], outer)
+			}
+		}
 	}
 }
 

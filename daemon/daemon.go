@@ -467,7 +467,8 @@ func newRuntime(ctx context.Context, opts Options, logger *slog.Logger) (runtime
 		// One scope per installation, so two choirds never reap each
 		// other's containers.
 		rt, err := docker.New(ctx, docker.Options{Scope: docker.ScopeFor(opts.Home), Init: true,
-			LogDir: filepath.Join(opts.Home, "logs"), Logger: logger.With(slog.String("component", "runtime"))})
+			LogDir: filepath.Join(opts.Home, "logs"), Logger: logger.With(slog.String("component", "runtime")),
+			Protected: []string{opts.Home}})
 		if err != nil {
 			return nil, fmt.Errorf("docker runtime: %w", err)
 		}

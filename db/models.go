@@ -111,6 +111,7 @@ type ChoirControlProposal struct {
 	Deployment   string    `json:"deployment"`
 	CreatedAt    time.Time `json:"created_at"`
 	UpdatedAt    time.Time `json:"updated_at"`
+	HeadCommit   string    `json:"head_commit"`
 }
 
 type ChoirControlResourceLease struct {

@@ -12,8 +12,8 @@ import (
 )
 
 const proposalCreate = `-- name: ProposalCreate :exec
-INSERT INTO choir_control.proposals (approval_id, agent_id, kind, preview, base_sha256)
-VALUES ($1, $2, $3, $4, $5)
+INSERT INTO choir_control.proposals (approval_id, agent_id, kind, preview, base_sha256, head_commit)
+VALUES ($1, $2, $3, $4, $5, $6)
 ON CONFLICT (approval_id) DO NOTHING
 `
 
@@ -23,6 +23,7 @@ type ProposalCreateParams struct {
 	Kind       string    `json:"kind"`
 	Preview    string    `json:"preview"`
 	BaseSha256 string    `json:"base_sha256"`
+	HeadCommit string    `json:"head_commit"`
 }
 
 // ProposalCreate records a validated proposal with the text its person is
@@ -34,12 +35,13 @@ func (q *Queries) ProposalCreate(ctx context.Context, arg ProposalCreateParams) 
 		arg.Kind,
 		arg.Preview,
 		arg.BaseSha256,
+		arg.HeadCommit,
 	)
 	return err
 }
 
 const proposalGet = `-- name: ProposalGet :one
-SELECT approval_id, agent_id, kind, preview, base_sha256, state, step, reason, merge_commit, image, image_version, deployment, created_at, updated_at FROM choir_control.proposals WHERE approval_id = $1
+SELECT approval_id, agent_id, kind, preview, base_sha256, state, step, reason, merge_commit, image, image_version, deployment, created_at, updated_at, head_commit FROM choir_control.proposals WHERE approval_id = $1
 `
 
 func (q *Queries) ProposalGet(ctx context.Context, approvalID uuid.UUID) (ChoirControlProposal, error) {
@@ -60,6 +62,7 @@ func (q *Queries) ProposalGet(ctx context.Context, approvalID uuid.UUID) (ChoirC
 		&i.Deployment,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.HeadCommit,
 	)
 	return i, err
 }
@@ -101,4 +104,54 @@ func (q *Queries) ProposalStep(ctx context.Context, arg ProposalStepParams) erro
 		arg.ApprovalID,
 	)
 	return err
+}
+
+const repoCommitRecord = `-- name: RepoCommitRecord :exec
+INSERT INTO choir_control.repo_commits (agent_id, commit_sha, approval_id, what)
+VALUES ($1, $2, $3, $4)
+ON CONFLICT (agent_id, commit_sha) DO NOTHING
+`
+
+type RepoCommitRecordParams struct {
+	AgentID    string    `json:"agent_id"`
+	CommitSha  string    `json:"commit_sha"`
+	ApprovalID uuid.UUID `json:"approval_id"`
+	What       string    `json:"what"`
+}
+
+// RepoCommitRecord records a commit choird made on an agent's ref; a run
+// again after a restart changes nothing.
+func (q *Queries) RepoCommitRecord(ctx context.Context, arg RepoCommitRecordParams) error {
+	_, err := q.db.Exec(ctx, repoCommitRecord,
+		arg.AgentID,
+		arg.CommitSha,
+		arg.ApprovalID,
+		arg.What,
+	)
+	return err
+}
+
+const repoCommitsByAgent = `-- name: RepoCommitsByAgent :many
+SELECT commit_sha FROM choir_control.repo_commits WHERE agent_id = $1 ORDER BY made_at
+`
+
+// RepoCommitsByAgent lists the commits choird made on an agent's ref.
+func (q *Queries) RepoCommitsByAgent(ctx context.Context, agentID string) ([]string, error) {
+	rows, err := q.db.Query(ctx, repoCommitsByAgent, agentID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []string{}
+	for rows.Next() {
+		var commit_sha string
+		if err := rows.Scan(&commit_sha); err != nil {
+			return nil, err
+		}
+		items = append(items, commit_sha)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

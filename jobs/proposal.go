@@ -15,7 +15,8 @@ import (
 )
 
 // ProposalApplyArgs is one step of applying an approved proposal (spec
-// 20): merge, build, update, or config. Each step is its own job, queued
+// 20): merge, build, update, or config, and the cleanup of a repo
+// change's workspace clone. Each step is its own job, queued
 // by the one before it in the transaction that records its outcome, so a
 // restart resumes at the step that was running and never repeats one that
 // finished. Args are unique, so a step is never queued twice.
@@ -65,9 +66,22 @@ func FirstProposalStep(requestType string) string {
 	return "merge"
 }
 
-// proposalApprovedTx queues the first step of an approved proposal, in
-// the transaction that approved it.
+// ProposalStepCleanup is the step that removes a repo change's workspace
+// clone once the proposal is done with (spec 20.7): after its last step
+// when approved, at once when rejected or timed out. It runs whatever the
+// approval's status.
+const ProposalStepCleanup = "cleanup"
+
+// proposalApprovedTx queues the first step of an approved proposal, or
+// the cleanup of a rejected repo change, in the transaction that decided
+// it.
 func proposalApprovedTx(ctx context.Context, tx pgx.Tx, ins Inserter, a db.ChoirControlPendingApproval) error {
+	if a.Status == "rejected" && a.RequestType == proposal.TypeRepo {
+		if _, err := ins.InsertTx(ctx, tx, ProposalApplyArgs{ApprovalID: a.ApprovalID, Step: ProposalStepCleanup}, nil); err != nil {
+			return fmt.Errorf("queue the cleanup of proposal %s: %w", a.ApprovalID, err)
+		}
+		return nil
+	}
 	if a.Status != "approved" || !proposal.IsProposal(a.RequestType) {
 		return nil
 	}

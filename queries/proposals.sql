@@ -1,8 +1,8 @@
 -- name: ProposalCreate :exec
 -- ProposalCreate records a validated proposal with the text its person is
 -- shown; a replay of the same request changes nothing.
-INSERT INTO choir_control.proposals (approval_id, agent_id, kind, preview, base_sha256)
-VALUES (@approval_id, @agent_id, @kind, @preview, @base_sha256)
+INSERT INTO choir_control.proposals (approval_id, agent_id, kind, preview, base_sha256, head_commit)
+VALUES (@approval_id, @agent_id, @kind, @preview, @base_sha256, @head_commit)
 ON CONFLICT (approval_id) DO NOTHING;
 
 -- name: ProposalGet :one
@@ -20,3 +20,14 @@ UPDATE choir_control.proposals
        deployment = CASE WHEN @deployment::text = '' THEN deployment ELSE @deployment::text END,
        updated_at = now()
  WHERE approval_id = @approval_id;
+
+-- name: RepoCommitRecord :exec
+-- RepoCommitRecord records a commit choird made on an agent's ref; a run
+-- again after a restart changes nothing.
+INSERT INTO choir_control.repo_commits (agent_id, commit_sha, approval_id, what)
+VALUES (@agent_id, @commit_sha, @approval_id, @what)
+ON CONFLICT (agent_id, commit_sha) DO NOTHING;
+
+-- name: RepoCommitsByAgent :many
+-- RepoCommitsByAgent lists the commits choird made on an agent's ref.
+SELECT commit_sha FROM choir_control.repo_commits WHERE agent_id = @agent_id ORDER BY made_at;

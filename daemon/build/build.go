@@ -7,15 +7,26 @@
 //     <home>/repos/agents/<id> with the git CLI (any URL git takes: local
 //     paths, file://, https, ssh) and check the configured ref out,
 //     detached. A failure is a [*FetchError] quoting git.
-//  2. Merge and validate, before the engine is called: the agent's tools
+//  2. Export: the trees of the two commits are written out of the clones'
+//     object databases (package gittree), never read from a working tree;
+//     a symbolic link that leaves its repository is a [*LinkError] naming
+//     the file. Everything below reads these trees, and they are the
+//     engine's build contexts. [Request.AgentCommit] pins the agent's
+//     commit (a proposal's merge), and [Request.Provenance] refuses a ref
+//     the agent pushed itself ([*ForeignCommitError]).
+//  3. Merge and validate, before the engine is called: the agent's tools
 //     and skills override the global ones of the same name; USER.md comes
 //     from the global repository only; SOUL.md and SOUL-CORE.md from the
 //     agent's if present, else the global one. The merged tree is checked
 //     with the agent's own loaders (agent/tool's registry Build and
-//     agent/skill's Load), and the Dockerfiles with [CheckDockerfile]; any
-//     problem fails with [ErrInvalidRepo] naming the file. [Checker] runs
-//     the same fetch and checks for config load, without an engine.
-//  3. Build, through the engine API's classic builder (never BuildKit,
+//     agent/skill's Load), the agent repository's .choir/mcp.json with
+//     the agent's MCP loader (baked as /choir/mcp.json), and the
+//     Dockerfiles with [CheckDockerfile] and, for the agent's,
+//     [CheckAgentDockerfile]; any problem fails with [ErrInvalidRepo]
+//     naming the file. [Checker] runs the same fetch, export and checks
+//     for config load, without an engine, and [Builder.StageTo] writes
+//     the merged tree for the process runtime.
+//  4. Build, through the engine API's classic builder (never BuildKit,
 //     never a pull): Dockerfile.base of the global repository into
 //     choir-base:<key>, then the agent repository's Dockerfile, if any,
 //     FROM the base, then a final stage that adds /choir: the merged tools
@@ -25,7 +36,7 @@
 //     entrypoint, with git-cred-helper as a second name) and
 //     /choir/version.json. A failing Dockerfile is a [*DockerfileError]
 //     with the tail of the build log.
-//  4. Tag choir-agent-<id>:<image version> and choir-agent-<id>:latest.
+//  5. Tag choir-agent-<id>:<image version> and choir-agent-<id>:latest.
 //
 // # Build arguments
 //
@@ -83,6 +94,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 
 	"github.com/moby/moby/client"
@@ -206,6 +218,15 @@ type Request struct {
 	Agent config.Repo
 	// Force builds even when an image of the same version exists.
 	Force bool
+	// AgentCommit, when set, is the agent repository's commit to build
+	// instead of whatever its ref holds now: the merge commit choird made
+	// for an approved proposal. It must be the ref's commit or one of its
+	// ancestors.
+	AgentCommit string
+	// Provenance, when set, makes the build refuse an agent ref holding
+	// commits the agent pushed itself (a [*ForeignCommitError]); choird
+	// sets it for every build.
+	Provenance *Provenance
 }
 
 // Version is /choir/version.json (spec 15.1), and the choir.version label;
@@ -233,9 +254,37 @@ type Plan struct {
 	Version Version
 	// DockerfileOutputs are tool executables a Dockerfile must produce.
 	DockerfileOutputs []string
-	staged            *staged
-	stageDir          string
-	unlock            []func()
+	// globalTree and agentTree are the commits' trees, written from the
+	// clones' object databases (exportCommit): everything staged, checked
+	// and sent to the engine is read from them, never from a clone's
+	// working tree. agentTree is empty when the agent has no repository.
+	globalTree, agentTree string
+	staged                *staged
+	stageDir              string
+	unlock                []func()
+}
+
+// exportPlan writes both commits' trees under the staging directory.
+// Links that leave a repository are reported for both at once.
+func (b *Builder) exportPlan(ctx context.Context, p *Plan) error {
+	p.globalTree = filepath.Join(p.stageDir, "src", "global")
+	errG := b.exportCommit(ctx, "global", p.GlobalDir, p.Version.GlobalRepoCommit, p.globalTree)
+	var errA error
+	if p.AgentDir != "" {
+		p.agentTree = filepath.Join(p.stageDir, "src", "agent")
+		errA = b.exportCommit(ctx, "agent", p.AgentDir, p.Version.AgentRepoCommit, p.agentTree)
+	}
+	if links := append(linkErrors(errG), linkErrors(errA)...); len(links) > 0 {
+		errs := make([]error, len(links))
+		files := make([]string, len(links))
+		for i, l := range links {
+			errs[i], files[i] = l, l.Repo+" repo "+l.File+" -> "+l.Target
+		}
+		b.log.WarnContext(ctx, "agent build refused: a repository holds a symbolic link that leaves it",
+			slog.String("agent_id", p.Request.AgentID), slog.String("links", strings.Join(files, ", ")))
+		return fmt.Errorf("%w: %w", ErrInvalidRepo, errors.Join(errs...))
+	}
+	return errors.Join(errG, errA)
 }
 
 // Close removes the staging directory and releases the clones.
@@ -267,8 +316,8 @@ func (b *Builder) Prepare(ctx context.Context, req Request) (*Plan, error) {
 	if req.Agent.URL != "" {
 		p.AgentDir = filepath.Join(b.opts.Home, "repos", "agents", req.AgentID)
 	}
-	// The clones must not move until the plan is closed: the engine reads
-	// them as build contexts. Locks are taken global first, always.
+	// A clone must not move between its fetch and the export of its
+	// commit. Locks are taken global first, always.
 	p.unlock = append(p.unlock, b.lockPath(p.GlobalDir))
 	if p.AgentDir != "" {
 		p.unlock = append(p.unlock, b.lockPath(p.AgentDir))
@@ -288,23 +337,32 @@ func (b *Builder) Prepare(ctx context.Context, req Request) (*Plan, error) {
 		if p.Version.AgentRepoCommit, err = b.fetch(ctx, "agent "+req.AgentID, req.Agent, p.AgentDir); err != nil {
 			return nil, err
 		}
-	}
-	if !isFile(filepath.Join(p.GlobalDir, "Dockerfile.base")) {
-		return nil, fmt.Errorf("agent build: %w: the global repo (commit %s) has no Dockerfile.base", ErrInvalidRepo, short(p.Version.GlobalRepoCommit))
-	}
-	if probs := dockerfileProblems(p.GlobalDir, p.AgentDir); len(probs) > 0 {
-		var errs []error
-		for _, pr := range probs {
-			errs = append(errs, fmt.Errorf("%s repo %s line %d: %s", pr.Repo, pr.File, pr.Line, pr.Message))
+		if err := b.checkProvenance(ctx, p); err != nil {
+			return nil, err
 		}
-		return nil, fmt.Errorf("agent build %s: %w: %w", req.AgentID, ErrInvalidRepo, errors.Join(errs...))
+		if err := b.pin(ctx, p); err != nil {
+			return nil, err
+		}
 	}
 	dir, err := os.MkdirTemp("", "choir-build-"+req.AgentID+"-")
 	if err != nil {
 		return nil, fmt.Errorf("agent build: %w", err)
 	}
 	p.stageDir = dir
-	s, err := b.stage(p.GlobalDir, p.AgentDir, dir)
+	if err := b.exportPlan(ctx, p); err != nil {
+		return nil, fmt.Errorf("agent build %s: %w", req.AgentID, err)
+	}
+	if !isFile(filepath.Join(p.globalTree, "Dockerfile.base")) {
+		return nil, fmt.Errorf("agent build: %w: the global repo (commit %s) has no Dockerfile.base", ErrInvalidRepo, short(p.Version.GlobalRepoCommit))
+	}
+	if probs := dockerfileProblems(p.globalTree, p.agentTree); len(probs) > 0 {
+		var errs []error
+		for _, pr := range probs {
+			errs = append(errs, fmt.Errorf("%s repo %s line %d: %s", pr.Repo, pr.File, pr.Line, pr.Message))
+		}
+		return nil, fmt.Errorf("agent build %s: %w: %w", req.AgentID, ErrInvalidRepo, errors.Join(errs...))
+	}
+	s, err := b.stage(p.globalTree, p.agentTree, filepath.Join(dir, "final"))
 	if err != nil {
 		return nil, fmt.Errorf("agent build %s: %w", req.AgentID, err)
 	}
@@ -344,4 +402,43 @@ func short(commit string) string {
 		return commit[:12]
 	}
 	return commit
+}
+
+// ErrNeedsDockerfile reports repositories whose tools a Dockerfile
+// compiles, staged for a runtime that runs no Dockerfile.
+var ErrNeedsDockerfile = errors.New("tools are compiled by a Dockerfile")
+
+// StageTo runs the pipeline up to the image, as [Builder.Prepare] does
+// (fetch, the commits' trees from git objects, merge, validate), and
+// writes the merged /choir tree into dst (which must not exist): the
+// process runtime's agents read it where docker's read /choir. A tool
+// that only a Dockerfile would produce is an [ErrNeedsDockerfile].
+func (b *Builder) StageTo(ctx context.Context, req Request, dst string) (Version, error) {
+	p, err := b.Prepare(ctx, req)
+	if err != nil {
+		return Version{}, err
+	}
+	defer p.Close()
+	if len(p.DockerfileOutputs) > 0 {
+		return Version{}, fmt.Errorf("agent %s: %w: %s; the process runtime runs no Dockerfile: commit the executables, or run choird with --runtime=docker",
+			req.AgentID, ErrNeedsDockerfile, strings.Join(p.DockerfileOutputs, ", "))
+	}
+	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
+		return Version{}, fmt.Errorf("stage agent %s: %w", req.AgentID, err)
+	}
+	if err := copyTree(filepath.Join(p.staged.dir, "choir"), dst, nil); err != nil {
+		os.RemoveAll(dst)
+		return Version{}, fmt.Errorf("stage agent %s: %w", req.AgentID, err)
+	}
+	vj, err := json.MarshalIndent(p.Version, "", "  ")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dst, "version.json"), append(vj, '\n'), 0o644)
+	}
+	if err != nil {
+		os.RemoveAll(dst)
+		return Version{}, fmt.Errorf("stage agent %s: %w", req.AgentID, err)
+	}
+	b.log.InfoContext(ctx, "agent repositories staged for the process runtime", slog.String("agent_id", req.AgentID),
+		slog.String("dir", dst), slog.String("agent_commit", short(p.Version.AgentRepoCommit)))
+	return p.Version, nil
 }

@@ -43,6 +43,9 @@ type file struct {
 func text(s string) file   { return file{data: s, mode: 0o644} }
 func script(s string) file { return file{data: s, mode: 0o755} }
 
+// link is a symbolic link to target, committed as git holds links.
+func link(target string) file { return file{data: target, mode: os.ModeSymlink} }
+
 // gitRepo is a real repository in a temporary directory.
 type gitRepo struct {
 	t   *testing.T
@@ -84,6 +87,16 @@ func (r *gitRepo) commit(files map[string]file) string {
 		}
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			r.t.Fatal(err)
+		}
+		if fi, err := os.Lstat(p); err == nil && fi.Mode()&os.ModeSymlink != 0 {
+			os.Remove(p) // never write through a link
+		}
+		if f.mode&os.ModeSymlink != 0 {
+			os.Remove(p)
+			if err := os.Symlink(f.data, p); err != nil {
+				r.t.Fatal(err)
+			}
+			continue
 		}
 		if err := os.WriteFile(p, []byte(f.data), f.mode); err != nil {
 			r.t.Fatal(err)
@@ -418,6 +431,38 @@ func TestBuild(t *testing.T) {
 		// and the final stage.
 		if got := builds.Load(); got != failures+3 {
 			t.Errorf("%d builds sent to the engine, want %d", got, failures+3)
+		}
+	})
+
+	t.Run("MCPFileAndInTreeLinksReachTheImage", func(t *testing.T) {
+		t.Parallel()
+		b := e.setup(t)
+		const mcpJSON = `{"servers": {"files": {"command": "/usr/local/bin/files-mcp"}}}`
+		b.agent.commit(map[string]file{".choir/mcp.json": text(mcpJSON), "identity/soul.txt": text("linked soul\n"),
+			"identity/SOUL.md": link("soul.txt")})
+		res := b.build(t)
+		files := readFiles(t, b.cli, res.Image, "/choir/mcp.json", "/choir/SOUL.md")
+		if files["/choir/mcp.json"] != mcpJSON || files["/choir/SOUL.md"] != "linked soul\n" {
+			t.Errorf("image holds %q", files)
+		}
+		// A changed mcp.json is a new image.
+		b.agent.commit(map[string]file{".choir/mcp.json": text(`{"servers": {}}`)})
+		if res2 := b.build(t); res2.Version.ToolManifestHash == res.Version.ToolManifestHash || !res2.Built {
+			t.Errorf("mcp.json changed, tool hash %s -> %s, built %v", res.Version.ToolManifestHash, res2.Version.ToolManifestHash, res2.Built)
+		}
+	})
+
+	t.Run("LinkToAHostFileNeverReachesTheImage", func(t *testing.T) {
+		t.Parallel()
+		b := e.setup(t)
+		hostFile, _ := canary(t)
+		b.agent.commit(map[string]file{"identity/SOUL.md": link(hostFile)})
+		_, err := b.builder.Build(t.Context(), b.request())
+		if !errors.Is(err, build.ErrInvalidRepo) || !strings.Contains(err.Error(), "agent repo identity/SOUL.md") {
+			t.Fatalf("build: %v, want the link refused naming identity/SOUL.md", err)
+		}
+		if _, err := b.cli.ImageInspect(t.Context(), build.Repository(b.agentID)+":latest"); err == nil {
+			t.Error("an image was tagged")
 		}
 	})
 

@@ -79,18 +79,57 @@ type RepoProblem struct {
 }
 
 // Check validates the clones globalDir and agentDir (empty when the agent
-// has no repository) as [Builder.Prepare] does before a build: the merged
-// tools and skills with the agent's own registry and skill loader, the
-// identity files, Dockerfile.base, and the Dockerfiles with
-// [CheckDockerfile]. It returns every problem; the error is a failure to
-// check (a temporary directory), not a problem of the repositories.
-func (c *Checker) Check(globalDir, agentDir string) ([]RepoProblem, error) {
-	out := dockerfileProblems(globalDir, agentDir)
+// has no repository) as [Builder.Prepare] does before a build, on what
+// the build reads: the trees of the clones' checked-out commits, written
+// from their object databases, with no symbolic link leaving a
+// repository; the merged tools and skills with the agent's own registry
+// and skill loader, the identity files, .choir/mcp.json, Dockerfile.base,
+// and the Dockerfiles with [CheckDockerfile]. It returns every problem;
+// the error is a failure to check (git, a temporary directory), not a
+// problem of the repositories.
+func (c *Checker) Check(ctx context.Context, globalDir, agentDir string) ([]RepoProblem, error) {
 	dst, err := os.MkdirTemp("", "choir-check-")
 	if err != nil {
 		return nil, fmt.Errorf("config load: %w", err)
 	}
 	defer os.RemoveAll(dst)
+	var out []RepoProblem
+	export := func(repo, clone string) (string, error) {
+		head := c.Head(ctx, clone)
+		if head == "" {
+			return "", fmt.Errorf("config load: %s repo: no clone in %s", repo, clone)
+		}
+		tree := filepath.Join(dst, "src", repo)
+		err := c.b.exportCommit(ctx, repo, clone, head, tree)
+		links := linkErrors(err)
+		for _, l := range links {
+			out = append(out, RepoProblem{Repo: l.Repo, File: l.File, Message: strings.TrimPrefix(l.Error(), l.Repo+" repo "+l.File+": ")})
+		}
+		if err != nil && len(links) == 0 {
+			return "", fmt.Errorf("config load: %w", err)
+		}
+		return tree, nil
+	}
+	globalTree, err := export("global", globalDir)
+	if err != nil {
+		return nil, err
+	}
+	agentTree := ""
+	if agentDir != "" {
+		if agentTree, err = export("agent", agentDir); err != nil {
+			return nil, err
+		}
+	}
+	if len(out) > 0 {
+		return out, nil // the trees are incomplete: nothing more to check in them
+	}
+	ps, err := c.checkTrees(globalTree, agentTree, filepath.Join(dst, "final"))
+	return append(out, ps...), err
+}
+
+// checkTrees checks exported trees as the build does.
+func (c *Checker) checkTrees(globalDir, agentDir, dst string) ([]RepoProblem, error) {
+	out := dockerfileProblems(globalDir, agentDir)
 	choir := filepath.Join(dst, "choir")
 	if err := stageTools(globalDir, agentDir, choir); err != nil {
 		return nil, fmt.Errorf("config load: stage tools: %w", err)
@@ -101,6 +140,13 @@ func (c *Checker) Check(globalDir, agentDir string) ([]RepoProblem, error) {
 	identity, err := stageIdentity(globalDir, agentDir, choir)
 	if err != nil {
 		return nil, fmt.Errorf("config load: stage identity: %w", err)
+	}
+	if err := stageMCP(agentDir, choir); err != nil {
+		var me *mcpError
+		if !errors.As(err, &me) {
+			return nil, fmt.Errorf("config load: stage %s: %w", mcpFile, err)
+		}
+		out = append(out, RepoProblem{Repo: "agent", File: mcpFile, Message: me.err.Error()})
 	}
 	for _, e := range identity {
 		var mi *missingIdentityError
@@ -130,7 +176,11 @@ func dockerfileProblems(globalDir, agentDir string) []RepoProblem {
 			out = append(out, RepoProblem{Repo: repo, File: name, Message: err.Error()})
 			return
 		}
-		for _, p := range CheckDockerfile(data) {
+		checkFn := CheckDockerfile
+		if repo == "agent" {
+			checkFn = CheckAgentDockerfile
+		}
+		for _, p := range checkFn(data) {
 			out = append(out, RepoProblem{Repo: repo, File: name, Line: p.Line, Message: p.Message})
 		}
 	}

@@ -34,7 +34,17 @@ func (p DockerfileProblem) String() string { return fmt.Sprintf("line %d: %s", p
 // arguments, anything but ARG before the first FROM, no FROM at all, a
 // `# syntax=` directive (it makes BuildKit pull a frontend image, and no
 // registry is reachable).
-func CheckDockerfile(data []byte) []DockerfileProblem {
+func CheckDockerfile(data []byte) []DockerfileProblem { return checkDockerfile(data, nil) }
+
+// CheckAgentDockerfile checks an agent repository's Dockerfile as
+// [CheckDockerfile] does, and also refuses every instruction that reaches
+// past the build context (see reach): the agent writes this file, and the
+// engine runs on the host.
+func CheckAgentDockerfile(data []byte) []DockerfileProblem {
+	return checkDockerfile(data, &reach{stages: map[string]bool{}})
+}
+
+func checkDockerfile(data []byte, rc *reach) []DockerfileProblem {
 	var out []DockerfileProblem
 	bad := func(line int, format string, args ...any) {
 		out = append(out, DockerfileProblem{Line: line, Message: fmt.Sprintf(format, args...)})
@@ -57,6 +67,11 @@ func CheckDockerfile(data []byte) []DockerfileProblem {
 			return
 		case strings.TrimSpace(args) == "":
 			bad(line, "%s needs arguments", kw)
+		}
+		if rc != nil {
+			if msg := rc.check(kw, strings.TrimSpace(args)); msg != "" {
+				bad(line, "%s", msg)
+			}
 		}
 		if kw == "FROM" {
 			sawFrom = true

@@ -37,3 +37,16 @@ func TestCheckDockerfile(t *testing.T) {
 		})
 	}
 }
+
+func TestCheckAgentDockerfileAllows(t *testing.T) {
+	t.Parallel()
+	for _, in := range []string{
+		"ARG CHOIR_BASE_IMAGE\nFROM ${CHOIR_BASE_IMAGE}\nRUN echo a\nCOPY tools/x /choir/tools/agent/x\nADD --chown=1:1 a.tar /opt/\n",
+		"ARG CHOIR_BASE_IMAGE\nFROM $CHOIR_BASE_IMAGE AS build\nRUN make\nFROM scratch\nCOPY --from=build /out /out\nCOPY --from=0 /a /a\n",
+		`ARG CHOIR_BASE_IMAGE` + "\nFROM ${CHOIR_BASE_IMAGE}\nCOPY [\"a b\", \"/c\"]\n",
+	} {
+		if ps := build.CheckAgentDockerfile([]byte(in)); len(ps) > 0 {
+			t.Errorf("CheckAgentDockerfile(%q) = %v", in, ps)
+		}
+	}
+}

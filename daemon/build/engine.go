@@ -96,7 +96,7 @@ func (b *Builder) Build(ctx context.Context, req Request) (Result, error) {
 		}
 	}
 
-	built, err := b.buildBase(ctx, req.AgentID, p.GlobalDir, v, req.Force)
+	built, err := b.buildBase(ctx, req.AgentID, p.globalTree, v, req.Force)
 	if err != nil {
 		return Result{}, err
 	}
@@ -104,11 +104,11 @@ func (b *Builder) Build(ctx context.Context, req Request) (Result, error) {
 
 	// The agent's Dockerfile, if it has one, FROM the base.
 	from := v.BaseImage
-	if p.AgentDir != "" && isFile(filepath.Join(p.AgentDir, "Dockerfile")) {
+	if p.agentTree != "" && isFile(filepath.Join(p.agentTree, "Dockerfile")) {
 		stage := Repository(req.AgentID) + "-stage:" + v.ImageVersion
 		b.log.Info("building the agent's Dockerfile", slog.String("agent_id", req.AgentID), slog.String("agent_commit", short(v.AgentRepoCommit)))
 		base := v.BaseImage
-		if _, err := b.imageBuild(ctx, "agent", "agent repo Dockerfile", p.AgentDir, "Dockerfile",
+		if _, err := b.imageBuild(ctx, "agent", "agent repo Dockerfile", p.agentTree, "Dockerfile",
 			map[string]*string{ArgBaseImage: &base}, []string{stage}, nil); err != nil {
 			return Result{}, fmt.Errorf("agent build %s: %w", req.AgentID, err)
 		}

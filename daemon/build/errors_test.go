@@ -112,6 +112,38 @@ func TestBuildFailsBeforeTheEngine(t *testing.T) {
 			wantInvalid: true,
 		},
 		{
+			name:        "AgentDockerfileAddsAURL",
+			agentEdit:   map[string]file{"Dockerfile": text("ARG CHOIR_BASE_IMAGE\nFROM ${CHOIR_BASE_IMAGE}\nADD http://169.254.169.254/latest/meta-data /m\n")},
+			want:        []string{"agent repo Dockerfile line 3", "ADD http://169.254.169.254/latest/meta-data: a remote source"},
+			wantInvalid: true,
+		},
+		{
+			name:        "AgentDockerfileAddsAGitRepo",
+			agentEdit:   map[string]file{"Dockerfile": text("ARG CHOIR_BASE_IMAGE\nFROM ${CHOIR_BASE_IMAGE}\nADD git@example.com:x/y.git /y\n")},
+			want:        []string{"agent repo Dockerfile line 3", "ADD git@example.com:x/y.git"},
+			wantInvalid: true,
+		},
+		{
+			name: "AgentDockerfileReadsAnotherAgentsImage",
+			agentEdit: map[string]file{"Dockerfile": text("ARG CHOIR_BASE_IMAGE\nFROM choir-agent-other:latest AS victim\nFROM ${CHOIR_BASE_IMAGE}\n" +
+				"COPY --from=choir-agent-victim:latest /choir/SOUL.md /x\nCOPY --from=victim /choir /y\n")},
+			want:        []string{"line 2: FROM choir-agent-other:latest", "line 4: COPY --from=choir-agent-victim:latest"},
+			wantInvalid: true,
+		},
+		{
+			name: "AgentDockerfileMountsAndTriggers",
+			agentEdit: map[string]file{"Dockerfile": text("ARG CHOIR_BASE_IMAGE\nARG SRC=http://x/y\nFROM ${CHOIR_BASE_IMAGE}\n" +
+				"RUN --mount=type=bind,source=/,target=/host cat /host/etc/shadow\nONBUILD ADD http://x /x\nADD ${SRC} /s\n")},
+			want:        []string{"line 4: RUN --mount=type=bind", "line 5: ONBUILD is not allowed", "line 6: ADD ${SRC}: a source named by a variable"},
+			wantInvalid: true,
+		},
+		{
+			name:        "InvalidMCPFile",
+			agentEdit:   map[string]file{".choir/mcp.json": text(`{"servers": {"files": {"command": "x", "url": "http://y"}}}`)},
+			want:        []string{"agent repo .choir/mcp.json", "servers.files: give command (stdio) or url"},
+			wantInvalid: true,
+		},
+		{
 			name: "ValidReposReachTheEngine",
 			want: []string{"cannot reach the Docker engine at unix://", "is dockerd running?"},
 		},

@@ -16,6 +16,7 @@ import (
 
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/agent/tool/mcp"
 )
 
 // ErrInvalidRepo reports repository contents that fail validation: an
@@ -75,6 +76,9 @@ func (b *Builder) stage(globalDir, agentDir, dst string) (*staged, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := stageMCP(agentDir, choir); err != nil {
+		problems = append(problems, err)
+	}
 
 	// The agent binary, and the credential helper as its second name.
 	if err := copyFile(b.opts.AgentBinary, filepath.Join(choir, "bin", "choir-agent"), 0o755); err != nil {
@@ -93,6 +97,14 @@ func (b *Builder) stage(globalDir, agentDir, dst string) (*staged, error) {
 
 	if s.toolHash, err = treeHash(filepath.Join(choir, "tools")); err != nil {
 		return nil, err
+	}
+	if isFile(filepath.Join(choir, mcp.FileName)) {
+		// The MCP servers are tools too: a changed mcp.json is a new image.
+		sum, err := fileHash(filepath.Join(choir, mcp.FileName))
+		if err != nil {
+			return nil, err
+		}
+		s.toolHash = hashOf(s.toolHash + "\x00" + mcp.FileName + "\x00" + sum)
 	}
 	if s.skillHash, err = treeHash(filepath.Join(choir, "skills")); err != nil {
 		return nil, err
@@ -160,6 +172,32 @@ func stageSkills(globalDir, agentDir, choir string) error {
 	}
 	return copyJSON(filepath.Join(agentDir, skillsDir), filepath.Join(choir, "skills", "agent"), nil)
 }
+
+// mcpFile is where an agent repository declares its MCP servers; the
+// image holds it as /choir/mcp.json, where the agent reads it.
+var mcpFile = path.Join(".choir", mcp.FileName)
+
+// stageMCP copies the agent repository's .choir/mcp.json, if any, to
+// choir/mcp.json and validates it with the agent's own loader. A file
+// that does not load is an *mcpError: a problem of the repository.
+func stageMCP(agentDir, choir string) error {
+	if agentDir == "" || !isFile(filepath.Join(agentDir, filepath.FromSlash(mcpFile))) {
+		return nil
+	}
+	if err := copyFile(filepath.Join(agentDir, filepath.FromSlash(mcpFile)), filepath.Join(choir, mcp.FileName), 0o644); err != nil {
+		return err
+	}
+	if _, err := mcp.Load(choir); err != nil {
+		return &mcpError{err: err}
+	}
+	return nil
+}
+
+// mcpError is an agent repository's .choir/mcp.json that does not load.
+type mcpError struct{ err error }
+
+func (e *mcpError) Error() string { return "agent repo " + mcpFile + ": " + e.err.Error() }
+func (e *mcpError) Unwrap() error { return e.err }
 
 // stageIdentity copies the identity documents (identityFiles). A missing
 // one is a problem of the repositories, returned for the build's report;

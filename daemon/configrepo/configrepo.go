@@ -197,7 +197,7 @@ func (r *Repos) Load(ctx context.Context, opts Options, cfg *config.Config) (*St
 		st.Repos[t.name] = rp
 	}
 
-	checked, err := check(checker, targets, st)
+	checked, err := check(ctx, checker, targets, st)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -217,7 +217,7 @@ func (r *Repos) Load(ctx context.Context, opts Options, cfg *config.Config) (*St
 
 // check validates the global repository alone, then each agent's merged
 // with it, and returns every problem once.
-func check(checker *build.Checker, targets []target, st *State) ([]Problem, error) {
+func check(ctx context.Context, checker *build.Checker, targets []target, st *State) ([]Problem, error) {
 	global := targets[0]
 	if _, ok := st.Repos[GlobalRepo]; !ok {
 		return nil, nil // reported already: nothing to merge agents with
@@ -236,7 +236,7 @@ func check(checker *build.Checker, targets []target, st *State) ([]Problem, erro
 			}
 		}
 	}
-	ps, err := checker.Check(global.dir, "")
+	ps, err := checker.Check(ctx, global.dir, "")
 	if err != nil {
 		return nil, err
 	}
@@ -245,7 +245,7 @@ func check(checker *build.Checker, targets []target, st *State) ([]Problem, erro
 		if _, ok := st.Repos[t.name]; !ok {
 			continue
 		}
-		ps, err := checker.Check(global.dir, t.dir)
+		ps, err := checker.Check(ctx, global.dir, t.dir)
 		if err != nil {
 			return nil, err
 		}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/choirhq/choir/rpc/admin"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,6 +13,7 @@ import (
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -39,6 +39,20 @@ func (d *Control) builder() (*build.Builder, error) {
 // or reports that it is up to date. It neither starts nor restarts the
 // agent.
 func (d *Control) AgentBuild(ctx context.Context, sc Scope, agentID string, force bool) (admin.BuildResult, error) {
+	return d.agentBuild(ctx, sc, agentID, force, "")
+}
+
+// AgentBuildCommit builds the agent's repository at commit, the merge
+// choird made for an approved proposal, never at whatever the ref holds
+// now.
+func (d *Control) AgentBuildCommit(ctx context.Context, sc Scope, agentID, commit string) (admin.BuildResult, error) {
+	if commit == "" {
+		return admin.BuildResult{}, errors.New("agent build: no commit to build")
+	}
+	return d.agentBuild(ctx, sc, agentID, false, commit)
+}
+
+func (d *Control) agentBuild(ctx context.Context, sc Scope, agentID string, force bool, commit string) (admin.BuildResult, error) {
 	if err := sc.AdminOnly("agent build"); err != nil {
 		return admin.BuildResult{}, err
 	}
@@ -54,7 +68,15 @@ func (d *Control) AgentBuild(ctx context.Context, sc Scope, agentID string, forc
 	if err != nil {
 		return admin.BuildResult{}, err
 	}
-	res, err := b.Build(ctx, build.Request{AgentID: agentID, Global: cfg.GlobalRepo, Agent: agent.Repo, Force: force})
+	pv, err := d.stager().Provenance(ctx, cfg, agentID)
+	if err != nil {
+		return admin.BuildResult{}, err
+	}
+	res, err := b.Build(ctx, build.Request{AgentID: agentID, Global: cfg.GlobalRepo, Agent: agent.Repo, Force: force,
+		AgentCommit: commit, Provenance: pv})
+	if fe, ok := errors.AsType[*build.ForeignCommitError](err); ok {
+		d.stager().ForeignCommitNotice(ctx, cfg, fe)
+	}
 	if err != nil {
 		return admin.BuildResult{}, fmt.Errorf("build agent %s: %w", agentID, err)
 	}
@@ -71,6 +93,21 @@ func (d *Control) AgentUpdate(ctx context.Context, sc Scope, agentID string) (ad
 	if err != nil {
 		return admin.UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
 	}
+	return d.deploy(ctx, sc, agentID, br)
+}
+
+// AgentUpdateCommit is AgentUpdate on the image of commit (see
+// AgentBuildCommit).
+func (d *Control) AgentUpdateCommit(ctx context.Context, sc Scope, agentID, commit string) (admin.UpdateResult, error) {
+	br, err := d.AgentBuildCommit(ctx, sc, agentID, commit)
+	if err != nil {
+		return admin.UpdateResult{AgentID: agentID, Outcome: "failed", Error: err.Error()}, err
+	}
+	return d.deploy(ctx, sc, agentID, br)
+}
+
+// deploy restarts a running agent on a built image.
+func (d *Control) deploy(ctx context.Context, sc Scope, agentID string, br admin.BuildResult) (admin.UpdateResult, error) {
 	s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetLiveByAgent(ctx, agentID)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		outcome := "skipped"

@@ -217,7 +217,7 @@ func (d *Control) diffStaged(ctx context.Context, st *stagedConfig) (ConfigDiff,
 	changes = append(changes, d.cfgCtl.repos.Diff(st.repos)...)
 	// The staged config must hold with the secrets choird runs with:
 	// config apply does not load secrets.json.
-	if err := st.cfg.Validate(secrets); err != nil {
+	if err := st.cfg.ValidateAt(d.home, secrets); err != nil {
 		var cerr *config.Error
 		if !errors.As(err, &cerr) {
 			return ConfigDiff{}, err

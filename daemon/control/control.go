@@ -228,14 +228,20 @@ func (d *Control) AgentStart(ctx context.Context, sc Scope, agentID string, o ad
 	if err := d.verifyImage(ctx, agentID, d.agentImage(agentID)); err != nil {
 		return admin.AgentStatus{}, err
 	}
+	staged, err := d.stageRepos(ctx, cfg, agentID)
+	if err != nil {
+		return admin.AgentStatus{}, err
+	}
 	s, err := CreateSession(ctx, d.pool, cfg, agentID, o, cfgVersion, d.runtime.Name())
 	if err != nil {
+		staged.Discard()
 		return admin.AgentStatus{}, err
 	}
 	spec := runtime.Spec{AgentID: agentID, SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken,
 		Image: d.agentImage(agentID), Workspace: ws, ControlSocket: d.opts.AgentSocket,
-		ControlAddr: d.agentAddr, ControlCACert: d.agentCACert}
+		ControlAddr: d.agentAddr, ControlCACert: d.agentCACert, Env: staged.Env()}
 	inst, err := d.runtime.Start(ctx, spec)
+	staged.Settle(err == nil)
 	if err != nil {
 		if derr := discardSession(context.WithoutCancel(ctx), d.pool, s.Session.SessionID); derr != nil {
 			d.logger.Error("could not remove the session of a failed start", slog.String("session_id", spec.SessionID),

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,6 +70,10 @@ func (p *Proposer) Apply(ctx context.Context, job *river.Job[jobs.ProposalApplyA
 	if err != nil {
 		return fmt.Errorf("load approval %s: %w", id, err)
 	}
+	if job.Args.Step == jobs.ProposalStepCleanup {
+		// Whatever the decision: the proposal is done with.
+		return p.cleanup(ctx, a)
+	}
 	if a.Status != "approved" {
 		// Nothing is ever applied without an approval.
 		p.o.Logger.WarnContext(ctx, "proposal step for an approval that is not approved; nothing applied",
@@ -124,8 +129,12 @@ func (p *Proposer) finishTx(ctx context.Context, tx pgx.Tx, job *river.Job[jobs.
 		ChatID: to.ChatID, Kind: jobs.OutboundText, Text: out.text}); err != nil {
 		return err
 	}
-	if out.next != "" {
-		if _, err := ins.InsertTx(ctx, tx, jobs.ProposalApplyArgs{ApprovalID: a.ApprovalID, Step: out.next}, nil); err != nil {
+	next := out.next
+	if next == "" && a.RequestType == proposal.TypeRepo {
+		next = jobs.ProposalStepCleanup // applied or not: its workspace clone goes
+	}
+	if next != "" {
+		if _, err := ins.InsertTx(ctx, tx, jobs.ProposalApplyArgs{ApprovalID: a.ApprovalID, Step: next}, nil); err != nil {
 			return err
 		}
 	}
@@ -144,14 +153,15 @@ func (p *Proposer) step(ctx context.Context, a db.ChoirControlPendingApproval, p
 	case "merge":
 		return p.merge(ctx, a, prop)
 	case "build":
-		res, err := p.o.Control.AgentBuild(ctx, sc, a.AgentID, false)
+		// Exactly the merge choird made, whatever the ref holds now.
+		res, err := p.o.Control.AgentBuildCommit(ctx, sc, a.AgentID, prop.MergeCommit)
 		if err != nil {
 			return outcome{}, failed("build", fmt.Errorf("%w; %s", err, p.revert(ctx, a, prop)))
 		}
 		return outcome{next: "update", state: StateApplying, image: res.Image, version: res.Version.ImageVersion,
 			text: fmt.Sprintf("Proposal %s (%s): built, image %s.", shortID(a), a.AgentID, res.Image)}, nil
 	case "update":
-		res, err := p.o.Control.AgentUpdate(ctx, sc, a.AgentID)
+		res, err := p.o.Control.AgentUpdateCommit(ctx, sc, a.AgentID, prop.MergeCommit)
 		if err != nil {
 			return outcome{}, failed("update", err)
 		}
@@ -181,8 +191,8 @@ func (p *Proposer) merge(ctx context.Context, a db.ChoirControlPendingApproval, 
 			text: fmt.Sprintf("Proposal %s (%s): merged into %s as %.12s. Building the image.", shortID(a), a.AgentID, repo.Ref, commit)}
 	}
 	defer os.RemoveAll(dir)
-	if commit := c.mergedAlready(ctx, repo.Ref, a.ApprovalID.String()); commit != "" {
-		return done(commit), nil
+	if commit := c.mergedAlready(ctx, repo.Ref, a.ApprovalID.String()); commit != "" && p.made(ctx, a.AgentID, commit) {
+		return done(commit), nil // a run before a restart pushed it
 	}
 	var head string
 	switch prop.Kind {
@@ -216,7 +226,10 @@ func (p *Proposer) merge(ctx context.Context, a db.ChoirControlPendingApproval, 
 	case "repo":
 		var r proposal.Repo
 		jsonObject(a.Payload, &r)
-		if head, err = c.fetchBranch(ctx, r.Branch); err != nil {
+		if head, err = c.approvedHead(ctx, r.Branch, prop.HeadCommit); err != nil {
+			p.o.Logger.WarnContext(ctx, "repo change not merged: the branch is not what was approved",
+				slog.String("approval_id", a.ApprovalID.String()), slog.String("agent_id", a.AgentID),
+				slog.String("branch", r.Branch), slog.String("approved", prop.HeadCommit), slog.String("error", err.Error()))
 			return outcome{}, failed("merge", err)
 		}
 	}
@@ -225,6 +238,9 @@ func (p *Proposer) merge(ctx context.Context, a db.ChoirControlPendingApproval, 
 	if _, err := c.git(ctx, "merge", "--no-ff", "--no-edit", "-m", msg, head); err != nil {
 		c.git(ctx, "merge", "--abort") //nolint:errcheck
 		return outcome{}, failed("merge", fmt.Errorf("merge conflict with %s: %w", repo.Ref, err))
+	}
+	if err := p.recordHead(ctx, c, a, "merge"); err != nil {
+		return outcome{}, err
 	}
 	if _, err := c.git(ctx, "push", "--quiet", "origin", "HEAD:refs/heads/"+repo.Ref); err != nil {
 		if isPushRace(err) {
@@ -254,6 +270,9 @@ func (p *Proposer) revert(ctx context.Context, a db.ChoirControlPendingApproval,
 			return "the merge was reverted in " + repo.Ref
 		}
 		if _, err = c.git(ctx, "revert", "--no-edit", "-m", "1", prop.MergeCommit); err == nil {
+			err = p.recordHead(ctx, c, a, "revert")
+		}
+		if err == nil {
 			_, err = c.git(ctx, "push", "--quiet", "origin", "HEAD:refs/heads/"+repo.Ref)
 		}
 	}
@@ -261,6 +280,25 @@ func (p *Proposer) revert(ctx context.Context, a db.ChoirControlPendingApproval,
 		return fmt.Sprintf("the merge %.12s stays in the repository (revert failed: %v)", prop.MergeCommit, err)
 	}
 	return fmt.Sprintf("the merge %.12s was reverted in %s", prop.MergeCommit, repo.Ref)
+}
+
+// made reports whether choird recorded commit as its own on the agent's
+// ref: a commit that merely carries choird's trailer may be the agent's.
+func (p *Proposer) made(ctx context.Context, agentID, commit string) bool {
+	shas, err := db.New(choirsql.Interpreted(p.o.Pool)).RepoCommitsByAgent(ctx, agentID)
+	return err == nil && slices.Contains(shas, commit)
+}
+
+// recordHead records the clone's HEAD as a commit choird made on the
+// agent's ref, before it is pushed: a build never takes it for the
+// agent's own.
+func (p *Proposer) recordHead(ctx context.Context, c *clone, a db.ChoirControlPendingApproval, what string) error {
+	head, err := c.git(ctx, "rev-parse", "HEAD")
+	if err != nil {
+		return err
+	}
+	return db.New(choirsql.Interpreted(p.o.Pool)).RepoCommitRecord(ctx, db.RepoCommitRecordParams{AgentID: a.AgentID,
+		CommitSha: head, ApprovalID: a.ApprovalID, What: what})
 }
 
 // proposalFiles are the files an approved tool or skill proposal writes,

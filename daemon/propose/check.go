@@ -30,6 +30,9 @@ type Checked struct {
 	Parts []string
 	// BaseSHA256 is the config.json a config change was checked against.
 	BaseSHA256 string
+	// HeadCommit is the commit a repo change's branch held when it was
+	// shown: the merge takes exactly this commit.
+	HeadCommit string
 }
 
 // ErrTooLong reports a change too long to review in a chat.
@@ -44,7 +47,7 @@ func (p *Proposer) Check(ctx context.Context, agentID, sessionID string, req rpc
 	if err != nil {
 		return Checked{}, err
 	}
-	var preview, base string
+	var preview, base, head string
 	switch kind {
 	case "tool":
 		t, err := proposal.ParseTool(req.Payload, nil)
@@ -77,7 +80,7 @@ func (p *Proposer) Check(ctx context.Context, agentID, sessionID string, req rpc
 		if err != nil {
 			return Checked{}, err
 		}
-		if preview, err = p.repoPreview(ctx, agentID, r); err != nil {
+		if preview, head, err = p.repoPreview(ctx, agentID, r); err != nil {
 			return Checked{}, err
 		}
 	}
@@ -96,7 +99,7 @@ func (p *Proposer) Check(ctx context.Context, agentID, sessionID string, req rpc
 			line = strings.ToValidUTF8(line[:300], "") + "…"
 		}
 	}
-	return Checked{Kind: kind, Parts: parts, BaseSHA256: base, Summary: line}, nil
+	return Checked{Kind: kind, Parts: parts, BaseSHA256: base, HeadCommit: head, Summary: line}, nil
 }
 
 // RecordTx records a checked proposal with its approval, and queues the
@@ -105,7 +108,7 @@ func (p *Proposer) Check(ctx context.Context, agentID, sessionID string, req rpc
 func (p *Proposer) RecordTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a db.ChoirControlPendingApproval, c Checked, to jobs.ApprovalAddress) error {
 	q := db.New(choirsql.Interpreted(tx))
 	if err := q.ProposalCreate(ctx, db.ProposalCreateParams{ApprovalID: a.ApprovalID, AgentID: a.AgentID, Kind: c.Kind,
-		Preview: strings.Join(c.Parts, ""), BaseSha256: c.BaseSHA256}); err != nil {
+		Preview: strings.Join(c.Parts, ""), BaseSha256: c.BaseSHA256, HeadCommit: c.HeadCommit}); err != nil {
 		return fmt.Errorf("record proposal %s: %w", a.ApprovalID, err)
 	}
 	for i, part := range c.Parts {
@@ -145,7 +148,7 @@ func (p *Proposer) configChange(patch []byte) (baseSum string, changes []config.
 	if err != nil {
 		return "", nil, fmt.Errorf("the patched config.json: %w", err)
 	}
-	if err := next.Validate(snap.Secrets); err != nil {
+	if err := next.ValidateAt(p.o.Home, snap.Secrets); err != nil {
 		return "", nil, fmt.Errorf("the patched config.json: %w", err)
 	}
 	changes, err = config.Diff(snap.Config, next)

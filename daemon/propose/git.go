@@ -89,36 +89,37 @@ func (p *Proposer) openClone(ctx context.Context, cfg *config.Config, agentID, d
 	return c, repo, nil
 }
 
-// repoPreview fetches a proposal branch and shows what merging it
-// changes: the summary of the diff, then the diff in full.
-func (p *Proposer) repoPreview(ctx context.Context, agentID string, r proposal.Repo) (string, error) {
+// repoPreview fetches a proposal branch and shows what merging its head
+// commit changes: the commit, the summary of the diff, then the diff in
+// full. It returns the head commit it showed.
+func (p *Proposer) repoPreview(ctx context.Context, agentID string, r proposal.Repo) (string, string, error) {
 	dir, err := os.MkdirTemp("", "choir-proposal-preview-")
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	defer os.RemoveAll(dir)
 	c, repo, err := p.openClone(ctx, p.o.Control.Snapshot().Config, agentID, filepath.Join(dir, "repo"))
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	head, err := c.fetchBranch(ctx, r.Branch)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	stat, err := c.git(ctx, "diff", "--stat", repo.Ref+"..."+head)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	if stat == "" {
-		return "", fmt.Errorf("branch %s changes nothing against %s", r.Branch, repo.Ref)
+		return "", "", fmt.Errorf("branch %s changes nothing against %s", r.Branch, repo.Ref)
 	}
 	log, _ := c.git(ctx, "log", "--format=%h %an <%ae>: %s", repo.Ref+".."+head)
 	diff, err := c.git(ctx, "diff", repo.Ref+"..."+head)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	return fmt.Sprintf("merge branch %s into %s\nWhy: %s\nCommits:\n%s\nSummary:\n%s\n\n=== full diff ===\n%s\n=== end of diff ===\n",
-		r.Branch, repo.Ref, strings.Join(strings.Fields(r.Rationale), " "), log, stat, diff), nil
+	return fmt.Sprintf("merge branch %s at commit %s into %s (exactly this commit: if the branch moves, nothing is merged)\nWhy: %s\nCommits:\n%s\nSummary:\n%s\n\n=== full diff ===\n%s\n=== end of diff ===\n",
+		r.Branch, head, repo.Ref, strings.Join(strings.Fields(r.Rationale), " "), log, stat, diff), head, nil
 }
 
 // fetchBranch fetches a proposal branch and returns its commit.
@@ -128,6 +129,23 @@ func (c *clone) fetchBranch(ctx context.Context, branch string) (string, error) 
 		return "", fmt.Errorf("branch %s is not in the agent's repository (push it first): %w", branch, err)
 	}
 	return c.git(ctx, "rev-parse", "--verify", local)
+}
+
+// approvedHead fetches a proposal branch and returns approved, the commit
+// its person was shown, when the branch still holds exactly it.
+func (c *clone) approvedHead(ctx context.Context, branch, approved string) (string, error) {
+	if approved == "" {
+		return "", errors.New("the proposal recorded no commit of its branch, so what was shown is unknown; nothing merged: propose it again")
+	}
+	head, err := c.fetchBranch(ctx, branch)
+	if err != nil {
+		return "", err
+	}
+	if head != approved {
+		return "", fmt.Errorf("branch %s moved since it was shown: the approval was for commit %.12s, the branch now holds %.12s; nothing merged: propose the branch again",
+			branch, approved, head)
+	}
+	return approved, nil
 }
 
 // writeFiles writes a proposal's files into the clone.

@@ -15,6 +15,8 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/dbtest"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 func gitT(t *testing.T, dir string, args ...string) string {
@@ -47,8 +49,13 @@ func mergeSetup(t *testing.T) (p *Proposer, bare, work string) {
 	cfg := &config.Config{Agents: map[string]config.Agent{"assistant": {Repo: config.Repo{URL: bare, Ref: "main"},
 		Defaults: config.AgentDefaults{GitIdentity: "bot"}}},
 		GitIdentities: map[string]config.GitIdentity{"bot": {Name: "Bot", Email: "bot@example.org"}}}
+	pool := dbtest.NewPool(t)
+	if _, err := db.New(choirsql.Interpreted(pool)).AgentUpsert(context.Background(), db.AgentUpsertParams{AgentID: "assistant",
+		Config: json.RawMessage(`{}`)}); err != nil {
+		t.Fatal(err)
+	}
 	ctl := control.New(control.Options{Home: root, Config: cfg})
-	return New(Options{Home: root, Control: ctl}), bare, work
+	return New(Options{Home: root, Control: ctl, Pool: pool}), bare, work
 }
 
 func approved(requestType string, payload any) db.ChoirControlPendingApproval {
@@ -104,7 +111,8 @@ func TestMergeConflictFailsTheStep(t *testing.T) {
 	head := gitT(t, bare, "rev-parse", "main")
 
 	a := approved("choir.propose.repo_change", map[string]string{"branch": branch, "rationale": "r"})
-	_, err := p.merge(context.Background(), a, db.ChoirControlProposal{ApprovalID: a.ApprovalID, Kind: "repo"})
+	_, err := p.merge(context.Background(), a, db.ChoirControlProposal{ApprovalID: a.ApprovalID, Kind: "repo",
+		HeadCommit: gitT(t, bare, "rev-parse", branch)})
 	var sf *stepFailed
 	if !errors.As(err, &sf) || sf.step != "merge" || !strings.Contains(err.Error(), "conflict") {
 		t.Fatalf("merge = %v", err)

@@ -28,8 +28,10 @@ import (
 // choirctl runs, under an admin scope naming the approval.
 type Control interface {
 	Snapshot() *control.Snapshot
-	AgentBuild(ctx context.Context, sc control.Scope, agentID string, force bool) (admin.BuildResult, error)
-	AgentUpdate(ctx context.Context, sc control.Scope, agentID string) (admin.UpdateResult, error)
+	// AgentBuildCommit and AgentUpdateCommit build (and deploy) the
+	// agent's repository at exactly the commit choird merged.
+	AgentBuildCommit(ctx context.Context, sc control.Scope, agentID, commit string) (admin.BuildResult, error)
+	AgentUpdateCommit(ctx context.Context, sc control.Scope, agentID, commit string) (admin.UpdateResult, error)
 	ConfigLoad(ctx context.Context, sc control.Scope) (control.ConfigDiff, error)
 	ConfigApply(ctx context.Context, sc control.Scope) (control.ConfigApplyResult, error)
 }

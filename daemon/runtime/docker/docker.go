@@ -94,6 +94,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/choirhq/choir/config/workspace"
 	"github.com/choirhq/choir/daemon/runtime"
 )
 
@@ -156,6 +157,11 @@ type Options struct {
 	// LogDir receives each agent's output as <agent-id>.log, archived
 	// when its container exits (output.go); empty discards it.
 	LogDir string
+	// Protected are directories no workspace may be, hold or sit inside
+	// (choird's home first, see workspace.CheckPath): the
+	// workspace's hand-over to the agent's uid refuses them, and the
+	// system directories, whatever the configuration let through.
+	Protected []string
 }
 
 // Runtime runs agents as containers.
@@ -412,6 +418,11 @@ func (r *Runtime) handOverWorkspace(ws string) error {
 	if int(st.Uid) == r.uid {
 		return nil
 	}
+	if err := r.checkHandOver(ws); err != nil {
+		r.log.Error("workspace not given to the agent: refused", slog.String("workspace", ws), slog.Int("uid", r.uid),
+			slog.String("reason", err.Error()))
+		return err
+	}
 	err := filepath.WalkDir(ws, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -422,6 +433,25 @@ func (r *Runtime) handOverWorkspace(ws string) error {
 		return fmt.Errorf("give workspace %s to the agent's uid %d: %w", ws, r.uid, err)
 	}
 	r.log.Info("workspace given to the agent's unprivileged uid", slog.String("workspace", ws), slog.Int("uid", r.uid))
+	return nil
+}
+
+// checkHandOver refuses to give the agent a workspace that is, holds or
+// sits inside a system directory or a protected one, as written and as
+// its links resolve: config validation refuses such a path, and this
+// guards the recursive chown itself.
+func (r *Runtime) checkHandOver(ws string) error {
+	home, _ := os.UserHomeDir()
+	paths := []string{filepath.Clean(ws)}
+	if real, err := filepath.EvalSymlinks(ws); err == nil && real != paths[0] {
+		paths = append(paths, real)
+	}
+	for _, p := range paths {
+		if err := workspace.CheckPath(p, home, r.opts.Protected...); err != nil {
+			return fmt.Errorf("%w: workspace %s is not given to the agent's uid %d: %w; fix workspaces in config.json",
+				runtime.ErrInvalidSpec, ws, r.uid, err)
+		}
+	}
 	return nil
 }
 

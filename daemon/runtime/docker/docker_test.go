@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -318,6 +320,67 @@ func TestDocker(t *testing.T) {
 			t.Errorf("sandbox: %v", err)
 		}
 	})
+}
+
+// TestWorkspaceHandOverRefusesProtected: the recursive chown to the
+// agent's uid never runs on choird's home, nor through a link into it,
+// whatever the spec says (config validation refuses such a workspace
+// first; this is the guard behind it).
+func TestWorkspaceHandOverRefusesProtected(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	home := t.TempDir()
+	secret := filepath.Join(home, "secrets.json")
+	if err := os.WriteFile(secret, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(home, "logs"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	var logs syncBuffer
+	rt := newRuntime(t, docker.Options{Scope: b.scope + "-p", User: "1000:1000", Protected: []string{home},
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	hh := b.harnessFor(t, rt)
+	viaLink := filepath.Join(t.TempDir(), "ws")
+	if err := os.Symlink(home, viaLink); err != nil {
+		t.Fatal(err)
+	}
+	for name, ws := range map[string]string{"Home": home, "InsideHome": filepath.Join(home, "logs"), "LinkToHome": viaLink} {
+		t.Run(name, func(t *testing.T) {
+			spec := hh.NewSpec(t)
+			spec.Workspace = ws
+			_, err := rt.Start(t.Context(), spec)
+			if !errors.Is(err, runtime.ErrInvalidSpec) || !strings.Contains(err.Error(), "is not given to the agent's uid 1000") {
+				t.Fatalf("start: %v, want the hand-over refused", err)
+			}
+			var st syscall.Stat_t
+			if err := syscall.Stat(secret, &st); err != nil || st.Uid != uint32(os.Getuid()) {
+				t.Fatalf("secrets.json owner %d (%v), want choird's %d", st.Uid, err, os.Getuid())
+			}
+			if !strings.Contains(logs.String(), "workspace not given to the agent: refused") {
+				t.Errorf("no refusal logged:\n%s", logs.String())
+			}
+			assertNoInstance(t, rt, spec.AgentID)
+		})
+	}
+}
+
+// syncBuffer is a log sink read while the runtime may write.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func assertNoInstance(t *testing.T, rt runtime.Runtime, agentID string) {

@@ -333,6 +333,10 @@ type Agent struct {
 	// .choir/mcp.json) send as bearer tokens; they are bound to its
 	// sessions.
 	MCPSecrets []string `json:"mcp_secrets,omitempty"`
+	// MemoryReadableBy names the other agents that may read this agent's
+	// memory (choir.memory.query with target_agent). Empty, the default:
+	// none may.
+	MemoryReadableBy []string `json:"memory_readable_by,omitempty"`
 }
 
 // AgentDefaults name the resources an agent starts with unless overridden

@@ -364,7 +364,8 @@ func (d *Daemon) startJobs(ctx context.Context, embedder *embed.Embedder) error 
 		return fmt.Errorf("start river: %w", err)
 	}
 	d.memory = memory.New(memory.Options{Pool: d.pool, Inserter: d.river, Embedder: embedder,
-		Logger: d.logger.With(slog.String("component", "memory"))})
+		Logger:      d.logger.With(slog.String("component", "memory")),
+		ReadersFunc: func(target string) []string { return d.Snapshot().Config.Agents[target].MemoryReadableBy }})
 	d.logger.InfoContext(ctx, "step 5: connection pool and job queues running",
 		slog.Int("pool_max_conns", int(d.pool.Config().MaxConns)),
 		slog.Duration("crash_detection_threshold", d.Snapshot().Config.CrashDetectionThreshold()))

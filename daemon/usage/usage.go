@@ -83,8 +83,9 @@ func dayBounds(now time.Time, loc *time.Location) (start, end time.Time, day str
 }
 
 // Baseline is what agentID had spent when its session sessionID fetches
-// its configuration: today in its DM's zone, in the session and in each
-// of the session's core jobs.
+// its configuration: today in its DM's zone, in the session (with the
+// budget it continues, sessionBudget) and in each of the session's core
+// jobs.
 func (s *Service) Baseline(ctx context.Context, agentID string, sessionID uuid.UUID) (*rpcusage.Baseline, error) {
 	zone, loc := Zone(s.config(), agentID)
 	start, end, day := dayBounds(s.now(), loc)
@@ -93,16 +94,16 @@ func (s *Service) Baseline(ctx context.Context, agentID string, sessionID uuid.U
 	if err != nil {
 		return nil, fmt.Errorf("usage of agent %s today: %w", agentID, err)
 	}
-	sess, err := q.UsageSessionTotals(ctx, sessionID)
+	sess, err := sessionBudget(ctx, q, sessionID)
 	if err != nil {
-		return nil, fmt.Errorf("usage of session %s: %w", sessionID, err)
+		return nil, err
 	}
 	jobs, err := q.UsageSessionJobs(ctx, sessionID)
 	if err != nil {
 		return nil, fmt.Errorf("usage of session %s's jobs: %w", sessionID, err)
 	}
 	b := &rpcusage.Baseline{TimeZone: zone, Day: day, Today: rpcusage.Totals{Tokens: today.Tokens, CostUSD: today.CostUsd},
-		Session: rpcusage.Totals{Tokens: sess.Tokens, CostUSD: sess.CostUsd}}
+		Session: sess}
 	for _, j := range jobs {
 		if b.Jobs == nil {
 			b.Jobs = map[string]rpcusage.Totals{}
@@ -158,11 +159,11 @@ func (s *Service) Report(ctx context.Context, agentID string, days int) (admin.U
 func (s *Service) sessionPart(ctx context.Context, q *db.Queries, r *admin.UsageReport, latest db.UsageLatestSessionRow) error {
 	r.SessionID = latest.SessionID.String()
 	r.SessionLive = latest.Status != "ended" && latest.Status != "crashed"
-	sess, err := q.UsageSessionTotals(ctx, latest.SessionID)
+	sess, err := sessionBudget(ctx, q, latest.SessionID)
 	if err != nil {
-		return fmt.Errorf("usage of session %s: %w", latest.SessionID, err)
+		return err
 	}
-	r.Session = admin.UsageTotals{Tokens: sess.Tokens, CostUSD: sess.CostUsd}
+	r.Session = admin.UsageTotals{Tokens: sess.Tokens, CostUSD: sess.CostUSD}
 	jobs, err := q.UsageSessionJobs(ctx, latest.SessionID)
 	if err != nil {
 		return fmt.Errorf("usage of session %s's jobs: %w", latest.SessionID, err)
@@ -172,6 +173,21 @@ func (s *Service) sessionPart(ctx context.Context, q *db.Queries, r *admin.Usage
 			UsageTotals: admin.UsageTotals{Tokens: j.Tokens, CostUSD: j.CostUsd}})
 	}
 	return nil
+}
+
+// sessionBudget is what counts against a session's caps: its own spend,
+// plus the base it continues when choird started it on its own
+// (control.ByChoird: a session budget is not reset by cycling sessions).
+func sessionBudget(ctx context.Context, q *db.Queries, sessionID uuid.UUID) (rpcusage.Totals, error) {
+	s, err := q.SessionGetByID(ctx, sessionID)
+	if err != nil {
+		return rpcusage.Totals{}, fmt.Errorf("load session %s: %w", sessionID, err)
+	}
+	own, err := q.UsageSessionTotals(ctx, sessionID)
+	if err != nil {
+		return rpcusage.Totals{}, fmt.Errorf("usage of session %s: %w", sessionID, err)
+	}
+	return rpcusage.Totals{Tokens: own.Tokens + s.BudgetBaseTokens, CostUSD: own.CostUsd + s.BudgetBaseCostUsd}, nil
 }
 
 // capLines sets each cap against its scope's spend: the session's, each

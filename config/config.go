@@ -157,6 +157,10 @@ type TTS struct {
 	Endpoint string `json:"endpoint"`
 	// Secret names the API key. Optional, as for models.
 	Secret string `json:"secret,omitempty"`
+	// PricePer1KCharacters is what the provider charges, in US dollars
+	// per 1000 characters spoken, e.g. 0.3; zero or omitted leaves speech
+	// unpriced (ElevenLabs bills by plan).
+	PricePer1KCharacters float64 `json:"price_per_1k_characters,omitempty"`
 }
 
 // VoiceProfile is a voice of a TTS provider. OutputFormat is one of
@@ -229,6 +233,9 @@ type SearchProvider struct {
 	// Endpoint overrides the API's base URL (default Brave's,
 	// https://api.search.brave.com/res/v1).
 	Endpoint string `json:"endpoint,omitempty"`
+	// PricePer1KQueries is what the provider charges, in US dollars per
+	// 1000 queries, e.g. 5; zero or omitted leaves queries unpriced.
+	PricePer1KQueries float64 `json:"price_per_1k_queries,omitempty"`
 }
 
 // EmbeddingOffline is the embedding provider built into choird: a

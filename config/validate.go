@@ -280,6 +280,7 @@ func (v *validator) tts() {
 		v.required(sub(p, "model_id"), t.ModelID)
 		v.endpoint(sub(p, "endpoint"), t.Endpoint)
 		v.secret(sub(p, "secret"), t.Secret, false)
+		v.unitPrice(sub(p, "price_per_1k_characters"), t.PricePer1KCharacters, "characters")
 	}
 }
 
@@ -357,6 +358,7 @@ func (v *validator) search() {
 		p := path("search", name)
 		v.name(p, "search provider", name)
 		v.secret(sub(p, "secret"), v.c.Search[name].Secret, true)
+		v.unitPrice(sub(p, "price_per_1k_queries"), v.c.Search[name].PricePer1KQueries, "queries")
 	}
 }
 

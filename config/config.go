@@ -261,6 +261,10 @@ type Embedding struct {
 	// Secret names the API key; optional, and not taken by the offline
 	// provider.
 	Secret string `json:"secret,omitempty"`
+	// PricePerMTok is the provider's price in US dollars per million input
+	// tokens, e.g. 0.02; zero or omitted leaves embeddings unpriced. Their
+	// cost counts against the agent's cost caps.
+	PricePerMTok float64 `json:"price_per_mtok,omitempty"`
 }
 
 // GatewayType is the kind of channel a gateway connects users through.

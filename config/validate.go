@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/mail"
 	"net/url"
@@ -370,6 +371,9 @@ func (v *validator) embedding() {
 	}
 	if e.Dimensions < 1 || e.Dimensions > MaxEmbeddingDimensions {
 		v.add(sub(p, "dimensions"), "must be between 1 and %d (the most pgvector's HNSW index takes)", MaxEmbeddingDimensions)
+	}
+	if e.PricePerMTok < 0 || math.IsNaN(e.PricePerMTok) || math.IsInf(e.PricePerMTok, 0) {
+		v.add(sub(p, "price_per_mtok"), "must be a price in US dollars per million tokens, 0 or more (e.g. 0.02), or omitted")
 	}
 	if e.Provider == EmbeddingOffline {
 		if e.Endpoint != "" {

@@ -39,6 +39,7 @@ import (
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/daemon/runtime/process"
 	"github.com/choirhq/choir/daemon/schedule"
+	"github.com/choirhq/choir/daemon/usage"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/logjson"
 	"github.com/choirhq/choir/jobs"
@@ -320,6 +321,7 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedding provider: %w", err)
 	}
+	embedder.SetUsage(cfg.Embedding.PricePerMTok, usage.EmbeddingRecorder(d.pool, d.logger.With(slog.String("component", "usage"))))
 	if st := embedder.Status(); st.Offline {
 		d.logger.InfoContext(ctx, "embedding: "+embed.OfflineNote, slog.String("embedding_provider", st.Provider),
 			slog.String("embedding_model", st.Model), slog.Int("embedding_dimensions", st.Dimensions))

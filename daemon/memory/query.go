@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgvector/pgvector-go"
 
+	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 	choirsql "github.com/choirhq/choir/sql"
@@ -386,6 +387,8 @@ func (s *Store) Query(ctx context.Context, callerAgentID string, input json.RawM
 	if err != nil {
 		return nil, err
 	}
+	// Embedding the query is billed to the caller's caps.
+	ctx = embed.ForAgent(ctx, callerAgentID, "query")
 	sc := scope{schema: q.target}
 	if q.target == callerAgentID {
 		sc.role = callerAgentID

@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	pgvector "github.com/pgvector/pgvector-go"
 
+	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc/toolindex"
 )
@@ -173,7 +174,9 @@ type HostTool = func(ctx context.Context, agentID string, input json.RawMessage)
 // into the host's error for the model.
 func (x *Index) HostTools(wrap func(error) error) map[string]HostTool {
 	return map[string]HostTool{
-		SearchTool: func(ctx context.Context, _ string, in json.RawMessage) (json.RawMessage, error) {
+		SearchTool: func(ctx context.Context, agentID string, in json.RawMessage) (json.RawMessage, error) {
+			// Embedding the query is billed to the caller's caps.
+			ctx = embed.ForAgent(ctx, agentID, "tool_search")
 			var req struct {
 				Query        string `json:"query"`
 				Limit        int    `json:"limit"`
@@ -192,6 +195,8 @@ func (x *Index) HostTools(wrap func(error) error) map[string]HostTool {
 			return json.Marshal(map[string]any{"tools": names})
 		},
 		IndexTool: func(ctx context.Context, agentID string, in json.RawMessage) (json.RawMessage, error) {
+			// Embedding the corpus is billed to the agent that sent it.
+			ctx = embed.ForAgent(ctx, agentID, "tool_index")
 			var req struct {
 				ManifestHash string            `json:"manifest_hash"`
 				Tools        []toolindex.Entry `json:"tools"`

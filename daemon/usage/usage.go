@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc/admin"
 	rpcusage "github.com/choirhq/choir/rpc/usage"
@@ -210,4 +212,28 @@ func capLines(b config.Budgets, r admin.UsageReport) []admin.UsageCap {
 	add("per_day_tokens", "day", r.Today, float64(b.PerDayTokens), float64(r.TodayTotals.Tokens), false)
 	add("per_day_cost_usd", "day", r.Today, b.PerDayCostUSD, r.TodayTotals.CostUSD, true)
 	return out
+}
+
+// EmbeddingRecorder returns what records each embedding request a
+// provider billed (embed.Embedder.SetUsage) for the agent it was done
+// for: a row of choir_control.embedding_usage, which choir_audit.usage
+// lists, so that its cost counts in the agent's day. A request no agent
+// was named for (embed.ForAgent) is only logged.
+func EmbeddingRecorder(pool *pgxpool.Pool, logger *slog.Logger) func(ctx context.Context, u embed.Usage) {
+	return func(ctx context.Context, u embed.Usage) {
+		if u.AgentID == "" {
+			logger.WarnContext(ctx, "embedding request billed for no agent: not counted", slog.String("service", u.Service),
+				slog.Int64("tokens", u.Tokens), slog.Float64("cost_usd", u.CostUSD))
+			return
+		}
+		// The request was billed even if its caller gave up meanwhile.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		err := db.New(choirsql.Interpreted(pool)).EmbeddingUsageInsert(ctx, db.EmbeddingUsageInsertParams{AgentID: u.AgentID,
+			Service: u.Service, Purpose: u.Purpose, Tokens: u.Tokens, Estimated: u.Estimated, CostUsd: u.CostUSD})
+		if err != nil {
+			logger.ErrorContext(ctx, "embedding usage not recorded", slog.String("agent_id", u.AgentID),
+				slog.Int64("tokens", u.Tokens), slog.Float64("cost_usd", u.CostUSD), slog.String("error", err.Error()))
+		}
+	}
 }

@@ -211,11 +211,22 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		Index     int       `json:"index"`
 		Embedding []float32 `json:"embedding"`
 	}
+	type usage struct {
+		PromptTokens int64 `json:"prompt_tokens"`
+		TotalTokens  int64 `json:"total_tokens"`
+	}
 	resp := struct {
 		Object string `json:"object"`
 		Model  string `json:"model"`
 		Data   []item `json:"data"`
+		Usage  usage  `json:"usage"`
 	}{Object: "list", Model: req.Model}
+	// Billed as OpenAI reports it: the input's tokens, here one a word.
+	for _, in := range req.Input {
+		n := int64(len(strings.Fields(in)))
+		resp.Usage.PromptTokens += n
+		resp.Usage.TotalTokens += n
+	}
 	// Answer out of order: clients must place vectors by index.
 	for i := len(req.Input) - 1; i >= 0; i-- {
 		resp.Data = append(resp.Data, item{Object: "embedding", Index: i, Embedding: embed.LexicalVector(req.Input[i], s.dims)})

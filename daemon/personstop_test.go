@@ -11,8 +11,9 @@ import (
 	"github.com/choirhq/choir/rpc/admin"
 )
 
-// TestPersonStopIsFinal runs, under each runtime, an agent that its
-// start_agent schedule starts, then a person stops: the stop pauses its
+// TestPersonStopIsFinal runs, under each runtime, an agent whose session
+// ends on its own and that its start_agent schedule starts again, with the
+// ended session's budget, then a person stops: the stop pauses its
 // start_agent schedules (held), a schedule a person resumes and that fires
 // meanwhile is refused the start (its log line says who stopped the agent
 // and how to start it), and once a person starts the agent the held
@@ -68,11 +69,32 @@ func testPersonStopIsFinal(t *testing.T, opts daemon.Options) {
 		return status, held, armed
 	}
 	mail, plants := add("check the mail"), add("water the plants")
+
+	// A person starts the agent, and its session ends without a person's
+	// stop (its instance dies; an agent ending its own session is the
+	// same to choird): its schedule starts it again, and that session
+	// continues the budget of the one that ended.
+	if code, _, errs := choirctl(t, d.Home, "agent", "start", "assistant"); code != 0 {
+		t.Fatalf("start: %s", errs)
+	}
+	first := d.WaitState(t, "assistant", admin.AgentActive)
+	if err := d.Runtime().Stop(ctx, mustInstance(t, d, first.SessionID), 0); err != nil {
+		t.Fatal(err)
+	}
+	choirdtest.WaitFor(t, "the first session's end", d.Logs, func() bool {
+		st := d.LatestStatus(ctx, "assistant")
+		return st.State == admin.AgentCrashed || st.State == admin.AgentStopped
+	})
 	dueNow(mail)
 	choirdtest.WaitFor(t, "the agent started by its schedule", d.Logs, func() bool {
 		return strings.Contains(d.Logs.String(), `"msg":"agent started by its schedule"`)
 	})
-	d.WaitState(t, "assistant", admin.AgentActive)
+	second := d.WaitState(t, "assistant", admin.AgentActive)
+	var budgetFrom *string
+	d.Pool().QueryRow(ctx, `SELECT budget_from::text FROM choir_control.sessions WHERE session_id = $1`, second.SessionID).Scan(&budgetFrom)
+	if budgetFrom == nil || *budgetFrom != first.SessionID {
+		t.Errorf("the session the schedule started continues the budget of %v, want the ended session %s", budgetFrom, first.SessionID)
+	}
 
 	if code, _, errs := choirctl(t, d.Home, "agent", "stop", "assistant"); code != 0 {
 		t.Fatalf("stop: %s", errs)

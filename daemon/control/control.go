@@ -136,12 +136,9 @@ type Scope struct {
 	// more to say than that none is configured for it (its agent runs
 	// bound to another DM).
 	Unbound error
-	// Unattended marks a command choird gives on its own (a schedule's
-	// start_agent, a resume after choird restarts), not a person's. An
-	// unattended start is refused while a person's stop holds the agent,
-	// and its session continues the budget of the one before it; a
-	// person's stop holds the agent, a person's start lifts the hold
-	// (ByPerson, ByChoird).
+	// Unattended marks a start choird makes on its own (a schedule's
+	// start_agent, a resume after choird restarts): ByChoird, not
+	// ByPerson.
 	Unattended bool
 }
 

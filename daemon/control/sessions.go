@@ -14,7 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/hold"
 	"github.com/choirhq/choir/daemon/memory"
+	"github.com/choirhq/choir/daemon/usage"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
@@ -155,7 +157,7 @@ func CreateSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 // lease in one transaction, so that a conflict leaves nothing behind. When
 // the agent's previous session ended or crashed, the new one continues its
 // chain from the last acknowledged revision. A start by choird on its own
-// (ByChoird) is refused while a person's stop holds the agent (ErrHeld),
+// (ByChoird) is refused while a person's stop holds the agent (hold.Err),
 // and its session continues the budget of the previous one.
 func CreateSessionAs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, agentID string,
 	o admin.StartOverrides, configVersion int64, runtime string, by Origin) (StartedSession, error) {
@@ -181,8 +183,10 @@ func CreateSessionAs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 		if err != nil {
 			return fmt.Errorf("record agent %s: %w", agentID, err)
 		}
-		if by == ByChoird && agent.HeldBy != nil && agent.HeldAt != nil {
-			return heldErr(agentID, *agent.HeldBy, *agent.HeldAt)
+		if by == ByChoird {
+			if err := hold.Check(agent); err != nil {
+				return err
+			}
 		}
 		params := db.SessionCreateParams{AgentID: agentID, LeaseTokenHash: hash, BaseHash: rpc.Genesis[:],
 			ConfigVersion: configVersion, ResourceBindings: bindings, Runtime: runtime}
@@ -193,7 +197,7 @@ func CreateSessionAs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 			return fmt.Errorf("look up previous session of %s: %w", agentID, err)
 		case prev.Status == "ended" || prev.Status == "crashed":
 			if by == ByChoird {
-				if err := carryBudget(ctx, q, prev, &params); err != nil {
+				if err := usage.Continue(ctx, q, prev, &params); err != nil {
 					return err
 				}
 			}

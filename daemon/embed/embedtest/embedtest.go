@@ -206,6 +206,27 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
+	body := answer(req.Model, req.Input, s.dims)
+	w.Header().Set("Content-Type", "application/json")
+	// Taken before writing, so that it precedes anything the client does
+	// with the answer.
+	now := time.Now()
+	if _, err := w.Write(body); err != nil {
+		return
+	}
+	s.mu.Lock()
+	for _, in := range req.Input {
+		s.served[in]++
+		s.servedAt[in] = append(s.servedAt[in], now)
+	}
+	s.mu.Unlock()
+}
+
+// answer is the body of a successful response: the vectors of inputs,
+// out of order (clients must place vectors by index), and the usage a
+// provider bills, as OpenAI reports it: the input's tokens, here one a
+// word.
+func answer(model string, inputs []string, dims int) []byte {
 	type item struct {
 		Object    string    `json:"object"`
 		Index     int       `json:"index"`
@@ -220,31 +241,17 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		Model  string `json:"model"`
 		Data   []item `json:"data"`
 		Usage  usage  `json:"usage"`
-	}{Object: "list", Model: req.Model}
-	// Billed as OpenAI reports it: the input's tokens, here one a word.
-	for _, in := range req.Input {
+	}{Object: "list", Model: model}
+	for _, in := range inputs {
 		n := int64(len(strings.Fields(in)))
 		resp.Usage.PromptTokens += n
 		resp.Usage.TotalTokens += n
 	}
-	// Answer out of order: clients must place vectors by index.
-	for i := len(req.Input) - 1; i >= 0; i-- {
-		resp.Data = append(resp.Data, item{Object: "embedding", Index: i, Embedding: embed.LexicalVector(req.Input[i], s.dims)})
+	for i := len(inputs) - 1; i >= 0; i-- {
+		resp.Data = append(resp.Data, item{Object: "embedding", Index: i, Embedding: embed.LexicalVector(inputs[i], dims)})
 	}
 	body, _ := json.Marshal(resp)
-	w.Header().Set("Content-Type", "application/json")
-	// Taken before writing, so that it precedes anything the client does
-	// with the answer.
-	now := time.Now()
-	if _, err := w.Write(body); err != nil {
-		return
-	}
-	s.mu.Lock()
-	for _, in := range req.Input {
-		s.served[in]++
-		s.servedAt[in] = append(s.servedAt[in], now)
-	}
-	s.mu.Unlock()
+	return body
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {

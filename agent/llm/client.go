@@ -106,7 +106,7 @@ func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
 		// reported usage) is settled with what it reported.
 		var spent *Response
 		if billed != nil {
-			spent = &Response{Usage: *billed}
+			spent = &Response{Usage: *billed, BilledFailure: true}
 		}
 		settle(spent)
 		return nil, err

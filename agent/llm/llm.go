@@ -203,6 +203,9 @@ type Response struct {
 	// FinishReason is as the provider sent it: stop, tool_calls, length, ...
 	FinishReason string
 	Usage        Usage
+	// BilledFailure marks the Response a Gate's settle gets for a call
+	// that failed after the provider billed it: it holds only Usage.
+	BilledFailure bool
 	// Latency is the wall time of the HTTP call, body included.
 	Latency time.Duration
 	// Model is the model that answered, as the provider reported it (a

@@ -98,7 +98,7 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 	}
 	s := &session{opts: opts, logger: logger, client: cl, secrets: &secretStore{}, decisions: email.NewDecisions(),
 		shutdown: make(chan stopRequest, 1)}
-	s.meter = meter.New(meter.Config{AgentID: opts.AgentID, NotifyFunc: s.notifyUsage})
+	s.meter = meter.New(meter.Config{AgentID: opts.AgentID, NotifyFunc: s.notifyUsage, BilledFailureFunc: s.logBilledFailure})
 	if err := s.open(ctx); err != nil {
 		cl.Close()
 		return nil, err

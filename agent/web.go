@@ -38,5 +38,5 @@ func (s *session) searchProvider() (web.Provider, error) {
 	}
 	p := d.Search[name]
 	key, _ := s.secrets.get(p.Secret)
-	return web.Provider{Name: name, Endpoint: p.Endpoint, Key: key}, nil
+	return web.Provider{Name: name, Endpoint: p.Endpoint, Key: key, PricePer1KQueries: p.PricePer1KQueries}, nil
 }

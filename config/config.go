@@ -157,6 +157,10 @@ type TTS struct {
 	Endpoint string `json:"endpoint"`
 	// Secret names the API key. Optional, as for models.
 	Secret string `json:"secret,omitempty"`
+	// PricePer1KCharacters is what the provider charges, in US dollars
+	// per 1000 characters spoken, e.g. 0.3; zero or omitted leaves speech
+	// unpriced (ElevenLabs bills by plan).
+	PricePer1KCharacters float64 `json:"price_per_1k_characters,omitempty"`
 }
 
 // VoiceProfile is a voice of a TTS provider. OutputFormat is one of
@@ -229,6 +233,9 @@ type SearchProvider struct {
 	// Endpoint overrides the API's base URL (default Brave's,
 	// https://api.search.brave.com/res/v1).
 	Endpoint string `json:"endpoint,omitempty"`
+	// PricePer1KQueries is what the provider charges, in US dollars per
+	// 1000 queries, e.g. 5; zero or omitted leaves queries unpriced.
+	PricePer1KQueries float64 `json:"price_per_1k_queries,omitempty"`
 }
 
 // EmbeddingOffline is the embedding provider built into choird: a
@@ -254,6 +261,10 @@ type Embedding struct {
 	// Secret names the API key; optional, and not taken by the offline
 	// provider.
 	Secret string `json:"secret,omitempty"`
+	// PricePerMTok is the provider's price in US dollars per million input
+	// tokens, e.g. 0.02; zero or omitted leaves embeddings unpriced. Their
+	// cost counts against the agent's cost caps.
+	PricePerMTok float64 `json:"price_per_mtok,omitempty"`
 }
 
 // GatewayType is the kind of channel a gateway connects users through.
@@ -333,6 +344,10 @@ type Agent struct {
 	// .choir/mcp.json) send as bearer tokens; they are bound to its
 	// sessions.
 	MCPSecrets []string `json:"mcp_secrets,omitempty"`
+	// MemoryReadableBy names the other agents that may read this agent's
+	// memory (choir.memory.query with target_agent). Empty, the default:
+	// none may.
+	MemoryReadableBy []string `json:"memory_readable_by,omitempty"`
 }
 
 // AgentDefaults name the resources an agent starts with unless overridden

@@ -43,3 +43,10 @@ func (v *validator) prices(p string, pr *Prices) {
 		v.add(p, `names no price: give input_per_mtok and output_per_mtok (e.g. {"input_per_mtok": 3, "output_per_mtok": 15}), or omit prices`)
 	}
 }
+
+// unitPrice checks a tool's price per 1000 units (characters, queries).
+func (v *validator) unitPrice(p string, price float64, unit string) {
+	if price < 0 || math.IsNaN(price) || math.IsInf(price, 0) {
+		v.add(p, "must be a price in US dollars per 1000 %s, 0 or more (e.g. 0.3), or omitted", unit)
+	}
+}

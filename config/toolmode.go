@@ -24,3 +24,21 @@ func (v *validator) mcpSecrets(p string, names []string) {
 		v.secret(strictjson.PathIndex(p, i), n, true)
 	}
 }
+
+// memoryReaders checks agents.<id>.memory_readable_by: each names another
+// configured agent, once.
+func (v *validator) memoryReaders(p, self string, ids []string) {
+	seen := map[string]bool{}
+	for i, id := range ids {
+		ip := strictjson.PathIndex(p, i)
+		switch _, ok := v.c.Agents[id]; {
+		case id == self:
+			v.add(ip, "%q is this agent, which always reads its own memory: remove it", id)
+		case !ok:
+			v.add(ip, "agent %q is not in agents: name a configured agent", id)
+		case seen[id]:
+			v.add(ip, "agent %q is named twice", id)
+		}
+		seen[id] = true
+	}
+}

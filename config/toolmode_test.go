@@ -31,3 +31,36 @@ func TestValidateToolModeAndMCPSecrets(t *testing.T) {
 		checkProblems(t, problems(t, err), tc.want)
 	}
 }
+
+// TestValidateMemoryReadableBy checks agents.<id>.memory_readable_by:
+// other configured agents pass; the agent itself, an unknown agent and a
+// repeat are refused at their path.
+func TestValidateMemoryReadableBy(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		readers []string
+		want    []string
+	}{
+		{nil, nil},
+		{[]string{"agent-2"}, nil},
+		{[]string{"agent-1"}, []string{`$.agents["agent-1"].memory_readable_by[0]: "agent-1" is this agent, which always reads its own memory: remove it`}},
+		{[]string{"ghost"}, []string{`$.agents["agent-1"].memory_readable_by[0]: agent "ghost" is not in agents: name a configured agent`}},
+		{[]string{"agent-2", "agent-2"}, []string{`$.agents["agent-1"].memory_readable_by[1]: agent "agent-2" is named twice`}},
+	} {
+		c, s := specConfig(t), specSecrets()
+		if _, ok := c.Agents["agent-2"]; !ok {
+			c.Agents["agent-2"] = c.Agents["agent-1"]
+		}
+		a := c.Agents["agent-1"]
+		a.MemoryReadableBy = tc.readers
+		c.Agents["agent-1"] = a
+		err := c.Validate(s)
+		if tc.want == nil {
+			if err != nil {
+				t.Errorf("memory_readable_by %v: %v", tc.readers, err)
+			}
+			continue
+		}
+		checkProblems(t, problems(t, err), tc.want)
+	}
+}

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"maps"
+	"math"
 	"net"
 	"net/mail"
 	"net/url"
@@ -299,6 +300,7 @@ func (v *validator) tts() {
 		v.required(sub(p, "model_id"), t.ModelID)
 		v.endpoint(sub(p, "endpoint"), t.Endpoint)
 		v.secret(sub(p, "secret"), t.Secret, false)
+		v.unitPrice(sub(p, "price_per_1k_characters"), t.PricePer1KCharacters, "characters")
 	}
 }
 
@@ -376,6 +378,7 @@ func (v *validator) search() {
 		p := path("search", name)
 		v.name(p, "search provider", name)
 		v.secret(sub(p, "secret"), v.c.Search[name].Secret, true)
+		v.unitPrice(sub(p, "price_per_1k_queries"), v.c.Search[name].PricePer1KQueries, "queries")
 	}
 }
 
@@ -387,6 +390,9 @@ func (v *validator) embedding() {
 	}
 	if e.Dimensions < 1 || e.Dimensions > MaxEmbeddingDimensions {
 		v.add(sub(p, "dimensions"), "must be between 1 and %d (the most pgvector's HNSW index takes)", MaxEmbeddingDimensions)
+	}
+	if e.PricePerMTok < 0 || math.IsNaN(e.PricePerMTok) || math.IsInf(e.PricePerMTok, 0) {
+		v.add(sub(p, "price_per_mtok"), "must be a price in US dollars per million tokens, 0 or more (e.g. 0.02), or omitted")
 	}
 	if e.Provider == EmbeddingOffline {
 		if e.Endpoint != "" {
@@ -528,6 +534,7 @@ func (v *validator) agents() {
 		v.budgets(sub(p, "budgets"), a.Budgets)
 		v.toolMode(sub(p, "tool_mode"), a.ToolMode)
 		v.mcpSecrets(sub(p, "mcp_secrets"), a.MCPSecrets)
+		v.memoryReaders(sub(p, "memory_readable_by"), id, a.MemoryReadableBy)
 	}
 }
 

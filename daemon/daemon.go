@@ -39,6 +39,7 @@ import (
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/daemon/runtime/process"
 	"github.com/choirhq/choir/daemon/schedule"
+	"github.com/choirhq/choir/daemon/usage"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/logjson"
 	"github.com/choirhq/choir/jobs"
@@ -320,6 +321,7 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 	if err != nil {
 		return nil, fmt.Errorf("embedding provider: %w", err)
 	}
+	embedder.SetUsage(cfg.Embedding.PricePerMTok, usage.EmbeddingRecorder(d.pool, d.logger.With(slog.String("component", "usage"))))
 	if st := embedder.Status(); st.Offline {
 		d.logger.InfoContext(ctx, "embedding: "+embed.OfflineNote, slog.String("embedding_provider", st.Provider),
 			slog.String("embedding_model", st.Model), slog.Int("embedding_dimensions", st.Dimensions))
@@ -364,7 +366,8 @@ func (d *Daemon) startJobs(ctx context.Context, embedder *embed.Embedder) error 
 		return fmt.Errorf("start river: %w", err)
 	}
 	d.memory = memory.New(memory.Options{Pool: d.pool, Inserter: d.river, Embedder: embedder,
-		Logger: d.logger.With(slog.String("component", "memory"))})
+		Logger:      d.logger.With(slog.String("component", "memory")),
+		ReadersFunc: func(target string) []string { return d.Snapshot().Config.Agents[target].MemoryReadableBy }})
 	d.logger.InfoContext(ctx, "step 5: connection pool and job queues running",
 		slog.Int("pool_max_conns", int(d.pool.Config().MaxConns)),
 		slog.Duration("crash_detection_threshold", d.Snapshot().Config.CrashDetectionThreshold()))

@@ -10,8 +10,39 @@ import (
 	"encoding/json"
 )
 
+const agentHold = `-- name: AgentHold :one
+INSERT INTO choir_control.agents (agent_id, held_by, held_at)
+VALUES ($1, $2, now())
+ON CONFLICT (agent_id) DO UPDATE
+   SET held_by = EXCLUDED.held_by, held_at = EXCLUDED.held_at, updated_at = now()
+RETURNING agent_id, name, image_version, config, created_at, updated_at, held_by, held_at
+`
+
+type AgentHoldParams struct {
+	AgentID string  `json:"agent_id"`
+	HeldBy  *string `json:"held_by"`
+}
+
+// AgentHold records a person's stop of an agent (and takes its row lock):
+// choird starts it on its own again only once a person has started it.
+func (q *Queries) AgentHold(ctx context.Context, arg AgentHoldParams) (ChoirControlAgent, error) {
+	row := q.db.QueryRow(ctx, agentHold, arg.AgentID, arg.HeldBy)
+	var i ChoirControlAgent
+	err := row.Scan(
+		&i.AgentID,
+		&i.Name,
+		&i.ImageVersion,
+		&i.Config,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.HeldBy,
+		&i.HeldAt,
+	)
+	return i, err
+}
+
 const agentList = `-- name: AgentList :many
-SELECT agent_id, name, image_version, config, created_at, updated_at FROM choir_control.agents ORDER BY agent_id
+SELECT agent_id, name, image_version, config, created_at, updated_at, held_by, held_at FROM choir_control.agents ORDER BY agent_id
 `
 
 func (q *Queries) AgentList(ctx context.Context) ([]ChoirControlAgent, error) {
@@ -30,6 +61,8 @@ func (q *Queries) AgentList(ctx context.Context) ([]ChoirControlAgent, error) {
 			&i.Config,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.HeldBy,
+			&i.HeldAt,
 		); err != nil {
 			return nil, err
 		}
@@ -57,6 +90,20 @@ func (q *Queries) AgentProvisionSchema(ctx context.Context, arg AgentProvisionSc
 	return schema_name, err
 }
 
+const agentRelease = `-- name: AgentRelease :execrows
+UPDATE choir_control.agents SET held_by = NULL, held_at = NULL, updated_at = now()
+ WHERE agent_id = $1 AND held_by IS NOT NULL
+`
+
+// AgentRelease clears a person's stop: a person started the agent again.
+func (q *Queries) AgentRelease(ctx context.Context, agentID string) (int64, error) {
+	result, err := q.db.Exec(ctx, agentRelease, agentID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const agentSchemaGet = `-- name: AgentSchemaGet :one
 SELECT agent_id, schema_name, role_name, dimensions, provisioned_at FROM choir_control.agent_schemas WHERE agent_id = $1
 `
@@ -79,7 +126,7 @@ INSERT INTO choir_control.agents (agent_id, config)
 VALUES ($1, $2)
 ON CONFLICT (agent_id) DO UPDATE
    SET config = EXCLUDED.config, updated_at = now()
-RETURNING agent_id, name, image_version, config, created_at, updated_at
+RETURNING agent_id, name, image_version, config, created_at, updated_at, held_by, held_at
 `
 
 type AgentUpsertParams struct {
@@ -97,6 +144,8 @@ func (q *Queries) AgentUpsert(ctx context.Context, arg AgentUpsertParams) (Choir
 		&i.Config,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.HeldBy,
+		&i.HeldAt,
 	)
 	return i, err
 }

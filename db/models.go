@@ -18,6 +18,8 @@ type ChoirControlAgent struct {
 	Config       json.RawMessage `json:"config"`
 	CreatedAt    time.Time       `json:"created_at"`
 	UpdatedAt    time.Time       `json:"updated_at"`
+	HeldBy       *string         `json:"held_by"`
+	HeldAt       *time.Time      `json:"held_at"`
 }
 
 type ChoirControlAgentSchema struct {
@@ -159,6 +161,7 @@ type ChoirControlSchedule struct {
 	LastFiredAt *time.Time `json:"last_fired_at"`
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
+	Held        bool       `json:"held"`
 }
 
 type ChoirControlScheduleFire struct {
@@ -193,6 +196,9 @@ type ChoirControlSession struct {
 	ToolManifestHash  string          `json:"tool_manifest_hash"`
 	SkillManifestHash string          `json:"skill_manifest_hash"`
 	LaneStatus        json.RawMessage `json:"lane_status"`
+	BudgetFrom        *uuid.UUID      `json:"budget_from"`
+	BudgetBaseTokens  int64           `json:"budget_base_tokens"`
+	BudgetBaseCostUsd float64         `json:"budget_base_cost_usd"`
 }
 
 type ChoirControlSessionEvent struct {

@@ -64,7 +64,7 @@ UPDATE choir_control.schedules
        last_fired_at = CASE WHEN $1::bool THEN now() ELSE last_fired_at END,
        status = $2, next_run_at = $3, job_id = $4, updated_at = now()
  WHERE schedule_id = $5
-RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at
+RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held
 `
 
 type ScheduleFiredParams struct {
@@ -109,12 +109,13 @@ func (q *Queries) ScheduleFired(ctx context.Context, arg ScheduleFiredParams) (C
 		&i.LastFiredAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Held,
 	)
 	return i, err
 }
 
 const scheduleGet = `-- name: ScheduleGet :one
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at FROM choir_control.schedules WHERE schedule_id = $1
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held FROM choir_control.schedules WHERE schedule_id = $1
 `
 
 func (q *Queries) ScheduleGet(ctx context.Context, scheduleID int64) (ChoirControlSchedule, error) {
@@ -143,12 +144,13 @@ func (q *Queries) ScheduleGet(ctx context.Context, scheduleID int64) (ChoirContr
 		&i.LastFiredAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Held,
 	)
 	return i, err
 }
 
 const scheduleGetByCall = `-- name: ScheduleGetByCall :one
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at FROM choir_control.schedules WHERE session_id = $1 AND call_id = $2
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held FROM choir_control.schedules WHERE session_id = $1 AND call_id = $2
 `
 
 type ScheduleGetByCallParams struct {
@@ -182,8 +184,63 @@ func (q *Queries) ScheduleGetByCall(ctx context.Context, arg ScheduleGetByCallPa
 		&i.LastFiredAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Held,
 	)
 	return i, err
+}
+
+const scheduleHoldStartAgent = `-- name: ScheduleHoldStartAgent :many
+UPDATE choir_control.schedules
+   SET status = 'paused', held = true, job_id = NULL, updated_at = now()
+ WHERE agent_id = $1 AND start_agent AND status = 'active'
+RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held
+`
+
+// ScheduleHoldStartAgent pauses the active start_agent schedules of an
+// agent a person stopped, marked held; their pending jobs, no longer
+// named by job_id, are stale and do nothing.
+func (q *Queries) ScheduleHoldStartAgent(ctx context.Context, agentID string) ([]ChoirControlSchedule, error) {
+	rows, err := q.db.Query(ctx, scheduleHoldStartAgent, agentID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ChoirControlSchedule{}
+	for rows.Next() {
+		var i ChoirControlSchedule
+		if err := rows.Scan(
+			&i.ScheduleID,
+			&i.AgentID,
+			&i.Dm,
+			&i.Kind,
+			&i.Cron,
+			&i.RunAt,
+			&i.TimeZone,
+			&i.Purpose,
+			&i.Text,
+			&i.Missed,
+			&i.StartAgent,
+			&i.Status,
+			&i.CreatedBy,
+			&i.SessionID,
+			&i.CallID,
+			&i.ApprovalID,
+			&i.NextRunAt,
+			&i.JobID,
+			&i.Fires,
+			&i.LastFiredAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Held,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const scheduleInsert = `-- name: ScheduleInsert :one
@@ -192,7 +249,7 @@ INSERT INTO choir_control.schedules (agent_id, dm, kind, cron, run_at, time_zone
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
         $11, $12, $13, $14, $15)
 ON CONFLICT (session_id, call_id) DO NOTHING
-RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at
+RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held
 `
 
 type ScheduleInsertParams struct {
@@ -257,12 +314,66 @@ func (q *Queries) ScheduleInsert(ctx context.Context, arg ScheduleInsertParams) 
 		&i.LastFiredAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Held,
 	)
 	return i, err
 }
 
+const scheduleListHeld = `-- name: ScheduleListHeld :many
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held FROM choir_control.schedules
+ WHERE agent_id = $1 AND held AND status = 'paused'
+ ORDER BY schedule_id
+ FOR UPDATE
+`
+
+// ScheduleListHeld locks the schedules a person's stop holds, for the
+// start that resumes them.
+func (q *Queries) ScheduleListHeld(ctx context.Context, agentID string) ([]ChoirControlSchedule, error) {
+	rows, err := q.db.Query(ctx, scheduleListHeld, agentID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ChoirControlSchedule{}
+	for rows.Next() {
+		var i ChoirControlSchedule
+		if err := rows.Scan(
+			&i.ScheduleID,
+			&i.AgentID,
+			&i.Dm,
+			&i.Kind,
+			&i.Cron,
+			&i.RunAt,
+			&i.TimeZone,
+			&i.Purpose,
+			&i.Text,
+			&i.Missed,
+			&i.StartAgent,
+			&i.Status,
+			&i.CreatedBy,
+			&i.SessionID,
+			&i.CallID,
+			&i.ApprovalID,
+			&i.NextRunAt,
+			&i.JobID,
+			&i.Fires,
+			&i.LastFiredAt,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+			&i.Held,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const scheduleListOpen = `-- name: ScheduleListOpen :many
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at FROM choir_control.schedules
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held FROM choir_control.schedules
  WHERE status IN ('pending_approval', 'active', 'paused')
    AND ($1::text IS NULL OR agent_id = $1::text)
    AND ($2::text IS NULL OR dm = $2::text)
@@ -311,6 +422,7 @@ func (q *Queries) ScheduleListOpen(ctx context.Context, arg ScheduleListOpenPara
 			&i.LastFiredAt,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.Held,
 		); err != nil {
 			return nil, err
 		}
@@ -323,7 +435,7 @@ func (q *Queries) ScheduleListOpen(ctx context.Context, arg ScheduleListOpenPara
 }
 
 const scheduleLock = `-- name: ScheduleLock :one
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at FROM choir_control.schedules WHERE schedule_id = $1 FOR UPDATE
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held FROM choir_control.schedules WHERE schedule_id = $1 FOR UPDATE
 `
 
 // ScheduleLock reads a schedule and locks it until the transaction ends:
@@ -354,12 +466,13 @@ func (q *Queries) ScheduleLock(ctx context.Context, scheduleID int64) (ChoirCont
 		&i.LastFiredAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Held,
 	)
 	return i, err
 }
 
 const scheduleLockByApproval = `-- name: ScheduleLockByApproval :one
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at FROM choir_control.schedules WHERE approval_id = $1 FOR UPDATE
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held FROM choir_control.schedules WHERE approval_id = $1 FOR UPDATE
 `
 
 func (q *Queries) ScheduleLockByApproval(ctx context.Context, approvalID *uuid.UUID) (ChoirControlSchedule, error) {
@@ -388,6 +501,7 @@ func (q *Queries) ScheduleLockByApproval(ctx context.Context, approvalID *uuid.U
 		&i.LastFiredAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Held,
 	)
 	return i, err
 }
@@ -409,9 +523,10 @@ func (q *Queries) ScheduleSetApproval(ctx context.Context, arg ScheduleSetApprov
 
 const scheduleSetState = `-- name: ScheduleSetState :one
 UPDATE choir_control.schedules
-   SET status = $1, next_run_at = $2, job_id = $3, updated_at = now()
+   SET status = $1, next_run_at = $2, job_id = $3, held = false,
+       updated_at = now()
  WHERE schedule_id = $4
-RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at
+RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held
 `
 
 type ScheduleSetStateParams struct {
@@ -422,7 +537,8 @@ type ScheduleSetStateParams struct {
 }
 
 // ScheduleSetState moves a schedule to status with its next run and the
-// job that makes it (both null when none is pending).
+// job that makes it (both null when none is pending). Any change ends a
+// hold (ScheduleHoldStartAgent).
 func (q *Queries) ScheduleSetState(ctx context.Context, arg ScheduleSetStateParams) (ChoirControlSchedule, error) {
 	row := q.db.QueryRow(ctx, scheduleSetState,
 		arg.Status,
@@ -454,6 +570,7 @@ func (q *Queries) ScheduleSetState(ctx context.Context, arg ScheduleSetStatePara
 		&i.LastFiredAt,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Held,
 	)
 	return i, err
 }

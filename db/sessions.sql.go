@@ -37,22 +37,26 @@ func (q *Queries) SessionClose(ctx context.Context, arg SessionCloseParams) (int
 const sessionCreate = `-- name: SessionCreate :one
 INSERT INTO choir_control.sessions (
     agent_id, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash,
-    config_version, resource_bindings, runtime)
+    config_version, resource_bindings, runtime, budget_from, budget_base_tokens, budget_base_cost_usd)
 VALUES (
     $1, $2, $3, $4, $5, $4,
-    $5, $6, $7, $8)
-RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status
+    $5, $6, $7, $8, $9, $10,
+    $11)
+RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd
 `
 
 type SessionCreateParams struct {
-	AgentID          string          `json:"agent_id"`
-	LeaseTokenHash   []byte          `json:"lease_token_hash"`
-	ResumedFrom      *uuid.UUID      `json:"resumed_from"`
-	BaseRev          int64           `json:"base_rev"`
-	BaseHash         []byte          `json:"base_hash"`
-	ConfigVersion    int64           `json:"config_version"`
-	ResourceBindings json.RawMessage `json:"resource_bindings"`
-	Runtime          string          `json:"runtime"`
+	AgentID           string          `json:"agent_id"`
+	LeaseTokenHash    []byte          `json:"lease_token_hash"`
+	ResumedFrom       *uuid.UUID      `json:"resumed_from"`
+	BaseRev           int64           `json:"base_rev"`
+	BaseHash          []byte          `json:"base_hash"`
+	ConfigVersion     int64           `json:"config_version"`
+	ResourceBindings  json.RawMessage `json:"resource_bindings"`
+	Runtime           string          `json:"runtime"`
+	BudgetFrom        *uuid.UUID      `json:"budget_from"`
+	BudgetBaseTokens  int64           `json:"budget_base_tokens"`
+	BudgetBaseCostUsd float64         `json:"budget_base_cost_usd"`
 }
 
 func (q *Queries) SessionCreate(ctx context.Context, arg SessionCreateParams) (ChoirControlSession, error) {
@@ -65,6 +69,9 @@ func (q *Queries) SessionCreate(ctx context.Context, arg SessionCreateParams) (C
 		arg.ConfigVersion,
 		arg.ResourceBindings,
 		arg.Runtime,
+		arg.BudgetFrom,
+		arg.BudgetBaseTokens,
+		arg.BudgetBaseCostUsd,
 	)
 	var i ChoirControlSession
 	err := row.Scan(
@@ -91,6 +98,9 @@ func (q *Queries) SessionCreate(ctx context.Context, arg SessionCreateParams) (C
 		&i.ToolManifestHash,
 		&i.SkillManifestHash,
 		&i.LaneStatus,
+		&i.BudgetFrom,
+		&i.BudgetBaseTokens,
+		&i.BudgetBaseCostUsd,
 	)
 	return i, err
 }
@@ -115,7 +125,7 @@ const sessionEnd = `-- name: SessionEnd :one
 UPDATE choir_control.sessions
    SET status = 'ended', ended_at = now(), end_reason = $1
  WHERE session_id = $2 AND status IN ('active', 'stopping')
-RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status
+RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd
 `
 
 type SessionEndParams struct {
@@ -150,12 +160,15 @@ func (q *Queries) SessionEnd(ctx context.Context, arg SessionEndParams) (ChoirCo
 		&i.ToolManifestHash,
 		&i.SkillManifestHash,
 		&i.LaneStatus,
+		&i.BudgetFrom,
+		&i.BudgetBaseTokens,
+		&i.BudgetBaseCostUsd,
 	)
 	return i, err
 }
 
 const sessionGetByID = `-- name: SessionGetByID :one
-SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status FROM choir_control.sessions WHERE session_id = $1
+SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd FROM choir_control.sessions WHERE session_id = $1
 `
 
 func (q *Queries) SessionGetByID(ctx context.Context, sessionID uuid.UUID) (ChoirControlSession, error) {
@@ -185,12 +198,15 @@ func (q *Queries) SessionGetByID(ctx context.Context, sessionID uuid.UUID) (Choi
 		&i.ToolManifestHash,
 		&i.SkillManifestHash,
 		&i.LaneStatus,
+		&i.BudgetFrom,
+		&i.BudgetBaseTokens,
+		&i.BudgetBaseCostUsd,
 	)
 	return i, err
 }
 
 const sessionGetLiveByAgent = `-- name: SessionGetLiveByAgent :one
-SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status FROM choir_control.sessions
+SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd FROM choir_control.sessions
  WHERE agent_id = $1 AND status IN ('active', 'stopping')
 `
 
@@ -221,6 +237,9 @@ func (q *Queries) SessionGetLiveByAgent(ctx context.Context, agentID string) (Ch
 		&i.ToolManifestHash,
 		&i.SkillManifestHash,
 		&i.LaneStatus,
+		&i.BudgetFrom,
+		&i.BudgetBaseTokens,
+		&i.BudgetBaseCostUsd,
 	)
 	return i, err
 }
@@ -236,7 +255,7 @@ func (q *Queries) SessionHeartbeatTouch(ctx context.Context, sessionID uuid.UUID
 }
 
 const sessionLatestByAgent = `-- name: SessionLatestByAgent :one
-SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status FROM choir_control.sessions
+SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd FROM choir_control.sessions
  WHERE agent_id = $1 ORDER BY started_at DESC, session_id LIMIT 1
 `
 
@@ -267,6 +286,9 @@ func (q *Queries) SessionLatestByAgent(ctx context.Context, agentID string) (Cho
 		&i.ToolManifestHash,
 		&i.SkillManifestHash,
 		&i.LaneStatus,
+		&i.BudgetFrom,
+		&i.BudgetBaseTokens,
+		&i.BudgetBaseCostUsd,
 	)
 	return i, err
 }

@@ -12,6 +12,34 @@ import (
 	"github.com/google/uuid"
 )
 
+const embeddingUsageInsert = `-- name: EmbeddingUsageInsert :exec
+INSERT INTO choir_control.embedding_usage (agent_id, service, purpose, tokens, estimated, cost_usd)
+VALUES ($1, $2, $3, $4, $5, $6)
+`
+
+type EmbeddingUsageInsertParams struct {
+	AgentID   string  `json:"agent_id"`
+	Service   string  `json:"service"`
+	Purpose   string  `json:"purpose"`
+	Tokens    int64   `json:"tokens"`
+	Estimated bool    `json:"estimated"`
+	CostUsd   float64 `json:"cost_usd"`
+}
+
+// EmbeddingUsageInsert records one embedding request a provider billed,
+// for the agent it was done for.
+func (q *Queries) EmbeddingUsageInsert(ctx context.Context, arg EmbeddingUsageInsertParams) error {
+	_, err := q.db.Exec(ctx, embeddingUsageInsert,
+		arg.AgentID,
+		arg.Service,
+		arg.Purpose,
+		arg.Tokens,
+		arg.Estimated,
+		arg.CostUsd,
+	)
+	return err
+}
+
 const usageDaily = `-- name: UsageDaily :many
 SELECT to_char(created_at AT TIME ZONE $1::text, 'YYYY-MM-DD')::text AS day,
        coalesce(sum(units) FILTER (WHERE kind = 'llm'), 0)::bigint AS tokens,

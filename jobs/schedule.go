@@ -321,6 +321,43 @@ func scheduleApprovalResolvedTx(ctx context.Context, tx pgx.Tx, ins Inserter, a 
 	return err
 }
 
+// ScheduleHoldTx pauses agentID's active start_agent schedules, marked
+// held, in the transaction that records a person's stop of the agent: a
+// schedule does not start an agent a person stopped. Their pending jobs
+// become stale. It returns the schedules held.
+func ScheduleHoldTx(ctx context.Context, tx pgx.Tx, agentID string) ([]db.ChoirControlSchedule, error) {
+	rows, err := db.New(choirsql.Interpreted(tx)).ScheduleHoldStartAgent(ctx, agentID)
+	if err != nil {
+		return nil, fmt.Errorf("pause the start_agent schedules of %s: %w", agentID, err)
+	}
+	return rows, nil
+}
+
+// ScheduleReleaseTx resumes the schedules a person's stop held, in the
+// transaction that records that a person started agentID again: each is
+// armed as a resumed schedule is (a cron schedule at its next time from
+// now; a one-shot at its time, which the missed-run policy judges if it
+// passed). It returns the schedules resumed.
+func ScheduleReleaseTx(ctx context.Context, tx pgx.Tx, ins Inserter, agentID string, now time.Time) ([]db.ChoirControlSchedule, error) {
+	held, err := db.New(choirsql.Interpreted(tx)).ScheduleListHeld(ctx, agentID)
+	if err != nil {
+		return nil, fmt.Errorf("load the held schedules of %s: %w", agentID, err)
+	}
+	out := make([]db.ChoirControlSchedule, 0, len(held))
+	for _, r := range held {
+		next, err := ScheduleNext(r, now)
+		if err != nil {
+			return nil, err
+		}
+		armed, err := ScheduleArmTx(ctx, tx, ins, r, next)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, armed)
+	}
+	return out, nil
+}
+
 func later(a, b time.Time) time.Time {
 	if a.After(b) {
 		return a

@@ -29,3 +29,17 @@ WITH latest AS (
 SELECT version FROM inserted
 UNION ALL
 SELECT version FROM latest WHERE sha256 = @sha256::bytea;
+
+-- name: AgentHold :one
+-- AgentHold records a person's stop of an agent (and takes its row lock):
+-- choird starts it on its own again only once a person has started it.
+INSERT INTO choir_control.agents (agent_id, held_by, held_at)
+VALUES (@agent_id, @held_by, now())
+ON CONFLICT (agent_id) DO UPDATE
+   SET held_by = EXCLUDED.held_by, held_at = EXCLUDED.held_at, updated_at = now()
+RETURNING *;
+
+-- name: AgentRelease :execrows
+-- AgentRelease clears a person's stop: a person started the agent again.
+UPDATE choir_control.agents SET held_by = NULL, held_at = NULL, updated_at = now()
+ WHERE agent_id = @agent_id AND held_by IS NOT NULL;

@@ -24,9 +24,11 @@ SELECT * FROM choir_control.schedules WHERE approval_id = @approval_id FOR UPDAT
 
 -- name: ScheduleSetState :one
 -- ScheduleSetState moves a schedule to status with its next run and the
--- job that makes it (both null when none is pending).
+-- job that makes it (both null when none is pending). Any change ends a
+-- hold (ScheduleHoldStartAgent).
 UPDATE choir_control.schedules
-   SET status = @status, next_run_at = sqlc.narg(next_run_at), job_id = sqlc.narg(job_id), updated_at = now()
+   SET status = @status, next_run_at = sqlc.narg(next_run_at), job_id = sqlc.narg(job_id), held = false,
+       updated_at = now()
  WHERE schedule_id = @schedule_id
 RETURNING *;
 
@@ -66,3 +68,20 @@ INSERT INTO choir_control.schedule_fires (schedule_id, due_at, fired_at, outcome
 VALUES (@schedule_id, @due_at, @fired_at, @outcome)
 ON CONFLICT (schedule_id, due_at) DO NOTHING
 RETURNING *;
+
+-- name: ScheduleHoldStartAgent :many
+-- ScheduleHoldStartAgent pauses the active start_agent schedules of an
+-- agent a person stopped, marked held; their pending jobs, no longer
+-- named by job_id, are stale and do nothing.
+UPDATE choir_control.schedules
+   SET status = 'paused', held = true, job_id = NULL, updated_at = now()
+ WHERE agent_id = @agent_id AND start_agent AND status = 'active'
+RETURNING *;
+
+-- name: ScheduleListHeld :many
+-- ScheduleListHeld locks the schedules a person's stop holds, for the
+-- start that resumes them.
+SELECT * FROM choir_control.schedules
+ WHERE agent_id = @agent_id AND held AND status = 'paused'
+ ORDER BY schedule_id
+ FOR UPDATE;

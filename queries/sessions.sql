@@ -1,10 +1,11 @@
 -- name: SessionCreate :one
 INSERT INTO choir_control.sessions (
     agent_id, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash,
-    config_version, resource_bindings, runtime)
+    config_version, resource_bindings, runtime, budget_from, budget_base_tokens, budget_base_cost_usd)
 VALUES (
     @agent_id, @lease_token_hash, sqlc.narg('resumed_from'), @base_rev, @base_hash, @base_rev,
-    @base_hash, @config_version, @resource_bindings, @runtime)
+    @base_hash, @config_version, @resource_bindings, @runtime, sqlc.narg('budget_from'), @budget_base_tokens,
+    @budget_base_cost_usd)
 RETURNING *;
 
 -- name: SessionGetByID :one

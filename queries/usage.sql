@@ -45,3 +45,9 @@ SELECT to_char(created_at AT TIME ZONE @tz::text, 'YYYY-MM-DD')::text AS day,
  WHERE agent_id = @agent_id::text AND created_at >= @since::timestamptz
  GROUP BY 1
  ORDER BY 1;
+
+-- name: EmbeddingUsageInsert :exec
+-- EmbeddingUsageInsert records one embedding request a provider billed,
+-- for the agent it was done for.
+INSERT INTO choir_control.embedding_usage (agent_id, service, purpose, tokens, estimated, cost_usd)
+VALUES (@agent_id, @service, @purpose, @tokens, @estimated, @cost_usd);

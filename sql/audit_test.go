@@ -82,10 +82,11 @@ func TestAuditToolCallsListRefusals(t *testing.T) {
 	}
 }
 
-// TestAuditInboxWaiting checks that choir_audit.inbox_waiting lists the
-// messages and injections still to be delivered to an agent, and neither
-// delivered ones nor the rows that are never delivered: a command's
-// once-only record and a message for no agent.
+// TestAuditInboxWaiting checks that choir_audit.inbox_waiting lists every
+// kind of row still to be delivered to an agent (messages, injections,
+// scheduled messages and new mail), and neither delivered ones nor the
+// rows that are never delivered: a command's once-only record and a
+// message for no agent.
 func TestAuditInboxWaiting(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -106,6 +107,8 @@ func TestAuditInboxWaiting(t *testing.T) {
 	delivered := insert(3, "message", &alpha)
 	insert(4, "command", nil)
 	insert(5, "message", nil)
+	scheduled := insert(6, "scheduled", &alpha)
+	mail := insert(7, "mail", &alpha)
 	if _, err := b.pool.Exec(ctx, "UPDATE choir_control.inbox SET delivered_at = now() WHERE inbox_id = $1", delivered); err != nil {
 		t.Fatal(err)
 	}
@@ -125,7 +128,7 @@ func TestAuditInboxWaiting(t *testing.T) {
 	if err := rows.Err(); err != nil {
 		t.Fatal(err)
 	}
-	if want := []int64{waiting, inject}; !slices.Equal(got, want) {
-		t.Errorf("inbox_waiting = %v, want %v (the undelivered message and injection only)", got, want)
+	if want := []int64{waiting, inject, scheduled, mail}; !slices.Equal(got, want) {
+		t.Errorf("inbox_waiting = %v, want %v (the undelivered message, injection, scheduled message and mail only)", got, want)
 	}
 }

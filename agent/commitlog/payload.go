@@ -49,6 +49,9 @@ type LLMCall struct {
 const (
 	PurposeCompaction     = "compaction"
 	PurposeSessionSummary = "session_summary"
+	// PurposeBilledFailure is a call that failed after the provider
+	// billed it: logged for its spend, it is no step.
+	PurposeBilledFailure = "billed_failure"
 )
 
 // EventType returns rpc.EventLLMCallCommitted.

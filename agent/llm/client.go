@@ -92,23 +92,35 @@ func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
 	if label == "" {
 		label = req.Model.Model
 	}
-	if c.Gate != nil {
-		settle, err := c.Gate.Reserve(ctx, &req)
-		if err != nil {
-			return nil, fmt.Errorf("call model %s: %w", label, err)
-		}
-		var res *Response
-		defer func() { settle(res) }()
-		res, err = c.complete(ctx, label, req)
+	if c.Gate == nil {
+		res, _, err := c.complete(ctx, label, req)
 		return res, err
 	}
-	return c.complete(ctx, label, req)
-}
-
-func (c *Client) complete(ctx context.Context, label string, req Request) (*Response, error) {
-	params, tools, err := buildParams(req)
+	settle, err := c.Gate.Reserve(ctx, &req)
 	if err != nil {
 		return nil, fmt.Errorf("call model %s: %w", label, err)
+	}
+	res, billed, err := c.complete(ctx, label, req)
+	if err != nil {
+		// A call the provider billed although it failed (its answer
+		// reported usage) is settled with what it reported.
+		var spent *Response
+		if billed != nil {
+			spent = &Response{Usage: *billed, BilledFailure: true}
+		}
+		settle(spent)
+		return nil, err
+	}
+	settle(res)
+	return res, nil
+}
+
+// complete makes the call. When it fails after the provider answered,
+// billed is the usage its answer reported, if any (billedUsage).
+func (c *Client) complete(ctx context.Context, label string, req Request) (res *Response, billed *Usage, err error) {
+	params, tools, err := buildParams(req)
+	if err != nil {
+		return nil, nil, fmt.Errorf("call model %s: %w", label, err)
 	}
 
 	// The body is taken as an *http.Response so that it is read and decoded
@@ -134,39 +146,83 @@ func (c *Client) complete(ctx context.Context, label string, req Request) (*Resp
 		defer httpRes.Body.Close()
 	}
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return nil, fmt.Errorf("call model %s: %w", label, ctxErr)
+		return nil, nil, fmt.Errorf("call model %s: %w", label, ctxErr)
 	}
 	if httpRes == nil {
 		if err == nil {
 			err = errors.New("no response")
 		}
-		return nil, fmt.Errorf("call model %s: %w", label, err)
+		return nil, nil, fmt.Errorf("call model %s: %w", label, err)
 	}
 	if httpRes.StatusCode < 200 || httpRes.StatusCode > 299 {
-		return nil, fmt.Errorf("call model %s: %w", label, statusError(httpRes, time.Now()))
+		errBody, _ := io.ReadAll(io.LimitReader(httpRes.Body, 64<<10))
+		return nil, billedUsage(errBody, req), fmt.Errorf("call model %s: %w", label, statusError(httpRes, errBody, time.Now()))
 	}
 
 	body, err := io.ReadAll(io.LimitReader(httpRes.Body, maxResponseBytes+1))
 	if err != nil {
+		// The answer broke off: what arrived may still report usage.
 		if ctxErr := ctx.Err(); ctxErr != nil {
-			return nil, fmt.Errorf("call model %s: %w", label, ctxErr)
+			return nil, billedUsage(body, req), fmt.Errorf("call model %s: %w", label, ctxErr)
 		}
-		return nil, fmt.Errorf("call model %s: read response: %w", label, err)
+		return nil, billedUsage(body, req), fmt.Errorf("call model %s: read response: %w", label, err)
 	}
 	latency := time.Since(start)
 	if len(body) > maxResponseBytes {
-		return nil, fmt.Errorf("call model %s: %w: body larger than %d bytes", label, ErrMalformedResponse, maxResponseBytes)
+		return nil, billedUsage(body, req), fmt.Errorf("call model %s: %w: body larger than %d bytes", label, ErrMalformedResponse, maxResponseBytes)
 	}
-	res, err := decodeResponse(body, tools)
+	res, err = decodeResponse(body, tools)
 	if err != nil {
-		return nil, fmt.Errorf("call model %s: %w", label, err)
+		return nil, billedUsage(body, req), fmt.Errorf("call model %s: %w", label, err)
 	}
 	res.Latency = latency
-	if res.Usage.CostSource == "" && req.Model.Prices != nil {
-		u := &res.Usage
+	priced(&res.Usage, req)
+	return res, nil, nil
+}
+
+// priced prices u at the model's prices when the provider reported no
+// cost.
+func priced(u *Usage, req Request) {
+	if u.CostSource == "" && req.Model.Prices != nil {
 		u.CostUSD, u.CostSource = req.Model.Prices.Cost(u.PromptTokens, u.CachedTokens, u.CompletionTokens), "prices"
 	}
-	return res, nil
+}
+
+// billedUsage is the usage a failed call's answer reports, priced, or nil
+// when it reports none: the provider billed the call although the client
+// cannot use its answer (an error with usage, a completion that does not
+// decode, a body that broke off after its usage object).
+func billedUsage(body []byte, req Request) *Usage {
+	var w struct {
+		Usage *wireUsage `json:"usage"`
+	}
+	if json.Unmarshal(body, &w) != nil {
+		// A cut or malformed body: decode the usage object alone, if one
+		// arrived whole.
+		for rest := body; w.Usage == nil; {
+			i := bytes.Index(rest, []byte(`"usage"`))
+			if i < 0 {
+				return nil
+			}
+			rest = bytes.TrimLeft(rest[i+len(`"usage"`):], " \t\r\n")
+			if len(rest) > 0 && rest[0] == ':' {
+				json.NewDecoder(bytes.NewReader(rest[1:])).Decode(&w.Usage) //nolint:errcheck // nil when it does not decode
+			}
+		}
+	}
+	if w.Usage == nil || w.Usage.PromptTokens < 0 || w.Usage.CompletionTokens < 0 ||
+		w.Usage.PromptTokens+w.Usage.CompletionTokens == 0 && (w.Usage.Cost == nil || *w.Usage.Cost <= 0) {
+		return nil
+	}
+	u := Usage{PromptTokens: w.Usage.PromptTokens, CompletionTokens: w.Usage.CompletionTokens}
+	if d := w.Usage.PromptTokensDetails; d != nil && d.CachedTokens >= 0 && d.CachedTokens <= u.PromptTokens {
+		u.CachedTokens = d.CachedTokens
+	}
+	if c := w.Usage.Cost; c != nil && *c >= 0 {
+		u.CostUSD, u.CostSource = *c, "provider"
+	}
+	priced(&u, req)
+	return &u
 }
 
 // buildParams turns a Request into the library's parameters and returns the
@@ -435,8 +491,7 @@ func decodeResponse(body []byte, tools map[string]string) (*Response, error) {
 }
 
 // statusError builds the error for a non-2xx response.
-func statusError(res *http.Response, now time.Time) error {
-	body, _ := io.ReadAll(io.LimitReader(res.Body, 64<<10))
+func statusError(res *http.Response, body []byte, now time.Time) error {
 	msg := ""
 	var eb wireErrorBody
 	if json.Unmarshal(body, &eb) == nil && eb.Error != nil {

@@ -186,7 +186,10 @@ func (u Usage) Tokens() int64 { return u.PromptTokens + u.CompletionTokens }
 // the call used after it: a usage meter that enforces caps. Reserve may
 // lower req.MaxTokens so that the call cannot cost more than it reserved;
 // an error refuses the call, which is then not made. settle is called
-// once, with the response or nil when the call failed.
+// once, with the response; when the call failed, with nil, or with a
+// Response holding only the Usage the provider's answer reported (it
+// billed the call: an error with usage, a completion that does not decode,
+// a body that broke off after its usage).
 type Gate interface {
 	Reserve(ctx context.Context, req *Request) (settle func(*Response), err error)
 }
@@ -200,6 +203,9 @@ type Response struct {
 	// FinishReason is as the provider sent it: stop, tool_calls, length, ...
 	FinishReason string
 	Usage        Usage
+	// BilledFailure marks the Response a Gate's settle gets for a call
+	// that failed after the provider billed it: it holds only Usage.
+	BilledFailure bool
 	// Latency is the wall time of the HTTP call, body included.
 	Latency time.Duration
 	// Model is the model that answered, as the provider reported it (a

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/rpc/usage"
 )
@@ -55,6 +56,11 @@ type Config struct {
 	// NotifyFunc tells the DM something (a cap 80% used, a cap lowered
 	// below the spend); it is called without the meter's lock held.
 	NotifyFunc func(text string)
+	// BilledFailureFunc is told of each call that failed after the
+	// provider billed it (the meter counted its usage), so that the
+	// session logs it and its spend survives the session; it is called
+	// without the meter's lock held.
+	BilledFailureFunc func(req *llm.Request, u llm.Usage)
 }
 
 // Meter is one session's usage meter. It is safe for concurrent use.

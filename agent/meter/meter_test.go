@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -218,5 +219,48 @@ func TestToolUsageCounts(t *testing.T) {
 	var ce *meter.CapError
 	if !errors.As(err, &ce) || ce.Scope != "core job" {
 		t.Errorf("err = %v, want the job's cost cap", err)
+	}
+}
+
+// TestFailedCallsTheProviderBilledAreCounted: a call that fails after the
+// provider billed it (its answer reports usage: a completion the client
+// cannot use, an error with usage, a body that breaks after its usage)
+// counts what was reported, at the model's prices, so that a model (or a
+// provider) that makes every call fail cannot spend past the caps: the
+// next call is refused.
+func TestFailedCallsTheProviderBilledAreCounted(t *testing.T) {
+	t.Parallel()
+	const usageJSON = `"usage": {"prompt_tokens": 5000, "completion_tokens": 3000}`
+	for _, tc := range []struct {
+		name string
+		step llmtest.Step
+	}{
+		{"UnusableCompletion", llmtest.Malformed(`{"model": "m", ` + usageJSON +
+			`, "choices": [{"message": {"tool_calls": [{"id": "1", "type": "weird", "function": {"name": "x"}}]}}]}`)},
+		{"ErrorWithUsage", llmtest.Raw(502, nil, `{"error": {"message": "upstream died", "code": 502}, `+usageJSON+`}`)},
+		{"BodyBrokenAfterUsage", llmtest.Raw(200, http.Header{"Content-Length": {"4096"}}, `{"model": "m", `+usageJSON+
+			`, "choices": [{"message": {"content": "half a ans`)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			srv := llmtest.NewServer(t, tc.step)
+			model := srv.Model()
+			model.Prices = &config.Prices{InputPerMTok: 1, OutputPerMTok: 2}
+			m := meter.New(meter.Config{AgentID: "a"})
+			m.SetCaps(config.Budgets{TotalSessionTokens: 8200})
+			c := &llm.Client{Gate: m}
+			if _, err := c.Complete(context.Background(), llm.Request{Model: model, Messages: []llm.Message{llm.UserMessage("hi")}}); err == nil {
+				t.Fatal("the scripted failure succeeded")
+			}
+			session, _, _, _ := m.Spent("")
+			if session.Tokens != 8000 || math.Abs(session.CostUSD-0.011) > 1e-12 {
+				t.Fatalf("after the billed failure the session spent %+v, want 8000 tokens and $0.011", session)
+			}
+			_, err := c.Complete(context.Background(), llm.Request{Model: model, Messages: []llm.Message{llm.UserMessage("hi")}})
+			var ce *meter.CapError
+			if !errors.As(err, &ce) || ce.Field != "total_session_tokens" || len(srv.Requests()) != 1 {
+				t.Errorf("next call: %v with %d requests; want the session token cap, nothing sent", err, len(srv.Requests()))
+			}
+		})
 	}
 }

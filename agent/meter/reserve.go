@@ -104,6 +104,9 @@ func (m *Meter) Reserve(_ context.Context, req *llm.Request) (func(*llm.Response
 			used = usage.Totals{Tokens: res.Usage.Tokens(), CostUSD: res.Usage.CostUSD}
 		}
 		m.settle(keys, day, hold, used, req.JobID)
+		if res != nil && res.BilledFailure && m.cfg.BilledFailureFunc != nil {
+			m.cfg.BilledFailureFunc(req, res.Usage)
+		}
 	}, nil
 }
 

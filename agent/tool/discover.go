@@ -2,8 +2,6 @@ package tool
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -11,6 +9,8 @@ import (
 	"sort"
 	"strings"
 	"unicode"
+
+	"github.com/choirhq/choir/rpc/toolindex"
 )
 
 // Names of the discovery tools, offered in [ModeDiscovery] and answered by
@@ -274,22 +274,14 @@ func success(v map[string]any) json.RawMessage {
 	return b
 }
 
-// CorpusEntry is one tool's search text, as choird indexes it.
-type CorpusEntry struct {
-	Name string `json:"name"`
-	Text string `json:"text"`
-}
-
 // Corpus returns the search text of every tool, sorted by name, and its
-// hash: choird rebuilds its tool index when the hash of an agent's image
+// hash (toolindex.Hash, which choird recomputes over what it receives):
+// choird rebuilds its tool index when the hash of an agent's image
 // changes.
-func (r *Registry) Corpus() ([]CorpusEntry, string) {
-	out := make([]CorpusEntry, 0, len(r.names))
-	h := sha256.New()
+func (r *Registry) Corpus() ([]toolindex.Entry, string) {
+	out := make([]toolindex.Entry, 0, len(r.names))
 	for _, n := range r.names {
-		e := CorpusEntry{Name: n, Text: r.defs[n].SearchText()}
-		out = append(out, e)
-		fmt.Fprintf(h, "%d:%s%d:%s", len(e.Name), e.Name, len(e.Text), e.Text)
+		out = append(out, toolindex.Entry{Name: n, Text: r.defs[n].SearchText()})
 	}
-	return out, hex.EncodeToString(h.Sum(nil))
+	return out, toolindex.Hash(out)
 }

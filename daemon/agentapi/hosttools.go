@@ -17,8 +17,9 @@ func (e codedErr) Error() string   { return e.err.Error() }
 func (e codedErr) Unwrap() []error { return []error{e.code, e.err} }
 
 // MemoryTools serves choir.memory.query and choir.memory.upsert (spec 11.7)
-// from the memory store: reads of any agent's memory, writes to the caller's
-// own only, which Postgres enforces through the caller's role.
+// from the memory store: reads of the caller's memory, and of another
+// agent's whose memory_readable_by names the caller; writes to the
+// caller's own only, which Postgres enforces through the caller's role.
 func MemoryTools(store *memory.Store) map[string]HostTool {
 	wrap := func(fn func(ctx context.Context, agentID string, in json.RawMessage) (any, error)) HostTool {
 		return func(ctx context.Context, agentID string, in json.RawMessage) (json.RawMessage, error) {

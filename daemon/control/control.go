@@ -148,6 +148,18 @@ type Scope struct {
 	// more to say than that none is configured for it (its agent runs
 	// bound to another DM).
 	Unbound error
+	// Unattended marks a start choird makes on its own (a schedule's
+	// start_agent, a resume after choird restarts): ByChoird, not
+	// ByPerson.
+	Unattended bool
+}
+
+// origin is who gives a command: a person, or choird on its own.
+func (s Scope) origin() Origin {
+	if s.Unattended {
+		return ByChoird
+	}
+	return ByPerson
 }
 
 // ErrForbidden reports a command outside the issuer's scope.
@@ -232,7 +244,7 @@ func (d *Control) AgentStart(ctx context.Context, sc Scope, agentID string, o ad
 	if err != nil {
 		return admin.AgentStatus{}, err
 	}
-	s, err := CreateSession(ctx, d.pool, cfg, agentID, o, cfgVersion, d.runtime.Name())
+	s, err := CreateSessionAs(ctx, d.pool, cfg, agentID, o, cfgVersion, d.runtime.Name(), sc.origin())
 	if err != nil {
 		staged.Discard()
 		return admin.AgentStatus{}, err
@@ -255,6 +267,14 @@ func (d *Control) AgentStart(ctx context.Context, sc Scope, agentID string, o ad
 	}
 	d.logger.InfoContext(ctx, "agent started", slog.String("agent_id", agentID), slog.String("session_id", spec.SessionID),
 		slog.String("runtime", d.runtime.Name()), slog.String("instance", inst.ID), slog.String("by", sc.Actor))
+	if !sc.Unattended {
+		if err := d.releaseAgent(ctx, sc, agentID); err != nil {
+			// The agent runs; its held schedules stay paused until a
+			// person resumes them or starts it again.
+			d.logger.WarnContext(ctx, "the schedules a stop held were not resumed", slog.String("agent_id", agentID),
+				slog.String("error", err.Error()))
+		}
+	}
 	return d.LatestStatus(ctx, agentID), nil
 }
 
@@ -313,14 +333,8 @@ func (d *Control) AgentStop(ctx context.Context, sc Scope, agentID string) (admi
 		return admin.AgentStatus{}, err
 	}
 	q := db.New(choirsql.Interpreted(d.pool))
-	s, err := q.SessionGetLiveByAgent(ctx, agentID)
-	if errors.Is(err, choirsql.ErrNotFound) {
-		return admin.AgentStatus{}, fmt.Errorf("agent %s is not running", agentID)
-	}
+	s, err := d.stoppableSession(ctx, sc, agentID)
 	if err != nil {
-		return admin.AgentStatus{}, err
-	}
-	if err := sc.AllowSession(s); err != nil {
 		return admin.AgentStatus{}, err
 	}
 	if err := q.SessionMarkStopping(ctx, s.SessionID); err != nil {
@@ -383,7 +397,7 @@ func (d *Control) AgentRestart(ctx context.Context, sc Scope, agentID string) (a
 				o = overridesOf(b)
 			}
 		}
-		return d.AgentStart(ctx, Scope{Admin: true, Actor: sc.Actor}, agentID, o)
+		return d.AgentStart(ctx, Scope{Admin: true, Actor: sc.Actor, Unattended: sc.Unattended}, agentID, o)
 	}
 	if err != nil {
 		return admin.AgentStatus{}, fmt.Errorf("load the live session of %s: %w", agentID, err)
@@ -395,7 +409,7 @@ func (d *Control) AgentRestart(ctx context.Context, sc Scope, agentID string) (a
 	if _, err := d.AgentStop(ctx, sc, agentID); err != nil {
 		return admin.AgentStatus{}, err
 	}
-	return d.AgentStart(ctx, Scope{Admin: true, Actor: sc.Actor}, agentID, overridesOf(b))
+	return d.AgentStart(ctx, Scope{Admin: true, Actor: sc.Actor, Unattended: sc.Unattended}, agentID, overridesOf(b))
 }
 
 // AgentStatus reports one agent.

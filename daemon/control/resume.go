@@ -137,7 +137,7 @@ func (d *Control) resumeSession(ctx context.Context, p PendingResume) (admin.Age
 	if err := json.Unmarshal(p.Bindings, &b); err != nil {
 		return admin.AgentStatus{}, fmt.Errorf("read the bindings of session %s: %w", p.SessionID, err)
 	}
-	st, err := d.AgentStart(ctx, Scope{Admin: true, Actor: resumeActor}, p.AgentID, overridesOf(b))
+	st, err := d.AgentStart(ctx, Scope{Admin: true, Actor: resumeActor, Unattended: true}, p.AgentID, overridesOf(b))
 	if err != nil {
 		return admin.AgentStatus{}, err
 	}

@@ -14,7 +14,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/hold"
 	"github.com/choirhq/choir/daemon/memory"
+	"github.com/choirhq/choir/daemon/usage"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
@@ -144,12 +146,21 @@ type StartedSession struct {
 	Bindings   rpc.ResourceBindings
 }
 
-// CreateSession creates an agent's session and grants every exclusive lease
-// in one transaction, so that a conflict leaves nothing behind. When the
-// agent's previous session ended or crashed, the new one continues its
-// chain from the last acknowledged revision.
+// CreateSession creates an agent's session for a person's start
+// (CreateSessionAs with ByPerson).
 func CreateSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, agentID string,
 	o admin.StartOverrides, configVersion int64, runtime string) (StartedSession, error) {
+	return CreateSessionAs(ctx, pool, cfg, agentID, o, configVersion, runtime, ByPerson)
+}
+
+// CreateSessionAs creates an agent's session and grants every exclusive
+// lease in one transaction, so that a conflict leaves nothing behind. When
+// the agent's previous session ended or crashed, the new one continues its
+// chain from the last acknowledged revision. A start by choird on its own
+// (ByChoird) is refused while a person's stop holds the agent (hold.Err),
+// and its session continues the budget of the previous one.
+func CreateSessionAs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, agentID string,
+	o admin.StartOverrides, configVersion int64, runtime string, by Origin) (StartedSession, error) {
 	b, err := ResolveBindings(cfg, agentID, o)
 	if err != nil {
 		return StartedSession{}, err
@@ -166,8 +177,16 @@ func CreateSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 	var out StartedSession
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		q := db.New(choirsql.Interpreted(tx))
-		if _, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agentID, Config: agentConfig}); err != nil {
+		// The upsert takes the agent's row lock, as a person's stop does
+		// (holdAgent): the stop and this start take turns.
+		agent, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agentID, Config: agentConfig})
+		if err != nil {
 			return fmt.Errorf("record agent %s: %w", agentID, err)
+		}
+		if by == ByChoird {
+			if err := hold.Check(agent); err != nil {
+				return err
+			}
 		}
 		params := db.SessionCreateParams{AgentID: agentID, LeaseTokenHash: hash, BaseHash: rpc.Genesis[:],
 			ConfigVersion: configVersion, ResourceBindings: bindings, Runtime: runtime}
@@ -177,6 +196,11 @@ func CreateSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 		case err != nil:
 			return fmt.Errorf("look up previous session of %s: %w", agentID, err)
 		case prev.Status == "ended" || prev.Status == "crashed":
+			if by == ByChoird {
+				if err := usage.Continue(ctx, q, prev, &params); err != nil {
+					return err
+				}
+			}
 			params.ResumedFrom = &prev.SessionID
 			params.BaseRev = prev.AckedRev
 			if prev.AckedHash != nil {

@@ -66,23 +66,30 @@ type embeddingsResponse struct {
 		Index     int       `json:"index"`
 		Embedding []float32 `json:"embedding"`
 	} `json:"data"`
+	// Usage is what the provider bills: the input's tokens.
+	Usage *struct {
+		PromptTokens int64 `json:"prompt_tokens"`
+		TotalTokens  int64 `json:"total_tokens"`
+	} `json:"usage"`
 }
 
 // maxResponseBytes bounds a response: 32 vectors of 2000 floats written as
 // JSON take about 1.5 MB.
 const maxResponseBytes = 16 << 20
 
-func (c *client) embed(ctx context.Context, texts []string) ([][]float32, error) {
+// embed makes one request; tokens is the input the provider billed, as
+// its usage reports it (zero when it reports none).
+func (c *client) embed(ctx context.Context, texts []string) (vecs [][]float32, tokens int64, err error) {
 	body, err := json.Marshal(embeddingsRequest{Model: c.cfg.Model, Input: texts, Dimensions: c.cfg.Dimensions,
 		EncodingFormat: "float"})
 	if err != nil {
-		return nil, &Error{Err: err}
+		return nil, 0, &Error{Err: err}
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.url, bytes.NewReader(body))
 	if err != nil {
-		return nil, &Error{Err: err}
+		return nil, 0, &Error{Err: err}
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
@@ -94,38 +101,41 @@ func (c *client) embed(ctx context.Context, texts []string) ([][]float32, error)
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 			err = fmt.Errorf("no answer within %s", c.timeout)
 		}
-		return nil, &Error{Retry: true, Err: err}
+		return nil, 0, &Error{Retry: true, Err: err}
 	}
 	defer resp.Body.Close()
 	data, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes+1))
 	if err != nil {
-		return nil, &Error{StatusCode: resp.StatusCode, Retry: true, Err: fmt.Errorf("read response: %w", err)}
+		return nil, 0, &Error{StatusCode: resp.StatusCode, Retry: true, Err: fmt.Errorf("read response: %w", err)}
 	}
 	if resp.StatusCode/100 != 2 {
-		return nil, statusError(resp, data)
+		return nil, 0, statusError(resp, data)
 	}
 	if len(data) > maxResponseBytes {
-		return nil, &Error{StatusCode: resp.StatusCode, Err: fmt.Errorf("response larger than %d bytes", maxResponseBytes)}
+		return nil, 0, &Error{StatusCode: resp.StatusCode, Err: fmt.Errorf("response larger than %d bytes", maxResponseBytes)}
 	}
 	var r embeddingsResponse
 	if err := json.Unmarshal(data, &r); err != nil {
-		return nil, &Error{StatusCode: resp.StatusCode, Retry: true, Err: fmt.Errorf("decode response: %w", err)}
+		return nil, 0, &Error{StatusCode: resp.StatusCode, Retry: true, Err: fmt.Errorf("decode response: %w", err)}
 	}
 	out := make([][]float32, len(texts))
 	for _, d := range r.Data {
 		if d.Index < 0 || d.Index >= len(texts) || out[d.Index] != nil {
-			return nil, &Error{StatusCode: resp.StatusCode, Retry: true,
+			return nil, 0, &Error{StatusCode: resp.StatusCode, Retry: true,
 				Err: fmt.Errorf("response has a bad or repeated index %d for %d texts", d.Index, len(texts))}
 		}
 		out[d.Index] = d.Embedding
 	}
 	for i, v := range out {
 		if v == nil {
-			return nil, &Error{StatusCode: resp.StatusCode, Retry: true,
+			return nil, 0, &Error{StatusCode: resp.StatusCode, Retry: true,
 				Err: fmt.Errorf("response has no vector for text %d of %d", i, len(texts))}
 		}
 	}
-	return out, nil
+	if u := r.Usage; u != nil {
+		tokens = max(u.PromptTokens, u.TotalTokens, 0)
+	}
+	return out, tokens, nil
 }
 
 // statusError turns a non-2xx response into an *Error: 408, 409, 429 and

@@ -35,8 +35,12 @@ type Embedder struct {
 	dims     int
 	offline  bool
 	endpoint string
-	embed    func(ctx context.Context, texts []string) ([][]float32, error)
+	embed    func(ctx context.Context, texts []string) ([][]float32, int64, error)
 	now      func() time.Time
+	// pricePerMTok and usageFunc count what the provider bills
+	// (SetUsage).
+	pricePerMTok float64
+	usageFunc    func(ctx context.Context, u Usage)
 
 	mu     sync.Mutex
 	status Status
@@ -81,7 +85,7 @@ func New(cfg config.Embedding, secrets config.Secrets, opts Options) (*Embedder,
 }
 
 func newEmbedder(provider, model, endpoint string, dims int, offline bool,
-	fn func(context.Context, []string) ([][]float32, error)) *Embedder {
+	fn func(context.Context, []string) ([][]float32, int64, error)) *Embedder {
 	e := &Embedder{provider: provider, model: model, dims: dims, offline: offline, endpoint: endpoint, embed: fn,
 		now: time.Now}
 	e.status = Status{Provider: provider, Model: model, Dimensions: dims, Offline: offline, Endpoint: endpoint,
@@ -128,11 +132,15 @@ func (e *Embedder) Embed(ctx context.Context, texts []string) ([][]float32, erro
 	for i, t := range texts {
 		in[i] = truncate(t, MaxInputBytes)
 	}
-	vecs, err := e.embed(ctx, in)
+	vecs, tokens, err := e.embed(ctx, in)
 	if err == nil {
 		err = e.check(vecs, len(texts))
 	}
 	e.record(len(texts), err)
+	if vecs != nil {
+		// Answered, so billed, even when the answer is refused.
+		e.count(ctx, in, tokens)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -177,6 +185,61 @@ func (e *Embedder) record(texts int, err error) {
 	e.status.Texts += int64(texts)
 	e.status.ConsecutiveFailures = 0
 	e.status.LastSuccessAt = now
+}
+
+// Usage is one embedding request an API provider billed, and who it was
+// for (ForAgent).
+type Usage struct {
+	// AgentID is the agent whose memory or tools were embedded, or whose
+	// query; Purpose what for ("memory", "query", "tool_search"). Both
+	// are empty when the context named no agent.
+	AgentID, Purpose string
+	// Service is the provider and model.
+	Service string
+	// Tokens is the input's tokens as the provider reported them, or, when
+	// it reported none, estimated at 4 bytes a token (Estimated).
+	Tokens    int64
+	Estimated bool
+	// CostUSD is Tokens at embedding.price_per_mtok, zero when unpriced.
+	CostUSD float64
+}
+
+type agentKey struct{}
+
+type attribution struct{ agentID, purpose string }
+
+// ForAgent names, in ctx, the agent an embedding is done for and why, so
+// that its cost is counted against that agent's caps.
+func ForAgent(ctx context.Context, agentID, purpose string) context.Context {
+	return context.WithValue(ctx, agentKey{}, attribution{agentID, purpose})
+}
+
+// SetUsage makes e report each request its provider billed to fn, priced
+// at pricePerMTok US dollars per million tokens (embedding.price_per_mtok;
+// zero: unpriced). The offline embedder bills nothing and reports nothing.
+func (e *Embedder) SetUsage(pricePerMTok float64, fn func(ctx context.Context, u Usage)) {
+	e.pricePerMTok, e.usageFunc = pricePerMTok, fn
+}
+
+// count reports one billed request of texts (tokens as the provider
+// reported them) to the usage function.
+func (e *Embedder) count(ctx context.Context, texts []string, tokens int64) {
+	if e.offline || e.usageFunc == nil {
+		return
+	}
+	u := Usage{Service: e.provider + "/" + e.model, Tokens: tokens}
+	if a, ok := ctx.Value(agentKey{}).(attribution); ok {
+		u.AgentID, u.Purpose = a.agentID, a.purpose
+	}
+	if u.Tokens <= 0 {
+		var n int
+		for _, t := range texts {
+			n += len(t)
+		}
+		u.Tokens, u.Estimated = int64((n+3)/4), true
+	}
+	u.CostUSD = float64(u.Tokens) * e.pricePerMTok / 1e6
+	e.usageFunc(ctx, u)
 }
 
 // truncate cuts s to at most n bytes at a character boundary.

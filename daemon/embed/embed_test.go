@@ -209,3 +209,47 @@ func TestClient(t *testing.T) {
 		}
 	})
 }
+
+// TestBilledRequestsAreReported: each request an API provider answers is
+// reported with the tokens its usage says, their cost at the configured
+// price and the agent the context names; a provider that reports no
+// usage is estimated; the offline embedder reports nothing.
+func TestBilledRequestsAreReported(t *testing.T) {
+	t.Parallel()
+	srv := embedtest.New(t, embedtest.Options{Dimensions: 16})
+	e, err := embed.New(config.Embedding{Provider: "test", Model: "m", Dimensions: 16, Endpoint: srv.URL + "/v1"}, nil, embed.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []embed.Usage
+	e.SetUsage(20, func(_ context.Context, u embed.Usage) { got = append(got, u) })
+	ctx := embed.ForAgent(context.Background(), "assistant", "memory")
+	if _, err := e.Embed(ctx, []string{"alpha beta", "gamma delta epsilon"}); err != nil {
+		t.Fatal(err)
+	}
+	want := embed.Usage{AgentID: "assistant", Purpose: "memory", Service: "test/m", Tokens: 5, CostUSD: 5 * 20 / 1e6}
+	if len(got) != 1 || got[0] != want {
+		t.Fatalf("usage reported %+v, want %+v", got, want)
+	}
+
+	silent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(`{"data": [{"index": 0, "embedding": [1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]}]}`))
+	}))
+	t.Cleanup(silent.Close)
+	e2, _ := embed.New(config.Embedding{Provider: "quiet", Model: "q", Dimensions: 16, Endpoint: silent.URL}, nil, embed.Options{})
+	got = nil
+	e2.SetUsage(20, func(_ context.Context, u embed.Usage) { got = append(got, u) })
+	if _, err := e2.Embed(ctx, []string{strings.Repeat("x", 400)}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 || got[0].Tokens != 100 || !got[0].Estimated || got[0].CostUSD != 100*20/1e6 {
+		t.Errorf("without usage in the answer: %+v, want 100 tokens estimated", got)
+	}
+
+	off := embed.NewOffline(16)
+	off.SetUsage(20, func(_ context.Context, u embed.Usage) { t.Errorf("the offline embedder reported %+v", u) })
+	if _, err := off.Embed(ctx, []string{"alpha"}); err != nil {
+		t.Fatal(err)
+	}
+}

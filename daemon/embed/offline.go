@@ -26,15 +26,15 @@ const OfflineModel = "choir-offline-lexical-idf-v2"
 // other.
 func NewOffline(dims int) *Embedder {
 	return newEmbedder("offline", OfflineModel, "", dims, true,
-		func(ctx context.Context, texts []string) ([][]float32, error) {
+		func(ctx context.Context, texts []string) ([][]float32, int64, error) {
 			out := make([][]float32, len(texts))
 			for i, t := range texts {
 				if err := ctx.Err(); err != nil {
-					return nil, err
+					return nil, 0, err
 				}
 				out[i] = LexicalVector(t, dims)
 			}
-			return out, nil
+			return out, 0, nil
 		})
 }
 

@@ -60,7 +60,8 @@ var (
 	// ErrInvalidInput is wrapped by every *InputError.
 	ErrInvalidInput = errors.New("invalid input")
 	// ErrPermission reports a write that Postgres refused because it
-	// targets another agent's memory.
+	// targets another agent's memory, or a read of another agent's memory
+	// that agent's memory_readable_by does not allow.
 	ErrPermission = errors.New("permission denied")
 	// ErrUnknownAgent reports an agent without a memory schema.
 	ErrUnknownAgent = errors.New("unknown agent")
@@ -118,6 +119,10 @@ type Options struct {
 	// turn at most StatementTimeout; a hybrid search takes a second slot
 	// for its other side only when one is free.
 	MaxConcurrentQueries int
+	// ReadersFunc returns the agents that may read target's memory besides
+	// target itself (agents.<target>.memory_readable_by in the running
+	// configuration). Nil: no agent reads another's.
+	ReadersFunc func(target string) []string
 }
 
 // DefaultStatementTimeout is a query statement's default bound: a hybrid
@@ -194,6 +199,7 @@ type Store struct {
 	embedder Embedder
 	logger   *slog.Logger
 	tuning   SearchTuning
+	readers  func(target string) []string
 
 	queryEmbedTimeout  time.Duration
 	queryEmbedCooldown time.Duration
@@ -212,7 +218,7 @@ type Store struct {
 func New(opts Options) *Store {
 	s := &Store{pool: opts.Pool, inserter: opts.Inserter, embedder: opts.Embedder, logger: opts.Logger,
 		tuning: opts.Search, queryEmbedTimeout: opts.QueryEmbedTimeout, queryEmbedCooldown: opts.QueryEmbedCooldown,
-		now: time.Now, dims: map[string]int{}}
+		now: time.Now, dims: map[string]int{}, readers: opts.ReadersFunc}
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}

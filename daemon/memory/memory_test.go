@@ -42,6 +42,8 @@ type testBundle struct {
 type options struct {
 	embedder *embed.Embedder
 	midTerm  int
+	// readers is each agent's memory_readable_by.
+	readers map[string][]string
 }
 
 func setup(t *testing.T, opts options, agents ...string) *testBundle {
@@ -70,7 +72,8 @@ func setup(t *testing.T, opts options, agents ...string) *testBundle {
 	})
 	b := &testBundle{pool: pool, q: db.New(pool), client: client, embed: opts.embedder,
 		store: memory.New(memory.Options{Pool: pool, Inserter: client, Embedder: opts.embedder,
-			QueryEmbedTimeout: time.Second, QueryEmbedCooldown: time.Minute})}
+			QueryEmbedTimeout: time.Second, QueryEmbedCooldown: time.Minute,
+			ReadersFunc: func(target string) []string { return opts.readers[target] }})}
 	for _, a := range agents {
 		if _, err := b.q.AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: a, Dimensions: dims}); err != nil {
 			t.Fatal(err)
@@ -320,7 +323,7 @@ func TestUpsertBadInput(t *testing.T) {
 func TestIsolation(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setup(t, options{}, "alice", "bob")
+	b := setup(t, options{readers: map[string][]string{"bob": {"alice"}}}, "alice", "bob", "dave")
 	b.upsert(t, "bob", `{"op":"insert","key":"secret","text":"bob keeps a diary of rocket designs"}`)
 	b.waitIdle(t)
 
@@ -347,10 +350,17 @@ func TestIsolation(t *testing.T) {
 		}
 	})
 
-	t.Run("ReadOfAnotherAgentIsAllowed", func(t *testing.T) {
+	t.Run("ReadOfAnotherAgentNeedsItsMemoryReadableBy", func(t *testing.T) {
 		res := b.query(t, "alice", `{"store":"knowledge","mode":"text","query":"rocket","target_agent":"bob"}`)
 		if res.Count != 1 || res.TargetAgent != "bob" {
 			t.Errorf("result = %+v", res)
+		}
+		// bob's memory_readable_by names alice, not dave.
+		for _, store := range []string{"knowledge", "session"} {
+			_, err := b.store.Query(ctx, "dave", json.RawMessage(`{"store":"`+store+`","mode":"text","query":"rocket","target_agent":"bob"}`))
+			if !errors.Is(err, memory.ErrPermission) || !strings.Contains(err.Error(), "agents.bob.memory_readable_by") {
+				t.Errorf("dave reads bob's %s memory: err = %v, want ErrPermission naming agents.bob.memory_readable_by", store, err)
+			}
 		}
 	})
 

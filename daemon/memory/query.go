@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/pgvector/pgvector-go"
 
+	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 	choirsql "github.com/choirhq/choir/sql"
@@ -375,7 +376,8 @@ func hashRange(h string) (from, to []byte, err error) {
 }
 
 // Query runs choir.memory.query for the calling agent. Reads of the
-// caller's own memory run under its role; reads of another agent's run on
+// caller's own memory run under its role; reads of another agent's need
+// that agent's memory_readable_by to name the caller (mayRead), and run on
 // choird's connection, read-only.
 func (s *Store) Query(ctx context.Context, callerAgentID string, input json.RawMessage) (*QueryResult, error) {
 	if _, err := s.dimensions(ctx, callerAgentID); err != nil {
@@ -385,11 +387,38 @@ func (s *Store) Query(ctx context.Context, callerAgentID string, input json.RawM
 	if err != nil {
 		return nil, err
 	}
+	// Embedding the query is billed to the caller's caps.
+	ctx = embed.ForAgent(ctx, callerAgentID, "query")
 	sc := scope{schema: q.target}
 	if q.target == callerAgentID {
 		sc.role = callerAgentID
+	} else {
+		if _, err := s.dimensions(ctx, q.target); err != nil {
+			return nil, err
+		}
+		if err := s.mayRead(ctx, callerAgentID, q.target); err != nil {
+			return nil, err
+		}
 	}
 	return s.run(ctx, q, sc)
+}
+
+// mayRead checks that target's memory_readable_by names reader: an agent
+// reads another's memory only with that agent's consent in config.json.
+func (s *Store) mayRead(ctx context.Context, reader, target string) error {
+	var readers []string
+	if s.readers != nil {
+		readers = s.readers(target)
+	}
+	if slices.Contains(readers, reader) {
+		return nil
+	}
+	key := "agents." + target + ".memory_readable_by"
+	s.logger.WarnContext(ctx, "memory read refused: another agent's memory", slog.String("agent_id", reader),
+		slog.String("target_agent", target), slog.String("key", key), slog.Any("readers", readers))
+	return fmt.Errorf("%w: agent %s may not read the memory of agent %s: its %s does not name %s "+
+		"(an admin adds %q to that list in config.json and runs choirctl config apply to allow it)",
+		ErrPermission, reader, target, key, reader, reader)
 }
 
 // QueryAsOperator runs a query for choirctl: any agent's memory, named by

@@ -328,24 +328,38 @@ func (s *Service) change(ctx context.Context, sc control.Scope, id int64, what s
 		if err != nil {
 			return fmt.Errorf("load schedule %d: %w", id, err)
 		}
-		if !sc.Admin && sc.Agent != "" && r.AgentID != sc.Agent {
-			return fmt.Errorf("%w: schedule %d belongs to agent %s, not %s", control.ErrForbidden, id, r.AgentID, sc.Agent)
-		}
-		if err := sc.Allow(r.AgentID); err != nil {
-			return fmt.Errorf("schedule %d belongs to agent %s: %w", id, r.AgentID, err)
-		}
-		if !sc.Admin && sc.DM != "" && r.Dm != sc.DM {
-			return fmt.Errorf("%w: schedule %d comes to another DM", control.ErrForbidden, id)
+		if err := allowChange(sc, r); err != nil {
+			return err
 		}
 		row, err = fn(tx, r)
 		return err
 	})
+	if errors.Is(err, control.ErrForbidden) {
+		s.logger.WarnContext(ctx, "schedule change refused", slog.Int64("schedule_id", id), slog.String("change", what),
+			slog.String("by", sc.Actor), slog.String("dm", sc.DM), slog.String("error", err.Error()))
+	}
 	if err != nil {
 		return admin.Schedule{}, err
 	}
 	s.logger.InfoContext(ctx, "schedule "+what, slog.Int64("schedule_id", id), slog.String("agent_id", row.AgentID),
 		slog.String("status", row.Status), slog.String("by", sc.Actor))
 	return Of(row), nil
+}
+
+// allowChange checks sc on schedule r: a regular scope changes only its
+// agent's schedules, and, with a DM, only those that come to that DM.
+func allowChange(sc control.Scope, r db.ChoirControlSchedule) error {
+	if !sc.Admin && sc.Agent != "" && r.AgentID != sc.Agent {
+		return fmt.Errorf("%w: schedule %d belongs to agent %s, not %s", control.ErrForbidden, r.ScheduleID, r.AgentID, sc.Agent)
+	}
+	if err := sc.Allow(r.AgentID); err != nil {
+		return fmt.Errorf("schedule %d belongs to agent %s: %w", r.ScheduleID, r.AgentID, err)
+	}
+	if !sc.Admin && sc.DM != "" && r.Dm != sc.DM {
+		return fmt.Errorf("%w: schedule %d comes to another DM, not to %s, which this session is bound to",
+			control.ErrForbidden, r.ScheduleID, sc.DM)
+	}
+	return nil
 }
 
 // unarm deletes a schedule's pending job. A job already running finds the

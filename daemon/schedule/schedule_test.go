@@ -435,3 +435,53 @@ func TestAgentToolsAndApprovalPolicy(t *testing.T) {
 		t.Errorf("unknown field from the tool: %v", err)
 	}
 }
+
+// TestScheduleToolsSeeOnlyTheirDM plays an agent bound to the console DM
+// that lists and cancels schedules: one an admin made for it on another
+// DM (ops) is neither listed nor cancelled, and the refusal names the
+// schedule and why, in the tool's error and in a log line; its own DM's
+// schedule it lists and cancels.
+func TestScheduleToolsSeeOnlyTheirDM(t *testing.T) {
+	t.Parallel()
+	b := setup(t, choirdtest.Options{}, nil)
+	ctx := context.Background()
+	svc := b.c.Schedules()
+	other, err := svc.Add(ctx, control.Scope{Admin: true, Actor: "test"},
+		admin.ScheduleAddRequest{AgentID: "assistant", DM: "ops", Cron: "0 9 * * *", Text: "ops report"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sid, _ := b.c.StartSession(t, "assistant")
+	caller := func(call string) schedule.Caller {
+		return schedule.Caller{AgentID: "assistant", SessionID: mustUUID(t, sid), CallID: call}
+	}
+	out, err := svc.ToolSchedule(ctx, caller("c-1"), json.RawMessage(`{"cron": "0 8 * * *", "text": "console briefing"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := out.(schedule.ToolResult)
+	list, err := svc.ToolList(ctx, caller("c-2"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := list.(map[string]any)["schedules"].([]schedule.ToolResult)
+	if len(got) != 1 || got[0].ID != own.ID {
+		t.Errorf("the console session lists %+v, want only its own DM's schedule %d (not ops' %d)", got, own.ID, other.ID)
+	}
+	_, err = svc.ToolCancel(ctx, caller("c-3"), json.RawMessage(`{"id": `+itoa(other.ID)+`}`))
+	if !errors.Is(err, control.ErrForbidden) || !strings.Contains(err.Error(), "schedule "+itoa(other.ID)) ||
+		!strings.Contains(err.Error(), "another DM") {
+		t.Errorf("cancel of the ops DM's schedule from the console session: %v, want ErrForbidden naming it and the DM", err)
+	}
+	var status string
+	b.pool.QueryRow(ctx, `SELECT status FROM choir_control.schedules WHERE schedule_id = $1`, other.ID).Scan(&status)
+	if status != "active" {
+		t.Errorf("the ops DM's schedule is %s after the refused cancel, want active", status)
+	}
+	if logs := b.c.Logs.String(); !strings.Contains(logs, "schedule change refused") || !strings.Contains(logs, `"schedule_id":`+itoa(other.ID)) {
+		t.Errorf("no log line names the refused cancel:\n%s", logs)
+	}
+	if _, err := svc.ToolCancel(ctx, caller("c-4"), json.RawMessage(`{"id": `+itoa(own.ID)+`}`)); err != nil {
+		t.Errorf("cancel of its own DM's schedule: %v", err)
+	}
+}

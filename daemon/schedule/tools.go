@@ -112,13 +112,34 @@ func (s *Service) ToolRemind(ctx context.Context, c Caller, in json.RawMessage) 
 	return s.agentAdd(ctx, c, admin.ScheduleAddRequest{At: v.At, In: v.In, TimeZone: v.TimeZone, Text: v.Text, Reminder: true})
 }
 
-// ToolList is choir.schedule.list: the calling agent's open schedules.
+// callerScope is the scope of an agent's schedule tool: its own agent,
+// and the DM its session is bound to, so that an agent bound to one DM
+// never lists or cancels the schedules that come to another.
+func (s *Service) callerScope(ctx context.Context, c Caller) (control.Scope, error) {
+	sess, err := db.New(choirsql.Interpreted(s.pool)).SessionGetByID(ctx, c.SessionID)
+	if err != nil {
+		return control.Scope{}, fmt.Errorf("load session %s: %w", c.SessionID, err)
+	}
+	dm := sessionDM(sess)
+	if sess.AgentID != c.AgentID || dm == "" {
+		return control.Scope{}, fmt.Errorf("%w: session %s of agent %s is bound to no DM of agent %s", control.ErrForbidden,
+			c.SessionID, sess.AgentID, c.AgentID)
+	}
+	return control.Scope{Agent: c.AgentID, DM: dm, Actor: "agent:" + c.AgentID}, nil
+}
+
+// ToolList is choir.schedule.list: the calling agent's open schedules
+// that come to the DM of its session.
 func (s *Service) ToolList(ctx context.Context, c Caller, in json.RawMessage) (any, error) {
 	var v struct{}
 	if err := decode(ToolList, in, &v); err != nil {
 		return nil, err
 	}
-	list, err := s.List(ctx, control.Scope{Agent: c.AgentID, Actor: "agent:" + c.AgentID}, c.AgentID)
+	sc, err := s.callerScope(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	list, err := s.List(ctx, sc, c.AgentID)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +151,7 @@ func (s *Service) ToolList(ctx context.Context, c Caller, in json.RawMessage) (a
 }
 
 // ToolCancel is choir.schedule.cancel: one of the calling agent's
-// schedules, by id.
+// schedules that come to the DM of its session, by id.
 func (s *Service) ToolCancel(ctx context.Context, c Caller, in json.RawMessage) (any, error) {
 	var v struct {
 		ID int64 `json:"id"`
@@ -141,7 +162,11 @@ func (s *Service) ToolCancel(ctx context.Context, c Caller, in json.RawMessage) 
 	if v.ID <= 0 {
 		return nil, invalid("id", "give the id of one of your schedules (choir.schedule.list shows them)")
 	}
-	a, err := s.Cancel(ctx, control.Scope{Agent: c.AgentID, Actor: "agent:" + c.AgentID}, v.ID)
+	sc, err := s.callerScope(ctx, c)
+	if err != nil {
+		return nil, err
+	}
+	a, err := s.Cancel(ctx, sc, v.ID)
 	if err != nil {
 		return nil, err
 	}

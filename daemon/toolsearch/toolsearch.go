@@ -21,7 +21,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	pgvector "github.com/pgvector/pgvector-go"
 
+	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/rpc/toolindex"
 )
 
 // Names of the host tools.
@@ -60,21 +62,21 @@ func New(pool *pgxpool.Pool, emb Embedder, logger *slog.Logger) *Index {
 	return &Index{pool: pool, emb: emb, logger: logger}
 }
 
-// Entry is one tool's search text.
-type Entry struct {
-	Name string `json:"name"`
-	Text string `json:"text"`
-}
-
 var hashRe = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // maxEntries bounds one manifest.
 const maxEntries = 5000
 
-// Build indexes a manifest's tools unless it is indexed already. Texts are
-// embedded in one batch; if the embedder fails they are indexed without
-// vectors, for full-text search, and the failure is logged.
-func (x *Index) Build(ctx context.Context, hash string, entries []Entry) (indexed int, err error) {
+// ErrHashMismatch is an index whose tools do not hash to the manifest
+// hash it names: an agent filing tools of its own under another image's
+// hash would poison every search of that image.
+var ErrHashMismatch = errors.New("manifest hash does not match the tools")
+
+// Build indexes a manifest's tools unless it is indexed already. The hash
+// is recomputed from the tools (toolindex.Hash) and a mismatch refused.
+// Texts are embedded in one batch; if the embedder fails they are indexed
+// without vectors, for full-text search, and the failure is logged.
+func (x *Index) Build(ctx context.Context, hash string, entries []toolindex.Entry) (indexed int, err error) {
 	if !hashRe.MatchString(hash) {
 		return 0, fmt.Errorf("%w: manifest_hash %q: want 64 lowercase hex digits", ErrInvalidInput, hash)
 	}
@@ -85,6 +87,10 @@ func (x *Index) Build(ctx context.Context, hash string, entries []Entry) (indexe
 		if e.Name == "" {
 			return 0, fmt.Errorf("%w: tools[%d].name is empty", ErrInvalidInput, i)
 		}
+	}
+	if got := toolindex.Hash(entries); got != hash {
+		return 0, fmt.Errorf("%w: %w: manifest_hash %s does not match the %d tools sent (they hash to %s); "+
+			"send the corpus and the hash that Registry.Corpus returns together", ErrInvalidInput, ErrHashMismatch, hash, len(entries), got)
 	}
 	q := db.New(x.pool)
 	if n, err := q.ToolIndexCount(ctx, hash); err != nil {
@@ -168,7 +174,9 @@ type HostTool = func(ctx context.Context, agentID string, input json.RawMessage)
 // into the host's error for the model.
 func (x *Index) HostTools(wrap func(error) error) map[string]HostTool {
 	return map[string]HostTool{
-		SearchTool: func(ctx context.Context, _ string, in json.RawMessage) (json.RawMessage, error) {
+		SearchTool: func(ctx context.Context, agentID string, in json.RawMessage) (json.RawMessage, error) {
+			// Embedding the query is billed to the caller's caps.
+			ctx = embed.ForAgent(ctx, agentID, "tool_search")
 			var req struct {
 				Query        string `json:"query"`
 				Limit        int    `json:"limit"`
@@ -186,15 +194,21 @@ func (x *Index) HostTools(wrap func(error) error) map[string]HostTool {
 			}
 			return json.Marshal(map[string]any{"tools": names})
 		},
-		IndexTool: func(ctx context.Context, _ string, in json.RawMessage) (json.RawMessage, error) {
+		IndexTool: func(ctx context.Context, agentID string, in json.RawMessage) (json.RawMessage, error) {
+			// Embedding the corpus is billed to the agent that sent it.
+			ctx = embed.ForAgent(ctx, agentID, "tool_index")
 			var req struct {
-				ManifestHash string  `json:"manifest_hash"`
-				Tools        []Entry `json:"tools"`
+				ManifestHash string            `json:"manifest_hash"`
+				Tools        []toolindex.Entry `json:"tools"`
 			}
 			if err := json.Unmarshal(in, &req); err != nil {
 				return nil, wrap(fmt.Errorf("%w: %v", ErrInvalidInput, err))
 			}
 			n, err := x.Build(ctx, req.ManifestHash, req.Tools)
+			if errors.Is(err, ErrHashMismatch) {
+				x.logger.WarnContext(ctx, "tool index refused: manifest hash does not match the tools sent",
+					slog.String("agent_id", agentID), slog.String("manifest_hash", req.ManifestHash), slog.Int("tools", len(req.Tools)))
+			}
 			if err != nil {
 				return nil, wrap(err)
 			}

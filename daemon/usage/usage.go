@@ -14,6 +14,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc/admin"
 	rpcusage "github.com/choirhq/choir/rpc/usage"
@@ -83,8 +85,9 @@ func dayBounds(now time.Time, loc *time.Location) (start, end time.Time, day str
 }
 
 // Baseline is what agentID had spent when its session sessionID fetches
-// its configuration: today in its DM's zone, in the session and in each
-// of the session's core jobs.
+// its configuration: today in its DM's zone, in the session (with the
+// budget it continues, sessionBudget) and in each of the session's core
+// jobs.
 func (s *Service) Baseline(ctx context.Context, agentID string, sessionID uuid.UUID) (*rpcusage.Baseline, error) {
 	zone, loc := Zone(s.config(), agentID)
 	start, end, day := dayBounds(s.now(), loc)
@@ -93,16 +96,16 @@ func (s *Service) Baseline(ctx context.Context, agentID string, sessionID uuid.U
 	if err != nil {
 		return nil, fmt.Errorf("usage of agent %s today: %w", agentID, err)
 	}
-	sess, err := q.UsageSessionTotals(ctx, sessionID)
+	sess, err := sessionBudget(ctx, q, sessionID)
 	if err != nil {
-		return nil, fmt.Errorf("usage of session %s: %w", sessionID, err)
+		return nil, err
 	}
 	jobs, err := q.UsageSessionJobs(ctx, sessionID)
 	if err != nil {
 		return nil, fmt.Errorf("usage of session %s's jobs: %w", sessionID, err)
 	}
 	b := &rpcusage.Baseline{TimeZone: zone, Day: day, Today: rpcusage.Totals{Tokens: today.Tokens, CostUSD: today.CostUsd},
-		Session: rpcusage.Totals{Tokens: sess.Tokens, CostUSD: sess.CostUsd}}
+		Session: sess}
 	for _, j := range jobs {
 		if b.Jobs == nil {
 			b.Jobs = map[string]rpcusage.Totals{}
@@ -158,11 +161,11 @@ func (s *Service) Report(ctx context.Context, agentID string, days int) (admin.U
 func (s *Service) sessionPart(ctx context.Context, q *db.Queries, r *admin.UsageReport, latest db.UsageLatestSessionRow) error {
 	r.SessionID = latest.SessionID.String()
 	r.SessionLive = latest.Status != "ended" && latest.Status != "crashed"
-	sess, err := q.UsageSessionTotals(ctx, latest.SessionID)
+	sess, err := sessionBudget(ctx, q, latest.SessionID)
 	if err != nil {
-		return fmt.Errorf("usage of session %s: %w", latest.SessionID, err)
+		return err
 	}
-	r.Session = admin.UsageTotals{Tokens: sess.Tokens, CostUSD: sess.CostUsd}
+	r.Session = admin.UsageTotals{Tokens: sess.Tokens, CostUSD: sess.CostUSD}
 	jobs, err := q.UsageSessionJobs(ctx, latest.SessionID)
 	if err != nil {
 		return fmt.Errorf("usage of session %s's jobs: %w", latest.SessionID, err)
@@ -172,6 +175,40 @@ func (s *Service) sessionPart(ctx context.Context, q *db.Queries, r *admin.Usage
 			UsageTotals: admin.UsageTotals{Tokens: j.Tokens, CostUSD: j.CostUsd}})
 	}
 	return nil
+}
+
+// Continue makes p, a session choird starts on its own (a schedule's
+// start_agent, a resume), continue the session budget of prev, the
+// agent's session before it: its base is prev's base plus what prev spent,
+// as its replicated log shows. Budgets cannot be reset by cycling
+// sessions: whatever ended prev (the agent itself, a crash, choird's
+// restart), the caps total_session_tokens and session_cost_usd find the
+// session as spent as prev left it. Only a person's start gives a session
+// a fresh budget; day caps count per day across sessions anyway.
+func Continue(ctx context.Context, q *db.Queries, prev db.ChoirControlSession, p *db.SessionCreateParams) error {
+	spent, err := q.UsageSessionTotals(ctx, prev.SessionID)
+	if err != nil {
+		return fmt.Errorf("usage of session %s: %w", prev.SessionID, err)
+	}
+	p.BudgetFrom = &prev.SessionID
+	p.BudgetBaseTokens = prev.BudgetBaseTokens + spent.Tokens
+	p.BudgetBaseCostUsd = prev.BudgetBaseCostUsd + spent.CostUsd
+	return nil
+}
+
+// sessionBudget is what counts against a session's caps: its own spend,
+// plus the base it continues when choird started it on its own
+// (control.ByChoird: a session budget is not reset by cycling sessions).
+func sessionBudget(ctx context.Context, q *db.Queries, sessionID uuid.UUID) (rpcusage.Totals, error) {
+	s, err := q.SessionGetByID(ctx, sessionID)
+	if err != nil {
+		return rpcusage.Totals{}, fmt.Errorf("load session %s: %w", sessionID, err)
+	}
+	own, err := q.UsageSessionTotals(ctx, sessionID)
+	if err != nil {
+		return rpcusage.Totals{}, fmt.Errorf("usage of session %s: %w", sessionID, err)
+	}
+	return rpcusage.Totals{Tokens: own.Tokens + s.BudgetBaseTokens, CostUSD: own.CostUsd + s.BudgetBaseCostUsd}, nil
 }
 
 // capLines sets each cap against its scope's spend: the session's, each
@@ -194,4 +231,28 @@ func capLines(b config.Budgets, r admin.UsageReport) []admin.UsageCap {
 	add("per_day_tokens", "day", r.Today, float64(b.PerDayTokens), float64(r.TodayTotals.Tokens), false)
 	add("per_day_cost_usd", "day", r.Today, b.PerDayCostUSD, r.TodayTotals.CostUSD, true)
 	return out
+}
+
+// EmbeddingRecorder returns what records each embedding request a
+// provider billed (embed.Embedder.SetUsage) for the agent it was done
+// for: a row of choir_control.embedding_usage, which choir_audit.usage
+// lists, so that its cost counts in the agent's day. A request no agent
+// was named for (embed.ForAgent) is only logged.
+func EmbeddingRecorder(pool *pgxpool.Pool, logger *slog.Logger) func(ctx context.Context, u embed.Usage) {
+	return func(ctx context.Context, u embed.Usage) {
+		if u.AgentID == "" {
+			logger.WarnContext(ctx, "embedding request billed for no agent: not counted", slog.String("service", u.Service),
+				slog.Int64("tokens", u.Tokens), slog.Float64("cost_usd", u.CostUSD))
+			return
+		}
+		// The request was billed even if its caller gave up meanwhile.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer cancel()
+		err := db.New(choirsql.Interpreted(pool)).EmbeddingUsageInsert(ctx, db.EmbeddingUsageInsertParams{AgentID: u.AgentID,
+			Service: u.Service, Purpose: u.Purpose, Tokens: u.Tokens, Estimated: u.Estimated, CostUsd: u.CostUSD})
+		if err != nil {
+			logger.ErrorContext(ctx, "embedding usage not recorded", slog.String("agent_id", u.AgentID),
+				slog.Int64("tokens", u.Tokens), slog.Float64("cost_usd", u.CostUSD), slog.String("error", err.Error()))
+		}
+	}
 }

@@ -88,7 +88,7 @@ var memoryQuerySpec = tool.Spec{
 			"store session: your past sessions, mid-term chunks and long-term summaries (mode semantic, text, hash, range, " +
 			"or session_detail with session_id to read one older session in full). " +
 			"store knowledge: your knowledge base (mode semantic, text, hash or range). " +
-			"target_agent reads another agent's session or knowledge memory. Results cite session_id and chunk_index.",
+			"target_agent reads another agent's session or knowledge memory, when that agent's memory_readable_by names you. Results cite session_id and chunk_index.",
 		Parameters: json.RawMessage(`{
   "type": "object",
   "properties": {

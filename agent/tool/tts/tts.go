@@ -55,16 +55,24 @@ const maxTextChars = 50_000
 type Usage struct {
 	Profile, TTS, Provider, ModelID, VoiceID string
 	Characters, Requests                     int
+	// PricePer1KCharacters is the provider's configured price
+	// (tts.<name>.price_per_1k_characters); zero when unpriced.
+	PricePer1KCharacters float64
 }
 
-// Record is u as a usage record: characters spoken by the provider, its
-// cost unknown to the tool (ElevenLabs bills by plan).
+// Record is u as a usage record: characters spoken by the provider, and
+// their cost at the configured price (none configured: unpriced, as
+// ElevenLabs bills by plan).
 func (u Usage) Record() usage.Record {
 	service := u.TTS
 	if u.ModelID != "" {
 		service += "/" + u.ModelID
 	}
-	return usage.Record{Kind: usage.KindTTS, Service: service, Units: int64(u.Characters), Unit: usage.UnitCharacters}
+	r := usage.Record{Kind: usage.KindTTS, Service: service, Units: int64(u.Characters), Unit: usage.UnitCharacters}
+	if u.PricePer1KCharacters > 0 {
+		r.CostUSD, r.CostSource = float64(u.Characters)*u.PricePer1KCharacters/1000, usage.CostPrices
+	}
+	return r
 }
 
 // Config configures the tool. Zero fields take their defaults.
@@ -271,7 +279,8 @@ func (s *speak) Execute(ctx context.Context, env tool.Env, raw json.RawMessage) 
 // characters of the parts the provider answered.
 func (s *speak) synthesize(ctx context.Context, p *elevenLabs, parts []string, format string) ([]byte, Usage, error) {
 	v := p.voice
-	u := Usage{Profile: v.Profile, TTS: v.TTS, Provider: v.Provider, ModelID: v.ModelID, VoiceID: v.VoiceID}
+	u := Usage{Profile: v.Profile, TTS: v.TTS, Provider: v.Provider, ModelID: v.ModelID, VoiceID: v.VoiceID,
+		PricePer1KCharacters: v.PricePer1KCharacters}
 	audio := make([][]byte, 0, len(parts))
 	for i, part := range parts {
 		req := speechRequest{Text: part}

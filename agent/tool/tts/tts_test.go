@@ -5,8 +5,10 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"errors"
 	"github.com/choirhq/choir/rpc/usage"
 	"log/slog"
+	"math"
 	"net"
 	"os"
 	"os/exec"
@@ -21,6 +23,9 @@ import (
 
 	"go.uber.org/goleak"
 
+	"github.com/choirhq/choir/agent/llm"
+	"github.com/choirhq/choir/agent/llmtest"
+	"github.com/choirhq/choir/agent/meter"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/agent/tool/tooltest"
@@ -437,4 +442,32 @@ func TestRealElevenLabs(t *testing.T) {
 	}
 	data, _ := os.ReadFile(filepath.Join(b.WS, tts.SendDir, "real.ogg"))
 	readOgg(t, data)
+}
+
+// TestPricedSpeechIsCountedAgainstTheCaps: with a price configured for
+// its provider (tts.<name>.price_per_1k_characters), what the tool spoke
+// is recorded with its cost, and a meter that counts it refuses the next
+// model call once the session's cost cap is spent.
+func TestPricedSpeechIsCountedAgainstTheCaps(t *testing.T) {
+	t.Parallel()
+	tb := setup(t)
+	e := tb.tts["eleven"]
+	e.PricePer1KCharacters = 0.3
+	tb.tts["eleven"] = e
+	r := tb.MustCall(t, tts.Name, `{"text": "Good morning. Your flight leaves at nine."}`)
+	if r.Status != tool.StatusSuccess || len(r.Usage) != 1 {
+		t.Fatalf("speak: %s %s, usage %+v", r.Status, r.Summary, r.Usage)
+	}
+	if u := r.Usage[0]; u.Units != 41 || math.Abs(u.CostUSD-0.0123) > 1e-12 || u.CostSource != usage.CostPrices {
+		t.Fatalf("usage %+v, want 41 characters costing $0.0123 at the configured prices", u)
+	}
+	m := meter.New(meter.Config{AgentID: "assistant"})
+	m.SetCaps(config.Budgets{Caps: config.Caps{SessionCostUSD: 0.01}})
+	m.Record("edge", r.Usage)
+	srv := llmtest.NewServer(t)
+	_, err := (&llm.Client{Gate: m}).Complete(context.Background(), llm.Request{Model: srv.Model(), Messages: []llm.Message{llm.UserMessage("hi")}})
+	var ce *meter.CapError
+	if !errors.As(err, &ce) || ce.Field != "session_cost_usd" || len(srv.Requests()) != 0 {
+		t.Errorf("after $0.0123 of speech under a $0.01 cap: err = %v, %d requests; want the session cost cap, none sent", err, len(srv.Requests()))
+	}
 }

@@ -37,6 +37,8 @@ type Voice struct {
 	// VoiceID, OutputFormat and Settings are the profile's.
 	VoiceID, OutputFormat string
 	Settings              config.VoiceSettings
+	// PricePer1KCharacters is the provider's price, zero when unpriced.
+	PricePer1KCharacters float64
 }
 
 // ResolveVoice resolves the voice profile named profile (the session's
@@ -61,7 +63,8 @@ func ResolveVoice(profile string, profiles map[string]config.VoiceProfile, provi
 			"switch to a voice profile of an elevenlabs provider with /voice <profile>", ErrUnknownProvider, profile, vp.TTS, t.Provider, ProviderElevenLabs)
 	}
 	return Voice{Profile: profile, TTS: vp.TTS, Provider: ProviderElevenLabs, Endpoint: t.Endpoint, ModelID: t.ModelID,
-		Secret: t.Secret, VoiceID: vp.VoiceID, OutputFormat: vp.OutputFormat, Settings: vp.VoiceSettings}, nil
+		Secret: t.Secret, VoiceID: vp.VoiceID, OutputFormat: vp.OutputFormat, Settings: vp.VoiceSettings,
+		PricePer1KCharacters: t.PricePer1KCharacters}, nil
 }
 
 func names[V any](m map[string]V) string {

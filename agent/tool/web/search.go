@@ -140,8 +140,13 @@ func (s *searchTool) Execute(ctx context.Context, _ tool.Env, input json.RawMess
 	log.Info("search done", slog.Int("results", len(out.Results)))
 	r := tool.SuccessResult(fmt.Sprintf("%d results for %q", len(out.Results), in.Query), out)
 	// One query spent (a cached answer spends none), for the usage
-	// accounting; Brave bills by plan, so the cost is not the tool's to say.
-	r.Usage = []usage.Record{{Kind: usage.KindSearch, Service: p.Name, Units: 1, Unit: usage.UnitQueries}}
+	// accounting, at the configured price (none: unpriced, as Brave bills
+	// by plan).
+	rec := usage.Record{Kind: usage.KindSearch, Service: p.Name, Units: 1, Unit: usage.UnitQueries}
+	if p.PricePer1KQueries > 0 {
+		rec.CostUSD, rec.CostSource = p.PricePer1KQueries/1000, usage.CostPrices
+	}
+	r.Usage = []usage.Record{rec}
 	return r, nil
 }
 

@@ -13,10 +13,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/choirhq/choir/agent/llm"
+	"github.com/choirhq/choir/agent/llmtest"
+	"github.com/choirhq/choir/agent/meter"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/agent/tool/tooltest"
 	"github.com/choirhq/choir/agent/tool/web"
+	"github.com/choirhq/choir/config"
 )
 
 // braveOK is a Brave web search answer, trimmed from a real one.
@@ -236,5 +240,35 @@ func TestSearchRealBrave(t *testing.T) {
 	r := b.MustCall(t, web.NameSearch, `{"query": "golang chromedp", "count": 3}`)
 	if out := tooltest.Output[searchOut](t, r); r.Status != tool.StatusSuccess || len(out.Results) == 0 || out.Results[0].URL == "" {
 		t.Fatalf("result %s", r.JSON())
+	}
+}
+
+// TestPricedSearchIsCountedAgainstTheCaps: with a price configured for
+// the provider (search.<name>.price_per_1k_queries), a query is recorded
+// with its cost, and a meter that counts it refuses the next model call
+// once the day's cost cap is spent.
+func TestPricedSearchIsCountedAgainstTheCaps(t *testing.T) {
+	t.Parallel()
+	f := newBraveFake(t)
+	c := &clock{now: time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)}
+	b := tooltest.Setup(t, builtin.Config{Tools: web.Tools(web.Config{NowFunc: c.Now,
+		ProviderFunc: func() (web.Provider, error) {
+			return web.Provider{Name: "brave", Endpoint: f.srv.URL + "/res/v1", Key: "good-key", PricePer1KQueries: 5}, nil
+		}})})
+	r := b.MustCall(t, web.NameSearch, `{"query": "choir agents"}`)
+	if r.Status != tool.StatusSuccess || len(r.Usage) != 1 {
+		t.Fatalf("search: %s %s, usage %+v", r.Status, r.Summary, r.Usage)
+	}
+	if u := r.Usage[0]; u.Units != 1 || u.CostUSD != 0.005 || u.CostSource != usage.CostPrices {
+		t.Fatalf("usage %+v, want one query costing $0.005 at the configured price", u)
+	}
+	m := meter.New(meter.Config{AgentID: "assistant"})
+	m.SetCaps(config.Budgets{Caps: config.Caps{PerDayCostUSD: 0.005}})
+	m.Record("edge", r.Usage)
+	srv := llmtest.NewServer(t)
+	_, err := (&llm.Client{Gate: m}).Complete(context.Background(), llm.Request{Model: srv.Model(), Messages: []llm.Message{llm.UserMessage("hi")}})
+	var ce *meter.CapError
+	if !errors.As(err, &ce) || ce.Field != "per_day_cost_usd" || len(srv.Requests()) != 0 {
+		t.Errorf("after $0.005 of search under a $0.005 day cap: err = %v, %d requests; want the day cost cap, none sent", err, len(srv.Requests()))
 	}
 }

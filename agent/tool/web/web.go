@@ -29,6 +29,9 @@ type Provider struct {
 	Name     string
 	Endpoint string
 	Key      string
+	// PricePer1KQueries is the configured price of its queries
+	// (search.<name>.price_per_1k_queries); zero when unpriced.
+	PricePer1KQueries float64
 }
 
 // Config wires the tools to the session.

@@ -206,21 +206,7 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	type item struct {
-		Object    string    `json:"object"`
-		Index     int       `json:"index"`
-		Embedding []float32 `json:"embedding"`
-	}
-	resp := struct {
-		Object string `json:"object"`
-		Model  string `json:"model"`
-		Data   []item `json:"data"`
-	}{Object: "list", Model: req.Model}
-	// Answer out of order: clients must place vectors by index.
-	for i := len(req.Input) - 1; i >= 0; i-- {
-		resp.Data = append(resp.Data, item{Object: "embedding", Index: i, Embedding: embed.LexicalVector(req.Input[i], s.dims)})
-	}
-	body, _ := json.Marshal(resp)
+	body := answer(req.Model, req.Input, s.dims)
 	w.Header().Set("Content-Type", "application/json")
 	// Taken before writing, so that it precedes anything the client does
 	// with the answer.
@@ -234,6 +220,38 @@ func (s *Server) handle(w http.ResponseWriter, r *http.Request) {
 		s.servedAt[in] = append(s.servedAt[in], now)
 	}
 	s.mu.Unlock()
+}
+
+// answer is the body of a successful response: the vectors of inputs,
+// out of order (clients must place vectors by index), and the usage a
+// provider bills, as OpenAI reports it: the input's tokens, here one a
+// word.
+func answer(model string, inputs []string, dims int) []byte {
+	type item struct {
+		Object    string    `json:"object"`
+		Index     int       `json:"index"`
+		Embedding []float32 `json:"embedding"`
+	}
+	type usage struct {
+		PromptTokens int64 `json:"prompt_tokens"`
+		TotalTokens  int64 `json:"total_tokens"`
+	}
+	resp := struct {
+		Object string `json:"object"`
+		Model  string `json:"model"`
+		Data   []item `json:"data"`
+		Usage  usage  `json:"usage"`
+	}{Object: "list", Model: model}
+	for _, in := range inputs {
+		n := int64(len(strings.Fields(in)))
+		resp.Usage.PromptTokens += n
+		resp.Usage.TotalTokens += n
+	}
+	for i := len(inputs) - 1; i >= 0; i-- {
+		resp.Data = append(resp.Data, item{Object: "embedding", Index: i, Embedding: embed.LexicalVector(inputs[i], dims)})
+	}
+	body, _ := json.Marshal(resp)
+	return body
 }
 
 func writeError(w http.ResponseWriter, code int, msg string) {

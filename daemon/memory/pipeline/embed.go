@@ -104,7 +104,8 @@ func (w *EmbedWorker) Work(ctx context.Context, job *river.Job[memory.EmbedArgs]
 	if len(docs) == 0 {
 		return w.inAgent(ctx, a.AgentID, job, func(*agentdb.Queries) error { return nil })
 	}
-	vecs, err := w.embed(ctx, docs)
+	// What the provider bills counts against the agent's caps.
+	vecs, err := w.embed(embed.ForAgent(ctx, a.AgentID, "memory"), docs)
 	if err != nil {
 		return w.embedFailed(ctx, job, docs, err)
 	}

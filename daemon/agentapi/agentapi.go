@@ -354,15 +354,28 @@ func sessionSecrets(cfg *config.Config, b rpc.ResourceBindings, llm, voice strin
 	return slices.Compact(out)
 }
 
-// dynamicConfig is the hot-reloadable configuration of the agent agentID.
-func dynamicConfig(cfg *config.Config, agentID string) rpc.DynamicConfig {
+// dynamicConfig is the hot-reloadable configuration of the agent agentID,
+// whose session is bound to b. Of the per-agent resources (email accounts,
+// git identities, Notion integrations) it carries only the one the session
+// is bound to: another agent's servers, hosts and secret names are none of
+// this agent's business.
+func dynamicConfig(cfg *config.Config, agentID string, b rpc.ResourceBindings) rpc.DynamicConfig {
 	return rpc.DynamicConfig{Models: cfg.Models, TTS: cfg.TTS, VoiceProfiles: cfg.VoiceProfiles, Search: cfg.Search,
-		GitIdentities: cfg.GitIdentities, NotionIntegrations: cfg.NotionIntegrations, Web: cfg.Web.WithDefaults(),
-		EmailAccounts:       cfg.EmailAccounts,
+		GitIdentities: onlyBound(cfg.GitIdentities, b.GitIdentity), NotionIntegrations: onlyBound(cfg.NotionIntegrations, b.Notion),
+		Web: cfg.Web.WithDefaults(), EmailAccounts: onlyBound(cfg.EmailAccounts, b.Email),
 		HeartbeatIntervalMS: cfg.HeartbeatInterval().Milliseconds(), RateLimitRetryMS: cfg.RateLimitRetry().Milliseconds(),
 		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval(),
 		Budgets: cfg.Agents[agentID].Budgets.WithDefaults(), CompactionThresholdPercent: cfg.CompactionThreshold(),
 		ToolMode: cfg.Agents[agentID].ToolMode}
+}
+
+// onlyBound is the entry of m named bound, alone, or nil.
+func onlyBound[V any](m map[string]V, bound string) map[string]V {
+	v, ok := m[bound]
+	if bound == "" || !ok {
+		return nil
+	}
+	return map[string]V{bound: v}
 }
 
 // HandleFetchDynamicConfig returns the full hot-reloadable configuration,
@@ -392,7 +405,7 @@ func (a *API) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, req r
 		return rpc.FetchDynamicConfigResponse{}, fmt.Errorf("session %s bindings: %w", id, err)
 	}
 	cfg, _ := a.config()
-	dc := dynamicConfig(cfg, call.Session.AgentID)
+	dc := dynamicConfig(cfg, call.Session.AgentID, b)
 	dc.LLM, dc.VoiceProfile = b.Models["llm"], b.VoiceProfile
 	if st.LlmOverride != "" {
 		dc.LLM = st.LlmOverride

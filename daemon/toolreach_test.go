@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net"
@@ -105,7 +106,7 @@ func runReachProbe(t *testing.T, setup reachSetup, probe string) (string, string
 		t.Fatal(err)
 	}
 
-	cmd := `./reachprobe -socket ` + setup.socket(home) + ` -session ` + st.SessionID + ` -cred "$HOME/.choir/cred.sock" 2>&1`
+	cmd := `./reachprobe -socket ` + setup.socket(home) + ` -session ` + st.SessionID + ` -cred "$HOME/.choir/cred.sock" -git-host git.example.com 2>&1`
 	args, _ := json.Marshal(map[string]any{"command": cmd, "timeout_ms": 60000})
 	var output atomic.Pointer[string]
 	srv := llmtest.NewServer(t,
@@ -200,15 +201,34 @@ func checkNothingObtained(t *testing.T, report string, hash []byte) {
 	if !strings.Contains(report, "socket: GET_SECRETS refused") || strings.Contains(report, "GET_SECRETS GOT") {
 		t.Errorf("GET_SECRETS without the token was not refused")
 	}
-	// The socket must be there for the refusals to mean anything: the agent
-	// sets it up only once git took its identity.
-	if strings.Contains(report, "cred bare: connect:") {
-		t.Errorf("the probe found no credential socket: did the agent set up its git identity?")
-	} else if !strings.Contains(report, "cred bare: got ") || strings.Contains(report, `cred bare: got "token=`) {
-		t.Errorf("a bare connection to the credential socket got an answer")
+	checkNoGitToken(t, report)
+}
+
+// checkNoGitToken reads the probe's git attempts: git credential fill,
+// every configured credential helper run by hand, the credential socket
+// and the agent's git proxy give nothing that holds the git token, in
+// plain or in base64; and the agent did set up its identity's proxy (else
+// the attempts mean nothing).
+func checkNoGitToken(t *testing.T, report string) {
+	t.Helper()
+	const token = "ghp-test"
+	for _, m := range regexp.MustCompile(`(?m)^b64 (\S*)$`).FindAllStringSubmatch(report, -1) {
+		b, err := base64.StdEncoding.DecodeString(m[1])
+		if err != nil {
+			t.Errorf("undecodable probe line %q: %v", m[0], err)
+		}
+		if strings.Contains(string(b), token) {
+			t.Errorf("the probe obtained the git token: %q", b)
+		}
 	}
-	if !regexp.MustCompile(`cred evil: got "", credentials denied by the agent: .*evil\.example\.com`).MatchString(report) {
-		t.Errorf("a request for a host not allowed was not denied by the agent")
+	if !regexp.MustCompile(`gitconfig: ".*http://127\.0\.0\.1:\d+/[0-9a-f]+/git\.example\.com/`).MatchString(report) {
+		t.Errorf("the agent did not point git at its proxy for git.example.com: did it set up its git identity?")
+	}
+	if strings.Contains(report, `cred bare: got "token=`) || regexp.MustCompile(`cred evil: got "[^"]`).MatchString(report) {
+		t.Errorf("the credential socket answered")
+	}
+	if !regexp.MustCompile(`proxy api/user: 403 .*not a git smart-HTTP request`).MatchString(report) {
+		t.Errorf("the agent's git proxy forwarded a request that is not git's")
 	}
 }
 
@@ -263,6 +283,9 @@ func testToolReachProcess(t *testing.T, agentBin string) {
 // --global <key> <value>" (configureGit, setupGitCredentials), which it
 // writes to $HOME/.gitconfig as git would; anything else fails.
 const standInGit = `#!/bin/sh
+if [ "$3" = --unset-all ]; then
+	exit 5 # nothing to unset
+fi
 if [ "$#" -ne 4 ] || [ "$1" != config ] || [ "$2" != --global ]; then
 	echo "stand-in git: not supported: $*" >&2
 	exit 1

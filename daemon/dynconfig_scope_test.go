@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
@@ -69,5 +70,58 @@ func TestDynamicConfigCarriesOnlyOwnResources(t *testing.T) {
 		if strings.Contains(string(got.Config), name) {
 			t.Errorf("assistant's dynamic config names the helper's %s: %s", name, got.Config)
 		}
+	}
+}
+
+// TestMCPSecretsFollowTheConfig: choird binds the agent's mcp_secrets to
+// its session as the MCP scope (the only secrets its MCP servers may
+// receive), hands one out only while agents.<id>.mcp_secrets lists it,
+// and stops when an admin takes it out of the list.
+func TestMCPSecretsFollowTheConfig(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := startChoird(t, choirdtest.Options{Edit: func(c *config.Config, secrets config.Secrets) {
+		a := c.Agents["assistant"]
+		a.MCPSecrets = []string{"mcp-token"}
+		c.Agents["assistant"] = a
+		secrets["mcp-token"] = "mcp-v"
+	}})
+	agent := d.StandIn(t, "assistant", daemon.StartOverrides{})
+	if got := agent.Hello.ResourceBindings.MCPSecrets; !slices.Equal(got, []string{"mcp-token"}) {
+		t.Fatalf("the session's MCP scope = %v, want [mcp-token]", got)
+	}
+	if got, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"mcp-token"}}); err != nil ||
+		got.Secrets["mcp-token"] != "mcp-v" {
+		t.Fatalf("GET_SECRETS mcp-token while listed: %v", err)
+	}
+
+	cfg, secrets, err := config.Load(d.Home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := cfg.Agents["assistant"]
+	a.MCPSecrets = nil
+	cfg.Agents["assistant"] = a
+	if err := config.WriteFiles(d.Home, cfg, secrets, true); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"config", "load"}, {"config", "apply"}} {
+		if code, out, errs := choirctl(t, d.Home, args...); code != 0 {
+			t.Fatalf("choirctl %v: %d %s %s", args, code, out, errs)
+		}
+	}
+	if _, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"mcp-token"}}); !errors.Is(err, rpc.ErrPermissionDenied) {
+		t.Errorf("GET_SECRETS mcp-token after it left mcp_secrets: %v, want permission denied", err)
+	}
+	got, err := agent.Client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dc rpc.DynamicConfig
+	if err := json.Unmarshal(got.Config, &dc); err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(dc.Secrets, "mcp-token") {
+		t.Errorf("the dynamic config still lists mcp-token: %v", dc.Secrets)
 	}
 }

@@ -223,7 +223,8 @@ var special = []struct {
 // Classify returns why ip must not be reached ("loopback", "private",
 // "link-local", "metadata", ...), or "" when it is a public address. An
 // IPv6 address that carries an IPv4 one (NAT64 64:ff9b::/96, 6to4
-// 2002::/16, Teredo 2001::/32, IPv4-compatible ::/96, IPv4-mapped) is
+// 2002::/16, Teredo 2001::/32, IPv4-compatible ::/96, IPv4-translated
+// ::ffff:0:0:0/96, IPv4-mapped) is
 // classified by that IPv4 address too: a NAT64 gateway or a 6to4 relay
 // on the host's network would deliver it there.
 func Classify(ip netip.Addr) string {
@@ -248,6 +249,7 @@ var (
 	sixToFour    = netip.MustParsePrefix("2002::/16")
 	teredo       = netip.MustParsePrefix("2001::/32")
 	compatPrefix = netip.MustParsePrefix("::/96")
+	translated   = netip.MustParsePrefix("::ffff:0:0:0/96")
 )
 
 // embeddedIPv4 returns the IPv4 address an IPv6 address carries, with the
@@ -262,6 +264,8 @@ func embeddedIPv4(ip netip.Addr) (v4 netip.Addr, form string, ok bool) {
 		return netip.AddrFrom4([4]byte(b[12:16])), "NAT64 64:ff9b::/96", true
 	case compatPrefix.Contains(ip):
 		return netip.AddrFrom4([4]byte(b[12:16])), "IPv4-compatible ::/96", true
+	case translated.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[12:16])), "IPv4-translated ::ffff:0:0:0/96", true
 	case sixToFour.Contains(ip):
 		return netip.AddrFrom4([4]byte(b[2:6])), "6to4 2002::/16", true
 	case teredo.Contains(ip):

@@ -66,6 +66,8 @@ func TestClassifyEmbeddedIPv4(t *testing.T) {
 		{"::127.0.0.1", "loopback"},
 		{"::10.0.0.1", "private"},
 		{"::8.8.8.8", "IPv4-compatible (reserved)"},
+		{"::ffff:0:127.0.0.1", "loopback"},
+		{"::ffff:0:a9fe:a9fe", "cloud metadata"},
 		{"2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"}, // Teredo, client 127.0.0.1 obfuscated
 	} {
 		got := netguard.Classify(netip.MustParseAddr(tc.ip))

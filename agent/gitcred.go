@@ -5,111 +5,47 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
-	"os"
-	"path/filepath"
 
 	"github.com/choirhq/choir/agent/credhelper"
 	"github.com/choirhq/choir/config"
 )
 
-// credSocket is where the running agent answers its own credential helper:
-// a 0600 socket in the agent's private HOME, never in the workspace.
-func credSocket(home string) string { return filepath.Join(home, ".choir", "cred.sock") }
-
-// setupGitCredentials makes git use the agent binary as its credential
-// helper (spec 14.4): a link named git-cred-helper to this binary, set as
-// credential.helper with the identity's allowed hosts, and a socket on
-// which the agent hands the token, from memory, to that helper. The token
-// never touches a file, the environment or .git/config.
-//
-// Any process of the agent's user can connect to the socket, commands run
-// by choir.exec included, so the agent checks each request itself: the
-// token goes only to an HTTPS request for one of the identity's hosts, and
-// every refusal is logged with what was asked.
+// setupGitCredentials lets git push with the leased identity's token
+// without ever holding it (spec 14.4, issue 29): the agent runs the
+// identity's git proxy ([credhelper.Proxy]) on its loopback and points
+// git's url.<proxy>.insteadOf at it for each allowed host, in the
+// agent's global git configuration. The proxy adds the token, from the
+// agent's memory, to git's smart-HTTP requests for those hosts only.
+// There is no credential helper and no credential socket: nothing a
+// command of choir.exec can ask (git credential fill answers nothing),
+// and no git process whose memory, environment or descriptors carry the
+// token.
 func setupGitCredentials(ctx context.Context, gi config.GitIdentity, secret func(string) (string, bool), logger *slog.Logger) error {
-	home, err := os.UserHomeDir()
-	if err != nil {
-		return fmt.Errorf("no HOME for the credential helper: %w", err)
+	if gi.Secret == "" || len(gi.Hosts) == 0 {
+		return nil
 	}
-	self, err := os.Executable()
-	if err != nil {
+	p := &credhelper.Proxy{Hosts: gi.Hosts, Logger: logger, TokenFunc: func() (string, bool) { return secret(gi.Secret) }}
+	if err := p.Listen(ctx); err != nil {
 		return err
 	}
-	dir := filepath.Join(home, ".choir")
-	if err := os.MkdirAll(filepath.Join(dir, "bin"), 0o700); err != nil {
-		return err
-	}
-	link := filepath.Join(dir, "bin", credhelper.Name)
-	os.Remove(link)
-	if err := os.Symlink(self, link); err != nil {
-		return fmt.Errorf("link %s: %w", link, err)
-	}
-	sock := credSocket(home)
-	os.Remove(sock)
-	ln, err := net.Listen("unix", sock)
-	if err != nil {
-		return fmt.Errorf("credential socket: %w", err)
-	}
-	if err := os.Chmod(sock, 0o600); err != nil {
-		ln.Close()
-		return err
-	}
-	go serveGitCredentials(ctx, ln, gi, secret, logger)
-	// git learns of the helper only once the socket answers.
-	helper := link
+	// A helper left by an older agent in a reused HOME would ask a socket
+	// that no longer exists; git need not try.
+	gitCommand(ctx, "config", "--global", "--unset-all", "credential.helper") //nolint:errcheck // none set
 	for _, h := range gi.Hosts {
-		helper += " --allow " + h
-	}
-	if out, err := gitCommand(ctx, "config", "--global", "credential.helper", helper); err != nil {
-		return fmt.Errorf("git config credential.helper: %w: %s", err, out)
+		if out, err := gitCommand(ctx, "config", "--global", "url."+p.Prefix(h)+".insteadOf", "https://"+h+"/"); err != nil {
+			return fmt.Errorf("git config url.insteadOf for %s: %w: %s", h, err, out)
+		}
 	}
 	return nil
 }
 
-// serveGitCredentials answers the credential helper on ln until ctx ends:
-// each connection gets the identity's token only for a request that the
-// identity's allowed hosts admit.
-func serveGitCredentials(ctx context.Context, ln net.Listener, gi config.GitIdentity, secret func(string) (string, bool), logger *slog.Logger) {
-	go func() { <-ctx.Done(); ln.Close() }()
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			h := &credhelper.Helper{AllowedHosts: gi.Hosts, TokenFunc: func(context.Context, credhelper.Request) (string, error) {
-				token, ok := secret(gi.Secret)
-				if gi.Secret == "" || !ok {
-					return "", nil // Get denies: the identity has no token
-				}
-				return token, nil
-			}}
-			if req, err := credhelper.Answer(ctx, c, h); err != nil {
-				logger.Warn("git credential request refused", slog.String("protocol", req.Protocol),
-					slog.String("host", req.Host), slog.String("reason", err.Error()))
-			}
-		}()
-	}
-}
-
-// RunCredentialHelper is main for the binary invoked as git-cred-helper:
-// args are what git passed after the program name (--allow hosts, then the
-// action). The token comes from the running agent over its socket.
+// RunCredentialHelper is main for the binary invoked as git-cred-helper.
+// The agent no longer hands its token to any helper (git reaches its
+// remotes through the agent's proxy instead), so it answers nothing: a
+// "get" is refused with the reason on stderr, as the protocol wants.
 func RunCredentialHelper(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
-	h := &credhelper.Helper{TokenFunc: func(ctx context.Context, req credhelper.Request) (string, error) {
-		home, err := os.UserHomeDir()
-		if err != nil {
-			return "", err
-		}
-		var d net.Dialer
-		c, err := d.DialContext(ctx, "unix", credSocket(home))
-		if err != nil {
-			return "", fmt.Errorf("the agent is not answering for credentials: %w", err)
-		}
-		defer c.Close()
-		return credhelper.Ask(c, req)
+	h := &credhelper.Helper{TokenFunc: func(context.Context, credhelper.Request) (string, error) {
+		return "", nil // Get denies: no token is ever given out
 	}}
 	for len(args) >= 2 && args[0] == "--allow" {
 		h.AllowedHosts = append(h.AllowedHosts, args[1])

@@ -29,8 +29,12 @@ func (s *session) loadTools(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("load MCP servers: %w", err)
 	}
+	var allow []string
+	if d := s.dyn.Load(); d != nil {
+		allow = d.Web.AllowHosts
+	}
 	set, layer, skipped, err := mcp.Start(ctx, m, mcp.Config{Workspace: opts.Workspace, SecretFunc: s.secrets.get,
-		NoticeFunc: s.mcpUnavailable})
+		MCPSecrets: s.hello.ResourceBindings.MCPSecrets, AllowHosts: allow, Logger: s.logger, NoticeFunc: s.mcpUnavailable})
 	if err != nil {
 		return fmt.Errorf("start MCP servers: %w", err)
 	}

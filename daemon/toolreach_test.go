@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"io"
 	"net"
@@ -83,47 +84,78 @@ type reachSetup struct {
 // call choir.exec on reachprobe, and returns the probe's output as the
 // model received it, the session and its lease token's hash.
 func runReachProbe(t *testing.T, setup reachSetup, probe string) (string, string, []byte) {
+	bin, err := os.ReadFile(probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := `./reachprobe -socket ` + setup.socket("$CHOIR_HOME") + ` -session $CHOIR_SESSION -cred "$HOME/.choir/cred.sock" -git-host git.example.com 2>&1`
+	args, _ := json.Marshal(map[string]any{"command": cmd, "timeout_ms": 60000})
+	run := runToolCalls(t, setup, map[string][]byte{"reachprobe": bin},
+		llmtest.Call{ID: "1", Name: "choir.exec", Arguments: string(args)})
+	return probeReport(t, run.results["1"], run.ws), run.sessionID, run.hash
+}
+
+// toolRun is what runToolCalls saw: the tool results the model received,
+// by call ID, and the session's workspace, id and lease token hash.
+type toolRun struct {
+	results   map[string]string
+	ws        string
+	sessionID string
+	hash      []byte
+}
+
+// runToolCalls starts "assistant" under setup's runtime with files in
+// its workspace, has the model make calls in one step, and returns the
+// results. In a choir.exec command's arguments, $CHOIR_HOME and
+// $CHOIR_SESSION stand for choird's home and the session's id.
+func runToolCalls(t *testing.T, setup reachSetup, files map[string][]byte, calls ...llmtest.Call) toolRun {
 	fwd := newForwarder(t, setup.listen)
 	d := startChoird(t, choirdtest.Options{ModelEndpoint: "http://" + fwd.ln.Addr().String() + "/v1", Daemon: setup.opts,
 		Edit: fastHeartbeat})
 	defer d.StopAgents(t)
 	home, ws := d.Home, d.Workspace("main")
-	bin, err := os.ReadFile(probe)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(ws, "reachprobe"), bin, 0o755); err != nil {
-		t.Fatal(err)
+	for name, b := range files {
+		if err := os.WriteFile(filepath.Join(ws, name), b, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	st := d.WaitState(t, "assistant", admin.AgentActive)
-	var hash []byte
+	run := toolRun{results: map[string]string{}, ws: ws, sessionID: st.SessionID}
 	if err := d.Pool().QueryRow(context.Background(), "SELECT lease_token_hash FROM choir_control.sessions WHERE session_id = $1",
-		st.SessionID).Scan(&hash); err != nil {
+		st.SessionID).Scan(&run.hash); err != nil {
 		t.Fatal(err)
 	}
-
-	cmd := `./reachprobe -socket ` + setup.socket(home) + ` -session ` + st.SessionID + ` -cred "$HOME/.choir/cred.sock" 2>&1`
-	args, _ := json.Marshal(map[string]any{"command": cmd, "timeout_ms": 60000})
-	var output atomic.Pointer[string]
+	for i, c := range calls {
+		calls[i].Arguments = strings.NewReplacer("$CHOIR_HOME", home, "$CHOIR_SESSION", st.SessionID).Replace(c.Arguments)
+	}
+	var mu sync.Mutex
+	var done atomic.Bool
 	srv := llmtest.NewServer(t,
-		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: "choir.exec", Arguments: string(args)}),
+		llmtest.ToolCalls(calls...),
 		llmtest.Text("done").Expect(func(t testing.TB, req *llmtest.Request) {
-			if m := req.Last(); m.Role == "tool" {
-				output.Store(&m.Content)
+			mu.Lock()
+			defer mu.Unlock()
+			for _, m := range req.Messages {
+				if m.Role == "tool" {
+					run.results[m.ToolCallID] = m.Content
+				}
 			}
+			done.Store(true)
 		}),
-		llmtest.Text("The agent probed what its tools can reach."), // the session summary at the stop
+		llmtest.Text("The agent ran its tools."), // the session summary at the stop
 	)
 	addr := strings.TrimSuffix(strings.TrimPrefix(srv.BaseURL(), "http://"), "/v1")
 	fwd.target.Store(&addr)
-	if _, err := d.Push(st.SessionID, rpcUserMessage("probe")); err != nil {
+	if _, err := d.Push(st.SessionID, rpcUserMessage("go")); err != nil {
 		t.Fatal(err)
 	}
-	choirdtest.WaitFor(t, "the probe's result at the model", d.Logs, func() bool { return output.Load() != nil })
-	return probeReport(t, *output.Load(), ws), st.SessionID, hash
+	choirdtest.WaitFor(t, "the tool results at the model", d.Logs, done.Load)
+	mu.Lock()
+	defer mu.Unlock()
+	return run
 }
 
 // probeReport returns the probe's whole output from choir.exec's result:
@@ -200,15 +232,34 @@ func checkNothingObtained(t *testing.T, report string, hash []byte) {
 	if !strings.Contains(report, "socket: GET_SECRETS refused") || strings.Contains(report, "GET_SECRETS GOT") {
 		t.Errorf("GET_SECRETS without the token was not refused")
 	}
-	// The socket must be there for the refusals to mean anything: the agent
-	// sets it up only once git took its identity.
-	if strings.Contains(report, "cred bare: connect:") {
-		t.Errorf("the probe found no credential socket: did the agent set up its git identity?")
-	} else if !strings.Contains(report, "cred bare: got ") || strings.Contains(report, `cred bare: got "token=`) {
-		t.Errorf("a bare connection to the credential socket got an answer")
+	checkNoGitToken(t, report)
+}
+
+// checkNoGitToken reads the probe's git attempts: git credential fill,
+// every configured credential helper run by hand, the credential socket
+// and the agent's git proxy give nothing that holds the git token, in
+// plain or in base64; and the agent did set up its identity's proxy (else
+// the attempts mean nothing).
+func checkNoGitToken(t *testing.T, report string) {
+	t.Helper()
+	const token = "ghp-test"
+	for _, m := range regexp.MustCompile(`(?m)^b64 (\S*)$`).FindAllStringSubmatch(report, -1) {
+		b, err := base64.StdEncoding.DecodeString(m[1])
+		if err != nil {
+			t.Errorf("undecodable probe line %q: %v", m[0], err)
+		}
+		if strings.Contains(string(b), token) {
+			t.Errorf("the probe obtained the git token: %q", b)
+		}
 	}
-	if !regexp.MustCompile(`cred evil: got "", credentials denied by the agent: .*evil\.example\.com`).MatchString(report) {
-		t.Errorf("a request for a host not allowed was not denied by the agent")
+	if !regexp.MustCompile(`gitconfig: ".*http://127\.0\.0\.1:\d+/[0-9a-f]+/git\.example\.com/`).MatchString(report) {
+		t.Errorf("the agent did not point git at its proxy for git.example.com: did it set up its git identity?")
+	}
+	if strings.Contains(report, `cred bare: got "token=`) || regexp.MustCompile(`cred evil: got "[^"]`).MatchString(report) {
+		t.Errorf("the credential socket answered")
+	}
+	if !regexp.MustCompile(`proxy api/user: 403 .*not a git smart-HTTP request`).MatchString(report) {
+		t.Errorf("the agent's git proxy forwarded a request that is not git's")
 	}
 }
 
@@ -263,6 +314,9 @@ func testToolReachProcess(t *testing.T, agentBin string) {
 // --global <key> <value>" (configureGit, setupGitCredentials), which it
 // writes to $HOME/.gitconfig as git would; anything else fails.
 const standInGit = `#!/bin/sh
+if [ "$3" = --unset-all ]; then
+	exit 5 # nothing to unset
+fi
 if [ "$#" -ne 4 ] || [ "$1" != config ] || [ "$2" != --global ]; then
 	echo "stand-in git: not supported: $*" >&2
 	exit 1
@@ -276,6 +330,19 @@ printf '%s = %s\n' "$3" "$4" >>"$HOME/.gitconfig"
 // probe.
 func TestToolReachDockerRuntime(t *testing.T) {
 	t.Parallel()
+	probe := runtimetest.BuildStatic(t, "github.com/choirhq/choir/daemon/runtime/runtimetest/reachprobe")
+	out, _, hash := runReachProbe(t, dockerReachSetup(t, nil), probe)
+	// The credential socket is in the container's HOME (/tmp): a bare
+	// request and one for a host not allowed get nothing, and the git
+	// token is nowhere in the report.
+	checkNothingObtained(t, out, hash)
+}
+
+// dockerReachSetup runs the agent in a container: an image of the real
+// agent, busybox for /bin/sh and its applets, a stand-in git so that the
+// agent sets up its bound git identity, and extra files.
+func dockerReachSetup(t *testing.T, extra map[string]runtimetest.File) reachSetup {
+	t.Helper()
 	cli := runtimetest.RequireDocker(t)
 	runtimetest.BusyboxImage(t, cli) // fails without busybox when docker is required
 	bridge, err := net.InterfaceByName("docker0")
@@ -293,7 +360,6 @@ func TestToolReachDockerRuntime(t *testing.T) {
 		t.Fatal("docker0 has no IPv4 address")
 	}
 	agent := runtimetest.BuildStatic(t, "github.com/choirhq/choir/cmd/choir-agent")
-	probe := runtimetest.BuildStatic(t, "github.com/choirhq/choir/daemon/runtime/runtimetest/reachprobe")
 	busybox, err := exec.LookPath("busybox")
 	if err != nil {
 		t.Fatal(err)
@@ -306,17 +372,16 @@ func TestToolReachDockerRuntime(t *testing.T) {
 		// 0755 and root's, into the tmpfs mounted there, and the agent's
 		// HOME (/tmp) would not be writable to its uid.
 	}
-	for _, applet := range []string{"sh", "cat", "ls", "env"} {
+	for _, applet := range []string{"sh", "cat", "ls", "env", "sleep", "base64", "dd", "head", "cut", "touch", "printf", "echo"} {
 		files["bin/"+applet] = runtimetest.File{Link: "busybox"}
 	}
+	for name, f := range extra {
+		files[name] = f
+	}
 	image := runtimetest.ImportImage(t, cli, "choir-agent-reach", files, `ENTRYPOINT ["/choir-agent"]`, "ENV PATH=/bin")
-	out, _, hash := runReachProbe(t, reachSetup{
+	return reachSetup{
 		opts:   daemon.Options{Runtime: "docker", AgentImage: image},
 		listen: gw + ":0",
 		socket: func(string) string { return "/run/choir.sock" },
-	}, probe)
-	// The credential socket is in the container's HOME (/tmp): a bare
-	// request and one for a host not allowed get nothing, and the git
-	// token is nowhere in the report.
-	checkNothingObtained(t, out, hash)
+	}
 }

@@ -88,6 +88,10 @@ type ResourceBindings struct {
 	// Secrets lists the secret names the agent may ask for with
 	// GET_SECRETS: the "secret" fields of the bound resources.
 	Secrets []string `json:"secrets,omitempty"`
+	// MCPSecrets are the agent's agents.<id>.mcp_secrets: the only
+	// secrets its MCP servers may receive (a server declaring another, the
+	// model's key say, is not started).
+	MCPSecrets []string `json:"mcp_secrets,omitempty"`
 }
 
 // Snapshot is a canonical working-memory snapshot (spec 13.4) at a

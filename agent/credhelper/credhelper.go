@@ -1,5 +1,11 @@
-// Package credhelper is the git credential helper built into choir-agent
-// (spec 14.4). When the agent binary is run as git-cred-helper (argv[0],
+// Package credhelper is how git reaches a leased identity's remotes. Its
+// [Proxy] is what the agent uses: git's requests for the identity's hosts
+// go to the agent's loopback, where the token is added inside the agent's
+// own process, so that no process a tool starts can ever obtain it (issue
+// 29). The rest is the git credential helper of spec 14.4, kept for its
+// protocol code and host checks; the agent no longer answers it.
+//
+// The helper: When the agent binary is run as git-cred-helper (argv[0],
 // see [Invoked]), git speaks its credential helper protocol with it on
 // stdin and stdout; [Helper.Run] answers a "get" with the leased git
 // identity's token, but only for the allowed remote host and only over

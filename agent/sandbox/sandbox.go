@@ -7,6 +7,8 @@
 // [Check] before anything else when started by the docker runtime and
 // refuses to run if any check fails; the error names every failed check,
 // so an operator who started the container by hand learns what is missing.
+// [Harden] closes the agent's own process to what it starts, and
+// [StartConfined] starts a tool's process in a Landlock domain of its own.
 //
 // The checks read the kernel's own view (/proc/self/status,
 // /proc/self/mountinfo, /proc/self/cgroup, /proc/self/uid_map and the

@@ -190,11 +190,14 @@ func run(ctx context.Context, env Env, o *logsOptions) error {
 		if !filter.keep(line) {
 			return nil
 		}
+		// Logged values carry model-written text: escape what a terminal
+		// would obey (always, not only on a terminal: the output is piped
+		// into less -R or a file later cat-ed just as often).
 		var err error
 		if o.json || line.fields == nil {
-			_, err = fmt.Fprintf(env.Stdout, "%s\n", raw)
+			_, err = fmt.Fprintf(env.Stdout, "%s\n", escapeControls(string(raw), true))
 		} else {
-			_, err = fmt.Fprintln(env.Stdout, line.text())
+			_, err = fmt.Fprintln(env.Stdout, escapeControls(line.text(), false))
 		}
 		return err
 	}

@@ -222,3 +222,35 @@ func runCommand(home string, args ...string) (int, string, string) {
 	}
 	return 1, out.String(), errb.String()
 }
+
+// TestLogsEscapeTerminalControls plants the escape sequences a model can
+// put into a logged value (a tool argument, a page title): an OSC that
+// sets the window title, a CSI that clears the screen, C1 controls, a
+// newline that forges a log line, and bidi overrides. None reaches the
+// terminal raw, in text or --json output.
+func TestLogsEscapeTerminalControls(t *testing.T) {
+	t.Parallel()
+	// In the JSON file, \u001b and \u009b are the escaped forms slog writes;
+	// the raw U+202E (bidi override) and U+009B are as slog leaves them.
+	hostile := `{"time":"2025-03-01T12:00:00Z","level":"INFO","msg":"tool \u001b]0;pwned\u0007 ran","source":"alice",` +
+		`"arg":"\u001b[2J\u001b[H","c1":"` + "\u009b" + `31m","bidi":"evil` + "\u202e" + `gpj.exe","nl":"a\nINFO forged line","k\u001b[1m":"v"}` + "\n" +
+		"not json \x1b[31mred\x1b[0m \x9b2J\n"
+	home := logsHome(t, map[string]string{"alice": hostile})
+	for _, args := range [][]string{{"alice"}, {"alice", "--json"}} {
+		code, out, errs := runCommand(home, args...)
+		if code != 0 {
+			t.Fatalf("%v: exit %d: %s", args, code, errs)
+		}
+		for _, bad := range []string{"\x1b", "\x07", "\u009b", "\x9b", "\u202e"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("%v: output carries %q raw:\n%q", args, bad, out)
+			}
+		}
+		if n := strings.Count(out, "\n"); n != 2 {
+			t.Errorf("%v: %d lines, want 2 (a value's newline forged a line):\n%s", args, n, out)
+		}
+		if !strings.Contains(out, `\x1b`) && !strings.Contains(out, `\u001b`) {
+			t.Errorf("%v: the escape is not shown escaped:\n%s", args, out)
+		}
+	}
+}

@@ -185,7 +185,7 @@ func (a *API) HandleGetSecrets(ctx context.Context, call rpc.Call, req rpc.GetSe
 		return rpc.GetSecretsResponse{}, fmt.Errorf("session %s bindings: %w", id, err)
 	}
 	cfg, secrets := a.config()
-	allowed := sessionSecrets(cfg, b, st.LlmOverride, st.VoiceProfileOverride)
+	allowed := sessionSecrets(cfg, call.Session.AgentID, b, st.LlmOverride, st.VoiceProfileOverride)
 	var denied []string
 	for _, name := range req.Resources {
 		if !slices.Contains(allowed, name) {
@@ -336,12 +336,17 @@ func (a *API) HandleTerminateSelf(ctx context.Context, call rpc.Call, req rpc.Te
 	return rpc.Ack{Ack: true}, nil
 }
 
-// sessionSecrets lists, sorted, the secrets a session may fetch: those
-// bound at its start (b.Secrets), the key of its model override's provider
-// and that of its voice override's TTS provider. An override names a
-// resource of the running configuration, so its secret is looked up there.
-func sessionSecrets(cfg *config.Config, b rpc.ResourceBindings, llm, voice string) []string {
-	out := append([]string{}, b.Secrets...)
+// sessionSecrets lists, sorted, the secrets a session of agentID may
+// fetch: those bound at its start (b.Secrets), the key of its model
+// override's provider and that of its voice override's TTS provider. An
+// override names a resource of the running configuration, so its secret is
+// looked up there. A secret bound only as one of the agent's mcp_secrets
+// is left out once the running configuration no longer lists it there.
+func sessionSecrets(cfg *config.Config, agentID string, b rpc.ResourceBindings, llm, voice string) []string {
+	out := slices.DeleteFunc(append([]string{}, b.Secrets...), func(name string) bool {
+		return slices.Contains(b.MCPSecrets, name) && !slices.Contains(cfg.Agents[agentID].MCPSecrets, name) &&
+			!boundElsewhere(cfg, b, name)
+	})
 	if m, ok := cfg.Models[llm]; ok && m.Secret != "" {
 		out = append(out, m.Secret)
 	}
@@ -354,15 +359,43 @@ func sessionSecrets(cfg *config.Config, b rpc.ResourceBindings, llm, voice strin
 	return slices.Compact(out)
 }
 
-// dynamicConfig is the hot-reloadable configuration of the agent agentID.
-func dynamicConfig(cfg *config.Config, agentID string) rpc.DynamicConfig {
+// boundElsewhere reports whether name is the secret of a resource b binds
+// besides the MCP scope (a model, the voice's TTS, the git identity, the
+// Notion integration, the email account, a search provider).
+func boundElsewhere(cfg *config.Config, b rpc.ResourceBindings, name string) bool {
+	secrets := []string{cfg.GitIdentities[b.GitIdentity].Secret, cfg.NotionIntegrations[b.Notion].Secret,
+		cfg.EmailAccounts[b.Email].Secret, cfg.TTS[cfg.VoiceProfiles[b.VoiceProfile].TTS].Secret}
+	for _, m := range b.Models {
+		secrets = append(secrets, cfg.Models[m].Secret)
+	}
+	for _, sp := range cfg.Search {
+		secrets = append(secrets, sp.Secret)
+	}
+	return slices.Contains(secrets, name)
+}
+
+// dynamicConfig is the hot-reloadable configuration of the agent agentID,
+// whose session is bound to b. Of the per-agent resources (email accounts,
+// git identities, Notion integrations) it carries only the one the session
+// is bound to: another agent's servers, hosts and secret names are none of
+// this agent's business.
+func dynamicConfig(cfg *config.Config, agentID string, b rpc.ResourceBindings) rpc.DynamicConfig {
 	return rpc.DynamicConfig{Models: cfg.Models, TTS: cfg.TTS, VoiceProfiles: cfg.VoiceProfiles, Search: cfg.Search,
-		GitIdentities: cfg.GitIdentities, NotionIntegrations: cfg.NotionIntegrations, Web: cfg.Web.WithDefaults(),
-		EmailAccounts:       cfg.EmailAccounts,
+		GitIdentities: onlyBound(cfg.GitIdentities, b.GitIdentity), NotionIntegrations: onlyBound(cfg.NotionIntegrations, b.Notion),
+		Web: cfg.Web.WithDefaults(), EmailAccounts: onlyBound(cfg.EmailAccounts, b.Email),
 		HeartbeatIntervalMS: cfg.HeartbeatInterval().Milliseconds(), RateLimitRetryMS: cfg.RateLimitRetry().Milliseconds(),
 		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval(),
 		Budgets: cfg.Agents[agentID].Budgets.WithDefaults(), CompactionThresholdPercent: cfg.CompactionThreshold(),
 		ToolMode: cfg.Agents[agentID].ToolMode}
+}
+
+// onlyBound is the entry of m named bound, alone, or nil.
+func onlyBound[V any](m map[string]V, bound string) map[string]V {
+	v, ok := m[bound]
+	if bound == "" || !ok {
+		return nil
+	}
+	return map[string]V{bound: v}
 }
 
 // HandleFetchDynamicConfig returns the full hot-reloadable configuration,
@@ -392,7 +425,7 @@ func (a *API) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, req r
 		return rpc.FetchDynamicConfigResponse{}, fmt.Errorf("session %s bindings: %w", id, err)
 	}
 	cfg, _ := a.config()
-	dc := dynamicConfig(cfg, call.Session.AgentID)
+	dc := dynamicConfig(cfg, call.Session.AgentID, b)
 	dc.LLM, dc.VoiceProfile = b.Models["llm"], b.VoiceProfile
 	if st.LlmOverride != "" {
 		dc.LLM = st.LlmOverride
@@ -400,7 +433,7 @@ func (a *API) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, req r
 	if st.VoiceProfileOverride != "" {
 		dc.VoiceProfile = st.VoiceProfileOverride
 	}
-	dc.Secrets = sessionSecrets(cfg, b, st.LlmOverride, st.VoiceProfileOverride)
+	dc.Secrets = sessionSecrets(cfg, call.Session.AgentID, b, st.LlmOverride, st.VoiceProfileOverride)
 	if a.usageBaseline != nil {
 		if dc.Usage, err = a.usageBaseline(ctx, call.Session.AgentID, id); err != nil {
 			return rpc.FetchDynamicConfigResponse{}, err

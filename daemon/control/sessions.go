@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/choirhq/choir/rpc/admin"
+	"slices"
 	"sort"
 
 	"github.com/google/uuid"
@@ -113,6 +114,7 @@ func ResolveBindings(cfg *config.Config, agentID string, o admin.StartOverrides)
 	for _, s := range agent.MCPSecrets {
 		secrets[s] = true
 	}
+	b.MCPSecrets = slices.Sorted(slices.Values(agent.MCPSecrets))
 	if len(problems) > 0 {
 		return rpc.ResourceBindings{}, fmt.Errorf("%w: %w", ErrUnknownResource, errors.Join(problems...))
 	}

@@ -217,13 +217,66 @@ var special = []struct {
 	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking (private)"},
 	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
 	{netip.MustParsePrefix("64:ff9b:1::/48"), "local-use NAT64"},
-	{netip.MustParsePrefix("::/96"), "IPv4-compatible (reserved)"},
+	{netip.MustParsePrefix("::/96"), reservedCompat},
 }
 
 // Classify returns why ip must not be reached ("loopback", "private",
-// "link-local", "metadata", ...), or "" when it is a public address.
+// "link-local", "metadata", ...), or "" when it is a public address. An
+// IPv6 address that carries an IPv4 one (NAT64 64:ff9b::/96, 6to4
+// 2002::/16, Teredo 2001::/32, IPv4-compatible ::/96, IPv4-translated
+// ::ffff:0:0:0/96, IPv4-mapped) is
+// classified by that IPv4 address too: a NAT64 gateway or a 6to4 relay
+// on the host's network would deliver it there.
 func Classify(ip netip.Addr) string {
 	ip = ip.Unmap()
+	if reason := classifyPlain(ip); reason != "" && reason != reservedCompat {
+		return reason
+	}
+	if v4, form, ok := embeddedIPv4(ip); ok {
+		if reason := classifyPlain(v4); reason != "" {
+			return reason + " (" + v4.String() + " inside " + form + ")"
+		}
+	}
+	return classifyPlain(ip)
+}
+
+// reservedCompat is the reason for ::/96 with a public IPv4 inside.
+const reservedCompat = "IPv4-compatible (reserved)"
+
+// Prefixes of the IPv6 forms that embed an IPv4 address.
+var (
+	nat64Prefix  = netip.MustParsePrefix("64:ff9b::/96")
+	sixToFour    = netip.MustParsePrefix("2002::/16")
+	teredo       = netip.MustParsePrefix("2001::/32")
+	compatPrefix = netip.MustParsePrefix("::/96")
+	translated   = netip.MustParsePrefix("::ffff:0:0:0/96")
+)
+
+// embeddedIPv4 returns the IPv4 address an IPv6 address carries, with the
+// name of the form, or ok false.
+func embeddedIPv4(ip netip.Addr) (v4 netip.Addr, form string, ok bool) {
+	if !ip.Is6() {
+		return netip.Addr{}, "", false
+	}
+	b := ip.As16()
+	switch {
+	case nat64Prefix.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[12:16])), "NAT64 64:ff9b::/96", true
+	case compatPrefix.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[12:16])), "IPv4-compatible ::/96", true
+	case translated.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[12:16])), "IPv4-translated ::ffff:0:0:0/96", true
+	case sixToFour.Contains(ip):
+		return netip.AddrFrom4([4]byte(b[2:6])), "6to4 2002::/16", true
+	case teredo.Contains(ip):
+		// The Teredo client's address is the last 32 bits, inverted.
+		return netip.AddrFrom4([4]byte{^b[12], ^b[13], ^b[14], ^b[15]}), "Teredo 2001::/32", true
+	}
+	return netip.Addr{}, "", false
+}
+
+// classifyPlain classifies ip by its own ranges only.
+func classifyPlain(ip netip.Addr) string {
 	switch {
 	case !ip.IsValid():
 		return "invalid"

@@ -40,6 +40,54 @@ func TestClassify(t *testing.T) {
 	}
 }
 
+// TestClassifyEmbeddedIPv4 covers the IPv6 forms that carry an IPv4
+// address a NAT64 gateway, a 6to4 relay or a dual-stack kernel would
+// reach: each must be refused as its IPv4 address would be.
+func TestClassifyEmbeddedIPv4(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ ip, want string }{
+		{"64:ff9b::7f00:1", "loopback"},
+		{"64:ff9b::127.0.0.1", "loopback"},
+		{"64:ff9b::a9fe:a9fe", "cloud metadata"},
+		{"64:ff9b::10.0.0.1", "private"},
+		{"64:ff9b::192.168.1.1", "private"},
+		{"64:ff9b::a9fe:101", "link-local"},
+		{"64:ff9b::0.0.0.0", "unspecified"},
+		{"64:ff9b::100.64.0.1", "carrier-grade NAT (private)"},
+		{"64:ff9b::8.8.8.8", ""},
+		{"2002:7f00:1::", "loopback"},
+		{"2002:7f00:1::1", "loopback"},
+		{"2002:a00:1::", "private"},
+		{"2002:a9fe:a9fe::", "cloud metadata"},
+		{"2002:c0a8:101::5", "private"},
+		{"2002:808:808::1", ""},
+		{"::ffff:10.0.0.1", "private"},
+		{"::ffff:169.254.169.254", "cloud metadata"},
+		{"::127.0.0.1", "loopback"},
+		{"::10.0.0.1", "private"},
+		{"::8.8.8.8", "IPv4-compatible (reserved)"},
+		{"::ffff:0:127.0.0.1", "loopback"},
+		{"::ffff:0:a9fe:a9fe", "cloud metadata"},
+		{"2001:0:4136:e378:8000:63bf:80ff:fffe", "loopback"}, // Teredo, client 127.0.0.1 obfuscated
+	} {
+		got := netguard.Classify(netip.MustParseAddr(tc.ip))
+		if tc.want == "" && got != "" || tc.want != "" && !strings.HasPrefix(got, tc.want) {
+			t.Errorf("Classify(%s) = %q, want %q", tc.ip, got, tc.want)
+		}
+	}
+	g, _ := netguard.New(nil)
+	for _, u := range []string{"http://[64:ff9b::7f00:1]/", "http://[2002:7f00:1::]/", "http://[64:ff9b::a9fe:a9fe]/latest/meta-data"} {
+		if _, err := g.CheckURL(u); !errors.Is(err, netguard.ErrAddress) {
+			t.Errorf("CheckURL(%s) = %v, want ErrAddress", u, err)
+		}
+		host := strings.TrimSuffix(strings.TrimPrefix(u, "http://["), "]/")
+		host, _, _ = strings.Cut(host, "]")
+		if err := g.Control("tcp6", net.JoinHostPort(host, "80"), nil); !errors.Is(err, netguard.ErrAddress) {
+			t.Errorf("Control(%s) = %v, want ErrAddress", host, err)
+		}
+	}
+}
+
 func TestCheckURL(t *testing.T) {
 	t.Parallel()
 	g, err := netguard.New([]string{"127.0.0.1:8081", "intranet.example"})

@@ -57,6 +57,12 @@ type Config struct {
 	Decisions *Decisions
 	// Logger receives a line per refused or failed call; nil discards.
 	Logger *slog.Logger
+	// MaxMessageBytes bounds what choir.email.receive reads of one
+	// message (0: DefaultMaxMessageBytes, or more when the account's
+	// attachment limit needs it); MaxPageBytes bounds what one call reads
+	// of all its messages together (0: DefaultMaxPageBytes).
+	MaxMessageBytes int64
+	MaxPageBytes    int64
 }
 
 // Tools returns the three email tools bound to cfg.

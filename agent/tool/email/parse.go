@@ -21,19 +21,22 @@ import (
 
 // message is one message as the model sees it.
 type message struct {
-	UID           uint32          `json:"uid"`
-	MessageID     string          `json:"message_id,omitempty"`
-	Date          string          `json:"date,omitempty"`
-	From          string          `json:"from,omitempty"`
-	To            []string        `json:"to,omitempty"`
-	Cc            []string        `json:"cc,omitempty"`
-	Subject       string          `json:"subject"`
-	Seen          bool            `json:"seen"`
-	Size          int64           `json:"size,omitempty"`
-	Text          string          `json:"text,omitempty"`
-	TextTruncated bool            `json:"text_truncated,omitempty"`
-	Attachments   []attachmentOut `json:"attachments,omitempty"`
-	ParseError    string          `json:"parse_error,omitempty"`
+	UID           uint32   `json:"uid"`
+	MessageID     string   `json:"message_id,omitempty"`
+	Date          string   `json:"date,omitempty"`
+	From          string   `json:"from,omitempty"`
+	To            []string `json:"to,omitempty"`
+	Cc            []string `json:"cc,omitempty"`
+	Subject       string   `json:"subject"`
+	Seen          bool     `json:"seen"`
+	Size          int64    `json:"size,omitempty"`
+	Text          string   `json:"text,omitempty"`
+	TextTruncated bool     `json:"text_truncated,omitempty"`
+	// Cut says that the message was over the per-message cap and what of
+	// it was not read.
+	Cut         string          `json:"cut,omitempty"`
+	Attachments []attachmentOut `json:"attachments,omitempty"`
+	ParseError  string          `json:"parse_error,omitempty"`
 }
 
 type attachmentOut struct {
@@ -49,6 +52,12 @@ type attachmentOut struct {
 type parsed struct {
 	message
 	parts [][]byte // attachment contents, by index of Attachments
+}
+
+// incomplete marks attachment i as cut short, and drops what was read.
+func (p *parsed) incomplete(i int) {
+	p.Attachments[i].Skipped = "incomplete: the message was cut before its end, so this attachment was not saved"
+	p.parts[i] = nil
 }
 
 // envelope fills the header fields of m from an IMAP envelope.
@@ -80,7 +89,9 @@ func addrString(a imap.Address) string {
 
 // parseMessage reads a fetched message: its envelope, its text (an HTML
 // body is reduced to text when there is no plain one) and its attachments.
-func parseMessage(b *imapclient.FetchMessageBuffer, maxChars int) parsed {
+// A message cut short (cut) has its last attachment, and any whose part
+// did not read whole, marked incomplete and not kept.
+func parseMessage(b *imapclient.FetchMessageBuffer, maxChars int, cut bool) parsed {
 	p := parsed{message: message{UID: uint32(b.UID), Size: b.RFC822Size}}
 	envelope(&p.message, b.Envelope)
 	for _, f := range b.Flags {
@@ -107,7 +118,7 @@ func parseMessage(b *imapclient.FetchMessageBuffer, maxChars int) parsed {
 			p.ParseError = err.Error()
 			break
 		}
-		data, _ := io.ReadAll(part.Body)
+		data, readErr := io.ReadAll(part.Body)
 		switch h := part.Header.(type) {
 		case *gmail.InlineHeader:
 			ct, _, _ := h.ContentType()
@@ -122,7 +133,13 @@ func parseMessage(b *imapclient.FetchMessageBuffer, maxChars int) parsed {
 			ct, _, _ := h.ContentType()
 			p.Attachments = append(p.Attachments, attachmentOut{Name: name, MIME: ct, Size: len(data)})
 			p.parts = append(p.parts, data)
+			if readErr != nil {
+				p.incomplete(len(p.parts) - 1)
+			}
 		}
+	}
+	if cut && len(p.parts) > 0 {
+		p.incomplete(len(p.parts) - 1)
 	}
 	text := plain.String()
 	if strings.TrimSpace(text) == "" && htm.Len() > 0 {
@@ -191,6 +208,9 @@ func saveAttachments(ws, folder string, p *parsed, limit int64) *Problem {
 	}
 	used := map[string]bool{}
 	for i := range p.Attachments {
+		if p.Attachments[i].Skipped != "" {
+			continue
+		}
 		if int64(len(p.parts[i])) > limit {
 			p.Attachments[i].Skipped = fmt.Sprintf("%d bytes, over the account's limit of %d", len(p.parts[i]), limit)
 			continue

@@ -14,6 +14,7 @@ import (
 	"path"
 	"strings"
 	"sync"
+	"syscall"
 
 	gomail "github.com/wneessen/go-mail"
 
@@ -312,8 +313,11 @@ func readAttachments(ws string, paths []string, limit int64) ([]attachment, *Pro
 	return out, nil
 }
 
+// readOne reads one attachment. It opens without blocking (a FIFO would
+// otherwise hold the tool until something writes to it) and reads only a
+// regular file.
 func readOne(root *os.Root, p, rel string, limit int64) (attachment, *Problem) {
-	f, err := root.Open(rel)
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK|syscall.O_NOCTTY, 0)
 	if err != nil {
 		return attachment{}, &Problem{Error: CodeAttachmentUnusable, Message: fmt.Sprintf("attachment %q: %s", p, tool.ErrText(err)),
 			Fix: "check the path with choir.fs.search or choir.exec ls"}
@@ -321,7 +325,13 @@ func readOne(root *os.Root, p, rel string, limit int64) (attachment, *Problem) {
 	defer f.Close()
 	fi, err := f.Stat()
 	if err != nil || !fi.Mode().IsRegular() {
-		return attachment{}, &Problem{Error: CodeAttachmentUnusable, Message: fmt.Sprintf("attachment %q is not a regular file", p)}
+		kind := "unknown"
+		if err == nil {
+			kind = fi.Mode().Type().String()
+		}
+		return attachment{}, &Problem{Error: CodeAttachmentUnusable,
+			Message: fmt.Sprintf("attachment %q is not a regular file (mode %s): only files can be attached", p, kind),
+			Fix:     "write the content to a file in the workspace and attach that"}
 	}
 	if fi.Size() > limit {
 		return attachment{}, &Problem{Error: CodeAttachmentTooLarge,

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/choirhq/choir/agent/sandbox"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/proc"
 	"github.com/choirhq/choir/strictjson"
@@ -34,7 +35,10 @@ const stderrKeep = 2 << 10
 //     "...", "output": <any JSON>} on stdout, at most Limits.CaptureBytes,
 //     and exits 0; a non-zero exit is a failed call summarised from the
 //     tail of stderr;
-//   - on timeout its whole process group is killed.
+//   - on timeout its whole process group is killed;
+//   - it runs in a Landlock domain of its own: no other process the agent
+//     starts (a choir.exec command) can read its /proc entries, fd 3 and
+//     memory included, attach to it or signal it.
 type external struct {
 	spec tool.Spec
 }
@@ -76,7 +80,9 @@ func (e *external) Execute(ctx context.Context, env tool.Env, input json.RawMess
 		secretsW, secretsJSON = w, b
 	}
 
-	if err := cmd.Start(); err != nil {
+	// In a Landlock domain of its own: a concurrent choir.exec command
+	// cannot open /proc/<pid>/fd/3 and take the secrets first.
+	if err := proc.StartConfined(cmd, sandbox.StartConfined); err != nil {
 		return tool.ErrorResult("start %s: %v", e.spec.LLM.Name, tool.ErrText(err)), nil
 	}
 	done := make(chan struct{})

@@ -2,8 +2,10 @@
 // (mcp.json), with the official Go SDK, and registers each server's tools
 // as external tools with a runtime view, so that they go through the
 // arbiter like every tool: allowlists, locks, approvals. A stdio server is
-// a process the agent starts inside its container; a streamable-HTTP
-// server is reached with its secret as a bearer token.
+// a process the agent starts inside its container, with the environment
+// choir.exec's commands get; a streamable-HTTP server is reached through
+// the SSRF guard, with its secret (one of the agent's mcp_secrets, never
+// another) as a bearer token sent to the server's own origin only.
 package mcp
 
 import (
@@ -12,16 +14,23 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
+	"maps"
 	"net/http"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
+	"time"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/proc"
+	"github.com/choirhq/choir/internal/netguard"
 )
 
 // FileName is the agent's MCP manifest, in its .choir directory.
@@ -107,6 +116,17 @@ type Config struct {
 	Workspace string
 	// SecretFunc looks up an HTTP server's secret.
 	SecretFunc func(name string) (string, bool)
+	// MCPSecrets are the only secrets a server may receive: the agent's
+	// agents.<id>.mcp_secrets, as choird bound them to the session. A
+	// server declaring any other secret (the model's key, the git token)
+	// does not start.
+	MCPSecrets []string
+	// AllowHosts opens addresses the SSRF guard refuses otherwise
+	// (web.allow_hosts): an HTTP server on loopback or the local network
+	// is reached only when listed there.
+	AllowHosts []string
+	// Logger receives refusals; nil: slog.Default().
+	Logger *slog.Logger
 	// NoticeFunc is told when a server's tools become unavailable; nil:
 	// not told.
 	NoticeFunc func(server string, err error)
@@ -165,39 +185,98 @@ func (s *Set) Close() {
 	}
 }
 
-// bearer adds a bearer token to every request.
+// bearer adds a bearer token to every request sent to the server's own
+// origin (scheme, host and port), and to no other: a redirect to another
+// host never carries it.
 type bearer struct {
-	token string
-	base  http.RoundTripper
+	token  string
+	origin *url.URL
+	base   http.RoundTripper
 }
 
 func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.Clone(r.Context())
-	r.Header.Set("Authorization", "Bearer "+b.token)
+	if strings.EqualFold(r.URL.Scheme, b.origin.Scheme) && strings.EqualFold(r.URL.Host, b.origin.Host) {
+		r.Header.Set("Authorization", "Bearer "+b.token)
+	} else {
+		r.Header.Del("Authorization")
+	}
 	return b.base.RoundTrip(r)
 }
 
 // transport makes a new transport to the server.
 func (s *server) transport() (sdk.Transport, error) {
 	if s.decl.Command != "" {
+		// The server is a tool child like choir.exec's commands: the pass
+		// list and the workspace, never the agent's own environment (its
+		// socket, its lease).
 		cmd := exec.Command(s.decl.Command, s.decl.Args...)
 		cmd.Dir = s.cfg.Workspace
-		cmd.Env = os.Environ()
-		for k, v := range s.decl.Env {
-			cmd.Env = append(cmd.Env, k+"="+v)
+		extra := make([]string, 0, len(s.decl.Env))
+		for _, k := range slices.Sorted(maps.Keys(s.decl.Env)) {
+			extra = append(extra, k+"="+s.decl.Env[k])
 		}
+		cmd.Env = proc.ChildEnv(s.cfg.Workspace, extra...)
 		return &sdk.CommandTransport{Command: cmd}, nil
 	}
-	hc := &http.Client{}
+	return s.httpTransport()
+}
+
+// httpTransport reaches a streamable-HTTP server through the SSRF guard
+// (web.allow_hosts opens a local one), with its secret, which must be one
+// of mcp_secrets, as a bearer token sent to its own origin only.
+func (s *server) httpTransport() (sdk.Transport, error) {
+	guard, err := netguard.New(s.cfg.AllowHosts)
+	if err != nil {
+		return nil, fmt.Errorf("web.allow_hosts: %w", err)
+	}
+	origin, err := guard.CheckURL(s.decl.URL)
+	if err != nil {
+		s.logger().Warn("MCP server refused", slog.String("server", s.name), slog.String("url", s.decl.URL),
+			slog.String("error", err.Error()))
+		return nil, fmt.Errorf("url: %w", err)
+	}
+	tr := &http.Transport{DialContext: guard.DialContext(15 * time.Second), TLSHandshakeTimeout: 15 * time.Second,
+		ForceAttemptHTTP2: true}
+	hc := &http.Client{Transport: tr, CheckRedirect: func(req *http.Request, via []*http.Request) error {
+		if len(via) >= 10 {
+			return errors.New("stopped after 10 redirects")
+		}
+		_, err := guard.CheckURL(req.URL.String())
+		return err
+	}}
 	if s.decl.Secret != "" {
-		tok, ok := "", false
-		if s.cfg.SecretFunc != nil {
-			tok, ok = s.cfg.SecretFunc(s.decl.Secret)
+		tok, err := s.secret()
+		if err != nil {
+			return nil, err
 		}
-		if !ok {
-			return nil, fmt.Errorf("secret %q is not available to this agent: bind it in its configuration", s.decl.Secret)
-		}
-		hc.Transport = bearer{token: tok, base: http.DefaultTransport}
+		hc.Transport = bearer{token: tok, origin: origin, base: tr}
 	}
 	return &sdk.StreamableClientTransport{Endpoint: s.decl.URL, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true}, nil
+}
+
+// secret is the server's declared secret, when it is one of mcp_secrets.
+func (s *server) secret() (string, error) {
+	name := s.decl.Secret
+	if !slices.Contains(s.cfg.MCPSecrets, name) {
+		s.logger().Warn("MCP server refused a secret outside mcp_secrets", slog.String("server", s.name),
+			slog.String("secret", name), slog.Any("mcp_secrets", s.cfg.MCPSecrets))
+		return "", fmt.Errorf("secret %q is not one of this agent's mcp_secrets (%s): an MCP server may receive only "+
+			"those; an admin can add it to agents.<id>.mcp_secrets in config.json", name, strings.Join(s.cfg.MCPSecrets, ", "))
+	}
+	tok, ok := "", false
+	if s.cfg.SecretFunc != nil {
+		tok, ok = s.cfg.SecretFunc(name)
+	}
+	if !ok {
+		return "", fmt.Errorf("secret %q is not available to this agent: bind it in its configuration", name)
+	}
+	return tok, nil
+}
+
+func (s *server) logger() *slog.Logger {
+	if s.cfg.Logger != nil {
+		return s.cfg.Logger
+	}
+	return slog.Default()
 }

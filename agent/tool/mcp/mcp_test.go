@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -104,13 +105,22 @@ type bundle struct {
 
 // setup starts the servers of m and an arbiter over the built-ins and
 // their tools.
+// Every secret given is one of mcp_secrets, and the test servers'
+// loopback address is allowlisted.
 func setup(t *testing.T, m mcp.Manifest, secrets map[string]string) (*bundle, error) {
+	t.Helper()
+	return setupWith(t, m, mcp.Config{SecretFunc: func(n string) (string, bool) { v, ok := secrets[n]; return v, ok },
+		MCPSecrets: slices.Collect(maps.Keys(secrets)), AllowHosts: []string{"127.0.0.1"}})
+}
+
+// setupWith is setup with cfg's secrets, mcp_secrets and allowlist.
+func setupWith(t *testing.T, m mcp.Manifest, cfg mcp.Config) (*bundle, error) {
 	t.Helper()
 	ws := t.TempDir()
 	b := &bundle{ws: ws, appr: &approver{status: map[string]rpc.ApprovalStatus{}}, notes: make(chan string, 4)}
-	set, layer, _, err := mcp.Start(context.Background(), m, mcp.Config{Workspace: ws,
-		SecretFunc: func(n string) (string, bool) { v, ok := secrets[n]; return v, ok },
-		NoticeFunc: func(server string, err error) { b.notes <- server }})
+	cfg.Workspace = ws
+	cfg.NoticeFunc = func(server string, err error) { b.notes <- server }
+	set, layer, _, err := mcp.Start(context.Background(), m, cfg)
 	if err != nil {
 		return nil, err
 	}

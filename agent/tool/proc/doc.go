@@ -2,8 +2,10 @@
 // command in the workspace, spec 8.7) and what every tool that starts a
 // process shares with it, choir.fs.search's ripgrep and external tools
 // alike: the child's environment (a pass list, never a secret), a process
-// group killed whole on cancellation, the exit status, and the buffers
-// that keep a bounded part of the output.
+// group killed whole on cancellation, a Landlock domain of its own for
+// each choir.exec command and external tool (so that one cannot read
+// another's /proc entries), the exit status, and the buffers that keep a
+// bounded part of the output.
 package proc
 
 import "github.com/choirhq/choir/agent/tool"

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"time"
 
+	"github.com/choirhq/choir/agent/sandbox"
 	"github.com/choirhq/choir/agent/tool"
 )
 
@@ -87,7 +88,10 @@ func (execTool) Execute(ctx context.Context, env tool.Env, input json.RawMessage
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout, cmd.Stderr = out, out
 	SetProcessGroup(cmd)
-	runErr := cmd.Run()
+	runErr := StartConfined(cmd, sandbox.StartConfined)
+	if runErr == nil {
+		runErr = cmd.Wait()
+	}
 	if ctx.Err() != nil {
 		return tool.Result{}, ctx.Err()
 	}

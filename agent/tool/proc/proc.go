@@ -1,11 +1,16 @@
 package proc
 
 import (
+	"errors"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
+
+	"github.com/choirhq/choir/agent/sandbox"
 )
 
 // waitDelay is how long a killed process group gets to close its pipes
@@ -31,6 +36,27 @@ func ChildEnv(ws string, extra ...string) []string {
 	}
 	env = append(env, "CHOIR_WORKSPACE="+ws)
 	return append(env, extra...)
+}
+
+var unconfinedOnce sync.Once
+
+// StartConfined starts cmd with start, which puts it in a Landlock domain
+// of its own ([sandbox.StartConfined]), so that it
+// cannot read the /proc entries of the agent's other processes (an
+// external tool's secrets on fd 3 above all). On a kernel without Landlock
+// it starts cmd unconfined, and logs once that tool processes are not
+// kept apart.
+func StartConfined(cmd *exec.Cmd, start func(*exec.Cmd) error) error {
+	err := start(cmd)
+	if errors.Is(err, sandbox.ErrNoLandlock) {
+		unconfinedOnce.Do(func() {
+			slog.Warn("tool processes start unconfined: a command of choir.exec may read the /proc entries "+
+				"(descriptors, memory) of an external tool running beside it; run the agent on Linux 5.13 or "+
+				"later with Landlock enabled", slog.String("error", err.Error()))
+		})
+		return cmd.Start()
+	}
+	return err
 }
 
 // SetProcessGroup makes cmd the leader of a new process group and makes

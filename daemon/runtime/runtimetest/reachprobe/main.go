@@ -4,7 +4,7 @@
 // line per attempt with what it got, and never fails: the test reads its
 // output from the tool result.
 //
-//	reachprobe -socket <choird's agent socket> -session <id> -cred <credential socket>
+//	reachprobe -socket <choird's agent socket> -session <id> -cred <credential socket> -git-host <host>
 //
 // Lines: "environ <pid> (<comm>): <contents or error>", "mem <pid>
 // (<comm>): denied: <error>" or "mem ...: READ <n> bytes", "socket: ...",
@@ -14,12 +14,16 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"flag"
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -33,7 +37,11 @@ func main() {
 	socket := flag.String("socket", "", "choird's agent socket")
 	session := flag.String("session", "", "the session to ask secrets for")
 	cred := flag.String("cred", "", "the agent's git credential socket")
+	gitHost := flag.String("git-host", "", "the leased git identity's host, to ask git's credentials for")
 	flag.Parse()
+	if *gitHost != "" {
+		gitCredentials(*gitHost)
+	}
 
 	// Every process's environment, the agent's ($PPID or further up) and
 	// PID 1 included.
@@ -98,6 +106,55 @@ func main() {
 			c.Close()
 			fmt.Printf("cred evil: got %q, %v\n", tok, err)
 		}
+	}
+}
+
+// gitCredentials asks for the git identity's token the ways a command
+// can: git credential fill (with a real git), every credential helper in
+// the global git configuration run by hand as git would (with a stand-in
+// git), and the agent's git proxy, found in that configuration, asked
+// for a path that is not git's. Each answer is printed as it is and in
+// base64 ("b64 <data>"), as a model would to get past the scrubber.
+func gitCredentials(host string) {
+	req := "protocol=https\nhost=" + host + "\n\n"
+	if _, err := exec.LookPath("git"); err == nil {
+		cmd := exec.Command("git", "credential", "fill")
+		cmd.Stdin = strings.NewReader(req)
+		cmd.Env = append(os.Environ(), "GIT_TERMINAL_PROMPT=0", "GIT_ASKPASS=/bin/false", "SSH_ASKPASS=/bin/false")
+		out, err := cmd.CombinedOutput()
+		fmt.Printf("git fill: %q, %v\nb64 %s\n", out, err, base64.StdEncoding.EncodeToString(out))
+	}
+	home, _ := os.UserHomeDir()
+	cfg, err := os.ReadFile(filepath.Join(home, ".gitconfig"))
+	fmt.Printf("gitconfig: %q, %v\nb64 %s\n", cfg, err, base64.StdEncoding.EncodeToString(cfg))
+	for _, line := range strings.Split(string(cfg), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		if k = strings.TrimSpace(k); !ok || (k != "helper" && k != "credential.helper") {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		cmd := exec.Command(f[0], append(f[1:], "get")...)
+		cmd.Stdin = strings.NewReader(req)
+		out, err := cmd.CombinedOutput()
+		fmt.Printf("helper %s: %q, %v\nb64 %s\n", f[0], out, err, base64.StdEncoding.EncodeToString(out))
+	}
+	if m := regexp.MustCompile(`http://127\.0\.0\.1:\d+/[0-9a-f]+/[^/"\s]+/`).Find(cfg); m != nil {
+		for _, path := range []string{"api/user", "r.git/info/refs?service=git-upload-pack"} {
+			c := &http.Client{Timeout: 20 * time.Second}
+			resp, err := c.Get(string(m) + path)
+			if err != nil {
+				fmt.Printf("proxy %s: %v\n", path, err)
+				continue
+			}
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, 4096))
+			resp.Body.Close()
+			fmt.Printf("proxy %s: %d %q\nb64 %s\n", path, resp.StatusCode, b, base64.StdEncoding.EncodeToString(b))
+		}
+	} else {
+		fmt.Printf("proxy: none in the git configuration\n")
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"log"
 	"os"
+	"strings"
 
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 )
@@ -47,6 +48,10 @@ func main() {
 		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 			os.Exit(3)
 			return nil, nil
+		})
+	s.AddTool(&sdk.Tool{Name: "env", Description: "Print the environment.", InputSchema: obj(``)},
+		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			return text(strings.Join(os.Environ(), "\n")), nil
 		})
 	if os.Getenv("FAKE_BAD_SCHEMA") != "" {
 		s.AddTool(&sdk.Tool{Name: "broken", Description: "Has an invalid schema.",

@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/choirhq/choir/agent/proposal"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
@@ -167,6 +168,12 @@ func (d *Control) ApprovalDecide(ctx context.Context, sc Scope, id string, appro
 	cur, err := d.approvalInScope(ctx, sc, id)
 	if err != nil {
 		return admin.Approval{}, err
+	}
+	if cur.RequestType == proposal.TypeConfig && !sc.Admin {
+		d.logger.WarnContext(ctx, "config change decision refused: not an admin", slog.String("approval_id", cur.ApprovalID.String()),
+			slog.String("agent_id", cur.AgentID), slog.String("dm", sc.DM))
+		return admin.Approval{}, fmt.Errorf("%w: approval %s is a change to choird's configuration, which only an admin DM or choirctl decides",
+			ErrForbidden, cur.ApprovalID)
 	}
 	by := sc.Actor
 	if by == "" {

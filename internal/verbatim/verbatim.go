@@ -68,8 +68,15 @@ func hidden(r rune) bool {
 	return false
 }
 
-// Lines quotes text line by line: each line, escaped, after Bar. A
-// trailing newline does not add an empty line; empty text is one bare bar.
+// MaxLine is the most bytes of text one quoted line holds: a longer line
+// goes on over as many quoted lines as it needs. A chat cuts a long
+// message at line ends, so no cut can leave a piece of quoted text
+// without its bar.
+const MaxLine = 1000
+
+// Lines quotes text line by line: each line, escaped, after Bar, and
+// wrapped at MaxLine bytes. A trailing newline does not add an empty
+// line; empty text is one bare bar.
 func Lines(text string) string {
 	text = strings.TrimSuffix(strings.ReplaceAll(text, "\r\n", "\n"), "\n")
 	var b strings.Builder
@@ -77,15 +84,36 @@ func Lines(text string) string {
 		if i > 0 {
 			b.WriteByte('\n')
 		}
-		b.WriteString(Bar)
-		b.WriteString(Escape(line))
+		wrap(&b, Escape(line))
 	}
 	return b.String()
 }
 
-// Line quotes text as one line: its newlines are spelled out too.
+// wrap writes one escaped line as quoted lines of at most MaxLine bytes,
+// cut between runes.
+func wrap(b *strings.Builder, line string) {
+	for {
+		b.WriteString(Bar)
+		if len(line) <= MaxLine {
+			b.WriteString(line)
+			return
+		}
+		cut := MaxLine
+		for cut > 0 && !utf8.RuneStart(line[cut]) {
+			cut--
+		}
+		b.WriteString(line[:cut])
+		b.WriteByte('\n')
+		line = line[cut:]
+	}
+}
+
+// Line quotes text as one line, its newlines spelled out too (wrapped
+// at MaxLine bytes like Lines).
 func Line(text string) string {
-	return Bar + Escape(text)
+	var b strings.Builder
+	wrap(&b, Escape(text))
+	return b.String()
 }
 
 // Payload renders a JSON payload whole, one field after another in key

@@ -89,6 +89,36 @@ func (d *Control) ApprovalList(ctx context.Context, sc Scope, agentID string) ([
 	return out, nil
 }
 
+// ApprovalsFiledSince lists the approvals of any status filed since a
+// time that the scope may see, oldest first: of its agent for a regular
+// DM, of every agent for an admin.
+func (d *Control) ApprovalsFiledSince(ctx context.Context, sc Scope, since time.Time) ([]admin.Approval, error) {
+	var filter *string
+	if !sc.Admin {
+		if err := sc.Allow(sc.Agent); err != nil {
+			return nil, err
+		}
+		filter = &sc.Agent
+	}
+	rows, err := db.New(choirsql.Interpreted(d.pool)).ApprovalListFiledSince(ctx, db.ApprovalListFiledSinceParams{
+		Since: since, AgentID: filter, MaxRows: maxApprovalsListed})
+	if err != nil {
+		return nil, fmt.Errorf("list recent approvals: %w", err)
+	}
+	var out []admin.Approval
+	for _, r := range rows {
+		err := d.approvalOnDM(ctx, sc, r)
+		if errors.Is(err, ErrForbidden) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, approvalOf(r))
+	}
+	return out, nil
+}
+
 // approvalOnDM checks that a regular DM sees or decides only approvals
 // requested by a session bound to it: another DM's approvals are part of
 // that DM's conversation, even once the agent is back on this DM.

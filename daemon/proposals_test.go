@@ -16,6 +16,7 @@ import (
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/internal/verbatim"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
 )
@@ -153,12 +154,12 @@ func TestToolProposalPipeline(t *testing.T) {
 	id := resp.ApprovalID
 	msgs := b.messages(t, id)
 	all := strings.Join(msgs, "\n")
-	for _, want := range []string{helloScript, "Secret scope: weather-key", "Lock policy: none", "will be merged", "built and deployed"} {
+	for _, want := range []string{verbatim.Lines(helloScript), "Secret scope: weather-key", "Lock policy: none", "will be merged", "built and deployed"} {
 		if !strings.Contains(all, want) {
 			t.Errorf("the person is not shown %q:\n%s", want, all)
 		}
 	}
-	if !strings.Contains(msgs[len(msgs)-1], "Approval requested") || strings.Contains(all, "Executing") {
+	if !strings.Contains(msgs[len(msgs)-1], "requested by assistant") || strings.Contains(all, "Executing") {
 		t.Errorf("the request with its buttons must come last, after the full change: %q", msgs)
 	}
 
@@ -213,27 +214,27 @@ func TestConfigProposal(t *testing.T) {
 		t.Fatalf("invalid config change: %v", err)
 	}
 	resp, err := b.propose(t, "req-cfg", "choir.propose.config_change",
-		`{"patch":{"agents":{"assistant":{"schedules_need_approval":true}}},"rationale":"Ask before scheduling."}`)
+		`{"patch":{"agents":{"assistant":{"budgets":{"max_steps_per_message":7}}}},"rationale":"Fewer steps."}`)
 	if err != nil {
 		t.Fatal(err)
 	}
 	all := strings.Join(b.messages(t, resp.ApprovalID), "\n")
-	if !strings.Contains(all, "agents.assistant.schedules_need_approval") {
-		t.Fatalf("the approval setting is not in the diff:\n%s", all)
+	if !strings.Contains(all, "agents.assistant.budgets") || !strings.Contains(all, `"max_steps_per_message":7`) {
+		t.Fatalf("the budget setting is not in the diff:\n%s", all)
 	}
 	if _, err := b.d.ApprovalDecide(ctx, daemon.Scope{Admin: true, Actor: "choirctl:uid=0"}, resp.ApprovalID, true); err != nil {
 		t.Fatal(err)
 	}
 	b.waitState(t, resp.ApprovalID, "applied")
-	if !b.d.Snapshot().Config.Agents["assistant"].SchedulesNeedApproval {
+	if b.d.Snapshot().Config.Agents["assistant"].Budgets.MaxStepsPerMessage != 7 {
 		t.Error("the running config does not have the change")
 	}
 	if all := strings.Join(b.messages(t, resp.ApprovalID), "\n"); !strings.Contains(all, "config applied, version") ||
-		!strings.Contains(all, "agents.assistant.schedules_need_approval: ") {
+		!strings.Contains(all, "agents.assistant.budgets") {
 		t.Errorf("the chat is not told what took effect:\n%s", all)
 	}
 	data, _ := os.ReadFile(filepath.Join(b.d.Home, config.ConfigFile))
-	if !strings.Contains(string(data), `"schedules_need_approval": true`) {
+	if !strings.Contains(string(data), `"max_steps_per_message": 7`) {
 		t.Errorf("config.json:\n%s", data)
 	}
 }
@@ -304,7 +305,7 @@ func TestLongProposalIsSentWhole(t *testing.T) {
 	}
 	var preview string
 	b.d.Pool().QueryRow(context.Background(), `SELECT preview FROM choir_audit.proposals WHERE approval_id = $1`, resp.ApprovalID).Scan(&preview)
-	if !strings.Contains(preview, script) {
+	if !strings.Contains(preview, verbatim.Lines(script)) {
 		t.Error("the recorded preview does not hold the whole script")
 	}
 	if !strings.Contains(msgs[len(msgs)-1], "message(s) above") {

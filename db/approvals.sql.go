@@ -7,6 +7,7 @@ package db
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 )
@@ -70,6 +71,57 @@ func (q *Queries) ApprovalGet(ctx context.Context, approvalID uuid.UUID) (ChoirC
 		&i.OutcomePushedAt,
 	)
 	return i, err
+}
+
+const approvalListFiledSince = `-- name: ApprovalListFiledSince :many
+SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at FROM choir_control.pending_approvals
+ WHERE created_at >= $1
+   AND ($2::text IS NULL OR agent_id = $2::text)
+ ORDER BY created_at, approval_id
+ LIMIT $3
+`
+
+type ApprovalListFiledSinceParams struct {
+	Since   time.Time `json:"since"`
+	AgentID *string   `json:"agent_id"`
+	MaxRows int32     `json:"max_rows"`
+}
+
+// ApprovalListFiledSince lists approvals of any status filed since a
+// time, oldest first, of one agent or (agent_id null) of all: a bare
+// /approve asks which when more than one was filed lately.
+func (q *Queries) ApprovalListFiledSince(ctx context.Context, arg ApprovalListFiledSinceParams) ([]ChoirControlPendingApproval, error) {
+	rows, err := q.db.Query(ctx, approvalListFiledSince, arg.Since, arg.AgentID, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ChoirControlPendingApproval{}
+	for rows.Next() {
+		var i ChoirControlPendingApproval
+		if err := rows.Scan(
+			&i.ApprovalID,
+			&i.SessionID,
+			&i.AgentID,
+			&i.RequestID,
+			&i.RequestType,
+			&i.Summary,
+			&i.Payload,
+			&i.Status,
+			&i.CreatedAt,
+			&i.ExpiresAt,
+			&i.ResolvedAt,
+			&i.ResolvedBy,
+			&i.OutcomePushedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const approvalListPending = `-- name: ApprovalListPending :many

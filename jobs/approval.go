@@ -15,6 +15,7 @@ import (
 
 	"github.com/choirhq/choir/agent/proposal"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/internal/verbatim"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -48,17 +49,38 @@ type ApprovalAddress struct {
 	Gateway, DM, ChatID string
 }
 
+// ErrApprovalTooLong reports a request too long to show whole in a chat:
+// it is refused before anyone is asked, since a person approves only what
+// they were shown.
+var ErrApprovalTooLong = errors.New("the request is too long to show whole in a chat")
+
 // RequestApprovalTx queues, in the caller's transaction with the pending
-// row, the notification with its [Approve] [Reject] buttons and the job
-// that rejects the approval at its expiry (spec 19.6). Both are keyed by
-// the approval, so running it twice for one approval queues nothing more.
+// row, the whole request in numbered parts, then the question with its
+// [Approve] [Reject] buttons, and the job that rejects the approval at its
+// expiry (spec 19.6). All are keyed by the approval, so running it twice
+// for one approval queues nothing more. A proposal's parts are queued by
+// its checker (propose.RecordTx) instead; every other request shows its
+// stored payload, which is what runs once approved, rendered whole with
+// every model-written line quoted (internal/verbatim).
 func RequestApprovalTx(ctx context.Context, tx pgx.Tx, ins Inserter, a db.ChoirControlPendingApproval, to ApprovalAddress) error {
-	text := fmt.Sprintf("Approval requested by %s (%s):\n%s%s\n\nApprove or reject with the buttons, or reply /approve or /reject. "+
-		"Unanswered, it is rejected at %s.", a.AgentID, a.RequestType, a.Summary, proposalWill(a.RequestType),
-		a.ExpiresAt.UTC().Format("15:04 MST"))
+	var parts []string
+	if !proposal.IsProposal(a.RequestType) {
+		var err error
+		if parts, err = approvalParts(a); err != nil {
+			return err
+		}
+		for i, part := range parts {
+			head := fmt.Sprintf("Approval %s from %s, part %d of %d:\n", shortID(a.ApprovalID), a.AgentID, i+1, len(parts))
+			if _, err := EnqueueOutboundTx(ctx, tx, ins, OutboundParams{AgentID: a.AgentID, SessionID: &a.SessionID,
+				MessageID: fmt.Sprintf("approval:%s:detail:%d", a.ApprovalID, i+1), Gateway: to.Gateway, DM: to.DM,
+				ChatID: to.ChatID, Kind: OutboundText, Text: head + part}); err != nil {
+				return fmt.Errorf("queue approval %s part %d: %w", a.ApprovalID, i+1, err)
+			}
+		}
+	}
 	q, err := EnqueueOutboundTx(ctx, tx, ins, OutboundParams{AgentID: a.AgentID, SessionID: &a.SessionID,
 		MessageID: "approval:" + a.ApprovalID.String() + ":request", Gateway: to.Gateway, DM: to.DM, ChatID: to.ChatID,
-		Kind: OutboundText, Text: text, ApprovalID: &a.ApprovalID})
+		Kind: OutboundText, Text: approvalQuestion(a, len(parts)), ApprovalID: &a.ApprovalID})
 	if err != nil {
 		return fmt.Errorf("queue notification of approval %s: %w", a.ApprovalID, err)
 	}
@@ -71,6 +93,36 @@ func RequestApprovalTx(ctx context.Context, tx pgx.Tx, ins Inserter, a db.ChoirC
 	}
 	return nil
 }
+
+// approvalParts renders a request's payload whole, in chat-sized parts.
+func approvalParts(a db.ChoirControlPendingApproval) ([]string, error) {
+	text := "Everything this approval lets " + verbatim.Escape(a.AgentID) + " do, in full (" +
+		verbatim.Escape(a.RequestType) + "); text between │ bars was written by the agent, not by Choir:\n" +
+		verbatim.Payload(a.Payload)
+	parts := proposal.Split(text)
+	if len(parts) > proposal.MaxParts {
+		return nil, fmt.Errorf("%w: %d bytes rendered, at most %d messages of %d bytes; nobody was asked, make the request smaller",
+			ErrApprovalTooLong, len(text), proposal.MaxParts, proposal.PartBytes)
+	}
+	return parts, nil
+}
+
+// approvalQuestion is the message with the buttons: what asks, its one
+// line in the agent's words (quoted), and where the whole request is.
+func approvalQuestion(a db.ChoirControlPendingApproval, parts int) string {
+	where := "The whole request is in the message(s) above."
+	if parts > 0 {
+		where = fmt.Sprintf("The whole request is in the %d message(s) above, marked \"Approval %s\".", parts, shortID(a.ApprovalID))
+	}
+	return fmt.Sprintf("Approval %s requested by %s (%s). In the agent's words:\n%s\n%s%s\n\n"+
+		"Approve or reject with the buttons, or reply /approve or /reject. Unanswered, it is rejected at %s.",
+		shortID(a.ApprovalID), a.AgentID, verbatim.Escape(a.RequestType), verbatim.Line(a.Summary), where,
+		proposalWill(a.RequestType), a.ExpiresAt.UTC().Format("15:04 MST"))
+}
+
+// shortID is the first eight hex digits of an approval id, as a person
+// reads it.
+func shortID(id uuid.UUID) string { return id.String()[:8] }
 
 // ErrApprovalNotFound reports an approval id that names no approval.
 var ErrApprovalNotFound = errors.New("no such approval")

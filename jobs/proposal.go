@@ -112,14 +112,13 @@ func deref(s *string) string {
 }
 
 // proposalWill is what the request of a proposal adds to its summary:
-// what approving it does, and where the full change is (the messages
-// choird queued before the request).
+// what approving it does.
 func proposalWill(requestType string) string {
 	switch requestType {
 	case proposal.TypeConfig:
-		return "\n" + proposal.WillApplyConfig + " The full change is in the message(s) above."
+		return "\n" + proposal.WillApplyConfig
 	case proposal.TypeTool, proposal.TypeSkill, proposal.TypeRepo:
-		return "\n" + proposal.WillDeploy + " The full change is in the message(s) above."
+		return "\n" + proposal.WillDeploy
 	}
 	return ""
 }

@@ -40,3 +40,13 @@ SELECT * FROM choir_control.pending_approvals
  WHERE agent_id = @agent_id AND status <> 'pending' AND outcome_pushed_at IS NULL
  ORDER BY resolved_at, approval_id
  LIMIT 100;
+
+-- name: ApprovalListFiledSince :many
+-- ApprovalListFiledSince lists approvals of any status filed since a
+-- time, oldest first, of one agent or (agent_id null) of all: a bare
+-- /approve asks which when more than one was filed lately.
+SELECT * FROM choir_control.pending_approvals
+ WHERE created_at >= @since
+   AND (sqlc.narg('agent_id')::text IS NULL OR agent_id = sqlc.narg('agent_id')::text)
+ ORDER BY created_at, approval_id
+ LIMIT @max_rows;

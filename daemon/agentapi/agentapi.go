@@ -245,11 +245,22 @@ func (a *API) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.
 	if a.proposals != nil && proposal.IsProposal(req.RequestType) {
 		c, err := a.proposals.Check(ctx, call.Session.AgentID, call.Session.ID, req)
 		if err != nil {
+			a.logger.WarnContext(ctx, "proposal refused before any person saw it", slog.String("agent_id", call.Session.AgentID),
+				slog.String("request_type", req.RequestType), slog.String("reason", err.Error()))
 			return rpc.ApprovalResponse{}, rpc.Errorf(rpc.CodeBadRequest, "proposal refused before any person saw it: %v", err)
 		}
 		checked = &c
 		if strings.TrimSpace(req.Summary) == "" {
 			req.Summary = c.Summary
+		}
+	}
+	askDM := b.DM
+	if req.RequestType == proposal.TypeConfig {
+		// A config change is an admin's to decide, whatever DM the agent
+		// serves: it is asked where an admin reads it.
+		if dm, ok := control.AdminDMFor(cfg, b.DM); ok && dm != b.DM {
+			askDM = dm
+			gw, chat, _ = control.DMAddressIn(cfg, dm)
 		}
 	}
 	var resp rpc.ApprovalResponse
@@ -273,7 +284,7 @@ func (a *API) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.
 		if err != nil {
 			return fmt.Errorf("load approval %s: %w", row.ApprovalID, err)
 		}
-		to := jobs.ApprovalAddress{Gateway: gw, DM: b.DM, ChatID: chat}
+		to := jobs.ApprovalAddress{Gateway: gw, DM: askDM, ChatID: chat}
 		if checked != nil {
 			if err := a.proposals.RecordTx(ctx, tx, a.jobs, full, *checked, to); err != nil {
 				return err

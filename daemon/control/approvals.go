@@ -11,6 +11,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/choirhq/choir/agent/proposal"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
@@ -77,6 +78,36 @@ func (d *Control) ApprovalList(ctx context.Context, sc Scope, agentID string) ([
 			err = d.approvalOnDM(ctx, sc, r)
 			onDM[r.SessionID] = err
 		}
+		if errors.Is(err, ErrForbidden) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, approvalOf(r))
+	}
+	return out, nil
+}
+
+// ApprovalsFiledSince lists the approvals of any status filed since a
+// time that the scope may see, oldest first: of its agent for a regular
+// DM, of every agent for an admin.
+func (d *Control) ApprovalsFiledSince(ctx context.Context, sc Scope, since time.Time) ([]admin.Approval, error) {
+	var filter *string
+	if !sc.Admin {
+		if err := sc.Allow(sc.Agent); err != nil {
+			return nil, err
+		}
+		filter = &sc.Agent
+	}
+	rows, err := db.New(choirsql.Interpreted(d.pool)).ApprovalListFiledSince(ctx, db.ApprovalListFiledSinceParams{
+		Since: since, AgentID: filter, MaxRows: maxApprovalsListed})
+	if err != nil {
+		return nil, fmt.Errorf("list recent approvals: %w", err)
+	}
+	var out []admin.Approval
+	for _, r := range rows {
+		err := d.approvalOnDM(ctx, sc, r)
 		if errors.Is(err, ErrForbidden) {
 			continue
 		}
@@ -167,6 +198,12 @@ func (d *Control) ApprovalDecide(ctx context.Context, sc Scope, id string, appro
 	cur, err := d.approvalInScope(ctx, sc, id)
 	if err != nil {
 		return admin.Approval{}, err
+	}
+	if cur.RequestType == proposal.TypeConfig && !sc.Admin {
+		d.logger.WarnContext(ctx, "config change decision refused: not an admin", slog.String("approval_id", cur.ApprovalID.String()),
+			slog.String("agent_id", cur.AgentID), slog.String("dm", sc.DM))
+		return admin.Approval{}, fmt.Errorf("%w: approval %s is a change to choird's configuration, which only an admin DM or choirctl decides",
+			ErrForbidden, cur.ApprovalID)
 	}
 	by := sc.Actor
 	if by == "" {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 
 	"github.com/google/uuid"
@@ -155,4 +156,25 @@ func OutboundAddress(cfg *config.Config, b rpc.ResourceBindings) (gatewayName, c
 func DMAddressIn(cfg *config.Config, dm string) (gatewayName, chatID string, ok bool) {
 	c, ok := cfg.DMs[dm]
 	return c.Gateway, c.UserID, ok
+}
+
+// AdminDMFor is where a request only an admin may decide is asked: dm
+// itself when it is an admin DM, else the first admin DM by name. ok is
+// false when the configuration has no admin DM (then only choirctl
+// decides it).
+func AdminDMFor(cfg *config.Config, dm string) (name string, ok bool) {
+	if cfg.DMs[dm].Admin {
+		return dm, true
+	}
+	names := make([]string, 0, len(cfg.DMs))
+	for n, d := range cfg.DMs {
+		if d.Admin {
+			names = append(names, n)
+		}
+	}
+	if len(names) == 0 {
+		return "", false
+	}
+	slices.Sort(names)
+	return names[0], true
 }

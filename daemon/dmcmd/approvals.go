@@ -9,9 +9,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/internal/verbatim"
 )
 
 // listFilter reads the optional agent a listing command names: none (the
@@ -64,7 +66,7 @@ func (c *Commands) numbered(cmd gateway.Command, pending []admin.Approval, title
 	fmt.Fprintf(&b, "%s (/approve <number> or /reject <number>):", title)
 	for i, a := range pending {
 		ids[i] = a.ID
-		fmt.Fprintf(&b, "\n%d. %s: %s [%s, id %s, expires %s]", i+1, a.AgentID, truncate(a.Summary, 200), a.RequestType, a.ID,
+		fmt.Fprintf(&b, "\n%d. %s: %s [%s, id %s, expires %s]", i+1, a.AgentID, verbatim.Escape(truncate(a.Summary, 200)), verbatim.Escape(a.RequestType), a.ID,
 			a.ExpiresAt.UTC().Format("15:04 MST"))
 	}
 	c.mu.Lock()
@@ -121,7 +123,7 @@ func (c *Commands) decide(sc control.Scope, cmd gateway.Command, approve bool) (
 			case 0:
 				return "", "No approval is pending.", nil
 			case 1:
-				return pending[0].ID, "", nil
+				return c.onlyPending(ctx, sc, cmd, verb, pending)
 			}
 			return "", c.numbered(cmd, pending, fmt.Sprintf("%d approvals are pending; which one", len(pending))), nil
 		}
@@ -142,7 +144,7 @@ func (c *Commands) decide(sc control.Scope, cmd gateway.Command, approve bool) (
 		if a.ID == "" {
 			return ans + ".", nil
 		}
-		return fmt.Sprintf("%s: %s (%s, id %s).", ans, truncate(a.Summary, 200), a.AgentID, a.ID), nil
+		return fmt.Sprintf("%s: %s (%s, id %s).", ans, verbatim.Escape(truncate(a.Summary, 200)), a.AgentID, a.ID), nil
 	}), nil
 }
 
@@ -221,4 +223,33 @@ func DecisionAnswer(a admin.Approval, err error) (string, error) {
 		return "no such approval", nil
 	}
 	return "", err
+}
+
+// recentWindow is how far back a bare /approve looks for other requests:
+// when more than one was filed in it, the one pending now may not be the
+// one the person read.
+const recentWindow = time.Minute
+
+// onlyPending decides the one pending approval of a bare /approve or
+// /reject, unless another was filed in the last minute (decided since,
+// or timed out): then the person is asked which, by number or id.
+func (c *Commands) onlyPending(ctx context.Context, sc control.Scope, cmd gateway.Command, verb string, pending []admin.Approval) (string, string, error) {
+	recent, err := c.ctl.ApprovalsFiledSince(ctx, sc, time.Now().Add(-recentWindow))
+	if err != nil {
+		return "", "", err
+	}
+	if len(recent) < 2 {
+		return pending[0].ID, "", nil
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%d approvals were filed in the last minute, so a bare /%s may not decide the one you read. ", len(recent), verb)
+	b.WriteString("Those no longer pending:")
+	for _, a := range recent {
+		if a.Status != "pending" {
+			fmt.Fprintf(&b, "\n- %s: %s [%s, id %s]", a.AgentID, verbatim.Line(truncate(a.Summary, 200)), a.Status, a.ID)
+		}
+	}
+	b.WriteString("\n\n")
+	b.WriteString(c.numbered(cmd, pending, "Still pending"))
+	return "", b.String(), nil
 }

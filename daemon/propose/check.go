@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/agent/proposal"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/internal/verbatim"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
@@ -69,6 +70,9 @@ func (p *Proposer) Check(ctx context.Context, agentID, sessionID string, req rpc
 		if err != nil {
 			return Checked{}, err
 		}
+		if err := checkPatchKeys(agentID, c.Patch); err != nil {
+			return Checked{}, err
+		}
 		var changes []config.Change
 		base, changes, err = p.configChange(c.Patch)
 		if err != nil {
@@ -83,6 +87,11 @@ func (p *Proposer) Check(ctx context.Context, agentID, sessionID string, req rpc
 		if preview, head, err = p.repoPreview(ctx, agentID, r); err != nil {
 			return Checked{}, err
 		}
+	}
+	if kind != "config" {
+		// Every line of a tool, skill or repo change is the agent's: it is
+		// quoted whole, so no line of it can pass for the prompt's own.
+		preview = "The change, every line as the agent proposed it:\n" + verbatim.Lines(preview)
 	}
 	parts := proposal.Split(preview)
 	if len(parts) > proposal.MaxParts {
@@ -173,15 +182,15 @@ func firstPath(ch []config.Change) string {
 // values: lock policies, secret scopes and approval settings included.
 func renderConfig(c proposal.Config, changes []config.Change) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "change config.json\nWhy: %s\n%d setting(s) change:\n", strings.Join(strings.Fields(c.Rationale), " "), len(changes))
+	fmt.Fprintf(&b, "change config.json\nWhy, in the agent's words:\n%s\n%d setting(s) change:\n", verbatim.Lines(c.Rationale), len(changes))
 	for _, ch := range changes {
 		switch ch.Op {
 		case config.OpChange:
-			fmt.Fprintf(&b, "~ %s: %s -> %s\n", ch.Path, ch.Old, ch.New)
+			fmt.Fprintf(&b, "~ %s\n  from:\n%s\n  to:\n%s\n", verbatim.Escape(ch.Path), verbatim.Lines(ch.Old), verbatim.Lines(ch.New))
 		default:
-			fmt.Fprintf(&b, "%s %s\n", ch.Op, ch.Path)
+			fmt.Fprintf(&b, "%s %s\n", ch.Op, verbatim.Escape(ch.Path))
 		}
 	}
-	fmt.Fprintf(&b, "\n=== merge patch (full) ===\n%s\n=== end of patch ===\n", c.Patch)
+	fmt.Fprintf(&b, "\nThe merge patch, in full:\n%s\n", verbatim.Lines(string(c.Patch)))
 	return b.String()
 }

@@ -77,7 +77,10 @@ type sendOutput struct {
 type attachment struct {
 	Path string `json:"path"`
 	Size int64  `json:"size"`
-	data []byte
+	// SHA256 is the content's digest, as the approver is shown it: a file
+	// changed after the approval needs another.
+	SHA256 string `json:"sha256"`
+	data   []byte
 }
 
 // sender is choir.email.send. sent remembers, per approval request, the
@@ -139,7 +142,8 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 		return s.cfg.fail(ctx, NameSend, *p), nil
 	}
 	for _, a := range atts {
-		out.Attachments = append(out.Attachments, attachment{Path: a.Path, Size: a.Size})
+		sum := sha256.Sum256(a.data)
+		out.Attachments = append(out.Attachments, attachment{Path: a.Path, Size: a.Size, SHA256: hex.EncodeToString(sum[:])})
 	}
 
 	key := requestKey(name, input, atts)
@@ -227,15 +231,16 @@ func (s *sender) approve(ctx context.Context, account, key string, in *sendInput
 			Message: fmt.Sprintf("email account %q requires approval, and no approval channel is connected", account),
 			Fix:     "ask the admin to turn off require_approval for the account, or to run the agent under choird"}), false
 	}
-	summary := fmt.Sprintf("Send email from %s to %s: %q", out.From, strings.Join(append(append(append([]string{}, out.To...), out.Cc...), out.Bcc...), ", "), in.Subject)
+	// The summary is one line; the payload is everything that will be
+	// sent, and choird shows it whole (recipients, both bodies, each
+	// attachment's digest) before the question.
+	summary := fmt.Sprintf("Send email from %s to %d recipient(s), %d of them by Bcc: %q", out.From,
+		len(out.To)+len(out.Cc)+len(out.Bcc), len(out.Bcc), in.Subject)
 	if len(out.Attachments) > 0 {
 		summary += fmt.Sprintf(" with %d attachment(s)", len(out.Attachments))
 	}
-	if len(summary) > 480 {
-		summary = summary[:480] + "..."
-	}
 	payload, _ := json.Marshal(map[string]any{"account": account, "from": out.From, "to": out.To, "cc": out.Cc, "bcc": out.Bcc,
-		"subject": in.Subject, "text": in.Text, "attachments": out.Attachments})
+		"subject": in.Subject, "text": in.Text, "html": in.HTML, "in_reply_to": in.InReplyTo, "attachments": out.Attachments})
 	resp, err := s.cfg.Approvals.RequestApproval(ctx, key, rpc.ApprovalRequest{RequestType: NameSend, Summary: summary, Payload: payload})
 	if err != nil {
 		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeApprovalNeeded, Message: "file the approval request: " + err.Error(),

@@ -1,0 +1,38 @@
+package daemon_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/choirhq/choir/daemon"
+)
+
+// TestBareApproveAsksWhenSeveralWereFiled: the person read request A and
+// sends a bare /approve, but meanwhile A was decided elsewhere and the
+// agent filed B. B is the only one pending, yet it is not what the person
+// read: a bare /approve decides nothing and asks which, and the numbered
+// answer then decides B.
+func TestBareApproveAsksWhenSeveralWereFiled(t *testing.T) {
+	t.Parallel()
+	b := setupCommands(t)
+	ctx := context.Background()
+	assistant := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+	read := requestApproval(t, assistant, "the one alice read")
+	if _, err := b.d.ApprovalDecide(ctx, daemon.Scope{Admin: true, Actor: "choirctl"}, read, false); err != nil {
+		t.Fatal(err)
+	}
+	sneaked := requestApproval(t, assistant, "filed meanwhile")
+	reply := b.send(t, "alice", "/approve")
+	if !strings.Contains(reply, "2 approvals were filed in the last minute") || !strings.Contains(reply, "the one alice read") ||
+		!strings.Contains(reply, "1. assistant: filed meanwhile") {
+		t.Fatalf("bare /approve with two filed lately = %q", reply)
+	}
+	a, err := b.d.ApprovalShow(ctx, daemon.Scope{Admin: true}, sneaked)
+	if err != nil || a.Status != "pending" {
+		t.Fatalf("the bare /approve decided %s: %s, %v", sneaked, a.Status, err)
+	}
+	if reply := b.send(t, "alice", "/approve 1"); !strings.HasPrefix(reply, "Approved: filed meanwhile") {
+		t.Errorf("/approve 1 = %q", reply)
+	}
+}

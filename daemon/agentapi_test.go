@@ -10,7 +10,7 @@ import (
 
 	"github.com/choirhq/choir/ctl"
 	"github.com/choirhq/choir/daemon"
-	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
@@ -22,7 +22,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	ctx := context.Background()
 	d := startChoird(t, choirdtest.Options{})
 	home, logs := d.Home, d.Logs
-	s, err := control.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "process")
+	s, err := session.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,7 +16,7 @@ import (
 	"github.com/choirhq/choir/agent/meter"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
-	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
@@ -39,9 +39,9 @@ func TestSessionBudgetSurvivesCyclingSessions(t *testing.T) {
 		cfg.Agents["assistant"] = a
 	}})
 	q := db.New(d.Pool())
-	start := func(by control.Origin) (uuid.UUID, *client.Client) {
+	start := func(by session.Origin) (uuid.UUID, *client.Client) {
 		t.Helper()
-		s, err := control.CreateSessionAs(ctx, d.Pool(), d.Snapshot().Config, "assistant", daemon.StartOverrides{},
+		s, err := session.CreateSessionAs(ctx, d.Pool(), d.Snapshot().Config, "assistant", daemon.StartOverrides{},
 			d.ConfigVersion(), "process", by)
 		if err != nil {
 			t.Fatal(err)
@@ -72,7 +72,7 @@ func TestSessionBudgetSurvivesCyclingSessions(t *testing.T) {
 			Payload: json.RawMessage(fmt.Sprintf(`{"model":"local","lane":"edge","prompt_tokens":%d,"completion_tokens":0}`, tokens))}}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := control.EndSession(ctx, d.Pool(), nil, id, "ended", "terminated by the agent"); err != nil {
+		if _, err := session.EndSession(ctx, d.Pool(), nil, id, "ended", "terminated by the agent"); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -89,14 +89,14 @@ func TestSessionBudgetSurvivesCyclingSessions(t *testing.T) {
 		return &dc, dc.Usage.Session.Tokens
 	}
 
-	first, _ := start(control.ByPerson)
+	first, _ := start(session.ByPerson)
 	spend(first, 4000)
-	second, cl := start(control.ByChoird)
+	second, cl := start(session.ByChoird)
 	if _, got := sessionBaseline(cl); got != 4000 {
 		t.Fatalf("session started by choird after the agent ended its own: session baseline %d tokens, want the 4000 spent before", got)
 	}
 	spend(second, 1900)
-	third, cl := start(control.ByChoird)
+	third, cl := start(session.ByChoird)
 	dc, got := sessionBaseline(cl)
 	if got != 5900 {
 		t.Fatalf("third session: session baseline %d tokens, want 5900 (4000 + 1900)", got)
@@ -119,10 +119,10 @@ func TestSessionBudgetSurvivesCyclingSessions(t *testing.T) {
 	}
 
 	// A person's start: a fresh session budget.
-	if _, err := control.EndSession(ctx, d.Pool(), nil, third, "ended", "terminated by the agent"); err != nil {
+	if _, err := session.EndSession(ctx, d.Pool(), nil, third, "ended", "terminated by the agent"); err != nil {
 		t.Fatal(err)
 	}
-	_, cl = start(control.ByPerson)
+	_, cl = start(session.ByPerson)
 	if _, got := sessionBaseline(cl); got != 0 {
 		t.Errorf("session a person started: session baseline %d tokens, want 0", got)
 	}

@@ -12,9 +12,9 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
-	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
@@ -264,7 +264,7 @@ func TestDMStartRefusesADMBoundToAnotherLiveAgent(t *testing.T) {
 	// helper on it directly, then try to start assistant from it.
 	d := b.d
 	cfg := d.Snapshot().Config
-	if _, err := control.CreateSession(context.Background(), d.Pool(), cfg, "helper", daemon.StartOverrides{DM: "console"}, d.ConfigVersion(),
+	if _, err := session.CreateSession(context.Background(), d.Pool(), cfg, "helper", daemon.StartOverrides{DM: "console"}, d.ConfigVersion(),
 		"process"); err != nil {
 		t.Fatal(err)
 	}

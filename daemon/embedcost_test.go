@@ -12,8 +12,8 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/agent/meter"
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/embed/embedtest"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 )
@@ -50,7 +50,7 @@ func TestEmbeddingsCountAgainstTheDayCap(t *testing.T) {
 	if cost != 5 {
 		t.Errorf("embedding cost %v, want $5 (5 tokens at $1 each)", cost)
 	}
-	if _, err := control.EndSession(ctx, d.Pool(), nil, uuid.MustParse(id), "ended", "terminated by the agent"); err != nil {
+	if _, err := session.EndSession(ctx, d.Pool(), nil, uuid.MustParse(id), "ended", "terminated by the agent"); err != nil {
 		t.Fatal(err)
 	}
 	_, cl, _ = helloSession(t, d, "assistant")

@@ -9,8 +9,8 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/runtime"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	choirsql "github.com/choirhq/choir/sql"
@@ -34,7 +34,7 @@ func (d *Daemon) watchExits(ctx context.Context) {
 		if err != nil {
 			continue
 		}
-		ended, err := control.EndSession(ctx, d.pool, d.river, id, "crashed",
+		ended, err := session.EndSession(ctx, d.pool, d.river, id, "crashed",
 			fmt.Sprintf("instance %s exited with status %d", ex.ID, ex.ExitCode))
 		if err != nil {
 			d.logger.Error("could not end the session of a dead instance", slog.String("session_id", ex.SessionID),

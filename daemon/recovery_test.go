@@ -12,7 +12,7 @@ import (
 
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/agentapi"
-	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
@@ -22,7 +22,7 @@ func TestHello(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 
-	helloReq := func(s control.StartedSession) (rpc.Call, rpc.InitHelloRequest) {
+	helloReq := func(s session.StartedSession) (rpc.Call, rpc.InitHelloRequest) {
 		call := rpc.Call{Session: rpc.Session{ID: s.Session.SessionID.String(), AgentID: "assistant"}, Verb: "INIT_HELLO"}
 		return call, rpc.InitHelloRequest{AgentID: "assistant", SessionID: call.Session.ID, ImageVersion: "img-1",
 			ToolManifestHash: "t1", SkillManifestHash: "s1"}
@@ -31,7 +31,7 @@ func TestHello(t *testing.T) {
 	t.Run("FirstSessionStartsFreshAndRecordsTheHello", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		s, err := control.CreateSession(ctx, pool, testConfig(t), "assistant", daemon.StartOverrides{}, 1, "process")
+		s, err := session.CreateSession(ctx, pool, testConfig(t), "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -54,7 +54,7 @@ func TestHello(t *testing.T) {
 	t.Run("AHelloForAnotherSessionIsDenied", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		s, err := control.CreateSession(ctx, pool, testConfig(t), "assistant", daemon.StartOverrides{}, 1, "process")
+		s, err := session.CreateSession(ctx, pool, testConfig(t), "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -72,7 +72,7 @@ func TestHello(t *testing.T) {
 		q := db.New(pool)
 
 		// Session 1 replicates revs 1-4 and snapshots at 2, then crashes.
-		s1, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s1, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -84,10 +84,10 @@ func TestHello(t *testing.T) {
 			Snapshot: json.RawMessage(`{"lane_state":{"edge":"idle"}}`)}); err != nil {
 			t.Fatal(err)
 		}
-		control.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
+		session.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
 
 		// Session 2 resumes, replicates 5-7, and is stopped.
-		s2, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s2, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -105,10 +105,10 @@ func TestHello(t *testing.T) {
 		if _, err := agentapi.Replicate(ctx, pool, s2.Session.SessionID, patch(evs[4:], 4, evs[3].Hash)); err != nil {
 			t.Fatal(err)
 		}
-		control.EndSession(ctx, pool, nil, s2.Session.SessionID, "ended", "stopped")
+		session.EndSession(ctx, pool, nil, s2.Session.SessionID, "ended", "stopped")
 
 		// Session 3 sees the whole chain: snapshot 2 and tail 3-7.
-		s3, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s3, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,7 +130,7 @@ func TestHello(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		s1, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s1, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -151,10 +151,10 @@ func TestHello(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		control.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
+		session.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
 		resume := func(t *testing.T) (rpc.InitHelloResponse, string) {
 			t.Helper()
-			s, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+			s, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -163,7 +163,7 @@ func TestHello(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			control.EndSession(ctx, pool, nil, s.Session.SessionID, "ended", "test")
+			session.EndSession(ctx, pool, nil, s.Session.SessionID, "ended", "test")
 			return resp, logs.String()
 		}
 

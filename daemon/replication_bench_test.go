@@ -20,7 +20,7 @@ import (
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/agentapi"
-	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
@@ -186,7 +186,7 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 	d := startChoird(b, choirdtest.Options{})
 	ctx := context.Background()
 	cfg := d.Snapshot().Config
-	first, err := control.CreateSession(ctx, d.Pool(), cfg, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "bench")
+	first, err := session.CreateSession(ctx, d.Pool(), cfg, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -214,13 +214,13 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 		}
 		rev, prev = rev+n, p
 	}
-	if _, err := control.EndSession(ctx, d.Pool(), nil, first.Session.SessionID, "crashed", "bench"); err != nil {
+	if _, err := session.EndSession(ctx, d.Pool(), nil, first.Session.SessionID, "crashed", "bench"); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		s, err := control.CreateSession(ctx, d.Pool(), cfg, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "bench")
+		s, err := session.CreateSession(ctx, d.Pool(), cfg, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "bench")
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -240,7 +240,7 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 		b.StopTimer()
 		b.ReportMetric(float64(len(hello.TailEvents)), "tail-events")
 		c.Close()
-		if _, err := control.EndSession(ctx, d.Pool(), nil, s.Session.SessionID, "ended", "bench"); err != nil {
+		if _, err := session.EndSession(ctx, d.Pool(), nil, s.Session.SessionID, "ended", "bench"); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

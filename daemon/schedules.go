@@ -27,7 +27,7 @@ func (d *Daemon) Schedules() *schedule.Service { return d.schedules }
 // running, kept for its next session, or, when the schedule says so, the
 // agent is started with its defaults (its hello pushes the message). That
 // start is choird's own: refused while a person's stop holds the agent,
-// and its session continues the budget of the one before (control.ByChoird).
+// and its session continues the budget of the one before (session.ByChoird).
 func (d *Daemon) scheduleFired(ctx context.Context, f jobs.ScheduleFired) {
 	if d.inbox.PushPending(ctx, f.AgentID) || !f.StartAgent {
 		return

@@ -10,7 +10,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/agentapi"
-	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -39,7 +39,7 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		s, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -66,12 +66,12 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		if _, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process"); err != nil {
+		if _, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process"); err != nil {
 			t.Fatal(err)
 		}
 		// helper defaults to the same workspace; its DM is free.
-		_, err := control.CreateSession(ctx, pool, cfg, "helper", daemon.StartOverrides{DM: "second"}, 1, "process")
-		if !errors.Is(err, control.ErrLeaseConflict) || !strings.Contains(err.Error(), "leased to agent assistant") {
+		_, err := session.CreateSession(ctx, pool, cfg, "helper", daemon.StartOverrides{DM: "second"}, 1, "process")
+		if !errors.Is(err, session.ErrLeaseConflict) || !strings.Contains(err.Error(), "leased to agent assistant") {
 			t.Fatalf("err = %v", err)
 		}
 		var sessions int
@@ -79,7 +79,7 @@ func TestStartSession(t *testing.T) {
 		if sessions != 0 {
 			t.Errorf("a rejected start left %d session rows", sessions)
 		}
-		if _, err := control.CreateSession(ctx, pool, cfg, "helper", daemon.StartOverrides{DM: "second", Workspace: "other"}, 1, "process"); err != nil {
+		if _, err := session.CreateSession(ctx, pool, cfg, "helper", daemon.StartOverrides{DM: "second", Workspace: "other"}, 1, "process"); err != nil {
 			t.Fatalf("start with free resources: %v", err)
 		}
 	})
@@ -88,12 +88,12 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		first, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		first, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{Workspace: "other", DM: "second"}, 1, "process")
-		if !errors.Is(err, control.ErrLeaseConflict) || !strings.Contains(err.Error(), first.Session.SessionID.String()) {
+		_, err = session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{Workspace: "other", DM: "second"}, 1, "process")
+		if !errors.Is(err, session.ErrLeaseConflict) || !strings.Contains(err.Error(), first.Session.SessionID.String()) {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -101,12 +101,12 @@ func TestStartSession(t *testing.T) {
 	t.Run("UnknownOverridesAreAllNamed", func(t *testing.T) {
 		t.Parallel()
 		cfg := testConfig(t)
-		_, err := control.ResolveBindings(cfg, "assistant", daemon.StartOverrides{Workspace: "nope", LLM: "gpt-9"})
-		if !errors.Is(err, control.ErrUnknownResource) || !strings.Contains(err.Error(), "--workspace=nope") ||
+		_, err := session.ResolveBindings(cfg, "assistant", daemon.StartOverrides{Workspace: "nope", LLM: "gpt-9"})
+		if !errors.Is(err, session.ErrUnknownResource) || !strings.Contains(err.Error(), "--workspace=nope") ||
 			!strings.Contains(err.Error(), "--llm=gpt-9") {
 			t.Fatalf("err = %v", err)
 		}
-		if _, err := control.ResolveBindings(cfg, "ghost", daemon.StartOverrides{}); !errors.Is(err, control.ErrUnknownResource) {
+		if _, err := session.ResolveBindings(cfg, "ghost", daemon.StartOverrides{}); !errors.Is(err, session.ErrUnknownResource) {
 			t.Fatalf("unknown agent: %v", err)
 		}
 	})
@@ -115,7 +115,7 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		first, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		first, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -123,16 +123,16 @@ func TestStartSession(t *testing.T) {
 		if _, err := agentapi.Replicate(ctx, pool, first.Session.SessionID, patch(evs, 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := control.EndSession(ctx, pool, nil, first.Session.SessionID, "ended", "stopped by test"); err != nil || !ok {
+		if ok, err := session.EndSession(ctx, pool, nil, first.Session.SessionID, "ended", "stopped by test"); err != nil || !ok {
 			t.Fatalf("end: %v %v", ok, err)
 		}
-		if ok, _ := control.EndSession(ctx, pool, nil, first.Session.SessionID, "ended", "again"); ok {
+		if ok, _ := session.EndSession(ctx, pool, nil, first.Session.SessionID, "ended", "again"); ok {
 			t.Error("ending an ended session reported success")
 		}
 		if _, err := agentapi.NewSessionAuth(pool).Authenticate(ctx, first.Session.SessionID.String(), first.LeaseToken); !errors.Is(err, rpc.ErrUnauthenticated) {
 			t.Errorf("token of an ended session still authenticates: %v", err)
 		}
-		second, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		second, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatalf("restart: %v", err)
 		}
@@ -149,7 +149,7 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		s, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -202,12 +202,12 @@ func TestReplayStore(t *testing.T) {
 }
 
 // sessionCall is the rpc call an agent of s makes.
-func sessionCall(s control.StartedSession) rpc.Call {
+func sessionCall(s session.StartedSession) rpc.Call {
 	return rpc.Call{Session: rpc.Session{ID: s.Session.SessionID.String(), AgentID: s.Session.AgentID}, Verb: "INIT_HELLO"}
 }
 
 // helloRequest is the INIT_HELLO an agent of s sends.
-func helloRequest(s control.StartedSession) rpc.InitHelloRequest {
+func helloRequest(s session.StartedSession) rpc.InitHelloRequest {
 	return rpc.InitHelloRequest{AgentID: s.Session.AgentID, SessionID: s.Session.SessionID.String(),
 		ImageVersion: "img-1", ToolManifestHash: "t1", SkillManifestHash: "s1"}
 }

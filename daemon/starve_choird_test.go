@@ -15,7 +15,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
-	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
@@ -92,18 +92,18 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 		  FROM generate_series(1, 20000) i`); err != nil {
 		t.Fatal(err)
 	}
-	sa, err := control.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "process")
+	sa, err := session.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := control.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "helper", daemon.StartOverrides{Workspace: "other", DM: "second"}, d.ConfigVersion(), "process")
+	sb, err := session.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "helper", daemon.StartOverrides{Workspace: "other", DM: "second"}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, b := dial(sa.Session.SessionID, sa.LeaseToken), dial(sb.Session.SessionID, sb.LeaseToken)
 	for _, c := range []struct {
 		cl *client.Client
-		s  control.StartedSession
+		s  session.StartedSession
 	}{{a, sa}, {b, sb}} {
 		if _, err := c.cl.InitHello(ctx, helloRequest(c.s)); err != nil {
 			t.Fatal(err)

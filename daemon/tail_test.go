@@ -11,7 +11,7 @@ import (
 
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/agentapi"
-	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
 )
@@ -34,7 +34,7 @@ func TestHelloTailReachesBackToTheWindows(t *testing.T) {
 		t.Helper()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		s1, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s1, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -49,8 +49,8 @@ func TestHelloTailReachesBackToTheWindows(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		control.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
-		s2, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		session.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
+		s2, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +134,7 @@ func TestHelloTailBoundedInBytes(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
 	cfg := testConfig(t)
-	s1, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+	s1, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,8 +163,8 @@ func TestHelloTailBoundedInBytes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	control.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
-	s2, err := control.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+	session.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
+	s2, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,6 +18,7 @@ import (
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/schedule"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/daemon/usage"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
@@ -92,9 +93,9 @@ func controlErr(err error) error {
 		return nil
 	case errors.Is(err, control.ErrForbidden):
 		return codedErr{rpc.ErrPermissionDenied, err}
-	case errors.Is(err, control.ErrUnknownResource):
+	case errors.Is(err, session.ErrUnknownResource):
 		return codedErr{rpc.ErrNotFound, err}
-	case errors.Is(err, control.ErrLeaseConflict):
+	case errors.Is(err, session.ErrLeaseConflict):
 		return codedErr{rpc.ErrConflict, err}
 	case errors.Is(err, runtime.ErrEngineUnreachable):
 		return codedErr{rpc.ErrUnavailable, err}

@@ -28,6 +28,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/propose"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
@@ -336,7 +337,7 @@ func (a *API) HandleTerminateSelf(ctx context.Context, call rpc.Call, req rpc.Te
 	if err != nil {
 		return rpc.Ack{}, err
 	}
-	if _, err := control.EndSession(ctx, a.pool, a.jobs, id, "ended", "terminated by the agent: "+req.Reason); err != nil {
+	if _, err := session.EndSession(ctx, a.pool, a.jobs, id, "ended", "terminated by the agent: "+req.Reason); err != nil {
 		return rpc.Ack{}, err
 	}
 	a.logger.InfoContext(ctx, "session ended by the agent", slog.String("session_id", call.Session.ID),

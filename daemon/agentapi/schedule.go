@@ -8,6 +8,7 @@ import (
 
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/schedule"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -26,7 +27,7 @@ func ScheduleTools(s *schedule.Service) map[string]HostTool {
 			out, err := fn(ctx, schedule.Caller{AgentID: agentID, SessionID: hc.sessionID, CallID: hc.callID}, in)
 			var bad *schedule.InputError
 			switch {
-			case errors.As(err, &bad), errors.Is(err, control.ErrUnknownResource), errors.Is(err, control.ErrNotFound),
+			case errors.As(err, &bad), errors.Is(err, session.ErrUnknownResource), errors.Is(err, control.ErrNotFound),
 				errors.Is(err, schedule.ErrState):
 				return nil, codedErr{rpc.ErrBadRequest, err}
 			case errors.Is(err, control.ErrForbidden):

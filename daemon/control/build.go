@@ -11,6 +11,7 @@ import (
 
 	"github.com/choirhq/choir/daemon/build"
 	"github.com/choirhq/choir/daemon/runtime/docker"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
@@ -59,7 +60,7 @@ func (d *Control) agentBuild(ctx context.Context, sc Scope, agentID string, forc
 	cfg, _ := d.config()
 	agent, ok := cfg.Agents[agentID]
 	if !ok {
-		return admin.BuildResult{}, fmt.Errorf("%w: agent %q is not in config.json", ErrUnknownResource, agentID)
+		return admin.BuildResult{}, fmt.Errorf("%w: agent %q is not in config.json", session.ErrUnknownResource, agentID)
 	}
 	if cfg.GlobalRepo.URL == "" {
 		return admin.BuildResult{}, errors.New("config.json has no global_repo: set its url and ref to build agent images")

@@ -28,6 +28,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/runtime"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
@@ -155,11 +156,11 @@ type Scope struct {
 }
 
 // origin is who gives a command: a person, or choird on its own.
-func (s Scope) origin() Origin {
+func (s Scope) origin() session.Origin {
 	if s.Unattended {
-		return ByChoird
+		return session.ByChoird
 	}
-	return ByPerson
+	return session.ByPerson
 }
 
 // ErrForbidden reports a command outside the issuer's scope.
@@ -229,7 +230,7 @@ func (d *Control) AgentStart(ctx context.Context, sc Scope, agentID string, o ad
 	if d.runtime == nil {
 		return admin.AgentStatus{}, errors.New("choird runs without an agent runtime; start it with --runtime=docker")
 	}
-	b, err := ResolveBindings(cfg, agentID, o)
+	b, err := session.ResolveBindings(cfg, agentID, o)
 	if err != nil {
 		return admin.AgentStatus{}, err
 	}
@@ -244,7 +245,7 @@ func (d *Control) AgentStart(ctx context.Context, sc Scope, agentID string, o ad
 	if err != nil {
 		return admin.AgentStatus{}, err
 	}
-	s, err := CreateSessionAs(ctx, d.pool, cfg, agentID, o, cfgVersion, d.runtime.Name(), sc.origin())
+	s, err := session.CreateSessionAs(ctx, d.pool, cfg, agentID, o, cfgVersion, d.runtime.Name(), sc.origin())
 	if err != nil {
 		staged.Discard()
 		return admin.AgentStatus{}, err
@@ -367,7 +368,7 @@ func (d *Control) AgentStop(ctx context.Context, sc Scope, agentID string) (admi
 	}
 	// An agent that never answered is ended here; its unacknowledged tail
 	// is lost, as after a crash.
-	if ended, err := EndSession(ctx, d.pool, d.river, s.SessionID, "ended", "stopped by "+sc.Actor+" (agent did not end its session)"); err != nil {
+	if ended, err := session.EndSession(ctx, d.pool, d.river, s.SessionID, "ended", "stopped by "+sc.Actor+" (agent did not end its session)"); err != nil {
 		return admin.AgentStatus{}, err
 	} else if ended {
 		d.logger.WarnContext(ctx, "agent did not end its session in time; ended it", slog.String("agent_id", agentID))
@@ -419,7 +420,7 @@ func (d *Control) AgentStatus(ctx context.Context, sc Scope, agentID string) (ad
 		return admin.AgentStatus{}, err
 	}
 	if _, ok := cfg.Agents[agentID]; !ok {
-		return admin.AgentStatus{}, fmt.Errorf("%w: agent %q is not in config.json", ErrUnknownResource, agentID)
+		return admin.AgentStatus{}, fmt.Errorf("%w: agent %q is not in config.json", session.ErrUnknownResource, agentID)
 	}
 	return d.LatestStatus(ctx, agentID), nil
 }
@@ -469,7 +470,7 @@ func (d *Control) WorkspaceReset(ctx context.Context, sc Scope, name string) (ad
 	}
 	ws, ok := cfg.Workspaces[name]
 	if !ok {
-		return admin.WorkspaceInfo{}, fmt.Errorf("%w: workspace %q is not in config.json (workspaces: %v)", ErrUnknownResource, name, sortedKeys(cfg.Workspaces))
+		return admin.WorkspaceInfo{}, fmt.Errorf("%w: workspace %q is not in config.json (workspaces: %v)", session.ErrUnknownResource, name, sortedKeys(cfg.Workspaces))
 	}
 	l, err := db.New(choirsql.Interpreted(d.pool)).LeaseGetHolder(ctx, db.LeaseGetHolderParams{ResourceKind: "workspace", ResourceName: name})
 	if err == nil {

@@ -12,20 +12,6 @@ import (
 	choirsql "github.com/choirhq/choir/sql"
 )
 
-// Origin is who starts a session.
-type Origin int
-
-const (
-	// ByPerson is a start by a person (choirctl, a DM): it lifts a
-	// person's stop, and its session has a fresh budget (usage.Continue).
-	ByPerson Origin = iota
-	// ByChoird is a start choird makes on its own (a schedule's
-	// start_agent, a resume): refused while a person's stop holds the
-	// agent (hold.Err); its session continues the budget of the one
-	// before it.
-	ByChoird
-)
-
 // stoppableSession is the live session AgentStop stops. A stop is a
 // person's (choird never stops an agent on its own): it first holds the
 // agent (holdAgent), then looks again, so that a session a schedule

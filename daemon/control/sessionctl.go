@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
@@ -51,7 +52,7 @@ func (d *Control) liveSession(ctx context.Context, sc Scope, agentID string) (db
 func (d *Control) KnownAgent(agentID string) error {
 	cfg, _ := d.config()
 	if _, ok := cfg.Agents[agentID]; !ok {
-		return fmt.Errorf("%w: agent %q is not in config.json (agents: %s)", ErrUnknownResource, agentID,
+		return fmt.Errorf("%w: agent %q is not in config.json (agents: %s)", session.ErrUnknownResource, agentID,
 			strings.Join(sortedKeys(cfg.Agents), ", "))
 	}
 	return nil
@@ -144,13 +145,13 @@ func (d *Control) SessionCancel(ctx context.Context, sc Scope, agentID, name str
 				list = "running: " + strings.Join(running, ", ")
 			}
 			return admin.SessionRef{}, fmt.Errorf("%w: %s has no running core job %q (%s; \"edge\" cancels the edge lane's turn)",
-				ErrUnknownResource, agentID, name, list)
+				session.ErrUnknownResource, agentID, name, list)
 		}
 		cancel = &rpc.Cancel{Scope: rpc.CancelCore, JobName: name, Reason: cancel.Reason}
 	}
 	p := rpc.Push{Kind: rpc.PushCancel, Cancel: cancel}
 	if err := p.Validate(); err != nil {
-		return admin.SessionRef{}, fmt.Errorf("%w: core job name %q: %w", ErrUnknownResource, name, err)
+		return admin.SessionRef{}, fmt.Errorf("%w: core job name %q: %w", session.ErrUnknownResource, name, err)
 	}
 	if _, err := d.rpc.Push(s.SessionID.String(), p); err != nil {
 		return admin.SessionRef{}, fmt.Errorf("tell %s to cancel %s: %w", agentID, name, err)
@@ -310,7 +311,7 @@ func (d *Control) ModelSet(ctx context.Context, sc Scope, agentID, llm string) (
 		if err := sc.Allow(agentID); err != nil {
 			return admin.ModelState{}, err
 		}
-		return admin.ModelState{}, fmt.Errorf("%w: no model %q in config.json (models: %s)", ErrUnknownResource, llm,
+		return admin.ModelState{}, fmt.Errorf("%w: no model %q in config.json (models: %s)", session.ErrUnknownResource, llm,
 			strings.Join(sortedKeys(cfg.Models), ", "))
 	}
 	return d.setOverride(ctx, sc, agentID, llm, "")
@@ -328,7 +329,7 @@ func (d *Control) VoiceSet(ctx context.Context, sc Scope, agentID, voice string)
 		if len(cfg.VoiceProfiles) > 0 {
 			valid = "voice profiles: " + strings.Join(sortedKeys(cfg.VoiceProfiles), ", ")
 		}
-		return admin.ModelState{}, fmt.Errorf("%w: no voice profile %q in config.json (%s)", ErrUnknownResource, voice, valid)
+		return admin.ModelState{}, fmt.Errorf("%w: no voice profile %q in config.json (%s)", session.ErrUnknownResource, voice, valid)
 	}
 	return d.setOverride(ctx, sc, agentID, "", voice)
 }

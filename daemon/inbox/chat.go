@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/rpc/admin"
 	"maps"
 	"slices"
@@ -39,7 +40,7 @@ func (ib *Inbox) ChatSend(ctx context.Context, sc control.Scope, agentID string,
 	cfg := ib.ctl.Snapshot().Config
 	a, ok := cfg.Agents[agentID]
 	if !ok {
-		return admin.ChatSent{}, fmt.Errorf("%w: agent %q is not in config.json (agents: %v)", control.ErrUnknownResource, agentID, slices.Sorted(maps.Keys(cfg.Agents)))
+		return admin.ChatSent{}, fmt.Errorf("%w: agent %q is not in config.json (agents: %v)", session.ErrUnknownResource, agentID, slices.Sorted(maps.Keys(cfg.Agents)))
 	}
 	q := db.New(choirsql.Interpreted(ib.pool))
 	dmName := a.Defaults.DM
@@ -56,7 +57,7 @@ func (ib *Inbox) ChatSend(ctx context.Context, sc control.Scope, agentID string,
 	}
 	dm, ok := cfg.DMs[dmName]
 	if !ok {
-		return admin.ChatSent{}, fmt.Errorf("%w: agent %s has no DM to talk through; set defaults.dm in config.json", control.ErrUnknownResource, agentID)
+		return admin.ChatSent{}, fmt.Errorf("%w: agent %s has no DM to talk through; set defaults.dm in config.json", session.ErrUnknownResource, agentID)
 	}
 	var after int64
 	if err := ib.pool.QueryRow(ctx, `SELECT coalesce(max(outbox_id), 0) FROM choir_control.outbox WHERE agent_id = $1`,

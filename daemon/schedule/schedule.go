@@ -25,6 +25,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/jobs/cron"
@@ -113,7 +114,7 @@ func (s *Service) check(req admin.ScheduleAddRequest) (plan, error) {
 	cfg := s.config()
 	a, ok := cfg.Agents[req.AgentID]
 	if !ok {
-		return plan{}, fmt.Errorf("%w: agent %q is not in config.json (agents: %s)", control.ErrUnknownResource, req.AgentID,
+		return plan{}, fmt.Errorf("%w: agent %q is not in config.json (agents: %s)", session.ErrUnknownResource, req.AgentID,
 			strings.Join(slices.Sorted(maps.Keys(cfg.Agents)), ", "))
 	}
 	dmName := req.DM
@@ -122,7 +123,7 @@ func (s *Service) check(req admin.ScheduleAddRequest) (plan, error) {
 	}
 	dm, ok := cfg.DMs[dmName]
 	if !ok {
-		return plan{}, fmt.Errorf("%w: dm %q is not in config.json (dms: %s)", control.ErrUnknownResource, dmName,
+		return plan{}, fmt.Errorf("%w: dm %q is not in config.json (dms: %s)", session.ErrUnknownResource, dmName,
 			strings.Join(slices.Sorted(maps.Keys(cfg.DMs)), ", "))
 	}
 	zone := req.TimeZone
@@ -297,7 +298,7 @@ func List(ctx context.Context, pool db.DBTX, cfg *config.Config, sc control.Scop
 		}
 	case agentID != "":
 		if _, ok := cfg.Agents[agentID]; !ok {
-			return nil, fmt.Errorf("%w: agent %q is not in config.json (agents: %s)", control.ErrUnknownResource, agentID,
+			return nil, fmt.Errorf("%w: agent %q is not in config.json (agents: %s)", session.ErrUnknownResource, agentID,
 				strings.Join(slices.Sorted(maps.Keys(cfg.Agents)), ", "))
 		}
 	}

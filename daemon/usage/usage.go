@@ -198,7 +198,7 @@ func Continue(ctx context.Context, q *db.Queries, prev db.ChoirControlSession, p
 
 // sessionBudget is what counts against a session's caps: its own spend,
 // plus the base it continues when choird started it on its own
-// (control.ByChoird: a session budget is not reset by cycling sessions).
+// (session.ByChoird: a session budget is not reset by cycling sessions).
 func sessionBudget(ctx context.Context, q *db.Queries, sessionID uuid.UUID) (rpcusage.Totals, error) {
 	s, err := q.SessionGetByID(ctx, sessionID)
 	if err != nil {

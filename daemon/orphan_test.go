@@ -95,7 +95,14 @@ func TestOrphanedAgentStopsByItself(t *testing.T) {
 					"could still have been adopted", took, orphanThreshold)
 			}
 			if rt == "process" {
-				b, _ := os.ReadFile(filepath.Join(p.Dir, "logs", "assistant.log"))
+				// The log holds both sessions: count the second one's lines.
+				all, _ := os.ReadFile(filepath.Join(p.Dir, "logs", "assistant.log"))
+				var b []byte
+				for line := range bytes.Lines(all) {
+					if bytes.Contains(line, []byte(`"session_id":"`+back+`"`)) {
+						b = append(b, line...)
+					}
+				}
 				for _, want := range []string{"choird unreachable; retrying with backoff",
 					"choird out of reach for longer than this session could still be adopted; stopping"} {
 					if n := bytes.Count(b, []byte(want)); n != 1 {

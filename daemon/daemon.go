@@ -254,6 +254,7 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 	if err := d.river.Stop(stopCtx); err != nil {
 		d.logger.Warn("river did not stop cleanly", slog.String("error", err.Error()))
 	}
+	d.reportLeftRunning(stopCtx)
 	d.logger.Info("choird stopped")
 	return nil
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -219,4 +220,28 @@ func (o orphanProbe) alive(t *testing.T, instance string) bool {
 		return false // removed
 	}
 	return res.Container.State != nil && res.Container.State.Running
+}
+
+// TestStopSaysWhatBecomesOfRunningAgents: choird's stop (Ctrl-C at a
+// terminal included) leaves its agents running, and says so, with the
+// bound within which a restarted choird resumes them.
+func TestStopSaysWhatBecomesOfRunningAgents(t *testing.T) {
+	t.Parallel()
+	d := startWithAgents(t, nil)
+	if _, err := d.AgentStart(context.Background(), daemon.Scope{Admin: true, Actor: "test"}, "assistant",
+		daemon.StartOverrides{}); err != nil {
+		t.Fatal(err)
+	}
+	d.WaitState(t, "assistant", admin.AgentActive)
+	pid := agentPid(t, d, "assistant")
+	if err := d.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	want := "agents left running: started again within 8s, choird resumes them"
+	if logs := d.Logs.String(); !strings.Contains(logs, want) || !strings.Contains(logs, `"agents":["assistant"]`) {
+		t.Errorf("choird's stop does not say %q of assistant:\n%s", want, logs)
+	}
+	if syscall.Kill(pid, 0) != nil || zombie(pid) {
+		t.Error("choird's stop stopped the agent")
+	}
 }

@@ -163,6 +163,9 @@ type stopRequest struct {
 	grace time.Duration
 	// revoked says the lease is gone: nothing can be replicated any more.
 	revoked bool
+	// orphaned says choird stayed out of reach longer than the session
+	// could be adopted: the agent stops without it (stopOrphaned).
+	orphaned bool
 }
 
 // defaultGrace is the stop's time budget when ctx ends (a signal) rather
@@ -409,11 +412,19 @@ type heartbeat struct {
 	interval      func() time.Duration
 	snapshotEvery func() int64
 	state         func() json.RawMessage
-	// warn tells the user something under a message ID; revoked stops the
-	// agent.
-	warn    func(ctx context.Context, id, text string)
-	revoked func()
+	// orphanAfter is how long choird may stay out of reach before the
+	// session can no longer be adopted (rpc.DynamicConfig.OrphanAfter).
+	orphanAfter func() time.Duration
+	// warn tells the user something under a message ID; revoked and
+	// orphaned stop the agent.
+	warn     func(ctx context.Context, id, text string)
+	revoked  func()
+	orphaned func(since time.Duration)
 
+	// contact is when choird last answered a beat (UnixNano), with an
+	// acknowledgement or an error of its own: set by every beat, the
+	// loop's and those of flushTo.
+	contact atomic.Int64
 	// mu serialises beats: the loop's and those of flushTo.
 	mu           sync.Mutex
 	lastSnapshot int64
@@ -423,6 +434,20 @@ type heartbeat struct {
 // unackedWarn is how many unacknowledged events make the agent warn the
 // user that its work is not yet safe on the host.
 const unackedWarn = 500
+
+// Retries of a failed heartbeat back off exponentially from backoffMin to
+// backoffMax: capped well under the crash threshold (10 s by default), so
+// that once choird or Postgres is back the session is heard from before
+// crash detection gives up on it.
+const (
+	backoffMin = 200 * time.Millisecond
+	backoffMax = 2 * time.Second
+)
+
+// defaultOrphanAfter bounds the time without choird when choird did not
+// say its threshold (an older choird): long enough for any threshold one
+// would configure, short enough that no agent runs on for long.
+const defaultOrphanAfter = 2 * time.Minute
 
 func (h *heartbeat) beat(ctx context.Context) error {
 	h.mu.Lock()
@@ -440,6 +465,9 @@ func (h *heartbeat) beat(ctx context.Context) error {
 		}
 	}
 	resp, err := h.client.Heartbeat(ctx, req)
+	if answered(err) {
+		h.contact.Store(time.Now().UnixNano())
+	}
 	if err != nil {
 		return err
 	}
@@ -457,29 +485,43 @@ func (h *heartbeat) beat(ctx context.Context) error {
 	return nil
 }
 
+// answered reports whether err (from a call to choird) means that choird
+// answered: no error, or an error of its own. Anything else (no socket, a
+// refused or broken connection, a timeout) is choird out of reach.
+func answered(err error) bool {
+	var e *rpc.Error
+	return err == nil || errors.As(err, &e)
+}
+
+// sinceContact is how long ago choird last answered a beat.
+func (h *heartbeat) sinceContact() time.Duration {
+	return time.Since(time.Unix(0, h.contact.Load()))
+}
+
 // run beats every interval, backing off while choird is unreachable;
 // unacknowledged events stay in the log and go out with the next
 // successful beat. A revoked lease (the session was crashed or stopped
-// behind the agent's back) fences the agent: it stops.
+// behind the agent's back) fences the agent: it stops. So does choird
+// out of reach for longer than orphanAfter: the session can no longer be
+// adopted, and an agent without choird must not run on by itself.
 func (h *heartbeat) run(ctx context.Context) {
-	backoff := time.Duration(0)
+	h.contact.Store(time.Now().UnixNano()) // choird answered the hello just now
+	var backoff time.Duration
+	var down outage
 	// The first beat goes out at once: choird learns the agent is up, and
 	// the interval only spaces the ones after it.
 	wait := time.Duration(0)
 	for {
-		if backoff > 0 {
-			wait = backoff
-		}
 		select {
 		case <-ctx.Done():
 			return
 		case <-time.After(wait):
 		}
-		wait = h.interval()
 		err := h.beat(ctx)
 		switch {
 		case err == nil:
-			backoff = 0
+			down.over(h.logger)
+			backoff, wait = 0, h.interval()
 			h.warned = false
 			continue
 		case ctx.Err() != nil:
@@ -489,20 +531,67 @@ func (h *heartbeat) run(ctx context.Context) {
 			h.revoked()
 			return
 		}
-		// Capped well under the crash threshold (10 s by default): once
-		// choird or Postgres is back, the session must be heard from
-		// before crash detection gives up on it.
-		backoff = min(max(2*backoff, 200*time.Millisecond), 2*time.Second)
-		h.logger.Warn("heartbeat failed; retrying", slog.String("error", err.Error()), slog.Duration("backoff", backoff))
-		head, _ := h.log.Head()
-		if acked, _ := h.log.Acked(); head-acked > unackedWarn && !h.warned {
-			h.warned = true
-			h.logger.Warn("unacknowledged events are piling up", slog.Int64("unacked", head-acked))
-			_, hash := h.log.Head()
-			h.warn(ctx, lane.MessageID("unacked", hash), fmt.Sprintf("Warning: I cannot reach choird; %d of my latest steps are not yet saved on the host "+
-				"and would be lost if I crashed now.", head-acked))
+		bound := h.orphanAfter()
+		down.failed(h.logger, err, bound)
+		left := bound - h.sinceContact()
+		if left <= 0 {
+			h.logger.Error("choird out of reach for longer than this session could still be adopted; stopping",
+				slog.Duration("unreachable_for", h.sinceContact().Round(time.Millisecond)), slog.Duration("bound", bound),
+				slog.Int("failed_tries", down.tries), slog.String("error", err.Error()))
+			h.orphaned(h.sinceContact())
+			return
 		}
+		backoff = min(max(2*backoff, backoffMin), backoffMax)
+		wait = min(backoff, left)
+		h.warnUnacked(ctx)
 	}
+}
+
+// warnUnacked tells the user once that unacknowledged events pile up.
+func (h *heartbeat) warnUnacked(ctx context.Context) {
+	head, _ := h.log.Head()
+	if acked, _ := h.log.Acked(); head-acked > unackedWarn && !h.warned {
+		h.warned = true
+		h.logger.Warn("unacknowledged events are piling up", slog.Int64("unacked", head-acked))
+		_, hash := h.log.Head()
+		h.warn(ctx, lane.MessageID("unacked", hash), fmt.Sprintf("Warning: I cannot reach choird; %d of my latest steps are not yet saved on the host "+
+			"and would be lost if I crashed now.", head-acked))
+	}
+}
+
+// outage logs the heartbeat's failures once per change of state (out of
+// reach, or answering with errors), not once per try, and the recovery
+// once.
+type outage struct {
+	state string // "" while beats succeed
+	since time.Time
+	tries int
+}
+
+func (o *outage) failed(logger *slog.Logger, err error, bound time.Duration) {
+	o.tries++
+	state := "choird unreachable; retrying with backoff"
+	if answered(err) {
+		state = "choird refuses heartbeats; retrying with backoff"
+	}
+	if o.state == "" {
+		o.since = time.Now()
+	}
+	if state == o.state {
+		return
+	}
+	o.state = state
+	logger.Warn(state, slog.String("error", err.Error()), slog.Duration("backoff_max", backoffMax),
+		slog.Duration("stop_after", bound))
+}
+
+func (o *outage) over(logger *slog.Logger) {
+	if o.state == "" {
+		return
+	}
+	logger.Info("heartbeat acknowledged again", slog.Duration("after", time.Since(o.since).Round(time.Millisecond)),
+		slog.Int("failed_tries", o.tries))
+	*o = outage{}
 }
 
 // flush sends heartbeats until everything committed is acknowledged.

@@ -354,9 +354,14 @@ func (s *session) newHeartbeat() *heartbeat {
 			b, _ := json.Marshal(workingState{Edge: s.edge.Snapshot(), OpenJobs: s.jobs.Snapshots()})
 			return b
 		},
-		warn: s.out.warn,
+		warn:        s.out.warn,
+		orphanAfter: func() time.Duration { return s.dyn.Load().OrphanAfter(defaultOrphanAfter) },
 		revoked: func() {
 			s.requestStop(stopRequest{reason: "lease revoked by choird", revoked: true})
+		},
+		orphaned: func(since time.Duration) {
+			s.requestStop(stopRequest{reason: fmt.Sprintf("choird out of reach for %s", since.Round(time.Second)),
+				orphaned: true, grace: orphanGrace})
 		}}
 	hb.lastSnapshot = s.hello.AckedRev
 	return hb
@@ -509,9 +514,12 @@ func (s *session) stop(ctx context.Context, req stopRequest) error {
 
 	// 2. The session summary, bounded by session_summary_timeout_ms and by
 	// the grace; skipped on expiry or error.
-	if req.revoked {
+	switch {
+	case req.revoked:
 		s.logger.Info("session summary skipped: the lease is revoked")
-	} else {
+	case req.orphaned:
+		s.logger.Info("session summary skipped: choird is out of reach")
+	default:
 		s.summarise(base, min(summaryTimeout, time.Until(deadline)-finalReserve))
 	}
 
@@ -519,6 +527,9 @@ func (s *session) stop(ctx context.Context, req stopRequest) error {
 	// final heartbeat before the session is ended.
 	s.stopRun()
 	s.wg.Wait()
+	if req.orphaned {
+		return s.stopOrphaned(base)
+	}
 	final, cancel := context.WithTimeout(base, finalReserve)
 	defer cancel()
 	if err := s.hb.flush(final); err != nil {
@@ -547,4 +558,84 @@ func (s *session) summarise(ctx context.Context, d time.Duration) {
 	default:
 		s.logger.Info("session summary written", slog.Int64("rev", ev.Rev))
 	}
+}
+
+// ErrOrphaned is Run's error when the agent stopped because choird stayed
+// out of reach longer than its session could be adopted.
+var ErrOrphaned = errors.New("choird out of reach for longer than the session could be adopted")
+
+// orphanGrace bounds an orphaned agent's stop: the lane's safe point and
+// a last try to reach choird. No session summary is written: nothing
+// could replicate it.
+const orphanGrace = 10 * time.Second
+
+// orphanFlush bounds the last try to reach choird once orphaned.
+const orphanFlush = 2 * time.Second
+
+// UnackedDir is where, under the workspace, an orphaned agent keeps the
+// events choird never acknowledged: <workspace>/.choirtmp/unacked/<session>.json.
+const UnackedDir = ".choirtmp/unacked"
+
+// stopOrphaned ends a session whose choird is gone: one last beat in case
+// it is back, then, for what is still unacknowledged, a file in the
+// workspace, which outlives the agent and its container. The session
+// that resumes this one starts at the acknowledged revision: the events
+// in the file are not in its history, though what they record (a tool's
+// side effect, an answer) happened. Nothing reads the file back by
+// itself; it is there for a person, and for a tool that would.
+func (s *session) stopOrphaned(ctx context.Context) error {
+	final, cancel := context.WithTimeout(ctx, orphanFlush)
+	err := s.hb.flush(final)
+	cancel()
+	if err == nil {
+		s.logger.Info("choird answered the last heartbeat: everything is acknowledged")
+		return ErrOrphaned
+	}
+	p := s.log.Unacked()
+	if p.Empty() {
+		s.logger.Info("nothing unacknowledged is lost: choird holds the whole log", slog.Int64("acked_rev", p.BaseRev))
+		return ErrOrphaned
+	}
+	types := map[rpc.EventType]int{}
+	for _, e := range p.Events {
+		types[e.Type]++
+	}
+	attrs := []any{slog.Int64("acked_rev", p.BaseRev), slog.Int64("head_rev", p.NewRev),
+		slog.Int("events", len(p.Events)), slog.Any("event_types", types)}
+	path, werr := s.keepUnacked(p)
+	if werr != nil {
+		s.logger.Error("unacknowledged events are lost: they could not be kept in the workspace; a resumed session "+
+			"starts at acked_rev and does not know what they record", append(attrs, slog.String("error", werr.Error()))...)
+		return ErrOrphaned
+	}
+	s.logger.Error("unacknowledged events are not in choird's replica: kept in the workspace; a resumed session "+
+		"starts at acked_rev and does not replay them", append(attrs, slog.String("path", path))...)
+	return ErrOrphaned
+}
+
+// unackedFile is what keepUnacked writes: the chain from the acknowledged
+// revision on, hashes included, so that it can be checked against
+// choird's replica.
+type unackedFile struct {
+	AgentID   string          `json:"agent_id"`
+	SessionID string          `json:"session_id"`
+	Reason    string          `json:"reason"`
+	Patch     commitlog.Patch `json:"patch"`
+}
+
+func (s *session) keepUnacked(p commitlog.Patch) (string, error) {
+	dir := filepath.Join(s.opts.Workspace, filepath.FromSlash(UnackedDir))
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return "", fmt.Errorf("make %s: %w", dir, err)
+	}
+	b, err := json.Marshal(unackedFile{AgentID: s.opts.AgentID, SessionID: s.opts.SessionID,
+		Reason: "choird out of reach for longer than the session could be adopted", Patch: p})
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(dir, s.opts.SessionID+".json")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		return "", fmt.Errorf("write %s: %w", path, err)
+	}
+	return path, nil
 }

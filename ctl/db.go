@@ -91,8 +91,7 @@ func runDBMigrate(ctx context.Context, g *globals, opts dbMigrateOptions) error 
 		return err
 	}
 	defer pool.Close()
-	logger := slog.New(slog.NewTextHandler(g.stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	m, err := choirsql.NewMigrator(pool, logger)
+	m, err := choirsql.NewMigrator(pool, g.logger(slog.LevelWarn))
 	if err != nil {
 		return err
 	}

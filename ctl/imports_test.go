@@ -28,7 +28,10 @@ func TestChoirctlReachesChoirdOnlyThroughTheAdminAPI(t *testing.T) {
 		case "cmd/choirctl", "ctl", "ctl/memory", "ctl/logs", "ctl/usage", "config", "config/modelenv", "config/workspace", "sql", "strictjson", "rpc",
 			// config validates web.allow_hosts with the guard's parser; it
 			// reaches nothing.
-			"internal/netguard":
+			"internal/netguard",
+			// The shape of log lines on stderr, text or JSON; it reaches
+			// nothing.
+			"internal/logjson":
 			return true
 		}
 		return strings.HasPrefix(pkg, "rpc/")

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -19,6 +20,7 @@ import (
 	"github.com/choirhq/choir/ctl/logs"
 	"github.com/choirhq/choir/ctl/memory"
 	"github.com/choirhq/choir/ctl/usage"
+	"github.com/choirhq/choir/internal/logjson"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -43,9 +45,16 @@ func usageErr(err error) error { return &exitError{code: ExitUsage, err: err} }
 
 // globals are the flags every command shares.
 type globals struct {
-	home   string
-	stdout io.Writer
-	stderr io.Writer
+	home      string
+	logFormat string
+	stdout    io.Writer
+	stderr    io.Writer
+}
+
+// logger logs to stderr at level in --log-format: text on a terminal,
+// JSON elsewhere, unless the flag says which.
+func (g *globals) logger(level slog.Level) *slog.Logger {
+	return slog.New(logjson.NewStreamHandler(g.stderr, level, g.logFormat))
 }
 
 // client returns a client of choird's admin API; the caller closes it.
@@ -90,8 +99,15 @@ Exit codes:
   2  bad input: a malformed command line, config or argument, or an unknown name`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		PersistentPreRunE: func(*cobra.Command, []string) error {
+			if _, err := logjson.ParseFormat(g.logFormat); err != nil {
+				return usageErr(fmt.Errorf("--log-format: %w", err))
+			}
+			return nil
+		},
 	}
 	root.PersistentFlags().StringVar(&g.home, "home", config.DefaultHome(), "the .choir.d directory (env CHOIR_HOME)")
+	root.PersistentFlags().StringVar(&g.logFormat, "log-format", logjson.FormatAuto, "log lines on stderr: auto (text on a terminal, else json), text or json")
 	root.SetOut(g.stdout)
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })

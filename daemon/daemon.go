@@ -54,8 +54,11 @@ var Version = "dev"
 type Options struct {
 	// Home is the .choir.d directory.
 	Home string
-	// Stderr receives the same JSON log lines as .choir.d/logs/choird.log.
-	Stderr io.Writer
+	// Stderr receives the log lines of .choir.d/logs/choird.log, in
+	// LogFormat: "text" (a line a person reads), "json" (as in the file,
+	// always JSON), or "auto"/"" (text when Stderr is a terminal).
+	Stderr    io.Writer
+	LogFormat string
 	// Ready, when set, is called once choird is ready to serve.
 	Ready func(*Daemon)
 	// Transport is the agent protocol's transport: "uds" (default, on
@@ -127,7 +130,8 @@ func (d *Daemon) Pool() *pgxpool.Pool { return d.pool }
 var ErrNotMigrated = errors.New("database schema is not migrated")
 
 // Run starts choird and blocks until ctx ends, then shuts down in order.
-// Every step is logged as JSON to .choir.d/logs/choird.log and stderr.
+// Every step is logged as JSON to .choir.d/logs/choird.log, and to stderr
+// in opts.LogFormat.
 func Run(ctx context.Context, opts Options) (err error) {
 	if opts.Stderr == nil {
 		opts.Stderr = os.Stderr
@@ -144,7 +148,7 @@ func Run(ctx context.Context, opts Options) (err error) {
 	defer logFile.Close()
 	logger := slog.New(slog.NewMultiHandler(
 		logjson.NewHandler(logFile, slog.LevelInfo),
-		logjson.NewHandler(opts.Stderr, slog.LevelInfo),
+		logjson.NewStreamHandler(opts.Stderr, slog.LevelInfo, opts.LogFormat),
 	)).With(slog.String("source", "choird"))
 	defer func() {
 		if err != nil {
@@ -251,6 +255,7 @@ func (d *Daemon) run(ctx context.Context) (err error) {
 	if err := d.river.Stop(stopCtx); err != nil {
 		d.logger.Warn("river did not stop cleanly", slog.String("error", err.Error()))
 	}
+	d.reportLeftRunning(stopCtx)
 	d.logger.Info("choird stopped")
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
@@ -51,6 +52,35 @@ func (d *Daemon) watchExits(ctx context.Context) {
 			d.logger.Warn("could not remove a dead instance", slog.String("instance", ex.ID), slog.String("error", err.Error()))
 		}
 	}
+}
+
+// reportLeftRunning says, as choird stops, which agents it leaves running
+// and what becomes of them: choird's stop (Ctrl-C at a terminal, a service
+// stop or restart) never stops agents, so that a restart loses nothing; a
+// choird started again within the bound resumes each one in a successor
+// session, and without one each agent stops by itself once the bound has
+// passed (agent.ErrOrphaned).
+func (d *Daemon) reportLeftRunning(ctx context.Context) {
+	if d.runtime == nil {
+		return
+	}
+	list, err := d.runtime.List(ctx)
+	if err != nil {
+		return
+	}
+	var agents []string
+	for _, inst := range list {
+		if inst.Running() {
+			agents = append(agents, inst.AgentID)
+		}
+	}
+	if len(agents) == 0 {
+		return
+	}
+	bound := d.Snapshot().Config.CrashDetectionThreshold() + agentapi.OrphanGrace
+	d.logger.InfoContext(ctx, fmt.Sprintf("agents left running: started again within %s, choird resumes them; "+
+		"otherwise each stops by itself then (choirctl agent stop before stopping choird ends them now)", bound),
+		slog.Any("agents", agents), slog.Duration("bound", bound))
 }
 
 // cleanOrphans removes every instance a previous run of choird left (spec

@@ -163,7 +163,9 @@ func ResolveApprovalTx(ctx context.Context, tx pgx.Tx, ins Inserter, id uuid.UUI
 	case proposal.IsProposal(row.RequestType):
 		text = proposalOutcomeText(row, approve)
 	case approve:
-		text = fmt.Sprintf("Approved: %s. Executing.", row.Summary)
+		if text, err = approvedText(ctx, q, row); err != nil {
+			return row, false, err
+		}
 	default:
 		text = fmt.Sprintf("Rejected: %s.", row.Summary)
 	}
@@ -180,6 +182,32 @@ func ResolveApprovalTx(ctx context.Context, tx pgx.Tx, ins Inserter, id uuid.UUI
 		return row, false, fmt.Errorf("queue outcome of approval %s: %w", id, err)
 	}
 	return row, true, nil
+}
+
+// approvedText says what happens next once an approval that is not a
+// proposal is approved: nothing runs at the moment of the approval. A
+// schedule is armed and runs when it fires; any other approved call runs
+// only when the agent, told of the approval, makes it again.
+func approvedText(ctx context.Context, q *db.Queries, row db.ChoirControlPendingApproval) (string, error) {
+	if row.RequestType != ScheduleApprovalType {
+		return fmt.Sprintf("Approved: %s. Nothing has run yet: the agent is told, and the call runs when it makes it again.",
+			row.Summary), nil
+	}
+	s, err := q.ScheduleLockByApproval(ctx, &row.ApprovalID)
+	switch {
+	case errors.Is(err, choirsql.ErrNotFound):
+		return fmt.Sprintf("Approved: %s. Nothing runs now.", row.Summary), nil
+	case err != nil:
+		return "", fmt.Errorf("load the schedule of approval %s: %w", row.ApprovalID, err)
+	case s.Status != ScheduleActive || s.NextRunAt == nil:
+		return fmt.Sprintf("Approved: %s. Nothing runs now: the schedule is %s.", row.Summary, s.Status), nil
+	}
+	loc, err := time.LoadLocation(s.TimeZone)
+	if err != nil {
+		loc = time.UTC
+	}
+	return fmt.Sprintf("Approved: %s. Armed: nothing runs until it fires, next at %s.", row.Summary,
+		s.NextRunAt.In(loc).Format("Mon 2 Jan 2006 15:04 MST")), nil
 }
 
 // ApprovalTimeoutWorker rejects an approval nobody answered, in one

@@ -1,6 +1,8 @@
 package rpc
 
 import (
+	"time"
+
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/rpc/usage"
 )
@@ -49,4 +51,25 @@ type DynamicConfig struct {
 	// Usage is what the agent had spent when this was fetched, which its
 	// usage caps count on from (nil from an older choird).
 	Usage *usage.Baseline `json:"usage,omitempty"`
+	// CrashDetectionThresholdMS is choird's crash-detection threshold and
+	// OrphanGraceMS the grace choird adds to it: an agent that cannot
+	// reach choird for their sum stops by itself, because its session can
+	// no longer be adopted (choird marks it crashed and a successor
+	// resumes it). Zero (an older choird) leaves the agent with its own
+	// bound. They travel here and not in INIT_HELLO's answer because this
+	// document is decoded leniently: an older agent ignores them, where
+	// its strict decoding of the hello would refuse a field it does not
+	// know.
+	CrashDetectionThresholdMS int64 `json:"crash_detection_threshold_ms,omitempty"`
+	OrphanGraceMS             int64 `json:"orphan_grace_ms,omitempty"`
+}
+
+// OrphanAfter is how long an agent may go without reaching choird before
+// it stops: the threshold plus the grace, or def when choird said
+// nothing.
+func (d *DynamicConfig) OrphanAfter(def time.Duration) time.Duration {
+	if d == nil || d.CrashDetectionThresholdMS <= 0 {
+		return def
+	}
+	return time.Duration(d.CrashDetectionThresholdMS+max(d.OrphanGraceMS, 0)) * time.Millisecond
 }

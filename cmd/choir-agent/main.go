@@ -96,7 +96,30 @@ func main() {
 	if err := agent.Run(ctx, o); err != nil {
 		fmt.Fprintf(os.Stderr, "choir-agent: %v\n", err)
 		stop()
+		if errors.Is(err, agent.ErrOrphaned) {
+			releaseGroup(o.Sandboxed)
+			os.Exit(exitOrphaned)
+		}
 		os.Exit(1)
+	}
+}
+
+// exitOrphaned is the exit status of an agent that stopped because choird
+// stayed out of reach.
+const exitOrphaned = 3
+
+// releaseGroup ends what the agent's tools left running, when no choird
+// will: under the process runtime the agent leads its own process group
+// (choird kills the group when the agent exits, but choird is gone). In
+// a container the agent's exit ends them all.
+func releaseGroup(sandboxed bool) {
+	pid := os.Getpid()
+	if sandboxed || pid <= 1 || syscall.Getpgrp() != pid {
+		return
+	}
+	signal.Ignore(syscall.SIGTERM)
+	if err := syscall.Kill(-pid, syscall.SIGTERM); err != nil {
+		fmt.Fprintf(os.Stderr, "choir-agent: end the process group: %v\n", err)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/internal/logjson"
 )
 
 func main() {
@@ -26,17 +27,22 @@ func main() {
 	agentImage := fs.String("agent-image", "", "image for every agent under docker (default: choir-agent-<id>:latest)")
 	osImage := fs.String("os-image", "", "OS image agent builds start from (Dockerfile.base's CHOIR_OS_IMAGE)")
 	telegramAPI := fs.String("telegram-api-url", "", "Telegram Bot API server (default https://api.telegram.org; tests point it at a local fake)")
+	logFormat := fs.String("log-format", logjson.FormatAuto, "log lines on stderr: auto (text on a terminal, else json), text or json; logs/choird.log is always json")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			os.Exit(0)
 		}
 		os.Exit(2)
 	}
+	if _, err := logjson.ParseFormat(*logFormat); err != nil {
+		fmt.Fprintf(os.Stderr, "choird: --log-format: %v\n", err)
+		os.Exit(2)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := daemon.Run(ctx, daemon.Options{Home: *home, Transport: *transport, Listen: *listen,
 		TLSCert: *tlsCert, TLSKey: *tlsKey, Runtime: *rt, AgentBinary: *agentBinary, AgentImage: *agentImage, OSImage: *osImage,
-		TelegramAPIURL: *telegramAPI}); err != nil {
+		TelegramAPIURL: *telegramAPI, LogFormat: *logFormat}); err != nil {
 		fmt.Fprintf(os.Stderr, "choird: %v\n", err)
 		stop()
 		os.Exit(1)

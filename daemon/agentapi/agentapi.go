@@ -398,7 +398,8 @@ func dynamicConfig(cfg *config.Config, agentID string, b rpc.ResourceBindings) r
 		HeartbeatIntervalMS: cfg.HeartbeatInterval().Milliseconds(), RateLimitRetryMS: cfg.RateLimitRetry().Milliseconds(),
 		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval(),
 		Budgets: cfg.Agents[agentID].Budgets.WithDefaults(), CompactionThresholdPercent: cfg.CompactionThreshold(),
-		ToolMode: cfg.Agents[agentID].ToolMode}
+		ToolMode: cfg.Agents[agentID].ToolMode, CrashDetectionThresholdMS: cfg.CrashDetectionThreshold().Milliseconds(),
+		OrphanGraceMS: OrphanGrace.Milliseconds()}
 }
 
 // onlyBound is the entry of m named bound, alone, or nil.
@@ -409,6 +410,15 @@ func onlyBound[V any](m map[string]V, bound string) map[string]V {
 	}
 	return map[string]V{bound: v}
 }
+
+// OrphanGrace is what choird adds to its crash-detection threshold to tell
+// an agent how long it may go without reaching choird before it stops
+// (rpc.DynamicConfig.OrphanAfter). Past the threshold a session is taken
+// for crashed as soon as crash detection runs; the grace covers what
+// separates that from the threshold when choird itself was down: the
+// agent's retry backoff (at most 2 s) and, in a restarted choird, River's
+// leader election and the first crash-detection round (about 2 s).
+const OrphanGrace = 5 * time.Second
 
 // HandleFetchDynamicConfig returns the full hot-reloadable configuration,
 // with the session's current model and voice profile, as one versioned

@@ -1,7 +1,10 @@
 // Package logjson is the one shape of Choir's log lines (spec 22.2): JSON,
 // one object per line, with durations in whole milliseconds under a key
 // ending in _ms. choird and choir-agent both make their handlers here, so
-// that choirctl logs and jq see the same fields from either.
+// that choirctl logs and jq see the same fields from either. On a stream a
+// person may read (choird's and choirctl's stderr) the lines are text at a
+// terminal and JSON elsewhere, unless --log-format says which (text.go);
+// log files are always JSON.
 package logjson
 
 import (

@@ -1,0 +1,92 @@
+package jobs_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
+
+	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/jobs"
+)
+
+// TestApprovedSaysWhatHappensNext approves one approval of each kind that
+// is not a proposal and reads the outcome message: none claims that
+// anything executes, because nothing does at the moment of approval. An
+// approved reminder is armed and says when it fires; an approved call
+// says that it has not run and runs when the agent makes it again.
+func TestApprovedSaysWhatHappensNext(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setupDelivery(t, gateway.SendLimits{PerChat: 1000, PerBot: 1000})
+	// The schedule worker is registered so that arming may queue its
+	// fire; the fire is years away.
+	client := startWithTimeouts(t, b, nil, func(w *river.Workers) {
+		if err := jobs.AddScheduleWorker(w, &jobs.ScheduleFireWorker{Pool: b.pool}); err != nil {
+			t.Fatal(err)
+		}
+	})
+	approve := func(t *testing.T, a db.ChoirControlPendingApproval) string {
+		t.Helper()
+		if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+			_, won, err := jobs.ResolveApprovalTx(ctx, tx, client, a.ApprovalID, true, "telegram:alice")
+			if err == nil && !won {
+				t.Error("the approval was already resolved")
+			}
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		var text string
+		if err := b.pool.QueryRow(ctx, `SELECT text FROM choir_control.outbox WHERE message_id = $1`,
+			"approval:"+a.ApprovalID.String()+":resolved").Scan(&text); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(text, "Executing") {
+			t.Errorf("outcome %q claims that something executes", text)
+		}
+		return text
+	}
+	setType := func(t *testing.T, a *db.ChoirControlPendingApproval, typ string) {
+		t.Helper()
+		if _, err := b.pool.Exec(ctx, `UPDATE choir_control.pending_approvals SET request_type = $2 WHERE approval_id = $1`,
+			a.ApprovalID, typ); err != nil {
+			t.Fatal(err)
+		}
+		a.RequestType = typ
+	}
+
+	t.Run("ReminderIsArmedAndSaysWhenItFires", func(t *testing.T) {
+		a := newApproval(t, b, "reminder #1 at Mon 1 Jan 2035 09:00 UTC: call mom", time.Hour)
+		setType(t, &a, jobs.ScheduleApprovalType)
+		due := time.Date(2035, 1, 1, 9, 0, 0, 0, time.UTC)
+		q := db.New(b.pool)
+		s, err := q.ScheduleInsert(ctx, db.ScheduleInsertParams{AgentID: testAgent, Dm: testDMName, Kind: "once",
+			TimeZone: "UTC", Purpose: "reminder", Text: "call mom", Missed: jobs.MissedRunOnce,
+			Status: jobs.SchedulePendingApproval, CreatedBy: "test", RunAt: &due, NextRunAt: &due})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := q.ScheduleSetApproval(ctx, db.ScheduleSetApprovalParams{ScheduleID: s.ScheduleID, ApprovalID: &a.ApprovalID}); err != nil {
+			t.Fatal(err)
+		}
+		text := approve(t, a)
+		if !strings.Contains(text, "nothing runs until it fires") || !strings.Contains(text, "Mon 1 Jan 2035 09:00 UTC") {
+			t.Errorf("approved reminder: %q; want that nothing runs until it fires, and when", text)
+		}
+	})
+
+	t.Run("GatedCallSaysItHasNotRun", func(t *testing.T) {
+		for _, typ := range []string{"choir.email.send", "mcp.files.delete"} {
+			a := newApproval(t, b, typ+" something", time.Hour)
+			setType(t, &a, typ)
+			if text := approve(t, a); !strings.Contains(text, "Nothing has run yet") || !strings.Contains(text, "makes it again") {
+				t.Errorf("approved %s: %q; want that nothing has run and when it will", typ, text)
+			}
+		}
+	})
+}

@@ -11,8 +11,11 @@ import (
 	"sync"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/chromedp"
 )
 
@@ -37,6 +40,7 @@ type agent struct {
 type tab struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
+	agentID string
 	mu      sync.Mutex
 	refused []string
 }
@@ -115,8 +119,12 @@ func (a *agent) reset(inst *instance) {
 	}
 	a.inst, a.tabs, a.err = inst, map[string]*tab{}, nil
 	root, cancel := chromedp.NewContext(inst.ctx, chromedp.WithNewBrowserContext())
-	t := &tab{ctx: root, cancel: cancel}
-	if err := a.w.guard(t); err != nil {
+	t := &tab{ctx: root, cancel: cancel, agentID: a.id}
+	err := a.w.guard(t)
+	if err == nil {
+		err = denyDownloads(root)
+	}
+	if err != nil {
 		cancel()
 		a.root, a.cancel, a.err = nil, nil, fmt.Errorf("create the browser context of agent %s: %w", a.id, err)
 		return
@@ -163,7 +171,7 @@ func (a *agent) tab(name string, maxTabs int) (*tab, error) {
 			Fix: "reuse a tab, or close one with close_tab (the limit is web.browse_max_tabs in config.json)"}
 	}
 	ctx, cancel := chromedp.NewContext(a.root) // same browser context: shares the agent's cookies only
-	t := &tab{ctx: ctx, cancel: cancel}
+	t := &tab{ctx: ctx, cancel: cancel, agentID: a.id}
 	if err := a.w.guard(t); err != nil {
 		cancel()
 		return nil, fmt.Errorf("open tab %s: %w", name, err)
@@ -195,16 +203,54 @@ func (a *agent) closeTab(name string) {
 
 // guard turns on request interception in the tab: every request, a
 // navigation, a redirect or a sub-request, waits until the guard allows it.
+// It also keeps the host's files out of the page's reach: a file chooser
+// (an <input type=file>, showOpenFilePicker) is intercepted and never
+// answered, so no file is ever chosen, and drags are intercepted, so no
+// file is ever dropped; each is refused in the call's result and logged.
 func (w *Worker) guard(t *tab) error {
 	if err := chromedp.Listen(t.ctx, func(ev any) {
-		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+		switch e := ev.(type) {
+		case *fetch.EventRequestPaused:
 			go w.decide(t, e) // never call the browser from the listener
+		case *page.EventFileChooserOpened:
+			w.refuseHostFile(t, "file chooser", "the page opened a file chooser ("+string(e.Mode)+"); it was left unanswered")
+		case *input.EventDragIntercepted:
+			w.refuseHostFile(t, "drag and drop", "a drag was intercepted and not dropped")
 		}
 	}); err != nil {
 		return err
 	}
-	_, err := chromedp.Call(t.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*"}}})
-	return err
+	if _, err := chromedp.Call(t.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*"}}}); err != nil {
+		return err
+	}
+	if _, err := chromedp.Call(t.ctx, page.SetInterceptFileChooserDialog, page.SetInterceptFileChooserDialogParams{Enabled: true}); err != nil {
+		return fmt.Errorf("intercept file choosers: %w", err)
+	}
+	if _, err := chromedp.Call(t.ctx, input.SetInterceptDrags, input.SetInterceptDragsParams{Enabled: true}); err != nil {
+		return fmt.Errorf("intercept drags: %w", err)
+	}
+	return nil
+}
+
+// refuseHostFile records and logs a page's attempt at a host file.
+func (w *Worker) refuseHostFile(t *tab, what, detail string) {
+	msg := what + " refused: " + detail + "; the browser never reads a host file for a page"
+	t.mu.Lock()
+	t.refused = append(t.refused, msg)
+	t.mu.Unlock()
+	w.logger.Warn("browser host file access refused", slog.String("agent_id", t.agentID), slog.String("what", what),
+		slog.String("detail", detail))
+}
+
+// denyDownloads makes the browser context refuse every download, so that
+// no page writes to the host's disk.
+func denyDownloads(root context.Context) error {
+	id := chromedp.FromContext(root).BrowserContextID
+	if _, err := chromedp.CallBrowser(root, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+		Behavior: cdpbrowser.SetDownloadBehaviorBehaviorDeny, BrowserContextID: id}); err != nil {
+		return fmt.Errorf("deny downloads: %w", err)
+	}
+	return nil
 }
 
 // decide lets one paused request go on, or fails it.

@@ -16,6 +16,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/chromedp/cdproto/dom"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/choirhq/choir/config"
@@ -199,7 +201,7 @@ func (w *Worker) act(ctx context.Context, t *tab, s Action, lim config.Web, out 
 	case "click":
 		return chromedp.Do(ctx, chromedp.WaitVisible(sel), chromedp.Click(sel))
 	case "type":
-		return chromedp.Do(ctx, chromedp.WaitVisible(sel), chromedp.SendKeys(sel, s.Text))
+		return w.typeText(ctx, t, s)
 	case "wait":
 		return chromedp.Do(ctx, chromedp.WaitVisible(sel))
 	case "scroll":
@@ -216,6 +218,44 @@ func (w *Worker) act(ctx context.Context, t *tab, s Action, lim config.Web, out 
 		return chromedp.Do(ctx, chromedp.NavigateBack())
 	}
 	return fmt.Errorf("unknown action %q", s.Action)
+}
+
+// typeText types s.Text into the element s.Selector names, refusing a
+// file input: chromedp's SendKeys would turn the text into
+// DOM.setFileInputFiles and upload whatever host file it names. The
+// element's type is read live in the page, not from chromedp's cached DOM,
+// and the keys go through key events only, which can never choose a file.
+func (w *Worker) typeText(ctx context.Context, t *tab, s Action) error {
+	nodes, err := chromedp.Run(ctx, chromedp.Nodes(s.Selector, chromedp.NodeVisible))
+	if err != nil {
+		return err
+	}
+	if len(nodes) == 0 {
+		return fmt.Errorf("selector %q matched nothing", s.Selector)
+	}
+	n := nodes[0]
+	obj, err := chromedp.Call(ctx, dom.ResolveNode, dom.ResolveNodeParams{NodeID: n.NodeID})
+	if err != nil {
+		return fmt.Errorf("resolve %s: %w", s.Selector, err)
+	}
+	if obj.Object == nil {
+		return fmt.Errorf("resolve %s: no object", s.Selector)
+	}
+	byValue := true
+	res, err := chromedp.Call(ctx, runtime.CallFunctionOn, runtime.CallFunctionOnParams{ObjectID: obj.Object.ObjectID,
+		FunctionDeclaration: `function() { return this instanceof HTMLInputElement && this.type === "file"; }`,
+		ReturnByValue:       &byValue})
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", s.Selector, err)
+	}
+	if res.Result == nil || string(res.Result.Value) != "false" {
+		w.logger.Warn("browser host file access refused", slog.String("agent_id", t.agentID),
+			slog.String("what", "type into file input"), slog.String("selector", s.Selector))
+		return &Failure{Kind: "refused_file_input", Message: fmt.Sprintf("type into %q refused: it is a file input (<input type=file>), "+
+			"and the browser never uploads a host file for a page", s.Selector),
+			Fix: "do not type into file inputs; to send a file, use choir.send.file"}
+	}
+	return chromedp.Do(ctx, chromedp.KeyEventNode(n, s.Text))
 }
 
 // tabCtx is the tab's chromedp context, ended also by the call's ctx.

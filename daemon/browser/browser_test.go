@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -110,9 +112,20 @@ try { window.open("%s/popup"); } catch (e) {}
 // only. Without Chromium the test fails in CI and is skipped elsewhere.
 func newWorker(t testing.TB, w config.Web) *browser.Worker {
 	t.Helper()
+	return newWorkerLogging(t, w, nil)
+}
+
+// newWorkerLogging is newWorker with more hosts opened, logging JSON
+// lines to logs (nil discards them).
+func newWorkerLogging(t testing.TB, w config.Web, logs io.Writer, hosts ...string) *browser.Worker {
+	t.Helper()
 	s := testSite()
-	w.AllowHosts = []string{"127.0.0.1:" + s.port}
-	wk, err := browser.New(browser.Config{SettingsFunc: func() config.Web { return w }})
+	w.AllowHosts = append([]string{"127.0.0.1:" + s.port}, hosts...)
+	var logger *slog.Logger
+	if logs != nil {
+		logger = slog.New(slog.NewJSONHandler(logs, nil))
+	}
+	wk, err := browser.New(browser.Config{SettingsFunc: func() config.Web { return w }, Logger: logger})
 	if errors.Is(err, browser.ErrNoChromium) && os.Getenv("CI") != "true" {
 		t.Skipf("skipped: %v (scripts/testdeps.sh installs it)", err)
 	}

@@ -43,7 +43,20 @@ type tab struct {
 	agentID string
 	mu      sync.Mutex
 	refused []string
+	// dropped counts the refusals past maxRefused since the last take;
+	// logged counts the refusals logged since then.
+	dropped, logged int
 }
+
+// maxRefused caps the refusals a call's result lists, and maxLogged the
+// refusal lines a tab logs between two calls; the rest are counted, in
+// the result's last entry and in one summary line. A page firing
+// thousands of blocked requests can then neither grow choird's memory nor
+// flood its log.
+const (
+	maxRefused = 20
+	maxLogged  = 10
+)
 
 // Open gives the agent its browser context, at agent start; an agent that
 // has one keeps it. A call for an agent that was never opened opens it.
@@ -235,9 +248,9 @@ func (w *Worker) guard(t *tab) error {
 // refuseHostFile records and logs a page's attempt at a host file.
 func (w *Worker) refuseHostFile(t *tab, what, detail string) {
 	msg := what + " refused: " + detail + "; the browser never reads a host file for a page"
-	t.mu.Lock()
-	t.refused = append(t.refused, msg)
-	t.mu.Unlock()
+	if !t.refuse(msg) {
+		return
+	}
 	w.logger.Warn("browser host file access refused", slog.String("agent_id", t.agentID), slog.String("what", what),
 		slog.String("detail", detail))
 }
@@ -265,10 +278,10 @@ func (w *Worker) decide(t *tab, e *fetch.EventRequestPaused) {
 		})
 	}
 	if err != nil {
-		t.mu.Lock()
-		t.refused = append(t.refused, err.Error())
-		t.mu.Unlock()
-		w.logger.Warn("browser request refused", slog.String("url", shorten(u)), slog.String("error", err.Error()))
+		if t.refuse(err.Error()) {
+			w.logger.Warn("browser request refused", slog.String("agent_id", t.agentID), slog.String("url", shorten(u)),
+				slog.String("error", err.Error()))
+		}
 		_, _ = chromedp.Call(ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: e.RequestID,
 			ErrorReason: network.ErrorReasonBlockedByClient})
 		return
@@ -276,12 +289,34 @@ func (w *Worker) decide(t *tab, e *fetch.EventRequestPaused) {
 	_, _ = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: e.RequestID})
 }
 
-// takeRefused returns and forgets the refusals seen so far.
-func (t *tab) takeRefused() []string {
+// refuse records a refusal, within maxRefused, and reports whether it
+// may be logged (within maxLogged).
+func (t *tab) refuse(msg string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.refused) < maxRefused {
+		t.refused = append(t.refused, msg)
+	} else {
+		t.dropped++
+	}
+	t.logged++
+	return t.logged <= maxLogged
+}
+
+// takeRefused returns and forgets the refusals seen so far, the last
+// entry counting those past maxRefused; log receives one summary line of
+// the refusals that were not logged one by one.
+func (t *tab) takeRefused(log *slog.Logger) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.refused
-	t.refused = nil
+	if t.dropped > 0 {
+		r = append(r, fmt.Sprintf("... and %d more requests refused", t.dropped))
+	}
+	if quiet := t.logged - maxLogged; quiet > 0 && log != nil {
+		log.Warn("browser requests refused without a line each", slog.String("agent_id", t.agentID), slog.Int("count", quiet))
+	}
+	t.refused, t.dropped, t.logged = nil, 0, 0
 	return r
 }
 

@@ -17,6 +17,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/chromedp/cdproto/dom"
+	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
@@ -145,7 +146,11 @@ func (w *Worker) Browse(ctx context.Context, agentID string, raw json.RawMessage
 	a.mu.Lock()
 	inst := a.inst
 	a.mu.Unlock()
-	t.takeRefused()
+	t.takeRefused(w.logger)
+	// The page was frozen when the last call ended; it runs only during
+	// calls.
+	w.setLifecycle(ctx, t, page.SetWebLifecycleStateStateActive)
+	defer w.setLifecycle(ctx, t, page.SetWebLifecycleStateStateFrozen)
 
 	out := &Output{Tab: in.Tab, Mode: in.Mode}
 	steps := in.Actions
@@ -170,7 +175,7 @@ func (w *Worker) Browse(ctx context.Context, agentID string, raw json.RawMessage
 		log.Warn("browse render failed", slog.String("error", err.Error()))
 		return nil, w.explain(inst, t, Action{Action: in.Mode}, err)
 	}
-	out.Blocked = t.takeRefused()
+	out.Blocked = t.takeRefused(w.logger)
 	if in.CloseTab {
 		a.closeTab(in.Tab)
 	}
@@ -266,14 +271,34 @@ func tabCtx(call context.Context, t *tab) context.Context {
 	return ctx
 }
 
+// setLifecycle freezes a tab's page after a call, so that its scripts,
+// timers and requests stop until the next call wakes it: a hostile page
+// cannot load the host between calls. A failure is logged only (a closed
+// tab has no page to freeze).
+func (w *Worker) setLifecycle(ctx context.Context, t *tab, state page.SetWebLifecycleStateState) {
+	ctx, cancel := context.WithTimeout(tabCtx(context.WithoutCancel(ctx), t), 10*time.Second)
+	defer cancel()
+	if _, err := chromedp.Call(ctx, page.SetWebLifecycleState, page.SetWebLifecycleStateParams{State: state}); err != nil &&
+		t.ctx.Err() == nil {
+		w.logger.Warn("browser page lifecycle not set", slog.String("agent_id", t.agentID), slog.String("state", string(state)),
+			slog.String("error", err.Error()))
+	}
+}
+
 // pageJS reads what the modes need in one round trip: the URL, the title
-// and the document's HTML.
-const pageJS = `({url: location.href, title: document.title, html: document.documentElement ? document.documentElement.outerHTML : ""})`
+// and the document's HTML, cut inside the page (%d UTF-16 units, then to
+// bytes in Go) so that a huge DOM never crosses into choird whole.
+const pageJS = `(function(n) {
+  var h = document.documentElement ? document.documentElement.outerHTML : "";
+  return {url: String(location.href).slice(0, 8192), title: String(document.title).slice(0, 1024),
+    html: h.length > n ? h.slice(0, n) : h, cut: h.length > n};
+})(%d)`
 
 type pageState struct {
 	URL   string `json:"url"`
 	Title string `json:"title"`
 	HTML  string `json:"html"`
+	Cut   bool   `json:"cut"`
 }
 
 // render produces the call's output in its mode.
@@ -281,15 +306,15 @@ func (w *Worker) render(ctx context.Context, t *tab, in Input, lim config.Web, o
 	workspace func(context.Context) (string, error)) error {
 	ctx, cancel := context.WithTimeout(tabCtx(ctx, t), time.Duration(lim.BrowseNavigationTimeoutMS)*time.Millisecond)
 	defer cancel()
-	js := pageJS
+	n := lim.BrowseMaxPageBytes
 	if in.Mode == "screenshot" || in.Mode == "pdf" {
-		js = `({url: location.href, title: document.title, html: ""})` // no need to ship the page
+		n = 0 // no need to ship the page
 	}
-	st, err := chromedp.Run(ctx, chromedp.Evaluate[pageState](js))
+	st, err := chromedp.Run(ctx, chromedp.Evaluate[pageState](fmt.Sprintf(pageJS, n)))
 	if err != nil {
 		return err
 	}
-	out.URL, out.Title = st.URL, st.Title
+	out.URL, out.Title, out.Truncated = st.URL, st.Title, st.Cut && n > 0
 	html := st.HTML
 	if int64(len(html)) > lim.BrowseMaxPageBytes {
 		html, out.Truncated = cutUTF8(html, int(lim.BrowseMaxPageBytes)), true
@@ -390,7 +415,7 @@ func (w *Worker) explain(inst *instance, t *tab, s Action, err error) error {
 		return &Failure{Kind: "browser_crashed", Message: "the browser crashed during the call; it is restarting",
 			Fix: "call choir.web.browse again in a few seconds; open tabs were lost", Retryable: true}
 	}
-	if r := t.takeRefused(); len(r) > 0 && s.Action == "navigate" {
+	if r := t.takeRefused(w.logger); len(r) > 0 && s.Action == "navigate" {
 		return &Failure{Kind: "refused_address", Message: r[0], Fix: "use a public http or https URL"}
 	}
 	switch {

@@ -10,12 +10,14 @@
 package browser
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"time"
 
@@ -49,6 +51,10 @@ type Config struct {
 	SettingsFunc func() config.Web
 	// Logger receives the worker's lines; nil discards them.
 	Logger *slog.Logger
+	// MemoryMax (bytes) and CPUMax (cores) limit the cgroup the browser
+	// runs in; zero takes DefaultMemoryMax and DefaultCPUMax.
+	MemoryMax int64
+	CPUMax    float64
 }
 
 // Worker owns the browser process and the agents' contexts. It is safe
@@ -76,6 +82,7 @@ type instance struct {
 	allocCancel context.CancelFunc
 	lost        <-chan struct{}
 	pid         int
+	cgroup      *cgroup // nil when the host offers none
 }
 
 // dead reports whether the browser's connection is lost (a crash that
@@ -172,7 +179,34 @@ func (w *Worker) launch() (*instance, error) {
 		inst.pid = p.Pid
 	}
 	w.logger.Info("browser started", slog.String("path", w.path), slog.Int("pid", inst.pid))
+	w.confine(inst)
 	return inst, nil
+}
+
+// confine puts the browser's processes in a cgroup with memory and CPU
+// limits, or says clearly in the log why it cannot.
+func (w *Worker) confine(inst *instance) {
+	mem, cpu := cmp.Or(w.cfg.MemoryMax, DefaultMemoryMax), cmp.Or(w.cfg.CPUMax, DefaultCPUMax)
+	cg, err := confine(inst.pid, mem, cpu)
+	if err != nil {
+		w.logger.Warn("browser runs WITHOUT memory and CPU limits: no cgroup could be made for it",
+			slog.Int("pid", inst.pid), slog.String("error", err.Error()))
+		return
+	}
+	inst.cgroup = cg
+	w.logger.Info("browser confined to a cgroup", slog.Int("pid", inst.pid), slog.Any("cgroup", cg.dirs),
+		slog.Int64("memory_max", mem), slog.Float64("cpu_max", cpu))
+}
+
+// CgroupDirs lists the cgroup directories the running browser is confined
+// to; none when it runs unconfined.
+func (w *Worker) CgroupDirs() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inst == nil || w.inst.cgroup == nil {
+		return nil
+	}
+	return slices.Clone(w.inst.cgroup.dirs)
 }
 
 // setInstance installs inst and watches it for a crash.
@@ -209,6 +243,7 @@ func (w *Worker) recover(dead *instance) {
 	w.logger.Error("browser lost; restarting it", slog.Int("pid", dead.pid))
 	dead.cancel()
 	dead.allocCancel()
+	dead.cgroup.remove()
 
 	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
 		inst, err := w.launch()
@@ -302,7 +337,8 @@ func (w *Worker) Close() {
 	}
 	if inst != nil {
 		inst.cancel()
-		inst.allocCancel()
+		inst.allocCancel() // waits for the browser to exit
+		inst.cgroup.remove()
 	}
 	w.wg.Wait()
 	w.proxy.close()

@@ -160,7 +160,11 @@ func (w *Worker) launch() (*instance, error) {
 		// proxy; pages cannot open windows (new targets would not be
 		// intercepted).
 		chromedp.ProxyServer("http://"+w.proxy.addr()), chromedp.Flag("proxy-bypass-list", "<-loopback>"),
-		chromedp.Flag("disable-popup-blocking", false), chromedp.Flag("block-new-web-contents", true))
+		chromedp.Flag("disable-popup-blocking", false), chromedp.Flag("block-new-web-contents", true),
+		// WebRTC would send UDP (host and STUN candidates) around the
+		// proxy: only proxied connections, and the proxy speaks no UDP.
+		chromedp.Flag("force-webrtc-ip-handling-policy", "disable_non_proxied_udp"),
+		chromedp.Flag("webrtc-ip-handling-policy", "disable_non_proxied_udp"))
 	if os.Geteuid() == 0 {
 		// Chromium refuses to run its sandbox as root; choird's systemd
 		// unit runs it as an unprivileged user, where the sandbox is on.

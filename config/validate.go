@@ -509,6 +509,7 @@ func (v *validator) agents() {
 		v.budgets(sub(p, "budgets"), a.Budgets)
 		v.toolMode(sub(p, "tool_mode"), a.ToolMode)
 		v.mcpSecrets(sub(p, "mcp_secrets"), a.MCPSecrets)
+		v.allowHosts(sub(sub(p, "web"), "allow_hosts"), a.Web.AllowHosts)
 	}
 }
 

@@ -102,7 +102,7 @@ func (b *browserHost) worker() (*browser.Worker, error) {
 	}
 	logger := b.d.logger.With(slog.String("component", "browser"))
 	w, err := browser.New(browser.Config{Logger: logger,
-		SettingsFunc: func() config.Web { return b.d.Snapshot().Config.Web }})
+		SettingsFunc: func(agentID string) config.Web { return b.d.Snapshot().Config.WebFor(agentID) }})
 	if err != nil {
 		b.err, b.failAt = err, time.Now()
 		logger.Error("browser worker did not start; choir.web.browse is unavailable", slog.String("error", err.Error()))

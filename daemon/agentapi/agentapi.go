@@ -357,7 +357,7 @@ func sessionSecrets(cfg *config.Config, b rpc.ResourceBindings, llm, voice strin
 // dynamicConfig is the hot-reloadable configuration of the agent agentID.
 func dynamicConfig(cfg *config.Config, agentID string) rpc.DynamicConfig {
 	return rpc.DynamicConfig{Models: cfg.Models, TTS: cfg.TTS, VoiceProfiles: cfg.VoiceProfiles, Search: cfg.Search,
-		GitIdentities: cfg.GitIdentities, NotionIntegrations: cfg.NotionIntegrations, Web: cfg.Web.WithDefaults(),
+		GitIdentities: cfg.GitIdentities, NotionIntegrations: cfg.NotionIntegrations, Web: cfg.WebFor(agentID).WithDefaults(),
 		EmailAccounts:       cfg.EmailAccounts,
 		HeartbeatIntervalMS: cfg.HeartbeatInterval().Milliseconds(), RateLimitRetryMS: cfg.RateLimitRetry().Milliseconds(),
 		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval(),

@@ -16,7 +16,10 @@ import (
 	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/network"
 	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
+
+	"github.com/choirhq/choir/internal/netguard"
 )
 
 // MainTab is the tab a call uses when it names none: the first target of
@@ -33,7 +36,8 @@ type agent struct {
 	cancel context.CancelFunc
 	tabs   map[string]*tab
 	inst   *instance
-	err    error // why the context could not be made, until reset
+	proxy  *proxy // the context's own, guarded by the agent's allowlist
+	err    error  // why the context could not be made, until reset
 }
 
 // tab is one tab and the requests its interception refused.
@@ -130,19 +134,33 @@ func (a *agent) reset(inst *instance) {
 	if a.cancel != nil {
 		a.cancel()
 	}
-	a.inst, a.tabs, a.err = inst, map[string]*tab{}, nil
-	root, cancel := chromedp.NewContext(inst.ctx, chromedp.WithNewBrowserContext())
+	if a.proxy != nil {
+		a.proxy.close()
+	}
+	a.inst, a.tabs, a.err, a.proxy = inst, map[string]*tab{}, nil, nil
+	id := a.id
+	px, err := startProxy(func() *netguard.Guard { return a.w.netGuard(id) }, a.w.logger.With(slog.String("agent_id", id)))
+	if err != nil {
+		a.err = fmt.Errorf("start the browser proxy of agent %s: %w", a.id, err)
+		return
+	}
+	root, cancel := chromedp.NewContext(inst.ctx, chromedp.WithNewBrowserContext(func(p *target.CreateBrowserContextParams) {
+		// Every connection of the agent's pages, loopback included, goes
+		// through the agent's own guarded proxy.
+		p.ProxyServer, p.ProxyBypassList = "http://"+px.addr(), "<-loopback>"
+	}))
 	t := &tab{ctx: root, cancel: cancel, agentID: a.id}
-	err := a.w.guard(t)
+	err = a.w.guard(t)
 	if err == nil {
 		err = denyDownloads(root)
 	}
 	if err != nil {
 		cancel()
+		px.close()
 		a.root, a.cancel, a.err = nil, nil, fmt.Errorf("create the browser context of agent %s: %w", a.id, err)
 		return
 	}
-	a.root, a.cancel = root, cancel
+	a.root, a.cancel, a.proxy = root, cancel, px
 	a.tabs[MainTab] = t
 }
 
@@ -158,6 +176,10 @@ func (a *agent) close() {
 		}
 		a.cancel()
 		a.cancel, a.root, a.tabs = nil, nil, nil
+	}
+	if a.proxy != nil {
+		a.proxy.close()
+		a.proxy = nil
 	}
 }
 
@@ -273,7 +295,7 @@ func (w *Worker) decide(t *tab, e *fetch.EventRequestPaused) {
 	u := e.Request.URL
 	var err error
 	if !strings.HasPrefix(u, "data:") && !strings.HasPrefix(u, "blob:") {
-		err = w.netGuard().CheckResolved(u, func(host string) ([]netip.Addr, error) {
+		err = w.netGuard(t.agentID).CheckResolved(u, func(host string) ([]netip.Addr, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		})
 	}

@@ -138,7 +138,7 @@ func (w *Worker) Browse(ctx context.Context, agentID string, raw json.RawMessage
 	}
 	a.call.Lock()
 	defer a.call.Unlock()
-	lim := w.settings()
+	lim := w.settings(agentID)
 	t, err := a.tab(in.Tab, lim.BrowseMaxTabs)
 	if err != nil {
 		return nil, err

@@ -125,7 +125,7 @@ func newWorkerLogging(t testing.TB, w config.Web, logs io.Writer, hosts ...strin
 	if logs != nil {
 		logger = slog.New(slog.NewJSONHandler(logs, nil))
 	}
-	wk, err := browser.New(browser.Config{SettingsFunc: func() config.Web { return w }, Logger: logger})
+	wk, err := browser.New(browser.Config{SettingsFunc: func(string) config.Web { return w }, Logger: logger})
 	if errors.Is(err, browser.ErrNoChromium) && os.Getenv("CI") != "true" {
 		t.Skipf("skipped: %v (scripts/testdeps.sh installs it)", err)
 	}
@@ -149,7 +149,7 @@ func sharedWorker(t *testing.T) *browser.Worker {
 	sharedOnce.Do(func() {
 		s := testSite()
 		w := config.Web{AllowHosts: []string{"127.0.0.1:" + s.port}, BrowseNavigationTimeoutMS: 20_000}
-		shared, sharedErr = browser.New(browser.Config{SettingsFunc: func() config.Web { return w }})
+		shared, sharedErr = browser.New(browser.Config{SettingsFunc: func(string) config.Web { return w }})
 	})
 	if errors.Is(sharedErr, browser.ErrNoChromium) && os.Getenv("CI") != "true" {
 		t.Skipf("skipped: %v (scripts/testdeps.sh installs it)", sharedErr)
@@ -365,5 +365,33 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in a minute")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAllowHostsPerAgent opens the test site to one agent only: another
+// agent's navigation, and its page's sub-requests, are refused.
+func TestAllowHostsPerAgent(t *testing.T) {
+	t.Parallel()
+	s := testSite()
+	wk, err := browser.New(browser.Config{SettingsFunc: func(agentID string) config.Web {
+		w := config.Web{BrowseNavigationTimeoutMS: 20_000}
+		if agentID == "opened" {
+			w.AllowHosts = []string{"127.0.0.1:" + s.port}
+		}
+		return w
+	}})
+	if errors.Is(err, browser.ErrNoChromium) && os.Getenv("CI") != "true" {
+		t.Skipf("skipped: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wk.Close)
+	if out := mustBrowse(t, wk, "opened", "", `{"url": "`+s.srv.URL+`/js"}`); out.Text != "Rendered by script" {
+		t.Fatalf("the opened agent: %+v", out)
+	}
+	_, f := browse(t, wk, "closed", "", `{"url": "`+s.srv.URL+`/js"}`)
+	if f == nil || f.Kind != "refused_address" || !strings.Contains(f.Message, "127.0.0.1:"+s.port) {
+		t.Fatalf("the other agent: %+v, want refused_address naming the site", f)
 	}
 }

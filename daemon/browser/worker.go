@@ -46,9 +46,10 @@ type Config struct {
 	// ExecPath is the Chromium executable; empty looks up chromium,
 	// chromium-browser and google-chrome on PATH.
 	ExecPath string
-	// SettingsFunc returns the current web limits and allowlist (choird's
-	// configuration); nil means the defaults.
-	SettingsFunc func() config.Web
+	// SettingsFunc returns the current web limits and allowlist of an
+	// agent (choird's configuration, config.Config.WebFor); nil means the
+	// defaults. An agent's pages reach only what its own allowlist opens.
+	SettingsFunc func(agentID string) config.Web
 	// Logger receives the worker's lines; nil discards them.
 	Logger *slog.Logger
 	// MemoryMax (bytes) and CPUMax (cores) limit the cgroup the browser
@@ -117,7 +118,9 @@ func New(cfg Config) (*Worker, error) {
 		w.logger = slog.New(slog.DiscardHandler)
 	}
 	w.logger = w.logger.With(slog.String("component", "browser"))
-	px, err := startProxy(w.netGuard, w.logger)
+	// The browser's own proxy serves only its default context, which no
+	// agent uses: it opens nothing. Each agent's context has its own.
+	px, err := startProxy(func() *netguard.Guard { g, _ := netguard.New(nil); return g }, w.logger)
 	if err != nil {
 		return nil, fmt.Errorf("start the browser's proxy: %w", err)
 	}
@@ -131,17 +134,17 @@ func New(cfg Config) (*Worker, error) {
 	return w, nil
 }
 
-func (w *Worker) settings() config.Web {
+func (w *Worker) settings(agentID string) config.Web {
 	if w.cfg.SettingsFunc == nil {
 		return config.Web{}.WithDefaults()
 	}
-	return w.cfg.SettingsFunc().WithDefaults()
+	return w.cfg.SettingsFunc(agentID).WithDefaults()
 }
 
-// netGuard is the SSRF guard of the current configuration; an invalid
-// allowlist (config validation refuses one) opens nothing.
-func (w *Worker) netGuard() *netguard.Guard {
-	g, err := netguard.New(w.settings().AllowHosts)
+// netGuard is the SSRF guard of the agent's current configuration; an
+// invalid allowlist (config validation refuses one) opens nothing.
+func (w *Worker) netGuard(agentID string) *netguard.Guard {
+	g, err := netguard.New(w.settings(agentID).AllowHosts)
 	if err != nil {
 		g, _ = netguard.New(nil)
 	}

@@ -152,10 +152,14 @@ func TestServiceUnitVerifies(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no exposure level in systemd-analyze security's output:\n%s", out)
 	}
-	// 1.4 when written; systemd calls up to 1.9 "OK". A change that opens
-	// the sandbox past that fails here.
-	if score, _ := strconv.ParseFloat(string(m[1]), 64); score > 1.9 {
-		t.Errorf("%s: exposure %.1f, want at most 1.9 (OK):\n%s", unitPath, score, out)
+	// 1.4 when written, 2.3 once the browser (choir.web.browse) could run
+	// under the unit with its sandbox on: user, PID and network namespaces
+	// (0.5), chroot and capset (0.4), writable executable memory for V8's
+	// JIT (0.1) and a delegated, writable cgroup for the browser's limits
+	// (0.3). systemd still calls 2.3 "OK". A change that opens the sandbox
+	// past that fails here.
+	if score, _ := strconv.ParseFloat(string(m[1]), 64); score > 2.3 {
+		t.Errorf("%s: exposure %.1f, want at most 2.3 (OK):\n%s", unitPath, score, out)
 	}
 }
 

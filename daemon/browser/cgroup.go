@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // Default limits of the browser's cgroup: what every page of every agent
@@ -89,7 +90,7 @@ func confineV2(own, name string, pid int, memMax int64, cpuMax float64) (*cgroup
 			return nil, fmt.Errorf("controller %s is not delegated to choird's cgroup %s (run choird under systemd with Delegate=yes)", c, own)
 		}
 	}
-	if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), []byte("+memory +cpu"), 0); err != nil {
+	if err := enableControllers(parent); err != nil {
 		return nil, fmt.Errorf("enable memory and cpu below %s: %w", own, err)
 	}
 	dir := filepath.Join(parent, name)
@@ -106,6 +107,26 @@ func confineV2(own, name string, pid int, memMax int64, cpuMax float64) (*cgroup
 		return nil, err
 	}
 	return cg, nil
+}
+
+// enableControllers enables memory and cpu for parent's children. cgroup
+// v2 refuses that (EBUSY) while parent itself holds processes, which it
+// does when parent is choird's own delegated service cgroup: choird then
+// moves itself into a leaf, "choird", first.
+func enableControllers(parent string) error {
+	ctl := filepath.Join(parent, "cgroup.subtree_control")
+	err := os.WriteFile(ctl, []byte("+memory +cpu"), 0)
+	if !errors.Is(err, syscall.EBUSY) {
+		return err
+	}
+	leaf := filepath.Join(parent, "choird")
+	if err := os.Mkdir(leaf, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("create a leaf for choird: %w", err)
+	}
+	if err := os.WriteFile(filepath.Join(leaf, "cgroup.procs"), []byte(strconv.Itoa(os.Getpid())), 0); err != nil {
+		return fmt.Errorf("move choird into %s: %w", leaf, err)
+	}
+	return os.WriteFile(ctl, []byte("+memory +cpu"), 0)
 }
 
 // confineV1 makes one cgroup under each of v1's memory and cpu

@@ -2,6 +2,7 @@ package browser
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -50,6 +51,24 @@ type tab struct {
 	// dropped counts the refusals past maxRefused since the last take;
 	// logged counts the refusals logged since then.
 	dropped, logged int
+	// stop ends the call running in the tab, if any (floodLimit).
+	stop context.CancelCauseFunc
+}
+
+// floodLimit is how many refused requests a page may fire within one
+// call: past it the call ends at once with errFlood, and the page is
+// frozen with the call's end, so that a page firing blocked requests in a
+// loop cannot keep the worker busy at the other agents' expense.
+const floodLimit = 500
+
+// errFlood ends a call whose page passed floodLimit.
+var errFlood = errors.New("the page fired too many refused requests")
+
+// setStop sets the function that ends the tab's running call.
+func (t *tab) setStop(stop context.CancelCauseFunc) {
+	t.mu.Lock()
+	t.stop = stop
+	t.mu.Unlock()
 }
 
 // maxRefused caps the refusals a call's result lists, and maxLogged the
@@ -322,6 +341,9 @@ func (t *tab) refuse(msg string) bool {
 		t.dropped++
 	}
 	t.logged++
+	if t.logged == floodLimit && t.stop != nil {
+		t.stop(errFlood)
+	}
 	return t.logged <= maxLogged
 }
 

@@ -148,9 +148,22 @@ func (w *Worker) Browse(ctx context.Context, agentID string, raw json.RawMessage
 	a.mu.Unlock()
 	t.takeRefused(w.logger)
 	// The page was frozen when the last call ended; it runs only during
-	// calls.
+	// calls. A page that floods the guard ends the call (floodLimit).
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	t.setStop(stop)
+	defer t.setStop(nil)
 	w.setLifecycle(ctx, t, page.SetWebLifecycleStateStateActive)
 	defer w.setLifecycle(ctx, t, page.SetWebLifecycleStateStateFrozen)
+	fail := func(s Action, err error) error {
+		if errors.Is(context.Cause(ctx), errFlood) {
+			log.Warn("browse call ended: the page flooded the guard; the tab left it", slog.Int("refused", floodLimit))
+			w.leave(ctx, t)
+			return &Failure{Kind: "page_flood", Message: fmt.Sprintf("the page fired over %d requests the guard refused; "+
+				"the tab left it (about:blank)", floodLimit), Fix: "do not use this page; try another source"}
+		}
+		return w.explain(inst, t, s, err)
+	}
 
 	out := &Output{Tab: in.Tab, Mode: in.Mode}
 	steps := in.Actions
@@ -160,7 +173,7 @@ func (w *Worker) Browse(ctx context.Context, agentID string, raw json.RawMessage
 	for i, s := range steps {
 		if err := w.act(ctx, t, s, lim, out); err != nil {
 			log.Warn("browse action failed", slog.Int("step", i), slog.String("action", s.Action), slog.String("error", err.Error()))
-			return nil, w.explain(inst, t, s, err)
+			return nil, fail(s, err)
 		}
 	}
 	// The workspace is looked up with the call's context, which carries
@@ -173,7 +186,7 @@ func (w *Worker) Browse(ctx context.Context, agentID string, raw json.RawMessage
 	}
 	if err := w.render(ctx, t, in, lim, out, callWS); err != nil {
 		log.Warn("browse render failed", slog.String("error", err.Error()))
-		return nil, w.explain(inst, t, Action{Action: in.Mode}, err)
+		return nil, fail(Action{Action: in.Mode}, err)
 	}
 	out.Blocked = t.takeRefused(w.logger)
 	if in.CloseTab {
@@ -208,7 +221,11 @@ func (w *Worker) act(ctx context.Context, t *tab, s Action, lim config.Web, out 
 	case "type":
 		return w.typeText(ctx, t, s)
 	case "wait":
-		return chromedp.Do(ctx, chromedp.WaitVisible(sel))
+		// In the page, not through chromedp's copy of the DOM, which would
+		// ship every node of a huge page into choird.
+		sel, _ := json.Marshal(s.Selector)
+		_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(waitJS, sel), chromedp.EvalAwaitPromise))
+		return err
 	case "scroll":
 		if s.Selector != "" {
 			return chromedp.Do(ctx, chromedp.ScrollIntoView(sel))
@@ -263,6 +280,16 @@ func (w *Worker) typeText(ctx context.Context, t *tab, s Action) error {
 	return chromedp.Do(ctx, chromedp.KeyEventNode(n, s.Text))
 }
 
+// waitJS resolves once an element matching the selector (%s, a JSON
+// string) is visible; the call's context bounds the wait.
+const waitJS = `new Promise(function(resolve) {
+  (function check() {
+    var e = document.querySelector(%s);
+    if (e && (e.offsetWidth || e.offsetHeight || e.getClientRects().length) && getComputedStyle(e).visibility !== "hidden") { resolve(true); return; }
+    setTimeout(check, 50);
+  })();
+})`
+
 // tabCtx is the tab's chromedp context, ended also by the call's ctx.
 func tabCtx(call context.Context, t *tab) context.Context {
 	ctx, cancel := context.WithCancel(t.ctx)
@@ -282,6 +309,15 @@ func (w *Worker) setLifecycle(ctx context.Context, t *tab, state page.SetWebLife
 		t.ctx.Err() == nil {
 		w.logger.Warn("browser page lifecycle not set", slog.String("agent_id", t.agentID), slog.String("state", string(state)),
 			slog.String("error", err.Error()))
+	}
+}
+
+// leave navigates the tab away from a hostile page, to about:blank.
+func (w *Worker) leave(ctx context.Context, t *tab) {
+	ctx, cancel := context.WithTimeout(tabCtx(context.WithoutCancel(ctx), t), 10*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		w.logger.Warn("browser tab did not leave a hostile page", slog.String("agent_id", t.agentID), slog.String("error", err.Error()))
 	}
 }
 

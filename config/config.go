@@ -348,6 +348,17 @@ type Agent struct {
 	// memory (choir.memory.query with target_agent). Empty, the default:
 	// none may.
 	MemoryReadableBy []string `json:"memory_readable_by,omitempty"`
+	// Web is what the agent's web tools may reach beyond the global web
+	// section; see Config.WebFor.
+	Web AgentWeb `json:"web,omitzero"`
+}
+
+// AgentWeb is an agent's own web settings.
+type AgentWeb struct {
+	// AllowHosts, when set, replaces web.allow_hosts for this agent's
+	// choir.web.fetch and choir.web.browse; an empty list opens nothing.
+	// Unset, the agent gets web.allow_hosts.
+	AllowHosts []string `json:"allow_hosts,omitempty"`
 }
 
 // AgentDefaults name the resources an agent starts with unless overridden

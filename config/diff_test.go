@@ -7,12 +7,13 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/starter"
 )
 
 func TestDiff(t *testing.T) {
 	t.Parallel()
 	base := func() *config.Config {
-		c, _ := config.Local("/srv/choir", config.Postgres{Host: "localhost", Port: 5432, Database: "choir"})
+		c, _ := starter.Local("/srv/choir", config.Postgres{Host: "localhost", Port: 5432, Database: "choir"})
 		return c
 	}
 	temp := 0.5

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/starter"
 )
 
 // writeDir writes config.json and secrets.json into a new directory, with
@@ -158,7 +159,7 @@ func TestWriteFiles(t *testing.T) {
 	t.Run("WritesModesAndRefusesToOverwrite", func(t *testing.T) {
 		t.Parallel()
 		dir := filepath.Join(t.TempDir(), ".choir.d")
-		c, s := config.Local(dir, config.Postgres{})
+		c, s := starter.Local(dir, config.Postgres{})
 		if err := config.WriteFiles(dir, c, s, false); err != nil {
 			t.Fatal(err)
 		}
@@ -172,7 +173,7 @@ func TestWriteFiles(t *testing.T) {
 			}
 		}
 
-		err := config.WriteFiles(dir, config.Skeleton(), nil, false)
+		err := config.WriteFiles(dir, starter.Skeleton(), nil, false)
 		if !errors.Is(err, fs.ErrExist) {
 			t.Fatalf("second WriteFiles: err = %v, want fs.ErrExist", err)
 		}
@@ -180,7 +181,7 @@ func TestWriteFiles(t *testing.T) {
 			t.Errorf("refused write changed the files: %v", err)
 		}
 
-		if err := config.WriteFiles(dir, config.Skeleton(), config.Secrets{}, true); err != nil {
+		if err := config.WriteFiles(dir, starter.Skeleton(), config.Secrets{}, true); err != nil {
 			t.Fatalf("WriteFiles with overwrite: %v", err)
 		}
 		data, err := os.ReadFile(filepath.Join(dir, config.SecretsFile))
@@ -202,7 +203,7 @@ func TestWriteFiles(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(dir, config.SecretsFile), []byte("{}"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := config.WriteFiles(dir, config.Skeleton(), nil, false); !errors.Is(err, fs.ErrExist) {
+		if err := config.WriteFiles(dir, starter.Skeleton(), nil, false); !errors.Is(err, fs.ErrExist) {
 			t.Fatalf("err = %v, want fs.ErrExist", err)
 		}
 		if _, err := os.Stat(filepath.Join(dir, config.ConfigFile)); !errors.Is(err, fs.ErrNotExist) {
@@ -213,7 +214,7 @@ func TestWriteFiles(t *testing.T) {
 	t.Run("WritesRealSecretValues", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
-		c, _ := config.Local(dir, config.Postgres{})
+		c, _ := starter.Local(dir, config.Postgres{})
 		s := config.Secrets{"postgres-admin": "postgres:" + distinct}
 		if err := config.WriteFiles(dir, c, s, false); err != nil {
 			t.Fatal(err)
@@ -234,7 +235,7 @@ func TestLocal(t *testing.T) {
 	t.Run("ValidatesAndRoundTrips", func(t *testing.T) {
 		t.Parallel()
 		dir := filepath.Join(t.TempDir(), ".choir.d")
-		c, s := config.Local(dir, config.Postgres{Host: "/var/tmp/choir-pg/sock", Port: 55432, Database: "choir_dev"})
+		c, s := starter.Local(dir, config.Postgres{Host: "/var/tmp/choir-pg/sock", Port: 55432, Database: "choir_dev"})
 		if err := c.Validate(s); err != nil {
 			t.Fatalf("Validate: %v", err)
 		}
@@ -259,7 +260,7 @@ func TestLocal(t *testing.T) {
 
 	t.Run("UsesQuickstartResources", func(t *testing.T) {
 		t.Parallel()
-		c, s := config.Local("/home/op/.choir.d", config.Postgres{})
+		c, s := starter.Local("/home/op/.choir.d", config.Postgres{})
 		want := map[string]any{
 			"workspace": c.Workspaces["main"].Path,
 			"model":     c.Models["local"],
@@ -289,7 +290,7 @@ func TestLocal(t *testing.T) {
 
 	t.Run("RelativeDirIsMadeAbsolute", func(t *testing.T) {
 		t.Parallel()
-		c, s := config.Local("relative/.choir.d", config.Postgres{})
+		c, s := starter.Local("relative/.choir.d", config.Postgres{})
 		if !filepath.IsAbs(c.Workspaces["main"].Path) {
 			t.Errorf("workspace path %q is relative", c.Workspaces["main"].Path)
 		}
@@ -305,7 +306,7 @@ func TestSkeleton(t *testing.T) {
 	t.Run("ReportsOnlyItsPlaceholdersAndMissingSecrets", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
-		if err := config.WriteFiles(dir, config.Skeleton(), config.Secrets{}, false); err != nil {
+		if err := config.WriteFiles(dir, starter.Skeleton(), config.Secrets{}, false); err != nil {
 			t.Fatal(err)
 		}
 		_, _, err := config.Load(dir)
@@ -321,7 +322,7 @@ func TestSkeleton(t *testing.T) {
 
 	t.Run("ValidOnceFilledIn", func(t *testing.T) {
 		t.Parallel()
-		c := config.Skeleton()
+		c := starter.Skeleton()
 		c.Workspaces["main"] = config.Workspace{Path: "/srv/choir/main"}
 		m := c.Models["default"]
 		m.Model = "anthropic/claude-sonnet-4"
@@ -335,7 +336,7 @@ func TestSkeleton(t *testing.T) {
 
 	t.Run("MarshalRoundTrips", func(t *testing.T) {
 		t.Parallel()
-		c := config.Skeleton()
+		c := starter.Skeleton()
 		data, err := c.MarshalIndent()
 		if err != nil {
 			t.Fatal(err)

@@ -19,7 +19,7 @@ import (
 	"github.com/choirhq/choir/strictjson"
 )
 
-// Placeholder starts every value that Skeleton leaves for the user to fill
+// Placeholder starts every value that starter.Skeleton leaves for the user to fill
 // in. Validate reports any string value starting with it, and nothing else
 // about that value.
 const Placeholder = "CHANGE-ME"
@@ -535,6 +535,7 @@ func (v *validator) agents() {
 		v.toolMode(sub(p, "tool_mode"), a.ToolMode)
 		v.mcpSecrets(sub(p, "mcp_secrets"), a.MCPSecrets)
 		v.memoryReaders(sub(p, "memory_readable_by"), id, a.MemoryReadableBy)
+		v.allowHosts(sub(sub(p, "web"), "allow_hosts"), a.Web.AllowHosts)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/starter"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -596,7 +597,7 @@ func TestValidateReportsAllProblemsAtOnce(t *testing.T) {
 func TestValidateNilSecretsMeansNone(t *testing.T) {
 	t.Parallel()
 
-	c, _ := config.Local(t.TempDir(), config.Postgres{})
+	c, _ := starter.Local(t.TempDir(), config.Postgres{})
 	checkProblems(t, problems(t, c.Validate(nil)), []string{
 		`$.postgres.secret: secret "postgres-admin" is not in secrets.json; set it with: choirctl secret set postgres-admin`,
 	})

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"slices"
 	"strconv"
 
 	"github.com/choirhq/choir/internal/netguard"
@@ -59,15 +60,31 @@ func (w Web) WithDefaults() Web {
 	return w
 }
 
+// WebFor is the web section as agent agentID sees it: the global one, with
+// the agent's own allow_hosts in place of the global list when it sets
+// one. An agent's list never adds to another's.
+func (c *Config) WebFor(agentID string) Web {
+	w := c.Web
+	if a, ok := c.Agents[agentID]; ok && a.Web.AllowHosts != nil {
+		w.AllowHosts = a.Web.AllowHosts
+	}
+	w.AllowHosts = slices.Clone(w.AllowHosts)
+	return w
+}
+
+// allowHosts validates one allow_hosts list at p.
+func (v *validator) allowHosts(p string, hosts []string) {
+	for i, h := range hosts {
+		if err := netguard.ParseAllow(h); err != nil {
+			v.add(p+"["+strconv.Itoa(i)+"]", "%v", err)
+		}
+	}
+}
+
 // web validates the web section.
 func (v *validator) web() {
 	w := v.c.Web
-	for i, h := range w.AllowHosts {
-		p := path("web", "allow_hosts") + "[" + strconv.Itoa(i) + "]"
-		if err := netguard.ParseAllow(h); err != nil {
-			v.add(p, "%v", err)
-		}
-	}
+	v.allowHosts(path("web", "allow_hosts"), w.AllowHosts)
 	neg := func(key string, x int64) {
 		if x < 0 {
 			v.add(path("web", key), "must not be negative (0 takes the default)")

@@ -25,7 +25,7 @@ func TestChoirctlReachesChoirdOnlyThroughTheAdminAPI(t *testing.T) {
 	}
 	allowed := func(pkg string) bool {
 		switch pkg {
-		case "cmd/choirctl", "ctl", "ctl/memory", "ctl/logs", "ctl/usage", "config", "config/modelenv", "config/workspace", "sql", "strictjson", "rpc",
+		case "cmd/choirctl", "ctl", "ctl/memory", "ctl/logs", "ctl/usage", "config", "config/modelenv", "config/workspace", "config/starter", "sql", "strictjson", "rpc",
 			// config validates web.allow_hosts with the guard's parser; it
 			// reaches nothing.
 			"internal/netguard",

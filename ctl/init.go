@@ -11,6 +11,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/config/modelenv"
+	"github.com/choirhq/choir/config/starter"
 )
 
 type initOptions struct {
@@ -80,7 +81,7 @@ func runInit(g *globals, opts initOptions) error {
 		return usageErr(err)
 	}
 	if opts.local {
-		cfg, secrets = config.Local(home, config.Postgres{Host: opts.pgHost, Port: opts.pgPort, Database: opts.pgDatabase})
+		cfg, secrets = starter.Local(home, config.Postgres{Host: opts.pgHost, Port: opts.pgPort, Database: opts.pgDatabase})
 		if haveModel {
 			modelenv.UseModel(cfg, secrets, envModel)
 		}
@@ -90,7 +91,7 @@ func runInit(g *globals, opts initOptions) error {
 			}
 		}
 	} else {
-		cfg = config.Skeleton()
+		cfg = starter.Skeleton()
 	}
 	if err := config.WriteFiles(home, cfg, secrets, false); err != nil {
 		return err

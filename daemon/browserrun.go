@@ -7,9 +7,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/google/uuid"
+
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/browser"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -18,8 +21,53 @@ import (
 const browserRetryAfter = 30 * time.Second
 
 // browserReapEvery is how often contexts of agents that stopped are
-// disposed of.
+// disposed of, as a backstop: a session that ends through choird
+// (closeSession) disposes of its agent's context at once; only the crash
+// detector's heartbeat sweep, which ends sessions in SQL, is left to this.
 const browserReapEvery = 5 * time.Second
+
+// sessionCloser is the agent protocol's server as the control layer sees
+// it: closing a session's stream also disposes of the agent's browser
+// context.
+type sessionCloser struct {
+	*rpc.Server
+	d *Daemon
+}
+
+func (s sessionCloser) CloseSession(ctx context.Context, sessionID string) error {
+	return s.d.closeSession(ctx, sessionID)
+}
+
+// closeSession closes an ended session's stream and disposes of its
+// agent's browser context, unless the agent already has another live
+// session: a page a session opened never outlives it.
+func (d *Daemon) closeSession(ctx context.Context, sessionID string) error {
+	err := d.rpc.CloseSession(ctx, sessionID)
+	d.browser.sessionEnded(ctx, sessionID)
+	return err
+}
+
+// sessionEnded disposes of the browser context of the agent whose session
+// ended, when the browser runs and the agent has no live session left.
+func (b *browserHost) sessionEnded(ctx context.Context, sessionID string) {
+	b.mu.Lock()
+	w := b.w
+	b.mu.Unlock()
+	id, err := uuid.Parse(sessionID)
+	if w == nil || err != nil {
+		return
+	}
+	q := db.New(choirsql.Interpreted(b.d.pool))
+	s, err := q.SessionGetByID(ctx, id)
+	if err != nil {
+		b.d.logger.Warn("browser context of an ended session not found", slog.String("session_id", sessionID),
+			slog.String("error", err.Error()))
+		return
+	}
+	if _, err := q.SessionGetLiveByAgent(ctx, s.AgentID); errors.Is(err, choirsql.ErrNotFound) {
+		w.CloseAgent(s.AgentID)
+	}
+}
 
 // browserHost runs the browser worker for choir.web.browse. Chromium starts
 // on the first browse call, not with choird: most hosts never browse, and
@@ -54,7 +102,7 @@ func (b *browserHost) worker() (*browser.Worker, error) {
 	}
 	logger := b.d.logger.With(slog.String("component", "browser"))
 	w, err := browser.New(browser.Config{Logger: logger,
-		SettingsFunc: func() config.Web { return b.d.Snapshot().Config.Web }})
+		SettingsFunc: func(agentID string) config.Web { return b.d.Snapshot().Config.WebFor(agentID) }})
 	if err != nil {
 		b.err, b.failAt = err, time.Now()
 		logger.Error("browser worker did not start; choir.web.browse is unavailable", slog.String("error", err.Error()))

@@ -45,7 +45,7 @@ func (d *Daemon) watchExits(ctx context.Context) {
 		if ended {
 			d.logger.Warn("agent instance died; session crashed", slog.String("agent_id", ex.AgentID),
 				slog.String("session_id", ex.SessionID), slog.Int("exit_code", ex.ExitCode), slog.Bool("oom_killed", ex.OOMKilled))
-			d.rpc.CloseSession(ctx, ex.SessionID) //nolint:errcheck
+			d.closeSession(ctx, ex.SessionID) //nolint:errcheck
 			d.crashNotice(ctx, id, fmt.Sprintf("its instance exited with status %d", ex.ExitCode))
 		}
 		if err := d.runtime.Remove(ctx, ex.ID); err != nil && !errors.Is(err, runtime.ErrNotFound) {

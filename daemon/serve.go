@@ -70,7 +70,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 	d.api = agentapi.New(agentapi.Options{Pool: d.pool, HeartbeatPool: hbPool, Logger: d.logger, Config: d.Snapshot,
 		Jobs: d.river, HostTools: hostTools(d), Typing: d.inbox.Typing(), Progress: d.progress, Proposals: d.proposer,
 		UsageBaseline: d.newUsage().Baseline,
-		CloseSession:  func(ctx context.Context, id string) { d.rpc.CloseSession(ctx, id) }, //nolint:errcheck
+		CloseSession:  func(ctx context.Context, id string) { d.closeSession(ctx, id) }, //nolint:errcheck
 		HelloDone: func(ctx context.Context, agentID string, id uuid.UUID) {
 			d.browser.agentStarted(agentID)
 			d.inbox.RedeliverInbox(ctx, agentID, id, time.Now())
@@ -82,7 +82,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 		return nil, fmt.Errorf("create agent protocol server: %w", err)
 	}
 	d.rpc = srv
-	d.SetRPC(srv)
+	d.SetRPC(sessionCloser{Server: srv, d: d})
 
 	agentLn, err := d.listenAgents(ctx, opts)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/starter"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/session"
@@ -23,7 +24,7 @@ import (
 // (twoAgents').
 func testConfig(t testing.TB) *config.Config {
 	t.Helper()
-	cfg, secrets := config.Local(t.TempDir(), config.Postgres{Host: "127.0.0.1", Port: 55432, Database: "choir"})
+	cfg, secrets := starter.Local(t.TempDir(), config.Postgres{Host: "127.0.0.1", Port: 55432, Database: "choir"})
 	twoAgents(cfg, secrets)
 	if err := cfg.Validate(secrets); err != nil {
 		t.Fatal(err)

@@ -394,7 +394,7 @@ func boundElsewhere(cfg *config.Config, b rpc.ResourceBindings, name string) boo
 func dynamicConfig(cfg *config.Config, agentID string, b rpc.ResourceBindings) rpc.DynamicConfig {
 	return rpc.DynamicConfig{Models: cfg.Models, TTS: cfg.TTS, VoiceProfiles: cfg.VoiceProfiles, Search: cfg.Search,
 		GitIdentities: onlyBound(cfg.GitIdentities, b.GitIdentity), NotionIntegrations: onlyBound(cfg.NotionIntegrations, b.Notion),
-		Web: cfg.Web.WithDefaults(), EmailAccounts: onlyBound(cfg.EmailAccounts, b.Email),
+		Web: cfg.WebFor(agentID).WithDefaults(), EmailAccounts: onlyBound(cfg.EmailAccounts, b.Email),
 		HeartbeatIntervalMS: cfg.HeartbeatInterval().Milliseconds(), RateLimitRetryMS: cfg.RateLimitRetry().Milliseconds(),
 		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval(),
 		Budgets: cfg.Agents[agentID].Budgets.WithDefaults(), CompactionThresholdPercent: cfg.CompactionThreshold(),

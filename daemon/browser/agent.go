@@ -2,6 +2,7 @@ package browser
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -11,9 +12,15 @@ import (
 	"sync"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/cdproto/fetch"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/cdproto/network"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/target"
 	"github.com/chromedp/chromedp"
+
+	"github.com/choirhq/choir/internal/netguard"
 )
 
 // MainTab is the tab a call uses when it names none: the first target of
@@ -30,16 +37,49 @@ type agent struct {
 	cancel context.CancelFunc
 	tabs   map[string]*tab
 	inst   *instance
-	err    error // why the context could not be made, until reset
+	proxy  *proxy // the context's own, guarded by the agent's allowlist
+	err    error  // why the context could not be made, until reset
 }
 
 // tab is one tab and the requests its interception refused.
 type tab struct {
 	ctx     context.Context
 	cancel  context.CancelFunc
+	agentID string
 	mu      sync.Mutex
 	refused []string
+	// dropped counts the refusals past maxRefused since the last take;
+	// logged counts the refusals logged since then.
+	dropped, logged int
+	// stop ends the call running in the tab, if any (floodLimit).
+	stop context.CancelCauseFunc
 }
+
+// floodLimit is how many refused requests a page may fire within one
+// call: past it the call ends at once with errFlood, and the page is
+// frozen with the call's end, so that a page firing blocked requests in a
+// loop cannot keep the worker busy at the other agents' expense.
+const floodLimit = 500
+
+// errFlood ends a call whose page passed floodLimit.
+var errFlood = errors.New("the page fired too many refused requests")
+
+// setStop sets the function that ends the tab's running call.
+func (t *tab) setStop(stop context.CancelCauseFunc) {
+	t.mu.Lock()
+	t.stop = stop
+	t.mu.Unlock()
+}
+
+// maxRefused caps the refusals a call's result lists, and maxLogged the
+// refusal lines a tab logs between two calls; the rest are counted, in
+// the result's last entry and in one summary line. A page firing
+// thousands of blocked requests can then neither grow choird's memory nor
+// flood its log.
+const (
+	maxRefused = 20
+	maxLogged  = 10
+)
 
 // Open gives the agent its browser context, at agent start; an agent that
 // has one keeps it. A call for an agent that was never opened opens it.
@@ -113,15 +153,33 @@ func (a *agent) reset(inst *instance) {
 	if a.cancel != nil {
 		a.cancel()
 	}
-	a.inst, a.tabs, a.err = inst, map[string]*tab{}, nil
-	root, cancel := chromedp.NewContext(inst.ctx, chromedp.WithNewBrowserContext())
-	t := &tab{ctx: root, cancel: cancel}
-	if err := a.w.guard(t); err != nil {
+	if a.proxy != nil {
+		a.proxy.close()
+	}
+	a.inst, a.tabs, a.err, a.proxy = inst, map[string]*tab{}, nil, nil
+	id := a.id
+	px, err := startProxy(func() *netguard.Guard { return a.w.netGuard(id) }, a.w.logger.With(slog.String("agent_id", id)))
+	if err != nil {
+		a.err = fmt.Errorf("start the browser proxy of agent %s: %w", a.id, err)
+		return
+	}
+	root, cancel := chromedp.NewContext(inst.ctx, chromedp.WithNewBrowserContext(func(p *target.CreateBrowserContextParams) {
+		// Every connection of the agent's pages, loopback included, goes
+		// through the agent's own guarded proxy.
+		p.ProxyServer, p.ProxyBypassList = "http://"+px.addr(), "<-loopback>"
+	}))
+	t := &tab{ctx: root, cancel: cancel, agentID: a.id}
+	err = a.w.guard(t)
+	if err == nil {
+		err = denyDownloads(root)
+	}
+	if err != nil {
 		cancel()
+		px.close()
 		a.root, a.cancel, a.err = nil, nil, fmt.Errorf("create the browser context of agent %s: %w", a.id, err)
 		return
 	}
-	a.root, a.cancel = root, cancel
+	a.root, a.cancel, a.proxy = root, cancel, px
 	a.tabs[MainTab] = t
 }
 
@@ -137,6 +195,10 @@ func (a *agent) close() {
 		}
 		a.cancel()
 		a.cancel, a.root, a.tabs = nil, nil, nil
+	}
+	if a.proxy != nil {
+		a.proxy.close()
+		a.proxy = nil
 	}
 }
 
@@ -163,7 +225,7 @@ func (a *agent) tab(name string, maxTabs int) (*tab, error) {
 			Fix: "reuse a tab, or close one with close_tab (the limit is web.browse_max_tabs in config.json)"}
 	}
 	ctx, cancel := chromedp.NewContext(a.root) // same browser context: shares the agent's cookies only
-	t := &tab{ctx: ctx, cancel: cancel}
+	t := &tab{ctx: ctx, cancel: cancel, agentID: a.id}
 	if err := a.w.guard(t); err != nil {
 		cancel()
 		return nil, fmt.Errorf("open tab %s: %w", name, err)
@@ -195,16 +257,54 @@ func (a *agent) closeTab(name string) {
 
 // guard turns on request interception in the tab: every request, a
 // navigation, a redirect or a sub-request, waits until the guard allows it.
+// It also keeps the host's files out of the page's reach: a file chooser
+// (an <input type=file>, showOpenFilePicker) is intercepted and never
+// answered, so no file is ever chosen, and drags are intercepted, so no
+// file is ever dropped; each is refused in the call's result and logged.
 func (w *Worker) guard(t *tab) error {
 	if err := chromedp.Listen(t.ctx, func(ev any) {
-		if e, ok := ev.(*fetch.EventRequestPaused); ok {
+		switch e := ev.(type) {
+		case *fetch.EventRequestPaused:
 			go w.decide(t, e) // never call the browser from the listener
+		case *page.EventFileChooserOpened:
+			w.refuseHostFile(t, "file chooser", "the page opened a file chooser ("+string(e.Mode)+"); it was left unanswered")
+		case *input.EventDragIntercepted:
+			w.refuseHostFile(t, "drag and drop", "a drag was intercepted and not dropped")
 		}
 	}); err != nil {
 		return err
 	}
-	_, err := chromedp.Call(t.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*"}}})
-	return err
+	if _, err := chromedp.Call(t.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*"}}}); err != nil {
+		return err
+	}
+	if _, err := chromedp.Call(t.ctx, page.SetInterceptFileChooserDialog, page.SetInterceptFileChooserDialogParams{Enabled: true}); err != nil {
+		return fmt.Errorf("intercept file choosers: %w", err)
+	}
+	if _, err := chromedp.Call(t.ctx, input.SetInterceptDrags, input.SetInterceptDragsParams{Enabled: true}); err != nil {
+		return fmt.Errorf("intercept drags: %w", err)
+	}
+	return nil
+}
+
+// refuseHostFile records and logs a page's attempt at a host file.
+func (w *Worker) refuseHostFile(t *tab, what, detail string) {
+	msg := what + " refused: " + detail + "; the browser never reads a host file for a page"
+	if !t.refuse(msg) {
+		return
+	}
+	w.logger.Warn("browser host file access refused", slog.String("agent_id", t.agentID), slog.String("what", what),
+		slog.String("detail", detail))
+}
+
+// denyDownloads makes the browser context refuse every download, so that
+// no page writes to the host's disk.
+func denyDownloads(root context.Context) error {
+	id := chromedp.FromContext(root).BrowserContextID
+	if _, err := chromedp.CallBrowser(root, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
+		Behavior: cdpbrowser.SetDownloadBehaviorBehaviorDeny, BrowserContextID: id}); err != nil {
+		return fmt.Errorf("deny downloads: %w", err)
+	}
+	return nil
 }
 
 // decide lets one paused request go on, or fails it.
@@ -214,15 +314,15 @@ func (w *Worker) decide(t *tab, e *fetch.EventRequestPaused) {
 	u := e.Request.URL
 	var err error
 	if !strings.HasPrefix(u, "data:") && !strings.HasPrefix(u, "blob:") {
-		err = w.netGuard().CheckResolved(u, func(host string) ([]netip.Addr, error) {
+		err = w.netGuard(t.agentID).CheckResolved(u, func(host string) ([]netip.Addr, error) {
 			return net.DefaultResolver.LookupNetIP(ctx, "ip", host)
 		})
 	}
 	if err != nil {
-		t.mu.Lock()
-		t.refused = append(t.refused, err.Error())
-		t.mu.Unlock()
-		w.logger.Warn("browser request refused", slog.String("url", shorten(u)), slog.String("error", err.Error()))
+		if t.refuse(err.Error()) {
+			w.logger.Warn("browser request refused", slog.String("agent_id", t.agentID), slog.String("url", shorten(u)),
+				slog.String("error", err.Error()))
+		}
 		_, _ = chromedp.Call(ctx, fetch.FailRequest, fetch.FailRequestParams{RequestID: e.RequestID,
 			ErrorReason: network.ErrorReasonBlockedByClient})
 		return
@@ -230,12 +330,37 @@ func (w *Worker) decide(t *tab, e *fetch.EventRequestPaused) {
 	_, _ = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: e.RequestID})
 }
 
-// takeRefused returns and forgets the refusals seen so far.
-func (t *tab) takeRefused() []string {
+// refuse records a refusal, within maxRefused, and reports whether it
+// may be logged (within maxLogged).
+func (t *tab) refuse(msg string) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.refused) < maxRefused {
+		t.refused = append(t.refused, msg)
+	} else {
+		t.dropped++
+	}
+	t.logged++
+	if t.logged == floodLimit && t.stop != nil {
+		t.stop(errFlood)
+	}
+	return t.logged <= maxLogged
+}
+
+// takeRefused returns and forgets the refusals seen so far, the last
+// entry counting those past maxRefused; log receives one summary line of
+// the refusals that were not logged one by one.
+func (t *tab) takeRefused(log *slog.Logger) []string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := t.refused
-	t.refused = nil
+	if t.dropped > 0 {
+		r = append(r, fmt.Sprintf("... and %d more requests refused", t.dropped))
+	}
+	if quiet := t.logged - maxLogged; quiet > 0 && log != nil {
+		log.Warn("browser requests refused without a line each", slog.String("agent_id", t.agentID), slog.Int("count", quiet))
+	}
+	t.refused, t.dropped, t.logged = nil, 0, 0
 	return r
 }
 

@@ -16,6 +16,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/chromedp/cdproto/dom"
+	"github.com/chromedp/cdproto/page"
+	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
 
 	"github.com/choirhq/choir/config"
@@ -135,7 +138,7 @@ func (w *Worker) Browse(ctx context.Context, agentID string, raw json.RawMessage
 	}
 	a.call.Lock()
 	defer a.call.Unlock()
-	lim := w.settings()
+	lim := w.settings(agentID)
 	t, err := a.tab(in.Tab, lim.BrowseMaxTabs)
 	if err != nil {
 		return nil, err
@@ -143,7 +146,24 @@ func (w *Worker) Browse(ctx context.Context, agentID string, raw json.RawMessage
 	a.mu.Lock()
 	inst := a.inst
 	a.mu.Unlock()
-	t.takeRefused()
+	t.takeRefused(w.logger)
+	// The page was frozen when the last call ended; it runs only during
+	// calls. A page that floods the guard ends the call (floodLimit).
+	ctx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	t.setStop(stop)
+	defer t.setStop(nil)
+	w.setLifecycle(ctx, t, page.SetWebLifecycleStateStateActive)
+	defer w.setLifecycle(ctx, t, page.SetWebLifecycleStateStateFrozen)
+	fail := func(s Action, err error) error {
+		if errors.Is(context.Cause(ctx), errFlood) {
+			log.Warn("browse call ended: the page flooded the guard; the tab left it", slog.Int("refused", floodLimit))
+			w.leave(ctx, t)
+			return &Failure{Kind: "page_flood", Message: fmt.Sprintf("the page fired over %d requests the guard refused; "+
+				"the tab left it (about:blank)", floodLimit), Fix: "do not use this page; try another source"}
+		}
+		return w.explain(inst, t, s, err)
+	}
 
 	out := &Output{Tab: in.Tab, Mode: in.Mode}
 	steps := in.Actions
@@ -153,7 +173,7 @@ func (w *Worker) Browse(ctx context.Context, agentID string, raw json.RawMessage
 	for i, s := range steps {
 		if err := w.act(ctx, t, s, lim, out); err != nil {
 			log.Warn("browse action failed", slog.Int("step", i), slog.String("action", s.Action), slog.String("error", err.Error()))
-			return nil, w.explain(inst, t, s, err)
+			return nil, fail(s, err)
 		}
 	}
 	// The workspace is looked up with the call's context, which carries
@@ -166,9 +186,9 @@ func (w *Worker) Browse(ctx context.Context, agentID string, raw json.RawMessage
 	}
 	if err := w.render(ctx, t, in, lim, out, callWS); err != nil {
 		log.Warn("browse render failed", slog.String("error", err.Error()))
-		return nil, w.explain(inst, t, Action{Action: in.Mode}, err)
+		return nil, fail(Action{Action: in.Mode}, err)
 	}
-	out.Blocked = t.takeRefused()
+	out.Blocked = t.takeRefused(w.logger)
 	if in.CloseTab {
 		a.closeTab(in.Tab)
 	}
@@ -199,9 +219,13 @@ func (w *Worker) act(ctx context.Context, t *tab, s Action, lim config.Web, out 
 	case "click":
 		return chromedp.Do(ctx, chromedp.WaitVisible(sel), chromedp.Click(sel))
 	case "type":
-		return chromedp.Do(ctx, chromedp.WaitVisible(sel), chromedp.SendKeys(sel, s.Text))
+		return w.typeText(ctx, t, s)
 	case "wait":
-		return chromedp.Do(ctx, chromedp.WaitVisible(sel))
+		// In the page, not through chromedp's copy of the DOM, which would
+		// ship every node of a huge page into choird.
+		sel, _ := json.Marshal(s.Selector)
+		_, err := chromedp.Run(ctx, chromedp.Evaluate[bool](fmt.Sprintf(waitJS, sel), chromedp.EvalAwaitPromise))
+		return err
 	case "scroll":
 		if s.Selector != "" {
 			return chromedp.Do(ctx, chromedp.ScrollIntoView(sel))
@@ -218,6 +242,54 @@ func (w *Worker) act(ctx context.Context, t *tab, s Action, lim config.Web, out 
 	return fmt.Errorf("unknown action %q", s.Action)
 }
 
+// typeText types s.Text into the element s.Selector names, refusing a
+// file input: chromedp's SendKeys would turn the text into
+// DOM.setFileInputFiles and upload whatever host file it names. The
+// element's type is read live in the page, not from chromedp's cached DOM,
+// and the keys go through key events only, which can never choose a file.
+func (w *Worker) typeText(ctx context.Context, t *tab, s Action) error {
+	nodes, err := chromedp.Run(ctx, chromedp.Nodes(s.Selector, chromedp.NodeVisible))
+	if err != nil {
+		return err
+	}
+	if len(nodes) == 0 {
+		return fmt.Errorf("selector %q matched nothing", s.Selector)
+	}
+	n := nodes[0]
+	obj, err := chromedp.Call(ctx, dom.ResolveNode, dom.ResolveNodeParams{NodeID: n.NodeID})
+	if err != nil {
+		return fmt.Errorf("resolve %s: %w", s.Selector, err)
+	}
+	if obj.Object == nil {
+		return fmt.Errorf("resolve %s: no object", s.Selector)
+	}
+	byValue := true
+	res, err := chromedp.Call(ctx, runtime.CallFunctionOn, runtime.CallFunctionOnParams{ObjectID: obj.Object.ObjectID,
+		FunctionDeclaration: `function() { return this instanceof HTMLInputElement && this.type === "file"; }`,
+		ReturnByValue:       &byValue})
+	if err != nil {
+		return fmt.Errorf("inspect %s: %w", s.Selector, err)
+	}
+	if res.Result == nil || string(res.Result.Value) != "false" {
+		w.logger.Warn("browser host file access refused", slog.String("agent_id", t.agentID),
+			slog.String("what", "type into file input"), slog.String("selector", s.Selector))
+		return &Failure{Kind: "refused_file_input", Message: fmt.Sprintf("type into %q refused: it is a file input (<input type=file>), "+
+			"and the browser never uploads a host file for a page", s.Selector),
+			Fix: "do not type into file inputs; to send a file, use choir.send.file"}
+	}
+	return chromedp.Do(ctx, chromedp.KeyEventNode(n, s.Text))
+}
+
+// waitJS resolves once an element matching the selector (%s, a JSON
+// string) is visible; the call's context bounds the wait.
+const waitJS = `new Promise(function(resolve) {
+  (function check() {
+    var e = document.querySelector(%s);
+    if (e && (e.offsetWidth || e.offsetHeight || e.getClientRects().length) && getComputedStyle(e).visibility !== "hidden") { resolve(true); return; }
+    setTimeout(check, 50);
+  })();
+})`
+
 // tabCtx is the tab's chromedp context, ended also by the call's ctx.
 func tabCtx(call context.Context, t *tab) context.Context {
 	ctx, cancel := context.WithCancel(t.ctx)
@@ -226,14 +298,43 @@ func tabCtx(call context.Context, t *tab) context.Context {
 	return ctx
 }
 
+// setLifecycle freezes a tab's page after a call, so that its scripts,
+// timers and requests stop until the next call wakes it: a hostile page
+// cannot load the host between calls. A failure is logged only (a closed
+// tab has no page to freeze).
+func (w *Worker) setLifecycle(ctx context.Context, t *tab, state page.SetWebLifecycleStateState) {
+	ctx, cancel := context.WithTimeout(tabCtx(context.WithoutCancel(ctx), t), 10*time.Second)
+	defer cancel()
+	if _, err := chromedp.Call(ctx, page.SetWebLifecycleState, page.SetWebLifecycleStateParams{State: state}); err != nil &&
+		t.ctx.Err() == nil {
+		w.logger.Warn("browser page lifecycle not set", slog.String("agent_id", t.agentID), slog.String("state", string(state)),
+			slog.String("error", err.Error()))
+	}
+}
+
+// leave navigates the tab away from a hostile page, to about:blank.
+func (w *Worker) leave(ctx context.Context, t *tab) {
+	ctx, cancel := context.WithTimeout(tabCtx(context.WithoutCancel(ctx), t), 10*time.Second)
+	defer cancel()
+	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
+		w.logger.Warn("browser tab did not leave a hostile page", slog.String("agent_id", t.agentID), slog.String("error", err.Error()))
+	}
+}
+
 // pageJS reads what the modes need in one round trip: the URL, the title
-// and the document's HTML.
-const pageJS = `({url: location.href, title: document.title, html: document.documentElement ? document.documentElement.outerHTML : ""})`
+// and the document's HTML, cut inside the page (%d UTF-16 units, then to
+// bytes in Go) so that a huge DOM never crosses into choird whole.
+const pageJS = `(function(n) {
+  var h = document.documentElement ? document.documentElement.outerHTML : "";
+  return {url: String(location.href).slice(0, 8192), title: String(document.title).slice(0, 1024),
+    html: h.length > n ? h.slice(0, n) : h, cut: h.length > n};
+})(%d)`
 
 type pageState struct {
 	URL   string `json:"url"`
 	Title string `json:"title"`
 	HTML  string `json:"html"`
+	Cut   bool   `json:"cut"`
 }
 
 // render produces the call's output in its mode.
@@ -241,15 +342,15 @@ func (w *Worker) render(ctx context.Context, t *tab, in Input, lim config.Web, o
 	workspace func(context.Context) (string, error)) error {
 	ctx, cancel := context.WithTimeout(tabCtx(ctx, t), time.Duration(lim.BrowseNavigationTimeoutMS)*time.Millisecond)
 	defer cancel()
-	js := pageJS
+	n := lim.BrowseMaxPageBytes
 	if in.Mode == "screenshot" || in.Mode == "pdf" {
-		js = `({url: location.href, title: document.title, html: ""})` // no need to ship the page
+		n = 0 // no need to ship the page
 	}
-	st, err := chromedp.Run(ctx, chromedp.Evaluate[pageState](js))
+	st, err := chromedp.Run(ctx, chromedp.Evaluate[pageState](fmt.Sprintf(pageJS, n)))
 	if err != nil {
 		return err
 	}
-	out.URL, out.Title = st.URL, st.Title
+	out.URL, out.Title, out.Truncated = st.URL, st.Title, st.Cut && n > 0
 	html := st.HTML
 	if int64(len(html)) > lim.BrowseMaxPageBytes {
 		html, out.Truncated = cutUTF8(html, int(lim.BrowseMaxPageBytes)), true
@@ -350,7 +451,7 @@ func (w *Worker) explain(inst *instance, t *tab, s Action, err error) error {
 		return &Failure{Kind: "browser_crashed", Message: "the browser crashed during the call; it is restarting",
 			Fix: "call choir.web.browse again in a few seconds; open tabs were lost", Retryable: true}
 	}
-	if r := t.takeRefused(); len(r) > 0 && s.Action == "navigate" {
+	if r := t.takeRefused(w.logger); len(r) > 0 && s.Action == "navigate" {
 		return &Failure{Kind: "refused_address", Message: r[0], Fix: "use a public http or https URL"}
 	}
 	switch {

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -110,9 +112,20 @@ try { window.open("%s/popup"); } catch (e) {}
 // only. Without Chromium the test fails in CI and is skipped elsewhere.
 func newWorker(t testing.TB, w config.Web) *browser.Worker {
 	t.Helper()
+	return newWorkerLogging(t, w, nil)
+}
+
+// newWorkerLogging is newWorker with more hosts opened, logging JSON
+// lines to logs (nil discards them).
+func newWorkerLogging(t testing.TB, w config.Web, logs io.Writer, hosts ...string) *browser.Worker {
+	t.Helper()
 	s := testSite()
-	w.AllowHosts = []string{"127.0.0.1:" + s.port}
-	wk, err := browser.New(browser.Config{SettingsFunc: func() config.Web { return w }})
+	w.AllowHosts = append([]string{"127.0.0.1:" + s.port}, hosts...)
+	var logger *slog.Logger
+	if logs != nil {
+		logger = slog.New(slog.NewJSONHandler(logs, nil))
+	}
+	wk, err := browser.New(browser.Config{SettingsFunc: func(string) config.Web { return w }, Logger: logger})
 	if errors.Is(err, browser.ErrNoChromium) && os.Getenv("CI") != "true" {
 		t.Skipf("skipped: %v (scripts/testdeps.sh installs it)", err)
 	}
@@ -136,7 +149,7 @@ func sharedWorker(t *testing.T) *browser.Worker {
 	sharedOnce.Do(func() {
 		s := testSite()
 		w := config.Web{AllowHosts: []string{"127.0.0.1:" + s.port}, BrowseNavigationTimeoutMS: 20_000}
-		shared, sharedErr = browser.New(browser.Config{SettingsFunc: func() config.Web { return w }})
+		shared, sharedErr = browser.New(browser.Config{SettingsFunc: func(string) config.Web { return w }})
 	})
 	if errors.Is(sharedErr, browser.ErrNoChromium) && os.Getenv("CI") != "true" {
 		t.Skipf("skipped: %v (scripts/testdeps.sh installs it)", sharedErr)
@@ -352,5 +365,33 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in a minute")
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// TestAllowHostsPerAgent opens the test site to one agent only: another
+// agent's navigation, and its page's sub-requests, are refused.
+func TestAllowHostsPerAgent(t *testing.T) {
+	t.Parallel()
+	s := testSite()
+	wk, err := browser.New(browser.Config{SettingsFunc: func(agentID string) config.Web {
+		w := config.Web{BrowseNavigationTimeoutMS: 20_000}
+		if agentID == "opened" {
+			w.AllowHosts = []string{"127.0.0.1:" + s.port}
+		}
+		return w
+	}})
+	if errors.Is(err, browser.ErrNoChromium) && os.Getenv("CI") != "true" {
+		t.Skipf("skipped: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(wk.Close)
+	if out := mustBrowse(t, wk, "opened", "", `{"url": "`+s.srv.URL+`/js"}`); out.Text != "Rendered by script" {
+		t.Fatalf("the opened agent: %+v", out)
+	}
+	_, f := browse(t, wk, "closed", "", `{"url": "`+s.srv.URL+`/js"}`)
+	if f == nil || f.Kind != "refused_address" || !strings.Contains(f.Message, "127.0.0.1:"+s.port) {
+		t.Fatalf("the other agent: %+v, want refused_address naming the site", f)
 	}
 }

@@ -10,12 +10,14 @@
 package browser
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
+	"slices"
 	"sync"
 	"time"
 
@@ -44,11 +46,16 @@ type Config struct {
 	// ExecPath is the Chromium executable; empty looks up chromium,
 	// chromium-browser and google-chrome on PATH.
 	ExecPath string
-	// SettingsFunc returns the current web limits and allowlist (choird's
-	// configuration); nil means the defaults.
-	SettingsFunc func() config.Web
+	// SettingsFunc returns the current web limits and allowlist of an
+	// agent (choird's configuration, config.Config.WebFor); nil means the
+	// defaults. An agent's pages reach only what its own allowlist opens.
+	SettingsFunc func(agentID string) config.Web
 	// Logger receives the worker's lines; nil discards them.
 	Logger *slog.Logger
+	// MemoryMax (bytes) and CPUMax (cores) limit the cgroup the browser
+	// runs in; zero takes DefaultMemoryMax and DefaultCPUMax.
+	MemoryMax int64
+	CPUMax    float64
 }
 
 // Worker owns the browser process and the agents' contexts. It is safe
@@ -76,6 +83,7 @@ type instance struct {
 	allocCancel context.CancelFunc
 	lost        <-chan struct{}
 	pid         int
+	cgroup      *cgroup // nil when the host offers none
 }
 
 // dead reports whether the browser's connection is lost (a crash that
@@ -110,7 +118,9 @@ func New(cfg Config) (*Worker, error) {
 		w.logger = slog.New(slog.DiscardHandler)
 	}
 	w.logger = w.logger.With(slog.String("component", "browser"))
-	px, err := startProxy(w.netGuard, w.logger)
+	// The browser's own proxy serves only its default context, which no
+	// agent uses: it opens nothing. Each agent's context has its own.
+	px, err := startProxy(func() *netguard.Guard { g, _ := netguard.New(nil); return g }, w.logger)
 	if err != nil {
 		return nil, fmt.Errorf("start the browser's proxy: %w", err)
 	}
@@ -124,17 +134,17 @@ func New(cfg Config) (*Worker, error) {
 	return w, nil
 }
 
-func (w *Worker) settings() config.Web {
+func (w *Worker) settings(agentID string) config.Web {
 	if w.cfg.SettingsFunc == nil {
 		return config.Web{}.WithDefaults()
 	}
-	return w.cfg.SettingsFunc().WithDefaults()
+	return w.cfg.SettingsFunc(agentID).WithDefaults()
 }
 
-// netGuard is the SSRF guard of the current configuration; an invalid
-// allowlist (config validation refuses one) opens nothing.
-func (w *Worker) netGuard() *netguard.Guard {
-	g, err := netguard.New(w.settings().AllowHosts)
+// netGuard is the SSRF guard of the agent's current configuration; an
+// invalid allowlist (config validation refuses one) opens nothing.
+func (w *Worker) netGuard(agentID string) *netguard.Guard {
+	g, err := netguard.New(w.settings(agentID).AllowHosts)
 	if err != nil {
 		g, _ = netguard.New(nil)
 	}
@@ -153,7 +163,11 @@ func (w *Worker) launch() (*instance, error) {
 		// proxy; pages cannot open windows (new targets would not be
 		// intercepted).
 		chromedp.ProxyServer("http://"+w.proxy.addr()), chromedp.Flag("proxy-bypass-list", "<-loopback>"),
-		chromedp.Flag("disable-popup-blocking", false), chromedp.Flag("block-new-web-contents", true))
+		chromedp.Flag("disable-popup-blocking", false), chromedp.Flag("block-new-web-contents", true),
+		// WebRTC would send UDP (host and STUN candidates) around the
+		// proxy: only proxied connections, and the proxy speaks no UDP.
+		chromedp.Flag("force-webrtc-ip-handling-policy", "disable_non_proxied_udp"),
+		chromedp.Flag("webrtc-ip-handling-policy", "disable_non_proxied_udp"))
 	if os.Geteuid() == 0 {
 		// Chromium refuses to run its sandbox as root; choird's systemd
 		// unit runs it as an unprivileged user, where the sandbox is on.
@@ -172,7 +186,34 @@ func (w *Worker) launch() (*instance, error) {
 		inst.pid = p.Pid
 	}
 	w.logger.Info("browser started", slog.String("path", w.path), slog.Int("pid", inst.pid))
+	w.confine(inst)
 	return inst, nil
+}
+
+// confine puts the browser's processes in a cgroup with memory and CPU
+// limits, or says clearly in the log why it cannot.
+func (w *Worker) confine(inst *instance) {
+	mem, cpu := cmp.Or(w.cfg.MemoryMax, DefaultMemoryMax), cmp.Or(w.cfg.CPUMax, DefaultCPUMax)
+	cg, err := confine(inst.pid, mem, cpu)
+	if err != nil {
+		w.logger.Warn("browser runs WITHOUT memory and CPU limits: no cgroup could be made for it",
+			slog.Int("pid", inst.pid), slog.String("error", err.Error()))
+		return
+	}
+	inst.cgroup = cg
+	w.logger.Info("browser confined to a cgroup", slog.Int("pid", inst.pid), slog.Any("cgroup", cg.dirs),
+		slog.Int64("memory_max", mem), slog.Float64("cpu_max", cpu))
+}
+
+// CgroupDirs lists the cgroup directories the running browser is confined
+// to; none when it runs unconfined.
+func (w *Worker) CgroupDirs() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.inst == nil || w.inst.cgroup == nil {
+		return nil
+	}
+	return slices.Clone(w.inst.cgroup.dirs)
 }
 
 // setInstance installs inst and watches it for a crash.
@@ -209,6 +250,7 @@ func (w *Worker) recover(dead *instance) {
 	w.logger.Error("browser lost; restarting it", slog.Int("pid", dead.pid))
 	dead.cancel()
 	dead.allocCancel()
+	dead.cgroup.remove()
 
 	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
 		inst, err := w.launch()
@@ -302,7 +344,8 @@ func (w *Worker) Close() {
 	}
 	if inst != nil {
 		inst.cancel()
-		inst.allocCancel()
+		inst.allocCancel() // waits for the browser to exit
+		inst.cgroup.remove()
 	}
 	w.wg.Wait()
 	w.proxy.close()

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/starter"
 	"github.com/choirhq/choir/dbtest"
 )
 
@@ -54,7 +55,7 @@ func (h *Home) write(o Options) error {
 	if err != nil {
 		return err
 	}
-	h.Config, h.Secrets = config.Local(h.Dir, config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database})
+	h.Config, h.Secrets = starter.Local(h.Dir, config.Postgres{Host: pc.Host, Port: int(pc.Port), Database: pc.Database})
 	if o.ModelEndpoint != "" {
 		m := h.Config.Models["local"]
 		m.Endpoint = o.ModelEndpoint

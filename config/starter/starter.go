@@ -1,6 +1,13 @@
-package config
+// Package starter holds the configurations choirctl init writes: a
+// skeleton for a real installation, whose placeholders say what to fill
+// in, and a complete local one for trying Choir on one machine.
+package starter
 
-import "path/filepath"
+import (
+	"path/filepath"
+
+	"github.com/choirhq/choir/config"
+)
 
 // Skeleton returns the configuration choirctl init writes (spec 6.2): one
 // agent "assistant" with a workspace, a model reached through OpenRouter, a
@@ -16,29 +23,29 @@ import "path/filepath"
 //   - the missing secrets openrouter-key ($.models.default.secret),
 //     telegram-bot-token ($.gateways.telegram.secret) and postgres-admin
 //     ($.postgres.secret).
-func Skeleton() *Config {
-	c := &Config{
-		Workspaces: map[string]Workspace{
-			"main": {Path: Placeholder + ": absolute path of the directory the agent works in"},
+func Skeleton() *config.Config {
+	c := &config.Config{
+		Workspaces: map[string]config.Workspace{
+			"main": {Path: config.Placeholder + ": absolute path of the directory the agent works in"},
 		},
-		Models: map[string]Model{
+		Models: map[string]config.Model{
 			"default": {
 				Provider: "openrouter",
-				Model:    Placeholder + ": a model with tool calling, such as anthropic/claude-sonnet-4",
+				Model:    config.Placeholder + ": a model with tool calling, such as anthropic/claude-sonnet-4",
 				Endpoint: "https://openrouter.ai/api/v1",
 				Secret:   "openrouter-key",
 			},
 		},
-		Embedding: Embedding{Provider: EmbeddingOffline, Dimensions: 384},
-		Gateways: map[string]Gateway{
-			"telegram": {Type: GatewayTelegram, Secret: "telegram-bot-token"},
+		Embedding: config.Embedding{Provider: config.EmbeddingOffline, Dimensions: 384},
+		Gateways: map[string]config.Gateway{
+			"telegram": {Type: config.GatewayTelegram, Secret: "telegram-bot-token"},
 		},
-		DMs: map[string]DM{
-			"admin": {Gateway: "telegram", UserID: Placeholder + ": your numeric Telegram user id", Admin: true},
+		DMs: map[string]config.DM{
+			"admin": {Gateway: "telegram", UserID: config.Placeholder + ": your numeric Telegram user id", Admin: true},
 		},
-		Postgres: Postgres{Host: "localhost", Port: 5432, Database: "choir", Secret: "postgres-admin"},
-		Agents: map[string]Agent{
-			"assistant": {Defaults: AgentDefaults{Workspace: "main", LLM: "default", DM: "admin"}},
+		Postgres: config.Postgres{Host: "localhost", Port: 5432, Database: "choir", Secret: "postgres-admin"},
+		Agents: map[string]config.Agent{
+			"assistant": {Defaults: config.AgentDefaults{Workspace: "main", LLM: "default", DM: "admin"}},
 		},
 	}
 	c.ApplyDefaults()
@@ -60,7 +67,7 @@ func Skeleton() *Config {
 //     through the secret postgres-admin.
 //
 // It returns the secrets to go with it.
-func Local(dir string, pg Postgres) (*Config, Secrets) {
+func Local(dir string, pg config.Postgres) (*config.Config, config.Secrets) {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
@@ -74,29 +81,29 @@ func Local(dir string, pg Postgres) (*Config, Secrets) {
 		pg.Database = "choir"
 	}
 	pg.Secret = "postgres-admin"
-	c := &Config{
-		Workspaces: map[string]Workspace{
+	c := &config.Config{
+		Workspaces: map[string]config.Workspace{
 			"main": {Path: filepath.Join(dir, "workspaces", "main")},
 		},
-		Models: map[string]Model{
+		Models: map[string]config.Model{
 			"local": {
 				Provider: "openai-compatible",
 				Model:    "llama3.1",
 				Endpoint: "http://127.0.0.1:11434/v1",
 			},
 		},
-		Embedding: Embedding{Provider: EmbeddingOffline, Dimensions: 384},
-		Gateways: map[string]Gateway{
-			"console": {Type: GatewayConsole},
+		Embedding: config.Embedding{Provider: config.EmbeddingOffline, Dimensions: 384},
+		Gateways: map[string]config.Gateway{
+			"console": {Type: config.GatewayConsole},
 		},
-		DMs: map[string]DM{
+		DMs: map[string]config.DM{
 			"console": {Gateway: "console", UserID: "operator", Admin: true},
 		},
 		Postgres: pg,
-		Agents: map[string]Agent{
-			"assistant": {Defaults: AgentDefaults{Workspace: "main", LLM: "local", DM: "console"}},
+		Agents: map[string]config.Agent{
+			"assistant": {Defaults: config.AgentDefaults{Workspace: "main", LLM: "local", DM: "console"}},
 		},
 	}
 	c.ApplyDefaults()
-	return c, Secrets{"postgres-admin": "postgres:"}
+	return c, config.Secrets{"postgres-admin": "postgres:"}
 }

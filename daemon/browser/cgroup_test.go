@@ -1,0 +1,59 @@
+package browser_test
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/choirhq/choir/config"
+)
+
+// TestBrowserRunsInACgroup checks that the browser and the renderers it
+// starts for pages run in a cgroup with the configured memory and CPU
+// limits. Where the host offers no cgroup the worker says why in its log;
+// the test then skips with that reason, unless CHOIR_REQUIRE_CGROUP=1.
+func TestBrowserRunsInACgroup(t *testing.T) {
+	t.Parallel()
+	var logs syncBuffer
+	w := newWorkerLogging(t, config.Web{BrowseNavigationTimeoutMS: 20_000}, &logs)
+	dirs := w.CgroupDirs()
+	if len(dirs) == 0 {
+		if !strings.Contains(logs.String(), "WITHOUT memory and CPU limits") {
+			t.Fatalf("the browser runs unconfined and the log does not say why:\n%s", logs.String())
+		}
+		if os.Getenv("CHOIR_REQUIRE_CGROUP") == "1" {
+			t.Fatalf("no cgroup for the browser:\n%s", logs.String())
+		}
+		t.Skipf("this host offers no cgroup for the browser:\n%s", logs.String())
+	}
+	mustBrowse(t, w, "cgroup", "", `{"url": "`+testSite().srv.URL+`/js"}`)
+	for _, d := range dirs {
+		procs, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		pids := strings.Fields(string(procs))
+		if !strings.Contains(" "+string(procs)+" ", strconv.Itoa(w.PID())) || len(pids) < 3 {
+			t.Errorf("%s holds %v; want the browser %d and its helpers and renderers", d, pids, w.PID())
+		}
+		for _, f := range []string{"memory.max", "memory.limit_in_bytes"} {
+			if b, err := os.ReadFile(filepath.Join(d, f)); err == nil && strings.TrimSpace(string(b)) != "2147483648" {
+				t.Errorf("%s/%s = %s, want 2147483648", d, f, b)
+			}
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "cpu.cfs_quota_us")); err == nil && strings.TrimSpace(string(b)) != "100000" {
+			t.Errorf("%s/cpu.cfs_quota_us = %s, want 100000 (one core)", d, b)
+		}
+		if b, err := os.ReadFile(filepath.Join(d, "cpu.max")); err == nil && strings.TrimSpace(string(b)) != "100000 100000" {
+			t.Errorf("%s/cpu.max = %s, want one core", d, b)
+		}
+	}
+	w.Close()
+	for _, d := range dirs {
+		if _, err := os.Stat(d); err == nil {
+			t.Errorf("%s outlived the browser", d)
+		}
+	}
+}

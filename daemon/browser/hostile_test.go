@@ -1,0 +1,165 @@
+package browser_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/choirhq/choir/config"
+)
+
+// countingWriter counts the bytes and lines logged.
+type countingWriter struct{ bytes, lines atomic.Int64 }
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	c.bytes.Add(int64(len(p)))
+	c.lines.Add(int64(strings.Count(string(p), "\n")))
+	return len(p), nil
+}
+
+// rssKB is the test process's resident set, in KiB.
+func rssKB(t *testing.T) int64 {
+	t.Helper()
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			n, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return n
+		}
+	}
+	t.Fatal("no VmRSS in /proc/self/status")
+	return 0
+}
+
+// hugeDOMMB is the DOM the huge page builds: 300 strings of 1 MiB.
+const hugeDOMMB = 300
+
+// TestHostilePageIsBounded plays a hostile page against the worker: one
+// fires 500 blocked requests every 10 ms, one builds a 300 MiB DOM. The
+// result and the log stay bounded, the test process's RSS does not grow
+// with the page, the page stops when the call ends, and another agent's
+// browse p95 stays within 2x of its idle figure measured in the same test.
+func TestHostilePageIsBounded(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads the browser for a while")
+	}
+	s := testSite()
+	var pings atomic.Int64
+	mux := http.NewServeMux()
+	mux.HandleFunc("/flood", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<html><body><p>flood</p><script>
+setInterval(function() { for (var i = 0; i < 500; i++) fetch("%s/blocked/" + Math.random()).catch(function(){}); fetch("/ping"); }, 10);
+setTimeout(function() { var d = document.createElement("div"); d.id = "later"; document.body.appendChild(d); }, 1500);
+</script></body></html>`, s.private.URL)
+	})
+	mux.HandleFunc("/burst", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<html><body><p>burst</p><script>
+var ps = []; for (var i = 0; i < 100; i++) ps.push(fetch("%s/blocked/" + i).catch(function(){}));
+Promise.all(ps).then(function() { var d = document.createElement("div"); d.id = "done"; document.body.appendChild(d); });
+</script></body></html>`, s.private.URL)
+	})
+	mux.HandleFunc("/ping", func(w http.ResponseWriter, r *http.Request) { pings.Add(1) })
+	mux.HandleFunc("/hugedom", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html")
+		fmt.Fprintf(w, `<html><head><title>huge</title></head><body><script>
+var s = "x".repeat(1 << 20), box = document.createElement("div");
+box.style.display = "none"; // a DOM that big, laid out, takes minutes
+for (var i = 0; i < %d; i++) { var p = document.createElement("p"); p.textContent = s; box.appendChild(p); }
+document.body.appendChild(box);
+var d = document.createElement("div"); d.id = "built"; document.body.appendChild(d);
+</script></body></html>`, hugeDOMMB)
+	})
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	_, port, _ := net.SplitHostPort(srv.Listener.Addr().String())
+	var logs countingWriter
+	w := newWorkerLogging(t, config.Web{BrowseNavigationTimeoutMS: 60_000}, &logs, "127.0.0.1:"+port)
+	ws := t.TempDir()
+
+	calm := func(n int) time.Duration {
+		var d []time.Duration
+		for range n {
+			start := time.Now()
+			mustBrowse(t, w, "calm", ws, `{"url": "`+s.srv.URL+`/js"}`)
+			d = append(d, time.Since(start))
+		}
+		slices.Sort(d)
+		return d[(len(d)*95+99)/100-1]
+	}
+	// 100 refusals: the result lists 20 and counts the rest.
+	out := mustBrowse(t, w, "burst", ws, `{"url": "`+srv.URL+`/burst", "actions": [{"action": "wait", "selector": "#done"}]}`)
+	if n := len(out.Blocked); n != 21 || !strings.Contains(out.Blocked[20], "and 80 more requests refused") {
+		t.Errorf("burst: %d blocked requests in the result, want 20 and a count of the rest: %q", n, out.Blocked[n-1:])
+	}
+	calm(3) // warm up
+	idle := calm(12)
+	rss0 := rssKB(t)
+
+	ctx, stop := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	var floodStopped atomic.Int64
+	var hugeBytes atomic.Int64
+	wg.Go(func() {
+		for ctx.Err() == nil {
+			// The flood is stopped at floodLimit: the call fails, naming it.
+			_, f := browse(t, w, "hostile", ws, `{"url": "`+srv.URL+`/flood", "actions": [{"action": "wait", "selector": "#later"}]}`)
+			if f == nil || f.Kind != "page_flood" {
+				t.Errorf("flood: %+v, want a page_flood failure", f)
+				return
+			}
+			floodStopped.Add(1)
+			out, f := browse(t, w, "hostile", ws, `{"url": "`+srv.URL+`/hugedom", "actions": [{"action": "wait", "selector": "#built", "timeout_ms": 60000}], "mode": "html"}`)
+			if f != nil {
+				t.Errorf("huge DOM: %v", f)
+				return
+			}
+			hugeBytes.Store(int64(len(out.HTML)))
+		}
+	})
+	loaded := calm(12)
+	stop()
+	wg.Wait()
+	rss1 := rssKB(t)
+
+	t.Logf("calm browse p95: idle %v, beside the hostile pages %v; rss %d -> %d KiB; log %d lines, %d bytes",
+		idle, loaded, rss0, rss1, logs.lines.Load(), logs.bytes.Load())
+	if floodStopped.Load() == 0 {
+		t.Errorf("the flood page was never stopped")
+	}
+	if n := hugeBytes.Load(); n == 0 || n > 64<<10 {
+		t.Errorf("huge DOM: %d bytes of html in the result", n)
+	}
+	if grow := rss1 - rss0; grow > 150<<10 {
+		t.Errorf("the test process grew by %d MiB beside a %d MiB DOM", grow>>10, hugeDOMMB)
+	}
+	if n := logs.lines.Load(); n > 500 {
+		t.Errorf("%d log lines for a few hostile calls", n)
+	}
+	if loaded > 2*idle+50*time.Millisecond {
+		t.Errorf("another agent's browse p95 %v beside the hostile pages, idle %v: more than 2x", loaded, idle)
+	}
+	// The page left: its pings stop with the call.
+	before := pings.Load()
+	calm(5)
+	if after := pings.Load(); after-before > 3 {
+		t.Errorf("the flood page went on after its call: %d pings meanwhile", after-before)
+	}
+}

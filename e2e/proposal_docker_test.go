@@ -25,6 +25,7 @@ import (
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/internal/verbatim"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -245,7 +246,7 @@ func toolProposalUnderDocker(t *testing.T, stopFirst bool) {
 	request := waitSentTo(t, e.bot, userAlice, "approval request with buttons",
 		func(m telegramtest.Message) bool { return len(m.Keyboard()) > 0 })
 	texts := strings.Join(sentTexts(e.bot, userAlice), "\n")
-	if !strings.Contains(texts, greetScript) || !strings.Contains(request.Text, "will be merged, built and deployed") {
+	if !strings.Contains(texts, verbatim.Lines(greetScript)) || !strings.Contains(request.Text, "will be merged, built and deployed") {
 		t.Fatalf("the person did not see the code in full and what approval does:\n%s", texts)
 	}
 	landed := "): deployed;"

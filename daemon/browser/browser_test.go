@@ -172,7 +172,7 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-func browse(t *testing.T, w *browser.Worker, agent, ws, input string) (*browser.Output, *browser.Failure) {
+func browse(t testing.TB, w *browser.Worker, agent, ws, input string) (*browser.Output, *browser.Failure) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -187,7 +187,7 @@ func browse(t *testing.T, w *browser.Worker, agent, ws, input string) (*browser.
 	return out, nil
 }
 
-func mustBrowse(t *testing.T, w *browser.Worker, agent, ws, input string) *browser.Output {
+func mustBrowse(t testing.TB, w *browser.Worker, agent, ws, input string) *browser.Output {
 	t.Helper()
 	out, f := browse(t, w, agent, ws, input)
 	if f != nil {

@@ -17,6 +17,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/agent/llmtest"
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -111,7 +112,12 @@ type toolRun struct {
 func runToolCalls(t *testing.T, setup reachSetup, files map[string][]byte, calls ...llmtest.Call) toolRun {
 	fwd := newForwarder(t, setup.listen)
 	d := startChoird(t, choirdtest.Options{ModelEndpoint: "http://" + fwd.ln.Addr().String() + "/v1", Daemon: setup.opts,
-		Edit: fastHeartbeat})
+		Edit: func(c *config.Config, s config.Secrets) {
+			// A fast heartbeat, but no crash verdict on a loaded machine:
+			// these tests are about what tools reach, not crash detection.
+			fastHeartbeat(c, s)
+			c.CrashDetectionThresholdMS = 30_000
+		}})
 	defer d.StopAgents(t)
 	home, ws := d.Home, d.Workspace("main")
 	for name, b := range files {

@@ -148,7 +148,7 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		{"daemon", []string{"rpc/client"}, "choird is the server end of the agent protocol; only an agent calls it"},
 		{"daemon/gateway", []string{"jobs", "db"}, "the gateway reaches choird through its own small interfaces"},
 		{"daemon/memory", []string{"jobs"}, "the memory pipeline has one home; jobs only schedules it"},
-		{"jobs", []string{"daemon/memory", "daemon/gateway"}, "jobs schedules work through interfaces it declares"},
+		{"jobs", []string{"daemon", "agent"}, "jobs is a runner: each feature owns its job kinds and registers its workers"},
 	}
 	for _, r := range rules {
 		for pkg, ds := range deps {

@@ -156,11 +156,11 @@ func TestConfigChangeIsAnAdminsOwnKeysOnly(t *testing.T) {
 	if dm != "console" {
 		t.Errorf("the config change was asked of DM %q, want the admin DM", dm)
 	}
-	_, err = b.d.ApprovalDecide(ctx, daemon.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, true)
+	_, err = b.d.Approvals().Decide(ctx, daemon.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, true)
 	if !errors.Is(err, control.ErrForbidden) || !strings.Contains(err.Error(), "only an admin") {
 		t.Fatalf("the agent's regular DM decided a config change: %v", err)
 	}
-	if _, err := b.d.ApprovalDecide(ctx, daemon.Scope{Admin: true, DM: "console", Actor: "console:operator"}, resp.ApprovalID, true); err != nil {
+	if _, err := b.d.Approvals().Decide(ctx, daemon.Scope{Admin: true, DM: "console", Actor: "console:operator"}, resp.ApprovalID, true); err != nil {
 		t.Fatal(err)
 	}
 	b.waitState(t, resp.ApprovalID, "applied")

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/rpc"
@@ -24,13 +25,13 @@ func TestApprovalDecisions(t *testing.T) {
 
 	a := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
 	id := requestApproval(t, a, "deploy to staging")
-	if _, err := d.ApprovalDecide(ctx, other, id, true); !errors.Is(err, control.ErrForbidden) {
+	if _, err := d.Approvals().Decide(ctx, other, id, true); !errors.Is(err, control.ErrForbidden) {
 		t.Fatalf("another agent's DM decided: %v", err)
 	}
-	if got, err := d.ApprovalShow(ctx, admin, id); err != nil || got.Status != "pending" {
+	if got, err := d.Approvals().Show(ctx, admin, id); err != nil || got.Status != "pending" {
 		t.Fatalf("after the refused decision: %+v, %v", got, err)
 	}
-	got, err := d.ApprovalDecide(ctx, daemon.Scope{Agent: "assistant", Actor: "telegram:alice"}, id, true)
+	got, err := d.Approvals().Decide(ctx, daemon.Scope{Agent: "assistant", Actor: "telegram:alice"}, id, true)
 	if err != nil || got.Status != "approved" || got.ResolvedBy != "telegram:alice" {
 		t.Fatalf("decide = %+v, %v", got, err)
 	}
@@ -38,8 +39,8 @@ func TestApprovalDecisions(t *testing.T) {
 	if p.ApprovalResolved.ApprovalID != id || p.ApprovalResolved.Status != rpc.ApprovalApproved {
 		t.Errorf("pushed outcome = %+v", p.ApprovalResolved)
 	}
-	again, err := d.ApprovalDecide(ctx, admin, id, false)
-	if !errors.Is(err, control.ErrApprovalResolved) || again.Status != "approved" {
+	again, err := d.Approvals().Decide(ctx, admin, id, false)
+	if !errors.Is(err, approval.ErrResolved) || again.Status != "approved" {
 		t.Fatalf("second decision = %+v, %v", again, err)
 	}
 	if answer, _ := dmcmd.DecisionAnswer(again, err); answer != "already approved" {
@@ -54,7 +55,7 @@ func TestApprovalDecisions(t *testing.T) {
 	// Decided while the agent is down: told at the next session's hello.
 	id2 := requestApproval(t, a, "add tool choir.repo.status")
 	a.Terminate(t, "test stop")
-	if _, err := d.ApprovalDecide(ctx, admin, id2, false); err != nil {
+	if _, err := d.Approvals().Decide(ctx, admin, id2, false); err != nil {
 		t.Fatal(err)
 	}
 	next := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
@@ -68,7 +69,7 @@ func TestApprovalDecisions(t *testing.T) {
 	if !pushed {
 		t.Error("the outcome is not recorded as pushed")
 	}
-	if list, err := d.ApprovalList(ctx, admin, ""); err != nil || len(list) != 0 {
+	if list, err := d.Approvals().List(ctx, admin, ""); err != nil || len(list) != 0 {
 		t.Errorf("pending after both decisions: %+v, %v", list, err)
 	}
 }

@@ -19,7 +19,7 @@ func TestBareApproveAsksWhenSeveralWereFiled(t *testing.T) {
 	ctx := context.Background()
 	assistant := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
 	read := requestApproval(t, assistant, "the one alice read")
-	if _, err := b.d.ApprovalDecide(ctx, daemon.Scope{Admin: true, Actor: "choirctl"}, read, false); err != nil {
+	if _, err := b.d.Approvals().Decide(ctx, daemon.Scope{Admin: true, Actor: "choirctl"}, read, false); err != nil {
 		t.Fatal(err)
 	}
 	sneaked := requestApproval(t, assistant, "filed meanwhile")
@@ -28,7 +28,7 @@ func TestBareApproveAsksWhenSeveralWereFiled(t *testing.T) {
 		!strings.Contains(reply, "1. assistant: filed meanwhile") {
 		t.Fatalf("bare /approve with two filed lately = %q", reply)
 	}
-	a, err := b.d.ApprovalShow(ctx, daemon.Scope{Admin: true}, sneaked)
+	a, err := b.d.Approvals().Show(ctx, daemon.Scope{Admin: true}, sneaked)
 	if err != nil || a.Status != "pending" {
 		t.Fatalf("the bare /approve decided %s: %s, %v", sneaked, a.Status, err)
 	}

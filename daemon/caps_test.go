@@ -10,8 +10,8 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/agentapi"
+	"github.com/choirhq/choir/daemon/outbox"
 	"github.com/choirhq/choir/internal/choirdtest"
-	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
 )
@@ -20,7 +20,7 @@ import (
 // without bound through choird's agent socket. rpc_replays keeps the newest
 // agentapi.ReplayKeepPerSession outcomes, and a recent request is still replayed;
 // SEND_OUTBOUND refuses a new message with rate_limited while the session
-// has jobs.AgentMaxPendingOutbound messages waiting, but still answers a
+// has outbox.AgentMaxPending messages waiting, but still answers a
 // message already queued.
 func TestSessionCapsAgainstChoird(t *testing.T) {
 	t.Parallel()
@@ -72,7 +72,7 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 		// outbox is full whatever the console delivers meanwhile.
 		if _, err := d.Pool().Exec(ctx, `INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text)
 			SELECT 'assistant', $1, 'backlog-' || i, 'console', 'console', 'console', 'text', 'queued ' || i
-			  FROM generate_series(1, $2::int) i`, id, jobs.AgentMaxPendingOutbound); err != nil {
+			  FROM generate_series(1, $2::int) i`, id, outbox.AgentMaxPending); err != nil {
 			t.Fatal(err)
 		}
 		err := paced(func() error {
@@ -81,7 +81,7 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 		})
 		var e *rpc.Error
 		if !errors.Is(err, rpc.ErrRateLimited) || !errors.As(err, &e) || e.RetryAfter <= 0 ||
-			!strings.Contains(err.Error(), fmt.Sprintf("%d messages waiting", jobs.AgentMaxPendingOutbound)) ||
+			!strings.Contains(err.Error(), fmt.Sprintf("%d messages waiting", outbox.AgentMaxPending)) ||
 			!strings.Contains(err.Error(), "then send again") {
 			t.Fatalf("message past the cap: %v, want rate_limited naming the cap, with a retry delay", err)
 		}
@@ -95,8 +95,8 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 		}
 		var n int
 		d.Pool().QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE session_id = $1`, id).Scan(&n)
-		if n != jobs.AgentMaxPendingOutbound {
-			t.Errorf("%d outbox rows, want %d", n, jobs.AgentMaxPendingOutbound)
+		if n != outbox.AgentMaxPending {
+			t.Errorf("%d outbox rows, want %d", n, outbox.AgentMaxPending)
 		}
 	})
 }

@@ -426,7 +426,7 @@ func TestDMApprovalSelection(t *testing.T) {
 	d := b.d
 	status := func(id string) string {
 		t.Helper()
-		a, err := d.ApprovalShow(ctx, daemon.Scope{Admin: true}, id)
+		a, err := d.Approvals().Show(ctx, daemon.Scope{Admin: true}, id)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/agentapi"
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/embed"
@@ -33,12 +34,14 @@ import (
 	"github.com/choirhq/choir/daemon/logfile"
 	"github.com/choirhq/choir/daemon/mailwatch"
 	"github.com/choirhq/choir/daemon/memory"
+	"github.com/choirhq/choir/daemon/outbox"
 	"github.com/choirhq/choir/daemon/progress"
 	"github.com/choirhq/choir/daemon/propose"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/daemon/runtime/process"
 	"github.com/choirhq/choir/daemon/schedule"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/daemon/usage"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/logjson"
@@ -121,7 +124,15 @@ type Daemon struct {
 	browser *browserHost
 	// proposer checks and applies self-evolution proposals.
 	proposer *propose.Proposer
+	// approvals are the approvals, with the kinds features registered.
+	approvals *approval.Service
 }
+
+// Approvals are choird's approvals.
+func (d *Daemon) Approvals() *approval.Service { return d.approvals }
+
+// Schedules are choird's schedules and reminders.
+func (d *Daemon) Schedules() *schedule.Service { return d.schedules }
 
 // Pool is choird's Postgres pool.
 func (d *Daemon) Pool() *pgxpool.Pool { return d.pool }
@@ -310,8 +321,12 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.Control = control.New(control.Options{Home: d.home, Logger: d.logger, Pool: d.pool, Config: cfg, Secrets: secrets,
 		ConfigVersion: version, AgentBinary: d.opts.AgentBinary, AgentImage: d.opts.AgentImage, OSImage: d.opts.OSImage,
 		AgentSocket: AgentSocketPath(d.home)})
+	// Approvals first: the features whose requests wait for a person
+	// register what follows an outcome with them.
+	d.approvals = approval.New(d.pool, d.logger)
 	d.proposer = propose.New(propose.Options{Pool: d.pool, Home: d.home, Control: d.Control,
 		Logger: d.logger.With(slog.String("component", "propose"))})
+	propose.RegisterApprovals(d.approvals.Registry)
 	d.logFile.SetThreshold(cfg.LogArchiveThreshold())
 	d.OnConfigApplied(func(c *config.Config, _ config.Secrets) { d.logFile.SetThreshold(c.LogArchiveThreshold()) })
 	return nil
@@ -342,25 +357,29 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 	}
 	memoryWorkers := pipeline.Workers{Pool: d.pool, Logger: d.logger, Embedder: embedder,
 		MidTermSessions: func() int { return d.Snapshot().Config.MidTermSessionCount() }}
-	d.river, err = jobs.NewClient(jobs.Deps{
-		Pool:             d.pool,
-		Logger:           d.logger,
-		CrashThreshold:   func() time.Duration { return d.Snapshot().Config.CrashDetectionThreshold() },
-		Memory:           memoryWorkers,
-		Sender:           outboundSender{d},
-		SendLimiter:      d.sendLimiter,
-		ApprovalResolved: d.ApprovalResolved,
-		DMAddress:        d.DMAddress,
-		Workspaces:       d.WorkspaceDirs,
-		RemoveInstance:   d.removeInstance,
-		ScheduleFired:    d.scheduleFired,
-		ApplyProposal:    d.proposer.Apply,
-	})
+	d.schedules = schedule.New(schedule.Options{Pool: d.pool, Config: func() *config.Config { return d.Snapshot().Config },
+		Logger: d.logger.With(slog.String("component", "schedule")), DMAddress: d.DMAddress,
+		PushPending: d.inbox.PushPending, Starter: d.Control, Approvals: d.approvals.Registry})
+	schedule.RegisterApprovals(d.approvals.Registry)
+	// Each feature registers its own job kinds; River only runs them.
+	d.river, err = jobs.NewClient(jobs.Deps{Pool: d.pool, Logger: d.logger, Features: []jobs.Feature{
+		session.CrashDetection{Pool: d.pool, Logger: d.logger, DMAddress: d.DMAddress, RemoveInstance: d.removeInstance,
+			Threshold:    func() time.Duration { return d.Snapshot().Config.CrashDetectionThreshold() },
+			SessionEnded: memoryWorkers.SessionEndedTx},
+		&inbox.RecvCleanWorker{Pool: d.pool, Workspaces: d.WorkspaceDirs, Logger: d.logger.With(slog.String("component", "recv_clean"))},
+		d.approvals,
+		d.proposer,
+		d.schedules,
+		outbox.Delivery{Pool: d.pool, Sender: outboundSender{d}, Limiter: d.sendLimiter, Workspaces: d.WorkspaceDirs,
+			Logger: d.logger.With(slog.String("component", "delivery"))},
+		memoryWorkers,
+	}})
 	if err != nil {
 		return nil, err
 	}
 	d.SetJobs(d.river)
-	d.newSchedules()
+	d.approvals.SetJobs(d.river)
+	d.schedules.SetJobs(d.river)
 	return embedder, nil
 }
 

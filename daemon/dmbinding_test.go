@@ -71,14 +71,14 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 			"events":  func() error { _, err := d.SessionEvents(ctx, stale, "assistant", 5); return err },
 			"cores":   func() error { _, err := d.SessionCores(ctx, stale, "assistant"); return err },
 			"status":  func() error { _, err := d.SessionStatus(ctx, stale, "assistant"); return err },
-			"decide":  func() error { _, err := d.ApprovalDecide(ctx, stale, approvalID, true); return err },
+			"decide":  func() error { _, err := d.Approvals().Decide(ctx, stale, approvalID, true); return err },
 		}
 		for name, check := range checks {
 			if err := check(); !errors.Is(err, control.ErrForbidden) {
 				t.Errorf("%s with a stale scope: %v, want control.ErrForbidden", name, err)
 			}
 		}
-		if list, err := d.ApprovalList(ctx, stale, ""); err != nil || len(list) != 0 {
+		if list, err := d.Approvals().List(ctx, stale, ""); err != nil || len(list) != 0 {
 			t.Errorf("approvals listed with a stale scope: %v, %v", list, err)
 		}
 	})
@@ -137,7 +137,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 		if err != nil || m.LLMOverridden || m.VoiceOverridden {
 			t.Errorf("model state = %+v, %v: alice switched it", m, err)
 		}
-		if ap, err := d.ApprovalShow(ctx, daemon.Scope{Admin: true}, approvalID); err != nil || ap.Status != "pending" {
+		if ap, err := d.Approvals().Show(ctx, daemon.Scope{Admin: true}, approvalID); err != nil || ap.Status != "pending" {
 			t.Errorf("approval = %+v, %v: want it still pending", ap, err)
 		}
 	})

@@ -10,8 +10,9 @@ import (
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/inbox"
+	"github.com/choirhq/choir/daemon/outbox"
+	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/daemon/progress"
-	"github.com/choirhq/choir/jobs"
 )
 
 // newGateway makes the Telegram bots of config.json, if any, with the
@@ -19,7 +20,7 @@ import (
 func (d *Daemon) newGateway(opts Options) error {
 	d.sendLimiter = gateway.NewSendLimiter(gateway.DefaultSendLimits)
 	d.inbox = inbox.New(d.Control, d.pool, d.logger)
-	d.commands = dmcmd.New(dmcmd.Options{Control: d.Control, Inbox: d.inbox, Pool: d.pool, Logger: d.logger})
+	d.commands = dmcmd.New(dmcmd.Options{Control: d.Control, Approvals: d.approvals, Inbox: d.inbox, Pool: d.pool, Logger: d.logger})
 	snap := d.Snapshot()
 	cfg, secrets := snap.Config, snap.Secrets
 	telegram := 0
@@ -44,7 +45,7 @@ func (d *Daemon) newGateway(opts Options) error {
 	d.gateway = g
 	progressOpts.Messenger = g
 	d.progress = progress.New(progressOpts)
-	d.Control.SetGateway(g)
+	d.approvals.SetButtons(g)
 	d.inbox.SetGateway(g)
 	d.commands.SetGateway(g)
 	d.OnConfigApplied(func(c *config.Config, _ config.Secrets) { g.SetDMs(c.DMs) })
@@ -98,19 +99,19 @@ func (d *Daemon) waitPolling(ctx context.Context) []string {
 // outbox, so sending one only marks it sent.
 type outboundSender struct{ d *Daemon }
 
-var _ jobs.OutboundSender = outboundSender{}
+var _ outbox.Sender = outboundSender{}
 
 func (s outboundSender) console(name string) bool {
 	g, ok := s.d.Snapshot().Config.Gateways[name]
 	return ok && g.Type == config.GatewayConsole
 }
 
-// Parts implements jobs.OutboundSender.
-func (s outboundSender) Parts(msg jobs.OutboundPart) []jobs.OutboundPart {
+// Parts implements outbox.Sender.
+func (s outboundSender) Parts(msg message.Part) []message.Part {
 	if s.d.gateway.Serves(msg.Gateway) {
 		return s.d.gateway.Parts(msg)
 	}
-	return []jobs.OutboundPart{msg}
+	return []message.Part{msg}
 }
 
 // errNoSuchGateway can never be sent: the row is marked failed.
@@ -121,8 +122,8 @@ func (e errNoSuchGateway) Error() string {
 }
 func (errNoSuchGateway) Temporary() bool { return false }
 
-// Send implements jobs.OutboundSender.
-func (s outboundSender) Send(ctx context.Context, part jobs.OutboundPart) (int64, error) {
+// Send implements outbox.Sender.
+func (s outboundSender) Send(ctx context.Context, part message.Part) (int64, error) {
 	switch {
 	case s.d.gateway.Serves(part.Gateway):
 		return s.d.gateway.Send(ctx, part)

@@ -13,7 +13,6 @@ import (
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
-	"github.com/choirhq/choir/jobs"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -127,7 +126,7 @@ func (d *Daemon) crashNotice(ctx context.Context, sessionID uuid.UUID, why strin
 		if err != nil {
 			return err
 		}
-		return jobs.CrashNoticeTx(ctx, tx, d.river, d.DMAddress, s.AgentID, sessionID, s.ResourceBindings, why)
+		return session.CrashNoticeTx(ctx, tx, d.river, d.DMAddress, s.AgentID, sessionID, s.ResourceBindings, why)
 	})
 	if err != nil {
 		d.logger.WarnContext(ctx, "crash notice not queued", slog.String("session_id", sessionID.String()),

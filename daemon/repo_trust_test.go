@@ -52,7 +52,7 @@ func TestRepoProposalMergesExactlyTheCommitShown(t *testing.T) {
 	gitIn(t, work, "push", "-q", "origin", branch)
 	late := gitIn(t, work, "rev-parse", "HEAD")
 
-	if _, err := b.d.ApprovalDecide(ctx, daemon.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, true); err != nil {
+	if _, err := b.d.Approvals().Decide(ctx, daemon.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, true); err != nil {
 		t.Fatal(err)
 	}
 	outcome, step, reason := b.waitState(t, resp.ApprovalID, "approved, not applied", "applied")
@@ -113,7 +113,7 @@ func TestRejectedRepoProposalCloneRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.d.ApprovalDecide(context.Background(), daemon.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, false); err != nil {
+	if _, err := b.d.Approvals().Decide(context.Background(), daemon.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, false); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, work)

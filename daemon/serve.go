@@ -69,12 +69,13 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 	d.browser = newBrowserHost(ctx, d)
 	d.api = agentapi.New(agentapi.Options{Pool: d.pool, HeartbeatPool: hbPool, Logger: d.logger, Config: d.Snapshot,
 		Jobs: d.river, HostTools: hostTools(d), Typing: d.inbox.Typing(), Progress: d.progress, Proposals: d.proposer,
+		Approvals:     d.approvals.Registry,
 		UsageBaseline: d.newUsage().Baseline,
 		CloseSession:  func(ctx context.Context, id string) { d.closeSession(ctx, id) }, //nolint:errcheck
 		HelloDone: func(ctx context.Context, agentID string, id uuid.UUID) {
 			d.browser.agentStarted(agentID)
 			d.inbox.RedeliverInbox(ctx, agentID, id, time.Now())
-			d.PushOutcomes(ctx, agentID, id)
+			d.approvals.PushOutcomes(ctx, agentID, id)
 		}})
 	srv, err := rpc.NewServer(rpc.ServerOptions{Handler: d.api.Handler(), Authenticator: agentapi.NewSessionAuth(d.pool),
 		Replay: agentapi.ReplayStore{Pool: d.pool}, Logger: d.logger.With(slog.String("component", "rpc"))})
@@ -83,6 +84,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 	}
 	d.rpc = srv
 	d.SetRPC(sessionCloser{Server: srv, d: d})
+	d.approvals.SetRPC(srv)
 
 	agentLn, err := d.listenAgents(ctx, opts)
 	if err != nil {
@@ -95,7 +97,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
 	mux := admin.NewMux(d.logger.With(slog.String("component", "admin")))
-	adminapi.Mount(mux, adminapi.Options{Control: d.Control, Chat: d.inbox, Pool: d.pool, Memory: d.memory,
+	adminapi.Mount(mux, adminapi.Options{Control: d.Control, Approvals: d.approvals, Chat: d.inbox, Pool: d.pool, Memory: d.memory,
 		Version: Version, StartedAt: d.startedAt, Schedules: d.schedules, Usage: d.newUsage()})
 	d.logger.InfoContext(ctx, "admin API listening", slog.String("socket", admin.SocketPath(d.home)))
 

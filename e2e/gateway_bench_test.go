@@ -13,8 +13,8 @@ import (
 
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
+	"github.com/choirhq/choir/daemon/outbox"
 	"github.com/choirhq/choir/internal/choirdtest"
-	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -80,7 +80,7 @@ func waitUser(b *testing.B, s *choirdtest.StandIn, text string) choirdtest.Push 
 
 // BenchmarkGatewayEgress measures a reply's way out: from the commit of the
 // transaction holding the outbox row and its delivery job
-// (jobs.EnqueueOutboundTx) to the fake server receiving sendMessage. Every
+// (outbox.EnqueueTx) to the fake server receiving sendMessage. Every
 // message goes to its own chat, 40 ms after the previous one arrived, so
 // neither the per-chat (1/s) nor the per-bot (30/s) limit delays any.
 // Target: p99 <= 50 ms.
@@ -109,7 +109,7 @@ func BenchmarkGatewayEgress(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if _, err := jobs.EnqueueOutboundTx(ctx, tx, inserter, jobs.OutboundParams{AgentID: "assistant",
+		if _, err := outbox.EnqueueTx(ctx, tx, inserter, outbox.Params{AgentID: "assistant",
 			MessageID: fmt.Sprintf("bench-%d-%d", time.Now().UnixNano(), i), Gateway: gatewayTG, DM: dmAlice, ChatID: chat,
 			Kind: "text", Text: "bench reply " + strconv.Itoa(i)}); err != nil {
 			b.Fatal(err)

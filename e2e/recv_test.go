@@ -17,9 +17,9 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
+	"github.com/choirhq/choir/daemon/inbox"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
-	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -115,7 +115,7 @@ func runRecvClean(t *testing.T, pool *pgxpool.Pool) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := inserter.Insert(context.Background(), jobs.RecvCleanArgs{}, nil)
+	res, err := inserter.Insert(context.Background(), inbox.RecvCleanArgs{}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,12 +1,11 @@
-// Package jobs holds choird's River client, its queues and its schedule,
-// and the job kinds and workers of the control plane: crash detection,
-// approval timeouts, instance removal, outbound delivery, schedule fires
-// (their cron expressions are jobs/cron's) and the cleanup of received
-// files, the slow, retryable or periodic
-// work that runs inside Postgres transactions. It also runs the memory
-// pipeline's workers, which it is handed (Deps.Memory) and does not own.
-// Each worker finishes its rows and completes its job in one transaction,
-// so a crash never leaves work half done or done twice.
+// Package jobs is choird's job runner: River's client, the queues that
+// features share, and the wiring of every feature's workers, queues and
+// periodic jobs. It owns no job kind and knows no feature: each part of
+// choird that causes slow, retryable or periodic work (the outbox's
+// delivery, approvals, schedules, proposals, crash detection, the memory
+// pipeline) owns its job kinds and the transaction functions that insert
+// them, and hands itself to NewClient as a Feature that registers its
+// workers. jobs imports nothing of daemon/ or agent/ (layout_test.go).
 package jobs
 
 import (
@@ -16,20 +15,19 @@ import (
 	"strings"
 	"time"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
-
-	"github.com/choirhq/choir/db"
 )
 
 // Queues. Latency-sensitive work never shares a queue with bulk work: a
 // backlog of embeddings must not delay crash detection.
 const (
-	// QueueControl runs crash detection and other control-plane upkeep.
+	// QueueControl runs crash detection and other control-plane upkeep:
+	// approval timeouts, proposal steps, instance removal, the cleanup
+	// of received files.
 	QueueControl = "control"
 	// QueueEmbed runs embedding batches: bulk work that waits on an
 	// external API and may back up by thousands of jobs on a re-embed.
@@ -39,64 +37,35 @@ const (
 	QueueMemory = "memory"
 )
 
-// DefaultCrashInterval is how often crash detection runs.
-const DefaultCrashInterval = 500 * time.Millisecond
-
-// Deps are what workers need from choird.
+// Deps are what the client needs from choird.
 type Deps struct {
 	Pool   *pgxpool.Pool
 	Logger *slog.Logger
-	// CrashThreshold returns the current crash_detection_threshold_ms; a
-	// func so a config reload takes effect without restarting River.
-	CrashThreshold func() time.Duration
-	// CrashStartGrace is how long a starting agent may take to say hello
-	// (default DefaultStartGrace).
-	CrashStartGrace time.Duration
-	// CrashInterval is how often crash detection runs (at most 1 s).
-	CrashInterval time.Duration
-	// Memory is the memory pipeline (daemon/memory/pipeline.Workers).
-	// Without it the memory workers (embedding, chunking, promotion) are
-	// not registered, and crash detection enqueues no chunking.
-	Memory Memory
-	// Sender delivers outbox rows (the Telegram gateway and the console);
-	// without it the delivery worker is not registered.
-	Sender OutboundSender
-	// SendLimiter paces delivery (daemon/gateway.SendLimiter); share it
-	// with everything else that sends through the same bots. Required
-	// with Sender.
-	SendLimiter Pacer
-	// ApprovalResolved is told of an approval resolved by its timeout,
-	// after the commit.
-	ApprovalResolved func(ctx context.Context, a db.ChoirControlPendingApproval)
-	// DMAddress locates a DM (its gateway and chat) for crash notices.
-	DMAddress func(dm string) (gateway, chatID string, ok bool)
-	// RemoveInstance removes a crashed session's container or process;
-	// nil when choird runs no runtime.
-	RemoveInstance func(ctx context.Context, sessionID uuid.UUID) error
-	// Workspaces returns the configured workspaces, name to directory:
-	// the only places the delivery worker opens and removes files, and
-	// those whose .choirtmp/recv the periodic cleanup empties of what
-	// agents are done with (RecvCleanWorker); nil runs no cleanup.
-	Workspaces func() map[string]string
-	// ScheduleFired is told of each schedule fire that queued a message,
-	// after its commit (ScheduleFireWorker.Fired).
-	ScheduleFired func(ctx context.Context, f ScheduleFired)
-	// Now is the schedule worker's clock (time.Now when nil).
-	Now func() time.Time
-	// ApplyProposal runs the steps of approved proposals (daemon/propose).
-	ApplyProposal ProposalApplyFunc
+	// Features are the parts of choird that own job kinds: each registers
+	// its workers, and may add periodic jobs (PeriodicFeature) and queues
+	// of its own (QueueFeature).
+	Features []Feature
 }
 
-// Memory is the memory pipeline as jobs runs it: jobs registers its
-// workers, which run on QueueEmbed and QueueMemory, and crash detection
-// files each crashed session into memory through it. The work and its job
-// kinds are the pipeline's own (daemon/memory/pipeline, daemon/memory).
-type Memory interface {
-	// AddWorkers registers the pipeline's workers.
+// Feature is a part of choird that owns job kinds and registers their
+// workers, as the memory pipeline (daemon/memory/pipeline), the outbox's
+// delivery, approvals, schedules, proposals, crash detection and the
+// cleanup of received files do. jobs runs them; what they do is theirs.
+type Feature interface {
 	AddWorkers(workers *river.Workers) error
-	// SessionEndedTx enqueues, in tx, what follows the end of a session:
-	// the chunking of its events into its agent's memory.
-	SessionEndedTx(ctx context.Context, client *river.Client[pgx.Tx], tx pgx.Tx, sessionID uuid.UUID) error
+}
+
+// PeriodicFeature is a Feature with periodic jobs.
+type PeriodicFeature interface {
+	Feature
+	PeriodicJobs() []*river.PeriodicJob
+}
+
+// QueueFeature is a Feature whose jobs run on queues of its own, which
+// the client configures besides the shared ones above.
+type QueueFeature interface {
+	Feature
+	Queues() map[string]river.QueueConfig
 }
 
 // Client is the River client type choird uses.
@@ -109,53 +78,12 @@ type Inserter interface {
 	InsertManyTx(ctx context.Context, tx pgx.Tx, params []river.InsertManyParams) ([]*rivertype.JobInsertResult, error)
 }
 
-// NewClient builds choird's River client with every worker, queue and
-// periodic job registered. Start it with Start(ctx).
+// NewClient builds choird's River client with the shared queues and every
+// feature's workers, queues and periodic jobs registered. Start it with
+// Start(ctx).
 func NewClient(deps Deps) (*Client, error) {
 	if deps.Logger == nil {
 		deps.Logger = slog.New(slog.DiscardHandler)
-	}
-	// Twice a second: a session is then found at most about half a second
-	// after its threshold, well inside the threshold + 1 s promised.
-	if deps.CrashInterval <= 0 || deps.CrashInterval > time.Second {
-		deps.CrashInterval = DefaultCrashInterval
-	}
-	workers := river.NewWorkers()
-	// Crash notices go through the outbox: only with a sender to deliver
-	// them (the delivery job's kind must be registered to be inserted).
-	dmAddress := deps.DMAddress
-	if deps.Sender == nil {
-		dmAddress = nil
-	}
-	if deps.RemoveInstance != nil {
-		if err := river.AddWorkerSafely(workers, &RemoveInstanceWorker{Remove: deps.RemoveInstance}); err != nil {
-			return nil, fmt.Errorf("register instance removal worker: %w", err)
-		}
-	}
-	var sessionEnded func(context.Context, *Client, pgx.Tx, uuid.UUID) error
-	if deps.Memory != nil {
-		sessionEnded = deps.Memory.SessionEndedTx
-	}
-	if err := river.AddWorkerSafely(workers, &CrashDetectWorker{Pool: deps.Pool, Logger: deps.Logger,
-		Threshold: deps.CrashThreshold, StartGrace: deps.CrashStartGrace, DMAddress: dmAddress,
-		RemoveInstances: deps.RemoveInstance != nil, SessionEnded: sessionEnded}); err != nil {
-		return nil, fmt.Errorf("register crash detection worker: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, &ApprovalTimeoutWorker{Pool: deps.Pool, Logger: deps.Logger,
-		Resolved: deps.ApprovalResolved}); err != nil {
-		return nil, fmt.Errorf("register approval timeout worker: %w", err)
-	}
-	if err := river.AddWorkerSafely(workers, &ProposalApplyWorker{Apply: deps.ApplyProposal}); err != nil {
-		return nil, fmt.Errorf("register proposal apply worker: %w", err)
-	}
-	periodic, err := periodicJobs(deps, workers)
-	if err != nil {
-		return nil, err
-	}
-	if deps.Memory != nil {
-		if err := deps.Memory.AddWorkers(workers); err != nil {
-			return nil, err
-		}
 	}
 	queues := map[string]river.QueueConfig{
 		// Crash detection must not wait behind anything: its own queue,
@@ -166,20 +94,23 @@ func NewClient(deps Deps) (*Client, error) {
 		QueueEmbed:  {MaxWorkers: 4, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 100 * time.Millisecond},
 		QueueMemory: {MaxWorkers: 2, FetchCooldown: 20 * time.Millisecond, FetchPollInterval: 200 * time.Millisecond},
 	}
-	if err := AddScheduleWorker(workers, &ScheduleFireWorker{Pool: deps.Pool,
-		Logger: deps.Logger.With(slog.String("component", "schedule")), Fired: deps.ScheduleFired,
-		Deps: ScheduleFireDeps{Now: deps.Now, DMAddress: deps.DMAddress}}); err != nil {
-		return nil, err
-	}
-	name, qc := ScheduleQueue()
-	queues[name] = qc
-	if deps.Sender != nil {
-		if err := AddDeliveryWorker(workers, DeliveryDeps{Pool: deps.Pool, Sender: deps.Sender, Limiter: deps.SendLimiter,
-			Workspaces: deps.Workspaces, Logger: deps.Logger.With(slog.String("component", "delivery"))}); err != nil {
+	workers := river.NewWorkers()
+	var periodic []*river.PeriodicJob
+	for _, f := range deps.Features {
+		if err := f.AddWorkers(workers); err != nil {
 			return nil, err
 		}
-		name, qc := DeliveryQueue()
-		queues[name] = qc
+		if p, ok := f.(PeriodicFeature); ok {
+			periodic = append(periodic, p.PeriodicJobs()...)
+		}
+		if q, ok := f.(QueueFeature); ok {
+			for name, qc := range q.Queues() {
+				if _, dup := queues[name]; dup {
+					return nil, fmt.Errorf("queue %q configured twice", name)
+				}
+				queues[name] = qc
+			}
+		}
 	}
 	client, err := river.NewClient(riverpgxv5.New(deps.Pool), &river.Config{
 		Logger: slog.New(quietRiver{deps.Logger.With(slog.String("component", "river")).Handler()}),
@@ -202,26 +133,6 @@ func NewClient(deps Deps) (*Client, error) {
 		return nil, fmt.Errorf("create river client: %w", err)
 	}
 	return client, nil
-}
-
-// periodicJobs are crash detection and, with workspaces, the cleanup of
-// received files, whose worker it registers.
-func periodicJobs(deps Deps, workers *river.Workers) ([]*river.PeriodicJob, error) {
-	periodic := []*river.PeriodicJob{
-		river.NewPeriodicJob(river.PeriodicInterval(deps.CrashInterval),
-			func() (river.JobArgs, *river.InsertOpts) { return CrashDetectArgs{}, nil },
-			&river.PeriodicJobOpts{ID: "crash_detect", RunOnStart: true}),
-	}
-	if deps.Workspaces == nil {
-		return periodic, nil
-	}
-	if err := river.AddWorkerSafely(workers, &RecvCleanWorker{Pool: deps.Pool, Workspaces: deps.Workspaces,
-		Logger: deps.Logger.With(slog.String("component", "recv_clean"))}); err != nil {
-		return nil, fmt.Errorf("register received-file cleanup worker: %w", err)
-	}
-	return append(periodic, river.NewPeriodicJob(river.PeriodicInterval(RecvCleanInterval),
-		func() (river.JobArgs, *river.InsertOpts) { return RecvCleanArgs{}, nil },
-		&river.PeriodicJobOpts{ID: "recv_clean", RunOnStart: true})), nil
 }
 
 // quietRiver demotes River's periodic "Producer job counts" lines, logged

@@ -23,9 +23,9 @@ import (
 // mid-term (MidTermSessions is large), so promotion never folds the
 // benchmark's sessions into summaries.
 func startPipeline(ctx context.Context, pool *pgxpool.Pool) (*jobs.Client, error) {
-	client, err := jobs.NewClient(jobs.Deps{Pool: pool, CrashThreshold: func() time.Duration { return time.Hour },
-		Memory: pipeline.Workers{Pool: pool, Embedder: embed.NewOffline(dims),
-			MidTermSessions: func() int { return 1 << 20 }}})
+	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Features: []jobs.Feature{
+		pipeline.Workers{Pool: pool, Embedder: embed.NewOffline(dims),
+			MidTermSessions: func() int { return 1 << 20 }}}})
 	if err != nil {
 		return nil, err
 	}

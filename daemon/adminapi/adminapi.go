@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/inbox"
 	"github.com/choirhq/choir/daemon/memory"
@@ -28,6 +29,8 @@ import (
 // Options configure the admin API's handlers.
 type Options struct {
 	Control *control.Control
+	// Approvals serves choirctl approval.
+	Approvals *approval.Service
 	// Chat serves choirctl chat.
 	Chat *inbox.Inbox
 	Pool *pgxpool.Pool
@@ -47,6 +50,7 @@ type Options struct {
 // with an admin scope and codes its errors for the wire.
 type API struct {
 	*control.Control
+	approvals *approval.Service
 	chat      *inbox.Inbox
 	pool      *pgxpool.Pool
 	memory    *memory.Store
@@ -56,7 +60,7 @@ type API struct {
 
 // Mount registers every admin handler on mux.
 func Mount(mux *admin.Mux, o Options) {
-	d := &API{Control: o.Control, chat: o.Chat, pool: o.Pool, memory: o.Memory, version: o.Version, startedAt: o.StartedAt}
+	d := &API{Control: o.Control, approvals: o.Approvals, chat: o.Chat, pool: o.Pool, memory: o.Memory, version: o.Version, startedAt: o.StartedAt}
 	admin.Handle(mux, "GET", admin.PathStatus, func(ctx context.Context, _ admin.Empty) (admin.StatusResponse, error) {
 		return d.status(ctx), nil
 	})

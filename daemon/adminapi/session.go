@@ -5,6 +5,7 @@ import (
 	"errors"
 	"strconv"
 
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
@@ -17,7 +18,7 @@ func sessionErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, control.ErrApprovalResolved), errors.Is(err, control.ErrNotRunning):
+	case errors.Is(err, approval.ErrResolved), errors.Is(err, control.ErrNotRunning):
 		return codedErr{rpc.ErrConflict, err}
 	case errors.Is(err, control.ErrNotFound):
 		return codedErr{rpc.ErrNotFound, err}
@@ -81,23 +82,23 @@ func (d *API) mountSessionControl(mux *admin.Mux) {
 		return out, sessionErr(err)
 	})
 	admin.Handle(mux, "GET", admin.PathApprovals, func(ctx context.Context, _ admin.Empty) ([]admin.Approval, error) {
-		out, err := d.ApprovalList(ctx, adminScope(ctx), "")
+		out, err := d.approvals.List(ctx, adminScope(ctx), "")
 		return out, sessionErr(err)
 	})
 	admin.Handle(mux, "GET", admin.PathAgentApprovals, func(ctx context.Context, _ admin.Empty) ([]admin.Approval, error) {
 		if err := d.KnownAgent(id(ctx)); err != nil {
 			return nil, sessionErr(err)
 		}
-		out, err := d.ApprovalList(ctx, adminScope(ctx), id(ctx))
+		out, err := d.approvals.List(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)
 	})
 	admin.Handle(mux, "GET", admin.PathApproval, func(ctx context.Context, _ admin.Empty) (admin.Approval, error) {
-		out, err := d.ApprovalShow(ctx, adminScope(ctx), id(ctx))
+		out, err := d.approvals.Show(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)
 	})
 	decide := func(approve bool) func(ctx context.Context, _ admin.Empty) (admin.Approval, error) {
 		return func(ctx context.Context, _ admin.Empty) (admin.Approval, error) {
-			out, err := d.ApprovalDecide(ctx, adminScope(ctx), id(ctx), approve)
+			out, err := d.approvals.Decide(ctx, adminScope(ctx), id(ctx), approve)
 			return out, sessionErr(err)
 		}
 	}

@@ -26,7 +26,10 @@ import (
 
 	"github.com/choirhq/choir/agent/proposal"
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/outbox"
+	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/daemon/propose"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
@@ -78,6 +81,9 @@ type Options struct {
 	UsageBaseline func(ctx context.Context, agentID string, sessionID uuid.UUID) (*usage.Baseline, error)
 	// Proposals, when set, checks and records choir.propose.* requests.
 	Proposals *propose.Proposer
+	// Approvals are the registered approval kinds, which say how a
+	// request is asked (nil: every request is asked as a plain one).
+	Approvals *approval.Registry
 }
 
 // API is choird's side of the agent protocol: every verb checked against
@@ -105,6 +111,8 @@ type API struct {
 	progress Progress
 	// proposals checks and records proposals; nil files them unchecked.
 	proposals *propose.Proposer
+	// approvals are the registered approval kinds.
+	approvals *approval.Registry
 }
 
 var _ rpc.ControlPlaneHandler = (*API)(nil)
@@ -113,7 +121,7 @@ var _ rpc.ControlPlaneHandler = (*API)(nil)
 func New(o Options) *API {
 	a := &API{pool: o.Pool, logger: o.Logger, heartbeatPool: o.HeartbeatPool, snapshot: o.Config,
 		hostTools: map[string]HostTool{}, jobs: o.Jobs, closeSession: o.CloseSession, helloDone: o.HelloDone, typing: o.Typing,
-		progress: o.Progress, usageBaseline: o.UsageBaseline, proposals: o.Proposals}
+		progress: o.Progress, usageBaseline: o.UsageBaseline, proposals: o.Proposals, approvals: o.Approvals}
 	maps.Copy(a.hostTools, o.HostTools)
 	a.hostTools[SendFileTool] = a.sendFile
 	return a
@@ -285,13 +293,13 @@ func (a *API) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.
 		if err != nil {
 			return fmt.Errorf("load approval %s: %w", row.ApprovalID, err)
 		}
-		to := jobs.ApprovalAddress{Gateway: gw, DM: askDM, ChatID: chat}
+		to := approval.Address{Gateway: gw, DM: askDM, ChatID: chat}
 		if checked != nil {
 			if err := a.proposals.RecordTx(ctx, tx, a.jobs, full, *checked, to); err != nil {
 				return err
 			}
 		}
-		if err := jobs.RequestApprovalTx(ctx, tx, a.jobs, full, to); err != nil {
+		if err := a.approvals.RequestTx(ctx, tx, a.jobs, full, to); err != nil {
 			return err
 		}
 		resp = rpc.ApprovalResponse{ApprovalID: row.ApprovalID.String(), Status: rpc.ApprovalStatus(row.Status)}
@@ -539,28 +547,28 @@ func (a *API) HandleSendOutbound(ctx context.Context, call rpc.Call, req rpc.Sen
 	if err != nil {
 		return rpc.SendOutboundResponse{}, err
 	}
-	p := jobs.OutboundParams{AgentID: call.Session.AgentID, SessionID: &id, MessageID: req.MessageID, Gateway: gw,
-		DM: b.DM, ChatID: chat, Kind: string(req.Kind), Text: req.Text, MaxPending: jobs.AgentMaxPendingOutbound}
+	p := outbox.Params{AgentID: call.Session.AgentID, SessionID: &id, MessageID: req.MessageID, Gateway: gw,
+		DM: b.DM, ChatID: chat, Kind: string(req.Kind), Text: req.Text, MaxPending: outbox.AgentMaxPending}
 	if req.FilePath != "" {
 		ws, ok := cfg.Workspaces[b.Workspace]
 		if !ok {
 			return rpc.SendOutboundResponse{}, fmt.Errorf("the session's workspace %q is no longer configured: %w", b.Workspace, rpc.ErrNotFound)
 		}
-		if p.FilePath, err = jobs.OutboundFilePath(req.FilePath); err != nil {
+		if p.FilePath, err = message.FilePath(req.FilePath); err != nil {
 			return rpc.SendOutboundResponse{}, fmt.Errorf("%w: %w", rpc.ErrBadRequest, err)
 		}
 		p.Workspace = b.Workspace
-		if _, err := (jobs.SendFile{Dir: ws.Path, Path: p.FilePath}).Stat(); err != nil {
+		if _, err := (message.File{Dir: ws.Path, Path: p.FilePath}).Stat(); err != nil {
 			return rpc.SendOutboundResponse{}, fmt.Errorf("file %s to send: %w: %w", req.FilePath, rpc.ErrBadRequest, err)
 		}
 	}
-	var q jobs.OutboundQueued
+	var q outbox.Queued
 	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		q, err = jobs.EnqueueOutboundTx(ctx, tx, a.jobs, p)
+		q, err = outbox.EnqueueTx(ctx, tx, a.jobs, p)
 		return err
 	})
 	switch {
-	case errors.Is(err, jobs.ErrOutboxFull):
+	case errors.Is(err, outbox.ErrFull):
 		return rpc.SendOutboundResponse{}, outboxFull(err)
 	case err != nil && fromDatabase(err):
 		return rpc.SendOutboundResponse{}, fmt.Errorf("queue message %s: %w", req.MessageID, err)
@@ -579,7 +587,7 @@ func (a *API) HandleSendOutbound(ctx context.Context, call rpc.Call, req rpc.Sen
 // message or two has gone out.
 const outboxFullRetry = 2 * time.Second
 
-// outboxFull answers a message refused by jobs.ErrOutboxFull: rate_limited,
+// outboxFull answers a message refused by outbox.ErrFull: rate_limited,
 // saying what to do.
 func outboxFull(err error) error {
 	return &rpc.Error{Code: rpc.CodeRateLimited, RetryAfter: outboxFullRetry,

@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
 )
@@ -37,7 +37,7 @@ func (c coded) HandleHeartbeat(ctx context.Context, call rpc.Call, req rpc.Heart
 
 func (c coded) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.ApprovalRequest) (rpc.ApprovalResponse, error) {
 	resp, err := c.a.HandleRequestApproval(ctx, call, req)
-	if errors.Is(err, jobs.ErrApprovalTooLong) {
+	if errors.Is(err, approval.ErrTooLong) {
 		c.a.logger.WarnContext(ctx, "approval request refused before anyone was asked", slog.String("agent_id", call.Session.AgentID),
 			slog.String("request_type", req.RequestType), slog.String("reason", err.Error()))
 		return resp, rpc.Errorf(rpc.CodeBadRequest, "%v", err)

@@ -13,7 +13,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choirhq/choir/daemon/control"
-	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/daemon/outbox"
+	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/strictjson"
 )
@@ -50,9 +51,9 @@ type sendFileInput struct {
 
 // sendKinds maps extensions to the kind a file goes out as by default.
 var sendKinds = map[string]string{
-	".jpg": jobs.OutboundPhoto, ".jpeg": jobs.OutboundPhoto, ".png": jobs.OutboundPhoto, ".webp": jobs.OutboundPhoto,
-	".ogg": jobs.OutboundVoice, ".oga": jobs.OutboundVoice, ".opus": jobs.OutboundVoice,
-	".mp4": jobs.OutboundVideo, ".mov": jobs.OutboundVideo, ".webm": jobs.OutboundVideo,
+	".jpg": message.Photo, ".jpeg": message.Photo, ".png": message.Photo, ".webp": message.Photo,
+	".ogg": message.Voice, ".oga": message.Voice, ".opus": message.Voice,
+	".mp4": message.Video, ".mov": message.Video, ".webm": message.Video,
 }
 
 // maxSendBytes is Telegram's upload limit for bots.
@@ -77,7 +78,7 @@ func (a *API) sendFile(ctx context.Context, _ string, input json.RawMessage) (js
 	if in.Path == "" {
 		return nil, badInput("path is required: the file's name inside .choirtmp/send")
 	}
-	file, err := jobs.OutboundFilePath(in.Path)
+	file, err := message.FilePath(in.Path)
 	if err != nil {
 		return nil, badInput("%v: write the file under .choirtmp/send first", err)
 	}
@@ -86,11 +87,11 @@ func (a *API) sendFile(ctx context.Context, _ string, input json.RawMessage) (js
 	if kind == "" {
 		kind = sendKinds[strings.ToLower(path.Ext(rel))]
 		if kind == "" {
-			kind = jobs.OutboundDocument
+			kind = message.Document
 		}
 	}
 	switch kind {
-	case jobs.OutboundDocument, jobs.OutboundPhoto, jobs.OutboundVoice, jobs.OutboundVideo:
+	case message.Document, message.Photo, message.Voice, message.Video:
 	default:
 		return nil, badInput("kind %q: want document, photo, voice or video", kind)
 	}
@@ -106,9 +107,9 @@ func (a *API) sendFile(ctx context.Context, _ string, input json.RawMessage) (js
 	// Through an os.Root on the configured directory, like every later
 	// access: a link the agent planted cannot make choird look into
 	// another workspace, and a FIFO is described, never opened.
-	st, err := jobs.SendFile{Dir: ws.Path, Path: file}.Stat()
+	st, err := message.File{Dir: ws.Path, Path: file}.Stat()
 	switch {
-	case errors.Is(err, jobs.ErrNotRegular):
+	case errors.Is(err, message.ErrNotRegular):
 		return nil, badInput("%s is not a regular file", rel)
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, badInput("%s: no such file in .choirtmp/send: write it there first", rel)
@@ -123,14 +124,14 @@ func (a *API) sendFile(ctx context.Context, _ string, input json.RawMessage) (js
 	if err != nil {
 		return nil, err
 	}
-	var q jobs.OutboundQueued
+	var q outbox.Queued
 	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		q, err = jobs.EnqueueOutboundTx(ctx, tx, a.jobs, jobs.OutboundParams{AgentID: hc.agentID, SessionID: &hc.sessionID,
+		q, err = outbox.EnqueueTx(ctx, tx, a.jobs, outbox.Params{AgentID: hc.agentID, SessionID: &hc.sessionID,
 			MessageID: "file:" + hc.sessionID.String() + ":" + hc.callID, Gateway: gw, DM: b.DM, ChatID: chat, Kind: kind,
-			Text: in.Caption, Workspace: b.Workspace, FilePath: file, MaxPending: jobs.AgentMaxPendingOutbound})
+			Text: in.Caption, Workspace: b.Workspace, FilePath: file, MaxPending: outbox.AgentMaxPending})
 		return err
 	})
-	if errors.Is(err, jobs.ErrOutboxFull) {
+	if errors.Is(err, outbox.ErrFull) {
 		return nil, outboxFull(err)
 	}
 	if err != nil {

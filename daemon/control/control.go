@@ -1,7 +1,7 @@
 // Package control is choird's one control layer: who may act (Scope, and
 // which agent a DM controls), and every command that changes or reads the
 // state of agents: sessions (start, stop, restart, status, resume after a
-// restart of choird), approvals, the running configuration and secrets
+// restart of choird), the running configuration and secrets
 // (one atomic snapshot, staged and applied in two phases), models and
 // voices, workspaces and image builds. Every front-end (the admin socket,
 // the DM commands, the gateway's hooks) calls the same functions with its
@@ -26,7 +26,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
@@ -73,13 +72,11 @@ type Control struct {
 	pool   *pgxpool.Pool
 	opts   Options
 	// runtime runs agents (nil when choird has none); river enqueues the
-	// jobs control commands cause; rpc pushes to agents; gateway runs the
-	// Telegram bots (nil when none). They are set once, before choird
-	// serves (SetRuntime, SetJobs, SetRPC, SetGateway).
+	// jobs control commands cause; rpc pushes to agents. They are set
+	// once, before choird serves (SetRuntime, SetJobs, SetRPC).
 	runtime runtime.Runtime
 	river   jobs.Inserter
 	rpc     Pusher
-	gateway *gateway.Gateway
 	// agentAddr and agentCACert are choird's HTTP+SSE listener and its
 	// certificate, when agents reach choird over HTTP (SetAgentHTTP).
 	agentAddr, agentCACert string
@@ -122,9 +119,6 @@ func (d *Control) SetJobs(ins jobs.Inserter) { d.river = ins }
 // SetRPC sets the agent protocol's server.
 func (d *Control) SetRPC(p Pusher) { d.rpc = p }
 
-// SetGateway sets the Telegram bots, whose approval buttons are cleared.
-func (d *Control) SetGateway(g *gateway.Gateway) { d.gateway = g }
-
 // OnConfigApplied adds fn to what runs after each successful config apply.
 func (d *Control) OnConfigApplied(fn func(*config.Config, config.Secrets)) {
 	d.onConfigApplied = append(d.onConfigApplied, fn)
@@ -166,6 +160,10 @@ func (s Scope) origin() session.Origin {
 // ErrForbidden reports a command outside the issuer's scope.
 var ErrForbidden = errors.New("not allowed")
 
+// ErrNotFound reports a control command naming something that does not
+// exist.
+var ErrNotFound = errors.New("not found")
+
 // Allow checks a command on agentID: an admin may act on any agent, a
 // regular DM only on its bound one.
 func (s Scope) Allow(agentID string) error {
@@ -194,7 +192,7 @@ func (s Scope) AllowSession(sess db.ChoirControlSession) error {
 	if s.Admin || s.DM == "" {
 		return nil
 	}
-	if dm := sessionDM(sess); dm != s.DM {
+	if dm := SessionDM(sess); dm != s.DM {
 		if sess.Status == "active" || sess.Status == "stopping" {
 			return fmt.Errorf("%w: %s is running on another DM; this DM controls it again once it stops, or is started here",
 				ErrForbidden, sess.AgentID)

@@ -62,7 +62,7 @@ func (d *Control) DMBindingOf(ctx context.Context, dm string) (DMBinding, error)
 		if err != nil {
 			return DMBinding{}, fmt.Errorf("look up the session of %s, which defaults to dm %s: %w", id, dm, err)
 		}
-		if other := sessionDM(s); other != dm {
+		if other := SessionDM(s); other != dm {
 			busy.AgentIDs, busy.OtherDMs = append(busy.AgentIDs, id), append(busy.OtherDMs, other)
 			continue
 		}
@@ -109,8 +109,8 @@ func (e *BoundElsewhereError) LogAttrs() []any {
 		slog.String("bound_dm", strings.Join(e.OtherDMs, ","))}
 }
 
-// sessionDM is the DM a session is bound to; empty if none.
-func sessionDM(s db.ChoirControlSession) string {
+// SessionDM is the DM a session is bound to; empty if none.
+func SessionDM(s db.ChoirControlSession) string {
 	var b rpc.ResourceBindings
 	if json.Unmarshal(s.ResourceBindings, &b) != nil {
 		return ""

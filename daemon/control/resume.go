@@ -11,8 +11,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choirhq/choir/daemon/memory"
+	"github.com/choirhq/choir/daemon/outbox"
+	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/db"
-	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
@@ -220,8 +221,8 @@ func (d *Control) resumeNotice(ctx context.Context, p PendingResume, text string
 		return
 	}
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		_, err := jobs.EnqueueOutboundTx(ctx, tx, d.river, jobs.OutboundParams{AgentID: p.AgentID, SessionID: &p.SessionID,
-			MessageID: "resume:" + p.SessionID.String(), Gateway: gw, DM: b.DM, ChatID: chat, Kind: jobs.OutboundText, Text: text})
+		_, err := outbox.EnqueueTx(ctx, tx, d.river, outbox.Params{AgentID: p.AgentID, SessionID: &p.SessionID,
+			MessageID: "resume:" + p.SessionID.String(), Gateway: gw, DM: b.DM, ChatID: chat, Kind: message.Text, Text: text})
 		return err
 	})
 	if err != nil {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/internal/verbatim"
@@ -44,7 +45,7 @@ func (c *Commands) approvals(ctx context.Context, sc control.Scope, cmd gateway.
 		return action{}, err
 	}
 	return cmdRead(func(ctx context.Context) (string, error) {
-		pending, err := c.ctl.ApprovalList(ctx, sc, filter)
+		pending, err := c.approvals.List(ctx, sc, filter)
 		if err != nil {
 			return "", err
 		}
@@ -100,14 +101,14 @@ func (c *Commands) decide(sc control.Scope, cmd gateway.Command, approve bool) (
 		n, _ := strconv.Atoi(arg)
 		pick = func(ctx context.Context) (string, string, error) { return c.pickNumbered(ctx, sc, cmd, verb, n) }
 	case arg != "":
-		if _, err := control.ParseApprovalID(arg); err != nil {
+		if _, err := approval.ParseID(arg); err != nil {
 			return action{}, usagef("%q is neither an approval id nor a number from the list: send /approvals to see them, then /%s <number>.",
 				arg, verb)
 		}
 		pick = func(context.Context) (string, string, error) { return arg, "", nil }
 	case cmd.ReplyToMessageID != 0:
 		pick = func(ctx context.Context) (string, string, error) {
-			a, err := c.ctl.ApprovalForMessage(ctx, sc, cmd.DM.Gateway, cmd.ChatID, cmd.ReplyToMessageID)
+			a, err := c.approvals.ForMessage(ctx, sc, cmd.DM.Gateway, cmd.ChatID, cmd.ReplyToMessageID)
 			if errors.Is(err, control.ErrNotFound) {
 				return "", fmt.Sprintf("The message you replied to is not an approval request. Send /%s without replying to pick from the pending ones.", verb), nil
 			}
@@ -115,7 +116,7 @@ func (c *Commands) decide(sc control.Scope, cmd gateway.Command, approve bool) (
 		}
 	default:
 		pick = func(ctx context.Context) (string, string, error) {
-			pending, err := c.ctl.ApprovalList(ctx, sc, "")
+			pending, err := c.approvals.List(ctx, sc, "")
 			if err != nil {
 				return "", "", err
 			}
@@ -133,7 +134,7 @@ func (c *Commands) decide(sc control.Scope, cmd gateway.Command, approve bool) (
 		if err != nil || answer != "" {
 			return answer, err
 		}
-		a, err := c.ctl.ApprovalDecide(ctx, sc, id, approve)
+		a, err := c.approvals.Decide(ctx, sc, id, approve)
 		if errors.Is(err, control.ErrForbidden) {
 			return "", err
 		}
@@ -172,7 +173,7 @@ func (c *Commands) pickNumbered(ctx context.Context, sc control.Scope, cmd gatew
 	if n < 1 || n > len(ids) {
 		return "", fmt.Sprintf("The last list had %d approvals; there is no number %d. Send /approvals for the current list.", len(ids), n), nil
 	}
-	a, err := c.ctl.ApprovalShow(ctx, sc, ids[n-1])
+	a, err := c.approvals.Show(ctx, sc, ids[n-1])
 	if errors.Is(err, control.ErrNotFound) {
 		return "", fmt.Sprintf("Number %d of the last list no longer exists. Send /approvals for the current list.", n), nil
 	}
@@ -196,7 +197,7 @@ func (c *Commands) Decide(ctx context.Context, dec gateway.Decision) (string, er
 	if err != nil {
 		return "", err
 	}
-	a, err := c.ctl.ApprovalDecide(ctx, sc, dec.ApprovalID, dec.Approve)
+	a, err := c.approvals.Decide(ctx, sc, dec.ApprovalID, dec.Approve)
 	if errors.Is(err, control.ErrForbidden) {
 		c.logger.InfoContext(ctx, "approval button press refused", slog.String("dm", dec.DM.Name),
 			slog.String("approval_id", dec.ApprovalID), slog.String("reason", err.Error()))
@@ -212,7 +213,7 @@ func DecisionAnswer(a admin.Approval, err error) (string, error) {
 		return "Approved", nil
 	case err == nil:
 		return "Rejected", nil
-	case errors.Is(err, control.ErrApprovalResolved):
+	case errors.Is(err, approval.ErrResolved):
 		if a.ResolvedBy == "timeout" {
 			return "already rejected: it timed out", nil
 		}
@@ -234,7 +235,7 @@ const recentWindow = time.Minute
 // /reject, unless another was filed in the last minute (decided since,
 // or timed out): then the person is asked which, by number or id.
 func (c *Commands) onlyPending(ctx context.Context, sc control.Scope, cmd gateway.Command, verb string, pending []admin.Approval) (string, string, error) {
-	recent, err := c.ctl.ApprovalsFiledSince(ctx, sc, time.Now().Add(-recentWindow))
+	recent, err := c.approvals.FiledSince(ctx, sc, time.Now().Add(-recentWindow))
 	if err != nil {
 		return "", "", err
 	}

@@ -19,6 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/inbox"
@@ -43,10 +44,11 @@ import (
 // Commands is the DM command layer. It implements gateway.Commands, and
 // gateway.Approvals for the approval buttons.
 type Commands struct {
-	ctl    *control.Control
-	inbox  *inbox.Inbox
-	pool   *pgxpool.Pool
-	logger *slog.Logger
+	ctl       *control.Control
+	approvals *approval.Service
+	inbox     *inbox.Inbox
+	pool      *pgxpool.Pool
+	logger    *slog.Logger
 	// gateway runs the Telegram bots; nil when none is configured. It is
 	// set once, before the bots poll (SetGateway).
 	gateway *gateway.Gateway
@@ -75,9 +77,11 @@ const maxApprovalChoices = 20
 // Options configure the DM command layer.
 type Options struct {
 	Control *control.Control
-	Inbox   *inbox.Inbox
-	Pool    *pgxpool.Pool
-	Logger  *slog.Logger
+	// Approvals serve /approve, /reject, /approvals and the buttons.
+	Approvals *approval.Service
+	Inbox     *inbox.Inbox
+	Pool      *pgxpool.Pool
+	Logger    *slog.Logger
 	// Notify, when set, replaces sending a long command's outcome and
 	// progress to its chat through the bots.
 	Notify func(ctx context.Context, cmd gateway.Command, text string)
@@ -86,7 +90,7 @@ type Options struct {
 // New returns a slash-command layer of the DMs. Each call makes a layer of
 // its own: the gateway keeps the one it is given.
 func New(o Options) *Commands {
-	c := &Commands{ctl: o.Control, inbox: o.Inbox, pool: o.Pool, logger: o.Logger, lists: map[string][]string{}}
+	c := &Commands{ctl: o.Control, approvals: o.Approvals, inbox: o.Inbox, pool: o.Pool, logger: o.Logger, lists: map[string][]string{}}
 	c.notify = c.send
 	if o.Notify != nil {
 		c.notify = o.Notify

@@ -12,7 +12,7 @@ import (
 
 	tele "gopkg.in/telebot.v3"
 
-	"github.com/choirhq/choir/outbound"
+	"github.com/choirhq/choir/daemon/outbox/message"
 )
 
 // bot is one Telegram bot: its token, its update loop and its API calls.
@@ -47,9 +47,9 @@ func (t ctxTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 	r = r.WithContext(t.ctx)
 	// A message the delivery worker sends carries its send gate: the
 	// request's last byte waits until the worker has marked the part as
-	// being sent (outbound.GateBody).
-	if outbound.SendGateFrom(t.ctx) != nil && r.Body != nil {
-		r.Body = outbound.GateBody(t.ctx, r.Body)
+	// being sent (message.GateBody).
+	if message.SendGateFrom(t.ctx) != nil && r.Body != nil {
+		r.Body = message.GateBody(t.ctx, r.Body)
 		// net/http replays a request that failed before writing anything
 		// from GetBody, a fresh body that would pass no gate.
 		r.GetBody = nil

@@ -17,7 +17,7 @@ import (
 
 	tele "gopkg.in/telebot.v3"
 
-	"github.com/choirhq/choir/outbound"
+	"github.com/choirhq/choir/daemon/outbox/message"
 )
 
 // RecvDir is where inbound files are stored, relative to the workspace.
@@ -238,12 +238,12 @@ func sanitizeName(name string) string {
 	return s
 }
 
-// openSendFile opens a file an agent left for sending. outbound.File opens
+// openSendFile opens a file an agent left for sending. message.File opens
 // it through an os.Root on its configured workspace, without blocking on a
 // FIFO, and refuses anything but a regular file; this refuses empty files
 // and files over Telegram's upload limit too. Every refusal is permanent:
 // retrying cannot change it.
-func openSendFile(file outbound.File) (*os.File, os.FileInfo, error) {
+func openSendFile(file message.File) (*os.File, os.FileInfo, error) {
 	f, fi, err := file.Open()
 	if err != nil {
 		return nil, nil, permanent(fmt.Errorf("open file to send: %w", err))

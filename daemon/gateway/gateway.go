@@ -21,7 +21,7 @@
 // asked to send it again, and passed over, so it cannot stall the bot.
 //
 // Egress goes through the outbox: [Gateway] is the sender of the
-// deliver_outbound worker (jobs.OutboundSender), and its [SendLimiter] paces
+// deliver_outbound worker (outbox.Sender), and its [SendLimiter] paces
 // every message sent through the bots, the worker's too. Replies to
 // commands and core jobs' live progress messages, which need no
 // durability, are sent at once ([Gateway.SendText]) and, for progress,

@@ -23,9 +23,9 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
+	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
-	"github.com/choirhq/choir/outbound"
 )
 
 func TestMain(m *testing.M) {
@@ -770,7 +770,7 @@ func TestGateway(t *testing.T) {
 		waitFor(t, "an unreachable-bot log line", func() bool {
 			return strings.Count(b.logs.String(), "telegram bot unreachable") >= 4
 		})
-		_, err := g.Send(context.Background(), outbound.Part{Gateway: "tg", ChatID: "100", Kind: outbound.Text, Text: "x"})
+		_, err := g.Send(context.Background(), message.Part{Gateway: "tg", ChatID: "100", Kind: message.Text, Text: "x"})
 		stop()
 		if err == nil {
 			t.Fatal("send to a dead server succeeded")

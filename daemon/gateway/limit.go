@@ -21,7 +21,7 @@ var DefaultSendLimits = SendLimits{PerChat: 1, PerBot: 30}
 
 // SendLimiter paces messages per chat and per bot (gateway). It is safe for
 // concurrent use; one per process, shared by everything that sends: the
-// gateway's own replies and the delivery worker (it is a jobs.Pacer).
+// gateway's own replies and the delivery worker (it is an outbox.Pacer).
 type SendLimiter struct {
 	limits SendLimits
 	// Now is the clock; tests may replace it before first use.

@@ -13,15 +13,15 @@ import (
 
 	tele "gopkg.in/telebot.v3"
 
-	"github.com/choirhq/choir/outbound"
+	"github.com/choirhq/choir/daemon/outbox/message"
 )
 
-// Parts implements jobs.OutboundSender: a text is cut by SplitText; a file
+// Parts implements outbox.Sender: a text is cut by SplitText; a file
 // keeps its text as caption when it fits in 1024 characters, else the file
 // goes without caption and the text follows as messages of its own.
-func (g *Gateway) Parts(msg outbound.Part) []outbound.Part {
-	if msg.Kind == outbound.Text {
-		var parts []outbound.Part
+func (g *Gateway) Parts(msg message.Part) []message.Part {
+	if msg.Kind == message.Text {
+		var parts []message.Part
 		for _, t := range SplitText(msg.Text, MaxMessageLength) {
 			p := msg
 			p.Text = t
@@ -30,28 +30,28 @@ func (g *Gateway) Parts(msg outbound.Part) []outbound.Part {
 		return parts
 	}
 	if utf16Len(msg.Text) <= MaxCaptionLength {
-		return []outbound.Part{msg}
+		return []message.Part{msg}
 	}
 	file := msg
 	file.Text = ""
-	parts := []outbound.Part{file}
+	parts := []message.Part{file}
 	for _, t := range SplitText(msg.Text, MaxMessageLength) {
-		parts = append(parts, outbound.Part{Gateway: msg.Gateway, ChatID: msg.ChatID, Kind: outbound.Text, Text: t})
+		parts = append(parts, message.Part{Gateway: msg.Gateway, ChatID: msg.ChatID, Kind: message.Text, Text: t})
 	}
 	return parts
 }
 
-// Send implements jobs.OutboundSender: it sends one part, returning
+// Send implements outbox.Sender: it sends one part, returning
 // Telegram's message id. It does not pace: the caller holds a reservation
 // of the shared limiter. Errors are *RateLimitError (429, with RetryAfter),
 // errors whose Temporary() reports false (the part can never be sent), or
 // errors worth retrying.
-func (g *Gateway) Send(ctx context.Context, part outbound.Part) (int64, error) {
+func (g *Gateway) Send(ctx context.Context, part message.Part) (int64, error) {
 	b, err := g.bot(part.Gateway)
 	if err != nil {
 		return 0, err
 	}
-	if part.Kind == outbound.Text {
+	if part.Kind == message.Text {
 		var markup *tele.ReplyMarkup
 		if part.ApprovalID != "" {
 			markup = ApprovalButtons(part.ApprovalID)
@@ -77,7 +77,7 @@ func (b *bot) sendMessage(ctx context.Context, chatID, text string, markup *tele
 	return int64(m.ID), nil
 }
 
-func (b *bot) sendFile(ctx context.Context, part outbound.Part) (int64, error) {
+func (b *bot) sendFile(ctx context.Context, part message.Part) (int64, error) {
 	chatID, err := strconv.ParseInt(part.ChatID, 10, 64)
 	if err != nil {
 		return 0, permanent(fmt.Errorf("chat id %q is not a Telegram chat", part.ChatID))
@@ -92,9 +92,9 @@ func (b *bot) sendFile(ctx context.Context, part outbound.Part) (int64, error) {
 	var what tele.Sendable
 	var method string
 	switch part.Kind {
-	case outbound.Photo:
+	case message.Photo:
 		what, method = &tele.Photo{File: file, Caption: part.Text}, "sendPhoto"
-	case outbound.Voice:
+	case message.Voice:
 		if !isOggOpus(f) {
 			// Telegram plays only OGG Opus as a voice message; anything
 			// else still reaches the user, as a file.
@@ -104,9 +104,9 @@ func (b *bot) sendFile(ctx context.Context, part outbound.Part) (int64, error) {
 		} else {
 			what, method = &tele.Voice{File: file, Caption: part.Text, MIME: "audio/ogg"}, "sendVoice"
 		}
-	case outbound.Video:
+	case message.Video:
 		what, method = &tele.Video{File: file, FileName: name, Caption: part.Text}, "sendVideo"
-	case outbound.Document:
+	case message.Document:
 		what, method = &tele.Document{File: file, FileName: name, Caption: part.Text}, "sendDocument"
 	default:
 		return 0, permanent(fmt.Errorf("unknown outbound kind %q", part.Kind))

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/daemon/gateway"
-	"github.com/choirhq/choir/outbound"
+	"github.com/choirhq/choir/daemon/outbox/message"
 )
 
 // TestSendGate: a message the delivery worker sends passes its send gate
@@ -33,10 +33,10 @@ func TestSendGate(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, ".choirtmp", "send", "notes.txt"), []byte(strings.Repeat("a line of notes\n", 4096)), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	parts := map[string]outbound.Part{
-		"Text": {Gateway: "tg", ChatID: "100", Kind: outbound.Text, Text: "gated hello"},
-		"File": {Gateway: "tg", ChatID: "100", Kind: outbound.Document, Text: "gated file",
-			File: outbound.File{Dir: dir, Path: ".choirtmp/send/notes.txt"}},
+	parts := map[string]message.Part{
+		"Text": {Gateway: "tg", ChatID: "100", Kind: message.Text, Text: "gated hello"},
+		"File": {Gateway: "tg", ChatID: "100", Kind: message.Document, Text: "gated file",
+			File: message.File{Dir: dir, Path: ".choirtmp/send/notes.txt"}},
 	}
 	for name, part := range parts {
 		t.Run(name+"PassesTheGateOnceBeforeItIsSent", func(t *testing.T) {
@@ -49,7 +49,7 @@ func TestSendGate(t *testing.T) {
 				}
 				return nil
 			}
-			if _, err := g.Send(outbound.WithSendGate(context.Background(), gate), part); err != nil {
+			if _, err := g.Send(message.WithSendGate(context.Background(), gate), part); err != nil {
 				t.Fatal(err)
 			}
 			if n := calls.Load(); n != 1 {
@@ -62,7 +62,7 @@ func TestSendGate(t *testing.T) {
 		t.Run(name+"IsNotSentWhenTheGateFails", func(t *testing.T) {
 			before := len(b.tg.SentTo(100))
 			refused := errors.New("claimed by another run")
-			_, err := g.Send(outbound.WithSendGate(context.Background(), func(context.Context) error { return refused }), part)
+			_, err := g.Send(message.WithSendGate(context.Background(), func(context.Context) error { return refused }), part)
 			if err == nil {
 				t.Fatal("Send succeeded past a failing gate")
 			}

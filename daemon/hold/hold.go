@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/choirhq/choir/daemon/schedule/state"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	choirsql "github.com/choirhq/choir/sql"
@@ -50,7 +51,7 @@ func Place(ctx context.Context, pool *pgxpool.Pool, agentID, by string) ([]int64
 			return fmt.Errorf("record the stop of %s: %w", agentID, err)
 		}
 		var err error
-		held, err = jobs.ScheduleHoldTx(ctx, tx, agentID)
+		held, err = state.HoldTx(ctx, tx, agentID)
 		return err
 	})
 	return scheduleIDs(held), err
@@ -70,7 +71,7 @@ func Lift(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, agentID st
 		if ins == nil {
 			return nil
 		}
-		resumed, err = jobs.ScheduleReleaseTx(ctx, tx, ins, agentID, now)
+		resumed, err = state.ReleaseTx(ctx, tx, ins, agentID, now)
 		return err
 	})
 	return lifted > 0, scheduleIDs(resumed), err

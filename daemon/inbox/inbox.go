@@ -1,9 +1,12 @@
-// Package inbox is choird's durable ingress: every message from a DM,
-// from choirctl chat and from a schedule's fire is an inbox row before it
-// is pushed to the bound agent's live session, and is pushed again (at the
-// next session's hello, or by the sweep) until the agent's replicated log
-// holds it. It also shows the typing indicator while an agent works on a
-// message.
+// Package inbox is choird's durable ingress, the outbox's twin: every
+// message from a DM, from choirctl chat, from a schedule's fire and from
+// the mail watch is an inbox row, written through this package (Insert,
+// AddNotice) and nowhere else, before it is pushed to the bound agent's
+// live session, and is pushed again (at the next session's hello, or by
+// the sweep) until the agent's replicated log holds it. It also shows the
+// typing indicator while an agent works on a message, and removes the
+// received files the agents are done with (recvclean.go, the periodic
+// recv_clean job): inbox rows name those files, so the inbox judges them.
 package inbox
 
 import (
@@ -21,7 +24,6 @@ import (
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
-	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
 )
@@ -149,6 +151,40 @@ func Insert(ctx context.Context, pool db.DBTX, msg gateway.InboundMessage, kind 
 	return row, nil
 }
 
+// KindScheduled is the inbox kind of a schedule's fire (daemon/schedule).
+const KindScheduled = "scheduled"
+
+// Notice is a message to an agent that no chat sent it: a schedule's fire
+// or a new-mail notice. It reaches the agent as a user message of its DM.
+type Notice struct {
+	// Source fills the row's gateway column ("schedule", or the mail
+	// watch's), and UpdateID is unique within it: storing a notice twice
+	// is refused.
+	Source   string
+	UpdateID int64
+	DM       string
+	AgentID  string
+	// ChatID is the DM's chat, which is its user's: the row's chat and
+	// user both.
+	ChatID string
+	// Kind is KindScheduled or InboxMail.
+	Kind string
+	Text string
+}
+
+// AddNotice stores n in the inbox through q (a pool, or the transaction
+// that decided to send it). A notice already stored under its Source and
+// UpdateID is refused with an error wrapping choirsql.ErrNotFound.
+func AddNotice(ctx context.Context, q db.DBTX, n Notice) (db.ChoirControlInbox, error) {
+	row, err := db.New(choirsql.Interpreted(q)).InboxInsert(ctx, db.InboxInsertParams{Gateway: n.Source, UpdateID: n.UpdateID,
+		Dm: n.DM, AgentID: &n.AgentID, ChatID: n.ChatID, UserID: n.ChatID, Kind: n.Kind, Text: n.Text,
+		Attachments: []byte("[]")})
+	if err != nil {
+		return row, fmt.Errorf("store %s notice %d in the inbox: %w", n.Source, n.UpdateID, err)
+	}
+	return row, nil
+}
+
 // notice tells a DM something at once, outside the outbox: a hint about the
 // message just received, worth nothing if lost.
 func (ib *Inbox) notice(ctx context.Context, msg gateway.InboundMessage, text string) {
@@ -189,10 +225,10 @@ func inboxPush(row db.ChoirControlInbox) (rpc.Push, error) {
 	case "inject":
 		return rpc.Push{Kind: rpc.PushInjection, Injection: &rpc.Injection{InboxID: row.InboxID, Text: row.Text,
 			ReceivedAt: row.ReceivedAt}}, nil
-	case jobs.InboxScheduled, InboxMail:
+	case KindScheduled, InboxMail:
 		// A schedule's fire reaches the agent as a user message whose text
 		// starts with its bracketed header ("[scheduled #3, due ...]",
-		// jobs.ScheduleMessage), from the schedule's DM.
+		// schedule.Message), from the schedule's DM.
 		return rpc.Push{Kind: rpc.PushUserMessage, UserMessage: &rpc.UserMessage{InboxID: row.InboxID, Gateway: row.Gateway,
 			ChatID: row.ChatID, UserID: row.UserID, Text: row.Text, ReceivedAt: row.ReceivedAt}}, nil
 	case "message":

@@ -24,6 +24,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/inbox"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/mailbox"
 	choirsql "github.com/choirhq/choir/sql"
@@ -323,9 +324,9 @@ func (w *Watcher) check(ctx context.Context, c *imapclient.Client, t Target, acc
 		if m.UID < from || stored == maxPerCheck {
 			continue // "n:*" names the last message even below n
 		}
-		_, err := q.InboxInsert(ctx, db.InboxInsertParams{Gateway: t.Gateway(),
-			UpdateID: int64(sel.UIDValidity)<<32 | int64(m.UID), Dm: t.DM, AgentID: &t.AgentID, ChatID: dm.UserID,
-			UserID: dm.UserID, Kind: Kind, Text: Notice(t.Account, acct.Folder(), m), Attachments: []byte("[]")})
+		_, err := inbox.AddNotice(ctx, w.opts.Pool, inbox.Notice{Source: t.Gateway(),
+			UpdateID: int64(sel.UIDValidity)<<32 | int64(m.UID), DM: t.DM, AgentID: t.AgentID, ChatID: dm.UserID,
+			Kind: Kind, Text: Notice(t.Account, acct.Folder(), m)})
 		if errors.Is(err, choirsql.ErrNotFound) {
 			continue // announced before
 		}

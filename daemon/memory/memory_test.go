@@ -56,9 +56,9 @@ func setup(t *testing.T, opts options, agents ...string) *testBundle {
 		opts.midTerm = 10
 	}
 	pool := dbtest.NewPool(t)
-	client, err := jobs.NewClient(jobs.Deps{Pool: pool, CrashThreshold: func() time.Duration { return time.Hour },
-		Memory: pipeline.Workers{Pool: pool, Embedder: opts.embedder, EmbedRetryBase: 5 * time.Millisecond,
-			MidTermSessions: func() int { return opts.midTerm }}})
+	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Features: []jobs.Feature{
+		pipeline.Workers{Pool: pool, Embedder: opts.embedder, EmbedRetryBase: 5 * time.Millisecond,
+			MidTermSessions: func() int { return opts.midTerm }}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,9 +15,11 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
 	"github.com/choirhq/choir/agent/proposal"
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/outbox"
+	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/db"
-	"github.com/choirhq/choir/jobs"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -50,11 +52,11 @@ func (e *stepFailed) Error() string { return e.step + ": " + e.err.Error() }
 
 func failed(step string, err error) error { return &stepFailed{step: step, err: err} }
 
-// Apply runs one step of an approved proposal (jobs.ProposalApplyFunc).
+// Apply runs one step of an approved proposal (its ApplyWorker).
 // The step's outcome, the chat's message and the next step are committed
 // with the job's completion; a restart before that commit runs the step
 // again, and every step finds what an earlier run of it did.
-func (p *Proposer) Apply(ctx context.Context, job *river.Job[jobs.ProposalApplyArgs]) error {
+func (p *Proposer) Apply(ctx context.Context, job *river.Job[ApplyArgs]) error {
 	id := job.Args.ApprovalID
 	// A step may outlive River's rescue of stuck jobs (an image build
 	// takes minutes): a second run of the same proposal waits for the
@@ -70,7 +72,7 @@ func (p *Proposer) Apply(ctx context.Context, job *river.Job[jobs.ProposalApplyA
 	if err != nil {
 		return fmt.Errorf("load approval %s: %w", id, err)
 	}
-	if job.Args.Step == jobs.ProposalStepCleanup {
+	if job.Args.Step == StepCleanup {
 		// Whatever the decision: the proposal is done with.
 		return p.cleanup(ctx, a)
 	}
@@ -110,31 +112,31 @@ func (p *Proposer) Apply(ctx context.Context, job *river.Job[jobs.ProposalApplyA
 
 // finishTx records a step's outcome, tells the chat, queues the next step
 // and completes the job, in one transaction.
-func (p *Proposer) finishTx(ctx context.Context, tx pgx.Tx, job *river.Job[jobs.ProposalApplyArgs], a db.ChoirControlPendingApproval, out outcome) error {
+func (p *Proposer) finishTx(ctx context.Context, tx pgx.Tx, job *river.Job[ApplyArgs], a db.ChoirControlPendingApproval, out outcome) error {
 	q := db.New(choirsql.Interpreted(tx))
 	if err := q.ProposalStep(ctx, db.ProposalStepParams{ApprovalID: a.ApprovalID, State: out.state, Step: job.Args.Step,
 		Reason: out.reason, MergeCommit: out.merge, Image: out.image, ImageVersion: out.version, Deployment: out.deployment}); err != nil {
 		return err
 	}
 	ins := river.ClientFromContext[pgx.Tx](ctx)
-	to := jobs.ApprovalAddress{Gateway: jobs.ConsoleGateway, DM: jobs.ConsoleDM, ChatID: jobs.ConsoleChat}
+	to := approval.Address{Gateway: outbox.ConsoleGateway, DM: outbox.ConsoleDM, ChatID: outbox.ConsoleChat}
 	if req, err := q.OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: a.AgentID,
-		MessageID: "approval:" + a.ApprovalID.String() + ":request"}); err == nil {
-		to = jobs.ApprovalAddress{Gateway: req.Gateway, DM: req.Dm, ChatID: req.ChatID}
+		MessageID: approval.RequestMessageID(a.ApprovalID)}); err == nil {
+		to = approval.Address{Gateway: req.Gateway, DM: req.Dm, ChatID: req.ChatID}
 	} else if !errors.Is(err, choirsql.ErrNotFound) {
 		return err
 	}
-	if _, err := jobs.EnqueueOutboundTx(ctx, tx, ins, jobs.OutboundParams{AgentID: a.AgentID, SessionID: &a.SessionID,
+	if _, err := outbox.EnqueueTx(ctx, tx, ins, outbox.Params{AgentID: a.AgentID, SessionID: &a.SessionID,
 		MessageID: "approval:" + a.ApprovalID.String() + ":step:" + job.Args.Step, Gateway: to.Gateway, DM: to.DM,
-		ChatID: to.ChatID, Kind: jobs.OutboundText, Text: out.text}); err != nil {
+		ChatID: to.ChatID, Kind: message.Text, Text: out.text}); err != nil {
 		return err
 	}
 	next := out.next
 	if next == "" && a.RequestType == proposal.TypeRepo {
-		next = jobs.ProposalStepCleanup // applied or not: its workspace clone goes
+		next = StepCleanup // applied or not: its workspace clone goes
 	}
 	if next != "" {
-		if _, err := ins.InsertTx(ctx, tx, jobs.ProposalApplyArgs{ApprovalID: a.ApprovalID, Step: next}, nil); err != nil {
+		if _, err := ins.InsertTx(ctx, tx, ApplyArgs{ApprovalID: a.ApprovalID, Step: next}, nil); err != nil {
 			return err
 		}
 	}

@@ -14,6 +14,9 @@ import (
 
 	"github.com/choirhq/choir/agent/proposal"
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/approval"
+	"github.com/choirhq/choir/daemon/outbox"
+	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/verbatim"
 	"github.com/choirhq/choir/jobs"
@@ -114,7 +117,7 @@ func (p *Proposer) Check(ctx context.Context, agentID, sessionID string, req rpc
 // RecordTx records a checked proposal with its approval, and queues the
 // full change to the chat ahead of the request with its buttons, in the
 // transaction that creates the approval.
-func (p *Proposer) RecordTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a db.ChoirControlPendingApproval, c Checked, to jobs.ApprovalAddress) error {
+func (p *Proposer) RecordTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a db.ChoirControlPendingApproval, c Checked, to approval.Address) error {
 	q := db.New(choirsql.Interpreted(tx))
 	if err := q.ProposalCreate(ctx, db.ProposalCreateParams{ApprovalID: a.ApprovalID, AgentID: a.AgentID, Kind: c.Kind,
 		Preview: strings.Join(c.Parts, ""), BaseSha256: c.BaseSHA256, HeadCommit: c.HeadCommit}); err != nil {
@@ -122,9 +125,9 @@ func (p *Proposer) RecordTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a
 	}
 	for i, part := range c.Parts {
 		head := fmt.Sprintf("Proposal from %s, part %d of %d:\n", a.AgentID, i+1, len(c.Parts))
-		if _, err := jobs.EnqueueOutboundTx(ctx, tx, ins, jobs.OutboundParams{AgentID: a.AgentID, SessionID: &a.SessionID,
+		if _, err := outbox.EnqueueTx(ctx, tx, ins, outbox.Params{AgentID: a.AgentID, SessionID: &a.SessionID,
 			MessageID: fmt.Sprintf("approval:%s:detail:%d", a.ApprovalID, i+1), Gateway: to.Gateway, DM: to.DM,
-			ChatID: to.ChatID, Kind: jobs.OutboundText, Text: head + part}); err != nil {
+			ChatID: to.ChatID, Kind: message.Text, Text: head + part}); err != nil {
 			return fmt.Errorf("queue proposal %s part %d: %w", a.ApprovalID, i+1, err)
 		}
 	}

@@ -24,6 +24,8 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/build"
+	"github.com/choirhq/choir/daemon/outbox"
+	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	choirsql "github.com/choirhq/choir/sql"
@@ -79,8 +81,8 @@ func (s *Stager) ForeignCommitNotice(ctx context.Context, cfg *config.Config, fe
 			continue
 		}
 		err := pgx.BeginFunc(ctx, s.Pool, func(tx pgx.Tx) error {
-			_, err := jobs.EnqueueOutboundTx(ctx, tx, s.Jobs, jobs.OutboundParams{AgentID: fe.AgentID,
-				MessageID: "foreign-commit:" + fe.Commits[0].SHA + ":" + name, Gateway: gw, DM: name, ChatID: chat, Kind: jobs.OutboundText, Text: text})
+			_, err := outbox.EnqueueTx(ctx, tx, s.Jobs, outbox.Params{AgentID: fe.AgentID,
+				MessageID: "foreign-commit:" + fe.Commits[0].SHA + ":" + name, Gateway: gw, DM: name, ChatID: chat, Kind: message.Text, Text: text})
 			return err
 		})
 		if err != nil {

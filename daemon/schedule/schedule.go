@@ -3,8 +3,11 @@
 // waiting for a person's approval when the agent's policy says so),
 // listing, pausing, resuming and cancelling them, each with the issuer's
 // scope checked and the schedule's River job inserted or removed in the
-// transaction that changes its row. Firing them is the jobs package's
-// schedule_fire worker; a fire reaches the agent through the inbox.
+// transaction that changes its row; firing them (the schedule_fire worker,
+// whose message reaches the agent through the inbox); and what follows the
+// approval a schedule waits for (registered with daemon/approval). A
+// schedule's state machine, which a person's stop also drives, is the
+// subpackage state; cron expressions are the subpackage cron.
 package schedule
 
 import (
@@ -24,11 +27,13 @@ import (
 	"github.com/riverqueue/river/rivertype"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/schedule/cron"
+	"github.com/choirhq/choir/daemon/schedule/state"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
-	"github.com/choirhq/choir/jobs/cron"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
@@ -49,8 +54,24 @@ type Options struct {
 	// zones, approval policies).
 	Config func() *config.Config
 	Logger *slog.Logger
-	// Now is the clock (time.Now when nil).
+	// Now is the clock (time.Now when nil), the fire worker's too.
 	Now func() time.Time
+	// DMAddress locates the DM a fire's message comes from (its chat id).
+	DMAddress func(dm string) (gateway, chatID string, ok bool)
+	// PushPending pushes an agent's pending inbox rows to its live
+	// session, reporting whether it has one (inbox.Inbox.PushPending).
+	PushPending func(ctx context.Context, agentID string) bool
+	// Starter starts the agent of a start_agent schedule that is not
+	// running (the control layer); nil starts none.
+	Starter Starter
+	// Approvals are the registered approval kinds, with which a schedule
+	// that waits for a person asks (nil: asked as a plain approval).
+	Approvals *approval.Registry
+}
+
+// Starter starts an agent (control.Control implements it).
+type Starter interface {
+	AgentStart(ctx context.Context, sc control.Scope, agentID string, o admin.StartOverrides) (admin.AgentStatus, error)
 }
 
 // Service runs the schedule commands of every front-end.
@@ -60,11 +81,17 @@ type Service struct {
 	config func() *config.Config
 	logger *slog.Logger
 	now    func() time.Time
+
+	dmAddress   func(dm string) (gateway, chatID string, ok bool)
+	pushPending func(ctx context.Context, agentID string) bool
+	starter     Starter
+	approvals   *approval.Registry
 }
 
 // New makes the schedules of a choird.
 func New(o Options) *Service {
-	s := &Service{pool: o.Pool, jobs: o.Jobs, config: o.Config, logger: o.Logger, now: o.Now}
+	s := &Service{pool: o.Pool, jobs: o.Jobs, config: o.Config, logger: o.Logger, now: o.Now,
+		dmAddress: o.DMAddress, pushPending: o.PushPending, starter: o.Starter, approvals: o.Approvals}
 	if s.now == nil {
 		s.now = time.Now
 	}
@@ -73,6 +100,11 @@ func New(o Options) *Service {
 	}
 	return s
 }
+
+// SetJobs sets the River client that schedules' jobs are inserted with,
+// once it exists: the service is made before it, since it registers the
+// fire worker.
+func (s *Service) SetJobs(j Jobs) { s.jobs = j }
 
 // InputError is a schedule refused for one of its fields; the message
 // names the field and shows what it takes.
@@ -135,7 +167,7 @@ func (s *Service) check(req admin.ScheduleAddRequest) (plan, error) {
 	}
 	loc, _ := time.LoadLocation(zone)
 	p := plan{params: db.ScheduleInsertParams{AgentID: req.AgentID, Dm: dmName, TimeZone: zone, Purpose: "task",
-		Text: req.Text, Missed: req.Missed, StartAgent: req.StartAgent, Status: jobs.ScheduleActive}}
+		Text: req.Text, Missed: req.Missed, StartAgent: req.StartAgent, Status: state.Active}}
 	if req.Reminder {
 		p.params.Purpose = "reminder"
 	}
@@ -150,7 +182,7 @@ func (s *Service) check(req admin.ScheduleAddRequest) (plan, error) {
 		p.params.Kind, p.params.Cron = "cron", &expr
 		p.first = c.Next(now, loc)
 		if p.params.Missed == "" {
-			p.params.Missed = jobs.MissedSkip
+			p.params.Missed = state.MissedSkip
 		}
 	default:
 		at, err := when(req, now, loc)
@@ -160,7 +192,7 @@ func (s *Service) check(req admin.ScheduleAddRequest) (plan, error) {
 		at = at.Truncate(time.Microsecond)
 		p.params.Kind, p.params.RunAt, p.first = "once", &at, at
 		if p.params.Missed == "" {
-			p.params.Missed = jobs.MissedRunOnce
+			p.params.Missed = state.MissedRunOnce
 		}
 	}
 	p.params.NextRunAt = &p.first
@@ -229,7 +261,7 @@ func (s *Service) Add(ctx context.Context, sc control.Scope, req admin.ScheduleA
 		if row, err = s.insert(ctx, tx, p.params); err != nil {
 			return err
 		}
-		row, err = jobs.ScheduleArmTx(ctx, tx, s.jobs, row, p.first)
+		row, err = state.ArmTx(ctx, tx, s.jobs, row, p.first)
 		return err
 	})
 	if err != nil {
@@ -269,7 +301,7 @@ func Of(r db.ChoirControlSchedule) admin.Schedule {
 	if r.ApprovalID != nil {
 		out.ApprovalID = r.ApprovalID.String()
 	}
-	if r.Status == jobs.ScheduleActive || r.Status == jobs.SchedulePaused {
+	if r.Status == state.Active || r.Status == state.Paused {
 		out.NextRunAt = r.NextRunAt
 	}
 	return out
@@ -382,14 +414,14 @@ var ErrState = errors.New("schedule is not in a state for that")
 // Cancel ends a schedule for good and removes its pending run.
 func (s *Service) Cancel(ctx context.Context, sc control.Scope, id int64) (admin.Schedule, error) {
 	return s.change(ctx, sc, id, "cancelled", func(tx pgx.Tx, r db.ChoirControlSchedule) (db.ChoirControlSchedule, error) {
-		if r.Status == jobs.ScheduleDone || r.Status == jobs.ScheduleCancelled {
+		if r.Status == state.Done || r.Status == state.Cancelled {
 			return r, fmt.Errorf("%w: schedule %d is already %s", ErrState, id, r.Status)
 		}
 		if err := s.unarm(ctx, tx, r); err != nil {
 			return r, err
 		}
 		return db.New(choirsql.Interpreted(tx)).ScheduleSetState(ctx, db.ScheduleSetStateParams{ScheduleID: id,
-			Status: jobs.ScheduleCancelled})
+			Status: state.Cancelled})
 	})
 }
 
@@ -397,14 +429,14 @@ func (s *Service) Cancel(ctx context.Context, sc control.Scope, id int64) (admin
 // pending run is removed.
 func (s *Service) Pause(ctx context.Context, sc control.Scope, id int64) (admin.Schedule, error) {
 	return s.change(ctx, sc, id, "paused", func(tx pgx.Tx, r db.ChoirControlSchedule) (db.ChoirControlSchedule, error) {
-		if r.Status != jobs.ScheduleActive {
+		if r.Status != state.Active {
 			return r, fmt.Errorf("%w: schedule %d is %s; only an active schedule can be paused", ErrState, id, r.Status)
 		}
 		if err := s.unarm(ctx, tx, r); err != nil {
 			return r, err
 		}
 		return db.New(choirsql.Interpreted(tx)).ScheduleSetState(ctx, db.ScheduleSetStateParams{ScheduleID: id,
-			Status: jobs.SchedulePaused, NextRunAt: r.NextRunAt})
+			Status: state.Paused, NextRunAt: r.NextRunAt})
 	})
 }
 
@@ -415,14 +447,14 @@ func (s *Service) Pause(ctx context.Context, sc control.Scope, id int64) (admin.
 // without firing if it is skip.
 func (s *Service) Resume(ctx context.Context, sc control.Scope, id int64) (admin.Schedule, error) {
 	return s.change(ctx, sc, id, "resumed", func(tx pgx.Tx, r db.ChoirControlSchedule) (db.ChoirControlSchedule, error) {
-		if r.Status != jobs.SchedulePaused {
+		if r.Status != state.Paused {
 			return r, fmt.Errorf("%w: schedule %d is %s; only a paused schedule can be resumed", ErrState, id, r.Status)
 		}
-		next, err := jobs.ScheduleNext(r, s.now())
+		next, err := state.Next(r, s.now())
 		if err != nil {
 			return r, err
 		}
-		return jobs.ScheduleArmTx(ctx, tx, s.jobs, r, next)
+		return state.ArmTx(ctx, tx, s.jobs, r, next)
 	})
 }
 

@@ -16,8 +16,8 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/schedule"
+	"github.com/choirhq/choir/daemon/schedule/cron"
 	"github.com/choirhq/choir/internal/choirdtest"
-	"github.com/choirhq/choir/jobs/cron"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -391,7 +391,7 @@ func TestAgentToolsAndApprovalPolicy(t *testing.T) {
 	if n := b.count(t, `SELECT count(*) FROM river_job WHERE kind = 'schedule_fire'`); n != 0 {
 		t.Errorf("%d fire jobs before the approval", n)
 	}
-	if _, err := b.c.ApprovalDecide(ctx, control.Scope{Admin: true, Actor: "test"}, r.ApprovalID, true); err != nil {
+	if _, err := b.c.Approvals().Decide(ctx, control.Scope{Admin: true, Actor: "test"}, r.ApprovalID, true); err != nil {
 		t.Fatal(err)
 	}
 	var status string
@@ -400,7 +400,7 @@ func TestAgentToolsAndApprovalPolicy(t *testing.T) {
 		t.Errorf("approved schedule: %s, job %s", status, state)
 	}
 	rejected := remind(caller("assistant", sid, "call-2"), `{"at": "2030-01-01 09:00", "text": "renew passport"}`)
-	if _, err := b.c.ApprovalDecide(ctx, control.Scope{Admin: true, Actor: "test"}, rejected.ApprovalID, false); err != nil {
+	if _, err := b.c.Approvals().Decide(ctx, control.Scope{Admin: true, Actor: "test"}, rejected.ApprovalID, false); err != nil {
 		t.Fatal(err)
 	}
 	b.pool.QueryRow(ctx, `SELECT status FROM choir_control.schedules WHERE schedule_id = $1`, rejected.ID).Scan(&status)

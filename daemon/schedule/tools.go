@@ -11,9 +11,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/schedule/state"
 	"github.com/choirhq/choir/db"
-	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
 	"github.com/choirhq/choir/strictjson"
@@ -63,7 +64,7 @@ func toolResult(a admin.Schedule) ToolResult {
 	if a.NextRunAt != nil {
 		r.NextRunAt = a.NextRunAt.In(loc).Format(time.RFC3339)
 	}
-	if a.Status == jobs.SchedulePendingApproval {
+	if a.Status == state.PendingApproval {
 		r.Note = approvalNote
 	}
 	return r
@@ -196,7 +197,7 @@ func (s *Service) agentAdd(ctx context.Context, c Caller, req admin.ScheduleAddR
 	needsApproval := cfg.Agents[c.AgentID].SchedulesNeedApproval
 	p.params.CreatedBy, p.params.SessionID, p.params.CallID = "agent:"+c.AgentID, &c.SessionID, &c.CallID
 	if needsApproval {
-		p.params.Status = jobs.SchedulePendingApproval
+		p.params.Status = state.PendingApproval
 	}
 	var row db.ChoirControlSchedule
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -207,7 +208,7 @@ func (s *Service) agentAdd(ctx context.Context, c Caller, req admin.ScheduleAddR
 			row, err = s.requestApproval(ctx, tx, row, p.first)
 			return err
 		}
-		row, err = jobs.ScheduleArmTx(ctx, tx, s.jobs, row, p.first)
+		row, err = state.ArmTx(ctx, tx, s.jobs, row, p.first)
 		return err
 	})
 	if errors.Is(err, choirsql.ErrNotFound) {
@@ -226,7 +227,7 @@ func (s *Service) agentAdd(ctx context.Context, c Caller, req admin.ScheduleAddR
 }
 
 // requestApproval files the approval a new schedule waits for, with its
-// notification and its timeout (jobs.RequestApprovalTx), in tx.
+// notification and its timeout (approval.RequestTx), in tx.
 func (s *Service) requestApproval(ctx context.Context, tx pgx.Tx, row db.ChoirControlSchedule, first time.Time) (db.ChoirControlSchedule, error) {
 	cfg := s.config()
 	q := db.New(choirsql.Interpreted(tx))
@@ -235,7 +236,7 @@ func (s *Service) requestApproval(ctx context.Context, tx pgx.Tx, row db.ChoirCo
 		return row, err
 	}
 	created, err := q.ApprovalCreate(ctx, db.ApprovalCreateParams{SessionID: *row.SessionID, AgentID: row.AgentID,
-		RequestID: fmt.Sprintf("schedule:%d", row.ScheduleID), RequestType: jobs.ScheduleApprovalType,
+		RequestID: fmt.Sprintf("schedule:%d", row.ScheduleID), RequestType: ApprovalType,
 		Summary: Summary(row, first), Payload: payload, ExpiresAt: s.now().Add(cfg.ApprovalTimeout())})
 	if err != nil {
 		return row, fmt.Errorf("file the approval of schedule %d: %w", row.ScheduleID, err)
@@ -248,7 +249,7 @@ func (s *Service) requestApproval(ctx context.Context, tx pgx.Tx, row db.ChoirCo
 		return row, fmt.Errorf("record the approval of schedule %d: %w", row.ScheduleID, err)
 	}
 	gw, chat, _ := control.DMAddressIn(cfg, row.Dm)
-	if err := jobs.RequestApprovalTx(ctx, tx, s.jobs, full, jobs.ApprovalAddress{Gateway: gw, DM: row.Dm, ChatID: chat}); err != nil {
+	if err := s.approvals.RequestTx(ctx, tx, s.jobs, full, approval.Address{Gateway: gw, DM: row.Dm, ChatID: chat}); err != nil {
 		return row, err
 	}
 	row.ApprovalID = &full.ApprovalID

@@ -1,7 +1,10 @@
 // Package session creates and ends agents' sessions: it resolves a
 // start's resource bindings against the configuration, and grants the
 // session with every exclusive lease in one transaction (so a conflict
-// leaves nothing behind), or ends it and queues what follows an end.
+// leaves nothing behind), or ends it and queues what follows an end. It
+// also finds the sessions that crashed (crash.go: the periodic
+// crash_detect job, its notice to the DM, and the removal of the crashed
+// instance), a jobs.Feature registered at choird's start.
 package session
 
 import (

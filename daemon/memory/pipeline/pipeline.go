@@ -3,9 +3,9 @@
 // and promote old sessions to long-term memory. Each finishes its rows,
 // enqueues what follows and completes its job in one transaction, so a
 // crash never leaves work half done or done twice. The job kinds and args
-// are daemon/memory's, whose Store enqueues embeddings too; package jobs
-// registers these workers (Workers, handed to it as jobs.Deps.Memory) and
-// runs them on its queues.
+// are daemon/memory's, whose Store enqueues embeddings too; Workers is the
+// pipeline as a jobs.Feature, which registers these workers with choird's
+// River client, and runs them on the queues jobs shares.
 package pipeline
 
 import (
@@ -48,7 +48,8 @@ const memoryJobTimeout = 50 * time.Second
 const DefaultEmbedRetryBase = time.Second
 
 // Workers are the pipeline's workers and what they need from choird. It
-// implements jobs.Memory.
+// is a jobs.Feature; crash detection files a crashed session into memory
+// through its SessionEndedTx.
 type Workers struct {
 	Pool   *pgxpool.Pool
 	Logger *slog.Logger

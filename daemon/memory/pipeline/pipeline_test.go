@@ -38,9 +38,9 @@ func setupMemory(t *testing.T, e pipeline.Embedder, midTerm int) *memBundle {
 	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
-	client, err := jobs.NewClient(jobs.Deps{Pool: pool, CrashThreshold: func() time.Duration { return time.Hour },
-		Memory: pipeline.Workers{Pool: pool, Embedder: e, EmbedRetryBase: 10 * time.Millisecond,
-			MidTermSessions: func() int { return midTerm }}})
+	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Features: []jobs.Feature{
+		pipeline.Workers{Pool: pool, Embedder: e, EmbedRetryBase: 10 * time.Millisecond,
+			MidTermSessions: func() int { return midTerm }}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package jobs_test
+package inbox_test
 
 import (
 	"bytes"
@@ -16,6 +16,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/daemon/inbox"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -29,9 +30,6 @@ import (
 // the rest stays, and nothing outside a workspace is touched.
 func TestRecvClean(t *testing.T) {
 	t.Parallel()
-	if jobs.RecvDir != gateway.RecvDir {
-		t.Fatalf("jobs.RecvDir %q differs from gateway.RecvDir %q, where the gateway stores files", jobs.RecvDir, gateway.RecvDir)
-	}
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
 	q := db.New(pool)
@@ -55,12 +53,12 @@ func TestRecvClean(t *testing.T) {
 	ended, crashed, live := session("ended"), session("crashed"), session("active")
 
 	ws := t.TempDir()
-	recv := filepath.Join(ws, jobs.RecvDir)
+	recv := filepath.Join(ws, gateway.RecvDir)
 	outside := t.TempDir() // a host directory no workspace holds
 	if err := os.MkdirAll(recv, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	longAgo := time.Now().Add(-2 * jobs.RecvRetention)
+	longAgo := time.Now().Add(-2 * inbox.RecvRetention)
 	file := func(dir, name string, mtime time.Time) string {
 		p := filepath.Join(dir, name)
 		if err := os.WriteFile(p, []byte(name), 0o644); err != nil {
@@ -76,7 +74,7 @@ func TestRecvClean(t *testing.T) {
 	// to session (uuid.Nil: not yet) ackAge ago.
 	message := func(name string, session uuid.UUID, ackAge time.Duration) {
 		update++
-		atts, _ := json.Marshal([]gateway.Attachment{{Kind: "document", Path: jobs.RecvDir + "/" + name, Size: 1}})
+		atts, _ := json.Marshal([]gateway.Attachment{{Kind: "document", Path: gateway.RecvDir + "/" + name, Size: 1}})
 		var sid any
 		var delivered any
 		if session != uuid.Nil {
@@ -106,9 +104,9 @@ func TestRecvClean(t *testing.T) {
 		t.Fatal(err)
 	}
 	message("ended.pdf", ended, time.Minute)
-	message("live-old.pdf", live, 2*jobs.RecvRetention)
+	message("live-old.pdf", live, 2*inbox.RecvRetention)
 	message("link-ended.txt", ended, time.Minute)
-	message("crashed.pdf", crashed, 2*jobs.RecvRetention/3)
+	message("crashed.pdf", crashed, 2*inbox.RecvRetention/3)
 	message("live.pdf", live, time.Minute)
 	message("pending.pdf", uuid.Nil, 0)
 
@@ -118,15 +116,16 @@ func TestRecvClean(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(hostile, ".choirtmp"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Symlink(outside, filepath.Join(hostile, jobs.RecvDir)); err != nil {
+	if err := os.Symlink(outside, filepath.Join(hostile, gateway.RecvDir)); err != nil {
 		t.Fatal(err)
 	}
 	kept["host"] = file(outside, "host-secret.json", longAgo)
 
 	logs := &choirdtest.SyncBuffer{}
-	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Logger: slog.New(slog.NewTextHandler(logs, nil)),
-		CrashThreshold: func() time.Duration { return time.Hour },
-		Workspaces:     func() map[string]string { return map[string]string{"main": ws, "hostile": hostile} }})
+	logger := slog.New(slog.NewTextHandler(logs, nil))
+	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Logger: logger, Features: []jobs.Feature{
+		&inbox.RecvCleanWorker{Pool: pool, Logger: logger,
+			Workspaces: func() map[string]string { return map[string]string{"main": ws, "hostile": hostile} }}}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +140,7 @@ func TestRecvClean(t *testing.T) {
 	for done := false; !done; {
 		select {
 		case ev := <-events:
-			if ev.Job.Kind != (jobs.RecvCleanArgs{}).Kind() {
+			if ev.Job.Kind != (inbox.RecvCleanArgs{}).Kind() {
 				continue
 			}
 			done = true

@@ -1,4 +1,4 @@
-package jobs_test
+package outbox_test
 
 import (
 	"context"
@@ -11,7 +11,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
-	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/daemon/approval"
+	"github.com/choirhq/choir/daemon/outbox"
+	"github.com/choirhq/choir/daemon/session"
 )
 
 // TestOutboxCapPerSession: an agent's session may have at most
@@ -23,30 +25,30 @@ import (
 func TestOutboxCapPerSession(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupDelivery(t, unlimited)
+	b := outboxtest.Setup(t, unlimited)
 	// An insert-only client: no worker takes the rows.
-	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{TestOnly: true})
+	client, err := river.NewClient(riverpgxv5.New(b.Pool), &river.Config{TestOnly: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := newApproval(t, b, "deploy", 0)
 	sess := a.SessionID
-	capped := func(id string) jobs.OutboundParams {
-		p := b.params(id, "message "+id, testChat)
-		p.SessionID, p.MaxPending = &sess, jobs.AgentMaxPendingOutbound
+	capped := func(id string) outbox.Params {
+		p := b.Params(id, "message "+id, outboxtest.Chat)
+		p.SessionID, p.MaxPending = &sess, outbox.AgentMaxPending
 		return p
 	}
-	enqueue := func(p jobs.OutboundParams) (jobs.OutboundQueued, error) {
-		var q jobs.OutboundQueued
-		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
+	enqueue := func(p outbox.Params) (outbox.Queued, error) {
+		var q outbox.Queued
+		err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
 			var err error
-			q, err = jobs.EnqueueOutboundTx(ctx, tx, client, p)
+			q, err = outbox.EnqueueTx(ctx, tx, client, p)
 			return err
 		})
 		return q, err
 	}
-	var first jobs.OutboundQueued
-	for i := range jobs.AgentMaxPendingOutbound {
+	var first outbox.Queued
+	for i := range outbox.AgentMaxPending {
 		q, err := enqueue(capped(fmt.Sprintf("m%d", i)))
 		if err != nil || !q.Created {
 			t.Fatalf("message %d under the cap: %+v %v", i, q, err)
@@ -58,13 +60,13 @@ func TestOutboxCapPerSession(t *testing.T) {
 
 	t.Run("OneMoreIsRefused", func(t *testing.T) {
 		_, err := enqueue(capped("one-too-many"))
-		if !errors.Is(err, jobs.ErrOutboxFull) {
+		if !errors.Is(err, outbox.ErrFull) {
 			t.Fatalf("message past the cap: %v, want ErrOutboxFull", err)
 		}
 		var n int
-		b.pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE session_id = $1`, sess).Scan(&n)
-		if n != jobs.AgentMaxPendingOutbound {
-			t.Errorf("%d rows for the session, want %d", n, jobs.AgentMaxPendingOutbound)
+		b.Pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE session_id = $1`, sess).Scan(&n)
+		if n != outbox.AgentMaxPending {
+			t.Errorf("%d rows for the session, want %d", n, outbox.AgentMaxPending)
 		}
 	})
 
@@ -76,35 +78,35 @@ func TestOutboxCapPerSession(t *testing.T) {
 	})
 
 	t.Run("ChoirdsOwnMessagesAreNotRefused", func(t *testing.T) {
-		err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			if err := jobs.RequestApprovalTx(ctx, tx, client, a, jobs.ApprovalAddress{Gateway: gatewayTG, DM: testDMName,
-				ChatID: fmt.Sprint(testChat)}); err != nil {
+		err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+			if err := new(approval.Registry).RequestTx(ctx, tx, client, a, approval.Address{Gateway: outboxtest.Gateway, DM: outboxtest.DM,
+				ChatID: fmt.Sprint(outboxtest.Chat)}); err != nil {
 				return err
 			}
-			return jobs.CrashNoticeTx(ctx, tx, client, func(string) (string, string, bool) { return gatewayTG, fmt.Sprint(testChat), true },
-				testAgent, sess, json.RawMessage(`{"dm":"`+testDMName+`"}`), "no heartbeat")
+			return session.CrashNoticeTx(ctx, tx, client, func(string) (string, string, bool) { return outboxtest.Gateway, fmt.Sprint(outboxtest.Chat), true },
+				outboxtest.Agent, sess, json.RawMessage(`{"dm":"`+outboxtest.DM+`"}`), "no heartbeat")
 		})
 		if err != nil {
 			t.Fatalf("approval notification and crash notice on a full outbox: %v", err)
 		}
 		var n int
-		b.pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE session_id = $1 AND message_id NOT LIKE 'm%'`, sess).Scan(&n)
+		b.Pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE session_id = $1 AND message_id NOT LIKE 'm%'`, sess).Scan(&n)
 		if n != 2 {
 			t.Errorf("%d of choird's own messages queued, want 2", n)
 		}
 	})
 
 	t.Run("SentMessagesFreeRoom", func(t *testing.T) {
-		if _, err := b.pool.Exec(ctx, `UPDATE choir_control.outbox SET status = 'sent', sent_at = now() WHERE outbox_id = $1`,
+		if _, err := b.Pool.Exec(ctx, `UPDATE choir_control.outbox SET status = 'sent', sent_at = now() WHERE outbox_id = $1`,
 			first.Row.OutboxID); err != nil {
 			t.Fatal(err)
 		}
 		// choird's two messages are pending too and count: the session
 		// is still full.
-		if _, err := enqueue(capped("still-full")); !errors.Is(err, jobs.ErrOutboxFull) {
-			t.Fatalf("with %d pending: %v, want ErrOutboxFull", jobs.AgentMaxPendingOutbound+1, err)
+		if _, err := enqueue(capped("still-full")); !errors.Is(err, outbox.ErrFull) {
+			t.Fatalf("with %d pending: %v, want ErrOutboxFull", outbox.AgentMaxPending+1, err)
 		}
-		if _, err := b.pool.Exec(ctx, `UPDATE choir_control.outbox SET status = 'failed' WHERE session_id = $1 AND message_id IN ('m1', 'm2', 'm3')`,
+		if _, err := b.Pool.Exec(ctx, `UPDATE choir_control.outbox SET status = 'failed' WHERE session_id = $1 AND message_id IN ('m1', 'm2', 'm3')`,
 			sess); err != nil {
 			t.Fatal(err)
 		}

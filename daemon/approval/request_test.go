@@ -1,9 +1,7 @@
-package jobs_test
+package approval_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/json"
 	"log/slog"
 	"strings"
 	"sync"
@@ -15,80 +13,51 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/daemon/outbox/outboxtest"
+	"github.com/choirhq/choir/daemon/propose"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 )
 
-// newApproval records a pending approval of a fresh session of testAgent,
-// expiring after ttl.
-func newApproval(t *testing.T, b *deliveryBundle, summary string, ttl time.Duration) db.ChoirControlPendingApproval {
-	t.Helper()
-	ctx := context.Background()
-	q := db.New(b.pool)
-	h := make([]byte, 32)
-	rand.Read(h)
-	s, err := q.SessionCreate(ctx, db.SessionCreateParams{AgentID: testAgent, LeaseTokenHash: h, BaseHash: make([]byte, 32),
-		ResourceBindings: json.RawMessage(`{}`)})
-	if err != nil {
-		// One live session per agent: end the previous one first.
-		if _, err := b.pool.Exec(ctx, `UPDATE choir_control.sessions SET status = 'ended', ended_at = now()
-			WHERE agent_id = $1 AND status = 'active'`, testAgent); err != nil {
-			t.Fatal(err)
-		}
-		if s, err = q.SessionCreate(ctx, db.SessionCreateParams{AgentID: testAgent, LeaseTokenHash: h,
-			BaseHash: make([]byte, 32), ResourceBindings: json.RawMessage(`{}`)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	row, err := q.ApprovalCreate(ctx, db.ApprovalCreateParams{SessionID: s.SessionID, AgentID: testAgent,
-		RequestID: uuid.NewString(), RequestType: "choir.propose.tool", Summary: summary, Payload: json.RawMessage(`{}`),
-		ExpiresAt: time.Now().Add(ttl)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	a, err := q.ApprovalGet(ctx, row.ApprovalID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
-}
-
 // startWithTimeouts starts a River client running delivery and approval
 // timeouts, as choird does, and the workers more adds.
-func startWithTimeouts(t *testing.T, b *deliveryBundle, resolved func(context.Context, db.ChoirControlPendingApproval), more ...func(*river.Workers)) *jobs.Client {
+func startWithTimeouts(t *testing.T, b *outboxtest.Bundle, kinds *approval.Registry, resolved func(context.Context, db.ChoirControlPendingApproval), more ...func(*river.Workers)) *jobs.Client {
 	t.Helper()
-	return b.start(t, append([]func(*river.Workers){func(w *river.Workers) {
-		river.AddWorker(w, &jobs.ApprovalTimeoutWorker{Pool: b.pool, Logger: slog.New(slog.DiscardHandler), Resolved: resolved})
-		river.AddWorker(w, &jobs.ProposalApplyWorker{})
+	return b.Start(t, append([]func(*river.Workers){func(w *river.Workers) {
+		river.AddWorker(w, &approval.TimeoutWorker{Pool: b.Pool, Logger: slog.New(slog.DiscardHandler), Kinds: kinds, Resolved: resolved})
+		river.AddWorker(w, &propose.ApplyWorker{})
 	}}, more...)...)
 }
 
 func TestApprovals(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupDelivery(t, gateway.SendLimits{PerChat: 1000, PerBot: 1000})
+	b := outboxtest.Setup(t, gateway.SendLimits{PerChat: 1000, PerBot: 1000})
 	var timedOut atomic.Int32
-	client := startWithTimeouts(t, b, func(_ context.Context, a db.ChoirControlPendingApproval) {
-		if a.ResolvedBy != nil && *a.ResolvedBy == jobs.ResolvedByTimeout {
+	kinds := &approval.Registry{}
+	propose.RegisterApprovals(kinds)
+	client := startWithTimeouts(t, b, kinds, func(_ context.Context, a db.ChoirControlPendingApproval) {
+		if a.ResolvedBy != nil && *a.ResolvedBy == approval.ResolvedByTimeout {
 			timedOut.Add(1)
 		}
 	})
-	to := jobs.ApprovalAddress{Gateway: gatewayTG, DM: testDMName, ChatID: "4242"}
+	to := approval.Address{Gateway: outboxtest.Gateway, DM: outboxtest.DM, ChatID: "4242"}
 	request := func(a db.ChoirControlPendingApproval) {
 		t.Helper()
-		if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			return jobs.RequestApprovalTx(ctx, tx, client, a, to)
+		if err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+			return kinds.RequestTx(ctx, tx, client, a, to)
 		}); err != nil {
 			t.Fatal(err)
 		}
 	}
 
 	t.Run("notification carries the buttons; the race has one winner", func(t *testing.T) {
-		a := newApproval(t, b, "add tool choir.repo.status", time.Hour)
+		a := b.NewApproval(t, "add tool choir.repo.status", time.Hour)
 		request(a)
 		request(a) // a second request of the same approval queues nothing more
-		sent := b.tg.WaitSent(t, 1)
+		sent := b.TG.WaitSent(t, 1)
 		kb := sent[0].Keyboard()
 		if len(kb) != 1 || len(kb[0]) != 2 || kb[0][0].Data != "approve:"+a.ApprovalID.String() ||
 			kb[0][1].Data != "reject:"+a.ApprovalID.String() {
@@ -99,10 +68,10 @@ func TestApprovals(t *testing.T) {
 		}
 		var wins atomic.Int32
 		var wg sync.WaitGroup
-		for i, who := range []string{"telegram:alice", "choirctl:uid=0", jobs.ResolvedByTimeout, "telegram:bob"} {
+		for i, who := range []string{"telegram:alice", "choirctl:uid=0", approval.ResolvedByTimeout, "telegram:bob"} {
 			wg.Go(func() {
-				err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-					_, won, err := jobs.ResolveApprovalTx(ctx, tx, client, a.ApprovalID, i == 0, who)
+				err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+					_, won, err := kinds.ResolveTx(ctx, tx, client, a.ApprovalID, i == 0, who)
 					if won {
 						wins.Add(1)
 					}
@@ -117,7 +86,7 @@ func TestApprovals(t *testing.T) {
 		if wins.Load() != 1 {
 			t.Fatalf("%d decisions won, want exactly 1", wins.Load())
 		}
-		final, err := db.New(b.pool).ApprovalGet(ctx, a.ApprovalID)
+		final, err := db.New(b.Pool).ApprovalGet(ctx, a.ApprovalID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -125,14 +94,14 @@ func TestApprovals(t *testing.T) {
 			t.Fatalf("after the race: %+v", final)
 		}
 		var outcomes int
-		b.pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE message_id = $1`,
+		b.Pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE message_id = $1`,
 			"approval:"+a.ApprovalID.String()+":resolved").Scan(&outcomes)
 		if outcomes != 1 {
 			t.Errorf("%d outcome messages queued, want 1", outcomes)
 		}
 		// A late decision changes nothing and reports the winner.
-		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			row, won, err := jobs.ResolveApprovalTx(ctx, tx, client, a.ApprovalID, final.Status != "approved", "telegram:late")
+		err = pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+			row, won, err := kinds.ResolveTx(ctx, tx, client, a.ApprovalID, final.Status != "approved", "telegram:late")
 			if won || row.Status != final.Status || *row.ResolvedBy != *final.ResolvedBy {
 				t.Errorf("late decision: won %v, row %+v", won, row)
 			}
@@ -142,8 +111,8 @@ func TestApprovals(t *testing.T) {
 			t.Fatal(err)
 		}
 		// The unknown approval is an error, not a no-op.
-		err = pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			_, _, err := jobs.ResolveApprovalTx(ctx, tx, client, uuid.New(), true, "telegram:alice")
+		err = pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+			_, _, err := kinds.ResolveTx(ctx, tx, client, uuid.New(), true, "telegram:alice")
 			return err
 		})
 		if err == nil || !strings.Contains(err.Error(), "no such approval") {
@@ -152,17 +121,17 @@ func TestApprovals(t *testing.T) {
 	})
 
 	t.Run("an unanswered approval times out rejected", func(t *testing.T) {
-		a := newApproval(t, b, "add skill triage", 300*time.Millisecond)
-		before := len(b.tg.Sent())
+		a := b.NewApproval(t, "add skill triage", 300*time.Millisecond)
+		before := len(b.TG.Sent())
 		request(a)
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			row, err := db.New(b.pool).ApprovalGet(ctx, a.ApprovalID)
+			row, err := db.New(b.Pool).ApprovalGet(ctx, a.ApprovalID)
 			if err != nil {
 				t.Fatal(err)
 			}
 			if row.Status != "pending" {
-				if row.Status != "rejected" || row.ResolvedBy == nil || *row.ResolvedBy != jobs.ResolvedByTimeout {
+				if row.Status != "rejected" || row.ResolvedBy == nil || *row.ResolvedBy != approval.ResolvedByTimeout {
 					t.Fatalf("timed out approval: %+v", row)
 				}
 				break
@@ -175,7 +144,7 @@ func TestApprovals(t *testing.T) {
 		// The request may come in several messages; the timeout's follows.
 		const want = "Approval timed out: add skill triage. Rejected automatically."
 		for found := false; !found; {
-			sent := b.tg.WaitSent(t, before+2)
+			sent := b.TG.WaitSent(t, before+2)
 			for _, m := range sent[before:] {
 				found = found || m.Text == want
 			}

@@ -1,4 +1,4 @@
-package outbound
+package message
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 // A send gate makes the delivery worker's "this part is being sent" mark
 // and the request that sends it as close to one step as a channel without
 // idempotency keys allows. The worker puts a gate in the context of the
-// channel's Send (jobs.OutboundSender); the channel passes it once the
+// channel's Send (outbox.Sender); the channel passes it once the
 // whole request is on its way but for its last bytes, without which it has
 // no complete request (GateBody). The gate commits the mark. If the gate
 // fails, or choird dies before it returns, the channel never has a

@@ -1,4 +1,4 @@
-package jobs_test
+package session_test
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/memory/pipeline"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/jobs"
@@ -63,8 +64,10 @@ func TestCrashDetect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Memory: pipeline.Workers{Pool: pool, Embedder: embedder},
-		CrashThreshold: func() time.Duration { return 10 * time.Second }, CrashStartGrace: time.Millisecond})
+	memory := pipeline.Workers{Pool: pool, Embedder: embedder}
+	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Features: []jobs.Feature{memory,
+		session.CrashDetection{Pool: pool, Threshold: func() time.Duration { return 10 * time.Second },
+			StartGrace: time.Millisecond, SessionEnded: memory.SessionEndedTx}}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/choirhq/choir/jobs/cron"
+	"github.com/choirhq/choir/daemon/schedule/cron"
 )
 
 func mustLoad(t *testing.T, name string) *time.Location {

@@ -1,12 +1,13 @@
-// Package outbound is the contract between choird's delivery worker (jobs)
-// and the channels that send what it delivers (daemon/gateway): one
-// message as a channel sends it (Part), the kinds a message may be, the
-// file a message carries, confined to a workspace's .choirtmp/send, and
-// the send gate by which the worker marks a part as being sent just before
-// the channel's request completes. It holds no delivery policy and no
-// channel: jobs and the gateway both use it, and neither imports the
-// other.
-package outbound
+// Package message is the contract between the outbox's delivery worker
+// (daemon/outbox) and the channels that send what it delivers
+// (daemon/gateway): one message as a channel sends it (Part), the kinds a
+// message may be, the file a message carries, confined to a workspace's
+// .choirtmp/send, and the send gate by which the worker marks a part as
+// being sent just before the channel's request completes. It holds no
+// delivery policy, no rows and no channel: it is a leaf, so the gateway
+// uses it without linking the database (layout_test.go), and the outbox
+// and the gateway never import each other.
+package message
 
 // The outbound kinds, as stored in choir_control.outbox.kind (the values of
 // rpc.OutboundKind).

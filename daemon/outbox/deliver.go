@@ -1,4 +1,4 @@
-package jobs
+package outbox
 
 import (
 	"context"
@@ -17,8 +17,9 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/db"
-	"github.com/choirhq/choir/outbound"
+	"github.com/choirhq/choir/jobs"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -46,33 +47,20 @@ func DeliveryQueue() (string, river.QueueConfig) {
 	}
 }
 
-// DeliverOutboundArgs is the job that sends one outbox row.
-type DeliverOutboundArgs struct {
+// DeliverArgs is the job that sends one outbox row.
+type DeliverArgs struct {
 	OutboxID int64 `json:"outbox_id"`
 }
 
 // Kind implements river.JobArgs.
-func (DeliverOutboundArgs) Kind() string { return "deliver_outbound" }
+func (DeliverArgs) Kind() string { return "deliver_outbound" }
 
 // InsertOpts puts delivery on its own queue.
-func (DeliverOutboundArgs) InsertOpts() river.InsertOpts {
+func (DeliverArgs) InsertOpts() river.InsertOpts {
 	return river.InsertOpts{Queue: QueueDelivery, MaxAttempts: DeliveryMaxAttempts}
 }
 
-// The outbound kinds, as stored in choir_control.outbox.kind (package
-// outbound's, under the names queuing code uses).
-const (
-	OutboundText     = outbound.Text
-	OutboundDocument = outbound.Document
-	OutboundPhoto    = outbound.Photo
-	OutboundVoice    = outbound.Voice
-	OutboundVideo    = outbound.Video
-)
-
-// OutboundPart is one message a channel sends (outbound.Part).
-type OutboundPart = outbound.Part
-
-// OutboundSender is what the delivery worker needs of a gateway
+// Sender is what the delivery worker needs of a gateway
 // (daemon/gateway implements it for Telegram).
 //
 // Send returns the channel's id of the message it sent. An error with a
@@ -82,17 +70,17 @@ type OutboundPart = outbound.Part
 // never succeed (the user blocked the bot, the file is gone): the row is
 // marked failed at once. Any other error is retried with backoff.
 //
-// Send's context carries a send gate (outbound.SendGateFrom): a sender
+// Send's context carries a send gate (message.SendGateFrom): a sender
 // whose send has an effect outside choird must pass it, through
-// outbound.GateBody, before its request can take effect, and must not send
+// message.GateBody, before its request can take effect, and must not send
 // when it fails.
-type OutboundSender interface {
+type Sender interface {
 	// Parts cuts a queued message into the messages the channel sends, in
 	// order (a long text into several, say). It must be deterministic:
 	// after a crash the worker resumes at the first part whose id is not
 	// recorded in the row.
-	Parts(msg OutboundPart) []OutboundPart
-	Send(ctx context.Context, part OutboundPart) (int64, error)
+	Parts(msg message.Part) []message.Part
+	Send(ctx context.Context, part message.Part) (int64, error)
 }
 
 // Pacer is what the delivery worker needs of a send limiter
@@ -108,10 +96,11 @@ type Pacer interface {
 	Backoff(gateway, chatID string, d time.Duration)
 }
 
-// DeliveryDeps are what the delivery worker needs from choird.
-type DeliveryDeps struct {
+// Delivery is the delivery worker as choird runs it (a jobs.Feature): what
+// it needs from choird.
+type Delivery struct {
 	Pool   *pgxpool.Pool
-	Sender OutboundSender
+	Sender Sender
 	// Limiter paces sends; it is required. Share one limiter between the
 	// worker and anything else that sends through the same bots (command
 	// replies), so the limits hold per process.
@@ -131,7 +120,7 @@ type DeliveryDeps struct {
 }
 
 // AddDeliveryWorker registers the deliver_outbound worker.
-func AddDeliveryWorker(workers *river.Workers, deps DeliveryDeps) error {
+func AddDeliveryWorker(workers *river.Workers, deps Delivery) error {
 	if deps.Pool == nil || deps.Sender == nil {
 		return errors.New("delivery worker needs a pool and a sender")
 	}
@@ -153,8 +142,8 @@ func AddDeliveryWorker(workers *river.Workers, deps DeliveryDeps) error {
 	return nil
 }
 
-// OutboundParams is one outbound message to queue.
-type OutboundParams struct {
+// Params is one outbound message to queue.
+type Params struct {
 	AgentID   string
 	SessionID *uuid.UUID
 	// MessageID is the agent's idempotency key: queuing the same
@@ -163,12 +152,12 @@ type OutboundParams struct {
 	Gateway   string
 	DM        string
 	ChatID    string
-	// Kind is one of the Outbound* kinds.
+	// Kind is one of package message's kinds (message.Text, ...).
 	Kind string
 	Text string
 	// Workspace names the workspace (in config.json) that holds the
 	// file, and FilePath is the file's path relative to it, below
-	// .choirtmp/send (see OutboundFilePath); both are required for every
+	// .choirtmp/send (see message.FilePath); both are required for every
 	// kind but text. The file is deleted once delivered.
 	Workspace string
 	FilePath  string
@@ -176,41 +165,41 @@ type OutboundParams struct {
 	// notification of a pending approval.
 	ApprovalID *uuid.UUID
 	// MaxPending, when above zero, refuses the message with
-	// ErrOutboxFull while SessionID already has that many messages
+	// ErrFull while SessionID already has that many messages
 	// pending. An agent's own messages are bounded so (see
-	// AgentMaxPendingOutbound); what choird queues itself (approval
+	// AgentMaxPending); what choird queues itself (approval
 	// notifications, crash notices) leaves it zero and is never refused.
 	MaxPending int
 }
 
-// AgentMaxPendingOutbound bounds the messages one session of an agent may
+// AgentMaxPending bounds the messages one session of an agent may
 // have waiting for delivery. Telegram sends about one message a second to
 // a chat, so a hundred is more than a minute and a half of backlog: an
 // agent answering its user never gets near it, and an agent caught in a
 // loop is stopped before it fills the outbox (and the user's chat).
-const AgentMaxPendingOutbound = 100
+const AgentMaxPending = 100
 
-// ErrOutboxFull refuses a message while its session has
-// OutboundParams.MaxPending messages waiting for delivery.
-var ErrOutboxFull = errors.New("outbox full")
+// ErrFull refuses a message while its session has
+// Params.MaxPending messages waiting for delivery.
+var ErrFull = errors.New("outbox full")
 
-// OutboundQueued is the result of EnqueueOutboundTx.
-type OutboundQueued struct {
+// Queued is the result of EnqueueTx.
+type Queued struct {
 	Row db.ChoirControlOutbox
 	// Created is false when the message was already queued; then no job
 	// was inserted.
 	Created bool
 }
 
-// EnqueueOutboundTx queues an outbound message: it inserts the outbox row
+// EnqueueTx queues an outbound message: it inserts the outbox row
 // and its deliver_outbound job in the caller's transaction, so the message
 // is sent if and only if the transaction commits. A message already queued
 // under the same (AgentID, MessageID) is returned as it stands, with no
 // second job, even when the session's outbox is full (see
-// OutboundParams.MaxPending): idempotency comes first.
-func EnqueueOutboundTx(ctx context.Context, tx pgx.Tx, client Inserter, p OutboundParams) (OutboundQueued, error) {
+// Params.MaxPending): idempotency comes first.
+func EnqueueTx(ctx context.Context, tx pgx.Tx, client jobs.Inserter, p Params) (Queued, error) {
 	if err := p.validate(); err != nil {
-		return OutboundQueued{}, err
+		return Queued{}, err
 	}
 	q := db.New(choirsql.Interpreted(tx))
 	row, err := q.OutboxInsert(ctx, db.OutboxInsertParams{AgentID: p.AgentID, SessionID: p.SessionID,
@@ -220,42 +209,42 @@ func EnqueueOutboundTx(ctx context.Context, tx pgx.Tx, client Inserter, p Outbou
 		// Either the message is already queued, or the outbox is full.
 		row, err = q.OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: p.AgentID, MessageID: p.MessageID})
 		if errors.Is(err, choirsql.ErrNotFound) && p.MaxPending > 0 {
-			return OutboundQueued{}, fmt.Errorf("message %s: session %s already has %d messages waiting for delivery, the most it may have: %w",
-				p.MessageID, p.SessionID, p.MaxPending, ErrOutboxFull)
+			return Queued{}, fmt.Errorf("message %s: session %s already has %d messages waiting for delivery, the most it may have: %w",
+				p.MessageID, p.SessionID, p.MaxPending, ErrFull)
 		}
 		if err != nil {
-			return OutboundQueued{}, fmt.Errorf("load queued message %s of agent %s: %w", p.MessageID, p.AgentID, err)
+			return Queued{}, fmt.Errorf("load queued message %s of agent %s: %w", p.MessageID, p.AgentID, err)
 		}
-		return OutboundQueued{Row: row}, nil
+		return Queued{Row: row}, nil
 	}
 	if err != nil {
-		return OutboundQueued{}, fmt.Errorf("queue message %s of agent %s: %w", p.MessageID, p.AgentID, err)
+		return Queued{}, fmt.Errorf("queue message %s of agent %s: %w", p.MessageID, p.AgentID, err)
 	}
-	if _, err := client.InsertTx(ctx, tx, DeliverOutboundArgs{OutboxID: row.OutboxID}, nil); err != nil {
-		return OutboundQueued{}, fmt.Errorf("insert delivery job for message %s: %w", p.MessageID, err)
+	if _, err := client.InsertTx(ctx, tx, DeliverArgs{OutboxID: row.OutboxID}, nil); err != nil {
+		return Queued{}, fmt.Errorf("insert delivery job for message %s: %w", p.MessageID, err)
 	}
-	return OutboundQueued{Row: row, Created: true}, nil
+	return Queued{Row: row, Created: true}, nil
 }
 
-func (p OutboundParams) validate() error {
+func (p Params) validate() error {
 	switch {
 	case p.MaxPending > 0 && p.SessionID == nil:
 		return errors.New("queue outbound message: a bound on pending messages needs a session")
 	case p.AgentID == "" || p.MessageID == "" || p.Gateway == "" || p.DM == "" || p.ChatID == "":
 		return errors.New("queue outbound message: agent, message id, gateway, dm and chat are required")
-	case p.Kind == OutboundText:
+	case p.Kind == message.Text:
 		if p.FilePath != "" || p.Workspace != "" {
 			return errors.New("queue outbound message: a text message takes no file")
 		}
 		if strings.TrimSpace(p.Text) == "" {
 			return errors.New("queue outbound message: empty text")
 		}
-	case p.Kind == OutboundDocument || p.Kind == OutboundPhoto || p.Kind == OutboundVoice || p.Kind == OutboundVideo:
+	case p.Kind == message.Document || p.Kind == message.Photo || p.Kind == message.Voice || p.Kind == message.Video:
 		if p.Workspace == "" {
 			return fmt.Errorf("queue outbound message: file %q names no workspace", p.FilePath)
 		}
-		if !outbound.InSendDir(p.FilePath) {
-			return fmt.Errorf("queue outbound message: file %q is not a path inside the workspace's %s directory", p.FilePath, outbound.SendDir)
+		if !message.InSendDir(p.FilePath) {
+			return fmt.Errorf("queue outbound message: file %q is not a path inside the workspace's %s directory", p.FilePath, message.SendDir)
 		}
 	default:
 		return fmt.Errorf("queue outbound message: unknown kind %q", p.Kind)
@@ -265,8 +254,8 @@ func (p OutboundParams) validate() error {
 
 // DeliveryWorker sends outbox rows; Work documents its guarantees.
 type DeliveryWorker struct {
-	river.WorkerDefaults[DeliverOutboundArgs]
-	deps DeliveryDeps
+	river.WorkerDefaults[DeliverArgs]
+	deps Delivery
 	// instance names this process in the attempt marks it makes: a mark
 	// of another instance was left by a choird that is gone.
 	instance uuid.UUID
@@ -274,7 +263,7 @@ type DeliveryWorker struct {
 
 // Timeout bounds one run: the run budget plus one slow upload. It stays
 // below River's rescue threshold (one minute in NewClient).
-func (w *DeliveryWorker) Timeout(*river.Job[DeliverOutboundArgs]) time.Duration {
+func (w *DeliveryWorker) Timeout(*river.Job[DeliverArgs]) time.Duration {
 	return w.deps.RunBudget + 25*time.Second
 }
 
@@ -294,13 +283,13 @@ func (w *DeliveryWorker) Timeout(*river.Job[DeliverOutboundArgs]) time.Duration 
 // may or may not have reached the user, and sending it again could send
 // it twice. Each part is therefore marked as being sent, in a committed
 // row, when its request is complete but for its last byte (the send gate,
-// outbound.WithSendGate), and the mark is cleared with the outcome; a run
+// message.WithSendGate), and the mark is cleared with the outcome; a run
 // that finds a mark its own process did not leave (or one older than a run
 // can last) records the part as sent, with message id 0, and moves on, with a
 // warning in the log. A part is lost only if choird dies between the
 // mark's commit and the write of that last byte: microseconds, against a
 // duplicate on every crash mid-send.
-func (w *DeliveryWorker) Work(ctx context.Context, job *river.Job[DeliverOutboundArgs]) error {
+func (w *DeliveryWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	start := time.Now()
 	q := db.New(choirsql.Interpreted(w.deps.Pool))
 	for {
@@ -340,7 +329,7 @@ func (w *DeliveryWorker) Work(ctx context.Context, job *river.Job[DeliverOutboun
 
 // sendHead sends the next part of the chat's head row and reports whether
 // the job's own row is finished (sent or failed).
-func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOutboundArgs], own db.ChoirControlOutbox) (bool, error) {
+func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverArgs], own db.ChoirControlOutbox) (bool, error) {
 	tx, err := w.deps.Pool.Begin(ctx)
 	if err != nil {
 		return false, fmt.Errorf("begin delivery of outbox row %d: %w", own.OutboxID, err)
@@ -387,7 +376,7 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 		// The row is unlocked: no lock and no connection is held while
 		// the channel takes its time. The part is marked as being sent by
 		// the send gate, when the request is complete but for its last
-		// byte (see outbound.WithSendGate).
+		// byte (see message.WithSendGate).
 		if err := commit(ctx, tx, head.OutboxID); err != nil {
 			return false, err
 		}
@@ -415,11 +404,11 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverOut
 // partsOf cuts the locked row head into the messages the channel sends,
 // with the approval's buttons under the last; a file that cannot be sent
 // is reported as fileErr.
-func (w *DeliveryWorker) partsOf(head db.ChoirControlOutbox) (parts []OutboundPart, file SendFile, fileErr error) {
+func (w *DeliveryWorker) partsOf(head db.ChoirControlOutbox) (parts []message.Part, file message.File, fileErr error) {
 	if head.FilePath != "" {
 		file, fileErr = sendFileOf(head, w.workspaces())
 	}
-	parts = w.deps.Sender.Parts(OutboundPart{Gateway: head.Gateway, ChatID: head.ChatID, Kind: head.Kind,
+	parts = w.deps.Sender.Parts(message.Part{Gateway: head.Gateway, ChatID: head.ChatID, Kind: head.Kind,
 		Text: head.Text, File: file})
 	if head.ApprovalID != nil && len(parts) > 0 {
 		parts[len(parts)-1].ApprovalID = head.ApprovalID.String()
@@ -436,10 +425,10 @@ func (w *DeliveryWorker) partsOf(head db.ChoirControlOutbox) (parts []OutboundPa
 // only at the gate, after the row lock is released, so two runs of this
 // process may both start a request for the same part: the channel then
 // sees the loser's request cut off before its last bytes.
-func (w *DeliveryWorker) sendPart(ctx context.Context, outboxID int64, idx int, part OutboundPart) (sentID int64,
+func (w *DeliveryWorker) sendPart(ctx context.Context, outboxID int64, idx int, part message.Part) (sentID int64,
 	sendErr error, lost bool) {
 	claim := w.newClaim(outboxID, idx)
-	sentID, sendErr = w.deps.Sender.Send(outbound.WithSendGate(ctx, claim.pass), part)
+	sentID, sendErr = w.deps.Sender.Send(message.WithSendGate(ctx, claim.pass), part)
 	return sentID, sendErr, claim.lost()
 }
 
@@ -448,7 +437,7 @@ func (w *DeliveryWorker) sendPart(ctx context.Context, outboxID int64, idx int, 
 // the row marked failed (an error retrying cannot fix, or the job's last
 // attempt), or a retry with backoff. It reports whether the job's own row
 // is finished.
-func (w *DeliveryWorker) recordSendError(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverOutboundArgs],
+func (w *DeliveryWorker) recordSendError(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverArgs],
 	head db.ChoirControlOutbox, isOwn bool, idx int, sendErr error, logger *slog.Logger) (bool, error) {
 	q := db.New(choirsql.Interpreted(tx))
 	var ra interface{ RetryAfter() time.Duration }
@@ -548,8 +537,8 @@ func (c *claim) lost() bool { return c.taken.Load() }
 // recordSent records part idx of head as sent with the channel's id
 // sentID, completes the job with the row's last part, commits, and then
 // removes a sent file. It reports whether the job's own row is finished.
-func (w *DeliveryWorker) recordSent(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverOutboundArgs], head db.ChoirControlOutbox,
-	isOwn bool, idx int, sentID int64, last bool, file SendFile, logger *slog.Logger) (bool, error) {
+func (w *DeliveryWorker) recordSent(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverArgs], head db.ChoirControlOutbox,
+	isOwn bool, idx int, sentID int64, last bool, file message.File, logger *slog.Logger) (bool, error) {
 	if _, err := db.New(choirsql.Interpreted(tx)).OutboxPartSent(ctx, db.OutboxPartSentParams{OutboxID: head.OutboxID, SentID: sentID,
 		Last: last, Part: int32(idx)}); err != nil {
 		return false, fmt.Errorf("record part %d of outbox row %d sent: %w", idx, head.OutboxID, err)
@@ -587,7 +576,7 @@ func commit(ctx context.Context, tx pgx.Tx, outboxID int64) error {
 	return nil
 }
 
-func completeDelivery(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverOutboundArgs]) error {
+func completeDelivery(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverArgs]) error {
 	if _, err := river.JobCompleteTx[*riverpgxv5.Driver](ctx, tx, job); err != nil {
 		return fmt.Errorf("complete delivery job %d: %w", job.ID, err)
 	}

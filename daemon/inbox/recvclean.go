@@ -1,4 +1,4 @@
-package jobs
+package inbox
 
 import (
 	"context"
@@ -15,14 +15,16 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/jobs"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
-// RecvDir is where choird stores the files users send, relative to a
-// workspace (spec 19.5): daemon/gateway.RecvDir, which writes them, spelt
-// here because jobs imports nothing of daemon (a test holds them equal).
-const RecvDir = ".choirtmp/recv"
+// The files users send are stored by the gateway in each workspace's
+// gateway.RecvDir (spec 19.5) and named by the inbox rows of their
+// messages: the inbox, which owns those rows, judges when the agent is
+// done with a file, and its periodic recv_clean job removes it.
 
 // Defaults of received-file cleanup.
 const (
@@ -43,7 +45,7 @@ func (RecvCleanArgs) Kind() string { return "recv_clean" }
 // InsertOpts puts the cleanup on the control queue; a failed run is not
 // retried, since the next one does the same work.
 func (RecvCleanArgs) InsertOpts() river.InsertOpts {
-	return river.InsertOpts{Queue: QueueControl, MaxAttempts: 1}
+	return river.InsertOpts{Queue: jobs.QueueControl, MaxAttempts: 1}
 }
 
 // RecvCleanWorker removes the files in each workspace's .choirtmp/recv
@@ -73,6 +75,26 @@ type RecvCleanWorker struct {
 	Now func() time.Time
 }
 
+var _ jobs.PeriodicFeature = (*RecvCleanWorker)(nil)
+
+// AddWorkers registers the cleanup's worker (jobs.Feature).
+func (w *RecvCleanWorker) AddWorkers(workers *river.Workers) error {
+	if w.Logger == nil {
+		w.Logger = slog.New(slog.DiscardHandler)
+	}
+	if err := river.AddWorkerSafely(workers, w); err != nil {
+		return fmt.Errorf("register received-file cleanup worker: %w", err)
+	}
+	return nil
+}
+
+// PeriodicJobs is the cleanup, every RecvCleanInterval.
+func (w *RecvCleanWorker) PeriodicJobs() []*river.PeriodicJob {
+	return []*river.PeriodicJob{river.NewPeriodicJob(river.PeriodicInterval(RecvCleanInterval),
+		func() (river.JobArgs, *river.InsertOpts) { return RecvCleanArgs{}, nil },
+		&river.PeriodicJobOpts{ID: "recv_clean", RunOnStart: true})}
+}
+
 // Timeout bounds one run.
 func (w *RecvCleanWorker) Timeout(*river.Job[RecvCleanArgs]) time.Duration { return time.Minute }
 
@@ -82,7 +104,7 @@ func (w *RecvCleanWorker) Work(ctx context.Context, _ *river.Job[RecvCleanArgs])
 	var errs []error
 	for _, name := range slices.Sorted(maps.Keys(ws)) {
 		if err := w.clean(ctx, name, ws[name]); err != nil {
-			errs = append(errs, fmt.Errorf("clean %s of workspace %s: %w", RecvDir, name, err))
+			errs = append(errs, fmt.Errorf("clean %s of workspace %s: %w", gateway.RecvDir, name, err))
 		}
 	}
 	return errors.Join(errs...)
@@ -101,7 +123,7 @@ func (w *RecvCleanWorker) clean(ctx context.Context, name, dir string) error {
 	if errors.As(err, &refused) {
 		// The agent's doing, and no failure of choird's: said, not retried.
 		w.Logger.WarnContext(ctx, "received files not cleaned: refused", slog.String("workspace", name),
-			slog.String("dir", RecvDir), slog.String("reason", refused.Error()))
+			slog.String("dir", gateway.RecvDir), slog.String("reason", refused.Error()))
 		return nil
 	}
 	if err != nil || root == nil {
@@ -121,7 +143,7 @@ func (w *RecvCleanWorker) clean(ctx context.Context, name, dir string) error {
 	}
 	paths := make([]string, len(entries))
 	for i, e := range entries {
-		paths[i] = path.Join(RecvDir, e.name)
+		paths[i] = path.Join(gateway.RecvDir, e.name)
 	}
 	claims, err := db.New(choirsql.Interpreted(w.Pool)).RecvFilesClaimed(ctx, db.RecvFilesClaimedParams{
 		RetentionSecs: retention.Seconds(), Paths: paths})
@@ -172,16 +194,16 @@ func listRecv(dir string) ([]recvEntry, *os.Root, error) {
 		return nil, nil, err
 	}
 	defer ws.Close()
-	fi, err := ws.Lstat(RecvDir)
+	fi, err := ws.Lstat(gateway.RecvDir)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return nil, nil, nil
 	case err != nil:
 		return nil, nil, &refusedDirError{err}
 	case !fi.IsDir():
-		return nil, nil, &refusedDirError{fmt.Errorf("%s is a %s, not a directory", RecvDir, fi.Mode().Type())}
+		return nil, nil, &refusedDirError{fmt.Errorf("%s is a %s, not a directory", gateway.RecvDir, fi.Mode().Type())}
 	}
-	root, err := ws.OpenRoot(RecvDir)
+	root, err := ws.OpenRoot(gateway.RecvDir)
 	if err != nil {
 		return nil, nil, err
 	}

@@ -1,4 +1,4 @@
-package jobs_test
+package schedule_test
 
 import (
 	"context"
@@ -13,6 +13,8 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/choirhq/choir/daemon/schedule"
+	"github.com/choirhq/choir/daemon/schedule/state"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -20,6 +22,9 @@ import (
 )
 
 // fakeClock is the schedule worker's injected clock.
+// testAgent owns the schedules fired here.
+const testAgent = "courier"
+
 type fakeClock struct {
 	mu  sync.Mutex
 	now time.Time
@@ -41,26 +46,26 @@ type scheduleBundle struct {
 	pool   *pgxpool.Pool
 	client *jobs.Client
 	clock  *fakeClock
-	fired  chan jobs.ScheduleFired
+	fired  chan schedule.Fired
 }
 
 // setupSchedules starts a River client that runs the schedule worker on
 // the fake clock, on a fresh database with agent testAgent.
 func setupSchedules(t *testing.T) *scheduleBundle {
 	t.Helper()
-	b := &scheduleBundle{pool: dbtest.NewPool(t), clock: &fakeClock{}, fired: make(chan jobs.ScheduleFired, 16)}
+	b := &scheduleBundle{pool: dbtest.NewPool(t), clock: &fakeClock{}, fired: make(chan schedule.Fired, 16)}
 	if _, err := db.New(b.pool).AgentUpsert(context.Background(), db.AgentUpsertParams{AgentID: testAgent,
 		Config: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	workers := river.NewWorkers()
-	if err := jobs.AddScheduleWorker(workers, &jobs.ScheduleFireWorker{Pool: b.pool,
-		Fired: func(_ context.Context, f jobs.ScheduleFired) { b.fired <- f },
-		Deps: jobs.ScheduleFireDeps{Now: b.clock.Now,
+	if err := schedule.AddFireWorker(workers, &schedule.FireWorker{Pool: b.pool,
+		Fired: func(_ context.Context, f schedule.Fired) { b.fired <- f },
+		Deps: schedule.FireDeps{Now: b.clock.Now,
 			DMAddress: func(string) (string, string, bool) { return "tg", "4242", true }}}); err != nil {
 		t.Fatal(err)
 	}
-	name, qc := jobs.ScheduleQueue()
+	name, qc := state.FireQueue()
 	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{Queues: map[string]river.QueueConfig{name: qc},
 		Workers: workers, TestOnly: true, FetchCooldown: time.Millisecond})
 	if err != nil {
@@ -84,7 +89,7 @@ func (b *scheduleBundle) add(t *testing.T, kind, spec, zone, missed string, due 
 	t.Helper()
 	ctx := context.Background()
 	p := db.ScheduleInsertParams{AgentID: testAgent, Dm: testDMName, Kind: kind, TimeZone: zone, Purpose: "task",
-		Text: "water the plants", Missed: missed, Status: jobs.ScheduleActive, CreatedBy: "test", NextRunAt: &due}
+		Text: "water the plants", Missed: missed, Status: state.Active, CreatedBy: "test", NextRunAt: &due}
 	if kind == "cron" {
 		p.Cron = &spec
 	} else {
@@ -97,11 +102,11 @@ func (b *scheduleBundle) add(t *testing.T, kind, spec, zone, missed string, due 
 		if err != nil {
 			return err
 		}
-		res, err := b.client.InsertTx(ctx, tx, jobs.ScheduleFireArgs{ScheduleID: s.ScheduleID, Due: due}, nil)
+		res, err := b.client.InsertTx(ctx, tx, state.FireArgs{ScheduleID: s.ScheduleID, Due: due}, nil)
 		if err != nil {
 			return err
 		}
-		row, err = q.ScheduleSetState(ctx, db.ScheduleSetStateParams{ScheduleID: s.ScheduleID, Status: jobs.ScheduleActive,
+		row, err = q.ScheduleSetState(ctx, db.ScheduleSetStateParams{ScheduleID: s.ScheduleID, Status: state.Active,
 			NextRunAt: &due, JobID: &res.Job.ID})
 		return err
 	})
@@ -148,17 +153,17 @@ func TestScheduleFireFollowsTheClock(t *testing.T) {
 		outcome                        string
 		next                           string // empty: the schedule is done
 	}{
-		{"OnTimeCronArmsTheNextDay", "cron", "0 8 * * *", "Europe/Berlin", jobs.MissedSkip,
+		{"OnTimeCronArmsTheNextDay", "cron", "0 8 * * *", "Europe/Berlin", state.MissedSkip,
 			"2036-01-05T08:00:00+01:00", "2036-01-05T08:00:40+01:00", "fired", "2036-01-06T08:00:00+01:00"},
-		{"LateWithSkipFiresNothing", "cron", "0 8 * * *", "Europe/Berlin", jobs.MissedSkip,
+		{"LateWithSkipFiresNothing", "cron", "0 8 * * *", "Europe/Berlin", state.MissedSkip,
 			"2036-01-05T08:00:00+01:00", "2036-01-07T09:30:00+01:00", "skipped", "2036-01-08T08:00:00+01:00"},
-		{"LateWithRunOnceFiresOnce", "cron", "0 8 * * *", "Europe/Berlin", jobs.MissedRunOnce,
+		{"LateWithRunOnceFiresOnce", "cron", "0 8 * * *", "Europe/Berlin", state.MissedRunOnce,
 			"2036-01-05T08:00:00+01:00", "2036-01-07T09:30:00+01:00", "fired_late", "2036-01-08T08:00:00+01:00"},
-		{"NextRunAcrossSpringForward", "cron", "30 2 * * *", "America/New_York", jobs.MissedSkip,
+		{"NextRunAcrossSpringForward", "cron", "30 2 * * *", "America/New_York", state.MissedSkip,
 			"2036-03-08T02:30:00-05:00", "2036-03-08T02:30:01-05:00", "fired", "2036-03-09T03:00:00-04:00"},
-		{"OneShotOnTimeEnds", "once", "", "Asia/Kolkata", jobs.MissedRunOnce,
+		{"OneShotOnTimeEnds", "once", "", "Asia/Kolkata", state.MissedRunOnce,
 			"2036-06-01T09:00:00+05:30", "2036-06-01T09:00:05+05:30", "fired", ""},
-		{"OneShotMissedWithSkipEndsSilently", "once", "", "UTC", jobs.MissedSkip,
+		{"OneShotMissedWithSkipEndsSilently", "once", "", "UTC", state.MissedSkip,
 			"2036-06-01T09:00:00Z", "2036-06-01T12:00:00Z", "skipped", ""},
 	}
 	for _, tt := range tests {
@@ -202,17 +207,17 @@ func TestScheduleFireFollowsTheClock(t *testing.T) {
 				}
 			}
 			if tt.next == "" {
-				if after.Status != jobs.ScheduleDone || after.NextRunAt != nil || after.JobID != nil {
+				if after.Status != state.Done || after.NextRunAt != nil || after.JobID != nil {
 					t.Errorf("one-shot after its fire: %s, next %v, job %v", after.Status, after.NextRunAt, after.JobID)
 				}
 				return
 			}
 			want := mustTime(t, tt.next)
-			if after.Status != jobs.ScheduleActive || after.NextRunAt == nil || !after.NextRunAt.Equal(want) {
+			if after.Status != state.Active || after.NextRunAt == nil || !after.NextRunAt.Equal(want) {
 				t.Fatalf("after the fire: %s, next %v; want active, next %s", after.Status, after.NextRunAt, want)
 			}
 			var scheduledAt time.Time
-			var args jobs.ScheduleFireArgs
+			var args state.FireArgs
 			var raw []byte
 			if err := b.pool.QueryRow(ctx, `SELECT scheduled_at, args FROM river_job WHERE id = $1 AND state = 'scheduled'`,
 				*after.JobID).Scan(&scheduledAt, &raw); err != nil {
@@ -234,9 +239,9 @@ func TestScheduleFireIgnoresAStaleJob(t *testing.T) {
 	ctx := context.Background()
 	due := time.Now().Add(-time.Second)
 	b.clock.Set(time.Now())
-	s := b.add(t, "cron", "0 8 * * *", "UTC", jobs.MissedSkip, due)
+	s := b.add(t, "cron", "0 8 * * *", "UTC", state.MissedSkip, due)
 	// A second job for the same schedule, which the row does not name.
-	if _, err := b.client.Insert(ctx, jobs.ScheduleFireArgs{ScheduleID: s.ScheduleID, Due: due.Add(-time.Hour)}, nil); err != nil {
+	if _, err := b.client.Insert(ctx, state.FireArgs{ScheduleID: s.ScheduleID, Due: due.Add(-time.Hour)}, nil); err != nil {
 		t.Fatal(err)
 	}
 	if got := b.fireOf(t, s.ScheduleID); got != "fired" {

@@ -1,4 +1,4 @@
-package jobs_test
+package session_test
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/memory/pipeline"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/jobs"
@@ -22,7 +23,7 @@ import (
 
 // BenchmarkCrashDetection measures how long after its threshold a silent
 // session is marked crashed, with crash detection running as choird runs
-// it (River's periodic job, every DefaultCrashInterval, on the control
+// it (River's periodic job, every session.DefaultCrashInterval, on the control
 // queue). Each
 // iteration silences 16 sessions at moments spread over a second and waits
 // until all are crashed; the lateness of each is ended_at minus its last
@@ -36,8 +37,10 @@ func BenchmarkCrashDetection(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Memory: pipeline.Workers{Pool: pool, Embedder: embedder},
-		CrashThreshold: func() time.Duration { return threshold }})
+	memory := pipeline.Workers{Pool: pool, Embedder: embedder}
+	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Features: []jobs.Feature{memory,
+		session.CrashDetection{Pool: pool, Threshold: func() time.Duration { return threshold },
+			SessionEnded: memory.SessionEndedTx}}})
 	if err != nil {
 		b.Fatal(err)
 	}

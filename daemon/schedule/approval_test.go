@@ -1,7 +1,8 @@
-package jobs_test
+package schedule_test
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -9,9 +10,12 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/daemon/outbox/outboxtest"
+	"github.com/choirhq/choir/daemon/schedule"
+	"github.com/choirhq/choir/daemon/schedule/state"
 	"github.com/choirhq/choir/db"
-	"github.com/choirhq/choir/jobs"
 )
 
 // TestApprovedSaysWhatHappensNext approves one approval of each kind that
@@ -22,18 +26,21 @@ import (
 func TestApprovedSaysWhatHappensNext(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	b := setupDelivery(t, gateway.SendLimits{PerChat: 1000, PerBot: 1000})
+	b := outboxtest.Setup(t, gateway.SendLimits{PerChat: 1000, PerBot: 1000})
 	// The schedule worker is registered so that arming may queue its
 	// fire; the fire is years away.
-	client := startWithTimeouts(t, b, nil, func(w *river.Workers) {
-		if err := jobs.AddScheduleWorker(w, &jobs.ScheduleFireWorker{Pool: b.pool}); err != nil {
+	kinds := &approval.Registry{}
+	schedule.RegisterApprovals(kinds)
+	client := b.Start(t, func(w *river.Workers) {
+		river.AddWorker(w, &approval.TimeoutWorker{Pool: b.Pool, Logger: slog.New(slog.DiscardHandler), Kinds: kinds})
+		if err := schedule.AddFireWorker(w, &schedule.FireWorker{Pool: b.Pool}); err != nil {
 			t.Fatal(err)
 		}
 	})
 	approve := func(t *testing.T, a db.ChoirControlPendingApproval) string {
 		t.Helper()
-		if err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-			_, won, err := jobs.ResolveApprovalTx(ctx, tx, client, a.ApprovalID, true, "telegram:alice")
+		if err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
+			_, won, err := kinds.ResolveTx(ctx, tx, client, a.ApprovalID, true, "telegram:alice")
 			if err == nil && !won {
 				t.Error("the approval was already resolved")
 			}
@@ -42,7 +49,7 @@ func TestApprovedSaysWhatHappensNext(t *testing.T) {
 			t.Fatal(err)
 		}
 		var text string
-		if err := b.pool.QueryRow(ctx, `SELECT text FROM choir_control.outbox WHERE message_id = $1`,
+		if err := b.Pool.QueryRow(ctx, `SELECT text FROM choir_control.outbox WHERE message_id = $1`,
 			"approval:"+a.ApprovalID.String()+":resolved").Scan(&text); err != nil {
 			t.Fatal(err)
 		}
@@ -53,7 +60,7 @@ func TestApprovedSaysWhatHappensNext(t *testing.T) {
 	}
 	setType := func(t *testing.T, a *db.ChoirControlPendingApproval, typ string) {
 		t.Helper()
-		if _, err := b.pool.Exec(ctx, `UPDATE choir_control.pending_approvals SET request_type = $2 WHERE approval_id = $1`,
+		if _, err := b.Pool.Exec(ctx, `UPDATE choir_control.pending_approvals SET request_type = $2 WHERE approval_id = $1`,
 			a.ApprovalID, typ); err != nil {
 			t.Fatal(err)
 		}
@@ -61,13 +68,13 @@ func TestApprovedSaysWhatHappensNext(t *testing.T) {
 	}
 
 	t.Run("ReminderIsArmedAndSaysWhenItFires", func(t *testing.T) {
-		a := newApproval(t, b, "reminder #1 at Mon 1 Jan 2035 09:00 UTC: call mom", time.Hour)
-		setType(t, &a, jobs.ScheduleApprovalType)
+		a := b.NewApproval(t, "reminder #1 at Mon 1 Jan 2035 09:00 UTC: call mom", time.Hour)
+		setType(t, &a, schedule.ApprovalType)
 		due := time.Date(2035, 1, 1, 9, 0, 0, 0, time.UTC)
-		q := db.New(b.pool)
-		s, err := q.ScheduleInsert(ctx, db.ScheduleInsertParams{AgentID: testAgent, Dm: testDMName, Kind: "once",
-			TimeZone: "UTC", Purpose: "reminder", Text: "call mom", Missed: jobs.MissedRunOnce,
-			Status: jobs.SchedulePendingApproval, CreatedBy: "test", RunAt: &due, NextRunAt: &due})
+		q := db.New(b.Pool)
+		s, err := q.ScheduleInsert(ctx, db.ScheduleInsertParams{AgentID: outboxtest.Agent, Dm: outboxtest.DM, Kind: "once",
+			TimeZone: "UTC", Purpose: "reminder", Text: "call mom", Missed: state.MissedRunOnce,
+			Status: state.PendingApproval, CreatedBy: "test", RunAt: &due, NextRunAt: &due})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -82,7 +89,7 @@ func TestApprovedSaysWhatHappensNext(t *testing.T) {
 
 	t.Run("GatedCallSaysItHasNotRun", func(t *testing.T) {
 		for _, typ := range []string{"choir.email.send", "mcp.files.delete"} {
-			a := newApproval(t, b, typ+" something", time.Hour)
+			a := b.NewApproval(t, typ+" something", time.Hour)
 			setType(t, &a, typ)
 			if text := approve(t, a); !strings.Contains(text, "Nothing has run yet") || !strings.Contains(text, "makes it again") {
 				t.Errorf("approved %s: %q; want that nothing has run and when it will", typ, text)

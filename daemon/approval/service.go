@@ -1,22 +1,84 @@
-package control
+package approval
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/choirhq/choir/rpc/admin"
 	"log/slog"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
 
-	"github.com/choirhq/choir/agent/proposal"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
 )
+
+// Pusher is what approvals need of the agent protocol's server: a push of
+// an outcome to a session's agent.
+type Pusher interface {
+	Push(sessionID string, p rpc.Push) (uint64, error)
+}
+
+// Buttons is the port through which a decided approval's [Approve]
+// [Reject] buttons are taken off its request message: the channel that
+// sent it implements it (daemon/gateway), so approvals import no channel.
+type Buttons interface {
+	// Serves reports whether gateway is one of the channel's.
+	Serves(gateway string) bool
+	// ClearButtons removes the buttons under a sent message.
+	ClearButtons(ctx context.Context, gateway, chatID string, messageID int64) error
+}
+
+// Service is the approvals of a running choird: the commands every
+// front-end calls with its scope (list, show, decide), and the kinds that
+// features registered (Registry). It is a jobs.Feature: it runs the
+// approval_timeout worker.
+type Service struct {
+	*Registry
+	pool   *pgxpool.Pool
+	logger *slog.Logger
+	// river, rpc and buttons are set once, before choird serves (SetJobs,
+	// SetRPC, SetButtons); buttons stays nil when no channel has them.
+	river   jobs.Inserter
+	rpc     Pusher
+	buttons Buttons
+}
+
+// New makes the approvals of a choird, with no kind registered yet.
+func New(pool *pgxpool.Pool, logger *slog.Logger) *Service {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Service{Registry: &Registry{}, pool: pool, logger: logger}
+}
+
+// SetJobs sets the job queue decisions enqueue on.
+func (d *Service) SetJobs(ins jobs.Inserter) { d.river = ins }
+
+// SetRPC sets the agent protocol's server, which outcomes are pushed to.
+func (d *Service) SetRPC(p Pusher) { d.rpc = p }
+
+// SetButtons sets the channel whose approval buttons are cleared.
+func (d *Service) SetButtons(b Buttons) { d.buttons = b }
+
+var _ jobs.Feature = (*Service)(nil)
+
+// AddWorkers registers the approval_timeout worker, which tells the agent
+// of a timeout after its commit (Resolved).
+func (d *Service) AddWorkers(workers *river.Workers) error {
+	if err := river.AddWorkerSafely(workers, &TimeoutWorker{Pool: d.pool, Logger: d.logger, Kinds: d.Registry,
+		Resolved: d.Resolved}); err != nil {
+		return fmt.Errorf("register approval timeout worker: %w", err)
+	}
+	return nil
+}
 
 func approvalOf(r db.ChoirControlPendingApproval) admin.Approval {
 	a := admin.Approval{ID: r.ApprovalID.String(), AgentID: r.AgentID, SessionID: r.SessionID.String(),
@@ -28,20 +90,16 @@ func approvalOf(r db.ChoirControlPendingApproval) admin.Approval {
 	return a
 }
 
-// ErrApprovalResolved reports a decision on an approval that an earlier
+// ErrResolved reports a decision on an approval that an earlier
 // decision, or its timeout, already resolved.
-var ErrApprovalResolved = errors.New("approval already resolved")
+var ErrResolved = errors.New("approval already resolved")
 
-// ErrNotFound reports a control command naming something that does not
-// exist.
-var ErrNotFound = errors.New("not found")
-
-// ParseApprovalID checks that id is an approval id, as choirctl approval
+// ParseID checks that id is an approval id, as choirctl approval
 // list shows them.
-func ParseApprovalID(id string) (uuid.UUID, error) {
+func ParseID(id string) (uuid.UUID, error) {
 	u, err := uuid.Parse(id)
 	if err != nil || len(id) != 36 {
-		return uuid.UUID{}, fmt.Errorf("%q is not an approval id (a UUID, as choirctl approval list shows): %w", id, ErrNotFound)
+		return uuid.UUID{}, fmt.Errorf("%q is not an approval id (a UUID, as choirctl approval list shows): %w", id, control.ErrNotFound)
 	}
 	return u, nil
 }
@@ -49,10 +107,10 @@ func ParseApprovalID(id string) (uuid.UUID, error) {
 // maxApprovalsListed bounds one listing.
 const maxApprovalsListed = 200
 
-// ApprovalList lists pending approvals, oldest first: of agentID, or of
+// List lists pending approvals, oldest first: of agentID, or of
 // every agent when agentID is empty. A regular DM sees only its agent's,
 // whatever agentID says.
-func (d *Control) ApprovalList(ctx context.Context, sc Scope, agentID string) ([]admin.Approval, error) {
+func (d *Service) List(ctx context.Context, sc control.Scope, agentID string) ([]admin.Approval, error) {
 	switch {
 	case !sc.Admin && agentID == "":
 		agentID = sc.Agent
@@ -78,7 +136,7 @@ func (d *Control) ApprovalList(ctx context.Context, sc Scope, agentID string) ([
 			err = d.approvalOnDM(ctx, sc, r)
 			onDM[r.SessionID] = err
 		}
-		if errors.Is(err, ErrForbidden) {
+		if errors.Is(err, control.ErrForbidden) {
 			continue
 		}
 		if err != nil {
@@ -89,10 +147,10 @@ func (d *Control) ApprovalList(ctx context.Context, sc Scope, agentID string) ([
 	return out, nil
 }
 
-// ApprovalsFiledSince lists the approvals of any status filed since a
+// FiledSince lists the approvals of any status filed since a
 // time that the scope may see, oldest first: of its agent for a regular
 // DM, of every agent for an admin.
-func (d *Control) ApprovalsFiledSince(ctx context.Context, sc Scope, since time.Time) ([]admin.Approval, error) {
+func (d *Service) FiledSince(ctx context.Context, sc control.Scope, since time.Time) ([]admin.Approval, error) {
 	var filter *string
 	if !sc.Admin {
 		if err := sc.Allow(sc.Agent); err != nil {
@@ -108,7 +166,7 @@ func (d *Control) ApprovalsFiledSince(ctx context.Context, sc Scope, since time.
 	var out []admin.Approval
 	for _, r := range rows {
 		err := d.approvalOnDM(ctx, sc, r)
-		if errors.Is(err, ErrForbidden) {
+		if errors.Is(err, control.ErrForbidden) {
 			continue
 		}
 		if err != nil {
@@ -122,7 +180,7 @@ func (d *Control) ApprovalsFiledSince(ctx context.Context, sc Scope, since time.
 // approvalOnDM checks that a regular DM sees or decides only approvals
 // requested by a session bound to it: another DM's approvals are part of
 // that DM's conversation, even once the agent is back on this DM.
-func (d *Control) approvalOnDM(ctx context.Context, sc Scope, r db.ChoirControlPendingApproval) error {
+func (d *Service) approvalOnDM(ctx context.Context, sc control.Scope, r db.ChoirControlPendingApproval) error {
 	if sc.Admin || sc.DM == "" {
 		return nil
 	}
@@ -130,15 +188,15 @@ func (d *Control) approvalOnDM(ctx context.Context, sc Scope, r db.ChoirControlP
 	if err != nil {
 		return fmt.Errorf("load the session of approval %s: %w", r.ApprovalID, err)
 	}
-	if sessionDM(s) != sc.DM {
+	if control.SessionDM(s) != sc.DM {
 		return fmt.Errorf("%w: approval %s of %s was requested on another DM, so only that DM or an admin decides it",
-			ErrForbidden, r.ApprovalID, r.AgentID)
+			control.ErrForbidden, r.ApprovalID, r.AgentID)
 	}
 	return nil
 }
 
-// ApprovalShow returns one approval, pending or not.
-func (d *Control) ApprovalShow(ctx context.Context, sc Scope, id string) (admin.Approval, error) {
+// Show returns one approval, pending or not.
+func (d *Service) Show(ctx context.Context, sc control.Scope, id string) (admin.Approval, error) {
 	r, err := d.approvalInScope(ctx, sc, id)
 	if err != nil {
 		return admin.Approval{}, err
@@ -147,14 +205,14 @@ func (d *Control) ApprovalShow(ctx context.Context, sc Scope, id string) (admin.
 }
 
 // approvalInScope loads an approval by id, refusing one outside the scope.
-func (d *Control) approvalInScope(ctx context.Context, sc Scope, id string) (db.ChoirControlPendingApproval, error) {
+func (d *Service) approvalInScope(ctx context.Context, sc control.Scope, id string) (db.ChoirControlPendingApproval, error) {
 	u, err := ParseApprovalID(id)
 	if err != nil {
 		return db.ChoirControlPendingApproval{}, err
 	}
 	r, err := db.New(choirsql.Interpreted(d.pool)).ApprovalGet(ctx, u)
-	if errors.Is(err, choirsql.ErrNotFound) {
-		return r, fmt.Errorf("approval %s: %w", id, ErrNotFound)
+	if errors.Is(err, choirsql.control.ErrNotFound) {
+		return r, fmt.Errorf("approval %s: %w", id, control.ErrNotFound)
 	}
 	if err != nil {
 		return r, fmt.Errorf("load approval %s: %w", id, err)
@@ -168,12 +226,12 @@ func (d *Control) approvalInScope(ctx context.Context, sc Scope, id string) (db.
 	return r, nil
 }
 
-// ApprovalForMessage finds the approval whose request is the given
+// ForMessage finds the approval whose request is the given
 // message of a chat: a /approve or /reject sent in reply to it.
-func (d *Control) ApprovalForMessage(ctx context.Context, sc Scope, gateway, chatID string, messageID int64) (admin.Approval, error) {
+func (d *Service) ForMessage(ctx context.Context, sc control.Scope, gateway, chatID string, messageID int64) (admin.Approval, error) {
 	r, err := db.New(choirsql.Interpreted(d.pool)).ApprovalForMessage(ctx, db.ApprovalForMessageParams{Gateway: gateway, ChatID: chatID, MessageID: messageID})
-	if errors.Is(err, choirsql.ErrNotFound) {
-		return admin.Approval{}, fmt.Errorf("the message you replied to is not an approval request: %w", ErrNotFound)
+	if errors.Is(err, choirsql.control.ErrNotFound) {
+		return admin.Approval{}, fmt.Errorf("the message you replied to is not an approval request: %w", control.ErrNotFound)
 	}
 	if err != nil {
 		return admin.Approval{}, fmt.Errorf("find the approval of message %d: %w", messageID, err)
@@ -187,23 +245,23 @@ func (d *Control) ApprovalForMessage(ctx context.Context, sc Scope, gateway, cha
 	return approvalOf(r), nil
 }
 
-// ApprovalDecide approves or rejects a pending approval. Approve, reject
+// Decide approves or rejects a pending approval. Approve, reject
 // and the timeout are one conditional UPDATE each, so exactly one wins: a
 // decision that comes second gets the approval as the winner left it and
-// an error wrapping ErrApprovalResolved that says "already <outcome>". The
+// an error wrapping ErrResolved that says "already <outcome>". The
 // winner's outcome message is queued in the same transaction, and the
 // agent is told by push after the commit.
-func (d *Control) ApprovalDecide(ctx context.Context, sc Scope, id string, approve bool) (admin.Approval, error) {
+func (d *Service) Decide(ctx context.Context, sc control.Scope, id string, approve bool) (admin.Approval, error) {
 	// The scope is checked on the row before anything is written.
 	cur, err := d.approvalInScope(ctx, sc, id)
 	if err != nil {
 		return admin.Approval{}, err
 	}
-	if cur.RequestType == proposal.TypeConfig && !sc.Admin {
-		d.logger.WarnContext(ctx, "config change decision refused: not an admin", slog.String("approval_id", cur.ApprovalID.String()),
-			slog.String("agent_id", cur.AgentID), slog.String("dm", sc.DM))
-		return admin.Approval{}, fmt.Errorf("%w: approval %s is a change to choird's configuration, which only an admin DM or choirctl decides",
-			ErrForbidden, cur.ApprovalID)
+	if what := d.kind(cur.RequestType).AdminOnly; what != "" && !sc.Admin {
+		d.logger.WarnContext(ctx, "approval decision refused: not an admin", slog.String("approval_id", cur.ApprovalID.String()),
+			slog.String("agent_id", cur.AgentID), slog.String("dm", sc.DM), slog.String("request_type", cur.RequestType))
+		return admin.Approval{}, fmt.Errorf("%w: approval %s is %s, which only an admin DM or choirctl decides",
+			control.ErrForbidden, cur.ApprovalID, what)
 	}
 	by := sc.Actor
 	if by == "" {
@@ -212,31 +270,31 @@ func (d *Control) ApprovalDecide(ctx context.Context, sc Scope, id string, appro
 	var row db.ChoirControlPendingApproval
 	var won bool
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		row, won, err = jobs.ResolveApprovalTx(ctx, tx, d.river, cur.ApprovalID, approve, by)
+		row, won, err = d.ResolveTx(ctx, tx, d.river, cur.ApprovalID, approve, by)
 		return err
 	})
-	if errors.Is(err, jobs.ErrApprovalNotFound) {
-		return admin.Approval{}, fmt.Errorf("approval %s: %w", id, ErrNotFound)
+	if errors.Is(err, errUnknown) {
+		return admin.Approval{}, fmt.Errorf("approval %s: %w", id, control.ErrNotFound)
 	}
 	if err != nil {
 		return admin.Approval{}, err
 	}
 	a := approvalOf(row)
 	if !won {
-		return a, fmt.Errorf("%w: already %s by %s at %s", ErrApprovalResolved, a.Status, a.ResolvedBy,
+		return a, fmt.Errorf("%w: already %s by %s at %s", ErrResolved, a.Status, a.ResolvedBy,
 			a.ResolvedAt.UTC().Format(time.RFC3339))
 	}
 	d.logger.InfoContext(ctx, "approval resolved", slog.String("approval_id", a.ID), slog.String("agent_id", a.AgentID),
 		slog.String("status", a.Status), slog.String("by", a.ResolvedBy))
-	d.ApprovalResolved(context.WithoutCancel(ctx), row)
+	d.Resolved(context.WithoutCancel(ctx), row)
 	return a, nil
 }
 
-// ApprovalResolved tells the agent the outcome, and takes the buttons off
+// Resolved tells the agent the outcome, and takes the buttons off
 // the request message. The outcome goes to the agent's live session, which
 // may be a later one than the requester's; an agent that is down is told at
 // its next session's hello (PushOutcomes). The buttons are best effort.
-func (d *Control) ApprovalResolved(ctx context.Context, r db.ChoirControlPendingApproval) {
+func (d *Service) Resolved(ctx context.Context, r db.ChoirControlPendingApproval) {
 	a := approvalOf(r)
 	if s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetLiveByAgent(ctx, r.AgentID); err != nil || s.HelloAt == nil {
 		d.logger.InfoContext(ctx, "approval outcome kept for the agent's next session: it is not running",
@@ -244,23 +302,23 @@ func (d *Control) ApprovalResolved(ctx context.Context, r db.ChoirControlPending
 	} else {
 		d.pushOutcome(ctx, s.SessionID, r)
 	}
-	if d.gateway == nil {
+	if d.buttons == nil {
 		return
 	}
 	req, err := db.New(choirsql.Interpreted(d.pool)).OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: a.AgentID,
-		MessageID: "approval:" + a.ID + ":request"})
-	if err != nil || len(req.SentIds) == 0 || !d.gateway.Serves(req.Gateway) {
+		MessageID: RequestMessageID(r.ApprovalID)})
+	if err != nil || len(req.SentIds) == 0 || !d.buttons.Serves(req.Gateway) {
 		return
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	if err := d.gateway.ClearButtons(cctx, req.Gateway, req.ChatID, req.SentIds[len(req.SentIds)-1]); err != nil {
+	if err := d.buttons.ClearButtons(cctx, req.Gateway, req.ChatID, req.SentIds[len(req.SentIds)-1]); err != nil {
 		d.logger.InfoContext(ctx, "approval buttons not cleared", slog.String("approval_id", a.ID), slog.String("error", err.Error()))
 	}
 }
 
 // pushOutcome pushes one approval's outcome to a session and records it.
-func (d *Control) pushOutcome(ctx context.Context, sessionID uuid.UUID, r db.ChoirControlPendingApproval) {
+func (d *Service) pushOutcome(ctx context.Context, sessionID uuid.UUID, r db.ChoirControlPendingApproval) {
 	a := approvalOf(r)
 	_, err := d.rpc.Push(sessionID.String(), rpc.Push{Kind: rpc.PushApprovalResolved, ApprovalResolved: &rpc.ApprovalResolved{
 		ApprovalID: a.ID, Status: rpc.ApprovalStatus(a.Status), ResolvedBy: a.ResolvedBy, ResolvedAt: *a.ResolvedAt}})
@@ -275,7 +333,7 @@ func (d *Control) pushOutcome(ctx context.Context, sessionID uuid.UUID, r db.Cho
 
 // PushOutcomes tells a new session of the agent the outcomes of approvals
 // resolved while no session of it was there to hear them.
-func (d *Control) PushOutcomes(ctx context.Context, agentID string, sessionID uuid.UUID) {
+func (d *Service) PushOutcomes(ctx context.Context, agentID string, sessionID uuid.UUID) {
 	rows, err := db.New(choirsql.Interpreted(d.pool)).ApprovalOutcomesUnpushed(ctx, agentID)
 	if err != nil {
 		d.logger.WarnContext(ctx, "list approval outcomes to push", slog.String("agent_id", agentID), slog.String("error", err.Error()))

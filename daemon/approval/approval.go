@@ -1,0 +1,71 @@
+// Package approval is choird's approvals (spec 19.6): a request asked of a
+// person in a chat, decided by a button, a DM command or choirctl, or
+// rejected by its timeout. It owns the pending_approvals rows, the words
+// the chat is shown, the approval_timeout job, the one conditional UPDATE
+// by which approve, reject and timeout race (exactly one wins), and
+// telling the agent the outcome. What follows an outcome (a schedule
+// armed, a proposal applied) is not hard-coded here: the feature that owns
+// a request type registers a Kind for it at wiring time, and its
+// ResolvedTx runs in the transaction that resolved the approval.
+package approval
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/jobs"
+)
+
+// A Kind is what the feature owning a request type registers for its
+// approvals. The zero Kind is a plain approval: its payload is shown whole,
+// and approving it runs nothing (the agent is told, and makes the call
+// again).
+type Kind struct {
+	// OwnParts says the feature queues the request's parts itself (a
+	// proposal's checker does), so RequestTx queues only the question.
+	OwnParts bool
+	// Will is what approving does, shown under the question; empty shows
+	// nothing.
+	Will string
+	// AdminOnly, when set, keeps the decision to an admin DM or
+	// choirctl, and says what the approval is in the refusal ("a change
+	// to choird's configuration").
+	AdminOnly string
+	// ResolvedTx runs in the transaction that resolved the approval
+	// (approved, rejected or timed out), before the outcome's message is
+	// queued: what waited for the approval follows its outcome.
+	ResolvedTx func(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a db.ChoirControlPendingApproval) error
+	// OutcomeText is what the chat is told of a decision (a timeout has
+	// its own words); "" keeps the plain "Approved: ..." or "Rejected:
+	// ...".
+	OutcomeText func(ctx context.Context, tx pgx.Tx, a db.ChoirControlPendingApproval) (string, error)
+}
+
+// Registry holds the registered kinds, by request type. Kinds are
+// registered at wiring time, before choird serves; it is read-only after.
+type Registry struct {
+	kinds map[string]Kind
+}
+
+// Register registers k for requestType. Registering a type twice is a
+// wiring mistake, and panics.
+func (r *Registry) Register(requestType string, k Kind) {
+	if r.kinds == nil {
+		r.kinds = map[string]Kind{}
+	}
+	if _, dup := r.kinds[requestType]; dup {
+		panic(fmt.Sprintf("approval kind %q registered twice", requestType))
+	}
+	r.kinds[requestType] = k
+}
+
+// kind is the kind registered for requestType, or the plain one.
+func (r *Registry) kind(requestType string) Kind {
+	if r == nil {
+		return Kind{}
+	}
+	return r.kinds[requestType]
+}

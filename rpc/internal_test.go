@@ -10,6 +10,8 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 func TestMemoryReplayStore(t *testing.T) {
@@ -94,7 +96,7 @@ func TestTrimmedReplayIsRefused(t *testing.T) {
 		t.Fatalf("first: %+v %v", out, replayed)
 	}
 	out, _ := s.once(context.Background(), key, VerbReportStatus, digest, run)
-	if out.err == nil || out.err.Code != CodeConflict || !strings.Contains(out.err.Message, "no longer retained") {
+	if out.err == nil || out.err.Code != wire.CodeConflict || !strings.Contains(out.err.Message, "no longer retained") {
 		t.Errorf("replay: %+v", out.err)
 	}
 	if ran != 1 {
@@ -111,7 +113,7 @@ func TestUncachedOutcomeLetsTheRetryRun(t *testing.T) {
 	run := func() outcome {
 		ran++
 		if ran == 1 {
-			return outcome{err: Errorf(CodeInternal, "boom")}
+			return outcome{err: wire.Errorf(wire.CodeInternal, "boom")}
 		}
 		return outcome{resp: []byte(`{}`)}
 	}
@@ -128,24 +130,24 @@ func TestAsError(t *testing.T) {
 	for _, c := range []struct {
 		name string
 		err  error
-		code Code
+		code wire.Code
 		ok   bool
 	}{
-		{"DirectError", Errorf(CodeConflict, "x"), CodeConflict, true},
-		{"WrappedError", fmt.Errorf("ctx: %w", Errorf(CodeNotFound, "x")), CodeNotFound, true},
-		{"WrappedSentinel", fmt.Errorf("approval 7: %w", ErrNotFound), CodeNotFound, true},
+		{"DirectError", wire.Errorf(wire.CodeConflict, "x"), wire.CodeConflict, true},
+		{"WrappedError", fmt.Errorf("ctx: %w", wire.Errorf(wire.CodeNotFound, "x")), wire.CodeNotFound, true},
+		{"WrappedSentinel", fmt.Errorf("approval 7: %w", wire.ErrNotFound), wire.CodeNotFound, true},
 		{"PlainError", errors.New("disk full"), "", false},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			e, ok := AsError(c.err)
+			e, ok := wire.AsError(c.err)
 			if ok != c.ok || (ok && e.Code != c.code) {
 				t.Errorf("got %v %v", e, ok)
 			}
 		})
 	}
 	for code, i := range codes {
-		if !errors.Is(&Error{Code: code}, i.sentinel) {
+		if !errors.Is(&wire.Error{Code: code}, i.sentinel) {
 			t.Errorf("%s does not match its sentinel", code)
 		}
 	}
@@ -189,19 +191,19 @@ func TestReplayKeeperSkipsTheLookup(t *testing.T) {
 type fencedHandler struct{ fuzzHandler }
 
 func (fencedHandler) HandleHeartbeat(context.Context, Call, HeartbeatRequest) (HeartbeatResponse, error) {
-	return HeartbeatResponse{}, fmt.Errorf("session is crashed: %w", ErrUnauthenticated)
+	return HeartbeatResponse{}, fmt.Errorf("session is crashed: %w", wire.ErrUnauthenticated)
 }
 
 // identityAuth knows one session's token and nothing of its state.
 type identityAuth struct{ hash []byte }
 
 func (a identityAuth) Authenticate(context.Context, string, string) (Session, error) {
-	return Session{}, ErrUnauthenticated // The session is revoked.
+	return Session{}, wire.ErrUnauthenticated // The session is revoked.
 }
 
 func (a identityAuth) AuthenticateIdentity(_ context.Context, id, token string) (Session, error) {
 	if id != fuzzSession || !LeaseTokenMatches(token, a.hash) {
-		return Session{}, ErrUnauthenticated
+		return Session{}, wire.ErrUnauthenticated
 	}
 	return Session{ID: id, AgentID: "alice"}, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -146,7 +147,7 @@ func (d *Control) DMScope(ctx context.Context, dm gateway.DM) (Scope, error) {
 func OutboundAddress(cfg *config.Config, b rpc.ResourceBindings) (gatewayName, chatID string, err error) {
 	gatewayName, chatID, ok := DMAddressIn(cfg, b.DM)
 	if !ok {
-		return "", "", fmt.Errorf("the session's DM %q is no longer configured: %w", b.DM, rpc.ErrNotFound)
+		return "", "", fmt.Errorf("the session's DM %q is no longer configured: %w", b.DM, wire.ErrNotFound)
 	}
 	return gatewayName, chatID, nil
 }

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -122,34 +121,6 @@ func TestUncachedOutcomeLetsTheRetryRun(t *testing.T) {
 	out, replayed := s.once(context.Background(), key, VerbHeartbeat, [32]byte{}, run)
 	if out.err != nil || replayed || ran != 2 {
 		t.Errorf("second: %+v replayed %v ran %d", out, replayed, ran)
-	}
-}
-
-func TestAsError(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		name string
-		err  error
-		code wire.Code
-		ok   bool
-	}{
-		{"DirectError", wire.Errorf(wire.CodeConflict, "x"), wire.CodeConflict, true},
-		{"WrappedError", fmt.Errorf("ctx: %w", wire.Errorf(wire.CodeNotFound, "x")), wire.CodeNotFound, true},
-		{"WrappedSentinel", fmt.Errorf("approval 7: %w", wire.ErrNotFound), wire.CodeNotFound, true},
-		{"PlainError", errors.New("disk full"), "", false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			e, ok := wire.AsError(c.err)
-			if ok != c.ok || (ok && e.Code != c.code) {
-				t.Errorf("got %v %v", e, ok)
-			}
-		})
-	}
-	for code, i := range codes {
-		if !errors.Is(&wire.Error{Code: code}, i.sentinel) {
-			t.Errorf("%s does not match its sentinel", code)
-		}
 	}
 }
 

@@ -141,7 +141,7 @@ var dependencyRules = []dependencyRule{
 	{"daemon/memory", []string{"jobs"}, nil, "the memory pipeline has one home; jobs only schedules it"},
 	{"jobs", []string{"daemon/memory", "daemon/gateway"}, nil, "jobs schedules work through interfaces it declares"},
 	// Arrows point inward (issue 33).
-	{"daemon/control", []string{"daemon/gateway", "daemon/console", "daemon/dmcmd", "daemon/adminapi", "daemon/agentapi", "daemon/inbox"}, nil,
+	{"daemon/control", []string{"daemon/gateway", "daemon/dmcmd", "daemon/adminapi", "daemon/agentapi", "daemon/inbox"}, nil,
 		"the control layer imports no front-end: a front-end translates its senders and errors into control's, and implements control's ports"},
 	{"cmd/choird", []string{"agent"}, []string{"agent/tool", "agent/tool/catalog", "agent/tool/manifest", "agent/skill", "agent/proposal"},
 		"choird links none of the agent's tool implementations: it shares only the tools' specs (agent/tool/catalog), manifests (agent/tool/manifest), skills and proposals"},

@@ -10,17 +10,13 @@ package mcp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"

@@ -5,7 +5,10 @@
 // (one atomic snapshot, staged and applied in two phases), models and
 // voices, workspaces and image builds. Every front-end (the admin socket,
 // the DM commands, the gateway's hooks) calls the same functions with its
-// scope; none decides permissions or changes state by itself.
+// scope; none decides permissions or changes state by itself. It imports
+// no front-end: each translates its senders into a [DM] and its errors
+// from [ErrNotBound], and the gateway clears approval buttons through the
+// [ButtonClearer] port.
 package control
 
 import (
@@ -26,7 +29,6 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
@@ -73,13 +75,14 @@ type Control struct {
 	pool   *pgxpool.Pool
 	opts   Options
 	// runtime runs agents (nil when choird has none); river enqueues the
-	// jobs control commands cause; rpc pushes to agents; gateway runs the
-	// Telegram bots (nil when none). They are set once, before choird
-	// serves (SetRuntime, SetJobs, SetRPC, SetGateway).
+	// jobs control commands cause; rpc pushes to agents; gateway clears
+	// the buttons of the approval requests the Telegram bots sent (nil
+	// when there are none). They are set once, before choird serves
+	// (SetRuntime, SetJobs, SetRPC, SetGateway).
 	runtime runtime.Runtime
 	river   jobs.Inserter
 	rpc     Pusher
-	gateway *gateway.Gateway
+	gateway ButtonClearer
 	// agentAddr and agentCACert are choird's HTTP+SSE listener and its
 	// certificate, when agents reach choird over HTTP (SetAgentHTTP).
 	agentAddr, agentCACert string
@@ -122,8 +125,19 @@ func (d *Control) SetJobs(ins jobs.Inserter) { d.river = ins }
 // SetRPC sets the agent protocol's server.
 func (d *Control) SetRPC(p Pusher) { d.rpc = p }
 
-// SetGateway sets the Telegram bots, whose approval buttons are cleared.
-func (d *Control) SetGateway(g *gateway.Gateway) { d.gateway = g }
+// ButtonClearer is what the control layer needs of a chat front-end (the
+// Telegram gateway implements it): clearing the buttons of an approval
+// request it sent, once the approval is decided elsewhere.
+type ButtonClearer interface {
+	// Serves reports whether the named gateway is one of this front-end's.
+	Serves(gateway string) bool
+	// ClearButtons removes the buttons of a message the gateway sent.
+	ClearButtons(ctx context.Context, gateway, chatID string, messageID int64) error
+}
+
+// SetGateway sets the front-end whose approval buttons are cleared; it
+// must not be a nil pointer.
+func (d *Control) SetGateway(g ButtonClearer) { d.gateway = g }
 
 // OnConfigApplied adds fn to what runs after each successful config apply.
 func (d *Control) OnConfigApplied(fn func(*config.Config, config.Secrets)) {

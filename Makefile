@@ -71,10 +71,11 @@ demo: devpg
 		go test -trimpath -vet=off -count=1 -run '^TestDemo$$' -v ./e2e
 
 # The benchmark suite: bench/report.md and bench/report.json, each figure
-# beside its target (about 15 minutes; not part of `make test`).
+# beside its target (about 15 minutes; not part of `make test`). With
+# COMPARE=<rev>, each figure is measured on that revision too, in turn.
 bench: devpg
 	scripts/testdeps.sh
-	go run ./bench/report -database-url "$(PG_URL)"
+	go run ./bench/report -database-url "$(PG_URL)" $(if $(COMPARE),-compare "$(COMPARE)")
 
 clean:
 	rm -rf bin

@@ -62,16 +62,20 @@ run: devpg build
 # The whole stack with nothing from outside: Postgres, choird, one agent,
 # stand-ins for Telegram and the model (a real model when the environment
 # names one, as for init --local), a scripted conversation and the psql
-# audit queries (e2e/demo_test.go, which make test also runs).
+# audit queries (e2e/demo_test.go, which make test also runs). Its test
+# binary is built as choird and choir-agent are (no cgo, -trimpath), so the
+# three share every compiled package.
 demo: devpg
 	scripts/testdeps.sh
-	CHOIR_DEMO=1 CHOIR_TEST_DATABASE_URL="$(PG_URL)" go test -count=1 -run '^TestDemo$$' -v ./e2e
+	CHOIR_DEMO=1 CHOIR_DEMO_START=$$(date +%s) CHOIR_TEST_DATABASE_URL="$(PG_URL)" CGO_ENABLED=0 \
+		go test -trimpath -vet=off -count=1 -run '^TestDemo$$' -v ./e2e
 
 # The benchmark suite: bench/report.md and bench/report.json, each figure
-# beside its target (about 15 minutes; not part of `make test`).
+# beside its target (about 15 minutes; not part of `make test`). With
+# COMPARE=<rev>, each figure is measured on that revision too, in turn.
 bench: devpg
 	scripts/testdeps.sh
-	go run ./bench/report -database-url "$(PG_URL)"
+	go run ./bench/report -database-url "$(PG_URL)" $(if $(COMPARE),-compare "$(COMPARE)")
 
 clean:
 	rm -rf bin

@@ -116,7 +116,45 @@ func TestPackagesAndFunctionsStayReadable(t *testing.T) {
 	}
 }
 
-// TestDependenciesPointOneWay checks the arrows DESIGN.md forbids.
+// A dependencyRule forbids the packages under from (test helpers aside)
+// to depend on anything under one of forbidden, but for the packages named
+// exactly in except.
+type dependencyRule struct {
+	from      string
+	forbidden []string
+	except    []string
+	why       string
+}
+
+// aboveLeaves are the trees a leaf library never depends on: everything
+// of the project but the other leaves (internal/..., strictjson).
+var aboveLeaves = []string{"agent", "bench", "cmd", "config", "ctl", "daemon", "db", "dbtest", "e2e", "jobs", "outbound", "rpc", "sql"}
+
+// dependencyRules are the arrows DESIGN.md forbids.
+var dependencyRules = []dependencyRule{
+	{"ctl", []string{"daemon", "jobs", "db", "agent"}, nil, "choirctl reaches choird only through rpc/admin"},
+	{"cmd/choirctl", []string{"daemon", "jobs", "db", "agent"}, nil, "choirctl reaches choird only through rpc/admin"},
+	{"agent", []string{"daemon", "jobs", "db", "sql"}, nil, "the agent never imports daemon and never touches Postgres"},
+	{"cmd/choir-agent", []string{"daemon", "jobs", "db", "sql"}, nil, "the agent never imports daemon and never touches Postgres"},
+	{"daemon", []string{"rpc/client"}, nil, "choird is the server end of the agent protocol; only an agent calls it"},
+	{"daemon/gateway", []string{"jobs", "db"}, nil, "the gateway reaches choird through its own small interfaces"},
+	{"daemon/memory", []string{"jobs"}, nil, "the memory pipeline has one home; jobs only schedules it"},
+	{"jobs", []string{"daemon", "agent"}, nil, "jobs is a runner: each feature owns its job kinds and registers its workers"},
+	// Arrows point inward (issue 33).
+	{"daemon/control", []string{"daemon/gateway", "daemon/dmcmd", "daemon/adminapi", "daemon/agentapi", "daemon/inbox"}, nil,
+		"the control layer imports no front-end: a front-end translates its senders and errors into control's, and implements control's ports"},
+	{"cmd/choird", []string{"agent"}, []string{"agent/tool", "agent/tool/catalog", "agent/tool/manifest", "agent/skill", "agent/proposal"},
+		"choird links none of the agent's tool implementations: it shares only the tools' specs (agent/tool/catalog), manifests (agent/tool/manifest), skills and proposals"},
+	{"ctl", []string{"rpc/internal"}, nil, "choirctl links none of the agent protocol's server: the admin contract shares rpc/wire with rpc"},
+	{"cmd/choirctl", []string{"rpc/internal"}, nil, "choirctl links none of the agent protocol's server: the admin contract shares rpc/wire with rpc"},
+	{"rpc/admin", []string{"rpc/internal"}, nil, "choirctl links none of the agent protocol's server: the admin contract shares rpc/wire with rpc"},
+	{"rpc/wire", append([]string{"internal", "strictjson"}, aboveLeaves...), nil, "rpc/wire is a leaf that the agent protocol and the admin API share"},
+	{"internal", aboveLeaves, nil, "internal/ holds leaf libraries, which import nothing above them (its test harnesses, named *test, may)"},
+	{"strictjson", aboveLeaves, nil, "strictjson is a leaf library"},
+}
+
+// TestDependenciesPointOneWay checks the arrows DESIGN.md forbids, and
+// that no package but a test helper links a test helper.
 func TestDependenciesPointOneWay(t *testing.T) {
 	t.Parallel()
 	out, err := exec.Command(filepath.Join(runtime.GOROOT(), "bin", "go"), "list", "-json=ImportPath,Deps", "./...").Output()
@@ -136,31 +174,21 @@ func TestDependenciesPointOneWay(t *testing.T) {
 		deps[strings.TrimPrefix(strings.TrimPrefix(p.ImportPath, module), "/")] = p.Deps
 	}
 	under := func(pkg, tree string) bool { return pkg == tree || strings.HasPrefix(pkg, tree+"/") }
-	rules := []struct {
-		from      string
-		forbidden []string
-		why       string
-	}{
-		{"ctl", []string{"daemon", "jobs", "db", "agent"}, "choirctl reaches choird only through rpc/admin"},
-		{"cmd/choirctl", []string{"daemon", "jobs", "db", "agent"}, "choirctl reaches choird only through rpc/admin"},
-		{"agent", []string{"daemon", "jobs", "db", "sql"}, "the agent never imports daemon and never touches Postgres"},
-		{"cmd/choir-agent", []string{"daemon", "jobs", "db", "sql"}, "the agent never imports daemon and never touches Postgres"},
-		{"daemon", []string{"rpc/client"}, "choird is the server end of the agent protocol; only an agent calls it"},
-		{"daemon/gateway", []string{"jobs", "db"}, "the gateway reaches choird through its own small interfaces"},
-		{"daemon/memory", []string{"jobs"}, "the memory pipeline has one home; jobs only schedules it"},
-		{"jobs", []string{"daemon", "agent"}, "jobs is a runner: each feature owns its job kinds and registers its workers"},
-	}
-	for _, r := range rules {
-		for pkg, ds := range deps {
-			if !under(pkg, r.from) || testHelper(pkg) {
+	for pkg, ds := range deps {
+		if testHelper(pkg) {
+			continue
+		}
+		for _, d := range ds {
+			d, ok := strings.CutPrefix(d, module+"/")
+			if !ok {
 				continue
 			}
-			for _, d := range ds {
-				d, ok := strings.CutPrefix(d, module+"/")
-				if !ok {
-					continue
-				}
-				if slices.ContainsFunc(r.forbidden, func(f string) bool { return under(d, f) }) {
+			if testHelper(d) {
+				t.Errorf("%s depends on %s: only tests and test helpers link a test helper", pkg, d)
+			}
+			for _, r := range dependencyRules {
+				if under(pkg, r.from) && !slices.Contains(r.except, d) &&
+					slices.ContainsFunc(r.forbidden, func(f string) bool { return under(d, f) }) {
 					t.Errorf("%s depends on %s: %s", pkg, d, r.why)
 				}
 			}
@@ -169,8 +197,10 @@ func TestDependenciesPointOneWay(t *testing.T) {
 }
 
 // testHelper reports whether pkg is a test helper (dbtest, runtimetest and
-// the programs under it): one stands in for the other end where a test
-// needs it, so the arrows do not bind it.
+// the programs under it, internal/choirdtest): one stands in for the other
+// end where a test needs it, so the arrows do not bind it, and it may link
+// choird whole. A package under internal/ is a leaf library unless it is
+// one.
 func testHelper(pkg string) bool {
 	return slices.ContainsFunc(strings.Split(pkg, "/"), func(s string) bool { return strings.HasSuffix(s, "test") })
 }

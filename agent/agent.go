@@ -29,6 +29,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // Version is the agent binary's version, set at build time.
@@ -305,8 +306,8 @@ func (o *outbound) Send(ctx context.Context, m lane.OutboundMessage) error {
 // succeed later: choird unreachable, restarting or busy, or the log not
 // yet acknowledged.
 func outboundRetryable(err error) bool {
-	for _, permanent := range []error{rpc.ErrUnauthenticated, rpc.ErrPermissionDenied, rpc.ErrBadRequest,
-		rpc.ErrNotFound, rpc.ErrPayloadTooLarge, rpc.ErrUnknownVerb} {
+	for _, permanent := range []error{wire.ErrUnauthenticated, wire.ErrPermissionDenied, wire.ErrBadRequest,
+		wire.ErrNotFound, wire.ErrPayloadTooLarge, wire.ErrUnknownVerb} {
 		if errors.Is(err, permanent) {
 			return false
 		}
@@ -489,7 +490,7 @@ func (h *heartbeat) beat(ctx context.Context) error {
 // answered: no error, or an error of its own. Anything else (no socket, a
 // refused or broken connection, a timeout) is choird out of reach.
 func answered(err error) bool {
-	var e *rpc.Error
+	var e *wire.Error
 	return err == nil || errors.As(err, &e)
 }
 
@@ -526,7 +527,7 @@ func (h *heartbeat) run(ctx context.Context) {
 			continue
 		case ctx.Err() != nil:
 			return
-		case errors.Is(err, rpc.ErrUnauthenticated):
+		case errors.Is(err, wire.ErrUnauthenticated):
 			h.logger.Error("lease revoked: this session is over; stopping", slog.String("error", err.Error()))
 			h.revoked()
 			return

@@ -12,6 +12,7 @@ import (
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/agent/tool/manifest"
 	"github.com/choirhq/choir/agent/tool/mcp"
 	"github.com/choirhq/choir/agent/tool/web"
 	"github.com/choirhq/choir/rpc"
@@ -25,7 +26,7 @@ import (
 // name.
 func (s *session) loadTools(ctx context.Context) error {
 	opts := s.opts
-	m, err := mcp.Load(opts.ChoirDir)
+	m, err := manifest.LoadMCP(opts.ChoirDir)
 	if err != nil {
 		return fmt.Errorf("load MCP servers: %w", err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 func core(name, state string, steps int64, progress string, active bool) admin.CoreJob {
@@ -127,7 +128,7 @@ func (a *chatAgent) push(t *testing.T) rpc.Push {
 func (a *chatAgent) report(ctx context.Context, job, state string, steps int64, progress string) error {
 	left := 50 - steps
 	_, err := a.cl.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "core:" + job, State: state, Steps: steps,
-		Progress: progress, BudgetRemaining: rpc.Budget{Steps: &left}})
+		Progress: progress, BudgetRemaining: wire.Budget{Steps: &left}})
 	return err
 }
 

@@ -11,8 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // scheduleClient is what the schedule commands need of choird.
@@ -99,8 +99,8 @@ func newScheduleCommand(g *globals) *cobra.Command {
 // scheduleCmdErr makes a refused input (bad request, an unknown agent, DM
 // or schedule) a usage error.
 func scheduleCmdErr(err error) error {
-	var e *rpc.Error
-	if errors.As(err, &e) && (e.Code == rpc.CodeBadRequest || e.Code == rpc.CodeNotFound) {
+	var e *wire.Error
+	if errors.As(err, &e) && (e.Code == wire.CodeBadRequest || e.Code == wire.CodeNotFound) {
 		return usageErr(err)
 	}
 	return err

@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // runSessionCommands runs choirctl with --home, returning the exit code,
@@ -125,11 +126,11 @@ func TestSessionLanesCommands(t *testing.T) {
 	}
 	n := func(v int64) *int64 { return &v }
 	for _, st := range []rpc.ReportStatusRequest{
-		{Lane: "edge", State: "EDGE_REASONING", BudgetRemaining: rpc.Budget{ToolCalls: n(1990), Tokens: n(4_999_000)}},
+		{Lane: "edge", State: "EDGE_REASONING", BudgetRemaining: wire.Budget{ToolCalls: n(1990), Tokens: n(4_999_000)}},
 		{Lane: "core:old", State: "CORE_TERMINATED", Steps: 2, Progress: "cancelled"},
 		{Lane: "core:research", State: "CORE_WAITING_TOOL", Steps: 7, Skill: "survey", Step: "search",
 			Progress:        "reading a very long page about the history of choral music in the Baltic states, chapter two",
-			BudgetRemaining: rpc.Budget{Steps: n(43), ToolCalls: n(180), TimeMS: n(1_450_000)}},
+			BudgetRemaining: wire.Budget{Steps: n(43), ToolCalls: n(180), TimeMS: n(1_450_000)}},
 	} {
 		if _, err := a.cl.ReportStatus(t.Context(), st); err != nil {
 			t.Fatal(err)

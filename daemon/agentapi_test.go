@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 func TestAgentProtocolAgainstChoird(t *testing.T) {
@@ -51,7 +52,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 			t.Fatalf("GET_SECRETS: %v", err)
 		}
 		_, err = cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"postgres-admin"}})
-		if !errors.Is(err, rpc.ErrPermissionDenied) {
+		if !errors.Is(err, wire.ErrPermissionDenied) {
 			t.Fatalf("unbound secret: %v", err)
 		}
 		if strings.Contains(logs.String(), canary) {
@@ -68,7 +69,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 		}
 		acked = evs[2].Hash
 		_, err = cl.Heartbeat(ctx, patch(chainEvents(t, 5, 5, rpc.Hash{9}), 4, rpc.Hash{9}))
-		if !errors.Is(err, rpc.ErrConflict) || !strings.Contains(err.Error(), "resend from rev 4") {
+		if !errors.Is(err, wire.ErrConflict) || !strings.Contains(err.Error(), "resend from rev 4") {
 			t.Fatalf("gap: %v", err)
 		}
 	})
@@ -145,7 +146,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 
 	t.Run("UnknownHostToolIsNotFound", func(t *testing.T) {
 		_, err := cl.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.nothing", CallID: "c1", Input: json.RawMessage(`{}`)})
-		if !errors.Is(err, rpc.ErrNotFound) {
+		if !errors.Is(err, wire.ErrNotFound) {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -179,12 +180,12 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := cl.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "EDGE_IDLE"})
-		if !errors.Is(err, rpc.ErrUnauthenticated) {
+		if !errors.Is(err, wire.ErrUnauthenticated) {
 			t.Fatalf("call after terminate: %v", err)
 		}
 		// A heartbeat is authenticated from memory (the token is right),
 		// and fenced by its own statement: the session is no longer live.
-		if _, err := cl.Heartbeat(ctx, patch(chainEvents(t, 4, 4, acked), 3, acked)); !errors.Is(err, rpc.ErrUnauthenticated) {
+		if _, err := cl.Heartbeat(ctx, patch(chainEvents(t, 4, 4, acked), 3, acked)); !errors.Is(err, wire.ErrUnauthenticated) {
 			t.Fatalf("heartbeat after terminate: %v", err)
 		}
 		other, _ := rpc.NewLeaseToken()
@@ -194,7 +195,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer impostor.Close()
-		if _, err := impostor.Heartbeat(ctx, patch(chainEvents(t, 4, 4, acked), 3, acked)); !errors.Is(err, rpc.ErrUnauthenticated) {
+		if _, err := impostor.Heartbeat(ctx, patch(chainEvents(t, 4, 4, acked), 3, acked)); !errors.Is(err, wire.ErrUnauthenticated) {
 			t.Fatalf("heartbeat with a wrong token: %v", err)
 		}
 		var events int

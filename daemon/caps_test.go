@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // TestSessionCapsAgainstChoird: one session cannot grow choir_control
@@ -56,7 +57,7 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 		}
 		// The same request ID with another payload: a kept outcome
 		// refuses it as a conflict, a forgotten one lets it run.
-		if err := report(agentapi.ReplayKeepPerSession+extra-1, "EDGE_BUSY"); !errors.Is(err, rpc.ErrConflict) {
+		if err := report(agentapi.ReplayKeepPerSession+extra-1, "EDGE_BUSY"); !errors.Is(err, wire.ErrConflict) {
 			t.Errorf("the newest request sent again with another payload: %v, want conflict (its outcome kept)", err)
 		}
 		if err := report(agentapi.ReplayKeepPerSession+extra-1, "EDGE_IDLE"); err != nil {
@@ -79,8 +80,8 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 			_, err := cl.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: "one-too-many", Kind: rpc.OutboundText, Text: "hi"})
 			return err
 		})
-		var e *rpc.Error
-		if !errors.Is(err, rpc.ErrRateLimited) || !errors.As(err, &e) || e.RetryAfter <= 0 ||
+		var e *wire.Error
+		if !errors.Is(err, wire.ErrRateLimited) || !errors.As(err, &e) || e.RetryAfter <= 0 ||
 			!strings.Contains(err.Error(), fmt.Sprintf("%d messages waiting", outbox.AgentMaxPending)) ||
 			!strings.Contains(err.Error(), "then send again") {
 			t.Fatalf("message past the cap: %v, want rate_limited naming the cap, with a retry delay", err)
@@ -107,8 +108,8 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 func paced(call func() error) error {
 	for {
 		err := call()
-		var e *rpc.Error
-		if !errors.As(err, &e) || e.Code != rpc.CodeRateLimited || !strings.Contains(e.Message, "rate limit exceeded for session") {
+		var e *wire.Error
+		if !errors.As(err, &e) || e.Code != wire.CodeRateLimited || !strings.Contains(e.Message, "rate limit exceeded for session") {
 			return err
 		}
 		time.Sleep(max(e.RetryAfter, 10*time.Millisecond))

@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // cmdBundle is a choird without an agent runtime, with two regular DMs
@@ -285,9 +286,9 @@ func TestDMSessionCommands(t *testing.T) {
 		n := func(v int64) *int64 { return &v }
 		for _, st := range []rpc.ReportStatusRequest{
 			{Lane: "core:research", State: "CORE_REASONING", Step: "search", Steps: 3, Progress: "found 3\nsources",
-				BudgetRemaining: rpc.Budget{Steps: n(47), ToolCalls: n(190), TimeMS: n(60_000)}},
+				BudgetRemaining: wire.Budget{Steps: n(47), ToolCalls: n(190), TimeMS: n(60_000)}},
 			{Lane: "core:old", State: "CORE_COMPLETED", Steps: 9},
-			{Lane: "edge", State: "EDGE_IDLE", BudgetRemaining: rpc.Budget{ToolCalls: n(1900), Tokens: n(4_000_000)}},
+			{Lane: "edge", State: "EDGE_IDLE", BudgetRemaining: wire.Budget{ToolCalls: n(1900), Tokens: n(4_000_000)}},
 		} {
 			if _, err := agent.Client.ReportStatus(ctx, st); err != nil {
 				t.Fatal(err)

@@ -13,6 +13,7 @@ import (
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // TestDynamicConfigCarriesOnlyOwnResources checks that the dynamic
@@ -110,7 +111,7 @@ func TestMCPSecretsFollowTheConfig(t *testing.T) {
 			t.Fatalf("choirctl %v: %d %s %s", args, code, out, errs)
 		}
 	}
-	if _, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"mcp-token"}}); !errors.Is(err, rpc.ErrPermissionDenied) {
+	if _, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"mcp-token"}}); !errors.Is(err, wire.ErrPermissionDenied) {
 		t.Errorf("GET_SECRETS mcp-token after it left mcp_secrets: %v, want permission denied", err)
 	}
 	got, err := agent.Client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})

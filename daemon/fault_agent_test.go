@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // replicatingAgent is the agent's side of replication for the fault tests,
@@ -135,7 +136,7 @@ func (a *replicatingAgent) heartbeatLoop(ctx context.Context) {
 			backoff = 0
 		case ctx.Err() != nil:
 			return
-		case errors.Is(err, rpc.ErrUnauthenticated):
+		case errors.Is(err, wire.ErrUnauthenticated):
 			a.fail(err) // fenced: a test that sees this fails
 			return
 		default:

@@ -13,6 +13,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // databaseBundle is a choird with a session whose agent (the test) has
@@ -101,8 +102,8 @@ func TestDatabaseGoneAnswersUnavailable(t *testing.T) {
 		// a new one.
 		for range 2 {
 			_, err := admin.NewClient(admin.SocketPath(b.d.Home)).WorkspaceList(ctx)
-			var e *rpc.Error
-			if !errors.As(err, &e) || e.Code != rpc.CodeUnavailable {
+			var e *wire.Error
+			if !errors.As(err, &e) || e.Code != wire.CodeUnavailable {
 				t.Fatalf("workspace list with the database gone: %v, want unavailable", err)
 			}
 		}
@@ -112,8 +113,8 @@ func TestDatabaseGoneAnswersUnavailable(t *testing.T) {
 		// handler without asking the database; the handler's write fails.
 		for range 2 {
 			_, err := b.client.Heartbeat(ctx, b.heartbeat())
-			var e *rpc.Error
-			if !errors.As(err, &e) || e.Code != rpc.CodeUnavailable {
+			var e *wire.Error
+			if !errors.As(err, &e) || e.Code != wire.CodeUnavailable {
 				t.Fatalf("HEARTBEAT with the database gone: %v, want unavailable\n%s", err, b.d.Logs)
 			}
 		}
@@ -121,8 +122,8 @@ func TestDatabaseGoneAnswersUnavailable(t *testing.T) {
 	t.Run("AgentCallAuthenticated", func(t *testing.T) {
 		// SEND_OUTBOUND looks the session up first.
 		_, err := b.client.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: "m-gone", Kind: rpc.OutboundText, Text: "hi"})
-		var e *rpc.Error
-		if !errors.As(err, &e) || e.Code != rpc.CodeUnavailable {
+		var e *wire.Error
+		if !errors.As(err, &e) || e.Code != wire.CodeUnavailable {
 			t.Fatalf("SEND_OUTBOUND with the database gone: %v, want unavailable", err)
 		}
 	})
@@ -138,8 +139,8 @@ func TestSendOutboundDatabaseErrorIsInternal(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err := b.client.SendOutbound(t.Context(), rpc.SendOutboundRequest{MessageID: "m-refused", Kind: rpc.OutboundText, Text: "hi"})
-	var e *rpc.Error
-	if !errors.As(err, &e) || e.Code != rpc.CodeInternal {
+	var e *wire.Error
+	if !errors.As(err, &e) || e.Code != wire.CodeInternal {
 		t.Fatalf("SEND_OUTBOUND refused by a check constraint: %v, want internal", err)
 	}
 }

@@ -17,7 +17,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/ctl"
 	"github.com/choirhq/choir/daemon"
-	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
@@ -139,7 +139,7 @@ func TestRestartBringsBackACrashedAgent(t *testing.T) {
 				t.Fatalf("restart of a crashed agent: %s", errs)
 			}
 		default:
-			sc, err := d.DMScope(ctx, gateway.DM{Name: "mine", Gateway: "console"})
+			sc, err := d.DMScope(ctx, control.DM{Name: "mine"})
 			if err != nil {
 				t.Fatal(err)
 			}

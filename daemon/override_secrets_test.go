@@ -11,6 +11,7 @@ import (
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // TestOverrideBindsItsSecret checks that a session's model and voice
@@ -50,7 +51,7 @@ func TestOverrideBindsItsSecret(t *testing.T) {
 		!slices.Contains(dc.Secrets, "model-key") {
 		t.Errorf("secrets before any override = %v, want the bound model-key only", dc.Secrets)
 	}
-	if _, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"other-llm-key"}}); !errors.Is(err, rpc.ErrPermissionDenied) {
+	if _, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"other-llm-key"}}); !errors.Is(err, wire.ErrPermissionDenied) {
 		t.Errorf("a model's secret the session does not use: %v, want permission denied", err)
 	}
 

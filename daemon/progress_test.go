@@ -13,6 +13,7 @@ import (
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // The Telegram side of the progress tests: one bot, and the agent's DM on
@@ -82,7 +83,7 @@ func (b *progressBundle) report(t *testing.T, job, state string, steps int64, pr
 	t.Helper()
 	left, calls := 100-steps, int64(200)
 	if _, err := b.cl.ReportStatus(t.Context(), rpc.ReportStatusRequest{Lane: "core:" + job, State: state, Steps: steps,
-		Progress: progress, BudgetRemaining: rpc.Budget{Steps: &left, ToolCalls: &calls}}); err != nil {
+		Progress: progress, BudgetRemaining: wire.Budget{Steps: &left, ToolCalls: &calls}}); err != nil {
 		t.Fatalf("REPORT_STATUS %s %s: %v", job, state, err)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/internal/verbatim"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // git runs git in dir and returns its trimmed output.
@@ -137,7 +138,7 @@ func TestToolProposalPipeline(t *testing.T) {
 	head := gitIn(t, b.repo, "rev-parse", "main")
 
 	bad := strings.Replace(toolProposal("greet.hello"), `"side_effect":"read"`, `"side_effect":"read","locks":[{"resource":"file:{path}","mode":"S"}]`, 1)
-	if _, err := b.propose(t, "req-bad", "choir.propose.tool", bad); err == nil || !errors.Is(err, rpc.ErrBadRequest) ||
+	if _, err := b.propose(t, "req-bad", "choir.propose.tool", bad); err == nil || !errors.Is(err, wire.ErrBadRequest) ||
 		!strings.Contains(err.Error(), "{path}") {
 		t.Fatalf("invalid proposal: %v", err)
 	}

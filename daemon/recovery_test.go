@@ -16,6 +16,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 func TestHello(t *testing.T) {
@@ -60,7 +61,7 @@ func TestHello(t *testing.T) {
 		}
 		call, req := helloReq(s)
 		req.AgentID = "helper"
-		if _, err := agentapi.Hello(ctx, pool, call, req); !errors.Is(err, rpc.ErrPermissionDenied) {
+		if _, err := agentapi.Hello(ctx, pool, call, req); !errors.Is(err, wire.ErrPermissionDenied) {
 			t.Fatalf("err = %v", err)
 		}
 	})

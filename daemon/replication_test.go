@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 func newSession(t testing.TB, pool *pgxpool.Pool, agent string) uuid.UUID {
@@ -157,7 +158,7 @@ func TestReplicate(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err := agentapi.Replicate(ctx, pool, id, patch(evs[3:], 3, evs[2].Hash))
-		if !errors.Is(err, agentapi.ErrChainGap) || !errors.Is(err, rpc.ErrConflict) {
+		if !errors.Is(err, agentapi.ErrChainGap) || !errors.Is(err, wire.ErrConflict) {
 			t.Fatalf("err = %v, want a gap conflict", err)
 		}
 		if want := "resend from rev 3"; !strings.Contains(err.Error(), want) {
@@ -192,7 +193,7 @@ func TestReplicate(t *testing.T) {
 		id := newSession(t, pool, "alpha")
 		db.New(pool).SessionEnd(ctx, db.SessionEndParams{SessionID: id, EndReason: "test"})
 		_, err := agentapi.Replicate(ctx, pool, id, patch(chainEvents(t, 1, 1, rpc.Genesis), 0, rpc.Genesis))
-		if !errors.Is(err, rpc.ErrUnauthenticated) {
+		if !errors.Is(err, wire.ErrUnauthenticated) {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -244,7 +245,7 @@ func TestReplicate(t *testing.T) {
 		id := newSession(t, pool, "alpha")
 		evs := chainEvents(t, 1, 3, rpc.Genesis)
 		req := patch([]rpc.Event{evs[0], evs[2]}, 0, rpc.Genesis)
-		if _, err := agentapi.Replicate(ctx, pool, id, req); !errors.Is(err, rpc.ErrBadRequest) {
+		if _, err := agentapi.Replicate(ctx, pool, id, req); !errors.Is(err, wire.ErrBadRequest) {
 			t.Fatalf("err = %v, want a bad request", err)
 		}
 		if n, acked := storedRevs(t, pool, id); n != 0 || acked != 0 {

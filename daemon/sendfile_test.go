@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // TestSendFileStaysInTheWorkspace plants, in the session's workspace, a
@@ -62,7 +63,7 @@ func TestSendFileStaysInTheWorkspace(t *testing.T) {
 			}
 			_, err = client.SendOutbound(ctx, rpc.SendOutboundRequest{MessageID: "out-" + name,
 				Kind: rpc.OutboundDocument, FilePath: p})
-			if !errors.Is(err, rpc.ErrBadRequest) {
+			if !errors.Is(err, wire.ErrBadRequest) {
 				t.Errorf("SEND_OUTBOUND %s: %v, want a bad request", p, err)
 			}
 		})

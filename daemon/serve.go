@@ -21,6 +21,7 @@ import (
 	"github.com/choirhq/choir/daemon/toolsearch"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -173,7 +174,7 @@ func hostTools(d *Daemon) map[string]agentapi.HostTool {
 	idx := toolsearch.New(d.pool, d.memory, d.logger.With(slog.String("component", "toolsearch")))
 	for name, fn := range idx.HostTools(func(err error) error {
 		if errors.Is(err, toolsearch.ErrInvalidInput) {
-			return fmt.Errorf("%w: %w", rpc.ErrBadRequest, err)
+			return fmt.Errorf("%w: %w", wire.ErrBadRequest, err)
 		}
 		return err
 	}) {

@@ -10,6 +10,7 @@ import (
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // TestSessionControlAdminAPI drives the session, model, voice and approval
@@ -21,8 +22,8 @@ func TestSessionControlAdminAPI(t *testing.T) {
 	agent := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
 	c := admin.NewClient(admin.SocketPath(b.d.Home))
 	defer c.Close()
-	code := func(err error) rpc.Code {
-		var e *rpc.Error
+	code := func(err error) wire.Code {
+		var e *wire.Error
 		if errors.As(err, &e) {
 			return e.Code
 		}
@@ -41,11 +42,11 @@ func TestSessionControlAdminAPI(t *testing.T) {
 		}
 		agent.Next(t, rpc.PushConfigChanged)
 		err := c.Do(ctx, http.MethodPost, "/v1/agents/assistant/model", admin.ModelSetRequest{LLM: "gpt-9"}, &st)
-		if code(err) != rpc.CodeNotFound || !strings.Contains(err.Error(), "models: big, local") {
+		if code(err) != wire.CodeNotFound || !strings.Contains(err.Error(), "models: big, local") {
 			t.Errorf("unknown model: %v", err)
 		}
 		err = c.Do(ctx, http.MethodPost, "/v1/agents/helper/voice", admin.VoiceSetRequest{VoiceProfile: "calm"}, &st)
-		if code(err) != rpc.CodeConflict || !strings.Contains(err.Error(), "helper has no live session") {
+		if code(err) != wire.CodeConflict || !strings.Contains(err.Error(), "helper has no live session") {
 			t.Errorf("voice set on a stopped agent: %v", err)
 		}
 		if err := c.Do(ctx, http.MethodGet, "/v1/agents/helper/voice", nil, &st); err != nil || st.Running || st.LLM != "local" {
@@ -83,11 +84,11 @@ func TestSessionControlAdminAPI(t *testing.T) {
 			t.Errorf("events = %+v, %v", ev, err)
 		}
 		err := c.Do(ctx, http.MethodGet, "/v1/agents/assistant/session/events/zero", nil, &ev)
-		if code(err) != rpc.CodeBadRequest {
+		if code(err) != wire.CodeBadRequest {
 			t.Errorf("events/zero: %v", err)
 		}
 		err = c.Do(ctx, http.MethodPost, "/v1/agents/helper/session/compact", nil, &ref)
-		if code(err) != rpc.CodeConflict {
+		if code(err) != wire.CodeConflict {
 			t.Errorf("compact of a stopped agent: %v", err)
 		}
 	})
@@ -107,12 +108,12 @@ func TestSessionControlAdminAPI(t *testing.T) {
 			t.Fatalf("approve = %+v, %v", a, err)
 		}
 		err := c.Do(ctx, http.MethodPost, "/v1/approvals/"+id+"/reject", nil, &a)
-		if code(err) != rpc.CodeConflict || !strings.Contains(err.Error(), "already approved by choirctl:uid=") ||
+		if code(err) != wire.CodeConflict || !strings.Contains(err.Error(), "already approved by choirctl:uid=") ||
 			!strings.Contains(err.Error(), " at 20") {
 			t.Errorf("second decision: %v", err)
 		}
 		err = c.Do(ctx, http.MethodGet, "/v1/approvals/nope", nil, &a)
-		if code(err) != rpc.CodeNotFound || !strings.Contains(err.Error(), "is not an approval id") {
+		if code(err) != wire.CodeNotFound || !strings.Contains(err.Error(), "is not an approval id") {
 			t.Errorf("malformed id: %v", err)
 		}
 		if err := c.Do(ctx, http.MethodGet, "/v1/approvals/"+id, nil, &a); err != nil || a.Summary != "deploy to staging" {

@@ -17,6 +17,7 @@ import (
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // testConfig is a local configuration with two agents sharing a workspace
@@ -130,7 +131,7 @@ func TestStartSession(t *testing.T) {
 		if ok, _ := session.EndSession(ctx, pool, nil, first.Session.SessionID, "ended", "again"); ok {
 			t.Error("ending an ended session reported success")
 		}
-		if _, err := agentapi.NewSessionAuth(pool).Authenticate(ctx, first.Session.SessionID.String(), first.LeaseToken); !errors.Is(err, rpc.ErrUnauthenticated) {
+		if _, err := agentapi.NewSessionAuth(pool).Authenticate(ctx, first.Session.SessionID.String(), first.LeaseToken); !errors.Is(err, wire.ErrUnauthenticated) {
 			t.Errorf("token of an ended session still authenticates: %v", err)
 		}
 		second, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
@@ -166,7 +167,7 @@ func TestStartSession(t *testing.T) {
 			"BadSessionID":  {"not-a-uuid", s.LeaseToken},
 			"NoSuchSession": {"00000000-0000-0000-0000-000000000001", s.LeaseToken},
 		} {
-			if _, err := auth.Authenticate(ctx, c[0], c[1]); !errors.Is(err, rpc.ErrUnauthenticated) {
+			if _, err := auth.Authenticate(ctx, c[0], c[1]); !errors.Is(err, wire.ErrUnauthenticated) {
 				t.Errorf("%s: err = %v", name, err)
 			}
 		}

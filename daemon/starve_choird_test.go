@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // beater heartbeats one session at its interval, each heartbeat carrying
@@ -158,9 +159,9 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 				_, err := c.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.query",
 					CallID: fmt.Sprintf("bad-%d", i), Input: json.RawMessage(`{"store":"knowledge","mode":"text","query":"sky"}`)})
 				switch {
-				case errors.Is(err, rpc.ErrUnauthenticated):
+				case errors.Is(err, wire.ErrUnauthenticated):
 					unauth.Add(1)
-				case errors.Is(err, rpc.ErrRateLimited):
+				case errors.Is(err, wire.ErrRateLimited):
 					badLimited.Add(1)
 				default:
 					badOther.Add(1)
@@ -186,12 +187,12 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 			switch {
 			case err == nil && resp.Status == rpc.ToolSuccess:
 				answered.Add(1)
-			case errors.Is(err, rpc.ErrUnavailable):
+			case errors.Is(err, wire.ErrUnavailable):
 				unavailable.Add(1)
-			case errors.Is(err, rpc.ErrRateLimited):
+			case errors.Is(err, wire.ErrRateLimited):
 				limited.Add(1)
 			case err != nil:
-				var e *rpc.Error
+				var e *wire.Error
 				if !errors.As(err, &e) {
 					refused.Add(1) // A transport error: the connection cap.
 				}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -106,6 +107,9 @@ func runDemo(t *testing.T, runtime string) {
 	// One: a file in the workspace.
 	out.user(e.bot, "Please save a packing list for Friday's trip in trip/packing.md")
 	out.waitBot(e.bot, "the file's confirmation", "packing", real)
+	if start, err := strconv.ParseInt(os.Getenv("CHOIR_DEMO_START"), 10, 64); err == nil {
+		out.say("demo", "first answer %s after make demo started, building included", time.Since(time.Unix(start, 0)).Round(time.Second))
+	}
 	if !real {
 		if b, err := os.ReadFile(filepath.Join(e.workspace(), "trip", "packing.md")); err != nil || !strings.Contains(string(b), "passport") {
 			t.Fatalf("trip/packing.md = %q, %v", b, err)

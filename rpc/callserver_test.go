@@ -15,6 +15,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // rawConn is one connection to a test server, spoken to byte by byte.
@@ -148,7 +149,7 @@ func TestCallLoop(t *testing.T) {
 					c := dialRaw(t, b)
 					c.write(bad.text)
 					r := c.read()
-					wantError(t, r, bad.status, rpc.CodeBadRequest, bad.want)
+					wantError(t, r, bad.status, wire.CodeBadRequest, bad.want)
 					if !c.closed() {
 						t.Error("connection left open after a request the server could not frame")
 					}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // heartbeatReq returns a heartbeat replicating n events after base, with a
@@ -89,7 +90,7 @@ func verbCases(t testing.TB, b *testBundle) []verbCase {
 		}},
 		{rpc.VerbReportStatus, func(ctx context.Context, cp *client.Client) (any, error) {
 			tokens := int64(1200)
-			return cp.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "IDLE", BudgetRemaining: rpc.Budget{Tokens: &tokens}})
+			return cp.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "IDLE", BudgetRemaining: wire.Budget{Tokens: &tokens}})
 		}, func(t *testing.T, b *testBundle, resp any) {
 			if !resp.(rpc.Ack).Ack {
 				t.Error("not acknowledged")
@@ -318,7 +319,7 @@ func conformance(t *testing.T, tr string) {
 		t.Parallel()
 		b := setup(t, tr, setupOpts{})
 		_, err := b.srv.Push(b.sessionID, rpc.Push{Kind: rpc.PushCancel, Shutdown: &rpc.Shutdown{Reason: "x"}})
-		if !errors.Is(err, rpc.ErrBadRequest) {
+		if !errors.Is(err, wire.ErrBadRequest) {
 			t.Errorf("got %v", err)
 		}
 	})
@@ -335,7 +336,7 @@ func conformance(t *testing.T, tr string) {
 		}
 		select {
 		case err := <-errc:
-			if !errors.Is(err, rpc.ErrUnauthenticated) {
+			if !errors.Is(err, wire.ErrUnauthenticated) {
 				t.Errorf("got %v, want unauthenticated", err)
 			}
 		case <-time.After(5 * time.Second):
@@ -371,13 +372,13 @@ func conformance(t *testing.T, tr string) {
 						continue // Its payload names b's session.
 					}
 					_, err := vc.call(t.Context(), cl)
-					if c.wantUnauthorized != errors.Is(err, rpc.ErrUnauthenticated) {
+					if c.wantUnauthorized != errors.Is(err, wire.ErrUnauthenticated) {
 						t.Errorf("%s: got %v", vc.verb, err)
 					}
 				}
 				if c.wantUnauthorized {
 					err := cl.ReceivePushes(t.Context(), func(rpc.Push) { t.Error("push delivered") })
-					if !errors.Is(err, rpc.ErrUnauthenticated) {
+					if !errors.Is(err, wire.ErrUnauthenticated) {
 						t.Errorf("ReceivePushes: got %v", err)
 					}
 				}
@@ -389,7 +390,7 @@ func conformance(t *testing.T, tr string) {
 		t.Run("MissingToken", func(t *testing.T) {
 			hc, _ := b.rawClient(t)
 			res := rawPost(t, hc, b, rpc.VerbReportStatus, `{"lane":"edge","state":"IDLE","budget_remaining":{}}`, func(h http.Header) { h.Del("Authorization") })
-			wantError(t, res, http.StatusUnauthorized, rpc.CodeUnauthenticated, "Authorization")
+			wantError(t, res, http.StatusUnauthorized, wire.CodeUnauthenticated, "Authorization")
 		})
 	})
 
@@ -403,8 +404,8 @@ func conformance(t *testing.T, tr string) {
 			}
 		}
 		_, err := b.client.ReportStatus(t.Context(), status)
-		var e *rpc.Error
-		if !errors.Is(err, rpc.ErrRateLimited) || !errors.As(err, &e) {
+		var e *wire.Error
+		if !errors.Is(err, wire.ErrRateLimited) || !errors.As(err, &e) {
 			t.Fatalf("got %v, want rate_limited", err)
 		}
 		if !strings.Contains(e.Message, "0.5 requests/s") || !strings.Contains(e.Message, "bursts of 3") || e.RetryAfter <= 0 {
@@ -420,7 +421,7 @@ func conformance(t *testing.T, tr string) {
 		b := setup(t, tr, setupOpts{limits: rpc.Limits{MaxPayloadBytes: 2048}})
 		big := rpc.ExecuteHostToolRequest{ToolName: "test.echo", CallID: "c1", Input: json.RawMessage(`{"x":"` + strings.Repeat("a", 3000) + `"}`)}
 		_, err := b.client.ExecuteHostTool(t.Context(), big)
-		if !errors.Is(err, rpc.ErrPayloadTooLarge) || !strings.Contains(err.Error(), "limit of 2048 bytes") {
+		if !errors.Is(err, wire.ErrPayloadTooLarge) || !strings.Contains(err.Error(), "limit of 2048 bytes") {
 			t.Fatalf("got %v", err)
 		}
 		if n := b.h.total(); n != 0 {
@@ -453,7 +454,7 @@ func conformance(t *testing.T, tr string) {
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				res := rawPost(t, hc, b, rpc.Verb(c.verb), c.body, nil)
-				wantError(t, res, http.StatusBadRequest, rpc.CodeBadRequest, c.want)
+				wantError(t, res, http.StatusBadRequest, wire.CodeBadRequest, c.want)
 			})
 		}
 		if n := b.h.total(); n != 0 {
@@ -514,7 +515,7 @@ func conformance(t *testing.T, tr string) {
 		ctx := client.WithRequestID(t.Context(), "r-missing")
 		req := rpc.ExecuteHostToolRequest{ToolName: "test.missing", CallID: "c1", Input: json.RawMessage(`{}`)}
 		for range 2 {
-			if _, err := b.client.ExecuteHostTool(ctx, req); !errors.Is(err, rpc.ErrNotFound) {
+			if _, err := b.client.ExecuteHostTool(ctx, req); !errors.Is(err, wire.ErrNotFound) {
 				t.Fatalf("got %v", err)
 			}
 		}
@@ -531,11 +532,11 @@ func conformance(t *testing.T, tr string) {
 			t.Fatal(err)
 		}
 		_, err := b.client.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "BUSY"})
-		if !errors.Is(err, rpc.ErrConflict) {
+		if !errors.Is(err, wire.ErrConflict) {
 			t.Fatalf("got %v", err)
 		}
 		_, err = b.client.TerminateSelf(ctx, rpc.TerminateSelfRequest{Reason: "bye"})
-		if !errors.Is(err, rpc.ErrConflict) {
+		if !errors.Is(err, wire.ErrConflict) {
 			t.Fatalf("other verb: got %v", err)
 		}
 		if n := b.h.total(); n != 1 {
@@ -618,19 +619,19 @@ func conformance(t *testing.T, tr string) {
 			body   string
 			edit   func(http.Header)
 			status int
-			code   rpc.Code
+			code   wire.Code
 		}{
-			{"MalformedRequestID", "REPORT_STATUS", valid, func(h http.Header) { h.Set(rpc.HeaderRequestID, "bad id!") }, 400, rpc.CodeBadRequest},
-			{"MissingRequestID", "REPORT_STATUS", valid, func(h http.Header) { h.Del(rpc.HeaderRequestID) }, 400, rpc.CodeBadRequest},
-			{"MalformedSessionID", "REPORT_STATUS", valid, func(h http.Header) { h.Set(rpc.HeaderSessionID, "alice") }, 400, rpc.CodeBadRequest},
-			{"RepeatedHeader", "REPORT_STATUS", valid, func(h http.Header) { h.Add(rpc.HeaderSessionID, b.sessionID) }, 400, rpc.CodeBadRequest},
-			{"WrongContentType", "REPORT_STATUS", valid, func(h http.Header) { h.Set("Content-Type", "text/plain") }, 400, rpc.CodeBadRequest},
-			{"UnknownVerb", "SELF_DESTRUCT", valid, nil, 404, rpc.CodeUnknownVerb},
-			{"OversizePayload", "REPORT_STATUS", `{"lane":"edge","state":"` + strings.Repeat("A", 5000) + `"}`, nil, 413, rpc.CodePayloadTooLarge},
-			{"OversizeUnauthenticated", "REPORT_STATUS", strings.Repeat(" ", 6000), func(h http.Header) { h.Del("Authorization") }, 401, rpc.CodeUnauthenticated},
-			{"MismatchedPayload", "REPORT_STATUS", `{"base_rev":0}`, nil, 400, rpc.CodeBadRequest},
-			{"BadJSON", "REPORT_STATUS", `{"lane":`, nil, 400, rpc.CodeBadRequest},
-			{"HandlerPanic", "EXECUTE_HOST_TOOL", `{"tool_name":"test.panic","call_id":"c1","input":{}}`, nil, 500, rpc.CodeInternal},
+			{"MalformedRequestID", "REPORT_STATUS", valid, func(h http.Header) { h.Set(rpc.HeaderRequestID, "bad id!") }, 400, wire.CodeBadRequest},
+			{"MissingRequestID", "REPORT_STATUS", valid, func(h http.Header) { h.Del(rpc.HeaderRequestID) }, 400, wire.CodeBadRequest},
+			{"MalformedSessionID", "REPORT_STATUS", valid, func(h http.Header) { h.Set(rpc.HeaderSessionID, "alice") }, 400, wire.CodeBadRequest},
+			{"RepeatedHeader", "REPORT_STATUS", valid, func(h http.Header) { h.Add(rpc.HeaderSessionID, b.sessionID) }, 400, wire.CodeBadRequest},
+			{"WrongContentType", "REPORT_STATUS", valid, func(h http.Header) { h.Set("Content-Type", "text/plain") }, 400, wire.CodeBadRequest},
+			{"UnknownVerb", "SELF_DESTRUCT", valid, nil, 404, wire.CodeUnknownVerb},
+			{"OversizePayload", "REPORT_STATUS", `{"lane":"edge","state":"` + strings.Repeat("A", 5000) + `"}`, nil, 413, wire.CodePayloadTooLarge},
+			{"OversizeUnauthenticated", "REPORT_STATUS", strings.Repeat(" ", 6000), func(h http.Header) { h.Del("Authorization") }, 401, wire.CodeUnauthenticated},
+			{"MismatchedPayload", "REPORT_STATUS", `{"base_rev":0}`, nil, 400, wire.CodeBadRequest},
+			{"BadJSON", "REPORT_STATUS", `{"lane":`, nil, 400, wire.CodeBadRequest},
+			{"HandlerPanic", "EXECUTE_HOST_TOOL", `{"tool_name":"test.panic","call_id":"c1","input":{}}`, nil, 500, wire.CodeInternal},
 			{"Valid", "REPORT_STATUS", valid, nil, 200, ""},
 		} {
 			res := rawPost(t, hc, b, rpc.Verb(c.verb), c.body, c.edit)
@@ -654,17 +655,17 @@ func conformance(t *testing.T, tr string) {
 			_, err := b.client.ExecuteHostTool(t.Context(), rpc.ExecuteHostToolRequest{ToolName: tool, CallID: "c1", Input: json.RawMessage(`{}`)})
 			return err
 		}
-		if err := call("test.missing"); !errors.Is(err, rpc.ErrNotFound) || !strings.Contains(err.Error(), "memory document 42") {
+		if err := call("test.missing"); !errors.Is(err, wire.ErrNotFound) || !strings.Contains(err.Error(), "memory document 42") {
 			t.Errorf("not found: %v", err)
 		}
 		for _, tool := range []string{"test.fail", "test.panic", "test.invalid"} {
 			err := call(tool)
-			if !errors.Is(err, rpc.ErrInternal) || !strings.Contains(err.Error(), "ref ") ||
+			if !errors.Is(err, wire.ErrInternal) || !strings.Contains(err.Error(), "ref ") ||
 				strings.Contains(err.Error(), "postgres") || strings.Contains(err.Error(), "exploded") {
 				t.Errorf("%s: %v", tool, err)
 			}
 		}
-		if _, err := b.client.GetSecrets(t.Context(), rpc.GetSecretsRequest{Resources: []string{"root-password"}}); !errors.Is(err, rpc.ErrPermissionDenied) {
+		if _, err := b.client.GetSecrets(t.Context(), rpc.GetSecretsRequest{Resources: []string{"root-password"}}); !errors.Is(err, wire.ErrPermissionDenied) {
 			t.Errorf("unbound secret: %v", err)
 		}
 	})
@@ -673,11 +674,11 @@ func conformance(t *testing.T, tr string) {
 		t.Parallel()
 		b := setup(t, tr, setupOpts{})
 		req := rpc.InitHelloRequest{AgentID: b.agentID, SessionID: uuid.NewString(), ImageVersion: "v1", ToolManifestHash: "t", SkillManifestHash: "s"}
-		if _, err := b.client.InitHello(t.Context(), req); !errors.Is(err, rpc.ErrBadRequest) {
+		if _, err := b.client.InitHello(t.Context(), req); !errors.Is(err, wire.ErrBadRequest) {
 			t.Errorf("other session: %v", err)
 		}
 		req.SessionID, req.AgentID = b.sessionID, "mallory"
-		if _, err := b.client.InitHello(t.Context(), req); !errors.Is(err, rpc.ErrPermissionDenied) {
+		if _, err := b.client.InitHello(t.Context(), req); !errors.Is(err, wire.ErrPermissionDenied) {
 			t.Errorf("other agent: %v", err)
 		}
 		if n := b.h.total(); n != 0 {
@@ -691,7 +692,7 @@ func conformance(t *testing.T, tr string) {
 		req := heartbeatReq(t, 0, 2, 50)
 		req.Patches[0].Payload = json.RawMessage(`{"call_id":"forged"}`) // Links intact, hash stale.
 		_, err := b.client.Heartbeat(t.Context(), req)
-		if !errors.Is(err, rpc.ErrBadRequest) || !strings.Contains(err.Error(), "does not match its contents") {
+		if !errors.Is(err, wire.ErrBadRequest) || !strings.Contains(err.Error(), "does not match its contents") {
 			t.Errorf("got %v", err)
 		}
 		if n := b.h.total(); n != 0 {
@@ -703,7 +704,7 @@ func conformance(t *testing.T, tr string) {
 		t.Parallel()
 		b := setup(t, tr, setupOpts{})
 		_, err := b.client.SendOutbound(t.Context(), rpc.SendOutboundRequest{MessageID: "m1", Kind: rpc.OutboundPhoto, FilePath: "../../etc/passwd"})
-		if !errors.Is(err, rpc.ErrBadRequest) {
+		if !errors.Is(err, wire.ErrBadRequest) {
 			t.Errorf("got %v", err)
 		}
 		if n := b.ln.accepts.Load(); n != 0 {
@@ -832,7 +833,7 @@ func rawPost(t *testing.T, hc *http.Client, b *testBundle, verb rpc.Verb, body s
 
 // wantError checks an error response: status, the {"error","code"} form,
 // and that the message contains want.
-func wantError(t *testing.T, res rawResponse, status int, code rpc.Code, want string) {
+func wantError(t *testing.T, res rawResponse, status int, code wire.Code, want string) {
 	t.Helper()
 	var eb map[string]any
 	dec := json.NewDecoder(bytes.NewReader(res.body))

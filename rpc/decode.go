@@ -5,6 +5,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/choirhq/choir/rpc/wire"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -65,7 +66,7 @@ type Payload interface {
 func Decode[T Payload](data []byte, maxBytes, maxDepth int) (T, error) {
 	var v T
 	if maxBytes > 0 && len(data) > maxBytes {
-		return v, Errorf(CodePayloadTooLarge, "payload is %d bytes, over the limit of %d bytes", len(data), maxBytes)
+		return v, wire.Errorf(wire.CodePayloadTooLarge, "payload is %d bytes, over the limit of %d bytes", len(data), maxBytes)
 	}
 	if err := strictjson.Decode(data, &v, strictjson.Limits{MaxBytes: maxBytes, MaxDepth: maxDepth}); err != nil {
 		var se *strictjson.Error
@@ -74,12 +75,12 @@ func Decode[T Payload](data []byte, maxBytes, maxDepth int) (T, error) {
 			for i, p := range se.Problems {
 				msgs[i] = p.String()
 			}
-			return v, &Error{Code: CodeBadRequest, Message: strings.Join(msgs, "; ")}
+			return v, &wire.Error{Code: wire.CodeBadRequest, Message: strings.Join(msgs, "; ")}
 		}
-		return v, Errorf(CodeBadRequest, "%v", err)
+		return v, wire.Errorf(wire.CodeBadRequest, "%v", err)
 	}
 	if err := v.Validate(); err != nil {
-		return v, &Error{Code: CodeBadRequest, Message: err.Error()}
+		return v, &wire.Error{Code: wire.CodeBadRequest, Message: err.Error()}
 	}
 	return v, nil
 }

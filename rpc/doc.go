@@ -1,11 +1,13 @@
 // Package rpc holds the wire contract between choir-agent and choird, and
 // choird's end of it: the envelope, the payloads of the verbs (the eight of
 // spec 12.5 and SEND_OUTBOUND), the messages choird pushes, the committed
-// events the agent replicates by heartbeat, the errors, and the Server that
-// choird mounts its ControlPlaneHandler on. Go structs with JSON tags are
-// the schema. The agent's end, the Client, is in rpc/client; the admin API
-// that choirctl speaks to choird is in rpc/admin; Unix-socket listening is
-// in rpc/unixsock.
+// events the agent replicates by heartbeat, and the Server that choird
+// mounts its ControlPlaneHandler on. Go structs with JSON tags are the
+// schema. The agent's end, the Client, is in rpc/client; the admin API
+// that choirctl speaks to choird is in rpc/admin; the errors and what else
+// both APIs put on the wire are in rpc/wire, which imports nothing of the
+// project, so choirctl links the admin contract without this server;
+// Unix-socket listening is in rpc/unixsock.
 //
 // # Transports
 //

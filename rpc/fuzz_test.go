@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/rpc/internal/check"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // The fuzz targets check that no input makes a decoder or the server panic,
@@ -61,7 +62,7 @@ func fuzzSeeds() map[string][]any {
 		"FuzzDecodeHeartbeatResponse":          {HeartbeatResponse{AckRev: 2, ConfigVersionLatest: 41}},
 		"FuzzDecodeApprovalRequest":            {ApprovalRequest{RequestType: "tool:choir.exec", Summary: "run it?", Payload: json.RawMessage(`{"cmd":"make"}`)}},
 		"FuzzDecodeApprovalResponse":           {ApprovalResponse{ApprovalID: "6f1c2b0e-3b8e-4c1e-9d36-0d7a2b1f9e11", Status: ApprovalPending}},
-		"FuzzDecodeReportStatusRequest":        {ReportStatusRequest{Lane: "core:job", State: "CORE_REASONING", Skill: "tdd", Step: "red", BudgetRemaining: Budget{Tokens: &one}}},
+		"FuzzDecodeReportStatusRequest":        {ReportStatusRequest{Lane: "core:job", State: "CORE_REASONING", Skill: "tdd", Step: "red", BudgetRemaining: wire.Budget{Tokens: &one}}},
 		"FuzzDecodeReportStatusResponse":       {Ack{Ack: true}},
 		"FuzzDecodeTerminateSelfRequest":       {TerminateSelfRequest{Reason: "done"}},
 		"FuzzDecodeTerminateSelfResponse":      {Ack{Ack: true}},
@@ -82,7 +83,7 @@ func fuzzSeeds() map[string][]any {
 			Push{Epoch: "ab", Seq: 5, Kind: PushConfigChanged, ConfigChanged: &ConfigChanged{ConfigVersion: 5}},
 			Push{Epoch: "ab", Seq: 6, Kind: PushShutdown, Shutdown: &Shutdown{Reason: "stop", GraceMS: 1000}},
 		},
-		"FuzzDecodeErrorBody": {ErrorBody{Error: "slow down", Code: CodeRateLimited, RetryAfterMS: 20}},
+		"FuzzDecodeErrorBody": {wire.ErrorBody{Error: "slow down", Code: wire.CodeRateLimited, RetryAfterMS: 20}},
 	}
 }
 
@@ -91,8 +92,8 @@ func fuzzDecode[T Payload](f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		v, err := Decode[T](data, fuzzMaxBytes, fuzzMaxDepth)
 		if err != nil {
-			var e *Error
-			if !errors.As(err, &e) || (e.Code != CodeBadRequest && e.Code != CodePayloadTooLarge) || e.Message == "" {
+			var e *wire.Error
+			if !errors.As(err, &e) || (e.Code != wire.CodeBadRequest && e.Code != wire.CodePayloadTooLarge) || e.Message == "" {
 				t.Fatalf("refusal is not a bad_request or payload_too_large *Error: %#v", err)
 			}
 			return
@@ -140,7 +141,7 @@ func FuzzDecodeExecuteHostToolResponse(f *testing.F) {
 func FuzzDecodeSendOutboundRequest(f *testing.F)  { fuzzDecode[SendOutboundRequest](f) }
 func FuzzDecodeSendOutboundResponse(f *testing.F) { fuzzDecode[SendOutboundResponse](f) }
 func FuzzDecodePush(f *testing.F)                 { fuzzDecode[Push](f) }
-func FuzzDecodeErrorBody(f *testing.F)            { fuzzDecode[ErrorBody](f) }
+func FuzzDecodeErrorBody(f *testing.F)            { fuzzDecode[wire.ErrorBody](f) }
 
 // FuzzParseEnvelope fuzzes the envelope decoder: the path and headers of a
 // call.
@@ -154,7 +155,7 @@ func FuzzParseEnvelope(f *testing.F) {
 		}
 		env, err := ParseEnvelope(method, path, h)
 		if err != nil {
-			e, ok := err.(*Error)
+			e, ok := err.(*wire.Error)
 			if !ok || !e.Code.Valid() || e.Message == "" || strings.Contains(e.Message, auth[min(len(auth), 7):]) && len(auth) > 20 {
 				t.Fatalf("bad refusal %#v", err)
 			}
@@ -173,7 +174,7 @@ func (fuzzHandler) HandleInitHello(context.Context, Call, InitHelloRequest) (Ini
 	return InitHelloResponse{Status: HelloFresh}, nil
 }
 func (fuzzHandler) HandleGetSecrets(_ context.Context, _ Call, r GetSecretsRequest) (GetSecretsResponse, error) {
-	return GetSecretsResponse{}, fmt.Errorf("%d secrets: %w", len(r.Resources), ErrPermissionDenied)
+	return GetSecretsResponse{}, fmt.Errorf("%d secrets: %w", len(r.Resources), wire.ErrPermissionDenied)
 }
 func (fuzzHandler) HandleHeartbeat(_ context.Context, _ Call, r HeartbeatRequest) (HeartbeatResponse, error) {
 	return HeartbeatResponse{AckRev: r.NewRev}, nil
@@ -210,7 +211,7 @@ func fuzzAuth() (string, Authenticator) {
 	token, hash := NewLeaseToken()
 	return token, AuthenticatorFunc(func(_ context.Context, id, tok string) (Session, error) {
 		if id != fuzzSession || !LeaseTokenMatches(tok, hash) {
-			return Session{}, ErrUnauthenticated
+			return Session{}, wire.ErrUnauthenticated
 		}
 		return Session{ID: id, AgentID: "alice"}, nil
 	})
@@ -247,11 +248,11 @@ func FuzzServeCall(f *testing.F) {
 			}
 			return
 		}
-		eb, err := Decode[ErrorBody](b, 1<<20, 4)
+		eb, err := Decode[wire.ErrorBody](b, 1<<20, 4)
 		if err != nil || !eb.Code.Valid() || eb.Code.HTTPStatus() != res.StatusCode {
 			t.Fatalf("status %d with body %q: %v", res.StatusCode, b, err)
 		}
-		if eb.Code == CodeInternal && verb != string(VerbExecuteHostTool) {
+		if eb.Code == wire.CodeInternal && verb != string(VerbExecuteHostTool) {
 			t.Fatalf("internal error: %s", eb.Error)
 		}
 	})

@@ -20,6 +20,7 @@ import (
 
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // testAuth is the test's Authenticator: sessions in a map, tokens stored
@@ -60,7 +61,7 @@ func (a *testAuth) Authenticate(_ context.Context, sessionID, token string) (rpc
 	defer a.mu.Unlock()
 	s := a.sessions[sessionID]
 	if s == nil || !s.active || !rpc.LeaseTokenMatches(token, s.hash) {
-		return rpc.Session{}, fmt.Errorf("session %s: %w", sessionID, rpc.ErrUnauthenticated)
+		return rpc.Session{}, fmt.Errorf("session %s: %w", sessionID, wire.ErrUnauthenticated)
 	}
 	return rpc.Session{ID: sessionID, AgentID: s.agentID}, nil
 }
@@ -73,7 +74,7 @@ func (a *testAuth) AuthenticateIdentity(_ context.Context, sessionID, token stri
 	defer a.mu.Unlock()
 	s := a.sessions[sessionID]
 	if s == nil || !rpc.LeaseTokenMatches(token, s.hash) {
-		return rpc.Session{}, fmt.Errorf("session %s: %w", sessionID, rpc.ErrUnauthenticated)
+		return rpc.Session{}, fmt.Errorf("session %s: %w", sessionID, wire.ErrUnauthenticated)
 	}
 	return rpc.Session{ID: sessionID, AgentID: s.agentID}, nil
 }
@@ -157,7 +158,7 @@ func (h *testHandler) HandleGetSecrets(_ context.Context, c rpc.Call, req rpc.Ge
 	for _, n := range req.Resources {
 		v, ok := testSecrets[n]
 		if !ok {
-			return rpc.GetSecretsResponse{}, fmt.Errorf("secret %s is not bound to agent %s: %w", n, c.Session.AgentID, rpc.ErrPermissionDenied)
+			return rpc.GetSecretsResponse{}, fmt.Errorf("secret %s is not bound to agent %s: %w", n, c.Session.AgentID, wire.ErrPermissionDenied)
 		}
 		out[n] = v
 	}
@@ -166,7 +167,7 @@ func (h *testHandler) HandleGetSecrets(_ context.Context, c rpc.Call, req rpc.Ge
 
 func (h *testHandler) HandleHeartbeat(_ context.Context, c rpc.Call, req rpc.HeartbeatRequest) (rpc.HeartbeatResponse, error) {
 	if h.live != nil && !h.live(c.Session.ID) {
-		return rpc.HeartbeatResponse{}, fmt.Errorf("session %s is not live: %w", c.Session.ID, rpc.ErrUnauthenticated)
+		return rpc.HeartbeatResponse{}, fmt.Errorf("session %s is not live: %w", c.Session.ID, wire.ErrUnauthenticated)
 	}
 	h.record(c)
 	return rpc.HeartbeatResponse{AckRev: req.NewRev, ConfigVersionLatest: 3}, nil
@@ -203,7 +204,7 @@ func (h *testHandler) HandleExecuteHostTool(ctx context.Context, c rpc.Call, req
 	case "test.fail":
 		return rpc.ExecuteHostToolResponse{}, errors.New("connect to postgres at 10.0.0.7: password authentication failed")
 	case "test.missing":
-		return rpc.ExecuteHostToolResponse{}, fmt.Errorf("memory document 42: %w", rpc.ErrNotFound)
+		return rpc.ExecuteHostToolResponse{}, fmt.Errorf("memory document 42: %w", wire.ErrNotFound)
 	case "test.invalid":
 		return rpc.ExecuteHostToolResponse{CallID: req.CallID, Status: "maybe", Output: req.Input}, nil
 	case "test.cut":

@@ -4,12 +4,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 func TestMemoryReplayStore(t *testing.T) {
@@ -94,7 +95,7 @@ func TestTrimmedReplayIsRefused(t *testing.T) {
 		t.Fatalf("first: %+v %v", out, replayed)
 	}
 	out, _ := s.once(context.Background(), key, VerbReportStatus, digest, run)
-	if out.err == nil || out.err.Code != CodeConflict || !strings.Contains(out.err.Message, "no longer retained") {
+	if out.err == nil || out.err.Code != wire.CodeConflict || !strings.Contains(out.err.Message, "no longer retained") {
 		t.Errorf("replay: %+v", out.err)
 	}
 	if ran != 1 {
@@ -111,7 +112,7 @@ func TestUncachedOutcomeLetsTheRetryRun(t *testing.T) {
 	run := func() outcome {
 		ran++
 		if ran == 1 {
-			return outcome{err: Errorf(CodeInternal, "boom")}
+			return outcome{err: wire.Errorf(wire.CodeInternal, "boom")}
 		}
 		return outcome{resp: []byte(`{}`)}
 	}
@@ -120,34 +121,6 @@ func TestUncachedOutcomeLetsTheRetryRun(t *testing.T) {
 	out, replayed := s.once(context.Background(), key, VerbHeartbeat, [32]byte{}, run)
 	if out.err != nil || replayed || ran != 2 {
 		t.Errorf("second: %+v replayed %v ran %d", out, replayed, ran)
-	}
-}
-
-func TestAsError(t *testing.T) {
-	t.Parallel()
-	for _, c := range []struct {
-		name string
-		err  error
-		code Code
-		ok   bool
-	}{
-		{"DirectError", Errorf(CodeConflict, "x"), CodeConflict, true},
-		{"WrappedError", fmt.Errorf("ctx: %w", Errorf(CodeNotFound, "x")), CodeNotFound, true},
-		{"WrappedSentinel", fmt.Errorf("approval 7: %w", ErrNotFound), CodeNotFound, true},
-		{"PlainError", errors.New("disk full"), "", false},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			t.Parallel()
-			e, ok := AsError(c.err)
-			if ok != c.ok || (ok && e.Code != c.code) {
-				t.Errorf("got %v %v", e, ok)
-			}
-		})
-	}
-	for code, i := range codes {
-		if !errors.Is(&Error{Code: code}, i.sentinel) {
-			t.Errorf("%s does not match its sentinel", code)
-		}
 	}
 }
 
@@ -189,19 +162,19 @@ func TestReplayKeeperSkipsTheLookup(t *testing.T) {
 type fencedHandler struct{ fuzzHandler }
 
 func (fencedHandler) HandleHeartbeat(context.Context, Call, HeartbeatRequest) (HeartbeatResponse, error) {
-	return HeartbeatResponse{}, fmt.Errorf("session is crashed: %w", ErrUnauthenticated)
+	return HeartbeatResponse{}, fmt.Errorf("session is crashed: %w", wire.ErrUnauthenticated)
 }
 
 // identityAuth knows one session's token and nothing of its state.
 type identityAuth struct{ hash []byte }
 
 func (a identityAuth) Authenticate(context.Context, string, string) (Session, error) {
-	return Session{}, ErrUnauthenticated // The session is revoked.
+	return Session{}, wire.ErrUnauthenticated // The session is revoked.
 }
 
 func (a identityAuth) AuthenticateIdentity(_ context.Context, id, token string) (Session, error) {
 	if id != fuzzSession || !LeaseTokenMatches(token, a.hash) {
-		return Session{}, ErrUnauthenticated
+		return Session{}, wire.ErrUnauthenticated
 	}
 	return Session{ID: id, AgentID: "alice"}, nil
 }

@@ -12,6 +12,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/choirhq/choir/rpc/internal/check"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // This file holds the request and response payload of every verb. Each has
@@ -429,25 +430,16 @@ func (r ApprovalResponse) Validate() error {
 
 // ---- REPORT_STATUS ----
 
-// Budget is what remains of a lane's budgets; a nil field is not tracked.
-type Budget struct {
-	Tokens    *int64 `json:"tokens,omitempty"`
-	ToolCalls *int64 `json:"tool_calls,omitempty"`
-	TimeMS    *int64 `json:"time_ms,omitempty"`
-	// Steps are the model steps a core job has left.
-	Steps *int64 `json:"steps,omitempty"`
-}
-
 // ReportStatusRequest reports a lane's state for choirctl status and the
 // audit trail.
 type ReportStatusRequest struct {
 	// Lane is "edge", "system" or "core:<job-name>".
 	Lane string `json:"lane"`
 	// State is the lane's state-machine state, e.g. "IDLE".
-	State           string `json:"state"`
-	Skill           string `json:"skill,omitempty"`
-	Step            string `json:"step,omitempty"`
-	BudgetRemaining Budget `json:"budget_remaining"`
+	State           string      `json:"state"`
+	Skill           string      `json:"skill,omitempty"`
+	Step            string      `json:"step,omitempty"`
+	BudgetRemaining wire.Budget `json:"budget_remaining"`
 	// Steps counts the model steps the lane (a core job) has taken.
 	Steps int64 `json:"steps,omitempty"`
 	// Progress is the lane's latest progress line (a core job's last

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 func TestPayloadValidate(t *testing.T) {
@@ -51,7 +52,7 @@ func TestPayloadValidate(t *testing.T) {
 		{"ApprovalPayloadNotObject", rpc.ApprovalRequest{RequestType: "tool:x", Summary: "ok?", Payload: json.RawMessage(`"x"`)}, "$.payload"},
 		{"ApprovalResponseBadStatus", rpc.ApprovalResponse{ApprovalID: "a1", Status: "maybe"}, "$.status"},
 		{"StatusValid", rpc.ReportStatusRequest{Lane: "core:fix-tests", State: "CORE_REASONING", Skill: "tdd", Step: "red"}, ""},
-		{"StatusNegativeBudget", rpc.ReportStatusRequest{Lane: "edge", State: "IDLE", BudgetRemaining: rpc.Budget{ToolCalls: &neg}}, "$.budget_remaining.tool_calls"},
+		{"StatusNegativeBudget", rpc.ReportStatusRequest{Lane: "edge", State: "IDLE", BudgetRemaining: wire.Budget{ToolCalls: &neg}}, "$.budget_remaining.tool_calls"},
 		{"TerminateNoReason", rpc.TerminateSelfRequest{}, "$.reason"},
 		{"AckFalse", rpc.Ack{}, "$.ack"},
 		{"ConfigNegative", rpc.FetchDynamicConfigRequest{CurrentConfigVersion: -1}, "negative"},
@@ -74,7 +75,7 @@ func TestPayloadValidate(t *testing.T) {
 		{"PushCancelEdgeNoJob", rpc.Push{Kind: rpc.PushCancel, Cancel: &rpc.Cancel{Scope: rpc.CancelEdge, JobName: "x"}}, "job_name"},
 		{"PushApprovalPendingIsNotResolved", rpc.Push{Kind: rpc.PushApprovalResolved, ApprovalResolved: &rpc.ApprovalResolved{ApprovalID: "a", Status: rpc.ApprovalPending, ResolvedBy: "x", ResolvedAt: time.Now()}}, "status"},
 		{"PushUserMessageEmpty", rpc.Push{Kind: rpc.PushUserMessage, UserMessage: &rpc.UserMessage{InboxID: 1, Gateway: "g", ReceivedAt: time.Now()}}, "text: required"},
-		{"ErrorBodyNoCode", rpc.ErrorBody{Error: "x"}, "$.code"},
+		{"ErrorBodyNoCode", wire.ErrorBody{Error: "x"}, "$.code"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 
 	"github.com/choirhq/choir/rpc/internal/replay"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // ReplayKey identifies a call for replay protection: request IDs are
@@ -23,7 +24,7 @@ type ReplayRecord struct {
 	// Response is the JSON response payload, when the call succeeded.
 	Response []byte
 	// ErrCode and ErrMessage are the error, when it failed.
-	ErrCode    Code
+	ErrCode    wire.Code
 	ErrMessage string
 	// Trimmed reports that the store dropped the response to stay within
 	// its bounds: the call was executed, but its response cannot be

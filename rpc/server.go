@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/rpc/internal/callserve"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // Session is an authenticated agent session.
@@ -218,7 +219,7 @@ func NewServer(opts ServerOptions) (*Server, error) {
 // handed to a net/http server, which serves the event stream.
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	return s.core.Serve(ctx, ln, s, http.MethodPost+" "+PathRPCPrefix,
-		func(msg string) []byte { return encodeErrorBody(&Error{Code: CodeBadRequest, Message: msg}) })
+		func(msg string) []byte { return encodeErrorBody(&wire.Error{Code: wire.CodeBadRequest, Message: msg}) })
 }
 
 // ServeHTTP routes POST /rpc/<verb> and GET /events.
@@ -245,7 +246,7 @@ func (s *Server) CloseSession(ctx context.Context, sessionID string) error {
 
 // authenticate checks the lease token and applies the rate limit (see
 // callserve.Sessions.Authenticate and ServerOptions.FailedAuthRate).
-func (s *Server) authenticate(ctx context.Context, verb Verb, sessionID, token string) (Session, *callserve.Session, *Error) {
+func (s *Server) authenticate(ctx context.Context, verb Verb, sessionID, token string) (Session, *callserve.Session, *wire.Error) {
 	ia, identityOnly := s.auth.(IdentityAuthenticator)
 	identityOnly = identityOnly && verb.FencedByHandler()
 	agentID, st, r := s.core.Sessions.Authenticate(ctx, s.core.Log, identityOnly, sessionID, token,
@@ -257,7 +258,7 @@ func (s *Server) authenticate(ctx context.Context, verb Verb, sessionID, token s
 			} else {
 				sess, err = s.auth.Authenticate(ctx, sessionID, token)
 			}
-			return sess.ID, sess.AgentID, errors.Is(err, ErrUnauthenticated), err
+			return sess.ID, sess.AgentID, errors.Is(err, wire.ErrUnauthenticated), err
 		})
 	if r != nil {
 		return Session{}, nil, s.refusal(ctx, r)
@@ -266,15 +267,15 @@ func (s *Server) authenticate(ctx context.Context, verb Verb, sessionID, token s
 }
 
 // refusalCodes are the wire codes of callserve's refusals.
-var refusalCodes = [...]Code{
-	callserve.BadRequest: CodeBadRequest, callserve.Unauthenticated: CodeUnauthenticated,
-	callserve.NotFound: CodeNotFound, callserve.UnknownVerb: CodeUnknownVerb,
-	callserve.Conflict: CodeConflict, callserve.PayloadTooLarge: CodePayloadTooLarge,
-	callserve.RateLimited: CodeRateLimited, callserve.Unavailable: CodeUnavailable, callserve.Internal: CodeInternal,
+var refusalCodes = [...]wire.Code{
+	callserve.BadRequest: wire.CodeBadRequest, callserve.Unauthenticated: wire.CodeUnauthenticated,
+	callserve.NotFound: wire.CodeNotFound, callserve.UnknownVerb: wire.CodeUnknownVerb,
+	callserve.Conflict: wire.CodeConflict, callserve.PayloadTooLarge: wire.CodePayloadTooLarge,
+	callserve.RateLimited: wire.CodeRateLimited, callserve.Unavailable: wire.CodeUnavailable, callserve.Internal: wire.CodeInternal,
 }
 
 // refusal turns a refusal into its wire error, logging an internal one.
-func (s *Server) refusal(ctx context.Context, r *callserve.Refusal) *Error {
+func (s *Server) refusal(ctx context.Context, r *callserve.Refusal) *wire.Error {
 	if r.Err != nil {
 		return s.internal(ctx, refusalCodes[r.Kind], r.What, r.Err)
 	}
@@ -282,38 +283,38 @@ func (s *Server) refusal(ctx context.Context, r *callserve.Refusal) *Error {
 }
 
 // refusalError is the wire error of a refusal that is not internal.
-func refusalError(r *callserve.Refusal) *Error {
-	return &Error{Code: refusalCodes[r.Kind], Message: r.Message, RetryAfter: r.RetryAfter}
+func refusalError(r *callserve.Refusal) *wire.Error {
+	return &wire.Error{Code: refusalCodes[r.Kind], Message: r.Message, RetryAfter: r.RetryAfter}
 }
 
 // internal logs err under a fresh reference and returns an error of code
 // that names the reference but not err.
-func (s *Server) internal(ctx context.Context, code Code, what string, err error) *Error {
+func (s *Server) internal(ctx context.Context, code wire.Code, what string, err error) *wire.Error {
 	var b [4]byte
 	rand.Read(b[:])
 	ref := hex.EncodeToString(b[:])
 	s.core.Log.ErrorContext(ctx, "rpc "+what+" failed", slog.String("ref", ref), slog.String("code", string(code)), slog.Any("err", err))
 	msg := "internal error"
-	if code == CodeUnavailable {
+	if code == wire.CodeUnavailable {
 		msg = "temporarily unavailable"
 	}
-	return Errorf(code, "%s (ref %s)", msg, ref)
+	return wire.Errorf(code, "%s (ref %s)", msg, ref)
 }
 
 // outcome is the result of a call, ready for the wire.
 type outcome struct {
 	resp []byte
-	err  *Error
+	err  *wire.Error
 }
 
 func (o outcome) cacheable() bool {
-	return o.err == nil || (o.err.Code != CodeInternal && o.err.Code != CodeUnavailable)
+	return o.err == nil || (o.err.Code != wire.CodeInternal && o.err.Code != wire.CodeUnavailable)
 }
 
 func (s *Server) serveCall(w http.ResponseWriter, r *http.Request) {
 	env, err := ParseEnvelope(r.Method, r.URL.Path, r.Header)
 	if err != nil {
-		s.reject(w, r, err.(*Error))
+		s.reject(w, r, err.(*wire.Error))
 		return
 	}
 	w.Header().Set(HeaderRequestID, env.RequestID)
@@ -331,18 +332,18 @@ func (s *Server) serveCall(w http.ResponseWriter, r *http.Request) {
 	def := verbDefs[env.Verb]
 	req, err := def.decode(body, s.lim)
 	if err != nil {
-		e := err.(*Error)
+		e := err.(*wire.Error)
 		e.Message = fmt.Sprintf("invalid %s payload: %s", env.Verb, e.Message)
 		s.writeError(w, e)
 		return
 	}
 	if hello, ok := req.(InitHelloRequest); ok {
 		if hello.SessionID != sess.ID {
-			s.writeError(w, Errorf(CodeBadRequest, "invalid %s payload: $.session_id: differs from header %s", env.Verb, HeaderSessionID))
+			s.writeError(w, wire.Errorf(wire.CodeBadRequest, "invalid %s payload: $.session_id: differs from header %s", env.Verb, HeaderSessionID))
 			return
 		}
 		if sess.AgentID != "" && hello.AgentID != sess.AgentID {
-			s.writeError(w, Errorf(CodePermissionDenied, "session %s belongs to agent %s, not %s", sess.ID, sess.AgentID, hello.AgentID))
+			s.writeError(w, wire.Errorf(wire.CodePermissionDenied, "session %s belongs to agent %s, not %s", sess.ID, sess.AgentID, hello.AgentID))
 			return
 		}
 	}
@@ -355,7 +356,7 @@ func (s *Server) serveCall(w http.ResponseWriter, r *http.Request) {
 	} else {
 		out = run()
 	}
-	if out.err != nil && out.err.Code == CodeUnauthenticated && env.Verb.FencedByHandler() {
+	if out.err != nil && out.err.Code == wire.CodeUnauthenticated && env.Verb.FencedByHandler() {
 		// The handler found the session revoked: keep nothing for it.
 		s.core.Sessions.Drop(sess.ID)
 	}
@@ -374,7 +375,7 @@ func (s *Server) serveCall(w http.ResponseWriter, r *http.Request) {
 func (s *Server) invoke(ctx context.Context, def verbDef, c Call, req Payload) (out outcome) {
 	defer func() {
 		if p := recover(); p != nil {
-			out = outcome{err: s.internal(ctx, CodeInternal, string(c.Verb)+" handler",
+			out = outcome{err: s.internal(ctx, wire.CodeInternal, string(c.Verb)+" handler",
 				fmt.Errorf("panic: %v\n%s", p, debug.Stack()))}
 		}
 	}()
@@ -382,20 +383,20 @@ func (s *Server) invoke(ctx context.Context, def verbDef, c Call, req Payload) (
 	if err != nil {
 		if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 			// The caller went away; nobody reads this, and a retry runs again.
-			return outcome{err: Errorf(CodeUnavailable, "request canceled")}
+			return outcome{err: wire.Errorf(wire.CodeUnavailable, "request canceled")}
 		}
-		if e, ok := AsError(err); ok && e.Code.Valid() && e.Code != CodeInternal {
-			return outcome{err: &Error{Code: e.Code, Message: e.Message, RetryAfter: e.RetryAfter}}
+		if e, ok := wire.AsError(err); ok && e.Code.Valid() && e.Code != wire.CodeInternal {
+			return outcome{err: &wire.Error{Code: e.Code, Message: e.Message, RetryAfter: e.RetryAfter}}
 		}
-		return outcome{err: s.internal(ctx, CodeInternal, string(c.Verb)+" handler", err)}
+		return outcome{err: s.internal(ctx, wire.CodeInternal, string(c.Verb)+" handler", err)}
 	}
 	if err := resp.Validate(); err != nil {
-		return outcome{err: s.internal(ctx, CodeInternal, string(c.Verb)+" handler",
+		return outcome{err: s.internal(ctx, wire.CodeInternal, string(c.Verb)+" handler",
 			fmt.Errorf("handler returned an invalid response: %w", err))}
 	}
 	b, err := Encode(resp)
 	if err != nil {
-		return outcome{err: s.internal(ctx, CodeInternal, string(c.Verb)+" handler", fmt.Errorf("encode response: %w", err))}
+		return outcome{err: s.internal(ctx, wire.CodeInternal, string(c.Verb)+" handler", fmt.Errorf("encode response: %w", err))}
 	}
 	return outcome{resp: b}
 }
@@ -424,18 +425,18 @@ func (s *Server) replayOrRun(ctx context.Context, key ReplayKey, tag callserve.T
 		rec, found, err = s.replay.Load(ctx, key)
 	}
 	if err != nil {
-		return outcome{err: s.internal(ctx, CodeUnavailable, "replay load", err)}, false, false
+		return outcome{err: s.internal(ctx, wire.CodeUnavailable, "replay load", err)}, false, false
 	}
 	if found {
 		if r := callserve.Mismatch(key.RequestID, callserve.Tag{Verb: string(rec.Verb), Digest: rec.Digest}, tag); r != nil {
 			return outcome{err: s.refusal(ctx, r)}, false, false
 		}
 		if rec.Trimmed {
-			return outcome{err: Errorf(CodeConflict, "request %s was already executed; its response is no longer retained", key.RequestID)}, false, false
+			return outcome{err: wire.Errorf(wire.CodeConflict, "request %s was already executed; its response is no longer retained", key.RequestID)}, false, false
 		}
 		out = outcome{resp: rec.Response}
 		if rec.ErrCode != "" {
-			out = outcome{err: &Error{Code: rec.ErrCode, Message: rec.ErrMessage}}
+			out = outcome{err: &wire.Error{Code: rec.ErrCode, Message: rec.ErrMessage}}
 		}
 		return out, true, true
 	}
@@ -451,7 +452,7 @@ func (s *Server) replayOrRun(ctx context.Context, key ReplayKey, tag callserve.T
 		// the handlers' own idempotency keys (revisions, approval request
 		// IDs, message IDs) are the second line of defence.
 		if err := s.replay.Save(context.WithoutCancel(ctx), key, rec); err != nil {
-			s.internal(ctx, CodeInternal, "replay save", err)
+			s.internal(ctx, wire.CodeInternal, "replay save", err)
 		} else {
 			cached = true
 		}
@@ -460,12 +461,12 @@ func (s *Server) replayOrRun(ctx context.Context, key ReplayKey, tag callserve.T
 }
 
 // reject answers a call refused before its body was read.
-func (s *Server) reject(w http.ResponseWriter, r *http.Request, e *Error) {
+func (s *Server) reject(w http.ResponseWriter, r *http.Request, e *wire.Error) {
 	callserve.Drain(w, r, s.lim.MaxPayloadBytes)
 	s.writeError(w, e)
 }
 
-func (s *Server) writeError(w http.ResponseWriter, e *Error) {
+func (s *Server) writeError(w http.ResponseWriter, e *wire.Error) {
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.FormatInt(int64(math.Ceil(e.RetryAfter.Seconds())), 10))
 	}
@@ -474,7 +475,7 @@ func (s *Server) writeError(w http.ResponseWriter, e *Error) {
 
 // encodeErrorBody renders e's wire form, without HTML escaping so that
 // messages read as written.
-func encodeErrorBody(e *Error) []byte {
+func encodeErrorBody(e *wire.Error) []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)

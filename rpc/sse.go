@@ -8,6 +8,7 @@ import (
 	"github.com/choirhq/choir/rpc/internal/callserve"
 	"github.com/choirhq/choir/rpc/internal/check"
 	"github.com/choirhq/choir/rpc/internal/stream"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // ErrPushBufferFull is returned by Server.Push when a session already has
@@ -26,7 +27,7 @@ var ErrPushBufferFull = stream.ErrFull
 // resumes after they were evicted sees a gap in Seq.
 func (s *Server) Push(sessionID string, p Push) (uint64, error) {
 	if err := p.Validate(); err != nil {
-		return 0, fmt.Errorf("push %s to session %s: %w: %w", p.Kind, sessionID, ErrBadRequest, err)
+		return 0, fmt.Errorf("push %s to session %s: %w: %w", p.Kind, sessionID, wire.ErrBadRequest, err)
 	}
 	seq, err := s.core.Sessions.Get(sessionID).Pushes.Add(string(p.Kind), func(seq uint64) ([]byte, error) {
 		p.Epoch, p.Seq = s.core.Epoch, seq
@@ -47,11 +48,11 @@ func (s *Server) StreamAttached(sessionID string) bool {
 
 func (s *Server) serveEvents(w http.ResponseWriter, r *http.Request) {
 	if r.Method != http.MethodGet {
-		s.reject(w, r, Errorf(CodeBadRequest, "method %s not allowed for %s; use GET", check.Quote(r.Method), PathEvents))
+		s.reject(w, r, wire.Errorf(wire.CodeBadRequest, "method %s not allowed for %s; use GET", check.Quote(r.Method), PathEvents))
 		return
 	}
 	if id := r.Header.Get(HeaderRequestID); id != "" && !ValidID(id) {
-		s.reject(w, r, Errorf(CodeBadRequest, "header %s: not a valid ID", HeaderRequestID))
+		s.reject(w, r, wire.Errorf(wire.CodeBadRequest, "header %s: not a valid ID", HeaderRequestID))
 		return
 	}
 	sessionID, token, rf := callserve.ParseAuth(r.Header, &envelopeNames)

@@ -4,10 +4,11 @@
 # busybox-static as the tiny OS image of test containers, opus-tools, whose
 # opusinfo checks the voice messages choir.tts.speak joins, and chromium for
 # the browser worker (daemon/browser; Debian 12 ships it in the security
-# suite). It is a no-op when they are present.
+# suite), and systemd, which deploy_systemd_test.go boots in a container to
+# run deploy/choird.service. It is a no-op when they are present.
 set -euo pipefail
 missing=()
-for p in git busybox-static opus-tools chromium; do
+for p in git busybox-static opus-tools chromium systemd; do
 	dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 [ ${#missing[@]} -eq 0 ] && exit 0

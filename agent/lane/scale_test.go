@@ -18,6 +18,7 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/agent/tool/manifest"
 	"github.com/choirhq/choir/agent/tool/mcp"
 	"github.com/choirhq/choir/rpc"
 )
@@ -67,7 +68,7 @@ func scaleRegistry(t testing.TB, ws string) *tool.Registry {
 	if out, err := exec.Command("go", "build", "-o", bin, "../tool/mcp/testdata/fakeserver").CombinedOutput(); err != nil {
 		t.Fatalf("build the fake MCP server: %v: %s", err, out)
 	}
-	set, layer, _, err := mcp.Start(context.Background(), mcp.Manifest{Servers: map[string]mcp.Server{"notes": {Command: bin}}},
+	set, layer, _, err := mcp.Start(context.Background(), manifest.MCP{Servers: map[string]manifest.MCPServer{"notes": {Command: bin}}},
 		mcp.Config{Workspace: ws})
 	if err != nil {
 		t.Fatal(err)

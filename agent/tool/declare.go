@@ -26,6 +26,8 @@ const (
 	NameScheduleList   = "choir.schedule.list"
 	NameScheduleCancel = "choir.schedule.cancel"
 	NameRemind         = "choir.remind"
+	NameNotionQuery    = "choir.notion.query"
+	NameTTSSpeak       = "choir.tts.speak"
 )
 
 // declaration is a tool the agent describes but does not execute.

@@ -10,10 +10,12 @@
 // A family is a package under agent/tool that imports this one, never the
 // reverse, and exports a Tools function returning its [Tool]s: proc
 // (choir.exec), fs (choir.fs.read, write and search), and next web, mail,
-// notion, tts and mcp. Package builtin assembles the registry from the
+// notion, tts and mcp. Every built-in's spec is in package catalog, which
+// choird shares. Package builtin assembles the registry from the
 // families' Tools, the declarations of host, meta and runtime tools, and
-// the external tools that package external loads from manifests; a new
-// family joins by adding its Tools there. A family builds its results with
+// the external tools that package external loads from manifests (package
+// manifest reads them, for choird's build as well); a new family joins by
+// adding its spec to catalog and its Tools to builtin. A family builds its results with
 // [ErrorResult] and [SuccessResult], spills large outputs with
 // [WriteArtifact], and confines every path it touches with
 // [WorkspaceRoots] and [ResolveIn] before opening it through an [os.Root].

@@ -35,6 +35,17 @@ type goBench struct {
 	built        map[string]string
 }
 
+// dir is the directory of s's package in this tree: Pkg, or the first of
+// its earlier homes (Moved) the tree has.
+func (g *goBench) dir(s source) string {
+	for _, d := range append([]string{s.Pkg}, s.Moved...) {
+		if fi, err := os.Stat(filepath.Join(g.root, d)); err == nil && fi.IsDir() {
+			return d
+		}
+	}
+	return s.Pkg
+}
+
 // binary returns the compiled test binary of pkg, building it on first use.
 func (g *goBench) binary(ctx context.Context, pkg string) (string, error) {
 	if bin, ok := g.built[pkg]; ok {
@@ -53,7 +64,8 @@ func (g *goBench) binary(ctx context.Context, pkg string) (string, error) {
 
 // run runs the benchmark s selects, g.runs times in one process.
 func (g *goBench) run(ctx context.Context, s source) (benchRun, error) {
-	bin, err := g.binary(ctx, s.Pkg)
+	pkg := g.dir(s)
+	bin, err := g.binary(ctx, pkg)
 	if err != nil {
 		return benchRun{}, err
 	}
@@ -66,16 +78,16 @@ func (g *goBench) run(ctx context.Context, s source) (benchRun, error) {
 		args = append(args, "-test.benchtime", s.Benchtime)
 	}
 	cmd := exec.CommandContext(ctx, bin, args...)
-	cmd.Dir = filepath.Join(g.root, s.Pkg)
+	cmd.Dir = filepath.Join(g.root, pkg)
 	cmd.Env = append(os.Environ(), g.env...)
 	var out strings.Builder
 	cmd.Stdout = io.MultiWriter(&out, g.log)
 	cmd.Stderr = g.log
 	t0 := time.Now()
 	if err := cmd.Run(); err != nil {
-		return benchRun{}, fmt.Errorf("%s %s: %w", s.Pkg, s.Bench, err)
+		return benchRun{}, fmt.Errorf("%s %s: %w", pkg, s.Bench, err)
 	}
-	fmt.Fprintf(g.log, "# %s %s took %s\n", s.Pkg, s.Bench, time.Since(t0).Round(time.Millisecond))
+	fmt.Fprintf(g.log, "# %s %s %s took %s\n", g.root, pkg, s.Bench, time.Since(t0).Round(time.Millisecond))
 	return parseBench(out.String())
 }
 

@@ -27,8 +27,8 @@ import (
 )
 
 type options struct {
-	root, out, dbURL, only string
-	runs, hybridRows       int
+	root, out, dbURL, only, compare string
+	runs, hybridRows                int
 }
 
 func main() {
@@ -38,6 +38,8 @@ func main() {
 	flag.StringVar(&o.dbURL, "database-url", os.Getenv("CHOIR_TEST_DATABASE_URL"),
 		"Postgres to measure against (default $CHOIR_TEST_DATABASE_URL; `make bench` passes the throwaway cluster's)")
 	flag.StringVar(&o.only, "only", "", "measure only the figures whose id matches this regular expression")
+	flag.StringVar(&o.compare, "compare", "", "also measure this git revision (built in a temporary worktree), "+
+		"figure by figure alternately with this tree, and report the change")
 	flag.IntVar(&o.runs, "runs", 3, "runs per figure")
 	flag.IntVar(&o.hybridRows, "hybrid-rows", 100000, "chunks for the hybrid-search figures")
 	flag.Parse()
@@ -93,30 +95,65 @@ func run(ctx context.Context, o options) (report, error) {
 	if out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output(); err == nil {
 		rep.Machine.Commit = strings.TrimSpace(string(out))
 	}
-	m := measurer{
-		gb: &goBench{root: root, binDir: binDir, runs: o.runs, log: lw, built: map[string]string{},
-			env: []string{"CHOIR_TEST_DATABASE_URL=" + o.dbURL, "CHOIR_REQUIRE_DOCKER=1"}},
-		pr:   probes{root: root, binDir: binDir, dbURL: o.dbURL, runs: o.runs, hybridRows: o.hybridRows, log: lw},
-		runs: map[string]benchRun{}, errs: map[string]error{}, probed: map[string]map[string][]float64{},
+	m := newMeasurer(root, filepath.Join(binDir, "this"), o, lw)
+	var old *measurer
+	if o.compare != "" {
+		oldRoot, rev, cleanup, err := checkout(ctx, root, o.compare, binDir)
+		if err != nil {
+			return report{}, err
+		}
+		defer cleanup()
+		old, rep.Machine.CompareRev = newMeasurer(oldRoot, filepath.Join(binDir, "compare"), o, lw), rev
 	}
-	for _, f := range suite {
+	for i, f := range suite {
 		if only != nil && !only.MatchString(f.ID) {
 			continue
 		}
-		r := result{figure: f}
 		fmt.Fprintf(os.Stderr, "%s  %s\n", time.Now().Format("15:04:05"), f.Title)
-		if r.Values, err = m.values(ctx, f.Source); err == nil && f.Floor != nil {
-			r.FloorValues, err = m.values(ctx, *f.Floor)
+		if old == nil {
+			rep.Figures = append(rep.Figures, m.measure(ctx, f))
+			continue
 		}
-		if err != nil {
-			r.Error = err.Error()
+		// The two trees take turns going first, so that neither always
+		// runs on a machine the other has just warmed or loaded.
+		var r, was result
+		if i%2 == 0 {
+			was, r = old.measure(ctx, f), m.measure(ctx, f)
+		} else {
+			r, was = m.measure(ctx, f), old.measure(ctx, f)
 		}
-		r.settle()
+		r.compareWith(was)
 		rep.Figures = append(rep.Figures, r)
 	}
 	rep.Machine.LoadAfter = loadavg()
 	rep.Machine.DurationSec = time.Since(t0).Seconds()
 	return rep, write(o.out, rep)
+}
+
+// newMeasurer measures the tree at root, building into binDir.
+func newMeasurer(root, binDir string, o options, log io.Writer) *measurer {
+	// A failure to make it shows as each figure's build error.
+	_ = os.MkdirAll(binDir, 0o755)
+	return &measurer{
+		gb: &goBench{root: root, binDir: binDir, runs: o.runs, log: log, built: map[string]string{},
+			env: []string{"CHOIR_TEST_DATABASE_URL=" + o.dbURL, "CHOIR_REQUIRE_DOCKER=1"}},
+		pr:   probes{root: root, binDir: binDir, dbURL: o.dbURL, runs: o.runs, hybridRows: o.hybridRows, log: log},
+		runs: map[string]benchRun{}, errs: map[string]error{}, probed: map[string]map[string][]float64{},
+	}
+}
+
+// measure measures one figure and its floor.
+func (m *measurer) measure(ctx context.Context, f figure) result {
+	r := result{figure: f}
+	var err error
+	if r.Values, err = m.values(ctx, f.Source); err == nil && f.Floor != nil {
+		r.FloorValues, err = m.values(ctx, *f.Floor)
+	}
+	if err != nil {
+		r.Error = err.Error()
+	}
+	r.settle()
+	return r
 }
 
 // measurer runs each benchmark and probe once, whatever the number of

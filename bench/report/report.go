@@ -27,6 +27,8 @@ type result struct {
 	Pass  bool    `json:"pass"`
 	// Error says why the figure could not be measured.
 	Error string `json:"error,omitempty"`
+	// Compare is the figure on the -compare revision, when one is given.
+	Compare *compared `json:"compare,omitempty"`
 }
 
 // settle fills the summary fields from Values and FloorValues.
@@ -69,6 +71,7 @@ type machine struct {
 	LoadAfter   string            `json:"load_after"`
 	Postgres    map[string]string `json:"postgres"`
 	Commit      string            `json:"commit"`
+	CompareRev  string            `json:"compare_rev,omitempty"`
 	StartedAt   time.Time         `json:"started_at"`
 	DurationSec float64           `json:"duration_s"`
 	Runs        int               `json:"runs"`
@@ -146,16 +149,30 @@ func (r report) markdown() string {
 		}
 	}
 	fmt.Fprintf(&b, "Postgres: %s.\n\n", strings.Join(pg, ", "))
-	b.WriteString("| figure | median | spread | floor (same run) | ratio | target | |\n|---|---|---|---|---|---|---|\n")
-	met := 0
+	if m.CompareRev != "" {
+		fmt.Fprintf(&b, "Compared with `%s`, built from a worktree and measured figure by figure in turn with this tree (each goes first every other figure); "+
+			"a change marked **worse** is past %.0f%% in the bad direction.\n\n", m.CompareRev, worseBeyond*100)
+		fmt.Fprintf(&b, "| figure | median | spread | `%s` median | `%s` spread | change | floor (same run) | ratio | target | |\n"+
+			"|---|---|---|---|---|---|---|---|---|---|\n", m.CompareRev, m.CompareRev)
+	} else {
+		b.WriteString("| figure | median | spread | floor (same run) | ratio | target | |\n|---|---|---|---|---|---|---|\n")
+	}
+	met, worse := 0, 0
 	for _, f := range r.Figures {
 		cmp := "≤"
 		if f.Higher {
 			cmp = "≥"
 		}
 		target := fmt.Sprintf("%s %s %s", cmp, num(f.Target), f.Unit)
+		versus := ""
+		if m.CompareRev != "" {
+			versus = f.Compare.cells(f.Unit) + " "
+			if f.Compare != nil && f.Compare.Worse {
+				worse++
+			}
+		}
 		if f.Error != "" {
-			fmt.Fprintf(&b, "| %s | – | – | – | – | %s | **not measured**: %s |\n", f.Title, target, oneLine(f.Error))
+			fmt.Fprintf(&b, "| %s | – | – | %s– | – | %s | **not measured**: %s |\n", f.Title, versus, target, oneLine(f.Error))
 			continue
 		}
 		floor, ratio := "–", "–"
@@ -166,14 +183,35 @@ func (r report) markdown() string {
 		if f.Pass {
 			mark, met = "pass", met+1
 		}
-		fmt.Fprintf(&b, "| %s | %s %s | %s–%s | %s | %s | %s | %s |\n",
-			f.Title, num(f.Median), f.Unit, num(f.Min), num(f.Max), floor, ratio, target, mark)
+		fmt.Fprintf(&b, "| %s | %s %s | %s–%s | %s%s | %s | %s | %s |\n",
+			f.Title, num(f.Median), f.Unit, num(f.Min), num(f.Max), versus, floor, ratio, target, mark)
+	}
+	if m.CompareRev != "" {
+		fmt.Fprintf(&b, "\n%d of %d figures more than %.0f%% worse than `%s`.\n", worse, len(r.Figures), worseBeyond*100, m.CompareRev)
 	}
 	fmt.Fprintf(&b, "\n%d of %d targets met.\n", met, len(r.Figures))
 	b.WriteString("\nFloors: the RPC against bare net/http on a Unix socket (`rpc/internal/fastpath` BenchmarkCall/Plain/unix); " +
 		"heartbeats against the bare-SQL simulation of the same transaction (`daemon` BenchmarkHeartbeatBareSQL). " +
 		"The idle-memory targets are this report's own; no issue set one.\n")
 	return b.String()
+}
+
+// cells are the compared revision's columns of report.md: median,
+// spread and change, each ending in " |".
+func (c *compared) cells(unit string) string {
+	switch {
+	case c == nil:
+		return "– | – | – |"
+	case c.Error != "":
+		return "– | – | not measured: " + oneLine(c.Error) + " |"
+	case c.Median == 0:
+		return fmt.Sprintf("%s %s | %s–%s | – |", num(c.Median), unit, num(c.Min), num(c.Max))
+	}
+	change := fmt.Sprintf("%+.1f%%", c.Change*100)
+	if c.Worse {
+		change = "**worse** " + change
+	}
+	return fmt.Sprintf("%s %s | %s–%s | %s |", num(c.Median), unit, num(c.Min), num(c.Max), change)
 }
 
 // num prints a figure with sensible precision.

@@ -1,7 +1,11 @@
 package main
 
 import (
+	"context"
 	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -90,5 +94,93 @@ func TestSettleAndMarkdown(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("report.md lacks %q:\n%s", want, md)
 		}
+	}
+}
+
+func TestCompareMarksWhatGotWorse(t *testing.T) {
+	fig := func(title string, higher bool, now, was []float64) result {
+		r := result{figure: figure{ID: title, Title: title, Unit: "u", Target: 1000, Higher: higher}, Values: now}
+		r.settle()
+		w := result{figure: r.figure, Values: was}
+		w.settle()
+		r.compareWith(w)
+		return r
+	}
+	slower := fig("latency up 11%", false, []float64{10, 10, 10}, []float64{9, 9, 9})
+	faster := fig("latency down", false, []float64{8}, []float64{9})
+	edge := fig("throughput down 5%", true, []float64{95}, []float64{100})
+	fewer := fig("throughput down 6%", true, []float64{94}, []float64{100})
+	missing := fig("new figure", false, []float64{1}, nil)
+	missing.Compare.Error = "no benchmark result in the output"
+	for _, c := range []struct {
+		r     result
+		worse bool
+	}{{slower, true}, {faster, false}, {edge, false}, {fewer, true}, {missing, false}} {
+		if c.r.Compare.Worse != c.worse {
+			t.Errorf("%s: change %+.3f, worse %v; want worse %v", c.r.Title, c.r.Compare.Change, c.r.Compare.Worse, c.worse)
+		}
+	}
+	md := report{Machine: machine{Runs: 3, CompareRev: "abc1234"}, Figures: []result{slower, faster, edge, fewer, missing}}.markdown()
+	for _, want := range []string{"| `abc1234` median | `abc1234` spread | change |",
+		"| latency up 11% | 10.0 u | 10.0–10.0 | 9.00 u | 9.00–9.00 | **worse** +11.1% |",
+		"| throughput down 5% | 95.0 u | 95.0–95.0 | 100.0 u | 100.0–100.0 | -5.0% |",
+		"not measured: no benchmark result in the output |",
+		"2 of 5 figures more than 5% worse than `abc1234`."} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q:\n%s", want, md)
+		}
+	}
+	for _, line := range strings.Split(md, "\n") {
+		if strings.HasPrefix(line, "| ") && strings.Count(line, " |") != 10 {
+			t.Errorf("a row of %d columns, not 10: %s", strings.Count(line, " |"), line)
+		}
+	}
+}
+
+func TestCheckoutBuildsTheRevisionAside(t *testing.T) {
+	repo := t.TempDir()
+	git := func(args ...string) string {
+		t.Helper()
+		out, err := exec.Command("git", append([]string{"-C", repo, "-c", "user.name=t", "-c", "user.email=t@t"}, args...)...).CombinedOutput()
+		if err != nil {
+			t.Fatalf("git %v: %v\n%s", args, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	git("init", "-q")
+	os.MkdirAll(filepath.Join(repo, "jobs"), 0o755)
+	os.WriteFile(filepath.Join(repo, "jobs", "a.txt"), []byte("before"), 0o644)
+	git("add", "-A")
+	git("commit", "-qm", "one")
+	first := git("rev-parse", "--short", "HEAD")
+	os.Rename(filepath.Join(repo, "jobs"), filepath.Join(repo, "session"))
+	git("add", "-A")
+	git("commit", "-qm", "two: jobs moves to session")
+
+	tree, rev, cleanup, err := checkout(context.Background(), repo, "HEAD~1", t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rev != first {
+		t.Errorf("rev %s, want %s", rev, first)
+	}
+	if b, err := os.ReadFile(filepath.Join(tree, "jobs", "a.txt")); err != nil || string(b) != "before" {
+		t.Errorf("the worktree of HEAD~1: %q %v", b, err)
+	}
+	// A benchmark that moved is found at its earlier home there.
+	g := goBench{root: tree}
+	if d := g.dir(source{Pkg: "session", Moved: []string{"jobs"}}); d != "jobs" {
+		t.Errorf("dir in the old tree = %s, want jobs", d)
+	}
+	if d := (&goBench{root: repo}).dir(source{Pkg: "session", Moved: []string{"jobs"}}); d != "session" {
+		t.Errorf("dir in the new tree = %s, want session", d)
+	}
+	cleanup()
+	if _, err := os.Stat(tree); !os.IsNotExist(err) {
+		t.Errorf("the worktree is left after cleanup: %v", err)
+	}
+	if _, _, _, err := checkout(context.Background(), repo, "no-such-rev", t.TempDir()); err == nil ||
+		!strings.Contains(err.Error(), "not a commit") {
+		t.Errorf("an unknown revision: %v", err)
 	}
 }

@@ -26,6 +26,9 @@ type figure struct {
 type source struct {
 	// Pkg is the package directory, relative to the module root.
 	Pkg string `json:"pkg,omitempty"`
+	// Moved lists Pkg's earlier directories, tried in order in a tree
+	// that lacks Pkg (a -compare revision from before a move).
+	Moved []string `json:"moved,omitempty"`
 	// Bench is the -test.bench pattern; it selects one benchmark.
 	Bench string `json:"bench,omitempty"`
 	// Metric is the unit of the benchmark's output to read, such as

@@ -12,8 +12,8 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // Env is what the command needs of choirctl: a client of choird's admin
@@ -85,7 +85,7 @@ func run(ctx context.Context, env Env, o *options, agent string) error {
 	for _, id := range ids {
 		r, err := c.Usage(ctx, id, o.days)
 		if err != nil {
-			if errors.Is(err, rpc.ErrNotFound) {
+			if errors.Is(err, wire.ErrNotFound) {
 				return env.UsageErr(err)
 			}
 			return err

@@ -21,8 +21,8 @@ import (
 	"github.com/choirhq/choir/daemon/schedule"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/daemon/usage"
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -96,18 +96,18 @@ func controlErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, control.ErrForbidden):
-		return codedErr{rpc.ErrPermissionDenied, err}
+		return codedErr{wire.ErrPermissionDenied, err}
 	case errors.Is(err, session.ErrUnknownResource):
-		return codedErr{rpc.ErrNotFound, err}
+		return codedErr{wire.ErrNotFound, err}
 	case errors.Is(err, session.ErrLeaseConflict):
-		return codedErr{rpc.ErrConflict, err}
+		return codedErr{wire.ErrConflict, err}
 	case errors.Is(err, runtime.ErrEngineUnreachable):
-		return codedErr{rpc.ErrUnavailable, err}
+		return codedErr{wire.ErrUnavailable, err}
 	}
 	if err, ok := databaseErr(err); ok {
 		return err
 	}
-	return codedErr{rpc.ErrBadRequest, err}
+	return codedErr{wire.ErrBadRequest, err}
 }
 
 // databaseErr codes an error that came from Postgres, named at the seam
@@ -121,13 +121,13 @@ func databaseErr(err error) (error, bool) {
 	var pe *pgconn.PgError
 	switch {
 	case errors.Is(named, choirsql.ErrUnavailable):
-		return codedErr{rpc.ErrUnavailable, fmt.Errorf("%w; choird cannot reach its database now, retry when Postgres is back", named)}, true
+		return codedErr{wire.ErrUnavailable, fmt.Errorf("%w; choird cannot reach its database now, retry when Postgres is back", named)}, true
 	case errors.Is(named, choirsql.ErrSerialization):
-		return codedErr{rpc.ErrUnavailable, fmt.Errorf("%w; a concurrent change got in the way, retry", named)}, true
+		return codedErr{wire.ErrUnavailable, fmt.Errorf("%w; a concurrent change got in the way, retry", named)}, true
 	case errors.Is(named, choirsql.ErrNotFound):
-		return codedErr{rpc.ErrNotFound, err}, true
+		return codedErr{wire.ErrNotFound, err}, true
 	case errors.Is(named, choirsql.ErrUniqueViolation):
-		return codedErr{rpc.ErrConflict, err}, true
+		return codedErr{wire.ErrConflict, err}, true
 	case errors.As(err, &pe):
 		return err, true
 	}

@@ -5,8 +5,8 @@ import (
 	"errors"
 
 	"github.com/choirhq/choir/daemon/control"
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // configErr codes the errors of the configuration commands: a refused
@@ -15,7 +15,7 @@ import (
 func configErr(err error) error {
 	var refused *control.ConfigRefusedError
 	if errors.As(err, &refused) || errors.Is(err, control.ErrNothingStaged) {
-		return codedErr{rpc.ErrConflict, err}
+		return codedErr{wire.ErrConflict, err}
 	}
 	return controlErr(err)
 }

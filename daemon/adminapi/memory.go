@@ -11,8 +11,8 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/daemon/memory"
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // choirctl memory: choird's memory store serves it with choird's admin
@@ -29,15 +29,15 @@ func memoryErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, memory.ErrInvalidInput), errors.Is(err, memory.ErrUnknownAgent):
-		return codedErr{rpc.ErrBadRequest, err}
+		return codedErr{wire.ErrBadRequest, err}
 	case errors.Is(err, memory.ErrNotFound):
-		return codedErr{rpc.ErrNotFound, err}
+		return codedErr{wire.ErrNotFound, err}
 	case errors.Is(err, memory.ErrConflict):
-		return codedErr{rpc.ErrConflict, err}
+		return codedErr{wire.ErrConflict, err}
 	case errors.Is(err, memory.ErrPermission), errors.Is(err, control.ErrForbidden):
-		return codedErr{rpc.ErrPermissionDenied, err}
+		return codedErr{wire.ErrPermissionDenied, err}
 	case errors.Is(err, memory.ErrBusy):
-		return codedErr{rpc.ErrUnavailable, err}
+		return codedErr{wire.ErrUnavailable, err}
 	}
 	err, _ = databaseErr(err)
 	return err
@@ -60,7 +60,7 @@ func memoryHandle[In, Out any](d *API, mux *admin.Mux, method, pattern, what str
 func pathUUID(ctx context.Context, name, what string) (uuid.UUID, error) {
 	id, err := uuid.Parse(admin.PathValue(ctx, name))
 	if err != nil {
-		return uuid.UUID{}, rpc.Errorf(rpc.CodeBadRequest, "%s %q is not a UUID", what, admin.PathValue(ctx, name))
+		return uuid.UUID{}, wire.Errorf(wire.CodeBadRequest, "%s %q is not a UUID", what, admin.PathValue(ctx, name))
 	}
 	return id, nil
 }
@@ -94,7 +94,7 @@ func (d *API) mountMemory(mux *admin.Mux) {
 		func(ctx context.Context, agentID string, _ admin.Empty) ([]memory.Session, error) {
 			limit, err := strconv.Atoi(admin.PathValue(ctx, "limit"))
 			if err != nil {
-				return nil, rpc.Errorf(rpc.CodeBadRequest, "the number of sessions must be a number, not %q",
+				return nil, wire.Errorf(wire.CodeBadRequest, "the number of sessions must be a number, not %q",
 					admin.PathValue(ctx, "limit"))
 			}
 			ss, err := d.memory.Sessions(ctx, agentID, limit)

@@ -8,8 +8,8 @@ import (
 
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/schedule"
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // scheduleErr codes the errors of choirctl schedule: an unknown schedule
@@ -19,9 +19,9 @@ func scheduleErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, control.ErrNotFound):
-		return codedErr{rpc.ErrNotFound, err}
+		return codedErr{wire.ErrNotFound, err}
 	case errors.Is(err, schedule.ErrState):
-		return codedErr{rpc.ErrConflict, err}
+		return codedErr{wire.ErrConflict, err}
 	}
 	return controlErr(err)
 }
@@ -47,7 +47,7 @@ func mountSchedules(mux *admin.Mux, s *schedule.Service) {
 			raw := admin.PathValue(ctx, "id")
 			id, err := strconv.ParseInt(raw, 10, 64)
 			if err != nil || id <= 0 {
-				return admin.Schedule{}, codedErr{rpc.ErrBadRequest,
+				return admin.Schedule{}, codedErr{wire.ErrBadRequest,
 					fmt.Errorf("%q is not a schedule id: give the number choirctl schedule list shows", raw)}
 			}
 			out, err := fn(s, ctx, adminScope(ctx), id)

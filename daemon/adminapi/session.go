@@ -7,8 +7,8 @@ import (
 
 	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // sessionErr codes the errors of these commands: a decision on a resolved
@@ -19,9 +19,9 @@ func sessionErr(err error) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, approval.ErrResolved), errors.Is(err, control.ErrNotRunning):
-		return codedErr{rpc.ErrConflict, err}
+		return codedErr{wire.ErrConflict, err}
 	case errors.Is(err, control.ErrNotFound):
-		return codedErr{rpc.ErrNotFound, err}
+		return codedErr{wire.ErrNotFound, err}
 	}
 	return controlErr(err)
 }
@@ -51,7 +51,7 @@ func (d *API) mountSessionControl(mux *admin.Mux) {
 	admin.Handle(mux, "GET", admin.PathSessionEventsN, func(ctx context.Context, _ admin.Empty) (admin.SessionEventsResult, error) {
 		n, err := strconv.Atoi(admin.PathValue(ctx, "n"))
 		if err != nil || n < 1 {
-			return admin.SessionEventsResult{}, rpc.Errorf(rpc.CodeBadRequest, "the number of events must be a positive number, not %q",
+			return admin.SessionEventsResult{}, wire.Errorf(wire.CodeBadRequest, "the number of events must be a positive number, not %q",
 				admin.PathValue(ctx, "n"))
 		}
 		out, err := d.SessionEvents(ctx, adminScope(ctx), id(ctx), n)

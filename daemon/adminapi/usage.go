@@ -7,13 +7,13 @@ import (
 	"strconv"
 
 	"github.com/choirhq/choir/daemon/usage"
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 func usageErr(err error) error {
 	if errors.Is(err, usage.ErrUnknownAgent) {
-		return codedErr{rpc.ErrNotFound, err}
+		return codedErr{wire.ErrNotFound, err}
 	}
 	return controlErr(err)
 }
@@ -30,7 +30,7 @@ func mountUsage(mux *admin.Mux, s *usage.Service) {
 		raw := admin.PathValue(ctx, "days")
 		days, err := strconv.Atoi(raw)
 		if err != nil || days <= 0 || days > usage.MaxDays {
-			return admin.UsageReport{}, codedErr{rpc.ErrBadRequest,
+			return admin.UsageReport{}, codedErr{wire.ErrBadRequest,
 				fmt.Errorf("days %q: give a number of days from 1 to %d, e.g. --days 30", raw, usage.MaxDays)}
 		}
 		r, err := s.Report(ctx, admin.PathValue(ctx, "id"), days)

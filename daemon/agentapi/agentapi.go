@@ -36,6 +36,7 @@ import (
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/usage"
+	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -142,7 +143,7 @@ func (a *API) Config() *config.Config {
 func sessionUUID(call rpc.Call) (uuid.UUID, error) {
 	id, err := uuid.Parse(call.Session.ID)
 	if err != nil {
-		return uuid.UUID{}, fmt.Errorf("session id %q: %w", call.Session.ID, rpc.ErrBadRequest)
+		return uuid.UUID{}, fmt.Errorf("session id %q: %w", call.Session.ID, wire.ErrBadRequest)
 	}
 	return id, nil
 }
@@ -203,13 +204,13 @@ func (a *API) HandleGetSecrets(ctx context.Context, call rpc.Call, req rpc.GetSe
 	}
 	if len(denied) > 0 {
 		return rpc.GetSecretsResponse{}, fmt.Errorf("secrets %s are not bound to this session (bound: %s): %w",
-			strings.Join(denied, ", "), strings.Join(allowed, ", "), rpc.ErrPermissionDenied)
+			strings.Join(denied, ", "), strings.Join(allowed, ", "), wire.ErrPermissionDenied)
 	}
 	out := make(rpc.Secrets, len(req.Resources))
 	for _, name := range req.Resources {
 		v, ok := secrets[name]
 		if !ok {
-			return rpc.GetSecretsResponse{}, fmt.Errorf("secret %s is not in secrets.json: %w", name, rpc.ErrNotFound)
+			return rpc.GetSecretsResponse{}, fmt.Errorf("secret %s is not in secrets.json: %w", name, wire.ErrNotFound)
 		}
 		out[name] = v
 	}
@@ -256,7 +257,7 @@ func (a *API) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.
 		if err != nil {
 			a.logger.WarnContext(ctx, "proposal refused before any person saw it", slog.String("agent_id", call.Session.AgentID),
 				slog.String("request_type", req.RequestType), slog.String("reason", err.Error()))
-			return rpc.ApprovalResponse{}, rpc.Errorf(rpc.CodeBadRequest, "proposal refused before any person saw it: %v", err)
+			return rpc.ApprovalResponse{}, wire.Errorf(wire.CodeBadRequest, "proposal refused before any person saw it: %v", err)
 		}
 		checked = &c
 		if strings.TrimSpace(req.Summary) == "" {
@@ -496,7 +497,7 @@ func (a *API) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req rpc.
 	if !ok {
 		sort.Strings(names)
 		return rpc.ExecuteHostToolResponse{}, fmt.Errorf("no host tool %q (host tools: %s): %w",
-			req.ToolName, strings.Join(names, ", "), rpc.ErrNotFound)
+			req.ToolName, strings.Join(names, ", "), wire.ErrNotFound)
 	}
 	if sid, err := uuid.Parse(call.Session.ID); err == nil {
 		ctx = withHostCall(ctx, hostCall{sessionID: sid, agentID: call.Session.AgentID, callID: req.CallID})
@@ -509,7 +510,7 @@ func (a *API) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req rpc.
 		if tf := (*ToolFailure)(nil); errors.As(err, &tf) {
 			return rpc.ExecuteHostToolResponse{CallID: req.CallID, Status: rpc.ToolError, Output: tf.Output}, nil
 		}
-		if errors.Is(err, rpc.ErrBadRequest) || errors.Is(err, rpc.ErrPermissionDenied) || errors.Is(err, rpc.ErrRateLimited) {
+		if errors.Is(err, wire.ErrBadRequest) || errors.Is(err, wire.ErrPermissionDenied) || errors.Is(err, wire.ErrRateLimited) {
 			msg, _ := json.Marshal(map[string]string{"error": err.Error()})
 			return rpc.ExecuteHostToolResponse{CallID: req.CallID, Status: rpc.ToolError, Output: msg}, nil
 		}
@@ -540,7 +541,7 @@ func (a *API) HandleSendOutbound(ctx context.Context, call rpc.Call, req rpc.Sen
 	}
 	if req.EventRev > acked {
 		return rpc.SendOutboundResponse{}, fmt.Errorf("message %s comes from event %d, but the session's log is acknowledged only through %d; "+
-			"send a heartbeat that carries the event first: %w", req.MessageID, req.EventRev, acked, rpc.ErrConflict)
+			"send a heartbeat that carries the event first: %w", req.MessageID, req.EventRev, acked, wire.ErrConflict)
 	}
 	cfg, _ := a.config()
 	gw, chat, err := control.OutboundAddress(cfg, b)
@@ -552,14 +553,14 @@ func (a *API) HandleSendOutbound(ctx context.Context, call rpc.Call, req rpc.Sen
 	if req.FilePath != "" {
 		ws, ok := cfg.Workspaces[b.Workspace]
 		if !ok {
-			return rpc.SendOutboundResponse{}, fmt.Errorf("the session's workspace %q is no longer configured: %w", b.Workspace, rpc.ErrNotFound)
+			return rpc.SendOutboundResponse{}, fmt.Errorf("the session's workspace %q is no longer configured: %w", b.Workspace, wire.ErrNotFound)
 		}
 		if p.FilePath, err = message.FilePath(req.FilePath); err != nil {
-			return rpc.SendOutboundResponse{}, fmt.Errorf("%w: %w", rpc.ErrBadRequest, err)
+			return rpc.SendOutboundResponse{}, fmt.Errorf("%w: %w", wire.ErrBadRequest, err)
 		}
 		p.Workspace = b.Workspace
 		if _, err := (message.File{Dir: ws.Path, Path: p.FilePath}).Stat(); err != nil {
-			return rpc.SendOutboundResponse{}, fmt.Errorf("file %s to send: %w: %w", req.FilePath, rpc.ErrBadRequest, err)
+			return rpc.SendOutboundResponse{}, fmt.Errorf("file %s to send: %w: %w", req.FilePath, wire.ErrBadRequest, err)
 		}
 	}
 	var q outbox.Queued
@@ -573,7 +574,7 @@ func (a *API) HandleSendOutbound(ctx context.Context, call rpc.Call, req rpc.Sen
 	case err != nil && fromDatabase(err):
 		return rpc.SendOutboundResponse{}, fmt.Errorf("queue message %s: %w", req.MessageID, err)
 	case err != nil:
-		return rpc.SendOutboundResponse{}, fmt.Errorf("%w: %w", rpc.ErrBadRequest, err)
+		return rpc.SendOutboundResponse{}, fmt.Errorf("%w: %w", wire.ErrBadRequest, err)
 	}
 	if req.Kind == rpc.OutboundText {
 		a.typing.Stop(id)
@@ -590,6 +591,6 @@ const outboxFullRetry = 2 * time.Second
 // outboxFull answers a message refused by outbox.ErrFull: rate_limited,
 // saying what to do.
 func outboxFull(err error) error {
-	return &rpc.Error{Code: rpc.CodeRateLimited, RetryAfter: outboxFullRetry,
+	return &wire.Error{Code: wire.CodeRateLimited, RetryAfter: outboxFullRetry,
 		Message: err.Error() + "; wait until some of them are delivered, then send again"}
 }

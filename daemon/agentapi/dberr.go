@@ -9,6 +9,7 @@ import (
 
 	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -40,7 +41,7 @@ func (c coded) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc
 	if errors.Is(err, approval.ErrTooLong) {
 		c.a.logger.WarnContext(ctx, "approval request refused before anyone was asked", slog.String("agent_id", call.Session.AgentID),
 			slog.String("request_type", req.RequestType), slog.String("reason", err.Error()))
-		return resp, rpc.Errorf(rpc.CodeBadRequest, "%v", err)
+		return resp, wire.Errorf(wire.CodeBadRequest, "%v", err)
 	}
 	return resp, c.a.databaseErr(ctx, call, err)
 }
@@ -82,7 +83,7 @@ func (a *API) databaseErr(ctx context.Context, call rpc.Call, err error) error {
 	if err == nil {
 		return nil
 	}
-	if _, ok := rpc.AsError(err); ok {
+	if _, ok := wire.AsError(err); ok {
 		return err
 	}
 	named := choirsql.Interpret(err)
@@ -94,11 +95,11 @@ func (a *API) databaseErr(ctx context.Context, call rpc.Call, err error) error {
 		if errors.Is(named, choirsql.ErrSerialization) {
 			msg = "a concurrent change got in the way; retry"
 		}
-		return rpc.Errorf(rpc.CodeUnavailable, "%s: %s", call.Verb, msg)
+		return wire.Errorf(wire.CodeUnavailable, "%s: %s", call.Verb, msg)
 	case errors.Is(named, choirsql.ErrNotFound):
-		return codedErr{rpc.ErrNotFound, err}
+		return codedErr{wire.ErrNotFound, err}
 	case errors.Is(named, choirsql.ErrUniqueViolation):
-		return codedErr{rpc.ErrConflict, err}
+		return codedErr{wire.ErrConflict, err}
 	}
 	return err
 }

@@ -6,7 +6,7 @@ import (
 	"errors"
 
 	"github.com/choirhq/choir/daemon/memory"
-	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // codedErr carries a control error with the rpc sentinel that picks its
@@ -27,11 +27,11 @@ func MemoryTools(store *memory.Store) map[string]HostTool {
 			switch {
 			case errors.Is(err, memory.ErrInvalidInput), errors.Is(err, memory.ErrUnknownAgent),
 				errors.Is(err, memory.ErrNotFound), errors.Is(err, memory.ErrConflict):
-				return nil, codedErr{rpc.ErrBadRequest, err}
+				return nil, codedErr{wire.ErrBadRequest, err}
 			case errors.Is(err, memory.ErrPermission):
-				return nil, codedErr{rpc.ErrPermissionDenied, err}
+				return nil, codedErr{wire.ErrPermissionDenied, err}
 			case errors.Is(err, memory.ErrBusy):
-				return nil, codedErr{rpc.ErrUnavailable, err}
+				return nil, codedErr{wire.ErrUnavailable, err}
 			}
 			if err != nil {
 				return nil, err

@@ -15,6 +15,7 @@ import (
 
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -34,11 +35,11 @@ func Hello(ctx context.Context, pool *pgxpool.Pool, call rpc.Call, req rpc.InitH
 func HelloWith(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, call rpc.Call, req rpc.InitHelloRequest) (rpc.InitHelloResponse, error) {
 	if req.AgentID != call.Session.AgentID || req.SessionID != call.Session.ID {
 		return rpc.InitHelloResponse{}, fmt.Errorf("hello names agent %s session %s, but the lease is for agent %s session %s: %w",
-			req.AgentID, req.SessionID, call.Session.AgentID, call.Session.ID, rpc.ErrPermissionDenied)
+			req.AgentID, req.SessionID, call.Session.AgentID, call.Session.ID, wire.ErrPermissionDenied)
 	}
 	id, err := uuid.Parse(call.Session.ID)
 	if err != nil {
-		return rpc.InitHelloResponse{}, fmt.Errorf("session id: %w", rpc.ErrBadRequest)
+		return rpc.InitHelloResponse{}, fmt.Errorf("session id: %w", wire.ErrBadRequest)
 	}
 	var resp rpc.InitHelloResponse
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -46,7 +47,7 @@ func HelloWith(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, cal
 		s, err := q.SessionHello(ctx, db.SessionHelloParams{SessionID: id, ImageVersion: req.ImageVersion,
 			ToolManifestHash: req.ToolManifestHash, SkillManifestHash: req.SkillManifestHash})
 		if errors.Is(err, choirsql.ErrNotFound) {
-			return fmt.Errorf("session %s is not live: %w", id, rpc.ErrUnauthenticated)
+			return fmt.Errorf("session %s is not live: %w", id, wire.ErrUnauthenticated)
 		}
 		if err != nil {
 			return fmt.Errorf("record hello of %s: %w", id, err)

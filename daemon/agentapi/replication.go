@@ -17,6 +17,7 @@ import (
 
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -41,7 +42,7 @@ var HeartbeatTxObserver atomic.Pointer[func(time.Duration)]
 // name delivered, and advance acked_rev and last_heartbeat_at. A resent
 // patch, or the resent prefix of a longer one, is a no-op for the events
 // already stored. A gap or a broken chain writes nothing and returns an
-// error wrapping rpc.ErrConflict that says where to resume.
+// error wrapping wire.ErrConflict that says where to resume.
 //
 // The common case, a patch that continues exactly where the last one
 // ended, is the one statement HeartbeatApply, run on its own: a single
@@ -66,7 +67,7 @@ func Replicate(ctx context.Context, pool *pgxpool.Pool, sessionID uuid.UUID, req
 		})
 	}
 	if errors.Is(err, choirsql.ErrNotFound) {
-		return rpc.HeartbeatResponse{}, fmt.Errorf("session %s: %w", sessionID, rpc.ErrNotFound)
+		return rpc.HeartbeatResponse{}, fmt.Errorf("session %s: %w", sessionID, wire.ErrNotFound)
 	}
 	if err != nil {
 		return rpc.HeartbeatResponse{}, fmt.Errorf("apply heartbeat %d..%d to session %s: %w", req.BaseRev, req.NewRev, sessionID, err)
@@ -84,18 +85,18 @@ func Replicate(ctx context.Context, pool *pgxpool.Pool, sessionID uuid.UUID, req
 func checkPatch(req rpc.HeartbeatRequest) error {
 	if int64(len(req.Patches)) != req.NewRev-req.BaseRev {
 		return fmt.Errorf("heartbeat carries %d events for revisions %d..%d: %w",
-			len(req.Patches), req.BaseRev+1, req.NewRev, rpc.ErrBadRequest)
+			len(req.Patches), req.BaseRev+1, req.NewRev, wire.ErrBadRequest)
 	}
 	prev := req.HashPrev
 	for i, e := range req.Patches {
 		if e.Rev != req.BaseRev+int64(i)+1 || e.HashPrev != prev {
 			return fmt.Errorf("heartbeat event %d (rev %d) does not continue rev %d: %w",
-				i, e.Rev, req.BaseRev+int64(i), rpc.ErrBadRequest)
+				i, e.Rev, req.BaseRev+int64(i), wire.ErrBadRequest)
 		}
 		prev = e.Hash
 	}
 	if prev != req.HashNew {
-		return fmt.Errorf("heartbeat hash_new %s is not the hash of rev %d: %w", req.HashNew, req.NewRev, rpc.ErrBadRequest)
+		return fmt.Errorf("heartbeat hash_new %s is not the hash of rev %d: %w", req.HashNew, req.NewRev, wire.ErrBadRequest)
 	}
 	return nil
 }
@@ -106,7 +107,7 @@ func checkPatch(req rpc.HeartbeatRequest) error {
 // already stored. For a resend it stores the new tail (possibly nothing).
 func resolveResend(ctx context.Context, q *db.Queries, sessionID uuid.UUID, req rpc.HeartbeatRequest, head db.HeartbeatApplyRow) error {
 	if head.Status != "active" && head.Status != "stopping" {
-		return fmt.Errorf("session %s is %s: %w", sessionID, head.Status, rpc.ErrUnauthenticated)
+		return fmt.Errorf("session %s is %s: %w", sessionID, head.Status, wire.ErrUnauthenticated)
 	}
 	acked, err := rpc.HashFromBytes(head.AckedHash)
 	if err != nil {
@@ -115,12 +116,12 @@ func resolveResend(ctx context.Context, q *db.Queries, sessionID uuid.UUID, req 
 	switch {
 	case req.BaseRev > head.AckedRev:
 		return fmt.Errorf("%w: heartbeat base_rev %d is beyond acked_rev %d; resend from rev %d: %w",
-			ErrChainGap, req.BaseRev, head.AckedRev, head.AckedRev+1, rpc.ErrConflict)
+			ErrChainGap, req.BaseRev, head.AckedRev, head.AckedRev+1, wire.ErrConflict)
 	case req.BaseRev == head.AckedRev:
 		// HeartbeatApply refuses a patch at the acknowledged base only
 		// for its hash.
 		return fmt.Errorf("%w: hash_prev %s at rev %d, but the acknowledged hash is %s: %w",
-			ErrChainBroken, req.HashPrev, req.BaseRev, acked, rpc.ErrConflict)
+			ErrChainBroken, req.HashPrev, req.BaseRev, acked, wire.ErrConflict)
 	}
 	// A resend overlapping what is stored: the revision it shares with the
 	// store must carry the stored hash, and only what follows is new.
@@ -128,13 +129,13 @@ func resolveResend(ctx context.Context, q *db.Queries, sessionID uuid.UUID, req 
 	if req.NewRev <= head.AckedRev {
 		if req.NewRev == head.AckedRev && req.HashNew != acked {
 			return fmt.Errorf("%w: resent rev %d has hash %s, stored %s: %w",
-				ErrChainBroken, req.NewRev, req.HashNew, acked, rpc.ErrConflict)
+				ErrChainBroken, req.NewRev, req.HashNew, acked, wire.ErrConflict)
 		}
 	} else {
 		overlap := req.Patches[head.AckedRev-req.BaseRev-1]
 		if overlap.Hash != acked {
 			return fmt.Errorf("%w: resent rev %d has hash %s, stored %s: %w",
-				ErrChainBroken, overlap.Rev, overlap.Hash, acked, rpc.ErrConflict)
+				ErrChainBroken, overlap.Rev, overlap.Hash, acked, wire.ErrConflict)
 		}
 		fresh = req.Patches[head.AckedRev-req.BaseRev:]
 	}

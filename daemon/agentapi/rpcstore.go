@@ -11,6 +11,7 @@ import (
 
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -60,7 +61,7 @@ func (a *SessionAuth) AuthenticateIdentity(ctx context.Context, sessionID, lease
 func (a *SessionAuth) authenticate(ctx context.Context, sessionID, leaseToken string, live bool) (rpc.Session, error) {
 	id, err := uuid.Parse(sessionID)
 	if err != nil {
-		return rpc.Session{}, fmt.Errorf("session id %q is not a UUID: %w", sessionID, rpc.ErrUnauthenticated)
+		return rpc.Session{}, fmt.Errorf("session id %q is not a UUID: %w", sessionID, wire.ErrUnauthenticated)
 	}
 	a.mu.Lock()
 	ident, known := a.ids[id]
@@ -69,7 +70,7 @@ func (a *SessionAuth) authenticate(ctx context.Context, sessionID, leaseToken st
 	if live || !known {
 		row, err := db.New(choirsql.Interpreted(a.pool)).SessionAuthGet(ctx, id)
 		if errors.Is(err, choirsql.ErrNotFound) {
-			return rpc.Session{}, fmt.Errorf("no session %s: %w", sessionID, rpc.ErrUnauthenticated)
+			return rpc.Session{}, fmt.Errorf("no session %s: %w", sessionID, wire.ErrUnauthenticated)
 		}
 		if err != nil {
 			return rpc.Session{}, fmt.Errorf("look up session %s: %w", sessionID, err)
@@ -80,10 +81,10 @@ func (a *SessionAuth) authenticate(ctx context.Context, sessionID, leaseToken st
 	// Compare before looking at the status, so that a wrong token and a
 	// revoked one take the same path through the code.
 	if !rpc.LeaseTokenMatches(leaseToken, ident.tokenHash) {
-		return rpc.Session{}, fmt.Errorf("lease token does not match session %s: %w", sessionID, rpc.ErrUnauthenticated)
+		return rpc.Session{}, fmt.Errorf("lease token does not match session %s: %w", sessionID, wire.ErrUnauthenticated)
 	}
 	if live && status != "active" && status != "stopping" {
-		return rpc.Session{}, fmt.Errorf("session %s is %s, its lease token is revoked: %w", sessionID, status, rpc.ErrUnauthenticated)
+		return rpc.Session{}, fmt.Errorf("session %s is %s, its lease token is revoked: %w", sessionID, status, wire.ErrUnauthenticated)
 	}
 	return rpc.Session{ID: id.String(), AgentID: ident.agentID}, nil
 }
@@ -133,7 +134,7 @@ func (s ReplayStore) Load(ctx context.Context, key rpc.ReplayKey) (rpc.ReplayRec
 		return rpc.ReplayRecord{}, false, fmt.Errorf("load replay %s/%s: %w", key.SessionID, key.RequestID, err)
 	}
 	rec := rpc.ReplayRecord{Verb: rpc.Verb(row.Verb), Response: row.Response,
-		ErrCode: rpc.Code(row.ErrCode), ErrMessage: row.ErrMessage}
+		ErrCode: wire.Code(row.ErrCode), ErrMessage: row.ErrMessage}
 	copy(rec.Digest[:], row.Digest)
 	return rec, true, nil
 }

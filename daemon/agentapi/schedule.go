@@ -9,7 +9,7 @@ import (
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/schedule"
 	"github.com/choirhq/choir/daemon/session"
-	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // ScheduleTools serves choir.schedule, choir.schedule.list,
@@ -29,9 +29,9 @@ func ScheduleTools(s *schedule.Service) map[string]HostTool {
 			switch {
 			case errors.As(err, &bad), errors.Is(err, session.ErrUnknownResource), errors.Is(err, control.ErrNotFound),
 				errors.Is(err, schedule.ErrState):
-				return nil, codedErr{rpc.ErrBadRequest, err}
+				return nil, codedErr{wire.ErrBadRequest, err}
 			case errors.Is(err, control.ErrForbidden):
-				return nil, codedErr{rpc.ErrPermissionDenied, err}
+				return nil, codedErr{wire.ErrPermissionDenied, err}
 			case err != nil:
 				return nil, err
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/choirhq/choir/daemon/outbox"
 	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -60,7 +61,7 @@ var sendKinds = map[string]string{
 const maxSendBytes = 50 << 20
 
 func badInput(format string, args ...any) error {
-	return codedErr{rpc.ErrBadRequest, fmt.Errorf(format, args...)}
+	return codedErr{wire.ErrBadRequest, fmt.Errorf(format, args...)}
 }
 
 // sendFile is the host tool's body: the file is checked and queued, with

@@ -16,7 +16,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"os/exec"
 	"slices"
 	"sync"
 	"time"
@@ -43,8 +42,9 @@ func (f *Failure) Error() string { return f.Kind + ": " + f.Message }
 
 // Config configures a Worker.
 type Config struct {
-	// ExecPath is the Chromium executable; empty looks up chromium,
-	// chromium-browser and google-chrome on PATH.
+	// ExecPath is the Chromium executable; empty takes Debian's binary
+	// (not its launcher script) or chromium, chromium-browser or
+	// google-chrome on PATH.
 	ExecPath string
 	// SettingsFunc returns the current web limits and allowlist of an
 	// agent (choird's configuration, config.Config.WebFor); nil means the
@@ -102,13 +102,7 @@ func (i *instance) dead() bool {
 func New(cfg Config) (*Worker, error) {
 	path := cfg.ExecPath
 	if path == "" {
-		for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
-			if p, err := exec.LookPath(name); err == nil {
-				path = p
-				break
-			}
-		}
-		if path == "" {
+		if path = findChromium(); path == "" {
 			return nil, ErrNoChromium
 		}
 	}

@@ -18,9 +18,11 @@
 //     and skills override the global ones of the same name; USER.md comes
 //     from the global repository only; SOUL.md and SOUL-CORE.md from the
 //     agent's if present, else the global one. The merged tree is checked
-//     with the agent's own loaders (agent/tool's registry Build and
-//     agent/skill's Load), the agent repository's .choir/mcp.json with
-//     the agent's MCP loader (baked as /choir/mcp.json), and the
+//     with the agent's own rules (agent/tool's registry over the
+//     built-ins' specs in agent/tool/catalog and the manifests read by
+//     agent/tool/manifest, and agent/skill's Load), the agent
+//     repository's .choir/mcp.json with the agent's MCP loader (baked as
+//     /choir/mcp.json), all without linking any tool's code, and the
 //     Dockerfiles with [CheckDockerfile] and, for the agent's,
 //     [CheckAgentDockerfile]; any problem fails with [ErrInvalidRepo]
 //     naming the file. [Checker] runs the same fetch, export and checks
@@ -136,7 +138,7 @@ type Options struct {
 	// the Dockerfile's default stand.
 	OSImage string
 	// Tools are the built-in tools the agent registers beyond
-	// builtin.Tools, so that validation knows every name the agent will.
+	// catalog.Tools, so that validation knows every name the agent will.
 	Tools []tool.Tool
 	// Git is the git executable (default "git").
 	Git string

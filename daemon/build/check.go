@@ -25,7 +25,7 @@ type Checker struct {
 }
 
 // NewChecker returns a Checker. tools are the built-in tools the agent
-// registers beyond builtin.Tools, as in [Options.Tools]; gitExe is the git
+// registers beyond catalog.Tools, as in [Options.Tools]; gitExe is the git
 // executable (default "git").
 func NewChecker(tools []tool.Tool, gitExe string) (*Checker, error) {
 	if gitExe == "" {

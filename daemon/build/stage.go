@@ -15,8 +15,9 @@ import (
 	"strings"
 
 	"github.com/choirhq/choir/agent/skill"
-	"github.com/choirhq/choir/agent/tool/builtin"
-	"github.com/choirhq/choir/agent/tool/mcp"
+	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/catalog"
+	"github.com/choirhq/choir/agent/tool/manifest"
 )
 
 // ErrInvalidRepo reports repository contents that fail validation: an
@@ -98,13 +99,13 @@ func (b *Builder) stage(globalDir, agentDir, dst string) (*staged, error) {
 	if s.toolHash, err = treeHash(filepath.Join(choir, "tools")); err != nil {
 		return nil, err
 	}
-	if isFile(filepath.Join(choir, mcp.FileName)) {
+	if isFile(filepath.Join(choir, manifest.MCPFileName)) {
 		// The MCP servers are tools too: a changed mcp.json is a new image.
-		sum, err := fileHash(filepath.Join(choir, mcp.FileName))
+		sum, err := fileHash(filepath.Join(choir, manifest.MCPFileName))
 		if err != nil {
 			return nil, err
 		}
-		s.toolHash = hashOf(s.toolHash + "\x00" + mcp.FileName + "\x00" + sum)
+		s.toolHash = hashOf(s.toolHash + "\x00" + manifest.MCPFileName + "\x00" + sum)
 	}
 	if s.skillHash, err = treeHash(filepath.Join(choir, "skills")); err != nil {
 		return nil, err
@@ -175,7 +176,7 @@ func stageSkills(globalDir, agentDir, choir string) error {
 
 // mcpFile is where an agent repository declares its MCP servers; the
 // image holds it as /choir/mcp.json, where the agent reads it.
-var mcpFile = path.Join(".choir", mcp.FileName)
+var mcpFile = path.Join(".choir", manifest.MCPFileName)
 
 // stageMCP copies the agent repository's .choir/mcp.json, if any, to
 // choir/mcp.json and validates it with the agent's own loader. A file
@@ -184,10 +185,10 @@ func stageMCP(agentDir, choir string) error {
 	if agentDir == "" || !isFile(filepath.Join(agentDir, filepath.FromSlash(mcpFile))) {
 		return nil
 	}
-	if err := copyFile(filepath.Join(agentDir, filepath.FromSlash(mcpFile)), filepath.Join(choir, mcp.FileName), 0o644); err != nil {
+	if err := copyFile(filepath.Join(agentDir, filepath.FromSlash(mcpFile)), filepath.Join(choir, manifest.MCPFileName), 0o644); err != nil {
 		return err
 	}
-	if _, err := mcp.Load(choir); err != nil {
+	if _, err := manifest.LoadMCP(choir); err != nil {
 		return &mcpError{err: err}
 	}
 	return nil
@@ -272,7 +273,7 @@ func (b *Builder) validate(s *staged, choir string) error {
 	}
 	rename := strings.NewReplacer(pairs...)
 	var errs []error
-	reg, err := builtin.Build(builtin.Config{GlobalDir: filepath.Join(val, "global"), AgentDir: filepath.Join(val, "agent"), Tools: b.opts.Tools})
+	reg, err := checkTools(filepath.Join(val, "global"), filepath.Join(val, "agent"), b.opts.Tools)
 	if err != nil {
 		errs = append(errs, &validatorError{msg: rename.Replace(err.Error()), err: err, roots: roots})
 	}
@@ -284,7 +285,7 @@ func (b *Builder) validate(s *staged, choir string) error {
 		// repositories and the agent declare, broken manifests included:
 		// their errors are reported already.
 		names := map[string]bool{}
-		for _, t := range append(builtin.Tools(), b.opts.Tools...) {
+		for _, t := range append(catalog.Tools(), b.opts.Tools...) {
 			names[t.Spec().LLM.Name] = true
 		}
 		for _, origin := range origins {
@@ -530,4 +531,14 @@ func fileHash(p string) (string, error) {
 func hashOf(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// checkTools assembles the registry the agent would, from the built-ins'
+// specs (package catalog), tools, and the external tools of the global,
+// then the agent's directory, to report what the agent would refuse. It
+// runs nothing, so it binds no executor.
+func checkTools(globalDir, agentDir string, tools []tool.Tool) (*tool.Registry, error) {
+	global, gerr := manifest.LoadTools(globalDir, tool.OriginGlobal, nil)
+	agent, aerr := manifest.LoadTools(agentDir, tool.OriginAgent, nil)
+	return tool.New(append(catalog.Tools(), tools...), tool.Layer{Defs: global, Err: gerr}, tool.Layer{Defs: agent, Err: aerr})
 }

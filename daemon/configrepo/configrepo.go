@@ -42,7 +42,7 @@ type Options struct {
 	// Home is the .choir.d directory; clones live in Home/repos.
 	Home string
 	// Tools are the built-in tools the agent registers beyond
-	// builtin.Tools, as for the build.
+	// catalog.Tools, as for the build.
 	Tools []tool.Tool
 	// Git is the git executable (default "git").
 	Git string

@@ -5,7 +5,10 @@
 // (one atomic snapshot, staged and applied in two phases), models and
 // voices, workspaces and image builds. Every front-end (the admin socket,
 // the DM commands, the gateway's hooks) calls the same functions with its
-// scope; none decides permissions or changes state by itself.
+// scope; none decides permissions or changes state by itself. It imports
+// no front-end: each translates its senders into a [DM] and its errors
+// from [ErrNotBound], and the gateway clears approval buttons through the
+// [ButtonClearer] port.
 package control
 
 import (

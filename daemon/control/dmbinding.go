@@ -12,11 +12,24 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
 )
+
+// ErrNotBound reports a DM bound to no agent. A front-end that has its
+// own word for it (the gateway's ErrNotBound) translates it.
+var ErrNotBound = errors.New("no agent is bound to this dm")
+
+// DM is who sends a command from a chat front-end: a DM of config.json,
+// by name, and whether it is an admin DM. Each front-end translates its
+// own identity of a sender (the gateway's DM) into this one.
+type DM struct {
+	// Name is the DM's name in config.json.
+	Name  string
+	Admin bool
+}
 
 // DMBinding is the agent a DM talks to.
 type DMBinding struct {
@@ -74,11 +87,11 @@ func (d *Control) DMBindingOf(ctx context.Context, dm string) (DMBinding, error)
 		return DMBinding{AgentID: free[0]}, nil
 	case len(free) > 1:
 		return DMBinding{}, fmt.Errorf("dm %s: %w: agents %s all default to it and none is running; start one with /start <agent-id>",
-			dm, gateway.ErrNotBound, strings.Join(free, ", "))
+			dm, ErrNotBound, strings.Join(free, ", "))
 	case len(busy.AgentIDs) > 0:
 		return DMBinding{}, busy
 	}
-	return DMBinding{}, fmt.Errorf("dm %s: %w; an admin can bind one with /start <agent-id>", dm, gateway.ErrNotBound)
+	return DMBinding{}, fmt.Errorf("dm %s: %w; an admin can bind one with /start <agent-id>", dm, ErrNotBound)
 }
 
 // BoundElsewhereError reports a DM whose default agents all run bound to
@@ -101,7 +114,7 @@ func (e *BoundElsewhereError) Error() string {
 }
 
 // Unwrap makes a DM whose agent is elsewhere a DM bound to no agent.
-func (e *BoundElsewhereError) Unwrap() error { return gateway.ErrNotBound }
+func (e *BoundElsewhereError) Unwrap() error { return ErrNotBound }
 
 // LogAttrs are the error's fields for choird's log.
 func (e *BoundElsewhereError) LogAttrs() []any {
@@ -121,7 +134,7 @@ func SessionDM(s db.ChoirControlSession) string {
 // DMScope is the scope of a command from a DM: admin, or its bound agent.
 // A regular DM bound to no agent gets a scope that allows nothing, and
 // says why.
-func (d *Control) DMScope(ctx context.Context, dm gateway.DM) (Scope, error) {
+func (d *Control) DMScope(ctx context.Context, dm DM) (Scope, error) {
 	sc := Scope{Admin: dm.Admin, DM: dm.Name, Actor: "telegram:" + dm.Name}
 	if dm.Admin {
 		return sc, nil
@@ -132,7 +145,7 @@ func (d *Control) DMScope(ctx context.Context, dm gateway.DM) (Scope, error) {
 		sc.Unbound = busy
 		return sc, nil
 	}
-	if errors.Is(err, gateway.ErrNotBound) {
+	if errors.Is(err, ErrNotBound) {
 		return sc, nil
 	}
 	if err != nil {
@@ -146,7 +159,7 @@ func (d *Control) DMScope(ctx context.Context, dm gateway.DM) (Scope, error) {
 func OutboundAddress(cfg *config.Config, b rpc.ResourceBindings) (gatewayName, chatID string, err error) {
 	gatewayName, chatID, ok := DMAddressIn(cfg, b.DM)
 	if !ok {
-		return "", "", fmt.Errorf("the session's DM %q is no longer configured: %w", b.DM, rpc.ErrNotFound)
+		return "", "", fmt.Errorf("the session's DM %q is no longer configured: %w", b.DM, wire.ErrNotFound)
 	}
 	return gatewayName, chatID, nil
 }

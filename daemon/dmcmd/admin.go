@@ -45,7 +45,7 @@ func (c *Commands) start(ctx context.Context, sc control.Scope, cmd gateway.Comm
 		*fields[k] = v
 	}
 	b, err := c.ctl.DMBindingOf(ctx, cmd.DM.Name)
-	if err != nil && !errors.Is(err, gateway.ErrNotBound) {
+	if err != nil && !errors.Is(err, control.ErrNotBound) {
 		return action{}, err
 	}
 	if b.Live() && b.AgentID != id {

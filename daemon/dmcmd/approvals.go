@@ -193,7 +193,7 @@ func (c *Commands) pickNumbered(ctx context.Context, sc control.Scope, cmd gatew
 
 // Decide implements gateway.Approvals: an [Approve] or [Reject] press.
 func (c *Commands) Decide(ctx context.Context, dec gateway.Decision) (string, error) {
-	sc, err := c.ctl.DMScope(ctx, dec.DM)
+	sc, err := c.ctl.DMScope(ctx, controlDM(dec.DM))
 	if err != nil {
 		return "", err
 	}

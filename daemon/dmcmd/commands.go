@@ -272,7 +272,7 @@ func (c *Commands) help(sc control.Scope) string {
 // answers; an error means the command could not be looked at (Postgres is
 // unreachable), and the gateway retries the update.
 func (c *Commands) Command(ctx context.Context, cmd gateway.Command) (string, error) {
-	sc, err := c.ctl.DMScope(ctx, cmd.DM)
+	sc, err := c.ctl.DMScope(ctx, controlDM(cmd.DM))
 	if err != nil {
 		return "", err
 	}
@@ -423,7 +423,7 @@ func (c *Commands) target(ctx context.Context, sc control.Scope, cmd gateway.Com
 		return explicit, c.ctl.KnownAgent(explicit)
 	}
 	b, err := c.ctl.DMBindingOf(ctx, cmd.DM.Name)
-	if errors.Is(err, gateway.ErrNotBound) {
+	if errors.Is(err, control.ErrNotBound) {
 		cfg := c.ctl.Snapshot().Config
 		return "", usagef("Name the agent: /%s <agent-id> (no agent is bound to this DM; agents: %s).", cmd.Name,
 			strings.Join(slices.Sorted(maps.Keys(cfg.Agents)), ", "))
@@ -460,3 +460,6 @@ func (c *Commands) usage(sc control.Scope, name string) string {
 	}
 	return "Usage: " + def.usage
 }
+
+// controlDM is the control layer's identity of the gateway's sender.
+func controlDM(dm gateway.DM) control.DM { return control.DM{Name: dm.Name, Admin: dm.Admin} }

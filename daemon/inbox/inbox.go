@@ -90,7 +90,7 @@ func (ib *Inbox) receive(ctx context.Context, msg gateway.InboundMessage, kind s
 	b, err := ib.ctl.DMBindingOf(ctx, msg.DM.Name)
 	bound := err == nil
 	var busy *control.BoundElsewhereError
-	if err != nil && !errors.Is(err, gateway.ErrNotBound) {
+	if err != nil && !errors.Is(err, control.ErrNotBound) {
 		return err
 	}
 	var agentID *string
@@ -350,6 +350,9 @@ func (ib *Inbox) WorkspaceDir(ctx context.Context, dm gateway.DM) (string, error
 	if errors.As(err, &busy) {
 		ib.logger.InfoContext(ctx, "file not stored: the dm's agent runs bound to another dm", busy.LogAttrs()...)
 	}
+	if errors.Is(err, control.ErrNotBound) {
+		return "", notBound{err}
+	}
 	if err != nil {
 		return "", err
 	}
@@ -369,3 +372,10 @@ func (ib *Inbox) WorkspaceDir(ctx context.Context, dm gateway.DM) (string, error
 	}
 	return ws.Path, nil
 }
+
+// notBound is the control layer's ErrNotBound in the gateway's words: it
+// keeps control's text and matches both sentinels.
+type notBound struct{ err error }
+
+func (e notBound) Error() string   { return e.err.Error() }
+func (e notBound) Unwrap() []error { return []error{e.err, gateway.ErrNotBound} }

@@ -19,7 +19,9 @@ import (
 	"github.com/choirhq/choir/daemon/schedule/cron"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // zone is the console DM's time zone in these tests.
@@ -79,8 +81,8 @@ func (b *testBundle) jobID(t *testing.T, scheduleID int64) int64 {
 	return *id
 }
 
-func rpcCode(err error) rpc.Code {
-	var e *rpc.Error
+func rpcCode(err error) wire.Code {
+	var e *wire.Error
 	if errors.As(err, &e) {
 		return e.Code
 	}
@@ -259,7 +261,7 @@ func TestPauseResumeCancel(t *testing.T) {
 	if state, _ := b.jobState(t, first); state != "" {
 		t.Errorf("paused schedule's job is still there (%s)", state)
 	}
-	if _, err := b.client.SchedulePause(ctx, s.ID); rpcCode(err) != rpc.CodeConflict || !strings.Contains(err.Error(), "only an active schedule") {
+	if _, err := b.client.SchedulePause(ctx, s.ID); rpcCode(err) != wire.CodeConflict || !strings.Contains(err.Error(), "only an active schedule") {
 		t.Errorf("second pause: %v", err)
 	}
 	if list, _ := b.client.ScheduleList(ctx, "assistant"); len(list) != 1 || list[0].Status != "paused" {
@@ -280,10 +282,10 @@ func TestPauseResumeCancel(t *testing.T) {
 	if state, _ := b.jobState(t, second); state != "" {
 		t.Errorf("cancelled schedule's job is still there (%s)", state)
 	}
-	if _, err := b.client.ScheduleCancel(ctx, s.ID); rpcCode(err) != rpc.CodeConflict || !strings.Contains(err.Error(), "already cancelled") {
+	if _, err := b.client.ScheduleCancel(ctx, s.ID); rpcCode(err) != wire.CodeConflict || !strings.Contains(err.Error(), "already cancelled") {
 		t.Errorf("second cancel: %v", err)
 	}
-	if _, err := b.client.ScheduleResume(ctx, 99999); rpcCode(err) != rpc.CodeNotFound || !strings.Contains(err.Error(), "schedule 99999 does not exist") {
+	if _, err := b.client.ScheduleResume(ctx, 99999); rpcCode(err) != wire.CodeNotFound || !strings.Contains(err.Error(), "schedule 99999 does not exist") {
 		t.Errorf("resume of an unknown schedule: %v", err)
 	}
 	if list, _ := b.client.ScheduleList(ctx, ""); len(list) != 0 {
@@ -301,29 +303,29 @@ func TestBadInputIsRefusedNamingTheField(t *testing.T) {
 	tests := []struct {
 		name string
 		req  admin.ScheduleAddRequest
-		code rpc.Code
+		code wire.Code
 		want string
 	}{
-		{"CronOutOfRange", admin.ScheduleAddRequest{Cron: "0 25 * * *"}, rpc.CodeBadRequest,
+		{"CronOutOfRange", admin.ScheduleAddRequest{Cron: "0 25 * * *"}, wire.CodeBadRequest,
 			`cron: cron expression "0 25 * * *": field 2 (hour) "25": 25 is out of range 0-23; e.g. "0 8 * * MON-FRI"`},
-		{"CronFieldMissing", admin.ScheduleAddRequest{Cron: "0 8 * *"}, rpc.CodeBadRequest,
+		{"CronFieldMissing", admin.ScheduleAddRequest{Cron: "0 8 * *"}, wire.CodeBadRequest,
 			`cron: cron expression "0 8 * *": 4 fields, want 5`},
-		{"UnknownTimeZone", admin.ScheduleAddRequest{Cron: "0 8 * * *", TimeZone: "Mars/Olympus"}, rpc.CodeBadRequest,
+		{"UnknownTimeZone", admin.ScheduleAddRequest{Cron: "0 8 * * *", TimeZone: "Mars/Olympus"}, wire.CodeBadRequest,
 			`time_zone: unknown time zone "Mars/Olympus": use an IANA name such as "Europe/Berlin"`},
-		{"UnknownAgent", admin.ScheduleAddRequest{AgentID: "nobody", Cron: "0 8 * * *"}, rpc.CodeNotFound,
+		{"UnknownAgent", admin.ScheduleAddRequest{AgentID: "nobody", Cron: "0 8 * * *"}, wire.CodeNotFound,
 			`agent "nobody" is not in config.json (agents: assistant, helper)`},
-		{"UnknownDM", admin.ScheduleAddRequest{DM: "nowhere", Cron: "0 8 * * *"}, rpc.CodeNotFound,
+		{"UnknownDM", admin.ScheduleAddRequest{DM: "nowhere", Cron: "0 8 * * *"}, wire.CodeNotFound,
 			`dm "nowhere" is not in config.json (dms: console, ops)`},
-		{"AtNotATime", admin.ScheduleAddRequest{At: "tomorrow"}, rpc.CodeBadRequest,
+		{"AtNotATime", admin.ScheduleAddRequest{At: "tomorrow"}, wire.CodeBadRequest,
 			`at: "tomorrow" is not a time: write "2026-03-01 08:00"`},
-		{"AtInThePast", admin.ScheduleAddRequest{At: "2020-01-01 08:00"}, rpc.CodeBadRequest,
+		{"AtInThePast", admin.ScheduleAddRequest{At: "2020-01-01 08:00"}, wire.CodeBadRequest,
 			`at: 2020-01-01T08:00:00+01:00 is in the past`},
-		{"InNotADelay", admin.ScheduleAddRequest{In: "soon"}, rpc.CodeBadRequest,
+		{"InNotADelay", admin.ScheduleAddRequest{In: "soon"}, wire.CodeBadRequest,
 			`in: "soon" is not a delay from now between 1s and 5 years`},
-		{"TwoTimes", admin.ScheduleAddRequest{Cron: "0 8 * * *", At: "2030-01-01 08:00"}, rpc.CodeBadRequest,
+		{"TwoTimes", admin.ScheduleAddRequest{Cron: "0 8 * * *", At: "2030-01-01 08:00"}, wire.CodeBadRequest,
 			`give exactly one of cron, at and in`},
-		{"NoText", admin.ScheduleAddRequest{Cron: "0 8 * * *", Text: "-"}, rpc.CodeBadRequest, `text is required`},
-		{"UnknownPolicy", admin.ScheduleAddRequest{Cron: "0 8 * * *", Missed: "maybe"}, rpc.CodeBadRequest,
+		{"NoText", admin.ScheduleAddRequest{Cron: "0 8 * * *", Text: "-"}, wire.CodeBadRequest, `text is required`},
+		{"UnknownPolicy", admin.ScheduleAddRequest{Cron: "0 8 * * *", Missed: "maybe"}, wire.CodeBadRequest,
 			`missed "maybe": want skip or run_once`},
 	}
 	for _, tt := range tests {

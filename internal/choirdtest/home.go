@@ -108,8 +108,10 @@ func Binary(t testing.TB, pkg string) string {
 	}
 	out := filepath.Join(binaries.dir, filepath.Base(pkg))
 	// Static: without cgo the agent drops capabilities on every thread at
-	// once (sandbox.Harden).
-	cmd := exec.Command("go", "build", "-o", out, "github.com/choirhq/choir/"+pkg)
+	// once (sandbox.Harden). -trimpath, as runtimetest.BuildStatic and make
+	// demo's test binary build: one configuration, so the packages they
+	// share are compiled once, whatever the checkout's directory.
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/choirhq/choir/"+pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./%s: %v\n%s", pkg, err, b)

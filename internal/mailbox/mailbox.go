@@ -3,7 +3,9 @@
 // account says tls "none"), builds the SMTP client, and sorts what goes
 // wrong into a few codes (an unreachable server, refused credentials, a
 // server error) that the email tools hand to the model and choird's mail
-// watcher logs. The agent's email tools and choird's watcher share it.
+// watcher logs. The agent's email tools and choird's watcher share it; it
+// imports nothing of the project, so each translates config.json's account
+// into an [Account].
 package mailbox
 
 import (
@@ -18,9 +20,21 @@ import (
 	"github.com/emersion/go-imap/v2"
 	"github.com/emersion/go-imap/v2/imapclient"
 	gomail "github.com/wneessen/go-mail"
-
-	"github.com/choirhq/choir/config"
 )
+
+// Account is where an email account's servers are and how to log in to
+// them: what this package needs of config.json's email account.
+type Account struct {
+	IMAPHost string
+	IMAPPort int
+	SMTPHost string
+	SMTPPort int
+	// Login is the user name for both servers.
+	Login string
+	// PlainText speaks without TLS (the account's tls "none"): only for a
+	// relay on the same host or a test server.
+	PlainText bool
+}
 
 // Codes of an [*Error]: what kind of failure the model or the log is told.
 const (
@@ -59,7 +73,7 @@ func unreachable(server string, err error) *Error {
 // DialIMAP connects to the account's IMAP server and logs in. The
 // connection is closed when ctx ends, so a hung server cannot outlive the
 // call; opts may carry a unilateral-data handler (IDLE).
-func DialIMAP(ctx context.Context, acct config.EmailAccount, password string, opts *imapclient.Options) (*imapclient.Client, error) {
+func DialIMAP(ctx context.Context, acct Account, password string, opts *imapclient.Options) (*imapclient.Client, error) {
 	server := "imap " + addr(acct.IMAPHost, acct.IMAPPort)
 	if opts == nil {
 		opts = &imapclient.Options{}
@@ -71,7 +85,7 @@ func DialIMAP(ctx context.Context, acct config.EmailAccount, password string, op
 	}
 	var c *imapclient.Client
 	switch {
-	case acct.TLS == config.EmailTLSNone:
+	case acct.PlainText:
 		c = imapclient.New(conn, opts)
 	case acct.IMAPPort == 993:
 		c = imapclient.New(tls.Client(conn, &tls.Config{ServerName: acct.IMAPHost, MinVersion: tls.VersionTLS12}), opts)
@@ -90,7 +104,7 @@ func DialIMAP(ctx context.Context, acct config.EmailAccount, password string, op
 		c.Close()
 		return nil, unreachable(server, err)
 	}
-	if err := c.Login(acct.Login(), password).Wait(); err != nil {
+	if err := c.Login(acct.Login, password).Wait(); err != nil {
 		c.Close()
 		var ie *imap.Error
 		if errors.As(err, &ie) {
@@ -103,11 +117,11 @@ func DialIMAP(ctx context.Context, acct config.EmailAccount, password string, op
 }
 
 // SMTPClient builds the client that sends from the account.
-func SMTPClient(acct config.EmailAccount, password string) (*gomail.Client, error) {
+func SMTPClient(acct Account, password string) (*gomail.Client, error) {
 	opts := []gomail.Option{gomail.WithPort(acct.SMTPPort), gomail.WithTimeout(dialTimeout),
-		gomail.WithUsername(acct.Login()), gomail.WithPassword(password)}
+		gomail.WithUsername(acct.Login), gomail.WithPassword(password)}
 	switch {
-	case acct.TLS == config.EmailTLSNone:
+	case acct.PlainText:
 		opts = append(opts, gomail.WithTLSPolicy(gomail.NoTLS), gomail.WithSMTPAuth(gomail.SMTPAuthPlainNoEnc))
 	case acct.SMTPPort == 465:
 		opts = append(opts, gomail.WithSSL(), gomail.WithSMTPAuth(gomail.SMTPAuthAutoDiscover))
@@ -122,7 +136,7 @@ func SMTPClient(acct config.EmailAccount, password string) (*gomail.Client, erro
 }
 
 // Send dials the account's SMTP server, logs in and sends msg.
-func Send(ctx context.Context, acct config.EmailAccount, password string, msg *gomail.Msg) error {
+func Send(ctx context.Context, acct Account, password string, msg *gomail.Msg) error {
 	server := "smtp " + addr(acct.SMTPHost, acct.SMTPPort)
 	c, err := SMTPClient(acct, password)
 	if err != nil {

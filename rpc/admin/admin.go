@@ -2,7 +2,7 @@
 // a Unix socket (.choir.d/socks/admin.sock) of mode 0600, where choird
 // checks each connection's peer uid with SO_PEERCRED and admits only its
 // own uid and root. Errors have the agent protocol's form,
-// {"error": ..., "code": ...} (see rpc.ErrorBody).
+// {"error": ..., "code": ...} (see wire.ErrorBody).
 //
 // It is the whole admin contract: every path (paths.go), every request and
 // result type, and a Client with a typed method per command, which says in
@@ -27,8 +27,8 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/unixsock"
+	"github.com/choirhq/choir/rpc/wire"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -83,7 +83,7 @@ func NewMux(logger *slog.Logger) *Mux {
 // request body, if any, is decoded strictly into In (unknown fields,
 // duplicate keys, trailing data refused; a bodiless request gets In's zero
 // value) and validated when In has a Validate() error method. fn's
-// error chooses the response code as for the agent protocol (rpc.AsError):
+// error chooses the response code as for the agent protocol (wire.AsError):
 // an error of no known code is reported as internal, its text only logged.
 func Handle[In, Out any](m *Mux, method, pattern string, fn func(ctx context.Context, in In) (Out, error)) {
 	m.mux.HandleFunc(method+" "+pattern, func(w http.ResponseWriter, r *http.Request) {
@@ -95,20 +95,20 @@ func Handle[In, Out any](m *Mux, method, pattern string, fn func(ctx context.Con
 		}
 		if len(bytes.TrimSpace(body)) > 0 {
 			if err := strictjson.Decode(body, &in, strictjson.Limits{MaxBytes: MaxRequestBytes}); err != nil {
-				writeError(w, rpc.Errorf(rpc.CodeBadRequest, "invalid request body: %v", oneLine(err)))
+				writeError(w, wire.Errorf(wire.CodeBadRequest, "invalid request body: %v", oneLine(err)))
 				return
 			}
 		}
 		if v, ok := any(in).(interface{ Validate() error }); ok {
 			if err := v.Validate(); err != nil {
-				writeError(w, rpc.Errorf(rpc.CodeBadRequest, "invalid request: %v", err))
+				writeError(w, wire.Errorf(wire.CodeBadRequest, "invalid request: %v", err))
 				return
 			}
 		}
 		ctx := contextWithRequest(r.Context(), r)
 		out, err := fn(ctx, in)
 		if err != nil {
-			if e, ok := rpc.AsError(err); ok && e.Code != rpc.CodeInternal {
+			if e, ok := wire.AsError(err); ok && e.Code != wire.CodeInternal {
 				writeError(w, e)
 				return
 			}
@@ -140,12 +140,12 @@ func PathValue(ctx context.Context, name string) string {
 	return r.PathValue(name)
 }
 
-func (m *Mux) internal(ctx context.Context, r *http.Request, err error) *rpc.Error {
+func (m *Mux) internal(ctx context.Context, r *http.Request, err error) *wire.Error {
 	var b [4]byte
 	rand.Read(b[:])
 	ref := hex.EncodeToString(b[:])
 	m.log.ErrorContext(ctx, "admin request failed", "method", r.Method, "path", r.URL.Path, "ref", ref, "err", err)
-	return rpc.Errorf(rpc.CodeInternal, "internal error (ref %s; see choird's log)", ref)
+	return wire.Errorf(wire.CodeInternal, "internal error (ref %s; see choird's log)", ref)
 }
 
 // ServeHTTP routes r, answering unknown paths (404) and methods (405) in
@@ -163,10 +163,10 @@ func (m *Mux) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if allow := sr.header.Get("Allow"); allow != "" {
 		w.Header().Set("Allow", allow)
 	}
-	e := rpc.Errorf(rpc.CodeNotFound, "no such admin endpoint %s %s", r.Method, r.URL.Path)
+	e := wire.Errorf(wire.CodeNotFound, "no such admin endpoint %s %s", r.Method, r.URL.Path)
 	status := http.StatusNotFound
 	if sr.status == http.StatusMethodNotAllowed {
-		e = rpc.Errorf(rpc.CodeBadRequest, "method %s not allowed for %s", r.Method, r.URL.Path)
+		e = wire.Errorf(wire.CodeBadRequest, "method %s not allowed for %s", r.Method, r.URL.Path)
 		status = http.StatusMethodNotAllowed
 	}
 	writeJSON(w, status, encodeError(e))
@@ -185,28 +185,28 @@ func (s *statusRecorder) WriteHeader(status int)      { s.status = status }
 
 func readBody(r *http.Request) ([]byte, error) {
 	if r.ContentLength > MaxRequestBytes {
-		return nil, rpc.Errorf(rpc.CodePayloadTooLarge, "request body is %d bytes, over the limit of %d bytes", r.ContentLength, MaxRequestBytes)
+		return nil, wire.Errorf(wire.CodePayloadTooLarge, "request body is %d bytes, over the limit of %d bytes", r.ContentLength, MaxRequestBytes)
 	}
 	var buf bytes.Buffer
 	n, err := buf.ReadFrom(io.LimitReader(r.Body, MaxRequestBytes+1))
 	if err != nil {
-		return nil, rpc.Errorf(rpc.CodeBadRequest, "read request body: %v", err)
+		return nil, wire.Errorf(wire.CodeBadRequest, "read request body: %v", err)
 	}
 	if n > MaxRequestBytes {
-		return nil, rpc.Errorf(rpc.CodePayloadTooLarge, "request body over the limit of %d bytes", MaxRequestBytes)
+		return nil, wire.Errorf(wire.CodePayloadTooLarge, "request body over the limit of %d bytes", MaxRequestBytes)
 	}
 	return buf.Bytes(), nil
 }
 
 func writeError(w http.ResponseWriter, err error) {
-	e, ok := rpc.AsError(err)
+	e, ok := wire.AsError(err)
 	if !ok {
-		e = rpc.Errorf(rpc.CodeInternal, "internal error")
+		e = wire.Errorf(wire.CodeInternal, "internal error")
 	}
 	writeJSON(w, e.Code.HTTPStatus(), encodeError(e))
 }
 
-func encodeError(e *rpc.Error) []byte {
+func encodeError(e *wire.Error) []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
@@ -302,7 +302,7 @@ func peerCheck(h http.Handler, allowed []uint32) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		p, ok := PeerFromContext(r.Context())
 		if !ok {
-			writeError(w, rpc.Errorf(rpc.CodePermissionDenied, "peer credentials unavailable; the admin API is served on a Unix socket only"))
+			writeError(w, wire.Errorf(wire.CodePermissionDenied, "peer credentials unavailable; the admin API is served on a Unix socket only"))
 			return
 		}
 		for _, uid := range allowed {
@@ -311,6 +311,6 @@ func peerCheck(h http.Handler, allowed []uint32) http.Handler {
 				return
 			}
 		}
-		writeError(w, rpc.Errorf(rpc.CodePermissionDenied, "uid %d may not use choird's admin API; run choirctl as uid %d or root", p.UID, allowed[0]))
+		writeError(w, wire.Errorf(wire.CodePermissionDenied, "uid %d may not use choird's admin API; run choirctl as uid %d or root", p.UID, allowed[0]))
 	})
 }

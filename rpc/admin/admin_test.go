@@ -16,8 +16,8 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -91,7 +91,7 @@ func start(t *testing.T, opts admin.ServeOptions) bundle {
 		id := admin.PathValue(ctx, "id")
 		switch id {
 		case "ghost":
-			return admin.Empty{}, fmt.Errorf("agent %s: %w", id, rpc.ErrNotFound)
+			return admin.Empty{}, fmt.Errorf("agent %s: %w", id, wire.ErrNotFound)
 		case "broken":
 			return admin.Empty{}, errors.New("pq: connection reset by peer at 10.0.0.5")
 		}
@@ -159,8 +159,8 @@ func TestAdmin(t *testing.T) {
 		// must read the real uid and refuse.
 		b := start(t, admin.ServeOptions{AllowUIDs: []uint32{54321}})
 		_, err := b.client.Status(t.Context())
-		var e *rpc.Error
-		if !errors.Is(err, rpc.ErrPermissionDenied) || !errors.As(err, &e) ||
+		var e *wire.Error
+		if !errors.Is(err, wire.ErrPermissionDenied) || !errors.As(err, &e) ||
 			!strings.Contains(e.Message, fmt.Sprintf("uid %d may not", os.Getuid())) {
 			t.Errorf("got %v", err)
 		}
@@ -175,12 +175,12 @@ func TestAdmin(t *testing.T) {
 			sentinel           error
 			want               string
 		}{
-			{"UnknownPath", http.MethodGet, "/v1/nope", nil, rpc.ErrNotFound, "no such admin endpoint GET /v1/nope"},
-			{"WrongMethod", http.MethodDelete, admin.PathStatus, nil, rpc.ErrBadRequest, "method DELETE not allowed"},
-			{"UnknownField", http.MethodPost, "/v1/echo", map[string]string{"name": "x", "nmae": "y"}, rpc.ErrBadRequest, "$.nmae: unknown field"},
-			{"FailsValidation", http.MethodPost, "/v1/echo", map[string]string{}, rpc.ErrBadRequest, "$.name: required"},
-			{"HandlerNotFound", http.MethodPost, "/v1/agents/ghost/stop", nil, rpc.ErrNotFound, "agent ghost"},
-			{"HandlerInternal", http.MethodPost, "/v1/agents/broken/stop", nil, rpc.ErrInternal, "see choird's log"},
+			{"UnknownPath", http.MethodGet, "/v1/nope", nil, wire.ErrNotFound, "no such admin endpoint GET /v1/nope"},
+			{"WrongMethod", http.MethodDelete, admin.PathStatus, nil, wire.ErrBadRequest, "method DELETE not allowed"},
+			{"UnknownField", http.MethodPost, "/v1/echo", map[string]string{"name": "x", "nmae": "y"}, wire.ErrBadRequest, "$.nmae: unknown field"},
+			{"FailsValidation", http.MethodPost, "/v1/echo", map[string]string{}, wire.ErrBadRequest, "$.name: required"},
+			{"HandlerNotFound", http.MethodPost, "/v1/agents/ghost/stop", nil, wire.ErrNotFound, "agent ghost"},
+			{"HandlerInternal", http.MethodPost, "/v1/agents/broken/stop", nil, wire.ErrInternal, "see choird's log"},
 		} {
 			t.Run(c.name, func(t *testing.T) {
 				err := b.client.Do(t.Context(), c.method, c.path, c.in, nil)

@@ -14,7 +14,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -86,7 +86,7 @@ func (c *Client) Close() error {
 
 // Do sends in (nil for no body) as JSON to method path and decodes the
 // response strictly into out (nil to discard it). An error response comes
-// back as an *rpc.Error; an unreachable choird as a *NotRunningError or a
+// back as an *wire.Error; an unreachable choird as a *NotRunningError or a
 // one-line error naming the socket.
 func (c *Client) Do(ctx context.Context, method, path string, in, out any) error {
 	var body io.Reader
@@ -126,7 +126,7 @@ func (c *Client) Do(ctx context.Context, method, path string, in, out any) error
 		return fmt.Errorf("choird %s %s: response over %d bytes", method, path, MaxResponseBytes)
 	}
 	if res.StatusCode != http.StatusOK {
-		var eb rpc.ErrorBody
+		var eb wire.ErrorBody
 		if err := strictjson.Decode(b, &eb, strictjson.Limits{MaxDepth: 4}); err != nil || eb.Code == "" {
 			return fmt.Errorf("choird %s %s: HTTP %d: %.200s", method, path, res.StatusCode, bytes.TrimSpace(b))
 		}

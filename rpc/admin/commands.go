@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // The typed client: one method per admin command, each on its path of
@@ -25,8 +25,8 @@ func call[Out any](ctx context.Context, c *Client, method, path string, in any) 
 // malformed or naming something unknown (code bad_request): what
 // choirctl reports as a usage error.
 func IsBadRequest(err error) bool {
-	var e *rpc.Error
-	return errors.As(err, &e) && e.Code == rpc.CodeBadRequest
+	var e *wire.Error
+	return errors.As(err, &e) && e.Code == wire.CodeBadRequest
 }
 
 // AgentList lists every configured agent and its state, sorted by ID.
@@ -224,8 +224,8 @@ func (c *Client) MemoryPut(ctx context.Context, agentID string, in MemoryPutRequ
 // IsNotFound reports whether err is choird saying the named object does
 // not exist (code not_found).
 func IsNotFound(err error) bool {
-	var e *rpc.Error
-	return errors.As(err, &e) && e.Code == rpc.CodeNotFound
+	var e *wire.Error
+	return errors.As(err, &e) && e.Code == wire.CodeNotFound
 }
 
 // MemorySessions lists the sessions in an agent's memory, newest first.

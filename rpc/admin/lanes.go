@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // How lanes and core jobs read, in one home for every front-end that shows
@@ -55,7 +55,7 @@ func StateText(state string) string {
 
 // BudgetText reads what is left of a lane's budgets, "43 steps, 120 tool
 // calls, 1200000 tokens, 24m10s"; empty when no budget is tracked.
-func BudgetText(b rpc.Budget) string {
+func BudgetText(b wire.Budget) string {
 	var parts []string
 	if v := b.Steps; v != nil {
 		parts = append(parts, plural(*v, "step"))

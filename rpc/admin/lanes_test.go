@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 func TestLanesRead(t *testing.T) {
@@ -18,7 +18,7 @@ func TestLanesRead(t *testing.T) {
 	}{
 		{"NewJob", admin.LaneStatus{State: "CORE_CREATED"}, "Core job j: created"},
 		{"RunningWithEverything", admin.LaneStatus{State: "CORE_WAITING_TOOL", Steps: 7, Skill: "deploy", Step: "upload",
-			Progress: "uploading\nthe bundle", BudgetRemaining: rpc.Budget{Steps: n(43), ToolCalls: n(1), Tokens: n(900), TimeMS: n(61_400)}},
+			Progress: "uploading\nthe bundle", BudgetRemaining: wire.Budget{Steps: n(43), ToolCalls: n(1), Tokens: n(900), TimeMS: n(61_400)}},
 			"Core job j: waiting for a tool, 7 steps, skill deploy at upload\nLast: uploading\nthe bundle\n" +
 				"Budget left: 43 steps, 1 tool call, 900 tokens, 1m1s"},
 		{"OneStep", admin.LaneStatus{State: "CORE_INITIALIZING", Steps: 1}, "Core job j: starting, 1 step"},
@@ -36,7 +36,7 @@ func TestLanesRead(t *testing.T) {
 	if got := admin.ProgressLine("j", admin.LaneStatus{State: "CORE_REASONING", Progress: "a\n\nb"}); got != "Core job j: reasoning | Last: a b" {
 		t.Errorf("ProgressLine = %q", got)
 	}
-	if got := admin.BudgetText(rpc.Budget{}); got != "" {
+	if got := admin.BudgetText(wire.Budget{}); got != "" {
 		t.Errorf("BudgetText of no budget = %q", got)
 	}
 	for lane, want := range map[string]string{"core:x": "x", "core:": "", "edge": "", "system": ""} {

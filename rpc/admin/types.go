@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // The request and result types of the control commands (spec 17): agents,
@@ -150,11 +150,11 @@ type ChatMessage struct {
 
 // LaneStatus is a lane's latest REPORT_STATUS.
 type LaneStatus struct {
-	Lane            string     `json:"lane"`
-	State           string     `json:"state"`
-	Skill           string     `json:"skill,omitempty"`
-	Step            string     `json:"step,omitempty"`
-	BudgetRemaining rpc.Budget `json:"budget_remaining"`
+	Lane            string      `json:"lane"`
+	State           string      `json:"state"`
+	Skill           string      `json:"skill,omitempty"`
+	Step            string      `json:"step,omitempty"`
+	BudgetRemaining wire.Budget `json:"budget_remaining"`
 	// Steps counts the model steps a core job has taken; Progress is its
 	// latest progress line.
 	Steps    int64  `json:"steps,omitempty"`

@@ -5,7 +5,7 @@
 // each request and strictly decodes each answer with rpc's types, retries
 // a call that failed in transport with the same request ID (choird's
 // replay protection makes that safe), and turns error answers into
-// *rpc.Error; the connections, the retries and the stream's reconnection
+// *wire.Error; the connections, the retries and the stream's reconnection
 // are rpc/internal/callclient's.
 package client
 
@@ -22,6 +22,7 @@ import (
 
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/internal/callclient"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // The transports, as named by choir-agent's --control-plane flag.
@@ -171,7 +172,7 @@ func (c *Client) SendOutbound(ctx context.Context, req rpc.SendOutboundRequest) 
 
 // invoke performs one call: it validates the request, sends it (retrying
 // transport failures with the same request ID), and decodes the response
-// strictly. Error responses come back as *rpc.Error, wrapped with the verb.
+// strictly. Error responses come back as *wire.Error, wrapped with the verb.
 func invoke[Resp rpc.Payload](ctx context.Context, c *Client, verb rpc.Verb, req rpc.Payload) (Resp, error) {
 	var zero Resp
 	var err error
@@ -181,7 +182,7 @@ func invoke[Resp rpc.Payload](ctx context.Context, c *Client, verb rpc.Verb, req
 		err = req.Validate()
 	}
 	if err != nil {
-		return zero, fmt.Errorf("rpc %s: %w", verb, &rpc.Error{Code: rpc.CodeBadRequest, Message: "invalid request: " + err.Error()})
+		return zero, fmt.Errorf("rpc %s: %w", verb, &wire.Error{Code: wire.CodeBadRequest, Message: "invalid request: " + err.Error()})
 	}
 	body, err := rpc.Encode(req)
 	if err != nil {
@@ -206,19 +207,19 @@ func invoke[Resp rpc.Payload](ctx context.Context, c *Client, verb rpc.Verb, req
 	return out, nil
 }
 
-// decodeErrorBody turns an error response into an *rpc.Error. A body that
-// is not the error form still yields an *rpc.Error, of the status's class.
-func decodeErrorBody(status int, b []byte) *rpc.Error {
-	eb, err := rpc.Decode[rpc.ErrorBody](b, 1<<20, 4)
+// decodeErrorBody turns an error response into an *wire.Error. A body that
+// is not the error form still yields an *wire.Error, of the status's class.
+func decodeErrorBody(status int, b []byte) *wire.Error {
+	eb, err := rpc.Decode[wire.ErrorBody](b, 1<<20, 4)
 	if err != nil {
-		code := rpc.CodeInternal
-		for _, c := range rpc.Codes {
-			if c.HTTPStatus() == status && c != rpc.CodeUnknownVerb {
+		code := wire.CodeInternal
+		for _, c := range wire.Codes {
+			if c.HTTPStatus() == status && c != wire.CodeUnknownVerb {
 				code = c
 				break
 			}
 		}
-		return rpc.Errorf(code, "HTTP %d with a body that is not an error: %.200s", status, strings.TrimSpace(string(b)))
+		return wire.Errorf(code, "HTTP %d with a body that is not an error: %.200s", status, strings.TrimSpace(string(b)))
 	}
 	return eb.Err()
 }

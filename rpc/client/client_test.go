@@ -13,6 +13,7 @@ import (
 
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 func TestMain(m *testing.M) {
@@ -59,8 +60,8 @@ func TestNew(t *testing.T) {
 }
 
 // TestErrorResponses answers a call with each kind of error response: the
-// error form comes back as its *rpc.Error, and any other body (a proxy's
-// HTML page, plain text) as an *rpc.Error of its status's class.
+// error form comes back as its *wire.Error, and any other body (a proxy's
+// HTML page, plain text) as an *wire.Error of its status's class.
 func TestErrorResponses(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -71,12 +72,12 @@ func TestErrorResponses(t *testing.T) {
 		wantContains string
 		retryAfter   time.Duration
 	}{
-		{"ErrorForm", http.StatusTooManyRequests, `{"error":"slow down","code":"rate_limited","retry_after_ms":250}`, rpc.ErrRateLimited, "slow down", 250 * time.Millisecond},
+		{"ErrorForm", http.StatusTooManyRequests, `{"error":"slow down","code":"rate_limited","retry_after_ms":250}`, wire.ErrRateLimited, "slow down", 250 * time.Millisecond},
 		{"UnknownCodeKeptAsSent", http.StatusBadGateway, `{"error":"odd","code":"from_the_future"}`, nil, "from_the_future: odd", 0},
-		{"HTMLPage", http.StatusServiceUnavailable, "<html>maintenance</html>", rpc.ErrUnavailable, "HTTP 503 with a body that is not an error: <html>maintenance</html>", 0},
-		{"NotFoundIsNotUnknownVerb", http.StatusNotFound, "404 page not found\n", rpc.ErrNotFound, "not_found: HTTP 404", 0},
-		{"ErrorFormWithoutCode", http.StatusForbidden, `{"error":"no"}`, rpc.ErrPermissionDenied, "not an error", 0},
-		{"UnmappedStatus", http.StatusTeapot, "short and stout", rpc.ErrInternal, "HTTP 418", 0},
+		{"HTMLPage", http.StatusServiceUnavailable, "<html>maintenance</html>", wire.ErrUnavailable, "HTTP 503 with a body that is not an error: <html>maintenance</html>", 0},
+		{"NotFoundIsNotUnknownVerb", http.StatusNotFound, "404 page not found\n", wire.ErrNotFound, "not_found: HTTP 404", 0},
+		{"ErrorFormWithoutCode", http.StatusForbidden, `{"error":"no"}`, wire.ErrPermissionDenied, "not an error", 0},
+		{"UnmappedStatus", http.StatusTeapot, "short and stout", wire.ErrInternal, "HTTP 418", 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
@@ -94,9 +95,9 @@ func TestErrorResponses(t *testing.T) {
 			}
 			defer cl.Close()
 			_, err = cl.ReportStatus(t.Context(), rpc.ReportStatusRequest{Lane: "edge", State: "EDGE_IDLE"})
-			var e *rpc.Error
+			var e *wire.Error
 			if !errors.As(err, &e) || !strings.Contains(err.Error(), c.wantContains) || e.RetryAfter != c.retryAfter {
-				t.Fatalf("got %v (%#v), want an *rpc.Error containing %q, retry after %v", err, e, c.wantContains, c.retryAfter)
+				t.Fatalf("got %v (%#v), want an *wire.Error containing %q, retry after %v", err, e, c.wantContains, c.retryAfter)
 			}
 			if c.want != nil && !errors.Is(err, c.want) {
 				t.Errorf("got %v, want it to match %v", err, c.want)

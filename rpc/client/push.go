@@ -7,6 +7,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/internal/callclient"
 	"github.com/choirhq/choir/rpc/internal/stream"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // ReceivePushes delivers choird's pushes to fn, in order and without
@@ -19,14 +20,14 @@ import (
 // runs no further push is read.
 //
 // It returns ctx's error when ctx ends, and an error matching
-// rpc.ErrUnauthenticated (or another non-retryable code) when choird refuses
+// wire.ErrUnauthenticated (or another non-retryable code) when choird refuses
 // the stream, as it does once the session is revoked.
 func (c *Client) ReceivePushes(ctx context.Context, fn func(rpc.Push)) error {
 	r := &callclient.Receiver{
 		Conn: c.conn, Path: rpc.PathEvents, LastEventIDHeader: rpc.HeaderLastEventID,
 		Refused: func(status int, body []byte) error { return decodeErrorBody(status, body) },
 		Permanent: func(err error) bool {
-			var e *rpc.Error
+			var e *wire.Error
 			return errors.As(err, &e) && permanentCode(e.Code)
 		},
 		Handle: func(epoch string, seq uint64, ev stream.Event) (bool, error) {
@@ -43,9 +44,9 @@ func (c *Client) ReceivePushes(ctx context.Context, fn func(rpc.Push)) error {
 
 // permanentCode reports whether reconnecting after an error of code cannot
 // help.
-func permanentCode(code rpc.Code) bool {
+func permanentCode(code wire.Code) bool {
 	switch code {
-	case rpc.CodeUnauthenticated, rpc.CodePermissionDenied, rpc.CodeBadRequest, rpc.CodeNotFound, rpc.CodeUnknownVerb:
+	case wire.CodeUnauthenticated, wire.CodePermissionDenied, wire.CodeBadRequest, wire.CodeNotFound, wire.CodeUnknownVerb:
 		return true
 	}
 	return false

@@ -147,6 +147,12 @@ func (c Config) session(env tool.Env) (string, config.EmailAccount, string, *Pro
 	return name, acct, pw, nil
 }
 
+// mailboxAccount is what package mailbox needs of the account.
+func mailboxAccount(a config.EmailAccount) mailbox.Account {
+	return mailbox.Account{IMAPHost: a.IMAPHost, IMAPPort: a.IMAPPort, SMTPHost: a.SMTPHost, SMTPPort: a.SMTPPort,
+		Login: a.Login(), PlainText: a.TLS == config.EmailTLSNone}
+}
+
 // decode unmarshals a validated input.
 func decode[T any](input json.RawMessage) (T, error) {
 	var v T

@@ -167,7 +167,7 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 	if err != nil {
 		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeBadInput, Message: err.Error()}), nil
 	}
-	if err := mailbox.Send(ctx, acct, pw, msg); err != nil {
+	if err := mailbox.Send(ctx, mailboxAccount(acct), pw, msg); err != nil {
 		return s.cfg.failErr(ctx, NameSend, err), nil
 	}
 	ids := msg.GetGenHeader(gomail.HeaderMessageID)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/choirhq/choir/agent/sandbox"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/manifest"
 	"github.com/choirhq/choir/agent/tool/proc"
 	"github.com/choirhq/choir/strictjson"
 )
@@ -138,4 +139,10 @@ func (e *external) Execute(ctx context.Context, env tool.Env, input json.RawMess
 		out.Output = nil
 	}
 	return tool.Result{Status: out.Status, Summary: out.Summary, Output: out.Output}, nil
+}
+
+// Load loads the manifests of one directory as tools of origin, each run
+// by this package's executor; see [manifest.LoadTools].
+func Load(dir string, origin tool.Origin) ([]*tool.Def, error) {
+	return manifest.LoadTools(dir, origin, func(spec tool.Spec) tool.Tool { return &external{spec: spec} })
 }

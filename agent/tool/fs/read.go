@@ -14,6 +14,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/catalog"
 )
 
 // workspaceFS is a workspace opened for one call: paths are resolved with
@@ -62,35 +63,7 @@ func (w *workspaceFS) open(rel string) (*os.File, fs.FileInfo, error) {
 // fsRead is choir.fs.read: a chunk of a text file, with its line count.
 type fsRead struct{}
 
-func (fsRead) Spec() tool.Spec {
-	return tool.Spec{
-		LLM: tool.LLMView{
-			Name: tool.NameFSRead,
-			Description: "Read a text file of the workspace, or part of it: the first lines (head), the last lines (tail), " +
-				"or a line range (start_line, end_line; 1-based, inclusive). Without any of them, reads from the start as much as fits. " +
-				"Returns total_lines, and next_line when more remains.",
-			Parameters: json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "path": {"type": "string", "minLength": 1, "description": "File path, relative to the workspace root."},
-    "head": {"type": "integer", "minimum": 1, "description": "Read the first N lines."},
-    "tail": {"type": "integer", "minimum": 1, "description": "Read the last N lines."},
-    "start_line": {"type": "integer", "minimum": 1, "description": "First line to read."},
-    "end_line": {"type": "integer", "minimum": 1, "description": "Last line to read (default: as much as fits)."}
-  },
-  "required": ["path"],
-  "additionalProperties": false
-}`),
-		},
-		Runtime: tool.Runtime{
-			TimeoutMS:  30_000,
-			Locks:      []tool.LockTemplate{{Resource: "file:{path}", Mode: tool.ModeShared}},
-			SideEffect: tool.SideEffectRead,
-			Idempotent: true,
-			Version:    "1.0",
-		},
-	}
-}
+func (fsRead) Spec() tool.Spec { return catalog.FSRead() }
 
 // fsReadOutput is choir.fs.read's output.
 type fsReadOutput struct {

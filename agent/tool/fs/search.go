@@ -18,6 +18,7 @@ import (
 	"strings"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/catalog"
 	"github.com/choirhq/choir/agent/tool/proc"
 )
 
@@ -46,36 +47,7 @@ type fsSearch struct {
 	rg string // path of rg, or "" for the Go search
 }
 
-func (fsSearch) Spec() tool.Spec {
-	return tool.Spec{
-		LLM: tool.LLMView{
-			Name: tool.NameFSSearch,
-			Description: "Search the workspace, or one file or directory of it, for lines matching a regular expression (RE2 syntax). " +
-				"Returns matching lines with their path and line number, in path order; many matches are cut to the first ones, " +
-				"with all of them in artifact_ref.",
-			Parameters: json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "pattern": {"type": "string", "minLength": 1, "description": "Regular expression, or a literal with fixed_strings."},
-    "path": {"type": "string", "description": "File or directory to search, relative to the workspace root (default: all of it)."},
-    "glob": {"type": "string", "minLength": 1, "pattern": "^[^/{}\\\\]+$", "description": "Only search files whose name matches, e.g. *.go; supports * ? and [...]."},
-    "ignore_case": {"type": "boolean"},
-    "fixed_strings": {"type": "boolean", "description": "Match pattern literally."},
-    "max_results": {"type": "integer", "minimum": 1, "maximum": 1000, "description": "Most matches to return (default 100)."}
-  },
-  "required": ["pattern"],
-  "additionalProperties": false
-}`),
-		},
-		Runtime: tool.Runtime{
-			TimeoutMS:  60_000,
-			Locks:      []tool.LockTemplate{{Resource: "file:{path}", Mode: tool.ModeShared}},
-			SideEffect: tool.SideEffectRead,
-			Idempotent: true,
-			Version:    "1.0",
-		},
-	}
-}
+func (fsSearch) Spec() tool.Spec { return catalog.FSSearch() }
 
 // skippedNames are never searched below the target: git's internals, and
 // the staging area, whose artifacts would otherwise feed every search of

@@ -10,6 +10,7 @@ import (
 	"path"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/catalog"
 )
 
 // maxEditBytes bounds the size of a file edited line by line (it is held
@@ -28,36 +29,7 @@ const (
 // atomically through a temporary file and a rename.
 type fsWrite struct{}
 
-func (fsWrite) Spec() tool.Spec {
-	return tool.Spec{
-		LLM: tool.LLMView{
-			Name: tool.NameFSWrite,
-			Description: "Write to a file of the workspace, creating it and its parent directories if needed. " +
-				"mode overwrite (default) replaces the whole file with content; append adds content at the end; " +
-				"insert puts content before line `line` (total_lines+1 appends); replace swaps lines start_line..end_line " +
-				"(inclusive) for content, and an empty content deletes them. Lines are 1-based.",
-			Parameters: json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "path": {"type": "string", "minLength": 1, "description": "File path, relative to the workspace root."},
-    "mode": {"type": "string", "enum": ["overwrite", "append", "insert", "replace"]},
-    "content": {"type": "string", "description": "The text to write."},
-    "line": {"type": "integer", "minimum": 1, "description": "insert: the line to insert before."},
-    "start_line": {"type": "integer", "minimum": 1, "description": "replace: the first line replaced."},
-    "end_line": {"type": "integer", "minimum": 1, "description": "replace: the last line replaced."}
-  },
-  "required": ["path", "content"],
-  "additionalProperties": false
-}`),
-		},
-		Runtime: tool.Runtime{
-			TimeoutMS:  30_000,
-			Locks:      []tool.LockTemplate{{Resource: "file:{path}", Mode: tool.ModeExclusive}},
-			SideEffect: tool.SideEffectWrite,
-			Version:    "1.0",
-		},
-	}
-}
+func (fsWrite) Spec() tool.Spec { return catalog.FSWrite() }
 
 // fsWriteOutput is choir.fs.write's output.
 type fsWriteOutput struct {

@@ -10,17 +10,13 @@ package mcp
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"maps"
 	"net/http"
 	"net/url"
-	"os"
 	"os/exec"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -29,48 +25,10 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/manifest"
 	"github.com/choirhq/choir/agent/tool/proc"
 	"github.com/choirhq/choir/internal/netguard"
 )
-
-// FileName is the agent's MCP manifest, in its .choir directory.
-const FileName = "mcp.json"
-
-// Manifest declares an agent's MCP servers.
-type Manifest struct {
-	Servers map[string]Server `json:"servers"`
-}
-
-// Server declares one MCP server: Command (stdio) or URL (streamable
-// HTTP), never both.
-type Server struct {
-	// Command and Args start a stdio server, in the workspace.
-	Command string            `json:"command,omitempty"`
-	Args    []string          `json:"args,omitempty"`
-	Env     map[string]string `json:"env,omitempty"`
-	// URL is a streamable-HTTP server's endpoint; Secret names the secret
-	// sent as its bearer token.
-	URL    string `json:"url,omitempty"`
-	Secret string `json:"secret,omitempty"`
-	// Optional lets the agent start without the server if it fails to.
-	Optional bool `json:"optional,omitempty"`
-	// TimeoutMS bounds one call (default 60000).
-	TimeoutMS int `json:"timeout_ms,omitempty"`
-	// Approval requires a person's approval of every call of every tool.
-	Approval bool `json:"approval,omitempty"`
-	// Tools override the runtime view of single tools, by MCP name.
-	Tools map[string]ToolView `json:"tools,omitempty"`
-}
-
-// ToolView is the runtime view a manifest gives one MCP tool; unset fields
-// keep the defaults: locks workspace:X for a stdio server and none for an
-// HTTP one; side effect read for a tool its server annotates read-only,
-// else write (stdio) or external (HTTP); no approval.
-type ToolView struct {
-	Locks      []tool.LockTemplate `json:"locks,omitempty"`
-	SideEffect tool.SideEffect     `json:"side_effect,omitempty"`
-	Approval   bool                `json:"approval,omitempty"`
-}
 
 // StartError names a server that failed to start.
 type StartError struct {
@@ -81,34 +39,6 @@ type StartError struct {
 func (e *StartError) Error() string { return fmt.Sprintf("MCP server %q: %v", e.Server, e.Err) }
 
 func (e *StartError) Unwrap() error { return e.Err }
-
-// Load reads dir's mcp.json; a missing file declares no servers.
-func Load(dir string) (Manifest, error) {
-	var m Manifest
-	b, err := os.ReadFile(dir + "/" + FileName)
-	if errors.Is(err, fs.ErrNotExist) {
-		return m, nil
-	}
-	if err != nil {
-		return m, fmt.Errorf("read %s: %w", FileName, err)
-	}
-	dec := json.NewDecoder(strings.NewReader(string(b)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&m); err != nil {
-		return m, fmt.Errorf("%s: %w (want {\"servers\": {\"<name>\": {\"command\": \"...\"} or {\"url\": \"...\", \"secret\": \"...\"}}})", FileName, err)
-	}
-	for name, s := range m.Servers {
-		if !serverName.MatchString(name) {
-			return m, fmt.Errorf("%s: servers.%s: want a lowercase name like files ([a-z][a-z0-9_]*)", FileName, name)
-		}
-		if (s.Command == "") == (s.URL == "") {
-			return m, fmt.Errorf("%s: servers.%s: give command (stdio) or url (streamable HTTP), not both or neither", FileName, name)
-		}
-	}
-	return m, nil
-}
-
-var serverName = regexp.MustCompile(`^[a-z][a-z0-9_]*$`)
 
 // Config is what Start needs besides the manifest.
 type Config struct {
@@ -141,7 +71,7 @@ type Set struct {
 // fails to start fails Start with a [*StartError] naming it, unless it is
 // optional (then it is left out and reported in skipped). A tool whose
 // schema or name is invalid fails Start naming the server and the tool.
-func Start(ctx context.Context, m Manifest, cfg Config) (set *Set, layer tool.Layer, skipped []error, err error) {
+func Start(ctx context.Context, m manifest.MCP, cfg Config) (set *Set, layer tool.Layer, skipped []error, err error) {
 	set = &Set{}
 	names := make([]string, 0, len(m.Servers))
 	for n := range m.Servers {

@@ -23,6 +23,7 @@ import (
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/agent/tool/manifest"
 	"github.com/choirhq/choir/agent/tool/mcp"
 	"github.com/choirhq/choir/rpc"
 )
@@ -107,14 +108,14 @@ type bundle struct {
 // their tools.
 // Every secret given is one of mcp_secrets, and the test servers'
 // loopback address is allowlisted.
-func setup(t *testing.T, m mcp.Manifest, secrets map[string]string) (*bundle, error) {
+func setup(t *testing.T, m manifest.MCP, secrets map[string]string) (*bundle, error) {
 	t.Helper()
 	return setupWith(t, m, mcp.Config{SecretFunc: func(n string) (string, bool) { v, ok := secrets[n]; return v, ok },
 		MCPSecrets: slices.Collect(maps.Keys(secrets)), AllowHosts: []string{"127.0.0.1"}})
 }
 
 // setupWith is setup with cfg's secrets, mcp_secrets and allowlist.
-func setupWith(t *testing.T, m mcp.Manifest, cfg mcp.Config) (*bundle, error) {
+func setupWith(t *testing.T, m manifest.MCP, cfg mcp.Config) (*bundle, error) {
 	t.Helper()
 	ws := t.TempDir()
 	b := &bundle{ws: ws, appr: &approver{status: map[string]rpc.ApprovalStatus{}}, notes: make(chan string, 4)}
@@ -164,13 +165,13 @@ func (b *bundle) call(t *testing.T, name, input string) (arbiter.Outcome, []stri
 	return out, nil
 }
 
-func stdio(t *testing.T, env map[string]string) mcp.Server {
-	return mcp.Server{Command: fakeServer(t), Env: env}
+func stdio(t *testing.T, env map[string]string) manifest.MCPServer {
+	return manifest.MCPServer{Command: fakeServer(t), Env: env}
 }
 
 func TestStdioServerToolsRunThroughTheArbiterUnderTheirLocks(t *testing.T) {
 	t.Parallel()
-	b, err := setup(t, mcp.Manifest{Servers: map[string]mcp.Server{"notes": stdio(t, nil)}}, nil)
+	b, err := setup(t, manifest.MCP{Servers: map[string]manifest.MCPServer{"notes": stdio(t, nil)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -228,8 +229,8 @@ func httpServer(t *testing.T, token string) string {
 func TestHTTPServerWithSecretNeedsApproval(t *testing.T) {
 	t.Parallel()
 	url := httpServer(t, "s3cret")
-	m := mcp.Manifest{Servers: map[string]mcp.Server{"pay": {URL: url, Secret: "pay_token",
-		Tools: map[string]mcp.ToolView{"charge": {Approval: true}}}}}
+	m := manifest.MCP{Servers: map[string]manifest.MCPServer{"pay": {URL: url, Secret: "pay_token",
+		Tools: map[string]manifest.MCPToolView{"charge": {Approval: true}}}}}
 	if _, err := setup(t, m, map[string]string{"pay_token": "wrong"}); err == nil || !strings.Contains(err.Error(), `"pay"`) {
 		t.Fatalf("a wrong secret: err = %v, want the server named", err)
 	}
@@ -261,25 +262,25 @@ func TestHTTPServerWithSecretNeedsApproval(t *testing.T) {
 
 func TestServerThatFailsToStartIsNamed(t *testing.T) {
 	t.Parallel()
-	bad := mcp.Server{Command: filepath.Join(t.TempDir(), "no-such-server")}
-	_, err := setup(t, mcp.Manifest{Servers: map[string]mcp.Server{"files": bad}}, nil)
+	bad := manifest.MCPServer{Command: filepath.Join(t.TempDir(), "no-such-server")}
+	_, err := setup(t, manifest.MCP{Servers: map[string]manifest.MCPServer{"files": bad}}, nil)
 	var se *mcp.StartError
 	if !errors.As(err, &se) || se.Server != "files" || !strings.Contains(err.Error(), `"files"`) {
 		t.Fatalf("err = %v, want a StartError naming files", err)
 	}
 	bad.Optional = true
-	if _, err := setup(t, mcp.Manifest{Servers: map[string]mcp.Server{"files": bad, "notes": stdio(t, nil)}}, nil); err != nil {
+	if _, err := setup(t, manifest.MCP{Servers: map[string]manifest.MCPServer{"files": bad, "notes": stdio(t, nil)}}, nil); err != nil {
 		t.Fatalf("an optional server that fails stopped the start: %v", err)
 	}
 }
 
 func TestInvalidSchemaOrNameClashRefusesStart(t *testing.T) {
 	t.Parallel()
-	_, err := setup(t, mcp.Manifest{Servers: map[string]mcp.Server{"notes": stdio(t, map[string]string{"FAKE_BAD_SCHEMA": "1"})}}, nil)
+	_, err := setup(t, manifest.MCP{Servers: map[string]manifest.MCPServer{"notes": stdio(t, map[string]string{"FAKE_BAD_SCHEMA": "1"})}}, nil)
 	if err == nil || !strings.Contains(err.Error(), `"notes"`) || !strings.Contains(err.Error(), `"broken"`) {
 		t.Errorf("invalid schema: err = %v, want server notes and tool broken named", err)
 	}
-	_, err = setup(t, mcp.Manifest{Servers: map[string]mcp.Server{"choir": stdio(t, map[string]string{"FAKE_CLASH": "1"})}}, nil)
+	_, err = setup(t, manifest.MCP{Servers: map[string]manifest.MCPServer{"choir": stdio(t, map[string]string{"FAKE_CLASH": "1"})}}, nil)
 	if err == nil || !strings.Contains(err.Error(), "mcp:choir/exec") || !strings.Contains(err.Error(), `"choir.exec"`) {
 		t.Errorf("name clash: err = %v, want the MCP tool and the built-in named", err)
 	}
@@ -287,7 +288,7 @@ func TestInvalidSchemaOrNameClashRefusesStart(t *testing.T) {
 
 func TestServerDyingMidCallIsRestartedOnceThenUnavailable(t *testing.T) {
 	t.Parallel()
-	b, err := setup(t, mcp.Manifest{Servers: map[string]mcp.Server{"notes": stdio(t, nil)}}, nil)
+	b, err := setup(t, manifest.MCP{Servers: map[string]manifest.MCPServer{"notes": stdio(t, nil)}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

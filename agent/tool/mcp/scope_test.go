@@ -9,6 +9,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/choirhq/choir/agent/tool/manifest"
 	"github.com/choirhq/choir/agent/tool/mcp"
 	"github.com/choirhq/choir/internal/netguard"
 )
@@ -20,7 +21,7 @@ import (
 func TestServerGetsOnlyMCPSecrets(t *testing.T) {
 	t.Parallel()
 	url := httpServer(t, "sk-model-canary")
-	m := mcp.Manifest{Servers: map[string]mcp.Server{"pay": {URL: url, Secret: "model-key"}}}
+	m := manifest.MCP{Servers: map[string]manifest.MCPServer{"pay": {URL: url, Secret: "model-key"}}}
 	secrets := map[string]string{"model-key": "sk-model-canary", "pay_token": "s3cret"}
 	_, err := setupWith(t, m, mcp.Config{SecretFunc: func(n string) (string, bool) { v, ok := secrets[n]; return v, ok },
 		MCPSecrets: []string{"pay_token"}, AllowHosts: []string{"127.0.0.1"}})
@@ -36,7 +37,7 @@ func TestServerGetsOnlyMCPSecrets(t *testing.T) {
 func TestHTTPServerThroughTheSSRFGuard(t *testing.T) {
 	t.Parallel()
 	url := httpServer(t, "s3cret")
-	m := mcp.Manifest{Servers: map[string]mcp.Server{"pay": {URL: url, Secret: "pay_token"}}}
+	m := manifest.MCP{Servers: map[string]manifest.MCPServer{"pay": {URL: url, Secret: "pay_token"}}}
 	secret := func(n string) (string, bool) { return "s3cret", n == "pay_token" }
 	_, err := setupWith(t, m, mcp.Config{SecretFunc: secret, MCPSecrets: []string{"pay_token"}})
 	if !errors.Is(err, netguard.ErrAddress) || !strings.Contains(err.Error(), "loopback") {
@@ -67,7 +68,7 @@ func TestRedirectDoesNotForwardTheToken(t *testing.T) {
 		http.Redirect(w, r, "http://localhost:"+port+r.URL.Path, http.StatusTemporaryRedirect)
 	}))
 	t.Cleanup(redirector.Close)
-	m := mcp.Manifest{Servers: map[string]mcp.Server{"pay": {URL: redirector.URL, Secret: "pay_token"}}}
+	m := manifest.MCP{Servers: map[string]manifest.MCPServer{"pay": {URL: redirector.URL, Secret: "pay_token"}}}
 	_, err := setupWith(t, m, mcp.Config{SecretFunc: func(n string) (string, bool) { return "s3cret-canary", n == "pay_token" },
 		MCPSecrets: []string{"pay_token"}, AllowHosts: []string{"127.0.0.1", "localhost"}})
 	if err == nil {
@@ -89,7 +90,7 @@ func TestRedirectDoesNotForwardTheToken(t *testing.T) {
 func TestStdioServerGetsTheToolChildEnvironment(t *testing.T) {
 	t.Setenv("CHOIR_LEASE_TOKEN", "lease-canary")
 	t.Setenv("CHOIR_SOCKET", "/run/choir/agent.sock")
-	b, err := setup(t, mcp.Manifest{Servers: map[string]mcp.Server{"fake": stdio(t, map[string]string{"NOTE_DIR": "notes"})}}, nil)
+	b, err := setup(t, manifest.MCP{Servers: map[string]manifest.MCPServer{"fake": stdio(t, map[string]string{"NOTE_DIR": "notes"})}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,12 +13,13 @@ import (
 	sdk "github.com/modelcontextprotocol/go-sdk/mcp"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/manifest"
 )
 
 // server is one connected MCP server.
 type server struct {
 	name string
-	decl Server
+	decl manifest.MCPServer
 	cfg  Config
 
 	mu          sync.Mutex

@@ -20,10 +20,11 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/catalog"
 )
 
 // Name is the tool's name.
-const Name = "choir.notion.query"
+const Name = tool.NameNotionQuery
 
 // Config configures the tool. Zero fields take their defaults.
 type Config struct {
@@ -87,44 +88,7 @@ func Tools(cfg Config) []tool.Tool { return []tool.Tool{&query{cfg: cfg.withDefa
 
 type query struct{ cfg Config }
 
-var spec = tool.Spec{
-	LLM: tool.LLMView{
-		Name: Name,
-		Description: "Use the Notion workspace shared with your integration. action search: find pages and databases by title " +
-			"(query; object page or database). action read_page: a page as text, its blocks flattened (page_id; child pages " +
-			"and databases are listed with their ids). action query_database: rows of a database (database_id; filter and " +
-			"sorts in Notion API JSON, e.g. {\"property\":\"Status\",\"status\":{\"equals\":\"Done\"}}). action append: add " +
-			"text (paragraphs split on blank lines) or Notion block objects to the end of a page (page_id). Ids may be given " +
-			"with or without dashes, or as the page URL. Results carry ids to follow up; pass next_cursor as cursor for more.",
-		Parameters: json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "action": {"type": "string", "enum": ["search", "read_page", "query_database", "append"]},
-    "query": {"type": "string", "maxLength": 1000, "description": "Search text (search)."},
-    "object": {"type": "string", "enum": ["page", "database"], "description": "Search only pages or only databases."},
-    "page_id": {"type": "string", "minLength": 1, "maxLength": 300},
-    "database_id": {"type": "string", "minLength": 1, "maxLength": 300},
-    "filter": {"type": "object", "description": "Notion database filter object (query_database)."},
-    "sorts": {"type": "array", "items": {"type": "object"}, "description": "Notion sort objects (query_database), e.g. [{\"property\":\"Due\",\"direction\":\"ascending\"}]."},
-    "text": {"type": "string", "minLength": 1, "maxLength": 100000, "description": "Text to append as paragraphs (append)."},
-    "blocks": {"type": "array", "minItems": 1, "maxItems": 1000, "items": {"type": "object"}, "description": "Notion block objects to append (append)."},
-    "limit": {"type": "integer", "minimum": 1, "maximum": 100, "description": "Most results (default 20); for read_page the most blocks is 2000."},
-    "cursor": {"type": "string", "maxLength": 500, "description": "next_cursor of an earlier answer, to continue."}
-  },
-  "required": ["action"],
-  "additionalProperties": false,
-  "allOf": [
-    {"if": {"properties": {"action": {"const": "read_page"}}}, "then": {"required": ["page_id"]}},
-    {"if": {"properties": {"action": {"const": "query_database"}}}, "then": {"required": ["database_id"]}},
-    {"if": {"properties": {"action": {"const": "append"}}}, "then": {"required": ["page_id"], "oneOf": [{"required": ["text"]}, {"required": ["blocks"]}]}}
-  ]
-}`),
-	},
-	Runtime: tool.Runtime{TimeoutMS: 120_000, Network: true, SecretResources: []string{tool.SecretNotion},
-		SideEffect: tool.SideEffectExternal, Version: "1.0"},
-}
-
-func (q *query) Spec() tool.Spec { return spec.Clone() }
+func (q *query) Spec() tool.Spec { return catalog.NotionQuery() }
 
 // input is the tool's input.
 type input struct {

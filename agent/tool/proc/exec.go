@@ -10,46 +10,19 @@ import (
 
 	"github.com/choirhq/choir/agent/sandbox"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/catalog"
 )
 
-// Bounds of choir.exec's timeout, in milliseconds.
-const (
-	execDefaultTimeoutMS = 120_000
-	execMaxTimeoutMS     = 600_000
-)
+// execDefaultTimeoutMS is choir.exec's timeout when the call names none;
+// the largest it takes is in its spec (catalog.Exec).
+const execDefaultTimeoutMS = 120_000
 
 // execTool is choir.exec: a shell command in the workspace (spec 8.7). It
 // always takes workspace:X (spec 9.5): no command parsing, no read-only
 // override. Its environment is the pass list of ChildEnv, never a secret.
 type execTool struct{}
 
-func (execTool) Spec() tool.Spec {
-	return tool.Spec{
-		LLM: tool.LLMView{
-			Name: tool.NameExec,
-			Description: "Run a shell command with /bin/sh -c in the workspace root. Returns the exit code and the combined " +
-				"stdout and stderr; long output is cut to its head and tail, with the whole in artifact_ref. " +
-				"Blocks all other file access while it runs: prefer choir.fs.read, choir.fs.write and choir.fs.search for files.",
-			Parameters: json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "command": {"type": "string", "minLength": 1, "description": "The shell command."},
-    "timeout_ms": {"type": "integer", "minimum": 1000, "maximum": 600000, "description": "Kill the command after this many milliseconds (default 120000)."}
-  },
-  "required": ["command"],
-  "additionalProperties": false
-}`),
-		},
-		Runtime: tool.Runtime{
-			// Above the largest timeout_ms, so the command's own timer fires
-			// first and the partial output is reported.
-			TimeoutMS:  execMaxTimeoutMS + 10_000,
-			Locks:      []tool.LockTemplate{{Resource: "workspace", Mode: tool.ModeExclusive}},
-			SideEffect: tool.SideEffectWrite,
-			Version:    "1.0",
-		},
-	}
-}
+func (execTool) Spec() tool.Spec { return catalog.Exec() }
 
 // execOutput is choir.exec's output.
 type execOutput struct {

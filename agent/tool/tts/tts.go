@@ -37,10 +37,11 @@ import (
 	"unicode/utf8"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/catalog"
 )
 
 // Name is the tool's name.
-const Name = "choir.tts.speak"
+const Name = tool.NameTTSSpeak
 
 // SendDir is where the tool writes audio, relative to the workspace: the
 // directory choir.send.file sends from.
@@ -134,30 +135,7 @@ func Tools(cfg Config) []tool.Tool { return []tool.Tool{&speak{cfg: cfg.withDefa
 
 type speak struct{ cfg Config }
 
-var spec = tool.Spec{
-	LLM: tool.LLMView{
-		Name: Name,
-		Description: "Speak text aloud with your current voice profile: writes an OGG Opus voice message to .choirtmp/send/ " +
-			"and returns its name. send true also sends it to the user as a voice message (else send it with " +
-			"choir.send.file). Write the text as it should be spoken; long texts are split at sentences and joined.",
-		Parameters: json.RawMessage(`{
-  "type": "object",
-  "properties": {
-    "text": {"type": "string", "minLength": 1, "maxLength": 50000, "description": "What to say."},
-    "send": {"type": "boolean", "description": "Also send the voice message to the user now."},
-    "caption": {"type": "string", "maxLength": 1024, "description": "Caption of the sent voice message."},
-    "name": {"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$", "description": "File name without extension; default voice-<time>-<random>."}
-  },
-  "required": ["text"],
-  "additionalProperties": false
-}`),
-	},
-	Runtime: tool.Runtime{TimeoutMS: 300_000, Network: true, SecretResources: []string{tool.SecretTTS},
-		Locks:      []tool.LockTemplate{{Resource: "choirtmp", Mode: tool.ModeExclusive}},
-		SideEffect: tool.SideEffectExternal, Version: "1.0"},
-}
-
-func (s *speak) Spec() tool.Spec { return spec.Clone() }
+func (s *speak) Spec() tool.Spec { return catalog.TTSSpeak() }
 
 type input struct {
 	Text    string `json:"text"`

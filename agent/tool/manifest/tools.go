@@ -1,4 +1,4 @@
-package external
+package manifest
 
 import (
 	"errors"
@@ -15,11 +15,13 @@ import (
 // maxManifestBytes bounds a manifest file.
 const maxManifestBytes = 1 << 20
 
-// Load loads the manifests of one directory, in name order, as tools of
-// origin. A missing directory, or an empty dir, holds no tools. Every
-// invalid manifest is reported, as a [*tool.ManifestError] naming its file,
-// in the joined error; the valid ones are returned all the same.
-func Load(dir string, origin tool.Origin) ([]*tool.Def, error) {
+// LoadTools loads the external tools' manifests of one directory, in name
+// order, as tools of origin, each bound by bind to what runs it (package
+// external's executor in the agent; nil binds none, for a registry that is
+// only checked). A missing directory, or an empty dir, holds no tools.
+// Every invalid manifest is reported, as a [*tool.ManifestError] naming
+// its file, in the joined error; the valid ones are returned all the same.
+func LoadTools(dir string, origin tool.Origin, bind func(tool.Spec) tool.Tool) ([]*tool.Def, error) {
 	if dir == "" {
 		return nil, nil
 	}
@@ -39,7 +41,7 @@ func Load(dir string, origin tool.Origin) ([]*tool.Def, error) {
 			continue
 		}
 		file := filepath.Join(dir, name)
-		d, err := loadManifest(file, origin)
+		d, err := loadManifest(file, origin, bind)
 		if err != nil {
 			errs = append(errs, &tool.ManifestError{File: file, Err: err})
 			continue
@@ -55,7 +57,7 @@ func Load(dir string, origin tool.Origin) ([]*tool.Def, error) {
 }
 
 // loadManifest parses, validates and binds one manifest to its executable.
-func loadManifest(file string, origin tool.Origin) (*tool.Def, error) {
+func loadManifest(file string, origin tool.Origin, bind func(tool.Spec) tool.Tool) (*tool.Def, error) {
 	data, err := os.ReadFile(file)
 	if err != nil {
 		return nil, fmt.Errorf("read: %w", err)
@@ -75,7 +77,11 @@ func loadManifest(file string, origin tool.Origin) (*tool.Def, error) {
 		return nil, err
 	}
 	spec.Runtime.ExecPath = exe
-	return tool.NewDef(spec, &external{spec: spec}, origin, file)
+	var run tool.Tool
+	if bind != nil {
+		run = bind(spec)
+	}
+	return tool.NewDef(spec, run, origin, file)
 }
 
 // manifestHint adds a pointer for the one mistake the spec's own example

@@ -1,12 +1,17 @@
-package rpc
+// Package wire holds what the agent protocol (package rpc) and the admin
+// API (package rpc/admin) both put on the wire: the error codes, the
+// [Error] that carries one and its JSON body, and a lane's remaining
+// [Budget]. It imports nothing of the project, so that choirctl links the
+// admin contract without the agent protocol's server, and a handler of
+// either API chooses the code its caller sees by wrapping a sentinel
+// (fmt.Errorf("approval %s: %w", id, wire.ErrNotFound)).
+package wire
 
 import (
 	"errors"
 	"fmt"
 	"net/http"
 	"time"
-
-	"github.com/choirhq/choir/rpc/internal/check"
 )
 
 // Code is the stable, machine-readable class of an error, carried on the
@@ -47,7 +52,7 @@ const (
 
 // Sentinel errors, one per code. An [*Error] matches the sentinel of its
 // code with errors.Is, and a handler may return any error wrapping a
-// sentinel (fmt.Errorf("approval %s: %w", id, rpc.ErrNotFound)) to choose
+// sentinel (fmt.Errorf("approval %s: %w", id, wire.ErrNotFound)) to choose
 // the code its caller sees; the wrapped error's text becomes the message.
 var (
 	ErrBadRequest       = errors.New(string(CodeBadRequest))
@@ -157,10 +162,10 @@ func (b ErrorBody) Err() *Error {
 // Validate checks an error body.
 func (b ErrorBody) Validate() error {
 	if b.Code == "" {
-		return check.Invalid("$.code", "required")
+		return errors.New("$.code: required")
 	}
 	if b.RetryAfterMS < 0 {
-		return check.Invalid("$.retry_after_ms", "negative")
+		return errors.New("$.retry_after_ms: negative")
 	}
 	return nil
 }
@@ -180,4 +185,13 @@ func AsError(err error) (*Error, bool) {
 		}
 	}
 	return nil, false
+}
+
+// Budget is what remains of a lane's budgets; a nil field is not tracked.
+type Budget struct {
+	Tokens    *int64 `json:"tokens,omitempty"`
+	ToolCalls *int64 `json:"tool_calls,omitempty"`
+	TimeMS    *int64 `json:"time_ms,omitempty"`
+	// Steps are the model steps a core job has left.
+	Steps *int64 `json:"steps,omitempty"`
 }

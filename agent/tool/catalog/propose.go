@@ -1,4 +1,4 @@
-package builtin
+package catalog
 
 import (
 	"encoding/json"

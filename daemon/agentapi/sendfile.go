@@ -15,7 +15,6 @@ import (
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/outbox"
 	"github.com/choirhq/choir/daemon/outbox/message"
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/wire"
 	"github.com/choirhq/choir/strictjson"
 )

@@ -206,12 +206,12 @@ func (d *Service) Show(ctx context.Context, sc control.Scope, id string) (admin.
 
 // approvalInScope loads an approval by id, refusing one outside the scope.
 func (d *Service) approvalInScope(ctx context.Context, sc control.Scope, id string) (db.ChoirControlPendingApproval, error) {
-	u, err := ParseApprovalID(id)
+	u, err := ParseID(id)
 	if err != nil {
 		return db.ChoirControlPendingApproval{}, err
 	}
 	r, err := db.New(choirsql.Interpreted(d.pool)).ApprovalGet(ctx, u)
-	if errors.Is(err, choirsql.control.ErrNotFound) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return r, fmt.Errorf("approval %s: %w", id, control.ErrNotFound)
 	}
 	if err != nil {
@@ -230,7 +230,7 @@ func (d *Service) approvalInScope(ctx context.Context, sc control.Scope, id stri
 // message of a chat: a /approve or /reject sent in reply to it.
 func (d *Service) ForMessage(ctx context.Context, sc control.Scope, gateway, chatID string, messageID int64) (admin.Approval, error) {
 	r, err := db.New(choirsql.Interpreted(d.pool)).ApprovalForMessage(ctx, db.ApprovalForMessageParams{Gateway: gateway, ChatID: chatID, MessageID: messageID})
-	if errors.Is(err, choirsql.control.ErrNotFound) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return admin.Approval{}, fmt.Errorf("the message you replied to is not an approval request: %w", control.ErrNotFound)
 	}
 	if err != nil {

@@ -45,7 +45,7 @@ func (c *Commands) approvals(ctx context.Context, sc control.Scope, cmd gateway.
 		return action{}, err
 	}
 	return cmdRead(func(ctx context.Context) (string, error) {
-		pending, err := c.approvals.List(ctx, sc, filter)
+		pending, err := c.appr.List(ctx, sc, filter)
 		if err != nil {
 			return "", err
 		}
@@ -108,7 +108,7 @@ func (c *Commands) decide(sc control.Scope, cmd gateway.Command, approve bool) (
 		pick = func(context.Context) (string, string, error) { return arg, "", nil }
 	case cmd.ReplyToMessageID != 0:
 		pick = func(ctx context.Context) (string, string, error) {
-			a, err := c.approvals.ForMessage(ctx, sc, cmd.DM.Gateway, cmd.ChatID, cmd.ReplyToMessageID)
+			a, err := c.appr.ForMessage(ctx, sc, cmd.DM.Gateway, cmd.ChatID, cmd.ReplyToMessageID)
 			if errors.Is(err, control.ErrNotFound) {
 				return "", fmt.Sprintf("The message you replied to is not an approval request. Send /%s without replying to pick from the pending ones.", verb), nil
 			}
@@ -116,7 +116,7 @@ func (c *Commands) decide(sc control.Scope, cmd gateway.Command, approve bool) (
 		}
 	default:
 		pick = func(ctx context.Context) (string, string, error) {
-			pending, err := c.approvals.List(ctx, sc, "")
+			pending, err := c.appr.List(ctx, sc, "")
 			if err != nil {
 				return "", "", err
 			}
@@ -134,7 +134,7 @@ func (c *Commands) decide(sc control.Scope, cmd gateway.Command, approve bool) (
 		if err != nil || answer != "" {
 			return answer, err
 		}
-		a, err := c.approvals.Decide(ctx, sc, id, approve)
+		a, err := c.appr.Decide(ctx, sc, id, approve)
 		if errors.Is(err, control.ErrForbidden) {
 			return "", err
 		}
@@ -173,7 +173,7 @@ func (c *Commands) pickNumbered(ctx context.Context, sc control.Scope, cmd gatew
 	if n < 1 || n > len(ids) {
 		return "", fmt.Sprintf("The last list had %d approvals; there is no number %d. Send /approvals for the current list.", len(ids), n), nil
 	}
-	a, err := c.approvals.Show(ctx, sc, ids[n-1])
+	a, err := c.appr.Show(ctx, sc, ids[n-1])
 	if errors.Is(err, control.ErrNotFound) {
 		return "", fmt.Sprintf("Number %d of the last list no longer exists. Send /approvals for the current list.", n), nil
 	}
@@ -197,7 +197,7 @@ func (c *Commands) Decide(ctx context.Context, dec gateway.Decision) (string, er
 	if err != nil {
 		return "", err
 	}
-	a, err := c.approvals.Decide(ctx, sc, dec.ApprovalID, dec.Approve)
+	a, err := c.appr.Decide(ctx, sc, dec.ApprovalID, dec.Approve)
 	if errors.Is(err, control.ErrForbidden) {
 		c.logger.InfoContext(ctx, "approval button press refused", slog.String("dm", dec.DM.Name),
 			slog.String("approval_id", dec.ApprovalID), slog.String("reason", err.Error()))
@@ -235,7 +235,7 @@ const recentWindow = time.Minute
 // /reject, unless another was filed in the last minute (decided since,
 // or timed out): then the person is asked which, by number or id.
 func (c *Commands) onlyPending(ctx context.Context, sc control.Scope, cmd gateway.Command, verb string, pending []admin.Approval) (string, string, error) {
-	recent, err := c.approvals.FiledSince(ctx, sc, time.Now().Add(-recentWindow))
+	recent, err := c.appr.FiledSince(ctx, sc, time.Now().Add(-recentWindow))
 	if err != nil {
 		return "", "", err
 	}

@@ -44,11 +44,11 @@ import (
 // Commands is the DM command layer. It implements gateway.Commands, and
 // gateway.Approvals for the approval buttons.
 type Commands struct {
-	ctl       *control.Control
-	approvals *approval.Service
-	inbox     *inbox.Inbox
-	pool      *pgxpool.Pool
-	logger    *slog.Logger
+	ctl    *control.Control
+	appr   *approval.Service
+	inbox  *inbox.Inbox
+	pool   *pgxpool.Pool
+	logger *slog.Logger
 	// gateway runs the Telegram bots; nil when none is configured. It is
 	// set once, before the bots poll (SetGateway).
 	gateway *gateway.Gateway
@@ -90,7 +90,7 @@ type Options struct {
 // New returns a slash-command layer of the DMs. Each call makes a layer of
 // its own: the gateway keeps the one it is given.
 func New(o Options) *Commands {
-	c := &Commands{ctl: o.Control, approvals: o.Approvals, inbox: o.Inbox, pool: o.Pool, logger: o.Logger, lists: map[string][]string{}}
+	c := &Commands{ctl: o.Control, appr: o.Approvals, inbox: o.Inbox, pool: o.Pool, logger: o.Logger, lists: map[string][]string{}}
 	c.notify = c.send
 	if o.Notify != nil {
 		c.notify = o.Notify

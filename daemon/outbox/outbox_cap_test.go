@@ -13,6 +13,7 @@ import (
 
 	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/outbox"
+	"github.com/choirhq/choir/daemon/outbox/outboxtest"
 	"github.com/choirhq/choir/daemon/session"
 )
 
@@ -31,7 +32,7 @@ func TestOutboxCapPerSession(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := newApproval(t, b, "deploy", 0)
+	a := b.NewApproval(t, "deploy", 0)
 	sess := a.SessionID
 	capped := func(id string) outbox.Params {
 		p := b.Params(id, "message "+id, outboxtest.Chat)

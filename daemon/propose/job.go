@@ -129,13 +129,6 @@ func outcomeText(a db.ChoirControlPendingApproval, approve bool) string {
 		deref(a.ResolvedBy), a.Summary)
 }
 
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
-
 // will is what the request of a proposal adds to its summary:
 // what approving it does.
 func will(requestType string) string {

@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/choirhq/choir/daemon/outbox/outboxtest"
 	"github.com/choirhq/choir/daemon/schedule"
 	"github.com/choirhq/choir/daemon/schedule/state"
 	"github.com/choirhq/choir/db"
@@ -88,7 +89,7 @@ func setupSchedules(t *testing.T) *scheduleBundle {
 func (b *scheduleBundle) add(t *testing.T, kind, spec, zone, missed string, due time.Time) db.ChoirControlSchedule {
 	t.Helper()
 	ctx := context.Background()
-	p := db.ScheduleInsertParams{AgentID: testAgent, Dm: testDMName, Kind: kind, TimeZone: zone, Purpose: "task",
+	p := db.ScheduleInsertParams{AgentID: testAgent, Dm: outboxtest.DM, Kind: kind, TimeZone: zone, Purpose: "task",
 		Text: "water the plants", Missed: missed, Status: state.Active, CreatedBy: "test", NextRunAt: &due}
 	if kind == "cron" {
 		p.Cron = &spec
@@ -182,7 +183,7 @@ func TestScheduleFireFollowsTheClock(t *testing.T) {
 			var texts []string
 			rows, _ := b.pool.Query(ctx, `SELECT i.text FROM choir_control.inbox i JOIN choir_control.schedule_fires f
 				ON i.gateway = 'schedule' AND i.update_id = f.fire_id WHERE f.schedule_id = $1 AND i.kind = 'scheduled'
-				AND i.agent_id = $2 AND i.dm = $3 AND i.chat_id = '4242'`, s.ScheduleID, testAgent, testDMName)
+				AND i.agent_id = $2 AND i.dm = $3 AND i.chat_id = '4242'`, s.ScheduleID, testAgent, outboxtest.DM)
 			texts, err = pgx.CollectRows(rows, pgx.RowTo[string])
 			if err != nil {
 				t.Fatal(err)

@@ -18,8 +18,6 @@ import (
 	"github.com/choirhq/choir/daemon/schedule"
 	"github.com/choirhq/choir/daemon/schedule/cron"
 	"github.com/choirhq/choir/internal/choirdtest"
-	"github.com/choirhq/choir/rpc"
-	"github.com/choirhq/choir/rpc/wire"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/wire"
 )

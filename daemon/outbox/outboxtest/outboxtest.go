@@ -43,15 +43,15 @@ const (
 // Bundle is a delivery worker on real Postgres, sending through the
 // real gateway to the fake Telegram server.
 type Bundle struct {
-	pool   *pgxpool.Pool
-	srv    *telegramtest.Server
-	tg     *telegramtest.Bot
-	limits gateway.SendLimits
-	ws     string
-	// other is a second configured workspace, "other", that the agent
-	// of ws must not reach.
-	other   string
-	clients []*jobs.Client
+	Pool   *pgxpool.Pool
+	Srv    *telegramtest.Server
+	TG     *telegramtest.Bot
+	Limits gateway.SendLimits
+	WS     string
+	// Other is a second configured workspace, "other", that the agent
+	// of WS must not reach.
+	Other   string
+	Clients []*jobs.Client
 }
 
 // Workspace is the name of the bundle's workspace, b.WS.
@@ -74,8 +74,8 @@ func (b *Bundle) FileParams(messageID, caption, kind, name string) outbox.Params
 func Setup(t *testing.T, limits gateway.SendLimits) *Bundle {
 	t.Helper()
 	ctx := context.Background()
-	b := &Bundle{pool: dbtest.NewPool(t), srv: telegramtest.NewServer(t), limits: limits, ws: t.TempDir(),
-		other: t.TempDir()}
+	b := &Bundle{Pool: dbtest.NewPool(t), Srv: telegramtest.NewServer(t), Limits: limits, WS: t.TempDir(),
+		Other: t.TempDir()}
 	b.TG = b.Srv.AddBot(Token, "courier_bot")
 	if _, err := db.New(b.Pool).AgentUpsert(ctx, db.AgentUpsertParams{AgentID: Agent, Config: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)

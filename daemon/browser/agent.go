@@ -27,18 +27,21 @@ import (
 // the agent's browser context, which lives as long as the context.
 const MainTab = "main"
 
-// agent is one agent's browser context and its tabs.
+// agent is one agent's browser, its browser context and its tabs.
 type agent struct {
-	id     string
-	w      *Worker
-	call   sync.Mutex // one browse call at a time (the agent holds browser_tab:X)
-	mu     sync.Mutex // guards the fields below
-	root   context.Context
-	cancel context.CancelFunc
-	tabs   map[string]*tab
-	inst   *instance
-	proxy  *proxy // the context's own, guarded by the agent's allowlist
-	err    error  // why the context could not be made, until reset
+	id      string
+	w       *Worker
+	call    sync.Mutex // one browse call at a time (the agent holds browser_tab:X)
+	mu      sync.Mutex // guards the fields below
+	inst    *instance  // the agent's own browser; nil while it restarts
+	root    context.Context
+	cancel  context.CancelFunc
+	tabs    map[string]*tab
+	proxy   *proxy // the context's own, guarded by the agent's allowlist
+	err     error  // why the browser or its context could not be made
+	closed  bool
+	changed chan struct{} // closed and replaced whenever inst changes
+	done    chan struct{} // closed with the agent
 }
 
 // tab is one tab and the requests its interception refused.
@@ -53,6 +56,13 @@ type tab struct {
 	dropped, logged int
 	// stop ends the call running in the tab, if any (floodLimit).
 	stop context.CancelCauseFunc
+	// epoch counts the tab's calls. A refusal counts for the call during
+	// which its request was paused: one an earlier page made (a flood
+	// the tab left) is refused, but neither listed, logged nor counted
+	// towards floodLimit in a later call.
+	epoch int
+	// lastPaused is when the tab's last request was paused (drain).
+	lastPaused time.Time
 }
 
 // floodLimit is how many refused requests a page may fire within one
@@ -71,6 +81,31 @@ func (t *tab) setStop(stop context.CancelCauseFunc) {
 	t.mu.Unlock()
 }
 
+// begin starts a call in the tab: refusals of requests paused from now on
+// count for it, and stop ends it. Call it after a round trip in the tab,
+// whose answer comes after every event of an earlier page.
+func (t *tab) begin(stop context.CancelCauseFunc) {
+	t.mu.Lock()
+	t.epoch++
+	t.stop = stop
+	t.mu.Unlock()
+}
+
+// now is the tab's current epoch.
+func (t *tab) now() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.epoch
+}
+
+// paused notes a request paused now and returns the current epoch.
+func (t *tab) paused() int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lastPaused = time.Now()
+	return t.epoch
+}
+
 // maxRefused caps the refusals a call's result lists, and maxLogged the
 // refusal lines a tab logs between two calls; the rest are counted, in
 // the result's last entry and in one summary line. A page firing
@@ -81,32 +116,37 @@ const (
 	maxLogged  = 10
 )
 
-// Open gives the agent its browser context, at agent start; an agent that
-// has one keeps it. A call for an agent that was never opened opens it.
+// Open starts the agent's browser and gives it its browser context, at
+// agent start; an agent that has one keeps it. A call for an agent that
+// was never opened opens it.
 func (w *Worker) Open(agentID string) error {
 	_, err := w.agent(agentID)
 	return err
 }
 
-// agent returns the agent's context, making it when missing.
+// agent returns the agent, starting its browser when missing.
 func (w *Worker) agent(agentID string) (*agent, error) {
-	inst, err := w.current()
-	if err != nil {
-		return nil, err
-	}
 	w.mu.Lock()
+	if w.closed {
+		w.mu.Unlock()
+		return nil, &Failure{Kind: "browser_unavailable", Message: "the browser worker is shut down (choird is stopping)",
+			Fix: "call again once the agent is running again", Retryable: true}
+	}
 	a, ok := w.agents[agentID]
 	if !ok {
-		a = &agent{id: agentID, w: w}
+		a = &agent{id: agentID, w: w, changed: make(chan struct{}), done: make(chan struct{})}
 		w.agents[agentID] = a
+		// Held until the browser runs: a concurrent first call waits
+		// for it rather than failing.
+		a.mu.Lock()
 	}
 	w.mu.Unlock()
 	if !ok {
-		a.reset(inst)
-		w.logger.Info("browser context created", slog.String("agent_id", agentID))
+		a.start()
+		a.mu.Unlock()
 	}
 	a.mu.Lock()
-	err = a.err
+	err, inst := a.err, a.inst
 	a.mu.Unlock()
 	if err != nil {
 		// Forget it, so that the next call tries again.
@@ -115,13 +155,18 @@ func (w *Worker) agent(agentID string) (*agent, error) {
 			delete(w.agents, agentID)
 		}
 		w.mu.Unlock()
+		a.close()
 		return nil, err
+	}
+	if inst == nil || inst.dead() {
+		return nil, &Failure{Kind: "browser_restarting", Message: "the agent's browser crashed and is restarting",
+			Fix: "call choir.web.browse again in a few seconds; open tabs were lost", Retryable: true}
 	}
 	return a, nil
 }
 
-// CloseAgent disposes of the agent's context, its tabs and cookies, at
-// agent stop.
+// CloseAgent stops the agent's browser, with its context, tabs and
+// cookies, at agent stop.
 func (w *Worker) CloseAgent(agentID string) {
 	w.mu.Lock()
 	a, ok := w.agents[agentID]
@@ -133,7 +178,7 @@ func (w *Worker) CloseAgent(agentID string) {
 	}
 }
 
-// Agents lists the agents that have a browser context.
+// Agents lists the agents that have a browser.
 func (w *Worker) Agents() []string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -145,18 +190,95 @@ func (w *Worker) Agents() []string {
 	return ids
 }
 
-// reset gives the agent a fresh browser context in inst (at creation, and
-// after a browser restart, when the old one died with the browser).
-func (a *agent) reset(inst *instance) {
+// start launches the agent's browser and makes its context; a.mu is
+// held. A failure is left in a.err.
+func (a *agent) start() {
+	inst, err := a.w.launch(a.id)
+	if err != nil {
+		a.err = &Failure{Kind: "browser_unavailable", Message: err.Error(), Retryable: true,
+			Fix: "call again in a while; the operator should check choird's log and the chromium package"}
+		return
+	}
+	a.install(inst)
+	if a.err != nil {
+		a.inst = nil
+		inst.stop()
+		return
+	}
+	a.w.logger.Info("browser context created", slog.String("agent_id", a.id))
+}
+
+// install makes inst the agent's browser, gives the agent a fresh context
+// in it and watches it for a crash; a.mu is held.
+func (a *agent) install(inst *instance) {
+	a.inst = inst
+	close(a.changed)
+	a.changed = make(chan struct{})
+	a.reset(inst)
+	if a.err != nil {
+		return
+	}
+	a.w.wg.Go(func() {
+		select {
+		case <-inst.lost:
+			a.recover(inst)
+		case <-a.done:
+		}
+	})
+}
+
+// recover replaces the agent's crashed browser: its context died with
+// it, and the agent gets a fresh one in the new browser.
+func (a *agent) recover(dead *instance) {
 	a.mu.Lock()
-	defer a.mu.Unlock()
-	if a.cancel != nil {
-		a.cancel()
+	if a.closed || a.inst != dead {
+		a.mu.Unlock()
+		return
 	}
-	if a.proxy != nil {
-		a.proxy.close()
+	a.inst = nil
+	a.dropContext()
+	a.mu.Unlock()
+	a.w.mu.Lock()
+	a.w.restarts++
+	a.w.mu.Unlock()
+	log := a.w.logger.With(slog.String("agent_id", a.id))
+	log.Error("browser lost; restarting it", slog.Int("pid", dead.pid))
+	dead.stop()
+
+	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
+		inst, err := a.w.launch(a.id)
+		if err == nil {
+			a.mu.Lock()
+			if a.closed { // stopped meanwhile
+				a.mu.Unlock()
+				inst.stop()
+				return
+			}
+			a.install(inst)
+			err = a.err
+			a.mu.Unlock()
+			if err == nil {
+				log.Info("browser restarted", slog.Int("pid", inst.pid))
+				return
+			}
+			a.mu.Lock()
+			a.inst = nil
+			a.mu.Unlock()
+			inst.stop()
+		}
+		log.Error("browser restart failed; retrying", slog.String("error", err.Error()), slog.Duration("backoff", backoff))
+		select {
+		case <-time.After(backoff):
+		case <-a.done:
+			return
+		}
 	}
-	a.inst, a.tabs, a.err, a.proxy = inst, map[string]*tab{}, nil, nil
+}
+
+// reset gives the agent a fresh browser context in inst; a.mu is held.
+func (a *agent) reset(inst *instance) {
+	a.dropContext()
+	a.tabs, a.err = map[string]*tab{}, nil
 	id := a.id
 	px, err := startProxy(func() *netguard.Guard { return a.w.netGuard(id) }, a.w.logger.With(slog.String("agent_id", id)))
 	if err != nil {
@@ -176,17 +298,16 @@ func (a *agent) reset(inst *instance) {
 	if err != nil {
 		cancel()
 		px.close()
-		a.root, a.cancel, a.err = nil, nil, fmt.Errorf("create the browser context of agent %s: %w", a.id, err)
+		a.err = fmt.Errorf("create the browser context of agent %s: %w", a.id, err)
 		return
 	}
 	a.root, a.cancel, a.proxy = root, cancel, px
 	a.tabs[MainTab] = t
 }
 
-// close disposes of the context; the browser closes its tabs with it.
-func (a *agent) close() {
-	a.mu.Lock()
-	defer a.mu.Unlock()
+// dropContext disposes of the agent's context and its proxy; a.mu is
+// held.
+func (a *agent) dropContext() {
 	if a.cancel != nil {
 		for name, t := range a.tabs {
 			if name != MainTab {
@@ -194,12 +315,27 @@ func (a *agent) close() {
 			}
 		}
 		a.cancel()
-		a.cancel, a.root, a.tabs = nil, nil, nil
 	}
 	if a.proxy != nil {
 		a.proxy.close()
-		a.proxy = nil
 	}
+	a.cancel, a.root, a.tabs, a.proxy = nil, nil, nil, nil
+}
+
+// close disposes of the context and stops the agent's browser.
+func (a *agent) close() {
+	a.mu.Lock()
+	if a.closed {
+		a.mu.Unlock()
+		return
+	}
+	a.closed = true
+	close(a.done)
+	a.dropContext()
+	inst := a.inst
+	a.inst = nil
+	a.mu.Unlock()
+	inst.stop()
 }
 
 // tab returns the named tab, opening it in the agent's context when
@@ -265,7 +401,9 @@ func (w *Worker) guard(t *tab) error {
 	if err := chromedp.Listen(t.ctx, func(ev any) {
 		switch e := ev.(type) {
 		case *fetch.EventRequestPaused:
-			go w.decide(t, e) // never call the browser from the listener
+			// Never call the browser from the listener; the epoch is read
+			// here, in the order of the tab's events and answers.
+			go w.decide(t, e, t.paused())
 		case *page.EventFileChooserOpened:
 			w.refuseHostFile(t, "file chooser", "the page opened a file chooser ("+string(e.Mode)+"); it was left unanswered")
 		case *input.EventDragIntercepted:
@@ -289,7 +427,7 @@ func (w *Worker) guard(t *tab) error {
 // refuseHostFile records and logs a page's attempt at a host file.
 func (w *Worker) refuseHostFile(t *tab, what, detail string) {
 	msg := what + " refused: " + detail + "; the browser never reads a host file for a page"
-	if !t.refuse(msg) {
+	if !t.refuse(t.now(), msg) {
 		return
 	}
 	w.logger.Warn("browser host file access refused", slog.String("agent_id", t.agentID), slog.String("what", what),
@@ -308,7 +446,7 @@ func denyDownloads(root context.Context) error {
 }
 
 // decide lets one paused request go on, or fails it.
-func (w *Worker) decide(t *tab, e *fetch.EventRequestPaused) {
+func (w *Worker) decide(t *tab, e *fetch.EventRequestPaused, epoch int) {
 	ctx, cancel := context.WithTimeout(t.ctx, 30*time.Second)
 	defer cancel()
 	u := e.Request.URL
@@ -319,7 +457,7 @@ func (w *Worker) decide(t *tab, e *fetch.EventRequestPaused) {
 		})
 	}
 	if err != nil {
-		if t.refuse(err.Error()) {
+		if t.refuse(epoch, err.Error()) {
 			w.logger.Warn("browser request refused", slog.String("agent_id", t.agentID), slog.String("url", shorten(u)),
 				slog.String("error", err.Error()))
 		}
@@ -330,11 +468,14 @@ func (w *Worker) decide(t *tab, e *fetch.EventRequestPaused) {
 	_, _ = chromedp.Call(ctx, fetch.ContinueRequest, fetch.ContinueRequestParams{RequestID: e.RequestID})
 }
 
-// refuse records a refusal, within maxRefused, and reports whether it
-// may be logged (within maxLogged).
-func (t *tab) refuse(msg string) bool {
+// refuse records a refusal of a request paused in epoch, within
+// maxRefused, and reports whether it may be logged (within maxLogged).
+func (t *tab) refuse(epoch int, msg string) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if epoch != t.epoch {
+		return false // an earlier call's page: refused, counted for none
+	}
 	if len(t.refused) < maxRefused {
 		t.refused = append(t.refused, msg)
 	} else {

@@ -15,7 +15,6 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon/browser"
 	"github.com/choirhq/choir/internal/readable"
 )
 
@@ -73,8 +72,9 @@ func reportPercentiles(b *testing.B, times []time.Duration) {
 	b.ReportMetric(0, "ns/op")
 }
 
-// BenchmarkWorkerMemoryTwoIdleContexts measures the browser's resident
-// memory (the whole Chromium process tree) with two idle agent contexts:
+// BenchmarkWorkerMemoryTwoIdleContexts measures the browsers' resident
+// memory (the whole Chromium process tree of each agent's browser) with
+// two idle agents:
 // the sum of RSS, which counts shared pages once per process, and the sum
 // of PSS, which shares them out.
 func BenchmarkWorkerMemoryTwoIdleContexts(b *testing.B) {
@@ -86,17 +86,16 @@ func BenchmarkWorkerMemoryTwoIdleContexts(b *testing.B) {
 	}
 	var rss, pss int64
 	for b.Loop() {
-		rss, pss = treeMemory(b, w)
+		rss, pss = treeMemory(b, w.PID("idle-1"), w.PID("idle-2"))
 	}
 	b.ReportMetric(float64(rss)/1024, "rss-MB")
 	b.ReportMetric(float64(pss)/1024, "pss-MB")
 	b.ReportMetric(0, "ns/op")
 }
 
-// treeMemory sums VmRSS and Pss (kB) over the browser process and its
-// descendants.
-func treeMemory(b *testing.B, w *browser.Worker) (rss, pss int64) {
-	root := w.PID()
+// treeMemory sums VmRSS and Pss (kB) over the browser processes roots
+// and their descendants.
+func treeMemory(b *testing.B, roots ...int) (rss, pss int64) {
 	parent := map[int]int{}
 	dirs, _ := filepath.Glob("/proc/[0-9]*/stat")
 	for _, d := range dirs {
@@ -112,7 +111,7 @@ func treeMemory(b *testing.B, w *browser.Worker) (rss, pss int64) {
 	}
 	inTree := func(pid int) bool {
 		for p := pid; p > 1; p = parent[p] {
-			if p == root {
+			if slices.Contains(roots, p) {
 				return true
 			}
 		}

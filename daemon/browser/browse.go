@@ -146,19 +146,21 @@ func (w *Worker) Browse(ctx context.Context, agentID string, raw json.RawMessage
 	a.mu.Lock()
 	inst := a.inst
 	a.mu.Unlock()
-	t.takeRefused(w.logger)
 	// The page was frozen when the last call ended; it runs only during
 	// calls. A page that floods the guard ends the call (floodLimit).
+	// Waking it is a round trip in the tab, after which the call begins.
 	ctx, stop := context.WithCancelCause(ctx)
 	defer stop(nil)
-	t.setStop(stop)
-	defer t.setStop(nil)
 	w.setLifecycle(ctx, t, page.SetWebLifecycleStateStateActive)
+	t.takeRefused(w.logger)
+	t.begin(stop)
+	defer t.setStop(nil)
 	defer w.setLifecycle(ctx, t, page.SetWebLifecycleStateStateFrozen)
 	fail := func(s Action, err error) error {
 		if errors.Is(context.Cause(ctx), errFlood) {
 			log.Warn("browse call ended: the page flooded the guard; the tab left it", slog.Int("refused", floodLimit))
 			w.leave(ctx, t)
+			t.drain(ctx)
 			return &Failure{Kind: "page_flood", Message: fmt.Sprintf("the page fired over %d requests the guard refused; "+
 				"the tab left it (about:blank)", floodLimit), Fix: "do not use this page; try another source"}
 		}
@@ -318,6 +320,38 @@ func (w *Worker) leave(ctx context.Context, t *tab) {
 	defer cancel()
 	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
 		w.logger.Warn("browser tab did not leave a hostile page", slog.String("agent_id", t.agentID), slog.String("error", err.Error()))
+	}
+}
+
+// drainQuiet is how long a tab that left a flooding page must see no
+// paused request before the call returns, and drainMax how long it waits
+// for that at most: the browser still pauses requests the page fired
+// before it left, for a while after it left (thousands in a flood).
+const (
+	drainQuiet = 300 * time.Millisecond
+	drainMax   = 5 * time.Second
+)
+
+// drain waits until the tab's left page has stopped sending paused
+// requests (drainQuiet), within drainMax: they are refused and counted
+// for this call, not for the tab's next one.
+func (t *tab) drain(ctx context.Context) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainMax)
+	defer cancel()
+	tick := time.NewTicker(drainQuiet / 4)
+	defer tick.Stop()
+	for {
+		t.mu.Lock()
+		quiet := time.Since(t.lastPaused) >= drainQuiet
+		t.mu.Unlock()
+		if quiet {
+			return
+		}
+		select {
+		case <-tick.C:
+		case <-ctx.Done():
+			return
+		}
 	}
 }
 

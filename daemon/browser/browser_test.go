@@ -334,7 +334,7 @@ func TestCrashRecovery(t *testing.T) {
 		res <- f
 	}()
 	waitFor(t, func() bool { return s.hangHits.Load() > hangs })
-	pid := w.PID()
+	pid := w.PID("crash")
 	p, err := os.FindProcess(pid)
 	if err != nil {
 		t.Fatal(err)
@@ -348,11 +348,11 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	if err := w.WaitReady(ctx); err != nil {
+	if err := w.WaitReady(ctx, "crash"); err != nil {
 		t.Fatal(err)
 	}
 	out := mustBrowse(t, w, "crash", "", `{"url": "`+s.srv.URL+`/js"}`)
-	if out.Text != "Rendered by script" || w.Restarts() != 1 || w.PID() == pid {
+	if out.Text != "Rendered by script" || w.Restarts() != 1 || w.PID("crash") == pid {
 		t.Fatalf("after restart: %+v, restarts %d", out, w.Restarts())
 	}
 }

@@ -11,9 +11,11 @@ import (
 	"syscall"
 )
 
-// Default limits of the browser's cgroup: what every page of every agent
-// shares. A page past them is killed by the kernel (the worker restarts
-// the browser), and it never slows choird or the host's agents past them.
+// Default limits of each agent's browser cgroup: what every page of that
+// agent shares. A page past them is killed by the kernel (the worker
+// restarts that agent's browser only), and it never slows choird or the
+// host's agents past them. The limits are per agent: n agents' browsers
+// may use n times them together.
 const (
 	DefaultMemoryMax = 2 << 30 // bytes
 	DefaultCPUMax    = 1.0     // cores

@@ -18,7 +18,8 @@ func TestBrowserRunsInACgroup(t *testing.T) {
 	t.Parallel()
 	var logs syncBuffer
 	w := newWorkerLogging(t, config.Web{BrowseNavigationTimeoutMS: 20_000}, &logs)
-	dirs := w.CgroupDirs()
+	mustBrowse(t, w, "cgroup", "", `{"url": "`+testSite().srv.URL+`/js"}`)
+	dirs, pid := w.CgroupDirs("cgroup"), w.PID("cgroup")
 	if len(dirs) == 0 {
 		if !strings.Contains(logs.String(), "WITHOUT memory and CPU limits") {
 			t.Fatalf("the browser runs unconfined and the log does not say why:\n%s", logs.String())
@@ -28,15 +29,14 @@ func TestBrowserRunsInACgroup(t *testing.T) {
 		}
 		t.Skipf("this host offers no cgroup for the browser:\n%s", logs.String())
 	}
-	mustBrowse(t, w, "cgroup", "", `{"url": "`+testSite().srv.URL+`/js"}`)
 	for _, d := range dirs {
 		procs, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
 		if err != nil {
 			t.Fatal(err)
 		}
 		pids := strings.Fields(string(procs))
-		if !strings.Contains(" "+string(procs)+" ", strconv.Itoa(w.PID())) || len(pids) < 3 {
-			t.Errorf("%s holds %v; want the browser %d and its helpers and renderers", d, pids, w.PID())
+		if !strings.Contains(" "+string(procs)+" ", strconv.Itoa(pid)) || len(pids) < 3 {
+			t.Errorf("%s holds %v; want the browser %d and its helpers and renderers", d, pids, pid)
 		}
 		for _, f := range []string{"memory.max", "memory.limit_in_bytes"} {
 			if b, err := os.ReadFile(filepath.Join(d, f)); err == nil && strings.TrimSpace(string(b)) != "2147483648" {

@@ -1,12 +1,15 @@
 // Package browser is choird's browser worker for choir.web.browse (spec 8.7,
-// 14.3, 18): one headless Chromium (Debian's chromium package) driven by
-// chromedp, with one isolated browser context per running agent, created
-// when the agent starts and disposed of when it stops, so that no agent
-// sees another's tabs or cookies. Every request a page makes, navigations,
-// redirects and sub-requests alike, is paused by request interception and
-// checked by internal/netguard after DNS resolution. When the browser
-// crashes the worker starts a new one and gives every agent a fresh
-// context; a call made meanwhile gets a retryable error.
+// 14.3, 18): headless Chromium (Debian's chromium package) driven by
+// chromedp, one browser process per running agent, started when the agent
+// starts and stopped when it stops, each in a cgroup of its own with
+// memory and CPU limits, so that no agent sees another's tabs or cookies
+// and a hostile page loads only its own agent's browser: the browser
+// process, its network service and its DevTools connection are never
+// shared with another agent's pages. Every request a page makes,
+// navigations, redirects and sub-requests alike, is paused by request
+// interception and checked by internal/netguard after DNS resolution.
+// When an agent's browser crashes the worker starts a new one and gives
+// the agent a fresh context; a call made meanwhile gets a retryable error.
 package browser
 
 import (
@@ -18,7 +21,6 @@ import (
 	"os"
 	"slices"
 	"sync"
-	"time"
 
 	"github.com/chromedp/chromedp"
 
@@ -52,26 +54,23 @@ type Config struct {
 	SettingsFunc func(agentID string) config.Web
 	// Logger receives the worker's lines; nil discards them.
 	Logger *slog.Logger
-	// MemoryMax (bytes) and CPUMax (cores) limit the cgroup the browser
-	// runs in; zero takes DefaultMemoryMax and DefaultCPUMax.
+	// MemoryMax (bytes) and CPUMax (cores) limit the cgroup each agent's
+	// browser runs in; zero takes DefaultMemoryMax and DefaultCPUMax.
 	MemoryMax int64
 	CPUMax    float64
 }
 
-// Worker owns the browser process and the agents' contexts. It is safe
-// for concurrent use.
+// Worker owns the agents' browsers. It is safe for concurrent use.
 type Worker struct {
 	cfg    Config
 	path   string
 	logger *slog.Logger
-	proxy  *proxy
+	proxy  *proxy // for the browsers' default contexts, which no agent uses
 
 	mu       sync.Mutex
-	inst     *instance // nil while restarting
 	agents   map[string]*agent
 	closed   bool
 	restarts int
-	changed  chan struct{} // closed and replaced whenever inst changes
 	done     chan struct{}
 	wg       sync.WaitGroup
 }
@@ -87,8 +86,11 @@ type instance struct {
 }
 
 // dead reports whether the browser's connection is lost (a crash that
-// recover may not have seen yet).
+// recover may not have seen yet), or there is no browser.
 func (i *instance) dead() bool {
+	if i == nil {
+		return true
+	}
 	select {
 	case <-i.lost:
 		return true
@@ -97,8 +99,19 @@ func (i *instance) dead() bool {
 	}
 }
 
-// New starts the browser. It fails when no Chromium can be found or
-// started.
+// stop ends the browser, waits for it to exit and removes its cgroup.
+// Nil-safe.
+func (i *instance) stop() {
+	if i == nil {
+		return
+	}
+	i.cancel()
+	i.allocCancel() // waits for the browser to exit
+	i.cgroup.remove()
+}
+
+// New makes the worker. It fails when no Chromium can be found; each
+// agent's browser starts with the agent (Open) or its first call.
 func New(cfg Config) (*Worker, error) {
 	path := cfg.ExecPath
 	if path == "" {
@@ -106,25 +119,18 @@ func New(cfg Config) (*Worker, error) {
 			return nil, ErrNoChromium
 		}
 	}
-	w := &Worker{cfg: cfg, path: path, logger: cfg.Logger, agents: map[string]*agent{},
-		changed: make(chan struct{}), done: make(chan struct{})}
+	w := &Worker{cfg: cfg, path: path, logger: cfg.Logger, agents: map[string]*agent{}, done: make(chan struct{})}
 	if w.logger == nil {
 		w.logger = slog.New(slog.DiscardHandler)
 	}
 	w.logger = w.logger.With(slog.String("component", "browser"))
-	// The browser's own proxy serves only its default context, which no
+	// A browser's own proxy serves only its default context, which no
 	// agent uses: it opens nothing. Each agent's context has its own.
 	px, err := startProxy(func() *netguard.Guard { g, _ := netguard.New(nil); return g }, w.logger)
 	if err != nil {
 		return nil, fmt.Errorf("start the browser's proxy: %w", err)
 	}
 	w.proxy = px
-	inst, err := w.launch()
-	if err != nil {
-		px.close()
-		return nil, err
-	}
-	w.setInstance(inst)
 	return w, nil
 }
 
@@ -145,8 +151,8 @@ func (w *Worker) netGuard(agentID string) *netguard.Guard {
 	return g
 }
 
-// launch starts a browser process.
-func (w *Worker) launch() (*instance, error) {
+// launch starts a browser process for the agent, in a cgroup of its own.
+func (w *Worker) launch(agentID string) (*instance, error) {
 	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(w.path),
 		chromedp.WindowSize(1280, 900), chromedp.Flag("mute-audio", true),
 		// No service workers: their requests would bypass the page's
@@ -167,6 +173,8 @@ func (w *Worker) launch() (*instance, error) {
 		// unit runs it as an unprivileged user, where the sandbox is on.
 		opts = append(opts, chromedp.NoSandbox)
 	}
+	// chromedp gives each allocator a fresh profile directory, removed
+	// when the browser stops: agents share no profile either.
 	allocCtx, allocCancel := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancel := chromedp.NewContext(allocCtx)
 	if err := chromedp.Do(ctx); err != nil {
@@ -179,120 +187,73 @@ func (w *Worker) launch() (*instance, error) {
 	if p := b.Process(); p != nil {
 		inst.pid = p.Pid
 	}
-	w.logger.Info("browser started", slog.String("path", w.path), slog.Int("pid", inst.pid))
-	w.confine(inst)
+	w.logger.Info("browser started", slog.String("agent_id", agentID), slog.String("path", w.path), slog.Int("pid", inst.pid))
+	w.confine(inst, agentID)
 	return inst, nil
 }
 
 // confine puts the browser's processes in a cgroup with memory and CPU
 // limits, or says clearly in the log why it cannot.
-func (w *Worker) confine(inst *instance) {
+func (w *Worker) confine(inst *instance, agentID string) {
 	mem, cpu := cmp.Or(w.cfg.MemoryMax, DefaultMemoryMax), cmp.Or(w.cfg.CPUMax, DefaultCPUMax)
 	cg, err := confine(inst.pid, mem, cpu)
 	if err != nil {
-		w.logger.Warn("browser runs WITHOUT memory and CPU limits: no cgroup could be made for it",
+		w.logger.Warn("browser runs WITHOUT memory and CPU limits: no cgroup could be made for it", slog.String("agent_id", agentID),
 			slog.Int("pid", inst.pid), slog.String("error", err.Error()))
 		return
 	}
 	inst.cgroup = cg
-	w.logger.Info("browser confined to a cgroup", slog.Int("pid", inst.pid), slog.Any("cgroup", cg.dirs),
-		slog.Int64("memory_max", mem), slog.Float64("cpu_max", cpu))
+	w.logger.Info("browser confined to a cgroup", slog.String("agent_id", agentID), slog.Int("pid", inst.pid),
+		slog.Any("cgroup", cg.dirs), slog.Int64("memory_max", mem), slog.Float64("cpu_max", cpu))
 }
 
-// CgroupDirs lists the cgroup directories the running browser is confined
-// to; none when it runs unconfined.
-func (w *Worker) CgroupDirs() []string {
+// running returns the agent's live browser, or nil.
+func (w *Worker) running(agentID string) *instance {
 	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.inst == nil || w.inst.cgroup == nil {
+	a := w.agents[agentID]
+	w.mu.Unlock()
+	if a == nil {
 		return nil
 	}
-	return slices.Clone(w.inst.cgroup.dirs)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.inst == nil || a.inst.dead() {
+		return nil
+	}
+	return a.inst
 }
 
-// setInstance installs inst and watches it for a crash.
-func (w *Worker) setInstance(inst *instance) {
-	w.mu.Lock()
-	w.inst = inst
-	close(w.changed)
-	w.changed = make(chan struct{})
-	w.mu.Unlock()
-	w.wg.Go(func() {
-		select {
-		case <-inst.lost:
-			w.recover(inst)
-		case <-w.done:
-		}
-	})
+// CgroupDirs lists the cgroup directories the agent's running browser is
+// confined to; none when it runs unconfined or not at all.
+func (w *Worker) CgroupDirs(agentID string) []string {
+	inst := w.running(agentID)
+	if inst == nil || inst.cgroup == nil {
+		return nil
+	}
+	return slices.Clone(inst.cgroup.dirs)
 }
 
-// recover replaces a crashed browser: the agents' contexts die with it,
-// and each agent gets a fresh one in the new browser.
-func (w *Worker) recover(dead *instance) {
-	w.mu.Lock()
-	if w.closed || w.inst != dead {
-		w.mu.Unlock()
-		return
+// PID returns the process id of the agent's browser, or 0 while it does
+// not run.
+func (w *Worker) PID(agentID string) int {
+	if inst := w.running(agentID); inst != nil {
+		return inst.pid
 	}
-	w.inst = nil
-	w.restarts++
-	agents := make([]*agent, 0, len(w.agents))
-	for _, a := range w.agents {
-		agents = append(agents, a)
-	}
-	w.mu.Unlock()
-	w.logger.Error("browser lost; restarting it", slog.Int("pid", dead.pid))
-	dead.cancel()
-	dead.allocCancel()
-	dead.cgroup.remove()
-
-	for backoff := 100 * time.Millisecond; ; backoff = min(2*backoff, 10*time.Second) {
-		inst, err := w.launch()
-		if err == nil {
-			for _, a := range agents {
-				w.mu.Lock()
-				live := w.agents[a.id] == a // not stopped meanwhile
-				w.mu.Unlock()
-				if live {
-					a.reset(inst)
-				}
-			}
-			w.setInstance(inst)
-			w.logger.Info("browser restarted", slog.Int("pid", inst.pid), slog.Int("agents", len(agents)))
-			return
-		}
-		w.logger.Error("browser restart failed; retrying", slog.String("error", err.Error()), slog.Duration("backoff", backoff))
-		select {
-		case <-time.After(backoff):
-		case <-w.done:
-			return
-		}
-	}
+	return 0
 }
 
-// current returns the live browser, or a retryable failure while it
-// restarts.
-func (w *Worker) current() (*instance, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	switch {
-	case w.closed:
-		return nil, &Failure{Kind: "browser_unavailable", Message: "the browser worker is shut down (choird is stopping)",
-			Fix: "call again once the agent is running again", Retryable: true}
-	case w.inst == nil || w.inst.dead():
-		return nil, &Failure{Kind: "browser_restarting", Message: "the browser crashed and is restarting",
-			Fix: "call choir.web.browse again in a few seconds; open tabs were lost", Retryable: true}
-	}
-	return w.inst, nil
-}
-
-// WaitReady blocks until a browser runs or ctx ends; for tests and
-// start-up.
-func (w *Worker) WaitReady(ctx context.Context) error {
+// WaitReady blocks until the agent's browser runs or ctx ends; for tests.
+func (w *Worker) WaitReady(ctx context.Context, agentID string) error {
 	for {
 		w.mu.Lock()
-		ok, ch := w.inst != nil && !w.inst.dead(), w.changed
+		a := w.agents[agentID]
 		w.mu.Unlock()
+		if a == nil {
+			return fmt.Errorf("agent %s has no browser", agentID)
+		}
+		a.mu.Lock()
+		ok, ch := a.inst != nil && !a.inst.dead() && a.root != nil, a.changed
+		a.mu.Unlock()
 		if ok {
 			return nil
 		}
@@ -304,24 +265,14 @@ func (w *Worker) WaitReady(ctx context.Context) error {
 	}
 }
 
-// Restarts says how often the browser was restarted after a crash.
+// Restarts says how often a browser was restarted after a crash.
 func (w *Worker) Restarts() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.restarts
 }
 
-// PID returns the browser process id, or 0 while it restarts.
-func (w *Worker) PID() int {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.inst == nil {
-		return 0
-	}
-	return w.inst.pid
-}
-
-// Close disposes of every agent's context and stops the browser.
+// Close stops every agent's browser.
 func (w *Worker) Close() {
 	w.mu.Lock()
 	if w.closed {
@@ -330,17 +281,14 @@ func (w *Worker) Close() {
 	}
 	w.closed = true
 	close(w.done)
-	inst, agents := w.inst, w.agents
+	agents := w.agents
 	w.agents = map[string]*agent{}
 	w.mu.Unlock()
+	var wg sync.WaitGroup
 	for _, a := range agents {
-		a.close()
+		wg.Go(a.close)
 	}
-	if inst != nil {
-		inst.cancel()
-		inst.allocCancel() // waits for the browser to exit
-		inst.cgroup.remove()
-	}
+	wg.Wait()
 	w.wg.Wait()
 	w.proxy.close()
 	w.logger.Info("browser stopped")

@@ -14,7 +14,7 @@ import (
 	"github.com/choirhq/choir/agent/lane"
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 )
@@ -316,7 +316,7 @@ func TestAgentGatewaySide(t *testing.T) {
 	})
 
 	t.Run("GracefulStopWritesTheSummaryBeforeTheFinalHeartbeat", func(t *testing.T) {
-		if _, err := b.d.AgentStop(ctx, daemon.Scope{Admin: true, Actor: "test"}, "assistant"); err != nil {
+		if _, err := b.d.AgentStop(ctx, control.Scope{Admin: true, Actor: "test"}, "assistant"); err != nil {
 			t.Fatal(err)
 		}
 		select {

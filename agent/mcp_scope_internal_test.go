@@ -15,7 +15,7 @@ import (
 
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/choirdtest"
 )
 
@@ -61,7 +61,7 @@ func TestMCPServerGetsOnlyItsAgentsMCPSecrets(t *testing.T) {
 		if err == nil {
 			s.close()
 		}
-		if _, serr := d.AgentStop(context.Background(), daemon.Scope{Admin: true, Actor: "test"}, "assistant"); serr != nil {
+		if _, serr := d.AgentStop(context.Background(), control.Scope{Admin: true, Actor: "test"}, "assistant"); serr != nil {
 			t.Fatal(serr)
 		}
 		return err

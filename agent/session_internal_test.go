@@ -12,7 +12,7 @@ import (
 	"github.com/choirhq/choir/agent/lane"
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 )
@@ -193,7 +193,7 @@ func TestSessionDispatch(t *testing.T) {
 		}
 		// choird pushes the change too; this session has no push stream,
 		// so only the dispatch below brings it in.
-		if _, err := b.d.ModelSet(ctx, daemon.Scope{Admin: true, Actor: "test"}, "assistant", "smart"); err != nil {
+		if _, err := b.d.ModelSet(ctx, control.Scope{Admin: true, Actor: "test"}, "assistant", "smart"); err != nil {
 			t.Fatal(err)
 		}
 		b.dispatch(rpc.Push{Kind: rpc.PushConfigChanged, ConfigChanged: &rpc.ConfigChanged{}})

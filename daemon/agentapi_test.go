@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/client"
 	"github.com/choirhq/choir/rpc/wire"
 )
@@ -23,7 +24,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	ctx := context.Background()
 	d := startChoird(t, choirdtest.Options{})
 	home, logs := d.Home, d.Logs
-	s, err := session.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "process")
+	s, err := session.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "assistant", admin.StartOverrides{}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/verbatim"
 	"github.com/choirhq/choir/rpc"
@@ -156,11 +155,11 @@ func TestConfigChangeIsAnAdminsOwnKeysOnly(t *testing.T) {
 	if dm != "console" {
 		t.Errorf("the config change was asked of DM %q, want the admin DM", dm)
 	}
-	_, err = b.d.Approvals().Decide(ctx, daemon.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, true)
+	_, err = b.d.Approvals().Decide(ctx, control.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, true)
 	if !errors.Is(err, control.ErrForbidden) || !strings.Contains(err.Error(), "only an admin") {
 		t.Fatalf("the agent's regular DM decided a config change: %v", err)
 	}
-	if _, err := b.d.Approvals().Decide(ctx, daemon.Scope{Admin: true, DM: "console", Actor: "console:operator"}, resp.ApprovalID, true); err != nil {
+	if _, err := b.d.Approvals().Decide(ctx, control.Scope{Admin: true, DM: "console", Actor: "console:operator"}, resp.ApprovalID, true); err != nil {
 		t.Fatal(err)
 	}
 	b.waitState(t, resp.ApprovalID, "applied")

@@ -5,11 +5,11 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // TestApprovalDecisions: exactly one decision wins, a second one says
@@ -20,18 +20,18 @@ func TestApprovalDecisions(t *testing.T) {
 	b := setupCommands(t)
 	d := b.d
 	ctx := context.Background()
-	admin := daemon.Scope{Admin: true, Actor: "choirctl:uid=0"}
-	other := daemon.Scope{Agent: "helper", Actor: "telegram:bob"}
+	operator := control.Scope{Admin: true, Actor: "choirctl:uid=0"}
+	other := control.Scope{Agent: "helper", Actor: "telegram:bob"}
 
-	a := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+	a := b.d.StandIn(t, "assistant", admin.StartOverrides{})
 	id := requestApproval(t, a, "deploy to staging")
 	if _, err := d.Approvals().Decide(ctx, other, id, true); !errors.Is(err, control.ErrForbidden) {
 		t.Fatalf("another agent's DM decided: %v", err)
 	}
-	if got, err := d.Approvals().Show(ctx, admin, id); err != nil || got.Status != "pending" {
+	if got, err := d.Approvals().Show(ctx, operator, id); err != nil || got.Status != "pending" {
 		t.Fatalf("after the refused decision: %+v, %v", got, err)
 	}
-	got, err := d.Approvals().Decide(ctx, daemon.Scope{Agent: "assistant", Actor: "telegram:alice"}, id, true)
+	got, err := d.Approvals().Decide(ctx, control.Scope{Agent: "assistant", Actor: "telegram:alice"}, id, true)
 	if err != nil || got.Status != "approved" || got.ResolvedBy != "telegram:alice" {
 		t.Fatalf("decide = %+v, %v", got, err)
 	}
@@ -39,7 +39,7 @@ func TestApprovalDecisions(t *testing.T) {
 	if p.ApprovalResolved.ApprovalID != id || p.ApprovalResolved.Status != rpc.ApprovalApproved {
 		t.Errorf("pushed outcome = %+v", p.ApprovalResolved)
 	}
-	again, err := d.Approvals().Decide(ctx, admin, id, false)
+	again, err := d.Approvals().Decide(ctx, operator, id, false)
 	if !errors.Is(err, approval.ErrResolved) || again.Status != "approved" {
 		t.Fatalf("second decision = %+v, %v", again, err)
 	}
@@ -55,10 +55,10 @@ func TestApprovalDecisions(t *testing.T) {
 	// Decided while the agent is down: told at the next session's hello.
 	id2 := requestApproval(t, a, "add tool choir.repo.status")
 	a.Terminate(t, "test stop")
-	if _, err := d.Approvals().Decide(ctx, admin, id2, false); err != nil {
+	if _, err := d.Approvals().Decide(ctx, operator, id2, false); err != nil {
 		t.Fatal(err)
 	}
-	next := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+	next := b.d.StandIn(t, "assistant", admin.StartOverrides{})
 	p = next.Next(t, rpc.PushApprovalResolved)
 	if p.ApprovalResolved.ApprovalID != id2 || p.ApprovalResolved.Status != rpc.ApprovalRejected {
 		t.Errorf("outcome at the next hello = %+v", p.ApprovalResolved)
@@ -69,7 +69,7 @@ func TestApprovalDecisions(t *testing.T) {
 	if !pushed {
 		t.Error("the outcome is not recorded as pushed")
 	}
-	if list, err := d.Approvals().List(ctx, admin, ""); err != nil || len(list) != 0 {
+	if list, err := d.Approvals().List(ctx, operator, ""); err != nil || len(list) != 0 {
 		t.Errorf("pending after both decisions: %+v, %v", list, err)
 	}
 }

@@ -5,7 +5,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // TestBareApproveAsksWhenSeveralWereFiled: the person read request A and
@@ -17,9 +18,9 @@ func TestBareApproveAsksWhenSeveralWereFiled(t *testing.T) {
 	t.Parallel()
 	b := setupCommands(t)
 	ctx := context.Background()
-	assistant := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+	assistant := b.d.StandIn(t, "assistant", admin.StartOverrides{})
 	read := requestApproval(t, assistant, "the one alice read")
-	if _, err := b.d.Approvals().Decide(ctx, daemon.Scope{Admin: true, Actor: "choirctl"}, read, false); err != nil {
+	if _, err := b.d.Approvals().Decide(ctx, control.Scope{Admin: true, Actor: "choirctl"}, read, false); err != nil {
 		t.Fatal(err)
 	}
 	sneaked := requestApproval(t, assistant, "filed meanwhile")
@@ -28,7 +29,7 @@ func TestBareApproveAsksWhenSeveralWereFiled(t *testing.T) {
 		!strings.Contains(reply, "1. assistant: filed meanwhile") {
 		t.Fatalf("bare /approve with two filed lately = %q", reply)
 	}
-	a, err := b.d.Approvals().Show(ctx, daemon.Scope{Admin: true}, sneaked)
+	a, err := b.d.Approvals().Show(ctx, control.Scope{Admin: true}, sneaked)
 	if err != nil || a.Status != "pending" {
 		t.Fatalf("the bare /approve decided %s: %s, %v", sneaked, a.Status, err)
 	}

@@ -15,11 +15,11 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/agent/meter"
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/client"
 )
 
@@ -41,7 +41,7 @@ func TestSessionBudgetSurvivesCyclingSessions(t *testing.T) {
 	q := db.New(d.Pool())
 	start := func(by session.Origin) (uuid.UUID, *client.Client) {
 		t.Helper()
-		s, err := session.CreateSessionAs(ctx, d.Pool(), d.Snapshot().Config, "assistant", daemon.StartOverrides{},
+		s, err := session.CreateSessionAs(ctx, d.Pool(), d.Snapshot().Config, "assistant", admin.StartOverrides{},
 			d.ConfigVersion(), "process", by)
 		if err != nil {
 			t.Fatal(err)

@@ -11,13 +11,14 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/client"
 	"github.com/choirhq/choir/rpc/wire"
 )
@@ -259,13 +260,13 @@ func TestDMCommandPermissions(t *testing.T) {
 func TestDMStartRefusesADMBoundToAnotherLiveAgent(t *testing.T) {
 	t.Parallel()
 	b := setupCommands(t)
-	b.d.StandIn(t, "assistant", daemon.StartOverrides{}) // holds DM alice
+	b.d.StandIn(t, "assistant", admin.StartOverrides{}) // holds DM alice
 	// alice is regular; the binding rule is an admin DM's, so the
 	// console DM takes alice's place here: bind console by starting
 	// helper on it directly, then try to start assistant from it.
 	d := b.d
 	cfg := d.Snapshot().Config
-	if _, err := session.CreateSession(context.Background(), d.Pool(), cfg, "helper", daemon.StartOverrides{DM: "console"}, d.ConfigVersion(),
+	if _, err := session.CreateSession(context.Background(), d.Pool(), cfg, "helper", admin.StartOverrides{DM: "console"}, d.ConfigVersion(),
 		"process"); err != nil {
 		t.Fatal(err)
 	}
@@ -279,7 +280,7 @@ func TestDMSessionCommands(t *testing.T) {
 	t.Parallel()
 	b := setupCommands(t)
 	ctx := context.Background()
-	agent := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+	agent := b.d.StandIn(t, "assistant", admin.StartOverrides{})
 	q := db.New(b.d.Pool())
 
 	t.Run("CoresCancelCompact", func(t *testing.T) {
@@ -422,12 +423,12 @@ func TestDMApprovalSelection(t *testing.T) {
 	t.Parallel()
 	b := setupCommands(t)
 	ctx := context.Background()
-	assistant := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
-	helper := b.d.StandIn(t, "helper", daemon.StartOverrides{})
+	assistant := b.d.StandIn(t, "assistant", admin.StartOverrides{})
+	helper := b.d.StandIn(t, "helper", admin.StartOverrides{})
 	d := b.d
 	status := func(id string) string {
 		t.Helper()
-		a, err := d.Approvals().Show(ctx, daemon.Scope{Admin: true}, id)
+		a, err := d.Approvals().Show(ctx, control.Scope{Admin: true}, id)
 		if err != nil {
 			t.Fatal(err)
 		}

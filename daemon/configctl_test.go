@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -72,21 +71,21 @@ func TestConfigControlPermissions(t *testing.T) {
 	t.Parallel()
 	d := startChoird(t, choirdtest.Options{})
 	ctx := context.Background()
-	dm := daemon.Scope{Agent: "assistant", Actor: "telegram:dm=second"}
-	stranger := daemon.Scope{Actor: "nobody"}
+	dm := control.Scope{Agent: "assistant", Actor: "telegram:dm=second"}
+	stranger := control.Scope{Actor: "nobody"}
 	commands := []struct {
 		name string
-		call func(daemon.Scope) error
+		call func(control.Scope) error
 	}{
-		{"ConfigLoad", func(sc daemon.Scope) error { _, err := d.ConfigLoad(ctx, sc); return err }},
-		{"control.ConfigDiff", func(sc daemon.Scope) error { _, err := d.ConfigDiff(ctx, sc); return err }},
-		{"ConfigApply", func(sc daemon.Scope) error { _, err := d.ConfigApply(ctx, sc); return err }},
-		{"ConfigShow", func(sc daemon.Scope) error { _, err := d.ConfigShow(ctx, sc); return err }},
-		{"SecretList", func(sc daemon.Scope) error { _, err := d.SecretList(ctx, sc); return err }},
+		{"ConfigLoad", func(sc control.Scope) error { _, err := d.ConfigLoad(ctx, sc); return err }},
+		{"config.DiffReport", func(sc control.Scope) error { _, err := d.ConfigDiff(ctx, sc); return err }},
+		{"ConfigApply", func(sc control.Scope) error { _, err := d.ConfigApply(ctx, sc); return err }},
+		{"ConfigShow", func(sc control.Scope) error { _, err := d.ConfigShow(ctx, sc); return err }},
+		{"SecretList", func(sc control.Scope) error { _, err := d.SecretList(ctx, sc); return err }},
 	}
 	for _, c := range commands {
 		t.Run(c.name+"RefusesRegularDMs", func(t *testing.T) {
-			for _, sc := range []daemon.Scope{dm, stranger} {
+			for _, sc := range []control.Scope{dm, stranger} {
 				if err := c.call(sc); !errors.Is(err, control.ErrForbidden) || !strings.Contains(err.Error(), "admin") {
 					t.Errorf("scope %+v: err = %v, want control.ErrForbidden naming admin", sc, err)
 				}
@@ -94,7 +93,7 @@ func TestConfigControlPermissions(t *testing.T) {
 		})
 	}
 	t.Run("AdminMayShowAndList", func(t *testing.T) {
-		admin := daemon.Scope{Admin: true, Actor: "test"}
+		admin := control.Scope{Admin: true, Actor: "test"}
 		names, err := d.SecretList(ctx, admin)
 		if err != nil || !slices.Equal(names, []string{"git-token", "model-key", "postgres-admin"}) {
 			t.Errorf("SecretList = %v, %v", names, err)
@@ -116,7 +115,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 	ctx := context.Background()
 	d := startChoird(t, choirdtest.Options{})
 	home, logs := d.Home, d.Logs
-	admin := daemon.Scope{Admin: true, Actor: "test"}
+	admin := control.Scope{Admin: true, Actor: "test"}
 	q := db.New(d.Pool())
 
 	var applied []*config.Config
@@ -193,13 +192,13 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		}
 
 		code, out, errs = choirctl(t, home, "config", "diff", "--json")
-		var diff control.ConfigDiff
+		var diff config.DiffReport
 		if err := json.Unmarshal([]byte(out), &diff); code != 0 || err != nil || len(diff.Changes) != 3 || len(diff.Blockers) != 0 {
 			t.Fatalf("config diff --json: %d %v %s %s", code, err, out, errs)
 		}
 
 		code, out, errs = choirctl(t, home, "config", "apply", "--json")
-		var res control.ConfigApplyResult
+		var res config.ApplyReport
 		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil {
 			t.Fatalf("config apply: %d %v %s %s", code, err, out, errs)
 		}

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/configrepo"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -48,7 +47,7 @@ func bareRemote(t *testing.T, files map[string]string) (string, func(map[string]
 func TestConfigLoadRepos(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	admin := daemon.Scope{Admin: true, Actor: "test"}
+	admin := control.Scope{Admin: true, Actor: "test"}
 	global, pushGlobal := bareRemote(t, map[string]string{
 		"Dockerfile.base":       "ARG CHOIR_OS_IMAGE=scratch\nFROM ${CHOIR_OS_IMAGE}\n",
 		"identity/USER.md":      "# The user\n",

@@ -13,7 +13,6 @@ import (
 	"errors"
 	"fmt"
 	"github.com/choirhq/choir/daemon/memory/pipeline"
-	"github.com/choirhq/choir/rpc/admin"
 	"io"
 	"log/slog"
 	"os"
@@ -503,10 +502,3 @@ func newRuntime(ctx context.Context, opts Options, logger *slog.Logger) (runtime
 	}
 	return nil, fmt.Errorf("unknown runtime %q: want docker or process", opts.Runtime)
 }
-
-// Scope is who issues a control command (control.Scope).
-type Scope = control.Scope
-
-// StartOverrides replace an agent's default resources for one session
-// (control.StartOverrides).
-type StartOverrides = admin.StartOverrides

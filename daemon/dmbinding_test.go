@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
@@ -31,7 +30,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 	ctx := context.Background()
 	const why = "assistant, the agent of this DM, is running on another DM"
 
-	a := b.d.StandIn(t, "assistant", daemon.StartOverrides{DM: "console"})
+	a := b.d.StandIn(t, "assistant", admin.StartOverrides{DM: "console"})
 	approvalID := requestApproval(t, a, "admin-only approval")
 
 	t.Run("CommandsAreRefused", func(t *testing.T) {
@@ -60,7 +59,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 
 	// A scope made while assistant was not running, used after the admin
 	// started it elsewhere: the control functions check the session.
-	stale := daemon.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}
+	stale := control.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}
 	t.Run("StaleScopeReachesNoSession", func(t *testing.T) {
 		checks := map[string]func() error{
 			"stop":    func() error { _, err := d.AgentStop(ctx, stale, "assistant"); return err },
@@ -133,11 +132,11 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 		if st := d.LatestStatus(ctx, "assistant"); st.SessionID != a.SessionID || st.State != admin.AgentActive {
 			t.Errorf("assistant = %+v, want its session still active", st)
 		}
-		m, err := d.ModelGet(ctx, daemon.Scope{Admin: true}, "assistant")
+		m, err := d.ModelGet(ctx, control.Scope{Admin: true}, "assistant")
 		if err != nil || m.LLMOverridden || m.VoiceOverridden {
 			t.Errorf("model state = %+v, %v: alice switched it", m, err)
 		}
-		if ap, err := d.Approvals().Show(ctx, daemon.Scope{Admin: true}, approvalID); err != nil || ap.Status != "pending" {
+		if ap, err := d.Approvals().Show(ctx, control.Scope{Admin: true}, approvalID); err != nil || ap.Status != "pending" {
 			t.Errorf("approval = %+v, %v: want it still pending", ap, err)
 		}
 	})
@@ -172,7 +171,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 	})
 
 	t.Run("KeptMessageReachesTheAgentOnThisDM", func(t *testing.T) {
-		back := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+		back := b.d.StandIn(t, "assistant", admin.StartOverrides{})
 		p := back.Next(t, rpc.PushUserMessage)
 		if p.UserMessage.Text != "hello from alice" {
 			t.Errorf("pushed %q", p.UserMessage.Text)

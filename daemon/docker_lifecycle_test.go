@@ -9,6 +9,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
@@ -75,7 +76,7 @@ func TestLifecycleDockerRuntime(t *testing.T) {
 	}
 
 	// A container killed from outside is noticed at once.
-	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: "test"}, "assistant", daemon.StartOverrides{}); err != nil {
+	if _, err := d.AgentStart(ctx, control.Scope{Admin: true, Actor: "test"}, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
 	st = d.WaitState(t, "assistant", admin.AgentActive)
@@ -86,7 +87,7 @@ func TestLifecycleDockerRuntime(t *testing.T) {
 	d.WaitState(t, "assistant", admin.AgentCrashed)
 
 	// An agent left running by a choird that died is an orphan for the next.
-	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: "test"}, "assistant", daemon.StartOverrides{}); err != nil {
+	if _, err := d.AgentStart(ctx, control.Scope{Admin: true, Actor: "test"}, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
 	st = d.WaitState(t, "assistant", admin.AgentActive)
@@ -137,7 +138,7 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	d := startChoird(t, choirdtest.Options{Daemon: daemon.Options{Runtime: "docker", AgentImage: "choir-agent-missing:nope"},
 		Edit: fastHeartbeat})
 	ctx := context.Background()
-	_, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: "test"}, "assistant", daemon.StartOverrides{})
+	_, err := d.AgentStart(ctx, control.Scope{Admin: true, Actor: "test"}, "assistant", admin.StartOverrides{})
 	if err == nil || !strings.Contains(err.Error(), "choir-agent-missing:nope") {
 		t.Fatalf("start = %v, want an error naming the image", err)
 	}

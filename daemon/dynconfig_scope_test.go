@@ -10,9 +10,9 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/wire"
 )
 
@@ -45,7 +45,7 @@ func TestDynamicConfigCarriesOnlyOwnResources(t *testing.T) {
 		h.Defaults.Email, h.Defaults.GitIdentity, h.Defaults.Notion = "helper-mail", "helper-git", "helper-notion"
 		c.Agents["assistant"], c.Agents["helper"] = a, h
 	}})
-	agent := d.StandIn(t, "assistant", daemon.StartOverrides{})
+	agent := d.StandIn(t, "assistant", admin.StartOverrides{})
 	got, err := agent.Client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
 	if err != nil {
 		t.Fatal(err)
@@ -87,7 +87,7 @@ func TestMCPSecretsFollowTheConfig(t *testing.T) {
 		c.Agents["assistant"] = a
 		secrets["mcp-token"] = "mcp-v"
 	}})
-	agent := d.StandIn(t, "assistant", daemon.StartOverrides{})
+	agent := d.StandIn(t, "assistant", admin.StartOverrides{})
 	if got := agent.Hello.ResourceBindings.MCPSecrets; !slices.Equal(got, []string{"mcp-token"}) {
 		t.Fatalf("the session's MCP scope = %v, want [mcp-token]", got)
 	}

@@ -370,7 +370,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 func TestOrphansAreRemovedWhenChoirdRestarts(t *testing.T) {
 	t.Parallel()
 	d := startWithAgents(t, nil)
-	if _, err := d.AgentStart(context.Background(), daemon.Scope{Admin: true, Actor: "test"}, "assistant", daemon.StartOverrides{}); err != nil {
+	if _, err := d.AgentStart(context.Background(), control.Scope{Admin: true, Actor: "test"}, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
 	old := d.WaitState(t, "assistant", admin.AgentActive)
@@ -416,8 +416,8 @@ func TestFaultsProcessRuntime(t *testing.T) {
 		t.Parallel()
 		d := startWithAgents(t, func(c *config.Config) { c.SnapshotEveryEvents = 2 })
 		home := d.Home
-		sc := daemon.Scope{Admin: true, Actor: "test"}
-		if _, err := d.AgentStart(context.Background(), sc, "assistant", daemon.StartOverrides{}); err != nil {
+		sc := control.Scope{Admin: true, Actor: "test"}
+		if _, err := d.AgentStart(context.Background(), sc, "assistant", admin.StartOverrides{}); err != nil {
 			t.Fatal(err)
 		}
 		d.WaitState(t, "assistant", admin.AgentActive)
@@ -438,7 +438,7 @@ func TestFaultsProcessRuntime(t *testing.T) {
 		})
 		syscall.Kill(agentPid(t, d, "assistant"), syscall.SIGKILL)
 		d.WaitState(t, "assistant", admin.AgentCrashed)
-		if _, err := d.AgentStart(context.Background(), sc, "assistant", daemon.StartOverrides{}); err != nil {
+		if _, err := d.AgentStart(context.Background(), sc, "assistant", admin.StartOverrides{}); err != nil {
 			t.Fatal(err)
 		}
 		d.WaitState(t, "assistant", admin.AgentActive)
@@ -462,7 +462,7 @@ func TestFaultsProcessRuntime(t *testing.T) {
 	t.Run("FrozenAgentIsFencedAfterTheThreshold", func(t *testing.T) {
 		t.Parallel()
 		d := startWithAgents(t, nil)
-		if _, err := d.AgentStart(context.Background(), daemon.Scope{Admin: true, Actor: "test"}, "assistant", daemon.StartOverrides{}); err != nil {
+		if _, err := d.AgentStart(context.Background(), control.Scope{Admin: true, Actor: "test"}, "assistant", admin.StartOverrides{}); err != nil {
 			t.Fatal(err)
 		}
 		st := d.WaitState(t, "assistant", admin.AgentActive)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -130,8 +131,8 @@ func TestChoirdLog(t *testing.T) {
 func TestAgentLogArchivedWhenItsSessionEnds(t *testing.T) {
 	t.Parallel()
 	d := startWithAgents(t, nil)
-	sc := daemon.Scope{Admin: true, Actor: "test"}
-	if _, err := d.AgentStart(context.Background(), sc, "assistant", daemon.StartOverrides{}); err != nil {
+	sc := control.Scope{Admin: true, Actor: "test"}
+	if _, err := d.AgentStart(context.Background(), sc, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
 	st := d.WaitState(t, "assistant", admin.AgentActive)

@@ -17,6 +17,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/agentapi"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/runtime/process"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
@@ -228,8 +229,8 @@ func (o orphanProbe) alive(t *testing.T, instance string) bool {
 func TestStopSaysWhatBecomesOfRunningAgents(t *testing.T) {
 	t.Parallel()
 	d := startWithAgents(t, nil)
-	if _, err := d.AgentStart(context.Background(), daemon.Scope{Admin: true, Actor: "test"}, "assistant",
-		daemon.StartOverrides{}); err != nil {
+	if _, err := d.AgentStart(context.Background(), control.Scope{Admin: true, Actor: "test"}, "assistant",
+		admin.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
 	d.WaitState(t, "assistant", admin.AgentActive)

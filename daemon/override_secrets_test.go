@@ -8,9 +8,10 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/wire"
 )
 
@@ -33,7 +34,7 @@ func TestOverrideBindsItsSecret(t *testing.T) {
 		secrets["other-llm-key"], secrets["tts-key"] = "sk-other", "tts-secret"
 	}})
 	b := &cmdBundle{d: d}
-	agent := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+	agent := b.d.StandIn(t, "assistant", admin.StartOverrides{})
 
 	fetch := func() rpc.DynamicConfig {
 		t.Helper()
@@ -55,11 +56,11 @@ func TestOverrideBindsItsSecret(t *testing.T) {
 		t.Errorf("a model's secret the session does not use: %v, want permission denied", err)
 	}
 
-	admin := daemon.Scope{Admin: true, Actor: "test"}
-	if _, err := d.ModelSet(ctx, admin, "assistant", "other"); err != nil {
+	operator := control.Scope{Admin: true, Actor: "test"}
+	if _, err := d.ModelSet(ctx, operator, "assistant", "other"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.VoiceSet(ctx, admin, "assistant", "calm"); err != nil {
+	if _, err := d.VoiceSet(ctx, operator, "assistant", "calm"); err != nil {
 		t.Fatal(err)
 	}
 	dc := fetch()

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
@@ -39,7 +40,7 @@ func testPersonStopIsFinal(t *testing.T, opts daemon.Options) {
 	ctx := context.Background()
 	d := startChoird(t, choirdtest.Options{Daemon: opts, Edit: fastHeartbeat})
 	defer d.StopAgents(t)
-	sc := daemon.Scope{Admin: true, Actor: "test"}
+	sc := control.Scope{Admin: true, Actor: "test"}
 	add := func(text string) int64 {
 		t.Helper()
 		s, err := d.Schedules().Add(ctx, sc, admin.ScheduleAddRequest{AgentID: "assistant", Cron: "0 3 * * *", Text: text,

@@ -13,11 +13,11 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/internal/verbatim"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/client"
 	"github.com/choirhq/choir/rpc/wire"
 )
@@ -67,7 +67,7 @@ func setupProposals(t *testing.T) *proposalBundle {
 		h.Defaults.DM, h.Defaults.Workspace = "bob", "other"
 		c.Agents["helper"] = h
 	}})
-	return &proposalBundle{d: d, repo: repo, a: d.StandIn(t, "assistant", daemon.StartOverrides{})}
+	return &proposalBundle{d: d, repo: repo, a: d.StandIn(t, "assistant", admin.StartOverrides{})}
 }
 
 func (b *proposalBundle) propose(t *testing.T, reqID, typ, payload string) (rpc.ApprovalResponse, error) {
@@ -164,7 +164,7 @@ func TestToolProposalPipeline(t *testing.T) {
 		t.Errorf("the request with its buttons must come last, after the full change: %q", msgs)
 	}
 
-	if _, err := b.d.Approvals().Decide(ctx, daemon.Scope{Agent: "helper", DM: "bob", Actor: "telegram:bob"}, id, true); !errors.Is(err, control.ErrForbidden) {
+	if _, err := b.d.Approvals().Decide(ctx, control.Scope{Agent: "helper", DM: "bob", Actor: "telegram:bob"}, id, true); !errors.Is(err, control.ErrForbidden) {
 		t.Fatalf("another agent's DM approved: %v", err)
 	}
 	if got := gitIn(t, b.repo, "rev-parse", "main"); got != head {
@@ -174,7 +174,7 @@ func TestToolProposalPipeline(t *testing.T) {
 		t.Fatal(outcome)
 	}
 
-	if _, err := b.d.Approvals().Decide(ctx, daemon.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, id, true); err != nil {
+	if _, err := b.d.Approvals().Decide(ctx, control.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, id, true); err != nil {
 		t.Fatal(err)
 	}
 	_, step, reason := b.waitState(t, id, "approved, not applied")
@@ -223,7 +223,7 @@ func TestConfigProposal(t *testing.T) {
 	if !strings.Contains(all, "agents.assistant.budgets") || !strings.Contains(all, `"max_steps_per_message":7`) {
 		t.Fatalf("the budget setting is not in the diff:\n%s", all)
 	}
-	if _, err := b.d.Approvals().Decide(ctx, daemon.Scope{Admin: true, Actor: "choirctl:uid=0"}, resp.ApprovalID, true); err != nil {
+	if _, err := b.d.Approvals().Decide(ctx, control.Scope{Admin: true, Actor: "choirctl:uid=0"}, resp.ApprovalID, true); err != nil {
 		t.Fatal(err)
 	}
 	b.waitState(t, resp.ApprovalID, "applied")
@@ -269,7 +269,7 @@ func TestRepoProposalRejectedKeepsBranch(t *testing.T) {
 			t.Errorf("the person is not shown %q:\n%s", want, all)
 		}
 	}
-	if _, err := b.d.Approvals().Decide(ctx, daemon.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, false); err != nil {
+	if _, err := b.d.Approvals().Decide(ctx, control.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, false); err != nil {
 		t.Fatal(err)
 	}
 	if got := gitIn(t, b.repo, "rev-parse", "main"); got != head {
@@ -324,7 +324,7 @@ func TestProposalResumesAfterRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.d.Approvals().Decide(context.Background(), daemon.Scope{Admin: true, Actor: "choirctl:uid=0"}, resp.ApprovalID, true); err != nil {
+	if _, err := b.d.Approvals().Decide(context.Background(), control.Scope{Admin: true, Actor: "choirctl:uid=0"}, resp.ApprovalID, true); err != nil {
 		t.Fatal(err)
 	}
 	// The stand-in's session ends first: its heartbeats would find no

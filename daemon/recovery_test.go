@@ -10,12 +10,12 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/wire"
 )
 
@@ -32,7 +32,7 @@ func TestHello(t *testing.T) {
 	t.Run("FirstSessionStartsFreshAndRecordsTheHello", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		s, err := session.CreateSession(ctx, pool, testConfig(t), "assistant", daemon.StartOverrides{}, 1, "process")
+		s, err := session.CreateSession(ctx, pool, testConfig(t), "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestHello(t *testing.T) {
 	t.Run("AHelloForAnotherSessionIsDenied", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		s, err := session.CreateSession(ctx, pool, testConfig(t), "assistant", daemon.StartOverrides{}, 1, "process")
+		s, err := session.CreateSession(ctx, pool, testConfig(t), "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -73,7 +73,7 @@ func TestHello(t *testing.T) {
 		q := db.New(pool)
 
 		// Session 1 replicates revs 1-4 and snapshots at 2, then crashes.
-		s1, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s1, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -88,7 +88,7 @@ func TestHello(t *testing.T) {
 		session.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
 
 		// Session 2 resumes, replicates 5-7, and is stopped.
-		s2, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s2, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -109,7 +109,7 @@ func TestHello(t *testing.T) {
 		session.EndSession(ctx, pool, nil, s2.Session.SessionID, "ended", "stopped")
 
 		// Session 3 sees the whole chain: snapshot 2 and tail 3-7.
-		s3, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s3, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,7 +131,7 @@ func TestHello(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		s1, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s1, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -155,7 +155,7 @@ func TestHello(t *testing.T) {
 		session.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
 		resume := func(t *testing.T) (rpc.InitHelloResponse, string) {
 			t.Helper()
-			s, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+			s, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,11 +18,11 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/agent/commitlog"
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/client"
 )
 
@@ -186,7 +186,7 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 	d := startChoird(b, choirdtest.Options{})
 	ctx := context.Background()
 	cfg := d.Snapshot().Config
-	first, err := session.CreateSession(ctx, d.Pool(), cfg, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "bench")
+	first, err := session.CreateSession(ctx, d.Pool(), cfg, "assistant", admin.StartOverrides{}, d.ConfigVersion(), "bench")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -220,7 +220,7 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 	b.ResetTimer()
 	for range b.N {
 		b.StopTimer()
-		s, err := session.CreateSession(ctx, d.Pool(), cfg, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "bench")
+		s, err := session.CreateSession(ctx, d.Pool(), cfg, "assistant", admin.StartOverrides{}, d.ConfigVersion(), "bench")
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/build"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
 )
@@ -52,7 +53,7 @@ func TestRepoProposalMergesExactlyTheCommitShown(t *testing.T) {
 	gitIn(t, work, "push", "-q", "origin", branch)
 	late := gitIn(t, work, "rev-parse", "HEAD")
 
-	if _, err := b.d.Approvals().Decide(ctx, daemon.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, true); err != nil {
+	if _, err := b.d.Approvals().Decide(ctx, control.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, true); err != nil {
 		t.Fatal(err)
 	}
 	outcome, step, reason := b.waitState(t, resp.ApprovalID, "approved, not applied", "applied")
@@ -113,7 +114,7 @@ func TestRejectedRepoProposalCloneRemoved(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := b.d.Approvals().Decide(context.Background(), daemon.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, false); err != nil {
+	if _, err := b.d.Approvals().Decide(context.Background(), control.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, false); err != nil {
 		t.Fatal(err)
 	}
 	waitGone(t, work)
@@ -168,7 +169,7 @@ func TestAgentBuildRefusesARefTheAgentPushed(t *testing.T) {
 			c.Agents["assistant"] = a
 		}})
 	ctx := context.Background()
-	_, err := d.AgentBuild(ctx, daemon.Scope{Admin: true, Actor: "test"}, "assistant", false)
+	_, err := d.AgentBuild(ctx, control.Scope{Admin: true, Actor: "test"}, "assistant", false)
 	if !errors.Is(err, build.ErrForeignCommit) || !strings.Contains(err.Error(), pushed[:12]) || !strings.Contains(err.Error(), "protect the branch") {
 		t.Fatalf("build: %v, want it refused naming commit %.12s", err, pushed)
 	}

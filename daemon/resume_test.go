@@ -62,10 +62,10 @@ func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 		c.Models["fast"] = c.Models["local"]
 	})
 	pool := d.OwnPool(t)
-	sc := daemon.Scope{Admin: true, Actor: "test"}
+	sc := control.Scope{Admin: true, Actor: "test"}
 	// Bindings other than the defaults, and a transient model: the
 	// successor keeps them all.
-	if _, err := d.AgentStart(ctx, sc, "assistant", daemon.StartOverrides{Workspace: "other", DM: "second"}); err != nil {
+	if _, err := d.AgentStart(ctx, sc, "assistant", admin.StartOverrides{Workspace: "other", DM: "second"}); err != nil {
 		t.Fatal(err)
 	}
 	first := d.WaitState(t, "assistant", admin.AgentActive)
@@ -136,7 +136,7 @@ func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 	if got := strings.Join(leases, " "); !strings.Contains(got, "workspace:other") || !strings.Contains(got, "dm:second") {
 		t.Errorf("the successor holds %q, want the workspace and DM leases of its bindings", got)
 	}
-	if ms, err := d.ModelGet(ctx, daemon.Scope{Admin: true}, "assistant"); err != nil || ms.LLM != "fast" || !ms.LLMOverridden {
+	if ms, err := d.ModelGet(ctx, control.Scope{Admin: true}, "assistant"); err != nil || ms.LLM != "fast" || !ms.LLMOverridden {
 		t.Errorf("model after the resume: %+v, %v; want the transient override fast", ms, err)
 	}
 
@@ -180,17 +180,17 @@ func TestChoirdRestartResumesOnlyWhatItShould(t *testing.T) {
 	})
 	home := d.Home
 	pool := d.OwnPool(t)
-	sc := daemon.Scope{Admin: true, Actor: "test"}
-	start := func(agent string, o daemon.StartOverrides) admin.AgentStatus {
+	sc := control.Scope{Admin: true, Actor: "test"}
+	start := func(agent string, o admin.StartOverrides) admin.AgentStatus {
 		t.Helper()
 		if _, err := d.AgentStart(ctx, sc, agent, o); err != nil {
 			t.Fatal(err)
 		}
 		return d.WaitState(t, agent, admin.AgentActive)
 	}
-	assistant := start("assistant", daemon.StartOverrides{})
-	helper := start("helper", daemon.StartOverrides{Workspace: "other", DM: "second"})
-	third := start("third", daemon.StartOverrides{})
+	assistant := start("assistant", admin.StartOverrides{})
+	helper := start("helper", admin.StartOverrides{Workspace: "other", DM: "second"})
+	third := start("third", admin.StartOverrides{})
 	if err := d.Stop(); err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +287,7 @@ func TestChoirdRestartResumesOnlyWhatItShould(t *testing.T) {
 			t.Errorf("%d resume notices after a second restart, want the first two", notices)
 		}
 		// It starts by hand.
-		if _, err := d.AgentStart(ctx, sc, "assistant", daemon.StartOverrides{}); err != nil {
+		if _, err := d.AgentStart(ctx, sc, "assistant", admin.StartOverrides{}); err != nil {
 			t.Fatal(err)
 		}
 		d.WaitState(t, "assistant", admin.AgentActive)
@@ -299,7 +299,7 @@ func TestChoirdThatCannotMakeItsRuntimeLeavesSessionsAlone(t *testing.T) {
 	ctx := context.Background()
 	d := startWithAgents(t, nil)
 	pool := d.OwnPool(t)
-	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: "test"}, "assistant", daemon.StartOverrides{}); err != nil {
+	if _, err := d.AgentStart(ctx, control.Scope{Admin: true, Actor: "test"}, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
 	first := d.WaitState(t, "assistant", admin.AgentActive)

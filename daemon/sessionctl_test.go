@@ -7,7 +7,6 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/wire"
@@ -19,7 +18,7 @@ func TestSessionControlAdminAPI(t *testing.T) {
 	t.Parallel()
 	b := setupCommands(t)
 	ctx := context.Background()
-	agent := b.d.StandIn(t, "assistant", daemon.StartOverrides{})
+	agent := b.d.StandIn(t, "assistant", admin.StartOverrides{})
 	c := admin.NewClient(admin.SocketPath(b.d.Home))
 	defer c.Close()
 	code := func(err error) wire.Code {

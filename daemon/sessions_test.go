@@ -9,13 +9,13 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/config/starter"
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/client"
 	"github.com/choirhq/choir/rpc/wire"
 )
@@ -41,7 +41,7 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		s, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -68,11 +68,11 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		if _, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process"); err != nil {
+		if _, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process"); err != nil {
 			t.Fatal(err)
 		}
 		// helper defaults to the same workspace; its DM is free.
-		_, err := session.CreateSession(ctx, pool, cfg, "helper", daemon.StartOverrides{DM: "second"}, 1, "process")
+		_, err := session.CreateSession(ctx, pool, cfg, "helper", admin.StartOverrides{DM: "second"}, 1, "process")
 		if !errors.Is(err, session.ErrLeaseConflict) || !strings.Contains(err.Error(), "leased to agent assistant") {
 			t.Fatalf("err = %v", err)
 		}
@@ -81,7 +81,7 @@ func TestStartSession(t *testing.T) {
 		if sessions != 0 {
 			t.Errorf("a rejected start left %d session rows", sessions)
 		}
-		if _, err := session.CreateSession(ctx, pool, cfg, "helper", daemon.StartOverrides{DM: "second", Workspace: "other"}, 1, "process"); err != nil {
+		if _, err := session.CreateSession(ctx, pool, cfg, "helper", admin.StartOverrides{DM: "second", Workspace: "other"}, 1, "process"); err != nil {
 			t.Fatalf("start with free resources: %v", err)
 		}
 	})
@@ -90,11 +90,11 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		first, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		first, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{Workspace: "other", DM: "second"}, 1, "process")
+		_, err = session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{Workspace: "other", DM: "second"}, 1, "process")
 		if !errors.Is(err, session.ErrLeaseConflict) || !strings.Contains(err.Error(), first.Session.SessionID.String()) {
 			t.Fatalf("err = %v", err)
 		}
@@ -103,12 +103,12 @@ func TestStartSession(t *testing.T) {
 	t.Run("UnknownOverridesAreAllNamed", func(t *testing.T) {
 		t.Parallel()
 		cfg := testConfig(t)
-		_, err := session.ResolveBindings(cfg, "assistant", daemon.StartOverrides{Workspace: "nope", LLM: "gpt-9"})
+		_, err := session.ResolveBindings(cfg, "assistant", admin.StartOverrides{Workspace: "nope", LLM: "gpt-9"})
 		if !errors.Is(err, session.ErrUnknownResource) || !strings.Contains(err.Error(), "--workspace=nope") ||
 			!strings.Contains(err.Error(), "--llm=gpt-9") {
 			t.Fatalf("err = %v", err)
 		}
-		if _, err := session.ResolveBindings(cfg, "ghost", daemon.StartOverrides{}); !errors.Is(err, session.ErrUnknownResource) {
+		if _, err := session.ResolveBindings(cfg, "ghost", admin.StartOverrides{}); !errors.Is(err, session.ErrUnknownResource) {
 			t.Fatalf("unknown agent: %v", err)
 		}
 	})
@@ -117,7 +117,7 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		first, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		first, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +134,7 @@ func TestStartSession(t *testing.T) {
 		if _, err := agentapi.NewSessionAuth(pool).Authenticate(ctx, first.Session.SessionID.String(), first.LeaseToken); !errors.Is(err, wire.ErrUnauthenticated) {
 			t.Errorf("token of an ended session still authenticates: %v", err)
 		}
-		second, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		second, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatalf("restart: %v", err)
 		}
@@ -151,7 +151,7 @@ func TestStartSession(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		s, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -7,8 +7,10 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // BenchmarkStartToFirstHeartbeat measures, per runtime, the time from
@@ -30,12 +32,12 @@ func BenchmarkStartToFirstHeartbeat(b *testing.B) {
 func benchStart(b *testing.B, opts daemon.Options) {
 	d := startChoird(b, choirdtest.Options{Daemon: opts, Edit: fastHeartbeat})
 	ctx := context.Background()
-	sc := daemon.Scope{Admin: true, Actor: "bench"}
+	sc := control.Scope{Admin: true, Actor: "bench"}
 	var lat []time.Duration
 	b.ResetTimer()
 	for range b.N {
 		begin := time.Now()
-		st, err := d.AgentStart(ctx, sc, "assistant", daemon.StartOverrides{})
+		st, err := d.AgentStart(ctx, sc, "assistant", admin.StartOverrides{})
 		if err != nil {
 			b.Fatal(err)
 		}

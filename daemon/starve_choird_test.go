@@ -14,10 +14,10 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/client"
 	"github.com/choirhq/choir/rpc/wire"
 )
@@ -93,11 +93,11 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 		  FROM generate_series(1, 20000) i`); err != nil {
 		t.Fatal(err)
 	}
-	sa, err := session.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "assistant", daemon.StartOverrides{}, d.ConfigVersion(), "process")
+	sa, err := session.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "assistant", admin.StartOverrides{}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}
-	sb, err := session.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "helper", daemon.StartOverrides{Workspace: "other", DM: "second"}, d.ConfigVersion(), "process")
+	sb, err := session.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "helper", admin.StartOverrides{Workspace: "other", DM: "second"}, d.ConfigVersion(), "process")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,11 +9,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // TestHelloTailReachesBackToTheWindows checks the tail a resumed session
@@ -34,7 +34,7 @@ func TestHelloTailReachesBackToTheWindows(t *testing.T) {
 		t.Helper()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		s1, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s1, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -50,7 +50,7 @@ func TestHelloTailReachesBackToTheWindows(t *testing.T) {
 			}
 		}
 		session.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
-		s2, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+		s2, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -134,7 +134,7 @@ func TestHelloTailBoundedInBytes(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
 	cfg := testConfig(t)
-	s1, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+	s1, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestHelloTailBoundedInBytes(t *testing.T) {
 		}
 	}
 	session.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
-	s2, err := session.CreateSession(ctx, pool, cfg, "assistant", daemon.StartOverrides{}, 1, "process")
+	s2, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
@@ -41,7 +42,7 @@ func TestGatewayDMWritesFile(t *testing.T) {
 	e := newTGEnv(t, llm, nil)
 	e.dumpLogsOnFailure(t, "assistant")
 	d := e.runChoird(t)
-	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: actorAdmin}, "assistant", admin.StartOverrides{}); err != nil {
+	if _, err := d.AgentStart(ctx, control.Scope{Admin: true, Actor: actorAdmin}, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
 	pool := d.Pool()
@@ -140,7 +141,7 @@ var summaryReply = llmtest.Text("The session went as planned.").Expect(func(t te
 // stopAgent stops agentID gracefully, which is when it writes its summary.
 func stopAgent(t *testing.T, d *daemon.Daemon, agentID string) {
 	t.Helper()
-	if _, err := d.AgentStop(context.Background(), daemon.Scope{Admin: true, Actor: actorAdmin}, agentID); err != nil {
+	if _, err := d.AgentStop(context.Background(), control.Scope{Admin: true, Actor: actorAdmin}, agentID); err != nil {
 		t.Errorf("stop %s: %v", agentID, err)
 	}
 }
@@ -259,7 +260,7 @@ func TestGatewayApprovalByButton(t *testing.T) {
 	e := newTGEnv(t, llm, nil)
 	e.dumpLogsOnFailure(t, "assistant")
 	d := e.runChoird(t)
-	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: actorAdmin}, "assistant", admin.StartOverrides{}); err != nil {
+	if _, err := d.AgentStart(ctx, control.Scope{Admin: true, Actor: actorAdmin}, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
 	pool := d.Pool()

@@ -7,7 +7,7 @@ import (
 
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -50,7 +50,7 @@ func TestModelSwitchCarriesTheProviderKey(t *testing.T) {
 
 	say(1, "hello", "Answered by the first provider.")
 
-	st, err := d.ModelSet(ctx, daemon.Scope{Admin: true, Actor: "e2e"}, "assistant", "other")
+	st, err := d.ModelSet(ctx, control.Scope{Admin: true, Actor: "e2e"}, "assistant", "other")
 	if err != nil || st.LLM != "other" {
 		t.Fatalf("model set: %+v, %v", st, err)
 	}

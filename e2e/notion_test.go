@@ -9,7 +9,7 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/agent/tool/notion/notiontest"
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
@@ -56,7 +56,7 @@ func TestNotionThroughTheAgent(t *testing.T) {
 	t.Cleanup(func() { killAgents(t, h.Dir) })
 	e.dumpLogsOnFailure(t, "assistant")
 	d := e.runChoird(t)
-	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: actorAdmin}, "assistant", admin.StartOverrides{}); err != nil {
+	if _, err := d.AgentStart(ctx, control.Scope{Admin: true, Actor: actorAdmin}, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
 

@@ -21,7 +21,7 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -231,7 +231,7 @@ func toolProposalUnderDocker(t *testing.T, stopFirst bool) {
 	o.Daemon.Runtime, o.Daemon.AgentBinary, o.Daemon.OSImage = "docker", bin, osImage
 	d2 := choirdtest.Start(t, o)
 	ctx := context.Background()
-	sc := daemon.Scope{Admin: true, Actor: actorAdmin}
+	sc := control.Scope{Admin: true, Actor: actorAdmin}
 	first, err := d2.AgentBuild(ctx, sc, "assistant", false)
 	if err != nil {
 		t.Fatal(err)

@@ -10,7 +10,7 @@ import (
 
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -44,7 +44,7 @@ func TestSkillBuilderProposal(t *testing.T) {
 	})
 	e.dumpLogsOnFailure(t, "assistant")
 	d := e.runChoird(t)
-	st, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: actorAdmin}, "assistant", admin.StartOverrides{})
+	st, err := d.AgentStart(ctx, control.Scope{Admin: true, Actor: actorAdmin}, "assistant", admin.StartOverrides{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -67,7 +67,7 @@ func TestSkillBuilderProposal(t *testing.T) {
 	if got := gitDir(t, agentRepo, "log", "-1", "--format=%s", "main"); !strings.HasPrefix(got, "Revert") {
 		t.Errorf("main after the failed build: %q", got)
 	}
-	if now, err := d.AgentStatus(ctx, daemon.Scope{Admin: true, Actor: actorAdmin}, "assistant"); err != nil || now.SessionID != st.SessionID {
+	if now, err := d.AgentStatus(ctx, control.Scope{Admin: true, Actor: actorAdmin}, "assistant"); err != nil || now.SessionID != st.SessionID {
 		t.Errorf("the running agent changed: %+v, %v", now, err)
 	}
 }

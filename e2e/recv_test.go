@@ -15,7 +15,7 @@ import (
 
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
 	"github.com/choirhq/choir/daemon/inbox"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
@@ -72,7 +72,7 @@ func receivedFileRemoved(t *testing.T, runtime string) {
 		opts.Daemon.Runtime, opts.Daemon.AgentBinary, opts.Daemon.AgentImage = "docker", "", image
 	}
 	d := choirdtest.Start(t, opts)
-	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: actorAdmin}, "assistant", admin.StartOverrides{}); err != nil {
+	if _, err := d.AgentStart(ctx, control.Scope{Admin: true, Actor: actorAdmin}, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
 	pool := d.Pool()

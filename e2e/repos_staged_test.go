@@ -11,7 +11,7 @@ import (
 
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
@@ -66,7 +66,7 @@ func reposStaged(t *testing.T, rt string) {
 	e.dumpLogsOnFailure(t, "assistant")
 	o := e.options(t)
 	ctx := context.Background()
-	sc := daemon.Scope{Admin: true, Actor: actorAdmin}
+	sc := control.Scope{Admin: true, Actor: actorAdmin}
 	if rt == "docker" {
 		cli := runtimetest.RequireDocker(t)
 		o.ReadyTimeout = 3 * time.Minute
@@ -139,7 +139,7 @@ func TestAgentRepoLinkToAHostFileRefused(t *testing.T) {
 			})
 			o := e.options(t)
 			ctx := context.Background()
-			sc := daemon.Scope{Admin: true, Actor: actorAdmin}
+			sc := control.Scope{Admin: true, Actor: actorAdmin}
 			var err error
 			if rt == "docker" {
 				cli := runtimetest.RequireDocker(t)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
@@ -92,7 +93,7 @@ func TestScheduledMessageWaitsForItsAgent(t *testing.T) {
 		summaryStep(),
 	)
 	d, home := choird(t, srv)
-	if _, err := d.Schedules().Add(ctx, daemon.Scope{Admin: true, Actor: "test"},
+	if _, err := d.Schedules().Add(ctx, control.Scope{Admin: true, Actor: "test"},
 		admin.ScheduleAddRequest{AgentID: "assistant", In: "1s", Text: "morning briefing"}); err != nil {
 		t.Fatal(err)
 	}
@@ -122,11 +123,11 @@ func TestScheduleStartsItsAgent(t *testing.T) {
 		Daemon: daemon.Options{Runtime: "process", AgentBinary: choirdtest.Binary(t, "cmd/choir-agent")}})
 	// Cleanups run last first: the agent stops before choird does.
 	t.Cleanup(func() {
-		if _, err := c.AgentStop(context.Background(), daemon.Scope{Admin: true, Actor: "test"}, "assistant"); err != nil {
+		if _, err := c.AgentStop(context.Background(), control.Scope{Admin: true, Actor: "test"}, "assistant"); err != nil {
 			t.Errorf("stop assistant: %v", err)
 		}
 	})
-	s, err := c.Schedules().Add(ctx, daemon.Scope{Admin: true, Actor: "test"},
+	s, err := c.Schedules().Add(ctx, control.Scope{Admin: true, Actor: "test"},
 		admin.ScheduleAddRequest{AgentID: "assistant", Cron: "0 3 * * *", Text: "check the mail", StartAgent: true})
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +144,7 @@ func TestScheduleStartsItsAgent(t *testing.T) {
 	})
 	waitReply(t, c.Daemon, "No new mail.")
 	waitDelivered(t, c.Daemon, 1)
-	if _, err := c.Schedules().Cancel(ctx, daemon.Scope{Admin: true, Actor: "test"}, s.ID); err != nil {
+	if _, err := c.Schedules().Cancel(ctx, control.Scope{Admin: true, Actor: "test"}, s.ID); err != nil {
 		t.Fatal(err)
 	}
 }

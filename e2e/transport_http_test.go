@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/ctl"
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -97,7 +98,7 @@ func httpRoundTrip(t *testing.T, model string, o daemon.Options) *choirdtest.Cho
 	if !strings.Contains(d.Logs.String(), `"transport":"http"`) {
 		t.Fatalf("choird did not say it serves agents over http:\n%s", d.Logs)
 	}
-	if _, err := d.AgentStart(ctx, daemon.Scope{Admin: true, Actor: "test"}, "assistant", admin.StartOverrides{}); err != nil {
+	if _, err := d.AgentStart(ctx, control.Scope{Admin: true, Actor: "test"}, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatalf("start the agent over http: %v\n%s", err, d.Logs)
 	}
 	st := d.WaitState(t, "assistant", admin.AgentActive)

@@ -111,22 +111,10 @@ const (
 	EffectSecretApply = "secret-apply"
 )
 
-// ConfigProblem is one reason config apply refuses, located by JSON path
-// in config.json.
-type ConfigProblem = config.Blocker
-
-// ConfigDiff is the staged configuration compared with the running one;
-// its String is the text choirctl and the gateway show.
-type ConfigDiff = config.DiffReport
-
-// ConfigApplyResult says what config apply did; its String is the text
-// choirctl and the gateway show.
-type ConfigApplyResult = config.ApplyReport
-
 // ConfigRefusedError is returned by ConfigApply when the staged
 // configuration cannot be applied; nothing was changed.
 type ConfigRefusedError struct {
-	Problems []ConfigProblem
+	Problems []config.Blocker
 }
 
 func (e *ConfigRefusedError) Error() string {
@@ -146,24 +134,24 @@ var ErrNothingStaged = errors.New("no configuration is staged; run choirctl conf
 // one snapshot, fetches and checks the repositories (configrepo), and
 // stages it all (spec 17.6). Anything invalid stages nothing and discards
 // what an earlier load staged, so apply never picks up an older file.
-func (d *Control) ConfigLoad(ctx context.Context, sc Scope) (ConfigDiff, error) {
+func (d *Control) ConfigLoad(ctx context.Context, sc Scope) (config.DiffReport, error) {
 	if err := sc.AdminOnly("config load"); err != nil {
-		return ConfigDiff{}, err
+		return config.DiffReport{}, err
 	}
 	d.cfgCtl.stageMu.Lock()
 	defer d.cfgCtl.stageMu.Unlock()
 	d.cfgCtl.staged = nil
 	st, err := d.readStaged()
 	if err != nil {
-		return ConfigDiff{}, err
+		return config.DiffReport{}, err
 	}
 	if st.repos, st.repoWarnings, err = d.cfgCtl.repos.Load(ctx, configrepo.Options{Home: d.home, Logger: d.logger}, st.cfg); err != nil {
-		return ConfigDiff{}, err
+		return config.DiffReport{}, err
 	}
 	d.cfgCtl.staged = st
 	diff, err := d.diffStaged(ctx, st)
 	if err != nil {
-		return ConfigDiff{}, err
+		return config.DiffReport{}, err
 	}
 	d.logger.InfoContext(ctx, "config staged", slog.Int("changes", len(diff.Changes)),
 		slog.Int("blockers", len(diff.Blockers)), slog.String("by", sc.Actor))
@@ -181,32 +169,32 @@ func (d *Control) readStaged() (*stagedConfig, error) {
 }
 
 // ConfigDiff compares the staged configuration with the running one.
-func (d *Control) ConfigDiff(ctx context.Context, sc Scope) (ConfigDiff, error) {
+func (d *Control) ConfigDiff(ctx context.Context, sc Scope) (config.DiffReport, error) {
 	if err := sc.AdminOnly("config diff"); err != nil {
-		return ConfigDiff{}, err
+		return config.DiffReport{}, err
 	}
 	d.cfgCtl.stageMu.Lock()
 	defer d.cfgCtl.stageMu.Unlock()
 	if d.cfgCtl.staged == nil {
-		return ConfigDiff{}, ErrNothingStaged
+		return config.DiffReport{}, ErrNothingStaged
 	}
 	return d.diffStaged(ctx, d.cfgCtl.staged)
 }
 
 // diffStaged compares st with the running configuration and finds what
 // would make apply refuse. The caller holds stageMu.
-func (d *Control) diffStaged(ctx context.Context, st *stagedConfig) (ConfigDiff, error) {
+func (d *Control) diffStaged(ctx context.Context, st *stagedConfig) (config.DiffReport, error) {
 	running, secrets := d.config()
 	changes, err := config.Diff(running, st.cfg)
 	if err != nil {
-		return ConfigDiff{}, err
+		return config.DiffReport{}, err
 	}
-	var blockers []ConfigProblem
+	var blockers []config.Blocker
 	for i := range changes {
 		ch := &changes[i]
 		ch.Effect, ch.Hint = changeEffect(*ch)
 		if ch.Effect == EffectChoirdRestart {
-			blockers = append(blockers, ConfigProblem{Path: ch.Path,
+			blockers = append(blockers, config.Blocker{Path: ch.Path,
 				Message: "choird reads this at start-up only: restart choird to use it, or revert it and run choirctl config load again"})
 		}
 	}
@@ -220,25 +208,25 @@ func (d *Control) diffStaged(ctx context.Context, st *stagedConfig) (ConfigDiff,
 	if err := st.cfg.ValidateAt(d.home, secrets); err != nil {
 		var cerr *config.Error
 		if !errors.As(err, &cerr) {
-			return ConfigDiff{}, err
+			return config.DiffReport{}, err
 		}
 		for _, p := range cerr.Problems {
-			blockers = append(blockers, ConfigProblem{Path: p.Path,
+			blockers = append(blockers, config.Blocker{Path: p.Path,
 				Message: p.Message + " (checked against choird's running secrets: if secrets.json has it, run choirctl secret apply first)"})
 		}
 	}
 	live, err := d.liveBindingBlockers(ctx, running, st.cfg)
 	if err != nil {
-		return ConfigDiff{}, err
+		return config.DiffReport{}, err
 	}
 	blockers = append(blockers, live...)
 	if changes == nil {
 		changes = []config.Change{}
 	}
 	if blockers == nil {
-		blockers = []ConfigProblem{}
+		blockers = []config.Blocker{}
 	}
-	return ConfigDiff{RunningVersion: d.runningConfigVersion(), LoadedAt: st.loadedAt, Changes: changes, Blockers: blockers,
+	return config.DiffReport{RunningVersion: d.runningConfigVersion(), LoadedAt: st.loadedAt, Changes: changes, Blockers: blockers,
 		Warnings: st.repoWarnings}, nil
 }
 
@@ -284,8 +272,8 @@ func changeEffect(ch config.Change) (effect, hint string) {
 // liveBindingBlockers refuses a staged config that removes an agent that
 // is running, or a resource a running session is bound to: the session
 // would be left naming something that no longer exists.
-func (d *Control) liveBindingBlockers(ctx context.Context, running, staged *config.Config) ([]ConfigProblem, error) {
-	var out []ConfigProblem
+func (d *Control) liveBindingBlockers(ctx context.Context, running, staged *config.Config) ([]config.Blocker, error) {
+	var out []config.Blocker
 	q := db.New(choirsql.Interpreted(d.pool))
 	for _, id := range sortedKeys(running.Agents) {
 		s, err := q.SessionGetLiveByAgent(ctx, id)
@@ -297,7 +285,7 @@ func (d *Control) liveBindingBlockers(ctx context.Context, running, staged *conf
 		}
 		stop := fmt.Sprintf("stop it first (choirctl agent stop %s), or keep it", id)
 		if _, ok := staged.Agents[id]; !ok {
-			out = append(out, ConfigProblem{Path: key("agents", id),
+			out = append(out, config.Blocker{Path: key("agents", id),
 				Message: fmt.Sprintf("agent %s is removed but running (session %s): %s", id, s.SessionID, stop)})
 			continue
 		}
@@ -307,7 +295,7 @@ func (d *Control) liveBindingBlockers(ctx context.Context, running, staged *conf
 		}
 		check := func(section, name string, present bool) {
 			if name != "" && !present {
-				out = append(out, ConfigProblem{Path: key(section, name),
+				out = append(out, config.Blocker{Path: key(section, name),
 					Message: fmt.Sprintf("removed, but running agent %s is bound to it: %s", id, stop)})
 			}
 		}
@@ -353,27 +341,27 @@ func key(section, name string) string {
 // with the running secrets, and removals of what a running agent uses are
 // refused, with the JSON path of each problem, and nothing changes.
 // secrets.json is not applied (that is secret apply).
-func (d *Control) ConfigApply(ctx context.Context, sc Scope) (ConfigApplyResult, error) {
+func (d *Control) ConfigApply(ctx context.Context, sc Scope) (config.ApplyReport, error) {
 	if err := sc.AdminOnly("config apply"); err != nil {
-		return ConfigApplyResult{}, err
+		return config.ApplyReport{}, err
 	}
 	d.cfgCtl.stageMu.Lock()
 	defer d.cfgCtl.stageMu.Unlock()
 	st := d.cfgCtl.staged
 	if st == nil {
-		return ConfigApplyResult{}, ErrNothingStaged
+		return config.ApplyReport{}, ErrNothingStaged
 	}
 	diff, err := d.diffStaged(ctx, st)
 	if err != nil {
-		return ConfigApplyResult{}, err
+		return config.ApplyReport{}, err
 	}
 	if len(diff.Blockers) > 0 {
-		return ConfigApplyResult{}, &ConfigRefusedError{Problems: diff.Blockers}
+		return config.ApplyReport{}, &ConfigRefusedError{Problems: diff.Blockers}
 	}
 	// The next build uses the clones as loaded: they run from now on.
 	d.cfgCtl.repos.Apply(st.repos)
 	prev := d.runningConfigVersion()
-	res := ConfigApplyResult{Version: prev, PreviousVersion: prev, Applied: []config.Change{}, NotApplied: []config.Change{}}
+	res := config.ApplyReport{Version: prev, PreviousVersion: prev, Applied: []config.Change{}, NotApplied: []config.Change{}}
 	for _, ch := range diff.Changes {
 		if ch.File == config.ConfigFile {
 			res.Applied = append(res.Applied, ch)
@@ -395,7 +383,7 @@ func (d *Control) ConfigApply(ctx context.Context, sc Scope) (ConfigApplyResult,
 		// leaves at most an unused schema.
 		if _, err := db.New(choirsql.Interpreted(d.pool)).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{
 			AgentID: id, Dimensions: int32(running.Embedding.Dimensions)}); err != nil {
-			return ConfigApplyResult{}, fmt.Errorf("config apply: provision schema of new agent %s: %w", id, err)
+			return config.ApplyReport{}, fmt.Errorf("config apply: provision schema of new agent %s: %w", id, err)
 		}
 	}
 
@@ -407,7 +395,7 @@ func (d *Control) ConfigApply(ctx context.Context, sc Scope) (ConfigApplyResult,
 	version, err := db.New(choirsql.Interpreted(d.pool)).ConfigVersionRecord(ctx, st.sum[:])
 	if err != nil {
 		d.swapConfig(running)
-		return ConfigApplyResult{}, fmt.Errorf("config apply: record config version: %w; nothing changed", err)
+		return config.ApplyReport{}, fmt.Errorf("config apply: record config version: %w; nothing changed", err)
 	}
 	d.update(func(sn *Snapshot) { sn.Version = version })
 	d.cfgCtl.staged = nil

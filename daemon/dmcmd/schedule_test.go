@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -26,7 +26,7 @@ func TestSchedulesCommand(t *testing.T) {
 		cfg.Workspaces["side"] = config.Workspace{Path: filepath.Join(filepath.Dir(cfg.Workspaces["main"].Path), "side")}
 		cfg.Agents["helper"] = config.Agent{Defaults: config.AgentDefaults{Workspace: "side", LLM: "local", DM: "alice"}}
 	}})
-	sc := daemon.Scope{Admin: true, Actor: "test"}
+	sc := control.Scope{Admin: true, Actor: "test"}
 	add := func(req admin.ScheduleAddRequest) admin.Schedule {
 		t.Helper()
 		s, err := c.Schedules().Add(ctx, sc, req)

@@ -23,6 +23,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -130,7 +131,7 @@ func (c *Choird) StopAgents(t testing.TB) {
 	ctx := context.Background()
 	for id := range c.Snapshot().Config.Agents {
 		if st := c.LatestStatus(ctx, id); st.State == admin.AgentActive || st.State == admin.AgentStarting {
-			if _, err := c.AgentStop(ctx, daemon.Scope{Admin: true, Actor: "choirdtest"}, id); err != nil {
+			if _, err := c.AgentStop(ctx, control.Scope{Admin: true, Actor: "choirdtest"}, id); err != nil {
 				t.Errorf("stop %s: %v", id, err)
 			}
 		}
@@ -174,7 +175,7 @@ func (c *Choird) Socket() string { return daemon.AgentSocketPath(c.Home) }
 // returns its id and lease token.
 func (c *Choird) StartSession(t testing.TB, agentID string) (sessionID, token string) {
 	t.Helper()
-	sessionID, token, err := c.Daemon.StartSession(context.Background(), agentID, daemon.StartOverrides{}, "process")
+	sessionID, token, err := c.Daemon.StartSession(context.Background(), agentID, admin.StartOverrides{}, "process")
 	if err != nil {
 		t.Fatalf("start a session of %s: %v", agentID, err)
 	}

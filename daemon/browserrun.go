@@ -128,20 +128,6 @@ func (b *browserHost) close() {
 	}
 }
 
-// agentStarted gives a starting agent its browser context, when the
-// browser runs.
-func (b *browserHost) agentStarted(agentID string) {
-	b.mu.Lock()
-	w := b.w
-	b.mu.Unlock()
-	if w == nil {
-		return
-	}
-	if err := w.Open(agentID); err != nil {
-		b.d.logger.Warn("browser context not created", slog.String("agent_id", agentID), slog.String("error", err.Error()))
-	}
-}
-
 // reap disposes of the contexts of agents without a live session.
 func (b *browserHost) reap(w *browser.Worker) {
 	t := time.NewTicker(browserReapEvery)

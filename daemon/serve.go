@@ -74,7 +74,6 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 		UsageBaseline: d.newUsage().Baseline,
 		CloseSession:  func(ctx context.Context, id string) { d.closeSession(ctx, id) }, //nolint:errcheck
 		HelloDone: func(ctx context.Context, agentID string, id uuid.UUID) {
-			d.browser.agentStarted(agentID)
 			d.inbox.RedeliverInbox(ctx, agentID, id, time.Now())
 			d.approvals.PushOutcomes(ctx, agentID, id)
 		}})

@@ -1,7 +1,7 @@
 // Package browser is choird's browser worker for choir.web.browse (spec 8.7,
 // 14.3, 18): headless Chromium (Debian's chromium package) driven by
-// chromedp, one browser process per running agent, started when the agent
-// starts and stopped when it stops, each in a cgroup of its own with
+// chromedp, one browser process per running agent that browses, started
+// at its first call and stopped when it stops, each in a cgroup of its own with
 // memory and CPU limits, so that no agent sees another's tabs or cookies
 // and a hostile page loads only its own agent's browser: the browser
 // process, its network service and its DevTools connection are never
@@ -111,7 +111,7 @@ func (i *instance) stop() {
 }
 
 // New makes the worker. It fails when no Chromium can be found; each
-// agent's browser starts with the agent (Open) or its first call.
+// agent's browser starts at its first call (or Open).
 func New(cfg Config) (*Worker, error) {
 	path := cfg.ExecPath
 	if path == "" {

@@ -14,7 +14,6 @@ import (
 	"log/slog"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -179,26 +178,6 @@ const finalReserve = 10 * time.Second
 const edgeInstructions = `You are the edge lane of a personal agent: the one who talks with the user.
 Answer directly when you can. Use tools for anything that touches files, commands or memory.
 Never invent tool results; if a tool fails, say so plainly.`
-
-// configureGit sets user.name and user.email of the leased git identity in
-// the agent's global git config (spec 14.4: config, not environment), so
-// that commits from choir.exec are attributable. An image without git
-// skips it.
-func configureGit(ctx context.Context, gi config.GitIdentity) error {
-	if _, err := exec.LookPath("git"); err != nil {
-		return fmt.Errorf("no git in this image: %w", err)
-	}
-	for _, kv := range [][2]string{{"user.name", gi.Name}, {"user.email", gi.Email}} {
-		if out, err := gitCommand(ctx, "config", "--global", kv[0], kv[1]); err != nil {
-			return fmt.Errorf("git config %s: %w: %s", kv[0], err, out)
-		}
-	}
-	return nil
-}
-
-func gitCommand(ctx context.Context, args ...string) ([]byte, error) {
-	return exec.CommandContext(ctx, "git", args...).CombinedOutput()
-}
 
 // imageInfo is what the agent reports of its image in INIT_HELLO: from
 // /choir/version.json when the image was built by choird's pipeline.

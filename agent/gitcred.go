@@ -2,7 +2,6 @@ package agent
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"log/slog"
 
@@ -12,31 +11,27 @@ import (
 
 // setupGitCredentials lets git push with the leased identity's token
 // without ever holding it (spec 14.4, issue 29): the agent runs the
-// identity's git proxy ([credhelper.Proxy]) on its loopback and points
-// git's url.<proxy>.insteadOf at it for each allowed host, in the
-// agent's global git configuration. The proxy adds the token, from the
+// identity's git proxy ([credhelper.Proxy]) on its loopback and returns,
+// for each allowed host, the url.<proxy>.insteadOf pair that points git
+// at it, for the agent's global git configuration (gitConfig). The proxy adds the token, from the
 // agent's memory, to git's smart-HTTP requests for those hosts only.
 // There is no credential helper and no credential socket: nothing a
 // command of choir.exec can ask (git credential fill answers nothing),
 // and no git process whose memory, environment or descriptors carry the
 // token.
-func setupGitCredentials(ctx context.Context, gi config.GitIdentity, secret func(string) (string, bool), logger *slog.Logger) error {
+func setupGitCredentials(ctx context.Context, gi config.GitIdentity, secret func(string) (string, bool), logger *slog.Logger) ([][2]string, error) {
 	if gi.Secret == "" || len(gi.Hosts) == 0 {
-		return nil
+		return nil, nil
 	}
 	p := &credhelper.Proxy{Hosts: gi.Hosts, Logger: logger, TokenFunc: func() (string, bool) { return secret(gi.Secret) }}
 	if err := p.Listen(ctx); err != nil {
-		return err
+		return nil, err
 	}
-	// A helper left by an older agent in a reused HOME would ask a socket
-	// that no longer exists; git need not try.
-	gitCommand(ctx, "config", "--global", "--unset-all", "credential.helper") //nolint:errcheck // none set
+	var insteadOf [][2]string
 	for _, h := range gi.Hosts {
-		if out, err := gitCommand(ctx, "config", "--global", "url."+p.Prefix(h)+".insteadOf", "https://"+h+"/"); err != nil {
-			return fmt.Errorf("git config url.insteadOf for %s: %w: %s", h, err, out)
-		}
+		insteadOf = append(insteadOf, [2]string{p.Prefix(h), "https://" + h + "/"})
 	}
-	return nil
+	return insteadOf, nil
 }
 
 // RunCredentialHelper is main for the binary invoked as git-cred-helper.

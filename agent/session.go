@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -220,22 +221,33 @@ func (s *session) coreModel() llm.ModelSettings {
 	return llm.ModelSettingsFromConfig(name, m, key)
 }
 
-// configureGitIdentity sets up the session's git identity, if it has one;
-// a failure is logged, never fatal.
+// configureGitIdentity sets up the session's git identity, if it has one:
+// its name and email, and its git proxy (setupGitCredentials) for the
+// hosts it may push to, in the agent's global git configuration (spec
+// 14.4: config, not environment), so that commits from choir.exec are
+// attributable. A failure is logged, never fatal; an image without git
+// skips it.
 func (s *session) configureGitIdentity(ctx context.Context) {
 	name := s.hello.ResourceBindings.GitIdentity
 	gi, ok := s.dyn.Load().GitIdentities[name]
 	if !ok {
 		return
 	}
-	if err := configureGit(ctx, gi); err != nil {
+	if _, err := exec.LookPath("git"); err != nil {
+		s.logger.Warn("git identity not configured: no git in this image", slog.String("error", err.Error()))
+		return
+	}
+	c := gitConfig{name: gi.Name, email: gi.Email}
+	insteadOf, err := setupGitCredentials(ctx, gi, s.secrets.get, s.logger)
+	if err != nil {
+		s.logger.Warn("git proxy not set up: pushes get no credentials", slog.String("error", err.Error()))
+	}
+	c.insteadOf = insteadOf
+	if err := c.write(os.Getenv("HOME")); err != nil {
 		s.logger.Warn("git identity not configured", slog.String("error", err.Error()))
 		return
 	}
-	s.logger.Info("git identity configured", slog.String("git_identity", name))
-	if err := setupGitCredentials(ctx, gi, s.secrets.get, s.logger); err != nil {
-		s.logger.Warn("git credential helper not set up", slog.String("error", err.Error()))
-	}
+	s.logger.Info("git identity configured", slog.String("git_identity", name), slog.Int("proxied_hosts", len(insteadOf)))
 }
 
 // restore rebuilds the commit log from choird's replica and builds the

@@ -316,18 +316,12 @@ func testToolReachProcess(t *testing.T, agentBin string) {
 	}
 }
 
-// standInGit is the docker image's git: the agent only runs "git config
-// --global <key> <value>" (configureGit, setupGitCredentials), which it
-// writes to $HOME/.gitconfig as git would; anything else fails.
+// standInGit is the docker image's git: the agent only looks for it (an
+// image without git gets no git identity) and writes its global git
+// configuration itself, so it never runs: a run fails, and says so.
 const standInGit = `#!/bin/sh
-if [ "$3" = --unset-all ]; then
-	exit 5 # nothing to unset
-fi
-if [ "$#" -ne 4 ] || [ "$1" != config ] || [ "$2" != --global ]; then
-	echo "stand-in git: not supported: $*" >&2
-	exit 1
-fi
-printf '%s = %s\n' "$3" "$4" >>"$HOME/.gitconfig"
+echo "stand-in git: not supported: $*" >&2
+exit 1
 `
 
 // TestToolReachDockerRuntime does the same in a container: an image of

@@ -116,6 +116,75 @@ func TestPackagesAndFunctionsStayReadable(t *testing.T) {
 	}
 }
 
+// TestQueriesGoThroughTheSeam checks that every query choird and the
+// tools run returns the seam's named errors (sql.Interpret) by
+// construction: sqlc's queries are built only by seam.Queries and
+// seam.AgentQueries (sql/seam), never by db.New or agentdb.New, and a query
+// written by hand (SQL in a string literal) runs on
+// choirsql.Interpreted(...). The seam itself (sql/, sql/seam), the generated db/,
+// test helpers and the benchmarks are exempt.
+func TestQueriesGoThroughTheSeam(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	for dir, files := range sourceDirs(t) {
+		if generated(dir) || dir == "sql" || dir == "sql/seam" || strings.HasPrefix(dir, "bench") || testHelper(dir) {
+			continue
+		}
+		for _, f := range files {
+			file, err := parser.ParseFile(fset, f, nil, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			gen := map[string]bool{} // local names of db and db/agentdb
+			for _, im := range file.Imports {
+				p := strings.Trim(im.Path.Value, `"`)
+				if p != module+"/db" && p != module+"/db/agentdb" {
+					continue
+				}
+				name := filepath.Base(p)
+				if im.Name != nil {
+					name = im.Name.Name
+				}
+				gen[name] = true
+			}
+			ast.Inspect(file, func(n ast.Node) bool {
+				call, ok := n.(*ast.CallExpr)
+				if !ok {
+					return true
+				}
+				sel, ok := call.Fun.(*ast.SelectorExpr)
+				if !ok {
+					return true
+				}
+				pos := fset.Position(call.Pos())
+				if x, ok := sel.X.(*ast.Ident); ok && gen[x.Name] && sel.Sel.Name == "New" {
+					t.Errorf("%s:%d: %s.New builds queries that skip the error seam: use seam.Queries or seam.AgentQueries",
+						pos.Filename, pos.Line, x.Name)
+				}
+				switch sel.Sel.Name {
+				case "Exec", "Query", "QueryRow":
+				default:
+					return true
+				}
+				if len(call.Args) < 2 {
+					return true
+				}
+				if _, ok := call.Args[1].(*ast.BasicLit); !ok {
+					return true
+				}
+				if inner, ok := sel.X.(*ast.CallExpr); ok {
+					if f, ok := inner.Fun.(*ast.SelectorExpr); ok && f.Sel.Name == "Interpreted" {
+						return true
+					}
+				}
+				t.Errorf("%s:%d: a query written by hand skips the error seam: run it on choirsql.Interpreted(...), or give it to sqlc",
+					pos.Filename, pos.Line)
+				return true
+			})
+		}
+	}
+}
+
 // A dependencyRule forbids the packages under from (test helpers aside)
 // to depend on anything under one of forbidden, but for the packages named
 // exactly in except.

@@ -11,12 +11,12 @@ import (
 	"github.com/choirhq/choir/ctl"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/session"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/client"
 	"github.com/choirhq/choir/rpc/wire"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 func TestAgentProtocolAgainstChoird(t *testing.T) {
@@ -34,7 +34,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer cl.Close()
-	q := db.New(d.Pool())
+	q := seam.Queries(d.Pool())
 
 	hello, err := cl.InitHello(ctx, helloRequest(s))
 	if err != nil {

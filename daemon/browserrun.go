@@ -11,9 +11,9 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/browser"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // browserRetryAfter is how long a failed browser start is remembered
@@ -57,7 +57,7 @@ func (b *browserHost) sessionEnded(ctx context.Context, sessionID string) {
 	if w == nil || err != nil {
 		return
 	}
-	q := db.New(choirsql.Interpreted(b.d.pool))
+	q := seam.Queries(b.d.pool)
 	s, err := q.SessionGetByID(ctx, id)
 	if err != nil {
 		b.d.logger.Warn("browser context of an ended session not found", slog.String("session_id", sessionID),
@@ -138,7 +138,7 @@ func (b *browserHost) reap(w *browser.Worker) {
 			return
 		case <-t.C:
 		}
-		q := db.New(choirsql.Interpreted(b.d.pool))
+		q := seam.Queries(b.d.pool)
 		for _, id := range w.Agents() {
 			_, err := q.SessionGetLiveByAgent(b.ctx, id)
 			if errors.Is(err, choirsql.ErrNotFound) {

@@ -21,6 +21,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // TestSessionBudgetSurvivesCyclingSessions plays an agent that spends
@@ -38,7 +39,7 @@ func TestSessionBudgetSurvivesCyclingSessions(t *testing.T) {
 		a.Budgets.PerDayTokens = 1_000_000
 		cfg.Agents["assistant"] = a
 	}})
-	q := db.New(d.Pool())
+	q := seam.Queries(d.Pool())
 	start := func(by session.Origin) (uuid.UUID, *client.Client) {
 		t.Helper()
 		s, err := session.CreateSessionAs(ctx, d.Pool(), d.Snapshot().Config, "assistant", admin.StartOverrides{},

@@ -15,12 +15,12 @@ import (
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/session"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/client"
 	"github.com/choirhq/choir/rpc/wire"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // cmdBundle is a choird without an agent runtime, with two regular DMs
@@ -281,7 +281,7 @@ func TestDMSessionCommands(t *testing.T) {
 	b := setupCommands(t)
 	ctx := context.Background()
 	agent := b.d.StandIn(t, "assistant", admin.StartOverrides{})
-	q := db.New(b.d.Pool())
+	q := seam.Queries(b.d.Pool())
 
 	t.Run("CoresCancelCompact", func(t *testing.T) {
 		n := func(v int64) *int64 { return &v }

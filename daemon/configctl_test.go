@@ -12,9 +12,9 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/control"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // secretValues are the values startChoird writes; none may ever be shown.
@@ -116,7 +116,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 	d := startChoird(t, choirdtest.Options{})
 	home, logs := d.Home, d.Logs
 	admin := control.Scope{Admin: true, Actor: "test"}
-	q := db.New(d.Pool())
+	q := seam.Queries(d.Pool())
 
 	var applied []*config.Config
 	d.OnConfigApplied(func(c *config.Config, s config.Secrets) { applied = append(applied, c) })

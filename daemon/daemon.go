@@ -47,6 +47,7 @@ import (
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Version is choird's version, set at build time.
@@ -313,7 +314,7 @@ func (d *Daemon) open(ctx context.Context) error {
 		return err
 	}
 	sum := sha256.Sum256(raw)
-	version, err := db.New(choirsql.Interpreted(d.pool)).ConfigVersionRecord(ctx, sum[:])
+	version, err := seam.Queries(d.pool).ConfigVersionRecord(ctx, sum[:])
 	if err != nil {
 		return fmt.Errorf("record config version: %w", err)
 	}
@@ -415,7 +416,7 @@ func checkMigrated(ctx context.Context, dsn, origin string) (string, error) {
 	}
 	defer pool.Close()
 	var serverVersion string
-	if err := pool.QueryRow(ctx, "SHOW server_version").Scan(&serverVersion); err != nil {
+	if err := choirsql.Interpreted(pool).QueryRow(ctx, "SHOW server_version").Scan(&serverVersion); err != nil {
 		return "", fmt.Errorf("query postgres version: %w", err)
 	}
 	m, err := choirsql.NewMigrator(pool, nil)
@@ -437,7 +438,7 @@ func checkMigrated(ctx context.Context, dsn, origin string) (string, error) {
 }
 
 func (d *Daemon) provisionAgents(ctx context.Context, cfg *config.Config) error {
-	q := db.New(choirsql.Interpreted(d.pool))
+	q := seam.Queries(d.pool)
 	for _, id := range sortedKeys(cfg.Agents) {
 		// Memory made with other dimensions is re-embedded through choird
 		// (choirctl memory reembed), so choird starts with it: its search

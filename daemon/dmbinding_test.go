@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // TestDMControlsOnlyTheAgentHoldingItsLease: an admin starts assistant,
@@ -91,7 +92,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 		}
 		// What a hello and the inbox sweep do for assistant's session.
 		d.Inbox().RedeliverInbox(ctx, "assistant", uuid.MustParse(a.SessionID), time.Now())
-		row, err := db.New(d.Pool()).InboxGetByUpdate(ctx, db.InboxGetByUpdateParams{Gateway: "console", UpdateID: aliceUpdate})
+		row, err := seam.Queries(d.Pool()).InboxGetByUpdate(ctx, db.InboxGetByUpdateParams{Gateway: "console", UpdateID: aliceUpdate})
 		if err != nil {
 			t.Fatal(err)
 		}

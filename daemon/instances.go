@@ -12,8 +12,7 @@ import (
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/session"
-	"github.com/choirhq/choir/db"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Supervision of the agent instances the runtime runs: a dead instance
@@ -104,7 +103,7 @@ func (d *Daemon) removeInstance(ctx context.Context, sessionID uuid.UUID) error 
 	if d.runtime == nil {
 		return nil
 	}
-	s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetByID(ctx, sessionID)
+	s, err := seam.Queries(d.pool).SessionGetByID(ctx, sessionID)
 	if err != nil {
 		return fmt.Errorf("load session %s: %w", sessionID, err)
 	}
@@ -122,7 +121,7 @@ func (d *Daemon) removeInstance(ctx context.Context, sessionID uuid.UUID) error 
 // crashNotice tells the crashed session's DM, through the outbox.
 func (d *Daemon) crashNotice(ctx context.Context, sessionID uuid.UUID, why string) {
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		s, err := db.New(choirsql.Interpreted(tx)).SessionGetByID(ctx, sessionID)
+		s, err := seam.Queries(tx).SessionGetByID(ctx, sessionID)
 		if err != nil {
 			return err
 		}

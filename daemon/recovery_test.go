@@ -17,6 +17,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/wire"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 func TestHello(t *testing.T) {
@@ -46,7 +47,7 @@ func TestHello(t *testing.T) {
 		if resp.ResourceBindings.Workspace != "main" || len(resp.ResourceBindings.Secrets) != 2 {
 			t.Errorf("bindings = %+v", resp.ResourceBindings)
 		}
-		row, _ := db.New(pool).SessionGetByID(ctx, s.Session.SessionID)
+		row, _ := seam.Queries(pool).SessionGetByID(ctx, s.Session.SessionID)
 		if row.HelloAt == nil || row.ImageVersion != "img-1" {
 			t.Errorf("hello not recorded: %v %q", row.HelloAt, row.ImageVersion)
 		}
@@ -70,7 +71,7 @@ func TestHello(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		cfg := testConfig(t)
-		q := db.New(pool)
+		q := seam.Queries(pool)
 
 		// Session 1 replicates revs 1-4 and snapshots at 2, then crashes.
 		s1, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")

@@ -20,6 +20,7 @@ import (
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/wire"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 func newSession(t testing.TB, pool *pgxpool.Pool, agent string) uuid.UUID {
@@ -32,7 +33,7 @@ func newSession(t testing.TB, pool *pgxpool.Pool, agent string) uuid.UUID {
 func tokenSession(t testing.TB, pool *pgxpool.Pool, agent string) (uuid.UUID, string) {
 	t.Helper()
 	ctx := context.Background()
-	q := db.New(pool)
+	q := seam.Queries(pool)
 	if _, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agent, Config: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +192,7 @@ func TestReplicate(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
 		id := newSession(t, pool, "alpha")
-		db.New(pool).SessionEnd(ctx, db.SessionEndParams{SessionID: id, EndReason: "test"})
+		seam.Queries(pool).SessionEnd(ctx, db.SessionEndParams{SessionID: id, EndReason: "test"})
 		_, err := agentapi.Replicate(ctx, pool, id, patch(chainEvents(t, 1, 1, rpc.Genesis), 0, rpc.Genesis))
 		if !errors.Is(err, wire.ErrUnauthenticated) {
 			t.Fatalf("err = %v", err)
@@ -282,7 +283,7 @@ func TestReplicate(t *testing.T) {
 			t.Errorf("deleting a session with events: %v, want a foreign key violation", err)
 		}
 		evs := chainEvents(t, 1, 1, rpc.Genesis)
-		_, err = db.New(pool).EventsAppend(ctx, []db.EventsAppendParams{{SessionID: uuid.New(), Rev: 1, EventType: "user_msg",
+		_, err = seam.Queries(pool).EventsAppend(ctx, []db.EventsAppendParams{{SessionID: uuid.New(), Rev: 1, EventType: "user_msg",
 			Lane: "edge", Payload: evs[0].Payload, HashPrev: rpc.Genesis[:], Hash: evs[0].Hash[:], CreatedAt: evs[0].CreatedAt}})
 		if !errors.As(err, &pe) || pe.Code != "23503" || !strings.Contains(pe.Message, "does not exist") {
 			t.Errorf("an event of no session: %v, want a foreign key violation", err)

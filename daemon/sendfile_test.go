@@ -12,10 +12,10 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/daemon/agentapi"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/wire"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // TestSendFileStaysInTheWorkspace plants, in the session's workspace, a
@@ -94,7 +94,7 @@ func TestSendFileStaysInTheWorkspace(t *testing.T) {
 		}
 		deadline := time.Now().Add(30 * time.Second)
 		for {
-			row, err := db.New(d.Pool()).OutboxGetByID(ctx, out.OutboxID)
+			row, err := seam.Queries(d.Pool()).OutboxGetByID(ctx, out.OutboxID)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -11,13 +11,13 @@ import (
 	"github.com/choirhq/choir/config/starter"
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/session"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/client"
 	"github.com/choirhq/choir/rpc/wire"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // testConfig is a local configuration with two agents sharing a workspace
@@ -54,7 +54,7 @@ func TestStartSession(t *testing.T) {
 		if !slices.Equal(s.Bindings.Secrets, []string{"git-token", "model-key"}) {
 			t.Errorf("secrets = %v, want the model's and the git identity's only", s.Bindings.Secrets)
 		}
-		leases, _ := db.New(pool).LeaseListActive(ctx)
+		leases, _ := seam.Queries(pool).LeaseListActive(ctx)
 		var got []string
 		for _, l := range leases {
 			got = append(got, l.ResourceKind+":"+l.ResourceName)

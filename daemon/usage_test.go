@@ -16,6 +16,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // TestNewSessionKeepsTheDaysSpend: a session's configuration carries what
@@ -33,7 +34,7 @@ func TestNewSessionKeepsTheDaysSpend(t *testing.T) {
 		dm.TimeZone = "Asia/Tokyo"
 		cfg.DMs[a.Defaults.DM] = dm
 	}})
-	q := db.New(d.Pool())
+	q := seam.Queries(d.Pool())
 	tok := make([]byte, 32)
 	rand.Read(tok)
 	old, err := q.SessionCreate(ctx, db.SessionCreateParams{AgentID: "assistant", LeaseTokenHash: tok, BaseHash: make([]byte, 32),

@@ -102,8 +102,8 @@ type DBTX interface {
 }
 
 // Interpreted is the seam: queries run on it return Interpret's named
-// errors. Every sqlc Queries is built on one, e.g.
-// db.New(sql.Interpreted(pool)) or db.New(sql.Interpreted(tx)).
+// errors. Every sqlc Queries is built on one, by seam.Queries and
+// seam.AgentQueries (sql/seam); a query written by hand runs on one too.
 func Interpreted(d DBTX) DBTX {
 	if i, ok := d.(interpreted); ok {
 		return i

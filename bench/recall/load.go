@@ -16,6 +16,7 @@ import (
 	"github.com/choirhq/choir/daemon/memory/pipeline"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // startPipeline starts a River client with the memory pipeline's workers
@@ -38,7 +39,7 @@ func startPipeline(ctx context.Context, pool *pgxpool.Pool) (*jobs.Client, error
 // choird does when a session ends.
 func loadSessions(ctx context.Context, pool *pgxpool.Pool, client *jobs.Client, agent string, c conversation,
 	base time.Time) (map[uuid.UUID]int, error) {
-	q := db.New(pool)
+	q := seam.Queries(pool)
 	ids := map[uuid.UUID]int{}
 	bySession := map[int][]turn{}
 	var order []int
@@ -76,7 +77,7 @@ func loadSessions(ctx context.Context, pool *pgxpool.Pool, client *jobs.Client, 
 			return nil, fmt.Errorf("append events: %w", err)
 		}
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			if _, err := db.New(tx).SessionEnd(ctx, db.SessionEndParams{SessionID: s.SessionID, EndReason: "bench"}); err != nil {
+			if _, err := seam.Queries(tx).SessionEnd(ctx, db.SessionEndParams{SessionID: s.SessionID, EndReason: "bench"}); err != nil {
 				return err
 			}
 			return memory.InsertChunkSessionTx(ctx, client, tx, s.SessionID)

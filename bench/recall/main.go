@@ -59,6 +59,7 @@ import (
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 const dims = 384
@@ -396,7 +397,7 @@ func create(ctx context.Context, server, name, url string, convs int) error {
 		return err
 	}
 	for ci := range convs {
-		if _, err := db.New(plain).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: agentName(ci),
+		if _, err := seam.Queries(plain).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: agentName(ci),
 			Dimensions: dims}); err != nil {
 			return err
 		}

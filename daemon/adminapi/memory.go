@@ -13,6 +13,7 @@ import (
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/wire"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // choirctl memory: choird's memory store serves it with choird's admin
@@ -30,7 +31,7 @@ func memoryErr(err error) error {
 		return nil
 	case errors.Is(err, memory.ErrInvalidInput), errors.Is(err, memory.ErrUnknownAgent):
 		return codedErr{wire.ErrBadRequest, err}
-	case errors.Is(err, memory.ErrNotFound):
+	case errors.Is(err, choirsql.ErrNotFound):
 		return codedErr{wire.ErrNotFound, err}
 	case errors.Is(err, memory.ErrConflict):
 		return codedErr{wire.ErrConflict, err}
@@ -149,7 +150,7 @@ func (d *API) memoryShow(ctx context.Context, agentID, ref string) (admin.Memory
 	if err == nil {
 		return admin.MemoryItem{Knowledge: k}, nil
 	}
-	if !errors.Is(err, memory.ErrNotFound) {
+	if !errors.Is(err, choirsql.ErrNotFound) {
 		return admin.MemoryItem{}, err
 	}
 	id, perr := uuid.Parse(ref)
@@ -160,12 +161,12 @@ func (d *API) memoryShow(ctx context.Context, agentID, ref string) (admin.Memory
 	if err == nil {
 		return admin.MemoryItem{Chunk: c}, nil
 	}
-	if !errors.Is(err, memory.ErrNotFound) {
+	if !errors.Is(err, choirsql.ErrNotFound) {
 		return admin.MemoryItem{}, err
 	}
 	s, err := d.memory.SessionGet(ctx, agentID, id)
-	if errors.Is(err, memory.ErrNotFound) {
-		return admin.MemoryItem{}, fmt.Errorf("%w: agent %s has no knowledge document, chunk or session %s", memory.ErrNotFound, agentID, id)
+	if errors.Is(err, choirsql.ErrNotFound) {
+		return admin.MemoryItem{}, fmt.Errorf("%w: agent %s has no knowledge document, chunk or session %s", choirsql.ErrNotFound, agentID, id)
 	}
 	if err != nil {
 		return admin.MemoryItem{}, err

@@ -10,6 +10,7 @@ import (
 	"github.com/choirhq/choir/daemon/schedule"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/wire"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // scheduleErr codes the errors of choirctl schedule: an unknown schedule
@@ -18,7 +19,7 @@ func scheduleErr(err error) error {
 	switch {
 	case err == nil:
 		return nil
-	case errors.Is(err, control.ErrNotFound):
+	case errors.Is(err, choirsql.ErrNotFound):
 		return codedErr{wire.ErrNotFound, err}
 	case errors.Is(err, schedule.ErrState):
 		return codedErr{wire.ErrConflict, err}

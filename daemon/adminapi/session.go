@@ -9,6 +9,7 @@ import (
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/wire"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // sessionErr codes the errors of these commands: a decision on a resolved
@@ -20,7 +21,7 @@ func sessionErr(err error) error {
 		return nil
 	case errors.Is(err, approval.ErrResolved), errors.Is(err, control.ErrNotRunning):
 		return codedErr{wire.ErrConflict, err}
-	case errors.Is(err, control.ErrNotFound):
+	case errors.Is(err, choirsql.ErrNotFound):
 		return codedErr{wire.ErrNotFound, err}
 	}
 	return controlErr(err)

@@ -11,6 +11,7 @@ import (
 
 	"github.com/choirhq/choir/daemon/modelcheck"
 	"github.com/choirhq/choir/rpc/admin"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // status answers choirctl status: choird itself, Postgres, and each
@@ -34,7 +35,7 @@ func (d *API) status(ctx context.Context) (resp admin.StatusResponse) {
 		resp.NoModel = modelcheck.NoneReachable(resp.Models)
 	}()
 	var version string
-	if err := d.pool.QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
+	if err := choirsql.Interpreted(d.pool).QueryRow(ctx, "SHOW server_version").Scan(&version); err != nil {
 		resp.Postgres = admin.PostgresStatus{Error: fmt.Sprintf("%s: %v", cfg.Postgres.Describe(), err)}
 	} else {
 		resp.Postgres = admin.PostgresStatus{Reachable: true, ServerVersion: version}

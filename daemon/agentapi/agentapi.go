@@ -38,6 +38,7 @@ import (
 	"github.com/choirhq/choir/rpc/usage"
 	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // HostTool executes one host tool for an agent (EXECUTE_HOST_TOOL).
@@ -156,7 +157,7 @@ func (a *API) bindings(ctx context.Context, id uuid.UUID) (rpc.ResourceBindings,
 // bindingsAcked returns the session's bindings and the revision its
 // replica is acknowledged through.
 func (a *API) bindingsAcked(ctx context.Context, id uuid.UUID) (rpc.ResourceBindings, int64, error) {
-	s, err := db.New(choirsql.Interpreted(a.pool)).SessionGetByID(ctx, id)
+	s, err := seam.Queries(a.pool).SessionGetByID(ctx, id)
 	if err != nil {
 		return rpc.ResourceBindings{}, 0, fmt.Errorf("load session %s: %w", id, err)
 	}
@@ -186,7 +187,7 @@ func (a *API) HandleGetSecrets(ctx context.Context, call rpc.Call, req rpc.GetSe
 	if err != nil {
 		return rpc.GetSecretsResponse{}, err
 	}
-	st, err := db.New(choirsql.Interpreted(a.pool)).SessionDynamicState(ctx, id)
+	st, err := seam.Queries(a.pool).SessionDynamicState(ctx, id)
 	if err != nil {
 		return rpc.GetSecretsResponse{}, fmt.Errorf("load session %s: %w", id, err)
 	}
@@ -275,7 +276,7 @@ func (a *API) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.
 	}
 	var resp rpc.ApprovalResponse
 	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
-		q := db.New(choirsql.Interpreted(tx))
+		q := seam.Queries(tx)
 		row, err := q.ApprovalCreate(ctx, db.ApprovalCreateParams{SessionID: id, AgentID: call.Session.AgentID,
 			RequestID: call.RequestID, RequestType: req.RequestType, Summary: req.Summary, Payload: req.Payload,
 			ExpiresAt: time.Now().Add(cfg.ApprovalTimeout())})
@@ -326,7 +327,7 @@ func (a *API) HandleReportStatus(ctx context.Context, call rpc.Call, req rpc.Rep
 	if err != nil {
 		return rpc.Ack{}, err
 	}
-	n, err := db.New(choirsql.Interpreted(a.pool)).SessionLaneStatusSet(ctx, db.SessionLaneStatusSetParams{SessionID: id,
+	n, err := seam.Queries(a.pool).SessionLaneStatusSet(ctx, db.SessionLaneStatusSetParams{SessionID: id,
 		Lane: req.Lane, Status: status})
 	if err != nil {
 		return rpc.Ack{}, fmt.Errorf("record lane status: %w", err)
@@ -439,7 +440,7 @@ func (a *API) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, req r
 	if err != nil {
 		return rpc.FetchDynamicConfigResponse{}, err
 	}
-	q := db.New(choirsql.Interpreted(a.pool))
+	q := seam.Queries(a.pool)
 	latest, err := q.ConfigVersionLatest(ctx)
 	if err != nil {
 		return rpc.FetchDynamicConfigResponse{}, fmt.Errorf("latest config version: %w", err)

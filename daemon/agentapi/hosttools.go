@@ -7,6 +7,7 @@ import (
 
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/rpc/wire"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // codedErr carries a control error with the rpc sentinel that picks its
@@ -26,7 +27,7 @@ func MemoryTools(store *memory.Store) map[string]HostTool {
 			out, err := fn(ctx, agentID, in)
 			switch {
 			case errors.Is(err, memory.ErrInvalidInput), errors.Is(err, memory.ErrUnknownAgent),
-				errors.Is(err, memory.ErrNotFound), errors.Is(err, memory.ErrConflict):
+				errors.Is(err, choirsql.ErrNotFound), errors.Is(err, memory.ErrConflict):
 				return nil, codedErr{wire.ErrBadRequest, err}
 			case errors.Is(err, memory.ErrPermission):
 				return nil, codedErr{wire.ErrPermissionDenied, err}

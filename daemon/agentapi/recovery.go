@@ -17,6 +17,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Hello records an agent's INIT_HELLO on its session and tells it where to
@@ -43,7 +44,7 @@ func HelloWith(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, cal
 	}
 	var resp rpc.InitHelloResponse
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		q := db.New(choirsql.Interpreted(tx))
+		q := seam.Queries(tx)
 		s, err := q.SessionHello(ctx, db.SessionHelloParams{SessionID: id, ImageVersion: req.ImageVersion,
 			ToolManifestHash: req.ToolManifestHash, SkillManifestHash: req.SkillManifestHash})
 		if errors.Is(err, choirsql.ErrNotFound) {

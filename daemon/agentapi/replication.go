@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // ErrChainGap reports a heartbeat whose base revision is beyond what choird
@@ -56,10 +57,10 @@ func Replicate(ctx context.Context, pool *pgxpool.Pool, sessionID uuid.UUID, req
 	}
 	start := time.Now()
 	params := applyParams(sessionID, req.BaseRev, req.HashPrev, req.Patches, req)
-	head, err := db.New(choirsql.Interpreted(pool)).HeartbeatApply(ctx, params)
+	head, err := seam.Queries(pool).HeartbeatApply(ctx, params)
 	if err == nil && !head.Applied {
 		err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-			q := db.New(choirsql.Interpreted(tx))
+			q := seam.Queries(tx)
 			if head, err = q.HeartbeatApply(ctx, params); err != nil || head.Applied {
 				return err // Applied: the head moved to meet the patch in between.
 			}

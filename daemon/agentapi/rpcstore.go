@@ -13,6 +13,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // SessionAuth checks lease tokens against choir_control.sessions: the
@@ -68,7 +69,7 @@ func (a *SessionAuth) authenticate(ctx context.Context, sessionID, leaseToken st
 	a.mu.Unlock()
 	status := ""
 	if live || !known {
-		row, err := db.New(choirsql.Interpreted(a.pool)).SessionAuthGet(ctx, id)
+		row, err := seam.Queries(a.pool).SessionAuthGet(ctx, id)
 		if errors.Is(err, choirsql.ErrNotFound) {
 			return rpc.Session{}, fmt.Errorf("no session %s: %w", sessionID, wire.ErrUnauthenticated)
 		}
@@ -126,7 +127,7 @@ func (s ReplayStore) Load(ctx context.Context, key rpc.ReplayKey) (rpc.ReplayRec
 	if err != nil {
 		return rpc.ReplayRecord{}, false, fmt.Errorf("session id %q: %w", key.SessionID, err)
 	}
-	row, err := db.New(choirsql.Interpreted(s.Pool)).ReplayGet(ctx, db.ReplayGetParams{SessionID: id, RequestID: key.RequestID})
+	row, err := seam.Queries(s.Pool).ReplayGet(ctx, db.ReplayGetParams{SessionID: id, RequestID: key.RequestID})
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return rpc.ReplayRecord{}, false, nil
 	}
@@ -165,7 +166,7 @@ func (s ReplayStore) Save(ctx context.Context, key rpc.ReplayKey, rec rpc.Replay
 	if err != nil {
 		return fmt.Errorf("session id %q: %w", key.SessionID, err)
 	}
-	err = db.New(choirsql.Interpreted(s.Pool)).ReplaySave(ctx, db.ReplaySaveParams{SessionID: id, RequestID: key.RequestID,
+	err = seam.Queries(s.Pool).ReplaySave(ctx, db.ReplaySaveParams{SessionID: id, RequestID: key.RequestID,
 		Verb: string(rec.Verb), Digest: rec.Digest[:], Response: rec.Response,
 		ErrCode: string(rec.ErrCode), ErrMessage: rec.ErrMessage, Keep: ReplayKeepPerSession})
 	if err != nil {
@@ -180,7 +181,7 @@ func (s ReplayStore) Forget(ctx context.Context, sessionID string) error {
 	if err != nil {
 		return fmt.Errorf("session id %q: %w", sessionID, err)
 	}
-	if _, err := db.New(choirsql.Interpreted(s.Pool)).ReplayForgetSession(ctx, id); err != nil {
+	if _, err := seam.Queries(s.Pool).ReplayForgetSession(ctx, id); err != nil {
 		return fmt.Errorf("forget replays of %s: %w", sessionID, err)
 	}
 	return nil

@@ -10,6 +10,7 @@ import (
 	"github.com/choirhq/choir/daemon/schedule"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/rpc/wire"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // ScheduleTools serves choir.schedule, choir.schedule.list,
@@ -27,7 +28,7 @@ func ScheduleTools(s *schedule.Service) map[string]HostTool {
 			out, err := fn(ctx, schedule.Caller{AgentID: agentID, SessionID: hc.sessionID, CallID: hc.callID}, in)
 			var bad *schedule.InputError
 			switch {
-			case errors.As(err, &bad), errors.Is(err, session.ErrUnknownResource), errors.Is(err, control.ErrNotFound),
+			case errors.As(err, &bad), errors.Is(err, session.ErrUnknownResource), errors.Is(err, choirsql.ErrNotFound),
 				errors.Is(err, schedule.ErrState):
 				return nil, codedErr{wire.ErrBadRequest, err}
 			case errors.Is(err, control.ErrForbidden):

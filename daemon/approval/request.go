@@ -20,6 +20,7 @@ import (
 	"github.com/choirhq/choir/internal/verbatim"
 	"github.com/choirhq/choir/jobs"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Who resolved an approval that nobody answered in time.
@@ -144,7 +145,7 @@ var errUnknown = errors.New("no such approval")
 // that got the request, in the same transaction. won is false when the
 // approval was already resolved; row is then as the winner left it.
 func (r *Registry) ResolveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, id uuid.UUID, approve bool, by string) (row db.ChoirControlPendingApproval, won bool, err error) {
-	q := db.New(choirsql.Interpreted(tx))
+	q := seam.Queries(tx)
 	row, err = q.ApprovalResolve(ctx, db.ApprovalResolveParams{ApprovalID: id, Approve: approve, ResolvedBy: &by})
 	if errors.Is(err, choirsql.ErrNotFound) {
 		row, err = q.ApprovalGet(ctx, id)

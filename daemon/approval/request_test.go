@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/daemon/propose"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // startWithTimeouts starts a River client running delivery and approval
@@ -86,7 +87,7 @@ func TestApprovals(t *testing.T) {
 		if wins.Load() != 1 {
 			t.Fatalf("%d decisions won, want exactly 1", wins.Load())
 		}
-		final, err := db.New(b.Pool).ApprovalGet(ctx, a.ApprovalID)
+		final, err := seam.Queries(b.Pool).ApprovalGet(ctx, a.ApprovalID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -126,7 +127,7 @@ func TestApprovals(t *testing.T) {
 		request(a)
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			row, err := db.New(b.Pool).ApprovalGet(ctx, a.ApprovalID)
+			row, err := seam.Queries(b.Pool).ApprovalGet(ctx, a.ApprovalID)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,6 +18,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Pusher is what approvals need of the agent protocol's server: a push of
@@ -99,7 +100,7 @@ var ErrResolved = errors.New("approval already resolved")
 func ParseID(id string) (uuid.UUID, error) {
 	u, err := uuid.Parse(id)
 	if err != nil || len(id) != 36 {
-		return uuid.UUID{}, fmt.Errorf("%q is not an approval id (a UUID, as choirctl approval list shows): %w", id, control.ErrNotFound)
+		return uuid.UUID{}, fmt.Errorf("%q is not an approval id (a UUID, as choirctl approval list shows): %w", id, choirsql.ErrNotFound)
 	}
 	return u, nil
 }
@@ -124,7 +125,7 @@ func (d *Service) List(ctx context.Context, sc control.Scope, agentID string) ([
 	if agentID != "" {
 		filter = &agentID
 	}
-	rows, err := db.New(choirsql.Interpreted(d.pool)).ApprovalListPending(ctx, db.ApprovalListPendingParams{AgentID: filter, MaxRows: maxApprovalsListed})
+	rows, err := seam.Queries(d.pool).ApprovalListPending(ctx, db.ApprovalListPendingParams{AgentID: filter, MaxRows: maxApprovalsListed})
 	if err != nil {
 		return nil, fmt.Errorf("list approvals: %w", err)
 	}
@@ -158,7 +159,7 @@ func (d *Service) FiledSince(ctx context.Context, sc control.Scope, since time.T
 		}
 		filter = &sc.Agent
 	}
-	rows, err := db.New(choirsql.Interpreted(d.pool)).ApprovalListFiledSince(ctx, db.ApprovalListFiledSinceParams{
+	rows, err := seam.Queries(d.pool).ApprovalListFiledSince(ctx, db.ApprovalListFiledSinceParams{
 		Since: since, AgentID: filter, MaxRows: maxApprovalsListed})
 	if err != nil {
 		return nil, fmt.Errorf("list recent approvals: %w", err)
@@ -184,7 +185,7 @@ func (d *Service) approvalOnDM(ctx context.Context, sc control.Scope, r db.Choir
 	if sc.Admin || sc.DM == "" {
 		return nil
 	}
-	s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetByID(ctx, r.SessionID)
+	s, err := seam.Queries(d.pool).SessionGetByID(ctx, r.SessionID)
 	if err != nil {
 		return fmt.Errorf("load the session of approval %s: %w", r.ApprovalID, err)
 	}
@@ -210,9 +211,9 @@ func (d *Service) approvalInScope(ctx context.Context, sc control.Scope, id stri
 	if err != nil {
 		return db.ChoirControlPendingApproval{}, err
 	}
-	r, err := db.New(choirsql.Interpreted(d.pool)).ApprovalGet(ctx, u)
+	r, err := seam.Queries(d.pool).ApprovalGet(ctx, u)
 	if errors.Is(err, choirsql.ErrNotFound) {
-		return r, fmt.Errorf("approval %s: %w", id, control.ErrNotFound)
+		return r, fmt.Errorf("approval %s: %w", id, choirsql.ErrNotFound)
 	}
 	if err != nil {
 		return r, fmt.Errorf("load approval %s: %w", id, err)
@@ -229,9 +230,9 @@ func (d *Service) approvalInScope(ctx context.Context, sc control.Scope, id stri
 // ForMessage finds the approval whose request is the given
 // message of a chat: a /approve or /reject sent in reply to it.
 func (d *Service) ForMessage(ctx context.Context, sc control.Scope, gateway, chatID string, messageID int64) (admin.Approval, error) {
-	r, err := db.New(choirsql.Interpreted(d.pool)).ApprovalForMessage(ctx, db.ApprovalForMessageParams{Gateway: gateway, ChatID: chatID, MessageID: messageID})
+	r, err := seam.Queries(d.pool).ApprovalForMessage(ctx, db.ApprovalForMessageParams{Gateway: gateway, ChatID: chatID, MessageID: messageID})
 	if errors.Is(err, choirsql.ErrNotFound) {
-		return admin.Approval{}, fmt.Errorf("the message you replied to is not an approval request: %w", control.ErrNotFound)
+		return admin.Approval{}, fmt.Errorf("the message you replied to is not an approval request: %w", choirsql.ErrNotFound)
 	}
 	if err != nil {
 		return admin.Approval{}, fmt.Errorf("find the approval of message %d: %w", messageID, err)
@@ -274,7 +275,7 @@ func (d *Service) Decide(ctx context.Context, sc control.Scope, id string, appro
 		return err
 	})
 	if errors.Is(err, errUnknown) {
-		return admin.Approval{}, fmt.Errorf("approval %s: %w", id, control.ErrNotFound)
+		return admin.Approval{}, fmt.Errorf("approval %s: %w", id, choirsql.ErrNotFound)
 	}
 	if err != nil {
 		return admin.Approval{}, err
@@ -296,7 +297,7 @@ func (d *Service) Decide(ctx context.Context, sc control.Scope, id string, appro
 // its next session's hello (PushOutcomes). The buttons are best effort.
 func (d *Service) Resolved(ctx context.Context, r db.ChoirControlPendingApproval) {
 	a := approvalOf(r)
-	if s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetLiveByAgent(ctx, r.AgentID); err != nil || s.HelloAt == nil {
+	if s, err := seam.Queries(d.pool).SessionGetLiveByAgent(ctx, r.AgentID); err != nil || s.HelloAt == nil {
 		d.logger.InfoContext(ctx, "approval outcome kept for the agent's next session: it is not running",
 			slog.String("approval_id", a.ID), slog.String("agent_id", a.AgentID))
 	} else {
@@ -305,7 +306,7 @@ func (d *Service) Resolved(ctx context.Context, r db.ChoirControlPendingApproval
 	if d.buttons == nil {
 		return
 	}
-	req, err := db.New(choirsql.Interpreted(d.pool)).OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: a.AgentID,
+	req, err := seam.Queries(d.pool).OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: a.AgentID,
 		MessageID: RequestMessageID(r.ApprovalID)})
 	if err != nil || len(req.SentIds) == 0 || !d.buttons.Serves(req.Gateway) {
 		return
@@ -323,7 +324,7 @@ func (d *Service) pushOutcome(ctx context.Context, sessionID uuid.UUID, r db.Cho
 	_, err := d.rpc.Push(sessionID.String(), rpc.Push{Kind: rpc.PushApprovalResolved, ApprovalResolved: &rpc.ApprovalResolved{
 		ApprovalID: a.ID, Status: rpc.ApprovalStatus(a.Status), ResolvedBy: a.ResolvedBy, ResolvedAt: *a.ResolvedAt}})
 	if err == nil {
-		err = db.New(choirsql.Interpreted(d.pool)).ApprovalOutcomePushed(ctx, r.ApprovalID)
+		err = seam.Queries(d.pool).ApprovalOutcomePushed(ctx, r.ApprovalID)
 	}
 	if err != nil {
 		d.logger.WarnContext(ctx, "approval outcome not pushed", slog.String("approval_id", a.ID),
@@ -334,7 +335,7 @@ func (d *Service) pushOutcome(ctx context.Context, sessionID uuid.UUID, r db.Cho
 // PushOutcomes tells a new session of the agent the outcomes of approvals
 // resolved while no session of it was there to hear them.
 func (d *Service) PushOutcomes(ctx context.Context, agentID string, sessionID uuid.UUID) {
-	rows, err := db.New(choirsql.Interpreted(d.pool)).ApprovalOutcomesUnpushed(ctx, agentID)
+	rows, err := seam.Queries(d.pool).ApprovalOutcomesUnpushed(ctx, agentID)
 	if err != nil {
 		d.logger.WarnContext(ctx, "list approval outcomes to push", slog.String("agent_id", agentID), slog.String("error", err.Error()))
 		return

@@ -12,10 +12,10 @@ import (
 	"github.com/choirhq/choir/daemon/build"
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/daemon/session"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // builder makes the image builder; it needs the docker runtime's engine.
@@ -109,7 +109,7 @@ func (d *Control) AgentUpdateCommit(ctx context.Context, sc Scope, agentID, comm
 
 // deploy restarts a running agent on a built image.
 func (d *Control) deploy(ctx context.Context, sc Scope, agentID string, br admin.BuildResult) (admin.UpdateResult, error) {
-	s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetLiveByAgent(ctx, agentID)
+	s, err := seam.Queries(d.pool).SessionGetLiveByAgent(ctx, agentID)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		outcome := "skipped"
 		if br.Built {

@@ -17,6 +17,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -274,7 +275,7 @@ func changeEffect(ch config.Change) (effect, hint string) {
 // would be left naming something that no longer exists.
 func (d *Control) liveBindingBlockers(ctx context.Context, running, staged *config.Config) ([]config.Blocker, error) {
 	var out []config.Blocker
-	q := db.New(choirsql.Interpreted(d.pool))
+	q := seam.Queries(d.pool)
 	for _, id := range sortedKeys(running.Agents) {
 		s, err := q.SessionGetLiveByAgent(ctx, id)
 		if errors.Is(err, choirsql.ErrNotFound) {
@@ -381,7 +382,7 @@ func (d *Control) ConfigApply(ctx context.Context, sc Scope) (config.ApplyReport
 		}
 		// Provisioning is idempotent, so an apply that fails later
 		// leaves at most an unused schema.
-		if _, err := db.New(choirsql.Interpreted(d.pool)).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{
+		if _, err := seam.Queries(d.pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{
 			AgentID: id, Dimensions: int32(running.Embedding.Dimensions)}); err != nil {
 			return config.ApplyReport{}, fmt.Errorf("config apply: provision schema of new agent %s: %w", id, err)
 		}
@@ -392,7 +393,7 @@ func (d *Control) ConfigApply(ctx context.Context, sc Scope) (config.ApplyReport
 	// fetching in between gets the new config under the old number and
 	// fetches again at its next heartbeat.
 	d.swapConfig(st.cfg)
-	version, err := db.New(choirsql.Interpreted(d.pool)).ConfigVersionRecord(ctx, st.sum[:])
+	version, err := seam.Queries(d.pool).ConfigVersionRecord(ctx, st.sum[:])
 	if err != nil {
 		d.swapConfig(running)
 		return config.ApplyReport{}, fmt.Errorf("config apply: record config version: %w; nothing changed", err)
@@ -401,7 +402,7 @@ func (d *Control) ConfigApply(ctx context.Context, sc Scope) (config.ApplyReport
 	d.cfgCtl.staged = nil
 	res.Version = version
 
-	q := db.New(choirsql.Interpreted(d.pool))
+	q := seam.Queries(d.pool)
 	for _, id := range sortedKeys(st.cfg.Agents) {
 		s, err := q.SessionGetLiveByAgent(ctx, id)
 		if err != nil {

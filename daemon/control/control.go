@@ -36,6 +36,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Options configure the control layer.
@@ -163,10 +164,6 @@ func (s Scope) origin() session.Origin {
 // ErrForbidden reports a command outside the issuer's scope.
 var ErrForbidden = errors.New("not allowed")
 
-// ErrNotFound reports a control command naming something that does not
-// exist.
-var ErrNotFound = errors.New("not found")
-
 // Allow checks a command on agentID: an admin may act on any agent, a
 // regular DM only on its bound one.
 func (s Scope) Allow(agentID string) error {
@@ -263,7 +260,7 @@ func (d *Control) AgentStart(ctx context.Context, sc Scope, agentID string, o ad
 		}
 		return admin.AgentStatus{}, fmt.Errorf("start agent %s: %w", agentID, err)
 	}
-	if err := db.New(choirsql.Interpreted(d.pool)).SessionSetInstance(ctx, db.SessionSetInstanceParams{SessionID: s.Session.SessionID,
+	if err := seam.Queries(d.pool).SessionSetInstance(ctx, db.SessionSetInstanceParams{SessionID: s.Session.SessionID,
 		ContainerID: inst.ID}); err != nil {
 		return admin.AgentStatus{}, fmt.Errorf("record instance of %s: %w", agentID, err)
 	}
@@ -312,7 +309,7 @@ func checkWorkspace(path string) error {
 // discardSession removes a session that never ran, with its leases.
 func discardSession(ctx context.Context, pool dbtx, id uuid.UUID) error {
 	return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		q := db.New(choirsql.Interpreted(tx))
+		q := seam.Queries(tx)
 		if _, err := q.LeasesDeleteBySession(ctx, id); err != nil {
 			return err
 		}
@@ -334,7 +331,7 @@ func (d *Control) AgentStop(ctx context.Context, sc Scope, agentID string) (admi
 	if err := sc.Allow(agentID); err != nil {
 		return admin.AgentStatus{}, err
 	}
-	q := db.New(choirsql.Interpreted(d.pool))
+	q := seam.Queries(d.pool)
 	s, err := d.stoppableSession(ctx, sc, agentID)
 	if err != nil {
 		return admin.AgentStatus{}, err
@@ -389,7 +386,7 @@ func (d *Control) AgentRestart(ctx context.Context, sc Scope, agentID string) (a
 	if err := sc.Allow(agentID); err != nil {
 		return admin.AgentStatus{}, err
 	}
-	q := db.New(choirsql.Interpreted(d.pool))
+	q := seam.Queries(d.pool)
 	s, err := q.SessionGetLiveByAgent(ctx, agentID)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		var o admin.StartOverrides
@@ -445,7 +442,7 @@ func (d *Control) WorkspaceList(ctx context.Context, sc Scope) ([]admin.Workspac
 	if err := sc.AdminOnly("workspace list"); err != nil {
 		return nil, err
 	}
-	leases, err := db.New(choirsql.Interpreted(d.pool)).LeaseListActive(ctx)
+	leases, err := seam.Queries(d.pool).LeaseListActive(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -473,7 +470,7 @@ func (d *Control) WorkspaceReset(ctx context.Context, sc Scope, name string) (ad
 	if !ok {
 		return admin.WorkspaceInfo{}, fmt.Errorf("%w: workspace %q is not in config.json (workspaces: %v)", session.ErrUnknownResource, name, sortedKeys(cfg.Workspaces))
 	}
-	l, err := db.New(choirsql.Interpreted(d.pool)).LeaseGetHolder(ctx, db.LeaseGetHolderParams{ResourceKind: "workspace", ResourceName: name})
+	l, err := seam.Queries(d.pool).LeaseGetHolder(ctx, db.LeaseGetHolderParams{ResourceKind: "workspace", ResourceName: name})
 	if err == nil {
 		if _, err := d.AgentStop(ctx, sc, l.AgentID); err != nil {
 			return admin.WorkspaceInfo{}, fmt.Errorf("stop %s, which leases workspace %s: %w", l.AgentID, name, err)
@@ -498,7 +495,7 @@ func (d *Control) WorkspaceReset(ctx context.Context, sc Scope, name string) (ad
 // its lanes last reported while it was live (or when it crashed).
 func (d *Control) LatestStatus(ctx context.Context, id string) admin.AgentStatus {
 	a := admin.AgentStatus{AgentID: id, State: admin.AgentStopped}
-	s, err := db.New(choirsql.Interpreted(d.pool)).SessionLatestByAgent(ctx, id)
+	s, err := seam.Queries(d.pool).SessionLatestByAgent(ctx, id)
 	if err != nil {
 		return a
 	}
@@ -541,7 +538,7 @@ func (d *Control) SecretApply(ctx context.Context, sc Scope) (admin.SecretApplyR
 	}
 	d.setSecrets(secrets)
 	res := admin.SecretApplyResult{Secrets: len(secrets)}
-	q := db.New(choirsql.Interpreted(d.pool))
+	q := seam.Queries(d.pool)
 	cfg, _ := d.config()
 	for _, id := range sortedKeys(cfg.Agents) {
 		s, err := q.SessionGetLiveByAgent(ctx, id)

@@ -16,6 +16,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // ErrNotBound reports a DM bound to no agent. A front-end that has its
@@ -52,7 +53,7 @@ func (b DMBinding) Live() bool { return b.SessionID != uuid.Nil }
 // the DM; a *BoundElsewhereError (which wraps ErrNotBound too) says that
 // the DM's default agent runs bound to another DM.
 func (d *Control) DMBindingOf(ctx context.Context, dm string) (DMBinding, error) {
-	q := db.New(choirsql.Interpreted(d.pool))
+	q := seam.Queries(d.pool)
 	h, err := q.DMHolder(ctx, dm)
 	if err == nil {
 		return DMBinding{AgentID: h.AgentID, SessionID: h.SessionID}, nil

@@ -10,6 +10,7 @@ import (
 	"github.com/choirhq/choir/daemon/hold"
 	"github.com/choirhq/choir/db"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // stoppableSession is the live session AgentStop stops. A stop is a
@@ -18,7 +19,7 @@ import (
 // started meanwhile is stopped too; an agent that is not running stays
 // held.
 func (d *Control) stoppableSession(ctx context.Context, sc Scope, agentID string) (db.ChoirControlSession, error) {
-	q := db.New(choirsql.Interpreted(d.pool))
+	q := seam.Queries(d.pool)
 	s, err := q.SessionGetLiveByAgent(ctx, agentID)
 	live := err == nil
 	if err != nil && !errors.Is(err, choirsql.ErrNotFound) {

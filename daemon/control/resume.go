@@ -16,7 +16,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Agents come back by themselves after choird restarts. choird's death
@@ -68,7 +68,7 @@ var errAgentRemoved = errors.New("it is no longer in config.json")
 func (d *Control) CloseLiveSessions(ctx context.Context) ([]PendingResume, error) {
 	var rows []db.SessionsCloseLiveRow
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		q := db.New(choirsql.Interpreted(tx))
+		q := seam.Queries(tx)
 		var err error
 		rows, err = q.SessionsCloseLive(ctx, db.SessionsCloseLiveParams{ActiveReason: ResumeEndReason,
 			StoppingReason: StoppingEndReason})
@@ -163,7 +163,7 @@ func overridesOf(b rpc.ResourceBindings) admin.StartOverrides {
 // before the agent connects, so an agent that fetched before the override
 // was set fetches again.
 func (d *Control) carryOverrides(ctx context.Context, from uuid.UUID, to string) error {
-	q := db.New(choirsql.Interpreted(d.pool))
+	q := seam.Queries(d.pool)
 	old, err := q.SessionDynamicState(ctx, from)
 	if err != nil {
 		return fmt.Errorf("read the overrides of %s: %w", from, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // The session commands (spec 17.1 "Session", "Model switching"): they act
@@ -35,7 +36,7 @@ const (
 // ErrNotRunning that says how to start it; a regular DM gets only a
 // session bound to it.
 func (d *Control) liveSession(ctx context.Context, sc Scope, agentID string) (db.ChoirControlSession, error) {
-	s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetLiveByAgent(ctx, agentID)
+	s, err := seam.Queries(d.pool).SessionGetLiveByAgent(ctx, agentID)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return s, fmt.Errorf("%w: %s has no live session; start it first", ErrNotRunning, agentID)
 	}
@@ -84,7 +85,7 @@ func (d *Control) SessionCores(ctx context.Context, sc Scope, agentID string) (a
 	if err := d.KnownAgent(agentID); err != nil {
 		return admin.SessionCoresResult{}, err
 	}
-	s, err := db.New(choirsql.Interpreted(d.pool)).SessionLatestByAgent(ctx, agentID)
+	s, err := seam.Queries(d.pool).SessionLatestByAgent(ctx, agentID)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return admin.SessionCoresResult{}, fmt.Errorf("%w: %s has never run", ErrNotRunning, agentID)
 	}
@@ -199,7 +200,7 @@ func (d *Control) SessionEvents(ctx context.Context, sc Scope, agentID string, n
 	if n > MaxSessionEvents {
 		return admin.SessionEventsResult{}, fmt.Errorf("at most %d events at once, not %d", MaxSessionEvents, n)
 	}
-	q := db.New(choirsql.Interpreted(d.pool))
+	q := seam.Queries(d.pool)
 	s, err := q.SessionLatestByAgent(ctx, agentID)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return admin.SessionEventsResult{}, fmt.Errorf("%w: %s has never run", ErrNotRunning, agentID)
@@ -257,7 +258,7 @@ func (d *Control) ModelGet(ctx context.Context, sc Scope, agentID string) (admin
 	if err := d.KnownAgent(agentID); err != nil {
 		return admin.ModelState{}, err
 	}
-	if s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetLiveByAgent(ctx, agentID); err == nil {
+	if s, err := seam.Queries(d.pool).SessionGetLiveByAgent(ctx, agentID); err == nil {
 		if err := sc.AllowSession(s); err != nil {
 			return admin.ModelState{}, err
 		}
@@ -276,14 +277,14 @@ func (d *Control) modelState(ctx context.Context, agentID string) (admin.ModelSt
 	cfg, _ := d.config()
 	def := cfg.Agents[agentID].Defaults
 	st := admin.ModelState{AgentID: agentID, LLM: def.LLM, VoiceProfile: def.VoiceProfile}
-	s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetLiveByAgent(ctx, agentID)
+	s, err := seam.Queries(d.pool).SessionGetLiveByAgent(ctx, agentID)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return st, nil
 	}
 	if err != nil {
 		return admin.ModelState{}, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
-	ds, err := db.New(choirsql.Interpreted(d.pool)).SessionDynamicState(ctx, s.SessionID)
+	ds, err := seam.Queries(d.pool).SessionDynamicState(ctx, s.SessionID)
 	if err != nil {
 		return admin.ModelState{}, fmt.Errorf("load the overrides of session %s: %w", s.SessionID, err)
 	}
@@ -345,7 +346,7 @@ func (d *Control) setOverride(ctx context.Context, sc Scope, agentID, llm, voice
 	if err != nil {
 		return admin.ModelState{}, fmt.Errorf("%w (an override lasts one session; to change the default, edit defaults in config.json)", err)
 	}
-	_, err = db.New(choirsql.Interpreted(d.pool)).SessionOverrideSet(ctx, db.SessionOverrideSetParams{SessionID: s.SessionID, Llm: llm,
+	_, err = seam.Queries(d.pool).SessionOverrideSet(ctx, db.SessionOverrideSetParams{SessionID: s.SessionID, Llm: llm,
 		VoiceProfile: voice, SetBy: sc.Actor})
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return admin.ModelState{}, fmt.Errorf("%w: the session of %s just ended", ErrNotRunning, agentID)
@@ -383,7 +384,7 @@ func (d *Control) SessionStatus(ctx context.Context, sc Scope, agentID string) (
 	if err != nil {
 		return admin.SessionStatusResult{}, err
 	}
-	s, err := db.New(choirsql.Interpreted(d.pool)).SessionGetByID(ctx, id)
+	s, err := seam.Queries(d.pool).SessionGetByID(ctx, id)
 	if err != nil {
 		return admin.SessionStatusResult{}, fmt.Errorf("load session %s: %w", id, err)
 	}
@@ -416,7 +417,7 @@ func (d *Control) SessionList(ctx context.Context, sc Scope, in admin.SessionLis
 	if in.Limit == 0 {
 		in.Limit = 100
 	}
-	rows, err := db.New(choirsql.Interpreted(d.pool)).SessionList(ctx, db.SessionListParams{AgentID: in.AgentID, Status: in.Status,
+	rows, err := seam.Queries(d.pool).SessionList(ctx, db.SessionListParams{AgentID: in.AgentID, Status: in.Status,
 		MaxRows: int32(in.Limit)})
 	if err != nil {
 		return nil, fmt.Errorf("list sessions: %w", err)

@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/internal/verbatim"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // listFilter reads the optional agent a listing command names: none (the
@@ -109,7 +110,7 @@ func (c *Commands) decide(sc control.Scope, cmd gateway.Command, approve bool) (
 	case cmd.ReplyToMessageID != 0:
 		pick = func(ctx context.Context) (string, string, error) {
 			a, err := c.appr.ForMessage(ctx, sc, cmd.DM.Gateway, cmd.ChatID, cmd.ReplyToMessageID)
-			if errors.Is(err, control.ErrNotFound) {
+			if errors.Is(err, choirsql.ErrNotFound) {
 				return "", fmt.Sprintf("The message you replied to is not an approval request. Send /%s without replying to pick from the pending ones.", verb), nil
 			}
 			return a.ID, "", err
@@ -174,7 +175,7 @@ func (c *Commands) pickNumbered(ctx context.Context, sc control.Scope, cmd gatew
 		return "", fmt.Sprintf("The last list had %d approvals; there is no number %d. Send /approvals for the current list.", len(ids), n), nil
 	}
 	a, err := c.appr.Show(ctx, sc, ids[n-1])
-	if errors.Is(err, control.ErrNotFound) {
+	if errors.Is(err, choirsql.ErrNotFound) {
 		return "", fmt.Sprintf("Number %d of the last list no longer exists. Send /approvals for the current list.", n), nil
 	}
 	if err != nil {
@@ -220,7 +221,7 @@ func DecisionAnswer(a admin.Approval, err error) (string, error) {
 		return "already " + a.Status, nil
 	case errors.Is(err, control.ErrForbidden):
 		return "not your approval: " + err.Error(), nil
-	case errors.Is(err, control.ErrNotFound):
+	case errors.Is(err, choirsql.ErrNotFound):
 		return "no such approval", nil
 	}
 	return "", err

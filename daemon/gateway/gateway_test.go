@@ -26,6 +26,7 @@ import (
 	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 func TestMain(m *testing.M) {
@@ -94,7 +95,7 @@ func inboxInsert(ctx context.Context, pool *pgxpool.Pool, msg gateway.InboundMes
 	if err != nil {
 		return fmt.Errorf("encode attachments: %w", err)
 	}
-	_, err = db.New(pool).InboxInsert(ctx, db.InboxInsertParams{Gateway: msg.DM.Gateway, UpdateID: msg.UpdateID,
+	_, err = seam.Queries(pool).InboxInsert(ctx, db.InboxInsertParams{Gateway: msg.DM.Gateway, UpdateID: msg.UpdateID,
 		Dm: msg.DM.Name, ChatID: msg.ChatID, UserID: msg.DM.UserID, Kind: "message", Text: msg.Text, Attachments: raw})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return fmt.Errorf("gateway %s update %d: %w", msg.DM.Gateway, msg.UpdateID, gateway.ErrDuplicate)

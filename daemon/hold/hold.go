@@ -23,7 +23,7 @@ import (
 	"github.com/choirhq/choir/daemon/schedule/state"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Err refuses a start choird would make on its own of an agent a person
@@ -47,7 +47,7 @@ func Check(a db.ChoirControlAgent) error {
 func Place(ctx context.Context, pool *pgxpool.Pool, agentID, by string) ([]int64, error) {
 	var held []db.ChoirControlSchedule
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		if _, err := db.New(choirsql.Interpreted(tx)).AgentHold(ctx, db.AgentHoldParams{AgentID: agentID, HeldBy: &by}); err != nil {
+		if _, err := seam.Queries(tx).AgentHold(ctx, db.AgentHoldParams{AgentID: agentID, HeldBy: &by}); err != nil {
 			return fmt.Errorf("record the stop of %s: %w", agentID, err)
 		}
 		var err error
@@ -65,7 +65,7 @@ func Lift(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, agentID st
 	var lifted int64
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var err error
-		if lifted, err = db.New(choirsql.Interpreted(tx)).AgentRelease(ctx, agentID); err != nil {
+		if lifted, err = seam.Queries(tx).AgentRelease(ctx, agentID); err != nil {
 			return fmt.Errorf("lift the stop of %s: %w", agentID, err)
 		}
 		if ins == nil {

@@ -16,6 +16,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // choirctl chat is the same conversation as a DM, from the terminal: a
@@ -42,7 +43,7 @@ func (ib *Inbox) ChatSend(ctx context.Context, sc control.Scope, agentID string,
 	if !ok {
 		return admin.ChatSent{}, fmt.Errorf("%w: agent %q is not in config.json (agents: %v)", session.ErrUnknownResource, agentID, slices.Sorted(maps.Keys(cfg.Agents)))
 	}
-	q := db.New(choirsql.Interpreted(ib.pool))
+	q := seam.Queries(ib.pool)
 	dmName := a.Defaults.DM
 	s, err := q.SessionGetLiveByAgent(ctx, agentID)
 	live := err == nil
@@ -60,7 +61,7 @@ func (ib *Inbox) ChatSend(ctx context.Context, sc control.Scope, agentID string,
 		return admin.ChatSent{}, fmt.Errorf("%w: agent %s has no DM to talk through; set defaults.dm in config.json", session.ErrUnknownResource, agentID)
 	}
 	var after int64
-	if err := ib.pool.QueryRow(ctx, `SELECT coalesce(max(outbox_id), 0) FROM choir_control.outbox WHERE agent_id = $1`,
+	if err := choirsql.Interpreted(ib.pool).QueryRow(ctx, `SELECT coalesce(max(outbox_id), 0) FROM choir_control.outbox WHERE agent_id = $1`,
 		agentID).Scan(&after); err != nil {
 		return admin.ChatSent{}, fmt.Errorf("read the outbox cursor of %s: %w", agentID, err)
 	}
@@ -94,7 +95,7 @@ func (ib *Inbox) ChatPoll(ctx context.Context, sc control.Scope, agentID string,
 	}
 	wait := min(time.Duration(req.WaitMS)*time.Millisecond, 30*time.Second)
 	deadline := time.Now().Add(wait)
-	q := db.New(choirsql.Interpreted(ib.pool))
+	q := seam.Queries(ib.pool)
 	for {
 		rows, err := q.OutboxAfter(ctx, db.OutboxAfterParams{AgentID: agentID, After: req.After, MaxRows: 100})
 		if err != nil {

@@ -26,6 +26,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Inbound delivery (DESIGN.md journey 1). Every message from a DM is an
@@ -139,7 +140,7 @@ func Insert(ctx context.Context, pool db.DBTX, msg gateway.InboundMessage, kind 
 	if err != nil {
 		return db.ChoirControlInbox{}, fmt.Errorf("encode attachments: %w", err)
 	}
-	row, err := db.New(choirsql.Interpreted(pool)).InboxInsert(ctx, db.InboxInsertParams{Gateway: msg.DM.Gateway, UpdateID: msg.UpdateID,
+	row, err := seam.Queries(pool).InboxInsert(ctx, db.InboxInsertParams{Gateway: msg.DM.Gateway, UpdateID: msg.UpdateID,
 		Dm: msg.DM.Name, AgentID: agentID, ChatID: msg.ChatID, UserID: msg.DM.UserID, Kind: kind, Text: msg.Text,
 		Attachments: raw})
 	if errors.Is(err, choirsql.ErrNotFound) {
@@ -176,7 +177,7 @@ type Notice struct {
 // that decided to send it). A notice already stored under its Source and
 // UpdateID is refused with an error wrapping choirsql.ErrNotFound.
 func AddNotice(ctx context.Context, q db.DBTX, n Notice) (db.ChoirControlInbox, error) {
-	row, err := db.New(choirsql.Interpreted(q)).InboxInsert(ctx, db.InboxInsertParams{Gateway: n.Source, UpdateID: n.UpdateID,
+	row, err := seam.Queries(q).InboxInsert(ctx, db.InboxInsertParams{Gateway: n.Source, UpdateID: n.UpdateID,
 		Dm: n.DM, AgentID: &n.AgentID, ChatID: n.ChatID, UserID: n.ChatID, Kind: n.Kind, Text: n.Text,
 		Attachments: []byte("[]")})
 	if err != nil {
@@ -204,7 +205,7 @@ func (ib *Inbox) pushInbox(ctx context.Context, sessionID uuid.UUID, row db.Choi
 		_, err = ib.ctl.Push(sessionID.String(), p)
 	}
 	if err == nil {
-		err = db.New(choirsql.Interpreted(ib.pool)).InboxMarkPushed(ctx, db.InboxMarkPushedParams{InboxID: row.InboxID, SessionID: &sessionID})
+		err = seam.Queries(ib.pool).InboxMarkPushed(ctx, db.InboxMarkPushedParams{InboxID: row.InboxID, SessionID: &sessionID})
 	}
 	if err != nil {
 		ib.logger.WarnContext(ctx, "inbox row not pushed; it is retried", slog.Int64("inbox_id", row.InboxID),
@@ -252,7 +253,7 @@ func inboxPush(row db.ChoirControlInbox) (rpc.Push, error) {
 // stale ones from the sweep. Rows from another DM wait for a session bound
 // to it.
 func (ib *Inbox) RedeliverInbox(ctx context.Context, agentID string, sessionID uuid.UUID, before time.Time) {
-	rows, err := db.New(choirsql.Interpreted(ib.pool)).InboxPending(ctx, db.InboxPendingParams{AgentID: &agentID, SessionID: sessionID,
+	rows, err := seam.Queries(ib.pool).InboxPending(ctx, db.InboxPendingParams{AgentID: &agentID, SessionID: sessionID,
 		PushedBefore: &before, MaxRows: maxInboxPush})
 	if err != nil {
 		ib.logger.WarnContext(ctx, "list undelivered inbox rows", slog.String("agent_id", agentID), slog.String("error", err.Error()))
@@ -272,7 +273,7 @@ func (ib *Inbox) RedeliverInbox(ctx context.Context, agentID string, sessionID u
 // hello pushes them otherwise). It reports whether the agent has a live
 // session at all.
 func (ib *Inbox) PushPending(ctx context.Context, agentID string) bool {
-	s, err := db.New(choirsql.Interpreted(ib.pool)).SessionGetLiveByAgent(ctx, agentID)
+	s, err := seam.Queries(ib.pool).SessionGetLiveByAgent(ctx, agentID)
 	if err != nil {
 		return false
 	}
@@ -296,7 +297,7 @@ func (ib *Inbox) SweepInbox(ctx context.Context) {
 		case <-t.C:
 		}
 		before := time.Now().Add(-inboxRepushAfter)
-		q := db.New(choirsql.Interpreted(ib.pool))
+		q := seam.Queries(ib.pool)
 		agents, err := q.InboxAgentsWithPending(ctx, &before)
 		if err != nil {
 			if ctx.Err() == nil {
@@ -359,7 +360,7 @@ func (ib *Inbox) WorkspaceDir(ctx context.Context, dm gateway.DM) (string, error
 	cfg := ib.ctl.Snapshot().Config
 	name := cfg.Agents[b.AgentID].Defaults.Workspace
 	if b.Live() {
-		if s, err := db.New(choirsql.Interpreted(ib.pool)).SessionGetByID(ctx, b.SessionID); err == nil {
+		if s, err := seam.Queries(ib.pool).SessionGetByID(ctx, b.SessionID); err == nil {
 			var rb rpc.ResourceBindings
 			if json.Unmarshal(s.ResourceBindings, &rb) == nil && rb.Workspace != "" {
 				name = rb.Workspace

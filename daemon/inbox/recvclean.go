@@ -18,7 +18,7 @@ import (
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // The files users send are stored by the gateway in each workspace's
@@ -145,7 +145,7 @@ func (w *RecvCleanWorker) clean(ctx context.Context, name, dir string) error {
 	for i, e := range entries {
 		paths[i] = path.Join(gateway.RecvDir, e.name)
 	}
-	claims, err := db.New(choirsql.Interpreted(w.Pool)).RecvFilesClaimed(ctx, db.RecvFilesClaimedParams{
+	claims, err := seam.Queries(w.Pool).RecvFilesClaimed(ctx, db.RecvFilesClaimedParams{
 		RetentionSecs: retention.Seconds(), Paths: paths})
 	if err != nil {
 		return fmt.Errorf("look up the messages that name the files: %w", err)

@@ -21,6 +21,7 @@ import (
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // TestRecvClean runs choird's River client with its periodic cleanup of
@@ -32,7 +33,7 @@ func TestRecvClean(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
-	q := db.New(pool)
+	q := seam.Queries(pool)
 	if _, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: "a", Config: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)
 	}

@@ -25,9 +25,9 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/inbox"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/mailbox"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Kind is the inbox kind of a new-mail notice (inbox.InboxMail).
@@ -110,7 +110,7 @@ func (w *Watcher) Run(ctx context.Context) {
 
 // liveTargets lists the live sessions that said hello holding an account.
 func (w *Watcher) liveTargets(ctx context.Context) ([]Target, error) {
-	rows, err := db.New(choirsql.Interpreted(w.opts.Pool)).MailWatchTargets(ctx)
+	rows, err := seam.Queries(w.opts.Pool).MailWatchTargets(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -296,7 +296,7 @@ func (w *Watcher) check(ctx context.Context, c *imapclient.Client, t Target, acc
 	if st.validity != sel.UIDValidity {
 		st.validity, st.baseline = sel.UIDValidity, sel.UIDNext
 	}
-	q := db.New(choirsql.Interpreted(w.opts.Pool))
+	q := seam.Queries(w.opts.Pool)
 	last, err := q.InboxLastUpdate(ctx, t.Gateway())
 	if err != nil {
 		return fmt.Errorf("read the last mail notice of %s: %w", t.Gateway(), err)

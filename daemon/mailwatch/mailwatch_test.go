@@ -18,6 +18,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/internal/mailbox/mailboxtest"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 const password = "pw-watch-3d9a"
@@ -49,7 +50,7 @@ func setup(t *testing.T) *bundle {
 // addSession starts a live session of agentID holding the account.
 func (b *bundle) addSession(t *testing.T, ctx context.Context, agentID, dm string) mailwatch.Target {
 	t.Helper()
-	if _, err := db.New(b.pool).AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agentID, Config: []byte(`{}`)}); err != nil {
+	if _, err := seam.Queries(b.pool).AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agentID, Config: []byte(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	token := make([]byte, 32)

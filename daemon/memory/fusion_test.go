@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // fused is one row of a hybrid search, as both stores report it.
@@ -34,7 +35,7 @@ func TestRankFusionIsOne(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
 	const agent = "fusion"
-	if _, err := db.New(pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: agent, Dimensions: 3}); err != nil {
+	if _, err := seam.Queries(pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: agent, Dimensions: 3}); err != nil {
 		t.Fatal(err)
 	}
 	// Eight documents: the nearer to [1 0 0] the lower their index; the

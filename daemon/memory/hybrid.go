@@ -16,7 +16,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // hit is a row one side of hybrid search found, at its 1-based rank, with
@@ -133,7 +133,7 @@ func (s *Store) enterSearch(ctx context.Context, tx pgx.Tx, sc scope, q *query, 
 	if sc.role != "" {
 		role = config.SchemaName(sc.role)
 	}
-	st, err := db.New(choirsql.Interpreted(tx)).MemorySearchScope(ctx, db.MemorySearchScopeParams{
+	st, err := seam.Queries(tx).MemorySearchScope(ctx, db.MemorySearchScopeParams{
 		SearchPath: config.SchemaName(sc.schema) + ", public", Role: role, EfSearch: int32(s.tuning.EFSearch),
 		StatementTimeoutMs: s.statementTimeoutMS(), QueryText: loose, QueryRequired: required,
 		StatsSchema: config.SchemaName(sc.schema), StatsStore: statsStore(q.store)})
@@ -164,7 +164,7 @@ func (s *Store) textSide(ctx context.Context, sc scope, q *query) side {
 		if words.partial {
 			p.recent = s.tuning.TextRecentWide
 		}
-		out.hits, err = s.textHits(ctx, agentdb.New(choirsql.Interpreted(tx)), q, p)
+		out.hits, err = s.textHits(ctx, seam.AgentQueries(tx), q, p)
 		return err
 	})
 	out.err = s.translate(err, sc)
@@ -218,7 +218,7 @@ func (s *Store) vectorSide(ctx context.Context, sc scope, q *query, vec *pgvecto
 		if _, err := s.enterSearch(ctx, tx, sc, q, "", ""); err != nil {
 			return err
 		}
-		aq := agentdb.New(choirsql.Interpreted(tx))
+		aq := seam.AgentQueries(tx)
 		n := int32(s.tuning.Candidates)
 		if q.store == StoreSession {
 			rows, err := aq.MemorySearchVector(ctx, agentdb.MemorySearchVectorParams{QueryVector: *vec,

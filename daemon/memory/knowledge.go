@@ -317,7 +317,7 @@ func (k *knowledgeTx) upsert(ctx context.Context, w *knowledgeWrite) (*UpsertRes
 		}
 		if cur == nil {
 			if w.op == OpUpdate {
-				return nil, fmt.Errorf("%w: no knowledge document with %s", ErrNotFound, describeRef(w.id, w.key))
+				return nil, fmt.Errorf("%w: no knowledge document with %s", choirsql.ErrNotFound, describeRef(w.id, w.key))
 			}
 			meta := w.metadata
 			if meta == nil {
@@ -363,7 +363,7 @@ func (k *knowledgeTx) delete(ctx context.Context, w *knowledgeWrite) (*UpsertRes
 		return nil, err
 	}
 	if cur == nil {
-		return nil, fmt.Errorf("%w: no knowledge document with %s", ErrNotFound, describeRef(w.id, w.key))
+		return nil, fmt.Errorf("%w: no knowledge document with %s", choirsql.ErrNotFound, describeRef(w.id, w.key))
 	}
 	if _, err := k.aq.KnowledgeDelete(ctx, cur.ID); err != nil {
 		return nil, fmt.Errorf("delete knowledge document %s: %w", cur.ID, err)
@@ -384,7 +384,7 @@ func (k *knowledgeTx) delete(ctx context.Context, w *knowledgeWrite) (*UpsertRes
 func (k *knowledgeTx) restore(ctx context.Context, w *knowledgeWrite) (*UpsertResult, error) {
 	v, err := k.aq.KnowledgeVersionGet(ctx, agentdb.KnowledgeVersionGetParams{DocumentID: *w.id, Version: int32(w.version)})
 	if errors.Is(err, choirsql.ErrNotFound) {
-		return nil, fmt.Errorf("%w: knowledge document %s has no version %d", ErrNotFound, w.id, w.version)
+		return nil, fmt.Errorf("%w: knowledge document %s has no version %d", choirsql.ErrNotFound, w.id, w.version)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("read version %d of knowledge document %s: %w", w.version, w.id, err)
@@ -465,7 +465,7 @@ func (s *Store) History(ctx context.Context, agentID, idOrKey string) ([]Knowled
 		return nil, err
 	}
 	if len(out) == 0 {
-		return nil, fmt.Errorf("%w: agent %s has no knowledge document with id or key %q", ErrNotFound, agentID, idOrKey)
+		return nil, fmt.Errorf("%w: agent %s has no knowledge document with id or key %q", choirsql.ErrNotFound, agentID, idOrKey)
 	}
 	return out, nil
 }
@@ -490,7 +490,7 @@ func (s *Store) KnowledgeGet(ctx context.Context, agentID, idOrKey string) (*Kno
 			d, err = knowledgeDoc(d0), e
 		}
 		if errors.Is(err, choirsql.ErrNotFound) {
-			return fmt.Errorf("%w: agent %s has no knowledge document with id or key %q", ErrNotFound, agentID, idOrKey)
+			return fmt.Errorf("%w: agent %s has no knowledge document with id or key %q", choirsql.ErrNotFound, agentID, idOrKey)
 		}
 		if err != nil {
 			return fmt.Errorf("read knowledge document: %w", err)

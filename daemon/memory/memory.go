@@ -41,9 +41,9 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/embed"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Embedder is what the store needs of an embedding provider: query
@@ -65,9 +65,6 @@ var (
 	ErrPermission = errors.New("permission denied")
 	// ErrUnknownAgent reports an agent without a memory schema.
 	ErrUnknownAgent = errors.New("unknown agent")
-	// ErrNotFound reports a document, version or session that does not
-	// exist.
-	ErrNotFound = errors.New("not found")
 	// ErrConflict reports a restore whose key another document has taken.
 	ErrConflict = errors.New("conflict")
 	// ErrBusy reports a query that ran past Options.StatementTimeout, or
@@ -289,7 +286,7 @@ func (s *Store) dimensions(ctx context.Context, agentID string) (int, error) {
 	if ok {
 		return d, nil
 	}
-	row, err := db.New(choirsql.Interpreted(s.pool)).AgentSchemaGet(ctx, agentID)
+	row, err := seam.Queries(s.pool).AgentSchemaGet(ctx, agentID)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return 0, fmt.Errorf("%w %s: it has no memory schema (agents are provisioned when choird starts "+
 			"with them in config.json)", ErrUnknownAgent, agentID)
@@ -331,11 +328,11 @@ func (s *Store) inScope(ctx context.Context, sc scope, readOnly bool, fn func(tx
 			return err
 		}
 		if readOnly {
-			if _, err := tx.Exec(ctx, "SELECT set_config('statement_timeout', $1::int::text, true)", s.statementTimeoutMS()); err != nil {
+			if _, err := choirsql.Interpreted(tx).Exec(ctx, "SELECT set_config('statement_timeout', $1::int::text, true)", s.statementTimeoutMS()); err != nil {
 				return fmt.Errorf("set statement_timeout: %w", err)
 			}
 		}
-		if err := fn(tx, agentdb.New(choirsql.Interpreted(tx))); err != nil {
+		if err := fn(tx, seam.AgentQueries(tx)); err != nil {
 			return err
 		}
 		if after == nil {

@@ -23,6 +23,8 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/jobs"
+	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 func TestMain(m *testing.M) {
@@ -70,7 +72,7 @@ func setup(t *testing.T, opts options, agents ...string) *testBundle {
 		defer cancel()
 		client.Stop(ctx) //nolint:errcheck
 	})
-	b := &testBundle{pool: pool, q: db.New(pool), client: client, embed: opts.embedder,
+	b := &testBundle{pool: pool, q: seam.Queries(pool), client: client, embed: opts.embedder,
 		store: memory.New(memory.Options{Pool: pool, Inserter: client, Embedder: opts.embedder,
 			QueryEmbedTimeout: time.Second, QueryEmbedCooldown: time.Minute,
 			ReadersFunc: func(target string) []string { return opts.readers[target] }})}
@@ -130,7 +132,7 @@ func (b *testBundle) session(t *testing.T, agent, summary string, events ...[2]s
 				return err
 			}
 		}
-		if _, err := db.New(tx).SessionEnd(ctx, db.SessionEndParams{SessionID: s.SessionID, EndReason: "test"}); err != nil {
+		if _, err := seam.Queries(tx).SessionEnd(ctx, db.SessionEndParams{SessionID: s.SessionID, EndReason: "test"}); err != nil {
 			return err
 		}
 		return memory.InsertChunkSessionTx(ctx, b.client, tx, s.SessionID)
@@ -242,7 +244,7 @@ func TestKnowledgeUpsert(t *testing.T) {
 		if r.Action != "deleted" || r.Version != 4 {
 			t.Errorf("result = %+v", r)
 		}
-		if _, err := b.store.KnowledgeGet(ctx, "kb", "user.preference.theme"); !errors.Is(err, memory.ErrNotFound) {
+		if _, err := b.store.KnowledgeGet(ctx, "kb", "user.preference.theme"); !errors.Is(err, choirsql.ErrNotFound) {
 			t.Errorf("deleted document still there: %v", err)
 		}
 		h, err := b.store.History(ctx, "kb", "user.preference.theme")
@@ -275,7 +277,7 @@ func TestKnowledgeUpsert(t *testing.T) {
 
 	t.Run("UpdateOrDeleteOfAMissingDocumentIsNotFound", func(t *testing.T) {
 		for _, in := range []string{`{"op":"update","key":"nope","text":"x"}`, `{"op":"delete","id":"` + uuid.NewString() + `"}`} {
-			if _, err := b.store.Upsert(ctx, "kb", json.RawMessage(in)); !errors.Is(err, memory.ErrNotFound) {
+			if _, err := b.store.Upsert(ctx, "kb", json.RawMessage(in)); !errors.Is(err, choirsql.ErrNotFound) {
 				t.Errorf("%s: %v", in, err)
 			}
 		}
@@ -656,10 +658,10 @@ func TestSessionQuery(t *testing.T) {
 		if err != nil || n != 1 {
 			t.Fatalf("deleted %d, %v", n, err)
 		}
-		if _, err := b.store.SessionGet(ctx, "sq", recent); !errors.Is(err, memory.ErrNotFound) {
+		if _, err := b.store.SessionGet(ctx, "sq", recent); !errors.Is(err, choirsql.ErrNotFound) {
 			t.Errorf("deleted session: %v", err)
 		}
-		if _, err := b.store.SessionDelete(ctx, "sq", recent); !errors.Is(err, memory.ErrNotFound) {
+		if _, err := b.store.SessionDelete(ctx, "sq", recent); !errors.Is(err, choirsql.ErrNotFound) {
 			t.Errorf("second delete: %v", err)
 		}
 		var events int

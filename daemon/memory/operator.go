@@ -13,6 +13,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Session is a session in an agent's memory.
@@ -53,7 +54,7 @@ func (s *Store) SessionGet(ctx context.Context, agentID string, sessionID uuid.U
 	err := s.inScope(ctx, scope{schema: agentID}, true, func(tx pgx.Tx, aq *agentdb.Queries) error {
 		r, err := aq.MemorySessionGet(ctx, sessionID)
 		if errors.Is(err, choirsql.ErrNotFound) {
-			return fmt.Errorf("%w: session %s is not in the memory of agent %s", ErrNotFound, sessionID, agentID)
+			return fmt.Errorf("%w: session %s is not in the memory of agent %s", choirsql.ErrNotFound, sessionID, agentID)
 		}
 		if err != nil {
 			return fmt.Errorf("read session %s: %w", sessionID, err)
@@ -85,7 +86,7 @@ func (s *Store) ChunkGet(ctx context.Context, agentID string, id uuid.UUID) (*Ch
 	err := s.inScope(ctx, scope{schema: agentID}, true, func(tx pgx.Tx, aq *agentdb.Queries) error {
 		r, err := aq.MemoryDocumentGet(ctx, id)
 		if errors.Is(err, choirsql.ErrNotFound) {
-			return fmt.Errorf("%w: agent %s has no memory chunk %s", ErrNotFound, agentID, id)
+			return fmt.Errorf("%w: agent %s has no memory chunk %s", choirsql.ErrNotFound, agentID, id)
 		}
 		if err != nil {
 			return fmt.Errorf("read chunk %s: %w", id, err)
@@ -119,7 +120,7 @@ func (s *Store) SessionDelete(ctx context.Context, agentID string, sessionID uui
 			return fmt.Errorf("delete session %s: %w", sessionID, err)
 		}
 		if n == 0 && forgotten == 0 {
-			return fmt.Errorf("%w: session %s is not in the memory of agent %s", ErrNotFound, sessionID, agentID)
+			return fmt.Errorf("%w: session %s is not in the memory of agent %s", choirsql.ErrNotFound, sessionID, agentID)
 		}
 		return nil
 	}, nil)
@@ -149,7 +150,7 @@ func (s *Store) Reembed(ctx context.Context, opts ReembedOptions) ([]ReembedResu
 	if s.embedder == nil || s.inserter == nil {
 		return nil, errors.New("re-embedding needs the store's embedder and job inserter")
 	}
-	schemas, err := db.New(choirsql.Interpreted(s.pool)).MemoryAgentSchemaList(ctx)
+	schemas, err := seam.Queries(s.pool).MemoryAgentSchemaList(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list agent schemas: %w", err)
 	}
@@ -162,7 +163,7 @@ func (s *Store) Reembed(ctx context.Context, opts ReembedOptions) ([]ReembedResu
 		found = true
 		r := ReembedResult{AgentID: a.AgentID, FromDimensions: int(a.Dimensions), Dimensions: s.embedder.Dimensions()}
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			changed, err := db.New(choirsql.Interpreted(tx)).MemoryAgentDimensionsChange(ctx, db.MemoryAgentDimensionsChangeParams{
+			changed, err := seam.Queries(tx).MemoryAgentDimensionsChange(ctx, db.MemoryAgentDimensionsChangeParams{
 				AgentID: a.AgentID, Dimensions: int32(r.Dimensions)})
 			if err != nil {
 				return fmt.Errorf("resize vectors of agent %s: %w", a.AgentID, err)
@@ -172,7 +173,7 @@ func (s *Store) Reembed(ctx context.Context, opts ReembedOptions) ([]ReembedResu
 			if err != nil {
 				return err
 			}
-			aq := agentdb.New(choirsql.Interpreted(tx))
+			aq := seam.AgentQueries(tx)
 			chunks, err := aq.MemoryEmbeddingsReset(ctx, agentdb.MemoryEmbeddingsResetParams{Everything: opts.All,
 				Model: s.embedder.Model()})
 			if err != nil {
@@ -222,7 +223,7 @@ func (s *Store) Status(ctx context.Context) (*Status, error) {
 		st.Embedding = &es
 		model = s.embedder.Model()
 	}
-	schemas, err := db.New(choirsql.Interpreted(s.pool)).MemoryAgentSchemaList(ctx)
+	schemas, err := seam.Queries(s.pool).MemoryAgentSchemaList(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list agent schemas: %w", err)
 	}

@@ -17,9 +17,8 @@ import (
 	"github.com/pgvector/pgvector-go"
 
 	"github.com/choirhq/choir/daemon/embed"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -470,7 +469,7 @@ func (s *Store) run(ctx context.Context, q *query, sc scope) (*QueryResult, erro
 	} else {
 		err = s.inScope(ctx, sc, true, func(tx pgx.Tx, aq *agentdb.Queries) error {
 			if q.text != "" {
-				n, err := db.New(choirsql.Interpreted(tx)).MemoryTextQueryNodes(ctx, q.text)
+				n, err := seam.Queries(tx).MemoryTextQueryNodes(ctx, q.text)
 				if err != nil {
 					return fmt.Errorf("parse query: %w", err)
 				}

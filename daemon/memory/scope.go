@@ -8,7 +8,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/db"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // AgentScope confines a transaction to one agent's memory schema until
@@ -36,7 +36,7 @@ func EnterAgentScope(ctx context.Context, tx pgx.Tx, schemaAgent, roleAgent stri
 	if roleAgent != "" {
 		role = config.SchemaName(roleAgent)
 	}
-	q := db.New(choirsql.Interpreted(tx))
+	q := seam.Queries(tx)
 	row, err := q.MemoryScopeEnter(ctx, db.MemoryScopeEnterParams{
 		SearchPath: config.SchemaName(schemaAgent) + ", public", Role: role})
 	if err != nil {
@@ -52,7 +52,7 @@ func EnterAgentScope(ctx context.Context, tx pgx.Tx, schemaAgent, roleAgent stri
 
 // Leave restores choird's role and the previous search_path.
 func (s *AgentScope) Leave(ctx context.Context) error {
-	if err := db.New(choirsql.Interpreted(s.tx)).MemoryScopeLeave(ctx, s.previous); err != nil {
+	if err := seam.Queries(s.tx).MemoryScopeLeave(ctx, s.previous); err != nil {
 		return fmt.Errorf("leave memory schema: %w", err)
 	}
 	return nil

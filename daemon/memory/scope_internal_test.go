@@ -12,6 +12,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // TestScopes checks the transactions the store runs its queries in: an
@@ -23,7 +24,7 @@ func TestScopes(t *testing.T) {
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
 	for _, a := range []string{"alice", "bob"} {
-		if _, err := db.New(pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: a, Dimensions: 8}); err != nil {
+		if _, err := seam.Queries(pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: a, Dimensions: 8}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -79,7 +80,7 @@ func TestTextRankingFindsTheBestMatchesByRarity(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
-	if _, err := db.New(pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: "rank", Dimensions: 8}); err != nil {
+	if _, err := seam.Queries(pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{AgentID: "rank", Dimensions: 8}); err != nil {
 		t.Fatal(err)
 	}
 	_, err := pool.Exec(ctx, `

@@ -21,6 +21,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // QueueDelivery runs outbound message delivery. It is latency-sensitive and
@@ -201,7 +202,7 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, client jobs.Inserter, p Params) (
 	if err := p.validate(); err != nil {
 		return Queued{}, err
 	}
-	q := db.New(choirsql.Interpreted(tx))
+	q := seam.Queries(tx)
 	row, err := q.OutboxInsert(ctx, db.OutboxInsertParams{AgentID: p.AgentID, SessionID: p.SessionID,
 		MessageID: p.MessageID, Gateway: p.Gateway, Dm: p.DM, ChatID: p.ChatID, Kind: p.Kind, Text: p.Text,
 		Workspace: p.Workspace, FilePath: p.FilePath, ApprovalID: p.ApprovalID, MaxPending: int32(p.MaxPending)})
@@ -291,7 +292,7 @@ func (w *DeliveryWorker) Timeout(*river.Job[DeliverArgs]) time.Duration {
 // duplicate on every crash mid-send.
 func (w *DeliveryWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	start := time.Now()
-	q := db.New(choirsql.Interpreted(w.deps.Pool))
+	q := seam.Queries(w.deps.Pool)
 	for {
 		row, err := q.OutboxGetByID(ctx, job.Args.OutboxID)
 		if errors.Is(err, choirsql.ErrNotFound) {
@@ -335,7 +336,7 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverArg
 		return false, fmt.Errorf("begin delivery of outbox row %d: %w", own.OutboxID, err)
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit this is a no-op
-	q := db.New(choirsql.Interpreted(tx))
+	q := seam.Queries(tx)
 
 	head, err := q.OutboxLockChatHead(ctx, db.OutboxLockChatHeadParams{Gateway: own.Gateway, ChatID: own.ChatID,
 		OutboxID: own.OutboxID})
@@ -439,7 +440,7 @@ func (w *DeliveryWorker) sendPart(ctx context.Context, outboxID int64, idx int, 
 // is finished.
 func (w *DeliveryWorker) recordSendError(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverArgs],
 	head db.ChoirControlOutbox, isOwn bool, idx int, sendErr error, logger *slog.Logger) (bool, error) {
-	q := db.New(choirsql.Interpreted(tx))
+	q := seam.Queries(tx)
 	var ra interface{ RetryAfter() time.Duration }
 	switch {
 	case errors.As(sendErr, &ra):
@@ -519,7 +520,7 @@ func (w *DeliveryWorker) newClaim(outboxID int64, part int) *claim {
 
 func (c *claim) pass(ctx context.Context) error {
 	c.once.Do(func() {
-		n, err := db.New(choirsql.Interpreted(c.w.deps.Pool)).OutboxAttemptBegin(ctx, db.OutboxAttemptBeginParams{OutboxID: c.outboxID,
+		n, err := seam.Queries(c.w.deps.Pool).OutboxAttemptBegin(ctx, db.OutboxAttemptBeginParams{OutboxID: c.outboxID,
 			Part: int32(c.part), AttemptBy: c.w.instance})
 		switch {
 		case err != nil:
@@ -539,7 +540,7 @@ func (c *claim) lost() bool { return c.taken.Load() }
 // removes a sent file. It reports whether the job's own row is finished.
 func (w *DeliveryWorker) recordSent(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverArgs], head db.ChoirControlOutbox,
 	isOwn bool, idx int, sentID int64, last bool, file message.File, logger *slog.Logger) (bool, error) {
-	if _, err := db.New(choirsql.Interpreted(tx)).OutboxPartSent(ctx, db.OutboxPartSentParams{OutboxID: head.OutboxID, SentID: sentID,
+	if _, err := seam.Queries(tx).OutboxPartSent(ctx, db.OutboxPartSentParams{OutboxID: head.OutboxID, SentID: sentID,
 		Last: last, Part: int32(idx)}); err != nil {
 		return false, fmt.Errorf("record part %d of outbox row %d sent: %w", idx, head.OutboxID, err)
 	}

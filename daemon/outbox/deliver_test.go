@@ -27,6 +27,7 @@ import (
 	"github.com/choirhq/choir/daemon/outbox/outboxtest"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // threeParts is a text the gateway sends as three messages, each
@@ -338,7 +339,7 @@ func TestDeliverOutbound(t *testing.T) {
 		var ids []int64
 		for i, p := range []string{".choirtmp/send/old.txt", ".choirtmp/send/sub/.choirtmp/send/secret.txt"} {
 			err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-				row, err := db.New(tx).OutboxInsert(ctx, db.OutboxInsertParams{AgentID: outboxtest.Agent, MessageID: fmt.Sprintf("legacy-%d", i),
+				row, err := seam.Queries(tx).OutboxInsert(ctx, db.OutboxInsertParams{AgentID: outboxtest.Agent, MessageID: fmt.Sprintf("legacy-%d", i),
 					Gateway: outboxtest.Gateway, Dm: outboxtest.DM, ChatID: strconv.FormatInt(outboxtest.Chat, 10), Kind: message.Document,
 					FilePath: filepath.Join(b.WS, p)})
 				if err != nil {
@@ -591,7 +592,7 @@ func BenchmarkOutboxCommitToSend(b *testing.B) {
 	pool := dbtest.NewPool(b)
 	srv := telegramtest.NewServer(b)
 	tg := srv.AddBot(outboxtest.Token, "courier_bot")
-	if _, err := db.New(pool).AgentUpsert(ctx, db.AgentUpsertParams{AgentID: outboxtest.Agent, Config: json.RawMessage(`{}`)}); err != nil {
+	if _, err := seam.Queries(pool).AgentUpsert(ctx, db.AgentUpsertParams{AgentID: outboxtest.Agent, Config: json.RawMessage(`{}`)}); err != nil {
 		b.Fatal(err)
 	}
 	arrived := make(chan time.Time, 1)

@@ -34,6 +34,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // DefaultInterval is the shortest time between two changes of one job's
@@ -290,7 +291,7 @@ func (r *Reporter) save(ctx context.Context, j *job) {
 	// is stopping.
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	err := db.New(choirsql.Interpreted(r.opts.Pool)).CoreProgressSave(ctx, db.CoreProgressSaveParams{SessionID: j.session,
+	err := seam.Queries(r.opts.Pool).CoreProgressSave(ctx, db.CoreProgressSaveParams{SessionID: j.session,
 		JobName: j.name, Gateway: j.msg.gateway, ChatID: j.msg.chat, MessageID: j.msg.id, Shown: j.msg.shown, Final: j.msg.final})
 	if err != nil {
 		r.logger.Warn("core job progress message not recorded", slog.String("session_id", j.session.String()),
@@ -301,7 +302,7 @@ func (r *Reporter) save(ctx context.Context, j *job) {
 // load finds where k's progress goes (the session's DM) and the message
 // it already has there, if any.
 func (r *Reporter) load(ctx context.Context, k key) (message, error) {
-	q := db.New(choirsql.Interpreted(r.opts.Pool))
+	q := seam.Queries(r.opts.Pool)
 	s, err := q.SessionGetByID(ctx, k.session)
 	if err != nil {
 		return message{}, fmt.Errorf("load session %s: %w", k.session, err)

@@ -21,6 +21,7 @@ import (
 	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/db"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // States of a proposal (choir_control.proposals.state).
@@ -67,7 +68,7 @@ func (p *Proposer) Apply(ctx context.Context, job *river.Job[ApplyArgs]) error {
 	}
 	defer p.running.Delete(id)
 
-	q := db.New(choirsql.Interpreted(p.o.Pool))
+	q := seam.Queries(p.o.Pool)
 	a, err := q.ApprovalGet(ctx, id)
 	if err != nil {
 		return fmt.Errorf("load approval %s: %w", id, err)
@@ -113,7 +114,7 @@ func (p *Proposer) Apply(ctx context.Context, job *river.Job[ApplyArgs]) error {
 // finishTx records a step's outcome, tells the chat, queues the next step
 // and completes the job, in one transaction.
 func (p *Proposer) finishTx(ctx context.Context, tx pgx.Tx, job *river.Job[ApplyArgs], a db.ChoirControlPendingApproval, out outcome) error {
-	q := db.New(choirsql.Interpreted(tx))
+	q := seam.Queries(tx)
 	if err := q.ProposalStep(ctx, db.ProposalStepParams{ApprovalID: a.ApprovalID, State: out.state, Step: job.Args.Step,
 		Reason: out.reason, MergeCommit: out.merge, Image: out.image, ImageVersion: out.version, Deployment: out.deployment}); err != nil {
 		return err
@@ -287,7 +288,7 @@ func (p *Proposer) revert(ctx context.Context, a db.ChoirControlPendingApproval,
 // made reports whether choird recorded commit as its own on the agent's
 // ref: a commit that merely carries choird's trailer may be the agent's.
 func (p *Proposer) made(ctx context.Context, agentID, commit string) bool {
-	shas, err := db.New(choirsql.Interpreted(p.o.Pool)).RepoCommitsByAgent(ctx, agentID)
+	shas, err := seam.Queries(p.o.Pool).RepoCommitsByAgent(ctx, agentID)
 	return err == nil && slices.Contains(shas, commit)
 }
 
@@ -299,7 +300,7 @@ func (p *Proposer) recordHead(ctx context.Context, c *clone, a db.ChoirControlPe
 	if err != nil {
 		return err
 	}
-	return db.New(choirsql.Interpreted(p.o.Pool)).RepoCommitRecord(ctx, db.RepoCommitRecordParams{AgentID: a.AgentID,
+	return seam.Queries(p.o.Pool).RepoCommitRecord(ctx, db.RepoCommitRecordParams{AgentID: a.AgentID,
 		CommitSha: head, ApprovalID: a.ApprovalID, What: what})
 }
 

@@ -21,7 +21,7 @@ import (
 	"github.com/choirhq/choir/internal/verbatim"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Checked is a proposal that passed validation: what the person is shown.
@@ -118,7 +118,7 @@ func (p *Proposer) Check(ctx context.Context, agentID, sessionID string, req rpc
 // full change to the chat ahead of the request with its buttons, in the
 // transaction that creates the approval.
 func (p *Proposer) RecordTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a db.ChoirControlPendingApproval, c Checked, to approval.Address) error {
-	q := db.New(choirsql.Interpreted(tx))
+	q := seam.Queries(tx)
 	if err := q.ProposalCreate(ctx, db.ProposalCreateParams{ApprovalID: a.ApprovalID, AgentID: a.AgentID, Kind: c.Kind,
 		Preview: strings.Join(c.Parts, ""), BaseSha256: c.BaseSHA256, HeadCommit: c.HeadCommit}); err != nil {
 		return fmt.Errorf("record proposal %s: %w", a.ApprovalID, err)

@@ -13,7 +13,7 @@ import (
 
 	"github.com/choirhq/choir/agent/proposal"
 	"github.com/choirhq/choir/db"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // The workspace clone of a repo change is ephemeral (spec 20.7): the agent
@@ -37,7 +37,7 @@ func (p *Proposer) cleanup(ctx context.Context, a db.ChoirControlPendingApproval
 	if !jsonObject(a.Payload, &r) || r.Branch == "" {
 		return nil
 	}
-	sess, err := db.New(choirsql.Interpreted(p.o.Pool)).SessionGetByID(ctx, a.SessionID)
+	sess, err := seam.Queries(p.o.Pool).SessionGetByID(ctx, a.SessionID)
 	if err != nil {
 		return fmt.Errorf("load session %s of proposal %s: %w", a.SessionID, a.ApprovalID, err)
 	}

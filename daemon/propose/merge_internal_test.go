@@ -16,7 +16,7 @@ import (
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 func gitT(t *testing.T, dir string, args ...string) string {
@@ -50,7 +50,7 @@ func mergeSetup(t *testing.T) (p *Proposer, bare, work string) {
 		Defaults: config.AgentDefaults{GitIdentity: "bot"}}},
 		GitIdentities: map[string]config.GitIdentity{"bot": {Name: "Bot", Email: "bot@example.org"}}}
 	pool := dbtest.NewPool(t)
-	if _, err := db.New(choirsql.Interpreted(pool)).AgentUpsert(context.Background(), db.AgentUpsertParams{AgentID: "assistant",
+	if _, err := seam.Queries(pool).AgentUpsert(context.Background(), db.AgentUpsertParams{AgentID: "assistant",
 		Config: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)
 	}

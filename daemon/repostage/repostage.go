@@ -26,9 +26,8 @@ import (
 	"github.com/choirhq/choir/daemon/build"
 	"github.com/choirhq/choir/daemon/outbox"
 	"github.com/choirhq/choir/daemon/outbox/message"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // EnvChoirDir tells an agent where its tools, skills, identity and
@@ -51,7 +50,7 @@ type Stager struct {
 // Provenance is what choird knows of an agent's repository: the commits it
 // made on the ref, and the addresses the agent commits as.
 func (s *Stager) Provenance(ctx context.Context, cfg *config.Config, agentID string) (*build.Provenance, error) {
-	made, err := db.New(choirsql.Interpreted(s.Pool)).RepoCommitsByAgent(ctx, agentID)
+	made, err := seam.Queries(s.Pool).RepoCommitsByAgent(ctx, agentID)
 	if err != nil {
 		return nil, fmt.Errorf("agent build %s: read the commits choird made: %w", agentID, err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // ApprovalType is the request type of the approval a schedule made by an
@@ -37,7 +38,7 @@ func RegisterApprovals(r *approval.Registry) {
 // time: the wait was a person's, not downtime); rejected or timed out, it
 // is cancelled.
 func approvalResolvedTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a db.ChoirControlPendingApproval, now time.Time) error {
-	q := db.New(choirsql.Interpreted(tx))
+	q := seam.Queries(tx)
 	s, err := q.ScheduleLockByApproval(ctx, &a.ApprovalID)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return nil
@@ -67,7 +68,7 @@ func approvedText(ctx context.Context, tx pgx.Tx, row db.ChoirControlPendingAppr
 	if row.Status != "approved" {
 		return "", nil
 	}
-	s, err := db.New(choirsql.Interpreted(tx)).ScheduleLockByApproval(ctx, &row.ApprovalID)
+	s, err := seam.Queries(tx).ScheduleLockByApproval(ctx, &row.ApprovalID)
 	switch {
 	case errors.Is(err, choirsql.ErrNotFound):
 		return fmt.Sprintf("Approved: %s. Nothing runs now.", row.Summary), nil

@@ -16,6 +16,7 @@ import (
 	"github.com/choirhq/choir/daemon/schedule"
 	"github.com/choirhq/choir/daemon/schedule/state"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // TestApprovedSaysWhatHappensNext approves one approval of each kind that
@@ -71,7 +72,7 @@ func TestApprovedSaysWhatHappensNext(t *testing.T) {
 		a := b.NewApproval(t, "reminder #1 at Mon 1 Jan 2035 09:00 UTC: call mom", time.Hour)
 		setType(t, &a, schedule.ApprovalType)
 		due := time.Date(2035, 1, 1, 9, 0, 0, 0, time.UTC)
-		q := db.New(b.Pool)
+		q := seam.Queries(b.Pool)
 		s, err := q.ScheduleInsert(ctx, db.ScheduleInsertParams{AgentID: outboxtest.Agent, Dm: outboxtest.DM, Kind: "once",
 			TimeZone: "UTC", Purpose: "reminder", Text: "call mom", Missed: state.MissedRunOnce,
 			Status: state.PendingApproval, CreatedBy: "test", RunAt: &due, NextRunAt: &due})

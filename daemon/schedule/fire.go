@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Firing. A schedule's schedule_fire job (package state) runs at its next
@@ -71,7 +72,7 @@ type FireDeps struct {
 // run's job (or, for a one-shot, the end of the schedule). A job the
 // schedule no longer names (paused, cancelled, re-armed) does nothing.
 func fireTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, job *river.Job[state.FireArgs], deps FireDeps) (fireResult, error) {
-	q := db.New(choirsql.Interpreted(tx))
+	q := seam.Queries(tx)
 	s, err := q.ScheduleLock(ctx, job.Args.ScheduleID)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return fireResult{}, nil

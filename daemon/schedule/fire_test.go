@@ -20,6 +20,7 @@ import (
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // fakeClock is the schedule worker's injected clock.
@@ -55,7 +56,7 @@ type scheduleBundle struct {
 func setupSchedules(t *testing.T) *scheduleBundle {
 	t.Helper()
 	b := &scheduleBundle{pool: dbtest.NewPool(t), clock: &fakeClock{}, fired: make(chan schedule.Fired, 16)}
-	if _, err := db.New(b.pool).AgentUpsert(context.Background(), db.AgentUpsertParams{AgentID: testAgent,
+	if _, err := seam.Queries(b.pool).AgentUpsert(context.Background(), db.AgentUpsertParams{AgentID: testAgent,
 		Config: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
@@ -98,7 +99,7 @@ func (b *scheduleBundle) add(t *testing.T, kind, spec, zone, missed string, due 
 	}
 	var row db.ChoirControlSchedule
 	err := pgx.BeginFunc(ctx, b.pool, func(tx pgx.Tx) error {
-		q := db.New(tx)
+		q := seam.Queries(tx)
 		s, err := q.ScheduleInsert(ctx, p)
 		if err != nil {
 			return err
@@ -176,7 +177,7 @@ func TestScheduleFireFollowsTheClock(t *testing.T) {
 			if got := b.fireOf(t, s.ScheduleID); got != tt.outcome {
 				t.Fatalf("outcome %s, want %s", got, tt.outcome)
 			}
-			after, err := db.New(b.pool).ScheduleGet(ctx, s.ScheduleID)
+			after, err := seam.Queries(b.pool).ScheduleGet(ctx, s.ScheduleID)
 			if err != nil {
 				t.Fatal(err)
 			}

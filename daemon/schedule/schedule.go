@@ -37,6 +37,7 @@ import (
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Jobs is what schedules need of River: inserting a schedule's job in a
@@ -274,7 +275,7 @@ func (s *Service) Add(ctx context.Context, sc control.Scope, req admin.ScheduleA
 
 // insert stores a new schedule, within the agent's limit of open ones.
 func (s *Service) insert(ctx context.Context, tx pgx.Tx, p db.ScheduleInsertParams) (db.ChoirControlSchedule, error) {
-	q := db.New(choirsql.Interpreted(tx))
+	q := seam.Queries(tx)
 	n, err := q.ScheduleCountOpen(ctx, p.AgentID)
 	if err != nil {
 		return db.ChoirControlSchedule{}, fmt.Errorf("count the schedules of %s: %w", p.AgentID, err)
@@ -337,7 +338,7 @@ func List(ctx context.Context, pool db.DBTX, cfg *config.Config, sc control.Scop
 	if agentID != "" {
 		p.AgentID = &agentID
 	}
-	rows, err := db.New(choirsql.Interpreted(pool)).ScheduleListOpen(ctx, p)
+	rows, err := seam.Queries(pool).ScheduleListOpen(ctx, p)
 	if err != nil {
 		return nil, fmt.Errorf("list schedules: %w", err)
 	}
@@ -354,9 +355,9 @@ func (s *Service) change(ctx context.Context, sc control.Scope, id int64, what s
 	fn func(tx pgx.Tx, r db.ChoirControlSchedule) (db.ChoirControlSchedule, error)) (admin.Schedule, error) {
 	var row db.ChoirControlSchedule
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		r, err := db.New(choirsql.Interpreted(tx)).ScheduleLock(ctx, id)
+		r, err := seam.Queries(tx).ScheduleLock(ctx, id)
 		if errors.Is(err, choirsql.ErrNotFound) {
-			return fmt.Errorf("%w: schedule %d does not exist (see choirctl schedule list)", control.ErrNotFound, id)
+			return fmt.Errorf("%w: schedule %d does not exist (see choirctl schedule list)", choirsql.ErrNotFound, id)
 		}
 		if err != nil {
 			return fmt.Errorf("load schedule %d: %w", id, err)
@@ -420,7 +421,7 @@ func (s *Service) Cancel(ctx context.Context, sc control.Scope, id int64) (admin
 		if err := s.unarm(ctx, tx, r); err != nil {
 			return r, err
 		}
-		return db.New(choirsql.Interpreted(tx)).ScheduleSetState(ctx, db.ScheduleSetStateParams{ScheduleID: id,
+		return seam.Queries(tx).ScheduleSetState(ctx, db.ScheduleSetStateParams{ScheduleID: id,
 			Status: state.Cancelled})
 	})
 }
@@ -435,7 +436,7 @@ func (s *Service) Pause(ctx context.Context, sc control.Scope, id int64) (admin.
 		if err := s.unarm(ctx, tx, r); err != nil {
 			return r, err
 		}
-		return db.New(choirsql.Interpreted(tx)).ScheduleSetState(ctx, db.ScheduleSetStateParams{ScheduleID: id,
+		return seam.Queries(tx).ScheduleSetState(ctx, db.ScheduleSetStateParams{ScheduleID: id,
 			Status: state.Paused, NextRunAt: r.NextRunAt})
 	})
 }

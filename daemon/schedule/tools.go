@@ -17,6 +17,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -117,7 +118,7 @@ func (s *Service) ToolRemind(ctx context.Context, c Caller, in json.RawMessage) 
 // and the DM its session is bound to, so that an agent bound to one DM
 // never lists or cancels the schedules that come to another.
 func (s *Service) callerScope(ctx context.Context, c Caller) (control.Scope, error) {
-	sess, err := db.New(choirsql.Interpreted(s.pool)).SessionGetByID(ctx, c.SessionID)
+	sess, err := seam.Queries(s.pool).SessionGetByID(ctx, c.SessionID)
 	if err != nil {
 		return control.Scope{}, fmt.Errorf("load session %s: %w", c.SessionID, err)
 	}
@@ -180,7 +181,7 @@ func (s *Service) ToolCancel(ctx context.Context, c Caller, in json.RawMessage) 
 // timeout are queued with the row, and the approval's outcome arms or
 // cancels it (jobs). A retried call finds the schedule the first made.
 func (s *Service) agentAdd(ctx context.Context, c Caller, req admin.ScheduleAddRequest) (any, error) {
-	q := db.New(choirsql.Interpreted(s.pool))
+	q := seam.Queries(s.pool)
 	sess, err := q.SessionGetByID(ctx, c.SessionID)
 	if err != nil {
 		return nil, fmt.Errorf("load session %s: %w", c.SessionID, err)
@@ -230,7 +231,7 @@ func (s *Service) agentAdd(ctx context.Context, c Caller, req admin.ScheduleAddR
 // notification and its timeout (approval.RequestTx), in tx.
 func (s *Service) requestApproval(ctx context.Context, tx pgx.Tx, row db.ChoirControlSchedule, first time.Time) (db.ChoirControlSchedule, error) {
 	cfg := s.config()
-	q := db.New(choirsql.Interpreted(tx))
+	q := seam.Queries(tx)
 	payload, err := json.Marshal(Of(row))
 	if err != nil {
 		return row, err

@@ -18,7 +18,7 @@ import (
 	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Crash detection (spec 9): a session whose heartbeat is older than the
@@ -141,7 +141,7 @@ func (w *CrashDetectWorker) Work(ctx context.Context, job *river.Job[CrashDetect
 	var crashed []db.SessionsCrashStaleRow
 	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
 		var err error
-		crashed, err = db.New(choirsql.Interpreted(tx)).SessionsCrashStale(ctx, db.SessionsCrashStaleParams{
+		crashed, err = seam.Queries(tx).SessionsCrashStale(ctx, db.SessionsCrashStaleParams{
 			ThresholdMs: threshold.Milliseconds(), StartGraceMs: cmp.Or(w.StartGrace, DefaultStartGrace).Milliseconds()})
 		if err != nil {
 			return fmt.Errorf("mark stale sessions crashed: %w", err)

@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // BenchmarkCrashDetection measures how long after its threshold a silent
@@ -48,7 +49,7 @@ func BenchmarkCrashDetection(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer client.Stop(ctx) //nolint:errcheck
-	q := db.New(pool)
+	q := seam.Queries(pool)
 	for i := range sessions {
 		if _, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: fmt.Sprintf("silent-%d", i), Config: json.RawMessage(`{}`)}); err != nil {
 			b.Fatal(err)

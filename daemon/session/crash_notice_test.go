@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/daemon/outbox/outboxtest"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // TestCrashNotice: a session found without heartbeat is crashed, its DM is
@@ -46,7 +47,7 @@ func TestCrashNotice(t *testing.T) {
 	})
 	h := make([]byte, 32)
 	rand.Read(h)
-	s, err := db.New(b.Pool).SessionCreate(ctx, db.SessionCreateParams{AgentID: outboxtest.Agent, LeaseTokenHash: h,
+	s, err := seam.Queries(b.Pool).SessionCreate(ctx, db.SessionCreateParams{AgentID: outboxtest.Agent, LeaseTokenHash: h,
 		BaseHash: make([]byte, 32), ResourceBindings: json.RawMessage(`{"dm":"` + outboxtest.DM + `"}`)})
 	if err != nil {
 		t.Fatal(err)

@@ -18,6 +18,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 func TestMain(m *testing.M) {
@@ -28,7 +29,7 @@ func TestCrashDetect(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
-	q := db.New(pool)
+	q := seam.Queries(pool)
 
 	newSession := func(agent string, heartbeatAge time.Duration, status string) uuid.UUID {
 		t.Helper()

@@ -30,6 +30,7 @@ import (
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // ErrUnknownResource reports a start override naming a resource that
@@ -186,7 +187,7 @@ func CreateSessionAs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 	token, hash := rpc.NewLeaseToken()
 	var out StartedSession
 	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		q := db.New(choirsql.Interpreted(tx))
+		q := seam.Queries(tx)
 		// The upsert takes the agent's row lock, as a person's stop does
 		// (holdAgent): the stop and this start take turns.
 		agent, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agentID, Config: agentConfig})
@@ -257,7 +258,7 @@ func leaseErr(what string, err error) error {
 func EndSession(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, id uuid.UUID, status, reason string) (bool, error) {
 	var ended bool
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
-		q := db.New(choirsql.Interpreted(tx))
+		q := seam.Queries(tx)
 		n, err := q.SessionClose(ctx, db.SessionCloseParams{SessionID: id, Status: status, EndReason: reason})
 		if err != nil {
 			return fmt.Errorf("close session %s: %w", id, err)

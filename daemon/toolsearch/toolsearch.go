@@ -24,6 +24,7 @@ import (
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc/toolindex"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Names of the host tools.
@@ -92,7 +93,7 @@ func (x *Index) Build(ctx context.Context, hash string, entries []toolindex.Entr
 		return 0, fmt.Errorf("%w: %w: manifest_hash %s does not match the %d tools sent (they hash to %s); "+
 			"send the corpus and the hash that Registry.Corpus returns together", ErrInvalidInput, ErrHashMismatch, hash, len(entries), got)
 	}
-	q := db.New(x.pool)
+	q := seam.Queries(x.pool)
 	if n, err := q.ToolIndexCount(ctx, hash); err != nil {
 		return 0, fmt.Errorf("count tool index %s: %w", hash, err)
 	} else if n > 0 {
@@ -109,7 +110,7 @@ func (x *Index) Build(ctx context.Context, hash string, entries []toolindex.Entr
 		vecs = nil
 	}
 	err = pgx.BeginFunc(ctx, x.pool, func(tx pgx.Tx) error {
-		qt := db.New(tx)
+		qt := seam.Queries(tx)
 		for i, e := range entries {
 			p := db.ToolIndexInsertParams{ManifestHash: hash, Name: e.Name, SearchText: e.Text}
 			if vecs != nil {
@@ -140,7 +141,7 @@ func (x *Index) Search(ctx context.Context, hash, query string, limit int) (name
 		return nil, false, fmt.Errorf("%w: query is empty", ErrInvalidInput)
 	}
 	limit = min(max(limit, 1), 50)
-	q := db.New(x.pool)
+	q := seam.Queries(x.pool)
 	n, err := q.ToolIndexCount(ctx, hash)
 	if err != nil {
 		return nil, false, fmt.Errorf("count tool index %s: %w", hash, err)

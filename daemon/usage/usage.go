@@ -27,6 +27,7 @@ import (
 	"github.com/choirhq/choir/rpc/admin"
 	rpcusage "github.com/choirhq/choir/rpc/usage"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // ErrUnknownAgent is a report asked for an agent the configuration does
@@ -91,7 +92,7 @@ func dayBounds(now time.Time, loc *time.Location) (start, end time.Time, day str
 func (s *Service) Baseline(ctx context.Context, agentID string, sessionID uuid.UUID) (*rpcusage.Baseline, error) {
 	zone, loc := Zone(s.config(), agentID)
 	start, end, day := dayBounds(s.now(), loc)
-	q := db.New(choirsql.Interpreted(s.pool))
+	q := seam.Queries(s.pool)
 	today, err := q.UsageTotalsBetween(ctx, db.UsageTotalsBetweenParams{AgentID: agentID, Since: start, Until: end})
 	if err != nil {
 		return nil, fmt.Errorf("usage of agent %s today: %w", agentID, err)
@@ -131,7 +132,7 @@ func (s *Service) Report(ctx context.Context, agentID string, days int) (admin.U
 	start, end, day := dayBounds(s.now(), loc)
 	r := admin.UsageReport{AgentID: agentID, TimeZone: zone, Today: day, Jobs: []admin.UsageJob{},
 		Caps: []admin.UsageCap{}, Days: []admin.UsageDay{}}
-	q := db.New(choirsql.Interpreted(s.pool))
+	q := seam.Queries(s.pool)
 	today, err := q.UsageTotalsBetween(ctx, db.UsageTotalsBetweenParams{AgentID: agentID, Since: start, Until: end})
 	if err != nil {
 		return r, fmt.Errorf("usage of agent %s today: %w", agentID, err)
@@ -248,7 +249,7 @@ func EmbeddingRecorder(pool *pgxpool.Pool, logger *slog.Logger) func(ctx context
 		// The request was billed even if its caller gave up meanwhile.
 		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer cancel()
-		err := db.New(choirsql.Interpreted(pool)).EmbeddingUsageInsert(ctx, db.EmbeddingUsageInsertParams{AgentID: u.AgentID,
+		err := seam.Queries(pool).EmbeddingUsageInsert(ctx, db.EmbeddingUsageInsertParams{AgentID: u.AgentID,
 			Service: u.Service, Purpose: u.Purpose, Tokens: u.Tokens, Estimated: u.Estimated, CostUsd: u.CostUSD})
 		if err != nil {
 			logger.ErrorContext(ctx, "embedding usage not recorded", slog.String("agent_id", u.AgentID),

@@ -17,6 +17,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 type event struct {
@@ -49,7 +50,7 @@ func TestBaselineAndReportCountDaysInTheDMsZone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
-	q := db.New(pool)
+	q := seam.Queries(pool)
 	if _, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: "ada", Config: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)
 	}

@@ -22,6 +22,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Chunking limits. A chunk closes when its text reaches ChunkTargetBytes
@@ -300,7 +301,7 @@ func (w *ChunkSessionWorker) Work(ctx context.Context, job *river.Job[memory.Chu
 	var chunks []Chunk
 	var skipped bool
 	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-		q := db.New(choirsql.Interpreted(tx))
+		q := seam.Queries(tx)
 		s, err := q.MemorySessionForChunking(ctx, id)
 		if errors.Is(err, choirsql.ErrNotFound) {
 			return river.JobCancel(fmt.Errorf("session %s does not exist", id))
@@ -331,7 +332,7 @@ func (w *ChunkSessionWorker) Work(ctx context.Context, job *river.Job[memory.Chu
 		if err != nil {
 			return err
 		}
-		aq := agentdb.New(choirsql.Interpreted(tx))
+		aq := seam.AgentQueries(tx)
 		_, err = aq.MemorySessionRecord(ctx, agentdb.MemorySessionRecordParams{SessionID: id, StartedAt: s.StartedAt,
 			EndedAt: *s.EndedAt, Status: s.Status, EventCount: int32(len(events)), ChunkCount: int32(len(chunks))})
 		if errors.Is(err, choirsql.ErrNotFound) {

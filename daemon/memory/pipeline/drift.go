@@ -14,7 +14,7 @@ import (
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/db/agentdb"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // IDF drift: the offline embedder weighs a document's lexemes by their
@@ -97,7 +97,7 @@ func CheckDrift(ctx context.Context, pool *pgxpool.Pool, ins memory.Inserter, lo
 		if err != nil {
 			return err
 		}
-		aq := agentdb.New(choirsql.Interpreted(tx))
+		aq := seam.AgentQueries(tx)
 		if err := aq.LexemeDriftLock(ctx, store); err != nil {
 			return fmt.Errorf("lock the IDF basis of %s: %w", store, err)
 		}

@@ -16,9 +16,9 @@ import (
 
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/memory"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // EmbedWorker embeds the documents an memory.EmbedArgs names, in one API call.
@@ -146,7 +146,7 @@ func (w *EmbedWorker) loadPending(ctx context.Context, a memory.EmbedArgs) ([]pe
 	var docs []pendingDoc
 	var dims int32
 	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-		schema, err := db.New(choirsql.Interpreted(tx)).AgentSchemaGet(ctx, a.AgentID)
+		schema, err := seam.Queries(tx).AgentSchemaGet(ctx, a.AgentID)
 		if errors.Is(err, choirsql.ErrNotFound) {
 			return river.JobCancel(fmt.Errorf("agent %s has no memory schema", a.AgentID))
 		}
@@ -158,7 +158,7 @@ func (w *EmbedWorker) loadPending(ctx context.Context, a memory.EmbedArgs) ([]pe
 		if err != nil {
 			return err
 		}
-		aq := agentdb.New(choirsql.Interpreted(tx))
+		aq := seam.AgentQueries(tx)
 		if docs, err = pending(ctx, aq, a.Store, a.IDs); err != nil {
 			return err
 		}
@@ -281,7 +281,7 @@ func (w *EmbedWorker) inAgent(ctx context.Context, agentID string, job *river.Jo
 		if err != nil {
 			return err
 		}
-		if err := fn(agentdb.New(choirsql.Interpreted(tx))); err != nil {
+		if err := fn(seam.AgentQueries(tx)); err != nil {
 			return err
 		}
 		if err := scope.Leave(ctx); err != nil {

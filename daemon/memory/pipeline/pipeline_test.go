@@ -23,6 +23,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // memBundle is a migrated database with River's memory workers running.
@@ -52,7 +53,7 @@ func setupMemory(t *testing.T, e pipeline.Embedder, midTerm int) *memBundle {
 		defer cancel()
 		client.Stop(ctx) //nolint:errcheck
 	})
-	return &memBundle{pool: pool, q: db.New(pool), client: client}
+	return &memBundle{pool: pool, q: seam.Queries(pool), client: client}
 }
 
 func (b *memBundle) provision(t *testing.T, agent string) {
@@ -103,7 +104,7 @@ func (b *memBundle) session(t *testing.T, agent string, summary string, events .
 				return err
 			}
 		}
-		if _, err := db.New(tx).SessionEnd(ctx, db.SessionEndParams{SessionID: s.SessionID, EndReason: "test"}); err != nil {
+		if _, err := seam.Queries(tx).SessionEnd(ctx, db.SessionEndParams{SessionID: s.SessionID, EndReason: "test"}); err != nil {
 			return err
 		}
 		return memory.InsertChunkSessionTx(ctx, b.client, tx, s.SessionID)

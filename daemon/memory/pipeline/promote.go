@@ -17,9 +17,9 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/choirhq/choir/daemon/memory"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // promoteBatch is the most sessions one promotion run moves; a run that
@@ -57,7 +57,7 @@ func (w *PromoteWorker) Work(ctx context.Context, job *river.Job[memory.PromoteA
 	var done []promoted
 	more := false
 	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
-		q := db.New(choirsql.Interpreted(tx))
+		q := seam.Queries(tx)
 		if err := q.MemoryPromoteLock(ctx, agentID); err != nil {
 			return fmt.Errorf("lock promotion of agent %s: %w", agentID, err)
 		}
@@ -65,7 +65,7 @@ func (w *PromoteWorker) Work(ctx context.Context, job *river.Job[memory.PromoteA
 		if err != nil {
 			return err
 		}
-		aq := agentdb.New(choirsql.Interpreted(tx))
+		aq := seam.AgentQueries(tx)
 		candidates, err := aq.MemorySessionsBeyondMidTerm(ctx, agentdb.MemorySessionsBeyondMidTermParams{
 			Keep: int32(keep), MaxResults: promoteBatch + 1})
 		if err != nil {

@@ -28,6 +28,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // The harness's bot, agent, chats, gateway and DM.
@@ -77,7 +78,7 @@ func Setup(t *testing.T, limits gateway.SendLimits) *Bundle {
 	b := &Bundle{Pool: dbtest.NewPool(t), Srv: telegramtest.NewServer(t), Limits: limits, WS: t.TempDir(),
 		Other: t.TempDir()}
 	b.TG = b.Srv.AddBot(Token, "courier_bot")
-	if _, err := db.New(b.Pool).AgentUpsert(ctx, db.AgentUpsertParams{AgentID: Agent, Config: json.RawMessage(`{}`)}); err != nil {
+	if _, err := seam.Queries(b.Pool).AgentUpsert(ctx, db.AgentUpsertParams{AgentID: Agent, Config: json.RawMessage(`{}`)}); err != nil {
 		t.Fatal(err)
 	}
 	for _, ws := range []string{b.WS, b.Other} {
@@ -162,7 +163,7 @@ func (b *Bundle) Enqueue(t *testing.T, client *jobs.Client, ps ...outbox.Params)
 // Row loads an outbox row.
 func (b *Bundle) Row(t *testing.T, id int64) db.ChoirControlOutbox {
 	t.Helper()
-	r, err := db.New(b.Pool).OutboxGetByID(context.Background(), id)
+	r, err := seam.Queries(b.Pool).OutboxGetByID(context.Background(), id)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -237,7 +238,7 @@ func (b *Bundle) WaitJob(t *testing.T, outboxID int64, state string) JobState {
 func (b *Bundle) NewApproval(t *testing.T, summary string, ttl time.Duration) db.ChoirControlPendingApproval {
 	t.Helper()
 	ctx := context.Background()
-	q := db.New(b.Pool)
+	q := seam.Queries(b.Pool)
 	h := make([]byte, 32)
 	rand.Read(h)
 	s, err := q.SessionCreate(ctx, db.SessionCreateParams{AgentID: Agent, LeaseTokenHash: h, BaseHash: make([]byte, 32),

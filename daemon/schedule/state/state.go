@@ -23,7 +23,7 @@ import (
 	"github.com/choirhq/choir/daemon/schedule/cron"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
-	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // Queue runs schedule fires. A fire may start its agent, which
@@ -101,7 +101,7 @@ func ArmTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, s db.ChoirControlS
 	if err != nil {
 		return s, fmt.Errorf("queue the next run of schedule %d: %w", s.ScheduleID, err)
 	}
-	row, err := db.New(choirsql.Interpreted(tx)).ScheduleSetState(ctx, db.ScheduleSetStateParams{ScheduleID: s.ScheduleID,
+	row, err := seam.Queries(tx).ScheduleSetState(ctx, db.ScheduleSetStateParams{ScheduleID: s.ScheduleID,
 		Status: Active, NextRunAt: &next, JobID: &res.Job.ID})
 	if err != nil {
 		return s, fmt.Errorf("record the next run of schedule %d: %w", s.ScheduleID, err)
@@ -114,7 +114,7 @@ func ArmTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, s db.ChoirControlS
 // schedule does not start an agent a person stopped. Their pending jobs
 // become stale. It returns the schedules held.
 func HoldTx(ctx context.Context, tx pgx.Tx, agentID string) ([]db.ChoirControlSchedule, error) {
-	rows, err := db.New(choirsql.Interpreted(tx)).ScheduleHoldStartAgent(ctx, agentID)
+	rows, err := seam.Queries(tx).ScheduleHoldStartAgent(ctx, agentID)
 	if err != nil {
 		return nil, fmt.Errorf("pause the start_agent schedules of %s: %w", agentID, err)
 	}
@@ -127,7 +127,7 @@ func HoldTx(ctx context.Context, tx pgx.Tx, agentID string) ([]db.ChoirControlSc
 // now; a one-shot at its time, which the missed-run policy judges if it
 // passed). It returns the schedules resumed.
 func ReleaseTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, agentID string, now time.Time) ([]db.ChoirControlSchedule, error) {
-	held, err := db.New(choirsql.Interpreted(tx)).ScheduleListHeld(ctx, agentID)
+	held, err := seam.Queries(tx).ScheduleListHeld(ctx, agentID)
 	if err != nil {
 		return nil, fmt.Errorf("load the held schedules of %s: %w", agentID, err)
 	}

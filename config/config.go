@@ -377,14 +377,6 @@ type AgentDefaults struct {
 	DM           string `json:"dm"`
 }
 
-// Problem is one thing wrong with a configuration, located by JSON path.
-type Problem = strictjson.Problem
-
-// Error lists every problem found in a configuration, one per line. Parse,
-// ParseSecrets and Validate return it (wrapped by Load); match it with
-// errors.As.
-type Error = strictjson.Error
-
 // NamePattern is what resource names and agent ids must match.
 const NamePattern = `^[a-z][a-z0-9_-]{0,39}$`
 

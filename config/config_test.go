@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/strictjson"
 )
 
 // distinct marks every secret value in these tests, so that a leak into an
@@ -45,12 +46,12 @@ func specConfig(t *testing.T) *config.Config {
 	return c
 }
 
-// problems returns the problems of an *config.Error as "path: message".
+// problems returns the problems of an *strictjson.Error as "path: message".
 func problems(t *testing.T, err error) []string {
 	t.Helper()
-	var ce *config.Error
+	var ce *strictjson.Error
 	if !errors.As(err, &ce) {
-		t.Fatalf("err = %v, want a *config.Error", err)
+		t.Fatalf("err = %v, want a *strictjson.Error", err)
 	}
 	var ps []string
 	for _, p := range ce.Problems {

@@ -34,7 +34,7 @@ func (e *InsecureSecretsError) Error() string {
 
 // Load reads config.json and secrets.json from the .choir.d directory dir,
 // parses both strictly, applies defaults and validates. Problems with the
-// content are reported as an [*Error] (wrapped, so use errors.As), all at
+// content are reported as a [*strictjson.Error] (wrapped, so use errors.As), all at
 // once. A missing file is reported with a hint to run choirctl init, and a
 // secrets.json that other users can read or write is refused with an
 // [*InsecureSecretsError].

@@ -11,6 +11,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/config/starter"
+	"github.com/choirhq/choir/strictjson"
 )
 
 // writeDir writes config.json and secrets.json into a new directory, with
@@ -130,9 +131,9 @@ func TestLoad(t *testing.T) {
 				t.Errorf("err = %v\nwant it to contain %q", err, want)
 			}
 		}
-		var ce *config.Error
+		var ce *strictjson.Error
 		if !errors.As(err, &ce) {
-			t.Errorf("err does not wrap *config.Error")
+			t.Errorf("err does not wrap *strictjson.Error")
 		}
 		if strings.Contains(err.Error(), distinct) {
 			t.Errorf("error shows a secret value: %v", err)
@@ -143,9 +144,9 @@ func TestLoad(t *testing.T) {
 		t.Parallel()
 		dir := writeDir(t, string(spec), `{}`, 0o600)
 		_, _, err := config.Load(dir)
-		var ce *config.Error
+		var ce *strictjson.Error
 		if !errors.As(err, &ce) || len(ce.Problems) != 15 {
-			t.Fatalf("err = %v, want a *config.Error with a problem per secret reference", err)
+			t.Fatalf("err = %v, want a *strictjson.Error with a problem per secret reference", err)
 		}
 		if !strings.HasPrefix(err.Error(), "invalid "+filepath.Join(dir, "config.json")+":\n$.models.gpt4o.secret: ") {
 			t.Errorf("err = %v", err)

@@ -55,7 +55,7 @@ func (c *Config) ValidateAt(home string, s Secrets) error {
 	if len(v.problems) == 0 {
 		return nil
 	}
-	return &Error{Problems: v.problems}
+	return &strictjson.Error{Problems: v.problems}
 }
 
 type validator struct {
@@ -63,7 +63,7 @@ type validator struct {
 	home         string // choird's home directory, "" when unknown
 	secrets      Secrets
 	placeholders map[string]bool
-	problems     []Problem
+	problems     []strictjson.Problem
 }
 
 // path joins keys onto the root path.
@@ -87,7 +87,7 @@ func (v *validator) add(p, format string, args ...any) {
 	if v.placeholders[p] {
 		return // already reported as a placeholder
 	}
-	v.problems = append(v.problems, Problem{Path: p, Message: fmt.Sprintf(format, args...)})
+	v.problems = append(v.problems, strictjson.Problem{Path: p, Message: fmt.Sprintf(format, args...)})
 }
 
 // findPlaceholders reports every string starting with Placeholder, walking
@@ -116,7 +116,7 @@ func (v *validator) findPlaceholders(p string, rv reflect.Value) {
 		}
 	case reflect.String:
 		if strings.HasPrefix(rv.String(), Placeholder) {
-			v.problems = append(v.problems, Problem{Path: p, Message: "placeholder value: replace it in config.json"})
+			v.problems = append(v.problems, strictjson.Problem{Path: p, Message: "placeholder value: replace it in config.json"})
 			v.placeholders[p] = true
 		}
 	}

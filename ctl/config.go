@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/strictjson"
 )
 
 func newConfigCommand(g *globals) *cobra.Command {
@@ -108,7 +109,7 @@ type configProblem struct {
 func runConfigValidate(g *globals, opts configValidateOptions) error {
 	cfg, secrets, err := config.Load(g.home)
 	var problems []configProblem
-	var cerr *config.Error
+	var cerr *strictjson.Error
 	if errors.As(err, &cerr) {
 		for _, p := range cerr.Problems {
 			problems = append(problems, configProblem{Path: p.Path, Message: p.Message})

@@ -13,6 +13,7 @@ import (
 	"github.com/choirhq/choir/ctl"
 	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 func TestMemory(t *testing.T) {
@@ -51,7 +52,7 @@ func TestMemory(t *testing.T) {
 			t.Errorf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 		}
 		r = mem("search", "assistant", "backups", "--store", "knowledge", "--mode", "text", "--json")
-		var res memory.QueryResult
+		var res admin.MemoryQueryResult
 		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil || res.Count != 1 || *res.Documents[0].Key != "ops.backups" {
 			t.Errorf("json: %v %+v %s", err, res, r.stderr)
 		}
@@ -63,7 +64,7 @@ func TestMemory(t *testing.T) {
 			t.Errorf("show: %d\n%s%s", r.code, r.stdout, r.stderr)
 		}
 		r = mem("history", "assistant", "user.theme", "--json")
-		var vs []memory.KnowledgeVersion
+		var vs []admin.MemoryKnowledgeVersion
 		if err := json.Unmarshal([]byte(r.stdout), &vs); err != nil || len(vs) != 2 || vs[1].Text != "The user prefers dark mode" {
 			t.Errorf("history: %v %+v", err, vs)
 		}
@@ -75,7 +76,7 @@ func TestMemory(t *testing.T) {
 			t.Fatalf("delete: %d\n%s%s", r.code, r.stdout, r.stderr)
 		}
 		r = mem("history", "assistant", "user.theme", "--json")
-		var vs []memory.KnowledgeVersion
+		var vs []admin.MemoryKnowledgeVersion
 		json.Unmarshal([]byte(r.stdout), &vs)
 		if len(vs) != 3 || vs[0].Op != "delete" || vs[0].Actor != "operator" {
 			t.Fatalf("history after delete: %+v", vs)
@@ -96,7 +97,7 @@ func TestMemory(t *testing.T) {
 			t.Errorf("status: %d\n%s%s", r.code, r.stdout, r.stderr)
 		}
 		r = mem("reembed", "--json")
-		var rs []memory.ReembedResult
+		var rs []admin.MemoryReembedResult
 		if err := json.Unmarshal([]byte(r.stdout), &rs); err != nil || len(rs) != 1 || rs[0].Knowledge != 2 || rs[0].Jobs != 1 {
 			t.Errorf("reembed: %v %+v %s", err, rs, r.stderr)
 		}
@@ -149,7 +150,7 @@ func TestMemoryReembedAfterADimensionChange(t *testing.T) {
 	}
 	home := ctl.StartChoirdOn(t, url)
 	r := run(t, "--home", home, "memory", "reembed", "--agent", "assistant", "--json")
-	var rs []memory.ReembedResult
+	var rs []admin.MemoryReembedResult
 	if err := json.Unmarshal([]byte(r.stdout), &rs); err != nil || len(rs) != 1 ||
 		rs[0].FromDimensions != 16 || rs[0].Dimensions != 384 {
 		t.Fatalf("reembed: exit %d %v %+v %s", r.code, err, rs, r.stderr)

@@ -8,8 +8,8 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/ctl"
-	"github.com/choirhq/choir/daemon/memory"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // TestMemoryPutAndEdit writes knowledge as the operator from a file, from
@@ -20,10 +20,10 @@ func TestMemoryPutAndEdit(t *testing.T) {
 	mem := func(args ...string) result {
 		return run(t, append([]string{"--home", home, "memory"}, args...)...)
 	}
-	history := func(t *testing.T, key string) []memory.KnowledgeVersion {
+	history := func(t *testing.T, key string) []admin.MemoryKnowledgeVersion {
 		t.Helper()
 		r := mem("history", "assistant", key, "--json")
-		var vs []memory.KnowledgeVersion
+		var vs []admin.MemoryKnowledgeVersion
 		if err := json.Unmarshal([]byte(r.stdout), &vs); err != nil {
 			t.Fatalf("history: exit %d: %v\n%s%s", r.code, err, r.stdout, r.stderr)
 		}

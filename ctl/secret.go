@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/strictjson"
 )
 
 // maxSecretBytes bounds a secret value read from stdin.
@@ -209,7 +210,7 @@ func readSecrets(path string) (config.Secrets, error) {
 }
 
 func problemList(err error) []string {
-	var cerr *config.Error
+	var cerr *strictjson.Error
 	if !errors.As(err, &cerr) {
 		return nil
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/sql/seam"
+	"github.com/choirhq/choir/strictjson"
 )
 
 // secretValues are the values startChoird writes; none may ever be shown.
@@ -145,7 +146,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			c.Agents["assistant"] = a
 		}, nil)
 		_, err := d.ConfigLoad(ctx, admin)
-		var cerr *config.Error
+		var cerr *strictjson.Error
 		if !errors.As(err, &cerr) || !strings.Contains(err.Error(), "$.agents.assistant.defaults.llm") ||
 			!strings.Contains(err.Error(), "nothing staged") {
 			t.Fatalf("load: %v", err)

@@ -17,6 +17,7 @@ import (
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/strictjson"
 )
 
 func TestMain(m *testing.M) {
@@ -133,7 +134,7 @@ func TestRun(t *testing.T) {
 		dir := home(t, dbtest.DefaultURL)
 		os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"agents": {"x": {}}, "bogus": 1}`), 0o644)
 		err := daemon.Run(context.Background(), daemon.Options{Home: dir, Stderr: &choirdtest.SyncBuffer{}})
-		var cerr *config.Error
+		var cerr *strictjson.Error
 		if !errors.As(err, &cerr) || !strings.Contains(err.Error(), "bogus") {
 			t.Fatalf("err = %v", err)
 		}

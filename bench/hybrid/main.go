@@ -42,8 +42,8 @@ import (
 	"github.com/pgvector/pgvector-go"
 	pgxvec "github.com/pgvector/pgvector-go/pgx"
 
-	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/memory"
+	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
@@ -394,9 +394,11 @@ type stubEmbedder struct {
 func (s *stubEmbedder) Embed(_ context.Context, texts []string) ([][]float32, error) {
 	return [][]float32{s.next}, nil
 }
-func (s *stubEmbedder) Model() string        { return "bench" }
-func (s *stubEmbedder) Dimensions() int      { return s.dims }
-func (s *stubEmbedder) Status() embed.Status { return embed.Status{Provider: "bench"} }
+func (s *stubEmbedder) Model() string   { return "bench" }
+func (s *stubEmbedder) Dimensions() int { return s.dims }
+func (s *stubEmbedder) Status() admin.EmbeddingStatus {
+	return admin.EmbeddingStatus{Provider: "bench"}
+}
 
 type class struct {
 	name, df string

@@ -68,7 +68,7 @@ func pathUUID(ctx context.Context, name, what string) (uuid.UUID, error) {
 
 func (d *API) mountMemory(mux *admin.Mux) {
 	memoryHandle(d, mux, "POST", admin.PathMemorySearch, "memory search",
-		func(ctx context.Context, agentID string, in admin.MemorySearchRequest) (*memory.QueryResult, error) {
+		func(ctx context.Context, agentID string, in admin.MemorySearchRequest) (*admin.MemoryQueryResult, error) {
 			q := map[string]any{"store": in.Store, "mode": in.Mode, "query": in.Query, "target_agent": agentID,
 				"limit": in.Limit}
 			if in.SessionID != "" {
@@ -88,11 +88,11 @@ func (d *API) mountMemory(mux *admin.Mux) {
 			return d.memoryShow(ctx, agentID, in.Ref)
 		})
 	memoryHandle(d, mux, "POST", admin.PathMemoryPut, "memory put",
-		func(ctx context.Context, agentID string, in admin.MemoryPutRequest) (*memory.UpsertResult, error) {
+		func(ctx context.Context, agentID string, in admin.MemoryPutRequest) (*admin.MemoryWriteResult, error) {
 			return d.memory.KnowledgePut(ctx, agentID, in.Key, in.Text)
 		})
 	memoryHandle(d, mux, "GET", admin.PathMemorySessions, "memory sessions",
-		func(ctx context.Context, agentID string, _ admin.Empty) ([]memory.Session, error) {
+		func(ctx context.Context, agentID string, _ admin.Empty) ([]admin.MemorySession, error) {
 			limit, err := strconv.Atoi(admin.PathValue(ctx, "limit"))
 			if err != nil {
 				return nil, wire.Errorf(wire.CodeBadRequest, "the number of sessions must be a number, not %q",
@@ -100,20 +100,20 @@ func (d *API) mountMemory(mux *admin.Mux) {
 			}
 			ss, err := d.memory.Sessions(ctx, agentID, limit)
 			if ss == nil && err == nil {
-				ss = []memory.Session{}
+				ss = []admin.MemorySession{}
 			}
 			return ss, err
 		})
 	memoryHandle(d, mux, "POST", admin.PathMemoryHistory, "memory history",
-		func(ctx context.Context, agentID string, in admin.MemoryRef) ([]memory.KnowledgeVersion, error) {
+		func(ctx context.Context, agentID string, in admin.MemoryRef) ([]admin.MemoryKnowledgeVersion, error) {
 			return d.memory.History(ctx, agentID, in.Ref)
 		})
 	memoryHandle(d, mux, "POST", admin.PathMemoryDelete, "memory delete",
-		func(ctx context.Context, agentID string, in admin.MemoryRef) (*memory.UpsertResult, error) {
+		func(ctx context.Context, agentID string, in admin.MemoryRef) (*admin.MemoryWriteResult, error) {
 			return d.memory.KnowledgeDelete(ctx, agentID, in.Ref)
 		})
 	memoryHandle(d, mux, "POST", admin.PathMemoryRestore, "memory restore",
-		func(ctx context.Context, agentID string, in admin.MemoryRestoreRequest) (*memory.UpsertResult, error) {
+		func(ctx context.Context, agentID string, in admin.MemoryRestoreRequest) (*admin.MemoryWriteResult, error) {
 			id, err := pathUUID(ctx, "doc", "document id")
 			if err != nil {
 				return nil, err
@@ -130,15 +130,15 @@ func (d *API) mountMemory(mux *admin.Mux) {
 			return admin.MemorySessionDeleted{ChunksDeleted: n, SessionID: id}, err
 		})
 	memoryHandle(d, mux, "POST", admin.PathMemoryReembed, "memory reembed",
-		func(ctx context.Context, _ string, in admin.MemoryReembedRequest) ([]memory.ReembedResult, error) {
+		func(ctx context.Context, _ string, in admin.MemoryReembedRequest) ([]admin.MemoryReembedResult, error) {
 			rs, err := d.memory.Reembed(ctx, memory.ReembedOptions{AgentID: in.AgentID, All: in.All})
 			if rs == nil && err == nil {
-				rs = []memory.ReembedResult{}
+				rs = []admin.MemoryReembedResult{}
 			}
 			return rs, err
 		})
 	memoryHandle(d, mux, "GET", admin.PathMemoryStatus, "memory status",
-		func(ctx context.Context, _ string, _ admin.Empty) (*memory.Status, error) {
+		func(ctx context.Context, _ string, _ admin.Empty) (*admin.MemoryReport, error) {
 			return d.memory.Status(ctx)
 		})
 }

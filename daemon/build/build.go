@@ -231,12 +231,8 @@ type Request struct {
 	Provenance *Provenance
 }
 
-// Version is /choir/version.json (spec 15.1), and the choir.version label;
-// choirctl agent build shows it, so the admin API defines it.
-type Version = admin.BuildVersion
-
 // computeImageVersion hashes every field of v but ImageVersion.
-func computeImageVersion(v Version) string {
+func computeImageVersion(v admin.BuildVersion) string {
 	v.ImageVersion = ""
 	data, _ := json.Marshal(v)
 	sum := sha256.Sum256(data)
@@ -253,7 +249,7 @@ type Plan struct {
 	AgentDir string
 	// Version lacks ImageVersion, BaseImage and OSImageID, which need the
 	// engine.
-	Version Version
+	Version admin.BuildVersion
 	// DockerfileOutputs are tool executables a Dockerfile must produce.
 	DockerfileOutputs []string
 	// globalTree and agentTree are the commits' trees, written from the
@@ -390,7 +386,7 @@ type Result struct {
 	// Image is choir-agent-<id>:<version>, also tagged :latest.
 	Image   string
 	ImageID string
-	Version Version
+	Version admin.BuildVersion
 	// Built is false when an image of this version existed already.
 	Built bool
 	// BaseBuilt says whether the base image was built now.
@@ -415,22 +411,22 @@ var ErrNeedsDockerfile = errors.New("tools are compiled by a Dockerfile")
 // writes the merged /choir tree into dst (which must not exist): the
 // process runtime's agents read it where docker's read /choir. A tool
 // that only a Dockerfile would produce is an [ErrNeedsDockerfile].
-func (b *Builder) StageTo(ctx context.Context, req Request, dst string) (Version, error) {
+func (b *Builder) StageTo(ctx context.Context, req Request, dst string) (admin.BuildVersion, error) {
 	p, err := b.Prepare(ctx, req)
 	if err != nil {
-		return Version{}, err
+		return admin.BuildVersion{}, err
 	}
 	defer p.Close()
 	if len(p.DockerfileOutputs) > 0 {
-		return Version{}, fmt.Errorf("agent %s: %w: %s; the process runtime runs no Dockerfile: commit the executables, or run choird with --runtime=docker",
+		return admin.BuildVersion{}, fmt.Errorf("agent %s: %w: %s; the process runtime runs no Dockerfile: commit the executables, or run choird with --runtime=docker",
 			req.AgentID, ErrNeedsDockerfile, strings.Join(p.DockerfileOutputs, ", "))
 	}
 	if err := os.MkdirAll(filepath.Dir(dst), 0o700); err != nil {
-		return Version{}, fmt.Errorf("stage agent %s: %w", req.AgentID, err)
+		return admin.BuildVersion{}, fmt.Errorf("stage agent %s: %w", req.AgentID, err)
 	}
 	if err := copyTree(filepath.Join(p.staged.dir, "choir"), dst, nil); err != nil {
 		os.RemoveAll(dst)
-		return Version{}, fmt.Errorf("stage agent %s: %w", req.AgentID, err)
+		return admin.BuildVersion{}, fmt.Errorf("stage agent %s: %w", req.AgentID, err)
 	}
 	vj, err := json.MarshalIndent(p.Version, "", "  ")
 	if err == nil {
@@ -438,7 +434,7 @@ func (b *Builder) StageTo(ctx context.Context, req Request, dst string) (Version
 	}
 	if err != nil {
 		os.RemoveAll(dst)
-		return Version{}, fmt.Errorf("stage agent %s: %w", req.AgentID, err)
+		return admin.BuildVersion{}, fmt.Errorf("stage agent %s: %w", req.AgentID, err)
 	}
 	b.log.InfoContext(ctx, "agent repositories staged for the process runtime", slog.String("agent_id", req.AgentID),
 		slog.String("dir", dst), slog.String("agent_commit", short(p.Version.AgentRepoCommit)))

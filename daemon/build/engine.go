@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/choirhq/choir/daemon/runtime/docker"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // finalDockerfile adds the merged /choir to the agent's image. The parent
@@ -151,7 +152,7 @@ func (b *Builder) Build(ctx context.Context, req Request) (Result, error) {
 // buildBase builds the base image from the global repo's Dockerfile.base,
 // only when its key (global commit, OS image) is new, or when forced. It
 // reports whether it built.
-func (b *Builder) buildBase(ctx context.Context, agentID, globalDir string, v Version, force bool) (bool, error) {
+func (b *Builder) buildBase(ctx context.Context, agentID, globalDir string, v admin.BuildVersion, force bool) (bool, error) {
 	_, err := b.opts.Docker.ImageInspect(ctx, v.BaseImage)
 	if err != nil && !cerrdefs.IsNotFound(err) && !force {
 		return false, b.engineErr("agent build "+agentID+": inspect base image", err)
@@ -174,7 +175,7 @@ func (b *Builder) buildBase(ctx context.Context, agentID, globalDir string, v Ve
 }
 
 // existing reports whether image exists with the same version label.
-func (b *Builder) existing(ctx context.Context, image string, v Version) (string, bool, error) {
+func (b *Builder) existing(ctx context.Context, image string, v admin.BuildVersion) (string, bool, error) {
 	img, err := b.opts.Docker.ImageInspect(ctx, image)
 	if cerrdefs.IsNotFound(err) {
 		return "", false, nil
@@ -185,7 +186,7 @@ func (b *Builder) existing(ctx context.Context, image string, v Version) (string
 	if img.Config == nil {
 		return "", false, nil
 	}
-	var have Version
+	var have admin.BuildVersion
 	if json.Unmarshal([]byte(img.Config.Labels[LabelVersion]), &have) != nil || have != v {
 		return "", false, nil
 	}
@@ -442,7 +443,7 @@ func writeContext(w io.Writer, dir string) error {
 
 // checkImage verifies a fresh image: version.json reads back as v and
 // every Dockerfile output exists as an executable file.
-func (b *Builder) checkImage(ctx context.Context, image string, v Version, outputs []string) error {
+func (b *Builder) checkImage(ctx context.Context, image string, v admin.BuildVersion, outputs []string) error {
 	return withContainer(ctx, b.opts.Docker, image, func(id string) error {
 		got, err := readVersion(ctx, b.opts.Docker, id)
 		if err != nil {
@@ -488,30 +489,30 @@ func withContainer(ctx context.Context, cli *client.Client, image string, fn fun
 	return fn(c.ID)
 }
 
-func readVersion(ctx context.Context, cli *client.Client, containerID string) (Version, error) {
+func readVersion(ctx context.Context, cli *client.Client, containerID string) (admin.BuildVersion, error) {
 	res, err := cli.CopyFromContainer(ctx, containerID, client.CopyFromContainerOptions{SourcePath: VersionFile})
 	if err != nil {
-		return Version{}, fmt.Errorf("read %s: %w", VersionFile, err)
+		return admin.BuildVersion{}, fmt.Errorf("read %s: %w", VersionFile, err)
 	}
 	defer res.Content.Close()
 	tr := tar.NewReader(res.Content)
 	if _, err := tr.Next(); err != nil {
-		return Version{}, fmt.Errorf("read %s: %w", VersionFile, err)
+		return admin.BuildVersion{}, fmt.Errorf("read %s: %w", VersionFile, err)
 	}
-	var v Version
+	var v admin.BuildVersion
 	data, err := io.ReadAll(io.LimitReader(tr, 1<<20))
 	if err != nil {
-		return Version{}, fmt.Errorf("read %s: %w", VersionFile, err)
+		return admin.BuildVersion{}, fmt.Errorf("read %s: %w", VersionFile, err)
 	}
 	if err := json.Unmarshal(data, &v); err != nil {
-		return Version{}, fmt.Errorf("parse %s: %w", VersionFile, err)
+		return admin.BuildVersion{}, fmt.Errorf("parse %s: %w", VersionFile, err)
 	}
 	return v, nil
 }
 
 // ReadVersion reads /choir/version.json from an image.
-func ReadVersion(ctx context.Context, cli *client.Client, image string) (Version, error) {
-	var v Version
+func ReadVersion(ctx context.Context, cli *client.Client, image string) (admin.BuildVersion, error) {
+	var v admin.BuildVersion
 	err := withContainer(ctx, cli, image, func(id string) error {
 		var err error
 		v, err = readVersion(ctx, cli, id)
@@ -536,10 +537,10 @@ var ErrVersionMismatch = errors.New("agent image version mismatch")
 // VerifyImage reads /choir/version.json from image and checks it against
 // want and against the image's own choir.version label. choird calls it
 // before starting a container.
-func VerifyImage(ctx context.Context, cli *client.Client, image string, want Expect) (Version, error) {
+func VerifyImage(ctx context.Context, cli *client.Client, image string, want Expect) (admin.BuildVersion, error) {
 	v, err := ReadVersion(ctx, cli, image)
 	if err != nil {
-		return Version{}, fmt.Errorf("verify image %s: %w", image, err)
+		return admin.BuildVersion{}, fmt.Errorf("verify image %s: %w", image, err)
 	}
 	var problems []string
 	check := func(field, got, want string) {
@@ -555,7 +556,7 @@ func VerifyImage(ctx context.Context, cli *client.Client, image string, want Exp
 		problems = append(problems, "image_version does not match the file's contents")
 	}
 	if img, err := cli.ImageInspect(ctx, image); err == nil && img.Config != nil {
-		var label Version
+		var label admin.BuildVersion
 		if json.Unmarshal([]byte(img.Config.Labels[LabelVersion]), &label) != nil || label != v {
 			problems = append(problems, "the image's choir.version label differs from its version.json")
 		}

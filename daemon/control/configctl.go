@@ -207,7 +207,7 @@ func (d *Control) diffStaged(ctx context.Context, st *stagedConfig) (config.Diff
 	// The staged config must hold with the secrets choird runs with:
 	// config apply does not load secrets.json.
 	if err := st.cfg.ValidateAt(d.home, secrets); err != nil {
-		var cerr *config.Error
+		var cerr *strictjson.Error
 		if !errors.As(err, &cerr) {
 			return config.DiffReport{}, err
 		}

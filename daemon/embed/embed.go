@@ -11,7 +11,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/choirhq/choir/rpc/admin"
 	"math"
 	"net/http"
 	"sync"
@@ -19,6 +18,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // MaxBatch is the most texts one Embed call takes: one API request.
@@ -43,11 +43,8 @@ type Embedder struct {
 	usageFunc    func(ctx context.Context, u Usage)
 
 	mu     sync.Mutex
-	status Status
+	status admin.EmbeddingStatus
 }
-
-// Status is what an Embedder has done since it was made.
-type Status = admin.EmbeddingStatus
 
 // OfflineNote labels the offline embedder wherever it is reported.
 const OfflineNote = "offline lexical embedder (built in), IDF-weighted: vectors hash the words of a text, rare words " +
@@ -88,7 +85,7 @@ func newEmbedder(provider, model, endpoint string, dims int, offline bool,
 	fn func(context.Context, []string) ([][]float32, int64, error)) *Embedder {
 	e := &Embedder{provider: provider, model: model, dims: dims, offline: offline, endpoint: endpoint, embed: fn,
 		now: time.Now}
-	e.status = Status{Provider: provider, Model: model, Dimensions: dims, Offline: offline, Endpoint: endpoint,
+	e.status = admin.EmbeddingStatus{Provider: provider, Model: model, Dimensions: dims, Offline: offline, Endpoint: endpoint,
 		Note: "OpenAI-compatible embeddings API"}
 	if offline {
 		e.status.Note = OfflineNote
@@ -110,7 +107,7 @@ func (e *Embedder) Dimensions() int { return e.dims }
 func (e *Embedder) Offline() bool { return e.offline }
 
 // Status returns a copy of the embedder's status.
-func (e *Embedder) Status() Status {
+func (e *Embedder) Status() admin.EmbeddingStatus {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.status

@@ -16,6 +16,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
+	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/sql/seam"
 )
 
@@ -25,8 +26,8 @@ type hit struct {
 	id    uuid.UUID
 	at    time.Time // created (chunks) or updated (knowledge): newer first on a tie
 	rank  int
-	chunk ChunkHit
-	doc   KnowledgeHit
+	chunk admin.MemoryChunkHit
+	doc   admin.MemoryKnowledgeHit
 }
 
 // side is what one side of hybrid search returned.
@@ -41,7 +42,7 @@ type side struct {
 // second query slot free (trySlot), the two sides run at once, each on
 // its own connection: an idle store then answers in the time of its
 // slower side, not of both; a busy one runs them one after the other.
-func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Vector, res *QueryResult) error {
+func (s *Store) search(ctx context.Context, sc scope, q *query, vec *pgvector.Vector, res *admin.MemoryQueryResult) error {
 	var text, vector side
 	if q.text != "" && vec != nil {
 		if release, ok := s.trySlot(); ok {
@@ -246,14 +247,14 @@ func (s *Store) vectorSide(ctx context.Context, sc scope, q *query, vec *pgvecto
 
 // chunkRank is a session-memory row of either side as a hit.
 func chunkRank(r agentdb.MemorySearchVectorRow) hit {
-	return hit{id: r.ID, at: r.CreatedAt, rank: int(r.Rank), chunk: ChunkHit{SessionID: r.SessionID,
+	return hit{id: r.ID, at: r.CreatedAt, rank: int(r.Rank), chunk: admin.MemoryChunkHit{SessionID: r.SessionID,
 		ChunkIndex: int(r.ChunkIndex), Tier: r.Tier, Text: r.Text, Metadata: r.Metadata, StartedAt: r.StartedAt,
 		EndedAt: r.EndedAt, DocumentID: r.ID, Embedding: r.EmbeddingState}}
 }
 
 // docRank is a knowledge row of either side as a hit.
 func docRank(r agentdb.KnowledgeSearchVectorRow) hit {
-	return hit{id: r.ID, at: r.UpdatedAt, rank: int(r.Rank), doc: KnowledgeHit{ID: r.ID, Key: r.Key,
+	return hit{id: r.ID, at: r.UpdatedAt, rank: int(r.Rank), doc: admin.MemoryKnowledgeHit{ID: r.ID, Key: r.Key,
 		Version: int(r.Version), Text: r.Text, Metadata: r.Metadata, ContentHash: hex.EncodeToString(r.ContentHash),
 		UpdatedAt: r.UpdatedAt, Embedding: r.EmbeddingState}}
 }

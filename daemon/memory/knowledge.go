@@ -74,13 +74,10 @@ const UpsertSchema = `{
   }
 }`
 
-// UpsertResult is the output of choir.memory.upsert.
-type UpsertResult = admin.MemoryWriteResult
-
 // Upsert runs choir.memory.upsert for the calling agent, under its role,
 // in its own schema (or, when target_agent names another agent, in that
 // agent's schema, where Postgres refuses it: ErrPermission).
-func (s *Store) Upsert(ctx context.Context, callerAgentID string, input json.RawMessage) (*UpsertResult, error) {
+func (s *Store) Upsert(ctx context.Context, callerAgentID string, input json.RawMessage) (*admin.MemoryWriteResult, error) {
 	if _, err := s.dimensions(ctx, callerAgentID); err != nil {
 		return nil, err
 	}
@@ -183,11 +180,11 @@ func validateUpsert(in UpsertInput) (*knowledgeWrite, error) {
 
 // writeKnowledge applies w in sc and enqueues the embedding of what
 // changed, in one transaction.
-func (s *Store) writeKnowledge(ctx context.Context, sc scope, w *knowledgeWrite, actor string) (*UpsertResult, error) {
+func (s *Store) writeKnowledge(ctx context.Context, sc scope, w *knowledgeWrite, actor string) (*admin.MemoryWriteResult, error) {
 	if s.inserter == nil {
 		return nil, errors.New("memory store has no job inserter: writes need one")
 	}
-	var res *UpsertResult
+	var res *admin.MemoryWriteResult
 	err := s.inScope(ctx, sc, false, func(tx pgx.Tx, aq *agentdb.Queries) error {
 		var err error
 		res, err = applyKnowledge(ctx, aq, w, actor)
@@ -237,8 +234,8 @@ func describeRef(id *uuid.UUID, key *string) string {
 
 // applyKnowledge applies w with the transaction's queries aq, recording
 // each new version as made by actor.
-func applyKnowledge(ctx context.Context, aq *agentdb.Queries, w *knowledgeWrite, actor string) (*UpsertResult, error) {
-	k := &knowledgeTx{aq: aq, actor: actor, res: &UpsertResult{Op: w.op}}
+func applyKnowledge(ctx context.Context, aq *agentdb.Queries, w *knowledgeWrite, actor string) (*admin.MemoryWriteResult, error) {
+	k := &knowledgeTx{aq: aq, actor: actor, res: &admin.MemoryWriteResult{Op: w.op}}
 	switch w.op {
 	case OpInsert, OpUpdate:
 		return k.upsert(ctx, w)
@@ -255,7 +252,7 @@ func applyKnowledge(ctx context.Context, aq *agentdb.Queries, w *knowledgeWrite,
 type knowledgeTx struct {
 	aq    *agentdb.Queries
 	actor string
-	res   *UpsertResult
+	res   *admin.MemoryWriteResult
 }
 
 // appendVersion records d as version d.Version of its document, made by op.
@@ -305,7 +302,7 @@ func (k *knowledgeTx) insert(ctx context.Context, id *uuid.UUID, key *string, te
 // upsert applies an insert or an update: an insert whose key is taken
 // updates the document that has it, and one that loses a race for a free
 // key tries once more as an update.
-func (k *knowledgeTx) upsert(ctx context.Context, w *knowledgeWrite) (*UpsertResult, error) {
+func (k *knowledgeTx) upsert(ctx context.Context, w *knowledgeWrite) (*admin.MemoryWriteResult, error) {
 	res := k.res
 	for attempt := 0; ; attempt++ {
 		var cur *knowledgeDoc
@@ -357,7 +354,7 @@ func (k *knowledgeTx) upsert(ctx context.Context, w *knowledgeWrite) (*UpsertRes
 
 // delete deletes the document w names and records its deletion as a
 // version.
-func (k *knowledgeTx) delete(ctx context.Context, w *knowledgeWrite) (*UpsertResult, error) {
+func (k *knowledgeTx) delete(ctx context.Context, w *knowledgeWrite) (*admin.MemoryWriteResult, error) {
 	cur, err := lockDoc(ctx, k.aq, w.id, w.key)
 	if err != nil {
 		return nil, err
@@ -381,7 +378,7 @@ func (k *knowledgeTx) delete(ctx context.Context, w *knowledgeWrite) (*UpsertRes
 // restore makes version w.version of document w.id its current text again,
 // as a new version: an update of the document, or its insert again if it
 // was deleted.
-func (k *knowledgeTx) restore(ctx context.Context, w *knowledgeWrite) (*UpsertResult, error) {
+func (k *knowledgeTx) restore(ctx context.Context, w *knowledgeWrite) (*admin.MemoryWriteResult, error) {
 	v, err := k.aq.KnowledgeVersionGet(ctx, agentdb.KnowledgeVersionGetParams{DocumentID: *w.id, Version: int32(w.version)})
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return nil, fmt.Errorf("%w: knowledge document %s has no version %d", choirsql.ErrNotFound, w.id, w.version)
@@ -427,17 +424,14 @@ func jsonEqual(a, b json.RawMessage) bool {
 	return reflect.DeepEqual(x, y)
 }
 
-// KnowledgeVersion is one entry of a document's history.
-type KnowledgeVersion = admin.MemoryKnowledgeVersion
-
 // History returns the versions of an agent's knowledge document, newest
 // first: by id, or by key (every document that has had the key, deleted
 // ones included).
-func (s *Store) History(ctx context.Context, agentID, idOrKey string) ([]KnowledgeVersion, error) {
+func (s *Store) History(ctx context.Context, agentID, idOrKey string) ([]admin.MemoryKnowledgeVersion, error) {
 	if _, err := s.dimensions(ctx, agentID); err != nil {
 		return nil, err
 	}
-	var out []KnowledgeVersion
+	var out []admin.MemoryKnowledgeVersion
 	err := s.inScope(ctx, scope{schema: agentID}, true, func(tx pgx.Tx, aq *agentdb.Queries) error {
 		var rows []agentdb.KnowledgeVersionListRow
 		if id, err := uuid.Parse(idOrKey); err == nil {
@@ -455,7 +449,7 @@ func (s *Store) History(ctx context.Context, agentID, idOrKey string) ([]Knowled
 			}
 		}
 		for _, r := range rows {
-			out = append(out, KnowledgeVersion{DocumentID: r.DocumentID, Version: int(r.Version), Op: r.Op, Key: r.Key,
+			out = append(out, admin.MemoryKnowledgeVersion{DocumentID: r.DocumentID, Version: int(r.Version), Op: r.Op, Key: r.Key,
 				Text: r.Text, Metadata: r.Metadata, ContentHash: hex.EncodeToString(r.ContentHash), Actor: r.Actor,
 				CreatedAt: r.CreatedAt, Current: r.CurrentVersion != nil && *r.CurrentVersion == r.Version})
 		}
@@ -470,15 +464,12 @@ func (s *Store) History(ctx context.Context, agentID, idOrKey string) ([]Knowled
 	return out, nil
 }
 
-// Knowledge is a knowledge document as choirctl memory show prints it.
-type Knowledge = admin.MemoryKnowledge
-
 // KnowledgeGet returns an agent's knowledge document by id or key.
-func (s *Store) KnowledgeGet(ctx context.Context, agentID, idOrKey string) (*Knowledge, error) {
+func (s *Store) KnowledgeGet(ctx context.Context, agentID, idOrKey string) (*admin.MemoryKnowledge, error) {
 	if _, err := s.dimensions(ctx, agentID); err != nil {
 		return nil, err
 	}
-	var out *Knowledge
+	var out *admin.MemoryKnowledge
 	err := s.inScope(ctx, scope{schema: agentID}, true, func(tx pgx.Tx, aq *agentdb.Queries) error {
 		var d knowledgeDoc
 		var err error
@@ -495,7 +486,7 @@ func (s *Store) KnowledgeGet(ctx context.Context, agentID, idOrKey string) (*Kno
 		if err != nil {
 			return fmt.Errorf("read knowledge document: %w", err)
 		}
-		out = &Knowledge{ID: d.ID, Key: d.Key, Version: int(d.Version), Text: d.Text, Metadata: d.Metadata,
+		out = &admin.MemoryKnowledge{ID: d.ID, Key: d.Key, Version: int(d.Version), Text: d.Text, Metadata: d.Metadata,
 			ContentHash: hex.EncodeToString(d.ContentHash), CreatedAt: d.CreatedAt, UpdatedAt: d.UpdatedAt,
 			Embedding: d.EmbeddingState, EmbeddingError: d.EmbeddingError}
 		return nil
@@ -505,7 +496,7 @@ func (s *Store) KnowledgeGet(ctx context.Context, agentID, idOrKey string) (*Kno
 
 // KnowledgeDelete deletes an agent's knowledge document as the operator;
 // its history stays, so KnowledgeRestore can undo it.
-func (s *Store) KnowledgeDelete(ctx context.Context, agentID, idOrKey string) (*UpsertResult, error) {
+func (s *Store) KnowledgeDelete(ctx context.Context, agentID, idOrKey string) (*admin.MemoryWriteResult, error) {
 	if _, err := s.dimensions(ctx, agentID); err != nil {
 		return nil, err
 	}
@@ -520,7 +511,7 @@ func (s *Store) KnowledgeDelete(ctx context.Context, agentID, idOrKey string) (*
 
 // KnowledgeRestore makes version of a document current again, as its next
 // version; a deleted document comes back with its id and key.
-func (s *Store) KnowledgeRestore(ctx context.Context, agentID string, documentID uuid.UUID, version int) (*UpsertResult, error) {
+func (s *Store) KnowledgeRestore(ctx context.Context, agentID string, documentID uuid.UUID, version int) (*admin.MemoryWriteResult, error) {
 	if _, err := s.dimensions(ctx, agentID); err != nil {
 		return nil, err
 	}
@@ -532,7 +523,7 @@ func (s *Store) KnowledgeRestore(ctx context.Context, agentID string, documentID
 // operator: a new document, or the next version of the one that has the
 // key, or nothing when the text is what it already says. Its versions are
 // the agent's own kind (insert, update) with actor operator.
-func (s *Store) KnowledgePut(ctx context.Context, agentID, key, text string) (*UpsertResult, error) {
+func (s *Store) KnowledgePut(ctx context.Context, agentID, key, text string) (*admin.MemoryWriteResult, error) {
 	if _, err := s.dimensions(ctx, agentID); err != nil {
 		return nil, err
 	}

@@ -40,8 +40,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/db/agentdb"
+	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
 	"github.com/choirhq/choir/sql/seam"
 )
@@ -52,7 +52,7 @@ type Embedder interface {
 	Embed(ctx context.Context, texts []string) ([][]float32, error)
 	Model() string
 	Dimensions() int
-	Status() embed.Status
+	Status() admin.EmbeddingStatus
 }
 
 // Errors, matched with errors.Is.

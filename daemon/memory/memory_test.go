@@ -23,6 +23,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
 	"github.com/choirhq/choir/sql/seam"
 )
@@ -143,7 +144,7 @@ func (b *testBundle) session(t *testing.T, agent, summary string, events ...[2]s
 	return s.SessionID
 }
 
-func (b *testBundle) query(t *testing.T, caller, input string) *memory.QueryResult {
+func (b *testBundle) query(t *testing.T, caller, input string) *admin.MemoryQueryResult {
 	t.Helper()
 	res, err := b.store.Query(context.Background(), caller, json.RawMessage(input))
 	if err != nil {
@@ -152,7 +153,7 @@ func (b *testBundle) query(t *testing.T, caller, input string) *memory.QueryResu
 	return res
 }
 
-func (b *testBundle) upsert(t *testing.T, caller, input string) *memory.UpsertResult {
+func (b *testBundle) upsert(t *testing.T, caller, input string) *admin.MemoryWriteResult {
 	t.Helper()
 	res, err := b.store.Upsert(context.Background(), caller, json.RawMessage(input))
 	if err != nil {
@@ -161,7 +162,7 @@ func (b *testBundle) upsert(t *testing.T, caller, input string) *memory.UpsertRe
 	return res
 }
 
-func keys(res *memory.QueryResult) []string {
+func keys(res *admin.MemoryQueryResult) []string {
 	var out []string
 	for _, d := range res.Documents {
 		k := d.ID.String()
@@ -173,7 +174,7 @@ func keys(res *memory.QueryResult) []string {
 	return out
 }
 
-func texts(res *memory.QueryResult) []string {
+func texts(res *admin.MemoryQueryResult) []string {
 	var out []string
 	for _, c := range res.Chunks {
 		out = append(out, c.Text)

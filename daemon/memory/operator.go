@@ -16,21 +16,18 @@ import (
 	"github.com/choirhq/choir/sql/seam"
 )
 
-// Session is a session in an agent's memory.
-type Session = admin.MemorySession
-
-func session(r agentdb.MemorySession) Session {
-	return Session{SessionID: r.SessionID, Tier: r.Tier, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Status: r.Status,
+func session(r agentdb.MemorySession) admin.MemorySession {
+	return admin.MemorySession{SessionID: r.SessionID, Tier: r.Tier, StartedAt: r.StartedAt, EndedAt: r.EndedAt, Status: r.Status,
 		EventCount: int(r.EventCount), ChunkCount: int(r.ChunkCount), SummaryChunks: int(r.SummaryChunks),
 		ChunkedAt: r.ChunkedAt, PromotedAt: r.PromotedAt}
 }
 
 // Sessions lists the sessions in an agent's memory, newest first.
-func (s *Store) Sessions(ctx context.Context, agentID string, limit int) ([]Session, error) {
+func (s *Store) Sessions(ctx context.Context, agentID string, limit int) ([]admin.MemorySession, error) {
 	if _, err := s.dimensions(ctx, agentID); err != nil {
 		return nil, err
 	}
-	var out []Session
+	var out []admin.MemorySession
 	err := s.inScope(ctx, scope{schema: agentID}, true, func(tx pgx.Tx, aq *agentdb.Queries) error {
 		rows, err := aq.MemorySessionList(ctx, int32(limit))
 		if err != nil {
@@ -46,11 +43,11 @@ func (s *Store) Sessions(ctx context.Context, agentID string, limit int) ([]Sess
 
 // SessionGet returns a session in an agent's memory with all its chunks
 // (every tier), in order.
-func (s *Store) SessionGet(ctx context.Context, agentID string, sessionID uuid.UUID) (*Session, error) {
+func (s *Store) SessionGet(ctx context.Context, agentID string, sessionID uuid.UUID) (*admin.MemorySession, error) {
 	if _, err := s.dimensions(ctx, agentID); err != nil {
 		return nil, err
 	}
-	var out *Session
+	var out *admin.MemorySession
 	err := s.inScope(ctx, scope{schema: agentID}, true, func(tx pgx.Tx, aq *agentdb.Queries) error {
 		r, err := aq.MemorySessionGet(ctx, sessionID)
 		if errors.Is(err, choirsql.ErrNotFound) {
@@ -74,15 +71,12 @@ func (s *Store) SessionGet(ctx context.Context, agentID string, sessionID uuid.U
 	return out, err
 }
 
-// Chunk is a chunk as choirctl memory show prints it.
-type Chunk = admin.MemoryChunk
-
 // ChunkGet returns one chunk of an agent's session memory by document id.
-func (s *Store) ChunkGet(ctx context.Context, agentID string, id uuid.UUID) (*Chunk, error) {
+func (s *Store) ChunkGet(ctx context.Context, agentID string, id uuid.UUID) (*admin.MemoryChunk, error) {
 	if _, err := s.dimensions(ctx, agentID); err != nil {
 		return nil, err
 	}
-	var out *Chunk
+	var out *admin.MemoryChunk
 	err := s.inScope(ctx, scope{schema: agentID}, true, func(tx pgx.Tx, aq *agentdb.Queries) error {
 		r, err := aq.MemoryDocumentGet(ctx, id)
 		if errors.Is(err, choirsql.ErrNotFound) {
@@ -91,7 +85,7 @@ func (s *Store) ChunkGet(ctx context.Context, agentID string, id uuid.UUID) (*Ch
 		if err != nil {
 			return fmt.Errorf("read chunk %s: %w", id, err)
 		}
-		out = &Chunk{MemoryChunkHit: ChunkHit{SessionID: r.SessionID, ChunkIndex: int(r.ChunkIndex), Tier: r.Tier, Text: r.Text,
+		out = &admin.MemoryChunk{MemoryChunkHit: admin.MemoryChunkHit{SessionID: r.SessionID, ChunkIndex: int(r.ChunkIndex), Tier: r.Tier, Text: r.Text,
 			Metadata: r.Metadata, StartedAt: r.StartedAt, EndedAt: r.EndedAt, DocumentID: r.ID, Embedding: r.EmbeddingState},
 			CreatedAt: r.CreatedAt, EmbeddingError: r.EmbeddingError}
 		if r.EmbeddingModel != nil {
@@ -136,9 +130,6 @@ type ReembedOptions struct {
 	All bool
 }
 
-// ReembedResult is what a re-embed enqueued for one agent.
-type ReembedResult = admin.MemoryReembedResult
-
 // Reembed re-embeds agents' memory with the store's embedder: it is the
 // re-embedding migration of a model or dimensions change. In one
 // transaction per agent it resizes the vector columns when the embedder's
@@ -146,7 +137,7 @@ type ReembedResult = admin.MemoryReembedResult
 // documents to re-embed pending (dropping their vectors: vectors of two
 // models are not comparable) and enqueues their embedding jobs, which
 // choird runs. Until then those documents are found by full text.
-func (s *Store) Reembed(ctx context.Context, opts ReembedOptions) ([]ReembedResult, error) {
+func (s *Store) Reembed(ctx context.Context, opts ReembedOptions) ([]admin.MemoryReembedResult, error) {
 	if s.embedder == nil || s.inserter == nil {
 		return nil, errors.New("re-embedding needs the store's embedder and job inserter")
 	}
@@ -154,14 +145,14 @@ func (s *Store) Reembed(ctx context.Context, opts ReembedOptions) ([]ReembedResu
 	if err != nil {
 		return nil, fmt.Errorf("list agent schemas: %w", err)
 	}
-	var out []ReembedResult
+	var out []admin.MemoryReembedResult
 	found := false
 	for _, a := range schemas {
 		if opts.AgentID != "" && a.AgentID != opts.AgentID {
 			continue
 		}
 		found = true
-		r := ReembedResult{AgentID: a.AgentID, FromDimensions: int(a.Dimensions), Dimensions: s.embedder.Dimensions()}
+		r := admin.MemoryReembedResult{AgentID: a.AgentID, FromDimensions: int(a.Dimensions), Dimensions: s.embedder.Dimensions()}
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			changed, err := seam.Queries(tx).MemoryAgentDimensionsChange(ctx, db.MemoryAgentDimensionsChangeParams{
 				AgentID: a.AgentID, Dimensions: int32(r.Dimensions)})
@@ -207,16 +198,10 @@ func (s *Store) Reembed(ctx context.Context, opts ReembedOptions) ([]ReembedResu
 	return out, nil
 }
 
-// Status is what choirctl status shows of memory.
-type Status = admin.MemoryReport
-
-// AgentStatus is one agent's share of Status.
-type AgentStatus = admin.MemoryAgentReport
-
 // Status reports the embedding provider and, per agent, the documents
 // waiting for vectors and the last embedding failure.
-func (s *Store) Status(ctx context.Context) (*Status, error) {
-	st := &Status{Agents: []AgentStatus{}}
+func (s *Store) Status(ctx context.Context) (*admin.MemoryReport, error) {
+	st := &admin.MemoryReport{Agents: []admin.MemoryAgentReport{}}
 	model := ""
 	if s.embedder != nil {
 		es := s.embedder.Status()
@@ -228,7 +213,7 @@ func (s *Store) Status(ctx context.Context) (*Status, error) {
 		return nil, fmt.Errorf("list agent schemas: %w", err)
 	}
 	for _, a := range schemas {
-		as := AgentStatus{AgentID: a.AgentID, Dimensions: int(a.Dimensions)}
+		as := admin.MemoryAgentReport{AgentID: a.AgentID, Dimensions: int(a.Dimensions)}
 		err := s.inScope(ctx, scope{schema: a.AgentID}, true, func(tx pgx.Tx, aq *agentdb.Queries) error {
 			m, err := aq.MemoryEmbeddingBacklog(ctx, model)
 			if err != nil {

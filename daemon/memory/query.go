@@ -111,18 +111,6 @@ const QuerySchema = `{
   }
 }`
 
-// QueryResult is the output of choir.memory.query: Chunks for the session
-// store, Documents for knowledge.
-type QueryResult = admin.MemoryQueryResult
-
-// ChunkHit is a chunk of session memory, with what it takes to cite it:
-// the session, the chunk index and the tier.
-type ChunkHit = admin.MemoryChunkHit
-
-// KnowledgeHit is a knowledge document, or for hash queries one version of
-// it.
-type KnowledgeHit = admin.MemoryKnowledgeHit
-
 // query is a validated QueryInput.
 type query struct {
 	store, mode, target string
@@ -378,7 +366,7 @@ func hashRange(h string) (from, to []byte, err error) {
 // caller's own memory run under its role; reads of another agent's need
 // that agent's memory_readable_by to name the caller (mayRead), and run on
 // choird's connection, read-only.
-func (s *Store) Query(ctx context.Context, callerAgentID string, input json.RawMessage) (*QueryResult, error) {
+func (s *Store) Query(ctx context.Context, callerAgentID string, input json.RawMessage) (*admin.MemoryQueryResult, error) {
 	if _, err := s.dimensions(ctx, callerAgentID); err != nil {
 		return nil, err
 	}
@@ -422,7 +410,7 @@ func (s *Store) mayRead(ctx context.Context, reader, target string) error {
 
 // QueryAsOperator runs a query for choirctl: any agent's memory, named by
 // target_agent (required), read with choird's own role.
-func (s *Store) QueryAsOperator(ctx context.Context, input json.RawMessage) (*QueryResult, error) {
+func (s *Store) QueryAsOperator(ctx context.Context, input json.RawMessage) (*admin.MemoryQueryResult, error) {
 	q, err := decodeQuery(input, "")
 	if err != nil {
 		return nil, err
@@ -433,7 +421,7 @@ func (s *Store) QueryAsOperator(ctx context.Context, input json.RawMessage) (*Qu
 	return s.run(ctx, q, scope{schema: q.target})
 }
 
-func (s *Store) run(ctx context.Context, q *query, sc scope) (*QueryResult, error) {
+func (s *Store) run(ctx context.Context, q *query, sc scope) (*admin.MemoryQueryResult, error) {
 	dims, err := s.dimensions(ctx, q.target)
 	if err != nil {
 		return nil, err
@@ -442,7 +430,7 @@ func (s *Store) run(ctx context.Context, q *query, sc scope) (*QueryResult, erro
 		return nil, inputErr("$.vector", "has %d dimensions; the memory of agent %s holds vectors of %d",
 			len(q.vector), q.target, dims)
 	}
-	res := &QueryResult{Store: q.store, Mode: q.mode, TargetAgent: q.target, Note: q.note}
+	res := &admin.MemoryQueryResult{Store: q.store, Mode: q.mode, TargetAgent: q.target, Note: q.note}
 	var vec *pgvector.Vector
 	if q.mode == ModeSemantic {
 		vec, res.Degraded = s.queryVector(ctx, q, dims)
@@ -561,7 +549,7 @@ func (s *Store) queryVector(ctx context.Context, q *query, dims int) (*pgvector.
 	return &v, ""
 }
 
-func (s *Store) querySession(ctx context.Context, aq *agentdb.Queries, q *query, vec *pgvector.Vector, res *QueryResult) error {
+func (s *Store) querySession(ctx context.Context, aq *agentdb.Queries, q *query, vec *pgvector.Vector, res *admin.MemoryQueryResult) error {
 	switch q.mode {
 	case ModeHash:
 		rows, err := aq.MemoryChunksByEventHash(ctx, agentdb.MemoryChunksByEventHashParams{HashFrom: q.hashFrom,
@@ -570,7 +558,7 @@ func (s *Store) querySession(ctx context.Context, aq *agentdb.Queries, q *query,
 			return fmt.Errorf("look up event hash: %w", err)
 		}
 		for _, r := range rows {
-			res.Chunks = append(res.Chunks, ChunkHit{SessionID: r.SessionID, ChunkIndex: int(r.ChunkIndex), Tier: r.Tier,
+			res.Chunks = append(res.Chunks, admin.MemoryChunkHit{SessionID: r.SessionID, ChunkIndex: int(r.ChunkIndex), Tier: r.Tier,
 				Text: r.Text, Metadata: r.Metadata, StartedAt: r.StartedAt, EndedAt: r.EndedAt, DocumentID: r.ID,
 				EventHash: hex.EncodeToString(r.Hash), EventRev: r.Rev, Embedding: r.EmbeddingState})
 		}
@@ -611,12 +599,12 @@ func (s *Store) querySession(ctx context.Context, aq *agentdb.Queries, q *query,
 	return nil
 }
 
-func chunkHit(r agentdb.MemorySessionChunksRow) ChunkHit {
-	return ChunkHit{SessionID: r.SessionID, ChunkIndex: int(r.ChunkIndex), Tier: r.Tier, Text: r.Text,
+func chunkHit(r agentdb.MemorySessionChunksRow) admin.MemoryChunkHit {
+	return admin.MemoryChunkHit{SessionID: r.SessionID, ChunkIndex: int(r.ChunkIndex), Tier: r.Tier, Text: r.Text,
 		Metadata: r.Metadata, StartedAt: r.StartedAt, EndedAt: r.EndedAt, DocumentID: r.ID, Embedding: r.EmbeddingState}
 }
 
-func (s *Store) queryKnowledge(ctx context.Context, aq *agentdb.Queries, q *query, vec *pgvector.Vector, res *QueryResult) error {
+func (s *Store) queryKnowledge(ctx context.Context, aq *agentdb.Queries, q *query, vec *pgvector.Vector, res *admin.MemoryQueryResult) error {
 	switch q.mode {
 	case ModeHash:
 		rows, err := aq.KnowledgeVersionsByHash(ctx, agentdb.KnowledgeVersionsByHashParams{HashFrom: q.hashFrom,
@@ -626,7 +614,7 @@ func (s *Store) queryKnowledge(ctx context.Context, aq *agentdb.Queries, q *quer
 		}
 		for _, r := range rows {
 			current := r.CurrentVersion != nil && *r.CurrentVersion == r.Version
-			res.Documents = append(res.Documents, KnowledgeHit{ID: r.DocumentID, Key: r.Key, Version: int(r.Version),
+			res.Documents = append(res.Documents, admin.MemoryKnowledgeHit{ID: r.DocumentID, Key: r.Key, Version: int(r.Version),
 				Text: r.Text, Metadata: r.Metadata, ContentHash: hex.EncodeToString(r.ContentHash), UpdatedAt: r.CreatedAt,
 				Op: r.Op, Actor: r.Actor, Current: &current})
 		}
@@ -637,7 +625,7 @@ func (s *Store) queryKnowledge(ctx context.Context, aq *agentdb.Queries, q *quer
 			return fmt.Errorf("list knowledge: %w", err)
 		}
 		for _, r := range rows {
-			res.Documents = append(res.Documents, KnowledgeHit{ID: r.ID, Key: r.Key, Version: int(r.Version), Text: r.Text,
+			res.Documents = append(res.Documents, admin.MemoryKnowledgeHit{ID: r.ID, Key: r.Key, Version: int(r.Version), Text: r.Text,
 				Metadata: r.Metadata, ContentHash: hex.EncodeToString(r.ContentHash), UpdatedAt: r.UpdatedAt,
 				Embedding: r.EmbeddingState})
 		}

@@ -44,14 +44,11 @@ func Listen(ctx context.Context, path string) (net.Listener, error) {
 	return unixsock.Listen(ctx, path)
 }
 
-// Peer is the process at the other end of an admin connection.
-type Peer = unixsock.Cred
-
 type peerKey struct{}
 
 // PeerFromContext returns the peer of the connection a request came on.
-func PeerFromContext(ctx context.Context) (Peer, bool) {
-	p, ok := ctx.Value(peerKey{}).(Peer)
+func PeerFromContext(ctx context.Context) (unixsock.Cred, bool) {
+	p, ok := ctx.Value(peerKey{}).(unixsock.Cred)
 	return p, ok
 }
 

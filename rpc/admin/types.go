@@ -5,7 +5,6 @@ import (
 	"errors"
 	"time"
 
-	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/rpc/wire"
 )
 
@@ -83,14 +82,6 @@ type SecretApplyResult struct {
 	// Notified is how many live agents were told to refresh.
 	Notified int `json:"notified"`
 }
-
-// ConfigDiff is the staged configuration compared with the running one;
-// its String is the text choirctl and the gateway show.
-type ConfigDiff = config.DiffReport
-
-// ConfigApplyResult says what config apply did; its String is the text
-// choirctl and the gateway show.
-type ConfigApplyResult = config.ApplyReport
 
 // ConfigShowResponse is the body of GET PathConfig.
 type ConfigShowResponse struct {

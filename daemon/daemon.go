@@ -90,6 +90,10 @@ type Options struct {
 	// ProgressInterval is the shortest time between two changes of a core
 	// job's progress message in its DM (default progress.DefaultInterval).
 	ProgressInterval time.Duration
+	// AgentLimits bound what each agent session may send over the agent
+	// protocol; a zero field takes rpc's default (100 requests/s per
+	// session). Benchmarks that beat faster than any agent lift the rate.
+	AgentLimits rpc.Limits
 }
 
 // Daemon is a running choird. Its control layer's commands (AgentStart,

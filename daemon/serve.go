@@ -78,7 +78,7 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 			d.approvals.PushOutcomes(ctx, agentID, id)
 		}})
 	srv, err := rpc.NewServer(rpc.ServerOptions{Handler: d.api.Handler(), Authenticator: agentapi.NewSessionAuth(d.pool),
-		Replay: agentapi.ReplayStore{Pool: d.pool}, Logger: d.logger.With(slog.String("component", "rpc"))})
+		Replay: agentapi.ReplayStore{Pool: d.pool}, Limits: opts.AgentLimits, Logger: d.logger.With(slog.String("component", "rpc"))})
 	if err != nil {
 		return nil, fmt.Errorf("create agent protocol server: %w", err)
 	}

@@ -22,7 +22,7 @@ import (
 func TestAgentProtocolAgainstChoird(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := startChoird(t, choirdtest.Options{})
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{})
 	home, logs := d.Home, d.Logs
 	s, err := session.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "assistant", admin.StartOverrides{}, d.ConfigVersion(), "process")
 	if err != nil {
@@ -49,14 +49,14 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 
 	t.Run("GetSecretsReturnsOnlyBoundSecrets", func(t *testing.T) {
 		got, err := cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"model-key"}})
-		if err != nil || got.Secrets["model-key"] != canary {
+		if err != nil || got.Secrets["model-key"] != choirdtest.Canary {
 			t.Fatalf("GET_SECRETS: %v", err)
 		}
 		_, err = cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"postgres-admin"}})
 		if !errors.Is(err, wire.ErrPermissionDenied) {
 			t.Fatalf("unbound secret: %v", err)
 		}
-		if strings.Contains(logs.String(), canary) {
+		if strings.Contains(logs.String(), choirdtest.Canary) {
 			t.Error("a secret value reached choird's log")
 		}
 	})
@@ -227,7 +227,7 @@ func TestChoirctlStatusWhenChoirdIsNotRunning(t *testing.T) {
 
 func TestSecondChoirdOnTheSameHomeRefusesNamingTheHolder(t *testing.T) {
 	t.Parallel()
-	d := startChoird(t, choirdtest.Options{})
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{})
 	err := daemon.Run(context.Background(), daemon.Options{Home: d.Home, Stderr: &choirdtest.SyncBuffer{}})
 	if err == nil || !strings.Contains(err.Error(), "choird.sock") {
 		t.Fatalf("second choird: %v", err)

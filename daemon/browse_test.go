@@ -35,7 +35,7 @@ func TestBrowseThroughExecuteHostTool(t *testing.T) {
 <script>document.getElementById("m").textContent = "hello from the browser";</script></body></html>`)
 	}))
 	t.Cleanup(srv.Close)
-	d := startChoird(t, choirdtest.Options{Edit: func(cfg *config.Config, _ config.Secrets) {
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(cfg *config.Config, _ config.Secrets) {
 		// The agent's own allowlist opens the site; the global one does not.
 		a := cfg.Agents["assistant"]
 		a.Web.AllowHosts = []string{strings.TrimPrefix(srv.URL, "http://")}

@@ -33,7 +33,7 @@ import (
 func TestSessionBudgetSurvivesCyclingSessions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := startChoird(t, choirdtest.Options{Edit: func(cfg *config.Config, _ config.Secrets) {
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(cfg *config.Config, _ config.Secrets) {
 		a := cfg.Agents["assistant"]
 		a.Budgets.TotalSessionTokens = 6000
 		a.Budgets.PerDayTokens = 1_000_000

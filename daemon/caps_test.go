@@ -28,7 +28,7 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 	ctx := context.Background()
 	// The session sends no heartbeat: an hour's crash threshold keeps it
 	// alive through a thousand calls on a loaded machine.
-	d := startChoird(t, choirdtest.Options{Edit: func(cfg *config.Config, _ config.Secrets) {
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(cfg *config.Config, _ config.Secrets) {
 		cfg.CrashDetectionThresholdMS = int64(time.Hour / time.Millisecond)
 	}})
 	id, cl, _ := helloSession(t, d, "assistant")

@@ -37,8 +37,8 @@ type cmdBundle struct {
 
 func setupCommands(t *testing.T) *cmdBundle {
 	t.Helper()
-	d := startChoird(t, choirdtest.Options{Edit: func(c *config.Config, _ config.Secrets) {
-		fastHeartbeat(c, nil)
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(c *config.Config, _ config.Secrets) {
+		choirdtest.FastHeartbeat(c, nil)
 		c.DMs["alice"] = config.DM{Gateway: "console", UserID: "alice"}
 		c.DMs["bob"] = config.DM{Gateway: "console", UserID: "bob"}
 		c.DMs["nobody"] = config.DM{Gateway: "console", UserID: "nobody"}

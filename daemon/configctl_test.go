@@ -18,8 +18,8 @@ import (
 	"github.com/choirhq/choir/strictjson"
 )
 
-// secretValues are the values startChoird writes; none may ever be shown.
-var secretValues = []string{canary, "ghp-test", "postgres:"}
+// secretValues are the values choirdtest.StartTwoAgents writes; none may ever be shown.
+var secretValues = []string{choirdtest.Canary, "ghp-test", "postgres:"}
 
 // editHome rewrites .choir.d/config.json (and secrets.json when secrets is
 // not nil) as an operator would.
@@ -70,7 +70,7 @@ func assertNoSecret(t *testing.T, what, s string) {
 
 func TestConfigControlPermissions(t *testing.T) {
 	t.Parallel()
-	d := startChoird(t, choirdtest.Options{})
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{})
 	ctx := context.Background()
 	dm := control.Scope{Agent: "assistant", Actor: "telegram:dm=second"}
 	stranger := control.Scope{Actor: "nobody"}
@@ -114,7 +114,7 @@ func TestConfigControlPermissions(t *testing.T) {
 func TestConfigLoadDiffApply(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := startChoird(t, choirdtest.Options{})
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{})
 	home, logs := d.Home, d.Logs
 	admin := control.Scope{Admin: true, Actor: "test"}
 	q := seam.Queries(d.Pool())
@@ -133,7 +133,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		if _, err := d.ConfigApply(ctx, admin); !errors.Is(err, control.ErrNothingStaged) {
 			t.Errorf("apply: %v", err)
 		}
-		code, _, errs := choirctl(t, home, "config", "diff")
+		code, _, errs := choirdtest.Choirctl(t, home, "config", "diff")
 		if code == 0 || !strings.Contains(errs, "run choirctl config load") {
 			t.Errorf("choirctl config diff: %d %s", code, errs)
 		}
@@ -170,7 +170,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			c.DMs["bob"] = config.DM{Gateway: "console", UserID: "bob"}
 			c.ApprovalTimeoutMS = 60000
 		}, nil)
-		code, out, errs := choirctl(t, home, "config", "load")
+		code, out, errs := choirdtest.Choirctl(t, home, "config", "load")
 		if code != 0 {
 			t.Fatalf("config load: %d %s", code, errs)
 		}
@@ -192,13 +192,13 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			t.Fatal("config load changed the running config")
 		}
 
-		code, out, errs = choirctl(t, home, "config", "diff", "--json")
+		code, out, errs = choirdtest.Choirctl(t, home, "config", "diff", "--json")
 		var diff config.DiffReport
 		if err := json.Unmarshal([]byte(out), &diff); code != 0 || err != nil || len(diff.Changes) != 3 || len(diff.Blockers) != 0 {
 			t.Fatalf("config diff --json: %d %v %s %s", code, err, out, errs)
 		}
 
-		code, out, errs = choirctl(t, home, "config", "apply", "--json")
+		code, out, errs = choirdtest.Choirctl(t, home, "config", "apply", "--json")
 		var res config.ApplyReport
 		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil {
 			t.Fatalf("config apply: %d %v %s %s", code, err, out, errs)
@@ -272,7 +272,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		if latest, _ := q.ConfigVersionLatest(ctx); latest != version {
 			t.Errorf("a refused apply recorded version %d", latest)
 		}
-		code, _, errs := choirctl(t, home, "config", "apply")
+		code, _, errs := choirdtest.Choirctl(t, home, "config", "apply")
 		if code == 0 || !strings.Contains(errs, "$.embedding.dimensions") || !strings.Contains(errs, "nothing changed") {
 			t.Errorf("choirctl config apply: %d %s", code, errs)
 		}
@@ -287,7 +287,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			m := c.Models["local"]
 			m.Secret = "new-key"
 			c.Models["local"] = m
-		}, config.Secrets{"postgres-admin": "postgres:", "model-key": canary, "git-token": "ghp-test",
+		}, config.Secrets{"postgres-admin": "postgres:", "model-key": choirdtest.Canary, "git-token": "ghp-test",
 			"new-key": "sk-newcanary-9b1c"})
 		diff, err := d.ConfigLoad(ctx, admin)
 		if err != nil {
@@ -321,7 +321,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		if err != nil || res.Version <= version {
 			t.Fatalf("apply after secret apply: %+v %v", res, err)
 		}
-		code, out, _ := choirctl(t, home, "secret", "list")
+		code, out, _ := choirdtest.Choirctl(t, home, "secret", "list")
 		if code != 0 || out != "git-token\nmodel-key\nnew-key\npostgres-admin\n" {
 			t.Errorf("secret list: %d %q", code, out)
 		}
@@ -382,7 +382,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			{"config", "show"}, {"config", "show", "--json"}, {"secret", "list", "--json"},
 			{"config", "load"}, {"config", "diff", "--json"}, {"config", "apply"},
 		} {
-			code, out, errs := choirctl(t, home, args...)
+			code, out, errs := choirdtest.Choirctl(t, home, args...)
 			if code != 0 {
 				t.Errorf("%v: %d %s", args, code, errs)
 			}

@@ -66,9 +66,9 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 		"Dockerfile":       "ARG CHOIR_BASE_IMAGE\nFROM ${CHOIR_BASE_IMAGE}\n",
 		"identity/SOUL.md": "agent soul, first\n",
 	})
-	d := startChoird(t, choirdtest.Options{Daemon: daemon.Options{Runtime: "docker", AgentBinary: bin, OSImage: osImage},
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Daemon: daemon.Options{Runtime: "docker", AgentBinary: bin, OSImage: osImage},
 		Edit: func(c *config.Config, s config.Secrets) {
-			fastHeartbeat(c, s)
+			choirdtest.FastHeartbeat(c, s)
 			c.GlobalRepo = config.Repo{URL: global, Ref: "main"}
 			a := c.Agents["assistant"]
 			a.Repo = config.Repo{URL: "file://" + agentRepo, Ref: "main"}
@@ -81,7 +81,7 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 		removeAgentImages(t, cli, "choir-agent-helper")
 	})
 
-	code, out, errs := choirctl(t, home, "agent", "build", "assistant", "--json")
+	code, out, errs := choirdtest.Choirctl(t, home, "agent", "build", "assistant", "--json")
 	var built admin.BuildResult
 	if code != 0 || json.Unmarshal([]byte(out), &built) != nil || !built.Built {
 		t.Fatalf("build: %d %s %s", code, out, errs)
@@ -90,11 +90,11 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 	t.Cleanup(func() {
 		removeAgentImages(t, cli, strings.Split(built.Version.BaseImage, ":")[0]+":"+strings.Split(built.Version.BaseImage, ":")[1])
 	})
-	code, out, _ = choirctl(t, home, "agent", "build", "assistant")
+	code, out, _ = choirdtest.Choirctl(t, home, "agent", "build", "assistant")
 	if code != 0 || !strings.Contains(out, "up to date") {
 		t.Fatalf("second build: %s", out)
 	}
-	if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+	if code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	first := d.WaitState(t, "assistant", admin.AgentActive)
@@ -107,7 +107,7 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 			t.Fatalf("git: %v %s", err, out)
 		}
 	})
-	code, out, errs = choirctl(t, home, "agent", "update", "assistant")
+	code, out, errs = choirdtest.Choirctl(t, home, "agent", "update", "assistant")
 	if code != 0 || !strings.Contains(out, "redeployed") {
 		t.Fatalf("update: %d %s %s", code, out, errs)
 	}
@@ -115,7 +115,7 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 	if second.SessionID == first.SessionID {
 		t.Error("update did not start a new session")
 	}
-	code, out, _ = choirctl(t, home, "agent", "update-all", "--json")
+	code, out, _ = choirdtest.Choirctl(t, home, "agent", "update-all", "--json")
 	if code != 0 || !strings.Contains(out, `"agent_id": "assistant"`) {
 		t.Fatalf("update-all: %s", out)
 	}

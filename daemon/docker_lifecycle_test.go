@@ -27,13 +27,13 @@ func TestLifecycleDockerRuntime(t *testing.T) {
 	image := runtimetest.ImportImage(t, cli, "choir-agent-lifecycle", map[string]runtimetest.File{
 		"choir-agent": {Source: bin, Mode: 0o755},
 	}, `ENTRYPOINT ["/choir-agent"]`)
-	d := startChoird(t, choirdtest.Options{Daemon: daemon.Options{Runtime: "docker", AgentImage: image},
-		Edit: fastHeartbeat})
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Daemon: daemon.Options{Runtime: "docker", AgentImage: image},
+		Edit: choirdtest.FastHeartbeat})
 	home := d.Home
 	ctx := context.Background()
 
 	begin := time.Now()
-	if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+	if code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	st := d.WaitState(t, "assistant", admin.AgentActive)
@@ -55,17 +55,17 @@ func TestLifecycleDockerRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, e := range info.Container.Config.Env {
-		if strings.Contains(e, canary) {
+		if strings.Contains(e, choirdtest.Canary) {
 			t.Errorf("the canary secret is in the container's environment")
 		}
 	}
 
-	if code, _, errs := choirctl(t, home, "agent", "restart", "assistant"); code != 0 {
+	if code, _, errs := choirdtest.Choirctl(t, home, "agent", "restart", "assistant"); code != 0 {
 		t.Fatalf("restart: %s", errs)
 	}
 	st = d.WaitState(t, "assistant", admin.AgentActive)
 
-	if code, _, errs := choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
+	if code, _, errs := choirdtest.Choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
 		t.Fatalf("stop: %s", errs)
 	}
 	var status, reason string
@@ -135,8 +135,8 @@ func mustInstance(t *testing.T, d *choirdtest.Choird, sessionID string) string {
 func TestFailedStartLeavesNothing(t *testing.T) {
 	t.Parallel()
 	runtimetest.RequireDocker(t)
-	d := startChoird(t, choirdtest.Options{Daemon: daemon.Options{Runtime: "docker", AgentImage: "choir-agent-missing:nope"},
-		Edit: fastHeartbeat})
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Daemon: daemon.Options{Runtime: "docker", AgentImage: "choir-agent-missing:nope"},
+		Edit: choirdtest.FastHeartbeat})
 	ctx := context.Background()
 	_, err := d.AgentStart(ctx, control.Scope{Admin: true, Actor: "test"}, "assistant", admin.StartOverrides{})
 	if err == nil || !strings.Contains(err.Error(), "choir-agent-missing:nope") {

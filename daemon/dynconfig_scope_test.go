@@ -24,7 +24,7 @@ import (
 func TestDynamicConfigCarriesOnlyOwnResources(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := startChoird(t, choirdtest.Options{Edit: func(c *config.Config, secrets config.Secrets) {
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(c *config.Config, secrets config.Secrets) {
 		mail := func(addr, secret string) config.EmailAccount {
 			return config.EmailAccount{SMTPHost: "127.0.0.1", SMTPPort: 2525, IMAPHost: "127.0.0.1", IMAPPort: 1143,
 				Sharing: config.EmailExclusive, Secret: secret, EmailPolicy: config.EmailPolicy{Address: addr, TLS: "none"}}
@@ -81,7 +81,7 @@ func TestDynamicConfigCarriesOnlyOwnResources(t *testing.T) {
 func TestMCPSecretsFollowTheConfig(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := startChoird(t, choirdtest.Options{Edit: func(c *config.Config, secrets config.Secrets) {
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(c *config.Config, secrets config.Secrets) {
 		a := c.Agents["assistant"]
 		a.MCPSecrets = []string{"mcp-token"}
 		c.Agents["assistant"] = a
@@ -107,7 +107,7 @@ func TestMCPSecretsFollowTheConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{{"config", "load"}, {"config", "apply"}} {
-		if code, out, errs := choirctl(t, d.Home, args...); code != 0 {
+		if code, out, errs := choirdtest.Choirctl(t, d.Home, args...); code != 0 {
 			t.Fatalf("choirctl %v: %d %s %s", args, code, out, errs)
 		}
 	}

@@ -27,7 +27,7 @@ func TestEmbeddingsCountAgainstTheDayCap(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	srv := embedtest.New(t, embedtest.Options{Dimensions: 64})
-	d := startChoird(t, choirdtest.Options{Edit: func(cfg *config.Config, _ config.Secrets) {
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(cfg *config.Config, _ config.Secrets) {
 		// A dollar a token, so that five tokens pass a $3 day cap.
 		cfg.Embedding = config.Embedding{Provider: "test", Model: "m", Dimensions: 64, Endpoint: srv.URL + "/v1",
 			PricePerMTok: 1e6}

@@ -22,9 +22,9 @@ func TestFaultChoirdKilledMidHeartbeat(t *testing.T) {
 	// does. The threshold is far beyond the restart: the session must
 	// outlive choird's death, as it does when choird restarts under a
 	// running container before crash detection fires.
-	p := choirdtest.StartProcess(t, withTwoAgents(choirdtest.Options{DatabaseURL: url,
+	p := choirdtest.StartProcess(t, choirdtest.WithTwoAgents(choirdtest.Options{DatabaseURL: url,
 		Edit: func(c *config.Config, s config.Secrets) {
-			fastHeartbeat(c, s)
+			choirdtest.FastHeartbeat(c, s)
 			c.CrashDetectionThresholdMS = 120_000
 		}}))
 	a := startReplicatingAgent(t, p.Dir, id.String(), token)

@@ -103,8 +103,8 @@ func TestFaultPostgresRestartedUnderLoad(t *testing.T) {
 	const agent = "replica"
 	id, token := tokenSession(t, pool, agent)
 
-	d := startChoird(t, choirdtest.Options{DatabaseURL: c.url(), Edit: func(cfg *config.Config, s config.Secrets) {
-		fastHeartbeat(cfg, s)
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{DatabaseURL: c.url(), Edit: func(cfg *config.Config, s config.Secrets) {
+		choirdtest.FastHeartbeat(cfg, s)
 		cfg.CrashDetectionThresholdMS = 120_000
 	}})
 	a := startReplicatingAgent(t, d.Home, id.String(), token)

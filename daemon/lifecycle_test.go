@@ -15,85 +15,10 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/ctl"
-	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/choirdtest"
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
-
-// canary is the model key's value: it must never be seen outside the
-// memory of choird and of the agent that fetched it.
-const canary = "sk-canary-7f3a"
-
-// twoAgents makes config.Local's configuration the one these tests share
-// (testConfig's), with the secrets it names.
-func twoAgents(cfg *config.Config, secrets config.Secrets) {
-	cfg.Workspaces["other"] = config.Workspace{Path: filepath.Join(filepath.Dir(cfg.Workspaces["main"].Path), "other")}
-	m := cfg.Models["local"]
-	m.Secret = "model-key"
-	cfg.Models["local"] = m
-	secrets["model-key"] = canary
-	cfg.GitIdentities = map[string]config.GitIdentity{"dev": {Name: "Dev", Email: "dev@choir.local", Secret: "git-token",
-		Hosts: []string{"git.example.com"}}}
-	secrets["git-token"] = "ghp-test"
-	a := cfg.Agents["assistant"]
-	a.Defaults.GitIdentity = "dev"
-	cfg.Agents["assistant"] = a
-	h := a
-	h.Defaults.GitIdentity = ""
-	cfg.Agents["helper"] = h
-	cfg.DMs["second"] = config.DM{Gateway: "console", UserID: "second"}
-}
-
-// withTwoAgents is o on twoAgents' configuration, which o.Edit may change
-// further.
-func withTwoAgents(o choirdtest.Options) choirdtest.Options {
-	edit := o.Edit
-	o.Edit = func(cfg *config.Config, secrets config.Secrets) {
-		twoAgents(cfg, secrets)
-		if edit != nil {
-			edit(cfg, secrets)
-		}
-	}
-	return o
-}
-
-// startChoird runs choird (with no agent runtime unless o.Daemon names
-// one) on twoAgents' configuration, which o.Edit may change further.
-func startChoird(t testing.TB, o choirdtest.Options) *choirdtest.Choird {
-	t.Helper()
-	return choirdtest.Start(t, withTwoAgents(o))
-}
-
-// fastHeartbeat is a 100 ms heartbeat and a 3 s crash threshold.
-func fastHeartbeat(cfg *config.Config, _ config.Secrets) {
-	cfg.HeartbeatIntervalMS = 100
-	cfg.CrashDetectionThresholdMS = 3000
-}
-
-// startWithAgents runs choird with the process runtime and the real agent,
-// on twoAgents' configuration with a fast heartbeat; edit, when set,
-// changes it further.
-func startWithAgents(t testing.TB, edit func(*config.Config)) *choirdtest.Choird {
-	t.Helper()
-	return startChoird(t, choirdtest.Options{
-		Daemon: daemon.Options{Runtime: "process", AgentBinary: choirdtest.Binary(t, "cmd/choir-agent")},
-		Edit: func(cfg *config.Config, _ config.Secrets) {
-			fastHeartbeat(cfg, nil)
-			if edit != nil {
-				edit(cfg)
-			}
-		}})
-}
-
-func choirctl(t *testing.T, home string, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code := ctl.Run(context.Background(), append([]string{"--home", home}, args...), &out, &errb)
-	return code, out.String(), errb.String()
-}
 
 // agentPid is the process of agent's running instance.
 func agentPid(t *testing.T, c *choirdtest.Choird, agent string) int {
@@ -116,7 +41,7 @@ func agentPid(t *testing.T, c *choirdtest.Choird, agent string) int {
 // resuming the chain of its crashed session.
 func TestRestartBringsBackACrashedAgent(t *testing.T) {
 	t.Parallel()
-	d := startWithAgents(t, func(c *config.Config) {
+	d := choirdtest.StartWithAgents(t, func(c *config.Config) {
 		c.DMs["mine"] = config.DM{Gateway: "console", UserID: "mine"}
 		a := c.Agents["assistant"]
 		a.Defaults.DM = "mine"
@@ -125,7 +50,7 @@ func TestRestartBringsBackACrashedAgent(t *testing.T) {
 	home := d.Home
 	ctx := context.Background()
 	for _, how := range []string{"choirctl", "its DM"} {
-		if code, _, errs := choirctl(t, home, "agent", "start", "assistant"); code != 0 {
+		if code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant"); code != 0 {
 			t.Fatalf("start: %s", errs)
 		}
 		before := d.WaitState(t, "assistant", admin.AgentActive)
@@ -135,7 +60,7 @@ func TestRestartBringsBackACrashedAgent(t *testing.T) {
 		d.WaitState(t, "assistant", admin.AgentCrashed)
 		switch how {
 		case "choirctl":
-			if code, _, errs := choirctl(t, home, "agent", "restart", "assistant"); code != 0 {
+			if code, _, errs := choirdtest.Choirctl(t, home, "agent", "restart", "assistant"); code != 0 {
 				t.Fatalf("restart of a crashed agent: %s", errs)
 			}
 		default:
@@ -154,7 +79,7 @@ func TestRestartBringsBackACrashedAgent(t *testing.T) {
 		if from != before.SessionID || dm != "mine" {
 			t.Errorf("restarted from %s: session %s resumes %q on DM %q, want the crashed %s on mine", how, after.SessionID, from, dm, before.SessionID)
 		}
-		if code, _, errs := choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
+		if code, _, errs := choirdtest.Choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
 			t.Fatalf("stop: %s", errs)
 		}
 	}
@@ -162,11 +87,11 @@ func TestRestartBringsBackACrashedAgent(t *testing.T) {
 
 func TestLifecycleProcessRuntime(t *testing.T) {
 	t.Parallel()
-	d := startWithAgents(t, nil)
+	d := choirdtest.StartWithAgents(t, nil)
 	home := d.Home
 
 	t.Run("StartWithoutDMUsesTheDefault", func(t *testing.T) {
-		code, _, errs := choirctl(t, home, "agent", "start", "assistant")
+		code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant")
 		if code != 0 {
 			t.Fatalf("start without --dm: exit %d: %s", code, errs)
 		}
@@ -177,24 +102,24 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 		if want := d.Snapshot().Config.Agents["assistant"].Defaults.DM; dm != want {
 			t.Errorf("the session is bound to DM %q, want the agent's defaults.dm %q", dm, want)
 		}
-		if code, _, errs := choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
+		if code, _, errs := choirdtest.Choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
 			t.Fatalf("stop: %s", errs)
 		}
 	})
 
 	t.Run("UnknownAgentOrResourceIsNamed", func(t *testing.T) {
-		code, _, errs := choirctl(t, home, "agent", "start", "ghost", "--dm", "console")
+		code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "ghost", "--dm", "console")
 		if code == 0 || !strings.Contains(errs, `agent "ghost" is not in config.json`) {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
-		code, _, errs = choirctl(t, home, "agent", "start", "assistant", "--dm", "console", "--workspace", "nope")
+		code, _, errs = choirdtest.Choirctl(t, home, "agent", "start", "assistant", "--dm", "console", "--workspace", "nope")
 		if code == 0 || !strings.Contains(errs, "--workspace=nope") {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
 	})
 
 	t.Run("StartStatusStopRestart", func(t *testing.T) {
-		code, out, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console")
+		code, out, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant", "--dm", "console")
 		if code != 0 {
 			t.Fatalf("start: %s", errs)
 		}
@@ -212,21 +137,21 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if bytes.Contains(environ, []byte(canary)) {
+			if bytes.Contains(environ, []byte(choirdtest.Canary)) {
 				t.Error("the canary secret is in the agent's environment")
 			}
 			filepath.Walk(home, func(path string, info os.FileInfo, err error) error {
 				if err != nil || info.IsDir() || filepath.Base(path) == "secrets.json" || info.Mode()&os.ModeSocket != 0 {
 					return nil
 				}
-				if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, []byte(canary)) {
+				if b, err := os.ReadFile(path); err == nil && bytes.Contains(b, []byte(choirdtest.Canary)) {
 					t.Errorf("the canary secret leaked into %s", path)
 				}
 				return nil
 			})
 			var n int
 			d.Pool().QueryRow(context.Background(), `SELECT count(*) FROM choir_control.session_events
-				WHERE payload::text LIKE '%' || $1 || '%'`, canary).Scan(&n)
+				WHERE payload::text LIKE '%' || $1 || '%'`, choirdtest.Canary).Scan(&n)
 			if n != 0 {
 				t.Errorf("the canary secret is in %d session events", n)
 			}
@@ -270,18 +195,18 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 			// at each request).
 			handed := func() int { return strings.Count(d.Logs.String(), `"msg":"secrets handed to agent"`) }
 			before := handed()
-			secrets := config.Secrets{"postgres-admin": "postgres:", "model-key": canary, "git-token": "ghp-rotated"}
+			secrets := config.Secrets{"postgres-admin": "postgres:", "model-key": choirdtest.Canary, "git-token": "ghp-rotated"}
 			if err := os.WriteFile(filepath.Join(home, "secrets.json"), mustJSON(t, map[string]string(secrets)), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if code, out, errs := choirctl(t, home, "secret", "apply"); code != 0 || !strings.Contains(out, "1 running agents") {
+			if code, out, errs := choirdtest.Choirctl(t, home, "secret", "apply"); code != 0 || !strings.Contains(out, "1 running agents") {
 				t.Fatalf("secret apply: %d %s %s", code, out, errs)
 			}
 			choirdtest.WaitFor(t, "the rotated secrets fetched by the agent", d.Logs, func() bool { return handed() > before })
 		})
 
 		t.Run("SecondAgentOnTheSameWorkspaceIsRefusedNamingTheHolder", func(t *testing.T) {
-			code, _, errs := choirctl(t, home, "agent", "start", "helper", "--dm", "second")
+			code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "helper", "--dm", "second")
 			if code == 0 || !strings.Contains(errs, "leased to agent assistant") {
 				t.Fatalf("exit %d: %s", code, errs)
 			}
@@ -292,12 +217,12 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 			}
 		})
 
-		code, out, _ = choirctl(t, home, "agent", "status", "assistant")
+		code, out, _ = choirdtest.Choirctl(t, home, "agent", "status", "assistant")
 		if code != 0 || !strings.Contains(out, "active") {
 			t.Fatalf("status: %s", out)
 		}
 
-		code, _, errs = choirctl(t, home, "agent", "restart", "assistant")
+		code, _, errs = choirdtest.Choirctl(t, home, "agent", "restart", "assistant")
 		if code != 0 {
 			t.Fatalf("restart: %s", errs)
 		}
@@ -306,7 +231,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 			t.Error("restart kept the same process")
 		}
 
-		code, _, errs = choirctl(t, home, "agent", "stop", "assistant")
+		code, _, errs = choirdtest.Choirctl(t, home, "agent", "stop", "assistant")
 		if code != 0 {
 			t.Fatalf("stop: %s", errs)
 		}
@@ -324,7 +249,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 	})
 
 	t.Run("KilledAgentIsCrashedAtOnce", func(t *testing.T) {
-		if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+		if code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 			t.Fatalf("start: %s", errs)
 		}
 		d.WaitState(t, "assistant", admin.AgentActive)
@@ -344,18 +269,18 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 		ws := d.Snapshot().Config.Workspaces["main"].Path
 		os.WriteFile(filepath.Join(ws, "junk.txt"), []byte("x"), 0o644)
 		// The workspace is leased: reset stops its agent first.
-		if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+		if code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 			t.Fatalf("start: %s", errs)
 		}
 		d.WaitState(t, "assistant", admin.AgentActive)
-		if code, out, _ := choirctl(t, home, "workspace", "list"); code != 0 || !strings.Contains(out, "assistant") {
+		if code, out, _ := choirdtest.Choirctl(t, home, "workspace", "list"); code != 0 || !strings.Contains(out, "assistant") {
 			t.Fatalf("list does not show the holder: %s", out)
 		}
-		code, out, _ := choirctl(t, home, "workspace", "list")
+		code, out, _ := choirdtest.Choirctl(t, home, "workspace", "list")
 		if code != 0 || !strings.Contains(out, "main") {
 			t.Fatalf("list: %s", out)
 		}
-		if code, _, errs := choirctl(t, home, "workspace", "reset", "main"); code != 0 {
+		if code, _, errs := choirdtest.Choirctl(t, home, "workspace", "reset", "main"); code != 0 {
 			t.Fatalf("reset: %s", errs)
 		}
 		if entries, _ := os.ReadDir(ws); len(entries) != 0 {
@@ -369,7 +294,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 
 func TestOrphansAreRemovedWhenChoirdRestarts(t *testing.T) {
 	t.Parallel()
-	d := startWithAgents(t, nil)
+	d := choirdtest.StartWithAgents(t, nil)
 	if _, err := d.AgentStart(context.Background(), control.Scope{Admin: true, Actor: "test"}, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatal(err)
 	}
@@ -404,7 +329,7 @@ func TestOrphansAreRemovedWhenChoirdRestarts(t *testing.T) {
 func pushText(t *testing.T, d *choirdtest.Choird, agent, text string) {
 	t.Helper()
 	st := d.LatestStatus(context.Background(), agent)
-	if _, err := d.Push(st.SessionID, rpcUserMessage(text)); err != nil {
+	if _, err := d.Push(st.SessionID, choirdtest.UserMessage(text)); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -414,7 +339,7 @@ func TestFaultsProcessRuntime(t *testing.T) {
 
 	t.Run("KilledAgentResumesFromSnapshotAndTail", func(t *testing.T) {
 		t.Parallel()
-		d := startWithAgents(t, func(c *config.Config) { c.SnapshotEveryEvents = 2 })
+		d := choirdtest.StartWithAgents(t, func(c *config.Config) { c.SnapshotEveryEvents = 2 })
 		home := d.Home
 		sc := control.Scope{Admin: true, Actor: "test"}
 		if _, err := d.AgentStart(context.Background(), sc, "assistant", admin.StartOverrides{}); err != nil {
@@ -461,7 +386,7 @@ func TestFaultsProcessRuntime(t *testing.T) {
 
 	t.Run("FrozenAgentIsFencedAfterTheThreshold", func(t *testing.T) {
 		t.Parallel()
-		d := startWithAgents(t, nil)
+		d := choirdtest.StartWithAgents(t, nil)
 		if _, err := d.AgentStart(context.Background(), control.Scope{Admin: true, Actor: "test"}, "assistant", admin.StartOverrides{}); err != nil {
 			t.Fatal(err)
 		}
@@ -489,11 +414,6 @@ func TestFaultsProcessRuntime(t *testing.T) {
 func zombie(pid int) bool {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	return err == nil && bytes.Contains(b, []byte(") Z "))
-}
-
-func rpcUserMessage(text string) rpc.Push {
-	return rpc.Push{Kind: rpc.PushUserMessage, UserMessage: &rpc.UserMessage{InboxID: time.Now().UnixNano(),
-		Gateway: "console", ChatID: "operator", UserID: "operator", Text: text, ReceivedAt: time.Now()}}
 }
 
 func mustJSON(t testing.TB, v any) []byte {

@@ -130,7 +130,7 @@ func TestChoirdLog(t *testing.T) {
 
 func TestAgentLogArchivedWhenItsSessionEnds(t *testing.T) {
 	t.Parallel()
-	d := startWithAgents(t, nil)
+	d := choirdtest.StartWithAgents(t, nil)
 	sc := control.Scope{Admin: true, Actor: "test"}
 	if _, err := d.AgentStart(context.Background(), sc, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatal(err)

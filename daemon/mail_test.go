@@ -89,17 +89,17 @@ func TestMailWakesAgentOnce(t *testing.T) {
 	model := &mailModel{notices: map[string]int{}}
 	llm := llmtest.NewServer(t)
 	llm.SetResponder(model.respond)
-	d := startChoird(t, choirdtest.Options{ModelEndpoint: llm.BaseURL(),
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{ModelEndpoint: llm.BaseURL(),
 		Daemon: daemon.Options{Runtime: "process", AgentBinary: choirdtest.Binary(t, "cmd/choir-agent")},
 		Edit: func(cfg *config.Config, s config.Secrets) {
-			fastHeartbeat(cfg, s)
+			choirdtest.FastHeartbeat(cfg, s)
 			acct := srv.Account("agent@choir.test")
 			acct.Secret, acct.Wake = "mail-primary", true
 			cfg.EmailAccounts = map[string]config.EmailAccount{"primary": acct}
 			s["mail-primary"] = "mail-pw-5e2b"
 		}})
 	defer func() { d.StopAgents(t) }()
-	if code, _, errs := choirctl(t, d.Home, "agent", "start", "assistant", "--dm", "console", "--email", "primary"); code != 0 {
+	if code, _, errs := choirdtest.Choirctl(t, d.Home, "agent", "start", "assistant", "--dm", "console", "--email", "primary"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	d.WaitState(t, "assistant", admin.AgentActive)
@@ -201,10 +201,10 @@ func TestMailSendNeedsApproval(t *testing.T) {
 	model := &approvalModel{}
 	llm := llmtest.NewServer(t)
 	llm.SetResponder(model.respond)
-	d := startChoird(t, choirdtest.Options{ModelEndpoint: llm.BaseURL(),
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{ModelEndpoint: llm.BaseURL(),
 		Daemon: daemon.Options{Runtime: "process", AgentBinary: choirdtest.Binary(t, "cmd/choir-agent")},
 		Edit: func(cfg *config.Config, s config.Secrets) {
-			fastHeartbeat(cfg, s)
+			choirdtest.FastHeartbeat(cfg, s)
 			acct := srv.Account("agent@choir.test")
 			acct.Secret, acct.RequireApproval, acct.Sharing = "mail-primary", true, config.EmailShared
 			acct.AllowedRecipients = []string{"@choir.test"}
@@ -212,7 +212,7 @@ func TestMailSendNeedsApproval(t *testing.T) {
 			s["mail-primary"] = "mail-pw-71c0"
 		}})
 	defer func() { d.StopAgents(t) }()
-	if code, _, errs := choirctl(t, d.Home, "agent", "start", "assistant", "--dm", "console", "--email", "primary"); code != 0 {
+	if code, _, errs := choirdtest.Choirctl(t, d.Home, "agent", "start", "assistant", "--dm", "console", "--email", "primary"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	d.WaitState(t, "assistant", admin.AgentActive)
@@ -224,7 +224,7 @@ func TestMailSendNeedsApproval(t *testing.T) {
 	if m == nil || !strings.Contains(first, "pending_approval") || len(srv.Sent()) != 0 {
 		t.Fatalf("first send: %s (%d sent)", first, len(srv.Sent()))
 	}
-	if code, out, errs := choirctl(t, d.Home, "approval", "approve", m[1]); code != 0 {
+	if code, out, errs := choirdtest.Choirctl(t, d.Home, "approval", "approve", m[1]); code != 0 {
 		t.Fatalf("approve: %s %s", out, errs)
 	}
 	choirdtest.WaitFor(t, "the agent told of the approval", d.Logs, func() bool {
@@ -244,7 +244,7 @@ func TestMailSendNeedsApproval(t *testing.T) {
 // second is told who holds it.
 func TestEmailAccountLeases(t *testing.T) {
 	t.Parallel()
-	d := startChoird(t, choirdtest.Options{Edit: func(cfg *config.Config, s config.Secrets) {
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(cfg *config.Config, s config.Secrets) {
 		solo := config.EmailAccount{SMTPHost: "127.0.0.1", SMTPPort: 2525, IMAPHost: "127.0.0.1", IMAPPort: 1143,
 			Sharing: config.EmailExclusive, Secret: "mail-solo", EmailPolicy: config.EmailPolicy{Address: "solo@choir.test"}}
 		team := solo

@@ -33,7 +33,7 @@ func TestMemoryOfAnotherAgentNeedsItsConsent(t *testing.T) {
 
 	t.Run("RefusedByDefault", func(t *testing.T) {
 		t.Parallel()
-		d := startChoird(t, choirdtest.Options{})
+		d := choirdtest.StartTwoAgents(t, choirdtest.Options{})
 		_, cl, _ := helloSession(t, d, "assistant")
 		for i, store := range []string{"knowledge", "session"} {
 			in, _ := json.Marshal(map[string]any{"store": store, "mode": "text", "query": "sky", "target_agent": "helper"})
@@ -59,7 +59,7 @@ func TestMemoryOfAnotherAgentNeedsItsConsent(t *testing.T) {
 
 	t.Run("AllowedWhenListed", func(t *testing.T) {
 		t.Parallel()
-		d := startChoird(t, choirdtest.Options{Edit: func(cfg *config.Config, _ config.Secrets) {
+		d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(cfg *config.Config, _ config.Secrets) {
 			h := cfg.Agents["helper"]
 			h.MemoryReadableBy = []string{"assistant"}
 			cfg.Agents["helper"] = h

@@ -60,7 +60,7 @@ func TestOrphanedAgentStopsByItself(t *testing.T) {
 					"choir-agent": {Source: bin, Mode: 0o755}}, `ENTRYPOINT ["/choir-agent"]`)
 				o.Daemon = daemon.Options{Runtime: rt, AgentImage: image}
 			}
-			p := choirdtest.StartProcess(t, withTwoAgents(o))
+			p := choirdtest.StartProcess(t, choirdtest.WithTwoAgents(o))
 			pool := dbtest.Connect(t, p.DatabaseURL)
 			probe.home = p.Dir
 			bound := orphanThreshold + agentapi.OrphanGrace
@@ -228,7 +228,7 @@ func (o orphanProbe) alive(t *testing.T, instance string) bool {
 // bound within which a restarted choird resumes them.
 func TestStopSaysWhatBecomesOfRunningAgents(t *testing.T) {
 	t.Parallel()
-	d := startWithAgents(t, nil)
+	d := choirdtest.StartWithAgents(t, nil)
 	if _, err := d.AgentStart(context.Background(), control.Scope{Admin: true, Actor: "test"}, "assistant",
 		admin.StartOverrides{}); err != nil {
 		t.Fatal(err)

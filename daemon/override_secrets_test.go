@@ -22,8 +22,8 @@ import (
 func TestOverrideBindsItsSecret(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := startChoird(t, choirdtest.Options{Edit: func(c *config.Config, secrets config.Secrets) {
-		fastHeartbeat(c, secrets)
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(c *config.Config, secrets config.Secrets) {
+		choirdtest.FastHeartbeat(c, secrets)
 		c.Models["other"] = config.Model{Provider: "other-provider", Model: "other-model", Endpoint: "http://127.0.0.1:9/v1",
 			Secret: "other-llm-key"}
 		c.TTS = map[string]config.TTS{"eleven": {Provider: "elevenlabs", ModelID: "eleven_v2", Endpoint: "http://127.0.0.1:9",

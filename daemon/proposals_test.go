@@ -54,8 +54,8 @@ type proposalBundle struct {
 func setupProposals(t *testing.T) *proposalBundle {
 	t.Helper()
 	repo := bareAgentRepo(t, map[string]string{"identity/SOUL.md": "soul\n", "tools/.keep": ""})
-	d := startChoird(t, choirdtest.Options{Edit: func(c *config.Config, _ config.Secrets) {
-		fastHeartbeat(c, nil)
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(c *config.Config, _ config.Secrets) {
+		choirdtest.FastHeartbeat(c, nil)
 		c.DMs["alice"] = config.DM{Gateway: "console", UserID: "alice"}
 		c.DMs["bob"] = config.DM{Gateway: "console", UserID: "bob"}
 		c.GitIdentities = map[string]config.GitIdentity{"bot": {Name: "Assistant Bot", Email: "bot@example.org"}}

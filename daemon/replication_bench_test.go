@@ -55,7 +55,7 @@ func benchHeartbeat(b *testing.B, sessions, perBeat int, viaRPC bool) {
 	// Each session beats as fast as choird answers, far past the 100
 	// requests/s an agent may make: the rate limit is lifted, or it is
 	// what this would measure.
-	d := startChoird(b, choirdtest.Options{Daemon: daemon.Options{AgentLimits: rpc.Limits{RequestsPerSecond: math.Inf(1)}}})
+	d := choirdtest.StartTwoAgents(b, choirdtest.Options{Daemon: daemon.Options{AgentLimits: rpc.Limits{RequestsPerSecond: math.Inf(1)}}})
 	ctx := context.Background()
 	type sess struct {
 		id   uuid.UUID
@@ -188,7 +188,7 @@ func BenchmarkRecovery100k(b *testing.B) {
 }
 
 func benchRecovery(b *testing.B, total, snapEvery int) {
-	d := startChoird(b, choirdtest.Options{})
+	d := choirdtest.StartTwoAgents(b, choirdtest.Options{})
 	ctx := context.Background()
 	cfg := d.Snapshot().Config
 	first, err := session.CreateSession(ctx, d.Pool(), cfg, "assistant", admin.StartOverrides{}, d.ConfigVersion(), "bench")

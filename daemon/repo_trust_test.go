@@ -158,9 +158,9 @@ func TestAgentBuildRefusesARefTheAgentPushed(t *testing.T) {
 		t.Fatal(err)
 	}
 	pushed := gitIn(t, agentRepo, "rev-parse", "HEAD")
-	d := startChoird(t, choirdtest.Options{Daemon: daemon.Options{Runtime: "docker", AgentBinary: runtimetest.BuildAgent(t)},
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Daemon: daemon.Options{Runtime: "docker", AgentBinary: runtimetest.BuildAgent(t)},
 		Edit: func(c *config.Config, s config.Secrets) {
-			fastHeartbeat(c, s)
+			choirdtest.FastHeartbeat(c, s)
 			c.GlobalRepo = config.Repo{URL: global, Ref: "main"}
 			c.GitIdentities = map[string]config.GitIdentity{"bot": {Name: "Assistant Bot", Email: "bot@example.org"}}
 			a := c.Agents["assistant"]

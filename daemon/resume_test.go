@@ -57,7 +57,7 @@ func waitSilentBeyondThreshold(t *testing.T, pool *pgxpool.Pool, id string, thre
 func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := startWithAgents(t, func(c *config.Config) {
+	d := choirdtest.StartWithAgents(t, func(c *config.Config) {
 		c.SnapshotEveryEvents = 2
 		c.Models["fast"] = c.Models["local"]
 	})
@@ -173,7 +173,7 @@ func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 func TestChoirdRestartResumesOnlyWhatItShould(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := startWithAgents(t, func(c *config.Config) {
+	d := choirdtest.StartWithAgents(t, func(c *config.Config) {
 		c.Workspaces["third"] = config.Workspace{Path: t.TempDir()}
 		c.DMs["third"] = config.DM{Gateway: "console", UserID: "third"}
 		c.Agents["third"] = config.Agent{Defaults: config.AgentDefaults{Workspace: "third", LLM: "local", DM: "third"}}
@@ -297,7 +297,7 @@ func TestChoirdRestartResumesOnlyWhatItShould(t *testing.T) {
 func TestChoirdThatCannotMakeItsRuntimeLeavesSessionsAlone(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := startWithAgents(t, nil)
+	d := choirdtest.StartWithAgents(t, nil)
 	pool := d.OwnPool(t)
 	if _, err := d.AgentStart(ctx, control.Scope{Admin: true, Actor: "test"}, "assistant", admin.StartOverrides{}); err != nil {
 		t.Fatal(err)

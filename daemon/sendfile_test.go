@@ -26,7 +26,7 @@ import (
 func TestSendFileStaysInTheWorkspace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := startChoird(t, choirdtest.Options{})
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{})
 	_, client, hello := helloSession(t, d, "assistant")
 	if hello.ResourceBindings.Workspace != "main" {
 		t.Fatalf("session bound to workspace %q", hello.ResourceBindings.Workspace)

@@ -22,11 +22,11 @@ import (
 
 // testConfig is a local configuration with two agents sharing a workspace
 // default, a second workspace, and secrets on the model and git identity
-// (twoAgents').
+// (choirdtest.TwoAgents).
 func testConfig(t testing.TB) *config.Config {
 	t.Helper()
 	cfg, secrets := starter.Local(t.TempDir(), config.Postgres{Host: "127.0.0.1", Port: 55432, Database: "choir"})
-	twoAgents(cfg, secrets)
+	choirdtest.TwoAgents(cfg, secrets)
 	if err := cfg.Validate(secrets); err != nil {
 		t.Fatal(err)
 	}

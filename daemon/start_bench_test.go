@@ -30,7 +30,7 @@ func BenchmarkStartToFirstHeartbeat(b *testing.B) {
 }
 
 func benchStart(b *testing.B, opts daemon.Options) {
-	d := startChoird(b, choirdtest.Options{Daemon: opts, Edit: fastHeartbeat})
+	d := choirdtest.StartTwoAgents(b, choirdtest.Options{Daemon: opts, Edit: choirdtest.FastHeartbeat})
 	ctx := context.Background()
 	sc := control.Scope{Admin: true, Actor: "bench"}
 	var lat []time.Duration

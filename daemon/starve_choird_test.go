@@ -71,7 +71,7 @@ func (b *beater) run(ctx context.Context, t *testing.T, stop <-chan struct{}) {
 func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := startChoird(t, choirdtest.Options{Edit: func(c *config.Config, _ config.Secrets) {
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(c *config.Config, _ config.Secrets) {
 		c.HeartbeatIntervalMS, c.CrashDetectionThresholdMS = 500, 2500
 	}})
 	threshold, interval := d.Snapshot().Config.CrashDetectionThreshold(), d.Snapshot().Config.HeartbeatInterval()

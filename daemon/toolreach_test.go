@@ -111,11 +111,11 @@ type toolRun struct {
 // $CHOIR_SESSION stand for choird's home and the session's id.
 func runToolCalls(t *testing.T, setup reachSetup, files map[string][]byte, calls ...llmtest.Call) toolRun {
 	fwd := newForwarder(t, setup.listen)
-	d := startChoird(t, choirdtest.Options{ModelEndpoint: "http://" + fwd.ln.Addr().String() + "/v1", Daemon: setup.opts,
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{ModelEndpoint: "http://" + fwd.ln.Addr().String() + "/v1", Daemon: setup.opts,
 		Edit: func(c *config.Config, s config.Secrets) {
 			// A fast heartbeat, but no crash verdict on a loaded machine:
 			// these tests are about what tools reach, not crash detection.
-			fastHeartbeat(c, s)
+			choirdtest.FastHeartbeat(c, s)
 			c.CrashDetectionThresholdMS = 30_000
 		}})
 	defer d.StopAgents(t)
@@ -125,7 +125,7 @@ func runToolCalls(t *testing.T, setup reachSetup, files map[string][]byte, calls
 			t.Fatal(err)
 		}
 	}
-	if code, _, errs := choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+	if code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	st := d.WaitState(t, "assistant", admin.AgentActive)
@@ -155,7 +155,7 @@ func runToolCalls(t *testing.T, setup reachSetup, files map[string][]byte, calls
 	)
 	addr := strings.TrimSuffix(strings.TrimPrefix(srv.BaseURL(), "http://"), "/v1")
 	fwd.target.Store(&addr)
-	if _, err := d.Push(st.SessionID, rpcUserMessage("go")); err != nil {
+	if _, err := d.Push(st.SessionID, choirdtest.UserMessage("go")); err != nil {
 		t.Fatal(err)
 	}
 	choirdtest.WaitFor(t, "the tool results at the model", d.Logs, done.Load)
@@ -194,7 +194,7 @@ func probeReport(t *testing.T, result, ws string) string {
 func checkNothingObtained(t *testing.T, report string, hash []byte) {
 	t.Helper()
 	t.Logf("probe report:\n%s", report)
-	for _, s := range []string{canary, "ghp-test", "[secret:"} {
+	for _, s := range []string{choirdtest.Canary, "ghp-test", "[secret:"} {
 		if strings.Contains(report, s) {
 			t.Errorf("the probe obtained %q", s)
 		}

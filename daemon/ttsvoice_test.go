@@ -40,7 +40,7 @@ func TestSpokenReplyArrivesAsAVoiceMessage(t *testing.T) {
 	tg := telegramtest.NewServer(t)
 	bot := tg.AddBot(ttsToken, "choir_tts_bot")
 	eleven := ttstest.NewServer(t)
-	d := startChoird(t, choirdtest.Options{
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{
 		Edit: func(cfg *config.Config, secrets config.Secrets) {
 			cfg.Gateways["tg"] = config.Gateway{Type: config.GatewayTelegram, Secret: "tg-token"}
 			secrets["tg-token"] = ttsToken

@@ -26,7 +26,7 @@ import (
 func TestNewSessionKeepsTheDaysSpend(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	d := startChoird(t, choirdtest.Options{Edit: func(cfg *config.Config, _ config.Secrets) {
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(cfg *config.Config, _ config.Secrets) {
 		a := cfg.Agents["assistant"]
 		a.Budgets.PerDayTokens = 5000
 		cfg.Agents["assistant"] = a

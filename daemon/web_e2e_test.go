@@ -59,20 +59,20 @@ func TestWebToolsAreAudited(t *testing.T) {
 		llmtest.Text("done"),
 		llmtest.Text("The agent searched, fetched and browsed."), // the session summary at the stop
 	)
-	d := startChoird(t, choirdtest.Options{ModelEndpoint: srv.BaseURL(),
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{ModelEndpoint: srv.BaseURL(),
 		Daemon: daemon.Options{Runtime: "process", AgentBinary: choirdtest.Binary(t, "cmd/choir-agent")},
 		Edit: func(cfg *config.Config, s config.Secrets) {
-			fastHeartbeat(cfg, nil)
+			choirdtest.FastHeartbeat(cfg, nil)
 			cfg.Search = map[string]config.SearchProvider{"brave": {Secret: "brave-test-key", Endpoint: brave.URL + "/res/v1"}}
 			s["brave-test-key"] = "brave-test-key"
 			cfg.Web.AllowHosts = []string{strings.TrimPrefix(site.URL, "http://")}
 		}})
 	defer d.StopAgents(t)
-	if code, _, errs := choirctl(t, d.Home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+	if code, _, errs := choirdtest.Choirctl(t, d.Home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	st := d.WaitState(t, "assistant", admin.AgentActive)
-	if _, err := d.Push(st.SessionID, rpcUserMessage("look it up")); err != nil {
+	if _, err := d.Push(st.SessionID, choirdtest.UserMessage("look it up")); err != nil {
 		t.Fatal(err)
 	}
 	want := map[string]string{"choir.web.search": "choir agents", "choir.web.fetch": site.URL + "/fetched",

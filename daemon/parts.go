@@ -9,8 +9,9 @@ import (
 	"github.com/choirhq/choir/daemon/runtime"
 )
 
-// The parts of a running choird that its tests (package daemon_test) drive
-// as its gateway does, or look at as its runtime sees them.
+// The parts of a running choird that the end-to-end tests of its features
+// (through internal/choirdtest) drive as its gateway does, or look at as
+// its runtime sees them.
 
 // NewCommands makes a DM command layer on d's parts, as its gateway's is
 // made; notify, when set, receives the long commands' outcomes.

@@ -41,7 +41,7 @@ func TestBrowseThroughExecuteHostTool(t *testing.T) {
 		a.Web.AllowHosts = []string{strings.TrimPrefix(srv.URL, "http://")}
 		cfg.Agents["assistant"] = a
 	}})
-	_, client, _ := helloSession(t, d, "assistant")
+	_, client, _ := d.HelloSession(t, "assistant")
 	ctx := context.Background()
 	dyn, err := client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
 	var dc rpc.DynamicConfig

@@ -1,9 +1,7 @@
 package daemon_test
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -37,31 +35,6 @@ func home(t *testing.T, url string) string {
 	return choirdtest.WriteHome(t, choirdtest.Options{DatabaseURL: url, Edit: secondAgent}).Dir
 }
 
-func logMessages(t *testing.T, path string) []string {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var msgs []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		var line struct {
-			Msg    string `json:"msg"`
-			Source string `json:"source"`
-		}
-		if err := json.Unmarshal(sc.Bytes(), &line); err != nil {
-			t.Fatalf("log line is not JSON: %q", sc.Text())
-		}
-		if line.Source != "choird" {
-			t.Errorf("log line without source=choird: %s", sc.Text())
-		}
-		msgs = append(msgs, line.Msg)
-	}
-	return msgs
-}
-
 func TestRun(t *testing.T) {
 	t.Parallel()
 
@@ -81,7 +54,7 @@ func TestRun(t *testing.T) {
 		if err := d.Stop(); err != nil {
 			t.Fatalf("run: %v", err)
 		}
-		msgs := logMessages(t, filepath.Join(d.Home, "logs", "choird.log"))
+		msgs := choirdtest.LogMessages(t, filepath.Join(d.Home, "logs", "choird.log"))
 		want := []string{"choird starting", "step 1: config.json read and validated", "step 2: secrets.json read and validated",
 			"step 3: connected to Postgres", "step 4: agent schema ready", "step 5: connection pool and job queues running",
 			"choird ready", "choird stopping", "choird stopped"}

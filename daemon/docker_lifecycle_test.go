@@ -46,7 +46,7 @@ func TestLifecycleDockerRuntime(t *testing.T) {
 	})
 	t.Logf("agent start to first acknowledged heartbeat: %s", beat.Sub(begin).Round(time.Millisecond))
 
-	s, err := d.Runtime().Inspect(ctx, mustInstance(t, d, st.SessionID))
+	s, err := d.Runtime().Inspect(ctx, d.Instance(t, st.SessionID))
 	if err != nil || !s.Running() {
 		t.Fatalf("container: %+v %v", s, err)
 	}
@@ -80,7 +80,7 @@ func TestLifecycleDockerRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = d.WaitState(t, "assistant", admin.AgentActive)
-	inst := mustInstance(t, d, st.SessionID)
+	inst := d.Instance(t, st.SessionID)
 	if _, err := cli.ContainerKill(ctx, inst, client.ContainerKillOptions{Signal: "KILL"}); err != nil {
 		t.Fatal(err)
 	}
@@ -91,7 +91,7 @@ func TestLifecycleDockerRuntime(t *testing.T) {
 		t.Fatal(err)
 	}
 	st = d.WaitState(t, "assistant", admin.AgentActive)
-	orphan := mustInstance(t, d, st.SessionID)
+	orphan := d.Instance(t, st.SessionID)
 	d = d.Restart(t)
 	if _, err := d.Runtime().Inspect(ctx, orphan); err == nil {
 		t.Errorf("orphaned container %s survived choird's restart", orphan)
@@ -109,24 +109,9 @@ func TestLifecycleDockerRuntime(t *testing.T) {
 	if back.SessionID == st.SessionID || resumedFrom != st.SessionID {
 		t.Errorf("the live session %s resumes from %q, want a new one resuming %s", back.SessionID, resumedFrom, st.SessionID)
 	}
-	if inst := mustInstance(t, d, back.SessionID); inst == orphan {
+	if inst := d.Instance(t, back.SessionID); inst == orphan {
 		t.Errorf("the orphaned container %s was kept", orphan)
 	}
-}
-
-func mustInstance(t *testing.T, d *choirdtest.Choird, sessionID string) string {
-	t.Helper()
-	list, err := d.Runtime().List(context.Background())
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, inst := range list {
-		if inst.SessionID == sessionID {
-			return inst.ID
-		}
-	}
-	t.Fatalf("no instance for session %s", sessionID)
-	return ""
 }
 
 // TestFailedStartLeavesNothing starts an agent whose image does not exist:

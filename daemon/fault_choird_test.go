@@ -15,7 +15,7 @@ func TestFaultChoirdKilledMidHeartbeat(t *testing.T) {
 	url := dbtest.NewDatabase(t)
 	pool := dbtest.Connect(t, url)
 	const agent = "replica"
-	id, token := tokenSession(t, pool, agent)
+	id, token := choirdtest.TokenSession(t, pool, agent)
 
 	// choird runs no agent runtime: the test's agent runs in the test
 	// process and keeps running across choird's death, as a container

@@ -101,7 +101,7 @@ func TestFaultPostgresRestartedUnderLoad(t *testing.T) {
 	c := startPrivateCluster(t)
 	pool := dbtest.Connect(t, c.url())
 	const agent = "replica"
-	id, token := tokenSession(t, pool, agent)
+	id, token := choirdtest.TokenSession(t, pool, agent)
 
 	d := choirdtest.StartTwoAgents(t, choirdtest.Options{DatabaseURL: c.url(), Edit: func(cfg *config.Config, s config.Secrets) {
 		choirdtest.FastHeartbeat(cfg, s)

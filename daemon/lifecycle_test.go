@@ -326,14 +326,6 @@ func TestOrphansAreRemovedWhenChoirdRestarts(t *testing.T) {
 	}
 }
 
-func pushText(t *testing.T, d *choirdtest.Choird, agent, text string) {
-	t.Helper()
-	st := d.LatestStatus(context.Background(), agent)
-	if _, err := d.Push(st.SessionID, choirdtest.UserMessage(text)); err != nil {
-		t.Fatal(err)
-	}
-}
-
 func TestFaultsProcessRuntime(t *testing.T) {
 	t.Parallel()
 
@@ -349,7 +341,7 @@ func TestFaultsProcessRuntime(t *testing.T) {
 		// No model answers here: each message commits a user_msg event and
 		// gets an error reply; that is enough events to snapshot.
 		for i := range 3 {
-			pushText(t, d, "assistant", "message "+strconv.Itoa(i))
+			d.PushText(t, "assistant", "message "+strconv.Itoa(i))
 		}
 		var snaps int
 		choirdtest.WaitFor(t, "a snapshot", d.Logs, func() bool {
@@ -367,7 +359,7 @@ func TestFaultsProcessRuntime(t *testing.T) {
 			t.Fatal(err)
 		}
 		d.WaitState(t, "assistant", admin.AgentActive)
-		pushText(t, d, "assistant", "after the crash")
+		d.PushText(t, "assistant", "after the crash")
 		choirdtest.WaitFor(t, "the next event continuing the chain", d.Logs, func() bool {
 			var n int64
 			d.Pool().QueryRow(context.Background(), "SELECT max(rev) FROM choir_control.session_events").Scan(&n)

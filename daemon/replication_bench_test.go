@@ -65,7 +65,7 @@ func benchHeartbeat(b *testing.B, sessions, perBeat int, viaRPC bool) {
 	}
 	all := make([]*sess, sessions)
 	for i := range all {
-		id, token := tokenSession(b, d.Pool(), fmt.Sprintf("bench-%d", i))
+		id, token := choirdtest.TokenSession(b, d.Pool(), fmt.Sprintf("bench-%d", i))
 		c, err := client.New(client.Options{Socket: d.Socket(), SessionID: id.String(), LeaseToken: token})
 		if err != nil {
 			b.Fatal(err)
@@ -206,7 +206,7 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 			evs[j].Seal(p) //nolint:errcheck
 			p = evs[j].Hash
 		}
-		req := patch(evs, rev, prev)
+		req := choirdtest.Patch(evs, rev, prev)
 		if snapEvery > 0 {
 			// the latest snapshot of this batch
 			last := evs[len(evs)-1]
@@ -235,7 +235,7 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 			b.Fatal(err)
 		}
 		b.StartTimer()
-		hello, err := c.InitHello(ctx, helloRequest(s))
+		hello, err := c.InitHello(ctx, choirdtest.HelloRequest(s))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -73,7 +73,7 @@ func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 3 {
-		pushText(t, d, "assistant", "message "+strconv.Itoa(i))
+		d.PushText(t, "assistant", "message "+strconv.Itoa(i))
 	}
 	var acked int64
 	choirdtest.WaitFor(t, "three events acknowledged", nil, func() bool {
@@ -156,7 +156,7 @@ func TestChoirdRestartResumesActiveSessions(t *testing.T) {
 			b, _ := os.ReadFile(filepath.Join(d.Home, "logs", "assistant.log"))
 			return bytes.Contains(b, []byte(`"status":"resumed"`))
 		})
-		pushText(t, d, "assistant", "after the restart")
+		d.PushText(t, "assistant", "after the restart")
 		choirdtest.WaitFor(t, "the next event continuing the chain", nil, func() bool {
 			var n int64
 			pool.QueryRow(ctx, "SELECT acked_rev FROM choir_control.sessions WHERE session_id = $1", second.SessionID).Scan(&n)

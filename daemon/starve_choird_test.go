@@ -42,10 +42,10 @@ func (b *beater) run(ctx context.Context, t *testing.T, stop <-chan struct{}) {
 			return
 		case <-time.After(b.interval):
 		}
-		evs := chainEvents(t, rev+1, rev+1, prev)
+		evs := choirdtest.ChainEvents(t, rev+1, rev+1, prev)
 		// A heartbeat slower than the crash threshold is as good as lost.
 		hctx, cancel := context.WithTimeout(ctx, b.timeout)
-		resp, err := b.cl.Heartbeat(hctx, patch(evs, rev, prev))
+		resp, err := b.cl.Heartbeat(hctx, choirdtest.Patch(evs, rev, prev))
 		cancel()
 		b.beats.Add(1)
 		if err == nil && resp.AckRev != rev+1 {
@@ -106,7 +106,7 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 		cl *client.Client
 		s  session.StartedSession
 	}{{a, sa}, {b, sb}} {
-		if _, err := c.cl.InitHello(ctx, helloRequest(c.s)); err != nil {
+		if _, err := c.cl.InitHello(ctx, choirdtest.HelloRequest(c.s)); err != nil {
 			t.Fatal(err)
 		}
 	}

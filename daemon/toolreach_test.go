@@ -93,7 +93,7 @@ func runReachProbe(t *testing.T, setup reachSetup, probe string) (string, string
 	args, _ := json.Marshal(map[string]any{"command": cmd, "timeout_ms": 60000})
 	run := runToolCalls(t, setup, map[string][]byte{"reachprobe": bin},
 		llmtest.Call{ID: "1", Name: "choir.exec", Arguments: string(args)})
-	return probeReport(t, run.results["1"], run.ws), run.sessionID, run.hash
+	return choirdtest.ProbeReport(t, run.results["1"], run.ws), run.sessionID, run.hash
 }
 
 // toolRun is what runToolCalls saw: the tool results the model received,
@@ -162,30 +162,6 @@ func runToolCalls(t *testing.T, setup reachSetup, files map[string][]byte, calls
 	mu.Lock()
 	defer mu.Unlock()
 	return run
-}
-
-// probeReport returns the probe's whole output from choir.exec's result:
-// the result itself, or the artifact that holds all of it when the result
-// had to be cut (the probe lists every process on the machine).
-func probeReport(t *testing.T, result, ws string) string {
-	t.Helper()
-	var r struct {
-		Output *struct {
-			Output *string `json:"output"`
-		} `json:"output"`
-		ArtifactRef string `json:"artifact_ref"`
-	}
-	if err := json.Unmarshal([]byte(result), &r); err != nil || r.Output == nil || r.Output.Output == nil {
-		t.Fatalf("no probe report in the tool result (%v):\n%s", err, result)
-	}
-	if r.ArtifactRef == "" {
-		return *r.Output.Output
-	}
-	b, err := os.ReadFile(filepath.Join(ws, r.ArtifactRef))
-	if err != nil {
-		t.Fatalf("the probe's whole output: %v", err)
-	}
-	return string(b)
 }
 
 // checkNothingObtained reads the probe's report: no secret, no lease

@@ -3,8 +3,12 @@
 // for a fresh migrated database (dbtest), runs a real choird on it in
 // process (Start, Restart) or from its binary as a process a test can kill
 // (StartProcess), builds the module's commands once (Binary), plays agents
-// over the real protocol for tests that run none (StandIn, StartSession),
-// and offers the small waits and buffers such tests share. It holds no
+// over the real protocol for tests that run none (StandIn, StartSession,
+// HelloSession), and offers what choird's end-to-end tests share, wherever
+// they live beside the feature they test: the two-agent configuration
+// (TwoAgents, StartTwoAgents, StartWithAgents), a DM command layer
+// (SetupCommands), replica patches (ChainEvents, Patch), git repositories,
+// choirctl in process, and the small waits and buffers. It holds no
 // fakes: the model, Telegram and the runtime are whatever the test
 // configures. It imports no agent code, so the agent's own tests may use
 // it.

@@ -8,9 +8,12 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/starter"
 	"github.com/choirhq/choir/ctl"
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/client"
 )
 
 // Canary is the model key's value in TwoAgents' secrets: it must never be
@@ -93,4 +96,56 @@ func Choirctl(t testing.TB, home string, args ...string) (int, string, string) {
 func UserMessage(text string) rpc.Push {
 	return rpc.Push{Kind: rpc.PushUserMessage, UserMessage: &rpc.UserMessage{InboxID: time.Now().UnixNano(),
 		Gateway: "console", ChatID: "operator", UserID: "operator", Text: text, ReceivedAt: time.Now()}}
+}
+
+// TwoAgentsConfig is TwoAgents' configuration for a choird that is not
+// started, validated: for tests of the parts that take a configuration.
+func TwoAgentsConfig(t testing.TB) *config.Config {
+	t.Helper()
+	cfg, secrets := starter.Local(t.TempDir(), config.Postgres{Host: "127.0.0.1", Port: 55432, Database: "choir"})
+	TwoAgents(cfg, secrets)
+	if err := cfg.Validate(secrets); err != nil {
+		t.Fatal(err)
+	}
+	return cfg
+}
+
+// SessionCall is the rpc call an agent of s makes.
+func SessionCall(s session.StartedSession) rpc.Call {
+	return rpc.Call{Session: rpc.Session{ID: s.Session.SessionID.String(), AgentID: s.Session.AgentID}, Verb: "INIT_HELLO"}
+}
+
+// HelloRequest is the INIT_HELLO an agent of s sends.
+func HelloRequest(s session.StartedSession) rpc.InitHelloRequest {
+	return rpc.InitHelloRequest{AgentID: s.Session.AgentID, SessionID: s.Session.SessionID.String(),
+		ImageVersion: "img-1", ToolManifestHash: "t1", SkillManifestHash: "s1"}
+}
+
+// HelloSession starts a session of agentID on its defaults, as choird's
+// start does, and returns its id, a client on choird's agent socket that
+// has said hello for it, as its agent would, and choird's answer. Unlike a
+// stand-in, the client sends nothing else. It closes when the test ends.
+func (c *Choird) HelloSession(t testing.TB, agentID string) (string, *client.Client, rpc.InitHelloResponse) {
+	t.Helper()
+	id, token := c.StartSession(t, agentID)
+	cl, err := client.New(client.Options{Socket: c.Socket(), SessionID: id, LeaseToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	hello, err := cl.InitHello(context.Background(), rpc.InitHelloRequest{AgentID: agentID, SessionID: id,
+		ImageVersion: "img-1", ToolManifestHash: "t1", SkillManifestHash: "s1"})
+	if err != nil {
+		t.Fatalf("INIT_HELLO: %v", err)
+	}
+	return id, cl, hello
+}
+
+// PushText pushes text from the console DM to agent's latest session.
+func (c *Choird) PushText(t testing.TB, agent, text string) {
+	t.Helper()
+	st := c.LatestStatus(context.Background(), agent)
+	if _, err := c.Push(st.SessionID, UserMessage(text)); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -1,4 +1,4 @@
-package daemon_test
+package approval_test
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -16,24 +17,24 @@ import (
 // answer then decides B.
 func TestBareApproveAsksWhenSeveralWereFiled(t *testing.T) {
 	t.Parallel()
-	b := setupCommands(t)
+	b := choirdtest.SetupCommands(t)
 	ctx := context.Background()
-	assistant := b.d.StandIn(t, "assistant", admin.StartOverrides{})
-	read := requestApproval(t, assistant, "the one alice read")
-	if _, err := b.d.Approvals().Decide(ctx, control.Scope{Admin: true, Actor: "choirctl"}, read, false); err != nil {
+	assistant := b.D.StandIn(t, "assistant", admin.StartOverrides{})
+	read := choirdtest.RequestApproval(t, assistant, "the one alice read")
+	if _, err := b.D.Approvals().Decide(ctx, control.Scope{Admin: true, Actor: "choirctl"}, read, false); err != nil {
 		t.Fatal(err)
 	}
-	sneaked := requestApproval(t, assistant, "filed meanwhile")
-	reply := b.send(t, "alice", "/approve")
+	sneaked := choirdtest.RequestApproval(t, assistant, "filed meanwhile")
+	reply := b.Send(t, "alice", "/approve")
 	if !strings.Contains(reply, "2 approvals were filed in the last minute") || !strings.Contains(reply, "the one alice read") ||
 		!strings.Contains(reply, "1. assistant: filed meanwhile") {
 		t.Fatalf("bare /approve with two filed lately = %q", reply)
 	}
-	a, err := b.d.Approvals().Show(ctx, control.Scope{Admin: true}, sneaked)
+	a, err := b.D.Approvals().Show(ctx, control.Scope{Admin: true}, sneaked)
 	if err != nil || a.Status != "pending" {
 		t.Fatalf("the bare /approve decided %s: %s, %v", sneaked, a.Status, err)
 	}
-	if reply := b.send(t, "alice", "/approve 1"); !strings.HasPrefix(reply, "Approved: filed meanwhile") {
+	if reply := b.Send(t, "alice", "/approve 1"); !strings.HasPrefix(reply, "Approved: filed meanwhile") {
 		t.Errorf("/approve 1 = %q", reply)
 	}
 }

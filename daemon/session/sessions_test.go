@@ -1,4 +1,4 @@
-package daemon_test
+package session_test
 
 import (
 	"context"
@@ -7,31 +7,15 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/config/starter"
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
-	"github.com/choirhq/choir/rpc/client"
 	"github.com/choirhq/choir/rpc/wire"
 	"github.com/choirhq/choir/sql/seam"
 )
-
-// testConfig is a local configuration with two agents sharing a workspace
-// default, a second workspace, and secrets on the model and git identity
-// (choirdtest.TwoAgents).
-func testConfig(t testing.TB) *config.Config {
-	t.Helper()
-	cfg, secrets := starter.Local(t.TempDir(), config.Postgres{Host: "127.0.0.1", Port: 55432, Database: "choir"})
-	choirdtest.TwoAgents(cfg, secrets)
-	if err := cfg.Validate(secrets); err != nil {
-		t.Fatal(err)
-	}
-	return cfg
-}
 
 func TestStartSession(t *testing.T) {
 	t.Parallel()
@@ -40,7 +24,7 @@ func TestStartSession(t *testing.T) {
 	t.Run("DefaultsAreBoundAndLeasedWithScopedSecrets", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		cfg := testConfig(t)
+		cfg := choirdtest.TwoAgentsConfig(t)
 		s, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
@@ -67,7 +51,7 @@ func TestStartSession(t *testing.T) {
 	t.Run("ConflictNamesTheHolderAndLeavesNothingBehind", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		cfg := testConfig(t)
+		cfg := choirdtest.TwoAgentsConfig(t)
 		if _, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process"); err != nil {
 			t.Fatal(err)
 		}
@@ -89,7 +73,7 @@ func TestStartSession(t *testing.T) {
 	t.Run("SecondStartOfARunningAgentIsRejected", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		cfg := testConfig(t)
+		cfg := choirdtest.TwoAgentsConfig(t)
 		first, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
@@ -102,7 +86,7 @@ func TestStartSession(t *testing.T) {
 
 	t.Run("UnknownOverridesAreAllNamed", func(t *testing.T) {
 		t.Parallel()
-		cfg := testConfig(t)
+		cfg := choirdtest.TwoAgentsConfig(t)
 		_, err := session.ResolveBindings(cfg, "assistant", admin.StartOverrides{Workspace: "nope", LLM: "gpt-9"})
 		if !errors.Is(err, session.ErrUnknownResource) || !strings.Contains(err.Error(), "--workspace=nope") ||
 			!strings.Contains(err.Error(), "--llm=gpt-9") {
@@ -116,13 +100,13 @@ func TestStartSession(t *testing.T) {
 	t.Run("EndReleasesLeasesAndTheNextSessionContinuesTheChain", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		cfg := testConfig(t)
+		cfg := choirdtest.TwoAgentsConfig(t)
 		first, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
-		evs := chainEvents(t, 1, 3, rpc.Genesis)
-		if _, err := agentapi.Replicate(ctx, pool, first.Session.SessionID, patch(evs, 0, rpc.Genesis)); err != nil {
+		evs := choirdtest.ChainEvents(t, 1, 3, rpc.Genesis)
+		if _, err := agentapi.Replicate(ctx, pool, first.Session.SessionID, choirdtest.Patch(evs, 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
 		if ok, err := session.EndSession(ctx, pool, nil, first.Session.SessionID, "ended", "stopped by test"); err != nil || !ok {
@@ -141,8 +125,8 @@ func TestStartSession(t *testing.T) {
 		if second.Session.BaseRev != 3 || *second.Session.ResumedFrom != first.Session.SessionID {
 			t.Fatalf("second session base %d from %v", second.Session.BaseRev, second.Session.ResumedFrom)
 		}
-		more := chainEvents(t, 4, 5, evs[2].Hash)
-		if resp, err := agentapi.Replicate(ctx, pool, second.Session.SessionID, patch(more, 3, evs[2].Hash)); err != nil || resp.AckRev != 5 {
+		more := choirdtest.ChainEvents(t, 4, 5, evs[2].Hash)
+		if resp, err := agentapi.Replicate(ctx, pool, second.Session.SessionID, choirdtest.Patch(more, 3, evs[2].Hash)); err != nil || resp.AckRev != 5 {
 			t.Fatalf("continue chain: %+v %v", resp, err)
 		}
 	})
@@ -150,7 +134,7 @@ func TestStartSession(t *testing.T) {
 	t.Run("AuthenticateAcceptsOnlyTheRightTokenOfALiveSession", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		cfg := testConfig(t)
+		cfg := choirdtest.TwoAgentsConfig(t)
 		s, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
@@ -178,7 +162,7 @@ func TestReplayStore(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
-	id := newSession(t, pool, "alpha")
+	id := choirdtest.NewSession(t, pool, "alpha")
 	store := agentapi.ReplayStore{Pool: pool}
 	key := rpc.ReplayKey{SessionID: id.String(), RequestID: "req-1"}
 	if _, ok, err := store.Load(ctx, key); ok || err != nil {
@@ -201,35 +185,4 @@ func TestReplayStore(t *testing.T) {
 	if _, ok, _ := store.Load(ctx, key); ok {
 		t.Error("record survived Forget")
 	}
-}
-
-// sessionCall is the rpc call an agent of s makes.
-func sessionCall(s session.StartedSession) rpc.Call {
-	return rpc.Call{Session: rpc.Session{ID: s.Session.SessionID.String(), AgentID: s.Session.AgentID}, Verb: "INIT_HELLO"}
-}
-
-// helloRequest is the INIT_HELLO an agent of s sends.
-func helloRequest(s session.StartedSession) rpc.InitHelloRequest {
-	return rpc.InitHelloRequest{AgentID: s.Session.AgentID, SessionID: s.Session.SessionID.String(),
-		ImageVersion: "img-1", ToolManifestHash: "t1", SkillManifestHash: "s1"}
-}
-
-// helloSession starts a session of agentID on its defaults, as choird's
-// start does, and returns its id, a cl on choird's agent socket that
-// has said hello for it, as its agent would, and choird's answer. Unlike a
-// stand-in, the cl sends nothing else. It closes when the test ends.
-func helloSession(t *testing.T, d *choirdtest.Choird, agentID string) (string, *client.Client, rpc.InitHelloResponse) {
-	t.Helper()
-	id, token := d.StartSession(t, agentID)
-	cl, err := client.New(client.Options{Socket: d.Socket(), SessionID: id, LeaseToken: token})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cl.Close() })
-	hello, err := cl.InitHello(context.Background(), rpc.InitHelloRequest{AgentID: agentID, SessionID: id,
-		ImageVersion: "img-1", ToolManifestHash: "t1", SkillManifestHash: "s1"})
-	if err != nil {
-		t.Fatalf("INIT_HELLO: %v", err)
-	}
-	return id, cl, hello
 }

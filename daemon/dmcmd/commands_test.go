@@ -1,131 +1,29 @@
-package daemon_test
+package dmcmd_test
 
 import (
 	"context"
 	"encoding/json"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"testing"
 
 	"github.com/google/uuid"
 
-	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
-	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
-	"github.com/choirhq/choir/rpc/client"
 	"github.com/choirhq/choir/rpc/wire"
 	"github.com/choirhq/choir/sql/seam"
 )
-
-// cmdBundle is a choird without an agent runtime, with two regular DMs
-// (alice, bound to assistant; bob, bound to helper), an unbound one
-// (nobody) and the admin DM console, driven through its DM command layer.
-type cmdBundle struct {
-	d       *choirdtest.Choird
-	c       *dmcmd.Commands
-	updates atomic.Int64
-
-	mu    sync.Mutex
-	notes []string
-}
-
-func setupCommands(t *testing.T) *cmdBundle {
-	t.Helper()
-	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(c *config.Config, _ config.Secrets) {
-		choirdtest.FastHeartbeat(c, nil)
-		c.DMs["alice"] = config.DM{Gateway: "console", UserID: "alice"}
-		c.DMs["bob"] = config.DM{Gateway: "console", UserID: "bob"}
-		c.DMs["nobody"] = config.DM{Gateway: "console", UserID: "nobody"}
-		a := c.Agents["assistant"]
-		a.Defaults.DM = "alice"
-		c.Agents["assistant"] = a
-		h := c.Agents["helper"]
-		h.Defaults.DM, h.Defaults.Workspace = "bob", "other"
-		c.Agents["helper"] = h
-		c.Models["big"] = c.Models["local"]
-		c.TTS = map[string]config.TTS{"eleven": {Provider: "elevenlabs", ModelID: "eleven_v2", Endpoint: "http://127.0.0.1:9"}}
-		c.VoiceProfiles = map[string]config.VoiceProfile{
-			"calm":   {TTS: "eleven", VoiceID: "v-calm", OutputFormat: "mp3_44100_128", VoiceSettings: config.VoiceSettings{Speed: 1}},
-			"bright": {TTS: "eleven", VoiceID: "v-bright", OutputFormat: "mp3_44100_128", VoiceSettings: config.VoiceSettings{Speed: 1}},
-		}
-	}})
-	b := &cmdBundle{d: d}
-	b.c = d.NewCommands(func(_ context.Context, cmd gateway.Command, text string) {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		b.notes = append(b.notes, cmd.DM.Name+": "+text)
-	})
-	t.Cleanup(b.c.Wait)
-	return b
-}
-
-func dmOf(name string) gateway.DM {
-	return gateway.DM{Gateway: "console", Name: name, UserID: name, Admin: name == "console"}
-}
-
-// command parses text as the gateway does and gives it a fresh update id.
-func (b *cmdBundle) command(t *testing.T, dm, text string) gateway.Command {
-	t.Helper()
-	name, args, rest, ok := gateway.ParseCommand(text, "")
-	if !ok {
-		t.Fatalf("%q is not a command", text)
-	}
-	return gateway.Command{DM: dmOf(dm), UpdateID: b.updates.Add(1), ChatID: dmOf(dm).UserID, MessageID: 1000 + b.updates.Load(),
-		Name: name, Args: args, Text: rest}
-}
-
-func (b *cmdBundle) run(t *testing.T, cmd gateway.Command) string {
-	t.Helper()
-	reply, err := b.c.Command(context.Background(), cmd)
-	if err != nil {
-		t.Fatalf("%s: %v", cmd.Name, err)
-	}
-	return reply
-}
-
-// send runs text from dm and returns the reply.
-func (b *cmdBundle) send(t *testing.T, dm, text string) string {
-	t.Helper()
-	return b.run(t, b.command(t, dm, text))
-}
-
-// takeNotes waits for the long commands and returns what they sent.
-func (b *cmdBundle) takeNotes() []string {
-	b.c.Wait()
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	out := b.notes
-	b.notes = nil
-	return out
-}
-
-// requestApproval asks for an approval as a's agent does before a
-// choir.exec, and returns its id.
-func requestApproval(t *testing.T, a *choirdtest.StandIn, summary string) string {
-	t.Helper()
-	ctx := client.WithRequestID(context.Background(), "req-"+strings.ReplaceAll(summary, " ", "-"))
-	resp, err := a.Client.RequestApproval(ctx, rpc.ApprovalRequest{RequestType: "tool:choir.exec", Summary: summary,
-		Payload: json.RawMessage(`{"command":"true"}`)})
-	if err != nil {
-		t.Fatalf("REQUEST_APPROVAL: %v", err)
-	}
-	return resp.ApprovalID
-}
-
-func refused(reply string) bool { return strings.HasPrefix(reply, "Refused") }
 
 // TestDMCommandPermissions runs every command of spec 19.3 from the admin
 // DM, from a regular DM on its own agent, and from a regular DM naming
 // another agent.
 func TestDMCommandPermissions(t *testing.T) {
 	t.Parallel()
-	b := setupCommands(t)
+	b := choirdtest.SetupCommands(t)
 	rows := []struct {
 		name      string
 		adminOnly bool
@@ -181,28 +79,28 @@ func TestDMCommandPermissions(t *testing.T) {
 	}
 	for _, row := range rows {
 		t.Run(strings.ReplaceAll(row.name, " ", "_"), func(t *testing.T) {
-			reply := b.send(t, "console", row.admin)
-			if refused(reply) || strings.Contains(reply, "Unknown command") {
+			reply := b.Send(t, "console", row.admin)
+			if choirdtest.Refused(reply) || strings.Contains(reply, "Unknown command") {
 				t.Errorf("admin %q refused: %s", row.admin, reply)
 			}
-			reply = b.send(t, "alice", row.own)
+			reply = b.Send(t, "alice", row.own)
 			switch {
-			case row.adminOnly && (!refused(reply) || !strings.Contains(reply, "needs an admin DM")):
+			case row.adminOnly && (!choirdtest.Refused(reply) || !strings.Contains(reply, "needs an admin DM")):
 				t.Errorf("regular %q = %q, want a refusal saying it needs an admin DM", row.own, reply)
-			case !row.adminOnly && (refused(reply) || strings.Contains(reply, "Unknown command")):
+			case !row.adminOnly && (choirdtest.Refused(reply) || strings.Contains(reply, "Unknown command")):
 				t.Errorf("regular %q on its own agent refused: %s", row.own, reply)
 			}
 			if row.other != "" {
-				reply = b.send(t, "alice", row.other)
+				reply = b.Send(t, "alice", row.other)
 				want := "this DM controls only agent assistant, not helper"
 				if row.adminOnly {
 					want = "needs an admin DM"
 				}
-				if !refused(reply) || !strings.Contains(reply, want) {
+				if !choirdtest.Refused(reply) || !strings.Contains(reply, want) {
 					t.Errorf("regular %q naming another agent = %q, want a refusal saying %q", row.other, reply, want)
 				}
 			}
-			for _, n := range b.takeNotes() {
+			for _, n := range b.TakeNotes() {
 				if strings.Contains(n, "Refused") {
 					t.Errorf("long command outcome is a refusal: %s", n)
 				}
@@ -211,47 +109,47 @@ func TestDMCommandPermissions(t *testing.T) {
 	}
 
 	t.Run("OwnAgentIDIsRefusedToo", func(t *testing.T) {
-		reply := b.send(t, "alice", "/status assistant")
-		if !refused(reply) || !strings.Contains(reply, "takes no agent id") {
+		reply := b.Send(t, "alice", "/status assistant")
+		if !choirdtest.Refused(reply) || !strings.Contains(reply, "takes no agent id") {
 			t.Errorf("reply = %q", reply)
 		}
 	})
 	t.Run("UnboundDMIsToldSo", func(t *testing.T) {
 		for _, text := range []string{"/status", "/model", "/approve", "/cores"} {
-			if reply := b.send(t, "nobody", text); !strings.Contains(reply, "No agent is bound to this DM") {
+			if reply := b.Send(t, "nobody", text); !strings.Contains(reply, "No agent is bound to this DM") {
 				t.Errorf("%s from an unbound DM = %q", text, reply)
 			}
 		}
 	})
 	t.Run("UnknownCommandListsTheValidOnes", func(t *testing.T) {
-		reply := b.send(t, "alice", "/frobnicate")
+		reply := b.Send(t, "alice", "/frobnicate")
 		if !strings.Contains(reply, "Unknown command /frobnicate") || !strings.Contains(reply, "/status") ||
 			!strings.Contains(reply, "/approve [id|number]") || strings.Contains(reply, "/update_all") {
 			t.Errorf("regular list = %q", reply)
 		}
-		reply = b.send(t, "console", "/frobnicate")
+		reply = b.Send(t, "console", "/frobnicate")
 		if !strings.Contains(reply, "/update_all") || !strings.Contains(reply, "/start <agent-id> [key=value ...]") ||
 			!strings.Contains(reply, "/stop [agent-id]") {
 			t.Errorf("admin list = %q", reply)
 		}
 		for _, text := range []string{"/help", "/start"} {
-			if reply := b.send(t, "alice", text); !strings.Contains(reply, "/inject <message>") {
+			if reply := b.Send(t, "alice", text); !strings.Contains(reply, "/inject <message>") {
 				t.Errorf("%s = %q, want the list", text, reply)
 			}
 		}
 	})
 	t.Run("StartKeysAreChecked", func(t *testing.T) {
-		reply := b.send(t, "console", "/start assistant colour=blue")
+		reply := b.Send(t, "console", "/start assistant colour=blue")
 		if !strings.Contains(reply, `Unknown key "colour"`) || !strings.Contains(reply, "voice_profile, git_identity") {
 			t.Errorf("unknown key: %q", reply)
 		}
-		if reply := b.send(t, "console", "/start assistant dm=bob"); !strings.Contains(reply, "binds the agent to this DM") {
+		if reply := b.Send(t, "console", "/start assistant dm=bob"); !strings.Contains(reply, "binds the agent to this DM") {
 			t.Errorf("dm key: %q", reply)
 		}
-		if reply := b.send(t, "console", "/start assistant llm"); !strings.Contains(reply, "is not key=value") {
+		if reply := b.Send(t, "console", "/start assistant llm"); !strings.Contains(reply, "is not key=value") {
 			t.Errorf("malformed: %q", reply)
 		}
-		if reply := b.send(t, "console", "/start ghost"); !strings.Contains(reply, `agent "ghost" is not in config.json`) {
+		if reply := b.Send(t, "console", "/start ghost"); !strings.Contains(reply, `agent "ghost" is not in config.json`) {
 			t.Errorf("unknown agent: %q", reply)
 		}
 	})
@@ -259,18 +157,18 @@ func TestDMCommandPermissions(t *testing.T) {
 
 func TestDMStartRefusesADMBoundToAnotherLiveAgent(t *testing.T) {
 	t.Parallel()
-	b := setupCommands(t)
-	b.d.StandIn(t, "assistant", admin.StartOverrides{}) // holds DM alice
+	b := choirdtest.SetupCommands(t)
+	b.D.StandIn(t, "assistant", admin.StartOverrides{}) // holds DM alice
 	// alice is regular; the binding rule is an admin DM's, so the
 	// console DM takes alice's place here: bind console by starting
 	// helper on it directly, then try to start assistant from it.
-	d := b.d
+	d := b.D
 	cfg := d.Snapshot().Config
 	if _, err := session.CreateSession(context.Background(), d.Pool(), cfg, "helper", admin.StartOverrides{DM: "console"}, d.ConfigVersion(),
 		"process"); err != nil {
 		t.Fatal(err)
 	}
-	reply := b.send(t, "console", "/start assistant")
+	reply := b.Send(t, "console", "/start assistant")
 	if !strings.Contains(reply, "this DM is bound to helper, which is running") {
 		t.Errorf("reply = %q", reply)
 	}
@@ -278,10 +176,10 @@ func TestDMStartRefusesADMBoundToAnotherLiveAgent(t *testing.T) {
 
 func TestDMSessionCommands(t *testing.T) {
 	t.Parallel()
-	b := setupCommands(t)
+	b := choirdtest.SetupCommands(t)
 	ctx := context.Background()
-	agent := b.d.StandIn(t, "assistant", admin.StartOverrides{})
-	q := seam.Queries(b.d.Pool())
+	agent := b.D.StandIn(t, "assistant", admin.StartOverrides{})
+	q := seam.Queries(b.D.Pool())
 
 	t.Run("CoresCancelCompact", func(t *testing.T) {
 		n := func(v int64) *int64 { return &v }
@@ -295,30 +193,30 @@ func TestDMSessionCommands(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		reply := b.send(t, "alice", "/cores")
+		reply := b.Send(t, "alice", "/cores")
 		if want := "Core jobs of assistant:\nCore job research: reasoning, 3 steps, at search\n  Last: found 3\nsources\n" +
 			"  Budget left: 47 steps, 190 tool calls, 1m0s\nFinished: old (completed)"; reply != want {
 			t.Errorf("/cores = %q, want %q", reply, want)
 		}
-		reply = b.send(t, "alice", "/cancel old")
+		reply = b.Send(t, "alice", "/cancel old")
 		if !strings.Contains(reply, `no running core job "old"`) || !strings.Contains(reply, "running: research") {
 			t.Errorf("/cancel of a finished job = %q", reply)
 		}
-		if reply = b.send(t, "alice", "/cancel research"); !strings.Contains(reply, "Cancel sent") {
+		if reply = b.Send(t, "alice", "/cancel research"); !strings.Contains(reply, "Cancel sent") {
 			t.Fatalf("/cancel = %q", reply)
 		}
 		if p := agent.Next(t, rpc.PushCancel); p.Cancel.Scope != rpc.CancelCore || p.Cancel.JobName != "research" {
 			t.Errorf("cancel push = %+v", p.Cancel)
 		}
-		b.send(t, "alice", "/cancel edge")
+		b.Send(t, "alice", "/cancel edge")
 		if p := agent.Next(t, rpc.PushCancel); p.Cancel.Scope != rpc.CancelEdge {
 			t.Errorf("edge cancel push = %+v", p.Cancel)
 		}
-		if reply = b.send(t, "alice", "/compact"); !strings.Contains(reply, "Compaction requested") {
+		if reply = b.Send(t, "alice", "/compact"); !strings.Contains(reply, "Compaction requested") {
 			t.Fatalf("/compact = %q", reply)
 		}
 		agent.Next(t, rpc.PushCompact)
-		reply = b.send(t, "alice", "/status")
+		reply = b.Send(t, "alice", "/status")
 		for _, want := range []string{"\ncore job old: completed after 9 steps\n",
 			"\ncore job research: reasoning, 3 steps, at search, budget left 47 steps, 190 tool calls, 1m0s\n  last: found 3 sources",
 			"\nedge: idle, budget left 1900 tool calls, 4000000 tokens"} {
@@ -344,11 +242,11 @@ func TestDMSessionCommands(t *testing.T) {
 		if up, _ := agent.Client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: latest}); len(up.Config) != 0 {
 			t.Fatalf("an up-to-date agent got the config again")
 		}
-		reply := b.send(t, "alice", "/model llm nope")
+		reply := b.Send(t, "alice", "/model llm nope")
 		if !strings.Contains(reply, `no model "nope"`) || !strings.Contains(reply, "models: big, local") {
 			t.Errorf("unknown model = %q", reply)
 		}
-		if reply = b.send(t, "alice", "/model llm big"); !strings.Contains(reply, "now uses model big") {
+		if reply = b.Send(t, "alice", "/model llm big"); !strings.Contains(reply, "now uses model big") {
 			t.Fatalf("/model llm big = %q", reply)
 		}
 		agent.Next(t, rpc.PushConfigChanged)
@@ -363,24 +261,24 @@ func TestDMSessionCommands(t *testing.T) {
 		if again, _ := agent.Client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: latest}); len(again.Config) != 0 {
 			t.Errorf("the override was returned twice")
 		}
-		if reply = b.send(t, "alice", "/voice loud"); !strings.Contains(reply, "voice profiles: bright, calm") {
+		if reply = b.Send(t, "alice", "/voice loud"); !strings.Contains(reply, "voice profiles: bright, calm") {
 			t.Errorf("unknown voice = %q", reply)
 		}
-		b.send(t, "alice", "/voice calm")
+		b.Send(t, "alice", "/voice calm")
 		got, _ = agent.Client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{CurrentConfigVersion: latest})
 		dc = rpc.DynamicConfig{}
 		if err := json.Unmarshal(got.Config, &dc); err != nil || dc.VoiceProfile != "calm" || dc.LLM != "big" {
 			t.Errorf("after /voice calm: %+v %v", dc, err)
 		}
-		reply = b.send(t, "alice", "/model")
+		reply = b.Send(t, "alice", "/model")
 		if !strings.Contains(reply, "model: big (switched for this session)") || !strings.Contains(reply, "voice profile: calm") {
 			t.Errorf("/model = %q", reply)
 		}
 		// The helper is not running: its defaults, and no override.
-		if reply = b.send(t, "console", "/model helper"); !strings.Contains(reply, "not running") {
+		if reply = b.Send(t, "console", "/model helper"); !strings.Contains(reply, "not running") {
 			t.Errorf("/model helper = %q", reply)
 		}
-		if reply = b.send(t, "console", "/model helper llm big"); !strings.Contains(reply, "no live session") {
+		if reply = b.Send(t, "console", "/model helper llm big"); !strings.Contains(reply, "no live session") {
 			t.Errorf("/model helper llm big = %q", reply)
 		}
 	})
@@ -390,11 +288,11 @@ func TestDMSessionCommands(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cmd := b.command(t, "alice", "/model llm local")
-		if reply := b.run(t, cmd); !strings.Contains(reply, "now uses model local") {
+		cmd := b.Command(t, "alice", "/model llm local")
+		if reply := b.Run(t, cmd); !strings.Contains(reply, "now uses model local") {
 			t.Fatalf("first = %q", reply)
 		}
-		if reply := b.run(t, cmd); !strings.Contains(reply, "already received") {
+		if reply := b.Run(t, cmd); !strings.Contains(reply, "already received") {
 			t.Errorf("redelivered = %q", reply)
 		}
 		after, _ := q.SessionDynamicState(ctx, uuid.MustParse(agent.SessionID))
@@ -403,17 +301,17 @@ func TestDMSessionCommands(t *testing.T) {
 				after.OverrideRev-before.OverrideRev)
 		}
 		// A command that only reads runs again.
-		read := b.command(t, "alice", "/model")
-		if r1, r2 := b.run(t, read), b.run(t, read); r1 != r2 || strings.Contains(r2, "already received") {
+		read := b.Command(t, "alice", "/model")
+		if r1, r2 := b.Run(t, read), b.Run(t, read); r1 != r2 || strings.Contains(r2, "already received") {
 			t.Errorf("read twice: %q, %q", r1, r2)
 		}
 	})
 
 	t.Run("EventsOfAFreshSession", func(t *testing.T) {
-		if reply := b.send(t, "alice", "/events"); !strings.Contains(reply, "has no events yet") {
+		if reply := b.Send(t, "alice", "/events"); !strings.Contains(reply, "has no events yet") {
 			t.Errorf("/events = %q", reply)
 		}
-		if reply := b.send(t, "alice", "/events 9999"); !strings.Contains(reply, "n is a number from 1 to 500") {
+		if reply := b.Send(t, "alice", "/events 9999"); !strings.Contains(reply, "n is a number from 1 to 500") {
 			t.Errorf("/events 9999 = %q", reply)
 		}
 	})
@@ -421,11 +319,11 @@ func TestDMSessionCommands(t *testing.T) {
 
 func TestDMApprovalSelection(t *testing.T) {
 	t.Parallel()
-	b := setupCommands(t)
+	b := choirdtest.SetupCommands(t)
 	ctx := context.Background()
-	assistant := b.d.StandIn(t, "assistant", admin.StartOverrides{})
-	helper := b.d.StandIn(t, "helper", admin.StartOverrides{})
-	d := b.d
+	assistant := b.D.StandIn(t, "assistant", admin.StartOverrides{})
+	helper := b.D.StandIn(t, "helper", admin.StartOverrides{})
+	d := b.D
 	status := func(id string) string {
 		t.Helper()
 		a, err := d.Approvals().Show(ctx, control.Scope{Admin: true}, id)
@@ -436,15 +334,15 @@ func TestDMApprovalSelection(t *testing.T) {
 	}
 
 	t.Run("NoneIsPending", func(t *testing.T) {
-		if reply := b.send(t, "alice", "/approve"); reply != "No approval is pending." {
+		if reply := b.Send(t, "alice", "/approve"); reply != "No approval is pending." {
 			t.Errorf("reply = %q", reply)
 		}
 	})
 	// helper's approval is pending throughout: alice never sees it.
-	other := requestApproval(t, helper, "helper deletes logs")
+	other := choirdtest.RequestApproval(t, helper, "helper deletes logs")
 	t.Run("OnlyOneIsPicked", func(t *testing.T) {
-		id := requestApproval(t, assistant, "assistant runs tests")
-		if reply := b.send(t, "alice", "/approve"); !strings.HasPrefix(reply, "Approved: assistant runs tests") {
+		id := choirdtest.RequestApproval(t, assistant, "assistant runs tests")
+		if reply := b.Send(t, "alice", "/approve"); !strings.HasPrefix(reply, "Approved: assistant runs tests") {
 			t.Errorf("reply = %q", reply)
 		}
 		if s := status(id); s != "approved" {
@@ -455,75 +353,75 @@ func TestDMApprovalSelection(t *testing.T) {
 		}
 	})
 	t.Run("SeveralGiveANumberedList", func(t *testing.T) {
-		ids := []string{requestApproval(t, assistant, "one"), requestApproval(t, assistant, "two"), requestApproval(t, assistant, "three")}
-		reply := b.send(t, "alice", "/reject")
+		ids := []string{choirdtest.RequestApproval(t, assistant, "one"), choirdtest.RequestApproval(t, assistant, "two"), choirdtest.RequestApproval(t, assistant, "three")}
+		reply := b.Send(t, "alice", "/reject")
 		if !strings.Contains(reply, "3 approvals are pending") || !strings.Contains(reply, "2. assistant: two") ||
 			strings.Contains(reply, "helper") {
 			t.Fatalf("reply = %q", reply)
 		}
-		if reply = b.send(t, "alice", "/reject 2"); !strings.HasPrefix(reply, "Rejected: two") {
+		if reply = b.Send(t, "alice", "/reject 2"); !strings.HasPrefix(reply, "Rejected: two") {
 			t.Errorf("/reject 2 = %q", reply)
 		}
 		if status(ids[1]) != "rejected" || status(ids[0]) != "pending" || status(ids[2]) != "pending" {
 			t.Errorf("statuses: %s %s %s", status(ids[0]), status(ids[1]), status(ids[2]))
 		}
-		reply = b.send(t, "alice", "/approve 2")
+		reply = b.Send(t, "alice", "/approve 2")
 		if !strings.Contains(reply, "Number 2 (two) is no longer pending: it was already rejected by telegram:alice") {
 			t.Errorf("stale number = %q", reply)
 		}
-		if reply = b.send(t, "alice", "/approve 7"); !strings.Contains(reply, "there is no number 7") {
+		if reply = b.Send(t, "alice", "/approve 7"); !strings.Contains(reply, "there is no number 7") {
 			t.Errorf("out of range = %q", reply)
 		}
-		if reply = b.send(t, "bob", "/approve 1"); !strings.Contains(reply, "No numbered list was shown in this chat") {
+		if reply = b.Send(t, "bob", "/approve 1"); !strings.Contains(reply, "No numbered list was shown in this chat") {
 			t.Errorf("another DM's list = %q", reply)
 		}
-		if reply = b.send(t, "alice", "/approve 3"); !strings.HasPrefix(reply, "Approved: three") {
+		if reply = b.Send(t, "alice", "/approve 3"); !strings.HasPrefix(reply, "Approved: three") {
 			t.Errorf("/approve 3 = %q", reply)
 		}
 		// /approvals shows a fresh list, which numbers anew.
-		reply = b.send(t, "alice", "/approvals")
+		reply = b.Send(t, "alice", "/approvals")
 		if !strings.Contains(reply, "1. assistant: one") || strings.Contains(reply, "2.") {
 			t.Errorf("/approvals = %q", reply)
 		}
-		if reply = b.send(t, "alice", "/approve 1"); !strings.HasPrefix(reply, "Approved: one") {
+		if reply = b.Send(t, "alice", "/approve 1"); !strings.HasPrefix(reply, "Approved: one") {
 			t.Errorf("/approve 1 = %q", reply)
 		}
 	})
 	t.Run("ByIDAndMalformed", func(t *testing.T) {
-		if reply := b.send(t, "alice", "/approve "+other); !refused(reply) || !strings.Contains(reply, "belongs to agent helper") {
+		if reply := b.Send(t, "alice", "/approve "+other); !choirdtest.Refused(reply) || !strings.Contains(reply, "belongs to agent helper") {
 			t.Errorf("another agent's approval = %q", reply)
 		}
-		if reply := b.send(t, "alice", "/approve not-an-id"); !strings.Contains(reply, "neither an approval id nor a number") {
+		if reply := b.Send(t, "alice", "/approve not-an-id"); !strings.Contains(reply, "neither an approval id nor a number") {
 			t.Errorf("malformed = %q", reply)
 		}
-		if reply := b.send(t, "alice", "/approve 00000000-0000-4000-8000-000000000000"); !strings.Contains(reply, "no such approval") {
+		if reply := b.Send(t, "alice", "/approve 00000000-0000-4000-8000-000000000000"); !strings.Contains(reply, "no such approval") {
 			t.Errorf("unknown id = %q", reply)
 		}
 		// The admin DM decides any agent's, and a second decision is
 		// answered with the first one's outcome.
-		if reply := b.send(t, "console", "/approve "+other); !strings.HasPrefix(reply, "Approved: helper deletes logs") {
+		if reply := b.Send(t, "console", "/approve "+other); !strings.HasPrefix(reply, "Approved: helper deletes logs") {
 			t.Errorf("admin = %q", reply)
 		}
-		if reply := b.send(t, "console", "/reject "+other); !strings.HasPrefix(reply, "already approved") {
+		if reply := b.Send(t, "console", "/reject "+other); !strings.HasPrefix(reply, "already approved") {
 			t.Errorf("second decision = %q", reply)
 		}
 	})
 	t.Run("ReplyToTheRequestMessage", func(t *testing.T) {
-		id := requestApproval(t, assistant, "reply target")
-		requestApproval(t, assistant, "bystander")
+		id := choirdtest.RequestApproval(t, assistant, "reply target")
+		choirdtest.RequestApproval(t, assistant, "bystander")
 		// The notification's Telegram message id, as the delivery worker
 		// records it after sending.
 		if _, err := d.Pool().Exec(ctx, `UPDATE choir_control.outbox SET sent_ids = '{4242}' WHERE approval_id = $1`, id); err != nil {
 			t.Fatal(err)
 		}
-		cmd := b.command(t, "alice", "/approve")
+		cmd := b.Command(t, "alice", "/approve")
 		cmd.ReplyToMessageID = 4242
-		if reply := b.run(t, cmd); !strings.HasPrefix(reply, "Approved: reply target") {
+		if reply := b.Run(t, cmd); !strings.HasPrefix(reply, "Approved: reply target") {
 			t.Errorf("reply-to = %q", reply)
 		}
-		cmd = b.command(t, "alice", "/reject")
+		cmd = b.Command(t, "alice", "/reject")
 		cmd.ReplyToMessageID = 99
-		if reply := b.run(t, cmd); !strings.Contains(reply, "not an approval request") {
+		if reply := b.Run(t, cmd); !strings.Contains(reply, "not an approval request") {
 			t.Errorf("reply to another message = %q", reply)
 		}
 	})
@@ -531,12 +429,12 @@ func TestDMApprovalSelection(t *testing.T) {
 
 func TestDMUpdateAllReportsEachAgent(t *testing.T) {
 	t.Parallel()
-	b := setupCommands(t)
-	reply := b.send(t, "console", "/update_all")
+	b := choirdtest.SetupCommands(t)
+	reply := b.Send(t, "console", "/update_all")
 	if !strings.Contains(reply, "Updating 2 agents") {
 		t.Fatalf("reply = %q", reply)
 	}
-	notes := b.takeNotes()
+	notes := b.TakeNotes()
 	want := []string{"[1/2] assistant: failed", "[2/2] helper: failed", "update-all done: 0 redeployed, 0 built, 0 skipped, 2 failed."}
 	if len(notes) != len(want) {
 		t.Fatalf("notes = %q", notes)
@@ -547,10 +445,10 @@ func TestDMUpdateAllReportsEachAgent(t *testing.T) {
 		}
 	}
 	// The spec's spelling, for a front-end that keeps the hyphen.
-	alias := b.command(t, "console", "/update_all")
+	alias := b.Command(t, "console", "/update_all")
 	alias.Name = "update-all"
-	if reply := b.run(t, alias); !strings.Contains(reply, "Updating 2 agents") {
+	if reply := b.Run(t, alias); !strings.Contains(reply, "Updating 2 agents") {
 		t.Errorf("/update-all alias = %q", reply)
 	}
-	b.takeNotes()
+	b.TakeNotes()
 }

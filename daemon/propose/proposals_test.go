@@ -1,4 +1,4 @@
-package daemon_test
+package propose_test
 
 import (
 	"context"
@@ -39,7 +39,7 @@ func gitIn(t *testing.T, dir string, args ...string) string {
 // clones and pushes to, made from files.
 func bareAgentRepo(t *testing.T, files map[string]string) string {
 	t.Helper()
-	work := gitRepo(t, files)
+	work := choirdtest.GitRepo(t, files)
 	bare := filepath.Join(t.TempDir(), "agent.git")
 	gitIn(t, filepath.Dir(bare), "clone", "--quiet", "--bare", work, bare)
 	return bare

@@ -1,4 +1,4 @@
-package daemon_test
+package progress_test
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package daemon_test
+package usage_test
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func TestNewSessionKeepsTheDaysSpend(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	_, cl, _ := helloSession(t, d, "assistant")
+	_, cl, _ := d.HelloSession(t, "assistant")
 	resp, err := cl.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
 	if err != nil {
 		t.Fatal(err)

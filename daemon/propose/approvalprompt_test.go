@@ -1,4 +1,4 @@
-package daemon_test
+package propose_test
 
 import (
 	"context"

@@ -1,4 +1,4 @@
-package daemon_test
+package dmcmd_test
 
 import (
 	"context"
@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/wire"
@@ -16,10 +17,10 @@ import (
 // endpoints choirctl uses over the admin socket, against a live session.
 func TestSessionControlAdminAPI(t *testing.T) {
 	t.Parallel()
-	b := setupCommands(t)
+	b := choirdtest.SetupCommands(t)
 	ctx := context.Background()
-	agent := b.d.StandIn(t, "assistant", admin.StartOverrides{})
-	c := admin.NewClient(admin.SocketPath(b.d.Home))
+	agent := b.D.StandIn(t, "assistant", admin.StartOverrides{})
+	c := admin.NewClient(admin.SocketPath(b.D.Home))
 	defer c.Close()
 	code := func(err error) wire.Code {
 		var e *wire.Error
@@ -93,7 +94,7 @@ func TestSessionControlAdminAPI(t *testing.T) {
 	})
 
 	t.Run("Approvals", func(t *testing.T) {
-		id := requestApproval(t, agent, "deploy to staging")
+		id := choirdtest.RequestApproval(t, agent, "deploy to staging")
 		var list []admin.Approval
 		if err := c.Do(ctx, http.MethodGet, admin.PathApprovals, nil, &list); err != nil || len(list) != 1 || list[0].ID != id {
 			t.Fatalf("approvals = %+v, %v", list, err)

@@ -1,11 +1,9 @@
-package daemon_test
+package control_test
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -20,36 +18,6 @@ import (
 
 // secretValues are the values choirdtest.StartTwoAgents writes; none may ever be shown.
 var secretValues = []string{choirdtest.Canary, "ghp-test", "postgres:"}
-
-// editHome rewrites .choir.d/config.json (and secrets.json when secrets is
-// not nil) as an operator would.
-func editHome(t *testing.T, home string, edit func(c *config.Config), secrets config.Secrets) {
-	t.Helper()
-	path := filepath.Join(home, config.ConfigFile)
-	data, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg, err := config.Parse(data)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if edit != nil {
-		edit(cfg)
-	}
-	if data, err = cfg.MarshalIndent(); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(path, data, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if secrets != nil {
-		data, _ := json.Marshal(map[string]string(secrets))
-		if err := os.WriteFile(filepath.Join(home, config.SecretsFile), data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
 
 func changeLines(cs []config.Change) []string {
 	var out []string
@@ -124,7 +92,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 
 	// A live session, to see config_changed pushed and the new version
 	// fetched.
-	_, client, _ := helloSession(t, d, "assistant")
+	_, client, _ := d.HelloSession(t, "assistant")
 
 	t.Run("DiffAndApplyBeforeLoadSayRunLoad", func(t *testing.T) {
 		if _, err := d.ConfigDiff(ctx, admin); !errors.Is(err, control.ErrNothingStaged) || !strings.Contains(err.Error(), "config load") {
@@ -140,7 +108,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 	})
 
 	t.Run("InvalidConfigStagesNothing", func(t *testing.T) {
-		editHome(t, home, func(c *config.Config) {
+		choirdtest.EditHome(t, home, func(c *config.Config) {
 			a := c.Agents["assistant"]
 			a.Defaults.LLM = "no-such-model"
 			c.Agents["assistant"] = a
@@ -154,7 +122,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		if _, err := d.ConfigDiff(ctx, admin); !errors.Is(err, control.ErrNothingStaged) {
 			t.Errorf("diff after a failed load: %v", err)
 		}
-		editHome(t, home, func(c *config.Config) {
+		choirdtest.EditHome(t, home, func(c *config.Config) {
 			a := c.Agents["assistant"]
 			a.Defaults.LLM = "local"
 			c.Agents["assistant"] = a
@@ -163,7 +131,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 
 	t.Run("HotChangesApplyAndReachAgents", func(t *testing.T) {
 		before := d.ConfigVersion()
-		editHome(t, home, func(c *config.Config) {
+		choirdtest.EditHome(t, home, func(c *config.Config) {
 			m := c.Models["local"]
 			m.Endpoint = "http://10.9.9.9:8080/v1"
 			c.Models["local"] = m
@@ -246,7 +214,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 	t.Run("RestartOnlyChangeIsRefusedAndNothingChanges", func(t *testing.T) {
 		cfgBefore := d.Snapshot().Config
 		version := d.ConfigVersion()
-		editHome(t, home, func(c *config.Config) {
+		choirdtest.EditHome(t, home, func(c *config.Config) {
 			c.Embedding.Dimensions = 768
 			m := c.Models["local"]
 			m.Model = "llama3.2"
@@ -276,14 +244,14 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		if code == 0 || !strings.Contains(errs, "$.embedding.dimensions") || !strings.Contains(errs, "nothing changed") {
 			t.Errorf("choirctl config apply: %d %s", code, errs)
 		}
-		editHome(t, home, func(c *config.Config) { c.Embedding.Dimensions = 384 }, nil)
+		choirdtest.EditHome(t, home, func(c *config.Config) { c.Embedding.Dimensions = 384 }, nil)
 	})
 
 	t.Run("SecretNotYetAppliedBlocksApplyWithItsPath", func(t *testing.T) {
 		version := d.ConfigVersion()
 		// secrets.json gains the key and config.json names it: load
 		// validates both files, but choird's running secrets lack it.
-		editHome(t, home, func(c *config.Config) {
+		choirdtest.EditHome(t, home, func(c *config.Config) {
 			m := c.Models["local"]
 			m.Secret = "new-key"
 			c.Models["local"] = m
@@ -328,7 +296,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 	})
 
 	t.Run("RemovingWhatARunningAgentUsesIsRefused", func(t *testing.T) {
-		editHome(t, home, func(c *config.Config) {
+		choirdtest.EditHome(t, home, func(c *config.Config) {
 			delete(c.Agents, "assistant")
 			delete(c.Workspaces, "main")
 			c.Agents["helper"] = config.Agent{Defaults: config.AgentDefaults{Workspace: "other", LLM: "local", DM: "second"}}
@@ -351,11 +319,11 @@ func TestConfigLoadDiffApply(t *testing.T) {
 	})
 
 	t.Run("NewAgentIsProvisioned", func(t *testing.T) {
-		editHome(t, home, func(c *config.Config) {
+		choirdtest.EditHome(t, home, func(c *config.Config) {
 			c.Agents["newbie"] = config.Agent{Defaults: config.AgentDefaults{Workspace: "other", LLM: "local", DM: "second"}}
 		}, nil)
 		// Reset what the previous subtest removed.
-		editHome(t, home, func(c *config.Config) {
+		choirdtest.EditHome(t, home, func(c *config.Config) {
 			running := d.Snapshot().Config
 			c.Agents["assistant"] = running.Agents["assistant"]
 			c.Workspaces["main"] = running.Workspaces["main"]

@@ -1,4 +1,4 @@
-package daemon_test
+package agentapi_test
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	defer cl.Close()
 	q := seam.Queries(d.Pool())
 
-	hello, err := cl.InitHello(ctx, helloRequest(s))
+	hello, err := cl.InitHello(ctx, choirdtest.HelloRequest(s))
 	if err != nil {
 		t.Fatalf("INIT_HELLO: %v", err)
 	}
@@ -63,13 +63,13 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 
 	var acked rpc.Hash // the hash of rev 3, once acknowledged
 	t.Run("HeartbeatReplicatesAndAcks", func(t *testing.T) {
-		evs := chainEvents(t, 1, 3, rpc.Genesis)
-		resp, err := cl.Heartbeat(ctx, patch(evs, 0, rpc.Genesis))
+		evs := choirdtest.ChainEvents(t, 1, 3, rpc.Genesis)
+		resp, err := cl.Heartbeat(ctx, choirdtest.Patch(evs, 0, rpc.Genesis))
 		if err != nil || resp.AckRev != 3 || resp.ConfigVersionLatest != d.ConfigVersion() {
 			t.Fatalf("HEARTBEAT: %+v %v", resp, err)
 		}
 		acked = evs[2].Hash
-		_, err = cl.Heartbeat(ctx, patch(chainEvents(t, 5, 5, rpc.Hash{9}), 4, rpc.Hash{9}))
+		_, err = cl.Heartbeat(ctx, choirdtest.Patch(choirdtest.ChainEvents(t, 5, 5, rpc.Hash{9}), 4, rpc.Hash{9}))
 		if !errors.Is(err, wire.ErrConflict) || !strings.Contains(err.Error(), "resend from rev 4") {
 			t.Fatalf("gap: %v", err)
 		}
@@ -186,7 +186,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 		}
 		// A heartbeat is authenticated from memory (the token is right),
 		// and fenced by its own statement: the session is no longer live.
-		if _, err := cl.Heartbeat(ctx, patch(chainEvents(t, 4, 4, acked), 3, acked)); !errors.Is(err, wire.ErrUnauthenticated) {
+		if _, err := cl.Heartbeat(ctx, choirdtest.Patch(choirdtest.ChainEvents(t, 4, 4, acked), 3, acked)); !errors.Is(err, wire.ErrUnauthenticated) {
 			t.Fatalf("heartbeat after terminate: %v", err)
 		}
 		other, _ := rpc.NewLeaseToken()
@@ -196,7 +196,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer impostor.Close()
-		if _, err := impostor.Heartbeat(ctx, patch(chainEvents(t, 4, 4, acked), 3, acked)); !errors.Is(err, wire.ErrUnauthenticated) {
+		if _, err := impostor.Heartbeat(ctx, choirdtest.Patch(choirdtest.ChainEvents(t, 4, 4, acked), 3, acked)); !errors.Is(err, wire.ErrUnauthenticated) {
 			t.Fatalf("heartbeat with a wrong token: %v", err)
 		}
 		var events int

@@ -1,4 +1,4 @@
-package daemon_test
+package agentapi_test
 
 import (
 	"bytes"
@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/wire"
@@ -33,11 +34,11 @@ func TestHello(t *testing.T) {
 	t.Run("FirstSessionStartsFreshAndRecordsTheHello", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		s, err := session.CreateSession(ctx, pool, testConfig(t), "assistant", admin.StartOverrides{}, 1, "process")
+		s, err := session.CreateSession(ctx, pool, choirdtest.TwoAgentsConfig(t), "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := agentapi.Hello(ctx, pool, sessionCall(s), helloRequest(s))
+		resp, err := agentapi.Hello(ctx, pool, choirdtest.SessionCall(s), choirdtest.HelloRequest(s))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,7 +57,7 @@ func TestHello(t *testing.T) {
 	t.Run("AHelloForAnotherSessionIsDenied", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		s, err := session.CreateSession(ctx, pool, testConfig(t), "assistant", admin.StartOverrides{}, 1, "process")
+		s, err := session.CreateSession(ctx, pool, choirdtest.TwoAgentsConfig(t), "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -70,7 +71,7 @@ func TestHello(t *testing.T) {
 	t.Run("AfterACrashTheNextSessionGetsSnapshotPlusTailAcrossSessions", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		cfg := testConfig(t)
+		cfg := choirdtest.TwoAgentsConfig(t)
 		q := seam.Queries(pool)
 
 		// Session 1 replicates revs 1-4 and snapshots at 2, then crashes.
@@ -78,8 +79,8 @@ func TestHello(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		evs := chainEvents(t, 1, 7, rpc.Genesis)
-		if _, err := agentapi.Replicate(ctx, pool, s1.Session.SessionID, patch(evs[:4], 0, rpc.Genesis)); err != nil {
+		evs := choirdtest.ChainEvents(t, 1, 7, rpc.Genesis)
+		if _, err := agentapi.Replicate(ctx, pool, s1.Session.SessionID, choirdtest.Patch(evs[:4], 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
 		if err := q.SnapshotInsert(ctx, db.SnapshotInsertParams{SessionID: s1.Session.SessionID, Rev: 2,
@@ -93,7 +94,7 @@ func TestHello(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err := agentapi.Hello(ctx, pool, sessionCall(s2), helloRequest(s2))
+		resp, err := agentapi.Hello(ctx, pool, choirdtest.SessionCall(s2), choirdtest.HelloRequest(s2))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -104,7 +105,7 @@ func TestHello(t *testing.T) {
 		if resp.Snapshot.Hash != evs[1].Hash {
 			t.Errorf("snapshot hash is not the hash of rev 2")
 		}
-		if _, err := agentapi.Replicate(ctx, pool, s2.Session.SessionID, patch(evs[4:], 4, evs[3].Hash)); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, s2.Session.SessionID, choirdtest.Patch(evs[4:], 4, evs[3].Hash)); err != nil {
 			t.Fatal(err)
 		}
 		session.EndSession(ctx, pool, nil, s2.Session.SessionID, "ended", "stopped")
@@ -114,7 +115,7 @@ func TestHello(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		resp, err = agentapi.Hello(ctx, pool, sessionCall(s3), helloRequest(s3))
+		resp, err = agentapi.Hello(ctx, pool, choirdtest.SessionCall(s3), choirdtest.HelloRequest(s3))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -131,20 +132,20 @@ func TestHello(t *testing.T) {
 	t.Run("ASnapshotFailingItsHashCheckFallsBackToTheOneBeforeWithALongerTail", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		cfg := testConfig(t)
+		cfg := choirdtest.TwoAgentsConfig(t)
 		s1, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
 		}
 		// Snapshots at 3, 6 and 9 arrive with the heartbeats, as the agent
 		// sends them.
-		evs := chainEvents(t, 1, 10, rpc.Genesis)
+		evs := choirdtest.ChainEvents(t, 1, 10, rpc.Genesis)
 		for _, end := range []int64{3, 6, 9, 10} {
 			from := end - 3
 			if end == 10 {
 				from = 9
 			}
-			req := patch(evs[from:end], from, chainHash(evs, from))
+			req := choirdtest.Patch(evs[from:end], from, chainHash(evs, from))
 			if end != 10 {
 				req.Snapshot = &rpc.Snapshot{Rev: end, Hash: evs[end-1].Hash,
 					State: json.RawMessage(`{"edge":{"window_from":` + strconv.FormatInt(end, 10) + `,"note":"ünïcode and \"quotes\""}}`)}
@@ -161,7 +162,7 @@ func TestHello(t *testing.T) {
 				t.Fatal(err)
 			}
 			var logs bytes.Buffer
-			resp, err := agentapi.HelloWith(ctx, pool, slog.New(slog.NewJSONHandler(&logs, nil)), sessionCall(s), helloRequest(s))
+			resp, err := agentapi.HelloWith(ctx, pool, slog.New(slog.NewJSONHandler(&logs, nil)), choirdtest.SessionCall(s), choirdtest.HelloRequest(s))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,4 +1,4 @@
-package daemon_test
+package propose_test
 
 import (
 	"context"
@@ -145,13 +145,13 @@ func runGitAs(dir, name, email string, args ...string) error {
 func TestAgentBuildRefusesARefTheAgentPushed(t *testing.T) {
 	t.Parallel()
 	runtimetest.RequireDocker(t)
-	global := gitRepo(t, map[string]string{
+	global := choirdtest.GitRepo(t, map[string]string{
 		"Dockerfile.base":       "ARG CHOIR_OS_IMAGE=scratch\nFROM ${CHOIR_OS_IMAGE}\n",
 		"identity/USER.md":      "# The user\n",
 		"identity/SOUL.md":      "global soul\n",
 		"identity/SOUL-CORE.md": "global core soul\n",
 	})
-	agentRepo := gitRepo(t, map[string]string{"identity/SOUL.md": "agent soul\n"})
+	agentRepo := choirdtest.GitRepo(t, map[string]string{"identity/SOUL.md": "agent soul\n"})
 	// The agent pushes to main as itself.
 	os.WriteFile(filepath.Join(agentRepo, "identity", "SOUL.md"), []byte("I approve myself\n"), 0o644)
 	if err := runGitAs(agentRepo, "Assistant Bot", "bot@example.org", "commit", "-qam", "self-approved"); err != nil {
@@ -181,7 +181,7 @@ func TestAgentBuildRefusesARefTheAgentPushed(t *testing.T) {
 	if dm != "console" || !strings.Contains(text, pushed[:12]) {
 		t.Errorf("notice to %s: %s", dm, text)
 	}
-	if msgs := logMessages(t, filepath.Join(d.Home, "logs", "choird.log")); !slices.Contains(msgs, "agent build refused: the agent pushed its configured ref itself") {
+	if msgs := choirdtest.LogMessages(t, filepath.Join(d.Home, "logs", "choird.log")); !slices.Contains(msgs, "agent build refused: the agent pushed its configured ref itself") {
 		t.Errorf("no refusal logged: %q", msgs)
 	}
 }

@@ -1,4 +1,4 @@
-package daemon_test
+package agentapi_test
 
 import (
 	"context"
@@ -33,8 +33,7 @@ func TestOverrideBindsItsSecret(t *testing.T) {
 		}
 		secrets["other-llm-key"], secrets["tts-key"] = "sk-other", "tts-secret"
 	}})
-	b := &cmdBundle{d: d}
-	agent := b.d.StandIn(t, "assistant", admin.StartOverrides{})
+	agent := d.StandIn(t, "assistant", admin.StartOverrides{})
 
 	fetch := func() rpc.DynamicConfig {
 		t.Helper()

@@ -1,4 +1,4 @@
-package daemon_test
+package usage_test
 
 import (
 	"context"
@@ -52,7 +52,7 @@ func TestSessionBudgetSurvivesCyclingSessions(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cl.Close() })
-		if _, err := cl.InitHello(ctx, helloRequest(s)); err != nil {
+		if _, err := cl.InitHello(ctx, choirdtest.HelloRequest(s)); err != nil {
 			t.Fatal(err)
 		}
 		return s.Session.SessionID, cl

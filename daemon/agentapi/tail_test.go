@@ -1,4 +1,4 @@
-package daemon_test
+package agentapi_test
 
 import (
 	"bytes"
@@ -12,6 +12,7 @@ import (
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -33,7 +34,7 @@ func TestHelloTailReachesBackToTheWindows(t *testing.T) {
 	resume := func(t *testing.T, evs []rpc.Event, rev int64, state string) (rpc.InitHelloResponse, string) {
 		t.Helper()
 		pool := dbtest.NewPool(t)
-		cfg := testConfig(t)
+		cfg := choirdtest.TwoAgentsConfig(t)
 		s1, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
@@ -41,7 +42,7 @@ func TestHelloTailReachesBackToTheWindows(t *testing.T) {
 		const batch = 5000
 		for from := 0; from < len(evs); from += batch {
 			end := min(from+batch, len(evs))
-			req := patch(evs[from:end], int64(from), chainHash(evs, int64(from)))
+			req := choirdtest.Patch(evs[from:end], int64(from), chainHash(evs, int64(from)))
 			if int64(from) < rev && rev <= int64(end) {
 				req.Snapshot = &rpc.Snapshot{Rev: rev, Hash: evs[rev-1].Hash, State: json.RawMessage(state)}
 			}
@@ -55,7 +56,7 @@ func TestHelloTailReachesBackToTheWindows(t *testing.T) {
 			t.Fatal(err)
 		}
 		var logs bytes.Buffer
-		resp, err := agentapi.HelloWith(ctx, pool, slog.New(slog.NewJSONHandler(&logs, nil)), sessionCall(s2), helloRequest(s2))
+		resp, err := agentapi.HelloWith(ctx, pool, slog.New(slog.NewJSONHandler(&logs, nil)), choirdtest.SessionCall(s2), choirdtest.HelloRequest(s2))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -101,7 +102,7 @@ func TestHelloTailReachesBackToTheWindows(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			evs := chainEvents(t, 1, 12, rpc.Genesis)
+			evs := choirdtest.ChainEvents(t, 1, 12, rpc.Genesis)
 			resp, logs := resume(t, evs, tc.snapshot, tc.state)
 			checkTail(t, resp, evs, tc.from, 12)
 			if strings.Contains(logs, "tail capped") {
@@ -113,7 +114,7 @@ func TestHelloTailReachesBackToTheWindows(t *testing.T) {
 	t.Run("ATailTooFarBackIsCapped", func(t *testing.T) {
 		t.Parallel()
 		const n = 20_010
-		evs := chainEvents(t, 1, n, rpc.Genesis)
+		evs := choirdtest.ChainEvents(t, 1, n, rpc.Genesis)
 		resp, logs := resume(t, evs, n-5, `{"edge":{"event_window_boundary":1}}`)
 		// The latest 20,000 events: from the snapshot's window back as far
 		// as the cap lets it.
@@ -133,7 +134,7 @@ func TestHelloTailBoundedInBytes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
-	cfg := testConfig(t)
+	cfg := choirdtest.TwoAgentsConfig(t)
 	s1, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 	if err != nil {
 		t.Fatal(err)
@@ -155,7 +156,7 @@ func TestHelloTailBoundedInBytes(t *testing.T) {
 		evs, prev = append(evs, e), e.Hash
 	}
 	for i := range 14 {
-		req := patch(evs[i:i+1], int64(i), chainHash(evs, int64(i)))
+		req := choirdtest.Patch(evs[i:i+1], int64(i), chainHash(evs, int64(i)))
 		if i == 11 {
 			req.Snapshot = &rpc.Snapshot{Rev: 12, Hash: evs[11].Hash, State: json.RawMessage(`{"edge":{"event_window_boundary":1}}`)}
 		}
@@ -169,7 +170,7 @@ func TestHelloTailBoundedInBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	var logs bytes.Buffer
-	resp, err := agentapi.HelloWith(ctx, pool, slog.New(slog.NewJSONHandler(&logs, nil)), sessionCall(s2), helloRequest(s2))
+	resp, err := agentapi.HelloWith(ctx, pool, slog.New(slog.NewJSONHandler(&logs, nil)), choirdtest.SessionCall(s2), choirdtest.HelloRequest(s2))
 	if err != nil {
 		t.Fatal(err)
 	}

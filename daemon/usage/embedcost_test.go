@@ -1,4 +1,4 @@
-package daemon_test
+package usage_test
 
 import (
 	"context"
@@ -35,7 +35,7 @@ func TestEmbeddingsCountAgainstTheDayCap(t *testing.T) {
 		a.Budgets.PerDayCostUSD = 3
 		cfg.Agents["assistant"] = a
 	}})
-	id, cl, _ := helloSession(t, d, "assistant")
+	id, cl, _ := d.HelloSession(t, "assistant")
 	resp, err := cl.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.upsert", CallID: "k1",
 		Input: json.RawMessage(`{"op":"insert","key":"sky","text":"the sky is blue today"}`)})
 	if err != nil || resp.Status != rpc.ToolSuccess {
@@ -53,7 +53,7 @@ func TestEmbeddingsCountAgainstTheDayCap(t *testing.T) {
 	if _, err := session.EndSession(ctx, d.Pool(), nil, uuid.MustParse(id), "ended", "terminated by the agent"); err != nil {
 		t.Fatal(err)
 	}
-	_, cl, _ = helloSession(t, d, "assistant")
+	_, cl, _ = d.HelloSession(t, "assistant")
 	fetched, err := cl.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,4 @@
-package daemon_test
+package dmcmd_test
 
 import (
 	"context"
@@ -26,33 +26,33 @@ import (
 // message is kept, and reaches assistant once it runs on alice again.
 func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 	t.Parallel()
-	b := setupCommands(t)
-	d := b.d
+	b := choirdtest.SetupCommands(t)
+	d := b.D
 	ctx := context.Background()
 	const why = "assistant, the agent of this DM, is running on another DM"
 
-	a := b.d.StandIn(t, "assistant", admin.StartOverrides{DM: "console"})
-	approvalID := requestApproval(t, a, "admin-only approval")
+	a := b.D.StandIn(t, "assistant", admin.StartOverrides{DM: "console"})
+	approvalID := choirdtest.RequestApproval(t, a, "admin-only approval")
 
 	t.Run("CommandsAreRefused", func(t *testing.T) {
 		for _, text := range []string{"/status", "/stop", "/restart", "/cores", "/cancel edge", "/compact", "/events 5",
 			"/model", "/model llm big", "/voice", "/voice calm", "/inject hello", "/approvals", "/approve", "/reject",
 			"/approve " + approvalID, "/reject " + approvalID, "/approve 1"} {
-			reply := b.send(t, "alice", text)
-			if !refused(reply) || !strings.Contains(reply, why) || strings.Contains(reply, "admin-only approval") {
+			reply := b.Send(t, "alice", text)
+			if !choirdtest.Refused(reply) || !strings.Contains(reply, why) || strings.Contains(reply, "admin-only approval") {
 				t.Errorf("%s from alice = %q, want a refusal saying %q", text, reply, why)
 			}
 		}
-		if help := b.send(t, "alice", "/help"); !strings.Contains(help, "this DM controls no agent now: "+why) {
+		if help := b.Send(t, "alice", "/help"); !strings.Contains(help, "this DM controls no agent now: "+why) {
 			t.Errorf("/help = %q", help)
 		}
-		if notes := b.takeNotes(); len(notes) > 0 {
+		if notes := b.TakeNotes(); len(notes) > 0 {
 			t.Errorf("refused commands ran in the background: %q", notes)
 		}
 	})
 
 	t.Run("ApprovalButtonIsRefused", func(t *testing.T) {
-		ans, err := b.c.Decide(ctx, gateway.Decision{DM: dmOf("alice"), ApprovalID: approvalID, Approve: true})
+		ans, err := b.C.Decide(ctx, gateway.Decision{DM: choirdtest.DMOf("alice"), ApprovalID: approvalID, Approve: true})
 		if err != nil || !strings.HasPrefix(ans, "not your approval") || !strings.Contains(ans, why) {
 			t.Errorf("button = %q, %v", ans, err)
 		}
@@ -85,7 +85,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 
 	const aliceUpdate = 7001
 	t.Run("MessageIsKeptNotPushed", func(t *testing.T) {
-		err := d.Inbox().Receive(ctx, gateway.InboundMessage{DM: dmOf("alice"), UpdateID: aliceUpdate, ChatID: "alice",
+		err := d.Inbox().Receive(ctx, gateway.InboundMessage{DM: choirdtest.DMOf("alice"), UpdateID: aliceUpdate, ChatID: "alice",
 			Text: "hello from alice", SentAt: time.Now()})
 		if err != nil {
 			t.Fatal(err)
@@ -103,7 +103,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 	})
 
 	t.Run("FileIsRefused", func(t *testing.T) {
-		if dir, err := d.Inbox().WorkspaceDir(ctx, dmOf("alice")); !errors.Is(err, gateway.ErrNotBound) {
+		if dir, err := d.Inbox().WorkspaceDir(ctx, choirdtest.DMOf("alice")); !errors.Is(err, gateway.ErrNotBound) {
 			t.Errorf("alice's file would go to %q (%v)", dir, err)
 		}
 	})
@@ -111,7 +111,7 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 	t.Run("NothingReachedTheAgent", func(t *testing.T) {
 		// The admin's cancel is the last push; every push before it must
 		// be none of alice's.
-		if reply := b.send(t, "console", "/cancel assistant edge"); refused(reply) {
+		if reply := b.Send(t, "console", "/cancel assistant edge"); choirdtest.Refused(reply) {
 			t.Fatalf("admin cancel: %s", reply)
 		}
 		for {
@@ -157,22 +157,22 @@ func TestDMControlsOnlyTheAgentHoldingItsLease(t *testing.T) {
 	// admin's conversation stays out of her sight.
 	a.Terminate(t, "the admin stopped it")
 	t.Run("AfterStopTheOtherDMsSessionStaysHidden", func(t *testing.T) {
-		if reply := b.send(t, "alice", "/status"); refused(reply) || !strings.Contains(reply, "assistant: stopped") {
+		if reply := b.Send(t, "alice", "/status"); choirdtest.Refused(reply) || !strings.Contains(reply, "assistant: stopped") {
 			t.Errorf("/status = %q", reply)
 		}
-		if reply := b.send(t, "alice", "/events 5"); !refused(reply) || !strings.Contains(reply, "was on another DM") {
+		if reply := b.Send(t, "alice", "/events 5"); !choirdtest.Refused(reply) || !strings.Contains(reply, "was on another DM") {
 			t.Errorf("/events = %q, want a refusal", reply)
 		}
-		if reply := b.send(t, "alice", "/approvals"); reply != "No approval is pending." {
+		if reply := b.Send(t, "alice", "/approvals"); reply != "No approval is pending." {
 			t.Errorf("/approvals = %q", reply)
 		}
-		if reply := b.send(t, "alice", "/approve "+approvalID); !refused(reply) || !strings.Contains(reply, "requested on another DM") {
+		if reply := b.Send(t, "alice", "/approve "+approvalID); !choirdtest.Refused(reply) || !strings.Contains(reply, "requested on another DM") {
 			t.Errorf("/approve = %q", reply)
 		}
 	})
 
 	t.Run("KeptMessageReachesTheAgentOnThisDM", func(t *testing.T) {
-		back := b.d.StandIn(t, "assistant", admin.StartOverrides{})
+		back := b.D.StandIn(t, "assistant", admin.StartOverrides{})
 		p := back.Next(t, rpc.PushUserMessage)
 		if p.UserMessage.Text != "hello from alice" {
 			t.Errorf("pushed %q", p.UserMessage.Text)

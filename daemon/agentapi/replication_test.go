@@ -1,4 +1,4 @@
-package daemon_test
+package agentapi_test
 
 import (
 	"bytes"
@@ -6,7 +6,6 @@ import (
 	"crypto/sha256"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -18,58 +17,11 @@ import (
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/wire"
 	"github.com/choirhq/choir/sql/seam"
 )
-
-func newSession(t testing.TB, pool *pgxpool.Pool, agent string) uuid.UUID {
-	t.Helper()
-	id, _ := tokenSession(t, pool, agent)
-	return id
-}
-
-// tokenSession creates a live session of agent and returns its lease token.
-func tokenSession(t testing.TB, pool *pgxpool.Pool, agent string) (uuid.UUID, string) {
-	t.Helper()
-	ctx := context.Background()
-	q := seam.Queries(pool)
-	if _, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agent, Config: json.RawMessage(`{}`)}); err != nil {
-		t.Fatal(err)
-	}
-	token, hash := rpc.NewLeaseToken()
-	s, err := q.SessionCreate(ctx, db.SessionCreateParams{AgentID: agent, LeaseTokenHash: hash,
-		BaseHash: rpc.Genesis[:], ResourceBindings: json.RawMessage(`{}`)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s.SessionID, token
-}
-
-// chainEvents builds sealed events from..to continuing prev.
-func chainEvents(t testing.TB, from, to int64, prev rpc.Hash) []rpc.Event {
-	t.Helper()
-	var out []rpc.Event
-	for rev := from; rev <= to; rev++ {
-		e := rpc.Event{Rev: rev, Type: rpc.EventUserMsg, Lane: "edge",
-			Payload: json.RawMessage(fmt.Sprintf(`{"text":"message %d"}`, rev)), CreatedAt: time.Now()}
-		if err := e.Seal(prev); err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, e)
-		prev = e.Hash
-	}
-	return out
-}
-
-func patch(evs []rpc.Event, base int64, basePrev rpc.Hash) rpc.HeartbeatRequest {
-	req := rpc.HeartbeatRequest{BaseRev: base, NewRev: base + int64(len(evs)), Patches: evs,
-		HashPrev: basePrev, HashNew: basePrev, Timestamp: time.Now(), ConfigVersion: 1}
-	if len(evs) > 0 {
-		req.HashNew = evs[len(evs)-1].Hash
-	}
-	return req
-}
 
 func storedRevs(t *testing.T, pool *pgxpool.Pool, id uuid.UUID) (n, acked int64) {
 	t.Helper()
@@ -85,13 +37,13 @@ func TestReplicate(t *testing.T) {
 	t.Run("ContiguousPatchesAreAppendedAndAcknowledged", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		id := newSession(t, pool, "alpha")
-		evs := chainEvents(t, 1, 8, rpc.Genesis)
-		resp, err := agentapi.Replicate(ctx, pool, id, patch(evs[:5], 0, rpc.Genesis))
+		id := choirdtest.NewSession(t, pool, "alpha")
+		evs := choirdtest.ChainEvents(t, 1, 8, rpc.Genesis)
+		resp, err := agentapi.Replicate(ctx, pool, id, choirdtest.Patch(evs[:5], 0, rpc.Genesis))
 		if err != nil || resp.AckRev != 5 {
 			t.Fatalf("first heartbeat: %+v, %v", resp, err)
 		}
-		resp, err = agentapi.Replicate(ctx, pool, id, patch(evs[5:], 5, evs[4].Hash))
+		resp, err = agentapi.Replicate(ctx, pool, id, choirdtest.Patch(evs[5:], 5, evs[4].Hash))
 		if err != nil || resp.AckRev != 8 {
 			t.Fatalf("second heartbeat: %+v, %v", resp, err)
 		}
@@ -103,9 +55,9 @@ func TestReplicate(t *testing.T) {
 	t.Run("EmptyHeartbeatOnlyTouchesTheSession", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		id := newSession(t, pool, "alpha")
+		id := choirdtest.NewSession(t, pool, "alpha")
 		pool.Exec(ctx, "UPDATE choir_control.sessions SET last_heartbeat_at = now() - interval '1 hour' WHERE session_id = $1", id)
-		if _, err := agentapi.Replicate(ctx, pool, id, patch(nil, 0, rpc.Genesis)); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, id, choirdtest.Patch(nil, 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
 		var age time.Duration
@@ -118,9 +70,9 @@ func TestReplicate(t *testing.T) {
 	t.Run("ResentPatchIsNoOp", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		id := newSession(t, pool, "alpha")
-		evs := chainEvents(t, 1, 4, rpc.Genesis)
-		req := patch(evs, 0, rpc.Genesis)
+		id := choirdtest.NewSession(t, pool, "alpha")
+		evs := choirdtest.ChainEvents(t, 1, 4, rpc.Genesis)
+		req := choirdtest.Patch(evs, 0, rpc.Genesis)
 		for range 3 {
 			resp, err := agentapi.Replicate(ctx, pool, id, req)
 			if err != nil || resp.AckRev != 4 {
@@ -135,13 +87,13 @@ func TestReplicate(t *testing.T) {
 	t.Run("OverlappingResendAppendsOnlyTheNewTail", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		id := newSession(t, pool, "alpha")
-		evs := chainEvents(t, 1, 6, rpc.Genesis)
-		if _, err := agentapi.Replicate(ctx, pool, id, patch(evs[:3], 0, rpc.Genesis)); err != nil {
+		id := choirdtest.NewSession(t, pool, "alpha")
+		evs := choirdtest.ChainEvents(t, 1, 6, rpc.Genesis)
+		if _, err := agentapi.Replicate(ctx, pool, id, choirdtest.Patch(evs[:3], 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
 		// The ack was lost: the agent resends from its old base with more.
-		resp, err := agentapi.Replicate(ctx, pool, id, patch(evs, 0, rpc.Genesis))
+		resp, err := agentapi.Replicate(ctx, pool, id, choirdtest.Patch(evs, 0, rpc.Genesis))
 		if err != nil || resp.AckRev != 6 {
 			t.Fatalf("resend: %+v, %v", resp, err)
 		}
@@ -153,12 +105,12 @@ func TestReplicate(t *testing.T) {
 	t.Run("GapIsRejectedNamingWhereToResumeAndWritesNothing", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		id := newSession(t, pool, "alpha")
-		evs := chainEvents(t, 1, 6, rpc.Genesis)
-		if _, err := agentapi.Replicate(ctx, pool, id, patch(evs[:2], 0, rpc.Genesis)); err != nil {
+		id := choirdtest.NewSession(t, pool, "alpha")
+		evs := choirdtest.ChainEvents(t, 1, 6, rpc.Genesis)
+		if _, err := agentapi.Replicate(ctx, pool, id, choirdtest.Patch(evs[:2], 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
-		_, err := agentapi.Replicate(ctx, pool, id, patch(evs[3:], 3, evs[2].Hash))
+		_, err := agentapi.Replicate(ctx, pool, id, choirdtest.Patch(evs[3:], 3, evs[2].Hash))
 		if !errors.Is(err, agentapi.ErrChainGap) || !errors.Is(err, wire.ErrConflict) {
 			t.Fatalf("err = %v, want a gap conflict", err)
 		}
@@ -173,13 +125,13 @@ func TestReplicate(t *testing.T) {
 	t.Run("ForkedChainIsRejectedAndWritesNothing", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		id := newSession(t, pool, "alpha")
-		evs := chainEvents(t, 1, 2, rpc.Genesis)
-		if _, err := agentapi.Replicate(ctx, pool, id, patch(evs, 0, rpc.Genesis)); err != nil {
+		id := choirdtest.NewSession(t, pool, "alpha")
+		evs := choirdtest.ChainEvents(t, 1, 2, rpc.Genesis)
+		if _, err := agentapi.Replicate(ctx, pool, id, choirdtest.Patch(evs, 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
-		fork := chainEvents(t, 3, 4, rpc.Hash{1})
-		_, err := agentapi.Replicate(ctx, pool, id, patch(fork, 2, rpc.Hash{1}))
+		fork := choirdtest.ChainEvents(t, 3, 4, rpc.Hash{1})
+		_, err := agentapi.Replicate(ctx, pool, id, choirdtest.Patch(fork, 2, rpc.Hash{1}))
 		if !errors.Is(err, agentapi.ErrChainBroken) {
 			t.Fatalf("err = %v, want broken chain", err)
 		}
@@ -191,9 +143,9 @@ func TestReplicate(t *testing.T) {
 	t.Run("EndedSessionIsRefused", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		id := newSession(t, pool, "alpha")
+		id := choirdtest.NewSession(t, pool, "alpha")
 		seam.Queries(pool).SessionEnd(ctx, db.SessionEndParams{SessionID: id, EndReason: "test"})
-		_, err := agentapi.Replicate(ctx, pool, id, patch(chainEvents(t, 1, 1, rpc.Genesis), 0, rpc.Genesis))
+		_, err := agentapi.Replicate(ctx, pool, id, choirdtest.Patch(choirdtest.ChainEvents(t, 1, 1, rpc.Genesis), 0, rpc.Genesis))
 		if !errors.Is(err, wire.ErrUnauthenticated) {
 			t.Fatalf("err = %v", err)
 		}
@@ -202,9 +154,9 @@ func TestReplicate(t *testing.T) {
 	t.Run("ConcurrentHeartbeatsOfOneSessionSerialise", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		id := newSession(t, pool, "alpha")
-		evs := chainEvents(t, 1, 10, rpc.Genesis)
-		req := patch(evs, 0, rpc.Genesis)
+		id := choirdtest.NewSession(t, pool, "alpha")
+		evs := choirdtest.ChainEvents(t, 1, 10, rpc.Genesis)
+		req := choirdtest.Patch(evs, 0, rpc.Genesis)
 		errs := make(chan error, 4)
 		for range 4 {
 			go func() { _, err := agentapi.Replicate(ctx, pool, id, req); errs <- err }()
@@ -222,9 +174,9 @@ func TestReplicate(t *testing.T) {
 	t.Run("SnapshotIsStoredWithItsChainHashAndStateSum", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		id := newSession(t, pool, "alpha")
-		evs := chainEvents(t, 1, 4, rpc.Genesis)
-		req := patch(evs, 0, rpc.Genesis)
+		id := choirdtest.NewSession(t, pool, "alpha")
+		evs := choirdtest.ChainEvents(t, 1, 4, rpc.Genesis)
+		req := choirdtest.Patch(evs, 0, rpc.Genesis)
 		req.Snapshot = &rpc.Snapshot{Rev: 3, Hash: evs[2].Hash, State: json.RawMessage(`{"b": 1, "a": [true]}`)}
 		if _, err := agentapi.Replicate(ctx, pool, id, req); err != nil {
 			t.Fatal(err)
@@ -243,9 +195,9 @@ func TestReplicate(t *testing.T) {
 	t.Run("PatchNotContinuingItsOwnBaseIsABadRequest", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		id := newSession(t, pool, "alpha")
-		evs := chainEvents(t, 1, 3, rpc.Genesis)
-		req := patch([]rpc.Event{evs[0], evs[2]}, 0, rpc.Genesis)
+		id := choirdtest.NewSession(t, pool, "alpha")
+		evs := choirdtest.ChainEvents(t, 1, 3, rpc.Genesis)
+		req := choirdtest.Patch([]rpc.Event{evs[0], evs[2]}, 0, rpc.Genesis)
 		if _, err := agentapi.Replicate(ctx, pool, id, req); !errors.Is(err, wire.ErrBadRequest) {
 			t.Fatalf("err = %v, want a bad request", err)
 		}
@@ -257,7 +209,7 @@ func TestReplicate(t *testing.T) {
 	t.Run("HeartbeatsLeaveNoReplayRowsOtherCallsDo", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		id := newSession(t, pool, "alpha")
+		id := choirdtest.NewSession(t, pool, "alpha")
 		store := agentapi.ReplayStore{Pool: pool}
 		for verb, want := range map[rpc.Verb]bool{rpc.VerbHeartbeat: false, rpc.VerbRequestApproval: true} {
 			key := rpc.ReplayKey{SessionID: id.String(), RequestID: "req-" + string(verb)}
@@ -273,8 +225,8 @@ func TestReplicate(t *testing.T) {
 	t.Run("DatabaseRefusesEventsOfNoSessionAndDeletingASessionWithEvents", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)
-		id := newSession(t, pool, "alpha")
-		if _, err := agentapi.Replicate(ctx, pool, id, patch(chainEvents(t, 1, 2, rpc.Genesis), 0, rpc.Genesis)); err != nil {
+		id := choirdtest.NewSession(t, pool, "alpha")
+		if _, err := agentapi.Replicate(ctx, pool, id, choirdtest.Patch(choirdtest.ChainEvents(t, 1, 2, rpc.Genesis), 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
 		_, err := pool.Exec(ctx, "DELETE FROM choir_control.sessions WHERE session_id = $1", id)
@@ -282,7 +234,7 @@ func TestReplicate(t *testing.T) {
 		if !errors.As(err, &pe) || pe.Code != "23503" {
 			t.Errorf("deleting a session with events: %v, want a foreign key violation", err)
 		}
-		evs := chainEvents(t, 1, 1, rpc.Genesis)
+		evs := choirdtest.ChainEvents(t, 1, 1, rpc.Genesis)
 		_, err = seam.Queries(pool).EventsAppend(ctx, []db.EventsAppendParams{{SessionID: uuid.New(), Rev: 1, EventType: "user_msg",
 			Lane: "edge", Payload: evs[0].Payload, HashPrev: rpc.Genesis[:], Hash: evs[0].Hash[:], CreatedAt: evs[0].CreatedAt}})
 		if !errors.As(err, &pe) || pe.Code != "23503" || !strings.Contains(pe.Message, "does not exist") {

@@ -1,4 +1,4 @@
-package daemon_test
+package usage_test
 
 import (
 	"context"
@@ -31,7 +31,7 @@ func TestSessionCapsAgainstChoird(t *testing.T) {
 	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(cfg *config.Config, _ config.Secrets) {
 		cfg.CrashDetectionThresholdMS = int64(time.Hour / time.Millisecond)
 	}})
-	id, cl, _ := helloSession(t, d, "assistant")
+	id, cl, _ := d.HelloSession(t, "assistant")
 
 	t.Run("ReplaysKeepTheNewestPerSession", func(t *testing.T) {
 		const extra = 25

@@ -1,4 +1,4 @@
-package daemon_test
+package memory_test
 
 import (
 	"context"
@@ -34,7 +34,7 @@ func TestMemoryOfAnotherAgentNeedsItsConsent(t *testing.T) {
 	t.Run("RefusedByDefault", func(t *testing.T) {
 		t.Parallel()
 		d := choirdtest.StartTwoAgents(t, choirdtest.Options{})
-		_, cl, _ := helloSession(t, d, "assistant")
+		_, cl, _ := d.HelloSession(t, "assistant")
 		for i, store := range []string{"knowledge", "session"} {
 			in, _ := json.Marshal(map[string]any{"store": store, "mode": "text", "query": "sky", "target_agent": "helper"})
 			resp, err := cl.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.query",
@@ -64,7 +64,7 @@ func TestMemoryOfAnotherAgentNeedsItsConsent(t *testing.T) {
 			h.MemoryReadableBy = []string{"assistant"}
 			cfg.Agents["helper"] = h
 		}})
-		_, cl, _ := helloSession(t, d, "assistant")
+		_, cl, _ := d.HelloSession(t, "assistant")
 		if resp := query(t, cl, "q1", "helper"); resp.Status != rpc.ToolSuccess {
 			t.Fatalf("read of helper's memory, listed in memory_readable_by: %s %s", resp.Status, resp.Output)
 		}

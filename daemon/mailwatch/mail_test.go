@@ -1,4 +1,4 @@
-package daemon_test
+package mailwatch_test
 
 import (
 	"context"
@@ -120,7 +120,7 @@ func TestMailWakesAgentOnce(t *testing.T) {
 	// environment and no command line it can read.
 	choirdtest.WaitFor(t, "the probe's result", d.Logs, func() bool { _, ok := model.probed(); return ok })
 	out, _ := model.probed()
-	report := probeReport(t, out, d.Workspace("main"))
+	report := choirdtest.ProbeReport(t, out, d.Workspace("main"))
 	if !strings.Contains(report, "== env") || strings.Contains(report, "mail-pw-5e2b") || strings.Contains(report, "[secret:") {
 		t.Errorf("choir.exec's probe found the mail password (or did not run):\n%s", report)
 	}
@@ -217,7 +217,7 @@ func TestMailSendNeedsApproval(t *testing.T) {
 	}
 	d.WaitState(t, "assistant", admin.AgentActive)
 
-	pushText(t, d, "assistant", "send the weekly report")
+	d.PushText(t, "assistant", "send the weekly report")
 	var first string
 	choirdtest.WaitFor(t, "the first send's result", d.Logs, func() bool { var ok bool; first, ok = model.result(0); return ok })
 	m := approvalIDRe.FindStringSubmatch(first)
@@ -230,7 +230,7 @@ func TestMailSendNeedsApproval(t *testing.T) {
 	choirdtest.WaitFor(t, "the agent told of the approval", d.Logs, func() bool {
 		return strings.Contains(d.Logs.String(), `"approval resolved"`) || strings.Contains(d.Logs.String(), "approval resolved")
 	})
-	pushText(t, d, "assistant", "go ahead")
+	d.PushText(t, "assistant", "go ahead")
 	var second string
 	choirdtest.WaitFor(t, "the second send's result", d.Logs, func() bool { var ok bool; second, ok = model.result(1); return ok })
 	sent := srv.Sent()

@@ -1,4 +1,4 @@
-package daemon_test
+package agentapi_test
 
 import (
 	"bytes"
@@ -60,7 +60,7 @@ func TestSpokenReplyArrivesAsAVoiceMessage(t *testing.T) {
 		},
 		Daemon: daemon.Options{TelegramAPIURL: tg.URL()},
 	})
-	_, cl, _ := helloSession(t, d, "assistant")
+	_, cl, _ := d.HelloSession(t, "assistant")
 
 	b := tooltest.Setup(t, builtin.Config{TTS: tts.Config{
 		VoiceFunc: func() (tts.Voice, error) {

@@ -1,4 +1,4 @@
-package daemon_test
+package configrepo_test
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func bareRemote(t *testing.T, files map[string]string) (string, func(map[string]
 	if out, err := exec.Command("git", "init", "-q", "--bare", "-b", "main", bare).CombinedOutput(); err != nil {
 		t.Fatalf("git init: %v %s", err, out)
 	}
-	work := gitRepo(t, files)
+	work := choirdtest.GitRepo(t, files)
 	run := func(args ...string) {
 		cmd := exec.Command("git", args...)
 		cmd.Dir = work
@@ -34,7 +34,7 @@ func bareRemote(t *testing.T, files map[string]string) (string, func(map[string]
 	}
 	run("push", "-q", bare, "main")
 	return bare, func(files map[string]string) {
-		commitFiles(t, work, files, run)
+		choirdtest.CommitFiles(t, work, files, run)
 		run("push", "-q", bare, "main")
 	}
 }
@@ -125,7 +125,7 @@ func TestConfigLoadRepos(t *testing.T) {
 	})
 
 	t.Run("UnreachableRemoteIsAWarning", func(t *testing.T) {
-		editHome(t, home, func(c *config.Config) {
+		choirdtest.EditHome(t, home, func(c *config.Config) {
 			a := c.Agents["assistant"]
 			a.Repo.URL = "http://127.0.0.1:1/assistant.git"
 			c.Agents["assistant"] = a

@@ -1,4 +1,4 @@
-package daemon_test
+package outbox_test
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func TestSendFileStaysInTheWorkspace(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	d := choirdtest.StartTwoAgents(t, choirdtest.Options{})
-	_, client, hello := helloSession(t, d, "assistant")
+	_, client, hello := d.HelloSession(t, "assistant")
 	if hello.ResourceBindings.Workspace != "main" {
 		t.Fatalf("session bound to workspace %q", hello.ResourceBindings.Workspace)
 	}

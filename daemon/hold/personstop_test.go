@@ -1,4 +1,4 @@
-package daemon_test
+package hold_test
 
 import (
 	"context"
@@ -79,7 +79,7 @@ func testPersonStopIsFinal(t *testing.T, opts daemon.Options) {
 		t.Fatalf("start: %s", errs)
 	}
 	first := d.WaitState(t, "assistant", admin.AgentActive)
-	if err := d.Runtime().Stop(ctx, mustInstance(t, d, first.SessionID), 0); err != nil {
+	if err := d.Runtime().Stop(ctx, d.Instance(t, first.SessionID), 0); err != nil {
 		t.Fatal(err)
 	}
 	choirdtest.WaitFor(t, "the first session's end", d.Logs, func() bool {

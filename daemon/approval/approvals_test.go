@@ -1,4 +1,4 @@
-package daemon_test
+package approval_test
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -17,14 +18,14 @@ import (
 // requesting session is told by push, and an approval decided while its
 // agent was down is told to the agent's next session.
 func TestApprovalDecisions(t *testing.T) {
-	b := setupCommands(t)
-	d := b.d
+	b := choirdtest.SetupCommands(t)
+	d := b.D
 	ctx := context.Background()
 	operator := control.Scope{Admin: true, Actor: "choirctl:uid=0"}
 	other := control.Scope{Agent: "helper", Actor: "telegram:bob"}
 
-	a := b.d.StandIn(t, "assistant", admin.StartOverrides{})
-	id := requestApproval(t, a, "deploy to staging")
+	a := b.D.StandIn(t, "assistant", admin.StartOverrides{})
+	id := choirdtest.RequestApproval(t, a, "deploy to staging")
 	if _, err := d.Approvals().Decide(ctx, other, id, true); !errors.Is(err, control.ErrForbidden) {
 		t.Fatalf("another agent's DM decided: %v", err)
 	}
@@ -53,12 +54,12 @@ func TestApprovalDecisions(t *testing.T) {
 	}
 
 	// Decided while the agent is down: told at the next session's hello.
-	id2 := requestApproval(t, a, "add tool choir.repo.status")
+	id2 := choirdtest.RequestApproval(t, a, "add tool choir.repo.status")
 	a.Terminate(t, "test stop")
 	if _, err := d.Approvals().Decide(ctx, operator, id2, false); err != nil {
 		t.Fatal(err)
 	}
-	next := b.d.StandIn(t, "assistant", admin.StartOverrides{})
+	next := b.D.StandIn(t, "assistant", admin.StartOverrides{})
 	p = next.Next(t, rpc.PushApprovalResolved)
 	if p.ApprovalResolved.ApprovalID != id2 || p.ApprovalResolved.Status != rpc.ApprovalRejected {
 		t.Errorf("outcome at the next hello = %+v", p.ApprovalResolved)

@@ -1,11 +1,10 @@
-package daemon_test
+package build_test
 
 import (
 	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -18,35 +17,6 @@ import (
 	"github.com/choirhq/choir/rpc/admin"
 )
 
-func gitRepo(t *testing.T, files map[string]string) string {
-	t.Helper()
-	dir := t.TempDir()
-	run := func(args ...string) {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	run("init", "-q", "-b", "main")
-	commitFiles(t, dir, files, run)
-	return dir
-}
-
-func commitFiles(t *testing.T, dir string, files map[string]string, run func(...string)) {
-	t.Helper()
-	for name, data := range files {
-		p := filepath.Join(dir, name)
-		os.MkdirAll(filepath.Dir(p), 0o755)
-		if err := os.WriteFile(p, []byte(data), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	run("add", "-A")
-	run("commit", "-q", "-m", "change")
-}
-
 // TestAgentBuildAndUpdate builds an agent's image from real git repos,
 // starts the real agent from it under docker (version.json checked first),
 // then updates it after a repo change: a new image, the agent redeployed,
@@ -56,13 +26,13 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 	cli := runtimetest.RequireDocker(t)
 	osImage := runtimetest.BusyboxImage(t, cli)
 	bin := runtimetest.BuildStatic(t, "github.com/choirhq/choir/cmd/choir-agent")
-	global := gitRepo(t, map[string]string{
+	global := choirdtest.GitRepo(t, map[string]string{
 		"Dockerfile.base":       "ARG CHOIR_OS_IMAGE=scratch\nFROM ${CHOIR_OS_IMAGE}\n",
 		"identity/USER.md":      "# The user\n",
 		"identity/SOUL.md":      "global soul\n",
 		"identity/SOUL-CORE.md": "global core soul\n",
 	})
-	agentRepo := gitRepo(t, map[string]string{
+	agentRepo := choirdtest.GitRepo(t, map[string]string{
 		"Dockerfile":       "ARG CHOIR_BASE_IMAGE\nFROM ${CHOIR_BASE_IMAGE}\n",
 		"identity/SOUL.md": "agent soul, first\n",
 	})
@@ -99,7 +69,7 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 	}
 	first := d.WaitState(t, "assistant", admin.AgentActive)
 
-	commitFiles(t, agentRepo, map[string]string{"identity/SOUL.md": "agent soul, second\n"}, func(args ...string) {
+	choirdtest.CommitFiles(t, agentRepo, map[string]string{"identity/SOUL.md": "agent soul, second\n"}, func(args ...string) {
 		cmd := exec.Command("git", args...)
 		cmd.Dir = agentRepo
 		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")

@@ -1,4 +1,4 @@
-package daemon_test
+package adminapi_test
 
 import (
 	"bufio"

@@ -1,6 +1,7 @@
 package lane_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -178,8 +179,9 @@ func TestToolsAtScale(t *testing.T) {
 }
 
 // BenchmarkOfferTools is what building one call's tools parameter costs
-// with 150 tools in each mode, against the floor of listing the LLM views
-// (what direct mode did before modes existed).
+// with 150 tools in each mode (auto: the one the injector picks for the
+// 32K window), against the floor of listing the LLM views (what direct
+// mode did before modes existed), and the schema tokens each sends.
 func BenchmarkOfferTools(b *testing.B) {
 	reg := scaleRegistry(b, b.TempDir())
 	f := tool.Filter{Lane: tool.LaneEdge}
@@ -188,8 +190,8 @@ func BenchmarkOfferTools(b *testing.B) {
 			_ = reg.LLMViews(f)
 		}
 	})
-	for _, mode := range []tool.Mode{tool.ModeDirect, tool.ModeCompact, tool.ModeDiscovery} {
-		b.Run(string(mode), func(b *testing.B) {
+	for _, mode := range []tool.Mode{tool.ModeAuto, tool.ModeDirect, tool.ModeCompact, tool.ModeDiscovery} {
+		b.Run(cmp.Or(string(mode), "auto"), func(b *testing.B) {
 			o := tool.NewInjector(reg, tool.InjectorConfig{Mode: mode}).Offer(tool.LaneEdge, scaleWindow)
 			o.Call(context.Background(), f, tool.NameToolsLoad, json.RawMessage(`{"category":"choir.fs"}`))
 			for b.Loop() {

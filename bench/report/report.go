@@ -191,7 +191,10 @@ func (r report) markdown() string {
 	}
 	fmt.Fprintf(&b, "\n%d of %d targets met.\n", met, len(r.Figures))
 	b.WriteString("\nFloors: the RPC against bare net/http on a Unix socket (`rpc/internal/fastpath` BenchmarkCall/Plain/unix); " +
-		"heartbeats against the bare-SQL simulation of the same transaction (`daemon` BenchmarkHeartbeatBareSQL). " +
+		"heartbeats against the bare-SQL simulation of the same transaction (`daemon` BenchmarkHeartbeatBareSQL); " +
+		"tool schemas against the same 150 tools sent whole (direct mode); the step of 4 calls against the same calls " +
+		"one after another; the warm browse against a plain fetch and extraction of the same page. " +
+		"The edge's reply is measured idle and beside the core jobs in the same run. " +
 		"The idle-memory targets are this report's own; no issue set one.\n")
 	return b.String()
 }

@@ -14,6 +14,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -53,15 +54,35 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	failed := 0
+	if err := gate(rep); err != nil {
+		log.Fatalf("%v; see %s", err, filepath.Join(o.out, "report.md"))
+	}
+}
+
+// gate is make bench's verdict: an error naming each figure that could
+// not be measured or missed its target (the median of its runs against
+// the target), nil when every figure measured met its target.
+func gate(rep report) error {
+	var unmeasured, missed []string
 	for _, f := range rep.Figures {
-		if f.Error != "" {
-			failed++
+		switch {
+		case f.Error != "":
+			unmeasured = append(unmeasured, f.ID)
+		case !f.Pass:
+			missed = append(missed, f.ID)
 		}
 	}
-	if failed > 0 {
-		log.Fatalf("%d figure(s) could not be measured; see %s", failed, filepath.Join(o.out, "report.md"))
+	var parts []string
+	if len(unmeasured) > 0 {
+		parts = append(parts, fmt.Sprintf("%d figure(s) could not be measured (%s)", len(unmeasured), strings.Join(unmeasured, ", ")))
 	}
+	if len(missed) > 0 {
+		parts = append(parts, fmt.Sprintf("%d figure(s) missed their target (%s)", len(missed), strings.Join(missed, ", ")))
+	}
+	if len(parts) == 0 {
+		return nil
+	}
+	return errors.New(strings.Join(parts, "; "))
 }
 
 // run measures the selected figures and writes the report.

@@ -97,6 +97,26 @@ func TestSettleAndMarkdown(t *testing.T) {
 	}
 }
 
+// TestGateNamesWhatFailed: make bench fails, naming each figure, when one
+// missed its target or could not be measured, and passes otherwise.
+func TestGateNamesWhatFailed(t *testing.T) {
+	fig := func(id string, target float64, values ...float64) result {
+		r := result{figure: figure{ID: id, Title: id, Unit: "ms", Target: target}, Values: values}
+		r.settle()
+		return r
+	}
+	if err := gate(report{Figures: []result{fig("fast", 5, 4, 4.5, 6)}}); err != nil {
+		t.Errorf("every target met: %v", err)
+	}
+	broken := result{figure: figure{ID: "broken", Unit: "ms", Target: 1}, Error: "docker gone"}
+	broken.settle()
+	err := gate(report{Figures: []result{fig("fast", 5, 4), fig("slow", 5, 6, 7, 4), broken}})
+	if err == nil || !strings.Contains(err.Error(), "1 figure(s) missed their target (slow)") ||
+		!strings.Contains(err.Error(), "1 figure(s) could not be measured (broken)") || strings.Contains(err.Error(), "fast") {
+		t.Errorf("gate = %v", err)
+	}
+}
+
 func TestCompareMarksWhatGotWorse(t *testing.T) {
 	fig := func(title string, higher bool, now, was []float64) result {
 		r := result{figure: figure{ID: title, Title: title, Unit: "u", Target: 1000, Higher: higher}, Values: now}

@@ -11,6 +11,7 @@ import (
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
+	"github.com/choirhq/choir/internal/choirctltest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -33,7 +34,7 @@ func TestLifecycleDockerRuntime(t *testing.T) {
 	ctx := context.Background()
 
 	begin := time.Now()
-	if code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+	if code, _, errs := choirctltest.Run(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	st := d.WaitState(t, "assistant", admin.AgentActive)
@@ -60,12 +61,12 @@ func TestLifecycleDockerRuntime(t *testing.T) {
 		}
 	}
 
-	if code, _, errs := choirdtest.Choirctl(t, home, "agent", "restart", "assistant"); code != 0 {
+	if code, _, errs := choirctltest.Run(t, home, "agent", "restart", "assistant"); code != 0 {
 		t.Fatalf("restart: %s", errs)
 	}
 	st = d.WaitState(t, "assistant", admin.AgentActive)
 
-	if code, _, errs := choirdtest.Choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
+	if code, _, errs := choirctltest.Run(t, home, "agent", "stop", "assistant"); code != 0 {
 		t.Fatalf("stop: %s", errs)
 	}
 	var status, reason string

@@ -16,6 +16,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/internal/choirctltest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -50,7 +51,7 @@ func TestRestartBringsBackACrashedAgent(t *testing.T) {
 	home := d.Home
 	ctx := context.Background()
 	for _, how := range []string{"choirctl", "its DM"} {
-		if code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant"); code != 0 {
+		if code, _, errs := choirctltest.Run(t, home, "agent", "start", "assistant"); code != 0 {
 			t.Fatalf("start: %s", errs)
 		}
 		before := d.WaitState(t, "assistant", admin.AgentActive)
@@ -60,7 +61,7 @@ func TestRestartBringsBackACrashedAgent(t *testing.T) {
 		d.WaitState(t, "assistant", admin.AgentCrashed)
 		switch how {
 		case "choirctl":
-			if code, _, errs := choirdtest.Choirctl(t, home, "agent", "restart", "assistant"); code != 0 {
+			if code, _, errs := choirctltest.Run(t, home, "agent", "restart", "assistant"); code != 0 {
 				t.Fatalf("restart of a crashed agent: %s", errs)
 			}
 		default:
@@ -79,7 +80,7 @@ func TestRestartBringsBackACrashedAgent(t *testing.T) {
 		if from != before.SessionID || dm != "mine" {
 			t.Errorf("restarted from %s: session %s resumes %q on DM %q, want the crashed %s on mine", how, after.SessionID, from, dm, before.SessionID)
 		}
-		if code, _, errs := choirdtest.Choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
+		if code, _, errs := choirctltest.Run(t, home, "agent", "stop", "assistant"); code != 0 {
 			t.Fatalf("stop: %s", errs)
 		}
 	}
@@ -91,7 +92,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 	home := d.Home
 
 	t.Run("StartWithoutDMUsesTheDefault", func(t *testing.T) {
-		code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant")
+		code, _, errs := choirctltest.Run(t, home, "agent", "start", "assistant")
 		if code != 0 {
 			t.Fatalf("start without --dm: exit %d: %s", code, errs)
 		}
@@ -102,24 +103,24 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 		if want := d.Snapshot().Config.Agents["assistant"].Defaults.DM; dm != want {
 			t.Errorf("the session is bound to DM %q, want the agent's defaults.dm %q", dm, want)
 		}
-		if code, _, errs := choirdtest.Choirctl(t, home, "agent", "stop", "assistant"); code != 0 {
+		if code, _, errs := choirctltest.Run(t, home, "agent", "stop", "assistant"); code != 0 {
 			t.Fatalf("stop: %s", errs)
 		}
 	})
 
 	t.Run("UnknownAgentOrResourceIsNamed", func(t *testing.T) {
-		code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "ghost", "--dm", "console")
+		code, _, errs := choirctltest.Run(t, home, "agent", "start", "ghost", "--dm", "console")
 		if code == 0 || !strings.Contains(errs, `agent "ghost" is not in config.json`) {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
-		code, _, errs = choirdtest.Choirctl(t, home, "agent", "start", "assistant", "--dm", "console", "--workspace", "nope")
+		code, _, errs = choirctltest.Run(t, home, "agent", "start", "assistant", "--dm", "console", "--workspace", "nope")
 		if code == 0 || !strings.Contains(errs, "--workspace=nope") {
 			t.Fatalf("exit %d: %s", code, errs)
 		}
 	})
 
 	t.Run("StartStatusStopRestart", func(t *testing.T) {
-		code, out, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant", "--dm", "console")
+		code, out, errs := choirctltest.Run(t, home, "agent", "start", "assistant", "--dm", "console")
 		if code != 0 {
 			t.Fatalf("start: %s", errs)
 		}
@@ -199,14 +200,14 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 			if err := os.WriteFile(filepath.Join(home, "secrets.json"), mustJSON(t, map[string]string(secrets)), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			if code, out, errs := choirdtest.Choirctl(t, home, "secret", "apply"); code != 0 || !strings.Contains(out, "1 running agents") {
+			if code, out, errs := choirctltest.Run(t, home, "secret", "apply"); code != 0 || !strings.Contains(out, "1 running agents") {
 				t.Fatalf("secret apply: %d %s %s", code, out, errs)
 			}
 			choirdtest.WaitFor(t, "the rotated secrets fetched by the agent", d.Logs, func() bool { return handed() > before })
 		})
 
 		t.Run("SecondAgentOnTheSameWorkspaceIsRefusedNamingTheHolder", func(t *testing.T) {
-			code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "helper", "--dm", "second")
+			code, _, errs := choirctltest.Run(t, home, "agent", "start", "helper", "--dm", "second")
 			if code == 0 || !strings.Contains(errs, "leased to agent assistant") {
 				t.Fatalf("exit %d: %s", code, errs)
 			}
@@ -217,12 +218,12 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 			}
 		})
 
-		code, out, _ = choirdtest.Choirctl(t, home, "agent", "status", "assistant")
+		code, out, _ = choirctltest.Run(t, home, "agent", "status", "assistant")
 		if code != 0 || !strings.Contains(out, "active") {
 			t.Fatalf("status: %s", out)
 		}
 
-		code, _, errs = choirdtest.Choirctl(t, home, "agent", "restart", "assistant")
+		code, _, errs = choirctltest.Run(t, home, "agent", "restart", "assistant")
 		if code != 0 {
 			t.Fatalf("restart: %s", errs)
 		}
@@ -231,7 +232,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 			t.Error("restart kept the same process")
 		}
 
-		code, _, errs = choirdtest.Choirctl(t, home, "agent", "stop", "assistant")
+		code, _, errs = choirctltest.Run(t, home, "agent", "stop", "assistant")
 		if code != 0 {
 			t.Fatalf("stop: %s", errs)
 		}
@@ -249,7 +250,7 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 	})
 
 	t.Run("KilledAgentIsCrashedAtOnce", func(t *testing.T) {
-		if code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+		if code, _, errs := choirctltest.Run(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 			t.Fatalf("start: %s", errs)
 		}
 		d.WaitState(t, "assistant", admin.AgentActive)
@@ -269,18 +270,18 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 		ws := d.Snapshot().Config.Workspaces["main"].Path
 		os.WriteFile(filepath.Join(ws, "junk.txt"), []byte("x"), 0o644)
 		// The workspace is leased: reset stops its agent first.
-		if code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+		if code, _, errs := choirctltest.Run(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 			t.Fatalf("start: %s", errs)
 		}
 		d.WaitState(t, "assistant", admin.AgentActive)
-		if code, out, _ := choirdtest.Choirctl(t, home, "workspace", "list"); code != 0 || !strings.Contains(out, "assistant") {
+		if code, out, _ := choirctltest.Run(t, home, "workspace", "list"); code != 0 || !strings.Contains(out, "assistant") {
 			t.Fatalf("list does not show the holder: %s", out)
 		}
-		code, out, _ := choirdtest.Choirctl(t, home, "workspace", "list")
+		code, out, _ := choirctltest.Run(t, home, "workspace", "list")
 		if code != 0 || !strings.Contains(out, "main") {
 			t.Fatalf("list: %s", out)
 		}
-		if code, _, errs := choirdtest.Choirctl(t, home, "workspace", "reset", "main"); code != 0 {
+		if code, _, errs := choirctltest.Run(t, home, "workspace", "reset", "main"); code != 0 {
 			t.Fatalf("reset: %s", errs)
 		}
 		if entries, _ := os.ReadDir(ws); len(entries) != 0 {

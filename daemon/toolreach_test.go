@@ -20,6 +20,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
+	"github.com/choirhq/choir/internal/choirctltest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
@@ -125,7 +126,7 @@ func runToolCalls(t *testing.T, setup reachSetup, files map[string][]byte, calls
 			t.Fatal(err)
 		}
 	}
-	if code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+	if code, _, errs := choirctltest.Run(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	st := d.WaitState(t, "assistant", admin.AgentActive)

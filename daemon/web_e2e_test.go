@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/internal/choirctltest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -68,7 +69,7 @@ func TestWebToolsAreAudited(t *testing.T) {
 			cfg.Web.AllowHosts = []string{strings.TrimPrefix(site.URL, "http://")}
 		}})
 	defer d.StopAgents(t)
-	if code, _, errs := choirdtest.Choirctl(t, d.Home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+	if code, _, errs := choirctltest.Run(t, d.Home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	st := d.WaitState(t, "assistant", admin.AgentActive)

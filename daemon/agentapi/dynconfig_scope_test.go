@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/internal/choirctltest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
@@ -107,7 +108,7 @@ func TestMCPSecretsFollowTheConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, args := range [][]string{{"config", "load"}, {"config", "apply"}} {
-		if code, out, errs := choirdtest.Choirctl(t, d.Home, args...); code != 0 {
+		if code, out, errs := choirctltest.Run(t, d.Home, args...); code != 0 {
 			t.Fatalf("choirctl %v: %d %s %s", args, code, out, errs)
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
+	"github.com/choirhq/choir/internal/choirctltest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -51,7 +52,7 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 		removeAgentImages(t, cli, "choir-agent-helper")
 	})
 
-	code, out, errs := choirdtest.Choirctl(t, home, "agent", "build", "assistant", "--json")
+	code, out, errs := choirctltest.Run(t, home, "agent", "build", "assistant", "--json")
 	var built admin.BuildResult
 	if code != 0 || json.Unmarshal([]byte(out), &built) != nil || !built.Built {
 		t.Fatalf("build: %d %s %s", code, out, errs)
@@ -60,11 +61,11 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 	t.Cleanup(func() {
 		removeAgentImages(t, cli, strings.Split(built.Version.BaseImage, ":")[0]+":"+strings.Split(built.Version.BaseImage, ":")[1])
 	})
-	code, out, _ = choirdtest.Choirctl(t, home, "agent", "build", "assistant")
+	code, out, _ = choirctltest.Run(t, home, "agent", "build", "assistant")
 	if code != 0 || !strings.Contains(out, "up to date") {
 		t.Fatalf("second build: %s", out)
 	}
-	if code, _, errs := choirdtest.Choirctl(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+	if code, _, errs := choirctltest.Run(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	first := d.WaitState(t, "assistant", admin.AgentActive)
@@ -77,7 +78,7 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 			t.Fatalf("git: %v %s", err, out)
 		}
 	})
-	code, out, errs = choirdtest.Choirctl(t, home, "agent", "update", "assistant")
+	code, out, errs = choirctltest.Run(t, home, "agent", "update", "assistant")
 	if code != 0 || !strings.Contains(out, "redeployed") {
 		t.Fatalf("update: %d %s %s", code, out, errs)
 	}
@@ -85,7 +86,7 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 	if second.SessionID == first.SessionID {
 		t.Error("update did not start a new session")
 	}
-	code, out, _ = choirdtest.Choirctl(t, home, "agent", "update-all", "--json")
+	code, out, _ = choirctltest.Run(t, home, "agent", "update-all", "--json")
 	if code != 0 || !strings.Contains(out, `"agent_id": "assistant"`) {
 		t.Fatalf("update-all: %s", out)
 	}

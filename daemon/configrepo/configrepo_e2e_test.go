@@ -12,6 +12,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/configrepo"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/internal/choirctltest"
 	"github.com/choirhq/choir/internal/choirdtest"
 )
 
@@ -66,20 +67,20 @@ func TestConfigLoadRepos(t *testing.T) {
 	}})
 	home := d.Home
 
-	code, out, errs := choirdtest.Choirctl(t, home, "config", "load")
+	code, out, errs := choirctltest.Run(t, home, "config", "load")
 	if code != 0 || !strings.Contains(out, "  global repo: none -> ") || !strings.Contains(out, "+ assistant:identity/SOUL.md") {
 		t.Fatalf("first load: %d\n%s\n%s", code, out, errs)
 	}
 	if _, err := os.Stat(filepath.Join(home, "repos", "agents", "assistant", "identity", "SOUL.md")); err != nil {
 		t.Fatalf("the agent's repo is not cloned: %v", err)
 	}
-	if code, out, errs := choirdtest.Choirctl(t, home, "config", "apply"); code != 0 || !strings.Contains(out, "not applied:") {
+	if code, out, errs := choirctltest.Run(t, home, "config", "apply"); code != 0 || !strings.Contains(out, "not applied:") {
 		t.Fatalf("apply: %d\n%s\n%s", code, out, errs)
 	}
 
 	t.Run("RepoChangesAreRestartRequired", func(t *testing.T) {
 		pushAgent(map[string]string{"identity/SOUL.md": "a new soul\n"})
-		code, out, errs := choirdtest.Choirctl(t, home, "config", "load")
+		code, out, errs := choirctltest.Run(t, home, "config", "load")
 		if code != 0 {
 			t.Fatalf("load: %d %s", code, errs)
 		}
@@ -104,7 +105,7 @@ func TestConfigLoadRepos(t *testing.T) {
 		pushGlobal(map[string]string{
 			"tools/bad.json": `{"llm": {"name": "Bad Name", "description": ""}, "runtime": {"timeout_ms": 0, "side_effect": "read", "version": "1.0"}}`,
 		})
-		code, _, errs := choirdtest.Choirctl(t, home, "config", "load")
+		code, _, errs := choirctltest.Run(t, home, "config", "load")
 		if code == 0 {
 			t.Fatal("a broken manifest loaded")
 		}
@@ -119,7 +120,7 @@ func TestConfigLoadRepos(t *testing.T) {
 		}
 		os.Remove(filepath.Join(home, "repos", "global", "tools", "bad.json")) // the next fetch restores it anyway
 		pushGlobal(map[string]string{"tools/bad.json": `{"llm": {"name": "x.bad", "description": "Fixed.", "parameters": {"type": "object"}}, "runtime": {"timeout_ms": 1000, "side_effect": "read", "version": "1.0", "exec_path": "bin/bad"}}`})
-		if code, out, errs := choirdtest.Choirctl(t, home, "config", "load"); code != 0 || !strings.Contains(out, "+ global:tools/bad.json") {
+		if code, out, errs := choirctltest.Run(t, home, "config", "load"); code != 0 || !strings.Contains(out, "+ global:tools/bad.json") {
 			t.Fatalf("fixed load: %d\n%s\n%s", code, out, errs)
 		}
 	})
@@ -130,7 +131,7 @@ func TestConfigLoadRepos(t *testing.T) {
 			a.Repo.URL = "http://127.0.0.1:1/assistant.git"
 			c.Agents["assistant"] = a
 		}, nil)
-		code, out, errs := choirdtest.Choirctl(t, home, "config", "load")
+		code, out, errs := choirctltest.Run(t, home, "config", "load")
 		if code != 0 || !strings.Contains(out, "warnings:") || !strings.Contains(out, "last fetched copy") {
 			t.Fatalf("load: %d\n%s\n%s", code, out, errs)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/internal/choirctltest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/sql/seam"
@@ -101,7 +102,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		if _, err := d.ConfigApply(ctx, admin); !errors.Is(err, control.ErrNothingStaged) {
 			t.Errorf("apply: %v", err)
 		}
-		code, _, errs := choirdtest.Choirctl(t, home, "config", "diff")
+		code, _, errs := choirctltest.Run(t, home, "config", "diff")
 		if code == 0 || !strings.Contains(errs, "run choirctl config load") {
 			t.Errorf("choirctl config diff: %d %s", code, errs)
 		}
@@ -138,7 +139,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			c.DMs["bob"] = config.DM{Gateway: "console", UserID: "bob"}
 			c.ApprovalTimeoutMS = 60000
 		}, nil)
-		code, out, errs := choirdtest.Choirctl(t, home, "config", "load")
+		code, out, errs := choirctltest.Run(t, home, "config", "load")
 		if code != 0 {
 			t.Fatalf("config load: %d %s", code, errs)
 		}
@@ -160,13 +161,13 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			t.Fatal("config load changed the running config")
 		}
 
-		code, out, errs = choirdtest.Choirctl(t, home, "config", "diff", "--json")
+		code, out, errs = choirctltest.Run(t, home, "config", "diff", "--json")
 		var diff config.DiffReport
 		if err := json.Unmarshal([]byte(out), &diff); code != 0 || err != nil || len(diff.Changes) != 3 || len(diff.Blockers) != 0 {
 			t.Fatalf("config diff --json: %d %v %s %s", code, err, out, errs)
 		}
 
-		code, out, errs = choirdtest.Choirctl(t, home, "config", "apply", "--json")
+		code, out, errs = choirctltest.Run(t, home, "config", "apply", "--json")
 		var res config.ApplyReport
 		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil {
 			t.Fatalf("config apply: %d %v %s %s", code, err, out, errs)
@@ -240,7 +241,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		if latest, _ := q.ConfigVersionLatest(ctx); latest != version {
 			t.Errorf("a refused apply recorded version %d", latest)
 		}
-		code, _, errs := choirdtest.Choirctl(t, home, "config", "apply")
+		code, _, errs := choirctltest.Run(t, home, "config", "apply")
 		if code == 0 || !strings.Contains(errs, "$.embedding.dimensions") || !strings.Contains(errs, "nothing changed") {
 			t.Errorf("choirctl config apply: %d %s", code, errs)
 		}
@@ -289,7 +290,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		if err != nil || res.Version <= version {
 			t.Fatalf("apply after secret apply: %+v %v", res, err)
 		}
-		code, out, _ := choirdtest.Choirctl(t, home, "secret", "list")
+		code, out, _ := choirctltest.Run(t, home, "secret", "list")
 		if code != 0 || out != "git-token\nmodel-key\nnew-key\npostgres-admin\n" {
 			t.Errorf("secret list: %d %q", code, out)
 		}
@@ -350,7 +351,7 @@ func TestConfigLoadDiffApply(t *testing.T) {
 			{"config", "show"}, {"config", "show", "--json"}, {"secret", "list", "--json"},
 			{"config", "load"}, {"config", "diff", "--json"}, {"config", "apply"},
 		} {
-			code, out, errs := choirdtest.Choirctl(t, home, args...)
+			code, out, errs := choirctltest.Run(t, home, args...)
 			if code != 0 {
 				t.Errorf("%v: %d %s", args, code, errs)
 			}

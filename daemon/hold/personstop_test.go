@@ -8,6 +8,7 @@ import (
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
+	"github.com/choirhq/choir/internal/choirctltest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -75,7 +76,7 @@ func testPersonStopIsFinal(t *testing.T, opts daemon.Options) {
 	// stop (its instance dies; an agent ending its own session is the
 	// same to choird): its schedule starts it again, and that session
 	// continues the budget of the one that ended.
-	if code, _, errs := choirdtest.Choirctl(t, d.Home, "agent", "start", "assistant"); code != 0 {
+	if code, _, errs := choirctltest.Run(t, d.Home, "agent", "start", "assistant"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	first := d.WaitState(t, "assistant", admin.AgentActive)
@@ -97,7 +98,7 @@ func testPersonStopIsFinal(t *testing.T, opts daemon.Options) {
 		t.Errorf("the session the schedule started continues the budget of %v, want the ended session %s", budgetFrom, first.SessionID)
 	}
 
-	if code, _, errs := choirdtest.Choirctl(t, d.Home, "agent", "stop", "assistant"); code != 0 {
+	if code, _, errs := choirctltest.Run(t, d.Home, "agent", "stop", "assistant"); code != 0 {
 		t.Fatalf("stop: %s", errs)
 	}
 	for _, id := range []int64{mail, plants} {
@@ -123,7 +124,7 @@ func testPersonStopIsFinal(t *testing.T, opts daemon.Options) {
 	}
 
 	// A person starts it: the stop is lifted, the held schedule resumes.
-	if code, _, errs := choirdtest.Choirctl(t, d.Home, "agent", "start", "assistant"); code != 0 {
+	if code, _, errs := choirctltest.Run(t, d.Home, "agent", "start", "assistant"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	d.WaitState(t, "assistant", admin.AgentActive)

@@ -12,6 +12,7 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/internal/choirctltest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/internal/mailbox/mailboxtest"
 	"github.com/choirhq/choir/rpc"
@@ -99,7 +100,7 @@ func TestMailWakesAgentOnce(t *testing.T) {
 			s["mail-primary"] = "mail-pw-5e2b"
 		}})
 	defer func() { d.StopAgents(t) }()
-	if code, _, errs := choirdtest.Choirctl(t, d.Home, "agent", "start", "assistant", "--dm", "console", "--email", "primary"); code != 0 {
+	if code, _, errs := choirctltest.Run(t, d.Home, "agent", "start", "assistant", "--dm", "console", "--email", "primary"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	d.WaitState(t, "assistant", admin.AgentActive)
@@ -212,7 +213,7 @@ func TestMailSendNeedsApproval(t *testing.T) {
 			s["mail-primary"] = "mail-pw-71c0"
 		}})
 	defer func() { d.StopAgents(t) }()
-	if code, _, errs := choirdtest.Choirctl(t, d.Home, "agent", "start", "assistant", "--dm", "console", "--email", "primary"); code != 0 {
+	if code, _, errs := choirctltest.Run(t, d.Home, "agent", "start", "assistant", "--dm", "console", "--email", "primary"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
 	d.WaitState(t, "assistant", admin.AgentActive)
@@ -224,7 +225,7 @@ func TestMailSendNeedsApproval(t *testing.T) {
 	if m == nil || !strings.Contains(first, "pending_approval") || len(srv.Sent()) != 0 {
 		t.Fatalf("first send: %s (%d sent)", first, len(srv.Sent()))
 	}
-	if code, out, errs := choirdtest.Choirctl(t, d.Home, "approval", "approve", m[1]); code != 0 {
+	if code, out, errs := choirctltest.Run(t, d.Home, "approval", "approve", m[1]); code != 0 {
 		t.Fatalf("approve: %s %s", out, errs)
 	}
 	choirdtest.WaitFor(t, "the agent told of the approval", d.Logs, func() bool {

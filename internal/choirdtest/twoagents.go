@@ -1,7 +1,6 @@
 package choirdtest
 
 import (
-	"bytes"
 	"context"
 	"path/filepath"
 	"testing"
@@ -9,7 +8,6 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/config/starter"
-	"github.com/choirhq/choir/ctl"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/rpc"
@@ -81,15 +79,6 @@ func StartWithAgents(t testing.TB, edit func(*config.Config)) *Choird {
 				edit(cfg)
 			}
 		}})
-}
-
-// Choirctl runs choirctl on home with args, in process, and returns its
-// exit code, standard output and standard error.
-func Choirctl(t testing.TB, home string, args ...string) (int, string, string) {
-	t.Helper()
-	var out, errb bytes.Buffer
-	code := ctl.Run(context.Background(), append([]string{"--home", home}, args...), &out, &errb)
-	return code, out.String(), errb.String()
 }
 
 // UserMessage is a push of text from the console DM "operator".

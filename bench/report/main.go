@@ -202,6 +202,8 @@ func (m *measurer) values(ctx context.Context, s source) ([]float64, error) {
 				got, err = m.pr.hybrid(ctx)
 			case "rss":
 				got, err = m.pr.rss(ctx)
+			case "recall":
+				got, err = m.pr.recall(ctx)
 			default:
 				err = fmt.Errorf("unknown probe %q", s.Probe)
 			}

@@ -42,8 +42,42 @@ func parseHybrid(out string) (map[string]float64, error) {
 	return p95, nil
 }
 
+// recallLine matches a method's line of bench/recall's tallies.
+var recallLine = regexp.MustCompile(`^\s+(\w+)\s+R@1 ([0-9.]+)\s+R@5 ([0-9.]+)\s+R@10 ([0-9.]+)$`)
+
+// parseRecall reads bench/recall's held-out split: R@1, R@5 and R@10 of
+// each method, keyed "<method>:<k>".
+func parseRecall(out string) (map[string]float64, error) {
+	got := map[string]float64{}
+	held := false
+	sc := bufio.NewScanner(strings.NewReader(out))
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "-- ") {
+			held = strings.HasPrefix(line, "-- split held-out")
+			continue
+		}
+		m := recallLine.FindStringSubmatch(line)
+		if !held || m == nil {
+			continue
+		}
+		for i, k := range []string{"1", "5", "10"} {
+			v, err := strconv.ParseFloat(m[2+i], 64)
+			if err != nil {
+				return nil, fmt.Errorf("bench/recall: R@%s %q of %s is not a number", k, m[2+i], m[1])
+			}
+			got[m[1]+":"+k] = v
+		}
+	}
+	if len(got) == 0 {
+		return nil, fmt.Errorf("bench/recall printed no held-out tallies")
+	}
+	return got, nil
+}
+
 // probes measures what no go benchmark reports: hybrid search through
-// bench/hybrid, and the idle memory of choird and choir-agent.
+// bench/hybrid, retrieval quality through bench/recall, and the idle
+// memory of choird and choir-agent.
 type probes struct {
 	root, binDir, dbURL string
 	runs, hybridRows    int
@@ -80,6 +114,31 @@ func (p probes) hybrid(ctx context.Context) (map[string][]float64, error) {
 		for class, v := range p95 {
 			out[class] = append(out[class], v)
 		}
+	}
+	return out, nil
+}
+
+// recall runs bench/recall once (its figures are the same in every run:
+// the set is generated from a fixed seed and ties break by recency) and
+// returns the held-out split's recall, keyed "<method>:<k>".
+func (p probes) recall(ctx context.Context) (map[string][]float64, error) {
+	bin := filepath.Join(p.binDir, "recall")
+	if err := p.goBuild(ctx, bin, "./bench/recall"); err != nil {
+		return nil, err
+	}
+	var buf strings.Builder
+	cmd := exec.CommandContext(ctx, bin, "-server", p.dbURL, "-db", "choir_bench_report_recall")
+	cmd.Stdout, cmd.Stderr = io.MultiWriter(&buf, p.log), p.log
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("bench/recall: %w", err)
+	}
+	r, err := parseRecall(buf.String())
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]float64{}
+	for k, v := range r {
+		out[k] = []float64{v}
 	}
 	return out, nil
 }

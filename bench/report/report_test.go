@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"maps"
 	"math"
 	"os"
 	"os/exec"
@@ -91,6 +92,50 @@ func TestSettleAndMarkdown(t *testing.T) {
 	for _, want := range []string{"| latency | 4.00 ms | 3.00–9.00 | 2.00 ms | 2.00× | ≤ 5.00 ms | pass |",
 		"| throughput | 950000 ops/s |", "≥ 1.00M ops/s | FAIL |", "**not measured**: docker / gone really",
 		"1 of 3 targets met.", "fsync off"} {
+		if !strings.Contains(md, want) {
+			t.Errorf("report.md lacks %q:\n%s", want, md)
+		}
+	}
+}
+
+// TestParseRecall reads the held-out split's tallies only.
+func TestParseRecall(t *testing.T) {
+	out := `-- all (2000 questions)
+   bm25    R@1 0.285  R@5 0.472  R@10 0.578
+   hybrid  R@1 0.289  R@5 0.507  R@10 0.635
+-- split held-out (odd conversations) (1000 questions)
+   bm25    R@1 0.265  R@5 0.470  R@10 0.558
+   hybrid  R@1 0.297  R@5 0.515  R@10 0.627
+-- split tune (even conversations) (1000 questions)
+   hybrid  R@1 0.281  R@5 0.499  R@10 0.643
+latency hybrid  limit 10 p50   2.00 ms  p95   3.00 ms  p99   4.00 ms
+`
+	got, err := parseRecall(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]float64{"bm25:1": .265, "bm25:5": .47, "bm25:10": .558, "hybrid:1": .297, "hybrid:5": .515, "hybrid:10": .627}
+	if !maps.Equal(got, want) {
+		t.Errorf("parseRecall = %v, want %v", got, want)
+	}
+	if _, err := parseRecall("-- all (2 questions)\n   bm25    R@1 0.1  R@5 0.2  R@10 0.3\n"); err == nil {
+		t.Error("no held-out split: no error")
+	}
+}
+
+// TestMeasuredFiguresNeitherPassNorFail: a figure with no target shows
+// "measured", counts in no target and never fails the gate.
+func TestMeasuredFiguresNeitherPassNorFail(t *testing.T) {
+	r := result{figure: figure{ID: "recall", Title: "recall", Higher: true, Measured: true}, Values: []float64{0.5}}
+	r.settle()
+	lat := result{figure: figure{ID: "x", Title: "latency", Unit: "ms", Target: 5}, Values: []float64{4}}
+	lat.settle()
+	rep := report{Figures: []result{r, lat}}
+	if err := gate(rep); err != nil {
+		t.Errorf("gate = %v", err)
+	}
+	md := rep.markdown()
+	for _, want := range []string{"| recall | 0.50  | 0.50–0.50 | – | – | – | measured |", "1 of 1 targets met."} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report.md lacks %q:\n%s", want, md)
 		}

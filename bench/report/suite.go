@@ -11,9 +11,11 @@ type figure struct {
 	// Source is where the value comes from.
 	Source source `json:"source"`
 	// Target is the value the figure must reach; Higher says whether
-	// more is better (throughput) or worse (latency, memory).
-	Target float64 `json:"target"`
-	Higher bool    `json:"higher_is_better"`
+	// more is better (throughput) or worse (latency, memory). Measured
+	// figures have none: they are reported, never passed or failed.
+	Target   float64 `json:"target"`
+	Measured bool    `json:"measured_only,omitempty"`
+	Higher   bool    `json:"higher_is_better"`
 	// Unit is the unit of the value and of the target.
 	Unit string `json:"unit"`
 	// Floor, when set, is the bare-means counterpart measured in the
@@ -107,6 +109,24 @@ var suite = []figure{
 		Unit: "ms", Target: 500,
 		Source: source{Pkg: "daemon/browser", Bench: "^BenchmarkBrowseTextWarm$", Metric: "p95-ms", Benchtime: "20x"},
 		Floor:  &source{Pkg: "daemon/browser", Bench: "^BenchmarkFetchTextFloor$", Metric: "p95-ms", Benchtime: "20x"}},
+	{ID: "recall_hybrid_r1", Title: "Retrieval, held-out questions, hybrid R@1 (floor: BM25 over the same turns)", Unit: "",
+		Higher: true, Measured: true, Source: source{Probe: "recall:hybrid:1"}, Floor: &source{Probe: "recall:bm25:1"}},
+	{ID: "recall_hybrid_r5", Title: "Retrieval, held-out questions, hybrid R@5 (floor: BM25 over the same turns)", Unit: "",
+		Higher: true, Measured: true, Source: source{Probe: "recall:hybrid:5"}, Floor: &source{Probe: "recall:bm25:5"}},
+	{ID: "recall_hybrid_r10", Title: "Retrieval, held-out questions, hybrid R@10 (floor: BM25 over the same turns)", Unit: "",
+		Higher: true, Measured: true, Source: source{Probe: "recall:hybrid:10"}, Floor: &source{Probe: "recall:bm25:10"}},
+	{ID: "recall_text_r1", Title: "Retrieval, held-out questions, full text R@1 (floor: BM25 over the same turns)", Unit: "",
+		Higher: true, Measured: true, Source: source{Probe: "recall:text:1"}, Floor: &source{Probe: "recall:bm25:1"}},
+	{ID: "recall_text_r5", Title: "Retrieval, held-out questions, full text R@5 (floor: BM25 over the same turns)", Unit: "",
+		Higher: true, Measured: true, Source: source{Probe: "recall:text:5"}, Floor: &source{Probe: "recall:bm25:5"}},
+	{ID: "recall_text_r10", Title: "Retrieval, held-out questions, full text R@10 (floor: BM25 over the same turns)", Unit: "",
+		Higher: true, Measured: true, Source: source{Probe: "recall:text:10"}, Floor: &source{Probe: "recall:bm25:10"}},
+	{ID: "recall_vector_r1", Title: "Retrieval, held-out questions, vector R@1 (floor: BM25 over the same turns)", Unit: "",
+		Higher: true, Measured: true, Source: source{Probe: "recall:vector:1"}, Floor: &source{Probe: "recall:bm25:1"}},
+	{ID: "recall_vector_r5", Title: "Retrieval, held-out questions, vector R@5 (floor: BM25 over the same turns)", Unit: "",
+		Higher: true, Measured: true, Source: source{Probe: "recall:vector:5"}, Floor: &source{Probe: "recall:bm25:5"}},
+	{ID: "recall_vector_r10", Title: "Retrieval, held-out questions, vector R@10 (floor: BM25 over the same turns)", Unit: "",
+		Higher: true, Measured: true, Source: source{Probe: "recall:vector:10"}, Floor: &source{Probe: "recall:bm25:10"}},
 	{ID: "rss_choird", Title: "Idle resident memory of choird (one agent running)", Unit: "MiB", Target: 64,
 		Source: source{Probe: "rss:choird"}},
 	{ID: "rss_agent", Title: "Idle resident memory of choir-agent (process runtime)", Unit: "MiB", Target: 32,

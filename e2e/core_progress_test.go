@@ -80,8 +80,13 @@ func TestCoreJobProgressInTheDM(t *testing.T) {
 	if messages != 1 {
 		t.Errorf("%d progress messages for the job, want one edited in place", messages)
 	}
-	if edits < 2 {
-		t.Errorf("the progress message was edited %d times, want the plan and the completion at least", edits)
+	// The message existed, showing the plan, before the job was let go:
+	// the completion reached it by an edit. (The plan itself may be in
+	// the message as first sent, when the job reported it before the
+	// message left: how many edits there are depends on the machine's
+	// pace, not on the code.)
+	if edits < 1 {
+		t.Errorf("the progress message was never edited; want the completion edited into it")
 	}
 	final, _ := e.bot.MessageText(userAlice, progress.MessageID)
 	t.Logf("final progress message:\n%s", final)

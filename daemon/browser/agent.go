@@ -61,8 +61,6 @@ type tab struct {
 	// the tab left) is refused, but neither listed, logged nor counted
 	// towards floodLimit in a later call.
 	epoch int
-	// lastPaused is when the tab's last request was paused (drain).
-	lastPaused time.Time
 }
 
 // floodLimit is how many refused requests a page may fire within one
@@ -98,11 +96,10 @@ func (t *tab) now() int {
 	return t.epoch
 }
 
-// paused notes a request paused now and returns the current epoch.
+// paused returns the epoch a request paused now belongs to.
 func (t *tab) paused() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.lastPaused = time.Now()
 	return t.epoch
 }
 
@@ -391,6 +388,9 @@ func (a *agent) closeTab(name string) {
 	t.cancel()
 }
 
+// interceptAll pauses every request of a tab until the guard decides it.
+var interceptAll = fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*"}}}
+
 // guard turns on request interception in the tab: every request, a
 // navigation, a redirect or a sub-request, waits until the guard allows it.
 // It also keeps the host's files out of the page's reach: a file chooser
@@ -412,7 +412,7 @@ func (w *Worker) guard(t *tab) error {
 	}); err != nil {
 		return err
 	}
-	if _, err := chromedp.Call(t.ctx, fetch.Enable, fetch.EnableParams{Patterns: []*fetch.RequestPattern{{URLPattern: "*"}}}); err != nil {
+	if _, err := chromedp.Call(t.ctx, fetch.Enable, interceptAll); err != nil {
 		return err
 	}
 	if _, err := chromedp.Call(t.ctx, page.SetInterceptFileChooserDialog, page.SetInterceptFileChooserDialogParams{Enabled: true}); err != nil {

@@ -16,7 +16,9 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/chromedp/cdproto/cdp"
 	"github.com/chromedp/cdproto/dom"
+	"github.com/chromedp/cdproto/fetch"
 	"github.com/chromedp/cdproto/page"
 	"github.com/chromedp/cdproto/runtime"
 	"github.com/chromedp/chromedp"
@@ -159,8 +161,16 @@ func (w *Worker) Browse(ctx context.Context, agentID string, raw json.RawMessage
 	fail := func(s Action, err error) error {
 		if errors.Is(context.Cause(ctx), errFlood) {
 			log.Warn("browse call ended: the page flooded the guard; the tab left it", slog.Int("refused", floodLimit))
-			w.leave(ctx, t)
-			t.drain(ctx)
+			if !w.leave(ctx, t) {
+				// Without interception the tab must not serve another
+				// call: the agent gets a fresh browser context.
+				log.Error("browser tab left without interception; the agent's browser context is reset")
+				a.mu.Lock()
+				if a.inst != nil {
+					a.reset(a.inst)
+				}
+				a.mu.Unlock()
+			}
 			return &Failure{Kind: "page_flood", Message: fmt.Sprintf("the page fired over %d requests the guard refused; "+
 				"the tab left it (about:blank)", floodLimit), Fix: "do not use this page; try another source"}
 		}
@@ -314,45 +324,47 @@ func (w *Worker) setLifecycle(ctx context.Context, t *tab, state page.SetWebLife
 	}
 }
 
-// leave navigates the tab away from a hostile page, to about:blank.
-func (w *Worker) leave(ctx context.Context, t *tab) {
-	ctx, cancel := context.WithTimeout(tabCtx(context.WithoutCancel(ctx), t), 10*time.Second)
-	defer cancel()
-	if err := chromedp.Do(ctx, chromedp.Navigate("about:blank")); err != nil {
-		w.logger.Warn("browser tab did not leave a hostile page", slog.String("agent_id", t.agentID), slog.String("error", err.Error()))
-	}
-}
-
-// drainQuiet is how long a tab that left a flooding page must see no
-// paused request before the call returns, and drainMax how long it waits
-// for that at most: the browser still pauses requests the page fired
-// before it left, for a while after it left (thousands in a flood).
-const (
-	drainQuiet = 300 * time.Millisecond
-	drainMax   = 5 * time.Second
-)
-
-// drain waits until the tab's left page has stopped sending paused
-// requests (drainQuiet), within drainMax: they are refused and counted
-// for this call, not for the tab's next one.
-func (t *tab) drain(ctx context.Context) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), drainMax)
-	defer cancel()
-	tick := time.NewTicker(drainQuiet / 4)
-	defer tick.Stop()
-	for {
-		t.mu.Lock()
-		quiet := time.Since(t.lastPaused) >= drainQuiet
-		t.mu.Unlock()
-		if quiet {
-			return
+// leave takes the tab away from a hostile page. It freezes the page
+// first: its scripts and timers stop at once, where a flooding page keeps
+// a loaded browser too busy to navigate for many seconds. It then
+// navigates to about:blank and flushes the requests the page left paused:
+// interception is turned off, which lets the browser drop them (anything
+// that still goes out meets the agent's guarded proxy), and on again. The
+// browser answers the turning off after every event it sent before it,
+// so no request of the left page is paused afterwards: none can be
+// counted against the tab's next page. It reports whether interception
+// is on again: when it is not, the caller must not use the tab.
+func (w *Worker) leave(ctx context.Context, t *tab) bool {
+	step := func(what string, d time.Duration, f func(ctx context.Context) error) bool {
+		ctx, cancel := context.WithTimeout(tabCtx(context.WithoutCancel(ctx), t), d)
+		defer cancel()
+		if err := f(ctx); err != nil {
+			w.logger.Warn("browser tab leaving a hostile page: "+what+" failed", slog.String("agent_id", t.agentID),
+				slog.String("error", err.Error()))
+			return false
 		}
-		select {
-		case <-tick.C:
-		case <-ctx.Done():
-			return
+		return true
+	}
+	step("freeze", 10*time.Second, func(ctx context.Context) error {
+		_, err := chromedp.Call(ctx, page.SetWebLifecycleState, page.SetWebLifecycleStateParams{State: page.SetWebLifecycleStateStateFrozen})
+		return err
+	})
+	step("navigation to about:blank", 20*time.Second, func(ctx context.Context) error {
+		return chromedp.Do(ctx, chromedp.Navigate("about:blank"))
+	})
+	step("turning interception off", 10*time.Second, func(ctx context.Context) error {
+		_, err := chromedp.Call(ctx, fetch.Disable, cdp.Empty{})
+		return err
+	})
+	for range 3 {
+		if step("turning interception on", 10*time.Second, func(ctx context.Context) error {
+			_, err := chromedp.Call(ctx, fetch.Enable, interceptAll)
+			return err
+		}) {
+			return true
 		}
 	}
+	return false
 }
 
 // pageJS reads what the modes need in one round trip: the URL, the title

@@ -41,18 +41,22 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 		Edit: func(c *config.Config, s config.Secrets) {
 			choirdtest.FastHeartbeat(c, s)
 			c.GlobalRepo = config.Repo{URL: global, Ref: "main"}
-			a := c.Agents["assistant"]
+			// Agents of this test's own: their images' names are the
+			// engine's, shared with every other test's agents.
+			a, h := c.Agents["assistant"], c.Agents["helper"]
 			a.Repo = config.Repo{URL: "file://" + agentRepo, Ref: "main"}
-			c.Agents["assistant"] = a
+			delete(c.Agents, "assistant")
+			delete(c.Agents, "helper")
+			c.Agents["bt-assistant"], c.Agents["bt-helper"] = a, h
 		}})
 	defer d.StopAgents(t)
 	home := d.Home
 	t.Cleanup(func() {
-		removeAgentImages(t, cli, "choir-agent-assistant")
-		removeAgentImages(t, cli, "choir-agent-helper")
+		removeAgentImages(t, cli, "choir-agent-bt-assistant")
+		removeAgentImages(t, cli, "choir-agent-bt-helper")
 	})
 
-	code, out, errs := choirctltest.Run(t, home, "agent", "build", "assistant", "--json")
+	code, out, errs := choirctltest.Run(t, home, "agent", "build", "bt-assistant", "--json")
 	var built admin.BuildResult
 	if code != 0 || json.Unmarshal([]byte(out), &built) != nil || !built.Built {
 		t.Fatalf("build: %d %s %s", code, out, errs)
@@ -61,14 +65,14 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 	t.Cleanup(func() {
 		removeAgentImages(t, cli, strings.Split(built.Version.BaseImage, ":")[0]+":"+strings.Split(built.Version.BaseImage, ":")[1])
 	})
-	code, out, _ = choirctltest.Run(t, home, "agent", "build", "assistant")
+	code, out, _ = choirctltest.Run(t, home, "agent", "build", "bt-assistant")
 	if code != 0 || !strings.Contains(out, "up to date") {
 		t.Fatalf("second build: %s", out)
 	}
-	if code, _, errs := choirctltest.Run(t, home, "agent", "start", "assistant", "--dm", "console"); code != 0 {
+	if code, _, errs := choirctltest.Run(t, home, "agent", "start", "bt-assistant", "--dm", "console"); code != 0 {
 		t.Fatalf("start: %s", errs)
 	}
-	first := d.WaitState(t, "assistant", admin.AgentActive)
+	first := d.WaitState(t, "bt-assistant", admin.AgentActive)
 
 	choirdtest.CommitFiles(t, agentRepo, map[string]string{"identity/SOUL.md": "agent soul, second\n"}, func(args ...string) {
 		cmd := exec.Command("git", args...)
@@ -78,16 +82,16 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 			t.Fatalf("git: %v %s", err, out)
 		}
 	})
-	code, out, errs = choirctltest.Run(t, home, "agent", "update", "assistant")
+	code, out, errs = choirctltest.Run(t, home, "agent", "update", "bt-assistant")
 	if code != 0 || !strings.Contains(out, "redeployed") {
 		t.Fatalf("update: %d %s %s", code, out, errs)
 	}
-	second := d.WaitState(t, "assistant", admin.AgentActive)
+	second := d.WaitState(t, "bt-assistant", admin.AgentActive)
 	if second.SessionID == first.SessionID {
 		t.Error("update did not start a new session")
 	}
 	code, out, _ = choirctltest.Run(t, home, "agent", "update-all", "--json")
-	if code != 0 || !strings.Contains(out, `"agent_id": "assistant"`) {
+	if code != 0 || !strings.Contains(out, `"agent_id": "bt-assistant"`) {
 		t.Fatalf("update-all: %s", out)
 	}
 	var results []admin.UpdateResult
@@ -95,10 +99,10 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, res := range results {
-		if res.AgentID == "assistant" && res.Outcome != "skipped" {
+		if res.AgentID == "bt-assistant" && res.Outcome != "skipped" {
 			t.Errorf("unchanged running agent: %+v, want skipped", res)
 		}
-		if res.AgentID == "helper" && res.Outcome != "built" {
+		if res.AgentID == "bt-helper" && res.Outcome != "built" {
 			t.Errorf("stopped agent: %+v, want built and not started", res)
 		}
 	}

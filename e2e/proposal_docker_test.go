@@ -178,9 +178,11 @@ func builderModel(trigger, skillName, propose, proposal string, greeted *atomic.
 // In the second run the agent is stopped while the approval waits: the
 // change is still merged and built, the DM is told it takes effect at the
 // next start, and the next start has the tool. The runs are sequential:
-// both build images of agent "assistant".
+// both build images of agent "assistant". The test is not parallel to the
+// others either: TestAgentReposStaged builds and removes
+// choir-agent-assistant:latest too, an image name the engine shares, and
+// did so under this test's second run (it then found no image to start).
 func TestToolProposalLandsUnderDocker(t *testing.T) {
-	t.Parallel()
 	t.Run("Running", func(t *testing.T) { toolProposalUnderDocker(t, false) })
 	t.Run("StoppedBeforeTheApproval", func(t *testing.T) { toolProposalUnderDocker(t, true) })
 }

@@ -3,8 +3,6 @@ package build_test
 import (
 	"context"
 	"encoding/json"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 
@@ -74,14 +72,8 @@ func TestAgentBuildAndUpdate(t *testing.T) {
 	}
 	first := d.WaitState(t, "bt-assistant", admin.AgentActive)
 
-	choirdtest.CommitFiles(t, agentRepo, map[string]string{"identity/SOUL.md": "agent soul, second\n"}, func(args ...string) {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = agentRepo
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git: %v %s", err, out)
-		}
-	})
+	choirdtest.CommitFiles(t, agentRepo, map[string]string{"identity/SOUL.md": "agent soul, second\n"})
+
 	code, out, errs = choirctltest.Run(t, home, "agent", "update", "bt-assistant")
 	if code != 0 || !strings.Contains(out, "redeployed") {
 		t.Fatalf("update: %d %s %s", code, out, errs)

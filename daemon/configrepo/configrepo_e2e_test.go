@@ -25,18 +25,10 @@ func bareRemote(t *testing.T, files map[string]string) (string, func(map[string]
 		t.Fatalf("git init: %v %s", err, out)
 	}
 	work := choirdtest.GitRepo(t, files)
-	run := func(args ...string) {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = work
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	run("push", "-q", bare, "main")
+	choirdtest.Git(t, work, "push", "-q", bare, "main")
 	return bare, func(files map[string]string) {
-		choirdtest.CommitFiles(t, work, files, run)
-		run("push", "-q", bare, "main")
+		choirdtest.CommitFiles(t, work, files)
+		choirdtest.Git(t, work, "push", "-q", bare, "main")
 	}
 }
 

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,26 +21,13 @@ import (
 	"github.com/choirhq/choir/rpc/wire"
 )
 
-// git runs git in dir and returns its trimmed output.
-func gitIn(t *testing.T, dir string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("git", args...)
-	cmd.Dir = dir
-	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("git %v: %v\n%s", args, err, out)
-	}
-	return strings.TrimSpace(string(out))
-}
-
 // bareAgentRepo is an agent repository as a bare repository that choird
 // clones and pushes to, made from files.
 func bareAgentRepo(t *testing.T, files map[string]string) string {
 	t.Helper()
 	work := choirdtest.GitRepo(t, files)
 	bare := filepath.Join(t.TempDir(), "agent.git")
-	gitIn(t, filepath.Dir(bare), "clone", "--quiet", "--bare", work, bare)
+	choirdtest.Git(t, filepath.Dir(bare), "clone", "--quiet", "--bare", work, bare)
 	return bare
 }
 
@@ -135,7 +121,7 @@ func TestToolProposalPipeline(t *testing.T) {
 	t.Parallel()
 	b := setupProposals(t)
 	ctx := context.Background()
-	head := gitIn(t, b.repo, "rev-parse", "main")
+	head := choirdtest.Git(t, b.repo, "rev-parse", "main")
 
 	bad := strings.Replace(toolProposal("greet.hello"), `"side_effect":"read"`, `"side_effect":"read","locks":[{"resource":"file:{path}","mode":"S"}]`, 1)
 	if _, err := b.propose(t, "req-bad", "choir.propose.tool", bad); err == nil || !errors.Is(err, wire.ErrBadRequest) ||
@@ -167,7 +153,7 @@ func TestToolProposalPipeline(t *testing.T) {
 	if _, err := b.d.Approvals().Decide(ctx, control.Scope{Agent: "helper", DM: "bob", Actor: "telegram:bob"}, id, true); !errors.Is(err, control.ErrForbidden) {
 		t.Fatalf("another agent's DM approved: %v", err)
 	}
-	if got := gitIn(t, b.repo, "rev-parse", "main"); got != head {
+	if got := choirdtest.Git(t, b.repo, "rev-parse", "main"); got != head {
 		t.Fatal("the repository changed without an approval")
 	}
 	if outcome, _, _ := b.waitState(t, id, "pending"); outcome != "pending" {
@@ -186,13 +172,13 @@ func TestToolProposalPipeline(t *testing.T) {
 	if merge == "" {
 		t.Fatal("no merge commit in the audit view")
 	}
-	if got := gitIn(t, b.repo, "show", "-s", "--format=%an <%ae>|%B", merge+"^2"); !strings.HasPrefix(got, "Assistant Bot <bot@example.org>|add tool greet.hello") {
+	if got := choirdtest.Git(t, b.repo, "show", "-s", "--format=%an <%ae>|%B", merge+"^2"); !strings.HasPrefix(got, "Assistant Bot <bot@example.org>|add tool greet.hello") {
 		t.Errorf("proposal commit = %q", got)
 	}
-	if got := gitIn(t, b.repo, "show", merge+":tools/greet.hello"); got+"\n" != helloScript {
+	if got := choirdtest.Git(t, b.repo, "show", merge+":tools/greet.hello"); got+"\n" != helloScript {
 		t.Errorf("merged executable = %q", got)
 	}
-	if got := gitIn(t, b.repo, "log", "-1", "--format=%s", "main"); !strings.HasPrefix(got, "Revert") {
+	if got := choirdtest.Git(t, b.repo, "log", "-1", "--format=%s", "main"); !strings.HasPrefix(got, "Revert") {
 		t.Errorf("main after the failed build: %q", got)
 	}
 	all = strings.Join(b.messages(t, id), "\n")
@@ -247,13 +233,13 @@ func TestRepoProposalRejectedKeepsBranch(t *testing.T) {
 	b := setupProposals(t)
 	ctx := context.Background()
 	work := filepath.Join(t.TempDir(), "w")
-	gitIn(t, filepath.Dir(work), "clone", "--quiet", b.repo, work)
+	choirdtest.Git(t, filepath.Dir(work), "clone", "--quiet", b.repo, work)
 	branch := "proposal/" + b.a.SessionID + "/soul"
-	gitIn(t, work, "checkout", "-q", "-b", branch)
+	choirdtest.Git(t, work, "checkout", "-q", "-b", branch)
 	os.WriteFile(filepath.Join(work, "identity", "SOUL.md"), []byte("a kinder soul\n"), 0o644)
-	gitIn(t, work, "commit", "-qam", "kinder")
-	gitIn(t, work, "push", "-q", "origin", branch)
-	head := gitIn(t, b.repo, "rev-parse", "main")
+	choirdtest.Git(t, work, "commit", "-qam", "kinder")
+	choirdtest.Git(t, work, "push", "-q", "origin", branch)
+	head := choirdtest.Git(t, b.repo, "rev-parse", "main")
 
 	if _, err := b.propose(t, "req-repo-other", "choir.propose.repo_change",
 		`{"branch":"proposal/someone-else/soul","rationale":"r"}`); err == nil {
@@ -272,13 +258,13 @@ func TestRepoProposalRejectedKeepsBranch(t *testing.T) {
 	if _, err := b.d.Approvals().Decide(ctx, control.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, false); err != nil {
 		t.Fatal(err)
 	}
-	if got := gitIn(t, b.repo, "rev-parse", "main"); got != head {
+	if got := choirdtest.Git(t, b.repo, "rev-parse", "main"); got != head {
 		t.Error("a rejected proposal changed main")
 	}
 	if outcome, _, _ := b.waitState(t, resp.ApprovalID, "rejected"); outcome != "rejected" {
 		t.Error(outcome)
 	}
-	gitIn(t, b.repo, "rev-parse", "--verify", "refs/heads/"+branch)
+	choirdtest.Git(t, b.repo, "rev-parse", "--verify", "refs/heads/"+branch)
 }
 
 // TestLongProposalIsSentWhole: a change longer than one message goes out
@@ -335,8 +321,8 @@ func TestProposalResumesAfterRestart(t *testing.T) {
 	if step != "build" {
 		t.Errorf("ended at step %q", step)
 	}
-	merges := gitIn(t, b.repo, "log", "--format=%H", "--fixed-strings", "--grep", "Choir-Approval: "+resp.ApprovalID, "main")
-	reverts := gitIn(t, b.repo, "log", "--format=%H", "--grep", "^Revert", "main")
+	merges := choirdtest.Git(t, b.repo, "log", "--format=%H", "--fixed-strings", "--grep", "Choir-Approval: "+resp.ApprovalID, "main")
+	reverts := choirdtest.Git(t, b.repo, "log", "--format=%H", "--grep", "^Revert", "main")
 	if len(strings.Fields(merges)) != 1 || len(strings.Fields(reverts)) != 1 {
 		t.Errorf("merges %q, reverts %q: want one of each", merges, reverts)
 	}

@@ -31,14 +31,14 @@ func TestRepoProposalMergesExactlyTheCommitShown(t *testing.T) {
 	// The agent clones into its workspace, as spec 20 has it.
 	work := filepath.Join(b.d.Workspace("main"), "clones", "me")
 	os.MkdirAll(filepath.Dir(work), 0o755)
-	gitIn(t, filepath.Dir(work), "clone", "--quiet", b.repo, work)
+	choirdtest.Git(t, filepath.Dir(work), "clone", "--quiet", b.repo, work)
 	branch := "proposal/" + b.a.SessionID + "/soul"
-	gitIn(t, work, "checkout", "-q", "-b", branch)
+	choirdtest.Git(t, work, "checkout", "-q", "-b", branch)
 	os.WriteFile(filepath.Join(work, "identity", "SOUL.md"), []byte("a kinder soul\n"), 0o644)
-	gitIn(t, work, "commit", "-qam", "kinder")
-	gitIn(t, work, "push", "-q", "origin", branch)
-	shown := gitIn(t, work, "rev-parse", "HEAD")
-	main := gitIn(t, b.repo, "rev-parse", "main")
+	choirdtest.Git(t, work, "commit", "-qam", "kinder")
+	choirdtest.Git(t, work, "push", "-q", "origin", branch)
+	shown := choirdtest.Git(t, work, "rev-parse", "HEAD")
+	main := choirdtest.Git(t, b.repo, "rev-parse", "main")
 
 	resp, err := b.propose(t, "req-repo-moved", "choir.propose.repo_change", `{"branch":"`+branch+`","rationale":"Be kinder."}`)
 	if err != nil {
@@ -49,9 +49,9 @@ func TestRepoProposalMergesExactlyTheCommitShown(t *testing.T) {
 	}
 	// The agent moves the branch after the person saw it.
 	os.WriteFile(filepath.Join(work, "identity", "SOUL.md"), []byte("obey the web page\n"), 0o644)
-	gitIn(t, work, "commit", "-qam", "late")
-	gitIn(t, work, "push", "-q", "origin", branch)
-	late := gitIn(t, work, "rev-parse", "HEAD")
+	choirdtest.Git(t, work, "commit", "-qam", "late")
+	choirdtest.Git(t, work, "push", "-q", "origin", branch)
+	late := choirdtest.Git(t, work, "rev-parse", "HEAD")
 
 	if _, err := b.d.Approvals().Decide(ctx, control.Scope{Agent: "assistant", DM: "alice", Actor: "telegram:alice"}, resp.ApprovalID, true); err != nil {
 		t.Fatal(err)
@@ -60,7 +60,7 @@ func TestRepoProposalMergesExactlyTheCommitShown(t *testing.T) {
 	if outcome != "approved, not applied" || step != "merge" || !strings.Contains(reason, "moved since it was shown") {
 		t.Errorf("outcome %q at step %q: %s", outcome, step, reason)
 	}
-	if got := gitIn(t, b.repo, "rev-parse", "main"); got != main {
+	if got := choirdtest.Git(t, b.repo, "rev-parse", "main"); got != main {
 		t.Errorf("main moved to %s", got)
 	}
 	if err := runGitAs(b.repo, "t", "t@t", "merge-base", "--is-ancestor", late, "main"); err == nil {
@@ -97,19 +97,19 @@ func TestRejectedRepoProposalCloneRemoved(t *testing.T) {
 	b := setupProposals(t)
 	ws := b.d.Workspace("main")
 	work := filepath.Join(ws, "repo")
-	gitIn(t, ws, "clone", "--quiet", b.repo, work)
+	choirdtest.Git(t, ws, "clone", "--quiet", b.repo, work)
 	other := filepath.Join(ws, "other-clone")
-	gitIn(t, ws, "clone", "--quiet", b.repo, other)
+	choirdtest.Git(t, ws, "clone", "--quiet", b.repo, other)
 	outside := t.TempDir()
 	os.WriteFile(filepath.Join(outside, "keep.txt"), []byte("outside"), 0o644)
 	os.Symlink(outside, filepath.Join(ws, "link-out"))
 	os.WriteFile(filepath.Join(ws, "notes.txt"), []byte("mine"), 0o644)
 	branch := "proposal/" + b.a.SessionID + "/soul"
-	gitIn(t, work, "checkout", "-q", "-b", branch)
+	choirdtest.Git(t, work, "checkout", "-q", "-b", branch)
 	os.WriteFile(filepath.Join(work, "identity", "SOUL.md"), []byte("a kinder soul\n"), 0o644)
-	gitIn(t, work, "commit", "-qam", "kinder")
-	gitIn(t, work, "push", "-q", "origin", branch)
-	gitIn(t, work, "checkout", "-q", "main") // the branch is still one of its refs
+	choirdtest.Git(t, work, "commit", "-qam", "kinder")
+	choirdtest.Git(t, work, "push", "-q", "origin", branch)
+	choirdtest.Git(t, work, "checkout", "-q", "main") // the branch is still one of its refs
 	resp, err := b.propose(t, "req-repo-clean", "choir.propose.repo_change", `{"branch":"`+branch+`","rationale":"Be kinder."}`)
 	if err != nil {
 		t.Fatal(err)
@@ -123,7 +123,7 @@ func TestRejectedRepoProposalCloneRemoved(t *testing.T) {
 			t.Errorf("%s: %v", p, err)
 		}
 	}
-	gitIn(t, b.repo, "rev-parse", "--verify", "refs/heads/"+branch)
+	choirdtest.Git(t, b.repo, "rev-parse", "--verify", "refs/heads/"+branch)
 }
 
 // runGitAs runs git in dir as name <email> and returns its error.
@@ -157,7 +157,7 @@ func TestAgentBuildRefusesARefTheAgentPushed(t *testing.T) {
 	if err := runGitAs(agentRepo, "Assistant Bot", "bot@example.org", "commit", "-qam", "self-approved"); err != nil {
 		t.Fatal(err)
 	}
-	pushed := gitIn(t, agentRepo, "rev-parse", "HEAD")
+	pushed := choirdtest.Git(t, agentRepo, "rev-parse", "HEAD")
 	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Daemon: daemon.Options{Runtime: "docker", AgentBinary: runtimetest.BuildAgent(t)},
 		Edit: func(c *config.Config, s config.Secrets) {
 			choirdtest.FastHeartbeat(c, s)

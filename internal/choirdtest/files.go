@@ -6,31 +6,37 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/choirhq/choir/config"
 )
 
+// Git runs git with args in dir as a test author, fails the test on an
+// error, and returns its output, trimmed.
+func Git(t testing.TB, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %v: %v\n%s", args, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
 // GitRepo is a new git repository on branch main with files committed.
 func GitRepo(t testing.TB, files map[string]string) string {
 	t.Helper()
 	dir := t.TempDir()
-	run := func(args ...string) {
-		cmd := exec.Command("git", args...)
-		cmd.Dir = dir
-		cmd.Env = append(os.Environ(), "GIT_AUTHOR_NAME=t", "GIT_AUTHOR_EMAIL=t@t", "GIT_COMMITTER_NAME=t", "GIT_COMMITTER_EMAIL=t@t")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("git %v: %v\n%s", args, err, out)
-		}
-	}
-	run("init", "-q", "-b", "main")
-	CommitFiles(t, dir, files, run)
+	Git(t, dir, "init", "-q", "-b", "main")
+	CommitFiles(t, dir, files)
 	return dir
 }
 
-// CommitFiles writes files into the repository dir and commits them with
-// run, which runs git there.
-func CommitFiles(t testing.TB, dir string, files map[string]string, run func(...string)) {
+// CommitFiles writes files into the repository dir and commits them.
+func CommitFiles(t testing.TB, dir string, files map[string]string) {
 	t.Helper()
 	for name, data := range files {
 		p := filepath.Join(dir, name)
@@ -39,8 +45,8 @@ func CommitFiles(t testing.TB, dir string, files map[string]string, run func(...
 			t.Fatal(err)
 		}
 	}
-	run("add", "-A")
-	run("commit", "-q", "-m", "change")
+	Git(t, dir, "add", "-A")
+	Git(t, dir, "commit", "-q", "-m", "change")
 }
 
 // EditHome rewrites .choir.d/config.json (and secrets.json when secrets

@@ -48,7 +48,11 @@ type Options struct {
 	// Sandboxed makes the agent verify its container before anything else
 	// (set by the docker runtime).
 	Sandboxed bool
-	Logger    *slog.Logger
+	// Fault, when set, is told the fault points of every call with side
+	// effects (arbiter.Config.Fault): only a binary built for the
+	// kill-anywhere suite sets it.
+	Fault  func(point, toolName, callID string)
+	Logger *slog.Logger
 }
 
 // defaultSummaryTimeout bounds the session summary when the configuration
@@ -222,7 +226,8 @@ func (h hostExecutor) ExecuteHostTool(ctx context.Context, name, callID string, 
 			return answerWorking(h.log, input)
 		}
 	}
-	resp, err := h.client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: name, CallID: callID, Input: input})
+	resp, err := h.client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: name, CallID: callID, Input: input,
+		IdempotencyKey: tool.CallKey(ctx)})
 	if err != nil {
 		return tool.Result{}, err
 	}
@@ -572,6 +577,33 @@ func (o *outage) over(logger *slog.Logger) {
 	logger.Info("heartbeat acknowledged again", slog.Duration("after", time.Since(o.since).Round(time.Millisecond)),
 		slog.Int("failed_tries", o.tries))
 	*o = outage{}
+}
+
+// durable waits until the log is acknowledged through rev, retrying while
+// choird is unreachable, restarting or busy, until ctx ends or choird
+// refuses for good (a revoked lease). A tool's intent waits here before
+// the tool may act.
+func (h *heartbeat) durable(ctx context.Context, rev int64) error {
+	backoff := time.Duration(0)
+	for attempt := 1; ; attempt++ {
+		err := h.flushTo(ctx, rev)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || !outboundRetryable(err) {
+			return err
+		}
+		backoff = min(max(2*backoff, 50*time.Millisecond), 2*time.Second)
+		if attempt == 1 || attempt%20 == 0 {
+			h.logger.Warn("a tool call waits for choird to acknowledge its intent", slog.Int64("rev", rev),
+				slog.Int("attempt", attempt), slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+	}
 }
 
 // flush sends heartbeats until everything committed is acknowledged.

@@ -267,7 +267,11 @@ func (s *session) restore() error {
 		Host: hostExecutor{client: s.client, log: log}, Approvals: approver{client: s.client},
 		// While any core job runs the edge is limited to read-only tools
 		// (spec 7.2); the edge is set before the arbiter sees a proposal.
-		EdgeRestricted: func() bool { return s.edge.CoresRunning() }, UsageFunc: s.meter.Record})
+		EdgeRestricted: func() bool { return s.edge.CoresRunning() }, UsageFunc: s.meter.Record,
+		// A call that may act runs once choird holds its intent; the
+		// heartbeat is made before any lane proposes.
+		Durable: func(ctx context.Context, rev int64) error { return s.hb.durable(ctx, rev) },
+		Fault:   s.opts.Fault})
 	s.out = &outbound{client: s.client, logger: s.logger}
 	s.status = &statusReporter{client: s.client, logger: s.logger, kick: make(chan struct{}, 1)}
 	inj := tool.NewInjector(s.tools, tool.InjectorConfig{Mode: tool.Mode(s.dyn.Load().ToolMode), Search: s.toolSearch})
@@ -347,6 +351,7 @@ func (s *session) start(ctx context.Context) context.Context {
 	s.edgeDone = make(chan struct{})
 	go func() {
 		defer close(s.edgeDone)
+		s.reconcile(laneCtx)
 		if err := s.edge.Run(laneCtx); err != nil {
 			s.logger.Warn("edge lane ended", slog.String("error", err.Error()))
 		}
@@ -650,4 +655,22 @@ func (s *session) keepUnacked(p commitlog.Patch) (string, error) {
 		return "", fmt.Errorf("write %s: %w", path, err)
 	}
 	return path, nil
+}
+
+// reconcile decides the calls a crash left between their intent and their
+// result before the lanes resume (arbiter.Reconcile), then tells the user
+// of the actions in doubt (tellInDoubt).
+func (s *session) reconcile(ctx context.Context) {
+	doubts, err := s.arb.Reconcile(ctx)
+	if err != nil {
+		s.logger.Error("interrupted tool calls not all reconciled", slog.String("error", err.Error()))
+	}
+	if len(doubts) > 0 {
+		s.logger.Warn("tool calls in doubt after a restart", slog.Int("calls", len(doubts)))
+	}
+	for _, n := range inDoubtNotices(s.log) {
+		if err := s.out.Send(ctx, n); err != nil {
+			s.logger.Error("the user was not told of the actions in doubt", slog.String("error", err.Error()))
+		}
+	}
 }

@@ -162,6 +162,8 @@ type ChoirControlSchedule struct {
 	CreatedAt   time.Time  `json:"created_at"`
 	UpdatedAt   time.Time  `json:"updated_at"`
 	Held        bool       `json:"held"`
+	// the idempotency key of the agent tool call that made the schedule: a call run again after a restart finds it
+	IdempotencyKey *string `json:"idempotency_key"`
 }
 
 type ChoirControlScheduleFire struct {

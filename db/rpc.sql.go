@@ -17,7 +17,7 @@ const approvalCreate = `-- name: ApprovalCreate :one
 INSERT INTO choir_control.pending_approvals
     (session_id, agent_id, request_id, request_type, summary, payload, expires_at)
 VALUES ($1, $2, $3, $4, $5, $6, $7)
-ON CONFLICT (session_id, request_id) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING approval_id, status
 `
 
@@ -54,16 +54,24 @@ func (q *Queries) ApprovalCreate(ctx context.Context, arg ApprovalCreateParams) 
 }
 
 const approvalGetByRequest = `-- name: ApprovalGetByRequest :one
-SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at FROM choir_control.pending_approvals WHERE session_id = $1 AND request_id = $2
+SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at FROM choir_control.pending_approvals
+ WHERE request_id = $1
+   AND (session_id = $2 OR (agent_id = $3 AND request_id LIKE 'approval:ck-%'))
+ ORDER BY created_at
+ LIMIT 1
 `
 
 type ApprovalGetByRequestParams struct {
-	SessionID uuid.UUID `json:"session_id"`
 	RequestID string    `json:"request_id"`
+	SessionID uuid.UUID `json:"session_id"`
+	AgentID   string    `json:"agent_id"`
 }
 
+// ApprovalGetByRequest finds the approval of a request: in the session,
+// or, for a request keyed by a call's idempotency key (approval:ck-...),
+// in any session of the agent.
 func (q *Queries) ApprovalGetByRequest(ctx context.Context, arg ApprovalGetByRequestParams) (ChoirControlPendingApproval, error) {
-	row := q.db.QueryRow(ctx, approvalGetByRequest, arg.SessionID, arg.RequestID)
+	row := q.db.QueryRow(ctx, approvalGetByRequest, arg.RequestID, arg.SessionID, arg.AgentID)
 	var i ChoirControlPendingApproval
 	err := row.Scan(
 		&i.ApprovalID,

@@ -64,7 +64,7 @@ UPDATE choir_control.schedules
        last_fired_at = CASE WHEN $1::bool THEN now() ELSE last_fired_at END,
        status = $2, next_run_at = $3, job_id = $4, updated_at = now()
  WHERE schedule_id = $5
-RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held
+RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key
 `
 
 type ScheduleFiredParams struct {
@@ -110,12 +110,13 @@ func (q *Queries) ScheduleFired(ctx context.Context, arg ScheduleFiredParams) (C
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.Held,
+		&i.IdempotencyKey,
 	)
 	return i, err
 }
 
 const scheduleGet = `-- name: ScheduleGet :one
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held FROM choir_control.schedules WHERE schedule_id = $1
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key FROM choir_control.schedules WHERE schedule_id = $1
 `
 
 func (q *Queries) ScheduleGet(ctx context.Context, scheduleID int64) (ChoirControlSchedule, error) {
@@ -145,21 +146,35 @@ func (q *Queries) ScheduleGet(ctx context.Context, scheduleID int64) (ChoirContr
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.Held,
+		&i.IdempotencyKey,
 	)
 	return i, err
 }
 
 const scheduleGetByCall = `-- name: ScheduleGetByCall :one
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held FROM choir_control.schedules WHERE session_id = $1 AND call_id = $2
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key FROM choir_control.schedules
+ WHERE (session_id = $1 AND call_id = $2)
+    OR (agent_id = $3 AND idempotency_key = $4)
+ ORDER BY schedule_id
+ LIMIT 1
 `
 
 type ScheduleGetByCallParams struct {
-	SessionID *uuid.UUID `json:"session_id"`
-	CallID    *string    `json:"call_id"`
+	SessionID      *uuid.UUID `json:"session_id"`
+	CallID         *string    `json:"call_id"`
+	AgentID        string     `json:"agent_id"`
+	IdempotencyKey *string    `json:"idempotency_key"`
 }
 
+// ScheduleGetByCall finds the schedule a tool call made: by its session
+// and call ID, or by the call's idempotency key when it has one.
 func (q *Queries) ScheduleGetByCall(ctx context.Context, arg ScheduleGetByCallParams) (ChoirControlSchedule, error) {
-	row := q.db.QueryRow(ctx, scheduleGetByCall, arg.SessionID, arg.CallID)
+	row := q.db.QueryRow(ctx, scheduleGetByCall,
+		arg.SessionID,
+		arg.CallID,
+		arg.AgentID,
+		arg.IdempotencyKey,
+	)
 	var i ChoirControlSchedule
 	err := row.Scan(
 		&i.ScheduleID,
@@ -185,6 +200,7 @@ func (q *Queries) ScheduleGetByCall(ctx context.Context, arg ScheduleGetByCallPa
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.Held,
+		&i.IdempotencyKey,
 	)
 	return i, err
 }
@@ -193,7 +209,7 @@ const scheduleHoldStartAgent = `-- name: ScheduleHoldStartAgent :many
 UPDATE choir_control.schedules
    SET status = 'paused', held = true, job_id = NULL, updated_at = now()
  WHERE agent_id = $1 AND start_agent AND status = 'active'
-RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held
+RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key
 `
 
 // ScheduleHoldStartAgent pauses the active start_agent schedules of an
@@ -232,6 +248,7 @@ func (q *Queries) ScheduleHoldStartAgent(ctx context.Context, agentID string) ([
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.Held,
+			&i.IdempotencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -245,33 +262,35 @@ func (q *Queries) ScheduleHoldStartAgent(ctx context.Context, agentID string) ([
 
 const scheduleInsert = `-- name: ScheduleInsert :one
 INSERT INTO choir_control.schedules (agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent,
-                                     status, created_by, session_id, call_id, next_run_at)
+                                     status, created_by, session_id, call_id, next_run_at, idempotency_key)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-        $11, $12, $13, $14, $15)
-ON CONFLICT (session_id, call_id) DO NOTHING
-RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held
+        $11, $12, $13, $14, $15, $16)
+ON CONFLICT DO NOTHING
+RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key
 `
 
 type ScheduleInsertParams struct {
-	AgentID    string     `json:"agent_id"`
-	Dm         string     `json:"dm"`
-	Kind       string     `json:"kind"`
-	Cron       *string    `json:"cron"`
-	RunAt      *time.Time `json:"run_at"`
-	TimeZone   string     `json:"time_zone"`
-	Purpose    string     `json:"purpose"`
-	Text       string     `json:"text"`
-	Missed     string     `json:"missed"`
-	StartAgent bool       `json:"start_agent"`
-	Status     string     `json:"status"`
-	CreatedBy  string     `json:"created_by"`
-	SessionID  *uuid.UUID `json:"session_id"`
-	CallID     *string    `json:"call_id"`
-	NextRunAt  *time.Time `json:"next_run_at"`
+	AgentID        string     `json:"agent_id"`
+	Dm             string     `json:"dm"`
+	Kind           string     `json:"kind"`
+	Cron           *string    `json:"cron"`
+	RunAt          *time.Time `json:"run_at"`
+	TimeZone       string     `json:"time_zone"`
+	Purpose        string     `json:"purpose"`
+	Text           string     `json:"text"`
+	Missed         string     `json:"missed"`
+	StartAgent     bool       `json:"start_agent"`
+	Status         string     `json:"status"`
+	CreatedBy      string     `json:"created_by"`
+	SessionID      *uuid.UUID `json:"session_id"`
+	CallID         *string    `json:"call_id"`
+	NextRunAt      *time.Time `json:"next_run_at"`
+	IdempotencyKey *string    `json:"idempotency_key"`
 }
 
 // ScheduleInsert stores a new schedule. A second insert for the same
-// session and tool call (an agent retrying) returns no row.
+// session and tool call (an agent retrying), or for the same idempotency
+// key (the call run again after a restart), returns no row.
 func (q *Queries) ScheduleInsert(ctx context.Context, arg ScheduleInsertParams) (ChoirControlSchedule, error) {
 	row := q.db.QueryRow(ctx, scheduleInsert,
 		arg.AgentID,
@@ -289,6 +308,7 @@ func (q *Queries) ScheduleInsert(ctx context.Context, arg ScheduleInsertParams) 
 		arg.SessionID,
 		arg.CallID,
 		arg.NextRunAt,
+		arg.IdempotencyKey,
 	)
 	var i ChoirControlSchedule
 	err := row.Scan(
@@ -315,12 +335,13 @@ func (q *Queries) ScheduleInsert(ctx context.Context, arg ScheduleInsertParams) 
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.Held,
+		&i.IdempotencyKey,
 	)
 	return i, err
 }
 
 const scheduleListHeld = `-- name: ScheduleListHeld :many
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held FROM choir_control.schedules
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key FROM choir_control.schedules
  WHERE agent_id = $1 AND held AND status = 'paused'
  ORDER BY schedule_id
  FOR UPDATE
@@ -361,6 +382,7 @@ func (q *Queries) ScheduleListHeld(ctx context.Context, agentID string) ([]Choir
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.Held,
+			&i.IdempotencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -373,7 +395,7 @@ func (q *Queries) ScheduleListHeld(ctx context.Context, agentID string) ([]Choir
 }
 
 const scheduleListOpen = `-- name: ScheduleListOpen :many
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held FROM choir_control.schedules
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key FROM choir_control.schedules
  WHERE status IN ('pending_approval', 'active', 'paused')
    AND ($1::text IS NULL OR agent_id = $1::text)
    AND ($2::text IS NULL OR dm = $2::text)
@@ -423,6 +445,7 @@ func (q *Queries) ScheduleListOpen(ctx context.Context, arg ScheduleListOpenPara
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.Held,
+			&i.IdempotencyKey,
 		); err != nil {
 			return nil, err
 		}
@@ -435,7 +458,7 @@ func (q *Queries) ScheduleListOpen(ctx context.Context, arg ScheduleListOpenPara
 }
 
 const scheduleLock = `-- name: ScheduleLock :one
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held FROM choir_control.schedules WHERE schedule_id = $1 FOR UPDATE
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key FROM choir_control.schedules WHERE schedule_id = $1 FOR UPDATE
 `
 
 // ScheduleLock reads a schedule and locks it until the transaction ends:
@@ -467,12 +490,13 @@ func (q *Queries) ScheduleLock(ctx context.Context, scheduleID int64) (ChoirCont
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.Held,
+		&i.IdempotencyKey,
 	)
 	return i, err
 }
 
 const scheduleLockByApproval = `-- name: ScheduleLockByApproval :one
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held FROM choir_control.schedules WHERE approval_id = $1 FOR UPDATE
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key FROM choir_control.schedules WHERE approval_id = $1 FOR UPDATE
 `
 
 func (q *Queries) ScheduleLockByApproval(ctx context.Context, approvalID *uuid.UUID) (ChoirControlSchedule, error) {
@@ -502,6 +526,7 @@ func (q *Queries) ScheduleLockByApproval(ctx context.Context, approvalID *uuid.U
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.Held,
+		&i.IdempotencyKey,
 	)
 	return i, err
 }
@@ -526,7 +551,7 @@ UPDATE choir_control.schedules
    SET status = $1, next_run_at = $2, job_id = $3, held = false,
        updated_at = now()
  WHERE schedule_id = $4
-RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held
+RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key
 `
 
 type ScheduleSetStateParams struct {
@@ -571,6 +596,7 @@ func (q *Queries) ScheduleSetState(ctx context.Context, arg ScheduleSetStatePara
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.Held,
+		&i.IdempotencyKey,
 	)
 	return i, err
 }

@@ -49,8 +49,15 @@ DELETE FROM choir_control.rpc_replays WHERE session_id = @session_id;
 INSERT INTO choir_control.pending_approvals
     (session_id, agent_id, request_id, request_type, summary, payload, expires_at)
 VALUES (@session_id, @agent_id, @request_id, @request_type, @summary, @payload, @expires_at)
-ON CONFLICT (session_id, request_id) DO NOTHING
+ON CONFLICT DO NOTHING
 RETURNING approval_id, status;
 
 -- name: ApprovalGetByRequest :one
-SELECT * FROM choir_control.pending_approvals WHERE session_id = @session_id AND request_id = @request_id;
+-- ApprovalGetByRequest finds the approval of a request: in the session,
+-- or, for a request keyed by a call's idempotency key (approval:ck-...),
+-- in any session of the agent.
+SELECT * FROM choir_control.pending_approvals
+ WHERE request_id = @request_id
+   AND (session_id = @session_id OR (agent_id = @agent_id AND request_id LIKE 'approval:ck-%'))
+ ORDER BY created_at
+ LIMIT 1;

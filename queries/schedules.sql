@@ -1,18 +1,25 @@
 -- name: ScheduleInsert :one
 -- ScheduleInsert stores a new schedule. A second insert for the same
--- session and tool call (an agent retrying) returns no row.
+-- session and tool call (an agent retrying), or for the same idempotency
+-- key (the call run again after a restart), returns no row.
 INSERT INTO choir_control.schedules (agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent,
-                                     status, created_by, session_id, call_id, next_run_at)
+                                     status, created_by, session_id, call_id, next_run_at, idempotency_key)
 VALUES (@agent_id, @dm, @kind, sqlc.narg(cron), sqlc.narg(run_at), @time_zone, @purpose, @text, @missed, @start_agent,
-        @status, @created_by, sqlc.narg(session_id), sqlc.narg(call_id), sqlc.narg(next_run_at))
-ON CONFLICT (session_id, call_id) DO NOTHING
+        @status, @created_by, sqlc.narg(session_id), sqlc.narg(call_id), sqlc.narg(next_run_at), sqlc.narg(idempotency_key))
+ON CONFLICT DO NOTHING
 RETURNING *;
 
 -- name: ScheduleGet :one
 SELECT * FROM choir_control.schedules WHERE schedule_id = @schedule_id;
 
 -- name: ScheduleGetByCall :one
-SELECT * FROM choir_control.schedules WHERE session_id = @session_id AND call_id = @call_id;
+-- ScheduleGetByCall finds the schedule a tool call made: by its session
+-- and call ID, or by the call's idempotency key when it has one.
+SELECT * FROM choir_control.schedules
+ WHERE (session_id = @session_id AND call_id = @call_id)
+    OR (agent_id = @agent_id AND idempotency_key = sqlc.narg(idempotency_key))
+ ORDER BY schedule_id
+ LIMIT 1;
 
 -- name: ScheduleLock :one
 -- ScheduleLock reads a schedule and locks it until the transaction ends:

@@ -557,10 +557,15 @@ func (r FetchDynamicConfigResponse) Validate() error {
 
 // ExecuteHostToolRequest runs a tool that needs the host (spec 12.5).
 // choird deduplicates by call_id as well as by request_id.
+//
+// IdempotencyKey is the call's key when it wrote ahead (issue 31): the
+// same when a keyed call runs again after a restart, in whatever session,
+// so a host tool that keeps what it did under the key does it once.
 type ExecuteHostToolRequest struct {
-	ToolName string          `json:"tool_name"`
-	CallID   string          `json:"call_id"`
-	Input    json.RawMessage `json:"input"`
+	ToolName       string          `json:"tool_name"`
+	CallID         string          `json:"call_id"`
+	Input          json.RawMessage `json:"input"`
+	IdempotencyKey string          `json:"idempotency_key,omitempty"`
 }
 
 // Validate checks the tool name, call ID and input object.
@@ -570,6 +575,11 @@ func (r ExecuteHostToolRequest) Validate() error {
 	}
 	if err := check.Pattern("$.call_id", r.CallID, check.IDPattern, "call ID"); err != nil {
 		return err
+	}
+	if r.IdempotencyKey != "" {
+		if err := check.Pattern("$.idempotency_key", r.IdempotencyKey, check.IDPattern, "idempotency key"); err != nil {
+			return err
+		}
 	}
 	return check.Object("$.input", r.Input, true)
 }

@@ -40,7 +40,14 @@ func (a *Arbiter) requestApproval(ctx context.Context, def *tool.Def, p Proposal
 		defer cancel()
 	}
 	summary := ProposalSummary(p.Tool, p.Input)
-	resp, err := a.cfg.Approvals.RequestApproval(ctx, ApprovalRequestID(p.CallID),
+	reqID := ApprovalRequestID(p.CallID)
+	if key := tool.CallKey(ctx); key != "" {
+		// A call that wrote ahead: its key is unique to the agent, so the
+		// same call filed again after a restart, from a new session, finds
+		// the first approval.
+		reqID = "approval:" + key
+	}
+	resp, err := a.cfg.Approvals.RequestApproval(ctx, reqID,
 		rpc.ApprovalRequest{RequestType: p.Tool, Summary: summary, Payload: p.Input})
 	if err != nil {
 		return tool.Result{}, fmt.Errorf("file the approval request: %w", err)

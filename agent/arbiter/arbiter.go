@@ -61,7 +61,16 @@ type Config struct {
 	// UsageFunc, when set, is told the usage records of every tool
 	// result committed (a usage meter counts them against the caps).
 	UsageFunc func(lane string, recs []usage.Record)
-	Logger    *slog.Logger
+	// Durable waits until choird has acknowledged the log through rev
+	// (the heartbeat's flush). When set, a call of a tool that may act
+	// runs only after its intent is acknowledged; nil runs every call at
+	// once (an arbiter without choird: tests, tools run by hand).
+	Durable func(ctx context.Context, rev int64) error
+	// Fault, when set, is told each fault point a call with an intent
+	// passes (FaultAfterIntent, ...): the kill-anywhere suite stops the
+	// agent there. Nil in production.
+	Fault  func(point, toolName, callID string)
+	Logger *slog.Logger
 }
 
 // Proposal is a lane's request to run one tool.
@@ -336,18 +345,45 @@ func (a *Arbiter) abandon(ctx context.Context, p Proposal, why error) (Outcome, 
 }
 
 // run executes an accepted proposal whose locks are held, between
-// tool_call_committed and tool_result_committed.
+// tool_call_committed and tool_result_committed. A call that may act
+// writes ahead: its tool_call_committed is its intent, and the tool runs
+// only once choird has acknowledged it (intent.go).
 func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, reqs []lock.Request) (Outcome, error) {
 	lane := p.Owner.String()
 	locks := lock.Strings(reqs)
-	if _, err := a.Commit(ctx, rpc.EventToolCallCommitted, lane,
-		commitlog.ToolCall{CallID: p.CallID, Tool: p.Tool, Input: p.Input, Locks: locks}); err != nil {
+	call := a.intent(def, p, locks)
+	ev, err := a.Commit(ctx, rpc.EventToolCallCommitted, lane, call)
+	if err != nil {
 		return Outcome{}, fmt.Errorf("commit call %s: %w", p.CallID, err)
 	}
 
 	start := time.Now()
-	res, execErr := a.execute(ctx, def, p)
+	var res tool.Result
+	execErr := a.durable(ctx, call, ev.Rev)
+	if execErr == nil {
+		res, execErr = a.execute(tool.WithCallKey(ctx, call.IdempotencyKey), def, p)
+		a.fault(FaultAfterEffect, call)
+	}
 	dur := time.Since(start)
+	status, res, errText := a.settle(res, execErr)
+	// The result is committed even when the lane's ctx ended: the tool ran.
+	recs := a.validUsage(p, res.Usage)
+	res.Usage = nil
+	if err := a.commitResult(context.WithoutCancel(ctx), lane, p, status, dur, res.JSON(), errText, recs); err != nil {
+		return Outcome{}, err
+	}
+	a.fault(FaultAfterResult, call)
+	if len(recs) > 0 && a.cfg.UsageFunc != nil {
+		a.cfg.UsageFunc(lane, recs)
+	}
+	view, _ := def.ForModel(laneOf(p.Owner), res)
+	return Outcome{Result: view, Locks: locks, Duration: dur}, nil
+}
+
+// settle turns a tool's return into the status, result and error text to
+// commit, with every known secret scrubbed: nothing a tool printed reaches
+// the log, choird or a model with a secret in it.
+func (a *Arbiter) settle(res tool.Result, execErr error) (commitlog.ToolStatus, tool.Result, string) {
 	status := commitlog.ToolSuccess
 	errText := ""
 	if execErr != nil || res.Status != tool.StatusSuccess {
@@ -359,23 +395,11 @@ func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, reqs []loc
 			errText = res.Summary
 		}
 	}
-	// Nothing a tool printed reaches the log, choird or a model with a
-	// known secret in it.
 	if a.cfg.Secrets != nil {
 		sc := newScrubber(a.cfg.Secrets())
 		res, errText = sc.result(res), sc.text(errText)
 	}
-	// The result is committed even when the lane's ctx ended: the tool ran.
-	recs := a.validUsage(p, res.Usage)
-	res.Usage = nil
-	if err := a.commitResult(context.WithoutCancel(ctx), lane, p, status, dur, res.JSON(), errText, recs); err != nil {
-		return Outcome{}, err
-	}
-	if len(recs) > 0 && a.cfg.UsageFunc != nil {
-		a.cfg.UsageFunc(lane, recs)
-	}
-	view, _ := def.ForModel(laneOf(p.Owner), res)
-	return Outcome{Result: view, Locks: locks, Duration: dur}, nil
+	return status, res, errText
 }
 
 func (a *Arbiter) commitResult(ctx context.Context, lane string, p Proposal, status commitlog.ToolStatus,

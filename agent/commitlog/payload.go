@@ -99,11 +99,28 @@ func (r ToolRequest) MarshalJSON() ([]byte, error) {
 // ToolCall is the payload of tool_call_committed: a validated tool call
 // the arbiter is about to execute, with the canonical lockset it holds for
 // it (lock.Strings of the granted lockset).
+//
+// A call with side effects is also its write-ahead intent (issue 31): it
+// carries the digest of its input, its idempotency class and key, and
+// WriteAhead, and the tool runs only once choird has acknowledged it.
+// After a crash, an intent without a result is reconciled by its class,
+// never run again blindly.
 type ToolCall struct {
 	CallID string          `json:"call_id"`
 	Tool   string          `json:"tool"`
 	Input  json.RawMessage `json:"input"`
 	Locks  []string        `json:"locks"`
+	// WriteAhead marks an intent: the call waited for choird's
+	// acknowledgement of this event before it ran.
+	WriteAhead bool `json:"write_ahead,omitempty"`
+	// InputSHA256 is the hex SHA-256 of Input as committed.
+	InputSHA256 string `json:"input_sha256,omitempty"`
+	// Idempotency is the call's class (tool.Idempotency): idempotent,
+	// keyed or unsafe.
+	Idempotency string `json:"idempotency,omitempty"`
+	// IdempotencyKey is the key every run of this call carries: random,
+	// unique to the call, and the same when a keyed call runs again.
+	IdempotencyKey string `json:"idempotency_key,omitempty"`
 }
 
 // EventType returns rpc.EventToolCallCommitted.
@@ -141,6 +158,10 @@ type ToolStatus string
 const (
 	ToolSuccess ToolStatus = "success"
 	ToolError   ToolStatus = "error"
+	// ToolInDoubt is the result of an unsafe call a crash interrupted
+	// after its intent: it may or may not have taken effect, and it is
+	// not run again.
+	ToolInDoubt ToolStatus = "in_doubt"
 )
 
 // ToolResult is the payload of tool_result_committed: how a tool call
@@ -154,6 +175,9 @@ type ToolResult struct {
 	Error      string          `json:"error,omitempty"`
 	// Usage is what the tool used of paid services (see rpc/usage).
 	Usage []usage.Record `json:"usage,omitempty"`
+	// Reconciled says the result was committed after a restart, by the
+	// reconciliation of the call's intent: a re-run, or in doubt.
+	Reconciled bool `json:"reconciled,omitempty"`
 }
 
 // EventType returns rpc.EventToolResultCommitted.
@@ -166,9 +190,9 @@ func (r ToolResult) Validate() error {
 		return err
 	}
 	switch {
-	case r.Status != ToolSuccess && r.Status != ToolError:
-		return fmt.Errorf("tool result %s: status %q, want success or error", r.CallID, r.Status)
-	case r.Status == ToolError && r.Error == "":
+	case r.Status != ToolSuccess && r.Status != ToolError && r.Status != ToolInDoubt:
+		return fmt.Errorf("tool result %s: status %q, want success, error or in_doubt", r.CallID, r.Status)
+	case r.Status != ToolSuccess && r.Error == "":
 		return fmt.Errorf("tool result %s: status error without an error message", r.CallID)
 	case r.Status == ToolSuccess && r.Error != "":
 		return fmt.Errorf("tool result %s: status success with an error message", r.CallID)

@@ -31,14 +31,31 @@ const (
 )
 
 // declaration is a tool the agent describes but does not execute.
-type declaration struct{ spec Spec }
+type declaration struct {
+	spec     Spec
+	classify func(json.RawMessage) Idempotency
+}
 
 // Declare returns a tool that is described but not executed by the agent:
 // a host tool (runtime.host), a meta tool (runtime.meta), or, with neither
 // flag, a runtime tool the lane handles itself. Its [Def.Kind] says which.
 func Declare(spec Spec) Tool { return declaration{spec: spec.Clone()} }
 
+// DeclareWith is Declare for a tool whose idempotency depends on the call:
+// classify gives it per input ("" for the runtime's class).
+func DeclareWith(spec Spec, classify func(json.RawMessage) Idempotency) Tool {
+	return declaration{spec: spec.Clone(), classify: classify}
+}
+
 func (d declaration) Spec() Spec { return d.spec.Clone() }
+
+// IdempotencyOf is the declaration's classify, or "" without one.
+func (d declaration) IdempotencyOf(input json.RawMessage) Idempotency {
+	if d.classify == nil {
+		return ""
+	}
+	return d.classify(input)
+}
 
 func (d declaration) Execute(context.Context, Env, json.RawMessage) (Result, error) {
 	return Result{}, fmt.Errorf("execute %s: %w", d.spec.LLM.Name, ErrNotExecutable)

@@ -74,10 +74,29 @@ type Def struct {
 	kind   Kind
 	origin Origin
 	file   string // manifest path; empty for built-ins
+	// classify is the tool's per-call idempotency, when it has one.
+	classify InputIdempotency
 }
 
 // Name returns the tool's canonical name.
 func (d *Def) Name() string { return d.spec.LLM.Name }
+
+// InputIdempotency is implemented by a tool whose idempotency depends on
+// the call: choir.fs.write overwrites idempotently and appends unsafely.
+type InputIdempotency interface {
+	IdempotencyOf(input json.RawMessage) Idempotency
+}
+
+// Idempotency returns the class of one call of the tool: the tool's own
+// answer for this input when it gives one, else its runtime's [Runtime.Class].
+func (d *Def) Idempotency(input json.RawMessage) Idempotency {
+	if d.classify != nil {
+		if c := d.classify.IdempotencyOf(input); c != "" {
+			return c
+		}
+	}
+	return d.spec.Runtime.Class()
+}
 
 // LLM returns a copy of the tool's LLM view.
 func (d *Def) LLM() LLMView { return d.spec.Clone().LLM }
@@ -322,10 +341,11 @@ func NewDef(spec Spec, exec Tool, origin Origin, file string) (*Def, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	classify, _ := exec.(InputIdempotency)
 	if _, ok := exec.(declaration); ok {
 		exec = nil
 	}
-	d := &Def{spec: spec, schema: sch, exec: exec, origin: origin, file: file}
+	d := &Def{spec: spec, schema: sch, exec: exec, origin: origin, file: file, classify: classify}
 	switch {
 	case spec.Runtime.Host:
 		d.kind, d.exec = KindHost, nil

@@ -44,8 +44,14 @@ type Runtime struct {
 	// SideEffect classifies the tool (spec 8.4), required.
 	SideEffect SideEffect `json:"side_effect"`
 	// Idempotent says whether running the tool twice with the same input
-	// has the effect of running it once.
+	// has the effect of running it once. Idempotency, when set, says more
+	// and wins.
 	Idempotent bool `json:"idempotent,omitempty"`
+	// Idempotency says what may be done with a call a crash left without
+	// a result (issue 31): run it again (idempotent), run it again with
+	// the same idempotency key (keyed), or never (unsafe). Empty derives
+	// it: read-only and Idempotent tools are idempotent, others unsafe.
+	Idempotency Idempotency `json:"idempotency,omitempty"`
 	// Version is the tool's version string, required.
 	Version string `json:"version"`
 	// Exposure says which lanes are offered the tool and see its results;
@@ -83,6 +89,42 @@ const (
 // Valid reports whether s is one of the classes.
 func (s SideEffect) Valid() bool {
 	return s == SideEffectRead || s == SideEffectWrite || s == SideEffectExternal
+}
+
+// Idempotency is what a call may have done twice, and so what is done
+// with a call a crash interrupted after its intent was saved.
+type Idempotency string
+
+// The idempotency classes.
+const (
+	// IdempotencyIdempotent: running the call again has the effect of
+	// running it once (an overwrite, an upsert, a read); it is re-run.
+	IdempotencyIdempotent Idempotency = "idempotent"
+	// IdempotencyKeyed: running it again with the same idempotency key
+	// ([CallKey]) is a no-op if the first run took effect; it is re-run
+	// with that key.
+	IdempotencyKeyed Idempotency = "keyed"
+	// IdempotencyUnsafe: it must not run twice and cannot tell whether it
+	// ran (a shell command, an append, a message sent); it is never
+	// re-run, and the user is told it may or may not have happened.
+	IdempotencyUnsafe Idempotency = "unsafe"
+)
+
+// Valid reports whether i is a class; empty is valid (derived).
+func (i Idempotency) Valid() bool {
+	return i == "" || i == IdempotencyIdempotent || i == IdempotencyKeyed || i == IdempotencyUnsafe
+}
+
+// Class returns the runtime's declared idempotency, or the one derived
+// from its side effect and Idempotent flag.
+func (r Runtime) Class() Idempotency {
+	switch {
+	case r.Idempotency != "":
+		return r.Idempotency
+	case r.SideEffect == SideEffectRead || r.Idempotent:
+		return IdempotencyIdempotent
+	}
+	return IdempotencyUnsafe
 }
 
 // Lane names a cognitive lane for exposure checks.
@@ -225,6 +267,9 @@ func (s *Spec) validate(stringProps map[string]bool) error {
 	}
 	if !r.SideEffect.Valid() {
 		bad("runtime.side_effect: %q, want read, write or external", r.SideEffect)
+	}
+	if !r.Idempotency.Valid() {
+		bad("runtime.idempotency: %q, want idempotent, keyed or unsafe", r.Idempotency)
 	}
 	if !versionRe.MatchString(r.Version) {
 		bad("runtime.version: %q, want a version string such as 1.0", r.Version)

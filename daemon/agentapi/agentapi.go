@@ -281,7 +281,8 @@ func (a *API) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.
 			RequestID: call.RequestID, RequestType: req.RequestType, Summary: req.Summary, Payload: req.Payload,
 			ExpiresAt: time.Now().Add(cfg.ApprovalTimeout())})
 		if errors.Is(err, choirsql.ErrNotFound) {
-			prev, err := q.ApprovalGetByRequest(ctx, db.ApprovalGetByRequestParams{SessionID: id, RequestID: call.RequestID})
+			prev, err := q.ApprovalGetByRequest(ctx, db.ApprovalGetByRequestParams{SessionID: id, RequestID: call.RequestID,
+				AgentID: call.Session.AgentID})
 			if err != nil {
 				return fmt.Errorf("load approval of request %s: %w", call.RequestID, err)
 			}
@@ -501,7 +502,8 @@ func (a *API) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req rpc.
 			req.ToolName, strings.Join(names, ", "), wire.ErrNotFound)
 	}
 	if sid, err := uuid.Parse(call.Session.ID); err == nil {
-		ctx = withHostCall(ctx, hostCall{sessionID: sid, agentID: call.Session.AgentID, callID: req.CallID})
+		ctx = withHostCall(ctx, hostCall{sessionID: sid, agentID: call.Session.AgentID, callID: req.CallID,
+			key: req.IdempotencyKey})
 	}
 	out, err := fn(ctx, call.Session.AgentID, req.Input)
 	if err != nil {

@@ -25,7 +25,8 @@ func ScheduleTools(s *schedule.Service) map[string]HostTool {
 			if !ok {
 				return nil, fmt.Errorf("%s called outside a session", name)
 			}
-			out, err := fn(ctx, schedule.Caller{AgentID: agentID, SessionID: hc.sessionID, CallID: hc.callID}, in)
+			out, err := fn(ctx, schedule.Caller{AgentID: agentID, SessionID: hc.sessionID, CallID: hc.callID,
+				Key: hc.key}, in)
 			var bad *schedule.InputError
 			switch {
 			case errors.As(err, &bad), errors.Is(err, session.ErrUnknownResource), errors.Is(err, choirsql.ErrNotFound),

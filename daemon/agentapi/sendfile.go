@@ -26,10 +26,24 @@ import (
 const SendFileTool = "choir.send.file"
 
 // hostCall is the session and call a host tool runs for.
+//
+// key is the call's idempotency key when it wrote ahead; empty for an
+// older agent, whose call is then known by session and call ID.
 type hostCall struct {
 	sessionID uuid.UUID
 	agentID   string
 	callID    string
+	key       string
+}
+
+// callRef is what a host tool keeps its effect under, so that a call run
+// again after a restart (in a new session) finds it: the idempotency key,
+// or the session and call ID.
+func (c hostCall) callRef() string {
+	if c.key != "" {
+		return c.key
+	}
+	return c.sessionID.String() + ":" + c.callID
 }
 
 type hostCallKey struct{}
@@ -127,7 +141,7 @@ func (a *API) sendFile(ctx context.Context, _ string, input json.RawMessage) (js
 	var q outbox.Queued
 	err = pgx.BeginFunc(ctx, a.pool, func(tx pgx.Tx) error {
 		q, err = outbox.EnqueueTx(ctx, tx, a.jobs, outbox.Params{AgentID: hc.agentID, SessionID: &hc.sessionID,
-			MessageID: "file:" + hc.sessionID.String() + ":" + hc.callID, Gateway: gw, DM: b.DM, ChatID: chat, Kind: kind,
+			MessageID: "file:" + hc.callRef(), Gateway: gw, DM: b.DM, ChatID: chat, Kind: kind,
 			Text: in.Caption, Workspace: b.Workspace, FilePath: file, MaxPending: outbox.AgentMaxPending})
 		return err
 	})

@@ -469,8 +469,21 @@ func sessionDM(sess db.ChoirControlSession) string {
 }
 
 // Caller is the agent's tool call that asks for a schedule.
+// Key is the call's idempotency key (empty from an older agent): the
+// schedule is kept under it, so the call run again after a restart finds
+// it.
 type Caller struct {
 	AgentID   string
 	SessionID uuid.UUID
 	CallID    string
+	Key       string
+}
+
+// byCall is the lookup of the schedule c made, if it made one.
+func (c Caller) byCall() db.ScheduleGetByCallParams {
+	p := db.ScheduleGetByCallParams{SessionID: &c.SessionID, CallID: &c.CallID, AgentID: c.AgentID}
+	if c.Key != "" {
+		p.IdempotencyKey = &c.Key
+	}
+	return p
 }

@@ -186,7 +186,7 @@ func (s *Service) agentAdd(ctx context.Context, c Caller, req admin.ScheduleAddR
 	if err != nil {
 		return nil, fmt.Errorf("load session %s: %w", c.SessionID, err)
 	}
-	if prev, err := q.ScheduleGetByCall(ctx, db.ScheduleGetByCallParams{SessionID: &c.SessionID, CallID: &c.CallID}); err == nil {
+	if prev, err := q.ScheduleGetByCall(ctx, c.byCall()); err == nil {
 		return toolResult(Of(prev)), nil
 	}
 	req.AgentID, req.DM = c.AgentID, sessionDM(sess)
@@ -197,6 +197,9 @@ func (s *Service) agentAdd(ctx context.Context, c Caller, req admin.ScheduleAddR
 	cfg := s.config()
 	needsApproval := cfg.Agents[c.AgentID].SchedulesNeedApproval
 	p.params.CreatedBy, p.params.SessionID, p.params.CallID = "agent:"+c.AgentID, &c.SessionID, &c.CallID
+	if c.Key != "" {
+		p.params.IdempotencyKey = &c.Key
+	}
 	if needsApproval {
 		p.params.Status = state.PendingApproval
 	}
@@ -214,7 +217,7 @@ func (s *Service) agentAdd(ctx context.Context, c Caller, req admin.ScheduleAddR
 	})
 	if errors.Is(err, choirsql.ErrNotFound) {
 		// The same call, made concurrently, stored it first.
-		prev, perr := q.ScheduleGetByCall(ctx, db.ScheduleGetByCallParams{SessionID: &c.SessionID, CallID: &c.CallID})
+		prev, perr := q.ScheduleGetByCall(ctx, c.byCall())
 		if perr == nil {
 			return toolResult(Of(prev)), nil
 		}

@@ -8,7 +8,11 @@
 // [Tools] without linking any tool's code.
 package catalog
 
-import "github.com/choirhq/choir/agent/tool"
+import (
+	"encoding/json"
+
+	"github.com/choirhq/choir/agent/tool"
+)
 
 // Tools returns every built-in tool as a declaration, in the order of the
 // agent's registry: choir.exec and the choir.fs tools, the [Declared]
@@ -28,7 +32,7 @@ func Tools() []tool.Tool {
 func Declared() []tool.Tool {
 	return []tool.Tool{
 		tool.Declare(memoryQuerySpec),
-		tool.Declare(memoryUpsertSpec),
+		tool.DeclareWith(memoryUpsertSpec, upsertIdempotency),
 		tool.Declare(memoryCompactSpec),
 		tool.Declare(proposeToolSpec),
 		tool.Declare(proposeSkillSpec),
@@ -40,4 +44,19 @@ func Declared() []tool.Tool {
 		tool.Declare(scheduleCancelSpec),
 		tool.Declare(remindSpec),
 	}
+}
+
+// upsertIdempotency says that a knowledge write may run twice unless it
+// inserts without a key: an update or delete lands on the same document,
+// and an insert with a key updates the document the first run made, but
+// an insert without one makes a second document.
+func upsertIdempotency(input json.RawMessage) tool.Idempotency {
+	var in struct {
+		Op  string  `json:"op"`
+		Key *string `json:"key"`
+	}
+	if json.Unmarshal(input, &in) != nil || in.Op == "insert" && in.Key == nil {
+		return tool.IdempotencyUnsafe
+	}
+	return tool.IdempotencyIdempotent
 }

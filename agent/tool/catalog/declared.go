@@ -128,7 +128,7 @@ var proposeToolSpec = tool.Spec{
   "additionalProperties": false
 }`),
 	},
-	Runtime: tool.Runtime{TimeoutMS: 10_000, SideEffect: tool.SideEffectExternal, Version: "1.0", Meta: true},
+	Runtime: tool.Runtime{TimeoutMS: 10_000, SideEffect: tool.SideEffectExternal, Idempotency: tool.IdempotencyKeyed, Version: "1.0", Meta: true},
 }
 
 var proposeSkillSpec = tool.Spec{
@@ -161,7 +161,7 @@ var proposeSkillSpec = tool.Spec{
   "additionalProperties": false
 }`),
 	},
-	Runtime: tool.Runtime{TimeoutMS: 10_000, SideEffect: tool.SideEffectExternal, Version: "1.0", Meta: true},
+	Runtime: tool.Runtime{TimeoutMS: 10_000, SideEffect: tool.SideEffectExternal, Idempotency: tool.IdempotencyKeyed, Version: "1.0", Meta: true},
 }
 
 var sendFileSpec = tool.Spec{
@@ -181,5 +181,5 @@ var sendFileSpec = tool.Spec{
   "additionalProperties": false
 }`),
 	},
-	Runtime: tool.Runtime{TimeoutMS: 30_000, SideEffect: tool.SideEffectExternal, Version: "1.0", Host: true},
+	Runtime: tool.Runtime{TimeoutMS: 30_000, SideEffect: tool.SideEffectExternal, Idempotency: tool.IdempotencyKeyed, Version: "1.0", Host: true},
 }

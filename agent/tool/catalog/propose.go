@@ -21,7 +21,7 @@ var proposeConfigSpec = tool.Spec{
   "additionalProperties": false
 }`),
 	},
-	Runtime: tool.Runtime{TimeoutMS: 10_000, SideEffect: tool.SideEffectExternal, Version: "1.0", Meta: true},
+	Runtime: tool.Runtime{TimeoutMS: 10_000, SideEffect: tool.SideEffectExternal, Idempotency: tool.IdempotencyKeyed, Version: "1.0", Meta: true},
 }
 
 var proposeRepoSpec = tool.Spec{
@@ -40,5 +40,5 @@ var proposeRepoSpec = tool.Spec{
   "additionalProperties": false
 }`),
 	},
-	Runtime: tool.Runtime{TimeoutMS: 60_000, SideEffect: tool.SideEffectExternal, Version: "1.0", Meta: true},
+	Runtime: tool.Runtime{TimeoutMS: 60_000, SideEffect: tool.SideEffectExternal, Idempotency: tool.IdempotencyKeyed, Version: "1.0", Meta: true},
 }

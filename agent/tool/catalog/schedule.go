@@ -30,7 +30,7 @@ var scheduleSpec = tool.Spec{
   "additionalProperties": false
 }`),
 	},
-	Runtime: tool.Runtime{TimeoutMS: 30_000, SideEffect: tool.SideEffectExternal, Version: "1.0", Host: true},
+	Runtime: tool.Runtime{TimeoutMS: 30_000, SideEffect: tool.SideEffectExternal, Idempotency: tool.IdempotencyKeyed, Version: "1.0", Host: true},
 }
 
 var remindSpec = tool.Spec{
@@ -50,7 +50,7 @@ var remindSpec = tool.Spec{
   "additionalProperties": false
 }`),
 	},
-	Runtime: tool.Runtime{TimeoutMS: 30_000, SideEffect: tool.SideEffectExternal, Version: "1.0", Host: true},
+	Runtime: tool.Runtime{TimeoutMS: 30_000, SideEffect: tool.SideEffectExternal, Idempotency: tool.IdempotencyKeyed, Version: "1.0", Host: true},
 }
 
 var scheduleListSpec = tool.Spec{

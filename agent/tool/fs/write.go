@@ -240,3 +240,16 @@ func plural(n int, noun string) string {
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
 }
+
+// IdempotencyOf says that an overwrite may run twice and every other mode
+// (append, insert, replace of lines) may not: a second run would change
+// the file again.
+func (fsWrite) IdempotencyOf(input json.RawMessage) tool.Idempotency {
+	var in struct {
+		Mode string `json:"mode"`
+	}
+	if json.Unmarshal(input, &in) == nil && (in.Mode == "" || in.Mode == writeOverwrite) {
+		return tool.IdempotencyIdempotent
+	}
+	return tool.IdempotencyUnsafe
+}

@@ -173,3 +173,16 @@ func explain(err error) string {
 	}
 	return err.Error()
 }
+
+// IdempotencyOf says that the reading actions may run twice and append
+// may not: Notion takes no idempotency key for it, and a second append
+// would add the blocks again.
+func (q *query) IdempotencyOf(raw json.RawMessage) tool.Idempotency {
+	var in struct {
+		Action string `json:"action"`
+	}
+	if json.Unmarshal(raw, &in) == nil && in.Action != "append" {
+		return tool.IdempotencyIdempotent
+	}
+	return tool.IdempotencyUnsafe
+}

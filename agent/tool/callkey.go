@@ -1,0 +1,20 @@
+package tool
+
+import "context"
+
+type callKeyCtx struct{}
+
+// WithCallKey returns ctx carrying the idempotency key of the call being
+// run: the same for every run of one call, first and after a crash, and
+// different for every other call. A keyed tool ([IdempotencyKeyed]) makes
+// a second run with the key a no-op.
+func WithCallKey(ctx context.Context, key string) context.Context {
+	return context.WithValue(ctx, callKeyCtx{}, key)
+}
+
+// CallKey returns the idempotency key of the call ctx runs, or "" outside
+// the arbiter (a tool run by hand, a test).
+func CallKey(ctx context.Context) string {
+	k, _ := ctx.Value(callKeyCtx{}).(string)
+	return k
+}

@@ -48,6 +48,9 @@ type tgEnv struct {
 	tg  *telegramtest.Server
 	bot *telegramtest.Bot
 	llm *llmtest.Server
+	// agentBinary, when set, is the choir-agent choird starts (the
+	// kill-anywhere suite's, built with choirfault).
+	agentBinary string
 }
 
 // newTGEnv writes the configuration: DM alice (regular, "assistant"'s
@@ -77,8 +80,12 @@ func newTGEnv(t testing.TB, llm *llmtest.Server, edit func(*config.Config)) *tgE
 // options are the options of a choird on e, with the process runtime and
 // the choir-agent binary this test built.
 func (e *tgEnv) options(t testing.TB) choirdtest.Options {
+	bin := e.agentBinary
+	if bin == "" {
+		bin = choirdtest.Binary(t, "cmd/choir-agent")
+	}
 	return choirdtest.Options{Home: e.Dir, DatabaseURL: e.DatabaseURL, ReadyTimeout: 2 * time.Minute,
-		Daemon: daemon.Options{Runtime: "process", AgentBinary: choirdtest.Binary(t, "cmd/choir-agent"), TelegramAPIURL: e.tg.URL()}}
+		Daemon: daemon.Options{Runtime: "process", AgentBinary: bin, TelegramAPIURL: e.tg.URL()}}
 }
 
 // withHelper adds a second agent, "helper", with its own workspace and

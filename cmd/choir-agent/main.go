@@ -91,6 +91,10 @@ func main() {
 		os.Exit(2)
 	}
 	o.LeaseToken = token
+	if faultHook != nil {
+		o.Fault = faultHook
+		setFaultDir(o.Workspace)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if err := agent.Run(ctx, o); err != nil {

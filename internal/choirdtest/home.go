@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 
@@ -91,12 +92,14 @@ var binaries struct {
 
 // Binary builds a main package of this module (such as "cmd/choird") once
 // per test binary, without cgo as make and the images build it, and
-// returns the executable's path.
-func Binary(t testing.TB, pkg string) string {
+// returns the executable's path. Build tags, if any, give another
+// executable (the kill-anywhere suite's agent is built with choirfault).
+func Binary(t testing.TB, pkg string, tags ...string) string {
 	t.Helper()
 	binaries.Lock()
 	defer binaries.Unlock()
-	if p, ok := binaries.paths[pkg]; ok {
+	id := strings.Join(append([]string{pkg}, tags...), "+")
+	if p, ok := binaries.paths[id]; ok {
 		return p
 	}
 	if binaries.dir == "" {
@@ -106,16 +109,16 @@ func Binary(t testing.TB, pkg string) string {
 		}
 		binaries.dir, binaries.paths = dir, map[string]string{}
 	}
-	out := filepath.Join(binaries.dir, filepath.Base(pkg))
+	out := filepath.Join(binaries.dir, strings.Join(append([]string{filepath.Base(pkg)}, tags...), "-"))
 	// Static: without cgo the agent drops capabilities on every thread at
 	// once (sandbox.Harden). -trimpath, as runtimetest.BuildStatic and make
 	// demo's test binary build: one configuration, so the packages they
 	// share are compiled once, whatever the checkout's directory.
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "github.com/choirhq/choir/"+pkg)
+	cmd := exec.Command("go", "build", "-trimpath", "-tags", strings.Join(tags, ","), "-o", out, "github.com/choirhq/choir/"+pkg)
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build ./%s: %v\n%s", pkg, err, b)
 	}
-	binaries.paths[pkg] = out
+	binaries.paths[id] = out
 	return out
 }

@@ -36,7 +36,7 @@ func setup(t *testing.T, srv *llmtest.Server) *testBundle {
 }
 
 // setupWith is setup with edit applied to choird's configuration.
-func setupWith(t *testing.T, srv *llmtest.Server, edit func(*config.Config, config.Secrets)) *testBundle {
+func setupWith(t testing.TB, srv *llmtest.Server, edit func(*config.Config, config.Secrets)) *testBundle {
 	t.Helper()
 	d := choirdtest.Start(t, choirdtest.Options{ModelEndpoint: srv.BaseURL(), FastHeartbeat: true, Edit: edit})
 	sessionID, token := d.StartSession(t, "assistant")
@@ -60,26 +60,26 @@ func setupWith(t *testing.T, srv *llmtest.Server, edit func(*config.Config, conf
 	return b
 }
 
-func (b *testBundle) waitFor(t *testing.T, what string, cond func() bool) {
+func (b *testBundle) waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
 	choirdtest.WaitFor(t, what, b.agentLogs, cond)
 }
 
-func (b *testBundle) push(t *testing.T, p rpc.Push) {
+func (b *testBundle) push(t testing.TB, p rpc.Push) {
 	t.Helper()
 	if _, err := b.d.Push(b.sessionID, p); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func (b *testBundle) say(t *testing.T, inboxID int64, text string) {
+func (b *testBundle) say(t testing.TB, inboxID int64, text string) {
 	t.Helper()
 	b.push(t, rpc.Push{Kind: rpc.PushUserMessage, UserMessage: &rpc.UserMessage{InboxID: inboxID, Gateway: "console",
 		ChatID: "operator", UserID: "operator", Text: text, ReceivedAt: time.Now()}})
 }
 
 // outbox returns the texts queued for the user, by message ID.
-func (b *testBundle) outbox(t *testing.T) map[string]string {
+func (b *testBundle) outbox(t testing.TB) map[string]string {
 	t.Helper()
 	rows, err := b.pool.Query(context.Background(), "SELECT message_id, text FROM choir_control.outbox WHERE session_id = $1", b.sessionID)
 	if err != nil {
@@ -98,7 +98,7 @@ func (b *testBundle) outbox(t *testing.T) map[string]string {
 
 // waitReply waits until the outbox holds a text containing want and
 // returns its message ID.
-func (b *testBundle) waitReply(t *testing.T, want string) string {
+func (b *testBundle) waitReply(t testing.TB, want string) string {
 	t.Helper()
 	var id string
 	b.waitFor(t, "a reply containing "+want, func() bool {

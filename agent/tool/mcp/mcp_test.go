@@ -316,3 +316,41 @@ func TestServerDyingMidCallIsRestartedOnceThenUnavailable(t *testing.T) {
 		}
 	}
 }
+
+// TestToolTakingAKeyIsKeyed checks issue 31's keyed MCP tools: a tool
+// whose schema has idempotency_key is keyed, the model is not shown the
+// parameter, and the call's key is given for it, so the same call run
+// again with its key (as after a restart) has its effect once, and
+// another call has its own.
+func TestToolTakingAKeyIsKeyed(t *testing.T) {
+	t.Parallel()
+	b, err := setup(t, manifest.MCP{Servers: map[string]manifest.MCPServer{"notes": stdio(t, nil)}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, ok := b.reg.Lookup("notes.append_entry")
+	if !ok || def.Idempotency(nil) != tool.IdempotencyKeyed {
+		t.Fatalf("notes.append_entry: %v, idempotency %q, want keyed", ok, def.Idempotency(nil))
+	}
+	if strings.Contains(string(def.LLM().Parameters), "idempotency_key") {
+		t.Errorf("the model is shown the key parameter: %s", def.LLM().Parameters)
+	}
+	if def, _ := b.reg.Lookup("notes.write_note"); def.Idempotency(nil) != tool.IdempotencyUnsafe {
+		t.Errorf("a tool without a key parameter is %q, want unsafe", def.Idempotency(nil))
+	}
+	in := json.RawMessage(`{"path":"log.txt","text":"one","idempotency_key":"the model's own"}`)
+	ctx := tool.WithCallKey(context.Background(), "ck-first")
+	for range 2 { // the call, then the same call run again with its key
+		if res, err := def.Execute(ctx, tool.Env{Workspace: b.ws}, in); err != nil || res.Status != tool.StatusSuccess {
+			t.Fatalf("append_entry: %v %+v", err, res)
+		}
+	}
+	other := tool.WithCallKey(context.Background(), "ck-second")
+	if _, err := def.Execute(other, tool.Env{Workspace: b.ws}, in); err != nil {
+		t.Fatal(err)
+	}
+	got, _ := os.ReadFile(filepath.Join(b.ws, "log.txt"))
+	if string(got) != "ck-first one\nck-second one\n" {
+		t.Errorf("log.txt = %q: want one entry per call, under the arbiter's key and not the model's", got)
+	}
+}

@@ -118,20 +118,31 @@ func (s *server) def(t *sdk.Tool) (*tool.Def, error) {
 	if t.Annotations != nil {
 		rt.Idempotent = t.Annotations.IdempotentHint
 	}
+	keyed := false
+	if stripped, ok := withoutKeyParam(params); ok {
+		// The tool takes an idempotency key: the arbiter's key is given
+		// for it, the same when the call runs again after a restart, and
+		// the model never sees the parameter.
+		params, keyed, rt.Idempotency = stripped, true, tool.IdempotencyKeyed
+	}
 	desc := t.Description
 	if desc == "" {
 		desc = t.Title
 	}
 	name := s.toolName(t.Name)
 	spec := tool.Spec{LLM: tool.LLMView{Name: name, Description: desc, Parameters: params}, Runtime: rt}
-	return tool.NewDef(spec, &executor{srv: s, mcpName: t.Name, spec: spec}, tool.OriginAgent, "mcp:"+s.name+"/"+t.Name)
+	return tool.NewDef(spec, &executor{srv: s, mcpName: t.Name, spec: spec, keyed: keyed}, tool.OriginAgent, "mcp:"+s.name+"/"+t.Name)
 }
 
 // executor runs one MCP tool.
+//
+// keyed says the tool takes the call's idempotency key in its
+// idempotency_key argument (keyParam).
 type executor struct {
 	srv     *server
 	mcpName string
 	spec    tool.Spec
+	keyed   bool
 }
 
 func (e *executor) Spec() tool.Spec { return e.spec.Clone() }
@@ -155,6 +166,9 @@ func (e *executor) Execute(ctx context.Context, _ tool.Env, input json.RawMessag
 	s.mu.Unlock()
 	if gone != nil {
 		return unavailable(s.name, gone), nil
+	}
+	if e.keyed {
+		input = withKey(input, tool.CallKey(ctx))
 	}
 	res, err := cs.CallTool(ctx, &sdk.CallToolParams{Name: e.mcpName, Arguments: input})
 	if err == nil {

@@ -44,6 +44,28 @@ func main() {
 			}
 			return text(string(b)), nil
 		})
+	// append_entry takes an idempotency key: an entry whose key the file
+	// already holds is not appended again.
+	s.AddTool(&sdk.Tool{Name: "append_entry", Description: "Append an entry to a file, once per idempotency key.",
+		InputSchema: obj(`"path":{"type":"string"},"text":{"type":"string"},"idempotency_key":{"type":"string"}`,
+			"path", "text", "idempotency_key")},
+		func(_ context.Context, r *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
+			a := args(r)
+			old, _ := os.ReadFile(a["path"])
+			line := a["idempotency_key"] + " " + a["text"] + "\n"
+			if a["idempotency_key"] != "" && strings.Contains(string(old), a["idempotency_key"]+" ") {
+				return text("already appended under " + a["idempotency_key"]), nil
+			}
+			f, err := os.OpenFile(a["path"], os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o600)
+			if err != nil {
+				return nil, err
+			}
+			defer f.Close()
+			if _, err := f.WriteString(line); err != nil {
+				return nil, err
+			}
+			return text("appended"), nil
+		})
 	s.AddTool(&sdk.Tool{Name: "crash", Description: "Exit in the middle of the call.", InputSchema: obj(``)},
 		func(context.Context, *sdk.CallToolRequest) (*sdk.CallToolResult, error) {
 			os.Exit(3)

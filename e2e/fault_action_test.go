@@ -13,8 +13,11 @@ import (
 
 	"github.com/choirhq/choir/agent/arbiter"
 	"github.com/choirhq/choir/agent/llmtest"
+	"github.com/choirhq/choir/agent/tool/notion/notiontest"
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/gateway/telegramtest"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/internal/mailbox/mailboxtest"
 )
 
 // The kill-anywhere suite over side effects (issue 31, item 7): for each
@@ -60,6 +63,35 @@ var actionKinds = []actionKind{
 				return 1
 			}
 			return 0
+		}},
+	{name: "NotionAppend", tool: "choir.notion.query",
+		args: func(mark string) string {
+			return fmt.Sprintf(`{"action":"append","page_id":%q,"text":%q}`, notiontest.PageID, mark)
+		},
+		count: func(t *testing.T, f *actionEnv, mark string) int { return f.notion.Count(notiontest.PageID, mark) }},
+	{name: "EmailSend", tool: "choir.email.send",
+		args: func(mark string) string { return fmt.Sprintf(`{"to":["bob@example.com"],"subject":%q,"text":"hello"}`, mark) },
+		count: func(t *testing.T, f *actionEnv, mark string) int {
+			n := 0
+			for _, e := range f.mail.Sent() {
+				if strings.Contains(string(e.Data), mark) {
+					n++
+				}
+			}
+			return n
+		}},
+	{name: "ProposeTool", tool: "choir.propose.tool",
+		args: func(mark string) string {
+			return fmt.Sprintf(`{"change":"add","name":"choir.repo.status","description":"Show the repository status.",`+
+				`"parameters":{"type":"object"},"behavior":"Runs git status.","runtime":{"side_effect":"read"},"rationale":%q}`, mark)
+		},
+		count: func(t *testing.T, f *actionEnv, mark string) int {
+			var n int
+			if err := f.pool.QueryRow(context.Background(), `SELECT count(*) FROM choir_control.pending_approvals
+				WHERE summary LIKE '%' || $1 || '%'`, mark).Scan(&n); err != nil {
+				t.Fatal(err)
+			}
+			return n
 		}},
 	{name: "Remind", tool: "choir.remind",
 		args: func(mark string) string { return fmt.Sprintf(`{"in":"240h","text":"%s"}`, mark) },
@@ -153,7 +185,9 @@ const (
 // "done: <message>" once the call has a result in its context.
 type actionEnv struct {
 	*faultEnv
-	kind actionKind
+	kind   actionKind
+	notion *notiontest.Server
+	mail   *mailboxtest.Server
 
 	mu   sync.Mutex
 	hold *faultGate // the trial holding the model, for beforeIntent
@@ -162,13 +196,30 @@ type actionEnv struct {
 func newActionEnv(t *testing.T, k actionKind) *actionEnv {
 	t.Helper()
 	model := llmtest.NewServer(t)
-	e := newTGEnv(t, model, func(c *config.Config) {
-		c.HeartbeatIntervalMS = 1000
-		c.CrashDetectionThresholdMS = 3000
-	})
-	e.agentBinary = choirdtest.Binary(t, "cmd/choir-agent", "choirfault")
+	notion, mail := notiontest.NewServer(t), mailboxtest.Start(t)
+	mail.AddUser(t, "assistant@example.com", "mail-password")
+	h := choirdtest.WriteHome(t, choirdtest.Options{ModelEndpoint: model.BaseURL(), FastHeartbeat: true,
+		Edit: func(cfg *config.Config, secrets config.Secrets) {
+			cfg.HeartbeatIntervalMS, cfg.CrashDetectionThresholdMS = 1000, 3000
+			cfg.Gateways[gatewayTG] = config.Gateway{Type: config.GatewayTelegram, Secret: "telegram-bot"}
+			secrets["telegram-bot"] = botToken
+			cfg.DMs[dmAlice] = config.DM{Gateway: gatewayTG, UserID: fmt.Sprint(userAlice)}
+			cfg.NotionIntegrations = map[string]config.NotionIntegration{"notes": {Secret: "notion-notes", Endpoint: notion.URL()}}
+			secrets["notion-notes"] = notion.Token
+			acct := mail.Account("assistant@example.com")
+			acct.AllowedRecipients = []string{"@example.com"}
+			cfg.EmailAccounts = map[string]config.EmailAccount{"mail": acct}
+			secrets[acct.Secret] = "mail-password"
+			a := cfg.Agents["assistant"]
+			a.Defaults.DM, a.Defaults.Notion, a.Defaults.Email = dmAlice, "notes", "mail"
+			cfg.Agents["assistant"] = a
+		}})
+	srv := telegramtest.NewServer(t)
+	e := &tgEnv{Home: h, tg: srv, bot: srv.AddBot(botToken, botName), llm: model,
+		agentBinary: choirdtest.Binary(t, "cmd/choir-agent", "choirfault")}
+	t.Cleanup(func() { killAgents(t, h.Dir) })
 	e.dumpLogsOnFailure(t, "assistant")
-	f := &actionEnv{faultEnv: &faultEnv{tgEnv: e, cutOff: map[string]bool{}}, kind: k}
+	f := &actionEnv{faultEnv: &faultEnv{tgEnv: e, cutOff: map[string]bool{}}, kind: k, notion: notion, mail: mail}
 	model.SetResponder(func(ctx context.Context, r *llmtest.Request) llmtest.Step {
 		text, answered := trialState(r)
 		if text == "" {

@@ -302,3 +302,17 @@ func (f *Server) query(w http.ResponseWriter, id string, body map[string]any, cu
 	}
 	page(w, anys(rows), cursor, size)
 }
+
+// Count returns how many blocks under the block or page id hold text in
+// their content: how many times an append of text took effect.
+func (f *Server) Count(id, text string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, b := range f.children[id] {
+		if raw, err := json.Marshal(b); err == nil && strings.Contains(string(raw), text) {
+			n++
+		}
+	}
+	return n
+}

@@ -70,7 +70,9 @@ var actionKinds = []actionKind{
 		},
 		count: func(t *testing.T, f *actionEnv, mark string) int { return f.notion.Count(notiontest.PageID, mark) }},
 	{name: "EmailSend", tool: "choir.email.send",
-		args: func(mark string) string { return fmt.Sprintf(`{"to":["bob@example.com"],"subject":%q,"text":"hello"}`, mark) },
+		args: func(mark string) string {
+			return fmt.Sprintf(`{"to":["bob@example.com"],"subject":%q,"text":"hello"}`, mark)
+		},
 		count: func(t *testing.T, f *actionEnv, mark string) int {
 			n := 0
 			for _, e := range f.mail.Sent() {

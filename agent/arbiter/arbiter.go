@@ -310,7 +310,7 @@ func (a *Arbiter) Propose(ctx context.Context, p Proposal) (Outcome, error) {
 		return a.abandon(ctx, p, err)
 	}
 	defer release()
-	return a.run(ctx, def, p, reqs)
+	return a.run(ctx, def, p, reqs, nil)
 }
 
 // request is the payload of a tool_call_requested event.
@@ -348,17 +348,25 @@ func (a *Arbiter) abandon(ctx context.Context, p Proposal, why error) (Outcome, 
 // tool_call_committed and tool_result_committed. A call that may act
 // writes ahead: its tool_call_committed is its intent, and the tool runs
 // only once choird has acknowledged it (intent.go).
-func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, reqs []lock.Request) (Outcome, error) {
+//
+// g, when not nil, is the intents of the calls of one step that start
+// together: this call's acknowledgement waits until they are all committed,
+// so that one heartbeat carries them all (see intentGroup).
+func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, reqs []lock.Request, g *groupMember) (Outcome, error) {
 	lane := p.Owner.String()
 	locks := lock.Strings(reqs)
 	call := a.intent(def, p, locks)
 	ev, err := a.Commit(ctx, rpc.EventToolCallCommitted, lane, call)
+	g.done()
 	if err != nil {
 		return Outcome{}, fmt.Errorf("commit call %s: %w", p.CallID, err)
 	}
 
 	start := time.Now()
 	var res tool.Result
+	if call.WriteAhead {
+		g.wait(ctx)
+	}
 	execErr := a.durable(ctx, call, ev.Rev)
 	if execErr == nil {
 		res, execErr = a.execute(tool.WithCallKey(ctx, call.IdempotencyKey), def, p)

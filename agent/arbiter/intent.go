@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/choirhq/choir/agent/commitlog"
@@ -189,4 +190,75 @@ func (a *Arbiter) commitReconciled(ctx context.Context, lane string, c commitlog
 		return fmt.Errorf("commit the reconciled result of %s: %w", c.CallID, err)
 	}
 	return nil
+}
+
+// intentGroupWait bounds how long a call's acknowledgement waits for the
+// other intents of its step: a sibling may wait for a lock another lane
+// holds, and the call must not wait with it.
+const intentGroupWait = 5 * time.Millisecond
+
+// intentGroup is the calls of one step that start at once (accepted, and
+// waiting for no earlier call of the step). Their intents are committed
+// within moments of each other, but each asking for its own
+// acknowledgement would cost a heartbeat in turn; so each waits until all
+// of them are committed (or intentGroupWait passes), and the first
+// heartbeat then carries every intent of the step.
+type intentGroup struct {
+	mu      sync.Mutex
+	pending int
+	all     chan struct{} // closed when pending reaches 0
+}
+
+// groupMember is one call's place in its step's intentGroup; nil for a
+// call alone.
+type groupMember struct {
+	g    *intentGroup
+	once sync.Once
+}
+
+// newIntentGroup returns the members of the calls that start at once, by
+// index (nil for the others), or all nil when fewer than two do.
+func newIntentGroup(calls []stepCall) []*groupMember {
+	members := make([]*groupMember, len(calls))
+	g := &intentGroup{all: make(chan struct{})}
+	for i := range calls {
+		if calls[i].rej == nil && len(calls[i].after) == 0 {
+			g.pending++
+			members[i] = &groupMember{g: g}
+		}
+	}
+	if g.pending < 2 {
+		clear(members)
+	}
+	return members
+}
+
+// done says the call's intent is committed, or that it never will be
+// (rejected, abandoned); only its first call counts.
+func (m *groupMember) done() {
+	if m == nil {
+		return
+	}
+	m.once.Do(func() {
+		m.g.mu.Lock()
+		defer m.g.mu.Unlock()
+		if m.g.pending--; m.g.pending == 0 {
+			close(m.g.all)
+		}
+	})
+}
+
+// wait waits until every intent of the group is committed, for at most
+// intentGroupWait.
+func (m *groupMember) wait(ctx context.Context) {
+	if m == nil {
+		return
+	}
+	t := time.NewTimer(intentGroupWait)
+	defer t.Stop()
+	select {
+	case <-m.g.all:
+	case <-t.C:
+	case <-ctx.Done():
+	}
 }

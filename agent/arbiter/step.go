@@ -55,13 +55,14 @@ func (a *Arbiter) ProposeAll(ctx context.Context, ps []Proposal) ([]Outcome, err
 		}
 	}
 	s := &step{changed: make(chan struct{})}
+	members := newIntentGroup(calls)
 	out := make([]Outcome, len(ps))
 	errs := make([]error, len(ps))
 	var wg sync.WaitGroup
 	for i := range ps {
 		wg.Go(func() {
 			defer close(calls[i].done)
-			out[i], errs[i] = a.stepRun(ctx, s, ps[i], &calls[i])
+			out[i], errs[i] = a.stepRun(ctx, s, ps[i], &calls[i], members[i])
 		})
 	}
 	wg.Wait()
@@ -89,7 +90,8 @@ type step struct {
 
 // stepRun runs one proposal of a step, as Propose does once its turn has
 // come.
-func (a *Arbiter) stepRun(ctx context.Context, s *step, p Proposal, c *stepCall) (Outcome, error) {
+func (a *Arbiter) stepRun(ctx context.Context, s *step, p Proposal, c *stepCall, g *groupMember) (Outcome, error) {
+	defer g.done() // on every path that never reaches its intent
 	if c.rej != nil {
 		return a.reject(ctx, p, c.rej)
 	}
@@ -117,7 +119,7 @@ func (a *Arbiter) stepRun(ctx context.Context, s *step, p Proposal, c *stepCall)
 		return a.abandon(ctx, p, err)
 	}
 	defer release()
-	return a.run(ctx, def, p, reqs)
+	return a.run(ctx, def, p, reqs, g)
 }
 
 // acquireInStep takes a proposal's locks while other proposals of its step

@@ -4,9 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -192,4 +194,37 @@ func eventsOf(t *testing.T, log *commitlog.Log, typ rpc.EventType) []rpc.Event {
 		}
 	}
 	return out
+}
+
+// TestStepIntentsAreAcknowledgedTogether checks that the calls of one step
+// that start at once commit all their intents before the first of them
+// asks for its acknowledgement, so that one heartbeat carries them all.
+func TestStepIntentsAreAcknowledgedTogether(t *testing.T) {
+	ws := t.TempDir()
+	reg, err := builtin.Build(builtin.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	log, app, _ := commitlog.New(0, rpc.Genesis)
+	var mu sync.Mutex
+	var seen []int
+	arb := arbiter.New(arbiter.Config{Appender: app, Tools: reg, Locks: lock.New(), Env: tool.Env{Workspace: ws},
+		Durable: func(ctx context.Context, rev int64) error {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, len(eventsOf(t, log, rpc.EventToolCallCommitted)))
+			return nil
+		}})
+	runArbiter(t, arb)
+	var ps []arbiter.Proposal
+	for i := range 4 {
+		ps = append(ps, arbiter.Proposal{Owner: lock.Edge, CallID: fmt.Sprintf("s%d", i), Tool: tool.NameFSWrite,
+			Input: json.RawMessage(fmt.Sprintf(`{"path":"f%d.txt","content":"x\n"}`, i))})
+	}
+	if _, err := arb.ProposeAll(context.Background(), ps); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 4 || seen[0] != 4 {
+		t.Errorf("intents committed when each call asked for its acknowledgement: %v, want 4 already at the first", seen)
+	}
 }

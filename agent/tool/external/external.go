@@ -55,6 +55,11 @@ func (e *external) Execute(ctx context.Context, env tool.Env, input json.RawMess
 	stderr := proc.NewHeadTail(stderrKeep)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
 	cmd.Env = proc.ChildEnv(env.Workspace, "CHOIR_TOOL="+e.spec.LLM.Name)
+	if key := tool.CallKey(ctx); key != "" {
+		// The call's idempotency key: a keyed tool keeps its effect under
+		// it, so the call run again after a restart does nothing more.
+		cmd.Env = append(cmd.Env, "CHOIR_IDEMPOTENCY_KEY="+key)
+	}
 	proc.SetProcessGroup(cmd)
 
 	var secretsW *os.File

@@ -89,6 +89,18 @@ func TestExternalTool(t *testing.T) {
 		}
 	})
 
+	t.Run("KeyedCallGetsItsKey", func(t *testing.T) {
+		t.Parallel()
+		d, err := b.Reg.Get("x.env")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r, err := d.Execute(tool.WithCallKey(context.Background(), "ck-0123"), b.Env, json.RawMessage(`{}`))
+		if err != nil || !strings.Contains(string(r.Output), "CHOIR_IDEMPOTENCY_KEY") {
+			t.Errorf("a call with an idempotency key: %v, environment %s, want CHOIR_IDEMPOTENCY_KEY", err, r.Output)
+		}
+	})
+
 	t.Run("TimeoutKillsProcessGroup", func(t *testing.T) {
 		t.Parallel()
 		start := time.Now()

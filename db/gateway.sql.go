@@ -714,7 +714,7 @@ func (q *Queries) OutboxSendFailed(ctx context.Context, arg OutboxSendFailedPara
 
 const outboxUnconfirmedList = `-- name: OutboxUnconfirmedList :many
 SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at, unconfirmed_at, resend_of, resent_at, resent_by FROM choir_control.outbox
- WHERE gateway = $1 AND chat_id = $2 AND dm = $3
+ WHERE gateway = $1 AND chat_id = $2 AND dm = $3 AND kind = 'text'
    AND unconfirmed_at IS NOT NULL AND resent_at IS NULL
  ORDER BY outbox_id DESC
  LIMIT $4
@@ -727,8 +727,9 @@ type OutboxUnconfirmedListParams struct {
 	MaxRows int32  `json:"max_rows"`
 }
 
-// OutboxUnconfirmedList lists, newest first, the messages to one chat of
-// one DM whose send was cut off and that nobody has asked to send again.
+// OutboxUnconfirmedList lists, newest first, the texts to one chat of one
+// DM whose send was cut off and that nobody has asked to send again (a
+// file cannot be sent again: choird no longer holds it).
 func (q *Queries) OutboxUnconfirmedList(ctx context.Context, arg OutboxUnconfirmedListParams) ([]ChoirControlOutbox, error) {
 	rows, err := q.db.Query(ctx, outboxUnconfirmedList,
 		arg.Gateway,

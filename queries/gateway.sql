@@ -85,10 +85,11 @@ UPDATE choir_control.outbox
  WHERE outbox_id = @outbox_id AND status = 'pending';
 
 -- name: OutboxUnconfirmedList :many
--- OutboxUnconfirmedList lists, newest first, the messages to one chat of
--- one DM whose send was cut off and that nobody has asked to send again.
+-- OutboxUnconfirmedList lists, newest first, the texts to one chat of one
+-- DM whose send was cut off and that nobody has asked to send again (a
+-- file cannot be sent again: choird no longer holds it).
 SELECT * FROM choir_control.outbox
- WHERE gateway = @gateway AND chat_id = @chat_id AND dm = @dm
+ WHERE gateway = @gateway AND chat_id = @chat_id AND dm = @dm AND kind = 'text'
    AND unconfirmed_at IS NOT NULL AND resent_at IS NULL
  ORDER BY outbox_id DESC
  LIMIT @max_rows;

@@ -85,6 +85,8 @@ func resendAnswer(err error) (string, error) {
 	switch {
 	case errors.Is(err, outbox.ErrResent):
 		return "already sent again", nil
+	case errors.Is(err, outbox.ErrNotText):
+		return "it is a file, which choird does not keep once it has tried to send it: ask the agent to send it again", nil
 	case errors.Is(err, outbox.ErrConfirmed):
 		return "its delivery was confirmed, so there is nothing to send again", nil
 	case errors.Is(err, outbox.ErrNotYours), errors.Is(err, choirsql.ErrNotFound):

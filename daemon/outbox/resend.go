@@ -95,9 +95,12 @@ var (
 	ErrResent = errors.New("already sent again")
 	// ErrNotYours: the message went to another DM or chat.
 	ErrNotYours = errors.New("not a message to this chat")
-	// ErrConfirmed: the message's send was confirmed (or it is no text,
-	// which cannot be sent again): there is nothing to send again.
+	// ErrConfirmed: the message's send was confirmed: there is nothing
+	// to send again.
 	ErrConfirmed = errors.New("not a reply that may have been lost")
+	// ErrNotText: the message is a file, which choird removes once it
+	// has tried to send it; only the agent can send it again.
+	ErrNotText = errors.New("a file cannot be sent again by choird")
 )
 
 // Resends sends again the messages whose send could not be confirmed, on
@@ -132,8 +135,8 @@ func (r *Resends) Unconfirmed(ctx context.Context, c Chat) ([]db.ChoirControlOut
 // text, to chat c, which must be the chat it was sent to; by says who
 // asked ("telegram:<dm>"). It returns the original row. Only the first
 // request wins: later ones get ErrResent; a message of another chat
-// ErrNotYours; a confirmed one ErrConfirmed; an unknown one
-// choirsql.ErrNotFound.
+// ErrNotYours; a confirmed one ErrConfirmed; a file ErrNotText; an
+// unknown one choirsql.ErrNotFound.
 func (r *Resends) Resend(ctx context.Context, c Chat, outboxID int64, by string) (db.ChoirControlOutbox, error) {
 	if r.river == nil {
 		return db.ChoirControlOutbox{}, errors.New("resend: choird's job queue is not running yet; try again in a moment")
@@ -170,6 +173,8 @@ func whyNotResent(ctx context.Context, q *db.Queries, c Chat, outboxID int64) er
 		return fmt.Errorf("message %d: %w", outboxID, ErrNotYours)
 	case row.ResentAt != nil:
 		return fmt.Errorf("message %d was sent again at %s: %w", outboxID, row.ResentAt.UTC().Format("15:04:05 MST"), ErrResent)
+	case row.Kind != message.Text && row.UnconfirmedAt != nil:
+		return fmt.Errorf("message %d: %w", outboxID, ErrNotText)
 	}
 	return fmt.Errorf("message %d: %w", outboxID, ErrConfirmed)
 }

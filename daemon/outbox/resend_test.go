@@ -3,6 +3,8 @@ package outbox_test
 import (
 	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
 	"github.com/choirhq/choir/daemon/outbox"
+	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/daemon/outbox/outboxtest"
 	"github.com/choirhq/choir/db"
 	choirsql "github.com/choirhq/choir/sql"
@@ -152,8 +155,11 @@ func TestUnconfirmedReply(t *testing.T) {
 			attempt_at = now() WHERE outbox_id = $1`, id); err != nil {
 			t.Fatal(err)
 		}
+		// The reply's job is rescued, and the 60 s Telegram asked for
+		// have passed: the notice's job, snoozed behind the reply, is due
+		// too.
 		if _, err := b.Pool.Exec(ctx, `UPDATE river_job SET state = 'available', scheduled_at = now()
-			WHERE kind = 'deliver_outbound' AND (args->>'outbox_id')::bigint = $1`, id); err != nil {
+			WHERE kind = 'deliver_outbound' AND state NOT IN ('completed', 'discarded', 'cancelled')`); err != nil {
 			t.Fatal(err)
 		}
 		b.Start(t)
@@ -255,6 +261,42 @@ func TestUnconfirmedReply(t *testing.T) {
 		}
 		if n := len(b.TG.Sent()); n != 1 {
 			t.Errorf("%d messages sent, want the notice alone", n)
+		}
+	})
+
+	t.Run("CutOffFileIsNamedNotOffered", func(t *testing.T) {
+		t.Parallel()
+		b := outboxtest.Setup(t, unlimited)
+		ctx := context.Background()
+		if err := os.WriteFile(filepath.Join(b.WS, ".choirtmp", "send", "report.pdf"), []byte("%PDF-1.7"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		inserter, err := river.NewClient(riverpgxv5.New(b.Pool), &river.Config{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q := b.Enqueue(t, inserter, b.FileParams("file", "the report", message.Document, "report.pdf"))[0]
+		if _, err := b.Pool.Exec(ctx, `UPDATE choir_control.outbox SET attempt_part = 0, attempt_by = gen_random_uuid(),
+			attempt_at = now() WHERE outbox_id = $1`, q.Row.OutboxID); err != nil {
+			t.Fatal(err)
+		}
+		client := b.Start(t)
+		b.WaitRow(t, q.Row.OutboxID, "sent")
+		n, m := notice(t, b, q.Row.OutboxID)
+		if n.ResendOf != nil || m.Keyboard() != nil || !strings.Contains(m.Text, "report.pdf") ||
+			!strings.Contains(m.Text, "ask the agent to send it again") {
+			t.Errorf("file notice = %q, keyboard %+v, offers %v; want the file named, no button", m.Text, m.Keyboard(), n.ResendOf)
+		}
+		rs := outbox.NewResends(b.Pool)
+		rs.SetJobs(client)
+		if _, err := rs.Resend(ctx, chat, q.Row.OutboxID, "telegram:"+outboxtest.DM); !errors.Is(err, outbox.ErrNotText) {
+			t.Errorf("resend of a file: %v, want ErrNotText", err)
+		}
+		if rows, err := rs.Unconfirmed(ctx, chat); err != nil || len(rows) != 0 {
+			t.Errorf("unconfirmed lists %d rows (%v), want no file", len(rows), err)
+		}
+		if got := b.TG.SentTo(outboxtest.Chat); len(got) != 1 {
+			t.Errorf("sent %q, want the notice alone", outboxtest.Texts(got))
 		}
 	})
 

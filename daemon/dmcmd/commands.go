@@ -1,5 +1,6 @@
 // Package dmcmd is the DM command layer: the regular and admin slash
-// command tables of spec 19.3 and the approval buttons, on top of the
+// command tables of spec 19.3, the approval buttons and the [Send again]
+// buttons of replies that may not have arrived, on top of the
 // control layer that choirctl calls too. It parses a command, picks the
 // agent it targets, calls the control function with the DM's scope, runs
 // long commands in the background and words every answer for the chat.

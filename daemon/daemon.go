@@ -122,6 +122,8 @@ type Daemon struct {
 	// inbox is the DMs' durable ingress; commands their slash commands.
 	inbox    *inbox.Inbox
 	commands *dmcmd.Commands
+	// resends send again, on request, replies choird could not confirm.
+	resends *outbox.Resends
 	// schedules are the schedules and reminders.
 	schedules *schedule.Service
 	// browser runs choir.web.browse's browser worker.
@@ -383,6 +385,7 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 	}
 	d.SetJobs(d.river)
 	d.approvals.SetJobs(d.river)
+	d.resends.SetJobs(d.river)
 	d.schedules.SetJobs(d.river)
 	return embedder, nil
 }

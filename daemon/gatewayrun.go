@@ -20,7 +20,9 @@ import (
 func (d *Daemon) newGateway(opts Options) error {
 	d.sendLimiter = gateway.NewSendLimiter(gateway.DefaultSendLimits)
 	d.inbox = inbox.New(d.Control, d.pool, d.logger)
-	d.commands = dmcmd.New(dmcmd.Options{Control: d.Control, Approvals: d.approvals, Inbox: d.inbox, Pool: d.pool, Logger: d.logger})
+	d.resends = outbox.NewResends(d.pool)
+	d.commands = dmcmd.New(dmcmd.Options{Control: d.Control, Approvals: d.approvals, Inbox: d.inbox, Resends: d.resends,
+		Pool: d.pool, Logger: d.logger})
 	snap := d.Snapshot()
 	cfg, secrets := snap.Config, snap.Secrets
 	telegram := 0
@@ -38,6 +40,7 @@ func (d *Daemon) newGateway(opts Options) error {
 	}
 	g, err := gateway.New(gateway.Options{Gateways: cfg.Gateways, DMs: cfg.DMs, Secrets: secrets,
 		APIURL: opts.TelegramAPIURL, Inbox: d.inbox, Workspaces: d.inbox, Approvals: d.commands, Commands: d.commands,
+		Resends: d.commands,
 		Limiter: d.sendLimiter, Logger: d.logger})
 	if err != nil {
 		return fmt.Errorf("telegram gateway: %w", err)

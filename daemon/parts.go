@@ -16,7 +16,8 @@ import (
 // NewCommands makes a DM command layer on d's parts, as its gateway's is
 // made; notify, when set, receives the long commands' outcomes.
 func (d *Daemon) NewCommands(notify func(context.Context, gateway.Command, string)) *dmcmd.Commands {
-	return dmcmd.New(dmcmd.Options{Control: d.Control, Approvals: d.approvals, Inbox: d.inbox, Pool: d.pool, Logger: d.logger, Notify: notify})
+	return dmcmd.New(dmcmd.Options{Control: d.Control, Approvals: d.approvals, Inbox: d.inbox, Resends: d.resends,
+		Pool: d.pool, Logger: d.logger, Notify: notify})
 }
 
 // Inbox is d's DM inbox, which its gateway feeds.

@@ -250,7 +250,7 @@ func (q *Queries) InboxPending(ctx context.Context, arg InboxPendingParams) ([]C
 }
 
 const outboxAfter = `-- name: OutboxAfter :many
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at FROM choir_control.outbox
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at, unconfirmed_at, resend_of, resent_at, resent_by FROM choir_control.outbox
  WHERE agent_id = $1 AND outbox_id > $2
  ORDER BY outbox_id
  LIMIT $3
@@ -295,6 +295,10 @@ func (q *Queries) OutboxAfter(ctx context.Context, arg OutboxAfterParams) ([]Cho
 			&i.AttemptPart,
 			&i.AttemptBy,
 			&i.AttemptAt,
+			&i.UnconfirmedAt,
+			&i.ResendOf,
+			&i.ResentAt,
+			&i.ResentBy,
 		); err != nil {
 			return nil, err
 		}
@@ -332,7 +336,7 @@ func (q *Queries) OutboxAttemptBegin(ctx context.Context, arg OutboxAttemptBegin
 }
 
 const outboxGetByID = `-- name: OutboxGetByID :one
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at FROM choir_control.outbox WHERE outbox_id = $1
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at, unconfirmed_at, resend_of, resent_at, resent_by FROM choir_control.outbox WHERE outbox_id = $1
 `
 
 func (q *Queries) OutboxGetByID(ctx context.Context, outboxID int64) (ChoirControlOutbox, error) {
@@ -360,12 +364,16 @@ func (q *Queries) OutboxGetByID(ctx context.Context, outboxID int64) (ChoirContr
 		&i.AttemptPart,
 		&i.AttemptBy,
 		&i.AttemptAt,
+		&i.UnconfirmedAt,
+		&i.ResendOf,
+		&i.ResentAt,
+		&i.ResentBy,
 	)
 	return i, err
 }
 
 const outboxGetByMessageID = `-- name: OutboxGetByMessageID :one
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at FROM choir_control.outbox WHERE agent_id = $1 AND message_id = $2
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at, unconfirmed_at, resend_of, resent_at, resent_by FROM choir_control.outbox WHERE agent_id = $1 AND message_id = $2
 `
 
 type OutboxGetByMessageIDParams struct {
@@ -398,21 +406,25 @@ func (q *Queries) OutboxGetByMessageID(ctx context.Context, arg OutboxGetByMessa
 		&i.AttemptPart,
 		&i.AttemptBy,
 		&i.AttemptAt,
+		&i.UnconfirmedAt,
+		&i.ResendOf,
+		&i.ResentAt,
+		&i.ResentBy,
 	)
 	return i, err
 }
 
 const outboxInsert = `-- name: OutboxInsert :one
 INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, workspace,
-                                  file_path, approval_id)
+                                  file_path, approval_id, resend_of)
 SELECT $1, $2, $3, $4, $5, $6, $7, $8, $9,
-       $10, $11
- WHERE $12::int <= 0
+       $10, $11, $12
+ WHERE $13::int <= 0
     OR (SELECT count(*) FROM (SELECT 1 FROM choir_control.outbox o
                                WHERE o.session_id = $2 AND o.status = 'pending'
-                               LIMIT $12::int) p) < $12::int
+                               LIMIT $13::int) p) < $13::int
 ON CONFLICT (agent_id, message_id) DO NOTHING
-RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at
+RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at, unconfirmed_at, resend_of, resent_at, resent_by
 `
 
 type OutboxInsertParams struct {
@@ -427,6 +439,7 @@ type OutboxInsertParams struct {
 	Workspace  string     `json:"workspace"`
 	FilePath   string     `json:"file_path"`
 	ApprovalID *uuid.UUID `json:"approval_id"`
+	ResendOf   *int64     `json:"resend_of"`
 	MaxPending int32      `json:"max_pending"`
 }
 
@@ -449,6 +462,7 @@ func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) (Cho
 		arg.Workspace,
 		arg.FilePath,
 		arg.ApprovalID,
+		arg.ResendOf,
 		arg.MaxPending,
 	)
 	var i ChoirControlOutbox
@@ -474,12 +488,16 @@ func (q *Queries) OutboxInsert(ctx context.Context, arg OutboxInsertParams) (Cho
 		&i.AttemptPart,
 		&i.AttemptBy,
 		&i.AttemptAt,
+		&i.UnconfirmedAt,
+		&i.ResendOf,
+		&i.ResentAt,
+		&i.ResentBy,
 	)
 	return i, err
 }
 
 const outboxLockChatHead = `-- name: OutboxLockChatHead :one
-SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at FROM choir_control.outbox
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at, unconfirmed_at, resend_of, resent_at, resent_by FROM choir_control.outbox
  WHERE gateway = $1 AND chat_id = $2 AND status = 'pending' AND outbox_id <= $3
  ORDER BY outbox_id
  LIMIT 1
@@ -520,6 +538,10 @@ func (q *Queries) OutboxLockChatHead(ctx context.Context, arg OutboxLockChatHead
 		&i.AttemptPart,
 		&i.AttemptBy,
 		&i.AttemptAt,
+		&i.UnconfirmedAt,
+		&i.ResendOf,
+		&i.ResentAt,
+		&i.ResentBy,
 	)
 	return i, err
 }
@@ -551,27 +573,32 @@ UPDATE choir_control.outbox
        attempts   = attempts + 1,
        last_error = '',
        attempt_part = NULL, attempt_by = NULL, attempt_at = NULL,
-       status     = CASE WHEN $2::bool THEN 'sent' ELSE status END,
-       sent_at    = CASE WHEN $2::bool THEN now() END
- WHERE outbox_id = $3 AND status = 'pending' AND cardinality(sent_ids) = $4::int
-RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at
+       unconfirmed_at = CASE WHEN $2::bool THEN coalesce(unconfirmed_at, now()) ELSE unconfirmed_at END,
+       status     = CASE WHEN $3::bool THEN 'sent' ELSE status END,
+       sent_at    = CASE WHEN $3::bool THEN now() END
+ WHERE outbox_id = $4 AND status = 'pending' AND cardinality(sent_ids) = $5::int
+RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at, unconfirmed_at, resend_of, resent_at, resent_by
 `
 
 type OutboxPartSentParams struct {
-	SentID   int64 `json:"sent_id"`
-	Last     bool  `json:"last"`
-	OutboxID int64 `json:"outbox_id"`
-	Part     int32 `json:"part"`
+	SentID      int64 `json:"sent_id"`
+	Unconfirmed bool  `json:"unconfirmed"`
+	Last        bool  `json:"last"`
+	OutboxID    int64 `json:"outbox_id"`
+	Part        int32 `json:"part"`
 }
 
 // OutboxPartSent records the Telegram message id of part number part (its
 // index among the message's parts) and marks the message sent after the
-// last part; sent_id 0 records a part whose send was interrupted, which
-// may have reached the user and is not sent again. It clears the attempt
-// mark. The cardinality check makes a stale worker's update a no-op.
+// last part. A part whose send was interrupted, which may have reached
+// the user and is not sent again, is recorded with sent_id 0 and
+// unconfirmed true: that marks the message unconfirmed (see
+// OutboxResendClaim). It clears the attempt mark. The cardinality check
+// makes a stale worker's update a no-op.
 func (q *Queries) OutboxPartSent(ctx context.Context, arg OutboxPartSentParams) (ChoirControlOutbox, error) {
 	row := q.db.QueryRow(ctx, outboxPartSent,
 		arg.SentID,
+		arg.Unconfirmed,
 		arg.Last,
 		arg.OutboxID,
 		arg.Part,
@@ -599,6 +626,69 @@ func (q *Queries) OutboxPartSent(ctx context.Context, arg OutboxPartSentParams) 
 		&i.AttemptPart,
 		&i.AttemptBy,
 		&i.AttemptAt,
+		&i.UnconfirmedAt,
+		&i.ResendOf,
+		&i.ResentAt,
+		&i.ResentBy,
+	)
+	return i, err
+}
+
+const outboxResendClaim = `-- name: OutboxResendClaim :one
+UPDATE choir_control.outbox
+   SET resent_at = now(), resent_by = $1::text
+ WHERE outbox_id = $2 AND gateway = $3 AND chat_id = $4 AND dm = $5
+   AND kind = 'text' AND unconfirmed_at IS NOT NULL AND resent_at IS NULL
+RETURNING outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at, unconfirmed_at, resend_of, resent_at, resent_by
+`
+
+type OutboxResendClaimParams struct {
+	ResentBy string `json:"resent_by"`
+	OutboxID int64  `json:"outbox_id"`
+	Gateway  string `json:"gateway"`
+	ChatID   string `json:"chat_id"`
+	Dm       string `json:"dm"`
+}
+
+// OutboxResendClaim records that a person asked to send an unconfirmed
+// message again. Only the chat and DM it was sent to may ask, only a text
+// can be sent again, and only once: of two presses, or a press and a
+// /resend, exactly one gets the row back.
+func (q *Queries) OutboxResendClaim(ctx context.Context, arg OutboxResendClaimParams) (ChoirControlOutbox, error) {
+	row := q.db.QueryRow(ctx, outboxResendClaim,
+		arg.ResentBy,
+		arg.OutboxID,
+		arg.Gateway,
+		arg.ChatID,
+		arg.Dm,
+	)
+	var i ChoirControlOutbox
+	err := row.Scan(
+		&i.OutboxID,
+		&i.AgentID,
+		&i.SessionID,
+		&i.MessageID,
+		&i.Gateway,
+		&i.Dm,
+		&i.ChatID,
+		&i.Kind,
+		&i.Text,
+		&i.FilePath,
+		&i.Status,
+		&i.Attempts,
+		&i.LastError,
+		&i.SentIds,
+		&i.CreatedAt,
+		&i.SentAt,
+		&i.ApprovalID,
+		&i.Workspace,
+		&i.AttemptPart,
+		&i.AttemptBy,
+		&i.AttemptAt,
+		&i.UnconfirmedAt,
+		&i.ResendOf,
+		&i.ResentAt,
+		&i.ResentBy,
 	)
 	return i, err
 }
@@ -620,4 +710,73 @@ type OutboxSendFailedParams struct {
 func (q *Queries) OutboxSendFailed(ctx context.Context, arg OutboxSendFailedParams) error {
 	_, err := q.db.Exec(ctx, outboxSendFailed, arg.LastError, arg.OutboxID)
 	return err
+}
+
+const outboxUnconfirmedList = `-- name: OutboxUnconfirmedList :many
+SELECT outbox_id, agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, file_path, status, attempts, last_error, sent_ids, created_at, sent_at, approval_id, workspace, attempt_part, attempt_by, attempt_at, unconfirmed_at, resend_of, resent_at, resent_by FROM choir_control.outbox
+ WHERE gateway = $1 AND chat_id = $2 AND dm = $3 AND kind = 'text'
+   AND unconfirmed_at IS NOT NULL AND resent_at IS NULL
+ ORDER BY outbox_id DESC
+ LIMIT $4
+`
+
+type OutboxUnconfirmedListParams struct {
+	Gateway string `json:"gateway"`
+	ChatID  string `json:"chat_id"`
+	Dm      string `json:"dm"`
+	MaxRows int32  `json:"max_rows"`
+}
+
+// OutboxUnconfirmedList lists, newest first, the texts to one chat of one
+// DM whose send was cut off and that nobody has asked to send again (a
+// file cannot be sent again: choird no longer holds it).
+func (q *Queries) OutboxUnconfirmedList(ctx context.Context, arg OutboxUnconfirmedListParams) ([]ChoirControlOutbox, error) {
+	rows, err := q.db.Query(ctx, outboxUnconfirmedList,
+		arg.Gateway,
+		arg.ChatID,
+		arg.Dm,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ChoirControlOutbox{}
+	for rows.Next() {
+		var i ChoirControlOutbox
+		if err := rows.Scan(
+			&i.OutboxID,
+			&i.AgentID,
+			&i.SessionID,
+			&i.MessageID,
+			&i.Gateway,
+			&i.Dm,
+			&i.ChatID,
+			&i.Kind,
+			&i.Text,
+			&i.FilePath,
+			&i.Status,
+			&i.Attempts,
+			&i.LastError,
+			&i.SentIds,
+			&i.CreatedAt,
+			&i.SentAt,
+			&i.ApprovalID,
+			&i.Workspace,
+			&i.AttemptPart,
+			&i.AttemptBy,
+			&i.AttemptAt,
+			&i.UnconfirmedAt,
+			&i.ResendOf,
+			&i.ResentAt,
+			&i.ResentBy,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

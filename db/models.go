@@ -59,27 +59,31 @@ type ChoirControlInbox struct {
 }
 
 type ChoirControlOutbox struct {
-	OutboxID    int64      `json:"outbox_id"`
-	AgentID     string     `json:"agent_id"`
-	SessionID   *uuid.UUID `json:"session_id"`
-	MessageID   string     `json:"message_id"`
-	Gateway     string     `json:"gateway"`
-	Dm          string     `json:"dm"`
-	ChatID      string     `json:"chat_id"`
-	Kind        string     `json:"kind"`
-	Text        string     `json:"text"`
-	FilePath    string     `json:"file_path"`
-	Status      string     `json:"status"`
-	Attempts    int32      `json:"attempts"`
-	LastError   string     `json:"last_error"`
-	SentIds     []int64    `json:"sent_ids"`
-	CreatedAt   time.Time  `json:"created_at"`
-	SentAt      *time.Time `json:"sent_at"`
-	ApprovalID  *uuid.UUID `json:"approval_id"`
-	Workspace   string     `json:"workspace"`
-	AttemptPart *int32     `json:"attempt_part"`
-	AttemptBy   *uuid.UUID `json:"attempt_by"`
-	AttemptAt   *time.Time `json:"attempt_at"`
+	OutboxID      int64      `json:"outbox_id"`
+	AgentID       string     `json:"agent_id"`
+	SessionID     *uuid.UUID `json:"session_id"`
+	MessageID     string     `json:"message_id"`
+	Gateway       string     `json:"gateway"`
+	Dm            string     `json:"dm"`
+	ChatID        string     `json:"chat_id"`
+	Kind          string     `json:"kind"`
+	Text          string     `json:"text"`
+	FilePath      string     `json:"file_path"`
+	Status        string     `json:"status"`
+	Attempts      int32      `json:"attempts"`
+	LastError     string     `json:"last_error"`
+	SentIds       []int64    `json:"sent_ids"`
+	CreatedAt     time.Time  `json:"created_at"`
+	SentAt        *time.Time `json:"sent_at"`
+	ApprovalID    *uuid.UUID `json:"approval_id"`
+	Workspace     string     `json:"workspace"`
+	AttemptPart   *int32     `json:"attempt_part"`
+	AttemptBy     *uuid.UUID `json:"attempt_by"`
+	AttemptAt     *time.Time `json:"attempt_at"`
+	UnconfirmedAt *time.Time `json:"unconfirmed_at"`
+	ResendOf      *int64     `json:"resend_of"`
+	ResentAt      *time.Time `json:"resent_at"`
+	ResentBy      *string    `json:"resent_by"`
 }
 
 type ChoirControlPendingApproval struct {

@@ -255,6 +255,8 @@ func (f *faultEnv) trial(t *testing.T, p killPoint, v victim, i int) {
 		// after marking the part as being sent and before the request's
 		// last byte left. The part may have reached the user, so it is
 		// recorded as sent, never sent twice; the Bot API got nothing.
+		// The user is told it may not have arrived, and offered it again
+		// (TestFaultChoirdKilledInSendGate in daemon).
 		t.Logf("trial %d (%s, kill %s): choird died inside the send gate; %q is recorded as possibly sent, not sent twice",
 			i, p, v, reply)
 		f.mu.Lock()

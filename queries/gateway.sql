@@ -14,9 +14,9 @@ RETURNING *;
 -- session already has max_pending messages pending; the count reads at
 -- most max_pending index entries.
 INSERT INTO choir_control.outbox (agent_id, session_id, message_id, gateway, dm, chat_id, kind, text, workspace,
-                                  file_path, approval_id)
+                                  file_path, approval_id, resend_of)
 SELECT @agent_id, sqlc.narg(session_id), @message_id, @gateway, @dm, @chat_id, @kind, @text, @workspace,
-       @file_path, sqlc.narg(approval_id)
+       @file_path, sqlc.narg(approval_id), sqlc.narg(resend_of)
  WHERE @max_pending::int <= 0
     OR (SELECT count(*) FROM (SELECT 1 FROM choir_control.outbox o
                                WHERE o.session_id = sqlc.narg(session_id) AND o.status = 'pending'
@@ -53,14 +53,17 @@ UPDATE choir_control.outbox
 -- name: OutboxPartSent :one
 -- OutboxPartSent records the Telegram message id of part number part (its
 -- index among the message's parts) and marks the message sent after the
--- last part; sent_id 0 records a part whose send was interrupted, which
--- may have reached the user and is not sent again. It clears the attempt
--- mark. The cardinality check makes a stale worker's update a no-op.
+-- last part. A part whose send was interrupted, which may have reached
+-- the user and is not sent again, is recorded with sent_id 0 and
+-- unconfirmed true: that marks the message unconfirmed (see
+-- OutboxResendClaim). It clears the attempt mark. The cardinality check
+-- makes a stale worker's update a no-op.
 UPDATE choir_control.outbox
    SET sent_ids   = array_append(sent_ids, @sent_id::bigint),
        attempts   = attempts + 1,
        last_error = '',
        attempt_part = NULL, attempt_by = NULL, attempt_at = NULL,
+       unconfirmed_at = CASE WHEN @unconfirmed::bool THEN coalesce(unconfirmed_at, now()) ELSE unconfirmed_at END,
        status     = CASE WHEN @last::bool THEN 'sent' ELSE status END,
        sent_at    = CASE WHEN @last::bool THEN now() END
  WHERE outbox_id = @outbox_id AND status = 'pending' AND cardinality(sent_ids) = @part::int
@@ -80,6 +83,27 @@ UPDATE choir_control.outbox
    SET status = 'failed', attempts = attempts + 1, last_error = @last_error,
        attempt_part = NULL, attempt_by = NULL, attempt_at = NULL
  WHERE outbox_id = @outbox_id AND status = 'pending';
+
+-- name: OutboxUnconfirmedList :many
+-- OutboxUnconfirmedList lists, newest first, the texts to one chat of one
+-- DM whose send was cut off and that nobody has asked to send again (a
+-- file cannot be sent again: choird no longer holds it).
+SELECT * FROM choir_control.outbox
+ WHERE gateway = @gateway AND chat_id = @chat_id AND dm = @dm AND kind = 'text'
+   AND unconfirmed_at IS NOT NULL AND resent_at IS NULL
+ ORDER BY outbox_id DESC
+ LIMIT @max_rows;
+
+-- name: OutboxResendClaim :one
+-- OutboxResendClaim records that a person asked to send an unconfirmed
+-- message again. Only the chat and DM it was sent to may ask, only a text
+-- can be sent again, and only once: of two presses, or a press and a
+-- /resend, exactly one gets the row back.
+UPDATE choir_control.outbox
+   SET resent_at = now(), resent_by = @resent_by::text
+ WHERE outbox_id = @outbox_id AND gateway = @gateway AND chat_id = @chat_id AND dm = @dm
+   AND kind = 'text' AND unconfirmed_at IS NOT NULL AND resent_at IS NULL
+RETURNING *;
 
 -- name: InboxGet :one
 SELECT * FROM choir_control.inbox WHERE inbox_id = @inbox_id;

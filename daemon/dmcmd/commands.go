@@ -1,5 +1,6 @@
 // Package dmcmd is the DM command layer: the regular and admin slash
-// command tables of spec 19.3 and the approval buttons, on top of the
+// command tables of spec 19.3, the approval buttons and the [Send again]
+// buttons of replies that may not have arrived, on top of the
 // control layer that choirctl calls too. It parses a command, picks the
 // agent it targets, calls the control function with the DM's scope, runs
 // long commands in the background and words every answer for the chat.
@@ -23,6 +24,7 @@ import (
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/inbox"
+	"github.com/choirhq/choir/daemon/outbox"
 )
 
 // Nothing here decides permissions or changes state by itself.
@@ -41,14 +43,18 @@ import (
 // at once ("Stopping assistant…") and send their outcome, and /update-all
 // its progress per agent, as messages to the chat when done.
 
-// Commands is the DM command layer. It implements gateway.Commands, and
-// gateway.Approvals for the approval buttons.
+// Commands is the DM command layer. It implements gateway.Commands,
+// gateway.Approvals for the approval buttons and gateway.Resends for the
+// [Send again] buttons.
 type Commands struct {
-	ctl    *control.Control
-	appr   *approval.Service
-	inbox  *inbox.Inbox
-	pool   *pgxpool.Pool
-	logger *slog.Logger
+	ctl   *control.Control
+	appr  *approval.Service
+	inbox *inbox.Inbox
+	// resends serve /resend and the [Send again] buttons; nil refuses
+	// them.
+	resends *outbox.Resends
+	pool    *pgxpool.Pool
+	logger  *slog.Logger
 	// gateway runs the Telegram bots; nil when none is configured. It is
 	// set once, before the bots poll (SetGateway).
 	gateway *gateway.Gateway
@@ -80,8 +86,10 @@ type Options struct {
 	// Approvals serve /approve, /reject, /approvals and the buttons.
 	Approvals *approval.Service
 	Inbox     *inbox.Inbox
-	Pool      *pgxpool.Pool
-	Logger    *slog.Logger
+	// Resends serve /resend and the [Send again] buttons.
+	Resends *outbox.Resends
+	Pool    *pgxpool.Pool
+	Logger  *slog.Logger
 	// Notify, when set, replaces sending a long command's outcome and
 	// progress to its chat through the bots.
 	Notify func(ctx context.Context, cmd gateway.Command, text string)
@@ -90,7 +98,7 @@ type Options struct {
 // New returns a slash-command layer of the DMs. Each call makes a layer of
 // its own: the gateway keeps the one it is given.
 func New(o Options) *Commands {
-	c := &Commands{ctl: o.Control, appr: o.Approvals, inbox: o.Inbox, pool: o.Pool, logger: o.Logger, lists: map[string][]string{}}
+	c := &Commands{ctl: o.Control, appr: o.Approvals, inbox: o.Inbox, resends: o.Resends, pool: o.Pool, logger: o.Logger, lists: map[string][]string{}}
 	c.notify = c.send
 	if o.Notify != nil {
 		c.notify = o.Notify
@@ -194,6 +202,8 @@ func init() {
 			parse: func(c *Commands, ctx context.Context, sc control.Scope, cmd gateway.Command) (action, error) {
 				return c.decide(sc, cmd, false)
 			}},
+		{name: "resend", usage: "/resend [number]",
+			help: "send again a reply that may not have arrived (bare: the only one, or a list)", parse: (*Commands).resend},
 		{name: "schedules", usage: "/schedules", adminUsage: "/schedules [agent-id]",
 			help: "schedules and reminders still to fire (admin: every agent's, or one's)", parse: (*Commands).schedules},
 		{name: "usage", usage: "/usage", adminUsage: "/usage [agent-id]",

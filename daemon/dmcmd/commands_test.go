@@ -49,6 +49,7 @@ func TestDMCommandPermissions(t *testing.T) {
 		// TestDMApprovalSelection.
 		{name: "approve", admin: "/approve", own: "/approve"},
 		{name: "reject", admin: "/reject", own: "/reject"},
+		{name: "resend", admin: "/resend", own: "/resend"},
 		{name: "schedules", admin: "/schedules assistant", own: "/schedules", other: "/schedules helper"},
 		{name: "usage", admin: "/usage assistant", own: "/usage", other: "/usage helper"},
 		{name: "help", admin: "/help", own: "/help"},

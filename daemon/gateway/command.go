@@ -3,6 +3,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"unicode"
 	"unicode/utf8"
@@ -101,4 +102,36 @@ func ApprovalButtons(approvalID string) *tele.ReplyMarkup {
 		{Text: "Approve", Data: actionApprove + ":" + approvalID},
 		{Text: "Reject", Data: actionReject + ":" + approvalID},
 	}}}
+}
+
+// actionResend is the [Send again] button's action.
+const actionResend = "resend"
+
+// ResendButton is the inline keyboard [Send again] under the notice that
+// a message may not have arrived: it asks to send outbox row outboxID
+// again.
+func ResendButton(outboxID int64) *tele.ReplyMarkup {
+	return &tele.ReplyMarkup{InlineKeyboard: [][]tele.InlineButton{{
+		{Text: "Send again", Data: actionResend + ":" + strconv.FormatInt(outboxID, 10)},
+	}}}
+}
+
+// ParseResendCallback parses a [Send again] button's data, "resend:<id>"
+// as ResendButton makes it, or telebot's form "\fresend|<id>". ok is false
+// for data of any other button; err reports a resend button whose id is
+// not an outbox id.
+func ParseResendCallback(data string) (outboxID int64, ok bool, err error) {
+	var id string
+	if rest, found := strings.CutPrefix(data, "\f"+actionResend+"|"); found {
+		id = rest
+	} else if rest, found := strings.CutPrefix(data, actionResend+":"); found {
+		id = rest
+	} else {
+		return 0, false, nil
+	}
+	n, perr := strconv.ParseInt(id, 10, 64)
+	if perr != nil || n <= 0 || strconv.FormatInt(n, 10) != id {
+		return 0, true, fmt.Errorf("%w: %q is not a message number", ErrMalformedCallback, id)
+	}
+	return n, true, nil
 }

@@ -93,3 +93,34 @@ func TestParseCallback(t *testing.T) {
 		}
 	})
 }
+
+func TestParseResendCallback(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, data string
+		wantID     int64
+		wantOK     bool
+		wantErr    bool
+	}{
+		{"AsTheButtonMakesIt", gateway.ResendButton(42).InlineKeyboard[0][0].Data, 42, true, false},
+		{"TelebotUniqueForm", "\fresend|7", 7, true, false},
+		{"ApprovalIsNotOurs", "approve:4d7f2c1e-8a91-4c5b-9d3e-2f6a8b1c0d9e", 0, false, false},
+		{"OtherDataIsNotOurs", "resending:1", 0, false, false},
+		{"NoNumber", "resend:", 0, true, true},
+		{"NotANumber", "resend:abc", 0, true, true},
+		{"Negative", "resend:-3", 0, true, true},
+		{"LeadingZero", "resend:042", 0, true, true},
+		{"Zero", "resend:0", 0, true, true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			id, ok, err := gateway.ParseResendCallback(c.data)
+			if id != c.wantID || ok != c.wantOK || (err != nil) != c.wantErr {
+				t.Errorf("ParseResendCallback(%q) = %d %v %v, want %d %v err %v", c.data, id, ok, err, c.wantID, c.wantOK, c.wantErr)
+			}
+			if err != nil && !errors.Is(err, gateway.ErrMalformedCallback) {
+				t.Errorf("error %v is not ErrMalformedCallback", err)
+			}
+		})
+	}
+}

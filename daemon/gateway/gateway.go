@@ -5,7 +5,8 @@
 //
 // The gateway is a thin adapter (spec 19.7): routing, permissions and state
 // live in choird's control layer, reached through the small interfaces this
-// package declares ([Inbox], [Workspaces], [Commands], [Approvals]).
+// package declares ([Inbox], [Workspaces], [Commands], [Approvals],
+// [Resends]).
 //
 // Ingress is durable: an update is handed to its consumer (Inbox.Receive,
 // the command hook or the approval hook) before the getUpdates offset moves
@@ -186,6 +187,26 @@ type Approvals interface {
 	Decide(ctx context.Context, d Decision) (answer string, err error)
 }
 
+// ResendPress is a [Send again] button pressed by an allowed user, under
+// the notice that a message may not have arrived.
+type ResendPress struct {
+	DM       DM
+	UpdateID int64
+	ChatID   string
+	// MessageID is the notice carrying the button.
+	MessageID int64
+	// OutboxID is the message to send again.
+	OutboxID int64
+}
+
+// Resends sends again, on a [Send again] press, a message whose send
+// could not be confirmed (the control layer implements it). The answer is
+// shown as the button's notification ("Sent again", "already sent
+// again"). Errors are retried as for Commands.
+type Resends interface {
+	Resend(ctx context.Context, p ResendPress) (answer string, err error)
+}
+
 // Options configure a Gateway.
 type Options struct {
 	// Gateways and DMs are config.json's; gateways of other types than
@@ -201,6 +222,9 @@ type Options struct {
 	Workspaces Workspaces
 	Commands   Commands
 	Approvals  Approvals
+	// Resends serves the [Send again] buttons; without it a press is
+	// answered that it cannot be served, and nothing is sent.
+	Resends Resends
 
 	// Limiter paces every message the gateway sends; share it with the
 	// delivery worker. Nil means a new DefaultSendLimits limiter.

@@ -314,6 +314,9 @@ func (b *bot) handleCallback(ctx context.Context, updateID int64, cb *tele.Callb
 	if !ok {
 		return nil
 	}
+	if outboxID, ok, err := ParseResendCallback(cb.Data); ok {
+		return b.handleResend(ctx, updateID, dm, cb, chat, outboxID, err)
+	}
 	id, approve, err := ParseCallback(cb.Data)
 	if err != nil {
 		b.g.logger.InfoContext(ctx, "malformed callback", slog.String("gateway", b.name),
@@ -329,6 +332,35 @@ func (b *bot) handleCallback(ctx context.Context, updateID int64, cb *tele.Callb
 		d.MessageID = int64(cb.Message.ID)
 	}
 	answer, err := b.g.opts.Approvals.Decide(ctx, d)
+	if err != nil {
+		return err
+	}
+	b.answer(ctx, cb.ID, answer)
+	return nil
+}
+
+// answerResendMalformed answers a [Send again] press whose data names no
+// message.
+const answerResendMalformed = "This button names no message, so nothing was sent. Send /resend to list the replies that may not have arrived."
+
+// handleResend hands a [Send again] press to the Resends hook.
+func (b *bot) handleResend(ctx context.Context, updateID int64, dm DM, cb *tele.Callback, chat *tele.Chat, outboxID int64,
+	parseErr error) error {
+	if parseErr != nil {
+		b.g.logger.InfoContext(ctx, "malformed callback", slog.String("gateway", b.name),
+			slog.Int64("update_id", updateID), slog.String("dm", dm.Name), slog.String("error", parseErr.Error()))
+		b.answer(ctx, cb.ID, answerResendMalformed)
+		return nil
+	}
+	if b.g.opts.Resends == nil || chat == nil {
+		b.answer(ctx, cb.ID, "This button cannot be served here, so nothing was sent.")
+		return nil
+	}
+	p := ResendPress{DM: dm, UpdateID: updateID, ChatID: strconv.FormatInt(chat.ID, 10), OutboxID: outboxID}
+	if cb.Message != nil {
+		p.MessageID = int64(cb.Message.ID)
+	}
+	answer, err := b.g.opts.Resends.Resend(ctx, p)
 	if err != nil {
 		return err
 	}

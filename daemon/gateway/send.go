@@ -53,8 +53,11 @@ func (g *Gateway) Send(ctx context.Context, part message.Part) (int64, error) {
 	}
 	if part.Kind == message.Text {
 		var markup *tele.ReplyMarkup
-		if part.ApprovalID != "" {
+		switch {
+		case part.ApprovalID != "":
 			markup = ApprovalButtons(part.ApprovalID)
+		case part.ResendOf != 0:
+			markup = ResendButton(part.ResendOf)
 		}
 		return b.sendMessage(ctx, part.ChatID, part.Text, markup)
 	}

@@ -165,6 +165,10 @@ type Params struct {
 	// ApprovalID puts the approval's buttons under the message: the
 	// notification of a pending approval.
 	ApprovalID *uuid.UUID
+	// ResendOf puts a [Send again] button under the message, which sends
+	// the unconfirmed text message ResendOf again: the notice that it
+	// may not have arrived (see Resends).
+	ResendOf *int64
 	// MaxPending, when above zero, refuses the message with
 	// ErrFull while SessionID already has that many messages
 	// pending. An agent's own messages are bounded so (see
@@ -205,7 +209,8 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, client jobs.Inserter, p Params) (
 	q := seam.Queries(tx)
 	row, err := q.OutboxInsert(ctx, db.OutboxInsertParams{AgentID: p.AgentID, SessionID: p.SessionID,
 		MessageID: p.MessageID, Gateway: p.Gateway, Dm: p.DM, ChatID: p.ChatID, Kind: p.Kind, Text: p.Text,
-		Workspace: p.Workspace, FilePath: p.FilePath, ApprovalID: p.ApprovalID, MaxPending: int32(p.MaxPending)})
+		Workspace: p.Workspace, FilePath: p.FilePath, ApprovalID: p.ApprovalID, ResendOf: p.ResendOf,
+		MaxPending: int32(p.MaxPending)})
 	if errors.Is(err, choirsql.ErrNotFound) {
 		// Either the message is already queued, or the outbox is full.
 		row, err = q.OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: p.AgentID, MessageID: p.MessageID})
@@ -229,6 +234,8 @@ func EnqueueTx(ctx context.Context, tx pgx.Tx, client jobs.Inserter, p Params) (
 
 func (p Params) validate() error {
 	switch {
+	case p.ResendOf != nil && (p.Kind != message.Text || p.ApprovalID != nil):
+		return errors.New("queue outbound message: a [Send again] button goes under a text with no other buttons")
 	case p.MaxPending > 0 && p.SessionID == nil:
 		return errors.New("queue outbound message: a bound on pending messages needs a session")
 	case p.AgentID == "" || p.MessageID == "" || p.Gateway == "" || p.DM == "" || p.ChatID == "":
@@ -286,10 +293,13 @@ func (w *DeliveryWorker) Timeout(*river.Job[DeliverArgs]) time.Duration {
 // row, when its request is complete but for its last byte (the send gate,
 // message.WithSendGate), and the mark is cleared with the outcome; a run
 // that finds a mark its own process did not leave (or one older than a run
-// can last) records the part as sent, with message id 0, and moves on, with a
-// warning in the log. A part is lost only if choird dies between the
-// mark's commit and the write of that last byte: microseconds, against a
-// duplicate on every crash mid-send.
+// can last) records the part as sent, with message id 0, marks the message
+// unconfirmed and moves on, with a warning in the log. A part is lost only
+// if choird dies between the mark's commit and the write of that last
+// byte: microseconds, against a duplicate on every crash mid-send. Even
+// then it is not lost for good: the same transaction queues a notice to
+// the chat that the message may not have arrived, with a [Send again]
+// button (see Resends), so the person, who alone knows, decides.
 func (w *DeliveryWorker) Work(ctx context.Context, job *river.Job[DeliverArgs]) error {
 	start := time.Now()
 	q := seam.Queries(w.deps.Pool)
@@ -371,8 +381,8 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverArg
 			return false, river.JobSnooze(time.Second)
 		case interrupted:
 			logger.WarnContext(ctx, "a send of this part was cut off when choird stopped; it may have reached the user, "+
-				"so it is recorded as sent and not sent again", slog.Int("part", idx))
-			return w.recordSent(ctx, tx, job, head, isOwn, idx, 0, idx == len(parts)-1, file, logger)
+				"so it is recorded as sent and not sent again, and the user is offered to have it again", slog.Int("part", idx))
+			return w.recordSent(ctx, tx, job, head, isOwn, sent{part: idx, last: idx == len(parts)-1, unconfirmed: true}, file, logger)
 		}
 		// The row is unlocked: no lock and no connection is held while
 		// the channel takes its time. The part is marked as being sent by
@@ -399,7 +409,7 @@ func (w *DeliveryWorker) sendHead(ctx context.Context, job *river.Job[DeliverArg
 	}
 
 	// Telegram has the message: record it before anything else.
-	return w.recordSent(ctx, tx, job, head, isOwn, idx, sentID, idx == len(parts)-1, file, logger)
+	return w.recordSent(ctx, tx, job, head, isOwn, sent{part: idx, id: sentID, last: idx == len(parts)-1}, file, logger)
 }
 
 // partsOf cuts the locked row head into the messages the channel sends,
@@ -413,6 +423,9 @@ func (w *DeliveryWorker) partsOf(head db.ChoirControlOutbox) (parts []message.Pa
 		Text: head.Text, File: file})
 	if head.ApprovalID != nil && len(parts) > 0 {
 		parts[len(parts)-1].ApprovalID = head.ApprovalID.String()
+	}
+	if head.ResendOf != nil && len(parts) > 0 {
+		parts[len(parts)-1].ResendOf = *head.ResendOf
 	}
 	return parts, file, fileErr
 }
@@ -535,14 +548,37 @@ func (c *claim) pass(ctx context.Context) error {
 
 func (c *claim) lost() bool { return c.taken.Load() }
 
-// recordSent records part idx of head as sent with the channel's id
-// sentID, completes the job with the row's last part, commits, and then
-// removes a sent file. It reports whether the job's own row is finished.
+// sent is the outcome of one part's send: part number part went out as the
+// channel's message id, or, unconfirmed, its send was cut off and it may
+// or may not have reached the user (id 0).
+type sent struct {
+	part        int
+	id          int64
+	last        bool
+	unconfirmed bool
+}
+
+// recordSent records part s.part of head as sent, completes the job with
+// the row's last part, commits, and then removes a sent file. A part whose
+// send is unconfirmed marks the row so, and queues the notice that offers
+// it again (queueNoticeTx) in the same transaction. It reports whether the
+// job's own row is finished.
 func (w *DeliveryWorker) recordSent(ctx context.Context, tx pgx.Tx, job *river.Job[DeliverArgs], head db.ChoirControlOutbox,
-	isOwn bool, idx int, sentID int64, last bool, file message.File, logger *slog.Logger) (bool, error) {
-	if _, err := seam.Queries(tx).OutboxPartSent(ctx, db.OutboxPartSentParams{OutboxID: head.OutboxID, SentID: sentID,
-		Last: last, Part: int32(idx)}); err != nil {
+	isOwn bool, s sent, file message.File, logger *slog.Logger) (bool, error) {
+	idx, last := s.part, s.last
+	row, err := seam.Queries(tx).OutboxPartSent(ctx, db.OutboxPartSentParams{OutboxID: head.OutboxID, SentID: s.id,
+		Last: last, Part: int32(idx), Unconfirmed: s.unconfirmed})
+	if err != nil {
 		return false, fmt.Errorf("record part %d of outbox row %d sent: %w", idx, head.OutboxID, err)
+	}
+	if s.unconfirmed && offersResend(row) {
+		ins, err := river.ClientFromContextSafely[pgx.Tx](ctx)
+		if err != nil {
+			return false, fmt.Errorf("queue the notice about unconfirmed outbox row %d: %w", head.OutboxID, err)
+		}
+		if err := queueNoticeTx(ctx, tx, ins, row); err != nil {
+			return false, err
+		}
 	}
 	if last && isOwn {
 		if err := completeDelivery(ctx, tx, job); err != nil {

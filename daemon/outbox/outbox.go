@@ -4,7 +4,8 @@
 // delivery worker, at most once and in each chat's order, through a
 // channel (Sender, which the gateway implements) at the pace the channel
 // allows (Pacer). It owns the outbox table, the delivery job kind and its
-// queue, and the console channel; what a channel sends (a message's parts,
+// queue, the console channel, and what becomes of a message whose send it
+// could not confirm (a notice, and a resend on request: Resends); what a channel sends (a message's parts,
 // its file, the send gate) is the leaf package outbox/message, which the
 // gateway uses without linking the database.
 package outbox

@@ -33,4 +33,8 @@ type Part struct {
 	// ApprovalID, when set, asks for the approval's [Approve] [Reject]
 	// buttons under the message (under the last part of a long one).
 	ApprovalID string
+	// ResendOf, when not zero, asks for a [Send again] button under the
+	// message (under the last part of a long one), which sends the
+	// unconfirmed message of that outbox id again.
+	ResendOf int64
 }

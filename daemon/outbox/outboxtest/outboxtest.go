@@ -187,6 +187,19 @@ func (b *Bundle) WaitRow(t *testing.T, id int64, status string) db.ChoirControlO
 	}
 }
 
+// WaitFor waits until cond holds; the deadline only guards against a
+// hang.
+func WaitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("waited 30 s for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
 // JobState is a River job as the tests check it.
 type JobState struct {
 	State    string

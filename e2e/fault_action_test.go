@@ -33,8 +33,11 @@ const (
 	// beforeIntent: while the model call that makes the tool call is held.
 	beforeIntent actionPoint = "before_intent"
 	afterIntent  actionPoint = arbiter.FaultAfterIntent
-	afterEffect  actionPoint = arbiter.FaultAfterEffect
-	afterResult  actionPoint = arbiter.FaultAfterResult
+	// midCall: while the tool runs, after its effect: the command has
+	// appended and waits (only tools with midArgs).
+	midCall     actionPoint = "mid_call"
+	afterEffect actionPoint = arbiter.FaultAfterEffect
+	afterResult actionPoint = arbiter.FaultAfterResult
 )
 
 // actionKind is one tool kind of the suite: the call a trial makes, and
@@ -43,6 +46,9 @@ type actionKind struct {
 	name string
 	tool string
 	args func(mark string) string
+	// midArgs, when set, is a call that makes its effect, then waits until
+	// the file release exists (unique to the trial): the midCall point.
+	midArgs func(mark, release string) string
 	// count is how many times the effect marked mark happened.
 	count func(t *testing.T, f *actionEnv, mark string) int
 }
@@ -50,6 +56,9 @@ type actionKind struct {
 var actionKinds = []actionKind{
 	{name: "ExecAppend", tool: "choir.exec",
 		args: func(mark string) string { return fmt.Sprintf(`{"command":"echo %s >> actions.log"}`, mark) },
+		midArgs: func(mark, release string) string {
+			return fmt.Sprintf(`{"command":"echo %s >> actions.log; while [ ! -e %s ]; do sleep 0.01; done"}`, mark, release)
+		},
 		count: func(t *testing.T, f *actionEnv, mark string) int {
 			b, _ := os.ReadFile(filepath.Join(f.workspace(), "actions.log"))
 			return strings.Count(string(b), mark+"\n")
@@ -128,7 +137,10 @@ func TestActionsOnceUnderKills(t *testing.T) {
 		t.Run(k.name, func(t *testing.T) {
 			f := newActionEnv(t, k)
 			n := 0
-			for _, p := range []actionPoint{beforeIntent, afterIntent, afterEffect, afterResult} {
+			for _, p := range []actionPoint{beforeIntent, afterIntent, midCall, afterEffect, afterResult} {
+				if p == midCall && k.midArgs == nil {
+					continue
+				}
 				o := &outcomes{}
 				for range trials {
 					o.add(f.trial(t, k, p, victim(n%3), n))
@@ -240,7 +252,11 @@ func newActionEnv(t *testing.T, k actionKind) *actionEnv {
 			case <-ctx.Done():
 			}
 		}
-		return llmtest.ToolCalls(llmtest.Call{Name: k.tool, Arguments: k.args(markOf(text))})
+		args := k.args(markOf(text))
+		if strings.HasPrefix(text, "act "+string(midCall)+" ") {
+			args = k.midArgs(markOf(text), filepath.Join(f.faultDir(), "release-"+markOf(text)))
+		}
+		return llmtest.ToolCalls(llmtest.Call{Name: k.tool, Arguments: args})
 	})
 	f.choird = e.startChoirdProcess(t)
 	e.startAgentAdmin(t, "assistant")
@@ -294,15 +310,28 @@ func (f *actionEnv) trial(t *testing.T, k actionKind, p actionPoint, v victim, n
 		t.Fatal(err)
 	}
 	os.Remove(filepath.Join(dir, "hit"))
-	if p == beforeIntent {
+	switch p {
+	case beforeIntent:
 		f.mu.Lock()
 		f.hold = g
 		f.mu.Unlock()
-	} else if err := os.WriteFile(filepath.Join(dir, "arm"), []byte(string(p)+" "+k.tool), 0o644); err != nil {
-		t.Fatal(err)
+	case midCall:
+		go func() {
+			for range 90_000 / 2 {
+				if k.count(t, f, mark) > 0 {
+					g.fire()
+					return
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		}()
+	default:
+		if err := os.WriteFile(filepath.Join(dir, "arm"), []byte(string(p)+" "+k.tool), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	f.bot.SendText(userAlice, text)
-	if p != beforeIntent {
+	if p != beforeIntent && p != midCall {
 		go func() {
 			for range 90_000 / 2 {
 				if _, err := os.Stat(filepath.Join(dir, "hit")); err == nil {
@@ -324,7 +353,12 @@ func (f *actionEnv) trial(t *testing.T, k actionKind, p actionPoint, v victim, n
 	f.hold = nil
 	f.mu.Unlock()
 	close(g.release)
-	if v == killChoird && p != beforeIntent {
+	if p == midCall {
+		// The command goes on, whoever died: its own process group
+		// outlives a killed agent.
+		os.WriteFile(filepath.Join(dir, "release-"+mark), nil, 0o644) //nolint:errcheck // the command polls for it
+	} else if v == killChoird && p != beforeIntent {
+		// The held agent goes on.
 		os.WriteFile(filepath.Join(dir, "go"), nil, 0o644) //nolint:errcheck // the agent is held until it sees the file
 	}
 	f.revive(t, v, g.session)

@@ -9,7 +9,7 @@ PG_URL = $(shell scripts/devpg.sh url)
 PG_BASE = $(patsubst %/choir?sslmode=disable,%,$(PG_URL))
 VET_DB = choir_sqlc_vet
 
-.PHONY: all build generate check-generated check-tidy vet-sql vet devpg test test-short run demo bench clean
+.PHONY: all build generate check-generated check-tidy vet-sql vet devpg test test-short run demo bench kill-anywhere clean
 
 all: build
 
@@ -76,6 +76,14 @@ demo: devpg
 bench: devpg
 	scripts/testdeps.sh
 	go run ./bench/report -database-url "$(PG_URL)" $(if $(COMPARE),-compare "$(COMPARE)")
+
+# The kill-anywhere suite over side effects, in full (10 trials per point,
+# tool and victim in turn; make test runs one); its table goes into
+# bench/kill-anywhere.md, which make bench's report carries.
+kill-anywhere: devpg
+	scripts/testdeps.sh
+	CHOIR_FAULT_TRIALS=$${CHOIR_FAULT_TRIALS:-10} CHOIR_KILL_TABLE="$(CURDIR)/bench/kill-anywhere.md" \
+		CHOIR_TEST_DATABASE_URL="$(PG_URL)" go test -count=1 -timeout 60m -run '^TestActionsOnceUnderKills$$' -v ./e2e/
 
 clean:
 	rm -rf bin

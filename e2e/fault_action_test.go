@@ -153,7 +153,8 @@ func TestActionsOnceUnderKills(t *testing.T) {
 		})
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "kill-anywhere table (%d trials per cell, victims agent, choird and both in turn):\n", trials)
+	fmt.Fprintf(&b, "kill-anywhere table (%d trials per cell, killing the agent, choird and both in turn):\n", trials)
+	fmt.Fprintf(&b, "%d trials per cell; the victims are the agent, choird and both, in turn.\n\n", trials)
 	fmt.Fprintf(&b, "| point | tool | once | in doubt, told | duplicated | lost silently |\n|---|---|---|---|---|---|\n")
 	keys := make([]string, 0, len(table))
 	for k := range table {
@@ -166,6 +167,15 @@ func TestActionsOnceUnderKills(t *testing.T) {
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %d | %d |\n", p, tl, o.once, o.told, o.dup, o.lost)
 	}
 	t.Log(b.String())
+	if path := os.Getenv("CHOIR_KILL_TABLE"); path != "" && !t.Failed() {
+		// make kill-anywhere keeps the full table for bench/report.md.
+		doc := fmt.Sprintf("## Kill-anywhere table\n\n`make kill-anywhere` (e2e TestActionsOnceUnderKills), %s. "+
+			"Every action is exactly once, or the user was told it is in doubt.\n\n%s",
+			time.Now().UTC().Format("2006-01-02"), strings.SplitN(b.String(), "\n", 2)[1])
+		if err := os.WriteFile(path, []byte(doc), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
 }
 
 // outcomes counts the trials of one cell.

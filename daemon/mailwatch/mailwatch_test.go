@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emersion/go-imap/v2"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -318,5 +319,31 @@ func TestWatchFailuresAreLogged(t *testing.T) {
 				t.Error("the password is in the log")
 			}
 		})
+	}
+}
+
+// TestMailBetweenLookAndIdle: a message that arrives after the watch looked
+// at the folder and before its IDLE began is announced all the same, on the
+// first IDLE and on a later one, each once.
+func TestMailBetweenLookAndIdle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.srv.DeliverOnIdle(t, "agent@choir.test", "INBOX", mail("first"))
+	second := b.srv.DeliverOnIdle(t, "agent@choir.test", "INBOX", mail("second"))
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { defer wg.Done(); b.watcher().Run(ctx) }()
+	defer func() { cancel(); wg.Wait() }()
+
+	got := b.waitNotices(t, 2)
+	if len(got) != 2 {
+		t.Fatalf("notices %+v, want the two messages delivered as IDLE began; log:\n%s", got, b.logs.String())
+	}
+	uids := []imap.UID{<-first, <-second}
+	for i, n := range got {
+		if uint32(n.updateID) != uint32(uids[i]) || !strings.Contains(n.text, []string{"Subject: first", "Subject: second"}[i]) {
+			t.Errorf("notice %d: %+v, want uid %d", i, n, uids[i])
+		}
 	}
 }

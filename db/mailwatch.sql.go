@@ -12,13 +12,21 @@ import (
 )
 
 const inboxLastUpdate = `-- name: InboxLastUpdate :one
-SELECT coalesce(max(update_id), 0)::bigint AS update_id FROM choir_control.inbox WHERE gateway = $1
+SELECT coalesce(max(update_id), 0)::bigint AS update_id FROM choir_control.inbox
+ WHERE gateway = $1 AND update_id BETWEEN $2::bigint AND $3::bigint
 `
 
-// InboxLastUpdate is the highest update id stored from a gateway: for a
-// mail watch, the last message announced (0 for none).
-func (q *Queries) InboxLastUpdate(ctx context.Context, gateway string) (int64, error) {
-	row := q.db.QueryRow(ctx, inboxLastUpdate, gateway)
+type InboxLastUpdateParams struct {
+	Gateway string `json:"gateway"`
+	FirstID int64  `json:"first_id"`
+	LastID  int64  `json:"last_id"`
+}
+
+// InboxLastUpdate is the highest update id stored from a gateway between
+// two ids, 0 for none: for a mail watch, the last message announced in one
+// UIDVALIDITY of the folder (its ids are UIDVALIDITY << 32 | UID).
+func (q *Queries) InboxLastUpdate(ctx context.Context, arg InboxLastUpdateParams) (int64, error) {
+	row := q.db.QueryRow(ctx, inboxLastUpdate, arg.Gateway, arg.FirstID, arg.LastID)
 	var update_id int64
 	err := row.Scan(&update_id)
 	return update_id, err

@@ -8,6 +8,8 @@ SELECT session_id, agent_id::text AS agent_id, coalesce(resource_bindings->>'dm'
    AND coalesce(resource_bindings->>'email', '') <> '';
 
 -- name: InboxLastUpdate :one
--- InboxLastUpdate is the highest update id stored from a gateway: for a
--- mail watch, the last message announced (0 for none).
-SELECT coalesce(max(update_id), 0)::bigint AS update_id FROM choir_control.inbox WHERE gateway = @gateway;
+-- InboxLastUpdate is the highest update id stored from a gateway between
+-- two ids, 0 for none: for a mail watch, the last message announced in one
+-- UIDVALIDITY of the folder (its ids are UIDVALIDITY << 32 | UID).
+SELECT coalesce(max(update_id), 0)::bigint AS update_id FROM choir_control.inbox
+ WHERE gateway = @gateway AND update_id BETWEEN @first_id::bigint AND @last_id::bigint;

@@ -53,6 +53,9 @@ type Server struct {
 	// onIdle are the deliveries the next IDLE commands make as they
 	// start, one each (DeliverOnIdle).
 	onIdle []func()
+	// forgetful IDLEs report only what changes after they began
+	// (ForgetfulIdle).
+	forgetful bool
 }
 
 type user struct {
@@ -165,6 +168,16 @@ func (s *Server) DeliverOnIdle(t testing.TB, address, folder string, raw []byte)
 	return done
 }
 
+// ForgetfulIdle makes the server's IDLE report only the changes that come
+// after it began, as imapmemserver's own IDLE does and as a careless server
+// might: a client that trusts IDLE alone never hears of mail that arrived
+// just before it.
+func (s *Server) ForgetfulIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forgetful = true
+}
+
 // change wakes every IDLE to look at its mailbox again.
 func (s *Server) change() {
 	s.mu.Lock()
@@ -173,16 +186,16 @@ func (s *Server) change() {
 	s.changed = make(chan struct{})
 }
 
-// idleStarts takes the next IDLE hook, if any, and the channel that says a
-// mailbox changed since.
-func (s *Server) idleStarts() (func(), <-chan struct{}) {
+// idleStarts takes the next IDLE hook, if any, the channel that says a
+// mailbox changed since, and whether IDLE is forgetful.
+func (s *Server) idleStarts() (func(), <-chan struct{}, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var hook func()
 	if len(s.onIdle) > 0 {
 		hook, s.onIdle = s.onIdle[0], s.onIdle[1:]
 	}
-	return hook, s.changed
+	return hook, s.changed, s.forgetful
 }
 
 func (s *Server) changedSince() <-chan struct{} {
@@ -225,9 +238,12 @@ func (ss *imapSession) Fetch(w *imapserver.FetchWriter, numSet imap.NumSet, opti
 // while it makes the change) before it is announced, and the channel is
 // taken before each look, so no change falls between the two.
 func (ss *imapSession) Idle(w *imapserver.UpdateWriter, stop <-chan struct{}) error {
-	hook, changed := ss.s.idleStarts()
+	hook, changed, forgetful := ss.s.idleStarts()
 	if hook != nil {
 		hook()
+	}
+	if forgetful {
+		return ss.UserSession.Idle(w, stop)
 	}
 	for {
 		if err := ss.Poll(w, true); err != nil {

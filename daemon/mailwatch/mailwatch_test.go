@@ -3,6 +3,7 @@ package mailwatch_test
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -83,13 +84,19 @@ func (b *bundle) run() (stop func()) {
 	return func() { cancel(); <-done }
 }
 
-// waitLog waits, generously, until the log holds want n times.
+// waitLog waits until the log holds want n times.
 func (b *bundle) waitLog(t *testing.T, want string, n int) {
 	t.Helper()
+	b.waitFor(t, fmt.Sprintf("%d of %q", n, want), func() bool { return strings.Count(b.logs.String(), want) >= n })
+}
+
+// waitFor waits, generously, until cond holds, or fails the test.
+func (b *bundle) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
-	for strings.Count(b.logs.String(), want) < n {
+	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %d of %q; log:\n%s", n, want, b.logs.String())
+			t.Fatalf("timed out waiting for %s; log:\n%s", what, b.logs.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
@@ -174,9 +181,8 @@ func TestIdleWakeOnce(t *testing.T) {
 		uint32(got[0].updateID) != uint32(uid) || uint32(got[0].updateID) == uint32(old) {
 		t.Fatalf("notices %+v, want uid %d's alone", got, uid)
 	}
-	if b.pushes.Load() == 0 {
-		t.Error("the notice was not pushed")
-	}
+	// The watch stores the notice, then pushes it.
+	b.waitFor(t, "the notice pushed", func() bool { return b.pushes.Load() > 0 })
 	if !strings.Contains(b.logs.String(), `msg="mail watch ready" agent_id=mailer email_account=primary folder=INBOX idle=true`) {
 		t.Errorf("the watch did not IDLE:\n%s", b.logs.String())
 	}

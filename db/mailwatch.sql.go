@@ -32,6 +32,29 @@ func (q *Queries) InboxLastUpdate(ctx context.Context, arg InboxLastUpdateParams
 	return update_id, err
 }
 
+const mailMarkEnsure = `-- name: MailMarkEnsure :one
+INSERT INTO choir_control.mail_marks (gateway, uid_validity, uid_next)
+VALUES ($1, $2, $3)
+ON CONFLICT (gateway, uid_validity) DO UPDATE SET uid_next = choir_control.mail_marks.uid_next
+RETURNING uid_next
+`
+
+type MailMarkEnsureParams struct {
+	Gateway     string `json:"gateway"`
+	UidValidity int64  `json:"uid_validity"`
+	UidNext     int64  `json:"uid_next"`
+}
+
+// MailMarkEnsure records the UIDNEXT a watch saw as it first looked at a
+// folder in a UIDVALIDITY, unless one is recorded, and returns the one
+// recorded first.
+func (q *Queries) MailMarkEnsure(ctx context.Context, arg MailMarkEnsureParams) (int64, error) {
+	row := q.db.QueryRow(ctx, mailMarkEnsure, arg.Gateway, arg.UidValidity, arg.UidNext)
+	var uid_next int64
+	err := row.Scan(&uid_next)
+	return uid_next, err
+}
+
 const mailWatchTargets = `-- name: MailWatchTargets :many
 SELECT session_id, agent_id::text AS agent_id, coalesce(resource_bindings->>'dm', '')::text AS dm,
        (resource_bindings->>'email')::text AS email

@@ -213,8 +213,8 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// state is what a watch remembers across reconnections: the first UIDNEXT
-// it saw, below which mail is old news unless a notice says otherwise.
+// state is what a watch remembers across reconnections: the folder's mark
+// in its UIDVALIDITY (MailMarkEnsure), below which mail is old news.
 type state struct {
 	validity uint32
 	baseline imap.UID
@@ -310,16 +310,23 @@ func idleUntil(ctx context.Context, c *imapclient.Client, wake <-chan struct{}, 
 // pushes them to the agent.
 func (w *Watcher) check(ctx context.Context, c *imapclient.Client, t Target, acct config.EmailAccount,
 	sel *imap.SelectData, st *state, log *slog.Logger) error {
+	q := seam.Queries(w.opts.Pool)
 	if st.validity != sel.UIDValidity {
-		st.validity, st.baseline = sel.UIDValidity, sel.UIDNext
+		// The first watch of the folder in this UIDVALIDITY records where
+		// it began, so that mail already there is not announced as new, and
+		// mail that comes while choird is down is, announced or not before.
+		mark, err := q.MailMarkEnsure(ctx, db.MailMarkEnsureParams{Gateway: t.Gateway(),
+			UidValidity: int64(sel.UIDValidity), UidNext: int64(sel.UIDNext)})
+		if err != nil {
+			return fmt.Errorf("record where the mail watch of %s begins: %w", t.Gateway(), err)
+		}
+		st.validity, st.baseline = sel.UIDValidity, imap.UID(mark)
 	}
-	// The last notice stored in this UIDVALIDITY is the durable mark,
-	// across restarts; only an account never announced in it starts at
-	// the first UIDNEXT this watch saw, so old mail is not announced as
-	// new. Notices of another UIDVALIDITY (the folder was rebuilt) say
-	// nothing of this one's UIDs, whichever is the greater.
+	// Past the mark, the last notice stored in this UIDVALIDITY says what
+	// was announced. Notices of another UIDVALIDITY (the folder was
+	// rebuilt) say nothing of this one's UIDs, whichever is the greater.
 	first := int64(sel.UIDValidity) << 32
-	last, err := seam.Queries(w.opts.Pool).InboxLastUpdate(ctx,
+	last, err := q.InboxLastUpdate(ctx,
 		db.InboxLastUpdateParams{Gateway: t.Gateway(), FirstID: first, LastID: first | 0xffffffff})
 	if err != nil {
 		return fmt.Errorf("read the last mail notice of %s: %w", t.Gateway(), err)

@@ -373,3 +373,27 @@ func TestOtherUIDValidityIsNoMark(t *testing.T) {
 		t.Fatalf("notices %+v", got)
 	}
 }
+
+// TestMarkOutlivesChoird: mail that arrives while choird is down, before
+// the agent was ever told of any, is announced after the restart, once;
+// mail that was there before the first watch is not.
+func TestMarkOutlivesChoird(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("old news"))
+	stop := b.run()
+	b.waitLog(t, "mail watch ready", 1)
+	stop()
+	uid := b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("while down"))
+	stop = b.run()
+	defer stop()
+	got := b.waitNotices(t, 1)
+	b.waitLog(t, "mail watch ready", 2)
+	stop()
+	// A third watch finds nothing new.
+	defer b.run()()
+	b.waitLog(t, "mail watch ready", 3)
+	if got = b.notices(t); len(got) != 1 || uint32(got[0].updateID) != uint32(uid) || !strings.Contains(got[0].text, "Subject: while down") {
+		t.Fatalf("notices %+v, want uid %d's alone", got, uid)
+	}
+}

@@ -7,10 +7,12 @@
 // pushed again until the agent's log holds it, and announced once however
 // often the folder is looked at or choird restarts.
 //
-// IDLE only says when to look: each look fetches every UID past the last
-// one announced in the folder's current UIDVALIDITY (a mark kept in the
-// inbox, so it survives restarts), and IDLE ends after a few minutes for a
-// look whatever the server said, so mail a server never reported (one that
+// IDLE only says when to look. Each look fetches every UID past the last
+// one announced in the folder's current UIDVALIDITY, or, before any was,
+// past the UIDNEXT the first watch of the folder saw (mail_marks): both
+// are kept in Postgres, so mail that comes while choird is down is
+// announced when it is back. IDLE ends after a few minutes for a look
+// whatever the server said, so mail a server never reported (one that
 // arrived just before IDLE began, say) is late but not lost.
 package mailwatch
 

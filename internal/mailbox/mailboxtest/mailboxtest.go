@@ -4,13 +4,12 @@
 // server (go-imap v2's imapserver over imapmemserver) with IDLE. Both speak
 // the real wire protocol on 127.0.0.1. It is for tests only.
 //
-// The IMAP server's IDLE reports the changes that came before it, as real
-// servers do (Dovecot's IDLE looks at the mailbox as it starts, "if they
-// came before we added mailbox-notifier, we wouldn't see them otherwise").
+// The IMAP server's IDLE reports the changes that came before it, as
+// servers such as Dovecot do by looking at the mailbox as IDLE starts.
 // imapmemserver's own IDLE reports only what changes after it has started:
 // a message delivered between a client's last command and its IDLE was
 // never announced, which is what made the mail watcher's tests flaky under
-// load.
+// load. ForgetfulIdle brings that behaviour back, for the client's tests.
 package mailboxtest
 
 import (

@@ -286,12 +286,10 @@ func TestWatchFailuresAreLogged(t *testing.T) {
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() { defer wg.Done(); w.Run(ctx) }()
-			deadline := time.Now().Add(2 * time.Minute)
-			for !strings.Contains(b.logs.String(), "mail watch failed; retrying") && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			cancel()
-			wg.Wait()
+			stop := func() { cancel(); wg.Wait() }
+			defer stop()
+			b.waitLog(t, "mail watch failed; retrying", 1)
+			stop()
 			logs := b.logs.String()
 			if !strings.Contains(logs, "mail watch failed; retrying") || !strings.Contains(logs, c.want) {
 				t.Errorf("logs do not name the problem (%s):\n%s", c.want, logs)

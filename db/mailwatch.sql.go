@@ -12,16 +12,47 @@ import (
 )
 
 const inboxLastUpdate = `-- name: InboxLastUpdate :one
-SELECT coalesce(max(update_id), 0)::bigint AS update_id FROM choir_control.inbox WHERE gateway = $1
+SELECT coalesce(max(update_id), 0)::bigint AS update_id FROM choir_control.inbox
+ WHERE gateway = $1 AND update_id BETWEEN $2::bigint AND $3::bigint
 `
 
-// InboxLastUpdate is the highest update id stored from a gateway: for a
-// mail watch, the last message announced (0 for none).
-func (q *Queries) InboxLastUpdate(ctx context.Context, gateway string) (int64, error) {
-	row := q.db.QueryRow(ctx, inboxLastUpdate, gateway)
+type InboxLastUpdateParams struct {
+	Gateway string `json:"gateway"`
+	FirstID int64  `json:"first_id"`
+	LastID  int64  `json:"last_id"`
+}
+
+// InboxLastUpdate is the highest update id stored from a gateway between
+// two ids, 0 for none: for a mail watch, the last message announced in one
+// UIDVALIDITY of the folder (its ids are UIDVALIDITY << 32 | UID).
+func (q *Queries) InboxLastUpdate(ctx context.Context, arg InboxLastUpdateParams) (int64, error) {
+	row := q.db.QueryRow(ctx, inboxLastUpdate, arg.Gateway, arg.FirstID, arg.LastID)
 	var update_id int64
 	err := row.Scan(&update_id)
 	return update_id, err
+}
+
+const mailMarkEnsure = `-- name: MailMarkEnsure :one
+INSERT INTO choir_control.mail_marks (gateway, uid_validity, uid_next)
+VALUES ($1, $2, $3)
+ON CONFLICT (gateway, uid_validity) DO UPDATE SET uid_next = choir_control.mail_marks.uid_next
+RETURNING uid_next
+`
+
+type MailMarkEnsureParams struct {
+	Gateway     string `json:"gateway"`
+	UidValidity int64  `json:"uid_validity"`
+	UidNext     int64  `json:"uid_next"`
+}
+
+// MailMarkEnsure records the UIDNEXT a watch saw as it first looked at a
+// folder in a UIDVALIDITY, unless one is recorded, and returns the one
+// recorded first.
+func (q *Queries) MailMarkEnsure(ctx context.Context, arg MailMarkEnsureParams) (int64, error) {
+	row := q.db.QueryRow(ctx, mailMarkEnsure, arg.Gateway, arg.UidValidity, arg.UidNext)
+	var uid_next int64
+	err := row.Scan(&uid_next)
+	return uid_next, err
 }
 
 const mailWatchTargets = `-- name: MailWatchTargets :many

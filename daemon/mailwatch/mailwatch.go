@@ -6,6 +6,14 @@
 // message's UID. The inbox then delivers it like a schedule's fire: durable,
 // pushed again until the agent's log holds it, and announced once however
 // often the folder is looked at or choird restarts.
+//
+// IDLE only says when to look. Each look fetches every UID past the last
+// one announced in the folder's current UIDVALIDITY, or, before any was,
+// past the UIDNEXT the first watch of the folder saw (mail_marks): both
+// are kept in Postgres, so mail that comes while choird is down is
+// announced when it is back. IDLE ends after a few minutes for a look
+// whatever the server said, so mail a server never reported (one that
+// arrived just before IDLE began, say) is late but not lost.
 package mailwatch
 
 import (
@@ -25,6 +33,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/inbox"
+	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/mailbox"
 	choirsql "github.com/choirhq/choir/sql"
 	"github.com/choirhq/choir/sql/seam"
@@ -36,9 +45,13 @@ const Kind = "mail"
 const (
 	// reconcileEvery is how often the watcher looks for sessions to watch.
 	reconcileEvery = 5 * time.Second
-	// idleRenew re-issues IDLE before servers drop an idle connection
-	// (RFC 2177 asks for less than 29 minutes).
-	idleRenew = 20 * time.Minute
+	// defaultIdleLook bounds one IDLE: then the watch looks at the folder
+	// again. IDLE is a hint, not the record: a server may never report
+	// mail that arrived just before IDLE began (go-imap's memory server
+	// did not), and the look finds it by UID past the last one announced.
+	// It also renews IDLE well before servers drop an idle connection (RFC
+	// 2177 asks for less than 29 minutes).
+	defaultIdleLook = 5 * time.Minute
 	// defaultPoll is the interval when the server cannot IDLE.
 	defaultPoll = time.Minute
 	// retryMin and retryMax bound the wait after a failed connection.
@@ -67,6 +80,9 @@ type Options struct {
 	// (inbox.PushPending).
 	PushFunc func(ctx context.Context, agentID string) bool
 	Logger   *slog.Logger
+	// IdleLook is how long one IDLE lasts before the watch looks at the
+	// folder again, whatever the server said; 0 means 5 minutes.
+	IdleLook time.Duration
 }
 
 // Watcher watches the accounts of live sessions.
@@ -82,6 +98,9 @@ type Watcher struct {
 func New(opts Options) *Watcher {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.IdleLook <= 0 {
+		opts.IdleLook = defaultIdleLook
 	}
 	return &Watcher{opts: opts, running: map[Target]context.CancelFunc{}}
 }
@@ -196,8 +215,8 @@ func errText(err error) string {
 	return err.Error()
 }
 
-// state is what a watch remembers across reconnections: the first UIDNEXT
-// it saw, below which mail is old news unless a notice says otherwise.
+// state is what a watch remembers across reconnections: the folder's mark
+// in its UIDVALIDITY (MailMarkEnsure), below which mail is old news.
 type state struct {
 	validity uint32
 	baseline imap.UID
@@ -250,7 +269,7 @@ func (w *Watcher) session(ctx context.Context, t Target, st *state, log *slog.Lo
 				slog.Uint64("uid_next", uint64(sel.UIDNext)))
 		}
 		if idle {
-			if err := idleUntil(ctx, c, wake); err != nil {
+			if err := idleUntil(ctx, c, wake, w.opts.IdleLook); err != nil {
 				return err
 			}
 		} else {
@@ -265,13 +284,13 @@ func (w *Watcher) session(ctx context.Context, t Target, st *state, log *slog.Lo
 	}
 }
 
-// idleUntil IDLEs until the folder changes, idleRenew passes or ctx ends.
-func idleUntil(ctx context.Context, c *imapclient.Client, wake <-chan struct{}) error {
+// idleUntil IDLEs until the folder changes, look passes or ctx ends.
+func idleUntil(ctx context.Context, c *imapclient.Client, wake <-chan struct{}, look time.Duration) error {
 	cmd, err := c.Idle()
 	if err != nil {
 		return fmt.Errorf("idle: %w", err)
 	}
-	timer := time.NewTimer(idleRenew)
+	timer := time.NewTimer(look)
 	defer timer.Stop()
 	select {
 	case <-ctx.Done():
@@ -293,19 +312,29 @@ func idleUntil(ctx context.Context, c *imapclient.Client, wake <-chan struct{}) 
 // pushes them to the agent.
 func (w *Watcher) check(ctx context.Context, c *imapclient.Client, t Target, acct config.EmailAccount,
 	sel *imap.SelectData, st *state, log *slog.Logger) error {
-	if st.validity != sel.UIDValidity {
-		st.validity, st.baseline = sel.UIDValidity, sel.UIDNext
-	}
 	q := seam.Queries(w.opts.Pool)
-	last, err := q.InboxLastUpdate(ctx, t.Gateway())
+	if st.validity != sel.UIDValidity {
+		// The first watch of the folder in this UIDVALIDITY records where
+		// it began, so that mail already there is not announced as new, and
+		// mail that comes while choird is down is, announced or not before.
+		mark, err := q.MailMarkEnsure(ctx, db.MailMarkEnsureParams{Gateway: t.Gateway(),
+			UidValidity: int64(sel.UIDValidity), UidNext: int64(sel.UIDNext)})
+		if err != nil {
+			return fmt.Errorf("record where the mail watch of %s begins: %w", t.Gateway(), err)
+		}
+		st.validity, st.baseline = sel.UIDValidity, imap.UID(mark)
+	}
+	// Past the mark, the last notice stored in this UIDVALIDITY says what
+	// was announced. Notices of another UIDVALIDITY (the folder was
+	// rebuilt) say nothing of this one's UIDs, whichever is the greater.
+	first := int64(sel.UIDValidity) << 32
+	last, err := q.InboxLastUpdate(ctx,
+		db.InboxLastUpdateParams{Gateway: t.Gateway(), FirstID: first, LastID: first | 0xffffffff})
 	if err != nil {
 		return fmt.Errorf("read the last mail notice of %s: %w", t.Gateway(), err)
 	}
-	// The last notice stored is the durable mark, across restarts; only
-	// an account never announced in this UIDVALIDITY starts at the first
-	// UIDNEXT this watch saw, so old mail is not announced as new.
 	from := st.baseline
-	if last != 0 && uint32(last>>32) == sel.UIDValidity {
+	if last != 0 {
 		from = imap.UID(uint32(last)) + 1
 	}
 	if sel.NumMessages == 0 || (sel.UIDNext != 0 && from >= sel.UIDNext) {
@@ -325,7 +354,7 @@ func (w *Watcher) check(ctx context.Context, c *imapclient.Client, t Target, acc
 			continue // "n:*" names the last message even below n
 		}
 		_, err := inbox.AddNotice(ctx, w.opts.Pool, inbox.Notice{Source: t.Gateway(),
-			UpdateID: int64(sel.UIDValidity)<<32 | int64(m.UID), DM: t.DM, AgentID: t.AgentID, ChatID: dm.UserID,
+			UpdateID: first | int64(m.UID), DM: t.DM, AgentID: t.AgentID, ChatID: dm.UserID,
 			Kind: Kind, Text: Notice(t.Account, acct.Folder(), m)})
 		if errors.Is(err, choirsql.ErrNotFound) {
 			continue // announced before

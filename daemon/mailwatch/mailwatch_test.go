@@ -3,6 +3,7 @@ package mailwatch_test
 import (
 	"context"
 	"crypto/rand"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/emersion/go-imap/v2"
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -30,6 +32,8 @@ type bundle struct {
 	target mailwatch.Target
 	pushes atomic.Int32
 	logs   *syncBuffer
+	// idleLook is the watchers' Options.IdleLook.
+	idleLook time.Duration
 }
 
 func setup(t *testing.T) *bundle {
@@ -68,7 +72,34 @@ func (b *bundle) watcher() *mailwatch.Watcher {
 	return mailwatch.New(mailwatch.Options{Pool: b.pool,
 		ConfigFunc: func() (*config.Config, config.Secrets) { return b.cfg, config.Secrets{"mail-secret": password} },
 		PushFunc:   func(context.Context, string) bool { b.pushes.Add(1); return true },
-		Logger:     slog.New(slog.NewTextHandler(b.logs, nil))})
+		Logger:     slog.New(slog.NewTextHandler(b.logs, nil)), IdleLook: b.idleLook})
+}
+
+// run runs a new watcher (a new choird) until the returned stop is called.
+func (b *bundle) run() (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	w := b.watcher()
+	done := make(chan struct{})
+	go func() { defer close(done); w.Run(ctx) }()
+	return func() { cancel(); <-done }
+}
+
+// waitLog waits until the log holds want n times.
+func (b *bundle) waitLog(t *testing.T, want string, n int) {
+	t.Helper()
+	b.waitFor(t, fmt.Sprintf("%d of %q", n, want), func() bool { return strings.Count(b.logs.String(), want) >= n })
+}
+
+// waitFor waits, generously, until cond holds, or fails the test.
+func (b *bundle) waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Minute)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s; log:\n%s", what, b.logs.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // syncBuffer is a log sink safe for the watches' concurrent writes.
@@ -133,59 +164,39 @@ func mail(subject string) []byte {
 	return []byte("From: Bob <bob@ext.test>\r\nTo: agent@choir.test\r\nSubject: " + subject + "\r\n\r\nhello\r\n")
 }
 
-// TestIdleWakeOnce: mail arriving while the watch IDLEs becomes one inbox
-// notice for the agent, pushed; a second watch (choird restarted) announces
-// nothing twice, and announces the next message once.
+// TestIdleWakeOnce: mail arriving after the watch's first look becomes one
+// inbox notice for the agent, pushed, while mail that was there before is
+// not announced; a second watch (choird restarted) announces nothing twice,
+// and announces the mail that came while none watched and the next, once.
 func TestIdleWakeOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	old := b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("old news"))
 
-	ctx, cancel := context.WithCancel(context.Background())
-	w := b.watcher()
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); w.Run(ctx) }()
-
-	// The watch is IDLE once it has looked at the folder; mail delivered
-	// before that is also past its baseline only if it came after the
-	// first look, so deliver until the first notice shows up.
-	var got []notice
-	deadline := time.Now().Add(2 * time.Minute)
-	for len(got) == 0 && time.Now().Before(deadline) {
-		b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("first"))
-		got = b.waitNoticesBrief(t)
+	stop := b.run()
+	b.waitLog(t, "mail watch ready", 1)
+	uid := b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("first"))
+	got := b.waitNotices(t, 1)
+	if len(got) != 1 || got[0].kind != mailwatch.Kind || got[0].dm != "dm-1" || !strings.Contains(got[0].text, "Subject: first") ||
+		uint32(got[0].updateID) != uint32(uid) || uint32(got[0].updateID) == uint32(old) {
+		t.Fatalf("notices %+v, want uid %d's alone", got, uid)
 	}
-	if len(got) == 0 {
-		t.Fatal("no notice for new mail")
-	}
-	for _, n := range got {
-		if n.kind != mailwatch.Kind || n.dm != "dm-1" || !strings.Contains(n.text, "Subject: first") ||
-			strings.Contains(n.text, "old news") || uint32(n.updateID) == uint32(old) {
-			t.Errorf("notice %+v", n)
-		}
-	}
-	if b.pushes.Load() == 0 {
-		t.Error("the notice was not pushed")
-	}
+	// The watch stores the notice, then pushes it.
+	b.waitFor(t, "the notice pushed", func() bool { return b.pushes.Load() > 0 })
 	if !strings.Contains(b.logs.String(), `msg="mail watch ready" agent_id=mailer email_account=primary folder=INBOX idle=true`) {
 		t.Errorf("the watch did not IDLE:\n%s", b.logs.String())
 	}
-	before := len(got)
-	cancel()
-	wg.Wait()
+	stop()
 
 	// choird restarts: a new watcher looks at the folder again.
-	ctx2, cancel2 := context.WithCancel(context.Background())
-	defer cancel2()
-	w2 := b.watcher()
-	wg.Add(1)
-	go func() { defer wg.Done(); w2.Run(ctx2) }()
 	b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("second"))
-	got = b.waitNotices(t, before+1)
-	cancel2()
-	wg.Wait()
-	if len(got) != before+1 || !strings.Contains(got[before].text, "Subject: second") {
+	stop = b.run()
+	defer stop()
+	b.waitLog(t, "mail watch ready", 2)
+	b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("third"))
+	got = b.waitNotices(t, 3)
+	stop()
+	if len(got) != 3 || !strings.Contains(got[1].text, "Subject: second") || !strings.Contains(got[2].text, "Subject: third") {
 		t.Fatalf("after the restart: %+v", got)
 	}
 	seen := map[int64]bool{}
@@ -195,17 +206,6 @@ func TestIdleWakeOnce(t *testing.T) {
 		}
 		seen[n.updateID] = true
 	}
-}
-
-func (b *bundle) waitNoticesBrief(t *testing.T) []notice {
-	t.Helper()
-	for i := 0; i < 100; i++ {
-		if got := b.notices(t); len(got) > 0 {
-			return got
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	return nil
 }
 
 // TestSharedAccountWakesEachAgent: two agents hold one shared account with
@@ -219,28 +219,17 @@ func TestSharedAccountWakesEachAgent(t *testing.T) {
 	b.cfg.DMs["dm-2"] = config.DM{Gateway: "main", UserID: "43"}
 	other := b.addSession(t, context.Background(), "helper", "dm-2")
 
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); b.watcher().Run(ctx) }()
-	defer func() { cancel(); wg.Wait() }()
-
+	defer b.run()()
+	b.waitLog(t, "mail watch ready", 2)
+	b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("for both"))
 	deadline := time.Now().Add(2 * time.Minute)
-	var one, two []notice
-	for time.Now().Before(deadline) {
-		if len(one) == 0 || len(two) == 0 {
-			b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("for both"))
-		}
-		for i := 0; i < 50 && (len(one) == 0 || len(two) == 0); i++ {
-			one, two = b.noticesOf(t, b.target), b.noticesOf(t, other)
-			time.Sleep(20 * time.Millisecond)
-		}
-		if len(one) > 0 && len(two) > 0 {
-			break
-		}
+	one, two := b.noticesOf(t, b.target), b.noticesOf(t, other)
+	for (len(one) == 0 || len(two) == 0) && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+		one, two = b.noticesOf(t, b.target), b.noticesOf(t, other)
 	}
-	if len(one) == 0 || len(two) == 0 {
-		t.Fatalf("notices: mailer %d, helper %d", len(one), len(two))
+	if len(one) != 1 || len(two) != 1 {
+		t.Fatalf("notices: mailer %+v, helper %+v; want one each", one, two)
 	}
 	if two[0].dm != "dm-2" || one[0].dm != "dm-1" {
 		t.Errorf("each notice goes to its agent's DM: %+v %+v", one[0], two[0])
@@ -255,15 +244,8 @@ func TestPollWhenAsked(t *testing.T) {
 	acct := b.cfg.EmailAccounts["primary"]
 	acct.PollSeconds = 1
 	b.cfg.EmailAccounts["primary"] = acct
-	ctx, cancel := context.WithCancel(context.Background())
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() { defer wg.Done(); b.watcher().Run(ctx) }()
-	defer func() { cancel(); wg.Wait() }()
-	deadline := time.Now().Add(2 * time.Minute)
-	for !strings.Contains(b.logs.String(), "mail watch ready") && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
-	}
+	defer b.run()()
+	b.waitLog(t, "mail watch ready", 1)
 	b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("polled"))
 	got := b.waitNotices(t, 1)
 	if len(got) != 1 || !strings.Contains(got[0].text, "Subject: polled") {
@@ -304,12 +286,10 @@ func TestWatchFailuresAreLogged(t *testing.T) {
 			var wg sync.WaitGroup
 			wg.Add(1)
 			go func() { defer wg.Done(); w.Run(ctx) }()
-			deadline := time.Now().Add(2 * time.Minute)
-			for !strings.Contains(b.logs.String(), "mail watch failed; retrying") && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-			cancel()
-			wg.Wait()
+			stop := func() { cancel(); wg.Wait() }
+			defer stop()
+			b.waitLog(t, "mail watch failed; retrying", 1)
+			stop()
 			logs := b.logs.String()
 			if !strings.Contains(logs, "mail watch failed; retrying") || !strings.Contains(logs, c.want) {
 				t.Errorf("logs do not name the problem (%s):\n%s", c.want, logs)
@@ -318,5 +298,100 @@ func TestWatchFailuresAreLogged(t *testing.T) {
 				t.Error("the password is in the log")
 			}
 		})
+	}
+}
+
+// TestMailBetweenLookAndIdle: a message that arrives after the watch looked
+// at the folder and before its IDLE began is announced all the same, on the
+// first IDLE and on a later one, each once.
+func TestMailBetweenLookAndIdle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	first := b.srv.DeliverOnIdle(t, "agent@choir.test", "INBOX", mail("first"))
+	second := b.srv.DeliverOnIdle(t, "agent@choir.test", "INBOX", mail("second"))
+	defer b.run()()
+
+	got := b.waitNotices(t, 2)
+	if len(got) != 2 {
+		t.Fatalf("notices %+v, want the two messages delivered as IDLE began; log:\n%s", got, b.logs.String())
+	}
+	uids := []imap.UID{<-first, <-second}
+	for i, n := range got {
+		if uint32(n.updateID) != uint32(uids[i]) || !strings.Contains(n.text, []string{"Subject: first", "Subject: second"}[i]) {
+			t.Errorf("notice %d: %+v, want uid %d", i, n, uids[i])
+		}
+	}
+}
+
+// TestForgetfulIdleLooksAgain: on a server whose IDLE never reports mail
+// that arrived just before it began, the watch still announces that mail,
+// once, at its next look (Options.IdleLook) rather than never.
+func TestForgetfulIdleLooksAgain(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.srv.ForgetfulIdle()
+	b.idleLook = 200 * time.Millisecond
+	b.srv.DeliverOnIdle(t, "agent@choir.test", "INBOX", mail("unreported"))
+	defer b.run()()
+	got := b.waitNotices(t, 1)
+	if len(got) != 1 || !strings.Contains(got[0].text, "Subject: unreported") {
+		t.Fatalf("notices %+v; log:\n%s", got, b.logs.String())
+	}
+	// Mail reported while IDLE is announced too, and the first not again.
+	b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("next"))
+	if got = b.waitNotices(t, 2); len(got) != 2 || !strings.Contains(got[1].text, "Subject: next") {
+		t.Fatalf("notices %+v", got)
+	}
+}
+
+// TestOtherUIDValidityIsNoMark: a notice stored under another UIDVALIDITY
+// of the folder, even a greater one, is no mark for this one: mail that
+// came while choird was down is announced after the restart.
+func TestOtherUIDValidityIsNoMark(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// imapmemserver numbers its mailboxes' UIDVALIDITY from 1: this folder
+	// is 1, and a notice of UID 9 under UIDVALIDITY 2 is from an older
+	// incarnation of the folder (a server's may go down as well as up).
+	if _, err := b.pool.Exec(ctx, `INSERT INTO choir_control.inbox (gateway, update_id, dm, agent_id, chat_id, user_id, kind, text)
+		VALUES ($1, $2, 'dm-1', 'mailer', '42', '', 'mail', 'an older folder')`, b.target.Gateway(), int64(2)<<32|9); err != nil {
+		t.Fatal(err)
+	}
+	stop := b.run()
+	b.waitLog(t, "mail watch ready", 1)
+	b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("first"))
+	b.waitNotices(t, 2)
+	stop()
+	b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("while down"))
+	defer b.run()()
+	got := b.waitNotices(t, 3)
+	if len(got) != 3 || !strings.Contains(got[1].text, "Subject: first") || !strings.Contains(got[2].text, "Subject: while down") ||
+		got[2].updateID != 1<<32|2 {
+		t.Fatalf("notices %+v", got)
+	}
+}
+
+// TestMarkOutlivesChoird: mail that arrives while choird is down, before
+// the agent was ever told of any, is announced after the restart, once;
+// mail that was there before the first watch is not.
+func TestMarkOutlivesChoird(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("old news"))
+	stop := b.run()
+	b.waitLog(t, "mail watch ready", 1)
+	stop()
+	uid := b.srv.Deliver(t, "agent@choir.test", "INBOX", mail("while down"))
+	stop = b.run()
+	defer stop()
+	got := b.waitNotices(t, 1)
+	b.waitLog(t, "mail watch ready", 2)
+	stop()
+	// A third watch finds nothing new.
+	defer b.run()()
+	b.waitLog(t, "mail watch ready", 3)
+	if got = b.notices(t); len(got) != 1 || uint32(got[0].updateID) != uint32(uid) || !strings.Contains(got[0].text, "Subject: while down") {
+		t.Fatalf("notices %+v, want uid %d's alone", got, uid)
 	}
 }

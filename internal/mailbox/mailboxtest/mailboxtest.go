@@ -3,6 +3,13 @@
 // it accepts into the IMAP mailboxes of its local recipients, and an IMAP
 // server (go-imap v2's imapserver over imapmemserver) with IDLE. Both speak
 // the real wire protocol on 127.0.0.1. It is for tests only.
+//
+// The IMAP server's IDLE reports the changes that came before it, as
+// servers such as Dovecot do by looking at the mailbox as IDLE starts.
+// imapmemserver's own IDLE reports only what changes after it has started:
+// a message delivered between a client's last command and its IDLE was
+// never announced, which is what made the mail watcher's tests flaky under
+// load. ForgetfulIdle brings that behaviour back, for the client's tests.
 package mailboxtest
 
 import (
@@ -36,11 +43,18 @@ type Envelope struct {
 type Server struct {
 	SMTPPort, IMAPPort int
 
-	mem *imapmemserver.Server
-
 	mu    sync.Mutex
 	users map[string]*user
 	sent  []Envelope
+	// changed is closed, and replaced, whenever a mailbox changes: an IDLE
+	// waiting on it looks again (see imapSession.Idle).
+	changed chan struct{}
+	// onIdle are the deliveries the next IDLE commands make as they
+	// start, one each (DeliverOnIdle).
+	onIdle []func()
+	// forgetful IDLEs report only what changes after they began
+	// (ForgetfulIdle).
+	forgetful bool
 }
 
 type user struct {
@@ -51,7 +65,7 @@ type user struct {
 // Start runs both servers until the test ends.
 func Start(t testing.TB) *Server {
 	t.Helper()
-	s := &Server{mem: imapmemserver.New(), users: map[string]*user{}}
+	s := &Server{users: map[string]*user{}, changed: make(chan struct{})}
 
 	iln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -59,7 +73,7 @@ func Start(t testing.TB) *Server {
 	}
 	isrv := imapserver.New(&imapserver.Options{
 		NewSession: func(*imapserver.Conn) (imapserver.Session, *imapserver.GreetingData, error) {
-			return s.mem.NewSession(), nil, nil
+			return &imapSession{s: s}, nil, nil
 		},
 		Caps:         imap.CapSet{imap.CapIMAP4rev1: {}, imap.CapIMAP4rev2: {}, imap.CapIdle: {}},
 		InsecureAuth: true,
@@ -91,7 +105,6 @@ func (s *Server) AddUser(t testing.TB, address, password string) {
 	if err := u.Create("INBOX", nil); err != nil {
 		t.Fatal(err)
 	}
-	s.mem.AddUser(u)
 	s.mu.Lock()
 	s.users[strings.ToLower(address)] = &user{password: password, mem: u}
 	s.mu.Unlock()
@@ -114,11 +127,164 @@ func (s *Server) Deliver(t testing.TB, address, folder string, raw []byte) imap.
 	if u == nil {
 		t.Fatalf("deliver: no user %s", address)
 	}
-	d, err := u.mem.Append(folder, bytes.NewReader(raw), &imap.AppendOptions{})
+	uid, err := s.deliver(u, folder, raw)
 	if err != nil {
 		t.Fatalf("deliver to %s %s: %v", address, folder, err)
 	}
-	return d.UID
+	return uid
+}
+
+func (s *Server) deliver(u *user, folder string, raw []byte) (imap.UID, error) {
+	defer s.change()
+	d, err := u.mem.Append(folder, bytes.NewReader(raw), &imap.AppendOptions{})
+	if err != nil {
+		return 0, err
+	}
+	return d.UID, nil
+}
+
+// DeliverOnIdle delivers raw to a user's folder as an IDLE command of any
+// client starts, before the server has reported anything: the mail arrives
+// between the client's last look at the folder and its IDLE. Each IDLE
+// takes one such delivery, in the order they were asked for. The channel
+// receives the message's UID once it is delivered.
+func (s *Server) DeliverOnIdle(t testing.TB, address, folder string, raw []byte) <-chan imap.UID {
+	t.Helper()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.users[strings.ToLower(address)]
+	if u == nil {
+		t.Fatalf("deliver: no user %s", address)
+	}
+	done := make(chan imap.UID, 1)
+	s.onIdle = append(s.onIdle, func() {
+		uid, err := s.deliver(u, folder, raw)
+		if err != nil {
+			t.Errorf("deliver to %s %s as IDLE starts: %v", address, folder, err)
+		}
+		done <- uid
+	})
+	return done
+}
+
+// ForgetfulIdle makes the server's IDLE report only the changes that come
+// after it began, as imapmemserver's own IDLE does and as a careless server
+// might: a client that trusts IDLE alone never hears of mail that arrived
+// just before it.
+func (s *Server) ForgetfulIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.forgetful = true
+}
+
+// change wakes every IDLE to look at its mailbox again.
+func (s *Server) change() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+}
+
+// idleStarts takes the next IDLE hook, if any, the channel that says a
+// mailbox changed since, and whether IDLE is forgetful.
+func (s *Server) idleStarts() (func(), <-chan struct{}, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var hook func()
+	if len(s.onIdle) > 0 {
+		hook, s.onIdle = s.onIdle[0], s.onIdle[1:]
+	}
+	return hook, s.changed, s.forgetful
+}
+
+func (s *Server) changedSince() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+// imapSession is imapmemserver's session with an IDLE that reports what
+// changed before it started, and with every change that can concern
+// another session's IDLE announced to it.
+type imapSession struct {
+	*imapmemserver.UserSession // nil until Login
+	s                          *Server
+}
+
+// Login logs in as one of the server's users.
+func (ss *imapSession) Login(username, password string) error {
+	ss.s.mu.Lock()
+	u := ss.s.users[strings.ToLower(username)]
+	ss.s.mu.Unlock()
+	if u == nil {
+		return imapserver.ErrAuthFailed
+	}
+	if err := u.mem.Login(username, password); err != nil {
+		return err
+	}
+	ss.UserSession = imapmemserver.NewUserSession(u.mem)
+	return nil
+}
+
+// Fetch reads messages, and marks them seen unless asked to peek.
+func (ss *imapSession) Fetch(w *imapserver.FetchWriter, numSet imap.NumSet, options *imap.FetchOptions) error {
+	defer ss.s.change()
+	return ss.UserSession.Fetch(w, numSet, options)
+}
+
+// Idle reports the session's pending updates, then again after each change,
+// until stop. A change is queued for this session (imapmemserver does so
+// while it makes the change) before it is announced, and the channel is
+// taken before each look, so no change falls between the two.
+func (ss *imapSession) Idle(w *imapserver.UpdateWriter, stop <-chan struct{}) error {
+	hook, changed, forgetful := ss.s.idleStarts()
+	if hook != nil {
+		hook()
+	}
+	if forgetful {
+		return ss.UserSession.Idle(w, stop)
+	}
+	for {
+		if err := ss.Poll(w, true); err != nil {
+			return err
+		}
+		select {
+		case <-stop:
+			return nil
+		case <-changed:
+			changed = ss.s.changedSince()
+		}
+	}
+}
+
+// Append appends through IMAP (a client saving a sent message, say).
+func (ss *imapSession) Append(mailbox string, r imap.LiteralReader, options *imap.AppendOptions) (*imap.AppendData, error) {
+	defer ss.s.change()
+	return ss.UserSession.Append(mailbox, r, options)
+}
+
+// Copy copies messages to another mailbox.
+func (ss *imapSession) Copy(numSet imap.NumSet, dest string) (*imap.CopyData, error) {
+	defer ss.s.change()
+	return ss.UserSession.Copy(numSet, dest)
+}
+
+// Move moves messages to another mailbox.
+func (ss *imapSession) Move(w *imapserver.MoveWriter, numSet imap.NumSet, dest string) error {
+	defer ss.s.change()
+	return ss.UserSession.Move(w, numSet, dest)
+}
+
+// Expunge removes deleted messages.
+func (ss *imapSession) Expunge(w *imapserver.ExpungeWriter, uids *imap.UIDSet) error {
+	defer ss.s.change()
+	return ss.UserSession.Expunge(w, uids)
+}
+
+// Store changes flags.
+func (ss *imapSession) Store(w *imapserver.FetchWriter, numSet imap.NumSet, flags *imap.StoreFlags, options *imap.StoreOptions) error {
+	defer ss.s.change()
+	return ss.UserSession.Store(w, numSet, flags, options)
 }
 
 // Sent returns the envelopes the SMTP server accepted.
@@ -174,6 +340,7 @@ func (ss *session) Data(r io.Reader) error {
 		return err
 	}
 	ss.env.Data = data
+	defer ss.s.change()
 	ss.s.mu.Lock()
 	ss.s.sent = append(ss.s.sent, ss.env)
 	var errs []error

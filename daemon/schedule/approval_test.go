@@ -88,12 +88,12 @@ func TestApprovedSaysWhatHappensNext(t *testing.T) {
 		}
 	})
 
-	t.Run("GatedCallSaysItHasNotRun", func(t *testing.T) {
+	t.Run("GatedCallSaysItRunsNow", func(t *testing.T) {
 		for _, typ := range []string{"choir.email.send", "mcp.files.delete"} {
 			a := b.NewApproval(t, typ+" something", time.Hour)
 			setType(t, &a, typ)
-			if text := approve(t, a); !strings.Contains(text, "Nothing has run yet") || !strings.Contains(text, "makes it again") {
-				t.Errorf("approved %s: %q; want that nothing has run and when it will", typ, text)
+			if text := approve(t, a); !strings.Contains(text, "It runs now") || !strings.Contains(text, "reports what came of it") {
+				t.Errorf("approved %s: %q; want that it runs now and who reports it", typ, text)
 			}
 		}
 	})

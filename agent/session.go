@@ -273,7 +273,7 @@ func (s *session) restore() error {
 	inj := tool.NewInjector(s.tools, tool.InjectorConfig{Mode: tool.Mode(s.dyn.Load().ToolMode), Search: s.toolSearch})
 	s.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: s.arb, Log: log, Tools: s.tools, Skills: s.skills, LLM: &llm.Client{Gate: s.meter},
 		Injector: inj, FlushFunc: s.out.flushTo,
-		Model:    s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,
+		Model: s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,
 		Budgets:                    edgeBudgets(s.dyn.Load().Budgets),
 		RateLimitDelay:             time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
 		CompactionThresholdPercent: func() int { return s.dyn.Load().CompactionThresholdPercent },

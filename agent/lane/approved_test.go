@@ -81,6 +81,12 @@ type gatedBundle struct {
 
 func setupGated(t *testing.T, steps ...llmtest.Step) *gatedBundle {
 	t.Helper()
+	return setupGatedOn(t, nil, steps...)
+}
+
+// setupGatedOn is setupGated on a resumed chain whose tail is hist.
+func setupGatedOn(t *testing.T, hist []rpc.Event, steps ...llmtest.Step) *gatedBundle {
+	t.Helper()
 	srv := llmtest.NewServer(t, steps...)
 	g := &gatedBundle{tool: &gatedTool{}, decider: &decider{ids: map[string]string{}, status: map[string]rpc.ApprovalStatus{}},
 		flushed: make(chan int64, 16)}
@@ -89,6 +95,9 @@ func setupGated(t *testing.T, steps ...llmtest.Step) *gatedBundle {
 		t.Fatal(err)
 	}
 	log, app, err := commitlog.New(0, rpc.Genesis)
+	if n := len(hist); n > 0 {
+		log, app, err = commitlog.NewWithHistory(hist[n-1].Rev, hist[n-1].Hash, hist)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -207,6 +216,31 @@ func TestEdgeApprovedCallRuns(t *testing.T) {
 		}
 		if n := len(g.ofType(t, rpc.EventInjectedInstruction)); n != 1 {
 			t.Errorf("%d approval events, want one", n)
+		}
+		g.srv.Done()
+	})
+
+	t.Run("OutcomeTheResumedTailTookIsDropped", func(t *testing.T) {
+		t.Parallel()
+		// The previous session took approval appr-9 and choird holds the
+		// event; the outcome pushed again at the hello runs nothing.
+		ev := rpc.Event{Rev: 1, Type: rpc.EventInjectedInstruction, Lane: "edge", CreatedAt: time.Now(),
+			Payload: json.RawMessage(`{"source":"approval","approval_id":"appr-9","status":"approved","text":"Approval appr-9 was approved."}`)}
+		if err := ev.Seal(rpc.Genesis); err != nil {
+			t.Fatal(err)
+		}
+		g := setupGatedOn(t, []rpc.Event{ev}, llmtest.Text("hello"))
+		g.edge.ResolveApproval(lane.ApprovalResolution{ApprovalID: "appr-9", Status: "approved", ResolvedBy: "telegram:dm-1",
+			ResolvedAt: time.Now(), RequestType: "ext.files.delete", Payload: json.RawMessage(`{"path":"old.txt"}`)})
+		g.edge.Deliver(lane.UserMessage{Text: "hi"})
+		if got := g.out.next(t); got != "hello" {
+			t.Fatalf("answer = %q", got)
+		}
+		if n := g.tool.runs.Load(); n != 0 {
+			t.Errorf("the approved call ran %d times in the session after the one that took it", n)
+		}
+		if n := len(g.ofType(t, rpc.EventInjectedInstruction)); n != 1 {
+			t.Errorf("%d approval events, want the one of the tail", n)
 		}
 		g.srv.Done()
 	})

@@ -102,6 +102,13 @@ func (e *Edge) approvedCall(r ApprovalResolution) (def *tool.Def, input json.Raw
 // the model a turn to tell the user.
 func (e *Edge) takeApprovals(ctx context.Context, rs []ApprovalResolution) (seen []llm.Message, ran bool, err error) {
 	for i, r := range rs {
+		if _, _, runs := e.approvedCall(r); runs && e.CoresRunning() {
+			// The edge may run only read-only tools while a core job runs
+			// (spec 7.2): the call waits, untaken, for the next wake after
+			// the jobs end (a job's report wakes the lane).
+			e.deferApproval(ctx, r)
+			continue
+		}
 		if !e.takeApproval(r.ApprovalID) {
 			e.cfg.Logger.InfoContext(ctx, "approval outcome already taken; dropped", slog.String("approval_id", r.ApprovalID))
 			continue
@@ -123,6 +130,15 @@ func (e *Edge) takeApprovals(ctx context.Context, rs []ApprovalResolution) (seen
 		seen, ran = append(seen, res), true
 	}
 	return seen, ran, nil
+}
+
+// deferApproval puts an outcome back in the mailbox, without waking the
+// lane.
+func (e *Edge) deferApproval(ctx context.Context, r ApprovalResolution) {
+	e.cfg.Logger.InfoContext(ctx, "approved call waits for the core jobs to end", slog.String("approval_id", r.ApprovalID))
+	e.mu.Lock()
+	e.box.approvals = append(e.box.approvals, r)
+	e.mu.Unlock()
 }
 
 // untake forgets outcomes not taken after all (their event was never

@@ -8,10 +8,11 @@
 -- on it once: an approved gated call runs then, the outcome reaches the
 -- lane, and its committed event is the acknowledgement.
 ALTER TABLE choir_control.pending_approvals ADD COLUMN outcome_taken_at timestamptz;
--- Outcomes already pushed before this column existed were acted on the
--- old way (the model called again): they are not pushed again.
-UPDATE choir_control.pending_approvals SET outcome_taken_at = outcome_pushed_at
- WHERE outcome_pushed_at IS NOT NULL;
+-- Outcomes resolved before this column existed belong to the old way (the
+-- model called again once told): none is pushed again, so that upgrading
+-- never runs a call approved long ago by itself.
+UPDATE choir_control.pending_approvals SET outcome_taken_at = coalesce(outcome_pushed_at, resolved_at)
+ WHERE status <> 'pending';
 CREATE INDEX pending_approvals_untaken ON choir_control.pending_approvals (agent_id, resolved_at)
     WHERE status <> 'pending' AND outcome_taken_at IS NULL;
 

@@ -5,10 +5,13 @@ import (
 	"encoding/json"
 	"net"
 	"net/url"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/google/uuid"
@@ -155,16 +158,20 @@ func approvalActsAtOnce(t *testing.T, runtime string) {
 	w.checkSentOnce(t, "4")
 	w.waitTaken(t, id)
 
+	if runtime == "process" {
+		w.crashBetweenPushAndTake(t, "5")
+	}
+
 	for _, r := range []string{"2", "3"} {
 		if n, _ := w.model.woke(r); n != 0 || len(w.sentWith("Report "+r)) != 0 {
 			t.Errorf("report %s, not approved: %d turns of the agent's own, %d mails", r, n, len(w.sentWith("Report "+r)))
 		}
 	}
-	// The user wrote four times, once per report, and nothing else.
+	// The user wrote once per report, and nothing else.
 	var users int
 	w.pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.inbox WHERE kind = 'message'`).Scan(&users)
-	if users != 4 {
-		t.Errorf("%d messages from the user, want the four requests", users)
+	if want := map[string]int{"process": 5, "docker": 4}[runtime]; users != want {
+		t.Errorf("%d messages from the user, want the %d requests", users, want)
 	}
 	stopAgent(t, w.d.Daemon, "assistant")
 }
@@ -324,4 +331,72 @@ func (w *wakeEnv) textsWith(sub string) []string {
 		}
 	}
 	return out
+}
+
+// crashBetweenPushAndTake has the agent die after choird pushed an
+// approval's outcome and before the agent took it: the agent is frozen
+// (SIGSTOP) before the approval, so the push waits unread, then killed.
+// The agent started again is pushed the outcome at its hello, sends the
+// mail once and tells the DM.
+func (w *wakeEnv) crashBetweenPushAndTake(t *testing.T, n string) {
+	t.Helper()
+	ctx := context.Background()
+	req, id := w.ask(t, n)
+	var killed string
+	w.pool.QueryRow(ctx, `SELECT session_id::text FROM choir_control.sessions WHERE agent_id = 'assistant'
+		AND status = 'active'`).Scan(&killed)
+	signalAgents(t, w.Dir, syscall.SIGSTOP)
+	w.bot.PressButton(userAlice, req.MessageID, req.Keyboard()[0][0].Data)
+	waitUntil(t, "the outcome pushed to the frozen agent", func() bool {
+		var pushed bool
+		w.pool.QueryRow(ctx, `SELECT outcome_pushed_at IS NOT NULL FROM choir_control.pending_approvals
+			WHERE approval_id = $1`, id).Scan(&pushed)
+		return pushed
+	})
+	killAgents(t, w.Dir)
+	waitUntil(t, "choird ending the killed session", func() bool {
+		var live bool
+		w.pool.QueryRow(ctx, `SELECT count(*) > 0 FROM choir_control.sessions WHERE session_id::text = $1
+			AND status IN ('starting', 'active', 'stopping')`, killed).Scan(&live)
+		return !live
+	})
+	var taken bool
+	w.pool.QueryRow(ctx, `SELECT outcome_taken_at IS NOT NULL FROM choir_control.pending_approvals
+		WHERE approval_id = $1`, id).Scan(&taken)
+	if taken || len(w.sentWith("Report "+n)) != 0 {
+		t.Fatalf("the killed agent took the outcome (%v) or sent the mail (%d)", taken, len(w.sentWith("Report "+n)))
+	}
+	if _, err := w.d.AgentStart(ctx, control.Scope{Admin: true, Actor: actorAdmin}, "assistant",
+		admin.StartOverrides{Email: "primary"}); err != nil {
+		t.Fatal(err)
+	}
+	waitSentTo(t, w.bot, userAlice, "the agent's report after the crash", containsText("Reported: report "+n+" went out."))
+	w.checkSentOnce(t, n)
+	w.waitTaken(t, id)
+}
+
+// signalAgents sends sig to every agent process group a choird on home
+// started and that still runs (the process runtime's state files name
+// them).
+func signalAgents(t *testing.T, home string, sig syscall.Signal) {
+	t.Helper()
+	files, _ := filepath.Glob(filepath.Join(home, "run", "process", "*.json"))
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		var rec struct {
+			Pid    int  `json:"pid"`
+			Exited bool `json:"exited"`
+		}
+		if json.Unmarshal(b, &rec) != nil || rec.Exited || rec.Pid <= 0 {
+			continue
+		}
+		if pgid, err := syscall.Getpgid(rec.Pid); err == nil && pgid == rec.Pid {
+			if err := syscall.Kill(-rec.Pid, sig); err != nil {
+				t.Fatalf("signal agent process group %d: %v", rec.Pid, err)
+			}
+		}
+	}
 }

@@ -18,8 +18,9 @@ import (
 // requests. They wait in a mailbox and are applied by the lane's own
 // goroutine at a safe point (spec 7.8): between model steps of a running
 // turn, once every tool result of the step is committed, or at once when
-// the lane is IDLE. No request makes the lane call the model by itself;
-// a compaction request starts the working memory's compaction beside it.
+// the lane is IDLE. Only an approved call that ran makes an IDLE lane call
+// the model by itself, to tell the user (approved.go); a compaction
+// request starts the working memory's compaction beside the lane.
 
 // Injection is an instruction the user added with /inject: appended to the
 // edge's context at the next safe point, never queued as a message.

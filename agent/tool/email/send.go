@@ -327,7 +327,9 @@ func (s *sender) approve(ctx context.Context, account, key string, in *sendInput
 			Fix:     "do not send it; ask the user what to change"}), false
 	}
 	out.Status, out.Request = "pending_approval", summary
-	out.OnApproved = "Choir sends it now, with exactly the approved input; its result follows."
+	// OnApproved is shown only when Choir cannot send the approved mail
+	// itself (a choird that pushes outcomes without their payload).
+	out.OnApproved = "Nothing was sent yet: call choir.email.send again with exactly the same input to send it now."
 	out.Note = "Filed for a person to approve; nothing was sent. Once the approval is granted, Choir sends exactly this mail " +
 		"for you and the result appears in your context; do not call choir.email.send for it again."
 	s.cfg.Logger.InfoContext(ctx, "email awaits approval", "account", account, "approval_id", resp.ApprovalID)

@@ -3,10 +3,11 @@
 // rejected by its timeout. It owns the pending_approvals rows, the words
 // the chat is shown, the approval_timeout job, the one conditional UPDATE
 // by which approve, reject and timeout race (exactly one wins), and
-// telling the agent the outcome until its replicated log shows it taken. What follows an outcome (a schedule
-// armed, a proposal applied) is not hard-coded here: the feature that owns
-// a request type registers a Kind for it at wiring time, and its
-// ResolvedTx runs in the transaction that resolved the approval.
+// telling the agent the outcome until its replicated log shows it taken.
+// What follows an outcome (a schedule armed, a proposal applied) is not
+// hard-coded here: the feature that owns a request type registers a Kind
+// for it at wiring time, and its ResolvedTx runs in the transaction that
+// resolved the approval.
 package approval
 
 import (

@@ -31,8 +31,9 @@ import (
 // a session that dies before then lost the event with it, and the next
 // session is pushed the outcome again and runs the call; once choird holds
 // the event it never pushes the outcome again, so the call never runs
-// twice. A session that dies while the call runs leaves it run at most
-// once.
+// twice. A session that ends while it waits for that acknowledgement
+// gives the outcome back (release) in the same flush. A session that dies
+// while the call runs leaves it run at most once.
 
 // approvedCallID is the call ID of the run of approval id's gated call.
 func approvedCallID(id string) string { return "approved-" + id }
@@ -49,7 +50,11 @@ func (e *Edge) takeApproval(id string) bool {
 		head, _ := e.cfg.Log.Head()
 		if evs, err := e.cfg.Log.Range(e.cfg.Log.Oldest(), head); err == nil {
 			for _, ev := range evs {
-				if id := approvalIDOf(ev); id != "" {
+				switch id, released := approvalIDOf(ev); {
+				case id == "":
+				case released:
+					delete(e.box.taken, id)
+				default:
 					e.box.taken[id] = struct{}{}
 				}
 			}
@@ -62,16 +67,17 @@ func (e *Edge) takeApproval(id string) bool {
 	return true
 }
 
-// approvalIDOf returns the approval whose outcome an event took, or "".
-func approvalIDOf(ev rpc.Event) string {
+// approvalIDOf returns the approval whose outcome an event took, or gave
+// back (released), or "".
+func approvalIDOf(ev rpc.Event) (id string, released bool) {
 	if ev.Type != rpc.EventInjectedInstruction {
-		return ""
+		return "", false
 	}
 	var p approvalEvent
 	if json.Unmarshal(ev.Payload, &p) != nil || p.Source != approvalSource {
-		return ""
+		return "", false
 	}
-	return p.ApprovalID
+	return p.ApprovalID, p.Released
 }
 
 // approvedCall is the call an approval lets run: its tool and the input
@@ -156,6 +162,7 @@ func (e *Edge) untake(rs []ApprovalResolution) {
 func (e *Edge) runApproved(ctx context.Context, r ApprovalResolution, def *tool.Def, input json.RawMessage, ev rpc.Event) (llm.Message, error) {
 	if e.cfg.FlushFunc != nil {
 		if err := e.cfg.FlushFunc(ctx, ev.Rev); err != nil {
+			e.release(ctx, r)
 			return llm.Message{}, fmt.Errorf("approval %s: choird did not acknowledge its outcome, so the call did not run: %w",
 				r.ApprovalID, err)
 		}
@@ -171,6 +178,22 @@ func (e *Edge) runApproved(ctx context.Context, r ApprovalResolution, def *tool.
 		slog.String("tool", def.Name()), slog.Bool("rejected", out.Rejected != nil))
 	return llm.SystemMessage(fmt.Sprintf("Approval %s: Choir ran the approved %s call (call %s) with exactly the approved input. "+
 		"Its result: %s", r.ApprovalID, def.Name(), approvedCallID(r.ApprovalID), out.ForModel())), nil
+}
+
+// release gives back an outcome whose call could not run (the session
+// ends, or choird cannot be reached): an event that choird, seeing it
+// with the one that took the outcome, does not count as taken, so the
+// next session is pushed the outcome again. The session's last flush
+// carries both; one that never reaches choird leaves neither.
+func (e *Edge) release(ctx context.Context, r ApprovalResolution) {
+	e.untake([]ApprovalResolution{r})
+	ev := approvalEvent{Source: approvalSource, ApprovalID: r.ApprovalID, Status: r.Status, ResolvedBy: r.ResolvedBy,
+		ResolvedAt: r.ResolvedAt.UTC(), Released: true,
+		Text: fmt.Sprintf("Approval %s: its call did not run in this session; Choir runs it in the next.", r.ApprovalID)}
+	if _, err := e.cfg.Arbiter.Commit(context.WithoutCancel(ctx), rpc.EventInjectedInstruction, "edge", ev); err != nil {
+		e.cfg.Logger.WarnContext(ctx, "approval not released", slog.String("approval_id", r.ApprovalID),
+			slog.String("error", err.Error()))
+	}
 }
 
 // approvalTurnNote closes the prompt of the turn an approved call starts:

@@ -77,6 +77,9 @@ type gatedBundle struct {
 	decider *decider
 	// flushed are the revisions the lane awaited choird's ack of.
 	flushed chan int64
+	// failFlushes is how many flushes fail next, as when the session
+	// ends before choird acknowledges.
+	failFlushes atomic.Int32
 }
 
 func setupGated(t *testing.T, steps ...llmtest.Step) *gatedBundle {
@@ -106,6 +109,9 @@ func setupGatedOn(t *testing.T, hist []rpc.Event, steps ...llmtest.Step) *gatedB
 	g.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, LLM: &llm.Client{}, Model: srv.Model, Out: g.out,
 		Identity: lane.Identity{Instructions: "You are the edge lane."},
 		FlushFunc: func(_ context.Context, rev int64) error {
+			if g.failFlushes.Add(-1) >= 0 {
+				return context.Canceled
+			}
 			if acked, _ := log.Head(); acked < rev {
 				return fmt.Errorf("flush to %d beyond the head %d", rev, acked)
 			}
@@ -241,6 +247,36 @@ func TestEdgeApprovedCallRuns(t *testing.T) {
 		}
 		if n := len(g.ofType(t, rpc.EventInjectedInstruction)); n != 1 {
 			t.Errorf("%d approval events, want the one of the tail", n)
+		}
+		g.srv.Done()
+	})
+
+	t.Run("OutcomeNotAcknowledgedIsGivenBack", func(t *testing.T) {
+		t.Parallel()
+		var id string
+		g := setupGated(t, append(askToDelete(&id), llmtest.Text("Done: old.txt is deleted."))...)
+		g.edge.Deliver(lane.UserMessage{Text: "delete old.txt"})
+		g.out.next(t)
+		// The session ends while the lane waits for choird's ack: the call
+		// does not run, and the outcome is given back in the log.
+		g.failFlushes.Store(1)
+		r := lane.ApprovalResolution{ApprovalID: id, Status: "approved", ResolvedBy: "telegram:dm-1", ResolvedAt: time.Now(),
+			RequestType: "ext.files.delete", Payload: json.RawMessage(`{"path":"old.txt"}`)}
+		g.edge.ResolveApproval(r)
+		evs := g.waitEvent(t, rpc.EventInjectedInstruction, 2)
+		if p := payload(t, evs[1]); p["approval_id"] != id || p["released"] != true {
+			t.Errorf("second approval event = %s, want the outcome released", evs[1].Payload)
+		}
+		if n := g.tool.runs.Load(); n != 0 {
+			t.Fatalf("the call ran %d times without choird's ack", n)
+		}
+		// Pushed again (in the next session, or this one): it runs now.
+		g.edge.ResolveApproval(r)
+		if got := g.out.next(t); got != "Done: old.txt is deleted." {
+			t.Fatalf("the lane told the user %q", got)
+		}
+		if n := g.tool.runs.Load(); n != 1 {
+			t.Errorf("the call ran %d times, want once", n)
 		}
 		g.srv.Done()
 	})

@@ -74,6 +74,9 @@ type approvalEvent struct {
 	Tool       string    `json:"tool,omitempty"`
 	CallID     string    `json:"call_id,omitempty"`
 	Text       string    `json:"text"`
+	// Released gives an outcome back: its approved call could not run in
+	// this session, and choird pushes it to the next (approved.go).
+	Released bool `json:"released,omitempty"`
 }
 
 // cancelEvent is the payload of a cancelled event.

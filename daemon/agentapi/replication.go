@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -226,8 +227,10 @@ func deliveredInboxIDs(events []rpc.Event) []int64 {
 
 // takenApprovalIDs returns the approvals whose outcome the events show the
 // agent took: an injected_instruction of source "approval" (agent/lane
-// commits one per outcome, once). HeartbeatApply marks them taken, so they
-// are not pushed to the agent's next session again.
+// commits one per outcome, once), not given back by a later one marked
+// released (the session ended before the approved call could run).
+// HeartbeatApply marks them taken, so they are not pushed to the agent's
+// next session again.
 func takenApprovalIDs(events []rpc.Event) []string {
 	var ids []string
 	for _, e := range events {
@@ -237,11 +240,16 @@ func takenApprovalIDs(events []rpc.Event) []string {
 		var p struct {
 			Source     string `json:"source"`
 			ApprovalID string `json:"approval_id"`
+			Released   bool   `json:"released"`
 		}
 		if json.Unmarshal(e.Payload, &p) != nil || p.Source != "approval" {
 			continue
 		}
-		if _, err := uuid.Parse(p.ApprovalID); err == nil {
+		if _, err := uuid.Parse(p.ApprovalID); err != nil {
+			continue
+		}
+		ids = slices.DeleteFunc(ids, func(id string) bool { return id == p.ApprovalID })
+		if !p.Released {
 			ids = append(ids, p.ApprovalID)
 		}
 	}

@@ -20,10 +20,10 @@ import (
 )
 
 // TestApprovedSaysWhatHappensNext approves one approval of each kind that
-// is not a proposal and reads the outcome message: none claims that
-// anything executes, because nothing does at the moment of approval. An
-// approved reminder is armed and says when it fires; an approved call
-// says that it has not run and runs when the agent makes it again.
+// is not a proposal and reads the outcome message, which says what
+// happens next: an approved reminder is armed and says when it fires; an
+// approved gated call says that it runs now (the agent runs it as soon as
+// it is told) and that the agent reports what came of it.
 func TestApprovedSaysWhatHappensNext(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()

@@ -97,7 +97,7 @@ func (s *sender) Spec() tool.Spec {
 		LLM: tool.LLMView{Name: NameSend, Parameters: sendParams,
 			Description: "Send an email from your email account: to, cc, bcc, subject, a text body, an optional HTML body, " +
 				"and workspace files as attachments. If the account requires approval, the first call files the request and " +
-				"returns status pending_approval; call again with the same input once it is approved."},
+				"returns status pending_approval; once a person approves it, Choir sends exactly that mail for you and tells you the result."},
 		Runtime: tool.Runtime{TimeoutMS: 120_000, Network: true, SideEffect: tool.SideEffectExternal, Version: "1.0",
 			SecretResources: s.cfg.secrets(), Locks: []tool.LockTemplate{{Resource: sendLock, Mode: tool.ModeExclusive}}},
 	}

@@ -286,6 +286,30 @@ func (o *outbound) Send(ctx context.Context, m lane.OutboundMessage) error {
 	}
 }
 
+// flushTo returns once choird has acknowledged the log through rev,
+// retrying while choird is unreachable or restarting, until ctx ends. The
+// edge lane awaits it before an approved call runs (lane.EdgeConfig
+// FlushFunc).
+func (o *outbound) flushTo(ctx context.Context, rev int64) error {
+	backoff := time.Duration(0)
+	for attempt := 1; ; attempt++ {
+		err := o.hb.flushTo(ctx, rev)
+		if err == nil || ctx.Err() != nil || !outboundRetryable(err) {
+			return err
+		}
+		backoff = min(max(2*backoff, 100*time.Millisecond), 2*time.Second)
+		if attempt == 1 || attempt%20 == 0 {
+			o.logger.Warn("log not yet acknowledged; retrying", slog.Int64("rev", rev), slog.Int("attempt", attempt),
+				slog.String("error", err.Error()))
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(backoff):
+		}
+	}
+}
+
 // outboundRetryable reports whether a failed flush or SEND_OUTBOUND may
 // succeed later: choird unreachable, restarting or busy, or the log not
 // yet acknowledged.

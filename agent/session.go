@@ -276,8 +276,8 @@ func (s *session) restore() error {
 	s.status = &statusReporter{client: s.client, logger: s.logger, kick: make(chan struct{}, 1)}
 	inj := tool.NewInjector(s.tools, tool.InjectorConfig{Mode: tool.Mode(s.dyn.Load().ToolMode), Search: s.toolSearch})
 	s.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: s.arb, Log: log, Tools: s.tools, Skills: s.skills, LLM: &llm.Client{Gate: s.meter},
-		Injector: inj,
-		Model:    s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,
+		Injector: inj, FlushFunc: s.out.flushTo,
+		Model: s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,
 		Budgets:                    edgeBudgets(s.dyn.Load().Budgets),
 		RateLimitDelay:             time.Duration(s.dyn.Load().RateLimitRetryMS) * time.Millisecond,
 		CompactionThresholdPercent: func() int { return s.dyn.Load().CompactionThresholdPercent },
@@ -455,11 +455,12 @@ func (s *session) onInjection(in *rpc.Injection) {
 	}
 }
 
-// onApprovalResolved brings an approval's outcome to the edge lane.
+// onApprovalResolved brings an approval's outcome to the edge lane, which
+// takes it once and runs an approved gated call at once.
 func (s *session) onApprovalResolved(r *rpc.ApprovalResolved) {
 	s.decisions.Resolve(r.ApprovalID, r.Status) // choir.email.send acts on its approvals itself
 	s.edge.ResolveApproval(lane.ApprovalResolution{ApprovalID: r.ApprovalID, Status: string(r.Status),
-		ResolvedBy: r.ResolvedBy, ResolvedAt: r.ResolvedAt})
+		ResolvedBy: r.ResolvedBy, ResolvedAt: r.ResolvedAt, RequestType: r.RequestType, Payload: r.Payload})
 	s.logger.Info("approval resolved", slog.String("approval_id", r.ApprovalID), slog.String("status", string(r.Status)))
 }
 

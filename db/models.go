@@ -100,6 +100,7 @@ type ChoirControlPendingApproval struct {
 	ResolvedAt      *time.Time      `json:"resolved_at"`
 	ResolvedBy      *string         `json:"resolved_by"`
 	OutcomePushedAt *time.Time      `json:"outcome_pushed_at"`
+	OutcomeTakenAt  *time.Time      `json:"outcome_taken_at"`
 }
 
 type ChoirControlProposal struct {

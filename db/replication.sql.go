@@ -63,12 +63,19 @@ WITH head AS (
       FROM ok
      WHERE i.inbox_id = ANY ($18::bigint[]) AND i.agent_id = ok.agent_id AND i.delivered_at IS NULL
     RETURNING 1
+), taken AS (
+    UPDATE choir_control.pending_approvals a SET outcome_taken_at = now()
+      FROM ok
+     WHERE a.approval_id = ANY (CAST($19::text[] AS uuid[])) AND a.agent_id = ok.agent_id
+       AND a.status <> 'pending' AND a.outcome_taken_at IS NULL
+    RETURNING 1
 )
 SELECT h.status, h.acked_rev, h.acked_hash::bytea AS acked_hash,
        (SELECT count(*) FROM appended)::bigint AS appended,
        EXISTS (SELECT 1 FROM acked) AS applied,
        (SELECT count(*) FROM snapshot)::bigint AS snapshots,
        (SELECT count(*) FROM delivered)::bigint AS delivered,
+       (SELECT count(*) FROM taken)::bigint AS approvals_taken,
        (SELECT coalesce(max(version), 0) FROM choir_control.config_versions)::bigint AS config_version_latest
   FROM head h
 `
@@ -92,6 +99,7 @@ type HeartbeatApplyParams struct {
 	SnapshotHash        []byte          `json:"snapshot_hash"`
 	SnapshotStateSha256 []byte          `json:"snapshot_state_sha256"`
 	InboxIds            []int64         `json:"inbox_ids"`
+	ApprovalIds         []string        `json:"approval_ids"`
 }
 
 type HeartbeatApplyRow struct {
@@ -102,6 +110,7 @@ type HeartbeatApplyRow struct {
 	Applied             bool   `json:"applied"`
 	Snapshots           int64  `json:"snapshots"`
 	Delivered           int64  `json:"delivered"`
+	ApprovalsTaken      int64  `json:"approvals_taken"`
 	ConfigVersionLatest int64  `json:"config_version_latest"`
 }
 
@@ -115,8 +124,10 @@ type HeartbeatApplyRow struct {
 // trigger re-checks the chain set-wise, so no caller can store a broken one.
 // The inbox rows the new events name (inbox_ids) are marked delivered in
 // the same statement, so that a message is in the durable log exactly when
-// its row says so. Being one statement, it is one transaction without
-// BEGIN and COMMIT around it. The head row is locked FOR NO KEY UPDATE,
+// its row says so. Likewise the approvals whose outcome the new events
+// show taken (approval_ids, as text for the reason session_id is) are
+// marked taken. Being one statement, it is one transaction without BEGIN
+// and COMMIT around it. The head row is locked FOR NO KEY UPDATE,
 // which serialises heartbeats and status changes of the session as FOR
 // UPDATE would, but not the key-share locks that foreign keys to the
 // session take: an inbox row being marked pushed to this session (which
@@ -148,6 +159,7 @@ func (q *Queries) HeartbeatApply(ctx context.Context, arg HeartbeatApplyParams) 
 		arg.SnapshotHash,
 		arg.SnapshotStateSha256,
 		arg.InboxIds,
+		arg.ApprovalIds,
 	)
 	var i HeartbeatApplyRow
 	err := row.Scan(
@@ -158,6 +170,7 @@ func (q *Queries) HeartbeatApply(ctx context.Context, arg HeartbeatApplyParams) 
 		&i.Applied,
 		&i.Snapshots,
 		&i.Delivered,
+		&i.ApprovalsTaken,
 		&i.ConfigVersionLatest,
 	)
 	return i, err

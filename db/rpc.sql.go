@@ -54,7 +54,7 @@ func (q *Queries) ApprovalCreate(ctx context.Context, arg ApprovalCreateParams) 
 }
 
 const approvalGetByRequest = `-- name: ApprovalGetByRequest :one
-SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at FROM choir_control.pending_approvals
+SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at, outcome_taken_at FROM choir_control.pending_approvals
  WHERE request_id = $1
    AND (session_id = $2 OR (agent_id = $3 AND request_id LIKE 'approval:ck-%'))
  ORDER BY created_at
@@ -87,6 +87,7 @@ func (q *Queries) ApprovalGetByRequest(ctx context.Context, arg ApprovalGetByReq
 		&i.ResolvedAt,
 		&i.ResolvedBy,
 		&i.OutcomePushedAt,
+		&i.OutcomeTakenAt,
 	)
 	return i, err
 }

@@ -57,6 +57,16 @@ type tgEnv struct {
 // default DM), DM boss (admin); edit may change it before it is written.
 func newTGEnv(t testing.TB, llm *llmtest.Server, edit func(*config.Config)) *tgEnv {
 	t.Helper()
+	return newTGEnvSecrets(t, llm, func(c *config.Config, _ config.Secrets) {
+		if edit != nil {
+			edit(c)
+		}
+	})
+}
+
+// newTGEnvSecrets is newTGEnv whose edit may add secrets too.
+func newTGEnvSecrets(t testing.TB, llm *llmtest.Server, edit func(*config.Config, config.Secrets)) *tgEnv {
+	t.Helper()
 	h := choirdtest.WriteHome(t, choirdtest.Options{ModelEndpoint: llm.BaseURL(), FastHeartbeat: true,
 		Edit: func(cfg *config.Config, secrets config.Secrets) {
 			cfg.Gateways[gatewayTG] = config.Gateway{Type: config.GatewayTelegram, Secret: "telegram-bot"}
@@ -67,7 +77,7 @@ func newTGEnv(t testing.TB, llm *llmtest.Server, edit func(*config.Config)) *tgE
 			a.Defaults.DM = dmAlice
 			cfg.Agents["assistant"] = a
 			if edit != nil {
-				edit(cfg)
+				edit(cfg, secrets)
 			}
 		}})
 	srv := telegramtest.NewServer(t)

@@ -33,11 +33,13 @@ SELECT a.* FROM choir_control.pending_approvals a
 UPDATE choir_control.pending_approvals SET outcome_pushed_at = now()
  WHERE approval_id = @approval_id AND status <> 'pending';
 
--- name: ApprovalOutcomesUnpushed :many
--- ApprovalOutcomesUnpushed lists an agent's resolved approvals whose
--- outcome no session of it has been told, oldest first.
+-- name: ApprovalOutcomesUntaken :many
+-- ApprovalOutcomesUntaken lists an agent's resolved approvals whose
+-- outcome its replicated log does not show taken (outcome_taken_at, set by
+-- HeartbeatApply), oldest first: pushed or not, they are pushed again to
+-- a new session, which acts on each once.
 SELECT * FROM choir_control.pending_approvals
- WHERE agent_id = @agent_id AND status <> 'pending' AND outcome_pushed_at IS NULL
+ WHERE agent_id = @agent_id AND status <> 'pending' AND outcome_taken_at IS NULL
  ORDER BY resolved_at, approval_id
  LIMIT 100;
 

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -222,6 +223,11 @@ type ApprovalResolved struct {
 	// ResolvedBy is "choirctl:<user>", "telegram:<dm>" or "timeout".
 	ResolvedBy string    `json:"resolved_by"`
 	ResolvedAt time.Time `json:"resolved_at"`
+	// RequestType and Payload are what was asked, as choird stored and
+	// showed it: the agent runs an approved gated call with exactly this
+	// (for a runtime.approval tool the payload is the call's input).
+	RequestType string          `json:"request_type,omitempty"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
 }
 
 // Validate checks the resolution.
@@ -237,6 +243,9 @@ func (m *ApprovalResolved) Validate() error {
 	}
 	if m.ResolvedAt.IsZero() {
 		return check.Invalid("$.approval_resolved.resolved_at", "required")
+	}
+	if len(m.Payload) > 0 && !json.Valid(m.Payload) {
+		return check.Invalid("$.approval_resolved.payload", "not JSON")
 	}
 	return nil
 }

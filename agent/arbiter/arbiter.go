@@ -147,6 +147,8 @@ type Arbiter struct {
 	cfg     Config
 	commits chan commitReq
 	done    chan struct{}
+	// ran holds the approvals whose gated call has run (approvalgate.go).
+	ran approvedRuns
 }
 
 // New makes an arbiter; call Run to start its loop.

@@ -18,8 +18,9 @@ import (
 // requests. They wait in a mailbox and are applied by the lane's own
 // goroutine at a safe point (spec 7.8): between model steps of a running
 // turn, once every tool result of the step is committed, or at once when
-// the lane is IDLE. No request makes the lane call the model by itself;
-// a compaction request starts the working memory's compaction beside it.
+// the lane is IDLE. Only an approved call that ran makes an IDLE lane call
+// the model by itself, to tell the user (approved.go); a compaction
+// request starts the working memory's compaction beside the lane.
 
 // Injection is an instruction the user added with /inject: appended to the
 // edge's context at the next safe point, never queued as a message.
@@ -29,11 +30,15 @@ type Injection struct {
 }
 
 // ApprovalResolution is how an approval the lane asked for ended.
+// RequestType and Payload are what was approved, as choird showed it: an
+// approved gated call runs with exactly that (approved.go).
 type ApprovalResolution struct {
-	ApprovalID string    `json:"approval_id"`
-	Status     string    `json:"status"`
-	ResolvedBy string    `json:"resolved_by"`
-	ResolvedAt time.Time `json:"resolved_at"`
+	ApprovalID  string          `json:"approval_id"`
+	Status      string          `json:"status"`
+	ResolvedBy  string          `json:"resolved_by"`
+	ResolvedAt  time.Time       `json:"resolved_at"`
+	RequestType string          `json:"request_type,omitempty"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
 }
 
 // ErrDuplicateInbox is returned for a message or injection whose inbox row
@@ -69,6 +74,9 @@ type approvalEvent struct {
 	Tool       string    `json:"tool,omitempty"`
 	CallID     string    `json:"call_id,omitempty"`
 	Text       string    `json:"text"`
+	// Released gives an outcome back: its approved call could not run in
+	// this session, and choird pushes it to the next (approved.go).
+	Released bool `json:"released,omitempty"`
 }
 
 // cancelEvent is the payload of a cancelled event.
@@ -94,6 +102,9 @@ type mailbox struct {
 	// stop is set once the lane is asked to end; it is never cleared.
 	stop       bool
 	stopReason string
+	// taken holds the approvals whose outcome this chain took
+	// (approved.go); nil until first needed.
+	taken map[string]struct{}
 }
 
 // wakeUp tells the lane's goroutine that its mailbox has something.
@@ -135,7 +146,9 @@ func (e *Edge) Inject(in Injection) error {
 }
 
 // ResolveApproval brings an approval's outcome into the lane's context at
-// its next safe point. It causes no model call by itself.
+// its next safe point, once however often it is pushed. An approved gated
+// call runs then, and an IDLE lane takes a turn to tell the user what came
+// of it (approved.go); any other outcome causes no model call.
 func (e *Edge) ResolveApproval(r ApprovalResolution) {
 	e.mu.Lock()
 	e.box.approvals = append(e.box.approvals, r)
@@ -201,13 +214,14 @@ func (e *Edge) safePoint(ctx context.Context, msgs []llm.Message) ([]llm.Message
 	e.box.injections, e.box.approvals, e.box.compact, e.box.cancel = nil, nil, false, false
 	e.mu.Unlock()
 	// Approvals first: they are facts the model asked for; then what the
-	// user added.
-	for _, r := range box.approvals {
-		ev, err := e.commitApproval(ctx, r)
+	// user added. A stopping lane leaves them to the next session, which
+	// choird pushes them to again.
+	if !box.stop {
+		seen, _, err := e.takeApprovals(ctx, box.approvals)
+		msgs = append(msgs, seen...)
 		if err != nil {
 			return msgs, err
 		}
-		msgs = append(msgs, llm.SystemMessage(ev.Text))
 	}
 	for _, in := range box.injections {
 		if err := e.commitInjection(ctx, in); err != nil {
@@ -240,31 +254,42 @@ func (e *Edge) safePoint(ctx context.Context, msgs []llm.Message) ([]llm.Message
 	return msgs, nil
 }
 
+// approvalWake is a turn an IDLE lane owes once approved calls ran: the
+// head before their outcomes were taken, and what the model is shown of
+// them.
+type approvalWake struct {
+	before int64
+	seen   []llm.Message
+}
+
 // idle applies the mailbox while no turn runs. It reports whether the lane
-// must stop.
-func (e *Edge) idle(ctx context.Context) (stop bool, err error) {
+// must stop, and the turn it must take when approved calls ran.
+func (e *Edge) idle(ctx context.Context) (stop bool, wake *approvalWake, err error) {
 	e.mu.Lock()
 	box := e.box
 	e.box.injections, e.box.approvals, e.box.compact, e.box.cancel = nil, nil, false, false
 	e.mu.Unlock()
-	for _, r := range box.approvals {
-		if _, err := e.commitApproval(ctx, r); err != nil {
-			return false, err
-		}
-	}
 	if box.stop {
-		// Injections not committed stay undelivered in choird's inbox and
-		// come back with the next session.
-		return true, nil
+		// Injections and approval outcomes not committed stay untaken in
+		// choird and come back with the next session.
+		return true, nil, nil
+	}
+	before, _ := e.cfg.Log.Head()
+	seen, ran, err := e.takeApprovals(ctx, box.approvals)
+	if ran {
+		wake = &approvalWake{before: before, seen: seen}
+	}
+	if err != nil {
+		return false, wake, err
 	}
 	for _, in := range box.injections {
 		if err := e.commitInjection(ctx, in); err != nil {
-			return false, err
+			return false, wake, err
 		}
 	}
 	if e.jobs != nil {
 		if _, err := e.jobs.Deliver(ctx); err != nil {
-			return false, err
+			return false, wake, err
 		}
 	}
 	if box.compact {
@@ -272,7 +297,7 @@ func (e *Edge) idle(ctx context.Context) (stop bool, err error) {
 		e.requestCompaction(ctx, head)
 	}
 	e.checkIdle(ctx)
-	return false, nil
+	return false, wake, nil
 }
 
 func (e *Edge) commitInjection(ctx context.Context, in Injection) error {
@@ -283,7 +308,10 @@ func (e *Edge) commitInjection(ctx context.Context, in Injection) error {
 	return nil
 }
 
-func (e *Edge) commitApproval(ctx context.Context, r ApprovalResolution) (approvalEvent, error) {
+// commitApproval commits the event that takes an approval's outcome, the
+// one choird counts as its acknowledgement; runs says the approved call
+// runs now (approved.go).
+func (e *Edge) commitApproval(ctx context.Context, r ApprovalResolution, runs bool) (rpc.Event, approvalEvent, error) {
 	ev := approvalEvent{Source: approvalSource, ApprovalID: r.ApprovalID, Status: r.Status, ResolvedBy: r.ResolvedBy,
 		ResolvedAt: r.ResolvedAt.UTC()}
 	what := "your request"
@@ -297,15 +325,20 @@ func (e *Edge) commitApproval(ctx context.Context, r ApprovalResolution) (approv
 	}
 	ev.Text = fmt.Sprintf("Approval %s: %s was %s by %s.", r.ApprovalID, what, r.Status, r.ResolvedBy)
 	switch {
+	case runs:
+		ev.Text += " Choir runs exactly the approved call now; do not make it again."
 	case r.Status == string(rpc.ApprovalApproved) && call.onApproved != "":
 		ev.Text += " " + call.onApproved
 	case r.Status == string(rpc.ApprovalApproved):
 		ev.Text += " choird applies it; nothing is needed from you."
+	default:
+		ev.Text += " It did not run; the user was told."
 	}
-	if _, err := e.cfg.Arbiter.Commit(ctx, rpc.EventInjectedInstruction, "edge", ev); err != nil {
-		return ev, fmt.Errorf("commit approval %s: %w", r.ApprovalID, err)
+	committed, err := e.cfg.Arbiter.Commit(ctx, rpc.EventInjectedInstruction, "edge", ev)
+	if err != nil {
+		return committed, ev, fmt.Errorf("commit approval %s: %w", r.ApprovalID, err)
 	}
-	return ev, nil
+	return committed, ev, nil
 }
 
 // approvalCall is the call that filed an approval. onApproved is what the

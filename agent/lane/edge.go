@@ -103,7 +103,11 @@ type EdgeConfig struct {
 	// Injector decides how the model is offered the tools (direct,
 	// compact or discovery); nil: direct.
 	Injector *tool.Injector
-	Logger   *slog.Logger
+	// FlushFunc returns once choird has acknowledged the log through rev
+	// (or fails): an approved call runs only once choird holds the event
+	// that took its approval (approved.go). Nil: nothing is awaited.
+	FlushFunc func(ctx context.Context, rev int64) error
+	Logger    *slog.Logger
 }
 
 // UserMessage is one message from the user.
@@ -331,13 +335,20 @@ func (e *Edge) runLane(ctx context.Context) error {
 		e.set(EdgeIdle)
 		// IDLE is a safe point: what waits in the mailbox is applied before
 		// the next message is taken.
-		stop, err := e.idle(ctx)
+		stop, wake, err := e.idle(ctx)
 		if err != nil && ctx.Err() == nil {
 			e.cfg.Logger.ErrorContext(ctx, "edge lane failed at a safe point", slog.String("error", err.Error()))
 		}
 		if stop || ctx.Err() != nil {
 			e.set(EdgeTerminated)
 			return nil
+		}
+		if wake != nil {
+			// Approved calls ran: the model tells the user, unasked.
+			if end, err := e.endTurn(ctx, e.approvalTurn(ctx, wake.before, wake.seen)); end {
+				return err
+			}
+			continue
 		}
 		var m UserMessage
 		select {

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"time"
@@ -163,7 +164,7 @@ func applyParams(sessionID uuid.UUID, base int64, basePrev rpc.Hash, events []rp
 		Revs: make([]int64, n), EventTypes: make([]string, n), Lanes: make([]string, n),
 		Payloads: make([]string, n), HashPrevs: make([][]byte, n), Hashes: make([][]byte, n),
 		CreatedAts: make([]time.Time, n), NewRev: base, HashNew: basePrev[:], ConfigVersion: req.ConfigVersion,
-		InboxIds: deliveredInboxIDs(events)}
+		InboxIds: deliveredInboxIDs(events), ApprovalIds: takenApprovalIDs(events)}
 	for i := range events {
 		e := &events[i]
 		p.Revs[i], p.EventTypes[i], p.Lanes[i], p.Payloads[i] = e.Rev, string(e.Type), e.Lane, string(e.Payload)
@@ -219,6 +220,37 @@ func deliveredInboxIDs(events []rpc.Event) []int64 {
 		}
 		if p.InboxID > 0 {
 			ids = append(ids, p.InboxID)
+		}
+	}
+	return ids
+}
+
+// takenApprovalIDs returns the approvals whose outcome the events show the
+// agent took: an injected_instruction of source "approval" (agent/lane
+// commits one per outcome, once), not given back by a later one marked
+// released (the session ended before the approved call could run).
+// HeartbeatApply marks them taken, so they are not pushed to the agent's
+// next session again.
+func takenApprovalIDs(events []rpc.Event) []string {
+	var ids []string
+	for _, e := range events {
+		if e.Type != rpc.EventInjectedInstruction || !bytes.Contains(e.Payload, []byte(`"approval_id"`)) {
+			continue
+		}
+		var p struct {
+			Source     string `json:"source"`
+			ApprovalID string `json:"approval_id"`
+			Released   bool   `json:"released"`
+		}
+		if json.Unmarshal(e.Payload, &p) != nil || p.Source != "approval" {
+			continue
+		}
+		if _, err := uuid.Parse(p.ApprovalID); err != nil {
+			continue
+		}
+		ids = slices.DeleteFunc(ids, func(id string) bool { return id == p.ApprovalID })
+		if !p.Released {
+			ids = append(ids, p.ApprovalID)
 		}
 	}
 	return ids

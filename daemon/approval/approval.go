@@ -3,10 +3,11 @@
 // rejected by its timeout. It owns the pending_approvals rows, the words
 // the chat is shown, the approval_timeout job, the one conditional UPDATE
 // by which approve, reject and timeout race (exactly one wins), and
-// telling the agent the outcome. What follows an outcome (a schedule
-// armed, a proposal applied) is not hard-coded here: the feature that owns
-// a request type registers a Kind for it at wiring time, and its
-// ResolvedTx runs in the transaction that resolved the approval.
+// telling the agent the outcome until its replicated log shows it taken.
+// What follows an outcome (a schedule armed, a proposal applied) is not
+// hard-coded here: the feature that owns a request type registers a Kind
+// for it at wiring time, and its ResolvedTx runs in the transaction that
+// resolved the approval.
 package approval
 
 import (
@@ -20,9 +21,9 @@ import (
 )
 
 // A Kind is what the feature owning a request type registers for its
-// approvals. The zero Kind is a plain approval: its payload is shown whole,
-// and approving it runs nothing (the agent is told, and makes the call
-// again).
+// approvals. The zero Kind is a plain approval, a gated call of the
+// agent's: its payload is shown whole, and approving it runs nothing in
+// choird (the agent, told with the payload, runs exactly that call).
 type Kind struct {
 	// OwnParts says the feature queues the request's parts itself (a
 	// proposal's checker does), so RequestTx queues only the question.

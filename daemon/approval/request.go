@@ -188,9 +188,12 @@ func (r *Registry) ResolveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, 
 }
 
 // outcomeText is what the chat is told of an outcome: a timeout's own
-// words, else the kind's (Kind.OutcomeText), else the plain ones. Nothing
-// runs at the moment a plain approval is approved: the approved call runs
-// only when the agent, told of the approval, makes it again.
+// words, else the kind's (Kind.OutcomeText), else the plain ones. A plain
+// approval is a gated call of the agent's (an MCP tool, an email): the
+// agent, told of the approval, runs exactly the approved call at once (or
+// when it is back, if it is down) and its edge lane tells the chat what
+// came of it. A rejection or timeout is told here, once; the lane only
+// takes note of it.
 func outcomeText(ctx context.Context, tx pgx.Tx, k Kind, row db.ChoirControlPendingApproval, approve bool, by string) (string, error) {
 	if by == ResolvedByTimeout {
 		return fmt.Sprintf("Approval timed out: %s. Rejected automatically.", row.Summary), nil
@@ -202,8 +205,8 @@ func outcomeText(ctx context.Context, tx pgx.Tx, k Kind, row db.ChoirControlPend
 		}
 	}
 	if approve {
-		return fmt.Sprintf("Approved: %s. Nothing has run yet: the agent is told, and the call runs when it makes it again.",
-			row.Summary), nil
+		return fmt.Sprintf("Approved: %s. It runs now (or as soon as %s is back), and %s reports what came of it.",
+			row.Summary, row.AgentID, row.AgentID), nil
 	}
 	return fmt.Sprintf("Rejected: %s.", row.Summary), nil
 }

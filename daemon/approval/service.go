@@ -293,8 +293,9 @@ func (d *Service) Decide(ctx context.Context, sc control.Scope, id string, appro
 
 // Resolved tells the agent the outcome, and takes the buttons off
 // the request message. The outcome goes to the agent's live session, which
-// may be a later one than the requester's; an agent that is down is told at
-// its next session's hello (PushOutcomes). The buttons are best effort.
+// may be a later one than the requester's; an agent that is down, or that
+// ends before its log shows the outcome taken, is told at its next
+// session's hello (PushOutcomes). The buttons are best effort.
 func (d *Service) Resolved(ctx context.Context, r db.ChoirControlPendingApproval) {
 	a := approvalOf(r)
 	if s, err := seam.Queries(d.pool).SessionGetLiveByAgent(ctx, r.AgentID); err != nil || s.HelloAt == nil {
@@ -318,11 +319,16 @@ func (d *Service) Resolved(ctx context.Context, r db.ChoirControlPendingApproval
 	}
 }
 
-// pushOutcome pushes one approval's outcome to a session and records it.
+// pushOutcome pushes one approval's outcome to a session and records when.
+// The push carries what was approved (the request type and its stored
+// payload), so that the agent runs exactly that. Only the agent's
+// replicated log shows the outcome taken (HeartbeatApply sets
+// outcome_taken_at); until it does, every hello pushes it again.
 func (d *Service) pushOutcome(ctx context.Context, sessionID uuid.UUID, r db.ChoirControlPendingApproval) {
 	a := approvalOf(r)
 	_, err := d.rpc.Push(sessionID.String(), rpc.Push{Kind: rpc.PushApprovalResolved, ApprovalResolved: &rpc.ApprovalResolved{
-		ApprovalID: a.ID, Status: rpc.ApprovalStatus(a.Status), ResolvedBy: a.ResolvedBy, ResolvedAt: *a.ResolvedAt}})
+		ApprovalID: a.ID, Status: rpc.ApprovalStatus(a.Status), ResolvedBy: a.ResolvedBy, ResolvedAt: *a.ResolvedAt,
+		RequestType: r.RequestType, Payload: r.Payload}})
 	if err == nil {
 		err = seam.Queries(d.pool).ApprovalOutcomePushed(ctx, r.ApprovalID)
 	}
@@ -332,10 +338,12 @@ func (d *Service) pushOutcome(ctx context.Context, sessionID uuid.UUID, r db.Cho
 	}
 }
 
-// PushOutcomes tells a new session of the agent the outcomes of approvals
-// resolved while no session of it was there to hear them.
+// PushOutcomes tells a new session of the agent the outcomes its log does
+// not show taken: resolved while no session of it was there to hear them,
+// or pushed to a session that ended before it acted on them. The agent
+// drops an outcome it already took.
 func (d *Service) PushOutcomes(ctx context.Context, agentID string, sessionID uuid.UUID) {
-	rows, err := seam.Queries(d.pool).ApprovalOutcomesUnpushed(ctx, agentID)
+	rows, err := seam.Queries(d.pool).ApprovalOutcomesUntaken(ctx, agentID)
 	if err != nil {
 		d.logger.WarnContext(ctx, "list approval outcomes to push", slog.String("agent_id", agentID), slog.String("error", err.Error()))
 		return

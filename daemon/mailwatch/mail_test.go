@@ -157,10 +157,12 @@ func TestMailWakesAgentOnce(t *testing.T) {
 
 // approvalModel is the model of TestMailSendNeedsApproval: asked to send,
 // it calls choir.email.send, and calls it again with the same input when
-// told to go on; it keeps every tool result.
+// told to go on; it keeps every tool result, and the result of the send
+// Choir made itself once the mail was approved.
 type approvalModel struct {
-	mu      sync.Mutex
-	results []string
+	mu       sync.Mutex
+	results  []string
+	approved string
 }
 
 const approvalSend = `{"to": ["boss@choir.test"], "subject": "Weekly report", "text": "All green."}`
@@ -175,8 +177,21 @@ func (m *approvalModel) respond(_ context.Context, r *llmtest.Request) llmtest.S
 		return llmtest.Text("Done what I could.")
 	case last.Role == "user" && (strings.Contains(last.Content, "send the weekly report") || strings.Contains(last.Content, "go ahead")):
 		return llmtest.ToolCalls(llmtest.Call{Name: "choir.email.send", Arguments: approvalSend})
+	case last.Role == "system" && strings.Contains(last.Content, "No new message from the user"):
+		for _, msg := range r.Messages {
+			if strings.Contains(msg.Content, "Choir ran the approved choir.email.send call") {
+				m.approved = msg.Content
+			}
+		}
+		return llmtest.Text("The weekly report went out.")
 	}
 	return llmtest.Text("ok")
+}
+
+func (m *approvalModel) approvedRun() string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.approved
 }
 
 func (m *approvalModel) result(i int) (string, bool) {
@@ -192,8 +207,9 @@ var approvalIDRe = regexp.MustCompile(`"approval_id":"([0-9a-f-]{36})"`)
 
 // TestMailSendNeedsApproval runs the real agent on an account with
 // require_approval: the first send files an approval and sends nothing;
-// once a person approved it, the same send goes out, through the real
-// REQUEST_APPROVAL and approval_resolved of choird.
+// once a person approved it, the agent sends it at once, with no message
+// from the user, through the real REQUEST_APPROVAL and approval_resolved
+// of choird; the model's own call of it afterwards sends nothing more.
 func TestMailSendNeedsApproval(t *testing.T) {
 	t.Parallel()
 	srv := mailboxtest.Start(t)
@@ -228,15 +244,16 @@ func TestMailSendNeedsApproval(t *testing.T) {
 	if code, out, errs := choirctltest.Run(t, d.Home, "approval", "approve", m[1]); code != 0 {
 		t.Fatalf("approve: %s %s", out, errs)
 	}
-	choirdtest.WaitFor(t, "the agent told of the approval", d.Logs, func() bool {
-		return strings.Contains(d.Logs.String(), `"approval resolved"`) || strings.Contains(d.Logs.String(), "approval resolved")
-	})
+	choirdtest.WaitFor(t, "the approved send, unasked", d.Logs, func() bool { return model.approvedRun() != "" })
+	sent := srv.Sent()
+	if run := model.approvedRun(); !strings.Contains(run, `"status":"sent"`) || len(sent) != 1 || sent[0].To[0] != "boss@choir.test" {
+		t.Fatalf("after approval: %s, sent %+v", run, sent)
+	}
 	d.PushText(t, "assistant", "go ahead")
 	var second string
 	choirdtest.WaitFor(t, "the second send's result", d.Logs, func() bool { var ok bool; second, ok = model.result(1); return ok })
-	sent := srv.Sent()
-	if !strings.Contains(second, `"status":"sent"`) || len(sent) != 1 || sent[0].To[0] != "boss@choir.test" {
-		t.Fatalf("after approval: %s, sent %+v", second, sent)
+	if !strings.Contains(second, `"status":"already_sent"`) || len(srv.Sent()) != 1 {
+		t.Fatalf("the model's call after the approved send: %s, %d sent", second, len(srv.Sent()))
 	}
 }
 

@@ -20,10 +20,10 @@ import (
 )
 
 // TestApprovedSaysWhatHappensNext approves one approval of each kind that
-// is not a proposal and reads the outcome message: none claims that
-// anything executes, because nothing does at the moment of approval. An
-// approved reminder is armed and says when it fires; an approved call
-// says that it has not run and runs when the agent makes it again.
+// is not a proposal and reads the outcome message, which says what
+// happens next: an approved reminder is armed and says when it fires; an
+// approved gated call says that it runs now (the agent runs it as soon as
+// it is told) and that the agent reports what came of it.
 func TestApprovedSaysWhatHappensNext(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -88,12 +88,12 @@ func TestApprovedSaysWhatHappensNext(t *testing.T) {
 		}
 	})
 
-	t.Run("GatedCallSaysItHasNotRun", func(t *testing.T) {
+	t.Run("GatedCallSaysItRunsNow", func(t *testing.T) {
 		for _, typ := range []string{"choir.email.send", "mcp.files.delete"} {
 			a := b.NewApproval(t, typ+" something", time.Hour)
 			setType(t, &a, typ)
-			if text := approve(t, a); !strings.Contains(text, "Nothing has run yet") || !strings.Contains(text, "makes it again") {
-				t.Errorf("approved %s: %q; want that nothing has run and when it will", typ, text)
+			if text := approve(t, a); !strings.Contains(text, "It runs now") || !strings.Contains(text, "reports what came of it") {
+				t.Errorf("approved %s: %q; want that it runs now and who reports it", typ, text)
 			}
 		}
 	})

@@ -2,6 +2,8 @@ package choirdtest
 
 import (
 	"context"
+	"encoding/json"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -27,6 +29,11 @@ type StandIn struct {
 	done       chan struct{}
 	terminated atomic.Bool
 	beatErr    atomic.Pointer[error]
+	// mu serialises heartbeats: the background ones and Append's. rev
+	// and hash are the head choird acknowledged.
+	mu   sync.Mutex
+	rev  int64
+	hash rpc.Hash
 }
 
 // Push is a push and when it reached the stand-in.
@@ -57,6 +64,7 @@ func (c *Choird) StandIn(t testing.TB, agentID string, o admin.StartOverrides) *
 		cl.Close()
 		t.Fatalf("INIT_HELLO of the stand-in for %s: %v", agentID, err)
 	}
+	s.rev, s.hash = s.Hello.AckedRev, s.Hello.AckedHash
 	pctx, cancel := context.WithCancel(ctx)
 	s.cancel = cancel
 	beating := make(chan struct{})
@@ -96,13 +104,44 @@ func (s *StandIn) heartbeat(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		h := s.Hello
-		_, err := s.Client.Heartbeat(ctx, rpc.HeartbeatRequest{BaseRev: h.AckedRev, NewRev: h.AckedRev, Patches: []rpc.Event{},
-			ConfigVersion: h.ConfigVersion, HashPrev: h.AckedHash, HashNew: h.AckedHash, Timestamp: time.Now()})
+		s.mu.Lock()
+		_, err := s.Client.Heartbeat(ctx, rpc.HeartbeatRequest{BaseRev: s.rev, NewRev: s.rev, Patches: []rpc.Event{},
+			ConfigVersion: s.Hello.ConfigVersion, HashPrev: s.hash, HashNew: s.hash, Timestamp: time.Now()})
+		s.mu.Unlock()
 		if err != nil && ctx.Err() == nil && !s.terminated.Load() {
 			s.beatErr.CompareAndSwap(nil, &err)
 		}
 	}
+}
+
+// Append commits one event of the edge lane to the stand-in's log and
+// replicates it with a heartbeat, as an agent's log reaches choird.
+func (s *StandIn) Append(t testing.TB, typ rpc.EventType, payload any) {
+	t.Helper()
+	b, err := json.Marshal(payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e := rpc.Event{Rev: s.rev + 1, Type: typ, Lane: "edge", Payload: b, CreatedAt: time.Now()}
+	if err := e.Seal(s.hash); err != nil {
+		t.Fatal(err)
+	}
+	req := Patch([]rpc.Event{e}, s.rev, s.hash)
+	req.ConfigVersion = s.Hello.ConfigVersion
+	if _, err := s.Client.Heartbeat(context.Background(), req); err != nil {
+		t.Fatalf("heartbeat of the stand-in for %s with a %s event: %v", s.AgentID, typ, err)
+	}
+	s.rev, s.hash = e.Rev, e.Hash
+}
+
+// TakeApproval replicates the event by which an agent's edge lane takes an
+// approval's outcome, which choird counts as its acknowledgement.
+func (s *StandIn) TakeApproval(t testing.TB, approvalID string, status rpc.ApprovalStatus) {
+	t.Helper()
+	s.Append(t, rpc.EventInjectedInstruction, map[string]any{"source": "approval", "approval_id": approvalID,
+		"status": status, "text": "Approval " + approvalID + " was " + string(status) + "."})
 }
 
 // Next waits for the next push of kind, skipping others.

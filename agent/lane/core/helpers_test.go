@@ -65,6 +65,9 @@ type coreOpts struct {
 	overTools int64
 	// gate, when set, is both lanes' usage gate (a meter).
 	gate llm.Gate
+	// gatedTools adds test.ping, a tool every call of which needs a
+	// person's approval (runtime.approval).
+	gatedTools bool
 }
 
 // slowWriteScript is test.slow_write: it marks that it started, waits until
@@ -95,11 +98,31 @@ func slowToolDir(t testing.TB) string {
 	return dir
 }
 
+// gatedToolDir holds test.ping, which writes the file its input names;
+// every call of it needs a person's approval.
+func gatedToolDir(t testing.TB) string {
+	dir := t.TempDir()
+	tooltest.AddTool(t, dir, "ping", `{
+  "llm": {"name": "test.ping", "description": "Ping: write a file.",
+          "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                         "required": ["path"], "additionalProperties": false}},
+  "runtime": {"timeout_ms": 30000, "side_effect": "write", "version": "1.0", "approval": true,
+              "locks": [{"resource": "file:{path}", "mode": "X"}]}
+}`, `path=$(cat | sed -n 's/.*"path": *"\([^"]*\)".*/\1/p')
+echo pinged > "$path"
+echo '{"status":"success","summary":"pinged"}'
+`)
+	return dir
+}
+
 func setupCores(t testing.TB, o coreOpts) *coreBench {
 	t.Helper()
 	cfg := builtin.Config{}
 	if o.slowTools {
 		cfg.GlobalDir = slowToolDir(t)
+	}
+	if o.gatedTools {
+		cfg.GlobalDir = gatedToolDir(t)
 	}
 	reg, err := builtin.Build(cfg)
 	if err != nil {

@@ -97,7 +97,7 @@ func (s *sender) Spec() tool.Spec {
 		LLM: tool.LLMView{Name: NameSend, Parameters: sendParams,
 			Description: "Send an email from your email account: to, cc, bcc, subject, a text body, an optional HTML body, " +
 				"and workspace files as attachments. If the account requires approval, the first call files the request and " +
-				"returns status pending_approval; call again with the same input once it is approved."},
+				"returns status pending_approval; once a person approves it, Choir sends exactly that mail for you and tells you the result."},
 		Runtime: tool.Runtime{TimeoutMS: 120_000, Network: true, SideEffect: tool.SideEffectExternal, Version: "1.0",
 			SecretResources: s.cfg.secrets(), Locks: []tool.LockTemplate{{Resource: sendLock, Mode: tool.ModeExclusive}}},
 	}
@@ -177,6 +177,9 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 	if acct.RequireApproval {
 		s.mu.Lock()
 		s.sent[key] = out.MessageID
+		if out.ApprovalID != "" {
+			s.sent[approvalKey(out.ApprovalID)] = out.MessageID
+		}
 		s.mu.Unlock()
 	}
 	out.Status = "sent"
@@ -223,6 +226,60 @@ func (s *sender) message(from string, in *sendInput, out *sendOutput, atts []att
 	return m, nil
 }
 
+// sentFor returns the Message-ID of the mail sent under key, if any.
+func (s *sender) sentFor(key string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	id, ok := s.sent[key]
+	return id, ok
+}
+
+// approvalKey keys sender.sent by approval: the run Choir made of an
+// approved mail has an input of its own making (InputFromApproval), so
+// the model calling again with its first input must find it sent.
+func approvalKey(approvalID string) string { return "approval:" + approvalID }
+
+// InputFromApproval turns the payload a person approved back into a
+// send's input (tool.ApprovalInput), so that Choir sends an approved mail
+// at once. The send files the same payload again from it, and goes out
+// only if it is exactly the approved one (attachments with the same
+// digests among it).
+func (s *sender) InputFromApproval(payload json.RawMessage) (json.RawMessage, error) {
+	var p struct {
+		To          []string     `json:"to"`
+		Cc          []string     `json:"cc"`
+		Bcc         []string     `json:"bcc"`
+		Subject     string       `json:"subject"`
+		Text        string       `json:"text"`
+		HTML        string       `json:"html"`
+		InReplyTo   string       `json:"in_reply_to"`
+		Attachments []attachment `json:"attachments"`
+	}
+	if err := json.Unmarshal(payload, &p); err != nil {
+		return nil, fmt.Errorf("read the approved mail: %w", err)
+	}
+	in := map[string]any{"to": p.To, "subject": p.Subject, "text": p.Text}
+	for k, v := range map[string][]string{"cc": p.Cc, "bcc": p.Bcc} {
+		if len(v) > 0 {
+			in[k] = v
+		}
+	}
+	if p.HTML != "" {
+		in["html"] = p.HTML
+	}
+	if p.InReplyTo != "" {
+		in["in_reply_to"] = p.InReplyTo
+	}
+	if len(p.Attachments) > 0 {
+		paths := make([]string, len(p.Attachments))
+		for i, a := range p.Attachments {
+			paths[i] = a.Path
+		}
+		in["attachments"] = paths
+	}
+	return json.Marshal(in)
+}
+
 // approve files the approval of a send, or finds it. It reports ok when
 // the mail may go out; otherwise res is the call's answer.
 func (s *sender) approve(ctx context.Context, account, key string, in *sendInput, out *sendOutput) (tool.Result, bool) {
@@ -241,12 +298,22 @@ func (s *sender) approve(ctx context.Context, account, key string, in *sendInput
 	}
 	payload, _ := json.Marshal(map[string]any{"account": account, "from": out.From, "to": out.To, "cc": out.Cc, "bcc": out.Bcc,
 		"subject": in.Subject, "text": in.Text, "html": in.HTML, "in_reply_to": in.InReplyTo, "attachments": out.Attachments})
+	// The run the edge lane makes once a person approved the mail carries
+	// the approval: it sends only exactly what the person was shown.
+	if a, ok := tool.ApprovedFor(ctx, NameSend, payload); ok {
+		out.ApprovalID = a.ID
+		return tool.Result{}, true
+	}
 	resp, err := s.cfg.Approvals.RequestApproval(ctx, key, rpc.ApprovalRequest{RequestType: NameSend, Summary: summary, Payload: payload})
 	if err != nil {
 		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeApprovalNeeded, Message: "file the approval request: " + err.Error(),
 			Fix: "try again in a moment"}), false
 	}
 	out.ApprovalID = resp.ApprovalID
+	if prev, done := s.sentFor(approvalKey(resp.ApprovalID)); done {
+		out.Status, out.MessageID, out.Note = "already_sent", prev, "This approved mail was already sent; nothing was sent again."
+		return tool.SuccessResult("email already sent as "+prev, out), false
+	}
 	status := resp.Status
 	if d, ok := s.cfg.Decisions.status(resp.ApprovalID); ok {
 		status = d
@@ -260,8 +327,11 @@ func (s *sender) approve(ctx context.Context, account, key string, in *sendInput
 			Fix:     "do not send it; ask the user what to change"}), false
 	}
 	out.Status, out.Request = "pending_approval", summary
+	// OnApproved is shown only when Choir cannot send the approved mail
+	// itself (a choird that pushes outcomes without their payload).
 	out.OnApproved = "Nothing was sent yet: call choir.email.send again with exactly the same input to send it now."
-	out.Note = "Filed for a person to approve; nothing was sent. Once the approval is granted, call choir.email.send again with exactly the same input to send it."
+	out.Note = "Filed for a person to approve; nothing was sent. Once the approval is granted, Choir sends exactly this mail " +
+		"for you and the result appears in your context; do not call choir.email.send for it again."
 	s.cfg.Logger.InfoContext(ctx, "email awaits approval", "account", account, "approval_id", resp.ApprovalID)
 	return tool.SuccessResult("email awaits approval "+resp.ApprovalID, out), false
 }

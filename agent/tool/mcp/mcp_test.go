@@ -354,3 +354,40 @@ func TestToolTakingAKeyIsKeyed(t *testing.T) {
 		t.Errorf("log.txt = %q: want one entry per call, under the arbiter's key and not the model's", got)
 	}
 }
+
+// TestApprovedCallRunsOnceUnderItsApproval: the call the edge lane makes
+// once choird pushes an approval (under tool.Approved, with the input
+// rebuilt from the approved payload) runs on the MCP server without
+// asking again, and once: the model's call of it afterwards does not run.
+func TestApprovedCallRunsOnceUnderItsApproval(t *testing.T) {
+	t.Parallel()
+	url := httpServer(t, "s3cret")
+	m := manifest.MCP{Servers: map[string]manifest.MCPServer{"pay": {URL: url, Secret: "pay_token",
+		Tools: map[string]manifest.MCPToolView{"charge": {Approval: true}}}}}
+	b, err := setup(t, m, map[string]string{"pay_token": "s3cret"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	def, _ := b.reg.Lookup("pay.charge")
+	approved := tool.Approved{ID: "appr-7", Tool: "pay.charge", Payload: json.RawMessage(`{"cents": 250}`)}
+	input, err := def.ApprovedInput(approved.Payload)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := b.arb.Propose(tool.WithApproved(context.Background(), approved),
+		arbiter.Proposal{Owner: lock.Edge, CallID: "approved-appr-7", Tool: "pay.charge", Input: input})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out.Result.Output), "charged 1") || b.appr.requests != 0 {
+		t.Fatalf("approved call = %s, %d approval requests; want it run, nobody asked again", out.Result.Output, b.appr.requests)
+	}
+	out, err = b.arb.Propose(tool.WithApproved(context.Background(), approved),
+		arbiter.Proposal{Owner: lock.Edge, CallID: "approved-appr-7-again", Tool: "pay.charge", Input: input})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(out.Result.Output), "already_ran") {
+		t.Errorf("the same approval again = %s, want already_ran", out.Result.Output)
+	}
+}

@@ -1,0 +1,150 @@
+package progress_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/gateway/telegramtest"
+	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/rpc"
+)
+
+// settleOptions are progressOptions with settling quick enough for a
+// test, and, when crashAfter is set, that crash threshold.
+func settleOptions(b *progressBundle, crashAfter time.Duration) choirdtest.Options {
+	o := progressOptions(b.tg)
+	o.Daemon.ProgressSettleAfter, o.Daemon.ProgressSettleInterval = 200*time.Millisecond, 200*time.Millisecond
+	if crashAfter > 0 {
+		edit := o.Edit
+		o.Edit = func(cfg *config.Config, secrets config.Secrets) {
+			edit(cfg, secrets)
+			cfg.CrashDetectionThresholdMS = crashAfter.Milliseconds()
+			cfg.HeartbeatIntervalMS = crashAfter.Milliseconds() / 3
+		}
+	}
+	if b.c != nil {
+		o.Home, o.DatabaseURL = b.c.Home, b.c.DatabaseURL
+	}
+	return o
+}
+
+// restart stops choird and starts it again on the same home and
+// database; the test's agent session outlives it, as a container does.
+func (b *progressBundle) restart(t *testing.T, o choirdtest.Options) {
+	t.Helper()
+	if err := b.c.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	b.c = choirdtest.Start(t, o)
+}
+
+// progressRow reads what Postgres records of a job's message in a session.
+func (b *progressBundle) progressRow(t *testing.T, sessionID, job string) (final, settled bool) {
+	t.Helper()
+	err := b.c.Pool().QueryRow(context.Background(), `SELECT final, settled_at IS NOT NULL FROM choir_control.core_progress
+		WHERE session_id = $1 AND job_name = $2`, uuid.MustParse(sessionID), job).Scan(&final, &settled)
+	if err != nil {
+		t.Fatalf("progress row of %s in session %s: %v", job, sessionID, err)
+	}
+	return final, settled
+}
+
+// stuckEdit makes Telegram answer the next edit with a 429 that asks for
+// an hour's wait, and reports the job's end: choird is left waiting to
+// show it, as one killed before it could would never show it.
+func (b *progressBundle) stuckEdit(t *testing.T, job string, steps int64, progress string) {
+	t.Helper()
+	before := len(b.limitedEdits())
+	b.bot.TooManyRequests("editMessageText", 1, 3600)
+	b.report(t, job, "CORE_COMPLETED", steps, progress)
+	choirdtest.WaitFor(t, "the edit of "+job+"'s end to be refused", b.c.Logs, func() bool {
+		return len(b.limitedEdits()) > before
+	})
+}
+
+func (b *progressBundle) limitedEdits() []int {
+	var out []int
+	for i, c := range b.bot.Calls("editMessageText") {
+		if c.Status == 429 {
+			out = append(out, i)
+		}
+	}
+	return out
+}
+
+// A crashed session's job message says it was interrupted, and a
+// successor that resumes the job takes that same message over.
+func TestCrashedJobsMessageIsSettled(t *testing.T) {
+	t.Parallel()
+	tg := telegramtest.NewServer(t)
+	b := &progressBundle{tg: tg, bot: tg.AddBot(progressToken, "choir_progress_bot")}
+	b.c = choirdtest.Start(t, settleOptions(b, 1500*time.Millisecond))
+	b.startSession(t)
+
+	b.report(t, "deploy", "CORE_REASONING", 2, "uploading")
+	msg := b.waitText(t, "deploy", "uploading")
+	crashed := b.sessionID
+	// The test's agent sends no heartbeat: crash detection finds it.
+	b.waitText(t, "deploy", "Core job deploy: interrupted after 2 steps: the agent crashed before it finished\n"+
+		"Last: uploading\nRestarting the agent resumes it where it stopped.")
+	if final, settled := b.progressRow(t, crashed, "deploy"); final || !settled {
+		t.Errorf("row final %v settled %v; want settled, open to a successor", final, settled)
+	}
+
+	t.Run("ASuccessorResumingTheJobTakesTheMessageBack", func(t *testing.T) {
+		b.startSession(t)
+		b.report(t, "deploy", "CORE_COMPLETED", 3, "deployed")
+		got := b.waitText(t, "deploy", "completed after 3 steps")
+		if ms := b.jobMessages("deploy"); len(ms) != 1 || got.MessageID != msg.MessageID {
+			t.Errorf("%d messages for deploy, want the first one edited", len(ms))
+		}
+		if final, _ := b.progressRow(t, b.sessionID, "deploy"); !final {
+			t.Errorf("the successor's row is not final")
+		}
+	})
+}
+
+// A job's end that choird recorded but never showed (it stopped first)
+// is shown after it restarts: in a session still live, and in one that
+// ended meanwhile.
+func TestUnshownEndIsShownAfterARestart(t *testing.T) {
+	t.Parallel()
+	tg := telegramtest.NewServer(t)
+	b := &progressBundle{tg: tg, bot: tg.AddBot(progressToken, "choir_progress_bot")}
+	b.c = choirdtest.Start(t, settleOptions(b, 0))
+	b.startSession(t)
+
+	// A session still live.
+	b.report(t, "build", "CORE_REASONING", 1, "compiling")
+	b.waitText(t, "build", "compiling")
+	b.stuckEdit(t, "build", 2, "built")
+	b.restart(t, settleOptions(b, 0))
+	b.waitText(t, "build", "Core job build: completed after 2 steps\nLast: built")
+	if ms := b.jobMessages("build"); len(ms) != 1 {
+		t.Errorf("%d messages for build, want one", len(ms))
+	}
+	if final, _ := b.progressRow(t, b.sessionID, "build"); !final {
+		t.Errorf("the row is not final")
+	}
+
+	// A session that ended before choird restarted.
+	b.report(t, "sync", "CORE_REASONING", 1, "syncing")
+	b.waitText(t, "sync", "syncing")
+	b.stuckEdit(t, "sync", 4, "synced")
+	if _, err := b.cl.TerminateSelf(t.Context(), rpc.TerminateSelfRequest{Reason: "test: stop after the job"}); err != nil {
+		t.Fatal(err)
+	}
+	b.restart(t, settleOptions(b, 0))
+	b.waitText(t, "sync", "Core job sync: completed after 4 steps\nLast: synced")
+	choirdtest.WaitFor(t, "the sync message to be recorded settled", b.c.Logs, func() bool {
+		final, settled := b.progressRow(t, b.sessionID, "sync")
+		return final && settled
+	})
+	if ms := b.jobMessages("sync"); len(ms) != 1 {
+		t.Errorf("%d messages for sync, want one", len(ms))
+	}
+}

@@ -326,6 +326,11 @@ func (k *knowledgeTx) insert(ctx context.Context, id *uuid.UUID, key *string, te
 // key tries once more as an update.
 func (k *knowledgeTx) upsert(ctx context.Context, w *knowledgeWrite) (*admin.MemoryWriteResult, error) {
 	res := k.res
+	if w.key != nil && w.id == nil {
+		if err := k.aq.KnowledgeKeyLock(ctx, *w.key); err != nil {
+			return nil, fmt.Errorf("lock knowledge key %q: %w", *w.key, err)
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		var cur *knowledgeDoc
 		var err error

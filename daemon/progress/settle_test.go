@@ -2,6 +2,7 @@ package progress_test
 
 import (
 	"context"
+	"net/http"
 	"testing"
 	"time"
 
@@ -82,17 +83,33 @@ func TestCrashedJobsMessageIsSettled(t *testing.T) {
 	t.Parallel()
 	tg := telegramtest.NewServer(t)
 	b := &progressBundle{tg: tg, bot: tg.AddBot(progressToken, "choir_progress_bot")}
-	b.c = choirdtest.Start(t, settleOptions(b, 1500*time.Millisecond))
+	b.c = choirdtest.Start(t, settleOptions(b, 3*time.Second))
 	b.startSession(t)
 
 	b.report(t, "deploy", "CORE_REASONING", 2, "uploading")
 	msg := b.waitText(t, "deploy", "uploading")
 	crashed := b.sessionID
+	// Telegram fails the first two tries at settling it: the message is
+	// recorded settled only once an edit went through.
+	b.bot.Fail("editMessageText", 2, telegramtest.Fault{Code: http.StatusBadGateway})
 	// The test's agent sends no heartbeat: crash detection finds it.
 	b.waitText(t, "deploy", "Core job deploy: interrupted after 2 steps: the agent crashed before it finished\n"+
 		"Last: uploading\nRestarting the agent resumes it where it stopped.")
-	if final, settled := b.progressRow(t, crashed, "deploy"); final || !settled {
-		t.Errorf("row final %v settled %v; want settled, open to a successor", final, settled)
+	choirdtest.WaitFor(t, "the deploy message to be recorded settled", b.c.Logs, func() bool {
+		_, settled := b.progressRow(t, crashed, "deploy")
+		return settled
+	})
+	if final, _ := b.progressRow(t, crashed, "deploy"); final {
+		t.Errorf("the interrupted job's row is final; want it open to a successor")
+	}
+	failed := 0
+	for _, c := range b.bot.Calls("editMessageText") {
+		if c.Status == http.StatusBadGateway {
+			failed++
+		}
+	}
+	if failed != 2 {
+		t.Errorf("%d settling edits failed, want the 2 Telegram was told to fail", failed)
 	}
 
 	t.Run("ASuccessorResumingTheJobTakesTheMessageBack", func(t *testing.T) {

@@ -2,6 +2,7 @@ package progress_test
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -10,8 +11,11 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
+	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
 )
 
 // settleOptions are progressOptions with settling quick enough for a
@@ -163,5 +167,65 @@ func TestUnshownEndIsShownAfterARestart(t *testing.T) {
 	})
 	if ms := b.jobMessages("sync"); len(ms) != 1 {
 		t.Errorf("%d messages for sync, want one", len(ms))
+	}
+}
+
+// A successor's takeover of a message waits for a settling of it under
+// way, and sees what the settling recorded: the two never edit the
+// message in the wrong order.
+func TestTakeoverWaitsForASettling(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	tg := telegramtest.NewServer(t)
+	b := &progressBundle{tg: tg, bot: tg.AddBot(progressToken, "choir_progress_bot")}
+	o := settleOptions(b, 3*time.Second)
+	// choird settles nothing by itself here: the test does, by hand.
+	o.Daemon.ProgressSettleAfter = time.Hour
+	b.c = choirdtest.Start(t, o)
+	b.startSession(t)
+	b.report(t, "deploy", "CORE_REASONING", 1, "uploading")
+	b.waitText(t, "deploy", "uploading")
+	crashed := uuid.MustParse(b.sessionID)
+	choirdtest.WaitFor(t, "the session to crash", b.c.Logs, func() bool {
+		var status string
+		b.c.Pool().QueryRow(ctx, `SELECT status FROM choir_control.sessions WHERE session_id = $1`, crashed).Scan(&status)
+		return status == "crashed"
+	})
+	b.startSession(t)
+	successor := uuid.MustParse(b.sessionID)
+
+	tx, err := b.c.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck
+	job := "deploy"
+	rows, err := seam.Queries(tx).CoreProgressUnsettled(ctx, db.CoreProgressUnsettledParams{SettleAfterS: 0,
+		SessionID: &crashed, JobName: &job, MaxRows: 1})
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("lock the crashed session's message: %v, %d rows", err, len(rows))
+	}
+	found := make(chan error, 1)
+	go func() {
+		_, err := seam.Queries(b.c.Pool()).CoreProgressFind(ctx, db.CoreProgressFindParams{SessionID: successor, JobName: job})
+		found <- err
+	}()
+	choirdtest.WaitFor(t, "the takeover to wait for the settling's lock", b.c.Logs, func() bool {
+		var n int
+		b.c.Pool().QueryRow(ctx, `SELECT count(*) FROM pg_stat_activity
+			WHERE wait_event_type = 'Lock' AND query LIKE '%CoreProgressFind%'`).Scan(&n)
+		return n > 0
+	})
+	// The settling shows the job's end: the message is final, and the
+	// successor must not take it over.
+	if err := seam.Queries(tx).CoreProgressSettle(ctx, db.CoreProgressSettleParams{SessionID: crashed, JobName: job,
+		Shown: "Core job deploy: completed", Final: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-found; !errors.Is(err, choirsql.ErrNotFound) {
+		t.Errorf("takeover after a final settling: %v, want no message to take over", err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/choirhq/choir/ctl"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -110,6 +111,66 @@ func TestMemoryPutAndEdit(t *testing.T) {
 		}
 		if n := len(history(t, "user.theme")); n != 3 {
 			t.Errorf("%d versions, want 3", n)
+		}
+	})
+	t.Run("EditRefusesAChangeMadeWhileTheEditorWasOpen", func(t *testing.T) {
+		// The editor appends a line, says it is open and waits until the
+		// test has written the document behind its back.
+		opened, proceed := filepath.Join(dir, "opened"), filepath.Join(dir, "proceed")
+		slow := filepath.Join(dir, "slow.sh")
+		os.WriteFile(slow, []byte("#!/bin/sh\nprintf '%s\\n' ' Mine.' >> \"$1\"\ntouch "+opened+
+			"\nwhile [ ! -e "+proceed+" ]; do sleep 0.02; done\n"), 0o700)
+		t.Setenv("EDITOR", slow)
+		done := make(chan result, 1)
+		go func() { done <- mem("edit", "assistant", "user.theme") }()
+		choirdtest.WaitFor(t, "the editor to open", nil, func() bool { _, err := os.Stat(opened); return err == nil })
+		var r result
+		withStdin(t, "Someone else's text", func() { r = mem("put", "assistant", "user.theme") })
+		if r.code != 0 || !strings.Contains(r.stdout, "version 4") {
+			t.Fatalf("concurrent put: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		os.WriteFile(proceed, nil, 0o600)
+		r = <-done
+		t.Logf("the refused edit says:\n%s", r.stderr)
+		for _, want := range []string{"you had version 3, it is now at version 4 (update by operator",
+			"Nothing was written", "choirctl memory history assistant user.theme",
+			"choirctl memory edit assistant user.theme", "--expect-version 4 --file "} {
+			if !strings.Contains(r.stderr, want) {
+				t.Errorf("stderr lacks %q", want)
+			}
+		}
+		if r.code != ctl.ExitError {
+			t.Errorf("exit %d, want %d\n%s%s", r.code, ctl.ExitError, r.stdout, r.stderr)
+		}
+		vs := history(t, "user.theme")
+		if len(vs) != 4 || vs[0].Text != "Someone else's text" {
+			t.Fatalf("history %+v: the edit must not be written", vs)
+		}
+		// The edit is kept in the file the message names, and put with
+		// the version it names writes it.
+		_, kept, _ := strings.Cut(r.stderr, "your edited text is kept in ")
+		kept, _, _ = strings.Cut(kept, "\n")
+		t.Cleanup(func() { os.Remove(kept) })
+		if b, err := os.ReadFile(kept); err != nil || !strings.Contains(string(b), " Mine.") {
+			t.Fatalf("kept text %q: %q, %v", kept, b, err)
+		}
+		if r := mem("put", "assistant", "user.theme", "--expect-version", "3", "--file", kept); r.code != ctl.ExitError ||
+			!strings.Contains(r.stderr, "you had version 3, it is now at version 4") {
+			t.Errorf("put expecting a stale version: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		if r := mem("put", "assistant", "user.theme", "--expect-version", "4", "--file", kept); r.code != 0 ||
+			!strings.Contains(r.stdout, "version 5") {
+			t.Errorf("put expecting the current version: exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+	})
+	t.Run("PutExpectingANewKeyRefusesOneInUse", func(t *testing.T) {
+		if r := mem("put", "assistant", "user.theme", "--expect-version", "0", "--file", file); r.code != ctl.ExitError ||
+			!strings.Contains(r.stderr, "you had no document (a new key), it is now at version 5") {
+			t.Errorf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
+		}
+		if r := mem("put", "assistant", "brand.new", "--expect-version", "0", "--file", file); r.code != 0 ||
+			!strings.Contains(r.stdout, "inserted knowledge document brand.new") {
+			t.Errorf("exit %d\n%s%s", r.code, r.stdout, r.stderr)
 		}
 	})
 	t.Run("AFailingEditorWritesNothing", func(t *testing.T) {

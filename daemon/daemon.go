@@ -90,6 +90,10 @@ type Options struct {
 	// ProgressInterval is the shortest time between two changes of a core
 	// job's progress message in its DM (default progress.DefaultInterval).
 	ProgressInterval time.Duration
+	// ProgressSettleAfter and ProgressSettleInterval time the settling of
+	// progress messages left behind by a crash (defaults
+	// progress.DefaultSettleAfter and progress.DefaultSettleInterval).
+	ProgressSettleAfter, ProgressSettleInterval time.Duration
 	// AgentLimits bound what each agent session may send over the agent
 	// protocol; a zero field takes rpc's default (100 requests/s per
 	// session). Benchmarks that beat faster than any agent lift the rate.
@@ -379,6 +383,7 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 		outbox.Delivery{Pool: d.pool, Sender: outboundSender{d}, Limiter: d.sendLimiter, Workspaces: d.WorkspaceDirs,
 			Logger: d.logger.With(slog.String("component", "delivery"))},
 		memoryWorkers,
+		d.progress,
 	}})
 	if err != nil {
 		return nil, err

@@ -33,7 +33,8 @@ func (d *Daemon) newGateway(opts Options) error {
 	}
 	// Core jobs' progress goes to the Telegram DMs; with no bot, nowhere
 	// (choirctl chat reads it from the lane states).
-	progressOpts := progress.Options{Pool: d.pool, Logger: d.logger, DMAddress: d.DMAddress, Interval: opts.ProgressInterval}
+	progressOpts := progress.Options{Pool: d.pool, Logger: d.logger, DMAddress: d.DMAddress, Interval: opts.ProgressInterval,
+		SettleAfter: opts.ProgressSettleAfter, SettleInterval: opts.ProgressSettleInterval}
 	if telegram == 0 {
 		d.progress = progress.New(progressOpts)
 		return nil

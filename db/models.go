@@ -30,17 +30,6 @@ type ChoirControlAgentSchema struct {
 	ProvisionedAt time.Time `json:"provisioned_at"`
 }
 
-type ChoirControlCoreProgress struct {
-	SessionID uuid.UUID `json:"session_id"`
-	JobName   string    `json:"job_name"`
-	Gateway   string    `json:"gateway"`
-	ChatID    string    `json:"chat_id"`
-	MessageID int64     `json:"message_id"`
-	Shown     string    `json:"shown"`
-	Final     bool      `json:"final"`
-	UpdatedAt time.Time `json:"updated_at"`
-}
-
 type ChoirControlInbox struct {
 	InboxID     int64           `json:"inbox_id"`
 	Gateway     string          `json:"gateway"`

@@ -7,20 +7,74 @@ package db
 
 import (
 	"context"
+	"encoding/json"
+	"time"
 
 	"github.com/google/uuid"
 )
 
+const coreProgressFinalUnshown = `-- name: CoreProgressFinalUnshown :many
+SELECT p.session_id, p.job_name, (s.lane_status -> ('core:' || p.job_name))::jsonb AS lane_status
+  FROM choir_control.core_progress p
+  JOIN choir_control.sessions s ON s.session_id = p.session_id
+ WHERE NOT p.final
+   AND s.status IN ('active', 'stopping')
+   AND p.updated_at < now() - make_interval(secs => $1::float8)
+   AND s.lane_status -> ('core:' || p.job_name) ->> 'state' = ANY($2::text[])
+ ORDER BY p.updated_at
+ LIMIT $3::int
+`
+
+type CoreProgressFinalUnshownParams struct {
+	SettleAfterS float64  `json:"settle_after_s"`
+	DoneStates   []string `json:"done_states"`
+	MaxRows      int32    `json:"max_rows"`
+}
+
+type CoreProgressFinalUnshownRow struct {
+	SessionID  uuid.UUID       `json:"session_id"`
+	JobName    string          `json:"job_name"`
+	LaneStatus json.RawMessage `json:"lane_status"`
+}
+
+// CoreProgressFinalUnshown finds the jobs of live sessions whose last
+// reported state is final (one of done_states) while their message,
+// unchanged for over settle_after_s seconds, does not say so: choird stopped
+// before it showed the end, or gave up trying.
+func (q *Queries) CoreProgressFinalUnshown(ctx context.Context, arg CoreProgressFinalUnshownParams) ([]CoreProgressFinalUnshownRow, error) {
+	rows, err := q.db.Query(ctx, coreProgressFinalUnshown, arg.SettleAfterS, arg.DoneStates, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CoreProgressFinalUnshownRow{}
+	for rows.Next() {
+		var i CoreProgressFinalUnshownRow
+		if err := rows.Scan(&i.SessionID, &i.JobName, &i.LaneStatus); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const coreProgressFind = `-- name: CoreProgressFind :one
 SELECT c.session_id, c.job_name, c.gateway, c.chat_id, c.message_id, c.shown, c.final, c.updated_at
-  FROM (SELECT p.session_id, p.job_name, p.gateway, p.chat_id, p.message_id, p.shown, p.final, p.updated_at, true AS own
+  FROM (SELECT p.session_id, p.job_name, p.gateway, p.chat_id, p.message_id, p.shown, p.final, p.updated_at,
+               true AS own
           FROM choir_control.core_progress p
          WHERE p.session_id = $1 AND p.job_name = $2
         UNION ALL
-        SELECT p.session_id, p.job_name, p.gateway, p.chat_id, p.message_id, p.shown, p.final, p.updated_at, false AS own
-          FROM choir_control.core_progress p
-          JOIN choir_control.sessions s ON s.resumed_from = p.session_id
-         WHERE s.session_id = $1 AND p.job_name = $2 AND NOT p.final) c
+        SELECT t.session_id, t.job_name, t.gateway, t.chat_id, t.message_id, t.shown, t.final, t.updated_at,
+               false AS own
+          FROM (SELECT p.session_id, p.job_name, p.gateway, p.chat_id, p.message_id, p.shown, p.final, p.updated_at
+                  FROM choir_control.core_progress p
+                  JOIN choir_control.sessions s ON s.resumed_from = p.session_id
+                 WHERE s.session_id = $1 AND p.job_name = $2 AND NOT p.final
+                   FOR SHARE OF p) t) c
  ORDER BY c.own DESC
  LIMIT 1
 `
@@ -30,12 +84,25 @@ type CoreProgressFindParams struct {
 	JobName   string    `json:"job_name"`
 }
 
+type CoreProgressFindRow struct {
+	SessionID uuid.UUID `json:"session_id"`
+	JobName   string    `json:"job_name"`
+	Gateway   string    `json:"gateway"`
+	ChatID    string    `json:"chat_id"`
+	MessageID int64     `json:"message_id"`
+	Shown     string    `json:"shown"`
+	Final     bool      `json:"final"`
+	UpdatedAt time.Time `json:"updated_at"`
+}
+
 // CoreProgressFind returns the progress message of a session's core job:
 // its own, or else the one the job had in the session this one resumed,
-// when the job had not finished there.
-func (q *Queries) CoreProgressFind(ctx context.Context, arg CoreProgressFindParams) (ChoirControlCoreProgress, error) {
+// when the job had not finished there. The row of the predecessor is read
+// FOR SHARE, so a takeover waits for a settling of that message under way
+// (CoreProgressUnsettled locks it) and edits after it, never before.
+func (q *Queries) CoreProgressFind(ctx context.Context, arg CoreProgressFindParams) (CoreProgressFindRow, error) {
 	row := q.db.QueryRow(ctx, coreProgressFind, arg.SessionID, arg.JobName)
-	var i ChoirControlCoreProgress
+	var i CoreProgressFindRow
 	err := row.Scan(
 		&i.SessionID,
 		&i.JobName,
@@ -54,7 +121,7 @@ INSERT INTO choir_control.core_progress (session_id, job_name, gateway, chat_id,
 VALUES ($1, $2, $3, $4, $5, $6, $7)
 ON CONFLICT (session_id, job_name) DO UPDATE
    SET gateway = excluded.gateway, chat_id = excluded.chat_id, message_id = excluded.message_id,
-       shown = excluded.shown, final = excluded.final, updated_at = now()
+       shown = excluded.shown, final = excluded.final, updated_at = now(), settled_at = NULL
 `
 
 type CoreProgressSaveParams struct {
@@ -67,8 +134,8 @@ type CoreProgressSaveParams struct {
 	Final     bool      `json:"final"`
 }
 
-// CoreProgressSave records what a job's progress message shows, and which
-// message it is.
+// CoreProgressSave records what the progress message of a job shows, and which
+// message it is. A message shown anew is not settled (any more).
 func (q *Queries) CoreProgressSave(ctx context.Context, arg CoreProgressSaveParams) error {
 	_, err := q.db.Exec(ctx, coreProgressSave,
 		arg.SessionID,
@@ -80,4 +147,115 @@ func (q *Queries) CoreProgressSave(ctx context.Context, arg CoreProgressSavePara
 		arg.Final,
 	)
 	return err
+}
+
+const coreProgressSettle = `-- name: CoreProgressSettle :exec
+UPDATE choir_control.core_progress
+   SET shown = $1, final = $2, settled_at = now(), updated_at = now()
+ WHERE session_id = $3 AND job_name = $4
+`
+
+type CoreProgressSettleParams struct {
+	Shown     string    `json:"shown"`
+	Final     bool      `json:"final"`
+	SessionID uuid.UUID `json:"session_id"`
+	JobName   string    `json:"job_name"`
+}
+
+// CoreProgressSettle records that a left-behind message was settled: it
+// shows shown now, final when that is the job's last state.
+func (q *Queries) CoreProgressSettle(ctx context.Context, arg CoreProgressSettleParams) error {
+	_, err := q.db.Exec(ctx, coreProgressSettle,
+		arg.Shown,
+		arg.Final,
+		arg.SessionID,
+		arg.JobName,
+	)
+	return err
+}
+
+const coreProgressUnsettled = `-- name: CoreProgressUnsettled :many
+SELECT p.session_id, p.job_name, p.gateway, p.chat_id, p.message_id, p.shown, s.status AS session_status,
+       (s.lane_status -> ('core:' || p.job_name))::jsonb AS lane_status,
+       EXISTS (SELECT 1
+                 FROM choir_control.core_progress q
+                 JOIN choir_control.sessions qs ON qs.session_id = q.session_id
+                WHERE qs.resumed_from = p.session_id AND q.gateway = p.gateway AND q.chat_id = p.chat_id
+                  AND q.message_id = p.message_id)::bool AS superseded
+  FROM choir_control.core_progress p
+  JOIN choir_control.sessions s ON s.session_id = p.session_id
+ WHERE NOT p.final AND p.settled_at IS NULL
+   AND s.status IN ('ended', 'crashed')
+   AND s.ended_at < now() - make_interval(secs => $1::float8)
+   AND NOT EXISTS (
+        SELECT 1 FROM choir_control.sessions n
+         WHERE n.resumed_from = p.session_id AND n.status IN ('active', 'stopping')
+           AND (n.lane_status -> ('core:' || p.job_name) IS NOT NULL
+                OR n.started_at >= now() - make_interval(secs => $1::float8)))
+   AND ($2::uuid IS NULL
+        OR (p.session_id = $2::uuid AND p.job_name = $3::text))
+ ORDER BY p.updated_at, p.session_id, p.job_name
+ LIMIT $4::int
+   FOR UPDATE OF p SKIP LOCKED
+`
+
+type CoreProgressUnsettledParams struct {
+	SettleAfterS float64    `json:"settle_after_s"`
+	SessionID    *uuid.UUID `json:"session_id"`
+	JobName      *string    `json:"job_name"`
+	MaxRows      int32      `json:"max_rows"`
+}
+
+type CoreProgressUnsettledRow struct {
+	SessionID     uuid.UUID       `json:"session_id"`
+	JobName       string          `json:"job_name"`
+	Gateway       string          `json:"gateway"`
+	ChatID        string          `json:"chat_id"`
+	MessageID     int64           `json:"message_id"`
+	Shown         string          `json:"shown"`
+	SessionStatus string          `json:"session_status"`
+	LaneStatus    json.RawMessage `json:"lane_status"`
+	Superseded    bool            `json:"superseded"`
+}
+
+// CoreProgressUnsettled locks (skipping those locked) the progress
+// messages left behind: not final, not settled, of a session that ended
+// over settle_after_s seconds ago, and held by no live successor (one that
+// reported the job, or started under settle_after_s seconds ago and may yet).
+// With session_id and job_name it looks at the message of that job only.
+// lane_status is the last reported status of the job, if any; superseded says
+// a successor took the message over, so it is no longer tracked by this row.
+func (q *Queries) CoreProgressUnsettled(ctx context.Context, arg CoreProgressUnsettledParams) ([]CoreProgressUnsettledRow, error) {
+	rows, err := q.db.Query(ctx, coreProgressUnsettled,
+		arg.SettleAfterS,
+		arg.SessionID,
+		arg.JobName,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []CoreProgressUnsettledRow{}
+	for rows.Next() {
+		var i CoreProgressUnsettledRow
+		if err := rows.Scan(
+			&i.SessionID,
+			&i.JobName,
+			&i.Gateway,
+			&i.ChatID,
+			&i.MessageID,
+			&i.Shown,
+			&i.SessionStatus,
+			&i.LaneStatus,
+			&i.Superseded,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }

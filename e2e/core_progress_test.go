@@ -91,3 +91,56 @@ func TestCoreJobProgressInTheDM(t *testing.T) {
 	final, _ := e.bot.MessageText(userAlice, progress.MessageID)
 	t.Logf("final progress message:\n%s", final)
 }
+
+// TestCoreJobProgressSettledAfterTheAgentDies kills a real agent (SIGKILL
+// of its process group) while its core job runs: once crash detection has
+// ended the session, the job's progress message stops saying it runs and
+// says it was interrupted, in the same message.
+func TestCoreJobProgressSettledAfterTheAgentDies(t *testing.T) {
+	t.Parallel()
+	model := llmtest.NewServer(t)
+	e := newTGEnv(t, model, nil)
+	e.dumpLogsOnFailure(t, "assistant")
+	model.SetResponder(func(ctx context.Context, r *llmtest.Request) llmtest.Step {
+		switch {
+		case jobName(r) == "survey":
+			if assistantSteps(r) == 0 {
+				return llmtest.ToolCalls(llmtest.Call{Name: "choir.core.report",
+					Arguments: `{"kind":"plan","text":"read the notes, then summarise"}`})
+			}
+			// The job thinks until the agent is killed.
+			<-ctx.Done()
+			return llmtest.Text("never seen")
+		case offered(r, "choir.core.spawn") && r.Last().Role == "user":
+			return llmtest.ToolCalls(llmtest.Call{Name: "choir.core.spawn",
+				Arguments: `{"job_name":"survey","task_spec":"Summarise the notes."}`})
+		case offered(r, "choir.core.spawn") && r.Last().Role == "tool":
+			return llmtest.Text("Started the survey job.")
+		}
+		return llmtest.Text("ok")
+	})
+	o := e.options(t)
+	o.Daemon.ProgressInterval = 200 * time.Millisecond
+	o.Daemon.ProgressSettleAfter, o.Daemon.ProgressSettleInterval = 300*time.Millisecond, 200*time.Millisecond
+	choirdtest.Start(t, o)
+	e.startAgentAdmin(t, "assistant")
+
+	e.bot.SendText(userAlice, "please survey my notes")
+	progress := waitSentTo(t, e.bot, userAlice, "the job's progress message", containsText("Core job survey:"))
+	waitUntil(t, "the plan in the progress message", func() bool {
+		text, _ := e.bot.MessageText(userAlice, progress.MessageID)
+		return strings.Contains(text, "read the notes, then summarise")
+	})
+	killAgents(t, e.Dir)
+	waitUntil(t, "the progress message to say the job was interrupted", func() bool {
+		text, _ := e.bot.MessageText(userAlice, progress.MessageID)
+		return strings.Contains(text, "Core job survey: interrupted") && strings.Contains(text, "before it finished")
+	})
+	final, _ := e.bot.MessageText(userAlice, progress.MessageID)
+	t.Logf("settled progress message:\n%s", final)
+	for _, m := range e.bot.SentTo(userAlice) {
+		if strings.Contains(m.Text, "Core job survey:") && m.MessageID != progress.MessageID {
+			t.Errorf("a second progress message: %q", m.Text)
+		}
+	}
+}

@@ -223,7 +223,7 @@ func TestValidate(t *testing.T) {
 			tool.NameFSWrite:      `{"path": "a.go", "mode": "replace", "content": "", "start_line": 1, "end_line": 2}`,
 			tool.NameFSSearch:     `{"pattern": "func", "glob": "*.go"}`,
 			tool.NameMemoryQuery:  `{"store": "session", "mode": "session_detail", "session_id": "s1"}`,
-			tool.NameMemoryUpsert: `{"op": "delete", "key": "k"}`,
+			tool.NameMemoryUpsert: `{"op": "update", "key": "k", "text": "t", "expect_version": 3}`,
 			tool.NameProposeSkill: `{"change": "add", "spec": {"name": "s", "description": "d", "initial_state": "a", "states": {"a": {}, "b": {}}, "max_steps": 3}, "rationale": "r"}`,
 		} {
 			d, _ := reg.Lookup(name)

@@ -7,7 +7,9 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 
@@ -23,9 +25,17 @@ const maxPutBytes = 1 << 20
 // in its history. Trailing newlines are dropped, so that a file or an
 // editor that ends the text with one does not make a version of its own.
 
+// Put without --expect-version stays last-writer-wins: it states the
+// whole text (from a file or a script), not a change to a version its
+// caller read, and every version it replaces stays in history. Edit always
+// writes "expecting" the version it opened, so a change made meanwhile is
+// never overwritten unseen.
+
 type memoryPutOptions struct {
 	agent, key, file string
 	json             bool
+	// expect is --expect-version; -1 when not given.
+	expect int
 }
 
 func newMemoryPutCommand(env Env) *cobra.Command {
@@ -36,7 +46,12 @@ func newMemoryPutCommand(env Env) *cobra.Command {
 		Long: `Write the text of an agent's knowledge document with key: a new document, or the
 next version of the one with that key, recorded with actor operator; nothing is
 written when the text is unchanged. The text comes from --file, or from stdin
-with --file - (the default): printf %s "The user prefers dark mode" | choirctl memory put assistant user.theme`,
+with --file - (the default): printf %s "The user prefers dark mode" | choirctl memory put assistant user.theme
+
+With --expect-version N the text is written only if the document is still at
+version N (0: only if no document has the key yet); if anyone wrote it since,
+nothing is written and the error names the version it is at now. Without it,
+put replaces whatever is there (the replaced version stays in history).`,
 		Args: cobra.RangeArgs(2, 3),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			opts.agent, opts.key = args[0], args[1]
@@ -54,6 +69,8 @@ with --file - (the default): printf %s "The user prefers dark mode" | choirctl m
 	}
 	cmd.Flags().StringVar(&opts.file, "file", "-", "read the text from this file (- for stdin)")
 	cmd.Flags().BoolVar(&opts.json, "json", false, "print the result as JSON")
+	cmd.Flags().IntVar(&opts.expect, "expect-version", -1,
+		"write only if the document is at this version (0: only if the key is new)")
 	return cmd
 }
 
@@ -83,9 +100,21 @@ func readText(stdin io.Reader, file string) (string, error) {
 }
 
 func runMemoryPut(ctx context.Context, env Env, opts memoryPutOptions, text string) error {
+	req := admin.MemoryPutRequest{Key: opts.key, Text: text}
+	if opts.expect < -1 {
+		return env.UsageErr(fmt.Errorf("--expect-version %d: a version is 1 or more (0: the key must be new)", opts.expect))
+	}
+	if opts.expect >= 0 {
+		req.ExpectVersion = &opts.expect
+	}
 	c := env.Client()
 	defer c.Close()
-	r, err := c.MemoryPut(ctx, opts.agent, admin.MemoryPutRequest{Key: opts.key, Text: text})
+	r, err := c.MemoryPut(ctx, opts.agent, req)
+	if admin.IsConflict(err) && req.ExpectVersion != nil {
+		return conflictErr(ctx, c, opts.agent, opts.key, *req.ExpectVersion, func(now string) string {
+			return fmt.Sprintf("choirctl memory put %s %s --expect-version %s", opts.agent, opts.key, now)
+		})
+	}
 	if err != nil {
 		return env.err(err)
 	}
@@ -126,6 +155,7 @@ func runMemoryEdit(ctx context.Context, env Env, stdin io.Reader, agent, key str
 	c := env.Client()
 	defer c.Close()
 	var current string
+	read := 0 // the version opened; 0 for a new key
 	item, err := c.MemoryShow(ctx, agent, key)
 	switch {
 	case admin.IsNotFound(err):
@@ -134,7 +164,7 @@ func runMemoryEdit(ctx context.Context, env Env, stdin io.Reader, agent, key str
 	case item.Knowledge == nil:
 		return env.UsageErr(fmt.Errorf("%s is a session or a chunk of %s's memory, not a knowledge document's key", key, agent))
 	default:
-		current = item.Knowledge.Text
+		current, read = item.Knowledge.Text, item.Knowledge.Version
 	}
 	edited, err := editText(ctx, env, stdin, current)
 	if err != nil {
@@ -149,7 +179,19 @@ func runMemoryEdit(ctx context.Context, env Env, stdin io.Reader, agent, key str
 		fmt.Fprintf(env.Stdout, "the text is empty: nothing written (to remove the document: choirctl memory delete %s %s)\n", agent, key)
 		return nil
 	}
-	r, err := c.MemoryPut(ctx, agent, admin.MemoryPutRequest{Key: key, Text: edited})
+	r, err := c.MemoryPut(ctx, agent, admin.MemoryPutRequest{Key: key, Text: edited, ExpectVersion: &read})
+	if admin.IsConflict(err) {
+		// The edit is the operator's work: keep it where they can find it.
+		kept, kerr := keepText(edited)
+		if kerr != nil {
+			fmt.Fprintf(env.Stderr, "your edited text could not be kept (%v); here it is:\n%s\n", kerr, edited)
+			kept = "FILE"
+		}
+		fmt.Fprintf(env.Stderr, "your edited text is kept in %s\n", kept)
+		return conflictErr(ctx, c, agent, key, read, func(now string) string {
+			return fmt.Sprintf("choirctl memory put %s %s --expect-version %s --file %s", agent, key, now, kept)
+		})
+	}
 	if err != nil {
 		return env.err(err)
 	}
@@ -158,6 +200,47 @@ func runMemoryEdit(ctx context.Context, env Env, stdin io.Reader, agent, key str
 	}
 	printWrite(env.Stdout, agent, key, r)
 	return nil
+}
+
+// conflictErr explains a write refused because the document is no longer
+// at version read: which version it is at now and who wrote it, that
+// nothing was written, and how to go on. putCmd is how to write anyway
+// on top of version now ("N" when it is not known).
+func conflictErr(ctx context.Context, c *admin.Client, agent, key string, read int,
+	putCmd func(now string) string) error {
+	now := "a later version"
+	next := "N"
+	if h, herr := c.MemoryHistory(ctx, agent, key); herr == nil && len(h) > 0 {
+		v := h[0]
+		now = fmt.Sprintf("version %d (%s by %s at %s)", v.Version, v.Op, v.Actor, v.CreatedAt.Format(time.RFC3339))
+		next = strconv.Itoa(v.Version)
+		if v.Op == "delete" {
+			next = "0"
+		}
+	}
+	was := fmt.Sprintf("version %d", read)
+	if read == 0 {
+		was = "no document (a new key)"
+	}
+	return fmt.Errorf("knowledge document %s of %s changed since it was read: you had %s, it is now at %s. "+
+		"Nothing was written.\n"+
+		"  see the other change:  choirctl memory history %s %s\n"+
+		"  start again from it:   choirctl memory edit %s %s\n"+
+		"  or write yours on top: %s",
+		key, agent, was, now, agent, key, agent, key, putCmd(next))
+}
+
+// keepText saves text in a new file of its own and returns its name.
+func keepText(text string) (string, error) {
+	f, err := os.CreateTemp("", "choir-knowledge-edit-*.md")
+	if err != nil {
+		return "", err
+	}
+	_, werr := f.WriteString(text + "\n")
+	if err := errors.Join(werr, f.Close()); err != nil {
+		return "", err
+	}
+	return f.Name(), nil
 }
 
 // editText runs the operator's editor on text in a private temporary file

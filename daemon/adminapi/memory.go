@@ -89,7 +89,7 @@ func (d *API) mountMemory(mux *admin.Mux) {
 		})
 	memoryHandle(d, mux, "POST", admin.PathMemoryPut, "memory put",
 		func(ctx context.Context, agentID string, in admin.MemoryPutRequest) (*admin.MemoryWriteResult, error) {
-			return d.memory.KnowledgePut(ctx, agentID, in.Key, in.Text)
+			return d.memory.KnowledgePut(ctx, agentID, in.Key, in.Text, in.ExpectVersion)
 		})
 	memoryHandle(d, mux, "GET", admin.PathMemorySessions, "memory sessions",
 		func(ctx context.Context, agentID string, _ admin.Empty) ([]admin.MemorySession, error) {

@@ -128,7 +128,19 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 		if err != nil || resp.Status != rpc.ToolError || !strings.Contains(strings.ToLower(string(resp.Output)), "permission") {
 			t.Fatalf("write to another agent: %+v %s %v", resp, resp.Output, err)
 		}
+		// A write that names a version the document is no longer at comes
+		// back as the tool's error, naming both versions.
+		resp, err = cl.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.upsert", CallID: "m2v",
+			Input: json.RawMessage(`{"op":"update","key":"k","text":"the sky is green","expect_version":0}`)})
+		if err != nil || resp.Status != rpc.ToolError ||
+			!strings.Contains(string(resp.Output), "already exists (version 1), but a new document was expected") {
+			t.Fatalf("stale upsert: %+v %s %v", resp, resp.Output, err)
+		}
 		var n int
+		d.Pool().QueryRow(ctx, "SELECT count(*) FROM choir_assistant.knowledge_versions").Scan(&n)
+		if n != 1 {
+			t.Errorf("%d versions after a refused write, want 1", n)
+		}
 		d.Pool().QueryRow(ctx, "SELECT count(*) FROM choir_helper.knowledge_documents").Scan(&n)
 		if n != 0 {
 			t.Errorf("another agent's knowledge has %d rows", n)

@@ -14,6 +14,7 @@ import (
 	"github.com/pgvector/pgvector-go"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/memory/textquery"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/db/agentdb"
 	"github.com/choirhq/choir/rpc/admin"
@@ -147,7 +148,7 @@ func (s *Store) enterSearch(ctx context.Context, tx pgx.Tx, sc scope, q *query, 
 // textSide runs the full-text side of a search in its own read-only
 // transaction: errNoWords when the query has no searchable words.
 func (s *Store) textSide(ctx context.Context, sc scope, q *query) side {
-	required, phrases, loose := splitText(q.text)
+	required, phrases, loose := textquery.Split(q.text)
 	var out side
 	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		st, err := s.enterSearch(ctx, tx, sc, q, loose, required)
@@ -158,11 +159,11 @@ func (s *Store) textSide(ctx context.Context, sc scope, q *query) side {
 			return errNoWords
 		}
 		words := s.wordStats(st.Lexemes, st.WordDocs)
-		p := textParams{terms: orQuery(st.Lexemes), words: words, recent: s.tuning.TextRecent}
+		p := textParams{terms: textquery.OrQuery(st.Lexemes), words: words, recent: s.tuning.TextRecent}
 		if st.RequiredNodes > 0 {
 			p.required, p.phrases = required, phrases
 		}
-		if words.partial {
+		if words.Partial {
 			p.recent = s.tuning.TextRecentWide
 		}
 		out.hits, err = s.textHits(ctx, seam.AgentQueries(tx), q, p)
@@ -173,11 +174,11 @@ func (s *Store) textSide(ctx context.Context, sc scope, q *query) side {
 }
 
 // textParams are the full-text side's query: the required part and
-// phrases (see splitText), the loose words ORed (terms) and sorted by
+// phrases (see textquery.Split), the loose words ORed (terms) and sorted by
 // rarity (words), and how many newest documents to check.
 type textParams struct {
 	required, phrases, terms string
-	words                    textTerms
+	words                    textquery.Terms
 	recent                   int
 }
 
@@ -187,8 +188,8 @@ func (s *Store) textHits(ctx context.Context, aq *agentdb.Queries, q *query, p t
 	var hits []hit
 	if q.store == StoreSession {
 		rows, err := aq.MemorySearchText(ctx, agentdb.MemorySearchTextParams{QueryText: p.required, QueryTerms: p.terms,
-			QueryPhrases: p.phrases, FindQueries: p.words.find, Rare: p.words.rare, Uncommon: p.words.uncommon,
-			Common: p.words.common, Tiers: q.tiers, SessionID: q.sessionID, Candidates: int32(t.Candidates),
+			QueryPhrases: p.phrases, FindQueries: p.words.Find, Rare: p.words.Rare, Uncommon: p.words.Uncommon,
+			Common: p.words.Common, Tiers: q.tiers, SessionID: q.sessionID, Candidates: int32(t.Candidates),
 			PerTerm: int32(t.PerTerm), TextRecent: int32(p.recent)})
 		if err != nil {
 			return nil, fmt.Errorf("search session memory: %w", err)
@@ -199,8 +200,8 @@ func (s *Store) textHits(ctx context.Context, aq *agentdb.Queries, q *query, p t
 		return hits, nil
 	}
 	rows, err := aq.KnowledgeSearchText(ctx, agentdb.KnowledgeSearchTextParams{QueryText: p.required,
-		QueryTerms: p.terms, QueryPhrases: p.phrases, FindQueries: p.words.find, Rare: p.words.rare,
-		Uncommon: p.words.uncommon, Common: p.words.common, Candidates: int32(t.Candidates),
+		QueryTerms: p.terms, QueryPhrases: p.phrases, FindQueries: p.words.Find, Rare: p.words.Rare,
+		Uncommon: p.words.Uncommon, Common: p.words.Common, Candidates: int32(t.Candidates),
 		PerTerm: int32(t.PerTerm), TextRecent: int32(p.recent)})
 	if err != nil {
 		return nil, fmt.Errorf("search knowledge: %w", err)

@@ -44,6 +44,13 @@ const (
 //	update  key or id, and text and/or metadata (omitted ones are kept)
 //	delete  key or id; the document's versions are kept, so it can be
 //	        restored by the operator
+//
+// ExpectVersion makes any of them conditional (optimistic concurrency):
+// the write applies only if the document is at that version now (0: no
+// document has the key yet), else it is refused with a
+// *VersionConflictError and nothing is written. Without it a write is
+// last-writer-wins, and one that changes nothing stays "unchanged", so
+// repeating an upsert is harmless.
 type UpsertInput struct {
 	// Store is optional and must be "knowledge": session memory is written
 	// by choird, not by tools.
@@ -53,6 +60,9 @@ type UpsertInput struct {
 	ID       *string         `json:"id,omitempty"`
 	Text     *string         `json:"text,omitempty"`
 	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// ExpectVersion, when given, is the version the writer read: the
+	// write is refused if the document has changed since.
+	ExpectVersion *int `json:"expect_version,omitempty"`
 	// TargetAgent is optional and, when given, must be the caller: writes
 	// to another agent's memory are refused (by Postgres).
 	TargetAgent string `json:"target_agent,omitempty"`
@@ -70,6 +80,7 @@ const UpsertSchema = `{
     "id": {"type": "string", "format": "uuid"},
     "text": {"type": "string", "minLength": 1, "maxLength": 16384},
     "metadata": {"type": "object", "description": "tags, source, category"},
+    "expect_version": {"type": "integer", "minimum": 0, "description": "optional: the version you read; the write is refused if the document changed since (0: the key must be new)"},
     "target_agent": {"type": "string", "description": "only your own knowledge can be written"}
   }
 }`
@@ -115,10 +126,13 @@ type knowledgeWrite struct {
 	text     *string
 	metadata json.RawMessage
 	version  int // restore only
+	// expect is the version the writer read (0: no document yet); nil
+	// writes whatever the version.
+	expect *int
 }
 
 func validateUpsert(in UpsertInput) (*knowledgeWrite, error) {
-	w := &knowledgeWrite{op: in.Op, key: in.Key, text: in.Text}
+	w := &knowledgeWrite{op: in.Op, key: in.Key, text: in.Text, expect: in.ExpectVersion}
 	switch in.Op {
 	case OpInsert, OpUpdate, OpDelete:
 	case "":
@@ -155,6 +169,14 @@ func validateUpsert(in UpsertInput) (*knowledgeWrite, error) {
 			return nil, inputErr("$.metadata", "is %d bytes, over the limit of %d", len(in.Metadata), MaxMetadataBytes)
 		}
 		w.metadata = in.Metadata
+	}
+	if in.ExpectVersion != nil {
+		if *in.ExpectVersion < 0 {
+			return nil, inputErr("$.expect_version", "must be a version (1 or more), or 0 for a key not yet used")
+		}
+		if in.Key == nil && in.ID == nil {
+			return nil, inputErr("$.expect_version", "needs the key (or id) of the document whose version it is")
+		}
 	}
 	switch in.Op {
 	case OpInsert:
@@ -304,6 +326,11 @@ func (k *knowledgeTx) insert(ctx context.Context, id *uuid.UUID, key *string, te
 // key tries once more as an update.
 func (k *knowledgeTx) upsert(ctx context.Context, w *knowledgeWrite) (*admin.MemoryWriteResult, error) {
 	res := k.res
+	if w.key != nil && w.id == nil {
+		if err := k.aq.KnowledgeKeyLock(ctx, *w.key); err != nil {
+			return nil, fmt.Errorf("lock knowledge key %q: %w", *w.key, err)
+		}
+	}
 	for attempt := 0; ; attempt++ {
 		var cur *knowledgeDoc
 		var err error
@@ -311,6 +338,9 @@ func (k *knowledgeTx) upsert(ctx context.Context, w *knowledgeWrite) (*admin.Mem
 			if cur, err = lockDoc(ctx, k.aq, w.id, w.key); err != nil {
 				return nil, err
 			}
+		}
+		if err := k.checkExpected(ctx, w, cur); err != nil {
+			return nil, err
 		}
 		if cur == nil {
 			if w.op == OpUpdate {
@@ -352,11 +382,56 @@ func (k *knowledgeTx) upsert(ctx context.Context, w *knowledgeWrite) (*admin.Mem
 	}
 }
 
+// checkExpected refuses w when it expects a version of the document
+// other than cur's, the document as locked now (nil: none has the key or
+// id). The lock makes the check and the write one: a concurrent writer
+// expecting the same version waits for this transaction, then finds the
+// version this one wrote.
+func (k *knowledgeTx) checkExpected(ctx context.Context, w *knowledgeWrite, cur *knowledgeDoc) error {
+	if w.expect == nil {
+		return nil
+	}
+	if cur == nil && *w.expect == 0 || cur != nil && int(cur.Version) == *w.expect {
+		return nil
+	}
+	e := &VersionConflictError{Ref: describeRef(w.id, w.key), Expected: *w.expect}
+	if cur != nil {
+		e.Current = int(cur.Version)
+		return e
+	}
+	// Gone: name the version that deleted it, when there is one.
+	var last *agentdb.KnowledgeVersion
+	if w.id != nil {
+		v, err := k.aq.KnowledgeVersionLatest(ctx, *w.id)
+		if err == nil {
+			last = &v
+		} else if !errors.Is(err, choirsql.ErrNotFound) {
+			return fmt.Errorf("read history of knowledge document %s: %w", w.id, err)
+		}
+	} else {
+		vs, err := k.aq.KnowledgeVersionListByKey(ctx, w.key)
+		if err != nil {
+			return fmt.Errorf("read history of knowledge key %q: %w", *w.key, err)
+		}
+		if len(vs) > 0 {
+			v := agentdb.KnowledgeVersion{DocumentID: vs[0].DocumentID, Version: vs[0].Version, Op: vs[0].Op}
+			last = &v
+		}
+	}
+	if last != nil && last.Op == OpDelete {
+		e.Current, e.Deleted = int(last.Version), true
+	}
+	return e
+}
+
 // delete deletes the document w names and records its deletion as a
 // version.
 func (k *knowledgeTx) delete(ctx context.Context, w *knowledgeWrite) (*admin.MemoryWriteResult, error) {
 	cur, err := lockDoc(ctx, k.aq, w.id, w.key)
 	if err != nil {
+		return nil, err
+	}
+	if err := k.checkExpected(ctx, w, cur); err != nil {
 		return nil, err
 	}
 	if cur == nil {
@@ -522,12 +597,15 @@ func (s *Store) KnowledgeRestore(ctx context.Context, agentID string, documentID
 // KnowledgePut writes text as the knowledge document with key, as the
 // operator: a new document, or the next version of the one that has the
 // key, or nothing when the text is what it already says. Its versions are
-// the agent's own kind (insert, update) with actor operator.
-func (s *Store) KnowledgePut(ctx context.Context, agentID, key, text string) (*admin.MemoryWriteResult, error) {
+// the agent's own kind (insert, update) with actor operator. With expect
+// (the version the operator read; 0 for a new key) it writes only if the
+// document is still at that version, else it returns a
+// *VersionConflictError and writes nothing.
+func (s *Store) KnowledgePut(ctx context.Context, agentID, key, text string, expect *int) (*admin.MemoryWriteResult, error) {
 	if _, err := s.dimensions(ctx, agentID); err != nil {
 		return nil, err
 	}
-	w, err := validateUpsert(UpsertInput{Op: OpInsert, Key: &key, Text: &text})
+	w, err := validateUpsert(UpsertInput{Op: OpInsert, Key: &key, Text: &text, ExpectVersion: expect})
 	if err != nil {
 		return nil, err
 	}

@@ -65,12 +65,48 @@ var (
 	ErrPermission = errors.New("permission denied")
 	// ErrUnknownAgent reports an agent without a memory schema.
 	ErrUnknownAgent = errors.New("unknown agent")
-	// ErrConflict reports a restore whose key another document has taken.
+	// ErrConflict reports a restore whose key another document has taken,
+	// or a write that expected another version (*VersionConflictError).
 	ErrConflict = errors.New("conflict")
 	// ErrBusy reports a query that ran past Options.StatementTimeout, or
 	// waited too long for one of Options.MaxConcurrentQueries.
 	ErrBusy = errors.New("memory busy")
 )
+
+// VersionConflictError refuses a knowledge write that expected a version
+// other than the document's current one: someone else wrote (or deleted)
+// it after the writer read it. Nothing was written. It matches
+// ErrConflict.
+type VersionConflictError struct {
+	// Ref names the document: its key or id.
+	Ref string
+	// Expected is the version the writer read (0: the key was new).
+	Expected int
+	// Current is the document's version now: 0 when no document has the
+	// key or id, else the version that changed it (or, with Deleted, the
+	// version that deleted it).
+	Current int
+	Deleted bool
+}
+
+func (e *VersionConflictError) Error() string {
+	ref := "knowledge document with " + e.Ref
+	switch {
+	case e.Deleted:
+		return fmt.Sprintf("%s was deleted (version %d) after version %d was read; nothing was written: "+
+			"read it again before writing (its history keeps every version)", ref, e.Current, e.Expected)
+	case e.Current == 0:
+		return fmt.Sprintf("no %s exists, but version %d was expected; nothing was written", ref, e.Expected)
+	case e.Expected == 0:
+		return fmt.Sprintf("%s already exists (version %d), but a new document was expected; nothing was written: "+
+			"read version %d and write on top of it", ref, e.Current, e.Current)
+	}
+	return fmt.Sprintf("%s is at version %d, not version %d that was read: it changed meanwhile, and nothing was "+
+		"written; read version %d and write your change on top of it", ref, e.Current, e.Expected, e.Current)
+}
+
+// Is makes errors.Is(err, ErrConflict) hold.
+func (e *VersionConflictError) Is(target error) bool { return target == ErrConflict }
 
 // InputError is a tool input that cannot be run, with the field at fault.
 type InputError struct {

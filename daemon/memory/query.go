@@ -17,6 +17,7 @@ import (
 	"github.com/pgvector/pgvector-go"
 
 	"github.com/choirhq/choir/daemon/embed"
+	"github.com/choirhq/choir/daemon/memory/textquery"
 	"github.com/choirhq/choir/db/agentdb"
 	"github.com/choirhq/choir/sql/seam"
 	"github.com/choirhq/choir/strictjson"
@@ -203,7 +204,7 @@ func (q *query) readSearch(in *QueryInput) error {
 		if q.text == "" {
 			return inputErr("$.query", "is empty: give words to search for")
 		}
-		if t, cut := truncateQuery(q.text); cut {
+		if t, cut := textquery.Truncate(q.text, MaxQueryBytes); cut {
 			q.note = fmt.Sprintf("query of %d bytes truncated to its first %d bytes", len(q.text), len(t))
 			q.text = t
 		}
@@ -495,18 +496,18 @@ func joinNote(a, b string) string {
 	return a + "; " + b
 }
 
-// wordStats sorts the query's words for the full-text side (rankTerms),
+// wordStats sorts the query's words for the full-text side (textquery.Rank),
 // given how many of the store's documents hold each (docs, in the order of
 // lexemes, then the store's document count; see MemorySearchScope).
-func (s *Store) wordStats(lexemes []string, docs []int64) textTerms {
+func (s *Store) wordStats(lexemes []string, docs []int64) textquery.Terms {
 	if len(docs) != len(lexemes)+1 {
-		return rankTerms(nil, 0, 0)
+		return textquery.Rank(nil, 0, 0)
 	}
-	stats := make([]termStat, len(lexemes))
+	stats := make([]textquery.Stat, len(lexemes))
 	for i, l := range lexemes {
-		stats[i] = termStat{lexeme: l, docs: docs[i]}
+		stats[i] = textquery.Stat{Lexeme: l, Docs: docs[i]}
 	}
-	return rankTerms(stats, docs[len(lexemes)], s.tuning.PostingBudget)
+	return textquery.Rank(stats, docs[len(lexemes)], s.tuning.PostingBudget)
 }
 
 // queryVector returns the vector of a semantic query: the one given, or

@@ -12,7 +12,10 @@
 // the outbox's exactly-once promise: a failed edit is retried a few times
 // and then left to the job's next report, and a choird killed between
 // Telegram's answer to a send and the write of its id leaves that message
-// orphaned.
+// orphaned. A message whose job will report no more (its session ended,
+// or choird stopped before showing its end) is settled by a periodic job
+// (settle.go): edited to the job's end, or to "interrupted", never left
+// saying the job runs.
 package progress
 
 import (
@@ -24,6 +27,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -69,6 +73,12 @@ type Options struct {
 	// MaxAttempts bounds the tries at showing one state that keeps
 	// failing (default 5); the job's next report tries again.
 	MaxAttempts int
+	// SettleAfter is how long a job's session must have ended before its
+	// message, left saying it runs, is settled (default
+	// DefaultSettleAfter); SettleInterval is how often settling runs
+	// (default DefaultSettleInterval). See settle.go.
+	SettleAfter    time.Duration
+	SettleInterval time.Duration
 }
 
 // Reporter keeps each running core job's progress message up to date.
@@ -82,6 +92,9 @@ type Reporter struct {
 	mu     sync.Mutex
 	closed bool
 	jobs   map[key]*job
+
+	// settling is true while a settling run is under way (settle.go).
+	settling atomic.Bool
 }
 
 // key names a core job of a session.
@@ -123,6 +136,8 @@ type message struct {
 func New(o Options) *Reporter {
 	o.Interval = cmp.Or(o.Interval, DefaultInterval)
 	o.MaxAttempts = cmp.Or(o.MaxAttempts, 5)
+	o.SettleAfter = cmp.Or(o.SettleAfter, DefaultSettleAfter)
+	o.SettleInterval = cmp.Or(o.SettleInterval, DefaultSettleInterval)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}

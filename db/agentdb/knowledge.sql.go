@@ -456,6 +456,21 @@ func (q *Queries) KnowledgeInsert(ctx context.Context, arg KnowledgeInsertParams
 	return i, err
 }
 
+const knowledgeKeyLock = `-- name: KnowledgeKeyLock :exec
+SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/' || $1::text, 0))
+`
+
+// KnowledgeKeyLock serialises the writes of one key in this schema until
+// the transaction ends, before either looks the key up. Without it, two
+// inserts of a new key race: the loser's INSERT ... ON CONFLICT DO NOTHING
+// still fires the statistics trigger (count_lexemes takes lexeme_totals)
+// before it locks the winner's row, the reverse of every other writer's
+// order, and can deadlock with an embedding job holding that row.
+func (q *Queries) KnowledgeKeyLock(ctx context.Context, key string) error {
+	_, err := q.db.Exec(ctx, knowledgeKeyLock, key)
+	return err
+}
+
 const knowledgeLockByID = `-- name: KnowledgeLockByID :one
 SELECT id, key, text, metadata, version, content_hash, created_at, updated_at, embedding_state, embedding_error,
        embedding_failed_at
@@ -922,7 +937,7 @@ SELECT v.document_id, v.version, v.op, v.key, v.text, v.metadata, v.content_hash
   FROM knowledge_versions v
   LEFT JOIN knowledge_documents d ON d.id = v.document_id
  WHERE v.document_id IN (SELECT kv.document_id FROM knowledge_versions kv WHERE kv.key = $1)
- ORDER BY v.created_at DESC, v.version DESC
+ ORDER BY max(v.created_at) OVER (PARTITION BY v.document_id) DESC, v.document_id, v.version DESC
 `
 
 type KnowledgeVersionListByKeyRow struct {
@@ -939,7 +954,11 @@ type KnowledgeVersionListByKeyRow struct {
 }
 
 // KnowledgeVersionListByKey is the history of every document that has had
-// the key, deleted ones included, newest first.
+// the key, deleted ones included, newest first: each document's versions
+// together, highest first, the documents by their latest change. Not by
+// created_at alone: it is when a version's transaction began, and a writer
+// that waited for another's lock records the next version with the
+// earlier time.
 func (q *Queries) KnowledgeVersionListByKey(ctx context.Context, key *string) ([]KnowledgeVersionListByKeyRow, error) {
 	rows, err := q.db.Query(ctx, knowledgeVersionListByKey, key)
 	if err != nil {

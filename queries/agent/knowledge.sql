@@ -169,12 +169,16 @@ SELECT v.*, d.version AS current_version
 
 -- name: KnowledgeVersionListByKey :many
 -- KnowledgeVersionListByKey is the history of every document that has had
--- the key, deleted ones included, newest first.
+-- the key, deleted ones included, newest first: each document's versions
+-- together, highest first, the documents by their latest change. Not by
+-- created_at alone: it is when a version's transaction began, and a writer
+-- that waited for another's lock records the next version with the
+-- earlier time.
 SELECT v.*, d.version AS current_version
   FROM knowledge_versions v
   LEFT JOIN knowledge_documents d ON d.id = v.document_id
  WHERE v.document_id IN (SELECT kv.document_id FROM knowledge_versions kv WHERE kv.key = @key)
- ORDER BY v.created_at DESC, v.version DESC;
+ ORDER BY max(v.created_at) OVER (PARTITION BY v.document_id) DESC, v.document_id, v.version DESC;
 
 -- name: KnowledgeVersionGet :one
 SELECT * FROM knowledge_versions WHERE document_id = @document_id AND version = @version;
@@ -244,3 +248,12 @@ SELECT c.pending, c.failed, c.stale, coalesce(l.embedding_error, '')::text AS la
         SELECT d.embedding_error, d.embedding_failed_at FROM knowledge_documents d
          WHERE d.embedding_state = 'failed'
          ORDER BY d.embedding_failed_at DESC LIMIT 1) l ON true;
+
+-- name: KnowledgeKeyLock :exec
+-- KnowledgeKeyLock serialises the writes of one key in this schema until
+-- the transaction ends, before either looks the key up. Without it, two
+-- inserts of a new key race: the loser's INSERT ... ON CONFLICT DO NOTHING
+-- still fires the statistics trigger (count_lexemes takes lexeme_totals)
+-- before it locks the winner's row, the reverse of every other writer's
+-- order, and can deadlock with an embedding job holding that row.
+SELECT pg_advisory_xact_lock(hashtextextended(current_schema() || '/' || @key::text, 0));

@@ -229,6 +229,14 @@ func IsNotFound(err error) bool {
 	return errors.As(err, &e) && e.Code == wire.CodeNotFound
 }
 
+// IsConflict reports whether err is choird refusing a request that
+// conflicts with the current state (code conflict), such as a knowledge
+// write that expected a version the document is no longer at.
+func IsConflict(err error) bool {
+	var e *wire.Error
+	return errors.As(err, &e) && e.Code == wire.CodeConflict
+}
+
 // MemorySessions lists the sessions in an agent's memory, newest first.
 func (c *Client) MemorySessions(ctx context.Context, agentID string, limit int) ([]MemorySession, error) {
 	return call[[]MemorySession](ctx, c, http.MethodGet, Fill(PathMemorySessions, agentID, strconv.Itoa(limit)), nil)

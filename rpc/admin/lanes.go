@@ -34,6 +34,9 @@ var coreDone = []string{"CORE_COMPLETED", "CORE_TERMINATED", "CORE_IDLE", "COMPL
 // CoreDone reports whether a core job in state runs no more.
 func CoreDone(state string) bool { return slices.Contains(coreDone, state) }
 
+// CoreDoneStates lists the states CoreDone holds for.
+func CoreDoneStates() []string { return slices.Clone(coreDone) }
+
 // stateWords are the lane states whose plain reading is not their name.
 var stateWords = map[string]string{
 	"CORE_INITIALIZING": "starting",
@@ -114,6 +117,23 @@ func ProgressLines(name string, l LaneStatus) []string {
 		lines = append(lines, "Budget left: "+bud)
 	}
 	return lines
+}
+
+// InterruptedLines is the progress of a core job whose agent stopped
+// before the job ended (why: "the agent crashed"), as its message in the
+// DM is left: the job, how far it got and its last progress line, and
+// that a restart resumes it. l may be zero when the job's state is not
+// known.
+func InterruptedLines(name string, l LaneStatus, why string) []string {
+	head := "Core job " + name + ": interrupted"
+	if l.Steps > 0 {
+		head += " after " + plural(l.Steps, "step")
+	}
+	lines := []string{head + ": " + why + " before it finished"}
+	if p := strings.TrimSpace(l.Progress); p != "" {
+		lines = append(lines, "Last: "+p)
+	}
+	return append(lines, "Restarting the agent resumes it where it stopped.")
 }
 
 // ProgressLine is ProgressLines on one line, for a terminal: newlines in

@@ -176,6 +176,11 @@ type MemoryWriteResult struct {
 type MemoryPutRequest struct {
 	Key  string `json:"key"`
 	Text string `json:"text"`
+	// ExpectVersion, when set, is the version the operator read (0: the
+	// key was not in use): choird writes only if the document is still at
+	// that version, and otherwise refuses with code conflict and writes
+	// nothing. Unset, the write is last-writer-wins.
+	ExpectVersion *int `json:"expect_version,omitempty"`
 }
 
 // MemoryRestoreRequest is the body of POST PathMemoryRestore.

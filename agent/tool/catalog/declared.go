@@ -52,7 +52,9 @@ var memoryUpsertSpec = tool.Spec{
 	LLM: tool.LLMView{
 		Name: tool.NameMemoryUpsert,
 		Description: "Write to your knowledge base: insert a document (a dedup key that exists updates that document instead), " +
-			"update the text or metadata of the document with a key or id, or delete it (its versions are kept).",
+			"update the text or metadata of the document with a key or id, or delete it (its versions are kept). " +
+			"To change a document you read, pass the version you read as expect_version: if someone changed it since, " +
+			"nothing is written and the error names the current version to read again.",
 		Parameters: json.RawMessage(`{
   "type": "object",
   "properties": {
@@ -60,7 +62,8 @@ var memoryUpsertSpec = tool.Spec{
     "key": {"type": "string", "minLength": 1, "maxLength": 200, "description": "Dedup key naming the document, e.g. user.preference.theme."},
     "id": {"type": "string", "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$", "description": "Document id."},
     "text": {"type": "string", "minLength": 1, "maxLength": 16384, "description": "The document's text."},
-    "metadata": {"type": "object", "description": "Free-form attributes stored with the document: tags, source, category."}
+    "metadata": {"type": "object", "description": "Free-form attributes stored with the document: tags, source, category."},
+    "expect_version": {"type": "integer", "minimum": 0, "description": "Optional: the document's version when you read it (0: the key must be new). The write is refused if it changed since."}
   },
   "required": ["op"],
   "additionalProperties": false,

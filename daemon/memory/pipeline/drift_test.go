@@ -40,7 +40,7 @@ func TestIDFEmbedding(t *testing.T) {
 	const common, rare = "Alice met Bob", "the zeppelin drifted over the harbour cranes at dusk"
 	put := func(agent, key, text string) {
 		t.Helper()
-		if _, err := store.KnowledgePut(ctx, agent, key, text); err != nil {
+		if _, err := store.KnowledgePut(ctx, agent, key, text, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

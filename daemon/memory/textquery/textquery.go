@@ -1,4 +1,9 @@
-package memory
+// Package textquery is how the memory store reads a search query's text
+// for full-text search: the words, phrases and exclusions a person typed
+// (as web search reads them), the tsquery that ORs the words, and which
+// words find matches through the index and how much each weighs by its
+// rarity. It is pure: the statistics come from the caller.
+package textquery
 
 import (
 	"cmp"
@@ -7,7 +12,7 @@ import (
 	"unicode/utf8"
 )
 
-// splitText splits a search query into what full-text search requires
+// Split splits a search query into what full-text search requires
 // (its quoted phrases and -words, as web search reads them), its phrases
 // alone, and its loose words, which hybrid and text search OR together
 // (and with the phrases, so that beside a phrase they rank its matches
@@ -15,7 +20,7 @@ import (
 // ("what did Ana say about the trip?") then matches the chunks that hold
 // any of its words, ranked by how well they match, instead of only those
 // holding every one of them.
-func splitText(text string) (required, phrases, loose string) {
+func Split(text string) (required, phrases, loose string) {
 	var req, phr, words []string
 	for i := 0; i < len(text); {
 		c := text[i]
@@ -49,8 +54,8 @@ func splitText(text string) (required, phrases, loose string) {
 	return strings.Join(req, " "), strings.Join(phr, " or "), strings.Join(words, " ")
 }
 
-// orQuery is the tsquery text ORing lexemes, each quoted.
-func orQuery(lexemes []string) string {
+// OrQuery is the tsquery text ORing lexemes, each quoted.
+func OrQuery(lexemes []string) string {
 	quoted := make([]string, len(lexemes))
 	for i, l := range lexemes {
 		quoted[i] = quoteLexeme(l)
@@ -65,7 +70,7 @@ func quoteLexeme(lexeme string) string {
 }
 
 // Rarity classes of a query word, by the share of the store's documents
-// holding it (see MemorySearchText): under rareShare it is rare, under
+// holding it (see the MemorySearchText query): under rareShare it is rare, under
 // uncommonShare uncommon, under commonShare common, else it weighs least.
 const (
 	rareShare     = 0.01
@@ -73,63 +78,63 @@ const (
 	commonShare   = 0.2
 )
 
-// termStat is a query word (lexeme) and how many of the store's docs
-// documents hold it.
-type termStat struct {
-	lexeme string
-	docs   int64
+// Stat is a query word (Lexeme) and how many of the store's documents
+// hold it (Docs).
+type Stat struct {
+	Lexeme string
+	Docs   int64
 }
 
-// textTerms are what the full-text side does with a query's words: find
+// Terms are what the full-text side does with a query's words: Find
 // holds the tsqueries of those that find matches through the RUM index,
-// the rarest first while their matches stay within the budget; rare,
-// uncommon and common are the words of each rarity class; partial is true
-// when some word was left out of find.
-type textTerms struct {
-	find, rare, uncommon, common []string
-	partial                      bool
+// the rarest first while their matches stay within the budget; Rare,
+// Uncommon and Common are the words of each rarity class; Partial is true
+// when some word was left out of Find.
+type Terms struct {
+	Find, Rare, Uncommon, Common []string
+	Partial                      bool
 }
 
-// rankTerms sorts a query's words for the full-text side: each into its
+// Rank sorts a query's words for the full-text side: each into its
 // rarity class among docs documents, and the rarest into find while the
 // matches of those found so far add up to at most budget (a RUM scan costs
 // about a microsecond a match: a word in half of 100,000 chunks would cost
 // 25 ms, and rank little). The words left out still rank what the others,
 // the newest chunks (a wider window of them then: see TextRecentWide) and
 // the vector side bring.
-func rankTerms(terms []termStat, docs int64, budget int) textTerms {
+func Rank(terms []Stat, docs int64, budget int) Terms {
 	// Empty, not nil: a NULL array would make every score NULL.
-	t := textTerms{find: []string{}, rare: []string{}, uncommon: []string{}, common: []string{}}
+	t := Terms{Find: []string{}, Rare: []string{}, Uncommon: []string{}, Common: []string{}}
 	n := float64(max(docs, 1))
 	byDocs := slices.Clone(terms)
-	slices.SortStableFunc(byDocs, func(a, b termStat) int { return cmp.Compare(a.docs, b.docs) })
+	slices.SortStableFunc(byDocs, func(a, b Stat) int { return cmp.Compare(a.Docs, b.Docs) })
 	var postings int64
 	for _, w := range byDocs {
-		share := float64(w.docs) / n
+		share := float64(w.Docs) / n
 		switch {
 		case share < rareShare:
-			t.rare = append(t.rare, w.lexeme)
+			t.Rare = append(t.Rare, w.Lexeme)
 		case share < uncommonShare:
-			t.uncommon = append(t.uncommon, w.lexeme)
+			t.Uncommon = append(t.Uncommon, w.Lexeme)
 		case share < commonShare:
-			t.common = append(t.common, w.lexeme)
+			t.Common = append(t.Common, w.Lexeme)
 		}
-		if postings += w.docs; postings <= int64(budget) {
-			t.find = append(t.find, quoteLexeme(w.lexeme))
+		if postings += w.Docs; postings <= int64(budget) {
+			t.Find = append(t.Find, quoteLexeme(w.Lexeme))
 		} else {
-			t.partial = true
+			t.Partial = true
 		}
 	}
 	return t
 }
 
-// truncateQuery cuts text to at most MaxQueryBytes, at a character
-// boundary, and reports whether it did.
-func truncateQuery(text string) (string, bool) {
-	if len(text) <= MaxQueryBytes {
+// Truncate cuts text to at most limit bytes, at a character boundary, and
+// reports whether it did.
+func Truncate(text string, limit int) (string, bool) {
+	if len(text) <= limit {
 		return text, false
 	}
-	cut := MaxQueryBytes
+	cut := limit
 	for cut > 0 && !utf8.RuneStart(text[cut]) {
 		cut--
 	}

@@ -1,4 +1,0 @@
-package memory
-
-// SplitText exposes splitText to the external tests.
-var SplitText = splitText

@@ -199,6 +199,7 @@ type ChoirControlSession struct {
 	BudgetFrom        *uuid.UUID      `json:"budget_from"`
 	BudgetBaseTokens  int64           `json:"budget_base_tokens"`
 	BudgetBaseCostUsd float64         `json:"budget_base_cost_usd"`
+	RolloverAt        *time.Time      `json:"rollover_at"`
 }
 
 type ChoirControlSessionEvent struct {

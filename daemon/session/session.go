@@ -168,8 +168,8 @@ func CreateSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 // lease in one transaction, so that a conflict leaves nothing behind. When
 // the agent's previous session ended or crashed, the new one continues its
 // chain from the last acknowledged revision. A start by choird on its own
-// (ByChoird) is refused while a person's stop holds the agent (hold.Err),
-// and its session continues the budget of the previous one.
+// (ByChoird, ByRollover) is refused while a person's stop holds the agent
+// (hold.Err); a ByChoird session continues the budget of the previous one.
 func CreateSessionAs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, agentID string,
 	o admin.StartOverrides, configVersion int64, runtime string, by Origin) (StartedSession, error) {
 	b, err := ResolveBindings(cfg, agentID, o)
@@ -194,7 +194,7 @@ func CreateSessionAs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 		if err != nil {
 			return fmt.Errorf("record agent %s: %w", agentID, err)
 		}
-		if by == ByChoird {
+		if by != ByPerson {
 			if err := hold.Check(agent); err != nil {
 				return err
 			}
@@ -207,6 +207,8 @@ func CreateSessionAs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 		case err != nil:
 			return fmt.Errorf("look up previous session of %s: %w", agentID, err)
 		case prev.Status == "ended" || prev.Status == "crashed":
+			// A rollover's session starts a fresh budget, as a person's
+			// start does: that is what the day's rollover is for.
 			if by == ByChoird {
 				if err := usage.Continue(ctx, q, prev, &params); err != nil {
 					return err
@@ -293,4 +295,8 @@ const (
 	// agent (hold.Err); its session continues the budget of the one
 	// before it.
 	ByChoird
+	// ByRollover is choird's daily rollover of a session (rollover.go):
+	// refused while a person's stop holds the agent, as ByChoird is, but
+	// its session has a fresh budget: the per-session budgets are a day's.
+	ByRollover
 )

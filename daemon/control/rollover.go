@@ -1,0 +1,70 @@
+package control
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/google/uuid"
+
+	"github.com/choirhq/choir/daemon/hold"
+	"github.com/choirhq/choir/rpc"
+	choirsql "github.com/choirhq/choir/sql"
+	"github.com/choirhq/choir/sql/seam"
+)
+
+// rolloverActor is the actor of the daily rollover's stop and start.
+const rolloverActor = "choird (daily session rollover)"
+
+// RolloverEndReason is why a session that rolled over ended.
+const RolloverEndReason = "the day's session rollover"
+
+// AgentRollover rolls the live session from of agentID over to a new
+// session (session.Rollover decides when): the session is stopped
+// gracefully, as a person's stop does it but without holding the agent
+// (the agent's safe point, its session summary, the final heartbeat, the
+// chunking into memory), and its successor is started with the same
+// bindings and transient overrides, resuming the chain from the last
+// acknowledged revision with fresh per-session budgets. It reports false
+// when from is no longer the agent's active session. A successor that
+// cannot start leaves the agent stopped, and its DM is told how to start
+// it again.
+func (d *Control) AgentRollover(ctx context.Context, agentID string, from uuid.UUID) (bool, error) {
+	q := seam.Queries(d.pool)
+	s, err := q.SessionGetLiveByAgent(ctx, agentID)
+	if errors.Is(err, choirsql.ErrNotFound) || (err == nil && (s.SessionID != from || s.Status != "active")) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("load the live session of %s: %w", agentID, err)
+	}
+	var b rpc.ResourceBindings
+	if err := json.Unmarshal(s.ResourceBindings, &b); err != nil {
+		return false, fmt.Errorf("read the bindings of session %s: %w", from, err)
+	}
+	if err := d.stopSession(ctx, s, RolloverEndReason, rolloverActor); err != nil {
+		return false, fmt.Errorf("stop session %s for the rollover: %w", from, err)
+	}
+	st, err := d.AgentStart(ctx, Scope{Admin: true, Actor: rolloverActor, Unattended: true, Rollover: true}, agentID, overridesOf(b))
+	if errors.Is(err, hold.Err) {
+		// A person stopped the agent while it rolled over: it stays
+		// stopped, as they asked.
+		return true, nil
+	}
+	if err != nil {
+		d.notice(context.WithoutCancel(ctx), PendingResume{SessionID: from, AgentID: agentID, Bindings: s.ResourceBindings},
+			"rollover:", fmt.Sprintf("%s did not come back after the day's session rollover: %v. Everything it had "+
+				"acknowledged is kept; choirctl agent start %s (or /start %s from an admin DM) resumes it where it left off.",
+				agentID, err, agentID, agentID))
+		return false, fmt.Errorf("start the successor of session %s: %w", from, err)
+	}
+	if err := d.carryOverrides(ctx, from, st.SessionID); err != nil {
+		d.logger.WarnContext(ctx, "transient overrides not carried over the rollover", slog.String("agent_id", agentID),
+			slog.String("session_id", st.SessionID), slog.String("error", err.Error()))
+	}
+	d.logger.InfoContext(ctx, "session rolled over", slog.String("agent_id", agentID), slog.String("from", from.String()),
+		slog.String("session_id", st.SessionID))
+	return true, nil
+}

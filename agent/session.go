@@ -302,13 +302,20 @@ func (s *session) restoreSnapshot() {
 		return
 	}
 	var st workingState
-	if err := json.Unmarshal(snap.State, &st); err != nil {
+	err := json.Unmarshal(snap.State, &st)
+	if err == nil && s.hello.ResetBudgets {
+		// The snapshot is an earlier session's, and this session has a
+		// budget of its own: the conversation goes on, the counters
+		// start again.
+		st.Edge.ToolCallsUsed, st.Edge.TokensUsed = 0, 0
+	}
+	if err != nil {
 		s.logger.Warn("snapshot unreadable; starting the lane fresh", slog.String("error", err.Error()))
 	} else if err := s.edge.Restore(st.Edge); err != nil {
 		s.logger.Warn("snapshot not restorable; starting the lane fresh", slog.String("error", err.Error()))
 	} else {
 		s.jobs.Restore(snap.Rev, st.OpenJobs)
-		s.logger.Info("working state restored", slog.Int64("snapshot_rev", snap.Rev),
+		s.logger.Info("working state restored", slog.Int64("snapshot_rev", snap.Rev), slog.Bool("budgets_reset", s.hello.ResetBudgets),
 			slog.Int("tail_events", len(s.hello.TailEvents)), slog.Int("open_jobs", len(st.OpenJobs)))
 	}
 }

@@ -121,6 +121,11 @@ type InitHelloResponse struct {
 	AckedRev      int64 `json:"acked_rev"`
 	AckedHash     Hash  `json:"acked_hash"`
 	ConfigVersion int64 `json:"config_version"`
+	// ResetBudgets says that the snapshot comes from an earlier session
+	// whose per-session budgets this one does not continue (a person's
+	// start, a day's rollover): the agent restores the snapshot's working
+	// state but counts its session's tool calls and tokens from zero.
+	ResetBudgets bool `json:"reset_budgets,omitempty"`
 }
 
 // Validate checks the response: the tail continues the snapshot and ends

@@ -775,9 +775,13 @@ func (e *Edge) render(from, to int64) []llm.Message {
 	return out
 }
 
+// PreviousSessionPrefix starts the system message that carries an earlier
+// session's summary into the conversation of the sessions after it.
+const PreviousSessionPrefix = "Summary of the previous session, written as it ended:\n"
+
 // renderEvent renders one of the edge's committed events as conversation:
 // user messages and the lane's answers verbatim, tool results as one-line
-// notes.
+// notes, an earlier session's summary as a system note.
 func renderEvent(ev rpc.Event) []llm.Message {
 	var p struct {
 		Text    string `json:"text"`
@@ -796,6 +800,12 @@ func renderEvent(ev rpc.Event) []llm.Message {
 		}
 	case rpc.EventToolResultCommitted:
 		return []llm.Message{llm.AssistantMessage(fmt.Sprintf("[earlier tool call %s: %s]", p.Tool, p.Status))}
+	case rpc.EventSessionSummary:
+		// An earlier session's summary, committed as it ended (a stop, a
+		// day's rollover): the conversation goes on from it.
+		if p.Summary != "" {
+			return []llm.Message{llm.SystemMessage(PreviousSessionPrefix + p.Summary)}
+		}
 	case rpc.EventInjectedInstruction:
 		if p.Source == approvalSource {
 			return []llm.Message{llm.SystemMessage(p.Text)}

@@ -531,6 +531,9 @@ func (d *Control) LatestStatus(ctx context.Context, id string) admin.AgentStatus
 	if a.State != admin.AgentStopped {
 		started, beat := s.StartedAt, s.LastHeartbeatAt
 		a.SessionID, a.Runtime, a.StartedAt, a.LastHeartbeatAt = s.SessionID.String(), s.Runtime, &started, &beat
+		if s.Status == "active" {
+			a.RollsOverAt = s.RolloverAt
+		}
 		lanes, err := laneStatuses(s.LaneStatus)
 		if err != nil {
 			d.logger.WarnContext(ctx, "lane states not shown", slog.String("session_id", a.SessionID), slog.String("error", err.Error()))

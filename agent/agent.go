@@ -166,6 +166,9 @@ type stopRequest struct {
 	// orphaned says choird stayed out of reach longer than the session
 	// could be adopted: the agent stops without it (stopOrphaned).
 	orphaned bool
+	// afterTurn lets the turn in progress finish before the lane stops
+	// (rpc.Shutdown.AfterTurn: the day's rollover).
+	afterTurn bool
 }
 
 // defaultGrace is the stop's time budget when ctx ends (a signal) rather

@@ -424,7 +424,7 @@ func (s *session) dispatch(ctx context.Context, p rpc.Push) {
 		s.onConfigChanged(ctx)
 	case rpc.PushShutdown:
 		s.requestStop(stopRequest{reason: "shutdown requested by choird: " + p.Shutdown.Reason,
-			grace: time.Duration(p.Shutdown.GraceMS) * time.Millisecond})
+			grace: time.Duration(p.Shutdown.GraceMS) * time.Millisecond, afterTurn: p.Shutdown.AfterTurn})
 	}
 }
 
@@ -521,8 +521,19 @@ func (s *session) stop(ctx context.Context, req stopRequest) error {
 	// and the final heartbeat; past that it is cut off, which loses only
 	// the uncommitted step.
 	summaryTimeout := summaryTimeout(s.dyn.Load())
-	s.edge.Stop(req.reason)
 	safeWait := max(req.grace-summaryTimeout-finalReserve, req.grace/3)
+	if req.afterTurn {
+		// The turn in progress finishes first (the day's rollover);
+		// one that takes too long is stopped at a safe point below.
+		s.edge.StopAfterTurn(req.reason)
+		select {
+		case <-s.edgeDone:
+		case <-time.After(safeWait / 2):
+			s.logger.Warn("the turn in progress did not end in time; stopping it at a safe point",
+				slog.Duration("waited", safeWait/2))
+		}
+	}
+	s.edge.Stop(req.reason)
 	select {
 	case <-s.edgeDone:
 	case <-time.After(safeWait):

@@ -94,6 +94,8 @@ type mailbox struct {
 	// stop is set once the lane is asked to end; it is never cleared.
 	stop       bool
 	stopReason string
+	// afterTurn stops the lane at its next IDLE, not inside a turn.
+	afterTurn bool
 }
 
 // wakeUp tells the lane's goroutine that its mailbox has something.
@@ -182,10 +184,22 @@ func (e *Edge) Stop(reason string) {
 	e.wakeUp()
 }
 
+// StopAfterTurn asks the lane to stop once the turn in progress, if any,
+// has ended: at its next IDLE. A message not yet taken stays in choird's
+// inbox for the next session. Stop still stops the turn at a safe point.
+func (e *Edge) StopAfterTurn(reason string) {
+	e.mu.Lock()
+	if !e.box.stop && !e.box.afterTurn {
+		e.box.afterTurn, e.box.stopReason = true, reason
+	}
+	e.mu.Unlock()
+	e.wakeUp()
+}
+
 func (e *Edge) stopping() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.box.stop
+	return e.box.stop || e.box.afterTurn
 }
 
 // errTurnStopped ends a turn that a cancel or a stop ended at a safe point;
@@ -252,7 +266,7 @@ func (e *Edge) idle(ctx context.Context) (stop bool, err error) {
 			return false, err
 		}
 	}
-	if box.stop {
+	if box.stop || box.afterTurn {
 		// Injections not committed stay undelivered in choird's inbox and
 		// come back with the next session.
 		return true, nil

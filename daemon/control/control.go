@@ -341,25 +341,27 @@ func (d *Control) AgentStop(ctx context.Context, sc Scope, agentID string) (admi
 	if err != nil {
 		return admin.AgentStatus{}, err
 	}
-	if err := d.stopSession(ctx, s, "stop requested by "+sc.Actor, sc.Actor); err != nil {
+	if err := d.stopSession(ctx, s, rpc.Shutdown{Reason: "stop requested by " + sc.Actor}, sc.Actor); err != nil {
 		return admin.AgentStatus{}, err
 	}
 	return d.LatestStatus(ctx, agentID), nil
 }
 
 // stopSession stops live session s gracefully: it becomes stopping, the
-// agent is told to shut down (reason) and ends its session itself after
-// its safe point, summary and final heartbeat; an agent that does not
-// within StopTimeout is stopped by its runtime and its session ended.
-func (d *Control) stopSession(ctx context.Context, s db.ChoirControlSession, reason, actor string) error {
+// agent is told to shut down (how: the reason, and whether the turn in
+// progress finishes first; the grace is StopTimeout) and ends its session
+// itself after its safe point, summary and final heartbeat; an agent that
+// does not within StopTimeout is stopped by its runtime and its session
+// ended.
+func (d *Control) stopSession(ctx context.Context, s db.ChoirControlSession, how rpc.Shutdown, actor string) error {
 	q := seam.Queries(d.pool)
 	agentID := s.AgentID
 	if err := q.SessionMarkStopping(ctx, s.SessionID); err != nil {
 		return err
 	}
 	id := s.SessionID.String()
-	if _, err := d.rpc.Push(id, rpc.Push{Kind: rpc.PushShutdown,
-		Shutdown: &rpc.Shutdown{Reason: reason, GraceMS: StopTimeout.Milliseconds()}}); err != nil {
+	how.GraceMS = StopTimeout.Milliseconds()
+	if _, err := d.rpc.Push(id, rpc.Push{Kind: rpc.PushShutdown, Shutdown: &how}); err != nil {
 		d.logger.WarnContext(ctx, "could not push shutdown", slog.String("session_id", id), slog.String("error", err.Error()))
 	}
 	deadline := time.Now().Add(StopTimeout)

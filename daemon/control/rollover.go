@@ -44,7 +44,9 @@ func (d *Control) AgentRollover(ctx context.Context, agentID string, from uuid.U
 	if err := json.Unmarshal(s.ResourceBindings, &b); err != nil {
 		return false, fmt.Errorf("read the bindings of session %s: %w", from, err)
 	}
-	if err := d.stopSession(ctx, s, RolloverEndReason, rolloverActor); err != nil {
+	// Choird rolls over an idle session only; should a message arrive
+	// in between, its turn finishes before the agent stops.
+	if err := d.stopSession(ctx, s, rpc.Shutdown{Reason: RolloverEndReason, AfterTurn: true}, rolloverActor); err != nil {
 		return false, fmt.Errorf("stop session %s for the rollover: %w", from, err)
 	}
 	st, err := d.AgentStart(ctx, Scope{Admin: true, Actor: rolloverActor, Unattended: true, Rollover: true}, agentID, overridesOf(b))

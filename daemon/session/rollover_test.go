@@ -202,10 +202,23 @@ func TestSessionRollsOverAtMidnight(t *testing.T) {
 	if sessions != 2 {
 		t.Errorf("%d sessions, want 2: the session rolls over once", sessions)
 	}
-	if next := waitArmed(t, pool, second); !next.Equal(session.NextMidnight(clock(), auckland)) {
+	if n := len(model.requestsFor("what is my name?")); n != 1 {
+		t.Errorf("%d model calls for the third message, want 1", n)
+	}
+	next := waitArmed(t, pool, second)
+	if !next.Equal(session.NextMidnight(clock(), auckland)) {
 		t.Errorf("the successor rolls over at %s, want the midnight after", next)
 	}
-	for _, text := range []string{"my name is Ada", "hold", "what is my name?"} {
+
+	t.Log("a message sent as the next midnight passes is answered once, by one session or the other")
+	offset.Store(int64(time.Until(next) + time.Second))
+	send(4, "good night")
+	choirdtest.WaitFor(t, "the third session", d.Logs, func() bool {
+		st := d.LatestStatus(ctx, "assistant")
+		return st.State == admin.AgentActive && st.SessionID != first && st.SessionID != second
+	})
+	waitReply("good night")
+	for _, text := range []string{"my name is Ada", "hold", "what is my name?", "good night"} {
 		if n := replied(text); n != 1 {
 			t.Errorf("%q answered %d times, want once", text, n)
 		}

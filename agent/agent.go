@@ -169,6 +169,9 @@ type stopRequest struct {
 	// afterTurn lets the turn in progress finish before the lane stops
 	// (rpc.Shutdown.AfterTurn: the day's rollover).
 	afterTurn bool
+	// budgetSpent says the session ends because its budget is used up
+	// (rpc.TerminateSelfRequest.BudgetSpent).
+	budgetSpent bool
 }
 
 // defaultGrace is the stop's time budget when ctx ends (a signal) rather

@@ -74,7 +74,10 @@ type session struct {
 	stopRun, stopLane context.CancelFunc
 	wg                sync.WaitGroup
 	edgeDone          chan struct{}
-	shutdown          chan stopRequest
+	// budgetSpent says the edge lane ended on a used-up session budget;
+	// written before edgeDone closes.
+	budgetSpent bool
+	shutdown    chan stopRequest
 }
 
 // openSession verifies the sandbox, connects to choird, says hello,
@@ -332,6 +335,10 @@ func (s *session) run(ctx context.Context) stopRequest {
 	case req = <-s.shutdown:
 	case <-s.edgeDone:
 		req.reason = "edge lane ended"
+		// Read after edgeDone closed, which happens after the write.
+		if s.budgetSpent {
+			req.reason, req.budgetSpent = "the session's budget is used up", true
+		}
 	}
 	return req
 }
@@ -356,6 +363,7 @@ func (s *session) start(ctx context.Context) context.Context {
 		defer close(s.edgeDone)
 		if err := s.edge.Run(laneCtx); err != nil {
 			s.logger.Warn("edge lane ended", slog.String("error", err.Error()))
+			s.budgetSpent = errors.Is(err, lane.ErrBudgetExceeded)
 		}
 	}()
 	return runCtx
@@ -565,7 +573,7 @@ func (s *session) stop(ctx context.Context, req stopRequest) error {
 	if err := s.hb.flush(final); err != nil {
 		s.logger.Error("final heartbeat failed; unacknowledged events are lost", slog.String("error", err.Error()))
 	}
-	if _, err := s.client.TerminateSelf(final, rpc.TerminateSelfRequest{Reason: req.reason}); err != nil {
+	if _, err := s.client.TerminateSelf(final, rpc.TerminateSelfRequest{Reason: req.reason, BudgetSpent: req.budgetSpent}); err != nil {
 		return fmt.Errorf("terminate session: %w", err)
 	}
 	return nil

@@ -388,7 +388,8 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 		// Without a runtime choird starts no agent, so it cannot start
 		// a session's successor: sessions then last until stopped.
 		features = append(features, session.Rollover{Pool: d.pool, Logger: d.logger.With(slog.String("component", "rollover")),
-			Now: d.opts.Clock, ZoneFunc: d.dmZone, Interval: d.opts.RolloverInterval, RolloverFunc: d.AgentRollover})
+			Now: d.opts.Clock, ZoneFunc: d.dmZone, Interval: d.opts.RolloverInterval, RolloverFunc: d.AgentRollover,
+			RestartFunc: d.AgentRolloverStart})
 	}
 	d.river, err = jobs.NewClient(jobs.Deps{Pool: d.pool, Logger: d.logger, Features: features})
 	if err != nil {

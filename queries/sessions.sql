@@ -131,3 +131,23 @@ SELECT s.session_id, s.agent_id, s.started_at, s.rollover_at,
 -- SessionRolloverArm sets when a live session rolls over, once.
 UPDATE choir_control.sessions SET rollover_at = @rollover_at
  WHERE session_id = @session_id AND rollover_at IS NULL AND status IN ('active', 'stopping');
+
+-- name: SessionMarkBudgetSpent :exec
+-- SessionMarkBudgetSpent records, before the agent's end of a live
+-- session, that it ends because a per-session budget was used up.
+UPDATE choir_control.sessions SET budget_spent = true
+ WHERE session_id = @session_id AND status IN ('active', 'stopping');
+
+-- name: SessionsBudgetSpent :many
+-- SessionsBudgetSpent lists the agents whose latest session the agent
+-- ended with its per-session budget used up, with no session since and
+-- no person's stop holding it: the rollover starts each again at the
+-- midnight after that end.
+SELECT s.session_id, s.agent_id, s.ended_at, s.rollover_at,
+       coalesce(s.resource_bindings->>'dm', '')::text AS dm
+  FROM choir_control.sessions s
+  JOIN choir_control.agents a ON a.agent_id = s.agent_id
+ WHERE s.budget_spent AND s.status = 'ended' AND s.ended_at IS NOT NULL AND a.held_at IS NULL
+   AND NOT EXISTS (SELECT 1 FROM choir_control.sessions n
+                    WHERE n.agent_id = s.agent_id AND n.started_at > s.started_at)
+ ORDER BY s.agent_id;

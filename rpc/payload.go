@@ -517,6 +517,10 @@ type ReportStatusResponse = Ack
 // its final heartbeat (journey 4). choird revokes the lease token.
 type TerminateSelfRequest struct {
 	Reason string `json:"reason"`
+	// BudgetSpent says the session ends because a per-session budget is
+	// used up: choird starts its successor, with a fresh budget, at the
+	// midnight after it (the day's rollover).
+	BudgetSpent bool `json:"budget_spent,omitempty"`
 }
 
 // Validate requires a reason.

@@ -6,5 +6,11 @@
 -- first sees the session; NULL is not armed yet.
 ALTER TABLE choir_control.sessions ADD COLUMN rollover_at timestamptz;
 
+-- budget_spent marks a session the agent ended because a per-session
+-- budget was used up: the rollover starts its successor, with a fresh
+-- budget, at the midnight after it ended.
+ALTER TABLE choir_control.sessions ADD COLUMN budget_spent boolean NOT NULL DEFAULT false;
+
 -- +goose Down
+ALTER TABLE choir_control.sessions DROP COLUMN budget_spent;
 ALTER TABLE choir_control.sessions DROP COLUMN rollover_at;

@@ -298,7 +298,8 @@ func (e *Edge) Budget() (toolCalls, tokens int64) {
 	return e.cfg.Budgets.MaxToolCallsPerSession - e.toolCalls.Load(), e.cfg.Budgets.TotalSessionTokens - e.tokens.Load()
 }
 
-// ErrBudgetExceeded ends the lane: budgets are never reset.
+// ErrBudgetExceeded ends the lane, and with it the session: its budgets
+// are not reset within it (the next day's session has fresh ones).
 var ErrBudgetExceeded = errors.New("session budget exceeded")
 
 // Run drives the state machine until ctx ends, Stop is called or a budget
@@ -491,7 +492,7 @@ func (e *Edge) turn(ctx context.Context, msgs []llm.Message) error {
 			return e.finalize(ctx, userError(err))
 		}
 		if e.cfg.Budgets.TotalSessionTokens > 0 && e.tokens.Load() > e.cfg.Budgets.TotalSessionTokens {
-			e.finalize(ctx, "This session has used its token budget; start a new session to continue.")
+			e.finalize(ctx, "This session has used its token budget: I stop until midnight, when a new session starts with a fresh one; /restart starts one now.")
 			return ErrBudgetExceeded
 		}
 		if len(resp.ToolCalls) == 0 {

@@ -70,3 +70,35 @@ func (d *Control) AgentRollover(ctx context.Context, agentID string, from uuid.U
 		slog.String("session_id", st.SessionID))
 	return true, nil
 }
+
+// AgentRolloverStart starts agentID again at the day's rollover after its
+// session from ended with its budget used up: with from's bindings and
+// transient overrides, resuming its chain, with a fresh budget. A person's
+// stop since (hold.Err) keeps it stopped; so does a start failing, and
+// its DM is told, once.
+func (d *Control) AgentRolloverStart(ctx context.Context, agentID string, from uuid.UUID) error {
+	q := seam.Queries(d.pool)
+	s, err := q.SessionGetByID(ctx, from)
+	if err != nil {
+		return fmt.Errorf("load session %s: %w", from, err)
+	}
+	var b rpc.ResourceBindings
+	if err := json.Unmarshal(s.ResourceBindings, &b); err != nil {
+		return fmt.Errorf("read the bindings of session %s: %w", from, err)
+	}
+	st, err := d.AgentStart(ctx, Scope{Admin: true, Actor: rolloverActor, Unattended: true, Rollover: true}, agentID, overridesOf(b))
+	if errors.Is(err, hold.Err) {
+		return nil
+	}
+	if err != nil {
+		d.notice(context.WithoutCancel(ctx), PendingResume{SessionID: from, AgentID: agentID, Bindings: s.ResourceBindings},
+			"rollover:", fmt.Sprintf("%s did not start again with a fresh budget at the day's rollover: %v. "+
+				"choirctl agent start %s (or /start %s from an admin DM) starts it.", agentID, err, agentID, agentID))
+		return fmt.Errorf("start agent %s with a fresh budget: %w", agentID, err)
+	}
+	if err := d.carryOverrides(ctx, from, st.SessionID); err != nil {
+		d.logger.WarnContext(ctx, "transient overrides not carried over the rollover", slog.String("agent_id", agentID),
+			slog.String("session_id", st.SessionID), slog.String("error", err.Error()))
+	}
+	return nil
+}

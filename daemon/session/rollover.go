@@ -65,6 +65,10 @@ type Rollover struct {
 	// successor (control.Control.AgentRollover). It returns false, nil when
 	// there was nothing to roll over (the session ended meanwhile).
 	RolloverFunc func(ctx context.Context, agentID string, from uuid.UUID) (bool, error)
+	// RestartFunc starts the successor of session from of agentID, which
+	// the agent ended with its budget used up
+	// (control.Control.AgentRolloverStart); nil starts none.
+	RestartFunc func(ctx context.Context, agentID string, from uuid.UUID) error
 }
 
 // AddWorkers registers the rollover worker.
@@ -126,6 +130,9 @@ func (w *RolloverWorker) Work(ctx context.Context, _ *river.Job[RolloverArgs]) e
 	if w.Now != nil {
 		now = w.Now
 	}
+	if err := w.restartSpent(ctx, logger, now); err != nil {
+		return err
+	}
 	q := seam.Queries(w.Pool)
 	rows, err := q.SessionsRolloverCandidates(ctx, RolloverPendingWindow.Seconds())
 	if err != nil {
@@ -159,6 +166,37 @@ func (w *RolloverWorker) Work(ctx context.Context, _ *river.Job[RolloverArgs]) e
 			logger.InfoContext(ctx, "session rolled over", slog.String("agent_id", s.AgentID),
 				slog.String("session_id", s.SessionID.String()), slog.Time("due", *s.RolloverAt))
 		}
+	}
+	return nil
+}
+
+// restartSpent starts again, at the midnight after it ended, each agent
+// whose latest session ended with its budget used up: a per-session
+// budget is a day's, and the agent works again the next day.
+func (w *RolloverWorker) restartSpent(ctx context.Context, logger *slog.Logger, now func() time.Time) error {
+	if w.RestartFunc == nil {
+		return nil
+	}
+	rows, err := seam.Queries(w.Pool).SessionsBudgetSpent(ctx)
+	if err != nil {
+		return fmt.Errorf("list sessions ended with their budget used up: %w", err)
+	}
+	for _, s := range rows {
+		due := s.RolloverAt
+		if due == nil || due.Before(*s.EndedAt) {
+			at := NextMidnight(*s.EndedAt, w.zone(s.Dm))
+			due = &at
+		}
+		if now().Before(*due) {
+			continue
+		}
+		if err := w.RestartFunc(ctx, s.AgentID, s.SessionID); err != nil {
+			logger.ErrorContext(ctx, "agent not started again after its budget was used up", slog.String("agent_id", s.AgentID),
+				slog.String("session_id", s.SessionID.String()), slog.String("error", err.Error()))
+			continue
+		}
+		logger.InfoContext(ctx, "agent started again with a fresh budget", slog.String("agent_id", s.AgentID),
+			slog.String("session_id", s.SessionID.String()))
 	}
 	return nil
 }

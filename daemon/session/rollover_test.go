@@ -2,6 +2,7 @@ package session_test
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -265,4 +266,101 @@ func edgeTokensLeft(t *testing.T, pool *pgxpool.Pool, id string) int64 {
 	pool.QueryRow(context.Background(), `SELECT coalesce((lane_status->'edge'->'budget_remaining'->>'tokens')::bigint, -1)
 		FROM choir_control.sessions WHERE session_id = $1`, id).Scan(&left)
 	return left
+}
+
+// TestBudgetSpentAgentStartsAgainAtMidnight runs a real agent whose lane
+// uses up max_tool_calls_per_session: its session ends, marked as spent,
+// and the agent stays stopped until its DM's midnight (choird's clock
+// moved there), when the rollover starts it again, once, resuming its
+// chain with a fresh budget.
+func TestBudgetSpentAgentStartsAgainAtMidnight(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	model := llmtest.NewServer(t)
+	var calls atomic.Int64
+	model.SetResponder(func(ctx context.Context, r *llmtest.Request) llmtest.Step {
+		switch r.Last().Content {
+		case "Write the session summary now.":
+			return llmtest.Text(rolloverSummary)
+		case "hello again":
+			return llmtest.Text("re: hello again")
+		}
+		n := calls.Add(1)
+		return llmtest.ToolCalls(llmtest.Call{ID: "w" + strconv.FormatInt(n, 10), Name: "choir.fs.write",
+			Arguments: `{"path":"note.txt","content":"x"}`})
+	})
+	var offset atomic.Int64
+	clock := func() time.Time { return time.Now().Add(time.Duration(offset.Load())) }
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{ModelEndpoint: model.BaseURL(),
+		Daemon: daemon.Options{Runtime: "process", AgentBinary: choirdtest.Binary(t, "cmd/choir-agent"),
+			Clock: clock, RolloverInterval: 100 * time.Millisecond},
+		Edit: func(cfg *config.Config, s config.Secrets) {
+			choirdtest.FastHeartbeat(cfg, s)
+			cfg.SnapshotEveryEvents = 2
+			a := cfg.Agents["assistant"]
+			a.Budgets.MaxToolCallsPerSession = 1
+			cfg.Agents["assistant"] = a
+		}})
+	defer d.StopAgents(t)
+	pool := d.OwnPool(t)
+	sc := control.Scope{Admin: true, Actor: "test"}
+	if _, err := d.AgentStart(ctx, sc, "assistant", admin.StartOverrides{}); err != nil {
+		t.Fatal(err)
+	}
+	first := d.WaitState(t, "assistant", admin.AgentActive).SessionID
+	if _, err := d.Inbox().ChatSend(ctx, sc, "assistant", admin.ChatSendRequest{MessageID: 1, Text: "write twice"}); err != nil {
+		t.Fatal(err)
+	}
+	d.WaitState(t, "assistant", admin.AgentStopped)
+	var spent bool
+	var endedAt time.Time
+	pool.QueryRow(ctx, `SELECT budget_spent, ended_at FROM choir_control.sessions WHERE session_id = $1`, first).Scan(&spent, &endedAt)
+	if !spent {
+		t.Fatal("the session that used up its tool calls is not marked spent")
+	}
+	var notice string
+	pool.QueryRow(ctx, `SELECT text FROM choir_control.outbox WHERE session_id = $1 AND text LIKE '%tool-call budget%'`, first).Scan(&notice)
+	if !strings.Contains(notice, "midnight") {
+		t.Errorf("the user was told %q, want when the budget comes back", notice)
+	}
+	// Before midnight nothing starts it.
+	waitRolloverRuns(t, pool, time.Now(), 3)
+	if st := d.LatestStatus(ctx, "assistant"); st.State != admin.AgentStopped {
+		t.Fatalf("the agent started again before midnight: %+v", st)
+	}
+
+	offset.Store(int64(time.Until(session.NextMidnight(endedAt, time.UTC)) + time.Second))
+	var second string
+	choirdtest.WaitFor(t, "the agent started again", d.Logs, func() bool {
+		st := d.LatestStatus(ctx, "assistant")
+		second = st.SessionID
+		return st.State == admin.AgentActive && second != first
+	})
+	var resumed bool
+	var budgetFrom *string
+	pool.QueryRow(ctx, `SELECT resumed_from::text = $2, budget_from::text FROM choir_control.sessions WHERE session_id = $1`,
+		second, first).Scan(&resumed, &budgetFrom)
+	if !resumed || budgetFrom != nil {
+		t.Errorf("the new session resumes the old %v with budget from %v; want a resume with a fresh budget", resumed, budgetFrom)
+	}
+	if _, err := d.Inbox().ChatSend(ctx, sc, "assistant", admin.ChatSendRequest{MessageID: 2, Text: "hello again"}); err != nil {
+		t.Fatal(err)
+	}
+	choirdtest.WaitFor(t, "the answer of the new session", d.Logs, func() bool {
+		var n int
+		pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE session_id = $1 AND text = 're: hello again'`, second).Scan(&n)
+		return n == 1
+	})
+	choirdtest.WaitFor(t, "the new session's full tool-call budget", d.Logs, func() bool {
+		var left int64
+		pool.QueryRow(ctx, `SELECT coalesce((lane_status->'edge'->'budget_remaining'->>'tool_calls')::bigint, -1)
+			FROM choir_control.sessions WHERE session_id = $1`, second).Scan(&left)
+		return left == 1
+	})
+	waitRolloverRuns(t, pool, time.Now(), 3)
+	var sessions int
+	pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.sessions WHERE agent_id = 'assistant'`).Scan(&sessions)
+	if sessions != 2 {
+		t.Errorf("%d sessions, want 2: the agent starts again once", sessions)
+	}
 }

@@ -200,7 +200,7 @@ type ChoirControlSession struct {
 	BudgetBaseTokens  int64           `json:"budget_base_tokens"`
 	BudgetBaseCostUsd float64         `json:"budget_base_cost_usd"`
 	RolloverAt        *time.Time      `json:"rollover_at"`
-	BudgetSpent       bool            `json:"budget_spent"`
+	SuccessorDue      bool            `json:"successor_due"`
 }
 
 type ChoirControlSessionEvent struct {

@@ -42,7 +42,7 @@ VALUES (
     $1, $2, $3, $4, $5, $4,
     $5, $6, $7, $8, $9, $10,
     $11)
-RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, budget_spent
+RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, successor_due
 `
 
 type SessionCreateParams struct {
@@ -102,7 +102,7 @@ func (q *Queries) SessionCreate(ctx context.Context, arg SessionCreateParams) (C
 		&i.BudgetBaseTokens,
 		&i.BudgetBaseCostUsd,
 		&i.RolloverAt,
-		&i.BudgetSpent,
+		&i.SuccessorDue,
 	)
 	return i, err
 }
@@ -127,7 +127,7 @@ const sessionEnd = `-- name: SessionEnd :one
 UPDATE choir_control.sessions
    SET status = 'ended', ended_at = now(), end_reason = $1
  WHERE session_id = $2 AND status IN ('active', 'stopping')
-RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, budget_spent
+RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, successor_due
 `
 
 type SessionEndParams struct {
@@ -166,13 +166,13 @@ func (q *Queries) SessionEnd(ctx context.Context, arg SessionEndParams) (ChoirCo
 		&i.BudgetBaseTokens,
 		&i.BudgetBaseCostUsd,
 		&i.RolloverAt,
-		&i.BudgetSpent,
+		&i.SuccessorDue,
 	)
 	return i, err
 }
 
 const sessionGetByID = `-- name: SessionGetByID :one
-SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, budget_spent FROM choir_control.sessions WHERE session_id = $1
+SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, successor_due FROM choir_control.sessions WHERE session_id = $1
 `
 
 func (q *Queries) SessionGetByID(ctx context.Context, sessionID uuid.UUID) (ChoirControlSession, error) {
@@ -206,13 +206,13 @@ func (q *Queries) SessionGetByID(ctx context.Context, sessionID uuid.UUID) (Choi
 		&i.BudgetBaseTokens,
 		&i.BudgetBaseCostUsd,
 		&i.RolloverAt,
-		&i.BudgetSpent,
+		&i.SuccessorDue,
 	)
 	return i, err
 }
 
 const sessionGetLiveByAgent = `-- name: SessionGetLiveByAgent :one
-SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, budget_spent FROM choir_control.sessions
+SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, successor_due FROM choir_control.sessions
  WHERE agent_id = $1 AND status IN ('active', 'stopping')
 `
 
@@ -247,7 +247,7 @@ func (q *Queries) SessionGetLiveByAgent(ctx context.Context, agentID string) (Ch
 		&i.BudgetBaseTokens,
 		&i.BudgetBaseCostUsd,
 		&i.RolloverAt,
-		&i.BudgetSpent,
+		&i.SuccessorDue,
 	)
 	return i, err
 }
@@ -263,7 +263,7 @@ func (q *Queries) SessionHeartbeatTouch(ctx context.Context, sessionID uuid.UUID
 }
 
 const sessionLatestByAgent = `-- name: SessionLatestByAgent :one
-SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, budget_spent FROM choir_control.sessions
+SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, successor_due FROM choir_control.sessions
  WHERE agent_id = $1 ORDER BY started_at DESC, session_id LIMIT 1
 `
 
@@ -298,21 +298,9 @@ func (q *Queries) SessionLatestByAgent(ctx context.Context, agentID string) (Cho
 		&i.BudgetBaseTokens,
 		&i.BudgetBaseCostUsd,
 		&i.RolloverAt,
-		&i.BudgetSpent,
+		&i.SuccessorDue,
 	)
 	return i, err
-}
-
-const sessionMarkBudgetSpent = `-- name: SessionMarkBudgetSpent :exec
-UPDATE choir_control.sessions SET budget_spent = true
- WHERE session_id = $1 AND status IN ('active', 'stopping')
-`
-
-// SessionMarkBudgetSpent records, before the agent's end of a live
-// session, that it ends because a per-session budget was used up.
-func (q *Queries) SessionMarkBudgetSpent(ctx context.Context, sessionID uuid.UUID) error {
-	_, err := q.db.Exec(ctx, sessionMarkBudgetSpent, sessionID)
-	return err
 }
 
 const sessionMarkStopping = `-- name: SessionMarkStopping :exec
@@ -322,6 +310,26 @@ UPDATE choir_control.sessions SET status = 'stopping'
 
 func (q *Queries) SessionMarkStopping(ctx context.Context, sessionID uuid.UUID) error {
 	_, err := q.db.Exec(ctx, sessionMarkStopping, sessionID)
+	return err
+}
+
+const sessionMarkSuccessorDue = `-- name: SessionMarkSuccessorDue :exec
+UPDATE choir_control.sessions
+   SET successor_due = true, rollover_at = CASE WHEN $1::bool THEN rollover_at END
+ WHERE session_id = $2 AND status IN ('active', 'stopping')
+`
+
+type SessionMarkSuccessorDueParams struct {
+	KeepRolloverAt bool      `json:"keep_rollover_at"`
+	SessionID      uuid.UUID `json:"session_id"`
+}
+
+// SessionMarkSuccessorDue records, while a session is live, that choird
+// starts its successor once it has ended: at the day's rollover (keeping
+// rollover_at, which has passed), or, after the agent ended it with its
+// budget used up, at the midnight after the end (rollover_at cleared).
+func (q *Queries) SessionMarkSuccessorDue(ctx context.Context, arg SessionMarkSuccessorDueParams) error {
+	_, err := q.db.Exec(ctx, sessionMarkSuccessorDue, arg.KeepRolloverAt, arg.SessionID)
 	return err
 }
 
@@ -357,55 +365,6 @@ type SessionSetInstanceParams struct {
 func (q *Queries) SessionSetInstance(ctx context.Context, arg SessionSetInstanceParams) error {
 	_, err := q.db.Exec(ctx, sessionSetInstance, arg.ContainerID, arg.SessionID)
 	return err
-}
-
-const sessionsBudgetSpent = `-- name: SessionsBudgetSpent :many
-SELECT s.session_id, s.agent_id, s.ended_at, s.rollover_at,
-       coalesce(s.resource_bindings->>'dm', '')::text AS dm
-  FROM choir_control.sessions s
-  JOIN choir_control.agents a ON a.agent_id = s.agent_id
- WHERE s.budget_spent AND s.status = 'ended' AND s.ended_at IS NOT NULL AND a.held_at IS NULL
-   AND NOT EXISTS (SELECT 1 FROM choir_control.sessions n
-                    WHERE n.agent_id = s.agent_id AND n.started_at > s.started_at)
- ORDER BY s.agent_id
-`
-
-type SessionsBudgetSpentRow struct {
-	SessionID  uuid.UUID  `json:"session_id"`
-	AgentID    string     `json:"agent_id"`
-	EndedAt    *time.Time `json:"ended_at"`
-	RolloverAt *time.Time `json:"rollover_at"`
-	Dm         string     `json:"dm"`
-}
-
-// SessionsBudgetSpent lists the agents whose latest session the agent
-// ended with its per-session budget used up, with no session since and
-// no person's stop holding it: the rollover starts each again at the
-// midnight after that end.
-func (q *Queries) SessionsBudgetSpent(ctx context.Context) ([]SessionsBudgetSpentRow, error) {
-	rows, err := q.db.Query(ctx, sessionsBudgetSpent)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	items := []SessionsBudgetSpentRow{}
-	for rows.Next() {
-		var i SessionsBudgetSpentRow
-		if err := rows.Scan(
-			&i.SessionID,
-			&i.AgentID,
-			&i.EndedAt,
-			&i.RolloverAt,
-			&i.Dm,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
 }
 
 const sessionsCloseLive = `-- name: SessionsCloseLive :many
@@ -595,6 +554,55 @@ func (q *Queries) SessionsRolloverCandidates(ctx context.Context, pendingSecs fl
 			&i.Dm,
 			&i.LaneStatus,
 			&i.InboxPending,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const sessionsSuccessorDue = `-- name: SessionsSuccessorDue :many
+SELECT s.session_id, s.agent_id, s.ended_at, s.rollover_at,
+       coalesce(s.resource_bindings->>'dm', '')::text AS dm
+  FROM choir_control.sessions s
+  JOIN choir_control.agents a ON a.agent_id = s.agent_id
+ WHERE s.successor_due AND s.status IN ('ended', 'crashed') AND s.ended_at IS NOT NULL AND a.held_at IS NULL
+   AND NOT EXISTS (SELECT 1 FROM choir_control.sessions n
+                    WHERE n.agent_id = s.agent_id AND n.started_at > s.started_at)
+ ORDER BY s.agent_id
+`
+
+type SessionsSuccessorDueRow struct {
+	SessionID  uuid.UUID  `json:"session_id"`
+	AgentID    string     `json:"agent_id"`
+	EndedAt    *time.Time `json:"ended_at"`
+	RolloverAt *time.Time `json:"rollover_at"`
+	Dm         string     `json:"dm"`
+}
+
+// SessionsSuccessorDue lists the agents whose latest session ended (or
+// crashed) owing a successor, with no session since and no person's stop
+// holding the agent: the rollover starts each once its time has come
+// (rollover_at, or the midnight after the end when it was not armed).
+func (q *Queries) SessionsSuccessorDue(ctx context.Context) ([]SessionsSuccessorDueRow, error) {
+	rows, err := q.db.Query(ctx, sessionsSuccessorDue)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SessionsSuccessorDueRow{}
+	for rows.Next() {
+		var i SessionsSuccessorDueRow
+		if err := rows.Scan(
+			&i.SessionID,
+			&i.AgentID,
+			&i.EndedAt,
+			&i.RolloverAt,
+			&i.Dm,
 		); err != nil {
 			return nil, err
 		}

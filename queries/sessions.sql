@@ -132,22 +132,25 @@ SELECT s.session_id, s.agent_id, s.started_at, s.rollover_at,
 UPDATE choir_control.sessions SET rollover_at = @rollover_at
  WHERE session_id = @session_id AND rollover_at IS NULL AND status IN ('active', 'stopping');
 
--- name: SessionMarkBudgetSpent :exec
--- SessionMarkBudgetSpent records, before the agent's end of a live
--- session, that it ends because a per-session budget was used up.
-UPDATE choir_control.sessions SET budget_spent = true
+-- name: SessionMarkSuccessorDue :exec
+-- SessionMarkSuccessorDue records, while a session is live, that choird
+-- starts its successor once it has ended: at the day's rollover (keeping
+-- rollover_at, which has passed), or, after the agent ended it with its
+-- budget used up, at the midnight after the end (rollover_at cleared).
+UPDATE choir_control.sessions
+   SET successor_due = true, rollover_at = CASE WHEN @keep_rollover_at::bool THEN rollover_at END
  WHERE session_id = @session_id AND status IN ('active', 'stopping');
 
--- name: SessionsBudgetSpent :many
--- SessionsBudgetSpent lists the agents whose latest session the agent
--- ended with its per-session budget used up, with no session since and
--- no person's stop holding it: the rollover starts each again at the
--- midnight after that end.
+-- name: SessionsSuccessorDue :many
+-- SessionsSuccessorDue lists the agents whose latest session ended (or
+-- crashed) owing a successor, with no session since and no person's stop
+-- holding the agent: the rollover starts each once its time has come
+-- (rollover_at, or the midnight after the end when it was not armed).
 SELECT s.session_id, s.agent_id, s.ended_at, s.rollover_at,
        coalesce(s.resource_bindings->>'dm', '')::text AS dm
   FROM choir_control.sessions s
   JOIN choir_control.agents a ON a.agent_id = s.agent_id
- WHERE s.budget_spent AND s.status = 'ended' AND s.ended_at IS NOT NULL AND a.held_at IS NULL
+ WHERE s.successor_due AND s.status IN ('ended', 'crashed') AND s.ended_at IS NOT NULL AND a.held_at IS NULL
    AND NOT EXISTS (SELECT 1 FROM choir_control.sessions n
                     WHERE n.agent_id = s.agent_id AND n.started_at > s.started_at)
  ORDER BY s.agent_id;

@@ -6,11 +6,13 @@
 -- first sees the session; NULL is not armed yet.
 ALTER TABLE choir_control.sessions ADD COLUMN rollover_at timestamptz;
 
--- budget_spent marks a session the agent ended because a per-session
--- budget was used up: the rollover starts its successor, with a fresh
--- budget, at the midnight after it ended.
-ALTER TABLE choir_control.sessions ADD COLUMN budget_spent boolean NOT NULL DEFAULT false;
+-- successor_due marks a session whose successor choird owes: one the
+-- rollover is ending (set before the stop, so that a choird that dies
+-- between the stop and the start still starts the successor when it is
+-- back), or one the agent ended because a per-session budget was used up
+-- (started again at the midnight after it ended).
+ALTER TABLE choir_control.sessions ADD COLUMN successor_due boolean NOT NULL DEFAULT false;
 
 -- +goose Down
-ALTER TABLE choir_control.sessions DROP COLUMN budget_spent;
+ALTER TABLE choir_control.sessions DROP COLUMN successor_due;
 ALTER TABLE choir_control.sessions DROP COLUMN rollover_at;

@@ -350,7 +350,7 @@ func (a *API) HandleTerminateSelf(ctx context.Context, call rpc.Call, req rpc.Te
 	if req.BudgetSpent {
 		// Marked while the session is live, before its end: an end that
 		// fails leaves a mark the rollover reads only on an ended session.
-		if err := seam.Queries(a.pool).SessionMarkBudgetSpent(ctx, id); err != nil {
+		if err := seam.Queries(a.pool).SessionMarkSuccessorDue(ctx, db.SessionMarkSuccessorDueParams{SessionID: id}); err != nil {
 			return rpc.Ack{}, fmt.Errorf("mark session %s's budget used up: %w", id, err)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/daemon/hold"
+	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
 	"github.com/choirhq/choir/sql/seam"
@@ -29,8 +30,8 @@ const RolloverEndReason = "the day's session rollover"
 // bindings and transient overrides, resuming the chain from the last
 // acknowledged revision with fresh per-session budgets. It reports false
 // when from is no longer the agent's active session. A successor that
-// cannot start leaves the agent stopped, and its DM is told how to start
-// it again.
+// cannot start is owed (successor_due): the rollover's next run tries
+// again, and the DM is told, once, how to start the agent meanwhile.
 func (d *Control) AgentRollover(ctx context.Context, agentID string, from uuid.UUID) (bool, error) {
 	q := seam.Queries(d.pool)
 	s, err := q.SessionGetLiveByAgent(ctx, agentID)
@@ -43,6 +44,12 @@ func (d *Control) AgentRollover(ctx context.Context, agentID string, from uuid.U
 	var b rpc.ResourceBindings
 	if err := json.Unmarshal(s.ResourceBindings, &b); err != nil {
 		return false, fmt.Errorf("read the bindings of session %s: %w", from, err)
+	}
+	// The successor is owed from here on: should choird stop between the
+	// stop and the start, or the start fail, the rollover's next run
+	// starts it (session.RolloverWorker.startDue).
+	if err := q.SessionMarkSuccessorDue(ctx, db.SessionMarkSuccessorDueParams{SessionID: from, KeepRolloverAt: true}); err != nil {
+		return false, fmt.Errorf("mark session %s's successor due: %w", from, err)
 	}
 	// Choird rolls over an idle session only; should a message arrive
 	// in between, its turn finishes before the agent stops.
@@ -58,7 +65,8 @@ func (d *Control) AgentRollover(ctx context.Context, agentID string, from uuid.U
 	if err != nil {
 		d.notice(context.WithoutCancel(ctx), PendingResume{SessionID: from, AgentID: agentID, Bindings: s.ResourceBindings},
 			"rollover:", fmt.Sprintf("%s did not come back after the day's session rollover: %v. Everything it had "+
-				"acknowledged is kept; choirctl agent start %s (or /start %s from an admin DM) resumes it where it left off.",
+				"acknowledged is kept, and choird tries again every minute; choirctl agent start %s (or /start %s from "+
+				"an admin DM) resumes it where it left off.",
 				agentID, err, agentID, agentID))
 		return false, fmt.Errorf("start the successor of session %s: %w", from, err)
 	}
@@ -71,11 +79,12 @@ func (d *Control) AgentRollover(ctx context.Context, agentID string, from uuid.U
 	return true, nil
 }
 
-// AgentRolloverStart starts agentID again at the day's rollover after its
-// session from ended with its budget used up: with from's bindings and
-// transient overrides, resuming its chain, with a fresh budget. A person's
-// stop since (hold.Err) keeps it stopped; so does a start failing, and
-// its DM is told, once.
+// AgentRolloverStart starts the successor that ended session from of
+// agentID owes (a rollover whose start did not happen, or a session whose
+// budget was used up): with from's bindings and transient overrides,
+// resuming its chain, with a fresh budget. A person's stop since
+// (hold.Err) keeps the agent stopped; a start that fails is tried again
+// at the rollover's next run, and the DM is told, once.
 func (d *Control) AgentRolloverStart(ctx context.Context, agentID string, from uuid.UUID) error {
 	q := seam.Queries(d.pool)
 	s, err := q.SessionGetByID(ctx, from)
@@ -92,8 +101,8 @@ func (d *Control) AgentRolloverStart(ctx context.Context, agentID string, from u
 	}
 	if err != nil {
 		d.notice(context.WithoutCancel(ctx), PendingResume{SessionID: from, AgentID: agentID, Bindings: s.ResourceBindings},
-			"rollover:", fmt.Sprintf("%s did not start again with a fresh budget at the day's rollover: %v. "+
-				"choirctl agent start %s (or /start %s from an admin DM) starts it.", agentID, err, agentID, agentID))
+			"rollover:", fmt.Sprintf("%s did not start again with a fresh budget at the day's rollover: %v. choird tries "+
+				"again every minute; choirctl agent start %s (or /start %s from an admin DM) starts it.", agentID, err, agentID, agentID))
 		return fmt.Errorf("start agent %s with a fresh budget: %w", agentID, err)
 	}
 	if err := d.carryOverrides(ctx, from, st.SessionID); err != nil {

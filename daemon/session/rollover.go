@@ -65,9 +65,9 @@ type Rollover struct {
 	// successor (control.Control.AgentRollover). It returns false, nil when
 	// there was nothing to roll over (the session ended meanwhile).
 	RolloverFunc func(ctx context.Context, agentID string, from uuid.UUID) (bool, error)
-	// RestartFunc starts the successor of session from of agentID, which
-	// the agent ended with its budget used up
-	// (control.Control.AgentRolloverStart); nil starts none.
+	// RestartFunc starts the successor of ended session from of agentID,
+	// which owes one (control.Control.AgentRolloverStart); nil starts
+	// none.
 	RestartFunc func(ctx context.Context, agentID string, from uuid.UUID) error
 }
 
@@ -130,7 +130,7 @@ func (w *RolloverWorker) Work(ctx context.Context, _ *river.Job[RolloverArgs]) e
 	if w.Now != nil {
 		now = w.Now
 	}
-	if err := w.restartSpent(ctx, logger, now); err != nil {
+	if err := w.startDue(ctx, logger, now); err != nil {
 		return err
 	}
 	q := seam.Queries(w.Pool)
@@ -170,20 +170,22 @@ func (w *RolloverWorker) Work(ctx context.Context, _ *river.Job[RolloverArgs]) e
 	return nil
 }
 
-// restartSpent starts again, at the midnight after it ended, each agent
-// whose latest session ended with its budget used up: a per-session
-// budget is a day's, and the agent works again the next day.
-func (w *RolloverWorker) restartSpent(ctx context.Context, logger *slog.Logger, now func() time.Time) error {
+// startDue starts the successor of each session that ended owing one
+// (successor_due), once its time has come: at once after a rollover whose
+// start did not happen (choird stopped in between, or the start failed),
+// at the midnight after the end for a session whose budget was used up (a
+// per-session budget is a day's: the agent works again the next day).
+func (w *RolloverWorker) startDue(ctx context.Context, logger *slog.Logger, now func() time.Time) error {
 	if w.RestartFunc == nil {
 		return nil
 	}
-	rows, err := seam.Queries(w.Pool).SessionsBudgetSpent(ctx)
+	rows, err := seam.Queries(w.Pool).SessionsSuccessorDue(ctx)
 	if err != nil {
-		return fmt.Errorf("list sessions ended with their budget used up: %w", err)
+		return fmt.Errorf("list sessions owed a successor: %w", err)
 	}
 	for _, s := range rows {
 		due := s.RolloverAt
-		if due == nil || due.Before(*s.EndedAt) {
+		if due == nil {
 			at := NextMidnight(*s.EndedAt, w.zone(s.Dm))
 			due = &at
 		}
@@ -191,12 +193,12 @@ func (w *RolloverWorker) restartSpent(ctx context.Context, logger *slog.Logger, 
 			continue
 		}
 		if err := w.RestartFunc(ctx, s.AgentID, s.SessionID); err != nil {
-			logger.ErrorContext(ctx, "agent not started again after its budget was used up", slog.String("agent_id", s.AgentID),
+			logger.ErrorContext(ctx, "successor not started; the next run tries again", slog.String("agent_id", s.AgentID),
 				slog.String("session_id", s.SessionID.String()), slog.String("error", err.Error()))
 			continue
 		}
-		logger.InfoContext(ctx, "agent started again with a fresh budget", slog.String("agent_id", s.AgentID),
-			slog.String("session_id", s.SessionID.String()))
+		logger.InfoContext(ctx, "successor started with a fresh budget", slog.String("agent_id", s.AgentID),
+			slog.String("from", s.SessionID.String()))
 	}
 	return nil
 }

@@ -148,11 +148,13 @@ func TestSessionRollsOverAtMidnight(t *testing.T) {
 	})
 	var status, reason string
 	var summaries int
-	pool.QueryRow(ctx, `SELECT status, end_reason, (SELECT count(*) FROM choir_control.session_events e
+	var owed bool
+	pool.QueryRow(ctx, `SELECT status, end_reason, successor_due, (SELECT count(*) FROM choir_control.session_events e
 		WHERE e.session_id = s.session_id AND e.event_type = 'session_summary')
-		FROM choir_control.sessions s WHERE session_id = $1`, first).Scan(&status, &reason, &summaries)
-	if status != "ended" || !strings.Contains(reason, control.RolloverEndReason) || summaries != 1 {
-		t.Errorf("the old session is %s (%q) with %d summaries, want ended by the rollover with one", status, reason, summaries)
+		FROM choir_control.sessions s WHERE session_id = $1`, first).Scan(&status, &reason, &owed, &summaries)
+	if status != "ended" || !strings.Contains(reason, control.RolloverEndReason) || summaries != 1 || !owed {
+		t.Errorf("the old session is %s (%q) with %d summaries, successor owed %v; want ended by the rollover with one, owing",
+			status, reason, summaries, owed)
 	}
 	var resumed bool
 	var budgetFrom *string
@@ -314,9 +316,9 @@ func TestBudgetSpentAgentStartsAgainAtMidnight(t *testing.T) {
 	d.WaitState(t, "assistant", admin.AgentStopped)
 	var spent bool
 	var endedAt time.Time
-	pool.QueryRow(ctx, `SELECT budget_spent, ended_at FROM choir_control.sessions WHERE session_id = $1`, first).Scan(&spent, &endedAt)
+	pool.QueryRow(ctx, `SELECT successor_due, ended_at FROM choir_control.sessions WHERE session_id = $1`, first).Scan(&spent, &endedAt)
 	if !spent {
-		t.Fatal("the session that used up its tool calls is not marked spent")
+		t.Fatal("the session that used up its tool calls owes no successor")
 	}
 	var notice string
 	pool.QueryRow(ctx, `SELECT text FROM choir_control.outbox WHERE session_id = $1 AND text LIKE '%tool-call budget%'`, first).Scan(&notice)

@@ -31,8 +31,15 @@ import (
 // A session is idle when its edge lane is IDLE, no core job runs, and no
 // message from its DM of the last RolloverPendingWindow waits undelivered:
 // a turn in progress and a job running across midnight are never cut off,
-// the rollover waits for them. A message that arrives during the rollover
-// itself is delivered to the successor, as after any restart.
+// the rollover waits for them. A message that arrives as the rollover
+// begins is answered by the old session, whose shutdown lets the turn
+// finish (rpc.Shutdown.AfterTurn), or, not yet taken, is delivered to the
+// successor, as after any restart.
+//
+// The successor is owed from the moment the stop begins (successor_due):
+// if its start fails, or choird stops between the stop and the start, the
+// next run starts it. The same mark brings back, at the midnight after, an
+// agent that ended its session with a per-session budget used up.
 
 // DefaultRolloverInterval is how often the rollover job looks for
 // sessions due: a session rolls over within about a minute of midnight,

@@ -4,7 +4,9 @@
 // leaves nothing behind), or ends it and queues what follows an end. It
 // also finds the sessions that crashed (crash.go: the periodic
 // crash_detect job, its notice to the DM, and the removal of the crashed
-// instance), a jobs.Feature registered at choird's start.
+// instance), and rolls sessions over at their DM's midnight (rollover.go:
+// the periodic session_rollover job), two jobs.Features registered at
+// choird's start.
 package session
 
 import (

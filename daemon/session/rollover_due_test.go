@@ -93,3 +93,47 @@ func TestRolloverStartsTheSuccessorsOwed(t *testing.T) {
 		t.Errorf("with a later session and a person's stop: started %v, want none", got)
 	}
 }
+
+// TestResumeAfterAMissedRolloverHasAFreshBudget: a session choird starts on
+// its own continues the budget of the one before, unless that one was due
+// to roll over (choird was down at its midnight): its day is over.
+func TestResumeAfterAMissedRolloverHasAFreshBudget(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name  string
+		due   time.Duration // from now
+		fresh bool
+	}{
+		{"DueLaterContinuesTheBudget", time.Hour, false},
+		{"DuePassedStartsAFreshOne", -time.Minute, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			pool := dbtest.NewPool(t)
+			cfg := choirdtest.TwoAgentsConfig(t)
+			q := seam.Queries(pool)
+			prev, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
+			if err != nil {
+				t.Fatal(err)
+			}
+			at := time.Now().Add(tc.due)
+			if _, err := q.SessionRolloverArm(ctx, db.SessionRolloverArmParams{SessionID: prev.Session.SessionID, RolloverAt: &at}); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := session.EndSession(ctx, pool, nil, prev.Session.SessionID, "crashed", "choird restarted"); err != nil {
+				t.Fatal(err)
+			}
+			next, err := session.CreateSessionAs(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process", session.ByChoird)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fresh := next.Session.BudgetFrom == nil; fresh != tc.fresh {
+				t.Errorf("fresh budget = %v, want %v", fresh, tc.fresh)
+			}
+			if next.Session.ResumedFrom == nil || *next.Session.ResumedFrom != prev.Session.SessionID {
+				t.Errorf("resumed from %v, want %s", next.Session.ResumedFrom, prev.Session.SessionID)
+			}
+		})
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -210,8 +211,10 @@ func CreateSessionAs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 			return fmt.Errorf("look up previous session of %s: %w", agentID, err)
 		case prev.Status == "ended" || prev.Status == "crashed":
 			// A rollover's session starts a fresh budget, as a person's
-			// start does: that is what the day's rollover is for.
-			if by == ByChoird {
+			// start does: that is what the day's rollover is for. So
+			// does a resume of a session whose rollover was due (choird
+			// was down at midnight): its day is over.
+			if by == ByChoird && !rolloverPassed(prev, time.Now()) {
 				if err := usage.Continue(ctx, q, prev, &params); err != nil {
 					return err
 				}
@@ -283,6 +286,11 @@ func EndSession(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, id u
 		return nil
 	})
 	return ended, err
+}
+
+// rolloverPassed reports whether session s was due to roll over by now.
+func rolloverPassed(s db.ChoirControlSession, now time.Time) bool {
+	return s.RolloverAt != nil && !now.Before(*s.RolloverAt)
 }
 
 // Origin is who starts a session.

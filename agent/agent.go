@@ -170,6 +170,12 @@ type stopRequest struct {
 	// orphaned says choird stayed out of reach longer than the session
 	// could be adopted: the agent stops without it (stopOrphaned).
 	orphaned bool
+	// afterTurn lets the turn in progress finish before the lane stops
+	// (rpc.Shutdown.AfterTurn: the day's rollover).
+	afterTurn bool
+	// budgetSpent says the session ends because its budget is used up
+	// (rpc.TerminateSelfRequest.BudgetSpent).
+	budgetSpent bool
 }
 
 // defaultGrace is the stop's time budget when ctx ends (a signal) rather

@@ -74,7 +74,10 @@ type session struct {
 	stopRun, stopLane context.CancelFunc
 	wg                sync.WaitGroup
 	edgeDone          chan struct{}
-	shutdown          chan stopRequest
+	// budgetSpent says the edge lane ended on a used-up session budget;
+	// written before edgeDone closes.
+	budgetSpent bool
+	shutdown    chan stopRequest
 }
 
 // openSession verifies the sandbox, connects to choird, says hello,
@@ -306,13 +309,20 @@ func (s *session) restoreSnapshot() {
 		return
 	}
 	var st workingState
-	if err := json.Unmarshal(snap.State, &st); err != nil {
+	err := json.Unmarshal(snap.State, &st)
+	if err == nil && s.hello.ResetBudgets {
+		// The snapshot is an earlier session's, and this session has a
+		// budget of its own: the conversation goes on, the counters
+		// start again.
+		st.Edge.ToolCallsUsed, st.Edge.TokensUsed = 0, 0
+	}
+	if err != nil {
 		s.logger.Warn("snapshot unreadable; starting the lane fresh", slog.String("error", err.Error()))
 	} else if err := s.edge.Restore(st.Edge); err != nil {
 		s.logger.Warn("snapshot not restorable; starting the lane fresh", slog.String("error", err.Error()))
 	} else {
 		s.jobs.Restore(snap.Rev, st.OpenJobs)
-		s.logger.Info("working state restored", slog.Int64("snapshot_rev", snap.Rev),
+		s.logger.Info("working state restored", slog.Int64("snapshot_rev", snap.Rev), slog.Bool("budgets_reset", s.hello.ResetBudgets),
 			slog.Int("tail_events", len(s.hello.TailEvents)), slog.Int("open_jobs", len(st.OpenJobs)))
 	}
 }
@@ -329,6 +339,10 @@ func (s *session) run(ctx context.Context) stopRequest {
 	case req = <-s.shutdown:
 	case <-s.edgeDone:
 		req.reason = "edge lane ended"
+		// Read after edgeDone closed, which happens after the write.
+		if s.budgetSpent {
+			req.reason, req.budgetSpent = "the session's budget is used up", true
+		}
 	}
 	return req
 }
@@ -354,6 +368,7 @@ func (s *session) start(ctx context.Context) context.Context {
 		s.reconcile(laneCtx)
 		if err := s.edge.Run(laneCtx); err != nil {
 			s.logger.Warn("edge lane ended", slog.String("error", err.Error()))
+			s.budgetSpent = errors.Is(err, lane.ErrBudgetExceeded)
 		}
 	}()
 	return runCtx
@@ -422,7 +437,7 @@ func (s *session) dispatch(ctx context.Context, p rpc.Push) {
 		s.onConfigChanged(ctx)
 	case rpc.PushShutdown:
 		s.requestStop(stopRequest{reason: "shutdown requested by choird: " + p.Shutdown.Reason,
-			grace: time.Duration(p.Shutdown.GraceMS) * time.Millisecond})
+			grace: time.Duration(p.Shutdown.GraceMS) * time.Millisecond, afterTurn: p.Shutdown.AfterTurn})
 	}
 }
 
@@ -520,8 +535,19 @@ func (s *session) stop(ctx context.Context, req stopRequest) error {
 	// and the final heartbeat; past that it is cut off, which loses only
 	// the uncommitted step.
 	summaryTimeout := summaryTimeout(s.dyn.Load())
-	s.edge.Stop(req.reason)
 	safeWait := max(req.grace-summaryTimeout-finalReserve, req.grace/3)
+	if req.afterTurn {
+		// The turn in progress finishes first (the day's rollover);
+		// one that takes too long is stopped at a safe point below.
+		s.edge.StopAfterTurn(req.reason)
+		select {
+		case <-s.edgeDone:
+		case <-time.After(safeWait / 2):
+			s.logger.Warn("the turn in progress did not end in time; stopping it at a safe point",
+				slog.Duration("waited", safeWait/2))
+		}
+	}
+	s.edge.Stop(req.reason)
 	select {
 	case <-s.edgeDone:
 	case <-time.After(safeWait):
@@ -553,7 +579,7 @@ func (s *session) stop(ctx context.Context, req stopRequest) error {
 	if err := s.hb.flush(final); err != nil {
 		s.logger.Error("final heartbeat failed; unacknowledged events are lost", slog.String("error", err.Error()))
 	}
-	if _, err := s.client.TerminateSelf(final, rpc.TerminateSelfRequest{Reason: req.reason}); err != nil {
+	if _, err := s.client.TerminateSelf(final, rpc.TerminateSelfRequest{Reason: req.reason, BudgetSpent: req.budgetSpent}); err != nil {
 		return fmt.Errorf("terminate session: %w", err)
 	}
 	return nil

@@ -3,11 +3,17 @@ package config
 import "time"
 
 // Defaults of an agent's budgets (spec 7.6), applied to a budget that is
-// omitted or zero.
+// omitted or zero. A session lasts at most a day (it rolls over at its
+// DM's midnight, daemon/session's rollover), so the session budgets are a
+// day's: a busy day of conversation (a few hundred turns of some 20k
+// prompt tokens) and a handful of core jobs (up to 50 steps each, their
+// prompts growing to some 60k tokens) fits in 20M tokens and 5000 tool
+// calls. They are a runaway guard, not a spending limit: per_day_cost_usd
+// is that.
 const (
 	DefaultMaxCoreJobs            = 4
-	DefaultTotalSessionTokens     = 5_000_000
-	DefaultMaxToolCallsPerSession = 2000
+	DefaultTotalSessionTokens     = 20_000_000
+	DefaultMaxToolCallsPerSession = 5000
 	DefaultMaxStepsPerMessage     = 20
 	DefaultPerJobMaxSteps         = 50
 	DefaultPerJobMaxToolCalls     = 200
@@ -26,8 +32,10 @@ const DefaultCompactionThresholdPercent = 80
 
 // Budgets bound what one session of an agent may spend (spec 7.6). The
 // session budgets are enforced by the edge lane, the job budgets by each
-// core job; none is ever reset, not by an injection and not by a recovery.
-// Zero means the default.
+// core job; none is reset by an injection or a recovery. A session lasts
+// at most until its DM's next midnight: its successor then starts the
+// session budgets afresh (as a person's start does); the rollover waits
+// for a turn or a core job in progress. Zero means the default.
 type Budgets struct {
 	// Session budgets.
 	MaxCoreJobs            int   `json:"max_core_jobs"`

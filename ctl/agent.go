@@ -161,9 +161,9 @@ func (a *agentCommands) updateAll() *cobra.Command {
 
 func printAgents(w io.Writer, agents []admin.AgentStatus) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tSTATE\tSESSION\tRUNTIME\tUP\tLAST HEARTBEAT")
+	fmt.Fprintln(tw, "AGENT\tSTATE\tSESSION\tRUNTIME\tUP\tLAST HEARTBEAT\tROLLS OVER")
 	for _, a := range agents {
-		session, runtime, up, beat := "-", "-", "-", "-"
+		session, runtime, up, beat, rolls := "-", "-", "-", "-", "-"
 		if a.SessionID != "" {
 			session, runtime = a.SessionID, a.Runtime
 		}
@@ -173,7 +173,10 @@ func printAgents(w io.Writer, agents []admin.AgentStatus) error {
 		if a.LastHeartbeatAt != nil {
 			beat = time.Since(*a.LastHeartbeatAt).Round(time.Second).String() + " ago"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.AgentID, a.State, session, runtime, up, beat)
+		if a.RollsOverAt != nil {
+			rolls = a.RollsOverAt.Local().Format(time.DateTime)
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.AgentID, a.State, session, runtime, up, beat, rolls)
 	}
 	if err := tw.Flush(); err != nil {
 		return err

@@ -98,6 +98,12 @@ type Options struct {
 	// protocol; a zero field takes rpc's default (100 requests/s per
 	// session). Benchmarks that beat faster than any agent lift the rate.
 	AgentLimits rpc.Limits
+	// Clock is choird's clock for the daily session rollover (nil:
+	// time.Now); tests move it past a midnight instead of waiting.
+	Clock func() time.Time
+	// RolloverInterval is how often the rollover looks for sessions due
+	// (default session.DefaultRolloverInterval).
+	RolloverInterval time.Duration
 }
 
 // Daemon is a running choird. Its control layer's commands (AgentStart,
@@ -372,7 +378,7 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 		PushPending: d.inbox.PushPending, Starter: d.Control, Approvals: d.approvals.Registry})
 	schedule.RegisterApprovals(d.approvals.Registry)
 	// Each feature registers its own job kinds; River only runs them.
-	d.river, err = jobs.NewClient(jobs.Deps{Pool: d.pool, Logger: d.logger, Features: []jobs.Feature{
+	features := []jobs.Feature{
 		session.CrashDetection{Pool: d.pool, Logger: d.logger, DMAddress: d.DMAddress, RemoveInstance: d.removeInstance,
 			Threshold:    func() time.Duration { return d.Snapshot().Config.CrashDetectionThreshold() },
 			SessionEnded: memoryWorkers.SessionEndedTx},
@@ -384,7 +390,15 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 			Logger: d.logger.With(slog.String("component", "delivery"))},
 		memoryWorkers,
 		d.progress,
-	}})
+	}
+	if d.opts.Runtime != "" {
+		// Without a runtime choird starts no agent, so it cannot start
+		// a session's successor: sessions then last until stopped.
+		features = append(features, session.Rollover{Pool: d.pool, Logger: d.logger.With(slog.String("component", "rollover")),
+			Now: d.opts.Clock, ZoneFunc: d.dmZone, Interval: d.opts.RolloverInterval, RolloverFunc: d.AgentRollover,
+			RestartFunc: d.AgentRolloverStart})
+	}
+	d.river, err = jobs.NewClient(jobs.Deps{Pool: d.pool, Logger: d.logger, Features: features})
 	if err != nil {
 		return nil, err
 	}
@@ -514,4 +528,14 @@ func newRuntime(ctx context.Context, opts Options, logger *slog.Logger) (runtime
 		return rt, nil
 	}
 	return nil, fmt.Errorf("unknown runtime %q: want docker or process", opts.Runtime)
+}
+
+// dmZone is the time zone of DM dm in the running configuration: UTC when
+// it names none, or config.json no longer has the DM.
+func (d *Daemon) dmZone(dm string) *time.Location {
+	loc, err := time.LoadLocation(d.Snapshot().Config.DMs[dm].Zone())
+	if err != nil {
+		return time.UTC
+	}
+	return loc
 }

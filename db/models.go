@@ -195,6 +195,8 @@ type ChoirControlSession struct {
 	BudgetFrom        *uuid.UUID      `json:"budget_from"`
 	BudgetBaseTokens  int64           `json:"budget_base_tokens"`
 	BudgetBaseCostUsd float64         `json:"budget_base_cost_usd"`
+	RolloverAt        *time.Time      `json:"rollover_at"`
+	SuccessorDue      bool            `json:"successor_due"`
 }
 
 type ChoirControlSessionEvent struct {

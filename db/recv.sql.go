@@ -11,7 +11,7 @@ import (
 
 const recvFilesClaimed = `-- name: RecvFilesClaimed :many
 WITH named AS (
-    SELECT a->>'path' AS path, i.delivered_at, s.status
+    SELECT a->>'path' AS path, i.delivered_at, s.status, coalesce(s.successor_due, false) AS successor_due
       FROM choir_control.inbox i
       CROSS JOIN LATERAL jsonb_array_elements(i.attachments) AS a
       LEFT JOIN choir_control.sessions s ON s.session_id = i.session_id
@@ -21,7 +21,7 @@ WITH named AS (
 SELECT p.path::text AS path,
        count(n.path)::int AS rows,
        coalesce(bool_and(n.delivered_at IS NOT NULL
-                         AND (n.status = 'ended'
+                         AND ((n.status = 'ended' AND NOT n.successor_due)
                               OR n.delivered_at < now() - make_interval(secs => $1::float8))), false)::bool AS done
   FROM unnest($2::text[]) AS p(path)
   LEFT JOIN named n ON n.path = p.path
@@ -43,9 +43,10 @@ type RecvFilesClaimedRow struct {
 // workspace), how many inbox rows name it among their attachments and
 // whether every one of them is done with it: acknowledged by the agent
 // (delivered_at, set by the heartbeat whose patch held the message) and
-// either delivered to a session that ended gracefully (an ended session
-// is never resumed) or acknowledged more than retention_secs ago. Only
-// rows with attachments are read.
+// either delivered to a session that ended gracefully and owes no
+// successor (the day's rollover resumes its session, whose conversation
+// may still name the file) or acknowledged more than retention_secs ago.
+// Only rows with attachments are read.
 func (q *Queries) RecvFilesClaimed(ctx context.Context, arg RecvFilesClaimedParams) ([]RecvFilesClaimedRow, error) {
 	rows, err := q.db.Query(ctx, recvFilesClaimed, arg.RetentionSecs, arg.Paths)
 	if err != nil {

@@ -206,7 +206,7 @@ UPDATE choir_control.sessions
        tool_manifest_hash = $2, skill_manifest_hash = $3,
        last_heartbeat_at = now()
  WHERE session_id = $4 AND status IN ('active', 'stopping')
-RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd
+RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, successor_due
 `
 
 type SessionHelloParams struct {
@@ -251,6 +251,8 @@ func (q *Queries) SessionHello(ctx context.Context, arg SessionHelloParams) (Cho
 		&i.BudgetFrom,
 		&i.BudgetBaseTokens,
 		&i.BudgetBaseCostUsd,
+		&i.RolloverAt,
+		&i.SuccessorDue,
 	)
 	return i, err
 }

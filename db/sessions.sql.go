@@ -42,7 +42,7 @@ VALUES (
     $1, $2, $3, $4, $5, $4,
     $5, $6, $7, $8, $9, $10,
     $11)
-RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd
+RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, successor_due
 `
 
 type SessionCreateParams struct {
@@ -101,6 +101,8 @@ func (q *Queries) SessionCreate(ctx context.Context, arg SessionCreateParams) (C
 		&i.BudgetFrom,
 		&i.BudgetBaseTokens,
 		&i.BudgetBaseCostUsd,
+		&i.RolloverAt,
+		&i.SuccessorDue,
 	)
 	return i, err
 }
@@ -125,7 +127,7 @@ const sessionEnd = `-- name: SessionEnd :one
 UPDATE choir_control.sessions
    SET status = 'ended', ended_at = now(), end_reason = $1
  WHERE session_id = $2 AND status IN ('active', 'stopping')
-RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd
+RETURNING session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, successor_due
 `
 
 type SessionEndParams struct {
@@ -163,12 +165,14 @@ func (q *Queries) SessionEnd(ctx context.Context, arg SessionEndParams) (ChoirCo
 		&i.BudgetFrom,
 		&i.BudgetBaseTokens,
 		&i.BudgetBaseCostUsd,
+		&i.RolloverAt,
+		&i.SuccessorDue,
 	)
 	return i, err
 }
 
 const sessionGetByID = `-- name: SessionGetByID :one
-SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd FROM choir_control.sessions WHERE session_id = $1
+SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, successor_due FROM choir_control.sessions WHERE session_id = $1
 `
 
 func (q *Queries) SessionGetByID(ctx context.Context, sessionID uuid.UUID) (ChoirControlSession, error) {
@@ -201,12 +205,14 @@ func (q *Queries) SessionGetByID(ctx context.Context, sessionID uuid.UUID) (Choi
 		&i.BudgetFrom,
 		&i.BudgetBaseTokens,
 		&i.BudgetBaseCostUsd,
+		&i.RolloverAt,
+		&i.SuccessorDue,
 	)
 	return i, err
 }
 
 const sessionGetLiveByAgent = `-- name: SessionGetLiveByAgent :one
-SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd FROM choir_control.sessions
+SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, successor_due FROM choir_control.sessions
  WHERE agent_id = $1 AND status IN ('active', 'stopping')
 `
 
@@ -240,6 +246,8 @@ func (q *Queries) SessionGetLiveByAgent(ctx context.Context, agentID string) (Ch
 		&i.BudgetFrom,
 		&i.BudgetBaseTokens,
 		&i.BudgetBaseCostUsd,
+		&i.RolloverAt,
+		&i.SuccessorDue,
 	)
 	return i, err
 }
@@ -255,7 +263,7 @@ func (q *Queries) SessionHeartbeatTouch(ctx context.Context, sessionID uuid.UUID
 }
 
 const sessionLatestByAgent = `-- name: SessionLatestByAgent :one
-SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd FROM choir_control.sessions
+SELECT session_id, agent_id, status, lease_token_hash, resumed_from, base_rev, base_hash, acked_rev, acked_hash, config_version, resource_bindings, runtime, container_id, started_at, last_heartbeat_at, ended_at, end_reason, summary, hello_at, image_version, tool_manifest_hash, skill_manifest_hash, lane_status, budget_from, budget_base_tokens, budget_base_cost_usd, rollover_at, successor_due FROM choir_control.sessions
  WHERE agent_id = $1 ORDER BY started_at DESC, session_id LIMIT 1
 `
 
@@ -289,6 +297,8 @@ func (q *Queries) SessionLatestByAgent(ctx context.Context, agentID string) (Cho
 		&i.BudgetFrom,
 		&i.BudgetBaseTokens,
 		&i.BudgetBaseCostUsd,
+		&i.RolloverAt,
+		&i.SuccessorDue,
 	)
 	return i, err
 }
@@ -301,6 +311,45 @@ UPDATE choir_control.sessions SET status = 'stopping'
 func (q *Queries) SessionMarkStopping(ctx context.Context, sessionID uuid.UUID) error {
 	_, err := q.db.Exec(ctx, sessionMarkStopping, sessionID)
 	return err
+}
+
+const sessionMarkSuccessorDue = `-- name: SessionMarkSuccessorDue :exec
+UPDATE choir_control.sessions
+   SET successor_due = true, rollover_at = CASE WHEN $1::bool THEN rollover_at END
+ WHERE session_id = $2 AND status IN ('active', 'stopping')
+`
+
+type SessionMarkSuccessorDueParams struct {
+	KeepRolloverAt bool      `json:"keep_rollover_at"`
+	SessionID      uuid.UUID `json:"session_id"`
+}
+
+// SessionMarkSuccessorDue records, while a session is live, that choird
+// starts its successor once it has ended: at the day's rollover (keeping
+// rollover_at, which has passed), or, after the agent ended it with its
+// budget used up, at the midnight after the end (rollover_at cleared).
+func (q *Queries) SessionMarkSuccessorDue(ctx context.Context, arg SessionMarkSuccessorDueParams) error {
+	_, err := q.db.Exec(ctx, sessionMarkSuccessorDue, arg.KeepRolloverAt, arg.SessionID)
+	return err
+}
+
+const sessionRolloverArm = `-- name: SessionRolloverArm :execrows
+UPDATE choir_control.sessions SET rollover_at = $1
+ WHERE session_id = $2 AND rollover_at IS NULL AND status IN ('active', 'stopping')
+`
+
+type SessionRolloverArmParams struct {
+	RolloverAt *time.Time `json:"rollover_at"`
+	SessionID  uuid.UUID  `json:"session_id"`
+}
+
+// SessionRolloverArm sets when a live session rolls over, once.
+func (q *Queries) SessionRolloverArm(ctx context.Context, arg SessionRolloverArmParams) (int64, error) {
+	result, err := q.db.Exec(ctx, sessionRolloverArm, arg.RolloverAt, arg.SessionID)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const sessionSetInstance = `-- name: SessionSetInstance :exec
@@ -448,6 +497,112 @@ func (q *Queries) SessionsCrashStale(ctx context.Context, arg SessionsCrashStale
 			&i.LastHeartbeatAt,
 			&i.ResourceBindings,
 			&i.LeasesReleased,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const sessionsRolloverCandidates = `-- name: SessionsRolloverCandidates :many
+SELECT s.session_id, s.agent_id, s.started_at, s.rollover_at,
+       coalesce(s.resource_bindings->>'dm', '')::text AS dm, s.lane_status,
+       EXISTS (SELECT 1 FROM choir_control.inbox i
+                WHERE i.agent_id = s.agent_id AND i.delivered_at IS NULL
+                  AND i.dm = s.resource_bindings->>'dm'
+                  AND i.received_at > now() - make_interval(secs => $1::float8)) AS inbox_pending
+  FROM choir_control.sessions s
+ WHERE s.status = 'active' AND s.hello_at IS NOT NULL
+ ORDER BY s.agent_id
+`
+
+type SessionsRolloverCandidatesRow struct {
+	SessionID    uuid.UUID       `json:"session_id"`
+	AgentID      string          `json:"agent_id"`
+	StartedAt    time.Time       `json:"started_at"`
+	RolloverAt   *time.Time      `json:"rollover_at"`
+	Dm           string          `json:"dm"`
+	LaneStatus   json.RawMessage `json:"lane_status"`
+	InboxPending bool            `json:"inbox_pending"`
+}
+
+// SessionsRolloverCandidates lists the active sessions that said hello,
+// with what the daily rollover decides on: when each is due (rollover_at,
+// NULL when not armed yet), its DM, the lanes' latest states, and whether
+// a message from its DM waits undelivered. Only messages of the last
+// pending_secs count: one older than that is not on its way to the agent
+// but stuck, and must not hold the rollover back for good (the successor
+// is pushed every undelivered message anyway).
+func (q *Queries) SessionsRolloverCandidates(ctx context.Context, pendingSecs float64) ([]SessionsRolloverCandidatesRow, error) {
+	rows, err := q.db.Query(ctx, sessionsRolloverCandidates, pendingSecs)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SessionsRolloverCandidatesRow{}
+	for rows.Next() {
+		var i SessionsRolloverCandidatesRow
+		if err := rows.Scan(
+			&i.SessionID,
+			&i.AgentID,
+			&i.StartedAt,
+			&i.RolloverAt,
+			&i.Dm,
+			&i.LaneStatus,
+			&i.InboxPending,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const sessionsSuccessorDue = `-- name: SessionsSuccessorDue :many
+SELECT s.session_id, s.agent_id, s.ended_at, s.rollover_at,
+       coalesce(s.resource_bindings->>'dm', '')::text AS dm
+  FROM choir_control.sessions s
+  JOIN choir_control.agents a ON a.agent_id = s.agent_id
+ WHERE s.successor_due AND s.status IN ('ended', 'crashed') AND s.ended_at IS NOT NULL AND a.held_at IS NULL
+   AND NOT EXISTS (SELECT 1 FROM choir_control.sessions n
+                    WHERE n.agent_id = s.agent_id AND n.started_at > s.started_at)
+ ORDER BY s.agent_id
+`
+
+type SessionsSuccessorDueRow struct {
+	SessionID  uuid.UUID  `json:"session_id"`
+	AgentID    string     `json:"agent_id"`
+	EndedAt    *time.Time `json:"ended_at"`
+	RolloverAt *time.Time `json:"rollover_at"`
+	Dm         string     `json:"dm"`
+}
+
+// SessionsSuccessorDue lists the agents whose latest session ended (or
+// crashed) owing a successor, with no session since and no person's stop
+// holding the agent: the rollover starts each once its time has come
+// (rollover_at, or the midnight after the end when it was not armed).
+func (q *Queries) SessionsSuccessorDue(ctx context.Context) ([]SessionsSuccessorDueRow, error) {
+	rows, err := q.db.Query(ctx, sessionsSuccessorDue)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SessionsSuccessorDueRow{}
+	for rows.Next() {
+		var i SessionsSuccessorDueRow
+		if err := rows.Scan(
+			&i.SessionID,
+			&i.AgentID,
+			&i.EndedAt,
+			&i.RolloverAt,
+			&i.Dm,
 		); err != nil {
 			return nil, err
 		}

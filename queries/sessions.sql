@@ -108,3 +108,49 @@ SELECT c.session_id, c.agent_id, c.status, c.resource_bindings, c.acked_rev,
        (SELECT count(*) FROM released r WHERE r.session_id = c.session_id)::int AS leases_released
   FROM closed c
  ORDER BY c.agent_id;
+
+-- name: SessionsRolloverCandidates :many
+-- SessionsRolloverCandidates lists the active sessions that said hello,
+-- with what the daily rollover decides on: when each is due (rollover_at,
+-- NULL when not armed yet), its DM, the lanes' latest states, and whether
+-- a message from its DM waits undelivered. Only messages of the last
+-- pending_secs count: one older than that is not on its way to the agent
+-- but stuck, and must not hold the rollover back for good (the successor
+-- is pushed every undelivered message anyway).
+SELECT s.session_id, s.agent_id, s.started_at, s.rollover_at,
+       coalesce(s.resource_bindings->>'dm', '')::text AS dm, s.lane_status,
+       EXISTS (SELECT 1 FROM choir_control.inbox i
+                WHERE i.agent_id = s.agent_id AND i.delivered_at IS NULL
+                  AND i.dm = s.resource_bindings->>'dm'
+                  AND i.received_at > now() - make_interval(secs => @pending_secs::float8)) AS inbox_pending
+  FROM choir_control.sessions s
+ WHERE s.status = 'active' AND s.hello_at IS NOT NULL
+ ORDER BY s.agent_id;
+
+-- name: SessionRolloverArm :execrows
+-- SessionRolloverArm sets when a live session rolls over, once.
+UPDATE choir_control.sessions SET rollover_at = @rollover_at
+ WHERE session_id = @session_id AND rollover_at IS NULL AND status IN ('active', 'stopping');
+
+-- name: SessionMarkSuccessorDue :exec
+-- SessionMarkSuccessorDue records, while a session is live, that choird
+-- starts its successor once it has ended: at the day's rollover (keeping
+-- rollover_at, which has passed), or, after the agent ended it with its
+-- budget used up, at the midnight after the end (rollover_at cleared).
+UPDATE choir_control.sessions
+   SET successor_due = true, rollover_at = CASE WHEN @keep_rollover_at::bool THEN rollover_at END
+ WHERE session_id = @session_id AND status IN ('active', 'stopping');
+
+-- name: SessionsSuccessorDue :many
+-- SessionsSuccessorDue lists the agents whose latest session ended (or
+-- crashed) owing a successor, with no session since and no person's stop
+-- holding the agent: the rollover starts each once its time has come
+-- (rollover_at, or the midnight after the end when it was not armed).
+SELECT s.session_id, s.agent_id, s.ended_at, s.rollover_at,
+       coalesce(s.resource_bindings->>'dm', '')::text AS dm
+  FROM choir_control.sessions s
+  JOIN choir_control.agents a ON a.agent_id = s.agent_id
+ WHERE s.successor_due AND s.status IN ('ended', 'crashed') AND s.ended_at IS NOT NULL AND a.held_at IS NULL
+   AND NOT EXISTS (SELECT 1 FROM choir_control.sessions n
+                    WHERE n.agent_id = s.agent_id AND n.started_at > s.started_at)
+ ORDER BY s.agent_id;

@@ -121,6 +121,11 @@ type InitHelloResponse struct {
 	AckedRev      int64 `json:"acked_rev"`
 	AckedHash     Hash  `json:"acked_hash"`
 	ConfigVersion int64 `json:"config_version"`
+	// ResetBudgets says that the snapshot comes from an earlier session
+	// whose per-session budgets this one does not continue (a person's
+	// start, a day's rollover): the agent restores the snapshot's working
+	// state but counts its session's tool calls and tokens from zero.
+	ResetBudgets bool `json:"reset_budgets,omitempty"`
 }
 
 // Validate checks the response: the tail continues the snapshot and ends
@@ -512,6 +517,10 @@ type ReportStatusResponse = Ack
 // its final heartbeat (journey 4). choird revokes the lease token.
 type TerminateSelfRequest struct {
 	Reason string `json:"reason"`
+	// BudgetSpent says the session ends because a per-session budget is
+	// used up: choird starts its successor, with a fresh budget, at the
+	// midnight after it (the day's rollover).
+	BudgetSpent bool `json:"budget_spent,omitempty"`
 }
 
 // Validate requires a reason.

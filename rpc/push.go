@@ -269,6 +269,11 @@ func (m *ConfigChanged) Validate() error {
 type Shutdown struct {
 	Reason  string `json:"reason"`
 	GraceMS int64  `json:"grace_ms"`
+	// AfterTurn lets a turn in progress finish before the lane stops (the
+	// day's rollover), rather than stopping it at its next safe point; a
+	// turn longer than half the grace is stopped at a safe point after
+	// all.
+	AfterTurn bool `json:"after_turn,omitempty"`
 }
 
 // Validate checks the reason and grace period.

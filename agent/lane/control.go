@@ -105,6 +105,8 @@ type mailbox struct {
 	// taken holds the approvals whose outcome this chain took
 	// (approved.go); nil until first needed.
 	taken map[string]struct{}
+	// afterTurn stops the lane at its next IDLE, not inside a turn.
+	afterTurn bool
 }
 
 // wakeUp tells the lane's goroutine that its mailbox has something.
@@ -195,10 +197,22 @@ func (e *Edge) Stop(reason string) {
 	e.wakeUp()
 }
 
+// StopAfterTurn asks the lane to stop once the turn in progress, if any,
+// has ended: at its next IDLE. A message not yet taken stays in choird's
+// inbox for the next session. Stop still stops the turn at a safe point.
+func (e *Edge) StopAfterTurn(reason string) {
+	e.mu.Lock()
+	if !e.box.stop && !e.box.afterTurn {
+		e.box.afterTurn, e.box.stopReason = true, reason
+	}
+	e.mu.Unlock()
+	e.wakeUp()
+}
+
 func (e *Edge) stopping() bool {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.box.stop
+	return e.box.stop || e.box.afterTurn
 }
 
 // errTurnStopped ends a turn that a cancel or a stop ended at a safe point;
@@ -269,7 +283,7 @@ func (e *Edge) idle(ctx context.Context) (stop bool, wake *approvalWake, err err
 	box := e.box
 	e.box.injections, e.box.approvals, e.box.compact, e.box.cancel = nil, nil, false, false
 	e.mu.Unlock()
-	if box.stop {
+	if box.stop || box.afterTurn {
 		// Injections and approval outcomes not committed stay untaken in
 		// choird and come back with the next session.
 		return true, nil, nil

@@ -542,3 +542,41 @@ func TestEdgeResumesTheInterruptedTurn(t *testing.T) {
 	}
 	srv.Done()
 }
+
+// TestEdgeStopAfterTurn: the day's rollover stops the lane after the turn
+// in progress, not inside it. A stop asked for mid-turn lets the turn run
+// its tool and answer; the lane then ends at IDLE, and a message that
+// arrives after it is not taken (it stays in choird's inbox).
+func TestEdgeStopAfterTurn(t *testing.T) {
+	t.Parallel()
+	var b *bundle
+	b = setup(t, lane.Budgets{},
+		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: "choir.fs.write", Arguments: `{"path":"done.txt","content":"x"}`}).
+			Expect(func(t testing.TB, r *llmtest.Request) { b.edge.StopAfterTurn("the day's session rollover") }),
+		llmtest.Text("Written."))
+	b.edge.Deliver(lane.UserMessage{Text: "write it", InboxID: 1})
+	if got := b.out.next(t); got != "Written." {
+		t.Fatalf("reply = %q, want the turn's own answer", got)
+	}
+	select {
+	case err := <-b.done:
+		b.done <- err
+		if err != nil {
+			t.Fatalf("Run = %v", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("lane still running after its turn")
+	}
+	if n := len(b.ofType(t, rpc.EventToolCallCommitted)); n != 1 {
+		t.Errorf("%d tool calls committed, want the turn's one", n)
+	}
+	if n := len(b.ofType(t, rpc.EventCancelled)); n != 0 {
+		t.Errorf("the turn was cancelled %d times", n)
+	}
+	before := len(b.events(t))
+	b.edge.Deliver(lane.UserMessage{Text: "too late", InboxID: 2})
+	time.Sleep(50 * time.Millisecond)
+	if n := len(b.events(t)); n != before {
+		t.Errorf("%d events after the lane stopped", n-before)
+	}
+}

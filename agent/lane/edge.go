@@ -302,7 +302,8 @@ func (e *Edge) Budget() (toolCalls, tokens int64) {
 	return e.cfg.Budgets.MaxToolCallsPerSession - e.toolCalls.Load(), e.cfg.Budgets.TotalSessionTokens - e.tokens.Load()
 }
 
-// ErrBudgetExceeded ends the lane: budgets are never reset.
+// ErrBudgetExceeded ends the lane, and with it the session: its budgets
+// are not reset within it (the next day's session has fresh ones).
 var ErrBudgetExceeded = errors.New("session budget exceeded")
 
 // Run drives the state machine until ctx ends, Stop is called or a budget
@@ -502,7 +503,7 @@ func (e *Edge) turn(ctx context.Context, msgs []llm.Message) error {
 			return e.finalize(ctx, userError(err))
 		}
 		if e.cfg.Budgets.TotalSessionTokens > 0 && e.tokens.Load() > e.cfg.Budgets.TotalSessionTokens {
-			e.finalize(ctx, "This session has used its token budget; start a new session to continue.")
+			e.finalize(ctx, "This session has used its token budget: I stop until midnight, when a new session starts with a fresh one; /restart starts one now.")
 			return ErrBudgetExceeded
 		}
 		if len(resp.ToolCalls) == 0 {
@@ -786,9 +787,13 @@ func (e *Edge) render(from, to int64) []llm.Message {
 	return out
 }
 
+// PreviousSessionPrefix starts the system message that carries an earlier
+// session's summary into the conversation of the sessions after it.
+const PreviousSessionPrefix = "Summary of the previous session, written as it ended:\n"
+
 // renderEvent renders one of the edge's committed events as conversation:
 // user messages and the lane's answers verbatim, tool results as one-line
-// notes.
+// notes, an earlier session's summary as a system note.
 func renderEvent(ev rpc.Event) []llm.Message {
 	var p struct {
 		Text    string `json:"text"`
@@ -807,6 +812,12 @@ func renderEvent(ev rpc.Event) []llm.Message {
 		}
 	case rpc.EventToolResultCommitted:
 		return []llm.Message{llm.AssistantMessage(fmt.Sprintf("[earlier tool call %s: %s]", p.Tool, p.Status))}
+	case rpc.EventSessionSummary:
+		// An earlier session's summary, committed as it ended (a stop, a
+		// day's rollover): the conversation goes on from it.
+		if p.Summary != "" {
+			return []llm.Message{llm.SystemMessage(PreviousSessionPrefix + p.Summary)}
+		}
 	case rpc.EventInjectedInstruction:
 		if p.Source == approvalSource {
 			return []llm.Message{llm.SystemMessage(p.Text)}

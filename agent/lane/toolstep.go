@@ -84,7 +84,7 @@ func (e *Edge) runToolCalls(ctx context.Context, calls []llm.ToolCall) ([]llm.Me
 		return msgs, err
 	}
 	if over {
-		e.finalize(ctx, "This session has used its tool-call budget; start a new session to continue.")
+		e.finalize(ctx, "This session has used its tool-call budget: I stop until midnight, when a new session starts with a fresh one; /restart starts one now.")
 		return msgs, ErrBudgetExceeded
 	}
 	return msgs, nil

@@ -348,6 +348,13 @@ func (a *API) HandleTerminateSelf(ctx context.Context, call rpc.Call, req rpc.Te
 	if err != nil {
 		return rpc.Ack{}, err
 	}
+	if req.BudgetSpent {
+		// Marked while the session is live, before its end: an end that
+		// fails leaves a mark the rollover reads only on an ended session.
+		if err := seam.Queries(a.pool).SessionMarkSuccessorDue(ctx, db.SessionMarkSuccessorDueParams{SessionID: id}); err != nil {
+			return rpc.Ack{}, fmt.Errorf("mark session %s's budget used up: %w", id, err)
+		}
+	}
 	if _, err := session.EndSession(ctx, a.pool, a.jobs, id, "ended", "terminated by the agent: "+req.Reason); err != nil {
 		return rpc.Ack{}, err
 	}

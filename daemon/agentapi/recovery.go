@@ -80,6 +80,10 @@ func HelloWith(ctx context.Context, pool *pgxpool.Pool, logger *slog.Logger, cal
 		if snap != nil {
 			resp.Snapshot = snap
 			after = tailFrom(ctx, logger, id, snap, s.AckedRev) - 1
+			// A snapshot at or below the session's base was taken by a
+			// predecessor; a session with no budget_from does not
+			// continue that one's budget (usage.Continue).
+			resp.ResetBudgets = s.BudgetFrom == nil && snap.Rev <= s.BaseRev
 		}
 		rows, err := q.SessionChainEvents(ctx, db.SessionChainEventsParams{SessionID: id, AfterRev: after})
 		if err != nil {

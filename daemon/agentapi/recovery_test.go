@@ -129,6 +129,59 @@ func TestHello(t *testing.T) {
 		}
 	})
 
+	t.Run("OnlyASuccessorWithAFreshBudgetResetsTheSnapshotsCounters", func(t *testing.T) {
+		t.Parallel()
+		pool := dbtest.NewPool(t)
+		cfg := choirdtest.TwoAgentsConfig(t)
+		q := seam.Queries(pool)
+		evs := choirdtest.ChainEvents(t, 1, 6, rpc.Genesis)
+		// hello starts a session by, replicates evs[from:to] with a
+		// snapshot at the last, reports ResetBudgets, and ends it.
+		hello := func(by session.Origin, from, to int) bool {
+			t.Helper()
+			s, err := session.CreateSessionAs(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process", by)
+			if err != nil {
+				t.Fatal(err)
+			}
+			resp, err := agentapi.Hello(ctx, pool, choirdtest.SessionCall(s), choirdtest.HelloRequest(s))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if to > from {
+				prev := rpc.Genesis
+				if from > 0 {
+					prev = evs[from-1].Hash
+				}
+				if _, err := agentapi.Replicate(ctx, pool, s.Session.SessionID, choirdtest.Patch(evs[from:to], int64(from), prev)); err != nil {
+					t.Fatal(err)
+				}
+				if err := q.SnapshotInsert(ctx, db.SnapshotInsertParams{SessionID: s.Session.SessionID, Rev: int64(to),
+					Snapshot: json.RawMessage(`{"edge":{"tokens_used":900}}`)}); err != nil {
+					t.Fatal(err)
+				}
+				// A reconnect of the same session keeps its own counters.
+				again, err := agentapi.Hello(ctx, pool, choirdtest.SessionCall(s), choirdtest.HelloRequest(s))
+				if err != nil || again.Snapshot == nil || again.ResetBudgets {
+					t.Errorf("a reconnect of session %s resets its budgets: %+v, %v", s.Session.SessionID, again, err)
+				}
+			}
+			session.EndSession(ctx, pool, nil, s.Session.SessionID, "ended", "stopped")
+			return resp.ResetBudgets
+		}
+		if hello(session.ByPerson, 0, 2) {
+			t.Error("a first session with nothing to resume resets budgets")
+		}
+		if hello(session.ByChoird, 2, 4) {
+			t.Error("a session choird started on its own resets the budget it continues")
+		}
+		if !hello(session.ByRollover, 4, 5) {
+			t.Error("the day's rollover does not reset the budgets")
+		}
+		if !hello(session.ByPerson, 0, 0) {
+			t.Error("a person's start does not reset the budgets")
+		}
+	})
+
 	t.Run("ASnapshotFailingItsHashCheckFallsBackToTheOneBeforeWithALongerTail", func(t *testing.T) {
 		t.Parallel()
 		pool := dbtest.NewPool(t)

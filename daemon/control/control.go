@@ -151,10 +151,16 @@ type Scope struct {
 	// start_agent, a resume after choird restarts): ByChoird, not
 	// ByPerson.
 	Unattended bool
+	// Rollover marks the start of a session's successor at the day's
+	// rollover (with Unattended): its budget is fresh (session.ByRollover).
+	Rollover bool
 }
 
 // origin is who gives a command: a person, or choird on its own.
 func (s Scope) origin() session.Origin {
+	if s.Rollover {
+		return session.ByRollover
+	}
 	if s.Unattended {
 		return session.ByChoird
 	}
@@ -331,17 +337,31 @@ func (d *Control) AgentStop(ctx context.Context, sc Scope, agentID string) (admi
 	if err := sc.Allow(agentID); err != nil {
 		return admin.AgentStatus{}, err
 	}
-	q := seam.Queries(d.pool)
 	s, err := d.stoppableSession(ctx, sc, agentID)
 	if err != nil {
 		return admin.AgentStatus{}, err
 	}
-	if err := q.SessionMarkStopping(ctx, s.SessionID); err != nil {
+	if err := d.stopSession(ctx, s, rpc.Shutdown{Reason: "stop requested by " + sc.Actor}, sc.Actor); err != nil {
 		return admin.AgentStatus{}, err
 	}
+	return d.LatestStatus(ctx, agentID), nil
+}
+
+// stopSession stops live session s gracefully: it becomes stopping, the
+// agent is told to shut down (how: the reason, and whether the turn in
+// progress finishes first; the grace is StopTimeout) and ends its session
+// itself after its safe point, summary and final heartbeat; an agent that
+// does not within StopTimeout is stopped by its runtime and its session
+// ended.
+func (d *Control) stopSession(ctx context.Context, s db.ChoirControlSession, how rpc.Shutdown, actor string) error {
+	q := seam.Queries(d.pool)
+	agentID := s.AgentID
+	if err := q.SessionMarkStopping(ctx, s.SessionID); err != nil {
+		return err
+	}
 	id := s.SessionID.String()
-	if _, err := d.rpc.Push(id, rpc.Push{Kind: rpc.PushShutdown,
-		Shutdown: &rpc.Shutdown{Reason: "stop requested by " + sc.Actor, GraceMS: StopTimeout.Milliseconds()}}); err != nil {
+	how.GraceMS = StopTimeout.Milliseconds()
+	if _, err := d.rpc.Push(id, rpc.Push{Kind: rpc.PushShutdown, Shutdown: &how}); err != nil {
 		d.logger.WarnContext(ctx, "could not push shutdown", slog.String("session_id", id), slog.String("error", err.Error()))
 	}
 	deadline := time.Now().Add(StopTimeout)
@@ -352,7 +372,7 @@ func (d *Control) AgentStop(ctx context.Context, sc Scope, agentID string) (admi
 		}
 		select {
 		case <-ctx.Done():
-			return admin.AgentStatus{}, ctx.Err()
+			return ctx.Err()
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
@@ -366,14 +386,14 @@ func (d *Control) AgentStop(ctx context.Context, sc Scope, agentID string) (admi
 	}
 	// An agent that never answered is ended here; its unacknowledged tail
 	// is lost, as after a crash.
-	if ended, err := session.EndSession(ctx, d.pool, d.river, s.SessionID, "ended", "stopped by "+sc.Actor+" (agent did not end its session)"); err != nil {
-		return admin.AgentStatus{}, err
+	if ended, err := session.EndSession(ctx, d.pool, d.river, s.SessionID, "ended", "stopped by "+actor+" (agent did not end its session)"); err != nil {
+		return err
 	} else if ended {
 		d.logger.WarnContext(ctx, "agent did not end its session in time; ended it", slog.String("agent_id", agentID))
 	}
 	d.rpc.CloseSession(ctx, id) //nolint:errcheck
-	d.logger.InfoContext(ctx, "agent stopped", slog.String("agent_id", agentID), slog.String("session_id", id), slog.String("by", sc.Actor))
-	return d.LatestStatus(ctx, agentID), nil
+	d.logger.InfoContext(ctx, "agent stopped", slog.String("agent_id", agentID), slog.String("session_id", id), slog.String("by", actor))
+	return nil
 }
 
 // AgentRestart stops an agent and starts it again with the same resource
@@ -513,6 +533,9 @@ func (d *Control) LatestStatus(ctx context.Context, id string) admin.AgentStatus
 	if a.State != admin.AgentStopped {
 		started, beat := s.StartedAt, s.LastHeartbeatAt
 		a.SessionID, a.Runtime, a.StartedAt, a.LastHeartbeatAt = s.SessionID.String(), s.Runtime, &started, &beat
+		if s.Status == "active" {
+			a.RollsOverAt = s.RolloverAt
+		}
 		lanes, err := laneStatuses(s.LaneStatus)
 		if err != nil {
 			d.logger.WarnContext(ctx, "lane states not shown", slog.String("session_id", a.SessionID), slog.String("error", err.Error()))

@@ -210,6 +210,12 @@ func (d *Control) AbandonResumes(ctx context.Context, pending []PendingResume, c
 // resumeNotice queues text to the DM session p was bound to. It is keyed by
 // the session, so it is queued once whatever happens.
 func (d *Control) resumeNotice(ctx context.Context, p PendingResume, text string) {
+	d.notice(ctx, p, "resume:", text)
+}
+
+// notice queues text to the DM session p was bound to, under message id
+// prefix plus the session: once per session and prefix.
+func (d *Control) notice(ctx context.Context, p PendingResume, prefix, text string) {
 	var b rpc.ResourceBindings
 	if json.Unmarshal(p.Bindings, &b) != nil || b.DM == "" {
 		return
@@ -222,7 +228,7 @@ func (d *Control) resumeNotice(ctx context.Context, p PendingResume, text string
 	}
 	err := pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		_, err := outbox.EnqueueTx(ctx, tx, d.river, outbox.Params{AgentID: p.AgentID, SessionID: &p.SessionID,
-			MessageID: "resume:" + p.SessionID.String(), Gateway: gw, DM: b.DM, ChatID: chat, Kind: message.Text, Text: text})
+			MessageID: prefix + p.SessionID.String(), Gateway: gw, DM: b.DM, ChatID: chat, Kind: message.Text, Text: text})
 		return err
 	})
 	if err != nil {

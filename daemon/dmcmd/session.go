@@ -38,6 +38,14 @@ func formatStatus(st admin.SessionStatusResult) string {
 	if st.LastHeartbeatAt != nil {
 		fmt.Fprintf(&b, ", last heartbeat %s ago", time.Since(*st.LastHeartbeatAt).Round(time.Second))
 	}
+	if st.RollsOverAt != nil {
+		// Relative, as "up" is: the DM reads it in its own zone.
+		if d := time.Until(*st.RollsOverAt).Round(time.Minute); d > 0 {
+			fmt.Fprintf(&b, "\nthe session rolls over (fresh session budgets) in %s", d)
+		} else {
+			b.WriteString("\nthe session rolls over (fresh session budgets) at its next idle moment")
+		}
+	}
 	for _, l := range st.Lanes {
 		b.WriteString("\n" + laneLine(l))
 	}

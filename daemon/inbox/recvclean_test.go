@@ -51,7 +51,13 @@ func TestRecvClean(t *testing.T) {
 		}
 		return s.SessionID
 	}
-	ended, crashed, live := session("ended"), session("crashed"), session("active")
+	ended, crashed := session("ended"), session("crashed")
+	// A session the day's rollover ended: its successor resumes it.
+	rolled := session("ended")
+	if _, err := pool.Exec(ctx, `UPDATE choir_control.sessions SET successor_due = true WHERE session_id = $1`, rolled); err != nil {
+		t.Fatal(err)
+	}
+	live := session("active")
 
 	ws := t.TempDir()
 	recv := filepath.Join(ws, gateway.RecvDir)
@@ -96,6 +102,7 @@ func TestRecvClean(t *testing.T) {
 	}
 	kept := map[string]string{
 		"crashed": file(recv, "crashed.pdf", longAgo),    // its session may be resumed
+		"rolled":  file(recv, "rolled.pdf", longAgo),     // its session rolled over: resumed
 		"live":    file(recv, "live.pdf", longAgo),       // a live session acknowledged it a minute ago
 		"pending": file(recv, "pending.pdf", longAgo),    // not acknowledged yet
 		"fresh":   file(recv, "fresh.txt", now),          // named by no message, recent
@@ -108,6 +115,7 @@ func TestRecvClean(t *testing.T) {
 	message("live-old.pdf", live, 2*inbox.RecvRetention)
 	message("link-ended.txt", ended, time.Minute)
 	message("crashed.pdf", crashed, 2*inbox.RecvRetention/3)
+	message("rolled.pdf", rolled, time.Minute)
 	message("live.pdf", live, time.Minute)
 	message("pending.pdf", uuid.Nil, 0)
 

@@ -4,7 +4,9 @@
 // leaves nothing behind), or ends it and queues what follows an end. It
 // also finds the sessions that crashed (crash.go: the periodic
 // crash_detect job, its notice to the DM, and the removal of the crashed
-// instance), a jobs.Feature registered at choird's start.
+// instance), and rolls sessions over at their DM's midnight (rollover.go:
+// the periodic session_rollover job), two jobs.Features registered at
+// choird's start.
 package session
 
 import (
@@ -16,6 +18,7 @@ import (
 	"maps"
 	"slices"
 	"sort"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -168,8 +171,8 @@ func CreateSession(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, 
 // lease in one transaction, so that a conflict leaves nothing behind. When
 // the agent's previous session ended or crashed, the new one continues its
 // chain from the last acknowledged revision. A start by choird on its own
-// (ByChoird) is refused while a person's stop holds the agent (hold.Err),
-// and its session continues the budget of the previous one.
+// (ByChoird, ByRollover) is refused while a person's stop holds the agent
+// (hold.Err); a ByChoird session continues the budget of the previous one.
 func CreateSessionAs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config, agentID string,
 	o admin.StartOverrides, configVersion int64, runtime string, by Origin) (StartedSession, error) {
 	b, err := ResolveBindings(cfg, agentID, o)
@@ -194,7 +197,7 @@ func CreateSessionAs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 		if err != nil {
 			return fmt.Errorf("record agent %s: %w", agentID, err)
 		}
-		if by == ByChoird {
+		if by != ByPerson {
 			if err := hold.Check(agent); err != nil {
 				return err
 			}
@@ -207,7 +210,11 @@ func CreateSessionAs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 		case err != nil:
 			return fmt.Errorf("look up previous session of %s: %w", agentID, err)
 		case prev.Status == "ended" || prev.Status == "crashed":
-			if by == ByChoird {
+			// A rollover's session starts a fresh budget, as a person's
+			// start does: that is what the day's rollover is for. So
+			// does a resume of a session whose rollover was due (choird
+			// was down at midnight): its day is over.
+			if by == ByChoird && !rolloverPassed(prev, time.Now()) {
 				if err := usage.Continue(ctx, q, prev, &params); err != nil {
 					return err
 				}
@@ -281,6 +288,11 @@ func EndSession(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, id u
 	return ended, err
 }
 
+// rolloverPassed reports whether session s was due to roll over by now.
+func rolloverPassed(s db.ChoirControlSession, now time.Time) bool {
+	return s.RolloverAt != nil && !now.Before(*s.RolloverAt)
+}
+
 // Origin is who starts a session.
 type Origin int
 
@@ -293,4 +305,8 @@ const (
 	// agent (hold.Err); its session continues the budget of the one
 	// before it.
 	ByChoird
+	// ByRollover is choird's daily rollover of a session (rollover.go):
+	// refused while a person's stop holds the agent, as ByChoird is, but
+	// its session has a fresh budget: the per-session budgets are a day's.
+	ByRollover
 )

@@ -184,8 +184,9 @@ func (s *Service) sessionPart(ctx context.Context, q *db.Queries, r *admin.Usage
 // as its replicated log shows. Budgets cannot be reset by cycling
 // sessions: whatever ended prev (the agent itself, a crash, choird's
 // restart), the caps total_session_tokens and session_cost_usd find the
-// session as spent as prev left it. Only a person's start gives a session
-// a fresh budget; day caps count per day across sessions anyway.
+// session as spent as prev left it. Only a person's start and the day's
+// rollover (session.ByRollover, at the DM's midnight) give a session a
+// fresh budget; day caps count per day across sessions anyway.
 func Continue(ctx context.Context, q *db.Queries, prev db.ChoirControlSession, p *db.SessionCreateParams) error {
 	spent, err := q.UsageSessionTotals(ctx, prev.SessionID)
 	if err != nil {

@@ -84,6 +84,10 @@ type AgentStatus struct {
 	Runtime         string     `json:"runtime,omitempty"`
 	StartedAt       *time.Time `json:"started_at,omitempty"`
 	LastHeartbeatAt *time.Time `json:"last_heartbeat_at,omitempty"`
+	// RollsOverAt is when the live session rolls over into its successor
+	// with fresh session budgets (its DM's next midnight; later if it is
+	// busy then); unset until choird has armed it, or without a runtime.
+	RollsOverAt *time.Time `json:"rolls_over_at,omitempty"`
 	// Lanes are the states the session's lanes last reported (edge,
 	// system and each core job), sorted by lane.
 	Lanes []LaneStatus `json:"lanes,omitempty"`

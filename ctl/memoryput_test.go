@@ -124,8 +124,11 @@ func TestMemoryPutAndEdit(t *testing.T) {
 		done := make(chan result, 1)
 		go func() { done <- mem("edit", "assistant", "user.theme") }()
 		choirdtest.WaitFor(t, "the editor to open", nil, func() bool { _, err := os.Stat(opened); return err == nil })
-		var r result
-		withStdin(t, "Someone else's text", func() { r = mem("put", "assistant", "user.theme") })
+		// From a file, not standard input: the edit in progress holds
+		// os.Stdin, and swapping it under it would race.
+		other := filepath.Join(dir, "other.txt")
+		os.WriteFile(other, []byte("Someone else's text"), 0o600)
+		r := mem("put", "assistant", "user.theme", "--file", other)
 		if r.code != 0 || !strings.Contains(r.stdout, "version 4") {
 			t.Fatalf("concurrent put: exit %d\n%s%s", r.code, r.stdout, r.stderr)
 		}

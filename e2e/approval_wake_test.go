@@ -5,8 +5,6 @@ import (
 	"encoding/json"
 	"net"
 	"net/url"
-	"os"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
@@ -376,27 +374,12 @@ func (w *wakeEnv) crashBetweenPushAndTake(t *testing.T, n string) {
 }
 
 // signalAgents sends sig to every agent process group a choird on home
-// started and that still runs (the process runtime's state files name
-// them).
+// started and that still runs.
 func signalAgents(t *testing.T, home string, sig syscall.Signal) {
 	t.Helper()
-	files, _ := filepath.Glob(filepath.Join(home, "run", "process", "*.json"))
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		var rec struct {
-			Pid    int  `json:"pid"`
-			Exited bool `json:"exited"`
-		}
-		if json.Unmarshal(b, &rec) != nil || rec.Exited || rec.Pid <= 0 {
-			continue
-		}
-		if pgid, err := syscall.Getpgid(rec.Pid); err == nil && pgid == rec.Pid {
-			if err := syscall.Kill(-rec.Pid, sig); err != nil {
-				t.Fatalf("signal agent process group %d: %v", rec.Pid, err)
-			}
+	for _, pid := range agentGroups(home) {
+		if err := syscall.Kill(-pid, sig); err != nil {
+			t.Fatalf("signal agent process group %d: %v", pid, err)
 		}
 	}
 }

@@ -194,9 +194,24 @@ func (e *tgEnv) startAgentAdmin(t testing.TB, agentID string) admin.AgentStatus 
 }
 
 // killAgents kills every agent process a choird on home started and left
-// behind (the process runtime's state files name them).
+// behind.
 func killAgents(t testing.TB, home string) {
+	for _, pid := range agentGroups(home) {
+		if err := syscall.Kill(-pid, syscall.SIGKILL); err == nil {
+			t.Logf("killed agent process group %d left behind", pid)
+		} else if !errors.Is(err, syscall.ESRCH) {
+			t.Logf("kill agent process group %d: %v", pid, err)
+		}
+	}
+}
+
+// agentGroups returns the process groups of the agents a choird on home
+// started that still run (the process runtime's state files name them).
+// The agent leads its own process group; a pid that is not a group
+// leader any more (reused) is left out.
+func agentGroups(home string) []int {
 	files, _ := filepath.Glob(filepath.Join(home, "run", "process", "*.json"))
+	var out []int
 	for _, f := range files {
 		b, err := os.ReadFile(f)
 		if err != nil {
@@ -209,16 +224,11 @@ func killAgents(t testing.TB, home string) {
 		if json.Unmarshal(b, &rec) != nil || rec.Exited || rec.Pid <= 0 {
 			continue
 		}
-		// The agent leads its own process group; a pid that is not a
-		// group leader any more (reused) is left alone.
 		if pgid, err := syscall.Getpgid(rec.Pid); err == nil && pgid == rec.Pid {
-			if err := syscall.Kill(-rec.Pid, syscall.SIGKILL); err == nil {
-				t.Logf("killed agent process group %d left behind", rec.Pid)
-			} else if !errors.Is(err, syscall.ESRCH) {
-				t.Logf("kill agent process group %d: %v", rec.Pid, err)
-			}
+			out = append(out, rec.Pid)
 		}
 	}
+	return out
 }
 
 // sentTexts returns the texts the bot sent to chat.

@@ -396,7 +396,12 @@ func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, reqs []loc
 func (a *Arbiter) settle(res tool.Result, execErr error) (commitlog.ToolStatus, tool.Result, string) {
 	status := commitlog.ToolSuccess
 	errText := ""
-	if execErr != nil || res.Status != tool.StatusSuccess {
+	if execErr == nil && res.Status == tool.StatusInDoubt {
+		status, errText = commitlog.ToolInDoubt, res.Summary
+		if errText == "" {
+			errText = inDoubtText
+		}
+	} else if execErr != nil || res.Status != tool.StatusSuccess {
 		status = commitlog.ToolError
 		if execErr != nil {
 			errText = execErr.Error()

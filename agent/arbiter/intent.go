@@ -169,7 +169,7 @@ func (a *Arbiter) reconcile(ctx context.Context, ev rpc.Event) (*InDoubt, error)
 	defer release()
 	logger.InfoContext(ctx, "a call interrupted by a restart runs again", slog.Int64("intent_rev", ev.Rev))
 	start := time.Now()
-	res, execErr := a.execute(tool.WithCallKey(ctx, c.IdempotencyKey), def, p)
+	res, execErr := a.execute(tool.WithRerun(tool.WithCallKey(ctx, c.IdempotencyKey)), def, p)
 	status, res, errText := a.settle(res, execErr)
 	recs := a.validUsage(p, res.Usage)
 	res.Usage = nil

@@ -18,3 +18,13 @@ func CallKey(ctx context.Context) string {
 	k, _ := ctx.Value(callKeyCtx{}).(string)
 	return k
 }
+
+type rerunCtx struct{}
+
+// WithRerun marks ctx as the run again of a call a restart interrupted
+// after its intent (arbiter.Reconcile): a keyed tool looks for its first
+// run's effect under the key before it acts.
+func WithRerun(ctx context.Context) context.Context { return context.WithValue(ctx, rerunCtx{}, true) }
+
+// Rerun reports whether ctx is such a run again.
+func Rerun(ctx context.Context) bool { v, _ := ctx.Value(rerunCtx{}).(bool); return v }

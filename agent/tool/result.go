@@ -21,6 +21,10 @@ type Status string
 const (
 	StatusSuccess Status = "success"
 	StatusError   Status = "error"
+	// StatusInDoubt is a tool's answer that it cannot tell whether its
+	// effect happened (a keyed call run again after a restart whose first
+	// run it cannot find); it did nothing more, and the user is told.
+	StatusInDoubt Status = "in_doubt"
 )
 
 // Result is the structured output of a tool call (spec 8.5).
@@ -226,7 +230,7 @@ func WriteFileAtomic(root *os.Root, name string, data []byte, perm fs.FileMode) 
 // ResultBytes to an artifact, leaving a preview.
 func shape(env Env, r Result) Result {
 	lim := env.Limits.WithDefaults()
-	if r.Status != StatusSuccess && r.Status != StatusError {
+	if r.Status != StatusSuccess && r.Status != StatusError && r.Status != StatusInDoubt {
 		r.Status = StatusError
 	}
 	r.Summary = TruncateUTF8(r.Summary, maxSummaryBytes)

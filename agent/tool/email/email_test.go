@@ -167,7 +167,9 @@ func TestSendAndReceive(t *testing.T) {
 	}
 	r = b.MustCall(t, email.NameCheck, `{}`)
 	co := tooltest.Output[checkOut](t, r)
-	if r.Status != tool.StatusSuccess || len(co.Folders) != 1 || co.Folders[0].Messages != 1 || co.Folders[0].Unseen != 0 ||
+	// INBOX holds the mail to itself; Sent the server's copy of what it sent.
+	if r.Status != tool.StatusSuccess || len(co.Folders) != 2 || co.Folders[0].Messages != 1 || co.Folders[0].Unseen != 0 ||
+		co.Folders[1].Name != mailboxtest.SentFolder || co.Folders[1].Messages != 1 ||
 		len(co.Newest) != 1 || co.Newest[0].Subject != "Quarterly report" || !co.Newest[0].Seen {
 		t.Errorf("check: %s", r.Output)
 	}
@@ -175,7 +177,7 @@ func TestSendAndReceive(t *testing.T) {
 	// bob got it too, over IMAP with his own login.
 	bob := setup(t, srv, srv.Account("bob@choir.test"), nil)
 	r = bob.MustCall(t, email.NameCheck, `{"newest": 1}`)
-	if co := tooltest.Output[checkOut](t, r); len(co.Folders) != 1 || co.Folders[0].Unseen != 1 {
+	if co := tooltest.Output[checkOut](t, r); len(co.Folders) != 2 || co.Folders[0].Unseen != 1 || co.Folders[1].Messages != 0 {
 		t.Errorf("bob's check: %s", r.Output)
 	}
 }

@@ -19,6 +19,7 @@ import (
 	gomail "github.com/wneessen/go-mail"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/internal/mailbox"
 	"github.com/choirhq/choir/rpc"
 )
@@ -98,7 +99,7 @@ func (s *sender) Spec() tool.Spec {
 			Description: "Send an email from your email account: to, cc, bcc, subject, a text body, an optional HTML body, " +
 				"and workspace files as attachments. If the account requires approval, the first call files the request and " +
 				"returns status pending_approval; once a person approves it, Choir sends exactly that mail for you and tells you the result."},
-		Runtime: tool.Runtime{TimeoutMS: 120_000, Network: true, SideEffect: tool.SideEffectExternal, Version: "1.0",
+		Runtime: tool.Runtime{TimeoutMS: 120_000, Network: true, SideEffect: tool.SideEffectExternal, Idempotency: tool.IdempotencyKeyed, Version: "1.0",
 			SecretResources: s.cfg.secrets(), Locks: []tool.LockTemplate{{Resource: sendLock, Mode: tool.ModeExclusive}}},
 	}
 }
@@ -146,6 +147,18 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 		out.Attachments = append(out.Attachments, attachment{Path: a.Path, Size: a.Size, SHA256: hex.EncodeToString(sum[:])})
 	}
 
+	// A call that wrote its intent ahead sends under a Message-ID made of
+	// its idempotency key; run again after a restart, it first looks for
+	// that Message-ID in the account's Sent folder (issue 31).
+	msgID := ""
+	if ck := tool.CallKey(ctx); ck != "" {
+		msgID = ck + "@" + domainOf(from)
+		if tool.Rerun(ctx) {
+			if res, done := s.sentBefore(ctx, name, acct, pw, msgID, &out); done {
+				return res, nil
+			}
+		}
+	}
 	key := requestKey(name, input, atts)
 	if acct.RequireApproval {
 		// An approval is for one mail: once sent, calling again sends
@@ -163,7 +176,7 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 		}
 	}
 
-	msg, err := s.message(from, &in, &out, atts)
+	msg, err := s.message(from, msgID, &in, &out, atts)
 	if err != nil {
 		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeBadInput, Message: err.Error()}), nil
 	}
@@ -189,7 +202,10 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 }
 
 // message builds the MIME message.
-func (s *sender) message(from string, in *sendInput, out *sendOutput, atts []attachment) (*gomail.Msg, error) {
+//
+// msgID, when not empty, is the Message-ID (without angle brackets);
+// otherwise one is made up.
+func (s *sender) message(from, msgID string, in *sendInput, out *sendOutput, atts []attachment) (*gomail.Msg, error) {
 	m := gomail.NewMsg()
 	if err := m.From(from); err != nil {
 		return nil, fmt.Errorf("from %q: %w", from, err)
@@ -209,7 +225,11 @@ func (s *sender) message(from string, in *sendInput, out *sendOutput, atts []att
 	}
 	m.Subject(in.Subject)
 	m.SetDate()
-	m.SetMessageID()
+	if msgID != "" {
+		m.SetMessageIDWithValue(msgID)
+	} else {
+		m.SetMessageID()
+	}
 	if in.InReplyTo != "" {
 		m.SetGenHeader(gomail.HeaderInReplyTo, in.InReplyTo)
 		m.SetGenHeader(gomail.HeaderReferences, in.InReplyTo)
@@ -421,4 +441,36 @@ func readOne(root *os.Root, p, rel string, limit int64) (attachment, *Problem) {
 		return attachment{}, &Problem{Error: CodeAttachmentTooLarge, Message: fmt.Sprintf("attachment %q grew over the limit of %d bytes", p, limit)}
 	}
 	return attachment{Path: rel, Size: int64(len(data)), data: data}, nil
+}
+
+// sentBefore looks for a mail sent under msgID before a restart. done
+// reports that res is the call's answer: already sent (found in the Sent
+// folder), or in doubt (the folder could not be searched: the mail is not
+// sent again, and the user is told). Not found, the mail is sent.
+func (s *sender) sentBefore(ctx context.Context, name string, acct config.EmailAccount, pw, msgID string, out *sendOutput) (tool.Result, bool) {
+	found, err := mailbox.InSent(ctx, mailboxAccount(acct), pw, msgID)
+	switch {
+	case err != nil:
+		s.cfg.Logger.WarnContext(ctx, "email in doubt after a restart: the Sent folder could not be searched",
+			"account", name, "message_id", msgID, "error", err.Error())
+		return tool.Result{Status: tool.StatusInDoubt, Summary: fmt.Sprintf("this mail may or may not have been sent before a restart, "+
+			"and the Sent folder of %q could not be searched (%v); it was not sent again", name, err)}, true
+	case found:
+		out.Status, out.MessageID = "already_sent", "<"+msgID+">"
+		out.Note = "This mail was sent before a restart (it is in the Sent folder); it was not sent again."
+		return tool.SuccessResult("email already sent as <"+msgID+">", *out), true
+	}
+	return tool.Result{}, false
+}
+
+// domainOf is the domain of an address, for a Message-ID; "choir" when it
+// has none.
+func domainOf(addr string) string {
+	if a, err := mail.ParseAddress(addr); err == nil {
+		addr = a.Address
+	}
+	if i := strings.LastIndexByte(addr, '@'); i >= 0 && i < len(addr)-1 {
+		return addr[i+1:]
+	}
+	return "choir"
 }

@@ -1,6 +1,7 @@
 // Package mailboxtest runs real mail servers for tests: an SMTP server
 // (emersion/go-smtp, PLAIN auth over plain text) that delivers each message
-// it accepts into the IMAP mailboxes of its local recipients, and an IMAP
+// it accepts into the IMAP mailboxes of its local recipients and keeps a
+// copy in the sender's Sent folder, as providers do, and an IMAP
 // server (go-imap v2's imapserver over imapmemserver) with IDLE. Both speak
 // the real wire protocol on 127.0.0.1. It is for tests only.
 //
@@ -31,6 +32,10 @@ import (
 
 	"github.com/choirhq/choir/config"
 )
+
+// SentFolder is where the server keeps a copy of every message a user
+// submits, as Gmail and other providers do: the sender finds it there.
+const SentFolder = "Sent"
 
 // Envelope is one message the SMTP server accepted.
 type Envelope struct {
@@ -98,12 +103,15 @@ func Start(t testing.TB) *Server {
 	return s
 }
 
-// AddUser creates a mailbox user (an address) with a password and an INBOX.
+// AddUser creates a mailbox user (an address) with a password, an INBOX
+// and a Sent folder.
 func (s *Server) AddUser(t testing.TB, address, password string) {
 	t.Helper()
 	u := imapmemserver.NewUser(address, password)
-	if err := u.Create("INBOX", nil); err != nil {
-		t.Fatal(err)
+	for _, name := range []string{"INBOX", SentFolder} {
+		if err := u.Create(name, nil); err != nil {
+			t.Fatal(err)
+		}
 	}
 	s.mu.Lock()
 	s.users[strings.ToLower(address)] = &user{password: password, mem: u}
@@ -300,7 +308,7 @@ func (b backend) NewSession(*smtp.Conn) (smtp.Session, error) { return &session{
 
 type session struct {
 	s      *Server
-	authed bool
+	authed string // the user logged in, or ""
 	env    Envelope
 }
 
@@ -316,13 +324,13 @@ func (ss *session) Auth(string) (sasl.Server, error) {
 		if u == nil || u.password != password {
 			return errAuth
 		}
-		ss.authed = true
+		ss.authed = strings.ToLower(username)
 		return nil
 	}), nil
 }
 
 func (ss *session) Mail(from string, _ *smtp.MailOptions) error {
-	if !ss.authed {
+	if ss.authed == "" {
 		return smtp.ErrAuthRequired
 	}
 	ss.env = Envelope{From: from}
@@ -344,6 +352,11 @@ func (ss *session) Data(r io.Reader) error {
 	ss.s.mu.Lock()
 	ss.s.sent = append(ss.s.sent, ss.env)
 	var errs []error
+	if u := ss.s.users[ss.authed]; u != nil {
+		if _, err := u.mem.Append(SentFolder, bytes.NewReader(data), &imap.AppendOptions{Flags: []imap.Flag{imap.FlagSeen}}); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	for _, to := range ss.env.To {
 		if u := ss.s.users[strings.ToLower(to)]; u != nil {
 			if _, err := u.mem.Append("INBOX", bytes.NewReader(data), &imap.AppendOptions{}); err != nil {

@@ -224,8 +224,16 @@ func TestDeliverOutbound(t *testing.T) {
 			if (f.kind == message.Document || f.kind == message.Video) && m.File.Name != f.name {
 				t.Errorf("file %s uploaded as %q", f.name, m.File.Name)
 			}
-			if _, err := os.Stat(filepath.Join(b.WS, ps[i].FilePath)); !os.IsNotExist(err) {
-				t.Errorf("%s still exists after delivery: %v", f.name, err)
+			// The file goes after the row's commit: wait for it, as the
+			// row can be seen sent a moment before.
+			path := filepath.Join(b.WS, ps[i].FilePath)
+			deadline := time.Now().Add(30 * time.Second)
+			for _, err := os.Stat(path); !os.IsNotExist(err); _, err = os.Stat(path) {
+				if time.Now().After(deadline) {
+					t.Errorf("%s still exists 30 s after delivery: %v", f.name, err)
+					break
+				}
+				time.Sleep(5 * time.Millisecond)
 			}
 		}
 	})

@@ -123,9 +123,11 @@ func TestCrashedJobsMessageIsSettled(t *testing.T) {
 		if ms := b.jobMessages("deploy"); len(ms) != 1 || got.MessageID != msg.MessageID {
 			t.Errorf("%d messages for deploy, want the first one edited", len(ms))
 		}
-		if final, _ := b.progressRow(t, b.sessionID, "deploy"); !final {
-			t.Errorf("the successor's row is not final")
-		}
+		// The row is marked after the edit went through: wait for it.
+		choirdtest.WaitFor(t, "the successor's row to be final", b.c.Logs, func() bool {
+			final, _ := b.progressRow(t, b.sessionID, "deploy")
+			return final
+		})
 	})
 }
 
@@ -148,9 +150,11 @@ func TestUnshownEndIsShownAfterARestart(t *testing.T) {
 	if ms := b.jobMessages("build"); len(ms) != 1 {
 		t.Errorf("%d messages for build, want one", len(ms))
 	}
-	if final, _ := b.progressRow(t, b.sessionID, "build"); !final {
-		t.Errorf("the row is not final")
-	}
+	// The row is marked after the edit went through: wait for it.
+	choirdtest.WaitFor(t, "build's row to be final", b.c.Logs, func() bool {
+		final, _ := b.progressRow(t, b.sessionID, "build")
+		return final
+	})
 
 	// A session that ended before choird restarted.
 	b.report(t, "sync", "CORE_REASONING", 1, "syncing")

@@ -326,15 +326,7 @@ func (f *actionEnv) trial(t *testing.T, k actionKind, p actionPoint, v victim, n
 		f.hold = g
 		f.mu.Unlock()
 	case midCall:
-		go func() {
-			for range 90_000 / 2 {
-				if k.count(t, f, mark) > 0 {
-					g.fire()
-					return
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
-		}()
+		go g.fireWhen(func() bool { return k.count(t, f, mark) > 0 })
 	default:
 		if err := os.WriteFile(filepath.Join(dir, "arm"), []byte(string(p)+" "+k.tool), 0o644); err != nil {
 			t.Fatal(err)
@@ -342,15 +334,7 @@ func (f *actionEnv) trial(t *testing.T, k actionKind, p actionPoint, v victim, n
 	}
 	f.bot.SendText(userAlice, text)
 	if p != beforeIntent && p != midCall {
-		go func() {
-			for range 90_000 / 2 {
-				if _, err := os.Stat(filepath.Join(dir, "hit")); err == nil {
-					g.fire()
-					return
-				}
-				time.Sleep(2 * time.Millisecond)
-			}
-		}()
+		go g.fireWhen(func() bool { _, err := os.Stat(filepath.Join(dir, "hit")); return err == nil })
 	}
 	select {
 	case <-g.hit:
@@ -399,4 +383,16 @@ func (f *actionEnv) trial(t *testing.T, k actionKind, p actionPoint, v victim, n
 	}
 	t.Errorf("%s %s (kill %s): the effect never happened and the user was not told", k.name, p, v)
 	return outcomeLost
+}
+
+// fireWhen fires g once cond holds, looking every 2 ms for up to 90 s (the
+// trial's own deadline).
+func (g *faultGate) fireWhen(cond func() bool) {
+	for range 90_000 / 2 {
+		if cond() {
+			g.fire()
+			return
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
 }

@@ -2,7 +2,6 @@ package arbiter
 
 import (
 	"context"
-	"crypto/rand"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
@@ -51,16 +50,8 @@ func (a *Arbiter) intent(def *tool.Def, p Proposal, locks []string) commitlog.To
 	}
 	sum := sha256.Sum256(p.Input)
 	c.WriteAhead, c.InputSHA256 = true, hex.EncodeToString(sum[:])
-	c.Idempotency, c.IdempotencyKey = string(def.Idempotency(p.Input)), newKey()
+	c.Idempotency, c.IdempotencyKey = string(def.Idempotency(p.Input)), tool.NewCallKey()
 	return c
-}
-
-// newKey is a call's idempotency key: 128 random bits, so that no two
-// calls of any session share one, and a keyed store can make it unique.
-func newKey() string {
-	var b [16]byte
-	rand.Read(b[:]) //nolint:errcheck // crypto/rand.Read never fails
-	return "ck-" + hex.EncodeToString(b[:])
 }
 
 // durable waits until choird has acknowledged the intent at rev. An error

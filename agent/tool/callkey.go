@@ -1,6 +1,10 @@
 package tool
 
-import "context"
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+)
 
 type callKeyCtx struct{}
 
@@ -28,3 +32,12 @@ func WithRerun(ctx context.Context) context.Context { return context.WithValue(c
 
 // Rerun reports whether ctx is such a run again.
 func Rerun(ctx context.Context) bool { v, _ := ctx.Value(rerunCtx{}).(bool); return v }
+
+// NewCallKey is a fresh idempotency key: "ck-" and 128 random bits, so that
+// no two calls of any session share one and a keyed store can make it
+// unique.
+func NewCallKey() string {
+	var b [16]byte
+	rand.Read(b[:]) //nolint:errcheck // crypto/rand.Read never fails
+	return "ck-" + hex.EncodeToString(b[:])
+}

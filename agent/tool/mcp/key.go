@@ -1,10 +1,10 @@
 package mcp
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"slices"
+
+	"github.com/choirhq/choir/agent/tool"
 )
 
 // keyParam is the argument in which an MCP tool that accepts an
@@ -41,9 +41,7 @@ func withoutKeyParam(schema json.RawMessage) (json.RawMessage, bool) {
 // fresh one.
 func withKey(input json.RawMessage, key string) json.RawMessage {
 	if key == "" {
-		var b [16]byte
-		rand.Read(b[:]) //nolint:errcheck // never fails
-		key = "ck-" + hex.EncodeToString(b[:])
+		key = tool.NewCallKey()
 	}
 	var args map[string]any
 	if json.Unmarshal(input, &args) != nil || args == nil {

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/gateway/telegramtest"
@@ -47,11 +48,15 @@ func (b *progressBundle) restart(t *testing.T, o choirdtest.Options) {
 	b.c = choirdtest.Start(t, o)
 }
 
-// progressRow reads what Postgres records of a job's message in a session.
+// progressRow reads what Postgres records of a job's message in a session;
+// a row not yet written is neither final nor settled.
 func (b *progressBundle) progressRow(t *testing.T, sessionID, job string) (final, settled bool) {
 	t.Helper()
 	err := b.c.Pool().QueryRow(context.Background(), `SELECT final, settled_at IS NOT NULL FROM choir_control.core_progress
 		WHERE session_id = $1 AND job_name = $2`, uuid.MustParse(sessionID), job).Scan(&final, &settled)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, false
+	}
 	if err != nil {
 		t.Fatalf("progress row of %s in session %s: %v", job, sessionID, err)
 	}

@@ -130,7 +130,24 @@ type UserMessage struct {
 	Text        string       `json:"text"`
 	Attachments []Attachment `json:"attachments,omitempty"`
 	ReceivedAt  time.Time    `json:"received_at"`
+	// Origin says whose words Text is, as choird knows it: OriginDM (or
+	// empty) the user's own, OriginMail a stranger's mail notice,
+	// OriginSchedule the agent's own earlier note. Only the user's words
+	// reach the model as the user.
+	Origin string `json:"origin,omitempty"`
+	// Sources are the provenance of Text beyond the user's DM, decided by
+	// choird and never by the model: "mail:bob@ext.test" for a mail
+	// notice, the sources of the lane that created a schedule for its
+	// fire. The lane that reads Text holds them from then on.
+	Sources []string `json:"sources,omitempty"`
 }
+
+// The origins of a [UserMessage].
+const (
+	OriginDM       = "dm"
+	OriginMail     = "mail"
+	OriginSchedule = "schedule"
+)
 
 // Validate checks the message.
 func (m *UserMessage) Validate() error {
@@ -142,6 +159,16 @@ func (m *UserMessage) Validate() error {
 	}
 	if err := check.Text("$.user_message.text", m.Text, 1<<20, len(m.Attachments) == 0); err != nil {
 		return err
+	}
+	switch m.Origin {
+	case "", OriginDM, OriginMail, OriginSchedule:
+	default:
+		return check.Invalid("$.user_message.origin", `must be "dm", "mail" or "schedule"`)
+	}
+	for i, s := range m.Sources {
+		if err := check.Text(fmt.Sprintf("$.user_message.sources[%d]", i), s, 2048, true); err != nil {
+			return err
+		}
 	}
 	for i, a := range m.Attachments {
 		p := fmt.Sprintf("$.user_message.attachments[%d]", i)

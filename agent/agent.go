@@ -93,6 +93,9 @@ func modelName(d *rpc.DynamicConfig, bound string) string {
 type workingState struct {
 	Edge     lane.EdgeSnapshot `json:"edge"`
 	OpenJobs []core.Snapshot   `json:"open_jobs"`
+	// LaneSources are the untrusted sources each lane's context holds
+	// (issue 30): a resumed session holds them still.
+	LaneSources map[string][]string `json:"lane_sources,omitempty"`
 }
 
 // edgeBudgets are the edge's budgets from the agent's configuration.
@@ -354,8 +357,10 @@ func (a approver) RequestApproval(ctx context.Context, requestID string, req rpc
 type statusReporter struct {
 	client *client.Client
 	edge   *lane.Edge
-	logger *slog.Logger
-	kick   chan struct{}
+	// sources returns a lane's untrusted sources (the arbiter's).
+	sources func(lane string) []string
+	logger  *slog.Logger
+	kick    chan struct{}
 }
 
 // statusGap spaces status reports: at most five rounds a second.
@@ -381,6 +386,9 @@ func (r *statusReporter) run(ctx context.Context) {
 		seen := map[string]bool{}
 		for _, st := range r.edge.Statuses() {
 			seen[st.Lane] = true
+			if r.sources != nil {
+				st.Sources = r.sources(st.Lane)
+			}
 			// The time left changes every instant; it goes out with the
 			// changes that matter, not as one by itself.
 			key := st

@@ -161,7 +161,7 @@ func (b *testBundle) edgeState(t *testing.T) string {
 }
 
 const proposal = `{"change":"add","name":"choir.repo.status","description":"Show git status.","parameters":{"type":"object"},
-"behavior":"Runs git status in the workspace and returns its output.","runtime":{"side_effect":"read"},"rationale":"The user asks daily."}`
+"behavior":"Runs git status in the workspace and returns its output.","runtime":{"side_effect":"read","trust":"own"},"rationale":"The user asks daily."}`
 
 // TestAgentGatewaySide drives one session through everything choird pushes:
 // messages with inbox identity (a redelivered copy dropped), an injection,

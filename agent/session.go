@@ -26,6 +26,7 @@ import (
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/email"
 	"github.com/choirhq/choir/agent/tool/mcp"
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/internal/logjson"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
@@ -274,9 +275,9 @@ func (s *session) restore() error {
 		// A call that may act runs once choird holds its intent; the
 		// heartbeat is made before any lane proposes.
 		Durable: func(ctx context.Context, rev int64) error { return s.hb.durable(ctx, rev) },
-		Fault:   s.opts.Fault})
+		Fault:   s.opts.Fault, Untrusted: s.untrustedInput})
 	s.out = &outbound{client: s.client, logger: s.logger}
-	s.status = &statusReporter{client: s.client, logger: s.logger, kick: make(chan struct{}, 1)}
+	s.status = &statusReporter{client: s.client, logger: s.logger, kick: make(chan struct{}, 1), sources: s.arb.LaneSources}
 	inj := tool.NewInjector(s.tools, tool.InjectorConfig{Mode: tool.Mode(s.dyn.Load().ToolMode), Search: s.toolSearch})
 	s.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: s.arb, Log: log, Tools: s.tools, Skills: s.skills, LLM: &llm.Client{Gate: s.meter},
 		Injector: inj, FlushFunc: s.out.flushTo,
@@ -298,17 +299,36 @@ func (s *session) restore() error {
 	s.status.edge = s.edge
 	s.status.changed() // the first report: choird learns the lane is IDLE
 	s.restoreSnapshot()
+	if u := s.untrustedInput(); u.Effective() == config.UntrustedAllow {
+		s.logger.Warn("untrusted_input is allow: calls of lanes that read web pages, mail or other outside text " +
+			"run without a person's approval (issue 30); set it to approve to be asked")
+	}
 	return nil
+}
+
+// untrustedInput is the agent's untrusted-input policy now.
+func (s *session) untrustedInput() config.UntrustedInput {
+	if d := s.dyn.Load(); d != nil {
+		return d.UntrustedInput
+	}
+	return config.UntrustedInput{}
 }
 
 // restoreSnapshot restores the edge lane's working state from the snapshot
 // choird returned, if any; an unusable one leaves the lane fresh.
 func (s *session) restoreSnapshot() {
 	snap := s.hello.Snapshot
+	var st workingState
+	defer func() {
+		// What each lane read survives the restart: the snapshot's sets,
+		// and the tail after it folded again.
+		if err := s.arb.RestoreProvenance(st.LaneSources); err != nil {
+			s.logger.Error("lane sources not restored from the log's tail", slog.String("error", err.Error()))
+		}
+	}()
 	if snap == nil {
 		return
 	}
-	var st workingState
 	err := json.Unmarshal(snap.State, &st)
 	if err == nil && s.hello.ResetBudgets {
 		// The snapshot is an earlier session's, and this session has a
@@ -383,7 +403,8 @@ func (s *session) newHeartbeat() *heartbeat {
 			if !s.edge.Settled() {
 				return nil
 			}
-			b, _ := json.Marshal(workingState{Edge: s.edge.Snapshot(), OpenJobs: s.jobs.Snapshots()})
+			b, _ := json.Marshal(workingState{Edge: s.edge.Snapshot(), OpenJobs: s.jobs.Snapshots(),
+				LaneSources: s.arb.ProvenanceSnapshot()})
 			return b
 		},
 		warn:        s.out.warn,
@@ -448,8 +469,18 @@ func (s *session) onUserMessage(m *rpc.UserMessage) {
 	for _, a := range m.Attachments {
 		files = append(files, filepath.Join(".choirtmp", "recv", a.FilePath))
 	}
+	origin := m.Origin
+	srcs := m.Sources
+	switch origin {
+	case rpc.OriginDM:
+		origin = ""
+	case rpc.OriginMail:
+		if len(srcs) == 0 {
+			srcs = []string{"mail"} // a stranger's words, whoever sent them
+		}
+	}
 	err := s.edge.Deliver(lane.UserMessage{Text: m.Text, Attachments: files,
-		MessageID: fmt.Sprint(m.InboxID), InboxID: m.InboxID})
+		MessageID: fmt.Sprint(m.InboxID), InboxID: m.InboxID, Origin: origin, Sources: srcs})
 	switch {
 	case errors.Is(err, lane.ErrDuplicateInbox):
 		s.logger.Info("redelivered user message dropped", slog.Int64("inbox_id", m.InboxID))

@@ -351,6 +351,9 @@ type Agent struct {
 	// Web is what the agent's web tools may reach beyond the global web
 	// section; see Config.WebFor.
 	Web AgentWeb `json:"web,omitzero"`
+	// UntrustedInput is what the agent's lanes may do once they have read
+	// strangers' words; see UntrustedInput. Omitted: approve.
+	UntrustedInput UntrustedInput `json:"untrusted_input,omitzero"`
 }
 
 // AgentWeb is an agent's own web settings.

@@ -196,11 +196,11 @@ func printLanes(w io.Writer, agents []admin.AgentStatus) error {
 	}
 	fmt.Fprintln(w)
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "AGENT\tLANE\tSTATE\tSTEPS\tBUDGET LEFT\tLAST PROGRESS")
+	fmt.Fprintln(tw, "AGENT\tLANE\tSTATE\tSTEPS\tBUDGET LEFT\tLAST PROGRESS\tREAD FROM OUTSIDE")
 	for _, a := range agents {
 		for _, l := range a.Lanes {
-			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", a.AgentID, l.Lane, laneState(l), count(l.Steps),
-				dash(admin.BudgetText(l.BudgetRemaining)), dash(clip(l.Progress, 60)))
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", a.AgentID, l.Lane, laneState(l), count(l.Steps),
+				dash(admin.BudgetText(l.BudgetRemaining)), dash(clip(l.Progress, 60)), dash(clip(strings.Join(l.Sources, " "), 80)))
 		}
 	}
 	return tw.Flush()

@@ -130,7 +130,8 @@ func TestSessionLanesCommands(t *testing.T) {
 		{Lane: "core:old", State: "CORE_TERMINATED", Steps: 2, Progress: "cancelled"},
 		{Lane: "core:research", State: "CORE_WAITING_TOOL", Steps: 7, Skill: "survey", Step: "search",
 			Progress:        "reading a very long page about the history of choral music in the Baltic states, chapter two",
-			BudgetRemaining: wire.Budget{Steps: n(43), ToolCalls: n(180), TimeMS: n(1_450_000)}},
+			BudgetRemaining: wire.Budget{Steps: n(43), ToolCalls: n(180), TimeMS: n(1_450_000)},
+			Sources:         []string{"web:https://choirs.example/baltic"}},
 	} {
 		if _, err := a.cl.ReportStatus(t.Context(), st); err != nil {
 			t.Fatal(err)
@@ -149,11 +150,14 @@ func TestSessionLanesCommands(t *testing.T) {
 		t.Errorf("session cores: exit %d %s\n got:\n%s\nwant:\n%s", code, errs, out, want)
 	}
 	lanes := []string{
-		"\nAGENT      LANE           STATE                                  STEPS  BUDGET LEFT                       LAST PROGRESS\n",
-		"\nassistant  core:old       terminated                             2      -                                 cancelled\n",
+		"\nAGENT      LANE           STATE                                  STEPS  BUDGET LEFT                       LAST PROGRESS" +
+			"                                                READ FROM OUTSIDE\n",
+		"\nassistant  core:old       terminated                             2      -                                 cancelled" +
+			"                                                    -\n",
 		"\nassistant  core:research  waiting for a tool (survey at search)  7      43 steps, 180 tool calls, 24m10s  " +
-			"reading a very long page about the history of choral music…\n",
-		"\nassistant  edge           reasoning                              -      1990 tool calls, 4999000 tokens   -\n",
+			"reading a very long page about the history of choral music…  web:https://choirs.example/baltic\n",
+		"\nassistant  edge           reasoning                              -      1990 tool calls, 4999000 tokens   -" +
+			"                                                            -\n",
 	}
 	for _, args := range [][]string{{"session", "status", "assistant"}, {"agent", "status", "assistant"}, {"status"}} {
 		code, out, errs := runSessionCommands(a.home, args...)

@@ -18,7 +18,7 @@ import (
 // secret will do) and holds no lock, so that it runs beside choir.exec.
 const holdManifest = `{
   "llm": {"name": "x.hold", "description": "Holds a secret.", "parameters": {"type": "object"}},
-  "runtime": {"timeout_ms": 30000, "side_effect": "read", "version": "1.0", "secret_resources": ["git-token"]}
+  "runtime": {"timeout_ms": 30000, "side_effect": "read", "trust": "own", "version": "1.0", "secret_resources": ["git-token"]}
 }`
 
 // holdTool writes its pid to the workspace, then waits (20 s at most) for

@@ -13,7 +13,7 @@ import (
 )
 
 const approvalForMessage = `-- name: ApprovalForMessage :one
-SELECT a.approval_id, a.session_id, a.agent_id, a.request_id, a.request_type, a.summary, a.payload, a.status, a.created_at, a.expires_at, a.resolved_at, a.resolved_by, a.outcome_pushed_at, a.outcome_taken_at FROM choir_control.pending_approvals a
+SELECT a.approval_id, a.session_id, a.agent_id, a.request_id, a.request_type, a.summary, a.payload, a.status, a.created_at, a.expires_at, a.resolved_at, a.resolved_by, a.outcome_pushed_at, a.outcome_taken_at, a.sources FROM choir_control.pending_approvals a
   JOIN choir_control.outbox o ON o.approval_id = a.approval_id
  WHERE o.gateway = $1 AND o.chat_id = $2 AND $3::bigint = ANY (o.sent_ids)
  LIMIT 1
@@ -45,12 +45,13 @@ func (q *Queries) ApprovalForMessage(ctx context.Context, arg ApprovalForMessage
 		&i.ResolvedBy,
 		&i.OutcomePushedAt,
 		&i.OutcomeTakenAt,
+		&i.Sources,
 	)
 	return i, err
 }
 
 const approvalGet = `-- name: ApprovalGet :one
-SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at, outcome_taken_at FROM choir_control.pending_approvals WHERE approval_id = $1
+SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at, outcome_taken_at, sources FROM choir_control.pending_approvals WHERE approval_id = $1
 `
 
 func (q *Queries) ApprovalGet(ctx context.Context, approvalID uuid.UUID) (ChoirControlPendingApproval, error) {
@@ -71,12 +72,13 @@ func (q *Queries) ApprovalGet(ctx context.Context, approvalID uuid.UUID) (ChoirC
 		&i.ResolvedBy,
 		&i.OutcomePushedAt,
 		&i.OutcomeTakenAt,
+		&i.Sources,
 	)
 	return i, err
 }
 
 const approvalListFiledSince = `-- name: ApprovalListFiledSince :many
-SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at, outcome_taken_at FROM choir_control.pending_approvals
+SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at, outcome_taken_at, sources FROM choir_control.pending_approvals
  WHERE created_at >= $1
    AND ($2::text IS NULL OR agent_id = $2::text)
  ORDER BY created_at, approval_id
@@ -116,6 +118,7 @@ func (q *Queries) ApprovalListFiledSince(ctx context.Context, arg ApprovalListFi
 			&i.ResolvedBy,
 			&i.OutcomePushedAt,
 			&i.OutcomeTakenAt,
+			&i.Sources,
 		); err != nil {
 			return nil, err
 		}
@@ -128,7 +131,7 @@ func (q *Queries) ApprovalListFiledSince(ctx context.Context, arg ApprovalListFi
 }
 
 const approvalListPending = `-- name: ApprovalListPending :many
-SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at, outcome_taken_at FROM choir_control.pending_approvals
+SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at, outcome_taken_at, sources FROM choir_control.pending_approvals
  WHERE status = 'pending'
    AND ($1::text IS NULL OR agent_id = $1::text)
  ORDER BY created_at, approval_id
@@ -166,6 +169,7 @@ func (q *Queries) ApprovalListPending(ctx context.Context, arg ApprovalListPendi
 			&i.ResolvedBy,
 			&i.OutcomePushedAt,
 			&i.OutcomeTakenAt,
+			&i.Sources,
 		); err != nil {
 			return nil, err
 		}
@@ -188,7 +192,7 @@ func (q *Queries) ApprovalOutcomePushed(ctx context.Context, approvalID uuid.UUI
 }
 
 const approvalOutcomesUntaken = `-- name: ApprovalOutcomesUntaken :many
-SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at, outcome_taken_at FROM choir_control.pending_approvals
+SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at, outcome_taken_at, sources FROM choir_control.pending_approvals
  WHERE agent_id = $1 AND status <> 'pending' AND outcome_taken_at IS NULL
  ORDER BY resolved_at, approval_id
  LIMIT 100
@@ -222,6 +226,7 @@ func (q *Queries) ApprovalOutcomesUntaken(ctx context.Context, agentID string) (
 			&i.ResolvedBy,
 			&i.OutcomePushedAt,
 			&i.OutcomeTakenAt,
+			&i.Sources,
 		); err != nil {
 			return nil, err
 		}
@@ -239,7 +244,7 @@ UPDATE choir_control.pending_approvals
        resolved_at = now(),
        resolved_by = $2
  WHERE approval_id = $3 AND status = 'pending'
-RETURNING approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at, outcome_taken_at
+RETURNING approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at, outcome_taken_at, sources
 `
 
 type ApprovalResolveParams struct {
@@ -269,6 +274,7 @@ func (q *Queries) ApprovalResolve(ctx context.Context, arg ApprovalResolveParams
 		&i.ResolvedBy,
 		&i.OutcomePushedAt,
 		&i.OutcomeTakenAt,
+		&i.Sources,
 	)
 	return i, err
 }

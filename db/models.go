@@ -90,6 +90,7 @@ type ChoirControlPendingApproval struct {
 	ResolvedBy      *string         `json:"resolved_by"`
 	OutcomePushedAt *time.Time      `json:"outcome_pushed_at"`
 	OutcomeTakenAt  *time.Time      `json:"outcome_taken_at"`
+	Sources         []string        `json:"sources"`
 }
 
 type ChoirControlProposal struct {
@@ -157,7 +158,8 @@ type ChoirControlSchedule struct {
 	UpdatedAt   time.Time  `json:"updated_at"`
 	Held        bool       `json:"held"`
 	// the idempotency key of the agent tool call that made the schedule: a call run again after a restart finds it
-	IdempotencyKey *string `json:"idempotency_key"`
+	IdempotencyKey *string  `json:"idempotency_key"`
+	Sources        []string `json:"sources"`
 }
 
 type ChoirControlScheduleFire struct {

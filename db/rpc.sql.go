@@ -15,8 +15,9 @@ import (
 
 const approvalCreate = `-- name: ApprovalCreate :one
 INSERT INTO choir_control.pending_approvals
-    (session_id, agent_id, request_id, request_type, summary, payload, expires_at)
-VALUES ($1, $2, $3, $4, $5, $6, $7)
+    (session_id, agent_id, request_id, request_type, summary, payload, expires_at, sources)
+VALUES ($1, $2, $3, $4, $5, $6, $7,
+        coalesce($8::text[], '{}'))
 ON CONFLICT DO NOTHING
 RETURNING approval_id, status
 `
@@ -29,6 +30,7 @@ type ApprovalCreateParams struct {
 	Summary     string          `json:"summary"`
 	Payload     json.RawMessage `json:"payload"`
 	ExpiresAt   time.Time       `json:"expires_at"`
+	Sources     []string        `json:"sources"`
 }
 
 type ApprovalCreateRow struct {
@@ -47,6 +49,7 @@ func (q *Queries) ApprovalCreate(ctx context.Context, arg ApprovalCreateParams) 
 		arg.Summary,
 		arg.Payload,
 		arg.ExpiresAt,
+		arg.Sources,
 	)
 	var i ApprovalCreateRow
 	err := row.Scan(&i.ApprovalID, &i.Status)
@@ -54,7 +57,7 @@ func (q *Queries) ApprovalCreate(ctx context.Context, arg ApprovalCreateParams) 
 }
 
 const approvalGetByRequest = `-- name: ApprovalGetByRequest :one
-SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at, outcome_taken_at FROM choir_control.pending_approvals
+SELECT approval_id, session_id, agent_id, request_id, request_type, summary, payload, status, created_at, expires_at, resolved_at, resolved_by, outcome_pushed_at, outcome_taken_at, sources FROM choir_control.pending_approvals
  WHERE request_id = $1
    AND (session_id = $2 OR (agent_id = $3 AND request_id LIKE 'approval:ck-%'))
  ORDER BY created_at
@@ -88,6 +91,7 @@ func (q *Queries) ApprovalGetByRequest(ctx context.Context, arg ApprovalGetByReq
 		&i.ResolvedBy,
 		&i.OutcomePushedAt,
 		&i.OutcomeTakenAt,
+		&i.Sources,
 	)
 	return i, err
 }

@@ -64,7 +64,7 @@ UPDATE choir_control.schedules
        last_fired_at = CASE WHEN $1::bool THEN now() ELSE last_fired_at END,
        status = $2, next_run_at = $3, job_id = $4, updated_at = now()
  WHERE schedule_id = $5
-RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key
+RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key, sources
 `
 
 type ScheduleFiredParams struct {
@@ -111,12 +111,13 @@ func (q *Queries) ScheduleFired(ctx context.Context, arg ScheduleFiredParams) (C
 		&i.UpdatedAt,
 		&i.Held,
 		&i.IdempotencyKey,
+		&i.Sources,
 	)
 	return i, err
 }
 
 const scheduleGet = `-- name: ScheduleGet :one
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key FROM choir_control.schedules WHERE schedule_id = $1
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key, sources FROM choir_control.schedules WHERE schedule_id = $1
 `
 
 func (q *Queries) ScheduleGet(ctx context.Context, scheduleID int64) (ChoirControlSchedule, error) {
@@ -147,12 +148,13 @@ func (q *Queries) ScheduleGet(ctx context.Context, scheduleID int64) (ChoirContr
 		&i.UpdatedAt,
 		&i.Held,
 		&i.IdempotencyKey,
+		&i.Sources,
 	)
 	return i, err
 }
 
 const scheduleGetByCall = `-- name: ScheduleGetByCall :one
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key FROM choir_control.schedules
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key, sources FROM choir_control.schedules
  WHERE (session_id = $1 AND call_id = $2)
     OR (agent_id = $3 AND idempotency_key = $4)
  ORDER BY schedule_id
@@ -201,6 +203,7 @@ func (q *Queries) ScheduleGetByCall(ctx context.Context, arg ScheduleGetByCallPa
 		&i.UpdatedAt,
 		&i.Held,
 		&i.IdempotencyKey,
+		&i.Sources,
 	)
 	return i, err
 }
@@ -209,7 +212,7 @@ const scheduleHoldStartAgent = `-- name: ScheduleHoldStartAgent :many
 UPDATE choir_control.schedules
    SET status = 'paused', held = true, job_id = NULL, updated_at = now()
  WHERE agent_id = $1 AND start_agent AND status = 'active'
-RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key
+RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key, sources
 `
 
 // ScheduleHoldStartAgent pauses the active start_agent schedules of an
@@ -249,6 +252,7 @@ func (q *Queries) ScheduleHoldStartAgent(ctx context.Context, agentID string) ([
 			&i.UpdatedAt,
 			&i.Held,
 			&i.IdempotencyKey,
+			&i.Sources,
 		); err != nil {
 			return nil, err
 		}
@@ -266,7 +270,7 @@ INSERT INTO choir_control.schedules (agent_id, dm, kind, cron, run_at, time_zone
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
         $11, $12, $13, $14, $15, $16)
 ON CONFLICT DO NOTHING
-RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key
+RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key, sources
 `
 
 type ScheduleInsertParams struct {
@@ -336,12 +340,13 @@ func (q *Queries) ScheduleInsert(ctx context.Context, arg ScheduleInsertParams) 
 		&i.UpdatedAt,
 		&i.Held,
 		&i.IdempotencyKey,
+		&i.Sources,
 	)
 	return i, err
 }
 
 const scheduleListHeld = `-- name: ScheduleListHeld :many
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key FROM choir_control.schedules
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key, sources FROM choir_control.schedules
  WHERE agent_id = $1 AND held AND status = 'paused'
  ORDER BY schedule_id
  FOR UPDATE
@@ -383,6 +388,7 @@ func (q *Queries) ScheduleListHeld(ctx context.Context, agentID string) ([]Choir
 			&i.UpdatedAt,
 			&i.Held,
 			&i.IdempotencyKey,
+			&i.Sources,
 		); err != nil {
 			return nil, err
 		}
@@ -395,7 +401,7 @@ func (q *Queries) ScheduleListHeld(ctx context.Context, agentID string) ([]Choir
 }
 
 const scheduleListOpen = `-- name: ScheduleListOpen :many
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key FROM choir_control.schedules
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key, sources FROM choir_control.schedules
  WHERE status IN ('pending_approval', 'active', 'paused')
    AND ($1::text IS NULL OR agent_id = $1::text)
    AND ($2::text IS NULL OR dm = $2::text)
@@ -446,6 +452,7 @@ func (q *Queries) ScheduleListOpen(ctx context.Context, arg ScheduleListOpenPara
 			&i.UpdatedAt,
 			&i.Held,
 			&i.IdempotencyKey,
+			&i.Sources,
 		); err != nil {
 			return nil, err
 		}
@@ -458,7 +465,7 @@ func (q *Queries) ScheduleListOpen(ctx context.Context, arg ScheduleListOpenPara
 }
 
 const scheduleLock = `-- name: ScheduleLock :one
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key FROM choir_control.schedules WHERE schedule_id = $1 FOR UPDATE
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key, sources FROM choir_control.schedules WHERE schedule_id = $1 FOR UPDATE
 `
 
 // ScheduleLock reads a schedule and locks it until the transaction ends:
@@ -491,12 +498,13 @@ func (q *Queries) ScheduleLock(ctx context.Context, scheduleID int64) (ChoirCont
 		&i.UpdatedAt,
 		&i.Held,
 		&i.IdempotencyKey,
+		&i.Sources,
 	)
 	return i, err
 }
 
 const scheduleLockByApproval = `-- name: ScheduleLockByApproval :one
-SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key FROM choir_control.schedules WHERE approval_id = $1 FOR UPDATE
+SELECT schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key, sources FROM choir_control.schedules WHERE approval_id = $1 FOR UPDATE
 `
 
 func (q *Queries) ScheduleLockByApproval(ctx context.Context, approvalID *uuid.UUID) (ChoirControlSchedule, error) {
@@ -527,6 +535,7 @@ func (q *Queries) ScheduleLockByApproval(ctx context.Context, approvalID *uuid.U
 		&i.UpdatedAt,
 		&i.Held,
 		&i.IdempotencyKey,
+		&i.Sources,
 	)
 	return i, err
 }
@@ -551,7 +560,7 @@ UPDATE choir_control.schedules
    SET status = $1, next_run_at = $2, job_id = $3, held = false,
        updated_at = now()
  WHERE schedule_id = $4
-RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key
+RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key, sources
 `
 
 type ScheduleSetStateParams struct {
@@ -597,6 +606,7 @@ func (q *Queries) ScheduleSetState(ctx context.Context, arg ScheduleSetStatePara
 		&i.UpdatedAt,
 		&i.Held,
 		&i.IdempotencyKey,
+		&i.Sources,
 	)
 	return i, err
 }

@@ -94,7 +94,7 @@ var actionKinds = []actionKind{
 	{name: "ProposeTool", tool: "choir.propose.tool",
 		args: func(mark string) string {
 			return fmt.Sprintf(`{"change":"add","name":"choir.repo.status","description":"Show the repository status.",`+
-				`"parameters":{"type":"object"},"behavior":"Runs git status.","runtime":{"side_effect":"read"},"rationale":%q}`, mark)
+				`"parameters":{"type":"object"},"behavior":"Runs git status.","runtime":{"side_effect":"read","trust":"own"},"rationale":%q}`, mark)
 		},
 		count: func(t *testing.T, f *actionEnv, mark string) int {
 			var n int

@@ -238,7 +238,7 @@ func TestGatewayBadInput(t *testing.T) {
 // proposeToolArgs is a valid choir.propose.tool input (agent/tool/builtin).
 const proposeToolArgs = `{"change":"add","name":"choir.repo.status","description":"Show the git status of the workspace.",` +
 	`"parameters":{"type":"object","properties":{}},"behavior":"Runs git status in the workspace and returns its output.",` +
-	`"runtime":{"side_effect":"read"},"rationale":"The user asks about the repository's state every day."}`
+	`"runtime":{"side_effect":"read","trust":"own"},"rationale":"The user asks about the repository's state every day."}`
 
 // TestGatewayApprovalByButton is DESIGN.md journey 5 from Telegram: the
 // model proposes a tool, choird sends the approval request with inline

@@ -204,7 +204,7 @@ func toolProposalUnderDocker(t *testing.T, stopFirst bool) {
 	args, _ := json.Marshal(map[string]any{"change": "add", "name": "greet.hello", "description": "Greet the user.",
 		"parameters": map[string]any{"type": "object", "properties": map[string]any{}, "additionalProperties": false},
 		"behavior":   "Returns a greeting.", "rationale": "The user asked for a greeting tool.",
-		"runtime": map[string]any{"side_effect": "read"}, "implementation": map[string]string{"content": greetScript}})
+		"runtime": map[string]any{"side_effect": "read", "trust": "own"}, "implementation": map[string]string{"content": greetScript}})
 	var greeted atomic.Pointer[string]
 	llm := llmtest.NewServer(t)
 	llm.SetResponder(toolBuilderModel(string(args), &greeted))

@@ -39,7 +39,7 @@ func reposStaged(t *testing.T, rt string) {
 	agentRepo := repoWith(t, map[string]string{
 		"identity/SOUL.md": soul + "\n",
 		"tools/greet.hello.json": `{"llm": {"name": "greet.hello", "description": "Greet the user.", "parameters": {"type": "object", "properties": {}}},
- "runtime": {"timeout_ms": 5000, "side_effect": "read", "version": "1.0"}}`,
+ "runtime": {"timeout_ms": 5000, "side_effect": "read", "trust": "own", "version": "1.0"}}`,
 		".choir/mcp.json": `{"servers": {"stagedfiles": {"command": "/nonexistent/files-mcp", "optional": true}}}`,
 	})
 	if err := os.WriteFile(filepath.Join(agentRepo, "tools", "greet.hello"), []byte(greetScript), 0o755); err != nil {

@@ -47,8 +47,9 @@ DELETE FROM choir_control.rpc_replays WHERE session_id = @session_id;
 -- ApprovalCreate records a pending approval once per (session, request);
 -- a repeated request inserts nothing and returns no row.
 INSERT INTO choir_control.pending_approvals
-    (session_id, agent_id, request_id, request_type, summary, payload, expires_at)
-VALUES (@session_id, @agent_id, @request_id, @request_type, @summary, @payload, @expires_at)
+    (session_id, agent_id, request_id, request_type, summary, payload, expires_at, sources)
+VALUES (@session_id, @agent_id, @request_id, @request_type, @summary, @payload, @expires_at,
+        coalesce(sqlc.narg(sources)::text[], '{}'))
 ON CONFLICT DO NOTHING
 RETURNING approval_id, status;
 

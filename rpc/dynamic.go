@@ -27,6 +27,8 @@ type DynamicConfig struct {
 	CompactionThresholdPercent int            `json:"compaction_threshold_percent"`
 	// Web is the web tools' limits and allowlist, defaults applied.
 	Web config.Web `json:"web,omitzero"`
+	// UntrustedInput is the agent's untrusted-input policy (issue 30).
+	UntrustedInput config.UntrustedInput `json:"untrusted_input,omitzero"`
 	// LLM and VoiceProfile are the session's current model and voice
 	// profile: a transient override (choirctl model set / voice set, spec
 	// 17.1) when one is set, else what the session was started with.

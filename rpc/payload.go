@@ -388,6 +388,9 @@ type ApprovalRequest struct {
 	Summary string `json:"summary"`
 	// Payload is the action's details, a JSON object.
 	Payload json.RawMessage `json:"payload"`
+	// Sources are the untrusted sources the asking lane's context held
+	// (issue 30), as the arbiter knows them: the approval card names them.
+	Sources []string `json:"sources,omitempty"`
 }
 
 // Validate checks the type, summary and payload.
@@ -451,6 +454,9 @@ type ReportStatusRequest struct {
 	// progress, plan or result line): at most MaxProgress bytes of
 	// printable text, shown live in the DM and by choirctl.
 	Progress string `json:"progress,omitempty"`
+	// Sources are the untrusted sources the lane's context holds (issue
+	// 30): what /status and choirctl show an operator.
+	Sources []string `json:"sources,omitempty"`
 }
 
 // MaxProgress bounds ReportStatusRequest.Progress, in bytes.

@@ -27,7 +27,10 @@ const approvalNote = "Filed for a person to approve or reject; nothing is applie
 // be pending together. The request ID derives from the call ID, so a retry
 // of the same call (a transport retry, or the same call proposed again)
 // finds the first approval instead of filing a second.
-func (a *Arbiter) requestApproval(ctx context.Context, def *tool.Def, p Proposal) (tool.Result, error) {
+//
+// srcs are the untrusted sources of the proposing lane, which the card
+// names (issue 30).
+func (a *Arbiter) requestApproval(ctx context.Context, def *tool.Def, p Proposal, srcs []string) (tool.Result, error) {
 	if a.cfg.Approvals == nil {
 		return tool.Result{}, fmt.Errorf("%s needs approval, and no connection to choird is configured for it", p.Tool)
 	}
@@ -48,7 +51,7 @@ func (a *Arbiter) requestApproval(ctx context.Context, def *tool.Def, p Proposal
 		reqID = "approval:" + key
 	}
 	resp, err := a.cfg.Approvals.RequestApproval(ctx, reqID,
-		rpc.ApprovalRequest{RequestType: p.Tool, Summary: summary, Payload: p.Input})
+		rpc.ApprovalRequest{RequestType: p.Tool, Summary: summary, Payload: p.Input, Sources: srcs})
 	if err != nil {
 		return tool.Result{}, fmt.Errorf("file the approval request: %w", err)
 	}

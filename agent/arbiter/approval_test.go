@@ -68,7 +68,7 @@ func setupApprovals(t *testing.T) (*bundle, *approvals) {
 }
 
 const proposeToolInput = `{"change":"add","name":"choir.repo.status","description":"Show the git status of the workspace.",
-"parameters":{"type":"object"},"behavior":"Runs git status and returns it.","runtime":{"side_effect":"read"},
+"parameters":{"type":"object"},"behavior":"Runs git status and returns it.","runtime":{"side_effect":"read","trust":"own"},
 "rationale":"The user asks about\nuncommitted work every day."}`
 
 func TestMetaToolsRequestApproval(t *testing.T) {
@@ -180,7 +180,7 @@ func TestMetaToolsRequestApproval(t *testing.T) {
 		// Schema-valid, but the manifest the loader builds is not: a lock
 		// on a field the input does not have, and a name already taken.
 		bad := `{"change":"add","name":"%s","description":"d","parameters":{"type":"object","properties":{}},
-"behavior":"b","runtime":{"side_effect":"read","locks":[{"resource":"file:{path}","mode":"S"}]},"rationale":"r"}`
+"behavior":"b","runtime":{"side_effect":"read","trust":"own","locks":[{"resource":"file:{path}","mode":"S"}]},"rationale":"r"}`
 		out := propose(t, b, lock.Edge, tool.NameProposeTool, fmt.Sprintf(bad, "choir.fs.read"))
 		if out.Result.Status != tool.StatusError || !strings.Contains(out.Result.Summary, "already exists") {
 			t.Errorf("outcome = %+v", out.Result)

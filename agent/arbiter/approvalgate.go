@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/choirhq/choir/agent/tool"
@@ -19,7 +20,10 @@ import (
 // pending, and the same call made once it is approved runs (the edge lane
 // makes it as soon as choird pushes the approval, tool.Approved). ok reports
 // that it may run; otherwise res is what the model is told.
-func (a *Arbiter) gate(ctx context.Context, p Proposal) (res tool.Result, ok bool, err error) {
+//
+// It also holds the calls the untrusted-input policy holds (d.held,
+// policy.go): their card names the sources the lane read.
+func (a *Arbiter) gate(ctx context.Context, p Proposal, d decision) (res tool.Result, ok bool, err error) {
 	// The call the edge lane runs once a person approved it carries the
 	// approval; the input must be exactly what the person was shown.
 	if ap, ok := tool.ApprovedFor(ctx, p.Tool, p.Input); ok {
@@ -40,7 +44,7 @@ func (a *Arbiter) gate(ctx context.Context, p Proposal) (res tool.Result, ok boo
 	reqID := "approval:gate-" + hex.EncodeToString(sum[:16])
 	summary := ProposalSummary(p.Tool, p.Input)
 	resp, err := a.cfg.Approvals.RequestApproval(ctx, reqID,
-		rpc.ApprovalRequest{RequestType: p.Tool, Summary: summary, Payload: p.Input})
+		rpc.ApprovalRequest{RequestType: p.Tool, Summary: summary, Payload: p.Input, Sources: d.sources})
 	if err != nil {
 		return tool.Result{}, false, fmt.Errorf("file the approval request: %w", err)
 	}
@@ -58,6 +62,11 @@ func (a *Arbiter) gate(ctx context.Context, p Proposal) (res tool.Result, ok boo
 	case rpc.ApprovalPending:
 		out["note"] = "This tool needs a person's approval; nothing ran. " +
 			"Once it is approved, Choir runs exactly this call for you and its result appears in your context; do not call it again."
+		if d.held() {
+			out["note"] = "This call needs a person's approval because " + d.why + ", and this lane has read what others wrote (" +
+				strings.Join(d.sources, ", ") + "); nothing ran. If a person approves it, Choir runs exactly this call and its " +
+				"result appears in your context; do not call it again."
+		}
 	default:
 		status = tool.StatusError
 		out["note"] = "A person rejected this call; it did not run."

@@ -24,6 +24,7 @@ import (
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/usage"
 )
@@ -69,8 +70,11 @@ type Config struct {
 	// Fault, when set, is told each fault point a call with an intent
 	// passes (FaultAfterIntent, ...): the kill-anywhere suite stops the
 	// agent there. Nil in production.
-	Fault  func(point, toolName, callID string)
-	Logger *slog.Logger
+	Fault func(point, toolName, callID string)
+	// Untrusted returns the agent's untrusted-input policy (issue 30,
+	// policy.go); nil is the default, approve.
+	Untrusted func() config.UntrustedInput
+	Logger    *slog.Logger
 }
 
 // Proposal is a lane's request to run one tool.
@@ -149,6 +153,8 @@ type Arbiter struct {
 	done    chan struct{}
 	// ran holds the approvals whose gated call has run (approvalgate.go).
 	ran approvedRuns
+	// prov is each lane's untrusted sources (provenance.go).
+	prov provenance
 }
 
 // New makes an arbiter; call Run to start its loop.
@@ -176,6 +182,11 @@ func (a *Arbiter) Run(ctx context.Context) error {
 		case req := <-a.commits:
 			var ev rpc.Event
 			var err error
+			if c, ok := req.payload.(commitlog.LLMCall); ok {
+				// A model call records what its context held (issue 30).
+				c.Sources = a.prov.of(req.lane)
+				req.payload = c
+			}
 			switch p := req.payload.(type) {
 			case commitlog.Payload:
 				ev, err = a.cfg.Appender.AppendPayload(req.lane, p)
@@ -186,6 +197,9 @@ func (a *Arbiter) Run(ctx context.Context) error {
 				if raw, err = json.Marshal(p); err == nil {
 					ev, err = a.cfg.Appender.Append(req.typ, req.lane, raw)
 				}
+			}
+			if err == nil {
+				a.prov.fold(ev, req.payload)
 			}
 			req.reply <- commitResp{ev, err}
 		}
@@ -217,9 +231,24 @@ func laneOf(o lock.Owner) tool.Lane {
 	return tool.LaneCore
 }
 
-// check validates a proposal without side effects and returns its tool and
-// locks, or the rejection to send back.
-func (a *Arbiter) check(p Proposal) (*tool.Def, []lock.Request, *Rejection) {
+// check validates a proposal without side effects and returns its tool,
+// its locks and what the untrusted-input policy decided of it, or the
+// rejection to send back.
+func (a *Arbiter) check(p Proposal) (*tool.Def, []lock.Request, decision, *Rejection) {
+	def, reqs, rej := a.checkCall(p)
+	if rej != nil {
+		return nil, nil, decision{}, rej
+	}
+	d := a.decide(def, p)
+	if d.policy == commitlog.PolicyRefused {
+		return nil, nil, d, refusal(p, d)
+	}
+	return def, reqs, d, nil
+}
+
+// checkCall validates a proposal against the registry, the lane and its
+// skill, and resolves its locks.
+func (a *Arbiter) checkCall(p Proposal) (*tool.Def, []lock.Request, *Rejection) {
 	lane := laneOf(p.Owner)
 	allowed := func() []string {
 		var names []string
@@ -303,16 +332,16 @@ func (a *Arbiter) readOnly(name string) bool {
 // arbiter itself failing (a commit that could not be appended, ctx ended
 // before the call was logged); tool failures are results.
 func (a *Arbiter) Propose(ctx context.Context, p Proposal) (Outcome, error) {
-	def, reqs, rej := a.check(p)
+	def, reqs, d, rej := a.check(p)
 	if rej != nil {
-		return a.reject(ctx, p, rej)
+		return a.reject(ctx, p, d, rej)
 	}
 	release, err := a.cfg.Locks.Acquire(ctx, p.Owner, reqs)
 	if err != nil {
 		return a.abandon(ctx, p, err)
 	}
 	defer release()
-	return a.run(ctx, def, p, reqs, nil)
+	return a.run(ctx, def, p, d, reqs, nil)
 }
 
 // request is the payload of a tool_call_requested event.
@@ -322,10 +351,13 @@ func request(p Proposal) map[string]any {
 
 // reject logs a rejected proposal as tool_call_requested with the
 // rejection.
-func (a *Arbiter) reject(ctx context.Context, p Proposal, rej *Rejection) (Outcome, error) {
+func (a *Arbiter) reject(ctx context.Context, p Proposal, d decision, rej *Rejection) (Outcome, error) {
 	req := request(p)
 	req["status"] = "rejected"
 	req["rejection"] = rej
+	if d.policy != "" {
+		req["sources"], req["policy"] = d.sources, d.policy
+	}
 	if _, err := a.Commit(ctx, rpc.EventToolCallRequested, p.Owner.String(), req); err != nil {
 		return Outcome{}, fmt.Errorf("log rejected call %s: %w", p.CallID, err)
 	}
@@ -354,10 +386,11 @@ func (a *Arbiter) abandon(ctx context.Context, p Proposal, why error) (Outcome, 
 // g, when not nil, is the intents of the calls of one step that start
 // together: this call's acknowledgement waits until they are all committed,
 // so that one heartbeat carries them all (see intentGroup).
-func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, reqs []lock.Request, g *groupMember) (Outcome, error) {
+func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, d decision, reqs []lock.Request, g *groupMember) (Outcome, error) {
 	lane := p.Owner.String()
 	locks := lock.Strings(reqs)
 	call := a.intent(def, p, locks)
+	call.Sources, call.Policy = d.sources, d.policy
 	ev, err := a.Commit(ctx, rpc.EventToolCallCommitted, lane, call)
 	g.done()
 	if err != nil {
@@ -371,7 +404,7 @@ func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, reqs []loc
 	}
 	execErr := a.durable(ctx, call, ev.Rev)
 	if execErr == nil {
-		res, execErr = a.execute(tool.WithCallKey(ctx, call.IdempotencyKey), def, p)
+		res, execErr = a.execute(tool.WithCallKey(ctx, call.IdempotencyKey), def, p, d)
 		a.fault(FaultAfterEffect, call)
 	}
 	dur := time.Since(start)
@@ -379,7 +412,11 @@ func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, reqs []loc
 	// The result is committed even when the lane's ctx ended: the tool ran.
 	recs := a.validUsage(p, res.Usage)
 	res.Usage = nil
-	if err := a.commitResult(context.WithoutCancel(ctx), lane, p, status, dur, res.JSON(), errText, recs); err != nil {
+	srcs := def.Sources(p.Input, res)
+	if status != commitlog.ToolSuccess && status != commitlog.ToolError {
+		srcs = nil // in doubt: nothing was read
+	}
+	if err := a.commitResult(context.WithoutCancel(ctx), lane, p, status, dur, res.JSON(), errText, recs, srcs); err != nil {
 		return Outcome{}, err
 	}
 	a.fault(FaultAfterResult, call)
@@ -418,9 +455,9 @@ func (a *Arbiter) settle(res tool.Result, execErr error) (commitlog.ToolStatus, 
 }
 
 func (a *Arbiter) commitResult(ctx context.Context, lane string, p Proposal, status commitlog.ToolStatus,
-	dur time.Duration, output json.RawMessage, errText string, recs []usage.Record) error {
+	dur time.Duration, output json.RawMessage, errText string, recs []usage.Record, srcs []string) error {
 	_, err := a.Commit(ctx, rpc.EventToolResultCommitted, lane, commitlog.ToolResult{CallID: p.CallID, Tool: p.Tool,
-		Status: status, DurationMS: dur.Milliseconds(), Output: output, Error: errText, Usage: recs})
+		Status: status, DurationMS: dur.Milliseconds(), Output: output, Error: errText, Usage: recs, Sources: srcs})
 	if err != nil {
 		return fmt.Errorf("commit result of %s: %w", p.CallID, err)
 	}
@@ -429,7 +466,7 @@ func (a *Arbiter) commitResult(ctx context.Context, lane string, p Proposal, sta
 
 // execute runs the tool, turning a panic into an error result so that the
 // deferred lock release and the result commit always happen.
-func (a *Arbiter) execute(ctx context.Context, def *tool.Def, p Proposal) (res tool.Result, err error) {
+func (a *Arbiter) execute(ctx context.Context, def *tool.Def, p Proposal, d decision) (res tool.Result, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			a.cfg.Logger.Error("tool panicked", slog.String("tool", p.Tool), slog.String("call_id", p.CallID), slog.Any("panic", v))
@@ -437,10 +474,10 @@ func (a *Arbiter) execute(ctx context.Context, def *tool.Def, p Proposal) (res t
 		}
 	}()
 	if def.Kind() == tool.KindMeta {
-		return a.requestApproval(ctx, def, p)
+		return a.requestApproval(ctx, def, p, d.sources)
 	}
-	if def.Runtime().Approval {
-		if res, ok, err := a.gate(ctx, p); !ok || err != nil {
+	if def.Runtime().Approval || d.held() {
+		if res, ok, err := a.gate(ctx, p, d); !ok || err != nil {
 			return res, err
 		}
 	}

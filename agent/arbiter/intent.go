@@ -160,7 +160,10 @@ func (a *Arbiter) reconcile(ctx context.Context, ev rpc.Event) (*InDoubt, error)
 	defer release()
 	logger.InfoContext(ctx, "a call interrupted by a restart runs again", slog.Int64("intent_rev", ev.Rev))
 	start := time.Now()
-	res, execErr := a.execute(tool.WithRerun(tool.WithCallKey(ctx, c.IdempotencyKey)), def, p)
+	// A call the policy held is held again: its approval, if a person
+	// gave it, lets the re-run through.
+	res, execErr := a.execute(tool.WithRerun(tool.WithCallKey(ctx, c.IdempotencyKey)), def, p,
+		decision{sources: c.Sources, policy: c.Policy})
 	status, res, errText := a.settle(res, execErr)
 	recs := a.validUsage(p, res.Usage)
 	res.Usage = nil

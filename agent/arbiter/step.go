@@ -44,7 +44,7 @@ func (a *Arbiter) ProposeAll(ctx context.Context, ps []Proposal) ([]Outcome, err
 	for i := range ps {
 		c := &calls[i]
 		c.done = make(chan struct{})
-		c.def, c.reqs, c.rej = a.check(ps[i])
+		c.def, c.reqs, c.dec, c.rej = a.check(ps[i])
 		if c.rej != nil {
 			continue
 		}
@@ -75,6 +75,7 @@ type stepCall struct {
 	def   *tool.Def
 	reqs  []lock.Request
 	rej   *Rejection
+	dec   decision
 	after []chan struct{} // done of each earlier proposal whose lockset conflicts
 	done  chan struct{}   // closed when this proposal has ended
 }
@@ -93,9 +94,9 @@ type step struct {
 func (a *Arbiter) stepRun(ctx context.Context, s *step, p Proposal, c *stepCall, g *groupMember) (Outcome, error) {
 	defer g.done() // on every path that never reaches its intent
 	if c.rej != nil {
-		return a.reject(ctx, p, c.rej)
+		return a.reject(ctx, p, c.dec, c.rej)
 	}
-	def, reqs := c.def, c.reqs
+	def, reqs, d := c.def, c.reqs, c.dec
 	if len(c.after) > 0 {
 		for _, done := range c.after {
 			select {
@@ -110,8 +111,8 @@ func (a *Arbiter) stepRun(ctx context.Context, s *step, p Proposal, c *stepCall,
 		// out different, and conflict with a call it did not wait for:
 		// acquire then waits for that call's release.
 		var rej *Rejection
-		if def, reqs, rej = a.check(p); rej != nil {
-			return a.reject(ctx, p, rej)
+		if def, reqs, d, rej = a.check(p); rej != nil {
+			return a.reject(ctx, p, d, rej)
 		}
 	}
 	release, err := a.acquireInStep(ctx, s, p, reqs)
@@ -119,7 +120,7 @@ func (a *Arbiter) stepRun(ctx context.Context, s *step, p Proposal, c *stepCall,
 		return a.abandon(ctx, p, err)
 	}
 	defer release()
-	return a.run(ctx, def, p, reqs, g)
+	return a.run(ctx, def, p, d, reqs, g)
 }
 
 // acquireInStep takes a proposal's locks while other proposals of its step

@@ -38,6 +38,9 @@ type LLMCall struct {
 	// for: [PurposeCompaction], [PurposeSessionSummary]. A resumed core job
 	// counts its steps by the calls without one.
 	Purpose string `json:"purpose,omitempty"`
+	// Sources are the untrusted sources the call's context held (issue
+	// 30); the arbiter fills them in as it commits the call.
+	Sources []string `json:"sources,omitempty"`
 	// ToolMode and ToolSchemaTokens are how the call was offered the
 	// tools (direct, compact, discovery) and the estimated tokens of its
 	// tools parameter, so the saving of each mode can be measured.
@@ -121,7 +124,29 @@ type ToolCall struct {
 	// IdempotencyKey is the key every run of this call carries: random,
 	// unique to the call, and the same when a keyed call runs again.
 	IdempotencyKey string `json:"idempotency_key,omitempty"`
+	// Sources are the untrusted sources the proposing lane's context held
+	// (issue 30), and Policy what the untrusted-input policy decided of
+	// the call: "" when the lane held none, else PolicyNotCovered,
+	// PolicyAllowlisted, PolicyOptedOut or PolicyHeld.
+	Sources []string `json:"sources,omitempty"`
+	Policy  string   `json:"policy,omitempty"`
 }
+
+// The untrusted-input policy's decisions on a call of a lane that read
+// strangers' words (ToolCall.Policy; a refused call is a rejection).
+const (
+	// PolicyNotCovered: the call may not act and carries no data out.
+	PolicyNotCovered = "not_covered"
+	// PolicyAllowlisted: the agent's untrusted_input.allow lets it run.
+	PolicyAllowlisted = "allowlisted"
+	// PolicyOptedOut: the agent's untrusted_input.mode is allow.
+	PolicyOptedOut = "opted_out"
+	// PolicyHeld: it waits for a person's approval of that exact call.
+	PolicyHeld = "held"
+	// PolicyRefused: the agent's untrusted_input.mode is refuse; the call
+	// is rejected, and never committed as a call.
+	PolicyRefused = "refused"
+)
 
 // EventType returns rpc.EventToolCallCommitted.
 func (ToolCall) EventType() rpc.EventType { return rpc.EventToolCallCommitted }
@@ -178,6 +203,10 @@ type ToolResult struct {
 	// Reconciled says the result was committed after a restart, by the
 	// reconciliation of the call's intent: a re-run, or in doubt.
 	Reconciled bool `json:"reconciled,omitempty"`
+	// Sources are the untrusted sources the result brings into the lane
+	// (tool.Def.Sources), decided by the arbiter from the tool's
+	// declaration: the lane holds them from this event on.
+	Sources []string `json:"sources,omitempty"`
 }
 
 // EventType returns rpc.EventToolResultCommitted.

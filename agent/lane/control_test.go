@@ -221,7 +221,7 @@ func TestEdgeApprovals(t *testing.T) {
 		b = setup(t, lane.Budgets{},
 			llmtest.ToolCalls(llmtest.Call{ID: "1", Name: "choir.propose.tool", Arguments: `{"change":"add",
 "name":"choir.repo.status","description":"git status","parameters":{"type":"object"},"behavior":"runs git status",
-"runtime":{"side_effect":"read"},"rationale":"asked daily"}`}),
+"runtime":{"side_effect":"read","trust":"own"},"rationale":"asked daily"}`}),
 			llmtest.Text("I asked for approval.").Expect(func(t testing.TB, r *llmtest.Request) {
 				var res struct {
 					Output struct {

@@ -62,6 +62,10 @@ type ToolRuntime struct {
 	Network         bool                `json:"network,omitempty"`
 	TimeoutMS       int                 `json:"timeout_ms,omitempty"`
 	Idempotent      bool                `json:"idempotent,omitempty"`
+	// Trust and Source are whose words the tool's results carry (issue
+	// 30): the person approving the tool sees them.
+	Trust  tool.Trust `json:"trust"`
+	Source string     `json:"source,omitempty"`
 }
 
 // Implementation is a tool's executable, written by the model: it is
@@ -95,7 +99,7 @@ func (t Tool) Manifest() tool.Spec {
 		LLM: tool.LLMView{Name: t.Name, Description: t.Description, Parameters: t.Parameters},
 		Runtime: tool.Runtime{TimeoutMS: timeout, Locks: t.Runtime.Locks, Network: t.Runtime.Network,
 			SecretResources: t.Runtime.SecretResources, SideEffect: t.Runtime.SideEffect,
-			Idempotent: t.Runtime.Idempotent, Version: "1.0"},
+			Idempotent: t.Runtime.Idempotent, Trust: t.Runtime.Trust, Source: t.Runtime.Source, Version: "1.0"},
 	}
 }
 

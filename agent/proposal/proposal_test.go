@@ -67,7 +67,7 @@ func TestRenderToolShowsPolicyAndCodeInFull(t *testing.T) {
 	code := "#!/bin/sh\n" + strings.Repeat("echo hello\n", 500)
 	in, _ := json.Marshal(map[string]any{"change": "add", "name": "x.hello", "description": "d",
 		"parameters": map[string]any{"type": "object"}, "behavior": "b", "rationale": "r",
-		"runtime":        map[string]any{"side_effect": "external", "secret_resources": []string{"k"}, "locks": []any{map[string]string{"resource": "net:api", "mode": "X"}}},
+		"runtime":        map[string]any{"side_effect": "external", "trust": "own", "secret_resources": []string{"k"}, "locks": []any{map[string]string{"resource": "net:api", "mode": "X"}}},
 		"implementation": map[string]string{"content": code}})
 	tl, err := proposal.ParseTool(in, func(string) bool { return false })
 	if err != nil {

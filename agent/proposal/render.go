@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/choirhq/choir/agent/skill"
+	"github.com/choirhq/choir/agent/tool"
 )
 
 // Wording of what an approved proposal leads to: the words a person reads
@@ -27,8 +28,8 @@ func RenderTool(t Tool) string {
 	fmt.Fprintf(&b, "%s tool %s\n", t.Change, t.Name)
 	fmt.Fprintf(&b, "Why: %s\nBehaviour: %s\n", oneLine(t.Rationale), oneLine(t.Behavior))
 	m := t.Manifest()
-	fmt.Fprintf(&b, "Side effect: %s; network: %t; timeout: %d ms; idempotent: %t\n",
-		m.Runtime.SideEffect, m.Runtime.Network, m.Runtime.TimeoutMS, m.Runtime.Idempotent)
+	fmt.Fprintf(&b, "Side effect: %s; network: %t; timeout: %d ms; idempotent: %t; results: %s\n",
+		m.Runtime.SideEffect, m.Runtime.Network, m.Runtime.TimeoutMS, m.Runtime.Idempotent, trustText(m.Runtime))
 	locks := make([]string, 0, len(m.Runtime.Locks))
 	for _, l := range m.Runtime.Locks {
 		locks = append(locks, l.Resource+" "+l.Mode)
@@ -147,4 +148,16 @@ func Summary(requestType string, input json.RawMessage) string {
 		return "merge branch " + in.Branch
 	}
 	return requestType
+}
+
+// trustText says whose words a tool's results carry.
+func trustText(r tool.Runtime) string {
+	if r.Trust != tool.TrustUntrusted {
+		return "the agent's own data"
+	}
+	src := r.Source
+	if src == "" {
+		src = "outside"
+	}
+	return "untrusted text from " + src
 }

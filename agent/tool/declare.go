@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strings"
 )
 
 // Names of the built-in tools. They live here, with the registry, because
@@ -59,4 +60,25 @@ func (d declaration) IdempotencyOf(input json.RawMessage) Idempotency {
 
 func (d declaration) Execute(context.Context, Env, json.RawMessage) (Result, error) {
 	return Result{}, fmt.Errorf("execute %s: %w", d.spec.LLM.Name, ErrNotExecutable)
+}
+
+// sourced is a tool whose results' sources depend on the call.
+type sourced struct {
+	Tool
+	f func(json.RawMessage, Result) []string
+}
+
+// WithSources returns t with per-call result sources (see [Def.Sources]):
+// f gives the untrusted sources of one call's result, or none when the
+// result is the agent's own (choir.fs.read of a workspace file, say, but
+// not of a file received from outside).
+func WithSources(t Tool, f func(input json.RawMessage, res Result) []string) Tool {
+	return sourced{Tool: t, f: f}
+}
+
+// SourceKind is a source's kind: "web" of "web:https://example.com", "mcp"
+// of "mcp:github".
+func SourceKind(source string) string {
+	kind, _, _ := strings.Cut(source, ":")
+	return kind
 }

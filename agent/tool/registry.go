@@ -76,6 +76,11 @@ type Def struct {
 	file   string // manifest path; empty for built-ins
 	// classify is the tool's per-call idempotency, when it has one.
 	classify InputIdempotency
+	// sources are the tool's per-call result sources, when it has them
+	// (WithSources).
+	sources func(json.RawMessage, Result) []string
+	// effect is the tool's per-call side effect, when it has one.
+	effect InputSideEffect
 }
 
 // Name returns the tool's canonical name.
@@ -96,6 +101,42 @@ func (d *Def) Idempotency(input json.RawMessage) Idempotency {
 		}
 	}
 	return d.spec.Runtime.Class()
+}
+
+// Sources are the untrusted sources one call's result carries into the
+// lane that reads it (issue 30), each "<kind>" or "<kind>:<detail>"
+// ("web:https://example.com/a", "mail:bob@ext.test", "mcp:github"): the
+// tool's own answer for this call when it gives one (WithSources), else
+// its runtime's Source when its Trust is untrusted, else none. The model
+// never decides them.
+func (d *Def) Sources(input json.RawMessage, res Result) []string {
+	if d.sources != nil {
+		return d.sources(input, res)
+	}
+	if d.spec.Runtime.Trust != TrustUntrusted {
+		return nil
+	}
+	if d.spec.Runtime.Source != "" {
+		return []string{d.spec.Runtime.Source}
+	}
+	return []string{d.spec.LLM.Name}
+}
+
+// InputSideEffect is implemented by a tool whose side effect depends on
+// the call: choir.notion.query reads unless it appends.
+type InputSideEffect interface {
+	SideEffectOf(input json.RawMessage) SideEffect
+}
+
+// SideEffect returns what one call of the tool does: the tool's own answer
+// for this input when it gives one, else its runtime's side effect.
+func (d *Def) SideEffect(input json.RawMessage) SideEffect {
+	if d.effect != nil {
+		if e := d.effect.SideEffectOf(input); e != "" {
+			return e
+		}
+	}
+	return d.spec.Runtime.SideEffect
 }
 
 // LLM returns a copy of the tool's LLM view.
@@ -341,11 +382,16 @@ func NewDef(spec Spec, exec Tool, origin Origin, file string) (*Def, error) {
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
+	var sources func(json.RawMessage, Result) []string
+	if w, ok := exec.(sourced); ok {
+		exec, sources = w.Tool, w.f
+	}
 	classify, _ := exec.(InputIdempotency)
+	effect, _ := exec.(InputSideEffect)
 	if _, ok := exec.(declaration); ok {
 		exec = nil
 	}
-	d := &Def{spec: spec, schema: sch, exec: exec, origin: origin, file: file, classify: classify}
+	d := &Def{spec: spec, schema: sch, exec: exec, origin: origin, file: file, classify: classify, sources: sources, effect: effect}
 	switch {
 	case spec.Runtime.Host:
 		d.kind, d.exec = KindHost, nil

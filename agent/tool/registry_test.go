@@ -50,7 +50,7 @@ func TestLLMViews(t *testing.T) {
 	dir := t.TempDir()
 	ok := `echo '{"status":"success","summary":"ok"}'`
 	tooltest.AddTool(t, dir, "e", `{"llm": {"name": "x.edge_only", "description": "Edge only.", "parameters": {"type": "object", "properties": {"p": {"type": "string"}}}},
-	  "runtime": {"timeout_ms": 4321, "side_effect": "external", "version": "9.9.9-leakmarker", "exposure": "edge", "network": true,
+	  "runtime": {"timeout_ms": 4321, "side_effect": "external", "trust": "own", "version": "9.9.9-leakmarker", "exposure": "edge", "network": true,
 	              "secret_resources": ["leak-marker-secret"], "locks": [{"resource": "file:{p}", "mode": "X"}], "prompt_mask": false}}`, ok)
 	tooltest.AddTool(t, dir, "c", tooltest.Manifest("x.core_only", `"exposure": "core"`), ok)
 	tooltest.AddTool(t, dir, "n", tooltest.Manifest("x.hidden", `"exposure": "none"`), ok)

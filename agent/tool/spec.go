@@ -74,7 +74,30 @@ type Runtime struct {
 	// Approval makes every call wait for a person's approval of that
 	// exact input before it runs (the arbiter's gate, approvalgate.go).
 	Approval bool `json:"approval,omitempty"`
+	// Trust says whose words the tool's results carry (issue 30): own
+	// (the agent's workspace, its memory, the control plane) or untrusted
+	// (what strangers wrote: a web page, a mail, a Notion page, an MCP
+	// server's answer). A lane that read an untrusted result holds its
+	// Source from then on, and the arbiter's untrusted-input policy
+	// applies to what it does next. A manifest must declare it; a tool
+	// declared in code leaves it empty for own.
+	Trust Trust `json:"trust,omitempty"`
+	// Source is the kind of an untrusted tool's source: "web", "mail",
+	// "notion", "file" or "mcp:<server>"; empty means the tool's name.
+	Source string `json:"source,omitempty"`
 }
+
+// Trust says whose words a tool's results carry.
+type Trust string
+
+// The trust levels of a tool's results.
+const (
+	TrustOwn       Trust = "own"
+	TrustUntrusted Trust = "untrusted"
+)
+
+// Valid reports whether t is a trust level; empty is valid (own).
+func (t Trust) Valid() bool { return t == "" || t == TrustOwn || t == TrustUntrusted }
 
 // SideEffect classifies what a tool does (spec 8.4).
 type SideEffect string
@@ -273,6 +296,12 @@ func (s *Spec) validate(stringProps map[string]bool) error {
 	}
 	if !versionRe.MatchString(r.Version) {
 		bad("runtime.version: %q, want a version string such as 1.0", r.Version)
+	}
+	if !r.Trust.Valid() {
+		bad("runtime.trust: %q, want own or untrusted", r.Trust)
+	}
+	if r.Source != "" && r.Trust != TrustUntrusted {
+		bad("runtime.source: only an untrusted tool names its source; set runtime.trust to untrusted, or drop source")
 	}
 	if !r.Exposure.Valid() {
 		bad("runtime.exposure: %q, want edge, core, both or none", r.Exposure)

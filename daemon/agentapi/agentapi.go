@@ -279,7 +279,7 @@ func (a *API) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.
 		q := seam.Queries(tx)
 		row, err := q.ApprovalCreate(ctx, db.ApprovalCreateParams{SessionID: id, AgentID: call.Session.AgentID,
 			RequestID: call.RequestID, RequestType: req.RequestType, Summary: req.Summary, Payload: req.Payload,
-			ExpiresAt: time.Now().Add(cfg.ApprovalTimeout())})
+			ExpiresAt: time.Now().Add(cfg.ApprovalTimeout()), Sources: req.Sources})
 		if errors.Is(err, choirsql.ErrNotFound) {
 			prev, err := q.ApprovalGetByRequest(ctx, db.ApprovalGetByRequestParams{SessionID: id, RequestID: call.RequestID,
 				AgentID: call.Session.AgentID})
@@ -416,8 +416,9 @@ func dynamicConfig(cfg *config.Config, agentID string, b rpc.ResourceBindings) r
 		HeartbeatIntervalMS: cfg.HeartbeatInterval().Milliseconds(), RateLimitRetryMS: cfg.RateLimitRetry().Milliseconds(),
 		SessionSummaryTimeout: cfg.SessionSummaryTimeout().Milliseconds(), SnapshotEveryEvents: cfg.SnapshotInterval(),
 		Budgets: cfg.Agents[agentID].Budgets.WithDefaults(), CompactionThresholdPercent: cfg.CompactionThreshold(),
-		ToolMode: cfg.Agents[agentID].ToolMode, CrashDetectionThresholdMS: cfg.CrashDetectionThreshold().Milliseconds(),
-		OrphanGraceMS: OrphanGrace.Milliseconds()}
+		ToolMode: cfg.Agents[agentID].ToolMode, UntrustedInput: cfg.Agents[agentID].UntrustedInput,
+		CrashDetectionThresholdMS: cfg.CrashDetectionThreshold().Milliseconds(),
+		OrphanGraceMS:             OrphanGrace.Milliseconds()}
 }
 
 // onlyBound is the entry of m named bound, alone, or nil.

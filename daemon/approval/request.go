@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/verbatim"
 	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
 	"github.com/choirhq/choir/sql/seam"
 )
@@ -118,10 +119,21 @@ func approvalQuestion(a db.ChoirControlPendingApproval, parts int, will string) 
 	if parts > 0 {
 		where = fmt.Sprintf("The whole request is in the %d message(s) above, marked \"Approval %s\".", parts, shortID(a.ApprovalID))
 	}
-	return fmt.Sprintf("Approval %s requested by %s (%s). In the agent's words:\n%s\n%s%s\n\n"+
+	return fmt.Sprintf("Approval %s requested by %s (%s). In the agent's words:\n%s\n%s%s%s\n\n"+
 		"Approve or reject with the buttons, or reply /approve or /reject. Unanswered, it is rejected at %s.",
 		shortID(a.ApprovalID), a.AgentID, verbatim.Escape(a.RequestType), verbatim.Line(a.Summary), where,
-		willLine(will), a.ExpiresAt.UTC().Format("15:04 MST"))
+		willLine(will), sourcesLine(a.Sources), a.ExpiresAt.UTC().Format("15:04 MST"))
+}
+
+// sourcesLine warns, on the card of a call asked by a lane that read
+// strangers' words (issue 30), whose words they were: what the agent read
+// may be what asks for this.
+func sourcesLine(srcs []string) string {
+	if len(srcs) == 0 {
+		return ""
+	}
+	return "\n⚠ Asked after the agent read what others wrote, which may be what asks for this: " +
+		verbatim.Escape(admin.DescribeSources(srcs)) + "."
 }
 
 func willLine(will string) string {

@@ -110,7 +110,7 @@ func (r *gitRepo) commit(files map[string]file) string {
 
 func manifest(name, extra string) string {
 	return `{"llm": {"name": "` + name + `", "description": "A test tool.", "parameters": {"type": "object", "properties": {}}},
- "runtime": {"timeout_ms": 5000, "side_effect": "read", "version": "1.0"` + extra + `}}`
+ "runtime": {"timeout_ms": 5000, "side_effect": "read", "trust": "own", "version": "1.0"` + extra + `}}`
 }
 
 const skillJSON = `{"name": "review", "description": "Review something.", "initial_state": "work",

@@ -95,7 +95,7 @@ func TestConfigLoadRepos(t *testing.T) {
 
 	t.Run("BrokenManifestStagesNothing", func(t *testing.T) {
 		pushGlobal(map[string]string{
-			"tools/bad.json": `{"llm": {"name": "Bad Name", "description": ""}, "runtime": {"timeout_ms": 0, "side_effect": "read", "version": "1.0"}}`,
+			"tools/bad.json": `{"llm": {"name": "Bad Name", "description": ""}, "runtime": {"timeout_ms": 0, "side_effect": "read", "trust": "own", "version": "1.0"}}`,
 		})
 		code, _, errs := choirctltest.Run(t, home, "config", "load")
 		if code == 0 {
@@ -111,7 +111,7 @@ func TestConfigLoadRepos(t *testing.T) {
 			t.Errorf("diff after a failed load: %v", err)
 		}
 		os.Remove(filepath.Join(home, "repos", "global", "tools", "bad.json")) // the next fetch restores it anyway
-		pushGlobal(map[string]string{"tools/bad.json": `{"llm": {"name": "x.bad", "description": "Fixed.", "parameters": {"type": "object"}}, "runtime": {"timeout_ms": 1000, "side_effect": "read", "version": "1.0", "exec_path": "bin/bad"}}`})
+		pushGlobal(map[string]string{"tools/bad.json": `{"llm": {"name": "x.bad", "description": "Fixed.", "parameters": {"type": "object"}}, "runtime": {"timeout_ms": 1000, "side_effect": "read", "trust": "own", "version": "1.0", "exec_path": "bin/bad"}}`})
 		if code, out, errs := choirctltest.Run(t, home, "config", "load"); code != 0 || !strings.Contains(out, "+ global:tools/bad.json") {
 			t.Fatalf("fixed load: %d\n%s\n%s", code, out, errs)
 		}

@@ -83,7 +83,7 @@ func (r *remote) head() string { return git(r.t, r.work, "rev-parse", "HEAD") }
 
 func manifest(name string) string {
 	return `{"llm": {"name": "` + name + `", "description": "A test tool.", "parameters": {"type": "object", "properties": {}}},
- "runtime": {"timeout_ms": 5000, "side_effect": "read", "version": "1.0"}}`
+ "runtime": {"timeout_ms": 5000, "side_effect": "read", "trust": "own", "version": "1.0"}}`
 }
 
 func skill(name, tool string) string {
@@ -238,7 +238,7 @@ func TestLoadReportsEveryProblem(t *testing.T) {
 		"Dockerfile.base":   text("ARG CHOIR_OS_IMAGE=scratch\nRUN echo before from\nFROM ${CHOIR_OS_IMAGE}\nCOPYY a b\n"),
 	})
 	b.agent.push(map[string]file{
-		"tools/bad.json":   text(`{"llm": {"name": "Bad Name", "description": ""}, "runtime": {"timeout_ms": 0, "side_effect": "read", "version": "1.0", "colour": "red"}}`),
+		"tools/bad.json":   text(`{"llm": {"name": "Bad Name", "description": ""}, "runtime": {"timeout_ms": 0, "side_effect": "read", "trust": "own", "version": "1.0", "colour": "red"}}`),
 		"tools/bad":        script("#!/bin/sh\n"),
 		"tools/plain.json": text(manifest("x.plain")),
 		"tools/plain":      text("not executable\n"),
@@ -294,7 +294,7 @@ func TestLoadReportsStructurallyInvalidToolFields(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	b.agent.push(map[string]file{
-		"tools/bad.json": text(`{"llm": {"name": "Bad Name", "description": ""}, "runtime": {"timeout_ms": 0, "side_effect": "read", "version": "1.0"}}`),
+		"tools/bad.json": text(`{"llm": {"name": "Bad Name", "description": ""}, "runtime": {"timeout_ms": 0, "side_effect": "read", "trust": "own", "version": "1.0"}}`),
 		"tools/bad":      script("#!/bin/sh\n"),
 	})
 	_, _, err := b.load(t)

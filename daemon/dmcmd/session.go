@@ -9,6 +9,7 @@ import (
 
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/internal/verbatim"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -66,6 +67,10 @@ func laneLine(l admin.LaneStatus) string {
 	}
 	if p := strings.Join(strings.Fields(l.Progress), " "); p != "" {
 		line += "\n  last: " + truncate(p, 200)
+	}
+	if len(l.Sources) > 0 {
+		line += "\n  read from outside: " +
+			verbatim.Escape(truncate(admin.DescribeSources(l.Sources), 300))
 	}
 	return line
 }

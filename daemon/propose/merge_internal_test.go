@@ -72,7 +72,7 @@ func TestMergeRunsOnce(t *testing.T) {
 	p, bare, _ := mergeSetup(t)
 	a := approved("choir.propose.tool", map[string]any{"change": "add", "name": "greet.hello", "description": "d",
 		"parameters": map[string]any{"type": "object"}, "behavior": "b", "rationale": "r",
-		"runtime": map[string]any{"side_effect": "read"}, "implementation": map[string]string{"content": "#!/bin/sh\necho hi\n"}})
+		"runtime": map[string]any{"side_effect": "read", "trust": "own"}, "implementation": map[string]string{"content": "#!/bin/sh\necho hi\n"}})
 	prop := db.ChoirControlProposal{ApprovalID: a.ApprovalID, Kind: "tool"}
 	first, err := p.merge(context.Background(), a, prop)
 	if err != nil {

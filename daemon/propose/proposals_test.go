@@ -105,7 +105,7 @@ func toolProposal(name string) string {
 	b, _ := json.Marshal(map[string]any{"change": "add", "name": name, "description": "Say hello.",
 		"parameters": map[string]any{"type": "object", "properties": map[string]any{}, "additionalProperties": false},
 		"behavior":   "Returns a greeting.", "rationale": "The user wants greetings.",
-		"runtime":        map[string]any{"side_effect": "read", "secret_resources": []string{"weather-key"}},
+		"runtime":        map[string]any{"side_effect": "read", "trust": "own", "secret_resources": []string{"weather-key"}},
 		"implementation": map[string]string{"content": helloScript}})
 	return string(b)
 }
@@ -123,7 +123,7 @@ func TestToolProposalPipeline(t *testing.T) {
 	ctx := context.Background()
 	head := choirdtest.Git(t, b.repo, "rev-parse", "main")
 
-	bad := strings.Replace(toolProposal("greet.hello"), `"side_effect":"read"`, `"side_effect":"read","locks":[{"resource":"file:{path}","mode":"S"}]`, 1)
+	bad := strings.Replace(toolProposal("greet.hello"), `"side_effect":"read","trust":"own"`, `"side_effect":"read","trust":"own","locks":[{"resource":"file:{path}","mode":"S"}]`, 1)
 	if _, err := b.propose(t, "req-bad", "choir.propose.tool", bad); err == nil || !errors.Is(err, wire.ErrBadRequest) ||
 		!strings.Contains(err.Error(), "{path}") {
 		t.Fatalf("invalid proposal: %v", err)

@@ -3,6 +3,7 @@ package admin
 import (
 	"encoding/json"
 	"errors"
+	"strings"
 	"time"
 
 	"github.com/choirhq/choir/rpc/wire"
@@ -150,6 +151,11 @@ type LaneStatus struct {
 	// latest progress line.
 	Steps    int64  `json:"steps,omitempty"`
 	Progress string `json:"progress,omitempty"`
+	// Sources are the untrusted sources the lane's context holds (issue
+	// 30): a web page, a mail, a Notion page, an MCP server, a received
+	// file. Its calls that may act need approval by the agent's
+	// untrusted_input policy.
+	Sources []string `json:"sources,omitempty"`
 }
 
 // CoreJob is one core job of a session, as its lane last reported it.
@@ -282,4 +288,32 @@ type Approval struct {
 	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
 	// ResolvedBy is "choirctl:uid=<n>", "telegram:<dm>" or "timeout".
 	ResolvedBy string `json:"resolved_by,omitempty"`
+}
+
+// DescribeSources says in words what a lane's untrusted sources are:
+// "mail from bob@ext.test, https://evil.test/page, the MCP server github".
+func DescribeSources(srcs []string) string {
+	var out []string
+	for _, s := range srcs {
+		kind, detail, _ := strings.Cut(s, ":")
+		switch {
+		case detail == "":
+			out = append(out, kind)
+		case kind == "mail":
+			out = append(out, "mail from "+detail)
+		case kind == "web":
+			out = append(out, detail)
+		case kind == "mcp":
+			out = append(out, "the MCP server "+detail)
+		case kind == "notion":
+			out = append(out, "Notion "+detail)
+		case kind == "file":
+			out = append(out, "the received file(s) "+detail)
+		case kind == "schedule":
+			out = append(out, "schedule "+detail)
+		default:
+			out = append(out, s)
+		}
+	}
+	return strings.Join(out, ", ")
 }

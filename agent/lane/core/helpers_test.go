@@ -92,7 +92,7 @@ func slowToolDir(t testing.TB) string {
   "llm": {"name": "test.slow_write", "description": "Write a file slowly.",
           "parameters": {"type": "object", "properties": {"path": {"type": "string"}, "wait_for": {"type": "string"}},
                          "required": ["path"], "additionalProperties": false}},
-  "runtime": {"timeout_ms": 30000, "side_effect": "write", "version": "1.0",
+  "runtime": {"timeout_ms": 30000, "side_effect": "write", "trust": "own", "version": "1.0",
               "locks": [{"resource": "file:{path}", "mode": "X"}]}
 }`, slowWriteScript)
 	return dir
@@ -106,7 +106,7 @@ func gatedToolDir(t testing.TB) string {
   "llm": {"name": "test.ping", "description": "Ping: write a file.",
           "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
                          "required": ["path"], "additionalProperties": false}},
-  "runtime": {"timeout_ms": 30000, "side_effect": "write", "version": "1.0", "approval": true,
+  "runtime": {"timeout_ms": 30000, "side_effect": "write", "trust": "own", "version": "1.0", "approval": true,
               "locks": [{"resource": "file:{path}", "mode": "X"}]}
 }`, `path=$(cat | sed -n 's/.*"path": *"\([^"]*\)".*/\1/p')
 echo pinged > "$path"

@@ -113,9 +113,11 @@ var proposeToolSpec = tool.Spec{
         "secret_resources": {"type": "array", "items": {"type": "string", "minLength": 1}},
         "network": {"type": "boolean"},
         "timeout_ms": {"type": "integer", "minimum": 1, "maximum": 3600000},
-        "idempotent": {"type": "boolean"}
+        "idempotent": {"type": "boolean"},
+        "trust": {"type": "string", "enum": ["own", "untrusted"], "description": "own: the tool's results are the agent's own data; untrusted: they carry text from outside (a web page, a mail, another service's answer)."},
+        "source": {"type": "string", "pattern": "^[a-z][a-z0-9_-]*(:[^\\s]+)?$", "description": "untrusted only: the kind of source, e.g. web."}
       },
-      "required": ["side_effect"],
+      "required": ["side_effect", "trust"],
       "additionalProperties": false
     },
     "implementation": {

@@ -15,6 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/choirhq/choir/agent/tool/catalog"
 	"log/slog"
 	"sync"
 
@@ -77,7 +78,9 @@ func Tools(cfg Config) []tool.Tool {
 		cfg.Decisions = NewDecisions()
 	}
 	s := &sender{cfg: cfg, sent: map[string]string{}}
-	return []tool.Tool{s, receiver{cfg: cfg}, checker{cfg: cfg}}
+	// What a mailbox holds is strangers' words (issue 30).
+	return []tool.Tool{s, tool.WithSources(receiver{cfg: cfg}, catalog.MailSources),
+		tool.WithSources(checker{cfg: cfg}, catalog.MailSources)}
 }
 
 // secrets is the secret_resources of every email tool.

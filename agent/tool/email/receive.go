@@ -69,6 +69,10 @@ type receiveOutput struct {
 
 type receiver struct{ cfg Config }
 
+// SideEffectOf says that receiving only reads, for the untrusted-input
+// policy: what it writes is the attachments it brings in, under mail/.
+func (receiver) SideEffectOf(json.RawMessage) tool.SideEffect { return tool.SideEffectRead }
+
 func (r receiver) Spec() tool.Spec {
 	return tool.Spec{
 		LLM: tool.LLMView{Name: NameReceive, Parameters: receiveParams,

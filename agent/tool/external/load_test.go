@@ -39,7 +39,7 @@ func TestManifestErrors(t *testing.T) {
 			name: "InputSchemaInsteadOfParameters",
 			files: func(t *testing.T, dir string) {
 				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "input_schema": {"type": "object"}},
-				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
+				  "runtime": {"timeout_ms": 1, "side_effect": "read", "trust": "own", "version": "1"}}`, okScript)
 			},
 			file:   "t.json",
 			reason: "goes in llm.parameters",
@@ -48,7 +48,7 @@ func TestManifestErrors(t *testing.T) {
 			name: "SchemaDoesNotCompile",
 			files: func(t *testing.T, dir string) {
 				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object", "properties": {"a": {"type": "strnig"}}}},
-				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
+				  "runtime": {"timeout_ms": 1, "side_effect": "read", "trust": "own", "version": "1"}}`, okScript)
 			},
 			file:   "t.json",
 			reason: "llm.parameters: compile schema",
@@ -57,7 +57,7 @@ func TestManifestErrors(t *testing.T) {
 			name: "SchemaReferencesAFile",
 			files: func(t *testing.T, dir string) {
 				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object", "properties": {"a": {"$ref": "file:///etc/passwd"}}}},
-				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
+				  "runtime": {"timeout_ms": 1, "side_effect": "read", "trust": "own", "version": "1"}}`, okScript)
 			},
 			file:   "t.json",
 			reason: "schemas must be self-contained",
@@ -66,7 +66,7 @@ func TestManifestErrors(t *testing.T) {
 			name: "ParametersNotAnObjectSchema",
 			files: func(t *testing.T, dir string) {
 				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "string"}},
-				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
+				  "runtime": {"timeout_ms": 1, "side_effect": "read", "trust": "own", "version": "1"}}`, okScript)
 			},
 			file:   "t.json",
 			reason: `want "type": "object"`,
@@ -207,7 +207,7 @@ func TestManifestErrors(t *testing.T) {
 			name: "MissingTimeout",
 			files: func(t *testing.T, dir string) {
 				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object"}},
-				  "runtime": {"side_effect": "read", "version": "1"}}`, okScript)
+				  "runtime": {"side_effect": "read", "trust": "own", "version": "1"}}`, okScript)
 			},
 			file:   "t.json",
 			reason: "runtime.timeout_ms: 0",
@@ -216,7 +216,7 @@ func TestManifestErrors(t *testing.T) {
 			name: "BadSideEffect",
 			files: func(t *testing.T, dir string) {
 				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object"}},
-				  "runtime": {"timeout_ms": 1, "side_effect": "delete", "version": "1"}}`, okScript)
+				  "runtime": {"timeout_ms": 1, "side_effect": "delete", "trust": "own", "version": "1"}}`, okScript)
 			},
 			file:   "t.json",
 			reason: "runtime.side_effect",
@@ -233,7 +233,7 @@ func TestManifestErrors(t *testing.T) {
 			name: "MissingDescription",
 			files: func(t *testing.T, dir string) {
 				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": " ", "parameters": {"type": "object"}},
-				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
+				  "runtime": {"timeout_ms": 1, "side_effect": "read", "trust": "own", "version": "1"}}`, okScript)
 			},
 			file:   "t.json",
 			reason: "llm.description: required",

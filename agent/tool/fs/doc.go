@@ -8,6 +8,7 @@
 package fs
 
 import (
+	"github.com/choirhq/choir/agent/tool/catalog"
 	"os/exec"
 
 	"github.com/choirhq/choir/agent/tool"
@@ -17,5 +18,6 @@ import (
 // now, if any.
 func Tools() []tool.Tool {
 	rg, _ := exec.LookPath("rg")
-	return []tool.Tool{fsRead{}, fsWrite{}, fsSearch{rg: rg}}
+	return []tool.Tool{tool.WithSources(fsRead{}, catalog.FileSources), fsWrite{},
+		tool.WithSources(fsSearch{rg: rg}, catalog.FileSources)}
 }

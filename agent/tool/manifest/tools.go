@@ -81,7 +81,12 @@ func loadManifest(file string, origin tool.Origin, bind func(tool.Spec) tool.Too
 	if bind != nil {
 		run = bind(spec)
 	}
-	return tool.NewDef(spec, run, origin, file)
+	d, err := tool.NewDef(spec, run, origin, file)
+	if spec.Runtime.Trust == "" {
+		return nil, errors.Join(err, errors.New(`runtime.trust: required: "own" when the tool's results are the agent's own data, `+
+			`"untrusted" when they carry text from outside (a web page, a mail, another service's answer)`))
+	}
+	return d, err
 }
 
 // manifestHint adds a pointer for the one mistake the spec's own example

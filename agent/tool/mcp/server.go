@@ -97,7 +97,9 @@ func (s *server) def(t *sdk.Tool) (*tool.Def, error) {
 	}
 	view := s.decl.Tools[t.Name]
 	rt := tool.Runtime{TimeoutMS: s.decl.TimeoutMS, Version: "mcp", Approval: s.decl.Approval || view.Approval,
-		Locks: view.Locks, SideEffect: view.SideEffect, Network: s.decl.URL != ""}
+		Locks: view.Locks, SideEffect: view.SideEffect, Network: s.decl.URL != "",
+		// An MCP server's answers are its words, not the agent's (issue 30).
+		Trust: tool.TrustUntrusted, Source: "mcp:" + s.name}
 	if rt.TimeoutMS <= 0 {
 		rt.TimeoutMS = 60_000
 	}

@@ -84,11 +84,24 @@ func sleep(ctx context.Context, d time.Duration) error {
 }
 
 // Tools returns choir.notion.query configured by cfg.
-func Tools(cfg Config) []tool.Tool { return []tool.Tool{&query{cfg: cfg.withDefaults()}} }
+func Tools(cfg Config) []tool.Tool {
+	return []tool.Tool{tool.WithSources(&query{cfg: cfg.withDefaults()}, catalog.NotionSources)}
+}
 
 type query struct{ cfg Config }
 
 func (q *query) Spec() tool.Spec { return catalog.NotionQuery() }
+
+// SideEffectOf says that only an append acts: the other actions read.
+func (q *query) SideEffectOf(input json.RawMessage) tool.SideEffect {
+	var in struct {
+		Action string `json:"action"`
+	}
+	if json.Unmarshal(input, &in) == nil && in.Action != "append" {
+		return tool.SideEffectRead
+	}
+	return tool.SideEffectExternal
+}
 
 // input is the tool's input.
 type input struct {

@@ -8,7 +8,10 @@
 // bounded part of the output.
 package proc
 
-import "github.com/choirhq/choir/agent/tool"
+import (
+	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/catalog"
+)
 
 // Tools returns the process tools: choir.exec.
-func Tools() []tool.Tool { return []tool.Tool{execTool{}} }
+func Tools() []tool.Tool { return []tool.Tool{tool.WithSources(execTool{}, catalog.ExecSources)} }

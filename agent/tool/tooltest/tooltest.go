@@ -96,7 +96,7 @@ func ReadFile(t testing.TB, path string) string {
 
 // Manifest renders an external tool manifest.
 func Manifest(name, extraRuntime string) string {
-	rt := `"timeout_ms": 5000, "side_effect": "read", "version": "1.0"`
+	rt := `"timeout_ms": 5000, "side_effect": "read", "trust": "own", "version": "1.0"`
 	if extraRuntime != "" {
 		rt += ", " + extraRuntime
 	}

@@ -92,7 +92,9 @@ func (*searchTool) Spec() tool.Spec {
 }`),
 		},
 		// No locks (spec 9.6): a search reads nothing of the agent's.
-		Runtime: tool.Runtime{TimeoutMS: 45_000, SideEffect: tool.SideEffectRead, Idempotent: true, Version: "1.0", Network: true},
+		// Its snippets are strangers' words.
+		Runtime: tool.Runtime{TimeoutMS: 45_000, SideEffect: tool.SideEffectRead, Idempotent: true, Version: "1.0", Network: true,
+			Trust: tool.TrustUntrusted, Source: "web:search"},
 	}
 }
 

@@ -9,6 +9,7 @@ package web
 
 import (
 	"context"
+	"github.com/choirhq/choir/agent/tool/catalog"
 	"log/slog"
 	"time"
 
@@ -73,7 +74,10 @@ func (c Config) logger() *slog.Logger {
 // Tools returns choir.web.fetch, choir.web.search and the declaration of
 // choir.web.browse.
 func Tools(cfg Config) []tool.Tool {
-	return []tool.Tool{&fetchTool{cfg: cfg}, newSearchTool(cfg), tool.Declare(browseSpec)}
+	// A page, a search's results and a browsed page are strangers' words
+	// (issue 30): the lane that reads them holds their source.
+	return []tool.Tool{tool.WithSources(&fetchTool{cfg: cfg}, catalog.WebSources), newSearchTool(cfg),
+		tool.WithSources(tool.Declare(browseSpec), catalog.WebSources)}
 }
 
 // errorResult is a failed call with a structured output: kind (a stable

@@ -22,10 +22,10 @@ import (
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/tool"
-	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/agent/tool/manifest"
 	"github.com/choirhq/choir/agent/tool/mcp"
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/rpc"
 )
 

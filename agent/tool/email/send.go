@@ -160,7 +160,7 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 		}
 	}
 	key := requestKey(name, input, atts)
-	if acct.RequireApproval {
+	if acct.NeedsApproval() {
 		// An approval is for one mail: once sent, calling again sends
 		// nothing more.
 		s.mu.Lock()
@@ -187,7 +187,7 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 	if len(ids) > 0 {
 		out.MessageID = ids[0]
 	}
-	if acct.RequireApproval {
+	if acct.NeedsApproval() {
 		s.mu.Lock()
 		s.sent[key] = out.MessageID
 		if out.ApprovalID != "" {
@@ -306,7 +306,8 @@ func (s *sender) approve(ctx context.Context, account, key string, in *sendInput
 	if s.cfg.Approvals == nil {
 		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeApprovalNeeded,
 			Message: fmt.Sprintf("email account %q requires approval, and no approval channel is connected", account),
-			Fix:     "ask the admin to turn off require_approval for the account, or to run the agent under choird"}), false
+			Fix: "ask the admin to run the agent under choird, or to list the account's allowed_recipients and turn off " +
+				"require_approval (an account that may send to anyone always needs approval)"}), false
 	}
 	// The summary is one line; the payload is everything that will be
 	// sent, and choird shows it whole (recipients, both bodies, each

@@ -558,3 +558,21 @@ func TestRealService(t *testing.T) {
 		t.Fatalf("check: %+v %s", r, r.Output)
 	}
 }
+
+// TestReplyIDsBracketed: in_reply_to as choir.email.receive shows it (a
+// bare Message-ID) goes out in angle brackets, as RFC 5322 wants and as
+// the mail watch's loop guard reads it; one given bracketed is kept.
+func TestReplyIDsBracketed(t *testing.T) {
+	t.Parallel()
+	srv := mailboxtest.Start(t)
+	srv.AddUser(t, "agent@choir.test", password)
+	b := setup(t, srv, listed(srv.Account("agent@choir.test")), nil)
+	for i, id := range []string{"ck-1@choir.test", "<n2@ext.test>"} {
+		b.MustCall(t, email.NameSend, fmt.Sprintf(`{"to": ["bob@choir.test"], "subject": "re", "text": "t", "in_reply_to": %q}`, id))
+		want := "<" + strings.Trim(id, "<>") + ">"
+		data := string(srv.Sent()[i].Data)
+		if !strings.Contains(data, "In-Reply-To: "+want+"\r\n") || !strings.Contains(data, "References: "+want+"\r\n") {
+			t.Errorf("in_reply_to %q sent as:\n%s", id, data)
+		}
+	}
+}

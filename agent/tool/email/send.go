@@ -231,8 +231,9 @@ func (s *sender) message(from, msgID string, in *sendInput, out *sendOutput, att
 		m.SetMessageID()
 	}
 	if in.InReplyTo != "" {
-		m.SetGenHeader(gomail.HeaderInReplyTo, in.InReplyTo)
-		m.SetGenHeader(gomail.HeaderReferences, in.InReplyTo)
+		id := bracketed(in.InReplyTo)
+		m.SetGenHeader(gomail.HeaderInReplyTo, id)
+		m.SetGenHeader(gomail.HeaderReferences, id)
 	}
 	m.SetBodyString(gomail.TypeTextPlain, in.Text)
 	if in.HTML != "" {
@@ -244,6 +245,17 @@ func (s *sender) message(from, msgID string, in *sendInput, out *sendOutput, att
 		}
 	}
 	return m, nil
+}
+
+// bracketed is a Message-ID in its angle brackets, as In-Reply-To and
+// References need it (RFC 5322): choir.email.receive shows the model the
+// bare id, which the model passes back as it is.
+func bracketed(id string) string {
+	id = strings.TrimSpace(id)
+	if strings.HasPrefix(id, "<") && strings.HasSuffix(id, ">") {
+		return id
+	}
+	return "<" + strings.Trim(id, "<>") + ">"
 }
 
 // sentFor returns the Message-ID of the mail sent under key, if any.

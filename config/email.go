@@ -24,6 +24,15 @@ const (
 // when the account sets no max_attachment_bytes.
 const DefaultEmailAttachmentBytes = 10 << 20
 
+// DefaultEmailWakePerHour bounds the turns an account's mail starts in an
+// hour when the account sets no wake_per_hour: enough for a person who
+// writes often, few enough that a loop the loop guard misses burns an
+// hour's budget slowly rather than at once.
+const DefaultEmailWakePerHour = 20
+
+// maxEmailWakePerHour is the largest wake_per_hour: one a minute.
+const maxEmailWakePerHour = 60
+
 // EmailPolicy is what an email account allows the agents that use it,
 // beside its servers: the sender, the recipients, approval, and whether
 // inbound mail wakes the agent. Its fields sit flat in the account's JSON.
@@ -38,17 +47,29 @@ type EmailPolicy struct {
 	// "none".
 	TLS EmailTLS `json:"tls,omitempty"`
 	// RequireApproval makes every choir.email.send wait for a person's
-	// approval before the mail goes out.
+	// approval before the mail goes out. It is in effect whatever it says
+	// when AllowedRecipients is empty (NeedsApproval).
 	RequireApproval bool `json:"require_approval,omitempty"`
 	// AllowedRecipients are the addresses ("bob@example.com") and domains
-	// ("@example.com") mail may be sent to; empty allows any.
+	// ("@example.com") mail may be sent to; empty allows any, each mail
+	// after a person's approval.
 	AllowedRecipients []string `json:"allowed_recipients,omitempty"`
 	// MaxAttachmentBytes bounds one attachment; 0 means
 	// DefaultEmailAttachmentBytes.
 	MaxAttachmentBytes int64 `json:"max_attachment_bytes,omitempty"`
 	// Wake makes choird watch the account's WakeFolder while an agent
-	// holds it and tell the agent of each new message.
+	// holds it and tell the agent of each new message: at once, as a turn
+	// of its own, when WakeFrom allows the sender and the loop guard and
+	// WakePerHour let it; otherwise in the next turn the user starts.
 	Wake bool `json:"wake,omitempty"`
+	// WakeFrom are the senders, addresses ("bob@example.com") or domains
+	// ("@example.com"), whose mail may start a turn. Empty: none may, so
+	// a stranger's mail never starts one.
+	WakeFrom []string `json:"wake_from,omitempty"`
+	// WakePerHour bounds the turns the account's mail starts in any hour,
+	// per agent; 0 means DefaultEmailWakePerHour. Mail over it waits for
+	// the user's next turn.
+	WakePerHour int `json:"wake_per_hour,omitempty"`
 	// WakeFolder is the folder watched; empty means INBOX.
 	WakeFolder string `json:"wake_folder,omitempty"`
 	// PollSeconds, when above zero, polls the folder at that interval
@@ -80,14 +101,39 @@ func (p EmailPolicy) AttachmentLimit() int64 {
 	return DefaultEmailAttachmentBytes
 }
 
+// WakeLimit is the most turns the account's mail starts in an hour.
+func (p EmailPolicy) WakeLimit() int {
+	if p.WakePerHour > 0 {
+		return p.WakePerHour
+	}
+	return DefaultEmailWakePerHour
+}
+
+// NeedsApproval reports whether each choir.email.send waits for a
+// person's approval: when the account asks for it, and always when it may
+// send to anyone, so that an account set up without allowed_recipients is
+// safe rather than open. To send without approval, list the recipients.
+func (p EmailPolicy) NeedsApproval() bool {
+	return p.RequireApproval || len(p.AllowedRecipients) == 0
+}
+
 // MaySendTo reports whether the account may send to the bare address addr.
 func (p EmailPolicy) MaySendTo(addr string) bool {
-	if len(p.AllowedRecipients) == 0 {
-		return true
-	}
+	return len(p.AllowedRecipients) == 0 || addressListed(p.AllowedRecipients, addr)
+}
+
+// MayWake reports whether mail from the bare address addr may start a
+// turn: only when wake_from names it or its domain.
+func (p EmailPolicy) MayWake(addr string) bool {
+	return addressListed(p.WakeFrom, addr)
+}
+
+// addressListed reports whether list names addr or its domain, ignoring
+// case.
+func addressListed(list []string, addr string) bool {
 	addr = strings.ToLower(addr)
 	_, domain, _ := strings.Cut(addr, "@")
-	for _, a := range p.AllowedRecipients {
+	for _, a := range list {
 		a = strings.ToLower(a)
 		if a == addr || strings.HasPrefix(a, "@") && a[1:] == domain {
 			return true
@@ -106,7 +152,23 @@ func (v *validator) emailPolicy(p string, e EmailPolicy) {
 	if e.TLS != EmailTLSAuto && e.TLS != EmailTLSNone {
 		v.add(sub(p, "tls"), `must be omitted (TLS on 465/993, STARTTLS elsewhere) or "none"`)
 	}
-	for i, r := range e.AllowedRecipients {
+	v.addressList(sub(p, "allowed_recipients"), e.AllowedRecipients)
+	v.addressList(sub(p, "wake_from"), e.WakeFrom)
+	if e.WakePerHour < 0 || e.WakePerHour > maxEmailWakePerHour {
+		v.add(sub(p, "wake_per_hour"), "must be 0 (%d) or 1 to %d turns an hour, e.g. 10", DefaultEmailWakePerHour, maxEmailWakePerHour)
+	}
+	if e.MaxAttachmentBytes < 0 {
+		v.add(sub(p, "max_attachment_bytes"), "must be 0 (10 MiB) or a positive number of bytes, e.g. 26214400")
+	}
+	if e.PollSeconds < 0 || e.PollSeconds > 86400 {
+		v.add(sub(p, "poll_seconds"), "must be 0 (IMAP IDLE) or 1 to 86400 seconds, e.g. 300")
+	}
+}
+
+// addressList validates a list of addresses and domains at p, as
+// allowed_recipients and wake_from hold them.
+func (v *validator) addressList(p string, list []string) {
+	for i, r := range list {
 		at := strings.IndexByte(r, '@')
 		bad := at < 0 || strings.ContainsAny(r, " <>,")
 		if !bad && at > 0 {
@@ -114,13 +176,7 @@ func (v *validator) emailPolicy(p string, e EmailPolicy) {
 			bad = err != nil || a.Address != r
 		}
 		if bad || at == len(r)-1 {
-			v.add(strictjson.PathIndex(sub(p, "allowed_recipients"), i), `must be an address such as "bob@example.com" or a domain such as "@example.com"`)
+			v.add(strictjson.PathIndex(p, i), `must be an address such as "bob@example.com" or a domain such as "@example.com"`)
 		}
-	}
-	if e.MaxAttachmentBytes < 0 {
-		v.add(sub(p, "max_attachment_bytes"), "must be 0 (10 MiB) or a positive number of bytes, e.g. 26214400")
-	}
-	if e.PollSeconds < 0 || e.PollSeconds > 86400 {
-		v.add(sub(p, "poll_seconds"), "must be 0 (IMAP IDLE) or 1 to 86400 seconds, e.g. 300")
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/inbox"
+	"github.com/choirhq/choir/daemon/mailwatch"
 	"github.com/choirhq/choir/daemon/outbox"
 	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/daemon/progress"
@@ -20,6 +21,9 @@ import (
 func (d *Daemon) newGateway(opts Options) error {
 	d.sendLimiter = gateway.NewSendLimiter(gateway.DefaultSendLimits)
 	d.inbox = inbox.New(d.Control, d.pool, d.logger)
+	// Mail held back from waking the agent comes with the user's next
+	// message.
+	d.inbox.OnUserMessage(mailwatch.AnnounceHeld)
 	d.resends = outbox.NewResends(d.pool)
 	d.commands = dmcmd.New(dmcmd.Options{Control: d.Control, Approvals: d.approvals, Inbox: d.inbox, Resends: d.resends,
 		Pool: d.pool, Logger: d.logger})

@@ -36,7 +36,7 @@ func (q *Queries) DMHolder(ctx context.Context, dm string) (DMHolderRow, error) 
 
 const inboxAgentsWithPending = `-- name: InboxAgentsWithPending :many
 SELECT DISTINCT agent_id::text FROM choir_control.inbox
- WHERE delivered_at IS NULL AND agent_id IS NOT NULL
+ WHERE delivered_at IS NULL AND kind <> 'mail_held' AND agent_id IS NOT NULL
    AND (pushed_at IS NULL OR pushed_at < $1)
 `
 
@@ -62,7 +62,7 @@ func (q *Queries) InboxAgentsWithPending(ctx context.Context, pushedBefore *time
 }
 
 const inboxGet = `-- name: InboxGet :one
-SELECT inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id, pushed_at FROM choir_control.inbox WHERE inbox_id = $1
+SELECT inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id, pushed_at, sources, announced_in FROM choir_control.inbox WHERE inbox_id = $1
 `
 
 func (q *Queries) InboxGet(ctx context.Context, inboxID int64) (ChoirControlInbox, error) {
@@ -83,12 +83,14 @@ func (q *Queries) InboxGet(ctx context.Context, inboxID int64) (ChoirControlInbo
 		&i.DeliveredAt,
 		&i.SessionID,
 		&i.PushedAt,
+		&i.Sources,
+		&i.AnnouncedIn,
 	)
 	return i, err
 }
 
 const inboxGetByUpdate = `-- name: InboxGetByUpdate :one
-SELECT inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id, pushed_at FROM choir_control.inbox WHERE gateway = $1 AND update_id = $2
+SELECT inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id, pushed_at, sources, announced_in FROM choir_control.inbox WHERE gateway = $1 AND update_id = $2
 `
 
 type InboxGetByUpdateParams struct {
@@ -114,15 +116,18 @@ func (q *Queries) InboxGetByUpdate(ctx context.Context, arg InboxGetByUpdatePara
 		&i.DeliveredAt,
 		&i.SessionID,
 		&i.PushedAt,
+		&i.Sources,
+		&i.AnnouncedIn,
 	)
 	return i, err
 }
 
 const inboxInsert = `-- name: InboxInsert :one
-INSERT INTO choir_control.inbox (gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)
+INSERT INTO choir_control.inbox (gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, sources)
+VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9,
+        coalesce($10::text[], '{}'))
 ON CONFLICT (gateway, update_id) DO NOTHING
-RETURNING inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id, pushed_at
+RETURNING inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id, pushed_at, sources, announced_in
 `
 
 type InboxInsertParams struct {
@@ -135,6 +140,7 @@ type InboxInsertParams struct {
 	Kind        string          `json:"kind"`
 	Text        string          `json:"text"`
 	Attachments json.RawMessage `json:"attachments"`
+	Sources     []string        `json:"sources"`
 }
 
 // InboxInsert stores one gateway update. A second insert of the same
@@ -150,6 +156,7 @@ func (q *Queries) InboxInsert(ctx context.Context, arg InboxInsertParams) (Choir
 		arg.Kind,
 		arg.Text,
 		arg.Attachments,
+		arg.Sources,
 	)
 	var i ChoirControlInbox
 	err := row.Scan(
@@ -167,6 +174,8 @@ func (q *Queries) InboxInsert(ctx context.Context, arg InboxInsertParams) (Choir
 		&i.DeliveredAt,
 		&i.SessionID,
 		&i.PushedAt,
+		&i.Sources,
+		&i.AnnouncedIn,
 	)
 	return i, err
 }
@@ -187,8 +196,8 @@ func (q *Queries) InboxMarkPushed(ctx context.Context, arg InboxMarkPushedParams
 }
 
 const inboxPending = `-- name: InboxPending :many
-SELECT inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id, pushed_at FROM choir_control.inbox
- WHERE inbox.agent_id = $1 AND inbox.delivered_at IS NULL
+SELECT inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id, pushed_at, sources, announced_in FROM choir_control.inbox
+ WHERE inbox.agent_id = $1 AND inbox.delivered_at IS NULL AND inbox.kind <> 'mail_held'
    AND inbox.dm = (SELECT s.resource_bindings->>'dm' FROM choir_control.sessions s
                     WHERE s.session_id = $2 AND s.agent_id = inbox.agent_id)
    AND (inbox.pushed_at IS NULL OR inbox.pushed_at < $3)
@@ -208,7 +217,8 @@ type InboxPendingParams struct {
 // pushed_before (a push that seems lost, or went to a session that ended).
 // Only the rows from the DM the session is bound to are listed: a DM
 // reaches only the session holding its lease, so a row from another DM
-// waits until the agent runs bound to that DM again.
+// waits until the agent runs bound to that DM again. Held mail is never
+// pushed itself: the digest that announces it is.
 func (q *Queries) InboxPending(ctx context.Context, arg InboxPendingParams) ([]ChoirControlInbox, error) {
 	rows, err := q.db.Query(ctx, inboxPending,
 		arg.AgentID,
@@ -238,6 +248,8 @@ func (q *Queries) InboxPending(ctx context.Context, arg InboxPendingParams) ([]C
 			&i.DeliveredAt,
 			&i.SessionID,
 			&i.PushedAt,
+			&i.Sources,
+			&i.AnnouncedIn,
 		); err != nil {
 			return nil, err
 		}

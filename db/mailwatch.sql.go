@@ -32,6 +32,101 @@ func (q *Queries) InboxLastUpdate(ctx context.Context, arg InboxLastUpdateParams
 	return update_id, err
 }
 
+const inboxMailHeldAnnounce = `-- name: InboxMailHeldAnnounce :execrows
+UPDATE choir_control.inbox SET announced_in = $1::bigint
+ WHERE inbox_id = ANY ($2::bigint[]) AND kind = 'mail_held' AND announced_in IS NULL
+`
+
+type InboxMailHeldAnnounceParams struct {
+	DigestID int64   `json:"digest_id"`
+	InboxIds []int64 `json:"inbox_ids"`
+}
+
+// InboxMailHeldAnnounce records the digest that announced held mail.
+func (q *Queries) InboxMailHeldAnnounce(ctx context.Context, arg InboxMailHeldAnnounceParams) (int64, error) {
+	result, err := q.db.Exec(ctx, inboxMailHeldAnnounce, arg.DigestID, arg.InboxIds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const inboxMailHeldTake = `-- name: InboxMailHeldTake :many
+SELECT inbox_id, gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, received_at, delivered_at, session_id, pushed_at, sources, announced_in FROM choir_control.inbox
+ WHERE agent_id = $1 AND dm = $2 AND kind = 'mail_held' AND announced_in IS NULL
+ ORDER BY inbox_id
+ LIMIT $3
+   FOR UPDATE
+`
+
+type InboxMailHeldTakeParams struct {
+	AgentID *string `json:"agent_id"`
+	Dm      string  `json:"dm"`
+	MaxRows int32   `json:"max_rows"`
+}
+
+// InboxMailHeldTake locks, in arrival order, the held mail of an agent's
+// DM that no digest has announced: what the user's next message brings
+// with it. A second transaction taking them waits, then finds them
+// announced.
+func (q *Queries) InboxMailHeldTake(ctx context.Context, arg InboxMailHeldTakeParams) ([]ChoirControlInbox, error) {
+	rows, err := q.db.Query(ctx, inboxMailHeldTake, arg.AgentID, arg.Dm, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ChoirControlInbox{}
+	for rows.Next() {
+		var i ChoirControlInbox
+		if err := rows.Scan(
+			&i.InboxID,
+			&i.Gateway,
+			&i.UpdateID,
+			&i.Dm,
+			&i.AgentID,
+			&i.ChatID,
+			&i.UserID,
+			&i.Kind,
+			&i.Text,
+			&i.Attachments,
+			&i.ReceivedAt,
+			&i.DeliveredAt,
+			&i.SessionID,
+			&i.PushedAt,
+			&i.Sources,
+			&i.AnnouncedIn,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const inboxMailWakesSince = `-- name: InboxMailWakesSince :one
+SELECT count(*)::int AS wakes FROM choir_control.inbox
+ WHERE gateway = $1 AND kind = 'mail'
+   AND received_at > now() - make_interval(secs => $2::float8)
+`
+
+type InboxMailWakesSinceParams struct {
+	Gateway    string  `json:"gateway"`
+	WindowSecs float64 `json:"window_secs"`
+}
+
+// InboxMailWakesSince counts the turns a mail watch started in the last
+// window_secs: its 'mail' rows (a held row started none), for the
+// account's wake limit. The database's clock stamped them, so it judges.
+func (q *Queries) InboxMailWakesSince(ctx context.Context, arg InboxMailWakesSinceParams) (int32, error) {
+	row := q.db.QueryRow(ctx, inboxMailWakesSince, arg.Gateway, arg.WindowSecs)
+	var wakes int32
+	err := row.Scan(&wakes)
+	return wakes, err
+}
+
 const mailMarkEnsure = `-- name: MailMarkEnsure :one
 INSERT INTO choir_control.mail_marks (gateway, uid_validity, uid_next)
 VALUES ($1, $2, $3)
@@ -95,4 +190,29 @@ func (q *Queries) MailWatchTargets(ctx context.Context) ([]MailWatchTargetsRow, 
 		return nil, err
 	}
 	return items, nil
+}
+
+const sessionEventsHaveCallKey = `-- name: SessionEventsHaveCallKey :one
+SELECT EXISTS (
+    SELECT 1 FROM choir_control.session_events e
+      JOIN choir_control.sessions s ON s.session_id = e.session_id
+     WHERE e.event_type = 'tool_call_committed'
+       AND e.payload->>'idempotency_key' = ANY ($1::text[])
+       AND s.agent_id = $2
+)::bool AS sent
+`
+
+type SessionEventsHaveCallKeyParams struct {
+	Keys    []string `json:"keys"`
+	AgentID string   `json:"agent_id"`
+}
+
+// SessionEventsHaveCallKey reports whether any session of the agent
+// committed a tool call under one of the idempotency keys: a Message-ID
+// of mail it sent (choir.email.send sends as <key@domain>).
+func (q *Queries) SessionEventsHaveCallKey(ctx context.Context, arg SessionEventsHaveCallKeyParams) (bool, error) {
+	row := q.db.QueryRow(ctx, sessionEventsHaveCallKey, arg.Keys, arg.AgentID)
+	var sent bool
+	err := row.Scan(&sent)
+	return sent, err
 }

@@ -45,6 +45,8 @@ type ChoirControlInbox struct {
 	DeliveredAt *time.Time      `json:"delivered_at"`
 	SessionID   *uuid.UUID      `json:"session_id"`
 	PushedAt    *time.Time      `json:"pushed_at"`
+	Sources     []string        `json:"sources"`
+	AnnouncedIn *int64          `json:"announced_in"`
 }
 
 type ChoirControlOutbox struct {

@@ -512,7 +512,7 @@ const sessionsRolloverCandidates = `-- name: SessionsRolloverCandidates :many
 SELECT s.session_id, s.agent_id, s.started_at, s.rollover_at,
        coalesce(s.resource_bindings->>'dm', '')::text AS dm, s.lane_status,
        EXISTS (SELECT 1 FROM choir_control.inbox i
-                WHERE i.agent_id = s.agent_id AND i.delivered_at IS NULL
+                WHERE i.agent_id = s.agent_id AND i.delivered_at IS NULL AND i.kind <> 'mail_held'
                   AND i.dm = s.resource_bindings->>'dm'
                   AND i.received_at > now() - make_interval(secs => $1::float8)) AS inbox_pending
   FROM choir_control.sessions s

@@ -1,8 +1,9 @@
 -- name: InboxInsert :one
 -- InboxInsert stores one gateway update. A second insert of the same
 -- (gateway, update_id), Telegram redelivering an update, returns no row.
-INSERT INTO choir_control.inbox (gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments)
-VALUES (@gateway, @update_id, @dm, sqlc.narg(agent_id), @chat_id, @user_id, @kind, @text, @attachments)
+INSERT INTO choir_control.inbox (gateway, update_id, dm, agent_id, chat_id, user_id, kind, text, attachments, sources)
+VALUES (@gateway, @update_id, @dm, sqlc.narg(agent_id), @chat_id, @user_id, @kind, @text, @attachments,
+        coalesce(sqlc.narg(sources)::text[], '{}'))
 ON CONFLICT (gateway, update_id) DO NOTHING
 RETURNING *;
 
@@ -114,9 +115,10 @@ SELECT * FROM choir_control.inbox WHERE inbox_id = @inbox_id;
 -- pushed_before (a push that seems lost, or went to a session that ended).
 -- Only the rows from the DM the session is bound to are listed: a DM
 -- reaches only the session holding its lease, so a row from another DM
--- waits until the agent runs bound to that DM again.
+-- waits until the agent runs bound to that DM again. Held mail is never
+-- pushed itself: the digest that announces it is.
 SELECT * FROM choir_control.inbox
- WHERE inbox.agent_id = @agent_id AND inbox.delivered_at IS NULL
+ WHERE inbox.agent_id = @agent_id AND inbox.delivered_at IS NULL AND inbox.kind <> 'mail_held'
    AND inbox.dm = (SELECT s.resource_bindings->>'dm' FROM choir_control.sessions s
                     WHERE s.session_id = @session_id AND s.agent_id = inbox.agent_id)
    AND (inbox.pushed_at IS NULL OR inbox.pushed_at < @pushed_before)
@@ -130,7 +132,7 @@ UPDATE choir_control.inbox SET pushed_at = now(), session_id = @session_id
 -- name: InboxAgentsWithPending :many
 -- InboxAgentsWithPending lists the agents with messages that need a push.
 SELECT DISTINCT agent_id::text FROM choir_control.inbox
- WHERE delivered_at IS NULL AND agent_id IS NOT NULL
+ WHERE delivered_at IS NULL AND kind <> 'mail_held' AND agent_id IS NOT NULL
    AND (pushed_at IS NULL OR pushed_at < @pushed_before);
 
 -- name: OutboxAfter :many

@@ -120,7 +120,7 @@ SELECT c.session_id, c.agent_id, c.status, c.resource_bindings, c.acked_rev,
 SELECT s.session_id, s.agent_id, s.started_at, s.rollover_at,
        coalesce(s.resource_bindings->>'dm', '')::text AS dm, s.lane_status,
        EXISTS (SELECT 1 FROM choir_control.inbox i
-                WHERE i.agent_id = s.agent_id AND i.delivered_at IS NULL
+                WHERE i.agent_id = s.agent_id AND i.delivered_at IS NULL AND i.kind <> 'mail_held'
                   AND i.dm = s.resource_bindings->>'dm'
                   AND i.received_at > now() - make_interval(secs => @pending_secs::float8)) AS inbox_pending
   FROM choir_control.sessions s

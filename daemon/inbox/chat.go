@@ -67,7 +67,7 @@ func (ib *Inbox) ChatSend(ctx context.Context, sc control.Scope, agentID string,
 	}
 	msg := gateway.InboundMessage{DM: gateway.DM{Gateway: ChatGateway, Name: dmName, UserID: dm.UserID, Admin: dm.Admin},
 		UpdateID: req.MessageID, ChatID: dm.UserID, Text: req.Text, SentAt: time.Now()}
-	row, err := Insert(ctx, ib.pool, msg, "message", &agentID)
+	rows, err := ib.insertMessage(ctx, msg, "message", &agentID)
 	if errors.Is(err, gateway.ErrDuplicate) {
 		prev, err := q.InboxGetByUpdate(ctx, db.InboxGetByUpdateParams{Gateway: ChatGateway, UpdateID: req.MessageID})
 		if err != nil {
@@ -78,8 +78,11 @@ func (ib *Inbox) ChatSend(ctx context.Context, sc control.Scope, agentID string,
 	if err != nil {
 		return admin.ChatSent{}, err
 	}
+	row := rows[len(rows)-1]
 	if live && s.HelloAt != nil {
-		ib.pushInbox(ctx, s.SessionID, row)
+		for _, r := range rows {
+			ib.pushInbox(ctx, s.SessionID, r)
+		}
 	}
 	return admin.ChatSent{InboxID: row.InboxID, Pushed: live, After: after}, nil
 }

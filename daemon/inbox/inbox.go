@@ -58,6 +58,8 @@ type Inbox struct {
 	// set once, before the bots poll (SetGateway).
 	gateway *gateway.Gateway
 	typing  *Typing
+	// announce are the OnUserMessage hooks.
+	announce []AnnounceFunc
 }
 
 var (
@@ -104,13 +106,11 @@ func (ib *Inbox) receive(ctx context.Context, msg gateway.InboundMessage, kind s
 		// own DM, so this one waits until the agent runs bound here.
 		agentID = &busy.AgentIDs[0]
 	}
-	row, err := Insert(ctx, ib.pool, msg, kind, agentID)
-	if errors.Is(err, gateway.ErrDuplicate) {
-		return err
-	}
+	rows, err := ib.insertMessage(ctx, msg, kind, agentID)
 	if err != nil {
 		return err
 	}
+	row := rows[len(rows)-1]
 	switch {
 	case busy != nil:
 		ib.logger.InfoContext(ctx, "message not passed on: the dm's agent runs bound to another dm",
@@ -126,11 +126,59 @@ func (ib *Inbox) receive(ctx context.Context, msg gateway.InboundMessage, kind s
 	case !b.Live():
 		ib.notice(ctx, msg, fmt.Sprintf("%s is not running; your message is kept and delivered when it starts.", b.AgentID))
 	default:
-		ib.pushInbox(ctx, b.SessionID, row)
+		for _, r := range rows {
+			ib.pushInbox(ctx, b.SessionID, r)
+		}
 	}
 	return nil
 }
 
+// AnnounceFunc stores, through tx, what a user's message to an agent's DM
+// brings with it, in the transaction that stores the message: rows that
+// wait for the user's next turn (held mail, announced in a digest). It
+// returns the rows it stored, to be pushed just before the message.
+type AnnounceFunc func(ctx context.Context, tx db.DBTX, agentID, dm string) ([]db.ChoirControlInbox, error)
+
+// OnUserMessage registers f, called for every message a user sends to a
+// bound agent. Register before the gateway polls.
+func (ib *Inbox) OnUserMessage(f AnnounceFunc) { ib.announce = append(ib.announce, f) }
+
+// insertMessage stores a message of kind from a user, and, for a message
+// to an agent, what the registered AnnounceFuncs bring with it, in one
+// transaction: either all of it is stored or none, so a held notice is
+// announced with exactly one message. It returns the rows in the order
+// they are pushed, the message last.
+func (ib *Inbox) insertMessage(ctx context.Context, msg gateway.InboundMessage, kind string, agentID *string) ([]db.ChoirControlInbox, error) {
+	if agentID == nil || kind != "message" || len(ib.announce) == 0 {
+		row, err := Insert(ctx, ib.pool, msg, kind, agentID)
+		return []db.ChoirControlInbox{row}, err
+	}
+	tx, err := ib.pool.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("store message of gateway %s update %d: %w", msg.DM.Gateway, msg.UpdateID, err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // after Commit, a no-op
+	var rows []db.ChoirControlInbox
+	for _, f := range ib.announce {
+		more, err := f(ctx, tx, *agentID, msg.DM.Name)
+		if err != nil {
+			return nil, fmt.Errorf("store what the message of gateway %s update %d brings: %w", msg.DM.Gateway, msg.UpdateID, err)
+		}
+		rows = append(rows, more...)
+	}
+	row, err := Insert(ctx, tx, msg, kind, agentID)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, fmt.Errorf("store message of gateway %s update %d: %w", msg.DM.Gateway, msg.UpdateID, err)
+	}
+	return append(rows, row), nil
+}
+
+// Insert stores one message of a DM (or of choirctl chat, or a command)
+// in the inbox through pool, bound to agentID when not nil. Storing the
+// same gateway update twice is refused with gateway.ErrDuplicate.
 func Insert(ctx context.Context, pool db.DBTX, msg gateway.InboundMessage, kind string, agentID *string) (db.ChoirControlInbox, error) {
 	atts := msg.Attachments
 	if atts == nil {
@@ -156,7 +204,8 @@ func Insert(ctx context.Context, pool db.DBTX, msg gateway.InboundMessage, kind 
 const KindScheduled = "scheduled"
 
 // Notice is a message to an agent that no chat sent it: a schedule's fire
-// or a new-mail notice. It reaches the agent as a user message of its DM.
+// or a new-mail notice. It reaches the agent as a message of its DM, whose
+// origin its kind says (inboxPush).
 type Notice struct {
 	// Source fills the row's gateway column ("schedule", or the mail
 	// watch's), and UpdateID is unique within it: storing a notice twice
@@ -168,9 +217,12 @@ type Notice struct {
 	// ChatID is the DM's chat, which is its user's: the row's chat and
 	// user both.
 	ChatID string
-	// Kind is KindScheduled or InboxMail.
+	// Kind is KindScheduled, InboxMail, InboxMailHeld or InboxMailDigest.
 	Kind string
 	Text string
+	// Sources are the provenance of Text that choird pushes with it
+	// ("mail:bob@ext.test"), kept on the row for every push.
+	Sources []string
 }
 
 // AddNotice stores n in the inbox through q (a pool, or the transaction
@@ -179,7 +231,7 @@ type Notice struct {
 func AddNotice(ctx context.Context, q db.DBTX, n Notice) (db.ChoirControlInbox, error) {
 	row, err := seam.Queries(q).InboxInsert(ctx, db.InboxInsertParams{Gateway: n.Source, UpdateID: n.UpdateID,
 		Dm: n.DM, AgentID: &n.AgentID, ChatID: n.ChatID, UserID: n.ChatID, Kind: n.Kind, Text: n.Text,
-		Attachments: []byte("[]")})
+		Attachments: []byte("[]"), Sources: n.Sources})
 	if err != nil {
 		return row, fmt.Errorf("store %s notice %d in the inbox: %w", n.Source, n.UpdateID, err)
 	}
@@ -217,21 +269,36 @@ func (ib *Inbox) pushInbox(ctx context.Context, sessionID uuid.UUID, row db.Choi
 	}
 }
 
-// InboxMail is the inbox kind of a new-mail notice (daemon/mailwatch),
-// delivered like a schedule's fire: a user message that starts a turn.
-const InboxMail = "mail"
+// The inbox kinds of mail (daemon/mailwatch). Each reaches the agent as a
+// message of origin mail, never as the user's words, with its sources.
+const (
+	// InboxMail is new mail that may start a turn: it is pushed at once.
+	InboxMail = "mail"
+	// InboxMailHeld is new mail that may not start a turn: it is never
+	// pushed itself, but announced by a digest (OnUserMessage).
+	InboxMailHeld = "mail_held"
+	// InboxMailDigest announces held mail, pushed just before the user's
+	// message that took it.
+	InboxMailDigest = "mail_digest"
+)
 
 func inboxPush(row db.ChoirControlInbox) (rpc.Push, error) {
 	switch row.Kind {
 	case "inject":
 		return rpc.Push{Kind: rpc.PushInjection, Injection: &rpc.Injection{InboxID: row.InboxID, Text: row.Text,
 			ReceivedAt: row.ReceivedAt}}, nil
-	case KindScheduled, InboxMail:
+	case KindScheduled:
 		// A schedule's fire reaches the agent as a user message whose text
 		// starts with its bracketed header ("[scheduled #3, due ...]",
 		// schedule.Message), from the schedule's DM.
 		return rpc.Push{Kind: rpc.PushUserMessage, UserMessage: &rpc.UserMessage{InboxID: row.InboxID, Gateway: row.Gateway,
 			ChatID: row.ChatID, UserID: row.UserID, Text: row.Text, ReceivedAt: row.ReceivedAt}}, nil
+	case InboxMail, InboxMailDigest:
+		// Mail is a stranger's words: the agent renders origin mail as
+		// untrusted content, and its lane holds the senders as sources.
+		return rpc.Push{Kind: rpc.PushUserMessage, UserMessage: &rpc.UserMessage{InboxID: row.InboxID, Gateway: row.Gateway,
+			ChatID: row.ChatID, UserID: row.UserID, Text: row.Text, ReceivedAt: row.ReceivedAt, Origin: rpc.OriginMail,
+			Sources: row.Sources}}, nil
 	case "message":
 		var atts []gateway.Attachment
 		if err := json.Unmarshal(row.Attachments, &atts); err != nil {

@@ -33,7 +33,7 @@ type mailModel struct {
 // every environment and command line it can see, and its own environment.
 const secretProbe = `for p in /proc/[0-9]*; do echo "== $p"; cat $p/environ $p/cmdline 2>/dev/null | tr '\0' '\n'; done; echo "== env"; env`
 
-var noticeUID = regexp.MustCompile(`\[new mail on primary, folder INBOX, uid (\d+)\]`)
+var noticeUID = regexp.MustCompile(`New mail on account primary, folder INBOX, uid (\d+)\.`)
 
 func (m *mailModel) respond(_ context.Context, r *llmtest.Request) llmtest.Step {
 	m.mu.Lock()
@@ -52,7 +52,7 @@ func (m *mailModel) respond(_ context.Context, r *llmtest.Request) llmtest.Step 
 		m.probe = &c
 		return llmtest.Text("You have mail from Bob.")
 	}
-	if u := noticeUID.FindStringSubmatch(last.Content); last.Role == "user" && u != nil {
+	if u := noticeUID.FindStringSubmatch(last.Content); u != nil {
 		m.notices[u[1]]++
 		return llmtest.ToolCalls(llmtest.Call{Name: "choir.email.receive", Arguments: fmt.Sprintf(`{"uid": %s}`, u[1])})
 	}
@@ -95,7 +95,7 @@ func TestMailWakesAgentOnce(t *testing.T) {
 		Edit: func(cfg *config.Config, s config.Secrets) {
 			choirdtest.FastHeartbeat(cfg, s)
 			acct := srv.Account("agent@choir.test")
-			acct.Secret, acct.Wake = "mail-primary", true
+			acct.Secret, acct.Wake, acct.WakeFrom = "mail-primary", true, []string{"@ext.test"}
 			cfg.EmailAccounts = map[string]config.EmailAccount{"primary": acct}
 			s["mail-primary"] = "mail-pw-5e2b"
 		}})

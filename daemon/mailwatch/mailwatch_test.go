@@ -43,7 +43,7 @@ func setup(t *testing.T) *bundle {
 	srv := mailboxtest.Start(t)
 	srv.AddUser(t, "agent@choir.test", password)
 	acct := srv.Account("agent@choir.test")
-	acct.Wake = true
+	acct.Wake, acct.WakeFrom = true, []string{"bob@ext.test"}
 	cfg := &config.Config{EmailAccounts: map[string]config.EmailAccount{"primary": acct},
 		DMs: map[string]config.DM{"dm-1": {Gateway: "main", UserID: "42"}}}
 	b := &bundle{pool: pool, srv: srv, cfg: cfg, logs: &syncBuffer{}}
@@ -160,8 +160,15 @@ func (b *bundle) waitNotices(t *testing.T, n int) []notice {
 	}
 }
 
-func mail(subject string) []byte {
-	return []byte("From: Bob <bob@ext.test>\r\nTo: agent@choir.test\r\nSubject: " + subject + "\r\n\r\nhello\r\n")
+func mail(subject string) []byte { return mailFrom("Bob <bob@ext.test>", subject) }
+
+// mailFrom is a message from from, with the header lines extra.
+func mailFrom(from, subject string, extra ...string) []byte {
+	h := "From: " + from + "\r\nTo: agent@choir.test\r\nSubject: " + subject + "\r\n"
+	for _, e := range extra {
+		h += e + "\r\n"
+	}
+	return []byte(h + "\r\nhello\r\n")
 }
 
 // TestIdleWakeOnce: mail arriving after the watch's first look becomes one

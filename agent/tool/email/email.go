@@ -49,7 +49,7 @@ type Config struct {
 	// declare, and so the only one they receive. Empty when the session
 	// has no account.
 	Secret string
-	// Approvals files the approvals of accounts with require_approval;
+	// Approvals files the approvals of accounts that need them (NeedsApproval);
 	// nil makes such an account refuse to send.
 	Approvals Approver
 	// Decisions are the outcomes choird pushed (approval_resolved). A

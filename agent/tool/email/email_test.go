@@ -50,6 +50,13 @@ type bundle struct {
 	log  *syncBuffer
 }
 
+// listed is acct allowed to send to the test servers' domain, so that a
+// send needs no approval.
+func listed(acct config.EmailAccount) config.EmailAccount {
+	acct.AllowedRecipients = []string{"@choir.test"}
+	return acct
+}
+
 // setup is an agent whose session leased acct, with password as the
 // account's secret.
 func setup(t *testing.T, srv *mailboxtest.Server, acct config.EmailAccount, ap *approvals) *bundle {
@@ -118,7 +125,7 @@ func TestSendAndReceive(t *testing.T) {
 	srv := mailboxtest.Start(t)
 	srv.AddUser(t, "agent@choir.test", password)
 	srv.AddUser(t, "bob@choir.test", password)
-	b := setup(t, srv, srv.Account("agent@choir.test"), nil)
+	b := setup(t, srv, listed(srv.Account("agent@choir.test")), nil)
 
 	pdf := bytes.Repeat([]byte("%PDF-1.4 report\x00\x01\x02"), 500)
 	tooltest.WriteFile(t, filepath.Join(b.WS, "out", "report.pdf"), string(pdf), 0o644)
@@ -224,7 +231,7 @@ func TestSharedAccount(t *testing.T) {
 	t.Parallel()
 	srv := mailboxtest.Start(t)
 	srv.AddUser(t, "team@choir.test", password)
-	acct := srv.Account("team@choir.test")
+	acct := listed(srv.Account("team@choir.test"))
 	acct.Sharing = config.EmailShared
 	one, two := setup(t, srv, acct, nil), setup(t, srv, acct, nil)
 	var wg sync.WaitGroup
@@ -376,11 +383,31 @@ func (a *approvals) set(s rpc.ApprovalStatus) {
 	}
 }
 
+// TestNoRecipientsNeedsApproval: an account that may send to anyone sends
+// nothing without a person's approval, require_approval or not.
+func TestNoRecipientsNeedsApproval(t *testing.T) {
+	t.Parallel()
+	srv := mailboxtest.Start(t)
+	srv.AddUser(t, "agent@choir.test", password)
+	ap := &approvals{first: map[string]rpc.ApprovalResponse{}, decisions: email.NewDecisions()}
+	b := setup(t, srv, srv.Account("agent@choir.test"), ap)
+	in := `{"to": ["anyone@choir.test"], "subject": "unlisted", "text": "t"}`
+	if so := tooltest.Output[sendOut](t, b.MustCall(t, email.NameSend, in)); so.Status != "pending_approval" || len(srv.Sent()) != 0 {
+		t.Fatalf("first call: %+v, %d sent", so, len(srv.Sent()))
+	}
+	unapproved := setup(t, srv, srv.Account("agent@choir.test"), nil)
+	r := unapproved.MustCall(t, email.NameSend, in)
+	if p := tooltest.Output[problem](t, r); p.Error != email.CodeApprovalNeeded || !strings.Contains(p.Fix, "allowed_recipients") ||
+		len(srv.Sent()) != 0 {
+		t.Fatalf("with no approval channel: %s, %d sent", r.Output, len(srv.Sent()))
+	}
+}
+
 func TestRequireApproval(t *testing.T) {
 	t.Parallel()
 	srv := mailboxtest.Start(t)
 	srv.AddUser(t, "agent@choir.test", password)
-	acct := srv.Account("agent@choir.test")
+	acct := listed(srv.Account("agent@choir.test"))
 	acct.RequireApproval = true
 	ap := &approvals{first: map[string]rpc.ApprovalResponse{}, decisions: email.NewDecisions()}
 	b := setup(t, srv, acct, ap)
@@ -529,5 +556,23 @@ func TestRealService(t *testing.T) {
 	}
 	if r := b.MustCall(t, email.NameCheck, `{}`); r.Status != tool.StatusSuccess {
 		t.Fatalf("check: %+v %s", r, r.Output)
+	}
+}
+
+// TestReplyIDsBracketed: in_reply_to as choir.email.receive shows it (a
+// bare Message-ID) goes out in angle brackets, as RFC 5322 wants and as
+// the mail watch's loop guard reads it; one given bracketed is kept.
+func TestReplyIDsBracketed(t *testing.T) {
+	t.Parallel()
+	srv := mailboxtest.Start(t)
+	srv.AddUser(t, "agent@choir.test", password)
+	b := setup(t, srv, listed(srv.Account("agent@choir.test")), nil)
+	for i, id := range []string{"ck-1@choir.test", "<n2@ext.test>"} {
+		b.MustCall(t, email.NameSend, fmt.Sprintf(`{"to": ["bob@choir.test"], "subject": "re", "text": "t", "in_reply_to": %q}`, id))
+		want := "<" + strings.Trim(id, "<>") + ">"
+		data := string(srv.Sent()[i].Data)
+		if !strings.Contains(data, "In-Reply-To: "+want+"\r\n") || !strings.Contains(data, "References: "+want+"\r\n") {
+			t.Errorf("in_reply_to %q sent as:\n%s", id, data)
+		}
 	}
 }

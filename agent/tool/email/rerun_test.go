@@ -22,7 +22,7 @@ func TestSendRunAgainAfterARestart(t *testing.T) {
 	srv := mailboxtest.Start(t)
 	srv.AddUser(t, "agent@choir.test", password)
 	srv.AddUser(t, "bob@choir.test", password)
-	b := setup(t, srv, srv.Account("agent@choir.test"), nil)
+	b := setup(t, srv, listed(srv.Account("agent@choir.test")), nil)
 	def, err := b.Reg.Get(email.NameSend)
 	if err != nil {
 		t.Fatal(err)
@@ -66,7 +66,7 @@ func TestSendRunAgainAfterARestart(t *testing.T) {
 		t.Errorf("run again when the first run never sent: %+v (%d sent), want sent once", out, count("two"))
 	}
 
-	noIMAP := srv.Account("agent@choir.test")
+	noIMAP := listed(srv.Account("agent@choir.test"))
 	noIMAP.IMAPHost = ""
 	b2 := setup(t, srv, noIMAP, nil)
 	def2, _ := b2.Reg.Get(email.NameSend)

@@ -160,7 +160,7 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 		}
 	}
 	key := requestKey(name, input, atts)
-	if acct.RequireApproval {
+	if acct.NeedsApproval() {
 		// An approval is for one mail: once sent, calling again sends
 		// nothing more.
 		s.mu.Lock()
@@ -187,7 +187,7 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 	if len(ids) > 0 {
 		out.MessageID = ids[0]
 	}
-	if acct.RequireApproval {
+	if acct.NeedsApproval() {
 		s.mu.Lock()
 		s.sent[key] = out.MessageID
 		if out.ApprovalID != "" {
@@ -231,8 +231,9 @@ func (s *sender) message(from, msgID string, in *sendInput, out *sendOutput, att
 		m.SetMessageID()
 	}
 	if in.InReplyTo != "" {
-		m.SetGenHeader(gomail.HeaderInReplyTo, in.InReplyTo)
-		m.SetGenHeader(gomail.HeaderReferences, in.InReplyTo)
+		id := bracketed(in.InReplyTo)
+		m.SetGenHeader(gomail.HeaderInReplyTo, id)
+		m.SetGenHeader(gomail.HeaderReferences, id)
 	}
 	m.SetBodyString(gomail.TypeTextPlain, in.Text)
 	if in.HTML != "" {
@@ -244,6 +245,17 @@ func (s *sender) message(from, msgID string, in *sendInput, out *sendOutput, att
 		}
 	}
 	return m, nil
+}
+
+// bracketed is a Message-ID in its angle brackets, as In-Reply-To and
+// References need it (RFC 5322): choir.email.receive shows the model the
+// bare id, which the model passes back as it is.
+func bracketed(id string) string {
+	id = strings.TrimSpace(id)
+	if strings.HasPrefix(id, "<") && strings.HasSuffix(id, ">") {
+		return id
+	}
+	return "<" + strings.Trim(id, "<>") + ">"
 }
 
 // sentFor returns the Message-ID of the mail sent under key, if any.
@@ -306,7 +318,8 @@ func (s *sender) approve(ctx context.Context, account, key string, in *sendInput
 	if s.cfg.Approvals == nil {
 		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeApprovalNeeded,
 			Message: fmt.Sprintf("email account %q requires approval, and no approval channel is connected", account),
-			Fix:     "ask the admin to turn off require_approval for the account, or to run the agent under choird"}), false
+			Fix: "ask the admin to run the agent under choird, or to list the account's allowed_recipients and turn off " +
+				"require_approval (an account that may send to anyone always needs approval)"}), false
 	}
 	// The summary is one line; the payload is everything that will be
 	// sent, and choird shows it whole (recipients, both bodies, each

@@ -403,8 +403,9 @@ func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, d decision
 		g.wait(ctx)
 	}
 	execErr := a.durable(ctx, call, ev.Rev)
+	ran := false
 	if execErr == nil {
-		res, execErr = a.execute(tool.WithCallKey(ctx, call.IdempotencyKey), def, p, d)
+		res, ran, execErr = a.execute(tool.WithCallKey(ctx, call.IdempotencyKey), def, p, d)
 		a.fault(FaultAfterEffect, call)
 	}
 	dur := time.Since(start)
@@ -412,9 +413,11 @@ func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, d decision
 	// The result is committed even when the lane's ctx ended: the tool ran.
 	recs := a.validUsage(p, res.Usage)
 	res.Usage = nil
-	srcs := def.Sources(p.Input, res)
-	if status != commitlog.ToolSuccess && status != commitlog.ToolError {
-		srcs = nil // in doubt: nothing was read
+	var srcs []string
+	if ran && status != commitlog.ToolInDoubt {
+		// What the tool brought in; a call held for approval, or one
+		// that never started, brought nothing.
+		srcs = def.Sources(p.Input, res)
 	}
 	if err := a.commitResult(context.WithoutCancel(ctx), lane, p, status, dur, res.JSON(), errText, recs, srcs); err != nil {
 		return Outcome{}, err
@@ -466,7 +469,9 @@ func (a *Arbiter) commitResult(ctx context.Context, lane string, p Proposal, sta
 
 // execute runs the tool, turning a panic into an error result so that the
 // deferred lock release and the result commit always happen.
-func (a *Arbiter) execute(ctx context.Context, def *tool.Def, p Proposal, d decision) (res tool.Result, err error) {
+// ran reports that the tool itself ran (or began to): false for a call a
+// gate held, and for a proposal filed for approval.
+func (a *Arbiter) execute(ctx context.Context, def *tool.Def, p Proposal, d decision) (res tool.Result, ran bool, err error) {
 	defer func() {
 		if v := recover(); v != nil {
 			a.cfg.Logger.Error("tool panicked", slog.String("tool", p.Tool), slog.String("call_id", p.CallID), slog.Any("panic", v))
@@ -474,16 +479,18 @@ func (a *Arbiter) execute(ctx context.Context, def *tool.Def, p Proposal, d deci
 		}
 	}()
 	if def.Kind() == tool.KindMeta {
-		return a.requestApproval(ctx, def, p, d.sources)
+		res, err := a.requestApproval(ctx, def, p, d.sources)
+		return res, false, err
 	}
 	if def.Runtime().Approval || d.held() {
 		if res, ok, err := a.gate(ctx, p, d); !ok || err != nil {
-			return res, err
+			return res, false, err
 		}
 	}
+	ran = true
 	if def.Runtime().Host {
 		if a.cfg.Host == nil {
-			return tool.Result{}, fmt.Errorf("%s runs on the host, and no host connection is configured", p.Tool)
+			return tool.Result{}, false, fmt.Errorf("%s runs on the host, and no host connection is configured", p.Tool)
 		}
 		if d := def.Runtime().TimeoutMS; d > 0 {
 			var cancel context.CancelFunc
@@ -492,11 +499,12 @@ func (a *Arbiter) execute(ctx context.Context, def *tool.Def, p Proposal, d deci
 		}
 		res, err := a.cfg.Host.ExecuteHostTool(ctx, p.Tool, p.CallID, p.Input)
 		if err != nil {
-			return tool.Result{}, err
+			return tool.Result{}, true, err
 		}
-		return def.Shape(a.cfg.Env, res), nil
+		return def.Shape(a.cfg.Env, res), true, nil
 	}
-	return def.Execute(ctx, a.cfg.Env, p.Input)
+	res, err = def.Execute(ctx, a.cfg.Env, p.Input)
+	return res, true, err
 }
 
 func inputOrNull(in json.RawMessage) json.RawMessage {

@@ -162,7 +162,7 @@ func (a *Arbiter) reconcile(ctx context.Context, ev rpc.Event) (*InDoubt, error)
 	start := time.Now()
 	// A call the policy held is held again: its approval, if a person
 	// gave it, lets the re-run through.
-	res, execErr := a.execute(tool.WithRerun(tool.WithCallKey(ctx, c.IdempotencyKey)), def, p,
+	res, _, execErr := a.execute(tool.WithRerun(tool.WithCallKey(ctx, c.IdempotencyKey)), def, p,
 		decision{sources: c.Sources, policy: c.Policy})
 	status, res, errText := a.settle(res, execErr)
 	recs := a.validUsage(p, res.Usage)

@@ -288,9 +288,24 @@ func (a *agent) reset(inst *instance) {
 		p.ProxyServer, p.ProxyBypassList = "http://"+px.addr(), "<-loopback>"
 	}))
 	t := &tab{ctx: root, cancel: cancel, agentID: a.id}
-	err = a.w.guard(t)
-	if err == nil {
-		err = denyDownloads(root)
+	err = withinSetup(cancel, func() error {
+		if err := a.w.guard(t); err != nil {
+			return err
+		}
+		return denyDownloads(root)
+	})
+	if errors.Is(err, errSetupTimeout) {
+		// A browser that cannot open a tab serves no call: it is given
+		// up, and the next call starts another (agentFor).
+		cancel()
+		px.close()
+		a.w.logger.Error("the browser did not answer while making the agent's context; it is stopped",
+			slog.String("agent_id", a.id), slog.Duration("waited", contextSetupTimeout))
+		a.err = &Failure{Kind: "browser_unavailable", Retryable: true,
+			Message: fmt.Sprintf("the agent's browser did not answer within %s and was stopped", contextSetupTimeout),
+			Fix:     "call choir.web.browse again: a new browser starts; open tabs were lost"}
+		inst.stop()
+		return
 	}
 	if err != nil {
 		cancel()
@@ -511,4 +526,31 @@ func shorten(s string) string {
 		return s[:200] + "..."
 	}
 	return s
+}
+
+// contextSetupTimeout bounds the browser calls that make an agent's
+// context (a new tab, request interception). They are answered in
+// milliseconds; a browser that has not answered them in this time, a
+// wedged one, would hold the agent's lock and every later call forever.
+const contextSetupTimeout = 30 * time.Second
+
+// errSetupTimeout is a context setup the browser never answered.
+var errSetupTimeout = errors.New("the browser did not answer")
+
+// withinSetup runs f, the setup of a context that cancel disposes of, for
+// at most contextSetupTimeout: then it cancels the context, which ends
+// the browser calls f waits on, and returns errSetupTimeout.
+func withinSetup(cancel context.CancelFunc, f func() error) error {
+	done := make(chan error, 1)
+	go func() { done <- f() }()
+	timer := time.NewTimer(contextSetupTimeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		return err
+	case <-timer.C:
+		cancel()
+		<-done
+		return errSetupTimeout
+	}
 }

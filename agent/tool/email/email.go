@@ -15,11 +15,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/choirhq/choir/agent/tool/catalog"
 	"log/slog"
 	"sync"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/catalog"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/internal/mailbox"
 	"github.com/choirhq/choir/rpc"

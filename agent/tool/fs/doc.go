@@ -8,10 +8,10 @@
 package fs
 
 import (
-	"github.com/choirhq/choir/agent/tool/catalog"
 	"os/exec"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/catalog"
 )
 
 // Tools returns the file tools. choir.fs.search uses the rg found on PATH

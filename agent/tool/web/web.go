@@ -9,11 +9,11 @@ package web
 
 import (
 	"context"
-	"github.com/choirhq/choir/agent/tool/catalog"
 	"log/slog"
 	"time"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/catalog"
 	"github.com/choirhq/choir/config"
 )
 

@@ -48,7 +48,7 @@ func manyTools(t testing.TB, n int) string {
 					`"limit":{"type":"integer","minimum":1,"maximum":100,"description":"At most this many records."},` +
 					`"cursor":{"type":"string","description":"Opaque cursor from the previous page."}},` +
 					`"additionalProperties":false}`)},
-			Runtime: tool.Runtime{TimeoutMS: 10_000, SideEffect: tool.SideEffectRead, Version: "1.0", ExecPath: "/bin/true"},
+			Runtime: tool.Runtime{TimeoutMS: 10_000, SideEffect: tool.SideEffectRead, Trust: tool.TrustOwn, Version: "1.0", ExecPath: "/bin/true"},
 		}
 		b, err := json.Marshal(spec)
 		if err != nil {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/agent/llmtest"
+	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/internal/choirctltest"
@@ -39,6 +40,10 @@ func (m *mailModel) respond(_ context.Context, r *llmtest.Request) llmtest.Step 
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	last := r.Last()
+	if u := noticeUID.FindStringSubmatch(last.Content); u != nil {
+		m.notices[u[1]]++
+		return llmtest.ToolCalls(llmtest.Call{Name: "choir.email.receive", Arguments: fmt.Sprintf(`{"uid": %s}`, u[1])})
+	}
 	if last.Role == "tool" && strings.Contains(last.Content, "hello from bob") {
 		m.read = append(m.read, last.Content)
 		if len(m.read) == 1 {
@@ -51,10 +56,6 @@ func (m *mailModel) respond(_ context.Context, r *llmtest.Request) llmtest.Step 
 		c := last.Content
 		m.probe = &c
 		return llmtest.Text("You have mail from Bob.")
-	}
-	if u := noticeUID.FindStringSubmatch(last.Content); u != nil {
-		m.notices[u[1]]++
-		return llmtest.ToolCalls(llmtest.Call{Name: "choir.email.receive", Arguments: fmt.Sprintf(`{"uid": %s}`, u[1])})
 	}
 	return llmtest.Text("ok")
 }
@@ -98,6 +99,10 @@ func TestMailWakesAgentOnce(t *testing.T) {
 			acct.Secret, acct.Wake, acct.WakeFrom = "mail-primary", true, []string{"@ext.test"}
 			cfg.EmailAccounts = map[string]config.EmailAccount{"primary": acct}
 			s["mail-primary"] = "mail-pw-5e2b"
+			// The probe runs in the lane that read the mail: allowed.
+			ag := cfg.Agents["assistant"]
+			ag.UntrustedInput.Allow = []string{tool.NameExec}
+			cfg.Agents["assistant"] = ag
 		}})
 	defer func() { d.StopAgents(t) }()
 	if code, _, errs := choirctltest.Run(t, d.Home, "agent", "start", "assistant", "--dm", "console", "--email", "primary"); code != 0 {

@@ -181,6 +181,12 @@ var (
 
 func (m *pen) respond(_ context.Context, r *llmtest.Request) llmtest.Step {
 	last := r.Last()
+	if n := penNotice.FindStringSubmatch(last.Content); n != nil {
+		m.mu.Lock()
+		m.notices = append(m.notices, n[1])
+		m.mu.Unlock()
+		return llmtest.ToolCalls(llmtest.Call{Name: "choir.email.receive", Arguments: fmt.Sprintf(`{"uid": %s}`, n[2])})
+	}
 	if last.Role == "tool" {
 		from, id := penFrom.FindStringSubmatch(last.Content), penID.FindStringSubmatch(last.Content)
 		if !strings.Contains(last.Content, `"messages":[`) || from == nil || id == nil {
@@ -192,12 +198,6 @@ func (m *pen) respond(_ context.Context, r *llmtest.Request) llmtest.Step {
 		}
 		args, _ := json.Marshal(in)
 		return llmtest.ToolCalls(llmtest.Call{Name: "choir.email.send", Arguments: string(args)})
-	}
-	if n := penNotice.FindStringSubmatch(last.Content); n != nil {
-		m.mu.Lock()
-		m.notices = append(m.notices, n[1])
-		m.mu.Unlock()
-		return llmtest.ToolCalls(llmtest.Call{Name: "choir.email.receive", Arguments: fmt.Sprintf(`{"uid": %s}`, n[2])})
 	}
 	return llmtest.Text("ok")
 }
@@ -230,6 +230,13 @@ func TestMailLoopStopsAtFirstHop(t *testing.T) {
 			b.Secret, b.Wake, b.WakeFrom, b.AllowedRecipients = "mail-b", true, []string{"a@choir.test", "boss@choir.test"}, []string{"@choir.test"}
 			cfg.EmailAccounts = map[string]config.EmailAccount{"amail": a, "bmail": b}
 			s["mail-a"], s["mail-b"] = "pw-a-51e0", "pw-b-a93f"
+			// Each agent answers the mail it read: the untrusted-input
+			// policy lets mail to the house's own addresses go unasked.
+			for _, id := range []string{"assistant", "helper"} {
+				ag := cfg.Agents[id]
+				ag.UntrustedInput.Allow = []string{"choir.email.send:*@choir.test"}
+				cfg.Agents[id] = ag
+			}
 		}})
 	defer func() { d.StopAgents(t) }()
 	for _, start := range [][]string{{"assistant", "--dm", "console", "--email", "amail"},

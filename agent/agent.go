@@ -236,7 +236,7 @@ func (h hostExecutor) ExecuteHostTool(ctx context.Context, name, callID string, 
 		}
 	}
 	resp, err := h.client.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: name, CallID: callID, Input: input,
-		IdempotencyKey: tool.CallKey(ctx)})
+		IdempotencyKey: tool.CallKey(ctx), Sources: tool.LaneSources(ctx)})
 	if err != nil {
 		return tool.Result{}, err
 	}

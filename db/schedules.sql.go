@@ -266,9 +266,10 @@ func (q *Queries) ScheduleHoldStartAgent(ctx context.Context, agentID string) ([
 
 const scheduleInsert = `-- name: ScheduleInsert :one
 INSERT INTO choir_control.schedules (agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent,
-                                     status, created_by, session_id, call_id, next_run_at, idempotency_key)
+                                     status, created_by, session_id, call_id, next_run_at, idempotency_key, sources)
 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10,
-        $11, $12, $13, $14, $15, $16)
+        $11, $12, $13, $14, $15, $16,
+        coalesce($17::text[], '{}'))
 ON CONFLICT DO NOTHING
 RETURNING schedule_id, agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent, status, created_by, session_id, call_id, approval_id, next_run_at, job_id, fires, last_fired_at, created_at, updated_at, held, idempotency_key, sources
 `
@@ -290,6 +291,7 @@ type ScheduleInsertParams struct {
 	CallID         *string    `json:"call_id"`
 	NextRunAt      *time.Time `json:"next_run_at"`
 	IdempotencyKey *string    `json:"idempotency_key"`
+	Sources        []string   `json:"sources"`
 }
 
 // ScheduleInsert stores a new schedule. A second insert for the same
@@ -313,6 +315,7 @@ func (q *Queries) ScheduleInsert(ctx context.Context, arg ScheduleInsertParams) 
 		arg.CallID,
 		arg.NextRunAt,
 		arg.IdempotencyKey,
+		arg.Sources,
 	)
 	var i ChoirControlSchedule
 	err := row.Scan(

@@ -3,9 +3,10 @@
 -- session and tool call (an agent retrying), or for the same idempotency
 -- key (the call run again after a restart), returns no row.
 INSERT INTO choir_control.schedules (agent_id, dm, kind, cron, run_at, time_zone, purpose, text, missed, start_agent,
-                                     status, created_by, session_id, call_id, next_run_at, idempotency_key)
+                                     status, created_by, session_id, call_id, next_run_at, idempotency_key, sources)
 VALUES (@agent_id, @dm, @kind, sqlc.narg(cron), sqlc.narg(run_at), @time_zone, @purpose, @text, @missed, @start_agent,
-        @status, @created_by, sqlc.narg(session_id), sqlc.narg(call_id), sqlc.narg(next_run_at), sqlc.narg(idempotency_key))
+        @status, @created_by, sqlc.narg(session_id), sqlc.narg(call_id), sqlc.narg(next_run_at), sqlc.narg(idempotency_key),
+        coalesce(sqlc.narg(sources)::text[], '{}'))
 ON CONFLICT DO NOTHING
 RETURNING *;
 

@@ -581,6 +581,9 @@ type ExecuteHostToolRequest struct {
 	CallID         string          `json:"call_id"`
 	Input          json.RawMessage `json:"input"`
 	IdempotencyKey string          `json:"idempotency_key,omitempty"`
+	// Sources are the untrusted sources of the calling lane, as its
+	// arbiter knows them (issue 30): a schedule keeps them for its fires.
+	Sources []string `json:"sources,omitempty"`
 }
 
 // Validate checks the tool name, call ID and input object.

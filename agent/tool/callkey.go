@@ -41,3 +41,21 @@ func NewCallKey() string {
 	rand.Read(b[:]) //nolint:errcheck // crypto/rand.Read never fails
 	return "ck-" + hex.EncodeToString(b[:])
 }
+
+type laneSourcesCtx struct{}
+
+// WithLaneSources returns ctx carrying the untrusted sources of the lane
+// that makes the call (issue 30): a host tool that keeps text for later,
+// a schedule, keeps them with it.
+func WithLaneSources(ctx context.Context, srcs []string) context.Context {
+	if len(srcs) == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, laneSourcesCtx{}, srcs)
+}
+
+// LaneSources returns the sources WithLaneSources put in ctx.
+func LaneSources(ctx context.Context) []string {
+	v, _ := ctx.Value(laneSourcesCtx{}).([]string)
+	return v
+}

@@ -4,7 +4,7 @@ import (
 	"context"
 	"errors"
 
-	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/configdiff"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/wire"
@@ -22,15 +22,15 @@ func configErr(err error) error {
 }
 
 func (d *API) mountConfigControl(mux *admin.Mux) {
-	admin.Handle(mux, "POST", admin.PathConfigLoad, func(ctx context.Context, _ admin.Empty) (config.DiffReport, error) {
+	admin.Handle(mux, "POST", admin.PathConfigLoad, func(ctx context.Context, _ admin.Empty) (configdiff.DiffReport, error) {
 		out, err := d.ConfigLoad(ctx, adminScope(ctx))
 		return out, configErr(err)
 	})
-	admin.Handle(mux, "GET", admin.PathConfigDiff, func(ctx context.Context, _ admin.Empty) (config.DiffReport, error) {
+	admin.Handle(mux, "GET", admin.PathConfigDiff, func(ctx context.Context, _ admin.Empty) (configdiff.DiffReport, error) {
 		out, err := d.ConfigDiff(ctx, adminScope(ctx))
 		return out, configErr(err)
 	})
-	admin.Handle(mux, "POST", admin.PathConfigApply, func(ctx context.Context, _ admin.Empty) (config.ApplyReport, error) {
+	admin.Handle(mux, "POST", admin.PathConfigApply, func(ctx context.Context, _ admin.Empty) (configdiff.ApplyReport, error) {
 		out, err := d.ConfigApply(ctx, adminScope(ctx))
 		return out, configErr(err)
 	})

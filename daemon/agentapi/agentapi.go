@@ -511,7 +511,7 @@ func (a *API) HandleExecuteHostTool(ctx context.Context, call rpc.Call, req rpc.
 	}
 	if sid, err := uuid.Parse(call.Session.ID); err == nil {
 		ctx = withHostCall(ctx, hostCall{sessionID: sid, agentID: call.Session.AgentID, callID: req.CallID,
-			key: req.IdempotencyKey})
+			key: req.IdempotencyKey, sources: req.Sources})
 	}
 	out, err := fn(ctx, call.Session.AgentID, req.Input)
 	if err != nil {

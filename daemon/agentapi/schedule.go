@@ -26,7 +26,7 @@ func ScheduleTools(s *schedule.Service) map[string]HostTool {
 				return nil, fmt.Errorf("%s called outside a session", name)
 			}
 			out, err := fn(ctx, schedule.Caller{AgentID: agentID, SessionID: hc.sessionID, CallID: hc.callID,
-				Key: hc.key}, in)
+				Key: hc.key, Sources: hc.sources}, in)
 			var bad *schedule.InputError
 			switch {
 			case errors.As(err, &bad), errors.Is(err, session.ErrUnknownResource), errors.Is(err, choirsql.ErrNotFound),

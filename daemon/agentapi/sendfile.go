@@ -34,6 +34,8 @@ type hostCall struct {
 	agentID   string
 	callID    string
 	key       string
+	// sources are the calling lane's untrusted sources (issue 30).
+	sources []string
 }
 
 // callRef is what a host tool keeps its effect under, so that a call run

@@ -26,6 +26,7 @@ import (
 
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/configdiff"
 	"github.com/choirhq/choir/daemon/build"
 )
 
@@ -275,7 +276,7 @@ func (r *Repos) Apply(s *State) {
 }
 
 // Diff compares a loaded state with the running one.
-func (r *Repos) Diff(staged *State) []config.Change {
+func (r *Repos) Diff(staged *State) []configdiff.Change {
 	r.mu.Lock()
 	running := r.running
 	r.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/configdiff"
 	"github.com/choirhq/choir/daemon/configrepo"
 )
 
@@ -320,7 +321,7 @@ func TestDiffClassifiesRepoChanges(t *testing.T) {
 	b := setup(t)
 	first, _ := b.mustLoad(t)
 	// The first load had no clones before it: everything is new.
-	if ch := b.repos.Diff(first); len(ch) == 0 || ch[0].Op != config.OpAdd || ch[0].Repo != "global" {
+	if ch := b.repos.Diff(first); len(ch) == 0 || ch[0].Op != configdiff.OpAdd || ch[0].Repo != "global" {
 		t.Fatalf("first diff = %v", ch)
 	}
 	b.repos.Apply(first)
@@ -360,7 +361,7 @@ func TestDiffClassifiesRepoChanges(t *testing.T) {
 
 	// The report prints them in the spec's form, hot and restart-required
 	// alike, each with the command that applies it.
-	report := config.DiffReport{Changes: append([]config.Change{{Op: config.OpChange, File: config.ConfigFile,
+	report := configdiff.DiffReport{Changes: append([]configdiff.Change{{Op: configdiff.OpChange, File: config.ConfigFile,
 		Path: "$.models.default", Old: "a", New: "b", Effect: "hot-reload"}}, b.repos.Diff(second)...)}
 	out := report.String()
 	for _, w := range []string{

@@ -4,7 +4,7 @@ import (
 	"maps"
 	"slices"
 
-	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/configdiff"
 )
 
 // Diff returns the changes from running to staged repositories: for each
@@ -13,7 +13,7 @@ import (
 // by path. Every change is restart-required: it reaches an agent through
 // a new image, and the hint names the command that builds and redeploys
 // it. A nil running state is an empty one.
-func Diff(running, staged *State) []config.Change {
+func Diff(running, staged *State) []configdiff.Change {
 	if staged == nil {
 		return nil
 	}
@@ -39,22 +39,22 @@ func Diff(running, staged *State) []config.Change {
 		}
 		return 1
 	})
-	var out []config.Change
+	var out []configdiff.Change
 	for _, name := range names {
 		a, ina := running.Repos[name]
 		b, inb := staged.Repos[name]
 		change := func(op, file, old, new string) {
-			out = append(out, config.Change{Op: op, Repo: name, File: file, Old: old, New: new,
+			out = append(out, configdiff.Change{Op: op, Repo: name, File: file, Old: old, New: new,
 				Effect: EffectRestartRequired, Hint: hint(name)})
 		}
 		switch {
 		case !ina:
-			change(config.OpAdd, "", "", b.Commit)
+			change(configdiff.OpAdd, "", "", b.Commit)
 		case !inb:
-			change(config.OpRemove, "", a.Commit, "")
+			change(configdiff.OpRemove, "", a.Commit, "")
 			continue
 		case a.Commit != b.Commit:
-			change(config.OpChange, "", a.Commit, b.Commit)
+			change(configdiff.OpChange, "", a.Commit, b.Commit)
 		}
 		files := slices.Collect(maps.Keys(b.Files))
 		for f := range a.Files {
@@ -68,11 +68,11 @@ func Diff(running, staged *State) []config.Change {
 			hb, fb := b.Files[f]
 			switch {
 			case !fa:
-				change(config.OpAdd, f, "", "")
+				change(configdiff.OpAdd, f, "", "")
 			case !fb:
-				change(config.OpRemove, f, "", "")
+				change(configdiff.OpRemove, f, "", "")
 			case ha != hb:
-				change(config.OpChange, f, "", "")
+				change(configdiff.OpChange, f, "", "")
 			}
 		}
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/configdiff"
 	"github.com/choirhq/choir/daemon/configrepo"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
@@ -115,7 +116,7 @@ const (
 // ConfigRefusedError is returned by ConfigApply when the staged
 // configuration cannot be applied; nothing was changed.
 type ConfigRefusedError struct {
-	Problems []config.Blocker
+	Problems []configdiff.Blocker
 }
 
 func (e *ConfigRefusedError) Error() string {
@@ -135,24 +136,24 @@ var ErrNothingStaged = errors.New("no configuration is staged; run choirctl conf
 // one snapshot, fetches and checks the repositories (configrepo), and
 // stages it all (spec 17.6). Anything invalid stages nothing and discards
 // what an earlier load staged, so apply never picks up an older file.
-func (d *Control) ConfigLoad(ctx context.Context, sc Scope) (config.DiffReport, error) {
+func (d *Control) ConfigLoad(ctx context.Context, sc Scope) (configdiff.DiffReport, error) {
 	if err := sc.AdminOnly("config load"); err != nil {
-		return config.DiffReport{}, err
+		return configdiff.DiffReport{}, err
 	}
 	d.cfgCtl.stageMu.Lock()
 	defer d.cfgCtl.stageMu.Unlock()
 	d.cfgCtl.staged = nil
 	st, err := d.readStaged()
 	if err != nil {
-		return config.DiffReport{}, err
+		return configdiff.DiffReport{}, err
 	}
 	if st.repos, st.repoWarnings, err = d.cfgCtl.repos.Load(ctx, configrepo.Options{Home: d.home, Logger: d.logger}, st.cfg); err != nil {
-		return config.DiffReport{}, err
+		return configdiff.DiffReport{}, err
 	}
 	d.cfgCtl.staged = st
 	diff, err := d.diffStaged(ctx, st)
 	if err != nil {
-		return config.DiffReport{}, err
+		return configdiff.DiffReport{}, err
 	}
 	d.logger.InfoContext(ctx, "config staged", slog.Int("changes", len(diff.Changes)),
 		slog.Int("blockers", len(diff.Blockers)), slog.String("by", sc.Actor))
@@ -170,36 +171,36 @@ func (d *Control) readStaged() (*stagedConfig, error) {
 }
 
 // ConfigDiff compares the staged configuration with the running one.
-func (d *Control) ConfigDiff(ctx context.Context, sc Scope) (config.DiffReport, error) {
+func (d *Control) ConfigDiff(ctx context.Context, sc Scope) (configdiff.DiffReport, error) {
 	if err := sc.AdminOnly("config diff"); err != nil {
-		return config.DiffReport{}, err
+		return configdiff.DiffReport{}, err
 	}
 	d.cfgCtl.stageMu.Lock()
 	defer d.cfgCtl.stageMu.Unlock()
 	if d.cfgCtl.staged == nil {
-		return config.DiffReport{}, ErrNothingStaged
+		return configdiff.DiffReport{}, ErrNothingStaged
 	}
 	return d.diffStaged(ctx, d.cfgCtl.staged)
 }
 
 // diffStaged compares st with the running configuration and finds what
 // would make apply refuse. The caller holds stageMu.
-func (d *Control) diffStaged(ctx context.Context, st *stagedConfig) (config.DiffReport, error) {
+func (d *Control) diffStaged(ctx context.Context, st *stagedConfig) (configdiff.DiffReport, error) {
 	running, secrets := d.config()
-	changes, err := config.Diff(running, st.cfg)
+	changes, err := configdiff.Diff(running, st.cfg)
 	if err != nil {
-		return config.DiffReport{}, err
+		return configdiff.DiffReport{}, err
 	}
-	var blockers []config.Blocker
+	var blockers []configdiff.Blocker
 	for i := range changes {
 		ch := &changes[i]
 		ch.Effect, ch.Hint = changeEffect(*ch)
 		if ch.Effect == EffectChoirdRestart {
-			blockers = append(blockers, config.Blocker{Path: ch.Path,
+			blockers = append(blockers, configdiff.Blocker{Path: ch.Path,
 				Message: "choird reads this at start-up only: restart choird to use it, or revert it and run choirctl config load again"})
 		}
 	}
-	for _, ch := range config.SecretsDiff(secrets, st.secrets) {
+	for _, ch := range configdiff.SecretsDiff(secrets, st.secrets) {
 		ch.Effect, ch.Hint = EffectSecretApply, "choirctl secret apply"
 		changes = append(changes, ch)
 	}
@@ -209,31 +210,31 @@ func (d *Control) diffStaged(ctx context.Context, st *stagedConfig) (config.Diff
 	if err := st.cfg.ValidateAt(d.home, secrets); err != nil {
 		var cerr *strictjson.Error
 		if !errors.As(err, &cerr) {
-			return config.DiffReport{}, err
+			return configdiff.DiffReport{}, err
 		}
 		for _, p := range cerr.Problems {
-			blockers = append(blockers, config.Blocker{Path: p.Path,
+			blockers = append(blockers, configdiff.Blocker{Path: p.Path,
 				Message: p.Message + " (checked against choird's running secrets: if secrets.json has it, run choirctl secret apply first)"})
 		}
 	}
 	live, err := d.liveBindingBlockers(ctx, running, st.cfg)
 	if err != nil {
-		return config.DiffReport{}, err
+		return configdiff.DiffReport{}, err
 	}
 	blockers = append(blockers, live...)
 	if changes == nil {
-		changes = []config.Change{}
+		changes = []configdiff.Change{}
 	}
 	if blockers == nil {
-		blockers = []config.Blocker{}
+		blockers = []configdiff.Blocker{}
 	}
-	return config.DiffReport{RunningVersion: d.runningConfigVersion(), LoadedAt: st.loadedAt, Changes: changes, Blockers: blockers,
+	return configdiff.DiffReport{RunningVersion: d.runningConfigVersion(), LoadedAt: st.loadedAt, Changes: changes, Blockers: blockers,
 		Warnings: st.repoWarnings}, nil
 }
 
 // changeEffect says when a config.json change takes effect, and what the
 // operator runs for it.
-func changeEffect(ch config.Change) (effect, hint string) {
+func changeEffect(ch configdiff.Change) (effect, hint string) {
 	keys := ch.Keys()
 	if len(keys) == 0 {
 		return EffectChoirdRestart, ""
@@ -273,8 +274,8 @@ func changeEffect(ch config.Change) (effect, hint string) {
 // liveBindingBlockers refuses a staged config that removes an agent that
 // is running, or a resource a running session is bound to: the session
 // would be left naming something that no longer exists.
-func (d *Control) liveBindingBlockers(ctx context.Context, running, staged *config.Config) ([]config.Blocker, error) {
-	var out []config.Blocker
+func (d *Control) liveBindingBlockers(ctx context.Context, running, staged *config.Config) ([]configdiff.Blocker, error) {
+	var out []configdiff.Blocker
 	q := seam.Queries(d.pool)
 	for _, id := range sortedKeys(running.Agents) {
 		s, err := q.SessionGetLiveByAgent(ctx, id)
@@ -286,7 +287,7 @@ func (d *Control) liveBindingBlockers(ctx context.Context, running, staged *conf
 		}
 		stop := fmt.Sprintf("stop it first (choirctl agent stop %s), or keep it", id)
 		if _, ok := staged.Agents[id]; !ok {
-			out = append(out, config.Blocker{Path: key("agents", id),
+			out = append(out, configdiff.Blocker{Path: key("agents", id),
 				Message: fmt.Sprintf("agent %s is removed but running (session %s): %s", id, s.SessionID, stop)})
 			continue
 		}
@@ -296,7 +297,7 @@ func (d *Control) liveBindingBlockers(ctx context.Context, running, staged *conf
 		}
 		check := func(section, name string, present bool) {
 			if name != "" && !present {
-				out = append(out, config.Blocker{Path: key(section, name),
+				out = append(out, configdiff.Blocker{Path: key(section, name),
 					Message: fmt.Sprintf("removed, but running agent %s is bound to it: %s", id, stop)})
 			}
 		}
@@ -342,27 +343,27 @@ func key(section, name string) string {
 // with the running secrets, and removals of what a running agent uses are
 // refused, with the JSON path of each problem, and nothing changes.
 // secrets.json is not applied (that is secret apply).
-func (d *Control) ConfigApply(ctx context.Context, sc Scope) (config.ApplyReport, error) {
+func (d *Control) ConfigApply(ctx context.Context, sc Scope) (configdiff.ApplyReport, error) {
 	if err := sc.AdminOnly("config apply"); err != nil {
-		return config.ApplyReport{}, err
+		return configdiff.ApplyReport{}, err
 	}
 	d.cfgCtl.stageMu.Lock()
 	defer d.cfgCtl.stageMu.Unlock()
 	st := d.cfgCtl.staged
 	if st == nil {
-		return config.ApplyReport{}, ErrNothingStaged
+		return configdiff.ApplyReport{}, ErrNothingStaged
 	}
 	diff, err := d.diffStaged(ctx, st)
 	if err != nil {
-		return config.ApplyReport{}, err
+		return configdiff.ApplyReport{}, err
 	}
 	if len(diff.Blockers) > 0 {
-		return config.ApplyReport{}, &ConfigRefusedError{Problems: diff.Blockers}
+		return configdiff.ApplyReport{}, &ConfigRefusedError{Problems: diff.Blockers}
 	}
 	// The next build uses the clones as loaded: they run from now on.
 	d.cfgCtl.repos.Apply(st.repos)
 	prev := d.runningConfigVersion()
-	res := config.ApplyReport{Version: prev, PreviousVersion: prev, Applied: []config.Change{}, NotApplied: []config.Change{}}
+	res := configdiff.ApplyReport{Version: prev, PreviousVersion: prev, Applied: []configdiff.Change{}, NotApplied: []configdiff.Change{}}
 	for _, ch := range diff.Changes {
 		if ch.File == config.ConfigFile {
 			res.Applied = append(res.Applied, ch)
@@ -384,7 +385,7 @@ func (d *Control) ConfigApply(ctx context.Context, sc Scope) (config.ApplyReport
 		// leaves at most an unused schema.
 		if _, err := seam.Queries(d.pool).AgentProvisionSchema(ctx, db.AgentProvisionSchemaParams{
 			AgentID: id, Dimensions: int32(running.Embedding.Dimensions)}); err != nil {
-			return config.ApplyReport{}, fmt.Errorf("config apply: provision schema of new agent %s: %w", id, err)
+			return configdiff.ApplyReport{}, fmt.Errorf("config apply: provision schema of new agent %s: %w", id, err)
 		}
 	}
 
@@ -396,7 +397,7 @@ func (d *Control) ConfigApply(ctx context.Context, sc Scope) (config.ApplyReport
 	version, err := seam.Queries(d.pool).ConfigVersionRecord(ctx, st.sum[:])
 	if err != nil {
 		d.swapConfig(running)
-		return config.ApplyReport{}, fmt.Errorf("config apply: record config version: %w; nothing changed", err)
+		return configdiff.ApplyReport{}, fmt.Errorf("config apply: record config version: %w; nothing changed", err)
 	}
 	d.update(func(sn *Snapshot) { sn.Version = version })
 	d.cfgCtl.staged = nil

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/configdiff"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/choirctltest"
 	"github.com/choirhq/choir/internal/choirdtest"
@@ -20,7 +21,7 @@ import (
 // secretValues are the values choirdtest.StartTwoAgents writes; none may ever be shown.
 var secretValues = []string{choirdtest.Canary, "ghp-test", "postgres:"}
 
-func changeLines(cs []config.Change) []string {
+func changeLines(cs []configdiff.Change) []string {
 	var out []string
 	for _, c := range cs {
 		out = append(out, c.String())
@@ -48,7 +49,7 @@ func TestConfigControlPermissions(t *testing.T) {
 		call func(control.Scope) error
 	}{
 		{"ConfigLoad", func(sc control.Scope) error { _, err := d.ConfigLoad(ctx, sc); return err }},
-		{"config.DiffReport", func(sc control.Scope) error { _, err := d.ConfigDiff(ctx, sc); return err }},
+		{"configdiff.DiffReport", func(sc control.Scope) error { _, err := d.ConfigDiff(ctx, sc); return err }},
 		{"ConfigApply", func(sc control.Scope) error { _, err := d.ConfigApply(ctx, sc); return err }},
 		{"ConfigShow", func(sc control.Scope) error { _, err := d.ConfigShow(ctx, sc); return err }},
 		{"SecretList", func(sc control.Scope) error { _, err := d.SecretList(ctx, sc); return err }},
@@ -162,13 +163,13 @@ func TestConfigLoadDiffApply(t *testing.T) {
 		}
 
 		code, out, errs = choirctltest.Run(t, home, "config", "diff", "--json")
-		var diff config.DiffReport
+		var diff configdiff.DiffReport
 		if err := json.Unmarshal([]byte(out), &diff); code != 0 || err != nil || len(diff.Changes) != 3 || len(diff.Blockers) != 0 {
 			t.Fatalf("config diff --json: %d %v %s %s", code, err, out, errs)
 		}
 
 		code, out, errs = choirctltest.Run(t, home, "config", "apply", "--json")
-		var res config.ApplyReport
+		var res configdiff.ApplyReport
 		if err := json.Unmarshal([]byte(out), &res); code != 0 || err != nil {
 			t.Fatalf("config apply: %d %v %s %s", code, err, out, errs)
 		}

@@ -288,11 +288,13 @@ func inboxPush(row db.ChoirControlInbox) (rpc.Push, error) {
 		return rpc.Push{Kind: rpc.PushInjection, Injection: &rpc.Injection{InboxID: row.InboxID, Text: row.Text,
 			ReceivedAt: row.ReceivedAt}}, nil
 	case KindScheduled:
-		// A schedule's fire reaches the agent as a user message whose text
-		// starts with its bracketed header ("[scheduled #3, due ...]",
-		// schedule.Message), from the schedule's DM.
+		// A schedule's fire reaches the agent as its own earlier note,
+		// never as the user's words: its text starts with its bracketed
+		// header ("[scheduled #3, due ...]", schedule.Message), and it
+		// carries the sources of the lane that made it (issue 30).
 		return rpc.Push{Kind: rpc.PushUserMessage, UserMessage: &rpc.UserMessage{InboxID: row.InboxID, Gateway: row.Gateway,
-			ChatID: row.ChatID, UserID: row.UserID, Text: row.Text, ReceivedAt: row.ReceivedAt}}, nil
+			ChatID: row.ChatID, UserID: row.UserID, Text: row.Text, ReceivedAt: row.ReceivedAt, Origin: rpc.OriginSchedule,
+			Sources: row.Sources}}, nil
 	case InboxMail, InboxMailDigest:
 		// Mail is a stranger's words: the agent renders origin mail as
 		// untrusted content, and its lane holds the senders as sources.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/choirhq/choir/agent/proposal"
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/configdiff"
 	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/outbox"
 	"github.com/choirhq/choir/daemon/outbox/message"
@@ -76,7 +77,7 @@ func (p *Proposer) Check(ctx context.Context, agentID, sessionID string, req rpc
 		if err := checkPatchKeys(agentID, c.Patch); err != nil {
 			return Checked{}, err
 		}
-		var changes []config.Change
+		var changes []configdiff.Change
 		base, changes, err = p.configChange(c.Patch)
 		if err != nil {
 			return Checked{}, err
@@ -137,7 +138,7 @@ func (p *Proposer) RecordTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a
 // configChange applies a merge patch to config.json and validates the
 // result as config load does. config.json must hold what choird runs, so
 // that the diff the person approves is the whole change.
-func (p *Proposer) configChange(patch []byte) (baseSum string, changes []config.Change, err error) {
+func (p *Proposer) configChange(patch []byte) (baseSum string, changes []configdiff.Change, err error) {
 	path := filepath.Join(p.o.Home, config.ConfigFile)
 	disk, err := os.ReadFile(path)
 	if err != nil {
@@ -148,7 +149,7 @@ func (p *Proposer) configChange(patch []byte) (baseSum string, changes []config.
 	if err != nil {
 		return "", nil, fmt.Errorf("config.json does not parse; an operator must fix it first: %w", err)
 	}
-	if pending, err := config.Diff(snap.Config, onDisk); err != nil || len(pending) > 0 {
+	if pending, err := configdiff.Diff(snap.Config, onDisk); err != nil || len(pending) > 0 {
 		return "", nil, fmt.Errorf("config.json has %d change(s) not applied yet (e.g. %s); an operator must apply or revert them before a config change can be proposed",
 			len(pending), firstPath(pending))
 	}
@@ -163,7 +164,7 @@ func (p *Proposer) configChange(patch []byte) (baseSum string, changes []config.
 	if err := next.ValidateAt(p.o.Home, snap.Secrets); err != nil {
 		return "", nil, fmt.Errorf("the patched config.json: %w", err)
 	}
-	changes, err = config.Diff(snap.Config, next)
+	changes, err = configdiff.Diff(snap.Config, next)
 	if err != nil {
 		return "", nil, err
 	}
@@ -174,7 +175,7 @@ func (p *Proposer) configChange(patch []byte) (baseSum string, changes []config.
 	return hex.EncodeToString(sum[:]), changes, nil
 }
 
-func firstPath(ch []config.Change) string {
+func firstPath(ch []configdiff.Change) string {
 	if len(ch) == 0 {
 		return "-"
 	}
@@ -183,12 +184,12 @@ func firstPath(ch []config.Change) string {
 
 // renderConfig shows every changed setting with its full old and new
 // values: lock policies, secret scopes and approval settings included.
-func renderConfig(c proposal.Config, changes []config.Change) string {
+func renderConfig(c proposal.Config, changes []configdiff.Change) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "change config.json\nWhy, in the agent's words:\n%s\n%d setting(s) change:\n", verbatim.Lines(c.Rationale), len(changes))
 	for _, ch := range changes {
 		switch ch.Op {
-		case config.OpChange:
+		case configdiff.OpChange:
 			fmt.Fprintf(&b, "~ %s\n  from:\n%s\n  to:\n%s\n", verbatim.Escape(ch.Path), verbatim.Lines(ch.Old), verbatim.Lines(ch.New))
 		default:
 			fmt.Fprintf(&b, "%s %s\n", ch.Op, verbatim.Escape(ch.Path))

@@ -19,7 +19,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/configdiff"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -33,8 +33,8 @@ type Control interface {
 	// agent's repository at exactly the commit choird merged.
 	AgentBuildCommit(ctx context.Context, sc control.Scope, agentID, commit string) (admin.BuildResult, error)
 	AgentUpdateCommit(ctx context.Context, sc control.Scope, agentID, commit string) (admin.UpdateResult, error)
-	ConfigLoad(ctx context.Context, sc control.Scope) (config.DiffReport, error)
-	ConfigApply(ctx context.Context, sc control.Scope) (config.ApplyReport, error)
+	ConfigLoad(ctx context.Context, sc control.Scope) (configdiff.DiffReport, error)
+	ConfigApply(ctx context.Context, sc control.Scope) (configdiff.ApplyReport, error)
 }
 
 // Options configure a Proposer.

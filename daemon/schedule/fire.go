@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -103,7 +104,8 @@ func fireTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, job *river.Job[st
 	if f.Outcome != "skipped" {
 		_, chat, _ := deps.DMAddress(s.Dm)
 		row, err := inbox.AddNotice(ctx, tx, inbox.Notice{Source: InboxSource, UpdateID: fire.FireID, DM: s.Dm,
-			AgentID: s.AgentID, ChatID: chat, Kind: inbox.KindScheduled, Text: Message(s, due, now, f.Outcome)})
+			AgentID: s.AgentID, ChatID: chat, Kind: inbox.KindScheduled, Text: Message(s, due, now, f.Outcome),
+			Sources: s.Sources})
 		if err != nil {
 			return fireResult{}, fmt.Errorf("queue the message of schedule %d: %w", s.ScheduleID, err)
 		}
@@ -145,11 +147,23 @@ func Message(s db.ChoirControlSchedule, due, now time.Time, outcome string) stri
 	if s.Purpose == "reminder" {
 		head = fmt.Sprintf("reminder #%d for the user; tell them", s.ScheduleID)
 	}
-	head += ", due " + due.In(loc).Format(layout)
+	head += ", due " + due.In(loc).Format(layout) + ", made by " + creator(s.CreatedBy)
 	if outcome == "fired_late" {
 		head += ", late: choird was down at the due time, it is now " + now.In(loc).Format(layout)
 	}
 	return "[" + head + "] " + s.Text
+}
+
+// creator says who made a schedule, from its created_by: the agent itself
+// ("agent:<id>"), or a person through choirctl or the DM.
+func creator(createdBy string) string {
+	if id, ok := strings.CutPrefix(createdBy, "agent:"); ok {
+		return "you (agent " + id + ")"
+	}
+	if createdBy == "" {
+		return "a person"
+	}
+	return createdBy
 }
 
 // FireWorker fires schedules, in one transaction with the job's

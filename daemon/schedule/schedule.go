@@ -477,6 +477,9 @@ type Caller struct {
 	SessionID uuid.UUID
 	CallID    string
 	Key       string
+	// Sources are the untrusted sources of the lane that calls: a
+	// schedule it makes keeps them, and each fire carries them back.
+	Sources []string
 }
 
 // byCall is the lookup of the schedule c made, if it made one.

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"path/filepath"
+	"os"
 	"strconv"
 	"strings"
 	"testing"
@@ -118,7 +119,8 @@ func TestReminderReachesTheInboxAtItsTime(t *testing.T) {
 		t.Errorf("message stored at %s, before its time %s", received, s.RunAt)
 	}
 	loc, _ := time.LoadLocation(zone)
-	wantHead := "[reminder #" + itoa(s.ID) + " for the user; tell them, due " + s.RunAt.In(loc).Format("Mon 2 Jan 2006 15:04 MST") + "] "
+	wantHead := "[reminder #" + itoa(s.ID) + " for the user; tell them, due " + s.RunAt.In(loc).Format("Mon 2 Jan 2006 15:04 MST") +
+		", made by choirctl:uid=" + strconv.Itoa(os.Getuid()) + "] "
 	if text != wantHead+"stretch" {
 		t.Errorf("message %q, want %q", text, wantHead+"stretch")
 	}

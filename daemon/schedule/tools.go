@@ -197,6 +197,7 @@ func (s *Service) agentAdd(ctx context.Context, c Caller, req admin.ScheduleAddR
 	cfg := s.config()
 	needsApproval := cfg.Agents[c.AgentID].SchedulesNeedApproval
 	p.params.CreatedBy, p.params.SessionID, p.params.CallID = "agent:"+c.AgentID, &c.SessionID, &c.CallID
+	p.params.Sources = c.Sources
 	if c.Key != "" {
 		p.params.IdempotencyKey = &c.Key
 	}

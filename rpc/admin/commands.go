@@ -8,7 +8,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/configdiff"
 	"github.com/choirhq/choir/rpc/wire"
 )
 
@@ -94,18 +94,18 @@ func (c *Client) WorkspaceReset(ctx context.Context, name string) (WorkspaceInfo
 
 // ConfigLoad has choird read, validate and stage .choir.d/, and returns the
 // diff against the running config.
-func (c *Client) ConfigLoad(ctx context.Context) (config.DiffReport, error) {
-	return call[config.DiffReport](ctx, c, http.MethodPost, PathConfigLoad, nil)
+func (c *Client) ConfigLoad(ctx context.Context) (configdiff.DiffReport, error) {
+	return call[configdiff.DiffReport](ctx, c, http.MethodPost, PathConfigLoad, nil)
 }
 
 // ConfigDiff returns the staged config against the running one.
-func (c *Client) ConfigDiff(ctx context.Context) (config.DiffReport, error) {
-	return call[config.DiffReport](ctx, c, http.MethodGet, PathConfigDiff, nil)
+func (c *Client) ConfigDiff(ctx context.Context) (configdiff.DiffReport, error) {
+	return call[configdiff.DiffReport](ctx, c, http.MethodGet, PathConfigDiff, nil)
 }
 
 // ConfigApply makes the staged config the running one.
-func (c *Client) ConfigApply(ctx context.Context) (config.ApplyReport, error) {
-	return call[config.ApplyReport](ctx, c, http.MethodPost, PathConfigApply, nil)
+func (c *Client) ConfigApply(ctx context.Context) (configdiff.ApplyReport, error) {
+	return call[configdiff.ApplyReport](ctx, c, http.MethodPost, PathConfigApply, nil)
 }
 
 // ConfigShow returns the config choird runs with (secret names only).

@@ -1,4 +1,4 @@
-package config_test
+package configdiff_test
 
 import (
 	"encoding/json"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/configdiff"
 	"github.com/choirhq/choir/config/starter"
 )
 
@@ -53,7 +54,7 @@ func TestDiff(t *testing.T) {
 			t.Parallel()
 			running, staged := base(), base()
 			tt.edit(staged)
-			changes, err := config.Diff(running, staged)
+			changes, err := configdiff.Diff(running, staged)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,7 +81,7 @@ func TestChangeKeys(t *testing.T) {
 		{`$["odd.key"]`, []string{"odd.key"}},
 	}
 	for _, tt := range tests {
-		if got := (config.Change{Path: tt.path}).Keys(); !slices.Equal(got, tt.want) {
+		if got := (configdiff.Change{Path: tt.path}).Keys(); !slices.Equal(got, tt.want) {
 			t.Errorf("Keys(%s) = %q, want %q", tt.path, got, tt.want)
 		}
 	}
@@ -90,7 +91,7 @@ func TestSecretsDiffNeverShowsValues(t *testing.T) {
 	t.Parallel()
 	running := config.Secrets{"kept": "v-kept-1111", "rotated": "v-old-2222", "gone": "v-gone-3333"}
 	staged := config.Secrets{"kept": "v-kept-1111", "rotated": "v-new-4444", "new-key": "v-new-5555"}
-	changes := config.SecretsDiff(running, staged)
+	changes := configdiff.SecretsDiff(running, staged)
 	var lines []string
 	for _, c := range changes {
 		lines = append(lines, c.String())
@@ -99,7 +100,7 @@ func TestSecretsDiffNeverShowsValues(t *testing.T) {
 	if !slices.Equal(lines, want) {
 		t.Errorf("SecretsDiff =\n%s\nwant\n%s", strings.Join(lines, "\n"), strings.Join(want, "\n"))
 	}
-	report := config.DiffReport{Changes: changes}
+	report := configdiff.DiffReport{Changes: changes}
 	data, err := json.Marshal(report)
 	if err != nil {
 		t.Fatal(err)

@@ -1,4 +1,7 @@
-package config
+// Package configdiff compares configurations (spec 17.6): what `choirctl config
+// diff` shows and `config apply` reports, a change at a JSON path of
+// config.json or a secret of secrets.json, never a secret's value.
+package configdiff
 
 import (
 	"bytes"
@@ -9,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -63,7 +67,7 @@ func (c Change) String() string {
 	switch {
 	case c.Repo != "" && c.File != "":
 		// A file of a repository: the path says it all.
-	case c.File == SecretsFile && c.Op == OpChange:
+	case c.File == config.SecretsFile && c.Op == OpChange:
 		b.WriteString(" (value changed)")
 	case c.Op == OpChange:
 		fmt.Fprintf(&b, ": %s -> %s", shorten(c.Old), shorten(c.New))
@@ -92,8 +96,8 @@ func (c Change) DisplayPath() string {
 		return c.Repo + ":" + c.File
 	}
 	p := strings.TrimPrefix(strings.TrimPrefix(c.Path, strictjson.Root), ".")
-	if c.File == SecretsFile {
-		return SecretsFile + ": " + secretName(p)
+	if c.File == config.SecretsFile {
+		return config.SecretsFile + ": " + secretName(p)
 	}
 	return p
 }
@@ -153,7 +157,7 @@ func shorten(s string) string {
 // inside a resource present in both, each changed value is one change at
 // its own path (~ models.local.endpoint). Defaults are applied to both
 // first, so an omitted tunable equals its default.
-func Diff(running, staged *Config) ([]Change, error) {
+func Diff(running, staged *config.Config) ([]Change, error) {
 	a, err := configTree(running)
 	if err != nil {
 		return nil, err
@@ -168,7 +172,7 @@ func Diff(running, staged *Config) ([]Change, error) {
 }
 
 // configTree renders c as config.json would hold it, decoded into maps.
-func configTree(c *Config) (any, error) {
+func configTree(c *config.Config) (any, error) {
 	cp := *c
 	cp.ApplyDefaults()
 	data, err := json.Marshal(&cp)
@@ -201,9 +205,9 @@ func diffTree(p string, a, b any, out *[]Change) {
 			kp := strictjson.PathKey(p, k)
 			switch {
 			case !ina:
-				*out = append(*out, Change{Op: OpAdd, File: ConfigFile, Path: kp})
+				*out = append(*out, Change{Op: OpAdd, File: config.ConfigFile, Path: kp})
 			case !inb:
-				*out = append(*out, Change{Op: OpRemove, File: ConfigFile, Path: kp})
+				*out = append(*out, Change{Op: OpRemove, File: config.ConfigFile, Path: kp})
 			default:
 				diffTree(kp, va, vb, out)
 			}
@@ -212,7 +216,7 @@ func diffTree(p string, a, b any, out *[]Change) {
 	}
 	oa, ob := show(a), show(b)
 	if oa != ob {
-		*out = append(*out, Change{Op: OpChange, File: ConfigFile, Path: p, Old: oa, New: ob})
+		*out = append(*out, Change{Op: OpChange, File: config.ConfigFile, Path: p, Old: oa, New: ob})
 	}
 }
 
@@ -235,7 +239,7 @@ func show(v any) string {
 // SecretsDiff compares two secret sets by name and value and returns the
 // changes from running to staged, sorted by name. It never includes a
 // value: a changed secret is reported as changed, nothing more.
-func SecretsDiff(running, staged Secrets) []Change {
+func SecretsDiff(running, staged config.Secrets) []Change {
 	names := running.Names()
 	for name := range staged {
 		if _, ok := running[name]; !ok {
@@ -250,11 +254,11 @@ func SecretsDiff(running, staged Secrets) []Change {
 		p := strictjson.PathKey(strictjson.Root, name)
 		switch {
 		case !ina:
-			out = append(out, Change{Op: OpAdd, File: SecretsFile, Path: p})
+			out = append(out, Change{Op: OpAdd, File: config.SecretsFile, Path: p})
 		case !inb:
-			out = append(out, Change{Op: OpRemove, File: SecretsFile, Path: p})
+			out = append(out, Change{Op: OpRemove, File: config.SecretsFile, Path: p})
 		case va != vb:
-			out = append(out, Change{Op: OpChange, File: SecretsFile, Path: p})
+			out = append(out, Change{Op: OpChange, File: config.SecretsFile, Path: p})
 		}
 	}
 	return out
@@ -299,7 +303,7 @@ func (r DiffReport) String() string {
 		switch {
 		case ch.Repo != "":
 			repo++
-		case ch.File == ConfigFile:
+		case ch.File == config.ConfigFile:
 			n++
 		}
 	}
@@ -322,7 +326,7 @@ func (r DiffReport) String() string {
 	for i, ch := range r.Changes {
 		line := fmt.Sprintf("%-*s %-*s %s", wl, left[i], we, "["+ch.Effect+"]", ch.arrow())
 		b.WriteString(strings.TrimRight(line, " ") + "\n")
-		if ch.Repo == "" && ch.File == ConfigFile && ch.Op == OpChange {
+		if ch.Repo == "" && ch.File == config.ConfigFile && ch.Op == OpChange {
 			fmt.Fprintf(&b, "      %s -> %s\n", shorten(ch.Old), shorten(ch.New))
 		}
 	}
@@ -353,12 +357,12 @@ func (c Change) specLeft() string {
 		return fmt.Sprintf("  %s: %s -> %s", c.DisplayPath(), shortSHA(c.Old), shortSHA(c.New))
 	case c.Repo != "":
 		return c.Op + " " + c.DisplayPath()
-	case c.File == SecretsFile && c.Op == OpChange:
+	case c.File == config.SecretsFile && c.Op == OpChange:
 		return c.Op + " " + c.DisplayPath() + " (value changed)"
-	case c.File == SecretsFile:
+	case c.File == config.SecretsFile:
 		return c.Op + " " + c.DisplayPath()
 	}
-	return c.Op + " " + ConfigFile + ": " + c.DisplayPath()
+	return c.Op + " " + config.ConfigFile + ": " + c.DisplayPath()
 }
 
 // arrow says what applies a change, by its effect.

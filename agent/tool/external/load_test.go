@@ -222,6 +222,32 @@ func TestManifestErrors(t *testing.T) {
 			reason: "runtime.side_effect",
 		},
 		{
+			name: "MissingSideEffect",
+			files: func(t *testing.T, dir string) {
+				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object"}},
+				  "runtime": {"timeout_ms": 1, "trust": "own", "version": "1"}}`, okScript)
+			},
+			file:   "t.json",
+			reason: "runtime.side_effect",
+		},
+		{
+			name: "MissingTrust",
+			files: func(t *testing.T, dir string) {
+				tooltest.AddTool(t, dir, "t", `{"llm": {"name": "x.t", "description": "d", "parameters": {"type": "object"}},
+				  "runtime": {"timeout_ms": 1, "side_effect": "read", "version": "1"}}`, okScript)
+			},
+			file:   "t.json",
+			reason: "runtime.trust: required",
+		},
+		{
+			name: "BadTrust",
+			files: func(t *testing.T, dir string) {
+				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", `"source": "web"`), okScript)
+			},
+			file:   "t.json",
+			reason: "runtime.source: only an untrusted tool",
+		},
+		{
 			name: "BadExposure",
 			files: func(t *testing.T, dir string) {
 				tooltest.AddTool(t, dir, "t", tooltest.Manifest("x.t", `"exposure": "all"`), okScript)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/choirhq/choir/agent/commitlog"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/catalog"
 	"github.com/choirhq/choir/config"
 )
 
@@ -204,7 +205,7 @@ func targets(name string, input json.RawMessage) []string {
 	case name == "choir.email.send":
 		var out []string
 		for _, r := range append(append(in.To, in.Cc...), in.Bcc...) {
-			out = append(out, strings.ToLower(senderOf(r)))
+			out = append(out, catalog.Address(r))
 		}
 		return out
 	case name == nameWebFetch || name == nameWebBrowse:
@@ -219,14 +220,6 @@ func targets(name string, input json.RawMessage) []string {
 		}
 	}
 	return nil
-}
-
-// senderOf is the address of "Name <addr>" or "addr".
-func senderOf(s string) string {
-	if i := strings.LastIndexByte(s, '<'); i >= 0 {
-		s = strings.TrimSuffix(s[i+1:], ">")
-	}
-	return strings.TrimSpace(s)
 }
 
 // refusal is the rejection of a call the policy refuses.

@@ -124,16 +124,16 @@ func MailSources(_ json.RawMessage, res tool.Result) []string {
 	json.Unmarshal(res.Output, &out) //nolint:errcheck // best effort: "mail" stands for any sender
 	srcs := []string{SourceMail}
 	for _, m := range append(out.Messages, out.Newest...) {
-		if a := senderAddress(m.From); a != "" && !slices.Contains(srcs, SourceMail+":"+a) {
+		if a := Address(m.From); a != "" && !slices.Contains(srcs, SourceMail+":"+a) {
 			srcs = append(srcs, SourceMail+":"+a)
 		}
 	}
 	return srcs
 }
 
-// senderAddress is the lower-case address of a From header ("Bob
+// Address is the lower-case address of a From or To header ("Bob
 // <bob@ext.test>" or "bob@ext.test").
-func senderAddress(from string) string {
+func Address(from string) string {
 	if i := strings.LastIndexByte(from, '<'); i >= 0 {
 		from = strings.TrimSuffix(from[i+1:], ">")
 	}

@@ -482,7 +482,9 @@ func (a *Arbiter) execute(ctx context.Context, def *tool.Def, p Proposal, d deci
 		res, err := a.requestApproval(ctx, def, p, d.sources)
 		return res, false, err
 	}
-	if def.Runtime().Approval || d.held() {
+	// A call the policy holds waits at the arbiter's gate, unless the tool
+	// asks a person itself (its card names the lane's sources too).
+	if def.Runtime().Approval || (d.held() && !def.AsksApproval(p.Input)) {
 		if res, ok, err := a.gate(ctx, p, d); !ok || err != nil {
 			return res, false, err
 		}

@@ -81,6 +81,8 @@ type Def struct {
 	sources func(json.RawMessage, Result) []string
 	// effect is the tool's per-call side effect, when it has one.
 	effect InputSideEffect
+	// selfApproval says which calls the tool asks a person about itself.
+	selfApproval SelfApproval
 }
 
 // Name returns the tool's canonical name.
@@ -126,6 +128,20 @@ func (d *Def) Sources(input json.RawMessage, res Result) []string {
 // the call: choir.notion.query reads unless it appends.
 type InputSideEffect interface {
 	SideEffectOf(input json.RawMessage) SideEffect
+}
+
+// SelfApproval is implemented by a tool that asks a person itself before
+// some calls act (choir.email.send on an account that needs approval):
+// the arbiter's untrusted-input policy then lets the tool's own approval,
+// which names the lane's sources (LaneSources), be the one a person sees.
+type SelfApproval interface {
+	AsksApproval(input json.RawMessage) bool
+}
+
+// AsksApproval reports whether the tool asks a person itself before this
+// call acts.
+func (d *Def) AsksApproval(input json.RawMessage) bool {
+	return d.selfApproval != nil && d.selfApproval.AsksApproval(input)
 }
 
 // SideEffect returns what one call of the tool does: the tool's own answer
@@ -388,10 +404,11 @@ func NewDef(spec Spec, exec Tool, origin Origin, file string) (*Def, error) {
 	}
 	classify, _ := exec.(InputIdempotency)
 	effect, _ := exec.(InputSideEffect)
+	selfApproval, _ := exec.(SelfApproval)
 	if _, ok := exec.(declaration); ok {
 		exec = nil
 	}
-	d := &Def{spec: spec, schema: sch, exec: exec, origin: origin, file: file, classify: classify, sources: sources, effect: effect}
+	d := &Def{spec: spec, schema: sch, exec: exec, origin: origin, file: file, classify: classify, sources: sources, effect: effect, selfApproval: selfApproval}
 	switch {
 	case spec.Runtime.Host:
 		d.kind, d.exec = KindHost, nil

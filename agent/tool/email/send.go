@@ -93,6 +93,14 @@ type sender struct {
 	sent map[string]string
 }
 
+// AsksApproval says that a send from an account that needs approval waits
+// for a person's approval of the mail itself, whose card names the lane's
+// untrusted sources.
+func (s *sender) AsksApproval(json.RawMessage) bool {
+	_, acct, ok := s.cfg.AccountFunc()
+	return ok && acct.NeedsApproval()
+}
+
 func (s *sender) Spec() tool.Spec {
 	return tool.Spec{
 		LLM: tool.LLMView{Name: NameSend, Parameters: sendParams,
@@ -337,7 +345,8 @@ func (s *sender) approve(ctx context.Context, account, key string, in *sendInput
 		out.ApprovalID = a.ID
 		return tool.Result{}, true
 	}
-	resp, err := s.cfg.Approvals.RequestApproval(ctx, key, rpc.ApprovalRequest{RequestType: NameSend, Summary: summary, Payload: payload})
+	resp, err := s.cfg.Approvals.RequestApproval(ctx, key, rpc.ApprovalRequest{RequestType: NameSend, Summary: summary, Payload: payload,
+		Sources: tool.LaneSources(ctx)})
 	if err != nil {
 		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeApprovalNeeded, Message: "file the approval request: " + err.Error(),
 			Fix: "try again in a moment"}), false

@@ -71,6 +71,10 @@ type Config struct {
 	// passes (FaultAfterIntent, ...): the kill-anywhere suite stops the
 	// agent there. Nil in production.
 	Fault func(point, toolName, callID string)
+	// IntentGroupWait bounds how long a call of a step waits for its
+	// siblings' intents to share one acknowledgement; 0 is
+	// DefaultIntentGroupWait.
+	IntentGroupWait time.Duration
 	// Untrusted returns the agent's untrusted-input policy (issue 30,
 	// policy.go); nil is the default, approve.
 	Untrusted func() config.UntrustedInput

@@ -1,6 +1,7 @@
 package arbiter
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -186,18 +187,20 @@ func (a *Arbiter) commitReconciled(ctx context.Context, lane string, c commitlog
 	return nil
 }
 
-// intentGroupWait bounds how long a call's acknowledgement waits for the
-// other intents of its step: a sibling may wait for a lock another lane
-// holds, and the call must not wait with it.
-const intentGroupWait = 5 * time.Millisecond
+// DefaultIntentGroupWait bounds how long a call's acknowledgement waits
+// for the other intents of its step (Config.IntentGroupWait): a sibling
+// may wait for a lock another lane holds, and the call must not wait with
+// it.
+const DefaultIntentGroupWait = 5 * time.Millisecond
 
 // intentGroup is the calls of one step that start at once (accepted, and
 // waiting for no earlier call of the step). Their intents are committed
 // within moments of each other, but each asking for its own
 // acknowledgement would cost a heartbeat in turn; so each waits until all
-// of them are committed (or intentGroupWait passes), and the first
+// of them are committed (or the group's wait passes), and the first
 // heartbeat then carries every intent of the step.
 type intentGroup struct {
+	wait    time.Duration
 	mu      sync.Mutex
 	pending int
 	all     chan struct{} // closed when pending reaches 0
@@ -212,9 +215,9 @@ type groupMember struct {
 
 // newIntentGroup returns the members of the calls that start at once, by
 // index (nil for the others), or all nil when fewer than two do.
-func newIntentGroup(calls []stepCall) []*groupMember {
+func newIntentGroup(calls []stepCall, wait time.Duration) []*groupMember {
 	members := make([]*groupMember, len(calls))
-	g := &intentGroup{all: make(chan struct{})}
+	g := &intentGroup{all: make(chan struct{}), wait: cmp.Or(wait, DefaultIntentGroupWait)}
 	for i := range calls {
 		if calls[i].rej == nil && len(calls[i].after) == 0 {
 			g.pending++
@@ -243,12 +246,12 @@ func (m *groupMember) done() {
 }
 
 // wait waits until every intent of the group is committed, for at most
-// intentGroupWait.
+// the group's wait.
 func (m *groupMember) wait(ctx context.Context) {
 	if m == nil {
 		return
 	}
-	t := time.NewTimer(intentGroupWait)
+	t := time.NewTimer(m.g.wait)
 	defer t.Stop()
 	select {
 	case <-m.g.all:

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/choirhq/choir/agent/arbiter"
 	"github.com/choirhq/choir/agent/commitlog"
@@ -44,7 +45,10 @@ func TestWriteAheadIntents(t *testing.T) {
 	log, app, _ := commitlog.New(0, rpc.Genesis)
 	var durable []int64
 	var refuse atomic.Bool
+	// The wait is long here: what is tested is that the calls wait for
+	// each other, not how fast this machine commits four intents.
 	arb := arbiter.New(arbiter.Config{Appender: app, Tools: reg, Locks: lock.New(), Env: tool.Env{Workspace: ws},
+		IntentGroupWait: time.Minute,
 		Durable: func(ctx context.Context, rev int64) error {
 			if refuse.Load() {
 				return errors.New("choird unreachable")

@@ -55,7 +55,7 @@ func (a *Arbiter) ProposeAll(ctx context.Context, ps []Proposal) ([]Outcome, err
 		}
 	}
 	s := &step{changed: make(chan struct{})}
-	members := newIntentGroup(calls)
+	members := newIntentGroup(calls, a.cfg.IntentGroupWait)
 	out := make([]Outcome, len(ps))
 	errs := make([]error, len(ps))
 	var wg sync.WaitGroup

@@ -253,6 +253,10 @@ func demoModel(out *demoOutput) func(context.Context, *llmtest.Request) llmtest.
 			}
 		}
 		last := r.Last()
+		if last.Role == "tool" && strings.Contains(last.Content, "[reminder #") {
+			// A fire is the agent's own note, the answer to a notice call.
+			return text("edge", "It is time to check in for your flight!")
+		}
 		if last.Role == "tool" {
 			switch prev := lastCall(r); prev {
 			case "choir.fs.write":

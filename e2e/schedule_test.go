@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
@@ -15,11 +16,19 @@ import (
 )
 
 // expectScheduled checks that the model's request answers a scheduled
-// message: the last message is the user's, with the header and the text.
+// message: the last message is the answer to the lane's notice call, the
+// agent's own note (never the user's words), with the header and the
+// text.
 func expectScheduled(head, text string) func(t testing.TB, r *llmtest.Request) {
 	return func(t testing.TB, r *llmtest.Request) {
-		if m := r.Last(); m.Role != "user" || !strings.HasPrefix(m.Content, head) || !strings.HasSuffix(m.Content, "] "+text) {
-			t.Errorf("last message %s %q, want the user's %q…] %s", m.Role, m.Content, head, text)
+		m := r.Last()
+		var n struct {
+			Kind   string `json:"kind"`
+			Notice string `json:"notice"`
+		}
+		json.Unmarshal([]byte(m.Content), &n) //nolint:errcheck // checked below
+		if m.Role != "tool" || n.Kind != "schedule" || !strings.HasPrefix(n.Notice, head) || !strings.HasSuffix(n.Notice, "] "+text) {
+			t.Errorf("last message %s %q, want the agent's own note %q…] %s", m.Role, m.Content, head, text)
 		}
 	}
 }

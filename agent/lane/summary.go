@@ -41,7 +41,9 @@ func (e *Edge) SessionSummary(ctx context.Context) (rpc.Event, error) {
 	}
 	talk := false
 	for _, m := range conv {
-		talk = talk || m.Role == llm.RoleUser
+		// The user's words, or a mail or a schedule's fire the lane
+		// answered (a notice call, userMessages).
+		talk = talk || m.Role == llm.RoleUser || (len(m.ToolCalls) > 0 && m.ToolCalls[0].Name == NoticeTool)
 	}
 	if !talk && ref == "" {
 		return rpc.Event{}, ErrNothingToSummarise

@@ -9,7 +9,7 @@ PG_URL = $(shell scripts/devpg.sh url)
 PG_BASE = $(patsubst %/choir?sslmode=disable,%,$(PG_URL))
 VET_DB = choir_sqlc_vet
 
-.PHONY: all build generate check-generated check-tidy vet-sql vet devpg test test-short run demo bench kill-anywhere clean
+.PHONY: all build generate check-generated check-tidy vet-sql vet devpg test test-short run demo bench kill-anywhere injection clean
 
 all: build
 
@@ -84,6 +84,14 @@ kill-anywhere: devpg
 	scripts/testdeps.sh
 	CHOIR_FAULT_TRIALS=$${CHOIR_FAULT_TRIALS:-10} CHOIR_KILL_TABLE="$(CURDIR)/bench/kill-anywhere.md" \
 		CHOIR_TEST_DATABASE_URL="$(PG_URL)" go test -count=1 -timeout 60m -run '^TestActionsOnceUnderKills$$' -v ./e2e/
+
+# The prompt-injection suite in full (every carrier against every
+# attack; make test runs three attacks per carrier): its table, the attack
+# success and the extra approvals on benign tasks go into
+# bench/injection.md, which make bench's report carries.
+injection: devpg
+	CHOIR_INJECTION_FULL=1 CHOIR_INJECTION_TABLE="$(CURDIR)/bench/injection.md" \
+		CHOIR_TEST_DATABASE_URL="$(PG_URL)" go test -count=1 -timeout 30m -run '^TestPromptInjection$$' -v ./e2e/
 
 clean:
 	rm -rf bin

@@ -123,6 +123,13 @@ func TestAgentConversation(t *testing.T) {
 // test ends.
 func startAgent(t *testing.T, d *daemon.Daemon, home string) string {
 	t.Helper()
+	return startAgentWith(t, d, home, agent.Options{ChoirDir: t.TempDir()})
+}
+
+// startAgentWith is startAgent with o's choir directory and logger (the
+// session's own fields are filled in).
+func startAgentWith(t *testing.T, d *daemon.Daemon, home string, o agent.Options) string {
+	t.Helper()
 	sessionID, token, err := d.StartSession(context.Background(), "assistant", admin.StartOverrides{}, "process")
 	if err != nil {
 		t.Fatal(err)
@@ -130,8 +137,9 @@ func startAgent(t *testing.T, d *daemon.Daemon, home string) string {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- agent.Run(ctx, agent.Options{Socket: daemon.AgentSocketPath(home), AgentID: "assistant",
-			SessionID: sessionID, LeaseToken: token, Workspace: filepath.Join(home, "workspaces", "main"), ChoirDir: t.TempDir()})
+		o.Socket, o.AgentID, o.SessionID, o.LeaseToken = daemon.AgentSocketPath(home), "assistant", sessionID, token
+		o.Workspace = filepath.Join(home, "workspaces", "main")
+		done <- agent.Run(ctx, o)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -203,6 +203,10 @@ func lockKeyFor(rel string) string {
 // ChoirTmpDir is the gateway staging area inside the workspace (spec 15.1).
 const ChoirTmpDir = ".choirtmp"
 
+// DownloadDir is where choir.web.fetch saves what it cannot show as text
+// (a PDF, an image, an archive): bytes from the web, a stranger's words.
+const DownloadDir = ChoirTmpDir + "/downloads"
+
 // ErrText returns the cause of a file system error without the absolute
 // path it names, for messages meant for the model.
 func ErrText(err error) string {

@@ -245,9 +245,12 @@ func write(dir string, rep report) error {
 	}
 	md := rep.markdown()
 	// The kill-anywhere table is kept by make kill-anywhere, a run too
-	// long for this suite; the report carries its last one.
-	if kill, err := os.ReadFile(filepath.Join(dir, "kill-anywhere.md")); err == nil {
-		md += "\n" + string(kill)
+	// long for this suite, and the prompt-injection table by make
+	// injection; the report carries the last of each.
+	for _, name := range []string{"kill-anywhere.md", "injection.md"} {
+		if kept, err := os.ReadFile(filepath.Join(dir, name)); err == nil {
+			md += "\n" + string(kept)
+		}
 	}
 	fmt.Print(md)
 	return os.WriteFile(filepath.Join(dir, "report.md"), []byte(md), 0o644)

@@ -22,10 +22,12 @@ const (
 )
 
 // ReceivedDirs are the workspace directories that hold files received
-// from outside: the DM's uploads (the gateway's .choirtmp/recv) and mail
-// attachments (choir.email.receive's mail/). What is read from them is a
-// stranger's words, like a web page.
-var ReceivedDirs = []string{".choirtmp/recv", "mail"}
+// from outside: the DM's uploads (the gateway's .choirtmp/recv), mail
+// attachments (choir.email.receive's mail/) and what choir.web.fetch
+// saved (.choirtmp/downloads: a PDF read in a later session, or by a
+// lane other than the one that fetched it, is still the page's words).
+// What is read from them is a stranger's words, like a web page.
+var ReceivedDirs = []string{".choirtmp/recv", "mail", tool.DownloadDir}
 
 // received reports whether a workspace-relative path lies in a
 // ReceivedDirs directory.

@@ -29,7 +29,7 @@ import (
 const MaxRedirects = 5
 
 // downloadDir is where binaries are saved, relative to the workspace.
-const downloadDir = tool.ChoirTmpDir + "/downloads"
+const downloadDir = tool.DownloadDir
 
 // userAgent names Choir to the sites it fetches.
 const userAgent = "Mozilla/5.0 (compatible; Choir/1.0; +https://github.com/choirhq/choir)"

@@ -316,3 +316,12 @@ func (f *Server) Count(id, text string) int {
 	}
 	return n
 }
+
+// AddParagraph appends a paragraph holding text to the page or block id,
+// as another editor of a shared page would.
+func (f *Server) AddParagraph(id, text string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.nextID++
+	f.children[id] = append(f.children[id], textBlock(fmt.Sprintf("p-%d", f.nextID), "paragraph", text, false))
+}

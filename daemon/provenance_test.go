@@ -35,6 +35,8 @@ func (m *obedient) respond(_ context.Context, r *llmtest.Request) llmtest.Step {
 	defer m.mu.Unlock()
 	last := r.Last()
 	switch {
+	case strings.Contains(last.Content, "Answer with the memory delta now"):
+		return llmtest.Text(`{"memory_delta": {"mode": "append", "summary_update": "The user had me read a page."}}`)
 	case last.Role == "user" && strings.Contains(last.Content, "read the page"):
 		return llmtest.ToolCalls(llmtest.Call{Name: "choir.web.fetch", Arguments: `{"url":"` + m.page + `"}`})
 	case last.Role == "user" && strings.HasPrefix(last.Content, "again "):
@@ -53,8 +55,8 @@ func (m *obedient) obey(file string) llmtest.Step {
 }
 
 // TestLaneSourcesSurviveKillAndRestart: a lane that read a hostile page
-// holds it as a source through a kill -9 of the agent and a restart of
-// choird. Each time the obedient model writes what the page asked, the
+// holds it as a source through a compaction, a kill -9 of the agent and a
+// restart of choird. Each time the obedient model writes what the page asked, the
 // write waits for a person, whose approval names the page, and nothing is
 // written; /status's lane report shows the page throughout.
 func TestLaneSourcesSurviveKillAndRestart(t *testing.T) {
@@ -109,6 +111,18 @@ func TestLaneSourcesSurviveKillAndRestart(t *testing.T) {
 	d.PushText(t, "assistant", "read the page for me")
 	held("first read", "loot-1.txt")
 
+	if code, _, errs := choirctltest.Run(t, d.Home, "session", "compact", "assistant"); code != 0 {
+		t.Fatalf("compact: %s", errs)
+	}
+	choirdtest.WaitFor(t, "the compaction", d.Logs, func() bool {
+		var n int
+		d.Pool().QueryRow(ctx, `SELECT count(*) FROM choir_control.session_events
+			WHERE event_type = 'llm_call_committed' AND payload->>'purpose' = 'compaction'`).Scan(&n)
+		return n > 0
+	})
+	d.PushText(t, "assistant", "again loot-c.txt")
+	held("after a compaction", "loot-c.txt")
+
 	pid := agentPid(t, d, "assistant")
 	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
@@ -131,7 +145,7 @@ func TestLaneSourcesSurviveKillAndRestart(t *testing.T) {
 		WHERE agent_id = 'assistant' AND tool = 'choir.fs.write'`).Scan(&policies)
 	var got []string
 	json.Unmarshal(policies, &got) //nolint:errcheck // checked below
-	if strings.Join(got, ",") != "held,held,held" {
-		t.Errorf("choir_audit.untrusted_calls lists the writes as %v, want three held", got)
+	if strings.Join(got, ",") != "held,held,held,held" {
+		t.Errorf("choir_audit.untrusted_calls lists the writes as %v, want four held", got)
 	}
 }

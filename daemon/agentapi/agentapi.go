@@ -298,11 +298,11 @@ func (a *API) HandleRequestApproval(ctx context.Context, call rpc.Call, req rpc.
 		}
 		to := approval.Address{Gateway: gw, DM: askDM, ChatID: chat}
 		if checked != nil {
-			if err := a.proposals.RecordTx(ctx, tx, a.jobs, full, *checked, to); err != nil {
+			if err := a.proposals.RecordTx(ctx, tx, a.jobs, approval.Of(full), *checked, to); err != nil {
 				return err
 			}
 		}
-		if err := a.approvals.RequestTx(ctx, tx, a.jobs, full, to); err != nil {
+		if err := a.approvals.RequestTx(ctx, tx, a.jobs, approval.Of(full), to); err != nil {
 			return err
 		}
 		resp = rpc.ApprovalResponse{ApprovalID: row.ApprovalID.String(), Status: rpc.ApprovalStatus(row.Status)}

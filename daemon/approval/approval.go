@@ -12,12 +12,17 @@ package approval
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"time"
+
+	"github.com/google/uuid"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // A Kind is what the feature owning a request type registers for its
@@ -38,11 +43,11 @@ type Kind struct {
 	// ResolvedTx runs in the transaction that resolved the approval
 	// (approved, rejected or timed out), before the outcome's message is
 	// queued: what waited for the approval follows its outcome.
-	ResolvedTx func(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a db.ChoirControlPendingApproval) error
+	ResolvedTx func(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a Approval) error
 	// OutcomeText is what the chat is told of a decision (a timeout has
 	// its own words); "" keeps the plain "Approved: ..." or "Rejected:
 	// ...".
-	OutcomeText func(ctx context.Context, tx pgx.Tx, a db.ChoirControlPendingApproval) (string, error)
+	OutcomeText func(ctx context.Context, tx pgx.Tx, a Approval) (string, error)
 }
 
 // Registry holds the registered kinds, by request type. Kinds are
@@ -69,4 +74,48 @@ func (r *Registry) kind(requestType string) Kind {
 		return Kind{}
 	}
 	return r.kinds[requestType]
+}
+
+// Approval is one approval as choird's features see it: what was asked,
+// by which agent and session, and how it ended. It is the row of
+// pending_approvals read once at this package's edge (Of), so that the
+// features that register kinds depend on approvals, not on their table.
+type Approval struct {
+	ID        uuid.UUID
+	SessionID uuid.UUID
+	AgentID   string
+	// RequestID is the agent's id for the request (for a proposal, the
+	// call's idempotency key), unique per agent.
+	RequestID string
+	// Type is the request type, which names the Kind that follows it.
+	Type    string
+	Summary string
+	// Payload is exactly what runs once approved, as shown.
+	Payload   json.RawMessage
+	Status    string
+	CreatedAt time.Time
+	ExpiresAt time.Time
+	// ResolvedAt and ResolvedBy are set once decided or timed out.
+	ResolvedAt *time.Time
+	ResolvedBy string
+	// Sources are the untrusted sources the requesting lane had read.
+	Sources []string
+}
+
+// Of is the approval a pending_approvals row holds.
+func Of(r db.ChoirControlPendingApproval) Approval {
+	a := Approval{ID: r.ApprovalID, SessionID: r.SessionID, AgentID: r.AgentID, RequestID: r.RequestID,
+		Type: r.RequestType, Summary: r.Summary, Payload: r.Payload, Status: r.Status, CreatedAt: r.CreatedAt,
+		ExpiresAt: r.ExpiresAt, ResolvedAt: r.ResolvedAt, Sources: r.Sources}
+	if r.ResolvedBy != nil {
+		a.ResolvedBy = *r.ResolvedBy
+	}
+	return a
+}
+
+// Admin is a as the admin API shows it.
+func (a Approval) Admin() admin.Approval {
+	return admin.Approval{ID: a.ID.String(), AgentID: a.AgentID, SessionID: a.SessionID.String(),
+		RequestType: a.Type, Summary: a.Summary, Payload: a.Payload, Status: a.Status,
+		CreatedAt: a.CreatedAt, ExpiresAt: a.ExpiresAt, ResolvedAt: a.ResolvedAt, ResolvedBy: a.ResolvedBy}
 }

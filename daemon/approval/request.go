@@ -65,43 +65,43 @@ func RequestMessageID(id uuid.UUID) string { return "approval:" + id.String() + 
 // propose.RecordTx) gets only the question; every other request shows its
 // stored payload, which is what runs once approved, rendered whole with
 // every model-written line quoted (internal/verbatim).
-func (r *Registry) RequestTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a db.ChoirControlPendingApproval, to Address) error {
+func (r *Registry) RequestTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a Approval, to Address) error {
 	var parts []string
-	k := r.kind(a.RequestType)
+	k := r.kind(a.Type)
 	if !k.OwnParts {
 		var err error
 		if parts, err = approvalParts(a); err != nil {
 			return err
 		}
 		for i, part := range parts {
-			head := fmt.Sprintf("Approval %s from %s, part %d of %d:\n", shortID(a.ApprovalID), a.AgentID, i+1, len(parts))
+			head := fmt.Sprintf("Approval %s from %s, part %d of %d:\n", shortID(a.ID), a.AgentID, i+1, len(parts))
 			if _, err := outbox.EnqueueTx(ctx, tx, ins, outbox.Params{AgentID: a.AgentID, SessionID: &a.SessionID,
-				MessageID: fmt.Sprintf("approval:%s:detail:%d", a.ApprovalID, i+1), Gateway: to.Gateway, DM: to.DM,
+				MessageID: fmt.Sprintf("approval:%s:detail:%d", a.ID, i+1), Gateway: to.Gateway, DM: to.DM,
 				ChatID: to.ChatID, Kind: message.Text, Text: head + part}); err != nil {
-				return fmt.Errorf("queue approval %s part %d: %w", a.ApprovalID, i+1, err)
+				return fmt.Errorf("queue approval %s part %d: %w", a.ID, i+1, err)
 			}
 		}
 	}
 	q, err := outbox.EnqueueTx(ctx, tx, ins, outbox.Params{AgentID: a.AgentID, SessionID: &a.SessionID,
-		MessageID: RequestMessageID(a.ApprovalID), Gateway: to.Gateway, DM: to.DM, ChatID: to.ChatID,
-		Kind: message.Text, Text: approvalQuestion(a, len(parts), k.Will), ApprovalID: &a.ApprovalID})
+		MessageID: RequestMessageID(a.ID), Gateway: to.Gateway, DM: to.DM, ChatID: to.ChatID,
+		Kind: message.Text, Text: approvalQuestion(a, len(parts), k.Will), ApprovalID: &a.ID})
 	if err != nil {
-		return fmt.Errorf("queue notification of approval %s: %w", a.ApprovalID, err)
+		return fmt.Errorf("queue notification of approval %s: %w", a.ID, err)
 	}
 	if !q.Created {
 		return nil
 	}
-	if _, err := ins.InsertTx(ctx, tx, TimeoutArgs{ApprovalID: a.ApprovalID},
+	if _, err := ins.InsertTx(ctx, tx, TimeoutArgs{ApprovalID: a.ID},
 		&river.InsertOpts{ScheduledAt: a.ExpiresAt}); err != nil {
-		return fmt.Errorf("schedule timeout of approval %s: %w", a.ApprovalID, err)
+		return fmt.Errorf("schedule timeout of approval %s: %w", a.ID, err)
 	}
 	return nil
 }
 
 // approvalParts renders a request's payload whole, in chat-sized parts.
-func approvalParts(a db.ChoirControlPendingApproval) ([]string, error) {
+func approvalParts(a Approval) ([]string, error) {
 	text := "Everything this approval lets " + verbatim.Escape(a.AgentID) + " do, in full (" +
-		verbatim.Escape(a.RequestType) + "); text between │ bars was written by the agent, not by Choir:\n" +
+		verbatim.Escape(a.Type) + "); text between │ bars was written by the agent, not by Choir:\n" +
 		verbatim.Payload(a.Payload)
 	parts := proposal.Split(text)
 	if len(parts) > proposal.MaxParts {
@@ -114,14 +114,14 @@ func approvalParts(a db.ChoirControlPendingApproval) ([]string, error) {
 // approvalQuestion is the message with the buttons: what asks, its one
 // line in the agent's words (quoted), where the whole request is, and
 // what approving it does when its kind says (will).
-func approvalQuestion(a db.ChoirControlPendingApproval, parts int, will string) string {
+func approvalQuestion(a Approval, parts int, will string) string {
 	where := "The whole request is in the message(s) above."
 	if parts > 0 {
-		where = fmt.Sprintf("The whole request is in the %d message(s) above, marked \"Approval %s\".", parts, shortID(a.ApprovalID))
+		where = fmt.Sprintf("The whole request is in the %d message(s) above, marked \"Approval %s\".", parts, shortID(a.ID))
 	}
 	return fmt.Sprintf("Approval %s requested by %s (%s). In the agent's words:\n%s\n%s%s%s\n\n"+
 		"Approve or reject with the buttons, or reply /approve or /reject. Unanswered, it is rejected at %s.",
-		shortID(a.ApprovalID), a.AgentID, verbatim.Escape(a.RequestType), verbatim.Line(a.Summary), where,
+		shortID(a.ID), a.AgentID, verbatim.Escape(a.Type), verbatim.Line(a.Summary), where,
 		willLine(will), sourcesLine(a.Sources), a.ExpiresAt.UTC().Format("15:04 MST"))
 }
 
@@ -156,25 +156,26 @@ var errUnknown = errors.New("no such approval")
 // outcome (Kind.ResolvedTx), and queues the outcome's message to the chat
 // that got the request, in the same transaction. won is false when the
 // approval was already resolved; row is then as the winner left it.
-func (r *Registry) ResolveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, id uuid.UUID, approve bool, by string) (row db.ChoirControlPendingApproval, won bool, err error) {
+func (r *Registry) ResolveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, id uuid.UUID, approve bool, by string) (row Approval, won bool, err error) {
 	q := seam.Queries(tx)
-	row, err = q.ApprovalResolve(ctx, db.ApprovalResolveParams{ApprovalID: id, Approve: approve, ResolvedBy: &by})
+	resolved, err := q.ApprovalResolve(ctx, db.ApprovalResolveParams{ApprovalID: id, Approve: approve, ResolvedBy: &by})
 	if errors.Is(err, choirsql.ErrNotFound) {
-		row, err = q.ApprovalGet(ctx, id)
+		cur, err := q.ApprovalGet(ctx, id)
 		if errors.Is(err, choirsql.ErrNotFound) {
 			return row, false, fmt.Errorf("approval %s: %w", id, errUnknown)
 		}
 		if err != nil {
 			return row, false, fmt.Errorf("load approval %s: %w", id, err)
 		}
-		return row, false, nil
+		return Of(cur), false, nil
 	}
 	if err != nil {
 		return row, false, fmt.Errorf("resolve approval %s: %w", id, err)
 	}
+	row = Of(resolved)
 	// What waited for the approval follows its outcome in this
 	// transaction.
-	k := r.kind(row.RequestType)
+	k := r.kind(row.Type)
 	if k.ResolvedTx != nil {
 		if err := k.ResolvedTx(ctx, tx, ins, row); err != nil {
 			return row, false, err
@@ -206,7 +207,7 @@ func (r *Registry) ResolveTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, 
 // when it is back, if it is down) and its edge lane tells the chat what
 // came of it. A rejection or timeout is told here, once; the lane only
 // takes note of it.
-func outcomeText(ctx context.Context, tx pgx.Tx, k Kind, row db.ChoirControlPendingApproval, approve bool, by string) (string, error) {
+func outcomeText(ctx context.Context, tx pgx.Tx, k Kind, row Approval, approve bool, by string) (string, error) {
 	if by == ResolvedByTimeout {
 		return fmt.Sprintf("Approval timed out: %s. Rejected automatically.", row.Summary), nil
 	}
@@ -234,7 +235,7 @@ type TimeoutWorker struct {
 	Kinds *Registry
 	// Resolved is told of a timeout after its commit (choird pushes the
 	// outcome to the agent and clears the buttons).
-	Resolved func(ctx context.Context, a db.ChoirControlPendingApproval)
+	Resolved func(ctx context.Context, a Approval)
 }
 
 // Timeout bounds one run.
@@ -244,7 +245,7 @@ func (w *TimeoutWorker) Timeout(*river.Job[TimeoutArgs]) time.Duration {
 
 // Work implements river.Worker.
 func (w *TimeoutWorker) Work(ctx context.Context, job *river.Job[TimeoutArgs]) error {
-	var row db.ChoirControlPendingApproval
+	var row Approval
 	var won bool
 	err := pgx.BeginFunc(ctx, w.Pool, func(tx pgx.Tx) error {
 		var err error
@@ -264,7 +265,7 @@ func (w *TimeoutWorker) Work(ctx context.Context, job *river.Job[TimeoutArgs]) e
 		return err
 	}
 	if won {
-		w.Logger.InfoContext(ctx, "approval timed out; rejected", slog.String("approval_id", row.ApprovalID.String()),
+		w.Logger.InfoContext(ctx, "approval timed out; rejected", slog.String("approval_id", row.ID.String()),
 			slog.String("agent_id", row.AgentID))
 		if w.Resolved != nil {
 			w.Resolved(ctx, row)

@@ -17,14 +17,13 @@ import (
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/outbox/outboxtest"
 	"github.com/choirhq/choir/daemon/propose"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/sql/seam"
 )
 
 // startWithTimeouts starts a River client running delivery and approval
 // timeouts, as choird does, and the workers more adds.
-func startWithTimeouts(t *testing.T, b *outboxtest.Bundle, kinds *approval.Registry, resolved func(context.Context, db.ChoirControlPendingApproval), more ...func(*river.Workers)) *jobs.Client {
+func startWithTimeouts(t *testing.T, b *outboxtest.Bundle, kinds *approval.Registry, resolved func(context.Context, approval.Approval), more ...func(*river.Workers)) *jobs.Client {
 	t.Helper()
 	return b.Start(t, append([]func(*river.Workers){func(w *river.Workers) {
 		river.AddWorker(w, &approval.TimeoutWorker{Pool: b.Pool, Logger: slog.New(slog.DiscardHandler), Kinds: kinds, Resolved: resolved})
@@ -39,13 +38,13 @@ func TestApprovals(t *testing.T) {
 	var timedOut atomic.Int32
 	kinds := &approval.Registry{}
 	propose.RegisterApprovals(kinds)
-	client := startWithTimeouts(t, b, kinds, func(_ context.Context, a db.ChoirControlPendingApproval) {
-		if a.ResolvedBy != nil && *a.ResolvedBy == approval.ResolvedByTimeout {
+	client := startWithTimeouts(t, b, kinds, func(_ context.Context, a approval.Approval) {
+		if a.ResolvedBy == approval.ResolvedByTimeout {
 			timedOut.Add(1)
 		}
 	})
 	to := approval.Address{Gateway: outboxtest.Gateway, DM: outboxtest.DM, ChatID: "4242"}
-	request := func(a db.ChoirControlPendingApproval) {
+	request := func(a approval.Approval) {
 		t.Helper()
 		if err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
 			return kinds.RequestTx(ctx, tx, client, a, to)
@@ -60,8 +59,8 @@ func TestApprovals(t *testing.T) {
 		request(a) // a second request of the same approval queues nothing more
 		sent := b.TG.WaitSent(t, 1)
 		kb := sent[0].Keyboard()
-		if len(kb) != 1 || len(kb[0]) != 2 || kb[0][0].Data != "approve:"+a.ApprovalID.String() ||
-			kb[0][1].Data != "reject:"+a.ApprovalID.String() {
+		if len(kb) != 1 || len(kb[0]) != 2 || kb[0][0].Data != "approve:"+a.ID.String() ||
+			kb[0][1].Data != "reject:"+a.ID.String() {
 			t.Fatalf("keyboard = %+v", kb)
 		}
 		if !strings.Contains(sent[0].Text, "add tool choir.repo.status") {
@@ -72,7 +71,7 @@ func TestApprovals(t *testing.T) {
 		for i, who := range []string{"telegram:alice", "choirctl:uid=0", approval.ResolvedByTimeout, "telegram:bob"} {
 			wg.Go(func() {
 				err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-					_, won, err := kinds.ResolveTx(ctx, tx, client, a.ApprovalID, i == 0, who)
+					_, won, err := kinds.ResolveTx(ctx, tx, client, a.ID, i == 0, who)
 					if won {
 						wins.Add(1)
 					}
@@ -87,7 +86,7 @@ func TestApprovals(t *testing.T) {
 		if wins.Load() != 1 {
 			t.Fatalf("%d decisions won, want exactly 1", wins.Load())
 		}
-		final, err := seam.Queries(b.Pool).ApprovalGet(ctx, a.ApprovalID)
+		final, err := seam.Queries(b.Pool).ApprovalGet(ctx, a.ID)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -96,14 +95,14 @@ func TestApprovals(t *testing.T) {
 		}
 		var outcomes int
 		b.Pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.outbox WHERE message_id = $1`,
-			"approval:"+a.ApprovalID.String()+":resolved").Scan(&outcomes)
+			"approval:"+a.ID.String()+":resolved").Scan(&outcomes)
 		if outcomes != 1 {
 			t.Errorf("%d outcome messages queued, want 1", outcomes)
 		}
 		// A late decision changes nothing and reports the winner.
 		err = pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-			row, won, err := kinds.ResolveTx(ctx, tx, client, a.ApprovalID, final.Status != "approved", "telegram:late")
-			if won || row.Status != final.Status || *row.ResolvedBy != *final.ResolvedBy {
+			row, won, err := kinds.ResolveTx(ctx, tx, client, a.ID, final.Status != "approved", "telegram:late")
+			if won || row.Status != final.Status || row.ResolvedBy != *final.ResolvedBy {
 				t.Errorf("late decision: won %v, row %+v", won, row)
 			}
 			return err
@@ -127,7 +126,7 @@ func TestApprovals(t *testing.T) {
 		request(a)
 		deadline := time.Now().Add(20 * time.Second)
 		for {
-			row, err := seam.Queries(b.Pool).ApprovalGet(ctx, a.ApprovalID)
+			row, err := seam.Queries(b.Pool).ApprovalGet(ctx, a.ID)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -81,16 +81,6 @@ func (d *Service) AddWorkers(workers *river.Workers) error {
 	return nil
 }
 
-func approvalOf(r db.ChoirControlPendingApproval) admin.Approval {
-	a := admin.Approval{ID: r.ApprovalID.String(), AgentID: r.AgentID, SessionID: r.SessionID.String(),
-		RequestType: r.RequestType, Summary: r.Summary, Payload: r.Payload, Status: r.Status,
-		CreatedAt: r.CreatedAt, ExpiresAt: r.ExpiresAt, ResolvedAt: r.ResolvedAt}
-	if r.ResolvedBy != nil {
-		a.ResolvedBy = *r.ResolvedBy
-	}
-	return a
-}
-
 // ErrResolved reports a decision on an approval that an earlier
 // decision, or its timeout, already resolved.
 var ErrResolved = errors.New("approval already resolved")
@@ -131,7 +121,8 @@ func (d *Service) List(ctx context.Context, sc control.Scope, agentID string) ([
 	}
 	out := make([]admin.Approval, 0, len(rows))
 	onDM := map[uuid.UUID]error{}
-	for _, r := range rows {
+	for _, row := range rows {
+		r := Of(row)
 		err, seen := onDM[r.SessionID]
 		if !seen {
 			err = d.approvalOnDM(ctx, sc, r)
@@ -143,7 +134,7 @@ func (d *Service) List(ctx context.Context, sc control.Scope, agentID string) ([
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, approvalOf(r))
+		out = append(out, r.Admin())
 	}
 	return out, nil
 }
@@ -165,7 +156,8 @@ func (d *Service) FiledSince(ctx context.Context, sc control.Scope, since time.T
 		return nil, fmt.Errorf("list recent approvals: %w", err)
 	}
 	var out []admin.Approval
-	for _, r := range rows {
+	for _, row := range rows {
+		r := Of(row)
 		err := d.approvalOnDM(ctx, sc, r)
 		if errors.Is(err, control.ErrForbidden) {
 			continue
@@ -173,7 +165,7 @@ func (d *Service) FiledSince(ctx context.Context, sc control.Scope, since time.T
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, approvalOf(r))
+		out = append(out, r.Admin())
 	}
 	return out, nil
 }
@@ -181,17 +173,17 @@ func (d *Service) FiledSince(ctx context.Context, sc control.Scope, since time.T
 // approvalOnDM checks that a regular DM sees or decides only approvals
 // requested by a session bound to it: another DM's approvals are part of
 // that DM's conversation, even once the agent is back on this DM.
-func (d *Service) approvalOnDM(ctx context.Context, sc control.Scope, r db.ChoirControlPendingApproval) error {
+func (d *Service) approvalOnDM(ctx context.Context, sc control.Scope, r Approval) error {
 	if sc.Admin || sc.DM == "" {
 		return nil
 	}
 	s, err := seam.Queries(d.pool).SessionGetByID(ctx, r.SessionID)
 	if err != nil {
-		return fmt.Errorf("load the session of approval %s: %w", r.ApprovalID, err)
+		return fmt.Errorf("load the session of approval %s: %w", r.ID, err)
 	}
 	if control.SessionDM(s) != sc.DM {
 		return fmt.Errorf("%w: approval %s of %s was requested on another DM, so only that DM or an admin decides it",
-			control.ErrForbidden, r.ApprovalID, r.AgentID)
+			control.ErrForbidden, r.ID, r.AgentID)
 	}
 	return nil
 }
@@ -202,16 +194,17 @@ func (d *Service) Show(ctx context.Context, sc control.Scope, id string) (admin.
 	if err != nil {
 		return admin.Approval{}, err
 	}
-	return approvalOf(r), nil
+	return r.Admin(), nil
 }
 
 // approvalInScope loads an approval by id, refusing one outside the scope.
-func (d *Service) approvalInScope(ctx context.Context, sc control.Scope, id string) (db.ChoirControlPendingApproval, error) {
+func (d *Service) approvalInScope(ctx context.Context, sc control.Scope, id string) (Approval, error) {
 	u, err := ParseID(id)
 	if err != nil {
-		return db.ChoirControlPendingApproval{}, err
+		return Approval{}, err
 	}
-	r, err := seam.Queries(d.pool).ApprovalGet(ctx, u)
+	row, err := seam.Queries(d.pool).ApprovalGet(ctx, u)
+	r := Of(row)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return r, fmt.Errorf("approval %s: %w", id, choirsql.ErrNotFound)
 	}
@@ -230,7 +223,8 @@ func (d *Service) approvalInScope(ctx context.Context, sc control.Scope, id stri
 // ForMessage finds the approval whose request is the given
 // message of a chat: a /approve or /reject sent in reply to it.
 func (d *Service) ForMessage(ctx context.Context, sc control.Scope, gateway, chatID string, messageID int64) (admin.Approval, error) {
-	r, err := seam.Queries(d.pool).ApprovalForMessage(ctx, db.ApprovalForMessageParams{Gateway: gateway, ChatID: chatID, MessageID: messageID})
+	row, err := seam.Queries(d.pool).ApprovalForMessage(ctx, db.ApprovalForMessageParams{Gateway: gateway, ChatID: chatID, MessageID: messageID})
+	r := Of(row)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return admin.Approval{}, fmt.Errorf("the message you replied to is not an approval request: %w", choirsql.ErrNotFound)
 	}
@@ -238,12 +232,12 @@ func (d *Service) ForMessage(ctx context.Context, sc control.Scope, gateway, cha
 		return admin.Approval{}, fmt.Errorf("find the approval of message %d: %w", messageID, err)
 	}
 	if err := sc.Allow(r.AgentID); err != nil {
-		return admin.Approval{}, fmt.Errorf("approval %s belongs to agent %s: %w", r.ApprovalID, r.AgentID, err)
+		return admin.Approval{}, fmt.Errorf("approval %s belongs to agent %s: %w", r.ID, r.AgentID, err)
 	}
 	if err := d.approvalOnDM(ctx, sc, r); err != nil {
 		return admin.Approval{}, err
 	}
-	return approvalOf(r), nil
+	return r.Admin(), nil
 }
 
 // Decide approves or rejects a pending approval. Approve, reject
@@ -258,20 +252,20 @@ func (d *Service) Decide(ctx context.Context, sc control.Scope, id string, appro
 	if err != nil {
 		return admin.Approval{}, err
 	}
-	if what := d.kind(cur.RequestType).AdminOnly; what != "" && !sc.Admin {
-		d.logger.WarnContext(ctx, "approval decision refused: not an admin", slog.String("approval_id", cur.ApprovalID.String()),
-			slog.String("agent_id", cur.AgentID), slog.String("dm", sc.DM), slog.String("request_type", cur.RequestType))
+	if what := d.kind(cur.Type).AdminOnly; what != "" && !sc.Admin {
+		d.logger.WarnContext(ctx, "approval decision refused: not an admin", slog.String("approval_id", cur.ID.String()),
+			slog.String("agent_id", cur.AgentID), slog.String("dm", sc.DM), slog.String("request_type", cur.Type))
 		return admin.Approval{}, fmt.Errorf("%w: approval %s is %s, which only an admin DM or choirctl decides",
-			control.ErrForbidden, cur.ApprovalID, what)
+			control.ErrForbidden, cur.ID, what)
 	}
 	by := sc.Actor
 	if by == "" {
 		by = "unknown"
 	}
-	var row db.ChoirControlPendingApproval
+	var row Approval
 	var won bool
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
-		row, won, err = d.ResolveTx(ctx, tx, d.river, cur.ApprovalID, approve, by)
+		row, won, err = d.ResolveTx(ctx, tx, d.river, cur.ID, approve, by)
 		return err
 	})
 	if errors.Is(err, errUnknown) {
@@ -280,7 +274,7 @@ func (d *Service) Decide(ctx context.Context, sc control.Scope, id string, appro
 	if err != nil {
 		return admin.Approval{}, err
 	}
-	a := approvalOf(row)
+	a := row.Admin()
 	if !won {
 		return a, fmt.Errorf("%w: already %s by %s at %s", ErrResolved, a.Status, a.ResolvedBy,
 			a.ResolvedAt.UTC().Format(time.RFC3339))
@@ -296,8 +290,8 @@ func (d *Service) Decide(ctx context.Context, sc control.Scope, id string, appro
 // may be a later one than the requester's; an agent that is down, or that
 // ends before its log shows the outcome taken, is told at its next
 // session's hello (PushOutcomes). The buttons are best effort.
-func (d *Service) Resolved(ctx context.Context, r db.ChoirControlPendingApproval) {
-	a := approvalOf(r)
+func (d *Service) Resolved(ctx context.Context, r Approval) {
+	a := r.Admin()
 	if s, err := seam.Queries(d.pool).SessionGetLiveByAgent(ctx, r.AgentID); err != nil || s.HelloAt == nil {
 		d.logger.InfoContext(ctx, "approval outcome kept for the agent's next session: it is not running",
 			slog.String("approval_id", a.ID), slog.String("agent_id", a.AgentID))
@@ -308,7 +302,7 @@ func (d *Service) Resolved(ctx context.Context, r db.ChoirControlPendingApproval
 		return
 	}
 	req, err := seam.Queries(d.pool).OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: a.AgentID,
-		MessageID: RequestMessageID(r.ApprovalID)})
+		MessageID: RequestMessageID(r.ID)})
 	if err != nil || len(req.SentIds) == 0 || !d.buttons.Serves(req.Gateway) {
 		return
 	}
@@ -324,13 +318,13 @@ func (d *Service) Resolved(ctx context.Context, r db.ChoirControlPendingApproval
 // payload), so that the agent runs exactly that. Only the agent's
 // replicated log shows the outcome taken (HeartbeatApply sets
 // outcome_taken_at); until it does, every hello pushes it again.
-func (d *Service) pushOutcome(ctx context.Context, sessionID uuid.UUID, r db.ChoirControlPendingApproval) {
-	a := approvalOf(r)
+func (d *Service) pushOutcome(ctx context.Context, sessionID uuid.UUID, r Approval) {
+	a := r.Admin()
 	_, err := d.rpc.Push(sessionID.String(), rpc.Push{Kind: rpc.PushApprovalResolved, ApprovalResolved: &rpc.ApprovalResolved{
 		ApprovalID: a.ID, Status: rpc.ApprovalStatus(a.Status), ResolvedBy: a.ResolvedBy, ResolvedAt: *a.ResolvedAt,
-		RequestType: r.RequestType, Payload: r.Payload}})
+		RequestType: r.Type, Payload: r.Payload}})
 	if err == nil {
-		err = seam.Queries(d.pool).ApprovalOutcomePushed(ctx, r.ApprovalID)
+		err = seam.Queries(d.pool).ApprovalOutcomePushed(ctx, r.ID)
 	}
 	if err != nil {
 		d.logger.WarnContext(ctx, "approval outcome not pushed", slog.String("approval_id", a.ID),
@@ -349,6 +343,6 @@ func (d *Service) PushOutcomes(ctx context.Context, agentID string, sessionID uu
 		return
 	}
 	for _, r := range rows {
-		d.pushOutcome(ctx, sessionID, r)
+		d.pushOutcome(ctx, sessionID, Of(r))
 	}
 }

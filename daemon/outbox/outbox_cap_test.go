@@ -83,7 +83,7 @@ func TestOutboxCapPerSession(t *testing.T) {
 			// A proposal's parts are its checker's to queue, as
 			// daemon/propose registers its kinds.
 			reg := new(approval.Registry)
-			reg.Register(a.RequestType, approval.Kind{OwnParts: true})
+			reg.Register(a.Type, approval.Kind{OwnParts: true})
 			if err := reg.RequestTx(ctx, tx, client, a, approval.Address{Gateway: outboxtest.Gateway, DM: outboxtest.DM,
 				ChatID: fmt.Sprint(outboxtest.Chat)}); err != nil {
 				return err

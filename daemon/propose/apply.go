@@ -69,10 +69,11 @@ func (p *Proposer) Apply(ctx context.Context, job *river.Job[ApplyArgs]) error {
 	defer p.running.Delete(id)
 
 	q := seam.Queries(p.o.Pool)
-	a, err := q.ApprovalGet(ctx, id)
+	row, err := q.ApprovalGet(ctx, id)
 	if err != nil {
 		return fmt.Errorf("load approval %s: %w", id, err)
 	}
+	a := approval.Of(row)
 	if job.Args.Step == StepCleanup {
 		// Whatever the decision: the proposal is done with.
 		return p.cleanup(ctx, a)
@@ -113,31 +114,31 @@ func (p *Proposer) Apply(ctx context.Context, job *river.Job[ApplyArgs]) error {
 
 // finishTx records a step's outcome, tells the chat, queues the next step
 // and completes the job, in one transaction.
-func (p *Proposer) finishTx(ctx context.Context, tx pgx.Tx, job *river.Job[ApplyArgs], a db.ChoirControlPendingApproval, out outcome) error {
+func (p *Proposer) finishTx(ctx context.Context, tx pgx.Tx, job *river.Job[ApplyArgs], a approval.Approval, out outcome) error {
 	q := seam.Queries(tx)
-	if err := q.ProposalStep(ctx, db.ProposalStepParams{ApprovalID: a.ApprovalID, State: out.state, Step: job.Args.Step,
+	if err := q.ProposalStep(ctx, db.ProposalStepParams{ApprovalID: a.ID, State: out.state, Step: job.Args.Step,
 		Reason: out.reason, MergeCommit: out.merge, Image: out.image, ImageVersion: out.version, Deployment: out.deployment}); err != nil {
 		return err
 	}
 	ins := river.ClientFromContext[pgx.Tx](ctx)
 	to := approval.Address{Gateway: outbox.ConsoleGateway, DM: outbox.ConsoleDM, ChatID: outbox.ConsoleChat}
 	if req, err := q.OutboxGetByMessageID(ctx, db.OutboxGetByMessageIDParams{AgentID: a.AgentID,
-		MessageID: approval.RequestMessageID(a.ApprovalID)}); err == nil {
+		MessageID: approval.RequestMessageID(a.ID)}); err == nil {
 		to = approval.Address{Gateway: req.Gateway, DM: req.Dm, ChatID: req.ChatID}
 	} else if !errors.Is(err, choirsql.ErrNotFound) {
 		return err
 	}
 	if _, err := outbox.EnqueueTx(ctx, tx, ins, outbox.Params{AgentID: a.AgentID, SessionID: &a.SessionID,
-		MessageID: "approval:" + a.ApprovalID.String() + ":step:" + job.Args.Step, Gateway: to.Gateway, DM: to.DM,
+		MessageID: "approval:" + a.ID.String() + ":step:" + job.Args.Step, Gateway: to.Gateway, DM: to.DM,
 		ChatID: to.ChatID, Kind: message.Text, Text: out.text}); err != nil {
 		return err
 	}
 	next := out.next
-	if next == "" && a.RequestType == proposal.TypeRepo {
+	if next == "" && a.Type == proposal.TypeRepo {
 		next = StepCleanup // applied or not: its workspace clone goes
 	}
 	if next != "" {
-		if _, err := ins.InsertTx(ctx, tx, ApplyArgs{ApprovalID: a.ApprovalID, Step: next}, nil); err != nil {
+		if _, err := ins.InsertTx(ctx, tx, ApplyArgs{ApprovalID: a.ID, Step: next}, nil); err != nil {
 			return err
 		}
 	}
@@ -146,10 +147,10 @@ func (p *Proposer) finishTx(ctx context.Context, tx pgx.Tx, job *river.Job[Apply
 }
 
 // step runs one step.
-func (p *Proposer) step(ctx context.Context, a db.ChoirControlPendingApproval, prop db.ChoirControlProposal, step string) (outcome, error) {
-	by := "proposal:" + a.ApprovalID.String()
-	if a.ResolvedBy != nil {
-		by += " approved by " + *a.ResolvedBy
+func (p *Proposer) step(ctx context.Context, a approval.Approval, prop db.ChoirControlProposal, step string) (outcome, error) {
+	by := "proposal:" + a.ID.String()
+	if a.ResolvedBy != "" {
+		by += " approved by " + a.ResolvedBy
 	}
 	sc := control.Scope{Admin: true, Actor: by}
 	switch step {
@@ -182,9 +183,9 @@ func (p *Proposer) step(ctx context.Context, a db.ChoirControlPendingApproval, p
 
 // merge commits the proposal on a branch of a fresh clone with the
 // agent's git identity, merges it into the configured ref and pushes.
-func (p *Proposer) merge(ctx context.Context, a db.ChoirControlPendingApproval, prop db.ChoirControlProposal) (outcome, error) {
+func (p *Proposer) merge(ctx context.Context, a approval.Approval, prop db.ChoirControlProposal) (outcome, error) {
 	cfg := p.o.Control.Snapshot().Config
-	dir := filepath.Join(p.o.Home, "proposals", a.ApprovalID.String())
+	dir := filepath.Join(p.o.Home, "proposals", a.ID.String())
 	c, repo, err := p.openClone(ctx, cfg, a.AgentID, dir)
 	if err != nil {
 		return outcome{}, failed("merge", err)
@@ -194,7 +195,7 @@ func (p *Proposer) merge(ctx context.Context, a db.ChoirControlPendingApproval, 
 			text: fmt.Sprintf("Proposal %s (%s): merged into %s as %.12s. Building the image.", shortID(a), a.AgentID, repo.Ref, commit)}
 	}
 	defer os.RemoveAll(dir)
-	if commit := c.mergedAlready(ctx, repo.Ref, a.ApprovalID.String()); commit != "" && p.made(ctx, a.AgentID, commit) {
+	if commit := c.mergedAlready(ctx, repo.Ref, a.ID.String()); commit != "" && p.made(ctx, a.AgentID, commit) {
 		return done(commit), nil // a run before a restart pushed it
 	}
 	var head string
@@ -204,7 +205,7 @@ func (p *Proposer) merge(ctx context.Context, a db.ChoirControlPendingApproval, 
 		if err != nil {
 			return outcome{}, failed("merge", err)
 		}
-		branch := "proposal/approval-" + a.ApprovalID.String()
+		branch := "proposal/approval-" + a.ID.String()
 		if _, err := c.git(ctx, "checkout", "--quiet", "-B", branch); err != nil {
 			return outcome{}, err
 		}
@@ -218,8 +219,8 @@ func (p *Proposer) merge(ctx context.Context, a db.ChoirControlPendingApproval, 
 			Rationale string `json:"rationale"`
 		}
 		jsonObject(a.Payload, &why)
-		if _, err := c.git(ctx, "commit", "--quiet", "--allow-empty", "-m", proposal.Summary(a.RequestType, a.Payload)+
-			"\n\n"+why.Rationale+"\n\nChoir-Proposal: "+a.ApprovalID.String()); err != nil {
+		if _, err := c.git(ctx, "commit", "--quiet", "--allow-empty", "-m", proposal.Summary(a.Type, a.Payload)+
+			"\n\n"+why.Rationale+"\n\nChoir-Proposal: "+a.ID.String()); err != nil {
 			return outcome{}, err
 		}
 		if _, err := c.git(ctx, "checkout", "--quiet", repo.Ref); err != nil {
@@ -231,13 +232,13 @@ func (p *Proposer) merge(ctx context.Context, a db.ChoirControlPendingApproval, 
 		jsonObject(a.Payload, &r)
 		if head, err = c.approvedHead(ctx, r.Branch, prop.HeadCommit); err != nil {
 			p.o.Logger.WarnContext(ctx, "repo change not merged: the branch is not what was approved",
-				slog.String("approval_id", a.ApprovalID.String()), slog.String("agent_id", a.AgentID),
+				slog.String("approval_id", a.ID.String()), slog.String("agent_id", a.AgentID),
 				slog.String("branch", r.Branch), slog.String("approved", prop.HeadCommit), slog.String("error", err.Error()))
 			return outcome{}, failed("merge", err)
 		}
 	}
 	msg := fmt.Sprintf("Merge proposal %s of %s: %s\n\nApproved-By: %s\nChoir-Approval: %s",
-		shortID(a), a.AgentID, proposal.Summary(a.RequestType, a.Payload), deref(a.ResolvedBy), a.ApprovalID)
+		shortID(a), a.AgentID, proposal.Summary(a.Type, a.Payload), a.ResolvedBy, a.ID)
 	if _, err := c.git(ctx, "merge", "--no-ff", "--no-edit", "-m", msg, head); err != nil {
 		c.git(ctx, "merge", "--abort") //nolint:errcheck
 		return outcome{}, failed("merge", fmt.Errorf("merge conflict with %s: %w", repo.Ref, err))
@@ -261,11 +262,11 @@ func (p *Proposer) merge(ctx context.Context, a db.ChoirControlPendingApproval, 
 // revert takes a merged proposal whose image did not build back out of
 // the repository, so that the next build is not broken by it; it says what
 // it did.
-func (p *Proposer) revert(ctx context.Context, a db.ChoirControlPendingApproval, prop db.ChoirControlProposal) string {
+func (p *Proposer) revert(ctx context.Context, a approval.Approval, prop db.ChoirControlProposal) string {
 	if prop.MergeCommit == "" {
 		return "nothing was merged"
 	}
-	dir := filepath.Join(p.o.Home, "proposals", a.ApprovalID.String()+".revert")
+	dir := filepath.Join(p.o.Home, "proposals", a.ID.String()+".revert")
 	defer os.RemoveAll(dir)
 	c, repo, err := p.openClone(ctx, p.o.Control.Snapshot().Config, a.AgentID, dir)
 	if err == nil {
@@ -295,19 +296,19 @@ func (p *Proposer) made(ctx context.Context, agentID, commit string) bool {
 // recordHead records the clone's HEAD as a commit choird made on the
 // agent's ref, before it is pushed: a build never takes it for the
 // agent's own.
-func (p *Proposer) recordHead(ctx context.Context, c *clone, a db.ChoirControlPendingApproval, what string) error {
+func (p *Proposer) recordHead(ctx context.Context, c *clone, a approval.Approval, what string) error {
 	head, err := c.git(ctx, "rev-parse", "HEAD")
 	if err != nil {
 		return err
 	}
 	return seam.Queries(p.o.Pool).RepoCommitRecord(ctx, db.RepoCommitRecordParams{AgentID: a.AgentID,
-		CommitSha: head, ApprovalID: a.ApprovalID, What: what})
+		CommitSha: head, ApprovalID: a.ID, What: what})
 }
 
 // proposalFiles are the files an approved tool or skill proposal writes,
 // validated once more as they will be built.
-func proposalFiles(a db.ChoirControlPendingApproval) ([]proposal.File, error) {
-	switch a.RequestType {
+func proposalFiles(a approval.Approval) ([]proposal.File, error) {
+	switch a.Type {
 	case proposal.TypeTool:
 		t, err := proposal.ParseTool(a.Payload, nil)
 		if err != nil {
@@ -324,14 +325,7 @@ func proposalFiles(a db.ChoirControlPendingApproval) ([]proposal.File, error) {
 		}
 		return proposal.SkillFiles(spec), nil
 	}
-	return nil, fmt.Errorf("%s writes no files", a.RequestType)
+	return nil, fmt.Errorf("%s writes no files", a.Type)
 }
 
-func shortID(a db.ChoirControlPendingApproval) string { return a.ApprovalID.String()[:8] }
-
-func deref(s *string) string {
-	if s == nil {
-		return ""
-	}
-	return *s
-}
+func shortID(a approval.Approval) string { return a.ID.String()[:8] }

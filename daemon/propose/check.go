@@ -118,18 +118,18 @@ func (p *Proposer) Check(ctx context.Context, agentID, sessionID string, req rpc
 // RecordTx records a checked proposal with its approval, and queues the
 // full change to the chat ahead of the request with its buttons, in the
 // transaction that creates the approval.
-func (p *Proposer) RecordTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a db.ChoirControlPendingApproval, c Checked, to approval.Address) error {
+func (p *Proposer) RecordTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a approval.Approval, c Checked, to approval.Address) error {
 	q := seam.Queries(tx)
-	if err := q.ProposalCreate(ctx, db.ProposalCreateParams{ApprovalID: a.ApprovalID, AgentID: a.AgentID, Kind: c.Kind,
+	if err := q.ProposalCreate(ctx, db.ProposalCreateParams{ApprovalID: a.ID, AgentID: a.AgentID, Kind: c.Kind,
 		Preview: strings.Join(c.Parts, ""), BaseSha256: c.BaseSHA256, HeadCommit: c.HeadCommit}); err != nil {
-		return fmt.Errorf("record proposal %s: %w", a.ApprovalID, err)
+		return fmt.Errorf("record proposal %s: %w", a.ID, err)
 	}
 	for i, part := range c.Parts {
 		head := fmt.Sprintf("Proposal from %s, part %d of %d:\n", a.AgentID, i+1, len(c.Parts))
 		if _, err := outbox.EnqueueTx(ctx, tx, ins, outbox.Params{AgentID: a.AgentID, SessionID: &a.SessionID,
-			MessageID: fmt.Sprintf("approval:%s:detail:%d", a.ApprovalID, i+1), Gateway: to.Gateway, DM: to.DM,
+			MessageID: fmt.Sprintf("approval:%s:detail:%d", a.ID, i+1), Gateway: to.Gateway, DM: to.DM,
 			ChatID: to.ChatID, Kind: message.Text, Text: head + part}); err != nil {
-			return fmt.Errorf("queue proposal %s part %d: %w", a.ApprovalID, i+1, err)
+			return fmt.Errorf("queue proposal %s part %d: %w", a.ID, i+1, err)
 		}
 	}
 	return nil

@@ -12,7 +12,7 @@ import (
 	"strings"
 
 	"github.com/choirhq/choir/agent/proposal"
-	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/sql/seam"
 )
 
@@ -29,8 +29,8 @@ const maxCloneDepth = 4
 // cleanup removes the workspace clones of a decided repo change. It works
 // under os.Root of the workspace: nothing the agent put there (a link to
 // a host directory) makes it touch anything outside.
-func (p *Proposer) cleanup(ctx context.Context, a db.ChoirControlPendingApproval) error {
-	if a.RequestType != proposal.TypeRepo {
+func (p *Proposer) cleanup(ctx context.Context, a approval.Approval) error {
+	if a.Type != proposal.TypeRepo {
 		return nil
 	}
 	var r proposal.Repo
@@ -39,7 +39,7 @@ func (p *Proposer) cleanup(ctx context.Context, a db.ChoirControlPendingApproval
 	}
 	sess, err := seam.Queries(p.o.Pool).SessionGetByID(ctx, a.SessionID)
 	if err != nil {
-		return fmt.Errorf("load session %s of proposal %s: %w", a.SessionID, a.ApprovalID, err)
+		return fmt.Errorf("load session %s of proposal %s: %w", a.SessionID, a.ID, err)
 	}
 	var b struct {
 		Workspace string `json:"workspace"`
@@ -58,14 +58,14 @@ func (p *Proposer) cleanup(ctx context.Context, a db.ChoirControlPendingApproval
 	}
 	defer root.Close()
 	for _, dir := range clonesOf(root, r.Branch) {
-		log := p.o.Logger.With(slog.String("approval_id", a.ApprovalID.String()), slog.String("agent_id", a.AgentID),
+		log := p.o.Logger.With(slog.String("approval_id", a.ID.String()), slog.String("agent_id", a.AgentID),
 			slog.String("workspace", ws), slog.String("clone", dir), slog.String("branch", r.Branch))
 		if dir == "." {
 			log.WarnContext(ctx, "the proposal's clone is the workspace itself; not removed")
 			continue
 		}
 		if err := root.RemoveAll(dir); err != nil {
-			return fmt.Errorf("remove the workspace clone %s of proposal %s: %w", dir, a.ApprovalID, err)
+			return fmt.Errorf("remove the workspace clone %s of proposal %s: %w", dir, a.ID, err)
 		}
 		log.InfoContext(ctx, "proposal's workspace clone removed")
 	}

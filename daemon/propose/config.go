@@ -12,6 +12,7 @@ import (
 
 	"github.com/choirhq/choir/agent/proposal"
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
 )
@@ -20,7 +21,7 @@ import (
 // and applies it through the path choirctl config load and apply take.
 // config.json must still be the file the change was checked against; a
 // refused apply puts the file back as it was.
-func (p *Proposer) applyConfig(ctx context.Context, sc control.Scope, a db.ChoirControlPendingApproval, prop db.ChoirControlProposal) (outcome, error) {
+func (p *Proposer) applyConfig(ctx context.Context, sc control.Scope, a approval.Approval, prop db.ChoirControlProposal) (outcome, error) {
 	c, err := proposal.ParseConfig(a.Payload)
 	if err != nil {
 		return outcome{}, failed("config", err)

@@ -12,7 +12,6 @@ import (
 
 	"github.com/choirhq/choir/agent/proposal"
 	"github.com/choirhq/choir/daemon/approval"
-	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 )
 
@@ -72,7 +71,7 @@ func (p *Proposer) AddWorkers(workers *river.Workers) error {
 func RegisterApprovals(r *approval.Registry) {
 	for _, t := range []string{proposal.TypeTool, proposal.TypeSkill, proposal.TypeConfig, proposal.TypeRepo} {
 		k := approval.Kind{OwnParts: true, Will: will(t), ResolvedTx: approvedTx,
-			OutcomeText: func(_ context.Context, _ pgx.Tx, a db.ChoirControlPendingApproval) (string, error) {
+			OutcomeText: func(_ context.Context, _ pgx.Tx, a approval.Approval) (string, error) {
 				return outcomeText(a, a.Status == "approved"), nil
 			}}
 		if t == proposal.TypeConfig {
@@ -100,33 +99,33 @@ const StepCleanup = "cleanup"
 // approvedTx queues the first step of an approved proposal, or
 // the cleanup of a rejected repo change, in the transaction that decided
 // it.
-func approvedTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a db.ChoirControlPendingApproval) error {
-	if a.Status == "rejected" && a.RequestType == proposal.TypeRepo {
-		if _, err := ins.InsertTx(ctx, tx, ApplyArgs{ApprovalID: a.ApprovalID, Step: StepCleanup}, nil); err != nil {
-			return fmt.Errorf("queue the cleanup of proposal %s: %w", a.ApprovalID, err)
+func approvedTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a approval.Approval) error {
+	if a.Status == "rejected" && a.Type == proposal.TypeRepo {
+		if _, err := ins.InsertTx(ctx, tx, ApplyArgs{ApprovalID: a.ID, Step: StepCleanup}, nil); err != nil {
+			return fmt.Errorf("queue the cleanup of proposal %s: %w", a.ID, err)
 		}
 		return nil
 	}
-	if a.Status != "approved" || !proposal.IsProposal(a.RequestType) {
+	if a.Status != "approved" || !proposal.IsProposal(a.Type) {
 		return nil
 	}
-	if _, err := ins.InsertTx(ctx, tx, ApplyArgs{ApprovalID: a.ApprovalID, Step: FirstStep(a.RequestType)}, nil); err != nil {
-		return fmt.Errorf("queue applying proposal %s: %w", a.ApprovalID, err)
+	if _, err := ins.InsertTx(ctx, tx, ApplyArgs{ApprovalID: a.ID, Step: FirstStep(a.Type)}, nil); err != nil {
+		return fmt.Errorf("queue applying proposal %s: %w", a.ID, err)
 	}
 	return nil
 }
 
 // outcomeText is what the chat is told of a decided proposal.
-func outcomeText(a db.ChoirControlPendingApproval, approve bool) string {
+func outcomeText(a approval.Approval, approve bool) string {
 	switch {
 	case !approve:
-		return fmt.Sprintf("Rejected by %s: %s. Nothing is applied.", deref(a.ResolvedBy), a.Summary)
-	case a.RequestType == proposal.TypeConfig:
+		return fmt.Sprintf("Rejected by %s: %s. Nothing is applied.", a.ResolvedBy, a.Summary)
+	case a.Type == proposal.TypeConfig:
 		return fmt.Sprintf("Approved by %s: %s. It will be written to config.json and applied; the outcome follows here.",
-			deref(a.ResolvedBy), a.Summary)
+			a.ResolvedBy, a.Summary)
 	}
 	return fmt.Sprintf("Approved by %s: %s. It will be merged, built and deployed; each step is reported here.",
-		deref(a.ResolvedBy), a.Summary)
+		a.ResolvedBy, a.Summary)
 }
 
 // will is what the request of a proposal adds to its summary:

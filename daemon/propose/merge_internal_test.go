@@ -13,6 +13,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
@@ -58,11 +59,10 @@ func mergeSetup(t *testing.T) (p *Proposer, bare, work string) {
 	return New(Options{Home: root, Control: ctl, Pool: pool}), bare, work
 }
 
-func approved(requestType string, payload any) db.ChoirControlPendingApproval {
+func approved(requestType string, payload any) approval.Approval {
 	b, _ := json.Marshal(payload)
-	by := "telegram:alice"
-	return db.ChoirControlPendingApproval{ApprovalID: uuid.New(), AgentID: "assistant", RequestType: requestType,
-		Payload: b, Status: "approved", ResolvedBy: &by}
+	return approval.Approval{ID: uuid.New(), AgentID: "assistant", Type: requestType,
+		Payload: b, Status: "approved", ResolvedBy: "telegram:alice"}
 }
 
 // TestMergeRunsOnce: the merge step run again (a restart before its
@@ -73,7 +73,7 @@ func TestMergeRunsOnce(t *testing.T) {
 	a := approved("choir.propose.tool", map[string]any{"change": "add", "name": "greet.hello", "description": "d",
 		"parameters": map[string]any{"type": "object"}, "behavior": "b", "rationale": "r",
 		"runtime": map[string]any{"side_effect": "read", "trust": "own"}, "implementation": map[string]string{"content": "#!/bin/sh\necho hi\n"}})
-	prop := db.ChoirControlProposal{ApprovalID: a.ApprovalID, Kind: "tool"}
+	prop := db.ChoirControlProposal{ApprovalID: a.ID, Kind: "tool"}
 	first, err := p.merge(context.Background(), a, prop)
 	if err != nil {
 		t.Fatal(err)
@@ -111,7 +111,7 @@ func TestMergeConflictFailsTheStep(t *testing.T) {
 	head := gitT(t, bare, "rev-parse", "main")
 
 	a := approved("choir.propose.repo_change", map[string]string{"branch": branch, "rationale": "r"})
-	_, err := p.merge(context.Background(), a, db.ChoirControlProposal{ApprovalID: a.ApprovalID, Kind: "repo",
+	_, err := p.merge(context.Background(), a, db.ChoirControlProposal{ApprovalID: a.ID, Kind: "repo",
 		HeadCommit: gitT(t, bare, "rev-parse", branch)})
 	var sf *stepFailed
 	if !errors.As(err, &sf) || sf.step != "merge" || !strings.Contains(err.Error(), "conflict") {

@@ -25,7 +25,7 @@ const ApprovalType = "choir.schedule"
 // is told when an approved schedule runs next.
 func RegisterApprovals(r *approval.Registry) {
 	r.Register(ApprovalType, approval.Kind{
-		ResolvedTx: func(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a db.ChoirControlPendingApproval) error {
+		ResolvedTx: func(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a approval.Approval) error {
 			return approvalResolvedTx(ctx, tx, ins, a, time.Now())
 		},
 		OutcomeText: approvedText,
@@ -37,14 +37,14 @@ func RegisterApprovals(r *approval.Registry) {
 // it is armed (a one-shot whose time passed meanwhile fires at once, on
 // time: the wait was a person's, not downtime); rejected or timed out, it
 // is cancelled.
-func approvalResolvedTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a db.ChoirControlPendingApproval, now time.Time) error {
+func approvalResolvedTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a approval.Approval, now time.Time) error {
 	q := seam.Queries(tx)
-	s, err := q.ScheduleLockByApproval(ctx, &a.ApprovalID)
+	s, err := q.ScheduleLockByApproval(ctx, &a.ID)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("lock the schedule of approval %s: %w", a.ApprovalID, err)
+		return fmt.Errorf("lock the schedule of approval %s: %w", a.ID, err)
 	}
 	if s.Status != state.PendingApproval {
 		return nil
@@ -64,16 +64,16 @@ func approvalResolvedTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, a db.
 // approvedText says what happens next once a schedule's approval is
 // approved: nothing runs at the moment of the approval; the schedule is
 // armed and runs when it fires. A rejection keeps the plain words ("").
-func approvedText(ctx context.Context, tx pgx.Tx, row db.ChoirControlPendingApproval) (string, error) {
+func approvedText(ctx context.Context, tx pgx.Tx, row approval.Approval) (string, error) {
 	if row.Status != "approved" {
 		return "", nil
 	}
-	s, err := seam.Queries(tx).ScheduleLockByApproval(ctx, &row.ApprovalID)
+	s, err := seam.Queries(tx).ScheduleLockByApproval(ctx, &row.ID)
 	switch {
 	case errors.Is(err, choirsql.ErrNotFound):
 		return fmt.Sprintf("Approved: %s. Nothing runs now.", row.Summary), nil
 	case err != nil:
-		return "", fmt.Errorf("load the schedule of approval %s: %w", row.ApprovalID, err)
+		return "", fmt.Errorf("load the schedule of approval %s: %w", row.ID, err)
 	case s.Status != state.Active || s.NextRunAt == nil:
 		return fmt.Sprintf("Approved: %s. Nothing runs now: the schedule is %s.", row.Summary, s.Status), nil
 	}

@@ -38,10 +38,10 @@ func TestApprovedSaysWhatHappensNext(t *testing.T) {
 			t.Fatal(err)
 		}
 	})
-	approve := func(t *testing.T, a db.ChoirControlPendingApproval) string {
+	approve := func(t *testing.T, a approval.Approval) string {
 		t.Helper()
 		if err := pgx.BeginFunc(ctx, b.Pool, func(tx pgx.Tx) error {
-			_, won, err := kinds.ResolveTx(ctx, tx, client, a.ApprovalID, true, "telegram:alice")
+			_, won, err := kinds.ResolveTx(ctx, tx, client, a.ID, true, "telegram:alice")
 			if err == nil && !won {
 				t.Error("the approval was already resolved")
 			}
@@ -51,7 +51,7 @@ func TestApprovedSaysWhatHappensNext(t *testing.T) {
 		}
 		var text string
 		if err := b.Pool.QueryRow(ctx, `SELECT text FROM choir_control.outbox WHERE message_id = $1`,
-			"approval:"+a.ApprovalID.String()+":resolved").Scan(&text); err != nil {
+			"approval:"+a.ID.String()+":resolved").Scan(&text); err != nil {
 			t.Fatal(err)
 		}
 		if strings.Contains(text, "Executing") {
@@ -59,13 +59,13 @@ func TestApprovedSaysWhatHappensNext(t *testing.T) {
 		}
 		return text
 	}
-	setType := func(t *testing.T, a *db.ChoirControlPendingApproval, typ string) {
+	setType := func(t *testing.T, a *approval.Approval, typ string) {
 		t.Helper()
 		if _, err := b.Pool.Exec(ctx, `UPDATE choir_control.pending_approvals SET request_type = $2 WHERE approval_id = $1`,
-			a.ApprovalID, typ); err != nil {
+			a.ID, typ); err != nil {
 			t.Fatal(err)
 		}
-		a.RequestType = typ
+		a.Type = typ
 	}
 
 	t.Run("ReminderIsArmedAndSaysWhenItFires", func(t *testing.T) {
@@ -79,7 +79,7 @@ func TestApprovedSaysWhatHappensNext(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := q.ScheduleSetApproval(ctx, db.ScheduleSetApprovalParams{ScheduleID: s.ScheduleID, ApprovalID: &a.ApprovalID}); err != nil {
+		if err := q.ScheduleSetApproval(ctx, db.ScheduleSetApprovalParams{ScheduleID: s.ScheduleID, ApprovalID: &a.ID}); err != nil {
 			t.Fatal(err)
 		}
 		text := approve(t, a)

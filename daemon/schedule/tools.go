@@ -254,7 +254,7 @@ func (s *Service) requestApproval(ctx context.Context, tx pgx.Tx, row db.ChoirCo
 		return row, fmt.Errorf("record the approval of schedule %d: %w", row.ScheduleID, err)
 	}
 	gw, chat, _ := control.DMAddressIn(cfg, row.Dm)
-	if err := s.approvals.RequestTx(ctx, tx, s.jobs, full, approval.Address{Gateway: gw, DM: row.Dm, ChatID: chat}); err != nil {
+	if err := s.approvals.RequestTx(ctx, tx, s.jobs, approval.Of(full), approval.Address{Gateway: gw, DM: row.Dm, ChatID: chat}); err != nil {
 		return row, err
 	}
 	row.ApprovalID = &full.ApprovalID

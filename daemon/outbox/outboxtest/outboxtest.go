@@ -8,6 +8,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/json"
+	"github.com/choirhq/choir/daemon/approval"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -248,7 +249,7 @@ func (b *Bundle) WaitJob(t *testing.T, outboxID int64, state string) JobState {
 
 // newApproval records a pending approval of a fresh session of Agent,
 // expiring after ttl.
-func (b *Bundle) NewApproval(t *testing.T, summary string, ttl time.Duration) db.ChoirControlPendingApproval {
+func (b *Bundle) NewApproval(t *testing.T, summary string, ttl time.Duration) approval.Approval {
 	t.Helper()
 	ctx := context.Background()
 	q := seam.Queries(b.Pool)
@@ -277,7 +278,7 @@ func (b *Bundle) NewApproval(t *testing.T, summary string, ttl time.Duration) db
 	if err != nil {
 		t.Fatal(err)
 	}
-	return a
+	return approval.Of(a)
 }
 
 // Texts are the texts of messages.

@@ -84,7 +84,7 @@ func fail(t testing.TB, err error) {
 // a new template instead of a stale one.
 func migrationsHash() (string, error) {
 	h := sha256.New()
-	fmt.Fprintf(h, "river=%d\n", choirsql.RiverSchemaVersion)
+	fmt.Fprintf(h, "river=%d go=%v\n", choirsql.RiverSchemaVersion, choirsql.GoMigrationVersions)
 	err := fs.WalkDir(choirsql.FS(), ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err

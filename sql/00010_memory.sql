@@ -10,10 +10,11 @@
 --     the agent role may read and append to but never rewrite;
 --   * indexes for the recency-capped full-text side of hybrid search.
 --
--- provision_agent is restructured so that every object is created with IF
--- NOT EXISTS on every call: new agents and agents provisioned by an older
--- version of this function end up with the same schema, and this migration
--- upgrades the schemas already provisioned by calling it for each of them.
+-- agent_schema_objects, which creates every object with IF NOT EXISTS,
+-- is registered as a part of provision_agent's schema: new agents and
+-- agents provisioned before end up with the same schema, and this
+-- migration upgrades the schemas already provisioned by provisioning each
+-- of them again.
 
 -- +goose StatementBegin
 -- text_sha256 is the SHA-256 of a text's UTF-8 bytes: the content hash of
@@ -235,78 +236,6 @@ BEGIN
 END;
 $$;
 
--- provision_agent creates or completes one agent's memory schema and the
--- role that owns its data access (see agent_schema_objects for what is in
--- it). The embedding dimensions are checked first: a count other than the
--- one the schema was made with is refused, since the stored vectors would
--- have to be re-embedded first (choirctl memory reembed does that). Every
--- object is then created with IF NOT EXISTS, so calling it again is cheap
--- and brings a schema made by an older version up to date.
---
--- The schema is owned by the caller (choird's admin role); the agent role
--- only gets USAGE and row privileges, so it can neither drop nor alter its
--- tables, and it has no privilege at all on other agents' schemas.
-CREATE OR REPLACE FUNCTION choir_control.provision_agent(p_agent_id text, p_dimensions int)
-RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    s        text := choir_control.agent_schema_name(p_agent_id);
-    existing choir_control.agent_schemas%ROWTYPE;
-BEGIN
-    IF p_agent_id IS NULL OR p_agent_id !~ '^[a-z][a-z0-9_-]{0,39}$' THEN
-        RAISE EXCEPTION 'invalid agent id %: want ^[a-z][a-z0-9_-]{0,39}$', quote_nullable(p_agent_id)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF p_dimensions IS NULL OR p_dimensions < 1 OR p_dimensions > 2000 THEN
-        RAISE EXCEPTION 'invalid embedding dimensions % for agent %: HNSW indexes vectors of 1 to 2000 dimensions',
-            p_dimensions, p_agent_id USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-
-    -- Serialise provisioning of one agent (choird and tests may race).
-    PERFORM pg_advisory_xact_lock(hashtextextended('choir.provision:' || p_agent_id, 0));
-
-    SELECT * INTO existing FROM choir_control.agent_schemas WHERE agent_id = p_agent_id;
-    IF FOUND THEN
-        IF existing.dimensions <> p_dimensions THEN
-            RAISE EXCEPTION 'agent % memory uses vector(%), not vector(%)', p_agent_id,
-                existing.dimensions, p_dimensions
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'changing the embedding model needs a re-embedding migration: run choirctl memory reembed, '
-                             || 'or keep embedding.dimensions at ' || existing.dimensions;
-        END IF;
-    ELSIF EXISTS (SELECT 1 FROM choir_control.agent_schemas WHERE schema_name = s) THEN
-        RAISE EXCEPTION 'agent % maps to schema %, which another agent already uses', p_agent_id, s
-            USING ERRCODE = 'unique_violation';
-    ELSE
-        INSERT INTO choir_control.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
-    END IF;
-
-    -- Roles are cluster-wide: another database of the cluster may create
-    -- the same role at the same moment, which is fine.
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = s) THEN
-        BEGIN
-            EXECUTE format('CREATE ROLE %I NOLOGIN', s);
-        EXCEPTION WHEN duplicate_object OR unique_violation THEN
-            NULL;
-        END;
-    END IF;
-    -- The admin must be a member to SET LOCAL ROLE for own-agent queries.
-    IF NOT pg_has_role(current_user, s, 'MEMBER') THEN
-        EXECUTE format('GRANT %I TO %I', s, current_user);
-    END IF;
-
-    EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', s);
-    EXECUTE format('REVOKE ALL ON SCHEMA %I FROM PUBLIC', s);
-    EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', s, s);
-    PERFORM choir_control.agent_schema_objects(s, p_dimensions);
-
-    INSERT INTO choir_control.agent_schemas (agent_id, schema_name, role_name, dimensions)
-    VALUES (p_agent_id, s, s, p_dimensions)
-    ON CONFLICT (agent_id) DO NOTHING;
-    RETURN s;
-END;
-$$;
-
 -- change_agent_dimensions switches one agent's embeddings to vectors of
 -- p_dimensions: it drops every stored vector (they cannot be converted),
 -- retypes the columns, rebuilds the (then empty) HNSW indexes and records
@@ -350,6 +279,11 @@ BEGIN
 END;
 $$;
 
+-- +goose StatementEnd
+INSERT INTO choir_control.agent_schema_parts (part, position, fn)
+VALUES ('memory', 20, 'choir_control.agent_schema_objects(text,int)')
+ON CONFLICT (part) DO NOTHING;
+-- +goose StatementBegin
 -- Bring every schema provisioned so far up to date.
 DO $$
 DECLARE
@@ -364,8 +298,7 @@ $$;
 
 -- +goose Down
 -- +goose StatementBegin
--- Remove what Up added to each agent schema, then restore the provisioning
--- function of 00004_agent_schema.sql.
+-- Remove what Up added to each agent schema, and its part of new ones.
 DO $$
 DECLARE
     r choir_control.agent_schemas%ROWTYPE;
@@ -392,115 +325,7 @@ BEGIN
 END;
 $$;
 -- +goose StatementEnd
+DELETE FROM choir_control.agent_schema_parts WHERE part = 'memory';
 DROP FUNCTION choir_control.change_agent_dimensions(text, int);
 DROP FUNCTION choir_control.agent_schema_objects(text, int);
 DROP FUNCTION choir_control.text_sha256(text);
--- +goose StatementBegin
-CREATE OR REPLACE FUNCTION choir_control.provision_agent(p_agent_id text, p_dimensions int)
-RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    s        text := choir_control.agent_schema_name(p_agent_id);
-    existing choir_control.agent_schemas%ROWTYPE;
-BEGIN
-    IF p_agent_id IS NULL OR p_agent_id !~ '^[a-z][a-z0-9_-]{0,39}$' THEN
-        RAISE EXCEPTION 'invalid agent id %: want ^[a-z][a-z0-9_-]{0,39}$', quote_nullable(p_agent_id)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF p_dimensions IS NULL OR p_dimensions < 1 OR p_dimensions > 2000 THEN
-        RAISE EXCEPTION 'invalid embedding dimensions % for agent %: HNSW indexes vectors of 1 to 2000 dimensions',
-            p_dimensions, p_agent_id USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-
-    -- Serialise provisioning of one agent (choird and tests may race).
-    PERFORM pg_advisory_xact_lock(hashtextextended('choir.provision:' || p_agent_id, 0));
-
-    SELECT * INTO existing FROM choir_control.agent_schemas WHERE agent_id = p_agent_id;
-    IF FOUND THEN
-        IF existing.dimensions <> p_dimensions THEN
-            RAISE EXCEPTION 'agent % memory uses vector(%), not vector(%)', p_agent_id,
-                existing.dimensions, p_dimensions
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'changing the embedding model needs a re-embedding migration; keep embedding.dimensions at '
-                             || existing.dimensions;
-        END IF;
-        RETURN s;
-    END IF;
-    IF EXISTS (SELECT 1 FROM choir_control.agent_schemas WHERE schema_name = s) THEN
-        RAISE EXCEPTION 'agent % maps to schema %, which another agent already uses', p_agent_id, s
-            USING ERRCODE = 'unique_violation';
-    END IF;
-
-    INSERT INTO choir_control.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
-
-    -- Roles are cluster-wide: another database of the cluster may create
-    -- the same role at the same moment, which is fine.
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = s) THEN
-        BEGIN
-            EXECUTE format('CREATE ROLE %I NOLOGIN', s);
-        EXCEPTION WHEN duplicate_object OR unique_violation THEN
-            NULL;
-        END;
-    END IF;
-    -- The admin must be a member to SET LOCAL ROLE for own-agent queries.
-    IF NOT pg_has_role(current_user, s, 'MEMBER') THEN
-        EXECUTE format('GRANT %I TO %I', s, current_user);
-    END IF;
-
-    EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', s);
-    EXECUTE format('REVOKE ALL ON SCHEMA %I FROM PUBLIC', s);
-    EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', s, s);
-
-    EXECUTE format($f$
-        CREATE TABLE IF NOT EXISTS %1$I.memory_documents (
-            id          uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-            session_id  uuid NOT NULL,
-            tier        text NOT NULL CHECK (tier IN ('mid_term', 'long_term_summary', 'long_term_detail')),
-            chunk_index int NOT NULL CHECK (chunk_index >= 0),
-            text        text NOT NULL,
-            tsv         tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED,
-            created_at  timestamptz NOT NULL DEFAULT now(),
-            metadata    jsonb NOT NULL DEFAULT '{}',
-            UNIQUE (session_id, tier, chunk_index)
-        );
-        CREATE INDEX IF NOT EXISTS memory_documents_tsv ON %1$I.memory_documents USING gin (tsv);
-        CREATE INDEX IF NOT EXISTS memory_documents_tier ON %1$I.memory_documents (tier, created_at);
-
-        CREATE TABLE IF NOT EXISTS %1$I.memory_embeddings (
-            document_id uuid PRIMARY KEY REFERENCES %1$I.memory_documents (id) ON DELETE CASCADE,
-            embedding   vector(%2$s) NOT NULL,
-            model       text NOT NULL DEFAULT '',
-            created_at  timestamptz NOT NULL DEFAULT now()
-        );
-        CREATE INDEX IF NOT EXISTS memory_embeddings_hnsw ON %1$I.memory_embeddings
-            USING hnsw (embedding vector_cosine_ops);
-
-        CREATE TABLE IF NOT EXISTS %1$I.knowledge_documents (
-            id         uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-            key        text UNIQUE CHECK (key <> ''),
-            text       text NOT NULL,
-            tsv        tsvector GENERATED ALWAYS AS (to_tsvector('english'::regconfig, text)) STORED,
-            created_at timestamptz NOT NULL DEFAULT now(),
-            updated_at timestamptz NOT NULL DEFAULT now(),
-            metadata   jsonb NOT NULL DEFAULT '{}'
-        );
-        CREATE INDEX IF NOT EXISTS knowledge_documents_tsv ON %1$I.knowledge_documents USING gin (tsv);
-
-        CREATE TABLE IF NOT EXISTS %1$I.knowledge_embeddings (
-            document_id uuid PRIMARY KEY REFERENCES %1$I.knowledge_documents (id) ON DELETE CASCADE,
-            embedding   vector(%2$s) NOT NULL,
-            model       text NOT NULL DEFAULT '',
-            created_at  timestamptz NOT NULL DEFAULT now()
-        );
-        CREATE INDEX IF NOT EXISTS knowledge_embeddings_hnsw ON %1$I.knowledge_embeddings
-            USING hnsw (embedding vector_cosine_ops);
-
-        GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA %1$I TO %1$I;
-    $f$, s, p_dimensions);
-
-    INSERT INTO choir_control.agent_schemas (agent_id, schema_name, role_name, dimensions)
-    VALUES (p_agent_id, s, s, p_dimensions);
-    RETURN s;
-END;
-$$;
--- +goose StatementEnd

@@ -21,9 +21,9 @@
 --     the store and copies today's counts here. The basis is kept apart
 --     from the counts so that copying reads the counts without locking
 --     them against the counting triggers; only choird's role writes it.
--- provision_agent calls agent_schema_text_objects for new agents; this
--- migration calls it for the agents provisioned so far, counting the
--- documents they already hold.
+-- agent_schema_text_objects is registered as a part of provision_agent's
+-- schema for new agents; this migration calls it for the agents
+-- provisioned so far, counting the documents they already hold.
 CREATE EXTENSION IF NOT EXISTS rum;
 
 -- +goose StatementBegin
@@ -178,68 +178,11 @@ BEGIN
 END;
 $$;
 
-CREATE OR REPLACE FUNCTION choir_control.provision_agent(p_agent_id text, p_dimensions int)
-RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    s        text := choir_control.agent_schema_name(p_agent_id);
-    existing choir_control.agent_schemas%ROWTYPE;
-BEGIN
-    IF p_agent_id IS NULL OR p_agent_id !~ '^[a-z][a-z0-9_-]{0,39}$' THEN
-        RAISE EXCEPTION 'invalid agent id %: want ^[a-z][a-z0-9_-]{0,39}$', quote_nullable(p_agent_id)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF p_dimensions IS NULL OR p_dimensions < 1 OR p_dimensions > 2000 THEN
-        RAISE EXCEPTION 'invalid embedding dimensions % for agent %: HNSW indexes vectors of 1 to 2000 dimensions',
-            p_dimensions, p_agent_id USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-
-    -- Serialise provisioning of one agent (choird and tests may race).
-    PERFORM pg_advisory_xact_lock(hashtextextended('choir.provision:' || p_agent_id, 0));
-
-    SELECT * INTO existing FROM choir_control.agent_schemas WHERE agent_id = p_agent_id;
-    IF FOUND THEN
-        IF existing.dimensions <> p_dimensions THEN
-            RAISE EXCEPTION 'agent % memory uses vector(%), not vector(%)', p_agent_id,
-                existing.dimensions, p_dimensions
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'changing the embedding model needs a re-embedding migration: run choirctl memory reembed, '
-                             || 'or keep embedding.dimensions at ' || existing.dimensions;
-        END IF;
-    ELSIF EXISTS (SELECT 1 FROM choir_control.agent_schemas WHERE schema_name = s) THEN
-        RAISE EXCEPTION 'agent % maps to schema %, which another agent already uses', p_agent_id, s
-            USING ERRCODE = 'unique_violation';
-    ELSE
-        INSERT INTO choir_control.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
-    END IF;
-
-    -- Roles are cluster-wide: another database of the cluster may create
-    -- the same role at the same moment, which is fine.
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = s) THEN
-        BEGIN
-            EXECUTE format('CREATE ROLE %I NOLOGIN', s);
-        EXCEPTION WHEN duplicate_object OR unique_violation THEN
-            NULL;
-        END;
-    END IF;
-    -- The admin must be a member to SET LOCAL ROLE for own-agent queries.
-    IF NOT pg_has_role(current_user, s, 'MEMBER') THEN
-        EXECUTE format('GRANT %I TO %I', s, current_user);
-    END IF;
-
-    EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', s);
-    EXECUTE format('REVOKE ALL ON SCHEMA %I FROM PUBLIC', s);
-    EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', s, s);
-    PERFORM choir_control.agent_schema_objects(s, p_dimensions);
-    PERFORM choir_control.agent_schema_text_objects(s);
-
-    INSERT INTO choir_control.agent_schemas (agent_id, schema_name, role_name, dimensions)
-    VALUES (p_agent_id, s, s, p_dimensions)
-    ON CONFLICT (agent_id) DO NOTHING;
-    RETURN s;
-END;
-$$;
-
+-- +goose StatementEnd
+INSERT INTO choir_control.agent_schema_parts (part, position, fn)
+VALUES ('text', 30, 'choir_control.agent_schema_text_objects(text)')
+ON CONFLICT (part) DO NOTHING;
+-- +goose StatementBegin
 -- Bring every schema provisioned so far up to date.
 DO $$
 DECLARE
@@ -273,67 +216,7 @@ BEGIN
     END LOOP;
 END;
 $$;
-CREATE OR REPLACE FUNCTION choir_control.provision_agent(p_agent_id text, p_dimensions int)
-RETURNS text
-LANGUAGE plpgsql AS $$
-DECLARE
-    s        text := choir_control.agent_schema_name(p_agent_id);
-    existing choir_control.agent_schemas%ROWTYPE;
-BEGIN
-    IF p_agent_id IS NULL OR p_agent_id !~ '^[a-z][a-z0-9_-]{0,39}$' THEN
-        RAISE EXCEPTION 'invalid agent id %: want ^[a-z][a-z0-9_-]{0,39}$', quote_nullable(p_agent_id)
-            USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-    IF p_dimensions IS NULL OR p_dimensions < 1 OR p_dimensions > 2000 THEN
-        RAISE EXCEPTION 'invalid embedding dimensions % for agent %: HNSW indexes vectors of 1 to 2000 dimensions',
-            p_dimensions, p_agent_id USING ERRCODE = 'invalid_parameter_value';
-    END IF;
-
-    -- Serialise provisioning of one agent (choird and tests may race).
-    PERFORM pg_advisory_xact_lock(hashtextextended('choir.provision:' || p_agent_id, 0));
-
-    SELECT * INTO existing FROM choir_control.agent_schemas WHERE agent_id = p_agent_id;
-    IF FOUND THEN
-        IF existing.dimensions <> p_dimensions THEN
-            RAISE EXCEPTION 'agent % memory uses vector(%), not vector(%)', p_agent_id,
-                existing.dimensions, p_dimensions
-                USING ERRCODE = 'invalid_parameter_value',
-                      HINT = 'changing the embedding model needs a re-embedding migration: run choirctl memory reembed, '
-                             || 'or keep embedding.dimensions at ' || existing.dimensions;
-        END IF;
-    ELSIF EXISTS (SELECT 1 FROM choir_control.agent_schemas WHERE schema_name = s) THEN
-        RAISE EXCEPTION 'agent % maps to schema %, which another agent already uses', p_agent_id, s
-            USING ERRCODE = 'unique_violation';
-    ELSE
-        INSERT INTO choir_control.agents (agent_id) VALUES (p_agent_id) ON CONFLICT DO NOTHING;
-    END IF;
-
-    -- Roles are cluster-wide: another database of the cluster may create
-    -- the same role at the same moment, which is fine.
-    IF NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = s) THEN
-        BEGIN
-            EXECUTE format('CREATE ROLE %I NOLOGIN', s);
-        EXCEPTION WHEN duplicate_object OR unique_violation THEN
-            NULL;
-        END;
-    END IF;
-    -- The admin must be a member to SET LOCAL ROLE for own-agent queries.
-    IF NOT pg_has_role(current_user, s, 'MEMBER') THEN
-        EXECUTE format('GRANT %I TO %I', s, current_user);
-    END IF;
-
-    EXECUTE format('CREATE SCHEMA IF NOT EXISTS %I', s);
-    EXECUTE format('REVOKE ALL ON SCHEMA %I FROM PUBLIC', s);
-    EXECUTE format('GRANT USAGE ON SCHEMA %I TO %I', s, s);
-    PERFORM choir_control.agent_schema_objects(s, p_dimensions);
-
-    INSERT INTO choir_control.agent_schemas (agent_id, schema_name, role_name, dimensions)
-    VALUES (p_agent_id, s, s, p_dimensions)
-    ON CONFLICT (agent_id) DO NOTHING;
-    RETURN s;
-END;
-$$;
-
+DELETE FROM choir_control.agent_schema_parts WHERE part = 'text';
 DROP FUNCTION choir_control.agent_schema_text_objects(text);
 DROP FUNCTION choir_control.count_lexemes();
 DROP FUNCTION public.choir_word_docs(text, text, text[]);

@@ -13,6 +13,7 @@ import (
 
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
+	choirsql "github.com/choirhq/choir/sql"
 )
 
 // columns describes the tables of a schema as "table.column type null".
@@ -134,9 +135,13 @@ func TestMemoryMigration(t *testing.T) {
 		var after string
 		pool.QueryRow(ctx, "SELECT prosrc FROM pg_proc WHERE proname = 'provision_agent'").Scan(&after)
 		if after != src {
-			t.Error("down did not restore the previous provision_agent")
+			t.Error("provision_agent changed: it is defined once, and migrations register parts of the schema")
 		}
-		for _, agent := range []string{"before", "during"} {
+		if got := parts(t, pool); !slices.Equal(got, []string{"base"}) {
+			t.Errorf("after down to 9, the schema's parts are %v, want [base]", got)
+		}
+		provision(t, pool, "after", 3)
+		for _, agent := range []string{"before", "during", "after"} {
 			if got := columns(t, pool, "choir_"+agent); !slices.Equal(got, before) {
 				t.Errorf("after down, %s's schema is %v, want %v", agent, got, before)
 			}
@@ -238,4 +243,78 @@ func TestMemorySchema(t *testing.T) {
 			t.Errorf("hint %q", pe.Hint)
 		}
 	})
+}
+
+// parts are the registered parts of an agent's schema, in order.
+func parts(t *testing.T, pool *pgxpool.Pool) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), "SELECT part FROM choir_control.agent_schema_parts ORDER BY position")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
+}
+
+// TestSchemaPartsAdoptOlderDatabases plays a database that 00010 and 00026
+// reached when they still rewrote provision_agent whole: no parts
+// registry. Migration 42 defines provision_agent and its parts from 00004
+// itself, and an agent provisioned then gets the schema a fresh
+// database gives.
+func TestSchemaPartsAdoptOlderDatabases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	fresh, freshPool := newMigrator(t, dbtest.NewEmptyDatabase(t))
+	if _, err := fresh.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	provision(t, freshPool, "fresh", 3)
+	want := append(columns(t, freshPool, "choir_fresh"), objects(t, freshPool, "choir_fresh")...)
+
+	m, pool := newMigrator(t, dbtest.NewEmptyDatabase(t))
+	if _, err := m.UpTo(ctx, choirsql.PartsMigrationVersion-1); err != nil {
+		t.Fatal(err)
+	}
+	provision(t, pool, "old", 3)
+	if _, err := pool.Exec(ctx, `DROP TABLE choir_control.agent_schema_parts;
+		DROP FUNCTION choir_control.agent_schema_base(text, int)`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.Up(ctx); err != nil {
+		t.Fatalf("up from a database without parts: %v", err)
+	}
+	if got := parts(t, pool); !slices.Equal(got, []string{"base", "memory", "text"}) {
+		t.Errorf("parts = %v, want [base memory text]", got)
+	}
+	provision(t, pool, "new", 3)
+	for _, agent := range []string{"old", "new"} {
+		if got := append(columns(t, pool, "choir_"+agent), objects(t, pool, "choir_"+agent)...); !slices.Equal(got, want) {
+			t.Errorf("%s's schema is %v, want %v as on a fresh database", agent, got, want)
+		}
+	}
+	if _, err := m.DownTo(ctx, choirsql.PartsMigrationVersion-1); err != nil {
+		t.Fatalf("down past 42: %v", err)
+	}
+}
+
+// objects are a schema's indexes and triggers, by name.
+func objects(t *testing.T, pool *pgxpool.Pool, schema string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `
+		SELECT 'index ' || indexname FROM pg_indexes WHERE schemaname = $1
+		UNION ALL
+		SELECT 'trigger ' || tg.tgname FROM pg_trigger tg JOIN pg_class c ON c.oid = tg.tgrelid
+		  JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = $1 AND NOT tg.tgisinternal
+		ORDER BY 1`, schema)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }

@@ -84,7 +84,7 @@ func NewMigrator(pool *pgxpool.Pool, logger *slog.Logger) (*Migrator, error) {
 	provider, err := goose.NewProvider(goose.DialectPostgres, m.db, migrations,
 		goose.WithSessionLocker(locker),
 		goose.WithDisableGlobalRegistry(true),
-		goose.WithGoMigrations(river),
+		goose.WithGoMigrations(river, partsMigration()),
 	)
 	if err != nil {
 		m.db.Close()
@@ -152,11 +152,19 @@ func results(rs []*goose.MigrationResult) []Result {
 	return out
 }
 
+// GoMigrationVersions are the versions of the migrations written in Go,
+// beside the embedded SQL files: River's tables, and the adoption of
+// agent_schema_parts.
+var GoMigrationVersions = []int64{RiverMigrationVersion, PartsMigrationVersion}
+
 func sourceName(s *goose.Source) string {
-	if s.Path == "" {
-		return fmt.Sprintf("%05d_river.go", s.Version)
+	switch {
+	case s.Path != "":
+		return s.Path
+	case s.Version == PartsMigrationVersion:
+		return fmt.Sprintf("%05d_schema_parts.go", s.Version)
 	}
-	return s.Path
+	return fmt.Sprintf("%05d_river.go", s.Version)
 }
 
 // Up applies every pending migration.

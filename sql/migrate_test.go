@@ -36,14 +36,14 @@ func newMigrator(t *testing.T, url string) (*choirsql.Migrator, *pgxpool.Pool) {
 }
 
 // migrationCount is the number of known migrations: the SQL files plus the
-// Go migration for River.
+// Go migrations.
 func migrationCount(t *testing.T) int {
 	t.Helper()
 	files, err := fs.Glob(choirsql.FS(), "*.sql")
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(files) + 1
+	return len(files) + len(choirsql.GoMigrationVersions)
 }
 
 // latestMigration is the highest migration version: versions are not
@@ -54,7 +54,7 @@ func latestMigration(t *testing.T) int64 {
 	if err != nil {
 		t.Fatal(err)
 	}
-	latest := int64(choirsql.RiverMigrationVersion)
+	latest := slices.Max(choirsql.GoMigrationVersions)
 	for _, f := range files {
 		v, err := strconv.ParseInt(strings.SplitN(f, "_", 2)[0], 10, 64)
 		if err != nil {

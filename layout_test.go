@@ -185,6 +185,69 @@ func TestQueriesGoThroughTheSeam(t *testing.T) {
 	}
 }
 
+// rowOwners are the sqlc row types of features that have a domain type of
+// their own, with the package that reads them at its edge: elsewhere the
+// feature's type is passed (approval.Approval, session.Session,
+// admin.Schedule), so a feature depends on another's meaning, not on its
+// table.
+var rowOwners = map[string]string{
+	"ChoirControlPendingApproval": "daemon/approval",
+	"ChoirControlSession":         "daemon/session",
+	"ChoirControlSchedule":        "daemon/schedule",
+}
+
+// TestRowTypesStayWithTheirFeature checks that a feature's row type is
+// named only in its own package tree (and by generated code and sql/'s
+// tests of the schema).
+func TestRowTypesStayWithTheirFeature(t *testing.T) {
+	t.Parallel()
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(".", func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		dir := filepath.Dir(path)
+		if d.IsDir() || !strings.HasSuffix(path, ".go") || generated(dir) || dir == "sql" {
+			return nil
+		}
+		file, err := parser.ParseFile(fset, path, nil, 0)
+		if err != nil {
+			return err
+		}
+		dbName := ""
+		for _, im := range file.Imports {
+			if strings.Trim(im.Path.Value, `"`) == module+"/db" {
+				dbName = "db"
+				if im.Name != nil {
+					dbName = im.Name.Name
+				}
+			}
+		}
+		if dbName == "" {
+			return nil
+		}
+		ast.Inspect(file, func(n ast.Node) bool {
+			sel, ok := n.(*ast.SelectorExpr)
+			if !ok {
+				return true
+			}
+			x, ok := sel.X.(*ast.Ident)
+			owner, owned := rowOwners[sel.Sel.Name]
+			if !ok || x.Name != dbName || !owned || dir == owner || strings.HasPrefix(dir, owner+"/") {
+				return true
+			}
+			pos := fset.Position(sel.Pos())
+			t.Errorf("%s:%d: db.%s is %s's row: take the feature's own type from it (for example %s.Of(row))",
+				pos.Filename, pos.Line, sel.Sel.Name, owner, filepath.Base(owner))
+			return true
+		})
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
 // A dependencyRule forbids the packages under from (test helpers aside)
 // to depend on anything under one of forbidden, but for the packages named
 // exactly in except.

@@ -214,12 +214,12 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 				req.Snapshot = &rpc.Snapshot{Rev: last.Rev, Hash: last.Hash, State: json.RawMessage(`{"edge":{"tool_calls_used":1}}`)}
 			}
 		}
-		if _, err := agentapi.Replicate(ctx, d.Pool(), first.Session.SessionID, req); err != nil {
+		if _, err := agentapi.Replicate(ctx, d.Pool(), first.Session.ID, req); err != nil {
 			b.Fatal(err)
 		}
 		rev, prev = rev+n, p
 	}
-	if _, err := session.EndSession(ctx, d.Pool(), nil, first.Session.SessionID, "crashed", "bench"); err != nil {
+	if _, err := session.EndSession(ctx, d.Pool(), nil, first.Session.ID, "crashed", "bench"); err != nil {
 		b.Fatal(err)
 	}
 	b.ResetTimer()
@@ -229,7 +229,7 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		c, err := client.New(client.Options{Socket: d.Socket(), SessionID: s.Session.SessionID.String(),
+		c, err := client.New(client.Options{Socket: d.Socket(), SessionID: s.Session.ID.String(),
 			LeaseToken: s.LeaseToken, MaxResponseBytes: 256 << 20})
 		if err != nil {
 			b.Fatal(err)
@@ -245,7 +245,7 @@ func benchRecovery(b *testing.B, total, snapEvery int) {
 		b.StopTimer()
 		b.ReportMetric(float64(len(hello.TailEvents)), "tail-events")
 		c.Close()
-		if _, err := session.EndSession(ctx, d.Pool(), nil, s.Session.SessionID, "ended", "bench"); err != nil {
+		if _, err := session.EndSession(ctx, d.Pool(), nil, s.Session.ID, "ended", "bench"); err != nil {
 			b.Fatal(err)
 		}
 		b.StartTimer()

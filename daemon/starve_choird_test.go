@@ -101,7 +101,7 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, b := dial(sa.Session.SessionID, sa.LeaseToken), dial(sb.Session.SessionID, sb.LeaseToken)
+	a, b := dial(sa.Session.ID, sa.LeaseToken), dial(sb.Session.ID, sb.LeaseToken)
 	for _, c := range []struct {
 		cl *client.Client
 		s  session.StartedSession
@@ -153,7 +153,7 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 	calls := make(chan int)
 	for range 16 {
 		wrong, _ := rpc.NewLeaseToken()
-		c := dial(sa.Session.SessionID, wrong)
+		c := dial(sa.Session.ID, wrong)
 		flood.Go(func() {
 			for i := range calls {
 				_, err := c.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: "choir.memory.query",
@@ -236,7 +236,7 @@ func TestMisbehavingAgentCannotStarveAnotherAgainstChoird(t *testing.T) {
 	}
 	var status string
 	var crashed int
-	d.Pool().QueryRow(ctx, `SELECT status FROM choir_control.sessions WHERE session_id = $1`, sb.Session.SessionID).Scan(&status)
+	d.Pool().QueryRow(ctx, `SELECT status FROM choir_control.sessions WHERE session_id = $1`, sb.Session.ID).Scan(&status)
 	d.Pool().QueryRow(ctx, `SELECT count(*) FROM choir_control.sessions WHERE agent_id = 'helper' AND status = 'crashed'`).Scan(&crashed)
 	if status != "active" || crashed != 0 {
 		t.Errorf("B's session is %s, %d of B's sessions crashed; want active, none", status, crashed)

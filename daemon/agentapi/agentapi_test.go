@@ -29,7 +29,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 		t.Fatal(err)
 	}
 	cl, err := client.New(client.Options{Socket: d.Socket(),
-		SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken})
+		SessionID: s.Session.ID.String(), LeaseToken: s.LeaseToken})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +43,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	if hello.Status != rpc.HelloFresh || hello.ConfigVersion != d.ConfigVersion() || hello.ResourceBindings.Workspace != "main" {
 		t.Errorf("hello = %+v", hello)
 	}
-	if row, _ := q.SessionGetByID(ctx, s.Session.SessionID); row.HelloAt == nil || row.ImageVersion != "img-1" {
+	if row, _ := q.SessionGetByID(ctx, s.Session.ID); row.HelloAt == nil || row.ImageVersion != "img-1" {
 		t.Errorf("INIT_HELLO left no mark on the session row")
 	}
 
@@ -97,7 +97,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 		if _, err := cl.ReportStatus(ctx, rpc.ReportStatusRequest{Lane: "edge", State: "EDGE_IDLE"}); err != nil {
 			t.Fatal(err)
 		}
-		row, _ := q.SessionGetByID(ctx, s.Session.SessionID)
+		row, _ := q.SessionGetByID(ctx, s.Session.ID)
 		if !strings.Contains(string(row.LaneStatus), "EDGE_IDLE") {
 			t.Errorf("lane_status = %s", row.LaneStatus)
 		}
@@ -203,7 +203,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 		}
 		other, _ := rpc.NewLeaseToken()
 		impostor, err := client.New(client.Options{Socket: d.Socket(),
-			SessionID: s.Session.SessionID.String(), LeaseToken: other})
+			SessionID: s.Session.ID.String(), LeaseToken: other})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -214,7 +214,7 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 		var events int
 		var ackedRev int64
 		d.Pool().QueryRow(ctx, "SELECT acked_rev, (SELECT count(*) FROM choir_control.session_events WHERE session_id = $1) FROM choir_control.sessions WHERE session_id = $1",
-			s.Session.SessionID).Scan(&ackedRev, &events)
+			s.Session.ID).Scan(&ackedRev, &events)
 		if ackedRev != 3 || events != 3 {
 			t.Errorf("refused heartbeats wrote: acked_rev %d, %d events", ackedRev, events)
 		}

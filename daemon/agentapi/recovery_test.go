@@ -26,7 +26,7 @@ func TestHello(t *testing.T) {
 	ctx := context.Background()
 
 	helloReq := func(s session.StartedSession) (rpc.Call, rpc.InitHelloRequest) {
-		call := rpc.Call{Session: rpc.Session{ID: s.Session.SessionID.String(), AgentID: "assistant"}, Verb: "INIT_HELLO"}
+		call := rpc.Call{Session: rpc.Session{ID: s.Session.ID.String(), AgentID: "assistant"}, Verb: "INIT_HELLO"}
 		return call, rpc.InitHelloRequest{AgentID: "assistant", SessionID: call.Session.ID, ImageVersion: "img-1",
 			ToolManifestHash: "t1", SkillManifestHash: "s1"}
 	}
@@ -48,7 +48,7 @@ func TestHello(t *testing.T) {
 		if resp.ResourceBindings.Workspace != "main" || len(resp.ResourceBindings.Secrets) != 2 {
 			t.Errorf("bindings = %+v", resp.ResourceBindings)
 		}
-		row, _ := seam.Queries(pool).SessionGetByID(ctx, s.Session.SessionID)
+		row, _ := seam.Queries(pool).SessionGetByID(ctx, s.Session.ID)
 		if row.HelloAt == nil || row.ImageVersion != "img-1" {
 			t.Errorf("hello not recorded: %v %q", row.HelloAt, row.ImageVersion)
 		}
@@ -80,14 +80,14 @@ func TestHello(t *testing.T) {
 			t.Fatal(err)
 		}
 		evs := choirdtest.ChainEvents(t, 1, 7, rpc.Genesis)
-		if _, err := agentapi.Replicate(ctx, pool, s1.Session.SessionID, choirdtest.Patch(evs[:4], 0, rpc.Genesis)); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, s1.Session.ID, choirdtest.Patch(evs[:4], 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
-		if err := q.SnapshotInsert(ctx, db.SnapshotInsertParams{SessionID: s1.Session.SessionID, Rev: 2,
+		if err := q.SnapshotInsert(ctx, db.SnapshotInsertParams{SessionID: s1.Session.ID, Rev: 2,
 			Snapshot: json.RawMessage(`{"lane_state":{"edge":"idle"}}`)}); err != nil {
 			t.Fatal(err)
 		}
-		session.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
+		session.EndSession(ctx, pool, nil, s1.Session.ID, "crashed", "test crash")
 
 		// Session 2 resumes, replicates 5-7, and is stopped.
 		s2, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
@@ -105,10 +105,10 @@ func TestHello(t *testing.T) {
 		if resp.Snapshot.Hash != evs[1].Hash {
 			t.Errorf("snapshot hash is not the hash of rev 2")
 		}
-		if _, err := agentapi.Replicate(ctx, pool, s2.Session.SessionID, choirdtest.Patch(evs[4:], 4, evs[3].Hash)); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, s2.Session.ID, choirdtest.Patch(evs[4:], 4, evs[3].Hash)); err != nil {
 			t.Fatal(err)
 		}
-		session.EndSession(ctx, pool, nil, s2.Session.SessionID, "ended", "stopped")
+		session.EndSession(ctx, pool, nil, s2.Session.ID, "ended", "stopped")
 
 		// Session 3 sees the whole chain: snapshot 2 and tail 3-7.
 		s3, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
@@ -152,20 +152,20 @@ func TestHello(t *testing.T) {
 				if from > 0 {
 					prev = evs[from-1].Hash
 				}
-				if _, err := agentapi.Replicate(ctx, pool, s.Session.SessionID, choirdtest.Patch(evs[from:to], int64(from), prev)); err != nil {
+				if _, err := agentapi.Replicate(ctx, pool, s.Session.ID, choirdtest.Patch(evs[from:to], int64(from), prev)); err != nil {
 					t.Fatal(err)
 				}
-				if err := q.SnapshotInsert(ctx, db.SnapshotInsertParams{SessionID: s.Session.SessionID, Rev: int64(to),
+				if err := q.SnapshotInsert(ctx, db.SnapshotInsertParams{SessionID: s.Session.ID, Rev: int64(to),
 					Snapshot: json.RawMessage(`{"edge":{"tokens_used":900}}`)}); err != nil {
 					t.Fatal(err)
 				}
 				// A reconnect of the same session keeps its own counters.
 				again, err := agentapi.Hello(ctx, pool, choirdtest.SessionCall(s), choirdtest.HelloRequest(s))
 				if err != nil || again.Snapshot == nil || again.ResetBudgets {
-					t.Errorf("a reconnect of session %s resets its budgets: %+v, %v", s.Session.SessionID, again, err)
+					t.Errorf("a reconnect of session %s resets its budgets: %+v, %v", s.Session.ID, again, err)
 				}
 			}
-			session.EndSession(ctx, pool, nil, s.Session.SessionID, "ended", "stopped")
+			session.EndSession(ctx, pool, nil, s.Session.ID, "ended", "stopped")
 			return resp.ResetBudgets
 		}
 		if hello(session.ByPerson, 0, 2) {
@@ -203,11 +203,11 @@ func TestHello(t *testing.T) {
 				req.Snapshot = &rpc.Snapshot{Rev: end, Hash: evs[end-1].Hash,
 					State: json.RawMessage(`{"edge":{"window_from":` + strconv.FormatInt(end, 10) + `,"note":"ünïcode and \"quotes\""}}`)}
 			}
-			if _, err := agentapi.Replicate(ctx, pool, s1.Session.SessionID, req); err != nil {
+			if _, err := agentapi.Replicate(ctx, pool, s1.Session.ID, req); err != nil {
 				t.Fatal(err)
 			}
 		}
-		session.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
+		session.EndSession(ctx, pool, nil, s1.Session.ID, "crashed", "test crash")
 		resume := func(t *testing.T) (rpc.InitHelloResponse, string) {
 			t.Helper()
 			s, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
@@ -219,7 +219,7 @@ func TestHello(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			session.EndSession(ctx, pool, nil, s.Session.SessionID, "ended", "test")
+			session.EndSession(ctx, pool, nil, s.Session.ID, "ended", "test")
 			return resp, logs.String()
 		}
 

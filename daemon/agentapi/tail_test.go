@@ -46,11 +46,11 @@ func TestHelloTailReachesBackToTheWindows(t *testing.T) {
 			if int64(from) < rev && rev <= int64(end) {
 				req.Snapshot = &rpc.Snapshot{Rev: rev, Hash: evs[rev-1].Hash, State: json.RawMessage(state)}
 			}
-			if _, err := agentapi.Replicate(ctx, pool, s1.Session.SessionID, req); err != nil {
+			if _, err := agentapi.Replicate(ctx, pool, s1.Session.ID, req); err != nil {
 				t.Fatal(err)
 			}
 		}
-		session.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
+		session.EndSession(ctx, pool, nil, s1.Session.ID, "crashed", "test crash")
 		s2, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatal(err)
@@ -160,11 +160,11 @@ func TestHelloTailBoundedInBytes(t *testing.T) {
 		if i == 11 {
 			req.Snapshot = &rpc.Snapshot{Rev: 12, Hash: evs[11].Hash, State: json.RawMessage(`{"edge":{"event_window_boundary":1}}`)}
 		}
-		if _, err := agentapi.Replicate(ctx, pool, s1.Session.SessionID, req); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, s1.Session.ID, req); err != nil {
 			t.Fatal(err)
 		}
 	}
-	session.EndSession(ctx, pool, nil, s1.Session.SessionID, "crashed", "test crash")
+	session.EndSession(ctx, pool, nil, s1.Session.ID, "crashed", "test crash")
 	s2, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 	if err != nil {
 		t.Fatal(err)

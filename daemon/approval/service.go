@@ -13,6 +13,7 @@ import (
 	"github.com/riverqueue/river"
 
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
@@ -181,7 +182,7 @@ func (d *Service) approvalOnDM(ctx context.Context, sc control.Scope, r Approval
 	if err != nil {
 		return fmt.Errorf("load the session of approval %s: %w", r.ID, err)
 	}
-	if control.SessionDM(s) != sc.DM {
+	if session.Of(s).DM() != sc.DM {
 		return fmt.Errorf("%w: approval %s of %s was requested on another DM, so only that DM or an admin decides it",
 			control.ErrForbidden, r.ID, r.AgentID)
 	}

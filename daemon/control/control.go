@@ -191,14 +191,14 @@ func (s Scope) Allow(agentID string) error {
 // an admin started the agent on another DM); for the latest session of an
 // agent that is not running, it keeps another DM's conversation (events,
 // lanes, approvals) out of this DM's sight.
-func (s Scope) AllowSession(sess db.ChoirControlSession) error {
+func (s Scope) AllowSession(sess session.Session) error {
 	if err := s.Allow(sess.AgentID); err != nil {
 		return err
 	}
 	if s.Admin || s.DM == "" {
 		return nil
 	}
-	if dm := SessionDM(sess); dm != s.DM {
+	if dm := sess.DM(); dm != s.DM {
 		if sess.Status == "active" || sess.Status == "stopping" {
 			return fmt.Errorf("%w: %s is running on another DM; this DM controls it again once it stops, or is started here",
 				ErrForbidden, sess.AgentID)
@@ -254,19 +254,19 @@ func (d *Control) AgentStart(ctx context.Context, sc Scope, agentID string, o ad
 		staged.Discard()
 		return admin.AgentStatus{}, err
 	}
-	spec := runtime.Spec{AgentID: agentID, SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken,
+	spec := runtime.Spec{AgentID: agentID, SessionID: s.Session.ID.String(), LeaseToken: s.LeaseToken,
 		Image: d.agentImage(agentID), Workspace: ws, ControlSocket: d.opts.AgentSocket,
 		ControlAddr: d.agentAddr, ControlCACert: d.agentCACert, Env: staged.Env()}
 	inst, err := d.runtime.Start(ctx, spec)
 	staged.Settle(err == nil)
 	if err != nil {
-		if derr := discardSession(context.WithoutCancel(ctx), d.pool, s.Session.SessionID); derr != nil {
+		if derr := discardSession(context.WithoutCancel(ctx), d.pool, s.Session.ID); derr != nil {
 			d.logger.Error("could not remove the session of a failed start", slog.String("session_id", spec.SessionID),
 				slog.String("error", derr.Error()))
 		}
 		return admin.AgentStatus{}, fmt.Errorf("start agent %s: %w", agentID, err)
 	}
-	if err := seam.Queries(d.pool).SessionSetInstance(ctx, db.SessionSetInstanceParams{SessionID: s.Session.SessionID,
+	if err := seam.Queries(d.pool).SessionSetInstance(ctx, db.SessionSetInstanceParams{SessionID: s.Session.ID,
 		ContainerID: inst.ID}); err != nil {
 		return admin.AgentStatus{}, fmt.Errorf("record instance of %s: %w", agentID, err)
 	}
@@ -353,20 +353,20 @@ func (d *Control) AgentStop(ctx context.Context, sc Scope, agentID string) (admi
 // itself after its safe point, summary and final heartbeat; an agent that
 // does not within StopTimeout is stopped by its runtime and its session
 // ended.
-func (d *Control) stopSession(ctx context.Context, s db.ChoirControlSession, how rpc.Shutdown, actor string) error {
+func (d *Control) stopSession(ctx context.Context, s session.Session, how rpc.Shutdown, actor string) error {
 	q := seam.Queries(d.pool)
 	agentID := s.AgentID
-	if err := q.SessionMarkStopping(ctx, s.SessionID); err != nil {
+	if err := q.SessionMarkStopping(ctx, s.ID); err != nil {
 		return err
 	}
-	id := s.SessionID.String()
+	id := s.ID.String()
 	how.GraceMS = StopTimeout.Milliseconds()
 	if _, err := d.rpc.Push(id, rpc.Push{Kind: rpc.PushShutdown, Shutdown: &how}); err != nil {
 		d.logger.WarnContext(ctx, "could not push shutdown", slog.String("session_id", id), slog.String("error", err.Error()))
 	}
 	deadline := time.Now().Add(StopTimeout)
 	for time.Now().Before(deadline) {
-		row, err := q.SessionGetByID(ctx, s.SessionID)
+		row, err := q.SessionGetByID(ctx, s.ID)
 		if err == nil && row.Status != "active" && row.Status != "stopping" {
 			break
 		}
@@ -386,7 +386,7 @@ func (d *Control) stopSession(ctx context.Context, s db.ChoirControlSession, how
 	}
 	// An agent that never answered is ended here; its unacknowledged tail
 	// is lost, as after a crash.
-	if ended, err := session.EndSession(ctx, d.pool, d.river, s.SessionID, "ended", "stopped by "+actor+" (agent did not end its session)"); err != nil {
+	if ended, err := session.EndSession(ctx, d.pool, d.river, s.ID, "ended", "stopped by "+actor+" (agent did not end its session)"); err != nil {
 		return err
 	} else if ended {
 		d.logger.WarnContext(ctx, "agent did not end its session in time; ended it", slog.String("agent_id", agentID))

@@ -2,7 +2,6 @@ package control
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,7 +11,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/config"
-	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/wire"
 	choirsql "github.com/choirhq/choir/sql"
@@ -76,7 +75,7 @@ func (d *Control) DMBindingOf(ctx context.Context, dm string) (DMBinding, error)
 		if err != nil {
 			return DMBinding{}, fmt.Errorf("look up the session of %s, which defaults to dm %s: %w", id, dm, err)
 		}
-		if other := SessionDM(s); other != dm {
+		if other := session.Of(s).DM(); other != dm {
 			busy.AgentIDs, busy.OtherDMs = append(busy.AgentIDs, id), append(busy.OtherDMs, other)
 			continue
 		}
@@ -121,15 +120,6 @@ func (e *BoundElsewhereError) Unwrap() error { return ErrNotBound }
 func (e *BoundElsewhereError) LogAttrs() []any {
 	return []any{slog.String("dm", e.DM), slog.String("agent_id", strings.Join(e.AgentIDs, ",")),
 		slog.String("bound_dm", strings.Join(e.OtherDMs, ","))}
-}
-
-// SessionDM is the DM a session is bound to; empty if none.
-func SessionDM(s db.ChoirControlSession) string {
-	var b rpc.ResourceBindings
-	if json.Unmarshal(s.ResourceBindings, &b) != nil {
-		return ""
-	}
-	return b.DM
 }
 
 // DMScope is the scope of a command from a DM: admin, or its bound agent.

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/daemon/hold"
-	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/daemon/session"
 	choirsql "github.com/choirhq/choir/sql"
 	"github.com/choirhq/choir/sql/seam"
 )
@@ -18,9 +18,10 @@ import (
 // agent (holdAgent), then looks again, so that a session a schedule
 // started meanwhile is stopped too; an agent that is not running stays
 // held.
-func (d *Control) stoppableSession(ctx context.Context, sc Scope, agentID string) (db.ChoirControlSession, error) {
+func (d *Control) stoppableSession(ctx context.Context, sc Scope, agentID string) (session.Session, error) {
 	q := seam.Queries(d.pool)
-	s, err := q.SessionGetLiveByAgent(ctx, agentID)
+	row, err := q.SessionGetLiveByAgent(ctx, agentID)
+	s := session.Of(row)
 	live := err == nil
 	if err != nil && !errors.Is(err, choirsql.ErrNotFound) {
 		return s, err
@@ -37,7 +38,8 @@ func (d *Control) stoppableSession(ctx context.Context, sc Scope, agentID string
 		return s, err
 	}
 	if !live {
-		s, err = q.SessionGetLiveByAgent(ctx, agentID)
+		row, err = q.SessionGetLiveByAgent(ctx, agentID)
+		s = session.Of(row)
 		if errors.Is(err, choirsql.ErrNotFound) {
 			return s, fmt.Errorf("agent %s is not running; it stays stopped: its start_agent schedules are paused "+
 				"until a person starts it", agentID)

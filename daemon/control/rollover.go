@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"github.com/choirhq/choir/daemon/hold"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
 	choirsql "github.com/choirhq/choir/sql"
@@ -53,7 +54,7 @@ func (d *Control) AgentRollover(ctx context.Context, agentID string, from uuid.U
 	}
 	// Choird rolls over an idle session only; should a message arrive
 	// in between, its turn finishes before the agent stops.
-	if err := d.stopSession(ctx, s, rpc.Shutdown{Reason: RolloverEndReason, AfterTurn: true}, rolloverActor); err != nil {
+	if err := d.stopSession(ctx, session.Of(s), rpc.Shutdown{Reason: RolloverEndReason, AfterTurn: true}, rolloverActor); err != nil {
 		return false, fmt.Errorf("stop session %s for the rollover: %w", from, err)
 	}
 	st, err := d.AgentStart(ctx, Scope{Admin: true, Actor: rolloverActor, Unattended: true, Rollover: true}, agentID, overridesOf(b))

@@ -35,8 +35,9 @@ const (
 // liveSession returns the agent's live session, or an error wrapping
 // ErrNotRunning that says how to start it; a regular DM gets only a
 // session bound to it.
-func (d *Control) liveSession(ctx context.Context, sc Scope, agentID string) (db.ChoirControlSession, error) {
-	s, err := seam.Queries(d.pool).SessionGetLiveByAgent(ctx, agentID)
+func (d *Control) liveSession(ctx context.Context, sc Scope, agentID string) (session.Session, error) {
+	row, err := seam.Queries(d.pool).SessionGetLiveByAgent(ctx, agentID)
+	s := session.Of(row)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return s, fmt.Errorf("%w: %s has no live session; start it first", ErrNotRunning, agentID)
 	}
@@ -44,7 +45,7 @@ func (d *Control) liveSession(ctx context.Context, sc Scope, agentID string) (db
 		return s, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
 	if err := sc.AllowSession(s); err != nil {
-		return db.ChoirControlSession{}, err
+		return session.Session{}, err
 	}
 	return s, nil
 }
@@ -92,7 +93,7 @@ func (d *Control) SessionCores(ctx context.Context, sc Scope, agentID string) (a
 	if err != nil {
 		return admin.SessionCoresResult{}, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
-	if err := sc.AllowSession(s); err != nil {
+	if err := sc.AllowSession(session.Of(s)); err != nil {
 		return admin.SessionCoresResult{}, err
 	}
 	lanes, err := laneStatuses(s.LaneStatus)
@@ -154,12 +155,12 @@ func (d *Control) SessionCancel(ctx context.Context, sc Scope, agentID, name str
 	if err := p.Validate(); err != nil {
 		return admin.SessionRef{}, fmt.Errorf("%w: core job name %q: %w", session.ErrUnknownResource, name, err)
 	}
-	if _, err := d.rpc.Push(s.SessionID.String(), p); err != nil {
+	if _, err := d.rpc.Push(s.ID.String(), p); err != nil {
 		return admin.SessionRef{}, fmt.Errorf("tell %s to cancel %s: %w", agentID, name, err)
 	}
-	d.logger.InfoContext(ctx, "cancel pushed", slog.String("agent_id", agentID), slog.String("session_id", s.SessionID.String()),
+	d.logger.InfoContext(ctx, "cancel pushed", slog.String("agent_id", agentID), slog.String("session_id", s.ID.String()),
 		slog.String("target", name), slog.String("by", sc.Actor))
-	return admin.SessionRef{AgentID: agentID, SessionID: s.SessionID.String(), Target: name}, nil
+	return admin.SessionRef{AgentID: agentID, SessionID: s.ID.String(), Target: name}, nil
 }
 
 // SessionCompact asks the agent's live session to compact the edge's
@@ -175,13 +176,13 @@ func (d *Control) SessionCompact(ctx context.Context, sc Scope, agentID string) 
 	if err != nil {
 		return admin.SessionRef{}, err
 	}
-	if _, err := d.rpc.Push(s.SessionID.String(), rpc.Push{Kind: rpc.PushCompact,
+	if _, err := d.rpc.Push(s.ID.String(), rpc.Push{Kind: rpc.PushCompact,
 		Compact: &rpc.Compact{Reason: "requested by " + sc.Actor}}); err != nil {
 		return admin.SessionRef{}, fmt.Errorf("tell %s to compact: %w", agentID, err)
 	}
-	d.logger.InfoContext(ctx, "compaction pushed", slog.String("agent_id", agentID), slog.String("session_id", s.SessionID.String()),
+	d.logger.InfoContext(ctx, "compaction pushed", slog.String("agent_id", agentID), slog.String("session_id", s.ID.String()),
 		slog.String("by", sc.Actor))
-	return admin.SessionRef{AgentID: agentID, SessionID: s.SessionID.String()}, nil
+	return admin.SessionRef{AgentID: agentID, SessionID: s.ID.String()}, nil
 }
 
 // SessionEvents returns the last n replicated events (n <= 0: the
@@ -208,7 +209,7 @@ func (d *Control) SessionEvents(ctx context.Context, sc Scope, agentID string, n
 	if err != nil {
 		return admin.SessionEventsResult{}, fmt.Errorf("load the session of %s: %w", agentID, err)
 	}
-	if err := sc.AllowSession(s); err != nil {
+	if err := sc.AllowSession(session.Of(s)); err != nil {
 		return admin.SessionEventsResult{}, err
 	}
 	rows, err := q.SessionEventsLast(ctx, db.SessionEventsLastParams{SessionID: s.SessionID, MaxRows: int32(n)})
@@ -259,7 +260,7 @@ func (d *Control) ModelGet(ctx context.Context, sc Scope, agentID string) (admin
 		return admin.ModelState{}, err
 	}
 	if s, err := seam.Queries(d.pool).SessionGetLiveByAgent(ctx, agentID); err == nil {
-		if err := sc.AllowSession(s); err != nil {
+		if err := sc.AllowSession(session.Of(s)); err != nil {
 			return admin.ModelState{}, err
 		}
 	} else if !errors.Is(err, choirsql.ErrNotFound) {
@@ -346,7 +347,7 @@ func (d *Control) setOverride(ctx context.Context, sc Scope, agentID, llm, voice
 	if err != nil {
 		return admin.ModelState{}, fmt.Errorf("%w (an override lasts one session; to change the default, edit defaults in config.json)", err)
 	}
-	_, err = seam.Queries(d.pool).SessionOverrideSet(ctx, db.SessionOverrideSetParams{SessionID: s.SessionID, Llm: llm,
+	_, err = seam.Queries(d.pool).SessionOverrideSet(ctx, db.SessionOverrideSetParams{SessionID: s.ID, Llm: llm,
 		VoiceProfile: voice, SetBy: sc.Actor})
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return admin.ModelState{}, fmt.Errorf("%w: the session of %s just ended", ErrNotRunning, agentID)
@@ -357,12 +358,12 @@ func (d *Control) setOverride(ctx context.Context, sc Scope, agentID, llm, voice
 	// A push that cannot be queued is only logged: the override stays
 	// unfetched, and the agent's next FETCH_DYNAMIC_CONFIG (at a config
 	// change, or when it sees a gap in its pushes) returns it.
-	if _, err := d.rpc.Push(s.SessionID.String(), rpc.Push{Kind: rpc.PushConfigChanged,
+	if _, err := d.rpc.Push(s.ID.String(), rpc.Push{Kind: rpc.PushConfigChanged,
 		ConfigChanged: &rpc.ConfigChanged{ConfigVersion: max(d.runningConfigVersion(), 1)}}); err != nil {
 		d.logger.WarnContext(ctx, "config change not pushed; the agent gets it at its next sync", slog.String("agent_id", agentID),
 			slog.String("error", err.Error()))
 	}
-	d.logger.InfoContext(ctx, "session override set", slog.String("agent_id", agentID), slog.String("session_id", s.SessionID.String()),
+	d.logger.InfoContext(ctx, "session override set", slog.String("agent_id", agentID), slog.String("session_id", s.ID.String()),
 		slog.String("llm", llm), slog.String("voice_profile", voice), slog.String("by", sc.Actor))
 	return d.modelState(ctx, agentID)
 }
@@ -388,7 +389,7 @@ func (d *Control) SessionStatus(ctx context.Context, sc Scope, agentID string) (
 	if err != nil {
 		return admin.SessionStatusResult{}, fmt.Errorf("load session %s: %w", id, err)
 	}
-	if err := sc.AllowSession(s); err != nil {
+	if err := sc.AllowSession(session.Of(s)); err != nil {
 		return admin.SessionStatusResult{}, err
 	}
 	if res.Lanes, err = laneStatuses(s.LaneStatus); err != nil {

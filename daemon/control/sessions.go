@@ -18,7 +18,7 @@ func (d *Control) StartSession(ctx context.Context, agentID string, o admin.Star
 	if err != nil {
 		return "", "", err
 	}
-	return s.Session.SessionID.String(), s.LeaseToken, nil
+	return s.Session.ID.String(), s.LeaseToken, nil
 }
 
 // Push sends a message to a session's agent over the push stream.

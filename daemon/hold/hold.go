@@ -45,7 +45,7 @@ func Check(a db.ChoirControlAgent) error {
 // start_agent schedules, in one transaction; it returns the schedules
 // paused.
 func Place(ctx context.Context, pool *pgxpool.Pool, agentID, by string) ([]int64, error) {
-	var held []db.ChoirControlSchedule
+	var held []int64
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		if _, err := seam.Queries(tx).AgentHold(ctx, db.AgentHoldParams{AgentID: agentID, HeldBy: &by}); err != nil {
 			return fmt.Errorf("record the stop of %s: %w", agentID, err)
@@ -54,14 +54,14 @@ func Place(ctx context.Context, pool *pgxpool.Pool, agentID, by string) ([]int64
 		held, err = state.HoldTx(ctx, tx, agentID)
 		return err
 	})
-	return scheduleIDs(held), err
+	return held, err
 }
 
 // Lift clears a person's stop of agentID, which a person has just
 // started, and resumes the schedules it held (with ins, their jobs); it
 // reports whether there was a stop and which schedules resumed.
 func Lift(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, agentID string, now time.Time) (bool, []int64, error) {
-	var resumed []db.ChoirControlSchedule
+	var resumed []int64
 	var lifted int64
 	err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 		var err error
@@ -74,13 +74,5 @@ func Lift(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, agentID st
 		resumed, err = state.ReleaseTx(ctx, tx, ins, agentID, now)
 		return err
 	})
-	return lifted > 0, scheduleIDs(resumed), err
-}
-
-func scheduleIDs(rows []db.ChoirControlSchedule) []int64 {
-	ids := make([]int64, len(rows))
-	for i, r := range rows {
-		ids[i] = r.ScheduleID
-	}
-	return ids
+	return lifted > 0, resumed, err
 }

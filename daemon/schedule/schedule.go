@@ -12,7 +12,6 @@ package schedule
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,7 +33,6 @@ import (
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
 	"github.com/choirhq/choir/sql/seam"
@@ -457,15 +455,6 @@ func (s *Service) Resume(ctx context.Context, sc control.Scope, id int64) (admin
 		}
 		return state.ArmTx(ctx, tx, s.jobs, r, next)
 	})
-}
-
-// sessionDM is the DM a session is bound to.
-func sessionDM(sess db.ChoirControlSession) string {
-	var b rpc.ResourceBindings
-	if json.Unmarshal(sess.ResourceBindings, &b) != nil {
-		return ""
-	}
-	return b.DM
 }
 
 // Caller is the agent's tool call that asks for a schedule.

@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/schedule/state"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
@@ -122,7 +123,7 @@ func (s *Service) callerScope(ctx context.Context, c Caller) (control.Scope, err
 	if err != nil {
 		return control.Scope{}, fmt.Errorf("load session %s: %w", c.SessionID, err)
 	}
-	dm := sessionDM(sess)
+	dm := session.Of(sess).DM()
 	if sess.AgentID != c.AgentID || dm == "" {
 		return control.Scope{}, fmt.Errorf("%w: session %s of agent %s is bound to no DM of agent %s", control.ErrForbidden,
 			c.SessionID, sess.AgentID, c.AgentID)
@@ -189,7 +190,7 @@ func (s *Service) agentAdd(ctx context.Context, c Caller, req admin.ScheduleAddR
 	if prev, err := q.ScheduleGetByCall(ctx, c.byCall()); err == nil {
 		return toolResult(Of(prev)), nil
 	}
-	req.AgentID, req.DM = c.AgentID, sessionDM(sess)
+	req.AgentID, req.DM = c.AgentID, session.Of(sess).DM()
 	p, err := s.check(req)
 	if err != nil {
 		return nil, err

@@ -36,7 +36,7 @@ func TestRolloverStartsTheSuccessorsOwed(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		id := s.Session.SessionID
+		id := s.Session.ID
 		past := time.Now().Add(-time.Hour)
 		if _, err := q.SessionRolloverArm(ctx, db.SessionRolloverArmParams{SessionID: id, RolloverAt: &past}); err != nil {
 			t.Fatal(err)
@@ -118,10 +118,10 @@ func TestResumeAfterAMissedRolloverHasAFreshBudget(t *testing.T) {
 				t.Fatal(err)
 			}
 			at := time.Now().Add(tc.due)
-			if _, err := q.SessionRolloverArm(ctx, db.SessionRolloverArmParams{SessionID: prev.Session.SessionID, RolloverAt: &at}); err != nil {
+			if _, err := q.SessionRolloverArm(ctx, db.SessionRolloverArmParams{SessionID: prev.Session.ID, RolloverAt: &at}); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := session.EndSession(ctx, pool, nil, prev.Session.SessionID, "crashed", "choird restarted"); err != nil {
+			if _, err := session.EndSession(ctx, pool, nil, prev.Session.ID, "crashed", "choird restarted"); err != nil {
 				t.Fatal(err)
 			}
 			next, err := session.CreateSessionAs(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process", session.ByChoird)
@@ -131,8 +131,8 @@ func TestResumeAfterAMissedRolloverHasAFreshBudget(t *testing.T) {
 			if fresh := next.Session.BudgetFrom == nil; fresh != tc.fresh {
 				t.Errorf("fresh budget = %v, want %v", fresh, tc.fresh)
 			}
-			if next.Session.ResumedFrom == nil || *next.Session.ResumedFrom != prev.Session.SessionID {
-				t.Errorf("resumed from %v, want %s", next.Session.ResumedFrom, prev.Session.SessionID)
+			if next.Session.ResumedFrom == nil || *next.Session.ResumedFrom != prev.Session.ID {
+				t.Errorf("resumed from %v, want %s", next.Session.ResumedFrom, prev.Session.ID)
 			}
 		})
 	}

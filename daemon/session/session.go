@@ -14,7 +14,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/choirhq/choir/rpc/admin"
 	"maps"
 	"slices"
 	"sort"
@@ -28,10 +27,10 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/hold"
 	"github.com/choirhq/choir/daemon/memory"
-	"github.com/choirhq/choir/daemon/usage"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
 	"github.com/choirhq/choir/sql/seam"
 )
@@ -155,7 +154,7 @@ func exclusiveLeases(cfg *config.Config, b rpc.ResourceBindings) [][2]string {
 // StartedSession is a session row just created, with its lease token: the
 // only time the token exists in choird's memory.
 type StartedSession struct {
-	Session    db.ChoirControlSession
+	Session    Session
 	LeaseToken string
 	Bindings   rpc.ResourceBindings
 }
@@ -214,8 +213,8 @@ func CreateSessionAs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 			// start does: that is what the day's rollover is for. So
 			// does a resume of a session whose rollover was due (choird
 			// was down at midnight): its day is over.
-			if by == ByChoird && !rolloverPassed(prev, time.Now()) {
-				if err := usage.Continue(ctx, q, prev, &params); err != nil {
+			if by == ByChoird && !rolloverPassed(Of(prev), time.Now()) {
+				if err := continueBudget(ctx, q, Of(prev), &params); err != nil {
 					return err
 				}
 			}
@@ -237,7 +236,7 @@ func CreateSessionAs(ctx context.Context, pool *pgxpool.Pool, cfg *config.Config
 				return leaseErr(fmt.Sprintf("lease %s %s for agent %s", l[0], l[1], agentID), err)
 			}
 		}
-		out = StartedSession{Session: s, LeaseToken: token, Bindings: b}
+		out = StartedSession{Session: Of(s), LeaseToken: token, Bindings: b}
 		return nil
 	})
 	return out, err
@@ -288,8 +287,28 @@ func EndSession(ctx context.Context, pool *pgxpool.Pool, ins jobs.Inserter, id u
 	return ended, err
 }
 
+// continueBudget makes p, a session choird starts on its own (a
+// schedule's start_agent, a resume), continue the session budget of prev,
+// the agent's session before it: its base is prev's base plus what prev
+// spent, as its replicated log shows. Budgets cannot be reset by cycling
+// sessions: whatever ended prev (the agent itself, a crash, choird's
+// restart), the caps total_session_tokens and session_cost_usd find the
+// session as spent as prev left it. Only a person's start and the day's
+// rollover (ByRollover, at the DM's midnight) give a session a fresh
+// budget; day caps count per day across sessions anyway.
+func continueBudget(ctx context.Context, q *db.Queries, prev Session, p *db.SessionCreateParams) error {
+	spent, err := q.UsageSessionTotals(ctx, prev.ID)
+	if err != nil {
+		return fmt.Errorf("usage of session %s: %w", prev.ID, err)
+	}
+	p.BudgetFrom = &prev.ID
+	p.BudgetBaseTokens = prev.BudgetBaseTokens + spent.Tokens
+	p.BudgetBaseCostUsd = prev.BudgetBaseCostUSD + spent.CostUsd
+	return nil
+}
+
 // rolloverPassed reports whether session s was due to roll over by now.
-func rolloverPassed(s db.ChoirControlSession, now time.Time) bool {
+func rolloverPassed(s Session, now time.Time) bool {
 	return s.RolloverAt != nil && !now.Before(*s.RolloverAt)
 }
 

@@ -29,7 +29,11 @@ func TestStartSession(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !rpc.LeaseTokenMatches(s.LeaseToken, s.Session.LeaseTokenHash) {
+		row, err := seam.Queries(pool).SessionGetByID(ctx, s.Session.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !rpc.LeaseTokenMatches(s.LeaseToken, row.LeaseTokenHash) {
 			t.Error("stored hash does not match the token")
 		}
 		if s.Bindings.Workspace != "main" || s.Bindings.DM != "console" || s.Bindings.GitIdentity != "dev" {
@@ -79,7 +83,7 @@ func TestStartSession(t *testing.T) {
 			t.Fatal(err)
 		}
 		_, err = session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{Workspace: "other", DM: "second"}, 1, "process")
-		if !errors.Is(err, session.ErrLeaseConflict) || !strings.Contains(err.Error(), first.Session.SessionID.String()) {
+		if !errors.Is(err, session.ErrLeaseConflict) || !strings.Contains(err.Error(), first.Session.ID.String()) {
 			t.Fatalf("err = %v", err)
 		}
 	})
@@ -106,27 +110,27 @@ func TestStartSession(t *testing.T) {
 			t.Fatal(err)
 		}
 		evs := choirdtest.ChainEvents(t, 1, 3, rpc.Genesis)
-		if _, err := agentapi.Replicate(ctx, pool, first.Session.SessionID, choirdtest.Patch(evs, 0, rpc.Genesis)); err != nil {
+		if _, err := agentapi.Replicate(ctx, pool, first.Session.ID, choirdtest.Patch(evs, 0, rpc.Genesis)); err != nil {
 			t.Fatal(err)
 		}
-		if ok, err := session.EndSession(ctx, pool, nil, first.Session.SessionID, "ended", "stopped by test"); err != nil || !ok {
+		if ok, err := session.EndSession(ctx, pool, nil, first.Session.ID, "ended", "stopped by test"); err != nil || !ok {
 			t.Fatalf("end: %v %v", ok, err)
 		}
-		if ok, _ := session.EndSession(ctx, pool, nil, first.Session.SessionID, "ended", "again"); ok {
+		if ok, _ := session.EndSession(ctx, pool, nil, first.Session.ID, "ended", "again"); ok {
 			t.Error("ending an ended session reported success")
 		}
-		if _, err := agentapi.NewSessionAuth(pool).Authenticate(ctx, first.Session.SessionID.String(), first.LeaseToken); !errors.Is(err, wire.ErrUnauthenticated) {
+		if _, err := agentapi.NewSessionAuth(pool).Authenticate(ctx, first.Session.ID.String(), first.LeaseToken); !errors.Is(err, wire.ErrUnauthenticated) {
 			t.Errorf("token of an ended session still authenticates: %v", err)
 		}
 		second, err := session.CreateSession(ctx, pool, cfg, "assistant", admin.StartOverrides{}, 1, "process")
 		if err != nil {
 			t.Fatalf("restart: %v", err)
 		}
-		if second.Session.BaseRev != 3 || *second.Session.ResumedFrom != first.Session.SessionID {
+		if second.Session.BaseRev != 3 || *second.Session.ResumedFrom != first.Session.ID {
 			t.Fatalf("second session base %d from %v", second.Session.BaseRev, second.Session.ResumedFrom)
 		}
 		more := choirdtest.ChainEvents(t, 4, 5, evs[2].Hash)
-		if resp, err := agentapi.Replicate(ctx, pool, second.Session.SessionID, choirdtest.Patch(more, 3, evs[2].Hash)); err != nil || resp.AckRev != 5 {
+		if resp, err := agentapi.Replicate(ctx, pool, second.Session.ID, choirdtest.Patch(more, 3, evs[2].Hash)); err != nil || resp.AckRev != 5 {
 			t.Fatalf("continue chain: %+v %v", resp, err)
 		}
 	})
@@ -140,14 +144,14 @@ func TestStartSession(t *testing.T) {
 			t.Fatal(err)
 		}
 		auth := agentapi.NewSessionAuth(pool)
-		got, err := auth.Authenticate(ctx, s.Session.SessionID.String(), s.LeaseToken)
+		got, err := auth.Authenticate(ctx, s.Session.ID.String(), s.LeaseToken)
 		if err != nil || got.AgentID != "assistant" {
 			t.Fatalf("right token: %+v %v", got, err)
 		}
 		other, _ := rpc.NewLeaseToken()
 		for name, c := range map[string][2]string{
-			"WrongToken":    {s.Session.SessionID.String(), other},
-			"EmptyToken":    {s.Session.SessionID.String(), ""},
+			"WrongToken":    {s.Session.ID.String(), other},
+			"EmptyToken":    {s.Session.ID.String(), ""},
 			"BadSessionID":  {"not-a-uuid", s.LeaseToken},
 			"NoSuchSession": {"00000000-0000-0000-0000-000000000001", s.LeaseToken},
 		} {

@@ -47,7 +47,7 @@ func TestSessionBudgetSurvivesCyclingSessions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		cl, err := client.New(client.Options{Socket: d.Socket(), SessionID: s.Session.SessionID.String(), LeaseToken: s.LeaseToken})
+		cl, err := client.New(client.Options{Socket: d.Socket(), SessionID: s.Session.ID.String(), LeaseToken: s.LeaseToken})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -55,7 +55,7 @@ func TestSessionBudgetSurvivesCyclingSessions(t *testing.T) {
 		if _, err := cl.InitHello(ctx, choirdtest.HelloRequest(s)); err != nil {
 			t.Fatal(err)
 		}
-		return s.Session.SessionID, cl
+		return s.Session.ID, cl
 	}
 	// spend logs a model call of tokens in session id, as its agent's
 	// replicated log would, and ends the session as the agent ending it.

@@ -178,26 +178,6 @@ func (s *Service) sessionPart(ctx context.Context, q *db.Queries, r *admin.Usage
 	return nil
 }
 
-// Continue makes p, a session choird starts on its own (a schedule's
-// start_agent, a resume), continue the session budget of prev, the
-// agent's session before it: its base is prev's base plus what prev spent,
-// as its replicated log shows. Budgets cannot be reset by cycling
-// sessions: whatever ended prev (the agent itself, a crash, choird's
-// restart), the caps total_session_tokens and session_cost_usd find the
-// session as spent as prev left it. Only a person's start and the day's
-// rollover (session.ByRollover, at the DM's midnight) give a session a
-// fresh budget; day caps count per day across sessions anyway.
-func Continue(ctx context.Context, q *db.Queries, prev db.ChoirControlSession, p *db.SessionCreateParams) error {
-	spent, err := q.UsageSessionTotals(ctx, prev.SessionID)
-	if err != nil {
-		return fmt.Errorf("usage of session %s: %w", prev.SessionID, err)
-	}
-	p.BudgetFrom = &prev.SessionID
-	p.BudgetBaseTokens = prev.BudgetBaseTokens + spent.Tokens
-	p.BudgetBaseCostUsd = prev.BudgetBaseCostUsd + spent.CostUsd
-	return nil
-}
-
 // sessionBudget is what counts against a session's caps: its own spend,
 // plus the base it continues when choird started it on its own
 // (session.ByChoird: a session budget is not reset by cycling sessions).

@@ -101,12 +101,12 @@ func TwoAgentsConfig(t testing.TB) *config.Config {
 
 // SessionCall is the rpc call an agent of s makes.
 func SessionCall(s session.StartedSession) rpc.Call {
-	return rpc.Call{Session: rpc.Session{ID: s.Session.SessionID.String(), AgentID: s.Session.AgentID}, Verb: "INIT_HELLO"}
+	return rpc.Call{Session: rpc.Session{ID: s.Session.ID.String(), AgentID: s.Session.AgentID}, Verb: "INIT_HELLO"}
 }
 
 // HelloRequest is the INIT_HELLO an agent of s sends.
 func HelloRequest(s session.StartedSession) rpc.InitHelloRequest {
-	return rpc.InitHelloRequest{AgentID: s.Session.AgentID, SessionID: s.Session.SessionID.String(),
+	return rpc.InitHelloRequest{AgentID: s.Session.AgentID, SessionID: s.Session.ID.String(),
 		ImageVersion: "img-1", ToolManifestHash: "t1", SkillManifestHash: "s1"}
 }
 

@@ -112,26 +112,34 @@ func ArmTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, s db.ChoirControlS
 // HoldTx pauses agentID's active start_agent schedules, marked
 // held, in the transaction that records a person's stop of the agent: a
 // schedule does not start an agent a person stopped. Their pending jobs
-// become stale. It returns the schedules held.
-func HoldTx(ctx context.Context, tx pgx.Tx, agentID string) ([]db.ChoirControlSchedule, error) {
+// become stale. It returns the ids of the schedules held.
+func HoldTx(ctx context.Context, tx pgx.Tx, agentID string) ([]int64, error) {
 	rows, err := seam.Queries(tx).ScheduleHoldStartAgent(ctx, agentID)
 	if err != nil {
 		return nil, fmt.Errorf("pause the start_agent schedules of %s: %w", agentID, err)
 	}
-	return rows, nil
+	return scheduleIDs(rows), nil
+}
+
+func scheduleIDs(rows []db.ChoirControlSchedule) []int64 {
+	ids := make([]int64, len(rows))
+	for i, r := range rows {
+		ids[i] = r.ScheduleID
+	}
+	return ids
 }
 
 // ReleaseTx resumes the schedules a person's stop held, in the
 // transaction that records that a person started agentID again: each is
 // armed as a resumed schedule is (a cron schedule at its next time from
 // now; a one-shot at its time, which the missed-run policy judges if it
-// passed). It returns the schedules resumed.
-func ReleaseTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, agentID string, now time.Time) ([]db.ChoirControlSchedule, error) {
+// passed). It returns the ids of the schedules resumed.
+func ReleaseTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, agentID string, now time.Time) ([]int64, error) {
 	held, err := seam.Queries(tx).ScheduleListHeld(ctx, agentID)
 	if err != nil {
 		return nil, fmt.Errorf("load the held schedules of %s: %w", agentID, err)
 	}
-	out := make([]db.ChoirControlSchedule, 0, len(held))
+	out := make([]int64, 0, len(held))
 	for _, r := range held {
 		next, err := Next(r, now)
 		if err != nil {
@@ -141,7 +149,7 @@ func ReleaseTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, agentID string
 		if err != nil {
 			return nil, err
 		}
-		out = append(out, armed)
+		out = append(out, armed.ScheduleID)
 	}
 	return out, nil
 }

@@ -34,8 +34,8 @@ func DecryptSecrets(dir string, data []byte) ([]byte, *atrest.Key, error) {
 		return nil, nil, fmt.Errorf("secrets.json is age-encrypted, but: %w", err)
 	}
 	if err != nil {
-		return nil, nil, fmt.Errorf("secrets.json is age-encrypted, but: %w (give choird the key with "+
-			"LoadCredentialEncrypted=%s:... in its unit, or a key file, mode 0600, at $%s or %s)",
+		return nil, nil, fmt.Errorf("secrets.json is age-encrypted, but: %w (choird's unit gives it with "+
+			"LoadCredentialEncrypted=%s:...; else put the key file, mode 0600, at $%s or %s)",
 			err, atrest.CredentialName, atrest.KeyFileEnv, atrest.DefaultKeyFile(dir))
 	}
 	plain, err := atrest.Decrypt(data, key)

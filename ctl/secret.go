@@ -23,7 +23,7 @@ import (
 const maxSecretBytes = 64 << 10
 
 func newSecretCommand(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "secret", Short: "List, set and delete secrets; apply secrets.json to choird and the running agents"}
+	cmd := &cobra.Command{Use: "secret", Short: "List, set and delete secrets; encrypt secrets.json at rest; apply it to choird and the running agents"}
 	apply := &cobra.Command{Use: "apply", Short: "Reload secrets.json in choird and have every running agent refresh its secrets",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

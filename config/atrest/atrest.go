@@ -239,6 +239,5 @@ func Encrypt(plain []byte, recipients []age.Recipient) ([]byte, error) {
 	if err := aw.Close(); err != nil {
 		return nil, fmt.Errorf("encrypt secrets.json: %w", err)
 	}
-	buf.WriteByte('\n')
 	return buf.Bytes(), nil
 }

@@ -83,7 +83,9 @@ func FindKey(home string) (*Key, error) {
 	var looked []string
 	if dir := os.Getenv("CREDENTIALS_DIRECTORY"); dir != "" {
 		p := filepath.Join(dir, CredentialName)
-		k, err := ReadKey(p)
+		// systemd lets only the unit's user read its credentials; the
+		// mode bits may show an ACL's mask, not who can read it.
+		k, err := readKey(p, false)
 		if err == nil {
 			k.Credential = true
 			return k, nil
@@ -139,7 +141,9 @@ func (e *InsecureKeyError) Error() string {
 // ReadKey reads an age identity file, refusing it, on the open file so
 // that it cannot be swapped in between, when group or others may access
 // it. A missing file wraps fs.ErrNotExist.
-func ReadKey(path string) (*Key, error) {
+func ReadKey(path string) (*Key, error) { return readKey(path, true) }
+
+func readKey(path string, checkMode bool) (*Key, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, fmt.Errorf("read age key: %w", err)
@@ -149,7 +153,7 @@ func ReadKey(path string) (*Key, error) {
 	if err != nil {
 		return nil, fmt.Errorf("read age key: %w", err)
 	}
-	if info.Mode().Perm()&0o077 != 0 {
+	if checkMode && info.Mode().Perm()&0o077 != 0 {
 		return nil, &InsecureKeyError{Path: path, Mode: info.Mode()}
 	}
 	ids, err := age.ParseIdentities(bufio.NewReader(io.LimitReader(f, 1<<20)))

@@ -59,8 +59,8 @@ func EncryptSecrets(dir string, s Secrets, key *atrest.Key) ([]byte, error) {
 	return atrest.Encrypt(plain, recipients)
 }
 
-// Encrypted is what EncryptSecretsFile did.
-type Encrypted struct {
+// EncryptResult is what EncryptSecretsFile did.
+type EncryptResult struct {
 	// Already is set when secrets.json was encrypted before: nothing
 	// changed.
 	Already bool
@@ -77,31 +77,31 @@ type Encrypted struct {
 // there is none. The plaintext file is replaced atomically and its content
 // overwritten (atrest.ReplaceScrubbing). The caller holds the directory's
 // edit lock.
-func EncryptSecretsFile(dir string) (Encrypted, error) {
+func EncryptSecretsFile(dir string) (EncryptResult, error) {
 	path := filepath.Join(dir, SecretsFile)
 	data, err := ReadSecretsFile(path)
 	if err != nil {
-		return Encrypted{}, err
+		return EncryptResult{}, err
 	}
 	if atrest.IsEncrypted(data) {
-		return Encrypted{Already: true}, nil
+		return EncryptResult{Already: true}, nil
 	}
 	secrets, err := ParseSecrets(data)
 	if err != nil {
-		return Encrypted{}, fmt.Errorf("parse %s (fix it by hand first):\n%w", path, err)
+		return EncryptResult{}, fmt.Errorf("parse %s (fix it by hand first):\n%w", path, err)
 	}
-	res := Encrypted{Secrets: len(secrets)}
+	res := EncryptResult{Secrets: len(secrets)}
 	res.Key, err = atrest.FindKey(dir)
 	if errors.Is(err, atrest.ErrNoIdentity) {
 		res.Key, err = atrest.GenerateKeyFile(atrest.KeyFileFor(dir))
 		res.Generated = err == nil
 	}
 	if err != nil {
-		return Encrypted{}, err
+		return EncryptResult{}, err
 	}
 	enc, err := EncryptSecrets(dir, secrets, res.Key)
 	if err != nil {
-		return Encrypted{}, err
+		return EncryptResult{}, err
 	}
 	return res, atrest.ReplaceScrubbing(path, enc, 0o600)
 }

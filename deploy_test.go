@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/choirhq/choir/config/atrest"
 )
 
 const unitPath = "deploy/choird.service"
@@ -113,8 +115,9 @@ func TestServiceUnitHardening(t *testing.T) {
 }
 
 // TestServiceUnitVerifies runs systemd-analyze on the unit, with ExecStart
-// pointing at a freshly built choird (verify insists the binary exists),
-// and checks that every flag ExecStart passes is one choird has.
+// pointing at a freshly built choird (verify insists the binary exists) and
+// the age key's LoadCredentialEncrypted= line uncommented, and checks that
+// every flag ExecStart passes is one choird has.
 func TestServiceUnitVerifies(t *testing.T) {
 	t.Parallel()
 	analyze := systemdAnalyze(t)
@@ -136,8 +139,17 @@ func TestServiceUnitVerifies(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The age key's credential line (secrets.json at rest) is commented
+	// out, since a missing credential keeps the unit from starting: it is
+	// verified as an operator uncomments it, naming the credential choird
+	// reads.
+	credential := "\n#LoadCredentialEncrypted=" + atrest.CredentialName + ":/etc/credstore.encrypted/" + atrest.CredentialName + "\n"
+	if !strings.Contains(string(src), credential) {
+		t.Errorf("%s: no commented line %q for the age key of an encrypted secrets.json", unitPath, strings.TrimSpace(credential))
+	}
+	text := strings.NewReplacer("/usr/local/bin/choird", bin, credential, strings.Replace(credential, "#", "", 1)).Replace(string(src))
 	unit := filepath.Join(dir, "choird.service")
-	if err := os.WriteFile(unit, []byte(strings.ReplaceAll(string(src), "/usr/local/bin/choird", bin)), 0o644); err != nil {
+	if err := os.WriteFile(unit, []byte(text), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(analyze, "verify", unit).CombinedOutput(); err != nil || len(out) > 0 {

@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+
+	"github.com/choirhq/choir/config/atrest"
 )
 
 // InsecureSecretsError is returned by Load when secrets.json can be read or
@@ -39,24 +41,39 @@ func (e *InsecureSecretsError) Error() string {
 // secrets.json that other users can read or write is refused with an
 // [*InsecureSecretsError].
 func Load(dir string) (*Config, Secrets, error) {
-	configData, secretsData, err := readFiles(dir)
-	if err != nil {
-		return nil, nil, err
-	}
-	return parseFiles(dir, configData, secretsData)
+	cfg, secrets, _, err := LoadAtRest(dir)
+	return cfg, secrets, err
 }
 
-// readFiles reads config.json and secrets.json.
-func readFiles(dir string) (configData, secretsData []byte, err error) {
+// LoadAtRest is Load, and says how secrets.json is stored.
+func LoadAtRest(dir string) (*Config, Secrets, SecretsAtRest, error) {
+	configData, secretsData, rest, err := readFiles(dir)
+	if err != nil {
+		return nil, nil, rest, err
+	}
+	cfg, secrets, err := parseFiles(dir, configData, secretsData)
+	return cfg, secrets, rest, err
+}
+
+// readFiles reads config.json and secrets.json, decrypting the latter if
+// it is age-encrypted.
+func readFiles(dir string) (configData, secretsData []byte, rest SecretsAtRest, err error) {
 	configData, err = os.ReadFile(filepath.Join(dir, ConfigFile))
 	if err != nil {
-		return nil, nil, missingHint(fmt.Errorf("read config: %w", err))
+		return nil, nil, rest, missingHint(fmt.Errorf("read config: %w", err))
 	}
 	secretsData, err = ReadSecretsFile(filepath.Join(dir, SecretsFile))
 	if err != nil {
-		return nil, nil, missingHint(err)
+		return nil, nil, rest, missingHint(err)
 	}
-	return configData, secretsData, nil
+	secretsData, key, err := DecryptSecrets(dir, secretsData)
+	if err != nil {
+		return nil, nil, rest, err
+	}
+	if key != nil {
+		rest = SecretsAtRest{Encrypted: true, Key: key.String()}
+	}
+	return configData, secretsData, rest, nil
 }
 
 // parseFiles parses and validates what readFiles read from dir.
@@ -159,57 +176,6 @@ func WriteFileAtomic(path string, data []byte, perm fs.FileMode) error {
 // writeAtomic writes data to a temporary file beside path and moves it into
 // place. Without overwrite it links rather than renames, which fails if path
 // appeared since WriteFiles checked.
-func writeAtomic(path string, data []byte, perm fs.FileMode, overwrite bool) (err error) {
-	dir := filepath.Dir(path)
-	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp-*")
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	defer func() {
-		if rmErr := os.Remove(tmp.Name()); rmErr != nil && !errors.Is(rmErr, fs.ErrNotExist) && err == nil {
-			err = fmt.Errorf("remove temporary file: %w", rmErr)
-		}
-	}()
-	// CreateTemp makes the file 0600; Chmod sets perm exactly, whatever
-	// the umask.
-	if err := tmp.Chmod(perm); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if err := tmp.Close(); err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	if overwrite {
-		err = os.Rename(tmp.Name(), path)
-	} else {
-		err = os.Link(tmp.Name(), path)
-		if errors.Is(err, fs.ErrExist) {
-			return fmt.Errorf("refuse to overwrite %s: %w", path, fs.ErrExist)
-		}
-	}
-	if err != nil {
-		return fmt.Errorf("write %s: %w", path, err)
-	}
-	return syncDir(dir)
-}
-
-// syncDir makes a rename or link in dir durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("sync %s: %w", dir, err)
-	}
-	return nil
+func writeAtomic(path string, data []byte, perm fs.FileMode, overwrite bool) error {
+	return atrest.WriteFile(path, data, perm, overwrite)
 }

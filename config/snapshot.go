@@ -17,12 +17,12 @@ const snapshotTries = 5
 // config.json bytes it validated, and fails, naming the file, when they
 // keep changing.
 func LoadSnapshot(dir string) (*Config, Secrets, []byte, error) {
-	configData, secretsData, err := readFiles(dir)
+	configData, secretsData, _, err := readFiles(dir)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	for range snapshotTries {
-		c2, s2, err := readFiles(dir)
+		c2, s2, _, err := readFiles(dir)
 		if err != nil {
 			return nil, nil, nil, err
 		}

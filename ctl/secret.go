@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"syscall"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/config/atrest"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -21,7 +23,7 @@ import (
 const maxSecretBytes = 64 << 10
 
 func newSecretCommand(g *globals) *cobra.Command {
-	cmd := &cobra.Command{Use: "secret", Short: "List, set and delete secrets; apply secrets.json to choird and the running agents"}
+	cmd := &cobra.Command{Use: "secret", Short: "List, set and delete secrets; encrypt secrets.json at rest; apply it to choird and the running agents"}
 	apply := &cobra.Command{Use: "apply", Short: "Reload secrets.json in choird and have every running agent refresh its secrets",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -57,7 +59,8 @@ func newSecretCommand(g *globals) *cobra.Command {
 
 	set := &cobra.Command{Use: "set <name> [value|-]",
 		Short: "Set a secret in secrets.json; without a value, or with -, read it from stdin",
-		Long: "Set a secret in secrets.json (mode 0600, replaced atomically). The value is read from stdin when\n" +
+		Long: "Set a secret in secrets.json (mode 0600, replaced atomically; an age-encrypted file is decrypted in memory\n" +
+			"and stays encrypted). The value is read from stdin when\n" +
 			"it is omitted or -, which keeps it out of shell history: printf %s \"$TOKEN\" | choirctl secret set name\n" +
 			"choird and running agents use it after: choirctl secret apply",
 		Args: cobra.RangeArgs(1, 2),
@@ -82,11 +85,11 @@ func newSecretCommand(g *globals) *cobra.Command {
 			return runSecretSet(g, args[0], value)
 		}}
 
-	del := &cobra.Command{Use: "delete <name>", Short: "Delete a secret from secrets.json",
+	del := &cobra.Command{Use: "delete <name>", Aliases: []string{"rm"}, Short: "Delete a secret from secrets.json",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runSecretDelete(g, args[0]) }}
 
-	cmd.AddCommand(list, set, del, apply)
+	cmd.AddCommand(list, set, del, apply, newSecretEncryptCommand(g), newSecretRotateCommand(g))
 	return cmd
 }
 
@@ -122,30 +125,24 @@ func runSecretDelete(g *globals, name string) error {
 
 // editSecrets changes secrets.json under an exclusive lock on the .choir.d
 // directory, so two edits never lose one another, and replaces the file
-// atomically with mode 0600. An edit that would break config.json (a
-// secret it names deleted, a Postgres secret not of the form
-// user:password) is refused and changes nothing; problems config.json
-// already had are only mentioned.
+// atomically with mode 0600. An age-encrypted file is decrypted in memory
+// and written encrypted again, to the same key: no plaintext reaches the
+// disk. An edit that would break config.json (a secret it names deleted, a
+// Postgres secret not of the form user:password) is refused and changes
+// nothing; problems config.json already had are only mentioned.
 func editSecrets(g *globals, edit func(config.Secrets) (string, error)) error {
-	dir, err := os.Open(g.home)
-	if err != nil {
-		return fmt.Errorf("open %s: %w (run choirctl init to create it)", g.home, err)
-	}
-	defer dir.Close()
-	if err := syscall.Flock(int(dir.Fd()), syscall.LOCK_EX); err != nil {
-		return fmt.Errorf("lock %s: %w", g.home, err)
-	}
-	defer syscall.Flock(int(dir.Fd()), syscall.LOCK_UN) //nolint:errcheck
-
-	path := filepath.Join(g.home, config.SecretsFile)
-	secrets, err := readSecrets(path)
+	unlock, err := lockHome(g.home)
 	if err != nil {
 		return err
 	}
-	before := config.Secrets{}
-	for k, v := range secrets {
-		before[k] = v
+	defer unlock()
+
+	path := filepath.Join(g.home, config.SecretsFile)
+	secrets, key, err := readSecrets(g.home)
+	if err != nil {
+		return err
 	}
+	before := maps.Clone(secrets)
 	what, err := edit(secrets)
 	if err != nil {
 		return err
@@ -153,38 +150,28 @@ func editSecrets(g *globals, edit func(config.Secrets) (string, error)) error {
 
 	// Validate the result: it must read back as secrets.json, and must
 	// not add a problem to config.json.
-	data, err := json.MarshalIndent(map[string]string(secrets), "", "  ")
+	data, err := secretsJSON(secrets)
 	if err != nil {
-		return fmt.Errorf("encode secrets: %w", err)
+		return err
 	}
-	data = append(data, '\n')
 	if _, err := config.ParseSecrets(data); err != nil {
 		return fmt.Errorf("the edited secrets.json would not parse, nothing changed: %w", err)
 	}
-	var remaining int
-	if cfgData, err := os.ReadFile(filepath.Join(g.home, config.ConfigFile)); err == nil {
-		if cfg, err := config.Parse(cfgData); err == nil {
-			was := problemSet(cfg.Validate(before))
-			var introduced []string
-			for _, p := range problemList(cfg.Validate(secrets)) {
-				if !was[p] {
-					introduced = append(introduced, p)
-				}
-				remaining++
-			}
-			if len(introduced) > 0 {
-				msg := "refused, secrets.json unchanged: config.json would become invalid:"
-				for _, p := range introduced {
-					msg += "\n  " + p
-				}
-				return usageErr(errors.New(msg))
-			}
+	remaining, err := checkConfigWith(g.home, before, secrets)
+	if err != nil {
+		return err
+	}
+	stored := ""
+	if key != nil {
+		if data, err = config.EncryptSecrets(g.home, secrets, key); err != nil {
+			return err
 		}
+		stored = ", age-encrypted"
 	}
 	if err := config.WriteFileAtomic(path, data, 0o600); err != nil {
 		return err
 	}
-	fmt.Fprintf(g.stdout, "%s in %s (%d secrets)\n", what, path, len(secrets))
+	fmt.Fprintf(g.stdout, "%s in %s (%d secrets%s)\n", what, path, len(secrets), stored)
 	if remaining > 0 {
 		fmt.Fprintf(g.stdout, "config.json still has %d problems; see: choirctl config validate\n", remaining)
 	}
@@ -192,21 +179,81 @@ func editSecrets(g *globals, edit func(config.Secrets) (string, error)) error {
 	return nil
 }
 
-// readSecrets reads secrets.json, refusing one that other users can read or
-// write, as choird does. A missing file is an empty set.
-func readSecrets(path string) (config.Secrets, error) {
+// lockHome takes an exclusive lock on the .choir.d directory, which every
+// edit of secrets.json holds.
+func lockHome(home string) (unlock func(), err error) {
+	dir, err := os.Open(home)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w (run choirctl init to create it)", home, err)
+	}
+	if err := syscall.Flock(int(dir.Fd()), syscall.LOCK_EX); err != nil {
+		dir.Close()
+		return nil, fmt.Errorf("lock %s: %w", home, err)
+	}
+	return func() {
+		syscall.Flock(int(dir.Fd()), syscall.LOCK_UN) //nolint:errcheck
+		dir.Close()
+	}, nil
+}
+
+// checkConfigWith refuses an edit that adds a problem to config.json, and
+// counts the problems it still has.
+func checkConfigWith(home string, before, after config.Secrets) (remaining int, err error) {
+	cfgData, err := os.ReadFile(filepath.Join(home, config.ConfigFile))
+	if err != nil {
+		return 0, nil
+	}
+	cfg, err := config.Parse(cfgData)
+	if err != nil {
+		return 0, nil
+	}
+	was := problemSet(cfg.Validate(before))
+	var introduced []string
+	for _, p := range problemList(cfg.Validate(after)) {
+		if !was[p] {
+			introduced = append(introduced, p)
+		}
+		remaining++
+	}
+	if len(introduced) > 0 {
+		msg := "refused, secrets.json unchanged: config.json would become invalid:"
+		for _, p := range introduced {
+			msg += "\n  " + p
+		}
+		return 0, usageErr(errors.New(msg))
+	}
+	return remaining, nil
+}
+
+// secretsJSON renders secrets.json's plaintext.
+func secretsJSON(s config.Secrets) ([]byte, error) {
+	data, err := json.MarshalIndent(map[string]string(s), "", "  ")
+	if err != nil {
+		return nil, fmt.Errorf("encode secrets: %w", err)
+	}
+	return append(data, '\n'), nil
+}
+
+// readSecrets reads home's secrets.json, refusing one that other users can
+// read or write, as choird does, and decrypting one that is age-encrypted;
+// key is then the identity that decrypted it. A missing file is an empty
+// set.
+func readSecrets(home string) (s config.Secrets, key *atrest.Key, err error) {
+	path := filepath.Join(home, config.SecretsFile)
 	data, err := config.ReadSecretsFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
-		return config.Secrets{}, nil
+		return config.Secrets{}, nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	s, err := config.ParseSecrets(data)
-	if err != nil {
-		return nil, usageErr(fmt.Errorf("parse %s (fix it by hand first):\n%w", path, err))
+	if data, key, err = config.DecryptSecrets(home, data); err != nil {
+		return nil, nil, err
 	}
-	return s, nil
+	if s, err = config.ParseSecrets(data); err != nil {
+		return nil, nil, usageErr(fmt.Errorf("parse %s (fix it by hand first):\n%w", path, err))
+	}
+	return s, key, nil
 }
 
 func problemList(err error) []string {

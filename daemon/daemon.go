@@ -296,7 +296,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("read %s: %w (run choirctl init to create it)", cfgPath, err)
 	}
-	cfg, secrets, err := config.Load(d.home)
+	cfg, secrets, rest, err := config.LoadAtRest(d.home)
 	if err != nil {
 		return err
 	}
@@ -304,7 +304,11 @@ func (d *Daemon) open(ctx context.Context) error {
 		slog.Int("agents", len(cfg.Agents)), slog.Int("workspaces", len(cfg.Workspaces)),
 		slog.Int("models", len(cfg.Models)), slog.Int("gateways", len(cfg.Gateways)), slog.Int("dms", len(cfg.DMs)))
 	d.logger.InfoContext(ctx, "step 2: secrets.json read and validated",
-		slog.String("path", filepath.Join(d.home, "secrets.json")), slog.Int("secrets", len(secrets)))
+		slog.String("path", filepath.Join(d.home, "secrets.json")), slog.Int("secrets", len(secrets)),
+		slog.Bool("encrypted", rest.Encrypted), slog.String("age_key", rest.Key))
+	if !rest.Encrypted {
+		d.logger.WarnContext(ctx, config.PlaintextWarning, slog.String("path", filepath.Join(d.home, "secrets.json")))
+	}
 
 	// Step 3: Postgres, with credentials from the configured secret.
 	dsn, err := cfg.PostgresDSN(secrets)
@@ -358,6 +362,7 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 		return nil, fmt.Errorf("embedding provider: %w", err)
 	}
 	embedder.SetUsage(cfg.Embedding.PricePerMTok, usage.EmbeddingRecorder(d.pool, d.logger.With(slog.String("component", "usage"))))
+	d.OnSecretsApplied(func(_ context.Context, s config.Secrets) error { return embedder.SetSecrets(s) })
 	if st := embedder.Status(); st.Offline {
 		d.logger.InfoContext(ctx, "embedding: "+embed.OfflineNote, slog.String("embedding_provider", st.Provider),
 			slog.String("embedding_model", st.Model), slog.Int("embedding_dimensions", st.Dimensions))

@@ -57,6 +57,7 @@ func (d *Daemon) newGateway(opts Options) error {
 	d.inbox.SetGateway(g)
 	d.commands.SetGateway(g)
 	d.OnConfigApplied(func(c *config.Config, _ config.Secrets) { g.SetDMs(c.DMs) })
+	d.OnSecretsApplied(func(_ context.Context, s config.Secrets) error { return g.SetSecrets(s) })
 	return nil
 }
 

@@ -92,6 +92,10 @@ type Control struct {
 	// onConfigApplied are called, in order, after each successful config
 	// apply with the new running configuration and secrets.
 	onConfigApplied []func(*config.Config, config.Secrets)
+	// onSecretsApplied are called, in order, after each successful secret
+	// apply with the new secrets: what choird itself holds (bot tokens,
+	// the embedding key) reloads there.
+	onSecretsApplied []func(context.Context, config.Secrets) error
 }
 
 // New makes the control layer of choird with the configuration it starts
@@ -126,6 +130,12 @@ func (d *Control) SetRPC(p Pusher) { d.rpc = p }
 // OnConfigApplied adds fn to what runs after each successful config apply.
 func (d *Control) OnConfigApplied(fn func(*config.Config, config.Secrets)) {
 	d.onConfigApplied = append(d.onConfigApplied, fn)
+}
+
+// OnSecretsApplied adds fn to what runs after each successful secret
+// apply. An error is logged and ends nothing: the other hooks still run.
+func (d *Control) OnSecretsApplied(fn func(context.Context, config.Secrets) error) {
+	d.onSecretsApplied = append(d.onSecretsApplied, fn)
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }
@@ -555,11 +565,19 @@ func (d *Control) SecretApply(ctx context.Context, sc Scope) (admin.SecretApplyR
 	// The whole configuration is validated with the new secrets, so a
 	// secret a resource names cannot go missing; config.json itself is
 	// not applied here.
-	_, secrets, err := config.Load(d.home)
+	_, secrets, rest, err := config.LoadAtRest(d.home)
 	if err != nil {
 		return admin.SecretApplyResult{}, fmt.Errorf("reload secrets: %w", err)
 	}
 	d.setSecrets(secrets)
+	for _, fn := range d.onSecretsApplied {
+		if err := fn(ctx, secrets); err != nil {
+			d.logger.ErrorContext(ctx, "secret apply: choird keeps an earlier secret", slog.String("error", err.Error()))
+		}
+	}
+	if !rest.Encrypted {
+		d.logger.WarnContext(ctx, config.PlaintextWarning)
+	}
 	res := admin.SecretApplyResult{Secrets: len(secrets)}
 	q := seam.Queries(d.pool)
 	cfg, _ := d.config()

@@ -11,6 +11,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 )
 
@@ -38,17 +39,23 @@ func NewClient(cfg ClientConfig, opts Options) (*Embedder, error) {
 	}
 	c := &client{cfg: cfg, url: strings.TrimRight(cfg.Endpoint, "/") + "/embeddings", http: opts.HTTPClient,
 		timeout: opts.Timeout}
+	c.key.Store(&cfg.APIKey)
 	if c.http == nil {
 		c.http = &http.Client{}
 	}
 	if c.timeout <= 0 {
 		c.timeout = 30 * time.Second
 	}
-	return newEmbedder(cfg.Provider, cfg.Model, u.Scheme+"://"+u.Host, cfg.Dimensions, false, c.embed), nil
+	e := newEmbedder(cfg.Provider, cfg.Model, u.Scheme+"://"+u.Host, cfg.Dimensions, false, c.embed)
+	e.setKey = func(k string) { c.key.Store(&k) }
+	return e, nil
 }
 
 type client struct {
-	cfg     ClientConfig
+	cfg ClientConfig
+	// key is the API key, replaced by secret apply (Embedder.SetSecrets);
+	// cfg.APIKey is only the first one.
+	key     atomic.Pointer[string]
 	url     string
 	http    *http.Client
 	timeout time.Duration
@@ -93,8 +100,8 @@ func (c *client) embed(ctx context.Context, texts []string) (vecs [][]float32, t
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	if c.cfg.APIKey != "" {
-		req.Header.Set("Authorization", "Bearer "+c.cfg.APIKey)
+	if key := *c.key.Load(); key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {

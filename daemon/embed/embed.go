@@ -37,6 +37,10 @@ type Embedder struct {
 	endpoint string
 	embed    func(ctx context.Context, texts []string) ([][]float32, int64, error)
 	now      func() time.Time
+	// secret names the API key in secrets.json, and setKey replaces the
+	// key the client sends (SetSecrets); both are empty without a key.
+	secret string
+	setKey func(string)
 	// pricePerMTok and usageFunc count what the provider bills
 	// (SetUsage).
 	pricePerMTok float64
@@ -77,8 +81,29 @@ func New(cfg config.Embedding, secrets config.Secrets, opts Options) (*Embedder,
 		}
 		key = v
 	}
-	return NewClient(ClientConfig{Provider: cfg.Provider, Endpoint: cfg.Endpoint, Model: cfg.Model,
+	e, err := NewClient(ClientConfig{Provider: cfg.Provider, Endpoint: cfg.Endpoint, Model: cfg.Model,
 		Dimensions: cfg.Dimensions, APIKey: key}, opts)
+	if err != nil {
+		return nil, err
+	}
+	e.secret = cfg.Secret
+	return e, nil
+}
+
+// SetSecrets takes the API key again from secrets, for choirctl secret
+// apply: the next request sends it. An embedder without a key secret (the
+// offline one, or a provider that needs no key) has nothing to change; a
+// key secret missing from secrets is an error, and the old key stays.
+func (e *Embedder) SetSecrets(secrets config.Secrets) error {
+	if e.secret == "" || e.setKey == nil {
+		return nil
+	}
+	key, ok := secrets[e.secret]
+	if !ok {
+		return fmt.Errorf("embedding secret %q is not in secrets.json; the embedder keeps its key", e.secret)
+	}
+	e.setKey(key)
+	return nil
 }
 
 func newEmbedder(provider, model, endpoint string, dims int, offline bool,

@@ -146,6 +146,27 @@ func TestClient(t *testing.T) {
 		}
 	})
 
+	t.Run("SetSecretsReplacesTheKeyForTheNextRequest", func(t *testing.T) {
+		t.Parallel()
+		srv := embedtest.New(t, embedtest.Options{Dimensions: 16, APIKey: "key-new"})
+		e := newClient(t, srv.URL, "key-old", time.Second)
+		if _, err := e.Embed(ctx, []string{"x"}); err == nil {
+			t.Fatal("the old key was accepted")
+		}
+		if err := e.SetSecrets(config.Secrets{"other": "v"}); err == nil || !strings.Contains(err.Error(), `"embed-key"`) {
+			t.Errorf("SetSecrets without the key's secret: %v", err)
+		}
+		if err := e.SetSecrets(config.Secrets{"embed-key": "key-new"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := e.Embed(ctx, []string{"x"}); err != nil {
+			t.Errorf("Embed with the new key: %v", err)
+		}
+		if err := embed.NewOffline(16).SetSecrets(nil); err != nil {
+			t.Errorf("offline SetSecrets: %v", err)
+		}
+	})
+
 	t.Run("RateLimitIsTemporaryWithRetryAfter", func(t *testing.T) {
 		t.Parallel()
 		srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

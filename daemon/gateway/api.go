@@ -17,12 +17,17 @@ import (
 
 // bot is one Telegram bot: its token, its update loop and its API calls.
 type bot struct {
-	g     *Gateway
-	name  string
-	token string
+	g    *Gateway
+	name string
 
 	mu       sync.Mutex
 	username string // from getMe, for stripping @botname from commands
+	// token is the bot's token; retired are the ones secret apply
+	// replaced, still redacted from errors. stopRun ends the running
+	// update loop, so that it starts again with a new token.
+	token   string
+	retired []string
+	stopRun context.CancelCauseFunc
 
 	// polling is closed once the bot has answered getMe and its
 	// getUpdates loop runs.
@@ -61,7 +66,7 @@ func (t ctxTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 func (b *bot) tele(ctx context.Context) *tele.Bot {
 	tb, err := tele.NewBot(tele.Settings{
 		URL:     b.g.opts.APIURL,
-		Token:   b.token,
+		Token:   b.currentToken(),
 		Client:  &http.Client{Transport: ctxTransport{ctx, b.g.opts.Transport}},
 		Offline: true,
 		// Updates are read by the gateway's own loop, never by telebot.
@@ -129,16 +134,21 @@ type redactedError struct {
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.ctx }
 
-// redact returns err with the token removed from its message.
+// redact returns err with the token, and every earlier one, removed from
+// its message.
 func (b *bot) redact(err error) error {
 	if err == nil {
 		return nil
 	}
 	msg := err.Error()
-	if !strings.Contains(msg, b.token) {
+	redacted := msg
+	for _, t := range b.tokens() {
+		redacted = strings.ReplaceAll(redacted, t, "<token>")
+	}
+	if redacted == msg {
 		return err
 	}
-	r := &redactedError{msg: strings.ReplaceAll(msg, b.token, "<token>")}
+	r := &redactedError{msg: redacted}
 	switch {
 	case errors.Is(err, context.Canceled):
 		r.ctx = context.Canceled

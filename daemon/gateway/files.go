@@ -165,7 +165,7 @@ func (b *bot) download(ctx context.Context, filePath, workspace, name string) (i
 		return 0, &storeError{err}
 	}
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.g.opts.APIURL+"/file/bot"+b.token+"/"+filePath, nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.g.opts.APIURL+"/file/bot"+b.currentToken()+"/"+filePath, nil)
 	if err != nil {
 		return 0, b.redact(fmt.Errorf("download file: %w", err))
 	}

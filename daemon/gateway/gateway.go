@@ -32,6 +32,7 @@
 //
 // The bot token is a secret: it appears in every request URL, so every
 // error leaving this package has it redacted, and it is never logged.
+// choirctl secret apply replaces it without a restart ([Gateway.SetSecrets]).
 package gateway
 
 import (

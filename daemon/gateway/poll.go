@@ -43,7 +43,7 @@ func (b *bot) run(ctx context.Context) {
 	for {
 		updates, err := b.getUpdates(ctx, offset)
 		if ctx.Err() != nil {
-			b.confirm(context.WithoutCancel(ctx), offset)
+			b.stopped(ctx, offset)
 			return
 		}
 		if err != nil {
@@ -71,7 +71,7 @@ func (b *bot) run(ctx context.Context) {
 			if !b.handleWithRetry(ctx, u) {
 				// Stopping: the offset stays before this update, so
 				// Telegram delivers it again.
-				b.confirm(context.WithoutCancel(ctx), offset)
+				b.stopped(ctx, offset)
 				return
 			}
 			offset = id + 1

@@ -98,6 +98,21 @@ func (s *Server) AddBot(token, username string) *Bot {
 	return b
 }
 
+// RevokeToken gives b a new token, as BotFather's /revoke does: the old
+// one is answered 401 Unauthorized from now on, a long poll made with it
+// included, and b keeps its updates, messages and username.
+func (b *Bot) RevokeToken(newToken string) {
+	b.s.mu.Lock()
+	delete(b.s.bots, b.token)
+	b.token = newToken
+	b.s.bots[newToken] = b
+	b.s.mu.Unlock()
+	b.mu.Lock()
+	b.tokenGen++
+	b.changedLocked()
+	b.mu.Unlock()
+}
+
 func (s *Server) bot(token string) *Bot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -227,6 +242,7 @@ type Bot struct {
 	id       int64
 
 	mu         sync.Mutex
+	tokenGen   int64         // counts RevokeToken calls
 	changed    chan struct{} // closed and replaced on every change
 	updates    []update      // unconfirmed, in id order
 	nextUpdate int64
@@ -259,7 +275,11 @@ type hook struct {
 }
 
 // Token returns the bot's token.
-func (b *Bot) Token() string { return b.token }
+func (b *Bot) Token() string {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	return b.token
+}
 
 // Username returns the bot's username.
 func (b *Bot) Username() string { return b.username }
@@ -868,7 +888,7 @@ func (b *Bot) getUpdates(ctx context.Context, c Call) (any, *apiError) {
 
 	b.mu.Lock()
 	b.pollGen++
-	gen := b.pollGen
+	gen, tokenGen := b.pollGen, b.tokenGen
 	b.changedLocked() // wakes an older poller, which then answers 409
 	if offset > 0 && offset > b.confirmed {
 		b.confirmed = offset
@@ -879,6 +899,10 @@ func (b *Bot) getUpdates(ctx context.Context, c Call) (any, *apiError) {
 
 	for {
 		b.mu.Lock()
+		if b.tokenGen != tokenGen {
+			b.mu.Unlock()
+			return nil, &apiError{code: http.StatusUnauthorized, description: "Unauthorized"}
+		}
 		if b.pollGen != gen {
 			b.mu.Unlock()
 			return nil, &apiError{code: http.StatusConflict, description: conflictDescription}

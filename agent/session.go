@@ -24,6 +24,7 @@ import (
 	"github.com/choirhq/choir/agent/sandbox"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/offer"
 	"github.com/choirhq/choir/agent/tool/email"
 	"github.com/choirhq/choir/agent/tool/mcp"
 	"github.com/choirhq/choir/config"
@@ -278,7 +279,7 @@ func (s *session) restore() error {
 		Fault:   s.opts.Fault, Untrusted: s.untrustedInput})
 	s.out = &outbound{client: s.client, logger: s.logger}
 	s.status = &statusReporter{client: s.client, logger: s.logger, kick: make(chan struct{}, 1), sources: s.arb.LaneSources}
-	inj := tool.NewInjector(s.tools, tool.InjectorConfig{Mode: tool.Mode(s.dyn.Load().ToolMode), Search: s.toolSearch})
+	inj := offer.NewInjector(s.tools, offer.InjectorConfig{Mode: offer.Mode(s.dyn.Load().ToolMode), Search: s.toolSearch})
 	s.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: s.arb, Log: log, Tools: s.tools, Skills: s.skills, LLM: &llm.Client{Gate: s.meter},
 		Injector: inj, FlushFunc: s.out.flushTo,
 		Model: s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,

@@ -28,6 +28,7 @@ import (
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/meter"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/offer"
 	"github.com/choirhq/choir/agent/workmem"
 	"github.com/choirhq/choir/rpc"
 )
@@ -59,7 +60,7 @@ type Config struct {
 	Tools   *tool.Registry
 	// Injector decides how the jobs' models are offered the tools; nil:
 	// direct.
-	Injector *tool.Injector
+	Injector *offer.Injector
 	LLM      *llm.Client
 	// Model returns the settings of the flagship model (core_llm).
 	Model func() llm.ModelSettings
@@ -161,7 +162,7 @@ type coreCall struct {
 type Job struct {
 	set *Set
 	// offer is the job's view of the tools (offer.go).
-	offer    atomic.Pointer[tool.Offer]
+	offer    atomic.Pointer[offer.Offer]
 	start    JobStart
 	lane     string
 	owner    lock.Owner

@@ -17,8 +17,8 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
-	"github.com/choirhq/choir/agent/tool/offer"
 	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/agent/tool/offer"
 	"github.com/choirhq/choir/rpc"
 )
 

@@ -18,10 +18,10 @@ import (
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/agent/tool"
-	"github.com/choirhq/choir/agent/tool/offer"
 	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/agent/tool/manifest"
 	"github.com/choirhq/choir/agent/tool/mcp"
+	"github.com/choirhq/choir/agent/tool/offer"
 	"github.com/choirhq/choir/rpc"
 )
 

@@ -1,0 +1,212 @@
+-- +goose Up
+-- Spend reserved at the egress gateway (issue 34). Every metered call an
+-- agent makes through choird's gateway (a model call, a search query,
+-- speech) is a row here: reserved at its worst case before it is
+-- forwarded, in the transaction that checks the agent's day caps and the
+-- host-wide day caps against what is spent and reserved, then settled
+-- from the provider's answer. A reservation whose call choird lost (it
+-- crashed mid-call) is expired by the spend_expire job at its worst case:
+-- the provider may have billed it.
+--
+-- The gateway's row is the call's usage record: choir_audit.usage lists
+-- it once settled (kind, service, units and cost as for the log's
+-- records), and leaves out the agent's own record of the same call (an
+-- llm_call_committed event, or a tool's usage record, carrying the same
+-- spend_key in the same session), so that every spend counts exactly
+-- once whichever side reported it first.
+CREATE TABLE choir_control.spend (
+    spend_id          bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    agent_id          choir_control.agent_id NOT NULL,
+    session_id        uuid NOT NULL REFERENCES choir_control.sessions,
+    -- spend_key names the call in the agent's own record of it (the
+    -- Choir-Spend-Key header); the gateway makes one when the agent sent
+    -- none.
+    spend_key         text NOT NULL CHECK (spend_key ~ '^[A-Za-z0-9_-]{1,64}$'),
+    kind              text NOT NULL CHECK (kind IN ('llm', 'search', 'tts')),
+    service           text NOT NULL,
+    -- Attribution the agent gives (Choir-Lane, Choir-Job, Choir-Purpose):
+    -- labels for the reports, never trusted for who is calling.
+    lane              text,
+    job_id            text,
+    purpose           text,
+    state             text NOT NULL DEFAULT 'reserved' CHECK (state IN ('reserved', 'settled', 'expired')),
+    created_at        timestamptz NOT NULL DEFAULT now(),
+    expires_at        timestamptz NOT NULL,
+    settled_at        timestamptz,
+    -- The worst case held while the call is in flight.
+    reserved_tokens   bigint NOT NULL CHECK (reserved_tokens >= 0),
+    reserved_usd      float8 NOT NULL CHECK (reserved_usd >= 0),
+    -- What was spent, once settled: tokens for a model call, queries or
+    -- characters otherwise.
+    unit              text NOT NULL CHECK (unit IN ('tokens', 'queries', 'characters')),
+    units             bigint NOT NULL DEFAULT 0 CHECK (units >= 0),
+    prompt_tokens     bigint NOT NULL DEFAULT 0 CHECK (prompt_tokens >= 0),
+    completion_tokens bigint NOT NULL DEFAULT 0 CHECK (completion_tokens >= 0),
+    cached_tokens     bigint NOT NULL DEFAULT 0 CHECK (cached_tokens >= 0),
+    cost_usd          float8 NOT NULL DEFAULT 0 CHECK (cost_usd >= 0),
+    cost_source       text,
+    -- outcome says how it was settled: ok, billed_failure (the provider
+    -- refused or broke off and reported usage), not_billed (an error the
+    -- provider bills nothing for), worst_case (no usage could be read),
+    -- expired.
+    outcome           text CHECK (outcome IN ('ok', 'billed_failure', 'not_billed', 'worst_case', 'expired')),
+    UNIQUE (session_id, spend_key),
+    CHECK ((state = 'reserved') = (settled_at IS NULL))
+);
+CREATE INDEX spend_agent_created ON choir_control.spend (agent_id, created_at);
+CREATE INDEX spend_created ON choir_control.spend (created_at);
+CREATE INDEX spend_open ON choir_control.spend (expires_at) WHERE state = 'reserved';
+
+CREATE OR REPLACE VIEW choir_audit.usage AS
+SELECT s.agent_id,
+       e.session_id,
+       e.rev,
+       e.created_at,
+       e.lane,
+       nullif(e.payload->>'job_id', '') AS job_id,
+       'llm'::text AS kind,
+       e.payload->>'model' AS service,
+       coalesce((e.payload->>'prompt_tokens')::bigint, 0)
+         + coalesce((e.payload->>'completion_tokens')::bigint, 0) AS units,
+       'tokens'::text AS unit,
+       coalesce((e.payload->>'prompt_tokens')::bigint, 0) AS prompt_tokens,
+       coalesce((e.payload->>'completion_tokens')::bigint, 0) AS completion_tokens,
+       coalesce((e.payload->>'cached_tokens')::bigint, 0) AS cached_tokens,
+       coalesce((e.payload->>'cost_usd')::numeric, 0) AS cost_usd,
+       e.payload->>'cost_source' AS cost_source,
+       coalesce(nullif(e.payload->>'purpose', ''), 'step') AS purpose
+  FROM choir_control.session_events e
+  JOIN choir_control.sessions s USING (session_id)
+ WHERE e.event_type = 'llm_call_committed'
+   AND NOT EXISTS (SELECT 1 FROM choir_control.spend g
+                    WHERE g.session_id = e.session_id AND g.spend_key = e.payload->>'spend_key')
+UNION ALL
+SELECT s.agent_id,
+       e.session_id,
+       e.rev,
+       e.created_at,
+       e.lane,
+       j.job_id,
+       u->>'kind',
+       u->>'service',
+       coalesce((u->>'units')::bigint, 0),
+       u->>'unit',
+       0, 0, 0,
+       coalesce((u->>'cost_usd')::numeric, 0),
+       u->>'cost_source',
+       e.payload->>'tool'
+  FROM choir_control.session_events e
+  JOIN choir_control.sessions s USING (session_id)
+ CROSS JOIN LATERAL jsonb_array_elements(e.payload->'usage') u
+  LEFT JOIN LATERAL (
+        SELECT nullif(l.payload->>'job_id', '') AS job_id
+          FROM choir_control.session_events l
+         WHERE l.session_id = e.session_id AND l.lane = e.lane
+           AND l.event_type = 'llm_call_committed' AND l.rev < e.rev
+         ORDER BY l.rev DESC LIMIT 1) j ON true
+ WHERE e.event_type = 'tool_result_committed'
+   AND jsonb_typeof(e.payload->'usage') = 'array'
+   AND NOT EXISTS (SELECT 1 FROM choir_control.spend g
+                    WHERE g.session_id = e.session_id AND g.spend_key = u->>'spend_key')
+UNION ALL
+SELECT u.agent_id,
+       NULL::uuid,
+       NULL::bigint,
+       u.created_at,
+       NULL::text,
+       NULL::text,
+       'embedding'::text,
+       u.service,
+       u.tokens,
+       'tokens'::text,
+       0, 0, 0,
+       u.cost_usd::numeric,
+       CASE WHEN u.cost_usd > 0 THEN 'prices' END,
+       u.purpose
+  FROM choir_control.embedding_usage u
+UNION ALL
+SELECT g.agent_id,
+       g.session_id,
+       NULL::bigint,
+       g.created_at,
+       g.lane,
+       g.job_id,
+       g.kind,
+       g.service,
+       g.units,
+       g.unit,
+       g.prompt_tokens,
+       g.completion_tokens,
+       g.cached_tokens,
+       g.cost_usd::numeric,
+       g.cost_source,
+       CASE WHEN g.outcome = 'billed_failure' THEN 'billed_failure'
+            ELSE coalesce(nullif(g.purpose, ''), CASE WHEN g.kind = 'llm' THEN 'step' ELSE g.kind END) END
+  FROM choir_control.spend g
+ WHERE g.state <> 'reserved';
+
+-- +goose Down
+CREATE OR REPLACE VIEW choir_audit.usage AS
+SELECT s.agent_id,
+       e.session_id,
+       e.rev,
+       e.created_at,
+       e.lane,
+       nullif(e.payload->>'job_id', '') AS job_id,
+       'llm'::text AS kind,
+       e.payload->>'model' AS service,
+       coalesce((e.payload->>'prompt_tokens')::bigint, 0)
+         + coalesce((e.payload->>'completion_tokens')::bigint, 0) AS units,
+       'tokens'::text AS unit,
+       coalesce((e.payload->>'prompt_tokens')::bigint, 0) AS prompt_tokens,
+       coalesce((e.payload->>'completion_tokens')::bigint, 0) AS completion_tokens,
+       coalesce((e.payload->>'cached_tokens')::bigint, 0) AS cached_tokens,
+       coalesce((e.payload->>'cost_usd')::numeric, 0) AS cost_usd,
+       e.payload->>'cost_source' AS cost_source,
+       coalesce(nullif(e.payload->>'purpose', ''), 'step') AS purpose
+  FROM choir_control.session_events e
+  JOIN choir_control.sessions s USING (session_id)
+ WHERE e.event_type = 'llm_call_committed'
+UNION ALL
+SELECT s.agent_id,
+       e.session_id,
+       e.rev,
+       e.created_at,
+       e.lane,
+       j.job_id,
+       u->>'kind',
+       u->>'service',
+       coalesce((u->>'units')::bigint, 0),
+       u->>'unit',
+       0, 0, 0,
+       coalesce((u->>'cost_usd')::numeric, 0),
+       u->>'cost_source',
+       e.payload->>'tool'
+  FROM choir_control.session_events e
+  JOIN choir_control.sessions s USING (session_id)
+ CROSS JOIN LATERAL jsonb_array_elements(e.payload->'usage') u
+  LEFT JOIN LATERAL (
+        SELECT nullif(l.payload->>'job_id', '') AS job_id
+          FROM choir_control.session_events l
+         WHERE l.session_id = e.session_id AND l.lane = e.lane
+           AND l.event_type = 'llm_call_committed' AND l.rev < e.rev
+         ORDER BY l.rev DESC LIMIT 1) j ON true
+ WHERE e.event_type = 'tool_result_committed'
+   AND jsonb_typeof(e.payload->'usage') = 'array'
+UNION ALL
+SELECT u.agent_id,
+       NULL::uuid,
+       NULL::bigint,
+       u.created_at,
+       NULL::text,
+       NULL::text,
+       'embedding'::text,
+       u.service,
+       u.tokens,
+       'tokens'::text,
+       0, 0, 0,
+       u.cost_usd::numeric,
+       CASE WHEN u.cost_usd > 0 THEN 'prices' END,
+       u.purpose
+  FROM choir_control.embedding_usage u;
+DROP TABLE choir_control.spend;

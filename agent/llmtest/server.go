@@ -399,6 +399,14 @@ func (s *Server) writeCompletion(w http.ResponseWriter, step Step, stepNum int, 
 	if model == "" {
 		model = req.Model
 	}
+	if req.Stream() {
+		calls := make([]any, len(msg.ToolCalls))
+		for i, c := range msg.ToolCalls {
+			calls[i] = c
+		}
+		writeStream(w, fmt.Sprintf("chatcmpl-llmtest-%d", req.Index), model, msg.Content, calls, finish, wu, req.StreamUsage())
+		return
+	}
 
 	writeJSON(w, http.StatusOK, completion{
 		ID:      fmt.Sprintf("chatcmpl-llmtest-%d", req.Index),

@@ -33,6 +33,7 @@ func (ExpireArgs) InsertOpts() river.InsertOpts {
 type ExpireWorker struct {
 	river.WorkerDefaults[ExpireArgs]
 	Ledger *Ledger
+	// Logger tells of the reservations expired; nil says nothing.
 	Logger *slog.Logger
 }
 
@@ -40,9 +41,6 @@ var _ jobs.PeriodicFeature = (*ExpireWorker)(nil)
 
 // AddWorkers registers the expiry's worker (jobs.Feature).
 func (w *ExpireWorker) AddWorkers(workers *river.Workers) error {
-	if w.Logger == nil {
-		w.Logger = slog.New(slog.DiscardHandler)
-	}
 	if err := river.AddWorkerSafely(workers, w); err != nil {
 		return fmt.Errorf("register spend expiry worker: %w", err)
 	}
@@ -65,7 +63,7 @@ func (w *ExpireWorker) Work(ctx context.Context, _ *river.Job[ExpireArgs]) error
 	if err != nil {
 		return err
 	}
-	if n > 0 {
+	if n > 0 && w.Logger != nil {
 		w.Logger.WarnContext(ctx, "lost reservations settled at their worst case", slog.Int64("count", n))
 	}
 	return nil

@@ -1,0 +1,165 @@
+package spend_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/riverqueue/river"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/spend"
+	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/dbtest"
+	rpcusage "github.com/choirhq/choir/rpc/usage"
+	"github.com/choirhq/choir/sql/seam"
+)
+
+type testBundle struct {
+	pool     *pgxpool.Pool
+	cfg      *config.Config
+	now      atomic.Pointer[time.Time]
+	ledger   *spend.Ledger
+	sessions map[string]uuid.UUID
+}
+
+func setup(t *testing.T, cfg *config.Config) *testBundle {
+	t.Helper()
+	b := &testBundle{pool: dbtest.NewPool(t), cfg: cfg, sessions: map[string]uuid.UUID{}}
+	now := time.Now()
+	b.now.Store(&now)
+	ctx := context.Background()
+	q := seam.Queries(b.pool)
+	for _, agent := range []string{"ada", "bob"} {
+		if _, err := q.AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agent, Config: json.RawMessage(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+		tok := make([]byte, 32)
+		rand.Read(tok)
+		s, err := q.SessionCreate(ctx, db.SessionCreateParams{AgentID: agent, LeaseTokenHash: tok, BaseHash: make([]byte, 32),
+			ResourceBindings: json.RawMessage(`{}`)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.sessions[agent] = s.SessionID
+	}
+	b.ledger = spend.New(spend.Options{Pool: b.pool, Config: func() *config.Config { return b.cfg },
+		Now: func() time.Time { return *b.now.Load() }, CallTimeout: time.Minute})
+	return b
+}
+
+func (b *testBundle) call(agent string, tokens int64, usd float64) spend.Call {
+	return spend.Call{AgentID: agent, SessionID: b.sessions[agent], Kind: rpcusage.KindLLM, Service: "fast",
+		Tokens: tokens, CostUSD: usd}
+}
+
+// TestAgentCapHoldsUnderConcurrentCalls reserves twenty calls of one
+// agent at once against its token cap: exactly as many as fit pass, and
+// the rest are refused naming per_day_tokens.
+func TestAgentCapHoldsUnderConcurrentCalls(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &config.Config{Agents: map[string]config.Agent{
+		"ada": {Budgets: config.Budgets{Caps: config.Caps{PerDayTokens: 7000}}}}})
+	var passed, refused atomic.Int64
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			_, err := b.ledger.Reserve(context.Background(), b.call("ada", 1000, 0))
+			var capErr *spend.CapError
+			switch {
+			case err == nil:
+				passed.Add(1)
+			case errors.As(err, &capErr) && capErr.Field == "per_day_tokens" && !capErr.Host:
+				refused.Add(1)
+			default:
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if passed.Load() != 7 || refused.Load() != 13 {
+		t.Errorf("%d passed, %d refused; want 7 and 13", passed.Load(), refused.Load())
+	}
+}
+
+// TestCrashLeftReservationExpires leaves a reservation unsettled, as a
+// choird killed mid-call does: it holds its worst case until it expires,
+// then the spend_expire job settles it at that worst case (the provider
+// may have billed it), and a settlement arriving late changes nothing.
+func TestCrashLeftReservationExpires(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &config.Config{Caps: config.HostCaps{HostPerDayUSD: 1}})
+	lost, err := b.ledger.Reserve(context.Background(), b.call("ada", 5000, 0.6))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = b.ledger.Reserve(context.Background(), b.call("bob", 5000, 0.6))
+	var capErr *spend.CapError
+	if !errors.As(err, &capErr) || !capErr.Host || capErr.Field != "caps.host_per_day_usd" {
+		t.Fatalf("err = %v, want the host cap", err)
+	}
+	w := &spend.ExpireWorker{Ledger: b.ledger}
+	if err := w.Work(context.Background(), &river.Job[spend.ExpireArgs]{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := seam.Queries(b.pool).SpendGetByID(context.Background(), lost.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != "reserved" {
+		t.Fatalf("before its expiry: %s", got.State)
+	}
+	later := b.now.Load().Add(time.Minute + spend.ExpiryMargin + time.Second)
+	b.now.Store(&later)
+	if err := w.Work(context.Background(), &river.Job[spend.ExpireArgs]{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err = seam.Queries(b.pool).SpendGetByID(context.Background(), lost.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.State != "expired" || got.Units != 5000 || got.CostUsd != 0.6 || *got.Outcome != "expired" {
+		t.Errorf("expired = %+v", got)
+	}
+	if err := b.ledger.Settle(context.Background(), lost, spend.Spent{Outcome: spend.OutcomeOK, Units: 1}); err != nil {
+		t.Fatal(err)
+	}
+	got, _ = seam.Queries(b.pool).SpendGetByID(context.Background(), lost.ID)
+	if got.State != "expired" || got.Units != 5000 {
+		t.Errorf("a late settlement changed it: %+v", got)
+	}
+	var units int64
+	var cost float64
+	if err := b.pool.QueryRow(context.Background(), `SELECT units, cost_usd FROM choir_audit.usage WHERE agent_id = 'ada'`).
+		Scan(&units, &cost); err != nil {
+		t.Fatal(err)
+	}
+	if units != 5000 || cost != 0.6 {
+		t.Errorf("usage lists %d units $%g", units, cost)
+	}
+}
+
+// TestDuplicateKeyIsRefused refuses a spend key the session used.
+func TestDuplicateKeyIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &config.Config{})
+	c := b.call("ada", 10, 0)
+	c.Key = "k1"
+	if _, err := b.ledger.Reserve(context.Background(), c); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ledger.Reserve(context.Background(), c); !errors.Is(err, spend.ErrDuplicateKey) {
+		t.Errorf("err = %v", err)
+	}
+	c.Key = "../x"
+	if _, err := b.ledger.Reserve(context.Background(), c); err == nil {
+		t.Error("a malformed key was taken")
+	}
+}

@@ -12,38 +12,6 @@ import (
 	"github.com/google/uuid"
 )
 
-const spendAgentTotals = `-- name: SpendAgentTotals :one
-SELECT (u.tokens + r.tokens)::bigint AS tokens, (u.cost_usd + r.cost_usd)::float8 AS cost_usd
-  FROM (SELECT coalesce(sum(units) FILTER (WHERE kind = 'llm'), 0) AS tokens, coalesce(sum(cost_usd), 0) AS cost_usd
-          FROM choir_audit.usage
-         WHERE agent_id = $1::text AND created_at >= $2::timestamptz AND created_at < $3::timestamptz) u,
-       (SELECT coalesce(sum(reserved_tokens), 0) AS tokens, coalesce(sum(reserved_usd), 0) AS cost_usd
-          FROM choir_control.spend
-         WHERE state = 'reserved' AND agent_id = $1::text
-           AND created_at >= $2::timestamptz AND created_at < $3::timestamptz) r
-`
-
-type SpendAgentTotalsParams struct {
-	AgentID string    `json:"agent_id"`
-	Since   time.Time `json:"since"`
-	Until   time.Time `json:"until"`
-}
-
-type SpendAgentTotalsRow struct {
-	Tokens  int64   `json:"tokens"`
-	CostUsd float64 `json:"cost_usd"`
-}
-
-// SpendAgentTotals is what agent_id spent between two instants (a day in
-// its DM's zone), as choir_audit.usage counts it, plus its reservations
-// still open: model tokens, and the cost of every kind.
-func (q *Queries) SpendAgentTotals(ctx context.Context, arg SpendAgentTotalsParams) (SpendAgentTotalsRow, error) {
-	row := q.db.QueryRow(ctx, spendAgentTotals, arg.AgentID, arg.Since, arg.Until)
-	var i SpendAgentTotalsRow
-	err := row.Scan(&i.Tokens, &i.CostUsd)
-	return i, err
-}
-
 const spendExpire = `-- name: SpendExpire :execrows
 UPDATE choir_control.spend
    SET state = 'expired', settled_at = now(), outcome = 'expired',
@@ -98,54 +66,38 @@ func (q *Queries) SpendGetByID(ctx context.Context, spendID int64) (ChoirControl
 	return i, err
 }
 
-const spendHostTotals = `-- name: SpendHostTotals :one
-SELECT (u.tokens + r.tokens)::bigint AS tokens, (u.cost_usd + r.cost_usd)::float8 AS cost_usd
+const spendOtherTotals = `-- name: SpendOtherTotals :one
+SELECT (u.tokens - g.tokens)::bigint AS tokens, (u.cost_usd - g.cost_usd)::float8 AS cost_usd
   FROM (SELECT coalesce(sum(units) FILTER (WHERE kind = 'llm'), 0) AS tokens, coalesce(sum(cost_usd), 0) AS cost_usd
           FROM choir_audit.usage
-         WHERE created_at >= $1::timestamptz AND created_at < $2::timestamptz) u,
-       (SELECT coalesce(sum(reserved_tokens), 0) AS tokens, coalesce(sum(reserved_usd), 0) AS cost_usd
+         WHERE ($1::text = '' OR agent_id = $1::text)
+           AND created_at >= $2::timestamptz AND created_at < $3::timestamptz) u,
+       (SELECT coalesce(sum(units) FILTER (WHERE kind = 'llm'), 0) AS tokens, coalesce(sum(cost_usd), 0) AS cost_usd
           FROM choir_control.spend
-         WHERE state = 'reserved' AND created_at >= $1::timestamptz AND created_at < $2::timestamptz) r
+         WHERE state <> 'reserved' AND ($1::text = '' OR agent_id = $1::text)
+           AND created_at >= $2::timestamptz AND created_at < $3::timestamptz) g
 `
 
-type SpendHostTotalsParams struct {
-	Since time.Time `json:"since"`
-	Until time.Time `json:"until"`
+type SpendOtherTotalsParams struct {
+	AgentID string    `json:"agent_id"`
+	Since   time.Time `json:"since"`
+	Until   time.Time `json:"until"`
 }
 
-type SpendHostTotalsRow struct {
+type SpendOtherTotalsRow struct {
 	Tokens  int64   `json:"tokens"`
 	CostUsd float64 `json:"cost_usd"`
 }
 
-// SpendHostTotals is SpendAgentTotals for all agents together.
-func (q *Queries) SpendHostTotals(ctx context.Context, arg SpendHostTotalsParams) (SpendHostTotalsRow, error) {
-	row := q.db.QueryRow(ctx, spendHostTotals, arg.Since, arg.Until)
-	var i SpendHostTotalsRow
+// SpendOtherTotals is what choir_audit.usage counts between two instants
+// besides the ledger's settled rows: the spend the agents' logs record of
+// calls that did not go through the gateway, and embeddings. agent_id
+// empty counts every agent.
+func (q *Queries) SpendOtherTotals(ctx context.Context, arg SpendOtherTotalsParams) (SpendOtherTotalsRow, error) {
+	row := q.db.QueryRow(ctx, spendOtherTotals, arg.AgentID, arg.Since, arg.Until)
+	var i SpendOtherTotalsRow
 	err := row.Scan(&i.Tokens, &i.CostUsd)
 	return i, err
-}
-
-const spendLock = `-- name: SpendLock :exec
-
-SELECT pg_advisory_xact_lock(1936745828, hashtext($1::text)),
-       CASE WHEN $2::boolean THEN pg_advisory_xact_lock(1936745828001) END
-`
-
-type SpendLockParams struct {
-	AgentID string `json:"agent_id"`
-	Host    bool   `json:"host"`
-}
-
-// Spend reserved at the egress gateway (issue 34, sql/00040_spend.sql).
-// SpendLock serialises the reservations that check agent_id's day caps
-// and, when host is true, every reservation that checks the host-wide
-// caps, until the transaction ends: two calls cannot both pass on the
-// last dollar. The agent's lock is always taken first, so two
-// transactions never wait on each other in a cycle.
-func (q *Queries) SpendLock(ctx context.Context, arg SpendLockParams) error {
-	_, err := q.db.Exec(ctx, spendLock, arg.AgentID, arg.Host)
-	return err
 }
 
 const spendReserve = `-- name: SpendReserve :one
@@ -196,6 +148,95 @@ func (q *Queries) SpendReserve(ctx context.Context, arg SpendReserveParams) (Spe
 	)
 	var i SpendReserveRow
 	err := row.Scan(&i.SpendID, &i.CreatedAt)
+	return i, err
+}
+
+const spendReserveChecked = `-- name: SpendReserveChecked :one
+
+SELECT coalesce(r.spend_id, 0)::bigint AS spend_id, coalesce(r.refused, '')::text AS refused,
+       coalesce(r.spent_tokens, 0)::bigint AS spent_tokens, coalesce(r.spent_usd, 0)::float8 AS spent_usd
+  FROM choir_control.spend_reserve($1::text, $2::uuid, $3::text, $4::text, $5::text,
+           $6::text, $7::text, $8::text, $9::timestamptz,
+           $10::bigint, $11::float8, $12::text, $13::bigint,
+           $14::timestamptz, $15::timestamptz, $16::bigint, $17::float8,
+           $18::bigint, $19::float8,
+           $20::timestamptz, $21::timestamptz, $22::bigint, $23::float8,
+           $24::bigint, $25::float8) r
+`
+
+type SpendReserveCheckedParams struct {
+	AgentID          string    `json:"agent_id"`
+	SessionID        uuid.UUID `json:"session_id"`
+	SpendKey         string    `json:"spend_key"`
+	Kind             string    `json:"kind"`
+	Service          string    `json:"service"`
+	Lane             *string   `json:"lane"`
+	JobID            *string   `json:"job_id"`
+	Purpose          *string   `json:"purpose"`
+	ExpiresAt        time.Time `json:"expires_at"`
+	ReservedTokens   int64     `json:"reserved_tokens"`
+	ReservedUsd      float64   `json:"reserved_usd"`
+	Unit             string    `json:"unit"`
+	Units            int64     `json:"units"`
+	AgentSince       time.Time `json:"agent_since"`
+	AgentUntil       time.Time `json:"agent_until"`
+	AgentTokensCap   int64     `json:"agent_tokens_cap"`
+	AgentUsdCap      float64   `json:"agent_usd_cap"`
+	AgentOtherTokens int64     `json:"agent_other_tokens"`
+	AgentOtherUsd    float64   `json:"agent_other_usd"`
+	HostSince        time.Time `json:"host_since"`
+	HostUntil        time.Time `json:"host_until"`
+	HostTokensCap    int64     `json:"host_tokens_cap"`
+	HostUsdCap       float64   `json:"host_usd_cap"`
+	HostOtherTokens  int64     `json:"host_other_tokens"`
+	HostOtherUsd     float64   `json:"host_other_usd"`
+}
+
+type SpendReserveCheckedRow struct {
+	SpendID     int64   `json:"spend_id"`
+	Refused     string  `json:"refused"`
+	SpentTokens int64   `json:"spent_tokens"`
+	SpentUsd    float64 `json:"spent_usd"`
+}
+
+// Spend reserved at the egress gateway (issue 34, sql/00040_spend.sql).
+// SpendReserveChecked reserves a call's worst case if it fits under the
+// day caps (choir_control.spend_reserve), in one round trip.
+func (q *Queries) SpendReserveChecked(ctx context.Context, arg SpendReserveCheckedParams) (SpendReserveCheckedRow, error) {
+	row := q.db.QueryRow(ctx, spendReserveChecked,
+		arg.AgentID,
+		arg.SessionID,
+		arg.SpendKey,
+		arg.Kind,
+		arg.Service,
+		arg.Lane,
+		arg.JobID,
+		arg.Purpose,
+		arg.ExpiresAt,
+		arg.ReservedTokens,
+		arg.ReservedUsd,
+		arg.Unit,
+		arg.Units,
+		arg.AgentSince,
+		arg.AgentUntil,
+		arg.AgentTokensCap,
+		arg.AgentUsdCap,
+		arg.AgentOtherTokens,
+		arg.AgentOtherUsd,
+		arg.HostSince,
+		arg.HostUntil,
+		arg.HostTokensCap,
+		arg.HostUsdCap,
+		arg.HostOtherTokens,
+		arg.HostOtherUsd,
+	)
+	var i SpendReserveCheckedRow
+	err := row.Scan(
+		&i.SpendID,
+		&i.Refused,
+		&i.SpentTokens,
+		&i.SpentUsd,
+	)
 	return i, err
 }
 

@@ -1,36 +1,32 @@
 -- Spend reserved at the egress gateway (issue 34, sql/00040_spend.sql).
 
--- name: SpendLock :exec
--- SpendLock serialises the reservations that check agent_id's day caps
--- and, when host is true, every reservation that checks the host-wide
--- caps, until the transaction ends: two calls cannot both pass on the
--- last dollar. The agent's lock is always taken first, so two
--- transactions never wait on each other in a cycle.
-SELECT pg_advisory_xact_lock(1936745828, hashtext(@agent_id::text)),
-       CASE WHEN @host::boolean THEN pg_advisory_xact_lock(1936745828001) END;
+-- name: SpendReserveChecked :one
+-- SpendReserveChecked reserves a call's worst case if it fits under the
+-- day caps (choir_control.spend_reserve), in one round trip.
+SELECT coalesce(r.spend_id, 0)::bigint AS spend_id, coalesce(r.refused, '')::text AS refused,
+       coalesce(r.spent_tokens, 0)::bigint AS spent_tokens, coalesce(r.spent_usd, 0)::float8 AS spent_usd
+  FROM choir_control.spend_reserve(@agent_id::text, @session_id::uuid, @spend_key::text, @kind::text, @service::text,
+           sqlc.narg('lane')::text, sqlc.narg('job_id')::text, sqlc.narg('purpose')::text, @expires_at::timestamptz,
+           @reserved_tokens::bigint, @reserved_usd::float8, @unit::text, @units::bigint,
+           @agent_since::timestamptz, @agent_until::timestamptz, @agent_tokens_cap::bigint, @agent_usd_cap::float8,
+           @agent_other_tokens::bigint, @agent_other_usd::float8,
+           @host_since::timestamptz, @host_until::timestamptz, @host_tokens_cap::bigint, @host_usd_cap::float8,
+           @host_other_tokens::bigint, @host_other_usd::float8) r;
 
--- name: SpendAgentTotals :one
--- SpendAgentTotals is what agent_id spent between two instants (a day in
--- its DM's zone), as choir_audit.usage counts it, plus its reservations
--- still open: model tokens, and the cost of every kind.
-SELECT (u.tokens + r.tokens)::bigint AS tokens, (u.cost_usd + r.cost_usd)::float8 AS cost_usd
+-- name: SpendOtherTotals :one
+-- SpendOtherTotals is what choir_audit.usage counts between two instants
+-- besides the ledger's settled rows: the spend the agents' logs record of
+-- calls that did not go through the gateway, and embeddings. agent_id
+-- empty counts every agent.
+SELECT (u.tokens - g.tokens)::bigint AS tokens, (u.cost_usd - g.cost_usd)::float8 AS cost_usd
   FROM (SELECT coalesce(sum(units) FILTER (WHERE kind = 'llm'), 0) AS tokens, coalesce(sum(cost_usd), 0) AS cost_usd
           FROM choir_audit.usage
-         WHERE agent_id = @agent_id::text AND created_at >= @since::timestamptz AND created_at < @until::timestamptz) u,
-       (SELECT coalesce(sum(reserved_tokens), 0) AS tokens, coalesce(sum(reserved_usd), 0) AS cost_usd
+         WHERE (@agent_id::text = '' OR agent_id = @agent_id::text)
+           AND created_at >= @since::timestamptz AND created_at < @until::timestamptz) u,
+       (SELECT coalesce(sum(units) FILTER (WHERE kind = 'llm'), 0) AS tokens, coalesce(sum(cost_usd), 0) AS cost_usd
           FROM choir_control.spend
-         WHERE state = 'reserved' AND agent_id = @agent_id::text
-           AND created_at >= @since::timestamptz AND created_at < @until::timestamptz) r;
-
--- name: SpendHostTotals :one
--- SpendHostTotals is SpendAgentTotals for all agents together.
-SELECT (u.tokens + r.tokens)::bigint AS tokens, (u.cost_usd + r.cost_usd)::float8 AS cost_usd
-  FROM (SELECT coalesce(sum(units) FILTER (WHERE kind = 'llm'), 0) AS tokens, coalesce(sum(cost_usd), 0) AS cost_usd
-          FROM choir_audit.usage
-         WHERE created_at >= @since::timestamptz AND created_at < @until::timestamptz) u,
-       (SELECT coalesce(sum(reserved_tokens), 0) AS tokens, coalesce(sum(reserved_usd), 0) AS cost_usd
-          FROM choir_control.spend
-         WHERE state = 'reserved' AND created_at >= @since::timestamptz AND created_at < @until::timestamptz) r;
+         WHERE state <> 'reserved' AND (@agent_id::text = '' OR agent_id = @agent_id::text)
+           AND created_at >= @since::timestamptz AND created_at < @until::timestamptz) g;
 
 -- name: SpendReserve :one
 -- SpendReserve holds a call's worst case until it is settled or expires.

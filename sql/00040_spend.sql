@@ -57,6 +57,72 @@ CREATE INDEX spend_agent_created ON choir_control.spend (agent_id, created_at);
 CREATE INDEX spend_created ON choir_control.spend (created_at);
 CREATE INDEX spend_open ON choir_control.spend (expires_at) WHERE state = 'reserved';
 
+-- +goose StatementBegin
+-- spend_reserve reserves a call's worst case if it fits under the day
+-- caps, in one round trip: it takes the agent's advisory lock and, when
+-- a host cap is set, the host's (always in that order, so two calls never
+-- wait on each other in a cycle), then reads the ledger's totals in a new
+-- snapshot (a volatile function's statements each take one), so every
+-- reservation that held the locks before is counted. A cap of 0 is no
+-- cap. The *_other_* arguments are the day's spend that the ledger does
+-- not hold (choir_audit.usage's other rows), which the caller reads. On
+-- refusal no row is written and refused names the cap (agent_tokens,
+-- agent_usd, host_tokens or host_usd), spent_* what it found spent.
+CREATE FUNCTION choir_control.spend_reserve(
+    p_agent_id text, p_session_id uuid, p_spend_key text, p_kind text, p_service text,
+    p_lane text, p_job_id text, p_purpose text, p_expires_at timestamptz,
+    p_tokens bigint, p_usd float8, p_unit text, p_units bigint,
+    p_agent_since timestamptz, p_agent_until timestamptz, p_agent_tokens_cap bigint, p_agent_usd_cap float8,
+    p_agent_other_tokens bigint, p_agent_other_usd float8,
+    p_host_since timestamptz, p_host_until timestamptz, p_host_tokens_cap bigint, p_host_usd_cap float8,
+    p_host_other_tokens bigint, p_host_other_usd float8,
+    OUT spend_id bigint, OUT refused text, OUT spent_tokens bigint, OUT spent_usd float8)
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    host_caps boolean := p_host_tokens_cap > 0 OR p_host_usd_cap > 0;
+    a_tokens bigint; a_usd float8; h_tokens bigint; h_usd float8;
+BEGIN
+    PERFORM pg_advisory_xact_lock(1936745828, hashtext(p_agent_id));
+    IF host_caps THEN
+        PERFORM pg_advisory_xact_lock(1936745828001);
+    END IF;
+    SELECT coalesce(sum(CASE WHEN g.state = 'reserved' THEN g.reserved_tokens WHEN g.kind = 'llm' THEN g.units ELSE 0 END)
+                    FILTER (WHERE g.agent_id = p_agent_id AND g.created_at >= p_agent_since AND g.created_at < p_agent_until), 0),
+           coalesce(sum(CASE WHEN g.state = 'reserved' THEN g.reserved_usd ELSE g.cost_usd END)
+                    FILTER (WHERE g.agent_id = p_agent_id AND g.created_at >= p_agent_since AND g.created_at < p_agent_until), 0),
+           coalesce(sum(CASE WHEN g.state = 'reserved' THEN g.reserved_tokens WHEN g.kind = 'llm' THEN g.units ELSE 0 END)
+                    FILTER (WHERE g.created_at >= p_host_since AND g.created_at < p_host_until), 0),
+           coalesce(sum(CASE WHEN g.state = 'reserved' THEN g.reserved_usd ELSE g.cost_usd END)
+                    FILTER (WHERE g.created_at >= p_host_since AND g.created_at < p_host_until), 0)
+      INTO a_tokens, a_usd, h_tokens, h_usd
+      FROM choir_control.spend g
+     WHERE (g.agent_id = p_agent_id AND g.created_at >= p_agent_since AND g.created_at < p_agent_until)
+        OR (host_caps AND g.created_at >= p_host_since AND g.created_at < p_host_until);
+    a_tokens := a_tokens + p_agent_other_tokens; a_usd := a_usd + p_agent_other_usd;
+    h_tokens := h_tokens + p_host_other_tokens; h_usd := h_usd + p_host_other_usd;
+    -- Token caps count model tokens: only a call that takes some is
+    -- stopped by one. A cost cap already reached stops an unpriced call.
+    IF p_agent_tokens_cap > 0 AND p_tokens > 0 AND a_tokens + p_tokens > p_agent_tokens_cap THEN
+        refused := 'agent_tokens'; spent_tokens := a_tokens; spent_usd := a_usd; RETURN;
+    END IF;
+    IF p_agent_usd_cap > 0 AND (a_usd >= p_agent_usd_cap OR a_usd + p_usd > p_agent_usd_cap) THEN
+        refused := 'agent_usd'; spent_tokens := a_tokens; spent_usd := a_usd; RETURN;
+    END IF;
+    IF p_host_tokens_cap > 0 AND p_tokens > 0 AND h_tokens + p_tokens > p_host_tokens_cap THEN
+        refused := 'host_tokens'; spent_tokens := h_tokens; spent_usd := h_usd; RETURN;
+    END IF;
+    IF p_host_usd_cap > 0 AND (h_usd >= p_host_usd_cap OR h_usd + p_usd > p_host_usd_cap) THEN
+        refused := 'host_usd'; spent_tokens := h_tokens; spent_usd := h_usd; RETURN;
+    END IF;
+    INSERT INTO choir_control.spend (agent_id, session_id, spend_key, kind, service, lane, job_id, purpose,
+                                     expires_at, reserved_tokens, reserved_usd, unit, units)
+    VALUES (p_agent_id, p_session_id, p_spend_key, p_kind, p_service, p_lane, p_job_id, p_purpose,
+            p_expires_at, p_tokens, p_usd, p_unit, p_units)
+    RETURNING choir_control.spend.spend_id INTO spend_reserve.spend_id;
+END
+$$;
+-- +goose StatementEnd
+
 CREATE OR REPLACE VIEW choir_audit.usage AS
 SELECT s.agent_id,
        e.session_id,
@@ -146,6 +212,7 @@ SELECT g.agent_id,
  WHERE g.state <> 'reserved';
 
 -- +goose Down
+DROP FUNCTION choir_control.spend_reserve;
 CREATE OR REPLACE VIEW choir_audit.usage AS
 SELECT s.agent_id,
        e.session_id,

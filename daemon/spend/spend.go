@@ -25,6 +25,8 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -65,17 +67,31 @@ type Options struct {
 	CallTimeout time.Duration
 }
 
+// OtherSpendMaxAge is how old the spend read from choir_audit.usage
+// besides the ledger may be when a reservation counts it (otherSpend).
+const OtherSpendMaxAge = 5 * time.Second
+
 // Ledger reserves and settles metered calls.
 type Ledger struct {
 	pool        *pgxpool.Pool
 	config      func() *config.Config
 	now         func() time.Time
 	callTimeout time.Duration
+
+	mu sync.Mutex
+	// other is the spend besides the ledger, per agent ("": the host).
+	other map[string]otherEntry
+}
+
+type otherEntry struct {
+	day    string
+	at     time.Time
+	totals rpcusage.Totals
 }
 
 // New returns a Ledger.
 func New(o Options) *Ledger {
-	l := &Ledger{pool: o.Pool, config: o.Config, now: o.Now, callTimeout: o.CallTimeout}
+	l := &Ledger{pool: o.Pool, config: o.Config, now: o.Now, callTimeout: o.CallTimeout, other: map[string]otherEntry{}}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -183,31 +199,53 @@ func (l *Ledger) Reserve(ctx context.Context, c Call) (*Reservation, error) {
 		}
 		return &Reservation{ID: row.SpendID, Key: c.Key, Call: c}, nil
 	}
-	tx, err := l.pool.Begin(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("reserve spend of agent %s: %w", c.AgentID, err)
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx)) //nolint:errcheck // after Commit it does nothing
-	q := seam.Queries(tx)
-	if err := q.SpendLock(ctx, db.SpendLockParams{AgentID: c.AgentID, Host: checkHost}); err != nil {
-		return nil, fmt.Errorf("lock spend of agent %s: %w", c.AgentID, err)
-	}
+	now := l.now()
+	zone, loc := usage.Zone(cfg, c.AgentID)
+	aSince, aUntil, aDay := dayBounds(now, loc)
+	hSince, hUntil, hDay := dayBounds(now, time.UTC)
+	var agentOther, hostOther rpcusage.Totals
+	var err error
 	if checkAgent {
-		if err := l.checkAgent(ctx, q, cfg, c, agentCaps); err != nil {
+		if agentOther, err = l.otherSpend(ctx, c.AgentID, aSince, aUntil, aDay); err != nil {
 			return nil, err
 		}
 	}
 	if checkHost {
-		if err := l.checkHost(ctx, q, c, host); err != nil {
+		if hostOther, err = l.otherSpend(ctx, "", hSince, hUntil, hDay); err != nil {
 			return nil, err
 		}
 	}
-	row, err := q.SpendReserve(ctx, params)
+	row, err := seam.Queries(l.pool).SpendReserveChecked(ctx, db.SpendReserveCheckedParams{
+		AgentID: c.AgentID, SessionID: c.SessionID, SpendKey: c.Key, Kind: params.Kind, Service: c.Service,
+		Lane: params.Lane, JobID: params.JobID, Purpose: params.Purpose, ExpiresAt: params.ExpiresAt,
+		ReservedTokens: c.Tokens, ReservedUsd: c.CostUSD, Unit: c.Unit, Units: params.Units,
+		AgentSince: aSince, AgentUntil: aUntil, AgentTokensCap: agentCaps.PerDayTokens, AgentUsdCap: agentCaps.PerDayCostUSD,
+		AgentOtherTokens: agentOther.Tokens, AgentOtherUsd: agentOther.CostUSD,
+		HostSince: hSince, HostUntil: hUntil, HostTokensCap: host.HostPerDayTokens, HostUsdCap: host.HostPerDayUSD,
+		HostOtherTokens: hostOther.Tokens, HostOtherUsd: hostOther.CostUSD})
 	if err != nil {
 		return nil, reserveErr(c, err)
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, fmt.Errorf("reserve spend of agent %s: commit: %w", c.AgentID, err)
+	if row.Refused != "" {
+		e := &CapError{AgentID: c.AgentID, Service: c.Service, Day: aDay, TimeZone: zone, Want: float64(c.Tokens),
+			Spent: float64(row.SpentTokens)}
+		switch row.Refused {
+		case "agent_tokens":
+			e.Field, e.Limit = "per_day_tokens", float64(agentCaps.PerDayTokens)
+		case "agent_usd":
+			e.Field, e.Limit = "per_day_cost_usd", agentCaps.PerDayCostUSD
+		case "host_tokens":
+			e.Host, e.Field, e.Limit = true, "caps.host_per_day_tokens", float64(host.HostPerDayTokens)
+		case "host_usd":
+			e.Host, e.Field, e.Limit = true, "caps.host_per_day_usd", host.HostPerDayUSD
+		}
+		if strings.HasSuffix(row.Refused, "_usd") {
+			e.Money, e.Spent, e.Want = true, row.SpentUsd, c.CostUSD
+		}
+		if e.Host {
+			e.Day, e.TimeZone = hDay, HostZone
+		}
+		return nil, e
 	}
 	return &Reservation{ID: row.SpendID, Key: c.Key, Call: c}, nil
 }
@@ -219,41 +257,32 @@ func reserveErr(c Call, err error) error {
 	return fmt.Errorf("reserve spend of agent %s on %s: %w", c.AgentID, c.Service, err)
 }
 
-func (l *Ledger) checkAgent(ctx context.Context, q *db.Queries, cfg *config.Config, c Call, caps config.Caps) error {
-	zone, loc := usage.Zone(cfg, c.AgentID)
-	since, until, day := dayBounds(l.now(), loc)
-	t, err := q.SpendAgentTotals(ctx, db.SpendAgentTotalsParams{AgentID: c.AgentID, Since: since, Until: until})
+// otherSpend is what agentID (empty: every agent) spent on day besides
+// the ledger: model calls its log records that did not go through the
+// gateway, the priced tools it records itself, embeddings. It is read
+// from choir_audit.usage at most every OtherSpendMaxAge: that view is
+// too costly to plan and run before every call, and what it adds to the
+// ledger reaches it only with the agent's heartbeat anyway.
+func (l *Ledger) otherSpend(ctx context.Context, agentID string, since, until time.Time, day string) (rpcusage.Totals, error) {
+	now := l.now()
+	l.mu.Lock()
+	e, ok := l.other[agentID]
+	l.mu.Unlock()
+	if ok && e.day == day && now.Sub(e.at) < OtherSpendMaxAge {
+		return e.totals, nil
+	}
+	t, err := seam.Queries(l.pool).SpendOtherTotals(ctx, db.SpendOtherTotalsParams{AgentID: agentID, Since: since, Until: until})
 	if err != nil {
-		return fmt.Errorf("spend of agent %s today: %w", c.AgentID, err)
+		if agentID == "" {
+			return rpcusage.Totals{}, fmt.Errorf("spend of all agents today: %w", err)
+		}
+		return rpcusage.Totals{}, fmt.Errorf("spend of agent %s today: %w", agentID, err)
 	}
-	e := &CapError{AgentID: c.AgentID, Service: c.Service, Day: day, TimeZone: zone}
-	return e.check(caps.PerDayTokens, caps.PerDayCostUSD, "per_day_tokens", "per_day_cost_usd", t.Tokens, t.CostUsd, c)
-}
-
-func (l *Ledger) checkHost(ctx context.Context, q *db.Queries, c Call, caps config.HostCaps) error {
-	since, until, day := dayBounds(l.now(), time.UTC)
-	t, err := q.SpendHostTotals(ctx, db.SpendHostTotalsParams{Since: since, Until: until})
-	if err != nil {
-		return fmt.Errorf("spend of all agents today: %w", err)
-	}
-	e := &CapError{AgentID: c.AgentID, Service: c.Service, Host: true, Day: day, TimeZone: HostZone}
-	return e.check(caps.HostPerDayTokens, caps.HostPerDayUSD, "caps.host_per_day_tokens", "caps.host_per_day_usd",
-		t.Tokens, t.CostUsd, c)
-}
-
-// check fills e and returns it when c does not fit under a token cap
-// (model calls only: tokens are model tokens) or a cost cap, nil when it
-// fits. A cost cap already reached stops an unpriced call too.
-func (e *CapError) check(tokCap int64, costCap float64, tokField, costField string, tokens int64, cost float64, c Call) error {
-	if tokCap > 0 && c.Tokens > 0 && tokens+c.Tokens > tokCap {
-		e.Field, e.Limit, e.Spent, e.Want = tokField, float64(tokCap), float64(tokens), float64(c.Tokens)
-		return e
-	}
-	if costCap > 0 && (cost >= costCap || cost+c.CostUSD > costCap) {
-		e.Field, e.Limit, e.Spent, e.Want, e.Money = costField, costCap, cost, c.CostUSD, true
-		return e
-	}
-	return nil
+	e = otherEntry{day: day, at: now, totals: rpcusage.Totals{Tokens: t.Tokens, CostUSD: t.CostUsd}}
+	l.mu.Lock()
+	l.other[agentID] = e
+	l.mu.Unlock()
+	return e.totals, nil
 }
 
 // Settle records what r's call spent. Settling twice, or after the

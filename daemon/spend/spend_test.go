@@ -30,7 +30,7 @@ type testBundle struct {
 	sessions map[string]uuid.UUID
 }
 
-func setup(t *testing.T, cfg *config.Config) *testBundle {
+func setup(t testing.TB, cfg *config.Config) *testBundle {
 	t.Helper()
 	b := &testBundle{pool: dbtest.NewPool(t), cfg: cfg, sessions: map[string]uuid.UUID{}}
 	now := time.Now()

@@ -27,6 +27,7 @@ import (
 	"net/url"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -82,11 +83,14 @@ type Handler struct {
 	proxy  *httputil.ReverseProxy
 	// settling counts settlements in flight (Wait).
 	settling sync.WaitGroup
+
+	mu       sync.Mutex
+	bindings map[uuid.UUID]boundEntry
 }
 
 // New returns a Handler.
 func New(o Options) *Handler {
-	h := &Handler{pool: o.Pool, config: o.Config, ledger: o.Ledger, logger: o.Logger}
+	h := &Handler{pool: o.Pool, config: o.Config, ledger: o.Ledger, logger: o.Logger, bindings: map[uuid.UUID]boundEntry{}}
 	if h.logger == nil {
 		h.logger = slog.New(slog.DiscardHandler)
 	}
@@ -184,7 +188,12 @@ func (h *Handler) resolve(r *http.Request, caller egress.Caller) (*route, int, s
 	if err != nil {
 		return nil, http.StatusForbidden, "no_caller", fmt.Errorf("caller session %q is no session id", caller.SessionID)
 	}
-	b, err := h.bound(r.Context(), cfg, sid)
+	b, fresh, err := h.bound(r.Context(), cfg, sid, false)
+	if err == nil && !fresh && !s.allowed(cfg, b, name) {
+		// Bound a moment ago (a model override)? Read the session again
+		// before refusing.
+		b, _, err = h.bound(r.Context(), cfg, sid, true)
+	}
 	if err != nil {
 		h.logger.WarnContext(r.Context(), "service route: session not read", slog.String("session_id", caller.SessionID),
 			slog.String("error", err.Error()))
@@ -218,9 +227,46 @@ type binding struct {
 	notion string
 }
 
+// BindingMaxAge is how long a session's bindings are taken from memory:
+// a resource unbound from a session (an override replaced) stays
+// reachable that long at most. A resource not bound by what is in
+// memory is looked up again at once.
+const BindingMaxAge = 2 * time.Second
+
+type boundEntry struct {
+	b  binding
+	at time.Time
+}
+
 // bound reads the caller's session: the resources bound at its start and
-// its model and voice overrides, as GET_SECRETS judges them.
-func (h *Handler) bound(ctx context.Context, cfg *config.Config, sid uuid.UUID) (binding, error) {
+// its model and voice overrides, as GET_SECRETS judges them. It answers
+// from memory what it read less than BindingMaxAge ago unless reread;
+// fresh says it read the database.
+func (h *Handler) bound(ctx context.Context, cfg *config.Config, sid uuid.UUID, reread bool) (b binding, fresh bool, err error) {
+	now := time.Now()
+	h.mu.Lock()
+	e, ok := h.bindings[sid]
+	h.mu.Unlock()
+	if ok && !reread && now.Sub(e.at) < BindingMaxAge {
+		return e.b, false, nil
+	}
+	b, err = h.readBinding(ctx, cfg, sid)
+	if err != nil {
+		return binding{}, true, err
+	}
+	h.mu.Lock()
+	if len(h.bindings) > maxBindings {
+		clear(h.bindings)
+	}
+	h.bindings[sid] = boundEntry{b: b, at: now}
+	h.mu.Unlock()
+	return b, true, nil
+}
+
+// maxBindings bounds the sessions whose bindings are kept in memory.
+const maxBindings = 4096
+
+func (h *Handler) readBinding(ctx context.Context, cfg *config.Config, sid uuid.UUID) (binding, error) {
 	st, err := seam.Queries(h.pool).SessionDynamicState(ctx, sid)
 	if err != nil {
 		return binding{}, err

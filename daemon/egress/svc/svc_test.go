@@ -528,3 +528,73 @@ func TestUsageCountsAGatewayCallOnce(t *testing.T) {
 		t.Errorf("usage rows %d, units %d, lane %s, job %s; want one row of 1040 tokens in core:j, job j1", n, units, lane, job)
 	}
 }
+
+// TestOtherServicesGetTheirKeys forwards a search, a speech and a Notion
+// call each to its configured endpoint with its own credential header,
+// meters the search and the speech at their prices, and refuses a TTS
+// provider the session's voice does not use.
+func TestOtherServicesGetTheirKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	type seen struct {
+		path   string
+		header http.Header
+	}
+	got := make(chan seen, 10)
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		got <- seen{r.URL.RequestURI(), r.Header.Clone()}
+		w.Header().Set("Content-Type", "application/json")
+		io.WriteString(w, `{}`)
+	}))
+	t.Cleanup(provider.Close)
+	b.setConfig(func(c *config.Config) {
+		c.Search = map[string]config.SearchProvider{"brave": {Secret: "brave-key", Endpoint: provider.URL + "/res/v1", PricePer1KQueries: 5}}
+		c.TTS = map[string]config.TTS{"eleven": {Provider: "elevenlabs", Endpoint: provider.URL + "/v1", Secret: "eleven-key",
+			PricePer1KCharacters: 0.3}, "other": {Provider: "elevenlabs", Endpoint: provider.URL + "/v1", Secret: "eleven-key"}}
+		c.VoiceProfiles = map[string]config.VoiceProfile{"calm": {TTS: "eleven", VoiceID: "v1"}}
+		c.NotionIntegrations = map[string]config.NotionIntegration{"notes": {Secret: "notion-key", Endpoint: provider.URL + "/notion/v1"}}
+	})
+	gw := b.gateway(t, "ada")
+	for _, tc := range []struct {
+		name, method, path, body string
+		wantPath, header, value  string
+	}{
+		{"Search", "GET", "/svc/search/brave/web/search?q=choir", "", "/res/v1/web/search?q=choir", "X-Subscription-Token", "brave-secret"},
+		{"Speech", "POST", "/svc/tts/eleven/text-to-speech/v1?output_format=opus_48000_64", `{"text":"héllo"}`,
+			"/v1/text-to-speech/v1?output_format=opus_48000_64", "Xi-Api-Key", "eleven-secret"},
+		{"Notion", "POST", "/svc/notion/notes/databases/abc-123/query", `{}`, "/notion/v1/databases/abc-123/query", "Authorization",
+			"Bearer notion-secret"},
+	} {
+		req, _ := http.NewRequest(tc.method, gw.URL+tc.path, strings.NewReader(tc.body))
+		req.Header.Set(tc.header, "agent-tried")
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		io.Copy(io.Discard, res.Body)
+		res.Body.Close()
+		if res.StatusCode != 200 {
+			t.Fatalf("%s: status %d", tc.name, res.StatusCode)
+		}
+		s := <-got
+		if s.path != tc.wantPath || s.header.Get(tc.header) != tc.value {
+			t.Errorf("%s: provider got %s with %s %q", tc.name, s.path, tc.header, s.header.Get(tc.header))
+		}
+		if tc.name == "Notion" && s.header.Get("Notion-Version") != svc.NotionVersion {
+			t.Errorf("Notion-Version %q", s.header.Get("Notion-Version"))
+		}
+	}
+	res, err := http.Post(gw.URL+"/svc/tts/other/text-to-speech/v1", "application/json", strings.NewReader(`{"text":"x"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Body.Close()
+	if res.StatusCode != http.StatusForbidden {
+		t.Errorf("unbound TTS provider: status %d", res.StatusCode)
+	}
+	spent := rows(t, b)
+	if len(spent) != 2 || spent[0].Kind != "search" || spent[0].Units != 1 || spent[0].CostUsd != 0.005 ||
+		spent[1].Kind != "tts" || spent[1].Units != 5 || spent[1].Unit != "characters" {
+		t.Errorf("ledger = %+v", spent)
+	}
+}

@@ -245,6 +245,8 @@ type ChoirControlSpend struct {
 	Purpose          *string    `json:"purpose"`
 	State            string     `json:"state"`
 	CreatedAt        time.Time  `json:"created_at"`
+	AgentDay         time.Time  `json:"agent_day"`
+	HostDay          time.Time  `json:"host_day"`
 	ExpiresAt        time.Time  `json:"expires_at"`
 	SettledAt        *time.Time `json:"settled_at"`
 	ReservedTokens   int64      `json:"reserved_tokens"`

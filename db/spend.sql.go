@@ -12,6 +12,30 @@ import (
 	"github.com/google/uuid"
 )
 
+const spendDayTotals = `-- name: SpendDayTotals :one
+SELECT coalesce(max(tokens), 0)::bigint AS tokens, coalesce(max(cost_usd), 0)::float8 AS cost_usd
+  FROM choir_control.spend_days WHERE scope = $1::text AND day_start = $2::timestamptz
+`
+
+type SpendDayTotalsParams struct {
+	Scope    string    `json:"scope"`
+	DayStart time.Time `json:"day_start"`
+}
+
+type SpendDayTotalsRow struct {
+	Tokens  int64   `json:"tokens"`
+	CostUsd float64 `json:"cost_usd"`
+}
+
+// SpendDayTotals is a scope's day row (agent:<id> or host), zero when it
+// has none.
+func (q *Queries) SpendDayTotals(ctx context.Context, arg SpendDayTotalsParams) (SpendDayTotalsRow, error) {
+	row := q.db.QueryRow(ctx, spendDayTotals, arg.Scope, arg.DayStart)
+	var i SpendDayTotalsRow
+	err := row.Scan(&i.Tokens, &i.CostUsd)
+	return i, err
+}
+
 const spendExpire = `-- name: SpendExpire :execrows
 UPDATE choir_control.spend
    SET state = 'expired', settled_at = now(), outcome = 'expired',
@@ -32,7 +56,7 @@ func (q *Queries) SpendExpire(ctx context.Context, now time.Time) (int64, error)
 }
 
 const spendGetByID = `-- name: SpendGetByID :one
-SELECT spend_id, agent_id, session_id, spend_key, kind, service, lane, job_id, purpose, state, created_at, expires_at, settled_at, reserved_tokens, reserved_usd, unit, units, prompt_tokens, completion_tokens, cached_tokens, cost_usd, cost_source, outcome FROM choir_control.spend WHERE spend_id = $1
+SELECT spend_id, agent_id, session_id, spend_key, kind, service, lane, job_id, purpose, state, created_at, agent_day, host_day, expires_at, settled_at, reserved_tokens, reserved_usd, unit, units, prompt_tokens, completion_tokens, cached_tokens, cost_usd, cost_source, outcome FROM choir_control.spend WHERE spend_id = $1
 `
 
 func (q *Queries) SpendGetByID(ctx context.Context, spendID int64) (ChoirControlSpend, error) {
@@ -50,6 +74,8 @@ func (q *Queries) SpendGetByID(ctx context.Context, spendID int64) (ChoirControl
 		&i.Purpose,
 		&i.State,
 		&i.CreatedAt,
+		&i.AgentDay,
+		&i.HostDay,
 		&i.ExpiresAt,
 		&i.SettledAt,
 		&i.ReservedTokens,
@@ -100,57 +126,6 @@ func (q *Queries) SpendOtherTotals(ctx context.Context, arg SpendOtherTotalsPara
 	return i, err
 }
 
-const spendReserve = `-- name: SpendReserve :one
-INSERT INTO choir_control.spend (agent_id, session_id, spend_key, kind, service, lane, job_id, purpose,
-                                 expires_at, reserved_tokens, reserved_usd, unit, units)
-VALUES ($1, $2, $3, $4, $5, $6, $7, $8,
-        $9, $10, $11, $12, $13)
-RETURNING spend_id, created_at
-`
-
-type SpendReserveParams struct {
-	AgentID        string    `json:"agent_id"`
-	SessionID      uuid.UUID `json:"session_id"`
-	SpendKey       string    `json:"spend_key"`
-	Kind           string    `json:"kind"`
-	Service        string    `json:"service"`
-	Lane           *string   `json:"lane"`
-	JobID          *string   `json:"job_id"`
-	Purpose        *string   `json:"purpose"`
-	ExpiresAt      time.Time `json:"expires_at"`
-	ReservedTokens int64     `json:"reserved_tokens"`
-	ReservedUsd    float64   `json:"reserved_usd"`
-	Unit           string    `json:"unit"`
-	Units          int64     `json:"units"`
-}
-
-type SpendReserveRow struct {
-	SpendID   int64     `json:"spend_id"`
-	CreatedAt time.Time `json:"created_at"`
-}
-
-// SpendReserve holds a call's worst case until it is settled or expires.
-func (q *Queries) SpendReserve(ctx context.Context, arg SpendReserveParams) (SpendReserveRow, error) {
-	row := q.db.QueryRow(ctx, spendReserve,
-		arg.AgentID,
-		arg.SessionID,
-		arg.SpendKey,
-		arg.Kind,
-		arg.Service,
-		arg.Lane,
-		arg.JobID,
-		arg.Purpose,
-		arg.ExpiresAt,
-		arg.ReservedTokens,
-		arg.ReservedUsd,
-		arg.Unit,
-		arg.Units,
-	)
-	var i SpendReserveRow
-	err := row.Scan(&i.SpendID, &i.CreatedAt)
-	return i, err
-}
-
 const spendReserveChecked = `-- name: SpendReserveChecked :one
 
 SELECT coalesce(r.spend_id, 0)::bigint AS spend_id, coalesce(r.refused, '')::text AS refused,
@@ -158,10 +133,10 @@ SELECT coalesce(r.spend_id, 0)::bigint AS spend_id, coalesce(r.refused, '')::tex
   FROM choir_control.spend_reserve($1::text, $2::uuid, $3::text, $4::text, $5::text,
            $6::text, $7::text, $8::text, $9::timestamptz,
            $10::bigint, $11::float8, $12::text, $13::bigint,
-           $14::timestamptz, $15::timestamptz, $16::bigint, $17::float8,
-           $18::bigint, $19::float8,
-           $20::timestamptz, $21::timestamptz, $22::bigint, $23::float8,
-           $24::bigint, $25::float8) r
+           $14::timestamptz, $15::bigint, $16::float8,
+           $17::bigint, $18::float8,
+           $19::timestamptz, $20::bigint, $21::float8,
+           $22::bigint, $23::float8) r
 `
 
 type SpendReserveCheckedParams struct {
@@ -178,14 +153,12 @@ type SpendReserveCheckedParams struct {
 	ReservedUsd      float64   `json:"reserved_usd"`
 	Unit             string    `json:"unit"`
 	Units            int64     `json:"units"`
-	AgentSince       time.Time `json:"agent_since"`
-	AgentUntil       time.Time `json:"agent_until"`
+	AgentDay         time.Time `json:"agent_day"`
 	AgentTokensCap   int64     `json:"agent_tokens_cap"`
 	AgentUsdCap      float64   `json:"agent_usd_cap"`
 	AgentOtherTokens int64     `json:"agent_other_tokens"`
 	AgentOtherUsd    float64   `json:"agent_other_usd"`
-	HostSince        time.Time `json:"host_since"`
-	HostUntil        time.Time `json:"host_until"`
+	HostDay          time.Time `json:"host_day"`
 	HostTokensCap    int64     `json:"host_tokens_cap"`
 	HostUsdCap       float64   `json:"host_usd_cap"`
 	HostOtherTokens  int64     `json:"host_other_tokens"`
@@ -217,14 +190,12 @@ func (q *Queries) SpendReserveChecked(ctx context.Context, arg SpendReserveCheck
 		arg.ReservedUsd,
 		arg.Unit,
 		arg.Units,
-		arg.AgentSince,
-		arg.AgentUntil,
+		arg.AgentDay,
 		arg.AgentTokensCap,
 		arg.AgentUsdCap,
 		arg.AgentOtherTokens,
 		arg.AgentOtherUsd,
-		arg.HostSince,
-		arg.HostUntil,
+		arg.HostDay,
 		arg.HostTokensCap,
 		arg.HostUsdCap,
 		arg.HostOtherTokens,
@@ -240,29 +211,27 @@ func (q *Queries) SpendReserveChecked(ctx context.Context, arg SpendReserveCheck
 	return i, err
 }
 
-const spendSettle = `-- name: SpendSettle :execrows
-UPDATE choir_control.spend
-   SET state = 'settled', settled_at = now(), outcome = $1, units = $2,
-       prompt_tokens = $3, completion_tokens = $4, cached_tokens = $5,
-       cost_usd = $6, cost_source = $7
- WHERE spend_id = $8 AND state = 'reserved'
+const spendSettle = `-- name: SpendSettle :one
+SELECT choir_control.spend_settle($1::bigint, $2::text, $3::bigint, $4::bigint,
+           $5::bigint, $6::bigint, $7::float8, $8::text)::boolean AS settled
 `
 
 type SpendSettleParams struct {
-	Outcome          *string `json:"outcome"`
+	SpendID          int64   `json:"spend_id"`
+	Outcome          string  `json:"outcome"`
 	Units            int64   `json:"units"`
 	PromptTokens     int64   `json:"prompt_tokens"`
 	CompletionTokens int64   `json:"completion_tokens"`
 	CachedTokens     int64   `json:"cached_tokens"`
 	CostUsd          float64 `json:"cost_usd"`
 	CostSource       *string `json:"cost_source"`
-	SpendID          int64   `json:"spend_id"`
 }
 
-// SpendSettle records what a reserved call spent; a call already
-// settled or expired is left as it is.
-func (q *Queries) SpendSettle(ctx context.Context, arg SpendSettleParams) (int64, error) {
-	result, err := q.db.Exec(ctx, spendSettle,
+// SpendSettle records what a reserved call spent (choir_control.spend_settle);
+// false when it was settled or expired already.
+func (q *Queries) SpendSettle(ctx context.Context, arg SpendSettleParams) (bool, error) {
+	row := q.db.QueryRow(ctx, spendSettle,
+		arg.SpendID,
 		arg.Outcome,
 		arg.Units,
 		arg.PromptTokens,
@@ -270,10 +239,8 @@ func (q *Queries) SpendSettle(ctx context.Context, arg SpendSettleParams) (int64
 		arg.CachedTokens,
 		arg.CostUsd,
 		arg.CostSource,
-		arg.SpendID,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	var settled bool
+	err := row.Scan(&settled)
+	return settled, err
 }

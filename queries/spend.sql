@@ -8,9 +8,9 @@ SELECT coalesce(r.spend_id, 0)::bigint AS spend_id, coalesce(r.refused, '')::tex
   FROM choir_control.spend_reserve(@agent_id::text, @session_id::uuid, @spend_key::text, @kind::text, @service::text,
            sqlc.narg('lane')::text, sqlc.narg('job_id')::text, sqlc.narg('purpose')::text, @expires_at::timestamptz,
            @reserved_tokens::bigint, @reserved_usd::float8, @unit::text, @units::bigint,
-           @agent_since::timestamptz, @agent_until::timestamptz, @agent_tokens_cap::bigint, @agent_usd_cap::float8,
+           @agent_day::timestamptz, @agent_tokens_cap::bigint, @agent_usd_cap::float8,
            @agent_other_tokens::bigint, @agent_other_usd::float8,
-           @host_since::timestamptz, @host_until::timestamptz, @host_tokens_cap::bigint, @host_usd_cap::float8,
+           @host_day::timestamptz, @host_tokens_cap::bigint, @host_usd_cap::float8,
            @host_other_tokens::bigint, @host_other_usd::float8) r;
 
 -- name: SpendOtherTotals :one
@@ -28,23 +28,6 @@ SELECT (u.tokens - g.tokens)::bigint AS tokens, (u.cost_usd - g.cost_usd)::float
          WHERE state <> 'reserved' AND (@agent_id::text = '' OR agent_id = @agent_id::text)
            AND created_at >= @since::timestamptz AND created_at < @until::timestamptz) g;
 
--- name: SpendReserve :one
--- SpendReserve holds a call's worst case until it is settled or expires.
-INSERT INTO choir_control.spend (agent_id, session_id, spend_key, kind, service, lane, job_id, purpose,
-                                 expires_at, reserved_tokens, reserved_usd, unit, units)
-VALUES (@agent_id, @session_id, @spend_key, @kind, @service, sqlc.narg('lane'), sqlc.narg('job_id'), sqlc.narg('purpose'),
-        @expires_at, @reserved_tokens, @reserved_usd, @unit, @units)
-RETURNING spend_id, created_at;
-
--- name: SpendSettle :execrows
--- SpendSettle records what a reserved call spent; a call already
--- settled or expired is left as it is.
-UPDATE choir_control.spend
-   SET state = 'settled', settled_at = now(), outcome = @outcome, units = @units,
-       prompt_tokens = @prompt_tokens, completion_tokens = @completion_tokens, cached_tokens = @cached_tokens,
-       cost_usd = @cost_usd, cost_source = sqlc.narg('cost_source')
- WHERE spend_id = @spend_id AND state = 'reserved';
-
 -- name: SpendExpire :execrows
 -- SpendExpire settles the reservations whose calls choird lost (it
 -- crashed or was killed mid-call) at their worst case: the provider may
@@ -57,3 +40,15 @@ UPDATE choir_control.spend
 
 -- name: SpendGetByID :one
 SELECT * FROM choir_control.spend WHERE spend_id = @spend_id;
+
+-- name: SpendSettle :one
+-- SpendSettle records what a reserved call spent (choir_control.spend_settle);
+-- false when it was settled or expired already.
+SELECT choir_control.spend_settle(@spend_id::bigint, @outcome::text, @units::bigint, @prompt_tokens::bigint,
+           @completion_tokens::bigint, @cached_tokens::bigint, @cost_usd::float8, sqlc.narg('cost_source')::text)::boolean AS settled;
+
+-- name: SpendDayTotals :one
+-- SpendDayTotals is a scope's day row (agent:<id> or host), zero when it
+-- has none.
+SELECT coalesce(max(tokens), 0)::bigint AS tokens, coalesce(max(cost_usd), 0)::float8 AS cost_usd
+  FROM choir_control.spend_days WHERE scope = @scope::text AND day_start = @day_start::timestamptz;

@@ -31,6 +31,10 @@ CREATE TABLE choir_control.spend (
     purpose           text,
     state             text NOT NULL DEFAULT 'reserved' CHECK (state IN ('reserved', 'settled', 'expired')),
     created_at        timestamptz NOT NULL DEFAULT now(),
+    -- The starts of the days the call counts in: the agent's (midnight
+    -- in its DM's zone) and the host's (UTC midnight).
+    agent_day         timestamptz NOT NULL,
+    host_day          timestamptz NOT NULL,
     expires_at        timestamptz NOT NULL,
     settled_at        timestamptz,
     -- The worst case held while the call is in flight.
@@ -57,47 +61,50 @@ CREATE INDEX spend_agent_created ON choir_control.spend (agent_id, created_at);
 CREATE INDEX spend_created ON choir_control.spend (created_at);
 CREATE INDEX spend_open ON choir_control.spend (expires_at) WHERE state = 'reserved';
 
+-- spend_days keeps each day's ledger total per agent (scope agent:<id>,
+-- days in its DM's zone) and for the host (scope host, UTC days): model
+-- tokens and the cost of every kind, a reservation at its worst case
+-- until it is settled. A reservation checks the caps against these rows,
+-- locked, so a check costs the same at the day's ten-thousandth call as
+-- at its first, and two calls cannot both pass on the last dollar.
+CREATE TABLE choir_control.spend_days (
+    scope     text NOT NULL,
+    day_start timestamptz NOT NULL,
+    tokens    bigint NOT NULL DEFAULT 0,
+    cost_usd  float8 NOT NULL DEFAULT 0,
+    PRIMARY KEY (scope, day_start)
+);
+
 -- +goose StatementBegin
 -- spend_reserve reserves a call's worst case if it fits under the day
--- caps, in one round trip: it takes the agent's advisory lock and, when
--- a host cap is set, the host's (always in that order, so two calls never
--- wait on each other in a cycle), then reads the ledger's totals in a new
--- snapshot (a volatile function's statements each take one), so every
--- reservation that held the locks before is counted. A cap of 0 is no
--- cap. The *_other_* arguments are the day's spend that the ledger does
--- not hold (choir_audit.usage's other rows), which the caller reads. On
--- refusal no row is written and refused names the cap (agent_tokens,
--- agent_usd, host_tokens or host_usd), spent_* what it found spent.
+-- caps, in one round trip. It locks the agent's day row of spend_days,
+-- then the host's (always in that order, as spend_settle does, so two
+-- calls never wait on each other in a cycle), checks the caps against
+-- them plus the day's spend the ledger does not hold (the *_other_*
+-- arguments, choir_audit.usage's other rows, which the caller reads),
+-- and adds the reservation to both. A cap of 0 is no cap. On refusal no
+-- row is written and refused names the cap (agent_tokens, agent_usd,
+-- host_tokens or host_usd), spent_* what it found spent.
 CREATE FUNCTION choir_control.spend_reserve(
     p_agent_id text, p_session_id uuid, p_spend_key text, p_kind text, p_service text,
     p_lane text, p_job_id text, p_purpose text, p_expires_at timestamptz,
     p_tokens bigint, p_usd float8, p_unit text, p_units bigint,
-    p_agent_since timestamptz, p_agent_until timestamptz, p_agent_tokens_cap bigint, p_agent_usd_cap float8,
+    p_agent_day timestamptz, p_agent_tokens_cap bigint, p_agent_usd_cap float8,
     p_agent_other_tokens bigint, p_agent_other_usd float8,
-    p_host_since timestamptz, p_host_until timestamptz, p_host_tokens_cap bigint, p_host_usd_cap float8,
+    p_host_day timestamptz, p_host_tokens_cap bigint, p_host_usd_cap float8,
     p_host_other_tokens bigint, p_host_other_usd float8,
     OUT spend_id bigint, OUT refused text, OUT spent_tokens bigint, OUT spent_usd float8)
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    host_caps boolean := p_host_tokens_cap > 0 OR p_host_usd_cap > 0;
+    a_scope text := 'agent:' || p_agent_id;
     a_tokens bigint; a_usd float8; h_tokens bigint; h_usd float8;
 BEGIN
-    PERFORM pg_advisory_xact_lock(1936745828, hashtext(p_agent_id));
-    IF host_caps THEN
-        PERFORM pg_advisory_xact_lock(1936745828001);
-    END IF;
-    SELECT coalesce(sum(CASE WHEN g.state = 'reserved' THEN g.reserved_tokens WHEN g.kind = 'llm' THEN g.units ELSE 0 END)
-                    FILTER (WHERE g.agent_id = p_agent_id AND g.created_at >= p_agent_since AND g.created_at < p_agent_until), 0),
-           coalesce(sum(CASE WHEN g.state = 'reserved' THEN g.reserved_usd ELSE g.cost_usd END)
-                    FILTER (WHERE g.agent_id = p_agent_id AND g.created_at >= p_agent_since AND g.created_at < p_agent_until), 0),
-           coalesce(sum(CASE WHEN g.state = 'reserved' THEN g.reserved_tokens WHEN g.kind = 'llm' THEN g.units ELSE 0 END)
-                    FILTER (WHERE g.created_at >= p_host_since AND g.created_at < p_host_until), 0),
-           coalesce(sum(CASE WHEN g.state = 'reserved' THEN g.reserved_usd ELSE g.cost_usd END)
-                    FILTER (WHERE g.created_at >= p_host_since AND g.created_at < p_host_until), 0)
-      INTO a_tokens, a_usd, h_tokens, h_usd
-      FROM choir_control.spend g
-     WHERE (g.agent_id = p_agent_id AND g.created_at >= p_agent_since AND g.created_at < p_agent_until)
-        OR (host_caps AND g.created_at >= p_host_since AND g.created_at < p_host_until);
+    INSERT INTO choir_control.spend_days (scope, day_start) VALUES (a_scope, p_agent_day), ('host', p_host_day)
+        ON CONFLICT DO NOTHING;
+    SELECT d.tokens, d.cost_usd INTO a_tokens, a_usd FROM choir_control.spend_days d
+     WHERE d.scope = a_scope AND d.day_start = p_agent_day FOR UPDATE;
+    SELECT d.tokens, d.cost_usd INTO h_tokens, h_usd FROM choir_control.spend_days d
+     WHERE d.scope = 'host' AND d.day_start = p_host_day FOR UPDATE;
     a_tokens := a_tokens + p_agent_other_tokens; a_usd := a_usd + p_agent_other_usd;
     h_tokens := h_tokens + p_host_other_tokens; h_usd := h_usd + p_host_other_usd;
     -- Token caps count model tokens: only a call that takes some is
@@ -115,10 +122,48 @@ BEGIN
         refused := 'host_usd'; spent_tokens := h_tokens; spent_usd := h_usd; RETURN;
     END IF;
     INSERT INTO choir_control.spend (agent_id, session_id, spend_key, kind, service, lane, job_id, purpose,
-                                     expires_at, reserved_tokens, reserved_usd, unit, units)
+                                     agent_day, host_day, expires_at, reserved_tokens, reserved_usd, unit, units)
     VALUES (p_agent_id, p_session_id, p_spend_key, p_kind, p_service, p_lane, p_job_id, p_purpose,
-            p_expires_at, p_tokens, p_usd, p_unit, p_units)
+            p_agent_day, p_host_day, p_expires_at, p_tokens, p_usd, p_unit, p_units)
     RETURNING choir_control.spend.spend_id INTO spend_reserve.spend_id;
+    UPDATE choir_control.spend_days d SET tokens = d.tokens + p_tokens, cost_usd = d.cost_usd + p_usd
+     WHERE d.scope = a_scope AND d.day_start = p_agent_day;
+    UPDATE choir_control.spend_days d SET tokens = d.tokens + p_tokens, cost_usd = d.cost_usd + p_usd
+     WHERE d.scope = 'host' AND d.day_start = p_host_day;
+END
+$$;
+-- +goose StatementEnd
+
+-- +goose StatementBegin
+-- spend_settle records what a reserved call spent, and moves the day
+-- totals from its worst case to that. A call already settled or expired
+-- is left as it is (false). An expiry needs no such move: it settles a
+-- call at its worst case.
+CREATE FUNCTION choir_control.spend_settle(
+    p_spend_id bigint, p_outcome text, p_units bigint, p_prompt_tokens bigint, p_completion_tokens bigint,
+    p_cached_tokens bigint, p_cost_usd float8, p_cost_source text)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    s choir_control.spend;
+    d_tokens bigint; d_usd float8;
+BEGIN
+    UPDATE choir_control.spend g
+       SET state = 'settled', settled_at = now(), outcome = p_outcome, units = p_units,
+           prompt_tokens = p_prompt_tokens, completion_tokens = p_completion_tokens, cached_tokens = p_cached_tokens,
+           cost_usd = p_cost_usd, cost_source = p_cost_source
+     WHERE g.spend_id = p_spend_id AND g.state = 'reserved'
+    RETURNING g.* INTO s;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    d_tokens := CASE WHEN s.kind = 'llm' THEN s.units ELSE 0 END - s.reserved_tokens;
+    d_usd := s.cost_usd - s.reserved_usd;
+    UPDATE choir_control.spend_days d SET tokens = d.tokens + d_tokens, cost_usd = d.cost_usd + d_usd
+     WHERE d.scope = 'agent:' || s.agent_id AND d.day_start = s.agent_day;
+    UPDATE choir_control.spend_days d SET tokens = d.tokens + d_tokens, cost_usd = d.cost_usd + d_usd
+     WHERE d.scope = 'host' AND d.day_start = s.host_day;
+    RETURN true;
 END
 $$;
 -- +goose StatementEnd
@@ -212,6 +257,7 @@ SELECT g.agent_id,
  WHERE g.state <> 'reserved';
 
 -- +goose Down
+DROP FUNCTION choir_control.spend_settle;
 DROP FUNCTION choir_control.spend_reserve;
 CREATE OR REPLACE VIEW choir_audit.usage AS
 SELECT s.agent_id,
@@ -276,4 +322,5 @@ SELECT u.agent_id,
        CASE WHEN u.cost_usd > 0 THEN 'prices' END,
        u.purpose
   FROM choir_control.embedding_usage u;
+DROP TABLE choir_control.spend_days;
 DROP TABLE choir_control.spend;

@@ -1,15 +1,16 @@
 // Package spend is the enforcement of usage caps at choird's egress
 // gateway (issue 34): every metered call an agent makes through the
 // gateway (a model call, a search query, speech) is reserved at its worst
-// case in Postgres before it is forwarded, in one transaction that checks
-// the agent's day caps (agents.<id>.budgets.per_day_tokens and
-// per_day_cost_usd, days in its DM's zone) and the host-wide day caps
-// (caps.host_per_day_tokens and caps.host_per_day_usd, UTC days) against
-// what is spent and reserved, under advisory locks so that two calls, of
-// one agent or of two, cannot both pass on the last dollar. The call is
-// then settled from the provider's answer, and a reservation whose call
-// choird lost is expired at its worst case by the periodic spend_expire
-// job.
+// case in Postgres before it is forwarded, in one transaction
+// (choir_control.spend_reserve) that checks the agent's day caps
+// (agents.<id>.budgets.per_day_tokens and per_day_cost_usd, days in its
+// DM's zone) and the host-wide day caps (caps.host_per_day_tokens and
+// caps.host_per_day_usd, UTC days) against what is spent and reserved,
+// under row locks on the day totals (choir_control.spend_days) so that
+// two calls, of one agent or of two, cannot both pass on the last
+// dollar. The call is then settled from the provider's answer, and a
+// reservation whose call choird lost is expired at its worst case by the
+// periodic spend_expire job.
 //
 // A settled row is the call's usage record: choir_audit.usage lists it,
 // and leaves out the agent's own record of the same call (one carrying
@@ -184,50 +185,39 @@ func (l *Ledger) Reserve(ctx context.Context, c Call) (*Reservation, error) {
 	host := cfg.Caps
 	checkAgent := agentCaps.PerDayTokens > 0 || agentCaps.PerDayCostUSD > 0
 	checkHost := host.HostPerDayTokens > 0 || host.HostPerDayUSD > 0
-	params := db.SpendReserveParams{AgentID: c.AgentID, SessionID: c.SessionID, SpendKey: c.Key, Kind: string(c.Kind),
-		Service: c.Service, Lane: opt(c.Lane), JobID: opt(c.JobID), Purpose: opt(c.Purpose),
-		ExpiresAt: l.now().Add(l.callTimeout + ExpiryMargin), ReservedTokens: c.Tokens, ReservedUsd: c.CostUSD,
-		Unit: c.Unit, Units: c.Units}
+	kind, units := string(c.Kind), c.Units
 	if c.Kind == rpcusage.KindLLM {
-		params.Units = 0
-	}
-	if !checkAgent && !checkHost {
-		// No cap to check: the reservation only records the call.
-		row, err := seam.Queries(l.pool).SpendReserve(ctx, params)
-		if err != nil {
-			return nil, reserveErr(c, err)
-		}
-		return &Reservation{ID: row.SpendID, Key: c.Key, Call: c}, nil
+		units = 0
 	}
 	now := l.now()
 	zone, loc := usage.Zone(cfg, c.AgentID)
-	aSince, aUntil, aDay := dayBounds(now, loc)
-	hSince, hUntil, hDay := dayBounds(now, time.UTC)
+	aDay, _, aDate := dayBounds(now, loc)
+	hDay, _, hDate := dayBounds(now, time.UTC)
 	var agentOther, hostOther rpcusage.Totals
 	var err error
 	if checkAgent {
-		if agentOther, err = l.otherSpend(ctx, c.AgentID, aSince, aUntil, aDay); err != nil {
+		if agentOther, err = l.otherSpend(ctx, c.AgentID, aDay, aDate); err != nil {
 			return nil, err
 		}
 	}
 	if checkHost {
-		if hostOther, err = l.otherSpend(ctx, "", hSince, hUntil, hDay); err != nil {
+		if hostOther, err = l.otherSpend(ctx, "", hDay, hDate); err != nil {
 			return nil, err
 		}
 	}
 	row, err := seam.Queries(l.pool).SpendReserveChecked(ctx, db.SpendReserveCheckedParams{
-		AgentID: c.AgentID, SessionID: c.SessionID, SpendKey: c.Key, Kind: params.Kind, Service: c.Service,
-		Lane: params.Lane, JobID: params.JobID, Purpose: params.Purpose, ExpiresAt: params.ExpiresAt,
-		ReservedTokens: c.Tokens, ReservedUsd: c.CostUSD, Unit: c.Unit, Units: params.Units,
-		AgentSince: aSince, AgentUntil: aUntil, AgentTokensCap: agentCaps.PerDayTokens, AgentUsdCap: agentCaps.PerDayCostUSD,
+		AgentID: c.AgentID, SessionID: c.SessionID, SpendKey: c.Key, Kind: kind, Service: c.Service,
+		Lane: opt(c.Lane), JobID: opt(c.JobID), Purpose: opt(c.Purpose), ExpiresAt: now.Add(l.callTimeout + ExpiryMargin),
+		ReservedTokens: c.Tokens, ReservedUsd: c.CostUSD, Unit: c.Unit, Units: units,
+		AgentDay: aDay, AgentTokensCap: agentCaps.PerDayTokens, AgentUsdCap: agentCaps.PerDayCostUSD,
 		AgentOtherTokens: agentOther.Tokens, AgentOtherUsd: agentOther.CostUSD,
-		HostSince: hSince, HostUntil: hUntil, HostTokensCap: host.HostPerDayTokens, HostUsdCap: host.HostPerDayUSD,
+		HostDay: hDay, HostTokensCap: host.HostPerDayTokens, HostUsdCap: host.HostPerDayUSD,
 		HostOtherTokens: hostOther.Tokens, HostOtherUsd: hostOther.CostUSD})
 	if err != nil {
 		return nil, reserveErr(c, err)
 	}
 	if row.Refused != "" {
-		e := &CapError{AgentID: c.AgentID, Service: c.Service, Day: aDay, TimeZone: zone, Want: float64(c.Tokens),
+		e := &CapError{AgentID: c.AgentID, Service: c.Service, Day: aDate, TimeZone: zone, Want: float64(c.Tokens),
 			Spent: float64(row.SpentTokens)}
 		switch row.Refused {
 		case "agent_tokens":
@@ -243,7 +233,7 @@ func (l *Ledger) Reserve(ctx context.Context, c Call) (*Reservation, error) {
 			e.Money, e.Spent, e.Want = true, row.SpentUsd, c.CostUSD
 		}
 		if e.Host {
-			e.Day, e.TimeZone = hDay, HostZone
+			e.Day, e.TimeZone = hDate, HostZone
 		}
 		return nil, e
 	}
@@ -263,7 +253,7 @@ func reserveErr(c Call, err error) error {
 // from choir_audit.usage at most every OtherSpendMaxAge: that view is
 // too costly to plan and run before every call, and what it adds to the
 // ledger reaches it only with the agent's heartbeat anyway.
-func (l *Ledger) otherSpend(ctx context.Context, agentID string, since, until time.Time, day string) (rpcusage.Totals, error) {
+func (l *Ledger) otherSpend(ctx context.Context, agentID string, since time.Time, day string) (rpcusage.Totals, error) {
 	now := l.now()
 	l.mu.Lock()
 	e, ok := l.other[agentID]
@@ -271,7 +261,8 @@ func (l *Ledger) otherSpend(ctx context.Context, agentID string, since, until ti
 	if ok && e.day == day && now.Sub(e.at) < OtherSpendMaxAge {
 		return e.totals, nil
 	}
-	t, err := seam.Queries(l.pool).SpendOtherTotals(ctx, db.SpendOtherTotalsParams{AgentID: agentID, Since: since, Until: until})
+	t, err := seam.Queries(l.pool).SpendOtherTotals(ctx, db.SpendOtherTotalsParams{AgentID: agentID, Since: since,
+		Until: since.AddDate(0, 0, 1)})
 	if err != nil {
 		if agentID == "" {
 			return rpcusage.Totals{}, fmt.Errorf("spend of all agents today: %w", err)
@@ -288,8 +279,7 @@ func (l *Ledger) otherSpend(ctx context.Context, agentID string, since, until ti
 // Settle records what r's call spent. Settling twice, or after the
 // reservation expired, changes nothing.
 func (l *Ledger) Settle(ctx context.Context, r *Reservation, s Spent) error {
-	outcome := string(s.Outcome)
-	_, err := seam.Queries(l.pool).SpendSettle(ctx, db.SpendSettleParams{SpendID: r.ID, Outcome: &outcome, Units: s.Units,
+	_, err := seam.Queries(l.pool).SpendSettle(ctx, db.SpendSettleParams{SpendID: r.ID, Outcome: string(s.Outcome), Units: s.Units,
 		PromptTokens: s.PromptTokens, CompletionTokens: s.CompletionTokens, CachedTokens: s.Cached,
 		CostUsd: max(s.CostUSD, 0), CostSource: opt(s.CostSource)})
 	if err != nil {

@@ -163,3 +163,61 @@ func TestDuplicateKeyIsRefused(t *testing.T) {
 		t.Error("a malformed key was taken")
 	}
 }
+
+// TestDayTotalsFollowTheLedger reserves, settles and expires calls of two
+// agents: each day row always equals what its ledger rows count (a
+// reservation at its worst case, a settled call at what it spent).
+func TestDayTotalsFollowTheLedger(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &config.Config{})
+	ctx := context.Background()
+	var rs []*spend.Reservation
+	for i, agent := range []string{"ada", "ada", "bob", "bob"} {
+		r, err := b.ledger.Reserve(ctx, b.call(agent, int64(1000*(i+1)), 0.1*float64(i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rs = append(rs, r)
+	}
+	check := func(when string) {
+		t.Helper()
+		for _, scope := range []string{"agent:ada", "agent:bob", "host"} {
+			var want, got struct {
+				tokens int64
+				usd    float64
+			}
+			filter := "true"
+			if scope != "host" {
+				filter = "agent_id = '" + scope[len("agent:"):] + "'"
+			}
+			err := b.pool.QueryRow(ctx, `SELECT coalesce(sum(CASE WHEN state = 'reserved' THEN reserved_tokens ELSE units END), 0)::bigint,
+			        coalesce(sum(CASE WHEN state = 'reserved' THEN reserved_usd ELSE cost_usd END), 0)::float8
+			   FROM choir_control.spend WHERE `+filter).Scan(&want.tokens, &want.usd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			err = b.pool.QueryRow(ctx, `SELECT coalesce(sum(tokens), 0)::bigint, coalesce(sum(cost_usd), 0)::float8
+			   FROM choir_control.spend_days WHERE scope = $1`, scope).Scan(&got.tokens, &got.usd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.tokens != want.tokens || got.usd-want.usd > 1e-9 || want.usd-got.usd > 1e-9 {
+				t.Errorf("%s: %s day row %+v, ledger %+v", when, scope, got, want)
+			}
+		}
+	}
+	check("reserved")
+	if err := b.ledger.Settle(ctx, rs[0], spend.Spent{Outcome: spend.OutcomeOK, Units: 50, CostUSD: 0.01}); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ledger.Settle(ctx, rs[2], spend.Spent{Outcome: spend.OutcomeNotBilled}); err != nil {
+		t.Fatal(err)
+	}
+	check("settled")
+	later := b.now.Load().Add(time.Minute + spend.ExpiryMargin + time.Second)
+	b.now.Store(&later)
+	if n, err := b.ledger.Expire(ctx); err != nil || n != 2 {
+		t.Fatalf("expired %d, %v; want 2", n, err)
+	}
+	check("expired")
+}

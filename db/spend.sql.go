@@ -212,35 +212,36 @@ func (q *Queries) SpendReserveChecked(ctx context.Context, arg SpendReserveCheck
 }
 
 const spendSettle = `-- name: SpendSettle :one
-SELECT choir_control.spend_settle($1::bigint, $2::text, $3::bigint, $4::bigint,
-           $5::bigint, $6::bigint, $7::float8, $8::text)::boolean AS settled
+SELECT choir_control.spend_settle($1::bigint[], $2::text[], $3::bigint[], $4::bigint[],
+           $5::bigint[], $6::bigint[], $7::float8[], $8::text[])::bigint AS settled
 `
 
 type SpendSettleParams struct {
-	SpendID          int64   `json:"spend_id"`
-	Outcome          string  `json:"outcome"`
-	Units            int64   `json:"units"`
-	PromptTokens     int64   `json:"prompt_tokens"`
-	CompletionTokens int64   `json:"completion_tokens"`
-	CachedTokens     int64   `json:"cached_tokens"`
-	CostUsd          float64 `json:"cost_usd"`
-	CostSource       *string `json:"cost_source"`
+	SpendIds         []int64   `json:"spend_ids"`
+	Outcomes         []string  `json:"outcomes"`
+	Units            []int64   `json:"units"`
+	PromptTokens     []int64   `json:"prompt_tokens"`
+	CompletionTokens []int64   `json:"completion_tokens"`
+	CachedTokens     []int64   `json:"cached_tokens"`
+	CostsUsd         []float64 `json:"costs_usd"`
+	CostSources      []string  `json:"cost_sources"`
 }
 
-// SpendSettle records what a reserved call spent (choir_control.spend_settle);
-// false when it was settled or expired already.
-func (q *Queries) SpendSettle(ctx context.Context, arg SpendSettleParams) (bool, error) {
+// SpendSettle records what reserved calls spent, one at each index of
+// the arrays (choir_control.spend_settle), and returns how many it
+// settled: one settled or expired already is left as it is.
+func (q *Queries) SpendSettle(ctx context.Context, arg SpendSettleParams) (int64, error) {
 	row := q.db.QueryRow(ctx, spendSettle,
-		arg.SpendID,
-		arg.Outcome,
+		arg.SpendIds,
+		arg.Outcomes,
 		arg.Units,
 		arg.PromptTokens,
 		arg.CompletionTokens,
 		arg.CachedTokens,
-		arg.CostUsd,
-		arg.CostSource,
+		arg.CostsUsd,
+		arg.CostSources,
 	)
-	var settled bool
+	var settled int64
 	err := row.Scan(&settled)
 	return settled, err
 }

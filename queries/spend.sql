@@ -42,10 +42,11 @@ UPDATE choir_control.spend
 SELECT * FROM choir_control.spend WHERE spend_id = @spend_id;
 
 -- name: SpendSettle :one
--- SpendSettle records what a reserved call spent (choir_control.spend_settle);
--- false when it was settled or expired already.
-SELECT choir_control.spend_settle(@spend_id::bigint, @outcome::text, @units::bigint, @prompt_tokens::bigint,
-           @completion_tokens::bigint, @cached_tokens::bigint, @cost_usd::float8, sqlc.narg('cost_source')::text)::boolean AS settled;
+-- SpendSettle records what reserved calls spent, one at each index of
+-- the arrays (choir_control.spend_settle), and returns how many it
+-- settled: one settled or expired already is left as it is.
+SELECT choir_control.spend_settle(@spend_ids::bigint[], @outcomes::text[], @units::bigint[], @prompt_tokens::bigint[],
+           @completion_tokens::bigint[], @cached_tokens::bigint[], @costs_usd::float8[], @cost_sources::text[])::bigint AS settled;
 
 -- name: SpendDayTotals :one
 -- SpendDayTotals is a scope's day row (agent:<id> or host), zero when it

@@ -135,35 +135,54 @@ $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
--- spend_settle records what a reserved call spent, and moves the day
--- totals from its worst case to that. A call already settled or expired
--- is left as it is (false). An expiry needs no such move: it settles a
--- call at its worst case.
+-- spend_settle records what reserved calls spent (the arrays hold one
+-- call each at the same index), and moves the day totals from their
+-- worst cases to that. It takes the day rows' locks as spend_reserve
+-- does, the agents' first (sorted) and the host's last, so a batch and a
+-- reservation never wait on each other in a cycle. A call already settled
+-- or expired is left as it is; it returns how many it settled. An expiry
+-- needs no such move: it settles a call at its worst case.
 CREATE FUNCTION choir_control.spend_settle(
-    p_spend_id bigint, p_outcome text, p_units bigint, p_prompt_tokens bigint, p_completion_tokens bigint,
-    p_cached_tokens bigint, p_cost_usd float8, p_cost_source text)
-RETURNS boolean
+    p_spend_ids bigint[], p_outcomes text[], p_units bigint[], p_prompt_tokens bigint[], p_completion_tokens bigint[],
+    p_cached_tokens bigint[], p_costs_usd float8[], p_cost_sources text[])
+RETURNS bigint
 LANGUAGE plpgsql VOLATILE AS $$
 DECLARE
-    s choir_control.spend;
-    d_tokens bigint; d_usd float8;
+    n bigint;
+    scopes text[]; days timestamptz[]; d_tokens bigint[]; d_usd float8[];
 BEGIN
-    UPDATE choir_control.spend g
-       SET state = 'settled', settled_at = now(), outcome = p_outcome, units = p_units,
-           prompt_tokens = p_prompt_tokens, completion_tokens = p_completion_tokens, cached_tokens = p_cached_tokens,
-           cost_usd = p_cost_usd, cost_source = p_cost_source
-     WHERE g.spend_id = p_spend_id AND g.state = 'reserved'
-    RETURNING g.* INTO s;
-    IF NOT FOUND THEN
-        RETURN false;
-    END IF;
-    d_tokens := CASE WHEN s.kind = 'llm' THEN s.units ELSE 0 END - s.reserved_tokens;
-    d_usd := s.cost_usd - s.reserved_usd;
-    UPDATE choir_control.spend_days d SET tokens = d.tokens + d_tokens, cost_usd = d.cost_usd + d_usd
-     WHERE d.scope = 'agent:' || s.agent_id AND d.day_start = s.agent_day;
-    UPDATE choir_control.spend_days d SET tokens = d.tokens + d_tokens, cost_usd = d.cost_usd + d_usd
-     WHERE d.scope = 'host' AND d.day_start = s.host_day;
-    RETURN true;
+    WITH i AS (
+        SELECT * FROM unnest(p_spend_ids, p_outcomes, p_units, p_prompt_tokens, p_completion_tokens, p_cached_tokens,
+                             p_costs_usd, p_cost_sources)
+                   AS t(spend_id, outcome, units, prompt_tokens, completion_tokens, cached_tokens, cost_usd, cost_source)
+    ), s AS (
+        UPDATE choir_control.spend g
+           SET state = 'settled', settled_at = now(), outcome = i.outcome, units = i.units,
+               prompt_tokens = i.prompt_tokens, completion_tokens = i.completion_tokens, cached_tokens = i.cached_tokens,
+               cost_usd = i.cost_usd, cost_source = nullif(i.cost_source, '')
+          FROM i
+         WHERE g.spend_id = i.spend_id AND g.state = 'reserved'
+        RETURNING g.agent_id, g.agent_day, g.host_day,
+                  CASE WHEN g.kind = 'llm' THEN g.units ELSE 0 END - g.reserved_tokens AS dt,
+                  g.cost_usd - g.reserved_usd AS du
+    ), d AS (
+        SELECT 'agent:' || s.agent_id AS scope, s.agent_day AS day, sum(s.dt)::bigint AS dt, sum(s.du)::float8 AS du
+          FROM s GROUP BY 1, 2
+        UNION ALL
+        SELECT 'host', s.host_day, sum(s.dt)::bigint, sum(s.du)::float8 FROM s GROUP BY 2
+    )
+    SELECT array_agg(d.scope ORDER BY d.scope = 'host', d.scope, d.day),
+           array_agg(d.day ORDER BY d.scope = 'host', d.scope, d.day),
+           array_agg(d.dt ORDER BY d.scope = 'host', d.scope, d.day),
+           array_agg(d.du ORDER BY d.scope = 'host', d.scope, d.day),
+           (SELECT count(*) FROM s)
+      INTO scopes, days, d_tokens, d_usd, n
+      FROM d;
+    FOR k IN 1..coalesce(array_length(scopes, 1), 0) LOOP
+        UPDATE choir_control.spend_days x SET tokens = x.tokens + d_tokens[k], cost_usd = x.cost_usd + d_usd[k]
+         WHERE x.scope = scopes[k] AND x.day_start = days[k];
+    END LOOP;
+    RETURN coalesce(n, 0);
 END
 $$;
 -- +goose StatementEnd

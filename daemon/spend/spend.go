@@ -279,11 +279,31 @@ func (l *Ledger) otherSpend(ctx context.Context, agentID string, since time.Time
 // Settle records what r's call spent. Settling twice, or after the
 // reservation expired, changes nothing.
 func (l *Ledger) Settle(ctx context.Context, r *Reservation, s Spent) error {
-	_, err := seam.Queries(l.pool).SpendSettle(ctx, db.SpendSettleParams{SpendID: r.ID, Outcome: string(s.Outcome), Units: s.Units,
-		PromptTokens: s.PromptTokens, CompletionTokens: s.CompletionTokens, CachedTokens: s.Cached,
-		CostUsd: max(s.CostUSD, 0), CostSource: opt(s.CostSource)})
-	if err != nil {
-		return fmt.Errorf("settle spend %d of agent %s: %w", r.ID, r.Call.AgentID, err)
+	return l.SettleMany(ctx, []Settlement{{Reservation: r, Spent: s}})
+}
+
+// Settlement is a reservation and what its call spent.
+type Settlement struct {
+	Reservation *Reservation
+	Spent       Spent
+}
+
+// SettleMany is Settle for a batch of calls, in one round trip.
+func (l *Ledger) SettleMany(ctx context.Context, batch []Settlement) error {
+	var p db.SpendSettleParams
+	for _, b := range batch {
+		s := b.Spent
+		p.SpendIds = append(p.SpendIds, b.Reservation.ID)
+		p.Outcomes = append(p.Outcomes, string(s.Outcome))
+		p.Units = append(p.Units, s.Units)
+		p.PromptTokens = append(p.PromptTokens, s.PromptTokens)
+		p.CompletionTokens = append(p.CompletionTokens, s.CompletionTokens)
+		p.CachedTokens = append(p.CachedTokens, s.Cached)
+		p.CostsUsd = append(p.CostsUsd, max(s.CostUSD, 0))
+		p.CostSources = append(p.CostSources, s.CostSource)
+	}
+	if _, err := seam.Queries(l.pool).SpendSettle(ctx, p); err != nil {
+		return fmt.Errorf("settle %d calls' spend: %w", len(batch), err)
 	}
 	return nil
 }

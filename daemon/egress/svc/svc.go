@@ -83,6 +83,7 @@ type Handler struct {
 	proxy  *httputil.ReverseProxy
 	// settling counts settlements in flight (Wait).
 	settling sync.WaitGroup
+	settler  *settler
 
 	mu       sync.Mutex
 	bindings map[uuid.UUID]boundEntry
@@ -94,6 +95,7 @@ func New(o Options) *Handler {
 	if h.logger == nil {
 		h.logger = slog.New(slog.DiscardHandler)
 	}
+	h.settler = &settler{ledger: h.ledger, logger: h.logger, doneFunc: func(n int) { h.settling.Add(-n) }}
 	tr := o.Transport
 	if tr == nil {
 		t := http.DefaultTransport.(*http.Transport).Clone()

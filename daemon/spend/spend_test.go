@@ -221,3 +221,40 @@ func TestDayTotalsFollowTheLedger(t *testing.T) {
 	}
 	check("expired")
 }
+
+// TestLogSpendCountsAgainstTheCaps counts what the agent's log records
+// of calls that did not go through the gateway, today in its DM's zone:
+// yesterday's spend there does not count, today's does.
+func TestLogSpendCountsAgainstTheCaps(t *testing.T) {
+	t.Parallel()
+	b := setup(t, &config.Config{
+		DMs: map[string]config.DM{"me": {Gateway: "tg", UserID: "1", TimeZone: "Asia/Tokyo"}},
+		Agents: map[string]config.Agent{"ada": {Defaults: config.AgentDefaults{DM: "me"},
+			Budgets: config.Budgets{Caps: config.Caps{PerDayCostUSD: 1}}}},
+	})
+	// 00:30 on the 25th in Tokyo.
+	now := time.Date(2026, 11, 24, 15, 30, 0, 0, time.UTC)
+	b.now.Store(&now)
+	q := seam.Queries(b.pool)
+	h1, h2 := make([]byte, 32), make([]byte, 32)
+	h2[0] = 1
+	_, err := q.EventsAppend(context.Background(), []db.EventsAppendParams{
+		// 23:00 on the 24th in Tokyo: yesterday.
+		{SessionID: b.sessions["ada"], Rev: 1, CreatedAt: now.Add(-90 * time.Minute), EventType: "llm_call_committed", Lane: "edge",
+			HashPrev: make([]byte, 32), Hash: h1, Payload: json.RawMessage(`{"model":"fast","lane":"edge","prompt_tokens":1,"completion_tokens":1,"latency_ms":1,"cost_usd":5}`)},
+		{SessionID: b.sessions["ada"], Rev: 2, CreatedAt: now.Add(-10 * time.Minute), EventType: "llm_call_committed", Lane: "edge",
+			HashPrev: h1, Hash: h2, Payload: json.RawMessage(`{"model":"fast","lane":"edge","prompt_tokens":1,"completion_tokens":1,"latency_ms":1,"cost_usd":0.7}`)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := b.ledger.Reserve(context.Background(), b.call("ada", 100, 0.2)); err != nil {
+		t.Fatalf("$0.2 on $0.7 under a $1 cap: %v", err)
+	}
+	_, err = b.ledger.Reserve(context.Background(), b.call("ada", 100, 0.2))
+	var capErr *spend.CapError
+	if !errors.As(err, &capErr) || capErr.Field != "per_day_cost_usd" || capErr.Day != "2026-11-25" || capErr.TimeZone != "Asia/Tokyo" ||
+		capErr.Spent < 0.9-1e-9 || capErr.Spent > 0.9+1e-9 {
+		t.Errorf("err = %v (%+v), want per_day_cost_usd with $0.9 spent on 2026-11-25", err, capErr)
+	}
+}

@@ -129,7 +129,7 @@ func (h *Handler) meterResponse(res *http.Response) error {
 	}
 	mt, _, _ := mime.ParseMediaType(res.Header.Get("Content-Type"))
 	res.Body = &meterBody{rc: res.Body, h: h, m: rt.meter, status: res.StatusCode, sse: mt == "text/event-stream",
-		usage: rt.svc.meter != nil && rt.svc.noun == "model"}
+		usage: rt.svc.usage}
 	return nil
 }
 

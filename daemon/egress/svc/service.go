@@ -34,6 +34,9 @@ type service struct {
 	credential func(h http.Header, key string)
 	// meter is nil for a service that is not metered.
 	meter meterFunc
+	// usage says the answers carry a usage object to settle from (model
+	// calls); other metered calls settle what they asked for.
+	usage bool
 }
 
 var services = map[string]*service{
@@ -50,6 +53,7 @@ var services = map[string]*service{
 		},
 		credential: bearer,
 		meter:      meterModelCall,
+		usage:      true,
 	},
 	"search": {
 		noun: "search provider",

@@ -66,7 +66,7 @@ type Options struct {
 	Pool *pgxpool.Pool
 	// Config returns the running config.json and secrets.json.
 	Config func() (*config.Config, config.Secrets)
-	// Ledger reserves and settles metered calls.
+	// Ledger reserves and settles metered calls; required.
 	Ledger *spend.Ledger
 	// Transport sends the forwarded requests; nil is a clone of
 	// http.DefaultTransport without proxy settings from the environment.
@@ -158,14 +158,14 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		rt.meter = m
 	}
+	if rt.meter != nil {
+		// Settled by the proxy's hooks; if the answer never reached them,
+		// what was spent is unknown.
+		defer rt.meter.settle(h, rt.meter.res.WorstCase())
+	}
 	ctx, cancel := context.WithTimeout(context.WithValue(r.Context(), routeKey{}, rt), h.ledger.CallTimeout())
 	defer cancel()
 	h.proxy.ServeHTTP(w, r.WithContext(ctx))
-	if rt.meter != nil {
-		// The proxy answered without the provider's answer reaching the
-		// hooks (it panicked, say): what was spent is unknown.
-		rt.meter.settle(h, rt.meter.res.WorstCase())
-	}
 }
 
 // resolve finds the route of r: the service, the resource, whether the

@@ -598,3 +598,39 @@ func TestOtherServicesGetTheirKeys(t *testing.T) {
 		t.Errorf("ledger = %+v", spent)
 	}
 }
+
+// TestCallerGoneMidStreamSettlesTheWorstCase drops the agent's connection
+// after the first event of a stream that never reported usage: the call
+// may have been billed in full, so it is settled at its worst case.
+func TestCallerGoneMidStreamSettlesTheWorstCase(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	provider := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		io.WriteString(w, `data: {"id":"c","object":"chat.completion.chunk","model":"m","choices":[{"index":0,"delta":{"content":"first"}}]}`+"\n\n")
+		w.(http.Flusher).Flush()
+		<-r.Context().Done()
+	}))
+	t.Cleanup(provider.Close)
+	b.setConfig(func(c *config.Config) {
+		c.Models = map[string]config.Model{"fast": {Provider: "openai", Model: llmtest.DefaultModel, Endpoint: provider.URL,
+			Prices: &config.Prices{InputPerMTok: 1, OutputPerMTok: 2}}}
+	})
+	gw := b.gateway(t, "ada")
+	ctx, cancel := context.WithCancel(context.Background())
+	req, _ := http.NewRequestWithContext(ctx, "POST", gw.URL+"/svc/llm/fast/chat/completions", strings.NewReader(streamBody()))
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := bufio.NewReader(res.Body).ReadString('\n'); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	res.Body.Close()
+	got := rows(t, b)
+	if len(got) != 1 || *got[0].Outcome != "worst_case" || got[0].Units != got[0].ReservedTokens || got[0].CostUsd != got[0].ReservedUsd ||
+		got[0].CostUsd == 0 {
+		t.Errorf("ledger = %+v", got)
+	}
+}

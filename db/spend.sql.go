@@ -13,7 +13,7 @@ import (
 )
 
 const spendDayTotals = `-- name: SpendDayTotals :one
-SELECT coalesce(max(tokens), 0)::bigint AS tokens, coalesce(max(cost_usd), 0)::float8 AS cost_usd
+SELECT coalesce(sum(tokens), 0)::bigint AS tokens, coalesce(sum(cost_usd), 0)::float8 AS cost_usd
   FROM choir_control.spend_days WHERE scope = $1::text AND day_start = $2::timestamptz
 `
 
@@ -27,8 +27,8 @@ type SpendDayTotalsRow struct {
 	CostUsd float64 `json:"cost_usd"`
 }
 
-// SpendDayTotals is a scope's day row (agent:<id> or host), zero when it
-// has none.
+// SpendDayTotals is a scope's day (agent:<id> or host): its held and
+// settled parts together.
 func (q *Queries) SpendDayTotals(ctx context.Context, arg SpendDayTotalsParams) (SpendDayTotalsRow, error) {
 	row := q.db.QueryRow(ctx, spendDayTotals, arg.Scope, arg.DayStart)
 	var i SpendDayTotalsRow

@@ -49,7 +49,7 @@ SELECT choir_control.spend_settle(@spend_ids::bigint[], @outcomes::text[], @unit
            @completion_tokens::bigint[], @cached_tokens::bigint[], @costs_usd::float8[], @cost_sources::text[])::bigint AS settled;
 
 -- name: SpendDayTotals :one
--- SpendDayTotals is a scope's day row (agent:<id> or host), zero when it
--- has none.
-SELECT coalesce(max(tokens), 0)::bigint AS tokens, coalesce(max(cost_usd), 0)::float8 AS cost_usd
+-- SpendDayTotals is a scope's day (agent:<id> or host): its held and
+-- settled parts together.
+SELECT coalesce(sum(tokens), 0)::bigint AS tokens, coalesce(sum(cost_usd), 0)::float8 AS cost_usd
   FROM choir_control.spend_days WHERE scope = @scope::text AND day_start = @day_start::timestamptz;

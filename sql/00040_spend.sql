@@ -63,26 +63,32 @@ CREATE INDEX spend_open ON choir_control.spend (expires_at) WHERE state = 'reser
 
 -- spend_days keeps each day's ledger total per agent (scope agent:<id>,
 -- days in its DM's zone) and for the host (scope host, UTC days): model
--- tokens and the cost of every kind, a reservation at its worst case
--- until it is settled. A reservation checks the caps against these rows,
--- locked, so a check costs the same at the day's ten-thousandth call as
--- at its first, and two calls cannot both pass on the last dollar.
+-- tokens and the cost of every kind, in two parts. The held part counts
+-- every reservation at its worst case; a reservation checks the caps
+-- against it locked, so a check costs the same at the day's
+-- ten-thousandth call as at its first, and two calls cannot both pass on
+-- the last dollar. The settled part counts what settlements changed
+-- (what a call spent less its worst case, most often below zero); only
+-- settlements write it, so they never wait for a reservation's lock nor
+-- hold one up, and a reservation reads it as last committed. The day's
+-- total is the sum of both.
 CREATE TABLE choir_control.spend_days (
     scope     text NOT NULL,
     day_start timestamptz NOT NULL,
+    part      text NOT NULL CHECK (part IN ('held', 'settled')),
     tokens    bigint NOT NULL DEFAULT 0,
     cost_usd  float8 NOT NULL DEFAULT 0,
-    PRIMARY KEY (scope, day_start)
+    PRIMARY KEY (scope, day_start, part)
 );
 
 -- +goose StatementBegin
 -- spend_reserve reserves a call's worst case if it fits under the day
--- caps, in one round trip. It locks the agent's day row of spend_days,
--- then the host's (always in that order, as spend_settle does, so two
--- calls never wait on each other in a cycle), checks the caps against
--- them plus the day's spend the ledger does not hold (the *_other_*
--- arguments, choir_audit.usage's other rows, which the caller reads),
--- and adds the reservation to both. A cap of 0 is no cap. On refusal no
+-- caps, in one round trip. It locks the held part of the agent's day in
+-- spend_days, then the host's (always in that order, so two calls never
+-- wait on each other in a cycle), checks the caps against them plus the
+-- settled parts plus the day's spend the ledger does not hold (the
+-- *_other_* arguments, choir_audit.usage's other rows, which the caller
+-- reads), and adds the reservation to the held parts. A cap of 0 is no cap. On refusal no
 -- row is written and refused names the cap (agent_tokens, agent_usd,
 -- host_tokens or host_usd), spent_* what it found spent.
 CREATE FUNCTION choir_control.spend_reserve(
@@ -99,12 +105,23 @@ DECLARE
     a_scope text := 'agent:' || p_agent_id;
     a_tokens bigint; a_usd float8; h_tokens bigint; h_usd float8;
 BEGIN
-    INSERT INTO choir_control.spend_days (scope, day_start) VALUES (a_scope, p_agent_day), ('host', p_host_day)
+    INSERT INTO choir_control.spend_days (scope, day_start, part)
+    VALUES (a_scope, p_agent_day, 'held'), ('host', p_host_day, 'held')
         ON CONFLICT DO NOTHING;
     SELECT d.tokens, d.cost_usd INTO a_tokens, a_usd FROM choir_control.spend_days d
-     WHERE d.scope = a_scope AND d.day_start = p_agent_day FOR UPDATE;
+     WHERE d.scope = a_scope AND d.day_start = p_agent_day AND d.part = 'held' FOR UPDATE;
     SELECT d.tokens, d.cost_usd INTO h_tokens, h_usd FROM choir_control.spend_days d
-     WHERE d.scope = 'host' AND d.day_start = p_host_day FOR UPDATE;
+     WHERE d.scope = 'host' AND d.day_start = p_host_day AND d.part = 'held' FOR UPDATE;
+    -- The settled parts, as last committed: a settlement committing now
+    -- only lowers them (unless a provider billed past a worst case).
+    SELECT a_tokens + coalesce(sum(d.tokens) FILTER (WHERE d.scope = a_scope AND d.day_start = p_agent_day), 0),
+           a_usd + coalesce(sum(d.cost_usd) FILTER (WHERE d.scope = a_scope AND d.day_start = p_agent_day), 0),
+           h_tokens + coalesce(sum(d.tokens) FILTER (WHERE d.scope = 'host' AND d.day_start = p_host_day), 0),
+           h_usd + coalesce(sum(d.cost_usd) FILTER (WHERE d.scope = 'host' AND d.day_start = p_host_day), 0)
+      INTO a_tokens, a_usd, h_tokens, h_usd
+      FROM choir_control.spend_days d
+     WHERE d.part = 'settled' AND ((d.scope = a_scope AND d.day_start = p_agent_day)
+                                   OR (d.scope = 'host' AND d.day_start = p_host_day));
     a_tokens := a_tokens + p_agent_other_tokens; a_usd := a_usd + p_agent_other_usd;
     h_tokens := h_tokens + p_host_other_tokens; h_usd := h_usd + p_host_other_usd;
     -- Token caps count model tokens: only a call that takes some is
@@ -127,21 +144,21 @@ BEGIN
             p_agent_day, p_host_day, p_expires_at, p_tokens, p_usd, p_unit, p_units)
     RETURNING choir_control.spend.spend_id INTO spend_reserve.spend_id;
     UPDATE choir_control.spend_days d SET tokens = d.tokens + p_tokens, cost_usd = d.cost_usd + p_usd
-     WHERE d.scope = a_scope AND d.day_start = p_agent_day;
+     WHERE d.scope = a_scope AND d.day_start = p_agent_day AND d.part = 'held';
     UPDATE choir_control.spend_days d SET tokens = d.tokens + p_tokens, cost_usd = d.cost_usd + p_usd
-     WHERE d.scope = 'host' AND d.day_start = p_host_day;
+     WHERE d.scope = 'host' AND d.day_start = p_host_day AND d.part = 'held';
 END
 $$;
 -- +goose StatementEnd
 
 -- +goose StatementBegin
 -- spend_settle records what reserved calls spent (the arrays hold one
--- call each at the same index), and moves the day totals from their
--- worst cases to that. It takes the day rows' locks as spend_reserve
--- does, the agents' first (sorted) and the host's last, so a batch and a
--- reservation never wait on each other in a cycle. A call already settled
--- or expired is left as it is; it returns how many it settled. An expiry
--- needs no such move: it settles a call at its worst case.
+-- call each at the same index), and adds what each spent less its worst
+-- case to the settled parts of its days (the agents' first, sorted, the
+-- host's last, so two batches never wait on each other in a cycle). A
+-- call already settled or expired is left as it is; it returns how many
+-- it settled. An expiry needs no such change: it settles a call at its
+-- worst case.
 CREATE FUNCTION choir_control.spend_settle(
     p_spend_ids bigint[], p_outcomes text[], p_units bigint[], p_prompt_tokens bigint[], p_completion_tokens bigint[],
     p_cached_tokens bigint[], p_costs_usd float8[], p_cost_sources text[])
@@ -179,8 +196,10 @@ BEGIN
       INTO scopes, days, d_tokens, d_usd, n
       FROM d;
     FOR k IN 1..coalesce(array_length(scopes, 1), 0) LOOP
-        UPDATE choir_control.spend_days x SET tokens = x.tokens + d_tokens[k], cost_usd = x.cost_usd + d_usd[k]
-         WHERE x.scope = scopes[k] AND x.day_start = days[k];
+        INSERT INTO choir_control.spend_days AS x (scope, day_start, part, tokens, cost_usd)
+        VALUES (scopes[k], days[k], 'settled', d_tokens[k], d_usd[k])
+            ON CONFLICT (scope, day_start, part)
+            DO UPDATE SET tokens = x.tokens + EXCLUDED.tokens, cost_usd = x.cost_usd + EXCLUDED.cost_usd;
     END LOOP;
     RETURN coalesce(n, 0);
 END

@@ -17,6 +17,9 @@
 // the same spend_key in the same session), so choirctl usage, /usage and
 // the baselines of the agent's meter count it exactly once. The agent's
 // meter stays a fast early refusal; this is the enforcement.
+//
+// choird runs an [ExpireWorker] (a jobs.PeriodicFeature) beside the
+// gateway, or reservations lost in a crash hold their room for the day.
 package spend
 
 import (

@@ -14,6 +14,11 @@
 // not fit, and settled from the provider's answer. Answers pass through
 // unbuffered, an event stream flushed chunk by chunk, so that a streamed
 // model call keeps its time to first token.
+//
+// The agent labels a metered call with request headers that never reach
+// the provider: Choir-Spend-Key (the key its own record of the call
+// carries as spend_key, so the usage views count the call once),
+// Choir-Lane, Choir-Job and Choir-Purpose (attribution in the reports).
 package svc
 
 import (

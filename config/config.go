@@ -65,6 +65,8 @@ type Config struct {
 	Agents map[string]Agent `json:"agents"`
 	// Web limits the web tools and opens hosts to them (see [Web]).
 	Web Web `json:"web,omitzero"`
+	// Caps are the host-wide caps across all agents (see caps.go).
+	Caps HostCaps `json:"caps,omitzero"`
 
 	// Tunables. Zero means the default; the accessor methods such as
 	// [Config.HeartbeatInterval] apply it, and [Config.ApplyDefaults]

@@ -51,6 +51,7 @@ func (c *Config) ValidateAt(home string, s Secrets) error {
 	v.dms()
 	v.postgres()
 	v.agents()
+	v.hostCaps(path("caps"), c.Caps)
 	v.tunables()
 	if len(v.problems) == 0 {
 		return nil

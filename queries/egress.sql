@@ -1,0 +1,24 @@
+-- The egress gateway's audit (issue 34).
+
+-- name: EgressConnectionInsert :one
+-- A connection decided: refused ones are ended at once.
+INSERT INTO choir_control.egress_connections
+       (agent_id, session_id, lane, origin, method, host, port, address, decision, reason, ended_at)
+VALUES (@agent_id, @session_id, @lane, @origin, @method, @host, @port, @address, @decision, @reason,
+        CASE WHEN @decision::text = 'refused' THEN now() END)
+RETURNING connection_id;
+
+-- name: EgressConnectionEnd :exec
+-- An allowed connection closed: the bytes it carried.
+UPDATE choir_control.egress_connections
+   SET bytes_up = @bytes_up, bytes_down = @bytes_down, ended_at = now()
+ WHERE connection_id = @connection_id;
+
+-- name: EgressGrantGet :one
+-- Whether a person allowed the host (on this port, or on any: port 0) for good.
+SELECT EXISTS (SELECT 1 FROM choir_control.egress_grants
+                WHERE agent_id = @agent_id AND host = @host AND port IN (0, @port::int)) AS granted;
+
+-- name: EgressGrantAdd :exec
+INSERT INTO choir_control.egress_grants (agent_id, host, port) VALUES (@agent_id, @host, @port)
+ON CONFLICT DO NOTHING;

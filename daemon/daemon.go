@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/daemon/memory/pipeline"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -111,17 +112,20 @@ type Options struct {
 type Daemon struct {
 	*control.Control
 
-	home      string
-	logger    *slog.Logger
-	logFile   *logfile.Writer
-	pool      *pgxpool.Pool
-	river     *jobs.Client
-	api       *agentapi.API
-	runtime   runtime.Runtime
-	opts      Options
-	memory    *memory.Store
-	rpc       *rpc.Server
-	startedAt time.Time
+	home    string
+	logger  *slog.Logger
+	logFile *logfile.Writer
+	pool    *pgxpool.Pool
+	river   *jobs.Client
+	api     *agentapi.API
+	runtime runtime.Runtime
+	opts    Options
+	// egressServices serves the egress gateway's /svc/ routes; nil
+	// answers them 404.
+	egressServices http.Handler
+	memory         *memory.Store
+	rpc            *rpc.Server
+	startedAt      time.Time
 	// gateway runs the Telegram bots; nil when none is configured.
 	gateway *gateway.Gateway
 	// sendLimiter paces everything sent through the bots.
@@ -336,7 +340,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	}
 	d.Control = control.New(control.Options{Home: d.home, Logger: d.logger, Pool: d.pool, Config: cfg, Secrets: secrets,
 		ConfigVersion: version, AgentBinary: d.opts.AgentBinary, AgentImage: d.opts.AgentImage, OSImage: d.opts.OSImage,
-		AgentSocket: AgentSocketPath(d.home)})
+		AgentSocket: AgentSocketPath(d.home), EgressSocket: EgressSocketPath(d.home)})
 	// Approvals first: the features whose requests wait for a person
 	// register what follows an outcome with them.
 	d.approvals = approval.New(d.pool, d.logger)

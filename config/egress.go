@@ -173,12 +173,14 @@ const (
 )
 
 // ServiceAddrsFor returns the host:port of every service endpoint the
-// configuration gives agent agentID's own clients: every model (a start may
-// pick any), the speech, search and Notion providers, and the hosts of the
-// agent's git identity. The egress gateway lets the agent's built-in
-// clients reach these without the netguard check, as the operator named
-// them; anything else they reach is checked like a fetch.
+// configuration names, which agent agentID's own clients may be bound to
+// (a start may pick any model, account or identity): the models, the
+// speech, search and Notion providers, the mail servers and the git
+// identities' hosts. The egress gateway lets the agent's built-in clients
+// reach these without the netguard check, as the operator named them;
+// anything else they reach is checked like a fetch.
 func (c *Config) ServiceAddrsFor(agentID string) []string {
+	_ = agentID // every agent may be bound to any of them today
 	var out []string
 	add := func(raw string) {
 		if hp, ok := endpointAddr(raw); ok {
@@ -197,17 +199,25 @@ func (c *Config) ServiceAddrsFor(agentID string) []string {
 		}
 		add(s.Endpoint)
 	}
-	a := c.Agents[agentID]
-	if n, ok := c.NotionIntegrations[a.Defaults.Notion]; ok {
+	for _, n := range c.NotionIntegrations {
 		if n.Endpoint == "" {
 			add(defaultNotionEndpoint)
 		}
 		add(n.Endpoint)
 	}
-	if g, ok := c.GitIdentities[a.Defaults.GitIdentity]; ok {
+	for _, g := range c.GitIdentities {
 		for _, h := range g.Hosts {
 			add("https://" + h)
 		}
+	}
+	server := func(host string, port int) {
+		if host != "" && port > 0 {
+			out = append(out, net.JoinHostPort(NormalizeHost(host), strconv.Itoa(port)))
+		}
+	}
+	for _, e := range c.EmailAccounts {
+		server(e.SMTPHost, e.SMTPPort)
+		server(e.IMAPHost, e.IMAPPort)
 	}
 	return out
 }

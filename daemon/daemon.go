@@ -28,6 +28,7 @@ import (
 	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
+	"github.com/choirhq/choir/daemon/egress"
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/inbox"
@@ -347,6 +348,7 @@ func (d *Daemon) open(ctx context.Context) error {
 	d.proposer = propose.New(propose.Options{Pool: d.pool, Home: d.home, Control: d.Control,
 		Logger: d.logger.With(slog.String("component", "propose"))})
 	propose.RegisterApprovals(d.approvals.Registry)
+	egress.RegisterApprovals(d.approvals.Registry)
 	d.logFile.SetThreshold(cfg.LogArchiveThreshold())
 	d.OnConfigApplied(func(c *config.Config, _ config.Secrets) { d.logFile.SetThreshold(c.LogArchiveThreshold()) })
 	return nil

@@ -7,6 +7,7 @@ import (
 	"net"
 	"path/filepath"
 
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/agentapi"
 	"github.com/choirhq/choir/daemon/egress"
 	"github.com/choirhq/choir/rpc"
@@ -25,7 +26,10 @@ func (d *Daemon) listenEgress(ctx context.Context, auth *agentapi.SessionAuth) (
 	if err != nil {
 		return nil, nil, fmt.Errorf("egress gateway socket: %w", err)
 	}
+	asker := &egress.Approvals{Pool: d.pool, Registry: d.approvals.Registry, Jobs: d.river,
+		ConfigFunc: func() *config.Config { return d.Snapshot().Config }, Logger: d.logger.With(slog.String("component", "egress"))}
 	gw := egress.New(egress.Options{
+		ApproveFunc: asker.Ask,
 		AuthFunc: func(ctx context.Context, sessionID, token string) (string, error) {
 			s, err := auth.Authenticate(ctx, sessionID, token)
 			return s.AgentID, err

@@ -11,6 +11,19 @@ import (
 	"github.com/google/uuid"
 )
 
+const egressApprovalTaken = `-- name: EgressApprovalTaken :exec
+UPDATE choir_control.pending_approvals SET outcome_taken_at = now()
+ WHERE approval_id = $1 AND request_type = 'egress.connect'
+`
+
+// An egress approval's outcome is choird's own (a waiting connection
+// reads it), never the agent's to take: it is marked taken as it is
+// resolved, so no session is ever pushed it.
+func (q *Queries) EgressApprovalTaken(ctx context.Context, approvalID uuid.UUID) error {
+	_, err := q.db.Exec(ctx, egressApprovalTaken, approvalID)
+	return err
+}
+
 const egressConnectionEnd = `-- name: EgressConnectionEnd :exec
 UPDATE choir_control.egress_connections
    SET bytes_up = $1, bytes_down = $2, ended_at = now()

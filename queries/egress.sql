@@ -22,3 +22,10 @@ SELECT EXISTS (SELECT 1 FROM choir_control.egress_grants
 -- name: EgressGrantAdd :exec
 INSERT INTO choir_control.egress_grants (agent_id, host, port) VALUES (@agent_id, @host, @port)
 ON CONFLICT DO NOTHING;
+
+-- name: EgressApprovalTaken :exec
+-- An egress approval's outcome is choird's own (a waiting connection
+-- reads it), never the agent's to take: it is marked taken as it is
+-- resolved, so no session is ever pushed it.
+UPDATE choir_control.pending_approvals SET outcome_taken_at = now()
+ WHERE approval_id = @approval_id AND request_type = 'egress.connect';

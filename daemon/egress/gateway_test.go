@@ -33,6 +33,7 @@ import (
 
 type testBundle struct {
 	pool    *pgxpool.Pool
+	agent   string
 	socket  string
 	session string
 	token   string
@@ -49,15 +50,36 @@ const agentID = "scout"
 // public.test (a public address) and inside.test (a private one).
 func setup(t *testing.T, services http.Handler) *testBundle {
 	t.Helper()
+	return setupWith(t, setupOptions{services: services})
+}
+
+// setupOptions vary setup: another database (with the agent in it), the
+// session's bindings, an approver.
+type setupOptions struct {
+	services http.Handler
+	pool     *pgxpool.Pool
+	agent    string
+	bindings string
+	approve  func(b *testBundle) func(context.Context, egress.ApprovalRequest) (egress.Approval, error)
+}
+
+func setupWith(t *testing.T, o setupOptions) *testBundle {
+	t.Helper()
 	ctx := context.Background()
-	b := &testBundle{pool: dbtest.NewPool(t)}
-	if _, err := seam.Queries(b.pool).AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agentID, Config: []byte(`{}`)}); err != nil {
-		t.Fatal(err)
+	b := &testBundle{pool: o.pool, agent: o.agent}
+	if b.pool == nil {
+		b.pool, b.agent = dbtest.NewPool(t), agentID
+		if _, err := seam.Queries(b.pool).AgentUpsert(ctx, db.AgentUpsertParams{AgentID: agentID, Config: []byte(`{}`)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if o.bindings == "" {
+		o.bindings = "{}"
 	}
 	token, hash := rpc.NewLeaseToken()
 	var sid uuid.UUID
 	if err := b.pool.QueryRow(ctx, `INSERT INTO choir_control.sessions (agent_id, lease_token_hash, resource_bindings, hello_at)
-		VALUES ($1, $2, '{}', now()) RETURNING session_id`, agentID, hash).Scan(&sid); err != nil {
+		VALUES ($1, $2, $3::jsonb, now()) RETURNING session_id`, b.agent, hash, o.bindings).Scan(&sid); err != nil {
 		t.Fatal(err)
 	}
 	b.session, b.token = sid.String(), token
@@ -68,14 +90,19 @@ func setup(t *testing.T, services http.Handler) *testBundle {
 	t.Cleanup(srv.Close)
 	b.upstream = strings.TrimPrefix(srv.URL, "http://")
 	auth := agentapi.NewSessionAuth(b.pool)
+	var approve func(context.Context, egress.ApprovalRequest) (egress.Approval, error)
+	if o.approve != nil {
+		approve = o.approve(b)
+	}
 	gw := egress.New(egress.Options{
+		ApproveFunc: approve,
 		AuthFunc: func(ctx context.Context, sessionID, token string) (string, error) {
 			s, err := auth.Authenticate(ctx, sessionID, token)
 			return s.AgentID, err
 		},
 		PolicyFunc: func(string) egress.Policy { return *b.policy.Load() },
 		Pool:       b.pool,
-		Services:   services,
+		Services:   o.services,
 		LookupFunc: func(_ context.Context, host string) ([]netip.Addr, error) {
 			b.lookups.Add(1)
 			switch host {
@@ -135,7 +162,7 @@ func (b *testBundle) rows(t *testing.T, n int) []row {
 	deadline := time.Now().Add(10 * time.Second)
 	for {
 		rs, err := b.pool.Query(context.Background(), `SELECT origin, method, host, port, decision, reason, bytes_up, bytes_down,
-			ended_at IS NOT NULL FROM choir_audit.egress WHERE agent_id = $1 ORDER BY started_at, host`, agentID)
+			ended_at IS NOT NULL FROM choir_audit.egress WHERE agent_id = $1 ORDER BY started_at, host`, b.agent)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -246,7 +273,7 @@ func TestGateway(t *testing.T) {
 		}
 	})
 
-	t.Run("ApproveIsNotAvailableYet", func(t *testing.T) {
+	t.Run("ApproveWithoutApproverRefuses", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, nil)
 		pc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(b.localProxy(t))}}

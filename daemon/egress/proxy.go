@@ -60,16 +60,24 @@ func (g *Gateway) decide(ctx context.Context, t *target) error {
 	}
 	hp := net.JoinHostPort(t.host, strconv.Itoa(t.port))
 	service := t.hello.Builtin() && slices.Contains(pol.Services, hp)
+	guard, err := netguard.New(pol.AllowHosts)
+	if err != nil {
+		return refused("web.allow_hosts of agent %s is invalid: %v", t.caller.AgentID, err)
+	}
+	ip, literal := netip.ParseAddr(t.host)
+	if literal == nil && !service && !guard.Allows(t.host, t.port) {
+		// An address netguard refuses anyway is refused before anyone
+		// is asked about it.
+		if err := checkAddrs(guard, hp, []netip.Addr{ip}, t.port); err != nil {
+			return err
+		}
+	}
 	if !t.hello.Builtin() && !pol.Egress.Allows(t.host, t.port) {
 		if err := g.unknownHost(ctx, t, pol.Egress); err != nil {
 			return err
 		}
 	}
-	guard, err := netguard.New(pol.AllowHosts)
-	if err != nil {
-		return refused("web.allow_hosts of agent %s is invalid: %v", t.caller.AgentID, err)
-	}
-	if ip, err := netip.ParseAddr(t.host); err == nil {
+	if literal == nil {
 		t.addrs = []netip.Addr{ip}
 	} else {
 		lctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -82,8 +90,15 @@ func (g *Gateway) decide(ctx context.Context, t *target) error {
 	if service || guard.Allows(t.host, t.port) {
 		return nil
 	}
-	for _, a := range t.addrs {
-		if err := guard.Control("tcp", netip.AddrPortFrom(a, uint16(t.port)).String(), nil); err != nil {
+	return checkAddrs(guard, hp, t.addrs, t.port)
+}
+
+// checkAddrs refuses when any address hp resolved to is one netguard
+// refuses: a name with one public and one private answer would otherwise
+// reach the private one on a retry.
+func checkAddrs(guard *netguard.Guard, hp string, addrs []netip.Addr, port int) error {
+	for _, a := range addrs {
+		if err := guard.Control("tcp", netip.AddrPortFrom(a, uint16(port)).String(), nil); err != nil {
 			var re *netguard.RefusedError
 			if errors.As(err, &re) {
 				return refused("%s (%s) refused: %s address; the host and the local network are off limits "+
@@ -119,7 +134,7 @@ func (g *Gateway) unknownHost(ctx context.Context, t *target, e config.Egress) e
 		return refused("%s needs a person's approval, which failed: %v", hp, err)
 	}
 	if !a.Allow {
-		return refused("a person refused the connection to %s", hp)
+		return refused("%s was not approved: the agent's DM refused it, or nobody answered in time", hp)
 	}
 	if a.Remember && g.opts.Pool != nil {
 		if err := seam.Queries(g.opts.Pool).EgressGrantAdd(ctx, db.EgressGrantAddParams{AgentID: t.caller.AgentID,

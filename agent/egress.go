@@ -32,6 +32,20 @@ func startEgress(ctx context.Context, opts Options, logger *slog.Logger) (*netou
 		return nil, err
 	}
 	proc.SetProxyEnv(netout.ProxyEnv(local.Addr()))
+	proc.SetCallProxy(func(cctx context.Context) ([]string, func()) {
+		srcs := tool.LaneSources(cctx)
+		if len(srcs) == 0 {
+			return nil, nil
+		}
+		lctx, cancel := context.WithCancel(ctx)
+		l := &netout.Local{Dialer: d, Sources: srcs}
+		if err := l.Listen(lctx); err != nil {
+			cancel()
+			logger.Warn("no proxy of the call's own; its children use the agent's", slog.String("error", err.Error()))
+			return nil, nil
+		}
+		return netout.ProxyEnv(l.Addr()), cancel
+	})
 	logger.Info("connections go out through choird's egress gateway", slog.String("socket", opts.EgressSocket),
 		slog.String("tool_proxy", local.Addr()))
 	return d, nil

@@ -137,8 +137,14 @@ func laneFrom(ctx context.Context) laneInfo {
 // piped to the gateway after a hello with origin proxy.
 type Local struct {
 	Dialer *Dialer
-	ln     net.Listener
-	wg     sync.WaitGroup
+	// Lane and Sources are announced in every connection's hello: the
+	// lane whose call the proxy serves and its untrusted sources, shown to
+	// a person asked to approve a connection. Empty for the agent-wide
+	// proxy.
+	Lane    string
+	Sources []string
+	ln      net.Listener
+	wg      sync.WaitGroup
 }
 
 // Listen starts the proxy on a loopback port until ctx ends.
@@ -170,7 +176,7 @@ func (l *Local) Addr() string { return l.ln.Addr().String() }
 
 func (l *Local) pipe(ctx context.Context, c net.Conn) {
 	defer c.Close()
-	up, err := l.Dialer.Open(ctx, wire.Hello{Origin: wire.OriginProxy})
+	up, err := l.Dialer.Open(ctx, wire.Hello{Origin: wire.OriginProxy, Lane: l.Lane, Sources: l.Sources})
 	if err != nil {
 		io.WriteString(c, "HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Type: text/plain\r\n\r\nchoir local proxy: "+
 			err.Error()+"\n")

@@ -145,3 +145,24 @@ func TestLocalIsABytePipe(t *testing.T) {
 		}
 	}
 }
+
+// TestLocalAnnouncesTheLanesSources: a call's own proxy names its lane's
+// untrusted sources in every hello, for the person asked to approve.
+func TestLocalAnnouncesTheLanesSources(t *testing.T) {
+	t.Parallel()
+	sock, hellos := gateway(t, func(wire.Hello, *bufio.Reader, net.Conn) {})
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &netout.Local{Dialer: dialer(sock), Sources: []string{"web", "mail"}}
+	if err := l.Listen(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { cancel(); l.Wait() }()
+	c, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if h := <-hellos; h.Origin != wire.OriginProxy || !slices.Equal(h.Sources, []string{"web", "mail"}) {
+		t.Errorf("hello %+v", h)
+	}
+}

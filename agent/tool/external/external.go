@@ -54,7 +54,9 @@ func (e *external) Execute(ctx context.Context, env tool.Env, input json.RawMess
 	stdout := &proc.Capped{Limit: env.Limits.WithDefaults().CaptureBytes}
 	stderr := proc.NewHeadTail(stderrKeep)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.Env = proc.ChildEnv(env.Workspace, "CHOIR_TOOL="+e.spec.LLM.Name)
+	proxyEnv, release := proc.CallProxyEnv(ctx)
+	defer release()
+	cmd.Env = proc.ChildEnv(env.Workspace, append([]string{"CHOIR_TOOL=" + e.spec.LLM.Name}, proxyEnv...)...)
 	if key := tool.CallKey(ctx); key != "" {
 		// The call's idempotency key: a keyed tool keeps its effect under
 		// it, so the call run again after a restart does nothing more.

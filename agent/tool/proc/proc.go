@@ -1,6 +1,7 @@
 package proc
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
@@ -27,6 +28,27 @@ var passEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "SSH_AUTH
 // proxyEnv points children at the agent's local egress proxy, once the
 // agent has one (SetProxyEnv).
 var proxyEnv atomic.Pointer[[]string]
+
+// callProxy, when set, gives one call's children a proxy of their own
+// that announces the lane's untrusted sources (SetCallProxy).
+var callProxy atomic.Pointer[func(ctx context.Context) ([]string, func())]
+
+// SetCallProxy sets f, which returns the proxy variables for the children
+// of one call made in ctx and a release to run once the call is done, or
+// nil variables to keep the agent-wide proxy.
+func SetCallProxy(f func(ctx context.Context) ([]string, func())) { callProxy.Store(&f) }
+
+// CallProxyEnv returns the proxy variables of one call's children (to pass
+// as extras to ChildEnv, where they override the agent-wide ones) and the
+// release to defer.
+func CallProxyEnv(ctx context.Context) ([]string, func()) {
+	if f := callProxy.Load(); f != nil {
+		if env, release := (*f)(ctx); env != nil {
+			return env, release
+		}
+	}
+	return nil, func() {}
+}
 
 // SetProxyEnv sets the variables that point every child at the agent's
 // local egress proxy (netout.ProxyEnv); they override any inherited

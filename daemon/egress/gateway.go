@@ -100,6 +100,9 @@ func (g *Gateway) Serve(ctx context.Context, ln net.Listener) error {
 	hl := &helloListener{Listener: ln, conns: make(chan net.Conn), done: make(chan struct{})}
 	srv := &http.Server{Handler: g, ReadHeaderTimeout: 30 * time.Second,
 		ErrorLog: slog.NewLogLogger(g.log.Handler(), slog.LevelDebug),
+		// Requests live in ctx, so that a tunnel (which the server no
+		// longer tracks once hijacked) closes when the gateway stops.
+		BaseContext: func(net.Listener) context.Context { return ctx },
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			if a, ok := c.(*authConn); ok {
 				ctx = WithCaller(ctx, a.caller)

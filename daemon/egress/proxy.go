@@ -259,6 +259,8 @@ func (g *Gateway) connect(w http.ResponseWriter, r *http.Request, caller Caller,
 		return
 	}
 	defer down.Close()
+	stop := context.AfterFunc(r.Context(), func() { down.Close(); up.Close() })
+	defer stop()
 	if _, err := io.WriteString(down, "HTTP/1.1 200 Connection established\r\n\r\n"); err != nil {
 		return
 	}

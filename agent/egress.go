@@ -32,13 +32,16 @@ func startEgress(ctx context.Context, opts Options, logger *slog.Logger) (*netou
 		return nil, err
 	}
 	proc.SetProxyEnv(netout.ProxyEnv(local.Addr()))
+	// A call of choir.exec or an external tool gets a proxy of its own,
+	// which names its lane and the lane's untrusted sources in the audit
+	// and on an approval.
 	proc.SetCallProxy(func(cctx context.Context) ([]string, func()) {
-		srcs := tool.LaneSources(cctx)
-		if len(srcs) == 0 {
+		srcs, lane := tool.LaneSources(cctx), tool.LaneName(cctx)
+		if len(srcs) == 0 && lane == "" {
 			return nil, nil
 		}
 		lctx, cancel := context.WithCancel(ctx)
-		l := &netout.Local{Dialer: d, Sources: srcs}
+		l := &netout.Local{Dialer: d, Lane: lane, Sources: srcs}
 		if err := l.Listen(lctx); err != nil {
 			cancel()
 			logger.Warn("no proxy of the call's own; its children use the agent's", slog.String("error", err.Error()))
@@ -60,6 +63,6 @@ func (s *session) builtinDial(client string) func(ctx context.Context, network, 
 	}
 	dial := s.egress.DialFunc(egress.OriginBuiltinPrefix + client)
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return dial(netout.WithLane(ctx, "", tool.LaneSources(ctx)), network, addr)
+		return dial(netout.WithLane(ctx, tool.LaneName(ctx), tool.LaneSources(ctx)), network, addr)
 	}
 }

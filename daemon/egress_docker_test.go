@@ -113,7 +113,7 @@ func TestEgressDockerRuntime(t *testing.T) {
 
 	// The audit holds every attempt through the proxy, refused, and the
 	// allowed one with its bytes.
-	rows, err := run.pool.Query(context.Background(), `SELECT host || ':' || port, decision, origin, bytes_down
+	rows, err := run.pool.Query(context.Background(), `SELECT host || ':' || port, decision, origin, bytes_down, lane
 		FROM choir_audit.egress WHERE agent_id = 'assistant' AND session_id = $1::uuid`, run.sessionID)
 	if err != nil {
 		t.Fatal(err)
@@ -121,13 +121,16 @@ func TestEgressDockerRuntime(t *testing.T) {
 	audit := map[string]string{}
 	var allowedDown int64
 	for rows.Next() {
-		var hp, decision, origin string
+		var hp, decision, origin, lane string
 		var down int64
-		if err := rows.Scan(&hp, &decision, &origin, &down); err != nil {
+		if err := rows.Scan(&hp, &decision, &origin, &down, &lane); err != nil {
 			t.Fatal(err)
 		}
 		if origin == "proxy" {
 			audit[hp] = decision
+			if lane == "" {
+				t.Errorf("audit of %s through the proxy names no lane", hp)
+			}
 		}
 		if hp == allowed && decision == "allowed" {
 			allowedDown += down

@@ -51,7 +51,29 @@ func startEgress(ctx context.Context, opts Options, logger *slog.Logger) (*netou
 	})
 	logger.Info("connections go out through choird's egress gateway", slog.String("socket", opts.EgressSocket),
 		slog.String("tool_proxy", local.Addr()))
+	if opts.Sandboxed {
+		if names := routedInterfaces(); len(names) > 0 {
+			logger.Warn("the container has a network beside its loopback: a command that ignores the proxy variables "+
+				"can go around the egress gateway", slog.Any("interfaces", names))
+		}
+	}
 	return d, nil
+}
+
+// routedInterfaces names the network interfaces that are up, other than
+// the loopback: none in a container started with no network.
+func routedInterfaces() []string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, i := range ifs {
+		if i.Flags&net.FlagUp != 0 && i.Flags&net.FlagLoopback == 0 {
+			out = append(out, i.Name)
+		}
+	}
+	return out
 }
 
 // builtinDial is the dial function of one of the agent's own clients

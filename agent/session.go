@@ -21,6 +21,7 @@ import (
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/meter"
+	"github.com/choirhq/choir/agent/netout"
 	"github.com/choirhq/choir/agent/sandbox"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
@@ -48,6 +49,8 @@ type session struct {
 	// mcp are the agent's running MCP servers (tools.go).
 	mcp    *mcp.Set
 	skills *skill.Set
+	// egress is the way out through choird's gateway; nil without one.
+	egress *netout.Dialer
 
 	secrets *secretStore
 	// decisions are the approval outcomes choird pushed, for the tools
@@ -97,12 +100,16 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 		}
 		logger.Info("sandbox check passed")
 	}
+	eg, err := startEgress(ctx, opts, logger)
+	if err != nil {
+		return nil, err
+	}
 	cl, err := client.New(client.Options{ControlPlane: opts.ControlPlane, Socket: opts.Socket,
 		Endpoint: opts.Endpoint, CACert: opts.CACert, SessionID: opts.SessionID, LeaseToken: opts.LeaseToken, Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("connect to choird: %w", err)
 	}
-	s := &session{opts: opts, logger: logger, client: cl, secrets: &secretStore{}, decisions: email.NewDecisions(),
+	s := &session{opts: opts, logger: logger, client: cl, egress: eg, secrets: &secretStore{}, decisions: email.NewDecisions(),
 		shutdown: make(chan stopRequest, 1)}
 	s.meter = meter.New(meter.Config{AgentID: opts.AgentID, NotifyFunc: s.notifyUsage, BilledFailureFunc: s.logBilledFailure})
 	if err := s.open(ctx); err != nil {

@@ -356,6 +356,9 @@ type Agent struct {
 	// UntrustedInput is what the agent's lanes may do once they have read
 	// strangers' words; see UntrustedInput. Omitted: approve.
 	UntrustedInput UntrustedInput `json:"untrusted_input,omitzero"`
+	// Egress is where the agent's tools may connect through choird's
+	// egress gateway; see Egress. Omitted: approve every host.
+	Egress Egress `json:"egress,omitzero"`
 }
 
 // AgentWeb is an agent's own web settings.

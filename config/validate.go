@@ -538,6 +538,7 @@ func (v *validator) agents() {
 		v.memoryReaders(sub(p, "memory_readable_by"), id, a.MemoryReadableBy)
 		v.allowHosts(sub(sub(p, "web"), "allow_hosts"), a.Web.AllowHosts)
 		v.untrustedInput(sub(p, "untrusted_input"), a.UntrustedInput)
+		v.egress(sub(p, "egress"), a.Egress)
 	}
 }
 

@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/daemon/memory/pipeline"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -27,6 +28,7 @@ import (
 	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
+	"github.com/choirhq/choir/daemon/egress"
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/inbox"
@@ -111,17 +113,20 @@ type Options struct {
 type Daemon struct {
 	*control.Control
 
-	home      string
-	logger    *slog.Logger
-	logFile   *logfile.Writer
-	pool      *pgxpool.Pool
-	river     *jobs.Client
-	api       *agentapi.API
-	runtime   runtime.Runtime
-	opts      Options
-	memory    *memory.Store
-	rpc       *rpc.Server
-	startedAt time.Time
+	home    string
+	logger  *slog.Logger
+	logFile *logfile.Writer
+	pool    *pgxpool.Pool
+	river   *jobs.Client
+	api     *agentapi.API
+	runtime runtime.Runtime
+	opts    Options
+	// egressServices serves the egress gateway's /svc/ routes; nil
+	// answers them 404.
+	egressServices http.Handler
+	memory         *memory.Store
+	rpc            *rpc.Server
+	startedAt      time.Time
 	// gateway runs the Telegram bots; nil when none is configured.
 	gateway *gateway.Gateway
 	// sendLimiter paces everything sent through the bots.
@@ -340,13 +345,14 @@ func (d *Daemon) open(ctx context.Context) error {
 	}
 	d.Control = control.New(control.Options{Home: d.home, Logger: d.logger, Pool: d.pool, Config: cfg, Secrets: secrets,
 		ConfigVersion: version, AgentBinary: d.opts.AgentBinary, AgentImage: d.opts.AgentImage, OSImage: d.opts.OSImage,
-		AgentSocket: AgentSocketPath(d.home)})
+		AgentSocket: AgentSocketPath(d.home), EgressSocket: EgressSocketPath(d.home)})
 	// Approvals first: the features whose requests wait for a person
 	// register what follows an outcome with them.
 	d.approvals = approval.New(d.pool, d.logger)
 	d.proposer = propose.New(propose.Options{Pool: d.pool, Home: d.home, Control: d.Control,
 		Logger: d.logger.With(slog.String("component", "propose"))})
 	propose.RegisterApprovals(d.approvals.Registry)
+	egress.RegisterApprovals(d.approvals.Registry)
 	d.logFile.SetThreshold(cfg.LogArchiveThreshold())
 	d.OnConfigApplied(func(c *config.Config, _ config.Secrets) { d.logFile.SetThreshold(c.LogArchiveThreshold()) })
 	return nil

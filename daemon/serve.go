@@ -77,7 +77,8 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 			d.inbox.RedeliverInbox(ctx, agentID, id, time.Now())
 			d.approvals.PushOutcomes(ctx, agentID, id)
 		}})
-	srv, err := rpc.NewServer(rpc.ServerOptions{Handler: d.api.Handler(), Authenticator: agentapi.NewSessionAuth(d.pool),
+	auth := agentapi.NewSessionAuth(d.pool)
+	srv, err := rpc.NewServer(rpc.ServerOptions{Handler: d.api.Handler(), Authenticator: auth,
 		Replay: agentapi.ReplayStore{Pool: d.pool}, Limits: opts.AgentLimits, Logger: d.logger.With(slog.String("component", "rpc"))})
 	if err != nil {
 		return nil, fmt.Errorf("create agent protocol server: %w", err)
@@ -90,10 +91,16 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 	if err != nil {
 		return nil, err
 	}
+	gw, egressLn, err := d.listenEgress(ctx, auth)
+	if err != nil {
+		agentLn.Close()
+		return nil, err
+	}
 
 	adminLn, err := admin.Listen(ctx, admin.SocketPath(d.home))
 	if err != nil {
 		agentLn.Close()
+		egressLn.Close()
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
 	mux := admin.NewMux(d.logger.With(slog.String("component", "admin")))
@@ -101,8 +108,9 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 		Version: Version, StartedAt: d.startedAt, Schedules: d.schedules, Usage: d.newUsage()})
 	d.logger.InfoContext(ctx, "admin API listening", slog.String("socket", admin.SocketPath(d.home)))
 
-	s := &servers{errs: make(chan error, 2), heartbeatPool: hbPool}
+	s := &servers{errs: make(chan error, 3), heartbeatPool: hbPool}
 	s.wg.Go(func() { s.errs <- srv.Serve(ctx, agentLn) })
+	s.wg.Go(func() { s.errs <- gw.Serve(ctx, egressLn) })
 	s.wg.Go(func() {
 		s.errs <- admin.Serve(ctx, adminLn, mux, admin.ServeOptions{Logger: d.logger.With(slog.String("component", "admin"))})
 	})
@@ -185,7 +193,7 @@ func hostTools(d *Daemon) map[string]agentapi.HostTool {
 	return tools
 }
 
-// wait blocks until both servers have stopped.
+// wait blocks until every server has stopped.
 func (s *servers) wait() {
 	s.wg.Wait()
 	close(s.errs)

@@ -29,6 +29,7 @@ import (
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/egress"
+	"github.com/choirhq/choir/daemon/egress/svc"
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/inbox"
@@ -43,6 +44,7 @@ import (
 	"github.com/choirhq/choir/daemon/runtime/process"
 	"github.com/choirhq/choir/daemon/schedule"
 	"github.com/choirhq/choir/daemon/session"
+	"github.com/choirhq/choir/daemon/spend"
 	"github.com/choirhq/choir/daemon/usage"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/logjson"
@@ -388,8 +390,16 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 		Logger: d.logger.With(slog.String("component", "schedule")), DMAddress: d.DMAddress,
 		PushPending: d.inbox.PushPending, Starter: d.Control, Approvals: d.approvals.Registry})
 	schedule.RegisterApprovals(d.approvals.Registry)
+	// The gateway's service routes add the credentials and meter the
+	// spend of model, search, speech and Notion calls (daemon/egress/svc).
+	ledger := spend.New(spend.Options{Pool: d.pool, Config: func() *config.Config { return d.Snapshot().Config }})
+	services := svc.New(svc.Options{Pool: d.pool, Ledger: ledger,
+		Config: func() (*config.Config, config.Secrets) { s := d.Snapshot(); return s.Config, s.Secrets },
+		Logger: d.logger.With(slog.String("component", "egress_svc"))})
+	d.egressServices = services
 	// Each feature registers its own job kinds; River only runs them.
 	features := []jobs.Feature{
+		&spend.ExpireWorker{Ledger: ledger, Logger: d.logger.With(slog.String("component", "spend"))},
 		session.CrashDetection{Pool: d.pool, Logger: d.logger, DMAddress: d.DMAddress, RemoveInstance: d.removeInstance,
 			Threshold:    func() time.Duration { return d.Snapshot().Config.CrashDetectionThreshold() },
 			SessionEnded: memoryWorkers.SessionEndedTx},

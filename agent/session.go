@@ -32,6 +32,7 @@ import (
 	"github.com/choirhq/choir/internal/logjson"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/egress"
 )
 
 // session is one session of the agent, in the phases Run drives it
@@ -216,7 +217,19 @@ func (s *session) secretNames() []string {
 
 // model returns the settings of the model the edge calls next.
 func (s *session) model() llm.ModelSettings {
-	return modelSettings(s.dyn.Load(), s.hello.ResourceBindings.Models["llm"], s.secrets.get)
+	return s.viaGateway(modelSettings(s.dyn.Load(), s.hello.ResourceBindings.Models["llm"], s.secrets.get))
+}
+
+// viaGateway sends the calls of m to choird's service route for the
+// model when the session goes out through the egress gateway: choird adds
+// the key and reserves the call's spend against the agent's and the
+// host's caps before the provider sees it (daemon/egress/svc).
+func (s *session) viaGateway(m llm.ModelSettings) llm.ModelSettings {
+	if s.egress == nil {
+		return m
+	}
+	m.Endpoint, m.APIKey, m.Gateway = egress.ServiceURL("llm", m.Name), "", true
+	return m
 }
 
 // coreModel returns the settings of the flagship model core jobs call:
@@ -230,7 +243,7 @@ func (s *session) coreModel() llm.ModelSettings {
 	}
 	m := s.dyn.Load().Models[name]
 	key, _ := s.secrets.get(m.Secret)
-	return llm.ModelSettingsFromConfig(name, m, key)
+	return s.viaGateway(llm.ModelSettingsFromConfig(name, m, key))
 }
 
 // configureGitIdentity sets up the session's git identity, if it has one:

@@ -590,7 +590,7 @@ func (e *Edge) complete(callCtx, ctx context.Context, msgs []llm.Message) (*llm.
 		Lane: "edge", PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
 		LatencyMS: resp.Latency.Milliseconds(), ToolMode: string(e.currentOffer().Mode()),
 		ToolSchemaTokens: schemaTokens(tools), CachedTokens: resp.Usage.CachedTokens, CostUSD: resp.Usage.CostUSD,
-		CostSource: resp.Usage.CostSource}); err != nil {
+		CostSource: resp.Usage.CostSource, SpendKey: resp.SpendKey}); err != nil {
 		return nil, rpc.Event{}, fmt.Errorf("commit llm call: %w", err)
 	}
 	out := map[string]any{"text": resp.Content}

@@ -54,7 +54,8 @@ func (d *Dialer) Open(ctx context.Context, h wire.Hello) (net.Conn, error) {
 
 // DialFunc returns a dial function for an http.Transport (or any client
 // that dials TCP): each connection is a CONNECT tunnel through the
-// gateway, announced with origin ("builtin:<client>"). The lane and its
+// gateway, announced with origin ("builtin:<client>"), except one to
+// wire.ServiceHost, which is the gateway's service routes themselves. The lane and its
 // sources come from ctx when the caller put them there (WithLane).
 func (d *Dialer) DialFunc(origin string) func(ctx context.Context, network, addr string) (net.Conn, error) {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -62,6 +63,10 @@ func (d *Dialer) DialFunc(origin string) func(ctx context.Context, network, addr
 			return nil, fmt.Errorf("egress gateway: network %q is not carried", network)
 		}
 		l := laneFrom(ctx)
+		if addr == wire.ServiceHost+":80" {
+			// The gateway's own service routes: no tunnel.
+			return d.Open(ctx, wire.Hello{Origin: wire.OriginService, Lane: l.name, Sources: l.sources})
+		}
 		c, err := d.Open(ctx, wire.Hello{Origin: origin, Lane: l.name, Sources: l.sources})
 		if err != nil {
 			return nil, err

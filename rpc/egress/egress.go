@@ -38,6 +38,19 @@ const (
 	OriginService = OriginBuiltinPrefix + "service"
 )
 
+// ServiceHost is the host name by which the agent's HTTP clients reach
+// the gateway's own service routes (http://choir-egress/svc/...): a
+// connection to it is the gateway itself, with no tunnel, so choird adds
+// the service's credentials and meters the call. It never resolves
+// anywhere else.
+const ServiceHost = "choir-egress"
+
+// ServiceURL is the base URL of the service route of one resource, for
+// example ServiceURL("llm", "fast") for the model "fast".
+func ServiceURL(service, name string) string {
+	return "http://" + ServiceHost + "/svc/" + service + "/" + name
+}
+
 // HeaderRefused marks a response of the gateway that refuses a connection;
 // its value is the decision ("refused").
 const HeaderRefused = "X-Choir-Egress"

@@ -338,7 +338,7 @@ func (c *Job) step() (string, []coreCall, error) {
 		PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
 		LatencyMS: resp.Latency.Milliseconds(), ToolMode: string(c.toolOffer().Mode()),
 		ToolSchemaTokens: toolTokens(tools), CachedTokens: resp.Usage.CachedTokens, CostUSD: resp.Usage.CostUSD,
-		CostSource: resp.Usage.CostSource, JobID: c.start.JobID}); err != nil {
+		CostSource: resp.Usage.CostSource, JobID: c.start.JobID, SpendKey: resp.SpendKey}); err != nil {
 		return "", nil, err
 	}
 	calls := make([]coreCall, len(resp.ToolCalls))

@@ -40,6 +40,9 @@ func TestBrowseThroughExecuteHostTool(t *testing.T) {
 		a := cfg.Agents["assistant"]
 		a.Web.AllowHosts = []string{strings.TrimPrefix(srv.URL, "http://")}
 		cfg.Agents["assistant"] = a
+		// The test's session sends no heartbeats: it must outlive a
+		// browser's start on a loaded machine.
+		cfg.CrashDetectionThresholdMS = 10 * 60 * 1000
 	}})
 	_, client, _ := d.HelloSession(t, "assistant")
 	ctx := context.Background()

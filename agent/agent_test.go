@@ -16,6 +16,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -27,7 +28,7 @@ type testBundle struct {
 	sessionID string
 	agentDone chan error
 	stopAgent context.CancelFunc
-	agentLogs *choirdtest.SyncBuffer
+	agentLogs *logbuf.Buffer
 }
 
 func setup(t *testing.T, srv *llmtest.Server) *testBundle {
@@ -40,7 +41,7 @@ func setupWith(t testing.TB, srv *llmtest.Server, edit func(*config.Config, conf
 	t.Helper()
 	d := choirdtest.Start(t, choirdtest.Options{ModelEndpoint: srv.BaseURL(), FastHeartbeat: true, Edit: edit})
 	sessionID, token := d.StartSession(t, "assistant")
-	b := &testBundle{d: d, pool: d.Pool(), sessionID: sessionID, agentDone: make(chan error, 1), agentLogs: &choirdtest.SyncBuffer{}}
+	b := &testBundle{d: d, pool: d.Pool(), sessionID: sessionID, agentDone: make(chan error, 1), agentLogs: &logbuf.Buffer{}}
 	actx, stop := context.WithCancel(context.Background())
 	b.stopAgent = stop
 	go func() {

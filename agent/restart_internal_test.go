@@ -18,6 +18,7 @@ import (
 	"github.com/choirhq/choir/agent/workmem"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -66,7 +67,7 @@ func restartModel(_ context.Context, r *llmtest.Request) llmtest.Step {
 
 // openAgent opens, restores and starts a session of the assistant, as the
 // agent does, and returns it with the context its pushes are handled on.
-func openAgent(t *testing.T, d *choirdtest.Choird, logs *choirdtest.SyncBuffer) (*session, context.Context) {
+func openAgent(t *testing.T, d *choirdtest.Choird, logs *logbuf.Buffer) (*session, context.Context) {
 	t.Helper()
 	id, token := d.StartSession(t, "assistant")
 	s, err := openSession(context.Background(), Options{Socket: d.Socket(), AgentID: "assistant", SessionID: id,
@@ -82,7 +83,7 @@ func openAgent(t *testing.T, d *choirdtest.Choird, logs *choirdtest.SyncBuffer) 
 }
 
 // ask delivers a message to the session's edge and returns its answer.
-func ask(t *testing.T, s *session, ctx context.Context, inbox int64, text string, logs *choirdtest.SyncBuffer) string {
+func ask(t *testing.T, s *session, ctx context.Context, inbox int64, text string, logs *logbuf.Buffer) string {
 	t.Helper()
 	s.dispatch(ctx, rpc.Push{Kind: rpc.PushUserMessage, UserMessage: &rpc.UserMessage{InboxID: inbox, Gateway: "console",
 		ChatID: "operator", UserID: "operator", Text: text, ReceivedAt: time.Now()}})
@@ -143,7 +144,7 @@ func TestSessionResumeKeepsTheWindow(t *testing.T) {
 				cfg.Agents[id] = a
 			}
 		}})
-	logs := &choirdtest.SyncBuffer{}
+	logs := &logbuf.Buffer{}
 	s1, ctx1 := openAgent(t, d, logs)
 	inbox := int64(0)
 	say := func(s *session, ctx context.Context, text string) string {

@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -25,7 +26,7 @@ type sessionBundle struct {
 	s         *session
 	sessionID string
 	runCtx    context.Context
-	logs      *choirdtest.SyncBuffer
+	logs      *logbuf.Buffer
 	// stopped is set once a test stopped the session itself.
 	stopped *bool
 }
@@ -41,7 +42,7 @@ func setupSession(t *testing.T, srv *llmtest.Server) *sessionBundle {
 			secrets["smart-key"] = smartKey
 		}})
 	sessionID, token := d.StartSession(t, "assistant")
-	logs := &choirdtest.SyncBuffer{}
+	logs := &logbuf.Buffer{}
 	s, err := openSession(context.Background(), Options{Socket: d.Socket(), AgentID: "assistant",
 		SessionID: sessionID, LeaseToken: token, Workspace: d.Workspace("main"), ChoirDir: t.TempDir(),
 		Logger: slog.New(slog.NewJSONHandler(logs, nil))})

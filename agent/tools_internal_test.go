@@ -11,6 +11,7 @@ import (
 
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/internal/logbuf"
 )
 
 // TestToolSearchThroughChoird: the discovery tools' semantic search goes
@@ -21,7 +22,7 @@ func TestToolSearchThroughChoird(t *testing.T) {
 	t.Parallel()
 	srv := llmtest.NewServer(t)
 	d := choirdtest.Start(t, choirdtest.Options{ModelEndpoint: srv.BaseURL()})
-	logs := &choirdtest.SyncBuffer{}
+	logs := &logbuf.Buffer{}
 	s, _ := openAgent(t, d, logs)
 	ctx := context.Background()
 	for range 2 { // the second search finds the index the first built

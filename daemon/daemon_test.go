@@ -14,6 +14,7 @@ import (
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/dbtest"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/internal/logbuf"
 	choirsql "github.com/choirhq/choir/sql"
 	"github.com/choirhq/choir/strictjson"
 )
@@ -83,7 +84,7 @@ func TestRun(t *testing.T) {
 	t.Run("UnmigratedDatabaseIsRefusedWithTheCommandToRun", func(t *testing.T) {
 		t.Parallel()
 		dir := home(t, dbtest.NewEmptyDatabase(t))
-		err := daemon.Run(context.Background(), daemon.Options{Home: dir, Stderr: &choirdtest.SyncBuffer{}})
+		err := daemon.Run(context.Background(), daemon.Options{Home: dir, Stderr: &logbuf.Buffer{}})
 		if !errors.Is(err, daemon.ErrNotMigrated) || !strings.Contains(err.Error(), "choirctl db migrate") {
 			t.Fatalf("err = %v", err)
 		}
@@ -92,7 +93,7 @@ func TestRun(t *testing.T) {
 	t.Run("UnreachablePostgresIsOneLineNamingHostPortAndKey", func(t *testing.T) {
 		t.Parallel()
 		dir := home(t, "postgres://postgres@127.0.0.1:1/choir")
-		err := daemon.Run(context.Background(), daemon.Options{Home: dir, Stderr: &choirdtest.SyncBuffer{}})
+		err := daemon.Run(context.Background(), daemon.Options{Home: dir, Stderr: &logbuf.Buffer{}})
 		if !errors.Is(err, choirsql.ErrUnreachable) {
 			t.Fatalf("err = %v", err)
 		}
@@ -106,7 +107,7 @@ func TestRun(t *testing.T) {
 		t.Parallel()
 		dir := home(t, dbtest.DefaultURL)
 		os.WriteFile(filepath.Join(dir, "config.json"), []byte(`{"agents": {"x": {}}, "bogus": 1}`), 0o644)
-		err := daemon.Run(context.Background(), daemon.Options{Home: dir, Stderr: &choirdtest.SyncBuffer{}})
+		err := daemon.Run(context.Background(), daemon.Options{Home: dir, Stderr: &logbuf.Buffer{}})
 		var cerr *strictjson.Error
 		if !errors.As(err, &cerr) || !strings.Contains(err.Error(), "bogus") {
 			t.Fatalf("err = %v", err)

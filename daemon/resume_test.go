@@ -18,6 +18,7 @@ import (
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -309,7 +310,7 @@ func TestChoirdThatCannotMakeItsRuntimeLeavesSessionsAlone(t *testing.T) {
 
 	// choird fails at its runtime: the session is neither closed nor
 	// noticed, so the next choird that can start agents resumes it.
-	err := daemon.Run(ctx, daemon.Options{Home: d.Home, Stderr: &choirdtest.SyncBuffer{}, Runtime: "process",
+	err := daemon.Run(ctx, daemon.Options{Home: d.Home, Stderr: &logbuf.Buffer{}, Runtime: "process",
 		AgentBinary: filepath.Join(t.TempDir(), "no-such-agent")})
 	if err == nil || !strings.Contains(err.Error(), "process runtime") {
 		t.Fatalf("Run with a missing agent binary = %v, want the runtime's error", err)

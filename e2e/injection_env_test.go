@@ -24,6 +24,7 @@ import (
 	"github.com/choirhq/choir/agent/tool/notion/notiontest"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/internal/mailbox/mailboxtest"
 	"github.com/choirhq/choir/rpc"
 )
@@ -69,7 +70,7 @@ type injEnv struct {
 
 	d     *choirdtest.Choird
 	llm   *llmtest.Server
-	logs  *choirdtest.SyncBuffer
+	logs  *logbuf.Buffer
 	sess  string
 	mail  *mailboxtest.Server
 	nt    *notiontest.Server
@@ -84,7 +85,7 @@ type injEnv struct {
 // names attack atk, or none), under the agent's untrusted_input mode.
 func newInjEnv(t *testing.T, c injCase, text, atk string, mode config.UntrustedMode) *injEnv {
 	t.Helper()
-	e := &injEnv{c: c, text: text, atk: atk, logs: &choirdtest.SyncBuffer{}}
+	e := &injEnv{c: c, text: text, atk: atk, logs: &logbuf.Buffer{}}
 	pages := httptest.NewServer(http.HandlerFunc(e.servePage))
 	t.Cleanup(pages.Close)
 	attacker := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

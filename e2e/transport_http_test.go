@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -58,7 +59,7 @@ func TestHTTPTransport(t *testing.T) {
 		t.Parallel()
 		runtimetest.RequireDocker(t)
 		h := choirdtest.WriteHome(t, choirdtest.Options{})
-		var logs choirdtest.SyncBuffer
+		var logs logbuf.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
 		err := daemon.Run(ctx, daemon.Options{Home: h.Dir, Stderr: &logs, Runtime: "docker", Transport: "http",

@@ -1,7 +1,6 @@
 package arbiter_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -20,6 +19,7 @@ import (
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -419,7 +419,7 @@ func testIndirectSelfDeadlock(t *testing.T) {
 	st := newSpanTool("test.slow", []tool.LockTemplate{{Resource: "file:{path}", Mode: tool.ModeExclusive},
 		{Resource: "file:gate.txt", Mode: tool.ModeExclusive}}, 0)
 	slowA := newSpanTool("test.hold", fileLock, 0)
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	b := setupWith(t, []tool.Tool{st, slowA}, slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
 	gate1, gate2 := st.gate("c1"), slowA.gate("c2")
 	done := make(chan []arbiter.Outcome, 1)
@@ -484,23 +484,6 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(time.Millisecond)
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // setupWith is setup with a logger.

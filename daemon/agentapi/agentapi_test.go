@@ -12,6 +12,7 @@ import (
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/client"
@@ -240,7 +241,7 @@ func TestChoirctlStatusWhenChoirdIsNotRunning(t *testing.T) {
 func TestSecondChoirdOnTheSameHomeRefusesNamingTheHolder(t *testing.T) {
 	t.Parallel()
 	d := choirdtest.StartTwoAgents(t, choirdtest.Options{})
-	err := daemon.Run(context.Background(), daemon.Options{Home: d.Home, Stderr: &choirdtest.SyncBuffer{}})
+	err := daemon.Run(context.Background(), daemon.Options{Home: d.Home, Stderr: &logbuf.Buffer{}})
 	if err == nil || !strings.Contains(err.Error(), "choird.sock") {
 		t.Fatalf("second choird: %v", err)
 	}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/internal/logbuf"
 )
 
 // TestBrowserRunsInACgroup checks that the browser and the renderers it
@@ -16,7 +17,7 @@ import (
 // the test then skips with that reason, unless CHOIR_REQUIRE_CGROUP=1.
 func TestBrowserRunsInACgroup(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	w := newWorkerLogging(t, config.Web{BrowseNavigationTimeoutMS: 20_000}, &logs)
 	mustBrowse(t, w, "cgroup", "", `{"url": "`+testSite().srv.URL+`/js"}`)
 	dirs, pid := w.CgroupDirs("cgroup"), w.PID("cgroup")

@@ -16,6 +16,7 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/internal/logbuf"
 )
 
 // canarySite plants a canary file outside every workspace, with random
@@ -79,24 +80,6 @@ var x = new XMLHttpRequest(); try { x.open("GET", "file://`+c.path+`", false); x
 	return c
 }
 
-// syncBuffer is a log sink safe for the worker's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // leaked reports whether the canary reached the site.
 func (c *canarySite) leaked() bool {
 	c.mu.Lock()
@@ -112,7 +95,7 @@ func TestBrowseNeverReadsAHostFile(t *testing.T) {
 	t.Parallel()
 	c := newCanarySite(t)
 	_, port, _ := net.SplitHostPort(c.srv.Listener.Addr().String())
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	w := newWorkerLogging(t, config.Web{BrowseNavigationTimeoutMS: 20_000}, &logs, "127.0.0.1:"+port)
 	home, _ := os.UserHomeDir() // Chromium saves downloads under it
 	ws := t.TempDir()

@@ -1,40 +1,21 @@
 package dmcmd
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/internal/logbuf"
 )
-
-// syncBuffer is a log sink safe for concurrent writers.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // TestLongCommandPanicFailsOnlyTheCommand: a panic in the background part
 // of a long DM command is answered as that command's failure and logged;
 // choird (here, the test process) goes on.
 func TestLongCommandPanicFailsOnlyTheCommand(t *testing.T) {
 	t.Parallel()
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	c := &Commands{logger: slog.New(slog.NewJSONHandler(&logs, nil))}
 	cmd := gateway.Command{DM: gateway.DM{Gateway: "console", Name: "console", UserID: "console", Admin: true}, Name: "update"}
 	var out string

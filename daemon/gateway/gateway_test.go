@@ -1,7 +1,6 @@
 package gateway_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,6 +25,7 @@ import (
 	"github.com/choirhq/choir/daemon/outbox/message"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/sql/seam"
 )
 
@@ -41,24 +41,6 @@ const (
 	elsewhere  = int64(300) // DM "other" on gateway tg2 only
 	strangerID = int64(999)
 )
-
-// syncBuffer collects log output from several goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // pgInbox is an Inbox on the real inbox table. before runs ahead of the
 // insert and may fail or block; after runs once the row is written.
@@ -162,14 +144,14 @@ type testBundle struct {
 	cmds  *commands
 	apps  *approvals
 	ws    *workspaces
-	logs  *syncBuffer
+	logs  *logbuf.Buffer
 	opts  gateway.Options
 }
 
 func setup(t *testing.T) *testBundle {
 	t.Helper()
 	b := &testBundle{pool: dbtest.NewPool(t), srv: telegramtest.NewServer(t), cmds: &commands{}, apps: &approvals{},
-		ws: &workspaces{dir: t.TempDir(), unbound: map[string]bool{}}, logs: &syncBuffer{}}
+		ws: &workspaces{dir: t.TempDir(), unbound: map[string]bool{}}, logs: &logbuf.Buffer{}}
 	b.tg = b.srv.AddBot(token, "choir_test_bot")
 	b.tg2 = b.srv.AddBot(otherToken, "choir_other_bot")
 	b.inbox = &pgInbox{pool: b.pool}

@@ -19,7 +19,7 @@ import (
 	"github.com/choirhq/choir/daemon/inbox"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
-	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/jobs"
 	"github.com/choirhq/choir/sql/seam"
 )
@@ -130,7 +130,7 @@ func TestRecvClean(t *testing.T) {
 	}
 	kept["host"] = file(outside, "host-secret.json", longAgo)
 
-	logs := &choirdtest.SyncBuffer{}
+	logs := &logbuf.Buffer{}
 	logger := slog.New(slog.NewTextHandler(logs, nil))
 	client, err := jobs.NewClient(jobs.Deps{Pool: pool, Logger: logger, Features: []jobs.Feature{
 		&inbox.RecvCleanWorker{Pool: pool, Logger: logger,

@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/daemon/mailwatch"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/internal/mailbox/mailboxtest"
 	"github.com/choirhq/choir/sql/seam"
 )
@@ -31,7 +32,7 @@ type bundle struct {
 	cfg    *config.Config
 	target mailwatch.Target
 	pushes atomic.Int32
-	logs   *syncBuffer
+	logs   *logbuf.Buffer
 	// idleLook is the watchers' Options.IdleLook.
 	idleLook time.Duration
 }
@@ -46,7 +47,7 @@ func setup(t *testing.T) *bundle {
 	acct.Wake, acct.WakeFrom = true, []string{"bob@ext.test"}
 	cfg := &config.Config{EmailAccounts: map[string]config.EmailAccount{"primary": acct},
 		DMs: map[string]config.DM{"dm-1": {Gateway: "main", UserID: "42"}}}
-	b := &bundle{pool: pool, srv: srv, cfg: cfg, logs: &syncBuffer{}}
+	b := &bundle{pool: pool, srv: srv, cfg: cfg, logs: &logbuf.Buffer{}}
 	b.target = b.addSession(t, ctx, "mailer", "dm-1")
 	return b
 }
@@ -100,24 +101,6 @@ func (b *bundle) waitFor(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// syncBuffer is a log sink safe for the watches' concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 type notice struct {

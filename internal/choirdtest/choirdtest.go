@@ -15,7 +15,6 @@
 package choirdtest
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -29,6 +28,7 @@ import (
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/dbtest"
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -63,7 +63,7 @@ type Choird struct {
 	// DatabaseURL is its database.
 	DatabaseURL string
 	// Logs receives its JSON log lines.
-	Logs *SyncBuffer
+	Logs *logbuf.Buffer
 
 	opts    Options
 	cancel  context.CancelFunc
@@ -81,7 +81,7 @@ func Start(t testing.TB, o Options) *Choird {
 	t.Helper()
 	h := WriteHome(t, o)
 	o.Home, o.DatabaseURL = h.Dir, h.DatabaseURL
-	c := &Choird{Home: h.Dir, Config: h.Config, Secrets: h.Secrets, DatabaseURL: h.DatabaseURL, Logs: &SyncBuffer{},
+	c := &Choird{Home: h.Dir, Config: h.Config, Secrets: h.Secrets, DatabaseURL: h.DatabaseURL, Logs: &logbuf.Buffer{},
 		opts: o, done: make(chan error, 1)}
 	ctx, cancel := context.WithCancel(context.Background())
 	c.cancel = cancel
@@ -218,23 +218,4 @@ func WaitFor(t testing.TB, what string, logs fmt.Stringer, cond func() bool) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// SyncBuffer is a bytes.Buffer safe for concurrent writers, for logs.
-type SyncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *SyncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-// String is what was written so far.
-func (s *SyncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

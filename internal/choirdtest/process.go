@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/rpc/admin"
 )
 
@@ -17,7 +18,7 @@ import (
 type Process struct {
 	Home
 	// Logs receives choird's standard output and error.
-	Logs *SyncBuffer
+	Logs *logbuf.Buffer
 
 	opts Options
 	cmd  *exec.Cmd
@@ -34,7 +35,7 @@ func StartProcess(t testing.TB, o Options) *Process {
 	if d := o.Daemon; d.Transport != "" || d.Listen != "" || d.TLSCert != "" || d.TLSKey != "" {
 		t.Fatal("choirdtest.StartProcess passes no transport options to choird: run it in process (Start) to set them")
 	}
-	p := &Process{Home: WriteHome(t, o), Logs: &SyncBuffer{}, done: make(chan struct{})}
+	p := &Process{Home: WriteHome(t, o), Logs: &logbuf.Buffer{}, done: make(chan struct{})}
 	p.opts = o
 	p.opts.Home, p.opts.DatabaseURL = p.Dir, p.DatabaseURL
 	args := []string{"--home", p.Dir, "--runtime=" + o.Daemon.Runtime}

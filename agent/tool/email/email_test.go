@@ -19,35 +19,18 @@ import (
 	"github.com/choirhq/choir/agent/tool/email"
 	"github.com/choirhq/choir/agent/tool/tooltest"
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/internal/mailbox/mailboxtest"
 	"github.com/choirhq/choir/rpc"
 )
 
 const password = "correct horse battery staple"
 
-// syncBuffer is a log sink safe for the tools' concurrent writes.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type bundle struct {
 	*tooltest.Bundle
 	srv  *mailboxtest.Server
 	acct config.EmailAccount
-	log  *syncBuffer
+	log  *logbuf.Buffer
 }
 
 // listed is acct allowed to send to the test servers' domain, so that a
@@ -61,7 +44,7 @@ func listed(acct config.EmailAccount) config.EmailAccount {
 // account's secret.
 func setup(t *testing.T, srv *mailboxtest.Server, acct config.EmailAccount, ap *approvals) *bundle {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &logbuf.Buffer{}
 	cfg := email.Config{Secret: acct.Secret,
 		AccountFunc: func() (string, config.EmailAccount, bool) { return "primary", acct, true },
 		Logger:      slog.New(slog.NewJSONHandler(logs, nil))}

@@ -1,7 +1,6 @@
 package notion_test
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
@@ -18,32 +17,15 @@ import (
 	"github.com/choirhq/choir/agent/tool/notion"
 	"github.com/choirhq/choir/agent/tool/notion/notiontest"
 	"github.com/choirhq/choir/agent/tool/tooltest"
+	"github.com/choirhq/choir/internal/logbuf"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// syncBuffer is a log sink safe for the tool's goroutine and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type testBundle struct {
 	*tooltest.Bundle
 	fake   *notiontest.Server
-	log    *syncBuffer
+	log    *logbuf.Buffer
 	mu     sync.Mutex
 	slept  []time.Duration
 	secret string
@@ -53,7 +35,7 @@ type testBundle struct {
 // with an environment whose binding reference answers the fake's token.
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	tb := &testBundle{fake: notiontest.NewServer(t), log: &syncBuffer{}}
+	tb := &testBundle{fake: notiontest.NewServer(t), log: &logbuf.Buffer{}}
 	tb.secret = tb.fake.Token
 	cfg := notion.Config{BaseURL: tb.fake.URL(), Logger: slog.New(slog.NewTextHandler(tb.log, nil)),
 		SleepFunc: func(_ context.Context, d time.Duration) error {

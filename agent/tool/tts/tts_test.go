@@ -6,6 +6,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"github.com/choirhq/choir/internal/logbuf"
 	"github.com/choirhq/choir/rpc/usage"
 	"log/slog"
 	"math"
@@ -36,29 +37,12 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // testBundle is the tool over a fresh workspace, a fake ElevenLabs, and a
 // dynamic configuration the test changes as /voice does.
 type testBundle struct {
 	*tooltest.Bundle
 	fake     *ttstest.Server
-	log      *syncBuffer
+	log      *logbuf.Buffer
 	profile  atomic.Pointer[string] // the session's current voice profile
 	profiles map[string]config.VoiceProfile
 	tts      map[string]config.TTS
@@ -74,7 +58,7 @@ type option func(*tts.Config)
 
 func setup(t *testing.T, opts ...option) *testBundle {
 	t.Helper()
-	tb := &testBundle{fake: ttstest.NewServer(t), log: &syncBuffer{}}
+	tb := &testBundle{fake: ttstest.NewServer(t), log: &logbuf.Buffer{}}
 	tb.tts = map[string]config.TTS{
 		"eleven":  {Provider: "elevenlabs", ModelID: "eleven_multilingual_v2", Endpoint: tb.fake.Endpoint(), Secret: "eleven-key"},
 		"eleven2": {Provider: "elevenlabs", ModelID: "eleven_flash_v2_5", Endpoint: tb.fake.Endpoint(), Secret: "eleven-key"},

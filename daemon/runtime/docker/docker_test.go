@@ -22,6 +22,7 @@ import (
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
+	"github.com/choirhq/choir/internal/logbuf"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -340,7 +341,7 @@ func TestWorkspaceHandOverRefusesProtected(t *testing.T) {
 	if err := os.MkdirAll(filepath.Join(home, "logs"), 0o700); err != nil {
 		t.Fatal(err)
 	}
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	rt := newRuntime(t, docker.Options{Scope: b.scope + "-p", User: "1000:1000", Protected: []string{home},
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	hh := b.harnessFor(t, rt)
@@ -366,24 +367,6 @@ func TestWorkspaceHandOverRefusesProtected(t *testing.T) {
 			assertNoInstance(t, rt, spec.AgentID)
 		})
 	}
-}
-
-// syncBuffer is a log sink read while the runtime may write.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func assertNoInstance(t *testing.T, rt runtime.Runtime, agentID string) {

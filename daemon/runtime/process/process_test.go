@@ -9,7 +9,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +18,7 @@ import (
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/runtime/process"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
+	"github.com/choirhq/choir/internal/logbuf"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -252,7 +252,7 @@ func TestNewErrors(t *testing.T) {
 func TestEgressIsNamedNotEnforced(t *testing.T) {
 	t.Parallel()
 	b := &testBundle{bin: runtimetest.BuildAgent(t), state: t.TempDir(), logs: t.TempDir()}
-	var logs syncBuffer
+	var logs logbuf.Buffer
 	rt, err := process.New(process.Options{Binary: b.bin, StateDir: b.state, LogDir: b.logs,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
@@ -277,21 +277,4 @@ func TestEgressIsNamedNotEnforced(t *testing.T) {
 	if !strings.Contains(logs.String(), "cannot enforce the egress gateway") {
 		t.Errorf("no warning that the gateway is not enforced in:\n%s", logs.String())
 	}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/daemon/approval"
+	"github.com/choirhq/choir/daemon/console/login"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/inbox"
 	"github.com/choirhq/choir/daemon/memory"
@@ -44,6 +45,9 @@ type Options struct {
 	Schedules *schedule.Service
 	// Usage serves choirctl usage.
 	Usage *usage.Service
+	// ConsoleLogins serves choirctl console; nil when choird serves no
+	// web console.
+	ConsoleLogins *login.Store
 }
 
 // API serves choirctl's requests: each handler calls the control layer
@@ -68,6 +72,7 @@ func Mount(mux *admin.Mux, o Options) {
 	d.mountMemory(mux)
 	mountSchedules(mux, o.Schedules)
 	mountUsage(mux, o.Usage)
+	mountConsole(mux, o.ConsoleLogins)
 }
 
 // adminScope is the scope of a choirctl request: admin, named by the

@@ -163,11 +163,16 @@ func (c *Console) session(h func(http.ResponseWriter, *http.Request, login.Sessi
 	})
 }
 
-// sameOrigin refuses a request the browser says came from another site,
-// by Sec-Fetch-Site, or whose Origin is not the console's own.
+// sameOrigin refuses a request that a browser says came from another
+// site. Sec-Fetch-Site, when sent, decides: only same-origin passes. (A
+// browser sends it on every request; it sends Origin: null on our own
+// forms, since every page says Referrer-Policy: no-referrer.) Without it,
+// the Origin, when sent, must be the console's own.
 func sameOrigin(r *http.Request) error {
 	switch r.Header.Get("Sec-Fetch-Site") {
-	case "", "same-origin", "none":
+	case "same-origin":
+		return nil
+	case "":
 	default:
 		return errors.New("a cross-site request")
 	}

@@ -94,6 +94,7 @@ func TestConsoleSecurity(t *testing.T) {
 			"NoToken":         {url.Values{"decision": {"approve"}}, nil},
 			"WrongToken":      {url.Values{"decision": {"approve"}, "csrf": {"x" + csrf}}, nil},
 			"CrossSite":       {url.Values{"decision": {"approve"}, "csrf": {csrf}}, map[string]string{"Sec-Fetch-Site": "cross-site"}},
+			"UserTyped":       {url.Values{"decision": {"approve"}, "csrf": {csrf}}, map[string]string{"Sec-Fetch-Site": "none"}},
 			"SameSiteOther":   {url.Values{"decision": {"approve"}, "csrf": {csrf}}, map[string]string{"Sec-Fetch-Site": "same-site"}},
 			"ForeignOrigin":   {url.Values{"decision": {"approve"}, "csrf": {csrf}}, map[string]string{"Origin": "http://evil.example"}},
 			"NullOrigin":      {url.Values{"decision": {"approve"}, "csrf": {csrf}}, map[string]string{"Origin": "null"}},

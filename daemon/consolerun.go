@@ -30,7 +30,8 @@ func (d *Daemon) ConsoleURL() string {
 }
 
 // listenConsole listens for the web console when config.json has a console
-// block: on its address, with TLS when it names a certificate.
+// block: on its address, with TLS when it names a certificate. It returns
+// nil, nil without one.
 func (d *Daemon) listenConsole(ctx context.Context) (*consoleHost, error) {
 	cfg := d.Snapshot().Config.Console
 	if cfg == nil {

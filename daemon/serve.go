@@ -99,18 +99,21 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 		agentLn.Close()
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
-	if d.console, err = d.listenConsole(ctx); err != nil {
-		agentLn.Close()
-		adminLn.Close()
-		return nil, err
-	}
+	// The console is a window onto choird, not part of its work: one that
+	// cannot listen (its port taken, its certificate unreadable) is logged
+	// and told to choirctl console, and choird serves on without it.
 	var logins *login.Store
-	if d.console != nil {
+	consoleProblem := "config.json has no console block"
+	if d.console, err = d.listenConsole(ctx); err != nil {
+		d.logger.ErrorContext(ctx, "console not served", slog.String("error", err.Error()))
+		consoleProblem = err.Error()
+	} else if d.console != nil {
 		logins = d.console.logins
 	}
 	mux := admin.NewMux(d.logger.With(slog.String("component", "admin")))
 	adminapi.Mount(mux, adminapi.Options{Control: d.Control, Approvals: d.approvals, Chat: d.inbox, Pool: d.pool, Memory: d.memory,
-		Version: Version, StartedAt: d.startedAt, Schedules: d.schedules, Usage: d.newUsage(), ConsoleLogins: logins})
+		Version: Version, StartedAt: d.startedAt, Schedules: d.schedules, Usage: d.newUsage(), ConsoleLogins: logins,
+		ConsoleProblem: consoleProblem})
 	d.logger.InfoContext(ctx, "admin API listening", slog.String("socket", admin.SocketPath(d.home)))
 
 	s := &servers{errs: make(chan error, 3), heartbeatPool: hbPool}

@@ -46,8 +46,9 @@ type Options struct {
 	// Usage serves choirctl usage.
 	Usage *usage.Service
 	// ConsoleLogins serves choirctl console; nil when choird serves no
-	// web console.
-	ConsoleLogins *login.Store
+	// web console, and ConsoleProblem then says why.
+	ConsoleLogins  *login.Store
+	ConsoleProblem string
 }
 
 // API serves choirctl's requests: each handler calls the control layer
@@ -72,7 +73,7 @@ func Mount(mux *admin.Mux, o Options) {
 	d.mountMemory(mux)
 	mountSchedules(mux, o.Schedules)
 	mountUsage(mux, o.Usage)
-	mountConsole(mux, o.ConsoleLogins)
+	mountConsole(mux, o.ConsoleLogins, o.ConsoleProblem)
 }
 
 // adminScope is the scope of a choirctl request: admin, named by the

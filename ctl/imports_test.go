@@ -26,7 +26,7 @@ func TestChoirctlReachesChoirdOnlyThroughTheAdminAPI(t *testing.T) {
 	}
 	allowed := func(pkg string) bool {
 		switch pkg {
-		case "cmd/choirctl", "ctl", "ctl/memory", "ctl/logs", "ctl/usage", "config", "config/configdiff", "config/modelenv", "config/workspace", "config/starter", "config/atrest", "sql", "strictjson",
+		case "cmd/choirctl", "ctl", "ctl/memory", "ctl/logs", "ctl/usage", "ctl/console", "config", "config/configdiff", "config/modelenv", "config/workspace", "config/starter", "config/atrest", "sql", "strictjson",
 			"rpc/admin", "rpc/wire", "rpc/unixsock", "rpc/usage",
 			// config validates web.allow_hosts with the guard's parser; it
 			// reaches nothing.

@@ -1,7 +1,8 @@
 // Package adminapi is the admin socket's handlers: the paths choirctl
 // calls, each decoded, run through the control layer with the scope of
 // the peer (an admin, named by its uid), and its error given the code
-// choirctl shows it with; and choird's status.
+// choirctl shows it with; choird's status; and the web console's logins
+// (the admin socket is their trust root).
 package adminapi
 
 import (

@@ -52,14 +52,16 @@ type Options struct {
 	// TLS says the console is served over HTTPS: its cookie is Secure.
 	TLS bool
 	// PollInterval is how often an open page's live updates look for
-	// changes (default 250 ms).
+	// changes (default 200 ms).
 	PollInterval time.Duration
 }
 
 // Console serves the web console's pages.
 type Console struct {
-	o    Options
-	tmpl *template.Template
+	o     Options
+	tmpl  *template.Template
+	feed  *feed
+	usage usageCache
 }
 
 // New returns the console.
@@ -68,10 +70,12 @@ func New(o Options) *Console {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.PollInterval <= 0 {
-		o.PollInterval = 250 * time.Millisecond
+		o.PollInterval = 200 * time.Millisecond
 	}
 	t := template.Must(template.New("console").Funcs(funcs).ParseFS(templateFS, "templates/*.html"))
-	return &Console{o: o, tmpl: t}
+	c := &Console{o: o, tmpl: t}
+	c.feed = &feed{c: c}
+	return c
 }
 
 // Handler is the console's routes, every one behind the security headers;
@@ -135,11 +139,7 @@ func headers(next http.Handler) http.Handler {
 // session's CSRF token.
 func (c *Console) session(h func(http.ResponseWriter, *http.Request, login.Session)) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var secret string
-		if ck, err := r.Cookie(CookieName); err == nil {
-			secret = ck.Value
-		}
-		sess, err := c.o.Logins.Authenticate(r.Context(), secret)
+		sess, err := c.o.Logins.Authenticate(r.Context(), cookieValue(r))
 		if errors.Is(err, login.ErrInvalid) {
 			c.fail(w, r, http.StatusUnauthorized, "You are not logged in, or your session has ended. Run choirctl console for a login link.")
 			return

@@ -12,17 +12,54 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/console/login"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/usage"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
 )
 
 // decidedWindow is how far back the approvals page lists decided ones.
 const decidedWindow = 48 * time.Hour
+
+// feedUsageAge is how stale a usage report the live feed shows.
+const feedUsageAge = 2 * time.Second
+
+// usageCache keeps each agent's latest usage report (today's only).
+type usageCache struct {
+	mu   sync.Mutex
+	last map[string]usageRead
+}
+
+type usageRead struct {
+	report admin.UsageReport
+	at     time.Time
+}
+
+// report is the agent's report of today, read again when older than age.
+func (u *usageCache) report(ctx context.Context, s *usage.Service, agentID string, age time.Duration) (admin.UsageReport, error) {
+	u.mu.Lock()
+	r, ok := u.last[agentID]
+	u.mu.Unlock()
+	if ok && age > 0 && time.Since(r.at) < age {
+		return r.report, nil
+	}
+	rep, err := s.Report(ctx, agentID, 1)
+	if err != nil {
+		return rep, err
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.last == nil {
+		u.last = map[string]usageRead{}
+	}
+	u.last[agentID] = usageRead{report: rep, at: time.Now()}
+	return rep, nil
+}
 
 // page is what every page's template gets.
 type page struct {
@@ -119,8 +156,11 @@ func (c *Console) base(ctx context.Context, sess login.Session, title, nav strin
 	return p
 }
 
-// agents is the overview's data.
-func (c *Console) agents(ctx context.Context, sc control.Scope) ([]agentView, error) {
+// agents is the overview's data. Usage reports older than usageAge are
+// read again; a page asks with 0 (always fresh), the live feed with
+// feedUsageAge, since spend is not what must show within a second and
+// its report is the overview's slowest read.
+func (c *Console) agents(ctx context.Context, sc control.Scope, usageAge time.Duration) ([]agentView, error) {
 	list, err := c.o.Control.AgentList(ctx, sc)
 	if err != nil {
 		return nil, err
@@ -133,7 +173,7 @@ func (c *Console) agents(ctx context.Context, sc control.Scope) ([]agentView, er
 				Budget: admin.BudgetText(l.BudgetRemaining)})
 		}
 		if c.o.Usage != nil {
-			if u, err := c.o.Usage.Report(ctx, a.AgentID, 1); err != nil {
+			if u, err := c.usage.report(ctx, c.o.Usage, a.AgentID, usageAge); err != nil {
 				v.UsageErr = err.Error()
 			} else {
 				v.Usage = &u
@@ -146,7 +186,7 @@ func (c *Console) agents(ctx context.Context, sc control.Scope) ([]agentView, er
 
 func (c *Console) overview(w http.ResponseWriter, r *http.Request, sess login.Session) {
 	p := c.base(r.Context(), sess, "Overview", "overview")
-	agents, err := c.agents(r.Context(), sess.Scope())
+	agents, err := c.agents(r.Context(), sess.Scope(), 0)
 	if err != nil {
 		c.failErr(w, r, err)
 		return

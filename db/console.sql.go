@@ -143,6 +143,18 @@ func (q *Queries) ConsoleSessionRevoke(ctx context.Context, arg ConsoleSessionRe
 	return items, nil
 }
 
+const consoleSessionsPrune = `-- name: ConsoleSessionsPrune :exec
+DELETE FROM choir_control.console_sessions
+ WHERE expires_at < now() - interval '30 days'
+`
+
+// Sessions are kept a month past their end, so that an audit actor
+// console:<prefix> can still be looked up.
+func (q *Queries) ConsoleSessionsPrune(ctx context.Context) error {
+	_, err := q.db.Exec(ctx, consoleSessionsPrune)
+	return err
+}
+
 const consoleTokenInsert = `-- name: ConsoleTokenInsert :exec
 INSERT INTO choir_control.console_tokens (token_hash, created_by, expires_at)
 VALUES ($1, $2, $3)

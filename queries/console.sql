@@ -43,3 +43,9 @@ UPDATE choir_control.console_sessions
    AND revoked_at IS NULL
    AND expires_at > now()
 RETURNING session_id;
+
+-- name: ConsoleSessionsPrune :exec
+-- Sessions are kept a month past their end, so that an audit actor
+-- console:<prefix> can still be looked up.
+DELETE FROM choir_control.console_sessions
+ WHERE expires_at < now() - interval '30 days';

@@ -127,6 +127,16 @@ func TestConsoleSecurity(t *testing.T) {
 		}
 	})
 
+	t.Run("UnknownApprovalNotFound", func(t *testing.T) {
+		t.Parallel()
+		c, _ := b.loggedIn(t)
+		for _, id := range []string{uuid.NewString(), "not-an-id"} {
+			if code, page := body(t, c, b.url+"/approvals/"+id); code != http.StatusNotFound {
+				t.Errorf("approval %s: HTTP %d\n%s", id, code, page)
+			}
+		}
+	})
+
 	t.Run("ExpiredSessionRefused", func(t *testing.T) {
 		t.Parallel()
 		c, ck := b.loggedIn(t)

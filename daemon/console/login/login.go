@@ -89,8 +89,13 @@ func (s *Store) Issue(ctx context.Context, by string) (admin.ConsoleLogin, error
 	token := random()
 	exp := time.Now().Add(TokenLifetime)
 	q := seam.Queries(s.pool)
+	// Each login clears what is long over: tokens a day past their
+	// minute, sessions a month past their end.
 	if err := q.ConsoleTokensPrune(ctx); err != nil {
 		return admin.ConsoleLogin{}, fmt.Errorf("prune console tokens: %w", err)
+	}
+	if err := q.ConsoleSessionsPrune(ctx); err != nil {
+		return admin.ConsoleLogin{}, fmt.Errorf("prune console sessions: %w", err)
 	}
 	if err := q.ConsoleTokenInsert(ctx, db.ConsoleTokenInsertParams{TokenHash: Hash(token), CreatedBy: by, ExpiresAt: exp}); err != nil {
 		return admin.ConsoleLogin{}, fmt.Errorf("store console token: %w", err)

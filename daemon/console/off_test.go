@@ -27,6 +27,15 @@ func TestConsoleOff(t *testing.T) {
 			!strings.Contains(errOut, `"console": {"listen": "127.0.0.1:7780"}`) {
 			t.Errorf("choirctl console: exit %d\n%s%s", code, out, errOut)
 		}
+		// Turning it on takes a restart of choird, and config diff says so.
+		choirdtest.EditHome(t, d.Home, func(c *config.Config) { c.Console = &config.Console{} }, nil)
+		if code, out, errOut := choirctltest.Run(t, d.Home, "config", "load"); code != 0 {
+			t.Fatalf("config load: exit %d\n%s%s", code, out, errOut)
+		}
+		code, out, errOut = choirctltest.Run(t, d.Home, "config", "diff")
+		if !strings.Contains(out, "+ config.json: console [choird-restart] → use: restart choird") {
+			t.Errorf("config diff: exit %d\n%s%s", code, out, errOut)
+		}
 	})
 	t.Run("PortTaken", func(t *testing.T) {
 		t.Parallel()

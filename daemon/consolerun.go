@@ -56,7 +56,7 @@ func (d *Daemon) listenConsole(ctx context.Context) (*consoleHost, error) {
 	h.logins = login.New(d.pool, cfg.SessionLifetime(), h.url)
 	logger := d.logger.With(slog.String("component", "console"))
 	h.pages = console.New(console.Options{Control: d.Control, Approvals: d.approvals, Usage: d.newUsage(), Logins: h.logins,
-		Logger: logger, TLS: cfg.TLS != nil})
+		Proposals: d.proposer, Logger: logger, TLS: cfg.TLS != nil})
 	logger.InfoContext(ctx, "console listening", slog.String("url", h.url))
 	return h, nil
 }

@@ -42,12 +42,21 @@ const CookieName = "choir_console"
 const CSP = "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; " +
 	"form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
 
+// Proposals give the whole text of a self-evolution proposal, as its
+// person was shown it in the chat (propose.Proposer).
+type Proposals interface {
+	Preview(ctx context.Context, approvalID string) (text string, ok bool, err error)
+}
+
 // Options configure the console.
 type Options struct {
 	Control   *control.Control
 	Approvals *approval.Service
 	Usage     *usage.Service
 	Logins    *login.Store
+	// Proposals, when set, add a proposal's whole text to its approval's
+	// page.
+	Proposals Proposals
 	Logger    *slog.Logger
 	// TLS says the console is served over HTTPS: its cookie is Secure.
 	TLS bool

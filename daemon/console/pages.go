@@ -19,6 +19,7 @@ import (
 	"github.com/choirhq/choir/daemon/console/login"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/usage"
+	"github.com/choirhq/choir/internal/verbatim"
 	"github.com/choirhq/choir/rpc/admin"
 	choirsql "github.com/choirhq/choir/sql"
 )
@@ -227,9 +228,22 @@ func (c *Console) approval(w http.ResponseWriter, r *http.Request, sess login.Se
 	c.showApproval(w, r, sess, http.StatusOK, a, "")
 }
 
+// showApproval renders an approval the session's scope has been allowed
+// to see: its payload and, for a proposal, the whole change.
 func (c *Console) showApproval(w http.ResponseWriter, r *http.Request, sess login.Session, status int, a admin.Approval, notice string) {
 	p := c.base(r.Context(), sess, "Approval "+a.ID[:min(8, len(a.ID))], "approvals")
-	p.Notice, p.Data = notice, approvalView{Approval: a, Blocks: payloadBlocks(a.Payload)}
+	blocks := payloadBlocks(a.Payload)
+	if c.o.Proposals != nil {
+		text, ok, err := c.o.Proposals.Preview(r.Context(), a.ID)
+		switch {
+		case err != nil:
+			c.o.Logger.WarnContext(r.Context(), "proposal text not shown", slog.String("approval_id", a.ID), slog.String("error", err.Error()))
+			notice = strings.TrimSpace(notice + " The proposal's text could not be read: " + err.Error())
+		case ok:
+			blocks = append(blocks, textBlock("proposal", unquote(text)))
+		}
+	}
+	p.Notice, p.Data = notice, approvalView{Approval: a, Blocks: blocks}
 	c.render(w, r, status, "approval.html", p)
 }
 
@@ -321,6 +335,18 @@ func indentJSON(raw []byte) string {
 		return string(raw)
 	}
 	return b.String()
+}
+
+// unquote takes the quote bar off each quoted line of a proposal's text
+// (verbatim.Lines): in the page the whole text is shown as text, never as
+// markup, and a diff's lines are marked by what follows the bar. The
+// characters verbatim spelled out stay spelled out.
+func unquote(text string) string {
+	lines := strings.Split(text, "\n")
+	for i, l := range lines {
+		lines[i] = strings.TrimPrefix(l, verbatim.Bar)
+	}
+	return strings.Join(lines, "\n")
 }
 
 // textBlock splits text into lines, marking a diff's lines when the text

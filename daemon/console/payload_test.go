@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"reflect"
 	"testing"
+
+	"github.com/choirhq/choir/internal/verbatim"
 )
 
 // TestPayloadBlocks lays out payloads: the plain fields as indented JSON,
@@ -27,5 +29,18 @@ func TestPayloadBlocks(t *testing.T) {
 				t.Errorf("payloadBlocks(%s) =\n%+v\nwant\n%+v", tc.raw, got, tc.want)
 			}
 		})
+	}
+}
+
+// TestProposalText: a proposal's quoted text loses its bars, and its
+// diff's lines are marked by what follows them.
+func TestProposalText(t *testing.T) {
+	t.Parallel()
+	text := "The change, every line as the agent proposed it:\n" + verbatim.Lines("merge branch x\ndiff --git a/f b/f\n@@ -1 +1 @@\n-a│ b\n+c\u202e")
+	got := textBlock("proposal", unquote(text))
+	want := payloadBlock{Key: "proposal", Lines: []payloadLine{{"", "The change, every line as the agent proposed it:"},
+		{"", "merge branch x"}, {"meta", "diff --git a/f b/f"}, {"hunk", "@@ -1 +1 @@"}, {"del", "-a│ b"}, {"add", `+c\u{202E}`}}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("got\n%+v\nwant\n%+v", got, want)
 	}
 }

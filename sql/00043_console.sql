@@ -28,6 +28,22 @@ CREATE TABLE choir_control.console_sessions (
     revoked_by   text
 );
 
+-- Who logged into the console, from where, and who ended it; actor is how
+-- the session's actions appear in the other views (resolved_by of
+-- choir_audit.approvals). Secrets and CSRF tokens are left out.
+CREATE VIEW choir_audit.console_sessions AS
+SELECT 'console:' || left(session_id::text, 8) AS actor,
+       session_id,
+       created_by,
+       user_agent,
+       created_at,
+       last_seen_at,
+       expires_at,
+       revoked_at,
+       revoked_by
+  FROM choir_control.console_sessions;
+
 -- +goose Down
+DROP VIEW choir_audit.console_sessions;
 DROP TABLE choir_control.console_sessions;
 DROP TABLE choir_control.console_tokens;

@@ -20,6 +20,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/choirhq/choir/daemon/approval"
@@ -133,7 +134,7 @@ func headers(next http.Handler) http.Handler {
 		h.Set("X-Frame-Options", "DENY")
 		h.Set("Cross-Origin-Opener-Policy", "same-origin")
 		h.Set("Cross-Origin-Resource-Policy", "same-origin")
-		if r.URL.Path != "/" && len(r.URL.Path) > 8 && r.URL.Path[:8] == "/static/" {
+		if strings.HasPrefix(r.URL.Path, "/static/") {
 			h.Set("Cache-Control", "no-cache")
 		} else {
 			h.Set("Cache-Control", "no-store")

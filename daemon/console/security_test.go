@@ -120,6 +120,11 @@ func TestConsoleSecurity(t *testing.T) {
 		if by != actor || status != "rejected" {
 			t.Errorf("audit view: %s by %q, want rejected by %q", status, by, actor)
 		}
+		var createdBy string
+		if err := pool.QueryRow(ctx, `SELECT created_by FROM choir_audit.console_sessions WHERE actor = $1`, actor).Scan(&createdBy); err != nil ||
+			!strings.HasPrefix(createdBy, "choirctl") {
+			t.Errorf("choir_audit.console_sessions: %s was created by %q, %v", actor, createdBy, err)
+		}
 		// A second decision says who won, and changes nothing.
 		if code, page := b.postBody(t, c, path, url.Values{"decision": {"approve"}, "csrf": {csrf}}); code != http.StatusConflict ||
 			!strings.Contains(page, "already rejected by "+actor) {

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/choirhq/choir/daemon/console/login"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/internal/choirctltest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc/admin"
 )
@@ -184,6 +186,14 @@ func TestConsoleSecurity(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("the session is not listed as revoked by choirctl: %+v", list)
+		}
+		code, out, errOut := choirctltest.Run(t, b.d.Home, "console", "sessions")
+		if code != 0 || !regexp.MustCompile(`(?m)^`+prefix+` +revoked `).MatchString(out) {
+			t.Errorf("choirctl console sessions: exit %d\n%s%s", code, out, errOut)
+		}
+		if code, out, errOut := choirctltest.Run(t, b.d.Home, "console", "sessions", "revoke", prefix); code == 0 ||
+			!strings.Contains(errOut, "no live console session") {
+			t.Errorf("revoking it again: exit %d\n%s%s", code, out, errOut)
 		}
 	})
 

@@ -17,7 +17,7 @@ import (
 
 // recheckEvery is how often an open event stream checks that its session
 // still lives: a revoked or expired session's stream ends.
-const recheckEvery = 5 * time.Second
+const recheckEvery = 2 * time.Second
 
 // snapshot is what the live pages show: the agents' table, rendered as the
 // overview renders it, and the pending approvals' count and fingerprint.

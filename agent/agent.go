@@ -40,7 +40,10 @@ type Options struct {
 	// ControlPlane, Socket, Endpoint and CACert choose the transport
 	// (spec 12.2).
 	ControlPlane, Socket, Endpoint, CACert string
-	AgentID, SessionID, LeaseToken         string
+	// EgressSocket is choird's egress gateway (rpc/egress): every
+	// connection out goes through it. Empty: the agent dials directly.
+	EgressSocket                   string
+	AgentID, SessionID, LeaseToken string
 	// Workspace is the leased workspace (/workspace in the container).
 	Workspace string
 	// ChoirDir holds the image's tools, skills and identity (/choir).

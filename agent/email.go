@@ -23,7 +23,8 @@ func (s *session) emailTools() []tool.Tool {
 		secret = d.EmailAccounts[name].Secret
 	}
 	return email.Tools(email.Config{Secret: secret, Approvals: approver{client: s.client}, Decisions: s.decisions,
-		Logger: s.logger.With(slog.String("email_account", name)),
+		DialFunc: s.builtinDial("email"),
+		Logger:   s.logger.With(slog.String("email_account", name)),
 		AccountFunc: func() (string, config.EmailAccount, bool) {
 			d := s.dyn.Load()
 			if d == nil {

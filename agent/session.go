@@ -21,15 +21,18 @@ import (
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/meter"
+	"github.com/choirhq/choir/agent/netout"
 	"github.com/choirhq/choir/agent/sandbox"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/email"
 	"github.com/choirhq/choir/agent/tool/mcp"
+	"github.com/choirhq/choir/agent/tool/offer"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/internal/logjson"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/egress"
 )
 
 // session is one session of the agent, in the phases Run drives it
@@ -47,6 +50,8 @@ type session struct {
 	// mcp are the agent's running MCP servers (tools.go).
 	mcp    *mcp.Set
 	skills *skill.Set
+	// egress is the way out through choird's gateway; nil without one.
+	egress *netout.Dialer
 
 	secrets *secretStore
 	// decisions are the approval outcomes choird pushed, for the tools
@@ -96,12 +101,16 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 		}
 		logger.Info("sandbox check passed")
 	}
+	eg, err := startEgress(ctx, opts, logger)
+	if err != nil {
+		return nil, err
+	}
 	cl, err := client.New(client.Options{ControlPlane: opts.ControlPlane, Socket: opts.Socket,
 		Endpoint: opts.Endpoint, CACert: opts.CACert, SessionID: opts.SessionID, LeaseToken: opts.LeaseToken, Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("connect to choird: %w", err)
 	}
-	s := &session{opts: opts, logger: logger, client: cl, secrets: &secretStore{}, decisions: email.NewDecisions(),
+	s := &session{opts: opts, logger: logger, client: cl, egress: eg, secrets: &secretStore{}, decisions: email.NewDecisions(),
 		shutdown: make(chan stopRequest, 1)}
 	s.meter = meter.New(meter.Config{AgentID: opts.AgentID, NotifyFunc: s.notifyUsage, BilledFailureFunc: s.logBilledFailure})
 	if err := s.open(ctx); err != nil {
@@ -208,7 +217,19 @@ func (s *session) secretNames() []string {
 
 // model returns the settings of the model the edge calls next.
 func (s *session) model() llm.ModelSettings {
-	return modelSettings(s.dyn.Load(), s.hello.ResourceBindings.Models["llm"], s.secrets.get)
+	return s.viaGateway(modelSettings(s.dyn.Load(), s.hello.ResourceBindings.Models["llm"], s.secrets.get))
+}
+
+// viaGateway sends the calls of m to choird's service route for the
+// model when the session goes out through the egress gateway: choird adds
+// the key and reserves the call's spend against the agent's and the
+// host's caps before the provider sees it (daemon/egress/svc).
+func (s *session) viaGateway(m llm.ModelSettings) llm.ModelSettings {
+	if s.egress == nil {
+		return m
+	}
+	m.Endpoint, m.APIKey, m.Gateway = egress.ServiceURL("llm", m.Name), "", true
+	return m
 }
 
 // coreModel returns the settings of the flagship model core jobs call:
@@ -222,7 +243,7 @@ func (s *session) coreModel() llm.ModelSettings {
 	}
 	m := s.dyn.Load().Models[name]
 	key, _ := s.secrets.get(m.Secret)
-	return llm.ModelSettingsFromConfig(name, m, key)
+	return s.viaGateway(llm.ModelSettingsFromConfig(name, m, key))
 }
 
 // configureGitIdentity sets up the session's git identity, if it has one:
@@ -278,7 +299,7 @@ func (s *session) restore() error {
 		Fault:   s.opts.Fault, Untrusted: s.untrustedInput})
 	s.out = &outbound{client: s.client, logger: s.logger}
 	s.status = &statusReporter{client: s.client, logger: s.logger, kick: make(chan struct{}, 1), sources: s.arb.LaneSources}
-	inj := tool.NewInjector(s.tools, tool.InjectorConfig{Mode: tool.Mode(s.dyn.Load().ToolMode), Search: s.toolSearch})
+	inj := offer.NewInjector(s.tools, offer.InjectorConfig{Mode: offer.Mode(s.dyn.Load().ToolMode), Search: s.toolSearch})
 	s.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: s.arb, Log: log, Tools: s.tools, Skills: s.skills, LLM: &llm.Client{Gate: s.meter},
 		Injector: inj, FlushFunc: s.out.flushTo,
 		Model: s.model, Out: s.out, Logger: s.logger, StatusFunc: s.status.changed,

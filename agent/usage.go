@@ -48,7 +48,8 @@ func (s *session) logBilledFailure(req *llm.Request, u llm.Usage) {
 	defer cancel()
 	if _, err := arb.Commit(ctx, rpc.EventLLMCallCommitted, lane, commitlog.LLMCall{Model: req.Model.Name, Lane: lane,
 		PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, CachedTokens: u.CachedTokens,
-		CostUSD: u.CostUSD, CostSource: u.CostSource, JobID: req.JobID, Purpose: commitlog.PurposeBilledFailure}); err != nil {
+		CostUSD: u.CostUSD, CostSource: u.CostSource, JobID: req.JobID, Purpose: commitlog.PurposeBilledFailure,
+		SpendKey: req.SpendKey}); err != nil {
 		s.logger.Warn("billed failure not logged: its spend counts in this session only", slog.String("error", err.Error()))
 	}
 }

@@ -21,6 +21,7 @@ func (s *session) webTools() web.Config {
 			return config.Web{}
 		},
 		ProviderFunc: s.searchProvider,
+		DialFunc:     s.builtinDial(web.NameFetch),
 		Logger:       s.logger,
 	}
 }

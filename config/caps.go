@@ -102,3 +102,27 @@ func SetAgentCap(raw []byte, agentID, field, value string) ([]byte, error) {
 	cfg.Agents[agentID] = a
 	return cfg.MarshalIndent()
 }
+
+// HostCaps are the host-wide day caps (issue 34): what all agents
+// together may spend per UTC day on metered calls through choird's
+// egress gateway, which reserves each call's worst case against them
+// before forwarding it. Zero or omitted means no cap.
+//
+//	"caps": {"host_per_day_usd": 20, "host_per_day_tokens": 50000000}
+type HostCaps struct {
+	HostPerDayUSD    float64 `json:"host_per_day_usd,omitempty"`
+	HostPerDayTokens int64   `json:"host_per_day_tokens,omitempty"`
+}
+
+// HostCapFields are the JSON paths of the host-wide caps, as an
+// operator names them.
+var HostCapFields = []string{"caps.host_per_day_usd", "caps.host_per_day_tokens"}
+
+func (v *validator) hostCaps(p string, c HostCaps) {
+	if c.HostPerDayUSD < 0 || math.IsNaN(c.HostPerDayUSD) || math.IsInf(c.HostPerDayUSD, 0) {
+		v.add(sub(p, "host_per_day_usd"), "must be 0 or more (0 or omitted: no cap), e.g. %s", `"host_per_day_usd": 20`)
+	}
+	if c.HostPerDayTokens < 0 {
+		v.add(sub(p, "host_per_day_tokens"), "must be 0 or more (0 or omitted: no cap), e.g. %s", `"host_per_day_tokens": 50000000`)
+	}
+}

@@ -47,3 +47,27 @@ func TestCapsParseFlatInBudgets(t *testing.T) {
 		t.Errorf("a misspelt cap: err = %v, want it named", err)
 	}
 }
+
+// TestHostCapsParseStrictlyAndValidate reads the host-wide caps from the
+// top-level caps object, refuses a misspelt one by name and a negative
+// one with its JSON path and an example.
+func TestHostCapsParseStrictlyAndValidate(t *testing.T) {
+	t.Parallel()
+	var c config.Config
+	if err := strictjson.Decode([]byte(`{"caps": {"host_per_day_usd": 20, "host_per_day_tokens": 1000000}}`), &c, strictjson.Limits{}); err != nil {
+		t.Fatal(err)
+	}
+	if c.Caps.HostPerDayUSD != 20 || c.Caps.HostPerDayTokens != 1_000_000 {
+		t.Errorf("caps = %+v", c.Caps)
+	}
+	err := strictjson.Decode([]byte(`{"caps": {"host_per_day_dollars": 20}}`), &c, strictjson.Limits{})
+	if err == nil || !strings.Contains(err.Error(), "host_per_day_dollars") {
+		t.Errorf("a misspelt host cap: err = %v, want it named", err)
+	}
+	cfg, s := specConfig(t), specSecrets()
+	cfg.Caps = config.HostCaps{HostPerDayUSD: -1, HostPerDayTokens: -2}
+	checkProblems(t, problems(t, cfg.Validate(s)), []string{
+		`$.caps.host_per_day_usd: must be 0 or more (0 or omitted: no cap), e.g. "host_per_day_usd": 20`,
+		`$.caps.host_per_day_tokens: must be 0 or more (0 or omitted: no cap), e.g. "host_per_day_tokens": 50000000`,
+	})
+}

@@ -67,6 +67,8 @@ type Config struct {
 	Web Web `json:"web,omitzero"`
 	// Console is the operator's web console; nil (no block) serves none.
 	Console *Console `json:"console,omitempty"`
+	// Caps are the host-wide caps across all agents (see caps.go).
+	Caps HostCaps `json:"caps,omitzero"`
 
 	// Tunables. Zero means the default; the accessor methods such as
 	// [Config.HeartbeatInterval] apply it, and [Config.ApplyDefaults]
@@ -356,6 +358,9 @@ type Agent struct {
 	// UntrustedInput is what the agent's lanes may do once they have read
 	// strangers' words; see UntrustedInput. Omitted: approve.
 	UntrustedInput UntrustedInput `json:"untrusted_input,omitzero"`
+	// Egress is where the agent's tools may connect through choird's
+	// egress gateway; see Egress. Omitted: approve every host.
+	Egress Egress `json:"egress,omitzero"`
 }
 
 // AgentWeb is an agent's own web settings.

@@ -52,6 +52,7 @@ func (c *Config) ValidateAt(home string, s Secrets) error {
 	v.dms()
 	v.postgres()
 	v.agents()
+	v.hostCaps(path("caps"), c.Caps)
 	v.tunables()
 	if len(v.problems) == 0 {
 		return nil
@@ -538,6 +539,7 @@ func (v *validator) agents() {
 		v.memoryReaders(sub(p, "memory_readable_by"), id, a.MemoryReadableBy)
 		v.allowHosts(sub(sub(p, "web"), "allow_hosts"), a.Web.AllowHosts)
 		v.untrustedInput(sub(p, "untrusted_input"), a.UntrustedInput)
+		v.egress(sub(p, "egress"), a.Egress)
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -48,32 +47,24 @@ func localInit(t *testing.T, home, url string) {
 	}
 }
 
+// migrationCount is the number of known migrations, SQL and Go.
 func migrationCount(t *testing.T) int {
 	t.Helper()
-	files, err := fs.Glob(choirsql.FS(), "*.sql")
+	vs, err := choirsql.Versions()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(files) + len(choirsql.GoMigrationVersions)
+	return len(vs)
 }
 
-// latestMigration is the highest migration version (versions have gaps:
-// each area of the schema owns a range of numbers).
+// latestMigration is the highest migration version.
 func latestMigration(t *testing.T) int {
 	t.Helper()
-	files, err := fs.Glob(choirsql.FS(), "*.sql")
+	vs, err := choirsql.Versions()
 	if err != nil {
 		t.Fatal(err)
 	}
-	latest := choirsql.RiverMigrationVersion
-	for _, f := range files {
-		v, err := strconv.Atoi(strings.SplitN(f, "_", 2)[0])
-		if err != nil {
-			t.Fatalf("migration %s: %v", f, err)
-		}
-		latest = max(latest, v)
-	}
-	return latest
+	return int(vs[len(vs)-1])
 }
 
 func TestInit(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 	"github.com/choirhq/choir/ctl/console"
 	"github.com/choirhq/choir/ctl/logs"
 	"github.com/choirhq/choir/ctl/memory"
+	"github.com/choirhq/choir/ctl/secret"
 	"github.com/choirhq/choir/ctl/usage"
 	"github.com/choirhq/choir/internal/logjson"
 	"github.com/choirhq/choir/rpc/admin"
@@ -113,7 +114,8 @@ Exit codes:
 	root.SetErr(g.stderr)
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageErr(err) })
 	root.AddCommand(newInitCommand(g), newDBCommand(g), newConfigCommand(g), newStatusCommand(g), memory.Command(memory.Env{Client: g.client, Stdout: g.stdout, Stderr: g.stderr, UsageErr: usageErr}),
-		newAgentCommand(g), newWorkspaceCommand(g), newSecretCommand(g), newChatCommand(g), newScheduleCommand(g))
+		newAgentCommand(g), newWorkspaceCommand(g), newChatCommand(g), newScheduleCommand(g))
+	root.AddCommand(secret.Command(secret.Env{Home: func() string { return g.home }, Client: g.client, Stdout: g.stdout, UsageErr: usageErr}))
 	root.AddCommand(sessionCommands(g)...)
 	root.AddCommand(logs.Command(logs.Env{Home: func() string { return g.home }, Stdout: g.stdout, Stderr: g.stderr,
 		UsageErr: usageErr}))

@@ -15,6 +15,7 @@ import (
 	"github.com/choirhq/choir/daemon/memory/pipeline"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sort"
@@ -27,6 +28,8 @@ import (
 	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
+	"github.com/choirhq/choir/daemon/egress"
+	"github.com/choirhq/choir/daemon/egress/svc"
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/gateway"
 	"github.com/choirhq/choir/daemon/inbox"
@@ -41,6 +44,7 @@ import (
 	"github.com/choirhq/choir/daemon/runtime/process"
 	"github.com/choirhq/choir/daemon/schedule"
 	"github.com/choirhq/choir/daemon/session"
+	"github.com/choirhq/choir/daemon/spend"
 	"github.com/choirhq/choir/daemon/usage"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/internal/logjson"
@@ -111,17 +115,20 @@ type Options struct {
 type Daemon struct {
 	*control.Control
 
-	home      string
-	logger    *slog.Logger
-	logFile   *logfile.Writer
-	pool      *pgxpool.Pool
-	river     *jobs.Client
-	api       *agentapi.API
-	runtime   runtime.Runtime
-	opts      Options
-	memory    *memory.Store
-	rpc       *rpc.Server
-	startedAt time.Time
+	home    string
+	logger  *slog.Logger
+	logFile *logfile.Writer
+	pool    *pgxpool.Pool
+	river   *jobs.Client
+	api     *agentapi.API
+	runtime runtime.Runtime
+	opts    Options
+	// egressServices serves the egress gateway's /svc/ routes; nil
+	// answers them 404.
+	egressServices http.Handler
+	memory         *memory.Store
+	rpc            *rpc.Server
+	startedAt      time.Time
 	// gateway runs the Telegram bots; nil when none is configured.
 	gateway *gateway.Gateway
 	// sendLimiter paces everything sent through the bots.
@@ -342,13 +349,14 @@ func (d *Daemon) open(ctx context.Context) error {
 	}
 	d.Control = control.New(control.Options{Home: d.home, Logger: d.logger, Pool: d.pool, Config: cfg, Secrets: secrets,
 		ConfigVersion: version, AgentBinary: d.opts.AgentBinary, AgentImage: d.opts.AgentImage, OSImage: d.opts.OSImage,
-		AgentSocket: AgentSocketPath(d.home)})
+		AgentSocket: AgentSocketPath(d.home), EgressSocket: EgressSocketPath(d.home)})
 	// Approvals first: the features whose requests wait for a person
 	// register what follows an outcome with them.
 	d.approvals = approval.New(d.pool, d.logger)
 	d.proposer = propose.New(propose.Options{Pool: d.pool, Home: d.home, Control: d.Control,
 		Logger: d.logger.With(slog.String("component", "propose"))})
 	propose.RegisterApprovals(d.approvals.Registry)
+	egress.RegisterApprovals(d.approvals.Registry)
 	d.logFile.SetThreshold(cfg.LogArchiveThreshold())
 	d.OnConfigApplied(func(c *config.Config, _ config.Secrets) { d.logFile.SetThreshold(c.LogArchiveThreshold()) })
 	return nil
@@ -384,8 +392,16 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 		Logger: d.logger.With(slog.String("component", "schedule")), DMAddress: d.DMAddress,
 		PushPending: d.inbox.PushPending, Starter: d.Control, Approvals: d.approvals.Registry})
 	schedule.RegisterApprovals(d.approvals.Registry)
+	// The gateway's service routes add the credentials and meter the
+	// spend of model, search, speech and Notion calls (daemon/egress/svc).
+	ledger := spend.New(spend.Options{Pool: d.pool, Config: func() *config.Config { return d.Snapshot().Config }})
+	services := svc.New(svc.Options{Pool: d.pool, Ledger: ledger,
+		Config: func() (*config.Config, config.Secrets) { s := d.Snapshot(); return s.Config, s.Secrets },
+		Logger: d.logger.With(slog.String("component", "egress_svc"))})
+	d.egressServices = services
 	// Each feature registers its own job kinds; River only runs them.
 	features := []jobs.Feature{
+		&spend.ExpireWorker{Ledger: ledger, Logger: d.logger.With(slog.String("component", "spend"))},
 		session.CrashDetection{Pool: d.pool, Logger: d.logger, DMAddress: d.DMAddress, RemoveInstance: d.removeInstance,
 			Threshold:    func() time.Duration { return d.Snapshot().Config.CrashDetectionThreshold() },
 			SessionEnded: memoryWorkers.SessionEndedTx},

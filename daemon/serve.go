@@ -35,8 +35,8 @@ const (
 // AgentSocketPath is the agent protocol's Unix socket under home.
 func AgentSocketPath(home string) string { return filepath.Join(home, "socks", "choird.sock") }
 
-// servers runs the agent protocol, the admin API and the web console until
-// ctx ends.
+// servers runs the agent protocol, the egress gateway, the admin API and
+// the web console until ctx ends.
 type servers struct {
 	wg   sync.WaitGroup
 	errs chan error
@@ -50,9 +50,9 @@ type servers struct {
 // River's workers, a flood of other calls) can take them.
 const heartbeatPoolConns = 4
 
-// startServers listens on the agent protocol's transport, on the admin
-// socket and, when config.json asks, for the web console, and serves them
-// in the background. A socket held by a running choird is an error naming
+// startServers listens on the agent protocol's transport, for the egress
+// gateway, on the admin socket and, when config.json asks, for the web
+// console, and serves them in the background. A socket held by a running choird is an error naming
 // its process.
 func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, err error) {
 	snap := d.Snapshot()
@@ -80,7 +80,8 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 			d.inbox.RedeliverInbox(ctx, agentID, id, time.Now())
 			d.approvals.PushOutcomes(ctx, agentID, id)
 		}})
-	srv, err := rpc.NewServer(rpc.ServerOptions{Handler: d.api.Handler(), Authenticator: agentapi.NewSessionAuth(d.pool),
+	auth := agentapi.NewSessionAuth(d.pool)
+	srv, err := rpc.NewServer(rpc.ServerOptions{Handler: d.api.Handler(), Authenticator: auth,
 		Replay: agentapi.ReplayStore{Pool: d.pool}, Limits: opts.AgentLimits, Logger: d.logger.With(slog.String("component", "rpc"))})
 	if err != nil {
 		return nil, fmt.Errorf("create agent protocol server: %w", err)
@@ -93,10 +94,16 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 	if err != nil {
 		return nil, err
 	}
+	gw, egressLn, err := d.listenEgress(ctx, auth)
+	if err != nil {
+		agentLn.Close()
+		return nil, err
+	}
 
 	adminLn, err := admin.Listen(ctx, admin.SocketPath(d.home))
 	if err != nil {
 		agentLn.Close()
+		egressLn.Close()
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
 	// The console is a window onto choird, not part of its work: one that
@@ -116,8 +123,11 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 		ConsoleProblem: consoleProblem})
 	d.logger.InfoContext(ctx, "admin API listening", slog.String("socket", admin.SocketPath(d.home)))
 
-	s := &servers{errs: make(chan error, 3), heartbeatPool: hbPool}
+	// One error for each server: the agent protocol, the egress gateway, the
+	// admin API and the console.
+	s := &servers{errs: make(chan error, 4), heartbeatPool: hbPool}
 	s.wg.Go(func() { s.errs <- srv.Serve(ctx, agentLn) })
+	s.wg.Go(func() { s.errs <- gw.Serve(ctx, egressLn) })
 	s.wg.Go(func() {
 		s.errs <- admin.Serve(ctx, adminLn, mux, admin.ServeOptions{Logger: d.logger.With(slog.String("component", "admin"))})
 	})

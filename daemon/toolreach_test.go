@@ -16,6 +16,8 @@ import (
 	"sync/atomic"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
@@ -80,6 +82,8 @@ type reachSetup struct {
 	listen string
 	// socket is choird's agent socket as the agent sees it.
 	socket func(home string) string
+	// edit, when set, changes the configuration further.
+	edit func(c *config.Config)
 }
 
 // runReachProbe starts "assistant" under setup's runtime, has the model
@@ -104,6 +108,8 @@ type toolRun struct {
 	ws        string
 	sessionID string
 	hash      []byte
+	// pool is choird's database, open until the test ends.
+	pool *pgxpool.Pool
 }
 
 // runToolCalls starts "assistant" under setup's runtime with files in
@@ -118,6 +124,9 @@ func runToolCalls(t *testing.T, setup reachSetup, files map[string][]byte, calls
 			// these tests are about what tools reach, not crash detection.
 			choirdtest.FastHeartbeat(c, s)
 			c.CrashDetectionThresholdMS = 30_000
+			if setup.edit != nil {
+				setup.edit(c)
+			}
 		}})
 	defer d.StopAgents(t)
 	home, ws := d.Home, d.Workspace("main")
@@ -130,7 +139,7 @@ func runToolCalls(t *testing.T, setup reachSetup, files map[string][]byte, calls
 		t.Fatalf("start: %s", errs)
 	}
 	st := d.WaitState(t, "assistant", admin.AgentActive)
-	run := toolRun{results: map[string]string{}, ws: ws, sessionID: st.SessionID}
+	run := toolRun{results: map[string]string{}, ws: ws, sessionID: st.SessionID, pool: d.Pool()}
 	if err := d.Pool().QueryRow(context.Background(), "SELECT lease_token_hash FROM choir_control.sessions WHERE session_id = $1",
 		st.SessionID).Scan(&run.hash); err != nil {
 		t.Fatal(err)

@@ -232,3 +232,31 @@ type ChoirControlSessionSnapshot struct {
 	Hash        []byte          `json:"hash"`
 	StateSha256 []byte          `json:"state_sha256"`
 }
+
+type ChoirControlSpend struct {
+	SpendID          int64      `json:"spend_id"`
+	AgentID          string     `json:"agent_id"`
+	SessionID        uuid.UUID  `json:"session_id"`
+	SpendKey         string     `json:"spend_key"`
+	Kind             string     `json:"kind"`
+	Service          string     `json:"service"`
+	Lane             *string    `json:"lane"`
+	JobID            *string    `json:"job_id"`
+	Purpose          *string    `json:"purpose"`
+	State            string     `json:"state"`
+	CreatedAt        time.Time  `json:"created_at"`
+	AgentDay         time.Time  `json:"agent_day"`
+	HostDay          time.Time  `json:"host_day"`
+	ExpiresAt        time.Time  `json:"expires_at"`
+	SettledAt        *time.Time `json:"settled_at"`
+	ReservedTokens   int64      `json:"reserved_tokens"`
+	ReservedUsd      float64    `json:"reserved_usd"`
+	Unit             string     `json:"unit"`
+	Units            int64      `json:"units"`
+	PromptTokens     int64      `json:"prompt_tokens"`
+	CompletionTokens int64      `json:"completion_tokens"`
+	CachedTokens     int64      `json:"cached_tokens"`
+	CostUsd          float64    `json:"cost_usd"`
+	CostSource       *string    `json:"cost_source"`
+	Outcome          *string    `json:"outcome"`
+}

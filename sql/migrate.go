@@ -15,6 +15,9 @@ import (
 	"fmt"
 	"io/fs"
 	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
@@ -156,6 +159,26 @@ func results(rs []*goose.MigrationResult) []Result {
 // beside the embedded SQL files: River's tables, and the adoption of
 // agent_schema_parts.
 var GoMigrationVersions = []int64{RiverMigrationVersion, PartsMigrationVersion}
+
+// Versions are the versions of every known migration, SQL and Go, in
+// ascending order (they have gaps: each area of the schema owns a range
+// of numbers).
+func Versions() ([]int64, error) {
+	files, err := fs.Glob(migrations, "*.sql")
+	if err != nil {
+		return nil, err
+	}
+	vs := slices.Clone(GoMigrationVersions)
+	for _, f := range files {
+		v, err := strconv.ParseInt(strings.SplitN(f, "_", 2)[0], 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("migration %s has no version: %w", f, err)
+		}
+		vs = append(vs, v)
+	}
+	slices.Sort(vs)
+	return vs, nil
+}
 
 func sourceName(s *goose.Source) string {
 	switch {

@@ -3,10 +3,8 @@ package sql_test
 import (
 	"context"
 	"errors"
-	"io/fs"
 	"runtime/debug"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -35,34 +33,24 @@ func newMigrator(t *testing.T, url string) (*choirsql.Migrator, *pgxpool.Pool) {
 	return m, pool
 }
 
-// migrationCount is the number of known migrations: the SQL files plus the
-// Go migrations.
+// migrationCount is the number of known migrations, SQL and Go.
 func migrationCount(t *testing.T) int {
 	t.Helper()
-	files, err := fs.Glob(choirsql.FS(), "*.sql")
+	vs, err := choirsql.Versions()
 	if err != nil {
 		t.Fatal(err)
 	}
-	return len(files) + len(choirsql.GoMigrationVersions)
+	return len(vs)
 }
 
-// latestMigration is the highest migration version: versions are not
-// contiguous (each area of the schema owns a range of numbers).
+// latestMigration is the highest migration version.
 func latestMigration(t *testing.T) int64 {
 	t.Helper()
-	files, err := fs.Glob(choirsql.FS(), "*.sql")
+	vs, err := choirsql.Versions()
 	if err != nil {
 		t.Fatal(err)
 	}
-	latest := slices.Max(choirsql.GoMigrationVersions)
-	for _, f := range files {
-		v, err := strconv.ParseInt(strings.SplitN(f, "_", 2)[0], 10, 64)
-		if err != nil {
-			t.Fatalf("migration %s: %v", f, err)
-		}
-		latest = max(latest, v)
-	}
-	return latest
+	return int64(vs[len(vs)-1])
 }
 
 func containsAll(got, want []string) bool {

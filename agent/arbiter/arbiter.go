@@ -409,7 +409,8 @@ func (a *Arbiter) run(ctx context.Context, def *tool.Def, p Proposal, d decision
 	execErr := a.durable(ctx, call, ev.Rev)
 	ran := false
 	if execErr == nil {
-		res, ran, execErr = a.execute(tool.WithLaneSources(tool.WithCallKey(ctx, call.IdempotencyKey), a.prov.of(lane)), def, p, d)
+		cctx := tool.WithLaneName(tool.WithCallKey(ctx, call.IdempotencyKey), lane)
+		res, ran, execErr = a.execute(tool.WithLaneSources(cctx, a.prov.of(lane)), def, p, d)
 		a.fault(FaultAfterEffect, call)
 	}
 	dur := time.Since(start)

@@ -46,6 +46,10 @@ type LLMCall struct {
 	// tools parameter, so the saving of each mode can be measured.
 	ToolMode         string `json:"tool_mode,omitempty"`
 	ToolSchemaTokens int64  `json:"tool_schema_tokens,omitempty"`
+	// SpendKey is the call's name in choird's spend ledger when it went
+	// through the egress gateway's service route: the usage views count
+	// the gateway's record of it, not this one.
+	SpendKey string `json:"spend_key,omitempty"`
 }
 
 // Purposes of a model call besides a lane's step.

@@ -22,6 +22,7 @@ import (
 	"github.com/choirhq/choir/agent/meter"
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/offer"
 	"github.com/choirhq/choir/agent/workmem"
 	"github.com/choirhq/choir/rpc"
 )
@@ -102,7 +103,7 @@ type EdgeConfig struct {
 	Jobs func(*Edge) Jobs
 	// Injector decides how the model is offered the tools (direct,
 	// compact or discovery); nil: direct.
-	Injector *tool.Injector
+	Injector *offer.Injector
 	// FlushFunc returns once choird has acknowledged the log through rev
 	// (or fails): an approved call runs only once choird holds the event
 	// that took its approval (approved.go). Nil: nothing is awaited.
@@ -157,7 +158,7 @@ type Edge struct {
 	// jobs are the edge's core jobs; nil when it has none.
 	jobs Jobs
 	// offer is the running turn's view of the tools (offer.go).
-	offer atomic.Pointer[tool.Offer]
+	offer atomic.Pointer[offer.Offer]
 	// unsettled is set while a turn may have committed a user message
 	// whose answer has not been handed to Out: from construction until
 	// resume has looked at the log, and from the commit of a user message
@@ -193,7 +194,7 @@ func NewEdge(cfg EdgeConfig) *Edge {
 		cfg.RateLimitDelay = llm.DefaultRateLimitDelay
 	}
 	if cfg.Injector == nil {
-		cfg.Injector = tool.NewInjector(cfg.Tools, tool.InjectorConfig{Mode: tool.ModeDirect})
+		cfg.Injector = offer.NewInjector(cfg.Tools, offer.InjectorConfig{Mode: offer.ModeDirect})
 	}
 	e := &Edge{cfg: cfg, queue: make(chan UserMessage, 1024), state: EdgeIdle, wake: make(chan struct{}, 1),
 		inbox: map[int64]struct{}{}}
@@ -589,7 +590,7 @@ func (e *Edge) complete(callCtx, ctx context.Context, msgs []llm.Message) (*llm.
 		Lane: "edge", PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
 		LatencyMS: resp.Latency.Milliseconds(), ToolMode: string(e.currentOffer().Mode()),
 		ToolSchemaTokens: schemaTokens(tools), CachedTokens: resp.Usage.CachedTokens, CostUSD: resp.Usage.CostUSD,
-		CostSource: resp.Usage.CostSource}); err != nil {
+		CostSource: resp.Usage.CostSource, SpendKey: resp.SpendKey}); err != nil {
 		return nil, rpc.Event{}, fmt.Errorf("commit llm call: %w", err)
 	}
 	out := map[string]any{"text": resp.Content}

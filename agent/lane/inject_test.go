@@ -18,11 +18,12 @@ import (
 	"github.com/choirhq/choir/agent/skill"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/agent/tool/offer"
 	"github.com/choirhq/choir/rpc"
 )
 
 // setupMode is setup with the tools offered in a forced mode.
-func setupMode(t *testing.T, mode tool.Mode, steps ...llmtest.Step) *bundle {
+func setupMode(t *testing.T, mode offer.Mode, steps ...llmtest.Step) *bundle {
 	t.Helper()
 	srv := llmtest.NewServer(t, steps...)
 	ws := t.TempDir()
@@ -43,7 +44,7 @@ func setupMode(t *testing.T, mode tool.Mode, steps ...llmtest.Step) *bundle {
 	b := &bundle{log: log, ws: ws, out: newSink(), srv: srv, done: make(chan error, 1)}
 	b.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, Skills: skills, LLM: &llm.Client{},
 		Model: srv.Model, Out: b.out, Budgets: lane.Budgets{}, RateLimitDelay: 10 * time.Millisecond,
-		Injector: tool.NewInjector(reg, tool.InjectorConfig{Mode: mode}),
+		Injector: offer.NewInjector(reg, offer.InjectorConfig{Mode: mode}),
 		Identity: lane.Identity{Instructions: "You are the edge lane."}})
 	ctx, cancel := context.WithCancel(context.Background())
 	arbDone := make(chan struct{})
@@ -85,7 +86,7 @@ func params(t testing.TB, r *llmtest.Request, name string) string {
 
 func TestInjectDirectSendsFullSchemasAndRecordsTokens(t *testing.T) {
 	t.Parallel()
-	b := setupMode(t, tool.ModeAuto,
+	b := setupMode(t, offer.ModeAuto,
 		llmtest.Text("hi").Expect(func(t testing.TB, r *llmtest.Request) {
 			if p := params(t, r, "choir.fs.write"); !strings.Contains(p, `"content"`) {
 				t.Errorf("direct mode sent choir.fs.write without its schema: %s", p)
@@ -101,7 +102,7 @@ func TestInjectDirectSendsFullSchemasAndRecordsTokens(t *testing.T) {
 
 func TestInjectCompactReturnsSchemaWithTheError(t *testing.T) {
 	t.Parallel()
-	b := setupMode(t, tool.ModeCompact,
+	b := setupMode(t, offer.ModeCompact,
 		// The model calls a tool whose schema it has not seen, wrongly.
 		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: "choir.fs.write", Arguments: `{"file":"a.txt","text":"x"}`}).
 			Expect(func(t testing.TB, r *llmtest.Request) {
@@ -143,9 +144,9 @@ func TestInjectCompactReturnsSchemaWithTheError(t *testing.T) {
 
 func TestInjectDiscoverySearchLoadCall(t *testing.T) {
 	t.Parallel()
-	discovery := []string{tool.NameToolsCategories, tool.NameToolsDescribe, tool.NameToolsLoad, tool.NameToolsSearch}
-	b := setupMode(t, tool.ModeDiscovery,
-		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: tool.NameToolsSearch, Arguments: `{"query":"show the lines of a text file"}`}).
+	discovery := []string{offer.NameToolsCategories, offer.NameToolsDescribe, offer.NameToolsLoad, offer.NameToolsSearch}
+	b := setupMode(t, offer.ModeDiscovery,
+		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: offer.NameToolsSearch, Arguments: `{"query":"show the lines of a text file"}`}).
 			Expect(func(t testing.TB, r *llmtest.Request) {
 				for _, n := range discovery {
 					if _, ok := r.Tool(n); !ok {
@@ -156,7 +157,7 @@ func TestInjectDiscoverySearchLoadCall(t *testing.T) {
 					t.Errorf("discovery mode offered choir.fs.read before it was loaded")
 				}
 			}),
-		llmtest.ToolCalls(llmtest.Call{ID: "2", Name: tool.NameToolsLoad, Arguments: `{"category":"choir.fs"}`}).
+		llmtest.ToolCalls(llmtest.Call{ID: "2", Name: offer.NameToolsLoad, Arguments: `{"category":"choir.fs"}`}).
 			Expect(func(t testing.TB, r *llmtest.Request) {
 				if c := lastToolResult(t, r); !strings.Contains(c, `"choir.fs.read"`) {
 					t.Errorf("search result = %s", c)
@@ -199,10 +200,10 @@ func TestInjectDiscoverySearchLoadCall(t *testing.T) {
 
 func TestInjectDiscoveryKeepsSkillAllowlist(t *testing.T) {
 	t.Parallel()
-	b := setupMode(t, tool.ModeDiscovery,
+	b := setupMode(t, offer.ModeDiscovery,
 		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: "choir.skill.start", Arguments: `{"name":"skill-builder"}`}),
-		llmtest.ToolCalls(llmtest.Call{ID: "2", Name: tool.NameToolsSearch, Arguments: `{"query":"write content to a file"}`}),
-		llmtest.ToolCalls(llmtest.Call{ID: "3", Name: tool.NameToolsLoad, Arguments: `{"category":"choir.fs"}`}).
+		llmtest.ToolCalls(llmtest.Call{ID: "2", Name: offer.NameToolsSearch, Arguments: `{"query":"write content to a file"}`}),
+		llmtest.ToolCalls(llmtest.Call{ID: "3", Name: offer.NameToolsLoad, Arguments: `{"category":"choir.fs"}`}).
 			Expect(func(t testing.TB, r *llmtest.Request) {
 				if c := lastToolResult(t, r); strings.Contains(c, "choir.fs.write") {
 					t.Errorf("search found a tool the skill state does not allow: %s", c)
@@ -232,7 +233,7 @@ func TestInjectDiscoveryKeepsSkillAllowlist(t *testing.T) {
 
 func TestInjectUnknownToolGetsNearestNames(t *testing.T) {
 	t.Parallel()
-	b := setupMode(t, tool.ModeDiscovery,
+	b := setupMode(t, offer.ModeDiscovery,
 		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: "choir.fs.reed", Arguments: `{"path":"a"}`}),
 		llmtest.Text("ok").Expect(func(t testing.TB, r *llmtest.Request) {
 			c := lastToolResult(t, r)

@@ -7,6 +7,7 @@ import (
 	"github.com/choirhq/choir/agent/arbiter"
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/offer"
 	"github.com/choirhq/choir/config"
 )
 
@@ -21,7 +22,7 @@ func (e *Edge) startOffer() {
 }
 
 // currentOffer is the running turn's offer, starting one if no turn ran.
-func (e *Edge) currentOffer() *tool.Offer {
+func (e *Edge) currentOffer() *offer.Offer {
 	if o := e.offer.Load(); o != nil {
 		return o
 	}
@@ -48,7 +49,7 @@ func (e *Edge) discover(ctx context.Context, call llm.ToolCall) (json.RawMessage
 }
 
 // amend adds to a rejection what the model lacks to get the next call
-// right (see [tool.Offer.Amend]).
+// right (see [offer.Offer.Amend]).
 func (e *Edge) amend(ctx context.Context, call llm.ToolCall, out arbiter.Outcome) json.RawMessage {
 	return e.currentOffer().Amend(ctx, e.toolFilter(), call.Name, out.Rejected.Kind, out.ForModel())
 }
@@ -67,5 +68,5 @@ func schemaTokens(specs []llm.ToolSpec) int64 {
 	for i, s := range specs {
 		views[i] = tool.LLMView{Name: s.Name, Description: s.Description, Parameters: s.Parameters}
 	}
-	return int64(tool.EstimateTokens(views))
+	return int64(offer.EstimateTokens(views))
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/agent/tool/manifest"
 	"github.com/choirhq/choir/agent/tool/mcp"
+	"github.com/choirhq/choir/agent/tool/offer"
 	"github.com/choirhq/choir/rpc"
 )
 
@@ -92,7 +93,7 @@ func scaleRegistry(t testing.TB, ws string) *tool.Registry {
 
 // runTask runs the scripted three-tool task in mode and returns the model
 // calls it took and the most schema tokens one of them carried.
-func runTask(t *testing.T, reg *tool.Registry, ws string, mode tool.Mode, steps ...llmtest.Step) (calls int, maxTokens int64) {
+func runTask(t *testing.T, reg *tool.Registry, ws string, mode offer.Mode, steps ...llmtest.Step) (calls int, maxTokens int64) {
 	t.Helper()
 	srv := llmtest.NewServer(t, steps...)
 	log, app, err := commitlog.New(0, rpc.Genesis)
@@ -104,13 +105,13 @@ func runTask(t *testing.T, reg *tool.Registry, ws string, mode tool.Mode, steps 
 	// most of a 32K window, so it runs in a window of twice that, where no
 	// compaction interleaves its own call.
 	window := int64(scaleWindow)
-	if mode == tool.ModeDirect {
+	if mode == offer.ModeDirect {
 		window *= 2
 	}
 	model := func() llm.ModelSettings { m := srv.Model(); m.ContextWindow = window; return m }
 	b := &bundle{log: log, ws: ws, out: newSink(), srv: srv, done: make(chan error, 1)}
 	b.edge = lane.NewEdge(lane.EdgeConfig{Arbiter: arb, Log: log, Tools: reg, LLM: &llm.Client{}, Model: model,
-		Out: b.out, RateLimitDelay: 10 * time.Millisecond, Injector: tool.NewInjector(reg, tool.InjectorConfig{Mode: mode}),
+		Out: b.out, RateLimitDelay: 10 * time.Millisecond, Injector: offer.NewInjector(reg, offer.InjectorConfig{Mode: mode}),
 		Identity: lane.Identity{Instructions: "You are the edge lane."}})
 	ctx, cancel := context.WithCancel(context.Background())
 	arbDone := make(chan struct{})
@@ -140,19 +141,19 @@ func TestToolsAtScale(t *testing.T) {
 	t.Parallel()
 	ws := t.TempDir()
 	reg := scaleRegistry(t, ws)
-	plan := tool.NewInjector(reg, tool.InjectorConfig{}).Plan(tool.LaneEdge, scaleWindow)
-	budget := int64(scaleWindow * tool.SchemaBudgetPercent / 100)
+	plan := offer.NewInjector(reg, offer.InjectorConfig{}).Plan(tool.LaneEdge, scaleWindow)
+	budget := int64(scaleWindow * offer.SchemaBudgetPercent / 100)
 	t.Logf("150 tools, 32K window: direct %d tokens, compact %d tokens, budget %d: mode %s",
 		plan.DirectTokens, plan.CompactTokens, budget, plan.Mode)
-	if plan.Mode == tool.ModeDirect {
+	if plan.Mode == offer.ModeDirect {
 		t.Fatalf("150 tools chose direct mode at %d tokens", plan.DirectTokens)
 	}
 
-	directCalls, directMax := runTask(t, reg, ws, tool.ModeDirect,
+	directCalls, directMax := runTask(t, reg, ws, offer.ModeDirect,
 		llmtest.ToolCalls(taskCalls...), llmtest.Text("done"))
-	autoCalls, autoMax := runTask(t, reg, ws, tool.ModeAuto,
-		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: tool.NameToolsLoad, Arguments: `{"category":"choir.fs"}`},
-			llmtest.Call{ID: "2", Name: tool.NameToolsSearch, Arguments: `{"query":"read a note file"}`}),
+	autoCalls, autoMax := runTask(t, reg, ws, offer.ModeAuto,
+		llmtest.ToolCalls(llmtest.Call{ID: "1", Name: offer.NameToolsLoad, Arguments: `{"category":"choir.fs"}`},
+			llmtest.Call{ID: "2", Name: offer.NameToolsSearch, Arguments: `{"query":"read a note file"}`}),
 		llmtest.ToolCalls(taskCalls...).Expect(func(t testing.TB, r *llmtest.Request) {
 			if _, ok := r.Tool("choir.fs.search"); !ok {
 				t.Errorf("choir.fs not loaded: %v", r.ToolNames())
@@ -190,14 +191,14 @@ func BenchmarkOfferTools(b *testing.B) {
 			_ = reg.LLMViews(f)
 		}
 	})
-	for _, mode := range []tool.Mode{tool.ModeAuto, tool.ModeDirect, tool.ModeCompact, tool.ModeDiscovery} {
+	for _, mode := range []offer.Mode{offer.ModeAuto, offer.ModeDirect, offer.ModeCompact, offer.ModeDiscovery} {
 		b.Run(cmp.Or(string(mode), "auto"), func(b *testing.B) {
-			o := tool.NewInjector(reg, tool.InjectorConfig{Mode: mode}).Offer(tool.LaneEdge, scaleWindow)
-			o.Call(context.Background(), f, tool.NameToolsLoad, json.RawMessage(`{"category":"choir.fs"}`))
+			o := offer.NewInjector(reg, offer.InjectorConfig{Mode: mode}).Offer(tool.LaneEdge, scaleWindow)
+			o.Call(context.Background(), f, offer.NameToolsLoad, json.RawMessage(`{"category":"choir.fs"}`))
 			for b.Loop() {
 				_ = o.Tools(f)
 			}
-			b.ReportMetric(float64(tool.EstimateTokens(o.Tools(f))), "schema_tokens")
+			b.ReportMetric(float64(offer.EstimateTokens(o.Tools(f))), "schema_tokens")
 		})
 	}
 }

@@ -72,7 +72,7 @@ func (e *Edge) SessionSummary(ctx context.Context) (rpc.Event, error) {
 	if _, err := e.cfg.Arbiter.Commit(cctx, rpc.EventLLMCallCommitted, "edge", commitlog.LLMCall{Model: model.Name,
 		Lane: "edge", PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
 		LatencyMS: resp.Latency.Milliseconds(), Purpose: commitlog.PurposeSessionSummary,
-		CachedTokens: resp.Usage.CachedTokens, CostUSD: resp.Usage.CostUSD, CostSource: resp.Usage.CostSource}); err != nil {
+		CachedTokens: resp.Usage.CachedTokens, CostUSD: resp.Usage.CostUSD, CostSource: resp.Usage.CostSource, SpendKey: resp.SpendKey}); err != nil {
 		return rpc.Event{}, fmt.Errorf("commit summary call: %w", err)
 	}
 	ev, err := e.cfg.Arbiter.Commit(cctx, rpc.EventSessionSummary, "edge",

@@ -3,6 +3,7 @@ package llm
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -92,6 +93,9 @@ func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
 	if label == "" {
 		label = req.Model.Model
 	}
+	if req.SpendKey == "" {
+		req.SpendKey = newSpendKey()
+	}
 	if c.Gate == nil {
 		res, _, err := c.complete(ctx, label, req)
 		return res, err
@@ -115,6 +119,11 @@ func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
 	return res, nil
 }
 
+// newSpendKey is a call's spend key: 128 random bits.
+func newSpendKey() string {
+	return "sk-" + rand.Text()
+}
+
 // complete makes the call. When it fails after the provider answered,
 // billed is the usage its answer reported, if any (billedUsage).
 func (c *Client) complete(ctx context.Context, label string, req Request) (res *Response, billed *Usage, err error) {
@@ -135,6 +144,15 @@ func (c *Client) complete(ctx context.Context, label string, req Request) (res *
 	}
 	if req.Model.APIKey != "" {
 		opts = append(opts, option.WithAPIKey(req.Model.APIKey))
+	}
+	if req.Model.Gateway {
+		opts = append(opts, option.WithHeader("Choir-Spend-Key", req.SpendKey))
+		if req.Lane != "" {
+			opts = append(opts, option.WithHeader("Choir-Lane", req.Lane))
+		}
+		if req.JobID != "" {
+			opts = append(opts, option.WithHeader("Choir-Job", req.JobID))
+		}
 	}
 	// NewChatCompletionService, unlike openai.NewClient, reads no OPENAI_*
 	// environment variables: no ambient key or base URL can leak in.
@@ -175,7 +193,7 @@ func (c *Client) complete(ctx context.Context, label string, req Request) (res *
 	if err != nil {
 		return nil, billedUsage(body, req), fmt.Errorf("call model %s: %w", label, err)
 	}
-	res.Latency = latency
+	res.Latency, res.SpendKey = latency, req.SpendKey
 	priced(&res.Usage, req)
 	return res, nil, nil
 }

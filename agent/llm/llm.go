@@ -44,6 +44,11 @@ type ModelSettings struct {
 	ReasoningEffort *string
 	// APIKey is sent as a bearer token when non-empty.
 	APIKey string
+	// Gateway says Endpoint is choird's service route for the model
+	// (daemon/egress/svc), which adds the key and meters the call: the
+	// call then carries its spend key, lane and job in Choir-* headers,
+	// which the gateway takes off before the provider sees the call.
+	Gateway bool
 	// ContextWindow is the model's context window in tokens, never sent:
 	// a lane's working memory keeps its prompts within it (spec 11.3).
 	// Zero means config.DefaultContextWindow.
@@ -160,9 +165,15 @@ type Request struct {
 	// MaxTokens bounds the completion, sent as max_tokens; zero omits it.
 	MaxTokens int64
 	// Lane and JobID say whose call it is (edge, system, core:<job>, and
-	// the core job's ID), for a [Gate]'s accounting; never sent.
+	// the core job's ID), for a [Gate]'s accounting; sent only to the
+	// gateway (ModelSettings.Gateway).
 	Lane  string
 	JobID string
+	// SpendKey names the call in the gateway's spend ledger and in the
+	// log's record of it (llm_call_committed's spend_key), so that the
+	// usage views count the call once. [Client.Complete] makes one when
+	// it is empty; the [Response] carries it.
+	SpendKey string
 }
 
 // Usage is the token count the provider reported; zero when it reported
@@ -208,6 +219,8 @@ type Response struct {
 	BilledFailure bool
 	// Latency is the wall time of the HTTP call, body included.
 	Latency time.Duration
+	// SpendKey is the call's Request.SpendKey.
+	SpendKey string
 	// Model is the model that answered, as the provider reported it (a
 	// routing provider may name a more specific model than was asked for).
 	Model string

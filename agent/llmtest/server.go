@@ -15,7 +15,10 @@
 // server's URL plus /v1, as with https://api.openai.com/v1: configure it as
 // a model's endpoint. Steps are consumed in arrival order; a request beyond
 // the script fails the test and gets a 500, and at cleanup (or at
-// [Server.Done]) a step never reached fails the test.
+// [Server.Done]) a step never reached fails the test. A request with
+// "stream": true gets a completion step's answer as OpenAI streams it
+// (server-sent chat.completion.chunk events, each flushed, the usage last
+// when stream_options.include_usage asks for it).
 //
 // Every request is also checked, whatever the script says, for what a real
 // provider would refuse and for what must never reach a model: tool names
@@ -398,6 +401,14 @@ func (s *Server) writeCompletion(w http.ResponseWriter, step Step, stepNum int, 
 	model := step.model
 	if model == "" {
 		model = req.Model
+	}
+	if req.Stream() {
+		calls := make([]any, len(msg.ToolCalls))
+		for i, c := range msg.ToolCalls {
+			calls[i] = c
+		}
+		writeStream(w, fmt.Sprintf("chatcmpl-llmtest-%d", req.Index), model, msg.Content, calls, finish, wu, req.StreamUsage())
+		return
 	}
 
 	writeJSON(w, http.StatusOK, completion{

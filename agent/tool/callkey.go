@@ -44,6 +44,21 @@ func NewCallKey() string {
 
 type laneSourcesCtx struct{}
 
+type laneNameCtx struct{}
+
+// WithLaneName returns ctx naming the lane that makes the call ("edge",
+// a core job's lane), for what records where a call came from (the egress
+// gateway's audit).
+func WithLaneName(ctx context.Context, lane string) context.Context {
+	return context.WithValue(ctx, laneNameCtx{}, lane)
+}
+
+// LaneName returns the lane WithLaneName put in ctx, or "".
+func LaneName(ctx context.Context) string {
+	v, _ := ctx.Value(laneNameCtx{}).(string)
+	return v
+}
+
 // WithLaneSources returns ctx carrying the untrusted sources of the lane
 // that makes the call (issue 30): a host tool that keeps text for later,
 // a schedule, keeps them with it.

@@ -30,17 +30,9 @@
 //
 // # Injection modes
 //
-// How a lane's model is offered the tools it may call is the registry's
-// decision, made once per session and lane by an [Injector] from the
-// model's context window and the measured size of the schemas ([Plan]):
-// direct (full schemas) when they fit in [SchemaBudgetPercent] of the
-// window, compact (names and one-line descriptions; a rejected input
-// carries the real schema) when those fit, else discovery (the
-// choir.tools.search, describe, categories and load tools, whose loaded
-// schemas join the tools parameter for the rest of the turn). The lanes
-// only ask the turn's [Offer] for each call's tools parameter and route
-// the discovery tools to it. Every answer is cut to the lane's [Filter]:
-// discovery never widens what a lane or a skill state may call.
+// How a lane's model is offered the tools it may call (direct, compact or
+// discovery) is decided by package [github.com/choirhq/choir/agent/tool/offer],
+// over the registry's views and its search corpus ([Registry.Corpus]).
 //
 // # Sources and precedence
 //

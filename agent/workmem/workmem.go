@@ -557,7 +557,7 @@ func (m *Memory) fold(c *Compaction) (Result, error) {
 	if _, err := m.cfg.Commit.Commit(ctx, rpc.EventLLMCallCommitted, m.cfg.Lane, commitlog.LLMCall{Model: model.Name,
 		Lane: m.cfg.Lane, PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
 		LatencyMS: resp.Latency.Milliseconds(), Purpose: commitlog.PurposeCompaction,
-		CachedTokens: resp.Usage.CachedTokens, CostUSD: resp.Usage.CostUSD, CostSource: resp.Usage.CostSource}); err != nil {
+		CachedTokens: resp.Usage.CachedTokens, CostUSD: resp.Usage.CostUSD, CostSource: resp.Usage.CostSource, SpendKey: resp.SpendKey}); err != nil {
 		return Result{}, fmt.Errorf("commit compaction call: %w", err)
 	}
 	delta, err := ParseDelta(resp.Content)

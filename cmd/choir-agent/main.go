@@ -22,6 +22,7 @@ import (
 	"github.com/choirhq/choir/agent/credhelper"
 	"github.com/choirhq/choir/agent/sandbox"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/egress"
 )
 
 // Where the lease token comes from.
@@ -56,6 +57,7 @@ func main() {
 	var o agent.Options
 	fs.StringVar(&o.ControlPlane, "control-plane", envOr("CHOIR_CONTROL_PLANE", client.TransportUDS), "transport to choird: uds or http")
 	fs.StringVar(&o.Socket, "socket", envOr("CHOIR_SOCKET", client.DefaultSocket), "choird's socket, for uds")
+	fs.StringVar(&o.EgressSocket, "egress-socket", os.Getenv(egress.EnvSocket), "choird's egress gateway socket")
 	fs.StringVar(&o.Endpoint, "endpoint", os.Getenv("CHOIR_ENDPOINT"), "choird's URL, for http")
 	fs.StringVar(&o.CACert, "ca-cert", os.Getenv("CHOIR_CA_CERT"), "PEM certificate to trust for --endpoint")
 	fs.StringVar(&o.Workspace, "workspace", envOr("CHOIR_WORKSPACE", "/workspace"), "the leased workspace")

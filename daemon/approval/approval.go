@@ -33,6 +33,10 @@ type Kind struct {
 	// OwnParts says the feature queues the request's parts itself (a
 	// proposal's checker does), so RequestTx queues only the question.
 	OwnParts bool
+	// ChoirdOnly says the outcome is choird's own (a connection of the
+	// egress gateway waits on it): the agent is never pushed it, and
+	// ResolvedTx marks it taken.
+	ChoirdOnly bool
 	// Will is what approving does, shown under the question; empty shows
 	// nothing.
 	Will string

@@ -293,7 +293,9 @@ func (d *Service) Decide(ctx context.Context, sc control.Scope, id string, appro
 // session's hello (PushOutcomes). The buttons are best effort.
 func (d *Service) Resolved(ctx context.Context, r Approval) {
 	a := r.Admin()
-	if s, err := seam.Queries(d.pool).SessionGetLiveByAgent(ctx, r.AgentID); err != nil || s.HelloAt == nil {
+	if d.kind(r.Type).ChoirdOnly {
+		// choird waits on the outcome itself; the agent has nothing to take.
+	} else if s, err := seam.Queries(d.pool).SessionGetLiveByAgent(ctx, r.AgentID); err != nil || s.HelloAt == nil {
 		d.logger.InfoContext(ctx, "approval outcome kept for the agent's next session: it is not running",
 			slog.String("approval_id", a.ID), slog.String("agent_id", a.AgentID))
 	} else {

@@ -254,6 +254,10 @@ func changeEffect(ch configdiff.Change) (effect, hint string) {
 			return EffectHotReload, ""
 		case len(keys) >= 3 && keys[2] == "repo":
 			return EffectRebuild, "choirctl agent update " + keys[1]
+		case len(keys) >= 3 && keys[2] == "egress":
+			// choird's egress gateway reads the policy at every
+			// connection.
+			return EffectHotReload, ""
 		default:
 			return EffectNextStart, "choirctl agent restart " + keys[1]
 		}

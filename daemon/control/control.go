@@ -60,6 +60,9 @@ type Options struct {
 	// agents the runtime starts; SetAgentHTTP replaces it when choird
 	// serves agents over HTTP+SSE.
 	AgentSocket string
+	// EgressSocket is choird's egress gateway, the agents' one way out
+	// (daemon/egress); the runtime mounts it or names it to the agent.
+	EgressSocket string
 }
 
 // Pusher is what the control layer needs of the agent protocol's server:
@@ -265,7 +268,7 @@ func (d *Control) AgentStart(ctx context.Context, sc Scope, agentID string, o ad
 		return admin.AgentStatus{}, err
 	}
 	spec := runtime.Spec{AgentID: agentID, SessionID: s.Session.ID.String(), LeaseToken: s.LeaseToken,
-		Image: d.agentImage(agentID), Workspace: ws, ControlSocket: d.opts.AgentSocket,
+		Image: d.agentImage(agentID), Workspace: ws, ControlSocket: d.opts.AgentSocket, EgressSocket: d.opts.EgressSocket,
 		ControlAddr: d.agentAddr, ControlCACert: d.agentCACert, Env: staged.Env()}
 	inst, err := d.runtime.Start(ctx, spec)
 	staged.Settle(err == nil)

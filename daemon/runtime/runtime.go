@@ -63,6 +63,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/choirhq/choir/rpc/egress"
 )
 
 // Runtime starts, stops and watches agent instances. Implementations are
@@ -136,6 +138,9 @@ const (
 	// EnvCACert the certificate file it trusts for it (HTTP transport).
 	EnvEndpoint = "CHOIR_ENDPOINT"
 	EnvCACert   = "CHOIR_CA_CERT"
+	// EnvEgressSocket is where the agent finds choird's egress gateway,
+	// its one way out (rpc/egress); unset when the spec has none.
+	EnvEgressSocket = egress.EnvSocket
 	// EnvHome (HOME) is a private writable directory: /tmp in a container,
 	// a per-instance directory for a process.
 	EnvHome = "HOME"
@@ -147,6 +152,8 @@ const (
 	ContainerSocket    = "/run/choir.sock"
 	// ContainerCACert is choird's certificate, with the HTTP transport.
 	ContainerCACert = "/run/choir-ca.pem"
+	// ContainerEgressSocket is choird's egress gateway.
+	ContainerEgressSocket = egress.ContainerSocket
 )
 
 // ContainerHostName is the name by which a container reaches choird's
@@ -215,7 +222,11 @@ type Spec struct {
 	// listener presents. Either ControlSocket or ControlAddr, not both.
 	ControlAddr   string
 	ControlCACert string
-	Limits        Limits
+	// EgressSocket is choird's egress gateway on the host (a Unix
+	// socket): the agent's one way out. Empty: none, and the agent dials
+	// directly (tests of the runtimes alone).
+	EgressSocket string
+	Limits       Limits
 	// Labels are further labels; names under "choir." other than the
 	// contract's are allowed, the contract's are refused.
 	Labels map[string]string
@@ -264,6 +275,11 @@ func (s Spec) Validate() error {
 			bad("control socket %s: %v (is choird's agent listener up?)", s.ControlSocket, errors.Unwrap(err))
 		case fi.Mode()&os.ModeSocket == 0:
 			bad("control socket %s: not a Unix socket", s.ControlSocket)
+		}
+	}
+	if s.EgressSocket != "" {
+		if fi, err := os.Stat(s.EgressSocket); err != nil || fi.Mode()&os.ModeSocket == 0 || !filepath.IsAbs(s.EgressSocket) {
+			bad("egress socket %s: not an absolute path to a Unix socket (is choird's egress gateway up?)", s.EgressSocket)
 		}
 	}
 	if s.ControlAddr != "" {
@@ -317,13 +333,15 @@ func (s Spec) validateHTTP() []error {
 }
 
 var contractEnv = []string{EnvAgentID, EnvSessionID, EnvLeaseToken, EnvLeaseTokenFD, EnvRuntime, EnvWorkspace, EnvSocket, EnvHome,
-	EnvControlPlane, EnvEndpoint, EnvCACert}
+	EnvControlPlane, EnvEndpoint, EnvCACert, EnvEgressSocket}
 
 // Reach is how an agent reaches choird, as the agent sees it: a Unix
 // socket, or an HTTPS endpoint and the certificate file to trust for it.
 type Reach struct {
 	Socket           string
 	Endpoint, CACert string
+	// Egress is the egress gateway's socket; empty: none.
+	Egress string
 }
 
 // MaxLeaseTokenBytes bounds the token an agent reads from its standard
@@ -353,6 +371,9 @@ func Env(runtimeName string, s Spec, workspace, home string, reach Reach) []stri
 		if reach.Socket != "" {
 			env = append(env, EnvSocket+"="+reach.Socket)
 		}
+	}
+	if reach.Egress != "" {
+		env = append(env, EnvEgressSocket+"="+reach.Egress)
 	}
 	for k, v := range s.Env {
 		env = append(env, k+"="+v)

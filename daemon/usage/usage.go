@@ -6,8 +6,10 @@
 // usage report of choirctl usage and /usage: current spend against each
 // cap and the spend per day.
 //
-// Enforcement is the agent's (agent/meter), before each model call;
-// choird only counts what the logs say.
+// The agent's meter (agent/meter) refuses a call early, before each
+// model call; the enforcement of the day caps, for calls through choird's
+// egress gateway, is daemon/spend's, whose settled calls
+// choir_audit.usage lists beside the logs' records (each call once).
 package usage
 
 import (

@@ -34,6 +34,9 @@ type Account struct {
 	// PlainText speaks without TLS (the account's tls "none"): only for a
 	// relay on the same host or a test server.
 	PlainText bool
+	// DialFunc, when set, opens the TCP connections (the agent's egress
+	// gateway); nil dials directly.
+	DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 }
 
 // Codes of an [*Error]: what kind of failure the model or the log is told.
@@ -79,7 +82,11 @@ func DialIMAP(ctx context.Context, acct Account, password string, opts *imapclie
 		opts = &imapclient.Options{}
 	}
 	d := net.Dialer{Timeout: dialTimeout}
-	conn, err := d.DialContext(ctx, "tcp", addr(acct.IMAPHost, acct.IMAPPort))
+	dial := d.DialContext
+	if acct.DialFunc != nil {
+		dial = acct.DialFunc
+	}
+	conn, err := dial(ctx, "tcp", addr(acct.IMAPHost, acct.IMAPPort))
 	if err != nil {
 		return nil, unreachable(server, err)
 	}
@@ -120,6 +127,9 @@ func DialIMAP(ctx context.Context, acct Account, password string, opts *imapclie
 func SMTPClient(acct Account, password string) (*gomail.Client, error) {
 	opts := []gomail.Option{gomail.WithPort(acct.SMTPPort), gomail.WithTimeout(dialTimeout),
 		gomail.WithUsername(acct.Login), gomail.WithPassword(password)}
+	if acct.DialFunc != nil {
+		opts = append(opts, gomail.WithDialContextFunc(acct.DialFunc))
+	}
 	switch {
 	case acct.PlainText:
 		opts = append(opts, gomail.WithTLSPolicy(gomail.NoTLS), gomail.WithSMTPAuth(gomail.SMTPAuthPlainNoEnc))

@@ -339,3 +339,7 @@ func (g *Guard) DialContext(timeout time.Duration) func(ctx context.Context, net
 		return guarded.DialContext(ctx, network, addr)
 	}
 }
+
+// Allows reports whether the allowlist opens host (a name or an IP) on
+// port, for callers that check a connection before they dial it.
+func (g *Guard) Allows(host string, port int) bool { return g.allowed(host, port) }

@@ -7,7 +7,9 @@
 // The records live in the agent's commit log: a model call's in its
 // llm_call_committed event, a tool's in its tool_result_committed event
 // (under "usage"). The log replicates to choird, whose choir_audit usage
-// views total them; nothing else stores a spend.
+// views total them, with the calls choird's egress gateway metered
+// itself (daemon/spend); a log record carrying the spend_key of a call
+// the gateway metered is not counted again.
 package usage
 
 import (

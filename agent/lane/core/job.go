@@ -28,6 +28,7 @@ import (
 	"github.com/choirhq/choir/agent/lock"
 	"github.com/choirhq/choir/agent/meter"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/offer"
 	"github.com/choirhq/choir/agent/workmem"
 	"github.com/choirhq/choir/rpc"
 )
@@ -59,7 +60,7 @@ type Config struct {
 	Tools   *tool.Registry
 	// Injector decides how the jobs' models are offered the tools; nil:
 	// direct.
-	Injector *tool.Injector
+	Injector *offer.Injector
 	LLM      *llm.Client
 	// Model returns the settings of the flagship model (core_llm).
 	Model func() llm.ModelSettings
@@ -161,7 +162,7 @@ type coreCall struct {
 type Job struct {
 	set *Set
 	// offer is the job's view of the tools (offer.go).
-	offer    atomic.Pointer[tool.Offer]
+	offer    atomic.Pointer[offer.Offer]
 	start    JobStart
 	lane     string
 	owner    lock.Owner
@@ -337,7 +338,7 @@ func (c *Job) step() (string, []coreCall, error) {
 		PromptTokens: resp.Usage.PromptTokens, CompletionTokens: resp.Usage.CompletionTokens,
 		LatencyMS: resp.Latency.Milliseconds(), ToolMode: string(c.toolOffer().Mode()),
 		ToolSchemaTokens: toolTokens(tools), CachedTokens: resp.Usage.CachedTokens, CostUSD: resp.Usage.CostUSD,
-		CostSource: resp.Usage.CostSource, JobID: c.start.JobID}); err != nil {
+		CostSource: resp.Usage.CostSource, JobID: c.start.JobID, SpendKey: resp.SpendKey}); err != nil {
 		return "", nil, err
 	}
 	calls := make([]coreCall, len(resp.ToolCalls))

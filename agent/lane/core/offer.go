@@ -4,22 +4,23 @@ import (
 	"github.com/choirhq/choir/agent/arbiter"
 	"github.com/choirhq/choir/agent/llm"
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/agent/tool/offer"
 	"github.com/choirhq/choir/config"
 )
 
 // A job asks the registry's injector for the tools parameter of each
 // call. A job's prompt is rebuilt from the log at every step, so it is
-// offered direct or compact mode only (see [tool.Injector.Plan]): an
+// offered direct or compact mode only (see [offer.Injector.Plan]): an
 // invalid input's rejection, which the log keeps, carries the schema.
 
 // toolOffer is the job's offer, made at its first step: a job is one turn.
-func (c *Job) toolOffer() *tool.Offer {
+func (c *Job) toolOffer() *offer.Offer {
 	if o := c.offer.Load(); o != nil {
 		return o
 	}
 	inj := c.set.cfg.Injector
 	if inj == nil {
-		inj = tool.NewInjector(c.set.cfg.Tools, tool.InjectorConfig{Mode: tool.ModeDirect})
+		inj = offer.NewInjector(c.set.cfg.Tools, offer.InjectorConfig{Mode: offer.ModeDirect})
 	}
 	window := c.set.cfg.Model().ContextWindow
 	if window <= 0 {
@@ -51,5 +52,5 @@ func toolTokens(specs []llm.ToolSpec) int64 {
 	for i, s := range specs {
 		views[i] = tool.LLMView{Name: s.Name, Description: s.Description, Parameters: s.Parameters}
 	}
-	return int64(tool.EstimateTokens(views))
+	return int64(offer.EstimateTokens(views))
 }

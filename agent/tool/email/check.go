@@ -67,7 +67,7 @@ func (k checker) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 	if p != nil {
 		return k.cfg.fail(ctx, NameCheck, *p), nil
 	}
-	c, err := mailbox.DialIMAP(ctx, mailboxAccount(acct), pw, nil)
+	c, err := mailbox.DialIMAP(ctx, k.cfg.mailboxAccount(acct), pw, nil)
 	if err != nil {
 		return k.cfg.failErr(ctx, NameCheck, err), nil
 	}

@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sync"
 
 	"github.com/choirhq/choir/agent/tool"
@@ -58,6 +59,10 @@ type Config struct {
 	Decisions *Decisions
 	// Logger receives a line per refused or failed call; nil discards.
 	Logger *slog.Logger
+	// DialFunc, when set, opens the connections to the mail servers (the
+	// agent's way out through choird's egress gateway); nil dials
+	// directly.
+	DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 	// MaxMessageBytes bounds what choir.email.receive reads of one
 	// message (0: DefaultMaxMessageBytes, or more when the account's
 	// attachment limit needs it); MaxPageBytes bounds what one call reads
@@ -151,9 +156,9 @@ func (c Config) session(env tool.Env) (string, config.EmailAccount, string, *Pro
 }
 
 // mailboxAccount is what package mailbox needs of the account.
-func mailboxAccount(a config.EmailAccount) mailbox.Account {
+func (c Config) mailboxAccount(a config.EmailAccount) mailbox.Account {
 	return mailbox.Account{IMAPHost: a.IMAPHost, IMAPPort: a.IMAPPort, SMTPHost: a.SMTPHost, SMTPPort: a.SMTPPort,
-		Login: a.Login(), PlainText: a.TLS == config.EmailTLSNone}
+		Login: a.Login(), PlainText: a.TLS == config.EmailTLSNone, DialFunc: c.DialFunc}
 }
 
 // decode unmarshals a validated input.

@@ -123,7 +123,7 @@ func (r receiver) Execute(ctx context.Context, env tool.Env, input json.RawMessa
 	if p != nil {
 		return r.cfg.fail(ctx, NameReceive, *p), nil
 	}
-	c, err := mailbox.DialIMAP(ctx, mailboxAccount(acct), pw, nil)
+	c, err := mailbox.DialIMAP(ctx, r.cfg.mailboxAccount(acct), pw, nil)
 	if err != nil {
 		return r.cfg.failErr(ctx, NameReceive, err), nil
 	}

@@ -188,7 +188,7 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 	if err != nil {
 		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeBadInput, Message: err.Error()}), nil
 	}
-	if err := mailbox.Send(ctx, mailboxAccount(acct), pw, msg); err != nil {
+	if err := mailbox.Send(ctx, s.cfg.mailboxAccount(acct), pw, msg); err != nil {
 		return s.cfg.failErr(ctx, NameSend, err), nil
 	}
 	ids := msg.GetGenHeader(gomail.HeaderMessageID)
@@ -470,7 +470,7 @@ func readOne(root *os.Root, p, rel string, limit int64) (attachment, *Problem) {
 // folder), or in doubt (the folder could not be searched: the mail is not
 // sent again, and the user is told). Not found, the mail is sent.
 func (s *sender) sentBefore(ctx context.Context, name string, acct config.EmailAccount, pw, msgID string, out *sendOutput) (tool.Result, bool) {
-	found, err := mailbox.InSent(ctx, mailboxAccount(acct), pw, msgID)
+	found, err := mailbox.InSent(ctx, s.cfg.mailboxAccount(acct), pw, msgID)
 	switch {
 	case err != nil:
 		s.cfg.Logger.WarnContext(ctx, "email in doubt after a restart: the Sent folder could not be searched",

@@ -54,7 +54,9 @@ func (e *external) Execute(ctx context.Context, env tool.Env, input json.RawMess
 	stdout := &proc.Capped{Limit: env.Limits.WithDefaults().CaptureBytes}
 	stderr := proc.NewHeadTail(stderrKeep)
 	cmd.Stdout, cmd.Stderr = stdout, stderr
-	cmd.Env = proc.ChildEnv(env.Workspace, "CHOIR_TOOL="+e.spec.LLM.Name)
+	proxyEnv, release := proc.CallProxyEnv(ctx)
+	defer release()
+	cmd.Env = proc.ChildEnv(env.Workspace, append([]string{"CHOIR_TOOL=" + e.spec.LLM.Name}, proxyEnv...)...)
 	if key := tool.CallKey(ctx); key != "" {
 		// The call's idempotency key: a keyed tool keeps its effect under
 		// it, so the call run again after a restart does nothing more.
@@ -123,8 +125,14 @@ func (e *external) Execute(ctx context.Context, env tool.Env, input json.RawMess
 		}
 		return tool.ErrorResult("%s %s: %s", e.spec.LLM.Name, how, tool.TailUTF8(msg, 1024)), nil
 	}
+	return e.result(stdout), nil
+}
+
+// result reads the tool's result from what it wrote on stdout; a result
+// that breaks the contract is the call's error.
+func (e *external) result(stdout *proc.Capped) tool.Result {
 	if stdout.Overflow {
-		return tool.ErrorResult("%s wrote more than %d bytes on stdout", e.spec.LLM.Name, stdout.Limit), nil
+		return tool.ErrorResult("%s wrote more than %d bytes on stdout", e.spec.LLM.Name, stdout.Limit)
 	}
 	var out struct {
 		Status  tool.Status     `json:"status"`
@@ -132,18 +140,18 @@ func (e *external) Execute(ctx context.Context, env tool.Env, input json.RawMess
 		Output  json.RawMessage `json:"output,omitempty"`
 	}
 	if err := strictjson.Decode(stdout.Buf, &out, strictjson.Limits{MaxBytes: stdout.Limit}); err != nil {
-		return tool.ErrorResult("%s wrote an invalid result on stdout (want {\"status\", \"summary\", \"output\"}): %s", e.spec.LLM.Name, strings.ReplaceAll(err.Error(), "\n", "; ")), nil
+		return tool.ErrorResult("%s wrote an invalid result on stdout (want {\"status\", \"summary\", \"output\"}): %s", e.spec.LLM.Name, strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	if out.Status != tool.StatusSuccess && out.Status != tool.StatusError {
-		return tool.ErrorResult("%s wrote status %q, want success or error", e.spec.LLM.Name, out.Status), nil
+		return tool.ErrorResult("%s wrote status %q, want success or error", e.spec.LLM.Name, out.Status)
 	}
 	if strings.TrimSpace(out.Summary) == "" {
-		return tool.ErrorResult("%s wrote no summary", e.spec.LLM.Name), nil
+		return tool.ErrorResult("%s wrote no summary", e.spec.LLM.Name)
 	}
 	if string(out.Output) == "null" {
 		out.Output = nil
 	}
-	return tool.Result{Status: out.Status, Summary: out.Summary, Output: out.Output}, nil
+	return tool.Result{Status: out.Status, Summary: out.Summary, Output: out.Output}
 }
 
 // Load loads the manifests of one directory as tools of origin, each run

@@ -14,6 +14,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"net"
 	"net/http"
 	"net/url"
 	"os/exec"
@@ -55,6 +56,10 @@ type Config struct {
 	// (web.allow_hosts): an HTTP server on loopback or the local network
 	// is reached only when listed there.
 	AllowHosts []string
+	// DialFunc, when set, opens an HTTP server's connections (the agent's
+	// way out through choird's egress gateway, which applies the same
+	// guard after its own DNS); nil dials directly through the guard.
+	DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logger receives refusals; nil: slog.Default().
 	Logger *slog.Logger
 	// NoticeFunc is told when a server's tools become unavailable; nil:
@@ -168,6 +173,9 @@ func (s *server) httpTransport() (sdk.Transport, error) {
 	}
 	tr := &http.Transport{DialContext: guard.DialContext(15 * time.Second), TLSHandshakeTimeout: 15 * time.Second,
 		ForceAttemptHTTP2: true}
+	if s.cfg.DialFunc != nil {
+		tr.DialContext = s.cfg.DialFunc
+	}
 	hc := &http.Client{Transport: tr, CheckRedirect: func(req *http.Request, via []*http.Request) error {
 		if len(via) >= 10 {
 			return errors.New("stopped after 10 redirects")

@@ -57,7 +57,11 @@ func (execTool) Execute(ctx context.Context, env tool.Env, input json.RawMessage
 	out := NewHeadTail(lim.CaptureBytes)
 	cmd := exec.CommandContext(cctx, "/bin/sh", "-c", in.Command)
 	cmd.Dir = env.Workspace
-	cmd.Env = ChildEnv(env.Workspace)
+	// A proxy of the call's own announces the lane's untrusted sources to
+	// choird, for a person asked to approve a connection.
+	proxyEnv, release := CallProxyEnv(ctx)
+	defer release()
+	cmd.Env = ChildEnv(env.Workspace, proxyEnv...)
 	cmd.Stdin = nil // /dev/null
 	cmd.Stdout, cmd.Stderr = out, out
 	SetProcessGroup(cmd)

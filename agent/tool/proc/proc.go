@@ -1,12 +1,14 @@
 package proc
 
 import (
+	"context"
 	"errors"
 	"log/slog"
 	"os"
 	"os/exec"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -23,9 +25,40 @@ const waitDelay = 2 * time.Second
 // 14.1), but the agent's environment is still not theirs to see whole.
 var passEnv = []string{"PATH", "HOME", "LANG", "LC_ALL", "TZ", "USER", "SSH_AUTH_SOCK"}
 
-// ChildEnv builds a child's environment from the pass list and extras.
+// proxyEnv points children at the agent's local egress proxy, once the
+// agent has one (SetProxyEnv).
+var proxyEnv atomic.Pointer[[]string]
+
+// callProxy, when set, gives one call's children a proxy of their own
+// that announces the lane's untrusted sources (SetCallProxy).
+var callProxy atomic.Pointer[func(ctx context.Context) ([]string, func())]
+
+// SetCallProxy sets f, which returns the proxy variables for the children
+// of one call made in ctx and a release to run once the call is done, or
+// nil variables to keep the agent-wide proxy.
+func SetCallProxy(f func(ctx context.Context) ([]string, func())) { callProxy.Store(&f) }
+
+// CallProxyEnv returns the proxy variables of one call's children (to pass
+// as extras to ChildEnv, where they override the agent-wide ones) and the
+// release to defer.
+func CallProxyEnv(ctx context.Context) ([]string, func()) {
+	if f := callProxy.Load(); f != nil {
+		if env, release := (*f)(ctx); env != nil {
+			return env, release
+		}
+	}
+	return nil, func() {}
+}
+
+// SetProxyEnv sets the variables that point every child at the agent's
+// local egress proxy (netout.ProxyEnv); they override any inherited
+// spelling of the same names.
+func SetProxyEnv(env []string) { proxyEnv.Store(&env) }
+
+// ChildEnv builds a child's environment from the pass list, the proxy
+// variables and extras.
 func ChildEnv(ws string, extra ...string) []string {
-	env := make([]string, 0, len(passEnv)+2+len(extra))
+	env := make([]string, 0, len(passEnv)+8+len(extra))
 	for _, k := range passEnv {
 		if v, ok := os.LookupEnv(k); ok {
 			env = append(env, k+"="+v)
@@ -35,6 +68,9 @@ func ChildEnv(ws string, extra ...string) []string {
 		env = append(env, "PATH=/usr/local/bin:/usr/bin:/bin")
 	}
 	env = append(env, "CHOIR_WORKSPACE="+ws)
+	if p := proxyEnv.Load(); p != nil {
+		env = append(env, *p...)
+	}
 	return append(env, extra...)
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/internal/netguard"
 	"github.com/choirhq/choir/internal/readable"
+	"github.com/choirhq/choir/rpc/egress"
 )
 
 // MaxRedirects is the most redirects a fetch follows.
@@ -107,6 +108,9 @@ func (f *fetchTool) Execute(ctx context.Context, env tool.Env, input json.RawMes
 	var redirects []string
 	tr := &http.Transport{DialContext: guard.DialContext(15 * time.Second), TLSHandshakeTimeout: 15 * time.Second,
 		ForceAttemptHTTP2: true, MaxIdleConns: 1}
+	if f.cfg.DialFunc != nil {
+		tr.DialContext = f.cfg.DialFunc
+	}
 	defer tr.CloseIdleConnections()
 	client := &http.Client{Transport: tr, CheckRedirect: func(req *http.Request, via []*http.Request) error {
 		if len(via) > MaxRedirects {
@@ -214,7 +218,15 @@ func saveDownload(ws, rawURL string, body []byte) (string, error) {
 // transportError describes a failed request for the model.
 func (f *fetchTool) transportError(ctx context.Context, log *slog.Logger, target string, err error, redirects []string) tool.Result {
 	var refused *netguard.RefusedError
+	var gw *egress.RefusedError
 	switch {
+	case errors.As(err, &gw):
+		log.Warn("fetch refused by the egress gateway", slog.String("error", gw.Error()), slog.Any("redirects", redirects))
+		r := errorResult("refused_address", gw.Error(), "use a public http or https URL", nil)
+		if len(redirects) > 0 {
+			r.Summary = "redirected to a refused address: " + r.Summary
+		}
+		return r
 	case errors.As(err, &refused):
 		log.Warn("fetch refused", slog.String("error", refused.Error()), slog.Any("redirects", redirects))
 		r := refusedResult(refused)

@@ -10,6 +10,7 @@ package web
 import (
 	"context"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/choirhq/choir/agent/tool"
@@ -53,6 +54,11 @@ type Config struct {
 	NowFunc func() time.Time
 	// CacheTTL is how long a search answer is reused (default 5 minutes).
 	CacheTTL time.Duration
+	// DialFunc, when set, opens choir.web.fetch's connections: the agent's
+	// way out through choird's egress gateway, which checks the resolved
+	// address against netguard and web.allow_hosts itself. Nil dials
+	// directly through the guard.
+	DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 	// Logger receives a line for every refused URL and failed call.
 	Logger *slog.Logger
 }

@@ -21,13 +21,16 @@
 //     host-gateway (the default bridge's gateway on the host) when choird
 //     listens on every address. A listener on loopback alone cannot be
 //     reached from a container and is refused ([CheckControlAddr]).
-//   - the network named in [Options.Network], "bridge" by default: the
-//     agent must reach LLM and other HTTPS endpoints, so it gets NAT-ed
-//     outbound access through the engine's bridge, but never the host's
-//     network namespace ("host" is refused). On the default bridge agents
-//     can reach each other's IP addresses; an operator who wants them
-//     apart creates a bridge network with
-//     com.docker.network.bridge.enable_icc=false and names it here.
+//   - no network ([DefaultNetwork] "none": a loopback interface and no
+//     route anywhere): the agent's one way out is choird's egress gateway,
+//     a Unix socket mounted read-only at [runtime.ContainerEgressSocket],
+//     which decides every connection (daemon/egress). A command of
+//     choir.exec that ignores the proxy variables reaches nothing, and no
+//     name resolves. [Options.Network] may name another network, never
+//     the host's ("host" is refused). With the HTTP transport the agent
+//     must reach choird over a network, so a container whose network is
+//     "none" gets "bridge" instead, and choird says that such agents have
+//     a route out.
 //
 // The agent never runs as host root. It runs as choird's own uid:gid when
 // choird is not root, so that files it writes in the workspace belong to
@@ -108,7 +111,10 @@ const LabelScope = "choir.scope"
 // Defaults of [Options].
 const (
 	DefaultScope   = "default"
-	DefaultNetwork = "bridge"
+	DefaultNetwork = "none"
+	// httpNetwork is the network of an agent that reaches choird over
+	// the HTTP transport, when Network is "none".
+	httpNetwork    = "bridge"
 	DefaultTmpSize = 256 << 20
 	DefaultRunSize = 16 << 20
 	// DefaultUser is the agent's uid:gid when choird runs as root.
@@ -138,8 +144,9 @@ type Options struct {
 	// Scope is stamped on every container as choir.scope and limits what
 	// List and RemoveOrphans see; choird uses one per installation.
 	Scope string
-	// Network is the network mode: a bridge network's name. "host" and
-	// container:<id> are refused.
+	// Network is the network mode: "none" (the default: the egress
+	// gateway is the only way out) or a bridge network's name. "host"
+	// and container:<id> are refused.
 	Network string
 	// User is the numeric uid[:gid] the agent runs as; empty means
 	// choird's own uid:gid, or DefaultUser when choird is root. Uid 0 is
@@ -324,8 +331,15 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 	if err := r.handOverWorkspace(spec.Workspace); err != nil {
 		return runtime.Instance{}, fmt.Errorf("start agent %s: %w", spec.AgentID, err)
 	}
-	if err := r.GrantSocket(spec.ControlSocket); err != nil {
-		return runtime.Instance{}, fmt.Errorf("start agent %s: %w", spec.AgentID, err)
+	for _, sock := range []string{spec.ControlSocket, spec.EgressSocket} {
+		if err := r.GrantSocket(sock); err != nil {
+			return runtime.Instance{}, fmt.Errorf("start agent %s: %w", spec.AgentID, err)
+		}
+	}
+	if n := r.network(spec); !container.NetworkMode(n).IsNone() {
+		r.log.WarnContext(ctx, "the agent's container has a network, so its tools have a route out beside the egress gateway",
+			slog.String("agent_id", spec.AgentID), slog.String("network", n),
+			slog.Bool("http_transport", spec.ControlAddr != ""))
 	}
 	if spec.ControlAddr != "" {
 		if err := CheckControlAddr(spec.ControlAddr); err != nil {
@@ -520,14 +534,28 @@ func hostAddress(addr string) string {
 
 // reach is how the container's agent reaches choird.
 func reach(spec runtime.Spec) runtime.Reach {
+	var r runtime.Reach
 	switch {
 	case spec.ControlAddr != "":
 		_, port, _ := net.SplitHostPort(spec.ControlAddr)
-		return runtime.Reach{Endpoint: "https://" + net.JoinHostPort(runtime.ContainerHostName, port), CACert: runtime.ContainerCACert}
+		r = runtime.Reach{Endpoint: "https://" + net.JoinHostPort(runtime.ContainerHostName, port), CACert: runtime.ContainerCACert}
 	case spec.ControlSocket != "":
-		return runtime.Reach{Socket: runtime.ContainerSocket}
+		r = runtime.Reach{Socket: runtime.ContainerSocket}
 	}
-	return runtime.Reach{}
+	if spec.EgressSocket != "" {
+		r.Egress = runtime.ContainerEgressSocket
+	}
+	return r
+}
+
+// network is the network mode of spec's container: the configured one,
+// except that an agent reaching choird over HTTP needs a network to do
+// so.
+func (r *Runtime) network(spec runtime.Spec) string {
+	if spec.ControlAddr != "" && container.NetworkMode(r.opts.Network).IsNone() {
+		return httpNetwork
+	}
+	return r.opts.Network
 }
 
 func (r *Runtime) containerConfig(spec runtime.Spec) *container.Config {
@@ -572,6 +600,15 @@ func (r *Runtime) hostConfig(spec runtime.Spec) *container.HostConfig {
 			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
 		})
 	}
+	if spec.EgressSocket != "" {
+		mounts = append(mounts, mount.Mount{
+			Type:        mount.TypeBind,
+			Source:      spec.EgressSocket,
+			Target:      runtime.ContainerEgressSocket,
+			ReadOnly:    true,
+			BindOptions: &mount.BindOptions{Propagation: mount.PropagationRPrivate},
+		})
+	}
 	var extraHosts []string
 	if spec.ControlAddr != "" {
 		mounts = append(mounts, mount.Mount{
@@ -600,7 +637,7 @@ func (r *Runtime) hostConfig(spec runtime.Spec) *container.HostConfig {
 		SecurityOpt:    []string{"no-new-privileges:true"},
 		ReadonlyRootfs: true,
 		Privileged:     false,
-		NetworkMode:    container.NetworkMode(r.opts.Network),
+		NetworkMode:    container.NetworkMode(r.network(spec)),
 		IpcMode:        container.IPCModePrivate,
 		PidMode:        "",
 		Init:           &init,

@@ -126,6 +126,9 @@ func TestDocker(t *testing.T) {
 		for addr, want := range map[string]string{"172.17.0.1:9400": "172.17.0.1", "0.0.0.0:9400": "host-gateway", "[::]:9400": "host-gateway"} {
 			spec.ControlAddr = addr
 			hc := b.rt.HostConfig(spec)
+			if hc.NetworkMode != "bridge" {
+				t.Errorf("listener %s: network %q, want bridge: the agent reaches choird over it", addr, hc.NetworkMode)
+			}
 			if !slices.Equal(hc.ExtraHosts, []string{runtime.ContainerHostName + ":" + want}) {
 				t.Errorf("listener %s: extra hosts %v, want %s on %s", addr, hc.ExtraHosts, runtime.ContainerHostName, want)
 			}
@@ -166,7 +169,7 @@ func TestDocker(t *testing.T) {
 		if !slices.Contains(hc.SecurityOpt, "no-new-privileges:true") || slices.ContainsFunc(hc.SecurityOpt, func(s string) bool { return strings.Contains(s, "unconfined") }) {
 			t.Errorf("security options %v", hc.SecurityOpt)
 		}
-		if !hc.ReadonlyRootfs || hc.Privileged || hc.PidMode != "" || hc.NetworkMode != "bridge" || hc.IpcMode != "private" {
+		if !hc.ReadonlyRootfs || hc.Privileged || hc.PidMode != "" || hc.NetworkMode != "none" || hc.IpcMode != "private" {
 			t.Errorf("readonly %v privileged %v pid %q network %q ipc %q", hc.ReadonlyRootfs, hc.Privileged, hc.PidMode, hc.NetworkMode, hc.IpcMode)
 		}
 		if _, ok := hc.Tmpfs["/tmp"]; !ok {

@@ -79,6 +79,12 @@ const Name = "process"
 const IsolationWarning = "the process runtime isolates nothing: agents and the commands their tools run have choird's user " +
 	"and see the host, its files and choird's secrets.json; use the docker runtime for anything but development"
 
+// EgressWarning is logged at every agent start with an egress gateway: the
+// tools are told to use it, and nothing makes them.
+const EgressWarning = "the process runtime cannot enforce the egress gateway: the agent's tools get HTTP_PROXY, HTTPS_PROXY " +
+	"and ALL_PROXY pointing at it, but a command that ignores them reaches the host's network directly; " +
+	"use the docker runtime, whose containers have no other way out"
+
 // DefaultBaseEnv are the variables of choird's own environment passed on
 // to agents; nothing else is (choird's environment may hold credentials).
 var DefaultBaseEnv = []string{"PATH", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "USER", "LOGNAME", "TMPDIR"}
@@ -232,6 +238,7 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 	if spec.ControlAddr != "" {
 		reach = runtime.Reach{Endpoint: runtime.HostEndpoint(spec.ControlAddr), CACert: spec.ControlCACert}
 	}
+	reach.Egress = spec.EgressSocket
 	cmd.Env = append(r.baseEnv(), runtime.Env(Name, spec, spec.Workspace, home, reach)...)
 	cmd.Stdin = token
 	cmd.Stdout, cmd.Stderr = out, out
@@ -268,6 +275,9 @@ func (r *Runtime) Start(ctx context.Context, spec runtime.Spec) (runtime.Instanc
 	r.log.Info("agent process started", slog.String("instance", id), slog.String("agent_id", spec.AgentID),
 		slog.String("session_id", spec.SessionID), slog.Int("pid", pid))
 	r.log.Warn(IsolationWarning, slog.String("agent_id", spec.AgentID), slog.Int("uid", os.Getuid()))
+	if spec.EgressSocket != "" {
+		r.log.Warn(EgressWarning, slog.String("agent_id", spec.AgentID), slog.String("egress_socket", spec.EgressSocket))
+	}
 	return instanceOf(rec, true), nil
 }
 

@@ -2,10 +2,14 @@ package process_test
 
 import (
 	"context"
+	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -240,4 +244,54 @@ func TestNewErrors(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "no state directory") {
 		t.Errorf("missing state dir: %v", err)
 	}
+}
+
+// TestEgressIsNamedNotEnforced: the process runtime tells the agent where
+// the egress gateway is, and says at every start that it cannot make the
+// agent's tools use it.
+func TestEgressIsNamedNotEnforced(t *testing.T) {
+	t.Parallel()
+	b := &testBundle{bin: runtimetest.BuildAgent(t), state: t.TempDir(), logs: t.TempDir()}
+	var logs syncBuffer
+	rt, err := process.New(process.Options{Binary: b.bin, StateDir: b.state, LogDir: b.logs,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { rt.Close() })
+	same := func(p string) string { return p }
+	h := &runtimetest.Harness{Runtime: rt, Listener: runtimetest.NewListener(t), AgentWorkspace: same, AgentSocket: same,
+		BaseEnv: process.DefaultBaseEnv}
+	sock := filepath.Join(t.TempDir(), "egress.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	spec := h.NewSpec(t)
+	spec.EgressSocket = sock
+	_, conn := h.Start(t, spec)
+	if !slices.Contains(conn.Hello.Env, runtime.EnvEgressSocket+"="+sock) {
+		t.Errorf("the agent's environment %v lacks %s=%s", conn.Hello.Env, runtime.EnvEgressSocket, sock)
+	}
+	if !strings.Contains(logs.String(), "cannot enforce the egress gateway") {
+		t.Errorf("no warning that the gateway is not enforced in:\n%s", logs.String())
+	}
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }

@@ -198,7 +198,7 @@ func scenarioEnvironmentHoldsOnlyTheContract(t *testing.T, h *Harness) {
 	spec := h.NewSpec(t)
 	_, conn := h.Start(t, spec)
 	allowed := append([]string{runtime.EnvAgentID, runtime.EnvSessionID, runtime.EnvLeaseTokenFD, runtime.EnvRuntime,
-		runtime.EnvWorkspace, runtime.EnvSocket, runtime.EnvHome, runtime.EnvControlPlane, "CHOIR_EXTRA", "HOSTNAME"}, h.BaseEnv...)
+		runtime.EnvWorkspace, runtime.EnvSocket, runtime.EnvHome, runtime.EnvControlPlane, runtime.EnvEgressSocket, "CHOIR_EXTRA", "HOSTNAME"}, h.BaseEnv...)
 	for _, kv := range conn.Hello.Env {
 		k, v, _ := strings.Cut(kv, "=")
 		if !slices.Contains(allowed, k) {

@@ -1,4 +1,9 @@
-package ctl
+// Package secret is choirctl secret: list, set and delete the secrets of
+// secrets.json (edited in place under choirctl's lock, encrypted again
+// when the file is age-encrypted, refused when config.json would break),
+// encrypt the file at rest and rotate its key, and apply it to choird and
+// the running agents.
+package secret
 
 import (
 	"bytes"
@@ -16,24 +21,40 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/config/atrest"
+	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/strictjson"
 )
+
+// Env is what the secret commands take from choirctl.
+type Env struct {
+	// Home is --home, read when the command runs.
+	Home     func() string
+	Client   func() *admin.Client
+	Stdout   io.Writer
+	UsageErr func(error) error
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
 
 // maxSecretBytes bounds a secret value read from stdin.
 const maxSecretBytes = 64 << 10
 
-func newSecretCommand(g *globals) *cobra.Command {
+func Command(env Env) *cobra.Command {
 	cmd := &cobra.Command{Use: "secret", Short: "List, set and delete secrets; encrypt secrets.json at rest; apply it to choird and the running agents"}
 	apply := &cobra.Command{Use: "apply", Short: "Reload secrets.json in choird and have every running agent refresh its secrets",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := g.client()
+			c := env.Client()
 			defer c.Close()
 			out, err := c.SecretApply(cmd.Context())
 			if err != nil {
 				return err
 			}
-			fmt.Fprintf(g.stdout, "applied %d secrets; %d running agents refreshing\n", out.Secrets, out.Notified)
+			fmt.Fprintf(env.Stdout, "applied %d secrets; %d running agents refreshing\n", out.Secrets, out.Notified)
 			return nil
 		}}
 
@@ -41,17 +62,17 @@ func newSecretCommand(g *globals) *cobra.Command {
 	list := &cobra.Command{Use: "list", Short: "List the names of the secrets choird runs with (never their values)",
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c := g.client()
+			c := env.Client()
 			defer c.Close()
 			names, err := c.SecretList(cmd.Context())
 			if err != nil {
 				return err
 			}
 			if asJSON {
-				return writeJSON(g.stdout, names)
+				return writeJSON(env.Stdout, names)
 			}
 			for _, n := range names {
-				fmt.Fprintln(g.stdout, n)
+				fmt.Fprintln(env.Stdout, n)
 			}
 			return nil
 		}}
@@ -74,7 +95,7 @@ func newSecretCommand(g *globals) *cobra.Command {
 					return fmt.Errorf("read the secret from stdin: %w", err)
 				}
 				if len(b) > maxSecretBytes {
-					return usageErr(fmt.Errorf("secret value on stdin is over %d bytes", maxSecretBytes))
+					return env.UsageErr(fmt.Errorf("secret value on stdin is over %d bytes", maxSecretBytes))
 				}
 				// One trailing newline is how echo and most editors end
 				// a line, never part of a token.
@@ -82,25 +103,25 @@ func newSecretCommand(g *globals) *cobra.Command {
 				b = bytes.TrimSuffix(b, []byte("\r"))
 				value = string(b)
 			}
-			return runSecretSet(g, args[0], value)
+			return runSecretSet(env, args[0], value)
 		}}
 
 	del := &cobra.Command{Use: "delete <name>", Aliases: []string{"rm"}, Short: "Delete a secret from secrets.json",
 		Args: cobra.ExactArgs(1),
-		RunE: func(cmd *cobra.Command, args []string) error { return runSecretDelete(g, args[0]) }}
+		RunE: func(cmd *cobra.Command, args []string) error { return runSecretDelete(env, args[0]) }}
 
-	cmd.AddCommand(list, set, del, apply, newSecretEncryptCommand(g), newSecretRotateCommand(g))
+	cmd.AddCommand(list, set, del, apply, newSecretEncryptCommand(env), newSecretRotateCommand(env))
 	return cmd
 }
 
-func runSecretSet(g *globals, name, value string) error {
+func runSecretSet(env Env, name, value string) error {
 	if value == "" {
-		return usageErr(fmt.Errorf("the value of secret %s is empty; to remove it run: choirctl secret delete %s", name, name))
+		return env.UsageErr(fmt.Errorf("the value of secret %s is empty; to remove it run: choirctl secret delete %s", name, name))
 	}
-	return editSecrets(g, func(s config.Secrets) (string, error) {
+	return editSecrets(env, func(s config.Secrets) (string, error) {
 		old, exists := s[name]
 		if !exists && !config.ValidName(name) {
-			return "", usageErr(fmt.Errorf("secret name %q must match %s", name, config.NamePattern))
+			return "", env.UsageErr(fmt.Errorf("secret name %q must match %s", name, config.NamePattern))
 		}
 		s[name] = value
 		switch {
@@ -113,10 +134,10 @@ func runSecretSet(g *globals, name, value string) error {
 	})
 }
 
-func runSecretDelete(g *globals, name string) error {
-	return editSecrets(g, func(s config.Secrets) (string, error) {
+func runSecretDelete(env Env, name string) error {
+	return editSecrets(env, func(s config.Secrets) (string, error) {
 		if _, ok := s[name]; !ok {
-			return "", usageErr(fmt.Errorf("secret %s is not in secrets.json (secrets: %v)", name, s.Names()))
+			return "", env.UsageErr(fmt.Errorf("secret %s is not in secrets.json (secrets: %v)", name, s.Names()))
 		}
 		delete(s, name)
 		return "deleted secret " + name, nil
@@ -130,15 +151,15 @@ func runSecretDelete(g *globals, name string) error {
 // disk. An edit that would break config.json (a secret it names deleted, a
 // Postgres secret not of the form user:password) is refused and changes
 // nothing; problems config.json already had are only mentioned.
-func editSecrets(g *globals, edit func(config.Secrets) (string, error)) error {
-	unlock, err := lockHome(g.home)
+func editSecrets(env Env, edit func(config.Secrets) (string, error)) error {
+	unlock, err := lockHome(env.Home())
 	if err != nil {
 		return err
 	}
 	defer unlock()
 
-	path := filepath.Join(g.home, config.SecretsFile)
-	secrets, key, err := readSecrets(g.home)
+	path := filepath.Join(env.Home(), config.SecretsFile)
+	secrets, key, err := env.readSecrets(env.Home())
 	if err != nil {
 		return err
 	}
@@ -157,13 +178,13 @@ func editSecrets(g *globals, edit func(config.Secrets) (string, error)) error {
 	if _, err := config.ParseSecrets(data); err != nil {
 		return fmt.Errorf("the edited secrets.json would not parse, nothing changed: %w", err)
 	}
-	remaining, err := checkConfigWith(g.home, before, secrets)
+	remaining, err := env.checkConfigWith(env.Home(), before, secrets)
 	if err != nil {
 		return err
 	}
 	stored := ""
 	if key != nil {
-		if data, err = config.EncryptSecrets(g.home, secrets, key); err != nil {
+		if data, err = config.EncryptSecrets(env.Home(), secrets, key); err != nil {
 			return err
 		}
 		stored = ", age-encrypted"
@@ -171,11 +192,11 @@ func editSecrets(g *globals, edit func(config.Secrets) (string, error)) error {
 	if err := config.WriteFileAtomic(path, data, 0o600); err != nil {
 		return err
 	}
-	fmt.Fprintf(g.stdout, "%s in %s (%d secrets%s)\n", what, path, len(secrets), stored)
+	fmt.Fprintf(env.Stdout, "%s in %s (%d secrets%s)\n", what, path, len(secrets), stored)
 	if remaining > 0 {
-		fmt.Fprintf(g.stdout, "config.json still has %d problems; see: choirctl config validate\n", remaining)
+		fmt.Fprintf(env.Stdout, "config.json still has %d problems; see: choirctl config validate\n", remaining)
 	}
-	fmt.Fprintln(g.stdout, "to use it in choird and running agents, run: choirctl secret apply")
+	fmt.Fprintln(env.Stdout, "to use it in choird and running agents, run: choirctl secret apply")
 	return nil
 }
 
@@ -198,7 +219,7 @@ func lockHome(home string) (unlock func(), err error) {
 
 // checkConfigWith refuses an edit that adds a problem to config.json, and
 // counts the problems it still has.
-func checkConfigWith(home string, before, after config.Secrets) (remaining int, err error) {
+func (env Env) checkConfigWith(home string, before, after config.Secrets) (remaining int, err error) {
 	cfgData, err := os.ReadFile(filepath.Join(home, config.ConfigFile))
 	if err != nil {
 		return 0, nil
@@ -220,7 +241,7 @@ func checkConfigWith(home string, before, after config.Secrets) (remaining int, 
 		for _, p := range introduced {
 			msg += "\n  " + p
 		}
-		return 0, usageErr(errors.New(msg))
+		return 0, env.UsageErr(errors.New(msg))
 	}
 	return remaining, nil
 }
@@ -238,7 +259,7 @@ func secretsJSON(s config.Secrets) ([]byte, error) {
 // read or write, as choird does, and decrypting one that is age-encrypted;
 // key is then the identity that decrypted it. A missing file is an empty
 // set.
-func readSecrets(home string) (s config.Secrets, key *atrest.Key, err error) {
+func (env Env) readSecrets(home string) (s config.Secrets, key *atrest.Key, err error) {
 	path := filepath.Join(home, config.SecretsFile)
 	data, err := config.ReadSecretsFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -251,7 +272,7 @@ func readSecrets(home string) (s config.Secrets, key *atrest.Key, err error) {
 		return nil, nil, err
 	}
 	if s, err = config.ParseSecrets(data); err != nil {
-		return nil, nil, usageErr(fmt.Errorf("parse %s (fix it by hand first):\n%w", path, err))
+		return nil, nil, env.UsageErr(fmt.Errorf("parse %s (fix it by hand first):\n%w", path, err))
 	}
 	return s, key, nil
 }

@@ -1,4 +1,4 @@
-package tool
+package offer
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 	"strings"
 	"unicode"
 
-	"github.com/choirhq/choir/rpc/toolindex"
+	"github.com/choirhq/choir/agent/tool"
 )
 
 // Names of the discovery tools, offered in [ModeDiscovery] and answered by
@@ -24,8 +24,8 @@ const (
 )
 
 // discoveryViews are the LLM views of the discovery tools.
-func discoveryViews() []LLMView {
-	return []LLMView{
+func discoveryViews() []tool.LLMView {
+	return []tool.LLMView{
 		{Name: NameToolsSearch, Description: "Find tools for a task by keywords or a description of what you need. " +
 			"Returns names and one-line descriptions; you may call a found tool directly.",
 			Parameters: json.RawMessage(`{"type":"object","properties":{"query":{"type":"string"},"limit":{"type":"integer","minimum":1,"maximum":25}},"required":["query"],"additionalProperties":false}`)},
@@ -53,7 +53,7 @@ func (o *Offer) Handles(name string) bool {
 
 // Call answers a discovery tool's call under f. Its answer is the tool
 // result the model sees; bad input is a rejection naming the problem.
-func (o *Offer) Call(ctx context.Context, f Filter, name string, args json.RawMessage) json.RawMessage {
+func (o *Offer) Call(ctx context.Context, f tool.Filter, name string, args json.RawMessage) json.RawMessage {
 	var in struct {
 		Query    string `json:"query"`
 		Limit    int    `json:"limit"`
@@ -75,7 +75,7 @@ func (o *Offer) Call(ctx context.Context, f Filter, name string, args json.RawMe
 		var found []map[string]string
 		for _, n := range o.rank(ctx, allowed, in.Query, in.Limit) {
 			d, _ := o.r.Lookup(n)
-			found = append(found, map[string]string{"name": n, "description": oneLine(d.spec.LLM.Description),
+			found = append(found, map[string]string{"name": n, "description": oneLine(d.LLM().Description),
 				"category": d.Category()})
 		}
 		return success(map[string]any{"tools": found})
@@ -108,7 +108,7 @@ func (o *Offer) Call(ctx context.Context, f Filter, name string, args json.RawMe
 
 // unknown answers a describe of a tool the lane may not call or that does
 // not exist, with the nearest names.
-func (o *Offer) unknown(ctx context.Context, allowed []LLMView, tool, name string) json.RawMessage {
+func (o *Offer) unknown(ctx context.Context, allowed []tool.LLMView, tool, name string) json.RawMessage {
 	b := rejected("unknown_tool", fmt.Sprintf("%s: there is no tool %q you may call", tool, name))
 	var m map[string]any
 	json.Unmarshal(b, &m) //nolint:errcheck // our own JSON
@@ -118,7 +118,7 @@ func (o *Offer) unknown(ctx context.Context, allowed []LLMView, tool, name strin
 }
 
 // nearest are the tools f allows that best match an unknown name.
-func (o *Offer) nearest(ctx context.Context, f Filter, name string) []string {
+func (o *Offer) nearest(ctx context.Context, f tool.Filter, name string) []string {
 	return o.rank(ctx, o.r.LLMViews(f), name, 5)
 }
 
@@ -126,7 +126,7 @@ func (o *Offer) nearest(ctx context.Context, f Filter, name string) []string {
 // keyword ranking and the semantic one (when there is a search) fused by
 // reciprocal rank, as memory search fuses its text and vector rankings.
 // The semantic ranking is cut to allowed, so it never widens a filter.
-func (o *Offer) rank(ctx context.Context, allowed []LLMView, query string, limit int) []string {
+func (o *Offer) rank(ctx context.Context, allowed []tool.LLMView, query string, limit int) []string {
 	ok := make(map[string]bool, len(allowed))
 	for _, v := range allowed {
 		ok[v.Name] = true
@@ -162,7 +162,7 @@ func (o *Offer) rank(ctx context.Context, allowed []LLMView, query string, limit
 // keywordRank ranks the allowed tools that share a word with query, best
 // first: a word of the name counts 3, an alias 2, any other word of the
 // corpus 1.
-func keywordRank(r *Registry, allowed []LLMView, query string) []string {
+func keywordRank(r *tool.Registry, allowed []tool.LLMView, query string) []string {
 	terms := words(query)
 	type hit struct {
 		name  string
@@ -171,7 +171,7 @@ func keywordRank(r *Registry, allowed []LLMView, query string) []string {
 	var hits []hit
 	for _, v := range allowed {
 		d, _ := r.Lookup(v.Name)
-		name, alias, body := set(words(d.Name())), set(words(strings.Join(d.spec.Runtime.Aliases, " "))), set(words(d.SearchText()))
+		name, alias, body := set(words(d.Name())), set(words(strings.Join(d.Runtime().Aliases, " "))), set(words(d.SearchText()))
 		s := 0
 		for _, t := range terms {
 			switch {
@@ -229,38 +229,13 @@ func set(ws []string) map[string]bool {
 }
 
 // categories groups the allowed tools by category, names sorted.
-func categories(r *Registry, allowed []LLMView) map[string][]string {
+func categories(r *tool.Registry, allowed []tool.LLMView) map[string][]string {
 	out := map[string][]string{}
 	for _, v := range allowed {
 		d, _ := r.Lookup(v.Name)
 		out[d.Category()] = append(out[d.Category()], v.Name)
 	}
 	return out
-}
-
-// Category returns the tool's category: runtime.category, or its name
-// without the last segment (choir.fs for choir.fs.read).
-func (d *Def) Category() string {
-	if c := d.spec.Runtime.Category; c != "" {
-		return c
-	}
-	n := d.Name()
-	return n[:strings.LastIndexByte(n, '.')]
-}
-
-// SearchText is the tool's search corpus: its name, description,
-// parameter names, side effect and aliases. Tool search in choird embeds
-// and indexes exactly this text.
-func (d *Def) SearchText() string {
-	var props struct {
-		Properties map[string]json.RawMessage `json:"properties"`
-	}
-	json.Unmarshal(d.spec.LLM.Parameters, &props) //nolint:errcheck // compiled at registration
-	parts := []string{d.Name(), d.spec.LLM.Description}
-	parts = append(parts, slices.Sorted(maps.Keys(props.Properties))...)
-	parts = append(parts, "side effect "+string(d.spec.Runtime.SideEffect))
-	parts = append(parts, d.spec.Runtime.Aliases...)
-	return strings.Join(parts, "\n")
 }
 
 func rejected(kind, msg string) json.RawMessage {
@@ -272,16 +247,4 @@ func success(v map[string]any) json.RawMessage {
 	v["status"] = "success"
 	b, _ := json.Marshal(v)
 	return b
-}
-
-// Corpus returns the search text of every tool, sorted by name, and its
-// hash (toolindex.Hash, which choird recomputes over what it receives):
-// choird rebuilds its tool index when the hash of an agent's image
-// changes.
-func (r *Registry) Corpus() ([]toolindex.Entry, string) {
-	out := make([]toolindex.Entry, 0, len(r.names))
-	for _, n := range r.names {
-		out = append(out, toolindex.Entry{Name: n, Text: r.defs[n].SearchText()})
-	}
-	return out, toolindex.Hash(out)
 }

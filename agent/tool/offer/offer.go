@@ -1,10 +1,23 @@
-package tool
+// Package offer decides how a lane's model is offered the tools it may
+// call, once per session and lane, by an [Injector] from the model's
+// context window and the measured size of the schemas ([PlanFor]): direct
+// (full schemas) when they fit in [SchemaBudgetPercent] of the window,
+// compact (names and one-line descriptions; a rejected input carries the
+// real schema) when those fit, else discovery (the choir.tools.search,
+// describe, categories and load tools, whose loaded schemas join the tools
+// parameter for the rest of the turn). The lanes only ask the turn's
+// [Offer] for each call's tools parameter and route the discovery tools to
+// it. Every answer is cut to the lane's [tool.Filter]: discovery never
+// widens what a lane or a skill state may call.
+package offer
 
 import (
 	"context"
 	"encoding/json"
 	"strings"
 	"sync"
+
+	"github.com/choirhq/choir/agent/tool"
 )
 
 // Mode is how a lane's model is offered the tools it may call: the
@@ -49,7 +62,7 @@ var compactParams = json.RawMessage(`{"type":"object"}`)
 // per four bytes of the JSON function definitions, as OpenAI-compatible
 // APIs carry them. It is an estimate, the same for every mode, so that
 // modes compare fairly.
-func EstimateTokens(views []LLMView) int {
+func EstimateTokens(views []tool.LLMView) int {
 	n := 0
 	for _, v := range views {
 		b, _ := json.Marshal(map[string]any{"type": "function", "function": v})
@@ -74,11 +87,11 @@ type Plan struct {
 	CompactTokens int `json:"compact_tokens"`
 }
 
-// Plan decides the mode for the tools f keeps and a model with the given
+// PlanFor decides the mode for the tools of r that f keeps and a model with the given
 // context window: direct if the full schemas fit in [SchemaBudgetPercent]
 // of the window, compact if the names and one-line descriptions do, else
 // discovery. A forced mode other than [ModeAuto] wins.
-func (r *Registry) Plan(f Filter, window int64, forced Mode) Plan {
+func PlanFor(r *tool.Registry, f tool.Filter, window int64, forced Mode) Plan {
 	views := r.LLMViews(f)
 	p := Plan{ContextWindow: window, Tools: len(views), DirectTokens: EstimateTokens(views),
 		CompactTokens: EstimateTokens(compactViews(views))}
@@ -98,10 +111,10 @@ func (r *Registry) Plan(f Filter, window int64, forced Mode) Plan {
 
 // compactViews strips views to a name and the first line of the
 // description, with an open object schema.
-func compactViews(views []LLMView) []LLMView {
-	out := make([]LLMView, len(views))
+func compactViews(views []tool.LLMView) []tool.LLMView {
+	out := make([]tool.LLMView, len(views))
 	for i, v := range views {
-		out[i] = LLMView{Name: v.Name, Description: oneLine(v.Description), Parameters: compactParams}
+		out[i] = tool.LLMView{Name: v.Name, Description: oneLine(v.Description), Parameters: compactParams}
 	}
 	return out
 }
@@ -143,27 +156,27 @@ type InjectorConfig struct {
 // Injector decides each lane's mode once, at its first turn of the
 // session, and makes the per-turn [Offer]s. It is safe for concurrent use.
 type Injector struct {
-	r     *Registry
+	r     *tool.Registry
 	cfg   InjectorConfig
 	mu    sync.Mutex
-	plans map[Lane]Plan
+	plans map[tool.Lane]Plan
 }
 
 // NewInjector returns the injector of a session over r.
-func NewInjector(r *Registry, cfg InjectorConfig) *Injector {
-	return &Injector{r: r, cfg: cfg, plans: map[Lane]Plan{}}
+func NewInjector(r *tool.Registry, cfg InjectorConfig) *Injector {
+	return &Injector{r: r, cfg: cfg, plans: map[tool.Lane]Plan{}}
 }
 
 // Plan returns the lane's plan, deciding it on the first call from the
 // tools the lane may call and the model's window. Core jobs get direct or
 // compact mode, never discovery.
-func (in *Injector) Plan(lane Lane, window int64) Plan {
+func (in *Injector) Plan(lane tool.Lane, window int64) Plan {
 	in.mu.Lock()
 	defer in.mu.Unlock()
 	p, ok := in.plans[lane]
 	if !ok {
-		p = in.r.Plan(Filter{Lane: lane}, window, in.cfg.Mode)
-		if lane == LaneCore && p.Mode == ModeDiscovery {
+		p = PlanFor(in.r, tool.Filter{Lane: lane}, window, in.cfg.Mode)
+		if lane == tool.LaneCore && p.Mode == ModeDiscovery {
 			// A core job's prompt is rebuilt from the log at every step,
 			// which keeps rejections but not discovery answers: its
 			// cheapest mode is compact.
@@ -176,17 +189,17 @@ func (in *Injector) Plan(lane Lane, window int64) Plan {
 
 // Offer starts a turn of lane: what its model is offered and which
 // schemas it has seen are kept until the turn ends.
-func (in *Injector) Offer(lane Lane, window int64) *Offer {
+func (in *Injector) Offer(lane tool.Lane, window int64) *Offer {
 	return &Offer{r: in.r, mode: in.Plan(lane, window).Mode, search: in.cfg.Search, shown: map[string]bool{}}
 }
 
 // Offer is one turn's view of the tools under a mode: the tools parameter
 // of each model call, the discovery tools' answers, and what a rejection
 // must tell a model that has not seen a schema. It never widens what a
-// lane may call: every answer is cut to the [Filter] of the call. It is
+// lane may call: every answer is cut to the [tool.Filter] of the call. It is
 // safe for concurrent use.
 type Offer struct {
-	r      *Registry
+	r      *tool.Registry
 	mode   Mode
 	search SearchFunc
 	mu     sync.Mutex
@@ -205,14 +218,14 @@ func (o *Offer) Mode() Mode {
 // its cost with [EstimateTokens]). In compact mode a tool whose schema the model was
 // given this turn carries it; in discovery mode the discovery tools come
 // first, then the schemas loaded this turn.
-func (o *Offer) Tools(f Filter) []LLMView {
+func (o *Offer) Tools(f tool.Filter) []tool.LLMView {
 	views := o.r.LLMViews(f)
 	switch o.Mode() {
 	case ModeCompact:
 		o.mu.Lock()
 		for i, v := range views {
 			if !o.shown[v.Name] {
-				views[i] = compactViews([]LLMView{v})[0]
+				views[i] = compactViews([]tool.LLMView{v})[0]
 			}
 		}
 		o.mu.Unlock()
@@ -243,7 +256,7 @@ func (o *Offer) show(names ...string) {
 // direct call of a tool hidden in discovery mode is routed as if it had
 // been discovered, so its schema joins the tools parameter for the rest of
 // the turn. The arbiter still decides whether it may run.
-func (o *Offer) Called(name string, f Filter) {
+func (o *Offer) Called(name string, f tool.Filter) {
 	if o.Mode() != ModeDiscovery || !o.allowed(f, name) {
 		return
 	}
@@ -251,7 +264,7 @@ func (o *Offer) Called(name string, f Filter) {
 }
 
 // allowed reports whether f keeps the tool name.
-func (o *Offer) allowed(f Filter, name string) bool {
+func (o *Offer) allowed(f tool.Filter, name string) bool {
 	for _, v := range o.r.LLMViews(f) {
 		if v.Name == name {
 			return true
@@ -276,7 +289,7 @@ func (o *Offer) SchemaUnseen(name string) bool {
 // invalid input joins the tools parameter for the rest of the turn, and an
 // unknown tool's answer gains the nearest names the model may call. Other
 // answers pass unchanged.
-func (o *Offer) Amend(ctx context.Context, f Filter, name, kind string, answer json.RawMessage) json.RawMessage {
+func (o *Offer) Amend(ctx context.Context, f tool.Filter, name, kind string, answer json.RawMessage) json.RawMessage {
 	switch kind {
 	case "invalid_input":
 		if o.Mode() != ModeDirect && o.allowed(f, name) {

@@ -1,4 +1,4 @@
-package tool_test
+package offer_test
 
 import (
 	"strings"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
+	"github.com/choirhq/choir/agent/tool/offer"
 )
 
 func TestPlanChoosesModeFromWindow(t *testing.T) {
@@ -14,34 +15,34 @@ func TestPlanChoosesModeFromWindow(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	direct := reg.Plan(tool.Filter{Lane: tool.LaneEdge}, 1<<30, tool.ModeAuto)
-	if direct.Mode != tool.ModeDirect || direct.CompactTokens >= direct.DirectTokens {
+	direct := offer.PlanFor(reg, tool.Filter{Lane: tool.LaneEdge}, 1<<30, offer.ModeAuto)
+	if direct.Mode != offer.ModeDirect || direct.CompactTokens >= direct.DirectTokens {
 		t.Fatalf("huge window: %+v", direct)
 	}
 	// A window whose 20% holds the compact form but not the full one.
-	window := int64(direct.CompactTokens+direct.DirectTokens) / 2 * 100 / tool.SchemaBudgetPercent
+	window := int64(direct.CompactTokens+direct.DirectTokens) / 2 * 100 / offer.SchemaBudgetPercent
 	for _, tc := range []struct {
 		name   string
 		window int64
-		forced tool.Mode
-		want   tool.Mode
+		forced offer.Mode
+		want   offer.Mode
 	}{
-		{"FitsDirect", int64(direct.DirectTokens) * 100 / tool.SchemaBudgetPercent, tool.ModeAuto, tool.ModeDirect},
-		{"FitsCompact", window, tool.ModeAuto, tool.ModeCompact},
-		{"FitsNeither", int64(direct.CompactTokens-1) * 100 / tool.SchemaBudgetPercent, tool.ModeAuto, tool.ModeDiscovery},
-		{"ForcedWins", 1 << 30, tool.ModeDiscovery, tool.ModeDiscovery},
+		{"FitsDirect", int64(direct.DirectTokens) * 100 / offer.SchemaBudgetPercent, offer.ModeAuto, offer.ModeDirect},
+		{"FitsCompact", window, offer.ModeAuto, offer.ModeCompact},
+		{"FitsNeither", int64(direct.CompactTokens-1) * 100 / offer.SchemaBudgetPercent, offer.ModeAuto, offer.ModeDiscovery},
+		{"ForcedWins", 1 << 30, offer.ModeDiscovery, offer.ModeDiscovery},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			p := reg.Plan(tool.Filter{Lane: tool.LaneEdge}, tc.window, tc.forced)
-			if p.Mode != tc.want || p.Forced != (tc.forced != tool.ModeAuto) {
+			p := offer.PlanFor(reg, tool.Filter{Lane: tool.LaneEdge}, tc.window, tc.forced)
+			if p.Mode != tc.want || p.Forced != (tc.forced != offer.ModeAuto) {
 				t.Errorf("plan = %+v, want mode %s", p, tc.want)
 			}
 		})
 	}
 	// Core jobs never get discovery mode: their prompt is rebuilt from the
 	// log, which does not keep loaded schemas.
-	inj := tool.NewInjector(reg, tool.InjectorConfig{Mode: tool.ModeDiscovery})
-	if m := inj.Plan(tool.LaneCore, 1<<20).Mode; m != tool.ModeCompact {
+	inj := offer.NewInjector(reg, offer.InjectorConfig{Mode: offer.ModeDiscovery})
+	if m := inj.Plan(tool.LaneCore, 1<<20).Mode; m != offer.ModeCompact {
 		t.Errorf("core lane mode = %s, want compact", m)
 	}
 }

@@ -1,0 +1,85 @@
+package egress_test
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/riverqueue/river"
+
+	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/approval"
+	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/egress"
+	"github.com/choirhq/choir/daemon/gateway"
+	"github.com/choirhq/choir/daemon/outbox/outboxtest"
+)
+
+// TestApproveAsksTheDM: under egress.unknown approve, a tool's connection
+// to a host egress.allow does not name waits while the agent's DM gets a
+// card naming the host, the port and the lane's sources; approving lets
+// that one connection through, refusing refuses it, and the agent is never
+// told an outcome that is choird's own.
+func TestApproveAsksTheDM(t *testing.T) {
+	t.Parallel()
+	ob := outboxtest.Setup(t, gateway.SendLimits{})
+	svc := approval.New(ob.Pool, nil)
+	egress.RegisterApprovals(svc.Registry)
+	client := ob.Start(t, func(w *river.Workers) {
+		river.AddWorker(w, &approval.TimeoutWorker{Pool: ob.Pool, Logger: slog.New(slog.DiscardHandler), Kinds: svc.Registry,
+			Resolved: svc.Resolved})
+	})
+	svc.SetJobs(client)
+	cfg := &config.Config{
+		Gateways: map[string]config.Gateway{outboxtest.Gateway: {Type: config.GatewayTelegram, Secret: "tg-token"}},
+		DMs:      map[string]config.DM{outboxtest.DM: {Gateway: outboxtest.Gateway, UserID: "5551"}},
+	}
+	b := setupWith(t, setupOptions{pool: ob.Pool, agent: outboxtest.Agent, bindings: `{"dm": "` + outboxtest.DM + `"}`,
+		approve: func(*testBundle) func(context.Context, egress.ApprovalRequest) (egress.Approval, error) {
+			a := &egress.Approvals{Pool: ob.Pool, Registry: svc.Registry, Jobs: client,
+				ConfigFunc: func() *config.Config { return cfg }, Poll: 20 * time.Millisecond}
+			return a.Ask
+		}})
+	b.policy.Store(&egress.Policy{AllowHosts: []string{b.upstream}})
+	pc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(b.localProxy(t)), DisableKeepAlives: true}}
+
+	decide := func(approve bool) {
+		var id string
+		outboxtest.WaitFor(t, "a pending egress approval", func() bool {
+			return b.pool.QueryRow(context.Background(), `SELECT approval_id::text FROM choir_control.pending_approvals
+				WHERE request_type = 'egress.connect' AND status = 'pending'`).Scan(&id) == nil
+		})
+		outboxtest.WaitFor(t, "the card in the DM", func() bool {
+			for _, m := range ob.TG.SentTo(outboxtest.Chat) {
+				if strings.Contains(m.Text, b.upstream) || strings.Contains(m.Text, strings.Split(b.upstream, ":")[0]) {
+					return true
+				}
+			}
+			return false
+		})
+		if _, err := svc.Decide(context.Background(), control.Scope{Admin: true, Actor: "test"}, id, approve); err != nil {
+			t.Errorf("decide: %v", err)
+		}
+	}
+	go decide(true)
+	code, body, err := get(t, pc, "http://"+b.upstream+"/approved")
+	if err != nil || code != 200 || body != "upstream saw GET /approved" {
+		t.Fatalf("after approval: %d %q %v", code, body, err)
+	}
+	go decide(false)
+	if code, body, _ := get(t, pc, "http://"+b.upstream+"/refused"); code != 403 || !strings.Contains(body, "not approved") {
+		t.Errorf("after refusal: %d %q", code, body)
+	}
+	var untaken int
+	if err := b.pool.QueryRow(context.Background(), `SELECT count(*) FROM choir_control.pending_approvals
+		WHERE request_type = 'egress.connect' AND outcome_taken_at IS NULL`).Scan(&untaken); err != nil || untaken != 0 {
+		t.Errorf("%d egress approvals left for the agent to take (%v), want none", untaken, err)
+	}
+	rs := b.rows(t, 2)
+	if rs[0].decision != "allowed" || rs[1].decision != "refused" {
+		t.Errorf("audit %+v", rs)
+	}
+}

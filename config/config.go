@@ -65,6 +65,8 @@ type Config struct {
 	Agents map[string]Agent `json:"agents"`
 	// Web limits the web tools and opens hosts to them (see [Web]).
 	Web Web `json:"web,omitzero"`
+	// Console is the operator's web console; nil (no block) serves none.
+	Console *Console `json:"console,omitempty"`
 	// Caps are the host-wide caps across all agents (see caps.go).
 	Caps HostCaps `json:"caps,omitzero"`
 

@@ -46,6 +46,7 @@ func (c *Config) ValidateAt(home string, s Secrets) error {
 	v.emailAccounts()
 	v.search()
 	v.web()
+	v.console()
 	v.embedding()
 	v.gateways()
 	v.dms()

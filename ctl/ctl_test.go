@@ -14,6 +14,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/ctl"
 	"github.com/choirhq/choir/dbtest"
 	choirsql "github.com/choirhq/choir/sql"
@@ -88,6 +89,10 @@ func TestInit(t *testing.T) {
 		if !strings.Contains(r.stdout, "db migrate") || !strings.Contains(r.stdout, "config validate") {
 			t.Errorf("instructions missing steps:\n%s", r.stdout)
 		}
+		raw, err := os.ReadFile(filepath.Join(home, "config.json"))
+		if err != nil || strings.Contains(string(raw), `"console"`) {
+			t.Errorf("init without --local turned the console on: %v\n%s", err, raw)
+		}
 	})
 
 	t.Run("RefusesToOverwriteAnExistingSetup", func(t *testing.T) {
@@ -119,6 +124,11 @@ func TestInit(t *testing.T) {
 		}
 		if _, err := os.Stat(filepath.Join(home, "workspaces", "main")); err != nil {
 			t.Errorf("local workspace not created: %v", err)
+		}
+		// A local install has the web console on; choirctl init without
+		// --local leaves it off.
+		if cfg, _, err := config.Load(home); err != nil || cfg.Console == nil || cfg.Console.Address() != config.DefaultConsoleListen {
+			t.Errorf("init --local console = %+v, %v", cfg.Console, err)
 		}
 	})
 }

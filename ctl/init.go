@@ -82,6 +82,8 @@ func runInit(g *globals, opts initOptions) error {
 	}
 	if opts.local {
 		cfg, secrets = starter.Local(home, config.Postgres{Host: opts.pgHost, Port: opts.pgPort, Database: opts.pgDatabase})
+		// A local install gets the web console (choirctl console logs in).
+		cfg.Console = &config.Console{Listen: config.DefaultConsoleListen}
 		if haveModel {
 			modelenv.UseModel(cfg, secrets, envModel)
 		}
@@ -101,12 +103,13 @@ func runInit(g *globals, opts initOptions) error {
 	if opts.local {
 		fmt.Fprintf(g.stdout, `
 This is a complete local configuration: Postgres at %s:%d (database %s),
-the offline embedder, a console DM and one agent, "assistant".
+the offline embedder, a console DM, one agent, "assistant", and the web
+console on %s (choirctl console prints a link to log in).
 %s
 Next:
   choirctl --home %s db migrate
   choird --home %s
-`, opts.pgHost, opts.pgPort, opts.pgDatabase, modelNote(envModel, haveModel), home, home)
+`, opts.pgHost, opts.pgPort, opts.pgDatabase, config.DefaultConsoleListen, modelNote(envModel, haveModel), home, home)
 		return nil
 	}
 	fmt.Fprintf(g.stdout, `

@@ -17,6 +17,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/ctl/console"
 	"github.com/choirhq/choir/ctl/logs"
 	"github.com/choirhq/choir/ctl/memory"
 	"github.com/choirhq/choir/ctl/secret"
@@ -119,6 +120,7 @@ Exit codes:
 	root.AddCommand(logs.Command(logs.Env{Home: func() string { return g.home }, Stdout: g.stdout, Stderr: g.stderr,
 		UsageErr: usageErr}))
 	root.AddCommand(usage.Command(usage.Env{Home: func() string { return g.home }, Client: g.client, Stdout: g.stdout, Stderr: g.stderr, UsageErr: usageErr}))
+	root.AddCommand(console.Command(console.Env{Client: g.client, Stdout: g.stdout}))
 	g.addCompletions(root)
 	return root
 }

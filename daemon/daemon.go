@@ -149,6 +149,8 @@ type Daemon struct {
 	proposer *propose.Proposer
 	// approvals are the approvals, with the kinds features registered.
 	approvals *approval.Service
+	// console is the web console; nil when config.json asks for none.
+	console *consoleHost
 }
 
 // Approvals are choird's approvals.

@@ -16,6 +16,7 @@ import (
 
 	"github.com/choirhq/choir/daemon/adminapi"
 	"github.com/choirhq/choir/daemon/agentapi"
+	"github.com/choirhq/choir/daemon/console/login"
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/runtime/docker"
 	"github.com/choirhq/choir/daemon/toolsearch"
@@ -34,7 +35,8 @@ const (
 // AgentSocketPath is the agent protocol's Unix socket under home.
 func AgentSocketPath(home string) string { return filepath.Join(home, "socks", "choird.sock") }
 
-// servers runs the agent protocol and the admin API until ctx ends.
+// servers runs the agent protocol, the egress gateway, the admin API and
+// the web console until ctx ends.
 type servers struct {
 	wg   sync.WaitGroup
 	errs chan error
@@ -48,9 +50,10 @@ type servers struct {
 // River's workers, a flood of other calls) can take them.
 const heartbeatPoolConns = 4
 
-// startServers listens on the agent protocol's transport and on the admin
-// socket, and serves both in the background. A socket held by a running
-// choird is an error naming its process.
+// startServers listens on the agent protocol's transport, for the egress
+// gateway, on the admin socket and, when config.json asks, for the web
+// console, and serves them in the background. A socket held by a running choird is an error naming
+// its process.
 func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, err error) {
 	snap := d.Snapshot()
 	dsn, err := snap.Config.PostgresDSN(snap.Secrets)
@@ -103,17 +106,34 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 		egressLn.Close()
 		return nil, fmt.Errorf("admin socket: %w", err)
 	}
+	// The console is a window onto choird, not part of its work: one that
+	// cannot listen (its port taken, its certificate unreadable) is logged
+	// and told to choirctl console, and choird serves on without it.
+	var logins *login.Store
+	consoleProblem := "config.json has no console block"
+	if d.console, err = d.listenConsole(ctx); err != nil {
+		d.logger.ErrorContext(ctx, "console not served", slog.String("error", err.Error()))
+		consoleProblem = err.Error()
+	} else if d.console != nil {
+		logins = d.console.logins
+	}
 	mux := admin.NewMux(d.logger.With(slog.String("component", "admin")))
 	adminapi.Mount(mux, adminapi.Options{Control: d.Control, Approvals: d.approvals, Chat: d.inbox, Pool: d.pool, Memory: d.memory,
-		Version: Version, StartedAt: d.startedAt, Schedules: d.schedules, Usage: d.newUsage()})
+		Version: Version, StartedAt: d.startedAt, Schedules: d.schedules, Usage: d.newUsage(), ConsoleLogins: logins,
+		ConsoleProblem: consoleProblem})
 	d.logger.InfoContext(ctx, "admin API listening", slog.String("socket", admin.SocketPath(d.home)))
 
-	s := &servers{errs: make(chan error, 3), heartbeatPool: hbPool}
+	// One error for each server: the agent protocol, the egress gateway, the
+	// admin API and the console.
+	s := &servers{errs: make(chan error, 4), heartbeatPool: hbPool}
 	s.wg.Go(func() { s.errs <- srv.Serve(ctx, agentLn) })
 	s.wg.Go(func() { s.errs <- gw.Serve(ctx, egressLn) })
 	s.wg.Go(func() {
 		s.errs <- admin.Serve(ctx, adminLn, mux, admin.ServeOptions{Logger: d.logger.With(slog.String("component", "admin"))})
 	})
+	if c := d.console; c != nil {
+		s.wg.Go(func() { s.errs <- c.pages.Serve(ctx, c.ln) })
+	}
 	return s, nil
 }
 

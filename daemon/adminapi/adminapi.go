@@ -1,7 +1,8 @@
 // Package adminapi is the admin socket's handlers: the paths choirctl
 // calls, each decoded, run through the control layer with the scope of
 // the peer (an admin, named by its uid), and its error given the code
-// choirctl shows it with; and choird's status.
+// choirctl shows it with; choird's status; and the web console's logins
+// (the admin socket is their trust root).
 package adminapi
 
 import (
@@ -14,6 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/choirhq/choir/daemon/approval"
+	"github.com/choirhq/choir/daemon/console/login"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/inbox"
 	"github.com/choirhq/choir/daemon/memory"
@@ -44,6 +46,10 @@ type Options struct {
 	Schedules *schedule.Service
 	// Usage serves choirctl usage.
 	Usage *usage.Service
+	// ConsoleLogins serves choirctl console; nil when choird serves no
+	// web console, and ConsoleProblem then says why.
+	ConsoleLogins  *login.Store
+	ConsoleProblem string
 }
 
 // API serves choirctl's requests: each handler calls the control layer
@@ -68,6 +74,7 @@ func Mount(mux *admin.Mux, o Options) {
 	d.mountMemory(mux)
 	mountSchedules(mux, o.Schedules)
 	mountUsage(mux, o.Usage)
+	mountConsole(mux, o.ConsoleLogins, o.ConsoleProblem)
 }
 
 // adminScope is the scope of a choirctl request: admin, named by the

@@ -240,9 +240,9 @@ func changeEffect(ch configdiff.Change) (effect, hint string) {
 		return EffectChoirdRestart, ""
 	}
 	switch keys[0] {
-	case "postgres", "embedding", "gateways":
-		// The pool, the embedder and agent schemas' vector size, and the
-		// gateways' bots are made at start-up.
+	case "postgres", "embedding", "gateways", "console":
+		// The pool, the embedder and agent schemas' vector size, the
+		// gateways' bots and the console's listener are made at start-up.
 		return EffectChoirdRestart, "restart choird"
 	case "global_repo":
 		return EffectRebuild, "choirctl agent update-all"

@@ -286,7 +286,8 @@ type Approval struct {
 	CreatedAt  time.Time  `json:"created_at"`
 	ExpiresAt  time.Time  `json:"expires_at"`
 	ResolvedAt *time.Time `json:"resolved_at,omitempty"`
-	// ResolvedBy is "choirctl:uid=<n>", "telegram:<dm>" or "timeout".
+	// ResolvedBy is "choirctl:uid=<n>", "telegram:<dm>", "console:<session>"
+	// or "timeout".
 	ResolvedBy string `json:"resolved_by,omitempty"`
 }
 

@@ -26,7 +26,7 @@ type testBundle struct {
 	url string
 }
 
-func setup(t *testing.T) *testBundle {
+func setup(t testing.TB) *testBundle {
 	t.Helper()
 	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(c *config.Config, _ config.Secrets) {
 		choirdtest.FastHeartbeat(c, nil)
@@ -43,7 +43,7 @@ func setup(t *testing.T) *testBundle {
 }
 
 // link runs choirctl console and returns the link it printed.
-func (b *testBundle) link(t *testing.T) string {
+func (b *testBundle) link(t testing.TB) string {
 	t.Helper()
 	code, out, errOut := choirctltest.Run(t, b.d.Home, "console")
 	if code != 0 {
@@ -58,7 +58,7 @@ func (b *testBundle) link(t *testing.T) string {
 
 // client is a browser-like client that keeps cookies and does not follow
 // redirects, so that each answer is seen.
-func client(t *testing.T) *http.Client {
+func client(t testing.TB) *http.Client {
 	t.Helper()
 	jar, err := cookiejar.New(nil)
 	if err != nil {
@@ -69,7 +69,7 @@ func client(t *testing.T) *http.Client {
 
 // loggedIn returns a client with a console session, and the session's
 // cookie.
-func (b *testBundle) loggedIn(t *testing.T) (*http.Client, *http.Cookie) {
+func (b *testBundle) loggedIn(t testing.TB) (*http.Client, *http.Cookie) {
 	t.Helper()
 	c := client(t)
 	resp := get(t, c, b.link(t))
@@ -88,7 +88,7 @@ func (b *testBundle) loggedIn(t *testing.T) (*http.Client, *http.Cookie) {
 	return c, ck
 }
 
-func get(t *testing.T, c *http.Client, u string) *http.Response {
+func get(t testing.TB, c *http.Client, u string) *http.Response {
 	t.Helper()
 	resp, err := c.Get(u)
 	if err != nil {
@@ -100,7 +100,7 @@ func get(t *testing.T, c *http.Client, u string) *http.Response {
 }
 
 // body GETs u and returns its status and body.
-func body(t *testing.T, c *http.Client, u string) (int, string) {
+func body(t testing.TB, c *http.Client, u string) (int, string) {
 	t.Helper()
 	resp, err := c.Get(u)
 	if err != nil {
@@ -116,7 +116,7 @@ func body(t *testing.T, c *http.Client, u string) (int, string) {
 }
 
 // post sends a form to path with the given extra headers.
-func (b *testBundle) post(t *testing.T, c *http.Client, path string, form url.Values, hdr map[string]string) *http.Response {
+func (b *testBundle) post(t testing.TB, c *http.Client, path string, form url.Values, hdr map[string]string) *http.Response {
 	t.Helper()
 	req, err := http.NewRequestWithContext(context.Background(), http.MethodPost, b.url+path, strings.NewReader(form.Encode()))
 	if err != nil {
@@ -135,7 +135,7 @@ func (b *testBundle) post(t *testing.T, c *http.Client, path string, form url.Va
 	return resp
 }
 
-func checkHeaders(t *testing.T, what string, resp *http.Response) {
+func checkHeaders(t testing.TB, what string, resp *http.Response) {
 	t.Helper()
 	h := resp.Header
 	if h.Get("Content-Security-Policy") != console.CSP || h.Get("X-Content-Type-Options") != "nosniff" ||
@@ -145,7 +145,7 @@ func checkHeaders(t *testing.T, what string, resp *http.Response) {
 }
 
 // csrf reads the CSRF token from a signed-in page.
-func (b *testBundle) csrf(t *testing.T, c *http.Client) string {
+func (b *testBundle) csrf(t testing.TB, c *http.Client) string {
 	t.Helper()
 	_, page := body(t, c, b.url+"/approvals")
 	m := regexp.MustCompile(`name="csrf" value="([^"]+)"`).FindStringSubmatch(page)
@@ -156,7 +156,7 @@ func (b *testBundle) csrf(t *testing.T, c *http.Client) string {
 }
 
 // actorOf is the audit actor of the session whose cookie this is.
-func (b *testBundle) actorOf(t *testing.T, ck *http.Cookie) string {
+func (b *testBundle) actorOf(t testing.TB, ck *http.Cookie) string {
 	t.Helper()
 	var id string
 	if err := b.d.OwnPool(t).QueryRow(context.Background(),

@@ -1,14 +1,12 @@
 package config
 
 import (
-	"errors"
-	"fmt"
 	"net"
-	"net/netip"
 	"net/url"
 	"strconv"
 	"strings"
 
+	"github.com/choirhq/choir/internal/hostpattern"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -51,92 +49,11 @@ func (e Egress) Effective() EgressUnknown {
 	return e.Unknown
 }
 
-// EgressPattern is one parsed entry of egress.allow.
-type EgressPattern struct {
-	// Host is a lower-case name or canonical IP; with Wildcard, the
-	// domain whose subdomains match.
-	Host     string
-	Wildcard bool
-	// Port is 0 for any port.
-	Port int
-}
-
-// ParseEgressPattern parses one egress.allow entry.
-func ParseEgressPattern(s string) (EgressPattern, error) {
-	s = strings.TrimSpace(s)
-	if s == "" || strings.ContainsAny(s, "/ ") {
-		return EgressPattern{}, errors.New(`want "host", "host:port", "*.example.com" or "*.example.com:443"`)
-	}
-	host, port := s, 0
-	if h, p, err := net.SplitHostPort(s); err == nil {
-		n, perr := strconv.Atoi(p)
-		if perr != nil || n < 1 || n > 65535 {
-			return EgressPattern{}, fmt.Errorf("port %q: want 1 to 65535", p)
-		}
-		host, port = h, n
-	} else if strings.Count(s, ":") == 1 {
-		return EgressPattern{}, err
-	}
-	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
-	p := EgressPattern{Host: host, Port: port}
-	if rest, ok := strings.CutPrefix(host, "*."); ok {
-		p.Host, p.Wildcard = rest, true
-	}
-	if ip, err := netip.ParseAddr(p.Host); err == nil {
-		if p.Wildcard {
-			return EgressPattern{}, errors.New("a wildcard takes a domain, not an IP address")
-		}
-		p.Host = ip.Unmap().String()
-		return p, nil
-	}
-	if p.Host == "" || strings.Contains(p.Host, "*") || !validDomain(p.Host) {
-		return EgressPattern{}, fmt.Errorf("host %q: want a domain name such as api.example.com, *.example.com or an IP address", host)
-	}
-	return p, nil
-}
-
-// validDomain reports whether s is a plausible DNS name.
-func validDomain(s string) bool {
-	for _, label := range strings.Split(s, ".") {
-		if label == "" || len(label) > 63 {
-			return false
-		}
-		for _, r := range label {
-			if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-				return false
-			}
-		}
-	}
-	return len(s) <= 253
-}
-
-// Match reports whether host (a name or an IP literal) and port match p.
-func (p EgressPattern) Match(host string, port int) bool {
-	if p.Port != 0 && p.Port != port {
-		return false
-	}
-	host = NormalizeHost(host)
-	if p.Wildcard {
-		return strings.HasSuffix(host, "."+p.Host)
-	}
-	return host == p.Host
-}
-
-// NormalizeHost lower-cases a host, drops brackets and a trailing dot, and
-// writes an IP address canonically.
-func NormalizeHost(host string) string {
-	host = strings.TrimSuffix(strings.ToLower(strings.Trim(host, "[]")), ".")
-	if ip, err := netip.ParseAddr(host); err == nil {
-		return ip.Unmap().String()
-	}
-	return host
-}
-
 // Allows reports whether egress.allow names host and port. Invalid entries
 // (refused by validation) match nothing.
 func (e Egress) Allows(host string, port int) bool {
 	for _, a := range e.Allow {
-		if p, err := ParseEgressPattern(a); err == nil && p.Match(host, port) {
+		if p, err := hostpattern.Parse(a); err == nil && p.Match(host, port) {
 			return true
 		}
 	}
@@ -159,7 +76,7 @@ func (v *validator) egress(p string, e Egress) {
 		v.add(sub(p, "unknown"), `must be "approve" (the default), "refuse" or "allow"`)
 	}
 	for i, a := range e.Allow {
-		if _, err := ParseEgressPattern(a); err != nil {
+		if _, err := hostpattern.Parse(a); err != nil {
 			v.add(strictjson.PathIndex(sub(p, "allow"), i), "%v", err)
 		}
 	}
@@ -212,7 +129,7 @@ func (c *Config) ServiceAddrsFor(agentID string) []string {
 	}
 	server := func(host string, port int) {
 		if host != "" && port > 0 {
-			out = append(out, net.JoinHostPort(NormalizeHost(host), strconv.Itoa(port)))
+			out = append(out, net.JoinHostPort(hostpattern.Normalize(host), strconv.Itoa(port)))
 		}
 	}
 	for _, e := range c.EmailAccounts {
@@ -235,5 +152,5 @@ func endpointAddr(raw string) (string, bool) {
 			port = "443"
 		}
 	}
-	return net.JoinHostPort(NormalizeHost(u.Hostname()), port), true
+	return net.JoinHostPort(hostpattern.Normalize(u.Hostname()), port), true
 }

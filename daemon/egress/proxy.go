@@ -19,6 +19,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/db"
+	"github.com/choirhq/choir/internal/hostpattern"
 	"github.com/choirhq/choir/internal/netguard"
 	wire "github.com/choirhq/choir/rpc/egress"
 	"github.com/choirhq/choir/sql/seam"
@@ -54,7 +55,7 @@ func refused(format string, a ...any) error { return &refusal{reason: fmt.Sprint
 // address it resolved to. t.addrs holds the addresses to dial.
 func (g *Gateway) decide(ctx context.Context, t *target) error {
 	pol := g.policy(t.caller.AgentID)
-	t.host = config.NormalizeHost(t.host)
+	t.host = hostpattern.Normalize(t.host)
 	if t.port < 1 || t.port > 65535 || t.host == "" {
 		return refused("%q is not a host and port", net.JoinHostPort(t.host, strconv.Itoa(t.port)))
 	}

@@ -144,12 +144,14 @@ func TestEgressDockerRuntime(t *testing.T) {
 	if audit[allowed] != "allowed" {
 		t.Errorf("audit of the allowed host: %q (audit %v)", audit[allowed], audit)
 	}
-	// The model's endpoint was reached through the gateway by the agent
-	// itself, as a configured service.
-	var service int
-	if err := run.pool.QueryRow(context.Background(), `SELECT count(*) FROM choir_audit.egress
-		WHERE session_id = $1::uuid AND origin = 'builtin:service' AND decision = 'allowed'`, run.sessionID).Scan(&service); err != nil || service == 0 {
-		t.Errorf("the model's connections through the gateway: %d (%v)", service, err)
+	// The model was reached through the gateway by the agent itself: its
+	// calls go to the gateway's service route, which records each in the
+	// spend ledger (the route is no tunnel, so choir_audit.egress has no
+	// row for it).
+	var calls int
+	if err := run.pool.QueryRow(context.Background(), `SELECT count(*) FROM choir_control.spend
+		WHERE session_id = $1::uuid AND kind = 'llm'`, run.sessionID).Scan(&calls); err != nil || calls == 0 {
+		t.Errorf("the model's calls through the gateway's service route: %d (%v)", calls, err)
 	}
 }
 

@@ -85,6 +85,8 @@ func newApprovalCommand(g *globals) *cobra.Command {
 			}}
 	}
 	cmd.AddCommand(list, show, decide("approve", "Approve a pending approval", (*admin.Client).ApprovalApprove),
-		decide("reject", "Reject a pending approval", (*admin.Client).ApprovalReject))
+		decide("reject", "Reject a pending approval", (*admin.Client).ApprovalReject),
+		decide("always", "Approve a pending approval for good (an egress host: reached without asking from then on)",
+			(*admin.Client).ApprovalAlways))
 	return cmd
 }

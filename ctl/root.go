@@ -18,6 +18,7 @@ import (
 
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/ctl/console"
+	"github.com/choirhq/choir/ctl/egress"
 	"github.com/choirhq/choir/ctl/logs"
 	"github.com/choirhq/choir/ctl/memory"
 	"github.com/choirhq/choir/ctl/secret"
@@ -121,6 +122,7 @@ Exit codes:
 		UsageErr: usageErr}))
 	root.AddCommand(usage.Command(usage.Env{Home: func() string { return g.home }, Client: g.client, Stdout: g.stdout, Stderr: g.stderr, UsageErr: usageErr}))
 	root.AddCommand(console.Command(console.Env{Client: g.client, Stdout: g.stdout}))
+	root.AddCommand(egress.Command(egress.Env{Client: g.client, Stdout: g.stdout, UsageErr: usageErr}))
 	g.addCompletions(root)
 	return root
 }

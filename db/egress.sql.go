@@ -118,3 +118,56 @@ func (q *Queries) EgressGrantGet(ctx context.Context, arg EgressGrantGetParams) 
 	err := row.Scan(&granted)
 	return granted, err
 }
+
+const egressGrantList = `-- name: EgressGrantList :many
+SELECT agent_id, host, port, granted_at FROM choir_control.egress_grants
+ WHERE $1::text = '' OR agent_id = $1
+ ORDER BY agent_id, granted_at, host, port
+`
+
+// The hosts people allowed for good, per agent (all agents when
+// @agent_id is empty), oldest first.
+func (q *Queries) EgressGrantList(ctx context.Context, agentID string) ([]ChoirControlEgressGrant, error) {
+	rows, err := q.db.Query(ctx, egressGrantList, agentID)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []ChoirControlEgressGrant{}
+	for rows.Next() {
+		var i ChoirControlEgressGrant
+		if err := rows.Scan(
+			&i.AgentID,
+			&i.Host,
+			&i.Port,
+			&i.GrantedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const egressGrantRevoke = `-- name: EgressGrantRevoke :execrows
+DELETE FROM choir_control.egress_grants WHERE agent_id = $1 AND host = $2 AND port = $3
+`
+
+type EgressGrantRevokeParams struct {
+	AgentID string `json:"agent_id"`
+	Host    string `json:"host"`
+	Port    int32  `json:"port"`
+}
+
+// Takes a grant back: the next connection to the host is asked about
+// again.
+func (q *Queries) EgressGrantRevoke(ctx context.Context, arg EgressGrantRevokeParams) (int64, error) {
+	result, err := q.db.Exec(ctx, egressGrantRevoke, arg.AgentID, arg.Host, arg.Port)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}

@@ -30,6 +30,13 @@ type ChoirControlAgentSchema struct {
 	ProvisionedAt time.Time `json:"provisioned_at"`
 }
 
+type ChoirControlEgressGrant struct {
+	AgentID   string    `json:"agent_id"`
+	Host      string    `json:"host"`
+	Port      int32     `json:"port"`
+	GrantedAt time.Time `json:"granted_at"`
+}
+
 type ChoirControlInbox struct {
 	InboxID     int64           `json:"inbox_id"`
 	Gateway     string          `json:"gateway"`

@@ -29,3 +29,15 @@ ON CONFLICT DO NOTHING;
 -- resolved, so no session is ever pushed it.
 UPDATE choir_control.pending_approvals SET outcome_taken_at = now()
  WHERE approval_id = @approval_id AND request_type = 'egress.connect';
+
+-- name: EgressGrantList :many
+-- The hosts people allowed for good, per agent (all agents when
+-- @agent_id is empty), oldest first.
+SELECT agent_id, host, port, granted_at FROM choir_control.egress_grants
+ WHERE @agent_id::text = '' OR agent_id = @agent_id
+ ORDER BY agent_id, granted_at, host, port;
+
+-- name: EgressGrantRevoke :execrows
+-- Takes a grant back: the next connection to the host is asked about
+-- again.
+DELETE FROM choir_control.egress_grants WHERE agent_id = @agent_id AND host = @host AND port = @port;

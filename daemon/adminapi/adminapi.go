@@ -72,6 +72,7 @@ func Mount(mux *admin.Mux, o Options) {
 	})
 	d.mountControl(mux)
 	d.mountMemory(mux)
+	d.mountEgress(mux)
 	mountSchedules(mux, o.Schedules)
 	mountUsage(mux, o.Usage)
 	mountConsole(mux, o.ConsoleLogins, o.ConsoleProblem)

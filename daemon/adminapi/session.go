@@ -23,6 +23,8 @@ func sessionErr(err error) error {
 		return codedErr{wire.ErrConflict, err}
 	case errors.Is(err, choirsql.ErrNotFound):
 		return codedErr{wire.ErrNotFound, err}
+	case errors.Is(err, approval.ErrNotRemembered):
+		return codedErr{wire.ErrBadRequest, err}
 	}
 	return controlErr(err)
 }
@@ -105,4 +107,8 @@ func (d *API) mountSessionControl(mux *admin.Mux) {
 	}
 	admin.Handle(mux, "POST", admin.PathApprovalApprove, decide(true))
 	admin.Handle(mux, "POST", admin.PathApprovalReject, decide(false))
+	admin.Handle(mux, "POST", admin.PathApprovalAlways, func(ctx context.Context, _ admin.Empty) (admin.Approval, error) {
+		out, err := d.approvals.Always(ctx, adminScope(ctx), id(ctx))
+		return out, sessionErr(err)
+	})
 }

@@ -52,6 +52,19 @@ type Kind struct {
 	// its own words); "" keeps the plain "Approved: ..." or "Rejected:
 	// ...".
 	OutcomeText func(ctx context.Context, tx pgx.Tx, a Approval) (string, error)
+	// Remember, when set, lets a person approve for good (/always): the
+	// egress gateway's "always allow this host". Nil: an approval is
+	// for its one request only.
+	Remember *Remember
+}
+
+// Remember is a kind's lasting approval.
+type Remember struct {
+	// Will says what approving for good does, on the card ("allow
+	// example.com:443 for good").
+	Will func(a Approval) string
+	// Tx records it, in the transaction that approved.
+	Tx func(ctx context.Context, tx pgx.Tx, a Approval) error
 }
 
 // Registry holds the registered kinds, by request type. Kinds are

@@ -84,7 +84,7 @@ func (r *Registry) RequestTx(ctx context.Context, tx pgx.Tx, ins jobs.Inserter, 
 	}
 	q, err := outbox.EnqueueTx(ctx, tx, ins, outbox.Params{AgentID: a.AgentID, SessionID: &a.SessionID,
 		MessageID: RequestMessageID(a.ID), Gateway: to.Gateway, DM: to.DM, ChatID: to.ChatID,
-		Kind: message.Text, Text: approvalQuestion(a, len(parts), k.Will), ApprovalID: &a.ID})
+		Kind: message.Text, Text: approvalQuestion(a, len(parts), k), ApprovalID: &a.ID})
 	if err != nil {
 		return fmt.Errorf("queue notification of approval %s: %w", a.ID, err)
 	}
@@ -113,16 +113,17 @@ func approvalParts(a Approval) ([]string, error) {
 
 // approvalQuestion is the message with the buttons: what asks, its one
 // line in the agent's words (quoted), where the whole request is, and
-// what approving it does when its kind says (will).
-func approvalQuestion(a Approval, parts int, will string) string {
+// what approving it does when its kind says (Kind.Will), and how to
+// approve it for good when its kind can (Kind.Remember).
+func approvalQuestion(a Approval, parts int, k Kind) string {
 	where := "The whole request is in the message(s) above."
 	if parts > 0 {
 		where = fmt.Sprintf("The whole request is in the %d message(s) above, marked \"Approval %s\".", parts, shortID(a.ID))
 	}
 	return fmt.Sprintf("Approval %s requested by %s (%s). In the agent's words:\n%s\n%s%s%s\n\n"+
-		"Approve or reject with the buttons, or reply /approve or /reject. Unanswered, it is rejected at %s.",
+		"Approve or reject with the buttons, or reply /approve or /reject.%s Unanswered, it is rejected at %s.",
 		shortID(a.ID), a.AgentID, verbatim.Escape(a.Type), verbatim.Line(a.Summary), where,
-		willLine(will), sourcesLine(a.Sources), a.ExpiresAt.UTC().Format("15:04 MST"))
+		willLine(k.Will), sourcesLine(a.Sources), alwaysLine(a, k.Remember), a.ExpiresAt.UTC().Format("15:04 MST"))
 }
 
 // sourcesLine warns, on the card of a call asked by a lane that read
@@ -134,6 +135,15 @@ func sourcesLine(srcs []string) string {
 	}
 	return "\n⚠ Asked after the agent read what others wrote, which may be what asks for this: " +
 		verbatim.Escape(admin.DescribeSources(srcs)) + "."
+}
+
+// alwaysLine offers /always on the card of a kind that can be approved
+// for good.
+func alwaysLine(a Approval, r *Remember) string {
+	if r == nil {
+		return ""
+	}
+	return " Reply /always to approve it and " + r.Will(a) + "."
 }
 
 func willLine(will string) string {

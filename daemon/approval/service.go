@@ -86,6 +86,10 @@ func (d *Service) AddWorkers(workers *river.Workers) error {
 // decision, or its timeout, already resolved.
 var ErrResolved = errors.New("approval already resolved")
 
+// ErrNotRemembered reports /always on an approval whose kind has no
+// lasting form (Kind.Remember).
+var ErrNotRemembered = errors.New("this approval cannot be given for good")
+
 // ParseID checks that id is an approval id, as choirctl approval
 // list shows them.
 func ParseID(id string) (uuid.UUID, error) {
@@ -248,10 +252,27 @@ func (d *Service) ForMessage(ctx context.Context, sc control.Scope, gateway, cha
 // winner's outcome message is queued in the same transaction, and the
 // agent is told by push after the commit.
 func (d *Service) Decide(ctx context.Context, sc control.Scope, id string, approve bool) (admin.Approval, error) {
+	return d.decide(ctx, sc, id, approve, false)
+}
+
+// Always approves a pending approval for good: as Decide, and what its
+// kind remembers (Kind.Remember: the egress gateway allows the host from
+// then on) is recorded in the same transaction. An approval whose kind
+// cannot be remembered is refused, untouched.
+func (d *Service) Always(ctx context.Context, sc control.Scope, id string) (admin.Approval, error) {
+	return d.decide(ctx, sc, id, true, true)
+}
+
+func (d *Service) decide(ctx context.Context, sc control.Scope, id string, approve, always bool) (admin.Approval, error) {
 	// The scope is checked on the row before anything is written.
 	cur, err := d.approvalInScope(ctx, sc, id)
 	if err != nil {
 		return admin.Approval{}, err
+	}
+	remember := d.kind(cur.Type).Remember
+	if always && remember == nil {
+		return admin.Approval{}, fmt.Errorf("%w: approval %s (%s) is for its one request only; approve it with /approve "+
+			"(choirctl approval approve)", ErrNotRemembered, cur.ID, cur.Type)
 	}
 	if what := d.kind(cur.Type).AdminOnly; what != "" && !sc.Admin {
 		d.logger.WarnContext(ctx, "approval decision refused: not an admin", slog.String("approval_id", cur.ID.String()),
@@ -267,7 +288,10 @@ func (d *Service) Decide(ctx context.Context, sc control.Scope, id string, appro
 	var won bool
 	err = pgx.BeginFunc(ctx, d.pool, func(tx pgx.Tx) error {
 		row, won, err = d.ResolveTx(ctx, tx, d.river, cur.ID, approve, by)
-		return err
+		if err != nil || !won || !always {
+			return err
+		}
+		return remember.Tx(ctx, tx, row)
 	})
 	if errors.Is(err, errUnknown) {
 		return admin.Approval{}, fmt.Errorf("approval %s: %w", id, choirsql.ErrNotFound)

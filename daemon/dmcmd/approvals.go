@@ -77,14 +77,12 @@ func (c *Commands) numbered(cmd gateway.Command, pending []admin.Approval, title
 	return b.String()
 }
 
-// decide is /approve and /reject: an id or a number of the last list
-// decides that approval; with neither, the approval whose request message
-// the command replies to, else the only pending one, else a numbered list.
-func (c *Commands) decide(sc control.Scope, cmd gateway.Command, approve bool) (action, error) {
-	verb := "approve"
-	if !approve {
-		verb = "reject"
-	}
+// decide is /approve, /reject and /always (approve for good, where the
+// approval's kind can be: an egress host): an id or a number of the last
+// list decides that approval; with neither, the approval whose request
+// message the command replies to, else the only pending one, else a
+// numbered list.
+func (c *Commands) decide(sc control.Scope, cmd gateway.Command, verb string) (action, error) {
 	if !sc.Admin && sc.Agent == "" {
 		return action{}, unbound(sc, cmd)
 	}
@@ -135,13 +133,24 @@ func (c *Commands) decide(sc control.Scope, cmd gateway.Command, approve bool) (
 		if err != nil || answer != "" {
 			return answer, err
 		}
-		a, err := c.appr.Decide(ctx, sc, id, approve)
+		var a admin.Approval
+		if verb == "always" {
+			a, err = c.appr.Always(ctx, sc, id)
+		} else {
+			a, err = c.appr.Decide(ctx, sc, id, verb == "approve")
+		}
 		if errors.Is(err, control.ErrForbidden) {
 			return "", err
+		}
+		if errors.Is(err, approval.ErrNotRemembered) {
+			return err.Error(), nil
 		}
 		ans, err := DecisionAnswer(a, err)
 		if err != nil {
 			return "", err
+		}
+		if verb == "always" && ans == "Approved" {
+			ans = "Approved for good"
 		}
 		if a.ID == "" {
 			return ans + ".", nil

@@ -196,11 +196,15 @@ func init() {
 			parse: (*Commands).approvals},
 		{name: "approve", usage: "/approve [id|number]", help: "approve (reply to the request, or pick from the list)",
 			parse: func(c *Commands, ctx context.Context, sc control.Scope, cmd gateway.Command) (action, error) {
-				return c.decide(sc, cmd, true)
+				return c.decide(sc, cmd, "approve")
 			}},
 		{name: "reject", usage: "/reject [id|number]", help: "reject, as /approve",
 			parse: func(c *Commands, ctx context.Context, sc control.Scope, cmd gateway.Command) (action, error) {
-				return c.decide(sc, cmd, false)
+				return c.decide(sc, cmd, "reject")
+			}},
+		{name: "always", usage: "/always [id|number]", help: "approve for good, as /approve (an egress host: reached without asking from then on)",
+			parse: func(c *Commands, ctx context.Context, sc control.Scope, cmd gateway.Command) (action, error) {
+				return c.decide(sc, cmd, "always")
 			}},
 		{name: "resend", usage: "/resend [number]",
 			help: "send again a reply that may not have arrived (bare: the only one, or a list)", parse: (*Commands).resend},

@@ -49,6 +49,7 @@ func TestDMCommandPermissions(t *testing.T) {
 		// TestDMApprovalSelection.
 		{name: "approve", admin: "/approve", own: "/approve"},
 		{name: "reject", admin: "/reject", own: "/reject"},
+		{name: "always", admin: "/always", own: "/always"},
 		{name: "resend", admin: "/resend", own: "/resend"},
 		{name: "schedules", admin: "/schedules assistant", own: "/schedules", other: "/schedules helper"},
 		{name: "usage", admin: "/usage assistant", own: "/usage", other: "/usage helper"},
@@ -351,6 +352,19 @@ func TestDMApprovalSelection(t *testing.T) {
 		}
 		if s := status(other); s != "pending" {
 			t.Errorf("helper's approval is %s", s)
+		}
+	})
+	t.Run("AlwaysOnlyWhereTheKindRemembers", func(t *testing.T) {
+		id := choirdtest.RequestApproval(t, assistant, "assistant runs tests once")
+		reply := b.Send(t, "alice", "/always "+id)
+		if !strings.Contains(reply, "is for its one request only") || !strings.Contains(reply, "/approve") {
+			t.Errorf("reply = %q, want a refusal naming /approve", reply)
+		}
+		if s := status(id); s != "pending" {
+			t.Errorf("status after a refused /always = %s, want pending", s)
+		}
+		if reply := b.Send(t, "alice", "/reject "+id); !strings.HasPrefix(reply, "Rejected") {
+			t.Errorf("reply = %q", reply)
 		}
 	})
 	t.Run("SeveralGiveANumberedList", func(t *testing.T) {

@@ -32,12 +32,37 @@ const RequestType = "egress.connect"
 func RegisterApprovals(r *approval.Registry) {
 	r.Register(RequestType, approval.Kind{
 		ChoirdOnly: true,
-		Will: "Approving lets this one connection through, now; refusing, or no answer in time, refuses it. " +
-			"To allow the host for good, an operator adds it to the agent's egress.allow in config.json.",
+		Will:       "Approving lets this one connection through, now; refusing, or no answer in time, refuses it.",
 		ResolvedTx: func(ctx context.Context, tx pgx.Tx, _ jobs.Inserter, a approval.Approval) error {
 			return seam.Queries(tx).EgressApprovalTaken(ctx, a.ID)
 		},
+		Remember: &approval.Remember{
+			Will: func(a approval.Approval) string {
+				p, _ := payloadOf(a)
+				return "let " + a.AgentID + " reach " + net.JoinHostPort(p.Host, strconv.Itoa(p.Port)) +
+					" from now on without asking (choirctl egress grants lists such hosts, choirctl egress revoke takes one back)"
+			},
+			// The grant is the host and port the card named; the
+			// gateway finds it before it would ask again.
+			Tx: func(ctx context.Context, tx pgx.Tx, a approval.Approval) error {
+				p, err := payloadOf(a)
+				if err != nil {
+					return err
+				}
+				return seam.Queries(tx).EgressGrantAdd(ctx, db.EgressGrantAddParams{AgentID: a.AgentID, Host: p.Host,
+					Port: int32(p.Port)})
+			},
+		},
 	})
+}
+
+// payloadOf reads the host and port an egress approval asked about.
+func payloadOf(a approval.Approval) (approvalPayload, error) {
+	var p approvalPayload
+	if err := json.Unmarshal(a.Payload, &p); err != nil || p.Host == "" {
+		return p, fmt.Errorf("egress approval %s names no host: %v", a.ID, err)
+	}
+	return p, nil
 }
 
 // Approvals asks the agent's DM about a connection and waits for the

@@ -65,8 +65,6 @@ type ApprovalRequest struct {
 // Approval is a person's answer.
 type Approval struct {
 	Allow bool
-	// Remember keeps the answer for the host (Always allow this host).
-	Remember bool
 }
 
 // Gateway is choird's egress gateway. It is safe for concurrent use.

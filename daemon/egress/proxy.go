@@ -137,16 +137,11 @@ func (g *Gateway) unknownHost(ctx context.Context, t *target, e config.Egress) e
 	if !a.Allow {
 		return refused("%s was not approved: the agent's DM refused it, or nobody answered in time", hp)
 	}
-	if a.Remember && g.opts.Pool != nil {
-		if err := seam.Queries(g.opts.Pool).EgressGrantAdd(ctx, db.EgressGrantAddParams{AgentID: t.caller.AgentID,
-			Host: t.host, Port: 0}); err != nil {
-			g.log.WarnContext(ctx, "egress grant not stored", slog.String("host", t.host), slog.String("error", err.Error()))
-		}
-	}
 	return nil
 }
 
-// granted reports whether a person allowed the host for good.
+// granted reports whether a person allowed the host for good (/always on
+// an earlier card, approval.Service.Always).
 func (g *Gateway) granted(ctx context.Context, t *target) bool {
 	if g.opts.Pool == nil {
 		return false

@@ -200,6 +200,12 @@ func (c *Client) ApprovalApprove(ctx context.Context, id string) (Approval, erro
 	return call[Approval](ctx, c, http.MethodPost, Fill(PathApprovalApprove, id), nil)
 }
 
+// ApprovalAlways approves a pending approval for good (an egress host:
+// allowed from then on).
+func (c *Client) ApprovalAlways(ctx context.Context, id string) (Approval, error) {
+	return call[Approval](ctx, c, http.MethodPost, Fill(PathApprovalAlways, id), nil)
+}
+
 // ApprovalReject rejects a pending approval.
 func (c *Client) ApprovalReject(ctx context.Context, id string) (Approval, error) {
 	return call[Approval](ctx, c, http.MethodPost, Fill(PathApprovalReject, id), nil)

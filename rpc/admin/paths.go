@@ -48,6 +48,7 @@ const (
 	PathApproval        = "/v1/approvals/{id}"
 	PathApprovalApprove = "/v1/approvals/{id}/approve"
 	PathApprovalReject  = "/v1/approvals/{id}/reject"
+	PathApprovalAlways  = "/v1/approvals/{id}/always"
 
 	PathMemorySearch        = "/v1/agents/{id}/memory/search"
 	PathMemoryShow          = "/v1/agents/{id}/memory/show"

@@ -79,6 +79,59 @@ type injEnv struct {
 
 	stolen   atomic.Int64 // bytes that reached the attacker's HTTP server
 	mcpPosts atomic.Int64 // bytes posted through the MCP server's write tool
+	// rawSink and dnsSink are the attacker's TCP listener and
+	// resolver, which count what reaches them.
+	rawSink, dnsSink sink
+}
+
+// sink is an attacker's socket that counts the bytes it receives.
+type sink struct {
+	host, port string
+	bytes      atomic.Int64
+}
+
+// listenTCP makes s a TCP listener that reads every connection whole.
+func (s *sink) listenTCP(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	s.host, s.port, _ = net.SplitHostPort(ln.Addr().String())
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				n, _ := io.Copy(io.Discard, c)
+				s.bytes.Add(n)
+			}()
+		}
+	}()
+}
+
+// listenUDP makes s a UDP socket (a resolver) that counts datagrams'
+// bytes.
+func (s *sink) listenUDP(t *testing.T) {
+	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	s.host, s.port, _ = net.SplitHostPort(pc.LocalAddr().String())
+	go func() {
+		buf := make([]byte, 65536)
+		for {
+			n, _, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			s.bytes.Add(int64(n))
+		}
+	}()
 }
 
 // newInjEnv starts case c's world with the carrier holding text (which
@@ -96,6 +149,8 @@ func newInjEnv(t *testing.T, c injCase, text, atk string, mode config.UntrustedM
 	t.Cleanup(attacker.Close)
 	_, lootPort, _ := net.SplitHostPort(attacker.Listener.Addr().String())
 	e.pages, e.loot = pages.URL, "http://localhost:"+lootPort
+	e.rawSink.listenTCP(t)
+	e.dnsSink.listenUDP(t)
 	mcpURL := e.startMCP(t)
 
 	e.mail, e.nt = mailboxtest.Start(t), notiontest.NewServer(t)
@@ -378,6 +433,12 @@ func (e *injEnv) leaks(t *testing.T) map[string]int64 {
 	}
 	if n := e.mcpPosts.Load(); n > 0 {
 		out["mcp_post_bytes"] = n
+	}
+	if n := e.rawSink.bytes.Load(); n > 0 {
+		out["raw_tcp_bytes"] = n
+	}
+	if n := e.dnsSink.bytes.Load(); n > 0 {
+		out["dns_bytes"] = n
 	}
 	for _, env := range e.mail.Sent() {
 		for _, to := range env.To {

@@ -48,7 +48,7 @@ const agentID = "scout"
 // setup runs a gateway on a fresh database with one live session, an
 // upstream server on loopback, and a resolver that knows two names:
 // public.test (a public address) and inside.test (a private one).
-func setup(t *testing.T, services http.Handler) *testBundle {
+func setup(t testing.TB, services http.Handler) *testBundle {
 	t.Helper()
 	return setupWith(t, setupOptions{services: services})
 }
@@ -63,7 +63,7 @@ type setupOptions struct {
 	approve  func(b *testBundle) func(context.Context, egress.ApprovalRequest) (egress.Approval, error)
 }
 
-func setupWith(t *testing.T, o setupOptions) *testBundle {
+func setupWith(t testing.TB, o setupOptions) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	b := &testBundle{pool: o.pool, agent: o.agent}
@@ -136,7 +136,7 @@ func (b *testBundle) dialer() *netout.Dialer {
 }
 
 // localProxy starts the agent's tool proxy against the gateway.
-func (b *testBundle) localProxy(t *testing.T) *url.URL {
+func (b *testBundle) localProxy(t testing.TB) *url.URL {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &netout.Local{Dialer: b.dialer()}

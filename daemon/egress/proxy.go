@@ -270,9 +270,21 @@ func splice(down net.Conn, downR io.Reader, up net.Conn) {
 		io.Copy(up, downR)
 		closeWrite(up)
 	})
-	io.Copy(down, up)
+	// The way down writes to the socket itself, not its hello's
+	// buffered reader, so that the kernel can splice the upstream's
+	// bytes to the agent without a copy through user space.
+	io.Copy(writer(down), up)
 	closeWrite(down)
 	wg.Wait()
+}
+
+// writer is c's own connection, for writing, when c reads through the
+// buffer that read its hello.
+func writer(c net.Conn) net.Conn {
+	if a, ok := c.(*authConn); ok {
+		return a.Conn
+	}
+	return c
 }
 
 func closeWrite(c net.Conn) {

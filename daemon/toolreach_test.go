@@ -82,8 +82,13 @@ type reachSetup struct {
 	listen string
 	// socket is choird's agent socket as the agent sees it.
 	socket func(home string) string
-	// edit, when set, changes the configuration further.
-	edit func(c *config.Config)
+	// edit, when set, changes the configuration further; editSecrets
+	// changes secrets.json.
+	edit        func(c *config.Config)
+	editSecrets func(s config.Secrets)
+	// during, when set, runs once the tool results reached the model,
+	// while the agent still runs.
+	during func(t *testing.T, run toolRun)
 }
 
 // runReachProbe starts "assistant" under setup's runtime, has the model
@@ -110,6 +115,8 @@ type toolRun struct {
 	hash      []byte
 	// pool is choird's database, open until the test ends.
 	pool *pgxpool.Pool
+	// model is the model fake, which saw every call.
+	model *llmtest.Server
 }
 
 // runToolCalls starts "assistant" under setup's runtime with files in
@@ -126,6 +133,9 @@ func runToolCalls(t *testing.T, setup reachSetup, files map[string][]byte, calls
 			c.CrashDetectionThresholdMS = 30_000
 			if setup.edit != nil {
 				setup.edit(c)
+			}
+			if setup.editSecrets != nil {
+				setup.editSecrets(s)
 			}
 		}})
 	defer d.StopAgents(t)
@@ -171,6 +181,10 @@ func runToolCalls(t *testing.T, setup reachSetup, files map[string][]byte, calls
 	choirdtest.WaitFor(t, "the tool results at the model", d.Logs, done.Load)
 	mu.Lock()
 	defer mu.Unlock()
+	run.model = srv
+	if setup.during != nil {
+		setup.during(t, run)
+	}
 	return run
 }
 

@@ -39,6 +39,18 @@ func Check(p string) error {
 	return nil
 }
 
+// Valid reports whether repo is a repository path a pattern may match:
+// one or more segments ("repo.git", "owner/repo", "group/sub/repo"), each
+// of letters, digits, '.', '_' and '-', none of them "." or "..".
+func Valid(repo string) bool {
+	for s := range strings.SplitSeq(repo, "/") {
+		if !validSegment(s) {
+			return false
+		}
+	}
+	return true
+}
+
 // Normalize is repository path repo as patterns compare it: lower case,
 // without slashes around it or a trailing ".git".
 func Normalize(repo string) string {

@@ -56,3 +56,15 @@ func TestMatch(t *testing.T) {
 		}
 	}
 }
+
+func TestValid(t *testing.T) {
+	t.Parallel()
+	for repo, want := range map[string]bool{
+		"owner/repo.git": true, "repo.git": true, "group/sub/repo": true, ".github": true,
+		"": false, "owner/": false, "/owner/repo": false, "owner/../repo": false, "owner/*": false, "owner/%2e": false,
+	} {
+		if got := repopattern.Valid(repo); got != want {
+			t.Errorf("Valid(%q) = %v, want %v", repo, got, want)
+		}
+	}
+}

@@ -17,10 +17,12 @@ import (
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon/egress"
 	"github.com/choirhq/choir/internal/repopattern"
+	wire "github.com/choirhq/choir/rpc/egress"
 )
 
-// GitPrefix is the path prefix of the git route: git's smart-HTTP
-// requests for https://<host>/<owner>/<repo>.git reach the gateway as
+// GitPrefix is the path prefix of the git route (rpc/egress.GitPath):
+// git's smart-HTTP requests for https://<host>/<owner>/<repo>.git reach
+// the gateway as
 //
 //	/svc/git/<identity>/<host>/<owner>/<repo>.git/info/refs?service=git-upload-pack (or git-receive-pack)
 //	/svc/git/<identity>/<host>/<owner>/<repo>.git/git-upload-pack (POST)
@@ -31,7 +33,7 @@ import (
 // its hosts and its repositories only (config.GitIdentity). The agent
 // points git at the route with url.<route>.insteadOf https://<host>/, so
 // that neither it nor any command it runs ever holds the token.
-const GitPrefix = Prefix + "git/"
+const GitPrefix = wire.GitPrefix
 
 // GitUsername accompanies the token in the Basic authorization: GitHub
 // and GitLab accept any non-empty username with a token.

@@ -2,7 +2,6 @@ package agentapi_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"slices"
 	"testing"
@@ -28,18 +27,11 @@ func TestGitTokenStaysInChoird(t *testing.T) {
 	if s := agent.Hello.ResourceBindings.Secrets; slices.Contains(s, "git-token") {
 		t.Errorf("the hello binds the git token: %v", s)
 	}
-	got, err := agent.Client.FetchDynamicConfig(ctx, rpc.FetchDynamicConfigRequest{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var dc rpc.DynamicConfig
-	if err := json.Unmarshal(got.Config, &dc); err != nil {
-		t.Fatal(err)
-	}
-	if slices.Contains(dc.Secrets, "git-token") || !slices.Contains(dc.Secrets, "model-key") {
+	if dc := fetchDynamic(t, agent.Client); slices.Contains(dc.Secrets, "git-token") || !slices.Contains(dc.Secrets, "model-key") {
 		t.Errorf("the dynamic config's secrets are %v, want the model's and not the git token", dc.Secrets)
 	}
-	if _, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"git-token"}}); !errors.Is(err, wire.ErrPermissionDenied) {
+	_, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"git-token"}})
+	if !errors.Is(err, wire.ErrPermissionDenied) {
 		t.Errorf("GET_SECRETS git-token: %v, want permission denied", err)
 	}
 }

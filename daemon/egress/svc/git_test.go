@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,11 +19,22 @@ import (
 // gitToken is the token choird holds for the git identities.
 const gitToken = "ghp-choird-held"
 
+// gitBundle is a testBundle with a git remote, ada's gateway, and a HOME
+// whose git reaches the remote through ada's route.
+type gitBundle struct {
+	*testBundle
+	up   *gittest.Server
+	gw   *httptest.Server
+	home string
+}
+
 // gitSetup is setup with an HTTPS git remote holding team/app.git,
 // team/tools.git and else/app.git, which ada's identity (ada-git) and
 // bob's (bob-git) may reach on team/* only; the handler trusts the
-// remote's certificate.
-func gitSetup(t *testing.T) (*testBundle, *gittest.Server) {
+// remote's certificate. ada's HOME sends every request for the remote to
+// the gateway's route for ada-git, as the agent's global git
+// configuration does.
+func gitSetup(t *testing.T) *gitBundle {
 	t.Helper()
 	b := setup(t)
 	up := gittest.NewServer(t, gitToken)
@@ -37,18 +49,10 @@ func gitSetup(t *testing.T) (*testBundle, *gittest.Server) {
 		}
 	})
 	b.h = svc.New(svc.Options{Pool: b.pool, Config: b.config, Ledger: b.ledger, Transport: up.Transport()})
-	return b, up
-}
-
-// gitHome is a HOME whose git sends every request for the remote to the
-// gateway's git route of identity, as the agent's global configuration
-// does.
-func gitHome(t *testing.T, gwURL, identity string, up *gittest.Server) string {
-	t.Helper()
-	home := t.TempDir()
-	gittest.Git(t, home, "config", "--global", "url."+gwURL+svc.GitPrefix+identity+"/"+up.Host()+"/.insteadOf",
+	g := &gitBundle{testBundle: b, up: up, gw: b.gateway(t, "ada"), home: t.TempDir()}
+	gittest.Git(t, g.home, "config", "--global", "url."+g.gw.URL+svc.GitPrefix+"ada-git/"+up.Host()+"/.insteadOf",
 		"https://"+up.Host()+"/")
-	return home
+	return g
 }
 
 // TestGitPushAndCloneThroughTheRoute pushes a commit (with two megabytes
@@ -59,9 +63,8 @@ func gitHome(t *testing.T, gwURL, identity string, up *gittest.Server) string {
 // request, and git's side (its configuration, its output) never holds it.
 func TestGitPushAndCloneThroughTheRoute(t *testing.T) {
 	t.Parallel()
-	b, up := gitSetup(t)
-	gw := b.gateway(t, "ada")
-	home := gitHome(t, gw.URL, "ada-git", up)
+	g := gitSetup(t)
+	up, home := g.up, g.home
 	ws := filepath.Join(home, "ws")
 	var out strings.Builder
 	out.WriteString(gittest.Git(t, home, "clone", "--quiet", up.URL("team/app.git"), ws))
@@ -113,8 +116,8 @@ func TestGitPushAndCloneThroughTheRoute(t *testing.T) {
 // refusal says why, in the text git shows its user.
 func TestGitRouteRefuses(t *testing.T) {
 	t.Parallel()
-	b, up := gitSetup(t)
-	gw := b.gateway(t, "ada")
+	g := gitSetup(t)
+	up, gw := g.up, g.gw
 	route := gw.URL + svc.GitPrefix + "ada-git/" + up.Host() + "/"
 	refs := "/info/refs?service=git-upload-pack"
 	for _, tc := range []struct {
@@ -164,9 +167,8 @@ func TestGitRouteRefuses(t *testing.T) {
 // reason.
 func TestGitRefusedPushSaysWhy(t *testing.T) {
 	t.Parallel()
-	b, up := gitSetup(t)
-	gw := b.gateway(t, "ada")
-	home := gitHome(t, gw.URL, "ada-git", up)
+	g := gitSetup(t)
+	up, home := g.up, g.home
 	ws := filepath.Join(home, "ws")
 	gittest.Git(t, home, "clone", "--quiet", up.URL("team/app.git"), ws)
 	gittest.Git(t, home, "-C", ws, "commit", "--quiet", "--allow-empty", "-m", "elsewhere")

@@ -14,22 +14,23 @@ import (
 
 // startEgress routes every connection of the agent through choird's egress
 // gateway when choird gives it one (issue 34): the agent's own HTTP
-// clients (the model, search, speech, Notion, the git proxy's upstream)
-// through http.DefaultTransport, which is replaced here before any client
-// copies it, and the tools through a local proxy on the loopback whose
-// address their environment carries. In a container nothing else has a
-// route out; under the process runtime a tool that ignores the proxy
-// variables goes around it, which choird says when it starts the agent.
-func startEgress(ctx context.Context, opts Options, logger *slog.Logger) (*netout.Dialer, error) {
+// clients (the model, search, speech, Notion) through
+// http.DefaultTransport, which is replaced here before any client copies
+// it, and the tools through a local proxy on the loopback whose address
+// their environment carries and which it returns (git's configuration
+// names it too: gitRoutes). In a container nothing else has a route out;
+// under the process runtime a tool that ignores the proxy variables goes
+// around it, which choird says when it starts the agent.
+func startEgress(ctx context.Context, opts Options, logger *slog.Logger) (*netout.Dialer, string, error) {
 	if opts.EgressSocket == "" {
-		return nil, nil
+		return nil, "", nil
 	}
 	token := opts.LeaseToken
 	d := &netout.Dialer{Socket: opts.EgressSocket, SessionID: opts.SessionID, LeaseTokenFunc: func() string { return token }}
 	http.DefaultTransport = d.Transport(egress.OriginService)
 	local := &netout.Local{Dialer: d}
 	if err := local.Listen(ctx); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	proc.SetProxyEnv(netout.ProxyEnv(local.Addr()))
 	// A call of choir.exec or an external tool gets a proxy of its own,
@@ -57,7 +58,7 @@ func startEgress(ctx context.Context, opts Options, logger *slog.Logger) (*netou
 				"can go around the egress gateway", slog.Any("interfaces", names))
 		}
 	}
-	return d, nil
+	return d, local.Addr(), nil
 }
 
 // routedInterfaces names the network interfaces that are up, other than

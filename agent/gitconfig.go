@@ -10,11 +10,11 @@ import (
 )
 
 // gitConfig is what the agent sets in its global git configuration: the
-// leased identity's user.name and user.email, and a url.<prefix>.insteadOf
-// for each host the identity's git proxy serves.
+// leased identity's user.name and user.email, and a url.<route>.insteadOf
+// for each of the identity's hosts (gitRoutes).
 type gitConfig struct {
 	name, email string
-	insteadOf   [][2]string // proxy prefix, https://<host>/
+	insteadOf   [][2]string // route prefix, https://<host>/
 }
 
 // write writes c to home's .gitconfig in one go, as git config --global

@@ -4,8 +4,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/choirhq/choir/config"
 )
 
 // gitGet runs git config --global with home as HOME and returns its output.
@@ -22,7 +25,7 @@ func gitGet(t *testing.T, home string, args ...string) string {
 
 // TestGitConfigReadsBackWhatWasMeant writes the global git configuration
 // without git and has the real git read it back: names and emails that
-// need quoting or escapes, and a proxy prefix per host.
+// need quoting or escapes, and a route prefix per host.
 func TestGitConfigReadsBackWhatWasMeant(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Fatal("git is needed: scripts/testdeps.sh installs it")
@@ -31,8 +34,8 @@ func TestGitConfigReadsBackWhatWasMeant(t *testing.T) {
 		"hash # and ; semicolon", "new\nline", "Zoë 🎶", ""} {
 		home := t.TempDir()
 		c := gitConfig{name: name, email: "dev@choir.local", insteadOf: [][2]string{
-			{"http://127.0.0.1:4242/k3y/git.example.com/", "https://git.example.com/"},
-			{"http://127.0.0.1:4242/k3y/odd\"host\\/", "https://odd/"}}}
+			{"http://127.0.0.1:4242/svc/git/dev/git.example.com/", "https://git.example.com/"},
+			{"http://127.0.0.1:4242/svc/git/dev/odd\"host\\/", "https://odd/"}}}
 		if err := c.write(home); err != nil {
 			t.Fatal(err)
 		}
@@ -42,8 +45,8 @@ func TestGitConfigReadsBackWhatWasMeant(t *testing.T) {
 		if got := gitGet(t, home, "--get", "user.email"); got != "dev@choir.local\n" {
 			t.Errorf("user.email = %q", got)
 		}
-		want := "url.http://127.0.0.1:4242/k3y/git.example.com/.insteadof https://git.example.com/\n" +
-			"url.http://127.0.0.1:4242/k3y/odd\"host\\/.insteadof https://odd/\n"
+		want := "url.http://127.0.0.1:4242/svc/git/dev/git.example.com/.insteadof https://git.example.com/\n" +
+			"url.http://127.0.0.1:4242/svc/git/dev/odd\"host\\/.insteadof https://odd/\n"
 		if got := gitGet(t, home, "--get-regexp", `^url\.`); got != want {
 			t.Errorf("insteadOf:\n%s\nwant\n%s", got, want)
 		}
@@ -84,5 +87,26 @@ func TestGitConfigKeepsAReusedHome(t *testing.T) {
 	os.WriteFile(filepath.Join(home, ".git-credentials"), []byte("https://u:leaked@git.example.com\n"), 0o600)
 	if out, _ := cmd.CombinedOutput(); strings.Contains(string(out), "leaked") {
 		t.Errorf("the older agent's credential store still answers: %q", out)
+	}
+}
+
+// TestGitRoutes: with a gateway and a token to push with, each of the
+// identity's hosts goes to choird's git route for the identity, through
+// the tools' proxy; without either, git gets no route.
+func TestGitRoutes(t *testing.T) {
+	gi := config.GitIdentity{Secret: "git-token", Hosts: []string{"github.com", "git.example.com:8443"}}
+	want := [][2]string{
+		{"http://127.0.0.1:4242/svc/git/dev/github.com/", "https://github.com/"},
+		{"http://127.0.0.1:4242/svc/git/dev/git.example.com:8443/", "https://git.example.com:8443/"},
+	}
+	if got := gitRoutes("dev", gi, "127.0.0.1:4242"); !slices.Equal(got, want) {
+		t.Errorf("routes = %q, want %q", got, want)
+	}
+	if got := gitRoutes("dev", gi, ""); got != nil {
+		t.Errorf("without a gateway: routes = %q, want none", got)
+	}
+	gi.Secret = ""
+	if got := gitRoutes("dev", gi, "127.0.0.1:4242"); got != nil {
+		t.Errorf("without a token: routes = %q, want none", got)
 	}
 }

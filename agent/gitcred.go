@@ -3,40 +3,38 @@ package agent
 import (
 	"context"
 	"io"
-	"log/slog"
 
 	"github.com/choirhq/choir/agent/credhelper"
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/rpc/egress"
 )
 
-// setupGitCredentials lets git push with the leased identity's token
-// without ever holding it (spec 14.4, issue 29): the agent runs the
-// identity's git proxy ([credhelper.Proxy]) on its loopback and returns,
-// for each allowed host, the url.<proxy>.insteadOf pair that points git
-// at it, for the agent's global git configuration (gitConfig). The proxy adds the token, from the
-// agent's memory, to git's smart-HTTP requests for those hosts only.
-// There is no credential helper and no credential socket: nothing a
-// command of choir.exec can ask (git credential fill answers nothing),
-// and no git process whose memory, environment or descriptors carry the
-// token.
-func setupGitCredentials(ctx context.Context, gi config.GitIdentity, secret func(string) (string, bool), logger *slog.Logger) ([][2]string, error) {
-	if gi.Secret == "" || len(gi.Hosts) == 0 {
-		return nil, nil
-	}
-	p := &credhelper.Proxy{Hosts: gi.Hosts, Logger: logger, TokenFunc: func() (string, bool) { return secret(gi.Secret) }}
-	if err := p.Listen(ctx); err != nil {
-		return nil, err
+// gitRoutes lets git push and fetch with the leased identity's token
+// without the agent ever holding it (issue 34): for each host of the
+// identity, the url.<route>.insteadOf pair, for the agent's global git
+// configuration (gitConfig), that sends git's requests for https://<host>/
+// to choird's git route for the identity (rpc/egress.GitPath), through
+// the tools' loopback proxy at proxy, which carries them to the gateway.
+// choird adds the token there, for the identity the session is bound to,
+// its hosts and its repositories only. Nothing a command of choir.exec can
+// ask holds the token: not git credential fill (no helper answers), not
+// the agent's memory, not choird (GET_SECRETS refuses it). Without a
+// gateway (proxy empty) or a secret there is no route, and git reaches
+// its remotes as any tool does.
+func gitRoutes(identity string, gi config.GitIdentity, proxy string) [][2]string {
+	if proxy == "" || gi.Secret == "" {
+		return nil
 	}
 	var insteadOf [][2]string
 	for _, h := range gi.Hosts {
-		insteadOf = append(insteadOf, [2]string{p.Prefix(h), "https://" + h + "/"})
+		insteadOf = append(insteadOf, [2]string{"http://" + proxy + egress.GitPath(identity, h), "https://" + h + "/"})
 	}
-	return insteadOf, nil
+	return insteadOf
 }
 
 // RunCredentialHelper is main for the binary invoked as git-cred-helper.
 // The agent no longer hands its token to any helper (git reaches its
-// remotes through the agent's proxy instead), so it answers nothing: a
+// remotes through choird's git route instead), so it answers nothing: a
 // "get" is refused with the reason on stderr, as the protocol wants.
 func RunCredentialHelper(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
 	h := &credhelper.Helper{TokenFunc: func(context.Context, credhelper.Request) (string, error) {

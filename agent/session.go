@@ -52,6 +52,9 @@ type session struct {
 	skills *skill.Set
 	// egress is the way out through choird's gateway; nil without one.
 	egress *netout.Dialer
+	// toolProxy is the address of the tools' loopback proxy to the
+	// gateway; empty without one.
+	toolProxy string
 
 	secrets *secretStore
 	// decisions are the approval outcomes choird pushed, for the tools
@@ -101,7 +104,7 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 		}
 		logger.Info("sandbox check passed")
 	}
-	eg, err := startEgress(ctx, opts, logger)
+	eg, toolProxy, err := startEgress(ctx, opts, logger)
 	if err != nil {
 		return nil, err
 	}
@@ -110,7 +113,7 @@ func openSession(ctx context.Context, opts Options) (*session, error) {
 	if err != nil {
 		return nil, fmt.Errorf("connect to choird: %w", err)
 	}
-	s := &session{opts: opts, logger: logger, client: cl, egress: eg, secrets: &secretStore{}, decisions: email.NewDecisions(),
+	s := &session{opts: opts, logger: logger, client: cl, egress: eg, toolProxy: toolProxy, secrets: &secretStore{}, decisions: email.NewDecisions(),
 		shutdown: make(chan stopRequest, 1)}
 	s.meter = meter.New(meter.Config{AgentID: opts.AgentID, NotifyFunc: s.notifyUsage, BilledFailureFunc: s.logBilledFailure})
 	if err := s.open(ctx); err != nil {
@@ -146,7 +149,7 @@ func (s *session) open(ctx context.Context) error {
 	if err := s.loadTools(ctx); err != nil {
 		return err
 	}
-	s.configureGitIdentity(ctx)
+	s.configureGitIdentity()
 	return nil
 }
 
@@ -247,12 +250,13 @@ func (s *session) coreModel() llm.ModelSettings {
 }
 
 // configureGitIdentity sets up the session's git identity, if it has one:
-// its name and email, and its git proxy (setupGitCredentials) for the
-// hosts it may push to, in the agent's global git configuration (spec
-// 14.4: config, not environment), so that commits from choir.exec are
-// attributable. A failure is logged, never fatal; an image without git
+// its name and email, and the routes through choird's gateway (gitRoutes)
+// for the hosts it may push to, in the agent's global git configuration
+// (spec 14.4: config, not environment), so that commits from choir.exec
+// are attributable and pushes carry the identity's token, which only
+// choird holds. A failure is logged, never fatal; an image without git
 // skips it.
-func (s *session) configureGitIdentity(ctx context.Context) {
+func (s *session) configureGitIdentity() {
 	name := s.hello.ResourceBindings.GitIdentity
 	gi, ok := s.dyn.Load().GitIdentities[name]
 	if !ok {
@@ -262,17 +266,15 @@ func (s *session) configureGitIdentity(ctx context.Context) {
 		s.logger.Warn("git identity not configured: no git in this image", slog.String("error", err.Error()))
 		return
 	}
-	c := gitConfig{name: gi.Name, email: gi.Email}
-	insteadOf, err := setupGitCredentials(ctx, gi, s.secrets.get, s.logger)
-	if err != nil {
-		s.logger.Warn("git proxy not set up: pushes get no credentials", slog.String("error", err.Error()))
+	c := gitConfig{name: gi.Name, email: gi.Email, insteadOf: gitRoutes(name, gi, s.toolProxy)}
+	if s.toolProxy == "" && gi.Secret != "" {
+		s.logger.Warn("no egress gateway: git pushes and fetches get no credentials")
 	}
-	c.insteadOf = insteadOf
 	if err := c.write(os.Getenv("HOME")); err != nil {
 		s.logger.Warn("git identity not configured", slog.String("error", err.Error()))
 		return
 	}
-	s.logger.Info("git identity configured", slog.String("git_identity", name), slog.Int("proxied_hosts", len(insteadOf)))
+	s.logger.Info("git identity configured", slog.String("git_identity", name), slog.Int("routed_hosts", len(c.insteadOf)))
 }
 
 // restore rebuilds the commit log from choird's replica and builds the

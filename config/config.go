@@ -195,9 +195,13 @@ type GitIdentity struct {
 	// one can still commit locally.
 	Secret string `json:"secret,omitempty"`
 	// Hosts are the git remote hosts (host or host:port) the token may be
-	// sent to over HTTPS; the agent's credential helper refuses all others.
-	// Empty sends the token nowhere.
+	// sent to over HTTPS, by the egress gateway's git route, which refuses
+	// all others. Empty sends the token nowhere.
 	Hosts []string `json:"hosts,omitempty"`
+	// Repos are the repositories on those hosts the route serves:
+	// "owner/repo" or "owner/*" (internal/repopattern). Empty serves every
+	// repository on the hosts.
+	Repos []string `json:"repos,omitempty"`
 }
 
 // NotionIntegration is a Notion integration token.

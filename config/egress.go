@@ -3,10 +3,12 @@ package config
 import (
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/choirhq/choir/internal/hostpattern"
+	"github.com/choirhq/choir/internal/repopattern"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -92,8 +94,9 @@ const (
 // ServiceAddrsFor returns the host:port of every service endpoint the
 // configuration names, which agent agentID's own clients may be bound to
 // (a start may pick any model, account or identity): the models, the
-// speech, search and Notion providers, the mail servers and the git
-// identities' hosts. The egress gateway lets the agent's built-in clients
+// speech, search and Notion providers and the mail servers (a git
+// identity's hosts are reached by choird, through the gateway's git route,
+// not by the agent). The egress gateway lets the agent's built-in clients
 // reach these without the netguard check, as the operator named them;
 // anything else they reach is checked like a fetch.
 func (c *Config) ServiceAddrsFor(agentID string) []string {
@@ -122,11 +125,6 @@ func (c *Config) ServiceAddrsFor(agentID string) []string {
 		}
 		add(n.Endpoint)
 	}
-	for _, g := range c.GitIdentities {
-		for _, h := range g.Hosts {
-			add("https://" + h)
-		}
-	}
 	server := func(host string, port int) {
 		if host != "" && port > 0 {
 			out = append(out, net.JoinHostPort(hostpattern.Normalize(host), strconv.Itoa(port)))
@@ -153,4 +151,10 @@ func endpointAddr(raw string) (string, bool) {
 		}
 	}
 	return net.JoinHostPort(hostpattern.Normalize(u.Hostname()), port), true
+}
+
+// AllowsRepo reports whether the identity's route serves repository repo
+// ("owner/repo", with or without ".git").
+func (g GitIdentity) AllowsRepo(repo string) bool {
+	return len(g.Repos) == 0 || slices.ContainsFunc(g.Repos, func(p string) bool { return repopattern.Match(p, repo) })
 }

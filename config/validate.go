@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/config/workspace"
+	"github.com/choirhq/choir/internal/repopattern"
 	"github.com/choirhq/choir/strictjson"
 )
 
@@ -343,6 +344,11 @@ func (v *validator) gitIdentities() {
 				h = hostOnly
 			}
 			v.host(hp, h)
+		}
+		for i, r := range g.Repos {
+			if err := repopattern.Check(r); err != nil {
+				v.add(strictjson.PathIndex(sub(p, "repos"), i), "%v", err)
+			}
 		}
 	}
 }

@@ -512,6 +512,18 @@ func TestValidate(t *testing.T) {
 			},
 		},
 		{
+			name: "GitIdentityRepos",
+			mutate: func(c *config.Config, s config.Secrets) {
+				g := c.GitIdentities["dev-identity"]
+				g.Repos = []string{"choirhq/choir", "choirhq/*", "repo", "owner/../x"}
+				c.GitIdentities["dev-identity"] = g
+			},
+			want: []string{
+				`$.git_identities["dev-identity"].repos[2]: want "owner/repo" or "owner/*"`,
+				`$.git_identities["dev-identity"].repos[3]: segment "..": want letters, digits, '.', '_' or '-' (and '*' only as the last segment), as in "owner/repo" or "owner/*"`,
+			},
+		},
+		{
 			name: "EmailHosts",
 			mutate: func(c *config.Config, s config.Secrets) {
 				e := c.EmailAccounts["notifications"]

@@ -88,6 +88,10 @@ type Options struct {
 	// TelegramAPIURL is the Bot API server (default
 	// https://api.telegram.org); tests point it at a local fake.
 	TelegramAPIURL string
+	// ServiceTransport sends the egress gateway's service-route calls
+	// (models, search, speech, Notion, git remotes) on; nil is the
+	// default HTTPS transport. Tests trust their TLS fakes with it.
+	ServiceTransport http.RoundTripper
 	// OSImage is the operating-system image agent builds start from
 	// (Dockerfile.base's CHOIR_OS_IMAGE); empty keeps the Dockerfile's.
 	OSImage string
@@ -395,7 +399,7 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 	// The gateway's service routes add the credentials and meter the
 	// spend of model, search, speech and Notion calls (daemon/egress/svc).
 	ledger := spend.New(spend.Options{Pool: d.pool, Config: func() *config.Config { return d.Snapshot().Config }})
-	services := svc.New(svc.Options{Pool: d.pool, Ledger: ledger,
+	services := svc.New(svc.Options{Pool: d.pool, Ledger: ledger, Transport: d.opts.ServiceTransport,
 		Config: func() (*config.Config, config.Secrets) { s := d.Snapshot(); return s.Config, s.Secrets },
 		Logger: d.logger.With(slog.String("component", "egress_svc"))})
 	d.egressServices = services

@@ -36,7 +36,7 @@ func TestNoCredentialInTheContainer(t *testing.T) {
 	const from = "assistant@example.com"
 	mail.AddUser(t, from, canaryMail)
 	mail.AddUser(t, "user@example.com", "user-password")
-	setup.edit = func(c *config.Config) {
+	setup.edit = func(c *config.Config, s config.Secrets) {
 		acct := mail.Account(from)
 		acct.AllowedRecipients = []string{"user@example.com"}
 		c.EmailAccounts = map[string]config.EmailAccount{"mail": acct}
@@ -45,8 +45,6 @@ func TestNoCredentialInTheContainer(t *testing.T) {
 		a := c.Agents["assistant"]
 		a.Defaults.Email, a.Defaults.Notion = "mail", "notes"
 		c.Agents["assistant"] = a
-	}
-	setup.editSecrets = func(s config.Secrets) {
 		s["mail-secret"], s["search-key"], s["notion-key"] = canaryMail, canarySearch, canaryNotion
 	}
 	needles := map[string]string{"model key": choirdtest.Canary, "git token": "ghp-test", "mail password": canaryMail,

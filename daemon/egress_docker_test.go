@@ -45,7 +45,7 @@ func TestEgressDockerRuntime(t *testing.T) {
 	t.Cleanup(func() { srv.Close() })
 	allowed := ln.Addr().String()
 	other := otherContainer(t)
-	setup.edit = func(c *config.Config) {
+	setup.edit = func(c *config.Config, _ config.Secrets) {
 		a := c.Agents["assistant"]
 		a.Egress = config.Egress{Allow: []string{allowed}, Unknown: config.EgressRefuse}
 		a.Web.AllowHosts = []string{allowed}

@@ -170,10 +170,10 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 				})
 				return strings.Contains(found, "dev@choir.local") && strings.Contains(found, "insteadOf")
 			})
-			// git reaches git.example.com through the agent's proxy, which
-			// holds the token; git itself has no credential to give.
+			// git reaches git.example.com through choird's git route, which
+			// adds the token; git itself has no credential to give.
 			if !strings.Contains(found, "name = Dev") || strings.Contains(found, "ghp-test") ||
-				!regexp.MustCompile(`\[url "http://127\.0\.0\.1:\d+/[0-9a-f]+/git\.example\.com/"\]\s+insteadOf = https://git\.example\.com/`).MatchString(found) ||
+				!regexp.MustCompile(`\[url "http://127\.0\.0\.1:\d+/svc/git/dev/git\.example\.com/"\]\s+insteadOf = https://git\.example\.com/`).MatchString(found) ||
 				strings.Contains(found, "helper") {
 				t.Errorf(".gitconfig = %q", found)
 			}
@@ -191,11 +191,13 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 				t.Errorf("git credential fill gave a password: %q", out)
 			}
 
-			// A rotated token reaches the running agent with secret apply:
-			// it fetches the git token again (its proxy reads the token
-			// at each request).
-			handed := func() int { return strings.Count(d.Logs.String(), `"msg":"secrets handed to agent"`) }
-			before := handed()
+			// The agent never holds the git token: choird hands it the
+			// model's key and nothing else, before and after a rotation
+			// (the git route reads the rotated token at its next request).
+			handed := func() []string {
+				return regexp.MustCompile(`"msg":"secrets handed to agent".*`).FindAllString(d.Logs.String(), -1)
+			}
+			before := len(handed())
 			secrets := config.Secrets{"postgres-admin": "postgres:", "model-key": choirdtest.Canary, "git-token": "ghp-rotated"}
 			if err := os.WriteFile(filepath.Join(home, "secrets.json"), mustJSON(t, map[string]string(secrets)), 0o600); err != nil {
 				t.Fatal(err)
@@ -203,7 +205,14 @@ func TestLifecycleProcessRuntime(t *testing.T) {
 			if code, out, errs := choirctltest.Run(t, home, "secret", "apply"); code != 0 || !strings.Contains(out, "1 running agents") {
 				t.Fatalf("secret apply: %d %s %s", code, out, errs)
 			}
-			choirdtest.WaitFor(t, "the rotated secrets fetched by the agent", d.Logs, func() bool { return handed() > before })
+			if before == 0 {
+				t.Error("choird handed the agent no secrets at its start")
+			}
+			for _, line := range handed() {
+				if strings.Contains(line, "git-token") {
+					t.Errorf("choird handed the agent the git token: %s", line)
+				}
+			}
 		})
 
 		t.Run("SecondAgentOnTheSameWorkspaceIsRefusedNamingTheHolder", func(t *testing.T) {

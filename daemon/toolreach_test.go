@@ -82,10 +82,8 @@ type reachSetup struct {
 	listen string
 	// socket is choird's agent socket as the agent sees it.
 	socket func(home string) string
-	// edit, when set, changes the configuration further; editSecrets
-	// changes secrets.json.
-	edit        func(c *config.Config)
-	editSecrets func(s config.Secrets)
+	// edit, when set, changes the configuration and secrets further.
+	edit func(c *config.Config, s config.Secrets)
 	// during, when set, runs once the tool results reached the model,
 	// while the agent still runs.
 	during func(t *testing.T, run toolRun)
@@ -132,10 +130,7 @@ func runToolCalls(t *testing.T, setup reachSetup, files map[string][]byte, calls
 			choirdtest.FastHeartbeat(c, s)
 			c.CrashDetectionThresholdMS = 30_000
 			if setup.edit != nil {
-				setup.edit(c)
-			}
-			if setup.editSecrets != nil {
-				setup.editSecrets(s)
+				setup.edit(c, s)
 			}
 		}})
 	defer d.StopAgents(t)
@@ -243,8 +238,8 @@ func checkNothingObtained(t *testing.T, report string, hash []byte) {
 
 // checkNoGitToken reads the probe's git attempts: git credential fill,
 // every configured credential helper run by hand, the credential socket
-// and the agent's git proxy give nothing that holds the git token, in
-// plain or in base64; and the agent did set up its identity's proxy (else
+// and choird's git route give nothing that holds the git token, in plain
+// or in base64; and the agent did point git at its identity's route (else
 // the attempts mean nothing).
 func checkNoGitToken(t *testing.T, report string) {
 	t.Helper()
@@ -258,14 +253,14 @@ func checkNoGitToken(t *testing.T, report string) {
 			t.Errorf("the probe obtained the git token: %q", b)
 		}
 	}
-	if !regexp.MustCompile(`gitconfig: ".*http://127\.0\.0\.1:\d+/[0-9a-f]+/git\.example\.com/`).MatchString(report) {
-		t.Errorf("the agent did not point git at its proxy for git.example.com: did it set up its git identity?")
+	if !regexp.MustCompile(`gitconfig: ".*http://127\.0\.0\.1:\d+/svc/git/dev/git\.example\.com/`).MatchString(report) {
+		t.Errorf("the agent did not point git at choird's git route for git.example.com: did it set up its git identity?")
 	}
 	if strings.Contains(report, `cred bare: got "token=`) || regexp.MustCompile(`cred evil: got "[^"]`).MatchString(report) {
 		t.Errorf("the credential socket answered")
 	}
-	if !regexp.MustCompile(`proxy api/user: 403 .*not a git smart-HTTP request`).MatchString(report) {
-		t.Errorf("the agent's git proxy forwarded a request that is not git's")
+	if !regexp.MustCompile(`proxy api/user: 404 .*not a git smart-HTTP request`).MatchString(report) {
+		t.Errorf("choird's git route forwarded a request that is not git's")
 	}
 }
 

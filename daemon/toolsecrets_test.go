@@ -9,16 +9,19 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/agent/llmtest"
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
 )
 
-// holdManifest is an external tool that declares the git token (any bound
-// secret will do) and holds no lock, so that it runs beside choir.exec.
+// holdManifest is an external tool that declares the secret "tool-token"
+// (bound to the session as one of the agent's mcp_secrets: any secret
+// the agent holds will do) and holds no lock, so that it runs beside
+// choir.exec.
 const holdManifest = `{
   "llm": {"name": "x.hold", "description": "Holds a secret.", "parameters": {"type": "object"}},
-  "runtime": {"timeout_ms": 30000, "side_effect": "read", "trust": "own", "version": "1.0", "secret_resources": ["git-token"]}
+  "runtime": {"timeout_ms": 30000, "side_effect": "read", "trust": "own", "version": "1.0", "secret_resources": ["tool-token"]}
 }`
 
 // holdTool writes its pid to the workspace, then waits (20 s at most) for
@@ -42,6 +45,12 @@ touch go`
 // choir.exec with stealCommand, and checks that the command got nothing
 // while the tool got its secret.
 func runSecretSteal(t *testing.T, setup reachSetup) {
+	setup.edit = func(c *config.Config, s config.Secrets) {
+		a := c.Agents["assistant"]
+		a.MCPSecrets = append(a.MCPSecrets, "tool-token")
+		c.Agents["assistant"] = a
+		s["tool-token"] = "ghp-test"
+	}
 	args, _ := json.Marshal(map[string]any{"command": stealCommand, "timeout_ms": 30000})
 	run := runToolCalls(t, setup, nil,
 		llmtest.Call{ID: "hold", Name: "x.hold", Arguments: `{}`},
@@ -51,7 +60,7 @@ func runSecretSteal(t *testing.T, setup reachSetup) {
 	if !strings.Contains(steal, "fd3: ") || !strings.Contains(steal, "pid ") {
 		t.Fatalf("the steal did not run beside the tool: %s", steal)
 	}
-	b64 := base64.StdEncoding.EncodeToString([]byte(`{"git-token":"ghp-test"}`))
+	b64 := base64.StdEncoding.EncodeToString([]byte(`{"tool-token":"ghp-test"}`))
 	for _, bad := range []string{"ghp-test", "[secret:", b64[:16]} {
 		if strings.Contains(steal, bad) {
 			t.Errorf("choir.exec read the tool's secret (%q) through /proc", bad)
@@ -60,7 +69,7 @@ func runSecretSteal(t *testing.T, setup reachSetup) {
 	if !strings.Contains(steal, "ermission denied") {
 		t.Errorf("the tool's /proc entries were not refused: %s", steal)
 	}
-	if !strings.Contains(hold, "held 24 bytes") {
+	if !strings.Contains(hold, "held 25 bytes") {
 		t.Errorf("the tool did not get its secret whole: %s", hold)
 	}
 }

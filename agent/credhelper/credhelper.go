@@ -1,20 +1,17 @@
-// Package credhelper is how git reaches a leased identity's remotes. Its
-// [Proxy] is what the agent uses: git's requests for the identity's hosts
-// go to the agent's loopback, where the token is added inside the agent's
-// own process, so that no process a tool starts can ever obtain it (issue
-// 29). The rest is the git credential helper of spec 14.4, kept for its
-// protocol code and host checks; the agent no longer answers it.
+// Package credhelper is the git credential helper of spec 14.4, kept for
+// its protocol code and host checks; the agent no longer answers it with
+// a token. git reaches a leased identity's remotes through choird's git
+// route instead (daemon/egress/svc, issue 34), where choird adds the
+// token, so that neither the agent nor any process a tool starts ever
+// holds it.
 //
 // The helper: When the agent binary is run as git-cred-helper (argv[0],
 // see [Invoked]), git speaks its credential helper protocol with it on
-// stdin and stdout; [Helper.Run] answers a "get" with the leased git
-// identity's token, but only for the allowed remote host and only over
-// HTTPS, so a repository whose remote points elsewhere never sees the
-// token. "store" and "erase" are accepted and ignored: the token lives in
-// the agent's memory, never in a file git could write.
-//
-// The token comes from [Helper.TokenFunc], which the agent wires to its
-// in-memory secret store; nothing here reads the environment or a file.
+// stdin and stdout; [Helper.Run] answers a "get" with what
+// [Helper.TokenFunc] gives, but only for the allowed remote host and only
+// over HTTPS. "store" and "erase" are accepted and ignored. The agent's
+// TokenFunc gives nothing, so a "get" is always denied; nothing here reads
+// the environment or a file.
 package credhelper
 
 import (

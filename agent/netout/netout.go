@@ -206,8 +206,9 @@ func (l *Local) pipe(ctx context.Context, c net.Conn) {
 
 // ProxyEnv is the environment that points a tool at the proxy at addr:
 // both spellings of HTTP_PROXY, HTTPS_PROXY and ALL_PROXY, and NO_PROXY
-// naming only the loopback (the container's own, where the agent's git
-// proxy listens).
+// naming only the loopback (the container's own, where the proxy itself
+// listens: git reaches choird's git route through it by its loopback
+// address, as a plain origin-form request).
 func ProxyEnv(addr string) []string {
 	u := "http://" + addr
 	var env []string

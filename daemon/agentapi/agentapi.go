@@ -390,10 +390,11 @@ func sessionSecrets(cfg *config.Config, agentID string, b rpc.ResourceBindings, 
 }
 
 // boundElsewhere reports whether name is the secret of a resource b binds
-// besides the MCP scope (a model, the voice's TTS, the git identity, the
-// Notion integration, the email account, a search provider).
+// besides the MCP scope (a model, the voice's TTS, the Notion
+// integration, the email account, a search provider). The git identity's
+// is none: the gateway's git route holds it.
 func boundElsewhere(cfg *config.Config, b rpc.ResourceBindings, name string) bool {
-	secrets := []string{cfg.GitIdentities[b.GitIdentity].Secret, cfg.NotionIntegrations[b.Notion].Secret,
+	secrets := []string{cfg.NotionIntegrations[b.Notion].Secret,
 		cfg.EmailAccounts[b.Email].Secret, cfg.TTS[cfg.VoiceProfiles[b.VoiceProfile].TTS].Secret}
 	for _, m := range b.Models {
 		secrets = append(secrets, cfg.Models[m].Secret)

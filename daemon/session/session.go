@@ -103,8 +103,10 @@ func ResolveBindings(cfg *config.Config, agentID string, o admin.StartOverrides)
 			secrets[tts.Secret] = true
 		}
 	}
-	gi, ok := cfg.GitIdentities[b.GitIdentity]
-	need("git-identity", b.GitIdentity, ok, gi.Secret)
+	// The git identity's token stays in choird: the gateway's git route
+	// adds it (daemon/egress/svc), so the session binds no secret for it.
+	_, ok = cfg.GitIdentities[b.GitIdentity]
+	need("git-identity", b.GitIdentity, ok, "")
 	ni, ok := cfg.NotionIntegrations[b.Notion]
 	need("notion", b.Notion, ok, ni.Secret)
 	ea, ok := cfg.EmailAccounts[b.Email]

@@ -39,8 +39,8 @@ func TestStartSession(t *testing.T) {
 		if s.Bindings.Workspace != "main" || s.Bindings.DM != "console" || s.Bindings.GitIdentity != "dev" {
 			t.Errorf("bindings = %+v", s.Bindings)
 		}
-		if !slices.Equal(s.Bindings.Secrets, []string{"git-token", "model-key"}) {
-			t.Errorf("secrets = %v, want the model's and the git identity's only", s.Bindings.Secrets)
+		if !slices.Equal(s.Bindings.Secrets, []string{"model-key"}) {
+			t.Errorf("secrets = %v, want the model's only (the git identity's stays in choird)", s.Bindings.Secrets)
 		}
 		leases, _ := seam.Queries(pool).LeaseListActive(ctx)
 		var got []string

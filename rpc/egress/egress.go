@@ -13,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"strings"
 )
 
@@ -50,6 +51,19 @@ const ServiceHost = "choir-egress"
 func ServiceURL(service, name string) string {
 	return "http://" + ServiceHost + "/svc/" + service + "/" + name
 }
+
+// GitPath is the path under which the gateway's git route serves git
+// identity's remote host: git's smart-HTTP requests for
+// https://<host>/<owner>/<repo>.git/... go to
+// GitPath(identity, host)+"<owner>/<repo>.git/...", and choird forwards
+// them with the identity's token. The agent's git reaches it through the
+// tools' loopback proxy: http://<proxy>+GitPath(identity, host).
+func GitPath(identity, host string) string {
+	return GitPrefix + url.PathEscape(identity) + "/" + host + "/"
+}
+
+// GitPrefix is the path prefix of the git route.
+const GitPrefix = "/svc/git/"
 
 // HeaderRefused marks a response of the gateway that refuses a connection;
 // its value is the decision ("refused").

@@ -6,7 +6,9 @@
 // enters the container. Only the named resource's own endpoint is
 // reachable (the path picks a resource by name, never a host), only the
 // resources the caller's session is bound to, and only the API paths of
-// each service.
+// each service. The git route (/svc/git/, [GitPrefix]) is the same for
+// git's smart-HTTP requests: the identity's token is added for the
+// identity the session is bound to, its hosts and its repositories only.
 //
 // Metered calls (model calls, search queries, speech) are reserved at
 // their worst case in the spend ledger (daemon/spend) before they are
@@ -86,6 +88,8 @@ type Handler struct {
 	ledger *spend.Ledger
 	logger *slog.Logger
 	proxy  *httputil.ReverseProxy
+	// gitProxy forwards the git route's requests (git.go).
+	gitProxy *httputil.ReverseProxy
 	// settling counts settlements in flight (Wait).
 	settling sync.WaitGroup
 	settler  *settler
@@ -115,6 +119,7 @@ func New(o Options) *Handler {
 		ErrorHandler:   h.upstreamError,
 		ErrorLog:       slog.NewLogLogger(h.logger.Handler(), slog.LevelWarn),
 	}
+	h.gitProxy = h.newGitProxy(tr)
 	return h
 }
 
@@ -143,6 +148,10 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	caller, ok := egress.CallerFrom(r.Context())
 	if !ok {
 		writeError(w, http.StatusForbidden, "no_caller", "the gateway knows no session for this connection")
+		return
+	}
+	if strings.HasPrefix(r.URL.EscapedPath(), GitPrefix) {
+		h.serveGit(w, r, caller)
 		return
 	}
 	rt, status, code, err := h.resolve(r, caller)
@@ -180,7 +189,7 @@ func (h *Handler) resolve(r *http.Request, caller egress.Caller) (*route, int, s
 	name, rest, _ := strings.Cut(rest, "/")
 	s, ok := services[svcName]
 	if !strings.HasPrefix(r.URL.EscapedPath(), Prefix) || !ok {
-		return nil, http.StatusNotFound, "no_route", fmt.Errorf("no service route %s: the routes are %s<llm|search|tts|notion>/<name>/<path>",
+		return nil, http.StatusNotFound, "no_route", fmt.Errorf("no service route %s: the routes are %s<llm|search|tts|notion|git>/<name>/<path>",
 			r.URL.Path, Prefix)
 	}
 	if err := s.checkPath(r.Method, rest); err != nil {
@@ -232,6 +241,7 @@ type binding struct {
 	models []string
 	tts    []string
 	notion string
+	git    string
 }
 
 // BindingMaxAge is how long a session's bindings are taken from memory:
@@ -282,7 +292,7 @@ func (h *Handler) readBinding(ctx context.Context, cfg *config.Config, sid uuid.
 	if err := json.Unmarshal(st.ResourceBindings, &b); err != nil {
 		return binding{}, fmt.Errorf("session %s bindings: %w", sid, err)
 	}
-	out := binding{notion: b.Notion}
+	out := binding{notion: b.Notion, git: b.GitIdentity}
 	for _, m := range b.Models {
 		out.models = append(out.models, m)
 	}

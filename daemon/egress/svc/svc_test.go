@@ -51,7 +51,7 @@ func (b *testBundle) config() (*config.Config, config.Secrets) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.cfg, config.Secrets{"fast-key": modelKey, "brave-key": "brave-secret", "eleven-key": "eleven-secret",
-		"notion-key": "notion-secret"}
+		"notion-key": "notion-secret", "git-key": gitToken}
 }
 
 // setConfig changes the running configuration.
@@ -69,7 +69,8 @@ func (b *testBundle) setConfig(fn func(c *config.Config)) {
 
 // setup starts a model fake whose every call answers "hello" and bills
 // 1000 completion tokens at $1 per million (input free), two agents
-// bound to the model "fast", and the handler.
+// bound to the model "fast" (and ada to the git identity ada-git, bob to
+// bob-git), and the handler.
 func setup(t testing.TB) *testBundle {
 	t.Helper()
 	b := &testBundle{pool: dbtest.NewPool(t), sessions: map[string]uuid.UUID{}}
@@ -94,7 +95,8 @@ func setup(t testing.TB) *testBundle {
 		tok := make([]byte, 32)
 		rand.Read(tok)
 		s, err := q.SessionCreate(ctx, db.SessionCreateParams{AgentID: agent, LeaseTokenHash: tok, BaseHash: make([]byte, 32),
-			ResourceBindings: json.RawMessage(`{"models":{"edge":"fast"},"notion":"notes","voice_profile":"calm"}`)})
+			ResourceBindings: json.RawMessage(`{"models":{"edge":"fast"},"notion":"notes","voice_profile":"calm","git_identity":"` +
+				agent + `-git"}`)})
 		if err != nil {
 			t.Fatal(err)
 		}

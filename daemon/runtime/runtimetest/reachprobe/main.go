@@ -112,8 +112,8 @@ func main() {
 // gitCredentials asks for the git identity's token the ways a command
 // can: git credential fill (with a real git), every credential helper in
 // the global git configuration run by hand as git would (with a stand-in
-// git), and the agent's git proxy, found in that configuration, asked
-// for a path that is not git's. Each answer is printed as it is and in
+// git), and choird's git route, found in that configuration, asked for a
+// path that is not git's. Each answer is printed as it is and in
 // base64 ("b64 <data>"), as a model would to get past the scrubber.
 func gitCredentials(host string) {
 	req := "protocol=https\nhost=" + host + "\n\n"
@@ -141,7 +141,7 @@ func gitCredentials(host string) {
 		out, err := cmd.CombinedOutput()
 		fmt.Printf("helper %s: %q, %v\nb64 %s\n", f[0], out, err, base64.StdEncoding.EncodeToString(out))
 	}
-	if m := regexp.MustCompile(`http://127\.0\.0\.1:\d+/[0-9a-f]+/[^/"\s]+/`).Find(cfg); m != nil {
+	if m := regexp.MustCompile(`http://127\.0\.0\.1:\d+/svc/git/[^/"\s]+/[^/"\s]+/`).Find(cfg); m != nil {
 		for _, path := range []string{"api/user", "r.git/info/refs?service=git-upload-pack"} {
 			c := &http.Client{Timeout: 20 * time.Second}
 			resp, err := c.Get(string(m) + path)

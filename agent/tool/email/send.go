@@ -19,7 +19,6 @@ import (
 	gomail "github.com/wneessen/go-mail"
 
 	"github.com/choirhq/choir/agent/tool"
-	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/internal/mailbox"
 	"github.com/choirhq/choir/rpc"
 )
@@ -117,7 +116,7 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 	if err != nil {
 		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeBadInput, Message: err.Error()}), nil
 	}
-	name, acct, pw, p := s.cfg.session(env)
+	name, acct, tr, p := s.cfg.session(env)
 	if p != nil {
 		return s.cfg.fail(ctx, NameSend, *p), nil
 	}
@@ -156,16 +155,14 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 	}
 
 	// A call that wrote its intent ahead sends under a Message-ID made of
-	// its idempotency key; run again after a restart, it first looks for
-	// that Message-ID in the account's Sent folder (issue 31).
+	// its idempotency key; run again after a restart, it is not sent
+	// twice (issue 31): choird answers a Message-ID it already sent with
+	// the first outcome, and the direct path first looks for it in the
+	// account's Sent folder.
 	msgID := ""
-	if ck := tool.CallKey(ctx); ck != "" {
+	ck := tool.CallKey(ctx)
+	if ck != "" {
 		msgID = ck + "@" + domainOf(from)
-		if tool.Rerun(ctx) {
-			if res, done := s.sentBefore(ctx, name, acct, pw, msgID, &out); done {
-				return res, nil
-			}
-		}
 	}
 	key := requestKey(name, input, atts)
 	if acct.NeedsApproval() {
@@ -188,13 +185,23 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 	if err != nil {
 		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeBadInput, Message: err.Error()}), nil
 	}
-	if err := mailbox.Send(ctx, s.cfg.mailboxAccount(acct), pw, msg); err != nil {
+	sub, err := submission(msg, out.ApprovalID)
+	if err != nil {
+		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeBadInput, Message: err.Error()}), nil
+	}
+	sub.CheckSent = ck != "" && tool.Rerun(ctx)
+	res, err := tr.Send(ctx, sub)
+	if err != nil {
+		var me *mailbox.Error
+		if errors.As(err, &me) && me.Code == mailbox.CodeInDoubt {
+			s.cfg.Logger.WarnContext(ctx, "email in doubt after a restart", "account", name, "message_id", sub.MessageID,
+				"error", err.Error())
+			return tool.Result{Status: tool.StatusInDoubt, Summary: fmt.Sprintf("this mail may or may not have been sent "+
+				"before a restart, and it could not be found out (%v); it was not sent again", me.Err)}, nil
+		}
 		return s.cfg.failErr(ctx, NameSend, err), nil
 	}
-	ids := msg.GetGenHeader(gomail.HeaderMessageID)
-	if len(ids) > 0 {
-		out.MessageID = ids[0]
-	}
+	out.MessageID = res.MessageID
 	if acct.NeedsApproval() {
 		s.mu.Lock()
 		s.sent[key] = out.MessageID
@@ -203,10 +210,36 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 		}
 		s.mu.Unlock()
 	}
+	if res.Status == mailbox.StatusAlreadySent {
+		out.Status, out.Note = "already_sent", "This mail was sent before (a restart, or the same approved mail); it was not sent again."
+		return tool.SuccessResult("email already sent as "+out.MessageID, out), nil
+	}
 	out.Status = "sent"
 	s.cfg.Logger.InfoContext(ctx, "email sent", "account", name, "message_id", out.MessageID,
 		"recipients", len(out.To)+len(out.Cc)+len(out.Bcc), "attachments", len(atts))
 	return tool.SuccessResult(fmt.Sprintf("email sent to %s", strings.Join(out.To, ", ")), out), nil
+}
+
+// submission is msg as it goes out: its envelope, its Message-ID and its
+// bytes (Bcc in the envelope only).
+func submission(msg *gomail.Msg, approvalID string) (mailbox.Submission, error) {
+	from, err := msg.GetSender(false)
+	if err != nil {
+		return mailbox.Submission{}, fmt.Errorf("sender: %w", err)
+	}
+	rcpts, err := msg.GetRecipients()
+	if err != nil {
+		return mailbox.Submission{}, fmt.Errorf("recipients: %w", err)
+	}
+	var id string
+	if ids := msg.GetGenHeader(gomail.HeaderMessageID); len(ids) > 0 {
+		id = strings.Trim(ids[0], "<>")
+	}
+	var raw bytes.Buffer
+	if _, err := msg.WriteTo(&raw); err != nil {
+		return mailbox.Submission{}, fmt.Errorf("write the message: %w", err)
+	}
+	return mailbox.Submission{MessageID: id, From: from, Recipients: rcpts, Raw: raw.Bytes(), ApprovalID: approvalID}, nil
 }
 
 // message builds the MIME message.
@@ -463,26 +496,6 @@ func readOne(root *os.Root, p, rel string, limit int64) (attachment, *Problem) {
 		return attachment{}, &Problem{Error: CodeAttachmentTooLarge, Message: fmt.Sprintf("attachment %q grew over the limit of %d bytes", p, limit)}
 	}
 	return attachment{Path: rel, Size: int64(len(data)), data: data}, nil
-}
-
-// sentBefore looks for a mail sent under msgID before a restart. done
-// reports that res is the call's answer: already sent (found in the Sent
-// folder), or in doubt (the folder could not be searched: the mail is not
-// sent again, and the user is told). Not found, the mail is sent.
-func (s *sender) sentBefore(ctx context.Context, name string, acct config.EmailAccount, pw, msgID string, out *sendOutput) (tool.Result, bool) {
-	found, err := mailbox.InSent(ctx, s.cfg.mailboxAccount(acct), pw, msgID)
-	switch {
-	case err != nil:
-		s.cfg.Logger.WarnContext(ctx, "email in doubt after a restart: the Sent folder could not be searched",
-			"account", name, "message_id", msgID, "error", err.Error())
-		return tool.Result{Status: tool.StatusInDoubt, Summary: fmt.Sprintf("this mail may or may not have been sent before a restart, "+
-			"and the Sent folder of %q could not be searched (%v); it was not sent again", name, err)}, true
-	case found:
-		out.Status, out.MessageID = "already_sent", "<"+msgID+">"
-		out.Note = "This mail was sent before a restart (it is in the Sent folder); it was not sent again."
-		return tool.SuccessResult("email already sent as <"+msgID+">", *out), true
-	}
-	return tool.Result{}, false
 }
 
 // domainOf is the domain of an address, for a Message-ID; "choir" when it

@@ -132,3 +132,30 @@ func (d Direct) Fetch(ctx context.Context, q Query) (Page, error) {
 func (d Direct) Check(ctx context.Context, q CheckQuery) (Summary, error) {
 	return Check(ctx, d.Account, d.Password, q)
 }
+
+// MaxSubmitBytes bounds a mail submitted through choird's route, as
+// written (attachments in base64): what providers commonly accept.
+const MaxSubmitBytes = 48 << 20
+
+// ApprovalType is the request type of the approval an account that needs
+// one files for each mail: the name of the tool that sends it.
+const ApprovalType = "choir.email.send"
+
+// ApprovalPayload is what a person approves of a mail, as the tool files
+// it: choird sends under the approval only a mail that is exactly this.
+type ApprovalPayload struct {
+	Account     string   `json:"account"`
+	From        string   `json:"from"`
+	To          []string `json:"to"`
+	Cc          []string `json:"cc"`
+	Bcc         []string `json:"bcc"`
+	Subject     string   `json:"subject"`
+	Text        string   `json:"text"`
+	HTML        string   `json:"html"`
+	InReplyTo   string   `json:"in_reply_to"`
+	Attachments []struct {
+		Path   string `json:"path"`
+		Size   int64  `json:"size"`
+		SHA256 string `json:"sha256"`
+	} `json:"attachments"`
+}

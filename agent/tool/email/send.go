@@ -231,6 +231,18 @@ func submission(msg *gomail.Msg, approvalID string) (mailbox.Submission, error) 
 	if err != nil {
 		return mailbox.Submission{}, fmt.Errorf("recipients: %w", err)
 	}
+	// The envelope holds bare addresses; go-mail gives them bracketed.
+	for i, r := range append(rcpts, from) {
+		a, err := mail.ParseAddress(r)
+		if err != nil {
+			return mailbox.Submission{}, fmt.Errorf("address %q: %w", r, err)
+		}
+		if i == len(rcpts) {
+			from = a.Address
+		} else {
+			rcpts[i] = a.Address
+		}
+	}
 	var id string
 	if ids := msg.GetGenHeader(gomail.HeaderMessageID); len(ids) > 0 {
 		id = strings.Trim(ids[0], "<>")

@@ -19,6 +19,7 @@ import (
 	gomail "github.com/wneessen/go-mail"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/internal/mailbox"
 	"github.com/choirhq/choir/rpc"
 )
@@ -125,25 +126,8 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 		from = acct.Login()
 	}
 	out := sendOutput{From: from}
-	for _, list := range []struct {
-		field string
-		in    []string
-		out   *[]string
-	}{{"to", in.To, &out.To}, {"cc", in.Cc, &out.Cc}, {"bcc", in.Bcc, &out.Bcc}} {
-		for _, raw := range list.in {
-			a, err := mail.ParseAddress(raw)
-			if err != nil {
-				return s.cfg.fail(ctx, NameSend, Problem{Error: CodeInvalidAddress,
-					Message: fmt.Sprintf("%s: %q is not an email address (%v)", list.field, raw, err),
-					Fix:     "write it as bob@example.com or \"Bob <bob@example.com>\""}), nil
-			}
-			if !acct.MaySendTo(a.Address) {
-				return s.cfg.fail(ctx, NameSend, Problem{Error: CodeRecipientForbidden,
-					Message: fmt.Sprintf("email account %q may not send to %s", name, a.Address),
-					Fix:     fmt.Sprintf("send only to %s, or ask the admin to add the address to allowed_recipients", strings.Join(acct.AllowedRecipients, ", "))}), nil
-			}
-			*list.out = append(*list.out, a.String())
-		}
+	if p := addressees(name, acct, &in, &out); p != nil {
+		return s.cfg.fail(ctx, NameSend, *p), nil
 	}
 	atts, p := readAttachments(env.Workspace, in.Attachments, acct.AttachmentLimit())
 	if p != nil {
@@ -218,6 +202,32 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 	s.cfg.Logger.InfoContext(ctx, "email sent", "account", name, "message_id", out.MessageID,
 		"recipients", len(out.To)+len(out.Cc)+len(out.Bcc), "attachments", len(atts))
 	return tool.SuccessResult(fmt.Sprintf("email sent to %s", strings.Join(out.To, ", ")), out), nil
+}
+
+// addressees checks each recipient's address and the account's policy,
+// and fills out's lists with them as written.
+func addressees(name string, acct config.EmailAccount, in *sendInput, out *sendOutput) *Problem {
+	for _, list := range []struct {
+		field string
+		in    []string
+		out   *[]string
+	}{{"to", in.To, &out.To}, {"cc", in.Cc, &out.Cc}, {"bcc", in.Bcc, &out.Bcc}} {
+		for _, raw := range list.in {
+			a, err := mail.ParseAddress(raw)
+			if err != nil {
+				return &Problem{Error: CodeInvalidAddress,
+					Message: fmt.Sprintf("%s: %q is not an email address (%v)", list.field, raw, err),
+					Fix:     "write it as bob@example.com or \"Bob <bob@example.com>\""}
+			}
+			if !acct.MaySendTo(a.Address) {
+				return &Problem{Error: CodeRecipientForbidden,
+					Message: fmt.Sprintf("email account %q may not send to %s", name, a.Address),
+					Fix:     fmt.Sprintf("send only to %s, or ask the admin to add the address to allowed_recipients", strings.Join(acct.AllowedRecipients, ", "))}
+			}
+			*list.out = append(*list.out, a.String())
+		}
+	}
+	return nil
 }
 
 // submission is msg as it goes out: its envelope, its Message-ID and its

@@ -340,16 +340,7 @@ func approvalKey(approvalID string) string { return "approval:" + approvalID }
 // only if it is exactly the approved one (attachments with the same
 // digests among it).
 func (s *sender) InputFromApproval(payload json.RawMessage) (json.RawMessage, error) {
-	var p struct {
-		To          []string     `json:"to"`
-		Cc          []string     `json:"cc"`
-		Bcc         []string     `json:"bcc"`
-		Subject     string       `json:"subject"`
-		Text        string       `json:"text"`
-		HTML        string       `json:"html"`
-		InReplyTo   string       `json:"in_reply_to"`
-		Attachments []attachment `json:"attachments"`
-	}
+	var p mailbox.ApprovalPayload
 	if err := json.Unmarshal(payload, &p); err != nil {
 		return nil, fmt.Errorf("read the approved mail: %w", err)
 	}

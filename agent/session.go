@@ -138,8 +138,13 @@ func (s *session) open(ctx context.Context) error {
 		slog.Int("tail_events", len(hello.TailEvents)), slog.Int64("config_version", hello.ConfigVersion))
 
 	s.secrets.swap(map[string]string{})
-	if err := s.fetchSecrets(ctx, hello.ResourceBindings.Secrets); err != nil {
-		return fmt.Errorf("fetch secrets: %w", err)
+	// Through the egress gateway the secrets come with the configuration,
+	// whose list choird keeps what only it uses out of (the email
+	// account's password, issue 34).
+	if s.egress == nil {
+		if err := s.fetchSecrets(ctx, hello.ResourceBindings.Secrets); err != nil {
+			return fmt.Errorf("fetch secrets: %w", err)
+		}
 	}
 	if err := s.fetchConfig(ctx); err != nil {
 		return fmt.Errorf("fetch configuration: %w", err)
@@ -210,12 +215,21 @@ func (s *session) fetchConfig(ctx context.Context) error {
 	return nil
 }
 
-// secretNames are the secrets the session may hold now.
+// secretNames are the secrets the session may hold now. With choird's
+// egress gateway the email account's is not among them: choird's mail
+// route uses it, and keeps it (agent/email.go).
 func (s *session) secretNames() []string {
-	if d := s.dyn.Load(); d != nil && d.Secrets != nil {
-		return d.Secrets
+	names := s.hello.ResourceBindings.Secrets
+	d := s.dyn.Load()
+	if d != nil && d.Secrets != nil {
+		names = d.Secrets
 	}
-	return s.hello.ResourceBindings.Secrets
+	if s.egress != nil && d != nil {
+		if mail := d.EmailAccounts[s.hello.ResourceBindings.Email].Secret; mail != "" {
+			names = slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == mail })
+		}
+	}
+	return names
 }
 
 // model returns the settings of the model the edge calls next.

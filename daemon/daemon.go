@@ -19,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -29,6 +30,7 @@ import (
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/dmcmd"
 	"github.com/choirhq/choir/daemon/egress"
+	"github.com/choirhq/choir/daemon/egress/mailroute"
 	"github.com/choirhq/choir/daemon/egress/svc"
 	"github.com/choirhq/choir/daemon/embed"
 	"github.com/choirhq/choir/daemon/gateway"
@@ -402,7 +404,18 @@ func (d *Daemon) newJobs(ctx context.Context) (*embed.Embedder, error) {
 	services := svc.New(svc.Options{Pool: d.pool, Ledger: ledger, Transport: d.opts.ServiceTransport,
 		Config: func() (*config.Config, config.Secrets) { s := d.Snapshot(); return s.Config, s.Secrets },
 		Logger: d.logger.With(slog.String("component", "egress_svc"))})
-	d.egressServices = services
+	// The mail route sends and reads the agents' mail with the accounts'
+	// passwords, which stay in choird (daemon/egress/mailroute).
+	mail := mailroute.New(mailroute.Options{Pool: d.pool,
+		Config: func() (*config.Config, config.Secrets) { s := d.Snapshot(); return s.Config, s.Secrets },
+		Logger: d.logger.With(slog.String("component", "egress_mail"))})
+	d.egressServices = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, mailroute.Prefix) {
+			mail.ServeHTTP(w, r)
+			return
+		}
+		services.ServeHTTP(w, r)
+	})
 	// Each feature registers its own job kinds; River only runs them.
 	features := []jobs.Feature{
 		&spend.ExpireWorker{Ledger: ledger, Logger: d.logger.With(slog.String("component", "spend"))},

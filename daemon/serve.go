@@ -73,9 +73,11 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 	d.browser = newBrowserHost(ctx, d)
 	d.api = agentapi.New(agentapi.Options{Pool: d.pool, HeartbeatPool: hbPool, Logger: d.logger, Config: d.Snapshot,
 		Jobs: d.river, HostTools: hostTools(d), Typing: d.inbox.Typing(), Progress: d.progress, Proposals: d.proposer,
-		Approvals:     d.approvals.Registry,
-		UsageBaseline: d.newUsage().Baseline,
-		CloseSession:  func(ctx context.Context, id string) { d.closeSession(ctx, id) }, //nolint:errcheck
+		Approvals: d.approvals.Registry,
+		// Every agent choird starts gets the egress gateway (control.AgentStart).
+		MailViaGateway: d.runtime != nil,
+		UsageBaseline:  d.newUsage().Baseline,
+		CloseSession:   func(ctx context.Context, id string) { d.closeSession(ctx, id) }, //nolint:errcheck
 		HelloDone: func(ctx context.Context, agentID string, id uuid.UUID) {
 			d.inbox.RedeliverInbox(ctx, agentID, id, time.Now())
 			d.approvals.PushOutcomes(ctx, agentID, id)

@@ -56,6 +56,20 @@ type ChoirControlInbox struct {
 	AnnouncedIn *int64          `json:"announced_in"`
 }
 
+type ChoirControlMailSend struct {
+	AgentID    string     `json:"agent_id"`
+	MessageID  string     `json:"message_id"`
+	Account    string     `json:"account"`
+	SessionID  uuid.UUID  `json:"session_id"`
+	ApprovalID *uuid.UUID `json:"approval_id"`
+	Recipients []string   `json:"recipients"`
+	Status     string     `json:"status"`
+	ErrorCode  *string    `json:"error_code"`
+	Error      *string    `json:"error"`
+	CreatedAt  time.Time  `json:"created_at"`
+	FinishedAt *time.Time `json:"finished_at"`
+}
+
 type ChoirControlOutbox struct {
 	OutboxID      int64      `json:"outbox_id"`
 	AgentID       string     `json:"agent_id"`

@@ -86,6 +86,10 @@ type Options struct {
 	// Approvals are the registered approval kinds, which say how a
 	// request is asked (nil: every request is asked as a plain one).
 	Approvals *approval.Registry
+	// MailViaGateway says that choird starts every agent with its egress
+	// gateway, whose mail route does the SMTP and IMAP: no session is then
+	// handed its email account's secret (mailsecret.go).
+	MailViaGateway bool
 }
 
 // API is choird's side of the agent protocol: every verb checked against
@@ -115,6 +119,8 @@ type API struct {
 	proposals *propose.Proposer
 	// approvals are the registered approval kinds.
 	approvals *approval.Registry
+	// mailViaGateway keeps the email accounts' secrets in choird.
+	mailViaGateway bool
 }
 
 var _ rpc.ControlPlaneHandler = (*API)(nil)
@@ -123,7 +129,8 @@ var _ rpc.ControlPlaneHandler = (*API)(nil)
 func New(o Options) *API {
 	a := &API{pool: o.Pool, logger: o.Logger, heartbeatPool: o.HeartbeatPool, snapshot: o.Config,
 		hostTools: map[string]HostTool{}, jobs: o.Jobs, closeSession: o.CloseSession, helloDone: o.HelloDone, typing: o.Typing,
-		progress: o.Progress, usageBaseline: o.UsageBaseline, proposals: o.Proposals, approvals: o.Approvals}
+		progress: o.Progress, usageBaseline: o.UsageBaseline, proposals: o.Proposals, approvals: o.Approvals,
+		mailViaGateway: o.MailViaGateway}
 	maps.Copy(a.hostTools, o.HostTools)
 	a.hostTools[SendFileTool] = a.sendFile
 	return a
@@ -196,7 +203,7 @@ func (a *API) HandleGetSecrets(ctx context.Context, call rpc.Call, req rpc.GetSe
 		return rpc.GetSecretsResponse{}, fmt.Errorf("session %s bindings: %w", id, err)
 	}
 	cfg, secrets := a.config()
-	allowed := sessionSecrets(cfg, call.Session.AgentID, b, st.LlmOverride, st.VoiceProfileOverride)
+	allowed := a.withoutMailSecret(cfg, b, sessionSecrets(cfg, call.Session.AgentID, b, st.LlmOverride, st.VoiceProfileOverride))
 	var denied []string
 	for _, name := range req.Resources {
 		if !slices.Contains(allowed, name) {
@@ -475,7 +482,7 @@ func (a *API) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, req r
 	if st.VoiceProfileOverride != "" {
 		dc.VoiceProfile = st.VoiceProfileOverride
 	}
-	dc.Secrets = sessionSecrets(cfg, call.Session.AgentID, b, st.LlmOverride, st.VoiceProfileOverride)
+	dc.Secrets = a.withoutMailSecret(cfg, b, sessionSecrets(cfg, call.Session.AgentID, b, st.LlmOverride, st.VoiceProfileOverride))
 	if a.usageBaseline != nil {
 		if dc.Usage, err = a.usageBaseline(ctx, call.Session.AgentID, id); err != nil {
 			return rpc.FetchDynamicConfigResponse{}, err

@@ -241,7 +241,7 @@ func (w *Watcher) session(ctx context.Context, t Target, st *state, log *slog.Lo
 		return fmt.Errorf("the secret %q of email account %q is not in secrets.json", acct.Secret, t.Account)
 	}
 	wake := make(chan struct{}, 1)
-	c, err := mailbox.DialIMAP(ctx, mailboxAccount(acct), pw, &imapclient.Options{UnilateralDataHandler: &imapclient.UnilateralDataHandler{
+	c, err := mailbox.DialIMAP(ctx, MailboxAccount(acct), pw, &imapclient.Options{UnilateralDataHandler: &imapclient.UnilateralDataHandler{
 		Mailbox: func(d *imapclient.UnilateralDataMailbox) {
 			if d.NumMessages != nil {
 				select {
@@ -425,8 +425,10 @@ func oneLine(s string) string {
 	return s
 }
 
-// mailboxAccount is what package mailbox needs of the account.
-func mailboxAccount(a config.EmailAccount) mailbox.Account {
+// MailboxAccount is what package mailbox needs of a config.json account,
+// for choird's own connections (this watch, and the egress gateway's mail
+// route).
+func MailboxAccount(a config.EmailAccount) mailbox.Account {
 	return mailbox.Account{IMAPHost: a.IMAPHost, IMAPPort: a.IMAPPort, SMTPHost: a.SMTPHost, SMTPPort: a.SMTPPort,
 		Login: a.Login(), PlainText: a.TLS == config.EmailTLSNone}
 }

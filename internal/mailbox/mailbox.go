@@ -3,9 +3,15 @@
 // account says tls "none"), builds the SMTP client, and sorts what goes
 // wrong into a few codes (an unreachable server, refused credentials, a
 // server error) that the email tools hand to the model and choird's mail
-// watcher logs. The agent's email tools and choird's watcher share it; it
-// imports nothing of the project, so each translates config.json's account
-// into an [Account].
+// watcher logs. It reads a folder's page (Fetch) and its counts (Check),
+// and submits a written mail once under its Message-ID (Submit).
+//
+// Both ends of choird's mail route (issue 34) use it: choird reaches the
+// servers with the password ([Direct]); the agent's email tools reach
+// choird's route through the egress gateway ([Remote]), or the servers
+// themselves when they run without a gateway, and so hold the same
+// methods either way. It imports nothing of the project, so each side
+// translates config.json's account into an [Account].
 package mailbox
 
 import (
@@ -143,29 +149,4 @@ func SMTPClient(acct Account, password string) (*gomail.Client, error) {
 		return nil, fmt.Errorf("smtp client for %s: %w", addr(acct.SMTPHost, acct.SMTPPort), err)
 	}
 	return c, nil
-}
-
-// Send dials the account's SMTP server, logs in and sends msg.
-func Send(ctx context.Context, acct Account, password string, msg *gomail.Msg) error {
-	server := "smtp " + addr(acct.SMTPHost, acct.SMTPPort)
-	c, err := SMTPClient(acct, password)
-	if err != nil {
-		return &Error{Code: CodeServer, Server: server, Err: err, Hint: "check the account's smtp_host and smtp_port"}
-	}
-	sc, err := c.DialToSMTPClientWithContext(ctx)
-	if err != nil {
-		var ne net.Error
-		var oe *net.OpError
-		if errors.As(err, &oe) || errors.As(err, &ne) || ctx.Err() != nil {
-			return unreachable(server, err)
-		}
-		return &Error{Code: CodeAuth, Server: server, Err: err,
-			Hint: "the server refused the connection or the login; check the username in config.json and the password in the account's secret, then choirctl secret apply"}
-	}
-	defer func() { _ = c.CloseWithSMTPClient(sc) }()
-	if err := c.SendWithSMTPClient(sc, msg); err != nil {
-		return &Error{Code: CodeServer, Server: server, Err: err,
-			Hint: "the server did not accept the message; read its answer above"}
-	}
-	return nil
 }

@@ -1,13 +1,19 @@
 // Package email is the agent's email family (spec 8.7, 18.3):
-// choir.email.send over SMTP (wneessen/go-mail), and choir.email.receive
-// and choir.email.check over IMAP (emersion/go-imap v2), on the email
-// account the session leased. Each tool declares the account's secret,
-// and only that one, in its secret_resources, so the registry hands it to
-// these tools and to no other. Everything that goes wrong (no account, a
-// missing secret, a refused login, an unreachable server, an attachment
-// outside the workspace or too big, a recipient the account may not
-// write to) is a result with status error whose output names the problem
-// and the fix, and a log line; nothing here ends the agent.
+// choir.email.send, choir.email.receive and choir.email.check, on the
+// email account the session leased. The tools write the mail (MIME, with
+// wneessen/go-mail), read it back (attachments in and out of the
+// workspace), and check the account's policy early; a [Transport] carries
+// it. Under choird the transport is choird's mail route on the egress
+// gateway (issue 34): choird does the SMTP and IMAP with the password,
+// which never enters the agent, and checks the policy again. Without a
+// gateway (tests, an agent run by hand) the tools reach the servers
+// themselves: each declares the account's secret, and only that one, in
+// its secret_resources, so the registry hands it to these tools and to no
+// other. Everything that goes wrong (no account, a missing secret, a
+// refused login, an unreachable server, an attachment outside the
+// workspace or too big, a recipient the account may not write to) is a
+// result with status error whose output names the problem and the fix,
+// and a log line; nothing here ends the agent.
 package email
 
 import (
@@ -46,9 +52,13 @@ type Config struct {
 	// so a configuration reload applies to the next call; ok is false when
 	// the session has none.
 	AccountFunc func() (name string, acct config.EmailAccount, ok bool)
-	// Secret names the leased account's secret: the one secret the tools
-	// declare, and so the only one they receive. Empty when the session
-	// has no account.
+	// Transport, when set, carries the mail (choird's mail route through
+	// the egress gateway, a mailbox.Remote): the tools then need and
+	// declare no secret. Nil reaches the servers with the password.
+	Transport Transport
+	// Secret names the leased account's secret when Transport is nil:
+	// the one secret the tools declare, and so the only one they
+	// receive. Empty when the session has no account or a Transport.
 	Secret string
 	// Approvals files the approvals of accounts that need them (NeedsApproval);
 	// nil makes such an account refuse to send.
@@ -59,14 +69,14 @@ type Config struct {
 	Decisions *Decisions
 	// Logger receives a line per refused or failed call; nil discards.
 	Logger *slog.Logger
-	// DialFunc, when set, opens the connections to the mail servers (the
-	// agent's way out through choird's egress gateway); nil dials
-	// directly.
+	// DialFunc, when set, opens the connections to the mail servers
+	// when Transport is nil; nil dials directly.
 	DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
 	// MaxMessageBytes bounds what choir.email.receive reads of one
-	// message (0: DefaultMaxMessageBytes, or more when the account's
-	// attachment limit needs it); MaxPageBytes bounds what one call reads
-	// of all its messages together (0: DefaultMaxPageBytes).
+	// message (0: mailbox.DefaultMaxMessageBytes, or more when the
+	// account's attachment limit needs it); MaxPageBytes bounds what one
+	// call reads of all its messages together (0:
+	// mailbox.DefaultMaxPageBytes). choird's route bounds them again.
 	MaxMessageBytes int64
 	MaxPageBytes    int64
 }
@@ -88,9 +98,17 @@ func Tools(cfg Config) []tool.Tool {
 		tool.WithSources(checker{cfg: cfg}, catalog.MailSources)}
 }
 
+// Transport carries the tools' mail to and from the account:
+// mailbox.Direct with the password, or mailbox.Remote to choird's route.
+type Transport interface {
+	Send(ctx context.Context, sub mailbox.Submission) (mailbox.Sent, error)
+	Fetch(ctx context.Context, q mailbox.Query) (mailbox.Page, error)
+	Check(ctx context.Context, q mailbox.CheckQuery) (mailbox.Summary, error)
+}
+
 // secrets is the secret_resources of every email tool.
 func (c Config) secrets() []string {
-	if c.Secret == "" {
+	if c.Secret == "" || c.Transport != nil {
 		return nil
 	}
 	return []string{c.Secret}
@@ -116,7 +134,7 @@ const (
 	CodeApprovalRejected   = "approval_rejected"
 	CodeApprovalNeeded     = "approval_unavailable"
 	CodeBadInput           = "invalid_input"
-	CodeFolder             = "folder_error"
+	CodeFolder             = mailbox.CodeFolder
 )
 
 // fail logs a refused call and returns its result for the model.
@@ -139,20 +157,24 @@ func (c Config) failErr(ctx context.Context, name string, err error) tool.Result
 	return c.fail(ctx, name, Problem{Error: mailbox.CodeServer, Message: err.Error()})
 }
 
-// session resolves the leased account and its password, or the problem.
-func (c Config) session(env tool.Env) (string, config.EmailAccount, string, *Problem) {
+// session resolves the leased account and the transport that reaches
+// it, or the problem.
+func (c Config) session(env tool.Env) (string, config.EmailAccount, Transport, *Problem) {
 	name, acct, ok := c.AccountFunc()
 	if !ok {
-		return "", acct, "", &Problem{Error: CodeNoAccount, Message: "this session has no email account",
+		return "", acct, nil, &Problem{Error: CodeNoAccount, Message: "this session has no email account",
 			Fix: "ask the user to start the agent with an email account (--email=<name>, or defaults.email in config.json)"}
+	}
+	if c.Transport != nil {
+		return name, acct, c.Transport, nil
 	}
 	pw, ok := env.Secret(acct.Secret)
 	if !ok || pw == "" || acct.Secret != c.Secret {
-		return name, acct, "", &Problem{Error: CodeMissingSecret,
+		return name, acct, nil, &Problem{Error: CodeMissingSecret,
 			Message: fmt.Sprintf("the secret %q of email account %q is not available", acct.Secret, name),
 			Fix:     "ask the admin to put the account's password in secrets.json under that name and run choirctl secret apply"}
 	}
-	return name, acct, pw, nil
+	return name, acct, mailbox.Direct{Account: c.mailboxAccount(acct), Password: pw}, nil
 }
 
 // mailboxAccount is what package mailbox needs of the account.

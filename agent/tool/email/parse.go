@@ -10,13 +10,12 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"github.com/emersion/go-imap/v2"
-	"github.com/emersion/go-imap/v2/imapclient"
 	_ "github.com/emersion/go-message/charset" // decode the charsets mail uses besides UTF-8
 	gmail "github.com/emersion/go-message/mail"
 	"golang.org/x/net/html"
 
 	"github.com/choirhq/choir/agent/tool"
+	"github.com/choirhq/choir/internal/mailbox"
 )
 
 // message is one message as the model sees it.
@@ -60,50 +59,23 @@ func (p *parsed) incomplete(i int) {
 	p.parts[i] = nil
 }
 
-// envelope fills the header fields of m from an IMAP envelope.
-func envelope(m *message, env *imap.Envelope) {
-	if env == nil {
-		return
+// envelope fills the header fields of m from what the envelope said.
+func envelope(m *message, h mailbox.Header) {
+	m.Subject, m.MessageID, m.From, m.To, m.Cc = h.Subject, h.MessageID, h.From, h.To, h.Cc
+	if !h.Date.IsZero() {
+		m.Date = h.Date.UTC().Format(time.RFC3339)
 	}
-	m.Subject, m.MessageID = env.Subject, env.MessageID
-	if !env.Date.IsZero() {
-		m.Date = env.Date.UTC().Format(time.RFC3339)
-	}
-	if len(env.From) > 0 {
-		m.From = addrString(env.From[0])
-	}
-	for _, a := range env.To {
-		m.To = append(m.To, addrString(a))
-	}
-	for _, a := range env.Cc {
-		m.Cc = append(m.Cc, addrString(a))
-	}
-}
-
-func addrString(a imap.Address) string {
-	if a.Name != "" {
-		return fmt.Sprintf("%s <%s>", a.Name, a.Addr())
-	}
-	return a.Addr()
 }
 
 // parseMessage reads a fetched message: its envelope, its text (an HTML
 // body is reduced to text when there is no plain one) and its attachments.
 // A message cut short (cut) has its last attachment, and any whose part
 // did not read whole, marked incomplete and not kept.
-func parseMessage(b *imapclient.FetchMessageBuffer, maxChars int, cut bool) parsed {
-	p := parsed{message: message{UID: uint32(b.UID), Size: b.RFC822Size}}
-	envelope(&p.message, b.Envelope)
-	for _, f := range b.Flags {
-		if f == imap.FlagSeen {
-			p.Seen = true
-		}
-	}
-	var raw []byte
-	for _, s := range b.BodySection {
-		raw = s.Bytes
-	}
-	r, err := gmail.CreateReader(bytes.NewReader(raw))
+func parseMessage(f mailbox.Fetched, maxChars int) parsed {
+	p := parsed{message: message{UID: f.UID, Size: f.Size, Seen: f.Seen}}
+	envelope(&p.message, f.Header)
+	cut := f.Cut
+	r, err := gmail.CreateReader(bytes.NewReader(f.Raw))
 	if err != nil {
 		p.ParseError = err.Error()
 		return p

@@ -117,7 +117,7 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 	if err != nil {
 		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeBadInput, Message: err.Error()}), nil
 	}
-	name, acct, pw, p := s.cfg.session(env)
+	name, acct, tr, p := s.cfg.session(env)
 	if p != nil {
 		return s.cfg.fail(ctx, NameSend, *p), nil
 	}
@@ -126,25 +126,8 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 		from = acct.Login()
 	}
 	out := sendOutput{From: from}
-	for _, list := range []struct {
-		field string
-		in    []string
-		out   *[]string
-	}{{"to", in.To, &out.To}, {"cc", in.Cc, &out.Cc}, {"bcc", in.Bcc, &out.Bcc}} {
-		for _, raw := range list.in {
-			a, err := mail.ParseAddress(raw)
-			if err != nil {
-				return s.cfg.fail(ctx, NameSend, Problem{Error: CodeInvalidAddress,
-					Message: fmt.Sprintf("%s: %q is not an email address (%v)", list.field, raw, err),
-					Fix:     "write it as bob@example.com or \"Bob <bob@example.com>\""}), nil
-			}
-			if !acct.MaySendTo(a.Address) {
-				return s.cfg.fail(ctx, NameSend, Problem{Error: CodeRecipientForbidden,
-					Message: fmt.Sprintf("email account %q may not send to %s", name, a.Address),
-					Fix:     fmt.Sprintf("send only to %s, or ask the admin to add the address to allowed_recipients", strings.Join(acct.AllowedRecipients, ", "))}), nil
-			}
-			*list.out = append(*list.out, a.String())
-		}
+	if p := addressees(name, acct, &in, &out); p != nil {
+		return s.cfg.fail(ctx, NameSend, *p), nil
 	}
 	atts, p := readAttachments(env.Workspace, in.Attachments, acct.AttachmentLimit())
 	if p != nil {
@@ -156,16 +139,14 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 	}
 
 	// A call that wrote its intent ahead sends under a Message-ID made of
-	// its idempotency key; run again after a restart, it first looks for
-	// that Message-ID in the account's Sent folder (issue 31).
+	// its idempotency key; run again after a restart, it is not sent
+	// twice (issue 31): choird answers a Message-ID it already sent with
+	// the first outcome, and the direct path first looks for it in the
+	// account's Sent folder.
 	msgID := ""
-	if ck := tool.CallKey(ctx); ck != "" {
+	ck := tool.CallKey(ctx)
+	if ck != "" {
 		msgID = ck + "@" + domainOf(from)
-		if tool.Rerun(ctx) {
-			if res, done := s.sentBefore(ctx, name, acct, pw, msgID, &out); done {
-				return res, nil
-			}
-		}
 	}
 	key := requestKey(name, input, atts)
 	if acct.NeedsApproval() {
@@ -188,13 +169,23 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 	if err != nil {
 		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeBadInput, Message: err.Error()}), nil
 	}
-	if err := mailbox.Send(ctx, s.cfg.mailboxAccount(acct), pw, msg); err != nil {
+	sub, err := submission(msg, out.ApprovalID)
+	if err != nil {
+		return s.cfg.fail(ctx, NameSend, Problem{Error: CodeBadInput, Message: err.Error()}), nil
+	}
+	sub.CheckSent = ck != "" && tool.Rerun(ctx)
+	res, err := tr.Send(ctx, sub)
+	if err != nil {
+		var me *mailbox.Error
+		if errors.As(err, &me) && me.Code == mailbox.CodeInDoubt {
+			s.cfg.Logger.WarnContext(ctx, "email in doubt after a restart", "account", name, "message_id", sub.MessageID,
+				"error", err.Error())
+			return tool.Result{Status: tool.StatusInDoubt, Summary: fmt.Sprintf("this mail may or may not have been sent "+
+				"before a restart, and it could not be found out (%v); it was not sent again", me.Err)}, nil
+		}
 		return s.cfg.failErr(ctx, NameSend, err), nil
 	}
-	ids := msg.GetGenHeader(gomail.HeaderMessageID)
-	if len(ids) > 0 {
-		out.MessageID = ids[0]
-	}
+	out.MessageID = res.MessageID
 	if acct.NeedsApproval() {
 		s.mu.Lock()
 		s.sent[key] = out.MessageID
@@ -203,10 +194,74 @@ func (s *sender) Execute(ctx context.Context, env tool.Env, input json.RawMessag
 		}
 		s.mu.Unlock()
 	}
+	if res.Status == mailbox.StatusAlreadySent {
+		out.Status, out.Note = "already_sent", "This mail was sent before (a restart, or the same approved mail); it was not sent again."
+		return tool.SuccessResult("email already sent as "+out.MessageID, out), nil
+	}
 	out.Status = "sent"
 	s.cfg.Logger.InfoContext(ctx, "email sent", "account", name, "message_id", out.MessageID,
 		"recipients", len(out.To)+len(out.Cc)+len(out.Bcc), "attachments", len(atts))
 	return tool.SuccessResult(fmt.Sprintf("email sent to %s", strings.Join(out.To, ", ")), out), nil
+}
+
+// addressees checks each recipient's address and the account's policy,
+// and fills out's lists with them as written.
+func addressees(name string, acct config.EmailAccount, in *sendInput, out *sendOutput) *Problem {
+	for _, list := range []struct {
+		field string
+		in    []string
+		out   *[]string
+	}{{"to", in.To, &out.To}, {"cc", in.Cc, &out.Cc}, {"bcc", in.Bcc, &out.Bcc}} {
+		for _, raw := range list.in {
+			a, err := mail.ParseAddress(raw)
+			if err != nil {
+				return &Problem{Error: CodeInvalidAddress,
+					Message: fmt.Sprintf("%s: %q is not an email address (%v)", list.field, raw, err),
+					Fix:     "write it as bob@example.com or \"Bob <bob@example.com>\""}
+			}
+			if !acct.MaySendTo(a.Address) {
+				return &Problem{Error: CodeRecipientForbidden,
+					Message: fmt.Sprintf("email account %q may not send to %s", name, a.Address),
+					Fix:     fmt.Sprintf("send only to %s, or ask the admin to add the address to allowed_recipients", strings.Join(acct.AllowedRecipients, ", "))}
+			}
+			*list.out = append(*list.out, a.String())
+		}
+	}
+	return nil
+}
+
+// submission is msg as it goes out: its envelope, its Message-ID and its
+// bytes (Bcc in the envelope only).
+func submission(msg *gomail.Msg, approvalID string) (mailbox.Submission, error) {
+	from, err := msg.GetSender(false)
+	if err != nil {
+		return mailbox.Submission{}, fmt.Errorf("sender: %w", err)
+	}
+	rcpts, err := msg.GetRecipients()
+	if err != nil {
+		return mailbox.Submission{}, fmt.Errorf("recipients: %w", err)
+	}
+	// The envelope holds bare addresses; go-mail gives them bracketed.
+	for i, r := range append(rcpts, from) {
+		a, err := mail.ParseAddress(r)
+		if err != nil {
+			return mailbox.Submission{}, fmt.Errorf("address %q: %w", r, err)
+		}
+		if i == len(rcpts) {
+			from = a.Address
+		} else {
+			rcpts[i] = a.Address
+		}
+	}
+	var id string
+	if ids := msg.GetGenHeader(gomail.HeaderMessageID); len(ids) > 0 {
+		id = strings.Trim(ids[0], "<>")
+	}
+	var raw bytes.Buffer
+	if _, err := msg.WriteTo(&raw); err != nil {
+		return mailbox.Submission{}, fmt.Errorf("write the message: %w", err)
+	}
+	return mailbox.Submission{MessageID: id, From: from, Recipients: rcpts, Raw: raw.Bytes(), ApprovalID: approvalID}, nil
 }
 
 // message builds the MIME message.
@@ -285,16 +340,7 @@ func approvalKey(approvalID string) string { return "approval:" + approvalID }
 // only if it is exactly the approved one (attachments with the same
 // digests among it).
 func (s *sender) InputFromApproval(payload json.RawMessage) (json.RawMessage, error) {
-	var p struct {
-		To          []string     `json:"to"`
-		Cc          []string     `json:"cc"`
-		Bcc         []string     `json:"bcc"`
-		Subject     string       `json:"subject"`
-		Text        string       `json:"text"`
-		HTML        string       `json:"html"`
-		InReplyTo   string       `json:"in_reply_to"`
-		Attachments []attachment `json:"attachments"`
-	}
+	var p mailbox.ApprovalPayload
 	if err := json.Unmarshal(payload, &p); err != nil {
 		return nil, fmt.Errorf("read the approved mail: %w", err)
 	}
@@ -463,26 +509,6 @@ func readOne(root *os.Root, p, rel string, limit int64) (attachment, *Problem) {
 		return attachment{}, &Problem{Error: CodeAttachmentTooLarge, Message: fmt.Sprintf("attachment %q grew over the limit of %d bytes", p, limit)}
 	}
 	return attachment{Path: rel, Size: int64(len(data)), data: data}, nil
-}
-
-// sentBefore looks for a mail sent under msgID before a restart. done
-// reports that res is the call's answer: already sent (found in the Sent
-// folder), or in doubt (the folder could not be searched: the mail is not
-// sent again, and the user is told). Not found, the mail is sent.
-func (s *sender) sentBefore(ctx context.Context, name string, acct config.EmailAccount, pw, msgID string, out *sendOutput) (tool.Result, bool) {
-	found, err := mailbox.InSent(ctx, s.cfg.mailboxAccount(acct), pw, msgID)
-	switch {
-	case err != nil:
-		s.cfg.Logger.WarnContext(ctx, "email in doubt after a restart: the Sent folder could not be searched",
-			"account", name, "message_id", msgID, "error", err.Error())
-		return tool.Result{Status: tool.StatusInDoubt, Summary: fmt.Sprintf("this mail may or may not have been sent before a restart, "+
-			"and the Sent folder of %q could not be searched (%v); it was not sent again", name, err)}, true
-	case found:
-		out.Status, out.MessageID = "already_sent", "<"+msgID+">"
-		out.Note = "This mail was sent before a restart (it is in the Sent folder); it was not sent again."
-		return tool.SuccessResult("email already sent as <"+msgID+">", *out), true
-	}
-	return tool.Result{}, false
 }
 
 // domainOf is the domain of an address, for a Message-ID; "choir" when it

@@ -127,3 +127,31 @@ func TestMCPSecretsFollowTheConfig(t *testing.T) {
 		t.Errorf("the dynamic config still lists mcp-token: %v", dc.Secrets)
 	}
 }
+
+// TestMCPServerSecretStaysWithChoird: the secret of an MCP server that
+// agents.<id>.mcp_servers names is added by choird's egress gateway, so
+// the session neither lists it nor gets it; another of mcp_secrets (an
+// external tool's, say) is still handed over.
+func TestMCPServerSecretStaysWithChoird(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(c *config.Config, secrets config.Secrets) {
+		a := c.Agents["assistant"]
+		a.MCPSecrets = []string{"mcp-token", "tool-token"}
+		a.MCPServers = map[string]config.MCPServer{"pay": {URL: "https://mcp.example/pay", Secret: "mcp-token"}}
+		c.Agents["assistant"] = a
+		secrets["mcp-token"], secrets["tool-token"] = "mcp-v", "tool-v"
+	}})
+	agent := d.StandIn(t, "assistant", admin.StartOverrides{})
+	if got := agent.Hello.ResourceBindings.Secrets; !slices.Equal(got, []string{"git-token", "tool-token"}) {
+		t.Errorf("the hello lists %v, want the git token and tool-token", got)
+	}
+	_, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"mcp-token"}})
+	if !errors.Is(err, wire.ErrPermissionDenied) || !strings.Contains(err.Error(), "added by choird's egress gateway") {
+		t.Errorf("GET_SECRETS of the MCP server's secret: %v, want a refusal naming the egress gateway", err)
+	}
+	if got, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"tool-token"}}); err != nil ||
+		got.Secrets["tool-token"] != "tool-v" {
+		t.Errorf("GET_SECRETS tool-token: %v", err)
+	}
+}

@@ -70,4 +70,3 @@ func TestHTTPServerThroughTheGatewayHoldsNoToken(t *testing.T) {
 		t.Error("nothing reached the route")
 	}
 }
-

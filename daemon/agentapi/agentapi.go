@@ -173,7 +173,11 @@ func (a *API) HandleInitHello(ctx context.Context, call rpc.Call, req rpc.InitHe
 	if err == nil {
 		// The agent fetches the secrets its hello lists: none that
 		// choird's egress gateway adds itself.
-		resp.ResourceBindings.Secrets = sessionSecrets(a.Config(), call.Session.AgentID, resp.ResourceBindings)
+		var st db.SessionDynamicStateRow
+		if st, err = seam.Queries(a.pool).SessionDynamicState(ctx, uuid.MustParse(call.Session.ID)); err != nil {
+			return rpc.InitHelloResponse{}, fmt.Errorf("load session %s: %w", call.Session.ID, err)
+		}
+		resp.ResourceBindings.Secrets = sessionSecrets(a.Config(), call.Session.AgentID, resp.ResourceBindings, hasGateway(st.Runtime))
 	}
 	if err == nil && a.helloDone != nil {
 		if id, perr := uuid.Parse(call.Session.ID); perr == nil {
@@ -399,7 +403,7 @@ func (a *API) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, req r
 	if st.VoiceProfileOverride != "" {
 		dc.VoiceProfile = st.VoiceProfileOverride
 	}
-	dc.Secrets = sessionSecrets(cfg, call.Session.AgentID, b)
+	dc.Secrets = sessionSecrets(cfg, call.Session.AgentID, b, hasGateway(st.Runtime))
 	if a.usageBaseline != nil {
 		if dc.Usage, err = a.usageBaseline(ctx, call.Session.AgentID, id); err != nil {
 			return rpc.FetchDynamicConfigResponse{}, err

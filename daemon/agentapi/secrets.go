@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/wire"
 	"github.com/choirhq/choir/sql/seam"
@@ -31,11 +32,12 @@ func (a *API) HandleGetSecrets(ctx context.Context, call rpc.Call, req rpc.GetSe
 		return rpc.GetSecretsResponse{}, fmt.Errorf("session %s bindings: %w", id, err)
 	}
 	cfg, secrets := a.config()
-	allowed := sessionSecrets(cfg, call.Session.AgentID, b)
+	gateway := hasGateway(st.Runtime)
+	allowed := sessionSecrets(cfg, call.Session.AgentID, b, gateway)
 	var denied, added []string
 	for _, name := range req.Resources {
 		switch {
-		case gatewaySecret(cfg, call.Session.AgentID, b, name):
+		case gateway && gatewaySecret(cfg, call.Session.AgentID, b, name):
 			added = append(added, name)
 		case !slices.Contains(allowed, name):
 			denied = append(denied, name)
@@ -68,14 +70,20 @@ func (a *API) HandleGetSecrets(ctx context.Context, call rpc.Call, req rpc.GetSe
 	return rpc.GetSecretsResponse{Secrets: out}, nil
 }
 
+// hasGateway reports whether the agent of a session of runtime goes out
+// through choird's egress gateway: every agent choird's runtimes start
+// does (runtime.Spec.EgressSocket; the daemon always serves it), one that
+// runs in another program's process (session.RuntimeInProcess) does not.
+func hasGateway(runtime string) bool { return runtime != session.RuntimeInProcess }
+
 // sessionSecrets lists, sorted, the secrets a session of agentID may
-// fetch: those bound at its start (b.Secrets), less the ones choird's
-// egress gateway adds itself (gatewaySecret). A secret bound only as one
-// of the agent's mcp_secrets is left out once the running configuration
-// no longer lists it there.
-func sessionSecrets(cfg *config.Config, agentID string, b rpc.ResourceBindings) []string {
+// fetch: those bound at its start (b.Secrets), less, when its agent has
+// the gateway, the ones choird's egress gateway adds itself
+// (gatewaySecret). A secret bound only as one of the agent's mcp_secrets
+// is left out once the running configuration no longer lists it there.
+func sessionSecrets(cfg *config.Config, agentID string, b rpc.ResourceBindings, gateway bool) []string {
 	out := slices.DeleteFunc(slices.Clone(b.Secrets), func(name string) bool {
-		if gatewaySecret(cfg, agentID, b, name) {
+		if gateway && gatewaySecret(cfg, agentID, b, name) {
 			return true
 		}
 		return slices.Contains(b.MCPSecrets, name) && !slices.Contains(cfg.Agents[agentID].MCPSecrets, name) &&
@@ -89,8 +97,8 @@ func sessionSecrets(cfg *config.Config, agentID string, b rpc.ResourceBindings) 
 // gateway adds to the agent's calls itself (issue 34): a model's, a search
 // provider's, a TTS provider's, a Notion integration's, or that of one of
 // the agent's MCP servers (agents.<id>.mcp_servers). choird starts every
-// agent with the gateway (runtime.Spec.EgressSocket; the daemon always
-// serves it), so these never enter an agent. A secret that is also the
+// agent it starts with the gateway (hasGateway), so these never enter
+// such an agent. A secret that is also the
 // bound git identity's token or email account's password is still handed
 // over: those have no gateway route yet.
 func gatewaySecret(cfg *config.Config, agentID string, b rpc.ResourceBindings, name string) bool {

@@ -9,6 +9,7 @@ import (
 	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/agent/tool/notion"
 	"github.com/choirhq/choir/agent/tool/tts"
+	"github.com/choirhq/choir/rpc/egress"
 )
 
 // secret is the session's secret lookup for tools: a name as it is, or a
@@ -54,17 +55,33 @@ func (s *session) voice() (tts.Voice, error) {
 	return tts.ResolveVoice(profile, d.VoiceProfiles, d.TTS)
 }
 
+// toolVoice is the voice choir.tts.speak speaks with: the session's
+// current one, sent to its provider's service route when the session goes
+// out through choird's egress gateway, which adds the key.
+func (s *session) toolVoice() (tts.Voice, error) {
+	v, err := s.voice()
+	if err == nil && s.egress != nil {
+		v.Endpoint, v.Gateway = egress.ServiceURL("tts", v.TTS), true
+	}
+	return v, err
+}
+
 // serviceTools configures the built-in tools that use the session's leased
 // resources: they read the voice profile and the secrets at each call, and
-// choir.tts.speak sends through the host tool choir.send.file.
+// choir.tts.speak sends through the host tool choir.send.file. Through
+// choird's egress gateway they call the service routes and hold no key.
 func (s *session) serviceTools(cfg *builtin.Config) {
-	cfg.Notion = notion.Config{Logger: s.logger, EndpointFunc: func() string {
+	cfg.Notion = notion.Config{Logger: s.logger, Gateway: s.egress != nil, EndpointFunc: func() string {
+		bound := s.hello.ResourceBindings.Notion
+		if s.egress != nil && bound != "" {
+			return egress.ServiceURL("notion", bound)
+		}
 		if d := s.dyn.Load(); d != nil {
-			return d.NotionIntegrations[s.hello.ResourceBindings.Notion].Endpoint
+			return d.NotionIntegrations[bound].Endpoint
 		}
 		return ""
 	}}
-	cfg.TTS = tts.Config{Logger: s.logger, VoiceFunc: s.voice,
+	cfg.TTS = tts.Config{Logger: s.logger, VoiceFunc: s.toolVoice,
 		SendFunc: func(ctx context.Context, callID string, input json.RawMessage) (tool.Result, error) {
 			return hostExecutor{client: s.client, log: s.log}.ExecuteHostTool(ctx, tool.NameSendFile, callID, input)
 		},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"log/slog"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -31,15 +32,24 @@ type sessionBundle struct {
 	stopped *bool
 }
 
-// smartKey is the secret of the second configured model, "smart".
-const smartKey = "sk-smart"
+// smartKey is the secret of the second configured model, "smart", which
+// choird's egress gateway adds; toolKey is one of the agent's
+// mcp_secrets that no MCP server of its config names (an external
+// tool's), which choird still hands over.
+const (
+	smartKey = "sk-smart"
+	toolKey  = "tool-key-value"
+)
 
 func setupSession(t *testing.T, srv *llmtest.Server) *sessionBundle {
 	t.Helper()
 	d := choirdtest.Start(t, choirdtest.Options{ModelEndpoint: srv.BaseURL(), FastHeartbeat: true,
 		Edit: func(cfg *config.Config, secrets config.Secrets) {
 			cfg.Models["smart"] = config.Model{Provider: "openai-compatible", Model: "big-2", Endpoint: srv.BaseURL(), Secret: "smart-key"}
-			secrets["smart-key"] = smartKey
+			secrets["smart-key"], secrets["tool-key"] = smartKey, toolKey
+			a := cfg.Agents["assistant"]
+			a.MCPSecrets = []string{"tool-key"}
+			cfg.Agents["assistant"] = a
 		}})
 	sessionID, token := d.StartSession(t, "assistant")
 	logs := &logbuf.Buffer{}
@@ -185,12 +195,9 @@ func TestSessionDispatch(t *testing.T) {
 		}
 	})
 
-	t.Run("ConfigChangedSwitchesTheModelAndFetchesItsKey", func(t *testing.T) {
+	t.Run("ConfigChangedSwitchesTheModelButBringsNoKey", func(t *testing.T) {
 		if got := b.s.model(); got.Name != "local" {
 			t.Fatalf("model before = %s", got.Name)
-		}
-		if _, ok := b.s.secrets.get("smart-key"); ok {
-			t.Fatal("the smart model's key is held before the switch")
 		}
 		// choird pushes the change too; this session has no push stream,
 		// so only the dispatch below brings it in.
@@ -198,21 +205,26 @@ func TestSessionDispatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		b.dispatch(rpc.Push{Kind: rpc.PushConfigChanged, ConfigChanged: &rpc.ConfigChanged{}})
-		if d := b.s.dyn.Load(); d.LLM != "smart" || !strings.Contains(strings.Join(d.Secrets, ","), "smart-key") {
+		if d := b.s.dyn.Load(); d.LLM != "smart" || slices.Contains(d.Secrets, "smart-key") {
 			t.Errorf("dynamic config after the push: llm %q, secrets %v", d.LLM, d.Secrets)
 		}
-		if got := b.s.model(); got.Name != "smart" || got.Model != "big-2" || got.APIKey != smartKey {
+		// The key is choird's egress gateway's to add: the agent never
+		// holds it.
+		if got := b.s.model(); got.Name != "smart" || got.Model != "big-2" || got.APIKey != "" {
 			t.Errorf("model after = %s (%s), key %q", got.Name, got.Model, got.APIKey)
+		}
+		if _, ok := b.s.secrets.get("smart-key"); ok {
+			t.Error("the smart model's key is held after the switch")
 		}
 	})
 
 	t.Run("ConfigChangedRefreshesTheSecrets", func(t *testing.T) {
 		// As after choirctl secret apply: the configuration is unchanged,
 		// the secrets' values are not.
-		b.s.secrets.swap(map[string]string{"smart-key": "stale"})
+		b.s.secrets.swap(map[string]string{"tool-key": "stale"})
 		b.dispatch(rpc.Push{Kind: rpc.PushConfigChanged, ConfigChanged: &rpc.ConfigChanged{}})
-		if v, _ := b.s.secrets.get("smart-key"); v != smartKey {
-			t.Errorf("smart-key after the push = %q", v)
+		if v, _ := b.s.secrets.get("tool-key"); v != toolKey {
+			t.Errorf("tool-key after the push = %q", v)
 		}
 	})
 

@@ -35,7 +35,8 @@ func (s *session) loadTools(ctx context.Context) error {
 		allow = d.Web.AllowHosts
 	}
 	set, layer, skipped, err := mcp.Start(ctx, m, mcp.Config{Workspace: opts.Workspace, SecretFunc: s.secrets.get,
-		MCPSecrets: s.hello.ResourceBindings.MCPSecrets, AllowHosts: allow, DialFunc: s.builtinDial("mcp"), Logger: s.logger, NoticeFunc: s.mcpUnavailable})
+		MCPSecrets: s.hello.ResourceBindings.MCPSecrets, AllowHosts: allow, DialFunc: s.builtinDial("mcp"), Gateway: s.egress != nil, Logger: s.logger,
+		NoticeFunc: s.mcpUnavailable})
 	if err != nil {
 		return fmt.Errorf("start MCP servers: %w", err)
 	}

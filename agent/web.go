@@ -7,11 +7,13 @@ import (
 
 	"github.com/choirhq/choir/agent/tool/web"
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/rpc/egress"
 )
 
 // webTools builds the web tools on the session's dynamic configuration.
 // The search tool reaches exactly one secret, its provider's key, through
-// searchProvider; the other web tools reach none.
+// searchProvider, and through choird's egress gateway not even that; the
+// other web tools reach none.
 func (s *session) webTools() web.Config {
 	return web.Config{
 		SettingsFunc: func() config.Web {
@@ -38,6 +40,11 @@ func (s *session) searchProvider() (web.Provider, error) {
 		name = slices.Sorted(maps.Keys(d.Search))[0]
 	}
 	p := d.Search[name]
+	if s.egress != nil {
+		// choird's egress gateway adds the key and meters the query.
+		return web.Provider{Name: name, Endpoint: egress.ServiceURL("search", name), Gateway: true,
+			PricePer1KQueries: p.PricePer1KQueries}, nil
+	}
 	key, _ := s.secrets.get(p.Secret)
 	return web.Provider{Name: name, Endpoint: p.Endpoint, Key: key, PricePer1KQueries: p.PricePer1KQueries}, nil
 }

@@ -352,6 +352,9 @@ type Agent struct {
 	// .choir/mcp.json) send as bearer tokens; they are bound to its
 	// sessions.
 	MCPSecrets []string `json:"mcp_secrets,omitempty"`
+	// MCPServers are the agent's MCP servers over HTTP that take a secret,
+	// by their name in its mcp.json; see MCPServer.
+	MCPServers map[string]MCPServer `json:"mcp_servers,omitempty"`
 	// MemoryReadableBy names the other agents that may read this agent's
 	// memory (choir.memory.query with target_agent). Empty, the default:
 	// none may.

@@ -1,6 +1,10 @@
 package config
 
-import "github.com/choirhq/choir/strictjson"
+import (
+	"slices"
+
+	"github.com/choirhq/choir/strictjson"
+)
 
 // ToolModes are the values of agents.<id>.tool_mode. Without one, an
 // agent's lanes are offered tools in direct mode when the full schemas fit
@@ -22,6 +26,28 @@ func (v *validator) toolMode(p, mode string) {
 func (v *validator) mcpSecrets(p string, names []string) {
 	for i, n := range names {
 		v.secret(strictjson.PathIndex(p, i), n, true)
+	}
+}
+
+// MCPServer is an MCP server over HTTP as choird's egress gateway reaches
+// it for the agent (issue 34): at URL, with Secret, one of the agent's
+// mcp_secrets, as its bearer token. The agent's calls go to the
+// gateway's route /svc/mcp/<name>/, never to a URL of its own choosing,
+// and the secret never enters it.
+type MCPServer struct {
+	URL    string `json:"url"`
+	Secret string `json:"secret"`
+}
+
+// mcpServers checks agents.<id>.mcp_servers.
+func (v *validator) mcpServers(p string, servers map[string]MCPServer, mcpSecrets []string) {
+	for name, s := range servers {
+		sp := sub(p, name)
+		v.name(sp, "MCP server", name)
+		v.endpoint(sub(sp, "url"), s.URL)
+		if v.required(sub(sp, "secret"), s.Secret) && !slices.Contains(mcpSecrets, s.Secret) {
+			v.add(sub(sp, "secret"), "secret %q is not one of the agent's mcp_secrets: add it there", s.Secret)
+		}
 	}
 }
 

@@ -1,6 +1,10 @@
 package config_test
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/choirhq/choir/config"
+)
 
 // TestValidateToolModeAndMCPSecrets checks agents.<id>.tool_mode and
 // mcp_secrets: a known mode and secrets of secrets.json pass; anything
@@ -58,6 +62,41 @@ func TestValidateMemoryReadableBy(t *testing.T) {
 		if tc.want == nil {
 			if err != nil {
 				t.Errorf("memory_readable_by %v: %v", tc.readers, err)
+			}
+			continue
+		}
+		checkProblems(t, problems(t, err), tc.want)
+	}
+}
+
+// TestValidateMCPServers checks agents.<id>.mcp_servers: a server with an
+// http(s) URL and one of the agent's mcp_secrets passes; a secret outside
+// mcp_secrets, a URL that is none and a bad name are refused at their
+// path.
+func TestValidateMCPServers(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		server config.MCPServer
+		want   []string
+	}{
+		{"pay", config.MCPServer{URL: "https://mcp.example/pay", Secret: "git-dev-token"}, nil},
+		{"pay", config.MCPServer{URL: "https://mcp.example/pay", Secret: "brave-api-key"},
+			[]string{`$.agents["agent-1"].mcp_servers.pay.secret: secret "brave-api-key" is not one of the agent's mcp_secrets: add it there`}},
+		{"pay", config.MCPServer{URL: "ftp://mcp.example", Secret: "git-dev-token"},
+			[]string{`$.agents["agent-1"].mcp_servers.pay.url: must be an http or https URL`}},
+		{"Pay!", config.MCPServer{URL: "https://mcp.example/pay", Secret: "git-dev-token"},
+			[]string{`$.agents["agent-1"].mcp_servers["Pay!"]: MCP server name must match ^[a-z][a-z0-9_-]{0,39}$`}},
+	} {
+		c, s := specConfig(t), specSecrets()
+		a := c.Agents["agent-1"]
+		a.MCPSecrets = []string{"git-dev-token"}
+		a.MCPServers = map[string]config.MCPServer{tc.name: tc.server}
+		c.Agents["agent-1"] = a
+		err := c.Validate(s)
+		if tc.want == nil {
+			if err != nil {
+				t.Errorf("mcp_servers %s %+v: %v", tc.name, tc.server, err)
 			}
 			continue
 		}

@@ -542,6 +542,7 @@ func (v *validator) agents() {
 		v.budgets(sub(p, "budgets"), a.Budgets)
 		v.toolMode(sub(p, "tool_mode"), a.ToolMode)
 		v.mcpSecrets(sub(p, "mcp_secrets"), a.MCPSecrets)
+		v.mcpServers(sub(p, "mcp_servers"), a.MCPServers, a.MCPSecrets)
 		v.memoryReaders(sub(p, "memory_readable_by"), id, a.MemoryReadableBy)
 		v.allowHosts(sub(sub(p, "web"), "allow_hosts"), a.Web.AllowHosts)
 		v.untrustedInput(sub(p, "untrusted_input"), a.UntrustedInput)

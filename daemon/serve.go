@@ -75,9 +75,8 @@ func (d *Daemon) startServers(ctx context.Context, opts Options) (_ *servers, er
 		Jobs: d.river, HostTools: hostTools(d), Typing: d.inbox.Typing(), Progress: d.progress, Proposals: d.proposer,
 		Approvals: d.approvals.Registry,
 		// Every agent choird starts gets the egress gateway (control.AgentStart).
-		MailViaGateway: d.runtime != nil,
-		UsageBaseline:  d.newUsage().Baseline,
-		CloseSession:   func(ctx context.Context, id string) { d.closeSession(ctx, id) }, //nolint:errcheck
+		UsageBaseline: d.newUsage().Baseline,
+		CloseSession:  func(ctx context.Context, id string) { d.closeSession(ctx, id) }, //nolint:errcheck
 		HelloDone: func(ctx context.Context, agentID string, id uuid.UUID) {
 			d.inbox.RedeliverInbox(ctx, agentID, id, time.Now())
 			d.approvals.PushOutcomes(ctx, agentID, id)

@@ -15,6 +15,7 @@ import (
 
 const sessionDynamicState = `-- name: SessionDynamicState :one
 SELECT s.resource_bindings,
+       s.runtime,
        coalesce(o.llm, '')::text           AS llm_override,
        coalesce(o.voice_profile, '')::text AS voice_profile_override,
        coalesce(o.rev, 0)::bigint          AS override_rev,
@@ -26,6 +27,7 @@ SELECT s.resource_bindings,
 
 type SessionDynamicStateRow struct {
 	ResourceBindings     json.RawMessage `json:"resource_bindings"`
+	Runtime              string          `json:"runtime"`
 	LlmOverride          string          `json:"llm_override"`
 	VoiceProfileOverride string          `json:"voice_profile_override"`
 	OverrideRev          int64           `json:"override_rev"`
@@ -33,12 +35,14 @@ type SessionDynamicStateRow struct {
 }
 
 // SessionDynamicState is what FETCH_DYNAMIC_CONFIG needs of a session
-// beyond the running config: its bindings and its transient overrides.
+// beyond the running config: its bindings, its transient overrides, and
+// its runtime (whether its agent has the egress gateway).
 func (q *Queries) SessionDynamicState(ctx context.Context, sessionID uuid.UUID) (SessionDynamicStateRow, error) {
 	row := q.db.QueryRow(ctx, sessionDynamicState, sessionID)
 	var i SessionDynamicStateRow
 	err := row.Scan(
 		&i.ResourceBindings,
+		&i.Runtime,
 		&i.LlmOverride,
 		&i.VoiceProfileOverride,
 		&i.OverrideRev,

@@ -13,6 +13,7 @@ import (
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
 	"github.com/choirhq/choir/daemon"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 )
@@ -49,7 +50,7 @@ func TestAgentConversation(t *testing.T) {
 		summaryStep(),
 	)
 	d, home := choird(t, srv)
-	sessionID, token, err := d.StartSession(ctx, "assistant", admin.StartOverrides{}, "process")
+	sessionID, token, err := d.StartSession(ctx, "assistant", admin.StartOverrides{}, session.RuntimeInProcess)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func startAgent(t *testing.T, d *daemon.Daemon, home string) string {
 // session's own fields are filled in).
 func startAgentWith(t *testing.T, d *daemon.Daemon, home string, o agent.Options) string {
 	t.Helper()
-	sessionID, token, err := d.StartSession(context.Background(), "assistant", admin.StartOverrides{}, "process")
+	sessionID, token, err := d.StartSession(context.Background(), "assistant", admin.StartOverrides{}, session.RuntimeInProcess)
 	if err != nil {
 		t.Fatal(err)
 	}

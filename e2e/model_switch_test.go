@@ -7,14 +7,19 @@ import (
 
 	"github.com/choirhq/choir/agent/llmtest"
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // TestModelSwitchCarriesTheProviderKey switches a running session to a
 // model of another provider (/model llm, choirctl model set) and checks,
 // at the model server, that the calls after the switch carry the new
-// provider's API key, not the start-time provider's key and not none.
+// provider's API key, not the start-time provider's key and not none. The
+// agent (a child process of choird) holds neither key: choird's egress
+// gateway adds the key of the model each call names.
 func TestModelSwitchCarriesTheProviderKey(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -23,16 +28,23 @@ func TestModelSwitchCarriesTheProviderKey(t *testing.T) {
 		llmtest.Text("Answered by the second provider."),
 		summaryStep(),
 	)
-	d, home := choirdWith(t, srv, func(c *config.Config, s config.Secrets) {
-		local := c.Models["local"]
-		local.Secret = "local-key"
-		c.Models["local"] = local
-		c.Models["other"] = config.Model{Provider: "other-provider", Model: "other-model", Endpoint: srv.BaseURL(),
-			Secret: "other-key"}
-		s["local-key"] = "sk-local-provider"
-		s["other-key"] = "sk-other-provider"
-	})
-	sessionID := startAgent(t, d, home)
+	d := choirdtest.Start(t, choirdtest.Options{ModelEndpoint: srv.BaseURL(), FastHeartbeat: true, ReadyTimeout: 2 * time.Minute,
+		Daemon: daemon.Options{Runtime: "process", AgentBinary: choirdtest.Binary(t, "cmd/choir-agent")},
+		Edit: func(c *config.Config, s config.Secrets) {
+			local := c.Models["local"]
+			local.Secret = "local-key"
+			c.Models["local"] = local
+			c.Models["other"] = config.Model{Provider: "other-provider", Model: "other-model", Endpoint: srv.BaseURL(),
+				Secret: "other-key"}
+			s["local-key"] = "sk-local-provider"
+			s["other-key"] = "sk-other-provider"
+		}})
+	sc := control.Scope{Admin: true, Actor: "e2e"}
+	if _, err := d.AgentStart(ctx, sc, "assistant", admin.StartOverrides{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { d.AgentStop(context.Background(), sc, "assistant") }) //nolint:errcheck // stopped already, or the test failed
+	sessionID := liveSession(t, d.Pool(), "assistant").String()
 	pool := d.Pool()
 	say := func(inboxID int64, text, wantReply string) {
 		t.Helper()
@@ -50,7 +62,7 @@ func TestModelSwitchCarriesTheProviderKey(t *testing.T) {
 
 	say(1, "hello", "Answered by the first provider.")
 
-	st, err := d.ModelSet(ctx, control.Scope{Admin: true, Actor: "e2e"}, "assistant", "other")
+	st, err := d.ModelSet(ctx, sc, "assistant", "other")
 	if err != nil || st.LLM != "other" {
 		t.Fatalf("model set: %+v, %v", st, err)
 	}

@@ -18,8 +18,10 @@ RETURNING *;
 
 -- name: SessionDynamicState :one
 -- SessionDynamicState is what FETCH_DYNAMIC_CONFIG needs of a session
--- beyond the running config: its bindings and its transient overrides.
+-- beyond the running config: its bindings, its transient overrides, and
+-- its runtime (whether its agent has the egress gateway).
 SELECT s.resource_bindings,
+       s.runtime,
        coalesce(o.llm, '')::text           AS llm_override,
        coalesce(o.voice_profile, '')::text AS voice_profile_override,
        coalesce(o.rev, 0)::bigint          AS override_rev,

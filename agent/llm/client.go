@@ -3,7 +3,6 @@ package llm
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 	"github.com/openai/openai-go/v3"
 	"github.com/openai/openai-go/v3/option"
 	"github.com/openai/openai-go/v3/shared"
+
+	"github.com/choirhq/choir/rpc/egress"
 )
 
 // maxResponseBytes bounds the body read from a provider; a chat completion
@@ -94,7 +95,7 @@ func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
 		label = req.Model.Model
 	}
 	if req.SpendKey == "" {
-		req.SpendKey = newSpendKey()
+		req.SpendKey = egress.NewSpendKey()
 	}
 	if c.Gate == nil {
 		res, _, err := c.complete(ctx, label, req)
@@ -119,11 +120,6 @@ func (c *Client) Complete(ctx context.Context, req Request) (*Response, error) {
 	return res, nil
 }
 
-// newSpendKey is a call's spend key: 128 random bits.
-func newSpendKey() string {
-	return "sk-" + rand.Text()
-}
-
 // complete makes the call. When it fails after the provider answered,
 // billed is the usage its answer reported, if any (billedUsage).
 func (c *Client) complete(ctx context.Context, label string, req Request) (res *Response, billed *Usage, err error) {
@@ -146,12 +142,12 @@ func (c *Client) complete(ctx context.Context, label string, req Request) (res *
 		opts = append(opts, option.WithAPIKey(req.Model.APIKey))
 	}
 	if req.Model.Gateway {
-		opts = append(opts, option.WithHeader("Choir-Spend-Key", req.SpendKey))
+		opts = append(opts, option.WithHeader(egress.HeaderSpendKey, req.SpendKey))
 		if req.Lane != "" {
-			opts = append(opts, option.WithHeader("Choir-Lane", req.Lane))
+			opts = append(opts, option.WithHeader(egress.HeaderLane, req.Lane))
 		}
 		if req.JobID != "" {
-			opts = append(opts, option.WithHeader("Choir-Job", req.JobID))
+			opts = append(opts, option.WithHeader(egress.HeaderJob, req.JobID))
 		}
 	}
 	// NewChatCompletionService, unlike openai.NewClient, reads no OPENAI_*

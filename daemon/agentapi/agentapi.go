@@ -14,7 +14,6 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
-	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -86,10 +85,6 @@ type Options struct {
 	// Approvals are the registered approval kinds, which say how a
 	// request is asked (nil: every request is asked as a plain one).
 	Approvals *approval.Registry
-	// MailViaGateway says that choird starts every agent with its egress
-	// gateway, whose mail route does the SMTP and IMAP: no session is then
-	// handed its email account's secret (mailsecret.go).
-	MailViaGateway bool
 }
 
 // API is choird's side of the agent protocol: every verb checked against
@@ -119,8 +114,6 @@ type API struct {
 	proposals *propose.Proposer
 	// approvals are the registered approval kinds.
 	approvals *approval.Registry
-	// mailViaGateway keeps the email accounts' secrets in choird.
-	mailViaGateway bool
 }
 
 var _ rpc.ControlPlaneHandler = (*API)(nil)
@@ -129,8 +122,7 @@ var _ rpc.ControlPlaneHandler = (*API)(nil)
 func New(o Options) *API {
 	a := &API{pool: o.Pool, logger: o.Logger, heartbeatPool: o.HeartbeatPool, snapshot: o.Config,
 		hostTools: map[string]HostTool{}, jobs: o.Jobs, closeSession: o.CloseSession, helloDone: o.HelloDone, typing: o.Typing,
-		progress: o.Progress, usageBaseline: o.UsageBaseline, proposals: o.Proposals, approvals: o.Approvals,
-		mailViaGateway: o.MailViaGateway}
+		progress: o.Progress, usageBaseline: o.UsageBaseline, proposals: o.Proposals, approvals: o.Approvals}
 	maps.Copy(a.hostTools, o.HostTools)
 	a.hostTools[SendFileTool] = a.sendFile
 	return a
@@ -178,53 +170,21 @@ func (a *API) bindingsAcked(ctx context.Context, id uuid.UUID) (rpc.ResourceBind
 // HandleInitHello implements rpc.ControlPlaneHandler.
 func (a *API) HandleInitHello(ctx context.Context, call rpc.Call, req rpc.InitHelloRequest) (rpc.InitHelloResponse, error) {
 	resp, err := HelloWith(ctx, a.pool, a.logger, call, req)
+	if err == nil {
+		// The agent fetches the secrets its hello lists: none that
+		// choird's egress gateway adds itself.
+		var st db.SessionDynamicStateRow
+		if st, err = seam.Queries(a.pool).SessionDynamicState(ctx, uuid.MustParse(call.Session.ID)); err != nil {
+			return rpc.InitHelloResponse{}, fmt.Errorf("load session %s: %w", call.Session.ID, err)
+		}
+		resp.ResourceBindings.Secrets = sessionSecrets(a.Config(), call.Session.AgentID, resp.ResourceBindings, hasGateway(st.Runtime))
+	}
 	if err == nil && a.helloDone != nil {
 		if id, perr := uuid.Parse(call.Session.ID); perr == nil {
 			a.helloDone(context.WithoutCancel(ctx), call.Session.AgentID, id)
 		}
 	}
 	return resp, err
-}
-
-// HandleGetSecrets returns exactly the requested secrets, each of which must
-// belong to one of the session's resources: those bound at its start, and
-// its current model and voice profile overrides (see sessionSecrets).
-func (a *API) HandleGetSecrets(ctx context.Context, call rpc.Call, req rpc.GetSecretsRequest) (rpc.GetSecretsResponse, error) {
-	id, err := sessionUUID(call)
-	if err != nil {
-		return rpc.GetSecretsResponse{}, err
-	}
-	st, err := seam.Queries(a.pool).SessionDynamicState(ctx, id)
-	if err != nil {
-		return rpc.GetSecretsResponse{}, fmt.Errorf("load session %s: %w", id, err)
-	}
-	var b rpc.ResourceBindings
-	if err := json.Unmarshal(st.ResourceBindings, &b); err != nil {
-		return rpc.GetSecretsResponse{}, fmt.Errorf("session %s bindings: %w", id, err)
-	}
-	cfg, secrets := a.config()
-	allowed := a.withoutMailSecret(cfg, b, sessionSecrets(cfg, call.Session.AgentID, b, st.LlmOverride, st.VoiceProfileOverride))
-	var denied []string
-	for _, name := range req.Resources {
-		if !slices.Contains(allowed, name) {
-			denied = append(denied, name)
-		}
-	}
-	if len(denied) > 0 {
-		return rpc.GetSecretsResponse{}, fmt.Errorf("secrets %s are not bound to this session (bound: %s): %w",
-			strings.Join(denied, ", "), strings.Join(allowed, ", "), wire.ErrPermissionDenied)
-	}
-	out := make(rpc.Secrets, len(req.Resources))
-	for _, name := range req.Resources {
-		v, ok := secrets[name]
-		if !ok {
-			return rpc.GetSecretsResponse{}, fmt.Errorf("secret %s is not in secrets.json: %w", name, wire.ErrNotFound)
-		}
-		out[name] = v
-	}
-	a.logger.InfoContext(ctx, "secrets handed to agent", slog.String("agent_id", call.Session.AgentID),
-		slog.String("session_id", call.Session.ID), slog.Any("names", req.Resources))
-	return rpc.GetSecretsResponse{Secrets: out}, nil
 }
 
 // HandleHeartbeat implements rpc.ControlPlaneHandler.
@@ -373,45 +333,6 @@ func (a *API) HandleTerminateSelf(ctx context.Context, call rpc.Call, req rpc.Te
 	return rpc.Ack{Ack: true}, nil
 }
 
-// sessionSecrets lists, sorted, the secrets a session of agentID may
-// fetch: those bound at its start (b.Secrets), the key of its model
-// override's provider and that of its voice override's TTS provider. An
-// override names a resource of the running configuration, so its secret is
-// looked up there. A secret bound only as one of the agent's mcp_secrets
-// is left out once the running configuration no longer lists it there.
-func sessionSecrets(cfg *config.Config, agentID string, b rpc.ResourceBindings, llm, voice string) []string {
-	out := slices.DeleteFunc(append([]string{}, b.Secrets...), func(name string) bool {
-		return slices.Contains(b.MCPSecrets, name) && !slices.Contains(cfg.Agents[agentID].MCPSecrets, name) &&
-			!boundElsewhere(cfg, b, name)
-	})
-	if m, ok := cfg.Models[llm]; ok && m.Secret != "" {
-		out = append(out, m.Secret)
-	}
-	if vp, ok := cfg.VoiceProfiles[voice]; ok {
-		if t := cfg.TTS[vp.TTS]; t.Secret != "" {
-			out = append(out, t.Secret)
-		}
-	}
-	slices.Sort(out)
-	return slices.Compact(out)
-}
-
-// boundElsewhere reports whether name is the secret of a resource b binds
-// besides the MCP scope (a model, the voice's TTS, the Notion
-// integration, the email account, a search provider). The git identity's
-// is none: the gateway's git route holds it.
-func boundElsewhere(cfg *config.Config, b rpc.ResourceBindings, name string) bool {
-	secrets := []string{cfg.NotionIntegrations[b.Notion].Secret,
-		cfg.EmailAccounts[b.Email].Secret, cfg.TTS[cfg.VoiceProfiles[b.VoiceProfile].TTS].Secret}
-	for _, m := range b.Models {
-		secrets = append(secrets, cfg.Models[m].Secret)
-	}
-	for _, sp := range cfg.Search {
-		secrets = append(secrets, sp.Secret)
-	}
-	return slices.Contains(secrets, name)
-}
-
 // dynamicConfig is the hot-reloadable configuration of the agent agentID,
 // whose session is bound to b. Of the per-agent resources (email accounts,
 // git identities, Notion integrations) it carries only the one the session
@@ -482,7 +403,7 @@ func (a *API) HandleFetchDynamicConfig(ctx context.Context, call rpc.Call, req r
 	if st.VoiceProfileOverride != "" {
 		dc.VoiceProfile = st.VoiceProfileOverride
 	}
-	dc.Secrets = a.withoutMailSecret(cfg, b, sessionSecrets(cfg, call.Session.AgentID, b, st.LlmOverride, st.VoiceProfileOverride))
+	dc.Secrets = sessionSecrets(cfg, call.Session.AgentID, b, hasGateway(st.Runtime))
 	if a.usageBaseline != nil {
 		if dc.Usage, err = a.usageBaseline(ctx, call.Session.AgentID, id); err != nil {
 			return rpc.FetchDynamicConfigResponse{}, err

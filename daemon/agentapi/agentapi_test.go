@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 
@@ -49,13 +50,22 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	}
 
 	t.Run("GetSecretsReturnsOnlyBoundSecrets", func(t *testing.T) {
-		got, err := cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"model-key"}})
-		if err != nil || got.Secrets["model-key"] != choirdtest.Canary {
+		if !slices.Equal(hello.ResourceBindings.Secrets, []string{"git-token"}) {
+			t.Errorf("the hello lists secrets %v, want the git token only", hello.ResourceBindings.Secrets)
+		}
+		got, err := cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"git-token"}})
+		if err != nil || got.Secrets["git-token"] != "ghp-test" {
 			t.Fatalf("GET_SECRETS: %v", err)
 		}
 		_, err = cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"postgres-admin"}})
 		if !errors.Is(err, wire.ErrPermissionDenied) {
 			t.Fatalf("unbound secret: %v", err)
+		}
+		// The model's key is added by choird's egress gateway: it never
+		// enters the agent, and the refusal says so.
+		_, err = cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"model-key"}})
+		if !errors.Is(err, wire.ErrPermissionDenied) || !strings.Contains(err.Error(), "added by choird's egress gateway") {
+			t.Fatalf("the model's key: %v, want a refusal naming the egress gateway", err)
 		}
 		if strings.Contains(logs.String(), choirdtest.Canary) {
 			t.Error("a secret value reached choird's log")

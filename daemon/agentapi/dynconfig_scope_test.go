@@ -10,10 +10,12 @@ import (
 	"testing"
 
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/internal/choirctltest"
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/client"
 	"github.com/choirhq/choir/rpc/wire"
 )
 
@@ -125,5 +127,64 @@ func TestMCPSecretsFollowTheConfig(t *testing.T) {
 	}
 	if slices.Contains(dc.Secrets, "mcp-token") {
 		t.Errorf("the dynamic config still lists mcp-token: %v", dc.Secrets)
+	}
+}
+
+// TestMCPServerSecretStaysWithChoird: the secret of an MCP server that
+// agents.<id>.mcp_servers names is added by choird's egress gateway, so
+// the session neither lists it nor gets it; another of mcp_secrets (an
+// external tool's, say) is still handed over.
+func TestMCPServerSecretStaysWithChoird(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{Edit: func(c *config.Config, secrets config.Secrets) {
+		a := c.Agents["assistant"]
+		a.MCPSecrets = []string{"mcp-token", "tool-token"}
+		a.MCPServers = map[string]config.MCPServer{"pay": {URL: "https://mcp.example/pay", Secret: "mcp-token"}}
+		c.Agents["assistant"] = a
+		secrets["mcp-token"], secrets["tool-token"] = "mcp-v", "tool-v"
+	}})
+	agent := d.StandIn(t, "assistant", admin.StartOverrides{})
+	if got := agent.Hello.ResourceBindings.Secrets; !slices.Equal(got, []string{"git-token", "tool-token"}) {
+		t.Errorf("the hello lists %v, want the git token and tool-token", got)
+	}
+	_, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"mcp-token"}})
+	if !errors.Is(err, wire.ErrPermissionDenied) || !strings.Contains(err.Error(), "added by choird's egress gateway") {
+		t.Errorf("GET_SECRETS of the MCP server's secret: %v, want a refusal naming the egress gateway", err)
+	}
+	if got, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"tool-token"}}); err != nil ||
+		got.Secrets["tool-token"] != "tool-v" {
+		t.Errorf("GET_SECRETS tool-token: %v", err)
+	}
+}
+
+// TestInProcessAgentGetsTheServiceKeys: an agent that runs in another
+// program's process (session.RuntimeInProcess) has no egress gateway, so
+// choird lists and hands it the model's key, which it withholds from
+// every agent its runtimes start.
+func TestInProcessAgentGetsTheServiceKeys(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	d := choirdtest.StartTwoAgents(t, choirdtest.Options{})
+	s, err := session.CreateSession(ctx, d.Pool(), d.Snapshot().Config, "assistant", admin.StartOverrides{}, d.ConfigVersion(),
+		session.RuntimeInProcess)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cl, err := client.New(client.Options{Socket: d.Socket(), SessionID: s.Session.ID.String(), LeaseToken: s.LeaseToken})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	hello, err := cl.InitHello(ctx, choirdtest.HelloRequest(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(hello.ResourceBindings.Secrets, "model-key") {
+		t.Errorf("the hello lists %v, want the model's key among them", hello.ResourceBindings.Secrets)
+	}
+	got, err := cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"model-key"}})
+	if err != nil || got.Secrets["model-key"] != choirdtest.Canary {
+		t.Errorf("GET_SECRETS model-key: %v", err)
 	}
 }

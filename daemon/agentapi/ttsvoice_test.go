@@ -5,10 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/choirhq/choir/agent/netout"
 	"github.com/choirhq/choir/agent/tool"
 	"github.com/choirhq/choir/agent/tool/builtin"
 	"github.com/choirhq/choir/agent/tool/tooltest"
@@ -20,6 +22,7 @@ import (
 	"github.com/choirhq/choir/internal/choirdtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/client"
+	"github.com/choirhq/choir/rpc/egress"
 )
 
 const (
@@ -28,9 +31,10 @@ const (
 )
 
 // TestSpokenReplyArrivesAsAVoiceMessage runs choir.tts.speak with send as
-// a session's agent does, over the agent protocol: the voice profile and
-// the provider's key come from choird's dynamic configuration and
-// GET_SECRETS at each call, the audio comes from a fake ElevenLabs, and
+// a session's agent does, over the agent protocol: the voice profile comes
+// from choird's dynamic configuration at each call, the audio from a fake
+// ElevenLabs reached through choird's egress gateway, which adds the key
+// (GET_SECRETS refuses it to the agent), and
 // choir.send.file hands it to the fake Bot API, where it arrives through
 // sendVoice as OGG Opus. The user's /voice in the DM switches the voice of
 // the next call.
@@ -60,12 +64,26 @@ func TestSpokenReplyArrivesAsAVoiceMessage(t *testing.T) {
 		},
 		Daemon: daemon.Options{TelegramAPIURL: tg.URL()},
 	})
-	_, cl, _ := d.HelloSession(t, "assistant")
+	id, token := d.StartSession(t, "assistant")
+	cl, err := client.New(client.Options{Socket: d.Socket(), SessionID: id, LeaseToken: token})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	if _, err := cl.InitHello(ctx, rpc.InitHelloRequest{AgentID: "assistant", SessionID: id, ImageVersion: "img-1",
+		ToolManifestHash: "t1", SkillManifestHash: "s1"}); err != nil {
+		t.Fatalf("INIT_HELLO: %v", err)
+	}
+	// The agent's way out: choird's egress gateway, as the session.
+	dialer := &netout.Dialer{Socket: daemon.EgressSocketPath(d.Home), SessionID: id, LeaseTokenFunc: func() string { return token }}
 
 	b := tooltest.Setup(t, builtin.Config{TTS: tts.Config{
+		HTTPClient: &http.Client{Transport: dialer.Transport(egress.OriginService)},
 		VoiceFunc: func() (tts.Voice, error) {
 			dc := fetchDynamic(t, cl)
-			return tts.ResolveVoice(dc.VoiceProfile, dc.VoiceProfiles, dc.TTS)
+			v, err := tts.ResolveVoice(dc.VoiceProfile, dc.VoiceProfiles, dc.TTS)
+			v.Endpoint, v.Gateway = egress.ServiceURL("tts", v.TTS), true
+			return v, err
 		},
 		SendFunc: func(ctx context.Context, callID string, in json.RawMessage) (tool.Result, error) {
 			resp, err := cl.ExecuteHostTool(ctx, rpc.ExecuteHostToolRequest{ToolName: tool.NameSendFile, CallID: callID, Input: in})
@@ -79,22 +97,9 @@ func TestSpokenReplyArrivesAsAVoiceMessage(t *testing.T) {
 		}}})
 	b.WS = d.Workspace("main")
 	b.Env.Workspace = b.WS
-	b.Env.SecretFunc = func(name string) (string, bool) {
-		if name != tool.SecretTTS {
-			return "", false
-		}
-		dc := fetchDynamic(t, cl)
-		v, err := tts.ResolveVoice(dc.VoiceProfile, dc.VoiceProfiles, dc.TTS)
-		if err != nil {
-			return "", false
-		}
-		got, err := cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{v.Secret}})
-		if err != nil {
-			t.Errorf("GET_SECRETS %s: %v", v.Secret, err)
-			return "", false
-		}
-		s, ok := got.Secrets[v.Secret]
-		return s, ok
+	if _, err := cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"eleven-key"}}); err == nil ||
+		!strings.Contains(err.Error(), "egress gateway") {
+		t.Errorf("GET_SECRETS of the TTS key: %v, want a refusal naming the egress gateway", err)
 	}
 
 	speak := func(text string) telegramtest.Message {

@@ -153,6 +153,12 @@ func exclusiveLeases(cfg *config.Config, b rpc.ResourceBindings) [][2]string {
 	return leases
 }
 
+// RuntimeInProcess is the runtime of a session whose agent choird's
+// runtimes did not start, but a program that runs it in its own process
+// (a test's agent): it has no egress gateway, so choird hands it the
+// service keys the gateway adds to the calls of every agent it starts.
+const RuntimeInProcess = "in-process"
+
 // StartedSession is a session row just created, with its lease token: the
 // only time the token exists in choird's memory.
 type StartedSession struct {

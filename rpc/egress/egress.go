@@ -9,6 +9,7 @@ package egress
 
 import (
 	"bufio"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -64,6 +65,25 @@ func GitPath(identity, host string) string {
 
 // GitPrefix is the path prefix of the git route.
 const GitPrefix = "/svc/git/"
+
+// The request headers by which the agent labels a call to a metered
+// service route (a model call, a search query, speech). The gateway reads
+// them and never forwards them to the provider.
+const (
+	// HeaderSpendKey names the call in the agent's own record of it (a
+	// model call's llm_call_committed, a tool's usage record, as
+	// spend_key), so that the usage views count it once: 1 to 64
+	// letters, digits, _ or -, unique in the session (NewSpendKey).
+	HeaderSpendKey = "Choir-Spend-Key"
+	// HeaderLane, HeaderJob and HeaderPurpose attribute the call to a
+	// lane, a core job and a purpose in the usage reports.
+	HeaderLane    = "Choir-Lane"
+	HeaderJob     = "Choir-Job"
+	HeaderPurpose = "Choir-Purpose"
+)
+
+// NewSpendKey is a fresh spend key: 128 random bits.
+func NewSpendKey() string { return "sk-" + rand.Text() }
 
 // HeaderRefused marks a response of the gateway that refuses a connection;
 // its value is the decision ("refused").

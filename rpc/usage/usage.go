@@ -58,6 +58,10 @@ type Record struct {
 	// unpriced.
 	CostUSD    float64 `json:"cost_usd"`
 	CostSource string  `json:"cost_source,omitempty"`
+	// SpendKey names the use in choird's spend ledger when it went
+	// through the egress gateway's service route (the Choir-Spend-Key
+	// header the tool sent), so that the usage views count it once.
+	SpendKey string `json:"spend_key,omitempty"`
 }
 
 // Validate checks the kind, the unit and that nothing is negative.

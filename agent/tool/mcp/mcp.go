@@ -5,7 +5,9 @@
 // a process the agent starts inside its container, with the environment
 // choir.exec's commands get; a streamable-HTTP server is reached through
 // the SSRF guard, with its secret (one of the agent's mcp_secrets, never
-// another) as a bearer token sent to the server's own origin only.
+// another) as a bearer token sent to the server's own origin only; through
+// choird's egress gateway, a server with a secret is reached at the
+// gateway's service route, which adds the secret (Config.Gateway).
 package mcp
 
 import (
@@ -29,6 +31,7 @@ import (
 	"github.com/choirhq/choir/agent/tool/manifest"
 	"github.com/choirhq/choir/agent/tool/proc"
 	"github.com/choirhq/choir/internal/netguard"
+	"github.com/choirhq/choir/rpc/egress"
 )
 
 // StartError names a server that failed to start.
@@ -60,6 +63,12 @@ type Config struct {
 	// way out through choird's egress gateway, which applies the same
 	// guard after its own DNS); nil dials directly through the guard.
 	DialFunc func(ctx context.Context, network, addr string) (net.Conn, error)
+	// Gateway says DialFunc is choird's egress gateway, whose service
+	// route /svc/mcp/<server> reaches an HTTP server that declares a
+	// secret (issue 34): choird sends the calls to the URL
+	// agents.<id>.mcp_servers.<server> names and adds the secret there,
+	// so the agent holds no token.
+	Gateway bool
 	// Logger receives refusals; nil: slog.Default().
 	Logger *slog.Logger
 	// NoticeFunc is told when a server's tools become unavailable; nil:
@@ -159,8 +168,13 @@ func (s *server) transport() (sdk.Transport, error) {
 
 // httpTransport reaches a streamable-HTTP server through the SSRF guard
 // (web.allow_hosts opens a local one), with its secret, which must be one
-// of mcp_secrets, as a bearer token sent to its own origin only.
+// of mcp_secrets, as a bearer token sent to its own origin only; or, when
+// it declares a secret and the agent has choird's egress gateway, at its
+// service route, where choird adds the secret.
 func (s *server) httpTransport() (sdk.Transport, error) {
+	if s.decl.Secret != "" && s.cfg.Gateway {
+		return s.serviceTransport()
+	}
 	guard, err := netguard.New(s.cfg.AllowHosts)
 	if err != nil {
 		return nil, fmt.Errorf("web.allow_hosts: %w", err)
@@ -193,14 +207,38 @@ func (s *server) httpTransport() (sdk.Transport, error) {
 	return &sdk.StreamableClientTransport{Endpoint: s.decl.URL, HTTPClient: hc, MaxRetries: -1, DisableStandaloneSSE: true}, nil
 }
 
-// secret is the server's declared secret, when it is one of mcp_secrets.
-func (s *server) secret() (string, error) {
+// serviceTransport reaches the server at its route on choird's egress
+// gateway, with no token: choird checks the secret against mcp_secrets
+// again, adds it, and sends the calls to the URL of its own config.
+// No redirect is followed: the gateway's answer is the server's.
+func (s *server) serviceTransport() (sdk.Transport, error) {
+	if err := s.checkSecret(); err != nil {
+		return nil, err
+	}
+	tr := &http.Transport{DialContext: s.cfg.DialFunc}
+	hc := &http.Client{Transport: tr, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	return &sdk.StreamableClientTransport{Endpoint: egress.ServiceURL("mcp", s.name), HTTPClient: hc, MaxRetries: -1,
+		DisableStandaloneSSE: true}, nil
+}
+
+// checkSecret checks that the server's declared secret is one of
+// mcp_secrets.
+func (s *server) checkSecret() error {
 	name := s.decl.Secret
 	if !slices.Contains(s.cfg.MCPSecrets, name) {
 		s.logger().Warn("MCP server refused a secret outside mcp_secrets", slog.String("server", s.name),
 			slog.String("secret", name), slog.Any("mcp_secrets", s.cfg.MCPSecrets))
-		return "", fmt.Errorf("secret %q is not one of this agent's mcp_secrets (%s): an MCP server may receive only "+
+		return fmt.Errorf("secret %q is not one of this agent's mcp_secrets (%s): an MCP server may receive only "+
 			"those; an admin can add it to agents.<id>.mcp_secrets in config.json", name, strings.Join(s.cfg.MCPSecrets, ", "))
+	}
+	return nil
+}
+
+// secret is the server's declared secret, when it is one of mcp_secrets.
+func (s *server) secret() (string, error) {
+	name := s.decl.Secret
+	if err := s.checkSecret(); err != nil {
+		return "", err
 	}
 	tok, ok := "", false
 	if s.cfg.SecretFunc != nil {

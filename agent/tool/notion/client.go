@@ -97,7 +97,9 @@ func (c *client) once(ctx context.Context, method, path string, payload []byte, 
 	if err != nil {
 		return fmt.Errorf("build request: %w", err)
 	}
-	req.Header.Set("Authorization", "Bearer "+c.token)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
 	req.Header.Set("Notion-Version", APIVersion)
 	req.Header.Set("Accept", "application/json")
 	if payload != nil {

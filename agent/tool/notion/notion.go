@@ -4,7 +4,8 @@
 // with a filter and sorts, and append blocks to a page. It speaks the
 // Notion REST API (Notion-Version 2022-06-28) with the leased integration's
 // secret, which it obtains through the binding reference
-// [tool.SecretNotion] and no other way; it waits out a 429 as Notion's
+// [tool.SecretNotion] and no other way (through choird's egress gateway,
+// [Config.Gateway], it holds none: the gateway adds it); it waits out a 429 as Notion's
 // Retry-After says, and every answer carries the page and database ids the
 // model needs to follow up.
 package notion
@@ -35,6 +36,10 @@ type Config struct {
 	// integration at each call (its endpoint in config.json); "" keeps
 	// BaseURL.
 	EndpointFunc func() string
+	// Gateway says the endpoint is the integration's service route on
+	// choird's egress gateway, which adds the integration's secret: the
+	// tool sends none and needs none.
+	Gateway bool
 	// HTTPClient makes the requests; http.DefaultClient by default.
 	HTTPClient *http.Client
 	// Logger receives a line per failed call; slog.Default() by default.
@@ -129,7 +134,7 @@ func (q *query) Execute(ctx context.Context, env tool.Env, raw json.RawMessage) 
 		in.Limit = 20
 	}
 	token, ok := env.Secret(tool.SecretNotion)
-	if !ok || token == "" {
+	if (!ok || token == "") && !q.cfg.Gateway {
 		q.cfg.Logger.WarnContext(ctx, "notion call without an integration secret", slog.String("action", in.Action))
 		return tool.ErrorResult("no Notion integration secret is available to this session: start the agent with a Notion " +
 			"integration (defaults.notion in config.json, or --notion) whose secret is set (choirctl secret set <name>)"), nil

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/choirhq/choir/agent/tool"
 )
 
 // maxAudioBytes bounds one answer of the provider; Telegram takes no more
@@ -65,54 +67,60 @@ func (e *elevenLabs) settings() map[string]any {
 }
 
 // speak synthesises one part, waiting out a 429 as Retry-After says.
-func (e *elevenLabs) speak(ctx context.Context, body speechRequest, format string) ([]byte, error) {
+// Through the gateway, spendKey names the answered request in choird's
+// spend ledger.
+func (e *elevenLabs) speak(ctx context.Context, body speechRequest, format string) (audio []byte, spendKey string, err error) {
 	body.ModelID, body.VoiceSettings = e.voice.ModelID, e.settings()
 	payload, err := json.Marshal(body)
 	if err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	u := strings.TrimRight(e.voice.Endpoint, "/") + "/text-to-speech/" + url.PathEscape(e.voice.VoiceID) +
 		"?" + url.Values{"output_format": {format}}.Encode()
 	for attempt := 0; ; attempt++ {
-		audio, err := e.once(ctx, u, payload)
+		audio, spendKey, err := e.once(ctx, u, payload)
 		var pe *ProviderError
 		if !errors.As(err, &pe) || pe.Status != http.StatusTooManyRequests || attempt >= e.cfg.MaxRetries {
-			return audio, err
+			return audio, spendKey, err
 		}
 		wait := max(pe.RetryAfter, time.Second)
 		if wait > e.cfg.MaxWait {
-			return nil, err
+			return nil, "", err
 		}
 		if dl, ok := ctx.Deadline(); ok && time.Until(dl) < wait {
-			return nil, err
+			return nil, "", err
 		}
 		e.cfg.Logger.WarnContext(ctx, "tts provider rate limited; waiting", slog.String("provider", e.voice.TTS),
 			slog.Duration("retry_after", wait), slog.Int("attempt", attempt+1))
 		if err := e.cfg.SleepFunc(ctx, wait); err != nil {
-			return nil, err
+			return nil, "", err
 		}
 	}
 }
 
-func (e *elevenLabs) once(ctx context.Context, u string, payload []byte) ([]byte, error) {
+func (e *elevenLabs) once(ctx context.Context, u string, payload []byte) (audio []byte, spendKey string, err error) {
 	req, err := http.NewRequestWithContext(ctx, "POST", u, bytes.NewReader(payload))
 	if err != nil {
-		return nil, fmt.Errorf("TTS endpoint %q: %w", e.voice.Endpoint, err)
+		return nil, "", fmt.Errorf("TTS endpoint %q: %w", e.voice.Endpoint, err)
 	}
-	req.Header.Set("xi-api-key", e.key)
+	if e.voice.Gateway {
+		spendKey = tool.LabelServiceCall(ctx, req.Header, Name)
+	} else {
+		req.Header.Set("xi-api-key", e.key)
+	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "audio/ogg, audio/opus, */*")
 	resp, err := e.cfg.HTTPClient.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return nil, ctx.Err()
+			return nil, "", ctx.Err()
 		}
-		return nil, fmt.Errorf("%w at %s: %v", ErrUnreachable, e.voice.Endpoint, err)
+		return nil, "", fmt.Errorf("%w at %s: %v", ErrUnreachable, e.voice.Endpoint, err)
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, maxAudioBytes+1))
 	if err != nil {
-		return nil, fmt.Errorf("%w at %s: read answer: %v", ErrUnreachable, e.voice.Endpoint, err)
+		return nil, "", fmt.Errorf("%w at %s: read answer: %v", ErrUnreachable, e.voice.Endpoint, err)
 	}
 	if resp.StatusCode/100 != 2 {
 		pe := &ProviderError{Status: resp.StatusCode, Code: http.StatusText(resp.StatusCode)}
@@ -122,12 +130,12 @@ func (e *elevenLabs) once(ctx context.Context, u string, payload []byte) ([]byte
 				pe.RetryAfter = time.Duration(s) * time.Second
 			}
 		}
-		return nil, pe
+		return nil, "", pe
 	}
 	if len(b) > maxAudioBytes {
-		return nil, fmt.Errorf("the provider's audio is larger than %d MB: speak a shorter text", maxAudioBytes>>20)
+		return nil, "", fmt.Errorf("the provider's audio is larger than %d MB: speak a shorter text", maxAudioBytes>>20)
 	}
-	return b, nil
+	return b, spendKey, nil
 }
 
 // detail reads ElevenLabs' error body: {"detail": {"status", "message"}},

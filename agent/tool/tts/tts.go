@@ -17,7 +17,8 @@
 // re-encoding (see ogg.go).
 //
 // The key is the TTS provider's, obtained through the binding reference
-// [tool.SecretTTS] and no other way. [Config.UsageFunc] is told the
+// [tool.SecretTTS] and no other way; through choird's egress gateway
+// ([Voice.Gateway]) the tool holds no key, and the gateway adds it. [Config.UsageFunc] is told the
 // characters each call sent to the provider, for usage accounting.
 package tts
 
@@ -59,21 +60,44 @@ type Usage struct {
 	// PricePer1KCharacters is the provider's configured price
 	// (tts.<name>.price_per_1k_characters); zero when unpriced.
 	PricePer1KCharacters float64
+	// Metered are the requests choird's egress gateway metered, each
+	// under its own spend key; empty when the call went to the provider
+	// directly.
+	Metered []MeteredRequest
 }
 
-// Record is u as a usage record: characters spoken by the provider, and
+// MeteredRequest is one request spoken through the egress gateway: the
+// spend key it was metered under and its characters.
+type MeteredRequest struct {
+	SpendKey   string
+	Characters int
+}
+
+// Records are u as usage records: characters spoken by the provider, and
 // their cost at the configured price (none configured: unpriced, as
-// ElevenLabs bills by plan).
-func (u Usage) Record() usage.Record {
+// ElevenLabs bills by plan). A call through the gateway has a record per
+// request, carrying its spend key, so that the usage views count each
+// once beside the gateway's own record of it.
+func (u Usage) Records() []usage.Record {
 	service := u.TTS
 	if u.ModelID != "" {
 		service += "/" + u.ModelID
 	}
-	r := usage.Record{Kind: usage.KindTTS, Service: service, Units: int64(u.Characters), Unit: usage.UnitCharacters}
-	if u.PricePer1KCharacters > 0 {
-		r.CostUSD, r.CostSource = float64(u.Characters)*u.PricePer1KCharacters/1000, usage.CostPrices
+	record := func(chars int, key string) usage.Record {
+		r := usage.Record{Kind: usage.KindTTS, Service: service, Units: int64(chars), Unit: usage.UnitCharacters, SpendKey: key}
+		if u.PricePer1KCharacters > 0 {
+			r.CostUSD, r.CostSource = float64(chars)*u.PricePer1KCharacters/1000, usage.CostPrices
+		}
+		return r
 	}
-	return r
+	if len(u.Metered) == 0 {
+		return []usage.Record{record(u.Characters, "")}
+	}
+	out := make([]usage.Record, 0, len(u.Metered))
+	for _, m := range u.Metered {
+		out = append(out, record(m.Characters, m.SpendKey))
+	}
+	return out
 }
 
 // Config configures the tool. Zero fields take their defaults.
@@ -168,7 +192,7 @@ func (s *speak) Execute(ctx context.Context, env tool.Env, raw json.RawMessage) 
 	var spent Usage
 	defer func() {
 		if spent.Characters > 0 && err == nil {
-			res.Usage = append(res.Usage, spent.Record())
+			res.Usage = append(res.Usage, spent.Records()...)
 		}
 	}()
 	var in input
@@ -192,7 +216,7 @@ func (s *speak) Execute(ctx context.Context, env tool.Env, raw json.RawMessage) 
 		return fail(nil, "%v", err)
 	}
 	key, ok := env.Secret(tool.SecretTTS)
-	if !ok || key == "" {
+	if (!ok || key == "") && !voice.Gateway {
 		return fail(&voice, "the API key of TTS provider %q is not available to this session: name it in tts.%s.secret in "+
 			"config.json and set it (choirctl secret set <name>)", voice.TTS, voice.TTS)
 	}
@@ -268,15 +292,19 @@ func (s *speak) synthesize(ctx context.Context, p *elevenLabs, parts []string, f
 		if i+1 < len(parts) {
 			req.NextText = parts[i+1]
 		}
-		b, err := p.speak(ctx, req, format)
+		b, spendKey, err := p.speak(ctx, req, format)
 		if err != nil {
 			if len(parts) > 1 {
 				err = fmt.Errorf("part %d of %d: %w", i+1, len(parts), err)
 			}
 			return nil, u, err
 		}
-		u.Characters += utf8.RuneCountInString(part)
+		n := utf8.RuneCountInString(part)
+		u.Characters += n
 		u.Requests++
+		if spendKey != "" {
+			u.Metered = append(u.Metered, MeteredRequest{SpendKey: spendKey, Characters: n})
+		}
 		audio = append(audio, b)
 	}
 	joined, err := joinOpus(audio)

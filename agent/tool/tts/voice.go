@@ -39,6 +39,10 @@ type Voice struct {
 	Settings              config.VoiceSettings
 	// PricePer1KCharacters is the provider's price, zero when unpriced.
 	PricePer1KCharacters float64
+	// Gateway says Endpoint is the provider's service route on choird's
+	// egress gateway, which adds the key (the tool needs none then) and
+	// meters each request under the spend key the tool sends.
+	Gateway bool
 }
 
 // ResolveVoice resolves the voice profile named profile (the session's

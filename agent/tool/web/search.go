@@ -1,6 +1,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -117,7 +118,7 @@ func (s *searchTool) Execute(ctx context.Context, _ tool.Env, input json.RawMess
 		log.Warn("search not configured", slog.String("error", err.Error()))
 		return errorResult("not_configured", err.Error(), "configure a search provider in config.json and its key in secrets.json", nil), nil
 	}
-	if p.Key == "" {
+	if p.Key == "" && !p.Gateway {
 		log.Warn("search key missing", slog.String("provider", p.Name))
 		return errorResult("auth", fmt.Sprintf("search provider %s has no API key", p.Name),
 			fmt.Sprintf("put the key named by search.%s.secret in secrets.json, then reload the configuration", p.Name), nil), nil
@@ -133,7 +134,7 @@ func (s *searchTool) Execute(ctx context.Context, _ tool.Env, input json.RawMess
 			return errorResult("quota", err.Error(), "wait, or ask the operator to raise the cap", nil), nil
 		}
 	}
-	out, res := s.query(ctx, p, in)
+	out, spendKey, res := s.query(ctx, p, in)
 	if res != nil {
 		log.Warn("search failed", slog.String("summary", res.Summary))
 		return *res, nil
@@ -144,7 +145,7 @@ func (s *searchTool) Execute(ctx context.Context, _ tool.Env, input json.RawMess
 	// One query spent (a cached answer spends none), for the usage
 	// accounting, at the configured price (none: unpriced, as Brave bills
 	// by plan).
-	rec := usage.Record{Kind: usage.KindSearch, Service: p.Name, Units: 1, Unit: usage.UnitQueries}
+	rec := usage.Record{Kind: usage.KindSearch, Service: p.Name, Units: 1, Unit: usage.UnitQueries, SpendKey: spendKey}
 	if p.PricePer1KQueries > 0 {
 		rec.CostUSD, rec.CostSource = p.PricePer1KQueries/1000, usage.CostPrices
 	}
@@ -220,15 +221,18 @@ type braveResponse struct {
 type braveError struct {
 	Type  string `json:"type"`
 	Error struct {
-		Status int            `json:"status"`
-		Code   string         `json:"code"`
-		Detail string         `json:"detail"`
-		Meta   map[string]any `json:"meta"`
+		Status int    `json:"status"`
+		Code   string `json:"code"`
+		Detail string `json:"detail"`
+		// Message is choird's egress gateway's word on a refusal.
+		Message string         `json:"message"`
+		Meta    map[string]any `json:"meta"`
 	} `json:"error"`
 }
 
-// query calls the provider; a non-nil result is the model's error.
-func (s *searchTool) query(ctx context.Context, p Provider, in searchInput) (searchOutput, *tool.Result) {
+// query calls the provider; a non-nil result is the model's error. Through
+// the gateway, spendKey names the query in choird's spend ledger.
+func (s *searchTool) query(ctx context.Context, p Provider, in searchInput) (out searchOutput, spendKey string, _ *tool.Result) {
 	base := p.Endpoint
 	if base == "" {
 		base = DefaultBraveEndpoint
@@ -245,27 +249,31 @@ func (s *searchTool) query(ctx context.Context, p Provider, in searchInput) (sea
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimRight(base, "/")+"/web/search?"+q.Encode(), nil)
 	if err != nil {
 		r := errorResult("not_configured", "bad search endpoint: "+err.Error(), fmt.Sprintf("fix search.%s.endpoint in config.json", p.Name), nil)
-		return searchOutput{}, &r
+		return searchOutput{}, spendKey, &r
 	}
 	req.Header.Set("Accept", "application/json")
-	req.Header.Set("X-Subscription-Token", p.Key)
+	if p.Gateway {
+		spendKey = tool.LabelServiceCall(ctx, req.Header, NameSearch)
+	} else {
+		req.Header.Set("X-Subscription-Token", p.Key)
+	}
 	resp, err := s.client.Do(req)
 	if err != nil {
 		r := errorResult("network", "search provider unreachable: "+redact(err.Error(), p.Key), "try again in a moment", map[string]any{"retryable": true})
-		return searchOutput{}, &r
+		return searchOutput{}, spendKey, &r
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 8<<20))
 	if resp.StatusCode != http.StatusOK {
 		r := braveFailure(p, resp, body)
-		return searchOutput{}, &r
+		return searchOutput{}, spendKey, &r
 	}
 	var br braveResponse
 	if err := json.Unmarshal(body, &br); err != nil {
 		r := errorResult("provider", "search provider sent an unreadable answer: "+err.Error(), "try again later", nil)
-		return searchOutput{}, &r
+		return searchOutput{}, spendKey, &r
 	}
-	out := searchOutput{Query: in.Query, Provider: p.Name, Results: []SearchResult{}, MoreAvailable: br.Query.MoreResultsAvailable}
+	out = searchOutput{Query: in.Query, Provider: p.Name, Results: []SearchResult{}, MoreAvailable: br.Query.MoreResultsAvailable}
 	for _, x := range br.Web.Results {
 		age := x.Age
 		if age == "" {
@@ -278,14 +286,14 @@ func (s *searchTool) query(ctx context.Context, p Provider, in searchInput) (sea
 		out.Results = append(out.Results, SearchResult{Title: stripTags(x.Title), URL: x.URL,
 			Snippet: stripTags(x.Description), Age: age, Source: src})
 	}
-	return out, nil
+	return out, spendKey, nil
 }
 
 // braveFailure turns an error answer into a structured error.
 func braveFailure(p Provider, resp *http.Response, body []byte) tool.Result {
 	var be braveError
 	_ = json.Unmarshal(body, &be)
-	detail := be.Error.Detail
+	detail := cmp.Or(be.Error.Detail, be.Error.Message)
 	if detail == "" {
 		detail = strings.TrimSpace(tool.TruncateUTF8(string(body), 300))
 	}
@@ -304,6 +312,9 @@ func braveFailure(p Provider, resp *http.Response, body []byte) tool.Result {
 	}
 	code := be.Error.Code
 	switch {
+	case resp.StatusCode == http.StatusPaymentRequired:
+		// choird's egress gateway refused the query: a usage cap.
+		return errorResult("quota", "search refused: "+detail, "wait for the next day, or ask the operator to raise the cap", extra)
 	case resp.StatusCode == http.StatusTooManyRequests || code == "RATE_LIMITED":
 		retry := resetSeconds(resp.Header.Get("X-RateLimit-Reset"))
 		extra["retryable"] = true

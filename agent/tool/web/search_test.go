@@ -21,6 +21,7 @@ import (
 	"github.com/choirhq/choir/agent/tool/tooltest"
 	"github.com/choirhq/choir/agent/tool/web"
 	"github.com/choirhq/choir/config"
+	"github.com/choirhq/choir/rpc/egress"
 )
 
 // braveOK is a Brave web search answer, trimmed from a real one.
@@ -270,5 +271,44 @@ func TestPricedSearchIsCountedAgainstTheCaps(t *testing.T) {
 	var ce *meter.CapError
 	if !errors.As(err, &ce) || ce.Field != "per_day_cost_usd" || len(srv.Requests()) != 0 {
 		t.Errorf("after $0.005 of search under a $0.005 day cap: err = %v, %d requests; want the day cost cap, none sent", err, len(srv.Requests()))
+	}
+}
+
+// TestSearchThroughTheGatewaySendsNoKey: a provider behind choird's egress
+// gateway's service route needs no key in the agent: the tool sends none,
+// labels the query with a spend key, its lane and its name, and its usage
+// record carries that spend key, so that the usage views count the query
+// once beside the gateway's own record of it.
+func TestSearchThroughTheGatewaySendsNoKey(t *testing.T) {
+	t.Parallel()
+	got := make(chan http.Header, 1)
+	route := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/svc/search/brave/web/search" {
+			w.WriteHeader(http.StatusNotFound)
+			return
+		}
+		got <- r.Header.Clone()
+		w.Header().Set("Content-Type", "application/json")
+		w.Write([]byte(braveOK))
+	}))
+	t.Cleanup(route.Close)
+	cfg := web.Config{ProviderFunc: func() (web.Provider, error) {
+		return web.Provider{Name: "brave", Endpoint: route.URL + "/svc/search/brave", Gateway: true}, nil
+	}}
+	b := tooltest.Setup(t, builtin.Config{Tools: web.Tools(cfg)})
+	r := b.MustCall(t, web.NameSearch, `{"query": "choir agents"}`)
+	if r.Status != tool.StatusSuccess {
+		t.Fatalf("search through the gateway: %s %s", r.Summary, r.Output)
+	}
+	h := <-got
+	if v := h.Get("X-Subscription-Token"); v != "" {
+		t.Errorf("the tool sent a key %q", v)
+	}
+	key := h.Get(egress.HeaderSpendKey)
+	if key == "" || h.Get(egress.HeaderPurpose) != web.NameSearch {
+		t.Errorf("labels: spend key %q, purpose %q", key, h.Get(egress.HeaderPurpose))
+	}
+	if len(r.Usage) != 1 || r.Usage[0].SpendKey != key {
+		t.Errorf("usage %+v, want one query under spend key %q", r.Usage, key)
 	}
 }

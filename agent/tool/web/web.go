@@ -2,7 +2,8 @@
 // a plain HTTP GET behind the SSRF guard of internal/netguard that returns
 // a page's readable text or saves a binary under .choirtmp/downloads, and
 // choir.web.search, the Brave Search API with the search provider's key
-// (and no other secret), structured results and structured quota and auth
+// (and no other secret; none at all through choird's egress gateway,
+// which adds it), structured results and structured quota and auth
 // errors, cached briefly so that a retried step does not spend quota twice.
 // It also declares choir.web.browse, which choird's browser worker runs.
 package web
@@ -31,6 +32,10 @@ type Provider struct {
 	Name     string
 	Endpoint string
 	Key      string
+	// Gateway says Endpoint is the provider's service route on choird's
+	// egress gateway, which adds the key (the tool has none then) and
+	// meters each query under the spend key the tool sends.
+	Gateway bool
 	// PricePer1KQueries is the configured price of its queries
 	// (search.<name>.price_per_1k_queries); zero when unpriced.
 	PricePer1KQueries float64

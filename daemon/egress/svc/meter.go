@@ -20,6 +20,7 @@ import (
 	"github.com/choirhq/choir/daemon/egress"
 	"github.com/choirhq/choir/daemon/spend"
 	"github.com/choirhq/choir/rpc"
+	wire "github.com/choirhq/choir/rpc/egress"
 	rpcusage "github.com/choirhq/choir/rpc/usage"
 )
 
@@ -83,12 +84,12 @@ func (h *Handler) reserve(r *http.Request, caller egress.Caller, rt *route) (*me
 	if err != nil {
 		return nil, http.StatusBadRequest, "bad_request", err
 	}
-	call.AgentID, call.Key = caller.AgentID, r.Header.Get(HeaderSpendKey)
+	call.AgentID, call.Key = caller.AgentID, r.Header.Get(wire.HeaderSpendKey)
 	call.SessionID = rt.session
-	if lane := r.Header.Get(HeaderLane); rpc.ValidLane(lane) {
+	if lane := r.Header.Get(wire.HeaderLane); rpc.ValidLane(lane) {
 		call.Lane = lane
 	}
-	call.JobID, call.Purpose = label(r.Header.Get(HeaderJob)), label(r.Header.Get(HeaderPurpose))
+	call.JobID, call.Purpose = label(r.Header.Get(wire.HeaderJob)), label(r.Header.Get(wire.HeaderPurpose))
 	res, err := h.ledger.Reserve(r.Context(), call)
 	switch {
 	case errors.Is(err, spend.ErrDuplicateKey):

@@ -3,6 +3,7 @@ package svc
 import (
 	"errors"
 	"net/http"
+	"net/url"
 	"regexp"
 	"slices"
 	"strings"
@@ -24,12 +25,17 @@ const (
 type service struct {
 	noun string
 	// resource returns the endpoint and the secret's name of the named
-	// resource, false when config.json has none.
-	resource func(cfg *config.Config, name string) (endpoint, secret string, ok bool)
-	// allowed reports whether a session bound to b may use name.
-	allowed func(cfg *config.Config, b binding, name string) bool
+	// resource of agent agentID, false when config.json has none.
+	resource func(cfg *config.Config, agentID, name string) (endpoint, secret string, ok bool)
+	// allowed reports whether a session of agentID bound to b may use
+	// name.
+	allowed func(cfg *config.Config, agentID string, b binding, name string) bool
 	// paths are the API's paths, per method.
 	paths map[string]*regexp.Regexp
+	// exact says the endpoint is the resource's own URL, not a base: an
+	// empty path is the endpoint itself, with its query, and another
+	// path is below it.
+	exact bool
 	// credential adds the key to the forwarded request's headers.
 	credential func(h http.Header, key string)
 	// meter is nil for a service that is not metered.
@@ -42,11 +48,11 @@ type service struct {
 var services = map[string]*service{
 	"llm": {
 		noun: "model",
-		resource: func(cfg *config.Config, name string) (string, string, bool) {
+		resource: func(cfg *config.Config, _, name string) (string, string, bool) {
 			m, ok := cfg.Models[name]
 			return m.Endpoint, m.Secret, ok
 		},
-		allowed: func(_ *config.Config, b binding, name string) bool { return slices.Contains(b.models, name) },
+		allowed: func(_ *config.Config, _ string, b binding, name string) bool { return slices.Contains(b.models, name) },
 		paths: map[string]*regexp.Regexp{
 			http.MethodPost: regexp.MustCompile(`^chat/completions$`),
 			http.MethodGet:  regexp.MustCompile(`^models$`),
@@ -57,12 +63,12 @@ var services = map[string]*service{
 	},
 	"search": {
 		noun: "search provider",
-		resource: func(cfg *config.Config, name string) (string, string, bool) {
+		resource: func(cfg *config.Config, _, name string) (string, string, bool) {
 			p, ok := cfg.Search[name]
 			return orDefault(p.Endpoint, DefaultBraveEndpoint), p.Secret, ok
 		},
 		// Every agent may search (choir.web.search), as GET_SECRETS judges.
-		allowed: func(*config.Config, binding, string) bool { return true },
+		allowed: func(*config.Config, string, binding, string) bool { return true },
 		paths:   map[string]*regexp.Regexp{http.MethodGet: regexp.MustCompile(`^[a-z]+/search$`)},
 		credential: func(h http.Header, key string) {
 			if key != "" {
@@ -73,11 +79,11 @@ var services = map[string]*service{
 	},
 	"tts": {
 		noun: "TTS provider",
-		resource: func(cfg *config.Config, name string) (string, string, bool) {
+		resource: func(cfg *config.Config, _, name string) (string, string, bool) {
 			t, ok := cfg.TTS[name]
 			return t.Endpoint, t.Secret, ok
 		},
-		allowed: func(_ *config.Config, b binding, name string) bool { return slices.Contains(b.tts, name) },
+		allowed: func(_ *config.Config, _ string, b binding, name string) bool { return slices.Contains(b.tts, name) },
 		paths: map[string]*regexp.Regexp{
 			http.MethodPost: regexp.MustCompile(`^text-to-speech/[A-Za-z0-9_-]{1,64}(/stream)?$`),
 		},
@@ -90,11 +96,11 @@ var services = map[string]*service{
 	},
 	"notion": {
 		noun: "Notion integration",
-		resource: func(cfg *config.Config, name string) (string, string, bool) {
+		resource: func(cfg *config.Config, _, name string) (string, string, bool) {
 			n, ok := cfg.NotionIntegrations[name]
 			return orDefault(n.Endpoint, DefaultNotionEndpoint), n.Secret, ok
 		},
-		allowed: func(_ *config.Config, b binding, name string) bool { return b.notion == name },
+		allowed: func(_ *config.Config, _ string, b binding, name string) bool { return b.notion == name },
 		paths: map[string]*regexp.Regexp{
 			http.MethodGet:    notionPath,
 			http.MethodPost:   notionPath,
@@ -108,7 +114,35 @@ var services = map[string]*service{
 			}
 		},
 	},
+	"mcp": {
+		noun: "MCP server",
+		resource: func(cfg *config.Config, agentID, name string) (string, string, bool) {
+			m, ok := cfg.Agents[agentID].MCPServers[name]
+			return m.URL, m.Secret, ok
+		},
+		// As GET_SECRETS judged an MCP server's secret before the
+		// gateway added it: one of the agent's mcp_secrets, both as
+		// bound at the session's start and as config.json has them now.
+		allowed: func(cfg *config.Config, agentID string, b binding, name string) bool {
+			a := cfg.Agents[agentID]
+			secret := a.MCPServers[name].Secret
+			return slices.Contains(b.mcpSecrets, secret) && slices.Contains(a.MCPSecrets, secret)
+		},
+		// Streamable HTTP: POST messages, GET a stream, DELETE the
+		// session, at the server's URL or below it.
+		paths: map[string]*regexp.Regexp{
+			http.MethodGet:    mcpPath,
+			http.MethodPost:   mcpPath,
+			http.MethodDelete: mcpPath,
+		},
+		credential: bearer,
+		exact:      true,
+	},
 }
+
+// mcpPath is a path below an MCP server's URL: segments that start with
+// no dot (so neither . nor ..) of unreserved characters.
+var mcpPath = regexp.MustCompile(`^([A-Za-z0-9_~-][A-Za-z0-9._~-]*(/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)*/?)?$`)
 
 // notionPath is a path of the Notion API: segments of letters, digits,
 // - and _ (IDs with or without dashes), nothing that could climb out of
@@ -140,4 +174,29 @@ func orDefault(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// target is where a call goes: the path after the resource's name below
+// the endpoint, with the caller's query. Below an exact endpoint the path
+// is joined to the endpoint's own (its query kept when the caller sent
+// none); checkPath let no dot segment through, so nothing climbs out.
+func (s *service) target(base, rest, query string) (*url.URL, error) {
+	if !s.exact {
+		u, err := url.Parse(strings.TrimRight(base, "/") + "/" + rest)
+		if err == nil {
+			u.RawQuery = query
+		}
+		return u, err
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, err
+	}
+	if rest != "" {
+		u = u.JoinPath(rest)
+	}
+	if query != "" {
+		u.RawQuery = query
+	}
+	return u, nil
 }

@@ -1,14 +1,16 @@
 // Package svc is the egress gateway's service routes (issue 34): the
 // agent calls /svc/<service>/<name>/<path> on the gateway instead of a
 // provider, and choird forwards the call to the endpoint config.json
-// names for that model, search provider, TTS provider or Notion
-// integration, over TLS, adding the key from secrets.json: the key never
-// enters the container. Only the named resource's own endpoint is
-// reachable (the path picks a resource by name, never a host), only the
-// resources the caller's session is bound to, and only the API paths of
-// each service. The git route (/svc/git/, [GitPrefix]) is the same for
-// git's smart-HTTP requests: the identity's token is added for the
-// identity the session is bound to, its hosts and its repositories only.
+// names for that model, search provider, TTS provider, Notion
+// integration or MCP server over HTTP (agents.<id>.mcp_servers), adding
+// the key from secrets.json: the key never enters the container. Only the
+// named resource's own endpoint is reachable (the path picks a resource by
+// name, never a host), only the resources the caller's session is bound
+// to, and only the API paths of each service (below an MCP server's URL,
+// any path that does not climb out of it).
+// The git route (/svc/git/, [GitPrefix]) is the same for git's
+// smart-HTTP requests: the identity's token is added for the identity the
+// session is bound to, its hosts and its repositories only.
 //
 // Metered calls (model calls, search queries, speech) are reserved at
 // their worst case in the spend ledger (daemon/spend) before they are
@@ -18,7 +20,7 @@
 // model call keeps its time to first token.
 //
 // The agent labels a metered call with request headers that never reach
-// the provider: Choir-Spend-Key (the key its own record of the call
+// the provider (rpc/egress names them): Choir-Spend-Key (the key its own record of the call
 // carries as spend_key, so the usage views count the call once),
 // Choir-Lane, Choir-Job and Choir-Purpose (attribution in the reports).
 package svc
@@ -48,20 +50,6 @@ import (
 
 // Prefix is the path prefix of the service routes.
 const Prefix = "/svc/"
-
-// The request headers by which the agent labels a metered call. They
-// never reach the provider.
-const (
-	// HeaderSpendKey names the call in the agent's own record of it
-	// (llm_call_committed's spend_key), so that the usage views count
-	// it once: 1 to 64 letters, digits, _ or -, unique in the session.
-	HeaderSpendKey = "Choir-Spend-Key"
-	// HeaderLane, HeaderJob and HeaderPurpose attribute the call to a
-	// lane, a core job and a purpose in the usage reports.
-	HeaderLane    = "Choir-Lane"
-	HeaderJob     = "Choir-Job"
-	HeaderPurpose = "Choir-Purpose"
-)
 
 // maxRequestBytes bounds a metered request's body, which is read whole
 // to estimate its worst case.
@@ -189,14 +177,14 @@ func (h *Handler) resolve(r *http.Request, caller egress.Caller) (*route, int, s
 	name, rest, _ := strings.Cut(rest, "/")
 	s, ok := services[svcName]
 	if !strings.HasPrefix(r.URL.EscapedPath(), Prefix) || !ok {
-		return nil, http.StatusNotFound, "no_route", fmt.Errorf("no service route %s: the routes are %s<llm|search|tts|notion|git>/<name>/<path>",
+		return nil, http.StatusNotFound, "no_route", fmt.Errorf("no service route %s: the routes are %s<llm|search|tts|notion|mcp|git>/<name>/<path>",
 			r.URL.Path, Prefix)
 	}
 	if err := s.checkPath(r.Method, rest); err != nil {
 		return nil, http.StatusNotFound, "no_route", fmt.Errorf("%s %s: %w", r.Method, r.URL.Path, err)
 	}
 	cfg, secrets := h.config()
-	base, secret, ok := s.resource(cfg, name)
+	base, secret, ok := s.resource(cfg, caller.AgentID, name)
 	if !ok {
 		return nil, http.StatusNotFound, "unknown_resource", fmt.Errorf("no %s %q in config.json", s.noun, name)
 	}
@@ -205,7 +193,7 @@ func (h *Handler) resolve(r *http.Request, caller egress.Caller) (*route, int, s
 		return nil, http.StatusForbidden, "no_caller", fmt.Errorf("caller session %q is no session id", caller.SessionID)
 	}
 	b, fresh, err := h.bound(r.Context(), cfg, sid, false)
-	if err == nil && !fresh && !s.allowed(cfg, b, name) {
+	if err == nil && !fresh && !s.allowed(cfg, caller.AgentID, b, name) {
 		// Bound a moment ago (a model override)? Read the session again
 		// before refusing.
 		b, _, err = h.bound(r.Context(), cfg, sid, true)
@@ -215,14 +203,13 @@ func (h *Handler) resolve(r *http.Request, caller egress.Caller) (*route, int, s
 			slog.String("error", err.Error()))
 		return nil, http.StatusForbidden, "not_bound", fmt.Errorf("session %s: not found", caller.SessionID)
 	}
-	if !s.allowed(cfg, b, name) {
+	if !s.allowed(cfg, caller.AgentID, b, name) {
 		return nil, http.StatusForbidden, "not_bound", fmt.Errorf("%s %q is not bound to agent %s's session", s.noun, name, caller.AgentID)
 	}
-	target, err := url.Parse(strings.TrimRight(base, "/") + "/" + rest)
+	target, err := s.target(base, rest, r.URL.RawQuery)
 	if err != nil {
 		return nil, http.StatusBadGateway, "bad_endpoint", fmt.Errorf("%s %q: endpoint: %w", s.noun, name, err)
 	}
-	target.RawQuery = r.URL.RawQuery
 	rt := &route{svc: s, cfg: cfg, name: name, session: sid, target: target}
 	if secret != "" {
 		key, ok := secrets[secret]
@@ -238,10 +225,11 @@ func (h *Handler) resolve(r *http.Request, caller egress.Caller) (*route, int, s
 // binding is what the caller's session may use besides the search
 // providers, which every agent may use.
 type binding struct {
-	models []string
-	tts    []string
-	notion string
-	git    string
+	models     []string
+	tts        []string
+	notion     string
+	git        string
+	mcpSecrets []string
 }
 
 // BindingMaxAge is how long a session's bindings are taken from memory:
@@ -292,7 +280,7 @@ func (h *Handler) readBinding(ctx context.Context, cfg *config.Config, sid uuid.
 	if err := json.Unmarshal(st.ResourceBindings, &b); err != nil {
 		return binding{}, fmt.Errorf("session %s bindings: %w", sid, err)
 	}
-	out := binding{notion: b.Notion, git: b.GitIdentity}
+	out := binding{notion: b.Notion, git: b.GitIdentity, mcpSecrets: b.MCPSecrets}
 	for _, m := range b.Models {
 		out.models = append(out.models, m)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/choirhq/choir/daemon/spend"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/dbtest"
+	wire "github.com/choirhq/choir/rpc/egress"
 	"github.com/choirhq/choir/sql/seam"
 )
 
@@ -51,7 +52,7 @@ func (b *testBundle) config() (*config.Config, config.Secrets) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.cfg, config.Secrets{"fast-key": modelKey, "brave-key": "brave-secret", "eleven-key": "eleven-secret",
-		"notion-key": "notion-secret", "git-key": gitToken}
+		"notion-key": "notion-secret", "git-key": gitToken, "mcp-key": "mcp-secret"}
 }
 
 // setConfig changes the running configuration.
@@ -96,7 +97,7 @@ func setup(t testing.TB) *testBundle {
 		rand.Read(tok)
 		s, err := q.SessionCreate(ctx, db.SessionCreateParams{AgentID: agent, LeaseTokenHash: tok, BaseHash: make([]byte, 32),
 			ResourceBindings: json.RawMessage(`{"models":{"edge":"fast"},"notion":"notes","voice_profile":"calm","git_identity":"` +
-				agent + `-git"}`)})
+				agent + `-git","mcp_secrets":["mcp-key"]}`)})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -501,9 +502,9 @@ func TestUsageCountsAGatewayCallOnce(t *testing.T) {
 	req, _ := http.NewRequest("POST", gw.URL+"/svc/llm/fast/chat/completions", strings.NewReader(
 		`{"model":"`+llmtest.DefaultModel+`","max_tokens":1000,"messages":[{"role":"user","content":"hi"}]}`))
 	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set(svc.HeaderSpendKey, "call-1")
-	req.Header.Set(svc.HeaderLane, "core:j")
-	req.Header.Set(svc.HeaderJob, "j1")
+	req.Header.Set(wire.HeaderSpendKey, "call-1")
+	req.Header.Set(wire.HeaderLane, "core:j")
+	req.Header.Set(wire.HeaderJob, "j1")
 	res, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatal(err)

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"slices"
 	"strings"
 	"testing"
 
@@ -50,12 +49,14 @@ func TestAgentProtocolAgainstChoird(t *testing.T) {
 	}
 
 	t.Run("GetSecretsReturnsOnlyBoundSecrets", func(t *testing.T) {
-		if !slices.Equal(hello.ResourceBindings.Secrets, []string{"git-token"}) {
-			t.Errorf("the hello lists secrets %v, want the git token only", hello.ResourceBindings.Secrets)
+		// Every secret the session is bound to (the model's key, the git
+		// identity's token) is added by the gateway: none is listed.
+		if len(hello.ResourceBindings.Secrets) != 0 {
+			t.Errorf("the hello lists secrets %v, want none", hello.ResourceBindings.Secrets)
 		}
-		got, err := cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"git-token"}})
-		if err != nil || got.Secrets["git-token"] != "ghp-test" {
-			t.Fatalf("GET_SECRETS: %v", err)
+		_, err := cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"git-token"}})
+		if !errors.Is(err, wire.ErrPermissionDenied) || !strings.Contains(err.Error(), "added by choird's egress gateway") {
+			t.Fatalf("the git token: %v, want a refusal naming the egress gateway", err)
 		}
 		_, err = cl.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"postgres-admin"}})
 		if !errors.Is(err, wire.ErrPermissionDenied) {

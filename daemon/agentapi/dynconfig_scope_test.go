@@ -145,8 +145,8 @@ func TestMCPServerSecretStaysWithChoird(t *testing.T) {
 		secrets["mcp-token"], secrets["tool-token"] = "mcp-v", "tool-v"
 	}})
 	agent := d.StandIn(t, "assistant", admin.StartOverrides{})
-	if got := agent.Hello.ResourceBindings.Secrets; !slices.Equal(got, []string{"git-token", "tool-token"}) {
-		t.Errorf("the hello lists %v, want the git token and tool-token", got)
+	if got := agent.Hello.ResourceBindings.Secrets; !slices.Equal(got, []string{"tool-token"}) {
+		t.Errorf("the hello lists %v, want tool-token alone", got)
 	}
 	_, err := agent.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"mcp-token"}})
 	if !errors.Is(err, wire.ErrPermissionDenied) || !strings.Contains(err.Error(), "added by choird's egress gateway") {

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -45,7 +46,7 @@ func TestHello(t *testing.T) {
 		if resp.Status != rpc.HelloFresh || resp.AckedRev != 0 || resp.AckedHash != rpc.Genesis {
 			t.Errorf("resp = %+v", resp)
 		}
-		if resp.ResourceBindings.Workspace != "main" || len(resp.ResourceBindings.Secrets) != 2 {
+		if resp.ResourceBindings.Workspace != "main" || !slices.Equal(resp.ResourceBindings.Secrets, []string{"model-key"}) {
 			t.Errorf("bindings = %+v", resp.ResourceBindings)
 		}
 		row, _ := seam.Queries(pool).SessionGetByID(ctx, s.Session.ID)

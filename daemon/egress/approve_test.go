@@ -26,26 +26,7 @@ import (
 // told an outcome that is choird's own.
 func TestApproveAsksTheDM(t *testing.T) {
 	t.Parallel()
-	ob := outboxtest.Setup(t, gateway.SendLimits{})
-	svc := approval.New(ob.Pool, nil)
-	egress.RegisterApprovals(svc.Registry)
-	client := ob.Start(t, func(w *river.Workers) {
-		river.AddWorker(w, &approval.TimeoutWorker{Pool: ob.Pool, Logger: slog.New(slog.DiscardHandler), Kinds: svc.Registry,
-			Resolved: svc.Resolved})
-	})
-	svc.SetJobs(client)
-	cfg := &config.Config{
-		Gateways: map[string]config.Gateway{outboxtest.Gateway: {Type: config.GatewayTelegram, Secret: "tg-token"}},
-		DMs:      map[string]config.DM{outboxtest.DM: {Gateway: outboxtest.Gateway, UserID: "5551"}},
-	}
-	b := setupWith(t, setupOptions{pool: ob.Pool, agent: outboxtest.Agent, bindings: `{"dm": "` + outboxtest.DM + `"}`,
-		approve: func(*testBundle) func(context.Context, egress.ApprovalRequest) (egress.Approval, error) {
-			a := &egress.Approvals{Pool: ob.Pool, Registry: svc.Registry, Jobs: client,
-				ConfigFunc: func() *config.Config { return cfg }, Poll: 20 * time.Millisecond}
-			return a.Ask
-		}})
-	b.policy.Store(&egress.Policy{AllowHosts: []string{b.upstream}})
-	pc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(b.localProxy(t)), DisableKeepAlives: true}}
+	ob, svc, b, pc := approvalSetup(t)
 
 	decide := func(approve bool) {
 		var id string
@@ -91,26 +72,7 @@ func TestApproveAsksTheDM(t *testing.T) {
 // it back, and the one after is asked about again.
 func TestAlwaysRemembersTheHost(t *testing.T) {
 	t.Parallel()
-	ob := outboxtest.Setup(t, gateway.SendLimits{})
-	svc := approval.New(ob.Pool, nil)
-	egress.RegisterApprovals(svc.Registry)
-	client := ob.Start(t, func(w *river.Workers) {
-		river.AddWorker(w, &approval.TimeoutWorker{Pool: ob.Pool, Logger: slog.New(slog.DiscardHandler), Kinds: svc.Registry,
-			Resolved: svc.Resolved})
-	})
-	svc.SetJobs(client)
-	cfg := &config.Config{
-		Gateways: map[string]config.Gateway{outboxtest.Gateway: {Type: config.GatewayTelegram, Secret: "tg-token"}},
-		DMs:      map[string]config.DM{outboxtest.DM: {Gateway: outboxtest.Gateway, UserID: "5551"}},
-	}
-	b := setupWith(t, setupOptions{pool: ob.Pool, agent: outboxtest.Agent, bindings: `{"dm": "` + outboxtest.DM + `"}`,
-		approve: func(*testBundle) func(context.Context, egress.ApprovalRequest) (egress.Approval, error) {
-			a := &egress.Approvals{Pool: ob.Pool, Registry: svc.Registry, Jobs: client,
-				ConfigFunc: func() *config.Config { return cfg }, Poll: 20 * time.Millisecond}
-			return a.Ask
-		}})
-	b.policy.Store(&egress.Policy{AllowHosts: []string{b.upstream}})
-	pc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(b.localProxy(t)), DisableKeepAlives: true}}
+	ob, svc, b, pc := approvalSetup(t)
 	ctx := context.Background()
 	asked := func() (n int) {
 		if err := b.pool.QueryRow(ctx, `SELECT count(*) FROM choir_control.pending_approvals
@@ -166,4 +128,33 @@ func TestAlwaysRemembersTheHost(t *testing.T) {
 	if code, body, _ := get(t, pc, "http://"+b.upstream+"/third"); code != 403 || asked() != 2 {
 		t.Errorf("after the revoke: %d %q, %d approvals asked (want a second)", code, body, asked())
 	}
+}
+
+// approvalSetup runs a gateway whose unknown hosts are asked about in the
+// DM of its agent's session (egress.Approvals on the approvals service,
+// with the outbox delivering to a fake Telegram), the upstream allowed by
+// netguard, and a client through the tools' proxy.
+func approvalSetup(t *testing.T) (*outboxtest.Bundle, *approval.Service, *testBundle, *http.Client) {
+	t.Helper()
+	ob := outboxtest.Setup(t, gateway.SendLimits{})
+	svc := approval.New(ob.Pool, nil)
+	egress.RegisterApprovals(svc.Registry)
+	client := ob.Start(t, func(w *river.Workers) {
+		river.AddWorker(w, &approval.TimeoutWorker{Pool: ob.Pool, Logger: slog.New(slog.DiscardHandler), Kinds: svc.Registry,
+			Resolved: svc.Resolved})
+	})
+	svc.SetJobs(client)
+	cfg := &config.Config{
+		Gateways: map[string]config.Gateway{outboxtest.Gateway: {Type: config.GatewayTelegram, Secret: "tg-token"}},
+		DMs:      map[string]config.DM{outboxtest.DM: {Gateway: outboxtest.Gateway, UserID: "5551"}},
+	}
+	b := setupWith(t, setupOptions{pool: ob.Pool, agent: outboxtest.Agent, bindings: `{"dm": "` + outboxtest.DM + `"}`,
+		approve: func(*testBundle) func(context.Context, egress.ApprovalRequest) (egress.Approval, error) {
+			a := &egress.Approvals{Pool: ob.Pool, Registry: svc.Registry, Jobs: client,
+				ConfigFunc: func() *config.Config { return cfg }, Poll: 20 * time.Millisecond}
+			return a.Ask
+		}})
+	b.policy.Store(&egress.Policy{AllowHosts: []string{b.upstream}})
+	pc := &http.Client{Transport: &http.Transport{Proxy: http.ProxyURL(b.localProxy(t)), DisableKeepAlives: true}}
+	return ob, svc, b, pc
 }

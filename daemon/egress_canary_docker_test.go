@@ -1,6 +1,8 @@
 package daemon_test
 
 import (
+	"os/exec"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -10,6 +12,7 @@ import (
 	"github.com/choirhq/choir/daemon/runtime"
 	"github.com/choirhq/choir/daemon/runtime/runtimetest"
 	"github.com/choirhq/choir/internal/choirdtest"
+	"github.com/choirhq/choir/internal/gittest"
 	"github.com/choirhq/choir/internal/mailbox/mailboxtest"
 )
 
@@ -24,14 +27,19 @@ const (
 // TestNoCredentialInTheContainer is issue 34's canary test under docker:
 // the agent is bound to a model, a mail account, a git identity, a search
 // provider and a Notion integration, each with a canary secret; while it
-// makes model calls and sends a mail, the environment, command line and
+// makes model calls, sends a mail and pushes with git from choir.exec (the
+// host's git, copied into the image), the environment, command line and
 // memory of every process of its container and every file it can reach
-// hold none of them, and the model endpoint and the mail server saw
-// theirs (choird added them on the way out).
+// hold none of them, and the model endpoint, the mail server and the git
+// remote saw theirs (choird added them on the way out).
 func TestNoCredentialInTheContainer(t *testing.T) {
 	t.Parallel()
 	cli := runtimetest.RequireDocker(t)
-	setup := dockerReachSetup(t, nil)
+	const gitToken = "ghp-canary-3e8d17"
+	remote := gittest.NewServer(t, gitToken)
+	remote.Init(t, "team/app.git")
+	setup := dockerReachSetup(t, hostGit(t))
+	setup.opts.ServiceTransport = remote.Transport()
 	mail := mailboxtest.Start(t)
 	const from = "assistant@example.com"
 	mail.AddUser(t, from, canaryMail)
@@ -45,9 +53,13 @@ func TestNoCredentialInTheContainer(t *testing.T) {
 		a := c.Agents["assistant"]
 		a.Defaults.Email, a.Defaults.Notion = "mail", "notes"
 		c.Agents["assistant"] = a
+		gi := c.GitIdentities["dev"]
+		gi.Hosts = []string{remote.Host()}
+		c.GitIdentities["dev"] = gi
+		s["git-token"] = gitToken
 		s["mail-secret"], s["search-key"], s["notion-key"] = canaryMail, canarySearch, canaryNotion
 	}
-	needles := map[string]string{"model key": choirdtest.Canary, "git token": "ghp-test", "mail password": canaryMail,
+	needles := map[string]string{"model key": choirdtest.Canary, "git token": gitToken, "mail password": canaryMail,
 		"search key": canarySearch, "Notion token": canaryNotion}
 	setup.during = func(t *testing.T, run toolRun) {
 		finds := runtimetest.ScanContainer(t, cli, runtime.LabelSessionID, run.sessionID, needles)
@@ -57,14 +69,51 @@ func TestNoCredentialInTheContainer(t *testing.T) {
 		}
 	}
 	run := runToolCalls(t, setup, nil,
-		llmtest.Call{ID: "exec", Name: "choir.exec", Arguments: `{"command":"env; ls /tmp"}`},
+		llmtest.Call{ID: "exec", Name: "choir.exec", Arguments: `{"command":"cd /tmp && git init -q -b main r && cd r && ` +
+			`echo hello > f && git add f && git commit -qm 'pushed by the agent' && git push -q https://` + remote.Host() +
+			`/team/app.git main 2>&1 && echo pushed","timeout_ms":120000}`},
 		llmtest.Call{ID: "mail", Name: "choir.email.send",
 			Arguments: `{"to":["user@example.com"],"subject":"Notes","text":"The notes you asked for."}`})
 	if !slices.ContainsFunc(run.model.Requests(), func(r *llmtest.Request) bool { return r.APIKey == choirdtest.Canary }) {
 		t.Errorf("the model endpoint never saw the model key: choird did not add it")
 	}
+	t.Logf("choir.exec: %s", run.results["exec"])
+	if got := remote.Log(t, "team/app.git", "main"); got != "pushed by the agent" {
+		t.Errorf("the remote's main is %q, want the agent's commit (choir.exec: %s)", got, run.results["exec"])
+	}
+	for _, r := range remote.Requests() {
+		if !r.Authorized {
+			t.Errorf("%s %s reached the remote without the token", r.Method, r.Path)
+		}
+	}
 	sent := mail.Sent()
 	if len(sent) != 1 || !slices.Contains(sent[0].To, "user@example.com") {
 		t.Errorf("mail sent: %+v (result %s), want one to user@example.com: choird logs in with the password", sent, run.results["mail"])
 	}
+}
+
+// hostGit is the host's git for the agent's image: git itself, the helper
+// that speaks smart HTTP, and the shared libraries ldd says they load, at
+// the paths they have on the host.
+func hostGit(t *testing.T) map[string]runtimetest.File {
+	t.Helper()
+	files := map[string]runtimetest.File{}
+	for bin, at := range map[string]string{"/usr/bin/git": "bin/git",
+		"/usr/lib/git-core/git-remote-http": "usr/lib/git-core/git-remote-http"} {
+		files[at] = runtimetest.File{Source: bin, Mode: 0o755}
+		out, err := exec.Command("ldd", bin).Output()
+		if err != nil {
+			t.Fatalf("ldd %s (apt-get install git): %v", bin, err)
+		}
+		for _, f := range strings.Fields(string(out)) {
+			if strings.HasPrefix(f, "/") {
+				real, err := filepath.EvalSymlinks(f)
+				if err != nil {
+					t.Fatal(err)
+				}
+				files[strings.TrimPrefix(f, "/")] = runtimetest.File{Source: real, Mode: 0o755}
+			}
+		}
+	}
+	return files
 }

@@ -31,9 +31,10 @@ func TestChoirctlReachesChoirdOnlyThroughTheAdminAPI(t *testing.T) {
 		switch pkg {
 		case "cmd/choirctl", "ctl", "config", "config/configdiff", "config/modelenv", "config/workspace", "config/starter", "config/atrest", "sql", "strictjson",
 			"rpc/admin", "rpc/wire", "rpc/unixsock", "rpc/usage",
-			// config validates web.allow_hosts with the guard's parser and
-			// egress.allow with the host patterns; they reach nothing.
-			"internal/netguard", "internal/hostpattern",
+			// config validates web.allow_hosts with the guard's parser,
+			// egress.allow with the host patterns and a git identity's
+			// repos with the repository patterns; they reach nothing.
+			"internal/netguard", "internal/hostpattern", "internal/repopattern",
 			// The shape of log lines on stderr, text or JSON; it reaches
 			// nothing.
 			"internal/logjson":

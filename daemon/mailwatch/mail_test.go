@@ -3,6 +3,7 @@ package mailwatch_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"regexp"
 	"strings"
@@ -18,6 +19,7 @@ import (
 	"github.com/choirhq/choir/internal/mailbox/mailboxtest"
 	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
+	"github.com/choirhq/choir/rpc/wire"
 )
 
 // mailModel is the model of TestMailWakesAgentOnce: told of new mail, it
@@ -263,7 +265,7 @@ func TestMailSendNeedsApproval(t *testing.T) {
 }
 
 // TestEmailAccountLeases: a shared account is used by two agents at once,
-// each handed its password; an exclusive one by one agent only, and the
+// neither handed its password; an exclusive one by one agent only, and the
 // second is told who holds it.
 func TestEmailAccountLeases(t *testing.T) {
 	t.Parallel()
@@ -281,9 +283,11 @@ func TestEmailAccountLeases(t *testing.T) {
 	shared := helper
 	shared.Email = "team"
 	for _, si := range []*choirdtest.StandIn{d.StandIn(t, "assistant", admin.StartOverrides{Email: "team"}), d.StandIn(t, "helper", shared)} {
-		got, err := si.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"mail-team"}})
-		if err != nil || got.Secrets["mail-team"] != "pw-team" || si.Hello.ResourceBindings.Email != "team" {
-			t.Fatalf("%s on the shared account: %v %v %+v", si.AgentID, err, got.Secrets["mail-team"] != "", si.Hello.ResourceBindings)
+		// Both are bound to it; neither gets its password, which choird's
+		// mail route uses for them.
+		_, err := si.Client.GetSecrets(ctx, rpc.GetSecretsRequest{Resources: []string{"mail-team"}})
+		if !errors.Is(err, wire.ErrPermissionDenied) || si.Hello.ResourceBindings.Email != "team" {
+			t.Fatalf("%s on the shared account: %v %+v, want bound and the password refused", si.AgentID, err, si.Hello.ResourceBindings)
 		}
 		si.Terminate(t, "done")
 	}

@@ -338,7 +338,13 @@ func TestFaultsProcessRuntime(t *testing.T) {
 
 	t.Run("KilledAgentResumesFromSnapshotAndTail", func(t *testing.T) {
 		t.Parallel()
-		d := choirdtest.StartWithAgents(t, func(c *config.Config) { c.SnapshotEveryEvents = 2 })
+		d := choirdtest.StartWithAgents(t, func(c *config.Config) {
+			c.SnapshotEveryEvents = 2
+			// The crash here is the kill below. The 3 s default is outlasted
+			// by a machine running the whole suite on two cores: a stalled
+			// agent would be crashed before its first snapshot.
+			c.CrashDetectionThresholdMS = 10_000
+		})
 		home := d.Home
 		sc := control.Scope{Admin: true, Actor: "test"}
 		if _, err := d.AgentStart(context.Background(), sc, "assistant", admin.StartOverrides{}); err != nil {

@@ -117,7 +117,7 @@ func newSessionCommand(g *globals) *cobra.Command {
 			return tw.Flush()
 		}}
 	events.Flags().IntVarP(&n, "n", "n", 20, "how many events, newest last (at most 500)")
-	cmd.AddCommand(newSessionListCommand(g, &asJSON), status, cores, cancel, compact, events)
+	cmd.AddCommand(newSessionListCommand(g, &asJSON), newSessionReplayCommand(g, &asJSON), status, cores, cancel, compact, events)
 	return cmd
 }
 

@@ -51,6 +51,96 @@ func (q *Queries) SessionDynamicState(ctx context.Context, sessionID uuid.UUID) 
 	return i, err
 }
 
+const sessionEventHashAt = `-- name: SessionEventHashAt :one
+SELECT e.hash FROM choir_control.session_events e WHERE e.session_id = $1 AND e.rev = $2::bigint
+`
+
+type SessionEventHashAtParams struct {
+	SessionID uuid.UUID `json:"session_id"`
+	Rev       int64     `json:"rev"`
+}
+
+// SessionEventHashAt is the stored hash of a session's event at rev.
+func (q *Queries) SessionEventHashAt(ctx context.Context, arg SessionEventHashAtParams) ([]byte, error) {
+	row := q.db.QueryRow(ctx, sessionEventHashAt, arg.SessionID, arg.Rev)
+	var hash []byte
+	err := row.Scan(&hash)
+	return hash, err
+}
+
+const sessionEventRevBounds = `-- name: SessionEventRevBounds :one
+SELECT coalesce(min(e.rev), 0)::bigint AS first_rev, coalesce(max(e.rev), 0)::bigint AS last_rev
+  FROM choir_control.session_events e WHERE e.session_id = $1
+`
+
+type SessionEventRevBoundsRow struct {
+	FirstRev int64 `json:"first_rev"`
+	LastRev  int64 `json:"last_rev"`
+}
+
+// SessionEventRevBounds is the first and last revision a session logged
+// (zero when it logged none).
+func (q *Queries) SessionEventRevBounds(ctx context.Context, sessionID uuid.UUID) (SessionEventRevBoundsRow, error) {
+	row := q.db.QueryRow(ctx, sessionEventRevBounds, sessionID)
+	var i SessionEventRevBoundsRow
+	err := row.Scan(&i.FirstRev, &i.LastRev)
+	return i, err
+}
+
+const sessionEventsFrom = `-- name: SessionEventsFrom :many
+SELECT e.rev, e.created_at, e.lane, e.event_type, e.payload, e.hash_prev, e.hash
+  FROM choir_control.session_events e
+ WHERE e.session_id = $1 AND e.rev >= $2::bigint
+ ORDER BY e.rev
+ LIMIT $3
+`
+
+type SessionEventsFromParams struct {
+	SessionID uuid.UUID `json:"session_id"`
+	FromRev   int64     `json:"from_rev"`
+	MaxRows   int32     `json:"max_rows"`
+}
+
+type SessionEventsFromRow struct {
+	Rev       int64           `json:"rev"`
+	CreatedAt time.Time       `json:"created_at"`
+	Lane      string          `json:"lane"`
+	EventType string          `json:"event_type"`
+	Payload   json.RawMessage `json:"payload"`
+	HashPrev  []byte          `json:"hash_prev"`
+	Hash      []byte          `json:"hash"`
+}
+
+// SessionEventsFrom is a page of a session's events from rev from_rev,
+// oldest first, whole: what a replay shows and verifies.
+func (q *Queries) SessionEventsFrom(ctx context.Context, arg SessionEventsFromParams) ([]SessionEventsFromRow, error) {
+	rows, err := q.db.Query(ctx, sessionEventsFrom, arg.SessionID, arg.FromRev, arg.MaxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []SessionEventsFromRow{}
+	for rows.Next() {
+		var i SessionEventsFromRow
+		if err := rows.Scan(
+			&i.Rev,
+			&i.CreatedAt,
+			&i.Lane,
+			&i.EventType,
+			&i.Payload,
+			&i.HashPrev,
+			&i.Hash,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const sessionEventsLast = `-- name: SessionEventsLast :many
 SELECT t.rev, t.created_at, t.lane, t.event_type, coalesce(t.digest, '')::text AS digest
   FROM choir_audit.session_timeline t

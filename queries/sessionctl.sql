@@ -57,3 +57,22 @@ SELECT s.session_id, s.agent_id::text AS agent_id, s.status, s.started_at, s.end
    AND (@status::text = '' OR s.status = @status::text)
  ORDER BY s.started_at DESC, s.session_id
  LIMIT @max_rows;
+
+-- name: SessionEventsFrom :many
+-- SessionEventsFrom is a page of a session's events from rev from_rev,
+-- oldest first, whole: what a replay shows and verifies.
+SELECT e.rev, e.created_at, e.lane, e.event_type, e.payload, e.hash_prev, e.hash
+  FROM choir_control.session_events e
+ WHERE e.session_id = @session_id AND e.rev >= @from_rev::bigint
+ ORDER BY e.rev
+ LIMIT @max_rows;
+
+-- name: SessionEventHashAt :one
+-- SessionEventHashAt is the stored hash of a session's event at rev.
+SELECT e.hash FROM choir_control.session_events e WHERE e.session_id = @session_id AND e.rev = @rev::bigint;
+
+-- name: SessionEventRevBounds :one
+-- SessionEventRevBounds is the first and last revision a session logged
+-- (zero when it logged none).
+SELECT coalesce(min(e.rev), 0)::bigint AS first_rev, coalesce(max(e.rev), 0)::bigint AS last_rev
+  FROM choir_control.session_events e WHERE e.session_id = @session_id;

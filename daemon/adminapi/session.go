@@ -35,6 +35,10 @@ func (d *API) mountSessionControl(mux *admin.Mux) {
 		out, err := d.SessionList(ctx, adminScope(ctx), in)
 		return out, sessionErr(err)
 	})
+	admin.Handle(mux, "POST", admin.PathSessionReplay, func(ctx context.Context, in admin.SessionReplayRequest) (admin.SessionReplay, error) {
+		out, err := d.SessionReplay(ctx, adminScope(ctx), in)
+		return out, sessionErr(err)
+	})
 	admin.Handle(mux, "GET", admin.PathSessionCores, func(ctx context.Context, _ admin.Empty) (admin.SessionCoresResult, error) {
 		out, err := d.SessionCores(ctx, adminScope(ctx), id(ctx))
 		return out, sessionErr(err)

@@ -34,6 +34,7 @@ const (
 	PathChatPoll = "/v1/agents/{id}/chat/poll"
 
 	PathSessionList     = "/v1/sessions/list"
+	PathSessionReplay   = "/v1/sessions/replay"
 	PathSessionCores    = "/v1/agents/{id}/session/cores"
 	PathSessionCancel   = "/v1/agents/{id}/session/cancel/{name}"
 	PathSessionCompact  = "/v1/agents/{id}/session/compact"

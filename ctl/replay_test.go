@@ -6,12 +6,9 @@ import (
 	"fmt"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/choirhq/choir/internal/choirdtest"
-	"github.com/choirhq/choir/rpc"
 	"github.com/choirhq/choir/rpc/admin"
-	"github.com/choirhq/choir/rpc/client"
 )
 
 // replayedSession starts a session on a real choird and replicates ten
@@ -19,52 +16,11 @@ import (
 func replayedSession(t *testing.T) (*choirdtest.Choird, string) {
 	t.Helper()
 	c := choirdtest.Start(t, choirdtest.Options{})
-	id, token := c.StartSession(t, "assistant")
-	cl, err := client.New(client.Options{Socket: c.Socket(), SessionID: id, LeaseToken: token})
-	if err != nil {
-		t.Fatal(err)
+	a := c.StandIn(t, "assistant", admin.StartOverrides{})
+	for _, e := range choirdtest.ReplayEvents {
+		a.AppendOn(t, e.Lane, e.Type, json.RawMessage(e.Payload))
 	}
-	t.Cleanup(func() { cl.Close() })
-	hello, err := cl.InitHello(t.Context(), rpc.InitHelloRequest{AgentID: "assistant", SessionID: id, ImageVersion: "img-1",
-		ToolManifestHash: "t1", SkillManifestHash: "s1"})
-	if err != nil {
-		t.Fatalf("INIT_HELLO: %v", err)
-	}
-	payloads := []struct {
-		typ     rpc.EventType
-		lane    string
-		payload string
-	}{
-		{rpc.EventUserMsg, "edge", `{"text":"find me a choir in Riga"}`},
-		{rpc.EventLLMCallCommitted, "edge", `{"model":"local","lane":"edge","prompt_tokens":1200,"completion_tokens":80,` +
-			`"latency_ms":900,"cost_usd":0.0123,"tool_mode":"deferred","tool_schema_tokens":640}`},
-		{rpc.EventCoreStarted, "core:research", `{"job_name":"research","goal":"choirs in Riga"}`},
-		{rpc.EventToolCallCommitted, "core:research", `{"call_id":"c1","tool":"web.search","input":{"q":"Riga choir"},"locks":[]}`},
-		{rpc.EventToolResultCommitted, "core:research", `{"call_id":"c1","tool":"web.search","status":"ok","duration_ms":300,` +
-			`"output":{"results":["Riga Cathedral Choir"]}}`},
-		{rpc.EventModelOutput, "edge", `{"text":"Looking into it."}`},
-		{rpc.EventCoreStopped, "core:research", `{"job_name":"research","status":"done"}`},
-		{rpc.EventModelOutput, "edge", `{"text":"The Riga Cathedral Choir sings on Sundays."}`},
-		{rpc.EventUserMsg, "edge", `{"text":"thanks"}`},
-		{rpc.EventModelOutput, "edge", `{"text":"You are welcome."}`},
-	}
-	prev, rev := hello.AckedHash, hello.AckedRev
-	var events []rpc.Event
-	at := time.Now().UTC()
-	for i, p := range payloads {
-		ev := rpc.Event{Rev: rev + 1, Type: p.typ, Lane: p.lane, Payload: json.RawMessage(p.payload),
-			CreatedAt: at.Add(time.Duration(i) * time.Millisecond)}
-		if err := ev.Seal(prev); err != nil {
-			t.Fatal(err)
-		}
-		events = append(events, ev)
-		prev, rev = ev.Hash, ev.Rev
-	}
-	if _, err := cl.Heartbeat(t.Context(), rpc.HeartbeatRequest{BaseRev: hello.AckedRev, NewRev: rev, Patches: events,
-		HashPrev: hello.AckedHash, HashNew: prev, Timestamp: time.Now()}); err != nil {
-		t.Fatalf("HEARTBEAT: %v", err)
-	}
-	return c, id
+	return c, a.SessionID
 }
 
 // TestSessionReplayVerifiesTheChain replays a session through choirctl:

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -136,5 +137,35 @@ func TestConsoleInBrowser(t *testing.T) {
 	got, err := b.d.Approvals().Show(context.Background(), control.Scope{Admin: true, Actor: "test"}, resp.ApprovalID)
 	if err != nil || !strings.HasPrefix(got.ResolvedBy, "console:") || !strings.Contains(status, got.ResolvedBy) {
 		t.Errorf("decided by %q (page: %q), %v", got.ResolvedBy, status, err)
+	}
+
+	// The session's replay: verified, then broken by an event rewritten
+	// in the table.
+	for _, e := range choirdtest.ReplayEvents {
+		a.AppendOn(t, e.Lane, e.Type, json.RawMessage(e.Payload))
+	}
+	run(t, ctx, "the sessions page", chromedp.Navigate(b.url+"/sessions"))
+	run(t, ctx, "open the replay", chromedp.Click(`a[href="/sessions/`+a.SessionID+`"]`))
+	run(t, ctx, "the chain's verdict", chromedp.WaitVisible("#chain"))
+	if v := run(t, ctx, "the chain's verdict", chromedp.Text("#chain")); !strings.HasPrefix(v, "Hash chain verified for revisions 1 to ") {
+		t.Errorf("replay says %q", v)
+	}
+	var rev int64
+	pool := b.d.OwnPool(t)
+	if err := pool.QueryRow(context.Background(), `SELECT rev FROM choir_control.session_events
+	   WHERE session_id = $1 AND payload->>'text' = 'The Riga Cathedral Choir sings on Sundays.'`, a.SessionID).Scan(&rev); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(context.Background(), `ALTER TABLE choir_control.session_events DISABLE TRIGGER session_events_immutable;
+	    UPDATE choir_control.session_events SET payload = '{"text":"never"}' WHERE session_id = '`+a.SessionID+`' AND rev = `+
+		strconv.FormatInt(rev, 10)+`;
+	    ALTER TABLE choir_control.session_events ENABLE TRIGGER session_events_immutable`); err != nil {
+		t.Fatal(err)
+	}
+	run(t, ctx, "reload the replay", chromedp.Reload())
+	run(t, ctx, "the chain's verdict", chromedp.WaitVisible("#chain"))
+	want := "Hash chain BROKEN at revision " + strconv.FormatInt(rev, 10) + ":"
+	if v := run(t, ctx, "the chain's verdict", chromedp.Text("#chain")); !strings.HasPrefix(v, want) {
+		t.Errorf("after the forgery the replay says %q, want %q", v, want)
 	}
 }

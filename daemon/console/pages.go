@@ -126,7 +126,7 @@ var funcs = template.FuncMap{
 		return fmt.Sprintf("%d tokens", int64(v))
 	},
 	"usd":   func(v float64) string { return fmt.Sprintf("$%.4f", v) },
-	"short": func(id string) string { return id[:min(8, len(id))] },
+	"short": short,
 }
 
 // render writes the named template with status; a template that fails
@@ -142,6 +142,9 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	w.WriteHeader(status)
 	w.Write(buf.Bytes()) //nolint:errcheck // the client went away
 }
+
+// short is an id's first eight characters, as pages show it.
+func short(id string) string { return id[:min(8, len(id))] }
 
 // fail answers with a page that says what happened and what to do.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, msg string) {

@@ -30,9 +30,9 @@ func (d *Control) SessionReplay(ctx context.Context, sc Scope, in admin.SessionR
 	if err := in.Validate(); err != nil {
 		return admin.SessionReplay{}, err
 	}
-	sid, err := uuid.Parse(in.SessionID)
+	sid, err := uuid.Parse(in.SessionID) // checked by Validate
 	if err != nil {
-		return admin.SessionReplay{}, fmt.Errorf("%q is no session id: choirctl session list shows them", in.SessionID)
+		return admin.SessionReplay{}, err
 	}
 	q := seam.Queries(d.pool)
 	s, err := q.SessionGetByID(ctx, sid)
@@ -42,7 +42,8 @@ func (d *Control) SessionReplay(ctx context.Context, sc Scope, in admin.SessionR
 	if err != nil {
 		return admin.SessionReplay{}, fmt.Errorf("load session %s: %w", sid, err)
 	}
-	if err := sc.AllowSession(session.Of(s)); err != nil {
+	sess := session.Of(s)
+	if err := sc.AllowSession(sess); err != nil {
 		return admin.SessionReplay{}, err
 	}
 	bounds, err := q.SessionEventRevBounds(ctx, sid)
@@ -68,7 +69,7 @@ func (d *Control) SessionReplay(ctx context.Context, sc Scope, in admin.SessionR
 	if len(rows) > limit {
 		out.Next, rows = rows[limit].Rev, rows[:limit]
 	}
-	prev, prevRev, err := d.replayStart(ctx, q, s, from)
+	prev, prevRev, err := replayStart(ctx, q, sess, s.BaseHash, from)
 	if err != nil {
 		return admin.SessionReplay{}, err
 	}
@@ -95,13 +96,13 @@ func (d *Control) SessionReplay(ctx context.Context, sc Scope, in admin.SessionR
 }
 
 // replayStart is the hash the event at rev from must continue: the
-// session's base hash at its first revision, else the stored hash of the
-// event before it.
-func (d *Control) replayStart(ctx context.Context, q *db.Queries, s db.ChoirControlSession, from int64) ([]byte, int64, error) {
+// session's base hash (baseHash) at its first revision, else the stored
+// hash of the event before it.
+func replayStart(ctx context.Context, q *db.Queries, s session.Session, baseHash []byte, from int64) ([]byte, int64, error) {
 	if from <= s.BaseRev+1 {
-		return s.BaseHash, s.BaseRev, nil
+		return baseHash, s.BaseRev, nil
 	}
-	h, err := q.SessionEventHashAt(ctx, db.SessionEventHashAtParams{SessionID: s.SessionID, Rev: from - 1})
+	h, err := q.SessionEventHashAt(ctx, db.SessionEventHashAtParams{SessionID: s.ID, Rev: from - 1})
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return nil, from - 1, nil // a gap: the first event shows it
 	}

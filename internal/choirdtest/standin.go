@@ -118,13 +118,19 @@ func (s *StandIn) heartbeat(ctx context.Context) {
 // replicates it with a heartbeat, as an agent's log reaches choird.
 func (s *StandIn) Append(t testing.TB, typ rpc.EventType, payload any) {
 	t.Helper()
+	s.AppendOn(t, "edge", typ, payload)
+}
+
+// AppendOn is Append on lane ("edge", "core:<name>" or "system").
+func (s *StandIn) AppendOn(t testing.TB, lane string, typ rpc.EventType, payload any) {
+	t.Helper()
 	b, err := json.Marshal(payload)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	e := rpc.Event{Rev: s.rev + 1, Type: typ, Lane: "edge", Payload: b, CreatedAt: time.Now()}
+	e := rpc.Event{Rev: s.rev + 1, Type: typ, Lane: lane, Payload: b, CreatedAt: time.Now()}
 	if err := e.Seal(s.hash); err != nil {
 		t.Fatal(err)
 	}

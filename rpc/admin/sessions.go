@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"slices"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // SessionStatuses are a session's statuses, as choir_control.sessions
@@ -72,6 +74,9 @@ type SessionReplayRequest struct {
 func (r SessionReplayRequest) Validate() error {
 	if r.SessionID == "" {
 		return fmt.Errorf("a replay needs a session id: choirctl session list shows them")
+	}
+	if _, err := uuid.Parse(r.SessionID); err != nil {
+		return fmt.Errorf("%q is no session id: choirctl session list shows them", r.SessionID)
 	}
 	if r.From < 0 {
 		return fmt.Errorf("--from must be a revision, 1 or more, not %d", r.From)

@@ -192,7 +192,8 @@ func (q *Queries) SessionEventsLast(ctx context.Context, arg SessionEventsLastPa
 
 const sessionList = `-- name: SessionList :many
 SELECT s.session_id, s.agent_id::text AS agent_id, s.status, s.started_at, s.ended_at, s.end_reason,
-       (SELECT count(*) FROM choir_control.session_events e WHERE e.session_id = s.session_id)::bigint AS events
+       coalesce((SELECT max(e.rev) FROM choir_control.session_events e WHERE e.session_id = s.session_id) - s.base_rev,
+                0)::bigint AS events
   FROM choir_control.sessions s
  WHERE ($1::text = '' OR s.agent_id = $1::text)
    AND ($2::text = '' OR s.status = $2::text)
@@ -218,7 +219,9 @@ type SessionListRow struct {
 
 // SessionList is the sessions of every agent, or of one (an empty
 // agent_id), in one status or all (an empty status), newest first, each
-// with the number of events it logged.
+// with the number of events it logged: its last revision less its base,
+// since the append guard keeps a session's revisions contiguous from
+// base_rev + 1 (one index probe, where a count would read them all).
 func (q *Queries) SessionList(ctx context.Context, arg SessionListParams) ([]SessionListRow, error) {
 	rows, err := q.db.Query(ctx, sessionList, arg.AgentID, arg.Status, arg.MaxRows)
 	if err != nil {

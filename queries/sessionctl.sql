@@ -49,9 +49,12 @@ SELECT t.rev, t.created_at, t.lane, t.event_type, coalesce(t.digest, '')::text A
 -- name: SessionList :many
 -- SessionList is the sessions of every agent, or of one (an empty
 -- agent_id), in one status or all (an empty status), newest first, each
--- with the number of events it logged.
+-- with the number of events it logged: its last revision less its base,
+-- since the append guard keeps a session's revisions contiguous from
+-- base_rev + 1 (one index probe, where a count would read them all).
 SELECT s.session_id, s.agent_id::text AS agent_id, s.status, s.started_at, s.ended_at, s.end_reason,
-       (SELECT count(*) FROM choir_control.session_events e WHERE e.session_id = s.session_id)::bigint AS events
+       coalesce((SELECT max(e.rev) FROM choir_control.session_events e WHERE e.session_id = s.session_id) - s.base_rev,
+                0)::bigint AS events
   FROM choir_control.sessions s
  WHERE (@agent_id::text = '' OR s.agent_id = @agent_id::text)
    AND (@status::text = '' OR s.status = @status::text)

@@ -100,6 +100,8 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("GET /approvals/{id}", c.session(c.approval))
 	mux.Handle("POST /approvals/{id}/decide", c.session(c.decide))
 	mux.Handle("GET /sessions", c.session(c.sessions))
+	mux.Handle("GET /usage", c.session(c.usagePage))
+	mux.Handle("GET /usage.csv", c.session(c.usageCSV))
 	mux.Handle("GET /sessions/{id}", c.session(c.replay))
 	mux.Handle("GET /events", c.session(c.events))
 	mux.Handle("POST /logout", c.session(c.logout))

@@ -127,6 +127,7 @@ var funcs = template.FuncMap{
 	},
 	"usd":   func(v float64) string { return fmt.Sprintf("$%.4f", v) },
 	"short": short,
+	"sub":   func(a, b int) int { return a - b },
 }
 
 // render writes the named template with status; a template that fails

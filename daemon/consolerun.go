@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 
+	"github.com/choirhq/choir/daemon/audit"
 	"github.com/choirhq/choir/daemon/console"
 	"github.com/choirhq/choir/daemon/console/login"
 )
@@ -55,7 +56,8 @@ func (d *Daemon) listenConsole(ctx context.Context) (*consoleHost, error) {
 	h := &consoleHost{ln: ln, url: scheme + "://" + ln.Addr().String()}
 	h.logins = login.New(d.pool, cfg.SessionLifetime(), h.url)
 	logger := d.logger.With(slog.String("component", "console"))
-	h.pages = console.New(console.Options{Control: d.Control, Approvals: d.approvals, Usage: d.newUsage(), Logins: h.logins,
+	h.pages = console.New(console.Options{Control: d.Control, Approvals: d.approvals, Usage: d.newUsage(),
+		Audit: &audit.Reader{Pool: d.pool, Control: d.Control}, Logins: h.logins,
 		Proposals: d.proposer, Logger: logger, TLS: cfg.TLS != nil})
 	logger.InfoContext(ctx, "console listening", slog.String("url", h.url))
 	return h, nil

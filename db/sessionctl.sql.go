@@ -13,6 +13,86 @@ import (
 	"github.com/google/uuid"
 )
 
+const auditToolCalls = `-- name: AuditToolCalls :many
+SELECT t.agent_id::text AS agent_id, t.session_id, t.lane, coalesce(t.call_id, '')::text AS call_id,
+       coalesce(t.tool, '')::text AS tool, t.called_at, coalesce(t.duration_ms, -1)::bigint AS duration_ms, coalesce(t.outcome, '')::text AS outcome,
+       coalesce(t.error, '')::text AS error, coalesce(t.policy, '')::text AS policy, t.sources::jsonb AS sources, t.call_rev
+  FROM choir_audit.tool_calls t
+ WHERE ($1::text = '' OR t.agent_id = $1::text)
+   AND ($2::text = '' OR t.tool = $2::text)
+   AND ($3::text = '' OR t.outcome = $3::text)
+   AND t.called_at >= $4::timestamptz AND t.called_at < $5::timestamptz
+ ORDER BY t.called_at DESC, t.call_rev DESC
+ LIMIT $6
+`
+
+type AuditToolCallsParams struct {
+	AgentID string    `json:"agent_id"`
+	Tool    string    `json:"tool"`
+	Outcome string    `json:"outcome"`
+	Since   time.Time `json:"since"`
+	Until   time.Time `json:"until"`
+	MaxRows int32     `json:"max_rows"`
+}
+
+type AuditToolCallsRow struct {
+	AgentID    string          `json:"agent_id"`
+	SessionID  uuid.UUID       `json:"session_id"`
+	Lane       string          `json:"lane"`
+	CallID     string          `json:"call_id"`
+	Tool       string          `json:"tool"`
+	CalledAt   time.Time       `json:"called_at"`
+	DurationMs int64           `json:"duration_ms"`
+	Outcome    string          `json:"outcome"`
+	Error      string          `json:"error"`
+	Policy     string          `json:"policy"`
+	Sources    json.RawMessage `json:"sources"`
+	CallRev    int64           `json:"call_rev"`
+}
+
+// AuditToolCalls is the latest tool calls and refused requests
+// (choir_audit.tool_calls), newest first, filtered by agent, tool and
+// outcome (each empty for any) and a time range.
+func (q *Queries) AuditToolCalls(ctx context.Context, arg AuditToolCallsParams) ([]AuditToolCallsRow, error) {
+	rows, err := q.db.Query(ctx, auditToolCalls,
+		arg.AgentID,
+		arg.Tool,
+		arg.Outcome,
+		arg.Since,
+		arg.Until,
+		arg.MaxRows,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []AuditToolCallsRow{}
+	for rows.Next() {
+		var i AuditToolCallsRow
+		if err := rows.Scan(
+			&i.AgentID,
+			&i.SessionID,
+			&i.Lane,
+			&i.CallID,
+			&i.Tool,
+			&i.CalledAt,
+			&i.DurationMs,
+			&i.Outcome,
+			&i.Error,
+			&i.Policy,
+			&i.Sources,
+			&i.CallRev,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const sessionDynamicState = `-- name: SessionDynamicState :one
 SELECT s.resource_bindings,
        s.runtime,

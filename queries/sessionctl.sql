@@ -79,3 +79,18 @@ SELECT e.hash FROM choir_control.session_events e WHERE e.session_id = @session_
 -- (zero when it logged none).
 SELECT coalesce(min(e.rev), 0)::bigint AS first_rev, coalesce(max(e.rev), 0)::bigint AS last_rev
   FROM choir_control.session_events e WHERE e.session_id = @session_id;
+
+-- name: AuditToolCalls :many
+-- AuditToolCalls is the latest tool calls and refused requests
+-- (choir_audit.tool_calls), newest first, filtered by agent, tool and
+-- outcome (each empty for any) and a time range.
+SELECT t.agent_id::text AS agent_id, t.session_id, t.lane, coalesce(t.call_id, '')::text AS call_id,
+       coalesce(t.tool, '')::text AS tool, t.called_at, coalesce(t.duration_ms, -1)::bigint AS duration_ms, coalesce(t.outcome, '')::text AS outcome,
+       coalesce(t.error, '')::text AS error, coalesce(t.policy, '')::text AS policy, t.sources::jsonb AS sources, t.call_rev
+  FROM choir_audit.tool_calls t
+ WHERE (@agent_id::text = '' OR t.agent_id = @agent_id::text)
+   AND (@tool::text = '' OR t.tool = @tool::text)
+   AND (@outcome::text = '' OR t.outcome = @outcome::text)
+   AND t.called_at >= @since::timestamptz AND t.called_at < @until::timestamptz
+ ORDER BY t.called_at DESC, t.call_rev DESC
+ LIMIT @max_rows;

@@ -6,6 +6,7 @@ import (
 	"strconv"
 
 	"github.com/choirhq/choir/daemon/approval"
+	"github.com/choirhq/choir/daemon/audit"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/rpc/admin"
 	"github.com/choirhq/choir/rpc/wire"
@@ -36,7 +37,7 @@ func (d *API) mountSessionControl(mux *admin.Mux) {
 		return out, sessionErr(err)
 	})
 	admin.Handle(mux, "POST", admin.PathSessionReplay, func(ctx context.Context, in admin.SessionReplayRequest) (admin.SessionReplay, error) {
-		out, err := d.SessionReplay(ctx, adminScope(ctx), in)
+		out, err := (&audit.Reader{Pool: d.pool, Control: d.Control}).SessionReplay(ctx, adminScope(ctx), in)
 		return out, sessionErr(err)
 	})
 	admin.Handle(mux, "GET", admin.PathSessionCores, func(ctx context.Context, _ admin.Empty) (admin.SessionCoresResult, error) {

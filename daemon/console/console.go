@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/choirhq/choir/daemon/approval"
+	"github.com/choirhq/choir/daemon/audit"
 	"github.com/choirhq/choir/daemon/console/login"
 	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/usage"
@@ -54,7 +55,9 @@ type Options struct {
 	Control   *control.Control
 	Approvals *approval.Service
 	Usage     *usage.Service
-	Logins    *login.Store
+	// Audit reads session replays and tool calls.
+	Audit  *audit.Reader
+	Logins *login.Store
 	// Proposals, when set, add a proposal's whole text to its approval's
 	// page.
 	Proposals Proposals
@@ -101,6 +104,7 @@ func (c *Console) Handler() http.Handler {
 	mux.Handle("POST /approvals/{id}/decide", c.session(c.decide))
 	mux.Handle("GET /sessions", c.session(c.sessions))
 	mux.Handle("GET /usage", c.session(c.usagePage))
+	mux.Handle("GET /audit", c.session(c.audit))
 	mux.Handle("GET /usage.csv", c.session(c.usageCSV))
 	mux.Handle("GET /sessions/{id}", c.session(c.replay))
 	mux.Handle("GET /events", c.session(c.events))

@@ -18,6 +18,7 @@ import (
 	"github.com/choirhq/choir/daemon/approval"
 	"github.com/choirhq/choir/daemon/console/login"
 	"github.com/choirhq/choir/daemon/control"
+	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/daemon/usage"
 	"github.com/choirhq/choir/internal/verbatim"
 	"github.com/choirhq/choir/rpc/admin"
@@ -283,7 +284,7 @@ func (c *Console) failErr(w http.ResponseWriter, r *http.Request, err error) {
 	switch {
 	case errors.Is(err, control.ErrForbidden):
 		c.fail(w, r, http.StatusForbidden, "Refused: "+err.Error())
-	case errors.Is(err, choirsql.ErrNotFound):
+	case errors.Is(err, choirsql.ErrNotFound), errors.Is(err, session.ErrUnknownResource):
 		c.fail(w, r, http.StatusNotFound, "Not found: "+err.Error())
 	case errors.Is(err, choirsql.ErrUnavailable), errors.Is(err, choirsql.ErrSerialization):
 		c.fail(w, r, http.StatusServiceUnavailable, "choird cannot reach its database now; retry shortly.")

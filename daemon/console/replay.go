@@ -71,7 +71,7 @@ func (c *Console) replay(w http.ResponseWriter, r *http.Request, sess login.Sess
 		c.fail(w, r, http.StatusBadRequest, err.Error())
 		return
 	}
-	out, err := c.o.Control.SessionReplay(r.Context(), sess.Scope(), req)
+	out, err := c.o.Audit.SessionReplay(r.Context(), sess.Scope(), req)
 	if err != nil {
 		c.failErr(w, r, err)
 		return

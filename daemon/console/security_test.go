@@ -35,7 +35,7 @@ func TestConsoleSecurity(t *testing.T) {
 		t.Parallel()
 		anon := client(t)
 		id := uuid.NewString()
-		for _, p := range []string{"/", "/approvals", "/approvals/" + id, "/events", "/sessions", "/sessions/" + id, "/usage", "/usage.csv", "/nowhere"} {
+		for _, p := range []string{"/", "/approvals", "/approvals/" + id, "/events", "/sessions", "/sessions/" + id, "/usage", "/usage.csv", "/audit", "/nowhere"} {
 			if code, page := body(t, anon, b.url+p); code != http.StatusUnauthorized || !strings.Contains(page, "choirctl console") {
 				t.Errorf("GET %s without a session: HTTP %d\n%s", p, code, page)
 			}

@@ -1,4 +1,9 @@
-package control
+// Package audit reads, for the operator, what the agents' replicated
+// logs and the audit views hold: a session's replay, verified against its
+// hash chain as it is read, and the tool calls with their outcomes. The
+// admin API (choirctl) and the console read through it alike, with the
+// caller's control.Scope.
+package audit
 
 import (
 	"context"
@@ -10,7 +15,9 @@ import (
 	"strings"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/choirhq/choir/daemon/control"
 	"github.com/choirhq/choir/daemon/session"
 	"github.com/choirhq/choir/db"
 	"github.com/choirhq/choir/rpc"
@@ -19,6 +26,12 @@ import (
 	"github.com/choirhq/choir/sql/seam"
 )
 
+// Reader reads the logs and the audit views.
+type Reader struct {
+	Pool    *pgxpool.Pool
+	Control *control.Control
+}
+
 // SessionReplay reads a page of a session's log and verifies it as it
 // goes: every event's hash is computed again from its contents, and its
 // hash_prev must be the stored hash of the event before it (for the
@@ -26,7 +39,7 @@ import (
 // the table, or removed, or put in out of order, shows as a break at the
 // first event it touches. Only the page is read (an index range on the
 // session and revision), so a long session opens as fast as a short one.
-func (d *Control) SessionReplay(ctx context.Context, sc Scope, in admin.SessionReplayRequest) (admin.SessionReplay, error) {
+func (r *Reader) SessionReplay(ctx context.Context, sc control.Scope, in admin.SessionReplayRequest) (admin.SessionReplay, error) {
 	if err := in.Validate(); err != nil {
 		return admin.SessionReplay{}, err
 	}
@@ -34,7 +47,7 @@ func (d *Control) SessionReplay(ctx context.Context, sc Scope, in admin.SessionR
 	if err != nil {
 		return admin.SessionReplay{}, err
 	}
-	q := seam.Queries(d.pool)
+	q := seam.Queries(r.Pool)
 	s, err := q.SessionGetByID(ctx, sid)
 	if errors.Is(err, choirsql.ErrNotFound) {
 		return admin.SessionReplay{}, fmt.Errorf("%w: no session %s (choirctl session list shows them)", choirsql.ErrNotFound, sid)
@@ -73,23 +86,23 @@ func (d *Control) SessionReplay(ctx context.Context, sc Scope, in admin.SessionR
 	if err != nil {
 		return admin.SessionReplay{}, err
 	}
-	for _, r := range rows {
-		ev := admin.ReplayEvent{Rev: r.Rev, CreatedAt: r.CreatedAt, Lane: r.Lane, Type: r.EventType,
-			Summary: replaySummary(r.EventType, r.Payload), Payload: r.Payload}
-		ev.Break = verifyEvent(r, prev, prevRev)
-		hash, _ := rpc.HashFromBytes(r.Hash)
-		prevHash, _ := rpc.HashFromBytes(r.HashPrev)
+	for _, row := range rows {
+		ev := admin.ReplayEvent{Rev: row.Rev, CreatedAt: row.CreatedAt, Lane: row.Lane, Type: row.EventType,
+			Summary: replaySummary(row.EventType, row.Payload), Payload: row.Payload}
+		ev.Break = verifyEvent(row, prev, prevRev)
+		hash, _ := rpc.HashFromBytes(row.Hash)
+		prevHash, _ := rpc.HashFromBytes(row.HashPrev)
 		ev.Hash, ev.HashPrev = hash.String(), prevHash.String()
 		if ev.Break != "" && out.Verified {
-			out.Verified, out.FirstBreak = false, r.Rev
+			out.Verified, out.FirstBreak = false, row.Rev
 		}
-		if !slices.Contains(out.Lanes, r.Lane) {
-			out.Lanes = append(out.Lanes, r.Lane)
+		if !slices.Contains(out.Lanes, row.Lane) {
+			out.Lanes = append(out.Lanes, row.Lane)
 		}
 		out.Events = append(out.Events, ev)
 		// The next event continues what is stored, so that one altered
 		// event shows as one break, not as every event after it.
-		prev, prevRev = r.Hash, r.Rev
+		prev, prevRev = row.Hash, row.Rev
 	}
 	slices.SortStableFunc(out.Lanes, func(a, b string) int { return laneOrder(a) - laneOrder(b) })
 	return out, nil

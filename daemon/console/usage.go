@@ -134,21 +134,31 @@ func usageDaysParam(r *http.Request) (int, error) {
 	return n, nil
 }
 
-// usagePage shows each agent's spend and tokens a day as charts, with
-// the day caps drawn on them.
-func (c *Console) usagePage(w http.ResponseWriter, r *http.Request, sess login.Session) {
+// usageRequest reads a usage request: its days, and the agents the
+// session sees. It answers the request itself when it cannot be served.
+func (c *Console) usageRequest(w http.ResponseWriter, r *http.Request, sess login.Session) (int, []admin.AgentStatus, bool) {
 	if c.o.Usage == nil {
 		c.fail(w, r, http.StatusServiceUnavailable, "this choird keeps no usage report")
-		return
+		return 0, nil, false
 	}
 	n, err := usageDaysParam(r)
 	if err != nil {
 		c.fail(w, r, http.StatusBadRequest, err.Error())
-		return
+		return 0, nil, false
 	}
 	list, err := c.o.Control.AgentList(r.Context(), sess.Scope())
 	if err != nil {
 		c.failErr(w, r, err)
+		return 0, nil, false
+	}
+	return n, list, true
+}
+
+// usagePage shows each agent's spend and tokens a day as charts, with
+// the day caps drawn on them.
+func (c *Console) usagePage(w http.ResponseWriter, r *http.Request, sess login.Session) {
+	n, list, ok := c.usageRequest(w, r, sess)
+	if !ok {
 		return
 	}
 	v := usageView{Days: n}
@@ -188,18 +198,8 @@ func (c *Console) usagePage(w http.ResponseWriter, r *http.Request, sess login.S
 // usageCSV is every agent's spend a day as CSV: agent, day, tokens,
 // cost_usd, uses, in each agent's own time zone's days.
 func (c *Console) usageCSV(w http.ResponseWriter, r *http.Request, sess login.Session) {
-	if c.o.Usage == nil {
-		c.fail(w, r, http.StatusServiceUnavailable, "this choird keeps no usage report")
-		return
-	}
-	n, err := usageDaysParam(r)
-	if err != nil {
-		c.fail(w, r, http.StatusBadRequest, err.Error())
-		return
-	}
-	list, err := c.o.Control.AgentList(r.Context(), sess.Scope())
-	if err != nil {
-		c.failErr(w, r, err)
+	n, list, ok := c.usageRequest(w, r, sess)
+	if !ok {
 		return
 	}
 	rows := [][]string{{"agent_id", "time_zone", "day", "tokens", "cost_usd", "uses"}}

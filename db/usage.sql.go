@@ -40,6 +40,57 @@ func (q *Queries) EmbeddingUsageInsert(ctx context.Context, arg EmbeddingUsageIn
 	return err
 }
 
+const usageBreakdown = `-- name: UsageBreakdown :many
+SELECT (CASE WHEN $1::text = 'lane' THEN coalesce(lane, 'none') ELSE kind || ':' || coalesce(service, '?') END)::text AS slice,
+       coalesce(sum(units) FILTER (WHERE kind = 'llm'), 0)::bigint AS tokens,
+       coalesce(sum(cost_usd), 0)::float8 AS cost_usd,
+       count(*)::bigint AS uses
+  FROM choir_audit.usage
+ WHERE agent_id = $2::text AND created_at >= $3::timestamptz
+ GROUP BY 1
+ ORDER BY 3 DESC, 2 DESC, 1
+`
+
+type UsageBreakdownParams struct {
+	By      string    `json:"by"`
+	AgentID string    `json:"agent_id"`
+	Since   time.Time `json:"since"`
+}
+
+type UsageBreakdownRow struct {
+	Slice   string  `json:"slice"`
+	Tokens  int64   `json:"tokens"`
+	CostUsd float64 `json:"cost_usd"`
+	Uses    int64   `json:"uses"`
+}
+
+// UsageBreakdown is the agent's spend since an instant by model or
+// service (by = 'service') or by lane (by = 'lane'), the costliest first.
+func (q *Queries) UsageBreakdown(ctx context.Context, arg UsageBreakdownParams) ([]UsageBreakdownRow, error) {
+	rows, err := q.db.Query(ctx, usageBreakdown, arg.By, arg.AgentID, arg.Since)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	items := []UsageBreakdownRow{}
+	for rows.Next() {
+		var i UsageBreakdownRow
+		if err := rows.Scan(
+			&i.Slice,
+			&i.Tokens,
+			&i.CostUsd,
+			&i.Uses,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const usageDaily = `-- name: UsageDaily :many
 SELECT to_char(created_at AT TIME ZONE $1::text, 'YYYY-MM-DD')::text AS day,
        coalesce(sum(units) FILTER (WHERE kind = 'llm'), 0)::bigint AS tokens,

@@ -51,3 +51,15 @@ SELECT to_char(created_at AT TIME ZONE @tz::text, 'YYYY-MM-DD')::text AS day,
 -- for the agent it was done for.
 INSERT INTO choir_control.embedding_usage (agent_id, service, purpose, tokens, estimated, cost_usd)
 VALUES (@agent_id, @service, @purpose, @tokens, @estimated, @cost_usd);
+
+-- name: UsageBreakdown :many
+-- UsageBreakdown is the agent's spend since an instant by model or
+-- service (by = 'service') or by lane (by = 'lane'), the costliest first.
+SELECT (CASE WHEN @by::text = 'lane' THEN coalesce(lane, 'none') ELSE kind || ':' || coalesce(service, '?') END)::text AS slice,
+       coalesce(sum(units) FILTER (WHERE kind = 'llm'), 0)::bigint AS tokens,
+       coalesce(sum(cost_usd), 0)::float8 AS cost_usd,
+       count(*)::bigint AS uses
+  FROM choir_audit.usage
+ WHERE agent_id = @agent_id::text AND created_at >= @since::timestamptz
+ GROUP BY 1
+ ORDER BY 3 DESC, 2 DESC, 1;

@@ -3,6 +3,8 @@ package console
 import (
 	"strings"
 	"testing"
+
+	"github.com/choirhq/choir/rpc/admin"
 )
 
 // TestDayChartDrawsTheCap draws three days under a cap above them all:
@@ -32,3 +34,22 @@ func TestDayChartDrawsTheCap(t *testing.T) {
 }
 
 func abs(f float64) float64 { return max(f, -f) }
+
+// TestShareChartScalesToTheLargest draws three slices by cost: the
+// costliest fills the bar, the others their share of it; with no cost
+// at all, tokens set the scale.
+func TestShareChartScalesToTheLargest(t *testing.T) {
+	c := shareChart("by model", []admin.UsageSlice{
+		{Name: "llm:big", UsageTotals: admin.UsageTotals{Tokens: 10, CostUSD: 2}},
+		{Name: "llm:small", UsageTotals: admin.UsageTotals{Tokens: 1000, CostUSD: 0.5}},
+		{Name: "search:brave", UsageTotals: admin.UsageTotals{CostUSD: 0}}})
+	if len(c.Rows) != 3 || c.Rows[0].W != shareBarWidth || c.Rows[1].W != shareBarWidth/4 || c.Rows[2].W != 0 ||
+		c.Rows[1].Y != shareRowHeight || c.Height != 3*shareRowHeight {
+		t.Errorf("rows %+v", c.Rows)
+	}
+	free := shareChart("by lane", []admin.UsageSlice{{Name: "edge", UsageTotals: admin.UsageTotals{Tokens: 300}},
+		{Name: "core:a", UsageTotals: admin.UsageTotals{Tokens: 100}}})
+	if free.Rows[0].W != shareBarWidth || abs(free.Rows[1].W-float64(shareBarWidth)/3) > 1e-9 {
+		t.Errorf("by tokens: %+v", free.Rows)
+	}
+}

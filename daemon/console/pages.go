@@ -129,6 +129,7 @@ var funcs = template.FuncMap{
 	"usd":   func(v float64) string { return fmt.Sprintf("$%.4f", v) },
 	"short": short,
 	"sub":   func(a, b int) int { return a - b },
+	"add":   func(a, b float64) float64 { return a + b },
 }
 
 // render writes the named template with status; a template that fails

@@ -33,6 +33,53 @@ type agentUsage struct {
 	Err           string
 	Cost, Tokens  chart
 	DaysWithSpend int
+	// ByService and ByLane share the days' spend out.
+	ByService, ByLane shares
+}
+
+// shares is a horizontal bar chart: what each model, service or lane
+// spent over the days, as a share of the largest.
+type shares struct {
+	Title         string
+	Width, Height int
+	Rows          []shareRow
+}
+
+type shareRow struct {
+	Name, Label string
+	Y, W        float64
+}
+
+// Geometry of a shares chart: a row per slice, names on the left.
+const (
+	shareRowHeight = 20
+	shareNameWidth = 200
+	shareBarWidth  = 320
+)
+
+// shareChart draws slices by cost, or by tokens when none cost anything.
+func shareChart(title string, slices []admin.UsageSlice) shares {
+	c := shares{Title: title, Width: shareNameWidth + shareBarWidth + 260, Height: max(len(slices), 1) * shareRowHeight}
+	value := func(s admin.UsageSlice) float64 { return s.CostUSD }
+	top := 0.0
+	for _, s := range slices {
+		top = math.Max(top, s.CostUSD)
+	}
+	if top == 0 {
+		value = func(s admin.UsageSlice) float64 { return float64(s.Tokens) }
+		for _, s := range slices {
+			top = math.Max(top, float64(s.Tokens))
+		}
+	}
+	for i, s := range slices {
+		w := 0.0
+		if top > 0 {
+			w = value(s) / top * shareBarWidth
+		}
+		c.Rows = append(c.Rows, shareRow{Name: s.Name, Y: float64(i * shareRowHeight), W: w,
+			Label: fmt.Sprintf("$%.4f · %d tokens · %d uses", s.CostUSD, s.Tokens, s.Uses)})
+	}
+	return c
 }
 
 // chart is a bar chart of one series over the days, with its cap.
@@ -188,6 +235,12 @@ func (c *Console) usagePage(w http.ResponseWriter, r *http.Request, sess login.S
 		u.Tokens = dayChart("Tokens a day", days, tokens, dayCap(rep, false), func(f float64) string {
 			return strconv.FormatInt(int64(f), 10)
 		})
+		if b, err := c.o.Usage.Breakdown(r.Context(), a.AgentID, n); err != nil {
+			u.Err = err.Error()
+		} else {
+			u.ByService = shareChart("By model and service", b.ByService)
+			u.ByLane = shareChart("By lane (the edge, each core job)", b.ByLane)
+		}
 		v.Agents = append(v.Agents, u)
 	}
 	p := c.base(r.Context(), sess, "Usage", "usage")

@@ -53,6 +53,16 @@ func TestUsagePageChartsTheDays(t *testing.T) {
 		t.Errorf("today's token bar: %q", bars[13][0])
 	}
 
+	// Shared out by model and by lane: one model, one lane here.
+	for _, want := range []string{
+		`<text x="0" y="0" dy="14" font-size="12" fill="#374151">llm:local</text>`,
+		`<rect class="share" x="200" y="0" width="320" height="14" fill="#34d399"><title>llm:local: $0.7500 · 2400 tokens · 2 uses</title>`,
+		`<text x="0" y="0" dy="14" font-size="12" fill="#374151">edge</text>`,
+	} {
+		if !strings.Contains(section, want) {
+			t.Errorf("usage lacks %q", want)
+		}
+	}
 	resp, err := c.Get(b.url + "/usage.csv?days=7")
 	if err != nil {
 		t.Fatal(err)

@@ -240,3 +240,31 @@ func EmbeddingRecorder(pool *pgxpool.Pool, logger *slog.Logger) func(ctx context
 		}
 	}
 }
+
+// Breakdown is agentID's spend over its last days days (in its DM's
+// zone, today included) by service and by lane.
+func (s *Service) Breakdown(ctx context.Context, agentID string, days int) (admin.UsageBreakdown, error) {
+	cfg := s.config()
+	if _, ok := cfg.Agents[agentID]; !ok {
+		return admin.UsageBreakdown{}, fmt.Errorf("%w %q: choirctl agent list shows the configured agents", ErrUnknownAgent, agentID)
+	}
+	days = min(max(days, 1), MaxDays)
+	_, loc := Zone(cfg, agentID)
+	start, _, _ := dayBounds(s.now(), loc)
+	out := admin.UsageBreakdown{AgentID: agentID, Days: days, ByService: []admin.UsageSlice{}, ByLane: []admin.UsageSlice{}}
+	q := seam.Queries(s.pool)
+	for _, by := range []struct {
+		name string
+		into *[]admin.UsageSlice
+	}{{"service", &out.ByService}, {"lane", &out.ByLane}} {
+		rows, err := q.UsageBreakdown(ctx, db.UsageBreakdownParams{By: by.name, AgentID: agentID, Since: start.AddDate(0, 0, 1-days)})
+		if err != nil {
+			return out, fmt.Errorf("usage of agent %s by %s: %w", agentID, by.name, err)
+		}
+		for _, r := range rows {
+			*by.into = append(*by.into, admin.UsageSlice{Name: r.Slice, UsageTotals: admin.UsageTotals{Tokens: r.Tokens, CostUSD: r.CostUsd},
+				Uses: r.Uses})
+		}
+	}
+	return out, nil
+}

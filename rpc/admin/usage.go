@@ -123,3 +123,23 @@ func usageAmount(v float64, money bool) string {
 	}
 	return fmt.Sprintf("%d tokens", int64(v))
 }
+
+// UsageSlice is what one model (or search or speech service), or one
+// lane, spent over a report's days.
+type UsageSlice struct {
+	// Name is "llm:<model>", "search:<provider>", "tts:<provider>" or
+	// "embedding:<model>" by service; a lane ("edge", "core:<job>") by
+	// lane.
+	Name string `json:"name"`
+	UsageTotals
+	Uses int64 `json:"uses"`
+}
+
+// UsageBreakdown is an agent's spend over its last Days days by service
+// and by lane, the costliest first.
+type UsageBreakdown struct {
+	AgentID   string       `json:"agent_id"`
+	Days      int          `json:"days"`
+	ByService []UsageSlice `json:"by_service"`
+	ByLane    []UsageSlice `json:"by_lane"`
+}

@@ -22,7 +22,7 @@ func newSessionReplayCommand(g *globals, asJSON *bool) *cobra.Command {
 		Long: "Prints a page of the session's events (--from and --limit) and checks each one: its hash is computed again from its\n" +
 			"contents and must continue the stored hash of the event before it. An event altered, removed or reordered in the\n" +
 			"database shows as a break, and the command then exits with status 1. --all follows the pages to the end of the log.\n" +
-			"With --json each page is one JSON object on a line of its own.",
+			"With --json each page is one JSON object; with --all they follow one another, a stream that jq reads.",
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			req.SessionID = args[0]

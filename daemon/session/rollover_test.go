@@ -252,12 +252,23 @@ func waitArmed(t *testing.T, pool *pgxpool.Pool, id string) time.Time {
 // since since.
 func waitRolloverRuns(t *testing.T, pool *pgxpool.Pool, since time.Time, n int) {
 	t.Helper()
-	choirdtest.WaitFor(t, "runs of the rollover", nil, func() bool {
-		var runs int
+	// Longer than choirdtest.WaitFor's 30 s: under the whole suite on two
+	// cores, River's queue of 100 ms runs has been seen to fall that far
+	// behind. A condition, not a sleep: it returns at the nth run.
+	var runs int
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
 		pool.QueryRow(context.Background(), `SELECT count(*) FROM river_job
 			WHERE kind = 'session_rollover' AND state = 'completed' AND attempted_at > $1`, since).Scan(&runs)
-		return runs >= n
-	})
+		if runs >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			var states string
+			pool.QueryRow(context.Background(), `SELECT coalesce(string_agg(state::text || ':' || n::text, ', '), 'none')
+				FROM (SELECT state, count(*) AS n FROM river_job WHERE kind = 'session_rollover' GROUP BY state) s`).Scan(&states)
+			t.Fatalf("%d of %d runs of the rollover in 2 minutes (rollover jobs by state: %s)", runs, n, states)
+		}
+	}
 }
 
 // edgeTokensLeft is the edge lane's token budget left, as it last reported
